@@ -1,0 +1,72 @@
+"""Shared fixtures: real hypercorn servers on loopback sockets, in-process, one per test.
+
+``serve(script=[...])`` starts a server on the scripted backend (the demo tokenizer; request k gets entry k);
+``serve(backend=...)`` on any backend (the demo MLX model via the ``demo_backend`` fixture).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+
+from tinytitan.engine.engine import Engine
+from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry, demo_tokenizer
+from tinytitan.http.app import LOOPBACK_HOSTS, Server, ServerConfig
+from tinytitan.protocols.registry import all_protocols
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def demo_tok():
+    return demo_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def demo_backend():
+    from tinytitan.demo_model import demo_model_id, ensure_demo_model
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    return MLXBackend(ensure_demo_model(), demo_model_id())
+
+
+def entries(script) -> list[ScriptEntry]:
+    out = []
+    for item in script:
+        out.append(item if isinstance(item, ScriptEntry) else
+                   ScriptEntry(item) if isinstance(item, str) else ScriptEntry(**item))
+    return out
+
+
+class Running:
+    def __init__(self, base: str, server: Server):
+        self.base = base
+        self.server = server
+        self.engine = server.engine
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+
+@pytest.fixture
+async def serve(nursery, demo_tok):
+    async def start(script=None, backend=None, *, api_key=None, allowed_hosts=(), max_queue=16,
+                    spec_dir=None, model_id="tinytitan-scripted") -> Running:
+        if backend is None:
+            backend = ScriptedBackend(entries(script or ["Hello."]), demo_tok, model_id=model_id)
+        engine = Engine(backend, max_queue=max_queue)
+        server = Server(engine, all_protocols(spec_dir),
+                        ServerConfig(api_key=api_key, allowed_hosts=LOOPBACK_HOSTS + tuple(allowed_hosts)))
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        config.accesslog = None
+        binds = await nursery.start(hypercorn_serve, server.app, config)
+        return Running(binds[0].replace("0.0.0.0", "127.0.0.1"), server)
+
+    return start

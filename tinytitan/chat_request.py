@@ -1,0 +1,72 @@
+"""ChatRequest: the one request shape the engine sees, whatever protocol it came in on.
+
+Protocol quirks are resolved before one exists (developer → system, tool-result fan-out, namespace
+flattening, the spellings of structured output and of reasoning controls). Content is text only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, exactly as the model (or client) wrote it
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None  # tool name for role=tool
+    reasoning: str | None = None  # earlier thoughts of an assistant turn, where the client sent them back
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str = ""
+    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+    namespace: str | None = None  # a Responses namespace this function was flattened out of
+
+
+@dataclass(frozen=True)
+class Grammar:
+    kind: Literal["json_schema", "json_object", "lark", "regex"]
+    source: Any
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[Tool, ...] = ()
+    tool_choice: Literal["auto", "none"] = "auto"
+    parallel_tool_calls: bool = True
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    stop: tuple[str, ...] = ()
+    max_tokens: int | None = None  # None: run to the context window
+    reasoning: str | bool | None = None  # an effort word, True/False, or None for the server default
+    reasoning_budget_tokens: int | None = None
+    template_kwargs: dict = field(default_factory=dict)
+    grammar: Grammar | None = None
+    cache_key: str | None = None
+    fast: bool = False  # the "<id>-fast" chat-only path: scaffolding stripped
+
+    def with_(self, **changes) -> "ChatRequest":
+        return replace(self, **changes)

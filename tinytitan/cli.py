@@ -1,0 +1,153 @@
+"""The ``tinytitan`` command: ``serve`` (the server) and ``demo-model`` (write the demo model anywhere)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import sys
+from pathlib import Path
+
+log = logging.getLogger("tinytitan")
+
+DEFAULT_PORT = 8096
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tinytitan", description="A local LLM server for coding agents (mlx-lm).")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve a model over the OpenAI and Anthropic APIs")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("--model", metavar="DIR", help="an MLX model directory (default: the built-in demo model)")
+    src.add_argument("--script", metavar="FILE", help="scripted backend: a YAML list of raw model outputs")
+    s.add_argument("--model-id", help="the name clients use for the model (default: the directory name)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    s.add_argument("--allow-remote", action="store_true",
+                   help="allow binding a non-loopback address (anyone who can reach it can use the model)")
+    s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="accept this Host header too (repeatable; loopback names are always accepted)")
+    s.add_argument("--api-key", help="require this key (Authorization: Bearer or x-api-key)")
+    s.add_argument("--max-queue", type=int, default=16, help="requests that may wait for the model (default 16)")
+    s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
+    s.add_argument("--reasoning-effort", help="default reasoning level (none, low, medium, high, xhigh …)")
+    s.add_argument("--spec-dir", help=argparse.SUPPRESS)
+    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    d = sub.add_parser("demo-model", help="write the built-in demo model to PATH")
+    d.add_argument("path")
+    d.add_argument("--variant", default="demo", choices=["demo", "50m"])
+    return p
+
+
+def make_backend(args):
+    from .engine.reasoning import level_of  # noqa: F401  (validates words early below)
+
+    default_reasoning = args.reasoning_effort or ({"on": True, "off": False}.get(args.thinking))
+    if args.script:
+        from .engine.scripted import ScriptedBackend, demo_tokenizer, load_script
+
+        backend = ScriptedBackend(load_script(args.script), demo_tokenizer(), model_id=args.model_id or "tinytitan-scripted")
+    else:
+        from .engine.mlx_backend import MLXBackend
+
+        if args.model:
+            path, model_id = Path(args.model), args.model_id
+        else:
+            from .demo_model import demo_model_id, ensure_demo_model
+
+            path, model_id = ensure_demo_model(), args.model_id or demo_model_id()
+        backend = MLXBackend(path, model_id)
+    backend.default_reasoning = default_reasoning
+    return backend
+
+
+def banner(base: str, model_id: str, api_key: str | None) -> str:
+    key = api_key or "local"
+    return f"""
+tinytitan is serving '{model_id}' at {base}
+  OpenAI:     base_url={base}/v1   (Chat Completions and Responses)
+  Anthropic:  base_url={base}      (Messages)
+
+Claude Code:
+  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} claude --model {model_id}
+
+Codex (~/.codex/config.toml):
+  model = "{model_id}"
+  model_provider = "tinytitan"
+  [model_providers.tinytitan]
+  name = "tinytitan"
+  base_url = "{base}/v1"
+  env_key = "TINYTITAN_API_KEY"
+  wire_api = "responses"
+  (then: TINYTITAN_API_KEY={key} codex)
+"""
+
+
+def serve(args) -> int:
+    import trio
+    from hypercorn.config import Config
+    from hypercorn.trio import serve as hypercorn_serve
+
+    from .engine.engine import Engine
+    from .http.app import LOOPBACK_HOSTS, Server, ServerConfig
+    from .protocols.registry import all_protocols
+
+    if not _is_loopback(args.host):
+        if not args.allow_remote:
+            print(f"refusing to bind {args.host}: it is not a loopback address. Pass --allow-remote to serve "
+                  "other machines (anyone who reaches the port can use the model; consider --api-key).",
+                  file=sys.stderr)
+            return 2
+        log.warning("binding %s: the server is reachable from other machines%s", args.host,
+                    "" if args.api_key else " and no --api-key is set")
+    protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
+    backend = make_backend(args)
+    engine = Engine(backend, max_queue=args.max_queue)
+    allowed = tuple(LOOPBACK_HOSTS) + tuple(h.lower() for h in args.allowed_host)
+    if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
+        allowed += (args.host,)
+    server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed))
+
+    config = Config()
+    host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host
+    config.bind = [f"{host}:{args.port}"]
+    config.accesslog = None
+    config.keep_alive_timeout = 75
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(hypercorn_serve, server.app, config)
+            base = binds[0] if binds else f"http://{host}:{args.port}"
+            print(banner(base.replace("0.0.0.0", "127.0.0.1"), engine.model_id, args.api_key), flush=True)
+
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, getattr(args, "log_level", "info").upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "demo-model":
+        from .demo_model import build_demo_model
+
+        out = build_demo_model(Path(args.path), variant=args.variant)
+        print(out)
+        return 0
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""From generated tokens to TokenEvents: the part every backend shares.
+
+A backend calls ``start()`` once the prompt is known, ``token(text)`` for each generated token's text
+(returns False when a client stop string ended the answer), and ``end(hit_length)`` when decoding
+stopped. Channel parsing, stop strings, usage and the finish reason are decided here, once.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..events import Finished, Started, TextDelta, TokenEvent, Usage
+from .output_parser import REASONING, OutputParser
+
+Emit = Callable[[TokenEvent], None]
+
+
+class StopMatcher:
+    """Holds back text that could be the start of a stop string; cuts the text at the first match."""
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops = tuple(s for s in stops if s)
+        self.hold = max((len(s) for s in self.stops), default=1) - 1
+        self.buf = ""
+        self.matched: str | None = None
+
+    def push(self, text: str) -> str:
+        if not self.stops:
+            return text
+        self.buf += text
+        first = None
+        for s in self.stops:
+            i = self.buf.find(s)
+            if i >= 0 and (first is None or i < first[0]):
+                first = (i, s)
+        if first:
+            out, self.matched, self.buf = self.buf[: first[0]], first[1], ""
+            return out
+        cut = max(len(self.buf) - self.hold, 0)
+        out, self.buf = self.buf[:cut], self.buf[cut:]
+        return out
+
+    def flush(self) -> str:
+        out, self.buf = self.buf, ""
+        return out
+
+
+class DecodeLoop:
+    def __init__(self, parser: OutputParser, stops: tuple[str, ...], emit: Emit):
+        self.parser = parser
+        self.stop = StopMatcher(stops)
+        self.emit = emit
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.completion_tokens = 0
+        self.reasoning_tokens = 0
+        self.finished = False
+
+    def start(self, prompt_tokens: int, cached_tokens: int = 0) -> None:
+        self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
+        self.emit(Started(prompt_tokens, cached_tokens))
+
+    def token(self, text: str) -> bool:
+        """One generated token; False once a stop string has matched (stop decoding)."""
+        self.completion_tokens += 1
+        events, channel = self.parser.feed(text)
+        if channel == REASONING:
+            self.reasoning_tokens += 1
+        self._send(events)
+        return self.stop.matched is None
+
+    def parser_text(self, text: str) -> None:
+        """Text the detokenizer released late (after the last token): parsed, not counted."""
+        events, _ = self.parser.feed(text)
+        self._send(events)
+
+    def end(self, hit_length: bool) -> None:
+        if self.stop.matched is None:
+            self._send(self.parser.finish())
+        rest = self.stop.flush()
+        if rest and self.stop.matched is None:
+            self.emit(TextDelta(rest))
+        if self.stop.matched is not None:
+            reason = "stop_sequence"
+        elif hit_length:
+            reason = "length"
+        elif self.parser.tool_calls:
+            reason = "tool_calls"
+        else:
+            reason = "stop"
+        usage = Usage(self.prompt_tokens, self.cached_tokens, self.completion_tokens, self.reasoning_tokens)
+        self.finished = True
+        self.emit(Finished(reason, usage, self.stop.matched))
+
+    def _send(self, events: list[TokenEvent]) -> None:
+        for ev in events:
+            if self.stop.matched is not None:
+                return
+            if isinstance(ev, TextDelta):
+                text = self.stop.push(ev.text)
+                if text:
+                    self.emit(TextDelta(text))
+            else:
+                if self.stop.buf and not isinstance(ev, TextDelta):
+                    self.emit(TextDelta(self.stop.flush()))
+                self.emit(ev)

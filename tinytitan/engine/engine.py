@@ -1,0 +1,196 @@
+"""The engine: model names, bounded admission, one decode at a time, and the thread bridge.
+
+Rules:
+- ``admit()`` answers at once: a ticket, or ApiError('overloaded') when ``max_queue`` requests already wait.
+- A ticket waits (FIFO) for the decode slot; only one generation decodes at a time.
+- ``generate()`` yields TokenEvents. Decoding runs in a worker thread; when the consumer goes away (a
+  client hung up: the async generator is closed or cancelled) the thread is told to stop and is waited
+  for — it stops within a token, and no thread outlives its request.
+- The engine never imports a protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import trio
+
+from ..chat_request import ChatRequest
+from ..errors import ApiError
+from ..events import Failed, TokenEvent
+from .backend import Backend, Prepared
+from .decode_loop import DecodeLoop
+from .output_parser import OutputParser
+from .prompt import fast_path
+
+log = logging.getLogger("tinytitan.engine")
+
+FAST_SUFFIX = "-fast"
+
+
+class Engine:
+    def __init__(self, backend: Backend, max_queue: int = 16):
+        self.backend = backend
+        self.max_queue = max_queue
+        self._slot = trio.Lock()
+        self.waiting = 0
+        self.running = 0
+        self.started_at = time.time()
+
+    # -- names ---------------------------------------------------------------------------------------------
+    @property
+    def model_id(self) -> str:
+        return self.backend.model_id
+
+    def resolve(self, name: str | None) -> tuple[str, bool]:
+        """A request's model name → (served id, fast?). Unknown names are refused, never answered."""
+        if name == self.model_id:
+            return self.model_id, False
+        if name == self.model_id + FAST_SUFFIX:
+            return self.model_id, True
+        raise ApiError("model_not_found", f"The model '{name}' does not exist; this server serves "
+                       f"'{self.model_id}' (and '{self.model_id}{FAST_SUFFIX}')", param="model",
+                       code="model_not_found")
+
+    def apply_model(self, req: ChatRequest) -> ChatRequest:
+        base, fast = self.resolve(req.model)
+        req = req.with_(model=base, fast=fast)
+        return fast_path(req) if fast else req
+
+    # -- admission -----------------------------------------------------------------------------------------
+    @property
+    def queue_depth(self) -> int:
+        return self.waiting
+
+    def admit(self) -> "Ticket":
+        if self.waiting >= self.max_queue and (self.running or self._slot.locked()):
+            raise ApiError("overloaded", f"The server is busy: {self.waiting} requests are already waiting "
+                           f"(--max-queue {self.max_queue}); retry shortly", code="queue_full")
+        return Ticket(self)
+
+    # -- generation ----------------------------------------------------------------------------------------
+    async def prepare(self, req: ChatRequest) -> Prepared:
+        return await trio.to_thread.run_sync(self.backend.prepare, req)
+
+    async def count_tokens(self, req: ChatRequest) -> int:
+        return len((await self.prepare(req)).tokens)
+
+    async def generate(self, prepared: Prepared, ticket: "Ticket") -> AsyncIterator[TokenEvent]:
+        async with ticket:
+            async for ev in _threaded(self.backend, prepared):
+                yield ev
+
+    def models(self) -> list[dict]:
+        return [dict(self.backend.describe(), loaded=True)]
+
+    def model_info(self, name: str) -> dict:
+        base, _ = self.resolve(name)
+        return next(m for m in self.models() if m["id"] == base)
+
+    async def unload(self, name: str | None = None) -> list[str]:
+        """Free the resident model's memory (its caches); it is loaded again by the next request."""
+        async with self._slot:
+            freed = await trio.to_thread.run_sync(self.backend.unload)
+        return [self.model_id] if freed else []
+
+    def health(self) -> dict:
+        return {"status": "ok", "model": self.model_id, "queue_depth": self.waiting, "running": self.running,
+                "max_queue": self.max_queue}
+
+
+class Ticket:
+    """A place in the queue, held from admission until the generation ends."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        engine.waiting += 1
+        self._held = False
+        self._released = False
+
+    async def __aenter__(self):
+        try:
+            await self.engine._slot.acquire()
+        except BaseException:
+            self.release()
+            raise
+        self.engine.waiting -= 1
+        self.engine.running += 1
+        self._held = True
+        return self
+
+    async def __aexit__(self, *exc):
+        self.release()
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self._held:
+            self.engine.running -= 1
+            self.engine._slot.release()
+        else:
+            self.engine.waiting -= 1
+
+
+async def _threaded(backend: Backend, prepared: Prepared) -> AsyncIterator[TokenEvent]:
+    """Run ``backend.decode`` in a worker thread and yield its events here."""
+    send, recv = trio.open_memory_channel(math.inf)
+    stop = threading.Event()
+    finished = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def put(ev: TokenEvent) -> None:
+        try:
+            send.send_nowait(ev)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            stop.set()
+
+    def emit(ev: TokenEvent) -> None:
+        try:
+            token.run_sync_soon(put, ev)
+        except trio.RunFinishedError:
+            stop.set()
+
+    def work() -> None:
+        parser = OutputParser(backend.markup, prepared.start_in_reasoning, prepared.namespaces)
+        loop = DecodeLoop(parser, prepared.req.stop, emit)
+        try:
+            backend.decode(prepared, loop, stop.is_set)
+        except Exception as exc:  # reported in-band: the stream may already be open
+            if not stop.is_set():
+                log.exception("generation failed")
+                if not loop.finished:
+                    emit(Failed(f"generation failed: {exc}"))
+
+    def done(_outcome) -> None:
+        def close() -> None:
+            send.close()
+            finished.set()
+
+        try:
+            token.run_sync_soon(close)
+        except trio.RunFinishedError:
+            pass
+
+    trio.lowlevel.start_thread_soon(work, done)
+    try:
+        async with recv:
+            async for ev in recv:
+                yield ev
+    finally:
+        stop.set()
+        with trio.CancelScope(shield=True):
+            await finished.wait()
+
+
+@asynccontextmanager
+async def closing(agen):
+    try:
+        yield agen
+    finally:
+        await agen.aclose()

@@ -1,0 +1,100 @@
+"""The scripted backend: a model replaced by a script of raw model outputs.
+
+The script is a YAML list; request k is answered by entry k (the last entry repeats). An entry is a
+string (the raw output, markers and all), or a mapping ``{output: str, delay_ms: int, error: str}``:
+``delay_ms`` sleeps before each token (for cancellation and keep-alive tests); ``error`` fails the
+generation after the stream opened. The text is tokenized with the demo tokenizer and goes through the
+same channel and tool-call parsing as real output, so token counts are real.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from .backend import Backend, Prepared
+from .decode_loop import DecodeLoop
+
+
+class BackendFailure(RuntimeError):
+    """A generation failed after it started (reported to the client as a stream error)."""
+
+
+@dataclass(frozen=True)
+class ScriptEntry:
+    output: str
+    delay_ms: int = 0
+    error: str | None = None
+
+
+def load_script(path: str | Path) -> list[ScriptEntry]:
+    raw = yaml.safe_load(Path(path).read_text())
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{path}: a script is a non-empty YAML list of model outputs")
+    entries = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            entries.append(ScriptEntry(item))
+        elif isinstance(item, dict) and set(item) <= {"output", "delay_ms", "error"}:
+            entries.append(ScriptEntry(str(item.get("output", "")), int(item.get("delay_ms", 0)), item.get("error")))
+        else:
+            raise ValueError(f"{path}: entry {i}: a string or a mapping of output / delay_ms / error")
+    return entries
+
+
+def demo_tokenizer():
+    """The demo model's tokenizer (and chat template), built on first use like the model itself."""
+    from mlx_lm.utils import load_tokenizer
+
+    from ..demo_model import ensure_demo_model
+
+    return load_tokenizer(ensure_demo_model())
+
+
+class ScriptedBackend(Backend):
+    def __init__(self, entries: list[ScriptEntry], tokenizer, model_id: str = "tinytitan-scripted",
+                 context_window: int = 32768):
+        self.entries = entries
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.context_window = context_window
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+
+    def next_entry(self) -> ScriptEntry:
+        with self._lock:
+            k = next(self._counter)
+        return self.entries[min(k, len(self.entries) - 1)]
+
+    def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
+        entry = self.next_entry()
+        loop.start(len(prepared.tokens), 0)
+        ids = self.tokenizer.encode(entry.output, add_special_tokens=False)
+        detok = self.tokenizer.detokenizer
+        detok.reset()
+        hit_length = False
+        for n, tok in enumerate(ids):
+            if should_stop():
+                return
+            if n == prepared.max_tokens:
+                hit_length = True
+                break
+            if entry.delay_ms:
+                time.sleep(entry.delay_ms / 1000)
+                if should_stop():
+                    return
+            detok.add_token(tok)
+            if not loop.token(detok.last_segment):
+                break
+        detok.finalize()
+        if detok.last_segment and loop.stop.matched is None:
+            loop.parser_text(detok.last_segment)
+        if entry.error:
+            raise BackendFailure(entry.error)
+        loop.end(hit_length)

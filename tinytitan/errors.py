@@ -1,0 +1,23 @@
+"""ApiError: bad input (or a refused feature), raised anywhere before or during a request.
+
+``kind`` names an entry of the protocol spec's ``errors.kinds`` table (invalid_request, authentication,
+permission, not_found, model_not_found, overloaded, not_implemented, server_error …); the spec decides
+the status, the type string and the envelope the client sees.
+"""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    def __init__(self, kind: str, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+
+def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError("invalid_request", message, param=param, code=code)

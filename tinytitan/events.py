@@ -1,0 +1,101 @@
+"""The internal token-event stream: what a backend yields, what a protocol machine consumes.
+
+Rules:
+- Events are immutable values. A generation is the sequence
+  ``Started (ReasoningDelta | TextDelta | ToolCallStarted ToolCallArgsDelta* ToolCallDone)* (Finished | Failed)``;
+  ``Failed`` may also come first (nothing was generated).
+- The channel of each generated token (reasoning, text, tool call) is decided once, by the backend's output
+  parser, from the model's own markers; ``Usage.reasoning_tokens`` counts tokens by that channel.
+- ``Finished.reason`` is one of ``stop`` (the model ended its turn), ``length`` (the output cap),
+  ``stop_sequence`` (a client stop string matched; ``stop_sequence`` holds it) or ``tool_calls`` (the turn
+  ended after at least one tool call). Protocols map these onto their own vocabularies in their spec tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+from typing import Union
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def uncached_prompt_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["total_tokens"] = self.total_tokens
+        d["uncached_prompt_tokens"] = self.uncached_prompt_tokens
+        return d
+
+
+@dataclass(frozen=True)
+class Started:
+    prompt_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallStarted:
+    index: int
+    call_id: str
+    name: str
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallArgsDelta:
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallDone:
+    index: int
+    arguments: str = ""  # the complete argument JSON, for ``.done``-style wire events
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: str
+    usage: Usage = field(default_factory=Usage)
+    stop_sequence: str | None = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+    type: str = "server_error"
+    status: int = 500
+
+
+TokenEvent = Union[
+    Started, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, Finished, Failed
+]
+
+EVENT_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (Started, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, Finished, Failed)
+}
+
+FINISH_REASONS = ("stop", "length", "stop_sequence", "tool_calls")

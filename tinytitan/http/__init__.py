@@ -1,0 +1,1 @@
+"""HTTP: routes from the spec tables onto a Quart-trio app served by hypercorn."""

@@ -1,0 +1,155 @@
+"""The HTTP layer: every route a spec table declares, guarded by the host allow-list and the API key,
+answered in the owning protocol's envelope and headers.
+
+Rules:
+- The Host header must name an allowed host (loopback names by default): other Hosts get 403 (DNS
+  rebinding). With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
+  ``/`` and ``/health`` need no key.
+- Any error a client can cause is a 4xx in the envelope of the protocol that owns the path (the shared
+  routes use OpenAI's, or Anthropic's when the request carries ``anthropic-version``); an unexpected
+  failure is a 500 in the same envelope, logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from ..engine.engine import Engine
+from ..errors import ApiError
+from ..protocols.base import Protocol
+from ..speclang import template
+
+log = logging.getLogger("tinytitan.http")
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
+OPEN_PATHS = ("/", "/health")
+HTTP_KINDS = {404: "not_found", 405: "method_not_allowed", 413: "invalid_request", 400: "invalid_request"}
+
+
+@dataclass
+class ServerConfig:
+    api_key: str | None = None
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    max_body_bytes: int = 64 * 1024 * 1024
+
+
+def host_name(header: str) -> str:
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header.split("]")[0] + "]"
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class Server:
+    def __init__(self, engine: Engine, protocols: list[Protocol], config: ServerConfig | None = None):
+        self.engine = engine
+        self.config = config or ServerConfig()
+        self.protocols = {p.name: p for p in protocols}
+        self.shared = self.protocols["shared"]
+        self.allowed = {h.lower() for h in self.config.allowed_hosts}
+        self.app = QuartTrio("tinytitan")
+        self.app.config.update(MAX_CONTENT_LENGTH=self.config.max_body_bytes, RESPONSE_TIMEOUT=None,
+                               BODY_TIMEOUT=None, PROVIDE_AUTOMATIC_OPTIONS=False)
+        self._path_owner: dict[str, Protocol] = {}
+        for proto in protocols:
+            handlers = proto.handlers()
+            for i, route in enumerate(proto.spec.routes):
+                endpoint = f"{proto.name}:{route['handler']}:{route['method']}:{i}"
+                self.app.add_url_rule(route["path"], endpoint, self._view(proto, handlers[route["handler"]]),
+                                      methods=[route["method"]])
+                self._path_owner.setdefault(route["path"], proto)
+        self.app.before_request(self._guard)
+        self.app.after_request(self._headers)
+        self.app.register_error_handler(ApiError, self._api_error)
+        self.app.register_error_handler(HTTPException, self._http_error)
+        self.app.register_error_handler(Exception, self._unexpected)
+
+    # -- ownership and envelopes -----------------------------------------------------------------------------
+    def owner(self) -> Protocol:
+        rule = request.url_rule
+        if rule is not None:
+            proto = self.protocols.get(rule.endpoint.split(":", 1)[0])
+            if proto is not None and proto is not self.shared:
+                return proto
+        path = request.path
+        proto = self._path_owner.get(path)
+        if proto is not None and proto is not self.shared:
+            return proto
+        for header, name in self.shared.spec.error_by_header.items():
+            if header in request.headers and name in self.protocols:
+                return self.protocols[name]
+        return self.shared
+
+    def error(self, err: ApiError) -> Response:
+        status, body = self.owner().error_response(err)
+        resp = self.json_response(body, status)
+        for k, v in err.headers.items():
+            resp.headers[k] = v
+        return resp
+
+    async def _api_error(self, err: ApiError):
+        return self.error(err)
+
+    async def _http_error(self, exc: HTTPException):
+        kind = HTTP_KINDS.get(exc.code or 500, "server_error")
+        message = {404: f"No route for {request.method} {request.path}",
+                   405: f"Method {request.method} is not allowed on {request.path}",
+                   413: f"The request body is larger than {self.config.max_body_bytes} bytes"}.get(exc.code,
+                                                                                                  exc.description)
+        return self.error(ApiError(kind, message or "bad request"))
+
+    async def _unexpected(self, exc: Exception):
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return self.error(ApiError("server_error", f"internal error: {type(exc).__name__}: {exc}"))
+
+    # -- guards and headers ------------------------------------------------------------------------------------
+    async def _guard(self):
+        request.request_id = "req_" + uuid.uuid4().hex[:24]
+        host = host_name(request.headers.get("host", ""))
+        if host not in self.allowed:
+            raise ApiError("permission", f"Host '{host}' is not allowed; start the server with "
+                           f"--allowed-host {host} to allow it")
+        key = self.config.api_key
+        if key and request.path not in OPEN_PATHS:
+            given = request.headers.get("x-api-key")
+            auth = request.headers.get("authorization", "")
+            if auth.lower().startswith("bearer "):
+                given = given if given == key else auth[7:].strip()
+            if given != key:
+                raise ApiError("authentication", "Invalid or missing API key (send 'Authorization: Bearer <key>' "
+                               "or 'x-api-key: <key>')")
+
+    async def _headers(self, response: Response) -> Response:
+        ctx = {"request_id": getattr(request, "request_id", "")}
+        for proto in {id(p): p for p in (self.shared, self.owner())}.values():
+            for k, v in proto.spec.headers.items():
+                response.headers[k] = str(template.render(v, ctx))
+        return response
+
+    # -- responses -----------------------------------------------------------------------------------------------
+    def _view(self, proto: Protocol, handler):
+        async def view(**kwargs):
+            return await handler(self, request, **kwargs)
+
+        view.__name__ = f"{proto.name}_{handler.__name__}"
+        return view
+
+    @staticmethod
+    def json_response(obj: Any, status: int = 200) -> Response:
+        return Response(json.dumps(obj, ensure_ascii=False), status=status, content_type="application/json")
+
+    @staticmethod
+    def sse_response(body: AsyncIterator[bytes]) -> Response:
+        resp = Response(body, status=200, content_type="text/event-stream; charset=utf-8")
+        resp.headers["Cache-Control"] = "no-cache"
+        resp.headers["X-Accel-Buffering"] = "no"
+        resp.timeout = None
+        return resp

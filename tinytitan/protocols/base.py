@@ -1,0 +1,118 @@
+"""What every protocol shares: spec loading, validation into a ChatRequest, the machine, the fold,
+the error envelope and the generic generation handler.
+
+A protocol module subclasses ``Protocol`` and supplies only hooks: request hooks (message shapes),
+machine hooks (bookkeeping), the fold, and handlers for routes that are not plain generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+
+from ..chat_request import ChatRequest
+from ..errors import ApiError
+from ..events import TokenEvent
+from ..speclang import ProtocolSpec, load_protocol
+from ..speclang import template
+from ..speclang.machine import Machine, WireEvent, pump
+from ..speclang.validate import RequestValidator, Validated
+
+if TYPE_CHECKING:
+    from ..http.app import Server
+
+log = logging.getLogger("tinytitan.protocol")
+
+
+def new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:24]
+
+
+class Protocol:
+    name: str = ""
+    id_prefix: str = "id-"
+    stream_field: str = "stream"
+
+    def __init__(self, spec_directory: Path | None = None):
+        self.spec: ProtocolSpec = load_protocol(self.name, spec_directory)
+        self.validator = RequestValidator(self.spec, self.request_hooks())
+        missing = sorted({r["handler"] for r in self.spec.routes} - set(self.handlers()))
+        if missing:
+            raise ValueError(f"{self.spec.source}: route handlers not provided by the protocol module: {missing}")
+
+    # -- what subclasses supply ------------------------------------------------------------------------------
+    def request_hooks(self) -> dict[str, Callable]:
+        return {}
+
+    def machine_hooks(self) -> dict[str, Callable]:
+        return {}
+
+    def folds(self) -> dict[str, Callable[[list[WireEvent], dict], Any]]:
+        return {}
+
+    def handlers(self) -> dict[str, Callable]:
+        return {"generate": self.generate}
+
+    def extra_context(self, v: Validated, server: "Server") -> dict:
+        return {}
+
+    # -- errors --------------------------------------------------------------------------------------------
+    def error_response(self, err: ApiError) -> tuple[int, dict]:
+        kind = self.spec.error_kind(err.kind)
+        ctx = {"message": err.message, "type": kind.type, "param": err.param, "code": err.code or kind.code}
+        return kind.status, template.render(self.spec.error_envelope, ctx)
+
+    # -- the request path ----------------------------------------------------------------------------------
+    def validate(self, raw: bytes) -> Validated:
+        return self.validator.validate(self.validator.parse_json(raw))
+
+    def chat_request(self, v: Validated) -> ChatRequest:
+        args = dict(v.args)
+        args["messages"] = tuple(args.get("messages", ()))
+        args["tools"] = tuple(args.get("tools", ()))
+        args["stop"] = tuple(args.get("stop", ()))
+        return ChatRequest(**args)
+
+    def machine(self, v: Validated, model_id: str, stream: bool, server: "Server") -> Machine:
+        ctx: dict[str, Any] = {"req": v.body, "id": new_id(self.id_prefix), "created": int(time.time()),
+                               "model": model_id}
+        ctx.update(self.extra_context(v, server))
+        machine = Machine(self.spec, ctx, self.machine_hooks())
+        if not stream and self.spec.fold:
+            machine.context.update(self.spec.fold.get("context") or {})
+        return machine
+
+    def fold(self, wire: list[WireEvent], v: Validated) -> Any:
+        assert self.spec.fold is not None
+        return self.folds()[self.spec.fold["hook"]](wire, v.body)
+
+    async def generate(self, server: "Server", request) -> Any:
+        v = self.validate(await request.get_data())
+        req = server.engine.apply_model(self.chat_request(v))
+        return await self.respond(server, v, req)
+
+    async def respond(self, server: "Server", v: Validated, req: ChatRequest) -> Any:
+        """Run a ChatRequest and answer it: SSE when the client asked for a stream, else the fold."""
+        engine = server.engine
+        prepared = await engine.prepare(req)
+        ticket = engine.admit()
+        events = engine.generate(prepared, ticket)
+        stream = bool(v.body.get(self.stream_field))
+        machine = self.machine(v, req.model if not req.fast else req.model, stream, server)
+        if stream:
+            return server.sse_response(self.sse_body(machine, events))
+        try:
+            wire = [w async for w in pump(machine, events)]
+        finally:
+            await events.aclose()
+        return server.json_response(self.fold(wire, v))
+
+    async def sse_body(self, machine: Machine, events: AsyncIterator[TokenEvent]) -> AsyncIterator[bytes]:
+        try:
+            async for wire in pump(machine, events):
+                yield wire.sse()
+        finally:
+            await events.aclose()

@@ -1,0 +1,53 @@
+"""Normalisations several protocols share (kept out of the tables because they reshape messages)."""
+
+from __future__ import annotations
+
+from ..chat_request import Message
+from ..errors import invalid
+
+REMINDER = "<system-reminder>\n{}\n</system-reminder>"
+
+
+def text_of(content, where: str, part_text_types=("text",)) -> str:
+    """A content value that is a string, null, or a list of text parts → one string."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise invalid(f"Invalid content part at {where}[{j}]: expected an object", param=f"{where}[{j}]")
+            if part.get("type") not in part_text_types:
+                raise invalid(f"content part type '{part.get('type')}' at {where}[{j}] is not supported: text only",
+                              param=f"{where}[{j}].type", code="unsupported_content")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise invalid(f"Missing or invalid 'text' in content part {where}[{j}]", param=f"{where}[{j}].text")
+            out.append(text)
+        return "".join(out) if len(out) <= 1 else "\n".join(out)
+    raise invalid(f"Invalid type for '{where}': expected a string or an array of content parts", param=where,
+                  code="invalid_type")
+
+
+def place_system(system_texts: list[str], messages: list[Message]) -> list[Message]:
+    """One leading system message (instructions, leading system/developer turns joined); a system turn that
+    arrives later in the conversation stays in place as a user turn wrapped in <system-reminder>, so the
+    prompt ahead of it — and its cached prefix — stays as it was."""
+    lead = [t for t in system_texts if t]
+    out: list[Message] = []
+    seen_other = False
+    for m in messages:
+        if m.role == "system":
+            if not seen_other:
+                if m.content:
+                    lead.append(m.content)
+            else:
+                out.append(Message("user", REMINDER.format(m.content)))
+            continue
+        seen_other = True
+        out.append(m)
+    if lead:
+        out.insert(0, Message("system", "\n\n".join(lead)))
+    return out

@@ -1,0 +1,148 @@
+"""OpenAI Chat Completions: the Python its table (spec/openai_chat.yaml) cannot say — message shapes
+and the fold of chunks into one ``chat.completion``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..chat_request import Message, Tool, ToolCall
+from ..errors import ApiError, invalid
+from ..speclang.machine import WireEvent
+from .base import Protocol
+from .common import place_system, text_of
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def parse_messages(value: list, body: dict, args: dict, v) -> None:
+    msgs: list[Message] = []
+    call_names: dict[str, str] = {}
+    for i, m in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise invalid(f"Invalid type for '{where}': expected an object", param=where, code="invalid_type")
+        role = m.get("role")
+        if role not in ROLES:
+            raise invalid(f"Invalid value for '{where}.role': {json.dumps(role)} is not one of {list(ROLES)}",
+                          param=f"{where}.role", code="invalid_value")
+        content = text_of(m.get("content"), f"{where}.content")
+        if role in ("system", "developer"):
+            msgs.append(Message("system", content))
+        elif role == "user":
+            msgs.append(Message("user", content))
+        elif role == "assistant":
+            calls = []
+            for j, c in enumerate(m.get("tool_calls") or []):
+                cw = f"{where}.tool_calls[{j}]"
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise invalid(f"Missing 'function.name' in '{cw}'", param=f"{cw}.function.name")
+                arguments = fn.get("arguments", "")
+                if not isinstance(arguments, str):
+                    arguments = json.dumps(arguments)
+                call_id = c.get("id") or f"call_{i}_{j}"
+                call_names[call_id] = fn["name"]
+                calls.append(ToolCall(call_id, fn["name"], arguments))
+            reasoning = m.get("reasoning_content") or m.get("reasoning")
+            msgs.append(Message("assistant", content, tuple(calls),
+                                reasoning=reasoning if isinstance(reasoning, str) else None))
+        else:
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise invalid(f"Missing required parameter: '{where}.tool_call_id'", param=f"{where}.tool_call_id",
+                              code="missing_required_parameter")
+            msgs.append(Message("tool", content, tool_call_id=call_id, name=call_names.get(call_id, m.get("name"))))
+    args["messages"] = place_system([], msgs)
+
+
+def parse_tools(value: list, body: dict, args: dict, v) -> None:
+    tools = []
+    for i, t in enumerate(value):
+        where = f"tools[{i}]"
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise invalid(f"Missing required parameter: '{where}.function.name'", param=f"{where}.function.name",
+                          code="missing_required_parameter")
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(params, dict):
+            raise invalid(f"Invalid type for '{where}.function.parameters': expected an object",
+                          param=f"{where}.function.parameters", code="invalid_type")
+        tools.append(Tool(fn["name"], fn.get("description") or "", params))
+    args["tools"] = tools
+
+
+def parse_tool_choice(value: Any, body: dict, args: dict, v) -> None:
+    if value not in ("auto", "none"):
+        raise invalid(f"Invalid value for 'tool_choice': {json.dumps(value)}; this server takes 'auto' or 'none'",
+                      param="tool_choice", code="invalid_value")
+    args["tool_choice"] = value
+
+
+def parse_stop(value: Any, body: dict, args: dict, v) -> None:
+    stops = [value] if isinstance(value, str) else value
+    for i, s in enumerate(stops):
+        if not isinstance(s, str):
+            raise invalid(f"Invalid type for 'stop[{i}]': expected a string", param=f"stop[{i}]", code="invalid_type")
+    args["stop"] = tuple(stops)
+
+
+def parse_template_kwargs(value: dict, body: dict, args: dict, v) -> None:
+    args["template_kwargs"] = {k: x for k, x in value.items() if k not in ("enable_thinking", "reasoning_effort")}
+
+
+def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
+    """Chunks → one chat.completion, the way an SDK accumulates a stream."""
+    head: dict = {}
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict] = {}
+    finish = None
+    usage = None
+    for w in wire:
+        d = w.data
+        if not isinstance(d, dict):
+            continue
+        if "error" in d:
+            raise ApiError("server_error", d["error"].get("message", "generation failed"))
+        head = head or {k: d[k] for k in ("id", "created", "model", "system_fingerprint")}
+        if d.get("usage"):
+            usage = d["usage"]
+        for choice in d.get("choices", []):
+            delta = choice.get("delta", {})
+            if delta.get("content"):
+                content.append(delta["content"])
+            if delta.get("reasoning_content"):
+                reasoning.append(delta["reasoning_content"])
+            for tc in delta.get("tool_calls", []):
+                call = calls.setdefault(tc["index"], {"id": None, "type": "function",
+                                                      "function": {"name": "", "arguments": ""}})
+                if tc.get("id"):
+                    call["id"] = tc["id"]
+                fn = tc.get("function", {})
+                call["function"]["name"] += fn.get("name") or ""
+                call["function"]["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    message: dict = {"role": "assistant", "content": "".join(content) if content or not calls else None,
+                     "refusal": None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {"id": head.get("id"), "object": "chat.completion", "created": head.get("created"),
+            "model": head.get("model"), "system_fingerprint": head.get("system_fingerprint"),
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+            "usage": usage}
+
+
+class OpenAIChat(Protocol):
+    name = "openai_chat"
+    id_prefix = "chatcmpl-"
+
+    def request_hooks(self):
+        return {"messages": parse_messages, "tools": parse_tools, "tool_choice": parse_tool_choice,
+                "stop": parse_stop, "template_kwargs": parse_template_kwargs}
+
+    def folds(self):
+        return {"chat_completion": fold_chat_completion}

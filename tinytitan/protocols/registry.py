@@ -1,0 +1,15 @@
+"""The protocols this server speaks (each one a spec table plus its module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import Protocol
+from .openai_chat import OpenAIChat
+from .shared import Shared
+
+PROTOCOLS: list[type[Protocol]] = [Shared, OpenAIChat]
+
+
+def all_protocols(spec_directory: Path | None = None) -> list[Protocol]:
+    return [cls(spec_directory) for cls in PROTOCOLS]

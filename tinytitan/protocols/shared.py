@@ -1,0 +1,64 @@
+"""Routes every client shares: health, the model list, one model, unload, and the bare root."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+from ..errors import ApiError
+from .base import Protocol
+
+if TYPE_CHECKING:
+    from ..http.app import Server
+
+
+class Shared(Protocol):
+    name = "shared"
+
+    def handlers(self):
+        return {"health": self.health, "root": self.root, "list_models": self.list_models,
+                "get_model": self.get_model, "unload_model": self.unload_model}
+
+    async def health(self, server: "Server", request):
+        return server.json_response(server.engine.health())
+
+    async def root(self, server: "Server", request):
+        return server.json_response({"name": "tinytitan", "status": "ok", "model": server.engine.model_id})
+
+    @staticmethod
+    def _anthropic(request) -> bool:
+        return "anthropic-version" in request.headers
+
+    def _entry(self, server: "Server", info: dict, anthropic: bool) -> dict:
+        created = int(info.get("created") or server.engine.started_at)
+        if anthropic:
+            return {"type": "model", "id": info["id"], "display_name": info.get("display_name", info["id"]),
+                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))}
+        entry = {"id": info["id"], "object": "model", "created": created, "owned_by": "tinytitan"}
+        for k in ("context_window", "loaded"):
+            if k in info:
+                entry[k] = info[k]
+        return entry
+
+    async def list_models(self, server: "Server", request):
+        anthropic = self._anthropic(request)
+        data = [self._entry(server, m, anthropic) for m in server.engine.models()]
+        if anthropic:
+            return server.json_response({"data": data, "has_more": False,
+                                         "first_id": data[0]["id"] if data else None,
+                                         "last_id": data[-1]["id"] if data else None})
+        return server.json_response({"object": "list", "data": data})
+
+    async def get_model(self, server: "Server", request, model_id: str):
+        info = server.engine.model_info(model_id)
+        return server.json_response(self._entry(server, info, self._anthropic(request)))
+
+    async def unload_model(self, server: "Server", request):
+        raw = await request.get_data()
+        body = self.validator.validate(self.validator.parse_json(raw) if raw.strip() else {}).body
+        name = body.get("model")
+        if name is not None:
+            server.engine.model_info(name)  # unknown → 404
+        unloaded = await server.engine.unload(name)
+        return server.json_response({"unloaded": unloaded, "model": name or server.engine.model_id})

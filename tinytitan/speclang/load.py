@@ -1,0 +1,161 @@
+"""Loading spec/*.yaml: parse, check against the meta-schema, check cross-references, compile.
+
+A malformed spec file fails here, at load, with ``SpecError("<file>: <path>: <problem>")``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from ..events import EVENT_TYPES
+from . import template
+
+
+class SpecError(ValueError):
+    pass
+
+
+def spec_dir() -> Path:
+    """spec/ beside the package in a source checkout; the copy inside the package in an installed wheel."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here.parent / "spec", here / "_spec"):
+        if (candidate / "shared.yaml").is_file():
+            return candidate
+    raise SpecError(f"no spec directory found near {here}")
+
+
+@functools.lru_cache(maxsize=1)
+def _meta_validator() -> jsonschema.Draft202012Validator:
+    schema = yaml.safe_load((Path(__file__).parent / "meta_schema.yaml").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+@dataclass(frozen=True)
+class ErrorKind:
+    status: int
+    type: str
+    code: str | None = None
+
+
+@dataclass
+class ProtocolSpec:
+    """One protocol's tables, checked. ``machine()`` and ``validator`` are compiled from it."""
+
+    name: str
+    source: str
+    raw: dict
+    headers: dict[str, str] = field(default_factory=dict)
+    error_envelope: dict = field(default_factory=dict)
+    error_kinds: dict[str, ErrorKind] = field(default_factory=dict)
+    error_by_header: dict[str, str] = field(default_factory=dict)
+    routes: list[dict] = field(default_factory=list)
+    request: dict = field(default_factory=dict)
+    maps: dict[str, dict] = field(default_factory=dict)
+    context: dict[str, dict] = field(default_factory=dict)
+    fold: dict | None = None
+    stream: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    def error_kind(self, kind: str) -> ErrorKind:
+        return self.error_kinds.get(kind) or self.error_kinds["server_error"]
+
+
+def _fail(source: str, path: str, problem: str) -> SpecError:
+    return SpecError(f"{source}: {path or '<top>'}: {problem}")
+
+
+def _json_path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def load_protocol(name_or_path: str | Path, directory: Path | None = None) -> ProtocolSpec:
+    path = Path(name_or_path)
+    if path.suffix != ".yaml":
+        path = (directory or spec_dir()) / f"{name_or_path}.yaml"
+    source = path.name
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"{source}: no such spec file ({path})") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML: {exc}") from None
+    return compile_spec(raw, source)
+
+
+def compile_spec(raw: Any, source: str) -> ProtocolSpec:
+    if not isinstance(raw, dict):
+        raise _fail(source, "", "a spec file must be a mapping")
+    errors = sorted(_meta_validator().iter_errors(raw), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        raise _fail(source, _json_path(e.absolute_path), e.message)
+    errs = raw["errors"]
+    spec = ProtocolSpec(
+        name=raw["protocol"],
+        source=source,
+        raw=raw,
+        headers=dict(raw.get("headers") or {}),
+        error_envelope=errs["envelope"],
+        error_kinds={k: ErrorKind(**v) for k, v in errs["kinds"].items()},
+        error_by_header=dict(errs.get("by_header") or {}),
+        routes=list(raw.get("routes") or []),
+        request=raw.get("request") or {},
+        maps=raw.get("maps") or {},
+        context=raw.get("context") or {},
+        fold=raw.get("fold"),
+        stream=raw.get("stream"),
+        extra=raw.get("extra") or {},
+    )
+    if "server_error" not in spec.error_kinds:
+        raise _fail(source, "errors.kinds", "must declare 'server_error'")
+    _check_request(spec)
+    if spec.stream is not None:
+        _check_stream(spec)
+    return spec
+
+
+def _check_request(spec: ProtocolSpec) -> None:
+    fields = spec.request.get("fields") or {}
+    for i, rule in enumerate(spec.request.get("refuse") or []):
+        root = rule["field"].split(".")[0].split("[")[0]
+        if root not in fields:
+            raise _fail(spec.source, f"request.refuse[{i}].field",
+                        f"refuses '{rule['field']}', but '{root}' is not a declared request field")
+        kind = rule.get("kind", "invalid_request")
+        if kind not in spec.error_kinds:
+            raise _fail(spec.source, f"request.refuse[{i}].kind", f"no error kind '{kind}' in errors.kinds")
+    for name, f in fields.items():
+        if f.get("ignore") and (f.get("to") or f.get("hook")):
+            raise _fail(spec.source, f"request.fields.{name}", "'ignore' cannot be combined with 'to' or 'hook'")
+
+
+def _check_stream(spec: ProtocolSpec) -> None:
+    stream = spec.stream
+    states, events = stream["states"], stream["events"]
+    if stream["initial"] not in states:
+        raise _fail(spec.source, "stream.initial", f"no state named '{stream['initial']}'")
+    known_roots = {"ev", "vars", "req", "emitted", "state"} | set(spec.context) | set(spec.extra.get("context_names", []))
+    for state, table in states.items():
+        for ev_name, tr in table.items():
+            where = f"stream.states.{state}.{ev_name}"
+            if ev_name not in EVENT_TYPES:
+                raise _fail(spec.source, where, f"'{ev_name}' is not a TokenEvent (one of {', '.join(EVENT_TYPES)})")
+            if tr.get("next", state) not in states:
+                raise _fail(spec.source, f"{where}.next", f"no state named '{tr['next']}'")
+            for j, name in enumerate(tr.get("emit", [])):
+                if name not in events:
+                    raise _fail(spec.source, f"{where}.emit[{j}]", f"no event named '{name}' in stream.events")
+    for name, ev in events.items():
+        for m in template.map_names(ev["data"]) | template.map_names(ev.get("event", "")):
+            if m not in spec.maps:
+                raise _fail(spec.source, f"stream.events.{name}", f"uses map '{m}', which 'maps' does not declare")
+    del known_roots  # roots are checked when a machine renders (the protocol may add computed names)

@@ -1,0 +1,124 @@
+"""Protocol machines compiled from a spec's ``stream`` table.
+
+Rules (h11 style: a table, no I/O):
+- The machine starts in ``stream.initial``. Each TokenEvent looks up ``states[state][EventTypeName]``;
+  a pair the table does not list raises MachineError — a grammar bug is loud, never a silent skip.
+- A transition runs its ``do`` hooks (the protocol's Python, for bookkeeping a table cannot say), then
+  renders its ``emit`` events in order (an event with ``when: name`` only where that context value is
+  truthy), then moves to ``next`` (default: stay).
+- A state with no transitions is final: ``done`` is true, and feeding it anything raises.
+- ``emitted`` counts wire events so far (a template may use it as a sequence number).
+- ``fold`` turns the whole wire-event list into the non-streaming object: a non-streaming answer is the
+  fold of exactly the events a stream would have sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+
+from ..events import TokenEvent
+from . import template
+from .load import ProtocolSpec
+from .validate import derive_value
+
+
+class MachineError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class WireEvent:
+    event: str | None  # the SSE ``event:`` name, where the protocol names events
+    data: Any  # a JSON-able payload, or a raw string for a terminal like ``[DONE]``
+
+    def sse(self) -> bytes:
+        import json
+
+        payload = self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False,
+                                                                           separators=(",", ":"))
+        head = f"event: {self.event}\n" if self.event else ""
+        return f"{head}data: {payload}\n\n".encode()
+
+
+TransitionHook = Callable[["Machine", TokenEvent], None]
+
+
+class Machine:
+    def __init__(self, spec: ProtocolSpec, context: Mapping[str, Any],
+                 hooks: Mapping[str, TransitionHook] | None = None):
+        if spec.stream is None:
+            raise MachineError(f"{spec.source} declares no stream grammar")
+        self.spec = spec
+        self.table: dict[str, dict] = spec.stream["states"]
+        self.events: dict[str, dict] = spec.stream["events"]
+        self.state: str = spec.stream["initial"]
+        self.hooks = hooks or {}
+        self.vars: dict[str, Any] = {}
+        self.emitted = 0
+        self.history: list[WireEvent] = []
+        req = context.get("req", {})
+        base = {name: derive_value(rule, req) for name, rule in spec.context.items()}
+        base.update(context)
+        self.context = base
+
+    @property
+    def done(self) -> bool:
+        return not self.table[self.state]
+
+    @property
+    def terminal(self) -> WireEvent | None:
+        t = self.spec.stream.get("terminal")
+        return WireEvent(None, t) if t else None
+
+    def allowed(self) -> list[str]:
+        return list(self.table[self.state])
+
+    def feed(self, ev: TokenEvent) -> list[WireEvent]:
+        name = type(ev).__name__
+        row = self.table[self.state].get(name)
+        if row is None:
+            raise MachineError(f"{self.spec.name}: state '{self.state}' does not accept {name} "
+                               f"(it accepts: {', '.join(self.allowed()) or 'nothing: final'})")
+        for hook in row.get("do", []):
+            self.hooks[hook](self, ev)
+        out = []
+        for ev_name in row.get("emit", []):
+            wire = self._render(ev_name, ev)
+            if wire is not None:
+                out.append(wire)
+        self.state = row.get("next", self.state)
+        self.history.extend(out)
+        return out
+
+    def _render(self, ev_name: str, ev: TokenEvent) -> WireEvent | None:
+        spec = self.events[ev_name]
+        ctx = dict(self.context)
+        ctx.update(ev=ev, vars=self.vars, emitted=self.emitted, state=self.state)
+        when = spec.get("when")
+        if when and not template.lookup(ctx, when):
+            return None
+        data = template.render(spec["data"], ctx, self.spec.maps)
+        name = template.render(spec["event"], ctx, self.spec.maps) if "event" in spec else None
+        self.emitted += 1
+        return WireEvent(name, data)
+
+
+def run_all(machine: Machine, events: Iterable[TokenEvent]) -> list[WireEvent]:
+    out: list[WireEvent] = []
+    for ev in events:
+        out.extend(machine.feed(ev))
+    return out
+
+
+async def pump(machine: Machine, events: AsyncIterable[TokenEvent]) -> AsyncIterator[WireEvent]:
+    """The trio side: token events in, wire events out, then the terminal (``[DONE]``) if the protocol has one."""
+    async for ev in events:
+        for wire in machine.feed(ev):
+            yield wire
+        if machine.done:
+            break
+    if not machine.done:
+        raise MachineError(f"{machine.spec.name}: token stream ended in state '{machine.state}'")
+    if machine.terminal is not None:
+        yield machine.terminal

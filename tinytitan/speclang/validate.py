@@ -1,0 +1,203 @@
+"""Request validation compiled from a spec's ``request`` table.
+
+Order (each step may raise ApiError naming the field):
+1. the body must be a JSON object; unknown fields are refused (``unknown_fields: refuse``) or logged;
+2. each declared field: null counts as absent; required, type, bounds, enum; defaults filled in;
+3. refusals, in file order (wildcard paths name the concrete element in the message and ``param``);
+4. ``to`` copies a value into the ChatRequest arguments; ``hook`` hands it to the protocol's Python;
+5. ``derive`` fills ChatRequest arguments from the first present of several fields (precedence).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from ..errors import ApiError, invalid
+from . import paths
+from .load import ProtocolSpec
+
+log = logging.getLogger("tinytitan.spec")
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "number": (int, float),
+    "integer": (int,),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+_ARTICLE = {"string": "a string", "number": "a number", "integer": "an integer", "boolean": "a boolean",
+            "array": "an array", "object": "an object"}
+
+
+def json_type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def is_type(value: Any, type_name: str) -> bool:
+    if type_name == "any":
+        return True
+    if isinstance(value, bool) and type_name in ("integer", "number"):
+        return False
+    if type_name == "integer" and isinstance(value, float) and value.is_integer():
+        return True
+    return isinstance(value, _PY_TYPES[type_name])
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def condition_holds(cond: Mapping[str, Any], value: Any) -> bool:
+    for op, arg in cond.items():
+        if op == "eq" and not _same(value, arg):
+            return False
+        if op == "in" and not any(_same(value, a) for a in arg):
+            return False
+        if op == "not_in" and any(_same(value, a) for a in arg):
+            return False
+        if op == "gt" and not (is_type(value, "number") and value > arg):
+            return False
+        if op == "lt" and not (is_type(value, "number") and value < arg):
+            return False
+        if op == "present" and value is None:
+            return False
+        if op == "nonempty" and not value:
+            return False
+        if op == "matches" and not (isinstance(value, str) and re.search(arg, value)):
+            return False
+        if op == "longer_than" and not (isinstance(value, list) and len(value) > arg):
+            return False
+        if op == "contains_other_than" and not (isinstance(value, list) and any(v not in arg for v in value)):
+            return False
+    return True
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+Hook = Callable[[Any, dict, dict, "Validated"], None]
+
+
+@dataclass
+class Validated:
+    """A request that passed its protocol's table: the body (defaults filled) and the ChatRequest arguments."""
+
+    body: dict
+    args: dict = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)  # unknown fields accepted under unknown_fields: ignore
+    notes: dict = field(default_factory=dict)  # what hooks want to tell the handler
+
+
+class RequestValidator:
+    def __init__(self, spec: ProtocolSpec, hooks: Mapping[str, Hook]):
+        self.spec = spec
+        self.fields: dict[str, dict] = spec.request.get("fields") or {}
+        self.refusals: list[dict] = spec.request.get("refuse") or []
+        self.derive: dict[str, dict] = spec.request.get("derive") or {}
+        self.unknown = spec.request.get("unknown_fields", "refuse")
+        missing = sorted({f["hook"] for f in self.fields.values() if "hook" in f} - set(hooks))
+        if missing:
+            raise ValueError(f"{spec.source}: request hooks not provided by the protocol module: {missing}")
+        self.hooks = hooks
+
+    def parse_json(self, raw: bytes) -> Any:
+        try:
+            return json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise invalid(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
+
+    def validate(self, body: Any) -> Validated:
+        if not isinstance(body, dict):
+            raise invalid(f"The request body must be a JSON object, got {json_type_name(body)}", code="invalid_body")
+        body = dict(body)
+        out = Validated(body=body)
+        for name in body:
+            if name not in self.fields:
+                if self.unknown == "refuse":
+                    raise invalid(f"Unrecognized request argument supplied: {name}", param=name,
+                                  code="unknown_parameter")
+                out.ignored.append(name)
+        if out.ignored:
+            log.warning("%s: ignoring unknown request fields %s", self.spec.name, ", ".join(out.ignored))
+        for name, f in self.fields.items():
+            self._check_field(name, f, body)
+        for rule in self.refusals:
+            for where, value in paths.walk(body, rule["field"]):
+                if value is not None and condition_holds(rule["when"], value):
+                    msg = rule["message"].format(value=_show(value), path=where, field=rule["field"],
+                                                 length=len(value) if hasattr(value, "__len__") else "")
+                    raise ApiError(rule.get("kind", "invalid_request"), msg, param=where, code=rule.get("code"))
+        for name, f in self.fields.items():
+            value = body.get(name)
+            if value is None:
+                continue
+            if "to" in f:
+                out.args[f["to"]] = value
+            if "hook" in f:
+                self.hooks[f["hook"]](value, body, out.args, out)
+        for target, rule in self.derive.items():
+            value = derive_value(rule, body)
+            if value is not None:
+                out.args[target] = value
+        return out
+
+    def _check_field(self, name: str, f: dict, body: dict) -> None:
+        value = body.get(name)
+        if value is None:
+            if f.get("required"):
+                raise invalid(f"Missing required parameter: '{name}'", param=name, code="missing_required_parameter")
+            if "default" in f:
+                body[name] = f["default"]
+            return
+        types = f.get("type", "any")
+        types = [types] if isinstance(types, str) else types
+        if not any(is_type(value, t) for t in types):
+            want = " or ".join(_ARTICLE.get(t, t) for t in types)
+            raise invalid(f"Invalid type for '{name}': expected {want}, but got {_ARTICLE.get(json_type_name(value), json_type_name(value))}",
+                          param=name, code="invalid_type")
+        if "integer" in types and isinstance(value, float) and value.is_integer():
+            body[name] = value = int(value)
+        if "min" in f and is_type(value, "number") and value < f["min"]:
+            raise invalid(f"Invalid value for '{name}': {value} is below the minimum {f['min']}", param=name,
+                          code="invalid_value")
+        if "max" in f and is_type(value, "number") and value > f["max"]:
+            raise invalid(f"Invalid value for '{name}': {value} is above the maximum {f['max']}", param=name,
+                          code="invalid_value")
+        if "min_items" in f and isinstance(value, list) and len(value) < f["min_items"]:
+            raise invalid(f"Invalid value for '{name}': expected at least {f['min_items']} item(s)", param=name,
+                          code="invalid_value")
+        if "enum" in f and not any(_same(value, e) for e in f["enum"]):
+            raise invalid(f"Invalid value for '{name}': {_show(value)!r} is not one of {f['enum']}", param=name,
+                          code="invalid_value")
+
+
+def derive_value(rule: Mapping[str, Any], body: Any) -> Any:
+    if "value" in rule:
+        return rule["value"]
+    for path in rule.get("first_of", []):
+        value = paths.get(body, path, None)
+        if value is not None:
+            return value
+    return rule.get("default")

@@ -1,0 +1,566 @@
+#!/usr/bin/env python3
+"""Record what a client (Claude Code, Codex, an SDK ...) sends to an LLM server.
+
+Standalone: Python stdlib, plus ``httpx`` for the forwarding mode. It listens on a
+local port and appends every request it receives as one JSON line to ``--out``::
+
+    {"seq": 1, "time": 1.234, "method": "POST", "path": "/v1/messages",
+     "query": {"beta": ["true"]}, "headers": {...}, "body": {...}}
+
+``time`` is seconds since the proxy started; header names are lower-cased and the
+values of ``authorization``, ``x-api-key`` (and a few other credential headers) are
+replaced by ``"<redacted>"``; ``body`` is the parsed JSON when the body is JSON,
+otherwise the text (or ``null`` when empty).
+
+Two modes:
+
+forward (``--upstream URL``)
+    Every request (method, path+query, headers, body) is forwarded to the upstream
+    server and its response (status, headers, body) is streamed back chunk by
+    chunk as it arrives, so SSE streams stay streams.
+
+canned (no ``--upstream``)
+    The proxy answers by itself with a minimal valid reply, so a client can be
+    driven with no model at all:
+
+    - ``HEAD /``, ``GET /``                       200
+    - ``GET /v1/models``, ``GET /models``       a model list (``--model`` id) readable as
+                                                  both the OpenAI and the Anthropic shape
+    - ``POST /v1/messages``                     Anthropic message saying "ok"
+                                                  (SSE when ``"stream": true``, JSON otherwise)
+    - ``POST /v1/messages/count_tokens``        ``{"input_tokens": <bytes/4>}``
+    - ``POST /v1/responses``                    OpenAI Responses SSE with the full event
+                                                  grammar (created, in_progress,
+                                                  output_item.added, content_part.added,
+                                                  output_text.delta/done, content_part.done,
+                                                  output_item.done, completed), or JSON
+    - ``POST /v1/chat/completions``             Chat Completions chunks + ``[DONE]``, or JSON
+    - anything else                              404 with a JSON error
+
+    ``--tool-call NAME=JSON`` makes the first model request of a conversation (one
+    whose history holds no tool result yet) answer with a call of tool NAME with
+    arguments JSON; once a tool result is present the reply is the text "ok".
+    This shows whether the client really executes tool calls.
+
+    ``--fail STATUS[:COUNT]`` answers the first COUNT (default: all) model
+    requests (POST /v1/messages, /v1/responses, /v1/chat/completions) with an
+    error of that HTTP status (the Anthropic or OpenAI error envelope), to watch a
+    client's retry policy. ``--delay S`` sleeps before each model reply.
+
+Examples::
+
+    # canned replies, record Claude Code
+    python tools/record_proxy.py --port 8765 --out claude.jsonl &
+    HOME=$(mktemp -d) ANTHROPIC_BASE_URL=http://127.0.0.1:8765 ANTHROPIC_API_KEY=x \\
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 \\
+      claude -p "say hi" --model canned --output-format stream-json --verbose
+
+    # sit between a client and a real server
+    python tools/record_proxy.py --port 8765 --upstream http://127.0.0.1:8000 --out codex.jsonl
+
+    # make the client run a shell command
+    python tools/record_proxy.py --port 8765 --out t.jsonl \\
+      --tool-call 'Bash={"command": "echo hi", "description": "say hi"}'
+
+Stop it with Ctrl-C (or SIGTERM). With ``--port 0`` the chosen port is printed on
+stdout as ``listening on http://HOST:PORT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+REDACT = {
+    "authorization",
+    "x-api-key",
+    "proxy-authorization",
+    "api-key",
+    "openai-api-key",
+    "anthropic-api-key",
+    "cookie",
+}
+# hop-by-hop headers never forwarded either way
+HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
+MODEL_ROUTES = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+def _id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:24]
+
+
+def _sse(event: str | None, data: object) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+# ---------------------------------------------------------------- canned replies
+
+
+class Canned:
+    """Builds minimal valid replies; ``tool`` is (name, args dict) or None."""
+
+    def __init__(self, model: str, tool: tuple[str, dict] | None, text: str = "ok"):
+        self.model = model
+        self.tool = tool
+        self.text = text
+
+    # does this request's history already hold a tool result?
+    @staticmethod
+    def _has_tool_result(body: dict) -> bool:
+        for m in body.get("messages") or []:
+            if m.get("role") == "tool":
+                return True
+            c = m.get("content")
+            if isinstance(c, list) and any(
+                isinstance(b, dict) and b.get("type") == "tool_result" for b in c
+            ):
+                return True
+        inp = body.get("input")
+        if isinstance(inp, list):
+            return any(
+                isinstance(i, dict)
+                and i.get("type") in ("function_call_output", "custom_tool_call_output")
+                for i in inp
+            )
+        return False
+
+    def _want_tool(self, body: dict) -> bool:
+        return self.tool is not None and not self._has_tool_result(body)
+
+    # ---- Anthropic Messages
+    def anthropic(self, body: dict):
+        model = body.get("model") or self.model
+        msg_id = _id("msg_")
+        usage = {
+            "input_tokens": 10,
+            "output_tokens": 1,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+        if self._want_tool(body):
+            name, args = self.tool
+            block = {"type": "tool_use", "id": _id("toolu_"), "name": name, "input": args}
+            stop = "tool_use"
+        else:
+            block = {"type": "text", "text": self.text}
+            stop = "end_turn"
+        if not body.get("stream"):
+            return "json", {
+                "id": msg_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [block],
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": usage,
+            }
+        ev = [
+            _sse("message_start", {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id, "type": "message", "role": "assistant", "model": model,
+                    "content": [], "stop_reason": None, "stop_sequence": None,
+                    "usage": {**usage, "output_tokens": 0},
+                },
+            }),
+        ]
+        if block["type"] == "text":
+            ev += [
+                _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {"type": "text", "text": ""}}),
+                _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": self.text}}),
+            ]
+        else:
+            ev += [
+                _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {**block, "input": {}}}),
+                _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "input_json_delta",
+                                                       "partial_json": json.dumps(block["input"])}}),
+            ]
+        ev += [
+            _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            _sse("message_delta", {"type": "message_delta",
+                                   "delta": {"stop_reason": stop, "stop_sequence": None},
+                                   "usage": {"output_tokens": 1}}),
+            _sse("message_stop", {"type": "message_stop"}),
+        ]
+        return "sse", ev
+
+    # ---- OpenAI Responses
+    def responses(self, body: dict):
+        model = body.get("model") or self.model
+        resp_id = _id("resp_")
+        created = _now()
+        usage = {
+            "input_tokens": 10,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 1,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 11,
+        }
+        base = {
+            "id": resp_id, "object": "response", "created_at": created, "status": "in_progress",
+            "error": None, "incomplete_details": None, "instructions": body.get("instructions"),
+            "model": model, "output": [], "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "tool_choice": body.get("tool_choice", "auto"), "tools": [], "store": body.get("store", True),
+            "text": body.get("text") or {"format": {"type": "text"}}, "usage": None, "metadata": {},
+        }
+        if self._want_tool(body):
+            name, args = self.tool
+            item_done = {"id": _id("fc_"), "type": "function_call", "status": "completed",
+                         "call_id": _id("call_"), "name": name, "arguments": json.dumps(args)}
+        else:
+            item_done = {"id": _id("msg_"), "type": "message", "status": "completed", "role": "assistant",
+                         "content": [{"type": "output_text", "text": self.text, "annotations": []}]}
+        done = {**base, "status": "completed", "output": [item_done], "usage": usage}
+        if not body.get("stream"):
+            return "json", done
+        seq = iter(range(10_000))
+
+        def e(kind: str, **kw):
+            return _sse(kind, {"type": kind, "sequence_number": next(seq), **kw})
+
+        ev = [e("response.created", response=base), e("response.in_progress", response=base)]
+        if item_done["type"] == "message":
+            item0 = {**item_done, "status": "in_progress", "content": []}
+            part = {"type": "output_text", "text": "", "annotations": []}
+            loc = {"item_id": item_done["id"], "output_index": 0, "content_index": 0}
+            ev += [
+                e("response.output_item.added", output_index=0, item=item0),
+                e("response.content_part.added", part=part, **loc),
+                e("response.output_text.delta", delta=self.text, logprobs=[], **loc),
+                e("response.output_text.done", text=self.text, logprobs=[], **loc),
+                e("response.content_part.done", part=item_done["content"][0], **loc),
+            ]
+        else:
+            item0 = {**item_done, "status": "in_progress", "arguments": ""}
+            ev += [
+                e("response.output_item.added", output_index=0, item=item0),
+                e("response.function_call_arguments.delta", item_id=item_done["id"], output_index=0,
+                  delta=item_done["arguments"]),
+                e("response.function_call_arguments.done", item_id=item_done["id"], output_index=0,
+                  arguments=item_done["arguments"]),
+            ]
+        ev += [
+            e("response.output_item.done", output_index=0, item=item_done),
+            e("response.completed", response=done),
+        ]
+        return "sse", ev
+
+    # ---- OpenAI Chat Completions
+    def chat(self, body: dict):
+        model = body.get("model") or self.model
+        cid = _id("chatcmpl-")
+        created = _now()
+        usage = {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
+        if self._want_tool(body):
+            name, args = self.tool
+            call = {"id": _id("call_"), "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)}}
+            msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+            finish = "tool_calls"
+        else:
+            call = None
+            msg = {"role": "assistant", "content": self.text}
+            finish = "stop"
+        if not body.get("stream"):
+            return "json", {
+                "id": cid, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}],
+                "usage": usage,
+            }
+
+        def chunk(delta, fin=None, **kw):
+            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": fin, "logprobs": None}], **kw}
+
+        first = {"role": "assistant", "content": "" if call is None else None}
+        body_delta = ({"content": self.text} if call is None
+                      else {"tool_calls": [{"index": 0, **call}]})
+        ev = [_sse(None, chunk(first)), _sse(None, chunk(body_delta)), _sse(None, chunk({}, finish))]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            ev.append(_sse(None, {"id": cid, "object": "chat.completion.chunk", "created": created,
+                                  "model": model, "choices": [], "usage": usage}))
+        ev.append(_sse(None, "[DONE]"))
+        return "sse", ev
+
+    def models(self):
+        m = {"id": self.model, "object": "model", "created": _now(), "owned_by": "record_proxy",
+             "type": "model", "display_name": self.model, "created_at": "2025-01-01T00:00:00Z"}
+        return {"object": "list", "data": [m], "has_more": False,
+                "first_id": self.model, "last_id": self.model}
+
+
+def error_body(path: str, status: int) -> dict:
+    if path.startswith("/v1/messages"):
+        kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                529: "overloaded_error"}.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": f"record_proxy: injected {status}"}}
+    kind = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found_error",
+            429: "rate_limit_exceeded"}.get(status, "server_error")
+    return {"error": {"message": f"record_proxy: injected {status}", "type": kind, "param": None,
+                      "code": None}}
+
+
+# ---------------------------------------------------------------- HTTP handler
+
+
+class Recorder:
+    def __init__(self, path: str | None, quiet: bool):
+        self.path = path
+        self.quiet = quiet
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.t0 = time.monotonic()
+        self.fails_left: int | None = None
+
+    def record(self, method: str, target: str, headers, raw: bytes) -> int:
+        parts = urlsplit(target)
+        hdrs: dict[str, str] = {}
+        for k, v in headers.items():
+            k = k.lower()
+            v = "<redacted>" if k in REDACT else v
+            hdrs[k] = f"{hdrs[k]}, {v}" if k in hdrs else v
+        body: object = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw.decode("utf-8", "replace")
+        with self.lock:
+            self.seq += 1
+            line = {
+                "seq": self.seq,
+                "time": round(time.monotonic() - self.t0, 3),
+                "method": method,
+                "path": parts.path,
+                "query": parse_qs(parts.query, keep_blank_values=True),
+                "headers": hdrs,
+                "body": body,
+            }
+            if self.path:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(line, ensure_ascii=False) + "\n")
+            if not self.quiet:
+                print(f"[{line['time']:8.3f}] #{self.seq} {method} {target} ({len(raw)} bytes)",
+                      file=sys.stderr, flush=True)
+            return self.seq
+
+
+def make_handler(args, recorder: Recorder, canned: Canned, client):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "record_proxy"
+
+        def log_message(self, fmt, *a):  # silence default access log
+            pass
+
+        def _read_body(self) -> bytes:
+            if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+                out = bytearray()
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        return bytes(out)
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+            n = int(self.headers.get("content-length") or 0)
+            return self.rfile.read(n) if n else b""
+
+        def _handle(self):
+            raw = self._read_body()
+            recorder.record(self.command, self.path, self.headers, raw)
+            try:
+                if args.upstream:
+                    self._forward(raw)
+                else:
+                    self._canned(raw)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+        # ---- helpers
+        def _send(self, status: int, body: bytes, ctype: str = "application/json", extra=None):
+            self.send_response(status)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(body)))
+            for k, v in (extra or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _json(self, status: int, obj, extra=None):
+            self._send(status, json.dumps(obj).encode(), extra=extra)
+
+        def _stream(self, chunks, status=200, ctype="text/event-stream", headers=None):
+            self.send_response(status)
+            for k, v in (headers or {"content-type": ctype, "cache-control": "no-cache"}).items():
+                self.send_header(k, v)
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for c in chunks:
+                if c:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(c), c))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        # ---- canned mode
+        def _canned(self, raw: bytes):
+            path = urlsplit(self.path).path.rstrip("/") or "/"
+            try:
+                body = json.loads(raw) if raw else {}
+            except ValueError:
+                body = {}
+            if not isinstance(body, dict):
+                body = {}
+            hdr = {"request-id": _id("req_"), "openai-version": "2020-10-01"}
+            if path == "/":
+                return self._send(200, b"ok", "text/plain", hdr)
+            if self.command == "GET" and path in ("/v1/models", "/models"):
+                return self._json(200, canned.models(), hdr)
+            if self.command == "GET" and path.startswith("/v1/models/"):
+                m = canned.models()["data"][0]
+                return self._json(200, {**m, "id": path.rsplit("/", 1)[1]}, hdr)
+            if self.command == "POST" and path == "/v1/messages/count_tokens":
+                return self._json(200, {"input_tokens": max(1, len(raw) // 4)}, hdr)
+            if self.command == "POST" and path in MODEL_ROUTES:
+                if args.delay:
+                    time.sleep(args.delay)
+                with recorder.lock:
+                    fail = recorder.fails_left is None or recorder.fails_left > 0
+                    if args.fail_status and fail and recorder.fails_left is not None:
+                        recorder.fails_left -= 1
+                if args.fail_status and fail:
+                    return self._json(args.fail_status, error_body(path, args.fail_status), hdr)
+                builder = {"/v1/messages": canned.anthropic, "/v1/responses": canned.responses,
+                           "/v1/chat/completions": canned.chat}[path]
+                kind, payload = builder(body)
+                if kind == "json":
+                    return self._json(200, payload, hdr)
+                return self._stream(payload, headers={"content-type": "text/event-stream",
+                                                      "cache-control": "no-cache", **hdr})
+            return self._json(404, error_body(path, 404), hdr)
+
+        # ---- forward mode
+        def _forward(self, raw: bytes):
+            url = args.upstream.rstrip("/") + self.path
+            headers = [(k, v) for k, v in self.headers.items() if k.lower() not in HOP]
+            req = client.build_request(self.command, url, headers=headers, content=raw or None)
+            try:
+                resp = client.send(req, stream=True)
+            except Exception as exc:  # upstream down: say so, as a 502
+                return self._json(502, {"error": {"message": f"record_proxy upstream: {exc}",
+                                                  "type": "upstream_error"}})
+            try:
+                out_headers = {k: v for k, v in resp.headers.items()
+                               if k.lower() not in HOP and k.lower() != "content-encoding"}
+                if self.command == "HEAD":
+                    self.send_response(resp.status_code)
+                    for k, v in out_headers.items():
+                        self.send_header(k, v)
+                    self.send_header("content-length", resp.headers.get("content-length", "0"))
+                    self.end_headers()
+                    return
+                self._stream(resp.iter_raw() if "content-encoding" not in resp.headers
+                             else resp.iter_bytes(), status=resp.status_code, headers=out_headers)
+            finally:
+                resp.close()
+
+    return Handler
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="record_proxy.py",
+        description="Record every request a client sends (one JSON line each), forwarding to "
+                    "--upstream or answering with canned minimal replies.",
+        epilog="See the module docstring for the canned routes and examples.",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed)")
+    p.add_argument("--out", help="append one JSON line per request to this file")
+    p.add_argument("--upstream", help="forward to this base URL (e.g. http://127.0.0.1:8000); "
+                                      "without it, answer with canned replies")
+    p.add_argument("--model", default="canned", help="model id listed by GET /v1/models (canned)")
+    p.add_argument("--text", default="ok", help="text of canned replies (default: ok)")
+    p.add_argument("--tool-call", metavar="NAME=JSON",
+                   help="canned: first reply of a conversation calls tool NAME with args JSON")
+    p.add_argument("--fail", metavar="STATUS[:COUNT]",
+                   help="canned: answer the first COUNT (default all) model requests with STATUS")
+    p.add_argument("--delay", type=float, default=0.0, help="canned: seconds before each model reply")
+    p.add_argument("--timeout", type=float, default=600.0, help="upstream read timeout, seconds")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-request line on stderr")
+    a = p.parse_args(argv)
+    a.tool = None
+    if a.tool_call:
+        name, _, js = a.tool_call.partition("=")
+        a.tool = (name, json.loads(js or "{}"))
+    a.fail_status, a.fail_count = None, None
+    if a.fail:
+        s, _, c = a.fail.partition(":")
+        a.fail_status, a.fail_count = int(s), (int(c) if c else None)
+    return a
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    client = None
+    if args.upstream:
+        import httpx
+
+        client = httpx.Client(timeout=httpx.Timeout(args.timeout, connect=10.0))
+    recorder = Recorder(args.out, args.quiet)
+    recorder.fails_left = args.fail_count
+    canned = Canned(args.model, args.tool, args.text)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(args, recorder, canned, client))
+    server.daemon_threads = True
+    host, port = server.server_address[:2]
+    mode = f"forwarding to {args.upstream}" if args.upstream else "canned replies"
+    print(f"listening on http://{host}:{port} ({mode})", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        if client is not None:
+            client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
