@@ -76,6 +76,14 @@ class ToolCallDone:
 
 
 @dataclass(frozen=True)
+class KeepAlive:
+    """Nothing new for a while (waiting for the model, or a long prefill): only sent to protocols whose
+    spec asks for it (``extra.keepalive_seconds``), so a slow first token does not look like a dead link."""
+
+    waited: float = 0.0
+
+
+@dataclass(frozen=True)
 class Finished:
     reason: str
     usage: Usage = field(default_factory=Usage)
@@ -90,12 +98,13 @@ class Failed:
 
 
 TokenEvent = Union[
-    Started, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, Finished, Failed
+    Started, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, KeepAlive, Finished, Failed
 ]
 
 EVENT_TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (Started, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, Finished, Failed)
+    for cls in (Started, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, KeepAlive,
+                Finished, Failed)
 }
 
 FINISH_REASONS = ("stop", "length", "stop_sequence", "tool_calls")

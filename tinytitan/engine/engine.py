@@ -15,14 +15,13 @@ import logging
 import math
 import threading
 import time
-from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 import trio
 
 from ..chat_request import ChatRequest
 from ..errors import ApiError
-from ..events import Failed, TokenEvent
+from ..events import Failed, KeepAlive, TokenEvent
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
 from .output_parser import OutputParser
@@ -80,10 +79,22 @@ class Engine:
     async def count_tokens(self, req: ChatRequest) -> int:
         return len((await self.prepare(req)).tokens)
 
-    async def generate(self, prepared: Prepared, ticket: "Ticket") -> AsyncIterator[TokenEvent]:
-        async with ticket:
-            async for ev in _threaded(self.backend, prepared):
+    async def generate(self, prepared: Prepared, ticket: "Ticket",
+                       keepalive: float | None = None) -> AsyncIterator[TokenEvent]:
+        """The request's TokenEvents; with ``keepalive`` seconds, a KeepAlive whenever that long passes
+        with nothing to send (in the queue, or during a long prefill)."""
+        waited = 0.0
+        while True:
+            with trio.move_on_after(keepalive if keepalive else math.inf):
+                await ticket.acquire()
+                break
+            waited += keepalive
+            yield KeepAlive(waited)
+        try:
+            async for ev in _threaded(self.backend, prepared, keepalive):
                 yield ev
+        finally:
+            ticket.release()
 
     def models(self) -> list[dict]:
         return [dict(self.backend.describe(), loaded=True)]
@@ -112,19 +123,13 @@ class Ticket:
         self._held = False
         self._released = False
 
-    async def __aenter__(self):
-        try:
-            await self.engine._slot.acquire()
-        except BaseException:
-            self.release()
-            raise
+    async def acquire(self) -> None:
+        """Wait for the decode slot. Cancelled while waiting: the place in the queue is kept (call again)
+        until ``release``."""
+        await self.engine._slot.acquire()
         self.engine.waiting -= 1
         self.engine.running += 1
         self._held = True
-        return self
-
-    async def __aexit__(self, *exc):
-        self.release()
 
     def release(self) -> None:
         if self._released:
@@ -137,7 +142,7 @@ class Ticket:
             self.engine.waiting -= 1
 
 
-async def _threaded(backend: Backend, prepared: Prepared) -> AsyncIterator[TokenEvent]:
+async def _threaded(backend: Backend, prepared: Prepared, keepalive: float | None = None) -> AsyncIterator[TokenEvent]:
     """Run ``backend.decode`` in a worker thread and yield its events here."""
     send, recv = trio.open_memory_channel(math.inf)
     stop = threading.Event()
@@ -180,17 +185,20 @@ async def _threaded(backend: Backend, prepared: Prepared) -> AsyncIterator[Token
     trio.lowlevel.start_thread_soon(work, done)
     try:
         async with recv:
-            async for ev in recv:
+            quiet = 0.0
+            while True:
+                with trio.move_on_after(keepalive if keepalive else math.inf) as timer:
+                    try:
+                        ev = await recv.receive()
+                    except trio.EndOfChannel:
+                        return
+                if timer.cancelled_caught:
+                    quiet += keepalive
+                    yield KeepAlive(quiet)
+                    continue
+                quiet = 0.0
                 yield ev
     finally:
         stop.set()
         with trio.CancelScope(shield=True):
             await finished.wait()
-
-
-@asynccontextmanager
-async def closing(agen):
-    try:
-        yield agen
-    finally:
-        await agen.aclose()

@@ -98,21 +98,22 @@ class Protocol:
         """Run a ChatRequest and answer it: SSE when the client asked for a stream, else the fold."""
         engine = server.engine
         prepared = await engine.prepare(req)
-        ticket = engine.admit()
-        events = engine.generate(prepared, ticket)
-        stream = bool(v.body.get(self.stream_field))
-        machine = self.machine(v, req.model if not req.fast else req.model, stream, server)
-        if stream:
-            return server.sse_response(self.sse_body(machine, events))
+        ticket = engine.admit()  # refused at once when the queue is full
+        events = engine.generate(prepared, ticket, self.spec.extra.get("keepalive_seconds"))
+        machine = self.machine(v, req.model, bool(v.body.get(self.stream_field)), server)
+        if v.body.get(self.stream_field):
+            return server.sse_response(self.sse_body(machine, events, ticket))
         try:
             wire = [w async for w in pump(machine, events)]
         finally:
             await events.aclose()
+            ticket.release()
         return server.json_response(self.fold(wire, v))
 
-    async def sse_body(self, machine: Machine, events: AsyncIterator[TokenEvent]) -> AsyncIterator[bytes]:
+    async def sse_body(self, machine: Machine, events: AsyncIterator[TokenEvent], ticket) -> AsyncIterator[bytes]:
         try:
             async for wire in pump(machine, events):
                 yield wire.sse()
         finally:
             await events.aclose()
+            ticket.release()  # a stream the client dropped before it began still frees its place
