@@ -5,8 +5,8 @@ Rules:
 - ``feed(piece)`` consumes one token's text and returns the events it completes plus the channel the
   token landed in (``reasoning``, ``text`` or ``tool``). A marker belongs to the channel it opens or
   closes. Text that might be the start of a marker is held back until it cannot be.
-- Whitespace around markers is layout, not content: leading whitespace of a text run and whitespace-only
-  runs before a tool call or the end are dropped.
+- Whitespace around markers is layout, not content: leading whitespace of a text run and trailing
+  whitespace before a tool call or the end are dropped (whitespace inside the text is kept).
 - A tool call's name is reported (ToolCallStarted) as soon as it is known; its arguments stream as deltas.
   Markup the model gets wrong comes back as plain text (and is logged); it never fails the request.
 """
@@ -125,9 +125,10 @@ class OutputParser:
         if self.channel == REASONING:
             out.append(ReasoningDelta(text))
             return REASONING
-        if text.strip():
-            out.append(TextDelta(self.pending_ws + text))
-            self.pending_ws = ""
+        body = text.rstrip()
+        if body:
+            out.append(TextDelta(self.pending_ws + body))
+            self.pending_ws = text[len(body):]
         else:
             self.pending_ws += text
         return TEXT
