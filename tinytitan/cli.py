@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accept this Host header too (repeatable; loopback names are always accepted)")
     s.add_argument("--api-key", help="require this key (Authorization: Bearer or x-api-key)")
     s.add_argument("--max-queue", type=int, default=16, help="requests that may wait for the model (default 16)")
+    s.add_argument("--prompt-cache-mib", type=int, default=2048,
+                   help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
     s.add_argument("--reasoning-effort", help="default reasoning level (none, low, medium, high, xhigh …)")
     s.add_argument("--spec-dir", help=argparse.SUPPRESS)
@@ -55,7 +57,10 @@ def make_backend(args):
     if args.script:
         from .engine.scripted import ScriptedBackend, demo_tokenizer, load_script
 
-        backend = ScriptedBackend(load_script(args.script), demo_tokenizer(), model_id=args.model_id or "tinytitan-scripted")
+        from .engine.prompt_cache import PromptCache
+
+        backend = ScriptedBackend(load_script(args.script), demo_tokenizer(), model_id=args.model_id or "tinytitan-scripted",
+                                  prompt_cache=PromptCache(args.prompt_cache_mib << 20))
     else:
         from .engine.mlx_backend import MLXBackend
 
@@ -65,7 +70,7 @@ def make_backend(args):
             from .demo_model import demo_model_id, ensure_demo_model
 
             path, model_id = ensure_demo_model(), args.model_id or demo_model_id()
-        backend = MLXBackend(path, model_id)
+        backend = MLXBackend(path, model_id, prompt_cache_bytes=args.prompt_cache_mib << 20)
     backend.default_reasoning = default_reasoning
     return backend
 

@@ -14,6 +14,9 @@ from typing import Callable
 
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
+from .prompt_cache import PromptCache
+
+DEFAULT_PROMPT_CACHE_MIB = 2048
 
 log = logging.getLogger("tinytitan.mlx")
 
@@ -28,12 +31,14 @@ def read_json(path: Path) -> dict:
 
 
 class MLXBackend(Backend):
-    def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None):
+    def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
+                 prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20):
         import mlx_lm
 
         self.path = Path(model_dir)
         self.model_id = model_id or self.path.name
         self.default_reasoning = default_reasoning
+        self.prompt_cache = PromptCache(prompt_cache_bytes)
         log.info("loading %s from %s", self.model_id, self.path)
         self.model, self.tokenizer = mlx_lm.load(str(self.path))
         config = read_json(self.path / "config.json")
@@ -63,22 +68,56 @@ class MLXBackend(Backend):
         )
         if req.seed is not None:
             mx.random.seed(req.seed)
-        loop.start(len(prepared.tokens), 0)
+        from mlx_lm.models.cache import make_prompt_cache
+
+        model = self.ensure_loaded()
+        kv, cached = self.prompt_cache.fetch(prepared.tokens)
+        if kv is None:
+            kv, cached = make_prompt_cache(model), 0
+        loop.start(len(prepared.tokens), cached)
+        generated: list[int] = []
         hit_length = False
-        for resp in stream_generate(self.model, self.tokenizer, mx.array(prepared.tokens),
-                                    max_tokens=prepared.max_tokens, sampler=sampler,
-                                    logits_processors=processors):
-            if should_stop():
-                return
-            if resp.finish_reason == "stop":  # the end-of-turn token: not content
-                if resp.text:
-                    loop.parser_text(resp.text)
-                break
-            if not loop.token(resp.text):
-                break
-            if resp.finish_reason == "length":
-                hit_length = True
+        try:
+            for resp in stream_generate(model, self.tokenizer, mx.array(prepared.tokens[cached:]),
+                                        max_tokens=prepared.max_tokens, sampler=sampler,
+                                        logits_processors=processors, prompt_cache=kv):
+                generated.append(resp.token)
+                if should_stop():
+                    return
+                if resp.finish_reason == "stop":  # the end-of-turn token: not content
+                    if resp.text:
+                        loop.parser_text(resp.text)
+                    break
+                if not loop.token(resp.text):
+                    break
+                if resp.finish_reason == "length":
+                    hit_length = True
+        finally:
+            # whatever the cache now holds (prompt and the tokens fed back) is kept for the next request
+            self.prompt_cache.store(list(prepared.tokens) + generated, kv)
         loop.end(hit_length)
 
+    def ensure_loaded(self):
+        if self.model is None:
+            import mlx_lm
+
+            log.info("loading %s from %s", self.model_id, self.path)
+            self.model, _ = mlx_lm.load(str(self.path))
+        return self.model
+
+    def unload(self) -> bool:
+        """Drop the weights and every cached prefix; the tokenizer stays (token counting needs no model)."""
+        import gc
+
+        import mlx.core as mx
+
+        had = self.model is not None
+        self.model = None
+        self.prompt_cache.clear()
+        gc.collect()
+        mx.clear_cache()
+        return had
+
     def describe(self) -> dict:
-        return {"id": self.model_id, "context_window": self.context_window, "path": str(self.path)}
+        return {"id": self.model_id, "context_window": self.context_window, "path": str(self.path),
+                "loaded": self.model is not None, "prompt_cache": self.prompt_cache.stats()}
