@@ -76,6 +76,14 @@ class Backend(ABC):
     def describe(self) -> dict:
         return {"id": self.model_id, "context_window": self.context_window}
 
+    @property
+    def loaded(self) -> bool:
+        return True
+
+    def ensure_loaded(self):
+        """Make the weights resident (a catalog calls this before decoding on a model)."""
+        return None
+
     def unload(self) -> bool:
         """Free what can be freed; False where there is nothing to free."""
         return False

@@ -20,6 +20,12 @@ DEFAULT_PROMPT_CACHE_MIB = 2048
 
 log = logging.getLogger("tinytitan.mlx")
 
+def _flat(params):
+    from mlx.utils import tree_flatten
+
+    return tree_flatten(params)
+
+
 FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
 
 
@@ -32,21 +38,33 @@ def read_json(path: Path) -> dict:
 
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
-                 prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20):
-        import mlx_lm
+                 prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False):
+        """The tokenizer loads at once (token counting and listing need no weights); the weights load now,
+        or with ``lazy`` on first use (a catalog keeps one model resident at a time)."""
+        from mlx_lm.utils import load_tokenizer
 
         self.path = Path(model_dir)
         self.model_id = model_id or self.path.name
         self.default_reasoning = default_reasoning
         self.prompt_cache = PromptCache(prompt_cache_bytes)
-        log.info("loading %s from %s", self.model_id, self.path)
-        self.model, self.tokenizer = mlx_lm.load(str(self.path))
         config = read_json(self.path / "config.json")
+        self.config = config
+        self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
         text_config = config.get("text_config", config)
         self.context_window = int(text_config.get("max_position_embeddings") or 32768)
         gen = read_json(self.path / "generation_config.json")
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
-        log.info("loaded %s: context window %d tokens", self.model_id, self.context_window)
+        self.model = None
+        if not lazy:
+            self.ensure_loaded()
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.path.glob("*.safetensors"))
+
+    @property
+    def loaded(self) -> bool:
+        return self.model is not None
 
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
         import mlx.core as mx
@@ -99,10 +117,22 @@ class MLXBackend(Backend):
 
     def ensure_loaded(self):
         if self.model is None:
-            import mlx_lm
+            import time
 
-            log.info("loading %s from %s", self.model_id, self.path)
-            self.model, _ = mlx_lm.load(str(self.path))
+            import mlx.core as mx
+            from mlx_lm.utils import load_model
+
+            t0 = time.perf_counter()
+            log.info("loading %s: %.1f MB of weights from %s …", self.model_id, self.weight_bytes / 1e6, self.path)
+            model, _ = load_model(self.path, lazy=True)
+            params = [p for _, p in _flat(model.parameters())]
+            step = max(1, len(params) // 4)
+            for i in range(0, len(params), step):  # in quarters, so a big model shows progress
+                mx.eval(params[i:i + step])
+                log.info("loading %s: %d%%", self.model_id, min(100, (i + step) * 100 // len(params)))
+            self.model = model
+            log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, time.perf_counter() - t0,
+                     self.context_window)
         return self.model
 
     def unload(self) -> bool:
