@@ -314,6 +314,8 @@ class AnthropicMessages(Protocol):
         return message
 
     def _kind_of(self, wire_type: str) -> str:
+        if self.spec.error_kind("server_error").type == wire_type:
+            return "server_error"  # api_error is also 501's type: a failed generation is a 500
         return next((k for k, e in self.spec.error_kinds.items() if e.type == wire_type), "server_error")
 
     # -- routes ------------------------------------------------------------------------------------------------
