@@ -136,6 +136,13 @@ async def test_thinking_on_returns_a_thinking_block(serve):
     assert m.content[0].signature == "" and m.content[1].text == "42"
 
 
+async def test_thinking_display_omitted_returns_an_empty_thinking_block(serve):
+    s = await serve(["<think>Private.</think>Public."])
+    m = await sdk(s).messages.create(model=MODEL, max_tokens=4000, messages=[{"role": "user", "content": "?"}],
+                                     thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"})
+    assert [(b.type, getattr(b, "thinking", None)) for b in m.content] == [("thinking", ""), ("text", None)]
+
+
 async def test_stop_sequences_and_max_tokens(serve):
     s = await serve(["one two STOP three", "a long answer that goes on and on and on", "<think>x</think>fine"])
     c = sdk(s)

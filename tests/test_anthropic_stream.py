@@ -180,7 +180,7 @@ def quick_ping_specs(tmp_path):
 
 
 async def test_ping_while_the_first_token_is_slow(serve, quick_ping_specs):
-    s = await serve([{"output": "Slow answer.", "delay_ms": 200}], spec_dir=quick_ping_specs)
+    s = await serve([{"output": "Slow answer.", "delay_ms": 120}], spec_dir=quick_ping_specs)
     events = sse((await post(s, body(stream=True))).text)
     names = [e for e, _ in events]
     assert names.index("ping") < names.index("content_block_start")  # pings keep the slow first token alive
@@ -226,3 +226,15 @@ async def test_a_client_hanging_up_cancels_the_generation(serve):
     with trio.fail_after(3):
         while s.engine.running or s.engine.waiting:
             await trio.sleep(0.01)
+
+
+async def test_the_demo_model_streams_a_well_formed_message(serve, demo_backend):
+    """Real decoding (random weights, gibberish): whatever the model emits, the grammar holds."""
+    s = await serve(backend=demo_backend)
+    model = demo_backend.model_id
+    for thinking in ({"type": "disabled"}, {"type": "adaptive"}):
+        events = sse((await post(s, body(model=model, stream=True, max_tokens=64, thinking=thinking,
+                                          tools=[{"name": "f", "input_schema": {"type": "object"}}]))).text)
+        check_grammar(events)
+    m = await sdk(s).messages.create(model=model, max_tokens=12, messages=[{"role": "user", "content": "hi"}])
+    assert m.stop_reason in ("max_tokens", "end_turn", "tool_use") and m.usage.output_tokens <= 12

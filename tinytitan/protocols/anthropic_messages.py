@@ -249,6 +249,10 @@ class AnthropicMessages(Protocol):
         return None, None  # adaptive, or nothing said: the server's default
 
     # -- the machine -------------------------------------------------------------------------------------------
+    def extra_context(self, v, server) -> dict:
+        thinking = v.body.get("thinking") or {}
+        return {"thinking_shown": thinking.get("display") != "omitted"}
+
     def machine_hooks(self):
         maps = self.spec.maps
 
