@@ -136,6 +136,10 @@ async def test_failures_before_the_handler_use_the_anthropic_envelope(serve):
     async with httpx.AsyncClient() as c:
         r = await c.post(s.url("/v1/messages"), content=b"{not json", headers=good)
         assert_envelope(r, 400, "invalid_request_error", "JSON")
+        r = await c.post(s.url("/v1/messages"), content=b"[" * 100_000, headers=good)
+        assert_envelope(r, 400, "invalid_request_error", "nested")
+        r = await c.post(s.url("/v1/messages"), content=b"\xff\xfe", headers=good)
+        assert_envelope(r, 400, "invalid_request_error", "JSON")
         r = await c.post(s.url("/v1/messages"), content=b"[1, 2]", headers=good)
         assert_envelope(r, 400, "invalid_request_error", "object")
         r = await c.post(s.url("/v1/messages"), json=body(), headers={**HEADERS, "x-api-key": "wrong"})

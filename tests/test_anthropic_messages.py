@@ -223,6 +223,13 @@ async def test_roles_ctx_and_msg_are_user_turns(serve):
     assert [(m.role, m.content) for m in req.messages] == [("user", "context\n\nq")]
 
 
+async def test_template_variables_pass_through(serve):
+    s = await serve(["ok"])
+    req = chat_request(s, body(template_vars={"custom": 1}, chat_template_kwargs={"other": "x",
+                                                                                  "enable_thinking": False}))
+    assert req.template_kwargs == {"custom": 1, "other": "x"} and req.reasoning is False
+
+
 CLAUDE_CODE_TOOLS = [
     {"name": name, "description": f"The {name} tool.",
      "input_schema": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "additionalProperties": False,

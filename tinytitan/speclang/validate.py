@@ -129,6 +129,8 @@ class RequestValidator:
             return json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise invalid(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
+        except RecursionError:
+            raise invalid("The request body is nested too deeply to parse", code="invalid_json") from None
 
     def validate(self, body: Any) -> Validated:
         if not isinstance(body, dict):
