@@ -39,6 +39,7 @@ class MLXBackend(Backend):
         config = read_json(self.path / "config.json")
         text_config = config.get("text_config", config)
         self.context_window = int(text_config.get("max_position_embeddings") or 32768)
+        self.vocab_size = int(text_config.get("vocab_size") or 0)
         gen = read_json(self.path / "generation_config.json")
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
         log.info("loaded %s: context window %d tokens", self.model_id, self.context_window)
@@ -54,7 +55,7 @@ class MLXBackend(Backend):
             temp=temp,
             top_p=self.sampling["top_p"] if req.top_p is None else req.top_p,
             min_p=req.min_p or 0.0,
-            top_k=(self.sampling["top_k"] or 0) if req.top_k is None else req.top_k,
+            top_k=self._top_k((self.sampling["top_k"] or 0) if req.top_k is None else req.top_k),
         )
         processors = make_logits_processors(
             repetition_penalty=req.repetition_penalty,
@@ -79,6 +80,11 @@ class MLXBackend(Backend):
             if resp.finish_reason == "length":
                 hit_length = True
         loop.end(hit_length)
+
+    def _top_k(self, k: int) -> int:
+        """A top_k at or past the vocabulary keeps every token: that is 0 (off) to mlx-lm, which rejects it
+        otherwise — mid-generation, where a client's out-of-range value would become a 500."""
+        return 0 if self.vocab_size and k >= self.vocab_size else k
 
     def describe(self) -> dict:
         return {"id": self.model_id, "context_window": self.context_window, "path": str(self.path)}
