@@ -234,7 +234,8 @@ CLAUDE_CODE_TOOLS = [
     {"name": name, "description": f"The {name} tool.",
      "input_schema": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "additionalProperties": False,
                       "properties": {"arg": {"type": "string", "description": "an argument"}}, "required": ["arg"]},
-     **({"cache_control": {"type": "ephemeral"}} if name == "WebSearch" else {})}
+     **({"cache_control": {"type": "ephemeral"}, "strict": True, "defer_loading": False, "eager_input_streaming": True,
+         "input_examples": [{"arg": "x"}], "type": "custom"} if name == "WebSearch" else {})}
     for name in ["Task", "Bash", "Glob", "Grep", "ExitPlanMode", "Read", "Edit", "MultiEdit", "Write", "NotebookEdit",
                  "WebFetch", "TodoWrite", "WebSearch", "BashOutput", "KillShell", "SlashCommand", "Skill",
                  "AskUserQuestion", "EnterPlanMode", "ListMcpResources", "ReadMcpResource", "TaskOutput"]
