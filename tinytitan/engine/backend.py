@@ -53,9 +53,13 @@ class Backend(ABC):
             template_messages(req), tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
         )
 
-    def prepare(self, req: ChatRequest) -> Prepared:
+    def encode(self, req: ChatRequest) -> tuple[str, list[int]]:
+        """The rendered prompt and its tokens."""
         text = self.render(req)
-        tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+        return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prepare(self, req: ChatRequest) -> Prepared:
+        text, tokens = self.encode(req)
         room = self.context_window - len(tokens)
         if room < 1:
             raise invalid(f"The prompt is {len(tokens)} tokens, which does not fit the model's context window "
@@ -67,7 +71,8 @@ class Backend(ABC):
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text)
 
     def count_tokens(self, req: ChatRequest) -> int:
-        return len(self.prepare(req).tokens)
+        """The prompt's length as ``prepare`` renders it (a prompt too long to run is still counted)."""
+        return len(self.encode(req)[1])
 
     @abstractmethod
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:

@@ -52,6 +52,7 @@ class MLXBackend(Backend):
         self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
         text_config = config.get("text_config", config)
         self.context_window = int(text_config.get("max_position_embeddings") or 32768)
+        self.vocab_size = int(text_config.get("vocab_size") or 0)
         gen = read_json(self.path / "generation_config.json")
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
         self.model = None
@@ -77,7 +78,7 @@ class MLXBackend(Backend):
             temp=temp,
             top_p=self.sampling["top_p"] if req.top_p is None else req.top_p,
             min_p=req.min_p or 0.0,
-            top_k=(self.sampling["top_k"] or 0) if req.top_k is None else req.top_k,
+            top_k=self._top_k((self.sampling["top_k"] or 0) if req.top_k is None else req.top_k),
         )
         processors = make_logits_processors(
             repetition_penalty=req.repetition_penalty,
@@ -114,6 +115,11 @@ class MLXBackend(Backend):
             # whatever the cache now holds (prompt and the tokens fed back) is kept for the next request
             self.prompt_cache.store(list(prepared.tokens) + generated, kv)
         loop.end(hit_length)
+
+    def _top_k(self, k: int) -> int:
+        """A top_k at or past the vocabulary keeps every token: that is 0 (off) to mlx-lm, which rejects it
+        otherwise."""
+        return 0 if self.vocab_size and k >= self.vocab_size else k
 
     def ensure_loaded(self):
         if self.model is None:
