@@ -117,6 +117,11 @@ Codex (~/.codex/config.toml):
 
 
 def serve(args) -> int:
+    from .blas import use_fast_blas
+
+    blas = use_fast_blas()  # before anything imports mlx
+    log.info("matrix products run on: %s", blas)
+
     import trio
     from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
