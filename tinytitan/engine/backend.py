@@ -48,6 +48,9 @@ class Backend(ABC):
         kwargs = dict(req.template_kwargs)
         default = level_of(self.default_reasoning, None)
         kwargs.update(self.template_reasoning.kwargs(level_of(req.reasoning, default)))
+        if req.reasoning_budget_tokens is not None:
+            log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
+                     req.reasoning_budget_tokens)
         tools = template_tools(req)
         return self.tokenizer.apply_chat_template(
             template_messages(req), tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
