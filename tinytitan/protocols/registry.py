@@ -6,9 +6,10 @@ from pathlib import Path
 
 from .base import Protocol
 from .openai_chat import OpenAIChat
+from .openai_responses import OpenAIResponses
 from .shared import Shared
 
-PROTOCOLS: list[type[Protocol]] = [Shared, OpenAIChat]
+PROTOCOLS: list[type[Protocol]] = [Shared, OpenAIChat, OpenAIResponses]
 
 
 def all_protocols(spec_directory: Path | None = None) -> list[Protocol]:
