@@ -201,7 +201,7 @@ class Compactor:
 
     async def summarise(self, text: str) -> Summary:
         text = self.fit(text)
-        first = await self.run_pass(INSTRUCTION, text, 2 * self.budget)
+        first = await self.run_pass(INSTRUCTION, text, 4 * self.budget)
         if first is not None and self.count(first) <= self.budget:
             return Summary(first, "model", self.usage)
         if first is not None:
