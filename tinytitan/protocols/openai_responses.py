@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..chat_request import Message
 from ..engine.mlx_backend import FALLBACK_SAMPLING
 from ..errors import ApiError, invalid
 from ..events import Failed, Finished, ToolCallDone
+from ..speclang.load import compile_spec
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import RequestValidator, Validated
 from ..store.responses_store import ResponsesStore, StoredResponse
@@ -155,7 +155,10 @@ class OpenAIResponses(Protocol):
 
     def __init__(self, spec_directory=None):
         super().__init__(spec_directory)
-        compact_spec = replace(self.spec, request=self.spec.extra["compact_request"])
+        # the compact route's table is checked like any request table (meta-schema and cross-references)
+        compact_spec = compile_spec({"protocol": f"{self.name}.compact", "errors": self.spec.raw["errors"],
+                                     "request": self.spec.extra["compact_request"]},
+                                    f"{self.spec.source} (extra.compact_request)")
         self.compact_validator = RequestValidator(compact_spec, {})
 
     def request_hooks(self):
@@ -259,6 +262,9 @@ class OpenAIResponses(Protocol):
             return await self.compaction_turn(server, v, history + own)
         system, msgs = to_messages(history + own)
         v.args["messages"] = self.with_summaries(place_system([v.notes.get("instructions") or ""], msgs), system)
+        if not v.args["messages"]:
+            raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
+                          "no instructions)", param="input", code="empty_input")
         req = server.engine.apply_model(self.chat_request(v))
         return await self.respond(server, v, req)
 
@@ -279,6 +285,7 @@ class OpenAIResponses(Protocol):
         machine = self.machine(v, model_id, bool(v.body.get("stream")), server, entry="compaction")
         result: dict = {}
         machine.context["compaction"] = result
+        machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
         items = [i for i in items if i.get("type") != "compaction_trigger"]
         return await self.answer(server, v, machine, compaction.compaction_events(compactor, items, result))
 

@@ -112,7 +112,7 @@ class ResponsesStore:
             f.flush()
             os.fsync(f.fileno())
         self.lines += 1
-        if self.lines > 4 * self.keep and self.lines > 2 * len(self.records):
+        if self.lines > 2 * self.keep and self.lines > 2 * len(self.records):
             self._rewrite()
 
     def _rewrite(self) -> None:
