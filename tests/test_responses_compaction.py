@@ -157,3 +157,14 @@ async def test_compaction_trigger_non_stream_stores_nothing(serve):
     assert [o.type for o in r.output] == ["compaction"] and r.status == "completed"
     with pytest.raises(openai.NotFoundError):
         await client(s).responses.retrieve(r.id)
+
+
+def test_transcript_leaves_out_the_standing_prompt():
+    text = compaction.transcript([
+        {"type": "message", "role": "developer", "content": "You are Codex, with a very long prompt."},
+        {"type": "message", "role": "user", "content": "hello"},
+        {"type": "message", "role": "developer", "content": "The user switched models."},
+        {"type": "function_call", "call_id": "c", "name": "read_file", "namespace": "mcp__files__", "arguments": "{}"}])
+    assert "very long prompt" not in text
+    assert text.splitlines()[0] == "User: hello" and "System: The user switched models." in text
+    assert "mcp__files__.read_file({})" in text

@@ -1,7 +1,8 @@
 """Compaction: a conversation summarised into one opaque ``compaction`` item, and read back.
 
 Rules:
-- The transcript (input items, role-labelled) is summarised by the served model under a handover
+- The transcript (input items, role-labelled; the client's leading system/developer prompt left out, since
+  it is sent again with every request) is summarised by the served model under a handover
   instruction — requirements, decisions with reasons and rejected options, facts, next step; paths and
   identifiers quoted exactly — with thinking off and temperature 0, through the engine's normal queue.
 - The summary is measured with the server's tokenizer against the budget: ``max_compaction_tokens``, else
@@ -87,8 +88,12 @@ def transcript(items: list[dict]) -> str:
     from .responses_input import parts_text
 
     lines = []
-    for item in items:
+    started = False  # the client's standing system/developer prompt (before the first turn) is left out:
+    for item in items:  # it is sent again with every request, and a summary need not repeat it
         kind = item.get("type")
+        if kind == "message" and item["role"] in ("system", "developer") and not started:
+            continue
+        started = started or kind != "reasoning"
         if kind == "message":
             role = {"developer": "System"}.get(item["role"], item["role"].capitalize())
             lines.append(f"{role}: {parts_text(item.get('content'), 'input')}")

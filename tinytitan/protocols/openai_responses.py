@@ -53,12 +53,6 @@ def hook_instructions(value, body: dict, args: dict, v: Validated) -> None:
     v.notes["instructions"] = value
 
 
-def hook_tools(value, body: dict, args: dict, v: Validated) -> None:
-    tools, names = parse_tools(value)
-    args["tools"] = tools
-    v.notes["tool_names"] = names
-
-
 def hook_tool_choice(value, body: dict, args: dict, v: Validated) -> None:
     if value not in ("auto", "none"):
         raise invalid(f"Invalid value for 'tool_choice': {json.dumps(value)}; this server takes 'auto' or 'none'",
@@ -162,8 +156,17 @@ class OpenAIResponses(Protocol):
         self.compact_validator = RequestValidator(compact_spec, {})
 
     def request_hooks(self):
-        return {"input": hook_input, "instructions": hook_instructions, "tools": hook_tools,
+        return {"input": hook_input, "instructions": hook_instructions, "tools": self.hook_tools,
                 "tool_choice": hook_tool_choice, "reasoning": hook_reasoning, "text": hook_text}
+
+    @property
+    def separator(self) -> str:
+        return self.spec.extra.get("namespace_separator", "__")
+
+    def hook_tools(self, value, body: dict, args: dict, v: Validated) -> None:
+        tools, names = parse_tools(value, self.separator)
+        args["tools"] = tools
+        v.notes["tool_names"] = names
 
     def machine_hooks(self):
         return {"open_reasoning": open_reasoning, "open_message": open_message, "open_call": open_call,
@@ -260,7 +263,7 @@ class OpenAIResponses(Protocol):
         v.notes["own_input"] = own
         if any(item.get("type") == "compaction_trigger" for item in own):
             return await self.compaction_turn(server, v, history + own)
-        system, msgs = to_messages(history + own)
+        system, msgs = to_messages(history + own, self.separator)
         v.args["messages"] = self.with_summaries(place_system([v.notes.get("instructions") or ""], msgs), system)
         if not v.args["messages"]:
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "

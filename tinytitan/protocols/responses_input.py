@@ -9,8 +9,9 @@ Rules:
   the one system message, a later one stays in place as a reminder: see ``common.place_system``).
 - ``function_call`` items join the assistant turn before them; ``function_call_output`` becomes a tool turn.
   ``reasoning`` items are accepted and skipped. ``compaction`` items are decoded into the system prompt.
-- Namespace tools are flattened into functions named ``<namespace without trailing _>__<function>``
-  (``flat_name``); a call the model makes to one is reported with its own name and ``namespace``.
+- Namespace tools are flattened into functions named ``<namespace without trailing _><sep><function>``
+  (``flat_name``; the separator is the spec's ``extra.namespace_separator``, ``__``); a call the model makes
+  to one is reported with its own name and ``namespace``.
 - Hosted tools (web_search, file_search, code_interpreter, image_generation, computer use, shell,
   tool_search, apply_patch …) and freeform ``custom`` tools are left out of the prompt; the request is served.
 """
@@ -29,13 +30,13 @@ log = logging.getLogger("tinytitan.responses")
 
 ROLES = ("user", "system", "developer", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
-SEPARATOR = "__"
+DEFAULT_SEPARATOR = "__"
 ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
              "compaction": "cmp_", "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_"}
 
 
-def flat_name(namespace: str, name: str) -> str:
-    return f"{namespace.rstrip('_')}{SEPARATOR}{name}"
+def flat_name(namespace: str, name: str, sep: str = DEFAULT_SEPARATOR) -> str:
+    return f"{namespace.rstrip('_')}{sep}{name}"
 
 
 def _new_id(prefix: str) -> str:
@@ -143,7 +144,7 @@ def normalise_input(value, field: str = "input") -> list[dict]:
     return items
 
 
-def parse_tools(value: list) -> tuple[list[Tool], dict[str, tuple[str | None, str]]]:
+def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], dict[str, tuple[str | None, str]]]:
     """Function and namespace tools → flat functions, plus ``{flat name: (namespace, name)}``."""
     tools: list[Tool] = []
     names: dict[str, tuple[str | None, str]] = {}
@@ -154,10 +155,10 @@ def parse_tools(value: list) -> tuple[list[Tool], dict[str, tuple[str | None, st
         if not isinstance(params, dict):
             raise invalid(f"Invalid type for '{where}.parameters': expected an object", param=f"{where}.parameters",
                           code="invalid_type")
-        flat = flat_name(namespace, name) if namespace else name
+        flat = flat_name(namespace, name, sep) if namespace else name
         if flat in names:
             raise invalid(f"Duplicate tool name '{flat}' at {where} (namespace tools are named "
-                          f"'<namespace>{SEPARATOR}<function>')", param=f"{where}.name", code="invalid_value")
+                          f"'<namespace>{sep}<function>')", param=f"{where}.name", code="invalid_value")
         names[flat] = (namespace, name)
         description = fn.get("description") or ""
         if not isinstance(description, str):
@@ -191,7 +192,7 @@ def parse_tools(value: list) -> tuple[list[Tool], dict[str, tuple[str | None, st
     return tools, names
 
 
-def to_messages(items: list[dict]) -> tuple[list[str], list[Message]]:
+def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR) -> tuple[list[str], list[Message]]:
     """Items (a stored chain's input and output, then this request's input) → (texts for the leading system
     message, the conversation)."""
     system: list[str] = []
@@ -213,7 +214,7 @@ def to_messages(items: list[dict]) -> tuple[list[str], list[Message]]:
             text = parts_text(item.get("content"), "input")
             msgs.append(Message("system" if role == "developer" else role, text))
         elif kind == "function_call":
-            name = flat_name(item["namespace"], item["name"]) if item.get("namespace") else item["name"]
+            name = flat_name(item["namespace"], item["name"], sep) if item.get("namespace") else item["name"]
             tool_call(ToolCall(item["call_id"], name, item.get("arguments") or ""))
         elif kind == "custom_tool_call":
             tool_call(ToolCall(item["call_id"], item["name"], json.dumps({"input": item["input"]}, ensure_ascii=False)))
