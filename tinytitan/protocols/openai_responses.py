@@ -1,5 +1,6 @@
 """OpenAI Responses: the Python its table (spec/openai_responses.yaml) cannot say — input items, tool
-flattening, the machine's bookkeeping, the fold, storage and the routes that are not generation.
+flattening hooks, storage and the routes that are not generation (the machine's bookkeeping and the fold are
+in responses_machine.py).
 
 Rules:
 - The non-stream answer is the ``response`` inside the last event the machine emitted
@@ -19,13 +20,13 @@ Rules:
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from ..chat_request import Message
 from ..engine.mlx_backend import FALLBACK_SAMPLING
 from ..errors import ApiError, invalid
-from ..events import Failed, Finished, ToolCallDone
 from ..speclang.load import compile_spec
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import RequestValidator, Validated
@@ -34,6 +35,7 @@ from . import compaction
 from .base import Protocol, new_id
 from .common import place_system
 from .responses_input import normalise_input, parse_tools, to_messages
+from .responses_machine import HOOKS, fold_last_response
 
 if TYPE_CHECKING:
     from ..http.app import Server
@@ -42,6 +44,7 @@ EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 SUMMARIES = ("auto", "concise", "detailed")
 VERBOSITY = ("low", "medium", "high")
 STORE_KEY = "responses_store"
+log = logging.getLogger("tinytitan.responses")
 
 
 # -- request hooks ------------------------------------------------------------------------------------------
@@ -83,65 +86,6 @@ def hook_text(value: dict, body: dict, args: dict, v: Validated) -> None:
         raise invalid("Invalid type for 'text.format': expected an object", param="text.format", code="invalid_type")
 
 
-# -- machine hooks ------------------------------------------------------------------------------------------
-def _open(m: Machine, kind: str, prefix: str, **fields) -> dict:
-    index = m.vars.get("next_index", 0)
-    m.vars["next_index"] = index + 1
-    m.vars["item"] = item = {"kind": kind, "index": index, "id": new_id(prefix), "text": "", **fields}
-    return item
-
-
-def open_reasoning(m: Machine, ev) -> None:
-    _open(m, "reasoning", "rs_")["text"] = ev.text
-
-
-def open_message(m: Machine, ev) -> None:
-    _open(m, "message", "msg_")["text"] = ev.text
-
-
-def open_call(m: Machine, ev) -> None:
-    names = m.context.get("tool_names") or {}
-    namespace, name = names.get(ev.name, (ev.namespace, ev.name))
-    _open(m, "function_call", "fc_", call_id=ev.call_id, name=name, namespace=namespace)
-
-
-def open_compaction(m: Machine, ev) -> None:
-    _open(m, "compaction", "cmp_")
-
-
-def append(m: Machine, ev) -> None:
-    m.vars["item"]["text"] += ev.text
-
-
-def close(m: Machine, ev) -> None:
-    item = dict(m.vars["item"])
-    cut = isinstance(ev, Failed) or (isinstance(ev, Finished) and ev.reason == "length")
-    item["status"] = "incomplete" if cut else "completed"
-    if isinstance(ev, ToolCallDone) and ev.arguments:
-        item["text"] = ev.arguments
-    if item["kind"] == "compaction":
-        mode = (m.context.get("compaction") or {}).get("mode", "model")
-        item["encrypted_content"] = compaction.encode(item["text"], mode, m.context["model"])
-    m.vars["closed"] = item
-
-
-def finish(m: Machine, ev: Finished) -> None:
-    m.vars["completed"] = ev.reason != "length"
-    m.vars["incomplete"] = ev.reason == "length"
-    m.vars["completed_at"] = int(time.time())
-
-
-def fail(m: Machine, ev: Failed) -> None:
-    m.vars["failed"] = True
-
-
-def fold_last_response(wire: list[WireEvent], body: dict) -> dict:
-    for w in reversed(wire):
-        if isinstance(w.data, dict) and isinstance(w.data.get("response"), dict):
-            return w.data["response"]
-    raise ApiError("server_error", "the response ended without a final event")
-
-
 # -- the protocol -------------------------------------------------------------------------------------------
 class OpenAIResponses(Protocol):
     name = "openai_responses"
@@ -169,9 +113,7 @@ class OpenAIResponses(Protocol):
         v.notes["tool_names"] = names
 
     def machine_hooks(self):
-        return {"open_reasoning": open_reasoning, "open_message": open_message, "open_call": open_call,
-                "open_compaction": open_compaction, "append": append, "close": close, "finish": finish,
-                "fail": fail}
+        return dict(HOOKS)
 
     def folds(self):
         return {"last_response": fold_last_response}
@@ -234,10 +176,14 @@ class OpenAIResponses(Protocol):
     def record(self, server: "Server", v: Validated, machine: Machine) -> None:
         if not v.body.get("store") or v.notes.get("compaction"):
             return
-        self.store(server).put(StoredResponse(
-            id=machine.context["id"], input=v.notes.get("own_input", []),
-            events=[w.data for w in machine.history], previous_response_id=v.body.get("previous_response_id"),
-            created_at=machine.context["created"]))
+        rec = StoredResponse(id=machine.context["id"], input=v.notes.get("own_input", []),
+                             events=[w.data for w in machine.history],
+                             previous_response_id=v.body.get("previous_response_id"),
+                             created_at=machine.context["created"])
+        try:
+            self.store(server).put(rec)
+        except OSError as exc:  # a full or read-only disk loses the record, not the answer
+            log.error("could not store response %s: %s", rec.id, exc)
 
     # -- the machine -----------------------------------------------------------------------------------------
     def extra_context(self, v: Validated, server: "Server") -> dict:
