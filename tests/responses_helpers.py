@@ -38,6 +38,7 @@ async def sse_events(s, body: dict, path: str = "/v1/responses") -> list[tuple[s
             assert resp.headers["content-type"].startswith("text/event-stream")
             name = None
             async for line in resp.aiter_lines():
+                assert line != "data: [DONE]", "Responses streams have no [DONE] terminal"
                 if line.startswith("event: "):
                     name = line[7:]
                 elif line.startswith("data: "):

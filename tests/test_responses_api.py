@@ -281,3 +281,20 @@ async def test_codex_style_request(serve):
     resp = events[-1][1]["response"]
     assert resp["store"] is False and resp["prompt_cache_key"] == "thread-1" and resp["text"]["verbosity"] == "low"
     assert resp["truncation"] == "auto" and resp["safety_identifier"] == "u1"
+
+
+async def test_sdk_stream_with_reasoning_text_and_calls(serve):
+    """The SDK's stream accumulator checks item identities, indices and part order: it must accept ours."""
+    raw = ('<think>Plan.</think>Let me look.' + CALL +
+           '<tool_call>{"name": "mcp__files__read_file", "arguments": {"path": "b"}}</tool_call>')
+    s = await serve([raw])
+    tools = [WEATHER, {"type": "namespace", "name": "mcp__files__", "description": "", "tools": [
+        {"type": "function", "name": "read_file", "parameters": {"type": "object"}}]}]
+    async with client(s).responses.stream(model=MODEL, input="go", tools=tools) as stream:
+        seen = [ev async for ev in stream]
+        final = await stream.get_final_response()
+    snapshots = [ev.snapshot for ev in seen if ev.type == "response.function_call_arguments.delta"]
+    assert snapshots and snapshots[-1] in (final.output[2].arguments, final.output[3].arguments)
+    assert [o.type for o in final.output] == ["reasoning", "message", "function_call", "function_call"]
+    assert (final.output[3].name, final.output[3].namespace) == ("read_file", "mcp__files__")
+    assert [ev.sequence_number for ev in seen] == list(range(len(seen)))
