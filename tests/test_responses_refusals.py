@@ -124,3 +124,12 @@ async def test_sdk_sees_refusals_as_bad_requests(serve):
     with pytest.raises(openai.BadRequestError) as e:
         await client(s).responses.create(model=MODEL, input="hi", background=True)
     assert e.value.body["param"] == "background"
+
+
+async def test_prompt_over_the_context_window(serve, demo_tok):
+    from tinytitan.engine.scripted import ScriptedBackend
+
+    s = await serve(backend=ScriptedBackend([], demo_tok, model_id=MODEL, context_window=64))
+    resp = await post(s, "/v1/responses", {"model": MODEL, "input": "word " * 200})
+    err = resp.json()["error"]
+    assert resp.status_code == 400 and err["code"] == "context_length_exceeded" and err["param"] == "input"

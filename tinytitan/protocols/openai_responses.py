@@ -215,7 +215,12 @@ class OpenAIResponses(Protocol):
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")
         req = server.engine.apply_model(self.chat_request(v))
-        return await self.respond(server, v, req)
+        try:
+            return await self.respond(server, v, req)
+        except ApiError as exc:
+            if exc.param == "messages":  # the engine names ChatRequest's field; this wire calls it input
+                exc.param = "input"
+            raise
 
     @staticmethod
     def with_summaries(msgs: list[Message], summaries: list[str]) -> list[Message]:
