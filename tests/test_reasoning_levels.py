@@ -17,7 +17,7 @@ NEITHER = TemplateReasoning(binary=False, ladder=())
 
 
 @pytest.mark.parametrize("word, binary, rung", [
-    ("none", False, "low"), ("off", False, "low"), ("minimal", True, "low"), ("low", True, "low"),
+    ("none", False, "low"), ("off", False, "low"), ("minimal", False, "low"), ("low", True, "low"),
     ("medium", True, "medium"), ("high", True, "high"), ("xhigh", True, "high"), ("ultra", True, "high"),
     ("extra-high", True, "high"), ("Extra High", True, "high"), ("max", True, "high"), (True, True, "medium"),
     (False, False, "low"), ("adaptive", True, "medium"),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -81,7 +82,8 @@ def test_machine_tables_are_total(name):
     states = proto.spec.stream["states"]
     for state in states:
         for ev_name, ev in SAMPLES.items():
-            m = proto.machine(Validated(body={"stream_options": {"include_usage": True}}), "m", True, None)
+            server = SimpleNamespace(engine=SimpleNamespace(backend=None), state={})
+            m = proto.machine(Validated(body={"stream_options": {"include_usage": True}}), "m", True, server)
             m.state = state
             if ev_name in states[state]:
                 try:

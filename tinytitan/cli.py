@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
     s.add_argument("--reasoning-effort", help="default reasoning level (none, low, medium, high, xhigh …)")
+    s.add_argument("--responses-store", metavar="DIR|memory",
+                   help="where stored Responses objects live (default: $XDG_STATE_HOME/tinytitan/responses or "
+                        "~/.local/state/tinytitan/responses); 'memory' keeps nothing on disk")
     s.add_argument("--spec-dir", help=argparse.SUPPRESS)
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     d = sub.add_parser("demo-model", help="write the built-in demo model to PATH")
@@ -143,7 +146,8 @@ def serve(args) -> int:
     allowed = tuple(LOOPBACK_HOSTS) + tuple(h.lower() for h in args.allowed_host)
     if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
         allowed += (args.host,)
-    server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed))
+    server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
+                                                    responses_store=args.responses_store))
 
     config = Config()
     host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host

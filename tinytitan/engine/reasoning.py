@@ -3,7 +3,7 @@
 Rules:
 - Every vocabulary maps onto one scale: off (0) < minimal (1) < low (2) < medium (3) < high (4) < xhigh (5).
   ``True`` means "on" at the server's default level; ``False`` means off.
-- A template that reads ``enable_thinking`` is binary: off, or on.
+- A template that reads ``enable_thinking`` is binary: off (``none`` and ``minimal``), or on.
 - A template that reads ``reasoning_effort`` renders a ladder (gpt-oss: low / medium / high): the nearest
   rung is taken. A level the template cannot render is substituted and logged, never refused.
 - A template that reads neither cannot be steered: the level is logged and nothing reaches the template.
@@ -60,7 +60,7 @@ class TemplateReasoning:
             return {}
         out: dict = {}
         if self.binary:
-            out["enable_thinking"] = level > 0
+            out["enable_thinking"] = level > SCALE["minimal"]
         if self.ladder:
             rung = min(self.ladder, key=lambda r: (abs(SCALE[r] - max(level, 1)), -SCALE[r]))
             if SCALE[rung] != level:
@@ -68,7 +68,7 @@ class TemplateReasoning:
             out["reasoning_effort"] = rung
         if not out:
             log.info("reasoning level %s requested, but this template has no reasoning switch", NAMES[level])
-        elif self.binary and not self.ladder and level not in (0, SCALE["medium"]):
+        elif self.binary and not self.ladder and level != SCALE["medium"]:
             log.info("reasoning level %s rendered as thinking %s (this template is on/off)", NAMES[level],
-                     "on" if level else "off")
+                     "on" if level > SCALE["minimal"] else "off")
         return out

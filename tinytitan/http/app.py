@@ -39,6 +39,7 @@ class ServerConfig:
     api_key: str | None = None
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     max_body_bytes: int = 64 * 1024 * 1024
+    responses_store: str | None = "memory"  # a directory, "memory", or None for the user's state directory
 
 
 def host_name(header: str) -> str:
@@ -53,6 +54,7 @@ class Server:
         self.engine = engine
         self.config = config or ServerConfig()
         self.protocols = {p.name: p for p in protocols}
+        self.state: dict[str, Any] = {}  # what protocols keep per server (e.g. the Responses store)
         self.shared = self.protocols["shared"]
         self.allowed = {h.lower() for h in self.config.allowed_hosts}
         self.app = QuartTrio("tinytitan")
@@ -70,6 +72,8 @@ class Server:
         self._prefix_owner = sorted(((p.rstrip("/") + "/", o) for p, o in self._path_owner.items()
                                      if o is not self.shared and "<" not in p and p != "/"),
                                     key=lambda item: -len(item[0]))
+        for proto in protocols:
+            proto.attach(self)
         self.app.before_request(self._guard)
         self.app.after_request(self._headers)
         self.app.register_error_handler(ApiError, self._api_error)

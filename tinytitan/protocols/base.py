@@ -45,6 +45,11 @@ class Protocol:
         missing = sorted({r["handler"] for r in self.spec.routes} - set(self.handlers()))
         if missing:
             raise ValueError(f"{self.spec.source}: route handlers not provided by the protocol module: {missing}")
+        states = (self.spec.stream or {}).get("states", {})
+        named = {h for table in states.values() for row in table.values() for h in row.get("do", [])}
+        missing = sorted(named - set(self.machine_hooks()))
+        if missing:
+            raise ValueError(f"{self.spec.source}: machine hooks not provided by the protocol module: {missing}")
 
     # -- what subclasses supply ------------------------------------------------------------------------------
     def request_hooks(self) -> dict[str, Callable]:
@@ -61,6 +66,13 @@ class Protocol:
 
     def extra_context(self, v: Validated, server: "Server") -> dict:
         return {}
+
+    def attach(self, server: "Server") -> None:
+        """Called once when a server is built with this protocol (open what it keeps, e.g. a store)."""
+
+    def record(self, server: "Server", v: Validated, machine: Machine) -> None:
+        """Called once a response's machine reached its final state (stream or not): a protocol that keeps
+        finished responses stores them here. A stream the client dropped never gets here."""
 
     # -- errors --------------------------------------------------------------------------------------------
     def error_response(self, err: ApiError) -> tuple[int, dict]:
@@ -80,11 +92,12 @@ class Protocol:
         args["stop"] = tuple(args.get("stop", ()))
         return ChatRequest(**args)
 
-    def machine(self, v: Validated, model_id: str, stream: bool, server: "Server") -> Machine:
+    def machine(self, v: Validated, model_id: str, stream: bool, server: "Server",
+                entry: str | None = None) -> Machine:
         ctx: dict[str, Any] = {"req": v.body, "id": new_id(self.id_prefix), "created": int(time.time()),
                                "model": model_id}
         ctx.update(self.extra_context(v, server))
-        machine = Machine(self.spec, ctx, self.machine_hooks())
+        machine = Machine(self.spec, ctx, self.machine_hooks(), entry)
         if not stream and self.spec.fold:
             machine.context.update(self.spec.fold.get("context") or {})
         return machine
@@ -106,19 +119,32 @@ class Protocol:
         events = engine.generate(prepared, ticket, self.spec.extra.get("keepalive_seconds"))
         machine = self.machine(v, req.model, bool(v.body.get(self.stream_field)), server)
         machine.context.setdefault("prompt_tokens", len(prepared.tokens))  # known before the first event
+        return await self.answer(server, v, machine, events, ticket)
+
+    async def answer(self, server: "Server", v: Validated, machine: Machine, events: AsyncIterator[TokenEvent],
+                     ticket=None) -> Any:
+        """Token events through a machine: SSE when the client asked for a stream, else the fold."""
         if v.body.get(self.stream_field):
-            return server.sse_response(self.sse_body(machine, events, ticket))
+            return server.sse_response(self.sse_body(machine, events, ticket, server, v))
         try:
             wire = [w async for w in pump(machine, events)]
         finally:
             await events.aclose()
-            ticket.release()
+            if ticket is not None:
+                ticket.release()
+        self.record(server, v, machine)
         return server.json_response(self.fold(wire, v))
 
-    async def sse_body(self, machine: Machine, events: AsyncIterator[TokenEvent], ticket) -> AsyncIterator[bytes]:
+    async def sse_body(self, machine: Machine, events: AsyncIterator[TokenEvent], ticket, server=None,
+                       v: Validated | None = None) -> AsyncIterator[bytes]:
+        recorded = v is None
         try:
             async for wire in pump(machine, events):
+                if machine.done and not recorded:  # kept before the last events leave: a client that acts
+                    recorded = True                # on them finds the response stored
+                    self.record(server, v, machine)
                 yield wire.sse()
         finally:
             await events.aclose()
-            ticket.release()  # a stream the client dropped before it began still frees its place
+            if ticket is not None:
+                ticket.release()  # a stream the client dropped before it began still frees its place

@@ -148,6 +148,9 @@ def _check_stream(spec: ProtocolSpec) -> None:
     states, events = stream["states"], stream["events"]
     if stream["initial"] not in states:
         raise _fail(spec.source, "stream.initial", f"no state named '{stream['initial']}'")
+    for entry, state in (stream.get("entries") or {}).items():
+        if state not in states:
+            raise _fail(spec.source, f"stream.entries.{entry}", f"no state named '{state}'")
     known_roots = {"ev", "vars", "req", "emitted", "state"} | set(spec.context) | set(spec.extra.get("context_names", []))
     for state, table in states.items():
         for ev_name, tr in table.items():

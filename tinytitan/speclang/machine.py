@@ -1,13 +1,14 @@
 """Protocol machines compiled from a spec's ``stream`` table.
 
 Rules (h11 style: a table, no I/O):
-- The machine starts in ``stream.initial``. Each TokenEvent looks up ``states[state][EventTypeName]``;
+- The machine starts in ``stream.initial``, or in the state a named ``stream.entries`` entry gives. Each TokenEvent looks up ``states[state][EventTypeName]``;
   a pair the table does not list raises MachineError — a grammar bug is loud, never a silent skip.
 - A transition runs its ``do`` hooks (the protocol's Python, for bookkeeping a table cannot say), then
   renders its ``emit`` events in order (an event with ``when: name`` only where that context value is
   truthy), then moves to ``next`` (default: stay).
 - A state with no transitions is final: ``done`` is true, and feeding it anything raises.
-- ``emitted`` counts wire events so far (a template may use it as a sequence number).
+- ``emitted`` counts wire events so far (a template may use it as a sequence number); ``history`` holds
+  them, each appended as it renders (a later event of the same transition can project earlier ones).
 - ``fold`` turns the whole wire-event list into the non-streaming object: a non-streaming answer is the
   fold of exactly the events a stream would have sent.
 """
@@ -46,13 +47,18 @@ TransitionHook = Callable[["Machine", TokenEvent], None]
 
 class Machine:
     def __init__(self, spec: ProtocolSpec, context: Mapping[str, Any],
-                 hooks: Mapping[str, TransitionHook] | None = None):
+                 hooks: Mapping[str, TransitionHook] | None = None, entry: str | None = None):
         if spec.stream is None:
             raise MachineError(f"{spec.source} declares no stream grammar")
         self.spec = spec
         self.table: dict[str, dict] = spec.stream["states"]
         self.events: dict[str, dict] = spec.stream["events"]
         self.state: str = spec.stream["initial"]
+        if entry is not None:
+            entries = spec.stream.get("entries") or {}
+            if entry not in entries:
+                raise MachineError(f"{spec.name}: no stream entry named '{entry}' (it has: {', '.join(entries) or 'none'})")
+            self.state = entries[entry]
         self.hooks = hooks or {}
         self.vars: dict[str, Any] = {}
         self.emitted = 0
@@ -87,8 +93,8 @@ class Machine:
             wire = self._render(ev_name, ev)
             if wire is not None:
                 out.append(wire)
+                self.history.append(wire)
         self.state = row.get("next", self.state)
-        self.history.extend(out)
         return out
 
     def _render(self, ev_name: str, ev: TokenEvent) -> WireEvent | None:

@@ -1,0 +1,135 @@
+"""Every refusal in spec/openai_responses.yaml, and bad input: a 4xx in the OpenAI envelope naming the field,
+never a 500. The SDK sees them as the right exception classes."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tinytitan.speclang import load_protocol
+
+from responses_helpers import MODEL, client, post
+
+MSG = {"type": "message", "role": "user", "content": "hi"}
+
+# (the spec rule's field, extra body fields, the param named, the code)
+REFUSALS = [
+    ("background", {"background": True}, "background", "unsupported_parameter"),
+    ("top_logprobs", {"top_logprobs": 3}, "top_logprobs", "unsupported_parameter"),
+    ("include[]", {"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}, "include[1]",
+     "unsupported_value"),
+    ("prompt", {"prompt": {"id": "pmpt_1"}}, "prompt", "unsupported_parameter"),
+    ("conversation", {"conversation": "conv_1"}, "conversation", "unsupported_parameter"),
+    ("input[].type", {"input": [MSG, {"type": "computer_call_output", "call_id": "c", "output": {}}]},
+     "input[1].type", "unsupported_value"),
+    ("input[].content[].type", {"input": [{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "http://x/y.png"}]}]},
+     "input[0].content[1].type", "unsupported_content"),
+    ("input[].output[].type", {"input": [{"type": "function_call_output", "call_id": "c", "output": [
+        {"type": "input_file", "file_id": "f"}]}]}, "input[0].output[0].type", "unsupported_content"),
+    ("tool_choice", {"tool_choice": "required"}, "tool_choice", "unsupported_value"),
+    ("tool_choice.type", {"tool_choice": {"type": "function", "name": "f"}}, "tool_choice.type", "unsupported_value"),
+    ("tools[].type", {"tools": [{"type": "function", "name": "f"}, {"type": "teleport"}]}, "tools[1].type",
+     "unsupported_value"),
+    ("tools[].server_url", {"tools": [{"type": "mcp", "server_label": "gh", "server_url": "https://mcp.example"}]},
+     "tools[0].server_url", "unsupported_value"),
+    ("tools[].connector_id", {"tools": [{"type": "mcp", "server_label": "d", "connector_id": "connector_dropbox"}]},
+     "tools[0].connector_id", "unsupported_value"),
+    ("tools[].container", {"tools": [{"type": "code_interpreter", "container": "cntr_123"}]}, "tools[0].container",
+     "unsupported_value"),
+    ("tools[].environment.type", {"tools": [{"type": "shell", "environment": {"type": "container_auto"}}]},
+     "tools[0].environment.type", "unsupported_value"),
+    ("text.format.type", {"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}},
+     "text.format.type", "unsupported_value"),
+]
+
+
+def test_every_spec_refusal_is_tested():
+    spec = load_protocol("openai_responses")
+    assert {r["field"] for r in spec.request["refuse"]} == {f for f, *_ in REFUSALS}
+
+
+@pytest.mark.parametrize("field,extra,param,code", REFUSALS, ids=[r[0] for r in REFUSALS])
+async def test_refusal(serve, field, extra, param, code):
+    s = await serve(["never generated"])
+    body = {"model": MODEL, "input": "hi", **extra}
+    resp = await post(s, "/v1/responses", body)
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param and err["code"] == code
+    assert field.split("[")[0].split(".")[0] in err["message"] or param in err["message"] or "'" in err["message"]
+
+
+BAD = [
+    ({"input": "hi"}, "model", "missing_required_parameter"),  # no model
+    ({"model": MODEL}, "input", "missing_required_parameter"),
+    ({"model": MODEL, "input": 3}, "input", "invalid_type"),
+    ({"model": MODEL, "input": "hi", "frobnicate": 1}, "frobnicate", "unknown_parameter"),
+    ({"model": MODEL, "input": "hi", "temperature": 9}, "temperature", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "max_output_tokens": 0}, "max_output_tokens", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "truncation": "sometimes"}, "truncation", "invalid_value"),
+    ({"model": MODEL, "input": [7]}, "input[0]", "invalid_type"),
+    ({"model": MODEL, "input": [{"type": "reasoning", "summary": []}]}, "input", "empty_input"),
+    ({"model": MODEL, "input": [{"type": "item_reference"}]}, "input[0].id", "missing_required_parameter"),
+    ({"model": MODEL, "input": "hi", "tools": [5]}, "tools[0]", "invalid_type"),
+    ({"model": MODEL, "input": [{"type": "message", "role": "wizard", "content": "x"}]}, "input[0].role",
+     "invalid_value"),
+    ({"model": MODEL, "input": [{"type": "message", "role": "user", "content": 5}]}, "input[0].content",
+     "invalid_type"),
+    ({"model": MODEL, "input": [{"type": "message", "role": "user", "content": [{"type": "input_text"}]}]},
+     "input[0].content[0].text", "missing_required_parameter"),
+    ({"model": MODEL, "input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id",
+     "missing_required_parameter"),
+    ({"model": MODEL, "input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output",
+     "missing_required_parameter"),
+    ({"model": MODEL, "input": [{"type": "compaction", "encrypted_content": "bm90IGpzb24="}]},
+     "input[0].encrypted_content", "compaction_payload_invalid"),
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "function"}]}, "tools[0].name", "missing_required_parameter"),
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": "x"}]},
+     "tools[0].parameters", "invalid_type"),
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "a__b"},
+                                               {"type": "namespace", "name": "a", "tools": [{"name": "b"}]}]},
+     "tools[1].tools[0].name", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "namespace", "name": "a"}]}, "tools[0].tools",
+     "missing_required_parameter"),
+    ({"model": MODEL, "input": "hi", "tool_choice": "sometimes"}, "tool_choice", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "reasoning": {"effort": "galactic"}}, "reasoning.effort", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "text": {"verbosity": "loud"}}, "text.verbosity", "invalid_value"),
+]
+
+
+@pytest.mark.parametrize("body,param,code", BAD, ids=[b[1] for b in BAD])
+async def test_bad_input_names_the_field(serve, body, param, code):
+    s = await serve(["never generated"])
+    resp = await post(s, "/v1/responses", body)
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["param"] == param and err["code"] == code, err
+    assert err["type"] == "invalid_request_error"
+
+
+async def test_not_json_and_wrong_model(serve):
+    s = await serve(["x"])
+    resp = await post(s, "/v1/responses", b"{nope")
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
+    resp = await post(s, "/v1/responses", [1, 2])
+    assert resp.status_code == 400
+    resp = await post(s, "/v1/responses", {"model": "gpt-9", "input": "hi"})
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"
+    assert resp.headers["openai-version"] == "2020-10-01"
+
+
+async def test_sdk_sees_refusals_as_bad_requests(serve):
+    s = await serve(["x"])
+    with pytest.raises(openai.BadRequestError) as e:
+        await client(s).responses.create(model=MODEL, input="hi", background=True)
+    assert e.value.body["param"] == "background"
+
+
+async def test_prompt_over_the_context_window(serve, demo_tok):
+    from tinytitan.engine.scripted import ScriptedBackend
+
+    s = await serve(backend=ScriptedBackend([], demo_tok, model_id=MODEL, context_window=64))
+    resp = await post(s, "/v1/responses", {"model": MODEL, "input": "word " * 200})
+    err = resp.json()["error"]
+    assert resp.status_code == 400 and err["code"] == "context_length_exceeded" and err["param"] == "input"

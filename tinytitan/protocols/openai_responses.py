@@ -1,0 +1,331 @@
+"""OpenAI Responses: the Python its table (spec/openai_responses.yaml) cannot say — input items, tool
+flattening hooks, storage and the routes that are not generation (the machine's bookkeeping and the fold are
+in responses_machine.py).
+
+Rules:
+- The non-stream answer is the ``response`` inside the last event the machine emitted
+  (``response.completed`` / ``.incomplete`` / ``.failed``): stream and non-stream cannot disagree.
+  A failed generation answers 200 with ``status: "failed"`` and the error inside, as the stream's last
+  event does (no retry loop on a deterministic failure).
+- The response object's ``output`` is a projection of the events: the items of its
+  ``response.output_item.done`` events, in order.
+- ``store`` (default true) keeps a finished response: its input items plus its event log
+  (tinytitan/store/responses_store.py). ``previous_response_id`` replays the chain's input and output
+  before this request's input; ``instructions`` are never carried over (as in the API).
+- A ``compaction_trigger`` input item turns the request into a compaction turn: the conversation is
+  summarised (tinytitan/protocols/compaction.py) and the response has one ``compaction`` output item.
+  Compaction turns and ``/v1/responses/compact`` store nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..chat_request import Message
+from ..engine.mlx_backend import FALLBACK_SAMPLING
+from ..errors import ApiError, invalid
+from ..speclang.load import compile_spec
+from ..speclang.machine import Machine, WireEvent
+from ..speclang.validate import RequestValidator, Validated
+from ..store.responses_store import ResponsesStore, StoredResponse
+from . import compaction
+from .base import Protocol, new_id
+from .common import place_system
+from .responses_input import normalise_input, parse_tools, to_messages
+from .responses_machine import HOOKS, fold_last_response
+
+if TYPE_CHECKING:
+    from ..http.app import Server
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+SUMMARIES = ("auto", "concise", "detailed")
+VERBOSITY = ("low", "medium", "high")
+STORE_KEY = "responses_store"
+log = logging.getLogger("tinytitan.responses")
+
+
+# -- request hooks ------------------------------------------------------------------------------------------
+def hook_input(value, body: dict, args: dict, v: Validated) -> None:
+    v.notes["items"] = normalise_input(value)
+
+
+def hook_instructions(value, body: dict, args: dict, v: Validated) -> None:
+    v.notes["instructions"] = value
+
+
+def hook_tool_choice(value, body: dict, args: dict, v: Validated) -> None:
+    if value not in ("auto", "none"):
+        raise invalid(f"Invalid value for 'tool_choice': {json.dumps(value)}; this server takes 'auto' or 'none'",
+                      param="tool_choice", code="invalid_value")
+    args["tool_choice"] = value
+
+
+def _enum(obj: dict, key: str, allowed: tuple, where: str) -> Any:
+    value = obj.get(key)
+    if value is not None and value not in allowed:
+        raise invalid(f"Invalid value for '{where}.{key}': {json.dumps(value)} is not one of {list(allowed)}",
+                      param=f"{where}.{key}", code="invalid_value")
+    return value
+
+
+def hook_reasoning(value: dict, body: dict, args: dict, v: Validated) -> None:
+    effort = _enum(value, "effort", EFFORTS, "reasoning")
+    _enum(value, "summary", SUMMARIES, "reasoning")
+    _enum(value, "generate_summary", SUMMARIES, "reasoning")
+    if effort is not None:
+        args["reasoning"] = effort
+
+
+def hook_text(value: dict, body: dict, args: dict, v: Validated) -> None:
+    _enum(value, "verbosity", VERBOSITY, "text")
+    fmt = value.get("format")
+    if fmt is not None and not isinstance(fmt, dict):
+        raise invalid("Invalid type for 'text.format': expected an object", param="text.format", code="invalid_type")
+
+
+# -- the protocol -------------------------------------------------------------------------------------------
+class OpenAIResponses(Protocol):
+    name = "openai_responses"
+    id_prefix = "resp_"
+
+    def __init__(self, spec_directory=None):
+        super().__init__(spec_directory)
+        # the compact route's table is checked like any request table (meta-schema and cross-references)
+        compact_spec = compile_spec({"protocol": f"{self.name}.compact", "errors": self.spec.raw["errors"],
+                                     "request": self.spec.extra["compact_request"]},
+                                    f"{self.spec.source} (extra.compact_request)")
+        self.compact_validator = RequestValidator(compact_spec, {})
+
+    def request_hooks(self):
+        return {"input": hook_input, "instructions": hook_instructions, "tools": self.hook_tools,
+                "tool_choice": hook_tool_choice, "reasoning": hook_reasoning, "text": hook_text}
+
+    @property
+    def separator(self) -> str:
+        return self.spec.extra.get("namespace_separator", "__")
+
+    def hook_tools(self, value, body: dict, args: dict, v: Validated) -> None:
+        tools, names = parse_tools(value, self.separator)
+        args["tools"] = tools
+        v.notes["tool_names"] = names
+
+    def machine_hooks(self):
+        return dict(HOOKS)
+
+    def folds(self):
+        return {"last_response": fold_last_response}
+
+    def handlers(self):
+        return {"generate": self.generate, "compact": self.compact, "retrieve": self.retrieve,
+                "delete": self.delete, "cancel": self.cancel, "input_items": self.input_items}
+
+    # -- storage ---------------------------------------------------------------------------------------------
+    def attach(self, server: "Server") -> None:
+        self.store(server)  # load (and check) the log at start, not on the first request
+
+    def store(self, server: "Server") -> ResponsesStore:
+        store = server.state.get(STORE_KEY)
+        if store is None:
+            store = server.state[STORE_KEY] = ResponsesStore.open(server.config.responses_store,
+                                                                   self.spec.extra.get("store_keep", 256))
+        return store
+
+    def stored(self, server: "Server", response_id: str, param: str | None = None) -> StoredResponse:
+        rec = self.store(server).get(response_id)
+        if rec is None:
+            raise ApiError("not_found", f"No response with id '{response_id}' found (it was never stored, was "
+                           "deleted, or is older than the newest stored responses)", param=param or "response_id")
+        return rec
+
+    def history(self, server: "Server", response_id: str | None) -> list[dict]:
+        """The input and output of a stored chain, oldest first."""
+        items: list[dict] = []
+        first, seen = response_id, set()
+        while response_id and response_id not in seen:
+            seen.add(response_id)
+            rec = self.store(server).get(response_id)
+            if rec is None:
+                detail = "" if response_id == first else f" (the chain of '{first}' continues it)"
+                raise ApiError("not_found", f"Previous response with id '{response_id}' not found{detail}",
+                               param="previous_response_id")
+            items = rec.input + rec.output + items
+            response_id = rec.previous_response_id
+        return items
+
+    def resolve(self, server: "Server", items: list[dict], field: str = "input") -> list[dict]:
+        out = []
+        for i, item in enumerate(items):
+            if item.get("type") == "item_reference":
+                found = self.store(server).find_item(item["id"])
+                if found is None:
+                    raise ApiError("not_found", f"Item with id '{item['id']}' not found", param=f"{field}[{i}].id")
+                item = found
+            out.append(item)
+        return out
+
+    def conversation(self, server: "Server", body: dict, items: list[dict]) -> tuple[list[dict], list[dict]]:
+        own = self.resolve(server, items)
+        history = self.history(server, body.get("previous_response_id"))
+        if not own and not history:
+            raise invalid("Missing required parameter: 'input'", param="input", code="missing_required_parameter")
+        return history, own
+
+    def record(self, server: "Server", v: Validated, machine: Machine) -> None:
+        if not v.body.get("store") or v.notes.get("compaction"):
+            return
+        rec = StoredResponse(id=machine.context["id"], input=v.notes.get("own_input", []),
+                             events=[w.data for w in machine.history],
+                             previous_response_id=v.body.get("previous_response_id"),
+                             created_at=machine.context["created"])
+        try:
+            self.store(server).put(rec)
+        except OSError as exc:  # a full or read-only disk loses the record, not the answer
+            log.error("could not store response %s: %s", rec.id, exc)
+
+    # -- the machine -----------------------------------------------------------------------------------------
+    def extra_context(self, v: Validated, server: "Server") -> dict:
+        sampling = dict(FALLBACK_SAMPLING, **getattr(server.engine.backend, "sampling", {}))
+        body = v.body
+        return {
+            "temperature": body.get("temperature", sampling["temperature"]),
+            "top_p": body.get("top_p", sampling["top_p"]),
+            "presence_penalty": body.get("presence_penalty", 0.0),
+            "frequency_penalty": body.get("frequency_penalty", 0.0),
+            "tool_names": v.notes.get("tool_names", {}),
+        }
+
+    def machine(self, v, model_id, stream, server, entry=None) -> Machine:
+        m = super().machine(v, model_id, stream, server, entry)
+        m.context["output"] = lambda: [w.data["item"] for w in m.history if w.event == "response.output_item.done"]
+        return m
+
+    # -- handlers --------------------------------------------------------------------------------------------
+    async def generate(self, server: "Server", request) -> Any:
+        v = self.validate(await request.get_data())
+        history, own = self.conversation(server, v.body, v.notes.get("items", []))
+        v.notes["own_input"] = own
+        if any(item.get("type") == "compaction_trigger" for item in own):
+            return await self.compaction_turn(server, v, history + own)
+        system, msgs = to_messages(history + own, self.separator)
+        v.args["messages"] = self.with_summaries(place_system([v.notes.get("instructions") or ""], msgs), system)
+        if not v.args["messages"]:
+            raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
+                          "no instructions)", param="input", code="empty_input")
+        req = server.engine.apply_model(self.chat_request(v))
+        try:
+            return await self.respond(server, v, req)
+        except ApiError as exc:
+            if exc.param == "messages":  # the engine names ChatRequest's field; this wire calls it input
+                exc.param = "input"
+            raise
+
+    @staticmethod
+    def with_summaries(msgs: list[Message], summaries: list[str]) -> list[Message]:
+        """Compaction summaries join the leading system message, after the instructions."""
+        if not summaries:
+            return msgs
+        text = "\n\n".join(summaries)
+        if msgs and msgs[0].role == "system":
+            return [Message("system", f"{msgs[0].content}\n\n{text}")] + msgs[1:]
+        return [Message("system", text)] + msgs
+
+    async def compaction_turn(self, server: "Server", v: Validated, items: list[dict]) -> Any:
+        v.notes["compaction"] = True
+        model_id, _ = server.engine.resolve(v.body["model"])
+        compactor = compaction.Compactor(server, v.body["model"], None)
+        machine = self.machine(v, model_id, bool(v.body.get("stream")), server, entry="compaction")
+        result: dict = {}
+        machine.context["compaction"] = result
+        machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
+        items = [i for i in items if i.get("type") != "compaction_trigger"]
+        return await self.answer(server, v, machine, compaction.compaction_events(compactor, items, result))
+
+    async def compact(self, server: "Server", request) -> Any:
+        raw = await request.get_data()
+        body = self.compact_validator.validate(self.compact_validator.parse_json(raw)).body
+        model_id, _ = server.engine.resolve(body["model"])
+        items = normalise_input(body.get("input") or [])
+        history, own = self.conversation(server, body, items)
+        items = [i for i in history + own if i.get("type") != "compaction_trigger"]
+        compactor = compaction.Compactor(server, body["model"], body.get("max_compaction_tokens"))
+        summary = await compactor.summarise(compaction.transcript(items))
+        output = []
+        if body.get("instructions"):
+            output.append({"id": new_id("msg_"), "type": "message", "status": "completed", "role": "developer",
+                           "content": [{"type": "input_text", "text": body["instructions"]}]})
+        output.append({"id": new_id("cmp_"), "type": "compaction",
+                       "encrypted_content": compaction.encode(summary.text, summary.mode, model_id)})
+        u = summary.usage
+        return server.json_response({
+            "id": new_id("resp_"), "object": "response.compaction", "created_at": int(time.time()),
+            "output": output,
+            "usage": {"input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": u.cached_tokens},
+                      "output_tokens": u.completion_tokens,
+                      "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
+                      "total_tokens": u.total_tokens},
+        })
+
+    async def retrieve(self, server: "Server", request, response_id: str) -> Any:
+        rec = self.stored(server, response_id)
+        stream = request.args.get("stream", "false").lower() == "true"
+        if not stream:
+            return server.json_response(rec.response)
+        after = _int_arg(request, "starting_after", -1, -1, None)
+
+        async def replay():
+            for data in rec.events:
+                if data.get("sequence_number", 0) > after:
+                    yield WireEvent(data.get("type"), data).sse()
+
+        return server.sse_response(replay())
+
+    async def delete(self, server: "Server", request, response_id: str) -> Any:
+        self.stored(server, response_id)
+        self.store(server).delete(response_id)
+        return server.json_response({"id": response_id, "object": "response", "deleted": True})
+
+    async def cancel(self, server: "Server", request, response_id: str) -> Any:
+        self.stored(server, response_id)
+        raise invalid(f"Response '{response_id}' cannot be cancelled: only background responses can be, and this "
+                      "server runs none (every response finished before it was stored)", param="response_id",
+                      code="not_cancellable")
+
+    async def input_items(self, server: "Server", request, response_id: str) -> Any:
+        rec = self.stored(server, response_id)
+        limit = _int_arg(request, "limit", 20, 1, 100)
+        order = request.args.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise invalid(f"Invalid value for 'order': {json.dumps(order)} is not one of ['asc', 'desc']",
+                          param="order", code="invalid_value")
+        items = list(rec.input) if order == "asc" else list(reversed(rec.input))
+        after = request.args.get("after")
+        if after is not None:
+            ids = [i.get("id") for i in items]
+            if after not in ids:
+                raise invalid(f"Invalid value for 'after': no input item '{after}' in response '{response_id}'",
+                              param="after", code="invalid_value")
+            items = items[ids.index(after) + 1:]
+        page = items[:limit]
+        return server.json_response({
+            "object": "list", "data": page, "first_id": page[0].get("id") if page else None,
+            "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit,
+            "limit": limit, "order": order,
+        })
+
+
+def _int_arg(request, name: str, default: int, low: int, high: int | None) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid(f"Invalid type for '{name}': expected an integer, got {json.dumps(raw)}", param=name,
+                      code="invalid_type") from None
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise invalid(f"Invalid value for '{name}': {value} (must be {bound})", param=name, code="invalid_value")
+    return value

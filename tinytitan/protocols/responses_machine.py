@@ -1,0 +1,84 @@
+"""The Responses machine's bookkeeping (the ``do:`` hooks of spec/openai_responses.yaml) and its fold.
+
+Rules:
+- ``vars.item`` is the output item a transition opens: ``kind``, ``index`` (its output_index, 0, 1, 2 …),
+  ``id`` (``rs_`` / ``msg_`` / ``fc_`` / ``cmp_`` + hex), ``text`` (the reasoning, the message text or the
+  call's arguments so far), and for calls ``call_id``, ``name`` and ``namespace`` (the flattened name
+  mapped back).
+- ``close`` copies it to ``vars.closed`` with its ``status``: ``incomplete`` when a failure or the output
+  cap ended it, else ``completed``. A call's text becomes ToolCallDone's complete arguments; a compaction's
+  summary becomes its ``encrypted_content``.
+- ``finish`` decides completed vs incomplete (the output cap); the fold is the ``response`` of the last event.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import ApiError
+from ..events import Failed, Finished, ToolCallDone
+from ..speclang.machine import Machine, WireEvent
+from . import compaction
+from .base import new_id
+
+
+def _open(m: Machine, kind: str, prefix: str, **fields) -> dict:
+    index = m.vars.get("next_index", 0)
+    m.vars["next_index"] = index + 1
+    m.vars["item"] = item = {"kind": kind, "index": index, "id": new_id(prefix), "text": "", **fields}
+    return item
+
+
+def open_reasoning(m: Machine, ev) -> None:
+    _open(m, "reasoning", "rs_")["text"] = ev.text
+
+
+def open_message(m: Machine, ev) -> None:
+    _open(m, "message", "msg_")["text"] = ev.text
+
+
+def open_call(m: Machine, ev) -> None:
+    names = m.context.get("tool_names") or {}
+    namespace, name = names.get(ev.name, (ev.namespace, ev.name))
+    _open(m, "function_call", "fc_", call_id=ev.call_id, name=name, namespace=namespace)
+
+
+def open_compaction(m: Machine, ev) -> None:
+    _open(m, "compaction", "cmp_")
+
+
+def append(m: Machine, ev) -> None:
+    m.vars["item"]["text"] += ev.text
+
+
+def close(m: Machine, ev) -> None:
+    item = dict(m.vars["item"])
+    cut = isinstance(ev, Failed) or (isinstance(ev, Finished) and ev.reason == "length")
+    item["status"] = "incomplete" if cut else "completed"
+    if isinstance(ev, ToolCallDone) and ev.arguments:
+        item["text"] = ev.arguments
+    if item["kind"] == "compaction":
+        mode = (m.context.get("compaction") or {}).get("mode", "model")
+        item["encrypted_content"] = compaction.encode(item["text"], mode, m.context["model"])
+    m.vars["closed"] = item
+
+
+def finish(m: Machine, ev: Finished) -> None:
+    m.vars["completed"] = ev.reason != "length"
+    m.vars["incomplete"] = ev.reason == "length"
+    m.vars["completed_at"] = int(time.time())
+
+
+def fail(m: Machine, ev: Failed) -> None:
+    m.vars["failed"] = True
+
+
+def fold_last_response(wire: list[WireEvent], body: dict) -> dict:
+    for w in reversed(wire):
+        if isinstance(w.data, dict) and isinstance(w.data.get("response"), dict):
+            return w.data["response"]
+    raise ApiError("server_error", "the response ended without a final event")
+
+
+HOOKS = {"open_reasoning": open_reasoning, "open_message": open_message, "open_call": open_call,
+         "open_compaction": open_compaction, "append": append, "close": close, "finish": finish, "fail": fail}

@@ -1,0 +1,1 @@
+"""Persistent state kept between requests (stored Responses objects)."""
