@@ -10,7 +10,8 @@ local port and appends every request it receives as one JSON line to ``--out``::
 ``time`` is seconds since the proxy started; header names are lower-cased and the
 values of ``authorization``, ``x-api-key`` (and a few other credential headers) are
 replaced by ``"<redacted>"``; ``body`` is the parsed JSON when the body is JSON,
-otherwise the text (or ``null`` when empty).
+otherwise the text (or ``null`` when empty); a gzip request body is recorded
+decompressed (and forwarded as it came).
 
 Two modes:
 
@@ -69,6 +70,7 @@ stdout as ``listening on http://HOST:PORT``.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import signal
 import sys
@@ -350,6 +352,11 @@ class Recorder:
             v = "<redacted>" if k in REDACT else v
             hdrs[k] = f"{hdrs[k]}, {v}" if k in hdrs else v
         body: object = None
+        if raw and "gzip" in (headers.get("content-encoding") or "").lower():
+            try:
+                raw = gzip.decompress(raw)
+            except OSError:
+                pass
         if raw:
             try:
                 body = json.loads(raw)
@@ -505,9 +512,8 @@ def make_handler(args, recorder: Recorder, canned: Canned, client):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="record_proxy.py",
-        description="Record every request a client sends (one JSON line each), forwarding to "
-                    "--upstream or answering with canned minimal replies.",
-        epilog="See the module docstring for the canned routes and examples.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed)")
