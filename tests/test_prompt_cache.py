@@ -91,15 +91,27 @@ async def test_edit_far_back_costs_only_the_tail(demo_backend):
 
 
 async def test_billing_header_does_not_defeat_the_cache(demo_backend):
-    from tinytitan.engine.engine import Engine
+    """Claude Code's first system block changes every session; the Anthropic table drops it before
+    rendering, so two sessions share the whole prompt prefix."""
+    import json
 
+    from tinytitan.engine.engine import Engine
+    from tinytitan.protocols.anthropic_messages import AnthropicMessages
+
+    proto = AnthropicMessages()
     demo_backend.prompt_cache.clear()
     engine = Engine(demo_backend)
-    sys1 = "x-anthropic-billing-header: cc_version=2.1.3; cch=aaaa1111;\n\nYou are Claude Code."
-    sys2 = "x-anthropic-billing-header: cc_version=2.1.3; cch=bbbb2222;\n\nYou are Claude Code."
-    p1, _, _, _ = await _run(engine, _req([("system", sys1), ("user", "hello")], max_tokens=2))
+
+    def request(cch):
+        body = {"model": demo_backend.model_id, "max_tokens": 2, "temperature": 0,
+                "system": [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.3; cch={cch};"},
+                           {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+                "messages": [{"role": "user", "content": "hello"}]}
+        return proto.chat_request(proto.validate(json.dumps(body).encode()))
+
+    p1, _, _, _ = await _run(engine, request("aaaa1111"))
     assert "billing" not in p1.prompt_text and "You are Claude Code." in p1.prompt_text
-    p2, cached, _, _ = await _run(engine, _req([("system", sys2), ("user", "hello")], max_tokens=2))
+    p2, cached, _, _ = await _run(engine, request("bbbb2222"))
     assert p1.tokens == p2.tokens and cached == len(p2.tokens) - 1
 
 
