@@ -82,7 +82,7 @@ def test_machine_tables_are_total(name):
     states = proto.spec.stream["states"]
     for state in states:
         for ev_name, ev in SAMPLES.items():
-            server = SimpleNamespace(engine=SimpleNamespace(backend=None), state={})
+            server = SimpleNamespace(engine=SimpleNamespace(backends={}), state={})
             m = proto.machine(Validated(body={"stream_options": {"include_usage": True}}), "m", True, server)
             m.state = state
             if ev_name in states[state]:

@@ -131,12 +131,13 @@ class Compactor:
         self.server = server
         self.engine = server.engine
         self.model = model
-        window = getattr(self.engine.backend, "context_window", 32768)
+        self.backend = self.engine.backend_for(self.engine.resolve(model)[0])  # the named model's tokenizer
+        window = getattr(self.backend, "context_window", 32768)
         self.budget = budget or min(window // 8, MAX_BUDGET)
         self.usage = Usage()
 
     def count(self, text: str) -> int:
-        tok = getattr(self.engine.backend, "tokenizer", None)
+        tok = getattr(self.backend, "tokenizer", None)
         if tok is None:
             return max(1, len(text) // 4)
         return len(tok.encode(text, add_special_tokens=False))
@@ -180,7 +181,7 @@ class Compactor:
 
     def extractive(self, text: str) -> str:
         """The newest text of the transcript, trimmed to the budget."""
-        tok = getattr(self.engine.backend, "tokenizer", None)
+        tok = getattr(self.backend, "tokenizer", None)
         if tok is None:
             return text[-self.budget * 4:]
         ids = tok.encode(text, add_special_tokens=False)

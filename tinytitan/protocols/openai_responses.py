@@ -187,7 +187,10 @@ class OpenAIResponses(Protocol):
 
     # -- the machine -----------------------------------------------------------------------------------------
     def extra_context(self, v: Validated, server: "Server") -> dict:
-        sampling = dict(FALLBACK_SAMPLING, **getattr(server.engine.backend, "sampling", {}))
+        engine = server.engine
+        model = v.body.get("model")
+        backend = engine.backends.get(engine.resolve(model)[0]) if getattr(engine, "backends", None) and model else None
+        sampling = dict(FALLBACK_SAMPLING, **getattr(backend, "sampling", {}))
         body = v.body
         return {
             "temperature": body.get("temperature", sampling["temperature"]),

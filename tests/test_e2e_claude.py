@@ -1,0 +1,245 @@
+"""Claude Code end to end: the real ``claude`` CLI against ``tinytitan serve --script``.
+
+Each test starts ``python -m tinytitan serve --script FILE --port 0`` as a subprocess (the scripted backend:
+request k gets entry k, the last repeats), puts ``tools/record_proxy.py`` in forward mode between it and
+the client (so the test sees exactly what Claude Code sent), and runs ``claude -p ... --output-format
+stream-json --verbose`` offline, with a fresh HOME, in a temporary working directory.
+
+Skipped when ``claude`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.197``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CLAUDE = shutil.which("claude")
+
+pytestmark = [
+    pytest.mark.clients,
+    pytest.mark.skipif(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
+                                              "npm install -g @anthropic-ai/claude-code@2.1.197"),
+]
+
+START_TIMEOUT = 120  # server start (the first run may build the demo tokenizer)
+CLAUDE_TIMEOUT = 120  # one `claude -p` run
+
+
+def tool_call(name: str, arguments: dict) -> str:
+    """A raw model output calling a tool, in the Qwen markup the scripted backend parses."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+class Proc:
+    """A subprocess whose output is drained by a thread (so it can never block on a full pipe)."""
+
+    def __init__(self, argv: list[str], cwd: Path):
+        self.argv = argv
+        self.p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, text=True, bufsize=1,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.lines: list[str] = []
+        self._q: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for line in self.p.stdout:
+            self.lines.append(line)
+            self._q.put(line)
+        self._q.put(None)
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match:
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{self.argv[:4]}: no line matching {pattern!r} within {timeout}s:\n"
+                                     + "".join(self.lines[-40:]))
+            try:
+                line = self._q.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError(f"{self.argv[:4]} exited ({self.p.wait()}) before printing {pattern!r}:\n"
+                                     + "".join(self.lines[-40:]))
+            m = rx.search(line)
+            if m:
+                return m
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+@contextmanager
+def tinytitan(script: list[str], tmp: Path):
+    """Serve ``script`` with ``tinytitan serve --script`` behind a recording proxy.
+
+    Yields (base URL of the proxy, served model id, path of the proxy's JSONL record)."""
+    script_file = tmp / "script.yaml"
+    script_file.write_text(yaml.safe_dump(script, allow_unicode=True))
+    record = tmp / "requests.jsonl"
+    server = proxy = None
+    try:
+        server = Proc([sys.executable, "-m", "tinytitan", "serve", "--script", str(script_file), "--port", "0"],
+                      cwd=ROOT)
+        m = server.wait_for(r"tinytitan is serving '([^']+)' at (http://\S+)", START_TIMEOUT)
+        model_id, upstream = m.group(1), m.group(2)
+        proxy = Proc([sys.executable, str(ROOT / "tools" / "record_proxy.py"), "--upstream", upstream,
+                      "--port", "0", "--out", str(record)], cwd=ROOT)
+        base = proxy.wait_for(r"listening on (http://\S+)", 30).group(1)
+        yield base, model_id, record
+    finally:
+        for p in (proxy, server):
+            if p is not None:
+                p.stop()
+
+
+def run_claude(base: str, model: str, prompt: str, tmp: Path, *extra: str) -> list[dict]:
+    """``claude -p PROMPT`` offline against ``base``; returns the stream-json events."""
+    home, work = tmp / "home", tmp / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": base,
+        "ANTHROPIC_API_KEY": "x",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "1",
+    }
+    argv = [CLAUDE, "-p", prompt, "--model", model, "--output-format", "stream-json", "--verbose", *extra]
+    done = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=CLAUDE_TIMEOUT)
+    events = []
+    for line in done.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            events.append(json.loads(line))
+    assert done.returncode == 0, f"claude exited {done.returncode}\nstdout:\n{done.stdout[-4000:]}\n" \
+                                 f"stderr:\n{done.stderr[-4000:]}"
+    assert events and events[-1]["type"] == "result", done.stdout[-4000:]
+    return events
+
+
+def read_record(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def model_requests(record: list[dict]) -> list[dict]:
+    return [r for r in record if r["method"] == "POST" and r["path"] == "/v1/messages"]
+
+
+def blocks(events: list[dict], role: str, kind: str) -> list[dict]:
+    out = []
+    for e in events:
+        if e.get("type") == role:
+            content = e["message"]["content"]
+            if isinstance(content, list):
+                out += [b for b in content if b.get("type") == kind]
+    return out
+
+
+def test_plain_answer(tmp_path):
+    text = "Hello from the tinytitan end-to-end test."
+    with tinytitan([text], tmp_path) as (base, model, record):
+        events = run_claude(base, model, "say hi", tmp_path)
+    result = events[-1]
+    assert result["subtype"] == "success" and result["is_error"] is False, result
+    assert result["result"] == text
+    assert [b["text"] for b in blocks(events, "assistant", "text")] == [text]
+    reqs = model_requests(read_record(record))
+    assert len(reqs) == 1
+    assert reqs[0]["query"] == {"beta": ["true"]}
+    assert reqs[0]["body"]["model"] == model and reqs[0]["body"]["stream"] is True
+
+
+def test_tool_round_trip(tmp_path):
+    marker = f"tinytitan-e2e-{uuid.uuid4().hex[:12]}"
+    final = f"The command printed {marker}."
+    script = [tool_call("Bash", {"command": f"echo {marker}", "description": "print a marker"}), final]
+    with tinytitan(script, tmp_path) as (base, model, record):
+        events = run_claude(base, model, "run the marker command", tmp_path)
+
+    # the client saw the tool call ...
+    uses = blocks(events, "assistant", "tool_use")
+    assert len(uses) == 1, events
+    use = uses[0]
+    assert use["name"] == "Bash" and use["input"]["command"] == f"echo {marker}"
+    # ... really ran it (the output is the marker, which appears nowhere else but the command line) ...
+    results = blocks(events, "user", "tool_result")
+    assert len(results) == 1, events
+    res = results[0]
+    assert res["tool_use_id"] == use["id"]
+    assert res.get("is_error") is not True, res
+    content = res["content"] if isinstance(res["content"], str) else \
+        "".join(b.get("text", "") for b in res["content"])
+    assert content.strip() == marker
+    # ... and finished with the scripted final text
+    result = events[-1]
+    assert result["subtype"] == "success" and result["is_error"] is False, result
+    assert result["result"] == final
+    assert result["num_turns"] == 2
+
+    # what went over the wire: the second request carries the assistant tool_use and the user tool_result
+    reqs = model_requests(read_record(record))
+    assert len(reqs) == 2, [r["path"] for r in read_record(record)]
+    first, second = reqs[0]["body"], reqs[1]["body"]
+    assert not any(b.get("type") == "tool_result" for m in first["messages"] if isinstance(m["content"], list)
+                   for b in m["content"])
+    sent_use = [b for m in second["messages"] if m["role"] == "assistant" and isinstance(m["content"], list)
+                for b in m["content"] if b.get("type") == "tool_use"]
+    assert [(b["id"], b["name"], b["input"]["command"]) for b in sent_use] == [(use["id"], "Bash", f"echo {marker}")]
+    sent_results = [b for m in second["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+                    for b in m["content"] if b.get("type") == "tool_result"]
+    assert len(sent_results) == 1
+    sent = sent_results[0]
+    assert sent["tool_use_id"] == use["id"]
+    sent_text = sent["content"] if isinstance(sent["content"], str) else \
+        "".join(b.get("text", "") for b in sent["content"])
+    assert marker in sent_text
+    assert sent.get("is_error") is not True
+
+
+def test_context_counts_tokens(tmp_path):
+    """``/context`` asks the server to count tokens (many POST /v1/messages/count_tokens) and no model turn."""
+    with tinytitan(["unused"], tmp_path) as (base, model, record):
+        events = run_claude(base, model, "/context", tmp_path)
+        result = events[-1]
+        assert result["subtype"] == "success" and result["is_error"] is False, result
+        assert "Context Usage" in result["result"] and model in result["result"]
+        rec = read_record(record)
+        counts = [r for r in rec if r["method"] == "POST" and r["path"] == "/v1/messages/count_tokens"]
+        assert counts, [r["path"] for r in rec]
+        assert not model_requests(rec)
+        # Claude Code falls back to estimates when counting fails, so check the server's answers directly
+        keep = ("anthropic-version", "anthropic-beta", "content-type")
+        with httpx.Client(base_url=base, timeout=30) as client:
+            for r in counts:
+                resp = client.post(r["path"], params=r["query"], json=r["body"],
+                                   headers={k: v for k, v in r["headers"].items() if k in keep})
+                assert resp.status_code == 200, (r["body"], resp.text)
+                n = resp.json()["input_tokens"]
+                assert isinstance(n, int) and n > 0
