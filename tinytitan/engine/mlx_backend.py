@@ -37,11 +37,17 @@ class MLXBackend(Backend):
         log.info("loading %s from %s", self.model_id, self.path)
         self.model, self.tokenizer = mlx_lm.load(str(self.path))
         config = read_json(self.path / "config.json")
+        self.config = config
+        vocab = self.tokenizer.get_vocab()
+        for stop in self.family.stop_tokens:  # the family's end-of-turn tokens end generation
+            if stop in vocab and vocab[stop] not in self.tokenizer.eos_token_ids:
+                self.tokenizer.add_eos_token(stop)
         text_config = config.get("text_config", config)
         self.context_window = int(text_config.get("max_position_embeddings") or 32768)
         gen = read_json(self.path / "generation_config.json")
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
-        log.info("loaded %s: context window %d tokens", self.model_id, self.context_window)
+        log.info("loaded %s: context window %d tokens, %s family", self.model_id, self.context_window,
+                 self.family.name)
 
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
         import mlx.core as mx
