@@ -10,6 +10,8 @@ template can take is read from its source (and the family's conventions fill in 
 - no system role, or strict alternation (Gemma, Mistral): every system text after the first turn becomes a user
   turn, the first system text is merged into the first user turn where the template rejects system turns, and
   consecutive turns of one role are merged;
+- where alternation is checked on all but the tool traffic (Mistral), a user turn right after tool results is
+  added to the last result;
 - Mistral's templates accept only 9-character alphanumeric tool-call ids: ids are mapped, consistently;
 - a template that takes one tool call per assistant turn (Llama 3.1) gets a turn per call.
 """
@@ -173,6 +175,8 @@ def map_roles(messages: list[dict], tools: list[dict] | None, template_source: s
                 m["role"] = "user"
     if roles.alternate or not roles.system:
         msgs = _merge_runs(msgs)
+    if roles.alternate and roles.tool_role:
+        msgs = _fold_user_after_results(msgs)
     return msgs, tools
 
 
@@ -189,4 +193,31 @@ def _merge_runs(msgs: list[dict]) -> list[dict]:
             out[-1] = merged
         else:
             out.append(m)
+    return out
+
+
+def _fold_user_after_results(msgs: list[dict]) -> list[dict]:
+    """Strict templates check alternation on the turns other than tool traffic (tool results, assistant
+    turns that only call tools): a user turn right after tool results would follow the user turn before
+    the calls. Its text is added to the last tool result instead."""
+    out: list[dict] = []
+    last_visible = None
+    last_tool: int | None = None
+    for m in msgs:
+        if m["role"] == "tool":
+            last_tool = len(out)
+            out.append(m)
+            continue
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            out.append(m)
+            continue
+        if m["role"] == "user" and last_visible == "user" and last_tool is not None:
+            tool = dict(out[last_tool])
+            tool["content"] = _text(tool.get("content")) + "\n\n" + _text(m.get("content"))
+            out[last_tool] = tool
+            continue
+        if m["role"] in ("user", "assistant"):
+            last_visible = m["role"]
+            last_tool = None
+        out.append(m)
     return out

@@ -38,6 +38,7 @@ class OutputParser:
         self.bare_ok = markup.bare_json  # nothing but whitespace has been answered yet
         self._body: Body | None = None
         self._reparse: str | None = None
+        self.ws_before_tool = ""
 
     @property
     def tool_calls(self) -> int:
@@ -67,7 +68,7 @@ class OutputParser:
             pass
         if self.channel == TOOL and self._body is not None:
             # formats without a closing marker end their last call at the end of the turn
-            out.extend(self._body.close(truncated=bool(self.m.tool_close)))
+            out.extend(self._close_body(truncated=bool(self.m.tool_close)))
             self._body = None
             self.channel = TEXT
         if self.pending_ws:
@@ -147,9 +148,10 @@ class OutputParser:
             out.append(ReasoningDelta(text))
             return REASONING
         self.bare_ok = False
-        if text.strip():
-            out.append(TextDelta(self.pending_ws + text))
-            self.pending_ws = ""
+        body = text.rstrip()  # trailing whitespace waits: before a marker or the end it is layout
+        if body:
+            out.append(TextDelta(self.pending_ws + body))
+            self.pending_ws = text[len(body):]
         else:
             self.pending_ws += text
         return TEXT
@@ -163,8 +165,8 @@ class OutputParser:
             self.channel = TEXT
         elif kind in ("open_tool", "next_tool"):
             if kind == "next_tool" and self._body is not None:
-                out.extend(self._body.close(truncated=False))
-            self.pending_ws = ""
+                out.extend(self._close_body(truncated=False))
+            self.ws_before_tool, self.pending_ws = self.pending_ws, ""
             self.bare_ok = False
             self.channel = TOOL
             self._body = make_body(self.m, self.calls)
@@ -172,6 +174,15 @@ class OutputParser:
             if self._body is None:
                 out.append(TextDelta(self.m.tool_close or ""))
                 return
-            out.extend(self._body.close(truncated=False))
+            out.extend(self._close_body(truncated=False))
             self._body = None
             self.channel = TEXT
+
+    def _close_body(self, truncated: bool) -> list[TokenEvent]:
+        body = self._body
+        events = body.close(truncated)
+        if not body.any and events and isinstance(events[0], TextDelta) and not body.tentative:
+            # not a call after all: the text it interrupted keeps its layout
+            events[0] = TextDelta(self.ws_before_tool + events[0].text)
+            self.at_run_start = False
+        return events
