@@ -335,12 +335,14 @@ class TagSpec:
     value_open: str  # "" where the key's closer opens the value
     value_close: str
     end: str | None  # closes the function inside the block ("" / None: the block's own close)
-    trim: str  # "newline": one newline each side is layout; "strip": all surrounding whitespace is
+    trim: str  # "newline": one newline each side is layout; "strip": all surrounding whitespace is; "none"
     unknown_is_string: bool  # a parameter the schema does not type is a string (else: JSON if it parses)
 
 
 XML = TagSpec("<function=", (">",), "<parameter=", ">", "", "</parameter>", "</function>", "newline", True)
-KV = TagSpec("", ("\n", "<arg_key>"), "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", None, "strip", False)
+# GLM's templates write a value verbatim between its tags, so a string keeps its whitespace (mlx-lm's glm47
+# parser strips it); a typed value is read stripped.
+KV = TagSpec("", ("\n", "<arg_key>"), "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", None, "none", False)
 _STRING_TYPES = {"string", "str", "text", "varchar", "char", "enum"}
 
 
@@ -504,19 +506,21 @@ class TaggedCall(Body):
         self.value += chunk
         if self.kind != "string":
             if final:
-                text = self.value.strip() if trim == "strip" else _trim_newline(self.value)
+                text = _trim_newline(self.value) if trim == "newline" else self.value.strip()
                 value = convert_value(text, self.typ, self.spec.unknown_is_string)
                 self._emit(out, json.dumps(value, ensure_ascii=False))
             return
         if final:
-            text = self.value.rstrip() if trim == "strip" else _trim_newline(self.value)
+            text = {"strip": str.rstrip, "newline": _trim_newline}.get(trim, str)(self.value)
             self._emit(out, _escape(text) + '"')
             self.value = ""
             return
         if trim == "strip":
             held = len(self.value) - len(self.value.rstrip())
-        else:
+        elif trim == "newline":
             held = 1 if self.value.endswith("\n") else 0
+        else:
+            held = 0
         send, self.value = self.value[: len(self.value) - held], self.value[len(self.value) - held:]
         if send:
             self._emit(out, _escape(send))
