@@ -353,7 +353,10 @@ def _inflect(w: str, suf: str) -> str:
 
 
 class _Gen:
-    """Corpus generator. Uses only ``random.Random(seed).random()`` (a sequence Python guarantees is stable)."""
+    """Corpus generator. Uses only ``random.Random(seed).random()`` (a sequence Python guarantees is stable).
+
+    Any change here (or to the word lists) changes the tokenizer: bump RECIPE_REVISION so caches rebuild.
+    """
 
     def __init__(self, seed: int, pseudo_words: int):
         self.r = random.Random(seed).random
@@ -468,7 +471,9 @@ class _Gen:
             lines.append(f"from {self.ident(1)}.{self.ident(1)} import {self.ident(style='pascal')}, {self.ident()}")
             lines.append("")
         if self.chance(0.35):
-            lines.append(f"class {self.ident(style='pascal')}({self.pick(['object', 'Exception', 'BaseModel', self.ident(style='pascal')])}):")
+            name = self.ident(style="pascal")
+            base = self.pick(["object", "Exception", "BaseModel", self.ident(style="pascal")])
+            lines.append(f"class {name}({base}):")
             ind = "    "
             lines.append(f'{ind}"""{self.sentence()}"""')
             lines.append("")
@@ -479,7 +484,9 @@ class _Gen:
             if ind:
                 args = ["self"] + args
             if self.chance(0.3):
-                args.append(f"{self.ident()}: {self.pick(['int', 'str', 'bool', 'float', 'list', 'dict'])} = {self.expr()}")
+                arg = self.ident()
+                typ = self.pick(["int", "str", "bool", "float", "list", "dict"])
+                args.append(f"{arg}: {typ} = {self.expr()}")
             lines.append(f"{ind}def {self.ident()}({', '.join(args)}):")
             body = ind + "    "
             if self.chance(0.5):
@@ -493,8 +500,12 @@ class _Gen:
                         stmt = f"raise {self.pick(_PY_BUILTINS[-7:])}({self.sentence()!r})"
                     lines.append(f"{body}    {stmt}")
                 elif k == 1:
-                    lines.append(f"{body}for {self.ident(1)} in {self.pick(['range', 'enumerate', 'sorted', 'zip'])}({self.ident()}):")
-                    lines.append(f"{body}    {self.ident()}.{self.pick(['append', 'extend', 'update', 'add'])}({self.expr()})")
+                    var = self.ident(1)
+                    fn = self.pick(["range", "enumerate", "sorted", "zip"])
+                    lines.append(f"{body}for {var} in {fn}({self.ident()}):")
+                    obj = self.ident()
+                    meth = self.pick(["append", "extend", "update", "add"])
+                    lines.append(f"{body}    {obj}.{meth}({self.expr()})")
                 elif k == 2:
                     lines.append(f"{body}# {self.sentence()}")
                 elif k == 3:
@@ -547,11 +558,13 @@ class _Gen:
         for _ in range(1 + self.below(3)):
             p = "/".join(self.ident(1) for _ in range(1 + self.below(3))) + "." + self.pick(_EXTS)
             lines.append(self.pick([
-                f"$ git {self.pick(['status', 'diff', 'log --oneline', 'add ' + p, 'commit -m ' + repr(self.sentence())])}",
+                "$ git "
+                + self.pick(["status", "diff", "log --oneline", "add " + p, "commit -m " + repr(self.sentence())]),
                 f"$ python -m {self.ident(1)} --{self.ident(2).replace('_', '-')} {self.number()}",
                 f"$ cat {p}", f"$ ls -la {p}", f"$ grep -rn {self.ident()!r} {p}",
                 f"{p}:{self.below(500)}: {self.pick(['error', 'warning', 'note'])}: {self.sentence()}",
-                f"Traceback (most recent call last):\n  File \"{p}\", line {self.below(900)}, in {self.ident()}\n{self.pick(_PY_BUILTINS[-7:])}: {self.sentence()}",
+                f"Traceback (most recent call last):\n  File \"{p}\", line {self.below(900)}, in {self.ident()}\n"
+                f"{self.pick(_PY_BUILTINS[-7:])}: {self.sentence()}",
             ]))
         return "\n".join(lines)
 

@@ -66,6 +66,7 @@ class ScriptedBackend(Backend):
         self.context_window = context_window
         self._counter = itertools.count()
         self._lock = threading.Lock()
+        self.tokens_decoded = 0  # across all requests: lets tests see that a cancelled request stopped
 
     def next_entry(self) -> ScriptEntry:
         with self._lock:
@@ -90,6 +91,7 @@ class ScriptedBackend(Backend):
                 if should_stop():
                     return
             detok.add_token(tok)
+            self.tokens_decoded += 1
             if not loop.token(detok.last_segment):
                 break
         detok.finalize()

@@ -1,0 +1,226 @@
+"""Chat Completions end to end over real sockets: exact content from the scripted backend, the openai
+SDK as the client, stream and non-stream agreeing, usage, stop strings, caps."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from sse import parse_sse
+
+MODEL = "tinytitan-scripted"
+USER = [{"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                             "parameters": {"type": "object",
+                                                            "properties": {"city": {"type": "string"}},
+                                                            "required": ["city"]}}}]
+THINK_TEXT_TOOL = ('<think>\nThe user wants weather.\n</think>\n\nLet me check.\n\n<tool_call>\n'
+                   '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+
+
+def client(s) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+
+
+async def post(s, body, **kw):
+    async with httpx.AsyncClient(timeout=30) as c:
+        return await c.post(s.url("/v1/chat/completions"), json=body, **kw)
+
+
+async def test_text_reasoning_and_tool_call_non_stream(serve):
+    s = await serve([THINK_TEXT_TOOL])
+    r = await client(s).chat.completions.create(model=MODEL, messages=USER, tools=TOOLS)
+    msg = r.choices[0].message
+    assert msg.content == "Let me check."
+    assert msg.model_extra["reasoning_content"] == "The user wants weather.\n"
+    assert r.choices[0].finish_reason == "tool_calls"
+    (call,) = msg.tool_calls
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert call.id.startswith("call_")
+    assert r.usage.completion_tokens_details.reasoning_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+async def test_stream_matches_non_stream(serve, demo_tok):
+    s = await serve([THINK_TEXT_TOOL])
+    c = client(s)
+    folded = await c.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS)
+    stream = await c.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS, stream=True,
+                                             stream_options={"include_usage": True})
+    content, reasoning, args, names, finish, usage = "", "", {}, {}, None, None
+    async for chunk in stream:
+        if chunk.usage:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            content += ch.delta.content or ""
+            reasoning += (ch.delta.model_extra or {}).get("reasoning_content") or ""
+            for tc in ch.delta.tool_calls or []:
+                args[tc.index] = args.get(tc.index, "") + (tc.function.arguments or "")
+                if tc.function.name:
+                    names[tc.index] = tc.function.name
+            finish = ch.finish_reason or finish
+    m = folded.choices[0].message
+    assert content == m.content
+    assert reasoning == m.model_extra["reasoning_content"]
+    assert names == {0: m.tool_calls[0].function.name}
+    assert args == {0: m.tool_calls[0].function.arguments}
+    assert finish == folded.choices[0].finish_reason
+    assert usage.model_dump() == folded.usage.model_dump()
+    # usage is real: the completion is exactly the scripted text's tokens
+    assert usage.completion_tokens == len(demo_tok.encode(THINK_TEXT_TOOL, add_special_tokens=False))
+
+
+async def test_stream_wire_format(serve):
+    s = await serve(["Hello there"])
+    r = await post(s, {"model": MODEL, "messages": USER, "stream": True})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert r.headers["openai-version"] == "2020-10-01"
+    events = parse_sse(r.text)
+    assert events[-1] == (None, "[DONE]")
+    chunks = [d for _, d in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == "Hello there"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert all("usage" not in c for c in chunks)  # include_usage not asked for
+    assert len({c["id"] for c in chunks}) == 1
+
+
+async def test_tool_round_trip_with_sdk(serve):
+    s = await serve([THINK_TEXT_TOOL, "It is sunny in Paris."])
+    c = client(s)
+    first = await c.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS)
+    call = first.choices[0].message.tool_calls[0]
+    messages = USER + [first.choices[0].message.model_dump(exclude_none=True),
+                       {"role": "tool", "tool_call_id": call.id, "content": "sunny, 24C"}]
+    second = await c.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+    assert second.choices[0].message.content == "It is sunny in Paris."
+    assert second.choices[0].finish_reason == "stop"
+    # the tool result reached the prompt the model saw
+    prepared = await s.engine.prepare(s.server.protocols["openai_chat"].chat_request(
+        s.server.protocols["openai_chat"].validate(json.dumps({"model": MODEL, "messages": messages}).encode())))
+    assert "sunny, 24C" in prepared.prompt_text and "<tool_response>" in prepared.prompt_text
+
+
+async def test_developer_is_the_leading_system_turn(serve):
+    s = await serve(["ok"])
+    proto = s.server.protocols["openai_chat"]
+    body = {"model": MODEL, "messages": [{"role": "developer", "content": "Be terse."},
+                                         {"role": "system", "content": [{"type": "text", "text": "Use tools."}]},
+                                         {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    req = proto.chat_request(proto.validate(json.dumps(body).encode()))
+    assert [m.role for m in req.messages] == ["system", "user"]
+    assert req.messages[0].content == "Be terse.\n\nUse tools."
+    prepared = await s.engine.prepare(req)
+    assert "developer" not in prepared.prompt_text
+    assert prepared.prompt_text.startswith("<|im_start|>system\nBe terse.\n\nUse tools.")
+
+
+@pytest.mark.parametrize("body, expected", [
+    ({"reasoning_effort": "none", "chat_template_kwargs": {"enable_thinking": True}}, False),
+    ({"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": False}}, True),
+    ({"chat_template_kwargs": {"reasoning_effort": "low", "enable_thinking": False}}, True),
+    ({"chat_template_kwargs": {"reasoning_effort": "none", "enable_thinking": True}}, False),
+    ({"chat_template_kwargs": {"enable_thinking": False}}, False),
+    ({"chat_template_kwargs": {"enable_thinking": True}}, True),
+])
+async def test_reasoning_precedence(serve, body, expected):
+    s = await serve(["ok"])
+    proto = s.server.protocols["openai_chat"]
+    req = proto.chat_request(proto.validate(json.dumps({"model": MODEL, "messages": USER, **body}).encode()))
+    prepared = await s.engine.prepare(req)
+    thinking_off = prepared.prompt_text.endswith("<think>\n\n</think>\n\n")
+    assert thinking_off != expected
+
+
+async def test_stop_strings_and_finish_reason(serve):
+    s = await serve(["alpha beta STOP gamma"])
+    r = await client(s).chat.completions.create(model=MODEL, messages=USER, stop=["STOP", "zzz"])
+    assert r.choices[0].message.content == "alpha beta "
+    assert r.choices[0].finish_reason == "stop"
+
+
+async def test_stop_string_across_token_boundaries_in_stream(serve):
+    s = await serve(["one two three four"])
+    r = await post(s, {"model": MODEL, "messages": USER, "stream": True, "stop": "o th"})
+    chunks = [d for _, d in parse_sse(r.text)[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "one tw"
+
+
+async def test_max_tokens_cuts_with_length(serve, demo_tok):
+    s = await serve(["one two three four five six seven eight"])
+    for field in ("max_tokens", "max_completion_tokens"):
+        r = await client(s).chat.completions.create(model=MODEL, messages=USER, **{field: 3})
+        assert r.choices[0].finish_reason == "length"
+        assert r.usage.completion_tokens == 3
+        assert r.choices[0].message.content == demo_tok.decode(
+            demo_tok.encode("one two three four five six seven eight", add_special_tokens=False)[:3])
+
+
+async def test_error_after_stream_opened_sends_error_then_done(serve):
+    s = await serve([{"output": "partial answer", "error": "the model fell over"}])
+    r = await post(s, {"model": MODEL, "messages": USER, "stream": True})
+    events = parse_sse(r.text)
+    assert events[-1] == (None, "[DONE]")
+    err = events[-2][1]
+    assert "the model fell over" in err["error"]["message"]
+    # non-stream: the same failure is a 500 in the envelope, never a hang
+    r = await post(s, {"model": MODEL, "messages": USER})
+    assert r.status_code == 500 and "the model fell over" in r.json()["error"]["message"]
+
+
+async def test_sampling_fields_reach_the_request(serve):
+    s = await serve(["ok"])
+    proto = s.server.protocols["openai_chat"]
+    body = {"model": MODEL, "messages": USER, "seed": 7, "temperature": 0.2, "top_p": 0.9, "top_k": 40,
+            "repetition_penalty": 1.1, "parallel_tool_calls": False, "user": "u1", "metadata": {"a": "b"}}
+    req = proto.chat_request(proto.validate(json.dumps(body).encode()))
+    assert (req.seed, req.temperature, req.top_p, req.top_k, req.repetition_penalty) == (7, 0.2, 0.9, 40, 1.1)
+    assert req.parallel_tool_calls is False
+    r = await post(s, body)
+    assert r.status_code == 200
+
+
+async def test_tool_choice_none_hides_tools(serve):
+    s = await serve(["ok"])
+    proto = s.server.protocols["openai_chat"]
+    req = proto.chat_request(proto.validate(json.dumps(
+        {"model": MODEL, "messages": USER, "tools": TOOLS, "tool_choice": "none"}).encode()))
+    prepared = await s.engine.prepare(req)
+    assert "get_weather" not in prepared.prompt_text
+
+
+async def test_fast_model_strips_scaffolding(serve):
+    s = await serve(["quick answer"])
+    body = {"model": MODEL + "-fast", "tools": TOOLS,
+            "messages": [{"role": "system", "content": "You are Claude Code. " * 200}] + USER}
+    r = await post(s, body)
+    assert r.status_code == 200
+    assert r.json()["model"] == MODEL
+    proto = s.server.protocols["openai_chat"]
+    req = s.engine.apply_model(proto.chat_request(proto.validate(json.dumps(body).encode())))
+    prepared = await s.engine.prepare(req)
+    assert "Claude Code" not in prepared.prompt_text and "get_weather" not in prepared.prompt_text
+    assert prepared.prompt_text.endswith("<think>\n\n</think>\n\n")
+
+
+async def test_demo_model_real_mlx_path(serve, demo_backend, demo_tok):
+    s = await serve(backend=demo_backend)
+    c = client(s)
+    r = await c.chat.completions.create(model=demo_backend.model_id, messages=USER, max_tokens=8, temperature=0,
+                                        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    prompt = demo_tok.apply_chat_template(USER, add_generation_prompt=True, tokenize=False, enable_thinking=False)
+    assert r.usage.prompt_tokens == len(demo_tok.encode(prompt, add_special_tokens=False))
+    assert 1 <= r.usage.completion_tokens <= 8
+    assert r.choices[0].finish_reason in ("length", "stop", "tool_calls")
+    stream = await c.chat.completions.create(model=demo_backend.model_id, messages=USER, max_tokens=8,
+                                             temperature=0, stream=True, stream_options={"include_usage": True},
+                                             extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    usage = None
+    async for chunk in stream:
+        usage = chunk.usage or usage
+    assert usage.model_dump() == r.usage.model_dump()  # greedy: the same tokens both ways

@@ -1,0 +1,142 @@
+"""Every refusal and bad input of Chat Completions: a 4xx in the OpenAI envelope naming the field."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+MODEL = "tinytitan-scripted"
+USER = [{"role": "user", "content": "hi"}]
+
+
+async def call(s, body=None, *, content=None, headers=None, path="/v1/chat/completions", method="POST"):
+    async with httpx.AsyncClient(timeout=30) as c:
+        if content is not None:
+            return await c.request(method, s.url(path), content=content, headers=headers)
+        return await c.request(method, s.url(path), json=body, headers=headers)
+
+
+def envelope(r, status, param=None, code=None, contains=None):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] and err["message"]
+    if param is not None:
+        assert err["param"] == param
+    if code is not None:
+        assert err["code"] == code
+    if contains is not None:
+        assert contains in err["message"], err["message"]
+    assert r.headers["openai-version"] == "2020-10-01"
+    return err
+
+
+@pytest.mark.parametrize("extra, param, contains", [
+    ({"n": 2}, "n", "'n'"),
+    ({"logprobs": True}, "logprobs", "logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs", "top_logprobs"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "at most 4"),
+    ({"tool_choice": "required"}, "tool_choice", "required"),
+    ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice.type", "forcing"),
+    ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type", "custom"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+     "response_format.type", "json_schema"),
+    ({"modalities": ["text", "audio"]}, "modalities", "modalities"),
+    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "audio"),
+    ({"functions": [{"name": "f"}]}, "functions", "functions"),
+    ({"temperature": "hot"}, "temperature", "number"),
+    ({"temperature": 3}, "temperature", "maximum"),
+    ({"max_tokens": 0}, "max_tokens", "minimum"),
+    ({"stream": "yes"}, "stream", "boolean"),
+    ({"frobnicate": 1}, "frobnicate", "frobnicate"),
+])
+async def test_refused_by_name(serve, extra, param, contains):
+    s = await serve(["ok"])
+    r = await call(s, {"model": MODEL, "messages": USER, **extra})
+    envelope(r, 400, param=param, contains=contains)
+
+
+@pytest.mark.parametrize("part", [
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+    {"type": "file", "file": {"file_id": "f"}},
+])
+async def test_non_text_parts_refused_naming_the_part(serve, part):
+    s = await serve(["ok"])
+    messages = [{"role": "user", "content": [{"type": "text", "text": "look"}, part]}]
+    r = await call(s, {"model": MODEL, "messages": messages})
+    err = envelope(r, 400, param="messages[0].content[1].type")
+    assert part["type"] in err["message"]
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"model": MODEL}, "messages"),
+    ({"messages": USER}, "model"),
+    ({"model": MODEL, "messages": "hi"}, "messages"),
+    ({"model": MODEL, "messages": []}, "messages"),
+    ({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+    ({"model": MODEL, "messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"model": MODEL, "messages": USER, "tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
+    ({"model": MODEL, "messages": USER, "stop": [1]}, "stop[0]"),
+])
+async def test_malformed_requests(serve, body, param):
+    s = await serve(["ok"])
+    envelope(await call(s, body), 400, param=param)
+
+
+async def test_malformed_json_and_non_object(serve):
+    s = await serve(["ok"])
+    envelope(await call(s, content=b'{"model": ', headers={"content-type": "application/json"}), 400,
+             code="invalid_json")
+    envelope(await call(s, content=b"[1, 2]", headers={"content-type": "application/json"}), 400,
+             code="invalid_body")
+    envelope(await call(s, content=b"\xff\xfe", headers={"content-type": "application/json"}), 400,
+             code="invalid_json")
+
+
+async def test_unknown_model_is_404(serve):
+    s = await serve(["ok"])
+    envelope(await call(s, {"model": "gpt-9", "messages": USER}), 404, param="model", code="model_not_found")
+
+
+async def test_unknown_route_and_method(serve):
+    s = await serve(["ok"])
+    envelope(await call(s, {}, path="/v1/nothing"), 404, code="not_found")
+    envelope(await call(s, None, path="/v1/chat/completions", method="GET"), 405)
+
+
+async def test_prompt_over_context_window(serve, demo_tok):
+    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+    s = await serve(backend=ScriptedBackend([ScriptEntry("ok")], demo_tok, context_window=32))
+    r = await call(s, {"model": "tinytitan-scripted", "messages": [{"role": "user", "content": "word " * 100}]})
+    envelope(r, 400, code="context_length_exceeded")
+
+
+async def test_host_allow_list(serve):
+    s = await serve(["ok"], allowed_hosts=("tinytitan.local",))
+    envelope(await call(s, {"model": MODEL, "messages": USER}, headers={"host": "evil.example"}), 403,
+             contains="evil.example")
+    r = await call(s, {"model": MODEL, "messages": USER}, headers={"host": "tinytitan.local:8096"})
+    assert r.status_code == 200
+    r = await call(s, {"model": MODEL, "messages": USER}, headers={"host": "localhost:1234"})
+    assert r.status_code == 200
+
+
+async def test_api_key(serve):
+    s = await serve(["ok"], api_key="sekrit")
+    body = {"model": MODEL, "messages": USER}
+    envelope(await call(s, body), 401)
+    envelope(await call(s, body, headers={"authorization": "Bearer wrong"}), 401)
+    assert (await call(s, body, headers={"authorization": "Bearer sekrit"})).status_code == 200
+    assert (await call(s, body, headers={"x-api-key": "sekrit"})).status_code == 200
+    async with httpx.AsyncClient() as c:
+        assert (await c.get(s.url("/health"))).status_code == 200  # health needs no key
+
+
+async def test_no_api_key_accepts_any(serve):
+    s = await serve(["ok"])
+    body = {"model": MODEL, "messages": USER}
+    assert (await call(s, body, headers={"authorization": "Bearer whatever"})).status_code == 200
+    assert (await call(s, body, headers={"x-api-key": "whatever"})).status_code == 200

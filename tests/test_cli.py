@@ -1,0 +1,92 @@
+"""The real command: ``tinytitan serve`` in a subprocess, its banner, and the openai SDK against it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start(args, timeout=60):
+    proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "serve", "--port", "0", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"is serving '([^']+)' at (http://\S+)", line)
+        if m:
+            for _ in range(20):  # the rest of the banner
+                lines.append(proc.stdout.readline())
+                if "wire_api" in lines[-1]:
+                    break
+            return proc, m.group(1), m.group(2), "".join(lines)
+    proc.kill()
+    raise AssertionError("server did not start:\n" + "".join(lines))
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(['<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>',
+                                "The time is noon."]))
+    return path
+
+
+def test_scripted_tool_call_parsed_by_the_sdk(script):
+    proc, model, base, banner = start(["--script", str(script)])
+    try:
+        assert model == "tinytitan-scripted"
+        assert "ANTHROPIC_BASE_URL=" + base in banner and f'base_url = "{base}/v1"' in banner
+        c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+        tools = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+        r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "time?"}], tools=tools)
+        call = r.choices[0].message.tool_calls[0]
+        assert call.function.name == "get_time" and json.loads(call.function.arguments) == {"tz": "UTC"}
+        assert r.choices[0].finish_reason == "tool_calls"
+        text = ""
+        for chunk in c.chat.completions.create(model=model, messages=[{"role": "user", "content": "t"}],
+                                               stream=True):
+            text += chunk.choices[0].delta.content or "" if chunk.choices else ""
+        assert text == "The time is noon."
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_demo_model_serves_a_streaming_chat():
+    proc, model, base, _ = start([])
+    try:
+        assert model == "tinytitan-demo"
+        c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+        chunks = list(c.chat.completions.create(model=model, messages=[{"role": "user", "content": "hello"}],
+                                                max_tokens=5, stream=True))
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert chunks[-1].choices[0].finish_reason in ("length", "stop", "tool_calls")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_non_loopback_bind_needs_explicit_flag():
+    r = subprocess.run([sys.executable, "-m", "tinytitan", "serve", "--host", "0.0.0.0", "--port", "0"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--allow-remote" in r.stderr
+
+
+def test_demo_model_command(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tinytitan", "demo-model", str(tmp_path / "m")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "m" / "model.safetensors").is_file() and (tmp_path / "m" / "tokenizer.json").is_file()

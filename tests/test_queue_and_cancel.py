@@ -1,0 +1,82 @@
+"""Bounded admission and cancellation, over real sockets."""
+
+from __future__ import annotations
+
+import httpx
+import trio
+
+from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+MODEL = "tinytitan-scripted"
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+LONG = " ".join(f"word{i}" for i in range(400))
+
+
+async def test_overflow_is_refused_at_once(serve, demo_tok):
+    backend = ScriptedBackend([ScriptEntry(LONG, delay_ms=20)], demo_tok)
+    s = await serve(backend=backend, max_queue=1)
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with trio.open_nursery() as n:
+            async def hold():
+                async with c.stream("POST", s.url("/v1/chat/completions"), json={**BODY, "stream": True}) as r:
+                    async for _ in r.aiter_bytes():
+                        await trio.sleep_forever()  # hold the slot until the test ends
+
+            n.start_soon(hold)
+            while s.engine.running == 0:
+                await trio.sleep(0.01)
+            async def queued():
+                await c.post(s.url("/v1/chat/completions"), json=BODY)
+
+            n.start_soon(queued)  # waits in the queue
+            while s.engine.waiting == 0:
+                await trio.sleep(0.01)
+            with trio.fail_after(2):
+                r = await c.post(s.url("/v1/chat/completions"), json=BODY)
+            assert r.status_code == 429
+            err = r.json()["error"]
+            assert err["code"] == "queue_full" and "--max-queue" in err["message"]
+            health = (await c.get(s.url("/health"))).json()
+            assert health["queue_depth"] == 1
+            n.cancel_scope.cancel()
+
+
+async def test_client_hangup_cancels_generation(serve, demo_tok):
+    backend = ScriptedBackend([ScriptEntry(LONG, delay_ms=30), ScriptEntry("after")], demo_tok)
+    s = await serve(backend=backend)
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with c.stream("POST", s.url("/v1/chat/completions"), json={**BODY, "stream": True}) as r:
+            got = 0
+            async for line in r.aiter_lines():
+                if '"content":"' in line and '"content":""' not in line:
+                    got += 1
+                    if got == 3:
+                        break
+        # the response is closed: the server must notice, stop decoding and free the slot
+        with trio.fail_after(5):
+            while s.engine.running or s.engine.waiting:
+                await trio.sleep(0.02)
+        stopped_at = backend.tokens_decoded
+        await trio.sleep(0.3)  # ten tokens' time: nothing more may be decoded
+        assert backend.tokens_decoded == stopped_at
+        assert stopped_at < 20  # it stopped within a token or two of the hang-up, not at the end (≈800 tokens)
+        # and the slot really is free: the next request is answered
+        r = await c.post(s.url("/v1/chat/completions"), json=BODY)
+        assert r.json()["choices"][0]["message"]["content"] == "after"
+
+
+async def test_requests_are_served_in_order(serve, demo_tok):
+    backend = ScriptedBackend([ScriptEntry("first", delay_ms=20), ScriptEntry("second"), ScriptEntry("third")],
+                              demo_tok)
+    s = await serve(backend=backend, max_queue=4)
+    results = []
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with trio.open_nursery() as n:
+            async def one(tag):
+                r = await c.post(s.url("/v1/chat/completions"), json=BODY)
+                results.append((tag, r.json()["choices"][0]["message"]["content"]))
+
+            for tag in range(3):
+                n.start_soon(one, tag)
+                await trio.sleep(0.05)
+    assert sorted(results) == [(0, "first"), (1, "second"), (2, "third")]

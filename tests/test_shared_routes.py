@@ -1,0 +1,66 @@
+"""Shared routes: health, the model list in both shapes, one model, unload, the root."""
+
+from __future__ import annotations
+
+import httpx
+
+MODEL = "tinytitan-scripted"
+
+
+async def get(s, path, headers=None):
+    async with httpx.AsyncClient() as c:
+        return await c.get(s.url(path), headers=headers)
+
+
+async def test_health(serve):
+    s = await serve(["ok"])
+    r = await get(s, "/health")
+    assert r.status_code == 200
+    assert r.json()["status"] == "ok" and r.json()["model"] == MODEL and r.json()["queue_depth"] == 0
+    assert r.headers["openai-version"] == "2020-10-01"
+
+
+async def test_models_openai_shape(serve):
+    s = await serve(["ok"])
+    r = await get(s, "/v1/models")
+    body = r.json()
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == [MODEL]  # -fast is accepted, not listed
+    assert body["data"][0]["object"] == "model" and isinstance(body["data"][0]["created"], int)
+
+
+async def test_models_anthropic_shape(serve):
+    s = await serve(["ok"])
+    r = await get(s, "/v1/models", headers={"anthropic-version": "2023-06-01"})
+    body = r.json()
+    assert body["has_more"] is False and body["first_id"] == MODEL and body["last_id"] == MODEL
+    (m,) = body["data"]
+    assert m["type"] == "model" and m["id"] == MODEL and m["display_name"] and m["created_at"].endswith("Z")
+
+
+async def test_one_model(serve):
+    s = await serve(["ok"])
+    assert (await get(s, f"/v1/models/{MODEL}")).json()["id"] == MODEL
+    assert (await get(s, f"/v1/models/{MODEL}-fast")).json()["id"] == MODEL
+    r = await get(s, "/v1/models/nope")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+async def test_unload(serve, demo_backend):
+    s = await serve(backend=demo_backend)
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/models/unload"), json={})
+        assert r.status_code == 200 and r.json()["model"] == demo_backend.model_id
+        r = await c.post(s.url("/v1/models/unload"), json={"model": "nope"})
+        assert r.status_code == 404
+        # the next request loads it again
+        r = await c.post(s.url("/v1/chat/completions"), json={
+            "model": demo_backend.model_id, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200
+
+
+async def test_root(serve):
+    s = await serve(["ok"])
+    async with httpx.AsyncClient() as c:
+        assert (await c.head(s.url("/"))).status_code == 200
+        assert (await c.get(s.url("/"))).json()["status"] == "ok"
