@@ -173,4 +173,4 @@ def test_agrees_with_mlx_lm_tool_parsers(root, family):
 
 
 def test_every_family_has_a_fixture():
-    assert set(ff.SPECS) == set(FAMILIES) - {"generic"}
+    assert set(ff.SPECS) == set(FAMILIES) - {"generic", "gemma4", "function_gemma"}

@@ -19,6 +19,8 @@ a fallback. A ``Family`` gives the backend:
 | mistral      | ``[THINK]…[/THINK]``   | ``[TOOL_CALLS]N[ARGS]{json}`` or ``[TOOL_CALLS][{json}, …]``            |
 | glm          | ``<think>…</think>``   | ``<tool_call>N\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value></tool_call>`` |
 | gemma        | —                      | ```` ```tool_code\\nN(k=v)\\n``` ```` or a bare JSON call             |
+| gemma4       | ``<|channel>thought…<channel|>`` | ``<|tool_call>call:N{k:<|"|>v<|"|>}<tool_call|>``             |
+| function_gemma | —                    | ``<start_function_call>call:N{k:<escape>v<escape>}<end_function_call>`` |
 | gpt_oss      | harmony ``analysis``   | harmony ``commentary to=functions.N … <|message|>{json}<|call|>``      |
 
 How the parsing is done, and why not with Lark grammars or mlx-lm's ``tool_parsers``: see ``bodies.py``.
@@ -82,10 +84,16 @@ MISTRAL = Family("mistral", Markup("[THINK]", "[/THINK]", "[TOOL_CALLS]", None, 
 GLM = Family("glm", replace(QWEN, body="kv"), ("<|user|>", "<|observation|>", "<|endoftext|>"))
 GEMMA = Family("gemma", Markup(None, None, "```tool_code", "```", "pythonic", bare_json=True),
                ("<end_of_turn>", "<eos>"), RoleConventions("tool_output", "pythonic", alternate=True))
+GEMMA4 = Family("gemma4", Markup("<|channel>thought", "<channel|>", "<|tool_call>", "<tool_call|>", "gemma4"),
+                ("<turn|>", "<end_of_turn>", "<eos>"))
+FUNCTION_GEMMA = Family("function_gemma", Markup(None, None, "<start_function_call>", "<end_function_call>",
+                                                 "function_gemma"), ("<end_of_turn>", "<eos>"),
+                        RoleConventions("tool_output", "pythonic", alternate=True))
 GPT_OSS = Family("gpt_oss", None, ("<|return|>", "<|call|>"))
 GENERIC = Family("generic", QWEN)
 
-FAMILIES = {f.name: f for f in (QWEN_FAMILY, QWEN3_CODER, LLAMA3, MISTRAL, GLM, GEMMA, GPT_OSS, GENERIC)}
+FAMILIES = {f.name: f for f in (QWEN_FAMILY, QWEN3_CODER, LLAMA3, MISTRAL, GLM, GEMMA, GEMMA4, FUNCTION_GEMMA, GPT_OSS,
+                                 GENERIC)}
 
 
 def template_source(tokenizer: Any) -> str:
@@ -123,6 +131,10 @@ def detect(tokenizer: Any, config: dict | None = None) -> Family:
     elif has("[TOOL_CALLS]", "[INST]") or model_type in ("mistral", "mistral3", "magistral"):
         fam = MISTRAL if has("[THINK]") else replace(MISTRAL, markup=replace(MISTRAL.markup, think_open=None,
                                                                             think_close=None))
+    elif in_template("<|tool_call>") and has("<tool_call|>"):
+        fam = GEMMA4
+    elif has("<start_function_call>"):
+        fam = FUNCTION_GEMMA
     elif has("<|start_header_id|>", "<|python_tag|>"):
         fam = LLAMA3
     elif has("<start_of_turn>") or model_type.startswith("gemma"):

@@ -696,6 +696,135 @@ class PythonicCall(Body):
         return [ToolCallArgsDelta(self.index, args), ToolCallDone(self.index, args)]
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Gemma 4 / FunctionGemma: call:NAME{key:<|"|>text<|"|>,n:2}
+# ---------------------------------------------------------------------------------------------------------
+
+_CALL_HEAD = regex.compile(r"\s*call:([\w.-]+)\{")
+
+
+class GemmaCall(Body):
+    """``call:NAME{…}`` with bare keys and strings between a delimiter token (``<|"|>`` for Gemma 4,
+    ``<escape>`` for FunctionGemma); the arguments stream as the JSON they stand for."""
+
+    def __init__(self, calls, markup, delim: str, tentative=False):
+        super().__init__(calls, markup, tentative)
+        self.delim = delim
+        self.buf = ""
+        self.state = "head"
+        self.stack: list[str] = []
+        self.expect_key = False
+        self.token = ""  # a bare key or scalar being read
+        self.string_is_key = False
+        self.args = ""
+
+    def _emit(self, out: list, text: str) -> None:
+        if text:
+            self.args += text
+            out.append(ToolCallArgsDelta(self.index, text))
+
+    def feed(self, text: str) -> list[TokenEvent]:
+        self.raw += text
+        self.buf += text
+        out: list[TokenEvent] = []
+        while self.buf and self._step(out):
+            pass
+        return out
+
+    def _step(self, out: list) -> bool:
+        if self.state == "head":
+            m = _CALL_HEAD.match(self.buf, partial=True)
+            if m is None:
+                if self.buf.strip():
+                    self.state = "junk"
+                    return True
+                self.buf = ""
+                return False
+            if m.partial:
+                return False
+            self.buf = self.buf[m.end():]
+            self._start(m.group(1), out)
+            self.args, self.stack, self.expect_key, self.state = "", ["{"], True, "body"
+            self._emit(out, "{")
+            return True
+        if self.state == "string":
+            i = self.buf.find(self.delim)
+            if i < 0:
+                keep = partial_suffix(self.buf, self.delim)
+                chunk, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep:]
+                self._emit(out, _escape(chunk))
+                return False
+            self._emit(out, _escape(self.buf[:i]) + '"')
+            self.buf = self.buf[i + len(self.delim):]
+            self.state = "body"
+            if self.string_is_key:
+                self.token = ""
+            return True
+        if self.state == "junk":
+            self.buf = ""
+            return False
+        # body: one structural step
+        if self.delim.startswith(self.buf):
+            return False  # maybe the start of a string delimiter
+        if self.buf.startswith(self.delim):
+            self.buf = self.buf[len(self.delim):]
+            self.string_is_key = self.expect_key
+            self._emit(out, '"')
+            self.state = "string"
+            return True
+        c = self.buf[0]
+        if c in ",}]:" or (c in "{[" and not self.token):
+            self.buf = self.buf[1:]
+            if self.expect_key and c == ":":
+                self._emit(out, json.dumps(self.token.strip(), ensure_ascii=False) + ":" if self.token.strip()
+                           else ":")
+                self.token, self.expect_key = "", False
+                return True
+            self._flush_scalar(out)
+            if c in "{[":
+                self.stack.append(c)
+                self.expect_key = c == "{"
+                self._emit(out, c)
+            elif c == ",":
+                self._emit(out, ",")
+                self.expect_key = bool(self.stack) and self.stack[-1] == "{"
+            elif c in "}]":
+                if self.stack:
+                    self.stack.pop()
+                self._emit(out, c)
+                self.expect_key = False
+                if not self.stack:
+                    out.append(ToolCallDone(self.index, self.args))
+                    self.state = "head"
+            return True
+        if c.isspace() and not self.token:
+            self.buf = self.buf[1:]
+            return True
+        self.token += c
+        self.buf = self.buf[1:]
+        return True
+
+    def _flush_scalar(self, out: list) -> None:
+        tok, self.token = self.token.strip(), ""
+        if not tok:
+            return
+        try:
+            json.loads(tok)
+            self._emit(out, tok)
+        except ValueError:
+            self._emit(out, json.dumps(tok, ensure_ascii=False))
+
+    def close(self, truncated: bool) -> list[TokenEvent]:
+        if not self.any:
+            return self._as_text(truncated) if self.raw.strip() else []
+        out: list[TokenEvent] = []
+        if self.state in ("body", "string"):
+            log.warning("tool call %s: arguments cut short", self.index)
+            out.append(ToolCallDone(self.index, self.args))
+        self.state = "done"
+        return out
+
+
 def make_body(markup: Markup, calls: Calls, tentative: bool = False) -> Body:
     kind = markup.body
     if kind == "json" or tentative:  # a bare answer is only ever tried as JSON
@@ -708,4 +837,8 @@ def make_body(markup: Markup, calls: Calls, tentative: bool = False) -> Body:
         return MistralCall(calls, markup, tentative)
     if kind == "pythonic":
         return PythonicCall(calls, markup, tentative)
+    if kind == "gemma4":
+        return GemmaCall(calls, markup, '<|"|>', tentative)
+    if kind == "function_gemma":
+        return GemmaCall(calls, markup, "<escape>", tentative)
     raise ValueError(f"unknown tool-call body format {kind!r}")

@@ -9,6 +9,7 @@ written (the decoders are in ``bodies.py``):
 - ``kv``: ``NAME\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>…`` — GLM 4.5 / 4.6 / 4.7.
 - ``mistral``: ``NAME[ARGS]{json}`` (newer tokenizers) or a JSON list (older ones) after ``[TOOL_CALLS]``.
 - ``pythonic``: ``NAME(k="v", n=2)`` — Gemma's ```` ```tool_code ```` fences.
+- ``gemma4`` / ``function_gemma``: ``call:NAME{k:<|"|>v<|"|>,n:2}`` (``<escape>`` for FunctionGemma).
 
 A call whose format has no closing marker (Mistral, Llama's ``<|python_tag|>``) runs to the next opening
 marker or to the end of the generation (the end-of-turn token, which the decoder stops on).
