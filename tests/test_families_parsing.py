@@ -274,3 +274,70 @@ def test_gemma4_and_function_gemma_detected():
     assert detect(g4).name == "gemma4"
     fg = Tok("<start_of_turn>developer ... <start_function_call>", {"<start_function_call>": 1, "<start_of_turn>": 2})
     assert detect(fg).name == "function_gemma"
+
+
+def _invariants(events):
+    started = [e for e in events if isinstance(e, ev.ToolCallStarted)]
+    done = [e for e in events if isinstance(e, ev.ToolCallDone)]
+    assert [s.index for s in started] == list(range(len(started)))
+    assert [d.index for d in done] == [s.index for s in started]  # every call ends, once, in order
+    for d in done:
+        assert "".join(e.text for e in events if isinstance(e, ev.ToolCallArgsDelta) and e.index == d.index) \
+            == d.arguments
+        started_at = next(i for i, e in enumerate(events) if isinstance(e, ev.ToolCallStarted) and e.index == d.index)
+        assert all(i > started_at for i, e in enumerate(events)
+                   if isinstance(e, ev.ToolCallArgsDelta) and e.index == d.index)
+
+
+@pytest.mark.parametrize("family", list(CASES) + ["gemma4", "function_gemma"])
+def test_any_cut_and_any_split_never_fails(family):
+    """Every output cut short at every position, fed in random pieces: no exception, and the call events
+    stay well formed (each call started once, ended once, its deltas adding up to its arguments)."""
+    import random
+
+    from tinytitan.engine.families import FAMILIES
+
+    raws = [raw for raw, _ in CASES.get(family, [])] + [raw for f, _, raw in GEMMA_CALLS if f == family]
+    rnd = random.Random(7)
+    for raw in raws:
+        for cut in range(len(raw) + 1):
+            text = raw[:cut]
+            p = FAMILIES[family].parser(False, {}, {"get_weather": WEATHER.parameters})
+            events, i = [], 0
+            while i < len(text):
+                n = rnd.randint(1, 4)
+                events += p.feed(text[i:i + n])[0]
+                i += n
+            events += p.finish()
+            _invariants(events)
+
+
+FUZZ_ATOMS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<function=", "<parameter=", "</parameter>",
+              "</function>", ">", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "[TOOL_CALLS]", "[ARGS]",
+              "[THINK]", "[/THINK]", "<|python_tag|>", "```tool_code", "```", "<|channel|>", "<|message|>", "<|end|>",
+              "<|call|>", "<|start|>", "assistant", " to=functions.f", "analysis", "final", "commentary",
+              "<|tool_call>", "<tool_call|>", "call:f{", '<|"|>', "<escape>", "<start_function_call>",
+              "<end_function_call>", "<|channel>thought", "<channel|>", '{"name": "f", "arguments": ',
+              '{"name": "g", "parameters": {', '"a": 1', "}", "{", "[", "]", ",", ":", '"', "\\", "x", " ", "\n",
+              "get(a=1)", "k:", "true", "(", ")"]
+
+
+def test_markup_soup_never_fails(caplog):
+    """Random sequences of every family's markers and JSON fragments, in random pieces, into every parser."""
+    import random
+
+    from tinytitan.engine.families import FAMILIES
+
+    rnd = random.Random(11)
+    with caplog.at_level(logging.CRITICAL, logger="tinytitan.parser"):
+        for _ in range(1500):
+            fam = rnd.choice(sorted(FAMILIES))
+            text = "".join(rnd.choice(FUZZ_ATOMS) for _ in range(rnd.randint(1, 25)))
+            p = FAMILIES[fam].parser(rnd.random() < 0.2, {}, {"f": {"properties": {"a": {"type": "integer"}}}})
+            events, i = [], 0
+            while i < len(text):
+                n = rnd.randint(1, 6)
+                events += p.feed(text[i:i + n])[0]
+                i += n
+            events += p.finish()
+            _invariants(events)
