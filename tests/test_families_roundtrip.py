@@ -174,3 +174,10 @@ def test_agrees_with_mlx_lm_tool_parsers(root, family):
 
 def test_every_family_has_a_fixture():
     assert set(ff.SPECS) == set(FAMILIES) - {"generic", "gemma4", "function_gemma"}
+
+
+def test_reasoning_level_reaches_the_harmony_template(root):
+    b = ff.backend("gpt_oss", root)
+    req = ChatRequest("m", CONVERSATION[:2], TOOLS)
+    assert "Reasoning: high" in b.prepare(req.with_(reasoning="xhigh")).prompt_text
+    assert "Reasoning: low" in b.prepare(req.with_(reasoning="minimal")).prompt_text

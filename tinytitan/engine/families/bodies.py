@@ -68,6 +68,7 @@ class Body:
         self.leftover: str | None = None
         self.index: int | None = None
         self.any = False  # some call started
+        self.warned = False  # logged once per block
 
     def feed(self, text: str) -> list[TokenEvent]:
         raise NotImplementedError
@@ -276,7 +277,9 @@ class JsonCalls(Body):
         if not self.any:
             self.state = "raw"
             return False
-        log.warning("text after a tool call inside its markup; returned as text: %r", self.buf[:200])
+        if not self.warned:
+            log.warning("text after a tool call inside its markup; returned as text: %r", self.buf[:200])
+            self.warned = True
         out.append(TextDelta(self.buf))
         self.buf = ""
         return False
@@ -480,7 +483,9 @@ class TaggedCall(Body):
             return False
         if st == "after":
             if self.buf.strip():
-                log.warning("text after a tool call inside its markup; returned as text: %r", self.buf[:200])
+                if not self.warned:
+                    log.warning("text after a tool call inside its markup; returned as text: %r", self.buf[:200])
+                    self.warned = True
                 out.append(TextDelta(self.buf.strip()))
             self.buf = ""
             return False
@@ -623,7 +628,9 @@ class MistralCall(Body):
                 self.state = "after"
         if self.state == "after":
             if self.buf.strip():
-                log.warning("text after a Mistral tool call; returned as text: %r", self.buf[:200])
+                if not self.warned:
+                    log.warning("text after a Mistral tool call; returned as text: %r", self.buf[:200])
+                    self.warned = True
                 out.append(TextDelta(self.buf.strip()))
             self.buf = ""
         return out
