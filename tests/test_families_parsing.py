@@ -97,6 +97,9 @@ CASES = {
          call(0, "get_weather", '{"city": "Paris"}') + [("finish", "tool_calls")]),
         ("Here:\n```python\nprint(1)\n```", [("text", "Here:\n```python\nprint(1)\n```"), ("finish", "stop")]),
         ("```tool_code\nprint 'x'\n```", [("text", "```tool_code\nprint 'x'\n```"), ("finish", "stop")]),
+        ('```tool_code\nget_weather(city="Paris")\nwrite_file(path="a.txt", content="hi")\n```',
+         call(0, "get_weather", '{"city": "Paris"}') + call(1, "write_file", '{"path": "a.txt", "content": "hi"}')
+         + [("finish", "tool_calls")]),
     ],
     "gpt_oss": [
         ('<|channel|>analysis<|message|>User asks weather. Use tool.<|end|><|start|>assistant<|channel|>commentary '

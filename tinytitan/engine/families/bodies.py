@@ -688,19 +688,45 @@ class PythonicCall(Body):
     def close(self, truncated: bool) -> list[TokenEvent]:
         if not self.any:
             return self._as_text(truncated) if self.raw.strip() else []
-        args = "{}"
+        # the block may hold more calls, one per line: name(...)\nother(...)
         try:
-            node = ast.parse(f"f({self.buf.strip().removesuffix(')')})", mode="eval").body
-            if node.args:
-                raise ValueError("positional arguments")
-            value = {k.arg: ast.literal_eval(_JSONLiterals().visit(k.value)) for k in node.keywords}
-            if None in value:
-                raise ValueError("**kwargs")
-            args = json.dumps(value, ensure_ascii=False)
-        except (SyntaxError, ValueError, TypeError) as exc:
-            log.warning("tool call %s (%s): arguments not understood (%s): %r", self.index, self.name, exc,
-                        self.buf[:200])
-        return [ToolCallArgsDelta(self.index, args), ToolCallDone(self.index, args)]
+            stmts = ast.parse(f"{self.name}({self.buf.strip()}").body
+            calls = [_py_call(st) for st in stmts]
+        except (SyntaxError, ValueError, TypeError):
+            calls = None
+        if not calls:
+            try:
+                calls = [(self.name, _py_kwargs(ast.parse(f"f({self.buf.strip().removesuffix(')')})",
+                                                          mode="eval").body))]
+            except (SyntaxError, ValueError, TypeError) as exc:
+                log.warning("tool call %s (%s): arguments not understood (%s): %r", self.index, self.name, exc,
+                            self.buf[:200])
+                calls = [(self.name, "{}")]
+        out: list[TokenEvent] = []
+        for k, (name, args) in enumerate(calls):
+            if k:
+                self._start(name, out)
+            out += [ToolCallArgsDelta(self.index, args), ToolCallDone(self.index, args)]
+        return out
+
+
+def _py_kwargs(node) -> str:
+    if not isinstance(node, ast.Call) or node.args:
+        raise ValueError("not a call with keyword arguments")
+    value = {k.arg: ast.literal_eval(_JSONLiterals().visit(k.value)) for k in node.keywords}
+    if None in value:
+        raise ValueError("**kwargs")
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _py_call(stmt) -> tuple[str, str]:
+    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
+        raise ValueError("not a call")
+    func = stmt.value.func
+    name = ast.unparse(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
+    if not name:
+        raise ValueError("not a named call")
+    return name, _py_kwargs(stmt.value)
 
 
 # ---------------------------------------------------------------------------------------------------------
