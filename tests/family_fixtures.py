@@ -299,33 +299,33 @@ HARMONY = r"""{{- "<|start|>system<|message|>You are ChatGPT, a large language m
 {%- for message in messages %}
     {%- if loop.first and message.role in ["system", "developer"] %}
     {%- elif message.role == "assistant" %}
-        {%- if message.tool_calls %}
-            {%- if message.thinking %}
+        {%- if "tool_calls" in message %}
+            {#- We assume max 1 tool call per message: the name of a tool result is the last call's #}
+            {%- set tc = message.tool_calls[0] %}
+            {%- set tc = tc.function if tc.function is defined else tc %}
+            {%- if message.content and message.thinking %}
+                {{- raise_exception("Cannot pass both content and thinking in an assistant message with tool calls!") }}
+            {%- elif message.content %}
+                {{- "<|start|>assistant<|channel|>analysis<|message|>" + message.content + "<|end|>" }}
+            {%- elif message.thinking %}
                 {{- "<|start|>assistant<|channel|>analysis<|message|>" + message.thinking + "<|end|>" }}
             {%- endif %}
-            {%- if message.content %}
-                {{- "<|start|>assistant<|channel|>commentary<|message|>" + message.content + "<|end|>" }}
-            {%- endif %}
-            {%- for tc in message.tool_calls %}
-                {%- set tc = tc.function if tc.function is defined else tc %}
-                {{- "<|start|>assistant to=functions." + tc.name + "<|channel|>commentary json<|message|>" }}
-                {{- tc.arguments if tc.arguments is string else tc.arguments | tojson }}
-                {{- "<|call|>" }}
-                {%- set last_tool_call.name = tc.name %}
-            {%- endfor %}
+            {{- "<|start|>assistant to=functions." + tc.name + "<|channel|>commentary json<|message|>" }}
+            {{- tc.arguments | tojson }}
+            {{- "<|call|>" }}
+            {%- set last_tool_call.name = tc.name %}
         {%- else %}
-            {%- if loop.last and message.thinking %}
-                {{- "<|start|>assistant<|channel|>analysis<|message|>" + message.thinking + "<|end|>" }}
-            {%- endif %}
             {{- "<|start|>assistant<|channel|>final<|message|>" + message.content + "<|end|>" }}
+            {%- set last_tool_call.name = none %}
         {%- endif %}
     {%- elif message.role == "tool" %}
+        {%- if last_tool_call.name is none %}
+            {{- raise_exception("Message has tool role, but there was no previous assistant message with a tool call!") }}
+        {%- endif %}
         {{- "<|start|>functions." + last_tool_call.name + " to=assistant<|channel|>commentary<|message|>" }}
         {{- message.content | tojson + "<|end|>" }}
     {%- elif message.role == "user" %}
         {{- "<|start|>user<|message|>" + message.content + "<|end|>" }}
-    {%- elif message.role in ["system", "developer"] %}
-        {{- "<|start|>developer<|message|>" + message.content + "<|end|>" }}
     {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}

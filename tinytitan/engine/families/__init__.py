@@ -70,9 +70,23 @@ class Family:
     def map_roles(self, messages: list[dict], tools: list[dict] | None,
                   template_src: str | None) -> tuple[list[dict], list[dict] | None]:
         msgs, tools = map_roles(messages, tools, template_src, self.roles)
-        if self.markup is None:  # harmony templates read earlier reasoning as ``thinking``
-            msgs = [{**m, "thinking": m["reasoning_content"]} if m.get("reasoning_content") else m for m in msgs]
+        if self.markup is None:
+            msgs = [_harmony_message(m) for m in msgs]
         return msgs, tools
+
+
+def _harmony_message(m: dict) -> dict:
+    """Harmony templates read earlier reasoning as ``thinking``; a tool-calling turn may carry one analysis
+    message, not a preamble and reasoning both (the template refuses that), so the two are joined."""
+    if m.get("role") != "assistant":
+        return m
+    m = dict(m)
+    thinking = m.pop("reasoning_content", None) or ""
+    if m.get("tool_calls") and m.get("content") and thinking:
+        thinking, m["content"] = thinking + "\n\n" + m["content"], ""
+    if thinking:
+        m["thinking"] = thinking
+    return m
 
 
 QWEN_FAMILY = Family("qwen", QWEN, ("<|im_end|>", "<|endoftext|>"))
@@ -89,7 +103,8 @@ GEMMA4 = Family("gemma4", Markup("<|channel>thought", "<channel|>", "<|tool_call
 FUNCTION_GEMMA = Family("function_gemma", Markup(None, None, "<start_function_call>", "<end_function_call>",
                                                  "function_gemma"), ("<end_of_turn>", "<eos>"),
                         RoleConventions("tool_output", "pythonic", alternate=True))
-GPT_OSS = Family("gpt_oss", None, ("<|return|>", "<|call|>"))
+GPT_OSS = Family("gpt_oss", None, ("<|return|>", "<|call|>"),
+                 RoleConventions(single_call=True, system_first_only=True))
 GENERIC = Family("generic", QWEN)
 
 FAMILIES = {f.name: f for f in (QWEN_FAMILY, QWEN3_CODER, LLAMA3, MISTRAL, GLM, GEMMA, GEMMA4, FUNCTION_GEMMA, GPT_OSS,

@@ -7,13 +7,13 @@ template can take is read from its source (and the family's conventions fill in 
   (```` ```tool_output ```` for Gemma, ``<tool_response>`` blocks otherwise), and earlier calls are written into
   the assistant text the way the model writes them (```` ```tool_code ````);
 - no ``tools`` variable: the tool list is written into the system text the family's way;
-- no system role, or strict alternation (Gemma, Mistral): every system text after the first turn becomes a user
-  turn, the first system text is merged into the first user turn where the template rejects system turns, and
+- no system role, strict alternation (Gemma, Mistral), or a system turn only at the start (Qwen3.5): every system
+  text after the first turn becomes a user turn, the first system text is merged into the first user turn where the template rejects system turns, and
   consecutive turns of one role are merged;
 - where alternation is checked on all but the tool traffic (Mistral), a user turn right after tool results is
   added to the last result;
 - Mistral's templates accept only 9-character alphanumeric tool-call ids: ids are mapped, consistently;
-- a template that takes one tool call per assistant turn (Llama 3.1) gets a turn per call.
+- a template that takes one tool call per assistant turn (Llama 3.1, gpt-oss) gets a turn per call.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ _TOOL_ROLE = re.compile(r"""['"](tool|ipython|observation|tool_results?)['"]""")
 _TOOLS_VAR = re.compile(r"\btools\b")
 _NO_SYSTEM = re.compile(r"system role (is )?not supported", re.I)
 _ALTERNATE = re.compile(r"must alternate|roles must alternate", re.I)
-_SINGLE_CALL = re.compile(r"only supports single tool.?calls", re.I)
+_SINGLE_CALL = re.compile(r"only supports single tool.?calls|max(imum)? (of )?1 tool call per message", re.I)
+_SYSTEM_FIRST = re.compile(r"system message.{0,40}(at the beginning|must be first)|only one system message", re.I)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class TemplateRoles:
     system: bool
     alternate: bool
     single_call: bool
+    system_first_only: bool  # a system turn anywhere but first is refused (Qwen3.5)
 
     @classmethod
     def of(cls, source: str | None, family: "RoleConventions") -> "TemplateRoles":
@@ -48,7 +50,8 @@ class TemplateRoles:
             tools=bool(_TOOLS_VAR.search(src)) if src else True,
             system=not (_NO_SYSTEM.search(src) or family.merge_system),
             alternate=bool(_ALTERNATE.search(src)) or family.alternate,
-            single_call=bool(_SINGLE_CALL.search(src)),
+            single_call=bool(_SINGLE_CALL.search(src)) or family.single_call,
+            system_first_only=bool(_SYSTEM_FIRST.search(src)) or family.system_first_only,
         )
 
 
@@ -61,6 +64,8 @@ class RoleConventions:
     merge_system: bool = False  # fold the system text into the first user turn even if the template takes it
     alternate: bool = False
     short_ids: bool = False  # Mistral: 9-character alphanumeric call ids
+    single_call: bool = False  # one call per assistant turn (gpt-oss renders only the first)
+    system_first_only: bool = False  # later system turns are dropped or refused by the template
 
 
 def _text(content) -> str:
@@ -169,11 +174,10 @@ def map_roles(messages: list[dict], tools: list[dict] | None, template_source: s
                 split.append(m)
         msgs = split
 
-    if not roles.system or roles.alternate:
+    if not roles.system or roles.alternate or roles.system_first_only:
         for i, m in enumerate(msgs):
             if m["role"] == "system" and (i > 0 or not roles.system):
                 m["role"] = "user"
-    if roles.alternate or not roles.system:
         msgs = _merge_runs(msgs)
     if roles.alternate and roles.tool_role:
         msgs = _fold_user_after_results(msgs)
@@ -184,12 +188,12 @@ def _merge_runs(msgs: list[dict]) -> list[dict]:
     out: list[dict] = []
     for m in msgs:
         prev = out[-1] if out else None
-        if prev is not None and prev["role"] == m["role"] and m["role"] in ("user", "assistant", "system"):
+        calls = prev is not None and (prev.get("tool_calls") or m.get("tool_calls"))
+        if prev is not None and prev["role"] == m["role"] and m["role"] in ("user", "assistant", "system") \
+                and not calls:  # turns split one call each stay split
             text_a, text_b = _text(prev.get("content")), _text(m.get("content"))
             merged = dict(prev)
             merged["content"] = text_a + ("\n\n" if text_a and text_b else "") + text_b
-            if m.get("tool_calls"):
-                merged["tool_calls"] = list(prev.get("tool_calls") or []) + list(m["tool_calls"])
             out[-1] = merged
         else:
             out.append(m)
