@@ -57,6 +57,11 @@ CASES = {
          'def f():\n    return "x"\n\n</parameter>\n</function>\n</tool_call>',
          call(0, "write_file", '{"path": "src/a.py", "content": "def f():\\n    return \\"x\\"\\n"}')
          + [("finish", "tool_calls")]),
+        ('<tool_call>\n<function=get_weather>\n{"city": "Oslo", "days": 2}\n</function>\n</tool_call>',
+         call(0, "get_weather", '{"city": "Oslo", "days": 2}') + [("finish", "tool_calls")]),
+        ("<tool_call><function=write_file><parameter=path>a.md</parameter><parameter=content>hi</parameter>"
+         "</function></tool_call>",
+         call(0, "write_file", '{"path": "a.md", "content": "hi"}') + [("finish", "tool_calls")]),
         ("<tool_call>\n<oops>\n</tool_call> done",
          [("text", "<tool_call>\n<oops>\n</tool_call> done"), ("finish", "stop")]),
     ],
@@ -86,6 +91,8 @@ CASES = {
          + call(0, "get_weather", '{"city": "Paris", "days": 3}') + [("finish", "tool_calls")]),
         ("<tool_call>get_weather<arg_key>city</arg_key><arg_value>New York</arg_value></tool_call>",
          call(0, "get_weather", '{"city": "New York"}') + [("finish", "tool_calls")]),
+        ('<tool_call>get_weather\n{"city": "Oslo"}\n</tool_call>',
+         call(0, "get_weather", '{"city": "Oslo"}') + [("finish", "tool_calls")]),
         ("<tool_call>get weather now</tool_call>",
          [("text", "<tool_call>get weather now</tool_call>"), ("finish", "stop")]),
     ],

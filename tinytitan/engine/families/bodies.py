@@ -379,6 +379,8 @@ class TaggedCall(Body):
         self.value = ""  # value text not yet emitted (string) or all of it (typed)
         self.value_started = False
         self.junk = ""
+        self.json_args = False  # the arguments came as one JSON object
+        self.span: JsonSpan | None = None
 
     def _emit(self, out: list, text: str) -> None:
         self.args += text
@@ -435,6 +437,11 @@ class TaggedCall(Body):
             self.state = "keys"
             return True
         if st == "keys":
+            s = self.buf.lstrip()
+            if s.startswith("{") and self.nkeys == 0 and not self.json_args:
+                # some models write the arguments as a JSON object inside the function instead of as tags
+                self.buf, self.state, self.json_args, self.span = s, "json", True, JsonSpan()
+                return True
             got = self._expect(sp.key_open, sp.end or "")
             if got is None:
                 self.state = "junk"
@@ -447,6 +454,15 @@ class TaggedCall(Body):
             self._finish_call(out)  # the function's own end marker
             self.state = "after"
             return True
+        if st == "json":
+            n = self.span.feed(self.buf)
+            piece, self.buf = self.buf[:n], self.buf[n:]
+            if piece:
+                self._emit(out, piece)
+            if self.span.done:
+                self.state = "keys"
+                return True
+            return False
         if st == "key":
             i = self.buf.find(sp.key_close)
             if i < 0:
@@ -531,7 +547,8 @@ class TaggedCall(Body):
             self._emit(out, _escape(send))
 
     def _finish_call(self, out: list) -> None:
-        self._emit(out, "}" if self.nkeys else "{}")
+        if not self.json_args:
+            self._emit(out, "}" if self.nkeys else "{}")
         out.append(ToolCallDone(self.index, self.args))
 
     def close(self, truncated: bool) -> list[TokenEvent]:
@@ -553,6 +570,9 @@ class TaggedCall(Body):
             log.warning("tool call %s: markup cut short or not understood (in %s)", self.index, st)
         if st == "value":
             self._value(self.buf, out, final=True)
+            self.buf = ""
+        elif st == "json" and self.buf:
+            self._emit(out, self.buf)
             self.buf = ""
         elif st == "pre_value":
             self._emit(out, '"' if self.kind == "string" else "null")
