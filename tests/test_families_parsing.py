@@ -351,3 +351,14 @@ def test_markup_soup_never_fails(caplog):
                 i += n
             events += p.finish()
             _invariants(events)
+
+
+def test_harmony_header_cut_short_is_not_text():
+    from tinytitan.engine.families import FAMILIES
+
+    p = FAMILIES["gpt_oss"].parser()
+    events = []
+    for piece in ("<|channel|>", "final", "<|message|>", "Hi.", "<|end|>", "<|start|>", "assistant", "<|channel|>"):
+        events += p.feed(piece)[0]
+    events += p.finish()
+    assert ff.summary(events) == [("text", "Hi.")]

@@ -62,6 +62,10 @@ class HarmonyParser:
 
     def finish(self) -> list[TokenEvent]:
         out: list[TokenEvent] = []
+        if self.mode == "header" and any(t in self.header + self.buf for t in (START, CHANNEL, CONSTRAIN)):
+            # a header cut short by the output cap: markup, not content
+            log.info("harmony header cut short: %r", (self.header + self.buf)[:200])
+            self.header = self.buf = ""
         while self._step(out, final=True):
             pass
         if self.mode == "header" and (self.header + self.buf).strip():

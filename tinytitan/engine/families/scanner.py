@@ -6,8 +6,8 @@ Rules:
 - ``feed(piece)`` consumes one token's text and returns the events it completes plus the channel the
   token landed in (``reasoning``, ``text`` or ``tool``). A marker belongs to the channel it opens or
   closes. Text that might be the start of a marker is held back until it cannot be.
-- Whitespace around markers is layout, not content: leading whitespace of a text run and whitespace-only
-  runs before a tool call or the end are dropped.
+- Whitespace around markers is layout, not content: leading whitespace of a text run and trailing
+  whitespace before a marker or the end are dropped (whitespace inside the text is kept).
 - The inside of a tool call goes to the family's body decoder (``bodies.py``): the name is reported
   (ToolCallStarted) as soon as it is known; arguments stream as deltas.
 - Families that may answer with a bare JSON call (Llama 3.x, Gemma) have an answer that begins with ``{``
