@@ -58,6 +58,10 @@ class HarmonyParser:
             pass
         if self.mode == "body":
             touched = self.channel
+        else:  # a header token belongs to the channel its header opens, as far as it is known yet
+            header = self.header + self.buf
+            touched = (TOOL if "to=" in header else REASONING if "analysis" in header
+                       else TEXT if ("final" in header or "commentary" in header) else touched)
         return out, touched
 
     def finish(self) -> list[TokenEvent]:
