@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import regex
 
 from ...events import TextDelta, ToolCallArgsDelta, ToolCallDone, ToolCallStarted, TokenEvent
-from .markup import Markup, find_first, hold_length, new_call_id, partial_suffix
+from .markup import Markup, find_first, new_call_id, partial_suffix
 
 log = logging.getLogger("tinytitan.parser")
 
