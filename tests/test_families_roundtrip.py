@@ -184,3 +184,10 @@ def test_reasoning_level_reaches_the_harmony_template(root):
     req = ChatRequest("m", CONVERSATION[:2], TOOLS)
     assert "Reasoning: high" in b.prepare(req.with_(reasoning="xhigh")).prompt_text
     assert "Reasoning: low" in b.prepare(req.with_(reasoning="minimal")).prompt_text
+
+
+def test_mlx_backend_picks_the_family_and_its_stop_tokens(demo_backend):
+    tok = demo_backend.tokenizer
+    assert demo_backend.family.name == "qwen"
+    vocab = tok.get_vocab()
+    assert {vocab["<|im_end|>"], vocab["<|endoftext|>"]} <= set(tok.eos_token_ids)
