@@ -209,6 +209,7 @@ async def test_fast_model_strips_scaffolding(serve):
 
 
 async def test_demo_model_real_mlx_path(serve, demo_backend, demo_tok):
+    demo_backend.prompt_cache.clear()
     s = await serve(backend=demo_backend)
     c = client(s)
     r = await c.chat.completions.create(model=demo_backend.model_id, messages=USER, max_tokens=8, temperature=0,
@@ -223,4 +224,6 @@ async def test_demo_model_real_mlx_path(serve, demo_backend, demo_tok):
     usage = None
     async for chunk in stream:
         usage = chunk.usage or usage
-    assert usage.model_dump() == r.usage.model_dump()  # greedy: the same tokens both ways
+    # greedy: the same tokens both ways; the second request reuses the first one's cached prompt
+    assert (usage.prompt_tokens, usage.completion_tokens) == (r.usage.prompt_tokens, r.usage.completion_tokens)
+    assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1

@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     src = s.add_mutually_exclusive_group()
     src.add_argument("--model", metavar="DIR", help="an MLX model directory (default: the built-in demo model)")
     src.add_argument("--script", metavar="FILE", help="scripted backend: a YAML list of raw model outputs")
+    src.add_argument("--models-dir", metavar="DIR",
+                     help="serve every MLX model directory under DIR (one resident at a time, loaded on demand)")
     s.add_argument("--model-id", help="the name clients use for the model (default: the directory name)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
@@ -38,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accept this Host header too (repeatable; loopback names are always accepted)")
     s.add_argument("--api-key", help="require this key (Authorization: Bearer or x-api-key)")
     s.add_argument("--max-queue", type=int, default=16, help="requests that may wait for the model (default 16)")
+    s.add_argument("--prompt-cache-mib", type=int, default=2048,
+                   help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
     s.add_argument("--reasoning-effort", help="default reasoning level (none, low, medium, high, xhigh …)")
     s.add_argument("--spec-dir", help=argparse.SUPPRESS)
@@ -48,26 +52,46 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_backend(args):
-    from .engine.reasoning import level_of  # noqa: F401  (validates words early below)
+def find_model_dirs(root: Path) -> list[Path]:
+    """Every MLX model directory under root (a config.json beside *.safetensors), sorted by name."""
+    return sorted({p.parent for p in root.rglob("config.json") if any(p.parent.glob("*.safetensors"))})
 
+
+def make_backends(args) -> list:
     default_reasoning = args.reasoning_effort or ({"on": True, "off": False}.get(args.thinking))
+    cache_bytes = args.prompt_cache_mib << 20
     if args.script:
+        from .engine.prompt_cache import PromptCache
         from .engine.scripted import ScriptedBackend, demo_tokenizer, load_script
 
-        backend = ScriptedBackend(load_script(args.script), demo_tokenizer(), model_id=args.model_id or "tinytitan-scripted")
+        backends = [ScriptedBackend(load_script(args.script), demo_tokenizer(),
+                                    model_id=args.model_id or "tinytitan-scripted",
+                                    prompt_cache=PromptCache(cache_bytes))]
+    elif args.models_dir:
+        from .engine.mlx_backend import MLXBackend
+
+        root = Path(args.models_dir)
+        dirs = find_model_dirs(root)
+        if not dirs:
+            raise SystemExit(f"no MLX model directories (config.json + *.safetensors) under {root}")
+        backends = [MLXBackend(d, d.relative_to(root).as_posix(), prompt_cache_bytes=cache_bytes, lazy=True)
+                    for d in dirs]
+        log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:
         from .engine.mlx_backend import MLXBackend
 
         if args.model:
             path, model_id = Path(args.model), args.model_id
+            if not (path / "config.json").is_file():
+                raise SystemExit(f"{path} is not an MLX model directory (no config.json)")
         else:
             from .demo_model import demo_model_id, ensure_demo_model
 
             path, model_id = ensure_demo_model(), args.model_id or demo_model_id()
-        backend = MLXBackend(path, model_id)
-    backend.default_reasoning = default_reasoning
-    return backend
+        backends = [MLXBackend(path, model_id, prompt_cache_bytes=cache_bytes)]
+    for b in backends:
+        b.default_reasoning = default_reasoning
+    return backends
 
 
 def banner(base: str, model_id: str, api_key: str | None) -> str:
@@ -93,6 +117,11 @@ Codex (~/.codex/config.toml):
 
 
 def serve(args) -> int:
+    from .blas import use_fast_blas
+
+    blas = use_fast_blas()  # before anything imports mlx
+    log.info("matrix products run on: %s", blas)
+
     import trio
     from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
@@ -110,8 +139,7 @@ def serve(args) -> int:
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
     protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
-    backend = make_backend(args)
-    engine = Engine(backend, max_queue=args.max_queue)
+    engine = Engine(make_backends(args), max_queue=args.max_queue)
     allowed = tuple(LOOPBACK_HOSTS) + tuple(h.lower() for h in args.allowed_host)
     if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
         allowed += (args.host,)

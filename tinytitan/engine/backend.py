@@ -66,15 +66,22 @@ class Backend(ABC):
         kwargs = dict(req.template_kwargs)
         default = level_of(self.default_reasoning, None)
         kwargs.update(self.template_reasoning.kwargs(level_of(req.reasoning, default)))
+        if req.reasoning_budget_tokens is not None:
+            log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
+                     req.reasoning_budget_tokens)
         messages, tools = self.family.map_roles(template_messages(req), template_tools(req),
                                                 template_source(self.tokenizer))
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
         )
 
-    def prepare(self, req: ChatRequest) -> Prepared:
+    def encode(self, req: ChatRequest) -> tuple[str, list[int]]:
+        """The rendered prompt and its tokens."""
         text = self.render(req)
-        tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+        return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prepare(self, req: ChatRequest) -> Prepared:
+        text, tokens = self.encode(req)
         room = self.context_window - len(tokens)
         if room < 1:
             raise invalid(f"The prompt is {len(tokens)} tokens, which does not fit the model's context window "
@@ -86,7 +93,8 @@ class Backend(ABC):
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas)
 
     def count_tokens(self, req: ChatRequest) -> int:
-        return len(self.prepare(req).tokens)
+        """The prompt's length as ``prepare`` renders it (a prompt too long to run is still counted)."""
+        return len(self.encode(req)[1])
 
     @abstractmethod
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
@@ -94,6 +102,14 @@ class Backend(ABC):
 
     def describe(self) -> dict:
         return {"id": self.model_id, "context_window": self.context_window}
+
+    @property
+    def loaded(self) -> bool:
+        return True
+
+    def ensure_loaded(self):
+        """Make the weights resident (a catalog calls this before decoding on a model)."""
+        return None
 
     def unload(self) -> bool:
         """Free what can be freed; False where there is nothing to free."""

@@ -32,8 +32,13 @@ FAST_SUFFIX = "-fast"
 
 
 class Engine:
-    def __init__(self, backend: Backend, max_queue: int = 16):
-        self.backend = backend
+    def __init__(self, backends: Backend | list[Backend], max_queue: int = 16):
+        backends = [backends] if isinstance(backends, Backend) else list(backends)
+        if not backends:
+            raise ValueError("no models to serve")
+        self.backends: dict[str, Backend] = {b.model_id: b for b in backends}
+        self.default_id = backends[0].model_id
+        self.resident: str | None = next((b.model_id for b in backends if b.loaded), None)
         self.max_queue = max_queue
         self._slot = trio.Lock()
         self.waiting = 0
@@ -43,17 +48,26 @@ class Engine:
     # -- names ---------------------------------------------------------------------------------------------
     @property
     def model_id(self) -> str:
-        return self.backend.model_id
+        """The resident model (or the first one, when none is loaded)."""
+        return self.resident or self.default_id
+
+    @property
+    def backend(self) -> Backend:
+        return self.backends[self.model_id]
+
+    def backend_for(self, model_id: str) -> Backend:
+        return self.backends[model_id]
 
     def resolve(self, name: str | None) -> tuple[str, bool]:
         """A request's model name → (served id, fast?). Unknown names are refused, never answered."""
-        if name == self.model_id:
-            return self.model_id, False
-        if name == self.model_id + FAST_SUFFIX:
-            return self.model_id, True
-        raise ApiError("model_not_found", f"The model '{name}' does not exist; this server serves "
-                       f"'{self.model_id}' (and '{self.model_id}{FAST_SUFFIX}')", param="model",
-                       code="model_not_found")
+        if isinstance(name, str):
+            if name in self.backends:
+                return name, False
+            if name.endswith(FAST_SUFFIX) and name[: -len(FAST_SUFFIX)] in self.backends:
+                return name[: -len(FAST_SUFFIX)], True
+        served = ", ".join(f"'{m}'" for m in self.backends)
+        raise ApiError("model_not_found", f"The model '{name}' does not exist; this server serves {served} "
+                       f"(each also as '<id>{FAST_SUFFIX}')", param="model", code="model_not_found")
 
     def apply_model(self, req: ChatRequest) -> ChatRequest:
         base, fast = self.resolve(req.model)
@@ -73,15 +87,19 @@ class Engine:
 
     # -- generation ----------------------------------------------------------------------------------------
     async def prepare(self, req: ChatRequest) -> Prepared:
-        return await trio.to_thread.run_sync(self.backend.prepare, req)
+        return await trio.to_thread.run_sync(self.backends[req.model].prepare, req)
 
     async def count_tokens(self, req: ChatRequest) -> int:
-        return len((await self.prepare(req)).tokens)
+        """The prompt's length exactly as generation would render it; 501 for a backend with no tokenizer."""
+        if self.backend.tokenizer is None:
+            raise ApiError("not_implemented", f"Token counting is not available: the backend serving "
+                           f"'{self.model_id}' has no tokenizer", code="not_implemented")
+        return await trio.to_thread.run_sync(self.backend.count_tokens, req)
 
     async def generate(self, prepared: Prepared, ticket: "Ticket",
                        keepalive: float | None = None) -> AsyncIterator[TokenEvent]:
         """The request's TokenEvents; with ``keepalive`` seconds, a KeepAlive whenever that long passes
-        with nothing to send (in the queue, or during a long prefill)."""
+        with nothing to send (in the queue, while a model loads, or during a long prefill)."""
         waited = 0.0
         while True:
             with trio.move_on_after(keepalive if keepalive else math.inf):
@@ -90,27 +108,47 @@ class Engine:
             waited += keepalive
             yield KeepAlive(waited)
         try:
-            async for ev in _threaded(self.backend, prepared, keepalive):
+            backend = self.backends[prepared.req.model]
+            if self.resident != backend.model_id or not backend.loaded:
+                async for ev in _keepalive_while(self._make_resident(backend), keepalive):
+                    yield ev
+            async for ev in _threaded(backend, prepared, keepalive):
                 yield ev
         finally:
             ticket.release()
 
+    async def _make_resident(self, backend: Backend) -> None:
+        """Called holding the decode slot, so no generation is in flight: unload the resident model,
+        load the named one."""
+        if self.resident and self.resident != backend.model_id:
+            log.info("switching models: unloading %s for %s", self.resident, backend.model_id)
+            await trio.to_thread.run_sync(self.backends[self.resident].unload)
+        self.resident = None
+        await trio.to_thread.run_sync(backend.ensure_loaded)
+        self.resident = backend.model_id
+
     def models(self) -> list[dict]:
-        return [dict(self.backend.describe(), loaded=True)]
+        return [dict(b.describe(), loaded=b.loaded and self.resident == b.model_id) for b in self.backends.values()]
 
     def model_info(self, name: str) -> dict:
         base, _ = self.resolve(name)
         return next(m for m in self.models() if m["id"] == base)
 
     async def unload(self, name: str | None = None) -> list[str]:
-        """Free the resident model's memory (its caches); it is loaded again by the next request."""
+        """Free a model's memory (weights and cached prefixes); it loads again on its next request."""
+        target = name and self.resolve(name)[0]
         async with self._slot:
-            freed = await trio.to_thread.run_sync(self.backend.unload)
-        return [self.model_id] if freed else []
+            freed = []
+            for model_id, backend in self.backends.items():
+                if target in (None, model_id) and await trio.to_thread.run_sync(backend.unload):
+                    freed.append(model_id)
+                    if self.resident == model_id:
+                        self.resident = None
+        return freed
 
     def health(self) -> dict:
-        return {"status": "ok", "model": self.model_id, "queue_depth": self.waiting, "running": self.running,
-                "max_queue": self.max_queue}
+        return {"status": "ok", "model": self.resident, "models": list(self.backends), "queue_depth": self.waiting,
+                "running": self.running, "max_queue": self.max_queue}
 
 
 class Ticket:
@@ -139,6 +177,32 @@ class Ticket:
             self.engine._slot.release()
         else:
             self.engine.waiting -= 1
+
+
+async def _keepalive_while(work, keepalive: float | None) -> AsyncIterator[TokenEvent]:
+    """Run ``work`` (an awaitable) to completion, yielding KeepAlive every ``keepalive`` seconds meanwhile."""
+    done = trio.Event()
+    error: list[BaseException] = []
+
+    async def run():
+        try:
+            await work
+        except BaseException as exc:  # handed to the consumer below
+            error.append(exc)
+        finally:
+            done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        waited = 0.0
+        while not done.is_set():
+            with trio.move_on_after(keepalive if keepalive else math.inf):
+                await done.wait()
+            if not done.is_set():
+                waited += keepalive
+                yield KeepAlive(waited)
+    if error:
+        raise error[0]
 
 
 async def _threaded(backend: Backend, prepared: Prepared, keepalive: float | None = None) -> AsyncIterator[TokenEvent]:

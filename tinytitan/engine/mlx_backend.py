@@ -14,8 +14,17 @@ from typing import Callable
 
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
+from .prompt_cache import PromptCache
+
+DEFAULT_PROMPT_CACHE_MIB = 2048
 
 log = logging.getLogger("tinytitan.mlx")
+
+def _flat(params):
+    from mlx.utils import tree_flatten
+
+    return tree_flatten(params)
+
 
 FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
 
@@ -28,26 +37,40 @@ def read_json(path: Path) -> dict:
 
 
 class MLXBackend(Backend):
-    def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None):
-        import mlx_lm
+    def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
+                 prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False):
+        """The tokenizer loads at once (token counting and listing need no weights); the weights load now,
+        or with ``lazy`` on first use (a catalog keeps one model resident at a time)."""
+        from mlx_lm.utils import load_tokenizer
 
         self.path = Path(model_dir)
         self.model_id = model_id or self.path.name
         self.default_reasoning = default_reasoning
-        log.info("loading %s from %s", self.model_id, self.path)
-        self.model, self.tokenizer = mlx_lm.load(str(self.path))
+        self.prompt_cache = PromptCache(prompt_cache_bytes)
         config = read_json(self.path / "config.json")
         self.config = config
+        self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
         vocab = self.tokenizer.get_vocab()
         for stop in self.family.stop_tokens:  # the family's end-of-turn tokens end generation
             if stop in vocab and vocab[stop] not in self.tokenizer.eos_token_ids:
                 self.tokenizer.add_eos_token(stop)
         text_config = config.get("text_config", config)
         self.context_window = int(text_config.get("max_position_embeddings") or 32768)
+        self.vocab_size = int(text_config.get("vocab_size") or 0)
         gen = read_json(self.path / "generation_config.json")
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
-        log.info("loaded %s: context window %d tokens, %s family", self.model_id, self.context_window,
-                 self.family.name)
+        log.info("%s: %s model family", self.model_id, self.family.name)
+        self.model = None
+        if not lazy:
+            self.ensure_loaded()
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.path.glob("*.safetensors"))
+
+    @property
+    def loaded(self) -> bool:
+        return self.model is not None
 
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
         import mlx.core as mx
@@ -60,7 +83,7 @@ class MLXBackend(Backend):
             temp=temp,
             top_p=self.sampling["top_p"] if req.top_p is None else req.top_p,
             min_p=req.min_p or 0.0,
-            top_k=(self.sampling["top_k"] or 0) if req.top_k is None else req.top_k,
+            top_k=self._top_k((self.sampling["top_k"] or 0) if req.top_k is None else req.top_k),
         )
         processors = make_logits_processors(
             repetition_penalty=req.repetition_penalty,
@@ -69,22 +92,73 @@ class MLXBackend(Backend):
         )
         if req.seed is not None:
             mx.random.seed(req.seed)
-        loop.start(len(prepared.tokens), 0)
+        from mlx_lm.models.cache import make_prompt_cache
+
+        model = self.ensure_loaded()
+        kv, cached = self.prompt_cache.fetch(prepared.tokens)
+        if kv is None:
+            kv, cached = make_prompt_cache(model), 0
+        loop.start(len(prepared.tokens), cached)
+        generated: list[int] = []
         hit_length = False
-        for resp in stream_generate(self.model, self.tokenizer, mx.array(prepared.tokens),
-                                    max_tokens=prepared.max_tokens, sampler=sampler,
-                                    logits_processors=processors):
-            if should_stop():
-                return
-            if resp.finish_reason == "stop":  # the end-of-turn token: not content
-                if resp.text:
-                    loop.parser_text(resp.text)
-                break
-            if not loop.token(resp.text):
-                break
-            if resp.finish_reason == "length":
-                hit_length = True
+        try:
+            for resp in stream_generate(model, self.tokenizer, mx.array(prepared.tokens[cached:]),
+                                        max_tokens=prepared.max_tokens, sampler=sampler,
+                                        logits_processors=processors, prompt_cache=kv):
+                generated.append(resp.token)
+                if should_stop():
+                    return
+                if resp.finish_reason == "stop":  # the end-of-turn token: not content
+                    if resp.text:
+                        loop.parser_text(resp.text)
+                    break
+                if not loop.token(resp.text):
+                    break
+                if resp.finish_reason == "length":
+                    hit_length = True
+        finally:
+            # whatever the cache now holds (prompt and the tokens fed back) is kept for the next request
+            self.prompt_cache.store(list(prepared.tokens) + generated, kv)
         loop.end(hit_length)
 
+    def _top_k(self, k: int) -> int:
+        """A top_k at or past the vocabulary keeps every token: that is 0 (off) to mlx-lm, which rejects it
+        otherwise."""
+        return 0 if self.vocab_size and k >= self.vocab_size else k
+
+    def ensure_loaded(self):
+        if self.model is None:
+            import time
+
+            import mlx.core as mx
+            from mlx_lm.utils import load_model
+
+            t0 = time.perf_counter()
+            log.info("loading %s: %.1f MB of weights from %s …", self.model_id, self.weight_bytes / 1e6, self.path)
+            model, _ = load_model(self.path, lazy=True)
+            params = [p for _, p in _flat(model.parameters())]
+            step = max(1, len(params) // 4)
+            for i in range(0, len(params), step):  # in quarters, so a big model shows progress
+                mx.eval(params[i:i + step])
+                log.info("loading %s: %d%%", self.model_id, min(100, (i + step) * 100 // len(params)))
+            self.model = model
+            log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, time.perf_counter() - t0,
+                     self.context_window)
+        return self.model
+
+    def unload(self) -> bool:
+        """Drop the weights and every cached prefix; the tokenizer stays (token counting needs no model)."""
+        import gc
+
+        import mlx.core as mx
+
+        had = self.model is not None
+        self.model = None
+        self.prompt_cache.clear()
+        gc.collect()
+        mx.clear_cache()
+        return had
+
     def describe(self) -> dict:
-        return {"id": self.model_id, "context_window": self.context_window, "path": str(self.path)}
+        return {"id": self.model_id, "context_window": self.context_window, "path": str(self.path),
+                "loaded": self.model is not None, "prompt_cache": self.prompt_cache.stats()}

@@ -19,8 +19,23 @@ def _arguments(text: str):
     return value
 
 
+VOLATILE_SYSTEM_PREFIXES = ("x-anthropic-billing-header:",)
+
+
+def drop_volatile_lines(text: str) -> str:
+    """Claude Code opens its system prompt with ``x-anthropic-billing-header: …cch=…``, different every
+    session. It means nothing to a local model and would defeat the prompt cache, so it never renders."""
+    if not text.startswith(VOLATILE_SYSTEM_PREFIXES):
+        return text
+    lines = text.split("\n")
+    while lines and lines[0].startswith(VOLATILE_SYSTEM_PREFIXES):
+        lines.pop(0)
+    return "\n".join(lines).lstrip("\n")
+
+
 def template_message(m: Message) -> dict:
-    d: dict = {"role": m.role, "content": m.content}
+    content = drop_volatile_lines(m.content) if m.role == "system" else m.content
+    d: dict = {"role": m.role, "content": content}
     if m.tool_calls:
         d["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}}

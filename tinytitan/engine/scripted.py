@@ -20,6 +20,7 @@ import yaml
 
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
+from .prompt_cache import PromptCache
 
 
 class BackendFailure(RuntimeError):
@@ -59,7 +60,10 @@ def demo_tokenizer():
 
 class ScriptedBackend(Backend):
     def __init__(self, entries: list[ScriptEntry], tokenizer, model_id: str = "tinytitan-scripted",
-                 context_window: int = 32768):
+                 context_window: int = 32768, prompt_cache: PromptCache | None = None):
+        """``prompt_cache``: keep the token bookkeeping of a prefix cache, so usage reports the tokens a
+        real cache would reuse (the server does this; unit tests leave it off for fixed usage)."""
+        self.prompt_cache = prompt_cache
         self.entries = entries
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -75,8 +79,11 @@ class ScriptedBackend(Backend):
 
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
         entry = self.next_entry()
-        loop.start(len(prepared.tokens), 0)
         ids = self.tokenizer.encode(entry.output, add_special_tokens=False)
+        cached = self.prompt_cache.fetch(prepared.tokens)[1] if self.prompt_cache else 0
+        loop.start(len(prepared.tokens), cached)
+        if self.prompt_cache:
+            self.prompt_cache.store(list(prepared.tokens) + ids[: prepared.max_tokens], None)
         detok = self.tokenizer.detokenizer
         detok.reset()
         hit_length = False

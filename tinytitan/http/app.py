@@ -5,9 +5,9 @@ Rules:
 - The Host header must name an allowed host (loopback names by default): other Hosts get 403 (DNS
   rebinding). With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
   ``/`` and ``/health`` need no key.
-- Any error a client can cause is a 4xx in the envelope of the protocol that owns the path (the shared
-  routes use OpenAI's, or Anthropic's when the request carries ``anthropic-version``); an unexpected
-  failure is a 500 in the same envelope, logged with its traceback.
+- Any error a client can cause is a 4xx in the envelope of the protocol that owns the path, or the route
+  the path lies under (the shared routes use OpenAI's, or Anthropic's when the request carries
+  ``anthropic-version``); an unexpected failure is a 500 in the same envelope, logged with its traceback.
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ class Server:
                 self.app.add_url_rule(route["path"], endpoint, self._view(proto, handlers[route["handler"]]),
                                       methods=[route["method"]])
                 self._path_owner.setdefault(route["path"], proto)
+        # a path under a protocol's route (``/v1/messages/batches``) is that protocol's too, for its errors
+        self._prefix_owner = sorted(((p.rstrip("/") + "/", o) for p, o in self._path_owner.items()
+                                     if o is not self.shared and "<" not in p and p != "/"),
+                                    key=lambda item: -len(item[0]))
         self.app.before_request(self._guard)
         self.app.after_request(self._headers)
         self.app.register_error_handler(ApiError, self._api_error)
@@ -83,6 +87,9 @@ class Server:
         proto = self._path_owner.get(path)
         if proto is not None and proto is not self.shared:
             return proto
+        for prefix, proto in self._prefix_owner:
+            if path.startswith(prefix):
+                return proto
         for header, name in self.shared.spec.error_by_header.items():
             if header in request.headers and name in self.protocols:
                 return self.protocols[name]

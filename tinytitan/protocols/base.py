@@ -39,6 +39,9 @@ class Protocol:
     def __init__(self, spec_directory: Path | None = None):
         self.spec: ProtocolSpec = load_protocol(self.name, spec_directory)
         self.validator = RequestValidator(self.spec, self.request_hooks())
+        # a route whose spec entry changes request fields (``routes[].fields``) validates with its own table
+        self.route_validators = {r["handler"]: RequestValidator(self.spec, self.request_hooks(), r["fields"])
+                                 for r in self.spec.routes if r.get("fields")}
         missing = sorted({r["handler"] for r in self.spec.routes} - set(self.handlers()))
         if missing:
             raise ValueError(f"{self.spec.source}: route handlers not provided by the protocol module: {missing}")
@@ -66,8 +69,9 @@ class Protocol:
         return kind.status, template.render(self.spec.error_envelope, ctx)
 
     # -- the request path ----------------------------------------------------------------------------------
-    def validate(self, raw: bytes) -> Validated:
-        return self.validator.validate(self.validator.parse_json(raw))
+    def validate(self, raw: bytes, handler: str | None = None) -> Validated:
+        validator = self.route_validators.get(handler, self.validator)
+        return validator.validate(validator.parse_json(raw))
 
     def chat_request(self, v: Validated) -> ChatRequest:
         args = dict(v.args)
@@ -101,6 +105,7 @@ class Protocol:
         ticket = engine.admit()  # refused at once when the queue is full
         events = engine.generate(prepared, ticket, self.spec.extra.get("keepalive_seconds"))
         machine = self.machine(v, req.model, bool(v.body.get(self.stream_field)), server)
+        machine.context.setdefault("prompt_tokens", len(prepared.tokens))  # known before the first event
         if v.body.get(self.stream_field):
             return server.sse_response(self.sse_body(machine, events, ticket))
         try:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .anthropic_messages import AnthropicMessages
 from .base import Protocol
 from .openai_chat import OpenAIChat
 from .shared import Shared
 
-PROTOCOLS: list[type[Protocol]] = [Shared, OpenAIChat]
+PROTOCOLS: list[type[Protocol]] = [Shared, OpenAIChat, AnthropicMessages]
 
 
 def all_protocols(spec_directory: Path | None = None) -> list[Protocol]:

@@ -133,6 +133,11 @@ def _check_request(spec: ProtocolSpec) -> None:
         kind = rule.get("kind", "invalid_request")
         if kind not in spec.error_kinds:
             raise _fail(spec.source, f"request.refuse[{i}].kind", f"no error kind '{kind}' in errors.kinds")
+    for i, route in enumerate(spec.routes):
+        for name in route.get("fields") or {}:
+            if name not in fields:
+                raise _fail(spec.source, f"routes[{i}].fields.{name}",
+                            f"changes '{name}', which is not a declared request field")
     for name, f in fields.items():
         if f.get("ignore") and (f.get("to") or f.get("hook")):
             raise _fail(spec.source, f"request.fields.{name}", "'ignore' cannot be combined with 'to' or 'hook'")

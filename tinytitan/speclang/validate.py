@@ -111,9 +111,11 @@ class Validated:
 
 
 class RequestValidator:
-    def __init__(self, spec: ProtocolSpec, hooks: Mapping[str, Hook]):
+    def __init__(self, spec: ProtocolSpec, hooks: Mapping[str, Hook], overrides: Mapping[str, dict] | None = None):
+        """``overrides``: a route's ``fields`` (per-field changes merged over ``request.fields``)."""
         self.spec = spec
-        self.fields: dict[str, dict] = spec.request.get("fields") or {}
+        self.fields: dict[str, dict] = {name: {**f, **(overrides or {}).get(name, {})}
+                                        for name, f in (spec.request.get("fields") or {}).items()}
         self.refusals: list[dict] = spec.request.get("refuse") or []
         self.derive: dict[str, dict] = spec.request.get("derive") or {}
         self.unknown = spec.request.get("unknown_fields", "refuse")
@@ -127,6 +129,8 @@ class RequestValidator:
             return json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise invalid(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
+        except RecursionError:
+            raise invalid("The request body is nested too deeply to parse", code="invalid_json") from None
 
     def validate(self, body: Any) -> Validated:
         if not isinstance(body, dict):

@@ -1,0 +1,59 @@
+"""Helpers shared by the Anthropic Messages tests (raw HTTP, SSE parsing, the SDK client)."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+
+MODEL = "tinytitan-scripted"
+HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "x", "content-type": "application/json"}
+
+
+def sdk(s, **kw) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=s.base, api_key="x", max_retries=0, **kw)
+
+
+def body(**fields) -> dict:
+    out = {"model": MODEL, "max_tokens": 256, "messages": [{"role": "user", "content": "hi"}]}
+    out.update(fields)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+async def post(s, payload, path: str = "/v1/messages", headers: dict | None = None) -> httpx.Response:
+    data = payload if isinstance(payload, (bytes, str)) else json.dumps(payload)
+    async with httpx.AsyncClient(timeout=30) as c:
+        return await c.post(s.url(path), content=data, headers={**HEADERS, **(headers or {})})
+
+
+def sse(text: str) -> list[tuple[str | None, dict | str]]:
+    """An SSE body → [(event name, parsed data)]."""
+    out = []
+    for chunk in text.split("\n\n"):
+        if not chunk.strip():
+            continue
+        name, data = None, []
+        for line in chunk.split("\n"):
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data.append(line[6:])
+        raw = "\n".join(data)
+        try:
+            out.append((name, json.loads(raw)))
+        except ValueError:
+            out.append((name, raw))
+    return out
+
+
+def assert_envelope(resp: httpx.Response, status: int, type_: str, *needles: str) -> dict:
+    assert resp.status_code == status, resp.text
+    assert resp.headers.get("request-id", "").startswith("req_"), dict(resp.headers)
+    d = resp.json()
+    assert set(d) == {"type", "error"} and d["type"] == "error", d
+    assert set(d["error"]) == {"type", "message"}, d
+    assert d["error"]["type"] == type_, d
+    for n in needles:
+        assert n in d["error"]["message"], (n, d["error"]["message"])
+    return d

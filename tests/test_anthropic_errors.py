@@ -1,0 +1,256 @@
+"""Every refusal and error of the Messages API: the Anthropic envelope, the right status, the field named,
+a request-id header — and never a 500 for bad input."""
+
+from __future__ import annotations
+
+import itertools
+
+import anthropic
+import httpx
+import pytest
+import trio
+
+from anthropic_util import HEADERS, MODEL, assert_envelope, body, post, sdk, sse
+from tinytitan.engine.backend import Backend
+from tinytitan.errors import ApiError
+
+USER = {"role": "user", "content": "hi"}
+
+# (request body changes, the words the message must contain)
+REFUSALS = [
+    ({"max_tokens": None}, ["max_tokens"]),
+    ({"messages": None}, ["messages"]),
+    ({"messages": []}, ["messages"]),
+    ({"model": None}, ["model"]),
+    ({"frequency_penalty": 0.5}, ["frequency_penalty"]),
+    ({"max_tokens": 0}, ["max_tokens"]),
+    ({"max_tokens": "many"}, ["max_tokens"]),
+    ({"temperature": 1.5}, ["temperature"]),
+    ({"temperature": -0.1}, ["temperature"]),
+    ({"top_p": 2}, ["top_p"]),
+    ({"top_k": -1}, ["top_k"]),
+    ({"stream": "yes"}, ["stream"]),
+    ({"system": 5}, ["system"]),
+    ({"system": [{"type": "image", "source": {}}]}, ["image", "system[0]"]),
+    ({"system": [{"type": "text"}]}, ["system[0].text"]),
+    ({"messages": [{"role": "robot", "content": "x"}]}, ["messages[0].role"]),
+    ({"messages": ["hi"]}, ["messages[0]"]),
+    ({"messages": [{"role": "user"}]}, ["messages[0].content"]),
+    ({"messages": [{"role": "user", "content": 7}]}, ["messages[0].content"]),
+    ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, ["messages[0].content[0].type"]),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}]},
+     ["image", "messages[0].content[0]"]),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, ["document"]),
+    ({"messages": [{"role": "user", "content": [{"type": "search_result"}]}]}, ["search_result"]),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                                  "content": [{"type": "image", "source": {}}]}]}]},
+     ["image", "messages[0].content[0].content[0]"]),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]},
+     ["messages[0].content[0].tool_use_id"]),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {}}]}]},
+     ["tool_use", "messages[0].content[0]", "user"]),
+    ({"messages": [USER, {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}, USER]},
+     ["tool_result", "assistant"]),
+    ({"messages": [USER, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n",
+                                                             "input": "x"}]}, USER]},
+     ["messages[1].content[0].input"]),
+    ({"messages": [USER, {"role": "assistant", "content": "The answer is"}]}, ["messages[1]", "prefill"]),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]}, ["messages[0].content[0].text"]),
+    ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, ["bash_20250124", "built-in", "tools[0]"]),
+    ({"tools": [{"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]}, ["text_editor_20250728"]),
+    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, ["web_search_20250305"]),
+    ({"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}, ["code_execution_20250825"]),
+    ({"tools": [{"type": "computer_20250124", "name": "computer"}]}, ["computer_20250124"]),
+    ({"tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]}, ["web_fetch_20250910"]),
+    ({"tools": [{"type": "memory_20250818", "name": "memory"}]}, ["memory_20250818"]),
+    ({"tools": [{"type": "holodeck", "name": "h"}]}, ["holodeck", "custom"]),
+    ({"tools": [{"name": "f"}]}, ["tools[0].input_schema"]),
+    ({"tools": [{"input_schema": {"type": "object"}}]}, ["tools[0].name"]),
+    ({"tools": [{"name": "f", "input_schema": []}]}, ["tools[0].input_schema"]),
+    ({"tools": [{"name": "f", "input_schema": {}}, {"name": "f", "input_schema": {}}]}, ["unique", "tools[1]"]),
+    ({"tools": "Bash"}, ["tools"]),
+    ({"tool_choice": {"type": "any"}}, ["any", "tool_choice"]),
+    ({"tool_choice": {"type": "tool", "name": "f"}}, ["tool", "tool_choice"]),
+    ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}, ["disable_parallel_tool_use"]),
+    ({"tool_choice": {"type": "sometimes"}}, ["tool_choice.type"]),
+    ({"tool_choice": "auto"}, ["tool_choice"]),
+    ({"stop_sequences": [1]}, ["stop_sequences[0]"]),
+    ({"stop_sequences": [" "]}, ["stop_sequences[0]"]),
+    ({"stop_sequences": "END"}, ["stop_sequences"]),
+    ({"thinking": {"type": "enabled", "budget_tokens": 512}}, ["thinking.budget_tokens", "1024"]),
+    ({"thinking": {"type": "enabled", "budget_tokens": 4096}, "max_tokens": 4096}, ["max_tokens", "budget_tokens"]),
+    ({"thinking": {"type": "enabled"}}, ["thinking.budget_tokens"]),
+    ({"thinking": {"type": "enabled", "budget_tokens": "lots"}}, ["thinking.budget_tokens"]),
+    ({"thinking": {"type": "sometimes"}}, ["thinking.type"]),
+    ({"thinking": {}}, ["thinking.type"]),
+    ({"output_config": {"effort": "ludicrous"}}, ["output_config.effort"]),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, ["output_config.format"]),
+    ({"output_format": {"type": "json_schema", "schema": {}}}, ["output_format"]),
+    ({"container": "cntr_1"}, ["container"]),
+    ({"mcp_servers": [{"type": "url", "url": "https://x", "name": "x"}]}, ["mcp_servers"]),
+    ({"compaction": {"enabled": True}}, ["compaction"]),
+    ({"metadata": "user"}, ["metadata"]),
+]
+
+
+@pytest.mark.parametrize("change,needles", REFUSALS, ids=[str(i) for i in range(len(REFUSALS))])
+def test_refusals_name_the_field(change, needles, demo_tok):
+    """Checked in-process (fast); the HTTP round trip of the same errors is checked below."""
+    proto = _proto()
+    payload = {k: v for k, v in {**body(), **change}.items() if v is not None}
+    with pytest.raises(ApiError) as exc:
+        proto.chat_request(proto.validator.validate(payload))
+    status, envelope = proto.error_response(exc.value)
+    assert status == 400 and envelope["type"] == "error"
+    assert envelope["error"]["type"] == "invalid_request_error"
+    for n in needles:
+        assert n in envelope["error"]["message"], (n, envelope["error"]["message"])
+
+
+_PROTO = []
+
+
+def _proto():
+    from tinytitan.protocols.anthropic_messages import AnthropicMessages
+
+    if not _PROTO:
+        _PROTO.append(AnthropicMessages())
+    return _PROTO[0]
+
+
+async def test_refusals_over_http_and_through_the_sdk(serve):
+    s = await serve(["ok"])
+    for change, needles in REFUSALS[::7]:
+        payload = {k: v for k, v in {**body(), **change}.items() if v is not None}
+        assert_envelope(await post(s, payload, "/v1/messages?beta=true"), 400, "invalid_request_error", *needles)
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        await sdk(s).messages.create(model=MODEL, max_tokens=100, messages=[USER],
+                                     tool_choice={"type": "any"}, tools=[{"name": "f", "input_schema": {}}])
+    assert exc.value.status_code == 400 and exc.value.body["error"]["type"] == "invalid_request_error"
+    assert exc.value.response.headers["request-id"].startswith("req_")
+
+
+async def test_failures_before_the_handler_use_the_anthropic_envelope(serve):
+    s = await serve(["ok"], api_key="sekrit", allowed_hosts=())
+    good = {**HEADERS, "x-api-key": "sekrit"}
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/messages"), content=b"{not json", headers=good)
+        assert_envelope(r, 400, "invalid_request_error", "JSON")
+        r = await c.post(s.url("/v1/messages"), content=b"[" * 100_000, headers=good)
+        assert_envelope(r, 400, "invalid_request_error", "nested")
+        r = await c.post(s.url("/v1/messages"), content=b"\xff\xfe", headers=good)
+        assert_envelope(r, 400, "invalid_request_error", "JSON")
+        r = await c.post(s.url("/v1/messages"), content=b"[1, 2]", headers=good)
+        assert_envelope(r, 400, "invalid_request_error", "object")
+        r = await c.post(s.url("/v1/messages"), json=body(), headers={**HEADERS, "x-api-key": "wrong"})
+        assert_envelope(r, 401, "authentication_error", "API key")
+        r = await c.post(s.url("/v1/messages"), json=body(), headers={"content-type": "application/json"})
+        assert_envelope(r, 401, "authentication_error")  # no anthropic-version: the path still decides
+        r = await c.post(s.url("/v1/messages"), json=body(), headers={**good, "host": "evil.example"})
+        assert_envelope(r, 403, "permission_error", "evil.example")
+        r = await c.get(s.url("/v1/messages"), headers=good)
+        assert_envelope(r, 405, "invalid_request_error", "GET")
+        r = await c.post(s.url("/v1/messages/batches"), json={}, headers={"x-api-key": "sekrit"})
+        assert_envelope(r, 404, "not_found_error", "/v1/messages/batches")
+        r = await c.post(s.url("/v1/messages/count_tokens"), content=b"{", headers=good)
+        assert_envelope(r, 400, "invalid_request_error", "JSON")
+        r = await c.post(s.url("/v1/unknown"), json={}, headers=good)  # anthropic-version picks the envelope
+        assert_envelope(r, 404, "not_found_error")
+        r = await c.post(s.url("/v1/messages"), json=body(), headers=good)
+        assert r.status_code == 200 and r.headers["request-id"].startswith("req_")
+        root = await c.head(s.url("/"))
+        assert root.status_code == 200
+        # the OpenAI side keeps its own envelope
+        r = await c.post(s.url("/v1/chat/completions"), content=b"{", headers={"authorization": "Bearer sekrit"})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error" and "type" not in r.json()
+    with pytest.raises(anthropic.AuthenticationError):
+        await sdk(s).messages.create(model=MODEL, max_tokens=10, messages=[USER])
+
+
+async def test_unknown_model_is_not_found(serve):
+    s = await serve(["ok"])
+    assert_envelope(await post(s, body(model="claude-opus-4-1")), 404, "not_found_error", "claude-opus-4-1")
+    with pytest.raises(anthropic.NotFoundError):
+        await sdk(s).messages.count_tokens(model="claude-opus-4-1", messages=[USER])
+
+
+async def test_a_full_queue_is_529_overloaded(serve):
+    s = await serve([{"output": "slow " * 200, "delay_ms": 50}, "fast"], max_queue=0)
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with c.stream("POST", s.url("/v1/messages"), json=body(stream=True), headers=HEADERS) as held:
+            lines = held.aiter_lines()  # kept referenced: a collected iterator would close the stream
+            async for line in lines:
+                if line.startswith("event: content_block_delta"):
+                    break  # the slot is taken now
+            r = await post(s, body())
+            assert_envelope(r, 529, "overloaded_error", "busy")
+            with pytest.raises(anthropic.OverloadedError):
+                await sdk(s).messages.create(model=MODEL, max_tokens=10, messages=[USER])
+    with trio.fail_after(3):  # the client hung up (the answer would take 10 s more): its generation is cancelled and the slot freed
+        while s.engine.running or s.engine.waiting:
+            await trio.sleep(0.01)
+    m = await sdk(s).messages.create(model=MODEL, max_tokens=10, messages=[USER])
+    assert m.content[0].text == "fast"
+
+
+async def test_a_failed_generation(serve):
+    s = await serve([{"output": "partial answer", "error": "boom"}, {"output": "x", "error": "kaput"}])
+    r = await post(s, body(stream=True))
+    events = sse(r.text)
+    assert events[0][0] == "message_start"
+    assert events[-1] == ("error", {"type": "error", "error": {"type": "api_error",
+                                                               "message": "generation failed: boom"}})
+    assert "message_stop" not in [e for e, _ in events]
+    assert_envelope(await post(s, body()), 500, "api_error", "kaput")
+
+
+class NoTokenizer(Backend):
+    model_id = MODEL
+    tokenizer = None
+
+    def decode(self, prepared, loop, should_stop):
+        raise AssertionError("not reached")
+
+
+async def test_count_tokens_without_a_tokenizer_is_501(serve):
+    s = await serve(backend=NoTokenizer())
+    r = await post(s, {"model": MODEL, "messages": [USER]}, "/v1/messages/count_tokens?beta=true")
+    assert_envelope(r, 501, "api_error", "tokenizer")
+
+
+FUZZ_VALUES = [None, 0, -1, 1.5, "x", "", True, [], {}, [1], ["x"], [{}], [{"type": "text"}], {"type": None},
+               {"type": "enabled", "budget_tokens": 2000}]
+
+
+def test_no_bad_input_is_a_500(demo_tok):
+    """Every declared field, and the shapes inside messages, with values of every JSON type: an ApiError
+    (a 4xx) or a ChatRequest the backend renders — never another exception."""
+    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+    proto = _proto()
+    backend = ScriptedBackend([ScriptEntry("x")], demo_tok, model_id=MODEL)
+    fields = list(proto.spec.request["fields"])
+    cases = [{name: value} for name, value in itertools.product(fields, FUZZ_VALUES)]
+    inner = [{"role": "user", "content": [{"type": t, **{k: value}}]}
+             for t in ("text", "tool_result", "tool_use", "thinking")
+             for k in ("text", "content", "input", "id", "name", "tool_use_id", "is_error")
+             for value in FUZZ_VALUES]
+    cases += [{"messages": [m]} for m in inner]
+    cases += [{"messages": [USER, {"role": "assistant", "content": m["content"]}, USER]} for m in inner]
+    cases += [{"tools": [{"name": "f", "input_schema": {"type": "object"}, k: v}]}
+              for k in ("description", "cache_control", "strict", "type") for v in FUZZ_VALUES]
+    cases += [{"system": [{"type": "text", "text": v}]} for v in FUZZ_VALUES]
+    cases += [{"tool_choice": {"type": v}} for v in FUZZ_VALUES]
+    cases += [{"output_config": {"effort": v}} for v in FUZZ_VALUES]
+    cases += [{"template_vars": {"enable_thinking": v}} for v in FUZZ_VALUES]
+    seen_ok = 0
+    for change in cases:
+        payload = {**body(), **change}
+        try:
+            req = proto.chat_request(proto.validator.validate(payload))
+            backend.prepare(req)
+            seen_ok += 1
+        except ApiError as exc:
+            status, _ = proto.error_response(exc)
+            assert 400 <= status < 500, (change, exc.message)
+    assert seen_ok > 50

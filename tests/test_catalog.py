@@ -1,0 +1,56 @@
+"""--models-dir: every model directory listed, one resident at a time, switched on demand."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tinytitan.cli import find_model_dirs
+from tinytitan.demo_model import build_demo_model
+from tinytitan.engine.mlx_backend import MLXBackend
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    build_demo_model(root / "alpha")
+    build_demo_model(root / "org" / "beta")
+    (root / "not-a-model").mkdir()
+    (root / "not-a-model" / "config.json").write_text("{}")  # no weights: not listed
+    return root
+
+
+def catalog(root):
+    return [MLXBackend(d, d.relative_to(root).as_posix(), lazy=True) for d in find_model_dirs(root)]
+
+
+async def test_catalog_lists_switches_and_unloads(serve, models_dir):
+    s = await serve(backend=catalog(models_dir))
+    chat = {"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(timeout=60) as c:
+        models = (await c.get(s.url("/v1/models"))).json()["data"]
+        assert [m["id"] for m in models] == ["alpha", "org/beta"]
+        assert not any(m["loaded"] for m in models)
+        # one model answers without loading anything
+        info = (await c.get(s.url("/v1/models/org/beta"))).json()
+        assert info["id"] == "org/beta" and info["loaded"] is False and info["context_window"] > 0
+        assert s.engine.resident is None
+        r = await c.post(s.url("/v1/chat/completions"), json={"model": "alpha", **chat})
+        assert r.status_code == 200 and r.json()["model"] == "alpha"
+        assert s.engine.resident == "alpha"
+        r = await c.post(s.url("/v1/chat/completions"), json={"model": "org/beta-fast", **chat})
+        assert r.status_code == 200 and r.json()["model"] == "org/beta"
+        assert s.engine.resident == "org/beta"
+        assert s.engine.backends["alpha"].model is None  # the other one was unloaded
+        assert [m["id"] for m in (await c.get(s.url("/v1/models"))).json()["data"] if m["loaded"]] == ["org/beta"]
+        r = await c.post(s.url("/v1/chat/completions"), json={"model": "gamma", **chat})
+        assert r.status_code == 404 and "gamma" in r.json()["error"]["message"]
+        r = await c.post(s.url("/v1/models/unload"), json={})
+        assert r.json()["unloaded"] == ["org/beta"]
+        assert s.engine.resident is None and s.engine.backends["org/beta"].model is None
+        health = (await c.get(s.url("/health"))).json()
+        assert health["model"] is None and health["models"] == ["alpha", "org/beta"]
+
+
+def test_find_model_dirs(models_dir):
+    assert [p.relative_to(models_dir).as_posix() for p in find_model_dirs(models_dir)] == ["alpha", "org/beta"]

@@ -1,0 +1,131 @@
+"""Prompt cache: longest-prefix reuse, exact cached_tokens, LRU within a byte budget, greedy output
+identical with and without the cache, and a per-session billing header that does not defeat it."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+
+from tinytitan.chat_request import ChatRequest, Message
+from tinytitan.engine.prompt_cache import PromptCache, common_prefix
+
+
+def test_longest_prefix_and_lru_bookkeeping():
+    c = PromptCache(max_bytes=1 << 30, max_entries=2)
+    assert c.fetch([1, 2, 3]) == (None, 0)
+    c.store([1, 2, 3, 4, 5], None)
+    c.store([1, 2, 9, 9], None)
+    assert c.fetch([1, 2, 3, 4, 5, 6])[1] == 5
+    assert c.fetch([1, 2, 3, 4, 5])[1] == 4  # one prompt token is always left to process
+    assert c.fetch([1, 2, 9, 9, 9])[1] == 4
+    assert c.fetch([7])[1] == 0
+    c.store([5, 5, 5], None)  # a third entry evicts the least recently used
+    assert len(c.entries) == 2
+    # a stored sequence supersedes entries that are its prefixes
+    c.store([5, 5, 5, 6], None)
+    assert [list(e.tokens) for e in c.entries.values()].count([5, 5, 5]) == 0
+
+
+def test_common_prefix():
+    assert common_prefix(np.array([1, 2, 3]), np.array([1, 2, 4])) == 2
+    assert common_prefix(np.array([1, 2]), np.array([1, 2, 3])) == 2
+    assert common_prefix(np.array([], dtype=np.int64), np.array([1])) == 0
+
+
+def _req(msgs, **kw):
+    return ChatRequest(model="tinytitan-demo", messages=tuple(Message(r, c) for r, c in msgs), temperature=0,
+                       reasoning=False, **kw)
+
+
+async def _run(engine, req):
+    prepared = await engine.prepare(req)
+    events = [ev async for ev in engine.generate(prepared, engine.admit())]
+    text = "".join(getattr(ev, "text", "") for ev in events if type(ev).__name__ in ("TextDelta", "ReasoningDelta"))
+    return prepared, events[0].cached_tokens, events[-1], text
+
+
+async def test_reuse_is_exact_and_output_unchanged(demo_backend):
+    from tinytitan.engine.engine import Engine
+
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    first = _req([("system", "You write code."), ("user", "Write a function.")], max_tokens=12)
+    p1, cached1, fin1, text1 = await _run(engine, first)
+    assert cached1 == 0
+    # the same prompt again: everything but the last token is reused, and greedy output is identical
+    p2, cached2, fin2, text2 = await _run(engine, first)
+    assert cached2 == len(p2.tokens) - 1
+    assert text2 == text1 and fin2.usage.completion_tokens == fin1.usage.completion_tokens
+    # the conversation continues: the cached part is exactly the shared prefix with what the cache holds
+    entry_tokens = [list(e.tokens) for e in demo_backend.prompt_cache.entries.values()]
+    follow = _req([("system", "You write code."), ("user", "Write a function."), ("assistant", text1),
+                   ("user", "Now test it.")], max_tokens=4)
+    p3 = await engine.prepare(follow)
+    expected = max(common_prefix(np.array(t), np.array(p3.tokens)) for t in entry_tokens)
+    _, cached3, _, _ = await _run(engine, follow)
+    assert cached3 == min(expected, len(p3.tokens) - 1)
+    assert cached3 >= len(p1.tokens) - 6  # up to the empty think block the template drops from history
+    # the same follow-up with no cache decodes the same tokens
+    demo_backend.prompt_cache.clear()
+    _, cached4, _, text4 = await _run(engine, follow)
+    assert cached4 == 0
+    demo_backend.prompt_cache.clear()
+    _, _, _, text5 = await _run(engine, follow)
+    assert text4 == text5
+
+
+async def test_edit_far_back_costs_only_the_tail(demo_backend):
+    from tinytitan.engine.engine import Engine
+
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    turns = [("system", "sys " * 50), ("user", "first question " * 20), ("assistant", "first answer " * 20),
+             ("user", "second question"), ]
+    p1, _, _, _ = await _run(engine, _req(turns, max_tokens=2))
+    edited = list(turns)
+    edited[2] = ("assistant", "first answer " * 19)  # the client rewrote an old turn
+    p2 = await engine.prepare(_req(edited, max_tokens=2))
+    shared = common_prefix(np.array(p1.tokens), np.array(p2.tokens))
+    _, cached, _, _ = await _run(engine, _req(edited, max_tokens=2))
+    assert cached == shared and shared > len(p2.tokens) // 2
+
+
+async def test_billing_header_does_not_defeat_the_cache(demo_backend):
+    from tinytitan.engine.engine import Engine
+
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    sys1 = "x-anthropic-billing-header: cc_version=2.1.3; cch=aaaa1111;\n\nYou are Claude Code."
+    sys2 = "x-anthropic-billing-header: cc_version=2.1.3; cch=bbbb2222;\n\nYou are Claude Code."
+    p1, _, _, _ = await _run(engine, _req([("system", sys1), ("user", "hello")], max_tokens=2))
+    assert "billing" not in p1.prompt_text and "You are Claude Code." in p1.prompt_text
+    p2, cached, _, _ = await _run(engine, _req([("system", sys2), ("user", "hello")], max_tokens=2))
+    assert p1.tokens == p2.tokens and cached == len(p2.tokens) - 1
+
+
+def test_byte_budget_evicts(demo_backend):
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    kv = make_prompt_cache(demo_backend.ensure_loaded())
+    demo_backend.ensure_loaded()(mx.array([[1, 2, 3, 4]]), cache=kv)
+    size = sum(c.nbytes for c in kv)
+    c = PromptCache(max_bytes=int(size * 1.5))
+    c.store([1, 2, 3, 4], kv)
+    kv2 = make_prompt_cache(demo_backend.ensure_loaded())
+    demo_backend.ensure_loaded()(mx.array([[5, 6, 7, 8]]), cache=kv2)
+    c.store([5, 6, 7, 8], kv2)
+    assert len(c.entries) == 1 and c.nbytes <= c.max_bytes
+    assert c.fetch([5, 6, 7, 8, 9])[1] == 4
+
+
+async def test_cached_tokens_on_the_wire(serve, demo_backend):
+    demo_backend.prompt_cache.clear()
+    s = await serve(backend=demo_backend)
+    body = {"model": demo_backend.model_id, "max_tokens": 3, "temperature": 0,
+            "messages": [{"role": "user", "content": "cache me " * 30}]}
+    async with httpx.AsyncClient(timeout=60) as c:
+        r1 = (await c.post(s.url("/v1/chat/completions"), json=body)).json()
+        r2 = (await c.post(s.url("/v1/chat/completions"), json=body)).json()
+    assert r1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == r2["usage"]["prompt_tokens"] - 1

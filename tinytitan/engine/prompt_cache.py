@@ -1,0 +1,145 @@
+"""Prompt cache: several token prefixes kept with their KV caches, least recently used evicted first,
+bounded in bytes.
+
+Rules:
+- ``fetch(prompt)`` finds the entry sharing the longest token prefix with the prompt and returns a KV
+  cache holding exactly that prefix, and its length: the number of prompt tokens the decoder skips
+  (``cached_tokens`` reports exactly this). At least one prompt token is always left to process.
+- An entry wholly inside the prompt is taken out (the decoder extends it in place); an entry that goes
+  further than the shared prefix is copied and the copy trimmed, so the longer entry stays for others.
+  Caches that cannot be trimmed (sliding windows) are only reused when the whole entry is a prefix.
+- ``store(tokens, kv)`` keeps a finished generation's cache under the tokens it really holds (prompt and
+  generated tokens, cut at the cache's own offset), evicting old entries over the byte budget.
+- A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
+  what a real cache would reuse.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+log = logging.getLogger("tinytitan.cache")
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.nonzero(a[:n] != b[:n])[0]
+    return int(diff[0]) if len(diff) else n
+
+
+def kv_offset(kv: list) -> int | None:
+    for c in kv:
+        off = getattr(c, "offset", None)
+        if isinstance(off, int):
+            return off
+    return None
+
+
+def kv_bytes(kv: list | None) -> int:
+    if not kv:
+        return 0
+    total = 0
+    for c in kv:
+        try:
+            total += int(c.nbytes)
+        except Exception:  # a cache type without nbytes: count nothing rather than fail a request
+            pass
+    return total
+
+
+def kv_trimmable(kv: list) -> bool:
+    return all(getattr(c, "is_trimmable", lambda: False)() for c in kv)
+
+
+@dataclass
+class Entry:
+    tokens: np.ndarray
+    payload: Any
+    nbytes: int
+
+
+class PromptCache:
+    def __init__(self, max_bytes: int, max_entries: int = 64):
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.entries: "OrderedDict[int, Entry]" = OrderedDict()
+        self._next = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.reused_tokens = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self.entries.values())
+
+    def fetch(self, prompt: Sequence[int]) -> tuple[Any, int]:
+        """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable."""
+        p = np.asarray(prompt, dtype=np.int64)
+        with self._lock:
+            best_key, best_n = None, 0
+            for key, e in self.entries.items():
+                n = common_prefix(e.tokens, p)
+                if n > best_n or (n == best_n and best_key is not None and n and len(e.tokens) == n):
+                    best_key, best_n = key, n
+            best_n = min(best_n, len(p) - 1)
+            if best_key is None or best_n <= 0:
+                return None, 0
+            e = self.entries[best_key]
+            whole = best_n == len(e.tokens)
+            if e.payload is None:
+                self.entries.move_to_end(best_key)
+                payload = None
+            elif whole:
+                del self.entries[best_key]
+                payload = e.payload
+            else:
+                if not kv_trimmable(e.payload):
+                    return None, 0
+                payload = copy.deepcopy(e.payload)
+                self.entries.move_to_end(best_key)
+        if payload is not None and not whole:
+            trimmed = len(e.tokens) - best_n
+            for c in payload:
+                c.trim(trimmed)
+        self.hits += 1
+        self.reused_tokens += best_n
+        return payload, best_n
+
+    def store(self, tokens: Sequence[int], payload: Any) -> None:
+        t = np.asarray(tokens, dtype=np.int64)
+        if payload is not None:
+            off = kv_offset(payload)
+            if off is not None:
+                t = t[:off]
+        if len(t) == 0:
+            return
+        size = kv_bytes(payload)
+        if payload is not None and size > self.max_bytes:
+            return
+        with self._lock:
+            # an entry that is a prefix of the new one is superseded by it
+            for key in [k for k, e in self.entries.items()
+                        if len(e.tokens) <= len(t) and common_prefix(e.tokens, t) == len(e.tokens)]:
+                del self.entries[key]
+            self.entries[self._next] = Entry(t, payload, size)
+            self._next += 1
+            while self.entries and (self.nbytes > self.max_bytes or len(self.entries) > self.max_entries):
+                key, old = self.entries.popitem(last=False)
+                log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.entries.clear()
+
+    def stats(self) -> dict:
+        return {"entries": len(self.entries), "bytes": self.nbytes, "max_bytes": self.max_bytes,
+                "hits": self.hits, "reused_tokens": self.reused_tokens}

@@ -1,0 +1,390 @@
+"""Anthropic Messages: the Python its table (spec/anthropic_messages.yaml) cannot say — message and block
+shapes, the thinking controls, block numbering in the stream, the stop reason, the fold of the wire events
+into one ``message``, and count_tokens.
+
+Rules (the issue's, where the API leaves a choice):
+- Consecutive turns of one role combine (blocks concatenated), as the real API does. In a user turn the
+  ``tool_result`` blocks fan out into one tool message each, leading the turn; its text follows as one user
+  message. ``is_error`` results read ``Error: …``. Roles ``ctx`` / ``msg`` (newer Claude Code) are user turns.
+- A ``role: "system"`` message in ``messages``: in first position it joins the system prompt; later it stays
+  where it is, as a user turn wrapped in ``<system-reminder>`` (common.place_system), so the prompt ahead of
+  it — and its cached prefix — is unchanged.
+- ``thinking`` / ``redacted_thinking`` blocks are accepted and not rendered. A final assistant turn (prefill)
+  is refused.
+- Reasoning: ``thinking.type: disabled`` is off; ``enabled`` maps ``budget_tokens`` onto the ladder in
+  ``extra.thinking_budget_levels`` (refused only where Anthropic refuses: under 1024, or not under
+  ``max_tokens``); otherwise ``output_config.effort`` names the level; ``adaptive`` alone (or no ``thinking``)
+  leaves it to the server's default.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from ..chat_request import Message, Tool, ToolCall
+from ..errors import ApiError, invalid
+from ..events import Finished
+from ..speclang.machine import Machine, WireEvent
+from .base import Protocol
+from .common import place_system, text_of
+
+if TYPE_CHECKING:
+    from ..http.app import Server
+
+log = logging.getLogger("tinytitan.anthropic")
+
+USER_ROLES = ("user", "ctx", "msg")
+ROLES = ("user", "assistant", "system") + USER_ROLES[1:]
+THINKING_TYPES = ("enabled", "disabled", "adaptive", "between_tools")
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+MIN_BUDGET = 1024
+TEMPLATE_REASONING_KEYS = ("enable_thinking", "reasoning_effort")
+TURN_JOIN = "\n\n"
+
+
+def stop_reason(finished: Finished, client_stops: Any, table: dict) -> tuple[str, str | None]:
+    """The one place a stop reason is decided (the stream's message_delta; the fold reads it from there).
+    ``stop_sequence`` only for a string the client sent; any other stop is the model ending its turn."""
+    if finished.reason == "stop_sequence":
+        if isinstance(client_stops, list) and finished.stop_sequence in client_stops:
+            return "stop_sequence", finished.stop_sequence
+        return "end_turn", None
+    return table[finished.reason], None
+
+
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise invalid(f"Invalid type for '{where}': expected an object", param=where, code="invalid_type")
+    return value
+
+
+def _string(value: Any, where: str, required: bool = True) -> str | None:
+    if value is None and not required:
+        return None
+    if value is None:
+        raise invalid(f"Missing required parameter: '{where}'", param=where, code="missing_required_parameter")
+    if not isinstance(value, str):
+        raise invalid(f"Invalid type for '{where}': expected a string", param=where, code="invalid_type")
+    return value
+
+
+def _blocks(content: Any, where: str) -> list[dict]:
+    """A message's content (a string or an array of blocks) as blocks, each checked to be a typed object."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        if content is None:
+            raise invalid(f"Missing required parameter: '{where}'", param=where, code="missing_required_parameter")
+        raise invalid(f"Invalid type for '{where}': expected a string or an array of content blocks", param=where,
+                      code="invalid_type")
+    for j, block in enumerate(content):
+        _string(_object(block, f"{where}[{j}]").get("type"), f"{where}[{j}].type")
+    return content
+
+
+def _tool_result_text(block: dict, where: str) -> str:
+    text = text_of(block.get("content"), f"{where}.content")
+    return f"Error: {text}" if block.get("is_error") is True else text
+
+
+class AnthropicMessages(Protocol):
+    name = "anthropic_messages"
+    id_prefix = "msg_"
+
+    def __init__(self, spec_directory=None):
+        super().__init__(spec_directory)
+        extra = self.spec.extra
+        drop = extra.get("drop_system_blocks")
+        self.drop_system = re.compile(drop) if drop else None
+        self.budget_levels = [(bound, level) for bound, level in extra.get("thinking_budget_levels", [[None, "medium"]])]
+
+    # -- request hooks ---------------------------------------------------------------------------------------
+    def request_hooks(self):
+        return {"messages": self.parse_messages, "system": self.parse_system, "tools": parse_tools,
+                "tool_choice": parse_tool_choice, "stop_sequences": parse_stop_sequences,
+                "reasoning": self.parse_reasoning, "template_kwargs": self.parse_template_kwargs}
+
+    def system_texts(self, body: dict) -> list[str]:
+        system = body.get("system")
+        if system is None:
+            return []
+        if isinstance(system, str):
+            return [system]
+        out = []
+        for j, block in enumerate(system):
+            where = f"system[{j}]"
+            text = _string(_object(block, where).get("text"), f"{where}.text")
+            if self.drop_system is not None and self.drop_system.match(text):
+                continue
+            out.append(text)
+        return out
+
+    def parse_system(self, value: Any, body: dict, args: dict, v) -> None:
+        self.system_texts(body)  # checked here; placed by parse_messages, which owns the message order
+
+    def parse_messages(self, value: list, body: dict, args: dict, v) -> None:
+        turns: list[tuple[str, list[tuple[str, dict]]]] = []  # (role, [(where, block)]) with runs combined
+        for i, m in enumerate(value):
+            where = f"messages[{i}]"
+            _object(m, where)
+            role = m.get("role")
+            if role not in ROLES:
+                raise invalid(f"Invalid value for '{where}.role': {json.dumps(role)} is not one of {list(ROLES)}",
+                              param=f"{where}.role", code="invalid_value")
+            role = "user" if role in USER_ROLES else role
+            blocks = [(f"{where}.content[{j}]", b) for j, b in enumerate(_blocks(m.get("content"), f"{where}.content"))]
+            if isinstance(m.get("content"), str):
+                blocks = [(f"{where}.content", blocks[0][1])]
+            if turns and turns[-1][0] == role and role != "system":
+                turns[-1][1].extend(blocks)
+            else:
+                turns.append((role, blocks))
+        if value and value[-1].get("role") == "assistant":
+            last = f"messages[{len(value) - 1}]"
+            raise invalid(f"A final assistant message ({last}) is not supported: this server does not continue a "
+                          f"prefilled assistant turn", param=last, code="unsupported_prefill")
+        msgs: list[Message] = []
+        names: dict[str, str] = {}
+        for role, blocks in turns:
+            if role == "system":
+                msgs.append(Message("system", TURN_JOIN.join(self._texts(blocks, "system"))))
+            elif role == "assistant":
+                msgs.append(self._assistant(blocks, names))
+            else:
+                msgs.extend(self._user(blocks, names))
+        args["messages"] = place_system(self.system_texts(body), msgs)
+
+    @staticmethod
+    def _texts(blocks: list[tuple[str, dict]], role: str) -> list[str]:
+        out = []
+        for where, b in blocks:
+            kind = b["type"]
+            if kind == "text":
+                out.append(_string(b.get("text"), f"{where}.text"))
+            elif kind not in ("thinking", "redacted_thinking"):
+                raise invalid(f"content block type '{kind}' at {where} is not allowed in a {role} message",
+                              param=f"{where}.type", code="invalid_value")
+        return out
+
+    def _assistant(self, blocks: list[tuple[str, dict]], names: dict[str, str]) -> Message:
+        texts, calls = [], []
+        for where, b in blocks:
+            if b["type"] == "tool_use":
+                call_id = _string(b.get("id"), f"{where}.id")
+                name = _string(b.get("name"), f"{where}.name")
+                args = b.get("input", {})
+                _object(args, f"{where}.input")
+                names[call_id] = name
+                calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
+            else:
+                texts.extend(self._texts([(where, b)], "assistant"))
+        return Message("assistant", TURN_JOIN.join(t for t in texts if t), tuple(calls))
+
+    def _user(self, blocks: list[tuple[str, dict]], names: dict[str, str]) -> list[Message]:
+        results, texts = [], []
+        for where, b in blocks:
+            if b["type"] == "tool_result":
+                call_id = _string(b.get("tool_use_id"), f"{where}.tool_use_id")
+                results.append(Message("tool", _tool_result_text(b, where), tool_call_id=call_id,
+                                       name=names.get(call_id)))
+            else:
+                texts.extend(self._texts([(where, b)], "user"))
+        text = TURN_JOIN.join(t for t in texts if t)
+        return results + ([Message("user", text)] if text or not results else [])
+
+    def parse_template_kwargs(self, value: Any, body: dict, args: dict, v) -> None:
+        parse_template_kwargs(value, body, args, v)
+        self.parse_reasoning(value, body, args, v)  # their enable_thinking / reasoning_effort
+
+    def parse_reasoning(self, value: Any, body: dict, args: dict, v) -> None:
+        """thinking and output_config together (both hooks land here; the result is the same either way)."""
+        level, budget = self.reasoning_of(body)
+        if level is not None:
+            args["reasoning"] = level
+        if budget is not None:
+            args["reasoning_budget_tokens"] = budget
+
+    def reasoning_of(self, body: dict) -> tuple[str | bool | None, int | None]:
+        thinking = body.get("thinking")
+        effort = None
+        config = body.get("output_config")
+        if config is not None:
+            effort = config.get("effort")
+            if effort is not None and effort not in EFFORTS:
+                raise invalid(f"Invalid value for 'output_config.effort': {json.dumps(effort)} is not one of "
+                              f"{list(EFFORTS)}", param="output_config.effort", code="invalid_value")
+        if thinking is not None:
+            kind = _string(thinking.get("type"), "thinking.type")
+            if kind not in THINKING_TYPES:
+                raise invalid(f"Invalid value for 'thinking.type': {json.dumps(kind)} is not one of "
+                              f"{list(THINKING_TYPES)}", param="thinking.type", code="invalid_value")
+            if kind == "disabled":
+                return False, None
+            if kind == "enabled":
+                budget = thinking.get("budget_tokens")
+                if budget is None:
+                    raise invalid("Missing required parameter: 'thinking.budget_tokens' (thinking type 'enabled')",
+                                  param="thinking.budget_tokens", code="missing_required_parameter")
+                if isinstance(budget, bool) or not isinstance(budget, int):
+                    raise invalid("Invalid type for 'thinking.budget_tokens': expected an integer",
+                                  param="thinking.budget_tokens", code="invalid_type")
+                if budget < MIN_BUDGET:
+                    raise invalid(f"'thinking.budget_tokens' must be at least {MIN_BUDGET}, got {budget}",
+                                  param="thinking.budget_tokens", code="invalid_value")
+                max_tokens = body.get("max_tokens")
+                if isinstance(max_tokens, int) and budget >= max_tokens:
+                    raise invalid(f"'max_tokens' ({max_tokens}) must be greater than 'thinking.budget_tokens' "
+                                  f"({budget})", param="thinking.budget_tokens", code="invalid_value")
+                return next(lvl for bound, lvl in self.budget_levels if bound is None or budget < bound), budget
+        if effort is not None:
+            return effort, None
+        for name in ("chat_template_kwargs", "template_vars"):
+            kwargs = body.get(name) or {}
+            for key in ("reasoning_effort", "enable_thinking"):
+                if kwargs.get(key) is not None:
+                    return kwargs[key], None
+        return None, None  # adaptive, or nothing said: the server's default
+
+    # -- the machine -------------------------------------------------------------------------------------------
+    def extra_context(self, v, server) -> dict:
+        thinking = v.body.get("thinking") or {}
+        return {"thinking_shown": thinking.get("display") != "omitted"}
+
+    def machine_hooks(self):
+        maps = self.spec.maps
+
+        def started(m: Machine, ev) -> None:
+            m.vars.update(input_tokens=ev.prompt_tokens - ev.cached_tokens, cache_read_input_tokens=ev.cached_tokens)
+
+        def started_early(m: Machine, ev) -> None:
+            m.vars.update(input_tokens=m.context.get("prompt_tokens", 0), cache_read_input_tokens=0)
+
+        def open_block(m: Machine, ev) -> None:
+            m.vars["closing"] = m.vars.get("block")
+            m.vars["block"] = m.vars.get("next_block", 0)
+            m.vars["next_block"] = m.vars["block"] + 1
+
+        def close_block(m: Machine, ev) -> None:
+            m.vars["closing"] = m.vars.get("block")
+
+        def finish(m: Machine, ev) -> None:
+            reason, seq = stop_reason(ev, m.context["req"].get("stop_sequences"), maps["stop_reason"])
+            m.vars.update(stop_reason=reason, stop_sequence=seq)
+
+        def failure(m: Machine, ev) -> None:
+            m.vars["error_type"] = self.spec.error_kind(ev.type).type
+
+        return {"started": started, "started_early": started_early, "open_block": open_block,
+                "close_block": close_block, "finish": finish, "failure": failure}
+
+    # -- the fold ----------------------------------------------------------------------------------------------
+    def folds(self):
+        return {"message": self.fold_message}
+
+    def fold_message(self, wire: list[WireEvent], body: dict) -> dict:
+        """Wire events → one ``message``, the way the SDK accumulates a stream."""
+        message: dict = {}
+        blocks: dict[int, dict] = {}
+        partial: dict[int, str] = {}
+        for w in wire:
+            d = w.data
+            kind = d.get("type")
+            if kind == "error":
+                err = d["error"]
+                raise ApiError(self._kind_of(err["type"]), err["message"])
+            if kind == "message_start":
+                message = dict(d["message"], content=[], usage=dict(d["message"]["usage"]))
+            elif kind == "content_block_start":
+                blocks[d["index"]] = dict(d["content_block"])
+            elif kind == "content_block_delta":
+                block, delta = blocks[d["index"]], d["delta"]
+                if delta["type"] == "text_delta":
+                    block["text"] += delta["text"]
+                elif delta["type"] == "thinking_delta":
+                    block["thinking"] += delta["thinking"]
+                elif delta["type"] == "signature_delta":
+                    block["signature"] = delta["signature"]
+                elif delta["type"] == "input_json_delta":
+                    partial[d["index"]] = partial.get(d["index"], "") + delta["partial_json"]
+            elif kind == "message_delta":
+                message.update(d["delta"])
+                message["usage"].update(d["usage"])
+        for index, text in partial.items():
+            blocks[index]["input"] = _tool_input(text, blocks[index].get("name"))
+        message["content"] = [blocks[i] for i in sorted(blocks)]
+        return message
+
+    def _kind_of(self, wire_type: str) -> str:
+        if self.spec.error_kind("server_error").type == wire_type:
+            return "server_error"  # api_error is also 501's type: a failed generation is a 500
+        return next((k for k, e in self.spec.error_kinds.items() if e.type == wire_type), "server_error")
+
+    # -- routes ------------------------------------------------------------------------------------------------
+    def handlers(self):
+        return {"generate": self.generate, "count_tokens": self.count_tokens}
+
+    async def count_tokens(self, server: "Server", request):
+        v = self.validate(await request.get_data(), "count_tokens")
+        req = server.engine.apply_model(self.chat_request(v))
+        return server.json_response({"input_tokens": await server.engine.count_tokens(req)})
+
+
+def _tool_input(text: str, name: str | None) -> dict:
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        log.warning("tool call %s: arguments are not a JSON object; sent as {}: %r", name, text[:200])
+        return {}
+    return value
+
+
+def parse_tools(value: list, body: dict, args: dict, v) -> None:
+    tools, seen = [], set()
+    for i, t in enumerate(value):
+        where = f"tools[{i}]"
+        _object(t, where)
+        name = _string(t.get("name"), f"{where}.name")
+        if not name:
+            raise invalid(f"'{where}.name' must not be empty", param=f"{where}.name", code="invalid_value")
+        if name in seen:
+            raise invalid(f"Tool names must be unique: '{name}' at {where} is declared twice", param=f"{where}.name",
+                          code="invalid_value")
+        seen.add(name)
+        if t.get("input_schema") is None:
+            raise invalid(f"Missing required parameter: '{where}.input_schema'", param=f"{where}.input_schema",
+                          code="missing_required_parameter")
+        schema = _object(t["input_schema"], f"{where}.input_schema")
+        description = _string(t.get("description"), f"{where}.description", required=False) or ""
+        tools.append(Tool(name, description, schema))  # cache_control, strict, defer_loading …: ignored
+    args["tools"] = tools
+
+
+def parse_tool_choice(value: dict, body: dict, args: dict, v) -> None:
+    kind = _string(value.get("type"), "tool_choice.type")
+    if kind not in ("auto", "none"):
+        raise invalid(f"Invalid value for 'tool_choice.type': {json.dumps(kind)}; this server takes 'auto' or 'none'",
+                      param="tool_choice.type", code="invalid_value")
+    args["tool_choice"] = kind
+
+
+def parse_stop_sequences(value: list, body: dict, args: dict, v) -> None:
+    for i, s in enumerate(value):
+        where = f"stop_sequences[{i}]"
+        if not isinstance(s, str):
+            raise invalid(f"Invalid type for '{where}': expected a string", param=where, code="invalid_type")
+        if not s.strip():
+            raise invalid(f"'{where}' must contain non-whitespace characters", param=where, code="invalid_value")
+    args["stop"] = tuple(value)
+
+
+def parse_template_kwargs(value: dict, body: dict, args: dict, v) -> None:
+    """template_vars and chat_template_kwargs together; the reasoning switches go through parse_reasoning."""
+    merged: dict = {}
+    for name in ("template_vars", "chat_template_kwargs"):
+        merged.update({k: x for k, x in (body.get(name) or {}).items() if k not in TEMPLATE_REASONING_KEYS})
+    args["template_kwargs"] = merged
