@@ -1,7 +1,9 @@
 """The backend interface, and the prompt preparation every tokenizer-backed backend shares.
 
 ``prepare(req)`` renders the prompt with the tokenizer's own chat template and checks it fits the
-context window (ApiError otherwise, before any stream opens). ``decode(prepared, loop, should_stop)``
+context window (ApiError otherwise, before any stream opens). The model family (``families.detect``, from
+the tokenizer's template and vocabulary) maps the roles before rendering, says whether the prompt already
+opened the reasoning channel, and gives the output parser (``parser(prepared)``). ``decode(prepared, loop, should_stop)``
 runs in a worker thread and reports tokens to a DecodeLoop; it returns soon after ``should_stop()``
 turns true (within a token).
 """
@@ -16,7 +18,8 @@ from typing import Any, Callable
 from ..chat_request import ChatRequest
 from ..errors import invalid
 from .decode_loop import DecodeLoop
-from .output_parser import QWEN, Markup
+from .families import Family, detect, template_source
+from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
 
@@ -31,14 +34,29 @@ class Prepared:
     start_in_reasoning: bool = False
     namespaces: dict[str, str] = field(default_factory=dict)
     prompt_text: str = ""
+    tool_schemas: dict[str, dict] = field(default_factory=dict)  # name -> parameters schema
 
 
 class Backend(ABC):
     model_id: str = "model"
     context_window: int = 32768
-    markup: Markup = QWEN
     tokenizer: Any = None  # mlx-lm TokenizerWrapper, or None for a backend without one
+    config: dict | None = None  # the model's config.json, where there is one
     default_reasoning: str | bool | None = None
+    _family: Family | None = None
+
+    @property
+    def family(self) -> Family:
+        if self._family is None:
+            self._family = detect(self.tokenizer, self.config)
+        return self._family
+
+    @property
+    def markup(self) -> Markup | None:
+        return self.family.markup
+
+    def parser(self, prepared: "Prepared"):
+        return self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas)
 
     @property
     def template_reasoning(self) -> TemplateReasoning:
@@ -51,9 +69,10 @@ class Backend(ABC):
         if req.reasoning_budget_tokens is not None:
             log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
                      req.reasoning_budget_tokens)
-        tools = template_tools(req)
+        messages, tools = self.family.map_roles(template_messages(req), template_tools(req),
+                                                template_source(self.tokenizer))
         return self.tokenizer.apply_chat_template(
-            template_messages(req), tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
+            messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
         )
 
     def encode(self, req: ChatRequest) -> tuple[str, list[int]]:
@@ -68,10 +87,10 @@ class Backend(ABC):
             raise invalid(f"The prompt is {len(tokens)} tokens, which does not fit the model's context window "
                           f"of {self.context_window} tokens", param="messages", code="context_length_exceeded")
         max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
-        opener = self.markup.think_open
-        start_in_reasoning = bool(opener) and text.rstrip().endswith(opener)
+        start_in_reasoning = self.family.starts_in_reasoning(text)
         namespaces = {t.name: t.namespace for t in req.tools if t.namespace}
-        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text)
+        schemas = {t.name: t.parameters for t in req.tools}
+        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas)
 
     def count_tokens(self, req: ChatRequest) -> int:
         """The prompt's length as ``prepare`` renders it (a prompt too long to run is still counted)."""

@@ -24,7 +24,6 @@ from ..errors import ApiError
 from ..events import Failed, KeepAlive, TokenEvent
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
-from .output_parser import OutputParser
 from .prompt import fast_path
 
 log = logging.getLogger("tinytitan.engine")
@@ -226,7 +225,7 @@ async def _threaded(backend: Backend, prepared: Prepared, keepalive: float | Non
             stop.set()
 
     def work() -> None:
-        parser = OutputParser(backend.markup, prepared.start_in_reasoning, prepared.namespaces)
+        parser = backend.parser(prepared)
         loop = DecodeLoop(parser, prepared.req.stop, emit)
         try:
             backend.decode(prepared, loop, stop.is_set)

@@ -50,11 +50,16 @@ class MLXBackend(Backend):
         config = read_json(self.path / "config.json")
         self.config = config
         self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
+        vocab = self.tokenizer.get_vocab()
+        for stop in self.family.stop_tokens:  # the family's end-of-turn tokens end generation
+            if stop in vocab and vocab[stop] not in self.tokenizer.eos_token_ids:
+                self.tokenizer.add_eos_token(stop)
         text_config = config.get("text_config", config)
         self.context_window = int(text_config.get("max_position_embeddings") or 32768)
         self.vocab_size = int(text_config.get("vocab_size") or 0)
         gen = read_json(self.path / "generation_config.json")
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
+        log.info("%s: %s model family", self.model_id, self.family.name)
         self.model = None
         if not lazy:
             self.ensure_loaded()

@@ -1,0 +1,169 @@
+"""Model families: which markup a model writes, how its template takes roles, where its turn ends.
+
+``detect(tokenizer, config)`` picks the family from the chat template's source and the vocabulary (the
+template is the surest sign: it is what taught the model its markup), with config.json's ``model_type`` as
+a fallback. A ``Family`` gives the backend:
+
+- ``parser(...)``: a streaming output parser (``feed(piece) -> (events, channel)``, ``finish()``,
+  ``tool_calls``) for its markup;
+- ``map_roles(messages, tools, template_source)``: the message dicts its template accepts (``roles.py``);
+- ``starts_in_reasoning(prompt)``: whether the rendered prompt already opened the reasoning channel;
+- ``stop_tokens``: the tokens that end its turn (made end-of-sequence tokens where the model's own config
+  forgot one, e.g. Llama's ``<|eom_id|>`` after a tool call, gpt-oss's ``<|call|>``).
+
+| family       | reasoning              | tool calls                                                              |
+|--------------|------------------------|-------------------------------------------------------------------------|
+| qwen         | ``<think>…</think>``   | ``<tool_call>{"name", "arguments"}</tool_call>`` (Qwen2.5 / Qwen3)      |
+| qwen3_coder  | ``<think>…</think>``   | ``<tool_call><function=N><parameter=P>v</parameter></function></tool_call>`` |
+| llama3       | —                      | ``<|python_tag|>{json}`` or a bare ``{"name", "parameters"}`` answer    |
+| mistral      | ``[THINK]…[/THINK]``   | ``[TOOL_CALLS]N[ARGS]{json}`` or ``[TOOL_CALLS][{json}, …]``            |
+| glm          | ``<think>…</think>``   | ``<tool_call>N\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value></tool_call>`` |
+| gemma        | —                      | ```` ```tool_code\\nN(k=v)\\n``` ```` or a bare JSON call             |
+| gemma4       | ``<|channel>thought…<channel|>`` | ``<|tool_call>call:N{k:<|"|>v<|"|>}<tool_call|>``             |
+| function_gemma | —                    | ``<start_function_call>call:N{k:<escape>v<escape>}<end_function_call>`` |
+| gpt_oss      | harmony ``analysis``   | harmony ``commentary to=functions.N … <|message|>{json}<|call|>``      |
+
+How the parsing is done, and why not with Lark grammars or mlx-lm's ``tool_parsers``: see ``bodies.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .harmony import HarmonyParser
+from .markup import PLAIN, QWEN, REASONING, TEXT, TOOL, Markup
+from .roles import RoleConventions, map_roles
+from .scanner import OutputParser
+
+log = logging.getLogger("tinytitan.families")
+
+__all__ = ["Family", "FAMILIES", "detect", "template_source", "Markup", "OutputParser", "HarmonyParser",
+           "REASONING", "TEXT", "TOOL"]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    markup: Markup | None  # None: harmony
+    stop_tokens: tuple[str, ...] = ()
+    roles: RoleConventions = field(default_factory=RoleConventions)
+
+    @property
+    def harmony(self) -> bool:
+        return self.markup is None
+
+    def parser(self, start_in_reasoning: bool = False, namespaces: dict[str, str] | None = None,
+               tools: dict[str, dict] | None = None):
+        if self.markup is None:
+            return HarmonyParser(start_in_reasoning, namespaces, tools)
+        return OutputParser(self.markup, start_in_reasoning, namespaces, tools)
+
+    def starts_in_reasoning(self, prompt: str) -> bool:
+        tail = prompt.rstrip()
+        if self.markup is None:
+            return tail.endswith("<|channel|>analysis<|message|>")
+        opener = self.markup.think_open
+        return bool(opener) and tail.endswith(opener)
+
+    def map_roles(self, messages: list[dict], tools: list[dict] | None,
+                  template_src: str | None) -> tuple[list[dict], list[dict] | None]:
+        msgs, tools = map_roles(messages, tools, template_src, self.roles)
+        if self.markup is None:
+            msgs = [_harmony_message(m) for m in msgs]
+        return msgs, tools
+
+
+def _harmony_message(m: dict) -> dict:
+    """Harmony templates read earlier reasoning as ``thinking``; a tool-calling turn may carry one analysis
+    message, not a preamble and reasoning both (the template refuses that), so the two are joined."""
+    if m.get("role") != "assistant":
+        return m
+    m = dict(m)
+    thinking = m.pop("reasoning_content", None) or ""
+    if m.get("tool_calls") and m.get("content") and thinking:
+        thinking, m["content"] = thinking + "\n\n" + m["content"], ""
+    if thinking:
+        m["thinking"] = thinking
+    return m
+
+
+QWEN_FAMILY = Family("qwen", QWEN, ("<|im_end|>", "<|endoftext|>"))
+QWEN3_CODER = Family("qwen3_coder", replace(QWEN, body="xml"), ("<|im_end|>", "<|endoftext|>"))
+LLAMA3 = Family("llama3", Markup(None, None, "<|python_tag|>", None, "json", bare_json=True),
+                ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"))
+MISTRAL = Family("mistral", Markup("[THINK]", "[/THINK]", "[TOOL_CALLS]", None, "mistral"), ("</s>",),
+                 RoleConventions(alternate=True, short_ids=True))
+GLM = Family("glm", replace(QWEN, body="kv"), ("<|user|>", "<|observation|>", "<|endoftext|>"))
+GEMMA = Family("gemma", Markup(None, None, "```tool_code", "```", "pythonic", bare_json=True),
+               ("<end_of_turn>", "<eos>"), RoleConventions("tool_output", "pythonic", alternate=True))
+GEMMA4 = Family("gemma4", Markup("<|channel>thought", "<channel|>", "<|tool_call>", "<tool_call|>", "gemma4"),
+                ("<turn|>", "<end_of_turn>", "<eos>"))
+FUNCTION_GEMMA = Family("function_gemma", Markup(None, None, "<start_function_call>", "<end_function_call>",
+                                                 "function_gemma"), ("<end_of_turn>", "<eos>"),
+                        RoleConventions("tool_output", "pythonic", alternate=True))
+GPT_OSS = Family("gpt_oss", None, ("<|return|>", "<|call|>"),
+                 RoleConventions(single_call=True, system_first_only=True))
+GENERIC = Family("generic", QWEN)
+
+FAMILIES = {f.name: f for f in (QWEN_FAMILY, QWEN3_CODER, LLAMA3, MISTRAL, GLM, GEMMA, GEMMA4, FUNCTION_GEMMA, GPT_OSS,
+                                 GENERIC)}
+
+
+def template_source(tokenizer: Any) -> str:
+    src = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    if isinstance(src, dict):
+        src = src.get("default") or next(iter(src.values()), "")
+    return src if isinstance(src, str) else ""
+
+
+def _vocab(tokenizer: Any) -> dict:
+    try:
+        return tokenizer.get_vocab() if tokenizer is not None else {}
+    except Exception:  # a tokenizer without one: the template alone decides
+        return {}
+
+
+def detect(tokenizer: Any, config: dict | None = None) -> Family:
+    """The family of a model, from its tokenizer (chat template, vocabulary) and config.json."""
+    src = template_source(tokenizer)
+    vocab = _vocab(tokenizer)
+    model_type = str((config or {}).get("model_type", "")).lower()
+
+    def has(*marks: str) -> bool:
+        return any(m in src or m in vocab for m in marks)
+
+    def in_template(*marks: str) -> bool:
+        return any(m in src for m in marks)
+
+    if (has("<|channel|>") and has("<|message|>")) or model_type == "gpt_oss":
+        fam = GPT_OSS
+    elif in_template("<arg_key>") or (model_type.startswith("glm4") and has("<arg_key>")):
+        fam = GLM
+    elif in_template("<function=") and has("<tool_call>"):
+        fam = QWEN3_CODER
+    elif has("[TOOL_CALLS]", "[INST]") or model_type in ("mistral", "mistral3", "magistral"):
+        fam = MISTRAL if has("[THINK]") else replace(MISTRAL, markup=replace(MISTRAL.markup, think_open=None,
+                                                                            think_close=None))
+    elif in_template("<|tool_call>") and has("<tool_call|>"):
+        fam = GEMMA4
+    elif has("<start_function_call>"):
+        fam = FUNCTION_GEMMA
+    elif has("<|start_header_id|>", "<|python_tag|>"):
+        fam = LLAMA3
+    elif has("<start_of_turn>") or model_type.startswith("gemma"):
+        fam = GEMMA
+    elif has("<tool_call>") or model_type.startswith("qwen"):
+        fam = QWEN_FAMILY if has("<think>") else replace(QWEN_FAMILY, markup=replace(QWEN, think_open=None,
+                                                                                    think_close=None))
+    else:
+        think = has("<think>")
+        tools = has("<tool_call>")
+        fam = replace(GENERIC, markup=replace(PLAIN, think_open="<think>" if think else None,
+                                              think_close="</think>" if think else None,
+                                              tool_open="<tool_call>" if tools else None,
+                                              tool_close="</tool_call>" if tools else None))
+    if tokenizer is not None:
+        log.info("model family: %s", fam.name)
+    return fam

@@ -1,0 +1,188 @@
+"""The streaming output parser for marker-delimited families: raw model text, token by token, into events.
+
+Rules:
+- Markers come from the family's ``Markup`` (``<think>…</think>``, ``<tool_call>…</tool_call>``,
+  ``[THINK]…[/THINK]``, ``[TOOL_CALLS]…``, ``<|python_tag|>…``, ```` ```tool_code…``` ````).
+- ``feed(piece)`` consumes one token's text and returns the events it completes plus the channel the
+  token landed in (``reasoning``, ``text`` or ``tool``). A marker belongs to the channel it opens or
+  closes. Text that might be the start of a marker is held back until it cannot be.
+- Whitespace around markers is layout, not content: leading whitespace of a text run and trailing
+  whitespace before a marker or the end are dropped (whitespace inside the text is kept).
+- The inside of a tool call goes to the family's body decoder (``bodies.py``): the name is reported
+  (ToolCallStarted) as soon as it is known; arguments stream as deltas.
+- Families that may answer with a bare JSON call (Llama 3.x, Gemma) have an answer that begins with ``{``
+  tried as a call; at the first sign it is not one, it is text.
+- Markup the model gets wrong comes back as plain text (and is logged); it never fails the request.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ...events import ReasoningDelta, TextDelta, TokenEvent
+from .bodies import Body, Calls, make_body
+from .markup import QWEN, REASONING, TEXT, TOOL, Markup, find_first, hold_length
+
+log = logging.getLogger("tinytitan.parser")
+
+
+class OutputParser:
+    def __init__(self, markup: Markup = QWEN, start_in_reasoning: bool = False,
+                 namespaces: dict[str, str] | None = None, tools: dict[str, dict] | None = None):
+        self.m = markup
+        self.channel = REASONING if start_in_reasoning and markup.think_close else TEXT
+        self.buf = ""  # unconsumed text (may hold a partial marker)
+        self.pending_ws = ""  # whitespace-only text held until real text follows
+        self.at_run_start = True  # strip leading whitespace of a text run
+        self.calls = Calls(namespaces, tools)
+        self.bare_ok = markup.bare_json  # nothing but whitespace has been answered yet
+        self._body: Body | None = None
+        self._reparse: str | None = None
+        self.ws_before_tool = ""
+
+    @property
+    def tool_calls(self) -> int:
+        return self.calls.count
+
+    @property
+    def namespaces(self) -> dict[str, str]:
+        return self.calls.namespaces
+
+    # -- public ------------------------------------------------------------------------------------------
+    def feed(self, piece: str) -> tuple[list[TokenEvent], str]:
+        out: list[TokenEvent] = []
+        touched = self.channel
+        self.buf += piece
+        while True:
+            progressed, ch = self._step(out, final=False)
+            if ch:
+                touched = ch
+            if not progressed:
+                break
+        return out, touched
+
+    def finish(self) -> list[TokenEvent]:
+        """End of generation: flush held text; an open tool call is closed with what it has."""
+        out: list[TokenEvent] = []
+        while self._step(out, final=True)[0]:
+            pass
+        if self.channel == TOOL and self._body is not None:
+            # formats without a closing marker end their last call at the end of the turn
+            out.extend(self._close_body(truncated=bool(self.m.tool_close)))
+            self._body = None
+            self.channel = TEXT
+        if self.pending_ws:
+            self.pending_ws = ""
+        return out
+
+    # -- internals -----------------------------------------------------------------------------------------
+    def _markers(self) -> list[tuple[str, str]]:
+        m = self.m
+        if self.channel == REASONING:
+            cands = [(m.think_close, "close_think")]
+        elif self.channel == TOOL:
+            cands = [(m.tool_close, "close_tool")] if m.tool_close else [(m.tool_open, "next_tool")]
+        else:
+            cands = [(m.think_open, "open_think"), (m.tool_open, "open_tool")]
+        return [(s, k) for s, k in cands if s]
+
+    def _step(self, out: list[TokenEvent], final: bool) -> tuple[bool, str | None]:
+        if not self.buf:
+            return False, None
+        if self.bare_ok and self.channel == TEXT:
+            s = self.buf.lstrip()
+            if not s:
+                if not final:
+                    return False, None
+            elif s[0] == "{":
+                self.bare_ok = False
+                self.buf = s
+                self.channel, self.at_run_start = TOOL, True
+                self._body = make_body(self.m, self.calls, tentative=True)
+                return True, TOOL
+            else:
+                self.bare_ok = False
+        markers = self._markers()
+        hit = find_first(self.buf, [s for s, _ in markers])
+        if hit is not None:
+            i, s = hit
+            kind = next(k for mk, k in markers if mk == s)
+            before, self.buf = self.buf[:i], self.buf[i + len(s):]
+            self._content(before, out)
+            if self._reparse is not None:  # a tentative call gave up before this marker: scan it again
+                self.buf, self._reparse = self._reparse + s + self.buf, None
+                return True, TEXT
+            self._switch(kind, out)
+            return True, REASONING if kind.endswith("think") else TOOL
+        # no whole marker: keep back a tail that could begin one
+        keep = 0 if final else hold_length(self.buf, [s for s, _ in markers])
+        emit_now, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep:]
+        ch = self._content(emit_now, out)
+        if self._reparse is not None:
+            self.buf, self._reparse = self._reparse + self.buf, None
+            return bool(self.buf), ch
+        return False, ch
+
+    def _content(self, text: str, out: list[TokenEvent]) -> str | None:
+        if not text:
+            return None
+        if self.channel == TOOL:
+            assert self._body is not None
+            body = self._body
+            out.extend(body.feed(text))
+            if body.tentative and (body.rejected is not None or body.leftover is not None):
+                # not a call after all (its text goes out as text), or text after a complete call
+                if body.rejected is not None:
+                    out.append(TextDelta(body.rejected))
+                    self.at_run_start = False
+                self._reparse = body.leftover or ""
+                self._body = None
+                self.channel = TEXT
+            return TOOL
+        if self.at_run_start:
+            text = text.lstrip()
+            if not text:
+                return self.channel
+            self.at_run_start = False
+        if self.channel == REASONING:
+            out.append(ReasoningDelta(text))
+            return REASONING
+        self.bare_ok = False
+        body = text.rstrip()  # trailing whitespace waits: before a marker or the end it is layout
+        if body:
+            out.append(TextDelta(self.pending_ws + body))
+            self.pending_ws = text[len(body):]
+        else:
+            self.pending_ws += text
+        return TEXT
+
+    def _switch(self, kind: str, out: list[TokenEvent]) -> None:
+        self.at_run_start = True
+        if kind == "open_think":
+            self.pending_ws = ""
+            self.channel = REASONING
+        elif kind == "close_think":
+            self.channel = TEXT
+        elif kind in ("open_tool", "next_tool"):
+            if kind == "next_tool" and self._body is not None:
+                out.extend(self._close_body(truncated=False))
+            self.ws_before_tool, self.pending_ws = self.pending_ws, ""
+            self.bare_ok = False
+            self.channel = TOOL
+            self._body = make_body(self.m, self.calls)
+        elif kind == "close_tool":
+            if self._body is None:
+                out.append(TextDelta(self.m.tool_close or ""))
+                return
+            out.extend(self._close_body(truncated=False))
+            self._body = None
+            self.channel = TEXT
+
+    def _close_body(self, truncated: bool) -> list[TokenEvent]:
+        body = self._body
+        events = body.close(truncated)
+        if not body.any and events and isinstance(events[0], TextDelta) and not body.tentative:
+            # not a call after all: the text it interrupted keeps its layout
+            events[0] = TextDelta(self.ws_before_tool + events[0].text)
+            self.at_run_start = False
+        return events
