@@ -153,6 +153,7 @@ def serve(args) -> int:
     host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host
     config.bind = [f"{host}:{args.port}"]
     config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")  # through our log format, once
     config.keep_alive_timeout = 75
 
     async def main():
