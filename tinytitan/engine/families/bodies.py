@@ -91,6 +91,30 @@ class Body:
         return [TextDelta(text)]
 
 
+class SteppedBody(Body):
+    """A body read by a small state machine: ``_step`` consumes from ``buf`` and says whether it progressed;
+    argument text goes out through ``_emit``, which also keeps the whole arguments string."""
+
+    buf: str
+    args: str
+
+    def _emit(self, out: list, text: str) -> None:
+        if text:
+            self.args += text
+            out.append(ToolCallArgsDelta(self.index, text))
+
+    def feed(self, text: str) -> list[TokenEvent]:
+        self.raw += text
+        self.buf += text
+        out: list[TokenEvent] = []
+        while self.buf and self._step(out):
+            pass
+        return out
+
+    def _step(self, out: list) -> bool:
+        raise NotImplementedError
+
+
 # ---------------------------------------------------------------------------------------------------------
 # JSON values, incrementally
 # ---------------------------------------------------------------------------------------------------------
@@ -366,7 +390,7 @@ def convert_value(text: str, typ: str | None, unknown_is_string: bool):
         return text
 
 
-class TaggedCall(Body):
+class TaggedCall(SteppedBody):
     def __init__(self, calls, markup, spec: TagSpec, tentative=False):
         super().__init__(calls, markup, tentative)
         self.spec = spec
@@ -381,18 +405,6 @@ class TaggedCall(Body):
         self.junk = ""
         self.json_args = False  # the arguments came as one JSON object
         self.span: JsonSpan | None = None
-
-    def _emit(self, out: list, text: str) -> None:
-        self.args += text
-        out.append(ToolCallArgsDelta(self.index, text))
-
-    def feed(self, text: str) -> list[TokenEvent]:
-        self.raw += text
-        self.buf += text
-        out: list[TokenEvent] = []
-        while self.buf and self._step(out):
-            pass
-        return out
 
     def _expect(self, *markers: str) -> str | None | bool:
         """At buf's start (after whitespace): the marker found (consumed), False to wait, None on a mismatch."""
@@ -756,7 +768,7 @@ def _py_call(stmt) -> tuple[str, str]:
 _CALL_HEAD = regex.compile(r"\s*call:([\w.-]+)\{")
 
 
-class GemmaCall(Body):
+class GemmaCall(SteppedBody):
     """``call:NAME{…}`` with bare keys and strings between a delimiter token (``<|"|>`` for Gemma 4,
     ``<escape>`` for FunctionGemma); the arguments stream as the JSON they stand for."""
 
@@ -770,19 +782,6 @@ class GemmaCall(Body):
         self.token = ""  # a bare key or scalar being read
         self.string_is_key = False
         self.args = ""
-
-    def _emit(self, out: list, text: str) -> None:
-        if text:
-            self.args += text
-            out.append(ToolCallArgsDelta(self.index, text))
-
-    def feed(self, text: str) -> list[TokenEvent]:
-        self.raw += text
-        self.buf += text
-        out: list[TokenEvent] = []
-        while self.buf and self._step(out):
-            pass
-        return out
 
     def _step(self, out: list) -> bool:
         if self.state == "head":
