@@ -140,3 +140,17 @@ async def test_no_api_key_accepts_any(serve):
     body = {"model": MODEL, "messages": USER}
     assert (await call(s, body, headers={"authorization": "Bearer whatever"})).status_code == 200
     assert (await call(s, body, headers={"x-api-key": "whatever"})).status_code == 200
+
+
+async def test_template_refusal_is_a_400(serve, demo_tok):
+    """A chat template that raises (e.g. roles out of order) answers 400 naming messages, not 500."""
+    import copy
+
+    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+    tok = copy.copy(demo_tok)
+    backend = ScriptedBackend([ScriptEntry("ok")], tok)
+    backend.render = lambda req: (_ for _ in ()).throw(__import__("jinja2").TemplateError("roles must alternate"))
+    s = await serve(backend=backend)
+    r = await call(s, {"model": MODEL, "messages": USER})
+    envelope(r, 400, param="messages", code="template_error", contains="roles must alternate")

@@ -76,8 +76,15 @@ class Backend(ABC):
         )
 
     def encode(self, req: ChatRequest) -> tuple[str, list[int]]:
-        """The rendered prompt and its tokens."""
-        text = self.render(req)
+        """The rendered prompt and its tokens. A template that refuses the conversation (Jinja's
+        ``raise_exception``: roles out of order, an unsupported turn) is the client's 400, not a crash."""
+        import jinja2
+
+        try:
+            text = self.render(req)
+        except jinja2.TemplateError as exc:
+            raise invalid(f"The model's chat template cannot render this conversation: {exc}", param="messages",
+                          code="template_error") from None
         return text, list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def prepare(self, req: ChatRequest) -> Prepared:

@@ -160,12 +160,24 @@ class RequestValidator:
             if "to" in f:
                 out.args[f["to"]] = value
             if "hook" in f:
-                self.hooks[f["hook"]](value, body, out.args, out)
+                self._run_hook(name, f["hook"], value, body, out)
         for target, rule in self.derive.items():
             value = derive_value(rule, body)
             if value is not None:
                 out.args[target] = value
         return out
+
+    def _run_hook(self, name: str, hook: str, value: Any, body: dict, out: Validated) -> None:
+        """A hook names the exact part it refuses (ApiError). Anything else it trips over is still the
+        client's malformed value, not a server fault: a 400 naming the field, never a 500."""
+        try:
+            self.hooks[hook](value, body, out.args, out)
+        except ApiError:
+            raise
+        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
+            log.info("%s: hook %s rejected '%s': %r", self.spec.name, hook, name, exc)
+            raise invalid(f"Invalid value for '{name}': some part of it does not have the expected shape "
+                          f"({type(exc).__name__}: {exc})", param=name, code="invalid_value") from None
 
     def _check_field(self, name: str, f: dict, body: dict) -> None:
         value = body.get(name)

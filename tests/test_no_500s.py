@@ -1,0 +1,87 @@
+"""Never a 500 for anything a client sent: every field of a valid request, at every depth, replaced by
+values of every JSON type, must be answered 2xx or 4xx — in the protocol's own envelope."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import httpx
+import pytest
+
+ODD_VALUES = [None, 0, -1, 1.5, "", "x", True, [], [1], {}, {"type": "text"}, [None], [{"type": None}]]
+
+BASES = {
+    "/v1/chat/completions": {
+        "model": "tinytitan-scripted", "max_tokens": 5, "stop": ["zz"], "temperature": 0.5,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "messages": [{"role": "system", "content": "s"},
+                     {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                     {"role": "assistant", "content": None, "tool_calls": [
+                         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+    },
+    "/v1/messages": {
+        "model": "tinytitan-scripted", "max_tokens": 2000, "stop_sequences": ["zz"],
+        "system": [{"type": "text", "text": "s"}],
+        "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+        "thinking": {"type": "enabled", "budget_tokens": 1024}, "metadata": {"user_id": "u"},
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                     {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}],
+    },
+    "/v1/responses": {
+        "model": "tinytitan-scripted", "max_output_tokens": 20, "instructions": "be brief", "store": False,
+        "reasoning": {"effort": "low"}, "text": {"verbosity": "low"},
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}},
+                  {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "g"}]}],
+        "input": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "d"}]},
+                  {"type": "message", "role": "user", "content": "hi"},
+                  {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": "c1", "output": "ok"}],
+    },
+}
+
+
+def paths(doc, here=()):
+    """Every key / index path in a JSON document."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield here + (k,)
+            yield from paths(v, here + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield here + (i,)
+            yield from paths(v, here + (i,))
+
+
+def mutated(base, path, value):
+    doc = copy.deepcopy(base)
+    node = doc
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize("route", sorted(BASES))
+async def test_every_field_every_type(serve, route):
+    s = await serve(["ok"])
+    base = BASES[route]
+    headers = {"anthropic-version": "2023-06-01"} if route == "/v1/messages" else {}
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url(route), json=base, headers=headers)
+        assert r.status_code == 200, r.text
+        failures = []
+        for path in paths(base):
+            if path == ("model",):
+                continue
+            for value in ODD_VALUES:
+                body = mutated(base, path, value)
+                r = await c.post(s.url(route), json=body, headers=headers)
+                if r.status_code >= 500:
+                    failures.append((path, value, r.text[:200]))
+                elif r.status_code >= 400:
+                    err = r.json()
+                    assert ("error" in err), (path, value, r.text)
+        assert not failures, json.dumps(failures[:10], indent=1, default=str)
