@@ -1,0 +1,219 @@
+"""Codex CLI end to end: ``codex exec`` against ``tinytitan serve --script`` in a subprocess.
+
+Between them sits ``tools/record_proxy.py`` in forward mode, so each test also sees what Codex sent.
+Every run gets a fresh HOME, CODEX_HOME and working directory and a bounded timeout; Codex is told not
+to retry (``request_max_retries = stream_max_retries = 0``), so one failure is one request.
+
+The same scenarios re-record the replayed traces under ``tests/traces/codex`` (fixed scratch paths
+under /tmp/tt-trace, so no machine paths land in the bodies)::
+
+    python tests/test_e2e_codex.py record            # from the repository root
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CODEX = shutil.which("codex")
+RUN_TIMEOUT = 120  # seconds per codex exec
+START_TIMEOUT = 60  # seconds for the server / proxy banner
+
+pytestmark = [
+    pytest.mark.clients,
+    pytest.mark.skipif(CODEX is None, reason="Codex CLI not installed (npm install -g @openai/codex@0.171.0)"),
+]
+
+MARKER = "tinytitan-codex-marker"
+TOOL_CMD = f"echo {MARKER} > marker.txt; echo done"
+TOOL_CALL = ('<tool_call>\n{"name": "exec_command", "arguments": {"cmd": ' + json.dumps(TOOL_CMD)
+             + "}}\n</tool_call>")
+
+# name → (script, prompt); the recorded traces are these runs
+SCENARIOS = {
+    "plain": (["Hello from tinytitan, via Codex."], "say hi"),
+    "tool_round_trip": ([TOOL_CALL, "The marker file is written."], "write the marker file"),
+    "reasoning_round_trip": (["<think>\nThe user wants the marker file; run echo.\n</think>\n\n" + TOOL_CALL,
+                              "<think>\nThe command succeeded.\n</think>\n\nDone: marker.txt holds the marker."],
+                             "write the marker file"),
+}
+
+
+@contextmanager
+def _process(args, log: Path, pattern: str, cwd=ROOT):
+    """Start ``args`` with stdout+stderr into ``log``; yield the first match of ``pattern`` in it."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            m = re.search(pattern, log.read_text())
+            if m:
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{args[:4]} did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+        yield m
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@contextmanager
+def scripted_server(script: list, scratch: Path):
+    """``tinytitan serve --script`` on a free port → (base URL, served model id)."""
+    path = scratch / "script.yaml"
+    path.write_text(json.dumps(script))  # JSON is YAML
+    args = [sys.executable, "-m", "tinytitan", "serve", "--script", str(path), "--port", "0",
+            "--responses-store", "memory"]
+    with _process(args, scratch / "server.log", r"is serving '([^']+)' at (http://\S+)") as m:
+        yield m.group(2), m.group(1)
+
+
+@contextmanager
+def recording_proxy(upstream: str, out: Path, scratch: Path):
+    """tools/record_proxy.py forwarding to ``upstream``, appending each request to ``out`` → its base URL."""
+    args = [sys.executable, str(ROOT / "tools" / "record_proxy.py"), "--port", "0", "--upstream", upstream,
+            "--out", str(out)]
+    with _process(args, scratch / "proxy.log", r"listening on (http://\S+)") as m:
+        yield m.group(1)
+
+
+def run_codex(base: str, model: str, root: Path, prompt: str) -> subprocess.CompletedProcess:
+    """``codex exec`` in ``root/work`` with HOME ``root/home`` and CODEX_HOME ``root/codex``."""
+    work, home, codex_home = root / "work", root / "home", root / "codex"
+    for d in (work, home, codex_home):
+        d.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(f'''model = "{model}"
+model_provider = "local"
+
+[model_providers.local]
+name = "local"
+base_url = "{base}/v1"
+env_key = "LOCAL_API_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+''')
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(codex_home), "LOCAL_API_KEY": "x"}
+    return subprocess.run([CODEX, "exec", "--skip-git-repo-check", "-c", "analytics.enabled=false",
+                           "--disable", "plugins", "-s", "danger-full-access", prompt],
+                          cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT)
+
+
+def run_scenario(script: list, prompt: str, root: Path, trace: Path):
+    """Server + proxy + codex; → (completed process, recorded requests, served model id)."""
+    scratch = root / "scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with scripted_server(script, scratch) as (server, model), recording_proxy(server, trace, scratch) as proxy:
+        result = run_codex(proxy, model, root, prompt)
+    requests = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+    return result, requests, model
+
+
+def _explain(result) -> str:
+    return f"rc={result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr[-4000:]}"
+
+
+def _input_items(request, kind):
+    return [i for i in request["body"]["input"] if i.get("type") == kind]
+
+
+def test_plain_answer(tmp_path):
+    script, prompt = SCENARIOS["plain"]
+    result, requests, model = run_scenario(script, prompt, tmp_path, tmp_path / "trace.jsonl")
+    assert result.returncode == 0, _explain(result)
+    assert result.stdout.strip() == script[0], _explain(result)
+    assert [(r["method"], r["path"]) for r in requests] == [("POST", "/v1/responses")]
+    body = requests[0]["body"]
+    assert body["model"] == model and body["stream"] is True and body["store"] is False
+    users = [c["text"] for m in _input_items(requests[0], "message") if m["role"] == "user" for c in m["content"]]
+    assert users[-1] == prompt
+
+
+def test_tool_round_trip(tmp_path):
+    script, prompt = SCENARIOS["tool_round_trip"]
+    result, requests, _ = run_scenario(script, prompt, tmp_path, tmp_path / "trace.jsonl")
+    assert result.returncode == 0, _explain(result)
+    # the schema the scripted call relies on: exec_command takes the command line as a string `cmd`
+    tools = {t.get("name"): t for t in requests[0]["body"]["tools"]}
+    assert tools["exec_command"]["parameters"]["properties"]["cmd"]["type"] == "string"
+    assert "cmd" in tools["exec_command"]["parameters"]["required"]
+    # Codex ran the command in its working directory ...
+    assert (tmp_path / "work" / "marker.txt").read_text().strip() == MARKER
+    # ... and sent the result back: the call as it got it, then its output under the same call_id
+    assert len(requests) == 2, [r["path"] for r in requests]
+    assert not _input_items(requests[0], "function_call_output")
+    calls, outputs = _input_items(requests[1], "function_call"), _input_items(requests[1], "function_call_output")
+    assert len(calls) == 1 and len(outputs) == 1
+    assert calls[0]["name"] == "exec_command" and json.loads(calls[0]["arguments"]) == {"cmd": TOOL_CMD}
+    assert outputs[0]["call_id"] == calls[0]["call_id"] and "done" in outputs[0]["output"]
+    assert result.stdout.strip() == script[1], _explain(result)
+
+
+def test_reasoning_round_trip(tmp_path):
+    """A thinking model: Codex gets the reasoning item and sends it back next turn, the tool call too."""
+    script, prompt = SCENARIOS["reasoning_round_trip"]
+    result, requests, _ = run_scenario(script, prompt, tmp_path, tmp_path / "trace.jsonl")
+    assert result.returncode == 0, _explain(result)
+    assert (tmp_path / "work" / "marker.txt").read_text().strip() == MARKER
+    assert len(requests) == 2
+    reasoning = _input_items(requests[1], "reasoning")
+    assert len(reasoning) == 1
+    assert [c["text"] for c in reasoning[0]["content"]] == ["The user wants the marker file; run echo.\n"]
+    assert len(_input_items(requests[1], "function_call_output")) == 1
+    assert result.stdout.strip() == "Done: marker.txt holds the marker.", _explain(result)
+
+
+def test_failed_generation_is_reported(tmp_path):
+    """A generation that fails mid-stream (response.failed) ends the run with the server's message."""
+    script = [{"output": "partial answer", "error": "boom"}]
+    result, requests, _ = run_scenario(script, "say hi", tmp_path, tmp_path / "trace.jsonl")
+    assert result.returncode != 0, _explain(result)
+    assert "generation failed: boom" in result.stderr, _explain(result)
+    assert len(requests) == 1  # retries off: the failure is not retried
+
+
+def test_incomplete_response_is_reported(tmp_path):
+    """Output that runs into the context window ends as response.incomplete; Codex's stream parser reads it
+    and reports the reason (it neither hangs nor treats the stream as broken)."""
+    script = ["word " * 20000]  # ≈ 20k tokens on top of Codex's ≈ 14k-token prompt: past the 32k window
+    result, requests, _ = run_scenario(script, "say hi", tmp_path, tmp_path / "trace.jsonl")
+    assert result.returncode != 0, _explain(result)
+    assert "Incomplete response returned, reason: max_output_tokens" in result.stderr, _explain(result)
+    assert len(requests) == 1
+
+
+def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = Path("/tmp/tt-trace")) -> None:
+    """Re-record every scenario's trace (the recorded bodies hold /tmp/tt-trace/work as the cwd)."""
+    for name, (script, prompt) in SCENARIOS.items():
+        if scratch.exists():
+            shutil.rmtree(scratch)
+        out = out_dir / f"{name}.jsonl"
+        out.unlink(missing_ok=True)
+        result, requests, _ = run_scenario(script, prompt, scratch, out)
+        print(f"{out.relative_to(ROOT)}: rc={result.returncode}, {len(requests)} request(s); "
+              f"final message {result.stdout.strip()!r}")
+        if result.returncode != 0:
+            raise SystemExit(_explain(result))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["record"] or CODEX is None:
+        raise SystemExit("usage: python tests/test_e2e_codex.py record   (needs `codex` on PATH)")
+    record()
