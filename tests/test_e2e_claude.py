@@ -243,3 +243,26 @@ def test_context_counts_tokens(tmp_path):
                 assert resp.status_code == 200, (r["body"], resp.text)
                 n = resp.json()["input_tokens"]
                 assert isinstance(n, int) and n > 0
+
+
+def test_thinking_round_trip(tmp_path):
+    """Reasoning (``<think>``) comes out as a thinking block; Claude Code sends it back with the tool result."""
+    marker = f"tinytitan-e2e-{uuid.uuid4().hex[:12]}"
+    final = f"Done: {marker}."
+    script = ["<think>\nI should print the marker.\n</think>\n\n"
+              + tool_call("Bash", {"command": f"echo {marker}", "description": "print a marker"}),
+              f"<think>\nIt printed.\n</think>\n\n{final}"]
+    with tinytitan(script, tmp_path) as (base, model, record):
+        events = run_claude(base, model, "print the marker", tmp_path)
+    thoughts = [b["thinking"] for b in blocks(events, "assistant", "thinking")]
+    assert [t.strip() for t in thoughts] == ["I should print the marker.", "It printed."], events
+    results = blocks(events, "user", "tool_result")
+    assert len(results) == 1 and marker in str(results[0]["content"]), results
+    assert events[-1]["is_error"] is False and events[-1]["result"] == final, events[-1]
+
+    reqs = model_requests(read_record(record))
+    assert len(reqs) == 2
+    sent = [b for m in reqs[1]["body"]["messages"] if m["role"] == "assistant" and isinstance(m["content"], list)
+            for b in m["content"]]
+    assert [b["type"] for b in sent] == ["thinking", "tool_use"], sent
+    assert sent[0]["thinking"].strip() == "I should print the marker."
