@@ -80,3 +80,19 @@ async def test_requests_are_served_in_order(serve, demo_tok):
                 n.start_soon(one, tag)
                 await trio.sleep(0.05)
     assert sorted(results) == [(0, "first"), (1, "second"), (2, "third")]
+
+
+async def test_client_hangup_cancels_a_non_streaming_generation(serve, demo_tok):
+    backend = ScriptedBackend([ScriptEntry(LONG, delay_ms=30), ScriptEntry("after")], demo_tok)
+    s = await serve(backend=backend)
+    async with httpx.AsyncClient(timeout=0.5) as c:
+        try:
+            await c.post(s.url("/v1/chat/completions"), json=BODY)
+        except httpx.ReadTimeout:
+            pass  # the client gave up and closed the connection
+    with trio.fail_after(5):
+        while s.engine.running or s.engine.waiting:
+            await trio.sleep(0.02)
+    stopped_at = backend.tokens_decoded
+    await trio.sleep(0.3)
+    assert backend.tokens_decoded == stopped_at < 40
