@@ -54,3 +54,34 @@ async def test_catalog_lists_switches_and_unloads(serve, models_dir):
 
 def test_find_model_dirs(models_dir):
     assert [p.relative_to(models_dir).as_posix() for p in find_model_dirs(models_dir)] == ["alpha", "org/beta"]
+
+
+async def test_cpu_twin_only_where_a_second_engine_exists(serve, models_dir, monkeypatch):
+    import argparse
+
+    from tinytitan import cli
+
+    args = argparse.Namespace(script=None, models_dir=str(models_dir), model=None, model_id=None,
+                              prompt_cache_mib=64, reasoning_effort=None, thinking=None)
+    monkeypatch.setattr(cli, "second_engine_available", lambda: False)
+    assert [b.model_id for b in cli.make_backends(args)] == ["alpha", "org/beta"]  # Linux: CPU is the only engine
+    monkeypatch.setattr(cli, "second_engine_available", lambda: True)
+    backends = cli.make_backends(args)
+    assert [b.model_id for b in backends] == ["alpha", "org/beta", "alpha@cpu", "org/beta@cpu"]
+    # the twin decodes on mlx's CPU stream, through the same server path
+    s = await serve(backend=backends)
+    async with httpx.AsyncClient(timeout=60) as c:
+        r = await c.post(s.url("/v1/chat/completions"), json={"model": "alpha@cpu", "max_tokens": 2,
+                                                               "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200 and r.json()["model"] == "alpha@cpu"
+        info = (await c.get(s.url("/v1/models/alpha@cpu"))).json()
+        assert info["device"] == "cpu"
+
+
+def test_linux_has_no_second_engine():
+    import sys
+
+    from tinytitan.cli import second_engine_available
+
+    if sys.platform.startswith("linux"):
+        assert second_engine_available() is False

@@ -60,6 +60,21 @@ def find_model_dirs(root: Path) -> list[Path]:
     return sorted({p.parent for p in root.rglob("config.json") if any(p.parent.glob("*.safetensors"))})
 
 
+def second_engine_available() -> bool:
+    """mlx has a second engine only where its default device is a GPU (Metal on Apple silicon); on Linux the
+    CPU is its only engine, so no ``<id>@cpu`` twin is offered there."""
+    import mlx.core as mx
+
+    return bool(getattr(mx, "metal", None) and mx.metal.is_available())
+
+
+def cpu_twins(backends: list, cache_bytes: int) -> list:
+    from .engine.mlx_backend import MLXBackend
+
+    return [MLXBackend(b.path, f"{b.model_id}@cpu", prompt_cache_bytes=cache_bytes, lazy=True, device="cpu")
+            for b in backends if isinstance(b, MLXBackend)]
+
+
 def make_backends(args) -> list:
     default_reasoning = args.reasoning_effort or ({"on": True, "off": False}.get(args.thinking))
     cache_bytes = args.prompt_cache_mib << 20
@@ -92,6 +107,8 @@ def make_backends(args) -> list:
 
             path, model_id = ensure_demo_model(), args.model_id or demo_model_id()
         backends = [MLXBackend(path, model_id, prompt_cache_bytes=cache_bytes)]
+    if not args.script and second_engine_available():
+        backends += cpu_twins(backends, cache_bytes)
     for b in backends:
         b.default_reasoning = default_reasoning
     return backends

@@ -38,15 +38,19 @@ def read_json(path: Path) -> dict:
 
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
-                 prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False):
+                 prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
+                 device: str | None = None):
         """The tokenizer loads at once (token counting and listing need no weights); the weights load now,
-        or with ``lazy`` on first use (a catalog keeps one model resident at a time)."""
+        or with ``lazy`` on first use (a catalog keeps one model resident at a time). ``device="cpu"``
+        decodes on mlx's CPU stream even where its default device is the GPU (the ``<id>@cpu`` twin)."""
         from mlx_lm.utils import load_tokenizer
 
         self.path = Path(model_dir)
         self.model_id = model_id or self.path.name
         self.default_reasoning = default_reasoning
         self.prompt_cache = PromptCache(prompt_cache_bytes)
+        self.device = device
+        self._stream = None
         config = read_json(self.path / "config.json")
         self.config = config
         self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
@@ -104,7 +108,8 @@ class MLXBackend(Backend):
         try:
             for resp in stream_generate(model, self.tokenizer, mx.array(prepared.tokens[cached:]),
                                         max_tokens=prepared.max_tokens, sampler=sampler,
-                                        logits_processors=processors, prompt_cache=kv):
+                                        logits_processors=processors, prompt_cache=kv,
+                                        **self._stream_kwargs()):
                 generated.append(resp.token)
                 if should_stop():
                     return
@@ -120,6 +125,15 @@ class MLXBackend(Backend):
             # whatever the cache now holds (prompt and the tokens fed back) is kept for the next request
             self.prompt_cache.store(list(prepared.tokens) + generated, kv)
         loop.end(hit_length)
+
+    def _stream_kwargs(self) -> dict:
+        if self.device != "cpu":
+            return {}
+        import mlx.core as mx
+
+        if self._stream is None:
+            self._stream = mx.new_stream(mx.cpu)
+        return {"stream": self._stream}
 
     def _top_k(self, k: int) -> int:
         """A top_k at or past the vocabulary keeps every token: that is 0 (off) to mlx-lm, which rejects it
@@ -161,4 +175,5 @@ class MLXBackend(Backend):
 
     def describe(self) -> dict:
         return {"id": self.model_id, "context_window": self.context_window, "path": str(self.path),
+                "device": self.device or "default",
                 "loaded": self.model is not None, "prompt_cache": self.prompt_cache.stats()}

@@ -36,7 +36,7 @@ class Shared(Protocol):
             return {"type": "model", "id": info["id"], "display_name": info.get("display_name", info["id"]),
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))}
         entry = {"id": info["id"], "object": "model", "created": created, "owned_by": "tinytitan"}
-        for k in ("context_window", "loaded"):
+        for k in ("context_window", "loaded", "device"):
             if k in info:
                 entry[k] = info[k]
         return entry
