@@ -11,6 +11,8 @@ Rules:
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import logging
 import math
 import threading
@@ -21,7 +23,7 @@ import trio
 
 from ..chat_request import ChatRequest
 from ..errors import ApiError
-from ..events import Failed, KeepAlive, TokenEvent
+from ..events import Failed, Finished, KeepAlive, ReasoningDelta, TextDelta, TokenEvent, ToolCallArgsDelta
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
 from .prompt import fast_path
@@ -205,63 +207,124 @@ async def _keepalive_while(work, keepalive: float | None) -> AsyncIterator[Token
         raise error[0]
 
 
-async def _threaded(backend: Backend, prepared: Prepared, keepalive: float | None = None) -> AsyncIterator[TokenEvent]:
-    """Run ``backend.decode`` in a worker thread and yield its events here."""
-    send, recv = trio.open_memory_channel(math.inf)
-    stop = threading.Event()
-    finished = trio.Event()
-    token = trio.lowlevel.current_trio_token()
+BATCH_INTERVAL = 0.02  # at most one batch of deltas per 20 ms after the first (the first goes at once)
 
-    def put(ev: TokenEvent) -> None:
-        try:
-            send.send_nowait(ev)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            stop.set()
+_MERGEABLE = (TextDelta, ReasoningDelta, ToolCallArgsDelta)
 
-    def emit(ev: TokenEvent) -> None:
+
+def merge_deltas(events: list[TokenEvent]) -> list[TokenEvent]:
+    """Adjacent deltas of one channel (and one tool call) become one event; nothing else changes."""
+    out: list[TokenEvent] = []
+    for ev in events:
+        last = out[-1] if out else None
+        if (isinstance(ev, _MERGEABLE) and type(last) is type(ev)
+                and getattr(ev, "index", None) == getattr(last, "index", None)):
+            out[-1] = dataclasses.replace(last, text=last.text + ev.text)
+        else:
+            out.append(ev)
+    return out
+
+
+class _Mailbox:
+    """Events from the decoding thread to the trio side: the thread appends to a deque and schedules one
+    wake-up at a time (not one per token); the trio side drains everything that has arrived."""
+
+    def __init__(self, token: trio.lowlevel.TrioToken, stop: threading.Event):
+        self.queue: collections.deque[TokenEvent] = collections.deque()
+        self.token = token
+        self.stop = stop
+        self.wake_pending = False
+        self.arrived = trio.Event()
+        self.closed = False
+        self.finished = trio.Event()
+
+    # decoding thread
+    def emit(self, ev: TokenEvent) -> None:
+        self.queue.append(ev)
+        if not self.wake_pending:
+            self.wake_pending = True
+            try:
+                self.token.run_sync_soon(self._wake)
+            except trio.RunFinishedError:
+                self.stop.set()
+
+    def thread_done(self, _outcome) -> None:
         try:
-            token.run_sync_soon(put, ev)
+            self.token.run_sync_soon(self._close)
         except trio.RunFinishedError:
-            stop.set()
+            pass
+
+    # trio side
+    def _wake(self) -> None:
+        self.wake_pending = False
+        self.arrived.set()
+
+    def _close(self) -> None:
+        self.closed = True
+        self.arrived.set()
+        self.finished.set()
+
+    def drain(self) -> list[TokenEvent]:
+        out = []
+        while self.queue:
+            out.append(self.queue.popleft())
+        return out
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait until something arrived (or the thread ended); False when ``timeout`` passed first."""
+        if self.queue or self.closed:
+            return True
+        self.arrived = trio.Event()
+        with trio.move_on_after(timeout):
+            await self.arrived.wait()
+            return True
+        return False
+
+
+async def _threaded(backend: Backend, prepared: Prepared, keepalive: float | None = None) -> AsyncIterator[TokenEvent]:
+    """Run ``backend.decode`` in a worker thread and yield its events here.
+
+    Deltas that arrive together are merged, and after the first one they go out at most every
+    BATCH_INTERVAL: a fast model's tokens cost one wake-up and one wire event per batch instead of one per
+    token (the per-token overhead otherwise competes with decoding for the GIL). The end of a generation
+    is sent at once."""
+    stop = threading.Event()
+    box = _Mailbox(trio.lowlevel.current_trio_token(), stop)
 
     def work() -> None:
         parser = backend.parser(prepared)
-        loop = DecodeLoop(parser, prepared.req.stop, emit)
+        loop = DecodeLoop(parser, prepared.req.stop, box.emit)
         try:
             backend.decode(prepared, loop, stop.is_set)
         except Exception as exc:  # reported in-band: the stream may already be open
             if not stop.is_set():
                 log.exception("generation failed")
                 if not loop.finished:
-                    emit(Failed(f"generation failed: {exc}"))
+                    box.emit(Failed(f"generation failed: {exc}"))
 
-    def done(_outcome) -> None:
-        def close() -> None:
-            send.close()
-            finished.set()
-
-        try:
-            token.run_sync_soon(close)
-        except trio.RunFinishedError:
-            pass
-
-    trio.lowlevel.start_thread_soon(work, done)
+    trio.lowlevel.start_thread_soon(work, box.thread_done)
     try:
-        async with recv:
+        quiet = 0.0
+        last_batch = -math.inf
+        while True:
+            if not await box.wait(keepalive if keepalive else math.inf):
+                quiet += keepalive
+                yield KeepAlive(quiet)
+                continue
             quiet = 0.0
-            while True:
-                with trio.move_on_after(keepalive if keepalive else math.inf) as timer:
-                    try:
-                        ev = await recv.receive()
-                    except trio.EndOfChannel:
-                        return
-                if timer.cancelled_caught:
-                    quiet += keepalive
-                    yield KeepAlive(quiet)
-                    continue
-                quiet = 0.0
-                yield ev
+            batch = box.drain()
+            ending = box.closed or any(isinstance(ev, (Finished, Failed)) for ev in batch)
+            pause = last_batch + BATCH_INTERVAL - trio.current_time()
+            if batch and not ending and pause > 0:
+                await trio.sleep(pause)  # let more tokens join this batch
+                batch += box.drain()
+            if batch:
+                last_batch = trio.current_time()
+                for ev in merge_deltas(batch):
+                    yield ev
+            if box.closed and not box.queue:
+                return
     finally:
         stop.set()
         with trio.CancelScope(shield=True):
-            await finished.wait()
+            await box.finished.wait()
