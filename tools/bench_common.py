@@ -1,0 +1,414 @@
+"""Shared pieces of the benchmarks in ``tools/bench_*.py`` (not a test; run by hand).
+
+- build the demo models once (``ensure_model``),
+- start ``tinytitan serve`` and ``mlx_lm server`` as subprocesses on free ports and wait until they answer,
+- a lean streaming HTTP client (stdlib ``http.client``: the client shares the CPU with the server, so it
+  must cost next to nothing per chunk) that timestamps every SSE event,
+- which BLAS a process really runs on (read from ``/proc/<pid>/maps``),
+- how much CPU *other* processes took while we measured (``CpuWatch``), so a disturbed run can be redone.
+
+Only the standard library is imported at module level; nothing here imports mlx.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import http.client
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository: ``python -m tinytitan`` runs from here
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+# -- models --------------------------------------------------------------------------------------------------
+def ensure_model(variant: str, cache_dir: str | None = None) -> Path:
+    """The demo model (``demo``) or its ~48M-parameter sibling (``50m``), built once and reused."""
+    sys.path.insert(0, str(ROOT))
+    from tinytitan.demo_model import build_demo_model, ensure_demo_model, recipe_version
+
+    if cache_dir is None:
+        return Path(ensure_demo_model(variant))
+    path = Path(cache_dir) / f"{variant}-{recipe_version(variant)}"
+    if not (path / "config.json").is_file():
+        build_demo_model(path, variant=variant)
+    return path
+
+
+# -- machine ---------------------------------------------------------------------------------------------------
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_line() -> str:
+    return f"{os.cpu_count()} cores, {cpu_model()}, {platform.system()} {platform.machine()}, Python {platform.python_version()}"
+
+
+def openblas_path() -> str | None:
+    """The system OpenBLAS that tinytitan.blas would load (for LD_PRELOAD into a peer server)."""
+    for name in ("libopenblas.so.0", "libopenblasp.so.0"):
+        for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"):
+            p = Path(d) / name
+            if p.exists():
+                return str(p)
+    found = ctypes.util.find_library("openblas")
+    return found
+
+
+def blas_of(pid: int) -> str:
+    """Which BLAS a running process has mapped: a system OpenBLAS/BLIS/MKL, or only mlx's bundled one."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return "unknown"
+    # numpy's wheel maps its own private OpenBLAS (libscipy_openblas*): that one never serves mlx
+    libs = sorted({line.split()[-1] for line in maps.splitlines()
+                   if any(k in line for k in ("openblas", "libblis", "mkl_rt"))
+                   and "scipy_openblas" not in line and ".libs/" not in line})
+    if libs:
+        return "OpenBLAS (" + ", ".join(Path(x).name for x in libs) + ")"
+    return "mlx bundled reference BLAS"
+
+
+# -- CPU taken by others -------------------------------------------------------------------------------------
+def _busy_jiffies() -> int:
+    parts = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    vals = [int(x) for x in parts]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return sum(vals[:8]) - idle
+
+
+def _proc_jiffies(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime (all threads)
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds a process has run, all threads, at nanosecond resolution (schedstat), else jiffies."""
+    total, ok = 0, False
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+                ok = True
+            except (OSError, ValueError, IndexError):
+                pass
+    except OSError:
+        pass
+    return total / 1e9 if ok else _proc_jiffies(pid) / HZ
+
+
+class CpuWatch:
+    """``with CpuWatch(pids) as w: ...`` then ``w.foreign``: cores used by processes other than ``pids``
+    (and this one) meanwhile. On a 2-core machine anything above ~0.2 means someone else was computing."""
+
+    def __init__(self, pids=()):
+        self.pids = [os.getpid(), *pids]
+
+    def __enter__(self):
+        self.t0 = time.monotonic()
+        self.b0 = _busy_jiffies()
+        self.p0 = sum(_proc_jiffies(p) for p in self.pids)
+        return self
+
+    def __exit__(self, *exc):
+        wall = max(time.monotonic() - self.t0, 1e-6)
+        busy = _busy_jiffies() - self.b0
+        ours = sum(_proc_jiffies(p) for p in self.pids) - self.p0
+        self.foreign = max(0.0, (busy - ours) / HZ / wall)
+        self.ours = ours / HZ / wall
+        return False
+
+
+def foreign_load(seconds: float = 1.0, pids=()) -> float:
+    with CpuWatch(pids) as w:
+        time.sleep(seconds)
+    return w.foreign
+
+
+def wait_quiet(limit: float = 0.25, max_wait: float = 20.0, pids=()) -> float:
+    """Wait (up to ``max_wait`` s) until other processes use less than ``limit`` cores; return the last level."""
+    t_end = time.monotonic() + max_wait
+    level = foreign_load(0.5, pids)
+    while level > limit and time.monotonic() < t_end:
+        level = foreign_load(0.5, pids)
+    return level
+
+
+# -- servers -------------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProc:
+    name: str
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+    model_id: str = ""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def _wait_http(server: ServerProc, path: str, timeout: float) -> None:
+    t_end = time.monotonic() + timeout
+    while time.monotonic() < t_end:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"{server.name} exited (rc {server.proc.returncode}):\n{server.log_tail()}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2)
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            conn.close()
+            if resp.status < 500:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"{server.name} did not answer on port {server.port} within {timeout}s:\n{server.log_tail()}")
+
+
+def start_tinytitan(model_dir: Path, log_dir: Path, extra: list[str] = (), timeout: float = 120,
+                    entry: str | None = None) -> ServerProc:
+    """``python -m tinytitan serve``; ``entry`` runs that script instead of ``-m tinytitan`` (same arguments),
+    to A/B a patched server without touching the tree."""
+    port = free_port()
+    log_path = log_dir / f"tinytitan-{model_dir.name}-{port}.log"
+    cmd = [sys.executable, *([entry] if entry else ["-m", "tinytitan"]), "serve", "--model", str(model_dir), "--port", str(port),
+           "--log-level", "warning", *extra]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    server = ServerProc("tinytitan", proc, port, log_path)
+    t_end = time.monotonic() + timeout
+    while time.monotonic() < t_end:  # the banner says it is ready and under which name
+        text = log_path.read_text(errors="replace")
+        for line in text.splitlines():
+            if "tinytitan is serving '" in line:
+                server.model_id = line.split("'")[1]
+                return server
+        if proc.poll() is not None:
+            raise RuntimeError(f"tinytitan serve exited (rc {proc.returncode}):\n{server.log_tail()}")
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"tinytitan serve printed no banner within {timeout}s:\n{server.log_tail()}")
+
+
+def start_mlx_lm_server(model_dir: Path, log_dir: Path, blas: str = "openblas", timeout: float = 120) -> ServerProc:
+    """``python -m mlx_lm server``; with ``blas="openblas"`` the same system OpenBLAS tinytitan uses is
+    LD_PRELOADed (mlx then resolves its cblas calls to it), so both sides multiply on the same library."""
+    port = free_port()
+    log_path = log_dir / f"mlx_lm_server-{model_dir.name}-{port}.log"
+    env = dict(os.environ)
+    if blas == "openblas":
+        lib = openblas_path()
+        if lib:
+            env["LD_PRELOAD"] = (lib + " " + env.get("LD_PRELOAD", "")).strip()
+    cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir), "--port", str(port),
+           "--log-level", "WARNING"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    server = ServerProc("mlx_lm.server", proc, port, log_path, model_id=str(model_dir))
+    _wait_http(server, "/v1/models", timeout)
+    return server
+
+
+# -- streaming client ------------------------------------------------------------------------------------------
+@dataclass
+class StreamResult:
+    t_send: float = 0.0
+    t_first: float | None = None  # first chunk carrying generated output (content, reasoning or tool call)
+    t_last: float | None = None
+    chunks: int = 0
+    usage: dict = field(default_factory=dict)
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list = field(default_factory=list)  # OpenAI: accumulated tool calls; Anthropic: tool_use blocks
+    blocks: list = field(default_factory=list)  # Anthropic content blocks, as a client would keep them
+    finish: str | None = None
+    status: int = 0
+    error: str | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.t_first is None else self.t_first - self.t_send
+
+
+def _sse_events(resp):
+    """(event name, data str) per SSE event, as lines arrive."""
+    event, data = None, []
+    while True:
+        line = resp.readline()
+        if not line:
+            return
+        line = line.rstrip(b"\r\n")
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = None, []
+            continue
+        if line.startswith(b"data:"):
+            data.append(line[5:].strip().decode())
+        elif line.startswith(b"event:"):
+            event = line[6:].strip().decode()
+
+
+def post_stream(port: int, path: str, body: dict, headers: dict | None = None, timeout: float = 600) -> StreamResult:
+    """POST a streaming request; timestamp each SSE event that carries output."""
+    payload = json.dumps(body).encode()
+    hdrs = {"content-type": "application/json", "authorization": "Bearer x", "x-api-key": "x"}
+    hdrs.update(headers or {})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.connect()
+    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    r = StreamResult()
+    r.t_send = time.perf_counter()
+    conn.request("POST", path, body=payload, headers=hdrs)
+    resp = conn.getresponse()
+    r.status = resp.status
+    if resp.status != 200:
+        r.error = f"HTTP {resp.status}: {resp.read()[:500]!r}"
+        conn.close()
+        return r
+    anthropic = path.startswith("/v1/messages")
+    calls: dict[int, dict] = {}
+    for event, data in _sse_events(resp):
+        now = time.perf_counter()
+        if data == "[DONE]":
+            break
+        d = json.loads(data)
+        r.chunks += 1
+        out = False
+        if anthropic:
+            kind = d.get("type")
+            if kind == "message_start":
+                r.usage.update(d["message"].get("usage") or {})
+            elif kind == "content_block_start":
+                block = dict(d["content_block"])
+                r.blocks.append(block)
+                if block.get("type") == "tool_use":
+                    block["_json"] = ""
+            elif kind == "content_block_delta":
+                delta = d["delta"]
+                block = r.blocks[d["index"]] if d["index"] < len(r.blocks) else {}
+                if delta.get("type") == "text_delta" and delta.get("text"):
+                    r.text += delta["text"]
+                    block["text"] = block.get("text", "") + delta["text"]
+                    out = True
+                elif delta.get("type") == "thinking_delta" and delta.get("thinking"):
+                    r.reasoning += delta["thinking"]
+                    block["thinking"] = block.get("thinking", "") + delta["thinking"]
+                    out = True
+                elif delta.get("type") == "input_json_delta":
+                    block["_json"] = block.get("_json", "") + delta.get("partial_json", "")
+                    out = True
+                elif delta.get("type") == "signature_delta":
+                    block["signature"] = delta.get("signature", "")
+            elif kind == "message_delta":
+                r.usage.update(d.get("usage") or {})
+                r.finish = (d.get("delta") or {}).get("stop_reason") or r.finish
+            elif kind == "error":
+                r.error = json.dumps(d)
+        else:
+            if "error" in d:
+                r.error = json.dumps(d["error"])
+            if d.get("usage"):
+                r.usage = d["usage"]
+            for ch in d.get("choices") or []:
+                delta = ch.get("delta") or {}
+                if delta.get("content"):
+                    r.text += delta["content"]
+                    out = True
+                rc = delta.get("reasoning_content") or delta.get("reasoning")
+                if rc:
+                    r.reasoning += rc
+                    out = True
+                for tc in delta.get("tool_calls") or []:
+                    c = calls.setdefault(tc.get("index", 0), {"id": None, "type": "function",
+                                                              "function": {"name": "", "arguments": ""}})
+                    c["id"] = tc.get("id") or c["id"]
+                    fn = tc.get("function") or {}
+                    c["function"]["name"] += fn.get("name") or ""
+                    c["function"]["arguments"] += fn.get("arguments") or ""
+                    out = True
+                if ch.get("finish_reason"):
+                    r.finish = ch["finish_reason"]
+        if out:
+            if r.t_first is None:
+                r.t_first = now
+            r.t_last = now
+    conn.close()
+    r.tool_calls = [calls[i] for i in sorted(calls)]
+    for b in r.blocks:
+        if b.get("type") == "tool_use":
+            raw = b.pop("_json", "")
+            try:
+                b["input"] = json.loads(raw) if raw.strip() else (b.get("input") or {})
+            except ValueError:
+                b["input"] = {"_raw": raw}
+    return r
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def fmt(x, spec=".3f", none="—"):
+    return none if x is None else format(x, spec)
+
+
+def table(headers: list[str], rows: list[list], align: str | None = None) -> str:
+    """A GitHub-markdown table (also readable as plain text)."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    align = align or ("l" + "r" * (len(headers) - 1))
+
+    def line(r):
+        return "| " + " | ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)) + " |"
+
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else (":" + "-" * (w + 1)) for w, a in zip(widths, align)) + "|"
+    return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
