@@ -7,6 +7,8 @@ import json
 import anthropic
 import httpx
 
+from sse import parse_sse
+
 MODEL = "tinytitan-scripted"
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "x", "content-type": "application/json"}
 
@@ -27,24 +29,7 @@ async def post(s, payload, path: str = "/v1/messages", headers: dict | None = No
         return await c.post(s.url(path), content=data, headers={**HEADERS, **(headers or {})})
 
 
-def sse(text: str) -> list[tuple[str | None, dict | str]]:
-    """An SSE body → [(event name, parsed data)]."""
-    out = []
-    for chunk in text.split("\n\n"):
-        if not chunk.strip():
-            continue
-        name, data = None, []
-        for line in chunk.split("\n"):
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                data.append(line[6:])
-        raw = "\n".join(data)
-        try:
-            out.append((name, json.loads(raw)))
-        except ValueError:
-            out.append((name, raw))
-    return out
+sse = parse_sse  # one SSE reader for every protocol
 
 
 def assert_envelope(resp: httpx.Response, status: int, type_: str, *needles: str) -> dict:

@@ -205,7 +205,7 @@ def _call_objects(value) -> list[tuple[str, str]] | None:
     return calls or None
 
 
-class JsonCalls(Body):
+class JsonCalls(SteppedBody):
     """``{"name": …, "arguments": …}`` objects: one, several (``;``/``,``/newline separated), or a list."""
 
     def __init__(self, calls, markup, tentative=False):
@@ -216,14 +216,6 @@ class JsonCalls(Body):
         self.args = ""
         self.depth = 0
         self.in_string = self.escape = False
-
-    def feed(self, text: str) -> list[TokenEvent]:
-        self.raw += text
-        self.buf += text
-        out: list[TokenEvent] = []
-        while self.buf and self._step(out):
-            pass
-        return out
 
     def _step(self, out: list) -> bool:
         st = self.state
