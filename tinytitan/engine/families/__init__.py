@@ -23,7 +23,8 @@ a fallback. A ``Family`` gives the backend:
 | function_gemma | —                    | ``<start_function_call>call:N{k:<escape>v<escape>}<end_function_call>`` |
 | gpt_oss      | harmony ``analysis``   | harmony ``commentary to=functions.N … <|message|>{json}<|call|>``      |
 
-How the parsing is done, and why not with Lark grammars or mlx-lm's ``tool_parsers``: see ``bodies.py``.
+Each call syntax is defined by a Lark grammar in ``grammars/`` (``grammar.py``), which checks every completed
+call block; the streaming decoders that produce the events, and why Lark cannot stream: see ``bodies.py``.
 """
 
 from __future__ import annotations

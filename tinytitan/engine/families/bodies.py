@@ -10,11 +10,15 @@ ends, typed by the tool's JSON schema where the request has one.
 Nothing here raises on bad markup: a body never understood comes back as text (markers included), what
 follows a complete call comes back as text, and a call cut short is closed with what it has — all logged.
 
-Why hand-written and not a Lark grammar or mlx-lm's ``tool_parsers``: both read a finished block (mlx-lm
-parses the text between the markers after the closing one; Lark needs whole terminals, and a streamed
-value has no end until its closing tag arrives), so neither could report a call's name while its arguments
-are still being generated. The formats themselves are data (``markup.Markup`` plus the tag table below); the
-tests check the decoders against mlx-lm's parsers on the same blocks.
+The formats are defined by the Lark grammars in ``grammars/`` (one per call syntax; ``grammar.py`` loads
+them), and the grammar checks every completed call block: the parser hands each block (``raw``, as collected
+here) to ``grammar.check_block``, which compares the grammar's calls with what was streamed and logs a
+disagreement — never failing the request, never changing events a client already has. These decoders exist
+because Lark (like mlx-lm's ``tool_parsers``) only parses finished text: it needs whole terminals, and a
+streamed value has no end until its closing tag arrives, so it could not report a call's name while its
+arguments are still being generated, nor stream them as deltas. The markers are data (``markup.Markup``
+plus the tag table below); the tests check the decoders against the grammars on every scripted block and
+against mlx-lm's parsers on the same blocks.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class Body:
         self.index: int | None = None
         self.any = False  # some call started
         self.warned = False  # logged once per block
+        self.format = markup.body  # the grammar that checks the completed block (set by make_body)
 
     def feed(self, text: str) -> list[TokenEvent]:
         raise NotImplementedError
@@ -870,19 +875,23 @@ class GemmaCall(SteppedBody):
 
 
 def make_body(markup: Markup, calls: Calls, tentative: bool = False) -> Body:
-    kind = markup.body
-    if kind == "json" or tentative:  # a bare answer is only ever tried as JSON
-        return JsonCalls(calls, markup, tentative)
-    if kind == "xml":
-        return TaggedCall(calls, markup, XML, tentative)
-    if kind == "kv":
-        return TaggedCall(calls, markup, KV, tentative)
-    if kind == "mistral":
-        return MistralCall(calls, markup, tentative)
-    if kind == "pythonic":
-        return PythonicCall(calls, markup, tentative)
-    if kind == "gemma4":
-        return GemmaCall(calls, markup, '<|"|>', tentative)
-    if kind == "function_gemma":
-        return GemmaCall(calls, markup, "<escape>", tentative)
-    raise ValueError(f"unknown tool-call body format {kind!r}")
+    """The decoder for a family's call body; its ``format`` names the grammar that checks the block."""
+    kind = "json" if tentative else markup.body  # a bare answer is only ever tried as JSON
+    if kind == "json":
+        body = JsonCalls(calls, markup, tentative)
+    elif kind == "xml":
+        body = TaggedCall(calls, markup, XML, tentative)
+    elif kind == "kv":
+        body = TaggedCall(calls, markup, KV, tentative)
+    elif kind == "mistral":
+        body = MistralCall(calls, markup, tentative)
+    elif kind == "pythonic":
+        body = PythonicCall(calls, markup, tentative)
+    elif kind == "gemma4":
+        body = GemmaCall(calls, markup, '<|"|>', tentative)
+    elif kind == "function_gemma":
+        body = GemmaCall(calls, markup, "<escape>", tentative)
+    else:
+        raise ValueError(f"unknown tool-call body format {kind!r}")
+    body.format = kind
+    return body

@@ -12,6 +12,8 @@ Rules: the header is read whole (it is a few tokens) — the channel decides whe
 call's name is its recipient without the ``functions.`` prefix, reported when the header ends, and the body
 streams as the arguments. ``<|call|>`` and ``<|return|>`` end the turn (the decoder stops on them, so the last
 message may simply end). A header that never ends, or text outside any message, comes back as text (logged).
+When a tool-call message ends, its header and body are checked once against ``grammars/harmony.lark``
+(``grammar.check_block``): a disagreement is logged, never raised, and changes no event.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import re
 
 from ...events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
+from . import grammar
 from .bodies import Calls
 from .markup import REASONING, TEXT, TOOL, find_first, hold_length
 
@@ -45,6 +48,8 @@ class HarmonyParser:
         self.pending_ws = ""
         self.index: int | None = None
         self.args = ""
+        self.call_header = ""  # the header of the tool-call message being read (for the grammar check)
+        self.call_name = ""
 
     @property
     def tool_calls(self) -> int:
@@ -120,6 +125,7 @@ class HarmonyParser:
             name = name[len("functions."):] if name.startswith("functions.") else name
             ev = self.calls.start(name)
             self.index, self.args = ev.index, ""
+            self.call_header, self.call_name = header, name
             out.append(ev)
             self.channel = TOOL
         elif channel == "analysis":
@@ -131,6 +137,8 @@ class HarmonyParser:
         if self.mode == "body" and self.channel == TOOL and self.index is not None:
             out.append(ToolCallDone(self.index, self.args))
             self.index = None
+            grammar.check_block("harmony", self.call_header + MESSAGE + self.args, [(self.call_name, self.args)],
+                                self.calls.tools)
         self.pending_ws = ""
 
     def _bad_header(self, out: list[TokenEvent]) -> None:

@@ -13,13 +13,17 @@ Rules:
 - Families that may answer with a bare JSON call (Llama 3.x, Gemma) have an answer that begins with ``{``
   tried as a call; at the first sign it is not one, it is text.
 - Markup the model gets wrong comes back as plain text (and is logged); it never fails the request.
+- Every completed block (its closing marker, the next opening one for formats without a closer, the end of
+  a bare call) is checked once against its format's Lark grammar (``grammar.check_block``): a disagreement
+  with what was streamed is logged, never raised, and changes no event. A block cut short is not checked.
 """
 
 from __future__ import annotations
 
 import logging
 
-from ...events import ReasoningDelta, TextDelta, TokenEvent
+from ...events import ReasoningDelta, TextDelta, TokenEvent, ToolCallDone, ToolCallStarted
+from . import grammar
 from .bodies import Body, Calls, make_body
 from .markup import QWEN, REASONING, TEXT, TOOL, Markup, find_first, hold_length
 
@@ -37,6 +41,7 @@ class OutputParser:
         self.calls = Calls(namespaces, tools)
         self.bare_ok = markup.bare_json  # nothing but whitespace has been answered yet
         self._body: Body | None = None
+        self._block_calls: list[TokenEvent] = []  # the current block's ToolCallStarted / ToolCallDone
         self._reparse: str | None = None
         self.ws_before_tool = ""
 
@@ -99,6 +104,7 @@ class OutputParser:
                 self.buf = s
                 self.channel, self.at_run_start = TOOL, True
                 self._body = make_body(self.m, self.calls, tentative=True)
+                self._block_calls = []
                 return True, TOOL
             else:
                 self.bare_ok = False
@@ -129,12 +135,16 @@ class OutputParser:
         if self.channel == TOOL:
             assert self._body is not None
             body = self._body
-            out.extend(body.feed(text))
+            events = body.feed(text)
+            self._track(events)
+            out.extend(events)
             if body.tentative and (body.rejected is not None or body.leftover is not None):
                 # not a call after all (its text goes out as text), or text after a complete call
                 if body.rejected is not None:
                     out.append(TextDelta(body.rejected))
                     self.at_run_start = False
+                else:  # the call is complete: the text that follows it is not part of the block
+                    self._check(body, body.raw[: len(body.raw) - len(body.leftover)])
                 self._reparse = body.leftover or ""
                 self._body = None
                 self.channel = TEXT
@@ -170,6 +180,7 @@ class OutputParser:
             self.bare_ok = False
             self.channel = TOOL
             self._body = make_body(self.m, self.calls)
+            self._block_calls = []
         elif kind == "close_tool":
             if self._body is None:
                 out.append(TextDelta(self.m.tool_close or ""))
@@ -181,8 +192,19 @@ class OutputParser:
     def _close_body(self, truncated: bool) -> list[TokenEvent]:
         body = self._body
         events = body.close(truncated)
+        self._track(events)
+        if not truncated or body.tentative:  # a bare call has no closing marker: the end of the answer ends it
+            self._check(body, body.raw)
         if not body.any and events and isinstance(events[0], TextDelta) and not body.tentative:
             # not a call after all: the text it interrupted keeps its layout
             events[0] = TextDelta(self.ws_before_tool + events[0].text)
             self.at_run_start = False
         return events
+
+    def _track(self, events: list[TokenEvent]) -> None:
+        self._block_calls.extend(e for e in events if isinstance(e, (ToolCallStarted, ToolCallDone)))
+
+    def _check(self, body: Body, text: str) -> None:
+        """The completed block against its format's grammar (logs a disagreement; never raises)."""
+        grammar.check_block(body.format, text, grammar.streamed_calls(self._block_calls), self.calls.tools)
+        self._block_calls = []
