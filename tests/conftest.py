@@ -15,7 +15,6 @@ from tinytitan.blas import use_fast_blas
 use_fast_blas()  # before mlx is imported: the tests run on the BLAS the server would use
 
 import pytest  # noqa: E402
-import trio  # noqa: E402
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING
 
-from ..errors import ApiError
 from .base import Protocol
 
 if TYPE_CHECKING:
