@@ -227,3 +227,16 @@ async def test_demo_model_real_mlx_path(serve, demo_backend, demo_tok):
     # greedy: the same tokens both ways; the second request reuses the first one's cached prompt
     assert (usage.prompt_tokens, usage.completion_tokens) == (r.usage.prompt_tokens, r.usage.completion_tokens)
     assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1
+
+
+async def test_assistant_refusal_part_is_its_text(serve):
+    s = await serve(["ok"])
+    messages = [{"role": "user", "content": "do something bad"},
+                {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that."}]},
+                {"role": "user", "content": "ok, something else"}]
+    proto = s.server.protocols["openai_chat"]
+    req = proto.chat_request(proto.validate(json.dumps({"model": MODEL, "messages": messages}).encode()))
+    assert req.messages[1].content == "I can't help with that."
+    # a refusal part is only an assistant's: from the user it is refused by name
+    r = await post(s, {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].type"

@@ -8,8 +8,10 @@ from ..errors import invalid
 REMINDER = "<system-reminder>\n{}\n</system-reminder>"
 
 
-def text_of(content, where: str, part_text_types=("text",)) -> str:
-    """A content value that is a string, null, or a list of text parts → one string."""
+def text_of(content, where: str, part_text_keys: dict[str, str] | None = None) -> str:
+    """A content value that is a string, null, or a list of text parts → one string. ``part_text_keys``:
+    the part types taken, each with the key its text is under (default: ``text`` parts)."""
+    part_text_keys = part_text_keys or {"text": "text"}
     if content is None:
         return ""
     if isinstance(content, str):
@@ -19,12 +21,13 @@ def text_of(content, where: str, part_text_types=("text",)) -> str:
         for j, part in enumerate(content):
             if not isinstance(part, dict):
                 raise invalid(f"Invalid content part at {where}[{j}]: expected an object", param=f"{where}[{j}]")
-            if part.get("type") not in part_text_types:
+            key = part_text_keys.get(part.get("type"))
+            if key is None:
                 raise invalid(f"content part type '{part.get('type')}' at {where}[{j}] is not supported: text only",
                               param=f"{where}[{j}].type", code="unsupported_content")
-            text = part.get("text")
+            text = part.get(key)
             if not isinstance(text, str):
-                raise invalid(f"Missing or invalid 'text' in content part {where}[{j}]", param=f"{where}[{j}].text")
+                raise invalid(f"Missing or invalid '{key}' in content part {where}[{j}]", param=f"{where}[{j}].{key}")
             out.append(text)
         return "".join(out) if len(out) <= 1 else "\n".join(out)
     raise invalid(f"Invalid type for '{where}': expected a string or an array of content parts", param=where,

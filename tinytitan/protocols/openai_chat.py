@@ -13,6 +13,7 @@ from .base import Protocol
 from .common import place_system, text_of
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
 
 
 def parse_messages(value: list, body: dict, args: dict, v) -> None:
@@ -26,7 +27,9 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
         if role not in ROLES:
             raise invalid(f"Invalid value for '{where}.role': {json.dumps(role)} is not one of {list(ROLES)}",
                           param=f"{where}.role", code="invalid_value")
-        content = text_of(m.get("content"), f"{where}.content")
+        # an assistant turn may carry a refusal part (the model declined): its text is the turn's text
+        content = text_of(m.get("content"), f"{where}.content",
+                          ASSISTANT_PARTS if role == "assistant" else None)
         if role in ("system", "developer"):
             msgs.append(Message("system", content))
         elif role == "user":
