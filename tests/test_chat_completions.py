@@ -240,3 +240,14 @@ async def test_assistant_refusal_part_is_its_text(serve):
     # a refusal part is only an assistant's: from the user it is refused by name
     r = await post(s, {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].type"
+
+
+@pytest.mark.parametrize("extra", [{}, {"tools": TOOLS, "tool_choice": "none"}])
+async def test_no_tool_calls_the_client_did_not_offer(serve, extra):
+    """With no tools declared (or tool_choice none), call markup the model writes anyway is text."""
+    raw = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    s = await serve([raw])
+    r = await client(s).chat.completions.create(model=MODEL, messages=USER, **extra)
+    msg = r.choices[0].message
+    assert not msg.tool_calls and r.choices[0].finish_reason == "stop"
+    assert msg.content == raw

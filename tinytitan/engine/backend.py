@@ -56,7 +56,9 @@ class Backend(ABC):
         return self.family.markup
 
     def parser(self, prepared: "Prepared"):
-        return self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas)
+        req = prepared.req
+        calls = bool(req.tools) and req.tool_choice != "none"
+        return self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls)
 
     @property
     def template_reasoning(self) -> TemplateReasoning:

@@ -93,10 +93,11 @@ class Engine:
 
     async def count_tokens(self, req: ChatRequest) -> int:
         """The prompt's length exactly as generation would render it; 501 for a backend with no tokenizer."""
-        if self.backend.tokenizer is None:
+        backend = self.backends[req.model]  # the model the request names, not whichever is resident
+        if backend.tokenizer is None:
             raise ApiError("not_implemented", f"Token counting is not available: the backend serving "
-                           f"'{self.model_id}' has no tokenizer", code="not_implemented")
-        return await trio.to_thread.run_sync(self.backend.count_tokens, req)
+                           f"'{backend.model_id}' has no tokenizer", code="not_implemented")
+        return await trio.to_thread.run_sync(backend.count_tokens, req)
 
     async def generate(self, prepared: Prepared, ticket: "Ticket",
                        keepalive: float | None = None) -> AsyncIterator[TokenEvent]:

@@ -29,6 +29,8 @@ call block; the streaming decoders that produce the events, and why Lark cannot 
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,10 +58,14 @@ class Family:
         return self.markup is None
 
     def parser(self, start_in_reasoning: bool = False, namespaces: dict[str, str] | None = None,
-               tools: dict[str, dict] | None = None):
+               tools: dict[str, dict] | None = None, calls: bool = True):
+        """``calls=False`` (the request declared no tools, or tool_choice none): tool-call markup the model
+        writes anyway is its text, never a call the client did not offer."""
         if self.markup is None:
             return HarmonyParser(start_in_reasoning, namespaces, tools)
-        return OutputParser(self.markup, start_in_reasoning, namespaces, tools)
+        markup = self.markup if calls else dataclasses.replace(self.markup, tool_open=None, tool_close=None,
+                                                               bare_json=False)
+        return OutputParser(markup, start_in_reasoning, namespaces, tools)
 
     def starts_in_reasoning(self, prompt: str) -> bool:
         tail = prompt.rstrip()
