@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError, invalid
-from ..events import Finished
+from ..events import Failed, Finished
 from ..speclang.machine import Machine, WireEvent
 from .base import Protocol
 from .common import place_system, text_of
@@ -100,6 +100,18 @@ class AnthropicMessages(Protocol):
         drop = extra.get("drop_system_blocks")
         self.drop_system = re.compile(drop) if drop else None
         self.budget_levels = [(bound, level) for bound, level in extra.get("thinking_budget_levels", [[None, "medium"]])]
+        self.prompt_too_long = extra.get("prompt_too_long")
+
+    # -- errors ----------------------------------------------------------------------------------------------
+    def error_response(self, err: ApiError) -> tuple[int, dict]:
+        """A prompt over the context window is said in the API's words (``extra.prompt_too_long``), the
+        engine's own sentence kept after it: Claude Code compacts only on that wording."""
+        if err.code == "context_length_exceeded" and self.prompt_too_long:
+            counts = re.findall(r"(\d+) tokens", err.message)  # the engine's "prompt is N tokens … of M tokens"
+            if len(counts) >= 2:
+                head = self.prompt_too_long.format(tokens=counts[0], window=counts[-1])
+                err = ApiError(err.kind, f"{head}. {err.message}", err.param, err.code, err.headers)
+        return super().error_response(err)
 
     # -- request hooks ---------------------------------------------------------------------------------------
     def request_hooks(self):
@@ -267,6 +279,13 @@ class AnthropicMessages(Protocol):
             m.vars["block"] = m.vars.get("next_block", 0)
             m.vars["next_block"] = m.vars["block"] + 1
 
+        def tool_args(m: Machine, ev) -> None:
+            # decided by the call's first non-blank character; kept for the rest of the call
+            if m.vars.get("args_of") != m.vars["block"]:
+                m.vars.update(args_of=m.vars["block"], args_object=None)
+            if m.vars["args_object"] is None and ev.text.strip():
+                m.vars["args_object"] = ev.text.lstrip().startswith("{")
+
         def close_block(m: Machine, ev) -> None:
             m.vars["closing"] = m.vars.get("block")
 
@@ -278,7 +297,8 @@ class AnthropicMessages(Protocol):
             m.vars["error_type"] = self.spec.error_kind(ev.type).type
 
         return {"started": started, "started_early": started_early, "open_block": open_block,
-                "close_block": close_block, "finish": finish, "failure": failure}
+                "close_block": close_block, "tool_args": tool_args, "finish": finish,
+                "failure": failure}
 
     # -- the fold ----------------------------------------------------------------------------------------------
     def folds(self):
@@ -321,6 +341,21 @@ class AnthropicMessages(Protocol):
         if self.spec.error_kind("server_error").type == wire_type:
             return "server_error"  # api_error is also 501's type: a failed generation is a 500
         return next((k for k, e in self.spec.error_kinds.items() if e.type == wire_type), "server_error")
+
+    async def sse_body(self, machine: Machine, events, ticket, server=None, v=None):
+        """The stream is open before the engine has the model: any failure after that (a model that will not
+        load, not only a decoder failure) ends the stream with ``event: error``, never a cut connection."""
+        try:
+            async for chunk in super().sse_body(machine, events, ticket, server, v):
+                yield chunk
+        except Exception as exc:
+            if machine.done:
+                raise
+            log.exception("stream %s failed", machine.context.get("id"))
+            kind = exc.kind if isinstance(exc, ApiError) else "server_error"
+            text = exc.message if isinstance(exc, ApiError) else f"generation failed: {exc}"
+            for wire in machine.feed(Failed(text, type=kind)):
+                yield wire.sse()
 
     # -- routes ------------------------------------------------------------------------------------------------
     def handlers(self):
