@@ -130,8 +130,8 @@ class Compactor:
     def __init__(self, server: "Server", model: str, budget: int | None):
         self.server = server
         self.engine = server.engine
-        self.model = model
-        self.backend = self.engine.backend_for(self.engine.resolve(model)[0])  # the named model's tokenizer
+        self.model = self.engine.resolve(model)[0]  # the served id: '<id>-fast' would strip the instruction
+        self.backend = self.engine.backend_for(self.model)  # the named model's tokenizer
         window = getattr(self.backend, "context_window", 32768)
         self.budget = budget or min(window // 8, MAX_BUDGET)
         self.usage = Usage()
@@ -194,7 +194,7 @@ class Compactor:
 
     def fit(self, text: str) -> str:
         """A transcript longer than the context window allows keeps its newest part (logged)."""
-        window = getattr(self.engine.backend, "context_window", 32768)
+        window = getattr(self.backend, "context_window", 32768)  # the named model's window
         room = window - self.budget - 512 - self.count(INSTRUCTION)
         if room <= 0 or self.count(text) <= room:
             return text

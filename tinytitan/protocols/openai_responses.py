@@ -11,7 +11,8 @@ Rules:
   ``response.output_item.done`` events, in order.
 - ``store`` (default true) keeps a finished response: its input items plus its event log
   (tinytitan/store/responses_store.py). ``previous_response_id`` replays the chain's input and output
-  before this request's input; ``instructions`` are never carried over (as in the API).
+  before this request's input; ``instructions`` are never carried over (as in the API). An input item (or
+  item_reference) whose id the chain already holds is refused (400 ``duplicate_item``), as the API does.
 - A ``compaction_trigger`` input item turns the request into a compaction turn: the conversation is
   summarised (tinytitan/protocols/compaction.py) and the response has one ``compaction`` output item.
   Compaction turns and ``/v1/responses/compact`` store nothing.
@@ -169,6 +170,12 @@ class OpenAIResponses(Protocol):
     def conversation(self, server: "Server", body: dict, items: list[dict]) -> tuple[list[dict], list[dict]]:
         own = self.resolve(server, items)
         history = self.history(server, body.get("previous_response_id"))
+        chained = {item.get("id") for item in history} - {None}
+        for i, item in enumerate(own):  # as the API: the chain already holds it, a second copy is refused
+            if item.get("id") in chained:
+                raise invalid(f"Duplicate item found with id {item['id']}: the previous_response_id chain already "
+                              "holds it. Remove duplicate items from your input and try again.",
+                              param=f"input[{i}]", code="duplicate_item")
         if not own and not history:
             raise invalid("Missing required parameter: 'input'", param="input", code="missing_required_parameter")
         return history, own
@@ -192,11 +199,15 @@ class OpenAIResponses(Protocol):
         backend = engine.backends.get(engine.resolve(model)[0]) if getattr(engine, "backends", None) and model else None
         sampling = dict(FALLBACK_SAMPLING, **getattr(backend, "sampling", {}))
         body = v.body
+
+        def used(name: str, default):  # null counts as absent (the SDK sends an explicit None as null)
+            return default if body.get(name) is None else body[name]
+
         return {
-            "temperature": body.get("temperature", sampling["temperature"]),
-            "top_p": body.get("top_p", sampling["top_p"]),
-            "presence_penalty": body.get("presence_penalty", 0.0),
-            "frequency_penalty": body.get("frequency_penalty", 0.0),
+            "temperature": used("temperature", sampling["temperature"]),
+            "top_p": used("top_p", sampling["top_p"]),
+            "presence_penalty": used("presence_penalty", 0.0),
+            "frequency_penalty": used("frequency_penalty", 0.0),
             "tool_names": v.notes.get("tool_names", {}),
         }
 

@@ -93,7 +93,9 @@ def normalise_input(value, field: str = "input") -> list[dict]:
             raise invalid(f"Invalid type for '{where}': expected an input item object", param=where,
                           code="invalid_type")
         item = dict(raw)
-        kind = item.setdefault("type", "message" if "role" in item else None)
+        if item.get("type") is None:  # the API's easy message (a role) and item reference (an id) omit it
+            item["type"] = "message" if "role" in item else "item_reference" if "id" in item else None
+        kind = item["type"]
         if kind == "message":
             role = item.get("role")
             if role not in ROLES:
