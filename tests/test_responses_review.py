@@ -82,3 +82,14 @@ async def test_item_reference_without_a_type_is_an_item_reference(serve):
         assert [m.content for m in prompts[-1].req.messages] == ["Capital of France?", "Paris.", "Sure?"]
     missing = await post(s, "/v1/responses", {"model": MODEL, "input": [{"id": "msg_nothing"}]})
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "input[0].id"
+
+
+def test_loop_guard_spares_tables_and_catches_loops():
+    from tinytitan.protocols.compaction import looping
+
+    table = "| file | change | owner | status | note | risk | test |\n| --- | --- | --- | --- | --- | --- | --- |\n"
+    table += "| a.py | add | me | done | ok | low | yes |\n"
+    assert not looping("## Facts\n" + table + "- next: run tests\n")
+    assert looping("The plan is to fix the bug. " * 6)
+    assert looping("ab " * 20)
+    assert looping("\n".join(["- check the cache again"] * 4))

@@ -34,16 +34,17 @@ def text_of(content, where: str, part_text_keys: dict[str, str] | None = None) -
                   code="invalid_type")
 
 
-def place_system(system_texts: list[str], messages: list[Message]) -> list[Message]:
-    """One leading system message (instructions, leading system/developer turns joined); a system turn that
+def place_system(system_texts: list[str], messages: list[Message], merge_later: bool = False) -> list[Message]:
+    """One leading system message (instructions, leading system/developer turns joined). A system turn that
     arrives later in the conversation stays in place as a user turn wrapped in <system-reminder>, so the
-    prompt ahead of it — and its cached prefix — stays as it was."""
+    prompt ahead of it — and its cached prefix — stays as it was; with ``merge_later`` (the Responses API's
+    rule: every system/developer item joins the one system message) it joins the leading message too."""
     lead = [t for t in system_texts if t]
     out: list[Message] = []
     seen_other = False
     for m in messages:
         if m.role == "system":
-            if not seen_other:
+            if not seen_other or merge_later:
                 if m.content:
                     lead.append(m.content)
             else:

@@ -110,7 +110,9 @@ def transcript(items: list[dict]) -> str:
 
 
 # -- guards -----------------------------------------------------------------------------------------------
-_LOOP = re.compile(r"(.{6,}?)\1{4,}", re.S)
+# a stretch of 12+ characters said 5 times in a row, or a short one (3+) said 16 times: a model stuck in a
+# loop — not a markdown table row (``| --- `` five times) or a list of short items
+_LOOP = re.compile(r"(.{12,}?)\1{4,}|(.{3,}?)\2{15,}", re.S)
 
 
 def drop_copied_lines(text: str, *instructions: str) -> str:
@@ -119,10 +121,11 @@ def drop_copied_lines(text: str, *instructions: str) -> str:
 
 
 def looping(text: str) -> bool:
-    """A stretch of at least 6 characters repeated 5 times in a row, or one line said 4 times or more."""
+    """A model stuck in a loop: a long stretch said again and again (``_LOOP``), or one line (of more than 6
+    characters: not a bare ``- None``) said 4 times or more."""
     if _LOOP.search(text):
         return True
-    lines = [ln.strip() for ln in text.splitlines() if len(ln.strip()) > 3]
+    lines = [ln.strip() for ln in text.splitlines() if len(ln.strip()) > 6]
     return any(lines.count(ln) >= 4 for ln in set(lines))
 
 

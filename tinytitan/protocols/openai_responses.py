@@ -224,7 +224,8 @@ class OpenAIResponses(Protocol):
         if any(item.get("type") == "compaction_trigger" for item in own):
             return await self.compaction_turn(server, v, history + own)
         system, msgs = to_messages(history + own, self.separator)
-        v.args["messages"] = self.with_summaries(place_system([v.notes.get("instructions") or ""], msgs), system)
+        v.args["messages"] = self.with_summaries(place_system([v.notes.get("instructions") or ""], msgs, merge_later=True),
+                                                 system)
         if not v.args["messages"]:
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")

@@ -5,8 +5,8 @@ Rules:
 - ``input`` is a string (one user message) or a list of items. Every item is checked here, naming the
   field (``input[3].call_id``) on a 400; item ids are kept, or assigned, so stored input can be listed.
 - Messages: roles user, system, developer, assistant; content a string or text parts (``input_text``,
-  ``output_text``, ``refusal``). System and developer turns go to the system prompt (a leading run joins
-  the one system message, a later one stays in place as a reminder: see ``common.place_system``).
+  ``output_text``, ``refusal``). ``instructions`` and every system and developer turn, wherever it stands,
+  join the one leading system message (``common.place_system(merge_later=True)``).
 - ``function_call`` items join the assistant turn before them; ``function_call_output`` becomes a tool turn.
   ``reasoning`` items are accepted and skipped. ``compaction`` items are decoded into the system prompt.
 - Namespace tools are flattened into functions named ``<namespace without trailing _><sep><function>``
