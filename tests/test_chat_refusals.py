@@ -154,3 +154,15 @@ async def test_template_refusal_is_a_400(serve, demo_tok):
     s = await serve(backend=backend)
     r = await call(s, {"model": MODEL, "messages": USER})
     envelope(r, 400, param="messages", code="template_error", contains="roles must alternate")
+
+
+async def test_body_too_large_is_413_in_each_envelope(serve):
+    s = await serve(["ok"], max_body_bytes=2000)
+    big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 5000}]}
+    r = await call(s, big)
+    envelope(r, 413, code="request_too_large")
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/messages"), json={**big, "max_tokens": 5},
+                         headers={"anthropic-version": "2023-06-01"})
+    assert r.status_code == 413
+    assert r.json() == {"type": "error", "error": {"type": "request_too_large", "message": r.json()["error"]["message"]}}

@@ -31,7 +31,7 @@ log = logging.getLogger("tinytitan.http")
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 OPEN_PATHS = ("/", "/health")
-HTTP_KINDS = {404: "not_found", 405: "method_not_allowed", 413: "invalid_request", 400: "invalid_request"}
+HTTP_KINDS = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_request"}
 
 
 @dataclass
