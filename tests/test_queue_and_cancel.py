@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
+import pytest
 import trio
 
+from tinytitan.engine.engine import Engine
 from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.http.app import Server, ServerConfig
+from tinytitan.protocols.registry import all_protocols
 
 MODEL = "tinytitan-scripted"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
@@ -96,3 +102,36 @@ async def test_client_hangup_cancels_a_non_streaming_generation(serve, demo_tok)
     stopped_at = backend.tokens_decoded
     await trio.sleep(0.3)
     assert backend.tokens_decoded == stopped_at < 40
+
+
+STREAMS = {
+    "openai_chat": {**BODY, "stream": True},
+    "openai_responses": {"model": MODEL, "input": "hi", "stream": True},
+    "anthropic_messages": {**BODY, "max_tokens": 4000, "stream": True},
+}
+
+
+@pytest.mark.parametrize("protocol", sorted(STREAMS))
+async def test_a_closed_stream_frees_its_slot_at_once(protocol, demo_tok):
+    """A server closes the body of a stream whose client hung up from the task that sent it (quart does). The
+    slot and the decoding thread must be freed by that close itself: left to the garbage collector, they would be
+    freed late and from another task (once that wedged the queue for good)."""
+    backend = ScriptedBackend([ScriptEntry(LONG, delay_ms=5)], demo_tok)
+    server = Server(Engine(backend, max_queue=0), all_protocols(), ServerConfig())
+    proto = server.protocols[protocol]
+
+    class Request:  # what the handler reads of quart's request
+        async def get_data(self):
+            return json.dumps(STREAMS[protocol]).encode()
+
+    resp = await proto.generate(server, Request())
+    async with resp.response as body:
+        chunks = aiter(body)
+        for _ in range(4):
+            await anext(chunks)
+        assert server.engine.running == 1
+    # no checkpoint since the close: nothing but the close itself can have freed them
+    assert (server.engine.running, server.engine.waiting, server.engine._slot.value) == (0, 0, 1)
+    stopped_at = backend.tokens_decoded
+    await trio.sleep(0.1)
+    assert backend.tokens_decoded == stopped_at < 40  # the decoding thread stopped with the stream

@@ -17,6 +17,7 @@ import logging
 import math
 import threading
 import time
+from contextlib import aclosing
 from typing import AsyncIterator
 
 import trio
@@ -42,7 +43,8 @@ class Engine:
         self.default_id = backends[0].model_id
         self.resident: str | None = next((b.model_id for b in backends if b.loaded), None)
         self.max_queue = max_queue
-        self._slot = trio.Lock()
+        # a semaphore, not a lock: the slot belongs to a request, not to whichever task happens to end it
+        self._slot = trio.Semaphore(1)
         self.waiting = 0
         self.running = 0
         self.started_at = time.time()
@@ -82,7 +84,7 @@ class Engine:
         return self.waiting
 
     def admit(self) -> "Ticket":
-        if self.waiting >= self.max_queue and (self.running or self._slot.locked()):
+        if self.waiting >= self.max_queue and (self.running or self._slot.value == 0):
             raise ApiError("overloaded", f"The server is busy: {self.waiting} requests are already waiting "
                            f"(--max-queue {self.max_queue}); retry shortly", code="queue_full")
         return Ticket(self)
@@ -113,10 +115,14 @@ class Engine:
         try:
             backend = self.backends[prepared.req.model]
             if self.resident != backend.model_id or not backend.loaded:
-                async for ev in _keepalive_while(self._make_resident(backend), keepalive):
+                async with aclosing(_keepalive_while(self._make_resident(backend), keepalive)) as loading:
+                    async for ev in loading:
+                        yield ev
+            # aclosing: a consumer that stops early stops the decoding thread now, in this task, not
+            # whenever the garbage collector finalizes the generator
+            async with aclosing(_threaded(backend, prepared, keepalive)) as decoded:
+                async for ev in decoded:
                     yield ev
-            async for ev in _threaded(backend, prepared, keepalive):
-                yield ev
         finally:
             ticket.release()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from ..chat_request import Message, Tool, ToolCall
@@ -346,8 +347,11 @@ class AnthropicMessages(Protocol):
         """The stream is open before the engine has the model: any failure after that (a model that will not
         load, not only a decoder failure) ends the stream with ``event: error``, never a cut connection."""
         try:
-            async for chunk in super().sse_body(machine, events, ticket, server, v):
-                yield chunk
+            # aclosing: when the client hangs up, the inner body (which holds the queue slot) closes here,
+            # in this task, not later in the garbage collector's
+            async with aclosing(super().sse_body(machine, events, ticket, server, v)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
         except Exception as exc:
             if machine.done:
                 raise

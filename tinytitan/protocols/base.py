@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
@@ -127,7 +128,8 @@ class Protocol:
         if v.body.get(self.stream_field):
             return server.sse_response(self.sse_body(machine, events, ticket, server, v))
         try:
-            wire = [w async for w in pump(machine, events)]
+            async with aclosing(pump(machine, events)) as wires:
+                wire = [w async for w in wires]
         finally:
             await events.aclose()
             if ticket is not None:
@@ -139,11 +141,12 @@ class Protocol:
                        v: Validated | None = None) -> AsyncIterator[bytes]:
         recorded = v is None
         try:
-            async for wire in pump(machine, events):
-                if machine.done and not recorded:  # kept before the last events leave: a client that acts
-                    recorded = True                # on them finds the response stored
-                    self.record(server, v, machine)
-                yield wire.sse()
+            async with aclosing(pump(machine, events)) as wires:
+                async for wire in wires:
+                    if machine.done and not recorded:  # kept before the last events leave: a client that
+                        recorded = True                # acts on them finds the response stored
+                        self.record(server, v, machine)
+                    yield wire.sse()
         finally:
             await events.aclose()
             if ticket is not None:
