@@ -131,9 +131,11 @@ class Protocol:
             async with aclosing(pump(machine, events)) as wires:
                 wire = [w async for w in wires]
         finally:
-            await events.aclose()
-            if ticket is not None:
-                ticket.release()
+            try:
+                await events.aclose()
+            finally:  # even when a cancellation interrupts the close
+                if ticket is not None:
+                    ticket.release()
         self.record(server, v, machine)
         return server.json_response(self.fold(wire, v))
 
@@ -148,6 +150,8 @@ class Protocol:
                         self.record(server, v, machine)
                     yield wire.sse()
         finally:
-            await events.aclose()
-            if ticket is not None:
-                ticket.release()  # a stream the client dropped before it began still frees its place
+            try:
+                await events.aclose()
+            finally:
+                if ticket is not None:
+                    ticket.release()  # a stream the client dropped before it began still frees its place

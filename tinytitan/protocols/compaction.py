@@ -173,8 +173,10 @@ class Compactor:
                     log.warning("compaction pass failed: %s", ev.message)
                     return None
         finally:
-            await events.aclose()
-            ticket.release()
+            try:
+                await events.aclose()
+            finally:
+                ticket.release()
         out = "".join(text).strip()
         if looping(out):
             log.warning("compaction pass ran into a repetition loop; it counts as failed")
