@@ -7,6 +7,7 @@ arguments are ServerConfig fields (e.g. ``responses_store=str(tmp_path)``).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -25,6 +26,30 @@ from tinytitan.protocols.registry import all_protocols
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def no_generator_left_to_the_collector():
+    """Every async generator the server iterates is closed by whoever iterates it. One left for trio's
+    garbage-collector hook is closed late, from another task: a queue slot or a decoding thread outlives
+    its request (see test_a_closed_stream_frees_its_slot_at_once)."""
+    handler = _Collect()
+    logger = logging.getLogger("trio.async_generator_errors")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+    assert not handler.records, handler.records[0].getMessage()
 
 
 @pytest.fixture(scope="session")
