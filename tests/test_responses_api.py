@@ -212,6 +212,22 @@ async def test_output_cap_incomplete(serve):
     assert r.output[0].status == "incomplete" and r.usage.output_tokens == 3
 
 
+async def test_a_call_cut_by_the_cap_is_incomplete(serve):
+    """A client must not run a call whose arguments the cap cut: the item says ``incomplete``, stream and fold."""
+    cut = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris, the capital of France"}}</tool_call>'
+    s = await serve([cut, cut, CALL])
+    r = await client(s).responses.create(model=MODEL, input="hi", tools=[WEATHER], max_output_tokens=18)
+    assert r.status == "incomplete" and r.output[-1].type == "function_call"
+    assert r.output[-1].status == "incomplete" and r.output[-1].arguments.startswith('{"city": "')
+    events = await sse_events(s, {"model": MODEL, "input": "hi", "tools": [WEATHER], "stream": True,
+                                  "max_output_tokens": 18})
+    done = [d["item"] for n, d in events if n == "response.output_item.done"]
+    assert done[-1]["type"] == "function_call" and done[-1]["status"] == "incomplete"
+    assert events[-1][0] == "response.incomplete"
+    whole = await client(s).responses.create(model=MODEL, input="hi", tools=[WEATHER])  # uncut: completed
+    assert whole.output[-1].status == "completed" and json.loads(whole.output[-1].arguments) == {"city": "Paris"}
+
+
 async def test_failure_after_stream_opened(serve):
     s = await serve([{"output": "Partial", "error": "the model fell over"}, {"output": "x", "error": "boom"}])
     events = await sse_events(s, {"model": MODEL, "input": "hi", "stream": True})

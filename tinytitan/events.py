@@ -73,6 +73,7 @@ class ToolCallArgsDelta:
 class ToolCallDone:
     index: int
     arguments: str = ""  # the complete argument JSON, for ``.done``-style wire events
+    complete: bool = True  # False: the output cap cut the call before its markup ended
 
 
 @dataclass(frozen=True)

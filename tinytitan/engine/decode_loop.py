@@ -7,9 +7,10 @@ stopped. Channel parsing, stop strings, usage and the finish reason are decided 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
-from ..events import Finished, Started, TextDelta, TokenEvent, Usage
+from ..events import Finished, Started, TextDelta, TokenEvent, ToolCallDone, Usage
 from .output_parser import REASONING, OutputParser
 
 Emit = Callable[[TokenEvent], None]
@@ -76,7 +77,11 @@ class DecodeLoop:
 
     def end(self, hit_length: bool) -> None:
         if self.stop.matched is None:
-            self._send(self.parser.finish())
+            events = self.parser.finish()
+            if hit_length:  # a call still open when the cap struck was cut short, whatever its format
+                events = [dataclasses.replace(ev, complete=False) if isinstance(ev, ToolCallDone) else ev
+                          for ev in events]
+            self._send(events)
         rest = self.stop.flush()
         if rest and self.stop.matched is None:
             self.emit(TextDelta(rest))

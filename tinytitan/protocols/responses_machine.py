@@ -6,7 +6,7 @@ Rules:
   call's arguments so far), and for calls ``call_id``, ``name`` and ``namespace`` (the flattened name
   mapped back).
 - ``close`` copies it to ``vars.closed`` with its ``status``: ``incomplete`` when a failure or the output
-  cap ended it, else ``completed``. A call's text becomes ToolCallDone's complete arguments; a compaction's
+  cap ended it (a call the cap cut included), else ``completed``. A call's text becomes ToolCallDone's complete arguments; a compaction's
   summary becomes its ``encrypted_content``.
 - ``finish`` decides completed vs incomplete (the output cap); the fold is the ``response`` of the last event.
 """
@@ -53,7 +53,8 @@ def append(m: Machine, ev) -> None:
 
 def close(m: Machine, ev) -> None:
     item = dict(m.vars["item"])
-    cut = isinstance(ev, Failed) or (isinstance(ev, Finished) and ev.reason == "length")
+    cut = (isinstance(ev, Failed) or (isinstance(ev, Finished) and ev.reason == "length")
+           or (isinstance(ev, ToolCallDone) and not ev.complete))
     item["status"] = "incomplete" if cut else "completed"
     if isinstance(ev, ToolCallDone) and ev.arguments:
         item["text"] = ev.arguments
