@@ -121,6 +121,8 @@ async def test_a_closed_stream_frees_its_slot_at_once(protocol, demo_tok):
     proto = server.protocols[protocol]
 
     class Request:  # what the handler reads of quart's request
+        headers: dict = {}
+
         async def get_data(self):
             return json.dumps(STREAMS[protocol]).encode()
 
@@ -135,3 +137,72 @@ async def test_a_closed_stream_frees_its_slot_at_once(protocol, demo_tok):
     stopped_at = backend.tokens_decoded
     await trio.sleep(0.1)
     assert backend.tokens_decoded == stopped_at < 40  # the decoding thread stopped with the stream
+
+
+@pytest.mark.parametrize("protocol", sorted(STREAMS))
+async def test_a_stream_closed_before_its_first_event_gives_its_place_back(protocol, demo_tok):
+    """A client that hangs up at once: the server closes a body it never started."""
+    backend = ScriptedBackend([ScriptEntry("hello")], demo_tok)
+    server = Server(Engine(backend, max_queue=1), all_protocols(), ServerConfig())
+    proto = server.protocols[protocol]
+
+    class Request:
+        headers: dict = {}
+
+        async def get_data(self):
+            return json.dumps(STREAMS[protocol]).encode()
+
+    resp = await proto.generate(server, Request())
+    assert server.engine.waiting == 1
+    async with resp.response:
+        pass  # closed unstarted
+    assert (server.engine.waiting, server.engine.running) == (0, 0)
+
+
+async def test_clients_that_hang_up_at_once_leave_no_place_taken(serve, demo_tok):
+    """Whenever the hang-up lands (before the handler answers, or before the body starts), the place is
+    given back by the end of the request."""
+    backend = ScriptedBackend([ScriptEntry("after")], demo_tok)
+    s = await serve(backend=backend, max_queue=2)
+    body = json.dumps({**BODY, "stream": True}).encode()
+    host, port = s.base.removeprefix("http://").split(":")
+    for _ in range(6):
+        sock = await trio.open_tcp_stream(host, int(port))
+        await sock.send_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await sock.aclose()
+    await trio.sleep(0.5)  # the server reads each request, admits it, then finds its client gone
+    assert (s.engine.running, s.engine.waiting) == (0, 0)
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url("/v1/chat/completions"), json=BODY)
+    assert r.json()["choices"][0]["message"]["content"] == "after"
+
+
+class Unloadable(ScriptedBackend):
+    """A model whose weights will not load (a corrupt file): known only once a request needs them."""
+
+    @property
+    def loaded(self) -> bool:
+        return False
+
+    def ensure_loaded(self):
+        raise RuntimeError("[load_safetensors] Invalid json header length")
+
+
+@pytest.mark.parametrize("protocol", sorted(STREAMS))
+async def test_a_model_that_fails_to_load_ends_the_open_stream_in_the_protocols_own_way(serve, demo_tok, protocol):
+    s = await serve(backend=Unloadable([ScriptEntry("never")], demo_tok))
+    path = {"openai_chat": "/v1/chat/completions", "openai_responses": "/v1/responses",
+            "anthropic_messages": "/v1/messages"}[protocol]
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url(path), json=STREAMS[protocol], headers={"anthropic-version": "2023-06-01"})
+    assert r.status_code == 200  # the stream was open before the model was needed
+    blocks = [b for b in r.text.split("\n\n") if b.strip()]
+    assert blocks and "Invalid json header length" in r.text
+    if protocol == "openai_chat":
+        assert blocks[-1] == "data: [DONE]" and '"error"' in blocks[-2]
+    elif protocol == "openai_responses":
+        assert blocks[-1].startswith("event: response.failed")
+    else:
+        assert blocks[-1].startswith("event: error")
+    assert (s.engine.running, s.engine.waiting) == (0, 0)

@@ -177,6 +177,12 @@ class Ticket:
         self.engine.running += 1
         self._held = True
 
+    def abandon(self) -> None:
+        """Give back a place whose generation never started (its response was dropped unsent); one that
+        started is released by the generation itself."""
+        if not self._held:
+            self.release()
+
     def release(self) -> None:
         if self._released:
             return

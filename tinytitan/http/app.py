@@ -12,6 +12,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import uuid
@@ -31,6 +32,27 @@ log = logging.getLogger("tinytitan.http")
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 OPEN_PATHS = ("/", "/health")
+# the queue places taken while answering the current HTTP request (see Server.hold_for_request)
+_request_tickets: contextvars.ContextVar[list] = contextvars.ContextVar("tinytitan_request_tickets")
+
+
+class _App(QuartTrio):
+    """Quart, with each HTTP request's queue places given back when the ASGI call ends: that is once the
+    response is fully sent (a stream included), or when the client hung up at any point before."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await super().__call__(scope, receive, send)
+        tickets: list = []
+        token = _request_tickets.set(tickets)  # the handler's tasks start in a copy of this context
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            _request_tickets.reset(token)
+            for ticket in tickets:
+                ticket.abandon()  # a generation that started gives its slot back itself, as it ends
+
+
 HTTP_KINDS = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_request"}
 
 
@@ -57,7 +79,7 @@ class Server:
         self.state: dict[str, Any] = {}  # what protocols keep per server (e.g. the Responses store)
         self.shared = self.protocols["shared"]
         self.allowed = {h.lower() for h in self.config.allowed_hosts}
-        self.app = QuartTrio("tinytitan")
+        self.app = _App("tinytitan")
         self.app.config.update(MAX_CONTENT_LENGTH=self.config.max_body_bytes, RESPONSE_TIMEOUT=None,
                                BODY_TIMEOUT=None, PROVIDE_AUTOMATIC_OPTIONS=False)
         self._path_owner: dict[str, Protocol] = {}
@@ -156,6 +178,14 @@ class Server:
     @staticmethod
     def json_response(obj: Any, status: int = 200) -> Response:
         return Response(json.dumps(obj, ensure_ascii=False), status=status, content_type="application/json")
+
+    @staticmethod
+    def hold_for_request(ticket) -> None:
+        """Tie a queue place to the HTTP request being answered: a stream whose client hangs up before its
+        first event never starts its generation, so only the end of the request can give the place back."""
+        tickets = _request_tickets.get(None)
+        if tickets is not None:
+            tickets.append(ticket)
 
     @staticmethod
     def sse_response(body: AsyncIterator[bytes]) -> Response:

@@ -22,15 +22,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError, invalid
-from ..events import Failed, Finished
+from ..events import Finished
 from ..speclang.machine import Machine, WireEvent
 from .base import Protocol
-from .common import place_system, text_of
+from .common import place_system, template_variables, text_of
 
 if TYPE_CHECKING:
     from ..http.app import Server
@@ -214,13 +213,16 @@ class AnthropicMessages(Protocol):
 
     def parse_reasoning(self, value: Any, body: dict, args: dict, v) -> None:
         """thinking and output_config together (both hooks land here; the result is the same either way)."""
-        level, budget = self.reasoning_of(body)
+        betas = (v.notes.get("headers") or {}).get("anthropic-beta", "")
+        level, budget = self.reasoning_of(body, interleaved="interleaved-thinking-" in betas)
         if level is not None:
             args["reasoning"] = level
         if budget is not None:
             args["reasoning_budget_tokens"] = budget
 
-    def reasoning_of(self, body: dict) -> tuple[str | bool | None, int | None]:
+    def reasoning_of(self, body: dict, interleaved: bool = False) -> tuple[str | bool | None, int | None]:
+        """``interleaved``: the request enables the interleaved-thinking beta, under which a thinking budget
+        may exceed ``max_tokens`` (it spans the turn's tool calls), as Anthropic allows."""
         thinking = body.get("thinking")
         effort = None
         config = body.get("output_config")
@@ -248,7 +250,7 @@ class AnthropicMessages(Protocol):
                     raise invalid(f"'thinking.budget_tokens' must be at least {MIN_BUDGET}, got {budget}",
                                   param="thinking.budget_tokens", code="invalid_value")
                 max_tokens = body.get("max_tokens")
-                if isinstance(max_tokens, int) and budget >= max_tokens:
+                if isinstance(max_tokens, int) and budget >= max_tokens and not interleaved:
                     raise invalid(f"'max_tokens' ({max_tokens}) must be greater than 'thinking.budget_tokens' "
                                   f"({budget})", param="thinking.budget_tokens", code="invalid_value")
                 return next(lvl for bound, lvl in self.budget_levels if bound is None or budget < bound), budget
@@ -343,30 +345,12 @@ class AnthropicMessages(Protocol):
             return "server_error"  # api_error is also 501's type: a failed generation is a 500
         return next((k for k, e in self.spec.error_kinds.items() if e.type == wire_type), "server_error")
 
-    async def sse_body(self, machine: Machine, events, ticket, server=None, v=None):
-        """The stream is open before the engine has the model: any failure after that (a model that will not
-        load, not only a decoder failure) ends the stream with ``event: error``, never a cut connection."""
-        try:
-            # aclosing: when the client hangs up, the inner body (which holds the queue slot) closes here,
-            # in this task, not later in the garbage collector's
-            async with aclosing(super().sse_body(machine, events, ticket, server, v)) as chunks:
-                async for chunk in chunks:
-                    yield chunk
-        except Exception as exc:
-            if machine.done:
-                raise
-            log.exception("stream %s failed", machine.context.get("id"))
-            kind = exc.kind if isinstance(exc, ApiError) else "server_error"
-            text = exc.message if isinstance(exc, ApiError) else f"generation failed: {exc}"
-            for wire in machine.feed(Failed(text, type=kind)):
-                yield wire.sse()
-
     # -- routes ------------------------------------------------------------------------------------------------
     def handlers(self):
         return {"generate": self.generate, "count_tokens": self.count_tokens}
 
     async def count_tokens(self, server: "Server", request):
-        v = self.validate(await request.get_data(), "count_tokens")
+        v = self.validate(await request.get_data(), "count_tokens", request.headers)
         req = server.engine.apply_model(self.chat_request(v))
         return server.json_response({"input_tokens": await server.engine.count_tokens(req)})
 
@@ -425,5 +409,5 @@ def parse_template_kwargs(value: dict, body: dict, args: dict, v) -> None:
     """template_vars and chat_template_kwargs together; the reasoning switches go through parse_reasoning."""
     merged: dict = {}
     for name in ("template_vars", "chat_template_kwargs"):
-        merged.update({k: x for k, x in (body.get(name) or {}).items() if k not in TEMPLATE_REASONING_KEYS})
+        merged.update(template_variables(body.get(name) or {}, name, TEMPLATE_REASONING_KEYS))
     args["template_kwargs"] = merged

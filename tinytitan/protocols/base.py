@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from ..chat_request import ChatRequest
 from ..errors import ApiError
-from ..events import TokenEvent
+from ..events import Failed, TokenEvent
 from ..speclang import ProtocolSpec, load_protocol
 from ..speclang import template
 from ..speclang.machine import Machine, WireEvent, pump
@@ -82,9 +82,11 @@ class Protocol:
         return kind.status, template.render(self.spec.error_envelope, ctx)
 
     # -- the request path ----------------------------------------------------------------------------------
-    def validate(self, raw: bytes, handler: str | None = None) -> Validated:
+    def validate(self, raw: bytes, handler: str | None = None, headers=None) -> Validated:
+        """``headers``: the request's, for hooks whose rules depend on one (as ``notes["headers"]``)."""
         validator = self.route_validators.get(handler, self.validator)
-        return validator.validate(validator.parse_json(raw))
+        notes = {"headers": {k.lower(): v for k, v in headers.items()}} if headers is not None else {}
+        return validator.validate(validator.parse_json(raw), notes)
 
     def chat_request(self, v: Validated) -> ChatRequest:
         args = dict(v.args)
@@ -108,7 +110,7 @@ class Protocol:
         return self.folds()[self.spec.fold["hook"]](wire, v.body)
 
     async def generate(self, server: "Server", request) -> Any:
-        v = self.validate(await request.get_data())
+        v = self.validate(await request.get_data(), headers=request.headers)
         req = server.engine.apply_model(self.chat_request(v))
         return await self.respond(server, v, req)
 
@@ -117,16 +119,21 @@ class Protocol:
         engine = server.engine
         prepared = await engine.prepare(req)
         ticket = engine.admit()  # refused at once when the queue is full
-        events = engine.generate(prepared, ticket, self.spec.extra.get("keepalive_seconds"))
-        machine = self.machine(v, req.model, bool(v.body.get(self.stream_field)), server)
-        machine.context.setdefault("prompt_tokens", len(prepared.tokens))  # known before the first event
+        server.hold_for_request(ticket)
+        try:
+            events = engine.generate(prepared, ticket, self.spec.extra.get("keepalive_seconds"))
+            machine = self.machine(v, req.model, bool(v.body.get(self.stream_field)), server)
+            machine.context.setdefault("prompt_tokens", len(prepared.tokens))  # known before the first event
+        except BaseException:
+            ticket.release()
+            raise
         return await self.answer(server, v, machine, events, ticket)
 
     async def answer(self, server: "Server", v: Validated, machine: Machine, events: AsyncIterator[TokenEvent],
                      ticket=None) -> Any:
         """Token events through a machine: SSE when the client asked for a stream, else the fold."""
         if v.body.get(self.stream_field):
-            return server.sse_response(self.sse_body(machine, events, ticket, server, v))
+            return server.sse_response(StreamBody(self.sse_body(machine, events, ticket, server, v), ticket))
         try:
             async with aclosing(pump(machine, events)) as wires:
                 wire = [w async for w in wires]
@@ -141,6 +148,9 @@ class Protocol:
 
     async def sse_body(self, machine: Machine, events: AsyncIterator[TokenEvent], ticket, server=None,
                        v: Validated | None = None) -> AsyncIterator[bytes]:
+        """The wire events as SSE. The stream is open before the engine has the model: any failure after that
+        (a model that will not load, not only a decoder failure) ends the stream through the protocol's own
+        Failed transition (and its terminal), never with a cut connection."""
         recorded = v is None
         try:
             async with aclosing(pump(machine, events)) as wires:
@@ -149,9 +159,42 @@ class Protocol:
                         recorded = True                # acts on them finds the response stored
                         self.record(server, v, machine)
                     yield wire.sse()
+        except Exception as exc:
+            if machine.done:
+                raise
+            log.exception("stream %s failed", machine.context.get("id"))
+            kind = exc.kind if isinstance(exc, ApiError) else "server_error"
+            text = exc.message if isinstance(exc, ApiError) else f"generation failed: {exc}"
+            for wire in machine.feed(Failed(text, type=kind)):
+                yield wire.sse()
+            if machine.done and machine.terminal is not None:
+                yield machine.terminal.sse()
         finally:
             try:
                 await events.aclose()
             finally:
                 if ticket is not None:
-                    ticket.release()  # a stream the client dropped before it began still frees its place
+                    ticket.release()
+
+
+class StreamBody:
+    """An SSE response body that gives its queue place back when it is closed, started or not (a client that
+    hangs up at once: the body generator never ran, so its own ``finally`` cannot). A body dropped unsent is
+    covered by ``Server.hold_for_request``."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], ticket=None):
+        self._chunks = chunks
+        self._ticket = ticket
+
+    def __aiter__(self) -> "StreamBody":
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self._chunks.__anext__()
+
+    async def aclose(self) -> None:
+        try:
+            await self._chunks.aclose()  # a started body releases its ticket itself, in its own finally
+        finally:
+            if self._ticket is not None:
+                self._ticket.release()

@@ -189,7 +189,8 @@ class OpenAIResponses(Protocol):
                              created_at=machine.context["created"])
         try:
             self.store(server).put(rec)
-        except OSError as exc:  # a full or read-only disk loses the record, not the answer
+        except (OSError, ValueError) as exc:  # a full or read-only disk (or text it cannot encode) loses the
+            # record on disk, not the answer
             log.error("could not store response %s: %s", rec.id, exc)
 
     # -- the machine -----------------------------------------------------------------------------------------
@@ -218,7 +219,7 @@ class OpenAIResponses(Protocol):
 
     # -- handlers --------------------------------------------------------------------------------------------
     async def generate(self, server: "Server", request) -> Any:
-        v = self.validate(await request.get_data())
+        v = self.validate(await request.get_data(), headers=request.headers)
         history, own = self.conversation(server, v.body, v.notes.get("items", []))
         v.notes["own_input"] = own
         if any(item.get("type") == "compaction_trigger" for item in own):
@@ -256,6 +257,8 @@ class OpenAIResponses(Protocol):
         machine.context["compaction"] = result
         machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
         items = [i for i in items if i.get("type") != "compaction_trigger"]
+        if error := compaction.nothing_to_compact(items):
+            raise error
         return await self.answer(server, v, machine, compaction.compaction_events(compactor, items, result))
 
     async def compact(self, server: "Server", request) -> Any:
@@ -265,6 +268,8 @@ class OpenAIResponses(Protocol):
         items = normalise_input(body.get("input") or [])
         history, own = self.conversation(server, body, items)
         items = [i for i in history + own if i.get("type") != "compaction_trigger"]
+        if error := compaction.nothing_to_compact(items):
+            raise error
         compactor = compaction.Compactor(server, body["model"], body.get("max_compaction_tokens"))
         summary = await compactor.summarise(compaction.transcript(items))
         output = []
@@ -316,14 +321,21 @@ class OpenAIResponses(Protocol):
             raise invalid(f"Invalid value for 'order': {json.dumps(order)} is not one of ['asc', 'desc']",
                           param="order", code="invalid_value")
         items = list(rec.input) if order == "asc" else list(reversed(rec.input))
-        after = request.args.get("after")
-        if after is not None:
-            ids = [i.get("id") for i in items]
-            if after not in ids:
-                raise invalid(f"Invalid value for 'after': no input item '{after}' in response '{response_id}'",
-                              param="after", code="invalid_value")
-            items = items[ids.index(after) + 1:]
-        page = items[:limit]
+        ids = [i.get("id") for i in items]
+
+        def cursor(name: str) -> int | None:
+            value = request.args.get(name)
+            if value is None:
+                return None
+            if value not in ids:
+                raise invalid(f"Invalid value for '{name}': no input item '{value}' in response '{response_id}'",
+                              param=name, code="invalid_value")
+            return ids.index(value)
+
+        after, before = cursor("after"), cursor("before")  # (older SDKs page backwards with 'before')
+        items = items[(after + 1 if after is not None else 0):(before if before is not None else len(items))]
+        # a page right after 'after' (or from the start); with only 'before', the page right before it
+        page = items[-limit:] if before is not None and after is None else items[:limit]
         return server.json_response({
             "object": "list", "data": page, "first_id": page[0].get("id") if page else None,
             "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit,

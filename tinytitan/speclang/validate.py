@@ -126,17 +126,21 @@ class RequestValidator:
 
     def parse_json(self, raw: bytes) -> Any:
         try:
-            return json.loads(raw)
+            body = json.loads(raw, parse_constant=_not_json)  # NaN / Infinity: not JSON, and past any range check
+            # JavaScript clients cut strings by UTF-16 units and JSON.stringify writes a half-cut pair as a lone
+            # \ud83d escape: valid JSON, but no text a tokenizer can encode or a file can store.
+            return _without_lone_surrogates(body) if re.search(rb"\\u[dD][89a-fA-F]", raw) else body
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise invalid(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
         except RecursionError:
             raise invalid("The request body is nested too deeply to parse", code="invalid_json") from None
 
-    def validate(self, body: Any) -> Validated:
+    def validate(self, body: Any, notes: dict | None = None) -> Validated:
+        """``notes``: what the hooks may read besides the body (e.g. the request's headers)."""
         if not isinstance(body, dict):
             raise invalid(f"The request body must be a JSON object, got {json_type_name(body)}", code="invalid_body")
         body = dict(body)
-        out = Validated(body=body)
+        out = Validated(body=body, notes=dict(notes or {}))
         for name in body:
             if name not in self.fields:
                 if self.unknown == "refuse":
@@ -217,3 +221,21 @@ def derive_value(rule: Mapping[str, Any], body: Any) -> Any:
         if value is not None:
             return value
     return rule.get("default")
+
+
+def _not_json(name: str) -> Any:
+    raise invalid(f"The request body is not valid JSON: {name} is not a JSON number", code="invalid_json")
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins real pairs: any surrogate left is alone
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """Each lone surrogate becomes U+FFFD, as a UTF-8 decoder would make of it."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
