@@ -136,6 +136,20 @@ async def test_thinking_on_returns_a_thinking_block(serve):
     assert m.content[0].signature == "" and m.content[1].text == "42"
 
 
+async def test_a_budget_over_max_tokens_is_allowed_only_with_interleaved_thinking(serve):
+    """Anthropic's rule: budget_tokens < max_tokens, except under the interleaved-thinking beta (which Claude
+    Code always sends), where the budget spans the turn's tool calls."""
+    s = await serve(["<think>t</think>ok"])
+    big = body(max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 8000})
+    r = await post(s, big)
+    assert r.status_code == 400 and "budget_tokens" in r.text
+    beta = {"anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14"}
+    r = await post(s, big, headers=beta)
+    assert r.status_code == 200 and r.json()["content"][-1]["text"] == "ok"
+    r = await post(s, big, "/v1/messages/count_tokens", headers=beta)
+    assert r.status_code == 200 and r.json()["input_tokens"] > 0
+
+
 async def test_thinking_display_omitted_returns_an_empty_thinking_block(serve):
     s = await serve(["<think>Private.</think>Public."])
     m = await sdk(s).messages.create(model=MODEL, max_tokens=4000, messages=[{"role": "user", "content": "?"}],
@@ -274,8 +288,8 @@ async def test_a_claude_code_shaped_session(serve):
     s = await serve([TOOL_CALL.replace("get_weather", "Bash").replace('"city": "Paris"', '"arg": "echo hi"'),
                      "<think>It printed hi.</think>The command printed hi."])
     async with httpx.AsyncClient(timeout=30) as c:
-        head = await c.head(s.url("/"))
-        assert head.status_code == 200
+        head = await c.head(s.url("/"))  # Claude Code's reachability check: no anthropic-version header
+        assert head.status_code == 200 and head.headers["request-id"].startswith("req_")
     messages = [
         {"role": "system", "content": "Current date: 2026-11-30."},
         {"role": "user", "content": [

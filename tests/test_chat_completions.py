@@ -229,6 +229,21 @@ async def test_demo_model_real_mlx_path(serve, demo_backend, demo_tok):
     assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1
 
 
+async def test_any_integer_seed_on_the_real_mlx_path(serve, demo_backend):
+    """OpenAI takes any int64 seed, negatives included; MLX takes an unsigned 64-bit one. Same seed, same
+    sampled answer."""
+    s = await serve(backend=demo_backend)
+    c = client(s)
+    answers = {}
+    for seed in (-1, 2**64, 2**64 - 1, 7, 7):
+        r = await c.chat.completions.create(model=demo_backend.model_id, messages=USER, max_tokens=6, seed=seed,
+                                            temperature=1.0)
+        answers.setdefault(seed, []).append(r.choices[0].message.content)
+    assert answers[7][0] == answers[7][1]
+    r = await post(s, {"model": demo_backend.model_id, "messages": USER, "max_tokens": 2, "seed": 1.5})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed"
+
+
 async def test_assistant_refusal_part_is_its_text(serve):
     s = await serve(["ok"])
     messages = [{"role": "user", "content": "do something bad"},

@@ -85,3 +85,52 @@ async def test_every_field_every_type(serve, route):
                     err = r.json()
                     assert ("error" in err), (path, value, r.text)
         assert not failures, json.dumps(failures[:10], indent=1, default=str)
+
+
+def deep_schema(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+# (route, raw body or a change to the route's base request, the status expected)
+ODD_BODIES = [
+    # a JavaScript client cut a string inside a surrogate pair: the lone half becomes U+FFFD
+    ("/v1/chat/completions", b'{"model":"tinytitan-scripted","messages":[{"role":"user","content":"hi \\ud83d there"}]}', 200),
+    ("/v1/messages", b'{"model":"tinytitan-scripted","max_tokens":10,"messages":[{"role":"user","content":"\\ude00"}],'
+                     b'"metadata":{"user_id":"\\ud800"}}', 200),
+    ("/v1/responses", b'{"model":"tinytitan-scripted","input":"hi","metadata":{"k":"\\ud800"}}', 200),
+    ("/v1/responses", b'{"model":"tinytitan-scripted","input":"hi","metadata":{"k":"\\ud800"},"stream":true}', 200),
+    ("/v1/chat/completions", b'{"model":"tinytitan-scripted\\ud800","messages":[{"role":"user","content":"hi"}]}', 404),
+    ("/v1/messages", b'{"model":"tinytitan-scripted","max_tokens":10,"messages":[],"x\\udc00":1}', 400),
+    # NaN and Infinity are not JSON (and would pass any range check)
+    ("/v1/chat/completions", b'{"model":"tinytitan-scripted","messages":[],"temperature":NaN}', 400),
+    ("/v1/messages", b'{"model":"tinytitan-scripted","max_tokens":10,"messages":[],"top_p":-Infinity}', 400),
+    ("/v1/responses", b'{"model":"tinytitan-scripted","input":"hi","min_p":Infinity}', 400),
+    # names the renderer sets itself
+    ("/v1/chat/completions", {"chat_template_kwargs": {"tools": []}}, 400),
+    ("/v1/chat/completions", {"chat_template_kwargs": {"tokenize": True}}, 400),
+    ("/v1/messages", {"template_vars": {"add_generation_prompt": False}}, 400),
+    ("/v1/messages", {"chat_template_kwargs": {"messages": []}}, 400),
+    # a tool schema nested far deeper than any template recursion allows
+    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f", "parameters": deep_schema(400)}}]}, 400),
+    ("/v1/responses", {"tools": [{"type": "function", "name": "f", "parameters": deep_schema(400)}]}, 400),
+    ("/v1/messages", {"tools": [{"name": "f", "input_schema": deep_schema(400)}]}, 400),
+]
+
+
+@pytest.mark.parametrize("route,body,status", ODD_BODIES, ids=range(len(ODD_BODIES)))
+async def test_odd_bodies(serve, route, body, status):
+    s = await serve(["ok"])
+    raw = body if isinstance(body, bytes) else json.dumps({**BASES[route], **body}).encode()
+    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url(route), content=raw, headers=headers)
+    assert r.status_code == status, r.text
+    if status >= 400:
+        err = r.json()
+        assert "error" in err, r.text
+    elif b'"stream":true' in raw:
+        assert "response.completed" in r.text
+    assert (s.engine.running, s.engine.waiting) == (0, 0)

@@ -32,6 +32,14 @@ async def test_create_non_stream_object(serve):
     assert r.usage.output_tokens_details.reasoning_tokens > 0
     assert r.usage.input_tokens_details.cached_tokens == 0
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+    raw = (await post(s, "/v1/responses", {"model": MODEL, "input": "hi"})).json()
+    documented = {"id", "object", "created_at", "completed_at", "status", "background", "conversation", "error",
+                  "incomplete_details", "instructions", "max_output_tokens", "max_tool_calls", "model", "output",
+                  "parallel_tool_calls", "previous_response_id", "prompt", "prompt_cache_key",
+                  "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier", "store",
+                  "temperature", "text", "tool_choice", "tools", "top_logprobs", "top_p", "presence_penalty",
+                  "frequency_penalty", "truncation", "usage", "user", "metadata"}
+    assert documented <= set(raw), documented - set(raw)
 
 
 async def test_stream_and_non_stream_agree(serve):
@@ -100,8 +108,15 @@ async def test_input_items_pagination(serve):
     assert raw["object"] == "list" and raw["limit"] == 1 and raw["order"] == "desc" and raw["has_more"]
     all_pages = [i.id async for i in c.responses.input_items.list(r.id, limit=2)]  # the SDK's auto-paging
     assert len(all_pages) == 5
+    ids = [i.id for i in (await c.responses.input_items.list(r.id, order="asc")).data]
+    back = (await get(s, f"/v1/responses/{r.id}/input_items",  # older SDKs page backwards
+                      params={"order": "asc", "before": ids[3], "limit": 2})).json()
+    assert [i["id"] for i in back["data"]] == ids[1:3] and back["has_more"]
+    between = (await get(s, f"/v1/responses/{r.id}/input_items",
+                         params={"order": "asc", "after": ids[0], "before": ids[4]})).json()
+    assert [i["id"] for i in between["data"]] == ids[1:4] and not between["has_more"]
     for params, param in [({"limit": 0}, "limit"), ({"limit": "x"}, "limit"), ({"order": "up"}, "order"),
-                          ({"after": "nope"}, "after")]:
+                          ({"after": "nope"}, "after"), ({"before": "nope"}, "before")]:
         bad = await get(s, f"/v1/responses/{r.id}/input_items", params=params)
         assert bad.status_code == 400 and bad.json()["error"]["param"] == param
 

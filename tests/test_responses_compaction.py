@@ -168,3 +168,18 @@ def test_transcript_leaves_out_the_standing_prompt():
     assert "very long prompt" not in text
     assert text.splitlines()[0] == "User: hello" and "System: The user switched models." in text
     assert "mcp__files__.read_file({})" in text
+
+
+@pytest.mark.parametrize("items", [
+    [],
+    [{"type": "message", "role": "developer", "content": "You are a coding agent."}],
+    [{"type": "reasoning", "summary": [], "encrypted_content": "x"}],
+])
+async def test_nothing_to_compact_is_refused_not_invented(serve, items):
+    s = await serve(["An invented summary."])
+    for r in (await compact(s, model=MODEL, input=items),
+              await post(s, "/v1/responses", {"model": MODEL, "input": items + [{"type": "compaction_trigger"}]})):
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "input"  # (an empty input list is a missing one to the compactor)
+        assert r.json()["error"]["code"] in ("empty_input", "missing_required_parameter")
+    assert s.engine.backend.tokens_decoded == 0

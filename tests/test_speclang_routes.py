@@ -57,7 +57,7 @@ async def test_chat_completions_still_work(serve):
         assert r.status_code == 200, r.text
         msg = r.json()["choices"][0]["message"]
         assert msg["content"] == "Hi." and msg["reasoning_content"] == "r"
-        assert "request-id" not in r.headers and r.headers["openai-version"] == "2020-10-01"
+        assert r.headers["openai-version"] == "2020-10-01" and r.headers["x-request-id"] == r.headers["request-id"]
         r = await c.post(s.url("/v1/chat/completions"), json={"model": "x", "messages": []})
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
         r = await c.post(s.url("/v1/chat/completions/nope"), json={})

@@ -63,10 +63,19 @@ class ChatRequest:
     max_tokens: int | None = None  # None: run to the context window
     reasoning: str | bool | None = None  # an effort word, True/False, or None for the server default
     reasoning_budget_tokens: int | None = None
-    template_kwargs: dict = field(default_factory=dict)
+    template_kwargs: dict = field(default_factory=dict)  # never one of RENDERER_ARGUMENTS
     grammar: Grammar | None = None
     cache_key: str | None = None
     fast: bool = False  # the "<id>-fast" chat-only path: scaffolding stripped
 
     def with_(self, **changes) -> "ChatRequest":
         return replace(self, **changes)
+
+
+# What the prompt renderer (the tokenizer's apply_chat_template) sets itself or takes as its own options:
+# a client's template variables may not use these names.
+RENDERER_ARGUMENTS = frozenset({
+    "messages", "conversation", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs",
+})

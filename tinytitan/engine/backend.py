@@ -87,6 +87,17 @@ class Backend(ABC):
         except jinja2.TemplateError as exc:
             raise invalid(f"The model's chat template cannot render this conversation: {exc}", param="messages",
                           code="template_error") from None
+        except RecursionError:  # a tool schema or message nested thousands deep
+            raise invalid("The request is nested too deeply for the chat template to render", param="messages",
+                          code="template_error") from None
+        except Exception as exc:
+            if not req.template_kwargs:
+                raise
+            # the client's own template variables are what the template tripped on (e.g. a string where
+            # it iterates, a number it divides by)
+            raise invalid(f"The model's chat template failed with the template variables sent "
+                          f"({', '.join(sorted(req.template_kwargs))}): {type(exc).__name__}: {exc}",
+                          param="chat_template_kwargs", code="template_error") from None
         return text, list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def prepare(self, req: ChatRequest) -> Prepared:

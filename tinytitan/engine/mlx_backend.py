@@ -95,7 +95,7 @@ class MLXBackend(Backend):
             frequency_penalty=req.frequency_penalty or None,
         )
         if req.seed is not None:
-            mx.random.seed(req.seed)
+            mx.random.seed(int(req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
         from mlx_lm.models.cache import make_prompt_cache
 
         model = self.ensure_loaded()

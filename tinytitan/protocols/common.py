@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..chat_request import Message
+from ..chat_request import RENDERER_ARGUMENTS, Message
 from ..errors import invalid
 
 REMINDER = "<system-reminder>\n{}\n</system-reminder>"
@@ -55,3 +55,13 @@ def place_system(system_texts: list[str], messages: list[Message], merge_later: 
     if lead:
         out.insert(0, Message("system", "\n\n".join(lead)))
     return out
+
+
+def template_variables(value: dict, field: str, skip: tuple[str, ...] = ()) -> dict:
+    """A client's chat-template variables (``chat_template_kwargs``, ``template_vars``): passed to the template
+    as they are, except ``skip`` (read elsewhere); a name the renderer sets itself is refused by name."""
+    for name in value:
+        if name in RENDERER_ARGUMENTS:
+            raise invalid(f"'{field}.{name}' cannot be set: the server renders '{name}' itself",
+                          param=f"{field}.{name}", code="invalid_value")
+    return {k: x for k, x in value.items() if k not in skip}

@@ -84,6 +84,15 @@ def as_context(payload: dict) -> str:
 
 
 # -- the transcript ---------------------------------------------------------------------------------------
+def nothing_to_compact(items: list[dict]) -> ApiError | None:
+    """The 400 for a compaction with no conversation in it (only a standing system prompt, reasoning, or
+    nothing): a summary of nothing would be invented."""
+    if transcript(items).strip():
+        return None
+    return invalid("There is nothing to compact: the conversation has no messages, tool calls or results after "
+                   "its system prompt", param="input", code="empty_input")
+
+
 def transcript(items: list[dict]) -> str:
     from .responses_input import parts_text
 

@@ -10,7 +10,7 @@ from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .common import place_system, text_of
+from .common import place_system, template_variables, text_of
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
@@ -91,7 +91,7 @@ def parse_stop(value: Any, body: dict, args: dict, v) -> None:
 
 
 def parse_template_kwargs(value: dict, body: dict, args: dict, v) -> None:
-    args["template_kwargs"] = {k: x for k, x in value.items() if k not in ("enable_thinking", "reasoning_effort")}
+    args["template_kwargs"] = template_variables(value, "chat_template_kwargs", ("enable_thinking", "reasoning_effort"))
 
 
 def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
