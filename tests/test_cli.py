@@ -79,6 +79,17 @@ def test_demo_model_serves_a_streaming_chat():
         proc.wait(10)
 
 
+def test_ctrl_c_stops_the_server_quietly(script):
+    import signal
+
+    proc, model, base, banner = start(["--script", str(script)])
+    c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+    c.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    proc.send_signal(signal.SIGINT)  # (the client's keep-alive connection is still open)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in out and "SIGINT: shutting down" in out, out
+
+
 def test_non_loopback_bind_needs_explicit_flag():
     r = subprocess.run([sys.executable, "-m", "tinytitan", "serve", "--host", "0.0.0.0", "--port", "0"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -172,18 +174,38 @@ def serve(args) -> int:
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")  # through our log format, once
     config.keep_alive_timeout = 75
+    config.graceful_timeout = 1.0  # on Ctrl-C: an idle keep-alive connection (every agent holds one) waits this long
+
+    async def stop_requested() -> None:
+        """Ctrl-C or SIGTERM, taken as a signal rather than a KeyboardInterrupt: an interrupt raised inside
+        a connection's task can be swallowed by the HTTP server, which then serves on. After the first, a
+        graceful shutdown (in-flight requests get hypercorn's graceful_timeout); a second Ctrl-C forces it."""
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("%s: shutting down", signal.Signals(signum).name)
+                return
 
     async def main():
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(hypercorn_serve, server.app, config)
+            binds = await nursery.start(functools.partial(hypercorn_serve, server.app, config,
+                                                          shutdown_trigger=stop_requested))
             base = binds[0] if binds else f"http://{host}:{args.port}"
             print(banner(base.replace("0.0.0.0", "127.0.0.1"), engine.model_id, args.api_key), flush=True)
 
     try:
         trio.run(main)
-    except KeyboardInterrupt:
-        pass
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
     return 0
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, bare or inside the exception groups trio's nurseries raise."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    inner = getattr(exc, "exceptions", None)
+    return bool(inner) and all(interrupted(e) for e in inner)
 
 
 def main(argv: list[str] | None = None) -> int:
