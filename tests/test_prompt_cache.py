@@ -26,6 +26,16 @@ def test_longest_prefix_and_lru_bookkeeping():
     assert [list(e.tokens) for e in c.entries.values()].count([5, 5, 5]) == 0
 
 
+def test_a_prefix_too_big_for_the_budget_is_not_kept_and_says_so(caplog):
+    class Layer:
+        offset, nbytes = 3000, 3 << 20
+
+    c = PromptCache(max_bytes=2 << 20)
+    c.store(list(range(3000)), [Layer()])
+    assert not c.entries
+    assert "3000-token prefix needs 3 MiB, more than --prompt-cache-mib 2" in caplog.text
+
+
 def test_common_prefix():
     assert common_prefix(np.array([1, 2, 3]), np.array([1, 2, 4])) == 2
     assert common_prefix(np.array([1, 2]), np.array([1, 2, 3])) == 2
@@ -141,3 +151,56 @@ async def test_cached_tokens_on_the_wire(serve, demo_backend):
         r2 = (await c.post(s.url("/v1/chat/completions"), json=body)).json()
     assert r1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == r2["usage"]["prompt_tokens"] - 1
+
+
+async def test_a_request_cancelled_while_its_prompt_is_read_stops_after_that_chunk(demo_backend):
+    """Claude Code's Esc during a long prefill: the decode stops at the next prefill chunk (not after the whole
+    prompt), and what was read is cached for the retry."""
+    from tinytitan.engine.decode_loop import DecodeLoop
+    from tinytitan.engine.engine import Engine
+
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    long = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(600))
+    prepared = await engine.prepare(_req([("user", long)], max_tokens=4))
+    assert len(prepared.tokens) > 3 * 2048  # several prefill chunks (mlx-lm reads 2048 tokens at a time)
+    await engine.model_thread.run_sync(demo_backend.ensure_loaded)
+    events, asked = [], []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) > 1  # the client leaves once the first chunk is read
+
+    loop = DecodeLoop(demo_backend.parser(prepared), (), events.append)
+    await engine.model_thread.run_sync(demo_backend.decode, prepared, loop, should_stop)
+    assert [type(ev).__name__ for ev in events] == ["Started"]  # no token, no Finished: it was cancelled
+    [entry] = demo_backend.prompt_cache.entries.values()
+    assert len(entry.tokens) == 2048  # read up to the cancel, and kept
+    p2, cached, fin, _ = await _run(engine, _req([("user", long)], max_tokens=4))
+    assert cached == 2048 and fin.usage.prompt_tokens == len(p2.tokens)
+
+
+async def test_all_model_work_runs_on_one_thread(demo_backend, monkeypatch):
+    """MLX leaves threads behind on every thread that ran it, and each thread's malloc arena keeps memory:
+    loading, decoding and unloading all happen on the process's one model thread."""
+    import threading
+
+    from tinytitan.engine.engine import Engine
+
+    seen = []
+    for name in ("ensure_loaded", "decode", "unload"):
+        real = getattr(demo_backend, name)
+
+        def spy(*args, _real=real, _name=name, **kw):
+            seen.append((_name, threading.get_ident()))
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(demo_backend, name, spy)
+    engine = Engine(demo_backend)
+    before = threading.active_count()
+    for i in range(3):
+        await _run(engine, _req([("user", f"question {i}")], max_tokens=3))
+        await engine.unload()
+    assert {name for name, _ in seen} == {"ensure_loaded", "decode", "unload"}
+    assert {ident for _, ident in seen} == {engine.model_thread.ident} != {threading.get_ident()}
+    assert threading.active_count() <= before + 1  # the model thread, if this was its first job

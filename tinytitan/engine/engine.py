@@ -3,9 +3,10 @@
 Rules:
 - ``admit()`` answers at once: a ticket, or ApiError('overloaded') when ``max_queue`` requests already wait.
 - A ticket waits (FIFO) for the decode slot; only one generation decodes at a time.
-- ``generate()`` yields TokenEvents. Decoding runs in a worker thread; when the consumer goes away (a
-  client hung up: the async generator is closed or cancelled) the thread is told to stop and is waited
-  for — it stops within a token, and no thread outlives its request.
+- ``generate()`` yields TokenEvents. Decoding (like loading and unloading) runs on the process's one model
+  thread (model_thread.py); when the consumer goes away (a client hung up: the async generator is closed
+  or cancelled) the decode is told to stop and is waited for — it stops within a token (within a prefill
+  chunk while the prompt is read), and no decode outlives its request.
 - The engine never imports a protocol.
 """
 
@@ -27,6 +28,7 @@ from ..errors import ApiError
 from ..events import Failed, Finished, KeepAlive, ReasoningDelta, TextDelta, TokenEvent, ToolCallArgsDelta
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
+from .model_thread import ModelThread, shared_model_thread
 from .prompt import fast_path
 
 log = logging.getLogger("tinytitan.engine")
@@ -35,7 +37,8 @@ FAST_SUFFIX = "-fast"
 
 
 class Engine:
-    def __init__(self, backends: Backend | list[Backend], max_queue: int = 16):
+    def __init__(self, backends: Backend | list[Backend], max_queue: int = 16,
+                 model_thread: ModelThread | None = None):
         backends = [backends] if isinstance(backends, Backend) else list(backends)
         if not backends:
             raise ValueError("no models to serve")
@@ -48,6 +51,7 @@ class Engine:
         self.waiting = 0
         self.running = 0
         self.started_at = time.time()
+        self.model_thread = model_thread or shared_model_thread()
 
     # -- names ---------------------------------------------------------------------------------------------
     @property
@@ -120,7 +124,7 @@ class Engine:
                         yield ev
             # aclosing: a consumer that stops early stops the decoding thread now, in this task, not
             # whenever the garbage collector finalizes the generator
-            async with aclosing(_threaded(backend, prepared, keepalive)) as decoded:
+            async with aclosing(_threaded(backend, prepared, keepalive, self.model_thread)) as decoded:
                 async for ev in decoded:
                     yield ev
         finally:
@@ -131,9 +135,9 @@ class Engine:
         load the named one."""
         if self.resident and self.resident != backend.model_id:
             log.info("switching models: unloading %s for %s", self.resident, backend.model_id)
-            await trio.to_thread.run_sync(self.backends[self.resident].unload)
+            await self.model_thread.run_sync(self.backends[self.resident].unload)
         self.resident = None
-        await trio.to_thread.run_sync(backend.ensure_loaded)
+        await self.model_thread.run_sync(backend.ensure_loaded)
         self.resident = backend.model_id
 
     def models(self) -> list[dict]:
@@ -149,7 +153,7 @@ class Engine:
         async with self._slot:
             freed = []
             for model_id, backend in self.backends.items():
-                if target in (None, model_id) and await trio.to_thread.run_sync(backend.unload):
+                if target in (None, model_id) and await self.model_thread.run_sync(backend.unload):
                     freed.append(model_id)
                     if self.resident == model_id:
                         self.resident = None
@@ -294,8 +298,9 @@ class _Mailbox:
         return False
 
 
-async def _threaded(backend: Backend, prepared: Prepared, keepalive: float | None = None) -> AsyncIterator[TokenEvent]:
-    """Run ``backend.decode`` in a worker thread and yield its events here.
+async def _threaded(backend: Backend, prepared: Prepared, keepalive: float | None,
+                    thread: ModelThread) -> AsyncIterator[TokenEvent]:
+    """Run ``backend.decode`` on the model thread and yield its events here.
 
     Deltas that arrive together are merged, and after the first one they go out at most every
     BATCH_INTERVAL: a fast model's tokens cost one wake-up and one wire event per batch instead of one per
@@ -315,7 +320,7 @@ async def _threaded(backend: Backend, prepared: Prepared, keepalive: float | Non
                 if not loop.finished:
                     box.emit(Failed(f"generation failed: {exc}"))
 
-    trio.lowlevel.start_thread_soon(work, box.thread_done)
+    thread.start_soon(work, box.thread_done)
     try:
         quiet = 0.0
         last_batch = -math.inf

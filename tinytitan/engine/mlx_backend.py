@@ -36,6 +36,10 @@ def read_json(path: Path) -> dict:
         return {}
 
 
+class _Stopped(Exception):
+    """The request was cancelled while its prompt was being read."""
+
+
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
                  prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
@@ -105,11 +109,16 @@ class MLXBackend(Backend):
         loop.start(len(prepared.tokens), cached)
         generated: list[int] = []
         hit_length = False
+
+        def prefill_progress(done: int, total: int) -> None:
+            if should_stop():  # the client left while its prompt is read: stop after this chunk
+                raise _Stopped
+
         try:
             for resp in stream_generate(model, self.tokenizer, mx.array(prepared.tokens[cached:]),
                                         max_tokens=prepared.max_tokens, sampler=sampler,
                                         logits_processors=processors, prompt_cache=kv,
-                                        **self._stream_kwargs()):
+                                        prompt_progress_callback=prefill_progress, **self._stream_kwargs()):
                 generated.append(resp.token)
                 if should_stop():
                     return
@@ -121,8 +130,11 @@ class MLXBackend(Backend):
                     break
                 if resp.finish_reason == "length":
                     hit_length = True
+        except _Stopped:
+            return
         finally:
-            # whatever the cache now holds (prompt and the tokens fed back) is kept for the next request
+            # whatever the cache now holds (the prompt read so far, the tokens fed back) is kept for the next
+            # request: a prompt whose client left half-way is half-read already when it comes again
             self.prompt_cache.store(list(prepared.tokens) + generated, kv)
         loop.end(hit_length)
 

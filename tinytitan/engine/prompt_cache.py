@@ -124,6 +124,8 @@ class PromptCache:
             return
         size = kv_bytes(payload)
         if payload is not None and size > self.max_bytes:
+            log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
+                        "kept, so the next turn reads it all again", len(t), size >> 20, self.max_bytes >> 20)
             return
         with self._lock:
             # an entry that is a prefix of the new one is superseded by it

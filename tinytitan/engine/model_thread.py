@@ -1,0 +1,99 @@
+"""One long-lived thread for all model work: loading, decoding, unloading.
+
+Rules:
+- Jobs run one after another, in the order given, on the same thread for the life of the process.
+- ``start_soon(fn, deliver)`` is ``trio.lowlevel.start_thread_soon``'s shape: ``deliver(outcome)`` is called on
+  the model thread when ``fn`` ends. ``run_sync`` waits for a job from trio (uncancellably, like
+  ``trio.to_thread.run_sync``: a model half loaded is not abandoned).
+- After each job the C allocator is asked to give freed memory back to the system (glibc only).
+
+Why one thread: MLX keeps per-thread state, and each new thread that runs it leaves two threads of its own
+behind; glibc gives each thread its own malloc arena, which keeps the memory a long prompt used. Trio's
+thread cache retires idle threads and starts new ones, so model work there slowly gathers both. The engine
+decodes one request at a time anyway.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import logging
+import queue
+import sys
+import threading
+from typing import Any, Callable
+
+import outcome
+import trio
+
+log = logging.getLogger("tinytitan.engine")
+
+
+def _malloc_trim() -> Callable[[], None]:
+    if not sys.platform.startswith("linux"):
+        return lambda: None
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return lambda: None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return lambda: trim(0)
+
+
+class ModelThread:
+    def __init__(self, name: str = "tinytitan-model"):
+        self.name = name
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._trim = _malloc_trim()
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident if self._thread else None
+
+    def start_soon(self, fn: Callable[[], Any], deliver: Callable[[outcome.Outcome], None]) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread.start()
+        self._jobs.put((fn, deliver))
+
+    async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        result: list[outcome.Outcome] = []
+
+        def deliver(o: outcome.Outcome) -> None:
+            result.append(o)
+            token.run_sync_soon(done.set)
+
+        self.start_soon(functools.partial(fn, *args), deliver)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        return result[0].unwrap()
+
+    def _loop(self) -> None:
+        while True:
+            fn, deliver = self._jobs.get()
+            result = outcome.capture(fn)
+            try:
+                deliver(result)
+            except Exception:  # e.g. the trio run it reports to has ended; the thread serves the next one
+                log.debug("model thread: a result could not be delivered", exc_info=True)
+            self._trim()
+
+
+_shared: ModelThread | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_model_thread() -> ModelThread:
+    """The process's model thread (a process that runs several engines, as the tests do, still runs model
+    work on one thread)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = ModelThread()
+        return _shared
