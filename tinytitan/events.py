@@ -73,7 +73,7 @@ class ToolCallArgsDelta:
 class ToolCallDone:
     index: int
     arguments: str = ""  # the complete argument JSON, for ``.done``-style wire events
-    complete: bool = True  # False: the output cap cut the call before its markup ended
+    complete: bool = True  # False: its arguments were cut short (the output cap, or markup that ended early)
 
 
 @dataclass(frozen=True)

@@ -281,13 +281,17 @@ class AnthropicMessages(Protocol):
             m.vars["closing"] = m.vars.get("block")
             m.vars["block"] = m.vars.get("next_block", 0)
             m.vars["next_block"] = m.vars["block"] + 1
+            m.vars["tool_name"] = getattr(ev, "name", None)
 
         def tool_args(m: Machine, ev) -> None:
-            # decided by the call's first non-blank character; kept for the rest of the call
             if m.vars.get("args_of") != m.vars["block"]:
-                m.vars.update(args_of=m.vars["block"], args_object=None)
-            if m.vars["args_object"] is None and ev.text.strip():
-                m.vars["args_object"] = ev.text.lstrip().startswith("{")
+                m.vars.update(args_of=m.vars["block"], args_text="")
+            m.vars["args_text"] += ev.text
+
+        def tool_done(m: Machine, ev) -> None:
+            text = ev.arguments or (m.vars.get("args_text", "") if m.vars.get("args_of") == m.vars["block"] else "")
+            value = _tool_input(text, m.vars.get("tool_name"))
+            m.vars["tool_input"] = json.dumps(value, ensure_ascii=False) if value else None
 
         def close_block(m: Machine, ev) -> None:
             m.vars["closing"] = m.vars.get("block")
@@ -300,7 +304,7 @@ class AnthropicMessages(Protocol):
             m.vars["error_type"] = self.spec.error_kind(ev.type).type
 
         return {"started": started, "started_early": started_early, "open_block": open_block,
-                "close_block": close_block, "tool_args": tool_args, "finish": finish,
+                "close_block": close_block, "tool_args": tool_args, "tool_done": tool_done, "finish": finish,
                 "failure": failure}
 
     # -- the fold ----------------------------------------------------------------------------------------------

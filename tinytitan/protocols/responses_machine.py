@@ -6,7 +6,7 @@ Rules:
   call's arguments so far), and for calls ``call_id``, ``name`` and ``namespace`` (the flattened name
   mapped back).
 - ``close`` copies it to ``vars.closed`` with its ``status``: ``incomplete`` when a failure or the output
-  cap ended it (a call the cap cut included), else ``completed``. A call's text becomes ToolCallDone's
+  cap ended it (a call whose arguments were cut short included), else ``completed``. A call's text becomes ToolCallDone's
   complete arguments; a compaction's summary becomes its ``encrypted_content``.
 - ``finish`` decides completed vs incomplete (the output cap); the fold is the ``response`` of the last event.
 """

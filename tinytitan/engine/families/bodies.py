@@ -197,7 +197,7 @@ def _call_objects(value) -> list[tuple[str, str]] | None:
             obj = obj["function"]
         name = obj.get("name")
         args = obj.get("arguments", obj.get("parameters", {}))
-        if not isinstance(name, str):
+        if not isinstance(name, str) or not name.strip():  # a call no client could dispatch
             return None
         if isinstance(args, str):
             try:
@@ -221,6 +221,7 @@ class JsonCalls(SteppedBody):
         self.args = ""
         self.depth = 0
         self.in_string = self.escape = False
+        self.tail = ""
 
     def _step(self, out: list) -> bool:
         st = self.state
@@ -247,6 +248,9 @@ class JsonCalls(SteppedBody):
                 name = json.loads('"' + m.group(1) + '"')
             except ValueError:
                 name = m.group(1)
+            if not name.strip():  # no name: not a call (decided at the close, like another key order)
+                self.state = "raw"
+                return False
             self.buf = self.buf[m.end():]
             self._start(name, out)
             self.span, self.args, self.state = JsonSpan(), "", "args"
@@ -262,6 +266,7 @@ class JsonCalls(SteppedBody):
                     self.args = _unstring(self.args)
                     out.append(ToolCallArgsDelta(self.index, self.args))
                 self.state, self.depth, self.in_string, self.escape = "tail", 1, False, False
+                self.tail = ""
                 return True
             return False
         if st == "tail":  # the rest of the call object (an "id" key, or just "}")
@@ -284,6 +289,7 @@ class JsonCalls(SteppedBody):
                         out.append(ToolCallDone(self.index, self.args))
                         self.state = "between"
                         return True
+            self.tail += self.buf  # kept: a model that never closes the object wrote text here
             self.buf = ""
             return False
         return False  # raw / done: wait for the close
@@ -329,9 +335,14 @@ class JsonCalls(SteppedBody):
             if self.span.string_value:
                 self.args = _unstring(self.args + '"')
                 out.append(ToolCallArgsDelta(self.index, self.args))
-            out.append(ToolCallDone(self.index, self.args))
+            out.append(ToolCallDone(self.index, self.args, complete=False))
         elif st == "tail":
             out.append(ToolCallDone(self.index, self.args))
+            # what the unclosed object went on with: text, unless the cap cut it or it is more of the object
+            text = "" if truncated else self.tail.strip().removesuffix("}").strip()
+            if text and not text.startswith(","):
+                log.warning("text inside an unclosed tool call object; returned as text: %r", text[:200])
+                out.append(TextDelta(text))
         self.state = "done"
         return out
 
@@ -670,7 +681,7 @@ class MistralCall(Body):
             return self.json.close(truncated)
         if self.state == "args":
             log.warning("tool call %s: arguments cut short", self.index)
-            return [ToolCallDone(self.index, self.args)]
+            return [ToolCallDone(self.index, self.args, complete=False)]
         if self.state in ("start", "name", "junk") and self.raw.strip():
             return self._as_text(truncated=True)
         return []
@@ -869,7 +880,7 @@ class GemmaCall(SteppedBody):
         out: list[TokenEvent] = []
         if self.state in ("body", "string"):
             log.warning("tool call %s: arguments cut short", self.index)
-            out.append(ToolCallDone(self.index, self.args))
+            out.append(ToolCallDone(self.index, self.args, complete=False))
         self.state = "done"
         return out
 

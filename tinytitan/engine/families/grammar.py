@@ -104,6 +104,7 @@ def check_block(fmt: str, text: str, streamed: list[tuple[str, str]], tools: dic
     except Exception as exc:  # noqa: BLE001 — a broken grammar must not fail a request
         log.warning("%s tool-call grammar check failed: %s: %s", fmt, type(exc).__name__, exc)
         return False
+    parsed = [(name, args) for name, args in parsed if name.strip()]  # a nameless call is text to the decoder
     if not _same_calls(parsed, streamed):
         log.warning("%s tool-call grammar and streaming decoder disagree: grammar %r, streamed %r; block: %r",
                     fmt, parsed, streamed, text[:200])
