@@ -184,6 +184,7 @@ async def test_a_full_queue_is_529_overloaded(serve):
                     break  # the slot is taken now
             r = await post(s, body())
             assert_envelope(r, 529, "overloaded_error", "busy")
+            assert r.headers["retry-after"] == "1"
             with pytest.raises(anthropic.OverloadedError):
                 await sdk(s).messages.create(model=MODEL, max_tokens=10, messages=[USER])
     with trio.fail_after(3):  # the client hung up (the answer would take 10 s more): its generation is cancelled and the slot freed

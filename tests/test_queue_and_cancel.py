@@ -39,7 +39,7 @@ async def test_overflow_is_refused_at_once(serve, demo_tok):
                 await trio.sleep(0.01)
             with trio.fail_after(2):
                 r = await c.post(s.url("/v1/chat/completions"), json=BODY)
-            assert r.status_code == 429
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"  # declared in the spec's error kind
             err = r.json()["error"]
             assert err["code"] == "queue_full" and "--max-queue" in err["message"]
             health = (await c.get(s.url("/health"))).json()

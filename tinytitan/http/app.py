@@ -122,9 +122,10 @@ class Server:
         return self.shared
 
     def error(self, err: ApiError) -> Response:
-        status, body = self.owner().error_response(err)
+        owner = self.owner()
+        status, body = owner.error_response(err)
         resp = self.json_response(body, status)
-        for k, v in err.headers.items():
+        for k, v in {**owner.spec.error_kind(err.kind).headers, **err.headers}.items():
             resp.headers[k] = v
         return resp
 

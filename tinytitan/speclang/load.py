@@ -41,6 +41,7 @@ class ErrorKind:
     status: int
     type: str
     code: str | None = None
+    headers: dict = field(default_factory=dict)
 
 
 @dataclass
