@@ -86,7 +86,12 @@ def test_ctrl_c_stops_the_server_quietly(script):
     c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
     c.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
     proc.send_signal(signal.SIGINT)  # (the client's keep-alive connection is still open)
-    out, _ = proc.communicate(timeout=30)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:  # it served on: do not leave it behind
+            proc.kill()
+            proc.wait(10)
     assert proc.returncode == 0 and "Traceback" not in out and "SIGINT: shutting down" in out, out
 
 
