@@ -219,8 +219,7 @@ class JsonCalls(SteppedBody):
         self.buf = ""
         self.span: JsonSpan | None = None
         self.args = ""
-        self.depth = 0
-        self.in_string = self.escape = False
+        self.rest: JsonSpan | None = None  # the rest of the call object, after its arguments
         self.tail = ""
 
     def _step(self, out: list) -> bool:
@@ -265,30 +264,17 @@ class JsonCalls(SteppedBody):
                 if self.span.string_value:  # arguments written as a JSON string holding JSON
                     self.args = _unstring(self.args)
                     out.append(ToolCallArgsDelta(self.index, self.args))
-                self.state, self.depth, self.in_string, self.escape = "tail", 1, False, False
-                self.tail = ""
+                self.state, self.rest, self.tail = "tail", JsonSpan(), ""
+                self.rest.feed("{")  # a span opened at the object's "{": it ends at the matching "}"
                 return True
             return False
         if st == "tail":  # the rest of the call object (an "id" key, or just "}")
-            for i, c in enumerate(self.buf):
-                if self.in_string:
-                    if self.escape:
-                        self.escape = False
-                    elif c == "\\":
-                        self.escape = True
-                    elif c == '"':
-                        self.in_string = False
-                elif c == '"':
-                    self.in_string = True
-                elif c in "{[":
-                    self.depth += 1
-                elif c in "}]":
-                    self.depth -= 1
-                    if self.depth == 0:
-                        self.buf = self.buf[i + 1:]
-                        out.append(ToolCallDone(self.index, self.args))
-                        self.state = "between"
-                        return True
+            n = self.rest.feed(self.buf)
+            if self.rest.done:
+                self.buf = self.buf[n:]
+                out.append(ToolCallDone(self.index, self.args))
+                self.state = "between"
+                return True
             self.tail += self.buf  # kept: a model that never closes the object wrote text here
             self.buf = ""
             return False
