@@ -6,6 +6,7 @@ import json
 import re
 
 from anthropic_util import MODEL, assert_envelope, body, post, sse
+from backends import FailsToLoad
 from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
 
 
@@ -20,17 +21,6 @@ async def test_a_prompt_over_the_context_window_reads_prompt_is_too_long(serve, 
         m = re.search(r"prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)", d["error"]["message"], re.I)
         assert m, d
         assert int(m.group(1)) > 400 and int(m.group(2)) == 400
-
-
-class FailsToLoad(ScriptedBackend):
-    """A model that is not resident and cannot be loaded (weights missing, memory short)."""
-
-    @property
-    def loaded(self) -> bool:
-        return False
-
-    def ensure_loaded(self):
-        raise RuntimeError("weights missing")
 
 
 async def test_a_failure_before_the_first_token_of_a_stream_is_an_error_event(serve, demo_tok):

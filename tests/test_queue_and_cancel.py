@@ -8,6 +8,7 @@ import httpx
 import pytest
 import trio
 
+from backends import FailsToLoad
 from tinytitan.engine.engine import Engine
 from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
 from tinytitan.http.app import Server, ServerConfig
@@ -178,27 +179,16 @@ async def test_clients_that_hang_up_at_once_leave_no_place_taken(serve, demo_tok
     assert r.json()["choices"][0]["message"]["content"] == "after"
 
 
-class Unloadable(ScriptedBackend):
-    """A model whose weights will not load (a corrupt file): known only once a request needs them."""
-
-    @property
-    def loaded(self) -> bool:
-        return False
-
-    def ensure_loaded(self):
-        raise RuntimeError("[load_safetensors] Invalid json header length")
-
-
 @pytest.mark.parametrize("protocol", sorted(STREAMS))
 async def test_a_model_that_fails_to_load_ends_the_open_stream_in_the_protocols_own_way(serve, demo_tok, protocol):
-    s = await serve(backend=Unloadable([ScriptEntry("never")], demo_tok))
+    s = await serve(backend=FailsToLoad([ScriptEntry("never")], demo_tok))
     path = {"openai_chat": "/v1/chat/completions", "openai_responses": "/v1/responses",
             "anthropic_messages": "/v1/messages"}[protocol]
     async with httpx.AsyncClient(timeout=30) as c:
         r = await c.post(s.url(path), json=STREAMS[protocol], headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 200  # the stream was open before the model was needed
     blocks = [b for b in r.text.split("\n\n") if b.strip()]
-    assert blocks and "Invalid json header length" in r.text
+    assert blocks and "weights missing" in r.text
     if protocol == "openai_chat":
         assert blocks[-1] == "data: [DONE]" and '"error"' in blocks[-2]
     elif protocol == "openai_responses":
