@@ -149,6 +149,11 @@ class Session:
     def body(self) -> dict:
         raise NotImplementedError
 
+    def chat_body(self, **extra) -> dict:
+        """A streaming, greedy Chat Completions turn over ``self.messages``."""
+        return {"model": self.model, "messages": list(self.messages), "stream": True, "temperature": 0,
+                "max_tokens": self.max_tokens, "stream_options": {"include_usage": True}, **extra}
+
     def absorb(self, r) -> None:
         """Append the answer (and the next user text / tool result) for the next turn."""
         raise NotImplementedError
@@ -171,8 +176,7 @@ class ChatSession(Session):
                          {"role": "user", "content": self.text.sentences(5)}]
 
     def body(self):
-        return {"model": self.model, "messages": list(self.messages), "stream": True, "temperature": 0,
-                "max_tokens": self.max_tokens, "stream_options": {"include_usage": True}}
+        return self.chat_body()
 
     def absorb(self, r):
         self.messages.append({"role": "assistant", "content": r.text})
@@ -210,9 +214,7 @@ class ThinkingSession(Session):
                          {"role": "user", "content": self.text.sentences(4)}]
 
     def body(self):
-        return {"model": self.model, "messages": list(self.messages), "stream": True, "temperature": 0,
-                "max_tokens": self.max_tokens, "stream_options": {"include_usage": True},
-                "reasoning_effort": "high", "tools": CHAT_TOOLS}
+        return self.chat_body(reasoning_effort="high", tools=CHAT_TOOLS)
 
     def absorb(self, r):
         self.turn += 1
