@@ -84,13 +84,14 @@ def as_context(payload: dict) -> str:
 
 
 # -- the transcript ---------------------------------------------------------------------------------------
-def nothing_to_compact(items: list[dict]) -> ApiError | None:
-    """The 400 for a compaction with no conversation in it (only a standing system prompt, reasoning, or
-    nothing): a summary of nothing would be invented."""
-    if transcript(items).strip():
-        return None
-    return invalid("There is nothing to compact: the conversation has no messages, tool calls or results after "
-                   "its system prompt", param="input", code="empty_input")
+def transcript_to_compact(items: list[dict]) -> str:
+    """The transcript a compaction summarises; a 400 when there is no conversation in it (only a standing
+    system prompt, reasoning, or nothing): a summary of nothing would be invented."""
+    text = transcript(items)
+    if not text.strip():
+        raise invalid("There is nothing to compact: the conversation has no messages, tool calls or results "
+                      "after its system prompt", param="input", code="empty_input")
+    return text
 
 
 def transcript(items: list[dict]) -> str:
@@ -231,10 +232,9 @@ class Compactor:
         return Summary(self.extractive(text), "extractive", self.usage)
 
 
-async def compaction_events(compactor: Compactor, items: list[dict], result: dict) -> AsyncIterator[TokenEvent]:
+async def compaction_events(compactor: Compactor, text: str, result: dict) -> AsyncIterator[TokenEvent]:
     """The token events of a compaction turn (the ``compaction`` entry of the Responses machine): Started at
     once, then the summary as one TextDelta; ``result`` gets the mode for the item."""
-    text = transcript(items)
     try:
         yield Started(await compactor.prompt_tokens(text))
         summary = await compactor.summarise(text)

@@ -257,9 +257,8 @@ class OpenAIResponses(Protocol):
         machine.context["compaction"] = result
         machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
         items = [i for i in items if i.get("type") != "compaction_trigger"]
-        if error := compaction.nothing_to_compact(items):
-            raise error
-        return await self.answer(server, v, machine, compaction.compaction_events(compactor, items, result))
+        text = compaction.transcript_to_compact(items)  # (refused before the stream opens)
+        return await self.answer(server, v, machine, compaction.compaction_events(compactor, text, result))
 
     async def compact(self, server: "Server", request) -> Any:
         raw = await request.get_data()
@@ -268,10 +267,8 @@ class OpenAIResponses(Protocol):
         items = normalise_input(body.get("input") or [])
         history, own = self.conversation(server, body, items)
         items = [i for i in history + own if i.get("type") != "compaction_trigger"]
-        if error := compaction.nothing_to_compact(items):
-            raise error
         compactor = compaction.Compactor(server, body["model"], body.get("max_compaction_tokens"))
-        summary = await compactor.summarise(compaction.transcript(items))
+        summary = await compactor.summarise(compaction.transcript_to_compact(items))
         output = []
         if body.get("instructions"):
             output.append({"id": new_id("msg_"), "type": "message", "status": "completed", "role": "developer",
