@@ -112,14 +112,9 @@ STREAMS = {
 }
 
 
-@pytest.mark.parametrize("protocol", sorted(STREAMS))
-async def test_a_closed_stream_frees_its_slot_at_once(protocol, demo_tok):
-    """A server closes the body of a stream whose client hung up from the task that sent it (quart does). The
-    slot and the decoding thread must be freed by that close itself: left to the garbage collector, they would be
-    freed late and from another task (once that wedged the queue for good)."""
-    backend = ScriptedBackend([ScriptEntry(LONG, delay_ms=5)], demo_tok)
-    server = Server(Engine(backend, max_queue=0), all_protocols(), ServerConfig())
-    proto = server.protocols[protocol]
+async def stream_response(backend, protocol: str, max_queue: int):
+    """A streaming request answered in-process, without HTTP: the server and quart's response, unsent."""
+    server = Server(Engine(backend, max_queue=max_queue), all_protocols(), ServerConfig())
 
     class Request:  # what the handler reads of quart's request
         headers: dict = {}
@@ -127,7 +122,16 @@ async def test_a_closed_stream_frees_its_slot_at_once(protocol, demo_tok):
         async def get_data(self):
             return json.dumps(STREAMS[protocol]).encode()
 
-    resp = await proto.generate(server, Request())
+    return server, await server.protocols[protocol].generate(server, Request())
+
+
+@pytest.mark.parametrize("protocol", sorted(STREAMS))
+async def test_a_closed_stream_frees_its_slot_at_once(protocol, demo_tok):
+    """A server closes the body of a stream whose client hung up from the task that sent it (quart does). The
+    slot and the decoding thread must be freed by that close itself: left to the garbage collector, they would be
+    freed late and from another task (once that wedged the queue for good)."""
+    backend = ScriptedBackend([ScriptEntry(LONG, delay_ms=5)], demo_tok)
+    server, resp = await stream_response(backend, protocol, max_queue=0)
     async with resp.response as body:
         chunks = aiter(body)
         for _ in range(4):
@@ -143,17 +147,7 @@ async def test_a_closed_stream_frees_its_slot_at_once(protocol, demo_tok):
 @pytest.mark.parametrize("protocol", sorted(STREAMS))
 async def test_a_stream_closed_before_its_first_event_gives_its_place_back(protocol, demo_tok):
     """A client that hangs up at once: the server closes a body it never started."""
-    backend = ScriptedBackend([ScriptEntry("hello")], demo_tok)
-    server = Server(Engine(backend, max_queue=1), all_protocols(), ServerConfig())
-    proto = server.protocols[protocol]
-
-    class Request:
-        headers: dict = {}
-
-        async def get_data(self):
-            return json.dumps(STREAMS[protocol]).encode()
-
-    resp = await proto.generate(server, Request())
+    server, resp = await stream_response(ScriptedBackend([ScriptEntry("hello")], demo_tok), protocol, max_queue=1)
     assert server.engine.waiting == 1
     async with resp.response:
         pass  # closed unstarted
