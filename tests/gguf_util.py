@@ -1,0 +1,92 @@
+"""Write small GGUF files for the tests: an mlx-lm model's weights under llama.cpp's tensor names, with the
+metadata llama.cpp's converter writes (architecture keys, the BPE vocabulary, merges, chat template)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import mlx.core as mx
+
+_TO_GGUF = {
+    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+}
+_TOP = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+
+
+def gguf_name(name: str) -> str:
+    module, _, suffix = name.rpartition(".")
+    if module in _TOP:
+        return f"{_TOP[module]}.{suffix}"
+    _, _, n, rest = module.split(".", 3)
+    return f"blk.{n}.{_TO_GGUF[rest]}.{suffix}"
+
+
+def permute(w: mx.array, n_head: int) -> mx.array:
+    """llama.cpp's convert_hf_to_gguf permutation of a Llama's Q/K rows (for the interleaved RoPE)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def tokenizer_metadata(model_dir: Path, pre: str = "qwen2") -> dict:
+    tj = json.loads((model_dir / "tokenizer.json").read_text())
+    tc = json.loads((model_dir / "tokenizer_config.json").read_text())
+    vocab = dict(tj["model"]["vocab"])
+    types = {}
+    for t in tj["added_tokens"]:
+        vocab[t["content"]] = t["id"]
+        types[t["id"]] = 3 if t["special"] else 4
+    tokens = [None] * len(vocab)
+    for tok, i in vocab.items():
+        tokens[i] = tok
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    meta = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": pre,
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": mx.array([types.get(i, 1) for i in range(len(tokens))], dtype=mx.int32),
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.eos_token_id": mx.array(vocab[tc["eos_token"]], dtype=mx.uint32),
+    }
+    if tc.get("chat_template"):
+        meta["tokenizer.chat_template"] = tc["chat_template"]
+    return meta
+
+
+def write_gguf(path: Path, weights: dict, config: dict, arch: str, tok_meta: dict) -> Path:
+    """``weights`` in mlx-lm names and HF layout; a Llama's Q/K are permuted as llama.cpp stores them."""
+    out = {}
+    for name, w in weights.items():
+        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = config["num_attention_heads"] if "q_proj" in name else config["num_key_value_heads"]
+            w = permute(w, heads)
+        out[gguf_name(name)] = w
+    u32 = lambda v: mx.array(v, dtype=mx.uint32)  # noqa: E731
+    meta = {
+        "general.architecture": arch,
+        f"{arch}.block_count": u32(config["num_hidden_layers"]),
+        f"{arch}.context_length": u32(config["max_position_embeddings"]),
+        f"{arch}.embedding_length": u32(config["hidden_size"]),
+        f"{arch}.feed_forward_length": u32(config["intermediate_size"]),
+        f"{arch}.attention.head_count": u32(config["num_attention_heads"]),
+        f"{arch}.attention.head_count_kv": u32(config["num_key_value_heads"]),
+        f"{arch}.attention.key_length": u32(config["head_dim"]),
+        f"{arch}.attention.layer_norm_rms_epsilon": mx.array(config["rms_norm_eps"], dtype=mx.float32),
+        f"{arch}.rope.freq_base": mx.array(config["rope_theta"], dtype=mx.float32),
+        **tok_meta,
+    }
+    mx.save_gguf(str(path), out, meta)
+    return path
+
+
+def retype_tensor(path: Path, tensor: str, ggml_type: int) -> None:
+    """Rewrite one tensor's storage type in the header (to see a type the converter must refuse)."""
+    data = bytearray(path.read_bytes())
+    needle = struct.pack("<Q", len(tensor)) + tensor.encode()
+    at = data.index(needle) + len(needle)
+    n_dims = struct.unpack_from("<I", data, at)[0]
+    struct.pack_into("<I", data, at + 4 + 8 * n_dims, ggml_type)
+    path.write_bytes(bytes(data))

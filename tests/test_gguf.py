@@ -1,0 +1,188 @@
+"""GGUF files and Hugging Face repo ids as ``--model``: conversion, refusals, the cache, listing.
+
+The GGUFs here are written by the test from small random models (gguf_util: llama.cpp's tensor names and
+metadata, a Llama's Q/K permuted as llama.cpp stores them), so a converted model can be compared with the model
+it came from logit for logit. The real quantized GGUF (SmolLM2) is tested in test_real_model.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+
+from gguf_util import retype_tensor, tokenizer_metadata, write_gguf
+from tinytitan import cli
+from tinytitan.demo_model import ensure_demo_model
+from tinytitan.models import gguf
+from tinytitan.models.resolve import ModelNotFound, list_models, resolve
+
+PROMPT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2? <think>"}]
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def demo_dir():
+    return ensure_demo_model()
+
+
+def _llama(demo_dir):
+    """A random tiny Llama with the demo tokenizer (HF layout, standard RoPE)."""
+    from mlx_lm.models import llama
+
+    config = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 96,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-5,
+              "vocab_size": 4096, "rope_theta": 10000.0, "max_position_embeddings": 2048,
+              "tie_word_embeddings": False}
+    mx.random.seed(7)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    return config, dict(tree_flatten(model.parameters()))
+
+
+def _qwen3(demo_dir):
+    config = json.loads((demo_dir / "config.json").read_text())
+    return config, mx.load(str(demo_dir / "model.safetensors"))
+
+
+def make_gguf(path, demo_dir, arch="qwen3", **meta_changes):
+    config, weights = (_llama if arch == "llama" else _qwen3)(demo_dir)
+    meta = tokenizer_metadata(demo_dir)
+    for k, v in meta_changes.items():
+        if v is None:
+            meta.pop(k, None)
+        else:
+            meta[k] = v
+    return write_gguf(path, weights, config, arch, meta), config, weights
+
+
+def logits(model, ids):
+    return model(mx.array([ids]))[0]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_converted_model_is_the_model_it_came_from(tmp_path, demo_dir, arch):
+    from mlx_lm import load
+    from mlx_lm.utils import load_model
+
+    path, config, weights = make_gguf(tmp_path / f"tiny-{arch}.gguf", demo_dir, arch)
+    out = gguf.ensure_converted(path, "float32")
+    model, tok = load(str(out))
+    _, demo_tok = load(str(demo_dir))
+    # the tokenizer and template rebuilt from the metadata are the originals
+    text = demo_tok.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=False)
+    assert tok.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=False) == text
+    ids = tok.encode(text, add_special_tokens=False)
+    assert ids == demo_tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text
+    # ... and the weights compute what the original computes (for a Llama: un-permuted by traditional RoPE)
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["rope_traditional"] is (arch == "llama")
+    assert conf["max_position_embeddings"] == config["max_position_embeddings"]  # the context window
+    original = tmp_path / "original"
+    original.mkdir()
+    (original / "config.json").write_text(json.dumps(config))
+    mx.save_safetensors(str(original / "model.safetensors"), weights)
+    reference, _ = load_model(original)
+    assert mx.allclose(logits(model, ids), logits(reference, ids), atol=1e-4).item()
+
+
+def test_the_cache_is_keyed_by_digest_and_reused(tmp_path, demo_dir, cache, caplog):
+    path, _, _ = make_gguf(tmp_path / "m.gguf", demo_dir)
+    first = gguf.ensure_converted(path, "float32")
+    assert first.parent.parent == cache and gguf.file_digest(path)[:16] in first.name
+    caplog.set_level(logging.INFO, logger="tinytitan.gguf")
+    assert gguf.ensure_converted(path, "float32") == first
+    assert "using the converted model" in caplog.text and "converting" not in caplog.text
+    assert gguf.ensure_converted(path, "quantized") != first  # the other form is another directory
+    shutil.copy(path, tmp_path / "copy.gguf")
+    assert gguf.cached_dir(tmp_path / "copy.gguf", "float32").name.split("-")[1] == first.name.split("-")[1]
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"general.architecture": "gemma2"}, "architecture 'gemma2' is not supported"),
+    ({"tokenizer.chat_template": None}, "has no chat template"),
+    ({"tokenizer.ggml.model": "llama"}, "tokenizer.ggml.model 'llama' is not supported"),
+    ({"tokenizer.ggml.pre": "deepseek-coder"}, "tokenizer.ggml.pre 'deepseek-coder' is not supported"),
+])
+def test_refused_by_name(tmp_path, demo_dir, change, named, cache):
+    arch = change.pop("general.architecture", "qwen3")
+    path, config, weights = make_gguf(tmp_path / "bad.gguf", demo_dir, **change)
+    if arch != "qwen3":
+        meta = tokenizer_metadata(demo_dir)
+        path = write_gguf(tmp_path / "bad.gguf", weights, config, arch, meta)
+    with pytest.raises(gguf.UnsupportedGGUF, match=named):
+        gguf.ensure_converted(path, "float32")
+    assert not any((cache / "gguf").glob("*")) if (cache / "gguf").exists() else True  # nothing half-written
+
+
+def test_k_quants_are_refused_not_widened(tmp_path, demo_dir):
+    path, _, _ = make_gguf(tmp_path / "k.gguf", demo_dir)
+    retype_tensor(path, "blk.1.ffn_down.weight", 14)  # Q6_K
+    with pytest.raises(gguf.UnsupportedGGUF, match=r"quantization Q6_K \(e.g. blk.1.ffn_down.weight\) is not "
+                                                   r"supported; supported: Q4_0, Q4_1, Q8_0"):
+        gguf.check(path)
+
+
+def hf_cache(root, demo_dir, repo="acme/tiny-chat", rev="0123456789abcdef0123456789abcdef01234567"):
+    """A Hugging Face cache as huggingface_hub lays it out: blobs, a snapshot of symlinks, refs/main."""
+    repo_dir = root / f"models--{repo.replace('/', '--')}"
+    snap = repo_dir / "snapshots" / rev
+    (repo_dir / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for f in demo_dir.iterdir():
+        if f.is_file():
+            blob = repo_dir / "blobs" / f"{abs(hash(f.name)):x}"
+            shutil.copy(f, blob)
+            (snap / f.name).symlink_to(blob)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(rev)
+    return snap
+
+
+def test_hf_repo_id_served_from_the_cache_offline(tmp_path, demo_dir, monkeypatch):
+    from huggingface_hub import constants
+
+    hub = tmp_path / "hub"
+    snap = hf_cache(hub, demo_dir)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    found = resolve("acme/tiny-chat")
+    assert found.path == snap and found.model_id == "acme/tiny-chat"
+    with pytest.raises(ModelNotFound, match="acme/absent: not in the Hugging Face cache, and HF_HUB_OFFLINE"):
+        resolve("acme/absent")
+    args = argparse.Namespace(script=None, models_dir=None, model="acme/tiny-chat", model_id=None,
+                              gguf_form="auto", prompt_cache_mib=64, reasoning_effort=None, thinking=None)
+    (backend,) = cli.make_backends(args)
+    assert backend.model_id == "acme/tiny-chat" and backend.loaded
+
+
+def test_models_dir_lists_mlx_dirs_gguf_files_and_an_hf_cache(tmp_path, demo_dir):
+    root = tmp_path / "models"
+    shutil.copytree(demo_dir, root / "local" / "demo")
+    make_gguf(root / "tiny-llama.gguf", demo_dir, "llama")
+    make_gguf(root / "broken.gguf", demo_dir, **{"tokenizer.chat_template": None})  # left out, with a warning
+    hf_cache(root, demo_dir)
+    found = list_models(root, "float32")
+    assert [m.model_id for m in found] == ["acme/tiny-chat", "local/demo", "tiny-llama"]
+    assert (found[2].path / "config.json").is_file()
+
+
+def test_model_argument_errors(tmp_path):
+    with pytest.raises(ModelNotFound, match="no such file"):
+        resolve(str(tmp_path / "absent.gguf"))
+    with pytest.raises(ModelNotFound, match="not a model directory, a .gguf file, a Hugging Face repo id"):
+        resolve("not a model")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotFound, match="no config.json"):
+        resolve(str(tmp_path / "empty"))

@@ -1,0 +1,103 @@
+"""The GGUF header: the metadata and each tensor's storage type, read without loading a weight.
+
+``mlx.core.load`` reads a GGUF's tensors, but converts every storage type it cannot keep quantized (the
+K-quants, the IQ types …) to floats without saying so. The converter must refuse those by name instead, so
+it reads the tensor table here first. Layout (GGUF v2/v3, little-endian): magic ``GGUF``, version u32,
+tensor count u64, metadata count u64, the metadata (key, type, value), then per tensor its name, dims, type
+and offset.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+# ggml's tensor storage types (ggml.h, enum ggml_type)
+GGML_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
+    11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
+    19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
+    27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
+}
+
+# metadata value types: struct format of the scalars; 8 is a string, 9 an array
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+class GGUFError(ValueError):
+    """The file is not a GGUF this reader understands."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    type: str
+
+
+class _Reader:
+    def __init__(self, buf):
+        self.buf, self.pos = buf, 0
+
+    def scalar(self, fmt: str):
+        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return v
+
+    def string(self) -> str:
+        n = self.scalar("<Q")
+        s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", errors="replace")
+        self.pos += n
+        return s
+
+    def skip_string(self) -> None:
+        self.pos += 8 + struct.unpack_from("<Q", self.buf, self.pos)[0]
+
+    def value(self, vtype: int, keep_arrays: bool):
+        if vtype in _SCALARS:
+            return self.scalar(_SCALARS[vtype])
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            etype, count = self.scalar("<I"), self.scalar("<Q")
+            if keep_arrays:
+                return [self.value(etype, True) for _ in range(count)]
+            if etype in _SCALARS:
+                self.pos += struct.calcsize(_SCALARS[etype]) * count
+            elif etype == _STRING:
+                for _ in range(count):
+                    self.skip_string()
+            else:
+                for _ in range(count):
+                    self.value(etype, False)
+            return None
+        raise GGUFError(f"unknown GGUF metadata value type {vtype}")
+
+
+def read_header(path: str | Path) -> tuple[dict, list[TensorInfo]]:
+    """(scalar metadata, tensor table). Array values (the vocabulary, merges …) are skipped: they are
+    ``None`` here; ``mlx.core.load`` returns them."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if buf[:4] != b"GGUF":
+            raise GGUFError(f"{path} is not a GGUF file (no GGUF magic)")
+        r = _Reader(buf)
+        r.pos = 4
+        version = r.scalar("<I")
+        if version not in (2, 3):
+            raise GGUFError(f"{path}: GGUF version {version} is not supported (2 and 3 are)")
+        n_tensors, n_kv = r.scalar("<Q"), r.scalar("<Q")
+        meta = {}
+        for _ in range(n_kv):
+            key = r.string()
+            meta[key] = r.value(r.scalar("<I"), keep_arrays=False)
+        tensors = []
+        for _ in range(n_tensors):
+            name = r.string()
+            dims = tuple(r.scalar("<Q") for _ in range(r.scalar("<I")))
+            ttype = r.scalar("<I")
+            r.scalar("<Q")  # offset
+            tensors.append(TensorInfo(name, tuple(reversed(dims)), GGML_TYPES.get(ttype, f"type {ttype}")))
+        return meta, tensors

