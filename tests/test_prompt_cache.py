@@ -48,8 +48,8 @@ def _req(msgs, **kw):
 
 
 async def _run(engine, req):
-    prepared = await engine.prepare(req)
-    events = [ev async for ev in engine.generate(prepared, engine.admit())]
+    async with engine.session(req) as events:
+        prepared, events = events.prepared, [ev async for ev in events]
     text = "".join(getattr(ev, "text", "") for ev in events if type(ev).__name__ in ("TextDelta", "ReasoningDelta"))
     return prepared, events[0].cached_tokens, events[-1], text
 

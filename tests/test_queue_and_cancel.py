@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from contextlib import asynccontextmanager
 
 import httpx
 import pytest
 import trio
 
 from backends import FailsToLoad
+from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.engine import Engine
 from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
-from tinytitan.http.app import Server, ServerConfig
+from tinytitan.errors import ApiError
+from tinytitan.http.app import Server, ServerConfig, request_scope
 from tinytitan.protocols.registry import all_protocols
 
 MODEL = "tinytitan-scripted"
@@ -112,8 +115,10 @@ STREAMS = {
 }
 
 
+@asynccontextmanager
 async def stream_response(backend, protocol: str, max_queue: int):
-    """A streaming request answered in-process, without HTTP: the server and quart's response, unsent."""
+    """A streaming request answered in-process, without HTTP, inside the request scope the HTTP layer gives
+    each request: the server and quart's response, unsent."""
     server = Server(Engine(backend, max_queue=max_queue), all_protocols(), ServerConfig())
 
     class Request:  # what the handler reads of quart's request
@@ -122,23 +127,23 @@ async def stream_response(backend, protocol: str, max_queue: int):
         async def get_data(self):
             return json.dumps(STREAMS[protocol]).encode()
 
-    return server, await server.protocols[protocol].generate(server, Request())
+    async with request_scope():
+        yield server, await server.protocols[protocol].generate(server, Request())
 
 
 @pytest.mark.parametrize("protocol", sorted(STREAMS))
 async def test_a_closed_stream_frees_its_slot_at_once(protocol, demo_tok):
-    """A server closes the body of a stream whose client hung up from the task that sent it (quart does). The
-    slot and the decoding thread must be freed by that close itself: left to the garbage collector, they would be
-    freed late and from another task (once that wedged the queue for good)."""
+    """A server closes the body of a stream whose client hung up from the task that sent it (quart does), then
+    the request ends. The slot and the decoding thread must be freed by then: left to the garbage collector,
+    they would be freed late and from another task (once that wedged the queue for good)."""
     backend = ScriptedBackend([ScriptEntry(LONG, delay_ms=5)], demo_tok)
-    server, resp = await stream_response(backend, protocol, max_queue=0)
-    async with resp.response as body:
-        chunks = aiter(body)
-        for _ in range(4):
-            await anext(chunks)
-        assert server.engine.running == 1
-    # no checkpoint since the close: nothing but the close itself can have freed them
-    assert (server.engine.running, server.engine.waiting, server.engine._slot.value) == (0, 0, 1)
+    async with stream_response(backend, protocol, max_queue=0) as (server, resp):
+        async with resp.response as body:
+            chunks = aiter(body)
+            for _ in range(4):
+                await anext(chunks)
+            assert server.engine.running == 1
+    assert (server.engine.running, server.engine.waiting, server.engine.admission.slots.value) == (0, 0, 1)
     stopped_at = backend.tokens_decoded
     await trio.sleep(0.1)
     assert backend.tokens_decoded == stopped_at < 40  # the decoding thread stopped with the stream
@@ -146,12 +151,37 @@ async def test_a_closed_stream_frees_its_slot_at_once(protocol, demo_tok):
 
 @pytest.mark.parametrize("protocol", sorted(STREAMS))
 async def test_a_stream_closed_before_its_first_event_gives_its_place_back(protocol, demo_tok):
-    """A client that hangs up at once: the server closes a body it never started."""
-    server, resp = await stream_response(ScriptedBackend([ScriptEntry("hello")], demo_tok), protocol, max_queue=1)
-    assert server.engine.waiting == 1
-    async with resp.response:
-        pass  # closed unstarted
+    """A client that hangs up at once: the server closes a body it never started, and the request ends."""
+    async with stream_response(ScriptedBackend([ScriptEntry("hello")], demo_tok), protocol, 1) as (server, resp):
+        assert server.engine.waiting == 1
+        async with resp.response:
+            pass  # closed unstarted
     assert (server.engine.waiting, server.engine.running) == (0, 0)
+
+
+async def test_a_stream_dropped_unsent_gives_its_place_back(demo_tok):
+    """A response the server never started to send (the client was gone first): the request's end is enough."""
+    async with stream_response(ScriptedBackend([ScriptEntry("hello")], demo_tok), "openai_chat", 1) as (server, _):
+        assert server.engine.waiting == 1
+    assert (server.engine.waiting, server.engine.running) == (0, 0)
+
+
+async def test_a_session_refused_or_failing_to_tokenize_takes_no_place(demo_tok):
+    """Admission comes before tokenizing, and a prompt that cannot be tokenized gives its place back at once."""
+    engine = Engine(ScriptedBackend([ScriptEntry("hello")], demo_tok, context_window=64), max_queue=0)
+    req = ChatRequest(model=MODEL, messages=(Message("user", LONG),))
+    with pytest.raises(ApiError) as err:
+        async with engine.session(req):
+            pass
+    assert err.value.code == "context_length_exceeded" and (engine.waiting, engine.running) == (0, 0)
+    ok = ChatRequest(model=MODEL, messages=(Message("user", "hi"),))
+    async with engine.session(ok) as held:
+        with pytest.raises(ApiError) as err:  # the queue is full: refused before anything is tokenized
+            async with engine.session(req):
+                pass
+        assert err.value.code == "queue_full"
+        assert [type(ev).__name__ async for ev in held][-1] == "Finished"
+    assert (engine.waiting, engine.running, engine.admission.slots.value) == (0, 0, 1)
 
 
 async def test_clients_that_hang_up_at_once_leave_no_place_taken(serve, demo_tok):

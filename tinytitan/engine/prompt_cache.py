@@ -10,6 +10,8 @@ Rules:
   Caches that cannot be trimmed (sliding windows) are only reused when the whole entry is a prefix.
 - ``store(tokens, kv)`` keeps a finished generation's cache under the tokens it really holds (prompt and
   generated tokens, cut at the cache's own offset), evicting old entries over the byte budget.
+- Every read and change of the entries holds one lock: the model thread changes them while the trio side
+  reads the stats (``GET /v1/models``).
 - A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
   what a real cache would reuse.
 """
@@ -79,6 +81,10 @@ class PromptCache:
 
     @property
     def nbytes(self) -> int:
+        with self._lock:
+            return self._nbytes()
+
+    def _nbytes(self) -> int:  # holding the lock
         return sum(e.nbytes for e in self.entries.values())
 
     def fetch(self, prompt: Sequence[int]) -> tuple[Any, int]:
@@ -106,12 +112,12 @@ class PromptCache:
                     return None, 0
                 payload = copy.deepcopy(e.payload)
                 self.entries.move_to_end(best_key)
+            self.hits += 1
+            self.reused_tokens += best_n
         if payload is not None and not whole:
             trimmed = len(e.tokens) - best_n
             for c in payload:
                 c.trim(trimmed)
-        self.hits += 1
-        self.reused_tokens += best_n
         return payload, best_n
 
     def store(self, tokens: Sequence[int], payload: Any) -> None:
@@ -134,7 +140,7 @@ class PromptCache:
                 del self.entries[key]
             self.entries[self._next] = Entry(t, payload, size)
             self._next += 1
-            while self.entries and (self.nbytes > self.max_bytes or len(self.entries) > self.max_entries):
+            while self.entries and (self._nbytes() > self.max_bytes or len(self.entries) > self.max_entries):
                 key, old = self.entries.popitem(last=False)
                 log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
 
@@ -143,5 +149,8 @@ class PromptCache:
             self.entries.clear()
 
     def stats(self) -> dict:
-        return {"entries": len(self.entries), "bytes": self.nbytes, "max_bytes": self.max_bytes,
-                "hits": self.hits, "reused_tokens": self.reused_tokens}
+        """Read from the trio side (``GET /v1/models``) while the model thread changes the entries: under the
+        lock, like every change."""
+        with self._lock:
+            return {"entries": len(self.entries), "bytes": self._nbytes(), "max_bytes": self.max_bytes,
+                    "hits": self.hits, "reused_tokens": self.reused_tokens}

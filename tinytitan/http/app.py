@@ -16,11 +16,13 @@ import contextvars
 import json
 import logging
 import uuid
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from quart import Response, request
 from quart_trio import QuartTrio
+from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
 
 from ..engine.engine import Engine
@@ -32,25 +34,33 @@ log = logging.getLogger("tinytitan.http")
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 OPEN_PATHS = ("/", "/health")
-# the queue places taken while answering the current HTTP request (see Server.hold_for_request)
-_request_tickets: contextvars.ContextVar[list] = contextvars.ContextVar("tinytitan_request_tickets")
+# what the HTTP request being answered holds beyond its handler (see request_scope)
+_request_scope: contextvars.ContextVar[AsyncExitStack] = contextvars.ContextVar("tinytitan_request_scope")
+
+
+@asynccontextmanager
+async def request_scope() -> AsyncIterator[None]:
+    """The lifetime of one HTTP request, from its handler to the last byte of its response (or the client's
+    hang-up): what ``Server.hold`` enters is left, in reverse order, when this block ends."""
+    async with AsyncExitStack() as stack:
+        token = _request_scope.set(stack)
+        try:
+            yield
+        finally:
+            _request_scope.reset(token)
+
+
+class _Connection(TrioASGIHTTPConnection):
+    """quart-trio's HTTP connection, with the handler and the sending of its response inside one request
+    scope: both run in this one task, so the scope's exit runs there too, however the request ends."""
+
+    async def handle_request(self, nursery, request, send) -> None:
+        async with request_scope():
+            await super().handle_request(nursery, request, send)
 
 
 class _App(QuartTrio):
-    """Quart, with each HTTP request's queue places given back when the ASGI call ends: that is once the
-    response is fully sent (a stream included), or when the client hung up at any point before."""
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return await super().__call__(scope, receive, send)
-        tickets: list = []
-        token = _request_tickets.set(tickets)  # the handler's tasks start in a copy of this context
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            _request_tickets.reset(token)
-            for ticket in tickets:
-                ticket.abandon()  # a generation that started gives its slot back itself, as it ends
+    asgi_http_class = _Connection
 
 
 HTTP_KINDS = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_request"}
@@ -181,12 +191,13 @@ class Server:
         return Response(json.dumps(obj, ensure_ascii=False), status=status, content_type="application/json")
 
     @staticmethod
-    def hold_for_request(ticket) -> None:
-        """Tie a queue place to the HTTP request being answered: a stream whose client hangs up before its
-        first event never starts its generation, so only the end of the request can give the place back."""
-        tickets = _request_tickets.get(None)
-        if tickets is not None:
-            tickets.append(ticket)
+    async def hold(context: AbstractAsyncContextManager) -> Any:
+        """Enter ``context`` for the rest of the HTTP request being answered (e.g. the engine session of a
+        stream, whose body is sent after the handler returns) and return what it gives."""
+        stack = _request_scope.get(None)
+        if stack is None:
+            raise RuntimeError("Server.hold outside an HTTP request: run it inside request_scope()")
+        return await stack.enter_async_context(context)
 
     @staticmethod
     def sse_response(body: AsyncIterator[bytes]) -> Response:

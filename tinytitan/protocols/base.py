@@ -12,7 +12,7 @@ import time
 import uuid
 from contextlib import aclosing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Callable
 
 from ..chat_request import ChatRequest
 from ..errors import ApiError
@@ -115,38 +115,32 @@ class Protocol:
         return await self.respond(server, v, req)
 
     async def respond(self, server: "Server", v: Validated, req: ChatRequest) -> Any:
-        """Run a ChatRequest and answer it: SSE when the client asked for a stream, else the fold."""
-        engine = server.engine
-        prepared = await engine.prepare(req)
-        ticket = engine.admit()  # refused at once when the queue is full
-        server.hold_for_request(ticket)
-        try:
-            events = engine.generate(prepared, ticket, self.spec.extra.get("keepalive_seconds"))
-            machine = self.machine(v, req.model, bool(v.body.get(self.stream_field)), server)
-            machine.context.setdefault("prompt_tokens", len(prepared.tokens))  # known before the first event
-        except BaseException:
-            ticket.release()
-            raise
-        return await self.answer(server, v, machine, events, ticket)
+        """Run a ChatRequest in one engine session and answer it: SSE when the client asked for a stream,
+        else the fold. A stream outlives this handler, so its session belongs to the HTTP request (ended when
+        the response is sent, or the client is gone); a folded answer's session ends here."""
+        keepalive = self.spec.extra.get("keepalive_seconds")
+        stream = bool(v.body.get(self.stream_field))
+        machine = self.machine(v, req.model, stream, server)
+        if stream:
+            events = await server.hold(server.engine.session(req, keepalive))
+            machine.context.setdefault("prompt_tokens", events.prompt_tokens)  # known before the first event
+            return await self.answer(server, v, machine, events)
+        async with server.engine.session(req, keepalive) as events:
+            machine.context.setdefault("prompt_tokens", events.prompt_tokens)
+            return await self.answer(server, v, machine, events)
 
-    async def answer(self, server: "Server", v: Validated, machine: Machine, events: AsyncIterator[TokenEvent],
-                     ticket=None) -> Any:
-        """Token events through a machine: SSE when the client asked for a stream, else the fold."""
+    async def answer(self, server: "Server", v: Validated, machine: Machine,
+                     events: AsyncIterable[TokenEvent]) -> Any:
+        """Token events through a machine: SSE when the client asked for a stream, else the fold. Whoever
+        passes ``events`` owns them (a session, or a source the HTTP request holds) and ends them."""
         if v.body.get(self.stream_field):
-            return server.sse_response(StreamBody(self.sse_body(machine, events, ticket, server, v), ticket))
-        try:
-            async with aclosing(pump(machine, events)) as wires:
-                wire = [w async for w in wires]
-        finally:
-            try:
-                await events.aclose()
-            finally:  # even when a cancellation interrupts the close
-                if ticket is not None:
-                    ticket.release()
+            return server.sse_response(self.sse_body(machine, events, server, v))
+        async with aclosing(pump(machine, events)) as wires:
+            wire = [w async for w in wires]
         self.record(server, v, machine)
         return server.json_response(self.fold(wire, v))
 
-    async def sse_body(self, machine: Machine, events: AsyncIterator[TokenEvent], ticket, server=None,
+    async def sse_body(self, machine: Machine, events: AsyncIterable[TokenEvent], server=None,
                        v: Validated | None = None) -> AsyncIterator[bytes]:
         """The wire events as SSE. The stream is open before the engine has the model: any failure after that
         (a model that will not load, not only a decoder failure) ends the stream through the protocol's own
@@ -169,32 +163,3 @@ class Protocol:
                 yield wire.sse()
             if machine.done and machine.terminal is not None:
                 yield machine.terminal.sse()
-        finally:
-            try:
-                await events.aclose()
-            finally:
-                if ticket is not None:
-                    ticket.release()
-
-
-class StreamBody:
-    """An SSE response body that gives its queue place back when it is closed, started or not (a client that
-    hangs up at once: the body generator never ran, so its own ``finally`` cannot). A body dropped unsent is
-    covered by ``Server.hold_for_request``."""
-
-    def __init__(self, chunks: AsyncIterator[bytes], ticket=None):
-        self._chunks = chunks
-        self._ticket = ticket
-
-    def __aiter__(self) -> "StreamBody":
-        return self
-
-    async def __anext__(self) -> bytes:
-        return await self._chunks.__anext__()
-
-    async def aclose(self) -> None:
-        try:
-            await self._chunks.aclose()  # a started body releases its ticket itself, in its own finally
-        finally:
-            if self._ticket is not None:
-                self._ticket.release()

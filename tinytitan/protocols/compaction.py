@@ -165,11 +165,8 @@ class Compactor:
 
     async def run_pass(self, system: str, user: str, max_tokens: int) -> str | None:
         """One pass through the queue; None when it failed (an error, a loop, nothing left)."""
-        prepared = await self.engine.prepare(self.request(system, user, max_tokens))
-        ticket = self.engine.admit()
         text: list[str] = []
-        events = self.engine.generate(prepared, ticket)
-        try:
+        async with self.engine.session(self.request(system, user, max_tokens)) as events:
             async for ev in events:
                 if isinstance(ev, TextDelta):
                     text.append(ev.text)
@@ -182,11 +179,6 @@ class Compactor:
                 elif isinstance(ev, Failed):
                     log.warning("compaction pass failed: %s", ev.message)
                     return None
-        finally:
-            try:
-                await events.aclose()
-            finally:
-                ticket.release()
         out = "".join(text).strip()
         if looping(out):
             log.warning("compaction pass ran into a repetition loop; it counts as failed")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from ..chat_request import Message
@@ -258,7 +259,9 @@ class OpenAIResponses(Protocol):
         machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
         items = [i for i in items if i.get("type") != "compaction_trigger"]
         text = compaction.transcript_to_compact(items)  # (refused before the stream opens)
-        return await self.answer(server, v, machine, compaction.compaction_events(compactor, text, result))
+        # the summary passes run in engine sessions of their own; the event source is the HTTP request's
+        events = await server.hold(aclosing(compaction.compaction_events(compactor, text, result)))
+        return await self.answer(server, v, machine, events)
 
     async def compact(self, server: "Server", request) -> Any:
         raw = await request.get_data()

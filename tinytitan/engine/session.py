@@ -1,0 +1,231 @@
+"""One generation's lifetime, owned by one construct: ``async with engine.session(req) as events``.
+
+Rules:
+- Entering takes a place in the queue first (``ApiError('overloaded')`` at once when it is full), then
+  tokenizes the request (a prompt that does not fit is the client's ApiError, raised here too). Admission
+  comes before tokenizing, so ``--max-queue`` bounds the work the server takes on, not only the waiting.
+- ``events`` is an async iterator of TokenEvents. Iterating waits for a decode place (FIFO; a KeepAlive
+  every ``keepalive`` seconds meanwhile), then the model thread makes the model resident and decodes.
+- Leaving the block, however it is left (the end, an error, a client hang-up, a cancellation), tells the
+  decode to stop and waits until the model thread has let go of it (shielded: within a token, or a prefill
+  chunk while the prompt is read). The place goes back once, at the moment the model thread lets go of
+  the generation (so it is free before the consumer sees the generation's last event), or at the exit
+  when decoding never began.
+- A session holds no cancel scope across its ``yield``: it may be entered in one task and left in another.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import threading
+from typing import TYPE_CHECKING, Callable
+
+import trio
+
+from ..errors import ApiError
+from ..events import Failed, Finished, KeepAlive, ReasoningDelta, TextDelta, TokenEvent, ToolCallArgsDelta
+from .backend import Prepared
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+BATCH_INTERVAL = 0.02  # at most one batch of deltas per 20 ms after the first (the first goes at once)
+
+_MERGEABLE = (TextDelta, ReasoningDelta, ToolCallArgsDelta)
+
+
+def merge_deltas(events: list[TokenEvent]) -> list[TokenEvent]:
+    """Adjacent deltas of one channel (and one tool call) become one event; nothing else changes."""
+    out: list[TokenEvent] = []
+    for ev in events:
+        last = out[-1] if out else None
+        if (isinstance(ev, _MERGEABLE) and type(last) is type(ev)
+                and getattr(ev, "index", None) == getattr(last, "index", None)):
+            out[-1] = dataclasses.replace(last, text=last.text + ev.text)
+        else:
+            out.append(ev)
+    return out
+
+
+class Admission:
+    """Places: at most ``running`` generations decode at once; at most ``max_queue`` more wait (FIFO)."""
+
+    def __init__(self, running: int, max_queue: int):
+        self.size = running
+        self.max_queue = max_queue
+        self.slots = trio.Semaphore(running)  # a semaphore: a place belongs to a request, not to a task
+        self.running = 0
+        self.waiting = 0
+
+    def admit(self) -> "Place":
+        if self.waiting - self.slots.value >= self.max_queue:  # those that would wait beyond the free slots
+            raise ApiError("overloaded", f"The server is busy: {self.waiting} requests are already waiting "
+                           f"(--max-queue {self.max_queue}); retry shortly", code="queue_full")
+        return Place(self)
+
+
+class Place:
+    """A place in the queue, from admission until its session ends: waiting, then running, then given back."""
+
+    def __init__(self, admission: Admission):
+        self.admission = admission
+        admission.waiting += 1
+        self.running = False
+        self.given_back = False
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for a decode slot; False when ``timeout`` passed first (the place keeps waiting)."""
+        with trio.move_on_after(timeout):
+            await self.admission.slots.acquire()
+            self.admission.waiting -= 1
+            self.admission.running += 1
+            self.running = True
+        return self.running
+
+    def give_back(self) -> None:
+        assert not self.given_back, "a place is given back once, by its session"
+        self.given_back = True
+        if self.running:
+            self.admission.running -= 1
+            self.admission.slots.release()
+        else:
+            self.admission.waiting -= 1
+
+
+class Mailbox:
+    """Events from the model thread to the trio side: the thread appends to a deque and schedules one
+    wake-up at a time (not one per token); the trio side drains everything that has arrived."""
+
+    def __init__(self, token: trio.lowlevel.TrioToken, on_close: Callable[[], None]):
+        self.on_close = on_close  # called on the trio side once the model thread let go
+        self.queue: collections.deque[TokenEvent] = collections.deque()
+        self.token = token
+        self.stop = threading.Event()  # set by the trio side: the consumer is gone
+        self.wake_pending = False
+        self.arrived = trio.Event()
+        self.closed = False
+        self.error: BaseException | None = None  # a failure before decoding began (the model would not load)
+        self.finished = trio.Event()
+
+    # model thread
+    def emit(self, ev: TokenEvent) -> None:
+        self.queue.append(ev)
+        if not self.wake_pending:
+            self.wake_pending = True
+            try:
+                self.token.run_sync_soon(self._wake)
+            except trio.RunFinishedError:
+                self.stop.set()
+
+    def close(self, error: BaseException | None = None) -> None:
+        """The model thread is done with this generation (and will not touch it again)."""
+        self.error = error
+        try:
+            self.token.run_sync_soon(self._close)
+        except trio.RunFinishedError:
+            pass
+
+    # trio side
+    def _wake(self) -> None:
+        self.wake_pending = False
+        self.arrived.set()
+
+    def _close(self) -> None:
+        self.on_close()
+        self.closed = True
+        self.arrived.set()
+        self.finished.set()
+
+    def drain(self) -> list[TokenEvent]:
+        out = []
+        while self.queue:
+            out.append(self.queue.popleft())
+        return out
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait until something arrived (or the thread let go); False when ``timeout`` passed first."""
+        if self.queue or self.closed:
+            return True
+        self.arrived = trio.Event()
+        with trio.move_on_after(timeout):
+            await self.arrived.wait()
+            return True
+        return False
+
+
+class Session:
+    """A generation as its consumer sees it: ``prepared`` (the prompt, known before any event) and the
+    TokenEvents, as an async iterator. Made and ended by ``Engine.session`` only."""
+
+    def __init__(self, prepared: Prepared, place: Place, start: Callable[[Mailbox], None],
+                 keepalive: float | None):
+        self.prepared = prepared
+        self._place = place
+        self._start = start
+        self._keepalive = keepalive
+        self._out: collections.deque[TokenEvent] = collections.deque()
+        self._box: Mailbox | None = None
+        self._quiet = 0.0
+        self._last_batch = -math.inf
+        self._done = False
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prepared.tokens)
+
+    def __aiter__(self) -> "Session":
+        return self
+
+    async def __anext__(self) -> TokenEvent:
+        while not self._out:
+            if self._done:
+                raise StopAsyncIteration
+            await self._advance()
+        return self._out.popleft()
+
+    def _idle(self) -> None:
+        self._quiet += self._keepalive or 0.0
+        self._out.append(KeepAlive(self._quiet))
+
+    async def _advance(self) -> None:
+        timeout = self._keepalive or math.inf
+        if self._box is None:
+            if not await self._place.wait(timeout):
+                return self._idle()
+            self._box = Mailbox(trio.lowlevel.current_trio_token(), self._place.give_back)
+            self._start(self._box)
+            self._quiet = 0.0
+            return
+        box = self._box
+        if not await box.wait(timeout):
+            return self._idle()
+        self._quiet = 0.0
+        batch = box.drain()
+        ending = box.closed or any(isinstance(ev, (Finished, Failed)) for ev in batch)
+        pause = self._last_batch + BATCH_INTERVAL - trio.current_time()
+        if batch and not ending and pause > 0:
+            # Deltas that arrive together are merged, and after the first they go out at most every
+            # BATCH_INTERVAL: a fast model's tokens cost one wake-up and one wire event per batch, not per token
+            await trio.sleep(pause)
+            batch += box.drain()
+        if ending:
+            await box.finished.wait()  # imminent: once the end is out, the model thread lets go
+        if batch:
+            self._last_batch = trio.current_time()
+            self._out.extend(merge_deltas(batch))
+        if box.closed and not box.queue:
+            self._done = True
+            if box.error is not None and not batch:
+                raise box.error
+
+    async def _end(self) -> None:
+        """Stop the decode and wait until the model thread let go of it (which gives the place back); a
+        session that never started decoding gives its place back here."""
+        if self._box is None:
+            self._place.give_back()
+            return
+        self._box.stop.set()
+        with trio.CancelScope(shield=True):
+            await self._box.finished.wait()
