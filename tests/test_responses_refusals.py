@@ -42,8 +42,6 @@ REFUSALS = [
     ("tools[].environment.type", {"tools": [{"type": "shell", "environment": {"type": "container_auto"}}]},
      "tools[0].environment.type", "unsupported_value"),
     ("previous_response_id", {"previous_response_id": ""}, "previous_response_id", "invalid_value"),
-    ("text.format.type", {"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}},
-     "text.format.type", "unsupported_value"),
 ]
 
 

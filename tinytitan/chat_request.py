@@ -39,9 +39,11 @@ class Tool:
 
 @dataclass(frozen=True)
 class Grammar:
+    """An output format the sampler is masked with (see tinytitan/output_format.py for the spellings)."""
     kind: Literal["json_schema", "json_object", "lark", "regex"]
     source: Any
     name: str | None = None
+    where: str | None = None  # the request field it came from, named when the grammar cannot be compiled
 
 
 @dataclass(frozen=True)

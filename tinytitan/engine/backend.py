@@ -22,6 +22,7 @@ from .families import Family, detect, template_source
 from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
+from .structured import CompiledGrammar, GrammarMask, compile_grammar
 
 log = logging.getLogger("tinytitan.backend")
 
@@ -35,6 +36,11 @@ class Prepared:
     namespaces: dict[str, str] = field(default_factory=dict)
     prompt_text: str = ""
     tool_schemas: dict[str, dict] = field(default_factory=dict)  # name -> parameters schema
+    grammar: CompiledGrammar | None = None  # the output format the sampler is masked with
+
+    def logits_processor(self) -> GrammarMask | None:
+        """A new mask for this request's output format (None: unconstrained); one per generation."""
+        return GrammarMask(self.grammar) if self.grammar is not None else None
 
 
 class Backend(ABC):
@@ -57,7 +63,7 @@ class Backend(ABC):
 
     def parser(self, prepared: "Prepared"):
         req = prepared.req
-        calls = bool(req.tools) and req.tool_choice != "none"
+        calls = bool(req.tools) and req.tool_choice != "none" and req.grammar is None
         return self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls)
 
     @property
@@ -100,7 +106,21 @@ class Backend(ABC):
                           param="chat_template_kwargs", code="template_error") from None
         return text, list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def structured(self, req: ChatRequest) -> ChatRequest:
+        """A request with an output format decodes with reasoning off: a thought would have to be part of
+        the document. Said in the log when the request (or the server default) asked for reasoning."""
+        if req.grammar is None:
+            return req
+        if level_of(req.reasoning, level_of(self.default_reasoning, None)):
+            log.info("structured output (%s): reasoning off for this request (%r was asked)", req.grammar.kind,
+                     req.reasoning if req.reasoning is not None else self.default_reasoning)
+        return req.with_(reasoning=False)
+
     def prepare(self, req: ChatRequest) -> Prepared:
+        req = self.structured(req)
+        compiled = None
+        if req.grammar is not None and self.tokenizer is not None:
+            compiled = compile_grammar(req.grammar, self.tokenizer, getattr(self, "vocab_size", None))
         text, tokens = self.encode(req)
         room = self.context_window - len(tokens)
         if room < 1:
@@ -110,7 +130,7 @@ class Backend(ABC):
         start_in_reasoning = self.family.starts_in_reasoning(text)
         namespaces = {t.name: t.namespace for t in req.tools if t.namespace}
         schemas = {t.name: t.parameters for t in req.tools}
-        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas)
+        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, compiled)
 
     def count_tokens(self, req: ChatRequest) -> int:
         """The prompt's length as ``prepare`` renders it (a prompt too long to run is still counted)."""

@@ -98,6 +98,9 @@ class MLXBackend(Backend):
             presence_penalty=req.presence_penalty or None,
             frequency_penalty=req.frequency_penalty or None,
         )
+        mask = prepared.logits_processor()
+        if mask is not None:  # last: it sees the penalised logits, and nothing after it can revive a token
+            processors.append(mask)
         if req.seed is not None:
             mx.random.seed(int(req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
         from mlx_lm.models.cache import make_prompt_cache

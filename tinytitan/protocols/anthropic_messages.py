@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Finished
+from ..output_format import normalise
 from ..speclang.machine import Machine, WireEvent
 from .base import Protocol
 from .common import place_system, template_variables, text_of
@@ -117,7 +118,8 @@ class AnthropicMessages(Protocol):
     def request_hooks(self):
         return {"messages": self.parse_messages, "system": self.parse_system, "tools": parse_tools,
                 "tool_choice": parse_tool_choice, "stop_sequences": parse_stop_sequences,
-                "reasoning": self.parse_reasoning, "template_kwargs": self.parse_template_kwargs}
+                "reasoning": self.parse_reasoning, "template_kwargs": self.parse_template_kwargs,
+                "output_config": self.parse_output_config, "output_format": parse_output_format}
 
     def system_texts(self, body: dict) -> list[str]:
         system = body.get("system")
@@ -210,6 +212,14 @@ class AnthropicMessages(Protocol):
     def parse_template_kwargs(self, value: Any, body: dict, args: dict, v) -> None:
         parse_template_kwargs(value, body, args, v)
         self.parse_reasoning(value, body, args, v)  # their enable_thinking / reasoning_effort
+
+    def parse_output_config(self, value: Any, body: dict, args: dict, v) -> None:
+        self.parse_reasoning(value, body, args, v)
+        if value.get("format") is not None:
+            if body.get("output_format") is not None:
+                raise invalid("Send the output format once: 'output_config.format' or 'output_format', not both",
+                              param="output_format", code="invalid_value")
+            args["grammar"] = normalise(value["format"], "output_config.format", ("json_schema",))
 
     def parse_reasoning(self, value: Any, body: dict, args: dict, v) -> None:
         """thinking and output_config together (both hooks land here; the result is the same either way)."""
@@ -389,6 +399,10 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
         description = _string(t.get("description"), f"{where}.description", required=False) or ""
         tools.append(Tool(name, description, schema))  # cache_control, strict, defer_loading …: ignored
     args["tools"] = tools
+
+
+def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
+    args["grammar"] = normalise(value, "output_format", ("json_schema",))
 
 
 def parse_tool_choice(value: dict, body: dict, args: dict, v) -> None:

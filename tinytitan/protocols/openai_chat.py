@@ -8,6 +8,7 @@ from typing import Any
 
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError, invalid
+from ..output_format import normalise
 from ..speclang.machine import WireEvent
 from .base import Protocol
 from .common import place_system, template_variables, text_of
@@ -90,6 +91,10 @@ def parse_stop(value: Any, body: dict, args: dict, v) -> None:
     args["stop"] = tuple(stops)
 
 
+def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
+    args["grammar"] = normalise(value, "response_format")
+
+
 def parse_template_kwargs(value: dict, body: dict, args: dict, v) -> None:
     args["template_kwargs"] = template_variables(value, "chat_template_kwargs", ("enable_thinking", "reasoning_effort"))
 
@@ -145,7 +150,7 @@ class OpenAIChat(Protocol):
 
     def request_hooks(self):
         return {"messages": parse_messages, "tools": parse_tools, "tool_choice": parse_tool_choice,
-                "stop": parse_stop, "template_kwargs": parse_template_kwargs}
+                "stop": parse_stop, "template_kwargs": parse_template_kwargs, "output_format": parse_output_format}
 
     def folds(self):
         return {"chat_completion": fold_chat_completion}

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..chat_request import Message
 from ..engine.mlx_backend import FALLBACK_SAMPLING
 from ..errors import ApiError, invalid
+from ..output_format import normalise
 from ..speclang.load import compile_spec
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import RequestValidator, Validated
@@ -83,9 +84,8 @@ def hook_reasoning(value: dict, body: dict, args: dict, v: Validated) -> None:
 
 def hook_text(value: dict, body: dict, args: dict, v: Validated) -> None:
     _enum(value, "verbosity", VERBOSITY, "text")
-    fmt = value.get("format")
-    if fmt is not None and not isinstance(fmt, dict):
-        raise invalid("Invalid type for 'text.format': expected an object", param="text.format", code="invalid_type")
+    if value.get("format") is not None:
+        args["grammar"] = normalise(value["format"], "text.format")
 
 
 # -- the protocol -------------------------------------------------------------------------------------------

@@ -1,0 +1,286 @@
+"""Structured output: three spellings, one keyword table, and a mask that enforces the schema.
+
+The demo model has random weights: whatever validates, the grammar made valid. Every decoded document is
+checked with ``jsonschema`` (2020-12, formats on); a document the output cap cut is reported as cut and is a
+prefix the grammar accepts, never presented as complete.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import httpx
+import jsonschema
+import pytest
+from pydantic import BaseModel, Field
+
+import anthropic_util
+from responses_helpers import client as responses_client
+from structured_corpus import CORPUS
+from tinytitan.chat_request import ChatRequest, Grammar, Message
+from tinytitan.engine.decode_loop import DecodeLoop
+from tinytitan.errors import ApiError
+from tinytitan.events import Finished, TextDelta
+from tinytitan.output_format import REFUSED, normalise
+from tinytitan.protocols.anthropic_messages import AnthropicMessages
+from tinytitan.protocols.openai_chat import OpenAIChat
+from tinytitan.protocols.openai_responses import OpenAIResponses
+
+FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
+CAP = 200
+# (temperature, seed): greedy, then two sampled runs
+RUNS = [(0.0, 0), (1.0, 1), (1.0, 2)]
+
+
+def decode(backend, schema: dict, temperature: float, seed: int, max_tokens: int = CAP) -> tuple[str, Finished, list]:
+    req = ChatRequest(model=backend.model_id, messages=(Message("user", "Answer in JSON."),),
+                      grammar=Grammar("json_schema", schema, where="schema"), max_tokens=max_tokens,
+                      temperature=temperature, seed=seed)
+    prepared = backend.prepare(req)
+    events: list = []
+    backend.decode(prepared, DecodeLoop(backend.parser(prepared), (), events.append), lambda: False)
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    (finished,) = [e for e in events if isinstance(e, Finished)]
+    return text, finished, prepared
+
+
+def is_prefix(prepared, text: str) -> bool:
+    """The grammar accepts ``text`` as the start of a document (a cut one is not garbage either)."""
+    matcher = prepared.grammar.matcher()
+    tokens = prepared.grammar.tokenizer.tokenize_str(text)
+    return matcher.try_consume_tokens(tokens) == len(tokens) and not matcher.is_error()
+
+
+def test_the_corpus_is_big_enough():
+    assert len(CORPUS) >= 30
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_corpus_documents_validate_greedy_and_sampled(name, demo_backend):
+    schema = CORPUS[name]
+    completed = 0
+    for temperature, seed in RUNS:
+        text, finished, prepared = decode(demo_backend, schema, temperature, seed)
+        if finished.reason == "stop":
+            jsonschema.validate(json.loads(text), schema, format_checker=FORMATS)
+            completed += 1
+        else:  # only the cap may end a document early, and it is said
+            assert finished.reason == "length" and finished.usage.completion_tokens == CAP, (finished, text)
+            assert is_prefix(prepared, text), text
+    assert completed, f"no run of {name} completed its document within {CAP} tokens"
+
+
+def test_reasoning_is_off_and_logged(demo_backend, caplog):
+    req = ChatRequest(model=demo_backend.model_id, messages=(Message("user", "x"),), reasoning="high",
+                      grammar=Grammar("json_object", {"type": "object"}))
+    with caplog.at_level("INFO", "tinytitan.backend"):
+        prepared = demo_backend.prepare(req)
+    assert prepared.req.reasoning is False and not prepared.start_in_reasoning
+    assert any("reasoning off" in r.getMessage() and "high" in r.getMessage() for r in caplog.records)
+
+
+# -- the three spellings, one form ---------------------------------------------------------------------------
+SCHEMA = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 40}}, "required": ["title"],
+          "additionalProperties": False}
+SPELLINGS = {
+    "chat": (OpenAIChat, {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+             lambda fmt: {"response_format": fmt}, "response_format"),
+    "responses": (OpenAIResponses, {"model": "m", "input": "x"}, lambda fmt: {"text": {"format": fmt}}, "text.format"),
+    "messages": (AnthropicMessages, {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]},
+                 lambda fmt: {"output_config": {"format": fmt}}, "output_config.format"),
+}
+_PROTOCOLS: dict = {}
+
+
+def proto(kind):
+    cls = SPELLINGS[kind][0]
+    if cls not in _PROTOCOLS:
+        _PROTOCOLS[cls] = cls()
+    return _PROTOCOLS[cls]
+
+
+def request_of(kind: str, fmt: dict) -> ChatRequest:
+    p = proto(kind)
+    _, base, place, _ = SPELLINGS[kind]
+    return p.chat_request(p.validator.validate({**base, **place(fmt)}))
+
+
+def flat(schema: dict, chat: bool) -> dict:
+    if chat:
+        return {"type": "json_schema", "json_schema": {"name": "t", "strict": True, "schema": schema}}
+    return {"type": "json_schema", "name": "t", "strict": True, "schema": schema}
+
+
+@pytest.mark.parametrize("kind", SPELLINGS)
+def test_three_spellings_make_one_grammar(kind):
+    req = request_of(kind, flat(SCHEMA, kind == "chat"))
+    assert req.grammar.kind == "json_schema" and req.grammar.source == SCHEMA
+    assert req.grammar == normalise({"type": "json_schema", "schema": SCHEMA, "name": "t"},
+                                    SPELLINGS[kind][3] + (".json_schema" if kind == "chat" else ""))
+    if kind != "messages":  # Messages takes json_schema only
+        assert request_of(kind, {"type": "text"}).grammar is None
+        assert request_of(kind, {"type": "json_object"}).grammar.kind == "json_object"
+    assert request_of(kind, flat(SCHEMA, kind == "chat")).grammar.where.startswith(SPELLINGS[kind][3])
+
+
+def test_the_older_messages_spelling_is_read_too():
+    p = proto("messages")
+    req = p.chat_request(p.validator.validate({**SPELLINGS["messages"][1],
+                                               "output_format": {"type": "json_schema", "schema": SCHEMA}}))
+    assert req.grammar.source == SCHEMA and req.grammar.where == "output_format.schema"
+
+
+UNSUPPORTED = [({k: {} if k in ("not", "if", "then", "else", "contains", "propertyNames", "contentSchema",
+                                "unevaluatedProperties", "unevaluatedItems", "additionalItems")
+                 else True if k == "uniqueItems" else "#x" if k.startswith("$") else
+                 "base64" if k.startswith("content") else 1 if "Contains" in k else {}}, k) for k in REFUSED]
+UNSUPPORTED += [({"frobnicate": 1}, "frobnicate"), ({"nullable": True}, "nullable"),
+                ({"x-guidance": {"lenient": True}}, "x-guidance"),
+                ({"$ref": "https://example.com/s.json"}, "$ref"), ({"format": "hostname"}, "format"),
+                ({"type": "integer", "format": "int32"}, "format")]
+
+
+@pytest.mark.parametrize("kind", SPELLINGS)
+@pytest.mark.parametrize("keyword_schema,keyword", UNSUPPORTED, ids=[k for _, k in UNSUPPORTED])
+def test_unsupported_keywords_are_refused_by_name(kind, keyword_schema, keyword):
+    """Nested under a property, so the path is named too; never ignored, never loosened."""
+    schema = {"type": "object", "properties": {"a": keyword_schema}}
+    with pytest.raises(ApiError) as exc:
+        request_of(kind, flat(schema, kind == "chat"))
+    status, envelope = proto(kind).error_response(exc.value)
+    assert status == 400
+    message = envelope["error"]["message"]
+    assert f"'{keyword}'" in message or json.dumps(keyword_schema[keyword]) in message, message
+    assert f"schema.properties.a.{keyword}" in message and exc.value.param.endswith(f"properties.a.{keyword}")
+
+
+# -- over HTTP, on each protocol -----------------------------------------------------------------------------
+async def chat_post(s, body):
+    async with httpx.AsyncClient(timeout=60) as c:
+        return await c.post(s.url("/v1/chat/completions"), json=body)
+
+
+@pytest.mark.parametrize("kind", SPELLINGS)
+async def test_what_the_compiler_cannot_promise_is_refused_by_name(serve, kind):
+    """A look-around in a pattern passes the keyword table; the grammar compiler refuses it, named, as a 400
+    in the protocol's own envelope before any stream opens."""
+    s = await serve(["never generated"])
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=x)y"}}}
+    _, base, place, field = SPELLINGS[kind]
+    path = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}[kind]
+    body = {**base, **place(flat(schema, kind == "chat")), "model": "tinytitan-scripted", "stream": True}
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url(path), json=body, headers=anthropic_util.HEADERS if kind == "messages" else None)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "look-around" in message and field in message, message
+
+
+class Step(BaseModel):
+    explanation: str = Field(max_length=20)
+    output: str = Field(max_length=20)
+
+
+class Answer(BaseModel):
+    steps: list[Step] = Field(max_length=2)
+    final_answer: str = Field(max_length=20)
+    confident: bool
+
+
+async def test_chat_completions_parse(serve, demo_backend):
+    from test_chat_completions import client
+
+    s = await serve(backend=demo_backend)
+    r = await client(s).chat.completions.parse(model=demo_backend.model_id, temperature=0, max_tokens=CAP,
+                                               messages=[{"role": "user", "content": "Solve 8x + 7 = -23"}],
+                                               response_format=Answer)
+    choice = r.choices[0]
+    assert choice.finish_reason == "stop"
+    assert isinstance(choice.message.parsed, Answer)
+    assert choice.message.parsed == Answer.model_validate_json(choice.message.content)
+
+
+async def test_responses_parse(serve, demo_backend):
+    s = await serve(backend=demo_backend)
+    r = await responses_client(s).responses.parse(model=demo_backend.model_id, input="Solve 8x + 7 = -23",
+                                                   temperature=0, max_output_tokens=CAP, text_format=Answer)
+    assert r.status == "completed"
+    assert isinstance(r.output_parsed, Answer)
+    assert r.text.format.type == "json_schema"
+
+
+class Verdict(BaseModel):
+    """The Anthropic SDK moves length bounds into descriptions (its API takes none): no free strings here."""
+    choice: Literal["yes", "no", "maybe"]
+    confident: bool
+    score: Literal[1, 2, 3]
+
+
+async def test_messages_parse(serve, demo_backend):
+    s = await serve(backend=demo_backend)
+    r = await anthropic_util.sdk(s).messages.parse(model=demo_backend.model_id, max_tokens=CAP, extra_body={"temperature": 0},
+                                                   messages=[{"role": "user", "content": "Solve 8x + 7 = -23"}],
+                                                   output_format=Verdict)
+    assert r.stop_reason == "end_turn"
+    assert isinstance(r.parsed_output, Verdict)
+
+
+async def test_json_object_streams_an_object(serve, demo_backend):
+    from test_chat_completions import client
+
+    s = await serve(backend=demo_backend)
+    stream = await client(s).chat.completions.create(
+        model=demo_backend.model_id, messages=[{"role": "user", "content": "x"}], stream=True, temperature=1,
+        seed=3, max_tokens=CAP, response_format={"type": "json_object"})
+    text, finish = "", None
+    async for chunk in stream:
+        for ch in chunk.choices:
+            text += ch.delta.content or ""
+            finish = ch.finish_reason or finish
+    assert finish == "stop", text
+    assert isinstance(json.loads(text), dict)
+
+
+CODEX_TITLE_SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"],
+                      "additionalProperties": False}
+
+
+async def test_the_codex_title_request_is_answered(serve, demo_backend):
+    """Codex names an interactive session with a streamed json_schema request: strict, no tools."""
+    from responses_helpers import sse_events
+
+    s = await serve(backend=demo_backend)
+    body = {"model": demo_backend.model_id, "instructions": "Generate a short title for this session.",
+            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the bug"}]}],
+            "tools": [], "tool_choice": "auto", "parallel_tool_calls": False, "store": False, "stream": True,
+            "include": [], "prompt_cache_key": "019a-session", "temperature": 0, "max_output_tokens": CAP,
+            "text": {"format": {"type": "json_schema", "name": "session_title", "strict": True,
+                                "schema": CODEX_TITLE_SCHEMA}}}
+    events = await sse_events(s, body)
+    done = [d for name, d in events if name == "response.output_text.done"]
+    assert events[-1][0] == "response.completed", events[-1]
+    jsonschema.validate(json.loads(done[0]["text"]), CODEX_TITLE_SCHEMA)
+    assert events[-1][1]["response"]["text"]["format"]["name"] == "session_title"
+
+
+# a string that cannot end in 3 tokens: the cap cuts the document
+LONG = {"type": "object", "properties": {"s": {"type": "string", "minLength": 40}}, "required": ["s"]}
+
+
+async def test_a_cut_document_is_reported_as_cut_on_each_protocol(serve, demo_backend):
+    from test_chat_completions import client
+
+    s = await serve(backend=demo_backend)
+    model = demo_backend.model_id
+    user = [{"role": "user", "content": "x"}]
+    r = await client(s).chat.completions.create(model=model, messages=user, max_tokens=3,
+                                                response_format=flat(LONG, True))
+    assert r.choices[0].finish_reason == "length"
+    resp = await responses_client(s).responses.create(model=model, input="x", max_output_tokens=3,
+                                                      text={"format": flat(LONG, False)})
+    assert resp.status == "incomplete" and resp.incomplete_details.reason == "max_output_tokens"
+    msg = await anthropic_util.sdk(s).messages.create(model=model, max_tokens=3, messages=user,
+                                                      output_config={"format": {"type": "json_schema",
+                                                                                "schema": LONG}})
+    assert msg.stop_reason == "max_tokens"

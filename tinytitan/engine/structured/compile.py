@@ -1,0 +1,148 @@
+"""A request's Grammar → an llguidance grammar checked against the model's tokenizer.
+
+Rules:
+- The tokenizer is converted once per tokenizer object (``llg_tokenizer``); a grammar once per distinct
+  source (an LRU of ``CACHE_SIZE`` entries keyed by the canonical JSON of kind and source).
+- JSON is compact: no whitespace between tokens (a weak model could otherwise pad a document forever),
+  and the compiler is never lenient (a keyword it would ignore is an error here, not a looser document).
+- A grammar the compiler refuses is the client's 400 naming the request field it came from.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ...chat_request import Grammar
+from ...errors import invalid
+from ...output_format import SUBSCHEMAS
+
+CACHE_SIZE = 256
+JSON_OPTIONS = {"whitespace_flexible": False, "lenient": False, "coerce_one_of": False,
+                "item_separator": ",", "key_separator": ":"}
+
+# Formats enforced by a pattern of our own, a subset of what a JSON-schema validator accepts (the
+# compiler's own date admits year 0000 and 29 February of any year; RFC 3339's leap second :60 is left out
+# as Python's validators refuse it). 29 February is never produced.
+_YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"
+_DAY = ("(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+        "|02-(?:0[1-9]|1[0-9]|2[0-8]))")
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+FORMAT_PATTERNS = {"date": f"^{_YEAR}-{_DAY}$", "time": f"^{_TIME}$", "date-time": f"^{_YEAR}-{_DAY}T{_TIME}$"}
+
+_lock = threading.Lock()
+_tokenizers: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, LLTokenizer): few, kept for life
+_grammars: collections.OrderedDict[tuple, str] = collections.OrderedDict()
+
+
+@dataclass(frozen=True)
+class CompiledGrammar:
+    """A grammar ready to mask: each request makes its own matcher (``matcher()``)."""
+    text: str  # llguidance's grammar
+    tokenizer: Any  # llguidance.LLTokenizer
+    vocab_size: int  # the width of the model's logits
+    name: str | None = None
+
+    def matcher(self):
+        import llguidance
+
+        return llguidance.LLMatcher(self.tokenizer, self.text)
+
+
+def llg_tokenizer(tokenizer, vocab_size: int | None = None):
+    """llguidance's view of an mlx-lm TokenizerWrapper (its HF tokenizer inside), made once per tokenizer.
+    The end-of-sequence tokens are the wrapper's (the family's end-of-turn tokens included)."""
+    with _lock:
+        hit = _tokenizers.get(id(tokenizer))
+        if hit is not None and hit[0] is tokenizer:
+            return hit[1]
+    import llguidance.hf
+
+    hf = getattr(tokenizer, "_tokenizer", tokenizer)
+    eos = sorted(getattr(tokenizer, "eos_token_ids", None) or [])
+    n_vocab = max(vocab_size or 0, len(hf)) or None
+    llt = llguidance.hf.from_tokenizer(hf, n_vocab=n_vocab, eos_token=eos or None)
+    with _lock:
+        _tokenizers[id(tokenizer)] = (tokenizer, llt)
+    return llt
+
+
+def grammar_text(grammar: Grammar) -> str:
+    """The llguidance grammar for a Grammar (cached per source)."""
+    import llguidance
+
+    key = (grammar.kind, json.dumps(grammar.source, sort_keys=True, ensure_ascii=False))
+    with _lock:
+        text = _grammars.get(key)
+        if text is not None:
+            _grammars.move_to_end(key)
+            return text
+    if grammar.kind in ("json_schema", "json_object"):
+        schema = with_format_patterns(grammar.source)
+        text = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
+    elif grammar.kind == "lark":
+        text = llguidance.LLMatcher.grammar_from_lark(grammar.source)
+    elif grammar.kind == "regex":
+        text = llguidance.LLMatcher.grammar_from_regex(grammar.source)
+    else:
+        raise ValueError(f"unknown grammar kind {grammar.kind!r}")
+    with _lock:
+        _grammars[key] = text
+        while len(_grammars) > CACHE_SIZE:
+            _grammars.popitem(last=False)
+    return text
+
+
+def _one_line(message: str) -> str:
+    """A compiler message (regex errors come with a caret diagram) as one line."""
+    lines = [ln.strip() for ln in message.splitlines()]
+    return " ".join(ln for ln in lines if ln and set(ln) != {"^"})
+
+
+def with_format_patterns(schema: Any) -> Any:
+    """A copy of ``schema`` whose date / time / date-time formats are patterns (FORMAT_PATTERNS); walks
+    subschemas only (a ``const`` or a property named ``format`` is left alone)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        shape = SUBSCHEMAS.get(key)
+        if shape == "one":
+            value = with_format_patterns(value)
+        elif shape == "list" and isinstance(value, list):
+            value = [with_format_patterns(v) for v in value]
+        elif shape == "map" and isinstance(value, dict):
+            value = {k: with_format_patterns(v) for k, v in value.items()}
+        out[key] = value
+    pattern = FORMAT_PATTERNS.get(out.get("format")) if isinstance(out.get("format"), str) else None
+    if pattern is not None:
+        del out["format"]
+        if "pattern" in out:  # both must hold
+            out["allOf"] = list(out.get("allOf", [])) + [{"pattern": pattern}]
+        else:
+            out["pattern"] = pattern
+    return out
+
+
+def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) -> CompiledGrammar:
+    """Compile and check ``grammar`` for ``tokenizer``; ApiError (400, naming ``grammar.where``) when the
+    compiler cannot promise it."""
+    import llguidance
+
+    llt = llg_tokenizer(tokenizer, vocab_size)
+    where = grammar.where or "grammar"
+    try:
+        text = grammar_text(grammar)
+    except ValueError as exc:
+        raise invalid(f"The grammar at '{where}' cannot be compiled: {exc}", param=where,
+                      code="unsupported_schema") from None
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text, llt)
+    if is_error or messages:  # a warning is something the compiler would not enforce: refused too
+        detail = "; ".join(_one_line(m) for m in messages) or "invalid grammar"
+        what = "schema" if grammar.kind.startswith("json") else f"{grammar.kind} grammar"
+        raise invalid(f"The {what} at '{where}' cannot be enforced: {detail}", param=where,
+                      code="unsupported_schema")
+    return CompiledGrammar(text, llt, max(vocab_size or 0, llt.vocab_size), grammar.name)

@@ -1,0 +1,66 @@
+"""The mask: a per-request mlx-lm logits processor that lets through only tokens the grammar allows.
+
+Rules:
+- One ``GrammarMask`` per request (it owns its matcher); it works alone or as one member of a batch.
+- The first call sees the prompt (nothing to consume); every later call first consumes the token sampled
+  last, then masks: a token is allowed when its bytes extend the output within the grammar (also tokens
+  that end inside a UTF-8 character or a JSON string); end-of-sequence only where the document is complete.
+- The logits are not evaluated here (that would stall mlx-lm's pipelining): the forward pass is started
+  (``async_eval``) and runs while the mask is computed from the sampled token.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from .compile import CompiledGrammar
+
+log = logging.getLogger("tinytitan.structured")
+
+
+class GrammarMask:
+    def __init__(self, compiled: CompiledGrammar):
+        from llguidance.numpy import allocate_token_bitmask
+
+        self.matcher = compiled.matcher()
+        self.vocab_size = compiled.vocab_size
+        self.bitmask = allocate_token_bitmask(1, self.vocab_size)
+        self.eos = list(compiled.tokenizer.eos_tokens)
+        self.started = False
+        self.failed = False
+
+    @property
+    def accepting(self) -> bool:
+        """The output so far is a complete document."""
+        return self.matcher.is_accepting()
+
+    def consume(self, token: int) -> None:
+        if not self.matcher.consume_token(token) and not self.failed:
+            self.failed = True
+            log.error("grammar matcher refused token %d it had allowed: %s", token, self.matcher.get_error())
+
+    def allowed(self) -> np.ndarray:
+        """The current mask as booleans over the vocabulary."""
+        from llguidance.numpy import fill_next_token_bitmask
+
+        if self.failed:
+            allowed = np.zeros(self.vocab_size, dtype=bool)
+            allowed[self.eos] = True
+            return allowed
+        fill_next_token_bitmask(self.matcher, self.bitmask)
+        return np.unpackbits(self.bitmask.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
+
+    def __call__(self, tokens, logits):
+        import mlx.core as mx
+
+        if self.started:
+            mx.async_eval(logits)  # the forward pass runs while the mask is computed
+            self.consume(int(tokens[-1].item()))
+        self.started = True
+        allowed = self.allowed()
+        width = logits.shape[-1]
+        if width != allowed.shape[0]:
+            allowed = np.pad(allowed, (0, width - allowed.shape[0])) if width > allowed.shape[0] else allowed[:width]
+        return mx.where(mx.array(allowed), logits, mx.array(-np.inf, dtype=logits.dtype))

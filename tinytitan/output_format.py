@@ -1,0 +1,183 @@
+"""Structured output: the protocols' spellings of an output format, one form, one keyword table.
+
+Rules:
+- Every spelling (Chat Completions ``response_format``, Responses ``text.format``, Messages
+  ``output_config.format`` and the older ``output_format``, Ollama's ``format``) is turned into a
+  ``Grammar`` (or None for plain text) by ``normalise`` before anything else looks at it.
+- ``{"type": "text"}`` is plain text; ``json_object`` is any JSON object; ``json_schema`` is its schema.
+  ``strict`` is accepted either way: the grammar always enforces.
+- A schema keyword is supported (the grammar enforces it), an annotation (accepted, changes nothing), or
+  refused by name with the path where it stands. Nothing is ignored and nothing is loosened: an unknown
+  keyword is refused too.
+- No I/O and no engine: the engine compiles what this module let through (and refuses, by name, what its
+  grammar compiler still cannot promise — e.g. a look-around in a ``pattern``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .chat_request import Grammar
+from .errors import invalid
+
+# keywords the grammar enforces
+SUPPORTED = frozenset({
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
+    "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "minLength", "maxLength",
+    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minProperties", "maxProperties",
+})
+# keywords that describe and constrain nothing
+ANNOTATIONS = frozenset({
+    "title", "description", "examples", "default", "$schema", "$comment", "$id", "deprecated", "readOnly",
+    "writeOnly",
+})
+# keywords the grammar cannot promise, with the reason a client is told
+REFUSED = {
+    "not": "a negation cannot be enforced token by token",
+    "if": "conditional schemas are not enforced", "then": "conditional schemas are not enforced",
+    "else": "conditional schemas are not enforced",
+    "uniqueItems": "unique array items cannot be enforced token by token",
+    "contains": "'contains' is not enforced", "minContains": "'contains' is not enforced",
+    "maxContains": "'contains' is not enforced",
+    "dependentRequired": "dependencies between properties are not enforced",
+    "dependentSchemas": "dependencies between properties are not enforced",
+    "dependencies": "dependencies between properties are not enforced",
+    "propertyNames": "property-name schemas are not enforced",
+    "patternProperties": "pattern properties are not enforced",
+    "unevaluatedProperties": "unevaluated properties are not enforced",
+    "unevaluatedItems": "unevaluated items are not enforced",
+    "additionalItems": "use 'prefixItems' and 'items' (2020-12)",
+    "$dynamicRef": "dynamic references are not resolved", "$dynamicAnchor": "dynamic references are not resolved",
+    "$recursiveRef": "dynamic references are not resolved", "$recursiveAnchor": "dynamic references are not resolved",
+    "$anchor": "only '#/…' references are resolved", "$vocabulary": "vocabularies are not configurable",
+    "contentEncoding": "encoded content is not enforced", "contentMediaType": "encoded content is not enforced",
+    "contentSchema": "encoded content is not enforced",
+}
+FORMATS = ("date", "date-time", "time", "uuid", "email", "ipv4", "ipv6")
+TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
+# keyword -> how its value holds subschemas: "one" schema, "list" of schemas, "map" of named schemas
+SUBSCHEMAS = {"properties": "map", "$defs": "map", "definitions": "map", "additionalProperties": "one",
+              "items": "one", "prefixItems": "list", "anyOf": "list", "oneOf": "list", "allOf": "list"}
+MAX_DEPTH = 64  # deeper schemas are refused (the compiler and the template recurse)
+
+
+KINDS = ("text", "json_object", "json_schema")
+
+
+def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS) -> Grammar | None:
+    """Any protocol's output format object (named ``where`` in errors) → a Grammar, or None for text.
+
+    Two shapes are read: OpenAI Chat's (``{"type": "json_schema", "json_schema": {"name", "schema",
+    "strict"}}``) and the flat one of Responses and Messages (``{"type": "json_schema", "name", "schema"}``).
+    ``kinds``: the types the protocol takes (Messages takes only ``json_schema``).
+    """
+    if not isinstance(fmt, dict):
+        raise invalid(f"Invalid type for '{where}': expected an object", param=where, code="invalid_type")
+    kind = fmt.get("type")
+    if kind not in kinds:
+        raise invalid(f"Invalid value for '{where}.type': {json.dumps(kind)} is not one of {list(kinds)}",
+                      param=f"{where}.type", code="invalid_value")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Grammar("json_object", {"type": "object"}, where=where)
+    inner, inner_where = fmt, where
+    if isinstance(fmt.get("json_schema"), dict):  # Chat Completions nests the schema one level down
+        inner, inner_where = fmt["json_schema"], f"{where}.json_schema"
+    if "schema" not in inner:
+        raise invalid(f"Missing required parameter: '{inner_where}.schema'", param=f"{inner_where}.schema",
+                      code="missing_required_parameter")
+    strict = inner.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise invalid(f"Invalid type for '{inner_where}.strict': expected a boolean", param=f"{inner_where}.strict",
+                      code="invalid_type")
+    name = inner.get("name")
+    if name is not None and not isinstance(name, str):
+        raise invalid(f"Invalid type for '{inner_where}.name': expected a string", param=f"{inner_where}.name",
+                      code="invalid_type")
+    schema = inner["schema"]
+    check_schema(schema, f"{inner_where}.schema")
+    return Grammar("json_schema", schema, name, where=f"{inner_where}.schema")
+
+
+def normalise_ollama(fmt: Any, where: str = "format") -> Grammar | None:
+    """Ollama's ``format``: ``"json"`` (any JSON value — an object here, as Ollama's own models answer), a
+    JSON schema object, or empty for text."""
+    if fmt in (None, ""):
+        return None
+    if fmt == "json":
+        return Grammar("json_object", {"type": "object"})
+    if isinstance(fmt, dict):
+        check_schema(fmt, where)
+        return Grammar("json_schema", fmt, where=where)
+    raise invalid(f"Invalid value for '{where}': {json.dumps(fmt)}; send \"json\" or a JSON schema object",
+                  param=where, code="invalid_value")
+
+
+def check_schema(schema: Any, where: str, depth: int = 0) -> None:
+    """Refuse, by name and path, every keyword the grammar cannot promise (see the tables above)."""
+    if depth > MAX_DEPTH:
+        raise invalid(f"The schema at '{where}' is nested more than {MAX_DEPTH} levels deep", param=where,
+                      code="invalid_schema")
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise invalid(f"Invalid schema at '{where}': expected an object or a boolean", param=where,
+                      code="invalid_schema")
+    for key, value in schema.items():
+        at = f"{where}.{key}"
+        if key in REFUSED:
+            raise invalid(f"JSON schema keyword '{key}' at '{at}' is not supported: {REFUSED[key]}", param=at,
+                          code="unsupported_schema")
+        if key in ANNOTATIONS:
+            continue
+        if key not in SUPPORTED:
+            raise invalid(f"JSON schema keyword '{key}' at '{at}' is not supported: structured output here "
+                          f"enforces {', '.join(sorted(SUPPORTED))}", param=at, code="unsupported_schema")
+        _check_value(key, value, at, depth)
+
+
+def _check_value(key: str, value: Any, at: str, depth: int) -> None:
+    shape = SUBSCHEMAS.get(key)
+    if shape == "one":
+        check_schema(value, at, depth + 1)
+    elif shape == "list":
+        if not isinstance(value, list) or (key != "prefixItems" and not value):
+            raise invalid(f"Invalid schema at '{at}': expected a non-empty array of schemas", param=at,
+                          code="invalid_schema")
+        for i, sub in enumerate(value):
+            check_schema(sub, f"{at}[{i}]", depth + 1)
+    elif shape == "map":
+        if not isinstance(value, dict):
+            raise invalid(f"Invalid schema at '{at}': expected an object of schemas", param=at, code="invalid_schema")
+        for name, sub in value.items():
+            check_schema(sub, f"{at}.{name}", depth + 1)
+    elif key == "type":
+        kinds = value if isinstance(value, list) else [value]
+        for kind in kinds:
+            if kind not in TYPES:
+                raise invalid(f"Invalid schema at '{at}': type {json.dumps(kind)} is not one of {list(TYPES)}",
+                              param=at, code="invalid_schema")
+    elif key == "format":
+        if value not in FORMATS:
+            raise invalid(f"JSON schema format {json.dumps(value)} at '{at}' is not supported: the formats "
+                          f"enforced are {', '.join(FORMATS)}", param=at, code="unsupported_schema")
+    elif key == "$ref":
+        if not isinstance(value, str) or not (value == "#" or value.startswith("#/")):
+            raise invalid(f"JSON schema reference {json.dumps(value)} at '{at}' is not supported: only local "
+                          f"references ('#/$defs/…') are resolved", param=at, code="unsupported_schema")
+    elif key == "required":
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise invalid(f"Invalid schema at '{at}': expected an array of property names", param=at,
+                          code="invalid_schema")
+    elif key == "enum":
+        if not isinstance(value, list) or not value:
+            raise invalid(f"Invalid schema at '{at}': expected a non-empty array", param=at, code="invalid_schema")
+    elif key == "pattern":
+        if not isinstance(value, str):
+            raise invalid(f"Invalid schema at '{at}': expected a string", param=at, code="invalid_schema")
+    elif key != "const":  # the remaining keywords are bounds
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise invalid(f"Invalid schema at '{at}': expected a number", param=at, code="invalid_schema")
