@@ -1,8 +1,8 @@
 """Shared fixtures: real hypercorn servers on loopback sockets, in-process, one per test.
 
 ``serve(script=[...])`` starts a server on the scripted backend (the demo tokenizer; request k gets entry k);
-``serve(backend=...)`` on any backend (the demo MLX model via the ``demo_backend`` fixture); other keyword
-arguments are ServerConfig fields (e.g. ``responses_store=str(tmp_path)``).
+``serve(backend=...)`` on any backend (the demo MLX model via the ``demo_backend`` fixture); ``memory=`` a
+``Memory`` wraps the engine in the memory layer; other keyword arguments are ServerConfig fields (e.g. ``responses_store=str(tmp_path)``).
 """
 
 from __future__ import annotations
@@ -86,10 +86,14 @@ class Running:
 @pytest.fixture
 async def serve(nursery, demo_tok):
     async def start(script=None, backend=None, *, api_key=None, allowed_hosts=(), max_queue=16,
-                    spec_dir=None, model_id="tinytitan-scripted", **server_config) -> Running:
+                    spec_dir=None, model_id="tinytitan-scripted", memory=None, **server_config) -> Running:
         if backend is None:
             backend = ScriptedBackend(entries(script or ["Hello."]), demo_tok, model_id=model_id)
         engine = Engine(backend, max_queue=max_queue)
+        if memory is not None:  # a tinytitan.memory.service.Memory: the engine decorated with it
+            from tinytitan.memory.layer import MemoryEngine
+
+            engine = MemoryEngine(engine, memory)
         server = Server(engine, all_protocols(spec_dir),
                         ServerConfig(api_key=api_key, allowed_hosts=LOOPBACK_HOSTS + tuple(allowed_hosts), **server_config))
         config = Config()

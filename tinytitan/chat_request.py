@@ -69,6 +69,8 @@ class ChatRequest:
     grammar: Grammar | None = None
     cache_key: str | None = None
     fast: bool = False  # the "<id>-fast" chat-only path: scaffolding stripped
+    workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
+    memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
 
     def with_(self, **changes) -> "ChatRequest":
         return replace(self, **changes)

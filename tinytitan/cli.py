@@ -6,6 +6,7 @@ import argparse
 import functools
 import ipaddress
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -57,8 +58,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--responses-store", metavar="DIR|memory",
                    help="where stored Responses objects live (default: $XDG_STATE_HOME/tinytitan/responses or "
                         "~/.local/state/tinytitan/responses); 'memory' keeps nothing on disk")
+    mem = s.add_argument_group("memory (off unless --memory or TINYTITAN_MEMORY=1)")
+    mem.add_argument("--memory", action="store_true", default=os.environ.get("TINYTITAN_MEMORY", "") in ("1", "true"),
+                     help="give the model memory that outlives a conversation, per workspace, through memory tools "
+                          "the server runs itself")
+    mem.add_argument("--memory-dir", metavar="DIR",
+                     help="where memory journals live (default $XDG_DATA_HOME/tinytitan/memory or "
+                          "~/.local/share/tinytitan/memory)")
+    mem.add_argument("--memory-tools", choices=["off", "minimal", "full"], default="full",
+                     help="which memory tools the model gets (off: memory is only shown, default full)")
+    mem.add_argument("--memory-fsync", action="store_true",
+                     help="make every memory write durable before it is answered (default: an fsync follows shortly)")
+    mem.add_argument("--memory-tool-rounds", type=int, default=4, metavar="N",
+                     help="rounds of memory tool calls per request (default 4)")
     s.add_argument("--spec-dir", help=argparse.SUPPRESS)
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    from .memory.cli import add_parser as add_memory_parser
+
+    add_memory_parser(sub)
     d = sub.add_parser("demo-model", help="write the built-in demo model to PATH")
     d.add_argument("path")
     d.add_argument("--variant", default="demo", choices=["demo", "50m"])
@@ -180,6 +197,11 @@ def serve(args) -> int:
                     "" if args.api_key else " and no --api-key is set")
     protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
     engine = Engine(make_backends(args), max_queue=args.max_queue)
+    memory = open_memory(args)
+    if memory is not None:
+        from .memory.layer import MemoryEngine
+
+        engine = MemoryEngine(engine, memory)
     allowed = tuple(LOOPBACK_HOSTS) + tuple(h.lower() for h in args.allowed_host)
     if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
         allowed += (args.host,)
@@ -215,7 +237,24 @@ def serve(args) -> int:
     except BaseException as exc:
         if not interrupted(exc):
             raise
+    finally:
+        if memory is not None:
+            memory.close()
     return 0
+
+
+def open_memory(args):
+    """The memory layer's store, or None when memory is off (then nothing of it is imported)."""
+    if not args.memory:
+        return None
+    if args.memory_tool_rounds < 0:
+        raise SystemExit("--memory-tool-rounds must be 0 or more")
+    from .memory.service import Memory, MemoryConfig
+
+    config = MemoryConfig(tools=args.memory_tools, fsync=args.memory_fsync, rounds=args.memory_tool_rounds)
+    if args.memory_dir:
+        config.directory = Path(args.memory_dir).expanduser()
+    return Memory(config)
 
 
 def interrupted(exc: BaseException) -> bool:
@@ -230,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, getattr(args, "log_level", "info").upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "memory":
+        from .memory.cli import run
+
+        return run(args)
     if args.command == "demo-model":
         from .demo_model import build_demo_model
 

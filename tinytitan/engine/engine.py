@@ -105,12 +105,14 @@ class Engine:
         return await trio.to_thread.run_sync(backend.count_tokens, req)
 
     @asynccontextmanager
-    async def session(self, req: ChatRequest, keepalive: float | None = None) -> AsyncIterator[Session]:
+    async def session(self, req: ChatRequest, keepalive: float | None = None,
+                      continuing: bool = False) -> AsyncIterator[Session]:
         """One generation, from admission to its place given back (see session.py for the rules): a place
         first (refused at once when the queue is full), then the prompt; the block iterates the events; its
         exit stops the decode and frees the place, once. With ``keepalive`` seconds, a KeepAlive whenever that
-        long passes with nothing to send (in the queue, while a model loads, or during a long prefill)."""
-        place = self.admission.admit()
+        long passes with nothing to send (in the queue, while a model loads, or during a long prefill).
+        ``continuing``: a further generation of a request already admitted, never refused as overloaded."""
+        place = self.admission.admit(continuing)
         session = None
         try:
             prepared = await self.prepare(req)

@@ -59,8 +59,11 @@ class Admission:
         self.running = 0
         self.waiting = 0
 
-    def admit(self) -> "Place":
-        if self.waiting - self.slots.value >= self.max_queue:  # those that would wait beyond the free slots
+    def admit(self, continuing: bool = False) -> "Place":
+        """``continuing``: the next generation of a request already admitted (the memory layer's rounds) is
+        never refused; it waits its turn like any other."""
+        # those that would wait beyond the free slots
+        if not continuing and self.waiting - self.slots.value >= self.max_queue:
             raise ApiError("overloaded", f"The server is busy: {self.waiting} requests are already waiting "
                            f"(--max-queue {self.max_queue}); retry shortly", code="queue_full")
         return Place(self)

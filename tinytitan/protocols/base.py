@@ -93,6 +93,7 @@ class Protocol:
         args["messages"] = tuple(args.get("messages", ()))
         args["tools"] = tuple(args.get("tools", ()))
         args["stop"] = tuple(args.get("stop", ()))
+        args["workspace"] = (v.notes.get("headers") or {}).get("x-tinytitan-workspace")
         return ChatRequest(**args)
 
     def machine(self, v: Validated, model_id: str, stream: bool, server: "Server",

@@ -157,7 +157,8 @@ class Compactor:
 
     def request(self, system: str, user: str, max_tokens: int) -> ChatRequest:
         req = ChatRequest(model=self.model, messages=(Message("system", system), Message("user", user)),
-                          tool_choice="none", temperature=0.0, max_tokens=max_tokens, reasoning="none")
+                          tool_choice="none", temperature=0.0, max_tokens=max_tokens, reasoning="none",
+                          memory=False)
         return self.engine.apply_model(req).with_(reasoning="none")
 
     async def prompt_tokens(self, text: str) -> int:

@@ -1,0 +1,298 @@
+"""The memory layer in the request path, over every protocol, with the scripted backend: a model that writes a
+fact in one conversation reads it in another (across a server restart); the client sees neither call; a client
+tool call ends the loop; the rounds cap; the workspace header; memory off leaves requests alone."""
+
+from __future__ import annotations
+
+import functools
+import json
+from contextlib import asynccontextmanager
+
+import anthropic
+import openai
+import pytest
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+
+from conftest import Running, entries
+from responses_helpers import record_prompts
+from tinytitan.engine.engine import Engine
+from tinytitan.engine.scripted import ScriptedBackend
+from tinytitan.http.app import Server, ServerConfig
+from tinytitan.memory.layer import USED_UP, MemoryEngine
+from tinytitan.memory.journal import Journal
+from tinytitan.memory.scope import workspace_id
+from tinytitan.memory.service import Memory, MemoryConfig, journal_path
+from tinytitan.protocols.registry import all_protocols
+
+MODEL = "tinytitan-scripted"
+LAUNCH = "/src/launch-proj"
+SYSTEM = "You are a coding agent.\nWorking directory: /src/the-repo\n"
+FACT = "make -j2 (the default target rebuilds the docs and is slow)"
+SET_CALL = ('<tool_call>\n{"name": "memory_set", "arguments": {"key": "build/command", "value": "%s", '
+            '"importance": 4}}\n</tool_call>' % FACT)
+GET_CALL = '<tool_call>\n{"name": "memory_get", "arguments": {"key": "build/command"}}\n</tool_call>'
+WEATHER = {"name": "get_weather", "description": "Weather for a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+PROTOCOLS = ["chat", "responses", "messages"]
+
+
+def config(tmp_path, **kw) -> MemoryConfig:
+    return MemoryConfig(directory=tmp_path / "memory", launch_dir=LAUNCH, user="tester", home="/home/tester",
+                        barrier_delay=0.05, **kw)
+
+
+@asynccontextmanager
+async def memory_server(demo_tok, script, memory_config: MemoryConfig):
+    """A real server with memory on, stopped (and its journals closed) at the end of the block."""
+    memory = Memory(memory_config)
+    engine = MemoryEngine(Engine(ScriptedBackend(entries(script), demo_tok, model_id=MODEL)), memory)
+    server = Server(engine, all_protocols(), ServerConfig())
+    hc = Config()
+    hc.bind = ["127.0.0.1:0"]
+    hc.accesslog = None
+    hc.graceful_timeout = 0.5
+    stop = trio.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(functools.partial(hypercorn_serve, server.app, hc, shutdown_trigger=stop.wait))
+            try:
+                yield Running(binds[0].replace("0.0.0.0", "127.0.0.1"), server)
+            finally:
+                stop.set()
+    finally:
+        memory.close()
+
+
+async def converse(s, protocol: str, stream: bool, tools=(), headers=None, system=SYSTEM) -> dict:
+    """One turn through the protocol's official SDK: the text, the tool calls and the finish the client saw."""
+    out = {"text": "", "calls": [], "finish": None, "output_tokens": None}
+    if protocol == "chat":
+        async with openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="x", max_retries=0,
+                                      default_headers=headers) as c:
+            kw = dict(model=MODEL, messages=[{"role": "system", "content": system},
+                                             {"role": "user", "content": "How do I build this?"}])
+            if tools:
+                kw["tools"] = [{"type": "function", "function": t} for t in tools]
+            if stream:
+                calls: dict[int, dict] = {}
+                async for chunk in await c.chat.completions.create(stream=True, stream_options={"include_usage": True},
+                                                                   **kw):
+                    if chunk.usage:
+                        out["output_tokens"] = chunk.usage.completion_tokens
+                        out["prompt_tokens"] = chunk.usage.prompt_tokens
+                    for ch in chunk.choices:
+                        out["text"] += ch.delta.content or ""
+                        for tc in ch.delta.tool_calls or ():
+                            slot = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                            slot["name"] += (tc.function.name or "") if tc.function else ""
+                            slot["arguments"] += (tc.function.arguments or "") if tc.function else ""
+                        out["finish"] = ch.finish_reason or out["finish"]
+                out["calls"] = [calls[i] for i in sorted(calls)]
+                assert sorted(calls) == list(range(len(calls)))  # the client's indexes have no holes
+            else:
+                r = await c.chat.completions.create(**kw)
+                msg = r.choices[0].message
+                out.update(text=msg.content or "", finish=r.choices[0].finish_reason,
+                           output_tokens=r.usage.completion_tokens, prompt_tokens=r.usage.prompt_tokens,
+                           calls=[{"name": t.function.name, "arguments": t.function.arguments}
+                                  for t in msg.tool_calls or ()])
+    elif protocol == "responses":
+        async with openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="x", max_retries=0,
+                                      default_headers=headers) as c:
+            kw = dict(model=MODEL, instructions=system, input="How do I build this?", store=False)
+            if tools:
+                kw["tools"] = [{"type": "function", **t} for t in tools]
+            if stream:
+                final = None
+                async for ev in await c.responses.create(stream=True, **kw):
+                    if ev.type == "response.output_text.delta":
+                        out["text"] += ev.delta
+                    if ev.type in ("response.completed", "response.incomplete"):
+                        final = ev.response
+                r = final
+                assert out["text"] == r.output_text
+            else:
+                r = await c.responses.create(**kw)
+                out["text"] = r.output_text
+            out["calls"] = [{"name": i.name, "arguments": i.arguments} for i in r.output if i.type == "function_call"]
+            out["finish"] = "tool_calls" if out["calls"] else r.status
+            out["output_tokens"] = r.usage.output_tokens
+            out["items"] = [i.type for i in r.output]
+    else:
+        async with anthropic.AsyncAnthropic(base_url=s.base, api_key="x", max_retries=0,
+                                            default_headers=headers) as c:
+            kw = dict(model=MODEL, max_tokens=1024, system=system,
+                      messages=[{"role": "user", "content": "How do I build this?"}])
+            if tools:
+                kw["tools"] = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+                               for t in tools]
+            if stream:
+                async with c.messages.stream(**kw) as st:
+                    async for _ in st:
+                        pass
+                    m = await st.get_final_message()
+            else:
+                m = await c.messages.create(**kw)
+            out["text"] = "".join(b.text for b in m.content if b.type == "text")
+            out["calls"] = [{"name": b.name, "arguments": json.dumps(b.input)} for b in m.content if b.type == "tool_use"]
+            out["finish"] = m.stop_reason
+            out["output_tokens"] = m.usage.output_tokens
+    return out
+
+
+def tokens(demo_tok, *outputs: str) -> int:
+    return sum(len(demo_tok.encode(o, add_special_tokens=False)) for o in outputs)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_two_conversations_share_a_fact_across_a_restart(protocol, tmp_path, demo_tok):
+    cfg = config(tmp_path)
+    said = "Noted: the build command is saved."
+    async with memory_server(demo_tok, [SET_CALL, said], cfg) as s:
+        prompts = record_prompts(s)
+        first = await converse(s, protocol, stream=True)
+    assert first["text"] == said and first["calls"] == [] and first["finish"] in ("stop", "end_turn", "completed")
+    assert len(prompts) == 2  # the memory call was answered here and the model went on
+    assert "# Memory" in prompts[0].prompt_text and "Memory is empty" in prompts[0].prompt_text
+    assert '"saved": "build/command"' in prompts[1].prompt_text
+    assert first["output_tokens"] == tokens(demo_tok, SET_CALL, said)  # usage counts every round
+    if protocol == "chat":
+        assert first["prompt_tokens"] == sum(len(p.tokens) for p in prompts)
+    # the scope is the working directory the client declared; the journal is on disk
+    journal = journal_path(cfg.directory, type("S", (), {"parts": ("tinytitan", "tester",
+                                                                   workspace_id("/src/the-repo"))})())
+    assert Journal.read(journal).get("build/command").value == FACT
+
+    answer = "The build command is make -j2."
+    async with memory_server(demo_tok, [GET_CALL, answer], cfg) as s:  # a new server: replayed from disk
+        prompts = record_prompts(s)
+        second = await converse(s, protocol, stream=False)
+    assert second["text"] == answer and second["calls"] == []
+    assert f"- build/command (importance 4): {FACT}" in prompts[0].prompt_text  # the bootstrap lists it
+    assert json.dumps(FACT)[1:-1] in prompts[1].prompt_text.split("memory_get")[-1]  # the get's result
+    assert second["output_tokens"] == tokens(demo_tok, GET_CALL, answer)
+    if protocol == "responses":
+        assert second["items"] == ["message"]  # no function_call item of the server's own
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_client_tool_call_ends_the_loop(protocol, tmp_path, demo_tok):
+    both = SET_CALL + "\n" + WEATHER_CALL  # a memory call and a client call in one turn
+    async with memory_server(demo_tok, [both, "never reached"], config(tmp_path)) as s:
+        prompts = record_prompts(s)
+        out = await converse(s, protocol, stream=True, tools=[WEATHER])
+        memory = s.engine.memory
+        (journal,) = [j for j in memory.journals.values() if j.workspace_path == "/src/the-repo"]
+        assert journal.get("build/command").value == FACT  # the memory call beside it still ran
+    assert len(prompts) == 1
+    assert [c["name"] for c in out["calls"]] == ["get_weather"]
+    assert json.loads(out["calls"][0]["arguments"]) == {"city": "Paris"}
+    assert out["finish"] in ("tool_calls", "tool_use")
+    assert "memory_set" not in json.dumps(out)
+
+
+async def test_the_rounds_cap(tmp_path, demo_tok):
+    async with memory_server(demo_tok, [GET_CALL], config(tmp_path, rounds=2)) as s:  # it never stops calling
+        prompts = record_prompts(s)
+        out = await converse(s, "chat", stream=True)
+    assert len(prompts) == 3  # two rounds answered, then one more generation, whose call is dropped
+    assert USED_UP not in prompts[1].prompt_text and USED_UP in prompts[2].prompt_text
+    # the tools stay in the request: each round's prompt extends the one before it
+    assert prompts[1].tokens[: len(prompts[0].tokens)] == prompts[0].tokens
+    assert prompts[2].tokens[: len(prompts[1].tokens)] == prompts[1].tokens
+    assert out == {"text": "", "calls": [], "finish": "stop", "output_tokens": tokens(demo_tok, GET_CALL) * 3,
+                   "prompt_tokens": sum(len(p.tokens) for p in prompts)}
+
+
+async def test_the_workspace_header_picks_the_journal(tmp_path, demo_tok):
+    cfg = config(tmp_path)
+    async with memory_server(demo_tok, [SET_CALL, "ok"], cfg) as s:
+        await converse(s, "messages", stream=False, headers={"X-TinyTitan-Workspace": "/src/from-header"})
+    held = {Journal.read(p).workspace_path: Journal.read(p) for p in cfg.directory.rglob("journal.ndjson")}
+    assert held["/src/from-header"].get("build/command").value == FACT
+    assert held[LAUNCH].records == {} and "/src/the-repo" not in held
+
+
+async def test_tools_off_only_shows_memory(tmp_path, demo_tok):
+    cfg = config(tmp_path, tools="off")
+    j = Journal.open(journal_path(cfg.directory, type("S", (), {"parts": ("tinytitan", "tester",
+                                                                          workspace_id("/src/the-repo"))})()))
+    j.set("build/command", FACT)
+    j.close()
+    async with memory_server(demo_tok, ["Use make -j2."], cfg) as s:
+        prompts = record_prompts(s)
+        out = await converse(s, "chat", stream=False)
+    assert out["text"] == "Use make -j2."
+    assert "There are no memory tools" in prompts[0].prompt_text and FACT in prompts[0].prompt_text
+    assert "memory_get" not in prompts[0].prompt_text
+
+
+async def test_a_second_server_on_the_workspace_says_it_does_not_persist(tmp_path, demo_tok):
+    cfg = config(tmp_path)
+    async with memory_server(demo_tok, ["one"], cfg) as first:
+        await converse(first, "chat", stream=False)  # it holds the-repo's journal from now on
+        async with memory_server(demo_tok, ["two"], cfg) as second:
+            prompts = record_prompts(second)
+            await converse(second, "chat", stream=False)
+    assert "will not outlive it" in prompts[0].prompt_text
+
+
+async def test_memory_off_leaves_requests_alone(serve):
+    s = await serve(["Hello."])
+    prompts = record_prompts(s)
+    out = await converse(s, "chat", stream=False)
+    assert out["text"] == "Hello." and "# Memory" not in prompts[0].prompt_text
+    assert not hasattr(s.engine, "memory")
+
+
+def test_the_flag_builds_the_layer_only_when_asked(tmp_path, monkeypatch):
+    from tinytitan.cli import build_parser, open_memory
+
+    monkeypatch.delenv("TINYTITAN_MEMORY", raising=False)
+    assert open_memory(build_parser().parse_args(["serve"])) is None
+    monkeypatch.setenv("TINYTITAN_MEMORY", "1")
+    monkeypatch.chdir(tmp_path)
+    memory = open_memory(build_parser().parse_args(["serve", "--memory-dir", str(tmp_path / "m"),
+                                                    "--memory-tools", "minimal", "--memory-tool-rounds", "2",
+                                                    "--memory-fsync"]))
+    try:
+        assert (memory.config.tools, memory.config.rounds, memory.config.fsync) == ("minimal", 2, True)
+        assert memory.config.directory == tmp_path / "m"
+    finally:
+        memory.close()
+
+
+def test_tinytitan_serve_with_memory(tmp_path):
+    """The real command: --memory wires the layer, the write is on disk once the server stopped."""
+    from test_cli import start
+
+    script = tmp_path / "s.yaml"
+    script.write_text(json.dumps([SET_CALL, "Saved."]))
+    proc, model, base, _ = start(["--script", str(script), "--memory", "--memory-dir", str(tmp_path / "m"),
+                                  "--memory-tool-rounds", "1"])
+    try:
+        c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+        r = c.chat.completions.create(model=model, messages=[{"role": "system", "content": SYSTEM},
+                                                             {"role": "user", "content": "remember"}])
+        assert r.choices[0].message.content == "Saved." and not r.choices[0].message.tool_calls
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    (path,) = [p for p in (tmp_path / "m").rglob("journal.ndjson") if Journal.read(p).workspace_path == "/src/the-repo"]
+    assert Journal.read(path).get("build/command").value == FACT
+
+
+async def test_a_continuation_is_never_refused_as_overloaded():
+    from tinytitan.engine.session import Admission
+    from tinytitan.errors import ApiError
+
+    admission = Admission(1, max_queue=1)
+    admission.admit()
+    admission.admit()  # one waits beyond the free slot: the queue is full
+    with pytest.raises(ApiError):
+        admission.admit()
+    admission.admit(continuing=True)  # a memory round of a request already in waits its turn instead
+    assert admission.waiting == 3

@@ -1,0 +1,225 @@
+"""The memory layer: the engine, decorated so a request can use memory tools the server runs itself.
+
+Rules:
+- ``session(req)`` is the engine's, for a request with a memory session (see service.py) decorated: the
+  request gets the session's bootstrap fragment and the memory tools, and its events are rounds.
+- Each generation is a round. Memory calls (calls of the tools the layer added) are held back from the
+  client: their events never leave, and their index numbers are taken out of the client's. A round that ends
+  in memory calls only has them run here, their results appended to the conversation, and a continuation
+  runs: a further engine session of the same request (never refused as overloaded; it waits its turn, so
+  another request may decode between rounds).
+- A round that calls a client tool ends the loop and returns that call (memory calls beside it are run, their
+  results not shown to anyone). So does a round with no call, a cut (``length``), or a failure.
+- ``Started`` goes out once; ``Finished`` goes out once, at the end, with the usage of every round summed.
+- At most ``rounds`` rounds run memory calls. After the last, its calls are answered with a note that the rounds
+  are used up, and the model gets one more generation (with the tools still declared, so the prompt prefix does
+  not move); a memory call it makes then is dropped, and logged.
+- A continuation that cannot be prepared (the conversation no longer fits) ends the answer as ``length``.
+- Requests without a memory session (internal requests, ``-fast``, no usable workspace) get the engine's
+  session untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from contextlib import AsyncExitStack, aclosing, asynccontextmanager
+from typing import Any, AsyncIterator
+
+from ..chat_request import ChatRequest, Message, ToolCall
+from ..errors import ApiError
+from ..events import (Failed, Finished, ReasoningDelta, Started, TextDelta, TokenEvent, ToolCallArgsDelta,
+                      ToolCallDone, ToolCallStarted, Usage)
+from .service import Memory, MemorySession
+
+log = logging.getLogger("tinytitan.memory")
+
+USED_UP = ("(The memory tool rounds for this request are used up: answer now, without calling memory tools.)")
+
+
+@dataclasses.dataclass
+class _Call:
+    call_id: str
+    name: str
+    arguments: str = ""
+    complete: bool = False
+
+
+class Round:
+    """One generation's events: what passes to the client, and what it said and called."""
+
+    def __init__(self, memory_tools: frozenset[str]):
+        self.memory_tools = memory_tools
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.memory_calls: dict[int, _Call] = {}
+        self.client_index: dict[int, int] = {}
+        self.finished: Finished | None = None
+        self.failed: Failed | None = None
+
+    def feed(self, ev: TokenEvent) -> list[TokenEvent]:
+        if isinstance(ev, TextDelta):
+            self.text.append(ev.text)
+        elif isinstance(ev, ReasoningDelta):
+            self.reasoning.append(ev.text)
+        elif isinstance(ev, ToolCallStarted):
+            if ev.name in self.memory_tools and ev.namespace is None:
+                self.memory_calls[ev.index] = _Call(ev.call_id, ev.name)
+                return []
+            self.client_index[ev.index] = len(self.client_index)
+        elif isinstance(ev, (ToolCallArgsDelta, ToolCallDone)):
+            call = self.memory_calls.get(ev.index)
+            if call is None:
+                return [dataclasses.replace(ev, index=self.client_index.get(ev.index, ev.index))]
+            if isinstance(ev, ToolCallArgsDelta):
+                call.arguments += ev.text
+            else:
+                call.arguments, call.complete = ev.arguments or call.arguments, ev.complete
+            return []
+        elif isinstance(ev, Finished):
+            self.finished = ev
+            return []
+        elif isinstance(ev, Failed):
+            self.failed = ev
+        if isinstance(ev, ToolCallStarted):
+            return [dataclasses.replace(ev, index=self.client_index[ev.index])]
+        return [ev]
+
+    @property
+    def continues(self) -> bool:
+        """Only memory calls, all complete: the server answers them and the model goes on."""
+        return (self.finished is not None and self.finished.reason == "tool_calls" and not self.client_index
+                and bool(self.memory_calls) and all(c.complete for c in self.memory_calls.values()))
+
+
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(a.prompt_tokens + b.prompt_tokens, a.cached_tokens + b.cached_tokens,
+                 a.completion_tokens + b.completion_tokens, a.reasoning_tokens + b.reasoning_tokens)
+
+
+def continuation(req: ChatRequest, rnd: Round, results: list[str], used_up: bool) -> ChatRequest:
+    calls = list(rnd.memory_calls.values())
+    turn = Message("assistant", "".join(rnd.text), tuple(ToolCall(c.call_id, c.name, c.arguments) for c in calls),
+                   reasoning="".join(rnd.reasoning) or None)
+    answers = [Message("tool", text, tool_call_id=c.call_id, name=c.name) for c, text in zip(calls, results)]
+    if used_up:
+        last = answers[-1]
+        answers[-1] = dataclasses.replace(last, content=f"{last.content}\n{USED_UP}")
+    return req.with_(messages=req.messages + (turn, *answers))
+
+
+class MemoryEvents:
+    """A request's events with memory: round after round, as one stream. Made and ended by
+    ``MemoryEngine.session``; continuation rounds are engine sessions of their own, entered and left here."""
+
+    def __init__(self, engine, session: MemorySession, first, keepalive: float | None):
+        self.engine = engine
+        self.session = session
+        self.first = first
+        self.keepalive = keepalive
+        self._gen = self._rounds()
+
+    @property
+    def prepared(self):
+        return self.first.prepared
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.first.prompt_tokens
+
+    def __aiter__(self) -> "MemoryEvents":
+        return self
+
+    async def __anext__(self) -> TokenEvent:
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        await self._gen.aclose()
+
+    def _run_calls(self, rnd: Round) -> list[str]:
+        results = []
+        for call in rnd.memory_calls.values():
+            text, ok = self.session.run(call.name, call.arguments)
+            log.info("memory %s: %s (arguments %d bytes, result %d bytes)", call.name, "ok" if ok else "tool error",
+                     len(call.arguments), len(text))
+            results.append(text)
+        return results
+
+    async def _round(self, events, rnd: Round, started: bool) -> AsyncIterator[TokenEvent]:
+        async for ev in events:
+            for out in rnd.feed(ev):
+                if not (started and isinstance(out, Started)):
+                    yield out
+
+    async def _rounds(self) -> AsyncIterator[TokenEvent]:
+        session, events = self.session, self.first
+        req = events.prepared.req
+        usage = Usage()
+        done_rounds = 0
+        while True:
+            rnd = Round(session.names)
+            if done_rounds == 0:
+                async with aclosing(self._round(events, rnd, False)) as out:
+                    async for ev in out:
+                        yield ev
+            else:
+                async with AsyncExitStack() as stack:
+                    try:
+                        events = await stack.enter_async_context(
+                            self.engine.session(req, self.keepalive, continuing=True))
+                    except ApiError as exc:  # the continuation no longer fits the context window
+                        log.warning("memory: the continuation cannot run (%s); the answer ends here",
+                                    exc.code or exc.kind)
+                        yield Finished("length", usage)
+                        return
+                    async with aclosing(self._round(events, rnd, True)) as out:
+                        async for ev in out:
+                            yield ev
+            if rnd.failed is not None or rnd.finished is None:
+                return
+            usage = _add(usage, rnd.finished.usage)
+            final = done_rounds >= session.rounds
+            if final and rnd.memory_calls:
+                log.warning("memory: the rounds are used up; %d memory call(s) of the last generation dropped",
+                            len(rnd.memory_calls))
+            if final or not rnd.continues:
+                if rnd.memory_calls and not final and rnd.client_index:
+                    self._run_calls(rnd)  # beside a client call: run, not shown
+                reason = rnd.finished.reason
+                if reason == "tool_calls" and not rnd.client_index:
+                    reason = "stop"
+                yield Finished(reason, usage, rnd.finished.stop_sequence)
+                return
+            done_rounds += 1
+            req = continuation(req, rnd, self._run_calls(rnd), done_rounds >= session.rounds)
+
+
+class MemoryEngine:
+    """The engine with memory: ``session`` and ``count_tokens`` are decorated; everything else is the
+    engine's own."""
+
+    def __init__(self, engine, memory: Memory):
+        self.inner = engine
+        self.memory = memory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def count_tokens(self, req: ChatRequest) -> int:
+        session = self.memory.session(req)
+        return await self.inner.count_tokens(session.augment(req) if session else req)
+
+    @asynccontextmanager
+    async def session(self, req: ChatRequest, keepalive: float | None = None) -> AsyncIterator[Any]:
+        """The engine's session, for a request with memory one that runs memory rounds (see the rules)."""
+        mem = self.memory.session(req)
+        if mem is None:
+            async with self.inner.session(req, keepalive) as events:
+                yield events
+            return
+        async with self.inner.session(mem.augment(req), keepalive) as first:
+            events = MemoryEvents(self.inner, mem, first, keepalive)
+            try:
+                yield events
+            finally:
+                await events.aclose()

@@ -1,0 +1,126 @@
+"""Which memory a request reads and writes: the scope ``<namespace>/<user>/<workspace>``.
+
+Rules:
+- The workspace is a directory, taken from (in order) the ``X-TinyTitan-Workspace`` header, the working
+  directory the client declares in a *system* message (Claude Code's ``Working directory: /path`` line,
+  Codex's ``<cwd>/path</cwd>`` element), else the directory the server was launched in. Only absolute paths
+  count; they are normalised (``..`` folded), never resolved against the filesystem.
+- The home directory, its parent and ``/`` are refused as workspaces (too broad to be one project): that source
+  is skipped, and the refusal logged. When every source is refused there is no memory for the request.
+- The workspace id is the directory's name (made safe) plus 12 hex digits of the SHA-256 of its full path:
+  two checkouts named alike do not share memory.
+- The scope comes from the request's session, never from a tool's arguments.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import logging
+import os
+import posixpath
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..chat_request import ChatRequest
+from .keys import Refused, parse_segment
+
+log = logging.getLogger("tinytitan.memory")
+
+NAMESPACE = "tinytitan"
+HEADER = "x-tinytitan-workspace"
+
+_CLAUDE_CWD = re.compile(r"^[ \t]*Working directory:[ \t]*(\S[^\r\n]*?)[ \t]*$", re.M)
+_CODEX_CWD = re.compile(r"<cwd>\s*([^<\r\n]+?)\s*</cwd>")
+
+
+@dataclass(frozen=True)
+class Scope:
+    namespace: str
+    user: str
+    workspace: str  # the id: name-digest
+    path: str  # the directory it was derived from
+
+    @property
+    def parts(self) -> tuple[str, str, str]:
+        return self.namespace, self.user, self.workspace
+
+    def __str__(self) -> str:
+        return "/".join(self.parts)
+
+
+def default_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tinytitan" / "memory"
+
+
+def os_user() -> str:
+    try:
+        name = getpass.getuser()
+    except Exception:  # no login name (a container without passwd entry)
+        name = str(os.getuid())
+    try:
+        return parse_segment(name, "user")
+    except Refused:
+        return "u" + hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:12]
+
+
+def workspace_id(path: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", posixpath.basename(path)).lstrip(".")[:48] or "root"
+    digest = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{name}-{digest}"
+
+
+def refused_workspace(path: str, home: str | None = None) -> str | None:
+    """Why ``path`` (normalised, absolute) cannot be a workspace; None when it can."""
+    home = posixpath.normpath(home or os.path.expanduser("~"))
+    if path == "/":
+        return "it is the filesystem root"
+    if path == home:
+        return "it is the home directory"
+    if path == posixpath.dirname(home):
+        return "it is the parent of the home directory"
+    return None
+
+
+def normalise(raw: object) -> str | None:
+    """An absolute path, normalised; None for anything else (relative, empty, control characters)."""
+    if not isinstance(raw, str):
+        return None
+    raw = raw.strip()
+    if not raw.startswith("/") or any(ord(c) < 32 or ord(c) == 127 for c in raw):
+        return None
+    return posixpath.normpath(raw).replace("//", "/")
+
+
+def declared_in_system(req: ChatRequest) -> str | None:
+    """The working directory a client states in its system messages (the first one found)."""
+    for m in req.messages:
+        if m.role != "system":
+            continue
+        for pattern in (_CLAUDE_CWD, _CODEX_CWD):
+            found = pattern.search(m.content)
+            if found:
+                return found.group(1)
+    return None
+
+
+def derive(req: ChatRequest, launch_dir: str, namespace: str = NAMESPACE, user: str | None = None,
+           home: str | None = None) -> Scope | None:
+    sources = (("header", req.workspace), ("system message", declared_in_system(req)), ("launch directory",
+                                                                                        launch_dir))
+    for source, raw in sources:
+        if raw is None:
+            continue
+        path = normalise(raw)
+        if path is None:
+            log.warning("memory: the workspace from the %s is not an absolute path; ignored", source)
+            continue
+        why = refused_workspace(path, home)
+        if why:
+            log.warning("memory: the workspace from the %s is refused (%s); trying the next source", source, why)
+            continue
+        return Scope(namespace, user or os_user(), workspace_id(path), path)
+    log.warning("memory: no usable workspace for this request; it runs without memory")
+    return None

@@ -1,0 +1,116 @@
+"""Memory for a server: its settings, the journals it holds (one per workspace), and per-request sessions.
+
+Rules:
+- The journal of a scope lives at ``<dir>/<namespace>/<user>/<workspace id>/journal.ndjson``; every directory
+  the server creates under ``<dir>`` is the owner's only (0700).
+- A workspace's journal is opened (locked, replayed) the first time a request needs it and held until
+  ``close()``; the launch directory's is opened at start.
+- A session is one request's view: its scope, its journal, the tools offered and the bootstrap fragment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..chat_request import ChatRequest, Message, Tool
+from . import fragment, tools
+from .journal import JOURNAL, Journal
+from .scope import NAMESPACE, Scope, default_dir, derive, os_user
+
+log = logging.getLogger("tinytitan.memory")
+
+
+@dataclass
+class MemoryConfig:
+    directory: Path = field(default_factory=default_dir)
+    tools: str = "full"  # off | minimal | full
+    fsync: bool = False
+    rounds: int = 4  # memory tool rounds per request
+    namespace: str = NAMESPACE
+    user: str | None = None  # None: the OS user
+    launch_dir: str = field(default_factory=os.getcwd)
+    max_records: int = fragment.MAX_RECORDS
+    max_bytes: int = fragment.MAX_BYTES
+    barrier_delay: float = 1.0
+    home: str | None = None  # None: the user's home (refused as a workspace, with its parent)
+
+
+def journal_path(directory: Path, scope: Scope) -> Path:
+    return Path(directory, *scope.parts, JOURNAL)
+
+
+def make_private_dirs(root: Path, parts: tuple[str, ...]) -> None:
+    """``root`` and each of ``parts`` below it, created 0700 (existing ones are left as they are)."""
+    path = root
+    for part in ("",) + parts:
+        path = path / part if part else path
+        if not path.exists():
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+class MemorySession:
+    def __init__(self, scope: Scope, journal: Journal, config: MemoryConfig):
+        self.scope = scope
+        self.journal = journal
+        self.tools: tuple[Tool, ...] = tools.definitions(config.tools)
+        self.names = frozenset(t.name for t in self.tools)
+        self.rounds = config.rounds
+        self.fragment = fragment.bootstrap(journal, os.path.basename(scope.path) or scope.path,
+                                           tuple(t.name for t in self.tools), config.max_records, config.max_bytes)
+
+    def augment(self, req: ChatRequest) -> ChatRequest:
+        """The fragment at the end of the system prompt, the memory tools after the client's. A client tool of
+        the same name keeps its name: the server never runs a call it cannot tell from the client's."""
+        msgs = list(req.messages)
+        if msgs and msgs[0].role == "system":
+            msgs[0] = Message("system", f"{msgs[0].content}\n\n{self.fragment}" if msgs[0].content else self.fragment)
+        else:
+            msgs.insert(0, Message("system", self.fragment))
+        client = {t.name for t in req.tools}
+        own = tuple(t for t in self.tools if t.name not in client)
+        self.names = frozenset(t.name for t in own)
+        return req.with_(messages=tuple(msgs), tools=req.tools + own)
+
+    def run(self, name: str, arguments: str) -> tuple[str, bool]:
+        return tools.execute(self.journal, name, arguments)
+
+
+class Memory:
+    def __init__(self, config: MemoryConfig):
+        self.config = config
+        self.user = config.user or os_user()
+        self.journals: dict[tuple[str, str, str], Journal] = {}
+        launch = derive(ChatRequest(model="", messages=()), config.launch_dir, config.namespace, self.user,
+                        config.home)
+        if launch is not None:
+            self.journal(launch)
+        log.info("memory on: %s (tools %s, %d rounds per request%s)", config.directory, config.tools, config.rounds,
+                 ", fsync on every write" if config.fsync else "")
+
+    def journal(self, scope: Scope) -> Journal:
+        j = self.journals.get(scope.parts)
+        if j is None:
+            try:
+                make_private_dirs(Path(self.config.directory), scope.parts)
+            except OSError as exc:
+                log.warning("memory directory %s cannot be created: %s", self.config.directory, exc)
+            j = Journal.open(journal_path(self.config.directory, scope), scope.path, fsync=self.config.fsync,
+                             barrier_delay=self.config.barrier_delay)
+            self.journals[scope.parts] = j
+        return j
+
+    def session(self, req: ChatRequest) -> MemorySession | None:
+        if not req.memory or req.fast:
+            return None
+        scope = derive(req, self.config.launch_dir, self.config.namespace, self.user, self.config.home)
+        if scope is None:
+            return None
+        return MemorySession(scope, self.journal(scope), self.config)
+
+    def close(self) -> None:
+        for j in self.journals.values():
+            j.close()
+        self.journals.clear()
