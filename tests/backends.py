@@ -15,3 +15,16 @@ class FailsToLoad(ScriptedBackend):
 
     def ensure_loaded(self):
         raise RuntimeError("weights missing")
+
+
+class Recording(ScriptedBackend):
+    """Keeps every prompt it was asked to run, as the model would read it (after the chat template)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prompts: list[str] = []
+
+    def prepare(self, req):
+        prepared = super().prepare(req)
+        self.prompts.append(prepared.prompt_text)
+        return prepared

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import ollama
 import openai
 import pytest
 
@@ -59,6 +60,26 @@ def test_scripted_tool_call_parsed_by_the_sdk(script):
         for chunk in c.chat.completions.create(model=model, messages=[{"role": "user", "content": "t"}],
                                                stream=True):
             text += chunk.choices[0].delta.content or "" if chunk.choices else ""
+        assert text == "The time is noon."
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_ollama_client_tool_round_trip(script):
+    """The banner's OLLAMA_HOST, the ``ollama`` client, a tool call and its result: a drop-in for Ollama."""
+    proc, model, base, banner = start(["--script", str(script)])
+    try:
+        assert f"OLLAMA_HOST={base}" in banner
+        c = ollama.Client(host=base)
+        assert [m.model for m in c.list().models] == [model + ":latest"]
+        tools = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+        messages = [{"role": "user", "content": "time?"}]
+        r = c.chat(model=model + ":latest", messages=messages, tools=tools)
+        (call,) = r.message.tool_calls
+        assert call.function.name == "get_time" and call.function.arguments == {"tz": "UTC"}
+        messages += [r.message, {"role": "tool", "content": "12:00", "tool_name": "get_time"}]
+        text = "".join(p.message.content for p in c.chat(model=model, messages=messages, tools=tools, stream=True))
         assert text == "The time is noon."
     finally:
         proc.terminate()

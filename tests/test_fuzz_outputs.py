@@ -1,19 +1,20 @@
-"""Adversarial raw model outputs through all three protocols, streaming and not: invariants, not exact bytes.
+"""Adversarial raw model outputs through all four protocols, streaming and not: invariants, not exact bytes.
 
 Each case is a raw model output (random fragments: reasoning and tool-call markers, whole, broken and
 truncated call JSON, braces, quotes, backslashes, emoji / CJK / combining marks, whitespace, plain words),
 with or without a declared function tool ``f``, sometimes an output cap, sometimes a client stop string.
-One scripted server answers every request of a chunk of cases; each case is asked six times — Chat
-Completions, Responses and Messages, each non-streaming and streaming — and these must hold:
+One scripted server answers every request of a chunk of cases; each case is asked eight times — Chat
+Completions, Responses, Messages and Ollama's /api/chat, each non-streaming and streaming — and these must hold:
 
 - HTTP 200; each stream well-formed for its protocol (Chat: chunks, one finish, then ``[DONE]``; Responses:
   ``sequence_number`` 0, 1, 2 … from ``response.created`` to ``response.completed`` / ``.incomplete``, items
   opened in order, each closed, every ``.done`` equal to its deltas; Messages: ``message_start`` …
-  ``message_stop``, content blocks opened in index order, one at a time, each closed);
+  ``message_stop``, content blocks opened in index order, one at a time, each closed; Ollama: JSON lines,
+  every one ``done: false`` but the last);
 - the non-stream answer is what the stream describes (text, reasoning, tool names and arguments, finish /
   stop reason, output tokens);
-- the three protocols tell the same story (same items in the same order, same finish, same token counts;
-  Messages' ``input`` is the arguments' JSON object, ``{}`` for anything else);
+- the protocols tell the same story (same items in the same order, same finish, same token counts;
+  Messages' ``input`` and Ollama's ``arguments`` are the arguments' JSON object, ``{}`` for anything else);
 - the finish reason and output tokens follow from the token count, the cap and the calls;
 - a completed (not cut) call's arguments are a JSON object;
 - every plain word of the output that survived the cap and the stop string appears in text, reasoning or
@@ -54,9 +55,12 @@ TOOLS = {
     "chat": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": SCHEMA}}],
     "responses": [{"type": "function", "name": "f", "description": "d", "parameters": SCHEMA}],
     "messages": [{"name": "f", "description": "d", "input_schema": SCHEMA}],
+    "ollama": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": SCHEMA}}],
 }
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "x"}
-PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages",
+         "ollama": "/api/chat"}
+PROTOCOLS = tuple(PATHS)
 
 # -- the words whose survival is checked ---------------------------------------------------------------------
 ASCII_WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo",
@@ -245,6 +249,12 @@ def request_body(proto: str, case: Case, stream: bool) -> dict:
         b = {"model": MODEL, "input": "hi", "stream": stream, "store": False}
         if case.cap is not None:
             b["max_output_tokens"] = case.cap
+    elif proto == "ollama":  # no tool_choice in this API: 'none' is a request without tools
+        b = {"model": MODEL + ":latest", "messages": msgs, "stream": stream,
+             "options": {"num_predict": case.cap or -1, **({"stop": case.stop} if case.stop else {})}}
+        if case.tools and case.tool_choice != "none":
+            b["tools"] = TOOLS[proto]
+        return b
     else:
         b = {"model": MODEL, "messages": msgs, "stream": stream, "max_tokens": case.cap or 4096}
         if case.stop:
@@ -542,6 +552,34 @@ def messages_stream(text: str) -> Told:
     return t
 
 
+# Ollama ----------------------------------------------------------------------------------------------------
+def ollama_told(parts: list[dict], end: dict) -> Told:
+    t = Told(finish=end["done_reason"], output_tokens=end["eval_count"])
+    for kind, key in (("reasoning", "thinking"), ("text", "content")):
+        text = "".join(p["message"].get(key) or "" for p in parts)
+        if text:
+            t.items.append((kind, text))
+    for p in parts:
+        for c in p["message"].get("tool_calls") or []:
+            check(isinstance(c["function"]["arguments"], dict), f"ollama: arguments not an object {c}")
+            t.items.append(("call", c["function"]["name"], c["function"]["arguments"], None))
+    for k in ("total_duration", "prompt_eval_count", "prompt_eval_duration", "eval_duration"):
+        check(isinstance(end.get(k), int) and end[k] >= 0, f"ollama: {k} = {end.get(k)!r}")
+    return t
+
+
+def ollama_nonstream(d: dict) -> Told:
+    check(d.get("done") is True and d["message"]["role"] == "assistant", f"ollama: shape {d}")
+    return ollama_told([d], d)
+
+
+def ollama_stream(text: str) -> Told:
+    lines = [json.loads(line) for line in text.splitlines()]
+    check(lines and all("error" not in x for x in lines), f"ollama stream: an error line {lines[-1:]}")
+    check([x["done"] for x in lines] == [False] * (len(lines) - 1) + [True], "ollama stream: done only last")
+    return ollama_told(lines, lines[-1])
+
+
 # -- the invariants ----------------------------------------------------------------------------------------------
 def anonymous(resp: dict) -> dict:
     """A Responses object without what differs between two runs of one answer (ids, times)."""
@@ -591,6 +629,7 @@ def check_case(case: Case, tok, answers: dict) -> None:
     chat_ns, chat_s = answers["chat"]
     (resp_ns, resp_object), (resp_s, resp_final) = answers["responses"]
     msg_ns, msg_s = answers["messages"]
+    oll_ns, oll_s = answers["ollama"]
 
     # the non-stream answer is what the stream describes
     same(chat_ns, chat_s, "chat non-stream vs stream")
@@ -601,6 +640,7 @@ def check_case(case: Case, tok, answers: dict) -> None:
         # (test_known_messages_cut_call_stream_and_fold_disagree); the rest must agree
         msg_s = Told(msg_s.items[:-1] + [msg_ns.items[-1]], msg_s.finish, msg_s.stop_sequence, msg_s.output_tokens)
     same(msg_ns, msg_s, "messages non-stream vs stream")
+    same(oll_ns, oll_s, "ollama non-stream vs stream")
     check(anonymous(resp_object) == anonymous(resp_final), "responses: the non-stream object is not the stream's "
                                                            f"final one\n  {resp_object}\n  {resp_final}")
 
@@ -624,6 +664,12 @@ def check_case(case: Case, tok, answers: dict) -> None:
     chat_calls = [(c[1], tool_input(c[2]) or {}) for c in chat_ns.calls()]
     msg_calls = [(c[1], c[2]) for c in msg_ns.calls()]
     check(chat_calls == msg_calls, f"chat vs messages calls\n  {chat_calls}\n  {msg_calls}")
+    # Ollama folds like Chat, sends arguments as Messages does, and says only stop or length
+    check([i for i in oll_ns.items if i[0] != "call"] == expect_chat.items,
+          f"ollama vs messages text/reasoning\n  {oll_ns.items}\n  {msg_ns.items}")
+    check([(c[1], c[2]) for c in oll_ns.calls()] == msg_calls, f"ollama vs messages calls {oll_ns.calls()}")
+    check(oll_ns.finish == ("length" if msg_ns.finish == "max_tokens" else "stop"), f"ollama {oll_ns.finish}")
+    check(oll_ns.output_tokens == msg_ns.output_tokens, "ollama vs messages output tokens")
     check(resp_ns.finish == ("incomplete" if cut else "completed"), f"responses {resp_ns.finish}, cut={cut}")
     check(resp_ns.output_tokens == n_expected, f"responses output tokens {resp_ns.output_tokens}, expected "
                                                f"{n_expected}")
@@ -684,41 +730,43 @@ def check_case(case: Case, tok, answers: dict) -> None:
         at = kept.find(msg_ns.stop_sequence)
         check(at >= 0, f"stopped at {msg_ns.stop_sequence!r}, which the output does not hold")
         survived = kept[: at]
-    for proto, told in (("chat", chat_ns), ("messages", msg_ns), ("responses", resp_ns)):
+    for proto, told in (("chat", chat_ns), ("messages", msg_ns), ("responses", resp_ns), ("ollama", oll_ns)):
         region = kept if proto == "responses" else survived
         have = told_text(told)
         for w in WORDS:
             raw_n = count_word(w, generated)
             got = count_word(w, have, bounded=True)
             check(got <= raw_n, f"{proto}: {w!r} comes back {got} times, written {raw_n}")
-            if proto == "messages":
+            if proto in ("messages", "ollama"):
                 continue  # arguments that are not an object become {} there (checked against chat above)
             need, got = count_word(w, region), count_word(w, have)
             check(got >= need, f"{proto}: {w!r} lost: {got} of {need} in {told.items}")
 
 
 async def answer(client: httpx.AsyncClient, s, case: Case) -> dict:
-    """The six answers to one case (request k of the server's script must be this case's output)."""
+    """The eight answers to one case (request k of the server's script must be this case's output)."""
     answers: dict = {}
-    for proto in ("chat", "responses", "messages"):
+    for proto in PROTOCOLS:
         pair = []
         for stream in (False, True):
             r = await ask(client, s, proto, case, stream)
             check(r.status_code == 200, f"{proto} stream={stream}: HTTP {r.status_code} {r.text[:300]}")
             if stream:
-                check(r.headers["content-type"].startswith("text/event-stream"), "stream content-type")
-                pair.append({"chat": chat_stream, "responses": responses_stream,
-                             "messages": messages_stream}[proto](r.text))
+                check(r.headers["content-type"].startswith("application/x-ndjson" if proto == "ollama" else
+                                                           "text/event-stream"), "stream content-type")
+                pair.append({"chat": chat_stream, "responses": responses_stream, "messages": messages_stream,
+                             "ollama": ollama_stream}[proto](r.text))
             else:
                 d = r.json()
                 pair.append((responses_items(d), d) if proto == "responses" else
-                            chat_nonstream(d) if proto == "chat" else messages_nonstream(d))
+                            {"chat": chat_nonstream, "messages": messages_nonstream,
+                             "ollama": ollama_nonstream}[proto](d))
         answers[proto] = pair
     return answers
 
 
 async def run_cases(serve, tok, cases: list[Case]) -> list[str]:
-    s = await serve([c.output for c in cases for _ in range(6)])
+    s = await serve([c.output for c in cases for _ in range(2 * len(PROTOCOLS))])
     failures = []
     async with httpx.AsyncClient(timeout=30) as client:
         for case in cases:

@@ -40,6 +40,19 @@ BASES = {
                   {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
                   {"type": "function_call_output", "call_id": "c1", "output": "ok"}],
     },
+    "/api/chat": {
+        "model": "tinytitan-scripted:latest", "stream": False, "think": False, "keep_alive": "5m",
+        "options": {"temperature": 0.5, "top_k": 40, "num_predict": 20, "stop": ["zz"], "num_ctx": 4096},
+        "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}],
+        "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
+                     {"role": "assistant", "content": "", "thinking": "t",
+                      "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
+                     {"role": "tool", "content": "ok", "tool_name": "f"}],
+    },
+    "/api/generate": {
+        "model": "tinytitan-scripted", "prompt": "hi", "system": "s", "stream": True, "raw": False,
+        "options": {"seed": 3, "num_predict": 5},
+    },
 }
 
 

@@ -68,6 +68,8 @@ class ChatRequest:
     template_kwargs: dict = field(default_factory=dict)  # never one of RENDERER_ARGUMENTS
     grammar: Grammar | None = None
     cache_key: str | None = None
+    prompt: str | None = None  # a raw prompt: tokenized as written, no chat template (messages unused)
+    suffix: str | None = None  # fill-in-the-middle: the text after the gap; ``prompt`` is the text before it
     fast: bool = False  # the "<id>-fast" chat-only path: scaffolding stripped
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone

@@ -157,6 +157,7 @@ def banner(base: str, model_id: str, api_key: str | None) -> str:
 tinytitan is serving '{model_id}' at {base}
   OpenAI:     base_url={base}/v1   (Chat Completions and Responses)
   Anthropic:  base_url={base}      (Messages)
+  Ollama:     OLLAMA_HOST={base}   (/api/chat, /api/generate; model '{model_id}:latest')
 
 Claude Code:
   ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} claude --model {model_id}

@@ -26,6 +26,11 @@ from .structured import CompiledGrammar, GrammarMask, compile_grammar
 
 log = logging.getLogger("tinytitan.backend")
 
+# fill-in-the-middle control tokens, as the model families that train on them spell them
+FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder
+              ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SmolLM
+              ("<PRE>", "<SUF>", "<MID>"))  # CodeLlama
+
 
 @dataclass
 class Prepared:
@@ -83,11 +88,34 @@ class Backend(ABC):
             messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
         )
 
+    @property
+    def fim_tokens(self) -> tuple[str, str, str] | None:
+        """The model's fill-in-the-middle markers (prefix, suffix, middle), where its vocabulary has them."""
+        try:
+            vocab = self.tokenizer.get_vocab() if self.tokenizer is not None else {}
+        except Exception:
+            return None
+        return next((spelling for spelling in FIM_TOKENS if all(t in vocab for t in spelling)), None)
+
+    def raw_text(self, req: ChatRequest) -> str:
+        """A raw prompt as the model reads it; with a suffix, the model's fill-in-the-middle layout."""
+        if req.suffix is None:
+            return req.prompt or ""
+        fim = self.fim_tokens
+        if fim is None:
+            raise invalid(f"'suffix' (fill-in-the-middle) is not supported by '{self.model_id}': its vocabulary has "
+                          "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter")
+        return f"{fim[0]}{req.prompt or ''}{fim[1]}{req.suffix}{fim[2]}"
+
     def encode(self, req: ChatRequest) -> tuple[str, list[int]]:
         """The rendered prompt and its tokens. A template that refuses the conversation (Jinja's
-        ``raise_exception``: roles out of order, an unsupported turn) is the client's 400, not a crash."""
+        ``raise_exception``: roles out of order, an unsupported turn) is the client's 400, not a crash.
+        A raw prompt (``req.prompt``) skips the template."""
         import jinja2
 
+        if req.prompt is not None:
+            text = self.raw_text(req)
+            return text, list(self.tokenizer.encode(text, add_special_tokens=False))
         try:
             text = self.render(req)
         except jinja2.TemplateError as exc:
@@ -142,6 +170,20 @@ class Backend(ABC):
 
     def describe(self) -> dict:
         return {"id": self.model_id, "context_window": self.context_window}
+
+    def card(self) -> dict:
+        """What a client may want to show about the model: its family, chat template and capabilities."""
+        source = template_source(self.tokenizer)
+        reasoning = self.template_reasoning
+        capabilities = ["completion"]
+        if "tools" in source:
+            capabilities.append("tools")
+        if reasoning.binary or reasoning.ladder:
+            capabilities.append("thinking")
+        if self.fim_tokens:
+            capabilities.append("insert")
+        return {**self.describe(), "family": self.family.name, "template": source, "capabilities": capabilities,
+                "architecture": (self.config or {}).get("model_type") or self.family.name}
 
     @property
     def loaded(self) -> bool:

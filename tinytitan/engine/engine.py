@@ -168,6 +168,11 @@ class Engine:
         base, _ = self.resolve(name)
         return next(m for m in self.models() if m["id"] == base)
 
+    def model_card(self, name: str) -> dict:
+        """``model_info`` and what a client may show besides: family, chat template, capabilities."""
+        info = self.model_info(name)
+        return {**self.backends[info["id"]].card(), **info}
+
     async def unload(self, name: str | None = None) -> list[str]:
         """Free a model's memory (weights and cached prefixes); it loads again on its next request."""
         target = name and self.resolve(name)[0]

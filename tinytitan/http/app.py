@@ -101,8 +101,9 @@ class Server:
                                       methods=[route["method"]])
                 self._path_owner.setdefault(route["path"], proto)
         # a path under a protocol's route (``/v1/messages/batches``) is that protocol's too, for its errors
-        self._prefix_owner = sorted(((p.rstrip("/") + "/", o) for p, o in self._path_owner.items()
-                                     if o is not self.shared and "<" not in p and p != "/"),
+        self._prefix_owner = sorted([(p.rstrip("/") + "/", o) for p, o in self._path_owner.items()
+                                     if o is not self.shared and "<" not in p and p != "/"] +
+                                    [(p.spec.raw["prefix"], p) for p in protocols if p.spec.raw.get("prefix")],
                                     key=lambda item: -len(item[0]))
         for proto in protocols:
             proto.attach(self)
@@ -200,8 +201,9 @@ class Server:
         return await stack.enter_async_context(context)
 
     @staticmethod
-    def sse_response(body: AsyncIterator[bytes]) -> Response:
-        resp = Response(body, status=200, content_type="text/event-stream; charset=utf-8")
+    def sse_response(body: AsyncIterator[bytes], content_type: str = "text/event-stream; charset=utf-8") -> Response:
+        """A streamed response: SSE by default, or the framing a protocol's spec names (NDJSON)."""
+        resp = Response(body, status=200, content_type=content_type)
         resp.headers["Cache-Control"] = "no-cache"
         resp.headers["X-Accel-Buffering"] = "no"
         resp.timeout = None

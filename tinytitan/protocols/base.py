@@ -41,8 +41,9 @@ class Protocol:
         self.spec: ProtocolSpec = load_protocol(self.name, spec_directory)
         self.validator = RequestValidator(self.spec, self.request_hooks())
         # a route whose spec entry changes request fields (``routes[].fields``) validates with its own table
-        self.route_validators = {r["handler"]: RequestValidator(self.spec, self.request_hooks(), r["fields"])
-                                 for r in self.spec.routes if r.get("fields")}
+        self.route_validators = {r["handler"]: RequestValidator(self.spec, self.request_hooks(), r.get("fields"),
+                                                                self._route_without(r))
+                                 for r in self.spec.routes if r.get("fields") or r.get("without") or r.get("only")}
         missing = sorted({r["handler"] for r in self.spec.routes} - set(self.handlers()))
         if missing:
             raise ValueError(f"{self.spec.source}: route handlers not provided by the protocol module: {missing}")
@@ -51,6 +52,12 @@ class Protocol:
         missing = sorted(named - set(self.machine_hooks()))
         if missing:
             raise ValueError(f"{self.spec.source}: machine hooks not provided by the protocol module: {missing}")
+
+    def _route_without(self, route: dict) -> tuple[str, ...]:
+        declared = self.spec.request.get("fields") or {}
+        if route.get("only") is not None:
+            return tuple(name for name in declared if name not in route["only"])
+        return tuple(route.get("without") or ())
 
     # -- what subclasses supply ------------------------------------------------------------------------------
     def request_hooks(self) -> dict[str, Callable]:
@@ -135,7 +142,7 @@ class Protocol:
         """Token events through a machine: SSE when the client asked for a stream, else the fold. Whoever
         passes ``events`` owns them (a session, or a source the HTTP request holds) and ends them."""
         if v.body.get(self.stream_field):
-            return server.sse_response(self.sse_body(machine, events, server, v))
+            return server.sse_response(self.sse_body(machine, events, server, v), self.spec.content_type)
         async with aclosing(pump(machine, events)) as wires:
             wire = [w async for w in wires]
         self.record(server, v, machine)
@@ -143,17 +150,18 @@ class Protocol:
 
     async def sse_body(self, machine: Machine, events: AsyncIterable[TokenEvent], server=None,
                        v: Validated | None = None) -> AsyncIterator[bytes]:
-        """The wire events as SSE. The stream is open before the engine has the model: any failure after that
-        (a model that will not load, not only a decoder failure) ends the stream through the protocol's own
-        Failed transition (and its terminal), never with a cut connection."""
+        """The wire events, framed as the spec says (SSE, or NDJSON). The stream is open before the engine has
+        the model: any failure after that (a model that will not load, not only a decoder failure) ends the
+        stream through the protocol's own Failed transition (and its terminal), never with a cut connection."""
         recorded = v is None
+        framing = self.spec.framing
         try:
             async with aclosing(pump(machine, events)) as wires:
                 async for wire in wires:
                     if machine.done and not recorded:  # kept before the last events leave: a client that
                         recorded = True                # acts on them finds the response stored
                         self.record(server, v, machine)
-                    yield wire.sse()
+                    yield wire.encode(framing)
         except Exception as exc:
             if machine.done:
                 raise
@@ -161,6 +169,6 @@ class Protocol:
             kind = exc.kind if isinstance(exc, ApiError) else "server_error"
             text = exc.message if isinstance(exc, ApiError) else f"generation failed: {exc}"
             for wire in machine.feed(Failed(text, type=kind)):
-                yield wire.sse()
+                yield wire.encode(framing)
             if machine.done and machine.terminal is not None:
-                yield machine.terminal.sse()
+                yield machine.terminal.encode(framing)

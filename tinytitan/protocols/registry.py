@@ -6,11 +6,12 @@ from pathlib import Path
 
 from .anthropic_messages import AnthropicMessages
 from .base import Protocol
+from .ollama import Ollama
 from .openai_chat import OpenAIChat
 from .openai_responses import OpenAIResponses
 from .shared import Shared
 
-PROTOCOLS: list[type[Protocol]] = [Shared, OpenAIChat, OpenAIResponses, AnthropicMessages]
+PROTOCOLS: list[type[Protocol]] = [Shared, OpenAIChat, OpenAIResponses, AnthropicMessages, Ollama]
 
 
 def all_protocols(spec_directory: Path | None = None) -> list[Protocol]:

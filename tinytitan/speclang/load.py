@@ -66,6 +66,18 @@ class ProtocolSpec:
     def error_kind(self, kind: str) -> ErrorKind:
         return self.error_kinds.get(kind) or self.error_kinds["server_error"]
 
+    @property
+    def framing(self) -> str:
+        """How the stream's wire events are written: ``sse`` or ``ndjson``."""
+        return (self.stream or {}).get("framing", "sse")
+
+    @property
+    def content_type(self) -> str:
+        return FRAMING_CONTENT_TYPES[self.framing]
+
+
+FRAMING_CONTENT_TYPES = {"sse": "text/event-stream; charset=utf-8", "ndjson": "application/x-ndjson"}
+
 
 def _fail(source: str, path: str, problem: str) -> SpecError:
     return SpecError(f"{source}: {path or '<top>'}: {problem}")
@@ -126,22 +138,37 @@ def compile_spec(raw: Any, source: str) -> ProtocolSpec:
 
 def _check_request(spec: ProtocolSpec) -> None:
     fields = spec.request.get("fields") or {}
+    route_fields = {name for r in spec.routes for name in (r.get("fields") or {})}
     for i, rule in enumerate(spec.request.get("refuse") or []):
         root = rule["field"].split(".")[0].split("[")[0]
-        if root not in fields:
+        if root not in fields and root not in route_fields:
             raise _fail(spec.source, f"request.refuse[{i}].field",
                         f"refuses '{rule['field']}', but '{root}' is not a declared request field")
         kind = rule.get("kind", "invalid_request")
         if kind not in spec.error_kinds:
             raise _fail(spec.source, f"request.refuse[{i}].kind", f"no error kind '{kind}' in errors.kinds")
     for i, route in enumerate(spec.routes):
-        for name in route.get("fields") or {}:
-            if name not in fields:
+        for name, f in (route.get("fields") or {}).items():
+            if name not in fields and "type" not in f:
                 raise _fail(spec.source, f"routes[{i}].fields.{name}",
-                            f"changes '{name}', which is not a declared request field")
+                            f"changes '{name}', which is not a declared request field (a route's own field "
+                            "declares its type)")
+        for key in ("without", "only"):
+            for name in route.get(key) or []:
+                if name not in fields:
+                    raise _fail(spec.source, f"routes[{i}].{key}", f"'{name}' is not a declared request field")
     for name, f in fields.items():
         if f.get("ignore") and (f.get("to") or f.get("hook")):
             raise _fail(spec.source, f"request.fields.{name}", "'ignore' cannot be combined with 'to' or 'hook'")
+    for where, f in [(f"request.fields.{n}", f) for n, f in fields.items()] + [
+            (f"routes[{i}].fields.{n}", f) for i, r in enumerate(spec.routes) for n, f in (r.get("fields") or {}).items()]:
+        if "schema" in f:
+            try:
+                jsonschema.Draft202012Validator.check_schema(f["schema"])
+            except jsonschema.SchemaError as exc:
+                inside = _json_path(exc.path)
+                raise _fail(spec.source, f"{where}.schema" + (f".{inside}" if inside[:1] not in ("", "[") else inside),
+                            exc.message) from None
 
 
 def _check_stream(spec: ProtocolSpec) -> None:

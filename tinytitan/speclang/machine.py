@@ -34,12 +34,21 @@ class WireEvent:
     data: Any  # a JSON-able payload, or a raw string for a terminal like ``[DONE]``
 
     def sse(self) -> bytes:
+        head = f"event: {self.event}\n" if self.event else ""
+        return f"{head}data: {self._payload()}\n\n".encode()
+
+    def ndjson(self) -> bytes:
+        return (self._payload() + "\n").encode()
+
+    def encode(self, framing: str) -> bytes:
+        """The bytes on the wire, as the spec's ``stream.framing`` says (``sse`` or ``ndjson``)."""
+        return self.ndjson() if framing == "ndjson" else self.sse()
+
+    def _payload(self) -> str:
         import json
 
-        payload = self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False,
-                                                                           separators=(",", ":"))
-        head = f"event: {self.event}\n" if self.event else ""
-        return f"{head}data: {payload}\n\n".encode()
+        return self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False,
+                                                                       separators=(",", ":"))
 
 
 TransitionHook = Callable[["Machine", TokenEvent], None]

@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+
+import jsonschema
+from jsonschema.exceptions import best_match
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -111,11 +114,16 @@ class Validated:
 
 
 class RequestValidator:
-    def __init__(self, spec: ProtocolSpec, hooks: Mapping[str, Hook], overrides: Mapping[str, dict] | None = None):
-        """``overrides``: a route's ``fields`` (per-field changes merged over ``request.fields``)."""
+    def __init__(self, spec: ProtocolSpec, hooks: Mapping[str, Hook], overrides: Mapping[str, dict] | None = None,
+                 without: tuple[str, ...] = ()):
+        """``overrides``: a route's ``fields`` (per-field changes merged over ``request.fields``, or the
+        route's own fields); ``without``: request fields the route does not take."""
         self.spec = spec
-        self.fields: dict[str, dict] = {name: {**f, **(overrides or {}).get(name, {})}
-                                        for name, f in (spec.request.get("fields") or {}).items()}
+        overrides = overrides or {}
+        declared = spec.request.get("fields") or {}
+        self.fields: dict[str, dict] = {name: {**declared.get(name, {}), **overrides.get(name, {})}
+                                        for name in [*declared, *(n for n in overrides if n not in declared)]
+                                        if name not in without}
         self.refusals: list[dict] = spec.request.get("refuse") or []
         self.derive: dict[str, dict] = spec.request.get("derive") or {}
         self.unknown = spec.request.get("unknown_fields", "refuse")
@@ -123,6 +131,8 @@ class RequestValidator:
         if missing:
             raise ValueError(f"{spec.source}: request hooks not provided by the protocol module: {missing}")
         self.hooks = hooks
+        self.schemas = {name: jsonschema.Draft202012Validator(f["schema"])
+                        for name, f in self.fields.items() if "schema" in f}
 
     def parse_json(self, raw: bytes) -> Any:
         try:
@@ -211,6 +221,33 @@ class RequestValidator:
         if "enum" in f and not any(_same(value, e) for e in f["enum"]):
             raise invalid(f"Invalid value for '{name}': {_show(value)!r} is not one of {f['enum']}", param=name,
                           code="invalid_value")
+        if name in self.schemas:
+            error = best_match(self.schemas[name].iter_errors(value))
+            if error is not None:
+                raise schema_error(name, error)
+
+
+def schema_error(name: str, error: jsonschema.ValidationError) -> ApiError:
+    """A field's JSON-Schema failure as the client's 400, naming the exact place (``messages[2].role``)."""
+    where = name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    if error.validator == "required":
+        missing = next(r for r in error.validator_value if r not in error.instance)
+        return invalid(f"Missing required parameter: '{where}.{missing}'", param=f"{where}.{missing}",
+                       code="missing_required_parameter")
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties") or {})
+        extra = next((k for k in error.instance if k not in allowed), None)
+        if extra is not None:
+            return invalid(f"Unrecognized parameter: '{where}.{extra}'", param=f"{where}.{extra}",
+                           code="unknown_parameter")
+    if error.validator == "type":
+        want = error.validator_value
+        want = " or ".join(_ARTICLE.get(t, t) for t in ([want] if isinstance(want, str) else want))
+        got = json_type_name(error.instance)
+        return invalid(f"Invalid type for '{where}': expected {want}, but got {_ARTICLE.get(got, got)}", param=where,
+                       code="invalid_type")
+    message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
+    return invalid(f"Invalid value for '{where}': {message}", param=where, code="invalid_value")
 
 
 def derive_value(rule: Mapping[str, Any], body: Any) -> Any:

@@ -1,0 +1,197 @@
+"""Ollama's API, driven by the official ``ollama`` Python client (its pydantic models check every answer)
+against a real server on the scripted backend: chat streamed and not, a tool round trip, generate, the
+model routes, model names, and errors in Ollama's envelope."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import ollama
+import pytest
+import trio
+
+from backends import Recording
+from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+MODEL = "tinytitan-scripted"
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def client(s) -> ollama.AsyncClient:
+    return ollama.AsyncClient(host=s.base)
+
+
+async def test_chat_streamed_and_not_tell_the_same_answer(serve):
+    s = await serve(["<think>Let me see.</think>Hello there, friend."])
+    c = client(s)
+    whole = await c.chat(model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=False)
+    parts = [p async for p in await c.chat(model=MODEL + ":latest", messages=[{"role": "user", "content": "hi"}],
+                                              stream=True)]
+    assert whole.message.content == "Hello there, friend." and whole.message.thinking == "Let me see."
+    assert "".join(p.message.content for p in parts) == whole.message.content
+    assert "".join(p.message.thinking or "" for p in parts) == whole.message.thinking
+    assert [p.done for p in parts] == [False] * (len(parts) - 1) + [True]
+    last = parts[-1]
+    for answer in (whole, last):
+        assert answer.done_reason == "stop"
+        assert answer.eval_count == whole.eval_count > 0 and answer.prompt_eval_count > 0
+        assert 0 <= answer.prompt_eval_duration <= answer.total_duration
+        assert 0 <= answer.eval_duration <= answer.total_duration and answer.load_duration == 0
+    assert whole.model == MODEL and last.model == MODEL + ":latest"  # the name as the client sent it
+
+
+async def test_the_stream_is_ndjson(serve):
+    s = await serve(["Hi."])
+    async with httpx.AsyncClient() as h:
+        r = await h.post(s.url("/api/chat"), json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-ndjson"
+    lines = [json.loads(line) for line in r.text.splitlines()]
+    assert lines[-1]["done"] is True and lines[-1]["done_reason"] == "stop" and r.text.endswith("}\n")
+
+
+async def test_tool_round_trip(serve, demo_tok):
+    backend = Recording([
+        ScriptEntry('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
+        ScriptEntry("It is sunny in Paris.")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    c = client(s)
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = await c.chat(model=MODEL, messages=messages, tools=[WEATHER], stream=False)
+    (call,) = first.message.tool_calls
+    assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+    assert first.done_reason == "stop"
+    messages += [first.message, {"role": "tool", "content": "sunny, 24 C", "tool_name": "get_weather"}]
+    parts = [p async for p in await c.chat(model=MODEL, messages=messages, tools=[WEATHER], stream=True)]
+    assert "".join(p.message.content for p in parts) == "It is sunny in Paris."
+    # the call and its result reached the model's template, in order
+    prompt = backend.prompts[-1]
+    assert prompt.index('"name": "get_weather"') < prompt.index("<tool_response>\nsunny, 24 C\n</tool_response>")
+    assert '"city": "Paris"' in prompt
+
+
+async def test_a_streamed_tool_call_has_object_arguments(serve):
+    s = await serve(['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'])
+    parts = [p async for p in await client(s).chat(model=MODEL, messages=[{"role": "user", "content": "w"}],
+                                                   tools=[WEATHER], stream=True)]
+    calls = [c for p in parts for c in p.message.tool_calls or []]
+    assert [(c.function.name, c.function.arguments) for c in calls] == [("get_weather", {"city": "Oslo"})]
+
+
+async def test_generate(serve, demo_tok):
+    backend = Recording([ScriptEntry("Once upon a time.")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    c = client(s)
+    r = await c.generate(model=MODEL, prompt="Tell a story", system="Be brief.", stream=False)
+    assert r.response == "Once upon a time." and r.done and r.done_reason == "stop" and r.eval_count > 0
+    assert "Be brief." in backend.prompts[-1] and "Tell a story" in backend.prompts[-1]
+    parts = [p async for p in await c.generate(model=MODEL, prompt="<|im_start|>user\nraw<|im_end|>\n", raw=True,
+                                               options={"num_predict": 2}, stream=True)]
+    assert backend.prompts[-1] == "<|im_start|>user\nraw<|im_end|>\n"  # as written: no template
+    assert parts[-1].done_reason == "length" and parts[-1].eval_count == 2
+    loaded = await c.generate(model=MODEL)  # an empty prompt loads the model and answers at once
+    assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
+
+
+async def test_generate_refuses_fill_in_the_middle_where_the_model_has_no_tokens_for_it(serve):
+    s = await serve(["x"])
+    with pytest.raises(ollama.ResponseError) as err:
+        await client(s).generate(model=MODEL, prompt="def f(", suffix="    return x")
+    assert err.value.status_code == 400 and "'suffix'" in err.value.error
+
+
+async def test_model_routes(serve):
+    s = await serve(["x"])
+    c = client(s)
+    (m,) = (await c.list()).models
+    assert m.model == MODEL + ":latest" and m.details.family == "qwen" and m.details.format == "mlx"
+    shown = await c.show(MODEL + ":latest")
+    assert {"completion", "tools", "thinking"} <= set(shown.capabilities)
+    arch = shown.modelinfo["general.architecture"]
+    assert shown.modelinfo[f"{arch}.context_length"] == 32768 and "<|im_start|>" in shown.template
+    (running,) = (await c.ps()).models
+    assert running.model == MODEL + ":latest" and running.context_length == 32768
+    async with httpx.AsyncClient() as h:
+        assert (await h.get(s.url("/api/version"))).json()["version"]
+        assert (await h.head(s.url("/"))).status_code == 200
+        legacy = await h.post(s.url("/api/show"), json={"name": MODEL})
+        assert legacy.status_code == 200 and legacy.json()["details"]["family"] == "qwen"
+
+
+@pytest.mark.parametrize("name", [MODEL + ":7b", "nope", "nope:latest"])
+async def test_unknown_models_are_404(serve, name):
+    s = await serve(["x"])
+    c = client(s)
+    for call in (c.chat(model=name, messages=[{"role": "user", "content": "x"}], stream=False),
+                 c.generate(model=name, prompt="x", stream=False), c.show(name)):
+        with pytest.raises(ollama.ResponseError) as err:
+            await call
+        assert err.value.status_code == 404 and name.split(":")[0] in err.value.error
+
+
+# (body changes to a valid chat request, the status, what the error must name)
+BAD = [
+    ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"arguments": {}}}]}]}, 400,
+     "'messages[0].tool_calls[0].function.name'"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, 400, "'messages[0].role'"),
+    ({"messages": [{"role": "user", "content": 5}]}, 400, "'messages[0].content'"),
+    ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "messages[0].images"),
+    ({"format": "json"}, 400, "'format'"),
+    ({"options": {"temperature": "hot"}}, 400, "'options.temperature'"),
+    ({"options": {"mirostat": 2}}, 400, "'options.mirostat'"),
+    ({"options": {"warp_speed": 9}}, 400, "'options.warp_speed'"),
+    ({"options": {"num_predict": 0}}, 400, "'options.num_predict'"),
+    ({"think": "extreme"}, 400, "'think'"),
+    ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, 400, "'tools[0].function.name'"),
+    ({"stream_options": {}}, 400, "stream_options"),
+]
+
+
+@pytest.mark.parametrize("change,status,names", BAD, ids=range(len(BAD)))
+async def test_errors_name_the_field_in_ollamas_envelope(serve, change, status, names):
+    s = await serve(["x"])
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": False, **change}
+    async with httpx.AsyncClient() as h:
+        r = await h.post(s.url("/api/chat"), json=body)
+    assert r.status_code == status, r.text
+    assert list(r.json()) == ["error"] and isinstance(r.json()["error"], str) and names in r.json()["error"]
+
+
+async def test_routes_it_does_not_serve_are_refused_by_name(serve):
+    s = await serve(["x"])
+    async with httpx.AsyncClient() as h:
+        pull = await h.post(s.url("/api/pull"), json={"model": "llama3"})
+        nothing = await h.get(s.url("/api/nothing"))
+    assert pull.status_code == 501 and "/api/pull" in pull.json()["error"]
+    assert nothing.status_code == 404 and isinstance(nothing.json()["error"], str)
+
+
+async def test_a_failure_after_the_stream_opened_is_an_error_line(serve):
+    s = await serve([{"output": "partial answer", "error": "the model fell over"}])
+    with pytest.raises(ollama.ResponseError) as err:
+        async for _ in await client(s).chat(model=MODEL, messages=[{"role": "user", "content": "x"}], stream=True):
+            pass
+    assert "fell over" in err.value.error
+    assert (s.engine.running, s.engine.waiting) == (0, 0)
+
+
+async def test_a_full_queue_is_503_at_once(serve, demo_tok):
+    backend = ScriptedBackend([ScriptEntry(" ".join(f"w{i}" for i in range(400)), delay_ms=20)], demo_tok)
+    s = await serve(backend=backend, max_queue=0)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+    async with httpx.AsyncClient(timeout=30) as h:
+        async with trio.open_nursery() as n:
+            async def hold():
+                async with h.stream("POST", s.url("/api/chat"), json=body) as r:
+                    async for _ in r.aiter_bytes():
+                        await trio.sleep_forever()  # hold the slot until the test ends
+
+            n.start_soon(hold)
+            while s.engine.running == 0:
+                await trio.sleep(0.01)
+            with trio.fail_after(2):
+                r = await h.post(s.url("/api/chat"), json={**body, "stream": False})
+            assert r.status_code == 503 and r.headers["retry-after"] == "1" and "--max-queue" in r.json()["error"]
+            n.cancel_scope.cancel()

@@ -1,0 +1,242 @@
+"""Ollama's API: the Python its table (spec/ollama.yaml) cannot say — model names (``name:tag``), message
+shapes, the prompt of /api/generate, the model routes, and the fold of lines into one object.
+
+Rules:
+- ``name:latest`` and the bare name are the served id; any other tag is an unknown model (404).
+- A tool result names its call by ``tool_call_id`` where the client sent one, else by ``tool_name``, else it
+  answers the oldest call not yet answered.
+- Durations are nanoseconds from the moment the request was admitted: ``prompt_eval_duration`` until the
+  first event (the prompt was read), ``eval_duration`` from there to the end; nothing is loaded per request,
+  so ``load_duration`` is 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from ..chat_request import ChatRequest, Message, Tool, ToolCall
+from ..errors import ApiError, invalid
+from ..speclang.machine import Machine, WireEvent
+from ..speclang.validate import Validated
+from .base import Protocol
+from .common import place_system
+
+if TYPE_CHECKING:
+    from ..http.app import Server
+
+log = logging.getLogger("tinytitan.ollama")
+
+LATEST = ":latest"
+FAR_FUTURE = "2318-01-01T00:00:00Z"  # Ollama's expires_at for a model kept loaded without a deadline
+
+
+def served_name(name: str) -> str:
+    return name[: -len(LATEST)] if name.endswith(LATEST) else name
+
+
+def ollama_name(model_id: str) -> str:
+    return model_id if ":" in model_id else model_id + LATEST
+
+
+def iso_time(seconds: float | None = None) -> str:
+    moment = datetime.fromtimestamp(time.time() if seconds is None else seconds, timezone.utc)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+# -- request hooks: the table checked every shape (spec schemas); these only reshape ------------------------
+def parse_model(value: str, body: dict, args: dict, v: Validated) -> None:
+    args["model"] = served_name(value)
+
+
+def _answered(pending: list[ToolCall], m: dict) -> ToolCall | None:
+    for key, attr in (("tool_call_id", "id"), ("tool_name", "name")):
+        if m.get(key):
+            match = next((c for c in pending if getattr(c, attr) == m[key]), None)
+            if match is not None:
+                pending.remove(match)
+                return match
+    return pending.pop(0) if pending and not m.get("tool_call_id") else None
+
+
+def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
+    msgs: list[Message] = []
+    pending: list[ToolCall] = []  # the last assistant turn's calls not answered yet, oldest first
+    for i, m in enumerate(value):
+        role, content = m["role"], m.get("content") or ""
+        if role == "assistant":
+            calls = []
+            for j, c in enumerate(m.get("tool_calls") or []):
+                fn = c["function"]
+                arguments = fn.get("arguments", {})
+                calls.append(ToolCall(c.get("id") or f"call_{i}_{j}", fn["name"],
+                                      arguments if isinstance(arguments, str) else json.dumps(arguments)))
+            pending = list(calls)
+            msgs.append(Message("assistant", content, tuple(calls), reasoning=m.get("thinking") or None))
+        elif role == "tool":
+            call = _answered(pending, m)
+            msgs.append(Message("tool", content, tool_call_id=call.id if call else m.get("tool_call_id") or f"call_{i}",
+                                name=call.name if call else m.get("tool_name")))
+        else:
+            msgs.append(Message(role, content))
+    args["messages"] = place_system([], msgs)
+
+
+def parse_tools(value: list, body: dict, args: dict, v: Validated) -> None:
+    args["tools"] = [Tool(t["function"]["name"], t["function"].get("description") or "",
+                          t["function"].get("parameters") or {"type": "object", "properties": {}}) for t in value]
+
+
+def parse_prompt(value: str, body: dict, args: dict, v: Validated) -> None:
+    """/api/generate: a raw prompt (or a fill-in-the-middle pair) goes to the model as written; otherwise the
+    prompt is one user turn under the optional system text, rendered by the model's chat template."""
+    if body.get("raw") or body.get("suffix") is not None:
+        args["prompt"] = value
+        if body.get("suffix") is not None:
+            args["suffix"] = body["suffix"]
+        return
+    system = body.get("system")
+    args["messages"] = ([Message("system", system)] if system else []) + [Message("user", value)]
+
+
+# -- machine hooks: the timings and the call a line carries -------------------------------------------------
+def on_started(m: Machine, ev) -> None:
+    m.vars["started_ns"] = time.monotonic_ns()
+
+
+def on_finished(m: Machine, ev) -> None:
+    now, t0 = time.monotonic_ns(), m.context["admitted_ns"]
+    started = m.vars.get("started_ns", now)
+    m.vars.update(total_duration=now - t0, load_duration=0, prompt_eval_duration=started - t0,
+                  eval_duration=now - started)
+
+
+def on_call_started(m: Machine, ev) -> None:
+    m.vars.update(call_id=ev.call_id, call_name=ev.name)
+
+
+def on_call_done(m: Machine, ev) -> None:
+    """Ollama's arguments are a JSON object: arguments that are not one (cut short, or not JSON) are sent as
+    ``{}`` (and logged), as the fold and the stream both say."""
+    try:
+        arguments = json.loads(ev.arguments) if ev.complete else None
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        log.warning("tool call %s: arguments are not a complete JSON object; sent as {}", m.vars.get("call_name"))
+        arguments = {}
+    m.vars["call_arguments"] = arguments
+
+
+def fold_ollama(wire: list[WireEvent], body: dict) -> dict:
+    """Lines → the one object ``stream: false`` answers: the last line, with the text of all of them."""
+    text: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict] = []
+    last: dict = {}
+    for w in wire:
+        d = w.data
+        if "error" in d:
+            raise ApiError("server_error", d["error"])
+        part = d.get("message", d)
+        text.append(part.get("content", part.get("response", "")) or "")
+        thinking.append(part.get("thinking") or "")
+        calls.extend(part.get("tool_calls") or [])
+        last = d
+    out = dict(last)
+    reply: dict[str, Any] = {"content": "".join(text)} if "message" in last else {"response": "".join(text)}
+    if any(thinking):
+        reply["thinking"] = "".join(thinking)
+    if "message" in last:
+        out["message"] = {"role": "assistant", **reply, **({"tool_calls": calls} if calls else {})}
+    else:
+        out.update(reply)
+    return out
+
+
+class Ollama(Protocol):
+    name = "ollama"
+
+    def request_hooks(self):
+        return {"model": parse_model, "messages": parse_messages, "tools": parse_tools, "prompt": parse_prompt}
+
+    def machine_hooks(self):
+        return {"started": on_started, "finished": on_finished, "call_started": on_call_started,
+                "tool_call": on_call_done}
+
+    def folds(self):
+        return {"ollama": fold_ollama}
+
+    def handlers(self):
+        return {"generate": self.generate, "complete": self.complete, "tags": self.tags, "show": self.show,
+                "ps": self.ps, "version": self.version, "unsupported": self.unsupported}
+
+    def extra_context(self, v: Validated, server: "Server") -> dict:
+        named = {"model": v.body["model"]} if "model" in v.body else {}  # answered under the name as sent
+        return {**named, "now": iso_time, "admitted_ns": time.monotonic_ns()}
+
+    def chat_request(self, v: Validated) -> ChatRequest:
+        req = super().chat_request(v)
+        if req.max_tokens is not None and req.max_tokens < 0:  # -1: no cap; -2: fill the context
+            req = req.with_(max_tokens=None)
+        return req
+
+    def machine(self, v: Validated, model_id: str, stream: bool, server: "Server", entry: str | None = None):
+        return super().machine(v, model_id, stream, server, entry or v.notes.get("entry"))
+
+    # -- routes --------------------------------------------------------------------------------------------
+    async def complete(self, server: "Server", request):
+        v = self.validate(await request.get_data(), handler="complete", headers=request.headers)
+        if not v.body.get("prompt") and v.body.get("suffix") is None:
+            # Ollama's way to load a model: an empty prompt answers at once, nothing generated
+            server.engine.model_info(served_name(v.body["model"]))
+            return server.json_response({"model": v.body["model"], "created_at": iso_time(), "response": "",
+                                         "done": True, "done_reason": "load"})
+        v.notes["entry"] = "generate"
+        req = server.engine.apply_model(self.chat_request(v))
+        return await self.respond(server, v, req)
+
+    def _entry(self, server: "Server", card: dict) -> dict:
+        name = ollama_name(card["id"])
+        return {"name": name, "model": name, "modified_at": iso_time(card.get("created") or server.engine.started_at),
+                "size": int(card.get("size") or 0), "digest": hashlib.sha256(card["id"].encode()).hexdigest(),
+                "details": self._details(card)}
+
+    def _details(self, card: dict) -> dict:
+        return {"parent_model": "", "format": self.spec.extra["format"], "family": card["family"],
+                "families": [card["family"]], "parameter_size": "", "quantization_level": ""}
+
+    async def tags(self, server: "Server", request):
+        cards = [server.engine.model_card(m["id"]) for m in server.engine.models()]
+        return server.json_response({"models": [self._entry(server, c) for c in cards]})
+
+    async def ps(self, server: "Server", request):
+        cards = [server.engine.model_card(m["id"]) for m in server.engine.models() if m.get("loaded")]
+        return server.json_response({"models": [
+            {**self._entry(server, c), "expires_at": FAR_FUTURE, "size_vram": 0, "context_length": c["context_window"]}
+            for c in cards]})
+
+    async def show(self, server: "Server", request):
+        v = self.validate(await request.get_data(), handler="show", headers=request.headers)
+        name = v.body.get("model") or v.body.get("name")
+        if not name:
+            raise invalid("Missing required parameter: 'model'", param="model", code="missing_required_parameter")
+        card = server.engine.model_card(served_name(name))
+        arch = card["architecture"]
+        return server.json_response({
+            "modelfile": f"FROM {card['id']}\n", "parameters": "", "template": card["template"],
+            "details": self._details(card), "capabilities": card["capabilities"],
+            "model_info": {"general.architecture": arch, f"{arch}.context_length": card["context_window"]},
+            "modified_at": iso_time(card.get("created") or server.engine.started_at)})
+
+    async def version(self, server: "Server", request):
+        return server.json_response({"version": self.spec.extra["version"]})
+
+    async def unsupported(self, server: "Server", request):
+        raise ApiError("not_implemented", f"{request.method} {request.path} is not supported: this server serves the "
+                       "MLX models it was started with (no pulling, pushing, creating, copying or deleting) and "
+                       "has no embeddings", code="not_implemented")
