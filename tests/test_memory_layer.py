@@ -296,3 +296,18 @@ async def test_a_continuation_is_never_refused_as_overloaded():
         admission.admit()
     admission.admit(continuing=True)  # a memory round of a request already in waits its turn instead
     assert admission.waiting == 3
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("stream", [True, False])
+async def test_thinking_and_text_on_both_sides_of_a_memory_round(protocol, stream, tmp_path, demo_tok):
+    """Text before a memory call reaches the client; the continuation's thinking and text follow it in the same
+    answer, in each protocol's own grammar (the SDKs parse every event)."""
+    first = "<think>\nMaybe memory knows.\n</think>\n\nLet me look.\n" + GET_CALL
+    second = "<think>\nNothing stored.\n</think>\n\nI do not know yet."
+    async with memory_server(demo_tok, [first, second], config(tmp_path)) as s:
+        prompts = record_prompts(s)
+        out = await converse(s, protocol, stream=stream)
+    assert len(prompts) == 2 and '"found": false' in prompts[1].prompt_text
+    assert out["text"].replace("\n", "") == "Let me look.I do not know yet."
+    assert out["calls"] == [] and out["output_tokens"] == tokens(demo_tok, first, second)

@@ -136,14 +136,31 @@ def test_a_journal_that_cannot_be_opened_keeps_memory_in_ram(tmp_path):
     assert "will not outlive it" in text
 
 
-def test_fsync_inline_and_barrier_paths_both_persist(path):
+def test_fsync_inline_or_by_a_barrier_shortly_after(path, monkeypatch):
+    import time
+
+    import tinytitan.memory.journal as journal_module
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(journal_module.os, "fsync", lambda fd: (synced.append(time.monotonic()), real(fd)))
     j = opened(path, fsync=True)
+    synced.clear()
     j.set("k", "v")
+    assert len(synced) == 1  # inline: durable before set returns
     j.close()
-    j = opened(path)
-    j.set("k2", "v2")  # the barrier thread syncs shortly; close waits for it
+    synced.clear()
+    j = opened(path)  # barrier_delay 0.05 s
+    written = time.monotonic()
+    j.set("k2", "v2")
+    j.set("k3", "v3")
+    assert synced == []  # the writes themselves do not wait for the disk
+    deadline = time.monotonic() + 10
+    while not synced and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(synced) == 1 and synced[0] - written >= 0.05  # one barrier for both writes, after the delay
     j.close()
-    assert sorted(Journal.read(path).records) == ["k", "k2"]
+    assert sorted(Journal.read(path).records) == ["k", "k2", "k3"]
 
 
 # -- keys --------------------------------------------------------------------------------------------------
