@@ -5,11 +5,13 @@ model routes, model names, and errors in Ollama's envelope."""
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import httpx
 import ollama
 import pytest
 import trio
+from pydantic import BaseModel, ConfigDict
 
 from backends import Recording
 from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
@@ -138,7 +140,8 @@ BAD = [
     ({"messages": [{"role": "robot", "content": "x"}]}, 400, "'messages[0].role'"),
     ({"messages": [{"role": "user", "content": 5}]}, 400, "'messages[0].content'"),
     ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "messages[0].images"),
-    ({"format": "json"}, 400, "'format'"),
+    ({"format": "yaml"}, 400, "'format'"),
+    ({"format": {"type": "object", "not": {}}}, 400, "'format.not'"),
     ({"options": {"temperature": "hot"}}, 400, "'options.temperature'"),
     ({"options": {"mirostat": 2}}, 400, "'options.mirostat'"),
     ({"options": {"warp_speed": 9}}, 400, "'options.warp_speed'"),
@@ -195,3 +198,26 @@ async def test_a_full_queue_is_503_at_once(serve, demo_tok):
                 r = await h.post(s.url("/api/chat"), json={**body, "stream": False})
             assert r.status_code == 503 and r.headers["retry-after"] == "1" and "--max-queue" in r.json()["error"]
             n.cancel_scope.cancel()
+
+
+class City(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # no free keys: the demo model would write one forever
+    name: Literal["Paris", "Oslo", "Lima"]
+    sunny: bool
+
+
+async def test_format_is_enforced(serve, demo_backend):
+    """``format`` (a JSON schema, as the client's pydantic helpers send it, or "json") masks the sampler:
+    the demo model's gibberish comes out as a valid document, streamed and not."""
+    s = await serve(backend=demo_backend)
+    c = client(s)
+    r = await c.chat(model=demo_backend.model_id, messages=[{"role": "user", "content": "a city"}],
+                     format=City.model_json_schema(), options={"temperature": 0, "num_predict": 64})
+    assert r.done_reason == "stop" and isinstance(City.model_validate_json(r.message.content), City)
+    parts = [p async for p in await c.generate(model=demo_backend.model_id, prompt="x", stream=True,
+                                               format=City.model_json_schema(),
+                                               options={"temperature": 0, "num_predict": 64})]
+    assert parts[-1].done_reason == "stop", [(p.response, p.thinking) for p in parts]
+    assert isinstance(City.model_validate_json("".join(p.response for p in parts)), City)
+    r = await c.generate(model=demo_backend.model_id, prompt="x", format="json", options={"num_predict": 3})
+    assert r.done_reason == "length" and r.response.startswith("{")  # the cap cut it: a document's start

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
+from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
 from .base import Protocol
@@ -89,6 +90,10 @@ def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
 def parse_tools(value: list, body: dict, args: dict, v: Validated) -> None:
     args["tools"] = [Tool(t["function"]["name"], t["function"].get("description") or "",
                           t["function"].get("parameters") or {"type": "object", "properties": {}}) for t in value]
+
+
+def parse_format(value, body: dict, args: dict, v: Validated) -> None:
+    args["grammar"] = normalise_ollama(value)
 
 
 def parse_prompt(value: str, body: dict, args: dict, v: Validated) -> None:
@@ -162,7 +167,8 @@ class Ollama(Protocol):
     name = "ollama"
 
     def request_hooks(self):
-        return {"model": parse_model, "messages": parse_messages, "tools": parse_tools, "prompt": parse_prompt}
+        return {"model": parse_model, "messages": parse_messages, "tools": parse_tools, "prompt": parse_prompt,
+                "format": parse_format}
 
     def machine_hooks(self):
         return {"started": on_started, "finished": on_finished, "call_started": on_call_started,
