@@ -1,6 +1,7 @@
-"""The memory layer in the request path, over every protocol, with the scripted backend: a model that writes a
-fact in one conversation reads it in another (across a server restart); the client sees neither call; a client
-tool call ends the loop; the rounds cap; the workspace header; memory off leaves requests alone."""
+"""The memory layer in the request path, over every protocol (Chat Completions, Responses, Messages, Ollama),
+with the scripted backend: a model that writes a fact in one conversation reads it in another (across a server
+restart); the client sees neither call; a client tool call ends the loop; the rounds cap; the workspace
+header; memory off leaves requests alone."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from contextlib import asynccontextmanager
 
 import anthropic
+import ollama
 import openai
 import pytest
 import trio
@@ -36,7 +38,7 @@ GET_CALL = '<tool_call>\n{"name": "memory_get", "arguments": {"key": "build/comm
 WEATHER = {"name": "get_weather", "description": "Weather for a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-PROTOCOLS = ["chat", "responses", "messages"]
+PROTOCOLS = ["chat", "responses", "messages", "ollama"]
 
 
 def config(tmp_path, **kw) -> MemoryConfig:
@@ -121,6 +123,18 @@ async def converse(s, protocol: str, stream: bool, tools=(), headers=None, syste
             out["finish"] = "tool_calls" if out["calls"] else r.status
             out["output_tokens"] = r.usage.output_tokens
             out["items"] = [i.type for i in r.output]
+    elif protocol == "ollama":
+        c = ollama.AsyncClient(host=s.base, headers=headers)
+        kw = dict(model=MODEL, messages=[{"role": "system", "content": system},
+                                         {"role": "user", "content": "How do I build this?"}])
+        if tools:
+            kw["tools"] = [{"type": "function", "function": t} for t in tools]
+        parts = [p async for p in await c.chat(stream=True, **kw)] if stream else [await c.chat(**kw)]
+        out["text"] = "".join(p.message.content or "" for p in parts)
+        out["calls"] = [{"name": t.function.name, "arguments": json.dumps(t.function.arguments)}
+                        for p in parts for t in p.message.tool_calls or ()]
+        out["finish"] = "tool_calls" if out["calls"] else parts[-1].done_reason
+        out["output_tokens"] = parts[-1].eval_count
     else:
         async with anthropic.AsyncAnthropic(base_url=s.base, api_key="x", max_retries=0,
                                             default_headers=headers) as c:
