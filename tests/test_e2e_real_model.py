@@ -1,0 +1,69 @@
+"""Claude Code and Codex complete a plain turn against the real model: ``tinytitan serve --model smollm2``.
+
+SmolLM2-135M has a context window of 8192 tokens, less than either client's own system prompt and tool list
+(Claude Code's first request renders to about 20k tokens): each client is given a one-line system prompt
+(Claude Code ``--system-prompt``, Codex ``model_instructions_file``) and its tools are turned off, which
+leaves a prompt the model can read. The server is started as a user starts it, reusing the session's
+converted model (conftest's ``smollm2_dir``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+
+from test_e2e_claude import Proc, blocks, run_claude
+from test_e2e_codex import _explain, run_codex
+
+pytestmark = pytest.mark.clients
+
+QUESTION = "What is 2+2? Answer with a number."
+SYSTEM = "You are a helpful assistant. Answer briefly."
+
+
+@pytest.fixture
+def real_server(smollm2_dir, tmp_path):
+    env_cache = str(smollm2_dir.parent.parent)
+    os.environ["TINYTITAN_CACHE"], old = env_cache, os.environ.get("TINYTITAN_CACHE")
+    try:
+        server = Proc([sys.executable, "-m", "tinytitan", "serve", "--model", "smollm2", "--port", "0",
+                       "--responses-store", "memory"], cwd=tmp_path)
+    finally:
+        if old is None:
+            del os.environ["TINYTITAN_CACHE"]
+        else:
+            os.environ["TINYTITAN_CACHE"] = old
+    try:
+        m = server.wait_for(r"tinytitan is serving '([^']+)' at (http://\S+)", 120)
+        assert "converting" not in "".join(server.lines)  # the session's conversion is reused
+        yield m.group(2), m.group(1)
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(shutil.which("claude") is None, reason="Claude Code (`claude`) is not installed")
+def test_claude_code_plain_turn(real_server, tmp_path):
+    base, model = real_server
+    events = run_claude(base, model, QUESTION, tmp_path, "--tools", "", "--system-prompt", SYSTEM)
+    result = events[-1]
+    assert result["subtype"] == "success" and result["is_error"] is False, result
+    text = "".join(b["text"] for b in blocks(events, "assistant", "text"))
+    assert text.strip() and result["result"] == text  # what the model said (sampled: the client sends no
+    # temperature, so what it says is not pinned here; test_real_model pins greedy answers)
+
+
+@pytest.mark.skipif(shutil.which("codex") is None, reason="Codex CLI (`codex`) is not installed")
+def test_codex_plain_turn(real_server, tmp_path):
+    base, model = real_server
+    instructions = tmp_path / "instructions.md"
+    instructions.write_text(SYSTEM + "\n")
+    off = [a for f in ("multi_agent", "goals", "shell_tool", "unified_exec", "view_image", "image_generation")
+           for a in ("--disable", f)]
+    result = run_codex(base, model, tmp_path, QUESTION, "-c", f"model_instructions_file={instructions}",
+                       "-c", "web_search=disabled", *off, timeout=240)
+    assert result.returncode == 0, _explain(result)
+    assert result.stdout.strip(), _explain(result)  # the final message (sampled, so not pinned)
+    assert "tokens used" in result.stderr, _explain(result)
