@@ -148,3 +148,36 @@ async def test_yaml_only_edit_changes_the_server(serve, tmp_path):
         assert r.status_code == 400
         assert r.json()["error"] == {"message": "'seed' 5000 is larger than this server allows",
                                      "type": "invalid_request_error", "param": "seed", "code": "seed_too_big"}
+
+
+# an internal error kind, as each protocol's errors.kinds words it inside a stream
+IN_STREAM = {
+    "openai_chat": lambda d: (d["error"]["type"], d["error"]["code"]),
+    "anthropic_messages": lambda d: d["error"]["type"],
+    "openai_responses": lambda d: d["response"]["error"]["code"],
+    "ollama": lambda d: d["error"],
+}
+
+
+@pytest.mark.parametrize("name,kind,expected", [
+    ("openai_chat", "overloaded", ("rate_limit_exceeded", "queue_full")),
+    ("openai_chat", "server_error", ("server_error", "server_error")),
+    ("anthropic_messages", "overloaded", "overloaded_error"),
+    ("anthropic_messages", "server_error", "api_error"),
+    ("openai_responses", "overloaded", "rate_limit_exceeded"),
+    ("openai_responses", "invalid_request", "invalid_prompt"),
+    ("openai_responses", "server_error", "server_error"),
+    ("ollama", "overloaded", "busy"),
+])
+def test_in_stream_errors_are_worded_by_errors_kinds(name, kind, expected):
+    """A failure after the stream opened goes out in the protocol's own words for its kind: the internal
+    kind name (``overloaded``) never reaches the wire."""
+    from tinytitan.speclang.validate import Validated
+
+    proto = _protocol(name)
+    server = SimpleNamespace(engine=SimpleNamespace(backends={}), state={})
+    m = proto.machine(Validated(body={"model": "m"}), "m", True, server)
+    m.feed(Started(3))
+    (wire,) = [w for w in m.feed(Failed("busy", type=kind)) if w.event in (None, "error", "response.failed")]
+    assert IN_STREAM[name](wire.data) == expected
+    assert "overloaded" not in str(wire.data) or name == "anthropic_messages"

@@ -2,7 +2,9 @@
 
 ``kind`` names an entry of the protocol spec's ``errors.kinds`` table (invalid_request, authentication,
 permission, not_found, model_not_found, overloaded, not_implemented, server_error …); the spec decides
-the status, the type string and the envelope the client sees.
+the status, the type string and the envelope the client sees. ``data`` carries what a protocol may word
+its own way, as values (e.g. ``prompt_tokens`` and ``context_window`` of a prompt that does not fit), so
+no protocol reads numbers back out of the English message.
 """
 
 from __future__ import annotations
@@ -10,14 +12,15 @@ from __future__ import annotations
 
 class ApiError(Exception):
     def __init__(self, kind: str, message: str, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, data: dict | None = None):
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.param = param
         self.code = code
         self.headers = headers or {}
+        self.data = data or {}
 
 
-def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
-    return ApiError("invalid_request", message, param=param, code=code)
+def invalid(message: str, param: str | None = None, code: str | None = None, data: dict | None = None) -> ApiError:
+    return ApiError("invalid_request", message, param=param, code=code, data=data)

@@ -43,6 +43,7 @@ class Usage:
 class Started:
     prompt_tokens: int
     cached_tokens: int = 0
+    sampling: dict = field(default_factory=dict, compare=False)  # the values used: temperature, top_p, top_k …
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,7 @@ class Finished:
 @dataclass(frozen=True)
 class Failed:
     message: str
-    type: str = "server_error"
-    status: int = 500
+    type: str = "server_error"  # an error kind (``errors.kinds`` of the protocol's spec says how it looks)
 
 
 TokenEvent = Union[

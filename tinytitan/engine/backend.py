@@ -26,6 +26,9 @@ from .structured import CompiledGrammar, GrammarMask, compile_grammar
 
 log = logging.getLogger("tinytitan.backend")
 
+# what a model samples with where neither the request nor its generation_config.json says
+FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
+
 # fill-in-the-middle control tokens, as the model families that train on them spell them
 FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder
               ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SmolLM
@@ -42,6 +45,7 @@ class Prepared:
     prompt_text: str = ""
     tool_schemas: dict[str, dict] = field(default_factory=dict)  # name -> parameters schema
     grammar: CompiledGrammar | None = None  # the output format the sampler is masked with
+    sampling: dict = field(default_factory=dict)  # the values this generation samples with (see sampling_for)
 
     def logits_processor(self) -> GrammarMask | None:
         """A new mask for this request's output format (None: unconstrained); one per generation."""
@@ -54,6 +58,7 @@ class Backend(ABC):
     tokenizer: Any = None  # mlx-lm TokenizerWrapper, or None for a backend without one
     config: dict | None = None  # the model's config.json, where there is one
     default_reasoning: str | bool | None = None
+    sampling: dict = FALLBACK_SAMPLING  # the model's own defaults (generation_config.json), per key
     _family: Family | None = None
 
     @property
@@ -144,6 +149,20 @@ class Backend(ABC):
                      req.reasoning if req.reasoning is not None else self.default_reasoning)
         return req.with_(reasoning=False)
 
+    def sampling_for(self, req: ChatRequest) -> dict:
+        """The values this request samples with: the request's own, else the model's defaults. Decided once
+        here; the decoder uses them and ``Started`` reports them (protocols echo them, never recompute)."""
+        model = {**FALLBACK_SAMPLING, **self.sampling}
+
+        def pick(name: str, default):
+            value = getattr(req, name)
+            return default if value is None else value
+
+        return {"temperature": pick("temperature", model["temperature"]), "top_p": pick("top_p", model["top_p"]),
+                "top_k": pick("top_k", model["top_k"] or 0), "min_p": pick("min_p", 0.0),
+                "presence_penalty": pick("presence_penalty", 0.0), "frequency_penalty": pick("frequency_penalty", 0.0),
+                "repetition_penalty": req.repetition_penalty}
+
     def prepare(self, req: ChatRequest) -> Prepared:
         req = self.structured(req)
         compiled = None
@@ -153,12 +172,14 @@ class Backend(ABC):
         room = self.context_window - len(tokens)
         if room < 1:
             raise invalid(f"The prompt is {len(tokens)} tokens, which does not fit the model's context window "
-                          f"of {self.context_window} tokens", param="messages", code="context_length_exceeded")
+                          f"of {self.context_window} tokens", param="messages", code="context_length_exceeded",
+                          data={"prompt_tokens": len(tokens), "context_window": self.context_window})
         max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
         start_in_reasoning = self.family.starts_in_reasoning(text)
         namespaces = {t.name: t.namespace for t in req.tools if t.namespace}
         schemas = {t.name: t.parameters for t in req.tools}
-        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, compiled)
+        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, compiled,
+                        self.sampling_for(req))
 
     def count_tokens(self, req: ChatRequest) -> int:
         """The prompt's length as ``prepare`` renders it (a prompt too long to run is still counted)."""

@@ -47,10 +47,12 @@ class StopMatcher:
 
 
 class DecodeLoop:
-    def __init__(self, parser: OutputParser, stops: tuple[str, ...], emit: Emit):
+    def __init__(self, parser: OutputParser, stops: tuple[str, ...], emit: Emit, sampling: dict | None = None):
+        """``sampling``: the values the decoder samples with, reported on ``Started``."""
         self.parser = parser
         self.stop = StopMatcher(stops)
         self.emit = emit
+        self.sampling = dict(sampling or {})
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
@@ -59,7 +61,7 @@ class DecodeLoop:
 
     def start(self, prompt_tokens: int, cached_tokens: int = 0) -> None:
         self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
-        self.emit(Started(prompt_tokens, cached_tokens))
+        self.emit(Started(prompt_tokens, cached_tokens, self.sampling))
 
     def token(self, text: str) -> bool:
         """One generated token; False once a stop string has matched (stop decoding)."""

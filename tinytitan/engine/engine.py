@@ -133,7 +133,7 @@ class Engine:
         def work() -> None:
             try:
                 self._make_resident(backend)
-                loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit)
+                loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit, prepared.sampling)
             except BaseException as exc:
                 box.close(exc)  # the thread lets go of the session: the consumer raises this
                 return

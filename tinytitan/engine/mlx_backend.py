@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from .backend import Backend, Prepared
+from .backend import FALLBACK_SAMPLING, Backend, Prepared
 from .decode_loop import DecodeLoop
 from .prompt_cache import PromptCache
 
@@ -24,9 +24,6 @@ def _flat(params):
     from mlx.utils import tree_flatten
 
     return tree_flatten(params)
-
-
-FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
 
 
 def read_json(path: Path) -> dict:
@@ -85,14 +82,9 @@ class MLXBackend(Backend):
         from mlx_lm import stream_generate
         from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
-        req = prepared.req
-        temp = self.sampling["temperature"] if req.temperature is None else req.temperature
-        sampler = make_sampler(
-            temp=temp,
-            top_p=self.sampling["top_p"] if req.top_p is None else req.top_p,
-            min_p=req.min_p or 0.0,
-            top_k=self._top_k((self.sampling["top_k"] or 0) if req.top_k is None else req.top_k),
-        )
+        req, used = prepared.req, prepared.sampling
+        sampler = make_sampler(temp=used["temperature"], top_p=used["top_p"], min_p=used["min_p"],
+                               top_k=self._top_k(used["top_k"]))
         processors = make_logits_processors(
             repetition_penalty=req.repetition_penalty,
             presence_penalty=req.presence_penalty or None,

@@ -107,11 +107,9 @@ class AnthropicMessages(Protocol):
     def error_response(self, err: ApiError) -> tuple[int, dict]:
         """A prompt over the context window is said in the API's words (``extra.prompt_too_long``), the
         engine's own sentence kept after it: Claude Code compacts only on that wording."""
-        if err.code == "context_length_exceeded" and self.prompt_too_long:
-            counts = re.findall(r"(\d+) tokens", err.message)  # the engine's "prompt is N tokens … of M tokens"
-            if len(counts) >= 2:
-                head = self.prompt_too_long.format(tokens=counts[0], window=counts[-1])
-                err = ApiError(err.kind, f"{head}. {err.message}", err.param, err.code, err.headers)
+        if err.code == "context_length_exceeded" and self.prompt_too_long and "context_window" in err.data:
+            head = self.prompt_too_long.format(tokens=err.data["prompt_tokens"], window=err.data["context_window"])
+            err = ApiError(err.kind, f"{head}. {err.message}", err.param, err.code, err.headers, err.data)
         return super().error_response(err)
 
     # -- request hooks ---------------------------------------------------------------------------------------
@@ -310,12 +308,8 @@ class AnthropicMessages(Protocol):
             reason, seq = stop_reason(ev, m.context["req"].get("stop_sequences"), maps["stop_reason"])
             m.vars.update(stop_reason=reason, stop_sequence=seq)
 
-        def failure(m: Machine, ev) -> None:
-            m.vars["error_type"] = self.spec.error_kind(ev.type).type
-
         return {"started": started, "started_early": started_early, "open_block": open_block,
-                "close_block": close_block, "tool_args": tool_args, "tool_done": tool_done, "finish": finish,
-                "failure": failure}
+                "close_block": close_block, "tool_args": tool_args, "tool_done": tool_done, "finish": finish}
 
     # -- the fold ----------------------------------------------------------------------------------------------
     def folds(self):

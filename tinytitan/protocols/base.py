@@ -85,7 +85,8 @@ class Protocol:
     # -- errors --------------------------------------------------------------------------------------------
     def error_response(self, err: ApiError) -> tuple[int, dict]:
         kind = self.spec.error_kind(err.kind)
-        ctx = {"message": err.message, "type": kind.type, "param": err.param, "code": err.code or kind.code}
+        param = self.spec.error_params.get(err.param, err.param)  # the engine names ChatRequest's fields
+        ctx = {"message": err.message, "type": kind.type, "param": param, "code": err.code or kind.code}
         return kind.status, template.render(self.spec.error_envelope, ctx)
 
     # -- the request path ----------------------------------------------------------------------------------

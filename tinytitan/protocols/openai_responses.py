@@ -27,7 +27,6 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from ..chat_request import Message
-from ..engine.mlx_backend import FALLBACK_SAMPLING
 from ..errors import ApiError, invalid
 from ..output_format import normalise
 from ..speclang.load import compile_spec
@@ -38,7 +37,7 @@ from . import compaction
 from .base import Protocol, new_id
 from .common import place_system
 from .responses_input import normalise_input, parse_tools, to_messages
-from .responses_machine import HOOKS, fold_last_response
+from .responses_machine import ECHOED_SAMPLING, HOOKS, fold_last_response
 
 if TYPE_CHECKING:
     from ..http.app import Server
@@ -196,22 +195,8 @@ class OpenAIResponses(Protocol):
 
     # -- the machine -----------------------------------------------------------------------------------------
     def extra_context(self, v: Validated, server: "Server") -> dict:
-        engine = server.engine
-        model = v.body.get("model")
-        backend = engine.backends.get(engine.resolve(model)[0]) if getattr(engine, "backends", None) and model else None
-        sampling = dict(FALLBACK_SAMPLING, **getattr(backend, "sampling", {}))
-        body = v.body
-
-        def used(name: str, default):  # null counts as absent (the SDK sends an explicit None as null)
-            return default if body.get(name) is None else body[name]
-
-        return {
-            "temperature": used("temperature", sampling["temperature"]),
-            "top_p": used("top_p", sampling["top_p"]),
-            "presence_penalty": used("presence_penalty", 0.0),
-            "frequency_penalty": used("frequency_penalty", 0.0),
-            "tool_names": v.notes.get("tool_names", {}),
-        }
+        # the values the request names until Started says what the engine decodes with (the ``sampling`` hook)
+        return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": v.notes.get("tool_names", {})}
 
     def machine(self, v, model_id, stream, server, entry=None) -> Machine:
         m = super().machine(v, model_id, stream, server, entry)
@@ -232,12 +217,7 @@ class OpenAIResponses(Protocol):
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")
         req = server.engine.apply_model(self.chat_request(v))
-        try:
-            return await self.respond(server, v, req)
-        except ApiError as exc:
-            if exc.param == "messages":  # the engine names ChatRequest's field; this wire calls it input
-                exc.param = "input"
-            raise
+        return await self.respond(server, v, req)
 
     @staticmethod
     def with_summaries(msgs: list[Message], summaries: list[str]) -> list[Message]:

@@ -43,6 +43,16 @@ def open_call(m: Machine, ev) -> None:
     _open(m, "function_call", "fc_", call_id=ev.call_id, name=name, namespace=namespace)
 
 
+def sampling(m: Machine, ev) -> None:
+    """The response object echoes the sampling values the engine decodes with (``Started.sampling``)."""
+    for name in ECHOED_SAMPLING:
+        if name in ev.sampling:
+            m.context[name] = ev.sampling[name]
+
+
+ECHOED_SAMPLING = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+
+
 def open_compaction(m: Machine, ev) -> None:
     _open(m, "compaction", "cmp_")
 
@@ -81,5 +91,5 @@ def fold_last_response(wire: list[WireEvent], body: dict) -> dict:
     raise ApiError("server_error", "the response ended without a final event")
 
 
-HOOKS = {"open_reasoning": open_reasoning, "open_message": open_message, "open_call": open_call,
+HOOKS = {"sampling": sampling, "open_reasoning": open_reasoning, "open_message": open_message, "open_call": open_call,
          "open_compaction": open_compaction, "append": append, "close": close, "finish": finish, "fail": fail}

@@ -55,6 +55,7 @@ class ProtocolSpec:
     error_envelope: dict = field(default_factory=dict)
     error_kinds: dict[str, ErrorKind] = field(default_factory=dict)
     error_by_header: dict[str, str] = field(default_factory=dict)
+    error_params: dict[str, str] = field(default_factory=dict)
     routes: list[dict] = field(default_factory=list)
     request: dict = field(default_factory=dict)
     maps: dict[str, dict] = field(default_factory=dict)
@@ -120,6 +121,7 @@ def compile_spec(raw: Any, source: str) -> ProtocolSpec:
         error_envelope=errs["envelope"],
         error_kinds={k: ErrorKind(**v) for k, v in errs["kinds"].items()},
         error_by_header=dict(errs.get("by_header") or {}),
+        error_params=dict(errs.get("params") or {}),
         routes=list(raw.get("routes") or []),
         request=raw.get("request") or {},
         maps=raw.get("maps") or {},

@@ -7,6 +7,9 @@ Rules (h11 style: a table, no I/O):
   renders its ``emit`` events in order (an event with ``when: name`` only where that context value is
   truthy), then moves to ``next`` (default: stay).
 - A state with no transitions is final: ``done`` is true, and feeding it anything raises.
+- On a ``Failed`` event, ``error`` is the failure as the spec's ``errors.kinds`` words its kind
+  (``error.type``, ``error.code``, ``error.status``, ``error.message``): an internal kind name never reaches
+  the wire.
 - ``emitted`` counts wire events so far (a template may use it as a sequence number); ``history`` holds
   them, each appended as it renders (a later event of the same transition can project earlier ones).
 - ``fold`` turns the whole wire-event list into the non-streaming object: a non-streaming answer is the
@@ -18,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 
-from ..events import TokenEvent
+from ..events import Failed, TokenEvent
 from . import template
 from .load import ProtocolSpec
 from .validate import derive_value
@@ -110,6 +113,10 @@ class Machine:
         spec = self.events[ev_name]
         ctx = dict(self.context)
         ctx.update(ev=ev, vars=self.vars, emitted=self.emitted, state=self.state)
+        if isinstance(ev, Failed):  # an error kind, as this protocol's errors.kinds table words it
+            kind = self.spec.error_kind(ev.type)
+            ctx["error"] = {"message": ev.message, "type": kind.type, "code": kind.code or kind.type,
+                            "status": kind.status}
         when = spec.get("when")
         if when and not template.lookup(ctx, when):
             return None
