@@ -42,6 +42,7 @@ PROTOCOLS = ["chat", "responses", "messages", "ollama"]
 
 
 def config(tmp_path, **kw) -> MemoryConfig:
+    kw.setdefault("consolidate", 0)  # consolidation has its own tests
     return MemoryConfig(directory=tmp_path / "memory", launch_dir=LAUNCH, user="tester", home="/home/tester",
                         barrier_delay=0.05, **kw)
 

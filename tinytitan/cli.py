@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="make every memory write durable before it is answered (default: an fsync follows shortly)")
     mem.add_argument("--memory-tool-rounds", type=int, default=4, metavar="N",
                      help="rounds of memory tool calls per request (default 4)")
+    mem.add_argument("--memory-consolidate", type=float, default=30.0, metavar="SECONDS",
+                     help="when a workspace has been quiet this long (and the server is idle), ask the model which "
+                          "facts of its conversation to keep (default 30; 0: never)")
     s.add_argument("--spec-dir", help=argparse.SUPPRESS)
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     from .memory.cli import add_parser as add_memory_parser
@@ -252,7 +255,8 @@ def open_memory(args):
         raise SystemExit("--memory-tool-rounds must be 0 or more")
     from .memory.service import Memory, MemoryConfig
 
-    config = MemoryConfig(tools=args.memory_tools, fsync=args.memory_fsync, rounds=args.memory_tool_rounds)
+    config = MemoryConfig(tools=args.memory_tools, fsync=args.memory_fsync, rounds=args.memory_tool_rounds,
+                          consolidate=max(args.memory_consolidate, 0.0))
     if args.memory_dir:
         config.directory = Path(args.memory_dir).expanduser()
     return Memory(config)

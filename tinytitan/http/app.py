@@ -20,6 +20,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
+import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
@@ -107,11 +108,22 @@ class Server:
                                     key=lambda item: -len(item[0]))
         for proto in protocols:
             proto.attach(self)
+        self._background = trio.CancelScope()
+        if getattr(engine, "background", None) is not None:  # work between requests (memory consolidation)
+            self.app.before_serving(self._start_background)
+            self.app.after_serving(self._background.cancel)
         self.app.before_request(self._guard)
         self.app.after_request(self._headers)
         self.app.register_error_handler(ApiError, self._api_error)
         self.app.register_error_handler(HTTPException, self._http_error)
         self.app.register_error_handler(Exception, self._unexpected)
+
+    async def _start_background(self) -> None:
+        async def run():
+            with self._background:
+                await self.engine.background()
+
+        self.app.nursery.start_soon(run)
 
     # -- ownership and envelopes -----------------------------------------------------------------------------
     def owner(self) -> Protocol:

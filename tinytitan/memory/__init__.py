@@ -8,6 +8,7 @@ workspace (repository) being worked on, run by the server as memory tools (``--m
 - ``tools``: the memory tool definitions and their executor.
 - ``service``: the server's journals and per-request sessions.
 - ``layer``: the engine decorator that runs memory calls and continues the generation.
+- ``consolidate``: quiet conversations' lasting facts, written by the model between requests.
 - ``cli``: ``tinytitan memory …``, to see and correct what memory holds.
 
 Without memory on, the layer is never constructed: no journal is opened, no request is touched.

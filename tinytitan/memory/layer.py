@@ -17,6 +17,8 @@ Rules:
 - A continuation that cannot be prepared (the conversation no longer fits) ends the answer as ``length``.
 - Requests without a memory session (internal requests, ``-fast``, no usable workspace) get the engine's
   session untouched.
+- A request that ends normally is reported to the consolidator (consolidate.py), which runs as the server's
+  background work (``background``).
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class MemoryEvents:
         self.first = first
         self.keepalive = keepalive
         self._gen = self._rounds()
+        self.answer: list[str] = []  # the text the client was sent, every round
 
     @property
     def prepared(self):
@@ -148,6 +151,8 @@ class MemoryEvents:
     async def _round(self, events, rnd: Round, started: bool) -> AsyncIterator[TokenEvent]:
         async for ev in events:
             for out in rnd.feed(ev):
+                if isinstance(out, TextDelta):
+                    self.answer.append(out.text)
                 if not (started and isinstance(out, Started)):
                     yield out
 
@@ -201,6 +206,16 @@ class MemoryEngine:
     def __init__(self, engine, memory: Memory):
         self.inner = engine
         self.memory = memory
+        self.consolidator = None
+        if memory.config.consolidate > 0:
+            from .consolidate import Consolidator
+
+            self.consolidator = Consolidator(engine, memory.config.consolidate, poll=min(1.0, memory.config.consolidate / 4))
+
+    async def background(self) -> None:
+        """What runs between requests for as long as the server serves: consolidation."""
+        if self.consolidator is not None:
+            await self.consolidator.run()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -223,3 +238,5 @@ class MemoryEngine:
                 yield events
             finally:
                 await events.aclose()
+            if self.consolidator is not None:
+                self.consolidator.seen(mem, req, "".join(events.answer))

@@ -35,6 +35,7 @@ class MemoryConfig:
     max_records: int = fragment.MAX_RECORDS
     max_bytes: int = fragment.MAX_BYTES
     barrier_delay: float = 1.0
+    consolidate: float = 30.0  # seconds a workspace is quiet before its conversation is consolidated; 0: never
     home: str | None = None  # None: the user's home (refused as a workspace, with its parent)
 
 

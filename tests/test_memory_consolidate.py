@@ -1,0 +1,80 @@
+"""Consolidation: a workspace whose conversation went quiet has its lasting facts written to memory by a
+tool-free request to the model, run only while the server is idle."""
+
+from __future__ import annotations
+
+import trio
+
+from responses_helpers import record_prompts
+from test_memory_layer import FACT, config, converse, memory_server
+from tinytitan.chat_request import Message, ToolCall
+from tinytitan.memory.consolidate import read_facts, render
+from tinytitan.memory.journal import Journal
+from tinytitan.memory.scope import workspace_id
+from tinytitan.memory.service import journal_path
+
+ANSWER = "Build with make -j2; the default target is slow."
+FACTS = f"build/command: {FACT}\n- `decisions/parser`: keep the hand-written parser\n../etc: not a key\n"
+
+
+def the_repo(cfg) -> Journal:
+    scope = type("S", (), {"parts": ("tinytitan", "tester", workspace_id("/src/the-repo"))})()
+    return Journal.open(journal_path(cfg.directory, scope))
+
+
+async def wait_for_passes(s, n: int) -> None:
+    with trio.fail_after(20):
+        while s.engine.consolidator.passes < n:
+            await trio.sleep(0.02)
+
+
+async def test_a_quiet_conversation_is_consolidated_once(tmp_path, demo_tok):
+    cfg = config(tmp_path, consolidate=0.2)
+    j = the_repo(cfg)
+    j.set("build/command", "make", importance=5)
+    created = j.get("build/command").created
+    j.close()
+    async with memory_server(demo_tok, [ANSWER, FACTS], cfg) as s:
+        prompts = record_prompts(s)
+        out = await converse(s, "chat", stream=False)
+        await wait_for_passes(s, 1)
+        await trio.sleep(0.5)
+        assert s.engine.consolidator.passes == 1  # once, until the workspace is active again
+        (j,) = [j for j in s.engine.memory.journals.values() if j.workspace_path == "/src/the-repo"]
+        rec = j.get("build/command")
+        # a fact that updates a key reuses it: creation time and importance kept
+        assert (rec.value, rec.created, rec.importance, rec.tags) == (FACT, created, 5, ("consolidated",))
+        assert j.get("decisions/parser").value == "keep the hand-written parser"
+        assert sorted(j.records) == ["build/command", "decisions/parser"]
+    assert out["text"] == ANSWER and len(prompts) == 2
+    asked = prompts[1]
+    assert not asked.req.tools and asked.req.tool_choice == "none" and not asked.req.memory
+    assert "Existing memory keys:\n- build/command: make" in asked.prompt_text
+    assert "[user] How do I build this?" in asked.prompt_text and f"[assistant] {ANSWER}" in asked.prompt_text
+    assert "Working directory" not in asked.prompt_text  # system prompts are left out
+
+
+async def test_a_client_request_puts_the_pass_off(tmp_path, demo_tok):
+    cfg = config(tmp_path, consolidate=0.2)
+    script = [ANSWER, {"output": "build/command: from the pass that was cut short", "delay_ms": 100},
+              "Second answer.", FACTS]
+    async with memory_server(demo_tok, script, cfg) as s:
+        await converse(s, "chat", stream=False)
+        with trio.fail_after(20):
+            while s.engine.inner.running == 0:  # the pass is decoding
+                await trio.sleep(0.01)
+        second = await converse(s, "messages", stream=False)
+        await wait_for_passes(s, 1)
+        (j,) = [j for j in s.engine.memory.journals.values() if j.workspace_path == "/src/the-repo"]
+        assert j.get("build/command").value == FACT  # only the second pass wrote
+    assert second["text"] == "Second answer."
+
+
+def test_reading_the_answer_and_rendering_the_transcript():
+    assert read_facts("NONE") == []
+    assert read_facts("* a/b: one\n  `c`: two: three\nnot a fact line\n") == [("a/b", "one"), ("c", "two: three")]
+    text = render((Message("system", "long scaffolding"), Message("user", "hi"),
+                   Message("assistant", "", (ToolCall("1", "grep", '{"q": "x"}'),)),
+                   Message("tool", "found", tool_call_id="1", name="grep")), limit=1000)
+    assert text == '[user] hi\n[assistant calls grep] {"q": "x"}\n[tool result grep] found'
+    assert render((Message("user", "x" * 50),), limit=10) == "…" + "x" * 10

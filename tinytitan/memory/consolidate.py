@@ -1,0 +1,173 @@
+"""Consolidation: when a workspace's conversation goes quiet, the model is asked which of its facts must not be
+contradicted later, and they are written to memory under addressed keys.
+
+Rules:
+- Each request with memory marks its workspace active and keeps its conversation (the messages as the client
+  sent them, plus the answer) as that workspace's latest transcript.
+- A workspace quiet for ``quiet`` seconds is consolidated once (until it is active again), and only while the
+  server is idle: no request decoding or waiting. A request that arrives meanwhile cancels the pass (clients
+  come first); the workspace is tried again once quiet.
+- The pass is one tool-free request (temperature 0, memory off for it): an instruction, the existing keys with
+  their summaries (a fact that updates one reuses its key), and the newest part of the transcript. The answer is
+  read as ``key: fact`` lines (at most ``MAX_FACTS``); a line whose key does not parse is skipped. Each fact is a
+  ``memory_set`` tagged ``consolidated``: a key it reuses keeps its creation time and importance.
+- It never fails anything: an error is logged (sizes, never contents) and the workspace waits for new activity.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+import trio
+
+from ..chat_request import ChatRequest, Message
+from ..events import Failed, TextDelta
+from .journal import WriteFailed
+from .keys import Refused
+from .service import MemorySession
+
+log = logging.getLogger("tinytitan.memory")
+
+QUIET = 30.0
+MAX_FACTS = 20
+TRANSCRIPT_CHARS = 16000
+KNOWN_KEYS = 60
+MAX_TOKENS = 768
+
+INSTRUCTION = """You keep a coding agent's long-term memory for one workspace. From the conversation below,
+write down the facts that must not be contradicted later: decisions and their reasons, approaches that were
+tried and failed, how to build and test, constraints the user stated. Leave out anything temporary, anything
+the code or its history already says, and secrets. When a fact updates one of the existing keys, reuse that
+key. Answer with one fact per line, as `key: fact`, with a path-like key (for example `build/command`).
+Answer NONE when nothing is worth keeping."""
+
+_FACT = re.compile(r"^\s*(?:[-*]\s*)?`?([^\s:`]+)`?\s*:\s*(\S.*?)\s*$")
+
+
+@dataclass
+class Activity:
+    session: MemorySession
+    model: str
+    transcript: tuple[Message, ...] = ()
+    last: float = field(default_factory=trio.current_time)
+
+
+def render(messages: tuple[Message, ...], limit: int = TRANSCRIPT_CHARS) -> str:
+    """The conversation as text, system prompts left out, newest part kept when it is too long."""
+    lines = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            lines.append(f"[tool result {m.name or ''}] {m.content[:500]}")
+            continue
+        if m.content:
+            lines.append(f"[{m.role}] {m.content}")
+        for call in m.tool_calls:
+            lines.append(f"[{m.role} calls {call.name}] {call.arguments[:500]}")
+    text = "\n".join(lines)
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def read_facts(text: str) -> list[tuple[str, str]]:
+    facts = []
+    for line in text.splitlines():
+        found = _FACT.match(line)
+        if found and found.group(1).upper() != "NONE":
+            facts.append((found.group(1), found.group(2)))
+    return facts[:MAX_FACTS]
+
+
+class Consolidator:
+    def __init__(self, engine, quiet: float = QUIET, poll: float = 1.0):
+        """``engine``: the undecorated engine (its sessions, its queue counts)."""
+        self.engine = engine
+        self.quiet = quiet
+        self.poll = poll
+        self.active: dict[tuple[str, str, str], Activity] = {}
+        self.passes = 0  # consolidation passes that wrote (for tests and the log)
+
+    def seen(self, session: MemorySession, req: ChatRequest, answer: str) -> None:
+        transcript = req.messages + ((Message("assistant", answer),) if answer else ())
+        self.active[session.scope.parts] = Activity(session, req.model, transcript)
+
+    @property
+    def idle(self) -> bool:
+        return self.engine.running == 0 and self.engine.waiting == 0
+
+    async def run(self) -> None:
+        """Forever: consolidate each workspace that has gone quiet, while the server is idle."""
+        while True:
+            await trio.sleep(self.poll)
+            now = trio.current_time()
+            for parts, act in list(self.active.items()):
+                if now - act.last < self.quiet or not self.idle:
+                    continue
+                if self.active.get(parts) is act:
+                    del self.active[parts]
+                if not await self._pass_unless_busy(act) and parts not in self.active:
+                    act.last = trio.current_time()
+                    self.active[parts] = act  # cut short by a client: again, once quiet
+
+    async def _pass_unless_busy(self, act: Activity) -> bool:
+        """The pass, cancelled as soon as a client request waits; False when it was."""
+        async with trio.open_nursery() as nursery:
+            done = []
+
+            async def watch():
+                # another request waits: while this pass decodes, any waiting one; before it has the slot, its
+                # own place counts among the waiting
+                while self.engine.waiting <= (0 if self.engine.running else 1):
+                    await trio.sleep(0.05)
+                log.info("memory consolidation: a request arrived; the pass is put off")
+                nursery.cancel_scope.cancel()
+
+            async def work():
+                await self.consolidate(act)
+                done.append(True)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            nursery.start_soon(work)
+        return bool(done)
+
+    async def consolidate(self, act: Activity) -> int:
+        journal = act.session.journal
+        known = "\n".join(f"- {r.key}: {r.summary}" for r in journal.ranked()[:KNOWN_KEYS]) or "(none)"
+        transcript = render(act.transcript)
+        if not transcript.strip():
+            return 0
+        req = ChatRequest(model=act.model, messages=(
+            Message("system", INSTRUCTION),
+            Message("user", f"Existing memory keys:\n{known}\n\nConversation:\n{transcript}")),
+            tool_choice="none", temperature=0.0, max_tokens=MAX_TOKENS, reasoning="none", memory=False)
+        text = []
+        try:
+            async with self.engine.session(req) as events:
+                async for ev in events:
+                    if isinstance(ev, TextDelta):
+                        text.append(ev.text)
+                    elif isinstance(ev, Failed):
+                        log.warning("memory consolidation failed: %s", ev.type)
+                        return 0
+        except Exception as exc:  # memory never fails anything
+            log.warning("memory consolidation could not run: %s", type(exc).__name__)
+            return 0
+        written = 0
+        for key, value in read_facts("".join(text)):
+            try:
+                old = journal.records.get(key)
+                tags = sorted(set(old.tags if old else ()) | {"consolidated"})
+                journal.set(key, value, tags=tags)
+                written += 1
+            except Refused:
+                log.info("memory consolidation: a fact with an unusable key (%d chars) skipped", len(key))
+            except WriteFailed as exc:
+                log.error("memory consolidation: not saved (%s)", exc.strerror or exc)
+                break
+        self.passes += 1
+        log.info("memory consolidation of %s: %d facts written from a %d-character transcript", act.session.scope,
+                 written, len(transcript))
+        return written
