@@ -86,10 +86,28 @@ class KeepAlive:
 
 
 @dataclass(frozen=True)
+class Timing:
+    """Where a turn's time went, as only the engine can see it (seconds; None where a step did not apply).
+    ``prefill_s`` runs from the start of decoding to the first generated token (the uncached prompt read
+    and the first sample), ``decode_s`` from there to the end."""
+
+    admission_wait_s: float | None = None  # waiting in the queue for the decode slot
+    load_s: float | None = None  # making the model resident (a catalog switch, a lazy first load)
+    render_s: float | None = None  # the chat template
+    tokenize_s: float | None = None
+    prefill_s: float | None = None
+    prefill_tokens: int = 0  # the prompt tokens actually read (not served from the prompt cache)
+    decode_s: float | None = None
+    decode_tokens: int = 0
+    grammar_mask_s: float | None = None  # time spent masking logits for an output grammar, where one applies
+
+
+@dataclass(frozen=True)
 class Finished:
     reason: str
     usage: Usage = field(default_factory=Usage)
     stop_sequence: str | None = None
+    timing: Timing | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ turns true (within a token).
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -19,6 +20,7 @@ from ..chat_request import ChatRequest
 from ..errors import invalid
 from .decode_loop import DecodeLoop
 from .families import Family, detect, template_source
+from .raw import VerbatimParser
 from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
@@ -44,6 +46,8 @@ class Prepared:
     namespaces: dict[str, str] = field(default_factory=dict)
     prompt_text: str = ""
     tool_schemas: dict[str, dict] = field(default_factory=dict)  # name -> parameters schema
+    render_s: float | None = None  # time spent rendering the template, and tokenizing what it wrote
+    tokenize_s: float | None = None
     grammar: CompiledGrammar | None = None  # the output format the sampler is masked with
     sampling: dict = field(default_factory=dict)  # the values this generation samples with (see sampling_for)
 
@@ -73,6 +77,8 @@ class Backend(ABC):
 
     def parser(self, prepared: "Prepared"):
         req = prepared.req
+        if req.prompt is not None:  # a raw prompt: the model's text as written, markers and all
+            return VerbatimParser()
         calls = bool(req.tools) and req.tool_choice != "none" and req.grammar is None
         return self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls)
 
@@ -116,11 +122,18 @@ class Backend(ABC):
         """The rendered prompt and its tokens. A template that refuses the conversation (Jinja's
         ``raise_exception``: roles out of order, an unsupported turn) is the client's 400, not a crash.
         A raw prompt (``req.prompt``) skips the template."""
+        text, tokens, _ = self.timed_encode(req)
+        return text, tokens
+
+    def timed_encode(self, req: ChatRequest) -> tuple[str, list[int], tuple[float, float]]:
+        """``encode``, and the seconds spent rendering and tokenizing."""
         import jinja2
 
+        t0 = time.perf_counter()
         if req.prompt is not None:
             text = self.raw_text(req)
-            return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+            t1 = time.perf_counter()
+            return text, list(self.tokenizer.encode(text, add_special_tokens=False)), (t1 - t0, time.perf_counter() - t1)
         try:
             text = self.render(req)
         except jinja2.TemplateError as exc:
@@ -137,7 +150,9 @@ class Backend(ABC):
             raise invalid(f"The model's chat template failed with the template variables sent "
                           f"({', '.join(sorted(req.template_kwargs))}): {type(exc).__name__}: {exc}",
                           param="chat_template_kwargs", code="template_error") from None
-        return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+        t1 = time.perf_counter()
+        tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+        return text, tokens, (t1 - t0, time.perf_counter() - t1)
 
     def structured(self, req: ChatRequest) -> ChatRequest:
         """A request with an output format decodes with reasoning off: a thought would have to be part of
@@ -168,7 +183,7 @@ class Backend(ABC):
         compiled = None
         if req.grammar is not None and self.tokenizer is not None:
             compiled = compile_grammar(req.grammar, self.tokenizer, getattr(self, "vocab_size", None))
-        text, tokens = self.encode(req)
+        text, tokens, (render_s, tokenize_s) = self.timed_encode(req)
         room = self.context_window - len(tokens)
         if room < 1:
             raise invalid(f"The prompt is {len(tokens)} tokens, which does not fit the model's context window "
@@ -178,8 +193,8 @@ class Backend(ABC):
         start_in_reasoning = self.family.starts_in_reasoning(text)
         namespaces = {t.name: t.namespace for t in req.tools if t.namespace}
         schemas = {t.name: t.parameters for t in req.tools}
-        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, compiled,
-                        self.sampling_for(req))
+        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,
+                        tokenize_s=tokenize_s, grammar=compiled, sampling=self.sampling_for(req))
 
     def count_tokens(self, req: ChatRequest) -> int:
         """The prompt's length as ``prepare`` renders it (a prompt too long to run is still counted)."""
@@ -189,8 +204,23 @@ class Backend(ABC):
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
         ...
 
+    def model_card(self) -> dict:
+        """The model card: context window, output cap and what the model can do, read from its config and its
+        chat template. The output cap is the context window: the server caps an answer only by the room
+        the prompt leaves. Structured output needs the tokenizer (the grammar masks are built over it)."""
+        src = template_source(self.tokenizer)
+        markup = self.family.markup if self.tokenizer is not None else None
+        reasoning = self.template_reasoning
+        thinks = bool(reasoning.binary or reasoning.ladder) or (self.tokenizer is not None and self.family.harmony) \
+            or bool(markup and markup.think_open and markup.think_open in src)
+        return {"context_window": self.context_window, "max_output_tokens": self.context_window,
+                "capabilities": {"tools": "tools" in src, "reasoning": thinks,
+                                 "reasoning_levels": list(reasoning.ladder) or (["off", "on"] if reasoning.binary
+                                                                                 else []),
+                                 "structured_output": self.tokenizer is not None}}
+
     def describe(self) -> dict:
-        return {"id": self.model_id, "context_window": self.context_window}
+        return {"id": self.model_id, **self.model_card()}
 
     def card(self) -> dict:
         """What a client may want to show about the model: its family, chat template and capabilities."""

@@ -8,9 +8,10 @@ stopped. Channel parsing, stop strings, usage and the finish reason are decided 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Callable
 
-from ..events import Finished, Started, TextDelta, TokenEvent, ToolCallDone, Usage
+from ..events import Finished, Started, TextDelta, Timing, TokenEvent, ToolCallDone, Usage
 from .output_parser import REASONING, OutputParser
 
 Emit = Callable[[TokenEvent], None]
@@ -47,8 +48,11 @@ class StopMatcher:
 
 
 class DecodeLoop:
-    def __init__(self, parser: OutputParser, stops: tuple[str, ...], emit: Emit, sampling: dict | None = None):
-        """``sampling``: the values the decoder samples with, reported on ``Started``."""
+    def __init__(self, parser: OutputParser, stops: tuple[str, ...], emit: Emit, sampling: dict | None = None,
+                 before: Timing | None = None):
+        """``sampling``: the values the decoder samples with, reported on ``Started``. ``before``: the timing of
+        what happened before decoding (queue, load, template), completed here with prefill and decode and
+        sent on ``Finished``."""
         self.parser = parser
         self.stop = StopMatcher(stops)
         self.emit = emit
@@ -58,13 +62,20 @@ class DecodeLoop:
         self.completion_tokens = 0
         self.reasoning_tokens = 0
         self.finished = False
+        self.before = before or Timing()
+        self.grammar_mask_s: float | None = None  # a backend that masks logits for a grammar adds its time here
+        self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
+        self.first_token_at: float | None = None
 
     def start(self, prompt_tokens: int, cached_tokens: int = 0) -> None:
         self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
+        self.started_at = time.perf_counter()
         self.emit(Started(prompt_tokens, cached_tokens, self.sampling))
 
     def token(self, text: str) -> bool:
         """One generated token; False once a stop string has matched (stop decoding)."""
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
         self.completion_tokens += 1
         events, channel = self.parser.feed(text)
         if channel == REASONING:
@@ -97,7 +108,17 @@ class DecodeLoop:
             reason = "stop"
         usage = Usage(self.prompt_tokens, self.cached_tokens, self.completion_tokens, self.reasoning_tokens)
         self.finished = True
-        self.emit(Finished(reason, usage, self.stop.matched))
+        self.emit(Finished(reason, usage, self.stop.matched, self.timing()))
+
+    def timing(self) -> Timing:
+        """What happened before decoding (``before``), then prefill and decode as this loop saw them."""
+        now = time.perf_counter()
+        start = self.started_at if self.started_at is not None else now
+        first = self.first_token_at if self.first_token_at is not None else now
+        return dataclasses.replace(self.before, prefill_s=first - start,
+                                   prefill_tokens=self.prompt_tokens - self.cached_tokens, decode_s=now - first,
+                                   decode_tokens=max(self.completion_tokens - 1, 0),
+                                   grammar_mask_s=self.grammar_mask_s)
 
     def _send(self, events: list[TokenEvent]) -> None:
         for ev in events:

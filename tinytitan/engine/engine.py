@@ -24,7 +24,7 @@ import trio
 
 from ..chat_request import ChatRequest
 from ..errors import ApiError
-from ..events import Failed
+from ..events import Failed, Timing
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
 from .model_thread import ModelThread, shared_model_thread
@@ -48,6 +48,7 @@ class Engine:
         self.max_queue = max_queue
         self.admission = Admission(1, max_queue)
         self.started_at = time.time()
+        self.load_seconds: dict[str, float] = {}  # model id -> how long its last load took
         self.model_thread = model_thread or shared_model_thread()
 
     # -- names ---------------------------------------------------------------------------------------------
@@ -132,8 +133,13 @@ class Engine:
 
         def work() -> None:
             try:
-                self._make_resident(backend)
-                loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit, prepared.sampling)
+                started = time.perf_counter()
+                loaded = self._make_resident(backend)
+                before = Timing(admission_wait_s=box.admission_wait_s, render_s=prepared.render_s,
+                                tokenize_s=prepared.tokenize_s,
+                                load_s=time.perf_counter() - started if loaded else None)
+                loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit, prepared.sampling,
+                                  before)
             except BaseException as exc:
                 box.close(exc)  # the thread lets go of the session: the consumer raises this
                 return
@@ -149,17 +155,20 @@ class Engine:
 
         self.model_thread.start_soon(work, lambda _outcome: None)
 
-    def _make_resident(self, backend: Backend) -> None:
+    def _make_resident(self, backend: Backend) -> bool:
         """On the model thread, with no other generation in flight: unload the resident model if another is
-        named, load the named one."""
+        named, load the named one. True when it loaded."""
         if self.resident == backend.model_id and backend.loaded:
-            return
+            return False
         if self.resident and self.resident != backend.model_id:
             log.info("switching models: unloading %s for %s", self.resident, backend.model_id)
             self.backends[self.resident].unload()
         self.resident = None
+        started = time.perf_counter()
         backend.ensure_loaded()
+        self.load_seconds[backend.model_id] = time.perf_counter() - started
         self.resident = backend.model_id
+        return True
 
     def models(self) -> list[dict]:
         return [dict(b.describe(), loaded=b.loaded and self.resident == b.model_id) for b in self.backends.values()]

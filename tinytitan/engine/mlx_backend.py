@@ -7,14 +7,17 @@ where it has one.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Callable
 
 from .backend import FALLBACK_SAMPLING, Backend, Prepared
 from .decode_loop import DecodeLoop
 from .prompt_cache import PromptCache
+from .raw import IncrementalText
 
 DEFAULT_PROMPT_CACHE_MIB = 2048
 
@@ -31,6 +34,15 @@ def read_json(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def _timed(mask, loop: DecodeLoop, tokens, logits):
+    """A grammar mask, its time added to the generation's ``grammar_mask_s``."""
+    started = time.perf_counter()
+    try:
+        return mask(tokens, logits)
+    finally:
+        loop.grammar_mask_s += time.perf_counter() - started
 
 
 class _Stopped(Exception):
@@ -66,6 +78,7 @@ class MLXBackend(Backend):
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
         log.info("%s: %s model family", self.model_id, self.family.name)
         self.model = None
+        self.load_seconds: float | None = None  # how long the last load took
         if not lazy:
             self.ensure_loaded()
 
@@ -92,7 +105,8 @@ class MLXBackend(Backend):
         )
         mask = prepared.logits_processor()
         if mask is not None:  # last: it sees the penalised logits, and nothing after it can revive a token
-            processors.append(mask)
+            loop.grammar_mask_s = 0.0
+            processors.append(functools.partial(_timed, mask, loop))
         if req.seed is not None:
             mx.random.seed(int(req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
         from mlx_lm.models.cache import make_prompt_cache
@@ -104,6 +118,7 @@ class MLXBackend(Backend):
         loop.start(len(prepared.tokens), cached)
         generated: list[int] = []
         hit_length = False
+        raw = IncrementalText(self.tokenizer, prepared.tokens) if req.prompt is not None else None
 
         def prefill_progress(done: int, total: int) -> None:
             if should_stop():  # the client left while its prompt is read: stop after this chunk
@@ -118,10 +133,10 @@ class MLXBackend(Backend):
                 if should_stop():
                     return
                 if resp.finish_reason == "stop":  # the end-of-turn token: not content
-                    if resp.text:
+                    if resp.text and raw is None:
                         loop.parser_text(resp.text)
                     break
-                if not loop.token(resp.text):
+                if not loop.token(raw.add(resp.token) if raw else resp.text):
                     break
                 if resp.finish_reason == "length":
                     hit_length = True
@@ -131,6 +146,8 @@ class MLXBackend(Backend):
             # whatever the cache now holds (the prompt read so far, the tokens fed back) is kept for the next
             # request: a prompt whose client left half-way is half-read already when it comes again
             self.prompt_cache.store(list(prepared.tokens) + generated, kv)
+        if raw is not None and loop.stop.matched is None:
+            loop.parser_text(raw.flush())
         loop.end(hit_length)
 
     def _stream_kwargs(self) -> dict:
@@ -163,7 +180,8 @@ class MLXBackend(Backend):
                 mx.eval(params[i:i + step])
                 log.info("loading %s: %d%%", self.model_id, min(100, (i + step) * 100 // len(params)))
             self.model = model
-            log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, time.perf_counter() - t0,
+            self.load_seconds = time.perf_counter() - t0
+            log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, self.load_seconds,
                      self.context_window)
         return self.model
 
@@ -181,6 +199,6 @@ class MLXBackend(Backend):
         return had
 
     def describe(self) -> dict:
-        return {"id": self.model_id, "context_window": self.context_window, "path": str(self.path),
+        return {"id": self.model_id, **self.model_card(), "path": str(self.path),
                 "device": self.device or "default",
                 "loaded": self.model is not None, "prompt_cache": self.prompt_cache.stats()}

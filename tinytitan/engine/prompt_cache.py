@@ -77,6 +77,7 @@ class PromptCache:
         self._next = 0
         self._lock = threading.Lock()
         self.hits = 0
+        self.misses = 0  # fetches that found no reusable prefix
         self.reused_tokens = 0
 
     @property
@@ -98,6 +99,7 @@ class PromptCache:
                     best_key, best_n = key, n
             best_n = min(best_n, len(p) - 1)
             if best_key is None or best_n <= 0:
+                self.misses += 1
                 return None, 0
             e = self.entries[best_key]
             whole = best_n == len(e.tokens)
@@ -109,6 +111,7 @@ class PromptCache:
                 payload = e.payload
             else:
                 if not kv_trimmable(e.payload):
+                    self.misses += 1
                     return None, 0
                 payload = copy.deepcopy(e.payload)
                 self.entries.move_to_end(best_key)
@@ -153,4 +156,4 @@ class PromptCache:
         lock, like every change."""
         with self._lock:
             return {"entries": len(self.entries), "bytes": self._nbytes(), "max_bytes": self.max_bytes,
-                    "hits": self.hits, "reused_tokens": self.reused_tokens}
+                    "hits": self.hits, "misses": self.misses, "reused_tokens": self.reused_tokens}

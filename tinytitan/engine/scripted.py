@@ -21,6 +21,7 @@ import yaml
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
 from .prompt_cache import PromptCache
+from .raw import IncrementalText
 
 
 class BackendFailure(RuntimeError):
@@ -86,6 +87,7 @@ class ScriptedBackend(Backend):
             self.prompt_cache.store(list(prepared.tokens) + ids[: prepared.max_tokens], None)
         detok = self.tokenizer.detokenizer
         detok.reset()
+        raw = IncrementalText(self.tokenizer, prepared.tokens) if prepared.req.prompt is not None else None
         hit_length = False
         for n, tok in enumerate(ids):
             if should_stop():
@@ -99,11 +101,12 @@ class ScriptedBackend(Backend):
                     return
             detok.add_token(tok)
             self.tokens_decoded += 1
-            if not loop.token(detok.last_segment):
+            if not loop.token(raw.add(tok) if raw else detok.last_segment):
                 break
         detok.finalize()
-        if detok.last_segment and loop.stop.matched is None:
-            loop.parser_text(detok.last_segment)
+        rest = raw.flush() if raw else detok.last_segment
+        if rest and loop.stop.matched is None:
+            loop.parser_text(rest)
         if entry.error:
             raise BackendFailure(entry.error)
         loop.end(hit_length)

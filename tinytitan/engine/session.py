@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import math
 import threading
+import time
 from typing import TYPE_CHECKING, Callable
 
 import trio
@@ -77,14 +78,19 @@ class Place:
         admission.waiting += 1
         self.running = False
         self.given_back = False
+        self.asked_at: float | None = None  # when the session first waited for a slot
+        self.waited_s: float | None = None  # how long it waited (the admission wait of its timing)
 
     async def wait(self, timeout: float) -> bool:
         """Wait for a decode slot; False when ``timeout`` passed first (the place keeps waiting)."""
+        if self.asked_at is None:
+            self.asked_at = time.perf_counter()
         with trio.move_on_after(timeout):
             await self.admission.slots.acquire()
             self.admission.waiting -= 1
             self.admission.running += 1
             self.running = True
+            self.waited_s = time.perf_counter() - self.asked_at
         return self.running
 
     def give_back(self) -> None:
@@ -111,6 +117,7 @@ class Mailbox:
         self.closed = False
         self.error: BaseException | None = None  # a failure before decoding began (the model would not load)
         self.finished = trio.Event()
+        self.admission_wait_s: float | None = None  # how long the session waited for its slot
 
     # model thread
     def emit(self, ev: TokenEvent) -> None:
@@ -198,6 +205,7 @@ class Session:
             if not await self._place.wait(timeout):
                 return self._idle()
             self._box = Mailbox(trio.lowlevel.current_trio_token(), self._place.give_back)
+            self._box.admission_wait_s = self._place.waited_s
             self._start(self._box)
             self._quiet = 0.0
             return

@@ -28,6 +28,7 @@ from werkzeug.exceptions import HTTPException
 
 from ..engine.engine import Engine
 from ..errors import ApiError
+from ..observe.observer import Observer
 from ..protocols.base import Protocol
 from ..speclang import template
 
@@ -61,7 +62,17 @@ class _Connection(TrioASGIHTTPConnection):
 
 
 class _App(QuartTrio):
+    """quart-trio, with each HTTP request observed (``tinytitan.observe``: its record, log line and metrics)
+    from its arrival to the last byte of its response, or the client's hang-up."""
+
     asgi_http_class = _Connection
+    observer: "Observer"
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await super().__call__(scope, receive, send)
+        with self.observer.request(scope, send) as send:  # its tasks start in a copy of this context
+            await super().__call__(scope, receive, send)
 
 
 HTTP_KINDS = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_request"}
@@ -91,6 +102,7 @@ class Server:
         self.shared = self.protocols["shared"]
         self.allowed = {h.lower() for h in self.config.allowed_hosts}
         self.app = _App("tinytitan")
+        self.observer = self.app.observer = Observer(engine, self.app)
         self.app.config.update(MAX_CONTENT_LENGTH=self.config.max_body_bytes, RESPONSE_TIMEOUT=None,
                                BODY_TIMEOUT=None, PROVIDE_AUTOMATIC_OPTIONS=False)
         self._path_owner: dict[str, Protocol] = {}
@@ -211,6 +223,10 @@ class Server:
         if stack is None:
             raise RuntimeError("Server.hold outside an HTTP request: run it inside request_scope()")
         return await stack.enter_async_context(context)
+
+    @staticmethod
+    def text_response(body: bytes | str, content_type: str, status: int = 200) -> Response:
+        return Response(body, status=status, content_type=content_type)
 
     @staticmethod
     def sse_response(body: AsyncIterator[bytes], content_type: str = "text/event-stream; charset=utf-8") -> Response:

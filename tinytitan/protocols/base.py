@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Callable
 from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed, TokenEvent
+from ..observe.turn import watch
 from ..speclang import ProtocolSpec, load_protocol
 from ..speclang import template
 from ..speclang.machine import Machine, WireEvent, pump
@@ -131,12 +132,12 @@ class Protocol:
         stream = bool(v.body.get(self.stream_field))
         machine = self.machine(v, req.model, stream, server)
         if stream:
-            events = await server.hold(server.engine.session(req, keepalive))
+            events = watch(await server.hold(server.engine.session(req, keepalive)), req, stream)
             machine.context.setdefault("prompt_tokens", events.prompt_tokens)  # known before the first event
             return await self.answer(server, v, machine, events)
-        async with server.engine.session(req, keepalive) as events:
-            machine.context.setdefault("prompt_tokens", events.prompt_tokens)
-            return await self.answer(server, v, machine, events)
+        async with server.engine.session(req, keepalive) as session:
+            machine.context.setdefault("prompt_tokens", session.prompt_tokens)
+            return await self.answer(server, v, machine, watch(session, req, stream))
 
     async def answer(self, server: "Server", v: Validated, machine: Machine,
                      events: AsyncIterable[TokenEvent]) -> Any:

@@ -8,10 +8,12 @@ from .anthropic_messages import AnthropicMessages
 from .base import Protocol
 from .ollama import Ollama
 from .openai_chat import OpenAIChat
+from .openai_completions import OpenAICompletions
 from .openai_responses import OpenAIResponses
 from .shared import Shared
 
-PROTOCOLS: list[type[Protocol]] = [Shared, OpenAIChat, OpenAIResponses, AnthropicMessages, Ollama]
+PROTOCOLS: list[type[Protocol]] = [Shared, OpenAIChat, OpenAIResponses, AnthropicMessages, Ollama,
+                                   OpenAICompletions]
 
 
 def all_protocols(spec_directory: Path | None = None) -> list[Protocol]:

@@ -11,12 +11,32 @@ if TYPE_CHECKING:
     from ..http.app import Server
 
 
+def anthropic_capabilities(card: dict) -> dict:
+    """A model card's capabilities in the shape of Anthropic's Models API: what the Messages route does
+    with this model (images, documents, server tools and structured output are refused by name there)."""
+    def yes(flag: bool) -> dict:
+        return {"supported": bool(flag)}
+
+    thinks = card["reasoning"]
+    return {
+        "batch": yes(False), "citations": yes(False), "code_execution": yes(False), "image_input": yes(False),
+        "pdf_input": yes(False),
+        "context_management": {"supported": False},
+        "effort": {"supported": thinks, **{lvl: yes(thinks) for lvl in ("low", "medium", "high", "max")}},
+        "server_tools": {"supported": False, "code_execution": yes(False), "web_search": yes(False)},
+        "structured_outputs": yes(card["structured_output"]),
+        "thinking": {"supported": thinks, "types": {"adaptive": yes(thinks), "enabled": yes(thinks),
+                                                     "disabled": yes(True), "between_tools": yes(thinks)}},
+    }
+
+
 class Shared(Protocol):
     name = "shared"
 
     def handlers(self):
         return {"health": self.health, "root": self.root, "list_models": self.list_models,
-                "get_model": self.get_model, "unload_model": self.unload_model}
+                "get_model": self.get_model, "unload_model": self.unload_model, "metrics": self.metrics,
+                "profile": self.profile}
 
     async def health(self, server: "Server", request):
         return server.json_response(server.engine.health())
@@ -31,10 +51,14 @@ class Shared(Protocol):
     def _entry(self, server: "Server", info: dict, anthropic: bool) -> dict:
         created = int(info.get("created") or server.engine.started_at)
         if anthropic:
-            return {"type": "model", "id": info["id"], "display_name": info.get("display_name", info["id"]),
-                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))}
+            entry = {"type": "model", "id": info["id"], "display_name": info.get("display_name", info["id"]),
+                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))}
+            if "context_window" in info:
+                entry.update(max_input_tokens=info["context_window"], max_tokens=info["max_output_tokens"],
+                             capabilities=anthropic_capabilities(info["capabilities"]))
+            return entry
         entry = {"id": info["id"], "object": "model", "created": created, "owned_by": "tinytitan"}
-        for k in ("context_window", "loaded", "device"):
+        for k in ("context_window", "max_output_tokens", "capabilities", "loaded", "device"):
             if k in info:
                 entry[k] = info[k]
         return entry
@@ -60,3 +84,11 @@ class Shared(Protocol):
             server.engine.model_info(name)  # unknown → 404
         unloaded = await server.engine.unload(name)
         return server.json_response({"unloaded": unloaded, "model": name or server.engine.model_id})
+
+    async def metrics(self, server: "Server", request):
+        metrics = server.observer.metrics
+        return server.text_response(metrics.exposition(), metrics.content_type)
+
+    async def profile(self, server: "Server", request):
+        return server.json_response({"object": "list", "window": server.observer.window.maxlen,
+                                     "data": server.observer.profile()})

@@ -1,0 +1,159 @@
+"""Legacy OpenAI Completions (/v1/completions) end to end, with the openai SDK: a raw prompt continued
+without the chat template, stream and not, echo, stop, usage, fill-in-the-middle through a tokenizer's FIM
+tokens, and the refusals by name."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from openai.types import Completion
+
+from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry, demo_tokenizer
+
+MODEL = "tinytitan-scripted"
+FIM = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+
+
+def client(s) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+
+
+class Recording(ScriptedBackend):
+    """The scripted backend, keeping the prompt text each request was rendered to."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prompts: list[str] = []
+
+    def decode(self, prepared, loop, should_stop):
+        self.prompts.append(prepared.prompt_text)
+        super().decode(prepared, loop, should_stop)
+
+
+async def test_a_raw_prompt_is_continued_without_the_chat_template(serve, demo_tok):
+    backend = Recording([ScriptEntry(" return a + b\n")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    prompt = "def add(a, b):\n"
+    r = await client(s).completions.create(model=MODEL, prompt=prompt, max_tokens=50, temperature=0.2, seed=7)
+    Completion.model_validate(r.model_dump())
+    assert r.object == "text_completion" and r.id.startswith("cmpl-") and r.model == MODEL
+    (choice,) = r.choices
+    assert choice.text == " return a + b\n" and choice.finish_reason == "stop" and choice.index == 0
+    assert backend.prompts == [prompt]  # no chat template around it
+    assert r.usage.prompt_tokens == len(demo_tok.encode(prompt, add_special_tokens=False))
+    assert r.usage.completion_tokens == len(demo_tok.encode(" return a + b\n", add_special_tokens=False))
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+async def test_stream_with_usage_matches_non_stream(serve):
+    s = await serve(["<think>markers stay text</think> and more"])
+    c = client(s)
+    folded = await c.completions.create(model=MODEL, prompt=["Once upon a time"], max_tokens=100)
+    stream = await c.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=100, stream=True,
+                                        stream_options={"include_usage": True})
+    text, finish, usage, seen = "", None, None, set()
+    async for chunk in stream:
+        # (the SDK's type says finish_reason is never null; OpenAI's own streams send null until the end)
+        assert chunk.object == "text_completion" and chunk.id == chunks_id(chunk, seen)
+        if chunk.usage:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            text += ch.text
+            finish = ch.finish_reason or finish
+    assert text == folded.choices[0].text == "<think>markers stay text</think> and more"
+    assert finish == folded.choices[0].finish_reason == "stop"
+    assert usage.prompt_tokens == folded.usage.prompt_tokens
+    assert usage.completion_tokens == folded.usage.completion_tokens
+    assert usage.completion_tokens_details.reasoning_tokens == 0  # a raw completion has no reasoning channel
+    assert len(seen) == 1
+    Completion.model_validate(folded.model_dump())
+
+
+def chunks_id(chunk, seen: set) -> str:
+    seen.add(chunk.id)
+    return chunk.id
+
+
+async def test_max_tokens_defaults_to_16_and_stops_cut_the_text(serve):
+    s = await serve(["one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+                     "sixteen seventeen eighteen", "alpha beta STOP gamma"])
+    c = client(s)
+    capped = await c.completions.create(model=MODEL, prompt="count:")
+    assert capped.choices[0].finish_reason == "length" and capped.usage.completion_tokens == 16
+    stopped = await c.completions.create(model=MODEL, prompt="letters:", stop=["STOP"], max_tokens=40)
+    assert stopped.choices[0].text == "alpha beta " and stopped.choices[0].finish_reason == "stop"
+
+
+async def test_echo_puts_the_prompt_first(serve):
+    s = await serve(["world"])
+    c = client(s)
+    r = await c.completions.create(model=MODEL, prompt="hello ", echo=True, max_tokens=5)
+    assert r.choices[0].text == "hello world"
+    stream = await c.completions.create(model=MODEL, prompt="hello ", echo=True, max_tokens=5, stream=True)
+    texts = [ch.text async for chunk in stream for ch in chunk.choices]
+    assert texts[0] == "hello " and "".join(texts) == "hello world"
+
+
+async def test_fill_in_the_middle_with_a_tokenizer_that_has_fim_tokens(serve):
+    tok = demo_tokenizer()  # a fresh copy: the shared one stays without FIM tokens
+    tok._tokenizer.add_special_tokens({"additional_special_tokens": list(FIM)})
+    backend = Recording([ScriptEntry("    return a + b")], tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    c = client(s)
+    r = await c.completions.create(model=MODEL, prompt="def add(a, b):\n", suffix="\n\nprint(add(1, 2))\n",
+                                   max_tokens=20)
+    assert r.choices[0].text == "    return a + b"
+    expected = "<|fim_prefix|>def add(a, b):\n<|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
+    assert backend.prompts == [expected]
+    ids = tok.encode(expected, add_special_tokens=False)
+    assert r.usage.prompt_tokens == len(ids)
+    vocab = tok.get_vocab()
+    assert all(vocab[t] in ids for t in FIM)  # each marker is its one special token, not spelled out
+    stream = await c.completions.create(model=MODEL, prompt="x = ", suffix="\n", max_tokens=20, stream=True)
+    assert "".join([ch.text async for chunk in stream for ch in chunk.choices]) == "    return a + b"
+
+
+async def test_suffix_is_refused_by_name_without_fim_tokens(serve):
+    s = await serve(["never"])
+    with pytest.raises(openai.BadRequestError) as err:
+        await client(s).completions.create(model=MODEL, prompt="a", suffix="b")
+    assert err.value.body["param"] == "suffix" and "fill-in-the-middle" in err.value.body["message"]
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"n": 2}, "n"), ({"best_of": 3}, "best_of"), ({"logprobs": 2}, "logprobs"),
+    ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": [1, 2, 3]}, "prompt"), ({"prompt": [{"a": 1}]}, "prompt[0]"),
+    ({"prompt": []}, "prompt"),
+    ({"echo": True, "suffix": "x"}, "echo"), ({"logit_bias": {"5": 1}}, "logit_bias"), ({"frobnicate": 1}, "frobnicate"),
+])
+async def test_refused_by_name(serve, extra, param):
+    s = await serve(["never"])
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "hi", **extra})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param and r.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_completion_shares_the_prompt_cache_and_usage_accounting(serve, demo_tok):
+    from tinytitan.engine.prompt_cache import PromptCache
+
+    backend = ScriptedBackend([ScriptEntry("ok")], demo_tok, model_id=MODEL, prompt_cache=PromptCache(1 << 20))
+    s = await serve(backend=backend)
+    c = client(s)
+    prompt = "a long shared prefix that the second request repeats word for word, then more"
+    await c.completions.create(model=MODEL, prompt=prompt)
+    again = await c.completions.create(model=MODEL, prompt=prompt + " and a new ending")
+    assert again.usage.prompt_tokens_details.cached_tokens > 0
+
+
+async def test_the_demo_model_completes_a_raw_prompt(serve, demo_backend):
+    s = await serve(backend=demo_backend)
+    c = client(s)
+    r = await c.completions.create(model=demo_backend.model_id, prompt="def main():\n", max_tokens=6, seed=1,
+                                   temperature=0)
+    again = await c.completions.create(model=demo_backend.model_id, prompt="def main():\n", max_tokens=6, seed=1,
+                                       temperature=0, stream=True)
+    streamed = "".join([ch.text async for chunk in again for ch in chunk.choices])
+    assert 0 < r.usage.completion_tokens <= 6 and streamed == r.choices[0].text
+    assert r.usage.prompt_tokens == len(demo_backend.tokenizer.encode("def main():\n", add_special_tokens=False))

@@ -1,0 +1,211 @@
+"""Watching the server work: the request log line, /metrics (parsed by prometheus_client's own parser),
+/profile (per-turn timings that add up to the wall time) and the model cards."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anthropic
+import httpx
+import openai
+import trio
+from anthropic.types import ModelInfo
+from openai.types import Model
+from prometheus_client.parser import text_string_to_metric_families
+
+from tinytitan.observe.clients import client_name
+
+MODEL = "tinytitan-scripted"
+SECRET_PROMPT = "the launch code is swordfish"
+ANSWER = "Paris is the capital of France, and it is lovely in spring."
+TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+         for name in ("read_file", "run_tests")]
+
+
+def client(s) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+
+
+async def eventually(check, timeout: float = 2.0):
+    """The record of a request is final once its response is fully sent: a moment after the client has it."""
+    deadline = trio.current_time() + timeout
+    while True:
+        result = await check()
+        if result or trio.current_time() > deadline:
+            return result
+        await trio.sleep(0.02)
+
+
+async def scrape(s) -> dict[tuple[str, tuple], float]:
+    async with httpx.AsyncClient() as c:
+        r = await c.get(s.url("/metrics"))
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(r.text) for sample in family.samples}
+
+
+def tokens(samples, kind: str) -> float:
+    return samples.get(("tinytitan_tokens_total", (("kind", kind), ("model", MODEL))), 0.0)
+
+
+async def test_one_info_line_per_request_without_prompt_or_answer_text(serve, caplog):
+    caplog.set_level(logging.DEBUG, logger="tinytitan.requests")
+    s = await serve([ANSWER])
+    r = await client(s).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": SECRET_PROMPT}],
+                                                tools=TOOLS)
+    assert r.choices[0].message.content == ANSWER
+
+    async def logged():
+        return [rec for rec in caplog.records if rec.name == "tinytitan.requests" and rec.levelno == logging.INFO
+                and "/v1/chat/completions" in rec.getMessage()]
+
+    (line,) = await eventually(logged)
+    text = line.getMessage()
+    u = r.usage
+    for part in ("POST /v1/chat/completions 200 openai_chat", f"model={MODEL}", f"prompt={u.prompt_tokens}",
+                 f"cached={u.prompt_tokens_details.cached_tokens}", f"completion={u.completion_tokens}", "tools=2",
+                 'client="openai-python"', "ua=\"AsyncOpenAI/Python", "ttft=", "duration="):
+        assert part in text, (part, text)
+    debug = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.DEBUG
+             and rec.name == "tinytitan.requests"]
+    assert any("read_file, run_tests" in m for m in debug)
+    assert "read_file" not in text
+    everything = "\n".join(rec.getMessage() for rec in caplog.records)
+    assert SECRET_PROMPT not in everything and "capital of France" not in everything
+
+
+async def test_metrics_counters_move_by_exactly_the_tokens_used(serve):
+    s = await serve(["<think>\nLet me think about it.\n</think>\n\n" + ANSWER])
+    before = await scrape(s)
+    r = await client(s).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hello"}],
+                                                stream=True, stream_options={"include_usage": True})
+    usage = [chunk.usage async for chunk in r if chunk.usage][-1]
+    route = (("protocol", "openai_chat"), ("route", "/v1/chat/completions"), ("status", "200"))
+
+    async def moved():
+        after = await scrape(s)
+        return after if after.get(("tinytitan_requests_total", route), 0) == before.get(
+            ("tinytitan_requests_total", route), 0) + 1 else None
+
+    after = await eventually(moved)
+    assert after, "the request was not counted"
+    assert tokens(after, "prompt") - tokens(before, "prompt") == usage.prompt_tokens
+    assert tokens(after, "cached") - tokens(before, "cached") == usage.prompt_tokens_details.cached_tokens
+    assert tokens(after, "completion") - tokens(before, "completion") == usage.completion_tokens
+    reasoning = usage.completion_tokens_details.reasoning_tokens
+    assert reasoning > 0 and tokens(after, "reasoning") - tokens(before, "reasoning") == reasoning
+    ttft = ("tinytitan_time_to_first_token_seconds_count", (("model", MODEL),))
+    assert after[ttft] == before.get(ttft, 0) + 1
+    assert after[("tinytitan_decode_tokens_per_second_count", (("model", MODEL),))] >= 1
+    assert after[("tinytitan_queue_waiting", ())] == 0 and after[("tinytitan_queue_running", ())] == 0
+    assert after[("tinytitan_model_resident", (("model", MODEL),))] == 1
+    # an error is counted with its status, under the route it was sent to
+    async with httpx.AsyncClient() as c:
+        bad = await c.post(s.url("/v1/chat/completions"), json={"model": MODEL})
+    assert bad.status_code == 400
+    route_400 = (("protocol", "openai_chat"), ("route", "/v1/chat/completions"), ("status", "400"))
+    assert await eventually(lambda: _has(s, ("tinytitan_requests_total", route_400)))
+
+
+async def _has(s, key) -> bool:
+    return key in await scrape(s)
+
+
+async def test_metrics_show_the_prompt_cache(serve, demo_tok):
+    from tinytitan.engine.prompt_cache import PromptCache
+    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+    backend = ScriptedBackend([ScriptEntry("Fine.")], demo_tok, model_id=MODEL, prompt_cache=PromptCache(1 << 20))
+    s = await serve(backend=backend)
+    messages = [{"role": "user", "content": "a question long enough to be worth caching"}]
+    c = client(s)
+    await c.chat.completions.create(model=MODEL, messages=messages)
+    second = await c.chat.completions.create(model=MODEL, messages=messages)
+    assert second.usage.prompt_tokens_details.cached_tokens > 0
+    after = await scrape(s)
+    assert after[("tinytitan_prompt_cache_hits_total", (("model", MODEL),))] == 1
+    assert after[("tinytitan_prompt_cache_misses_total", (("model", MODEL),))] == 1
+    assert after[("tinytitan_prompt_cache_entries", (("model", MODEL),))] >= 1
+    assert after[("tinytitan_prompt_cache_max_bytes", (("model", MODEL),))] == 1 << 20
+
+
+async def test_profile_parts_add_up_to_the_wall_time(serve):
+    s = await serve([{"output": "word " * 60, "delay_ms": 25}])
+    started = time.perf_counter()
+    r = await client(s).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "go"}])
+    wall = time.perf_counter() - started
+
+    async def profiled():
+        async with httpx.AsyncClient() as c:
+            data = (await c.get(s.url("/profile"))).json()["data"]
+        return data
+
+    (entry,) = await eventually(profiled)
+    assert entry["protocol"] == "openai_chat" and entry["model"] == MODEL and entry["status"] == 200
+    assert entry["decode_tokens"] == r.usage.completion_tokens - 1
+    assert entry["prefill_tokens"] == r.usage.prompt_tokens - entry["cached_tokens"]
+    parts = sum(entry[k] or 0 for k in ("admission_wait_s", "load_s", "render_s", "tokenize_s", "prefill_s",
+                                        "decode_s", "grammar_mask_s"))
+    assert abs(parts - wall) <= 0.1 * wall, (parts, wall, entry)
+    assert abs(entry["total_s"] - wall) <= 0.1 * wall
+    assert 0 < entry["ttft_s"] < entry["total_s"]
+    assert entry["tokens_per_second"] > 0
+
+
+async def test_shared_routes_stay_out_of_the_profile(serve):
+    s = await serve(["ok"])
+    async with httpx.AsyncClient() as c:
+        for path in ("/health", "/v1/models", "/metrics"):
+            assert (await c.get(s.url(path))).status_code == 200
+        await trio.sleep(0.05)
+        body = (await c.get(s.url("/profile"))).json()
+    assert body["data"] == [] and body["window"] == 256
+
+
+async def test_model_cards_in_both_shapes(serve):
+    s = await serve(["ok"])
+    models = await client(s).models.list()
+    (card,) = models.data
+    Model.model_validate(card.model_dump())
+    extra = card.model_extra
+    assert extra["context_window"] == 32768 and extra["max_output_tokens"] == 32768
+    # the demo template renders tools and has an enable_thinking switch
+    assert extra["capabilities"] == {"tools": True, "reasoning": True, "reasoning_levels": ["off", "on"],
+                                     "structured_output": False}
+    one = await client(s).models.retrieve(MODEL)
+    assert one.model_extra["capabilities"] == extra["capabilities"]
+
+    ac = anthropic.AsyncAnthropic(base_url=s.base, api_key="anything", max_retries=0)
+    page = await ac.models.list()
+    (info,) = page.data
+    strict = ModelInfo.model_validate(info.model_dump(exclude_none=True) | {"lifecycle": "active"})
+    assert strict.max_input_tokens == 32768 and strict.max_tokens == 32768
+    assert strict.capabilities.thinking.supported and strict.capabilities.thinking.types.disabled.supported
+    assert not strict.capabilities.structured_outputs.supported and not strict.capabilities.image_input.supported
+    retrieved = await ac.models.retrieve(MODEL)
+    assert retrieved.max_input_tokens == 32768
+
+
+async def test_a_template_without_tools_or_thinking_says_so(serve, demo_tok):
+    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+    class Plain:  # a tokenizer whose template renders neither tools nor thinking
+        chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+
+        def get_vocab(self):
+            return {}
+
+    backend = ScriptedBackend([ScriptEntry("ok")], Plain(), model_id="plain")
+    card = backend.model_card()
+    assert card["capabilities"] == {"tools": False, "reasoning": False, "reasoning_levels": [],
+                                    "structured_output": False}
+
+
+def test_client_names_from_user_agents():
+    assert client_name("claude-cli/2.1.3 (external, cli)") == "Claude Code"
+    assert client_name("codex_exec/0.72.0 (Debian 12; x86_64)") == "Codex"
+    assert client_name("OpenAI/Python 1.99.0") == "openai-python"
+    assert client_name("Anthropic/Python 0.60.0") == "anthropic-python"
+    assert client_name("") == "unknown"
+    assert client_name("SomeTool/3.2 (secret details)") == "SomeTool"

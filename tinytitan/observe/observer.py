@@ -1,0 +1,146 @@
+"""The observer: every HTTP request's record, from arrival to the last byte sent; the log line, the
+metrics, the rolling window behind ``/profile`` and the live feed behind the dashboard.
+
+Rules:
+- One record per HTTP request (``request(scope, send)`` wraps the ASGI call); it is final once the response
+  is fully sent (a stream included) or the client hung up.
+- A line at info per request: method, path, status, protocol, model, tokens, TTFT, duration, client, number
+  of tools; tool names at debug. Never prompt or answer text (records hold none).
+- The window keeps the last ``WINDOW`` requests of the generation protocols (not the shared routes: the
+  dashboard's own traffic, health checks and scrapes stay out of it).
+- The live feed is a set of bounded channels: a subscriber that falls behind is dropped, never waited for.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import trio
+
+from .clients import client_name
+from .metrics import Metrics
+from .state import engine_state
+from .turn import Turn, current_turn
+
+log = logging.getLogger("tinytitan.requests")
+
+WINDOW = 256
+FEED_BUFFER = 64
+QUIET_PROTOCOLS = ("shared", "none")  # routes every client shares; unmatched paths
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+class Observer:
+    def __init__(self, engine: Any, app: Any):
+        self.engine = engine
+        self.app = app
+        self.metrics = Metrics(engine)
+        self.window: collections.deque[Turn] = collections.deque(maxlen=WINDOW)
+        self._feeds: dict[trio.MemoryReceiveChannel, trio.MemorySendChannel] = {}
+
+    # -- the request's life ---------------------------------------------------------------------------------
+    @contextmanager
+    def request(self, scope: dict, send):
+        """Around one ASGI HTTP call: yields the ``send`` to use (it notes the status and request id)."""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        ua = headers.get("user-agent", "")
+        turn = Turn(scope.get("method", "GET"), scope.get("path", ""), client_name(ua), ua)
+        turn.route, turn.protocol = self._route(turn.method, turn.path)
+        turn.on_change = self.push_state
+        token = current_turn.set(turn)
+
+        async def noting_send(message):
+            if message["type"] == "http.response.start":
+                turn.status = message["status"]
+                for k, v in message.get("headers", ()):
+                    if k.lower() == b"x-request-id":
+                        turn.request_id = v.decode("latin-1")
+            await send(message)
+
+        if turn.protocol not in QUIET_PROTOCOLS:
+            self.push_state()
+        try:
+            yield noting_send
+        finally:
+            current_turn.reset(token)
+            self.end(turn)
+
+    def end(self, turn: Turn) -> None:
+        turn.duration = time.perf_counter() - turn.t0
+        if turn.status is None:
+            turn.status = 499 if turn.generated else 500  # the client left before any answer went out
+        if turn.generated and turn.stop_reason is None:
+            turn.stop_reason = "cancelled"  # the client hung up mid-generation
+        self.metrics.observe(turn)
+        self._log(turn)
+        if turn.protocol not in QUIET_PROTOCOLS:
+            self.window.append(turn)
+            self.publish("request", turn.as_dict())
+            self.push_state()
+
+    def _route(self, method: str, path: str) -> tuple[str, str]:
+        try:
+            rule, _ = self.app.url_map.bind("localhost").match(path, method, return_rule=True)
+        except Exception:  # NotFound, MethodNotAllowed, a redirect: not a route
+            return "unmatched", "none"
+        return rule.rule, rule.endpoint.split(":", 1)[0]
+
+    def _log(self, turn: Turn) -> None:
+        if turn.generated:
+            detail = (f" model={turn.model} prompt={turn.prompt_tokens} cached={turn.cached_tokens} "
+                      f"completion={turn.completion_tokens} ttft={_secs(turn.ttft)} stop={turn.stop_reason} "
+                      f"tools={len(turn.tool_names)}")
+        else:
+            detail = ""
+        log.info("%s %s %s %s%s duration=%s client=%s ua=%s", turn.method, turn.path, turn.status, turn.protocol,
+                 detail, _secs(turn.duration), json.dumps(turn.client), json.dumps(turn.user_agent[:200]))
+        if turn.tool_names:
+            log.debug("%s %s tools offered: %s", turn.method, turn.path, ", ".join(turn.tool_names))
+
+    # -- what the routes read -----------------------------------------------------------------------------
+    def profile(self) -> list[dict]:
+        """The rolling window's timing snapshots, oldest first."""
+        out = []
+        for turn in self.window:
+            snapshot = turn.profile()
+            if snapshot is not None:
+                out.append({"id": turn.request_id, "time": turn.started, "protocol": turn.protocol,
+                            "model": turn.model, "status": turn.status, "stop_reason": turn.stop_reason,
+                            "ttft_s": turn.ttft, "tokens_per_second": turn.tokens_per_second, **snapshot})
+        return out
+
+    def recent(self) -> list[dict]:
+        return [t.as_dict() for t in self.window]
+
+    def state(self) -> dict:
+        return engine_state(self.engine)
+
+    # -- the live feed --------------------------------------------------------------------------------------
+    def subscribe(self) -> trio.MemoryReceiveChannel:
+        send, receive = trio.open_memory_channel(FEED_BUFFER)
+        self._feeds[receive] = send
+        return receive
+
+    def unsubscribe(self, receive: trio.MemoryReceiveChannel) -> None:
+        send = self._feeds.pop(receive, None)
+        if send is not None:
+            send.close()
+
+    def publish(self, kind: str, data: Any) -> None:
+        for receive, send in list(self._feeds.items()):
+            try:
+                send.send_nowait((kind, data))
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                self.unsubscribe(receive)  # fallen behind, or gone: its stream ends, the page reconnects
+
+    def push_state(self) -> None:
+        if self._feeds:
+            self.publish("state", self.state())

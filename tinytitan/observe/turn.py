@@ -1,0 +1,137 @@
+"""One HTTP request's record, filled in as it goes: by the HTTP layer (method, path, status, client), by the
+protocol path (model, tools) and by the TokenEvents it streamed (usage, first token, stop reason, and the
+engine's timing on ``Finished``).
+
+Rules:
+- A record never holds prompt or answer text: counts, names of things the operator configured (models,
+  routes) and timings only. Tool names go to the debug log, never into a record.
+- ``watch(events, req, prepared)`` taps a generation's event stream for the request being answered (the
+  record lives in a context variable set for the whole ASGI call); outside a server it changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterable
+
+from ..events import (Failed, Finished, ReasoningDelta, Started, TextDelta, Timing, TokenEvent,
+                      ToolCallStarted)
+
+current_turn: contextvars.ContextVar["Turn | None"] = contextvars.ContextVar("tinytitan_turn", default=None)
+
+_FIRST_OUTPUT = (ReasoningDelta, TextDelta, ToolCallStarted)
+
+
+@dataclass
+class Turn:
+    method: str
+    path: str
+    client: str
+    user_agent: str
+    started: float = field(default_factory=time.time)  # wall clock, for display
+    t0: float = field(default_factory=time.perf_counter)
+    request_id: str = ""
+    route: str = "unmatched"
+    protocol: str = "none"
+    status: int | None = None
+    # the generation, where there was one
+    model: str | None = None
+    stream: bool | None = None
+    tool_names: tuple[str, ...] = ()
+    generated: bool = False
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    first_output_at: float | None = None
+    stop_reason: str | None = None
+    timing: Timing | None = None
+    duration: float | None = None
+    on_change: Any = None  # called when the queue may have moved (the observer's live push)
+
+    # -- fed by the event tap --------------------------------------------------------------------------
+    def see(self, ev: TokenEvent) -> None:
+        if isinstance(ev, Started):
+            self.prompt_tokens, self.cached_tokens = ev.prompt_tokens, ev.cached_tokens
+            if self.on_change:
+                self.on_change()
+        elif isinstance(ev, _FIRST_OUTPUT):
+            if self.first_output_at is None:
+                self.first_output_at = time.perf_counter()
+        elif isinstance(ev, Finished):
+            u = ev.usage
+            self.prompt_tokens, self.cached_tokens = u.prompt_tokens, u.cached_tokens
+            self.completion_tokens, self.reasoning_tokens = u.completion_tokens, u.reasoning_tokens
+            self.stop_reason = ev.reason
+            self.timing = ev.timing
+        elif isinstance(ev, Failed):
+            self.stop_reason = "error"
+
+    # -- read by the observer ----------------------------------------------------------------------------
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_output_at is None else self.first_output_at - self.t0
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        t = self.timing
+        if t is None or not t.decode_s or t.decode_tokens <= 0:
+            return None
+        return t.decode_tokens / t.decode_s
+
+    def profile(self) -> dict | None:
+        """The per-turn timing snapshot (``/profile``): where the request's wall time went."""
+        t = self.timing
+        if t is None:
+            return None
+        parts = dataclasses.asdict(t)
+        parts["cached_tokens"] = self.cached_tokens
+        spent = sum(v for k, v in parts.items() if k.endswith("_s") and v)
+        parts["total_s"] = self.duration
+        # what the engine's steps do not cover: HTTP, validation, the protocol machine, sending
+        parts["other_s"] = None if self.duration is None else max(self.duration - spent, 0.0)
+        return parts
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.request_id, "time": self.started, "method": self.method, "path": self.path,
+            "route": self.route, "protocol": self.protocol, "status": self.status, "client": self.client,
+            "model": self.model, "stream": self.stream, "tools": len(self.tool_names),
+            "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens, "reasoning_tokens": self.reasoning_tokens,
+            "ttft_s": self.ttft, "tokens_per_second": self.tokens_per_second, "stop_reason": self.stop_reason,
+            "duration_s": self.duration, "profile": self.profile(),
+        }
+
+
+def watch(events: AsyncIterable[TokenEvent], req: Any, stream: bool | None = None) -> AsyncIterable[TokenEvent]:
+    """Tap a generation's events for the request being answered (unchanged when there is none). The tap
+    owns nothing: whoever owns ``events`` (the engine session) still ends them."""
+    turn = current_turn.get()
+    if turn is None:
+        return events
+    turn.generated = True
+    turn.model = getattr(req, "model", None)
+    turn.tool_names = tuple(t.name for t in getattr(req, "tools", ()))
+    turn.stream = stream
+    return _Tap(events, turn)
+
+
+class _Tap:
+    def __init__(self, events: AsyncIterable[TokenEvent], turn: Turn):
+        self._events = events.__aiter__()
+        self._turn = turn
+
+    def __aiter__(self) -> "_Tap":
+        return self
+
+    async def __anext__(self) -> TokenEvent:
+        ev = await self._events.__anext__()
+        self._turn.see(ev)
+        return ev
+
+    def __getattr__(self, name: str) -> Any:  # the session's own attributes (prompt_tokens …)
+        return getattr(self._events, name)

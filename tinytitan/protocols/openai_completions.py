@@ -1,0 +1,74 @@
+"""OpenAI Completions (legacy ``/v1/completions``): the Python its table (spec/openai_completions.yaml)
+cannot say — the prompt's shapes, echo, and the fold of chunks into one ``text_completion``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import ApiError, invalid
+from ..speclang.machine import WireEvent
+from .base import Protocol
+from .openai_chat import parse_stop
+
+
+def prompt_text(body: dict) -> str:
+    """The prompt's text: a string, or a list of one string (``parse_prompt`` refuses other shapes)."""
+    value = body["prompt"]
+    return value[0] if isinstance(value, list) else value
+
+
+def parse_prompt(value: Any, body: dict, args: dict, v) -> None:
+    if isinstance(value, list):
+        if value and all(isinstance(x, int) for x in value) or any(isinstance(x, list) for x in value):
+            raise invalid("'prompt' as token ids is not supported: send the prompt as text", param="prompt",
+                          code="unsupported_value")
+        if len(value) != 1:
+            raise invalid(f"'prompt' as a list of {len(value)} prompts is not supported: send one prompt per "
+                          f"request", param="prompt", code="unsupported_value")
+        if not isinstance(value[0], str):
+            raise invalid(f"'prompt[0]' must be a string, not {json.dumps(value[0])[:40]}", param="prompt[0]",
+                          code="invalid_type")
+    if body.get("echo") and body.get("suffix") is not None:
+        raise invalid("'echo' cannot be combined with 'suffix' (fill-in-the-middle)", param="echo",
+                      code="unsupported_value")
+    args["prompt"] = prompt_text(body)
+
+
+def fold_text_completion(wire: list[WireEvent], body: dict) -> dict:
+    """Chunks → one text_completion, the way an SDK accumulates a stream."""
+    head: dict = {}
+    text: list[str] = []
+    finish = None
+    usage = None
+    for w in wire:
+        d = w.data
+        if not isinstance(d, dict):
+            continue
+        if "error" in d:
+            raise ApiError("server_error", d["error"].get("message", "generation failed"))
+        head = head or {k: d[k] for k in ("id", "created", "model", "system_fingerprint")}
+        if d.get("usage"):
+            usage = d["usage"]
+        for choice in d.get("choices", []):
+            text.append(choice.get("text") or "")
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    return {"id": head.get("id"), "object": "text_completion", "created": head.get("created"),
+            "model": head.get("model"), "system_fingerprint": head.get("system_fingerprint"),
+            "choices": [{"text": "".join(text), "index": 0, "logprobs": None, "finish_reason": finish}],
+            "usage": usage}
+
+
+class OpenAICompletions(Protocol):
+    name = "openai_completions"
+    id_prefix = "cmpl-"
+
+    def request_hooks(self):
+        return {"prompt": parse_prompt, "stop": parse_stop}
+
+    def extra_context(self, v, server) -> dict:
+        return {"prompt_text": prompt_text(v.body)}
+
+    def folds(self):
+        return {"text_completion": fold_text_completion}
