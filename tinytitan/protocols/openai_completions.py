@@ -14,8 +14,8 @@ from .openai_chat import parse_stop
 
 def prompt_text(body: dict) -> str:
     """The prompt's text: a string, or a list of one string (``parse_prompt`` refuses other shapes)."""
-    value = body["prompt"]
-    return value[0] if isinstance(value, list) else value
+    value = body.get("prompt", "")
+    return value[0] if isinstance(value, list) and value else value
 
 
 def parse_prompt(value: Any, body: dict, args: dict, v) -> None:
