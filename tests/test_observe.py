@@ -153,6 +153,26 @@ async def test_profile_parts_add_up_to_the_wall_time(serve):
     assert entry["tokens_per_second"] > 0
 
 
+async def test_the_profile_times_the_grammar_mask_on_the_demo_model(serve, demo_backend):
+    s = await serve(backend=demo_backend)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    await client(s).chat.completions.create(
+        model=demo_backend.model_id, messages=[{"role": "user", "content": "ok?"}], max_tokens=12,
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+    await client(s).chat.completions.create(model=demo_backend.model_id, max_tokens=3,
+                                            messages=[{"role": "user", "content": "ok?"}])
+
+    async def profiled():
+        async with httpx.AsyncClient() as c:
+            data = (await c.get(s.url("/profile"))).json()["data"]
+        return data if len(data) == 2 else None
+
+    masked, plain = await eventually(profiled)
+    assert masked["grammar_mask_s"] > 0 and plain["grammar_mask_s"] is None
+    assert masked["grammar_mask_s"] < masked["prefill_s"] + masked["decode_s"]
+
+
 async def test_shared_routes_stay_out_of_the_profile(serve):
     s = await serve(["ok"])
     async with httpx.AsyncClient() as c:
@@ -172,7 +192,7 @@ async def test_model_cards_in_both_shapes(serve):
     assert extra["context_window"] == 32768 and extra["max_output_tokens"] == 32768
     # the demo template renders tools and has an enable_thinking switch
     assert extra["capabilities"] == {"tools": True, "reasoning": True, "reasoning_levels": ["off", "on"],
-                                     "structured_output": False}
+                                     "structured_output": True}
     one = await client(s).models.retrieve(MODEL)
     assert one.model_extra["capabilities"] == extra["capabilities"]
 
@@ -182,7 +202,7 @@ async def test_model_cards_in_both_shapes(serve):
     strict = ModelInfo.model_validate(info.model_dump(exclude_none=True) | {"lifecycle": "active"})
     assert strict.max_input_tokens == 32768 and strict.max_tokens == 32768
     assert strict.capabilities.thinking.supported and strict.capabilities.thinking.types.disabled.supported
-    assert not strict.capabilities.structured_outputs.supported and not strict.capabilities.image_input.supported
+    assert strict.capabilities.structured_outputs.supported and not strict.capabilities.image_input.supported
     retrieved = await ac.models.retrieve(MODEL)
     assert retrieved.max_input_tokens == 32768
 
@@ -199,7 +219,7 @@ async def test_a_template_without_tools_or_thinking_says_so(serve, demo_tok):
     backend = ScriptedBackend([ScriptEntry("ok")], Plain(), model_id="plain")
     card = backend.model_card()
     assert card["capabilities"] == {"tools": False, "reasoning": False, "reasoning_levels": [],
-                                    "structured_output": False}
+                                    "structured_output": True}
 
 
 def test_client_names_from_user_agents():
