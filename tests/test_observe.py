@@ -217,8 +217,8 @@ async def test_a_template_without_tools_or_thinking_says_so(serve, demo_tok):
             return {}
 
     backend = ScriptedBackend([ScriptEntry("ok")], Plain(), model_id="plain")
-    card = backend.model_card()
-    assert card["capabilities"] == {"tools": False, "reasoning": False, "reasoning_levels": [],
+    card = backend.limits()
+    assert card["features"] == {"tools": False, "reasoning": False, "reasoning_levels": [],
                                     "structured_output": True}
 
 

@@ -204,23 +204,23 @@ class Backend(ABC):
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
         ...
 
-    def model_card(self) -> dict:
-        """The model card: context window, output cap and what the model can do, read from its config and its
-        chat template. The output cap is the context window: the server caps an answer only by the room
-        the prompt leaves. Structured output needs the tokenizer (the grammar masks are built over it)."""
+    def limits(self) -> dict:
+        """The model card's numbers and features, read from its config and its chat template: the context
+        window; the output cap (the context window: an answer is capped only by the room the prompt leaves);
+        ``features``: tools (the template renders tool definitions), reasoning (its thinking switch, effort
+        ladder or thinking markup), structured output (grammar masks are built over the tokenizer)."""
         src = template_source(self.tokenizer)
         markup = self.family.markup if self.tokenizer is not None else None
         reasoning = self.template_reasoning
         thinks = bool(reasoning.binary or reasoning.ladder) or (self.tokenizer is not None and self.family.harmony) \
             or bool(markup and markup.think_open and markup.think_open in src)
+        levels = list(reasoning.ladder) or (["off", "on"] if reasoning.binary else [])
         return {"context_window": self.context_window, "max_output_tokens": self.context_window,
-                "capabilities": {"tools": "tools" in src, "reasoning": thinks,
-                                 "reasoning_levels": list(reasoning.ladder) or (["off", "on"] if reasoning.binary
-                                                                                 else []),
-                                 "structured_output": self.tokenizer is not None}}
+                "features": {"tools": "tools" in src, "reasoning": thinks, "reasoning_levels": levels,
+                             "structured_output": self.tokenizer is not None}}
 
     def describe(self) -> dict:
-        return {"id": self.model_id, **self.model_card()}
+        return {"id": self.model_id, **self.limits()}
 
     def card(self) -> dict:
         """What a client may want to show about the model: its family, chat template and capabilities."""

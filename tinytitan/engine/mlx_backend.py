@@ -199,6 +199,6 @@ class MLXBackend(Backend):
         return had
 
     def describe(self) -> dict:
-        return {"id": self.model_id, **self.model_card(), "path": str(self.path),
+        return {"id": self.model_id, **self.limits(), "path": str(self.path),
                 "device": self.device or "default",
                 "loaded": self.model is not None, "prompt_cache": self.prompt_cache.stats()}

@@ -55,12 +55,14 @@ class Shared(Protocol):
                      "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))}
             if "context_window" in info:
                 entry.update(max_input_tokens=info["context_window"], max_tokens=info["max_output_tokens"],
-                             capabilities=anthropic_capabilities(info["capabilities"]))
+                             capabilities=anthropic_capabilities(info["features"]))
             return entry
         entry = {"id": info["id"], "object": "model", "created": created, "owned_by": "tinytitan"}
-        for k in ("context_window", "max_output_tokens", "capabilities", "loaded", "device"):
+        for k in ("context_window", "max_output_tokens", "loaded", "device"):
             if k in info:
                 entry[k] = info[k]
+        if "features" in info:
+            entry["capabilities"] = info["features"]
         return entry
 
     async def list_models(self, server: "Server", request):
