@@ -326,3 +326,16 @@ async def test_thinking_and_text_on_both_sides_of_a_memory_round(protocol, strea
     assert len(prompts) == 2 and '"found": false' in prompts[1].prompt_text
     assert out["text"].replace("\n", "") == "Let me look.I do not know yet."
     assert out["calls"] == [] and out["output_tokens"] == tokens(demo_tok, first, second)
+
+
+async def test_count_tokens_counts_the_prompt_memory_sends(tmp_path, demo_tok, serve):
+    body = {"model": MODEL, "system": SYSTEM, "messages": [{"role": "user", "content": "How do I build this?"}]}
+    plain = await serve(["x"])
+    async with memory_server(demo_tok, ["x"], config(tmp_path)) as s:
+        async with anthropic.AsyncAnthropic(base_url=s.base, api_key="x", max_retries=0) as c:
+            with_memory = (await c.messages.count_tokens(**body)).input_tokens
+            prompts = record_prompts(s)
+            await c.messages.create(max_tokens=16, **body)
+    async with anthropic.AsyncAnthropic(base_url=plain.base, api_key="x", max_retries=0) as c:
+        without = (await c.messages.count_tokens(**body)).input_tokens
+    assert with_memory == len(prompts[0].tokens) > without

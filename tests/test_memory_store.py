@@ -352,3 +352,31 @@ def test_the_memory_cli(tmp_path, capsys):
     code, _, err = cli("list", ws)
     assert code == 1 and "no memory for workspace" in err
     assert "no memory under" in cli("projects")[1]
+
+
+def test_a_bloated_journal_is_compacted_at_open_and_stays_locked(path):
+    j = opened(path)
+    j.set("kept", "first", importance=5, tags=["t"])
+    created = j.get("kept").created
+    for i in range(700):
+        j.set("churn", f"version {i}")
+    j.append("kept", "more")
+    before = {k: r.full() for k, r in j.records.items()}
+    j.close()
+    assert len(path.read_text().splitlines()) > 700
+    j = opened(path)
+    assert len(path.read_text().splitlines()) == 3  # the workspace, and one record per key
+    assert {k: r.full() for k, r in j.records.items()} == before and j.get("kept").created == created
+    assert not opened(path).persistent  # the rewritten file is the locked one
+    j.set("after", "x")
+    j.close()
+    assert sorted(Journal.read(path).records) == ["after", "churn", "kept"]
+    assert Journal.read(path).workspace_path == "/src/project"
+
+
+def test_a_tool_that_breaks_answers_an_error(path, monkeypatch):
+    j = opened(path)
+    monkeypatch.setattr(Journal, "list", lambda self, prefix="": 1 / 0)
+    text, ok = tools.execute(j, "memory_list", "{}")
+    assert not ok and "ZeroDivisionError" in json.loads(text)["error"]
+    j.close()

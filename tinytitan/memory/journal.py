@@ -14,6 +14,8 @@ Rules:
 - Durability: a write reaches the OS at once; an fsync barrier follows within ``barrier_delay`` seconds of the
   first write after the last barrier (a thread owned by the journal, joined on ``close``), or inline for every
   write with ``fsync=True``.
+- At open, a journal holding far more records than keys is rewritten as one ``set`` per key (``created`` kept),
+  the new file locked before it replaces the old one.
 - Files are the owner's only (0600, directories 0700). Log lines name operations and sizes, never contents.
 """
 
@@ -38,6 +40,7 @@ JOURNAL = "journal.ndjson"
 MAX_VALUE_BYTES = 64 * 1024
 MAX_TAGS = 16
 SUMMARY_CHARS = 200
+COMPACT_SLACK = 512  # records beyond four per key before the journal is rewritten at open
 
 
 class WriteFailed(OSError):
@@ -168,6 +171,8 @@ class Journal:
         j._fd = fd
         j.persistent, j.why_not = True, None
         j._replay(truncate=True)
+        if j.lines > 4 * len(j.records) + COMPACT_SLACK:
+            j._compact()
         if workspace_path and j.workspace_path is None:
             j._write({"op": "workspace", "path": workspace_path, "at": time.time()})
         return j
@@ -279,6 +284,36 @@ class Journal:
                 self._schedule_barrier()
         self._apply(record)
 
+    def _compact(self) -> None:
+        """Rewrite the journal as one record per key (at open, when it holds far more records than keys). The
+        new file is locked before it replaces the old one, so the workspace never has two writers."""
+        assert self.path is not None and self._fd is not None
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        records = ([{"op": "workspace", "path": self.workspace_path, "at": 0.0}] if self.workspace_path else []) + [
+            {"op": "set", "key": r.key, "value": r.value, "importance": r.importance, "confidence": r.confidence,
+             "tags": list(r.tags), "at": r.updated, "created": r.created} for r in self.records.values()]
+        data = "".join(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n" for rec in records)
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as exc:
+            log.warning("memory journal %s: not compacted (%s)", self.path, exc)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            view = memoryview(data.encode("utf-8", "surrogatepass"))
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            os.close(fd)
+            log.warning("memory journal %s: not compacted (%s)", self.path, exc)
+            return
+        os.close(self._fd)
+        self._fd = fd
+        log.info("memory journal %s: compacted from %d records to %d", self.path, self.lines, len(records))
+        self.lines = len(records)
+
     # -- the barrier ---------------------------------------------------------------------------------------
     def _schedule_barrier(self) -> None:
         with self._cond:
@@ -341,7 +376,8 @@ class Journal:
             key = rec["key"]
             old = self.records.get(key)
             self.records[key] = Record(key, str(rec["value"]), int(rec.get("importance") or 3), rec.get("confidence"),
-                                       tuple(rec.get("tags") or ()), old.created if old else at, at)
+                                       tuple(rec.get("tags") or ()),
+                                       old.created if old else float(rec.get("created", at)), at)
         elif op == "append":
             key = rec["key"]
             old = self.records.get(key)

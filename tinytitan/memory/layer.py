@@ -220,14 +220,23 @@ class MemoryEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def _memory_session(self, req: ChatRequest) -> MemorySession | None:
+        """The request's memory session; none (and a log line) when memory cannot serve it: memory never fails
+        a completion."""
+        try:
+            return self.memory.session(req)
+        except Exception:
+            log.exception("memory: no memory for this request")
+            return None
+
     async def count_tokens(self, req: ChatRequest) -> int:
-        session = self.memory.session(req)
+        session = self._memory_session(req)
         return await self.inner.count_tokens(session.augment(req) if session else req)
 
     @asynccontextmanager
     async def session(self, req: ChatRequest, keepalive: float | None = None) -> AsyncIterator[Any]:
         """The engine's session, for a request with memory one that runs memory rounds (see the rules)."""
-        mem = self.memory.session(req)
+        mem = self._memory_session(req)
         if mem is None:
             async with self.inner.session(req, keepalive) as events:
                 yield events

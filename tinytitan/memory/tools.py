@@ -13,11 +13,14 @@ Rules:
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from ..chat_request import Tool
 from .journal import Journal, WriteFailed, check_importance, check_tags
 from .keys import Refused
+
+log = logging.getLogger("tinytitan.memory")
 
 MAX_LIST = 100
 MAX_SEARCH = 20
@@ -126,3 +129,7 @@ def execute(journal: Journal, name: str, arguments: str) -> tuple[str, bool]:
         return json.dumps({"error": str(exc)}, ensure_ascii=False), False
     except WriteFailed as exc:
         return json.dumps({"error": f"not saved: {exc.strerror or exc}"}, ensure_ascii=False), False
+    except Exception as exc:  # a bug here must not fail the completion; the model is told it did not work
+        log.exception("memory %s failed", name)
+        return json.dumps({"error": f"the memory tool failed ({type(exc).__name__}); nothing was changed "
+                                    "unless a later read shows it"}), False
