@@ -380,3 +380,19 @@ def test_a_tool_that_breaks_answers_an_error(path, monkeypatch):
     text, ok = tools.execute(j, "memory_list", "{}")
     assert not ok and "ZeroDivisionError" in json.loads(text)["error"]
     j.close()
+
+
+def test_a_client_tool_of_the_same_name_stays_the_clients(tmp_path):
+    from tinytitan.chat_request import Tool
+
+    memory = Memory(MemoryConfig(directory=tmp_path, launch_dir="/src/proj", user="me", home="/home/me",
+                                 tools="minimal"))
+    session = memory.session(req())
+    theirs = Tool("memory_get", "the client's own")
+    out = session.augment(req().with_(tools=(theirs,)))
+    assert [t.name for t in out.tools] == ["memory_get", "memory_search", "memory_set"]
+    assert out.tools[0] is theirs and session.names == {"memory_search", "memory_set"}
+    assert out.messages[0].content.endswith(session.fragment) and "memory_list" not in session.fragment
+    bare = session.augment(ChatRequest(model="m", messages=(Message("user", "hi"),)))
+    assert bare.messages[0] == Message("system", session.fragment)
+    memory.close()
