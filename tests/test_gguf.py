@@ -172,9 +172,13 @@ def test_models_dir_lists_mlx_dirs_gguf_files_and_an_hf_cache(tmp_path, demo_dir
     shutil.copytree(demo_dir, root / "local" / "demo")
     make_gguf(root / "tiny-llama.gguf", demo_dir, "llama")
     make_gguf(root / "broken.gguf", demo_dir, **{"tokenizer.chat_template": None})  # left out, with a warning
-    hf_cache(root, demo_dir)
+    snap = hf_cache(root, demo_dir)
+    gguf_repo = root / "models--acme--tiny-GGUF" / "snapshots" / snap.name  # a GGUF repo in the HF cache
+    gguf_repo.mkdir(parents=True)
+    shutil.copy(root / "tiny-llama.gguf", gguf_repo / "tiny-Q8_0.gguf")
     found = list_models(root, "float32")
-    assert [m.model_id for m in found] == ["acme/tiny-chat", "local/demo", "tiny-llama"]
+    assert [m.model_id for m in found] == ["acme/tiny-GGUF/tiny-Q8_0", "acme/tiny-chat", "local/demo",
+                                           "tiny-llama"]
     assert (found[2].path / "config.json").is_file()
 
 

@@ -123,12 +123,21 @@ def list_models(root: Path, form: str | None = None) -> list[Resolved]:
             continue
         found.setdefault(rel, Resolved(d, rel))
     for f in sorted(root.rglob("*.gguf")):
-        model_id = f.relative_to(root).as_posix()[:-len(".gguf")]
+        model_id = _gguf_id(f.relative_to(root))
         try:
             found.setdefault(model_id, Resolved(ensure_converted(f, form), model_id))
         except UnsupportedGGUF as exc:
             log.warning("%s: not served: %s", f, exc)
     return [found[k] for k in sorted(found)]
+
+
+def _gguf_id(rel: Path) -> str:
+    """``dir/name.gguf`` -> ``dir/name``; in a Hugging Face cache, ``models--org--repo/snapshots/<rev>/f.gguf``
+    -> ``org/repo/f``."""
+    parts = rel.with_suffix("").parts
+    if len(parts) >= 4 and parts[0].startswith("models--") and parts[1] == "snapshots":
+        return "/".join([parts[0][len("models--"):].replace("--", "/", 1), *parts[3:]])
+    return "/".join(parts)
 
 
 def _hf_cache_repos(root: Path) -> list[Resolved]:
