@@ -106,6 +106,12 @@ def test_the_cache_is_keyed_by_digest_and_reused(tmp_path, demo_dir, cache, capl
     assert gguf.ensure_converted(path, "quantized") != first  # the other form is another directory
     shutil.copy(path, tmp_path / "copy.gguf")
     assert gguf.cached_dir(tmp_path / "copy.gguf", "float32").name.split("-")[1] == first.name.split("-")[1]
+    # the digest is remembered per path, size and mtime; a changed file is hashed again
+    import hashlib
+
+    assert len(json.loads((cache / "gguf" / "digests.json").read_text())) == 2
+    path.write_bytes(path.read_bytes() + b"\0")
+    assert gguf.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize("change, named", [
@@ -122,7 +128,7 @@ def test_refused_by_name(tmp_path, demo_dir, change, named, cache):
         path = write_gguf(tmp_path / "bad.gguf", weights, config, arch, meta)
     with pytest.raises(gguf.UnsupportedGGUF, match=named):
         gguf.ensure_converted(path, "float32")
-    assert not any((cache / "gguf").glob("*")) if (cache / "gguf").exists() else True  # nothing half-written
+    assert not [p for p in (cache / "gguf").iterdir() if p.is_dir()]  # no directory, not even half-written
 
 
 def test_k_quants_are_refused_not_widened(tmp_path, demo_dir):

@@ -124,11 +124,30 @@ def check(path: Path) -> dict:
 
 
 def file_digest(path: Path) -> str:
+    """The file's SHA-256, remembered per (path, size, mtime) in ``<cache>/gguf/digests.json`` so a second
+    start does not read a multi-gigabyte file again."""
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    memo_path = cache_root() / "gguf" / "digests.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if key in memo:
+        return memo[key]
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
             h.update(chunk)
-    return h.hexdigest()
+    memo[key] = h.hexdigest()
+    try:
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo_path.with_name(f".digests.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(memo, indent=0))
+        os.replace(tmp, memo_path)
+    except OSError:
+        pass  # a read-only cache: the digest is computed again next time
+    return memo[key]
 
 
 def cached_dir(path: Path, form: str) -> Path:
