@@ -27,8 +27,6 @@ REFUSALS = [
      "input[0].content[1].type", "unsupported_content"),
     ("input[].output[].type", {"input": [{"type": "function_call_output", "call_id": "c", "output": [
         {"type": "input_file", "file_id": "f"}]}]}, "input[0].output[0].type", "unsupported_content"),
-    ("tool_choice", {"tool_choice": "required"}, "tool_choice", "unsupported_value"),
-    ("tool_choice.type", {"tool_choice": {"type": "function", "name": "f"}}, "tool_choice.type", "unsupported_value"),
     ("tools[].type", {"tools": [{"type": "function", "name": "f"}, {"type": "teleport"}]}, "tools[1].type",
      "unsupported_value"),
     ("tools[].server_url", {"tools": [{"type": "mcp", "server_label": "gh", "server_url": "https://mcp.example"}]},
@@ -94,6 +92,8 @@ BAD = [
     ({"model": MODEL, "input": "hi", "tools": [{"type": "namespace", "name": "a"}]}, "tools[0].tools",
      "missing_required_parameter"),
     ({"model": MODEL, "input": "hi", "tool_choice": "sometimes"}, "tool_choice", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "tool_choice": {"type": "web_search"}}, "tool_choice.type", "unsupported_value"),
+    ({"model": MODEL, "input": "hi", "tool_choice": {"type": "function", "name": "f"}}, "tool_choice", "invalid_value"),
     ({"model": MODEL, "input": "hi", "reasoning": {"effort": "galactic"}}, "reasoning.effort", "invalid_value"),
     ({"model": MODEL, "input": "hi", "text": {"verbosity": "loud"}}, "text.verbosity", "invalid_value"),
 ]

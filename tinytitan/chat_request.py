@@ -51,7 +51,8 @@ class ChatRequest:
     model: str
     messages: tuple[Message, ...]
     tools: tuple[Tool, ...] = ()
-    tool_choice: Literal["auto", "none"] = "auto"
+    tool_choice: Literal["auto", "none", "required"] = "auto"  # required: enforced by a grammar
+    tool_names: tuple[str, ...] = ()  # the tools a call may name (empty: any tool offered)
     parallel_tool_calls: bool = True
     temperature: float | None = None
     top_p: float | None = None

@@ -25,6 +25,7 @@ from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
+from .structured.tool_calls import forced_call_grammar
 
 log = logging.getLogger("tinytitan.backend")
 
@@ -155,12 +156,28 @@ class Backend(ABC):
         return text, tokens, (t1 - t0, time.perf_counter() - t1)
 
     def structured(self, req: ChatRequest) -> ChatRequest:
-        """A request with an output format decodes with reasoning off: a thought would have to be part of
-        the document. Said in the log when the request (or the server default) asked for reasoning."""
-        if req.grammar is None:
+        """A request with an output format or a forced tool call decodes with reasoning off: a thought would
+        have to be part of the document (or come before the call the grammar starts with). Said in the log
+        when the request (or the server default) asked for reasoning."""
+        if req.tool_names:  # the tools a call may name: each must be offered; the others are left out
+            offered = {t.name for t in req.tools}
+            for name in req.tool_names:
+                if name not in offered:
+                    raise invalid(f"tool_choice names the tool '{name}', which is not among the tools offered",
+                                  param="tool_choice", code="invalid_value")
+            req = req.with_(tools=tuple(t for t in req.tools if t.name in req.tool_names))
+        if req.tool_choice == "required" and not req.tools:
+            raise invalid("tool_choice requires a tool call, but no tools are offered", param="tool_choice",
+                          code="invalid_value")
+        forced = req.tool_choice == "required"
+        if forced and req.grammar is not None:
+            raise invalid("A forced tool call and a JSON output format cannot both be enforced: the answer is either "
+                          "a call or the document", param="tool_choice", code="invalid_value")
+        if req.grammar is None and not forced:
             return req
         if level_of(req.reasoning, level_of(self.default_reasoning, None)):
-            log.info("structured output (%s): reasoning off for this request (%r was asked)", req.grammar.kind,
+            log.info("%s: reasoning off for this request (%r was asked)",
+                     f"structured output ({req.grammar.kind})" if req.grammar else "forced tool call",
                      req.reasoning if req.reasoning is not None else self.default_reasoning)
         return req.with_(reasoning=False)
 
@@ -178,11 +195,21 @@ class Backend(ABC):
                 "presence_penalty": pick("presence_penalty", 0.0), "frequency_penalty": pick("frequency_penalty", 0.0),
                 "repetition_penalty": req.repetition_penalty}
 
+    def grammar_of(self, req: ChatRequest) -> CompiledGrammar | None:
+        """The grammar this request's output is masked with: its output format, or a forced call."""
+        if self.tokenizer is None:
+            return None
+        grammar = req.grammar
+        if grammar is None and req.tool_choice == "required":
+            grammar = forced_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
+                                          self.tokenizer.get_vocab())
+        if grammar is None:
+            return None
+        return compile_grammar(grammar, self.tokenizer, getattr(self, "vocab_size", None))
+
     def prepare(self, req: ChatRequest) -> Prepared:
         req = self.structured(req)
-        compiled = None
-        if req.grammar is not None and self.tokenizer is not None:
-            compiled = compile_grammar(req.grammar, self.tokenizer, getattr(self, "vocab_size", None))
+        compiled = self.grammar_of(req)
         text, tokens, (render_s, tokenize_s) = self.timed_encode(req)
         room = self.context_window - len(tokens)
         if room < 1:

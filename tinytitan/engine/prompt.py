@@ -59,4 +59,4 @@ def fast_path(req: ChatRequest) -> ChatRequest:
     for m in req.messages:
         if m.role in ("user", "assistant") and m.content.strip():
             kept.append(Message(m.role, m.content))
-    return req.with_(messages=tuple(kept), tools=(), tool_choice="none", reasoning=False)
+    return req.with_(messages=tuple(kept), tools=(), tool_choice="none", tool_names=(), reasoning=False)

@@ -28,6 +28,7 @@ from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Finished
 from ..output_format import normalise
+from .. import tool_choice
 from ..speclang.machine import Machine, WireEvent
 from .base import Protocol
 from .common import place_system, template_variables, text_of
@@ -400,11 +401,15 @@ def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
 
 
 def parse_tool_choice(value: dict, body: dict, args: dict, v) -> None:
-    kind = _string(value.get("type"), "tool_choice.type")
-    if kind not in ("auto", "none"):
-        raise invalid(f"Invalid value for 'tool_choice.type': {json.dumps(kind)}; this server takes 'auto' or 'none'",
-                      param="tool_choice.type", code="invalid_value")
-    args["tool_choice"] = kind
+    _string(value.get("type"), "tool_choice.type")
+    args["tool_choice"], args["tool_names"] = tool_choice.anthropic(value)
+    if value.get("disable_parallel_tool_use") is True:
+        if args["tool_choice"] != "required":  # only a grammar can promise at most one call
+            raise invalid("tool_choice.disable_parallel_tool_use is supported with tool_choice 'any' or 'tool' "
+                          "(where a grammar enforces exactly one call), not with "
+                          f"'{value.get('type')}'", param="tool_choice.disable_parallel_tool_use",
+                          code="invalid_value")
+        args["parallel_tool_calls"] = False
 
 
 def parse_stop_sequences(value: list, body: dict, args: dict, v) -> None:

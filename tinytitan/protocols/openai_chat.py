@@ -9,6 +9,7 @@ from typing import Any
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..output_format import normalise
+from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
 from .common import place_system, template_variables, text_of
@@ -77,10 +78,7 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
 
 
 def parse_tool_choice(value: Any, body: dict, args: dict, v) -> None:
-    if value not in ("auto", "none"):
-        raise invalid(f"Invalid value for 'tool_choice': {json.dumps(value)}; this server takes 'auto' or 'none'",
-                      param="tool_choice", code="invalid_value")
-    args["tool_choice"] = value
+    args["tool_choice"], args["tool_names"] = tool_choice.openai(value)
 
 
 def parse_stop(value: Any, body: dict, args: dict, v) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..chat_request import Message
 from ..errors import ApiError, invalid
 from ..output_format import normalise
+from .. import tool_choice
 from ..speclang.load import compile_spec
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import RequestValidator, Validated
@@ -59,10 +60,7 @@ def hook_instructions(value, body: dict, args: dict, v: Validated) -> None:
 
 
 def hook_tool_choice(value, body: dict, args: dict, v: Validated) -> None:
-    if value not in ("auto", "none"):
-        raise invalid(f"Invalid value for 'tool_choice': {json.dumps(value)}; this server takes 'auto' or 'none'",
-                      param="tool_choice", code="invalid_value")
-    args["tool_choice"] = value
+    args["tool_choice"], args["tool_names"] = tool_choice.openai(value)
 
 
 def _enum(obj: dict, key: str, allowed: tuple, where: str) -> Any:

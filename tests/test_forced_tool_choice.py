@@ -1,0 +1,108 @@
+"""Forced tool choice, enforced by a grammar over the family's own call markup: with the random-weight demo
+model, every answer is a call to an allowed tool whose arguments validate against its schema."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+import anthropic_util
+from responses_helpers import client as responses_client
+from test_chat_completions import client as chat_client
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+           "required": ["city"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                                        "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+       "required": ["a", "b"], "additionalProperties": False}
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+SAMPLING = [{"temperature": 0}, {"temperature": 1, "seed": 1}, {"temperature": 1, "seed": 2}]
+
+
+def check(calls: list[tuple[str, str]], allowed: set[str], single: bool) -> None:
+    assert calls, "no call was made"
+    if single:
+        assert len(calls) == 1, calls
+    for name, arguments in calls:
+        assert name in allowed, (name, allowed)
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+
+
+CHAT_TOOLS = [{"type": "function", "function": {"name": n, "parameters": s}} for n, s in SCHEMAS.items()]
+CHAT_CHOICES = [
+    ("required", set(SCHEMAS), False),
+    ({"type": "function", "function": {"name": "add"}}, {"add"}, False),
+    ({"type": "function", "name": "get_weather"}, {"get_weather"}, False),
+    ({"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function",
+                                                                                 "function": {"name": "add"}}]}},
+     {"add"}, True),
+]
+
+
+@pytest.mark.parametrize("choice,allowed,single", CHAT_CHOICES, ids=["required", "named", "named-flat", "allowed"])
+async def test_chat_completions(serve, demo_backend, choice, allowed, single):
+    s = await serve(backend=demo_backend)
+    for sampling in SAMPLING:
+        r = await chat_client(s).chat.completions.create(
+            model=demo_backend.model_id, messages=USER, tools=CHAT_TOOLS, tool_choice=choice, max_tokens=120,
+            parallel_tool_calls=not single, **sampling)
+        choice0 = r.choices[0]
+        assert choice0.finish_reason == "tool_calls", choice0
+        check([(c.function.name, c.function.arguments) for c in choice0.message.tool_calls], allowed, single)
+
+
+RESPONSES_TOOLS = [{"type": "function", "name": n, "parameters": s, "strict": True} for n, s in SCHEMAS.items()]
+RESPONSES_CHOICES = [
+    ("required", set(SCHEMAS), True),
+    ({"type": "function", "name": "get_weather"}, {"get_weather"}, False),
+    ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "add"}]}, {"add"}, False),
+]
+
+
+@pytest.mark.parametrize("choice,allowed,single", RESPONSES_CHOICES, ids=["required", "named", "allowed"])
+async def test_responses(serve, demo_backend, choice, allowed, single):
+    s = await serve(backend=demo_backend)
+    for sampling in SAMPLING:
+        r = await responses_client(s).responses.create(
+            model=demo_backend.model_id, input="weather?", tools=RESPONSES_TOOLS, tool_choice=choice,
+            max_output_tokens=120, parallel_tool_calls=not single, store=False,
+            temperature=sampling["temperature"], extra_body={"seed": sampling.get("seed")})
+        assert r.status == "completed"
+        calls = [(item.name, item.arguments) for item in r.output if item.type == "function_call"]
+        assert all(item.status == "completed" for item in r.output if item.type == "function_call")
+        check(calls, allowed, single)
+
+
+MESSAGES_TOOLS = [{"name": n, "input_schema": s} for n, s in SCHEMAS.items()]
+MESSAGES_CHOICES = [
+    ({"type": "any"}, set(SCHEMAS), False),
+    ({"type": "tool", "name": "add"}, {"add"}, False),
+    ({"type": "any", "disable_parallel_tool_use": True}, set(SCHEMAS), True),
+]
+
+
+@pytest.mark.parametrize("choice,allowed,single", MESSAGES_CHOICES, ids=["any", "tool", "any-one"])
+async def test_messages(serve, demo_backend, choice, allowed, single):
+    s = await serve(backend=demo_backend)
+    # Messages takes no seed: unseeded sampling only where one call is enforced (so it cannot run into the cap)
+    for sampling in SAMPLING[:2] if single else SAMPLING[:1]:
+        msg = await anthropic_util.sdk(s).messages.create(model=demo_backend.model_id, max_tokens=120, messages=USER,
+                                                          tools=MESSAGES_TOOLS, tool_choice=choice,
+                                                          extra_body={"temperature": sampling["temperature"]})
+        assert msg.stop_reason == "tool_use", msg
+        check([(b.name, json.dumps(b.input)) for b in msg.content if b.type == "tool_use"], allowed, single)
+
+
+async def test_a_tool_schema_the_grammar_cannot_promise_is_refused_by_name(serve):
+    s = await serve(["never generated"])
+    tools = [{"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}]
+    async with __import__("httpx").AsyncClient(timeout=30) as c:
+        r = await c.post(s.url("/v1/chat/completions"), json={
+            "model": "tinytitan-scripted", "messages": USER, "tools": tools, "tool_choice": "required"})
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "'uniqueItems'" in message and "tag" in message, message
