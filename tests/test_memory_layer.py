@@ -339,3 +339,23 @@ async def test_count_tokens_counts_the_prompt_memory_sends(tmp_path, demo_tok, s
     async with anthropic.AsyncAnthropic(base_url=plain.base, api_key="x", max_retries=0) as c:
         without = (await c.messages.count_tokens(**body)).input_tokens
     assert with_memory == len(prompts[0].tokens) > without
+
+
+async def test_a_raw_prompt_is_left_alone(tmp_path, demo_tok):
+    async with memory_server(demo_tok, ["def add(a, b): return a + b"], config(tmp_path)) as s:
+        prompts = record_prompts(s)
+        async with openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="x", max_retries=0) as c:
+            r = await c.completions.create(model=MODEL, prompt="# add two numbers\n", max_tokens=32)
+    assert r.choices[0].text == "def add(a, b): return a + b"
+    assert prompts[0].prompt_text == "# add two numbers\n" and not prompts[0].req.tools
+
+
+def test_the_rounds_timing_is_summed():
+    from tinytitan.events import Timing
+    from tinytitan.memory.layer import add_timing
+
+    a = Timing(admission_wait_s=0.5, prefill_s=1.0, prefill_tokens=10, decode_s=2.0, decode_tokens=5)
+    b = Timing(admission_wait_s=0.25, load_s=3.0, prefill_s=0.5, prefill_tokens=4, decode_s=1.0, decode_tokens=7)
+    assert add_timing(a, b) == Timing(admission_wait_s=0.75, load_s=3.0, prefill_s=1.5, prefill_tokens=14,
+                                      decode_s=3.0, decode_tokens=12)
+    assert add_timing(None, b) is b and add_timing(a, None) is a and add_timing(None, None) is None

@@ -10,7 +10,8 @@ Rules:
   another request may decode between rounds).
 - A round that calls a client tool ends the loop and returns that call (memory calls beside it are run, their
   results not shown to anyone). So does a round with no call, a cut (``length``), or a failure.
-- ``Started`` goes out once; ``Finished`` goes out once, at the end, with the usage of every round summed.
+- ``Started`` goes out once; ``Finished`` goes out once, at the end, with the usage and the timing of every
+  round summed.
 - At most ``rounds`` rounds run memory calls. After the last, its calls are answered with a note that the rounds
   are used up, and the model gets one more generation (with the tools still declared, so the prompt prefix does
   not move); a memory call it makes then is dropped, and logged.
@@ -30,8 +31,8 @@ from typing import Any, AsyncIterator
 
 from ..chat_request import ChatRequest, Message, ToolCall
 from ..errors import ApiError
-from ..events import (Failed, Finished, ReasoningDelta, Started, TextDelta, TokenEvent, ToolCallArgsDelta,
-                      ToolCallDone, ToolCallStarted, Usage)
+from ..events import (Failed, Finished, ReasoningDelta, Started, TextDelta, Timing, TokenEvent,
+                      ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
 from .service import Memory, MemorySession
 
 log = logging.getLogger("tinytitan.memory")
@@ -99,6 +100,17 @@ def _add(a: Usage, b: Usage) -> Usage:
                  a.completion_tokens + b.completion_tokens, a.reasoning_tokens + b.reasoning_tokens)
 
 
+def add_timing(a: Timing | None, b: Timing | None) -> Timing | None:
+    """Two rounds' timings as one: every step's time and count summed (a step neither round had stays None)."""
+    if a is None or b is None:
+        return a or b
+    summed = {}
+    for f in dataclasses.fields(Timing):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        summed[f.name] = y if x is None else x if y is None else x + y
+    return Timing(**summed)
+
+
 def continuation(req: ChatRequest, rnd: Round, results: list[str], used_up: bool) -> ChatRequest:
     calls = list(rnd.memory_calls.values())
     turn = Message("assistant", "".join(rnd.text), tuple(ToolCall(c.call_id, c.name, c.arguments) for c in calls),
@@ -160,6 +172,7 @@ class MemoryEvents:
         session, events = self.session, self.first
         req = events.prepared.req
         usage = Usage()
+        timing: Timing | None = None
         done_rounds = 0
         while True:
             rnd = Round(session.names)
@@ -175,7 +188,7 @@ class MemoryEvents:
                     except ApiError as exc:  # the continuation no longer fits the context window
                         log.warning("memory: the continuation cannot run (%s); the answer ends here",
                                     exc.code or exc.kind)
-                        yield Finished("length", usage)
+                        yield Finished("length", usage, timing=timing)
                         return
                     async with aclosing(self._round(events, rnd, True)) as out:
                         async for ev in out:
@@ -183,6 +196,7 @@ class MemoryEvents:
             if rnd.failed is not None or rnd.finished is None:
                 return
             usage = _add(usage, rnd.finished.usage)
+            timing = add_timing(timing, rnd.finished.timing)
             final = done_rounds >= session.rounds
             if final and rnd.memory_calls:
                 log.warning("memory: the rounds are used up; %d memory call(s) of the last generation dropped",
@@ -193,7 +207,7 @@ class MemoryEvents:
                 reason = rnd.finished.reason
                 if reason == "tool_calls" and not rnd.client_index:
                     reason = "stop"
-                yield Finished(reason, usage, rnd.finished.stop_sequence)
+                yield Finished(reason, usage, rnd.finished.stop_sequence, timing)
                 return
             done_rounds += 1
             req = continuation(req, rnd, self._run_calls(rnd), done_rounds >= session.rounds)

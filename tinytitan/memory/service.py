@@ -104,7 +104,7 @@ class Memory:
         return j
 
     def session(self, req: ChatRequest) -> MemorySession | None:
-        if not req.memory or req.fast:
+        if not req.memory or req.fast or req.prompt is not None:  # a raw prompt has no system turn, no tools
             return None
         scope = derive(req, self.config.launch_dir, self.config.namespace, self.user, self.config.home)
         if scope is None:
