@@ -13,7 +13,7 @@ import yaml
 from tinytitan.events import (EVENT_TYPES, Failed, Finished, KeepAlive, ReasoningDelta, Started, TextDelta,
                               ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
 from tinytitan.speclang import SpecError, load_protocol, spec_dir
-from tinytitan.speclang.load import compile_spec
+from tinytitan.speclang.load import compile_spec, read_spec
 from tinytitan.speclang.machine import Machine, MachineError
 from tinytitan.speclang import template
 
@@ -27,7 +27,7 @@ SPECS = sorted(p.stem for p in spec_dir().glob("*.yaml"))
 
 
 def chat_raw():
-    return yaml.safe_load((spec_dir() / "openai_chat.yaml").read_text())
+    return read_spec(spec_dir() / "openai_chat.yaml")  # the file as it loads (errors.extends resolved)
 
 
 @pytest.mark.parametrize("mutate, where, problem", [
@@ -128,13 +128,16 @@ def test_template_rules():
 
 
 async def test_yaml_only_edit_changes_the_server(serve, tmp_path):
-    """A maintainer adds a refusal and an accepted-and-ignored field in YAML; no Python is edited."""
+    """A maintainer adds a refusal, an accepted-and-ignored field and a limit on a nested field in YAML; no
+    Python is edited."""
     for p in spec_dir().glob("*.yaml"):
         shutil.copy(p, tmp_path / p.name)
     raw = yaml.safe_load((tmp_path / "openai_chat.yaml").read_text())
     raw["request"]["fields"]["x_trace_id"] = {"type": "string", "ignore": True}
     raw["request"]["refuse"].append({"field": "seed", "when": {"gt": 1000}, "code": "seed_too_big",
                                      "message": "'seed' {value} is larger than this server allows"})
+    # a nested field: a message's participant name gets a length limit inside the messages schema
+    raw["request"]["fields"]["messages"]["schema"]["items"]["properties"]["name"]["maxLength"] = 8
     (tmp_path / "openai_chat.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     body = {"model": "tinytitan-scripted", "messages": [{"role": "user", "content": "hi"}]}
     stock = await serve(["ok"])
@@ -148,6 +151,11 @@ async def test_yaml_only_edit_changes_the_server(serve, tmp_path):
         assert r.status_code == 400
         assert r.json()["error"] == {"message": "'seed' 5000 is larger than this server allows",
                                      "type": "invalid_request_error", "param": "seed", "code": "seed_too_big"}
+        named = {**body, "messages": [{"role": "system", "content": "s"},
+                                      {"role": "user", "content": "hi", "name": "a-very-long-name"}]}
+        assert (await c.post(stock.url(url), json=named)).status_code == 200
+        r = await c.post(edited.url(url), json=named)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages[1].name"
 
 
 # an internal error kind, as each protocol's errors.kinds words it inside a stream
@@ -181,3 +189,21 @@ def test_in_stream_errors_are_worded_by_errors_kinds(name, kind, expected):
     (wire,) = [w for w in m.feed(Failed("busy", type=kind)) if w.event in (None, "error", "response.failed")]
     assert IN_STREAM[name](wire.data) == expected
     assert "overloaded" not in str(wire.data) or name == "anthropic_messages"
+
+
+def test_errors_extends_declares_the_table_once(tmp_path):
+    """``errors.extends`` takes another file's envelope and kinds; the file's own kinds win; no cycles."""
+    shared = load_protocol("shared")
+    chat = load_protocol("openai_chat")
+    assert chat.error_envelope == shared.error_envelope and chat.error_kinds == shared.error_kinds
+    assert not chat.error_by_header  # only the envelope and the kinds are inherited
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({"protocol": "base", "errors": {
+        "envelope": {"error": "$message"}, "kinds": {"server_error": {"status": 500, "type": "x"},
+                                                     "overloaded": {"status": 429, "type": "busy"}}}}))
+    (tmp_path / "child.yaml").write_text(yaml.safe_dump({"protocol": "child", "errors": {
+        "extends": "base", "kinds": {"overloaded": {"status": 503, "type": "busy"}}}}))
+    child = load_protocol("child", tmp_path)
+    assert child.error_kind("overloaded").status == 503 and child.error_kind("server_error").type == "x"
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({"protocol": "base", "errors": {"extends": "child"}}))
+    with pytest.raises(SpecError, match="errors.extends"):
+        load_protocol("child", tmp_path)

@@ -14,21 +14,16 @@ from ..speclang.machine import WireEvent
 from .base import Protocol
 from .common import place_system, template_variables, text_of
 
-ROLES = ("system", "developer", "user", "assistant", "tool")
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
 
 
 def parse_messages(value: list, body: dict, args: dict, v) -> None:
+    """The shapes were checked by the spec's schema; this only reshapes."""
     msgs: list[Message] = []
     call_names: dict[str, str] = {}
     for i, m in enumerate(value):
         where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise invalid(f"Invalid type for '{where}': expected an object", param=where, code="invalid_type")
-        role = m.get("role")
-        if role not in ROLES:
-            raise invalid(f"Invalid value for '{where}.role': {json.dumps(role)} is not one of {list(ROLES)}",
-                          param=f"{where}.role", code="invalid_value")
+        role = m["role"]
         # an assistant turn may carry a refusal part (the model declined): its text is the turn's text
         content = text_of(m.get("content"), f"{where}.content",
                           ASSISTANT_PARTS if role == "assistant" else None)
@@ -39,42 +34,24 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
         elif role == "assistant":
             calls = []
             for j, c in enumerate(m.get("tool_calls") or []):
-                cw = f"{where}.tool_calls[{j}]"
-                fn = c.get("function") if isinstance(c, dict) else None
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise invalid(f"Missing 'function.name' in '{cw}'", param=f"{cw}.function.name")
+                fn = c["function"]
                 arguments = fn.get("arguments", "")
                 if not isinstance(arguments, str):
                     arguments = json.dumps(arguments)
                 call_id = c.get("id") or f"call_{i}_{j}"
                 call_names[call_id] = fn["name"]
                 calls.append(ToolCall(call_id, fn["name"], arguments))
-            reasoning = m.get("reasoning_content") or m.get("reasoning")
             msgs.append(Message("assistant", content, tuple(calls),
-                                reasoning=reasoning if isinstance(reasoning, str) else None))
+                                reasoning=m.get("reasoning_content") or m.get("reasoning")))
         else:
-            call_id = m.get("tool_call_id")
-            if not isinstance(call_id, str):
-                raise invalid(f"Missing required parameter: '{where}.tool_call_id'", param=f"{where}.tool_call_id",
-                              code="missing_required_parameter")
+            call_id = m["tool_call_id"]
             msgs.append(Message("tool", content, tool_call_id=call_id, name=call_names.get(call_id, m.get("name"))))
     args["messages"] = place_system([], msgs)
 
 
 def parse_tools(value: list, body: dict, args: dict, v) -> None:
-    tools = []
-    for i, t in enumerate(value):
-        where = f"tools[{i}]"
-        fn = t.get("function") if isinstance(t, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise invalid(f"Missing required parameter: '{where}.function.name'", param=f"{where}.function.name",
-                          code="missing_required_parameter")
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
-        if not isinstance(params, dict):
-            raise invalid(f"Invalid type for '{where}.function.parameters': expected an object",
-                          param=f"{where}.function.parameters", code="invalid_type")
-        tools.append(Tool(fn["name"], fn.get("description") or "", params))
-    args["tools"] = tools
+    args["tools"] = [Tool(t["function"]["name"], t["function"].get("description") or "",
+                          t["function"].get("parameters") or {"type": "object", "properties": {}}) for t in value]
 
 
 def parse_tool_choice(value: Any, body: dict, args: dict, v) -> None:

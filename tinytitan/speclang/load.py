@@ -95,6 +95,12 @@ def load_protocol(name_or_path: str | Path, directory: Path | None = None) -> Pr
     path = Path(name_or_path)
     if path.suffix != ".yaml":
         path = (directory or spec_dir()) / f"{name_or_path}.yaml"
+    return compile_spec(read_spec(path), path.name)
+
+
+def read_spec(path: Path, seen: tuple[str, ...] = ()) -> Any:
+    """A spec file's YAML, with ``errors.extends`` resolved: the named file's envelope and kinds, this
+    file's own over them (one declaration of the OpenAI error table, not three copies)."""
     source = path.name
     try:
         raw = yaml.safe_load(path.read_text())
@@ -102,7 +108,17 @@ def load_protocol(name_or_path: str | Path, directory: Path | None = None) -> Pr
         raise SpecError(f"{source}: no such spec file ({path})") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{source}: not valid YAML: {exc}") from None
-    return compile_spec(raw, source)
+    errs = raw.get("errors") if isinstance(raw, dict) else None
+    if not isinstance(errs, dict) or "extends" not in errs:
+        return raw
+    name = errs["extends"]
+    if not isinstance(name, str) or name in seen + (path.stem,):
+        raise _fail(source, "errors.extends", f"cannot extend {name!r} (a spec name, and no cycles)")
+    base = read_spec(path.parent / f"{name}.yaml", seen + (path.stem,))
+    base_errs = base.get("errors") or {} if isinstance(base, dict) else {}
+    merged = {"envelope": base_errs.get("envelope"), **{k: v for k, v in errs.items() if k != "extends"}}
+    merged["kinds"] = {**(base_errs.get("kinds") or {}), **(errs.get("kinds") or {})}
+    return {**raw, "errors": merged}
 
 
 def compile_spec(raw: Any, source: str) -> ProtocolSpec:
@@ -113,6 +129,8 @@ def compile_spec(raw: Any, source: str) -> ProtocolSpec:
         e = errors[0]
         raise _fail(source, _json_path(e.absolute_path), e.message)
     errs = raw["errors"]
+    if "extends" in errs:
+        raise _fail(source, "errors.extends", "is resolved only when a spec file is loaded (load_protocol)")
     spec = ProtocolSpec(
         name=raw["protocol"],
         source=source,
