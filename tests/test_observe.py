@@ -229,3 +229,20 @@ def test_client_names_from_user_agents():
     assert client_name("Anthropic/Python 0.60.0") == "anthropic-python"
     assert client_name("") == "unknown"
     assert client_name("SomeTool/3.2 (secret details)") == "SomeTool"
+
+
+async def test_the_load_route_makes_a_model_resident(serve, demo_tok):
+    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+    a, b = (ScriptedBackend([ScriptEntry("ok")], demo_tok, model_id=name) for name in ("alpha", "beta"))
+    s = await serve(backend=[a, b])
+    async with httpx.AsyncClient() as c:
+        assert s.engine.resident == "alpha"
+        r = await c.post(s.url("/v1/models/load"), json={"model": "beta"})
+        assert r.status_code == 200 and r.json()["loaded"] == "beta" and s.engine.resident == "beta"
+        samples = await scrape(s)
+        assert samples[("tinytitan_model_resident", (("model", "beta"),))] == 1
+        assert samples[("tinytitan_model_resident", (("model", "alpha"),))] == 0
+        assert ("tinytitan_model_load_seconds", (("model", "beta"),)) in samples
+        missing = await c.post(s.url("/v1/models/load"), json={"model": "gamma"})
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"

@@ -182,6 +182,14 @@ class Engine:
         info = self.model_info(name)
         return {**self.backends[info["id"]].card(), **info}
 
+    async def load(self, name: str | None = None) -> str:
+        """Make a model resident now (it would load on its next request anyway), once the generation in
+        flight is done; the model it replaces is unloaded."""
+        backend = self.backends[self.resolve(name)[0] if name else self.model_id]
+        async with self.admission.slots:
+            await self.model_thread.run_sync(self._make_resident, backend)
+        return backend.model_id
+
     async def unload(self, name: str | None = None) -> list[str]:
         """Free a model's memory (weights and cached prefixes); it loads again on its next request."""
         target = name and self.resolve(name)[0]

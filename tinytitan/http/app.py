@@ -4,7 +4,7 @@ answered in the owning protocol's envelope and headers.
 Rules:
 - The Host header must name an allowed host (loopback names by default): other Hosts get 403 (DNS
   rebinding). With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
-  ``/`` and ``/health`` need no key.
+  ``/``, ``/health`` and ``/dashboard`` (a page with no data in it) need no key.
 - Any error a client can cause is a 4xx in the envelope of the protocol that owns the path, or the route
   the path lies under (the shared routes use OpenAI's, or Anthropic's when the request carries
   ``anthropic-version``); an unexpected failure is a 500 in the same envelope, logged with its traceback.
@@ -35,7 +35,7 @@ from ..speclang import template
 log = logging.getLogger("tinytitan.http")
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
-OPEN_PATHS = ("/", "/health")
+OPEN_PATHS = ("/", "/health", "/dashboard")  # the dashboard page holds no data: its feed needs the key
 # what the HTTP request being answered holds beyond its handler (see request_scope)
 _request_scope: contextvars.ContextVar[AsyncExitStack] = contextvars.ContextVar("tinytitan_request_scope")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from ..observe import dashboard
 from .base import Protocol
 
 if TYPE_CHECKING:
@@ -36,13 +37,27 @@ class Shared(Protocol):
     def handlers(self):
         return {"health": self.health, "root": self.root, "list_models": self.list_models,
                 "get_model": self.get_model, "unload_model": self.unload_model, "metrics": self.metrics,
-                "profile": self.profile}
+                "profile": self.profile, "load_model": self.load_model, "dashboard": self.dashboard,
+                "dashboard_events": self.dashboard_events}
 
     async def health(self, server: "Server", request):
         return server.json_response(server.engine.health())
 
     async def root(self, server: "Server", request):
+        """API clients get a status object; a browser (it prefers text/html) gets the dashboard."""
+        if request.method == "GET" and request.accept_mimetypes.best_match(("application/json", "text/html")) \
+                == "text/html":
+            return await self.dashboard(server, request)
         return server.json_response({"name": "tinytitan", "status": "ok", "model": server.engine.model_id})
+
+    async def dashboard(self, server: "Server", request):
+        resp = server.text_response(dashboard.page(), dashboard.CONTENT_TYPE)
+        resp.headers["Content-Security-Policy"] = dashboard.CSP
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    async def dashboard_events(self, server: "Server", request):
+        return server.sse_response(dashboard.feed(server.observer))
 
     @staticmethod
     def _anthropic(request) -> bool:
@@ -85,7 +100,15 @@ class Shared(Protocol):
         if name is not None:
             server.engine.model_info(name)  # unknown → 404
         unloaded = await server.engine.unload(name)
+        server.observer.push_state()
         return server.json_response({"unloaded": unloaded, "model": name or server.engine.model_id})
+
+    async def load_model(self, server: "Server", request):
+        raw = await request.get_data()
+        body = self.validator.validate(self.validator.parse_json(raw) if raw.strip() else {}).body
+        loaded = await server.engine.load(body.get("model"))
+        server.observer.push_state()
+        return server.json_response({"loaded": loaded, "model": loaded})
 
     async def metrics(self, server: "Server", request):
         metrics = server.observer.metrics

@@ -1,0 +1,134 @@
+"""The dashboard in a real headless browser (Debian's chromium driven by the playwright package; both
+installed by .ci/run): the page loads with no console errors, requests sent through the API appear in its
+table within 2 s without a reload, no prompt or answer text ever reaches it, the API key is asked for once
+and kept in the tab, and the Host allow-list guards it like every route."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import httpx
+import pytest
+import trio
+
+CHROMIUM = os.environ.get("TINYTITAN_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+MODEL = "tinytitan-scripted"
+SECRET_PROMPT = "my bank password is hunter2"
+ANSWER = "The weather in Lisbon is mild."
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (.ci/run "
+                                                             "installs it)")
+if not shutil.which(CHROMIUM):
+    pytest.skip(f"no chromium at {CHROMIUM} (.ci/run installs Debian's chromium)", allow_module_level=True)
+
+
+class Browser:
+    """One headless chromium page, on the worker thread that runs a test's browser session (the trio loop
+    keeps serving meanwhile); console errors and page errors are collected."""
+
+    def __init__(self, pw):
+        self.browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        self.page = self.browser.new_page(viewport={"width": 1280, "height": 860})
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def rows(self) -> int:
+        return self.page.locator("#requests tr.request").count()
+
+    def wait_rows(self, n: int, timeout_s: float = 2.0) -> float:
+        """Seconds until the table shows ``n`` request rows (it must, within ``timeout_s``)."""
+        started = time.perf_counter()
+        self.page.wait_for_function(f"document.querySelectorAll('#requests tr.request').length >= {n}",
+                                    timeout=timeout_s * 1000)
+        return time.perf_counter() - started
+
+
+def browse(session) -> None:
+    with sync_api.sync_playwright() as pw:
+        b = Browser(pw)
+        try:
+            session(b)
+        finally:
+            b.browser.close()
+
+
+async def test_the_dashboard_shows_requests_live(serve, tmp_path):
+    s = await serve([ANSWER, "<think>\nHmm.\n</think>\n\nSunny.", "def f(): pass"])
+
+    def session(b: Browser) -> None:
+        b.page.goto(s.url("/"))  # a browser asks for text/html: the dashboard, not the JSON status
+        b.page.wait_for_selector("#conn.live", timeout=10_000)
+        assert b.page.title() == "tinytitan" and b.rows() == 0
+        assert b.page.locator("#resident").inner_text() == MODEL
+        import anthropic
+        import openai
+
+        oa = openai.OpenAI(base_url=s.url("/v1"), api_key="x", max_retries=0)
+        oa.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": SECRET_PROMPT}])
+        assert b.wait_rows(1) <= 2.0
+        anthropic.Anthropic(base_url=s.base, api_key="x", max_retries=0).messages.create(
+            model=MODEL, max_tokens=200, messages=[{"role": "user", "content": SECRET_PROMPT}])
+        assert b.wait_rows(2) <= 2.0
+        for _ in oa.completions.create(model=MODEL, prompt=SECRET_PROMPT, max_tokens=20, stream=True):
+            pass
+        assert b.wait_rows(3) <= 2.0
+        newest = b.page.locator("#requests tr.request").first.inner_text()
+        assert "openai_completions" in newest and "openai-python" in newest
+        second = b.page.locator("#requests tr.request").nth(1).inner_text()
+        assert "anthropic_messages" in second and "anthropic-python" in second and MODEL in second
+        b.page.wait_for_function("document.getElementById('line-tps').getAttribute('points').length > 0")
+        html = b.page.content()
+        assert SECRET_PROMPT not in html and "Lisbon" not in html and "Sunny" not in html
+        b.page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+        assert b.errors == [], b.errors
+
+    await trio.to_thread.run_sync(browse, session)
+    assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+
+
+async def test_the_dashboard_asks_for_the_api_key_once(serve, tmp_path):
+    s = await serve(["ok"], api_key="sesame")
+
+    def session(b: Browser) -> None:
+        b.page.goto(s.url("/dashboard"))  # the page itself is open: it holds no data
+        b.page.wait_for_selector("#keyform input", state="visible", timeout=10_000)
+        b.page.fill("#keyform input", "sesame")
+        b.page.click("#keyform button")
+        b.page.wait_for_selector("#conn.live", timeout=10_000)
+        assert b.page.evaluate("sessionStorage.getItem('tinytitan-api-key')") == "sesame"
+        httpx.post(s.url("/v1/chat/completions"), headers={"authorization": "Bearer sesame"},
+                   json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).raise_for_status()
+        b.wait_rows(1)
+        b.page.reload()  # the key is kept for the tab: no second prompt
+        b.page.wait_for_selector("#conn.live", timeout=10_000)
+        assert not b.page.locator("#keyform").is_visible() and b.rows() == 1
+        assert [e for e in b.errors if "401" not in e] == [], b.errors  # the first, keyless try is a 401
+
+    await trio.to_thread.run_sync(browse, session)
+
+
+async def test_the_feed_needs_the_key_and_the_host_must_be_allowed(serve):
+    s = await serve(["ok"], api_key="sesame")
+    async with httpx.AsyncClient() as c:
+        assert (await c.get(s.url("/dashboard/events"))).status_code == 401
+        page = await c.get(s.url("/"), headers={"accept": "text/html"})
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "connect-src 'self'" in page.headers["content-security-policy"]
+        assert (await c.get(s.url("/"))).json()["status"] == "ok"  # API clients keep the JSON status
+        assert (await c.head(s.url("/"))).status_code == 200
+        for path in ("/", "/dashboard", "/dashboard/events"):
+            r = await c.get(s.url(path), headers={"host": "attacker.example", "accept": "text/html"})
+            assert r.status_code == 403, path
+
+
+async def test_the_page_loads_nothing_from_elsewhere():
+    from tinytitan.observe.dashboard import page
+
+    html = page().decode()
+    assert "http://" not in html and "https://" not in html and "//cdn" not in html
+    assert "<script src" not in html and "<link rel=\"stylesheet\"" not in html
