@@ -5,9 +5,9 @@ Rules:
 - ``name:latest`` and the bare name are the served id; any other tag is an unknown model (404).
 - A tool result names its call by ``tool_call_id`` where the client sent one, else by ``tool_name``, else it
   answers the oldest call not yet answered.
-- Durations are nanoseconds from the moment the request was admitted: ``prompt_eval_duration`` until the
-  first event (the prompt was read), ``eval_duration`` from there to the end; nothing is loaded per request,
-  so ``load_duration`` is 0.
+- Durations are nanoseconds, from the engine's own timing of the turn (``Finished.timing``):
+  ``load_duration`` making the model resident, ``prompt_eval_duration`` reading the prompt (to the first
+  token), ``eval_duration`` the rest; ``total_duration`` is all of it, queue wait and template included.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
+from ..events import Timing
 from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
@@ -109,15 +110,15 @@ def parse_prompt(value: str, body: dict, args: dict, v: Validated) -> None:
 
 
 # -- machine hooks: the timings and the call a line carries -------------------------------------------------
-def on_started(m: Machine, ev) -> None:
-    m.vars["started_ns"] = time.monotonic_ns()
+def _ns(seconds: float | None) -> int:
+    return int(round((seconds or 0.0) * 1e9))
 
 
 def on_finished(m: Machine, ev) -> None:
-    now, t0 = time.monotonic_ns(), m.context["admitted_ns"]
-    started = m.vars.get("started_ns", now)
-    m.vars.update(total_duration=now - t0, load_duration=0, prompt_eval_duration=started - t0,
-                  eval_duration=now - started)
+    t = ev.timing or Timing()
+    parts = (t.admission_wait_s, t.load_s, t.render_s, t.tokenize_s, t.prefill_s, t.decode_s)
+    m.vars.update(total_duration=sum(_ns(p) for p in parts), load_duration=_ns(t.load_s),
+                  prompt_eval_duration=_ns(t.prefill_s), eval_duration=_ns(t.decode_s))
 
 
 def on_call_started(m: Machine, ev) -> None:
@@ -171,7 +172,7 @@ class Ollama(Protocol):
                 "format": parse_format}
 
     def machine_hooks(self):
-        return {"started": on_started, "finished": on_finished, "call_started": on_call_started,
+        return {"finished": on_finished, "call_started": on_call_started,
                 "tool_call": on_call_done}
 
     def folds(self):
@@ -183,7 +184,7 @@ class Ollama(Protocol):
 
     def extra_context(self, v: Validated, server: "Server") -> dict:
         named = {"model": v.body["model"]} if "model" in v.body else {}  # answered under the name as sent
-        return {**named, "now": iso_time, "admitted_ns": time.monotonic_ns()}
+        return {**named, "now": iso_time}
 
     def chat_request(self, v: Validated) -> ChatRequest:
         req = super().chat_request(v)
