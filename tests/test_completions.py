@@ -157,3 +157,10 @@ async def test_the_demo_model_completes_a_raw_prompt(serve, demo_backend):
     streamed = "".join([ch.text async for chunk in again for ch in chunk.choices])
     assert 0 < r.usage.completion_tokens <= 6 and streamed == r.choices[0].text
     assert r.usage.prompt_tokens == len(demo_backend.tokenizer.encode("def main():\n", add_special_tokens=False))
+
+
+async def test_a_prompt_over_the_context_window_names_prompt(serve, demo_tok):
+    s = await serve(backend=ScriptedBackend([ScriptEntry("ok")], demo_tok, model_id=MODEL, context_window=32))
+    with pytest.raises(openai.BadRequestError) as err:
+        await client(s).completions.create(model=MODEL, prompt="word " * 100)
+    assert err.value.body["param"] == "prompt" and err.value.body["code"] == "context_length_exceeded"
