@@ -359,3 +359,17 @@ def test_the_rounds_timing_is_summed():
     assert add_timing(a, b) == Timing(admission_wait_s=0.75, load_s=3.0, prefill_s=1.5, prefill_tokens=14,
                                       decode_s=3.0, decode_tokens=12)
     assert add_timing(None, b) is b and add_timing(a, None) is a and add_timing(None, None) is None
+
+
+@pytest.mark.parametrize("client, path", [("claude", "/v1/messages"), ("codex", "/v1/responses")])
+async def test_the_real_clients_working_directory_is_the_workspace(client, path, tmp_path, demo_tok):
+    """What Claude Code and Codex really send (tests/traces) names the workspace: the directory they ran in."""
+    import httpx
+    from test_trace_replay import TRACES, load_trace, replay
+
+    (record,) = [r for r in load_trace(TRACES / client / "plain.jsonl") if r["path"] == path][:1]
+    async with memory_server(demo_tok, ["Hello."], config(tmp_path)) as s:
+        async with httpx.AsyncClient(timeout=60) as h:
+            assert (await replay(h, s, record, MODEL)).status_code == 200
+        opened = {j.workspace_path for j in s.engine.memory.journals.values()}
+    assert opened == {LAUNCH, "/tmp/tt-trace/work"}

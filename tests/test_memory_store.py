@@ -284,6 +284,13 @@ def test_scope_sources_in_order():
     assert derive(user_said, "/src/launch", home=home).path == "/src/launch"
     assert derive(req("Working directory: relative/dir"), "/src/launch", home=home).path == "/src/launch"
     assert declared_in_system(req("x\n  Working directory:  /a/b c  \n")) == "/a/b c"
+    assert declared_in_system(req("# Environment\n - Primary working directory: /src/cc2\n - Platform: linux")) == \
+        "/src/cc2"
+    # Codex's context turn has the user role; other user text never counts
+    codex_turn = ChatRequest(model="m", messages=(Message("user", codex), Message("user", "hi")))
+    assert derive(codex_turn, "/src/launch", home=home).path == "/src/codex-proj"
+    pasted = ChatRequest(model="m", messages=(Message("user", "look: " + codex),))
+    assert derive(pasted, "/src/launch", home=home).path == "/src/launch"
 
 
 def test_home_its_parent_and_root_are_refused(caplog):

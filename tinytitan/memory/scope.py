@@ -2,9 +2,11 @@
 
 Rules:
 - The workspace is a directory, taken from (in order) the ``X-TinyTitan-Workspace`` header, the working
-  directory the client declares in a *system* message (Claude Code's ``Working directory: /path`` line,
-  Codex's ``<cwd>/path</cwd>`` element), else the directory the server was launched in. Only absolute paths
-  count; they are normalised (``..`` folded), never resolved against the filesystem.
+  directory the client declares in a *system* message (Claude Code's ``Working directory: /path`` or
+  ``- Primary working directory: /path`` line, Codex's ``<cwd>/path</cwd>`` element; Codex sends its
+  ``<environment_context>`` as a turn of its own with the user role, which counts too), else the directory the
+  server was launched in. Only absolute paths count; they are normalised (``..`` folded), never resolved
+  against the filesystem.
 - The home directory, its parent and ``/`` are refused as workspaces (too broad to be one project): that source
   is skipped, and the refusal logged. When every source is refused there is no memory for the request.
 - The workspace id is the directory's name (made safe) plus 12 hex digits of the SHA-256 of its full path:
@@ -31,8 +33,11 @@ log = logging.getLogger("tinytitan.memory")
 NAMESPACE = "tinytitan"
 HEADER = "x-tinytitan-workspace"
 
-_CLAUDE_CWD = re.compile(r"^[ \t]*Working directory:[ \t]*(\S[^\r\n]*?)[ \t]*$", re.M)
+# Claude Code: "Working directory: /p" (its <env> block), "- Primary working directory: /p" (2.1.x's Environment list)
+_CLAUDE_CWD = re.compile(r"^[ \t]*(?:[-*][ \t]+)?(?:Primary working directory|Working directory):[ \t]*(\S[^\r\n]*?)[ \t]*$",
+                         re.M)
 _CODEX_CWD = re.compile(r"<cwd>\s*([^<\r\n]+?)\s*</cwd>")
+_CODEX_CONTEXT = "<environment_context>"
 
 
 @dataclass(frozen=True)
@@ -95,11 +100,17 @@ def normalise(raw: object) -> str | None:
 
 
 def declared_in_system(req: ChatRequest) -> str | None:
-    """The working directory a client states in its system messages (the first one found)."""
+    """The working directory a client states in its system messages (the first one found), or in Codex's
+    environment-context turn: a user message that is nothing but an ``<environment_context>`` block (Codex sends
+    its context as one; what a user types or a tool returns elsewhere is never read)."""
     for m in req.messages:
-        if m.role != "system":
+        if m.role == "system":
+            patterns = (_CLAUDE_CWD, _CODEX_CWD)
+        elif m.role == "user" and m.content.lstrip().startswith(_CODEX_CONTEXT):
+            patterns = (_CODEX_CWD,)
+        else:
             continue
-        for pattern in (_CLAUDE_CWD, _CODEX_CWD):
+        for pattern in patterns:
             found = pattern.search(m.content)
             if found:
                 return found.group(1)
