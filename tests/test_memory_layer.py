@@ -373,3 +373,23 @@ async def test_the_real_clients_working_directory_is_the_workspace(client, path,
             assert (await replay(h, s, record, MODEL)).status_code == 200
         opened = {j.workspace_path for j in s.engine.memory.journals.values()}
     assert opened == {LAUNCH, "/tmp/tt-trace/work"}
+
+
+async def test_a_client_that_hangs_up_during_a_continuation_frees_its_place(tmp_path, demo_tok):
+    import httpx
+
+    slow = {"output": "A long answer that the client will not wait for, word after word.", "delay_ms": 200}
+    async with memory_server(demo_tok, [GET_CALL, slow, "Next."], config(tmp_path)) as s:
+        body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        async with httpx.AsyncClient(timeout=30) as h:
+            async with h.stream("POST", s.url("/v1/chat/completions"), json=body) as r:
+                async for chunk in r.aiter_text():
+                    if '"content":"A' in chunk.replace(" ", ""):  # the continuation is decoding
+                        break
+        with trio.fail_after(10):
+            while s.engine.running or s.engine.waiting:
+                await trio.sleep(0.02)
+        decoded = s.engine.backend.tokens_decoded
+        out = await converse(s, "chat", stream=False)
+    assert decoded < tokens(demo_tok, GET_CALL, slow["output"])  # the continuation stopped when the client left
+    assert out["text"] == "Next."
