@@ -30,20 +30,24 @@ class Message:
 
 
 @dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str = ""
-    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
-    namespace: str | None = None  # a Responses namespace this function was flattened out of
-
-
-@dataclass(frozen=True)
 class Grammar:
     """An output format the sampler is masked with (see tinytitan/output_format.py for the spellings)."""
     kind: Literal["json_schema", "json_object", "lark", "regex"]
     source: Any
     name: str | None = None
     where: str | None = None  # the request field it came from, named when the grammar cannot be compiled
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str = ""
+    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+    namespace: str | None = None  # a Responses namespace this function was flattened out of
+    # a freeform ("custom") tool: the model sees a function of one string, ``input``; its grammar (Lark or
+    # regex; None: any text) is what that input must match
+    custom: bool = False
+    input_grammar: Grammar | None = None
 
 
 @dataclass(frozen=True)

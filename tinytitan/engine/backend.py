@@ -25,7 +25,7 @@ from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
-from .structured.tool_calls import forced_call_grammar
+from .structured.tool_calls import check_custom_grammar, forced_call_grammar
 
 log = logging.getLogger("tinytitan.backend")
 
@@ -199,6 +199,9 @@ class Backend(ABC):
         """The grammar this request's output is masked with: its output format, or a forced call."""
         if self.tokenizer is None:
             return None
+        for tool in req.tools:  # a client grammar that cannot be compiled is refused, forced or not
+            if tool.input_grammar is not None:
+                check_custom_grammar(tool, self.tokenizer, getattr(self, "vocab_size", None))
         grammar = req.grammar
         if grammar is None and req.tool_choice == "required":
             grammar = forced_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,

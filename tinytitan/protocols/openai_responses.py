@@ -110,6 +110,7 @@ class OpenAIResponses(Protocol):
         tools, names = parse_tools(value, self.separator)
         args["tools"] = tools
         v.notes["tool_names"] = names
+        v.notes["custom_tools"] = sorted(t.name for t in tools if t.custom)
 
     def machine_hooks(self):
         return dict(HOOKS)
@@ -194,7 +195,8 @@ class OpenAIResponses(Protocol):
     # -- the machine -----------------------------------------------------------------------------------------
     def extra_context(self, v: Validated, server: "Server") -> dict:
         # the values the request names until Started says what the engine decodes with (the ``sampling`` hook)
-        return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": v.notes.get("tool_names", {})}
+        return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": v.notes.get("tool_names", {}),
+                "custom_tools": v.notes.get("custom_tools", [])}
 
     def machine(self, v, model_id, stream, server, entry=None) -> Machine:
         m = super().machine(v, model_id, stream, server, entry)

@@ -13,7 +13,8 @@ Rules:
   (``flat_name``; the separator is the spec's ``extra.namespace_separator``, ``__``); a call the model makes
   to one is reported with its own name and ``namespace``.
 - Hosted tools (web_search, file_search, code_interpreter, image_generation, computer use, shell,
-  tool_search, apply_patch …) and freeform ``custom`` tools are left out of the prompt; the request is served.
+  tool_search, apply_patch …) are left out of the prompt; the request is served. Freeform ``custom`` tools
+  reach the model as functions of one string, ``input`` (tinytitan/custom_tools.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import logging
 import uuid
 
+from .. import custom_tools
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import invalid
 from . import compaction
@@ -175,6 +177,12 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
         kind = t.get("type")
         if kind == "function":
             add(t, where, None)
+        elif kind == "custom":
+            tool = custom_tools.parse(t, where)
+            if tool.name in names:
+                raise invalid(f"Duplicate tool name '{tool.name}' at {where}", param=f"{where}.name", code="invalid_value")
+            names[tool.name] = (None, tool.name)
+            tools.append(tool)
         elif kind == "namespace":
             ns = _str(t, "name", where)
             inner = t.get("tools")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 
+from .. import custom_tools
 from ..errors import ApiError
 from ..events import Failed, Finished, ToolCallDone
 from ..speclang.machine import Machine, WireEvent
@@ -38,9 +39,15 @@ def open_message(m: Machine, ev) -> None:
 
 
 def open_call(m: Machine, ev) -> None:
+    """A function call, or a custom tool call (``custom``: its input streams, read out of the arguments)."""
     names = m.context.get("tool_names") or {}
     namespace, name = names.get(ev.name, (ev.namespace, ev.name))
-    _open(m, "function_call", "fc_", call_id=ev.call_id, name=name, namespace=namespace)
+    if ev.name in (m.context.get("custom_tools") or ()):
+        _open(m, "custom_tool_call", "ctc_", call_id=ev.call_id, name=name, custom=True, function=False, input="",
+              input_delta=None)
+    else:
+        _open(m, "function_call", "fc_", call_id=ev.call_id, name=name, namespace=namespace, function=True,
+              custom=False, input_delta=None)
 
 
 def sampling(m: Machine, ev) -> None:
@@ -58,7 +65,12 @@ def open_compaction(m: Machine, ev) -> None:
 
 
 def append(m: Machine, ev) -> None:
-    m.vars["item"]["text"] += ev.text
+    item = m.vars["item"]
+    item["text"] += ev.text
+    if item.get("custom"):
+        now = custom_tools.input_of(item["text"])
+        item["input_delta"] = now[len(item["input"]):] or None
+        item["input"] = now
 
 
 def close(m: Machine, ev) -> None:
@@ -68,6 +80,8 @@ def close(m: Machine, ev) -> None:
     item["status"] = "incomplete" if cut else "completed"
     if isinstance(ev, ToolCallDone) and ev.arguments:
         item["text"] = ev.arguments
+    if item.get("custom"):
+        item["input"] = custom_tools.input_of(item["text"])
     if item["kind"] == "compaction":
         mode = (m.context.get("compaction") or {}).get("mode", "model")
         item["encrypted_content"] = compaction.encode(item["text"], mode, m.context["model"])

@@ -1,0 +1,198 @@
+"""What the structured-output mask costs (not a test; run by hand from the repository root).
+
+    python tools/bench_structured.py [--variant 50m] [--reps 8] [--tokens 300]
+
+In process, on the MLX backend tinytitan serves with (``MLXBackend``), one model, the same prompt tokens:
+
+- decode: tok/s of a JSON-schema-constrained decode ÷ an unconstrained one, both exactly ``--tokens`` tokens
+  (end-of-sequence is masked in both; the schema's document cannot end sooner), timed from the first token
+  to the last; also the same decode with the mask's forward-pass overlap turned off (``async_eval`` removed),
+  and the mask's own time per token.
+- TTFT: time to the first token of a request with a schema never seen before (grammar compile included:
+  ``prepare`` compiles it) ÷ the same request without a format.
+
+Every repetition runs all sides back to back in a rotating order; the table gives the median of the
+per-repetition ratios and their interquartile range (absolute times on a shared machine drift).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from tinytitan.blas import use_fast_blas  # noqa: E402
+
+use_fast_blas()
+
+from bench_common import ensure_model, machine_line, utc_now  # noqa: E402
+
+
+def schema(nonce: str) -> dict:
+    """An array of records that cannot end within the run (minItems); ``nonce`` makes it new to the cache."""
+    return {"type": "array", "minItems": 200, "items": {
+        "type": "object", "additionalProperties": False, "required": ["name", "count", "ok", nonce],
+        "properties": {"name": {"type": "string", "maxLength": 16},
+                       "count": {"type": "integer", "minimum": 0, "maximum": 100000},
+                       "ok": {"type": "boolean"}, nonce: {"enum": ["a", "b", None]}}}}
+
+
+def decode_rate(backend, prompt, tokens: int, processors) -> tuple[float, int]:
+    """tok/s from the first token to the last (``processors`` applied, end-of-sequence masked)."""
+    import mlx.core as mx
+    from mlx_lm import stream_generate
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.sample_utils import make_sampler
+
+    eos = sorted(backend.tokenizer.eos_token_ids)
+
+    def no_eos(_tokens, logits):
+        return logits.at[..., eos].add(-1e9) if hasattr(logits, "at") else logits
+
+    kv = make_prompt_cache(backend.model)
+    first = last = None
+    n = 0
+    for resp in stream_generate(backend.model, backend.tokenizer, mx.array(prompt), max_tokens=tokens,
+                                sampler=make_sampler(temp=1.0), logits_processors=[no_eos, *processors],
+                                prompt_cache=kv):
+        now = time.perf_counter()
+        first = first or now
+        last = now
+        n += 1
+    return (n - 1) / (last - first), n
+
+
+class NoOverlapMask:
+    """The mask without ``async_eval`` before it waits for the sampled token (the A/B of the overlap)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, tokens, logits):
+        import mlx.core as mx
+        import numpy as np
+
+        m = self.inner
+        if m.started:
+            m.consume(int(tokens[-1].item()))
+        m.started = True
+        allowed = m.allowed()[: logits.shape[-1]]
+        return mx.where(mx.array(allowed), logits, mx.array(-np.inf, dtype=logits.dtype))
+
+
+class TimedMask:
+    """Times the mask's own work (consuming the sampled token, computing the mask), not the wait for the
+    sampled token that the processor call also holds."""
+
+    def __init__(self, mask: "GrammarMask"):
+        self.seconds = 0.0
+        self.calls = 0
+        for name in ("consume", "allowed"):
+            setattr(mask, name, self._timed(getattr(mask, name)))
+
+    def _timed(self, fn):
+        def run(*a):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                self.seconds += time.perf_counter() - t0
+                self.calls += fn.__name__ == "allowed"
+        return run
+
+
+def ttft(backend, req) -> float:
+    from tinytitan.engine.decode_loop import DecodeLoop
+    from tinytitan.events import TextDelta
+
+    seen: list[float] = []
+
+    def emit(ev):
+        if isinstance(ev, TextDelta) and not seen:
+            seen.append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    prepared = backend.prepare(req)  # renders, tokenizes and (with a format) compiles the grammar
+    backend.decode(prepared, DecodeLoop(backend.parser(prepared), (), emit), lambda: bool(seen))
+    return seen[0] - t0
+
+
+def iqr(xs: list[float]) -> str:
+    if len(xs) < 4:
+        return "—"
+    q = statistics.quantiles(xs, n=4)
+    return f"{q[0]:.3f}–{q[2]:.3f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", default="50m")
+    ap.add_argument("--reps", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=300)
+    args = ap.parse_args()
+
+    import llguidance
+
+    from tinytitan.chat_request import ChatRequest, Grammar, Message
+    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.structured import GrammarMask, compile_grammar
+
+    backend = MLXBackend(ensure_model(args.variant), f"tinytitan-{args.variant}", prompt_cache_bytes=64 << 20)
+    base = ChatRequest(model=backend.model_id, messages=(Message("user", "List the records as JSON."),),
+                       max_tokens=4, temperature=0.0)
+    prompt = backend.prepare(base).tokens
+    ratios: dict[str, list[float]] = {"constrained": [], "no_overlap": [], "ttft": []}
+    mask_ms: list[float] = []
+    for rep in range(args.reps):
+        sides = ["plain", "constrained", "no_overlap", "ttft_plain", "ttft_schema"]
+        sides = sides[rep % len(sides):] + sides[:rep % len(sides)]
+        out = {}
+        for side in sides:
+            nonce = "k" + uuid.uuid4().hex[:8]
+            if side == "plain":
+                out[side] = decode_rate(backend, prompt, args.tokens, [])[0]
+            elif side in ("constrained", "no_overlap"):
+                compiled = compile_grammar(Grammar("json_schema", schema(nonce)), backend.tokenizer,
+                                           backend.vocab_size)
+                mask = GrammarMask(compiled)
+                timed = TimedMask(mask)
+                out[side] = decode_rate(backend, prompt, args.tokens,
+                                        [mask if side == "constrained" else NoOverlapMask(mask)])[0]
+                if side == "constrained":
+                    mask_ms.append(timed.seconds / timed.calls * 1000)
+            elif side == "ttft_plain":
+                out[side] = ttft(backend, base.with_(messages=(Message("user", f"{nonce}: list them."),)))
+            else:
+                out[side] = ttft(backend, base.with_(messages=(Message("user", f"{nonce}: list them."),),
+                                                     grammar=Grammar("json_schema", schema(nonce))))
+        ratios["constrained"].append(out["constrained"] / out["plain"])
+        ratios["no_overlap"].append(out["no_overlap"] / out["plain"])
+        ratios["ttft"].append(out["ttft_schema"] / out["ttft_plain"])
+        print(f"rep {rep}: plain {out['plain']:.1f} tok/s, constrained {out['constrained']:.1f}, "
+              f"no overlap {out['no_overlap']:.1f}; TTFT {out['ttft_plain'] * 1000:.1f} ms plain, "
+              f"{out['ttft_schema'] * 1000:.1f} ms with a new schema", flush=True)
+    print()
+    print(f"{utc_now()} · {machine_line()} · llguidance {llguidance.__version__ if hasattr(llguidance, '__version__') else llguidance.get_version()} · "
+          f"{args.variant} model, vocabulary {backend.vocab_size}, {args.tokens} tokens, {args.reps} repetitions")
+    print()
+    print("| measure | median | IQR |")
+    print("| --- | --- | --- |")
+    print(f"| constrained ÷ unconstrained decode tok/s | {statistics.median(ratios['constrained']):.3f} | "
+          f"{iqr(ratios['constrained'])} |")
+    print(f"| same, mask not overlapped with the forward pass | {statistics.median(ratios['no_overlap']):.3f} | "
+          f"{iqr(ratios['no_overlap'])} |")
+    print(f"| TTFT with a new schema ÷ without a format | {statistics.median(ratios['ttft']):.3f} | "
+          f"{iqr(ratios['ttft'])} |")
+    print(f"| mask time per token (ms: consume the sampled token, compute the mask) | {statistics.median(mask_ms):.3f} | "
+          f"{iqr(mask_ms)} |")
+
+
+if __name__ == "__main__":
+    main()
