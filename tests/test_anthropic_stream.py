@@ -107,7 +107,7 @@ async def test_an_empty_answer_still_has_a_well_formed_stream(serve):
 
 
 def _machine(proto) -> Machine:
-    return proto.machine(proto.validator.validate(body(stream=True)), MODEL, True, None)
+    return proto.machine(proto.validator.validate(body(stream=True)), MODEL, True)
 
 
 SAMPLES = {
@@ -152,7 +152,7 @@ def test_the_fold_is_the_stream(demo_tok):
 
     proto = AnthropicMessages()
     v = proto.validator.validate(body())
-    m = proto.machine(v, MODEL, False, None)
+    m = proto.machine(v, MODEL, False)
     seq = [KeepAlive(1.0), Started(30, 10), ReasoningDelta("a"), ReasoningDelta("b"), TextDelta("hi"),
            ToolCallStarted(0, "call_9", "f"), ToolCallArgsDelta(0, '{"k"'), ToolCallArgsDelta(0, ": 1}"),
            ToolCallDone(0), KeepAlive(2.0), Finished("tool_calls", Usage(30, 10, 7, 2))]

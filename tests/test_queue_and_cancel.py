@@ -16,6 +16,7 @@ from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
 from tinytitan.errors import ApiError
 from tinytitan.http.app import Server, ServerConfig, request_scope
 from tinytitan.protocols.registry import all_protocols
+from tinytitan.protocols.wire import Call
 
 MODEL = "tinytitan-scripted"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
@@ -120,15 +121,9 @@ async def stream_response(backend, protocol: str, max_queue: int):
     """A streaming request answered in-process, without HTTP, inside the request scope the HTTP layer gives
     each request: the server and quart's response, unsent."""
     server = Server(Engine(backend, max_queue=max_queue), all_protocols(), ServerConfig())
-
-    class Request:  # what the handler reads of quart's request
-        headers: dict = {}
-
-        async def get_data(self):
-            return json.dumps(STREAMS[protocol]).encode()
-
+    call = Call("POST", "/", {}, {}, json.dumps(STREAMS[protocol]).encode())
     async with request_scope():
-        yield server, await server.protocols[protocol].generate(server, Request())
+        yield server, server.write(await server.protocols[protocol].generate(call))
 
 
 @pytest.mark.parametrize("protocol", sorted(STREAMS))

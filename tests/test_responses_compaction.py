@@ -9,6 +9,7 @@ import json
 import openai
 import pytest
 
+from tinytitan.engine import summarise
 from tinytitan.protocols import compaction
 
 from responses_helpers import MODEL, client, post, record_prompts, sse_events
@@ -99,14 +100,14 @@ async def test_repetition_loop_is_a_failed_pass(serve):
 
 
 def test_guards():
-    copied = compaction.INSTRUCTION.splitlines()[1] + "\nRequirements: fix it.\n" + compaction.INSTRUCTION.splitlines()[-1]
-    assert compaction.drop_copied_lines(copied, compaction.INSTRUCTION) == "Requirements: fix it."
-    assert compaction.looping("abc def " * 10) and compaction.looping("same line\n" * 4)
-    assert not compaction.looping(SHORT) and not compaction.looping(LONG)
+    copied = summarise.INSTRUCTION.splitlines()[1] + "\nRequirements: fix it.\n" + summarise.INSTRUCTION.splitlines()[-1]
+    assert summarise.drop_copied_lines(copied, summarise.INSTRUCTION) == "Requirements: fix it."
+    assert summarise.looping("abc def " * 10) and summarise.looping("same line\n" * 4)
+    assert not summarise.looping(SHORT) and not summarise.looping(LONG)
 
 
 async def test_copied_instruction_lines_dropped(serve):
-    s = await serve([compaction.INSTRUCTION.splitlines()[1] + "\n" + SHORT])
+    s = await serve([summarise.INSTRUCTION.splitlines()[1] + "\n" + SHORT])
     out = (await compact(s)).json()
     assert payload(out["output"][-1])["summary"] == SHORT
 

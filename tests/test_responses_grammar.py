@@ -4,7 +4,6 @@ a projection of the events; and the table itself: every (state, TokenEvent) pair
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
@@ -135,8 +134,7 @@ def proto():
 def machine_at(proto, state):
     entry, path = PATHS[state]
     v = proto.validate(json.dumps({"model": MODEL, "input": "x", "tools": TOOLS}).encode())
-    server = SimpleNamespace(engine=SimpleNamespace(backend=SimpleNamespace()))
-    m = proto.machine(v, MODEL, True, server, entry)
+    m = proto.machine(v, MODEL, True, entry)
     m.context["compaction"] = {"mode": "model"}
     run_all(m, [SAMPLES[name] for name in path])
     assert m.state == state

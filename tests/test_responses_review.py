@@ -85,7 +85,7 @@ async def test_item_reference_without_a_type_is_an_item_reference(serve):
 
 
 def test_loop_guard_spares_tables_and_catches_loops():
-    from tinytitan.protocols.compaction import looping
+    from tinytitan.engine.summarise import looping
 
     table = "| file | change | owner | status | note | risk | test |\n| --- | --- | --- | --- | --- | --- | --- |\n"
     table += "| a.py | add | me | done | ok | low | yes |\n"

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import shutil
-from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -82,8 +81,7 @@ def test_machine_tables_are_total(name):
     states = proto.spec.stream["states"]
     for state in states:
         for ev_name, ev in SAMPLES.items():
-            server = SimpleNamespace(engine=SimpleNamespace(backends={}), state={})
-            m = proto.machine(Validated(body={"stream_options": {"include_usage": True}}), "m", True, server)
+            m = proto.machine(Validated(body={"stream_options": {"include_usage": True}}), "m", True)
             m.state = state
             if ev_name in states[state]:
                 try:
@@ -183,8 +181,7 @@ def test_in_stream_errors_are_worded_by_errors_kinds(name, kind, expected):
     from tinytitan.speclang.validate import Validated
 
     proto = _protocol(name)
-    server = SimpleNamespace(engine=SimpleNamespace(backends={}), state={})
-    m = proto.machine(Validated(body={"model": "m"}), "m", True, server)
+    m = proto.machine(Validated(body={"model": "m"}), "m", True)
     m.feed(Started(3))
     (wire,) = [w for w in m.feed(Failed("busy", type=kind)) if w.event in (None, "error", "response.failed")]
     assert IN_STREAM[name](wire.data) == expected

@@ -30,6 +30,7 @@ from .decode_loop import DecodeLoop
 from .model_thread import ModelThread, shared_model_thread
 from .prompt import fast_path
 from .session import Admission, Mailbox, Session
+from .summarise import Summariser
 
 log = logging.getLogger("tinytitan.engine")
 
@@ -176,6 +177,11 @@ class Engine:
     def model_info(self, name: str) -> dict:
         base, _ = self.resolve(name)
         return next(m for m in self.models() if m["id"] == base)
+
+    def summariser(self, model: str, budget: int | None = None) -> Summariser:
+        """The compaction service: a transcript summarised by the named model, within ``budget`` tokens
+        (see summarise.py)."""
+        return Summariser(self, model, budget)
 
     def model_card(self, name: str) -> dict:
         """``model_info`` and what a client may show besides: family, chat template, capabilities."""

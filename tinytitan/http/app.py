@@ -30,6 +30,7 @@ from ..engine.engine import Engine
 from ..errors import ApiError
 from ..observe.observer import Observer
 from ..protocols.base import Protocol
+from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
 
 log = logging.getLogger("tinytitan.http")
@@ -118,8 +119,9 @@ class Server:
                                      if o is not self.shared and "<" not in p and p != "/"] +
                                     [(p.spec.raw["prefix"], p) for p in protocols if p.spec.raw.get("prefix")],
                                     key=lambda item: -len(item[0]))
+        self.services = Services(engine, self.hold, self.state, self.config, self.observer)
         for proto in protocols:
-            proto.attach(self)
+            proto.attach(self.services)
         self._background = trio.CancelScope()
         if getattr(engine, "background", None) is not None:  # work between requests (memory consolidation)
             self.app.before_serving(self._start_background)
@@ -205,11 +207,25 @@ class Server:
 
     # -- responses -----------------------------------------------------------------------------------------------
     def _view(self, proto: Protocol, handler):
+        """A protocol handler behind a route: the request as a neutral Call in, its Reply written out."""
         async def view(**kwargs):
-            return await handler(self, request, **kwargs)
+            call = Call(request.method, request.path, {k.lower(): v for k, v in request.headers.items()},
+                        dict(request.args), await request.get_data())
+            return self.write(await handler(call, **kwargs))
 
         view.__name__ = f"{proto.name}_{handler.__name__}"
         return view
+
+    def write(self, reply: Reply) -> Response:
+        if reply.stream is not None:
+            resp = self.sse_response(reply.stream, reply.content_type or "text/event-stream; charset=utf-8")
+        elif reply.text is not None:
+            resp = self.text_response(reply.text, reply.content_type or "text/plain; charset=utf-8", reply.status)
+        else:
+            resp = self.json_response(reply.body, reply.status)
+        for k, v in reply.headers.items():
+            resp.headers[k] = v
+        return resp
 
     @staticmethod
     def json_response(obj: Any, status: int = 200) -> Response:

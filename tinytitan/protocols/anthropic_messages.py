@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError, invalid
@@ -32,9 +32,7 @@ from .. import tool_choice
 from ..speclang.machine import Machine, WireEvent
 from .base import Protocol
 from .common import place_system, template_variables, text_of
-
-if TYPE_CHECKING:
-    from ..http.app import Server
+from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.anthropic")
 
@@ -273,7 +271,7 @@ class AnthropicMessages(Protocol):
         return None, None  # adaptive, or nothing said: the server's default
 
     # -- the machine -------------------------------------------------------------------------------------------
-    def extra_context(self, v, server) -> dict:
+    def extra_context(self, v) -> dict:
         thinking = v.body.get("thinking") or {}
         return {"thinking_shown": thinking.get("display") != "omitted"}
 
@@ -358,10 +356,10 @@ class AnthropicMessages(Protocol):
     def handlers(self):
         return {"generate": self.generate, "count_tokens": self.count_tokens}
 
-    async def count_tokens(self, server: "Server", request):
-        v = self.validate(await request.get_data(), "count_tokens", request.headers)
-        req = server.engine.apply_model(self.chat_request(v))
-        return server.json_response({"input_tokens": await server.engine.count_tokens(req)})
+    async def count_tokens(self, call: Call) -> Reply:
+        v = self.validate(call, "count_tokens")
+        req = self.engine.apply_model(self.chat_request(v))
+        return Reply({"input_tokens": await self.engine.count_tokens(req)})
 
 
 def _tool_input(text: str, name: str | None) -> dict:

@@ -12,7 +12,7 @@ import time
 import uuid
 from contextlib import aclosing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Callable
+from typing import Any, AsyncIterable, AsyncIterator, Callable
 
 from ..chat_request import ChatRequest
 from ..errors import ApiError
@@ -22,9 +22,7 @@ from ..speclang import ProtocolSpec, load_protocol
 from ..speclang import template
 from ..speclang.machine import Machine, WireEvent, pump
 from ..speclang.validate import RequestValidator, Validated
-
-if TYPE_CHECKING:
-    from ..http.app import Server
+from .wire import Call, Reply, Services
 
 log = logging.getLogger("tinytitan.protocol")
 
@@ -37,6 +35,8 @@ class Protocol:
     name: str = ""
     id_prefix: str = "id-"
     stream_field: str = "stream"
+
+    services: Services  # set by ``attach``, when a server is built with this protocol
 
     def __init__(self, spec_directory: Path | None = None):
         self.spec: ProtocolSpec = load_protocol(self.name, spec_directory)
@@ -73,13 +73,19 @@ class Protocol:
     def handlers(self) -> dict[str, Callable]:
         return {"generate": self.generate}
 
-    def extra_context(self, v: Validated, server: "Server") -> dict:
+    def extra_context(self, v: Validated) -> dict:
         return {}
 
-    def attach(self, server: "Server") -> None:
-        """Called once when a server is built with this protocol (open what it keeps, e.g. a store)."""
+    def attach(self, services: Services) -> None:
+        """Called once when a server is built with this protocol; a protocol that keeps something per server
+        (e.g. a store) opens it here."""
+        self.services = services
 
-    def record(self, server: "Server", v: Validated, machine: Machine) -> None:
+    @property
+    def engine(self):
+        return self.services.engine
+
+    def record(self, v: Validated, machine: Machine) -> None:
         """Called once a response's machine reached its final state (stream or not): a protocol that keeps
         finished responses stores them here. A stream the client dropped never gets here."""
 
@@ -91,11 +97,14 @@ class Protocol:
         return kind.status, template.render(self.spec.error_envelope, ctx)
 
     # -- the request path ----------------------------------------------------------------------------------
-    def validate(self, raw: bytes, handler: str | None = None, headers=None) -> Validated:
-        """``headers``: the request's, for hooks whose rules depend on one (as ``notes["headers"]``)."""
+    def validate(self, call: Call | bytes, handler: str | None = None, empty_is_object: bool = False) -> Validated:
+        """A call's body through the request table (a route's own, where it has one). The call's headers
+        reach hooks whose rules depend on one (as ``notes["headers"]``); raw bytes validate without them."""
         validator = self.route_validators.get(handler, self.validator)
-        notes = {"headers": {k.lower(): v for k, v in headers.items()}} if headers is not None else {}
-        return validator.validate(validator.parse_json(raw), notes)
+        raw = call.body if isinstance(call, Call) else call
+        notes = {"headers": dict(call.headers)} if isinstance(call, Call) else {}
+        body = {} if empty_is_object and not raw.strip() else validator.parse_json(raw)
+        return validator.validate(body, notes)
 
     def chat_request(self, v: Validated) -> ChatRequest:
         args = dict(v.args)
@@ -105,11 +114,10 @@ class Protocol:
         args["workspace"] = (v.notes.get("headers") or {}).get("x-tinytitan-workspace")
         return ChatRequest(**args)
 
-    def machine(self, v: Validated, model_id: str, stream: bool, server: "Server",
-                entry: str | None = None) -> Machine:
+    def machine(self, v: Validated, model_id: str, stream: bool, entry: str | None = None) -> Machine:
         ctx: dict[str, Any] = {"req": v.body, "id": new_id(self.id_prefix), "created": int(time.time()),
                                "model": model_id}
-        ctx.update(self.extra_context(v, server))
+        ctx.update(self.extra_context(v))
         machine = Machine(self.spec, ctx, self.machine_hooks(), entry)
         if not stream and self.spec.fold:
             machine.context.update(self.spec.fold.get("context") or {})
@@ -119,38 +127,37 @@ class Protocol:
         assert self.spec.fold is not None
         return self.folds()[self.spec.fold["hook"]](wire, v.body)
 
-    async def generate(self, server: "Server", request) -> Any:
-        v = self.validate(await request.get_data(), headers=request.headers)
-        req = server.engine.apply_model(self.chat_request(v))
-        return await self.respond(server, v, req)
+    async def generate(self, call: Call) -> Reply:
+        v = self.validate(call)
+        req = self.engine.apply_model(self.chat_request(v))
+        return await self.respond(v, req)
 
-    async def respond(self, server: "Server", v: Validated, req: ChatRequest) -> Any:
+    async def respond(self, v: Validated, req: ChatRequest, entry: str | None = None) -> Reply:
         """Run a ChatRequest in one engine session and answer it: SSE when the client asked for a stream,
         else the fold. A stream outlives this handler, so its session belongs to the HTTP request (ended when
         the response is sent, or the client is gone); a folded answer's session ends here."""
         keepalive = self.spec.extra.get("keepalive_seconds")
         stream = bool(v.body.get(self.stream_field))
-        machine = self.machine(v, req.model, stream, server)
+        machine = self.machine(v, req.model, stream, entry)
         if stream:
-            events = watch(await server.hold(server.engine.session(req, keepalive)), req, stream)
+            events = watch(await self.services.hold(self.engine.session(req, keepalive)), req, stream)
             machine.context.setdefault("prompt_tokens", events.prompt_tokens)  # known before the first event
-            return await self.answer(server, v, machine, events)
-        async with server.engine.session(req, keepalive) as session:
+            return await self.answer(v, machine, events)
+        async with self.engine.session(req, keepalive) as session:
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
-            return await self.answer(server, v, machine, watch(session, req, stream))
+            return await self.answer(v, machine, watch(session, req, stream))
 
-    async def answer(self, server: "Server", v: Validated, machine: Machine,
-                     events: AsyncIterable[TokenEvent]) -> Any:
+    async def answer(self, v: Validated, machine: Machine, events: AsyncIterable[TokenEvent]) -> Reply:
         """Token events through a machine: SSE when the client asked for a stream, else the fold. Whoever
         passes ``events`` owns them (a session, or a source the HTTP request holds) and ends them."""
         if v.body.get(self.stream_field):
-            return server.sse_response(self.sse_body(machine, events, server, v), self.spec.content_type)
+            return Reply.of_stream(self.sse_body(machine, events, v), self.spec.content_type)
         async with aclosing(pump(machine, events)) as wires:
             wire = [w async for w in wires]
-        self.record(server, v, machine)
-        return server.json_response(self.fold(wire, v))
+        self.record(v, machine)
+        return Reply(self.fold(wire, v))
 
-    async def sse_body(self, machine: Machine, events: AsyncIterable[TokenEvent], server=None,
+    async def sse_body(self, machine: Machine, events: AsyncIterable[TokenEvent],
                        v: Validated | None = None) -> AsyncIterator[bytes]:
         """The wire events, framed as the spec says (SSE, or NDJSON). The stream is open before the engine has
         the model: any failure after that (a model that will not load, not only a decoder failure) ends the
@@ -162,7 +169,7 @@ class Protocol:
                 async for wire in wires:
                     if machine.done and not recorded:  # kept before the last events leave: a client that
                         recorded = True                # acts on them finds the response stored
-                        self.record(server, v, machine)
+                        self.record(v, machine)
                     yield wire.encode(framing)
         except Exception as exc:
             if machine.done:

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
@@ -27,9 +27,7 @@ from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
 from .base import Protocol
 from .common import place_system
-
-if TYPE_CHECKING:
-    from ..http.app import Server
+from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.ollama")
 
@@ -182,7 +180,7 @@ class Ollama(Protocol):
         return {"generate": self.generate, "complete": self.complete, "tags": self.tags, "show": self.show,
                 "ps": self.ps, "version": self.version, "unsupported": self.unsupported}
 
-    def extra_context(self, v: Validated, server: "Server") -> dict:
+    def extra_context(self, v: Validated) -> dict:
         named = {"model": v.body["model"]} if "model" in v.body else {}  # answered under the name as sent
         return {**named, "now": iso_time}
 
@@ -192,24 +190,19 @@ class Ollama(Protocol):
             req = req.with_(max_tokens=None)
         return req
 
-    def machine(self, v: Validated, model_id: str, stream: bool, server: "Server", entry: str | None = None):
-        return super().machine(v, model_id, stream, server, entry or v.notes.get("entry"))
-
     # -- routes --------------------------------------------------------------------------------------------
-    async def complete(self, server: "Server", request):
-        v = self.validate(await request.get_data(), handler="complete", headers=request.headers)
+    async def complete(self, call: Call) -> Reply:
+        v = self.validate(call, handler="complete")
         if not v.body.get("prompt") and v.body.get("suffix") is None:
             # Ollama's way to load a model: an empty prompt answers at once, nothing generated
-            server.engine.model_info(served_name(v.body["model"]))
-            return server.json_response({"model": v.body["model"], "created_at": iso_time(), "response": "",
-                                         "done": True, "done_reason": "load"})
-        v.notes["entry"] = "generate"
-        req = server.engine.apply_model(self.chat_request(v))
-        return await self.respond(server, v, req)
+            self.engine.model_info(served_name(v.body["model"]))
+            return Reply({"model": v.body["model"], "created_at": iso_time(), "response": "", "done": True,
+                          "done_reason": "load"})
+        return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
 
-    def _entry(self, server: "Server", card: dict) -> dict:
+    def _entry(self, card: dict) -> dict:
         name = ollama_name(card["id"])
-        return {"name": name, "model": name, "modified_at": iso_time(card.get("created") or server.engine.started_at),
+        return {"name": name, "model": name, "modified_at": iso_time(card.get("created") or self.engine.started_at),
                 "size": int(card.get("size") or 0), "digest": hashlib.sha256(card["id"].encode()).hexdigest(),
                 "details": self._details(card)}
 
@@ -217,33 +210,32 @@ class Ollama(Protocol):
         return {"parent_model": "", "format": self.spec.extra["format"], "family": card["family"],
                 "families": [card["family"]], "parameter_size": "", "quantization_level": ""}
 
-    async def tags(self, server: "Server", request):
-        cards = [server.engine.model_card(m["id"]) for m in server.engine.models()]
-        return server.json_response({"models": [self._entry(server, c) for c in cards]})
+    async def tags(self, call: Call) -> Reply:
+        cards = [self.engine.model_card(m["id"]) for m in self.engine.models()]
+        return Reply({"models": [self._entry(c) for c in cards]})
 
-    async def ps(self, server: "Server", request):
-        cards = [server.engine.model_card(m["id"]) for m in server.engine.models() if m.get("loaded")]
-        return server.json_response({"models": [
-            {**self._entry(server, c), "expires_at": FAR_FUTURE, "size_vram": 0, "context_length": c["context_window"]}
-            for c in cards]})
+    async def ps(self, call: Call) -> Reply:
+        cards = [self.engine.model_card(m["id"]) for m in self.engine.models() if m.get("loaded")]
+        return Reply({"models": [{**self._entry(c), "expires_at": FAR_FUTURE, "size_vram": 0,
+                                  "context_length": c["context_window"]} for c in cards]})
 
-    async def show(self, server: "Server", request):
-        v = self.validate(await request.get_data(), handler="show", headers=request.headers)
+    async def show(self, call: Call) -> Reply:
+        v = self.validate(call, handler="show")
         name = v.body.get("model") or v.body.get("name")
         if not name:
             raise invalid("Missing required parameter: 'model'", param="model", code="missing_required_parameter")
-        card = server.engine.model_card(served_name(name))
+        card = self.engine.model_card(served_name(name))
         arch = card["architecture"]
-        return server.json_response({
+        return Reply({
             "modelfile": f"FROM {card['id']}\n", "parameters": "", "template": card["template"],
             "details": self._details(card), "capabilities": card["capabilities"],
             "model_info": {"general.architecture": arch, f"{arch}.context_length": card["context_window"]},
-            "modified_at": iso_time(card.get("created") or server.engine.started_at)})
+            "modified_at": iso_time(card.get("created") or self.engine.started_at)})
 
-    async def version(self, server: "Server", request):
-        return server.json_response({"version": self.spec.extra["version"]})
+    async def version(self, call: Call) -> Reply:
+        return Reply({"version": self.spec.extra["version"]})
 
-    async def unsupported(self, server: "Server", request):
-        raise ApiError("not_implemented", f"{request.method} {request.path} is not supported: this server serves the "
+    async def unsupported(self, call: Call) -> Reply:
+        raise ApiError("not_implemented", f"{call.method} {call.path} is not supported: this server serves the "
                        "MLX models it was started with (no pulling, pushing, creating, copying or deleting) and "
                        "has no embeddings", code="not_implemented")

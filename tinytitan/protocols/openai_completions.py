@@ -67,7 +67,7 @@ class OpenAICompletions(Protocol):
     def request_hooks(self):
         return {"prompt": parse_prompt, "stop": parse_stop}
 
-    def extra_context(self, v, server) -> dict:
+    def extra_context(self, v) -> dict:
         return {"prompt_text": prompt_text(v.body)}
 
     def folds(self):

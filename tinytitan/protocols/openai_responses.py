@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..chat_request import Message
 from ..errors import ApiError, invalid
@@ -39,9 +39,7 @@ from .base import Protocol, new_id
 from .common import place_system
 from .responses_input import normalise_input, parse_tools, to_messages
 from .responses_machine import ECHOED_SAMPLING, HOOKS, fold_last_response
-
-if TYPE_CHECKING:
-    from ..http.app import Server
+from .wire import Call, Reply, Services
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 SUMMARIES = ("auto", "concise", "detailed")
@@ -123,30 +121,32 @@ class OpenAIResponses(Protocol):
                 "delete": self.delete, "cancel": self.cancel, "input_items": self.input_items}
 
     # -- storage ---------------------------------------------------------------------------------------------
-    def attach(self, server: "Server") -> None:
-        self.store(server)  # load (and check) the log at start, not on the first request
+    def attach(self, services: Services) -> None:
+        super().attach(services)
+        self.store()  # load (and check) the log at start, not on the first request
 
-    def store(self, server: "Server") -> ResponsesStore:
-        store = server.state.get(STORE_KEY)
+    def store(self) -> ResponsesStore:
+        state = self.services.state
+        store = state.get(STORE_KEY)
         if store is None:
-            store = server.state[STORE_KEY] = ResponsesStore.open(server.config.responses_store,
-                                                                   self.spec.extra.get("store_keep", 256))
+            store = state[STORE_KEY] = ResponsesStore.open(self.services.config.responses_store,
+                                                           self.spec.extra.get("store_keep", 256))
         return store
 
-    def stored(self, server: "Server", response_id: str, param: str | None = None) -> StoredResponse:
-        rec = self.store(server).get(response_id)
+    def stored(self, response_id: str, param: str | None = None) -> StoredResponse:
+        rec = self.store().get(response_id)
         if rec is None:
             raise ApiError("not_found", f"No response with id '{response_id}' found (it was never stored, was "
                            "deleted, or is older than the newest stored responses)", param=param or "response_id")
         return rec
 
-    def history(self, server: "Server", response_id: str | None) -> list[dict]:
+    def history(self, response_id: str | None) -> list[dict]:
         """The input and output of a stored chain, oldest first."""
         items: list[dict] = []
         first, seen = response_id, set()
         while response_id and response_id not in seen:
             seen.add(response_id)
-            rec = self.store(server).get(response_id)
+            rec = self.store().get(response_id)
             if rec is None:
                 detail = "" if response_id == first else f" (the chain of '{first}' continues it)"
                 raise ApiError("not_found", f"Previous response with id '{response_id}' not found{detail}",
@@ -155,20 +155,20 @@ class OpenAIResponses(Protocol):
             response_id = rec.previous_response_id
         return items
 
-    def resolve(self, server: "Server", items: list[dict], field: str = "input") -> list[dict]:
+    def resolve(self, items: list[dict], field: str = "input") -> list[dict]:
         out = []
         for i, item in enumerate(items):
             if item.get("type") == "item_reference":
-                found = self.store(server).find_item(item["id"])
+                found = self.store().find_item(item["id"])
                 if found is None:
                     raise ApiError("not_found", f"Item with id '{item['id']}' not found", param=f"{field}[{i}].id")
                 item = found
             out.append(item)
         return out
 
-    def conversation(self, server: "Server", body: dict, items: list[dict]) -> tuple[list[dict], list[dict]]:
-        own = self.resolve(server, items)
-        history = self.history(server, body.get("previous_response_id"))
+    def conversation(self, body: dict, items: list[dict]) -> tuple[list[dict], list[dict]]:
+        own = self.resolve(items)
+        history = self.history(body.get("previous_response_id"))
         chained = {item.get("id") for item in history} - {None}
         for i, item in enumerate(own):  # as the API: the chain already holds it, a second copy is refused
             if item.get("id") in chained:
@@ -179,7 +179,7 @@ class OpenAIResponses(Protocol):
             raise invalid("Missing required parameter: 'input'", param="input", code="missing_required_parameter")
         return history, own
 
-    def record(self, server: "Server", v: Validated, machine: Machine) -> None:
+    def record(self, v: Validated, machine: Machine) -> None:
         if not v.body.get("store") or v.notes.get("compaction"):
             return
         rec = StoredResponse(id=machine.context["id"], input=v.notes.get("own_input", []),
@@ -187,37 +187,37 @@ class OpenAIResponses(Protocol):
                              previous_response_id=v.body.get("previous_response_id"),
                              created_at=machine.context["created"])
         try:
-            self.store(server).put(rec)
+            self.store().put(rec)
         except (OSError, ValueError) as exc:  # a full or read-only disk (or text it cannot encode) loses the
             # record on disk, not the answer
             log.error("could not store response %s: %s", rec.id, exc)
 
     # -- the machine -----------------------------------------------------------------------------------------
-    def extra_context(self, v: Validated, server: "Server") -> dict:
+    def extra_context(self, v: Validated) -> dict:
         # the values the request names until Started says what the engine decodes with (the ``sampling`` hook)
         return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": v.notes.get("tool_names", {}),
                 "custom_tools": v.notes.get("custom_tools", [])}
 
-    def machine(self, v, model_id, stream, server, entry=None) -> Machine:
-        m = super().machine(v, model_id, stream, server, entry)
+    def machine(self, v, model_id, stream, entry=None) -> Machine:
+        m = super().machine(v, model_id, stream, entry)
         m.context["output"] = lambda: [w.data["item"] for w in m.history if w.event == "response.output_item.done"]
         return m
 
     # -- handlers --------------------------------------------------------------------------------------------
-    async def generate(self, server: "Server", request) -> Any:
-        v = self.validate(await request.get_data(), headers=request.headers)
-        history, own = self.conversation(server, v.body, v.notes.get("items", []))
+    async def generate(self, call: Call) -> Reply:
+        v = self.validate(call)
+        history, own = self.conversation(v.body, v.notes.get("items", []))
         v.notes["own_input"] = own
         if any(item.get("type") == "compaction_trigger" for item in own):
-            return await self.compaction_turn(server, v, history + own)
+            return await self.compaction_turn(v, history + own)
         system, msgs = to_messages(history + own, self.separator)
         v.args["messages"] = self.with_summaries(place_system([v.notes.get("instructions") or ""], msgs, merge_later=True),
                                                  system)
         if not v.args["messages"]:
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")
-        req = server.engine.apply_model(self.chat_request(v))
-        return await self.respond(server, v, req)
+        req = self.engine.apply_model(self.chat_request(v))
+        return await self.respond(v, req)
 
     @staticmethod
     def with_summaries(msgs: list[Message], summaries: list[str]) -> list[Message]:
@@ -229,28 +229,27 @@ class OpenAIResponses(Protocol):
             return [Message("system", f"{msgs[0].content}\n\n{text}")] + msgs[1:]
         return [Message("system", text)] + msgs
 
-    async def compaction_turn(self, server: "Server", v: Validated, items: list[dict]) -> Any:
+    async def compaction_turn(self, v: Validated, items: list[dict]) -> Reply:
         v.notes["compaction"] = True
-        model_id, _ = server.engine.resolve(v.body["model"])
-        compactor = compaction.Compactor(server, v.body["model"], None)
-        machine = self.machine(v, model_id, bool(v.body.get("stream")), server, entry="compaction")
+        model_id, _ = self.engine.resolve(v.body["model"])
+        compactor = self.engine.summariser(v.body["model"])
+        machine = self.machine(v, model_id, bool(v.body.get("stream")), entry="compaction")
         result: dict = {}
         machine.context["compaction"] = result
         machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
         items = [i for i in items if i.get("type") != "compaction_trigger"]
         text = compaction.transcript_to_compact(items)  # (refused before the stream opens)
         # the summary passes run in engine sessions of their own; the event source is the HTTP request's
-        events = await server.hold(aclosing(compaction.compaction_events(compactor, text, result)))
-        return await self.answer(server, v, machine, events)
+        events = await self.services.hold(aclosing(compaction.compaction_events(compactor, text, result)))
+        return await self.answer(v, machine, events)
 
-    async def compact(self, server: "Server", request) -> Any:
-        raw = await request.get_data()
-        body = self.compact_validator.validate(self.compact_validator.parse_json(raw)).body
-        model_id, _ = server.engine.resolve(body["model"])
+    async def compact(self, call: Call) -> Reply:
+        body = self.compact_validator.validate(self.compact_validator.parse_json(call.body)).body
+        model_id, _ = self.engine.resolve(body["model"])
         items = normalise_input(body.get("input") or [])
-        history, own = self.conversation(server, body, items)
+        history, own = self.conversation(body, items)
         items = [i for i in history + own if i.get("type") != "compaction_trigger"]
-        compactor = compaction.Compactor(server, body["model"], body.get("max_compaction_tokens"))
+        compactor = self.engine.summariser(body["model"], body.get("max_compaction_tokens"))
         summary = await compactor.summarise(compaction.transcript_to_compact(items))
         output = []
         if body.get("instructions"):
@@ -259,7 +258,7 @@ class OpenAIResponses(Protocol):
         output.append({"id": new_id("cmp_"), "type": "compaction",
                        "encrypted_content": compaction.encode(summary.text, summary.mode, model_id)})
         u = summary.usage
-        return server.json_response({
+        return Reply({
             "id": new_id("resp_"), "object": "response.compaction", "created_at": int(time.time()),
             "output": output,
             "usage": {"input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": u.cached_tokens},
@@ -268,35 +267,35 @@ class OpenAIResponses(Protocol):
                       "total_tokens": u.total_tokens},
         })
 
-    async def retrieve(self, server: "Server", request, response_id: str) -> Any:
-        rec = self.stored(server, response_id)
-        stream = request.args.get("stream", "false").lower() == "true"
+    async def retrieve(self, call: Call, response_id: str) -> Reply:
+        rec = self.stored(response_id)
+        stream = call.query.get("stream", "false").lower() == "true"
         if not stream:
-            return server.json_response(rec.response)
-        after = _int_arg(request, "starting_after", -1, -1, None)
+            return Reply(rec.response)
+        after = _int_arg(call, "starting_after", -1, -1, None)
 
         async def replay():
             for data in rec.events:
                 if data.get("sequence_number", 0) > after:
                     yield WireEvent(data.get("type"), data).sse()
 
-        return server.sse_response(replay())
+        return Reply.of_stream(replay(), self.spec.content_type)
 
-    async def delete(self, server: "Server", request, response_id: str) -> Any:
-        self.stored(server, response_id)
-        self.store(server).delete(response_id)
-        return server.json_response({"id": response_id, "object": "response", "deleted": True})
+    async def delete(self, call: Call, response_id: str) -> Reply:
+        self.stored(response_id)
+        self.store().delete(response_id)
+        return Reply({"id": response_id, "object": "response", "deleted": True})
 
-    async def cancel(self, server: "Server", request, response_id: str) -> Any:
-        self.stored(server, response_id)
+    async def cancel(self, call: Call, response_id: str) -> Reply:
+        self.stored(response_id)
         raise invalid(f"Response '{response_id}' cannot be cancelled: only background responses can be, and this "
                       "server runs none (every response finished before it was stored)", param="response_id",
                       code="not_cancellable")
 
-    async def input_items(self, server: "Server", request, response_id: str) -> Any:
-        rec = self.stored(server, response_id)
-        limit = _int_arg(request, "limit", 20, 1, 100)
-        order = request.args.get("order", "desc")
+    async def input_items(self, call: Call, response_id: str) -> Reply:
+        rec = self.stored(response_id)
+        limit = _int_arg(call, "limit", 20, 1, 100)
+        order = call.query.get("order", "desc")
         if order not in ("asc", "desc"):
             raise invalid(f"Invalid value for 'order': {json.dumps(order)} is not one of ['asc', 'desc']",
                           param="order", code="invalid_value")
@@ -304,7 +303,7 @@ class OpenAIResponses(Protocol):
         ids = [i.get("id") for i in items]
 
         def cursor(name: str) -> int | None:
-            value = request.args.get(name)
+            value = call.query.get(name)
             if value is None:
                 return None
             if value not in ids:
@@ -316,15 +315,15 @@ class OpenAIResponses(Protocol):
         items = items[(after + 1 if after is not None else 0):(before if before is not None else len(items))]
         # a page right after 'after' (or from the start); with only 'before', the page right before it
         page = items[-limit:] if before is not None and after is None else items[:limit]
-        return server.json_response({
+        return Reply({
             "object": "list", "data": page, "first_id": page[0].get("id") if page else None,
             "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit,
             "limit": limit, "order": order,
         })
 
 
-def _int_arg(request, name: str, default: int, low: int, high: int | None) -> int:
-    raw = request.args.get(name)
+def _int_arg(call: Call, name: str, default: int, low: int, high: int | None) -> int:
+    raw = call.query.get(name)
     if raw is None:
         return default
     try:

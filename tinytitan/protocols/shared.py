@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
-
 from ..observe import dashboard
 from .base import Protocol
-
-if TYPE_CHECKING:
-    from ..http.app import Server
+from .wire import Call, Reply
 
 
 def anthropic_capabilities(card: dict) -> dict:
@@ -40,31 +36,32 @@ class Shared(Protocol):
                 "profile": self.profile, "load_model": self.load_model, "dashboard": self.dashboard,
                 "dashboard_events": self.dashboard_events}
 
-    async def health(self, server: "Server", request):
-        return server.json_response(server.engine.health())
+    @property
+    def observer(self):
+        return self.services.observer
 
-    async def root(self, server: "Server", request):
+    async def health(self, call: Call) -> Reply:
+        return Reply(self.engine.health())
+
+    async def root(self, call: Call) -> Reply:
         """API clients get a status object; a browser (it prefers text/html) gets the dashboard."""
-        if request.method == "GET" and request.accept_mimetypes.best_match(("application/json", "text/html")) \
-                == "text/html":
-            return await self.dashboard(server, request)
-        return server.json_response({"name": "tinytitan", "status": "ok", "model": server.engine.model_id})
+        if call.method == "GET" and call.prefers("application/json", "text/html") == "text/html":
+            return await self.dashboard(call)
+        return Reply({"name": "tinytitan", "status": "ok", "model": self.engine.model_id})
 
-    async def dashboard(self, server: "Server", request):
-        resp = server.text_response(dashboard.page(), dashboard.CONTENT_TYPE)
-        resp.headers["Content-Security-Policy"] = dashboard.CSP
-        resp.headers["Cache-Control"] = "no-store"
-        return resp
+    async def dashboard(self, call: Call) -> Reply:
+        return Reply.of_text(dashboard.page(), dashboard.CONTENT_TYPE, **{
+            "Content-Security-Policy": dashboard.CSP, "Cache-Control": "no-store"})
 
-    async def dashboard_events(self, server: "Server", request):
-        return server.sse_response(dashboard.feed(server.observer))
+    async def dashboard_events(self, call: Call) -> Reply:
+        return Reply.of_stream(dashboard.feed(self.observer), "text/event-stream; charset=utf-8")
 
     @staticmethod
-    def _anthropic(request) -> bool:
-        return "anthropic-version" in request.headers
+    def _anthropic(call: Call) -> bool:
+        return "anthropic-version" in call.headers
 
-    def _entry(self, server: "Server", info: dict, anthropic: bool) -> dict:
-        created = int(info.get("created") or server.engine.started_at)
+    def _entry(self, info: dict, anthropic: bool) -> dict:
+        created = int(info.get("created") or self.engine.started_at)
         if anthropic:
             entry = {"type": "model", "id": info["id"], "display_name": info.get("display_name", info["id"]),
                      "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))}
@@ -80,40 +77,33 @@ class Shared(Protocol):
             entry["capabilities"] = info["features"]
         return entry
 
-    async def list_models(self, server: "Server", request):
-        anthropic = self._anthropic(request)
-        data = [self._entry(server, m, anthropic) for m in server.engine.models()]
+    async def list_models(self, call: Call) -> Reply:
+        anthropic = self._anthropic(call)
+        data = [self._entry(m, anthropic) for m in self.engine.models()]
         if anthropic:
-            return server.json_response({"data": data, "has_more": False,
-                                         "first_id": data[0]["id"] if data else None,
-                                         "last_id": data[-1]["id"] if data else None})
-        return server.json_response({"object": "list", "data": data})
+            return Reply({"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+                          "last_id": data[-1]["id"] if data else None})
+        return Reply({"object": "list", "data": data})
 
-    async def get_model(self, server: "Server", request, model_id: str):
-        info = server.engine.model_info(model_id)
-        return server.json_response(self._entry(server, info, self._anthropic(request)))
+    async def get_model(self, call: Call, model_id: str) -> Reply:
+        return Reply(self._entry(self.engine.model_info(model_id), self._anthropic(call)))
 
-    async def unload_model(self, server: "Server", request):
-        raw = await request.get_data()
-        body = self.validator.validate(self.validator.parse_json(raw) if raw.strip() else {}).body
-        name = body.get("model")
+    async def unload_model(self, call: Call) -> Reply:
+        name = self.validate(call.body, empty_is_object=True).body.get("model")
         if name is not None:
-            server.engine.model_info(name)  # unknown → 404
-        unloaded = await server.engine.unload(name)
-        server.observer.push_state()
-        return server.json_response({"unloaded": unloaded, "model": name or server.engine.model_id})
+            self.engine.model_info(name)  # unknown → 404
+        unloaded = await self.engine.unload(name)
+        self.observer.push_state()
+        return Reply({"unloaded": unloaded, "model": name or self.engine.model_id})
 
-    async def load_model(self, server: "Server", request):
-        raw = await request.get_data()
-        body = self.validator.validate(self.validator.parse_json(raw) if raw.strip() else {}).body
-        loaded = await server.engine.load(body.get("model"))
-        server.observer.push_state()
-        return server.json_response({"loaded": loaded, "model": loaded})
+    async def load_model(self, call: Call) -> Reply:
+        loaded = await self.engine.load(self.validate(call.body, empty_is_object=True).body.get("model"))
+        self.observer.push_state()
+        return Reply({"loaded": loaded, "model": loaded})
 
-    async def metrics(self, server: "Server", request):
-        metrics = server.observer.metrics
-        return server.text_response(metrics.exposition(), metrics.content_type)
+    async def metrics(self, call: Call) -> Reply:
+        metrics = self.observer.metrics
+        return Reply.of_text(metrics.exposition(), metrics.content_type)
 
-    async def profile(self, server: "Server", request):
-        return server.json_response({"object": "list", "window": server.observer.window.maxlen,
-                                     "data": server.observer.profile()})
+    async def profile(self, call: Call) -> Reply:
+        return Reply({"object": "list", "window": self.observer.window.maxlen, "data": self.observer.profile()})

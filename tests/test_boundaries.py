@@ -1,0 +1,49 @@
+"""The module boundaries, checked on the source: a protocol never imports the web framework, the server or
+engine internals (it is handed a Call and the engine's public API, and answers a Reply); the engine never
+imports a protocol."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "tinytitan"
+# what a protocol may name for type hints only: the engine's public face
+PUBLIC_ENGINE = {"tinytitan.engine.engine", "tinytitan.engine.summarise"}
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """(absolute module, only under TYPE_CHECKING) for every import in a module."""
+    tree = ast.parse(path.read_text())
+    package = "tinytitan." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts[:-1])
+    checking: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            checking |= {id(n) for n in ast.walk(node)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, id(node) in checking) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            out.append((module, id(node) in checking))
+    return out
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "protocols").glob("*.py")), ids=lambda p: p.name)
+def test_protocols_see_no_framework_server_or_engine_internals(path):
+    for module, type_only in imports(path):
+        root = module.split(".")[0]
+        assert root not in ("quart", "quart_trio", "werkzeug", "hypercorn"), f"{path.name} imports {module}"
+        assert not module.startswith("tinytitan.http"), f"{path.name} imports the server ({module})"
+        if module.startswith("tinytitan.engine"):
+            assert type_only and module in PUBLIC_ENGINE, f"{path.name} imports engine internals ({module})"
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "engine").rglob("*.py")), ids=lambda p: p.name)
+def test_the_engine_never_imports_a_protocol(path):
+    for module, _ in imports(path):
+        assert not module.startswith(("tinytitan.protocols", "tinytitan.http")), f"{path.name} imports {module}"

@@ -1,0 +1,164 @@
+"""Summarising a conversation with the served model: the engine service behind compaction.
+
+Rules:
+- The transcript is summarised by the named model under a handover instruction — requirements, decisions
+  with reasons and rejected options, facts, next step; paths and identifiers quoted exactly — with thinking
+  off and temperature 0, through the engine's normal queue (a session per pass).
+- The summary is measured with the model's own tokenizer (off the event loop) against the budget: the one
+  asked for, else 1/8 of the context window, at most 4096. Over budget, a second pass compresses it (never
+  a cut).
+- Guards: lines copied from the instruction are dropped; a repetition loop (a stretch of text repeated
+  over and over) makes a pass failed; a failed pass, or a second pass still over budget, falls back to
+  the newest transcript text trimmed to the budget.
+- ``mode`` says which: ``model`` (first pass), ``compressed`` (second pass), ``extractive`` (fallback).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..chat_request import ChatRequest, Message
+from ..events import Failed, Finished, TextDelta, Usage
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger("tinytitan.summarise")
+
+MAX_BUDGET = 4096
+
+INSTRUCTION = """You are writing a handover note so that another engineer can continue this work without \
+seeing the conversation. Summarise the transcript the user sends. Write these sections:
+Requirements: what the user asked for, including constraints and preferences.
+Decisions: each decision made, with its reason and the options that were rejected.
+Facts: what was learned (file contents, command results, errors, versions).
+Next step: the exact next action to take.
+Quote file paths, commands, identifiers and error messages exactly as they appear. Be brief. \
+Write only the note."""
+
+COMPRESS = """Shorten this handover note to at most {budget} tokens. Keep every requirement, decision, \
+reason, file path, identifier and the next step; drop repetition and detail that does not change what \
+to do next. Write only the shortened note."""
+
+
+@dataclass
+class Summary:
+    text: str
+    mode: str
+    usage: Usage
+
+
+# -- guards -----------------------------------------------------------------------------------------------
+# a stretch of 12+ characters said 5 times in a row, or a short one (3+) said 16 times: a model stuck in a
+# loop — not a markdown table row (``| --- `` five times) or a list of short items
+_LOOP = re.compile(r"(.{12,}?)\1{4,}|(.{3,}?)\2{15,}", re.S)
+
+
+def drop_copied_lines(text: str, *instructions: str) -> str:
+    copied = {ln.strip() for ins in instructions for ln in ins.splitlines() if ln.strip()}
+    return "\n".join(ln for ln in text.splitlines() if ln.strip() not in copied).strip()
+
+
+def looping(text: str) -> bool:
+    """A model stuck in a loop: a long stretch said again and again (``_LOOP``), or one line (of more than 6
+    characters: not a bare ``- None``) said 4 times or more."""
+    if _LOOP.search(text):
+        return True
+    lines = [ln.strip() for ln in text.splitlines() if len(ln.strip()) > 6]
+    return any(lines.count(ln) >= 4 for ln in set(lines))
+
+
+class Summariser:
+    """One summary: its model, budget and the usage of its passes."""
+
+    def __init__(self, engine: "Engine", model: str, budget: int | None):
+        self.engine = engine
+        self.model = engine.resolve(model)[0]  # the served id: '<id>-fast' would strip the instruction
+        self.backend = engine.backend_for(self.model)  # the named model's tokenizer
+        window = getattr(self.backend, "context_window", 32768)
+        self.budget = budget or min(window // 8, MAX_BUDGET)
+        self.usage = Usage()
+
+    def count(self, text: str) -> int:
+        tok = getattr(self.backend, "tokenizer", None)
+        if tok is None:
+            return max(1, len(text) // 4)
+        return len(tok.encode(text, add_special_tokens=False))
+
+    def request(self, system: str, user: str, max_tokens: int) -> ChatRequest:
+        req = ChatRequest(model=self.model, messages=(Message("system", system), Message("user", user)),
+                          tool_choice="none", temperature=0.0, max_tokens=max_tokens, reasoning="none",
+                          memory=False)
+        return self.engine.apply_model(req).with_(reasoning="none")
+
+    async def prompt_tokens(self, text: str) -> int:
+        fitted = await trio.to_thread.run_sync(self.fit, text)
+        return await self.engine.count_tokens(self.request(INSTRUCTION, fitted, self.budget))
+
+    async def run_pass(self, system: str, user: str, max_tokens: int) -> str | None:
+        """One pass through the queue; None when it failed (an error, a loop, nothing left)."""
+        text: list[str] = []
+        async with self.engine.session(self.request(system, user, max_tokens)) as events:
+            async for ev in events:
+                if isinstance(ev, TextDelta):
+                    text.append(ev.text)
+                elif isinstance(ev, Finished):
+                    u = ev.usage
+                    self.usage = Usage(self.usage.prompt_tokens + u.prompt_tokens,
+                                       self.usage.cached_tokens + u.cached_tokens,
+                                       self.usage.completion_tokens + u.completion_tokens,
+                                       self.usage.reasoning_tokens + u.reasoning_tokens)
+                elif isinstance(ev, Failed):
+                    log.warning("compaction pass failed: %s", ev.message)
+                    return None
+        out = "".join(text).strip()
+        if looping(out):
+            log.warning("compaction pass ran into a repetition loop; it counts as failed")
+            return None
+        out = drop_copied_lines(out, INSTRUCTION, COMPRESS.format(budget=self.budget))
+        return out or None
+
+    def extractive(self, text: str) -> str:
+        """The newest text of the transcript, trimmed to the budget."""
+        tok = getattr(self.backend, "tokenizer", None)
+        if tok is None:
+            return text[-self.budget * 4:]
+        ids = tok.encode(text, add_special_tokens=False)
+        keep = self.budget
+        while True:
+            out = tok.decode(ids[-keep:]) if keep < len(ids) else text
+            if self.count(out) <= self.budget or keep <= 1:
+                return out.strip()
+            keep -= max(1, keep // 20)
+
+    def fit(self, text: str) -> str:
+        """A transcript longer than the context window allows keeps its newest part (logged)."""
+        window = getattr(self.backend, "context_window", 32768)  # the named model's window
+        room = window - self.budget - 512 - self.count(INSTRUCTION)
+        if room <= 0 or self.count(text) <= room:
+            return text
+        log.warning("compaction transcript is longer than the context window allows: its oldest part is left out")
+        saved, self.budget = self.budget, room
+        try:
+            return self.extractive(text)
+        finally:
+            self.budget = saved
+
+    async def summarise(self, text: str) -> Summary:
+        text = await trio.to_thread.run_sync(self.fit, text)
+        first = await self.run_pass(INSTRUCTION, text, 4 * self.budget)
+        if first is not None and await self._fits(first):
+            return Summary(first, "model", self.usage)
+        if first is not None:
+            second = await self.run_pass(COMPRESS.format(budget=self.budget), first, 2 * self.budget)
+            if second is not None and await self._fits(second):
+                return Summary(second, "compressed", self.usage)
+        return Summary(await trio.to_thread.run_sync(self.extractive, text), "extractive", self.usage)
+
+    async def _fits(self, text: str) -> bool:
+        return await trio.to_thread.run_sync(self.count, text) <= self.budget
