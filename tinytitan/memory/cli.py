@@ -12,7 +12,6 @@ work while a server runs.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
 import os

@@ -29,7 +29,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .keys import Refused, parse_key, parse_prefix, parse_segment, under
@@ -45,10 +45,6 @@ COMPACT_SLACK = 512  # records beyond four per key before the journal is rewritt
 
 class WriteFailed(OSError):
     """A record could not be written: nothing changed."""
-
-
-class Held(RuntimeError):
-    """Another process (a server) holds this workspace's journal."""
 
 
 @dataclass

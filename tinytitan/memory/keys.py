@@ -66,7 +66,7 @@ def parse_key(key: object) -> str:
     for part in parts:
         if part == "":
             raise Refused(f"key {key!r} has an empty segment")
-        parse_segment(part, f"key segment {part!r}" if part.startswith(".") else "key segment")
+        parse_segment(part, "key segment")
     return key
 
 
