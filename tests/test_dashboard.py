@@ -6,6 +6,7 @@ and kept in the tab, and the Host allow-list guards it like every route."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 
@@ -41,10 +42,10 @@ class Browser:
         return self.page.locator("#requests tr.request").count()
 
     def wait_rows(self, n: int, timeout_s: float = 2.0) -> float:
-        """Seconds until the table shows ``n`` request rows (it must, within ``timeout_s``)."""
+        """Seconds until the table shows ``n`` request rows (it must, within ``timeout_s``). Locators, not
+        ``wait_for_function``: a JavaScript predicate is an eval, which the page's CSP forbids."""
         started = time.perf_counter()
-        self.page.wait_for_function(f"document.querySelectorAll('#requests tr.request').length >= {n}",
-                                    timeout=timeout_s * 1000)
+        self.page.locator("#requests tr.request").nth(n - 1).wait_for(timeout=timeout_s * 1000)
         return time.perf_counter() - started
 
 
@@ -81,7 +82,7 @@ async def test_the_dashboard_shows_requests_live(serve, tmp_path):
         assert "openai_completions" in newest and "openai-python" in newest
         second = b.page.locator("#requests tr.request").nth(1).inner_text()
         assert "anthropic_messages" in second and "anthropic-python" in second and MODEL in second
-        b.page.wait_for_function("document.getElementById('line-tps').getAttribute('points').length > 0")
+        sync_api.expect(b.page.locator("#line-tps")).to_have_attribute("points", re.compile(r"\d+.*,.*\d"))
         html = b.page.content()
         assert SECRET_PROMPT not in html and "Lisbon" not in html and "Sunny" not in html
         b.page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)

@@ -158,9 +158,10 @@ def banner(base: str, model_id: str, api_key: str | None) -> str:
     key = api_key or "local"
     return f"""
 tinytitan is serving '{model_id}' at {base}
-  OpenAI:     base_url={base}/v1   (Chat Completions and Responses)
+  OpenAI:     base_url={base}/v1   (Chat Completions, Responses, legacy Completions)
   Anthropic:  base_url={base}      (Messages)
   Ollama:     OLLAMA_HOST={base}   (/api/chat, /api/generate; model '{model_id}:latest')
+  Dashboard:  {base}/ in a browser (Prometheus metrics: {base}/metrics; turn timings: {base}/profile)
 
 Claude Code:
   ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} claude --model {model_id}

@@ -60,7 +60,7 @@ def main() -> None:
                 page.goto(base + "/dashboard")
                 page.wait_for_selector("#conn.live")
                 session(base, server.model_id)
-                page.wait_for_function("document.querySelectorAll('#requests tr.request').length >= 7")
+                page.locator("#requests tr.request").nth(6).wait_for()  # (no JS predicates: the CSP forbids eval)
                 page.wait_for_timeout(300)
                 page.screenshot(path=args.out, full_page=True)
                 browser.close()
