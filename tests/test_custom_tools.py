@@ -124,3 +124,33 @@ async def test_the_mask_holds_a_forced_custom_tool_to_its_grammar(serve, demo_ba
         (call,) = [o for o in r.output if o.type == "custom_tool_call"]
         assert call.name == "apply_patch"
         assert matches(demo_backend.tokenizer, BOUNDED, call.input), call.input
+
+
+CHAT_TOOL = {"type": "custom", "custom": {"name": "apply_patch", "description": "Edit files.",
+                                          "format": {"type": "grammar", "grammar": {"syntax": "lark",
+                                                                                    "definition": APPLY_PATCH}}}}
+
+
+async def test_chat_completions_custom_tools(serve):
+    from test_chat_completions import client as chat_client
+
+    s = await serve([call_text("apply_patch", PATCH), call_text("apply_patch", PATCH), "Patched."])
+    prompts = record_prompts(s)
+    user = [{"role": "user", "content": "add hello.txt"}]
+    r = await chat_client(s).chat.completions.create(model=MODEL, messages=user, tools=[CHAT_TOOL])
+    (call,) = r.choices[0].message.tool_calls
+    assert call.type == "custom" and call.custom.name == "apply_patch" and call.custom.input == PATCH
+    assert r.choices[0].finish_reason == "tool_calls"
+    stream = await chat_client(s).chat.completions.create(model=MODEL, messages=user, tools=[CHAT_TOOL], stream=True)
+    streamed = ""
+    async for chunk in stream:
+        for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            assert tc.type in (None, "custom")
+            streamed += ((tc.model_extra or {}).get("custom") or {}).get("input") or ""
+    assert streamed == PATCH
+    back = user + [{"role": "assistant", "tool_calls": [{"id": call.id, "type": "custom",
+                                                         "custom": {"name": "apply_patch", "input": PATCH}}]},
+                   {"role": "tool", "tool_call_id": call.id, "content": "Done!"}]
+    r = await chat_client(s).chat.completions.create(model=MODEL, messages=back, tools=[CHAT_TOOL])
+    assert r.choices[0].message.content == "Patched."
+    assert "Done!" in prompts[2].prompt_text and "Begin Patch" in prompts[2].prompt_text

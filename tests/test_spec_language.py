@@ -99,8 +99,11 @@ def test_machine_tables_are_total(name):
 
 
 def test_chat_machine_walk():
+    from tinytitan.protocols.openai_chat import OpenAIChat
+
     spec = load_protocol("openai_chat")
-    m = Machine(spec, {"req": {"stream_options": {"include_usage": True}}, "id": "c1", "created": 1, "model": "m"})
+    m = Machine(spec, {"req": {"stream_options": {"include_usage": True}}, "id": "c1", "created": 1, "model": "m"},
+                OpenAIChat().machine_hooks())
     out = []
     for ev in [Started(3), ReasoningDelta("hm"), TextDelta("hi"), ToolCallStarted(0, "call_a", "f"),
                ToolCallArgsDelta(0, '{"a"'), ToolCallArgsDelta(0, ":1}"), ToolCallDone(0, '{"a":1}'),

@@ -9,6 +9,7 @@ from typing import Any
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..output_format import normalise
+from .. import custom_tools
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
@@ -34,6 +35,12 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
         elif role == "assistant":
             calls = []
             for j, c in enumerate(m.get("tool_calls") or []):
+                if c.get("type") == "custom":  # a custom tool's call goes back as the function of one string
+                    call_id = c.get("id") or f"call_{i}_{j}"
+                    call_names[call_id] = c["custom"]["name"]
+                    calls.append(ToolCall(call_id, c["custom"]["name"],
+                                          json.dumps({"input": c["custom"]["input"]}, ensure_ascii=False)))
+                    continue
                 fn = c["function"]
                 arguments = fn.get("arguments", "")
                 if not isinstance(arguments, str):
@@ -50,8 +57,23 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
 
 
 def parse_tools(value: list, body: dict, args: dict, v) -> None:
-    args["tools"] = [Tool(t["function"]["name"], t["function"].get("description") or "",
-                          t["function"].get("parameters") or {"type": "object", "properties": {}}) for t in value]
+    tools = []
+    for i, t in enumerate(value):
+        if t["type"] == "custom":
+            where = f"tools[{i}].custom"
+            spec = t.get("custom")
+            if not isinstance(spec, dict):
+                raise invalid(f"Missing required parameter: '{where}'", param=where, code="missing_required_parameter")
+            fmt = spec.get("format")
+            if isinstance(fmt, dict) and isinstance(fmt.get("grammar"), dict):  # Chat nests the grammar one down
+                spec = {**spec, "format": {"type": fmt.get("type"), **fmt["grammar"]}}
+            tools.append(custom_tools.parse(spec, where))
+            continue
+        fn = t["function"]
+        tools.append(Tool(fn["name"], fn.get("description") or "",
+                          fn.get("parameters") or {"type": "object", "properties": {}}))
+    args["tools"] = tools
+    v.notes["custom_tools"] = sorted(t.name for t in tools if t.custom)
 
 
 def parse_tool_choice(value: Any, body: dict, args: dict, v) -> None:
@@ -72,6 +94,21 @@ def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
 
 def parse_template_kwargs(value: dict, body: dict, args: dict, v) -> None:
     args["template_kwargs"] = template_variables(value, "chat_template_kwargs", ("enable_thinking", "reasoning_effort"))
+
+
+def open_call(m, ev) -> None:
+    """A call opens: a custom tool's (``custom``: its input streams) or a function's."""
+    custom = ev.name in (m.context.get("custom_tools") or ())
+    m.vars["call"] = {"custom": custom, "function": not custom, "arguments": "", "input": "", "input_delta": None}
+
+
+def append_call(m, ev) -> None:
+    call = m.vars["call"]
+    call["arguments"] += ev.text
+    if call["custom"]:
+        now = custom_tools.input_of(call["arguments"])
+        call["input_delta"] = now[len(call["input"]):] or None
+        call["input"] = now
 
 
 def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
@@ -98,10 +135,17 @@ def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
             if delta.get("reasoning_content"):
                 reasoning.append(delta["reasoning_content"])
             for tc in delta.get("tool_calls", []):
+                if tc.get("type") == "custom":
+                    calls[tc["index"]] = {"id": None, "type": "custom", "custom": {"name": "", "input": ""}}
                 call = calls.setdefault(tc["index"], {"id": None, "type": "function",
                                                       "function": {"name": "", "arguments": ""}})
                 if tc.get("id"):
                     call["id"] = tc["id"]
+                if call["type"] == "custom":
+                    custom = tc.get("custom", {})
+                    call["custom"]["name"] += custom.get("name") or ""
+                    call["custom"]["input"] += custom.get("input") or ""
+                    continue
                 fn = tc.get("function", {})
                 call["function"]["name"] += fn.get("name") or ""
                 call["function"]["arguments"] += fn.get("arguments") or ""
@@ -129,3 +173,9 @@ class OpenAIChat(Protocol):
 
     def folds(self):
         return {"chat_completion": fold_chat_completion}
+
+    def machine_hooks(self):
+        return {"open_call": open_call, "append_call": append_call}
+
+    def extra_context(self, v, server) -> dict:
+        return {"custom_tools": v.notes.get("custom_tools", [])}
