@@ -177,5 +177,5 @@ class OpenAIChat(Protocol):
     def machine_hooks(self):
         return {"open_call": open_call, "append_call": append_call}
 
-    def extra_context(self, v, server) -> dict:
+    def extra_context(self, v) -> dict:
         return {"custom_tools": v.notes.get("custom_tools", [])}
