@@ -5,7 +5,7 @@ engine's timing on ``Finished``).
 Rules:
 - A record never holds prompt or answer text: counts, names of things the operator configured (models,
   routes) and timings only. Tool names go to the debug log, never into a record.
-- ``watch(events, req, prepared)`` taps a generation's event stream for the request being answered (the
+- ``watch(events, req, stream)`` taps a generation's event stream for the request being answered (the
   record lives in a context variable set for the whole ASGI call); outside a server it changes nothing.
 """
 
