@@ -403,3 +403,13 @@ def test_a_client_tool_of_the_same_name_stays_the_clients(tmp_path):
     bare = session.augment(ChatRequest(model="m", messages=(Message("user", "hi"),)))
     assert bare.messages[0] == Message("system", session.fragment)
     memory.close()
+
+
+def test_the_memory_layer_sees_only_the_engines_public_face():
+    """Memory decorates the engine from outside: no protocol, no server, no engine internals."""
+    from test_boundaries import PACKAGE, imports
+
+    for path in sorted((PACKAGE / "memory").glob("*.py")):
+        for module, _ in imports(path):
+            assert not module.startswith(("tinytitan.protocols", "tinytitan.http")), f"{path.name} imports {module}"
+            assert not module.startswith("tinytitan.engine"), f"{path.name} imports engine internals ({module})"
