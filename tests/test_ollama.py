@@ -220,4 +220,5 @@ async def test_format_is_enforced(serve, demo_backend):
     assert parts[-1].done_reason == "stop", [(p.response, p.thinking) for p in parts]
     assert isinstance(City.model_validate_json("".join(p.response for p in parts)), City)
     r = await c.generate(model=demo_backend.model_id, prompt="x", format="json", options={"num_predict": 3})
-    assert r.done_reason == "length" and r.response.startswith("{")  # the cap cut it: a document's start
+    assert r.response.startswith("{")  # a whole object in 3 tokens ("{}"), or the start of one the cap cut
+    assert isinstance(json.loads(r.response), dict) if r.done_reason == "stop" else r.done_reason == "length"

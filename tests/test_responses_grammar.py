@@ -178,7 +178,7 @@ def test_compaction_entry_emits_one_compaction_item(proto):
 # -- the spec-language features this protocol uses ----------------------------------------------------------
 def _tiny(entries):
     return {"protocol": "t", "errors": {"envelope": {}, "kinds": {"server_error": {"status": 500, "type": "e"}}},
-            "stream": {"initial": "a", "entries": entries,
+            "stream": {"initial": "a", "entries": entries, "computed": ["history_len"],
                        "states": {"a": {"Started": {"emit": ["x", "y"], "next": "b"}}, "b": {}},
                        "events": {"x": {"data": {"n": "$emitted"}},
                                   "y": {"data": {"seen": "${history_len}"}}}}}

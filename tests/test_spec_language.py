@@ -41,6 +41,13 @@ def chat_raw():
     (lambda r: r["request"]["refuse"].append({"field": "bogus", "when": {"present": True}, "message": "x"}),
      "request.refuse[", "'bogus' is not a declared request field"),
     (lambda r: r.pop("errors"), "<top>", "'errors' is a required property"),
+    # template variables are checked when the spec loads, not when a request first renders them
+    (lambda r: r["stream"]["events"]["content"]["data"]["choices"][0]["delta"].update({"content": "$ev.txt"}),
+     "stream.events.content", "TextDelta (which emits it) has no 'txt'"),
+    (lambda r: r["stream"]["events"]["role"]["data"].update({"x": "${nothing.here}"}),
+     "stream.events.role", "uses $nothing.here, which no context provides"),
+    (lambda r: r["stream"]["events"]["content"]["data"].update({"x": "$error.message"}),
+     "stream.events.content", "only a Failed event provides"),
     (lambda r: r["stream"]["events"]["finish"]["data"]["choices"][0].update({"finish_reason": "$ev.reason|nomap"}),
      "stream.events.finish", "uses map 'nomap'"),
 ])

@@ -20,6 +20,7 @@ from ..events import Failed, TokenEvent
 from ..observe.turn import watch
 from ..speclang import ProtocolSpec, load_protocol
 from ..speclang import template
+from ..speclang.load import BUILTIN_ROOTS
 from ..speclang.machine import Machine, WireEvent, pump
 from ..speclang.validate import RequestValidator, Validated
 from .wire import Call, Reply, Services
@@ -117,7 +118,11 @@ class Protocol:
     def machine(self, v: Validated, model_id: str, stream: bool, entry: str | None = None) -> Machine:
         ctx: dict[str, Any] = {"req": v.body, "id": new_id(self.id_prefix), "created": int(time.time()),
                                "model": model_id}
-        ctx.update(self.extra_context(v))
+        extra = self.extra_context(v)
+        undeclared = sorted(set(extra) - BUILTIN_ROOTS - set(self.spec.context) - set(self.spec.computed))
+        if undeclared:  # a template may use only what the spec says exists (checked at load)
+            raise ValueError(f"{self.spec.source}: extra_context supplies {undeclared}, not in stream.computed")
+        ctx.update(extra)
         machine = Machine(self.spec, ctx, self.machine_hooks(), entry)
         if not stream and self.spec.fold:
             machine.context.update(self.spec.fold.get("context") or {})

@@ -5,6 +5,7 @@ A malformed spec file fails here, at load, with ``SpecError("<file>: <path>: <pr
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,12 @@ import jsonschema
 import yaml
 
 from ..events import EVENT_TYPES
-from . import template
+from . import paths, template
+
+# the template roots every machine provides (speclang/machine.py and protocols/base.py)
+BUILTIN_ROOTS = frozenset({"ev", "vars", "req", "emitted", "state", "error", "id", "created", "model",
+                           "prompt_tokens"})
+EVENT_FIELDS = {name: {f.name for f in dataclasses.fields(cls)} for name, cls in EVENT_TYPES.items()}
 
 
 class SpecError(ValueError):
@@ -66,6 +72,11 @@ class ProtocolSpec:
 
     def error_kind(self, kind: str) -> ErrorKind:
         return self.error_kinds.get(kind) or self.error_kinds["server_error"]
+
+    @property
+    def computed(self) -> list[str]:
+        """The context names the protocol's module computes (``stream.computed``): templates may use them."""
+        return list((self.stream or {}).get("computed") or [])
 
     @property
     def framing(self) -> str:
@@ -199,7 +210,7 @@ def _check_stream(spec: ProtocolSpec) -> None:
     for entry, state in (stream.get("entries") or {}).items():
         if state not in states:
             raise _fail(spec.source, f"stream.entries.{entry}", f"no state named '{state}'")
-    known_roots = {"ev", "vars", "req", "emitted", "state"} | set(spec.context) | set(spec.extra.get("context_names", []))
+    emitted_on: dict[str, set[str]] = {name: set() for name in events}  # event → the TokenEvents that emit it
     for state, table in states.items():
         for ev_name, tr in table.items():
             where = f"stream.states.{state}.{ev_name}"
@@ -210,8 +221,23 @@ def _check_stream(spec: ProtocolSpec) -> None:
             for j, name in enumerate(tr.get("emit", [])):
                 if name not in events:
                     raise _fail(spec.source, f"{where}.emit[{j}]", f"no event named '{name}' in stream.events")
+                emitted_on[name].add(ev_name)
+    known = BUILTIN_ROOTS | set(spec.context) | set((spec.fold or {}).get("context") or {}) | set(spec.computed)
     for name, ev in events.items():
+        where = f"stream.events.{name}"
         for m in template.map_names(ev["data"]) | template.map_names(ev.get("event", "")):
             if m not in spec.maps:
-                raise _fail(spec.source, f"stream.events.{name}", f"uses map '{m}', which 'maps' does not declare")
-    del known_roots  # roots are checked when a machine renders (the protocol may add computed names)
+                raise _fail(spec.source, where, f"uses map '{m}', which 'maps' does not declare")
+        used = template.lookups(ev["data"]) | template.lookups(ev.get("event", "")) | ({ev["when"]} if ev.get("when") else set())
+        for path in sorted(used):
+            steps = paths.steps(path)
+            if steps[0] not in known:
+                raise _fail(spec.source, where, f"uses ${path}, which no context provides (the built-in names, "
+                            "'context:', or the names the module computes, declared in 'stream.computed')")
+            if steps[0] == "ev" and len(steps) > 1:
+                for ev_type in sorted(emitted_on[name]):
+                    if not hasattr(EVENT_TYPES[ev_type], steps[1]) and steps[1] not in EVENT_FIELDS[ev_type]:
+                        raise _fail(spec.source, where, f"uses ${path}, but {ev_type} (which emits it) has no "
+                                    f"'{steps[1]}'")
+            if steps[0] == "error" and emitted_on[name] - {"Failed"}:
+                raise _fail(spec.source, where, f"uses ${path}, which only a Failed event provides")

@@ -92,6 +92,24 @@ def names(template: Any) -> set[str]:
     return found
 
 
+def lookups(template: Any) -> set[str]:
+    """Every context path a template looks up (``ev.usage.prompt_tokens``), for checking a spec at load."""
+    found: set[str] = set()
+    if isinstance(template, str):
+        whole = _WHOLE.match(template)
+        if whole:
+            found.add(whole.group(1))
+        else:
+            found |= {m.group(1) for m in _INNER.finditer(template) if m.group(1)}
+    elif isinstance(template, dict):
+        for v in template.values():
+            found |= lookups(v)
+    elif isinstance(template, list):
+        for v in template:
+            found |= lookups(v)
+    return found
+
+
 def map_names(template: Any) -> set[str]:
     found: set[str] = set()
     if isinstance(template, str):
