@@ -164,3 +164,11 @@ async def test_a_prompt_over_the_context_window_names_prompt(serve, demo_tok):
     with pytest.raises(openai.BadRequestError) as err:
         await client(s).completions.create(model=MODEL, prompt="word " * 100)
     assert err.value.body["param"] == "prompt" and err.value.body["code"] == "context_length_exceeded"
+
+
+async def test_an_empty_prompt_is_refused_by_name_not_a_server_error(serve, demo_backend):
+    s = await serve(backend=demo_backend)
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as err:
+            await client(s).completions.create(model=demo_backend.model_id, prompt="", max_tokens=3, stream=stream)
+        assert err.value.body["param"] == "prompt" and "empty" in err.value.body["message"]

@@ -214,6 +214,9 @@ class Backend(ABC):
         req = self.structured(req)
         compiled = self.grammar_of(req)
         text, tokens, (render_s, tokenize_s) = self.timed_encode(req)
+        if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
+            raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
+                          param="messages", code="invalid_value")
         room = self.context_window - len(tokens)
         if room < 1:
             raise invalid(f"The prompt is {len(tokens)} tokens, which does not fit the model's context window "
