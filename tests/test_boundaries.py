@@ -47,3 +47,17 @@ def test_protocols_see_no_framework_server_or_engine_internals(path):
 def test_the_engine_never_imports_a_protocol(path):
     for module, _ in imports(path):
         assert not module.startswith(("tinytitan.protocols", "tinytitan.http")), f"{path.name} imports {module}"
+
+
+def test_every_chat_request_field_is_read_by_the_engine():
+    """A field a spec maps into the ChatRequest (``to:``, ``derive``) must change what the engine does: each
+    ChatRequest field is read somewhere in the engine (or the memory layer that decorates it), so a mapping
+    into a field nothing reads cannot hide."""
+    import dataclasses
+    import re
+
+    from tinytitan.chat_request import ChatRequest
+
+    source = "\n".join(p.read_text() for d in ("engine", "memory") for p in (PACKAGE / d).rglob("*.py"))
+    unread = [f.name for f in dataclasses.fields(ChatRequest) if not re.search(rf"\.{f.name}\b", source)]
+    assert not unread, f"ChatRequest fields the engine never reads: {unread}"

@@ -41,6 +41,8 @@ def chat_raw():
     (lambda r: r["request"]["refuse"].append({"field": "bogus", "when": {"present": True}, "message": "x"}),
      "request.refuse[", "'bogus' is not a declared request field"),
     (lambda r: r.pop("errors"), "<top>", "'errors' is a required property"),
+    (lambda r: r["request"]["fields"]["seed"].update({"to": "sed"}), "request.fields.seed.to",
+     "'sed' is not a ChatRequest field"),
     # template variables are checked when the spec loads, not when a request first renders them
     (lambda r: r["stream"]["events"]["content"]["data"]["choices"][0]["delta"].update({"content": "$ev.txt"}),
      "stream.events.content", "TextDelta (which emits it) has no 'txt'"),

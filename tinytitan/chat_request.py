@@ -72,7 +72,6 @@ class ChatRequest:
     reasoning_budget_tokens: int | None = None
     template_kwargs: dict = field(default_factory=dict)  # never one of RENDERER_ARGUMENTS
     grammar: Grammar | None = None
-    cache_key: str | None = None
     prompt: str | None = None  # a raw prompt: tokenized as written, no chat template (messages unused)
     suffix: str | None = None  # fill-in-the-middle: the text after the gap; ``prompt`` is the text before it
     fast: bool = False  # the "<id>-fast" chat-only path: scaffolding stripped

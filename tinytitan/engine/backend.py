@@ -186,14 +186,13 @@ class Backend(ABC):
         here; the decoder uses them and ``Started`` reports them (protocols echo them, never recompute)."""
         model = {**FALLBACK_SAMPLING, **self.sampling}
 
-        def pick(name: str, default):
-            value = getattr(req, name)
+        def pick(value, default):
             return default if value is None else value
 
-        return {"temperature": pick("temperature", model["temperature"]), "top_p": pick("top_p", model["top_p"]),
-                "top_k": pick("top_k", model["top_k"] or 0), "min_p": pick("min_p", 0.0),
-                "presence_penalty": pick("presence_penalty", 0.0), "frequency_penalty": pick("frequency_penalty", 0.0),
-                "repetition_penalty": req.repetition_penalty}
+        return {"temperature": pick(req.temperature, model["temperature"]), "top_p": pick(req.top_p, model["top_p"]),
+                "top_k": pick(req.top_k, model["top_k"] or 0), "min_p": pick(req.min_p, 0.0),
+                "presence_penalty": pick(req.presence_penalty, 0.0),
+                "frequency_penalty": pick(req.frequency_penalty, 0.0), "repetition_penalty": req.repetition_penalty}
 
     def grammar_of(self, req: ChatRequest) -> CompiledGrammar | None:
         """The grammar this request's output is masked with: its output format, or a forced call."""

@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from ..chat_request import ChatRequest
 from ..events import EVENT_TYPES
 from . import paths, template
 
@@ -191,8 +192,16 @@ def _check_request(spec: ProtocolSpec) -> None:
     for name, f in fields.items():
         if f.get("ignore") and (f.get("to") or f.get("hook")):
             raise _fail(spec.source, f"request.fields.{name}", "'ignore' cannot be combined with 'to' or 'hook'")
-    for where, f in [(f"request.fields.{n}", f) for n, f in fields.items()] + [
-            (f"routes[{i}].fields.{n}", f) for i, r in enumerate(spec.routes) for n, f in (r.get("fields") or {}).items()]:
+    declared = [(f"request.fields.{n}", f) for n, f in fields.items()] + [
+        (f"routes[{i}].fields.{n}", f) for i, r in enumerate(spec.routes) for n, f in (r.get("fields") or {}).items()]
+    targets = {f.name for f in dataclasses.fields(ChatRequest)}
+    for where, f in declared:
+        if "to" in f and f["to"] not in targets:
+            raise _fail(spec.source, f"{where}.to", f"'{f['to']}' is not a ChatRequest field")
+    for name in spec.request.get("derive") or {}:
+        if name not in targets:
+            raise _fail(spec.source, f"request.derive.{name}", f"'{name}' is not a ChatRequest field")
+    for where, f in declared:
         if "schema" in f:
             try:
                 jsonschema.Draft202012Validator.check_schema(f["schema"])
