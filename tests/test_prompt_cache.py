@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import numpy as np
+import pytest
 
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.prompt_cache import PromptCache, common_prefix
@@ -180,15 +181,17 @@ async def test_a_request_cancelled_while_its_prompt_is_read_stops_after_that_chu
     assert cached == 2048 and fin.usage.prompt_tokens == len(p2.tokens)
 
 
-async def test_all_model_work_runs_on_one_thread(demo_backend, monkeypatch):
+@pytest.mark.parametrize("max_batch, decoding", [(1, "decode"), (4, "sampler_for")])
+async def test_all_model_work_runs_on_one_thread(demo_backend, monkeypatch, max_batch, decoding):
     """MLX leaves threads behind on every thread that ran it, and each thread's malloc arena keeps memory:
-    loading, decoding and unloading all happen on the process's one model thread."""
+    loading, decoding (one at a time, or a batch member joining) and unloading all happen on the process's
+    one model thread."""
     import threading
 
     from tinytitan.engine.engine import Engine
 
     seen = []
-    for name in ("ensure_loaded", "decode", "unload"):
+    for name in ("ensure_loaded", decoding, "unload"):
         real = getattr(demo_backend, name)
 
         def spy(*args, _real=real, _name=name, **kw):
@@ -196,11 +199,11 @@ async def test_all_model_work_runs_on_one_thread(demo_backend, monkeypatch):
             return _real(*args, **kw)
 
         monkeypatch.setattr(demo_backend, name, spy)
-    engine = Engine(demo_backend)
+    engine = Engine(demo_backend, max_batch=max_batch)
     before = threading.active_count()
     for i in range(3):
         await _run(engine, _req([("user", f"question {i}")], max_tokens=3))
         await engine.unload()
-    assert {name for name, _ in seen} == {"ensure_loaded", "decode", "unload"}
+    assert {name for name, _ in seen} == {"ensure_loaded", decoding, "unload"}
     assert {ident for _, ident in seen} == {engine.model_thread.ident} != {threading.get_ident()}
     assert threading.active_count() <= before + 1  # the model thread, if this was its first job

@@ -26,7 +26,16 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .engine.batch import DEFAULT_MAX_BATCH
+
     p = argparse.ArgumentParser(prog="tinytitan", description="A local LLM server for coding agents (mlx-lm).")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="serve a model over the OpenAI and Anthropic APIs")
@@ -50,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="accept this Host header too (repeatable; loopback names are always accepted)")
     s.add_argument("--api-key", help="require this key (Authorization: Bearer or x-api-key)")
-    s.add_argument("--max-queue", type=int, default=16, help="requests that may wait for the model (default 16)")
+    s.add_argument("--max-queue", type=int, default=16,
+                   help="requests that may wait beyond the running batch (default 16); more are refused at once")
+    s.add_argument("--max-batch", type=_positive, default=DEFAULT_MAX_BATCH,
+                   help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")
     s.add_argument("--prompt-cache-mib", type=int, default=2048,
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
@@ -201,7 +213,7 @@ def serve(args) -> int:
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
     protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
-    engine = Engine(make_backends(args), max_queue=args.max_queue)
+    engine = Engine(make_backends(args), max_queue=args.max_queue, max_batch=args.max_batch)
     memory = open_memory(args)
     if memory is not None:
         from .memory.layer import MemoryEngine

@@ -288,8 +288,10 @@ def _sse_events(resp):
             event = line[6:].strip().decode()
 
 
-def post_stream(port: int, path: str, body: dict, headers: dict | None = None, timeout: float = 600) -> StreamResult:
-    """POST a streaming request; timestamp each SSE event that carries output."""
+def post_stream(port: int, path: str, body: dict, headers: dict | None = None, timeout: float = 600,
+                first=None) -> StreamResult:
+    """POST a streaming request; timestamp each SSE event that carries output. ``first``: a threading.Event
+    set when the first output arrives (for a caller waiting on streams run in other threads)."""
     payload = json.dumps(body).encode()
     hdrs = {"content-type": "application/json", "authorization": "Bearer x", "x-api-key": "x"}
     hdrs.update(headers or {})
@@ -371,8 +373,12 @@ def post_stream(port: int, path: str, body: dict, headers: dict | None = None, t
         if out:
             if r.t_first is None:
                 r.t_first = now
+                if first is not None:
+                    first.set()
             r.t_last = now
     conn.close()
+    if first is not None:
+        first.set()  # ended without output: nobody waits forever
     r.tool_calls = [calls[i] for i in sorted(calls)]
     for b in r.blocks:
         if b.get("type") == "tool_use":

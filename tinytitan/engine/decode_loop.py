@@ -61,6 +61,7 @@ class DecodeLoop:
         self.cached_tokens = 0
         self.completion_tokens = 0
         self.reasoning_tokens = 0
+        self.started = False
         self.finished = False
         self.before = before or Timing()
         self.grammar_mask_s: float | None = None  # a backend that masks logits for a grammar adds its time here
@@ -69,6 +70,7 @@ class DecodeLoop:
 
     def start(self, prompt_tokens: int, cached_tokens: int = 0) -> None:
         self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
+        self.started = True
         self.started_at = time.perf_counter()
         self.emit(Started(prompt_tokens, cached_tokens, self.sampling))
 

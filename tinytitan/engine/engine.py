@@ -2,14 +2,28 @@
 
 Rules:
 - ``async with engine.session(req) as events`` is the only way to generate (session.py): it admits at once
-  (ApiError('overloaded') when ``max_queue`` requests already wait), then tokenizes; ``events`` waits for
-  a decode slot (FIFO; one generation decodes at a time) and yields TokenEvents; leaving the block stops
-  the decode and gives the place back, exactly once.
-- Decoding, loading and unloading run on the process's one model thread (model_thread.py): a session's
-  decode is one job there, which first makes its model resident. When the consumer goes away the decode
-  stops within a token (within a prefill chunk while the prompt is read), and no decode outlives its
-  session.
+  (ApiError('overloaded') when ``max_queue`` requests already wait beyond the running batch), then
+  tokenizes; ``events`` waits for a decode slot (FIFO; ``max_batch`` generations decode together) and
+  yields TokenEvents; leaving the block stops the decode and gives the place back, exactly once.
+- Decoding, loading and unloading run on the process's one model thread (model_thread.py). With
+  ``max_batch`` > 1 a session's request joins the running batch (batch.py: continuous batching with
+  mlx-lm's BatchGenerator); with 1, its decode is one job there (mlx-lm's stream_generate). Either way the model is
+  made resident first, and when the consumer goes away the decode stops within a token (within a prefill
+  chunk while the prompt is read): no decode outlives its session.
 - The engine never imports a protocol.
+
+Per-request hooks (what structured output and server-run memory tools attach; neither decoder's loop
+changes for them, and each request of a batch has its own):
+- Logits processors: ``MLXBackend.logits_processors(prepared)`` returns the request's mlx-lm
+  LogitsProcessors, ``processor(tokens, logits) -> logits`` with ``logits`` of shape ``[1, vocab]``: the
+  sampling penalties, then the output format's grammar mask (``Prepared.logits_processor()``), a new one
+  per generation. ``tokens`` is the request's own context and ends with the token sampled last
+  (on the first call, the prompt's last token). Both decoders call them the same way, once per step. Keep
+  them lazy (no ``mx.eval`` inside): the step is evaluated at once. One that raises fails its own request
+  only (in a batch, after the step: the others go on).
+- A continuation (a server-run tool's result fed back, as the memory layer does) is a further session of the
+  same request, ``engine.session(req, continuing=True)``: never refused as overloaded, it joins the batch as
+  a member of its own and starts from the longest cached prefix (the turn before is stored when it ends).
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed, Timing
 from .backend import Backend, Prepared
+from .batch import DEFAULT_MAX_BATCH, Batcher, Member
 from .decode_loop import DecodeLoop
 from .model_thread import ModelThread, shared_model_thread
 from .prompt import fast_path
@@ -39,7 +54,9 @@ FAST_SUFFIX = "-fast"
 
 class Engine:
     def __init__(self, backends: Backend | list[Backend], max_queue: int = 16,
-                 model_thread: ModelThread | None = None):
+                 model_thread: ModelThread | None = None, max_batch: int = DEFAULT_MAX_BATCH):
+        """``max_batch``: how many generations decode together (batch.py); 1 decodes one request at a time
+        with mlx-lm's stream_generate. Backends that cannot batch (the scripted one) decode one at a time."""
         backends = [backends] if isinstance(backends, Backend) else list(backends)
         if not backends:
             raise ValueError("no models to serve")
@@ -47,10 +64,13 @@ class Engine:
         self.default_id = backends[0].model_id
         self.resident: str | None = next((b.model_id for b in backends if b.loaded), None)
         self.max_queue = max_queue
-        self.admission = Admission(1, max_queue)
+        self.model_thread = model_thread or shared_model_thread()
+        batching = max_batch > 1 and all(getattr(b, "batches", False) for b in backends)
+        self.max_batch = max_batch if batching else 1
+        self.batcher = Batcher(self.model_thread, self._make_resident, self.max_batch) if batching else None
+        self.admission = Admission(self.max_batch, max_queue)
         self.started_at = time.time()
         self.load_seconds: dict[str, float] = {}  # model id -> how long its last load took
-        self.model_thread = model_thread or shared_model_thread()
 
     # -- names ---------------------------------------------------------------------------------------------
     @property
@@ -127,10 +147,19 @@ class Engine:
                 place.give_back()
 
     def _start_decode(self, prepared: Prepared, box: Mailbox) -> None:
-        """Called by a session holding a decode slot: one job on the model thread makes the model resident,
-        then decodes into the session's mailbox. A model that will not load is the consumer's exception; a
-        failure once decoding began is reported in-band (the stream may already be open)."""
+        """Called by a session holding a decode slot: the request joins the batch (batch.py), or, decoding one
+        at a time, one job on the model thread makes the model resident, then decodes into the session's
+        mailbox. A model that will not load is the consumer's exception; a failure once decoding began is
+        reported in-band (the stream may already be open)."""
         backend = self.backends[prepared.req.model]
+        if self.batcher is not None:
+            try:
+                member = Member(backend, prepared, box)
+            except Exception as exc:
+                box.close(exc)
+                return
+            self.batcher.submit(member)
+            return
 
         def work() -> None:
             try:
@@ -192,14 +221,14 @@ class Engine:
         """Make a model resident now (it would load on its next request anyway), once the generation in
         flight is done; the model it replaces is unloaded."""
         backend = self.backends[self.resolve(name)[0] if name else self.model_id]
-        async with self.admission.slots:
+        async with self.admission.exclusive():
             await self.model_thread.run_sync(self._make_resident, backend)
         return backend.model_id
 
     async def unload(self, name: str | None = None) -> list[str]:
         """Free a model's memory (weights and cached prefixes); it loads again on its next request."""
         target = name and self.resolve(name)[0]
-        async with self.admission.slots:
+        async with self.admission.exclusive():
             freed = []
             for model_id, backend in self.backends.items():
                 if target in (None, model_id) and await self.model_thread.run_sync(backend.unload):
@@ -210,4 +239,5 @@ class Engine:
 
     def health(self) -> dict:
         return {"status": "ok", "model": self.resident, "models": list(self.backends), "queue_depth": self.waiting,
-                "running": self.running, "max_queue": self.max_queue}
+                "running": self.running, "waiting": self.waiting, "max_batch": self.max_batch,
+                "max_queue": self.max_queue}

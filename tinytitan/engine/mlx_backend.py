@@ -45,6 +45,29 @@ def _timed(mask, loop: DecodeLoop, tokens, logits):
         loop.grammar_mask_s += time.perf_counter() - started
 
 
+def seeded_sampler(seed: int, temp: float, top_p: float, min_p: float, top_k: int) -> Callable:
+    """mlx-lm's sampler chain (``make_sampler``: top-p, min-p, top-k, then a categorical draw) with a random
+    key of its own: each draw splits the key as ``mx.random.seed(seed)`` then the process-wide key would, so
+    a request decoded in a batch draws what it draws alone."""
+    import mlx.core as mx
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+    key = mx.random.key(seed)
+
+    def sample(logprobs):
+        nonlocal key
+        if 0 < top_p < 1.0:
+            logprobs = apply_top_p(logprobs, top_p)
+        if min_p != 0.0:
+            logprobs = apply_min_p(logprobs, min_p, 1)
+        if top_k > 0:
+            logprobs = apply_top_k(logprobs, top_k)
+        key, draw = mx.random.split(key)
+        return mx.random.categorical(logprobs * (1.0 / temp), key=draw)
+
+    return sample
+
+
 class _Stopped(Exception):
     """The request was cancelled while its prompt was being read."""
 
@@ -90,14 +113,14 @@ class MLXBackend(Backend):
     def loaded(self) -> bool:
         return self.model is not None
 
-    def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
-        import mlx.core as mx
-        from mlx_lm import stream_generate
-        from mlx_lm.sample_utils import make_logits_processors, make_sampler
+    batches = True  # the engine may decode several requests together (batch.py)
 
-        req, used = prepared.req, prepared.sampling
-        sampler = make_sampler(temp=used["temperature"], top_p=used["top_p"], min_p=used["min_p"],
-                               top_k=self._top_k(used["top_k"]))
+    def logits_processors(self, prepared: Prepared, loop: DecodeLoop) -> list:
+        """The request's mlx-lm logits processors (the per-request hook: see engine.py); a grammar mask's
+        time goes to ``loop``'s timing."""
+        from mlx_lm.sample_utils import make_logits_processors
+
+        req = prepared.req
         processors = make_logits_processors(
             repetition_penalty=req.repetition_penalty,
             presence_penalty=req.presence_penalty or None,
@@ -107,6 +130,39 @@ class MLXBackend(Backend):
         if mask is not None:  # last: it sees the penalised logits, and nothing after it can revive a token
             loop.grammar_mask_s = 0.0
             processors.append(functools.partial(_timed, mask, loop))
+        return processors
+
+    def sampler_for(self, prepared: Prepared, loop: DecodeLoop, seeded: bool = False) -> tuple[Callable, list]:
+        """The request's sampler and logits processors. ``seeded``: a seed gives the sampler a random key of
+        its own (a batch member), drawn exactly as the process-wide key would be for a request alone."""
+        from mlx_lm.sample_utils import make_sampler
+
+        req, used = prepared.req, prepared.sampling
+        temp, top_p, min_p, top_k = used["temperature"], used["top_p"], used["min_p"], self._top_k(used["top_k"])
+        if seeded and req.seed is not None and temp != 0:
+            sampler = seeded_sampler(int(req.seed) % 2**64, temp, top_p, min_p, top_k)
+        else:
+            sampler = make_sampler(temp=temp, top_p=top_p, min_p=min_p, top_k=top_k)
+        return sampler, self.logits_processors(prepared, loop)
+
+    @property
+    def stream(self):
+        """The mlx stream decoding runs on: None for mlx-lm's own (the default device)."""
+        if self.device != "cpu":
+            return None
+        import mlx.core as mx
+
+        if self._stream is None:
+            self._stream = mx.new_stream(mx.cpu)
+        return self._stream
+
+    def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
+        """One request alone, with mlx-lm's ``stream_generate`` (``--max-batch 1``)."""
+        import mlx.core as mx
+        from mlx_lm import stream_generate
+
+        req = prepared.req
+        sampler, processors = self.sampler_for(prepared, loop)
         if req.seed is not None:
             mx.random.seed(int(req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
         from mlx_lm.models.cache import make_prompt_cache
@@ -128,7 +184,8 @@ class MLXBackend(Backend):
             for resp in stream_generate(model, self.tokenizer, mx.array(prepared.tokens[cached:]),
                                         max_tokens=prepared.max_tokens, sampler=sampler,
                                         logits_processors=processors, prompt_cache=kv,
-                                        prompt_progress_callback=prefill_progress, **self._stream_kwargs()):
+                                        prompt_progress_callback=prefill_progress,
+                                        **({"stream": self.stream} if self.stream is not None else {})):
                 generated.append(resp.token)
                 if should_stop():
                     return
@@ -149,15 +206,6 @@ class MLXBackend(Backend):
         if raw is not None and loop.stop.matched is None:
             loop.parser_text(raw.flush())
         loop.end(hit_length)
-
-    def _stream_kwargs(self) -> dict:
-        if self.device != "cpu":
-            return {}
-        import mlx.core as mx
-
-        if self._stream is None:
-            self._stream = mx.new_stream(mx.cpu)
-        return {"stream": self._stream}
 
     def _top_k(self, k: int) -> int:
         """A top_k at or past the vocabulary keeps every token: that is 0 (off) to mlx-lm, which rejects it

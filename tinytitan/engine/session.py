@@ -21,7 +21,8 @@ import dataclasses
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 import trio
 
@@ -59,6 +60,19 @@ class Admission:
         self.slots = trio.Semaphore(running)  # a semaphore: a place belongs to a request, not to a task
         self.running = 0
         self.waiting = 0
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold every slot (nothing decodes meanwhile): for work that must not run beside a generation."""
+        taken = 0
+        try:
+            for _ in range(self.size):
+                await self.slots.acquire()
+                taken += 1
+            yield
+        finally:
+            for _ in range(taken):
+                self.slots.release()
 
     def admit(self, continuing: bool = False) -> "Place":
         """``continuing``: the next generation of a request already admitted (the memory layer's rounds) is

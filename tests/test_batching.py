@@ -1,0 +1,247 @@
+"""Continuous batching on the demo model: each member decodes exactly what it decodes alone (greedy, and
+seeded sampling), whatever the others do — different stop strings, caps, reasoning levels and tool calls, a
+member joining late, a member cancelled or failing mid-batch — and no place is ever leaked."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import httpx
+import pytest
+import trio
+
+from tinytitan.chat_request import ChatRequest, Message, Tool
+from tinytitan.engine.engine import Engine
+from tinytitan.events import Failed, Finished, KeepAlive, Started, ToolCallStarted
+
+# a request whose messages say one of these gets a logits processor forcing that output
+FORCE = "Call the weather tool."
+THINK = "Think first."
+SCRIPTS = {FORCE: '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+           THINK: "<think>\nThe user wants a short answer, so keep it short.\n</think>\n\nShort."}
+WEATHER = Tool("get_weather", "Weather for a city",
+               {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+
+
+def req(text: str, **kw) -> ChatRequest:
+    kw.setdefault("reasoning", False)
+    kw.setdefault("temperature", 0)
+    return ChatRequest(model="tinytitan-demo", messages=(Message("user", text),), **kw)
+
+
+def summary(events) -> list:
+    """What a client sees, less the parts that differ between runs by design (call ids, keep-alives)."""
+    out = []
+    for ev in events:
+        if isinstance(ev, KeepAlive):
+            continue
+        if isinstance(ev, ToolCallStarted):
+            ev = dataclasses.replace(ev, call_id="")
+        if isinstance(ev, Finished):  # how much of the prompt was cached depends on what ran before; times vary
+            ev = dataclasses.replace(ev, usage=dataclasses.replace(ev.usage, cached_tokens=0), timing=None)
+        if isinstance(ev, Started):
+            ev = Started(ev.prompt_tokens)
+        out.append(ev)
+    return _merged(out)
+
+
+def _merged(events) -> list:
+    """Deltas arrive merged differently depending on timing: compare their text per channel run."""
+    out = []
+    for ev in events:
+        if out and type(ev) is type(out[-1]) and hasattr(ev, "text") and getattr(ev, "index", None) == getattr(
+                out[-1], "index", None):
+            out[-1] = dataclasses.replace(out[-1], text=out[-1].text + ev.text)
+        else:
+            out.append(ev)
+    return out
+
+
+async def run(engine: Engine, r: ChatRequest, stop_after: int | None = None) -> list:
+    events = []
+    async with engine.session(r) as session:
+        async for ev in session:
+            events.append(ev)
+            if stop_after is not None and len(events) >= stop_after:
+                break
+    return events
+
+
+@pytest.fixture
+def demo(demo_backend, monkeypatch):
+    """The demo model, with a per-request logits processor (the hook structured output uses) that forces a
+    tool call or a thought for requests that ask for one, and fails for requests that say 'FAIL'."""
+    import mlx.core as mx
+
+    real = demo_backend.logits_processors
+    end = min(demo_backend.tokenizer.eos_token_ids)
+
+    def forcing(text):
+        script = iter(demo_backend.tokenizer.encode(text, add_special_tokens=False))
+
+        def force(tokens, logits):
+            nxt = next(script, end)
+            return mx.where(mx.arange(logits.shape[-1]) == nxt, logits, -mx.inf)
+
+        return force
+
+    def failing(tokens, logits):
+        if tokens.size > 3 + failing.prompt:
+            raise RuntimeError("this member's processor broke")
+        return logits
+
+    def processors(prepared, loop):
+        said = " ".join(m.content for m in prepared.req.messages)
+        for trigger, text in SCRIPTS.items():
+            if trigger in said:
+                return real(prepared, loop) + [forcing(text)]
+        if "FAIL" in said:
+            failing.prompt = len(prepared.tokens)
+            return real(prepared, loop) + [failing]
+        return real(prepared, loop)
+
+    monkeypatch.setattr(demo_backend, "logits_processors", processors)
+    demo_backend.prompt_cache.clear()
+    return demo_backend
+
+
+async def alone_and_together(engine: Engine, requests: list[ChatRequest]) -> tuple[list, list]:
+    alone = [summary(await run(engine, r)) for r in requests]
+    together: list = [None] * len(requests)
+    async with trio.open_nursery() as n:
+        for i, r in enumerate(requests):
+            async def one(i=i, r=r):
+                together[i] = summary(await run(engine, r))
+            n.start_soon(one)
+    return alone, together
+
+
+async def test_members_decode_what_they_decode_alone(demo):
+    engine = Engine(demo, max_batch=4)
+    probe = summary(await run(engine, req("Write a haiku about the sea.", max_tokens=40)))
+    text = "".join(getattr(ev, "text", "") for ev in probe)
+    stop = text[12:16]
+    requests = [
+        req("Write a haiku about the sea.", max_tokens=40, stop=(stop,)),   # a stop string mid-answer
+        req("List three prime numbers.", max_tokens=5),                     # a small cap
+        req(THINK, max_tokens=33, reasoning="high"),                        # thinking on
+        req(FORCE, max_tokens=60, tools=(WEATHER,)),                        # a tool call
+    ]
+    alone, together = await alone_and_together(engine, requests)
+    assert together == alone
+    finishes = [ev[-1] for ev in alone]
+    assert [f.reason for f in finishes] == ["stop_sequence", "length", "stop", "tool_calls"]
+    assert finishes[2].usage.reasoning_tokens > 0 and finishes[1].usage.completion_tokens == 5
+    assert any(isinstance(ev, ToolCallStarted) and ev.name == "get_weather" for ev in alone[3])
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+
+
+async def test_seeded_sampling_in_a_batch_draws_what_it_draws_alone(demo):
+    sampled = [req(f"Tell me a story about {w}.", temperature=0.9, seed=s, max_tokens=24)
+               for w, s in (("a cat", 7), ("a dog", 8), ("a bird", 7))]
+    alone, together = await alone_and_together(Engine(demo, max_batch=3), sampled)
+    assert together == alone
+    # and the batch's seeded sampler draws exactly what one request alone draws with mlx-lm's own sampler
+    solo = [summary(await run(Engine(demo, max_batch=1), r)) for r in sampled]
+    assert solo == alone
+
+
+async def test_a_member_joining_late_and_one_cancelled_leave_the_others_untouched(demo):
+    engine = Engine(demo, max_batch=4)
+    long_a, long_b = req("Explain recursion.", max_tokens=60), req("Describe a forest.", max_tokens=60)
+    late, cancelled = req("Name a colour.", max_tokens=20), req("Count to a hundred.", max_tokens=2000)
+    expected = {name: summary(await run(engine, r))
+                for name, r in (("a", long_a), ("b", long_b), ("late", late))}
+    got: dict = {}
+    async with trio.open_nursery() as n:
+        async def one(name, r, stop_after=None):
+            got[name] = await run(engine, r, stop_after)
+
+        n.start_soon(one, "a", long_a)
+        n.start_soon(one, "b", long_b)
+        n.start_soon(one, "cancelled", cancelled, 2)  # hangs up after its first delta
+        while engine.running < 3:
+            await trio.sleep(0.005)
+        await trio.sleep(0.05)  # the others are decoding by now
+        n.start_soon(one, "late", late)
+    assert {k: summary(v) for k, v in got.items() if k != "cancelled"} == expected
+    assert [type(ev).__name__ for ev in got["cancelled"]] == ["Started", "TextDelta"]
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+
+
+async def test_a_failing_member_fails_alone(demo):
+    engine = Engine(demo, max_batch=3)
+    fine = [req("Say something kind.", max_tokens=30), req("Say something wise.", max_tokens=30)]
+    expected = [summary(await run(engine, r)) for r in fine]
+    got: dict = {}
+    async with trio.open_nursery() as n:
+        async def one(i, r):
+            got[i] = await run(engine, r)
+
+        for i, r in enumerate(fine + [req("FAIL after a few tokens", max_tokens=30)]):
+            n.start_soon(one, i, r)
+    assert [summary(got[0]), summary(got[1])] == expected
+    assert isinstance(got[2][-1], Failed) and "this member's processor broke" in got[2][-1].message
+    assert isinstance(got[2][0], Started)
+
+
+async def test_what_a_member_leaves_in_the_prompt_cache_serves_any_thread(demo):
+    """A member's KV leaves the batch as a slice of the batch's cache: it is stored evaluated, so a decode on
+    another thread (here: this one, with mlx-lm's stream_generate) reuses it and decodes the same tokens."""
+    from tinytitan.engine.decode_loop import DecodeLoop
+
+    r = req("Hello there, how are you?", max_tokens=6)
+    batched = await run(Engine(demo, max_batch=2), r)
+    prepared = demo.prepare(r)
+    alone: list = []
+    demo.decode(prepared, DecodeLoop(demo.parser(prepared), (), alone.append, prepared.sampling), lambda: False)
+    assert alone[0].cached_tokens == len(prepared.tokens) - 1
+    assert summary(alone) == summary(batched)
+
+
+PATHS = {"openai_chat": "/v1/chat/completions", "openai_responses": "/v1/responses",
+         "anthropic_messages": "/v1/messages"}
+
+
+def body(protocol: str, i: int) -> dict:
+    text = f"Request {i}: say something."
+    if protocol == "openai_responses":
+        return {"model": "tinytitan-demo", "input": text, "stream": True, "max_output_tokens": 40}
+    return {"model": "tinytitan-demo", "messages": [{"role": "user", "content": text}], "stream": True,
+            "max_tokens": 40}
+
+
+async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, demo_backend):
+    s = await serve(backend=demo_backend, max_queue=64)
+    assert s.engine.max_batch > 1
+    rng = random.Random(9)
+    headers = {"anthropic-version": "2023-06-01"}
+
+    async def client(c: httpx.AsyncClient, i: int):
+        protocol = rng.choice(sorted(PATHS))
+        chunks = rng.choice([0, 0, 1, 2, 5, 20])
+        try:
+            async with c.stream("POST", s.url(PATHS[protocol]), json=body(protocol, i), headers=headers) as r:
+                assert r.status_code == 200
+                n = 0
+                async for _ in r.aiter_raw():
+                    n += 1
+                    if n >= chunks:
+                        break  # hang up
+        except httpx.HTTPError:
+            pass
+
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=12)) as c:
+        for start in range(0, 200, 10):
+            async with trio.open_nursery() as n:
+                for i in range(start, start + 10):
+                    n.start_soon(client, c, i)
+        with trio.fail_after(20):
+            while s.engine.running or s.engine.waiting:
+                await trio.sleep(0.02)
+        health = (await c.get(s.url("/health"))).json()
+        assert (health["running"], health["waiting"], health["max_batch"]) == (0, 0, s.engine.max_batch)
+        assert s.engine.admission.slots.value == s.engine.max_batch
+        r = await c.post(s.url("/v1/chat/completions"), json={**body("openai_chat", 0), "stream": False})
+        assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("stop", "length")

@@ -1,0 +1,316 @@
+"""Continuous batching on the model thread: mlx-lm's BatchGenerator, one member per session.
+
+Rules:
+- One loop, a job on the model thread, runs while any member is in flight. Each turn it takes the members
+  that arrived, drops those whose consumer left, then calls ``BatchGenerator.next()`` once: one batched
+  decode step for every member already decoding, plus one chunk of prompt (``prefill_step`` tokens, less
+  while others decode) for members whose prompts are still being read. A member joins when its prompt has
+  been read and leaves when it finishes; a long prompt never stalls the others for more than a chunk.
+- A member brings its own prompt-cache prefix (it starts from the longest cached prefix), sampler (seeded
+  per member: a seed gives the tokens it gives alone), logits processors, end-of-turn tokens and output
+  cap. Its tokens go through its own detokenizer and DecodeLoop (channel parser, stop strings, usage) into
+  its session's mailbox; the loop treats every member alike.
+- A finished or cancelled member leaves the batch at once; what its KV cache holds is stored in the prompt
+  cache before its Finished is sent. A failure while handling one member (its template, its sampler, a
+  logits processor) fails that member only; a failure of the batched forward pass fails the members in it.
+- Members of another model wait until the batch has drained; then the loop switches models.
+
+The per-request hooks a member carries (its logits processors) are described in engine.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..events import Failed, Timing
+from .backend import Prepared
+from .decode_loop import DecodeLoop
+from .raw import IncrementalText
+
+if TYPE_CHECKING:
+    from .mlx_backend import MLXBackend
+    from .model_thread import ModelThread
+    from .session import Mailbox
+
+log = logging.getLogger("tinytitan.batch")
+
+
+DEFAULT_MAX_BATCH = 8  # --max-batch: measured on the ~50M benchmark model (README, batching)
+PREFILL_STEP = 2048  # prompt tokens read per step while nothing else decodes (mlx-lm's default)
+PREFILL_STEP_SHARED = 256  # ... while other members decode: each of their tokens waits at most this long
+
+
+class Member:
+    """One session's generation inside the batch: model-thread state only."""
+
+    def __init__(self, backend: "MLXBackend", prepared: Prepared, box: "Mailbox"):
+        self.backend = backend
+        self.prepared = prepared
+        self.box = box
+        self.uid: int | None = None
+        self.error: Exception | None = None  # raised by one of its own hooks during a batched step
+        self.generated: list[int] = []
+        self.decoded = 0  # tokens given to the detokenizer (end-of-turn tokens are not)
+        before = Timing(admission_wait_s=box.admission_wait_s, render_s=prepared.render_s,
+                        tokenize_s=prepared.tokenize_s)
+        self.loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit, prepared.sampling, before)
+        self.detok = backend.tokenizer.detokenizer
+        self.detok.reset()
+        # a raw prompt's text comes from the token ids, with the prompt's end as context (raw.py)
+        self.raw = IncrementalText(backend.tokenizer, prepared.tokens) if prepared.req.prompt is not None else None
+
+    def feed(self, token: int) -> bool | None:
+        """One sampled token, as stream_generate would report it: None while the generation goes on, else
+        whether the output cap ended it."""
+        self.generated.append(token)
+        if token in self.backend.tokenizer.eos_token_ids:  # the end-of-turn token: not content
+            self.detok.finalize()
+            if self.detok.last_segment and self.raw is None:
+                self.loop.parser_text(self.detok.last_segment)
+            return False
+        self.detok.add_token(token)
+        self.decoded += 1
+        last = self.decoded >= self.prepared.max_tokens
+        if last:
+            self.detok.finalize()
+        text = self.raw.add(token) if self.raw is not None else self.detok.last_segment
+        if not self.loop.token(text):  # a client stop string
+            return False
+        return True if last else None
+
+    def finish(self, hit_length: bool) -> None:
+        if self.raw is not None and self.loop.stop.matched is None:
+            self.loop.parser_text(self.raw.flush())
+        self.loop.end(hit_length)
+
+
+class Batcher:
+    """The batch loop's trio-facing half: ``submit`` a member from any thread; the loop starts on the model
+    thread when the first member arrives and ends when the last one leaves."""
+
+    def __init__(self, model_thread: "ModelThread", make_resident: Callable[[Any], None], max_batch: int):
+        self.model_thread = model_thread
+        self.make_resident = make_resident
+        self.max_batch = max_batch
+        self._inbox: collections.deque[Member] = collections.deque()
+        self._lock = threading.Lock()
+        self._running = False
+
+    def submit(self, member: Member) -> None:
+        with self._lock:
+            self._inbox.append(member)
+            start, self._running = not self._running, True
+        if start:
+            self.model_thread.start_soon(self._run, lambda _outcome: None)
+
+    # -- the loop (model thread) -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        members: dict[int, Member] = {}
+        later: collections.deque[Member] = collections.deque()  # members of another model
+        state = _Generator()
+        try:
+            while True:
+                with self._lock:
+                    arrived = list(self._inbox)
+                    self._inbox.clear()
+                    if not arrived and not members and not later:
+                        self._running = False
+                        return
+                later.extend(arrived)
+                while later and (not members or later[0].backend is state.backend):
+                    member = later.popleft()
+                    if member.box.stop.is_set():
+                        member.box.close()
+                        continue
+                    self._join(state, members, member)
+                self._drop_stopped(state, members)
+                if members:
+                    self._step(state, members)
+        except BaseException as exc:  # the loop itself broke: no member may be left waiting
+            log.exception("batch loop failed")
+            for member in list(members.values()) + list(later):
+                _fail(member, exc)
+            with self._lock:
+                for member in self._inbox:
+                    _fail(member, exc)
+                self._inbox.clear()
+                self._running = False
+        finally:
+            state.close()
+
+    def _join(self, state: "_Generator", members: dict[int, Member], member: Member) -> None:
+        try:
+            if state.backend is not member.backend:
+                started = time.perf_counter()
+                if state.switch(member.backend, self.make_resident, self.max_batch):  # it loaded the model
+                    member.loop.before = dataclasses.replace(member.loop.before,
+                                                             load_s=time.perf_counter() - started)
+            self._insert(state, member)
+        except Exception as exc:  # this member's own failure (its model would not load, its sampler ...)
+            _fail(member, exc)
+            return
+        members[member.uid] = member
+
+    @staticmethod
+    def _insert(state: "_Generator", member: Member) -> None:
+        backend = member.backend
+        prepared = member.prepared
+        tokens = list(prepared.tokens)
+        kv, cached = backend.prompt_cache.fetch(tokens)
+        if kv is None:
+            from mlx_lm.models.cache import make_prompt_cache
+
+            kv, cached = make_prompt_cache(state.model), 0
+        sampler, processors = backend.sampler_for(prepared, member.loop, seeded=True)
+        sampler, processors = _guarded(member, sampler, processors)
+        member.loop.start(len(tokens), cached)
+        [member.uid] = state.gen.insert([tokens[cached:]], max_tokens=[prepared.max_tokens], caches=[kv],
+                                        all_tokens=[tokens[:cached]], samplers=[sampler],
+                                        logits_processors=[processors], stop_sequences=[state.stops])
+
+    def _drop_stopped(self, state: "_Generator", members: dict[int, Member]) -> None:
+        gone = [uid for uid, m in members.items() if m.box.stop.is_set()]
+        if not gone:
+            return
+        caches = state.gen.remove(gone, return_prompt_caches=True)
+        for uid in gone:
+            member = members.pop(uid)
+            kv = caches.get(uid, (None,))[0]
+            try:
+                if kv is not None:  # what was read so far is kept: the client may send it again
+                    _store(member, kv)
+            finally:
+                member.box.close()
+
+    def _step(self, state: "_Generator", members: dict[int, Member]) -> None:
+        gen = state.gen
+        decoding = len(gen._generation_batch) > 0
+        gen.prefill_step_size = PREFILL_STEP_SHARED if decoding else PREFILL_STEP
+        try:
+            _, responses = gen.next()
+        except Exception as exc:
+            log.exception("batched decode step failed")
+            for uid in list(members):
+                _fail(members.pop(uid), exc)
+            state.reset()
+            return
+        broken = [uid for uid, m in members.items() if m.error is not None]
+        if broken:
+            gen.remove(broken)
+            for uid in broken:
+                member = members.pop(uid)
+                _fail(member, member.error)
+        for r in responses:
+            member = members.get(r.uid)
+            if member is None:
+                continue
+            try:
+                ended = member.feed(r.token)
+                if ended is None and r.finish_reason is not None:
+                    ended = r.finish_reason == "length"
+                if ended is None:
+                    continue
+                if r.finish_reason is None:  # ended here (a stop string): take it out of the batch
+                    kv = gen.remove([r.uid], return_prompt_caches=True)[r.uid][0]
+                else:
+                    kv = r.prompt_cache
+                members.pop(r.uid)
+                _store(member, kv)
+                member.finish(ended)
+                member.box.close()
+            except Exception as exc:
+                if r.uid in members:
+                    members.pop(r.uid)
+                    gen.remove([r.uid])
+                _fail(member, exc)
+
+
+def _store(member: Member, kv: list) -> None:
+    """Keep what a member's KV cache holds for the requests after it. A cache taken out of the batch is a lazy
+    slice of the batch's: evaluated here, so the entry owns its memory and no pending work of this thread's
+    stream travels with it."""
+    import mlx.core as mx
+
+    mx.eval([c.state for c in kv if not c.empty()])
+    member.backend.prompt_cache.store(list(member.prepared.tokens) + member.generated, kv)
+
+
+def _guarded(member: Member, sampler, processors: list) -> tuple:
+    """A member's own sampler and logits processors, run inside the batched step: one that raises marks
+    that member failed (it leaves the batch after this step) instead of breaking the step for everyone."""
+    from mlx_lm.sample_utils import greedy_sampler
+
+    def processed(tokens, logits):
+        try:
+            for processor in processors:
+                logits = processor(tokens, logits)
+        except Exception as exc:
+            member.error = member.error or exc
+        return logits
+
+    def sample(logprobs):
+        try:
+            return sampler(logprobs)
+        except Exception as exc:
+            member.error = member.error or exc
+            return greedy_sampler(logprobs)
+
+    # the shared greedy sampler stays as it is: members that all use it are sampled in one call
+    return (sampler if sampler is greedy_sampler else sample), ([processed] if processors else [])
+
+
+class _Generator:
+    """The BatchGenerator of the model being batched, and what it needs."""
+
+    def __init__(self):
+        self.backend = None
+        self.model = None
+        self.gen = None
+        self.stops = None
+        self._max_batch = 1
+
+    def switch(self, backend, make_resident, max_batch: int) -> bool:
+        """Batch ``backend``'s model from now on; True when it had to be loaded."""
+        from mlx_lm.generate import StopSequences
+
+        self.close()
+        self.backend = None
+        loaded = make_resident(backend)
+        self.model = backend.model
+        self.stops = StopSequences([[t] for t in backend.tokenizer.eos_token_ids])
+        self._max_batch = max_batch
+        self.backend = backend
+        self.reset()
+        return loaded
+
+    def reset(self) -> None:
+        from mlx_lm.generate import BatchGenerator
+
+        self.close()
+        kwargs = {"stream": self.backend.stream} if self.backend.stream is not None else {}
+        self.gen = BatchGenerator(self.model, completion_batch_size=self._max_batch,
+                                  prefill_batch_size=self._max_batch, prefill_step_size=PREFILL_STEP, **kwargs)
+
+    def close(self) -> None:
+        if self.gen is not None:
+            self.gen.close()
+            self.gen = None
+
+
+def _fail(member: Member, exc: BaseException) -> None:
+    """End one member with a failure: before its Started (its model would not load), the consumer's
+    exception, as when decoding one at a time; after, in-band (its stream may be open)."""
+    if not member.loop.started:
+        member.box.close(exc)
+        return
+    try:
+        if not member.box.stop.is_set() and not member.loop.finished:
+            log.error("generation failed: %s", exc)
+            member.box.emit(Failed(f"generation failed: {exc}"))
+    finally:
+        member.box.close()
