@@ -393,3 +393,22 @@ async def test_a_client_that_hangs_up_during_a_continuation_frees_its_place(tmp_
         out = await converse(s, "chat", stream=False)
     assert decoded < tokens(demo_tok, GET_CALL, slow["output"])  # the continuation stopped when the client left
     assert out["text"] == "Next."
+
+
+async def test_a_conversation_keeps_its_fragment_a_new_one_sees_new_facts(tmp_path, demo_tok):
+    """A write does not move the prompt prefix of the conversation that made it (the prompt cache keeps
+    working); the next conversation's fragment lists the fact."""
+    async with memory_server(demo_tok, [SET_CALL, "Saved.", "Second turn.", "Fresh."], config(tmp_path)) as s:
+        prompts = record_prompts(s)
+        async with openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="x", max_retries=0) as c:
+            turn = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "How do I build this?"}]
+            first = await c.chat.completions.create(model=MODEL, messages=turn)
+            turn += [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "And then?"}]
+            await c.chat.completions.create(model=MODEL, messages=turn)
+            await c.chat.completions.create(model=MODEL, messages=[{"role": "system", "content": SYSTEM},
+                                                                   {"role": "user", "content": "What is here?"}])
+    assert len(prompts) == 4  # the first request ran a memory round
+    opening = prompts[0].prompt_text.split("How do I build this?")[0]
+    assert "Memory is empty" in opening and prompts[2].prompt_text.startswith(opening)
+    assert f"- build/command (importance 4): {FACT}" in prompts[3].prompt_text

@@ -6,12 +6,17 @@ Rules:
 - A workspace's journal is opened (locked, replayed) the first time a request needs it and held until
   ``close()``; the launch directory's is opened at start.
 - A session is one request's view: its scope, its journal, the tools offered and the bootstrap fragment.
+- A conversation (known by its system prompt and first turn) keeps the fragment of its first request for its
+  later ones, so a write does not move its prompt prefix (and defeat the prompt cache); a new conversation
+  gets the listing as it is now.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,15 +57,28 @@ def make_private_dirs(root: Path, parts: tuple[str, ...]) -> None:
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 
+FRAGMENTS_KEPT = 256  # conversations whose bootstrap fragment is remembered
+
+
+def opening(req: ChatRequest) -> str:
+    """A conversation's identity: its system prompt and first turn, which its later requests repeat unchanged."""
+    first = [m for m in req.messages if m.role == "system"][:1] + [m for m in req.messages if m.role != "system"][:1]
+    digest = hashlib.sha256()
+    for m in first:
+        digest.update(f"{m.role}\0{m.content}\0".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
 class MemorySession:
-    def __init__(self, scope: Scope, journal: Journal, config: MemoryConfig):
+    def __init__(self, scope: Scope, journal: Journal, config: MemoryConfig, fragment_text: str | None = None):
         self.scope = scope
         self.journal = journal
         self.tools: tuple[Tool, ...] = tools.definitions(config.tools)
         self.names = frozenset(t.name for t in self.tools)
         self.rounds = config.rounds
-        self.fragment = fragment.bootstrap(journal, os.path.basename(scope.path) or scope.path,
-                                           tuple(t.name for t in self.tools), config.max_records, config.max_bytes)
+        self.fragment = fragment_text or fragment.bootstrap(journal, os.path.basename(scope.path) or scope.path,
+                                                            tuple(t.name for t in self.tools), config.max_records,
+                                                            config.max_bytes)
 
     def augment(self, req: ChatRequest) -> ChatRequest:
         """The fragment at the end of the system prompt, the memory tools after the client's. A client tool of
@@ -84,6 +102,7 @@ class Memory:
         self.config = config
         self.user = config.user or os_user()
         self.journals: dict[tuple[str, str, str], Journal] = {}
+        self.fragments: OrderedDict[tuple, str] = OrderedDict()
         launch = derive(ChatRequest(model="", messages=()), config.launch_dir, config.namespace, self.user,
                         config.home)
         if launch is not None:
@@ -109,7 +128,17 @@ class Memory:
         scope = derive(req, self.config.launch_dir, self.config.namespace, self.user, self.config.home)
         if scope is None:
             return None
-        return MemorySession(scope, self.journal(scope), self.config)
+        # A conversation keeps the fragment of its first request: what memory held then, so its prompt prefix
+        # does not move when the model writes (it finds new facts with the tools). A new conversation gets
+        # the listing as it is now.
+        key = (scope.parts, opening(req))
+        later = sum(m.role != "system" for m in req.messages) > 1
+        session = MemorySession(scope, self.journal(scope), self.config, self.fragments.get(key) if later else None)
+        self.fragments[key] = session.fragment
+        self.fragments.move_to_end(key)
+        while len(self.fragments) > FRAGMENTS_KEPT:
+            self.fragments.popitem(last=False)
+        return session
 
     def close(self) -> None:
         for j in self.journals.values():
