@@ -117,9 +117,9 @@ class Consolidator:
             done = []
 
             async def watch():
-                # another request waits: while this pass decodes, any waiting one; before it has the slot, its
-                # own place counts among the waiting
-                while self.engine.waiting <= (0 if self.engine.running else 1):
+                # another request came: this pass's own place counts once, waiting or running (in a batch a
+                # client's request would decode beside it rather than wait)
+                while self.engine.running + self.engine.waiting <= 1:
                     await trio.sleep(0.05)
                 log.info("memory consolidation: a request arrived; the pass is put off")
                 nursery.cancel_scope.cancel()
