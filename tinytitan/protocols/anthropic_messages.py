@@ -115,7 +115,7 @@ class AnthropicMessages(Protocol):
     def request_hooks(self):
         return {"messages": self.parse_messages, "system": self.parse_system, "tools": parse_tools,
                 "tool_choice": parse_tool_choice, "stop_sequences": parse_stop_sequences,
-                "reasoning": self.parse_reasoning, "template_kwargs": self.parse_template_kwargs,
+                "reasoning": self.reasoning_rule, "template_kwargs": parse_template_kwargs,
                 "output_config": self.parse_output_config, "output_format": parse_output_format}
 
     def system_texts(self, body: dict) -> list[str]:
@@ -206,20 +206,16 @@ class AnthropicMessages(Protocol):
         text = TURN_JOIN.join(t for t in texts if t)
         return results + ([Message("user", text)] if text or not results else [])
 
-    def parse_template_kwargs(self, value: Any, body: dict, args: dict, v) -> None:
-        parse_template_kwargs(value, body, args, v)
-        self.parse_reasoning(value, body, args, v)  # their enable_thinking / reasoning_effort
-
     def parse_output_config(self, value: Any, body: dict, args: dict, v) -> None:
-        self.parse_reasoning(value, body, args, v)
         if value.get("format") is not None:
             if body.get("output_format") is not None:
                 raise invalid("Send the output format once: 'output_config.format' or 'output_format', not both",
                               param="output_format", code="invalid_value")
             args["grammar"] = normalise(value["format"], "output_config.format", ("json_schema",))
 
-    def parse_reasoning(self, value: Any, body: dict, args: dict, v) -> None:
-        """thinking and output_config together (both hooks land here; the result is the same either way)."""
+    def reasoning_rule(self, body: dict, args: dict, v) -> None:
+        """The cross-field reasoning rule (``request.rules``): thinking, output_config.effort and the template
+        variables together, once."""
         betas = (v.notes.get("headers") or {}).get("anthropic-beta", "")
         level, budget = self.reasoning_of(body, interleaved="interleaved-thinking-" in betas)
         if level is not None:
@@ -420,8 +416,9 @@ def parse_stop_sequences(value: list, body: dict, args: dict, v) -> None:
     args["stop"] = tuple(value)
 
 
-def parse_template_kwargs(value: dict, body: dict, args: dict, v) -> None:
-    """template_vars and chat_template_kwargs together; the reasoning switches go through parse_reasoning."""
+def parse_template_kwargs(body: dict, args: dict, v) -> None:
+    """The template_kwargs rule: template_vars and chat_template_kwargs together; their reasoning switches
+    are the reasoning rule's."""
     merged: dict = {}
     for name in ("template_vars", "chat_template_kwargs"):
         merged.update(template_variables(body.get(name) or {}, name, TEMPLATE_REASONING_KEYS))

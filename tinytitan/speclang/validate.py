@@ -127,7 +127,9 @@ class RequestValidator:
         self.refusals: list[dict] = spec.request.get("refuse") or []
         self.derive: dict[str, dict] = spec.request.get("derive") or {}
         self.unknown = spec.request.get("unknown_fields", "refuse")
-        missing = sorted({f["hook"] for f in self.fields.values() if "hook" in f} - set(hooks))
+        self.rules: list[dict] = spec.request.get("rules") or []
+        missing = sorted(({f["hook"] for f in self.fields.values() if "hook" in f} | {r["hook"] for r in self.rules})
+                         - set(hooks))
         if missing:
             raise ValueError(f"{spec.source}: request hooks not provided by the protocol module: {missing}")
         self.hooks = hooks
@@ -179,13 +181,21 @@ class RequestValidator:
             value = derive_value(rule, body)
             if value is not None:
                 out.args[target] = value
+        for rule in self.rules:  # cross-field rules: once each, after every field has been read
+            present = [name for name in rule["reads"] if body.get(name) is not None]
+            if present:
+                self._run_hook(present[0], rule["hook"], None, body, out, rule=True)
         return out
 
-    def _run_hook(self, name: str, hook: str, value: Any, body: dict, out: Validated) -> None:
+    def _run_hook(self, name: str, hook: str, value: Any, body: dict, out: Validated, rule: bool = False) -> None:
         """A hook names the exact part it refuses (ApiError). Anything else it trips over is still the
-        client's malformed value, not a server fault: a 400 naming the field, never a 500."""
+        client's malformed value, not a server fault: a 400 naming the field, never a 500. A field's hook
+        gets ``(value, body, args, validated)``; a rule's ``(body, args, validated)``."""
         try:
-            self.hooks[hook](value, body, out.args, out)
+            if rule:
+                self.hooks[hook](body, out.args, out)
+            else:
+                self.hooks[hook](value, body, out.args, out)
         except ApiError:
             raise
         except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
