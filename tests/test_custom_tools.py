@@ -154,3 +154,47 @@ async def test_chat_completions_custom_tools(serve):
     r = await chat_client(s).chat.completions.create(model=MODEL, messages=back, tools=[CHAT_TOOL])
     assert r.choices[0].message.content == "Patched."
     assert "Done!" in prompts[2].prompt_text and "Begin Patch" in prompts[2].prompt_text
+
+
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("text,ok", [
+    ("Sure, patching now.", True),
+    ("Sure." + "<tool_call>\n" + json.dumps({"name": "apply_patch", "arguments": {"input": PATCH}},
+                                            separators=(",", ":"), ensure_ascii=False) + "\n</tool_call>", True),
+    ("<tool_call>\n" + json.dumps({"name": "add", "arguments": {"a": 2}}, separators=(",", ":")) + "\n</tool_call>",
+     True),
+    ("<tool_call>\n" + json.dumps({"name": "loose", "arguments": {"anything": [1]}}, separators=(",", ":"))
+     + "\n</tool_call>", True),
+    ("Sure." + "<tool_call>\n" + json.dumps({"name": "apply_patch", "arguments": {"input": "*** Frob\n"}},
+                                            separators=(",", ":")) + "\n</tool_call>", False),
+    ("<tool_call>\n" + json.dumps({"name": "add", "arguments": {"a": "two"}}, separators=(",", ":")) + "\n</tool_call>",
+     False),
+])
+def test_under_auto_an_opened_call_is_held_to_its_grammar(demo_backend, text, ok):
+    """tool_choice auto: text is free, but a call the model opens must match the tool's grammar (a custom
+    tool's input grammar, a strict function's schema); a function that is not strict takes any object."""
+    from tinytitan import custom_tools
+    from tinytitan.chat_request import Tool
+    from tinytitan.engine.structured.tool_calls import auto_call_grammar
+
+    tools = [custom_tools.parse(CODEX_TOOL, "tools[0]"), Tool("add", parameters=ADD, strict=True),
+             Tool("loose", parameters=ADD)]
+    vocab = demo_backend.tokenizer.get_vocab()
+    grammar = auto_call_grammar(demo_backend.family, tools, True, vocab, start_in_reasoning=False)
+    compiled = compile_grammar(grammar, demo_backend.tokenizer, demo_backend.vocab_size)
+    tokens: list[int] = []
+    for piece in text.replace("<tool_call>", "\0<tool_call>\0").replace("</tool_call>", "\0</tool_call>\0").split("\0"):
+        tokens += [vocab[piece]] if piece in ("<tool_call>", "</tool_call>") else compiled.tokenizer.tokenize_str(piece)
+    matcher = compiled.matcher()
+    assert (matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting()) is ok, matcher.get_error()[:300]
+
+
+async def test_under_auto_the_mask_is_on_and_text_is_free(serve, demo_backend):
+    s = await serve(backend=demo_backend)
+    prompts = record_prompts(s)
+    r = await client(s).responses.create(model=demo_backend.model_id, input="hi", tools=[CODEX_TOOL], store=False,
+                                         max_output_tokens=30, temperature=1, extra_body={"seed": 3})
+    assert prompts[0].grammar is not None  # the call grammar masks the whole answer
+    assert r.status in ("completed", "incomplete")

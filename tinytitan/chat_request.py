@@ -48,6 +48,7 @@ class Tool:
     # regex; None: any text) is what that input must match
     custom: bool = False
     input_grammar: Grammar | None = None
+    strict: bool = False  # a function tool whose arguments are enforced by its schema once a call opens
 
 
 @dataclass(frozen=True)

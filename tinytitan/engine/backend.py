@@ -25,7 +25,7 @@ from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
-from .structured.tool_calls import check_custom_grammar, forced_call_grammar
+from .structured.tool_calls import auto_call_grammar, check_custom_grammar, forced_call_grammar
 
 log = logging.getLogger("tinytitan.backend")
 
@@ -194,8 +194,9 @@ class Backend(ABC):
                 "presence_penalty": pick(req.presence_penalty, 0.0),
                 "frequency_penalty": pick(req.frequency_penalty, 0.0), "repetition_penalty": req.repetition_penalty}
 
-    def grammar_of(self, req: ChatRequest) -> CompiledGrammar | None:
-        """The grammar this request's output is masked with: its output format, or a forced call."""
+    def grammar_of(self, req: ChatRequest, start_in_reasoning: bool = False) -> CompiledGrammar | None:
+        """The grammar this request's output is masked with: its output format, a forced call, or (under
+        ``auto``) free text whose calls are held to strict schemas and custom tools' grammars."""
         if self.tokenizer is None:
             return None
         for tool in req.tools:  # a client grammar that cannot be compiled is refused, forced or not
@@ -205,13 +206,15 @@ class Backend(ABC):
         if grammar is None and req.tool_choice == "required":
             grammar = forced_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
                                           self.tokenizer.get_vocab())
+        elif grammar is None and req.tool_choice == "auto" and req.tools:
+            grammar = auto_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
+                                        self.tokenizer.get_vocab(), start_in_reasoning)
         if grammar is None:
             return None
         return compile_grammar(grammar, self.tokenizer, getattr(self, "vocab_size", None))
 
     def prepare(self, req: ChatRequest) -> Prepared:
         req = self.structured(req)
-        compiled = self.grammar_of(req)
         text, tokens, (render_s, tokenize_s) = self.timed_encode(req)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
             raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
@@ -223,6 +226,7 @@ class Backend(ABC):
                           data={"prompt_tokens": len(tokens), "context_window": self.context_window})
         max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
         start_in_reasoning = self.family.starts_in_reasoning(text)
+        compiled = self.grammar_of(req, start_in_reasoning)
         namespaces = {t.name: t.namespace for t in req.tools if t.namespace}
         schemas = {t.name: t.parameters for t in req.tools}
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,

@@ -71,7 +71,7 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
             continue
         fn = t["function"]
         tools.append(Tool(fn["name"], fn.get("description") or "",
-                          fn.get("parameters") or {"type": "object", "properties": {}}))
+                          fn.get("parameters") or {"type": "object", "properties": {}}, strict=fn.get("strict") is True))
     args["tools"] = tools
     v.notes["custom_tools"] = sorted(t.name for t in tools if t.custom)
 

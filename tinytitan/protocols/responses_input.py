@@ -168,7 +168,7 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
         if not isinstance(description, str):
             raise invalid(f"Invalid type for '{where}.description': expected a string", param=f"{where}.description",
                           code="invalid_type")
-        tools.append(Tool(flat, description, params, namespace=namespace))
+        tools.append(Tool(flat, description, params, namespace=namespace, strict=fn.get("strict") is True))
 
     for i, t in enumerate(value):
         where = f"tools[{i}]"

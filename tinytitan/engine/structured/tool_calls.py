@@ -17,6 +17,7 @@ Rules:
 from __future__ import annotations
 
 import json
+import logging
 
 from ...chat_request import Grammar, Tool
 from ...errors import ApiError, invalid
@@ -24,6 +25,7 @@ from ...output_format import check_schema
 from .compile import JSON_OPTIONS, compile_grammar
 from .escaped import ANY_TEXT, escaped_lark_rules
 
+log = logging.getLogger("tinytitan.structured")
 ARGUMENTS_KEY = {"llama3": "parameters"}  # default "arguments"
 SINGLE_CALL = {"llama3"}  # formats that carry one call per turn
 
@@ -47,16 +49,55 @@ def check_custom_grammar(tool: Tool, tokenizer, vocab_size: int | None) -> None:
                     tokenizer, vocab_size)
 
 
-def call_schema(tools: list[Tool], arguments_key: str) -> dict:
-    """One call object to any of ``tools``: its name, and arguments matching that tool's schema."""
-    options = []
-    for tool in tools:
-        options.append({"type": "object", "properties": {"name": {"const": tool.name},
-                                                          arguments_key: tool.parameters or {"type": "object"}},
-                        "required": ["name", arguments_key], "additionalProperties": False})
-    schema = dict(options[0]) if len(options) == 1 else {"anyOf": options}
-    schema["x-guidance"] = JSON_OPTIONS  # compact and strict, as structured output
-    return schema
+def _call_rules(tools: list[Tool], key: str, loose: bool = False) -> tuple[str, list[str]]:
+    """``call`` (one call object to any of ``tools``) and its rules; with ``loose``, a function tool that is
+    not strict takes any JSON object as its arguments."""
+    alternatives, rules = [], []
+    # every call is spelled from its name on: the calls' opening literals differ only at the name, so the
+    # lexer follows them all until it diverges (a %json object beside them would compete for the brace)
+    for i, tool in enumerate(t for t in tools if not t.custom):
+        schema = {"type": "object"} if loose and not tool.strict else (tool.parameters or {"type": "object"})
+        head = json.dumps(f'{{"name":{json.dumps(tool.name)},"{key}":')
+        alternatives.append(f"f{i}")
+        rules += [f"f{i}: {head} f{i}_args " + json.dumps("}"),
+                  f"f{i}_args: %json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS}, ensure_ascii=False)}"]
+    for i, tool in enumerate(t for t in tools if t.custom):
+        # the input is the one string argument, written JSON-escaped: its grammar is rewritten to match that
+        input_rules, start = custom_input_rules(tool, f"c{i}")
+        head = json.dumps(f'{{"name":{json.dumps(tool.name)},"{key}":{{"input":"')
+        alternatives.append(f"c{i}")
+        rules += [f"c{i}: {head} {start} " + json.dumps('"}}'), *input_rules]
+    return "call: " + " | ".join(alternatives), rules
+
+
+def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
+                      start_in_reasoning: bool) -> Grammar | None:
+    """Under ``tool_choice: auto``: free text (and a thought) as the model likes, but once it opens a call,
+    the call is held to the tool's grammar — a strict function's schema, a custom tool's input grammar.
+    None when no tool asks for that, or the family's markers are not single tokens (free text could then
+    spell them), or its calls are not JSON objects in open/close markers."""
+    if not any(t.strict or t.input_grammar is not None for t in tools):
+        return None
+    markup = family.markup
+    markers = [markup.tool_open, markup.tool_close] if markup is not None else []
+    thinking = bool(markup is not None and markup.think_open and markup.think_close)
+    if thinking:
+        markers += [markup.think_open, markup.think_close]
+    if markup is None or markup.body != "json" or not all(m and m in vocab for m in markers) \
+            or family.name in SINGLE_CALL:
+        log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s family",
+                    family.name)
+        return None
+    call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"), loose=True)
+    block = f'block: <[{vocab[markup.tool_open]}]> "\\n" call "\\n" <[{vocab[markup.tool_close]}]>'
+    blocks = 'blocks: block ("\\n" block)*' if parallel else "blocks: block"
+    if thinking:
+        close = f"<[{vocab[markup.think_close]}]>"
+        think = f"THOUGHT? {close}" if start_in_reasoning else f"(<[{vocab[markup.think_open]}]> THOUGHT? {close})?"
+        heads = [f"start: {think} TEXT? blocks?", "THOUGHT: /(?s:.+)/"]
+    else:
+        heads = ["start: TEXT? blocks?"]
+    return Grammar("lark", "\n".join(heads + ["TEXT: /(?s:.+)/", block, blocks, call] + rules), where="tools")
 
 
 def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
@@ -73,19 +114,7 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
         except ApiError as exc:
             raise invalid(f"tool_choice forces a call to '{tool.name}', whose arguments must then match its schema: "
                           f"{exc.message}", param="tool_choice", code="unsupported_schema") from None
-    key = ARGUMENTS_KEY.get(family.name, "arguments")
-    functions = [t for t in tools if not t.custom]
-    alternatives, rules = [], []
-    if functions:
-        alternatives.append("fcall")
-        rules.append(f"fcall: %json {json.dumps(call_schema(functions, key), ensure_ascii=False)}")
-    for i, tool in enumerate(t for t in tools if t.custom):
-        # the input is the one string argument, written JSON-escaped: its grammar is rewritten to match that
-        input_rules, start = custom_input_rules(tool, f"c{i}")
-        head = json.dumps(f'{{"name":{json.dumps(tool.name)},"{key}":{{"input":"')
-        alternatives.append(f"c{i}")
-        rules += [f"c{i}: {head} {start} " + json.dumps('"}}'), *input_rules]
-    call = "call: " + " | ".join(alternatives)
+    call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"))
     open_ = _marker(markup.tool_open, vocab)
     if not markup.tool_close or family.name in SINGLE_CALL:
         heads = [f"start: {open_} call"]
