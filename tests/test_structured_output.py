@@ -284,3 +284,27 @@ async def test_a_cut_document_is_reported_as_cut_on_each_protocol(serve, demo_ba
                                                       output_config={"format": {"type": "json_schema",
                                                                                 "schema": LONG}})
     assert msg.stop_reason == "max_tokens"
+
+
+async def test_requests_decoding_together_each_keep_their_own_schema(serve, demo_backend):
+    """Inside a batch, each member is masked by its own grammar (a per-request logits processor)."""
+    import trio
+
+    from test_chat_completions import client
+
+    s = await serve(backend=demo_backend)
+    names = ["flat_object", "enum_strings", "prefix_items", "ref_defs"]
+    results: dict[str, str] = {}
+
+    async def one(name: str) -> None:
+        r = await client(s).chat.completions.create(
+            model=demo_backend.model_id, messages=[{"role": "user", "content": name}], max_tokens=CAP,
+            temperature=1, seed=7, response_format=flat(CORPUS[name], True))
+        assert r.choices[0].finish_reason == "stop", r
+        results[name] = r.choices[0].message.content
+
+    async with trio.open_nursery() as nursery:
+        for name in names:
+            nursery.start_soon(one, name)
+    for name in names:
+        jsonschema.validate(json.loads(results[name]), CORPUS[name], format_checker=FORMATS)
