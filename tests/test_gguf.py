@@ -13,6 +13,7 @@ import logging
 import shutil
 
 import mlx.core as mx
+import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
@@ -196,3 +197,14 @@ def test_model_argument_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotFound, match="no config.json"):
         resolve(str(tmp_path / "empty"))
+
+
+@pytest.mark.skipif(mx.metal.is_available(), reason="with a GPU a GGUF always stays quantized")
+def test_float32_only_where_it_fits(tmp_path, demo_dir, monkeypatch):
+    path, config, _ = make_gguf(tmp_path / "m.gguf", demo_dir)
+    need = gguf.float32_bytes(path)
+    assert need == 4 * sum(int(np.prod(w.shape)) for w in mx.load(str(path)).values())
+    monkeypatch.setattr(gguf, "physical_memory", lambda: need * 8)
+    assert gguf.preferred_form(path) == "float32"
+    monkeypatch.setattr(gguf, "physical_memory", lambda: need * 2)
+    assert gguf.preferred_form(path) == "quantized"

@@ -14,7 +14,7 @@ GGUF stores a Llama's Q/K rows permuted for the interleaved RoPE, so a Llama con
 
 Two forms: ``quantized`` (as shipped) and ``float32`` (dequantized: on Linux mlx's CPU backend runs float32
 matrix products on OpenBLAS, while its quantized kernels have no fast path). ``preferred_form()`` says which
-this platform runs faster (tools/bench_real.py measures it). The directory is cached under
+this platform runs faster (``tools/bench_gguf_forms.py`` measures it), within a memory bound. The directory is cached under
 ``<cache>/gguf/<name>-<digest>-<form>`` (``cache_root()``), written to a temporary directory and renamed into
 place, so a second start (or a second process) reuses it.
 """
@@ -68,13 +68,39 @@ def cache_root() -> Path:
     return Path(base) / "tinytitan"
 
 
-def preferred_form() -> str:
-    """float32 where mlx runs on the CPU (Linux: float32 goes to OpenBLAS, 4-bit to mlx's own slow kernels);
-    quantized where there is a GPU (Metal), whose quantized kernels are fast and whose memory is the limit."""
+def preferred_form(path: Path | None = None) -> str:
+    """float32 where mlx runs on the CPU (Linux: float32 goes to OpenBLAS, 4-bit to mlx's own slow kernels),
+    unless the float32 weights would take more than a quarter of this machine's memory; quantized where
+    there is a GPU (Metal), whose quantized kernels are fast and whose memory is the limit."""
     import mlx.core as mx
 
-    gpu = bool(getattr(mx, "metal", None) and mx.metal.is_available())
-    return "quantized" if gpu else "float32"
+    if getattr(mx, "metal", None) and mx.metal.is_available():
+        return "quantized"
+    if path is not None:
+        need, have = float32_bytes(path), physical_memory()
+        if have and need > have // 4:
+            log.info("%s: float32 would need %.1f GB of this machine's %.1f GB: kept quantized", path.name,
+                     need / 1e9, have / 1e9)
+            return "quantized"
+    return "float32"
+
+
+def float32_bytes(path: Path) -> int:
+    _, tensors = read_header(path)
+    total = 0
+    for t in tensors:
+        n = 1
+        for d in t.shape:
+            n *= d
+        total += 4 * n
+    return total
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def mlx_name(gguf_name: str) -> str:
@@ -162,7 +188,7 @@ def cached_dir(path: Path, form: str) -> Path:
 def ensure_converted(path: str | Path, form: str | None = None) -> Path:
     """The mlx-lm directory for a GGUF file, converting it the first time (UnsupportedGGUF if it cannot)."""
     path = Path(path)
-    form = form or preferred_form()
+    form = form or preferred_form(path)
     target = cached_dir(path, form)
     if (target / "config.json").is_file():
         log.info("%s: using the converted model in %s", path.name, target)
@@ -256,8 +282,7 @@ def _dequantized(weights: dict, bits: dict[str, int]) -> dict:
 
 def _config(meta: dict, arch: str, full: dict, weights: dict, bits: dict[str, int]) -> dict:
     def get(key, default=None):
-        v = meta.get(f"{arch}.{key}", default)
-        return v
+        return meta.get(f"{arch}.{key}", default)
 
     model_type, traditional = ARCHITECTURES[arch]
     hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
