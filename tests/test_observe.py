@@ -246,3 +246,28 @@ async def test_the_load_route_makes_a_model_resident(serve, demo_tok):
         assert ("tinytitan_model_load_seconds", (("model", "beta"),)) in samples
         missing = await c.post(s.url("/v1/models/load"), json={"model": "gamma"})
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+async def test_compaction_passes_count_their_tokens(serve):
+    """Codex's compactions run the model too: /v1/responses/compact and a compaction_trigger turn move the
+    token counters by the usage they report, and the log line names the model."""
+    s = await serve(["Requirements: fix app.py."])
+    history = [{"type": "message", "role": "user", "content": "Fix the bug in app.py please."},
+               {"type": "message", "role": "assistant", "content": "Looking at it."}]
+    for path, body in (("/v1/responses/compact", {"input": history}),
+                       ("/v1/responses", {"input": history + [{"type": "compaction_trigger"}], "store": False})):
+        before = await scrape(s)
+        async with httpx.AsyncClient() as c:
+            r = await c.post(s.url(path), json={"model": MODEL, **body})
+        assert r.status_code == 200, r.text
+        usage = r.json()["usage"]
+        assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+
+        async def moved():
+            after = await scrape(s)
+            return after if tokens(after, "prompt") > tokens(before, "prompt") else None
+
+        after = await eventually(moved)
+        assert after, f"{path}: the compaction's tokens were not counted"
+        assert tokens(after, "prompt") - tokens(before, "prompt") == usage["input_tokens"]
+        assert tokens(after, "completion") - tokens(before, "completion") == usage["output_tokens"]

@@ -7,6 +7,7 @@ Rules:
   routes) and timings only. Tool names go to the debug log, never into a record.
 - ``watch(events, req, stream)`` taps a generation's event stream for the request being answered (the
   record lives in a context variable set for the whole ASGI call); outside a server it changes nothing.
+  ``note(model, usage)`` counts a generation that had no stream to tap.
 """
 
 from __future__ import annotations
@@ -118,6 +119,16 @@ def watch(events: AsyncIterable[TokenEvent], req: Any, stream: bool | None = Non
     turn.tool_names = tuple(t.name for t in getattr(req, "tools", ()))
     turn.stream = stream
     return _Tap(events, turn)
+
+
+def note(model: str, usage: Any, reason: str = "stop") -> None:
+    """A generation the request ran without an event stream to tap (a Responses compaction's summary
+    passes, whose usage comes back summed): counted for the request being answered, like a tapped one."""
+    turn = current_turn.get()
+    if turn is None:
+        return
+    turn.generated, turn.model = True, model
+    turn.see(Finished(reason, usage))
 
 
 class _Tap:

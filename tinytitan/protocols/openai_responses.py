@@ -24,10 +24,12 @@ import json
 import logging
 import time
 from contextlib import aclosing
+from types import SimpleNamespace
 from typing import Any
 
 from ..chat_request import Message
 from ..errors import ApiError, invalid
+from ..observe.turn import note, watch
 from ..output_format import normalise
 from .. import tool_choice
 from ..speclang.load import compile_spec
@@ -241,7 +243,8 @@ class OpenAIResponses(Protocol):
         text = compaction.transcript_to_compact(items)  # (refused before the stream opens)
         # the summary passes run in engine sessions of their own; the event source is the HTTP request's
         events = await self.services.hold(aclosing(compaction.compaction_events(compactor, text, result)))
-        return await self.answer(v, machine, events)
+        stream = bool(v.body.get("stream"))
+        return await self.answer(v, machine, watch(events, SimpleNamespace(model=model_id), stream))
 
     async def compact(self, call: Call) -> Reply:
         body = self.compact_validator.validate(self.compact_validator.parse_json(call.body)).body
@@ -251,6 +254,7 @@ class OpenAIResponses(Protocol):
         items = [i for i in history + own if i.get("type") != "compaction_trigger"]
         compactor = self.engine.summariser(body["model"], body.get("max_compaction_tokens"))
         summary = await compactor.summarise(compaction.transcript_to_compact(items))
+        note(model_id, summary.usage)  # the passes' tokens, in the metrics and the request's log line
         output = []
         if body.get("instructions"):
             output.append({"id": new_id("msg_"), "type": "message", "status": "completed", "role": "developer",
