@@ -271,3 +271,44 @@ async def test_compaction_passes_count_their_tokens(serve):
         assert after, f"{path}: the compaction's tokens were not counted"
         assert tokens(after, "prompt") - tokens(before, "prompt") == usage["input_tokens"]
         assert tokens(after, "completion") - tokens(before, "completion") == usage["output_tokens"]
+
+
+async def test_the_batch_size_is_the_generations_decoding_together(demo_backend):
+    """With continuous batching, the queue figures say how many generations share the batch (not only how
+    many hold a place), beside --max-batch; both in the engine state the dashboard draws and in /metrics."""
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.engine import Engine
+    from tinytitan.observe.metrics import Metrics
+    from tinytitan.observe.state import engine_state
+
+    engine = Engine(demo_backend, max_batch=4)
+    metrics = Metrics(engine)
+
+    def gauge(name: str) -> float:
+        (family,) = [f for f in text_string_to_metric_families(metrics.exposition().decode()) if f.name == name]
+        return family.samples[0].value
+
+    assert engine_state(engine)["queue"] == {"waiting": 0, "running": 0, "batch": 0, "max_batch": 4,
+                                             "max_queue": engine.max_queue}
+    assert gauge("tinytitan_batch_limit") == 4
+    seen = []
+    async with trio.open_nursery() as n:
+        async def one(prompt):  # (greedy, each of these runs to its 2000-token cap on the demo model)
+            req = ChatRequest(model=demo_backend.model_id, messages=(Message("user", prompt),),
+                              max_tokens=2000, reasoning=False, temperature=0)
+            async with engine.session(req) as events:
+                async for _ in events:
+                    if seen:  # all three were seen together: hang up
+                        break
+
+        for prompt in ("Count to 100.", "Count to 100 slowly.", "Count to 100, please."):
+            n.start_soon(one, prompt)
+        with trio.fail_after(60):
+            while engine_state(engine)["queue"]["batch"] < 3:
+                await trio.sleep(0.002)
+        seen.append(gauge("tinytitan_batch_size"))
+    assert seen == [3]
+    with trio.fail_after(10):
+        while engine.batch_size:
+            await trio.sleep(0.01)
+    assert engine_state(engine)["queue"]["batch"] == 0 and gauge("tinytitan_batch_size") == 0

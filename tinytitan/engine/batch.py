@@ -100,6 +100,7 @@ class Batcher:
         self._inbox: collections.deque[Member] = collections.deque()
         self._lock = threading.Lock()
         self._running = False
+        self.size = 0  # members in the batch now (decoding, or their prompt being read): the batch size shown
 
     def submit(self, member: Member) -> None:
         with self._lock:
@@ -120,6 +121,7 @@ class Batcher:
                     self._inbox.clear()
                     if not arrived and not members and not later:
                         self._running = False
+                        self.size = 0
                         return
                 later.extend(arrived)
                 while later and (not members or later[0].backend is state.backend):
@@ -129,6 +131,7 @@ class Batcher:
                         continue
                     self._join(state, members, member)
                 self._drop_stopped(state, members)
+                self.size = len(members)
                 if members:
                     self._step(state, members)
         except BaseException as exc:  # the loop itself broke: no member may be left waiting
@@ -140,6 +143,7 @@ class Batcher:
                     _fail(member, exc)
                 self._inbox.clear()
                 self._running = False
+                self.size = 0
         finally:
             state.close()
 

@@ -111,6 +111,11 @@ class Engine:
         return self.admission.running
 
     @property
+    def batch_size(self) -> int:
+        """Generations in the running batch now (with no batcher: the one decoding, if any)."""
+        return self.batcher.size if self.batcher is not None else self.running
+
+    @property
     def queue_depth(self) -> int:
         return self.waiting
 

@@ -26,6 +26,7 @@ def engine_state(engine: Any) -> dict:
         "resident": engine.resident,
         "models": models,
         "queue": {"waiting": engine.waiting, "running": engine.running,
-                  "batch": getattr(engine, "batch_size", engine.running), "max_queue": engine.max_queue},
+                  "batch": engine.batch_size, "max_batch": engine.max_batch,
+                  "max_queue": engine.max_queue},
         "uptime_s": time.time() - engine.started_at,
     }
