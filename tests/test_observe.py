@@ -312,3 +312,19 @@ async def test_the_batch_size_is_the_generations_decoding_together(demo_backend)
         while engine.batch_size:
             await trio.sleep(0.01)
     assert engine_state(engine)["queue"]["batch"] == 0 and gauge("tinytitan_batch_size") == 0
+
+
+async def test_a_path_cannot_write_a_log_line_of_its_own(serve, caplog):
+    caplog.set_level(logging.INFO, logger="tinytitan.requests")
+    s = await serve(["ok"])
+    forged = "2026-01-01 00:00:00,000 INFO tinytitan.requests: GET /forged 200"
+    async with httpx.AsyncClient() as c:
+        r = await c.get(s.url("/v1/models/x%0A" + forged.replace(" ", "%20")))
+    assert r.status_code == 404
+
+    async def logged():
+        return [rec.getMessage() for rec in caplog.records if rec.name == "tinytitan.requests" and "/v1/models/x"
+                in rec.getMessage()]
+
+    (line,) = await eventually(logged)
+    assert "\n" not in line and "/v1/models/x\\n2026-01-01" in line

@@ -34,6 +34,12 @@ FEED_BUFFER = 64
 QUIET_PROTOCOLS = ("shared", "none")  # routes every client shares; unmatched paths
 
 
+def _printable(text: str) -> str:
+    """A client-chosen string (the path) for a log line: control characters escaped, so a request cannot
+    write a line of its own (``%0A`` in a path decodes to a newline)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
 def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
 
@@ -100,10 +106,11 @@ class Observer:
                       f"tools={len(turn.tool_names)}")
         else:
             detail = ""
-        log.info("%s %s %s %s%s duration=%s client=%s ua=%s", turn.method, turn.path, turn.status, turn.protocol,
+        path = _printable(turn.path)
+        log.info("%s %s %s %s%s duration=%s client=%s ua=%s", turn.method, path, turn.status, turn.protocol,
                  detail, _secs(turn.duration), json.dumps(turn.client), json.dumps(turn.user_agent[:200]))
         if turn.tool_names:
-            log.debug("%s %s tools offered: %s", turn.method, turn.path, ", ".join(turn.tool_names))
+            log.debug("%s %s tools offered: %s", turn.method, path, _printable(", ".join(turn.tool_names)))
 
     # -- what the routes read -----------------------------------------------------------------------------
     def profile(self) -> list[dict]:
