@@ -44,10 +44,13 @@ class Shared(Protocol):
         return Reply(self.engine.health())
 
     async def root(self, call: Call) -> Reply:
-        """API clients get a status object; a browser (it prefers text/html) gets the dashboard."""
+        """API clients get a status object (whether routes need ``--api-key``: the dashboard asks for the key
+        before its first call, not after a 401); a browser (it prefers text/html) gets the dashboard."""
         if call.method == "GET" and call.prefers("application/json", "text/html") == "text/html":
             return await self.dashboard(call)
-        return Reply({"name": "tinytitan", "status": "ok", "model": self.engine.model_id})
+        config = self.services.config
+        return Reply({"name": "tinytitan", "status": "ok", "model": self.engine.model_id,
+                      "api_key_required": bool(config is not None and config.api_key)})
 
     async def dashboard(self, call: Call) -> Reply:
         return Reply.of_text(dashboard.page(), dashboard.CONTENT_TYPE, **{
