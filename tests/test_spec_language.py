@@ -112,7 +112,7 @@ def test_chat_machine_walk():
 
     spec = load_protocol("openai_chat")
     m = Machine(spec, {"req": {"stream_options": {"include_usage": True}}, "id": "c1", "created": 1, "model": "m"},
-                OpenAIChat().machine_hooks())
+                OpenAIChat().machine_hooks(), state=OpenAIChat().machine_state())
     out = []
     for ev in [Started(3), ReasoningDelta("hm"), TextDelta("hi"), ToolCallStarted(0, "call_a", "f"),
                ToolCallArgsDelta(0, '{"a"'), ToolCallArgsDelta(0, ":1}"), ToolCallDone(0, '{"a":1}'),
@@ -216,3 +216,24 @@ def test_errors_extends_declares_the_table_once(tmp_path):
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({"protocol": "base", "errors": {"extends": "child"}}))
     with pytest.raises(SpecError, match="errors.extends"):
         load_protocol("child", tmp_path)
+
+
+def test_machine_state_is_typed_and_the_spec_is_checked_against_it(tmp_path):
+    """Each protocol's bookkeeping is a dataclass (named, typed fields, not a dict); a template naming a
+    field the state does not have fails when the protocol starts."""
+    import dataclasses
+
+    from tinytitan.protocols.registry import all_protocols
+
+    for proto in all_protocols():
+        if proto.spec.stream and any(row.get("do") for t in proto.spec.stream["states"].values() for row in t.values()):
+            assert dataclasses.is_dataclass(proto.machine_state()), proto.name
+    for p in spec_dir().glob("*.yaml"):
+        shutil.copy(p, tmp_path / p.name)
+    raw = yaml.safe_load((tmp_path / "ollama.yaml").read_text())
+    raw["stream"]["events"]["done"]["data"]["eval_duration"] = "$vars.eval_durration"
+    (tmp_path / "ollama.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    from tinytitan.protocols.ollama import Ollama
+
+    with pytest.raises(ValueError, match=r"vars \['eval_durration'\], which OllamaState does not have"):
+        Ollama(tmp_path)

@@ -20,6 +20,7 @@ Rules (the issue's, where the API leaves a choice):
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 import logging
 import re
 from typing import Any
@@ -88,6 +89,23 @@ def _blocks(content: Any, where: str) -> list[dict]:
 def _tool_result_text(block: dict, where: str) -> str:
     text = text_of(block.get("content"), f"{where}.content")
     return f"Error: {text}" if block.get("is_error") is True else text
+
+
+@dataclass
+class MessagesState:
+    """A Messages stream's bookkeeping (``vars`` in spec/anthropic_messages.yaml)."""
+
+    input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    block: int | None = None  # the content block open now
+    next_block: int = 0
+    closing: int | None = None  # the block a content_block_stop closes
+    tool_name: str | None = None
+    args_of: int | None = None  # the block whose streamed arguments args_text holds
+    args_text: str = ""
+    tool_input: str | None = None  # a finished call's input, as JSON text
+    stop_reason: str | None = None
+    stop_sequence: str | None = None
 
 
 class AnthropicMessages(Protocol):
@@ -275,36 +293,40 @@ class AnthropicMessages(Protocol):
         maps = self.spec.maps
 
         def started(m: Machine, ev) -> None:
-            m.vars.update(input_tokens=ev.prompt_tokens - ev.cached_tokens, cache_read_input_tokens=ev.cached_tokens)
+            m.vars.input_tokens, m.vars.cache_read_input_tokens = ev.prompt_tokens - ev.cached_tokens, ev.cached_tokens
 
         def started_early(m: Machine, ev) -> None:
-            m.vars.update(input_tokens=m.context.get("prompt_tokens", 0), cache_read_input_tokens=0)
+            m.vars.input_tokens, m.vars.cache_read_input_tokens = m.context.get("prompt_tokens", 0), 0
 
         def open_block(m: Machine, ev) -> None:
-            m.vars["closing"] = m.vars.get("block")
-            m.vars["block"] = m.vars.get("next_block", 0)
-            m.vars["next_block"] = m.vars["block"] + 1
-            m.vars["tool_name"] = getattr(ev, "name", None)
+            s = m.vars
+            s.closing, s.block = s.block, s.next_block
+            s.next_block += 1
+            s.tool_name = getattr(ev, "name", None)
 
         def tool_args(m: Machine, ev) -> None:
-            if m.vars.get("args_of") != m.vars["block"]:
-                m.vars.update(args_of=m.vars["block"], args_text="")
-            m.vars["args_text"] += ev.text
+            s = m.vars
+            if s.args_of != s.block:
+                s.args_of, s.args_text = s.block, ""
+            s.args_text += ev.text
 
         def tool_done(m: Machine, ev) -> None:
-            text = ev.arguments or (m.vars.get("args_text", "") if m.vars.get("args_of") == m.vars["block"] else "")
-            value = _tool_input(text, m.vars.get("tool_name"))
-            m.vars["tool_input"] = json.dumps(value, ensure_ascii=False) if value else None
+            s = m.vars
+            value = _tool_input(ev.arguments or (s.args_text if s.args_of == s.block else ""), s.tool_name)
+            s.tool_input = json.dumps(value, ensure_ascii=False) if value else None
 
         def close_block(m: Machine, ev) -> None:
-            m.vars["closing"] = m.vars.get("block")
+            m.vars.closing = m.vars.block
 
         def finish(m: Machine, ev) -> None:
-            reason, seq = stop_reason(ev, m.context["req"].get("stop_sequences"), maps["stop_reason"])
-            m.vars.update(stop_reason=reason, stop_sequence=seq)
+            m.vars.stop_reason, m.vars.stop_sequence = stop_reason(ev, m.context["req"].get("stop_sequences"),
+                                                                   maps["stop_reason"])
 
         return {"started": started, "started_early": started_early, "open_block": open_block,
                 "close_block": close_block, "tool_args": tool_args, "tool_done": tool_done, "finish": finish}
+
+    def machine_state(self) -> "MessagesState":
+        return MessagesState()
 
     # -- the fold ----------------------------------------------------------------------------------------------
     def folds(self):

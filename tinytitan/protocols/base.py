@@ -7,6 +7,7 @@ machine hooks (bookkeeping), the fold, and handlers for routes that are not plai
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -54,6 +55,16 @@ class Protocol:
         missing = sorted(named - set(self.machine_hooks()))
         if missing:
             raise ValueError(f"{self.spec.source}: machine hooks not provided by the protocol module: {missing}")
+        state = self.machine_state()
+        if dataclasses.is_dataclass(state):  # every $vars.<name> the templates use is a field of the state
+            fields = {f.name for f in dataclasses.fields(state)}
+            used = {template_path.split(".")[1] for ev in (self.spec.stream or {}).get("events", {}).values()
+                    for template_path in template.lookups(ev["data"]) | ({ev["when"]} if ev.get("when") else set())
+                    if template_path.startswith("vars.")}
+            unknown = sorted(used - fields)
+            if unknown:
+                raise ValueError(f"{self.spec.source}: templates use vars {unknown}, which {type(state).__name__} "
+                                 f"does not have")
 
     def _route_without(self, route: dict) -> tuple[str, ...]:
         declared = self.spec.request.get("fields") or {}
@@ -67,6 +78,11 @@ class Protocol:
 
     def machine_hooks(self) -> dict[str, Callable]:
         return {}
+
+    def machine_state(self) -> Any:
+        """A fresh bookkeeping object for one machine (``vars`` in the spec's templates). A protocol with
+        bookkeeping returns a dataclass: its fields are the names ``$vars.…`` may use, checked at start."""
+        return None
 
     def folds(self) -> dict[str, Callable[[list[WireEvent], dict], Any]]:
         return {}
@@ -123,7 +139,7 @@ class Protocol:
         if undeclared:  # a template may use only what the spec says exists (checked at load)
             raise ValueError(f"{self.spec.source}: extra_context supplies {undeclared}, not in stream.computed")
         ctx.update(extra)
-        machine = Machine(self.spec, ctx, self.machine_hooks(), entry)
+        machine = Machine(self.spec, ctx, self.machine_hooks(), entry, self.machine_state())
         if not stream and self.spec.fold:
             machine.context.update(self.spec.fold.get("context") or {})
         return machine

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -112,15 +113,28 @@ def _ns(seconds: float | None) -> int:
     return int(round((seconds or 0.0) * 1e9))
 
 
+@dataclass
+class OllamaState:
+    """A line stream's bookkeeping (``vars`` in spec/ollama.yaml): the call being read, and the timings."""
+
+    call_id: str | None = None
+    call_name: str | None = None
+    call_arguments: dict = field(default_factory=dict)
+    total_duration: int = 0
+    load_duration: int = 0
+    prompt_eval_duration: int = 0
+    eval_duration: int = 0
+
+
 def on_finished(m: Machine, ev) -> None:
-    t = ev.timing or Timing()
+    t, s = ev.timing or Timing(), m.vars
     parts = (t.admission_wait_s, t.load_s, t.render_s, t.tokenize_s, t.prefill_s, t.decode_s)
-    m.vars.update(total_duration=sum(_ns(p) for p in parts), load_duration=_ns(t.load_s),
-                  prompt_eval_duration=_ns(t.prefill_s), eval_duration=_ns(t.decode_s))
+    s.total_duration, s.load_duration = sum(_ns(p) for p in parts), _ns(t.load_s)
+    s.prompt_eval_duration, s.eval_duration = _ns(t.prefill_s), _ns(t.decode_s)
 
 
 def on_call_started(m: Machine, ev) -> None:
-    m.vars.update(call_id=ev.call_id, call_name=ev.name)
+    m.vars.call_id, m.vars.call_name = ev.call_id, ev.name
 
 
 def on_call_done(m: Machine, ev) -> None:
@@ -131,9 +145,9 @@ def on_call_done(m: Machine, ev) -> None:
     except ValueError:
         arguments = None
     if not isinstance(arguments, dict):
-        log.warning("tool call %s: arguments are not a complete JSON object; sent as {}", m.vars.get("call_name"))
+        log.warning("tool call %s: arguments are not a complete JSON object; sent as {}", m.vars.call_name)
         arguments = {}
-    m.vars["call_arguments"] = arguments
+    m.vars.call_arguments = arguments
 
 
 def fold_ollama(wire: list[WireEvent], body: dict) -> dict:
@@ -172,6 +186,9 @@ class Ollama(Protocol):
     def machine_hooks(self):
         return {"finished": on_finished, "call_started": on_call_started,
                 "tool_call": on_call_done}
+
+    def machine_state(self) -> OllamaState:
+        return OllamaState()
 
     def folds(self):
         return {"ollama": fold_ollama}

@@ -4,6 +4,7 @@ and the fold of chunks into one ``chat.completion``."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ..chat_request import Message, Tool, ToolCall
@@ -96,14 +97,21 @@ def parse_template_kwargs(value: dict, body: dict, args: dict, v) -> None:
     args["template_kwargs"] = template_variables(value, "chat_template_kwargs", ("enable_thinking", "reasoning_effort"))
 
 
+@dataclass
+class ChatState:
+    """A Chat stream's bookkeeping (``vars`` in spec/openai_chat.yaml): the call open now."""
+
+    call: dict | None = None
+
+
 def open_call(m, ev) -> None:
     """A call opens: a custom tool's (``custom``: its input streams) or a function's."""
     custom = ev.name in (m.context.get("custom_tools") or ())
-    m.vars["call"] = {"custom": custom, "function": not custom, "arguments": "", "input": "", "input_delta": None}
+    m.vars.call = {"custom": custom, "function": not custom, "arguments": "", "input": "", "input_delta": None}
 
 
 def append_call(m, ev) -> None:
-    call = m.vars["call"]
+    call = m.vars.call
     call["arguments"] += ev.text
     if call["custom"]:
         now = custom_tools.input_of(call["arguments"])
@@ -176,6 +184,9 @@ class OpenAIChat(Protocol):
 
     def machine_hooks(self):
         return {"open_call": open_call, "append_call": append_call}
+
+    def machine_state(self) -> ChatState:
+        return ChatState()
 
     def extra_context(self, v) -> dict:
         return {"custom_tools": v.notes.get("custom_tools", [])}

@@ -40,7 +40,7 @@ from . import compaction
 from .base import Protocol, new_id
 from .common import place_system
 from .responses_input import normalise_input, parse_tools, to_messages
-from .responses_machine import ECHOED_SAMPLING, HOOKS, fold_last_response
+from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .wire import Call, Reply, Services
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -114,6 +114,9 @@ class OpenAIResponses(Protocol):
 
     def machine_hooks(self):
         return dict(HOOKS)
+
+    def machine_state(self) -> ResponsesState:
+        return ResponsesState()
 
     def folds(self):
         return {"last_response": fold_last_response}

@@ -14,6 +14,7 @@ Rules:
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from .. import custom_tools
 from ..errors import ApiError
@@ -23,10 +24,23 @@ from . import compaction
 from .base import new_id
 
 
+@dataclass
+class ResponsesState:
+    """A Responses stream's bookkeeping (``vars`` in spec/openai_responses.yaml)."""
+
+    next_index: int = 0  # the output_index the next item gets
+    item: dict | None = None  # the output item open now (see the rules above)
+    closed: dict | None = None  # the item a transition just closed, with its status
+    completed: bool = False
+    incomplete: bool = False
+    failed: bool = False
+    completed_at: int | None = None
+
+
 def _open(m: Machine, kind: str, prefix: str, **fields) -> dict:
-    index = m.vars.get("next_index", 0)
-    m.vars["next_index"] = index + 1
-    m.vars["item"] = item = {"kind": kind, "index": index, "id": new_id(prefix), "text": "", **fields}
+    index = m.vars.next_index
+    m.vars.next_index = index + 1
+    m.vars.item = item = {"kind": kind, "index": index, "id": new_id(prefix), "text": "", **fields}
     return item
 
 
@@ -65,7 +79,7 @@ def open_compaction(m: Machine, ev) -> None:
 
 
 def append(m: Machine, ev) -> None:
-    item = m.vars["item"]
+    item = m.vars.item
     item["text"] += ev.text
     if item.get("custom"):
         now = custom_tools.input_of(item["text"])
@@ -74,7 +88,7 @@ def append(m: Machine, ev) -> None:
 
 
 def close(m: Machine, ev) -> None:
-    item = dict(m.vars["item"])
+    item = dict(m.vars.item)
     cut = (isinstance(ev, Failed) or (isinstance(ev, Finished) and ev.reason == "length")
            or (isinstance(ev, ToolCallDone) and not ev.complete))
     item["status"] = "incomplete" if cut else "completed"
@@ -85,17 +99,17 @@ def close(m: Machine, ev) -> None:
     if item["kind"] == "compaction":
         mode = (m.context.get("compaction") or {}).get("mode", "model")
         item["encrypted_content"] = compaction.encode(item["text"], mode, m.context["model"])
-    m.vars["closed"] = item
+    m.vars.closed = item
 
 
 def finish(m: Machine, ev: Finished) -> None:
-    m.vars["completed"] = ev.reason != "length"
-    m.vars["incomplete"] = ev.reason == "length"
-    m.vars["completed_at"] = int(time.time())
+    m.vars.completed = ev.reason != "length"
+    m.vars.incomplete = ev.reason == "length"
+    m.vars.completed_at = int(time.time())
 
 
 def fail(m: Machine, ev: Failed) -> None:
-    m.vars["failed"] = True
+    m.vars.failed = True
 
 
 def fold_last_response(wire: list[WireEvent], body: dict) -> dict:

@@ -59,7 +59,9 @@ TransitionHook = Callable[["Machine", TokenEvent], None]
 
 class Machine:
     def __init__(self, spec: ProtocolSpec, context: Mapping[str, Any],
-                 hooks: Mapping[str, TransitionHook] | None = None, entry: str | None = None):
+                 hooks: Mapping[str, TransitionHook] | None = None, entry: str | None = None, state: Any = None):
+        """``state``: the protocol's bookkeeping object (``vars`` in templates; a dataclass with named, typed
+        fields where the protocol declares one, else a dict)."""
         if spec.stream is None:
             raise MachineError(f"{spec.source} declares no stream grammar")
         self.spec = spec
@@ -72,7 +74,7 @@ class Machine:
                 raise MachineError(f"{spec.name}: no stream entry named '{entry}' (it has: {', '.join(entries) or 'none'})")
             self.state = entries[entry]
         self.hooks = hooks or {}
-        self.vars: dict[str, Any] = {}
+        self.vars: Any = state if state is not None else {}
         self.emitted = 0
         self.history: list[WireEvent] = []
         req = context.get("req", {})
