@@ -172,3 +172,17 @@ async def test_an_empty_prompt_is_refused_by_name_not_a_server_error(serve, demo
         with pytest.raises(openai.BadRequestError) as err:
             await client(s).completions.create(model=demo_backend.model_id, prompt="", max_tokens=3, stream=stream)
         assert err.value.body["param"] == "prompt" and "empty" in err.value.body["message"]
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "hi"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+])
+async def test_include_usage_must_be_a_boolean(serve, path, body):
+    s = await serve(["never"])
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url(path), json={"model": MODEL, "stream": True,
+                                            "stream_options": {"include_usage": "yes"}, **body})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "stream_options.include_usage"
+    assert r.json()["error"]["code"] == "invalid_type"
