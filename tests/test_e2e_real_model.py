@@ -9,7 +9,6 @@ converted model (conftest's ``smollm2_dir``).
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 
@@ -24,18 +23,13 @@ QUESTION = "What is 2+2? Answer with a number."
 SYSTEM = "You are a helpful assistant. Answer briefly."
 
 
-@pytest.fixture
-def real_server(smollm2_dir, tmp_path):
-    env_cache = str(smollm2_dir.parent.parent)
-    os.environ["TINYTITAN_CACHE"], old = env_cache, os.environ.get("TINYTITAN_CACHE")
-    try:
+@pytest.fixture(scope="module")
+def real_server(smollm2_dir, tmp_path_factory):
+    """One server for the module (both clients' turns are independent requests)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TINYTITAN_CACHE", str(smollm2_dir.parent.parent))
         server = Proc([sys.executable, "-m", "tinytitan", "serve", "--model", "smollm2", "--port", "0",
-                       "--responses-store", "memory"], cwd=tmp_path)
-    finally:
-        if old is None:
-            del os.environ["TINYTITAN_CACHE"]
-        else:
-            os.environ["TINYTITAN_CACHE"] = old
+                       "--responses-store", "memory"], cwd=tmp_path_factory.mktemp("server"))
     try:
         m = server.wait_for(r"tinytitan is serving '([^']+)' at (http://\S+)", 120)
         assert "converting" not in "".join(server.lines)  # the session's conversion is reused
