@@ -113,6 +113,27 @@ async def test_the_dashboard_asks_for_the_api_key_once(serve, tmp_path):
     await trio.to_thread.run_sync(browse, session)
 
 
+async def test_the_model_buttons_unload_and_load(serve, demo_backend):
+    s = await serve(backend=demo_backend, api_key="sesame")
+    model = demo_backend.model_id
+
+    def session(b: Browser) -> None:
+        b.page.goto(s.url("/dashboard"))
+        b.page.fill("#keyform input", "sesame")
+        b.page.click("#keyform button")
+        b.page.wait_for_selector("#conn.live", timeout=10_000)
+        sync_api.expect(b.page.locator("#models button")).to_have_text("unload")
+        b.page.click("#models button")  # POST /v1/models/unload, with the key; the page follows the new state
+        sync_api.expect(b.page.locator("#resident")).to_have_text("none loaded", timeout=5000)
+        assert s.engine.resident is None and not demo_backend.loaded
+        b.page.click("#models button")
+        sync_api.expect(b.page.locator("#resident")).to_have_text(model, timeout=5000)
+        assert s.engine.resident == model and demo_backend.loaded
+        assert b.errors == [], b.errors
+
+    await trio.to_thread.run_sync(browse, session)
+
+
 async def test_the_feed_needs_the_key_and_the_host_must_be_allowed(serve):
     s = await serve(["ok"], api_key="sesame")
     async with httpx.AsyncClient() as c:
