@@ -90,3 +90,50 @@ def retype_tensor(path: Path, tensor: str, ggml_type: int) -> None:
     n_dims = struct.unpack_from("<I", data, at)[0]
     struct.pack_into("<I", data, at + 4 + 8 * n_dims, ggml_type)
     path.write_bytes(bytes(data))
+
+
+def write_quantized_gguf(path: Path, weights: dict, config: dict, arch: str, tok_meta: dict, qtype: str) -> dict:
+    """As ``write_gguf``, with every 2-D weight stored as ``qtype`` (Q4_0, Q4_1, Q8_0 …) by the ``gguf``
+    package (llama.cpp's own Python writer and quantizer); returns the float weights those quantized blocks
+    stand for (dequantized, in HF layout): the model the converted directory must compute."""
+    import gguf
+    import numpy as np
+
+    kind = gguf.GGMLQuantizationType[qtype]
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_uint32(f"{arch}.block_count", config["num_hidden_layers"])
+    w.add_uint32(f"{arch}.context_length", config["max_position_embeddings"])
+    w.add_uint32(f"{arch}.embedding_length", config["hidden_size"])
+    w.add_uint32(f"{arch}.feed_forward_length", config["intermediate_size"])
+    w.add_uint32(f"{arch}.attention.head_count", config["num_attention_heads"])
+    w.add_uint32(f"{arch}.attention.head_count_kv", config["num_key_value_heads"])
+    w.add_uint32(f"{arch}.attention.key_length", config["head_dim"])
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", config["rms_norm_eps"])
+    w.add_float32(f"{arch}.rope.freq_base", config["rope_theta"])
+    for key, v in tok_meta.items():
+        if isinstance(v, str):
+            w.add_string(key, v)
+        elif isinstance(v, list):
+            w.add_array(key, v)
+        elif v.ndim:
+            w.add_array(key, [int(x) for x in v.tolist()])
+        else:
+            w.add_uint32(key, int(v.item()))
+    reference = {}
+    for name, t in weights.items():
+        a = np.array(t.astype(mx.float32))
+        if a.ndim == 2:
+            q = gguf.quants.quantize(a, kind)
+            reference[name] = mx.array(gguf.quants.dequantize(q, kind).reshape(a.shape))
+            if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+                heads = config["num_attention_heads"] if "q_proj" in name else config["num_key_value_heads"]
+                q = np.array(permute(mx.array(q), heads))  # rows move whole: blocks run along a row
+            w.add_tensor(gguf_name(name), q, raw_dtype=kind)
+        else:
+            reference[name] = t
+            w.add_tensor(gguf_name(name), a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return reference

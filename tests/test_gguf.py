@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from gguf_util import retype_tensor, tokenizer_metadata, write_gguf
+from gguf_util import retype_tensor, tokenizer_metadata, write_gguf, write_quantized_gguf
 from tinytitan import cli
 from tinytitan.demo_model import ensure_demo_model
 from tinytitan.models import gguf
@@ -95,6 +95,36 @@ def test_converted_model_is_the_model_it_came_from(tmp_path, demo_dir, arch):
     mx.save_safetensors(str(original / "model.safetensors"), weights)
     reference, _ = load_model(original)
     assert mx.allclose(logits(model, ids), logits(reference, ids), atol=1e-4).item()
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+def test_quantized_gguf_stays_quantized_and_computes_its_blocks(tmp_path, demo_dir, qtype):
+    """A GGUF written by llama.cpp's own Python package (gguf), its 2-D weights quantized: kept quantized, the
+    converted model computes what the dequantized blocks compute; dequantized to float32, the same."""
+    pytest.importorskip("gguf", reason="the gguf package (llama.cpp's writer) is a test dependency")
+    from mlx_lm import load
+    from mlx_lm.utils import load_model
+
+    config, weights = _llama(demo_dir)
+    path = tmp_path / f"tiny-{qtype}.gguf"
+    reference_weights = write_quantized_gguf(path, weights, config, "llama", tokenizer_metadata(demo_dir), qtype)
+    assert {t.type for t in gguf.read_header(path)[1] if len(t.shape) == 2} == {qtype}
+    original = tmp_path / "reference"
+    original.mkdir()
+    (original / "config.json").write_text(json.dumps(config))
+    mx.save_safetensors(str(original / "model.safetensors"), reference_weights)
+    reference, _ = load_model(original)
+    for form in ("quantized", "float32"):
+        out = gguf.ensure_converted(path, form)
+        conf = json.loads((out / "config.json").read_text())
+        bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}[qtype]
+        assert (conf.get("quantization") or {}).get("bits") == (bits if form == "quantized" else None)
+        model, tok = load(str(out))
+        ids = tok.encode("def add(a, b): return a + b", add_special_tokens=False)
+        # MLX keeps each block's scale and offset in float16 (llama.cpp's dequantizer computes the offset in
+        # float32): agreement to about 1e-3 of logits of order 1; a wrong layout is off by order 1
+        diff = mx.abs(logits(model, ids) - logits(reference, ids)).max().item()
+        assert diff < 5e-3, (form, diff)
 
 
 def test_the_cache_is_keyed_by_digest_and_reused(tmp_path, demo_dir, cache, caplog):
