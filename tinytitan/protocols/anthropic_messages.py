@@ -56,34 +56,9 @@ def stop_reason(finished: Finished, client_stops: Any, table: dict) -> tuple[str
     return table[finished.reason], None
 
 
-def _object(value: Any, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise invalid(f"Invalid type for '{where}': expected an object", param=where, code="invalid_type")
-    return value
-
-
-def _string(value: Any, where: str, required: bool = True) -> str | None:
-    if value is None and not required:
-        return None
-    if value is None:
-        raise invalid(f"Missing required parameter: '{where}'", param=where, code="missing_required_parameter")
-    if not isinstance(value, str):
-        raise invalid(f"Invalid type for '{where}': expected a string", param=where, code="invalid_type")
-    return value
-
-
-def _blocks(content: Any, where: str) -> list[dict]:
-    """A message's content (a string or an array of blocks) as blocks, each checked to be a typed object."""
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    if not isinstance(content, list):
-        if content is None:
-            raise invalid(f"Missing required parameter: '{where}'", param=where, code="missing_required_parameter")
-        raise invalid(f"Invalid type for '{where}': expected a string or an array of content blocks", param=where,
-                      code="invalid_type")
-    for j, block in enumerate(content):
-        _string(_object(block, f"{where}[{j}]").get("type"), f"{where}[{j}].type")
-    return content
+def _blocks(content: str | list) -> list[dict]:
+    """A message's content (a string or an array of blocks, checked by the spec's schema) as blocks."""
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
 def _tool_result_text(block: dict, where: str) -> str:
@@ -143,9 +118,8 @@ class AnthropicMessages(Protocol):
         if isinstance(system, str):
             return [system]
         out = []
-        for j, block in enumerate(system):
-            where = f"system[{j}]"
-            text = _string(_object(block, where).get("text"), f"{where}.text")
+        for block in system:
+            text = block["text"]
             if self.drop_system is not None and self.drop_system.match(text):
                 continue
             out.append(text)
@@ -158,13 +132,8 @@ class AnthropicMessages(Protocol):
         turns: list[tuple[str, list[tuple[str, dict]]]] = []  # (role, [(where, block)]) with runs combined
         for i, m in enumerate(value):
             where = f"messages[{i}]"
-            _object(m, where)
-            role = m.get("role")
-            if role not in ROLES:
-                raise invalid(f"Invalid value for '{where}.role': {json.dumps(role)} is not one of {list(ROLES)}",
-                              param=f"{where}.role", code="invalid_value")
-            role = "user" if role in USER_ROLES else role
-            blocks = [(f"{where}.content[{j}]", b) for j, b in enumerate(_blocks(m.get("content"), f"{where}.content"))]
+            role = "user" if m["role"] in USER_ROLES else m["role"]
+            blocks = [(f"{where}.content[{j}]", b) for j, b in enumerate(_blocks(m["content"]))]
             if isinstance(m.get("content"), str):
                 blocks = [(f"{where}.content", blocks[0][1])]
             if turns and turns[-1][0] == role and role != "system":
@@ -192,7 +161,7 @@ class AnthropicMessages(Protocol):
         for where, b in blocks:
             kind = b["type"]
             if kind == "text":
-                out.append(_string(b.get("text"), f"{where}.text"))
+                out.append(b["text"])
             elif kind not in ("thinking", "redacted_thinking"):
                 raise invalid(f"content block type '{kind}' at {where} is not allowed in a {role} message",
                               param=f"{where}.type", code="invalid_value")
@@ -202,10 +171,7 @@ class AnthropicMessages(Protocol):
         texts, calls = [], []
         for where, b in blocks:
             if b["type"] == "tool_use":
-                call_id = _string(b.get("id"), f"{where}.id")
-                name = _string(b.get("name"), f"{where}.name")
-                args = b.get("input", {})
-                _object(args, f"{where}.input")
+                call_id, name, args = b["id"], b["name"], b.get("input", {})
                 names[call_id] = name
                 calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
             else:
@@ -216,7 +182,7 @@ class AnthropicMessages(Protocol):
         results, texts = [], []
         for where, b in blocks:
             if b["type"] == "tool_result":
-                call_id = _string(b.get("tool_use_id"), f"{where}.tool_use_id")
+                call_id = b["tool_use_id"]
                 results.append(Message("tool", _tool_result_text(b, where), tool_call_id=call_id,
                                        name=names.get(call_id)))
             else:
@@ -253,7 +219,7 @@ class AnthropicMessages(Protocol):
                 raise invalid(f"Invalid value for 'output_config.effort': {json.dumps(effort)} is not one of "
                               f"{list(EFFORTS)}", param="output_config.effort", code="invalid_value")
         if thinking is not None:
-            kind = _string(thinking.get("type"), "thinking.type")
+            kind = thinking["type"]
             if kind not in THINKING_TYPES:
                 raise invalid(f"Invalid value for 'thinking.type': {json.dumps(kind)} is not one of "
                               f"{list(THINKING_TYPES)}", param="thinking.type", code="invalid_value")
@@ -394,21 +360,12 @@ def _tool_input(text: str, name: str | None) -> dict:
 def parse_tools(value: list, body: dict, args: dict, v) -> None:
     tools, seen = [], set()
     for i, t in enumerate(value):
-        where = f"tools[{i}]"
-        _object(t, where)
-        name = _string(t.get("name"), f"{where}.name")
-        if not name:
-            raise invalid(f"'{where}.name' must not be empty", param=f"{where}.name", code="invalid_value")
+        where, name = f"tools[{i}]", t["name"]
         if name in seen:
             raise invalid(f"Tool names must be unique: '{name}' at {where} is declared twice", param=f"{where}.name",
                           code="invalid_value")
         seen.add(name)
-        if t.get("input_schema") is None:
-            raise invalid(f"Missing required parameter: '{where}.input_schema'", param=f"{where}.input_schema",
-                          code="missing_required_parameter")
-        schema = _object(t["input_schema"], f"{where}.input_schema")
-        description = _string(t.get("description"), f"{where}.description", required=False) or ""
-        tools.append(Tool(name, description, schema))  # cache_control, strict, defer_loading …: ignored
+        tools.append(Tool(name, t.get("description") or "", t["input_schema"]))  # cache_control, strict, defer_loading …: ignored
     args["tools"] = tools
 
 
@@ -417,7 +374,6 @@ def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
 
 
 def parse_tool_choice(value: dict, body: dict, args: dict, v) -> None:
-    _string(value.get("type"), "tool_choice.type")
     args["tool_choice"], args["tool_names"] = tool_choice.anthropic(value)
     if value.get("disable_parallel_tool_use") is True:
         if args["tool_choice"] != "required":  # only a grammar can promise at most one call
