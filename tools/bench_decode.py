@@ -31,6 +31,9 @@ repetition where others used more than ``--max-foreign`` cores is redone with a 
 
     python tools/bench_decode.py                     # demo + 50m, about 4-6 minutes on 2 cores
     python tools/bench_decode.py --models 50m --reps 5 --json out.json
+
+Several streams at once (aggregate decode for 1, 2, 4 and 8 streams, TTFT beside long streams):
+``tools/bench_streams.py``, with this file's prompts and method.
 """
 
 from __future__ import annotations
