@@ -360,3 +360,19 @@ def test_grammars_found_in_an_installed_wheel(tmp_path):
         grammar.load.cache_clear()
     with pytest.raises(GrammarError, match="no grammars directory"):
         grammar.grammar_dir(tmp_path / "empty")
+
+
+def test_a_rejected_block_keeps_its_text_out_of_the_default_log(caplog):
+    """A grammar/decoder disagreement is worth a warning, but the block is the model's answer (a call's
+    arguments): its text is logged at debug only."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    secret = '{"name": "write_file", "arguments": {"content": "password=hunter2"'  # cut short
+    assert grammar.check_block("json", secret, [("write_file", '{"content": "password=hunter2"}')]) is False
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "hunter2" not in warning.getMessage() and "rejects a block" in warning.getMessage()
+    caplog.clear()
+    caplog.set_level(logging.DEBUG)
+    grammar.check_block("json", secret, [("write_file", '{"content": "password=hunter2"}')])
+    assert any("hunter2" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)

@@ -96,8 +96,11 @@ def check_block(fmt: str, text: str, streamed: list[tuple[str, str]], tools: dic
         parsed = parse_block(fmt, text, tools)
     except BlockMismatch as exc:
         if streamed:
-            log.warning("%s tool-call grammar rejects a block the streaming decoder read as %s: %s; block: %r",
-                        fmt, [n for n, _ in streamed], exc, text[:200])
+            # the block is the model's answer (a call's arguments: file contents, commands): its text only at debug
+            # (a grammar error quotes the text it stopped at, so it goes to debug too)
+            log.warning("%s tool-call grammar rejects a block (%d chars) the streaming decoder read as %s: %s",
+                        fmt, len(text), [n for n, _ in streamed], type(exc).__name__)
+            log.debug("%s tool-call block the grammar rejects: %s; block: %r", fmt, exc, text[:200])
             return False
         log.debug("%s tool-call block rejected by the grammar and the decoder: %s", fmt, exc)
         return True
