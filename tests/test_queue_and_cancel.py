@@ -215,3 +215,22 @@ async def test_a_model_that_fails_to_load_ends_the_open_stream_in_the_protocols_
     else:
         assert blocks[-1].startswith("event: error")
     assert (s.engine.running, s.engine.waiting) == (0, 0)
+
+
+async def test_the_first_token_is_not_held_back_by_delta_batching(demo_tok, monkeypatch):
+    """Deltas go out at most every BATCH_INTERVAL after the first; Started (sent before any token) must not
+    start that interval, or every answer's first token waits it out (time to first token + 20 ms)."""
+    from tinytitan.engine import session as session_module
+    from tinytitan.events import Started, TextDelta
+
+    monkeypatch.setattr(session_module, "BATCH_INTERVAL", 30.0)  # far longer than the test may take
+    engine = Engine(ScriptedBackend([ScriptEntry("one two three", delay_ms=100)], demo_tok))
+    req = ChatRequest(model=engine.model_id, messages=(Message("user", "hi"),))
+    seen = []
+    with trio.fail_after(10):
+        async with engine.session(req) as events:
+            async for ev in events:
+                seen.append(type(ev))
+                if isinstance(ev, TextDelta):
+                    break
+    assert seen[0] is Started and seen[-1] is TextDelta

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable
 import trio
 
 from ..errors import ApiError
-from ..events import Failed, Finished, KeepAlive, ReasoningDelta, TextDelta, TokenEvent, ToolCallArgsDelta
+from ..events import Failed, Finished, KeepAlive, ReasoningDelta, Started, TextDelta, TokenEvent, ToolCallArgsDelta
 from .backend import Prepared
 
 if TYPE_CHECKING:
@@ -238,7 +238,8 @@ class Session:
         if ending:
             await box.finished.wait()  # imminent: once the end is out, the model thread lets go
         if batch:
-            self._last_batch = trio.current_time()
+            if not all(isinstance(ev, Started) for ev in batch):  # Started alone does not delay the first token
+                self._last_batch = trio.current_time()
             self._out.extend(merge_deltas(batch))
         if box.closed and not box.queue:
             self._done = True
