@@ -328,3 +328,31 @@ async def test_a_path_cannot_write_a_log_line_of_its_own(serve, caplog):
 
     (line,) = await eventually(logged)
     assert "\n" not in line and "/v1/models/x\\n2026-01-01" in line
+
+
+async def test_the_window_keeps_generations_not_lookups(serve):
+    """An Ollama UI polling /api/tags, token counts and stored-response lookups stay out of the dashboard's
+    table and /profile's window; a generation and a refused generation request are in it."""
+    s = await serve(["ok"])
+    async with httpx.AsyncClient() as c:
+        for _ in range(3):
+            assert (await c.get(s.url("/api/tags"))).status_code == 200
+        assert (await c.get(s.url("/api/version"))).status_code == 200
+        assert (await c.post(s.url("/v1/messages/count_tokens"), json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}]})).status_code == 200
+        assert (await c.get(s.url("/v1/responses/resp_nope"))).status_code == 404
+        assert (await c.post(s.url("/v1/chat/completions"), json={"model": MODEL})).status_code == 400
+        r = await c.post(s.url("/v1/chat/completions"), json={"model": MODEL,
+                                                              "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200
+
+    async def kept():
+        recent = s.server.observer.recent()
+        return recent if len(recent) == 2 else None
+
+    recent = await eventually(kept)
+    assert recent, s.server.observer.recent()
+    assert [(t["path"], t["status"]) for t in recent] == [("/v1/chat/completions", 400),
+                                                          ("/v1/chat/completions", 200)]
+    await trio.sleep(0.1)  # nothing else arrives
+    assert len(s.server.observer.recent()) == 2

@@ -6,8 +6,10 @@ Rules:
   is fully sent (a stream included) or the client hung up.
 - A line at info per request: method, path, status, protocol, model, tokens, TTFT, duration, client, number
   of tools; tool names at debug. Never prompt or answer text (records hold none).
-- The window keeps the last ``WINDOW`` requests of the generation protocols (not the shared routes: the
-  dashboard's own traffic, health checks and scrapes stay out of it).
+- The window keeps the last ``WINDOW`` generations: requests that ran the model, and POSTs to a protocol's
+  routes that were refused (a client's bad request is worth seeing). The rest stays out: the shared routes
+  (the dashboard's own traffic, health checks, scrapes) and a protocol's lookups (an Ollama UI polling
+  ``/api/tags``, count_tokens, a stored response fetched), which would push the turns out of ``/profile``.
 - The live feed is a set of bounded channels: a subscriber that falls behind is dropped, never waited for.
 """
 
@@ -87,10 +89,16 @@ class Observer:
             turn.stop_reason = "cancelled"  # the client hung up mid-generation
         self.metrics.observe(turn)
         self._log(turn)
-        if turn.protocol not in QUIET_PROTOCOLS:
+        if self._kept(turn):
             self.window.append(turn)
             self.publish("request", turn.as_dict())
             self.push_state()
+
+    @staticmethod
+    def _kept(turn: Turn) -> bool:
+        if turn.protocol in QUIET_PROTOCOLS:
+            return False
+        return turn.generated or (turn.method == "POST" and (turn.status or 0) >= 400)
 
     def _route(self, method: str, path: str) -> tuple[str, str]:
         try:
