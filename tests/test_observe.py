@@ -356,3 +356,41 @@ async def test_the_window_keeps_generations_not_lookups(serve):
                                                           ("/v1/chat/completions", 200)]
     await trio.sleep(0.1)  # nothing else arrives
     assert len(s.server.observer.recent()) == 2
+
+
+async def test_a_cancelled_stream_counts_the_tokens_it_decoded(serve, demo_tok):
+    """A client that hangs up mid-stream (Esc in a coding agent) still used the tokens decoded for it: the
+    counters move by the prompt and by exactly what the engine decoded before it stopped."""
+    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+    decoded = []
+
+    class Counting(ScriptedBackend):
+        def decode(self, prepared, loop, should_stop):
+            try:
+                super().decode(prepared, loop, should_stop)
+            finally:
+                decoded.append(loop.completion_tokens)
+
+    s = await serve(backend=Counting([ScriptEntry("word " * 400, delay_ms=10)], demo_tok, model_id=MODEL))
+    before = await scrape(s)
+    async with httpx.AsyncClient() as c:
+        async with c.stream("POST", s.url("/v1/chat/completions"), json={
+                "model": MODEL, "stream": True, "messages": [{"role": "user", "content": "talk"}]}) as r:
+            lines = 0
+            async for line in r.aiter_lines():
+                lines += line.startswith("data: ")
+                if lines >= 5:
+                    break  # hang up
+
+    async def moved():
+        after = await scrape(s)
+        return after if tokens(after, "completion") > tokens(before, "completion") else None
+
+    after = await eventually(moved)
+    assert after and decoded, "the cancelled stream's tokens were not counted"
+    (n,) = decoded
+    assert 0 < n < 400 and tokens(after, "completion") - tokens(before, "completion") == n
+    assert tokens(after, "prompt") > tokens(before, "prompt")
+    (turn,) = s.server.observer.recent()
+    assert turn["stop_reason"] == "cancelled" and turn["completion_tokens"] == n

@@ -58,7 +58,8 @@ class Member:
         self.decoded = 0  # tokens given to the detokenizer (end-of-turn tokens are not)
         before = Timing(admission_wait_s=box.admission_wait_s, render_s=prepared.render_s,
                         tokenize_s=prepared.tokenize_s)
-        self.loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit, prepared.sampling, before)
+        self.loop = box.loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit, prepared.sampling,
+                                          before)
         self.detok = backend.tokenizer.detokenizer
         self.detok.reset()
         # a raw prompt's text comes from the token ids, with the prompt's end as context (raw.py)

@@ -173,8 +173,8 @@ class Engine:
                 before = Timing(admission_wait_s=box.admission_wait_s, render_s=prepared.render_s,
                                 tokenize_s=prepared.tokenize_s,
                                 load_s=time.perf_counter() - started if loaded else None)
-                loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit, prepared.sampling,
-                                  before)
+                loop = box.loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit,
+                                             prepared.sampling, before)
             except BaseException as exc:
                 box.close(exc)  # the thread lets go of the session: the consumer raises this
                 return

@@ -22,7 +22,7 @@ import math
 import threading
 import time
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 import trio
 
@@ -132,6 +132,7 @@ class Mailbox:
         self.error: BaseException | None = None  # a failure before decoding began (the model would not load)
         self.finished = trio.Event()
         self.admission_wait_s: float | None = None  # how long the session waited for its slot
+        self.loop: Any = None  # the DecodeLoop feeding it: what was decoded for a consumer that left early
 
     # model thread
     def emit(self, ev: TokenEvent) -> None:
@@ -198,6 +199,13 @@ class Session:
     @property
     def prompt_tokens(self) -> int:
         return len(self.prepared.tokens)
+
+    @property
+    def decoded(self) -> tuple[int, int]:
+        """(completion, reasoning) tokens decoded so far: final once the session has ended, also for a
+        consumer that left before Finished (what the metrics count for a cancelled stream)."""
+        loop = self._box.loop if self._box is not None else None
+        return (loop.completion_tokens, loop.reasoning_tokens) if loop is not None else (0, 0)
 
     def __aiter__(self) -> "Session":
         return self

@@ -86,7 +86,8 @@ class Observer:
         if turn.status is None:
             turn.status = 499 if turn.generated else 500  # the client left before any answer went out
         if turn.generated and turn.stop_reason is None:
-            turn.stop_reason = "cancelled"  # the client hung up mid-generation
+            turn.cancelled()  # the client hung up mid-generation
+        turn.source = None  # the window keeps counts, not the session (its prompt)
         self.metrics.observe(turn)
         self._log(turn)
         if self._kept(turn):

@@ -52,6 +52,7 @@ class Turn:
     timing: Timing | None = None
     duration: float | None = None
     on_change: Any = None  # called when the queue may have moved (the observer's live push)
+    source: Any = None  # the tapped session: what it decoded, for a generation that never finished
 
     # -- fed by the event tap --------------------------------------------------------------------------
     def see(self, ev: TokenEvent) -> None:
@@ -70,6 +71,14 @@ class Turn:
             self.timing = ev.timing
         elif isinstance(ev, Failed):
             self.stop_reason = "error"
+
+    def cancelled(self) -> None:
+        """The client left before Finished: the tokens decoded for it still count (read once the session
+        has ended, so the count is final)."""
+        self.stop_reason = "cancelled"
+        decoded = getattr(self.source, "decoded", None)
+        if isinstance(decoded, tuple):
+            self.completion_tokens, self.reasoning_tokens = decoded
 
     # -- read by the observer ----------------------------------------------------------------------------
     @property
@@ -118,6 +127,7 @@ def watch(events: AsyncIterable[TokenEvent], req: Any, stream: bool | None = Non
     turn.model = getattr(req, "model", None)
     turn.tool_names = tuple(t.name for t in getattr(req, "tools", ()))
     turn.stream = stream
+    turn.source = events
     return _Tap(events, turn)
 
 
