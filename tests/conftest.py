@@ -24,6 +24,8 @@ from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry, demo_tokeniz
 from tinytitan.http.app import LOOPBACK_HOSTS, Server, ServerConfig
 from tinytitan.protocols.registry import all_protocols
 
+from strict import StrictApp
+
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -85,8 +87,15 @@ class Running:
 
 @pytest.fixture
 async def serve(nursery, demo_tok):
+    """Every reply of every server started here is validated strictly against the official SDK models as it
+    is sent (tests/strict.py); the test fails at its end if any did not conform. ``strict=False`` is for a
+    server whose spec is not one of the shipped APIs (a test's own spec directory); ``strict_tools_echo=False``
+    leaves the Responses object's echo of the request's tools unchecked."""
+    failures: list[str] = []
+
     async def start(script=None, backend=None, *, api_key=None, allowed_hosts=(), max_queue=16,
-                    spec_dir=None, model_id="tinytitan-scripted", memory=None, **server_config) -> Running:
+                    spec_dir=None, model_id="tinytitan-scripted", memory=None, strict=True,
+                    strict_tools_echo=True, **server_config) -> Running:
         if backend is None:
             backend = ScriptedBackend(entries(script or ["Hello."]), demo_tok, model_id=model_id)
         engine = Engine(backend, max_queue=max_queue)
@@ -99,10 +108,12 @@ async def serve(nursery, demo_tok):
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.accesslog = None
-        binds = await nursery.start(hypercorn_serve, server.app, config)
+        app = StrictApp(server.app, failures, strict_tools_echo) if strict else server.app
+        binds = await nursery.start(hypercorn_serve, app, config)
         return Running(binds[0].replace("0.0.0.0", "127.0.0.1"), server)
 
-    return start
+    yield start
+    assert not failures, "replies that do not conform to the SDK models:\n" + "\n".join(failures)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -115,6 +117,9 @@ async def test_prompt_over_context_window(serve, demo_tok):
     s = await serve(backend=ScriptedBackend([ScriptEntry("ok")], demo_tok, context_window=32))
     r = await call(s, {"model": "tinytitan-scripted", "messages": [{"role": "user", "content": "word " * 100}]})
     envelope(r, 400, code="context_length_exceeded")
+    # OpenAI's wording, which pi and litellm match to start compacting
+    assert re.fullmatch(r"This model's maximum context length is 32 tokens\. However, your messages resulted in "
+                        r"\d+ tokens\. Please reduce the length of the messages\.", r.json()["error"]["message"])
 
 
 async def test_host_allow_list(serve):

@@ -9,9 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import ollama
 import openai
 import pytest
+
+import strict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,6 +64,9 @@ def test_scripted_tool_call_parsed_by_the_sdk(script):
                                                stream=True):
             text += chunk.choices[0].delta.content or "" if chunk.choices else ""
         assert text == "The time is noon."
+        # the scripted backend's window fits Claude Code's 35–44k-token interactive prompts
+        models = strict.openai_model_list(httpx.get(base + "/v1/models").json())
+        assert [m.context_window for m in models] == [131072]
     finally:
         proc.terminate()
         proc.wait(10)
@@ -84,6 +90,16 @@ def test_ollama_client_tool_round_trip(script):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_scripted_context_window_is_a_flag(script):
+    from tinytitan.cli import build_parser, make_backends
+
+    args = build_parser().parse_args(["serve", "--script", str(script), "--context-window", "50000"])
+    assert [b.context_window for b in make_backends(args)] == [50000]
+    for bad in (["--context-window", "0", "--script", str(script)], ["--context-window", "9", "--model", "."]):
+        with pytest.raises(SystemExit, match="--context-window"):
+            make_backends(build_parser().parse_args(["serve", *bad]))
 
 
 def test_demo_model_serves_a_streaming_chat():

@@ -134,3 +134,5 @@ async def test_prompt_over_the_context_window(serve, demo_tok):
     resp = await post(s, "/v1/responses", {"model": MODEL, "input": "word " * 200})
     err = resp.json()["error"]
     assert resp.status_code == 400 and err["code"] == "context_length_exceeded" and err["param"] == "input"
+    assert err["message"].startswith("This model's maximum context length is 64 tokens. However, your messages "
+                                     "resulted in "), err

@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gguf-form", choices=["auto", *GGUF_FORMS], default="auto",
                    help="what a GGUF becomes: kept quantized, or dequantized to float32; auto (default) picks "
                         "the faster on this machine (float32 on a CPU, quantized on a GPU)")
+    s.add_argument("--context-window", type=int, metavar="TOKENS",
+                   help="the scripted backend's context window (default 131072; a model's comes from its config)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     s.add_argument("--allow-remote", action="store_true",
@@ -120,12 +122,17 @@ def cpu_twins(backends: list, cache_bytes: int) -> list:
 def make_backends(args) -> list:
     default_reasoning = args.reasoning_effort or ({"on": True, "off": False}.get(args.thinking))
     cache_bytes = args.prompt_cache_mib << 20
+    if args.context_window is not None and not args.script:
+        raise SystemExit("--context-window applies to --script only: a model's window comes from its config.json")
+    if args.context_window is not None and args.context_window < 1:
+        raise SystemExit(f"--context-window must be a positive number of tokens, not {args.context_window}")
     if args.script:
         from .engine.prompt_cache import PromptCache
-        from .engine.scripted import ScriptedBackend, demo_tokenizer, load_script
+        from .engine.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, demo_tokenizer, load_script
 
         backends = [ScriptedBackend(load_script(args.script), demo_tokenizer(),
                                     model_id=args.model_id or "tinytitan-scripted",
+                                    context_window=args.context_window or SCRIPTED_CONTEXT_WINDOW,
                                     prompt_cache=PromptCache(cache_bytes))]
     elif args.models_dir:
         from .engine.mlx_backend import MLXBackend

@@ -59,9 +59,14 @@ def demo_tokenizer():
     return load_tokenizer(ensure_demo_model())
 
 
+# as large as the models the recorded clients were talking to: Claude Code's interactive prompts alone are
+# 35–44k tokens
+SCRIPTED_CONTEXT_WINDOW = 131072
+
+
 class ScriptedBackend(Backend):
     def __init__(self, entries: list[ScriptEntry], tokenizer, model_id: str = "tinytitan-scripted",
-                 context_window: int = 32768, prompt_cache: PromptCache | None = None):
+                 context_window: int = SCRIPTED_CONTEXT_WINDOW, prompt_cache: PromptCache | None = None):
         """``prompt_cache``: keep the token bookkeeping of a prefix cache, so usage reports the tokens a
         real cache would reuse (the server does this; unit tests leave it off for fixed usage)."""
         self.prompt_cache = prompt_cache

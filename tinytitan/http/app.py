@@ -106,6 +106,8 @@ class Server:
         self.observer = self.app.observer = Observer(engine, self.app)
         self.app.config.update(MAX_CONTENT_LENGTH=self.config.max_body_bytes, RESPONSE_TIMEOUT=None,
                                BODY_TIMEOUT=None, PROVIDE_AUTOMATIC_OPTIONS=False)
+        # a path is matched as sent: werkzeug's redirect of ``/v1//models`` is an HTML page no client reads
+        self.app.url_map.merge_slashes = False
         self._path_owner: dict[str, Protocol] = {}
         for proto in protocols:
             handlers = proto.handlers()

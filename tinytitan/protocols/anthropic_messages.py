@@ -93,16 +93,7 @@ class AnthropicMessages(Protocol):
         drop = extra.get("drop_system_blocks")
         self.drop_system = re.compile(drop) if drop else None
         self.budget_levels = [(bound, level) for bound, level in extra.get("thinking_budget_levels", [[None, "medium"]])]
-        self.prompt_too_long = extra.get("prompt_too_long")
 
-    # -- errors ----------------------------------------------------------------------------------------------
-    def error_response(self, err: ApiError) -> tuple[int, dict]:
-        """A prompt over the context window is said in the API's words (``extra.prompt_too_long``), the
-        engine's own sentence kept after it: Claude Code compacts only on that wording."""
-        if err.code == "context_length_exceeded" and self.prompt_too_long and "context_window" in err.data:
-            head = self.prompt_too_long.format(tokens=err.data["prompt_tokens"], window=err.data["context_window"])
-            err = ApiError(err.kind, f"{head}. {err.message}", err.param, err.code, err.headers, err.data)
-        return super().error_response(err)
 
     # -- request hooks ---------------------------------------------------------------------------------------
     def request_hooks(self):

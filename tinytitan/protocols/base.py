@@ -108,6 +108,13 @@ class Protocol:
 
     # -- errors --------------------------------------------------------------------------------------------
     def error_response(self, err: ApiError) -> tuple[int, dict]:
+        """A prompt over the context window is said in the API's own words (``extra.prompt_too_long``, with
+        ``{tokens}``, ``{window}`` and the engine's ``{message}``): clients match that wording to compact."""
+        wording = self.spec.extra.get("prompt_too_long")
+        if err.code == "context_length_exceeded" and wording and {"prompt_tokens", "context_window"} <= set(err.data):
+            text = wording.format(message=err.message, tokens=err.data["prompt_tokens"],
+                                  window=err.data["context_window"])
+            err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
         kind = self.spec.error_kind(err.kind)
         param = self.spec.error_params.get(err.param, err.param)  # the engine names ChatRequest's fields
         ctx = {"message": err.message, "type": kind.type, "param": param, "code": err.code or kind.code}

@@ -268,7 +268,8 @@ class OpenAIResponses(Protocol):
         return Reply({
             "id": new_id("resp_"), "object": "response.compaction", "created_at": int(time.time()),
             "output": output,
-            "usage": {"input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": u.cached_tokens},
+            "usage": {"input_tokens": u.prompt_tokens,
+                      "input_tokens_details": {"cached_tokens": u.cached_tokens, "cache_write_tokens": 0},
                       "output_tokens": u.completion_tokens,
                       "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
                       "total_tokens": u.total_tokens},

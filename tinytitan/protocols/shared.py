@@ -67,7 +67,8 @@ class Shared(Protocol):
         created = int(info.get("created") or self.engine.started_at)
         if anthropic:
             entry = {"type": "model", "id": info["id"], "display_name": info.get("display_name", info["id"]),
-                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))}
+                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
+                     "lifecycle": "active"}
             if "context_window" in info:
                 entry.update(max_input_tokens=info["context_window"], max_tokens=info["max_output_tokens"],
                              capabilities=anthropic_capabilities(info["features"]))

@@ -1,0 +1,375 @@
+"""Strict conformance: every body and event a test reads is checked against the official SDKs' pydantic models.
+
+The SDK clients build their objects leniently (``construct``: a missing required field becomes an absent
+attribute, an unknown one is kept), so a test that reads a reply through a client cannot see a field the API
+requires but the server left out. Here the same models validate:
+
+- with ``strict=True``: no coercion (``"1"`` is not an int, ``1`` is not a bool, a str is not an enum member);
+- required fields must be present (pydantic's ``model_validate`` refuses a missing one, which ``construct``
+  does not), e.g. ``usage.input_tokens_details.cache_write_tokens`` on a Responses object;
+- no field the model does not define, at any depth: the SDK models allow extras (``extra="allow"``) so an
+  unknown field lands in ``__pydantic_extra__``; we walk the validated tree and refuse any. A misspelt field
+  would otherwise pass silently.
+
+Each function returns the validated SDK object (so a test can read typed attributes) and raises
+``AssertionError`` naming the offending field. ``body(protocol, data)`` / ``event(protocol, data)`` pick the
+model from the object's own ``object``/``type`` field; the named helpers check one kind.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any
+
+import pydantic
+from pydantic import TypeAdapter
+
+__all__ = [
+    "chat_completion", "chat_chunk", "response", "compacted_response", "response_event", "response_item_list",
+    "response_deleted", "message", "message_event", "tokens_count", "openai_error", "anthropic_error",
+    "openai_model", "openai_model_list", "anthropic_model", "anthropic_model_list", "body", "event", "sse_events", "StrictError",
+]
+
+
+class StrictError(AssertionError):
+    pass
+
+
+def _extras(value: Any, path: str = "$") -> list[str]:
+    """Paths of every field a validated SDK object holds that its model does not define."""
+    found: list[str] = []
+    if isinstance(value, pydantic.BaseModel):
+        for name in (value.__pydantic_extra__ or {}):
+            found.append(f"{path}.{name}")
+        for name in type(value).model_fields:
+            found += _extras(getattr(value, name, None), f"{path}.{name}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found += _extras(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for k, item in value.items():
+            found += _extras(item, f"{path}.{k}")
+    return found
+
+
+def _validate(adapter: TypeAdapter, data: Any, what: str, allow_extra: tuple[str, ...] = ()) -> Any:
+    if isinstance(data, (bytes, str)):
+        data = json.loads(data)
+    try:  # JSON mode: strict about types, yet a datetime is the ISO string JSON can carry
+        obj = adapter.validate_json(json.dumps(data), strict=True)
+    except pydantic.ValidationError as exc:
+        raise StrictError(f"{what} does not validate strictly:\n{exc}\n{json.dumps(data)[:2000]}") from None
+    extra = [p for p in _extras(obj) if not any(re.fullmatch(a, p) for a in allow_extra)]
+    if extra:
+        raise StrictError(f"{what} carries fields the SDK does not define: {extra}\n{json.dumps(data)[:2000]}")
+    return obj
+
+
+@lru_cache(maxsize=None)
+def _adapter(kind: str) -> TypeAdapter:
+    """One TypeAdapter per model, built on first use (building them all costs about a second)."""
+    if kind == "chat_completion":
+        from openai.types.chat import ChatCompletion as t
+    elif kind == "chat_chunk":
+        from openai.types.chat import ChatCompletionChunk as t
+    elif kind == "response":
+        from openai.types.responses import Response as t
+    elif kind == "compacted_response":
+        from openai.types.responses.compacted_response import CompactedResponse as t
+    elif kind == "response_event":
+        from openai.types.responses import ResponseStreamEvent as t
+    elif kind == "input_message_item":
+        from openai.types.responses import ResponseInputMessageItem as t
+    elif kind == "response_item_list":
+        from openai.types.responses import ResponseItemList as t
+    elif kind == "openai_error":
+        from openai.types import ErrorObject as t
+    elif kind == "openai_model":
+        from openai.types import Model as t
+    elif kind == "message":
+        from anthropic.types import Message as t
+    elif kind == "message_event":
+        from anthropic.types import RawMessageStreamEvent as t
+    elif kind == "tokens_count":
+        from anthropic.types import MessageTokensCount as t
+    elif kind == "anthropic_error":
+        from anthropic.types import ErrorResponse as t
+    elif kind == "anthropic_model":
+        from anthropic.types import ModelInfo as t
+    else:
+        raise KeyError(kind)
+    return TypeAdapter(t)
+
+
+def chat_completion(data):
+    return _validate(_adapter("chat_completion"), data, "chat.completion", CHAT_EXTENSIONS)
+
+
+def chat_chunk(data):
+    return _validate(_adapter("chat_chunk"), data, "chat.completion.chunk", CHAT_EXTENSIONS)
+
+
+def response(data):
+    return _validate(_adapter("response"), data, "response", RESPONSE_ECHOES)
+
+
+def compacted_response(data):
+    """The API keeps the input's messages (user, developer, system) in a compaction's output, ahead of the
+    compaction item, but the SDK types ``output`` as output items only (an assistant message): those input
+    messages are validated as the input message items they are, the rest as the SDK says."""
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    kept = [i for i in data.get("output") or [] if isinstance(i, dict) and i.get("type") == "message"
+            and i.get("role") in ("user", "developer", "system")]
+    for item in kept:
+        _validate(_adapter("input_message_item"), item, "compaction output message")
+    rest = {**data, "output": [i for i in data.get("output") or [] if not any(i is k for k in kept)]}
+    _validate(_adapter("compacted_response"), rest, "response.compaction")
+    return data
+
+
+# the API names the function on response.function_call_arguments.done; this SDK's model has no field for it
+ARGS_DONE_ECHOES = (r"\$\.name",)
+
+
+def response_event(data):
+    echoes = RESPONSE_ECHOES + (ARGS_DONE_ECHOES if _type(data) == "response.function_call_arguments.done" else ())
+    return _validate(_adapter("response_event"), data, f"Responses event {_type(data)}", echoes)
+
+
+def response_item_list(data):
+    return _validate(_adapter("response_item_list"), data, "input_items list", ITEM_LIST_ECHOES)
+
+
+def response_deleted(data):
+    """The SDK's ``responses.delete`` returns nothing, so there is no model: the shape OpenAI sends."""
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    if set(data) != {"id", "object", "deleted"} or data["object"] != "response" or data["deleted"] is not True \
+            or not isinstance(data["id"], str):
+        raise StrictError(f"not a response-deleted object: {data}")
+    return data
+
+
+def message(data):
+    return _validate(_adapter("message"), data, "message")
+
+
+def message_event(data):
+    return _validate(_adapter("message_event"), data, f"Messages event {_type(data)}")
+
+
+def tokens_count(data):
+    return _validate(_adapter("tokens_count"), data, "count_tokens answer")
+
+
+# tinytitan's own additions to an OpenAI model entry (documented in the README), nothing else
+MODEL_EXTENSIONS = (r"\$\.context_window", r"\$\.loaded", r"\$\.device")
+# the reasoning text on Chat Completions, as DeepSeek, vLLM and llama.cpp send it (the SDK has no field for it)
+CHAT_EXTENSIONS = (r"\$\.choices\[\d+\]\.(message|delta)\.reasoning_content",)
+# request settings the Responses API echoes in its object but the SDK's Response model has no field for
+RESPONSE_ECHOES = tuple(rf"\$(\.response)?\.{f}" for f in ("store", "presence_penalty", "frequency_penalty"))
+# the page settings an input_items list echoes
+ITEM_LIST_ECHOES = (r"\$\.limit", r"\$\.order")
+
+
+def openai_model(data):
+    return _validate(_adapter("openai_model"), data, "model", allow_extra=MODEL_EXTENSIONS)
+
+
+def openai_model_list(data):
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    if data.get("object") != "list" or not isinstance(data.get("data"), list):
+        raise StrictError(f"not a model list: {data}")
+    return [openai_model(m) for m in data["data"]]
+
+
+def anthropic_model(data):
+    return _validate(_adapter("anthropic_model"), data, "model info")
+
+
+def anthropic_model_list(data):
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    if set(data) != {"data", "has_more", "first_id", "last_id"} or not isinstance(data["data"], list) \
+            or not isinstance(data["has_more"], bool):
+        raise StrictError(f"not an Anthropic model list: {data}")
+    return [anthropic_model(m) for m in data["data"]]
+
+
+def openai_error(data):
+    """OpenAI's envelope: exactly ``{"error": ErrorObject}`` (the SDK reads ``body["error"]``)."""
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    if not isinstance(data, dict) or set(data) != {"error"}:
+        raise StrictError(f"not an OpenAI error envelope: {data}")
+    return _validate(_adapter("openai_error"), data["error"], "OpenAI error")
+
+
+def anthropic_error(data):
+    return _validate(_adapter("anthropic_error"), data, "Anthropic error")
+
+
+def _type(data) -> str:
+    return data.get("type", "?") if isinstance(data, dict) else "?"
+
+
+_BODIES = {"chat.completion": chat_completion, "response": response, "response.compaction": compacted_response,
+           "message": message, "message_tokens_count": tokens_count}
+
+
+def body(data):
+    """Any JSON body the server sends, by its own kind: an error envelope, a Chat completion, a Responses
+    object, a compaction, an Anthropic message, a token count, a model or model list."""
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    if isinstance(data, dict):
+        if "error" in data and data.get("type") == "error":
+            return anthropic_error(data)
+        if set(data) == {"error"}:
+            return openai_error(data)
+        if data.get("object") in _BODIES:
+            if data["object"] == "response" and "deleted" in data:
+                return response_deleted(data)
+            return _BODIES[data["object"]](data)
+        if data.get("type") == "message":
+            return message(data)
+        if set(data) == {"input_tokens"}:
+            return tokens_count(data)
+        if data.get("object") == "list" and data.get("data") and data["data"][0].get("object") == "model":
+            return openai_model_list(data)
+        if data.get("object") == "list" and "first_id" in data:
+            return response_item_list(data)
+    raise StrictError(f"no SDK model known for this body: {str(data)[:500]}")
+
+
+def event(protocol: str, data):
+    """One streamed event: protocol is "chat", "responses" or "messages". Chat's ``[DONE]`` terminal passes."""
+    if protocol == "chat":
+        if data == "[DONE]":
+            return data
+        if isinstance(data, dict) and "error" in data:  # a failure after the headers, as OpenAI sends it
+            return openai_error(data)
+        return chat_chunk(data)
+    if protocol == "responses":
+        if isinstance(data, dict) and data.get("type") == "error":
+            return _validate(_adapter("response_event"), data, "Responses error event")
+        return response_event(data)
+    if protocol == "messages":
+        if isinstance(data, dict) and data.get("type") == "error":
+            return anthropic_error(data)
+        if data == {"type": "ping"}:  # a keep-alive Anthropic sends; the SDK skips it, so it has no model
+            return data
+        return message_event(data)
+    raise KeyError(protocol)
+
+
+def sse_events(protocol: str, events):
+    """Validate every (name, data) pair of a parsed stream; the SSE ``event:`` name, when present, must equal
+    the payload's type (Responses and Messages name every event). Returns the events unchanged."""
+    for name, data in events:
+        event(protocol, data)
+        if name is not None and isinstance(data, dict) and data.get("type") and protocol != "chat":
+            if name != data["type"]:
+                raise StrictError(f"event name {name!r} differs from its type {data['type']!r}")
+    return events
+
+
+# -- every reply of an in-process server, checked on its way out -------------------------------------------------
+def _route(method: str, path: str, anthropic_header: bool):
+    """(protocol for SSE, checker for a 2xx JSON body, error envelope) for one request; None where the route
+    has no SDK model (health, root, unload)."""
+    parts = path.rstrip("/").split("/")
+    if path.startswith("/v1/chat/completions"):
+        return "chat", chat_completion, openai_error
+    if path.startswith("/v1/messages"):
+        return "messages", (tokens_count if path.endswith("/count_tokens") else message), anthropic_error
+    if path.startswith("/v1/responses"):
+        if path == "/v1/responses/compact":
+            check = compacted_response
+        elif method == "DELETE":
+            check = response_deleted
+        elif parts[-1] == "input_items":
+            check = response_item_list
+        else:
+            check = response
+        return "responses", check, openai_error
+    errors = anthropic_error if anthropic_header else openai_error
+    if path == "/v1/models":
+        return None, (anthropic_model_list if anthropic_header else openai_model_list), errors
+    if path.startswith("/v1/models/") and path != "/v1/models/unload":
+        return None, (anthropic_model if anthropic_header else openai_model), errors
+    return None, None, errors
+
+
+def complete_sse_blocks(text: str) -> str:
+    """The whole blocks of a stream (one cut short by a hang-up loses its tail, which is not checked)."""
+    return text[: text.rfind("\n\n") + 2] if "\n\n" in text else ""
+
+
+def _without_tools(data):
+    if isinstance(data, dict):
+        if data.get("object") == "response":
+            return {**data, "tools": []}
+        if isinstance(data.get("response"), dict):
+            return {**data, "response": _without_tools(data["response"])}
+    return data
+
+
+def check_reply(method: str, path: str, anthropic_header: bool, status: int, content_type: str,
+                raw: bytes, tools_echo: bool = True) -> None:
+    """Validate one whole reply the server sent, by its route, status and content type. ``tools_echo=False``
+    leaves out a Responses object's ``tools``, the request's tools echoed as sent (for a test that sends
+    malformed tools the request validation does not yet refuse)."""
+    from sse import parse_sse
+
+    if not path.startswith("/v1/"):
+        return  # health, the root, Ollama's /api routes: no official SDK model to hold them to
+    protocol, check, errors = _route(method, path, anthropic_header)
+    if method == "HEAD" or not raw:
+        return
+    if content_type.startswith("text/event-stream"):
+        if protocol is None:
+            raise StrictError(f"an event stream on {path}, which has no stream")
+        events = parse_sse(complete_sse_blocks(raw.decode("utf-8")))
+        sse_events(protocol, events if tools_echo else [(n, _without_tools(d)) for n, d in events])
+        return
+    if not content_type.startswith("application/json"):
+        raise StrictError(f"{method} {path} answered {status} with {content_type!r}, not JSON: {raw[:200]!r}")
+    data = json.loads(raw)
+    if status >= 400:
+        errors(data)
+    elif check is not None:
+        check(data if tools_echo else _without_tools(data))
+
+
+class StrictApp:
+    """An ASGI wrapper that records every reply and validates it as it completes; what fails lands in
+    ``failures`` (asserted empty when the test ends), so a test cannot pass over a non-conforming reply."""
+
+    def __init__(self, app, failures: list[str], tools_echo: bool = True):
+        self.app, self.failures, self.tools_echo = app, failures, tools_echo
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        reply = {"status": 0, "type": "", "body": bytearray(), "done": False}
+
+        async def recording_send(message):
+            if message["type"] == "http.response.start":
+                reply["status"] = message["status"]
+                for k, v in message.get("headers", []):
+                    if k.decode("latin-1").lower() == "content-type":
+                        reply["type"] = v.decode("latin-1")
+            elif message["type"] == "http.response.body":
+                reply["body"] += message.get("body", b"")
+                reply["done"] = not message.get("more_body", False)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            if reply["status"] and (reply["done"] or reply["type"].startswith("text/event-stream")):
+                try:
+                    check_reply(scope["method"], scope["path"], "anthropic-version" in headers,
+                                reply["status"], reply["type"], bytes(reply["body"]), self.tools_echo)
+                except (StrictError, ValueError) as exc:
+                    self.failures.append(f"{scope['method']} {scope['path']} → {reply['status']}: {exc}")
