@@ -122,17 +122,18 @@ def cpu_twins(backends: list, cache_bytes: int) -> list:
 def make_backends(args) -> list:
     default_reasoning = args.reasoning_effort or ({"on": True, "off": False}.get(args.thinking))
     cache_bytes = args.prompt_cache_mib << 20
-    if args.context_window is not None and not args.script:
+    window = getattr(args, "context_window", None)  # (a Namespace built by hand may leave it out)
+    if window is not None and not args.script:
         raise SystemExit("--context-window applies to --script only: a model's window comes from its config.json")
-    if args.context_window is not None and args.context_window < 1:
-        raise SystemExit(f"--context-window must be a positive number of tokens, not {args.context_window}")
+    if window is not None and window < 1:
+        raise SystemExit(f"--context-window must be a positive number of tokens, not {window}")
     if args.script:
         from .engine.prompt_cache import PromptCache
         from .engine.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, demo_tokenizer, load_script
 
         backends = [ScriptedBackend(load_script(args.script), demo_tokenizer(),
                                     model_id=args.model_id or "tinytitan-scripted",
-                                    context_window=args.context_window or SCRIPTED_CONTEXT_WINDOW,
+                                    context_window=window or SCRIPTED_CONTEXT_WINDOW,
                                     prompt_cache=PromptCache(cache_bytes))]
     elif args.models_dir:
         from .engine.mlx_backend import MLXBackend
