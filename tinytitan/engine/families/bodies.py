@@ -81,6 +81,13 @@ class Body:
     def close(self, truncated: bool) -> list[TokenEvent]:
         raise NotImplementedError
 
+    @property
+    def quoting(self) -> bool:
+        """Whether what was fed so far stops inside a quoted argument value (a JSON or Python string, an
+        XML-ish parameter value): a closing marker that comes now is part of the value, not the call's end —
+        a model writing about its own call format (``"content": "… <tool_call>{…}</tool_call> …"``)."""
+        return False
+
     # helpers
     def _start(self, name: str, out: list) -> None:
         ev = self.calls.start(name)
@@ -222,6 +229,10 @@ class JsonCalls(SteppedBody):
         self.rest: JsonSpan | None = None  # the rest of the call object, after its arguments
         self.tail = ""
 
+    @property
+    def quoting(self) -> bool:
+        return json_in_string(self.raw)
+
     def _step(self, out: list) -> bool:
         st = self.state
         if st == "between":
@@ -333,6 +344,39 @@ class JsonCalls(SteppedBody):
         return out
 
 
+def json_in_string(text: str) -> bool:
+    """Whether JSON text stops inside a string literal (only its quotes and escapes are read)."""
+    inside = escape = False
+    for c in text:
+        if escape:
+            escape = False
+        elif inside and c == "\\":
+            escape = True
+        elif c == '"':
+            inside = not inside
+    return inside
+
+
+def py_in_string(text: str) -> bool:
+    """Whether Python source stops inside a string literal ('…', "…", triple-quoted; backslash escapes)."""
+    quote, i = None, 0
+    while i < len(text):
+        if quote is None:
+            if text[i] in "'\"":
+                quote = text[i] * 3 if text.startswith(text[i] * 3, i) else text[i]
+                i += len(quote)
+                continue
+        elif text[i] == "\\":
+            i += 2
+            continue
+        elif text.startswith(quote, i):
+            i += len(quote)
+            quote = None
+            continue
+        i += 1
+    return quote is not None
+
+
 def _unstring(text: str) -> str:
     try:
         value = json.loads(text)
@@ -399,6 +443,11 @@ class TaggedCall(SteppedBody):
         self.junk = ""
         self.json_args = False  # the arguments came as one JSON object
         self.span: JsonSpan | None = None
+
+    @property
+    def quoting(self) -> bool:
+        # a value runs to its own closing tag; JSON arguments to the end of their object
+        return self.state == "value" or (self.state == "json" and self.span.in_string)
 
     def _expect(self, *markers: str) -> str | None | bool:
         """At buf's start (after whitespace): the marker found (consumed), False to wait, None on a mismatch."""
@@ -613,6 +662,12 @@ class MistralCall(Body):
         self.args = ""
         self.span: JsonSpan | None = None
 
+    @property
+    def quoting(self) -> bool:
+        if self.json is not None:
+            return self.json.quoting
+        return self.state == "args" and self.span.in_string
+
     def feed(self, text: str) -> list[TokenEvent]:
         self.raw += text
         if self.json is not None:
@@ -696,6 +751,10 @@ class PythonicCall(Body):
         self.state = "name"
         self.name = ""
 
+    @property
+    def quoting(self) -> bool:
+        return self.state == "args" and py_in_string(self.buf)
+
     def feed(self, text: str) -> list[TokenEvent]:
         self.raw += text
         self.buf += text
@@ -776,6 +835,10 @@ class GemmaCall(SteppedBody):
         self.token = ""  # a bare key or scalar being read
         self.string_is_key = False
         self.args = ""
+
+    @property
+    def quoting(self) -> bool:
+        return self.state == "string"
 
     def _step(self, out: list) -> bool:
         if self.state == "head":
