@@ -32,6 +32,7 @@ from ..observe.observer import Observer
 from ..protocols.base import Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
+from .wire import BodyWatch
 
 log = logging.getLogger("tinytitan.http")
 
@@ -56,6 +57,10 @@ async def request_scope() -> AsyncIterator[None]:
 class _Connection(TrioASGIHTTPConnection):
     """quart-trio's HTTP connection, with the handler and the sending of its response inside one request
     scope: both run in this one task, so the scope's exit runs there too, however the request ends."""
+
+    async def __call__(self, receive, send) -> None:
+        watch = BodyWatch(self.scope)  # a body left unread, and the connection's close (wire.py)
+        await super().__call__(watch.receive(receive), watch.send(send))
 
     async def handle_request(self, nursery, request, send) -> None:
         async with request_scope():

@@ -1,0 +1,89 @@
+"""HTTP/1.1 connection handling over a raw socket: an answer sent before the request body was read does
+not leave the connection hanging, and a client's ``Connection: close`` closes it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+import strict
+from rawhttp import RawConnection
+
+BIG = b'{"model": "tinytitan-scripted", "input": "' + b"x" * (1 << 20) + b'"}'  # a little over 1 MiB
+
+
+async def _answer_then_health(conn, method, path, body, headers):
+    """Send a request the server answers before reading its body; then, on the same connection, either the
+    next request is answered or the server has said it will close the connection and closes it."""
+    with trio.fail_after(15):
+        await conn.send(method, path, body, headers)
+        status, head, raw = await conn.response()
+        if status >= 400:
+            strict.body(raw)
+        if head.get("connection", "").lower() == "close":
+            assert await conn.closed()
+            return status, None
+        await conn.send("GET", "/health", headers={"Host": "localhost"})
+        health, _, raw = await conn.response()
+        assert health == 200 and json.loads(raw)["status"] == "ok"
+        return status, health
+
+
+@pytest.mark.parametrize("size", [len(BIG), 1000])
+@pytest.mark.parametrize("method,path,headers,status", [
+    ("POST", "/v1/nope", {}, 404),
+    ("POST", "/v1/responses", {"Authorization": "Bearer wrong"}, 401),
+    ("POST", "/v1/responses/resp_nothing/cancel", {}, 404),
+    ("POST", "/v1/responses", {"Host": "evil.example"}, 403),
+])
+async def test_an_answer_before_the_body_does_not_hang_the_connection(serve, method, path, headers, status, size):
+    s = await serve(["ok"], api_key="key" if "Authorization" in headers else None)
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        got, _ = await _answer_then_health(conn, method, path, BIG[:size] if size < len(BIG) else BIG,
+                                           {"Content-Type": "application/json", **headers})
+        assert got == status
+
+
+async def test_a_body_read_whole_keeps_the_connection(serve):
+    s = await serve(["ok"])
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        with trio.fail_after(15):
+            for _ in range(3):
+                await conn.send("POST", "/v1/responses", b'{"model": "tinytitan-scripted", "input": "hi"}',
+                                {"Content-Type": "application/json"})
+                status, head, raw = await conn.response()
+                assert status == 200 and head.get("connection", "").lower() != "close"
+                strict.response(raw)
+
+
+async def test_connection_close_from_the_client_is_honoured(serve):
+    s = await serve(["ok"])
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        with trio.fail_after(5):  # not the 75 s keep-alive timeout
+            await conn.send("GET", "/health", headers={"Connection": "close"})
+            status, _, _ = await conn.response()
+            assert status == 200
+            assert await conn.closed()
+
+
+async def test_a_remainder_too_big_to_drain_closes_the_connection(serve):
+    """A body far over the drain bound is not read: the answer says Connection: close, and the server
+    closes the connection after it (not the 75 s keep-alive timeout)."""
+    from tinytitan.http.wire import DRAIN_BYTES
+
+    s = await serve(["ok"])
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        with trio.fail_after(10):
+            head = (f"POST /v1/nope HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {2 * DRAIN_BYTES}\r\n\r\n").encode()
+            await conn.stream.send_all(head + b"x" * 65536)
+            status, headers, raw = await conn.response()
+            assert status == 404 and headers["connection"] == "close"
+            strict.openai_error(raw)
+            assert await conn.closed()

@@ -1,0 +1,74 @@
+"""HTTP/1.1 connection hygiene that the ASGI server leaves to the application.
+
+Rules:
+- A response sent before its request's body was read (an unknown route, a wrong API key, a bad Host, a
+  cancel) waits, at its first byte, for the rest of that body to arrive — at most ``DRAIN_BYTES`` more,
+  for at most ``DRAIN_SECONDS`` — so the connection stays usable for the client's next request. A longer
+  remainder is not read: the response says ``Connection: close`` and the connection is closed after it.
+- The last message of a response is sent shielded from cancellation. quart-trio cancels a request's tasks
+  the moment the request's messages end, and the ASGI server closes a connection that must close (the
+  client sent ``Connection: close``, or the body was left unread) inside that last send: cancelled there,
+  the close never finished and the socket stayed open, answering nothing, until the keep-alive timeout.
+"""
+
+from __future__ import annotations
+
+import trio
+
+DRAIN_BYTES = 4 << 20
+DRAIN_SECONDS = 5.0
+LAST_SEND_SECONDS = 30.0  # the shielded last send still gives up on a client that reads nothing
+
+
+class BodyWatch:
+    """Wraps one HTTP request's ASGI ``receive`` and ``send`` (see the rules above)."""
+
+    def __init__(self, scope: dict):
+        self.complete = trio.Event()
+        self._progress = trio.Event()
+        self.received = 0
+        self.length: int | None = None
+        for name, value in scope.get("headers", []):
+            if name.lower() == b"content-length":
+                try:
+                    self.length = int(value)
+                except ValueError:
+                    pass
+
+    def receive(self, receive):
+        async def watched():
+            message = await receive()
+            if message["type"] == "http.request":
+                self.received += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self.complete.set()
+            elif message["type"] == "http.disconnect":
+                self.complete.set()
+            self._progress.set()
+            self._progress = trio.Event()
+            return message
+
+        return watched
+
+    def send(self, send):
+        async def watched(message):
+            if message["type"] == "http.response.start" and not self.complete.is_set() and not await self._drain():
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + LAST_SEND_SECONDS
+                    await send(message)
+                return
+            await send(message)
+
+        return watched
+
+    async def _drain(self) -> bool:
+        """Wait for the rest of the body (read by the framework as it arrives); False: too much is left."""
+        if self.length is not None and self.length - self.received > DRAIN_BYTES:
+            return False
+        limit = self.received + DRAIN_BYTES
+        with trio.move_on_after(DRAIN_SECONDS):
+            while not self.complete.is_set() and self.received <= limit:
+                await self._progress.wait()
+        return self.complete.is_set()
