@@ -195,15 +195,22 @@ class Server:
         if host not in self.allowed:
             raise ApiError("permission", f"Host '{host}' is not allowed; start the server with "
                            f"--allowed-host {host} to allow it")
+        if request.path not in OPEN_PATHS and not self.authorized(request):
+            raise ApiError("authentication", "Invalid or missing API key (send 'Authorization: Bearer <key>' "
+                           "or 'x-api-key: <key>')")
+        if request.path == "/health" and not self.authorized(request):
+            return self.json_response({"status": "ok"})  # the model ids and queue figures need the key
+
+    def authorized(self, req) -> bool:
+        """Whether a request may see what the API key guards (always, when there is no key)."""
         key = self.config.api_key
-        if key and request.path not in OPEN_PATHS:
-            given = request.headers.get("x-api-key")
-            auth = request.headers.get("authorization", "")
-            if auth.lower().startswith("bearer "):
-                given = given if given == key else auth[7:].strip()
-            if given != key:
-                raise ApiError("authentication", "Invalid or missing API key (send 'Authorization: Bearer <key>' "
-                               "or 'x-api-key: <key>')")
+        if not key:
+            return True
+        given = req.headers.get("x-api-key")
+        auth = req.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            given = given if given == key else auth[7:].strip()
+        return given == key
 
     async def _headers(self, response: Response) -> Response:
         ctx = {"request_id": getattr(request, "request_id", "")}
@@ -236,7 +243,10 @@ class Server:
 
     @staticmethod
     def json_response(obj: Any, status: int = 200) -> Response:
-        return Response(json.dumps(obj, ensure_ascii=False), status=status, content_type="application/json")
+        # a lone surrogate (in a value an error message quotes) goes out as its JSON escape, never as a failure
+        # to encode the answer
+        body = json.dumps(obj, ensure_ascii=False).encode("utf-8", "backslashreplace")
+        return Response(body, status=status, content_type="application/json")
 
     @staticmethod
     async def hold(context: AbstractAsyncContextManager) -> Any:

@@ -138,11 +138,19 @@ class RequestValidator:
 
     def parse_json(self, raw: bytes) -> Any:
         try:
-            body = json.loads(raw, parse_constant=_not_json)  # NaN / Infinity: not JSON, and past any range check
+            # strictly UTF-8: json.loads(bytes) would let a surrogate written as raw bytes (ED A0 80) through
+            text = raw.decode("utf-8-sig") if isinstance(raw, (bytes, bytearray)) else raw
+            # NaN / Infinity: not JSON, and past any range check; an integer too long for int(): found below
+            body = json.loads(text, parse_constant=_not_json, parse_int=_parse_int)
+            if re.search(r"\d{%d}" % (_MAX_DIGITS + 1), text):
+                _refuse_long_numbers(body)
             # JavaScript clients cut strings by UTF-16 units and JSON.stringify writes a half-cut pair as a lone
             # \ud83d escape: valid JSON, but no text a tokenizer can encode or a file can store.
-            return _without_lone_surrogates(body) if re.search(rb"\\u[dD][89a-fA-F]", raw) else body
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return _without_lone_surrogates(body) if re.search(r"\\u[dD][89a-fA-F]", text) else body
+        except UnicodeDecodeError as exc:
+            raise invalid(f"The request body is not valid UTF-8 (byte {exc.start}: {exc.reason})",
+                          code="invalid_json") from None
+        except json.JSONDecodeError as exc:
             raise invalid(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
         except RecursionError:
             raise invalid("The request body is nested too deeply to parse", code="invalid_json") from None
@@ -272,6 +280,30 @@ def derive_value(rule: Mapping[str, Any], body: Any) -> Any:
 
 def _not_json(name: str) -> Any:
     raise invalid(f"The request body is not valid JSON: {name} is not a JSON number", code="invalid_json")
+
+
+_MAX_DIGITS = 4300  # Python's own limit on int() of a string (sys.get_int_max_str_digits)
+
+
+class _LongNumber(str):
+    """An integer literal of more digits than int() takes, kept as its text until its field is named."""
+
+
+def _parse_int(text: str) -> Any:
+    return int(text) if len(text.lstrip("-")) <= _MAX_DIGITS else _LongNumber(text)
+
+
+def _refuse_long_numbers(value: Any, path: str = "") -> None:
+    if isinstance(value, _LongNumber):
+        where = path or "the body"
+        raise invalid(f"Invalid value for '{where}': a number of {len(value.lstrip('-'))} digits; at most "
+                      f"{_MAX_DIGITS} are accepted", param=path or None, code="invalid_value")
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            _refuse_long_numbers(v, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_long_numbers(v, f"{path}.{k}" if path else str(k))
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins real pairs: any surrogate left is alone
