@@ -119,10 +119,17 @@ class OutputParser:
                 self.buf, self._reparse = self._reparse + s + self.buf, None
                 return True, TEXT
             if kind in ("close_tool", "next_tool") and self._body is not None and self._body.quoting:
-                self._content(s, out)  # inside a quoted argument value: the marker is part of the value
-                if self._reparse is not None:
-                    self.buf, self._reparse = self._reparse + self.buf, None
-                return True, TOOL
+                # inside a quoted argument value the marker is part of the value — unless the output ends
+                # right after it (the model forgot the closing quote): wait until more text tells which
+                if not self.buf.strip():
+                    if not final:
+                        self.buf = s + self.buf
+                        return False, TOOL
+                else:
+                    self._content(s, out)
+                    if self._reparse is not None:
+                        self.buf, self._reparse = self._reparse + self.buf, None
+                    return True, TOOL
             self._switch(kind, out)
             return True, REASONING if kind.endswith("think") else TOOL
         # no whole marker: keep back a tail that could begin one
