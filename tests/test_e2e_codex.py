@@ -74,12 +74,12 @@ def _process(args, log: Path, pattern: str, cwd=ROOT):
 
 
 @contextmanager
-def scripted_server(script: list, scratch: Path):
+def scripted_server(script: list, scratch: Path, extra_args=()):
     """``tinytitan serve --script`` on a free port → (base URL, served model id)."""
     path = scratch / "script.yaml"
     path.write_text(json.dumps(script))  # JSON is YAML
     args = [sys.executable, "-m", "tinytitan", "serve", "--script", str(path), "--port", "0",
-            "--responses-store", "memory"]
+            "--responses-store", "memory", *extra_args]
     with _process(args, scratch / "server.log", r"is serving '([^']+)' at (http://\S+)") as m:
         yield m.group(2), m.group(1)
 
@@ -118,11 +118,11 @@ stream_max_retries = 0
                           timeout=timeout)
 
 
-def run_scenario(script: list, prompt: str, root: Path, trace: Path):
+def run_scenario(script: list, prompt: str, root: Path, trace: Path, server_args=()):
     """Server + proxy + codex; → (completed process, recorded requests, served model id)."""
     scratch = root / "scratch"
     scratch.mkdir(parents=True, exist_ok=True)
-    with scripted_server(script, scratch) as (server, model), recording_proxy(server, trace, scratch) as proxy:
+    with scripted_server(script, scratch, server_args) as (server, model), recording_proxy(server, trace, scratch) as proxy:
         result = run_codex(proxy, model, root, prompt)
     requests = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
     return result, requests, model
@@ -194,8 +194,9 @@ def test_failed_generation_is_reported(tmp_path):
 def test_incomplete_response_is_reported(tmp_path):
     """Output that runs into the context window ends as response.incomplete; Codex's stream parser reads it
     and reports the reason (it neither hangs nor treats the stream as broken)."""
-    script = ["word " * 20000]  # ≈ 20k tokens on top of Codex's ≈ 14k-token prompt: past the 32k window
-    result, requests, _ = run_scenario(script, "say hi", tmp_path, tmp_path / "trace.jsonl")
+    script = ["word " * 20000]  # ≈ 20k tokens on top of Codex's ≈ 14k-token prompt: past a 32k window
+    result, requests, _ = run_scenario(script, "say hi", tmp_path, tmp_path / "trace.jsonl",
+                                       ["--context-window", "32768"])
     assert result.returncode != 0, _explain(result)
     assert "Incomplete response returned, reason: max_output_tokens" in result.stderr, _explain(result)
     assert len(requests) == 1

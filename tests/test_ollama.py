@@ -14,7 +14,7 @@ import trio
 from pydantic import BaseModel, ConfigDict
 
 from backends import Recording
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, ScriptEntry
 
 MODEL = "tinytitan-scripted"
 WEATHER = {"type": "function", "function": {
@@ -112,9 +112,9 @@ async def test_model_routes(serve):
     shown = await c.show(MODEL + ":latest")
     assert {"completion", "tools", "thinking"} <= set(shown.capabilities)
     arch = shown.modelinfo["general.architecture"]
-    assert shown.modelinfo[f"{arch}.context_length"] == 32768 and "<|im_start|>" in shown.template
+    assert shown.modelinfo[f"{arch}.context_length"] == SCRIPTED_CONTEXT_WINDOW and "<|im_start|>" in shown.template
     (running,) = (await c.ps()).models
-    assert running.model == MODEL + ":latest" and running.context_length == 32768
+    assert running.model == MODEL + ":latest" and running.context_length == SCRIPTED_CONTEXT_WINDOW
     async with httpx.AsyncClient() as h:
         assert (await h.get(s.url("/api/version"))).json()["version"]
         assert (await h.head(s.url("/"))).status_code == 200
