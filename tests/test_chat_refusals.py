@@ -174,3 +174,22 @@ async def test_body_too_large_is_413_in_each_envelope(serve):
                          headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 413
     assert r.json() == {"type": "error", "error": {"type": "request_too_large", "message": r.json()["error"]["message"]}}
+
+
+async def test_a_prompt_that_cannot_fit_is_refused_before_it_is_rendered(serve, demo_tok):
+    """Megabytes of prompt are refused from a bound (the text over the longest token), without rendering or
+    tokenizing them; a prompt that may fit is still measured exactly."""
+    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+    backend = ScriptedBackend([ScriptEntry("ok")], demo_tok, context_window=1000)
+    encoded = []
+    real = backend.timed_encode
+    backend.timed_encode = lambda req: encoded.append(1) or real(req)
+    s = await serve(backend=backend)
+    big = "x" * (1000 * backend.longest_token + 1)
+    r = await call(s, {"model": MODEL, "messages": [{"role": "user", "content": big}]})
+    envelope(r, 400, code="context_length_exceeded")
+    assert r.json()["error"]["message"].startswith("This model's maximum context length is 1000 tokens.")
+    assert encoded == []
+    r = await call(s, {"model": MODEL, "messages": [{"role": "user", "content": "word " * 100}]})
+    assert r.status_code == 200 and encoded == [1]
