@@ -27,7 +27,7 @@ import pydantic
 from pydantic import TypeAdapter
 
 __all__ = [
-    "chat_completion", "chat_chunk", "response", "compacted_response", "response_event", "response_item_list",
+    "chat_completion", "chat_chunk", "completion", "response", "compacted_response", "response_event", "response_item_list",
     "response_deleted", "message", "message_event", "tokens_count", "openai_error", "anthropic_error",
     "openai_model", "openai_model_list", "anthropic_model", "anthropic_model_list", "body", "event", "sse_events", "StrictError",
 ]
@@ -72,6 +72,8 @@ def _adapter(kind: str) -> TypeAdapter:
     """One TypeAdapter per model, built on first use (building them all costs about a second)."""
     if kind == "chat_completion":
         from openai.types.chat import ChatCompletion as t
+    elif kind == "completion":
+        from openai.types import Completion as t
     elif kind == "chat_chunk":
         from openai.types.chat import ChatCompletionChunk as t
     elif kind == "response":
@@ -105,6 +107,11 @@ def _adapter(kind: str) -> TypeAdapter:
 
 def chat_completion(data):
     return _validate(_adapter("chat_completion"), data, "chat.completion", CHAT_EXTENSIONS)
+
+
+def completion(data):
+    """A legacy completion, whole or one streamed chunk (the same model for both)."""
+    return _validate(_adapter("completion"), data, "text_completion")
 
 
 def chat_chunk(data):
@@ -212,7 +219,7 @@ def _type(data) -> str:
     return data.get("type", "?") if isinstance(data, dict) else "?"
 
 
-_BODIES = {"chat.completion": chat_completion, "response": response, "response.compaction": compacted_response,
+_BODIES = {"chat.completion": chat_completion, "text_completion": completion, "response": response, "response.compaction": compacted_response,
            "message": message, "message_tokens_count": tokens_count}
 
 
@@ -241,13 +248,19 @@ def body(data):
 
 
 def event(protocol: str, data):
-    """One streamed event: protocol is "chat", "responses" or "messages". Chat's ``[DONE]`` terminal passes."""
+    """One streamed event: protocol is "chat", "completions", "responses" or "messages"; ``[DONE]`` passes."""
     if protocol == "chat":
         if data == "[DONE]":
             return data
         if isinstance(data, dict) and "error" in data:  # a failure after the headers, as OpenAI sends it
             return openai_error(data)
         return chat_chunk(data)
+    if protocol == "completions":
+        if data == "[DONE]":
+            return data
+        if isinstance(data, dict) and "error" in data:
+            return openai_error(data)
+        return completion(data)
     if protocol == "responses":
         if isinstance(data, dict) and data.get("type") == "error":
             return _validate(_adapter("response_event"), data, "Responses error event")
@@ -279,6 +292,8 @@ def _route(method: str, path: str, anthropic_header: bool):
     parts = path.rstrip("/").split("/")
     if path.startswith("/v1/chat/completions"):
         return "chat", chat_completion, openai_error
+    if path.startswith("/v1/completions"):
+        return "completions", completion, openai_error
     if path.startswith("/v1/messages"):
         return "messages", (tokens_count if path.endswith("/count_tokens") else message), anthropic_error
     if path.startswith("/v1/responses"):
