@@ -24,8 +24,10 @@ from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry, demo_tokeniz
 from tinytitan.http.app import LOOPBACK_HOSTS, Server, ServerConfig
 from tinytitan.protocols.registry import all_protocols
 
+import protocols_once
 from strict import StrictApp
 
+protocols_once.install()  # the shipped specs are read once per session, not once per test server
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

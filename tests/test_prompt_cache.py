@@ -154,17 +154,23 @@ async def test_cached_tokens_on_the_wire(serve, demo_backend):
     assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == r2["usage"]["prompt_tokens"] - 1
 
 
-async def test_a_request_cancelled_while_its_prompt_is_read_stops_after_that_chunk(demo_backend):
+async def test_a_request_cancelled_while_its_prompt_is_read_stops_after_that_chunk(demo_backend, monkeypatch):
     """Claude Code's Esc during a long prefill: the decode stops at the next prefill chunk (not after the whole
     prompt), and what was read is cached for the retry."""
+    import functools
+
+    import mlx_lm
+
     from tinytitan.engine.decode_loop import DecodeLoop
     from tinytitan.engine.engine import Engine
 
+    # chunks of 256 tokens, not mlx-lm's 2048: the same path over a prompt an eighth as long
+    monkeypatch.setattr(mlx_lm, "stream_generate", functools.partial(mlx_lm.stream_generate, prefill_step_size=256))
     demo_backend.prompt_cache.clear()
     engine = Engine(demo_backend)
-    long = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(600))
+    long = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(75))
     prepared = await engine.prepare(_req([("user", long)], max_tokens=4))
-    assert len(prepared.tokens) > 3 * 2048  # several prefill chunks (mlx-lm reads 2048 tokens at a time)
+    assert len(prepared.tokens) > 3 * 256  # several prefill chunks
     await engine.model_thread.run_sync(demo_backend.ensure_loaded)
     events, asked = [], []
 
@@ -176,9 +182,9 @@ async def test_a_request_cancelled_while_its_prompt_is_read_stops_after_that_chu
     await engine.model_thread.run_sync(demo_backend.decode, prepared, loop, should_stop)
     assert [type(ev).__name__ for ev in events] == ["Started"]  # no token, no Finished: it was cancelled
     [entry] = demo_backend.prompt_cache.entries.values()
-    assert len(entry.tokens) == 2048  # read up to the cancel, and kept
+    assert len(entry.tokens) == 256  # read up to the cancel, and kept
     p2, cached, fin, _ = await _run(engine, _req([("user", long)], max_tokens=4))
-    assert cached == 2048 and fin.usage.prompt_tokens == len(p2.tokens)
+    assert cached == 256 and fin.usage.prompt_tokens == len(p2.tokens)
 
 
 @pytest.mark.parametrize("max_batch, decoding", [(1, "decode"), (4, "sampler_for")])
