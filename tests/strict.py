@@ -110,8 +110,19 @@ def chat_completion(data):
 
 
 def completion(data):
-    """A legacy completion, whole or one streamed chunk (the same model for both)."""
+    """A legacy completion, whole."""
     return _validate(_adapter("completion"), data, "text_completion")
+
+
+def completion_chunk(data):
+    """One streamed legacy completion: the SDK reads it with the same model as a whole one, whose choices
+    require a finish reason, but every chunk before the last carries ``finish_reason: null`` (as OpenAI's do)."""
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    if isinstance(data, dict) and isinstance(data.get("choices"), list):
+        data = {**data, "choices": [{**c, "finish_reason": c.get("finish_reason") or "stop"}
+                                    if isinstance(c, dict) and c.get("finish_reason", "x") is None else c
+                                    for c in data["choices"]]}
+    return _validate(_adapter("completion"), data, "text_completion chunk")
 
 
 def chat_chunk(data):
@@ -261,7 +272,7 @@ def event(protocol: str, data):
             return data
         if isinstance(data, dict) and "error" in data:
             return openai_error(data)
-        return completion(data)
+        return completion_chunk(data)
     if protocol == "responses":
         if isinstance(data, dict) and data.get("type") == "error":
             return _validate(_adapter("response_event"), data, "Responses error event")
@@ -310,7 +321,7 @@ def _route(method: str, path: str, anthropic_header: bool):
     errors = anthropic_error if anthropic_header else openai_error
     if path == "/v1/models":
         return None, (anthropic_model_list if anthropic_header else openai_model_list), errors
-    if path.startswith("/v1/models/") and path != "/v1/models/unload":
+    if method == "GET" and path.startswith("/v1/models/"):
         return None, (anthropic_model if anthropic_header else openai_model), errors
     return None, None, errors
 

@@ -14,6 +14,7 @@ from anthropic.types import ModelInfo
 from openai.types import Model
 from prometheus_client.parser import text_string_to_metric_families
 
+from tinytitan.engine.scripted import SCRIPTED_CONTEXT_WINDOW
 from tinytitan.observe.clients import client_name
 
 MODEL = "tinytitan-scripted"
@@ -189,7 +190,7 @@ async def test_model_cards_in_both_shapes(serve):
     (card,) = models.data
     Model.model_validate(card.model_dump())
     extra = card.model_extra
-    assert extra["context_window"] == 32768 and extra["max_output_tokens"] == 32768
+    assert extra["context_window"] == SCRIPTED_CONTEXT_WINDOW and extra["max_output_tokens"] == SCRIPTED_CONTEXT_WINDOW
     # the demo template renders tools and has an enable_thinking switch
     assert extra["capabilities"] == {"tools": True, "reasoning": True, "reasoning_levels": ["off", "on"],
                                      "structured_output": True}
@@ -199,12 +200,12 @@ async def test_model_cards_in_both_shapes(serve):
     ac = anthropic.AsyncAnthropic(base_url=s.base, api_key="anything", max_retries=0)
     page = await ac.models.list()
     (info,) = page.data
-    strict = ModelInfo.model_validate(info.model_dump(exclude_none=True) | {"lifecycle": "active"})
-    assert strict.max_input_tokens == 32768 and strict.max_tokens == 32768
+    strict = ModelInfo.model_validate(info.model_dump(exclude_none=True))
+    assert strict.max_input_tokens == SCRIPTED_CONTEXT_WINDOW and strict.max_tokens == SCRIPTED_CONTEXT_WINDOW
     assert strict.capabilities.thinking.supported and strict.capabilities.thinking.types.disabled.supported
     assert strict.capabilities.structured_outputs.supported and not strict.capabilities.image_input.supported
     retrieved = await ac.models.retrieve(MODEL)
-    assert retrieved.max_input_tokens == 32768
+    assert retrieved.max_input_tokens == SCRIPTED_CONTEXT_WINDOW
 
 
 async def test_a_template_without_tools_or_thinking_says_so(serve, demo_tok):

@@ -148,7 +148,7 @@ class RequestValidator:
             # \ud83d escape: valid JSON, but no text a tokenizer can encode or a file can store.
             return _without_lone_surrogates(body) if re.search(r"\\u[dD][89a-fA-F]", text) else body
         except UnicodeDecodeError as exc:
-            raise invalid(f"The request body is not valid UTF-8 (byte {exc.start}: {exc.reason})",
+            raise invalid(f"The request body is not valid JSON: it is not UTF-8 (byte {exc.start}: {exc.reason})",
                           code="invalid_json") from None
         except json.JSONDecodeError as exc:
             raise invalid(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
