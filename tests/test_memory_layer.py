@@ -25,8 +25,8 @@ from tinytitan.http.app import Server, ServerConfig
 from tinytitan.memory.layer import USED_UP, MemoryEngine
 from tinytitan.memory.journal import Journal
 from tinytitan.memory.scope import workspace_id
-from tinytitan.protocols.registry import all_protocols
 from tinytitan.memory.service import Memory, MemoryConfig, journal_path
+from tinytitan.protocols.registry import all_protocols
 
 MODEL = "tinytitan-scripted"
 LAUNCH = "/src/launch-proj"
