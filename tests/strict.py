@@ -125,12 +125,54 @@ def completion_chunk(data):
     return _validate(_adapter("completion"), data, "text_completion chunk")
 
 
+def _custom_call_deltas(data):
+    """The SDK's chunk delta knows function tool calls only; a custom tool call (``type: custom``, as the
+    SDK's whole message has it) is checked for that shape here and left out of the SDK's check."""
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        return data
+    choices = []
+    for c in data["choices"]:
+        calls = ((c.get("delta") or {}).get("tool_calls") if isinstance(c, dict) else None) or []
+        custom = [t for t in calls if isinstance(t, dict) and (t.get("type") == "custom" or "custom" in t)]
+        for t in custom:
+            inner = t.get("custom")
+            ok = (set(t) <= {"index", "id", "type", "custom"} and isinstance(t.get("index"), int)
+                  and t.get("type", "custom") == "custom"
+                  and isinstance(t.get("id", ""), str) and isinstance(inner, dict)
+                  and set(inner) <= {"name", "input"} and all(isinstance(v, str) for v in inner.values()))
+            if not ok:
+                raise StrictError(f"not a custom tool call delta: {t}")
+        if custom:
+            c = {**c, "delta": {**c["delta"], "tool_calls": [t for t in calls if t not in custom] or None}}
+        choices.append(c)
+    return {**data, "choices": choices}
+
+
 def chat_chunk(data):
-    return _validate(_adapter("chat_chunk"), data, "chat.completion.chunk", CHAT_EXTENSIONS)
+    return _validate(_adapter("chat_chunk"), _custom_call_deltas(data), "chat.completion.chunk", CHAT_EXTENSIONS)
+
+
+_ITEM_STATUSES = ("in_progress", "completed", "incomplete")
+
+
+def _custom_call_status(data):
+    """A custom_tool_call item's ``status`` (as the API and Codex's own types have it; the SDK's model has
+    no field for it): checked to be an item status, then left out of the SDK's check."""
+    if isinstance(data, list):
+        return [_custom_call_status(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    if data.get("type") == "custom_tool_call" and "status" in data:
+        if data["status"] not in _ITEM_STATUSES:
+            raise StrictError(f"custom_tool_call status {data['status']!r} is not one of {_ITEM_STATUSES}")
+        data = {k: v for k, v in data.items() if k != "status"}
+    return {k: _custom_call_status(v) for k, v in data.items()}
 
 
 def response(data):
-    return _validate(_adapter("response"), data, "response", RESPONSE_ECHOES)
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    return _validate(_adapter("response"), _custom_call_status(data), "response", RESPONSE_ECHOES)
 
 
 def compacted_response(data):
@@ -153,7 +195,7 @@ ARGS_DONE_ECHOES = (r"\$\.name",)
 
 def response_event(data):
     echoes = RESPONSE_ECHOES + (ARGS_DONE_ECHOES if _type(data) == "response.function_call_arguments.done" else ())
-    return _validate(_adapter("response_event"), data, f"Responses event {_type(data)}", echoes)
+    return _validate(_adapter("response_event"), _custom_call_status(data), f"Responses event {_type(data)}", echoes)
 
 
 def response_item_list(data):

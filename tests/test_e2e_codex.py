@@ -194,9 +194,10 @@ def test_failed_generation_is_reported(tmp_path):
 def test_incomplete_response_is_reported(tmp_path):
     """Output that runs into the context window ends as response.incomplete; Codex's stream parser reads it
     and reports the reason (it neither hangs nor treats the stream as broken)."""
-    script = ["word " * 20000]  # ≈ 20k tokens on top of Codex's ≈ 14k-token prompt: past a 32k window
+    # ≈ 8k tokens on top of Codex's ≈ 14k-token prompt: past a 20k window (a 32k one took 18k tokens to fill)
+    script = ["word " * 8000]
     result, requests, _ = run_scenario(script, "say hi", tmp_path, tmp_path / "trace.jsonl",
-                                       ["--context-window", "32768"])
+                                       ["--context-window", "20000"])
     assert result.returncode != 0, _explain(result)
     assert "Incomplete response returned, reason: max_output_tokens" in result.stderr, _explain(result)
     assert len(requests) == 1
