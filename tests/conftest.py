@@ -89,11 +89,11 @@ class Running:
 
 @pytest.fixture
 async def serve(nursery, demo_tok):
-    """Every reply of every server started here is validated strictly against the official SDK models as it
-    is sent (tests/strict.py); the test fails at its end if any did not conform. ``strict=False`` is for a
+    """Every reply of every server started here is validated strictly against the official SDK models
+    (tests/strict.py) when the test ends; the test fails if any did not conform. ``strict=False`` is for a
     server whose spec is not one of the shipped APIs (a test's own spec directory); ``strict_tools_echo=False``
     leaves the Responses object's echo of the request's tools unchecked."""
-    failures: list[str] = []
+    apps: list[StrictApp] = []
 
     async def start(script=None, backend=None, *, api_key=None, allowed_hosts=(), max_queue=16,
                     spec_dir=None, model_id="tinytitan-scripted", memory=None, strict=True,
@@ -110,11 +110,15 @@ async def serve(nursery, demo_tok):
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.accesslog = None
-        app = StrictApp(server.app, failures, strict_tools_echo) if strict else server.app
+        app = server.app
+        if strict:
+            app = StrictApp(server.app, strict_tools_echo)
+            apps.append(app)
         binds = await nursery.start(hypercorn_serve, app, config)
         return Running(binds[0].replace("0.0.0.0", "127.0.0.1"), server)
 
     yield start
+    failures = [f for app in apps for f in app.failures()]
     assert not failures, "replies that do not conform to the SDK models:\n" + "\n".join(failures)
 
 

@@ -57,6 +57,9 @@ class Prepared:
         return GrammarMask(self.grammar) if self.grammar is not None else None
 
 
+_LONGEST_TOKEN: dict[int, tuple[Any, int]] = {}  # id(tokenizer) → (tokenizer, longest entry)
+
+
 class Backend(ABC):
     model_id: str = "model"
     context_window: int = 32768
@@ -217,15 +220,23 @@ class Backend(ABC):
     @property
     def longest_token(self) -> int:
         """Characters in the vocabulary's longest entry. A byte-level entry has one character per byte, never
-        fewer than the text characters it stands for: no token covers more of a text than this."""
+        fewer than the text characters it stands for: no token covers more of a text than this. Measured
+        once per tokenizer (reading a vocabulary costs tens of milliseconds)."""
         if self._longest_token is None:
-            self._longest_token = max(map(len, self.tokenizer.get_vocab()), default=1) or 1
+            known = _LONGEST_TOKEN.get(id(self.tokenizer))
+            if known is None or known[0] is not self.tokenizer:
+                known = _LONGEST_TOKEN[id(self.tokenizer)] = (
+                    self.tokenizer, max(map(len, self.tokenizer.get_vocab()), default=1) or 1)
+            self._longest_token = known[1]
         return self._longest_token
 
-    def token_floor(self, req: ChatRequest) -> int:
+    def token_floor(self, req: ChatRequest) -> int | None:
         """A lower bound on the prompt's tokens, without rendering or tokenizing it: the text of its messages
-        (which the template only adds to) over the longest token."""
+        (which the template only adds to) over the longest token. None where the text has no more characters
+        than the window has tokens (it cannot be refused from this bound: the vocabulary is not even read)."""
         chars = len(req.prompt) if req.prompt is not None else sum(len(m.content) for m in req.messages)
+        if chars <= self.context_window:
+            return None
         return -(-chars // self.longest_token)  # each token covers at most longest_token characters
 
     def too_long(self, tokens: int, at_least: bool = False) -> ApiError:
@@ -236,10 +247,11 @@ class Backend(ABC):
 
     def prepare(self, req: ChatRequest) -> Prepared:
         req = self.structured(req)
-        if self.tokenizer is not None and self.token_floor(req) > self.context_window:
+        floor = self.token_floor(req) if self.tokenizer is not None else None
+        if floor is not None and floor > self.context_window:
             # refused from a bound, before rendering and tokenizing megabytes (13-21 s of CPU and ~2.5 GB
             # kept for a 30 MB prompt)
-            raise self.too_long(self.token_floor(req), at_least=True)
+            raise self.too_long(floor, at_least=True)
         text, tokens, (render_s, tokenize_s) = self.timed_encode(req)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
             raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
