@@ -308,3 +308,16 @@ async def test_requests_decoding_together_each_keep_their_own_schema(serve, demo
             nursery.start_soon(one, name)
     for name in names:
         jsonschema.validate(json.loads(results[name]), CORPUS[name], format_checker=FORMATS)
+
+
+def test_a_family_whose_answer_the_grammar_does_not_cover_is_refused_by_name(tmp_path):
+    """gpt-oss writes its answer inside harmony channel markup: a grammar starting at the first token would
+    cut that off, so structured output is refused there, by name, rather than produced broken."""
+    import family_fixtures as ff
+
+    backend = ff.backend("gpt_oss", tmp_path)
+    req = ChatRequest(model=backend.model_id, messages=(Message("user", "x"),),
+                      grammar=Grammar("json_object", {"type": "object"}, where="response_format"))
+    with pytest.raises(ApiError) as exc:
+        backend.prepare(req)
+    assert exc.value.param == "response_format" and "gpt_oss" in exc.value.message

@@ -207,6 +207,10 @@ class Backend(ABC):
             if tool.input_grammar is not None:
                 check_custom_grammar(tool, self.tokenizer, getattr(self, "vocab_size", None))
         grammar = req.grammar
+        if grammar is not None and self.family.harmony:  # its answer opens with channel markup first
+            raise invalid(f"Structured output ('{grammar.where}') cannot be enforced for this model yet: its family "
+                          f"('{self.family.name}') writes its answer inside harmony channel markup, which the "
+                          "grammar does not cover", param=grammar.where, code="unsupported_value")
         if grammar is None and req.tool_choice == "required":
             grammar = forced_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
                                           self.tokenizer.get_vocab())
