@@ -83,8 +83,7 @@ class NoOverlapMask:
         if m.started:
             m.consume(int(tokens[-1].item()))
         m.started = True
-        allowed = m.allowed()[: logits.shape[-1]]
-        return mx.where(mx.array(allowed), logits, mx.array(-np.inf, dtype=logits.dtype))
+        return mx.where(m.allowed_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
 
 
 class TimedMask:
@@ -94,7 +93,7 @@ class TimedMask:
     def __init__(self, mask):
         self.seconds = 0.0
         self.calls = 0
-        for name in ("consume", "allowed"):
+        for name in ("consume", "allowed_mx"):
             setattr(mask, name, self._timed(getattr(mask, name)))
 
     def _timed(self, fn):
@@ -104,7 +103,7 @@ class TimedMask:
                 return fn(*a)
             finally:
                 self.seconds += time.perf_counter() - t0
-                self.calls += fn.__name__ == "allowed"
+                self.calls += fn.__name__ == "allowed_mx"
         return run
 
 

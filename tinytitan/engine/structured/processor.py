@@ -59,8 +59,22 @@ class GrammarMask:
             mx.async_eval(logits)  # the forward pass runs while the mask is computed
             self.consume(int(tokens[-1].item()))
         self.started = True
-        allowed = self.allowed()
-        width = logits.shape[-1]
-        if width != allowed.shape[0]:
-            allowed = np.pad(allowed, (0, width - allowed.shape[0])) if width > allowed.shape[0] else allowed[:width]
-        return mx.where(mx.array(allowed), logits, mx.array(-np.inf, dtype=logits.dtype))
+        return mx.where(self.allowed_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
+
+    def allowed_mx(self, width: int):
+        """The mask as an mlx boolean row of ``width``: the bitmask's 32-bit words are expanded into bits in
+        mlx's graph (with the forward pass), not in numpy on this thread."""
+        import mlx.core as mx
+
+        if self.failed:
+            allowed = np.zeros(width, dtype=bool)
+            allowed[[e for e in self.eos if e < width]] = True
+            return mx.array(allowed)
+        from llguidance.numpy import fill_next_token_bitmask
+
+        fill_next_token_bitmask(self.matcher, self.bitmask)
+        words = mx.array(self.bitmask[0].view(np.uint32))
+        bits = ((words[:, None] >> mx.arange(32, dtype=mx.uint32)) & 1).reshape(-1)
+        if bits.shape[0] < width:
+            bits = mx.concatenate([bits, mx.zeros(width - bits.shape[0], dtype=bits.dtype)])
+        return bits[:width].astype(mx.bool_)
