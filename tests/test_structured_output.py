@@ -264,6 +264,30 @@ async def test_the_codex_title_request_is_answered(serve, demo_backend):
     assert events[-1][1]["response"]["text"]["format"]["name"] == "session_title"
 
 
+async def test_responses_echoes_the_reasoning_effort_used(serve, demo_backend):
+    """Structured output decodes with reasoning off: the Responses object (the one protocol whose body has a
+    place for the level) says ``effort: "none"``, not the level asked for; a plain request echoes its own.
+    Messages and Chat Completions have no such field: the log says it there."""
+    from responses_helpers import sse_events
+
+    import strict
+
+    s = await serve(backend=demo_backend)
+    body = {"model": demo_backend.model_id, "input": "x", "temperature": 0, "max_output_tokens": CAP,
+            "reasoning": {"effort": "high"}}
+    async with httpx.AsyncClient(timeout=60) as h:
+        plain = await h.post(s.url("/v1/responses"), json={**body, "max_output_tokens": 4})
+        shaped = await h.post(s.url("/v1/responses"), json={**body, "text": {"format": flat(CODEX_TITLE_SCHEMA, False)}})
+    assert strict.response(plain.json()).reasoning.effort == "high"
+    r = strict.response(shaped.json())
+    assert r.status == "completed" and r.reasoning.effort == "none"
+    jsonschema.validate(json.loads(r.output_text), CODEX_TITLE_SCHEMA)
+    events = strict.sse_events("responses", await sse_events(s, {**body, "stream": True,
+                                                                  "text": {"format": {"type": "json_object"}}}))
+    echoed = [d["response"]["reasoning"]["effort"] for _, d in events if "response" in d]
+    assert echoed and set(echoed) == {"none"}, echoed
+
+
 # a string that cannot end in 3 tokens: the cap cuts the document
 LONG = {"type": "object", "properties": {"s": {"type": "string", "minLength": 40}}, "required": ["s"]}
 

@@ -162,7 +162,8 @@ class Backend(ABC):
     def structured(self, req: ChatRequest) -> ChatRequest:
         """A request with an output format or a forced tool call decodes with reasoning off: a thought would
         have to be part of the document (or come before the call the grammar starts with). Said in the log
-        when the request (or the server default) asked for reasoning."""
+        when the request (or the server default) asked for reasoning, and reported on ``Started.sampling``
+        (``reasoning: "none"``) for the protocols whose body echoes the level used."""
         if req.tool_names:  # the tools a call may name: each must be offered; the others are left out
             offered = {t.name for t in req.tools}
             for name in req.tool_names:
@@ -268,8 +269,11 @@ class Backend(ABC):
         compiled = self.grammar_of(req, start_in_reasoning)
         namespaces = {t.name: t.namespace for t in req.tools if t.namespace}
         schemas = {t.name: t.parameters for t in req.tools}
+        sampling = self.sampling_for(req)
+        if req.grammar is not None or req.tool_choice == "required":
+            sampling["reasoning"] = "none"  # turned off by ``structured``: a protocol with a place for it says so
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,
-                        tokenize_s=tokenize_s, grammar=compiled, sampling=self.sampling_for(req))
+                        tokenize_s=tokenize_s, grammar=compiled, sampling=sampling)
 
     def count_tokens(self, req: ChatRequest) -> int:
         """The prompt's length as ``prepare`` renders it (a prompt too long to run is still counted)."""

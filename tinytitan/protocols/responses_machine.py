@@ -65,10 +65,13 @@ def open_call(m: Machine, ev) -> None:
 
 
 def sampling(m: Machine, ev) -> None:
-    """The response object echoes the sampling values the engine decodes with (``Started.sampling``)."""
+    """The response object echoes the sampling values the engine decodes with (``Started.sampling``), and the
+    reasoning effort it used where the engine overrode the request's (structured output turns it off)."""
     for name in ECHOED_SAMPLING:
         if name in ev.sampling:
             m.context[name] = ev.sampling[name]
+    if "reasoning" in ev.sampling:
+        m.context["reasoning_effort"] = ev.sampling["reasoning"]
 
 
 ECHOED_SAMPLING = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
