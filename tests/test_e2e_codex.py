@@ -118,12 +118,12 @@ stream_max_retries = 0
                           timeout=timeout)
 
 
-def run_scenario(script: list, prompt: str, root: Path, trace: Path, server_args=()):
+def run_scenario(script: list, prompt: str, root: Path, trace: Path, server_args=(), codex_args=()):
     """Server + proxy + codex; → (completed process, recorded requests, served model id)."""
     scratch = root / "scratch"
     scratch.mkdir(parents=True, exist_ok=True)
     with scripted_server(script, scratch, server_args) as (server, model), recording_proxy(server, trace, scratch) as proxy:
-        result = run_codex(proxy, model, root, prompt)
+        result = run_codex(proxy, model, root, prompt, *codex_args)
     requests = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
     return result, requests, model
 
@@ -180,6 +180,52 @@ def test_reasoning_round_trip(tmp_path):
     assert [c["text"] for c in reasoning[0]["content"]] == ["The user wants the marker file; run echo.\n"]
     assert len(_input_items(requests[1], "function_call_output")) == 1
     assert result.stdout.strip() == "Done: marker.txt holds the marker.", _explain(result)
+
+
+PATCH = """*** Begin Patch
+*** Update File: hello.txt
+@@
+-hello
++hello, patched
+*** End Patch"""
+
+
+def catalog_entry(model: str) -> dict:
+    """A model catalog entry (``model_catalog_json``) for the served model. Codex gives its freeform
+    ``apply_patch`` (a ``custom`` tool with a Lark grammar) only to a model whose catalog entry says
+    ``apply_patch_tool_type: freeform``; a provider's model it does not know gets fallback metadata, and
+    no apply_patch at all. These are the fields Codex 0.171 requires of an entry."""
+    return {"slug": model, "display_name": model, "base_instructions": "You are a coding agent.",
+            "apply_patch_tool_type": "freeform", "shell_type": "shell_command", "visibility": "list",
+            "supported_in_api": True, "priority": 1, "supported_reasoning_levels": [],
+            "truncation_policy": {"mode": "tokens", "limit": 10000}, "context_window": 32768,
+            "support_verbosity": False, "experimental_supported_tools": []}
+
+
+def test_apply_patch_round_trip(tmp_path):
+    """The model patches a file through Codex's freeform apply_patch: the call reaches Codex as a
+    custom_tool_call, Codex applies it in its working directory and sends a custom_tool_call_output back."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "hello.txt").write_text("hello\n")
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"models": [catalog_entry("tinytitan-scripted")]}))
+    call = ('<tool_call>\n{"name": "apply_patch", "arguments": {"input": ' + json.dumps(PATCH) + "}}\n</tool_call>")
+    script = [call, "hello.txt is patched."]
+    result, requests, model = run_scenario(script, "patch hello.txt", tmp_path, tmp_path / "trace.jsonl",
+                                           codex_args=["-c", f"model_catalog_json={json.dumps(str(catalog))}"])
+    assert model == "tinytitan-scripted"
+    assert result.returncode == 0, _explain(result)
+    (tool,) = [t for t in requests[0]["body"]["tools"] if t.get("name") == "apply_patch"]
+    assert tool["type"] == "custom" and tool["format"]["type"] == "grammar" and tool["format"]["syntax"] == "lark"
+    # the file changed: Codex applied the patch
+    assert (tmp_path / "work" / "hello.txt").read_text() == "hello, patched\n"
+    assert len(requests) == 2, [r["path"] for r in requests]
+    calls = _input_items(requests[1], "custom_tool_call")
+    outputs = _input_items(requests[1], "custom_tool_call_output")
+    assert len(calls) == 1 and calls[0]["name"] == "apply_patch" and calls[0]["input"] == PATCH
+    assert len(outputs) == 1 and outputs[0]["call_id"] == calls[0]["call_id"]
+    assert "hello.txt" in json.dumps(outputs[0]["output"]), outputs[0]
+    assert result.stdout.strip() == script[1], _explain(result)
 
 
 def test_failed_generation_is_reported(tmp_path):
