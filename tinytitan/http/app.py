@@ -29,9 +29,10 @@ from werkzeug.exceptions import HTTPException
 from ..engine.engine import Engine
 from ..errors import ApiError
 from ..observe.observer import Observer
-from ..protocols.base import Protocol
+from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
+from .trim import Trimmer
 from .wire import BodyWatch
 
 log = logging.getLogger("tinytitan.http")
@@ -129,6 +130,7 @@ class Server:
         self.services = Services(engine, self.hold, self.state, self.config, self.observer)
         for proto in protocols:
             proto.attach(self.services)
+        self.trimmer = Trimmer()  # memory back to the system after a large body (trim.py)
         self._background = trio.CancelScope()
         if getattr(engine, "background", None) is not None:  # work between requests (memory consolidation)
             self.app.before_serving(self._start_background)
@@ -225,7 +227,11 @@ class Server:
         async def view(**kwargs):
             call = Call(request.method, request.path, {k.lower(): v for k, v in request.headers.items()},
                         dict(request.args), await request.get_data())
-            return self.write(await handler(call, **kwargs))
+            try:
+                return self.write(await handler(call, **kwargs))
+            finally:  # answered or refused: a large body's memory goes back once its objects are let go
+                if len(call.body) >= OFF_LOOP_BYTES:
+                    self.trimmer.after_large(getattr(self.app, "nursery", None))
 
         view.__name__ = f"{proto.name}_{handler.__name__}"
         return view

@@ -332,7 +332,7 @@ class AnthropicMessages(Protocol):
         return {"generate": self.generate, "count_tokens": self.count_tokens}
 
     async def count_tokens(self, call: Call) -> Reply:
-        v = self.validate(call, "count_tokens")
+        v = await self.checked(call, "count_tokens")
         req = self.engine.apply_model(self.chat_request(v))
         return Reply({"input_tokens": await self.engine.count_tokens(req)})
 

@@ -15,6 +15,8 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any, AsyncIterable, AsyncIterator, Callable
 
+import trio
+
 from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed, TokenEvent
@@ -27,6 +29,10 @@ from ..speclang.validate import RequestValidator, Validated
 from .wire import Call, Reply, Services
 
 log = logging.getLogger("tinytitan.protocol")
+
+# a body this large is parsed and validated on a worker thread: a 30 MB prompt takes a second of CPU there, and
+# several at once would otherwise hold every other request (a small one is cheaper inline than a thread hop)
+OFF_LOOP_BYTES = 1 << 20
 
 
 def new_id(prefix: str) -> str:
@@ -130,6 +136,13 @@ class Protocol:
         body = {} if empty_is_object and not raw.strip() else validator.parse_json(raw)
         return validator.validate(body, notes)
 
+    async def checked(self, call: Call, handler: str | None = None, empty_is_object: bool = False) -> Validated:
+        """``validate`` for a handler: a body of ``OFF_LOOP_BYTES`` or more is parsed and validated on a worker
+        thread, so big prompts do not delay the small requests beside them. The same errors come out."""
+        if len(call.body) < OFF_LOOP_BYTES:
+            return self.validate(call, handler, empty_is_object)
+        return await trio.to_thread.run_sync(self.validate, call, handler, empty_is_object)
+
     def chat_request(self, v: Validated) -> ChatRequest:
         args = dict(v.args)
         args["messages"] = tuple(args.get("messages", ()))
@@ -156,7 +169,7 @@ class Protocol:
         return self.folds()[self.spec.fold["hook"]](wire, v.body)
 
     async def generate(self, call: Call) -> Reply:
-        v = self.validate(call)
+        v = await self.checked(call)
         req = self.engine.apply_model(self.chat_request(v))
         return await self.respond(v, req)
 

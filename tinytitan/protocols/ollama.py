@@ -209,7 +209,7 @@ class Ollama(Protocol):
 
     # -- routes --------------------------------------------------------------------------------------------
     async def complete(self, call: Call) -> Reply:
-        v = self.validate(call, handler="complete")
+        v = await self.checked(call, handler="complete")
         if not v.body.get("prompt") and v.body.get("suffix") is None:
             # Ollama's way to load a model: an empty prompt answers at once, nothing generated
             self.engine.model_info(served_name(v.body["model"]))
@@ -237,7 +237,7 @@ class Ollama(Protocol):
                                   "context_length": c["context_window"]} for c in cards]})
 
     async def show(self, call: Call) -> Reply:
-        v = self.validate(call, handler="show")
+        v = await self.checked(call, handler="show")
         name = v.body.get("model") or v.body.get("name")
         if not name:
             raise invalid("Missing required parameter: 'model'", param="model", code="missing_required_parameter")

@@ -210,7 +210,7 @@ class OpenAIResponses(Protocol):
 
     # -- handlers --------------------------------------------------------------------------------------------
     async def generate(self, call: Call) -> Reply:
-        v = self.validate(call)
+        v = await self.checked(call)
         history, own = self.conversation(v.body, v.notes.get("items", []))
         v.notes["own_input"] = own
         if any(item.get("type") == "compaction_trigger" for item in own):
