@@ -91,6 +91,13 @@ BAD = [
      "tools[1].tools[0].name", "invalid_value"),
     ({"model": MODEL, "input": "hi", "tools": [{"type": "namespace", "name": "a"}]}, "tools[0].tools",
      "missing_required_parameter"),
+    ({"model": MODEL, "input": [{"content": "no role, no id, no type"}]}, "input[0].type", "missing_required_parameter"),
+    ({"model": MODEL, "input": [{"type": "function_call", "call_id": "", "name": "f"}]}, "input[0].call_id",
+     "invalid_value"),
+    ({"model": MODEL, "input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text"}]}]},
+     "input[0].output[0].text", "missing_required_parameter"),
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "namespace", "name": "a", "tools": [{"type": "function"}]}]},
+     "tools[0].tools[0].name", "missing_required_parameter"),
     ({"model": MODEL, "input": "hi", "tool_choice": "sometimes"}, "tool_choice", "invalid_value"),
     ({"model": MODEL, "input": "hi", "tool_choice": {"type": "web_search"}}, "tool_choice.type", "unsupported_value"),
     ({"model": MODEL, "input": "hi", "tool_choice": {"type": "function", "name": "f"}}, "tool_choice", "invalid_value"),
@@ -136,3 +143,11 @@ async def test_prompt_over_the_context_window(serve, demo_tok):
     assert resp.status_code == 400 and err["code"] == "context_length_exceeded" and err["param"] == "input"
     assert err["message"].startswith("This model's maximum context length is 64 tokens. However, your messages "
                                      "resulted in "), err
+
+
+async def test_compact_checks_items_with_the_same_schema(serve):
+    s = await serve(["never generated"])
+    resp = await post(s, "/v1/responses/compact", {"model": MODEL, "input": [{"type": "function_call", "name": "f"}]})
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["param"] == "input[0].call_id" and err["code"] == "missing_required_parameter", err

@@ -73,14 +73,14 @@ def transcript(items: list[dict]) -> str:
         started = started or kind != "reasoning"
         if kind == "message":
             role = {"developer": "System"}.get(item["role"], item["role"].capitalize())
-            lines.append(f"{role}: {parts_text(item.get('content'), 'input')}")
+            lines.append(f"{role}: {parts_text(item.get('content'))}")
         elif kind == "function_call":
             name = f"{item['namespace']}.{item['name']}" if item.get("namespace") else item["name"]
             lines.append(f"Assistant called {name}({item.get('arguments') or ''}) [call {item['call_id']}]")
         elif kind == "custom_tool_call":
             lines.append(f"Assistant called {item['name']}: {item['input']} [call {item['call_id']}]")
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            lines.append(f"Tool result [call {item['call_id']}]: {parts_text(item.get('output'), 'output')}")
+            lines.append(f"Tool result [call {item['call_id']}]: {parts_text(item.get('output'))}")
         elif kind == "compaction":
             lines.append(f"Earlier summary: {decode(item['encrypted_content'], 'input')['summary']}")
     return "\n\n".join(lines)
