@@ -191,7 +191,7 @@ class AnthropicMessages(Protocol):
     def reasoning_rule(self, body: dict, args: dict, v) -> None:
         """The cross-field reasoning rule (``request.rules``): thinking, output_config.effort and the template
         variables together, once."""
-        betas = (v.notes.get("headers") or {}).get("anthropic-beta", "")
+        betas = v.headers.get("anthropic-beta", "")
         level, budget = self.reasoning_of(body, interleaved="interleaved-thinking-" in betas)
         if level is not None:
             args["reasoning"] = level

@@ -48,10 +48,10 @@ class Protocol:
 
     def __init__(self, spec_directory: Path | None = None):
         self.spec: ProtocolSpec = load_protocol(self.name, spec_directory)
-        self.validator = RequestValidator(self.spec, self.request_hooks())
+        self.validator = RequestValidator(self.spec, self.request_hooks(), state=self.request_state)
         # a route whose spec entry changes request fields (``routes[].fields``) validates with its own table
         self.route_validators = {r["handler"]: RequestValidator(self.spec, self.request_hooks(), r.get("fields"),
-                                                                self._route_without(r))
+                                                                self._route_without(r), self.request_state)
                                  for r in self.spec.routes if r.get("fields") or r.get("without") or r.get("only")}
         missing = sorted({r["handler"] for r in self.spec.routes} - set(self.handlers()))
         if missing:
@@ -81,6 +81,10 @@ class Protocol:
     # -- what subclasses supply ------------------------------------------------------------------------------
     def request_hooks(self) -> dict[str, Callable]:
         return {}
+
+    def request_state(self) -> Any:
+        """A fresh record for what one request's hooks found (``Validated.state``), or None."""
+        return None
 
     def machine_hooks(self) -> dict[str, Callable]:
         return {}
@@ -129,12 +133,11 @@ class Protocol:
     # -- the request path ----------------------------------------------------------------------------------
     def validate(self, call: Call | bytes, handler: str | None = None, empty_is_object: bool = False) -> Validated:
         """A call's body through the request table (a route's own, where it has one). The call's headers
-        reach hooks whose rules depend on one (as ``notes["headers"]``); raw bytes validate without them."""
+        reach hooks whose rules depend on one (``v.headers``); raw bytes validate without them."""
         validator = self.route_validators.get(handler, self.validator)
         raw = call.body if isinstance(call, Call) else call
-        notes = {"headers": dict(call.headers)} if isinstance(call, Call) else {}
         body = {} if empty_is_object and not raw.strip() else validator.parse_json(raw)
-        return validator.validate(body, notes)
+        return validator.validate(body, dict(call.headers) if isinstance(call, Call) else {})
 
     async def checked(self, call: Call, handler: str | None = None, empty_is_object: bool = False) -> Validated:
         """``validate`` for a handler: a body of ``OFF_LOOP_BYTES`` or more is parsed and validated on a worker
@@ -148,7 +151,7 @@ class Protocol:
         args["messages"] = tuple(args.get("messages", ()))
         args["tools"] = tuple(args.get("tools", ()))
         args["stop"] = tuple(args.get("stop", ()))
-        args["workspace"] = (v.notes.get("headers") or {}).get("x-tinytitan-workspace")
+        args["workspace"] = v.headers.get("x-tinytitan-workspace")
         return ChatRequest(**args)
 
     def machine(self, v: Validated, model_id: str, stream: bool, entry: str | None = None) -> Machine:

@@ -74,7 +74,6 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
         tools.append(Tool(fn["name"], fn.get("description") or "",
                           fn.get("parameters") or {"type": "object", "properties": {}}, strict=fn.get("strict") is True))
     args["tools"] = tools
-    v.notes["custom_tools"] = sorted(t.name for t in tools if t.custom)
 
 
 def parse_tool_choice(value: Any, body: dict, args: dict, v) -> None:
@@ -189,4 +188,4 @@ class OpenAIChat(Protocol):
         return ChatState()
 
     def extra_context(self, v) -> dict:
-        return {"custom_tools": v.notes.get("custom_tools", [])}
+        return {"custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom)}

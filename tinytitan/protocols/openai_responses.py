@@ -24,6 +24,7 @@ import json
 import logging
 import time
 from contextlib import aclosing
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -51,12 +52,18 @@ log = logging.getLogger("tinytitan.responses")
 
 
 # -- request hooks ------------------------------------------------------------------------------------------
+@dataclass
+class ResponsesRequest:
+    """What a request's hooks and handler found (``Validated.state``)."""
+
+    items: list[dict] = field(default_factory=list)  # the checked input items, each with an id
+    tool_names: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # flat name → (namespace, name)
+    own_input: list[dict] = field(default_factory=list)  # this request's items, references resolved (stored)
+    compaction: bool = False  # a compaction turn (its response is not stored)
+
+
 def hook_input(value, body: dict, args: dict, v: Validated) -> None:
-    v.notes["items"] = normalise_input(value)
-
-
-def hook_instructions(value, body: dict, args: dict, v: Validated) -> None:
-    v.notes["instructions"] = value
+    v.state.items = normalise_input(value)
 
 
 def hook_tool_choice(value, body: dict, args: dict, v: Validated) -> None:
@@ -99,7 +106,7 @@ class OpenAIResponses(Protocol):
         self.compact_validator = RequestValidator(compact_spec, {})
 
     def request_hooks(self):
-        return {"input": hook_input, "instructions": hook_instructions, "tools": self.hook_tools,
+        return {"input": hook_input, "tools": self.hook_tools,
                 "tool_choice": hook_tool_choice, "reasoning": hook_reasoning, "text": hook_text}
 
     @property
@@ -109,8 +116,10 @@ class OpenAIResponses(Protocol):
     def hook_tools(self, value, body: dict, args: dict, v: Validated) -> None:
         tools, names = parse_tools(value, self.separator)
         args["tools"] = tools
-        v.notes["tool_names"] = names
-        v.notes["custom_tools"] = sorted(t.name for t in tools if t.custom)
+        v.state.tool_names = names
+
+    def request_state(self) -> ResponsesRequest:
+        return ResponsesRequest()
 
     def machine_hooks(self):
         return dict(HOOKS)
@@ -185,9 +194,9 @@ class OpenAIResponses(Protocol):
         return history, own
 
     def record(self, v: Validated, machine: Machine) -> None:
-        if not v.body.get("store") or v.notes.get("compaction"):
+        if not v.body.get("store") or v.state is None or v.state.compaction:
             return
-        rec = StoredResponse(id=machine.context["id"], input=v.notes.get("own_input", []),
+        rec = StoredResponse(id=machine.context["id"], input=v.state.own_input,
                              events=[w.data for w in machine.history],
                              previous_response_id=v.body.get("previous_response_id"),
                              created_at=machine.context["created"])
@@ -200,8 +209,8 @@ class OpenAIResponses(Protocol):
     # -- the machine -----------------------------------------------------------------------------------------
     def extra_context(self, v: Validated) -> dict:
         # the values the request names until Started says what the engine decodes with (the ``sampling`` hook)
-        return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": v.notes.get("tool_names", {}),
-                "custom_tools": v.notes.get("custom_tools", [])}
+        return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": (v.state or ResponsesRequest()).tool_names,
+                "custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom)}
 
     def machine(self, v, model_id, stream, entry=None) -> Machine:
         m = super().machine(v, model_id, stream, entry)
@@ -211,13 +220,13 @@ class OpenAIResponses(Protocol):
     # -- handlers --------------------------------------------------------------------------------------------
     async def generate(self, call: Call) -> Reply:
         v = await self.checked(call)
-        history, own = self.conversation(v.body, v.notes.get("items", []))
-        v.notes["own_input"] = own
+        history, own = self.conversation(v.body, v.state.items)
+        v.state.own_input = own
         if any(item.get("type") == "compaction_trigger" for item in own):
             return await self.compaction_turn(v, history + own)
         system, msgs = to_messages(history + own, self.separator)
-        v.args["messages"] = self.with_summaries(place_system([v.notes.get("instructions") or ""], msgs, merge_later=True),
-                                                 system)
+        instructions = v.body.get("instructions") or ""
+        v.args["messages"] = self.with_summaries(place_system([instructions], msgs, merge_later=True), system)
         if not v.args["messages"]:
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")
@@ -235,7 +244,7 @@ class OpenAIResponses(Protocol):
         return [Message("system", text)] + msgs
 
     async def compaction_turn(self, v: Validated, items: list[dict]) -> Reply:
-        v.notes["compaction"] = True
+        v.state.compaction = True
         model_id, _ = self.engine.resolve(v.body["model"])
         compactor = self.engine.summariser(v.body["model"])
         machine = self.machine(v, model_id, bool(v.body.get("stream")), entry="compaction")

@@ -110,14 +110,16 @@ class Validated:
     body: dict
     args: dict = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)  # unknown fields accepted under unknown_fields: ignore
-    notes: dict = field(default_factory=dict)  # what hooks want to tell the handler
+    headers: Mapping[str, str] = field(default_factory=dict)  # the call's, for hooks whose rules depend on one
+    state: Any = None  # the protocol's own typed record of what its hooks found, for its handler
 
 
 class RequestValidator:
     def __init__(self, spec: ProtocolSpec, hooks: Mapping[str, Hook], overrides: Mapping[str, dict] | None = None,
-                 without: tuple[str, ...] = ()):
+                 without: tuple[str, ...] = (), state: Callable[[], Any] = lambda: None):
         """``overrides``: a route's ``fields`` (per-field changes merged over ``request.fields``, or the
-        route's own fields); ``without``: request fields the route does not take."""
+        route's own fields); ``without``: request fields the route does not take; ``state``: makes each
+        request's ``Validated.state`` (the protocol's typed record that its hooks fill in)."""
         self.spec = spec
         overrides = overrides or {}
         declared = spec.request.get("fields") or {}
@@ -133,6 +135,7 @@ class RequestValidator:
         if missing:
             raise ValueError(f"{spec.source}: request hooks not provided by the protocol module: {missing}")
         self.hooks = hooks
+        self.new_state = state
         self.schemas = {name: jsonschema.Draft202012Validator(f["schema"])
                         for name, f in self.fields.items() if "schema" in f}
 
@@ -155,12 +158,12 @@ class RequestValidator:
         except RecursionError:
             raise invalid("The request body is nested too deeply to parse", code="invalid_json") from None
 
-    def validate(self, body: Any, notes: dict | None = None) -> Validated:
-        """``notes``: what the hooks may read besides the body (e.g. the request's headers)."""
+    def validate(self, body: Any, headers: Mapping[str, str] | None = None) -> Validated:
+        """``headers``: the call's, for the hooks whose rules depend on one."""
         if not isinstance(body, dict):
             raise invalid(f"The request body must be a JSON object, got {json_type_name(body)}", code="invalid_body")
         body = dict(body)
-        out = Validated(body=body, notes=dict(notes or {}))
+        out = Validated(body=body, headers=dict(headers or {}), state=self.new_state())
         for name in body:
             if name not in self.fields:
                 if self.unknown == "refuse":
