@@ -54,8 +54,9 @@ class Trimmer:
     async def _run(self) -> None:
         try:
             await trio.sleep_until(max(trio.current_time() + self.delay, self.last + self.interval))
-            await trio.to_thread.run_sync(self.trim)
+            result = await trio.to_thread.run_sync(self.trim)
             self.count += 1
+            log.debug("heap trimmed after a large request (malloc_trim: %s)", result)
         except Exception:  # giving memory back is a courtesy: never a failure of the server
             log.exception("malloc_trim failed")
         finally:
