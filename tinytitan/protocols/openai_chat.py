@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..chat_request import Message, Tool, ToolCall
-from ..errors import ApiError, invalid
+from ..errors import ApiError
 from ..output_format import normalise
 from .. import custom_tools
 from .. import tool_choice
@@ -62,9 +62,7 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
     for i, t in enumerate(value):
         if t["type"] == "custom":
             where = f"tools[{i}].custom"
-            spec = t.get("custom")
-            if not isinstance(spec, dict):
-                raise invalid(f"Missing required parameter: '{where}'", param=where, code="missing_required_parameter")
+            spec = t["custom"]
             fmt = spec.get("format")
             if isinstance(fmt, dict) and isinstance(fmt.get("grammar"), dict):  # Chat nests the grammar one down
                 spec = {**spec, "format": {"type": fmt.get("type"), **fmt["grammar"]}}
@@ -81,11 +79,7 @@ def parse_tool_choice(value: Any, body: dict, args: dict, v) -> None:
 
 
 def parse_stop(value: Any, body: dict, args: dict, v) -> None:
-    stops = [value] if isinstance(value, str) else value
-    for i, s in enumerate(stops):
-        if not isinstance(s, str):
-            raise invalid(f"Invalid type for 'stop[{i}]': expected a string", param=f"stop[{i}]", code="invalid_type")
-    args["stop"] = tuple(stops)
+    args["stop"] = (value,) if isinstance(value, str) else tuple(value)
 
 
 def parse_output_format(value: dict, body: dict, args: dict, v) -> None:

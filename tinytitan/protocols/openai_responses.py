@@ -26,7 +26,6 @@ import time
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
 
 from ..chat_request import Message
 from ..errors import ApiError, invalid
@@ -44,9 +43,6 @@ from .responses_input import normalise_input, parse_tools, to_messages
 from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .wire import Call, Reply, Services
 
-EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
-SUMMARIES = ("auto", "concise", "detailed")
-VERBOSITY = ("low", "medium", "high")
 STORE_KEY = "responses_store"
 log = logging.getLogger("tinytitan.responses")
 
@@ -70,24 +66,7 @@ def hook_tool_choice(value, body: dict, args: dict, v: Validated) -> None:
     args["tool_choice"], args["tool_names"] = tool_choice.openai(value)
 
 
-def _enum(obj: dict, key: str, allowed: tuple, where: str) -> Any:
-    value = obj.get(key)
-    if value is not None and value not in allowed:
-        raise invalid(f"Invalid value for '{where}.{key}': {json.dumps(value)} is not one of {list(allowed)}",
-                      param=f"{where}.{key}", code="invalid_value")
-    return value
-
-
-def hook_reasoning(value: dict, body: dict, args: dict, v: Validated) -> None:
-    effort = _enum(value, "effort", EFFORTS, "reasoning")
-    _enum(value, "summary", SUMMARIES, "reasoning")
-    _enum(value, "generate_summary", SUMMARIES, "reasoning")
-    if effort is not None:
-        args["reasoning"] = effort
-
-
 def hook_text(value: dict, body: dict, args: dict, v: Validated) -> None:
-    _enum(value, "verbosity", VERBOSITY, "text")
     if value.get("format") is not None:
         args["grammar"] = normalise(value["format"], "text.format")
 
@@ -107,7 +86,7 @@ class OpenAIResponses(Protocol):
 
     def request_hooks(self):
         return {"input": hook_input, "tools": self.hook_tools,
-                "tool_choice": hook_tool_choice, "reasoning": hook_reasoning, "text": hook_text}
+                "tool_choice": hook_tool_choice, "text": hook_text}
 
     @property
     def separator(self) -> str:
