@@ -46,6 +46,8 @@ async def test_a_large_body_is_refused_as_a_small_one_is(serve, path, headers, p
              ([base], [pad(base)])]  # not an object
     cases = [(json.dumps(a), json.dumps(b)) for a, b in cases]
     cases.append((json.dumps(base)[:-1], json.dumps(pad(base))[:-1]))  # cut short
+    huge_int = ', "top_k": ' + "9" * 5000 + "}"  # more digits than int() takes
+    cases.append((json.dumps(base)[:-1] + huge_int, json.dumps(pad(base))[:-1] + huge_int))
     for small, big in cases:
         assert len(big) >= OFF_LOOP_BYTES
         rs, rb = await post(s, path, small.encode(), headers), await post(s, path, big.encode(), headers)
