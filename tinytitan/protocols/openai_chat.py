@@ -112,56 +112,73 @@ def append_call(m, ev) -> None:
         call["input"] = now
 
 
+class Chunks:
+    """What folding any OpenAI chunk stream shares: the head fields of its first chunk, the usage of the chunk
+    that carries one, the last finish_reason. ``choices`` yields each chunk's choices; an error chunk raises."""
+
+    HEAD = ("id", "created", "model", "system_fingerprint")
+
+    def __init__(self) -> None:
+        self.head: dict = {}
+        self.usage = None
+        self.finish = None
+
+    def choices(self, wire: list[WireEvent]):
+        for w in wire:
+            d = w.data
+            if not isinstance(d, dict):
+                continue
+            if "error" in d:
+                raise ApiError("server_error", d["error"].get("message", "generation failed"))
+            self.head = self.head or {k: d[k] for k in self.HEAD}
+            if d.get("usage"):
+                self.usage = d["usage"]
+            for choice in d.get("choices", []):
+                yield choice
+                if choice.get("finish_reason"):
+                    self.finish = choice["finish_reason"]
+
+    def envelope(self, obj: str, choice: dict) -> dict:
+        return {"id": self.head.get("id"), "object": obj, "created": self.head.get("created"),
+                "model": self.head.get("model"), "system_fingerprint": self.head.get("system_fingerprint"),
+                "choices": [choice], "usage": self.usage}
+
+
 def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
     """Chunks → one chat.completion, the way an SDK accumulates a stream."""
-    head: dict = {}
+    chunks = Chunks()
     content: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, dict] = {}
-    finish = None
-    usage = None
-    for w in wire:
-        d = w.data
-        if not isinstance(d, dict):
-            continue
-        if "error" in d:
-            raise ApiError("server_error", d["error"].get("message", "generation failed"))
-        head = head or {k: d[k] for k in ("id", "created", "model", "system_fingerprint")}
-        if d.get("usage"):
-            usage = d["usage"]
-        for choice in d.get("choices", []):
-            delta = choice.get("delta", {})
-            if delta.get("content"):
-                content.append(delta["content"])
-            if delta.get("reasoning_content"):
-                reasoning.append(delta["reasoning_content"])
-            for tc in delta.get("tool_calls", []):
-                if tc.get("type") == "custom":
-                    calls[tc["index"]] = {"id": None, "type": "custom", "custom": {"name": "", "input": ""}}
-                call = calls.setdefault(tc["index"], {"id": None, "type": "function",
-                                                      "function": {"name": "", "arguments": ""}})
-                if tc.get("id"):
-                    call["id"] = tc["id"]
-                if call["type"] == "custom":
-                    custom = tc.get("custom", {})
-                    call["custom"]["name"] += custom.get("name") or ""
-                    call["custom"]["input"] += custom.get("input") or ""
-                    continue
-                fn = tc.get("function", {})
-                call["function"]["name"] += fn.get("name") or ""
-                call["function"]["arguments"] += fn.get("arguments") or ""
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
+    for choice in chunks.choices(wire):
+        delta = choice.get("delta", {})
+        if delta.get("content"):
+            content.append(delta["content"])
+        if delta.get("reasoning_content"):
+            reasoning.append(delta["reasoning_content"])
+        for tc in delta.get("tool_calls", []):
+            if tc.get("type") == "custom":
+                calls[tc["index"]] = {"id": None, "type": "custom", "custom": {"name": "", "input": ""}}
+            call = calls.setdefault(tc["index"], {"id": None, "type": "function",
+                                                  "function": {"name": "", "arguments": ""}})
+            if tc.get("id"):
+                call["id"] = tc["id"]
+            if call["type"] == "custom":
+                custom = tc.get("custom", {})
+                call["custom"]["name"] += custom.get("name") or ""
+                call["custom"]["input"] += custom.get("input") or ""
+                continue
+            fn = tc.get("function", {})
+            call["function"]["name"] += fn.get("name") or ""
+            call["function"]["arguments"] += fn.get("arguments") or ""
     message: dict = {"role": "assistant", "content": "".join(content) if content or not calls else None,
                      "refusal": None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return {"id": head.get("id"), "object": "chat.completion", "created": head.get("created"),
-            "model": head.get("model"), "system_fingerprint": head.get("system_fingerprint"),
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-            "usage": usage}
+    return chunks.envelope("chat.completion",
+                           {"index": 0, "message": message, "logprobs": None, "finish_reason": chunks.finish})
 
 
 class OpenAIChat(Protocol):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ApiError, invalid
+from ..errors import invalid
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .openai_chat import parse_stop
+from .openai_chat import Chunks, parse_stop
 
 
 def prompt_text(body: dict) -> str:
@@ -37,27 +37,10 @@ def parse_prompt(value: Any, body: dict, args: dict, v) -> None:
 
 def fold_text_completion(wire: list[WireEvent], body: dict) -> dict:
     """Chunks → one text_completion, the way an SDK accumulates a stream."""
-    head: dict = {}
-    text: list[str] = []
-    finish = None
-    usage = None
-    for w in wire:
-        d = w.data
-        if not isinstance(d, dict):
-            continue
-        if "error" in d:
-            raise ApiError("server_error", d["error"].get("message", "generation failed"))
-        head = head or {k: d[k] for k in ("id", "created", "model", "system_fingerprint")}
-        if d.get("usage"):
-            usage = d["usage"]
-        for choice in d.get("choices", []):
-            text.append(choice.get("text") or "")
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
-    return {"id": head.get("id"), "object": "text_completion", "created": head.get("created"),
-            "model": head.get("model"), "system_fingerprint": head.get("system_fingerprint"),
-            "choices": [{"text": "".join(text), "index": 0, "logprobs": None, "finish_reason": finish}],
-            "usage": usage}
+    chunks = Chunks()
+    text = [choice.get("text") or "" for choice in chunks.choices(wire)]
+    return chunks.envelope("text_completion",
+                           {"text": "".join(text), "index": 0, "logprobs": None, "finish_reason": chunks.finish})
 
 
 class OpenAICompletions(Protocol):
