@@ -27,7 +27,8 @@ from pathlib import Path
 from lark import Lark, Transformer
 from lark.exceptions import LarkError, UnexpectedInput, VisitError
 
-from .bodies import _STRING_TYPES, Calls, convert_value
+from .body import Calls
+from .body_tagged import _STRING_TYPES, convert_value
 
 log = logging.getLogger("tinytitan.parser")
 

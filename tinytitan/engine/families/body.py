@@ -1,0 +1,102 @@
+"""What every tool-call body decoder shares: call numbering, the Body interface, stepped bodies (see
+``bodies.py`` for the decoders and why they exist)."""
+
+from __future__ import annotations
+
+import logging
+
+from ...events import TextDelta, ToolCallArgsDelta, ToolCallStarted, TokenEvent
+from .markup import Markup, new_call_id
+
+log = logging.getLogger("tinytitan.parser")
+
+
+class Calls:
+    """Call numbering shared by every body of one generation."""
+
+    def __init__(self, namespaces: dict[str, str] | None = None, tools: dict[str, dict] | None = None):
+        self.namespaces = namespaces or {}
+        self.tools = tools or {}  # name -> JSON schema of its parameters
+        self.next = 0
+        self.count = 0
+
+    def start(self, name: str) -> ToolCallStarted:
+        idx = self.next
+        self.next += 1
+        self.count += 1
+        return ToolCallStarted(idx, new_call_id(), name, self.namespaces.get(name))
+
+    def param_type(self, name: str, key: str) -> str | None:
+        props = (self.tools.get(name) or {}).get("properties") or {}
+        t = (props.get(key) or {}).get("type")
+        if isinstance(t, list):
+            t = next((x for x in t if x != "null"), None)
+        return str(t).lower() if t else None
+
+
+class Body:
+    """Base: ``feed`` / ``close``. ``rejected`` (tentative bodies only): this was never a call, here is the
+    text back. ``leftover``: the call is complete and this text follows it (the parser takes it back)."""
+
+    def __init__(self, calls: Calls, markup: Markup, tentative: bool = False):
+        self.calls = calls
+        self.m = markup
+        self.tentative = tentative  # no opening marker: give up at the first sign it is not a call
+        self.raw = ""
+        self.rejected: str | None = None
+        self.leftover: str | None = None
+        self.index: int | None = None
+        self.any = False  # some call started
+        self.warned = False  # logged once per block
+        self.format = markup.body  # the grammar that checks the completed block (set by make_body)
+
+    def feed(self, text: str) -> list[TokenEvent]:
+        raise NotImplementedError
+
+    def close(self, truncated: bool) -> list[TokenEvent]:
+        raise NotImplementedError
+
+    @property
+    def quoting(self) -> bool:
+        """Whether what was fed so far stops inside a quoted argument value (a JSON or Python string, an
+        XML-ish parameter value): a closing marker that comes now is part of the value, not the call's end —
+        a model writing about its own call format (``"content": "… <tool_call>{…}</tool_call> …"``)."""
+        return False
+
+    # helpers
+    def _start(self, name: str, out: list) -> None:
+        ev = self.calls.start(name)
+        self.index = ev.index
+        self.any = True
+        out.append(ev)
+
+    def _as_text(self, truncated: bool) -> list[TokenEvent]:
+        log.warning("tool-call markup not understood; returned as text: %r", self.raw[:200])
+        if self.tentative:
+            return [TextDelta(self.raw)] if self.raw else []
+        text = (self.m.tool_open or "") + self.raw + ("" if truncated else (self.m.tool_close or ""))
+        return [TextDelta(text)]
+
+
+class SteppedBody(Body):
+    """A body read by a small state machine: ``_step`` consumes from ``buf`` and says whether it progressed;
+    argument text goes out through ``_emit``, which also keeps the whole arguments string."""
+
+    buf: str
+    args: str
+
+    def _emit(self, out: list, text: str) -> None:
+        if text:
+            self.args += text
+            out.append(ToolCallArgsDelta(self.index, text))
+
+    def feed(self, text: str) -> list[TokenEvent]:
+        self.raw += text
+        self.buf += text
+        out: list[TokenEvent] = []
+        while self.buf and self._step(out):
+            pass
+        return out
+
+    def _step(self, out: list) -> bool:
+        raise NotImplementedError
