@@ -24,6 +24,11 @@ class Usage:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
 
+    def __add__(self, other: "Usage") -> "Usage":
+        """Two generations' counts as one (a request that ran several, e.g. memory rounds or summary passes)."""
+        return Usage(self.prompt_tokens + other.prompt_tokens, self.cached_tokens + other.cached_tokens,
+                     self.completion_tokens + other.completion_tokens, self.reasoning_tokens + other.reasoning_tokens)
+
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens

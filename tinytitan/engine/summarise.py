@@ -108,11 +108,7 @@ class Summariser:
                 if isinstance(ev, TextDelta):
                     text.append(ev.text)
                 elif isinstance(ev, Finished):
-                    u = ev.usage
-                    self.usage = Usage(self.usage.prompt_tokens + u.prompt_tokens,
-                                       self.usage.cached_tokens + u.cached_tokens,
-                                       self.usage.completion_tokens + u.completion_tokens,
-                                       self.usage.reasoning_tokens + u.reasoning_tokens)
+                    self.usage += ev.usage
                 elif isinstance(ev, Failed):
                     log.warning("compaction pass failed: %s", ev.message)
                     return None

@@ -95,11 +95,6 @@ class Round:
                 and bool(self.memory_calls) and all(c.complete for c in self.memory_calls.values()))
 
 
-def _add(a: Usage, b: Usage) -> Usage:
-    return Usage(a.prompt_tokens + b.prompt_tokens, a.cached_tokens + b.cached_tokens,
-                 a.completion_tokens + b.completion_tokens, a.reasoning_tokens + b.reasoning_tokens)
-
-
 def add_timing(a: Timing | None, b: Timing | None) -> Timing | None:
     """Two rounds' timings as one: every step's time and count summed (a step neither round had stays None)."""
     if a is None or b is None:
@@ -195,7 +190,7 @@ class MemoryEvents:
                             yield ev
             if rnd.failed is not None or rnd.finished is None:
                 return
-            usage = _add(usage, rnd.finished.usage)
+            usage += rnd.finished.usage
             timing = add_timing(timing, rnd.finished.timing)
             final = done_rounds >= session.rounds
             if final and rnd.memory_calls:
