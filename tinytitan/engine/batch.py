@@ -28,9 +28,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..events import Failed, Timing
+from ..events import Failed
 from .backend import Prepared
-from .decode_loop import DecodeLoop
 from .raw import IncrementalText
 
 if TYPE_CHECKING:
@@ -57,10 +56,7 @@ class Member:
         self.error: Exception | None = None  # raised by one of its own hooks during a batched step
         self.generated: list[int] = []
         self.decoded = 0  # tokens given to the detokenizer (end-of-turn tokens are not)
-        before = Timing(admission_wait_s=box.admission_wait_s, render_s=prepared.render_s,
-                        tokenize_s=prepared.tokenize_s)
-        self.loop = box.loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit, prepared.sampling,
-                                          before)
+        self.loop = box.open_loop(backend.parser(prepared), prepared)
         self.detok = backend.tokenizer.detokenizer
         self.detok.reset()
         # a raw prompt's text comes from the token ids, with the prompt's end as context (raw.py)

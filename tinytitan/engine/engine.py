@@ -38,10 +38,9 @@ import trio
 
 from ..chat_request import ChatRequest
 from ..errors import ApiError
-from ..events import Failed, Timing
+from ..events import Failed
 from .backend import Backend, Prepared
 from .batch import DEFAULT_MAX_BATCH, Batcher, Member
-from .decode_loop import DecodeLoop
 from .model_thread import ModelThread, shared_model_thread
 from .prompt import fast_path
 from .session import Admission, Mailbox, Session
@@ -170,11 +169,8 @@ class Engine:
             try:
                 started = time.perf_counter()
                 loaded = self._make_resident(backend)
-                before = Timing(admission_wait_s=box.admission_wait_s, render_s=prepared.render_s,
-                                tokenize_s=prepared.tokenize_s,
-                                load_s=time.perf_counter() - started if loaded else None)
-                loop = box.loop = DecodeLoop(backend.parser(prepared), prepared.req.stop, box.emit,
-                                             prepared.sampling, before)
+                loop = box.open_loop(backend.parser(prepared), prepared,
+                                     load_s=time.perf_counter() - started if loaded else None)
             except BaseException as exc:
                 box.close(exc)  # the thread lets go of the session: the consumer raises this
                 return

@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 import trio
 
 from ..errors import ApiError
-from ..events import Failed, Finished, KeepAlive, ReasoningDelta, Started, TextDelta, TokenEvent, ToolCallArgsDelta
+from ..events import (Failed, Finished, KeepAlive, ReasoningDelta, Started, TextDelta, Timing, TokenEvent,
+                      ToolCallArgsDelta)
 from .backend import Prepared
+from .decode_loop import DecodeLoop
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -132,7 +134,15 @@ class Mailbox:
         self.error: BaseException | None = None  # a failure before decoding began (the model would not load)
         self.finished = trio.Event()
         self.admission_wait_s: float | None = None  # how long the session waited for its slot
-        self.loop: Any = None  # the DecodeLoop feeding it: what was decoded for a consumer that left early
+        self.loop: DecodeLoop | None = None  # the loop feeding it: what was decoded for a consumer that left early
+
+    def open_loop(self, parser: Any, prepared: Prepared, load_s: float | None = None) -> DecodeLoop:
+        """The generation's DecodeLoop, emitting into this mailbox, its timing begun with what came before
+        decoding (the wait for a slot, the template, tokenizing, a model load)."""
+        before = Timing(admission_wait_s=self.admission_wait_s, load_s=load_s, render_s=prepared.render_s,
+                        tokenize_s=prepared.tokenize_s)
+        self.loop = DecodeLoop(parser, prepared.req.stop, self.emit, prepared.sampling, before)
+        return self.loop
 
     # model thread
     def emit(self, ev: TokenEvent) -> None:
