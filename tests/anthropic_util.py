@@ -17,6 +17,16 @@ def sdk(s, **kw) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(base_url=s.base, api_key="x", max_retries=0, **kw)
 
 
+async def message(c: anthropic.AsyncAnthropic, stream: bool, **kw) -> anthropic.types.Message:
+    """One Messages answer through the SDK: streamed (every event read, then its final message) or not."""
+    if not stream:
+        return await c.messages.create(**kw)
+    async with c.messages.stream(**kw) as st:
+        async for _ in st:
+            pass
+        return await st.get_final_message()
+
+
 def body(**fields) -> dict:
     out = {"model": MODEL, "max_tokens": 256, "messages": [{"role": "user", "content": "hi"}]}
     out.update(fields)

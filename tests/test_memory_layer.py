@@ -17,6 +17,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
+from anthropic_util import message
 from conftest import Running, entries
 from responses_helpers import record_prompts
 from tinytitan.engine.engine import Engine
@@ -144,13 +145,7 @@ async def converse(s, protocol: str, stream: bool, tools=(), headers=None, syste
             if tools:
                 kw["tools"] = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
                                for t in tools]
-            if stream:
-                async with c.messages.stream(**kw) as st:
-                    async for _ in st:
-                        pass
-                    m = await st.get_final_message()
-            else:
-                m = await c.messages.create(**kw)
+            m = await message(c, stream, **kw)
             out["text"] = "".join(b.text for b in m.content if b.type == "text")
             out["calls"] = [{"name": b.name, "arguments": json.dumps(b.input)} for b in m.content if b.type == "tool_use"]
             out["finish"] = m.stop_reason

