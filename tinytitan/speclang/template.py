@@ -72,26 +72,6 @@ def render(template: Any, context: Mapping[str, Any], maps: Mapping[str, Mapping
     return template
 
 
-def names(template: Any) -> set[str]:
-    """Every context root a template refers to (for checking a spec at load)."""
-    found: set[str] = set()
-    if isinstance(template, str):
-        whole = _WHOLE.match(template)
-        if whole:
-            found.add(paths.steps(whole.group(1))[0])
-        else:
-            for m in _INNER.finditer(template):
-                if m.group(1):
-                    found.add(paths.steps(m.group(1))[0])
-    elif isinstance(template, dict):
-        for v in template.values():
-            found |= names(v)
-    elif isinstance(template, list):
-        for v in template:
-            found |= names(v)
-    return found
-
-
 def lookups(template: Any) -> set[str]:
     """Every context path a template looks up (``ev.usage.prompt_tokens``), for checking a spec at load."""
     found: set[str] = set()
