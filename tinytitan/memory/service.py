@@ -50,9 +50,8 @@ def journal_path(directory: Path, scope: Scope) -> Path:
 
 def make_private_dirs(root: Path, parts: tuple[str, ...]) -> None:
     """``root`` and each of ``parts`` below it, created 0700 (existing ones are left as they are)."""
-    path = root
-    for part in ("",) + parts:
-        path = path / part if part else path
+    for depth in range(len(parts) + 1):
+        path = root.joinpath(*parts[:depth])
         if not path.exists():
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
 
