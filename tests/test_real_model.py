@@ -15,6 +15,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from anthropic_util import message, sdk
+from responses_helpers import record_prompts
 from tinytitan.engine.prompt_cache import common_prefix, kv_offset
 from tinytitan.models.resolve import installed_gguf
 
@@ -59,23 +60,10 @@ def reference(smollm2_dir):
     return run
 
 
-def record_prompts(backend) -> list:
-    seen = []
-    real = backend.prepare
-
-    def prepare(req):
-        prepared = real(req)
-        seen.append(prepared)
-        return prepared
-
-    backend.prepare = prepare
-    return seen
-
-
 @pytest.fixture
 async def served(serve, smollm2):
     s = await serve(backend=smollm2)
-    s.prompts = record_prompts(smollm2)
+    s.prompts = record_prompts(s)
     yield s
     del smollm2.prepare  # the instance attribute goes; the class's method is back
 
