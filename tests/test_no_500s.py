@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 import strict
+from request_fuzz import paths
 
 ODD_VALUES = [None, 0, -1, 1.5, "", "x", True, [], [1], {}, {"type": "text"}, [None], [{"type": None}]]
 
@@ -56,18 +57,6 @@ BASES = {
         "options": {"seed": 3, "num_predict": 5},
     },
 }
-
-
-def paths(doc, here=()):
-    """Every key / index path in a JSON document."""
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield here + (k,)
-            yield from paths(v, here + (k,))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield here + (i,)
-            yield from paths(v, here + (i,))
 
 
 def mutated(base, path, value):
