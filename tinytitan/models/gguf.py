@@ -193,14 +193,14 @@ def ensure_converted(path: str | Path, form: str | None = None) -> Path:
     if (target / "config.json").is_file():
         log.info("%s: using the converted model in %s", path.name, target)
         return target
-    check(path)
+    meta = check(path)  # refused before anything is written
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         t0 = time.perf_counter()
         log.info("converting %s (%.0f MB) to an MLX model (%s) in %s …", path.name, path.stat().st_size / 1e6,
                  form, target)
-        convert(path, tmp, form)
+        convert(path, tmp, form, meta)
         try:
             os.replace(tmp, target)
         except OSError:
@@ -212,11 +212,12 @@ def ensure_converted(path: str | Path, form: str | None = None) -> Path:
     return target
 
 
-def convert(path: Path, out: Path, form: str = "quantized") -> None:
-    """Write the mlx-lm model directory for ``path`` into ``out``."""
+def convert(path: Path, out: Path, form: str = "quantized", meta: dict | None = None) -> None:
+    """Write the mlx-lm model directory for ``path`` into ``out`` (``meta``: what ``check`` read of it, when the
+    caller already has it)."""
     import mlx.core as mx
 
-    meta = check(path)
+    meta = meta or check(path)
     arch = meta["general.architecture"]
     weights, full = mx.load(str(path), return_metadata=True)
     log.info("converting: read %d tensors", len(weights))
