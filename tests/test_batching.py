@@ -170,6 +170,45 @@ async def test_a_member_joining_late_and_one_cancelled_leave_the_others_untouche
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
 
 
+async def test_members_joining_while_others_decode_take_their_first_token_from_a_read_ahead(demo, monkeypatch):
+    """A short prompt arriving while others decode is read at once and its first token sampled outside the
+    batch: whatever ends it there (a one-token cap, a stop string in its first token) or goes on from there
+    (a forced tool call, seeded sampling, a thought) gives exactly what it gives alone."""
+    from tinytitan.engine import batch
+
+    engine = Engine(demo, max_batch=8)
+    first = summary(await run(engine, req("Name a colour.", max_tokens=3)))
+    first_text = next(ev.text for ev in first if hasattr(ev, "text"))
+    joiners = {
+        "cap1": req("Name a colour.", max_tokens=1),
+        "stop": req("Name a colour.", max_tokens=3, stop=(first_text[:1],)),
+        "tool": req(FORCE, max_tokens=60, tools=(WEATHER,)),
+        "seeded": req("Tell me a story about a cat.", temperature=0.9, seed=5, max_tokens=12),
+        "think": req(THINK, max_tokens=33, reasoning="high"),
+    }
+    expected = {k: summary(await run(engine, r)) for k, r in joiners.items()}
+    read_ahead = []
+    real = batch._first_token
+    monkeypatch.setattr(batch, "_first_token", lambda *a: read_ahead.append(1) or real(*a))
+    got: dict = {}
+    async with trio.open_nursery() as n:
+        async def one(name, r):
+            got[name] = await run(engine, r)
+
+        n.start_soon(one, "long", req("Explain recursion.", max_tokens=400))
+        while engine.running < 1:
+            await trio.sleep(0.005)
+        await trio.sleep(0.05)  # decoding by now
+        for name, r in joiners.items():
+            n.start_soon(one, name, r)
+            await trio.sleep(0.02)
+    assert {k: summary(v) for k, v in got.items() if k != "long"} == expected
+    assert len(read_ahead) == len(joiners)
+    assert expected["cap1"][-1].reason == "length" and expected["cap1"][-1].usage.completion_tokens == 1
+    assert expected["stop"][-1].reason == "stop_sequence"
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 8)
+
+
 async def test_a_failing_member_fails_alone(demo):
     engine = Engine(demo, max_batch=3)
     fine = [req("Say something kind.", max_tokens=30), req("Say something wise.", max_tokens=30)]

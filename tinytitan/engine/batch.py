@@ -152,14 +152,17 @@ class Batcher:
                 if state.switch(member.backend, self.make_resident, self.max_batch):  # it loaded the model
                     member.loop.before = dataclasses.replace(member.loop.before,
                                                              load_s=time.perf_counter() - started)
-            self._insert(state, member)
+            inserted = self._insert(state, member)
         except Exception as exc:  # this member's own failure (its model would not load, its sampler ...)
             _fail(member, exc)
             return
-        members[member.uid] = member
+        if inserted:
+            members[member.uid] = member
 
     @staticmethod
-    def _insert(state: "_Generator", member: Member) -> None:
+    def _insert(state: "_Generator", member: Member) -> bool:
+        """Put ``member`` into the batch; False when it ended before joining (its first token, read ahead,
+        was its last)."""
         backend = member.backend
         prepared = member.prepared
         tokens = list(prepared.tokens)
@@ -171,11 +174,22 @@ class Batcher:
         sampler, processors = backend.sampler_for(prepared, member.loop, seeded=True)
         sampler, processors = _guarded(member, sampler, processors)
         member.loop.start(len(tokens), cached)
-        if len(state.gen._generation_batch) > 0 and 1 < len(tokens) - cached <= PREFILL_STEP_SHARED:
-            cached = _read_ahead(state, kv, tokens, cached)
-        [member.uid] = state.gen.insert([tokens[cached:]], max_tokens=[prepared.max_tokens], caches=[kv],
+        max_tokens = prepared.max_tokens
+        if len(state.gen._generation_batch) > 0 and 0 < len(tokens) - cached <= PREFILL_STEP_SHARED:
+            first = _first_token(state, kv, tokens, cached, sampler, processors)
+            if member.error is not None:
+                raise member.error
+            ended = member.feed(first)
+            if ended is not None:  # end-of-turn, a stop string or a one-token cap
+                _store(member, kv)
+                member.finish(ended)
+                member.box.close()
+                return False
+            tokens, cached, max_tokens = tokens + [first], len(tokens), max_tokens - 1
+        [member.uid] = state.gen.insert([tokens[cached:]], max_tokens=[max_tokens], caches=[kv],
                                         all_tokens=[tokens[:cached]], samplers=[sampler],
                                         logits_processors=[processors], stop_sequences=[state.stops])
+        return True
 
     def _drop_stopped(self, state: "_Generator", members: dict[int, Member]) -> None:
         gone = [uid for uid, m in members.items() if m.box.stop.is_set()]
@@ -234,18 +248,25 @@ class Batcher:
                 _fail(member, exc)
 
 
-def _read_ahead(state: "_Generator", kv: list, tokens: list[int], cached: int) -> int:
-    """A short prompt that arrives while others decode is read here, at once, all but its last token: it then
-    joins the batch's next step as a one-token prompt and gets its first token a step sooner (read inside the
-    batch, its prompt takes one step, its last token a second, and its first token comes back in a third).
-    Returns how many of ``tokens`` the cache now holds."""
+def _first_token(state: "_Generator", kv: list, tokens: list[int], cached: int, sampler, processors) -> int:
+    """A short prompt that arrives while others decode is read here, at once, and its first token sampled
+    here too: the member then joins the batch with that token as its one-token prompt. Read inside the batch
+    instead, its prompt would take one batch step, its last token a second, and its first token would come
+    back only in a third. The prompt is read as a request alone reads it (all but the last token, then the
+    last token), so its first token is the one it would get alone."""
     import mlx.core as mx
 
     stream = state.backend.stream
     with mx.stream(stream) if stream is not None else contextlib.nullcontext():
-        state.model(mx.array(tokens[cached:-1])[None], cache=kv)
-        mx.eval([c.state for c in kv])
-    return len(tokens) - 1
+        if len(tokens) - cached > 1:
+            state.model(mx.array(tokens[cached:-1])[None], cache=kv)
+            mx.eval([c.state for c in kv])
+        logits = state.model(mx.array(tokens[-1:])[None], cache=kv)[:, -1, :]
+        context = mx.array(tokens)
+        for processor in processors:
+            logits = processor(context, logits)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        return int(sampler(logprobs).item())
 
 
 def _store(member: Member, kv: list) -> None:
