@@ -161,7 +161,7 @@ async def test_a_member_joining_late_and_one_cancelled_leave_the_others_untouche
         n.start_soon(one, "a", long_a)
         n.start_soon(one, "b", long_b)
         n.start_soon(one, "cancelled", cancelled, 2)  # hangs up after its first delta
-        while engine.running < 3:
+        while engine.running < 3 and "cancelled" not in got:  # it may have come and gone between two looks
             await trio.sleep(0.005)
         await trio.sleep(0.05)  # the others are decoding by now
         n.start_soon(one, "late", late)
@@ -207,6 +207,46 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
     assert expected["cap1"][-1].reason == "length" and expected["cap1"][-1].usage.completion_tokens == 1
     assert expected["stop"][-1].reason == "stop_sequence"
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 8)
+
+
+@pytest.mark.parametrize("where", ["before its prompt", "mid-prompt", "mid-answer"])
+async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, where):
+    """A member alone decodes outside the batch; when another arrives it joins the batch where it stands —
+    before its prompt, between two chunks of it (chunks of 16 tokens here), or between two tokens of its
+    answer — and decodes on exactly as it would have alone: a forced tool call (its logits processor's
+    state), seeded sampling (its sampler's key), a thought."""
+    from tinytitan.engine import batch, solo
+
+    engine = Engine(demo, max_batch=4)
+    requests = [req(FORCE, max_tokens=60, tools=(WEATHER,)),
+                req("Tell me a story about a cat, a dog and a bird in a forest.", temperature=0.9, seed=3,
+                    max_tokens=60),
+                req(THINK, max_tokens=60, reasoning="high")]
+    expected = [summary(await run(engine, r)) for r in requests]
+    monkeypatch.setattr(solo, "PREFILL_STEP", 16)
+    handovers = []
+    real = batch.decode_alone
+
+    def joined_at(gen, member, start, others_waiting, store):  # as if someone arrived at that look
+        prompt = len(member.prepared.tokens)
+        chunks = -(-(prompt - 1) // 16)  # one look before each chunk of its prompt, then one before each token
+        at = {"before its prompt": 1, "mid-prompt": 2, "mid-answer": chunks + 5}[where]
+        looks = iter(range(1, 10_000))
+        out = real(gen, member, start, lambda: next(looks) >= at, store)
+        handovers.append(out and len(out.prompt))
+        assert handovers[-1] == (prompt - 16 * (at - 1) if at <= chunks else 1)  # (a 12-token prompt: 1 chunk)
+        return out
+
+    monkeypatch.setattr(batch, "decode_alone", joined_at)
+    got = []
+    for r in requests:
+        demo.prompt_cache.clear()  # every prompt read from its start
+        got.append(summary(await run(engine, r)))
+    assert got == expected
+    assert len(handovers) == len(requests)
+    if where == "mid-prompt":
+        assert sum(left > 1 for left in handovers) == 2  # the two longer prompts
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
 
 
 async def test_a_failing_member_fails_alone(demo):

@@ -13,6 +13,8 @@ Rules:
 - A finished or cancelled member leaves the batch at once; what its KV cache holds is stored in the prompt
   cache before its Finished is sent. A failure while handling one member (its template, its sampler, a
   logits processor) fails that member only; a failure of the batched forward pass fails the members in it.
+- A member that arrives to an empty batch decodes alone, outside it, on a plain KV cache (solo.py), until
+  another member arrives: then it joins the batch where it stands, and the newcomer after it.
 - Members of another model wait until the batch has drained; then the loop switches models.
 
 The per-request hooks a member carries (its logits processors) are described in engine.py.
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..events import Failed
 from .backend import Prepared
 from .raw import IncrementalText
+from .solo import PREFILL_STEP, Start, decode_alone  # PREFILL_STEP: per step while nothing else decodes
 
 if TYPE_CHECKING:
     from .mlx_backend import MLXBackend
@@ -41,7 +44,6 @@ log = logging.getLogger("tinytitan.batch")
 
 
 DEFAULT_MAX_BATCH = 8  # --max-batch: measured on the ~50M benchmark model (README, batching)
-PREFILL_STEP = 2048  # prompt tokens read per step while nothing else decodes (mlx-lm's default)
 PREFILL_STEP_SHARED = 256  # ... while other members decode: each of their tokens waits at most this long
 
 
@@ -127,7 +129,7 @@ class Batcher:
                     if member.box.stop.is_set():
                         member.box.close()
                         continue
-                    self._join(state, members, member)
+                    self._join(state, members, member, lambda: bool(self._inbox or later))
                 self._drop_stopped(state, members)
                 self.size = len(members)
                 if members:
@@ -145,14 +147,29 @@ class Batcher:
         finally:
             state.close()
 
-    def _join(self, state: "_Generator", members: dict[int, Member], member: Member) -> None:
+    def _join(self, state: "_Generator", members: dict[int, Member], member: Member,
+              others_waiting: Callable[[], bool]) -> None:
+        """Start ``member``: alone (nothing else in or on its way to the batch) it decodes outside the batch
+        until someone arrives (solo.py), then joins it where it stands; else it joins at once."""
         try:
             if state.backend is not member.backend:
                 started = time.perf_counter()
                 if state.switch(member.backend, self.make_resident, self.max_batch):  # it loaded the model
                     member.loop.before = dataclasses.replace(member.loop.before,
                                                              load_s=time.perf_counter() - started)
-            inserted = self._insert(state, member)
+            start = _begin(state, member)
+            if not members and not others_waiting():
+                self.size = 1
+                handover = decode_alone(state, member, start, others_waiting, _store)
+                if handover is None:
+                    return
+                [member.uid] = state.gen.insert(
+                    [handover.prompt], max_tokens=[handover.max_tokens], caches=[handover.kv],
+                    all_tokens=[handover.held], samplers=[start.sampler], logits_processors=[start.processors],
+                    stop_sequences=[state.stops])
+                inserted = True
+            else:
+                inserted = self._insert(state, member, start)
         except Exception as exc:  # this member's own failure (its model would not load, its sampler ...)
             _fail(member, exc)
             return
@@ -160,23 +177,12 @@ class Batcher:
             members[member.uid] = member
 
     @staticmethod
-    def _insert(state: "_Generator", member: Member) -> bool:
-        """Put ``member`` into the batch; False when it ended before joining (its first token, read ahead,
-        was its last)."""
-        backend = member.backend
-        prepared = member.prepared
-        tokens = list(prepared.tokens)
-        kv, cached = backend.prompt_cache.fetch(tokens)
-        if kv is None:
-            from mlx_lm.models.cache import make_prompt_cache
-
-            kv, cached = make_prompt_cache(state.model), 0
-        sampler, processors = backend.sampler_for(prepared, member.loop, seeded=True)
-        sampler, processors = _guarded(member, sampler, processors)
-        member.loop.start(len(tokens), cached)
-        max_tokens = prepared.max_tokens
+    def _insert(state: "_Generator", member: Member, start: Start) -> bool:
+        """Put ``member`` into the running batch; False when it ended before joining (its first token, read
+        ahead, was its last)."""
+        tokens, cached, kv, max_tokens = list(member.prepared.tokens), start.cached, start.kv, start.max_tokens
         if len(state.gen._generation_batch) > 0 and 0 < len(tokens) - cached <= PREFILL_STEP_SHARED:
-            first = _first_token(state, kv, tokens, cached, sampler, processors)
+            first = _first_token(state, kv, tokens, cached, start.sampler, start.processors)
             if member.error is not None:
                 raise member.error
             ended = member.feed(first)
@@ -187,8 +193,8 @@ class Batcher:
                 return False
             tokens, cached, max_tokens = tokens + [first], len(tokens), max_tokens - 1
         [member.uid] = state.gen.insert([tokens[cached:]], max_tokens=[max_tokens], caches=[kv],
-                                        all_tokens=[tokens[:cached]], samplers=[sampler],
-                                        logits_processors=[processors], stop_sequences=[state.stops])
+                                        all_tokens=[tokens[:cached]], samplers=[start.sampler],
+                                        logits_processors=[start.processors], stop_sequences=[state.stops])
         return True
 
     def _drop_stopped(self, state: "_Generator", members: dict[int, Member]) -> None:
@@ -246,6 +252,21 @@ class Batcher:
                     members.pop(r.uid)
                     gen.remove([r.uid])
                 _fail(member, exc)
+
+
+def _begin(state: "_Generator", member: Member) -> Start:
+    """What a member starts from: the longest cached prefix of its prompt (or an empty cache), its sampler
+    and logits processors (guarded), its output cap; its DecodeLoop is started here."""
+    backend, prepared = member.backend, member.prepared
+    kv, cached = backend.prompt_cache.fetch(list(prepared.tokens))
+    if kv is None:
+        from mlx_lm.models.cache import make_prompt_cache
+
+        kv, cached = make_prompt_cache(state.model), 0
+    sampler, processors = backend.sampler_for(prepared, member.loop, seeded=True)
+    sampler, processors = _guarded(member, sampler, processors)
+    member.loop.start(len(prepared.tokens), cached)
+    return Start(kv, cached, sampler, processors, prepared.max_tokens)
 
 
 def _first_token(state: "_Generator", kv: list, tokens: list[int], cached: int, sampler, processors) -> int:

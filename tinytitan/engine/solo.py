@@ -1,0 +1,131 @@
+"""A lone member decodes outside the batch until someone joins it.
+
+Rules:
+- A member that arrives to an empty batch is decoded here, on a plain KV cache, as mlx-lm's own
+  ``generate_step`` decodes one request: its prompt in chunks, then one pipelined step per token (the next
+  step is queued before the current token is read). A batch of one pays for what batching needs and one
+  request does not (a padding mask and per-row offsets in every layer, per-row bookkeeping every step).
+- Between two chunks of its prompt and between two tokens it looks at the inbox: when another member has
+  arrived, it joins the batch where it stands — its KV cache, what the cache holds, what is left of its
+  prompt (or its last sampled token) as its prompt, its own sampler and logits processors, what is left of
+  its output cap — and decodes on there exactly as it would have here.
+- Everything else is the batch's: the same Member (detokenizer, DecodeLoop, mailbox), the same sampler and
+  logits processors (a seeded sampler keeps its own key across the move; a grammar mask has consumed exactly
+  the tokens before the one it is handed next), the same prompt-cache store at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .batch import Member, _Generator
+
+PREFILL_STEP = 2048  # prompt tokens read per chunk (mlx-lm's default)
+
+
+@dataclass
+class Start:
+    """Where a member starts: its KV cache and how many of its prompt tokens it already holds, its sampler and
+    logits processors (guarded: see batch.py), its output cap."""
+    kv: list
+    cached: int
+    sampler: Callable
+    processors: list
+    max_tokens: int
+
+
+@dataclass
+class Handover:
+    """Where a lone member stands when it joins the batch: ``prompt`` still to read (the rest of its prompt, or
+    its last sampled token), ``held`` the tokens its KV cache holds, ``max_tokens`` what is left of its cap."""
+    prompt: list[int]
+    held: list[int]
+    max_tokens: int
+    kv: list
+
+
+def decode_alone(gen: "_Generator", member: "Member", start: Start, joined: Callable[[], bool],
+                 store: Callable[["Member", list], None]) -> Handover | None:
+    """Decode ``member`` alone until it ends (None) or ``joined()`` says another member arrived (the Handover
+    to insert into the batch). A member whose consumer left is stored and closed here."""
+    import mlx.core as mx
+
+    model, tokens, kv = gen.model, list(member.prepared.tokens), start.kv
+    stream = gen.backend.stream
+    with mx.stream(stream) if stream is not None else contextlib.nullcontext():
+        done = start.cached
+        while len(tokens) - 1 - done > 0:  # all but the last prompt token, chunk by chunk
+            if member.box.stop.is_set():
+                return _left(member, kv, store)
+            if joined():
+                return Handover(tokens[done:], tokens[:done], start.max_tokens, kv)
+            n = min(PREFILL_STEP, len(tokens) - 1 - done)
+            model(mx.array(tokens[done:done + n])[None], cache=kv)
+            mx.eval([c.state for c in kv])
+            mx.clear_cache()
+            done += n
+        step = _Stepper(model, kv, tokens, start.sampler, start.processors)
+        y = step(tokens[-1:])
+        while True:
+            if member.box.stop.is_set():
+                return _left(member, kv, store)
+            if joined():
+                token = y.item()
+                if _feed(member, token, kv, store):
+                    return None
+                held = tokens + member.generated[:-1]
+                return Handover([token], held, start.max_tokens - len(member.generated), kv)
+            nxt = step(y)  # queued before this token is read: the forward pass runs while it is handled
+            if _feed(member, y.item(), kv, store):
+                return None
+            y = nxt
+
+
+class _Stepper:
+    """One decode step: the model on the input token(s), the member's logits processors over its token
+    context, its sampler; the sampled token is evaluated asynchronously."""
+
+    def __init__(self, model, kv: list, prompt: list[int], sampler, processors: list):
+        import mlx.core as mx
+
+        self.model, self.kv, self.sampler, self.processors = model, kv, sampler, processors
+        self.context = mx.array(prompt[:-1], dtype=mx.int32) if processors else None
+
+    def __call__(self, inputs: Any):
+        import mlx.core as mx
+
+        inputs = mx.array(inputs, dtype=mx.int32) if isinstance(inputs, list) else inputs
+        logits = self.model(inputs[None], cache=self.kv)[:, -1, :]
+        if self.processors:
+            self.context = mx.concatenate([self.context, inputs])
+            for processor in self.processors:
+                logits = processor(self.context, logits)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        sampled = self.sampler(logprobs)
+        mx.async_eval(sampled)
+        return sampled
+
+
+def _feed(member: "Member", token: int, kv: list, store) -> bool:
+    """Hand one token to the member; True when that ended it (finished and closed here)."""
+    if member.error is not None:
+        raise member.error
+    ended = member.feed(token)
+    if ended is None:
+        return False
+    store(member, kv)
+    member.finish(ended)
+    member.box.close()
+    return True
+
+
+def _left(member: "Member", kv: list, store) -> None:
+    """The consumer left: keep what the cache holds (the client may send it again) and close."""
+    try:
+        store(member, kv)
+    finally:
+        member.box.close()
+    return None
