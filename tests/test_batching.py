@@ -224,6 +224,7 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
                 req(THINK, max_tokens=60, reasoning="high")]
     expected = [summary(await run(engine, r)) for r in requests]
     monkeypatch.setattr(solo, "PREFILL_STEP", 16)
+    monkeypatch.setattr(solo, "FIRST_CHUNK", 16)
     handovers = []
     real = batch.decode_alone
 

@@ -5,7 +5,7 @@ Rules:
   ``generate_step`` decodes one request: its prompt in chunks, then one pipelined step per token (the next
   step is queued before the current token is read). A batch of one pays for what batching needs and one
   request does not (a padding mask and per-row offsets in every layer, per-row bookkeeping every step).
-- Between two chunks of its prompt and between two tokens it looks at the inbox: when another member has
+- Between two chunks of its prompt (the first one short) and between two tokens it looks at the inbox: when another member has
   arrived, it joins the batch where it stands — its KV cache, what the cache holds, what is left of its
   prompt (or its last sampled token) as its prompt, its own sampler and logits processors, what is left of
   its output cap — and decodes on there exactly as it would have here.
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from .batch import Member, _Generator
 
 PREFILL_STEP = 2048  # prompt tokens read per chunk (mlx-lm's default)
+FIRST_CHUNK = 32  # ... except the first: requests sent together (a client's parallel calls, sub-agents) arrive
+#                   a few milliseconds apart, and a look after this short chunk (~25 ms on 2 cores with a ~50M
+#                   model) sees them, so they are read together in the batch rather than one alone first.
+#                   Reading a prompt in one more chunk costs next to nothing: prefill is compute-bound.
 
 
 @dataclass
@@ -62,7 +66,7 @@ def decode_alone(gen: "_Generator", member: "Member", start: Start, joined: Call
                 return _left(member, kv, store)
             if joined():
                 return Handover(tokens[done:], tokens[:done], start.max_tokens, kv)
-            n = min(PREFILL_STEP, len(tokens) - 1 - done)
+            n = min(FIRST_CHUNK if done == start.cached else PREFILL_STEP, len(tokens) - 1 - done)
             model(mx.array(tokens[done:done + n])[None], cache=kv)
             mx.eval([c.state for c in kv])
             mx.clear_cache()
