@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from tinytitan.chat_request import ChatRequest, Message, Tool
+from tinytitan.chat_request import ChatRequest, Grammar, Message, Tool
 from tinytitan.engine.engine import Engine
 from tinytitan.events import Failed, Finished, KeepAlive, Started, ToolCallStarted
 
@@ -20,6 +20,10 @@ FORCE = "Call the weather tool."
 THINK = "Think first."
 SCRIPTS = {FORCE: '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
            THINK: "<think>\nThe user wants a short answer, so keep it short.\n</think>\n\nShort."}
+RECORDS = Grammar("json_schema", {"type": "array", "minItems": 3, "items": {
+    "type": "object", "additionalProperties": False, "required": ["name", "count"],
+    "properties": {"name": {"type": "string", "maxLength": 12}, "count": {"type": "integer"}}}},
+    where="response_format")
 WEATHER = Tool("get_weather", "Weather for a city",
                {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 
@@ -221,7 +225,9 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     requests = [req(FORCE, max_tokens=60, tools=(WEATHER,)),
                 req("Tell me a story about a cat, a dog and a bird in a forest.", temperature=0.9, seed=3,
                     max_tokens=60),
-                req(THINK, max_tokens=60, reasoning="high")]
+                req(THINK, max_tokens=60, reasoning="high"),
+                req("List two records.", max_tokens=150, grammar=RECORDS),  # forced runs of its grammar
+                req("List two records, please.", max_tokens=150, grammar=RECORDS, temperature=0.9, seed=4)]
     expected = [summary(await run(engine, r)) for r in requests]
     monkeypatch.setattr(solo, "PREFILL_STEP", 16)
     monkeypatch.setattr(solo, "FIRST_CHUNK", 16)
@@ -231,11 +237,10 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     def joined_at(gen, member, start, others_waiting, store):  # as if someone arrived at that look
         prompt = len(member.prepared.tokens)
         chunks = -(-(prompt - 1) // 16)  # one look before each chunk of its prompt, then one before each token
-        at = {"before its prompt": 1, "mid-prompt": 2, "mid-answer": chunks + 5}[where]
+        at = {"before its prompt": 1, "mid-prompt": 2, "mid-answer": chunks + 3}[where]
         looks = iter(range(1, 10_000))
         out = real(gen, member, start, lambda: next(looks) >= at, store)
-        handovers.append(out and len(out.prompt))
-        assert handovers[-1] == (prompt - 16 * (at - 1) if at <= chunks else 1)  # (a 12-token prompt: 1 chunk)
+        handovers.append((out and len(out.prompt), prompt - 16 * (at - 1) if at <= chunks else 1))
         return out
 
     monkeypatch.setattr(batch, "decode_alone", joined_at)
@@ -244,10 +249,27 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
         demo.prompt_cache.clear()  # every prompt read from its start
         got.append(summary(await run(engine, r)))
     assert got == expected
-    assert len(handovers) == len(requests)
+    assert [left for left, _ in handovers] == [expected for _, expected in handovers]  # (12 tokens: 1 chunk)
     if where == "mid-prompt":
-        assert sum(left > 1 for left in handovers) == 2  # the two longer prompts
+        assert sum(left > 1 for left, _ in handovers) == 4  # the longer prompts
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+
+
+async def test_a_lone_constrained_request_reads_forced_runs_in_one_pass(demo, monkeypatch):
+    """Alone, a request's grammar-forced tokens (keys, punctuation) are read in one forward pass a run, and it
+    decodes exactly what mlx-lm's own token-by-token decoding gives it (--max-batch 1), greedy and seeded."""
+    from tinytitan.engine import solo
+
+    runs = []
+    real = solo._forced_run
+    monkeypatch.setattr(solo, "_forced_run", lambda member, step: runs.append(real(member, step)) or runs[-1])
+    requests = [req("List the records.", max_tokens=120, grammar=RECORDS),
+                req("List the records, please.", max_tokens=120, grammar=RECORDS, temperature=0.9, seed=11)]
+    alone = [summary(await run(Engine(demo, max_batch=4), r)) for r in requests]
+    token_by_token = [summary(await run(Engine(demo, max_batch=1), r)) for r in requests]
+    assert alone == token_by_token
+    forced = sum(len(r) for r in runs)
+    assert sum(1 for r in runs if r) >= 6 and forced >= 40  # '{"name":"' and '","count":' each time
 
 
 async def test_a_failing_member_fails_alone(demo):

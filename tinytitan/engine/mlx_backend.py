@@ -128,7 +128,7 @@ class MLXBackend(Backend):
         )
         mask = prepared.logits_processor()
         if mask is not None:  # last: it sees the penalised logits, and nothing after it can revive a token
-            loop.grammar_mask_s = 0.0
+            loop.grammar_mask_s, loop.grammar_mask = 0.0, mask
             processors.append(functools.partial(_timed, mask, loop))
         return processors
 

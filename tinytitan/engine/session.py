@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import math
 import threading
 import time
@@ -34,6 +35,8 @@ from .decode_loop import DecodeLoop
 
 if TYPE_CHECKING:
     from .engine import Engine
+
+log = logging.getLogger("tinytitan.engine")
 
 BATCH_INTERVAL = 0.02  # at most one batch of deltas per 20 ms after the first (the first goes at once)
 
@@ -130,7 +133,8 @@ class Mailbox:
         self.stop = threading.Event()  # set by the trio side: the consumer is gone
         self.wake_pending = False
         self.arrived = trio.Event()
-        self.closed = False
+        self.closed = False  # trio side: the model thread let go
+        self.let_go = False  # model thread side: close() was called
         self.error: BaseException | None = None  # a failure before decoding began (the model would not load)
         self.finished = trio.Event()
         self.admission_wait_s: float | None = None  # how long the session waited for its slot
@@ -155,7 +159,12 @@ class Mailbox:
                 self.stop.set()
 
     def close(self, error: BaseException | None = None) -> None:
-        """The model thread is done with this generation (and will not touch it again)."""
+        """The model thread is done with this generation (and will not touch it again). Once: a second call
+        (a failure reported after the end) is logged and ignored, so the place is still given back once."""
+        if self.let_go:
+            log.error("a generation was let go of twice", exc_info=error is not None and error)
+            return
+        self.let_go = True
         self.error = error
         try:
             self.token.run_sync_soon(self._close)

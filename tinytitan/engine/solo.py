@@ -17,6 +17,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -85,7 +86,38 @@ def decode_alone(gen: "_Generator", member: "Member", start: Start, joined: Call
             nxt = step(y)  # queued before this token is read: the forward pass runs while it is handled
             if _feed(member, y.item(), kv, store):
                 return None
-            y = nxt
+            run = _forced_run(member, step)
+            for token in run:
+                if _feed(member, token, kv, store):
+                    return None
+            y = step(run) if run else nxt
+
+
+def _forced_run(member: "Member", step: "_Stepper") -> list[int]:
+    """The tokens the member's grammar forces next, when there are at least two in a row: they are read in
+    one forward pass instead of one pass each (a JSON document's keys and punctuation). The sampler still
+    draws once per token (on one-hot distributions: the forced token), so a seeded request draws what it draws
+    decoding token by token. The matcher is left before the run's last token, which the mask's next call
+    consumes as usual."""
+    mask = member.loop.grammar_mask
+    if mask is None:
+        return []
+    started = time.perf_counter()
+    budget = member.prepared.max_tokens - member.decoded
+    run: list[int] = []
+    forced = mask.forced()
+    while forced is not None and len(run) < budget:
+        run.append(forced)
+        mask.advance(forced)
+        forced = mask.forced()
+    if run:
+        mask.matcher.rollback(1)
+    if len(run) == 1:  # a run of one saves nothing: the next regular step reads it
+        run = []
+    for token in run[1:]:  # the first was drawn already (the step that computed its mask)
+        step.draw_forced(token)
+    member.loop.grammar_mask_s += time.perf_counter() - started
+    return run
 
 
 class _Stepper:
@@ -103,6 +135,7 @@ class _Stepper:
 
         inputs = mx.array(inputs, dtype=mx.int32) if isinstance(inputs, list) else inputs
         logits = self.model(inputs[None], cache=self.kv)[:, -1, :]
+        self.width = logits.shape[-1]
         if self.processors:
             self.context = mx.concatenate([self.context, inputs])
             for processor in self.processors:
@@ -111,6 +144,12 @@ class _Stepper:
         sampled = self.sampler(logprobs)
         mx.async_eval(sampled)
         return sampled
+
+    def draw_forced(self, token: int) -> None:
+        """The sampler's draw for a forced token (its random key moves on as for any token; never evaluated)."""
+        import mlx.core as mx
+
+        self.sampler(mx.where(mx.arange(self.width) == token, 0.0, -mx.inf)[None])
 
 
 def _feed(member: "Member", token: int, kv: list, store) -> bool:

@@ -61,18 +61,53 @@ class GrammarMask:
         self.started = True
         return mx.where(self.allowed_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
 
+    # -- forced tokens (solo.py reads a run of them in one forward pass) ---------------------------------------
+    def forced(self) -> int | None:
+        """The token the last computed mask allows, when it allows exactly one and that is not
+        end-of-sequence (None otherwise): sampling from that mask can only give this token."""
+        if self.failed:
+            return None
+        words = self.bitmask[0].view(np.uint32)
+        hit = np.flatnonzero(words)
+        if len(hit) != 1:
+            return None
+        word = int(words[hit[0]])
+        if word & (word - 1):
+            return None
+        token = int(hit[0]) * 32 + word.bit_length() - 1
+        return None if token in self.eos else token
+
+    def advance(self, token: int) -> None:
+        """Consume a forced token and compute the next mask (what the next call would do, without logits)."""
+        from llguidance.numpy import fill_next_token_bitmask
+
+        self.consume(token)
+        if not self.failed:
+            fill_next_token_bitmask(self.matcher, self.bitmask)
+
+    def apply(self, logits):
+        """The mask computed last, applied to ``logits`` (no token consumed: see ``advance``)."""
+        import mlx.core as mx
+
+        return mx.where(self._bits_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
+
     def allowed_mx(self, width: int):
         """The mask as an mlx boolean row of ``width``: the bitmask's 32-bit words are expanded into bits in
         mlx's graph (with the forward pass), not in numpy on this thread."""
+        if not self.failed:
+            from llguidance.numpy import fill_next_token_bitmask
+
+            fill_next_token_bitmask(self.matcher, self.bitmask)
+        return self._bits_mx(width)
+
+    def _bits_mx(self, width: int):
+        """The bitmask computed last, as an mlx boolean row of ``width``."""
         import mlx.core as mx
 
         if self.failed:
             allowed = np.zeros(width, dtype=bool)
             allowed[[e for e in self.eos if e < width]] = True
             return mx.array(allowed)
-        from llguidance.numpy import fill_next_token_bitmask
-
-        fill_next_token_bitmask(self.matcher, self.bitmask)
         words = mx.array(self.bitmask[0].view(np.uint32))
         bits = ((words[:, None] >> mx.arange(32, dtype=mx.uint32)) & 1).reshape(-1)
         if bits.shape[0] < width:
