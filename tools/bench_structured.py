@@ -4,12 +4,17 @@
 
 In process, on the MLX backend tinytitan serves with (``MLXBackend``), one model, the same prompt tokens:
 
-- decode: tok/s of a JSON-schema-constrained decode ÷ an unconstrained one, both exactly ``--tokens`` tokens
-  (end-of-sequence is masked in both; the schema's document cannot end sooner), timed from the first token
-  to the last; also the same decode with the mask's forward-pass overlap turned off (``async_eval`` removed),
-  and the mask's own time per token.
+- decode through the engine: tok/s of a lone JSON-schema-constrained request ÷ a lone plain one, as
+  ``tinytitan serve`` decodes them (outside the batch; the grammar's forced runs read in one forward pass
+  each), ``--tokens`` tokens at most (the schema's document cannot end sooner; the plain answer ends early
+  only if the model samples end-of-sequence: the token counts are printed), from the first token to the last.
+- decode token by token: the same ratio with mlx-lm's ``stream_generate`` and the mask as a logits
+  processor (how ``--max-batch 1`` and a batch member decode), both exactly ``--tokens`` tokens
+  (end-of-sequence masked in both); also with the mask's forward-pass overlap turned off (``async_eval``
+  removed), and the mask's own time per token.
 - TTFT: time to the first token of a request with a schema never seen before (grammar compile included:
-  ``prepare`` compiles it) ÷ the same request without a format.
+  ``prepare`` compiles it) ÷ the same request without a format. Both with reasoning off (a request with a
+  format always decodes so; the chat template renders the two alike then), so the prompts are the same.
 
 Every repetition runs all sides back to back in a rotating order; the table gives the median of the
 per-repetition ratios and their interquartile range (absolute times on a shared machine drift).
@@ -107,6 +112,29 @@ class TimedMask:
         return run
 
 
+def engine_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tuple[float, int]:
+    """tok/s of one request alone through tinytitan's engine (what ``tinytitan serve`` does with a lone
+    request: decoded outside the batch, a grammar's forced runs read in one forward pass each), from the
+    first token to the last; sampled at temperature 1. → (tok/s, tokens)."""
+    import trio
+
+    from tinytitan.chat_request import Grammar, Message
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import Finished
+
+    req = base.with_(messages=(Message("user", f"{nonce}: list them."),), max_tokens=tokens, temperature=1.0,
+                     grammar=Grammar("json_schema", schema(nonce), where="response_format") if constrained else None)
+
+    async def one():
+        async with Engine(backend).session(req) as events:
+            async for ev in events:
+                if isinstance(ev, Finished):
+                    return ev
+
+    fin = trio.run(one)
+    return fin.timing.decode_tokens / fin.timing.decode_s, fin.usage.completion_tokens
+
+
 def ttft(backend, req) -> float:
     from tinytitan.engine.decode_loop import DecodeLoop
     from tinytitan.events import TextDelta
@@ -133,6 +161,8 @@ def run_sides(sides: list[str], backend, base, prompt, tokens: int) -> tuple[dic
         nonce = "k" + uuid.uuid4().hex[:8]
         if side == "plain":
             out[side] = decode_rate(backend, prompt, tokens, [])[0]
+        elif side in ("engine_plain", "engine_json"):
+            out[side], out[side + "_n"] = engine_rate(backend, base, tokens, nonce, side == "engine_json")
         elif side in ("constrained", "no_overlap"):
             compiled = compile_grammar(Grammar("json_schema", schema(nonce)), backend.tokenizer, backend.vocab_size)
             mask = GrammarMask(compiled)
@@ -172,14 +202,14 @@ def main() -> None:
 
     backend = MLXBackend(ensure_model(args.variant), f"tinytitan-{args.variant}", prompt_cache_bytes=64 << 20)
     base = ChatRequest(model=backend.model_id, messages=(Message("user", "List the records as JSON."),),
-                       max_tokens=4, temperature=0.0)
+                       max_tokens=4, temperature=0.0, reasoning=False)
     prompt = backend.prepare(base).tokens
-    ratios: dict[str, list[float]] = {"constrained": [], "no_overlap": [], "ttft": []}
+    ratios: dict[str, list[float]] = {"constrained": [], "no_overlap": [], "ttft": [], "engine": []}
     mask_ms: list[float] = []
     redone = 0
     rep = 0
     while rep < args.reps:
-        sides = ["plain", "constrained", "no_overlap", "ttft_plain", "ttft_schema"]
+        sides = ["plain", "constrained", "no_overlap", "ttft_plain", "ttft_schema", "engine_plain", "engine_json"]
         sides = sides[rep % len(sides):] + sides[:rep % len(sides)]
         wait_quiet(args.max_foreign)
         with CpuWatch() as watch:
@@ -193,9 +223,12 @@ def main() -> None:
         ratios["constrained"].append(out["constrained"] / out["plain"])
         ratios["no_overlap"].append(out["no_overlap"] / out["plain"])
         ratios["ttft"].append(out["ttft_schema"] / out["ttft_plain"])
+        ratios["engine"].append(out["engine_json"] / out["engine_plain"])
         print(f"rep {rep}: plain {out['plain']:.1f} tok/s, constrained {out['constrained']:.1f}, "
               f"no overlap {out['no_overlap']:.1f}; TTFT {out['ttft_plain'] * 1000:.1f} ms plain, "
-              f"{out['ttft_schema'] * 1000:.1f} ms with a new schema (others used {watch.foreign:.2f} cores)",
+              f"{out['ttft_schema'] * 1000:.1f} ms with a new schema; engine: plain {out['engine_plain']:.1f} tok/s "
+              f"({out['engine_plain_n']} tokens), constrained {out['engine_json']:.1f} ({out['engine_json_n']}) "
+              f"(others used {watch.foreign:.2f} cores)",
               flush=True)
     print()
     print(f"{utc_now()} · {machine_line()} · llguidance {llguidance.__version__ if hasattr(llguidance, '__version__') else llguidance.get_version()} · "
@@ -204,8 +237,10 @@ def main() -> None:
     print()
     print("| measure | median | IQR |")
     print("| --- | --- | --- |")
-    print(f"| constrained ÷ unconstrained decode tok/s | {statistics.median(ratios['constrained']):.3f} | "
-          f"{iqr(ratios['constrained'])} |")
+    print(f"| constrained ÷ unconstrained decode tok/s, a lone request through the engine (forced runs in one "
+          f"pass) | {statistics.median(ratios['engine']):.3f} | {iqr(ratios['engine'])} |")
+    print(f"| same, token by token (mlx-lm's generate_step with the mask: --max-batch 1, and a batch member) | "
+          f"{statistics.median(ratios['constrained']):.3f} | {iqr(ratios['constrained'])} |")
     print(f"| same, mask not overlapped with the forward pass | {statistics.median(ratios['no_overlap']):.3f} | "
           f"{iqr(ratios['no_overlap'])} |")
     print(f"| TTFT with a new schema ÷ without a format | {statistics.median(ratios['ttft']):.3f} | "
