@@ -34,7 +34,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .engine.batch import DEFAULT_MAX_BATCH
+    from .engine import DEFAULT_MAX_BATCH
 
     p = argparse.ArgumentParser(prog="tinytitan", description="A local LLM server for coding agents (mlx-lm).")
     sub = p.add_subparsers(dest="command", required=True)

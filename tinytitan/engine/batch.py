@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import logging
 import threading
-import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..events import Failed
@@ -43,7 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tinytitan.batch")
 
 
-DEFAULT_MAX_BATCH = 8  # --max-batch: measured on the ~50M benchmark model (README, batching)
 PREFILL_STEP_SHARED = 256  # ... while other members decode: each of their tokens waits at most this long
 
 
@@ -93,7 +91,7 @@ class Batcher:
     """The batch loop's trio-facing half: ``submit`` a member from any thread; the loop starts on the model
     thread when the first member arrives and ends when the last one leaves."""
 
-    def __init__(self, model_thread: "ModelThread", make_resident: Callable[[Any], None], max_batch: int):
+    def __init__(self, model_thread: "ModelThread", make_resident: Callable[[Any], float | None], max_batch: int):
         self.model_thread = model_thread
         self.make_resident = make_resident
         self.max_batch = max_batch
@@ -153,10 +151,9 @@ class Batcher:
         until someone arrives (solo.py), then joins it where it stands; else it joins at once."""
         try:
             if state.backend is not member.backend:
-                started = time.perf_counter()
-                if state.switch(member.backend, self.make_resident, self.max_batch):  # it loaded the model
-                    member.loop.before = dataclasses.replace(member.loop.before,
-                                                             load_s=time.perf_counter() - started)
+                load_s = state.switch(member.backend, self.make_resident, self.max_batch)
+                if load_s is not None:  # it loaded the model
+                    member.loop.before = dataclasses.replace(member.loop.before, load_s=load_s)
             start = _begin(state, member)
             if not members and not others_waiting():
                 self.size = 1
@@ -334,19 +331,19 @@ class _Generator:
         self.stops = None
         self._max_batch = 1
 
-    def switch(self, backend, make_resident, max_batch: int) -> bool:
-        """Batch ``backend``'s model from now on; True when it had to be loaded."""
+    def switch(self, backend, make_resident, max_batch: int) -> float | None:
+        """Batch ``backend``'s model from now on; the seconds loading it took (None: it was resident)."""
         from mlx_lm.generate import StopSequences
 
         self.close()
         self.backend = None
-        loaded = make_resident(backend)
+        load_s = make_resident(backend)
         self.model = backend.model
         self.stops = StopSequences([[t] for t in backend.tokenizer.eos_token_ids])
         self._max_batch = max_batch
         self.backend = backend
         self.reset()
-        return loaded
+        return load_s
 
     def reset(self) -> None:
         from mlx_lm.generate import BatchGenerator

@@ -40,7 +40,8 @@ from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed
 from .backend import Backend, Prepared
-from .batch import DEFAULT_MAX_BATCH, Batcher, Member
+from . import DEFAULT_MAX_BATCH
+from .batch import Batcher, Member
 from .model_thread import ModelThread, shared_model_thread
 from .prompt import fast_path
 from .session import Admission, Mailbox, Session
@@ -69,7 +70,9 @@ class Engine:
         self.batcher = Batcher(self.model_thread, self._make_resident, self.max_batch) if batching else None
         self.admission = Admission(self.max_batch, max_queue)
         self.started_at = time.time()
-        self.load_seconds: dict[str, float] = {}  # model id -> how long its last load took
+        # model id -> how long its last load took (a backend loaded before the engine existed timed its own)
+        self.load_seconds: dict[str, float] = {b.model_id: b.load_seconds for b in backends
+                                               if b.loaded and getattr(b, "load_seconds", None) is not None}
 
     # -- names ---------------------------------------------------------------------------------------------
     @property
@@ -167,10 +170,7 @@ class Engine:
 
         def work() -> None:
             try:
-                started = time.perf_counter()
-                loaded = self._make_resident(backend)
-                loop = box.open_loop(backend.parser(prepared), prepared,
-                                     load_s=time.perf_counter() - started if loaded else None)
+                loop = box.open_loop(backend.parser(prepared), prepared, load_s=self._make_resident(backend))
             except BaseException as exc:
                 box.close(exc)  # the thread lets go of the session: the consumer raises this
                 return
@@ -186,20 +186,21 @@ class Engine:
 
         self.model_thread.start_soon(work, lambda _outcome: None)
 
-    def _make_resident(self, backend: Backend) -> bool:
+    def _make_resident(self, backend: Backend) -> float | None:
         """On the model thread, with no other generation in flight: unload the resident model if another is
-        named, load the named one. True when it loaded."""
+        named, load the named one. Returns the seconds that took (the generation's ``Timing.load_s``, kept in
+        ``load_seconds``), None when the model was resident already."""
         if self.resident == backend.model_id and backend.loaded:
-            return False
+            return None
+        started = time.perf_counter()
         if self.resident and self.resident != backend.model_id:
             log.info("switching models: unloading %s for %s", self.resident, backend.model_id)
             self.backends[self.resident].unload()
         self.resident = None
-        started = time.perf_counter()
         backend.ensure_loaded()
-        self.load_seconds[backend.model_id] = time.perf_counter() - started
+        self.load_seconds[backend.model_id] = seconds = time.perf_counter() - started
         self.resident = backend.model_id
-        return True
+        return seconds
 
     def models(self) -> list[dict]:
         return [dict(b.describe(), loaded=b.loaded and self.resident == b.model_id) for b in self.backends.values()]

@@ -19,7 +19,7 @@ def engine_state(engine: Any) -> dict:
             "id": model_id,
             "resident": engine.resident == model_id and backend.loaded,
             "context_window": backend.context_window,
-            "load_seconds": getattr(engine, "load_seconds", {}).get(model_id, getattr(backend, "load_seconds", None)),
+            "load_seconds": engine.load_seconds.get(model_id),
             "prompt_cache": stats,
         })
     return {
