@@ -106,3 +106,86 @@ async def test_a_tool_schema_the_grammar_cannot_promise_is_refused_by_name(serve
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
     assert "'uniqueItems'" in message and "tag" in message, message
+
+
+# -- other call markups: the grammar's every document is a call the family's own parser reads back ----------
+@pytest.fixture(scope="module")
+def fixtures_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("families")
+
+
+def _walk(compiled, rng, eos: set[int]) -> list[int]:
+    """A random document of the grammar: a uniformly random allowed token at every step (what a random-weight
+    model does under the mask), ending where the document may end."""
+    import numpy as np
+    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+    matcher, bitmask, tokens = compiled.matcher(), allocate_token_bitmask(1, compiled.vocab_size), []
+    while len(tokens) < 500:
+        fill_next_token_bitmask(matcher, bitmask)
+        allowed = np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:compiled.vocab_size])
+        choices = [int(t) for t in allowed if int(t) not in eos]
+        if matcher.is_accepting() and (not choices or rng.random() < 0.5):
+            return tokens
+        token = rng.choice(choices)
+        assert matcher.consume_token(token), matcher.get_error()
+        tokens.append(token)
+    raise AssertionError("the document did not end")
+
+
+@pytest.mark.parametrize("form", ["named", "json list"])
+@pytest.mark.parametrize("parallel", [True, False])
+def test_mistral_calls_are_forced_in_its_own_markup(fixtures_root, form, parallel):
+    """Mistral writes ``[TOOL_CALLS]NAME[ARGS]{…}`` (tokenizers with an ``[ARGS]`` token) or
+    ``[TOOL_CALLS][{"name": …, "arguments": {…}}]``: the forced-call grammar admits exactly calls in that
+    markup, which the family's parser reads back as calls to the allowed tools with valid arguments."""
+    import random
+
+    import family_fixtures as ff
+    from tinytitan.chat_request import ChatRequest, Message, Tool
+    from tinytitan.engine.structured import compile_grammar
+    from tinytitan.engine.structured.tool_calls import forced_call_grammar
+
+    tools = (Tool("get_weather", parameters=WEATHER), Tool("add", parameters=ADD))
+    backend = ff.backend("mistral", fixtures_root)
+    vocab = backend.tokenizer.get_vocab()
+    if form == "json list":
+        vocab = {k: v for k, v in vocab.items() if k != "[ARGS]"}
+    grammar = forced_call_grammar(backend.family, list(tools), parallel, vocab)
+    compiled = compile_grammar(grammar, backend.tokenizer)
+    req = ChatRequest("m", (Message("user", "Weather in Paris?"),), tools)
+    rng, hf = random.Random(f"{form}{parallel}"), backend.tokenizer._tokenizer
+    counts = []
+    for _ in range(12):
+        raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
+        assert raw.startswith("[TOOL_CALLS]") and ("[ARGS]" in raw) == (form == "named"), raw
+        events = ff.generate(ff.backend("mistral", fixtures_root, [raw]), req)
+        names = {e.index: e.name for e in events if type(e).__name__ == "ToolCallStarted"}
+        calls = [(names[e.index], e.arguments) for e in events if type(e).__name__ == "ToolCallDone" and e.complete]
+        check(calls, set(SCHEMAS), single=not parallel)
+        counts.append(len(calls))
+    assert parallel == (max(counts) > 1)
+
+
+def test_mistral_requests_with_a_forced_call_are_served(fixtures_root):
+    import family_fixtures as ff
+    from tinytitan.chat_request import ChatRequest, Message, Tool
+
+    backend = ff.backend("mistral", fixtures_root)
+    req = ChatRequest("m", (Message("user", "Weather in Paris?"),), (Tool("get_weather", parameters=WEATHER),),
+                      tool_choice="required")
+    assert backend.prepare(req).grammar is not None
+
+
+@pytest.mark.parametrize("family", ["qwen3_coder", "glm", "gemma"])
+def test_a_forced_call_in_a_markup_without_a_call_grammar_is_refused_by_name(fixtures_root, family):
+    import family_fixtures as ff
+    from tinytitan.chat_request import ChatRequest, Message, Tool
+    from tinytitan.errors import ApiError
+
+    req = ChatRequest("m", (Message("user", "Weather in Paris?"),), (Tool("get_weather", parameters=WEATHER),),
+                      tool_choice="required")
+    with pytest.raises(ApiError) as err:
+        ff.backend(family, fixtures_root).prepare(req)
+    assert err.value.kind == "invalid_request" and err.value.param == "tool_choice"
+    assert f"its family ('{family}') writes calls in a markup" in err.value.message

@@ -49,24 +49,31 @@ def check_custom_grammar(tool: Tool, tokenizer, vocab_size: int | None) -> None:
                     tokenizer, vocab_size)
 
 
-def _call_rules(tools: list[Tool], key: str, loose: bool = False) -> tuple[str, list[str]]:
+def _call_rules(tools: list[Tool], key: str, loose: bool = False, named: str | None = None) -> tuple[str, list[str]]:
     """``call`` (one call object to any of ``tools``) and its rules; with ``loose``, a function tool that is
-    not strict takes any JSON object as its arguments."""
+    not strict takes any JSON object as its arguments. ``named``: the marker between a call's name and its
+    arguments object (Mistral's ``NAME[ARGS]{…}``) instead of a ``{"name": N, key: {…}}`` object."""
     alternatives, rules = [], []
+
+    def spelled(name: str, args: str) -> tuple[str, str]:  # a call's opening literal, and what closes it
+        if named is not None:
+            return f"{json.dumps(name)} {named}" + (f" {json.dumps(args)}" if args else ""), ""
+        return json.dumps(f'{{"name":{json.dumps(name)},"{key}":{args}'), " " + json.dumps("}")
+
     # every call is spelled from its name on: the calls' opening literals differ only at the name, so the
     # lexer follows them all until it diverges (a %json object beside them would compete for the brace)
     for i, tool in enumerate(t for t in tools if not t.custom):
         schema = {"type": "object"} if loose and not tool.strict else (tool.parameters or {"type": "object"})
-        head = json.dumps(f'{{"name":{json.dumps(tool.name)},"{key}":')
+        head, close = spelled(tool.name, "")
         alternatives.append(f"f{i}")
-        rules += [f"f{i}: {head} f{i}_args " + json.dumps("}"),
+        rules += [f"f{i}: {head} f{i}_args{close}",
                   f"f{i}_args: %json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS}, ensure_ascii=False)}"]
     for i, tool in enumerate(t for t in tools if t.custom):
         # the input is the one string argument, written JSON-escaped: its grammar is rewritten to match that
         input_rules, start = custom_input_rules(tool, f"c{i}")
-        head = json.dumps(f'{{"name":{json.dumps(tool.name)},"{key}":{{"input":"')
+        head, close = spelled(tool.name, '{"input":"')
         alternatives.append(f"c{i}")
-        rules += [f"c{i}: {head} {start} " + json.dumps('"}}'), *input_rules]
+        rules += [f"c{i}: {head} {start} " + json.dumps('"}' if named is not None else '"}}'), *input_rules]
     return "call: " + " | ".join(alternatives), rules
 
 
@@ -102,7 +109,7 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
 
 def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
     markup = family.markup
-    if markup is None or markup.body != "json" or not markup.tool_open:
+    if markup is None or markup.body not in ("json", "mistral") or not markup.tool_open:
         raise invalid(f"A forced tool call (tool_choice) cannot be enforced for this model: its family "
                       f"('{family.name}') writes calls in a markup this server has no call grammar for yet; use "
                       "tool_choice 'auto'", param="tool_choice", code="unsupported_value")
@@ -114,6 +121,8 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
         except ApiError as exc:
             raise invalid(f"tool_choice forces a call to '{tool.name}', whose arguments must then match its schema: "
                           f"{exc.message}", param="tool_choice", code="unsupported_schema") from None
+    if markup.body == "mistral":
+        return _mistral_calls(tools, parallel, vocab)
     call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"))
     open_ = _marker(markup.tool_open, vocab)
     if not markup.tool_close or family.name in SINGLE_CALL:
@@ -121,4 +130,17 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
     else:
         block = f'block: {open_} "\\n" call "\\n" {_marker(markup.tool_close, vocab)}'
         heads = ['start: block ("\\n" block)*' if parallel else "start: block", block]
+    return Grammar("lark", "\n".join(heads + [call] + rules), where="tool_choice")
+
+
+def _mistral_calls(tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
+    """Mistral's calls: ``[TOOL_CALLS]NAME[ARGS]{…}`` each (tokenizers with an ``[ARGS]`` token), else the
+    older ``[TOOL_CALLS][{"name": N, "arguments": {…}}, …]``."""
+    open_ = _marker("[TOOL_CALLS]", vocab)
+    if "[ARGS]" in vocab:
+        call, rules = _call_rules(tools, "arguments", named=_marker("[ARGS]", vocab))
+        heads = [f"start: {open_} call ({open_} call)*" if parallel else f"start: {open_} call"]
+    else:
+        call, rules = _call_rules(tools, "arguments")
+        heads = [f'start: {open_} "[" call ("," call)* "]"' if parallel else f'start: {open_} "[" call "]"']
     return Grammar("lark", "\n".join(heads + [call] + rules), where="tool_choice")
