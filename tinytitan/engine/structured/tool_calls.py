@@ -4,8 +4,9 @@ request allows, with arguments that match each tool's JSON schema.
 Rules:
 - Families whose calls are JSON objects (``Markup.body == "json"``) are served: Qwen-style blocks
   (``<tool_call>\\n{"name": N, "arguments": {…}}\\n</tool_call>``, several when parallel calls are allowed)
-  and Llama 3's ``<|python_tag|>{"name": N, "parameters": {…}}`` (one call). Another family's markup is
-  refused by name (400), never approximated.
+  and Llama 3's ``<|python_tag|>{"name": N, "parameters": {…}}`` (one call); so are Mistral's
+  ``[TOOL_CALLS]N[ARGS]{…}`` (or its older ``[TOOL_CALLS][{…}, …]``) and Qwen3-Coder's parameter tags
+  (``xml_calls.py``). Another family's markup is refused by name (400), never approximated.
 - A marker that is one token of the vocabulary is matched as that token (``<[id]>``), else as text.
 - A custom tool's input is its one JSON string argument, ``input``: the client's grammar (Lark or regex) is
   rewritten to match the input's JSON-escaped spelling (``escaped.py``), so the input the client reads back
@@ -24,6 +25,7 @@ from ...errors import ApiError, invalid
 from ...output_format import check_schema
 from .compile import JSON_OPTIONS, compile_grammar
 from .escaped import ANY_TEXT, escaped_lark_rules
+from .xml_calls import xml_call_rules
 
 log = logging.getLogger("tinytitan.structured")
 ARGUMENTS_KEY = {"llama3": "parameters"}  # default "arguments"
@@ -109,7 +111,7 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
 
 def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
     markup = family.markup
-    if markup is None or markup.body not in ("json", "mistral") or not markup.tool_open:
+    if markup is None or markup.body not in ("json", "mistral", "xml") or not markup.tool_open:
         raise invalid(f"A forced tool call (tool_choice) cannot be enforced for this model: its family "
                       f"('{family.name}') writes calls in a markup this server has no call grammar for yet; use "
                       "tool_choice 'auto'", param="tool_choice", code="unsupported_value")
@@ -123,7 +125,10 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
                           f"{exc.message}", param="tool_choice", code="unsupported_schema") from None
     if markup.body == "mistral":
         return _mistral_calls(tools, parallel, vocab)
-    call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"))
+    if markup.body == "xml":
+        call, rules = xml_call_rules(tools)
+    else:
+        call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"))
     open_ = _marker(markup.tool_open, vocab)
     if not markup.tool_close or family.name in SINGLE_CALL:
         heads = [f"start: {open_} call"]
