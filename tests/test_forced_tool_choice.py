@@ -179,7 +179,7 @@ def test_mistral_requests_with_a_forced_call_are_served(fixtures_root):
 
 XML_TOOL = {"type": "object", "required": ["path", "mode"], "additionalProperties": False, "properties": {
     "path": {"type": "string", "pattern": "^[a-z]{1,8}\\.py$"},
-    "mode": {"enum": ["read", "write"]},
+    "mode": {"type": "string", "enum": ["read", "write"]},
     "note": {"type": "string", "maxLength": 10},
     "lines": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 9}, "maxItems": 3},
     "when": {"type": "string", "format": "date"},
@@ -187,10 +187,12 @@ XML_TOOL = {"type": "object", "required": ["path", "mode"], "additionalPropertie
 
 
 @pytest.mark.parametrize("parallel", [True, False])
-def test_qwen3_coder_calls_are_forced_in_its_parameter_tags(fixtures_root, parallel):
-    """Qwen3-Coder writes ``<function=N>`` with one ``<parameter=K>`` tag a value (strings verbatim, other
-    types as JSON): random documents of the forced-call grammar are read back by the family's parser as
-    calls to the allowed tools whose arguments validate (a value never holds a closing tag)."""
+@pytest.mark.parametrize("family,opening", [("qwen3_coder", "<tool_call>\n<function="), ("glm", "<tool_call>")])
+def test_tag_markup_calls_are_forced_in_the_familys_own_tags(fixtures_root, parallel, family, opening):
+    """Qwen3-Coder writes ``<function=N>`` with one ``<parameter=K>`` tag a value, GLM the name then
+    ``<arg_key>K</arg_key><arg_value>V</arg_value>`` pairs (strings verbatim, other types as JSON): random
+    documents of the forced-call grammar are read back by the family's parser as calls to the allowed tools
+    whose arguments validate (a value never holds its closing tag)."""
     import random
 
     import family_fixtures as ff
@@ -198,16 +200,16 @@ def test_qwen3_coder_calls_are_forced_in_its_parameter_tags(fixtures_root, paral
 
     schemas = {**SCHEMAS, "open_file": XML_TOOL}
     tools = tuple(Tool(n, parameters=sch) for n, sch in schemas.items())
-    backend = ff.backend("qwen3_coder", fixtures_root)
+    backend = ff.backend(family, fixtures_root)
     req = ChatRequest("m", (Message("user", "Open a file."),), tools, tool_choice="required",
                       parallel_tool_calls=parallel)
     compiled = backend.prepare(req).grammar
-    rng, hf = random.Random(f"xml{parallel}"), backend.tokenizer._tokenizer
+    rng, hf = random.Random(f"{family}{parallel}"), backend.tokenizer._tokenizer
     counts, seen = [], set()
     for _ in range(25):
         raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
-        assert raw.startswith("<tool_call>\n<function="), raw
-        events = ff.generate(ff.backend("qwen3_coder", fixtures_root, [raw]), req.with_(tool_choice="auto"))
+        assert raw.startswith(opening), raw
+        events = ff.generate(ff.backend(family, fixtures_root, [raw]), req.with_(tool_choice="auto"))
         names = {e.index: e.name for e in events if type(e).__name__ == "ToolCallStarted"}
         calls = [(names[e.index], e.arguments) for e in events if type(e).__name__ == "ToolCallDone" and e.complete]
         assert calls, raw
@@ -218,23 +220,24 @@ def test_qwen3_coder_calls_are_forced_in_its_parameter_tags(fixtures_root, paral
     assert parallel == (max(counts) > 1) and seen == set(schemas)
 
 
+@pytest.mark.parametrize("family", ["qwen3_coder", "glm"])
 @pytest.mark.parametrize("schema,refused", [
     ({"type": "object", "properties": {"x": {"anyOf": [{"type": "integer"}, {"type": "boolean"}]}}}, "no type"),
     ({"type": "object", "properties": {"x": {"type": "string", "format": "email"}}}, "the format 'email'"),
-    ({"type": "object", "properties": {"x": {"enum": [1, 2]}}}, "not all strings"),
+    ({"type": "object", "properties": {"x": {"type": "string", "enum": [1, 2]}}}, "not all strings"),
 ])
-def test_qwen3_coder_parameters_its_tags_cannot_carry_are_refused_by_name(fixtures_root, schema, refused):
+def test_parameters_the_tags_cannot_carry_are_refused_by_name(fixtures_root, family, schema, refused):
     import family_fixtures as ff
     from tinytitan.chat_request import ChatRequest, Message, Tool
     from tinytitan.errors import ApiError
 
     req = ChatRequest("m", (Message("user", "Go."),), (Tool("t", parameters=schema),), tool_choice="required")
     with pytest.raises(ApiError) as err:
-        ff.backend("qwen3_coder", fixtures_root).prepare(req)
+        ff.backend(family, fixtures_root).prepare(req)
     assert err.value.param == "tool_choice" and "parameter 'x'" in err.value.message and refused in err.value.message
 
 
-@pytest.mark.parametrize("family", ["glm", "gemma"])
+@pytest.mark.parametrize("family", ["gemma", "gpt_oss"])
 def test_a_forced_call_in_a_markup_without_a_call_grammar_is_refused_by_name(fixtures_root, family):
     import family_fixtures as ff
     from tinytitan.chat_request import ChatRequest, Message, Tool

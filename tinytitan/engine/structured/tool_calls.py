@@ -25,7 +25,7 @@ from ...errors import ApiError, invalid
 from ...output_format import check_schema
 from .compile import JSON_OPTIONS, compile_grammar
 from .escaped import ANY_TEXT, escaped_lark_rules
-from .xml_calls import xml_call_rules
+from .xml_calls import TAGS, tag_call_rules
 
 log = logging.getLogger("tinytitan.structured")
 ARGUMENTS_KEY = {"llama3": "parameters"}  # default "arguments"
@@ -111,7 +111,7 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
 
 def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
     markup = family.markup
-    if markup is None or markup.body not in ("json", "mistral", "xml") or not markup.tool_open:
+    if markup is None or markup.body not in ("json", "mistral", *TAGS) or not markup.tool_open:
         raise invalid(f"A forced tool call (tool_choice) cannot be enforced for this model: its family "
                       f"('{family.name}') writes calls in a markup this server has no call grammar for yet; use "
                       "tool_choice 'auto'", param="tool_choice", code="unsupported_value")
@@ -125,15 +125,16 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
                           f"{exc.message}", param="tool_choice", code="unsupported_schema") from None
     if markup.body == "mistral":
         return _mistral_calls(tools, parallel, vocab)
-    if markup.body == "xml":
-        call, rules = xml_call_rules(tools)
+    if markup.body in TAGS:
+        call, rules = tag_call_rules(markup.body, tools, vocab)
     else:
         call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"))
     open_ = _marker(markup.tool_open, vocab)
     if not markup.tool_close or family.name in SINGLE_CALL:
         heads = [f"start: {open_} call"]
     else:
-        block = f'block: {open_} "\\n" call "\\n" {_marker(markup.tool_close, vocab)}'
+        inner = "call" if markup.body == "kv" else '"\\n" call "\\n"'  # GLM: the name right after the marker
+        block = f'block: {open_} {inner} {_marker(markup.tool_close, vocab)}'
         heads = ['start: block ("\\n" block)*' if parallel else "start: block", block]
     return Grammar("lark", "\n".join(heads + [call] + rules), where="tool_choice")
 
