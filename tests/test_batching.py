@@ -255,6 +255,55 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
 
 
+async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(demo, monkeypatch):
+    """One of another model waits until the batch has drained, so a lone member does not join the batch for
+    it (it would decode on there, a batch of one, for nothing): it decodes on alone, and each decodes what it
+    decodes alone."""
+    import time
+
+    from tinytitan.demo_model import ensure_demo_model
+    from tinytitan.engine import batch
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    other = MLXBackend(ensure_demo_model(), "tinytitan-demo-other", lazy=True)
+    engine = Engine([demo, other], max_batch=4)
+    first = req("Explain recursion.", max_tokens=60)
+    second = req("Name a colour.", max_tokens=20).with_(model=other.model_id)
+    try:
+        expected = [summary(await run(engine, r)) for r in (first, second)]
+        ends = []
+        real = batch.decode_alone
+
+        def once_the_other_is_in(gen, member, start, others_waiting, store):
+            looks = iter(range(1, 10_000))
+
+            def joined():  # at its second look, the other has arrived (whatever the machine's speed)
+                if member.backend is demo and next(looks) == 2:
+                    deadline = time.monotonic() + 30
+                    while not engine.batcher._inbox and time.monotonic() < deadline:
+                        time.sleep(0.002)
+                return others_waiting()
+
+            ends.append(real(gen, member, start, joined, store))
+            return ends[-1]
+
+        monkeypatch.setattr(batch, "decode_alone", once_the_other_is_in)
+        got: dict = {}
+        async with trio.open_nursery() as n:
+            async def one(i, r):
+                got[i] = summary(await run(engine, r))
+
+            n.start_soon(one, 0, first)
+            while engine.running < 1:
+                await trio.sleep(0.005)
+            n.start_soon(one, 1, second)
+        assert [got[0], got[1]] == expected
+        assert ends == [None, None]  # both decoded alone to their end, neither was handed over
+        assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+    finally:
+        demo.ensure_loaded()  # the session's demo model, unloaded for the other one
+
+
 async def test_a_lone_constrained_request_reads_forced_runs_in_one_pass(demo, monkeypatch):
     """Alone, a request's grammar-forced tokens (keys, punctuation) are read in one forward pass a run, and it
     decodes exactly what mlx-lm's own token-by-token decoding gives it (--max-batch 1), greedy and seeded."""

@@ -14,7 +14,8 @@ Rules:
   cache before its Finished is sent. A failure while handling one member (its template, its sampler, a
   logits processor) fails that member only; a failure of the batched forward pass fails the members in it.
 - A member that arrives to an empty batch decodes alone, outside it, on a plain KV cache (solo.py), until
-  another member arrives: then it joins the batch where it stands, and the newcomer after it.
+  another member of its model arrives: then it joins the batch where it stands, and the newcomer after it.
+  One of another model would wait for the batch to drain anyway: for it, the lone member decodes on alone.
 - Members of another model wait until the batch has drained; then the loop switches models.
 
 The per-request hooks a member carries (its logits processors) are described in engine.py.
@@ -127,7 +128,7 @@ class Batcher:
                     if member.box.stop.is_set():
                         member.box.close()
                         continue
-                    self._join(state, members, member, lambda: bool(self._inbox or later))
+                    self._join(state, members, member, lambda: self._next_joins(state, later))
                 self._drop_stopped(state, members)
                 self.size = len(members)
                 if members:
@@ -145,10 +146,18 @@ class Batcher:
         finally:
             state.close()
 
+    def _next_joins(self, state: "_Generator", later: collections.deque[Member]) -> bool:
+        """Whether the member next in line (those taken in first, then the inbox) would join the batch now: one
+        of the model being batched. One of another model waits until the batch has drained, and all behind it."""
+        with self._lock:
+            nxt = later[0] if later else self._inbox[0] if self._inbox else None
+        return nxt is not None and nxt.backend is state.backend
+
     def _join(self, state: "_Generator", members: dict[int, Member], member: Member,
               others_waiting: Callable[[], bool]) -> None:
-        """Start ``member``: alone (nothing else in or on its way to the batch) it decodes outside the batch
-        until someone arrives (solo.py), then joins it where it stands; else it joins at once."""
+        """Start ``member``: alone (no one in the batch, and no one next in line who would join it) it decodes
+        outside the batch until one who would arrives (solo.py), then joins it where it stands; else it joins
+        at once."""
         try:
             if state.backend is not member.backend:
                 load_s = state.switch(member.backend, self.make_resident, self.max_batch)

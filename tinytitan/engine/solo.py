@@ -5,10 +5,10 @@ Rules:
   ``generate_step`` decodes one request: its prompt in chunks, then one pipelined step per token (the next
   step is queued before the current token is read). A batch of one pays for what batching needs and one
   request does not (a padding mask and per-row offsets in every layer, per-row bookkeeping every step).
-- Between two chunks of its prompt (the first one short) and between two tokens it looks at the inbox: when another member has
-  arrived, it joins the batch where it stands — its KV cache, what the cache holds, what is left of its
-  prompt (or its last sampled token) as its prompt, its own sampler and logits processors, what is left of
-  its output cap — and decodes on there exactly as it would have here.
+- Between two chunks of its prompt (the first one short) and between two tokens it looks at the inbox: when
+  a member of its model has arrived, it joins the batch where it stands — its KV cache, what the cache
+  holds, what is left of its prompt (or its last sampled token) as its prompt, its own sampler and logits
+  processors, what is left of its output cap — and decodes on there exactly as it would have here.
 - Everything else is the batch's: the same Member (detokenizer, DecodeLoop, mailbox), the same sampler and
   logits processors (a seeded sampler keeps its own key across the move; a grammar mask has consumed exactly
   the tokens before the one it is handed next), the same prompt-cache store at the end.
