@@ -334,14 +334,24 @@ async def test_requests_decoding_together_each_keep_their_own_schema(serve, demo
         jsonschema.validate(json.loads(results[name]), CORPUS[name], format_checker=FORMATS)
 
 
-def test_a_family_whose_answer_the_grammar_does_not_cover_is_refused_by_name(tmp_path):
-    """gpt-oss writes its answer inside harmony channel markup: a grammar starting at the first token would
-    cut that off, so structured output is refused there, by name, rather than produced broken."""
+def test_harmony_answers_are_the_final_channels_document(tmp_path):
+    """gpt-oss writes its answer inside harmony channel markup: the grammar starts at the final channel's
+    marker and holds its message to the schema; random documents of it (what a random-weight model writes
+    under the mask) are read back by the family's parser as text that validates."""
+    import random
+
     import family_fixtures as ff
+    from test_forced_tool_choice import _walk
 
     backend = ff.backend("gpt_oss", tmp_path)
+    schema = CORPUS["nested_object"]
     req = ChatRequest(model=backend.model_id, messages=(Message("user", "x"),),
-                      grammar=Grammar("json_object", {"type": "object"}, where="response_format"))
-    with pytest.raises(ApiError) as exc:
-        backend.prepare(req)
-    assert exc.value.param == "response_format" and "gpt_oss" in exc.value.message
+                      grammar=Grammar("json_schema", schema, where="response_format"))
+    compiled = backend.prepare(req).grammar
+    rng, hf = random.Random(7), backend.tokenizer._tokenizer
+    for _ in range(10):
+        raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
+        assert raw.startswith("<|channel|>final<|message|>"), raw
+        events = ff.generate(ff.backend("gpt_oss", tmp_path, [raw]), req.with_(grammar=None))
+        text = "".join(e.text for e in events if type(e).__name__ == "TextDelta")
+        jsonschema.validate(json.loads(text), schema, format_checker=FORMATS)

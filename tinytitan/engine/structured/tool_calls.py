@@ -6,7 +6,8 @@ Rules:
   (``<tool_call>\\n{"name": N, "arguments": {…}}\\n</tool_call>``, several when parallel calls are allowed)
   and Llama 3's ``<|python_tag|>{"name": N, "parameters": {…}}`` (one call); so are Mistral's
   ``[TOOL_CALLS]N[ARGS]{…}`` (or its older ``[TOOL_CALLS][{…}, …]``) and Qwen3-Coder's parameter tags
-  (``xml_calls.py``). Another family's markup is refused by name (400), never approximated.
+  (``xml_calls.py``), and gpt-oss's harmony calls (``harmony.py``). Another family's markup is refused by
+  name (400), never approximated.
 - A marker that is one token of the vocabulary is matched as that token (``<[id]>``), else as text.
 - A custom tool's input is its one JSON string argument, ``input``: the client's grammar (Lark or regex) is
   rewritten to match the input's JSON-escaped spelling (``escaped.py``), so the input the client reads back
@@ -24,6 +25,7 @@ from ...chat_request import Grammar, Tool
 from ...errors import ApiError, invalid
 from ...output_format import check_schema
 from .compile import JSON_OPTIONS, compile_grammar
+from . import harmony
 from .escaped import ANY_TEXT, escaped_lark_rules
 from .xml_calls import TAGS, tag_call_rules
 
@@ -111,7 +113,7 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
 
 def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
     markup = family.markup
-    if markup is None or markup.body not in ("json", "mistral", *TAGS) or not markup.tool_open:
+    if markup is not None and (markup.body not in ("json", "mistral", *TAGS) or not markup.tool_open):
         raise invalid(f"A forced tool call (tool_choice) cannot be enforced for this model: its family "
                       f"('{family.name}') writes calls in a markup this server has no call grammar for yet; use "
                       "tool_choice 'auto'", param="tool_choice", code="unsupported_value")
@@ -123,6 +125,8 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
         except ApiError as exc:
             raise invalid(f"tool_choice forces a call to '{tool.name}', whose arguments must then match its schema: "
                           f"{exc.message}", param="tool_choice", code="unsupported_schema") from None
+    if markup is None:  # harmony
+        return harmony.forced_calls(tools, vocab)
     if markup.body == "mistral":
         return _mistral_calls(tools, parallel, vocab)
     if markup.body in TAGS:

@@ -1,0 +1,56 @@
+"""gpt-oss (harmony): output formats and forced calls inside its channel markup.
+
+    answer:  <|channel|>final<|message|>DOCUMENT                         (then <|return|>)
+    call:    <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{ARGUMENTS}   (then <|call|>)
+
+Rules:
+- The prompt ends with ``<|start|>assistant``: the grammar starts at the channel marker, skipping the
+  analysis channel (such a request decodes with reasoning off), and ends where the document or the
+  arguments end; the end-of-sequence tokens (``<|return|>``, ``<|call|>``) are allowed only there.
+- The harmony markers are matched as the vocabulary's tokens.
+- One call (the family's convention); a custom tool's input grammar is refused by name for a forced call.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ...chat_request import Grammar, Tool
+from ...errors import invalid
+from .compile import JSON_OPTIONS, with_format_patterns
+
+MARKERS = ("<|channel|>", "<|constrain|>", "<|message|>")
+
+
+def _markers(vocab: dict) -> tuple[str, str, str]:
+    missing = [m for m in MARKERS if m not in vocab]
+    if missing:
+        raise invalid(f"This model's harmony markup has no {missing[0]} token to hold a grammar to",
+                      param="tool_choice", code="unsupported_value")
+    return tuple(f"<[{vocab[m]}]>" for m in MARKERS)
+
+
+def _json(schema: dict) -> str:
+    return "%json " + json.dumps({**with_format_patterns(schema), "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
+
+
+def answer_grammar(grammar: Grammar, vocab: dict) -> Grammar:
+    """An output format (a JSON schema or json_object) as the document of the final channel."""
+    channel, _, message = _markers(vocab)
+    schema = grammar.source if grammar.kind == "json_schema" else {"type": "object"}
+    return Grammar("lark", "\n".join([f'start: {channel} "final" {message} doc', f"doc: {_json(schema)}"]),
+                   where=grammar.where, name=grammar.name)
+
+
+def forced_calls(tools: list[Tool], vocab: dict) -> Grammar:
+    channel, constrain, message = _markers(vocab)
+    rules = []
+    for i, tool in enumerate(tools):
+        if tool.custom:
+            raise invalid(f"tool_choice forces a call, and '{tool.name}' is a custom tool: this model's harmony "
+                          "calls cannot carry its input grammar yet", param="tool_choice", code="unsupported_value")
+        rules += [f"f{i}: {json.dumps(tool.name + ' ')} {constrain} \"json\" {message} f{i}_args",
+                  f"f{i}_args: {_json(tool.parameters or {'type': 'object'})}"]
+    call = "call: " + " | ".join(f"f{i}" for i in range(len(tools)))
+    return Grammar("lark", "\n".join([f'start: {channel} "commentary to=functions." call', call, *rules]),
+                   where="tool_choice")
