@@ -187,12 +187,14 @@ XML_TOOL = {"type": "object", "required": ["path", "mode"], "additionalPropertie
 
 
 @pytest.mark.parametrize("parallel", [True, False])
-@pytest.mark.parametrize("family,opening", [("qwen3_coder", "<tool_call>\n<function="), ("glm", "<tool_call>")])
-def test_tag_markup_calls_are_forced_in_the_familys_own_tags(fixtures_root, parallel, family, opening):
+@pytest.mark.parametrize("family,opening", [("qwen3_coder", "<tool_call>\n<function="), ("glm", "<tool_call>"),
+                                            ("gemma", "```tool_code\n")])
+def test_calls_are_forced_in_the_familys_own_markup(fixtures_root, parallel, family, opening):
     """Qwen3-Coder writes ``<function=N>`` with one ``<parameter=K>`` tag a value, GLM the name then
-    ``<arg_key>K</arg_key><arg_value>V</arg_value>`` pairs (strings verbatim, other types as JSON): random
-    documents of the forced-call grammar are read back by the family's parser as calls to the allowed tools
-    whose arguments validate (a value never holds its closing tag)."""
+    ``<arg_key>K</arg_key><arg_value>V</arg_value>`` pairs (strings verbatim, other types as JSON), Gemma
+    ``N(key=value, …)`` in a ``tool_code`` fence: random documents of the forced-call grammar are read back by
+    the family's parser as calls to the allowed tools whose arguments validate (a value never holds its
+    closing tag)."""
     import random
 
     import family_fixtures as ff
@@ -237,16 +239,15 @@ def test_parameters_the_tags_cannot_carry_are_refused_by_name(fixtures_root, fam
     assert err.value.param == "tool_choice" and "parameter 'x'" in err.value.message and refused in err.value.message
 
 
-@pytest.mark.parametrize("family", ["gemma"])
-def test_a_forced_call_in_a_markup_without_a_call_grammar_is_refused_by_name(fixtures_root, family):
-    import family_fixtures as ff
-    from tinytitan.chat_request import ChatRequest, Message, Tool
+@pytest.mark.parametrize("family", ["function_gemma", "gemma4"])
+def test_a_forced_call_in_a_markup_without_a_call_grammar_is_refused_by_name(family):
+    from tinytitan.chat_request import Tool
+    from tinytitan.engine.families import FAMILIES
+    from tinytitan.engine.structured.tool_calls import forced_call_grammar
     from tinytitan.errors import ApiError
 
-    req = ChatRequest("m", (Message("user", "Weather in Paris?"),), (Tool("get_weather", parameters=WEATHER),),
-                      tool_choice="required")
     with pytest.raises(ApiError) as err:
-        ff.backend(family, fixtures_root).prepare(req)
+        forced_call_grammar(FAMILIES[family], [Tool("get_weather", parameters=WEATHER)], True, {})
     assert err.value.kind == "invalid_request" and err.value.param == "tool_choice"
     assert f"its family ('{family}') writes calls in a markup" in err.value.message
 

@@ -6,7 +6,8 @@ Rules:
   (``<tool_call>\\n{"name": N, "arguments": {…}}\\n</tool_call>``, several when parallel calls are allowed)
   and Llama 3's ``<|python_tag|>{"name": N, "parameters": {…}}`` (one call); so are Mistral's
   ``[TOOL_CALLS]N[ARGS]{…}`` (or its older ``[TOOL_CALLS][{…}, …]``) and Qwen3-Coder's parameter tags
-  (``xml_calls.py``), and gpt-oss's harmony calls (``harmony.py``). Another family's markup is refused by
+  (``xml_calls.py``), Gemma's Python calls in a ``tool_code`` fence (keyword arguments whose values are
+  JSON, which the family reads as Python literals), and gpt-oss's harmony calls (``harmony.py``). Another family's markup is refused by
   name (400), never approximated.
 - A marker that is one token of the vocabulary is matched as that token (``<[id]>``), else as text.
 - A custom tool's input is its one JSON string argument, ``input``: the client's grammar (Lark or regex) is
@@ -113,7 +114,7 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
 
 def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
     markup = family.markup
-    if markup is not None and (markup.body not in ("json", "mistral", *TAGS) or not markup.tool_open):
+    if markup is not None and (markup.body not in ("json", "mistral", "pythonic", *TAGS) or not markup.tool_open):
         raise invalid(f"A forced tool call (tool_choice) cannot be enforced for this model: its family "
                       f"('{family.name}') writes calls in a markup this server has no call grammar for yet; use "
                       "tool_choice 'auto'", param="tool_choice", code="unsupported_value")
@@ -131,6 +132,8 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
         return _mistral_calls(tools, parallel, vocab)
     if markup.body in TAGS:
         call, rules = tag_call_rules(markup.body, tools, vocab)
+    elif markup.body == "pythonic":
+        call, rules = _pythonic_call_rules(tools)
     else:
         call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"))
     open_ = _marker(markup.tool_open, vocab)
@@ -154,3 +157,36 @@ def _mistral_calls(tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
         call, rules = _call_rules(tools, "arguments")
         heads = [f'start: {open_} "[" call ("," call)* "]"' if parallel else f'start: {open_} "[" call "]"']
     return Grammar("lark", "\n".join(heads + [call] + rules), where="tool_choice")
+
+
+def _pythonic_call_rules(tools: list[Tool]) -> tuple[str, list[str]]:
+    """``call``: ``NAME(key=value, …)`` to any of ``tools``, keyword arguments in the schema's order (the
+    required ones always), each value JSON held to its schema (the family reads JSON's literals as Python's)."""
+    alternatives, rules = [], []
+    for i, tool in enumerate(tools):
+        if tool.custom:
+            raise invalid(f"tool_choice forces a call, and '{tool.name}' is a custom tool: this model's Python calls "
+                          "cannot carry its input grammar yet", param="tool_choice", code="unsupported_value")
+        schema = tool.parameters or {"type": "object"}
+        props, required = schema.get("properties") or {}, schema.get("required") or []
+        names = [tool.name, *props]
+        bad = next((n for n in names if not n.isidentifier()), None)
+        if bad is not None or set(required) - set(props):
+            raise invalid(f"tool_choice forces a call to '{tool.name}', which this model's Python calls cannot "
+                          f"spell: '{bad or sorted(set(required) - set(props))[0]}'", param="tool_choice",
+                          code="unsupported_value")
+        keys = list(props)
+        for j, key in enumerate(keys):  # a_j: the arguments from key j on, none before; r_j: some before
+            value = f"f{i}_v{j}"
+            rules.append(f"{value}: %json {json.dumps({**props[key], 'x-guidance': JSON_OPTIONS}, ensure_ascii=False)}")
+            item = f'"{key}=" {value}'
+            last = j + 1 == len(keys)
+            nxt_a, nxt_r = ('""', '""') if last else (f"f{i}_a{j + 1}", f"f{i}_r{j + 1}")
+            if key in required:
+                rules += [f"f{i}_a{j}: {item} {nxt_r}", f'f{i}_r{j}: ", " {item} {nxt_r}']
+            else:
+                rules += [f"f{i}_a{j}: {item} {nxt_r} | {nxt_a}", f'f{i}_r{j}: ", " {item} {nxt_r} | {nxt_r}']
+        args = f"f{i}_a0" if keys else ""
+        alternatives.append(f"f{i}")
+        rules.append(f'f{i}: "{tool.name}(" {args} ")"')
+    return "call: " + " | ".join(alternatives), rules
