@@ -395,3 +395,37 @@ async def test_a_cancelled_stream_counts_the_tokens_it_decoded(serve, demo_tok):
     assert tokens(after, "prompt") > tokens(before, "prompt")
     (turn,) = s.server.observer.recent()
     assert turn["stop_reason"] == "cancelled" and turn["completion_tokens"] == n
+
+
+async def test_the_route_is_the_frameworks_own_match(serve):
+    """A request's route and protocol are the rule the framework matched it to (a path template, however many
+    paths it stands for), not a second match of the URL map; no route (404, 405) is "unmatched"."""
+    s = await serve(["ok"])
+    observer = s.server.observer
+    matched_again = []
+    own_match = observer._route
+    observer._route = lambda method, path: matched_again.append(path) or own_match(method, path)
+    before = await scrape(s)
+    async with httpx.AsyncClient() as c:
+        for name in ("one", "two/three"):
+            assert (await c.get(s.url(f"/v1/models/{name}"))).status_code == 404  # matched; no such model
+        assert (await c.get(s.url("/v1/no/such/route"))).status_code == 404
+        assert (await c.delete(s.url("/v1/chat/completions"))).status_code == 405
+        assert (await c.post(s.url("/v1/chat/completions"), json={"model": MODEL})).status_code == 400
+
+    def moved(after, labels, by):
+        key = ("tinytitan_requests_total", tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0) == by
+
+    async def counted():
+        after = await scrape(s)
+        return all(moved(after, labels, by) for labels, by in (
+            ({"protocol": "shared", "route": "/v1/models/<path:model_id>", "status": "404"}, 2),
+            ({"protocol": "none", "route": "unmatched", "status": "404"}, 1),
+            ({"protocol": "none", "route": "unmatched", "status": "405"}, 1),
+            ({"protocol": "openai_chat", "route": "/v1/chat/completions", "status": "400"}, 1)))
+
+    assert await eventually(counted)
+    assert matched_again == []
+    (refused,) = observer.recent()
+    assert (refused["route"], refused["protocol"], refused["status"]) == ("/v1/chat/completions", "openai_chat", 400)

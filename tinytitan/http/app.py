@@ -81,6 +81,11 @@ class _App(QuartTrio):
         with self.observer.request(scope, send) as send:  # its tasks start in a copy of this context
             await super().__call__(scope, receive, send)
 
+    async def full_dispatch_request(self, request_context=None):
+        # matched (``url_rule``; None for a 404/405), nothing of it run yet: the observer takes this match
+        self.observer.routed(request.url_rule)
+        return await super().full_dispatch_request(request_context)
+
 
 HTTP_KINDS = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_request"}
 

@@ -11,6 +11,9 @@ Rules:
   (the dashboard's own traffic, health checks, scrapes) and a protocol's lookups (an Ollama UI polling
   ``/api/tags``, count_tokens, a stored response fetched), which would push the turns out of ``/profile``.
 - The live feed is a set of bounded channels: a subscriber that falls behind is dropped, never waited for.
+- The route and protocol are the framework's own match (``routed(rule)``, called once it has matched and before
+  any handler runs; no rule: a 404, a 405 or a redirect, "unmatched"). The arrival is pushed to the dashboard
+  then. Only a request the framework never matched (it failed before dispatch) is matched here, at its end.
 """
 
 from __future__ import annotations
@@ -61,7 +64,6 @@ class Observer:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         ua = headers.get("user-agent", "")
         turn = Turn(scope.get("method", "GET"), scope.get("path", ""), client_name(ua), ua)
-        turn.route, turn.protocol = self._route(turn.method, turn.path)
         turn.on_change = self.push_state
         token = current_turn.set(turn)
 
@@ -73,15 +75,26 @@ class Observer:
                         turn.request_id = v.decode("latin-1")
             await send(message)
 
-        if turn.protocol not in QUIET_PROTOCOLS:
-            self.push_state()
         try:
             yield noting_send
         finally:
             current_turn.reset(token)
             self.end(turn)
 
+    def routed(self, rule: Any) -> None:
+        """The framework matched the request being answered to ``rule`` (None: no route); its handler has not
+        run yet, so this is its arrival for the dashboard."""
+        turn = current_turn.get()
+        if turn is None:
+            return
+        turn.route, turn.protocol = self._from_rule(rule)
+        turn.routed = True
+        if turn.protocol not in QUIET_PROTOCOLS:
+            self.push_state()
+
     def end(self, turn: Turn) -> None:
+        if not turn.routed:  # it failed before the framework matched it: its route, matched here once
+            turn.route, turn.protocol = self._route(turn.method, turn.path)
         turn.duration = time.perf_counter() - turn.t0
         if turn.status is None:
             turn.status = 499 if turn.generated else 500  # the client left before any answer went out
@@ -101,12 +114,18 @@ class Observer:
             return False
         return turn.generated or (turn.method == "POST" and (turn.status or 0) >= 400)
 
+    @staticmethod
+    def _from_rule(rule: Any) -> tuple[str, str]:
+        if rule is None:  # NotFound, MethodNotAllowed, a redirect: not a route
+            return "unmatched", "none"
+        return rule.rule, rule.endpoint.split(":", 1)[0]
+
     def _route(self, method: str, path: str) -> tuple[str, str]:
         try:
             rule, _ = self.app.url_map.bind("localhost").match(path, method, return_rule=True)
         except Exception:  # NotFound, MethodNotAllowed, a redirect: not a route
-            return "unmatched", "none"
-        return rule.rule, rule.endpoint.split(":", 1)[0]
+            rule = None
+        return self._from_rule(rule)
 
     def _log(self, turn: Turn) -> None:
         if turn.generated:

@@ -37,6 +37,7 @@ class Turn:
     request_id: str = ""
     route: str = "unmatched"
     protocol: str = "none"
+    routed: bool = False  # route and protocol are the framework's match (the observer's ``routed``)
     status: int | None = None
     # the generation, where there was one
     model: str | None = None
