@@ -237,3 +237,36 @@ def test_machine_state_is_typed_and_the_spec_is_checked_against_it(tmp_path):
 
     with pytest.raises(ValueError, match=r"vars \['eval_durration'\], which OllamaState does not have"):
         Ollama(tmp_path)
+
+
+def test_the_templates_are_read_once_and_the_module_context_checked_once(tmp_path):
+    """The $paths a spec's stream templates use are read at load and kept on the spec, which is what the
+    protocol checks its state against; a template that names a $vars field in its ``when`` or its ``event``
+    name is held to the state like one in its data. A module whose extra_context supplies a name the spec
+    does not declare is refused on its first machine (and on every one after it: a refusal is not a check
+    passed)."""
+    from tinytitan.protocols.ollama import Ollama
+    from tinytitan.protocols.openai_chat import OpenAIChat
+
+    spec = load_protocol("ollama")
+    assert spec.lookups["done"] >= {"vars.eval_duration", "vars.total_duration"}
+    assert {"eval_duration", "total_duration", "load_duration"} <= spec.vars_used
+    for p in spec_dir().glob("*.yaml"):
+        shutil.copy(p, tmp_path / p.name)
+    raw = yaml.safe_load((tmp_path / "ollama.yaml").read_text())
+    raw["stream"]["events"]["done"]["when"] = "vars.finishd"
+    (tmp_path / "ollama.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ValueError, match=r"vars \['finishd'\], which OllamaState does not have"):
+        Ollama(tmp_path)
+
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+
+    class Undeclared(OpenAIChat):
+        def extra_context(self, v):
+            return {**super().extra_context(v), "tool_count": len(v.args.get("tools", ()))}
+
+    proto = Undeclared()
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"extra_context supplies \['tool_count'\], not in stream.computed"):
+            proto.machine(proto.validate(body), "m", stream=True)
+    assert OpenAIChat().machine(proto.validate(body), "m", stream=True).context["custom_tools"] == []

@@ -64,13 +64,13 @@ class Protocol:
         state = self.machine_state()
         if dataclasses.is_dataclass(state):  # every $vars.<name> the templates use is a field of the state
             fields = {f.name for f in dataclasses.fields(state)}
-            used = {template_path.split(".")[1] for ev in (self.spec.stream or {}).get("events", {}).values()
-                    for template_path in template.lookups(ev["data"]) | ({ev["when"]} if ev.get("when") else set())
-                    if template_path.startswith("vars.")}
-            unknown = sorted(used - fields)
+            unknown = sorted(self.spec.vars_used - fields)  # the templates as read at load, not walked again
             if unknown:
                 raise ValueError(f"{self.spec.source}: templates use vars {unknown}, which {type(state).__name__} "
                                  f"does not have")
+        # what ``extra_context`` may supply: the names a template may use (the spec's own, checked at load)
+        self.context_names = BUILTIN_ROOTS | set(self.spec.context) | set(self.spec.computed)
+        self._context_checked = False  # the module's extra_context agrees with the spec (``machine``, once)
 
     def _route_without(self, route: dict) -> tuple[str, ...]:
         declared = self.spec.request.get("fields") or {}
@@ -158,9 +158,11 @@ class Protocol:
         ctx: dict[str, Any] = {"req": v.body, "id": new_id(self.id_prefix), "created": int(time.time()),
                                "model": model_id}
         extra = self.extra_context(v)
-        undeclared = sorted(set(extra) - BUILTIN_ROOTS - set(self.spec.context) - set(self.spec.computed))
-        if undeclared:  # a template may use only what the spec says exists (checked at load)
-            raise ValueError(f"{self.spec.source}: extra_context supplies {undeclared}, not in stream.computed")
+        if not self._context_checked:  # which names it supplies is the module's code: checked on first use
+            undeclared = sorted(set(extra) - self.context_names)
+            if undeclared:  # a template may use only what the spec says exists (checked at load)
+                raise ValueError(f"{self.spec.source}: extra_context supplies {undeclared}, not in stream.computed")
+            self._context_checked = True
         ctx.update(extra)
         machine = Machine(self.spec, ctx, self.machine_hooks(), entry, self.machine_state())
         if not stream and self.spec.fold:

@@ -70,6 +70,8 @@ class ProtocolSpec:
     fold: dict | None = None
     stream: dict | None = None
     extra: dict = field(default_factory=dict)
+    # stream event name → the ``$paths`` its templates look up (``data``, ``event``, ``when``), read once at load
+    lookups: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def error_kind(self, kind: str) -> ErrorKind:
         return self.error_kinds.get(kind) or self.error_kinds["server_error"]
@@ -78,6 +80,12 @@ class ProtocolSpec:
     def computed(self) -> list[str]:
         """The context names the protocol's module computes (``stream.computed``): templates may use them."""
         return list((self.stream or {}).get("computed") or [])
+
+    @property
+    def vars_used(self) -> set[str]:
+        """The ``$vars.<name>`` names the stream templates use: the fields a protocol's state must have."""
+        return {steps[1] for used in self.lookups.values() for steps in map(paths.steps, used)
+                if steps[0] == "vars" and len(steps) > 1}
 
     @property
     def framing(self) -> str:
@@ -238,6 +246,7 @@ def _check_stream(spec: ProtocolSpec) -> None:
             if m not in spec.maps:
                 raise _fail(spec.source, where, f"uses map '{m}', which 'maps' does not declare")
         used = template.lookups(ev["data"]) | template.lookups(ev.get("event", "")) | ({ev["when"]} if ev.get("when") else set())
+        spec.lookups[name] = frozenset(used)
         for path in sorted(used):
             steps = paths.steps(path)
             if steps[0] not in known:
