@@ -195,17 +195,19 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
     real = batch._first_token
     monkeypatch.setattr(batch, "_first_token", lambda *a: read_ahead.append(1) or real(*a))
     got: dict = {}
-    async with trio.open_nursery() as n:
+    async with trio.open_nursery() as outer:
         async def one(name, r):
             got[name] = await run(engine, r)
 
-        n.start_soon(one, "long", req("Explain recursion.", max_tokens=400))
+        outer.start_soon(one, "long", req("Explain recursion.", max_tokens=100_000))  # decodes until cancelled
         while engine.running < 1:
             await trio.sleep(0.005)
         await trio.sleep(0.05)  # decoding by now
-        for name, r in joiners.items():
-            n.start_soon(one, name, r)
-            await trio.sleep(0.02)
+        async with trio.open_nursery() as n:
+            for name, r in joiners.items():
+                n.start_soon(one, name, r)
+                await trio.sleep(0.02)
+        outer.cancel_scope.cancel()  # the joiners are done: the long one hangs up
     assert {k: summary(v) for k, v in got.items() if k != "long"} == expected
     assert len(read_ahead) == len(joiners)
     assert expected["cap1"][-1].reason == "length" and expected["cap1"][-1].usage.completion_tokens == 1

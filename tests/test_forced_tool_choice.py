@@ -117,20 +117,7 @@ def fixtures_root(tmp_path_factory):
 def _walk(compiled, rng, eos: set[int]) -> list[int]:
     """A random document of the grammar: a uniformly random allowed token at every step (what a random-weight
     model does under the mask), ending where the document may end."""
-    import numpy as np
-    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
-
-    matcher, bitmask, tokens = compiled.matcher(), allocate_token_bitmask(1, compiled.vocab_size), []
-    while len(tokens) < 500:
-        fill_next_token_bitmask(matcher, bitmask)
-        allowed = np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:compiled.vocab_size])
-        choices = [int(t) for t in allowed if int(t) not in eos]
-        if matcher.is_accepting() and (not choices or rng.random() < 0.5):
-            return tokens
-        token = rng.choice(choices)
-        assert matcher.consume_token(token), matcher.get_error()
-        tokens.append(token)
-    raise AssertionError("the document did not end")
+    return _walk_from(compiled, compiled.matcher(), rng, eos)
 
 
 @pytest.mark.parametrize("form", ["named", "json list"])
@@ -275,3 +262,75 @@ def test_gpt_oss_calls_are_forced_in_harmony(fixtures_root):
         check(calls, set(SCHEMAS), single=True)
         seen |= {name for name, _ in calls}
     assert seen == set(SCHEMAS)
+
+
+AUTO_CASES = {  # a call to the strict tool, opened; a whole call to the tool that is not strict, any arguments
+    "mistral": ("Let me see.[TOOL_CALLS]add[ARGS]", 'Hi.[TOOL_CALLS]get_weather[ARGS]{"zzz":[true]}'),
+    "qwen3_coder": ("Let me see.<tool_call>\n<function=add>\n",
+                    "Hi.<tool_call>\n<function=get_weather>\n<parameter=zzz>\nyes\n</parameter>\n</function>\n"
+                    "</tool_call>"),
+    "glm": ("Let me see.<tool_call>add\n",
+            "Hi.<tool_call>get_weather\n<arg_key>zzz</arg_key>\n<arg_value>yes</arg_value>\n</tool_call>"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(AUTO_CASES))
+def test_under_auto_a_call_once_opened_is_held_to_a_strict_tools_schema(fixtures_root, family):
+    """tool_choice auto on the other markups: text is free, and a call the model opens is written in the
+    family's markup; a strict tool's arguments validate, a tool that is not strict takes any."""
+    import random
+
+    import family_fixtures as ff
+    from tinytitan.chat_request import ChatRequest, Message, Tool
+
+    tools = (Tool("add", parameters=ADD, strict=True), Tool("get_weather", parameters=WEATHER))
+    backend = ff.backend(family, fixtures_root)
+    req = ChatRequest("m", (Message("user", "Add."),), tools, reasoning=False)
+    compiled = backend.prepare(req).grammar
+    assert compiled is not None
+    hf, (opened, loose) = backend.tokenizer._tokenizer, AUTO_CASES[family]
+    prefix = list(hf.encode(opened, add_special_tokens=False))
+    rng = random.Random(family)
+    for _ in range(12):
+        matcher = compiled.matcher()
+        assert matcher.consume_tokens(prefix), matcher.get_error()
+        walked = _walk_from(compiled, matcher, rng, set(backend.tokenizer.eos_token_ids), stop=1.0)
+        raw = hf.decode(prefix + walked, skip_special_tokens=False)
+        events = ff.generate(ff.backend(family, fixtures_root, [raw]), req)
+        names = {e.index: e.name for e in events if type(e).__name__ == "ToolCallStarted"}
+        calls = [(names[e.index], e.arguments) for e in events if type(e).__name__ == "ToolCallDone" and e.complete]
+        assert calls and calls[0][0] == "add", raw
+        check(calls[:1], {"add"}, single=True)
+    matcher = compiled.matcher()
+    tokens = list(hf.encode(loose, add_special_tokens=False))
+    assert matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting(), matcher.get_error()
+
+
+def _walk_from(compiled, matcher, rng, eos: set[int], stop: float = 0.5) -> list[int]:
+    """... from ``matcher`` as it stands; where the document may end, it ends with probability ``stop``."""
+    import numpy as np
+    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+    bitmask, tokens = allocate_token_bitmask(1, compiled.vocab_size), []
+    while len(tokens) < 500:
+        fill_next_token_bitmask(matcher, bitmask)
+        allowed = np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:compiled.vocab_size])
+        choices = [int(t) for t in allowed if int(t) not in eos]
+        if matcher.is_accepting() and (not choices or rng.random() < stop):
+            return tokens
+        token = rng.choice(choices)
+        assert matcher.consume_token(token), matcher.get_error()
+        tokens.append(token)
+    raise AssertionError("the document did not end")
+
+
+def test_under_auto_a_strict_tool_the_tags_cannot_hold_is_served_unmasked(fixtures_root, caplog):
+    """A forced call refuses such a tool by name; under auto the request is served, the call not masked, and
+    the log says why."""
+    import family_fixtures as ff
+    from tinytitan.chat_request import ChatRequest, Message, Tool
+
+    untyped = {"type": "object", "properties": {"x": {"anyOf": [{"type": "integer"}, {"type": "boolean"}]}}}
+    req = ChatRequest("m", (Message("user", "Go."),), (Tool("t", parameters=untyped, strict=True),), reasoning=False)
+    assert ff.backend("qwen3_coder", fixtures_root).prepare(req).grammar is None
+    assert "parameter 'x'" in caplog.text

@@ -85,12 +85,6 @@ class GrammarMask:
         if not self.failed:
             fill_next_token_bitmask(self.matcher, self.bitmask)
 
-    def apply(self, logits):
-        """The mask computed last, applied to ``logits`` (no token consumed: see ``advance``)."""
-        import mlx.core as mx
-
-        return mx.where(self._bits_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
-
     def allowed_mx(self, width: int):
         """The mask as an mlx boolean row of ``width``: the bitmask's 32-bit words are expanded into bits in
         mlx's graph (with the forward pass), not in numpy on this thread."""

@@ -82,34 +82,65 @@ def _call_rules(tools: list[Tool], key: str, loose: bool = False, named: str | N
     return "call: " + " | ".join(alternatives), rules
 
 
+def _blocks(family, tools: list[Tool], parallel: bool, vocab: dict, loose: bool = False) -> list[str]:
+    """The rule ``blocks`` (one call, or several where parallel calls are allowed) in the family's markup,
+    and the rules it uses. ``loose``: a function tool that is not strict takes any arguments."""
+    markup = family.markup
+    open_ = _marker(markup.tool_open, vocab)
+    if markup.body == "mistral":
+        if "[ARGS]" in vocab:
+            call, rules = _call_rules(tools, "arguments", loose, named=_marker("[ARGS]", vocab))
+            return [f"blocks: {open_} call ({open_} call)*" if parallel else f"blocks: {open_} call", call, *rules]
+        call, rules = _call_rules(tools, "arguments", loose)
+        return [f'blocks: {open_} "[" call ("," call)* "]"' if parallel else f'blocks: {open_} "[" call "]"',
+                call, *rules]
+    if markup.body in TAGS:
+        call, rules = tag_call_rules(markup.body, tools, vocab, loose)
+    elif markup.body == "pythonic":
+        call, rules = _pythonic_call_rules(tools)
+    else:
+        call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"), loose)
+    if not markup.tool_close or family.name in SINGLE_CALL:
+        return [f"blocks: {open_} call", call, *rules]
+    inner = "call" if markup.body == "kv" else '"\\n" call "\\n"'  # GLM: the name right after the marker
+    block = f"block: {open_} {inner} {_marker(markup.tool_close, vocab)}"
+    return ['blocks: block ("\\n" block)*' if parallel else "blocks: block", block, call, *rules]
+
+
+AUTO_BODIES = ("json", "mistral", *TAGS)  # where free text and a masked call can stand side by side
+
+
 def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
                       start_in_reasoning: bool) -> Grammar | None:
     """Under ``tool_choice: auto``: free text (and a thought) as the model likes, but once it opens a call,
     the call is held to the tool's grammar — a strict function's schema, a custom tool's input grammar.
-    None when no tool asks for that, or the family's markers are not single tokens (free text could then
-    spell them), or its calls are not JSON objects in open/close markers."""
+    None (logged) when no tool asks for that, or the family's markers are not single tokens (free text could
+    then spell them), or its call markup has no grammar here for such tools."""
     if not any(t.strict or t.input_grammar is not None for t in tools):
         return None
     markup = family.markup
-    markers = [markup.tool_open, markup.tool_close] if markup is not None else []
+    markers = [markup.tool_open] + ([markup.tool_close] if markup.tool_close else []) if markup is not None else []
     thinking = bool(markup is not None and markup.think_open and markup.think_close)
     if thinking:
         markers += [markup.think_open, markup.think_close]
-    if markup is None or markup.body != "json" or not all(m and m in vocab for m in markers) \
-            or family.name in SINGLE_CALL:
+    custom_in_tags = markup is not None and markup.body in TAGS and any(t.custom for t in tools)
+    if markup is None or markup.body not in AUTO_BODIES or not all(m and m in vocab for m in markers) \
+            or family.name in SINGLE_CALL or custom_in_tags:
         log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s family",
                     family.name)
         return None
-    call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"), loose=True)
-    block = f'block: <[{vocab[markup.tool_open]}]> "\\n" call "\\n" <[{vocab[markup.tool_close]}]>'
-    blocks = 'blocks: block ("\\n" block)*' if parallel else "blocks: block"
     if thinking:
         close = f"<[{vocab[markup.think_close]}]>"
         think = f"THOUGHT? {close}" if start_in_reasoning else f"(<[{vocab[markup.think_open]}]> THOUGHT? {close})?"
         heads = [f"start: {think} TEXT? blocks?", "THOUGHT: /(?s:.+)/"]
     else:
         heads = ["start: TEXT? blocks?"]
-    return Grammar("lark", "\n".join(heads + ["TEXT: /(?s:.+)/", block, blocks, call] + rules), where="tools")
+    try:
+        blocks = _blocks(family, tools, parallel, vocab, loose=True)
+    except ApiError as exc:  # a strict tool the markup cannot hold: not enforced under auto (a forced call refuses)
+        log.warning("strict tools are not enforced under tool_choice 'auto' here: %s", exc.message)
+        return None
+    return Grammar("lark", "\n".join(heads + ["TEXT: /(?s:.+)/"] + blocks), where="tools")
 
 
 def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
@@ -128,35 +159,7 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
                           f"{exc.message}", param="tool_choice", code="unsupported_schema") from None
     if markup is None:  # harmony
         return harmony.forced_calls(tools, vocab)
-    if markup.body == "mistral":
-        return _mistral_calls(tools, parallel, vocab)
-    if markup.body in TAGS:
-        call, rules = tag_call_rules(markup.body, tools, vocab)
-    elif markup.body == "pythonic":
-        call, rules = _pythonic_call_rules(tools)
-    else:
-        call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"))
-    open_ = _marker(markup.tool_open, vocab)
-    if not markup.tool_close or family.name in SINGLE_CALL:
-        heads = [f"start: {open_} call"]
-    else:
-        inner = "call" if markup.body == "kv" else '"\\n" call "\\n"'  # GLM: the name right after the marker
-        block = f'block: {open_} {inner} {_marker(markup.tool_close, vocab)}'
-        heads = ['start: block ("\\n" block)*' if parallel else "start: block", block]
-    return Grammar("lark", "\n".join(heads + [call] + rules), where="tool_choice")
-
-
-def _mistral_calls(tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
-    """Mistral's calls: ``[TOOL_CALLS]NAME[ARGS]{…}`` each (tokenizers with an ``[ARGS]`` token), else the
-    older ``[TOOL_CALLS][{"name": N, "arguments": {…}}, …]``."""
-    open_ = _marker("[TOOL_CALLS]", vocab)
-    if "[ARGS]" in vocab:
-        call, rules = _call_rules(tools, "arguments", named=_marker("[ARGS]", vocab))
-        heads = [f"start: {open_} call ({open_} call)*" if parallel else f"start: {open_} call"]
-    else:
-        call, rules = _call_rules(tools, "arguments")
-        heads = [f'start: {open_} "[" call ("," call)* "]"' if parallel else f'start: {open_} "[" call "]"']
-    return Grammar("lark", "\n".join(heads + [call] + rules), where="tool_choice")
+    return Grammar("lark", "\n".join(["start: blocks", *_blocks(family, tools, parallel, vocab)]), where="tool_choice")
 
 
 def _pythonic_call_rules(tools: list[Tool]) -> tuple[str, list[str]]:

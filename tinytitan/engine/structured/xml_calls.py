@@ -57,7 +57,8 @@ _KEY = re.compile(r"[^\s<>]+")
 
 def _literal(text: str) -> str:
     """``text`` as a regex matching exactly it (lark slashes escaped)."""
-    return re.sub(r"([\\.^$|?*+()\[\]{}/\-])", r"\\\1", text)
+    escaped = re.sub(r"([\\.^$|?*+()\[\]{}/\-])", r"\\\1", text)
+    return escaped.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 def _spell(text: str, tags: Tags, vocab: dict) -> str:
@@ -131,8 +132,24 @@ def _parameter(tags: Tags, vocab: dict, tool: str, key: str, schema: dict, rule:
     return [f"{rule}: {head} {rule}_v {json.dumps(tags.after)}", f"{rule}_v[lazy]: {lexeme}"]
 
 
-def tag_call_rules(body: str, tools: list[Tool], vocab: dict) -> tuple[str, list[str]]:
-    """``call`` (one call in ``body``'s tags, ``TAGS``, to any of ``tools``) and its rules."""
+def _any_parameters(tags: Tags, vocab: dict, rule: str) -> list[str]:
+    """``rule``: any parameters, any keys, any text values (a tool that is not strict, under ``auto``)."""
+    before, after_key = tags.key.split("{key}")
+    key = rule.upper() + "_KEY"
+    head = " ".join(p for p in (_spell(before, tags, vocab), key, _spell(after_key, tags, vocab)) if p)
+    close = _spell(tags.layout + tags.close + tags.after, tags, vocab)
+    nowhere = f"~/(?s:.*{_literal(tags.close)}.*)/"
+    rules = [f"{rule}: {rule}_one*", key + r": /[^\s<>]+/"]
+    if tags.close in vocab and tags.close in tags.markers:
+        value = rule.upper() + "_V"
+        return rules + [f"{rule}_one: {head} {value} {close}", f"{value}: /(?s:.*)/ & {nowhere}"]
+    lazy = f"/(?s:.*){_literal(tags.layout + tags.close)}/ & ~/(?s:.*{_literal(tags.close)}.+)/"
+    return rules + [f"{rule}_one: {head} {rule}_v {json.dumps(tags.after)}", f"{rule}_v[lazy]: {lazy}"]
+
+
+def tag_call_rules(body: str, tools: list[Tool], vocab: dict, loose: bool = False) -> tuple[str, list[str]]:
+    """``call`` (one call in ``body``'s tags, ``TAGS``, to any of ``tools``) and its rules. ``loose``: a tool
+    that is not strict takes any parameters."""
     tags = TAGS[body]
     alternatives, rules = [], []
     for i, tool in enumerate(tools):
@@ -142,6 +159,12 @@ def tag_call_rules(body: str, tools: list[Tool], vocab: dict) -> tuple[str, list
         if not _NAME.fullmatch(tool.name):
             raise invalid(f"tool_choice forces a call to '{tool.name}', a name this model's call tags cannot hold",
                           param="tool_choice", code="unsupported_value")
+        if loose and not tool.strict:
+            alternatives.append(f"f{i}")
+            end = f" {_spell(tags.end, tags, vocab)}" if tags.end else ""
+            rules += [f"f{i}: {_spell(tags.head.format(name=tool.name), tags, vocab)} f{i}_any{end}",
+                      *_any_parameters(tags, vocab, f"f{i}_any")]
+            continue
         schema = tool.parameters or {"type": "object"}
         props = schema.get("properties") or {}
         required = schema.get("required") or []
