@@ -389,8 +389,10 @@ def check_reply(method: str, path: str, anthropic_header: bool, status: int, con
     malformed tools the request validation does not yet refuse)."""
     from sse import parse_sse
 
+    if path.startswith("/api/"):
+        return check_ollama_reply(method, path, status, content_type, raw)
     if not path.startswith("/v1/"):
-        return  # health, the root, Ollama's /api routes: no official SDK model to hold them to
+        return  # health, the root, Ollama's version: no official SDK model to hold them to
     protocol, check, errors = _route(method, path, anthropic_header)
     if method == "HEAD" or not raw:
         return
@@ -407,6 +409,67 @@ def check_reply(method: str, path: str, anthropic_header: bool, status: int, con
         errors(data)
     elif check is not None:
         check(data if tools_echo else _without_tools(data))
+
+
+# -- Ollama: the official ``ollama`` client's pydantic models -------------------------------------------------
+OLLAMA_MODELS = {"/api/chat": "ChatResponse", "/api/generate": "GenerateResponse", "/api/tags": "ListResponse",
+                 "/api/show": "ShowResponse", "/api/ps": "ProcessResponse"}
+# Fields Ollama's server sends that the Python client's models leave out: a tool call's function.index and a
+# listed model's name (its api/types.go: ToolCallFunction.Index, ListModelResponse / ProcessModelResponse.Name),
+# and the call id newer servers add.
+OLLAMA_EXTENSIONS = (r"\$\.message\.tool_calls\[\d+\]\.id", r"\$\.message\.tool_calls\[\d+\]\.function\.index",
+                     r"\$\.models\[\d+\]\.name")
+
+
+def _ollama_unknown(obj: Any, data: Any, path: str = "$") -> list[str]:
+    """Fields of ``data`` that the validated ``ollama`` model ``obj`` does not define (its models drop unknown
+    fields silently: ``extra="ignore"``), at any depth."""
+    found: list[str] = []
+    if isinstance(obj, pydantic.BaseModel) and isinstance(data, dict):
+        fields = type(obj).model_fields
+        names = {f.alias or n: n for n, f in fields.items()}
+        for key, value in data.items():
+            if key not in names:
+                found.append(f"{path}.{key}")
+            else:
+                found += _ollama_unknown(getattr(obj, names[key], None), value, f"{path}.{key}")
+    elif isinstance(obj, (list, tuple)) and isinstance(data, list):
+        for i, (o, d) in enumerate(zip(obj, data)):
+            found += _ollama_unknown(o, d, f"{path}[{i}]")
+    return found
+
+
+def ollama_reply(path: str, data: Any) -> Any:
+    """One JSON object of an Ollama reply, strictly (types, required fields, no unknown field)."""
+    import ollama
+
+    model = getattr(ollama, OLLAMA_MODELS[path])
+    try:
+        obj = model.model_validate_json(json.dumps(data), strict=True)
+    except pydantic.ValidationError as exc:
+        raise StrictError(f"{path} does not validate strictly as ollama.{model.__name__}:\n{exc}\n"
+                          f"{json.dumps(data)[:2000]}") from None
+    unknown = [p for p in _ollama_unknown(obj, data) if not any(re.fullmatch(a, p) for a in OLLAMA_EXTENSIONS)]
+    if unknown:
+        raise StrictError(f"{path} carries fields ollama.{model.__name__} does not define: {unknown}")
+    return obj
+
+
+def check_ollama_reply(method: str, path: str, status: int, content_type: str, raw: bytes) -> None:
+    """An Ollama route's reply: each NDJSON line or the JSON body against the client's model; an error is
+    ``{"error": "<message>"}`` and nothing else."""
+    if method == "HEAD" or not raw:
+        return
+    lines = raw.decode("utf-8").splitlines() if content_type.startswith("application/x-ndjson") else [raw]
+    for line in lines:
+        if not line:
+            continue
+        data = json.loads(line)
+        if status >= 400 or "error" in data:
+            if set(data) != {"error"} or not isinstance(data["error"], str):
+                raise StrictError(f"{path} answered {status} with an error that is not {{'error': str}}: {data}")
+        elif path in OLLAMA_MODELS and method != "DELETE":
+            ollama_reply(path, data)
 
 
 class StrictApp:

@@ -65,3 +65,29 @@ def test_events_by_protocol():
         strict.event("responses", {"type": "response.output_text.delta", "delta": "x"})
     with pytest.raises(strict.StrictError, match="differs"):
         strict.sse_events("messages", [("content_block_stop", {"type": "ping"})])
+
+
+OLLAMA_CHAT = {"model": "m:latest", "created_at": "2026-12-01T00:00:00Z", "done": True, "done_reason": "stop",
+               "message": {"role": "assistant", "content": "hi",
+                           "tool_calls": [{"id": "call_1", "function": {"index": 0, "name": "f", "arguments": {}}}]},
+               "total_duration": 1, "load_duration": 0, "prompt_eval_count": 1, "prompt_eval_duration": 1,
+               "eval_count": 1, "eval_duration": 1}
+
+
+@pytest.mark.parametrize("path,value", [
+    (("done",), "true"),                                  # a string where Ollama's client wants a bool
+    (("message", "content"), 3),
+    (("message", "role"), strict),                        # required by the client's model
+    (("message", "sprinkles"), 1),                        # a field the client's model does not define ...
+    (("eval_counts",), 1),                                # ... at any depth
+])
+def test_ollama_replies_are_held_to_the_ollama_clients_models(path, value):
+    strict.ollama_reply("/api/chat", OLLAMA_CHAT)
+    with pytest.raises(strict.StrictError):
+        strict.ollama_reply("/api/chat", edited(OLLAMA_CHAT, path, value))
+
+
+def test_ollama_errors_are_one_field():
+    strict.check_ollama_reply("POST", "/api/chat", 400, "application/json", b'{"error": "bad"}')
+    with pytest.raises(strict.StrictError):
+        strict.check_ollama_reply("POST", "/api/chat", 400, "application/json", b'{"error": "bad", "code": 1}')

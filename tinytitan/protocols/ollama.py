@@ -233,8 +233,10 @@ class Ollama(Protocol):
 
     async def ps(self, call: Call) -> Reply:
         cards = [self.engine.model_card(m["id"]) for m in self.engine.models() if m.get("loaded")]
-        return Reply({"models": [{**self._entry(c), "expires_at": FAR_FUTURE, "size_vram": 0,
-                                  "context_length": c["context_window"]} for c in cards]})
+        running = [{k: v for k, v in self._entry(c).items() if k != "modified_at"}  # not a field of Ollama's ps
+                   for c in cards]
+        return Reply({"models": [{**entry, "expires_at": FAR_FUTURE, "size_vram": 0, "context_length": c["context_window"]}
+                                 for entry, c in zip(running, cards)]})
 
     async def show(self, call: Call) -> Reply:
         v = await self.checked(call, handler="show")
