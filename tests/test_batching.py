@@ -323,6 +323,25 @@ async def test_a_lone_constrained_request_reads_forced_runs_in_one_pass(demo, mo
     assert sum(1 for r in runs if r) >= 6 and forced >= 40  # '{"name":"' and '","count":' each time
 
 
+async def test_a_break_of_the_loop_while_a_member_decodes_alone_ends_it_too(demo, monkeypatch):
+    """Something that is not an Exception breaking the batch loop while a lone member decodes outside the
+    batch (it is in neither the batch nor the waiting list) still ends that member and frees its place."""
+    from tinytitan.engine import batch
+
+    def broken(*_a):
+        raise KeyboardInterrupt("the loop broke")
+
+    monkeypatch.setattr(batch, "decode_alone", broken)
+    engine = Engine(demo, max_batch=4)
+    with trio.fail_after(10):
+        try:
+            events = await run(engine, req("Hello.", max_tokens=5))
+        except KeyboardInterrupt:
+            events = None
+    assert events is None or isinstance(events[-1], Failed)
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+
+
 async def test_a_failing_member_fails_alone(demo):
     engine = Engine(demo, max_batch=3)
     fine = [req("Say something kind.", max_tokens=30), req("Say something wise.", max_tokens=30)]

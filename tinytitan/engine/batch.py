@@ -179,6 +179,9 @@ class Batcher:
         except Exception as exc:  # this member's own failure (its model would not load, its sampler ...)
             _fail(member, exc)
             return
+        except BaseException as exc:  # the loop itself breaks (below): this member is in no list it fails
+            _fail(member, exc)
+            raise
         if inserted:
             members[member.uid] = member
 
