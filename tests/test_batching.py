@@ -236,12 +236,12 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     handovers = []
     real = batch.decode_alone
 
-    def joined_at(gen, member, start, others_waiting, store):  # as if someone arrived at that look
+    def joined_at(gen, member, start, others_waiting):  # as if someone arrived at that look
         prompt = len(member.prepared.tokens)
         chunks = -(-(prompt - 1) // 16)  # one look before each chunk of its prompt, then one before each token
         at = {"before its prompt": 1, "mid-prompt": 2, "mid-answer": chunks + 3}[where]
         looks = iter(range(1, 10_000))
-        out = real(gen, member, start, lambda: next(looks) >= at, store)
+        out = real(gen, member, start, lambda: next(looks) >= at)
         handovers.append((out and len(out.prompt), prompt - 16 * (at - 1) if at <= chunks else 1))
         return out
 
@@ -276,7 +276,7 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
         ends = []
         real = batch.decode_alone
 
-        def once_the_other_is_in(gen, member, start, others_waiting, store):
+        def once_the_other_is_in(gen, member, start, others_waiting):
             looks = iter(range(1, 10_000))
 
             def joined():  # at its second look, the other has arrived (whatever the machine's speed)
@@ -286,7 +286,7 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
                         time.sleep(0.002)
                 return others_waiting()
 
-            ends.append(real(gen, member, start, joined, store))
+            ends.append(real(gen, member, start, joined))
             return ends[-1]
 
         monkeypatch.setattr(batch, "decode_alone", once_the_other_is_in)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..events import Failed
 from .backend import Prepared
 from .raw import IncrementalText
-from .solo import PREFILL_STEP, Start, decode_alone  # PREFILL_STEP: per step while nothing else decodes
+from .solo import PREFILL_STEP, Handover, Start, Stepper, decode_alone  # PREFILL_STEP: per step while nothing else decodes
 
 if TYPE_CHECKING:
     from .mlx_backend import MLXBackend
@@ -86,6 +86,31 @@ class Member:
         if self.raw is not None and self.loop.stop.matched is None:
             self.loop.parser_text(self.raw.flush())
         self.loop.end(hit_length)
+
+    def end(self, hit_length: bool, kv: list) -> None:
+        """It ended (end-of-turn, a stop string, its cap): what its cache holds is kept, its Finished sent, and
+        the model thread lets go of it."""
+        self.store(kv)
+        self.finish(hit_length)
+        self.box.close()
+
+    def leave(self, kv: list | None) -> None:
+        """Its consumer left: what was read so far is kept (the client may send it again), and the model thread
+        lets go of it."""
+        try:
+            if kv is not None:
+                self.store(kv)
+        finally:
+            self.box.close()
+
+    def store(self, kv: list) -> None:
+        """Keep what its KV cache holds for the requests after it. A cache taken out of the batch is a lazy
+        slice of the batch's: evaluated here, so the entry owns its memory and no pending work of this thread's
+        stream travels with it."""
+        import mlx.core as mx
+
+        mx.eval([c.state for c in kv if not c.empty()])
+        self.backend.prompt_cache.store(list(self.prepared.tokens) + self.generated, kv)
 
 
 class Batcher:
@@ -166,13 +191,10 @@ class Batcher:
             start = _begin(state, member)
             if not members and not others_waiting():
                 self.size = 1
-                handover = decode_alone(state, member, start, others_waiting, _store)
+                handover = decode_alone(state, member, start, others_waiting)
                 if handover is None:
                     return
-                [member.uid] = state.gen.insert(
-                    [handover.prompt], max_tokens=[handover.max_tokens], caches=[handover.kv],
-                    all_tokens=[handover.held], samplers=[start.sampler], logits_processors=[start.processors],
-                    stop_sequences=[state.stops])
+                state.insert(member, start, handover)
                 inserted = True
             else:
                 inserted = self._insert(state, member, start)
@@ -196,14 +218,10 @@ class Batcher:
                 raise member.error
             ended = member.feed(first)
             if ended is not None:  # end-of-turn, a stop string or a one-token cap
-                _store(member, kv)
-                member.finish(ended)
-                member.box.close()
+                member.end(ended, kv)
                 return False
             tokens, cached, max_tokens = tokens + [first], len(tokens), max_tokens - 1
-        [member.uid] = state.gen.insert([tokens[cached:]], max_tokens=[max_tokens], caches=[kv],
-                                        all_tokens=[tokens[:cached]], samplers=[start.sampler],
-                                        logits_processors=[start.processors], stop_sequences=[state.stops])
+        state.insert(member, start, Handover(tokens[cached:], tokens[:cached], max_tokens, kv))
         return True
 
     def _drop_stopped(self, state: "_Generator", members: dict[int, Member]) -> None:
@@ -212,13 +230,7 @@ class Batcher:
             return
         caches = state.gen.remove(gone, return_prompt_caches=True)
         for uid in gone:
-            member = members.pop(uid)
-            kv = caches.get(uid, (None,))[0]
-            try:
-                if kv is not None:  # what was read so far is kept: the client may send it again
-                    _store(member, kv)
-            finally:
-                member.box.close()
+            members.pop(uid).leave(caches.get(uid, (None,))[0])
 
     def _step(self, state: "_Generator", members: dict[int, Member]) -> None:
         gen = state.gen
@@ -253,9 +265,7 @@ class Batcher:
                 else:
                     kv = r.prompt_cache
                 members.pop(r.uid)
-                _store(member, kv)
-                member.finish(ended)
-                member.box.close()
+                member.end(ended, kv)
             except Exception as exc:
                 if r.uid in members:
                     members.pop(r.uid)
@@ -283,7 +293,7 @@ def _first_token(state: "_Generator", kv: list, tokens: list[int], cached: int, 
     here too: the member then joins the batch with that token as its one-token prompt. Read inside the batch
     instead, its prompt would take one batch step, its last token a second, and its first token would come
     back only in a third. The prompt is read as a request alone reads it (all but the last token, then the
-    last token), so its first token is the one it would get alone."""
+    last token: solo.py's step), so its first token is the one it would get alone."""
     import mlx.core as mx
 
     stream = state.backend.stream
@@ -291,22 +301,7 @@ def _first_token(state: "_Generator", kv: list, tokens: list[int], cached: int, 
         if len(tokens) - cached > 1:
             state.model(mx.array(tokens[cached:-1])[None], cache=kv)
             mx.eval([c.state for c in kv])
-        logits = state.model(mx.array(tokens[-1:])[None], cache=kv)[:, -1, :]
-        context = mx.array(tokens)
-        for processor in processors:
-            logits = processor(context, logits)
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        return int(sampler(logprobs).item())
-
-
-def _store(member: Member, kv: list) -> None:
-    """Keep what a member's KV cache holds for the requests after it. A cache taken out of the batch is a lazy
-    slice of the batch's: evaluated here, so the entry owns its memory and no pending work of this thread's
-    stream travels with it."""
-    import mlx.core as mx
-
-    mx.eval([c.state for c in kv if not c.empty()])
-    member.backend.prompt_cache.store(list(member.prepared.tokens) + member.generated, kv)
+        return int(Stepper(state.model, kv, tokens, sampler, processors)(tokens[-1:]).item())
 
 
 def _guarded(member: Member, sampler, processors: list) -> tuple:
@@ -356,6 +351,12 @@ class _Generator:
         self.backend = backend
         self.reset()
         return load_s
+
+    def insert(self, member: Member, start: Start, where: Handover) -> None:
+        """``member`` joins the batch from ``where`` it stands, with its own sampler and processors."""
+        [member.uid] = self.gen.insert([where.prompt], max_tokens=[where.max_tokens], caches=[where.kv],
+                                       all_tokens=[where.held], samplers=[start.sampler],
+                                       logits_processors=[start.processors], stop_sequences=[self.stops])
 
     def reset(self) -> None:
         from mlx_lm.generate import BatchGenerator

@@ -52,8 +52,7 @@ class Handover:
     kv: list
 
 
-def decode_alone(gen: "_Generator", member: "Member", start: Start, joined: Callable[[], bool],
-                 store: Callable[["Member", list], None]) -> Handover | None:
+def decode_alone(gen: "_Generator", member: "Member", start: Start, joined: Callable[[], bool]) -> Handover | None:
     """Decode ``member`` alone until it ends (None) or ``joined()`` says another member arrived (the Handover
     to insert into the batch). A member whose consumer left is stored and closed here."""
     import mlx.core as mx
@@ -64,7 +63,7 @@ def decode_alone(gen: "_Generator", member: "Member", start: Start, joined: Call
         done = start.cached
         while len(tokens) - 1 - done > 0:  # all but the last prompt token, chunk by chunk
             if member.box.stop.is_set():
-                return _left(member, kv, store)
+                return member.leave(kv)
             if joined():
                 return Handover(tokens[done:], tokens[:done], start.max_tokens, kv)
             n = min(FIRST_CHUNK if done == start.cached else PREFILL_STEP, len(tokens) - 1 - done)
@@ -72,28 +71,28 @@ def decode_alone(gen: "_Generator", member: "Member", start: Start, joined: Call
             mx.eval([c.state for c in kv])
             mx.clear_cache()
             done += n
-        step = _Stepper(model, kv, tokens, start.sampler, start.processors)
+        step = Stepper(model, kv, tokens, start.sampler, start.processors)
         y = step(tokens[-1:])
         while True:
             if member.box.stop.is_set():
-                return _left(member, kv, store)
+                return member.leave(kv)
             if joined():
                 token = y.item()
-                if _feed(member, token, kv, store):
+                if _feed(member, token, kv):
                     return None
                 held = tokens + member.generated[:-1]
                 return Handover([token], held, start.max_tokens - len(member.generated), kv)
             nxt = step(y)  # queued before this token is read: the forward pass runs while it is handled
-            if _feed(member, y.item(), kv, store):
+            if _feed(member, y.item(), kv):
                 return None
             run = _forced_run(member, step)
             for token in run:
-                if _feed(member, token, kv, store):
+                if _feed(member, token, kv):
                     return None
             y = step(run) if run else nxt
 
 
-def _forced_run(member: "Member", step: "_Stepper") -> list[int]:
+def _forced_run(member: "Member", step: "Stepper") -> list[int]:
     """The tokens the member's grammar forces next, when there are at least two in a row: they are read in
     one forward pass instead of one pass each (a JSON document's keys and punctuation). The sampler still
     draws once per token (on one-hot distributions: the forced token), so a seeded request draws what it draws
@@ -120,7 +119,7 @@ def _forced_run(member: "Member", step: "_Stepper") -> list[int]:
     return run
 
 
-class _Stepper:
+class Stepper:
     """One decode step: the model on the input token(s), the member's logits processors over its token
     context, its sampler; the sampled token is evaluated asynchronously."""
 
@@ -152,23 +151,12 @@ class _Stepper:
         self.sampler(mx.where(mx.arange(self.width) == token, 0.0, -mx.inf)[None])
 
 
-def _feed(member: "Member", token: int, kv: list, store) -> bool:
-    """Hand one token to the member; True when that ended it (finished and closed here)."""
+def _feed(member: "Member", token: int, kv: list) -> bool:
+    """Hand one token to the member; True when that ended it (see ``Member.end``)."""
     if member.error is not None:
         raise member.error
     ended = member.feed(token)
     if ended is None:
         return False
-    store(member, kv)
-    member.finish(ended)
-    member.box.close()
+    member.end(ended, kv)
     return True
-
-
-def _left(member: "Member", kv: list, store) -> None:
-    """The consumer left: keep what the cache holds (the client may send it again) and close."""
-    try:
-        store(member, kv)
-    finally:
-        member.box.close()
-    return None
