@@ -127,6 +127,17 @@ def with_format_patterns(schema: Any) -> Any:
     return out
 
 
+def json_rule(schema: Any) -> str:
+    """A lark rule body holding a JSON value to ``schema``, spelt as every grammar here spells JSON."""
+    return "%json " + json.dumps({**schema, "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
+
+
+def custom_tool_refused(tool_name: str, markup: str):
+    """The 400 for a custom tool in a forced call whose ``markup`` cannot carry its input grammar."""
+    return invalid(f"tool_choice forces a call, and '{tool_name}' is a custom tool: this model's {markup} cannot "
+                   "carry its input grammar yet", param="tool_choice", code="unsupported_value")
+
+
 def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) -> CompiledGrammar:
     """Compile and check ``grammar`` for ``tokenizer``; ApiError (400, naming ``grammar.where``) when the
     compiler cannot promise it."""

@@ -17,7 +17,7 @@ import json
 
 from ...chat_request import Grammar, Tool
 from ...errors import invalid
-from .compile import JSON_OPTIONS, with_format_patterns
+from .compile import custom_tool_refused, json_rule, with_format_patterns
 
 MARKERS = ("<|channel|>", "<|constrain|>", "<|message|>")
 
@@ -30,15 +30,12 @@ def _markers(vocab: dict) -> tuple[str, str, str]:
     return tuple(f"<[{vocab[m]}]>" for m in MARKERS)
 
 
-def _json(schema: dict) -> str:
-    return "%json " + json.dumps({**with_format_patterns(schema), "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
-
-
 def answer_grammar(grammar: Grammar, vocab: dict) -> Grammar:
     """An output format (a JSON schema or json_object) as the document of the final channel."""
     channel, _, message = _markers(vocab)
     schema = grammar.source if grammar.kind == "json_schema" else {"type": "object"}
-    return Grammar("lark", "\n".join([f'start: {channel} "final" {message} doc', f"doc: {_json(schema)}"]),
+    doc = json_rule(with_format_patterns(schema))  # as structured output's own JSON grammar (compile.py)
+    return Grammar("lark", "\n".join([f'start: {channel} "final" {message} doc', f"doc: {doc}"]),
                    where=grammar.where, name=grammar.name)
 
 
@@ -47,10 +44,9 @@ def forced_calls(tools: list[Tool], vocab: dict) -> Grammar:
     rules = []
     for i, tool in enumerate(tools):
         if tool.custom:
-            raise invalid(f"tool_choice forces a call, and '{tool.name}' is a custom tool: this model's harmony "
-                          "calls cannot carry its input grammar yet", param="tool_choice", code="unsupported_value")
+            raise custom_tool_refused(tool.name, "harmony calls")
         rules += [f"f{i}: {json.dumps(tool.name + ' ')} {constrain} \"json\" {message} f{i}_args",
-                  f"f{i}_args: {_json(tool.parameters or {'type': 'object'})}"]
+                  f"f{i}_args: {json_rule(tool.parameters or {'type': 'object'})}"]
     call = "call: " + " | ".join(f"f{i}" for i in range(len(tools)))
     return Grammar("lark", "\n".join([f'start: {channel} "commentary to=functions." call', call, *rules]),
                    where="tool_choice")

@@ -25,7 +25,7 @@ import logging
 from ...chat_request import Grammar, Tool
 from ...errors import ApiError, invalid
 from ...output_format import check_schema
-from .compile import JSON_OPTIONS, compile_grammar
+from .compile import compile_grammar, custom_tool_refused, json_rule
 from . import harmony
 from .escaped import ANY_TEXT, escaped_lark_rules
 from .xml_calls import TAGS, tag_call_rules
@@ -72,7 +72,7 @@ def _call_rules(tools: list[Tool], key: str, loose: bool = False, named: str | N
         head, close = spelled(tool.name, "")
         alternatives.append(f"f{i}")
         rules += [f"f{i}: {head} f{i}_args{close}",
-                  f"f{i}_args: %json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS}, ensure_ascii=False)}"]
+                  f"f{i}_args: {json_rule(schema)}"]
     for i, tool in enumerate(t for t in tools if t.custom):
         # the input is the one string argument, written JSON-escaped: its grammar is rewritten to match that
         input_rules, start = custom_input_rules(tool, f"c{i}")
@@ -168,8 +168,7 @@ def _pythonic_call_rules(tools: list[Tool]) -> tuple[str, list[str]]:
     alternatives, rules = [], []
     for i, tool in enumerate(tools):
         if tool.custom:
-            raise invalid(f"tool_choice forces a call, and '{tool.name}' is a custom tool: this model's Python calls "
-                          "cannot carry its input grammar yet", param="tool_choice", code="unsupported_value")
+            raise custom_tool_refused(tool.name, "Python calls")
         schema = tool.parameters or {"type": "object"}
         props, required = schema.get("properties") or {}, schema.get("required") or []
         names = [tool.name, *props]
@@ -181,7 +180,7 @@ def _pythonic_call_rules(tools: list[Tool]) -> tuple[str, list[str]]:
         keys = list(props)
         for j, key in enumerate(keys):  # a_j: the arguments from key j on, none before; r_j: some before
             value = f"f{i}_v{j}"
-            rules.append(f"{value}: %json {json.dumps({**props[key], 'x-guidance': JSON_OPTIONS}, ensure_ascii=False)}")
+            rules.append(f"{value}: {json_rule(props[key])}")
             item = f'"{key}=" {value}'
             last = j + 1 == len(keys)
             nxt_a, nxt_r = ('""', '""') if last else (f"f{i}_a{j + 1}", f"f{i}_r{j + 1}")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ...chat_request import Tool
 from ...errors import invalid
-from .compile import FORMAT_PATTERNS, JSON_OPTIONS
+from .compile import FORMAT_PATTERNS, custom_tool_refused, json_rule
 
 @dataclass(frozen=True)
 class Tags:
@@ -120,7 +120,7 @@ def _parameter(tags: Tags, vocab: dict, tool: str, key: str, schema: dict, rule:
     close = _spell(tags.layout + tags.close + tags.after, tags, vocab)
     if typ not in (None, "string"):
         return [f"{rule}: {head} {rule}_v {close}",
-                f"{rule}_v: %json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS}, ensure_ascii=False)}"]
+                f"{rule}_v: {json_rule(schema)}"]
     nowhere = f"~/(?s:.*{_literal(tags.close)}.*)/"  # the value never holds its closing tag
     if tags.close in vocab and tags.close in tags.markers:  # the tag is a token: the value stops where it comes
         regexes = _string_regexes(tool, key, schema, _literal(tags.layout))
@@ -154,8 +154,7 @@ def tag_call_rules(body: str, tools: list[Tool], vocab: dict, loose: bool = Fals
     alternatives, rules = [], []
     for i, tool in enumerate(tools):
         if tool.custom:
-            raise invalid(f"tool_choice forces a call, and '{tool.name}' is a custom tool: this model's argument "
-                          "tags cannot carry its input grammar yet", param="tool_choice", code="unsupported_value")
+            raise custom_tool_refused(tool.name, "argument tags")
         if not _NAME.fullmatch(tool.name):
             raise invalid(f"tool_choice forces a call to '{tool.name}', a name this model's call tags cannot hold",
                           param="tool_choice", code="unsupported_value")
