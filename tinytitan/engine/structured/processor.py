@@ -31,26 +31,10 @@ class GrammarMask:
         self.started = False
         self.failed = False
 
-    @property
-    def accepting(self) -> bool:
-        """The output so far is a complete document."""
-        return self.matcher.is_accepting()
-
     def consume(self, token: int) -> None:
         if not self.matcher.consume_token(token) and not self.failed:
             self.failed = True
             log.error("grammar matcher refused token %d it had allowed: %s", token, self.matcher.get_error())
-
-    def allowed(self) -> np.ndarray:
-        """The current mask as booleans over the vocabulary."""
-        from llguidance.numpy import fill_next_token_bitmask
-
-        if self.failed:
-            allowed = np.zeros(self.vocab_size, dtype=bool)
-            allowed[self.eos] = True
-            return allowed
-        fill_next_token_bitmask(self.matcher, self.bitmask)
-        return np.unpackbits(self.bitmask.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
 
     def __call__(self, tokens, logits):
         import mlx.core as mx
