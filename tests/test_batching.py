@@ -421,7 +421,17 @@ def body(protocol: str, i: int) -> dict:
             "max_tokens": 40}
 
 
-async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, demo_backend):
+async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, demo_backend, monkeypatch):
+    """Whatever ends a generation (its end, a hang-up before or during its prompt or answer), it ends at one
+    place, once: ``Row.end``."""
+    from tinytitan.engine.decoder import Decoder
+    from tinytitan.engine.rows import Row
+
+    submitted: list = []
+    ended: list = []
+    real_end, real_submit = Row.end, Decoder.submit
+    monkeypatch.setattr(Row, "end", lambda row: ended.append(row) or real_end(row))
+    monkeypatch.setattr(Decoder, "submit", lambda self, row: submitted.append(row) or real_submit(self, row))
     s = await serve(backend=demo_backend, max_queue=64)
     assert s.engine.max_batch > 1
     rng = random.Random(9)
@@ -452,5 +462,8 @@ async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, de
         health = (await c.get(s.url("/health"))).json()
         assert (health["running"], health["waiting"], health["max_batch"]) == (0, 0, s.engine.max_batch)
         assert s.engine.admission.slots.value == s.engine.max_batch
+        # every generation that reached the decoder ended, each once, and let go of its session
+        assert len(ended) == len(set(map(id, ended))) == len(submitted) > 0
+        assert {id(r) for r in ended} == {id(r) for r in submitted} and all(r.box.let_go for r in ended)
         r = await c.post(s.url("/v1/chat/completions"), json={**body("openai_chat", 0), "stream": False})
         assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("stop", "length")

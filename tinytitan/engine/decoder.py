@@ -242,8 +242,11 @@ class Decoder:
                 self._running = False
                 self.size = 0
             for row in list(scheduler.rows.values()) + list(later) + waiting:
-                row.fail(exc)
-                scheduler.retire(row)
+                try:
+                    row.fail(exc)
+                    scheduler.retire(row)
+                except BaseException:  # the others are still ended
+                    log.exception("a row could not be ended")
         finally:
             scheduler.close()
 
