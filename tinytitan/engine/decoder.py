@@ -136,7 +136,7 @@ class Scheduler:
         """The next step of a row decoding alone: a chunk of its prompt, its prompt's last token, or the step
         that reads its pending token (and queues the next)."""
         if row.pending:
-            return RowStep(row.id, pending=True)
+            return RowStep(row.id, pending=True, drafts=row.drafts)
         rest = len(row.tokens) - 1 - row.read
         if rest > 0:  # all but the prompt's last token, chunk by chunk
             n = min(self.first_chunk if row.read == row.loop.cached_tokens else PREFILL_STEP, rest)

@@ -58,7 +58,8 @@ class Row:
         self.kv: list | None = None  # its KV cache, while it is its own (not inside the batch)
         self.read = 0  # prompt tokens its cache holds
         self.pending = False  # a token it sampled is still to be read (the step after it is already queued)
-        self.run: tuple[int, ...] = ()  # tokens its proposer put forward, to be fed next
+        self.run: tuple[int, ...] = ()  # certain tokens its proposer put forward (accepted), to be fed next
+        self.drafts: tuple[int, ...] = ()  # speculative tokens a proposer put forward, to be verified (step.py)
         self.sampler: Callable | None = None
         self.processors: list = []
         self.generated: list[int] = []
