@@ -147,10 +147,10 @@ def _any_parameters(tags: Tags, vocab: dict, rule: str) -> list[str]:
     return rules + [f"{rule}_one: {head} {rule}_v {json.dumps(tags.after)}", f"{rule}_v[lazy]: {lazy}"]
 
 
-def tag_call_rules(body: str, tools: list[Tool], vocab: dict, loose: bool = False) -> tuple[str, list[str]]:
-    """``call`` (one call in ``body``'s tags, ``TAGS``, to any of ``tools``) and its rules. ``loose``: a tool
-    that is not strict takes any parameters."""
-    tags = TAGS[body]
+def tag_call_rules(body: "str | Tags", tools: list[Tool], vocab: dict, loose: bool = False) -> tuple[str, list[str]]:
+    """``call`` (one call in ``body``'s tags — a ``Tags`` row, or the name of one in ``TAGS`` — to any of
+    ``tools``) and its rules. ``loose``: a tool that is not strict takes any parameters."""
+    tags = TAGS[body] if isinstance(body, str) else body
     alternatives, rules = [], []
     for i, tool in enumerate(tools):
         if tool.custom:
