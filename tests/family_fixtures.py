@@ -337,6 +337,16 @@ HARMONY = r"""{{- "<|start|>system<|message|>You are ChatGPT, a large language m
 # Family table: special tokens, template, eos/bos, model_type
 # ---------------------------------------------------------------------------------------------------------
 
+TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"  # real chat templates (see its README)
+
+
+def real_template(name: str) -> str:
+    return (TEMPLATES / name).read_text(encoding="utf-8")
+
+
+DEEPSEEK_TOKENS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+                   "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+                   "<｜tool▁sep｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"]
 SPECS = {
     "qwen": dict(special=dm.SPECIAL_TOKENS, added=dm.ADDED_TOKENS, template=dm.CHAT_TEMPLATE,
                  eos="<|im_end|>", bos=None, pad="<|endoftext|>", model_type="qwen3"),
@@ -360,6 +370,14 @@ SPECS = {
                              "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"], added=[],
                     template=HARMONY, eos="<|return|>", bos="<|startoftext|>", pad="<|endoftext|>",
                     model_type="gpt_oss"),
+    # real templates (llama.cpp's models/templates/), the family's own markup tokens
+    "deepseek_v3": dict(special=DEEPSEEK_TOKENS, added=["<think>", "</think>"],
+                        template=real_template("deepseek-ai-DeepSeek-V3.1.jinja"), eos="<｜end▁of▁sentence｜>",
+                        bos="<｜begin▁of▁sentence｜>", pad="<｜end▁of▁sentence｜>", model_type="deepseek_v3"),
+}
+# variants of a family with another of its real templates (not in SPECS: detection and the shared tests run on
+# the ones above)
+VARIANTS = {
 }
 
 
@@ -385,7 +403,7 @@ def _base_tokenizer_json() -> str:
 def build(family: str, root: Path) -> Path:
     from tokenizers import AddedToken, Tokenizer
 
-    spec = SPECS[family]
+    spec = SPECS.get(family) or VARIANTS[family]
     out = root / family
     out.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer.from_str(_base_tokenizer_json())

@@ -134,8 +134,9 @@ def test_rendered_calls_agree_with_the_grammar(root, family, blocks, caplog):
     if rt.TURN_END[family]:
         rest = rest[: rest.index(rt.TURN_END[family])]
     b.entries = [type(b.entries[0])(rest)]
+    thinking = False if family in rt.TEMPLATE_KWARGS else None
     with caplog.at_level(logging.WARNING, logger="tinytitan.parser"):
-        events = ff.generate(b, ChatRequest("m", history, rt.TOOLS))
+        events = ff.generate(b, ChatRequest("m", history, rt.TOOLS, reasoning=thinking))
     streamed = [c for _, _, s, _ in blocks for c in s]
     assert streamed == _streamed(events)
     assert _values(streamed) == [(c.name, json.loads(c.arguments)) for c in calls]

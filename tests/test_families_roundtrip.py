@@ -32,7 +32,7 @@ CONVERSATION = (
 )
 # where a rendered assistant turn ends, per family (None: the parser sees the whole rest)
 TURN_END = {"qwen": "<|im_end|>", "qwen3_coder": "<|im_end|>", "llama3": "<|eot_id|>", "mistral": "</s>",
-            "glm": None, "gemma": "<end_of_turn>", "gpt_oss": None}
+            "glm": None, "gemma": "<end_of_turn>", "gpt_oss": None, "deepseek_v3": "<｜end▁of▁sentence｜>"}
 
 
 @pytest.fixture(scope="session")
@@ -103,11 +103,16 @@ def test_role_mapping_leaves_input_alone(root):
     assert json.dumps(msgs) == before
 
 
+# DeepSeek V3.1's template opens a thought in the generation prompt but writes a past turn with "</think>":
+# a rendered turn continues the prompt only with thinking off
+TEMPLATE_KWARGS = {"deepseek_v3": {"enable_thinking": False}}
+
+
 def _render(b, messages, generation_prompt):
     req = ChatRequest("m", messages, TOOLS)
     msgs, tools = b.family.map_roles(template_messages(req), template_tools(req), b.tokenizer.chat_template)
     return b.tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=generation_prompt,
-                                           tokenize=False)
+                                           tokenize=False, **TEMPLATE_KWARGS.get(b.family.name, {}))
 
 
 @pytest.mark.parametrize("family", list(ff.SPECS))
@@ -127,7 +132,7 @@ def test_rendered_calls_parse_back(root, family):
         rest = rest[: rest.index(end)]
 
     b.entries = [type(b.entries[0])(rest)]
-    events = ff.generate(b, ChatRequest("m", history, TOOLS))
+    events = ff.generate(b, ChatRequest("m", history, TOOLS, reasoning=False if family in TEMPLATE_KWARGS else None))
     done = [e for e in events if isinstance(e, ev.ToolCallDone)]
     started = [e for e in events if isinstance(e, ev.ToolCallStarted)]
     assert [s.name for s in started] == [c.name for c in calls]

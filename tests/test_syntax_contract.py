@@ -119,7 +119,7 @@ def test_decode_what_the_forcing_grammar_produces(root, name, parallel, checked,
     for _ in range(10):
         raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
         with caplog.at_level(logging.WARNING, logger="tinytitan.parser"):
-            events = ff.generate(ff.backend(family.name, root, [raw]), req.with_(tool_choice="auto"))
+            events = ff.generate(ff.backend(family.name, root, [raw]), req.with_(tool_choice="auto", reasoning=False))
         calls = calls_of(events)
         assert calls, raw
         for call_name, arguments in calls:

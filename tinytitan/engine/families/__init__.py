@@ -134,6 +134,8 @@ FUNCTION_GEMMA = Family("function_gemma", Markup(None, None, "<start_function_ca
                         RoleConventions("tool_output", "pythonic", alternate=True))
 GPT_OSS = Family("gpt_oss", None, ("<|return|>", "<|call|>"),
                  RoleConventions(single_call=True, system_first_only=True))
+DEEPSEEK_V3 = Family("deepseek_v3", Markup("<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+                                          "deepseek"), ("<｜end▁of▁sentence｜>",))
 GENERIC = Family("generic", QWEN)
 
 
@@ -154,6 +156,7 @@ class Sign:
 # the detection table: the first row whose sign matches (the template is the surest sign: it is what taught the
 # model its markup); a family is a row here
 DETECTION: list[tuple[Family, Sign]] = [
+    (DEEPSEEK_V3, Sign(vocab=("<｜tool▁calls▁begin｜>",), model_types=("deepseek_v3", "deepseek_v32"), thinking="<think>")),
     (GPT_OSS, Sign(vocab=("<|channel|>",), also=("<|message|>",), model_types=("gpt_oss",))),
     (GLM, Sign(template=("<arg_key>",), model_prefix="glm4", also=())),
     (QWEN3_CODER, Sign(template=("<function=",), also=("<tool_call>",))),
