@@ -347,6 +347,10 @@ def real_template(name: str) -> str:
 DEEPSEEK_TOKENS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
                    "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
                    "<｜tool▁sep｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"]
+KIMI_TOKENS = ["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
+               "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+               "<|tool_call_argument_begin|>", "<|tool_call_end|>"]
+
 SPECS = {
     "qwen": dict(special=dm.SPECIAL_TOKENS, added=dm.ADDED_TOKENS, template=dm.CHAT_TEMPLATE,
                  eos="<|im_end|>", bos=None, pad="<|endoftext|>", model_type="qwen3"),
@@ -374,10 +378,14 @@ SPECS = {
     "deepseek_v3": dict(special=DEEPSEEK_TOKENS, added=["<think>", "</think>"],
                         template=real_template("deepseek-ai-DeepSeek-V3.1.jinja"), eos="<｜end▁of▁sentence｜>",
                         bos="<｜begin▁of▁sentence｜>", pad="<｜end▁of▁sentence｜>", model_type="deepseek_v3"),
+    "kimi_k2": dict(special=KIMI_TOKENS, added=[], template=real_template("moonshotai-Kimi-K2.jinja"),
+                    eos="<|im_end|>", bos="[BOS]", pad="[EOS]", model_type="kimi_k2"),
 }
 # variants of a family with another of its real templates (not in SPECS: detection and the shared tests run on
 # the ones above)
 VARIANTS = {
+    "kimi_k2_thinking": dict(SPECS["kimi_k2"], added=["<think>", "</think>"],
+                             template=real_template("moonshotai-Kimi-K2-Thinking.jinja")),
 }
 
 

@@ -2,7 +2,8 @@
 
 Like the demo model: a family fixture's tokenizer (``family_fixtures``: the small byte-level BPE with the
 family's markup tokens added, and its real chat template) beside a ``config.json`` of the architecture mlx-lm
-runs for that family (``deepseek_v3`` for DeepSeek V3.1, ``minimax_m2`` for MiniMax M2), a few layers and experts of a few dozen wide, and
+runs for that family (``deepseek_v3`` for DeepSeek V3.1, ``kimi_k2`` — mlx-lm's name for Kimi K2 on the
+DeepSeek V3 architecture —, ``minimax_m2`` for MiniMax M2), a few layers and experts of a few dozen wide, and
 weights drawn by mlx from a fixed seed. ``mlx_lm.load`` reads the directory, and ``MLXBackend`` serves it.
 """
 
@@ -27,7 +28,8 @@ _ARCH = {
         rms_norm_eps=1e-6, rope_theta=10000.0, rotary_dim=8, head_dim=16, use_qk_norm=True,
         scoring_func="sigmoid", tie_word_embeddings=False),
 }
-ARCHITECTURE = {"deepseek_v3": "deepseek_v3", "minimax_m2": "minimax_m2"}
+ARCHITECTURE = {"deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3", "kimi_k2_thinking": "deepseek_v3",
+                "minimax_m2": "minimax_m2"}
 
 
 def build(family: str, root: Path, seed: int = 7) -> Path:

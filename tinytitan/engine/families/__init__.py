@@ -136,6 +136,8 @@ GPT_OSS = Family("gpt_oss", None, ("<|return|>", "<|call|>"),
                  RoleConventions(single_call=True, system_first_only=True))
 DEEPSEEK_V3 = Family("deepseek_v3", Markup("<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
                                           "deepseek"), ("<｜end▁of▁sentence｜>",))
+KIMI_K2 = Family("kimi_k2", Markup("<think>", "</think>", "<|tool_calls_section_begin|>",
+                                   "<|tool_calls_section_end|>", "kimi"), ("<|im_end|>",))
 GENERIC = Family("generic", QWEN)
 
 
@@ -157,6 +159,7 @@ class Sign:
 # model its markup); a family is a row here
 DETECTION: list[tuple[Family, Sign]] = [
     (DEEPSEEK_V3, Sign(vocab=("<｜tool▁calls▁begin｜>",), model_types=("deepseek_v3", "deepseek_v32"), thinking="<think>")),
+    (KIMI_K2, Sign(vocab=("<|tool_calls_section_begin|>",), model_types=("kimi_k2",), thinking="<think>")),
     (GPT_OSS, Sign(vocab=("<|channel|>",), also=("<|message|>",), model_types=("gpt_oss",))),
     (GLM, Sign(template=("<arg_key>",), model_prefix="glm4", also=())),
     (QWEN3_CODER, Sign(template=("<function=",), also=("<tool_call>",))),

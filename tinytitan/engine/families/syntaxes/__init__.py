@@ -5,7 +5,7 @@ A new syntax is a module here and one line below; a family that writes it is a r
 
 from __future__ import annotations
 
-from . import deepseek, gemma, harmony, json_calls, mistral, pythonic, tags
+from . import deepseek, gemma, harmony, json_calls, kimi, mistral, pythonic, tags
 from .base import Syntax
 
 SYNTAXES: dict[str, Syntax] = {s.name: s for s in (
@@ -18,6 +18,7 @@ SYNTAXES: dict[str, Syntax] = {s.name: s for s in (
     gemma.FUNCTION_GEMMA,
     harmony.SYNTAX,
     deepseek.SYNTAX,
+    kimi.SYNTAX,
 )}
 
 __all__ = ["SYNTAXES", "Syntax"]
