@@ -22,7 +22,7 @@ import logging
 from ...chat_request import Grammar, Tool
 from ...errors import ApiError, invalid
 from ...output_format import check_schema
-from .compile import compile_grammar, custom_tool_refused, json_rule
+from .compile import compile_grammar, custom_tool_refused, json_rule, with_format_patterns
 from .escaped import ANY_TEXT, escaped_lark_rules
 
 log = logging.getLogger("tinytitan.structured")
@@ -119,7 +119,10 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
     return Grammar("lark", "\n".join(heads + ["TEXT: /(?s:.+)/"] + blocks), where="tools")
 
 
-def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
+def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
+                        start_in_reasoning: bool = False) -> Grammar:
+    """A call in the family's syntax; where the prompt already opened a thought (a template that always
+    thinks, MiniMax M2), the thought is closed at once."""
     markup, syntax = family.markup, family.syntax
     if syntax.blocks is None or (markup is not None and not markup.tool_open):
         raise invalid(f"A forced tool call (tool_choice) cannot be enforced for this model: its family "
@@ -134,7 +137,25 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
             raise invalid(f"tool_choice forces a call to '{tool.name}', whose arguments must then match its schema: "
                           f"{exc.message}", param="tool_choice", code="unsupported_schema") from None
     rules = syntax.blocks(family, tools, parallel, vocab, False)
-    return Grammar("lark", "\n".join(["start: blocks", *rules]), where="tool_choice")
+    return Grammar("lark", "\n".join([f"start: {_thought_closed(markup, vocab, start_in_reasoning)}blocks", *rules]),
+                   where="tool_choice")
+
+
+def _thought_closed(markup, vocab: dict, start_in_reasoning: bool) -> str:
+    if start_in_reasoning and markup is not None and markup.think_close:
+        return marker(markup.think_close, vocab) + " "
+    return ""
+
+
+def answer_after_thought(grammar: Grammar, family, vocab: dict, start_in_reasoning: bool) -> Grammar:
+    """An output format (a JSON schema or json_object) after a prompt that opened a thought: the thought is
+    closed at once, then the document (other grammars are kept as they are)."""
+    close = _thought_closed(family.markup, vocab, start_in_reasoning)
+    if not close or grammar.kind not in ("json_schema", "json_object"):
+        return grammar
+    schema = grammar.source if grammar.kind == "json_schema" else {"type": "object"}
+    return Grammar("lark", "\n".join([f"start: {close}doc", f"doc: {json_rule(with_format_patterns(schema))}"]),
+                   where=grammar.where, name=grammar.name)
 
 
 def pythonic_call_rules(tools: list[Tool]) -> tuple[str, list[str]]:
