@@ -80,13 +80,15 @@ def check_reasoning(family: str, root, raw: str, thought: str, text: str) -> Non
     assert abs(usage.reasoning_tokens - thought_tokens) <= 2  # the thought's tokens, plus its closing marker
 
 
-def check_forced_on_model(model, opening: str, parallel: bool) -> None:
+def check_forced_on_model(model, opening: str, parallel: bool, thought_open: bool = False) -> None:
     """tool_choice required on the tiny model: every sampled answer is a call in the family's markup to an
     allowed tool, its arguments valid; no reasoning tokens (a forced call decodes with reasoning off). With
-    parallel calls a random-weight model may go on calling until the cap: the calls it finished are checked."""
+    parallel calls a random-weight model may go on calling until the cap: the calls it finished are checked.
+    ``thought_open``: the template always opens a thought, which the grammar closes at once (one token)."""
     seen = set()
-    for sampling in ({"temperature": 0.0}, {"temperature": 1.0, "seed": 1}, {"temperature": 1.0, "seed": 2}):
-        req = ChatRequest("m", USER, TOOLS, tool_choice="required", parallel_tool_calls=parallel, max_tokens=200,
+    samplings = ({"temperature": 1.0, "seed": 1},) if parallel else ({"temperature": 0.0}, {"temperature": 1.0, "seed": 2})
+    for sampling in samplings:
+        req = ChatRequest("m", USER, TOOLS, tool_choice="required", parallel_tool_calls=parallel, max_tokens=150,
                           **sampling)
         events = events_of(model, req)
         fin = events[-1]
@@ -96,7 +98,8 @@ def check_forced_on_model(model, opening: str, parallel: bool) -> None:
         for name, args in calls:
             jsonschema.validate(args, SCHEMAS[name])
             seen.add(name)
-        assert fin.usage.reasoning_tokens == 0
+        assert fin.usage.reasoning_tokens == (1 if thought_open else 0)
+        assert not [e for e in events if isinstance(e, (ev.ReasoningDelta, ev.TextDelta)) and e.text.strip()]
     assert seen
 
 

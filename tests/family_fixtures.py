@@ -347,6 +347,7 @@ def real_template(name: str) -> str:
 DEEPSEEK_TOKENS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
                    "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
                    "<｜tool▁sep｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"]
+MINIMAX_TOKENS = ["]~!b[", "]~b]", "[e~[", "<minimax:tool_call>", "</minimax:tool_call>"]
 KIMI_TOKENS = ["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
                "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                "<|tool_call_argument_begin|>", "<|tool_call_end|>"]
@@ -380,6 +381,9 @@ SPECS = {
                         bos="<｜begin▁of▁sentence｜>", pad="<｜end▁of▁sentence｜>", model_type="deepseek_v3"),
     "kimi_k2": dict(special=KIMI_TOKENS, added=[], template=real_template("moonshotai-Kimi-K2.jinja"),
                     eos="<|im_end|>", bos="[BOS]", pad="[EOS]", model_type="kimi_k2"),
+    "minimax_m2": dict(special=MINIMAX_TOKENS, added=["<think>", "</think>"],
+                       template=real_template("unsloth-MiniMax-M2.jinja"), eos="[e~[", bos="]~!b[", pad="[e~[",
+                       model_type="minimax_m2"),
 }
 # variants of a family with another of its real templates (not in SPECS: detection and the shared tests run on
 # the ones above)
@@ -439,7 +443,8 @@ def build(family: str, root: Path) -> Path:
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     (out / "config.json").write_text(json.dumps({"model_type": spec["model_type"], "vocab_size": tok.get_vocab_size(),
-                                                 "max_position_embeddings": 32768}))
+                                                 "max_position_embeddings": 32768, "eos_token_id": tok.token_to_id(spec["eos"]),
+                                                 "bos_token_id": tok.token_to_id(spec["bos"]) if spec["bos"] else None}))
     return out
 
 

@@ -5,7 +5,7 @@ A new syntax is a module here and one line below; a family that writes it is a r
 
 from __future__ import annotations
 
-from . import deepseek, gemma, harmony, json_calls, kimi, mistral, pythonic, tags
+from . import deepseek, gemma, harmony, json_calls, kimi, minimax, mistral, pythonic, tags
 from .base import Syntax
 
 SYNTAXES: dict[str, Syntax] = {s.name: s for s in (
@@ -19,6 +19,7 @@ SYNTAXES: dict[str, Syntax] = {s.name: s for s in (
     harmony.SYNTAX,
     deepseek.SYNTAX,
     kimi.SYNTAX,
+    minimax.SYNTAX,
 )}
 
 __all__ = ["SYNTAXES", "Syntax"]
