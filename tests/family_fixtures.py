@@ -384,6 +384,9 @@ SPECS = {
     "minimax_m2": dict(special=MINIMAX_TOKENS, added=["<think>", "</think>"],
                        template=real_template("unsloth-MiniMax-M2.jinja"), eos="[e~[", bos="]~!b[", pad="[e~[",
                        model_type="minimax_m2"),
+    "deepseek_v32": dict(special=DEEPSEEK_TOKENS, added=["<think>", "</think>"],
+                         template=real_template("DeepSeek-V3.2.jinja"), eos="<｜end▁of▁sentence｜>",
+                         bos="<｜begin▁of▁sentence｜>", pad="<｜end▁of▁sentence｜>", model_type="deepseek_v32"),
 }
 # variants of a family with another of its real templates (not in SPECS: detection and the shared tests run on
 # the ones above)

@@ -2,7 +2,7 @@
 
 Like the demo model: a family fixture's tokenizer (``family_fixtures``: the small byte-level BPE with the
 family's markup tokens added, and its real chat template) beside a ``config.json`` of the architecture mlx-lm
-runs for that family (``deepseek_v3`` for DeepSeek V3.1, ``kimi_k2`` — mlx-lm's name for Kimi K2 on the
+runs for that family (``deepseek_v3`` for DeepSeek V3.1, ``deepseek_v32`` for V3.2, ``kimi_k2`` — mlx-lm's name for Kimi K2 on the
 DeepSeek V3 architecture —, ``minimax_m2`` for MiniMax M2), a few layers and experts of a few dozen wide, and
 weights drawn by mlx from a fixed seed. ``mlx_lm.load`` reads the directory, and ``MLXBackend`` serves it.
 """
@@ -28,7 +28,8 @@ _ARCH = {
         rms_norm_eps=1e-6, rope_theta=10000.0, rotary_dim=8, head_dim=16, use_qk_norm=True,
         scoring_func="sigmoid", tie_word_embeddings=False),
 }
-ARCHITECTURE = {"deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3", "kimi_k2_thinking": "deepseek_v3",
+_ARCH["deepseek_v32"] = dict(_ARCH["deepseek_v3"], index_head_dim=16, index_n_heads=2, index_topk=16)
+ARCHITECTURE = {"deepseek_v3": "deepseek_v3", "deepseek_v32": "deepseek_v32", "kimi_k2": "deepseek_v3", "kimi_k2_thinking": "deepseek_v3",
                 "minimax_m2": "minimax_m2"}
 
 

@@ -129,7 +129,7 @@ def test_rendered_calls_agree_with_the_grammar(root, family, blocks, caplog):
     calls = rt.CALLS[:1] if family == "llama3" else rt.CALLS
     turn = Message("assistant", "Let me check.", calls, reasoning="I need two tools.")
     history = rt.CONVERSATION[:2]
-    prefix = rt._render(b, history, True)
+    prefix = rt._render(b, history, family not in rt.OPENED_BY_USER_TURN)
     rest = rt._render(b, history + (turn,), False)[len(prefix):]
     if rt.TURN_END[family]:
         rest = rest[: rest.index(rt.TURN_END[family])]

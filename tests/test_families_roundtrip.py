@@ -33,7 +33,8 @@ CONVERSATION = (
 # where a rendered assistant turn ends, per family (None: the parser sees the whole rest)
 TURN_END = {"qwen": "<|im_end|>", "qwen3_coder": "<|im_end|>", "llama3": "<|eot_id|>", "mistral": "</s>",
             "glm": None, "gemma": "<end_of_turn>", "gpt_oss": None, "deepseek_v3": "<｜end▁of▁sentence｜>",
-            "kimi_k2": "<|im_end|>", "minimax_m2": "[e~["}
+            "kimi_k2": "<|im_end|>", "minimax_m2": "[e~[",
+            "deepseek_v32": "<｜end▁of▁sentence｜>"}
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +107,10 @@ def test_role_mapping_leaves_input_alone(root):
 
 # DeepSeek V3.1's template opens a thought in the generation prompt but writes a past turn with "</think>":
 # a rendered turn continues the prompt only with thinking off
-TEMPLATE_KWARGS = {"deepseek_v3": {"enable_thinking": False}}
+TEMPLATE_KWARGS = {"deepseek_v3": {"enable_thinking": False}, "deepseek_v32": {"enable_thinking": False}}
+# DeepSeek V3.2's template opens the assistant turn in each user turn, and its generation prompt adds an empty
+# user turn after that: a rendered turn continues the conversation rendered without the generation prompt
+OPENED_BY_USER_TURN = {"deepseek_v32"}
 
 
 def _render(b, messages, generation_prompt):
@@ -124,7 +128,7 @@ def test_rendered_calls_parse_back(root, family):
     calls = CALLS[:1] if family == "llama3" else CALLS  # Llama's template: one call per turn
     turn = Message("assistant", "Let me check.", calls, reasoning="I need two tools.")
     history = CONVERSATION[:2]
-    prefix = _render(b, history, True)
+    prefix = _render(b, history, family not in OPENED_BY_USER_TURN)
     full = _render(b, history + (turn,), False)
     assert full.startswith(prefix)
     rest = full[len(prefix):]

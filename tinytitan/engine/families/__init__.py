@@ -140,6 +140,9 @@ KIMI_K2 = Family("kimi_k2", Markup("<think>", "</think>", "<|tool_calls_section_
                                    "<|tool_calls_section_end|>", "kimi"), ("<|im_end|>",))
 MINIMAX_M2 = Family("minimax_m2", Markup("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>",
                                          "minimax"), ("[e~[",), RoleConventions(system_first_only=True))
+DEEPSEEK_V32 = Family("deepseek_v32", Markup("<think>", "</think>", "<｜DSML｜function_calls>",
+                                            "</｜DSML｜function_calls>", "dsml"), ("<｜end▁of▁sentence｜>",),
+                      RoleConventions(system_first_only=True))
 GENERIC = Family("generic", QWEN)
 
 
@@ -160,6 +163,7 @@ class Sign:
 # the detection table: the first row whose sign matches (the template is the surest sign: it is what taught the
 # model its markup); a family is a row here
 DETECTION: list[tuple[Family, Sign]] = [
+    (DEEPSEEK_V32, Sign(template=("｜DSML｜",), thinking="<think>")),
     (MINIMAX_M2, Sign(vocab=("<minimax:tool_call>",), model_types=("minimax_m2", "minimax"), thinking="<think>")),
     (DEEPSEEK_V3, Sign(vocab=("<｜tool▁calls▁begin｜>",), model_types=("deepseek_v3", "deepseek_v32"), thinking="<think>")),
     (KIMI_K2, Sign(vocab=("<|tool_calls_section_begin|>",), model_types=("kimi_k2",), thinking="<think>")),
