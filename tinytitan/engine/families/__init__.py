@@ -22,6 +22,10 @@ a fallback. A ``Family`` gives the backend:
 | gemma4       | ``<|channel>thought…<channel|>`` | ``<|tool_call>call:N{k:<|"|>v<|"|>}<tool_call|>``             |
 | function_gemma | —                    | ``<start_function_call>call:N{k:<escape>v<escape>}<end_function_call>`` |
 | gpt_oss      | harmony ``analysis``   | harmony ``commentary to=functions.N … <|message|>{json}<|call|>``      |
+| deepseek_v3  | ``<think>…</think>``   | ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{json}<｜tool▁call▁end｜>…`` |
+| deepseek_v32 | ``<think>…</think>``   | ``<｜DSML｜function_calls><｜DSML｜invoke name="N"><｜DSML｜parameter name="P" string="true">v…`` |
+| kimi_k2      | ``<think>…</think>``   | ``<|tool_calls_section_begin|><|tool_call_begin|>functions.N:0<|tool_call_argument_begin|>{json}…`` |
+| minimax_m2   | ``<think>…</think>``   | ``<minimax:tool_call><invoke name="N"><parameter name="P">v</parameter></invoke>…`` |
 
 A family is a row (``Family``: markers, reasoning markers, stop tokens, role conventions, which syntax) with a
 sign in ``DETECTION``. Each call syntax is one module in ``syntaxes/`` owning its streaming decoder, its checking
