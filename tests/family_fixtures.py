@@ -337,6 +337,21 @@ HARMONY = r"""{{- "<|start|>system<|message|>You are ChatGPT, a large language m
 # Family table: special tokens, template, eos/bos, model_type
 # ---------------------------------------------------------------------------------------------------------
 
+TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"  # real chat templates (see its README)
+
+
+def real_template(name: str) -> str:
+    return (TEMPLATES / name).read_text(encoding="utf-8")
+
+
+DEEPSEEK_TOKENS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+                   "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+                   "<｜tool▁sep｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"]
+MINIMAX_TOKENS = ["]~!b[", "]~b]", "[e~[", "<minimax:tool_call>", "</minimax:tool_call>"]
+KIMI_TOKENS = ["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
+               "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+               "<|tool_call_argument_begin|>", "<|tool_call_end|>"]
+
 SPECS = {
     "qwen": dict(special=dm.SPECIAL_TOKENS, added=dm.ADDED_TOKENS, template=dm.CHAT_TEMPLATE,
                  eos="<|im_end|>", bos=None, pad="<|endoftext|>", model_type="qwen3"),
@@ -360,6 +375,24 @@ SPECS = {
                              "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"], added=[],
                     template=HARMONY, eos="<|return|>", bos="<|startoftext|>", pad="<|endoftext|>",
                     model_type="gpt_oss"),
+    # real templates (llama.cpp's models/templates/), the family's own markup tokens
+    "deepseek_v3": dict(special=DEEPSEEK_TOKENS, added=["<think>", "</think>"],
+                        template=real_template("deepseek-ai-DeepSeek-V3.1.jinja"), eos="<｜end▁of▁sentence｜>",
+                        bos="<｜begin▁of▁sentence｜>", pad="<｜end▁of▁sentence｜>", model_type="deepseek_v3"),
+    "kimi_k2": dict(special=KIMI_TOKENS, added=[], template=real_template("moonshotai-Kimi-K2.jinja"),
+                    eos="<|im_end|>", bos="[BOS]", pad="[EOS]", model_type="kimi_k2"),
+    "minimax_m2": dict(special=MINIMAX_TOKENS, added=["<think>", "</think>"],
+                       template=real_template("unsloth-MiniMax-M2.jinja"), eos="[e~[", bos="]~!b[", pad="[e~[",
+                       model_type="minimax_m2"),
+    "deepseek_v32": dict(special=DEEPSEEK_TOKENS, added=["<think>", "</think>"],
+                         template=real_template("DeepSeek-V3.2.jinja"), eos="<｜end▁of▁sentence｜>",
+                         bos="<｜begin▁of▁sentence｜>", pad="<｜end▁of▁sentence｜>", model_type="deepseek_v32"),
+}
+# variants of a family with another of its real templates (not in SPECS: detection and the shared tests run on
+# the ones above)
+VARIANTS = {
+    "kimi_k2_thinking": dict(SPECS["kimi_k2"], added=["<think>", "</think>"],
+                             template=real_template("moonshotai-Kimi-K2-Thinking.jinja")),
 }
 
 
@@ -385,7 +418,7 @@ def _base_tokenizer_json() -> str:
 def build(family: str, root: Path) -> Path:
     from tokenizers import AddedToken, Tokenizer
 
-    spec = SPECS[family]
+    spec = SPECS.get(family) or VARIANTS[family]
     out = root / family
     out.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer.from_str(_base_tokenizer_json())
@@ -413,7 +446,8 @@ def build(family: str, root: Path) -> Path:
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     (out / "config.json").write_text(json.dumps({"model_type": spec["model_type"], "vocab_size": tok.get_vocab_size(),
-                                                 "max_position_embeddings": 32768}))
+                                                 "max_position_embeddings": 32768, "eos_token_id": tok.token_to_id(spec["eos"]),
+                                                 "bos_token_id": tok.token_to_id(spec["bos"]) if spec["bos"] else None}))
     return out
 
 

@@ -129,13 +129,14 @@ def test_rendered_calls_agree_with_the_grammar(root, family, blocks, caplog):
     calls = rt.CALLS[:1] if family == "llama3" else rt.CALLS
     turn = Message("assistant", "Let me check.", calls, reasoning="I need two tools.")
     history = rt.CONVERSATION[:2]
-    prefix = rt._render(b, history, True)
+    prefix = rt._render(b, history, family not in rt.OPENED_BY_USER_TURN)
     rest = rt._render(b, history + (turn,), False)[len(prefix):]
     if rt.TURN_END[family]:
         rest = rest[: rest.index(rt.TURN_END[family])]
     b.entries = [type(b.entries[0])(rest)]
+    thinking = False if family in rt.TEMPLATE_KWARGS else None
     with caplog.at_level(logging.WARNING, logger="tinytitan.parser"):
-        events = ff.generate(b, ChatRequest("m", history, rt.TOOLS))
+        events = ff.generate(b, ChatRequest("m", history, rt.TOOLS, reasoning=thinking))
     streamed = [c for _, _, s, _ in blocks for c in s]
     assert streamed == _streamed(events)
     assert _values(streamed) == [(c.name, json.loads(c.arguments)) for c in calls]

@@ -32,7 +32,9 @@ CONVERSATION = (
 )
 # where a rendered assistant turn ends, per family (None: the parser sees the whole rest)
 TURN_END = {"qwen": "<|im_end|>", "qwen3_coder": "<|im_end|>", "llama3": "<|eot_id|>", "mistral": "</s>",
-            "glm": None, "gemma": "<end_of_turn>", "gpt_oss": None}
+            "glm": None, "gemma": "<end_of_turn>", "gpt_oss": None, "deepseek_v3": "<｜end▁of▁sentence｜>",
+            "kimi_k2": "<|im_end|>", "minimax_m2": "[e~[",
+            "deepseek_v32": "<｜end▁of▁sentence｜>"}
 
 
 @pytest.fixture(scope="session")
@@ -103,11 +105,19 @@ def test_role_mapping_leaves_input_alone(root):
     assert json.dumps(msgs) == before
 
 
+# DeepSeek V3.1's template opens a thought in the generation prompt but writes a past turn with "</think>":
+# a rendered turn continues the prompt only with thinking off
+TEMPLATE_KWARGS = {"deepseek_v3": {"enable_thinking": False}, "deepseek_v32": {"enable_thinking": False}}
+# DeepSeek V3.2's template opens the assistant turn in each user turn, and its generation prompt adds an empty
+# user turn after that: a rendered turn continues the conversation rendered without the generation prompt
+OPENED_BY_USER_TURN = {"deepseek_v32"}
+
+
 def _render(b, messages, generation_prompt):
     req = ChatRequest("m", messages, TOOLS)
     msgs, tools = b.family.map_roles(template_messages(req), template_tools(req), b.tokenizer.chat_template)
     return b.tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=generation_prompt,
-                                           tokenize=False)
+                                           tokenize=False, **TEMPLATE_KWARGS.get(b.family.name, {}))
 
 
 @pytest.mark.parametrize("family", list(ff.SPECS))
@@ -118,7 +128,7 @@ def test_rendered_calls_parse_back(root, family):
     calls = CALLS[:1] if family == "llama3" else CALLS  # Llama's template: one call per turn
     turn = Message("assistant", "Let me check.", calls, reasoning="I need two tools.")
     history = CONVERSATION[:2]
-    prefix = _render(b, history, True)
+    prefix = _render(b, history, family not in OPENED_BY_USER_TURN)
     full = _render(b, history + (turn,), False)
     assert full.startswith(prefix)
     rest = full[len(prefix):]
@@ -127,7 +137,7 @@ def test_rendered_calls_parse_back(root, family):
         rest = rest[: rest.index(end)]
 
     b.entries = [type(b.entries[0])(rest)]
-    events = ff.generate(b, ChatRequest("m", history, TOOLS))
+    events = ff.generate(b, ChatRequest("m", history, TOOLS, reasoning=False if family in TEMPLATE_KWARGS else None))
     done = [e for e in events if isinstance(e, ev.ToolCallDone)]
     started = [e for e in events if isinstance(e, ev.ToolCallStarted)]
     assert [s.name for s in started] == [c.name for c in calls]

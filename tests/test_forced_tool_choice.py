@@ -334,3 +334,21 @@ def test_under_auto_a_strict_tool_the_tags_cannot_hold_is_served_unmasked(fixtur
     req = ChatRequest("m", (Message("user", "Go."),), (Tool("t", parameters=untyped, strict=True),), reasoning=False)
     assert ff.backend("qwen3_coder", fixtures_root).prepare(req).grammar is None
     assert "parameter 'x'" in caplog.text
+
+
+def test_a_forced_call_after_a_prompt_that_opened_a_thought_closes_it_first(fixtures_root):
+    """A template that always opens a thought (MiniMax M2 ends its generation prompt with ``<think>``): the
+    forced call, and a JSON output format, start by closing it, so the parser reads them as the answer."""
+    import family_fixtures as ff
+    from tinytitan.chat_request import Grammar, Tool
+    from tinytitan.engine.structured.tool_calls import answer_after_thought, forced_call_grammar
+
+    backend = ff.backend("qwen", fixtures_root)
+    vocab = backend.tokenizer.get_vocab()
+    close = f"<[{vocab['</think>']}]>"
+    tools = [Tool("get_weather", parameters=WEATHER)]
+    assert forced_call_grammar(backend.family, tools, False, vocab, True).source.startswith(f"start: {close} blocks")
+    assert forced_call_grammar(backend.family, tools, False, vocab).source.startswith("start: blocks")
+    schema = Grammar("json_schema", WEATHER, where="response_format")
+    assert answer_after_thought(schema, backend.family, vocab, True).source.startswith(f"start: {close} doc")
+    assert answer_after_thought(schema, backend.family, vocab, False) is schema

@@ -25,8 +25,7 @@ from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
-from .structured.harmony import answer_grammar as harmony_answer
-from .structured.tool_calls import auto_call_grammar, check_custom_grammar, forced_call_grammar
+from .structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
 
 log = logging.getLogger("tinytitan.backend")
 
@@ -209,11 +208,14 @@ class Backend(ABC):
             if tool.input_grammar is not None:
                 check_custom_grammar(tool, self.tokenizer, getattr(self, "vocab_size", None))
         grammar = req.grammar
-        if grammar is not None and self.family.harmony:  # its answer is the final channel's message
-            grammar = harmony_answer(grammar, self.tokenizer.get_vocab())
+        answer = self.family.syntax.answer
+        if grammar is not None and answer is not None:  # the answer sits inside the syntax's markup (harmony)
+            grammar = answer(grammar, self.tokenizer.get_vocab())
+        elif grammar is not None:
+            grammar = answer_after_thought(grammar, self.family, self.tokenizer.get_vocab(), start_in_reasoning)
         if grammar is None and req.tool_choice == "required":
             grammar = forced_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
-                                          self.tokenizer.get_vocab())
+                                          self.tokenizer.get_vocab(), start_in_reasoning)
         elif grammar is None and req.tool_choice == "auto" and req.tools:
             grammar = auto_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
                                         self.tokenizer.get_vocab(), start_in_reasoning)

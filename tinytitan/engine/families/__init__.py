@@ -22,9 +22,15 @@ a fallback. A ``Family`` gives the backend:
 | gemma4       | ``<|channel>thought…<channel|>`` | ``<|tool_call>call:N{k:<|"|>v<|"|>}<tool_call|>``             |
 | function_gemma | —                    | ``<start_function_call>call:N{k:<escape>v<escape>}<end_function_call>`` |
 | gpt_oss      | harmony ``analysis``   | harmony ``commentary to=functions.N … <|message|>{json}<|call|>``      |
+| deepseek_v3  | ``<think>…</think>``   | ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{json}<｜tool▁call▁end｜>…`` |
+| deepseek_v32 | ``<think>…</think>``   | ``<｜DSML｜function_calls><｜DSML｜invoke name="N"><｜DSML｜parameter name="P" string="true">v…`` |
+| kimi_k2      | ``<think>…</think>``   | ``<|tool_calls_section_begin|><|tool_call_begin|>functions.N:0<|tool_call_argument_begin|>{json}…`` |
+| minimax_m2   | ``<think>…</think>``   | ``<minimax:tool_call><invoke name="N"><parameter name="P">v</parameter></invoke>…`` |
 
-Each call syntax is defined by a Lark grammar in ``grammars/`` (``grammar.py``), which checks every completed
-call block; the streaming decoders that produce the events, and why Lark cannot stream: see ``bodies.py``.
+A family is a row (``Family``: markers, reasoning markers, stop tokens, role conventions, which syntax) with a
+sign in ``DETECTION``. Each call syntax is one module in ``syntaxes/`` owning its streaming decoder, its checking
+Lark grammar (``grammars/``, run by ``grammar.py``), the grammar that forces a call in it, and how past calls
+are rendered back; why the decoders are hand-written (Lark cannot stream): see ``bodies.py``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from .harmony import HarmonyParser
 from .markup import PLAIN, QWEN, REASONING, TEXT, TOOL, Markup
 from .roles import RoleConventions, map_roles
 from .scanner import OutputParser
+from .syntaxes import SYNTAXES, Syntax
 
 log = logging.getLogger("tinytitan.families")
 
@@ -48,10 +55,20 @@ __all__ = ["Family", "FAMILIES", "detect", "template_source", "Markup", "OutputP
 
 @dataclass(frozen=True)
 class Family:
+    """A row: the family's markers (``markup``; None for harmony), the syntax it writes calls in (named by
+    ``markup.body``, see ``syntaxes/``), the tokens that end its turn, how its template takes roles, and the
+    JSON key of its call objects / whether it writes one call a turn (Llama 3)."""
+
     name: str
     markup: Markup | None  # None: harmony
     stop_tokens: tuple[str, ...] = ()
     roles: RoleConventions = field(default_factory=RoleConventions)
+    call_key: str = "arguments"
+    one_call: bool = False
+
+    @property
+    def syntax(self) -> Syntax:
+        return SYNTAXES["harmony" if self.markup is None else self.markup.body]
 
     @property
     def harmony(self) -> bool:
@@ -74,12 +91,17 @@ class Family:
         opener = self.markup.think_open
         return bool(opener) and tail.endswith(opener)
 
+    def render_calls(self, calls: list[tuple[str, Any]]) -> str:
+        """Past calls ``[(name, arguments)]`` as this family writes them (markers included)."""
+        return self.syntax.render(calls, self)
+
     def map_roles(self, messages: list[dict], tools: list[dict] | None,
                   template_src: str | None) -> tuple[list[dict], list[dict] | None]:
-        msgs, tools = map_roles(messages, tools, template_src, self.roles)
+        render = self.render_calls if self.syntax.render is not None else None
+        msgs, tools = map_roles(messages, tools, template_src, self.roles, render)
         if self.markup is None:
             msgs = [_harmony_message(m) for m in msgs]
-        return msgs, tools
+        return self.syntax.history(msgs), tools
 
 
 def _harmony_message(m: dict) -> dict:
@@ -96,10 +118,14 @@ def _harmony_message(m: dict) -> dict:
     return m
 
 
+def _without_thinking(fam: Family) -> Family:
+    return replace(fam, markup=replace(fam.markup, think_open=None, think_close=None))
+
+
 QWEN_FAMILY = Family("qwen", QWEN, ("<|im_end|>", "<|endoftext|>"))
 QWEN3_CODER = Family("qwen3_coder", replace(QWEN, body="xml"), ("<|im_end|>", "<|endoftext|>"))
 LLAMA3 = Family("llama3", Markup(None, None, "<|python_tag|>", None, "json", bare_json=True),
-                ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"))
+                ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"), call_key="parameters", one_call=True)
 MISTRAL = Family("mistral", Markup("[THINK]", "[/THINK]", "[TOOL_CALLS]", None, "mistral"), ("</s>",),
                  RoleConventions(alternate=True, short_ids=True))
 GLM = Family("glm", replace(QWEN, body="kv"), ("<|user|>", "<|observation|>", "<|endoftext|>"))
@@ -112,10 +138,52 @@ FUNCTION_GEMMA = Family("function_gemma", Markup(None, None, "<start_function_ca
                         RoleConventions("tool_output", "pythonic", alternate=True))
 GPT_OSS = Family("gpt_oss", None, ("<|return|>", "<|call|>"),
                  RoleConventions(single_call=True, system_first_only=True))
+DEEPSEEK_V3 = Family("deepseek_v3", Markup("<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+                                          "deepseek"), ("<｜end▁of▁sentence｜>",))
+KIMI_K2 = Family("kimi_k2", Markup("<think>", "</think>", "<|tool_calls_section_begin|>",
+                                   "<|tool_calls_section_end|>", "kimi"), ("<|im_end|>",))
+MINIMAX_M2 = Family("minimax_m2", Markup("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>",
+                                         "minimax"), ("[e~[",), RoleConventions(system_first_only=True))
+DEEPSEEK_V32 = Family("deepseek_v32", Markup("<think>", "</think>", "<｜DSML｜function_calls>",
+                                            "</｜DSML｜function_calls>", "dsml"), ("<｜end▁of▁sentence｜>",),
+                      RoleConventions(system_first_only=True))
 GENERIC = Family("generic", QWEN)
 
-FAMILIES = {f.name: f for f in (QWEN_FAMILY, QWEN3_CODER, LLAMA3, MISTRAL, GLM, GEMMA, GEMMA4, FUNCTION_GEMMA, GPT_OSS,
-                                 GENERIC)}
+
+@dataclass(frozen=True)
+class Sign:
+    """How a family is recognised: any of ``template`` in the chat template's source, any of ``vocab`` in the
+    template or the vocabulary (all of ``also`` too, where given), or a config.json ``model_type``.
+    ``thinking``: the reasoning marker whose absence (template and vocabulary) drops the family's reasoning."""
+
+    template: tuple[str, ...] = ()
+    vocab: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()
+    model_prefix: str | None = None
+    thinking: str | None = None
+
+
+# the detection table: the first row whose sign matches (the template is the surest sign: it is what taught the
+# model its markup); a family is a row here
+DETECTION: list[tuple[Family, Sign]] = [
+    (DEEPSEEK_V32, Sign(template=("｜DSML｜",), thinking="<think>")),
+    (MINIMAX_M2, Sign(vocab=("<minimax:tool_call>",), model_types=("minimax_m2", "minimax"), thinking="<think>")),
+    (DEEPSEEK_V3, Sign(vocab=("<｜tool▁calls▁begin｜>",), model_types=("deepseek_v3", "deepseek_v32"), thinking="<think>")),
+    (KIMI_K2, Sign(vocab=("<|tool_calls_section_begin|>",), model_types=("kimi_k2",), thinking="<think>")),
+    (GPT_OSS, Sign(vocab=("<|channel|>",), also=("<|message|>",), model_types=("gpt_oss",))),
+    (GLM, Sign(template=("<arg_key>",), model_prefix="glm4", also=())),
+    (QWEN3_CODER, Sign(template=("<function=",), also=("<tool_call>",))),
+    (MISTRAL, Sign(vocab=("[TOOL_CALLS]", "[INST]"), model_types=("mistral", "mistral3", "magistral"),
+                   thinking="[THINK]")),
+    (GEMMA4, Sign(template=("<|tool_call>",), also=("<tool_call|>",))),
+    (FUNCTION_GEMMA, Sign(vocab=("<start_function_call>",))),
+    (LLAMA3, Sign(vocab=("<|start_header_id|>", "<|python_tag|>"))),
+    (GEMMA, Sign(vocab=("<start_of_turn>",), model_prefix="gemma")),
+    (QWEN_FAMILY, Sign(vocab=("<tool_call>",), model_prefix="qwen", thinking="<think>")),
+]
+
+FAMILIES = {f.name: f for f in [*(row for row, _ in DETECTION), GENERIC]}
 
 
 def template_source(tokenizer: Any) -> str:
@@ -132,41 +200,31 @@ def _vocab(tokenizer: Any) -> dict:
         return {}
 
 
+def _matches(sign: Sign, src: str, vocab: dict, model_type: str) -> bool:
+    def has(*marks: str) -> bool:
+        return any(m in src or m in vocab for m in marks)
+
+    if model_type and (model_type in sign.model_types
+                       or (sign.model_prefix is not None and model_type.startswith(sign.model_prefix)
+                           and (not sign.template or has(*sign.template)))):
+        return True
+    hit = any(m in src for m in sign.template) or has(*sign.vocab)
+    return hit and all(has(m) for m in sign.also)
+
+
 def detect(tokenizer: Any, config: dict | None = None) -> Family:
     """The family of a model, from its tokenizer (chat template, vocabulary) and config.json."""
     src = template_source(tokenizer)
     vocab = _vocab(tokenizer)
     model_type = str((config or {}).get("model_type", "")).lower()
-
-    def has(*marks: str) -> bool:
-        return any(m in src or m in vocab for m in marks)
-
-    def in_template(*marks: str) -> bool:
-        return any(m in src for m in marks)
-
-    if (has("<|channel|>") and has("<|message|>")) or model_type == "gpt_oss":
-        fam = GPT_OSS
-    elif in_template("<arg_key>") or (model_type.startswith("glm4") and has("<arg_key>")):
-        fam = GLM
-    elif in_template("<function=") and has("<tool_call>"):
-        fam = QWEN3_CODER
-    elif has("[TOOL_CALLS]", "[INST]") or model_type in ("mistral", "mistral3", "magistral"):
-        fam = MISTRAL if has("[THINK]") else replace(MISTRAL, markup=replace(MISTRAL.markup, think_open=None,
-                                                                            think_close=None))
-    elif in_template("<|tool_call>") and has("<tool_call|>"):
-        fam = GEMMA4
-    elif has("<start_function_call>"):
-        fam = FUNCTION_GEMMA
-    elif has("<|start_header_id|>", "<|python_tag|>"):
-        fam = LLAMA3
-    elif has("<start_of_turn>") or model_type.startswith("gemma"):
-        fam = GEMMA
-    elif has("<tool_call>") or model_type.startswith("qwen"):
-        fam = QWEN_FAMILY if has("<think>") else replace(QWEN_FAMILY, markup=replace(QWEN, think_open=None,
-                                                                                    think_close=None))
+    fam = next((row for row, sign in DETECTION if _matches(sign, src, vocab, model_type)), None)
+    if fam is not None:
+        sign = dict((r.name, s) for r, s in DETECTION)[fam.name]
+        if sign.thinking and not (sign.thinking in src or sign.thinking in vocab):
+            fam = _without_thinking(fam)
     else:
-        think = has("<think>")
-        tools = has("<tool_call>")
+        think = "<think>" in src or "<think>" in vocab
+        tools = "<tool_call>" in src or "<tool_call>" in vocab
         fam = replace(GENERIC, markup=replace(PLAIN, think_open="<think>" if think else None,
                                               think_close="</think>" if think else None,
                                               tool_open="<tool_call>" if tools else None,

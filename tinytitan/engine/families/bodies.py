@@ -21,8 +21,9 @@ plus the tag table in ``body_tagged.py``); the tests check the decoders against 
 scripted block and against mlx-lm's parsers on the same blocks.
 
 Where they are: ``body.py`` (call numbering and the Body interface), ``body_json.py`` (JSON call objects),
-``body_tagged.py`` (XML-ish and key/value tags), ``body_calls.py`` (Mistral, pythonic, Gemma); this module
-picks one for a family's markup.
+``body_tagged.py`` (XML-ish and key/value tags), ``body_calls.py`` (Mistral, pythonic, Gemma) are the kits; each
+syntax module (``syntaxes/``) names the decoder it uses (or holds its own), and this module picks the one of a
+family's syntax.
 """
 
 from __future__ import annotations
@@ -32,29 +33,19 @@ from .body_calls import GemmaCall, MistralCall, PythonicCall
 from .body_json import JsonCalls, JsonSpan, json_in_string, py_in_string
 from .body_tagged import KV, XML, TagSpec, TaggedCall, convert_value
 from .markup import Markup
+from .syntaxes import SYNTAXES
 
 __all__ = ["Body", "Calls", "SteppedBody", "GemmaCall", "MistralCall", "PythonicCall", "JsonCalls", "JsonSpan",
            "json_in_string", "py_in_string", "KV", "XML", "TagSpec", "TaggedCall", "convert_value", "make_body"]
 
 
 def make_body(markup: Markup, calls: Calls, tentative: bool = False) -> Body:
-    """The decoder for a family's call body; its ``format`` names the grammar that checks the block."""
+    """The decoder for a family's call body: its syntax's (``syntaxes/``, named by ``markup.body``); its
+    ``format`` names the grammar that checks the block."""
     kind = "json" if tentative else markup.body  # a bare answer is only ever tried as JSON
-    if kind == "json":
-        body = JsonCalls(calls, markup, tentative)
-    elif kind == "xml":
-        body = TaggedCall(calls, markup, XML, tentative)
-    elif kind == "kv":
-        body = TaggedCall(calls, markup, KV, tentative)
-    elif kind == "mistral":
-        body = MistralCall(calls, markup, tentative)
-    elif kind == "pythonic":
-        body = PythonicCall(calls, markup, tentative)
-    elif kind == "gemma4":
-        body = GemmaCall(calls, markup, '<|"|>', tentative)
-    elif kind == "function_gemma":
-        body = GemmaCall(calls, markup, "<escape>", tentative)
-    else:
+    syntax = SYNTAXES.get(kind)
+    if syntax is None or syntax.decoder is None:
         raise ValueError(f"unknown tool-call body format {kind!r}")
+    body = syntax.decoder(calls, markup, tentative)
     body.format = kind
     return body

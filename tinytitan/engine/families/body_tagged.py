@@ -31,6 +31,7 @@ class TagSpec:
     end: str | None  # closes the function inside the block ("" / None: the block's own close)
     trim: str  # "newline": one newline each side is layout; "strip": all surrounding whitespace is; "none"
     unknown_is_string: bool  # a parameter the schema does not type is a string (else: JSON if it parses)
+    repeat: bool = False  # several calls in one block, each opened by ``prefix`` (MiniMax's ``<invoke …>``)
 
 
 XML = TagSpec("<function=", (">",), "<parameter=", ">", "", "</parameter>", "</function>", "newline", True)
@@ -182,6 +183,14 @@ class TaggedCall(SteppedBody):
                 return True
             return False
         if st == "after":
+            if sp.repeat:
+                s = self.buf.lstrip()
+                if s.startswith(sp.prefix):  # the next call of the block
+                    self.buf, self.state, self.name, self.args, self.nkeys, self.json_args = s, "prefix", "", "", 0, False
+                    return True
+                if not s or sp.prefix.startswith(s):
+                    self.buf = s
+                    return False
             if self.buf.strip():
                 if not self.warned:
                     log.warning("text after a tool call inside its markup; returned as text: %r", self.buf[:200])
@@ -249,6 +258,11 @@ class TaggedCall(SteppedBody):
                 return [] if self.tentative else self._as_text(truncated)
             return self._as_text(truncated)
         if st in ("after", "done"):
+            return out
+        if st == "prefix":  # after a complete call, where another may have begun
+            if self.buf.strip():
+                log.warning("unfinished text after a tool call; returned as text: %r", self.buf[:200])
+                out.append(TextDelta(self.buf.strip()))
             return out
         if st != "keys" or self.spec.end:
             log.warning("tool call %s: markup cut short or not understood (in %s)", self.index, st)

@@ -2,8 +2,9 @@
 every completed call block.
 
 ``grammars/<format>.lark`` (a source checkout) or ``tinytitan/_grammars`` (an installed wheel) holds one grammar
-per call syntax (``markup.Markup.body`` names them, plus ``harmony``); each parses one complete block body —
-the text between the family's tool-call markers, as ``bodies.py`` collects it in ``Body.raw`` — into calls.
+per call syntax (each syntax module in ``syntaxes/`` names its file and the transformer reading its tree); each
+parses one complete block body — the text between the family's tool-call markers, as the syntax's decoder
+collects it in ``Body.raw`` — into calls.
 
 - ``parse_block(format, text, tools)`` → ``[(name, arguments JSON text)]``, or ``BlockMismatch`` naming the
   format and where the text stops matching. Each grammar is compiled once (LALR), on first use.
@@ -18,32 +19,21 @@ A grammar file that does not load fails with ``GrammarError("<file>: <problem>")
 
 from __future__ import annotations
 
-import ast
 import functools
 import json
 import logging
 from pathlib import Path
 
-from lark import Lark, Transformer
+from lark import Lark
 from lark.exceptions import LarkError, UnexpectedInput, VisitError
 
-from .body import Calls
-from .body_tagged import _STRING_TYPES, convert_value
+from .syntaxes import SYNTAXES
 
 log = logging.getLogger("tinytitan.parser")
 
-# format -> grammar file (json_value.lark is shared by the formats whose arguments are JSON)
-FORMATS = {
-    "json": "json.lark",
-    "xml": "xml.lark",
-    "kv": "kv.lark",
-    "mistral": "mistral.lark",
-    "pythonic": "pythonic.lark",
-    "gemma4": "gemma4.lark",
-    "function_gemma": "function_gemma.lark",
-    "harmony": "harmony.lark",
-}
-STRING_DELIMITERS = {"gemma4": '<|"|>', "function_gemma": "<escape>"}
+# format -> grammar file (json_value.lark is shared by the formats whose arguments are JSON); each syntax module
+# (``syntaxes/``) names its file and the transformer that reads its tree
+FORMATS = {name: syntax.grammar for name, syntax in SYNTAXES.items()}
 
 
 class GrammarError(ValueError):
@@ -85,7 +75,7 @@ def parse_block(fmt: str, text: str, tools: dict[str, dict] | None = None) -> li
     except UnexpectedInput as exc:
         raise BlockMismatch(f"{fmt} grammar ({FORMATS[fmt]}): {_first_line(exc)}") from None
     try:
-        calls = _TRANSFORMERS[fmt](fmt, tools).transform(tree)
+        calls = SYNTAXES[fmt].transformer(fmt, tools).transform(tree)
     except VisitError as exc:
         raise BlockMismatch(f"{fmt} grammar ({FORMATS[fmt]}): {exc.orig_exc}") from None
     return calls
@@ -142,214 +132,3 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _dumps(value) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Trees into calls, one Transformer per grammar
-# ---------------------------------------------------------------------------------------------------------
-
-class _Base(Transformer):
-    """Rules imported from another grammar come namespaced (``json_value__object``): they are dispatched by
-    their own name. JSON values become Python values."""
-
-    def __init__(self, fmt: str, tools: dict[str, dict] | None):
-        super().__init__()
-        self.fmt = fmt
-        self.types = Calls(tools=tools or {})
-
-    def __default__(self, data, children, meta):
-        short = str(data).rsplit("__", 1)[-1]
-        if short != data and hasattr(self, short):
-            return getattr(self, short)(children)
-        return super().__default__(data, children, meta)
-
-    # json_value.lark
-    def object(self, children):
-        return dict(children)
-
-    def pair(self, children):
-        return json.loads(children[0]), children[1]
-
-    def array(self, children):
-        return list(children)
-
-    def string(self, children):
-        return json.loads(children[0])
-
-    def number(self, children):
-        return json.loads(children[0])
-
-    def true(self, _):
-        return True
-
-    def false(self, _):
-        return False
-
-    def null(self, _):
-        return None
-
-    def _typed(self, name: str, key: str, text: str, unknown_is_string: bool, trim) -> object:
-        typ = self.types.param_type(name, key)
-        if typ in _STRING_TYPES or (typ is None and unknown_is_string):
-            return text
-        return convert_value(trim(text), typ, unknown_is_string)
-
-
-class _JsonCalls(_Base):
-    def start(self, children):
-        return [c for c in children if isinstance(c, tuple)]
-
-    json_calls = start
-
-    def call(self, members):
-        names = [v for k, v in members if k == "name"]
-        nested = [v for k, v in members if k == "function"]
-        if nested:
-            return nested[0]
-        if len(names) != 1:
-            raise ValueError(f"a call object needs one \"name\" (has {len(names)})")
-        args = next((v for k, v in members if k == "arguments"), {})
-        if isinstance(args, str):  # arguments written as a JSON string holding JSON: that JSON
-            return names[0], args
-        return names[0], _dumps(args)
-
-    def name(self, children):
-        return "name", json.loads(children[1])
-
-    def arguments(self, children):
-        return "arguments", children[1]
-
-    def function(self, children):
-        return "function", children[1]
-
-    def other(self, children):
-        return "other", None
-
-
-class _Mistral(_JsonCalls):
-    def start(self, children):
-        return children[0] if isinstance(children[0], list) else [children[0]]
-
-    def named_call(self, children):
-        return str(children[0]), _dumps(children[-1])
-
-
-class _Xml(_Base):
-    def start(self, children):
-        name = str(children[0])[len("<function="):-1].strip()
-        args = children[1] if len(children) > 1 else {}
-        if isinstance(args, list):  # parameter tags
-            args = {key: self._typed(name, key, value, True, str) for key, value in args}
-        return [(name, _dumps(args))]
-
-    def parameters(self, tokens):
-        out = []
-        for tok in tokens:
-            key, _, value = str(tok)[len("<parameter="):-len("</parameter>")].partition(">")
-            value = value[1:] if value.startswith("\n") else value
-            out.append((key.strip(), _trim_newline(value)))
-        return out
-
-
-class _Kv(_Base):
-    def start(self, children):
-        name = str(children[0])
-        args = children[1] if len(children) > 1 else {}
-        if isinstance(args, list):
-            args = {key: self._typed(name, key, value, False, str.strip) for key, value in args}
-        return [(name, _dumps(args))]
-
-    def args(self, children):
-        return children
-
-    def arg(self, children):
-        key = str(children[0])[len("<arg_key>"):-len("</arg_key>")].strip()
-        return key, str(children[1])[len("<arg_value>"):-len("</arg_value>")]
-
-
-class _Pythonic(_Base):
-    def start(self, calls):
-        return calls
-
-    def call(self, children):
-        kwargs = dict(children[1:])
-        return str(children[0]), _dumps(kwargs)
-
-    def kwarg(self, children):
-        return str(children[0]), children[1]
-
-    def string(self, children):
-        return ast.literal_eval(children[0])
-
-    def number(self, children):
-        return ast.literal_eval(children[0])
-
-    def constant(self, children):
-        return {"True": True, "true": True, "False": False, "false": False}.get(str(children[0]))
-
-    def list(self, children):
-        return children
-
-    tuple = list
-
-    def dict(self, children):
-        return {k: v for k, v in children}
-
-    def entry(self, children):
-        return children[0], children[1]
-
-
-class _Gemma(_Base):
-    def start(self, calls):
-        return calls
-
-    def call(self, children):
-        return str(children[0])[len("call:"):], _dumps(children[1])
-
-    def object(self, children):
-        return dict(children)
-
-    def pair(self, children):
-        return children[0], children[1]
-
-    def bare_key(self, children):
-        return str(children[0])
-
-    def string_key(self, children):
-        return self._unquote(children[0])
-
-    def string(self, children):
-        return self._unquote(children[0])
-
-    def bare(self, children):
-        text = str(children[0])
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-
-    def _unquote(self, token) -> str:
-        n = len(STRING_DELIMITERS[self.fmt])
-        return str(token)[n:-n]
-
-
-class _Harmony(_Base):
-    def start(self, children):
-        return [(children[0], _dumps(children[1]))]
-
-    def header(self, children):
-        recipient = next(str(c) for c in children if getattr(c, "type", "") == "RECIPIENT")[len("to="):]
-        return recipient.removeprefix("functions.")
-
-    def content_type(self, children):
-        return None
-
-
-def _trim_newline(text: str) -> str:
-    return text[:-1] if text.endswith("\n") else text
-
-
-_TRANSFORMERS = {"json": _JsonCalls, "mistral": _Mistral, "xml": _Xml, "kv": _Kv, "pythonic": _Pythonic,
-                 "gemma4": _Gemma, "function_gemma": _Gemma, "harmony": _Harmony}

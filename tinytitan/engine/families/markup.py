@@ -1,7 +1,7 @@
 """What a model family writes around reasoning and tool calls: the marker table one scanner reads.
 
-A family's output is text with markers. ``Markup`` names them; ``body`` names how a tool call's inside is
-written (each defined by ``grammars/<body>.lark``; the streaming decoders are in ``bodies.py``):
+A family's output is text with markers. ``Markup`` names them; ``body`` names the syntax a tool call's inside
+is written in (one module each in ``syntaxes/``, which owns its decoder, grammar, forcing and rendering):
 
 - ``json``: ``{"name": …, "arguments"|"parameters": {…}}`` objects, one or several (a list, or ``;`` / ``,``
   separated) — Qwen / Qwen2.5 / Llama 3.x / Mistral's older list form.

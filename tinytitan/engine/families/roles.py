@@ -110,12 +110,17 @@ def render_result(message: dict, style: str) -> str:
     return f"<tool_response>\n{content}\n</tool_response>"
 
 
-def tools_preamble(tools: list[dict], style: str) -> str:
+def tools_preamble(tools: list[dict], style: str, example: str | None = None) -> str:
+    """The tool list written into the system text (a template without ``tools``); ``example``: a call as the
+    family's syntax writes it."""
     listing = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
     if style == "pythonic":
         return ("You have access to functions. If you decide to invoke any of the function(s), you MUST put it "
                 "in the format of\n```tool_code\nfunc_name(param_name=value, ...)\n```\n"
                 "You SHOULD NOT include any other text in the response if you call a function\n" + listing)
+    if example is not None:
+        return ("You may call functions. Write each call exactly like this:\n" + example
+                + "\nAvailable functions:\n" + listing)
     return ("You may call functions. For each call, return a JSON object with the function name and arguments "
             "within <tool_call></tool_call> tags. Available functions:\n" + listing)
 
@@ -129,13 +134,16 @@ def short_id(call_id: str) -> str:
 
 
 def map_roles(messages: list[dict], tools: list[dict] | None, template_source: str | None,
-              conventions: RoleConventions) -> tuple[list[dict], list[dict] | None]:
-    """The messages (and tools) to render, in what the template takes. Inputs are not modified."""
+              conventions: RoleConventions, render=None) -> tuple[list[dict], list[dict] | None]:
+    """The messages (and tools) to render, in what the template takes. Inputs are not modified. ``render``:
+    the family's syntax writing past calls ``[(name, arguments)]`` as the model writes them (else
+    ``render_call`` in the conventions' style)."""
     roles = TemplateRoles.of(template_source, conventions)
     msgs = [dict(m) for m in messages]
 
     if tools and not roles.tools:
-        preamble = tools_preamble(tools, conventions.call_style)
+        example = render([("function_name", {"parameter": "value"})]) if render is not None else None
+        preamble = tools_preamble(tools, conventions.call_style, example)
         if msgs and msgs[0]["role"] == "system":
             msgs[0]["content"] = _text(msgs[0].get("content")) + "\n\n" + preamble
         else:
@@ -152,7 +160,12 @@ def map_roles(messages: list[dict], tools: list[dict] | None, template_source: s
     if not roles.tool_calls:
         for m in msgs:
             if m["role"] == "assistant" and m.get("tool_calls"):
-                calls = "\n".join(render_call(c, conventions.call_style) for c in m.pop("tool_calls"))
+                calls = m.pop("tool_calls")
+                if render is not None:
+                    calls = render([(c.get("function", c)["name"], c.get("function", c).get("arguments", {}))
+                                    for c in calls])
+                else:
+                    calls = "\n".join(render_call(c, conventions.call_style) for c in calls)
                 text = _text(m.get("content"))
                 m["content"] = (text + "\n" if text else "") + calls
     if not roles.tool_role:

@@ -39,7 +39,8 @@ def answer_grammar(grammar: Grammar, vocab: dict) -> Grammar:
                    where=grammar.where, name=grammar.name)
 
 
-def forced_calls(tools: list[Tool], vocab: dict) -> Grammar:
+def call_blocks(tools: list[Tool], vocab: dict) -> list[str]:
+    """The rule ``blocks``: one call message's header and JSON arguments, to any of ``tools``."""
     channel, constrain, message = _markers(vocab)
     rules = []
     for i, tool in enumerate(tools):
@@ -48,5 +49,8 @@ def forced_calls(tools: list[Tool], vocab: dict) -> Grammar:
         rules += [f"f{i}: {json.dumps(tool.name + ' ')} {constrain} \"json\" {message} f{i}_args",
                   f"f{i}_args: {json_rule(tool.parameters or {'type': 'object'})}"]
     call = "call: " + " | ".join(f"f{i}" for i in range(len(tools)))
-    return Grammar("lark", "\n".join([f'start: {channel} "commentary to=functions." call', call, *rules]),
-                   where="tool_choice")
+    return [f'blocks: {channel} "commentary to=functions." call', call, *rules]
+
+
+def forced_calls(tools: list[Tool], vocab: dict) -> Grammar:
+    return Grammar("lark", "\n".join(["start: blocks", *call_blocks(tools, vocab)]), where="tool_choice")

@@ -2,13 +2,10 @@
 request allows, with arguments that match each tool's JSON schema.
 
 Rules:
-- Families whose calls are JSON objects (``Markup.body == "json"``) are served: Qwen-style blocks
-  (``<tool_call>\\n{"name": N, "arguments": {…}}\\n</tool_call>``, several when parallel calls are allowed)
-  and Llama 3's ``<|python_tag|>{"name": N, "parameters": {…}}`` (one call); so are Mistral's
-  ``[TOOL_CALLS]N[ARGS]{…}`` (or its older ``[TOOL_CALLS][{…}, …]``) and Qwen3-Coder's parameter tags
-  (``xml_calls.py``), Gemma's Python calls in a ``tool_code`` fence (keyword arguments whose values are
-  JSON, which the family reads as Python literals), and gpt-oss's harmony calls (``harmony.py``). Another family's markup is refused by
-  name (400), never approximated.
+- The call syntax of the family (``families/syntaxes/``) spells the calls: its ``blocks`` gives the rules of
+  one call block (or several when parallel calls are allowed), built from the pieces here (JSON call objects,
+  the family's markers around a call) and in ``xml_calls.py`` (argument tags) and ``harmony.py``. A syntax
+  without such rules is refused by name (400), never approximated.
 - A marker that is one token of the vocabulary is matched as that token (``<[id]>``), else as text.
 - A custom tool's input is its one JSON string argument, ``input``: the client's grammar (Lark or regex) is
   rewritten to match the input's JSON-escaped spelling (``escaped.py``), so the input the client reads back
@@ -25,17 +22,13 @@ import logging
 from ...chat_request import Grammar, Tool
 from ...errors import ApiError, invalid
 from ...output_format import check_schema
-from .compile import compile_grammar, custom_tool_refused, json_rule
-from . import harmony
+from .compile import compile_grammar, custom_tool_refused, json_rule, with_format_patterns
 from .escaped import ANY_TEXT, escaped_lark_rules
-from .xml_calls import TAGS, tag_call_rules
 
 log = logging.getLogger("tinytitan.structured")
-ARGUMENTS_KEY = {"llama3": "parameters"}  # default "arguments"
-SINGLE_CALL = {"llama3"}  # formats that carry one call per turn
 
 
-def _marker(text: str, vocab: dict) -> str:
+def marker(text: str, vocab: dict) -> str:
     token = vocab.get(text)
     return f"<[{token}]>" if token is not None else json.dumps(text)
 
@@ -54,7 +47,7 @@ def check_custom_grammar(tool: Tool, tokenizer, vocab_size: int | None) -> None:
                     tokenizer, vocab_size)
 
 
-def _call_rules(tools: list[Tool], key: str, loose: bool = False, named: str | None = None) -> tuple[str, list[str]]:
+def json_call_rules(tools: list[Tool], key: str, loose: bool = False, named: str | None = None) -> tuple[str, list[str]]:
     """``call`` (one call object to any of ``tools``) and its rules; with ``loose``, a function tool that is
     not strict takes any JSON object as its arguments. ``named``: the marker between a call's name and its
     arguments object (Mistral's ``NAME[ARGS]{…}``) instead of a ``{"name": N, key: {…}}`` object."""
@@ -82,32 +75,16 @@ def _call_rules(tools: list[Tool], key: str, loose: bool = False, named: str | N
     return "call: " + " | ".join(alternatives), rules
 
 
-def _blocks(family, tools: list[Tool], parallel: bool, vocab: dict, loose: bool = False) -> list[str]:
-    """The rule ``blocks`` (one call, or several where parallel calls are allowed) in the family's markup,
-    and the rules it uses. ``loose``: a function tool that is not strict takes any arguments."""
+def marked_blocks(family, call: str, rules: list[str], parallel: bool, vocab: dict,
+                  inner: str = '"\\n" call "\\n"') -> list[str]:
+    """The rule ``blocks`` for a syntax whose calls stand between the family's markers, a block each (several
+    where parallel calls are allowed), around ``call`` and its rules. ``inner``: a block's inside."""
     markup = family.markup
-    open_ = _marker(markup.tool_open, vocab)
-    if markup.body == "mistral":
-        if "[ARGS]" in vocab:
-            call, rules = _call_rules(tools, "arguments", loose, named=_marker("[ARGS]", vocab))
-            return [f"blocks: {open_} call ({open_} call)*" if parallel else f"blocks: {open_} call", call, *rules]
-        call, rules = _call_rules(tools, "arguments", loose)
-        return [f'blocks: {open_} "[" call ("," call)* "]"' if parallel else f'blocks: {open_} "[" call "]"',
-                call, *rules]
-    if markup.body in TAGS:
-        call, rules = tag_call_rules(markup.body, tools, vocab, loose)
-    elif markup.body == "pythonic":
-        call, rules = _pythonic_call_rules(tools)
-    else:
-        call, rules = _call_rules(tools, ARGUMENTS_KEY.get(family.name, "arguments"), loose)
-    if not markup.tool_close or family.name in SINGLE_CALL:
+    open_ = marker(markup.tool_open, vocab)
+    if not markup.tool_close or family.one_call:
         return [f"blocks: {open_} call", call, *rules]
-    inner = "call" if markup.body == "kv" else '"\\n" call "\\n"'  # GLM: the name right after the marker
-    block = f"block: {open_} {inner} {_marker(markup.tool_close, vocab)}"
+    block = f"block: {open_} {inner} {marker(markup.tool_close, vocab)}"
     return ['blocks: block ("\\n" block)*' if parallel else "blocks: block", block, call, *rules]
-
-
-AUTO_BODIES = ("json", "mistral", *TAGS)  # where free text and a masked call can stand side by side
 
 
 def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
@@ -115,17 +92,16 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
     """Under ``tool_choice: auto``: free text (and a thought) as the model likes, but once it opens a call,
     the call is held to the tool's grammar — a strict function's schema, a custom tool's input grammar.
     None (logged) when no tool asks for that, or the family's markers are not single tokens (free text could
-    then spell them), or its call markup has no grammar here for such tools."""
+    then spell them), or its call syntax has no grammar here for such tools."""
     if not any(t.strict or t.input_grammar is not None for t in tools):
         return None
-    markup = family.markup
+    markup, syntax = family.markup, family.syntax
     markers = [markup.tool_open] + ([markup.tool_close] if markup.tool_close else []) if markup is not None else []
     thinking = bool(markup is not None and markup.think_open and markup.think_close)
     if thinking:
         markers += [markup.think_open, markup.think_close]
-    custom_in_tags = markup is not None and markup.body in TAGS and any(t.custom for t in tools)
-    if markup is None or markup.body not in AUTO_BODIES or not all(m and m in vocab for m in markers) \
-            or family.name in SINGLE_CALL or custom_in_tags:
+    if markup is None or not syntax.auto or syntax.blocks is None or not all(m and m in vocab for m in markers) \
+            or family.one_call:
         log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s family",
                     family.name)
         return None
@@ -136,16 +112,19 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
     else:
         heads = ["start: TEXT? blocks?"]
     try:
-        blocks = _blocks(family, tools, parallel, vocab, loose=True)
+        blocks = syntax.blocks(family, tools, parallel, vocab, True)
     except ApiError as exc:  # a strict tool the markup cannot hold: not enforced under auto (a forced call refuses)
         log.warning("strict tools are not enforced under tool_choice 'auto' here: %s", exc.message)
         return None
     return Grammar("lark", "\n".join(heads + ["TEXT: /(?s:.+)/"] + blocks), where="tools")
 
 
-def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
-    markup = family.markup
-    if markup is not None and (markup.body not in ("json", "mistral", "pythonic", *TAGS) or not markup.tool_open):
+def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
+                        start_in_reasoning: bool = False) -> Grammar:
+    """A call in the family's syntax; where the prompt already opened a thought (a template that always
+    thinks, MiniMax M2), the thought is closed at once."""
+    markup, syntax = family.markup, family.syntax
+    if syntax.blocks is None or (markup is not None and not markup.tool_open):
         raise invalid(f"A forced tool call (tool_choice) cannot be enforced for this model: its family "
                       f"('{family.name}') writes calls in a markup this server has no call grammar for yet; use "
                       "tool_choice 'auto'", param="tool_choice", code="unsupported_value")
@@ -157,12 +136,29 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) 
         except ApiError as exc:
             raise invalid(f"tool_choice forces a call to '{tool.name}', whose arguments must then match its schema: "
                           f"{exc.message}", param="tool_choice", code="unsupported_schema") from None
-    if markup is None:  # harmony
-        return harmony.forced_calls(tools, vocab)
-    return Grammar("lark", "\n".join(["start: blocks", *_blocks(family, tools, parallel, vocab)]), where="tool_choice")
+    rules = syntax.blocks(family, tools, parallel, vocab, False)
+    return Grammar("lark", "\n".join([f"start: {_thought_closed(markup, vocab, start_in_reasoning)}blocks", *rules]),
+                   where="tool_choice")
 
 
-def _pythonic_call_rules(tools: list[Tool]) -> tuple[str, list[str]]:
+def _thought_closed(markup, vocab: dict, start_in_reasoning: bool) -> str:
+    if start_in_reasoning and markup is not None and markup.think_close:
+        return marker(markup.think_close, vocab) + " "
+    return ""
+
+
+def answer_after_thought(grammar: Grammar, family, vocab: dict, start_in_reasoning: bool) -> Grammar:
+    """An output format (a JSON schema or json_object) after a prompt that opened a thought: the thought is
+    closed at once, then the document (other grammars are kept as they are)."""
+    close = _thought_closed(family.markup, vocab, start_in_reasoning)
+    if not close or grammar.kind not in ("json_schema", "json_object"):
+        return grammar
+    schema = grammar.source if grammar.kind == "json_schema" else {"type": "object"}
+    return Grammar("lark", "\n".join([f"start: {close}doc", f"doc: {json_rule(with_format_patterns(schema))}"]),
+                   where=grammar.where, name=grammar.name)
+
+
+def pythonic_call_rules(tools: list[Tool]) -> tuple[str, list[str]]:
     """``call``: ``NAME(key=value, …)`` to any of ``tools``, keyword arguments in the schema's order (the
     required ones always), each value JSON held to its schema (the family reads JSON's literals as Python's)."""
     alternatives, rules = [], []

@@ -35,7 +35,7 @@ from .compile import FORMAT_PATTERNS, custom_tool_refused, json_rule
 @dataclass(frozen=True)
 class Tags:
     head: str  # the call's opening, {name} filled in
-    key: str  # a parameter's opening, up to its value, {key} filled in
+    key: str  # a parameter's opening, up to its value, {key} filled in ({string}: "true" for a string value)
     close: str  # a value's closing tag
     layout: str  # the newline before the closing tag the parser drops ("" where it reads the value verbatim)
     after: str  # what follows a parameter
@@ -112,8 +112,8 @@ def _string_regexes(tool: str, key: str, schema: dict, close: str) -> list[str]:
 def _parameter(tags: Tags, vocab: dict, tool: str, key: str, schema: dict, rule: str) -> list[str]:
     if not _KEY.fullmatch(key):
         raise _refuse(tool, key, "a key the tag cannot hold")
-    head = _spell(tags.key.format(key=key), tags, vocab)
     typ = _first_type(schema)
+    head = _spell(tags.key.format(key=key, string="true" if typ in (None, "string") else "false"), tags, vocab)
     if typ is None and not (tags.untyped_is_string and ("enum" in schema or "const" in schema)):
         raise _refuse(tool, key, "no type (the tags read an untyped value as "
                       f"{'a string' if tags.untyped_is_string else 'a literal'})")
@@ -134,7 +134,7 @@ def _parameter(tags: Tags, vocab: dict, tool: str, key: str, schema: dict, rule:
 
 def _any_parameters(tags: Tags, vocab: dict, rule: str) -> list[str]:
     """``rule``: any parameters, any keys, any text values (a tool that is not strict, under ``auto``)."""
-    before, after_key = tags.key.split("{key}")
+    before, after_key = tags.key.replace("{string}", "true").split("{key}")  # any value is text
     key = rule.upper() + "_KEY"
     head = " ".join(p for p in (_spell(before, tags, vocab), key, _spell(after_key, tags, vocab)) if p)
     close = _spell(tags.layout + tags.close + tags.after, tags, vocab)
@@ -147,10 +147,10 @@ def _any_parameters(tags: Tags, vocab: dict, rule: str) -> list[str]:
     return rules + [f"{rule}_one: {head} {rule}_v {json.dumps(tags.after)}", f"{rule}_v[lazy]: {lazy}"]
 
 
-def tag_call_rules(body: str, tools: list[Tool], vocab: dict, loose: bool = False) -> tuple[str, list[str]]:
-    """``call`` (one call in ``body``'s tags, ``TAGS``, to any of ``tools``) and its rules. ``loose``: a tool
-    that is not strict takes any parameters."""
-    tags = TAGS[body]
+def tag_call_rules(body: "str | Tags", tools: list[Tool], vocab: dict, loose: bool = False) -> tuple[str, list[str]]:
+    """``call`` (one call in ``body``'s tags — a ``Tags`` row, or the name of one in ``TAGS`` — to any of
+    ``tools``) and its rules. ``loose``: a tool that is not strict takes any parameters."""
+    tags = TAGS[body] if isinstance(body, str) else body
     alternatives, rules = [], []
     for i, tool in enumerate(tools):
         if tool.custom:

@@ -1,0 +1,42 @@
+"""Mistral's calls after ``[TOOL_CALLS]``: ``NAME[ARGS]{json}`` (tokenizers with an ``[ARGS]`` token) or a JSON
+list of call objects (older ones). A call has no closing marker: it runs to the next ``[TOOL_CALLS]`` or the end.
+
+- decoder: ``body_calls.MistralCall``; checking grammar: ``grammars/mistral.lark``;
+- forcing: ``[TOOL_CALLS]NAME[ARGS]{…}`` per call where the vocabulary has ``[ARGS]``, else the list form;
+- rendering: ``[TOOL_CALLS]NAME[ARGS]{json}`` per call.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ...structured.tool_calls import json_call_rules, marker
+from ..body_calls import MistralCall
+from .base import Syntax, arguments_value, dumps
+from .json_calls import Transformer as JsonTransformer
+
+
+class Transformer(JsonTransformer):
+    def start(self, children):
+        return children[0] if isinstance(children[0], list) else [children[0]]
+
+    def named_call(self, children):
+        return str(children[0]), dumps(children[-1])
+
+
+def blocks(family, tools, parallel, vocab, loose=False):
+    open_ = marker(family.markup.tool_open, vocab)
+    if "[ARGS]" in vocab:
+        call, rules = json_call_rules(tools, "arguments", loose, named=marker("[ARGS]", vocab))
+        return [f"blocks: {open_} call ({open_} call)*" if parallel else f"blocks: {open_} call", call, *rules]
+    call, rules = json_call_rules(tools, "arguments", loose)
+    return [f'blocks: {open_} "[" call ("," call)* "]"' if parallel else f'blocks: {open_} "[" call "]"',
+            call, *rules]
+
+
+def render(calls, family) -> str:
+    return "".join(f"{family.markup.tool_open}{name}[ARGS]{json.dumps(arguments_value(args), ensure_ascii=False)}"
+                   for name, args in calls)
+
+
+SYNTAX = Syntax("mistral", "mistral.lark", Transformer, MistralCall, blocks, render, auto=True)
