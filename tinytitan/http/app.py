@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import trio
-from quart import Response, request
+from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
@@ -76,7 +76,7 @@ class _App(QuartTrio):
     observer: "Observer"
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             return await super().__call__(scope, receive, send)
         with self.observer.request(scope, send) as send:  # its tasks start in a copy of this context
             await super().__call__(scope, receive, send)
@@ -86,8 +86,22 @@ class _App(QuartTrio):
         self.observer.routed(request.url_rule)
         return await super().full_dispatch_request(request_context)
 
+    async def full_dispatch_websocket(self, websocket_context=None):
+        self.observer.routed(websocket.url_rule)
+        return await super().full_dispatch_websocket(websocket_context)
+
 
 HTTP_KINDS = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_request"}
+
+
+def incoming():
+    """What is being answered: the HTTP request, or a WebSocket upgrade (which has no HTTP request object; its
+    method is GET)."""
+    return websocket if has_websocket_context() else request
+
+
+def method_of(req) -> str:
+    return getattr(req, "method", None) or "GET"
 
 
 @dataclass
@@ -141,7 +155,9 @@ class Server:
             self.app.before_serving(self._start_background)
             self.app.after_serving(self._background.cancel)
         self.app.before_request(self._guard)
+        self.app.before_websocket(self._guard)  # an upgrade passes the same Host and key checks
         self.app.after_request(self._headers)
+        self.app.after_websocket(self._headers)  # (on the HTTP answer that refuses an upgrade)
         self.app.register_error_handler(ApiError, self._api_error)
         self.app.register_error_handler(HTTPException, self._http_error)
         self.app.register_error_handler(Exception, self._unexpected)
@@ -155,6 +171,7 @@ class Server:
 
     # -- ownership and envelopes -----------------------------------------------------------------------------
     def owner(self) -> Protocol:
+        request = incoming()
         rule = request.url_rule
         if rule is not None:
             proto = self.protocols.get(rule.endpoint.split(":", 1)[0])
@@ -180,23 +197,42 @@ class Server:
             resp.headers[k] = v
         return resp
 
+    def upgrade_refusal(self, path: str) -> ApiError:
+        """A WebSocket upgrade on a path without a WebSocket route: 426 on a path that answers plain HTTP (a client
+        such as Codex then falls back to HTTP at once), 404 on a path nothing serves."""
+        try:
+            self.app.url_map.bind("localhost").match(path, "POST")
+            served = True
+        except HTTPException as exc:
+            served = exc.code == 405
+        if served:
+            return ApiError("upgrade_required", f"{path} does not take a WebSocket here: send the request over "
+                            "plain HTTP")
+        return ApiError("not_found", f"No WebSocket route for {path}")
+
     async def _api_error(self, err: ApiError):
         return self.error(err)
 
     async def _http_error(self, exc: HTTPException):
+        request = incoming()
+        if has_websocket_context():  # an upgrade no WebSocket route takes: 426 where HTTP is spoken, else 404
+            return self.error(self.upgrade_refusal(request.path))
+        method = method_of(request)
         kind = HTTP_KINDS.get(exc.code or 500, "server_error")
-        message = {404: f"No route for {request.method} {request.path}",
-                   405: f"Method {request.method} is not allowed on {request.path}",
+        message = {404: f"No route for {method} {request.path}",
+                   405: f"Method {method} is not allowed on {request.path}",
                    413: f"The request body is larger than {self.config.max_body_bytes} bytes"}.get(exc.code,
                                                                                                   exc.description)
         return self.error(ApiError(kind, message or "bad request"))
 
     async def _unexpected(self, exc: Exception):
-        log.exception("unexpected error on %s %s", request.method, request.path)
+        request = incoming()
+        log.exception("unexpected error on %s %s", method_of(request), request.path)
         return self.error(ApiError("server_error", f"internal error: {type(exc).__name__}: {exc}"))
 
     # -- guards and headers ------------------------------------------------------------------------------------
     async def _guard(self):
+        request = incoming()
         request.request_id = "req_" + uuid.uuid4().hex[:24]
         host = host_name(request.headers.get("host", ""))
         if host not in self.allowed:
@@ -220,10 +256,12 @@ class Server:
         return given == key
 
     async def _headers(self, response: Response) -> Response:
-        ctx = {"request_id": getattr(request, "request_id", "")}
+        ctx = {"request_id": getattr(incoming(), "request_id", "")}
         for proto in {id(p): p for p in (self.shared, self.owner())}.values():
             for k, v in proto.spec.headers.items():
                 response.headers[k] = str(template.render(v, ctx))
+        if has_websocket_context():  # a refused upgrade: the connection is done with (the server cannot reuse it)
+            response.headers["connection"] = "close"
         return response
 
     # -- responses -----------------------------------------------------------------------------------------------
