@@ -5,6 +5,8 @@ Rules:
 - The Host header must name an allowed host (loopback names by default): other Hosts get 403 (DNS
   rebinding). With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
   ``/``, ``/health`` and ``/dashboard`` (a page with no data in it) need no key.
+- A compressed body (``Content-Encoding``) is decoded before a handler sees it, within the body limit
+  (encoding.py).
 - Any error a client can cause is a 4xx in the envelope of the protocol that owns the path, or the route
   the path lies under (the shared routes use OpenAI's, or Anthropic's when the request carries
   ``anthropic-version``); an unexpected failure is a 500 in the same envelope, logged with its traceback.
@@ -32,6 +34,7 @@ from ..observe.observer import Observer
 from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
+from . import encoding
 from .trim import Trimmer
 from .wire import BodyWatch
 
@@ -268,8 +271,12 @@ class Server:
     def _view(self, proto: Protocol, handler):
         """A protocol handler behind a route: the request as a neutral Call in, its Reply written out."""
         async def view(**kwargs):
-            call = Call(request.method, request.path, {k.lower(): v for k, v in request.headers.items()},
-                        dict(request.args), await request.get_data())
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            body = await request.get_data()
+            if encoding.codings(headers.get("content-encoding")):  # on a thread: a bomb costs a second of CPU
+                body = await trio.to_thread.run_sync(encoding.decode, body, headers["content-encoding"],
+                                                     self.config.max_body_bytes)
+            call = Call(request.method, request.path, headers, dict(request.args), body)
             try:
                 return self.write(await handler(call, **kwargs))
             finally:  # answered or refused: a large body's memory goes back once its objects are let go
