@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
     s.add_argument("--reasoning-effort", help="default reasoning level (none, low, medium, high, xhigh …)")
+    s.add_argument("--no-websocket", action="store_true",
+                   help="do not serve Responses over a WebSocket: an upgrade on GET /v1/responses is answered 426, "
+                        "and Codex's built-in provider falls back to HTTP at once")
     s.add_argument("--responses-store", metavar="DIR|memory",
                    help="where stored Responses objects live (default: $XDG_STATE_HOME/tinytitan/responses or "
                         "~/.local/state/tinytitan/responses); 'memory' keeps nothing on disk")
@@ -231,7 +234,8 @@ def serve(args) -> int:
     if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
         allowed += (args.host,)
     server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
-                                                    responses_store=args.responses_store))
+                                                    responses_store=args.responses_store,
+                                                    websocket=not args.no_websocket))
 
     config = Config()
     host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host
@@ -239,6 +243,10 @@ def serve(args) -> int:
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")  # through our log format, once
     config.keep_alive_timeout = 75
+    # a WebSocket frame may be as large as a request body (the server refuses larger ones in band, then goes on);
+    # a ping every 20 s keeps an idle agent's socket from being dropped by anything in between
+    config.websocket_max_message_size = server.config.max_body_bytes + (1 << 20)
+    config.websocket_ping_interval = 20.0
     config.graceful_timeout = 1.0  # on Ctrl-C: an idle keep-alive connection (every agent holds one) waits this long
 
     async def stop_requested() -> None:

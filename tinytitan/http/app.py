@@ -27,6 +27,7 @@ from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing import WebsocketMismatch
 
 from ..engine.engine import Engine
 from ..errors import ApiError
@@ -35,6 +36,7 @@ from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
 from . import encoding
+from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
 from .trim import Trimmer
 from .wire import BodyWatch
 
@@ -113,6 +115,7 @@ class ServerConfig:
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     max_body_bytes: int = 64 * 1024 * 1024
     responses_store: str | None = "memory"  # a directory, "memory", or None for the user's state directory
+    websocket: bool = True  # False: the WebSocket routes are not served (an upgrade there is 426)
 
 
 def host_name(header: str) -> str:
@@ -137,13 +140,20 @@ class Server:
         # a path is matched as sent: werkzeug's redirect of ``/v1//models`` is an HTML page no client reads
         self.app.url_map.merge_slashes = False
         self._path_owner: dict[str, Protocol] = {}
+        self._socket_paths: set[str] = set()
         for proto in protocols:
             handlers = proto.handlers()
             for i, route in enumerate(proto.spec.routes):
                 endpoint = f"{proto.name}:{route['handler']}:{route['method']}:{i}"
+                self._path_owner.setdefault(route["path"], proto)
+                if route["method"] == "WEBSOCKET":
+                    self._socket_paths.add(route["path"])
+                    if self.config.websocket:
+                        self.app.add_websocket(route["path"], endpoint,
+                                               self._socket_view(proto, handlers[route["handler"]]))
+                    continue
                 self.app.add_url_rule(route["path"], endpoint, self._view(proto, handlers[route["handler"]]),
                                       methods=[route["method"]])
-                self._path_owner.setdefault(route["path"], proto)
         # a path under a protocol's route (``/v1/messages/batches``) is that protocol's too, for its errors
         self._prefix_owner = sorted([(p.rstrip("/") + "/", o) for p, o in self._path_owner.items()
                                      if o is not self.shared and "<" not in p and p != "/"] +
@@ -221,6 +231,11 @@ class Server:
         if has_websocket_context():  # an upgrade no WebSocket route takes: 426 where HTTP is spoken, else 404
             return self.error(self.upgrade_refusal(request.path))
         method = method_of(request)
+        if isinstance(exc, WebsocketMismatch) or (exc.code == 405 and method == "GET"
+                                                  and request.path in self._socket_paths and self.config.websocket):
+            # a plain GET on a path whose GET is a WebSocket's
+            return self.error(ApiError("method_not_allowed", f"{method} {request.path} takes a WebSocket upgrade "
+                                       "(Upgrade: websocket) here, not a plain request"))
         kind = HTTP_KINDS.get(exc.code or 500, "server_error")
         message = {404: f"No route for {method} {request.path}",
                    405: f"Method {method} is not allowed on {request.path}",
@@ -282,6 +297,25 @@ class Server:
             finally:  # answered or refused: a large body's memory goes back once its objects are let go
                 if len(call.body) >= OFF_LOOP_BYTES:
                     self.trimmer.after_large(getattr(self.app, "nursery", None))
+
+        view.__name__ = f"{proto.name}_{handler.__name__}"
+        return view
+
+    def _socket_view(self, proto: Protocol, handler):
+        """A protocol's WebSocket handler behind a route: the upgrade accepted (with every response's headers),
+        its frames handed over as a Connection (socket.py)."""
+        async def view(**kwargs):
+            ws = websocket  # (this task's socket: the handler and its connection run in its context)
+            call = Call("GET", ws.path, {k.lower(): v for k, v in ws.headers.items()}, dict(ws.args))
+            headers = {}
+            ctx = {"request_id": getattr(ws, "request_id", "")}
+            for p in {id(p): p for p in (self.shared, proto)}.values():
+                for k, v in p.spec.headers.items():
+                    headers[k] = str(template.render(v, ctx))
+            await ws.accept(headers=headers)
+            idle = float((proto.spec.extra.get("websocket") or {}).get("idle_seconds", DEFAULT_IDLE_SECONDS))
+            await handler(call, SocketConnection(ws, self.config.max_body_bytes, idle, self.observer, request_scope),
+                          **kwargs)
 
         view.__name__ = f"{proto.name}_{handler.__name__}"
         return view

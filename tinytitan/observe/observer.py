@@ -83,6 +83,22 @@ class Observer:
             current_turn.reset(token)
             self.end(turn)
 
+    @contextmanager
+    def exchange(self, ws: Any):
+        """One exchange on an accepted WebSocket (a response, or a refused frame): a record of its own, logged as
+        ``WS <path>`` with the status it ended with (200 unless the exchange says otherwise); yields it."""
+        ua = ws.headers.get("user-agent", "")
+        turn = Turn("WS", ws.path, client_name(ua), ua, status=200, request_id=getattr(ws, "request_id", ""))
+        turn.route, turn.protocol = self._from_rule(ws.url_rule)
+        turn.routed = True
+        turn.on_change = self.push_state
+        token = current_turn.set(turn)
+        try:
+            yield turn
+        finally:
+            current_turn.reset(token)
+            self.end(turn)
+
     def routed(self, rule: Any) -> None:
         """The framework matched the request being answered to ``rule`` (None: no route); its handler has not
         run yet, so this is its arrival for the dashboard."""
