@@ -248,6 +248,33 @@ def test_apply_patch_round_trip(tmp_path):
     assert result.stdout.strip() == script[1], _explain(result)
 
 
+def test_the_servers_catalog_gives_codex_the_models_metadata(tmp_path):
+    """The model_catalog_json the server writes at start (and its banner names): Codex gives no fallback-metadata
+    warning, offers its freeform apply_patch, and its first prompt shrinks (the catalog's short instructions)."""
+    script, prompt = SCENARIOS["plain"]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    trace = tmp_path / "trace.jsonl"
+    with scripted_server(script, scratch) as (server, model), recording_proxy(server, trace, scratch) as proxy:
+        banner = (scratch / "server.log").read_text()
+        (catalog,) = set(re.findall(r'model_catalog_json = "([^"]+)"', banner))
+        entry = json.loads(Path(catalog).read_text())["models"][0]
+        assert entry["slug"] == model and entry["context_window"] == 131072  # the scripted backend's window
+        without = run_codex(proxy, model, tmp_path / "without", prompt)
+        with_catalog = run_codex(proxy, model, tmp_path / "with", prompt, "-c",
+                                 f"model_catalog_json={json.dumps(catalog)}")
+        log = (scratch / "server.log").read_text()
+    assert without.returncode == 0 and with_catalog.returncode == 0, _explain(with_catalog)
+    assert "Defaulting to fallback metadata" in without.stderr
+    assert "Model metadata" not in with_catalog.stderr and "fallback" not in with_catalog.stderr, _explain(with_catalog)
+    first, second = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert "apply_patch" not in {t.get("name") for t in first["body"]["tools"]}
+    (patch,) = [t for t in second["body"]["tools"] if t.get("name") == "apply_patch"]
+    assert patch["type"] == "custom" and patch["format"]["syntax"] == "lark"
+    prompts = [int(n) for n in re.findall(r"POST /v1/responses 200 openai_responses model=\S+ prompt=(\d+)", log)]
+    assert len(prompts) == 2 and prompts[1] < prompts[0] * 0.7, prompts  # 14,1xx tokens → 8,2xx
+
+
 def test_failed_generation_is_reported(tmp_path):
     """A generation that fails mid-stream (response.failed) ends the run with the server's message."""
     script = [{"output": "partial answer", "error": "boom"}]
