@@ -90,6 +90,10 @@ class OpenAIResponses(Protocol):
                                      "request": self.spec.extra["compact_request"]},
                                     f"{self.spec.source} (extra.compact_request)")
         self.compact_validator = RequestValidator(compact_spec, {})
+        trace_spec = compile_spec({"protocol": f"{self.name}.trace_summarize", "errors": self.spec.raw["errors"],
+                                   "request": self.spec.extra["trace_summarize_request"]},
+                                  f"{self.spec.source} (extra.trace_summarize_request)")
+        self.trace_validator = RequestValidator(trace_spec, {})
 
     def request_hooks(self):
         return {"input": hook_input, "tools": self.hook_tools,
@@ -119,7 +123,7 @@ class OpenAIResponses(Protocol):
     def handlers(self):
         return {"generate": self.generate, "compact": self.compact, "retrieve": self.retrieve,
                 "delete": self.delete, "cancel": self.cancel, "input_items": self.input_items,
-                "socket": self.socket}
+                "socket": self.socket, "trace_summarize": self.trace_summarize}
 
     # -- storage ---------------------------------------------------------------------------------------------
     def attach(self, services: Services) -> None:
@@ -296,6 +300,29 @@ class OpenAIResponses(Protocol):
                       "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
                       "total_tokens": u.total_tokens},
         })
+
+    async def trace_summarize(self, call: Call) -> Reply:
+        """Codex's memories: each trace summarised (see extra.trace_summarize_request)."""
+        body = self.trace_validator.validate(self.trace_validator.parse_json(call.body)).body
+        model_id, _ = self.engine.resolve(body["model"])
+        transcripts = []
+        for i, trace in enumerate(body["traces"]):  # every trace checked before any is summarised
+            try:
+                checked = self.compact_validator.validate({"model": body["model"], "input": trace["items"]}).body
+            except ApiError as err:
+                where = (err.param or "input").replace("input", f"traces[{i}].items", 1)
+                raise ApiError(err.kind, err.message.replace("input", f"traces[{i}].items", 1), where, err.code,
+                               err.headers, err.data) from None
+            items = [it for it in normalise_input(checked["input"]) if it.get("type") != "compaction_trigger"]
+            transcripts.append(compaction.transcript_to_compact(items))
+        out = []
+        for text in transcripts:
+            summary = await self.engine.summariser(body["model"]).summarise(text)
+            brief = await self.engine.summariser(body["model"], self.spec.extra["memory_summary_tokens"]).summarise(
+                summary.text)
+            note(model_id, summary.usage + brief.usage)
+            out.append({"trace_summary": summary.text, "memory_summary": brief.text})
+        return Reply({"output": out})
 
     async def retrieve(self, call: Call, response_id: str) -> Reply:
         rec = self.stored(response_id)
