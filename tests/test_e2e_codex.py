@@ -275,6 +275,34 @@ def test_the_servers_catalog_gives_codex_the_models_metadata(tmp_path):
     assert len(prompts) == 2 and prompts[1] < prompts[0] * 0.7, prompts  # 14,1xx tokens → 8,2xx
 
 
+def test_a_long_session_compacts_inside_a_small_window(tmp_path):
+    """--context-window 16384 and the catalog the server writes: long tool results fill the window, and Codex
+    compacts on its own (its catalog entry's auto-compaction limit) before the server ever refuses a prompt."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "big.txt").write_text(
+        "\n".join(f"line {i}: " + "lorem ipsum dolor sit amet consectetur " * 3 for i in range(600)))
+    call = '<tool_call>\n{"name": "exec_command", "arguments": {"cmd": "cat big.txt"}}\n</tool_call>'
+    script = [call] * 4 + ["All four reads are done."]
+    trace = tmp_path / "trace.jsonl"
+    with scripted_server(script, scratch, ["--context-window", "16384"]) as (server, model), \
+            recording_proxy(server, trace, scratch) as proxy:
+        (catalog,) = set(re.findall(r'model_catalog_json = "([^"]+)"', (scratch / "server.log").read_text()))
+        assert json.loads(Path(catalog).read_text())["models"][0]["context_window"] == 16384
+        result = run_codex(proxy, model, tmp_path, "read big.txt four times", "-c",
+                           f"model_catalog_json={json.dumps(catalog)}")
+        log = (scratch / "server.log").read_text()
+    assert result.returncode == 0, _explain(result)
+    assert "context compacted" in result.stdout + result.stderr, _explain(result)
+    lines = re.findall(r"POST /v1/responses (\d+) openai_responses(?: model=\S+ prompt=(\d+))?", log)
+    assert lines and all(status == "200" for status, _ in lines), lines  # nothing refused as too long
+    prompts = [int(p) for _, p in lines if p]
+    assert max(prompts) <= 16384 and any(b < a for a, b in zip(prompts, prompts[1:])), prompts  # it shrank
+    requests = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert any(not r["body"].get("tools") for r in requests), "no compaction request (one offering no tools)"
+
+
 def test_failed_generation_is_reported(tmp_path):
     """A generation that fails mid-stream (response.failed) ends the run with the server's message."""
     script = [{"output": "partial answer", "error": "boom"}]
