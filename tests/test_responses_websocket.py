@@ -255,3 +255,25 @@ async def test_a_plain_get_on_the_socket_path_is_405(serve):
     async with httpx.AsyncClient() as client:
         r = await client.get(server.url("/v1/responses"))
     assert r.status_code == 405 and "WebSocket" in r.json()["error"]["message"]
+
+
+async def test_an_unexpected_failure_is_a_500_frame_and_the_socket_goes_on(serve, monkeypatch, caplog):
+    server = await serve(["ok"])
+    proto = server.server.protocols["openai_responses"]
+    real = proto.generate
+    calls = []
+
+    async def broken(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(proto, "generate", broken)
+    async with httpx.AsyncClient() as client:
+        async with aconnect_ws(server.url("/v1/responses"), client) as ws:
+            await ws.send_text(create(input="hi"))
+            assert error_of(await turn(ws), 500)["type"] == "server_error"
+            await ws.send_text(create(input="hi"))
+            assert (await turn(ws))[-1]["type"] == "response.completed"
+    assert "WebSocket exchange failed" in caplog.text

@@ -9,7 +9,8 @@ Rules:
   ``previous_response_id`` and the stream framed one event per text frame.
 - A frame refused before its response starts (bad JSON, an unknown type, a refused field, a full queue, a frame
   the socket itself refused) is answered with one error frame, and the connection stays open for the next.
-  A failure once the response has started is the response's own ``response.failed``.
+  A failure once the response has started is the response's own ``response.failed``; an unexpected error
+  before it is logged and answered as a 500 error frame, as over HTTP.
 - Each exchange runs in ``conn.turn()``: the engine session of its response ends with it. A client that closes
   the socket mid-response cancels the exchange: the generation stops and its place is freed at once.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 from contextlib import aclosing
 from typing import Any
 
@@ -26,6 +28,7 @@ from ..speclang import template
 from .wire import Call, Connection
 
 FRAMING = "websocket"
+log = logging.getLogger("tinytitan.responses")
 
 
 class LocalResponses:
@@ -76,6 +79,9 @@ async def serve(proto, call: Call, conn: Connection) -> None:
                 await _exchange(proto, call, conn, text, local, conf)
             except ApiError as err:
                 await _refuse(proto, conn, err)
+            except Exception as exc:  # a bug, not the client's doing: said in band as HTTP says it (a 500)
+                log.exception("WebSocket exchange failed")
+                await _refuse(proto, conn, ApiError("server_error", f"internal error: {type(exc).__name__}: {exc}"))
 
 
 async def _refuse(proto, conn: Connection, err: ApiError) -> None:
