@@ -277,3 +277,21 @@ async def test_an_unexpected_failure_is_a_500_frame_and_the_socket_goes_on(serve
             await ws.send_text(create(input="hi"))
             assert (await turn(ws))[-1]["type"] == "response.completed"
     assert "WebSocket exchange failed" in caplog.text
+
+
+async def test_a_long_chain_outlives_the_cache_of_its_ancestors(serve, monkeypatch, demo_tok):
+    """Codex chains every turn from the one before: the connection keeps each response with its whole
+    conversation, so the chain holds however many turns the cache has dropped."""
+    backend = Recording([ScriptEntry(f"answer {i}") for i in range(6)], demo_tok)
+    server = await serve(backend=backend)
+    monkeypatch.setitem(server.server.protocols["openai_responses"].spec.extra["websocket"], "keep_responses", 2)
+    async with httpx.AsyncClient() as client:
+        async with aconnect_ws(server.url("/v1/responses"), client) as ws:
+            previous = None
+            for i in range(6):
+                await ws.send_text(create(input=f"question {i}", **({"previous_response_id": previous} if previous else {})))
+                frames = await turn(ws)
+                assert frames[-1]["type"] == "response.completed", frames[-1]
+                previous = frames[-1]["response"]["id"]
+    assert all(f"question {i}" in backend.prompts[-1] and (i == 5 or f"answer {i}" in backend.prompts[-1])
+               for i in range(6)), backend.prompts[-1]

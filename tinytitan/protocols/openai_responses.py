@@ -63,6 +63,7 @@ class ResponsesRequest:
     compaction: bool = False  # a compaction turn (its response is not stored)
     local: "LocalResponses | None" = None  # a WebSocket connection's own responses (responses_socket.py)
     framing: str | None = None  # how the stream is written: the spec's (SSE), or ``websocket``
+    history: list[dict] = field(default_factory=list)  # the items ``previous_response_id`` brought in
 
 
 def hook_input(value, body: dict, args: dict, v: Validated) -> None:
@@ -192,8 +193,9 @@ class OpenAIResponses(Protocol):
                              events=[w.data for w in machine.history],
                              previous_response_id=v.body.get("previous_response_id"),
                              created_at=machine.context["created"])
-        if v.state.local is not None:
-            v.state.local.put(rec)
+        if v.state.local is not None:  # kept whole (its chain flattened): an evicted ancestor breaks nothing
+            v.state.local.put(StoredResponse(id=rec.id, input=v.state.history + rec.input, events=rec.events,
+                                             previous_response_id=None, created_at=rec.created_at))
         if not v.body.get("store"):
             return
         try:
@@ -221,7 +223,7 @@ class OpenAIResponses(Protocol):
         v = await self.checked(call)
         v.state.local, v.state.framing = local, framing
         history, own = self.conversation(v.body, v.state.items, local)
-        v.state.own_input = own
+        v.state.own_input, v.state.history = own, history
         if any(item.get("type") == "compaction_trigger" for item in own):
             return await self.compaction_turn(v, history + own)
         system, msgs = to_messages(history + own, self.separator)
