@@ -76,3 +76,17 @@ async def test_claude_codes_gateway_discovery_request_is_answered_in_the_anthrop
     (model,) = r.json()["data"]
     assert model["id"] == "tinytitan-scripted" and model["display_name"]
     assert model["max_input_tokens"] == 131072 and model["max_tokens"] == 131072
+
+
+async def test_codexs_models_endpoint_gets_the_catalog(serve):
+    """Codex's own models fetch (codex-api ModelsClient: ``GET {base}/models?client_version=…``, read as
+    ``{"models": [ModelInfo]}``) gets the same entries the catalog file holds."""
+    import httpx
+
+    server = await serve(["x"], strict=False)  # (not an OpenAI model list: the strict check would refuse it)
+    async with httpx.AsyncClient() as client:
+        r = await client.get(server.url("/v1/models"), params={"client_version": "0.171.0"})
+        plain = await client.get(server.url("/v1/models"))
+    assert r.status_code == 200
+    assert r.json() == {"models": [codex_entry(m) for m in server.engine.models()]}
+    assert plain.json()["object"] == "list"
