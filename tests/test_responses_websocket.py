@@ -295,3 +295,19 @@ async def test_a_long_chain_outlives_the_cache_of_its_ancestors(serve, monkeypat
                 previous = frames[-1]["response"]["id"]
     assert all(f"question {i}" in backend.prompts[-1] and (i == 5 or f"answer {i}" in backend.prompts[-1])
                for i in range(6)), backend.prompts[-1]
+
+
+async def test_a_compaction_trigger_over_the_socket_chains_from_the_connection(serve):
+    """Codex's built-in provider compacts with a compaction_trigger item (remote_compaction_v2): over the socket
+    too, chained to the connection's last response, it gets exactly one compaction item in the same events."""
+    server = await serve(["Looking at it.", "Summary: fix src/app.py."])
+    async with httpx.AsyncClient() as client:
+        async with aconnect_ws(server.url("/v1/responses"), client) as ws:
+            await ws.send_text(create(input="Fix the bug in src/app.py please."))
+            rid = (await turn(ws))[-1]["response"]["id"]
+            await ws.send_text(create(input=[{"type": "compaction_trigger"}], previous_response_id=rid))
+            frames = await turn(ws)
+    assert [f["type"] for f in frames] == ["response.created", "response.in_progress", "response.output_item.added",
+                                           "response.output_item.done", "response.completed"]
+    (item,) = frames[-1]["response"]["output"]
+    assert item["type"] == "compaction" and item["encrypted_content"]
