@@ -170,8 +170,8 @@ class Case:
 
 
 @st.composite
-def cases(draw) -> Case:
-    route = draw(st.sampled_from(ROUTES))
+def cases(draw, routes=None) -> Case:
+    route = draw(st.sampled_from(routes or ROUTES))
     doc = copy.deepcopy(route.base)
     done: list[str] = []
     text_ops: list[tuple] = []
@@ -361,3 +361,50 @@ class Tally:
             self.server_errors += 1
         if out.problem:
             self.problems.append(f"{out.problem}\n    {case.describe()}")
+
+
+# -- the Responses WebSocket: the same cases, as frames on one socket -----------------------------------------
+FRAME_FINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+
+
+def as_frame(case: Case) -> str | bytes:
+    """A Responses case as a client frame: a JSON object body gains ``"type": "response.create"``; a compressed
+    body is sent as a binary frame (which the socket refuses); other bytes as text (invalid UTF-8 replaced)."""
+    if case.encoding is not None:
+        return case.body
+    text = case.body.decode("utf-8", "replace")
+    if text.lstrip().startswith("{"):
+        rest = text.lstrip()[1:]
+        return '{"type": "response.create"' + ("," if rest.strip() not in ("}", "") else "") + rest
+    return text
+
+
+def check_frame(ws, case: Case) -> Outcome:
+    """One frame on the socket: answered by a strictly valid response (never a server_error failure) or one
+    error frame with a 4xx status, within ``ANSWER_SECONDS``."""
+    frame = as_frame(case)
+    t0 = time.monotonic()
+    ws.send_bytes(frame) if isinstance(frame, bytes) else ws.send_text(frame)
+    while True:
+        try:
+            event = json.loads(ws.receive_text(timeout=ANSWER_SECONDS))
+        except Exception as exc:  # a timeout (a hang) or the socket closed on us
+            return Outcome(None, f"no answer: {type(exc).__name__}: {exc}", time.monotonic() - t0)
+        seconds = time.monotonic() - t0
+        if event.get("type") == "error":
+            if not isinstance(event.get("status"), int) or event["status"] >= 500:
+                return Outcome(event.get("status"), f"error frame {event}"[:600], seconds)
+            try:
+                strict.openai_error({"error": event["error"]})
+            except (AssertionError, ValueError) as exc:
+                return Outcome(event["status"], f"error frame not in the envelope: {exc}"[:600], seconds)
+            return Outcome(event["status"], None, seconds)
+        try:
+            strict.response_event(strict._without_tools(event))
+        except (AssertionError, ValueError) as exc:
+            return Outcome(200, f"frame does not conform: {exc}"[:600], seconds)
+        if event["type"] in FRAME_FINAL:
+            error = (event.get("response") or {}).get("error") or {}
+            if event["type"] == "response.failed" and error.get("code") == "server_error":
+                return Outcome(500, f"failed: {error}"[:600], seconds)
+            return Outcome(200, None, seconds)

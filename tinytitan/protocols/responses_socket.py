@@ -92,11 +92,7 @@ async def _refuse(proto, conn: Connection, err: ApiError) -> None:
 
 async def _exchange(proto, call: Call, conn: Connection, text: str, local: LocalResponses, conf: dict) -> None:
     create, processed, prewarm = conf["create"], conf["processed"], conf["prewarm_field"]
-    try:
-        frame = json.loads(text)
-    except ValueError as exc:
-        raise invalid(f"The frame is not valid JSON ({exc}): send each message as one JSON object in a text frame",
-                      code="invalid_json") from None
+    frame = proto.validator.parse_json(text)  # as an HTTP body is read: the same refusals (depth, NaN, long ints)
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         raise invalid(f"A frame must be a JSON object with a string 'type' ('{create}' or '{processed}')",
                       param="type", code="missing_required_parameter")
