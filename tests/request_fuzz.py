@@ -8,7 +8,9 @@ route, starts from a valid request for it, and applies one to three mutations:
 - a literal no JSON library writes: NaN / Infinity, an integer of thousands of digits, 1e400, a string of
   100k characters, nesting thousands deep, a lone surrogate escape;
 - bytes that are not UTF-8 inside a string (a surrogate written as raw bytes, a stray continuation byte);
-- ``stream`` switched on or off; the body replaced by non-JSON or cut short; a wrong content type.
+- ``stream`` switched on or off; the body replaced by non-JSON or cut short; a wrong content type;
+- the body compressed (``Content-Encoding`` zstd, gzip, deflate, br), the compressed bytes cut short, or an
+  encoding the server does not know.
 
 Every answer must come within ``ANSWER_SECONDS`` (else: a hang), never be a 5xx, and — when it is an error —
 be in its route's envelope (strictly, with the SDK models: tests/strict.py). The server must be idle and
@@ -18,16 +20,20 @@ healthy afterwards.
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import re
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import brotli
 import httpx
+import zstandard
 from hypothesis import strategies as st
 
 import strict
@@ -156,14 +162,16 @@ class Case:
     body: bytes
     content_type: str | None
     mutations: list[str] = field(default_factory=list)
+    encoding: str | None = None  # the Content-Encoding the body was sent with (already applied to ``body``)
 
     def describe(self) -> str:
-        return f"POST {self.route.path} [{', '.join(self.mutations)}] {self.content_type}: {self.body[:300]!r}"
+        return (f"POST {self.route.path} [{', '.join(self.mutations)}] {self.content_type} "
+                f"{self.encoding or ''}: {self.body[:300]!r}")
 
 
 @st.composite
-def cases(draw) -> Case:
-    route = draw(st.sampled_from(ROUTES))
+def cases(draw, routes=None) -> Case:
+    route = draw(st.sampled_from(routes or ROUTES))
     doc = copy.deepcopy(route.base)
     done: list[str] = []
     text_ops: list[tuple] = []
@@ -207,8 +215,17 @@ def cases(draw) -> Case:
         body = b""
     if whole != "as is":
         done.append(whole)
-    return Case(route, body, draw(st.sampled_from(CONTENT_TYPES)), done)
+    coding = draw(st.sampled_from([None] * 6 + list(ENCODERS) + ["lzma"]))
+    if coding in ENCODERS:
+        body = ENCODERS[coding](body)
+        if draw(st.integers(0, 3)) == 0 and len(body) > 2:
+            body = body[: draw(st.integers(1, len(body) - 1))]
+            done.append("compressed, cut")
+    return Case(route, body, draw(st.sampled_from(CONTENT_TYPES)), done, coding)
 
+
+ENCODERS = {"zstd": lambda b: zstandard.ZstdCompressor().compress(b), "gzip": gzip.compress,
+            "deflate": zlib.compress, "br": brotli.compress}
 
 # fixed examples: the inputs that found defects (each must stay fixed)
 FIXED = [
@@ -237,6 +254,8 @@ def check(client: httpx.Client, base: str, case: Case) -> Outcome:
     headers = dict(case.route.headers)
     if case.content_type is not None:
         headers["content-type"] = case.content_type
+    if case.encoding is not None:
+        headers["content-encoding"] = case.encoding
     t0 = time.monotonic()
     try:
         r = client.post(base + case.route.path, content=case.body, headers=headers)
@@ -342,3 +361,50 @@ class Tally:
             self.server_errors += 1
         if out.problem:
             self.problems.append(f"{out.problem}\n    {case.describe()}")
+
+
+# -- the Responses WebSocket: the same cases, as frames on one socket -----------------------------------------
+FRAME_FINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+
+
+def as_frame(case: Case) -> str | bytes:
+    """A Responses case as a client frame: a JSON object body gains ``"type": "response.create"``; a compressed
+    body is sent as a binary frame (which the socket refuses); other bytes as text (invalid UTF-8 replaced)."""
+    if case.encoding is not None:
+        return case.body
+    text = case.body.decode("utf-8", "replace")
+    if text.lstrip().startswith("{"):
+        rest = text.lstrip()[1:]
+        return '{"type": "response.create"' + ("," if rest.strip() not in ("}", "") else "") + rest
+    return text
+
+
+def check_frame(ws, case: Case) -> Outcome:
+    """One frame on the socket: answered by a strictly valid response (never a server_error failure) or one
+    error frame with a 4xx status, within ``ANSWER_SECONDS``."""
+    frame = as_frame(case)
+    t0 = time.monotonic()
+    ws.send_bytes(frame) if isinstance(frame, bytes) else ws.send_text(frame)
+    while True:
+        try:
+            event = json.loads(ws.receive_text(timeout=ANSWER_SECONDS))
+        except Exception as exc:  # a timeout (a hang) or the socket closed on us
+            return Outcome(None, f"no answer: {type(exc).__name__}: {exc}", time.monotonic() - t0)
+        seconds = time.monotonic() - t0
+        if event.get("type") == "error":
+            if not isinstance(event.get("status"), int) or event["status"] >= 500:
+                return Outcome(event.get("status"), f"error frame {event}"[:600], seconds)
+            try:
+                strict.openai_error({"error": event["error"]})
+            except (AssertionError, ValueError) as exc:
+                return Outcome(event["status"], f"error frame not in the envelope: {exc}"[:600], seconds)
+            return Outcome(event["status"], None, seconds)
+        try:
+            strict.response_event(strict._without_tools(event))
+        except (AssertionError, ValueError) as exc:
+            return Outcome(200, f"frame does not conform: {exc}"[:600], seconds)
+        if event["type"] in FRAME_FINAL:
+            error = (event.get("response") or {}).get("error") or {}
+            if event["type"] == "response.failed" and error.get("code") == "server_error":
+                return Outcome(500, f"failed: {error}"[:600], seconds)
+            return Outcome(200, None, seconds)

@@ -266,6 +266,12 @@ def openai_error(data):
 
 
 def anthropic_error(data):
+    # the API documents 413 ``request_too_large``, which the SDK's error types leave out: held to the same shape
+    if isinstance(data, dict) and isinstance(data.get("error"), dict) and data["error"].get("type") == "request_too_large":
+        if set(data) != {"type", "error"} or data["type"] != "error" or set(data["error"]) != {"type", "message"} \
+                or not isinstance(data["error"]["message"], str):
+            raise StrictError(f"not an Anthropic error envelope: {data}")
+        return data
     return _validate(_adapter("anthropic_error"), data, "Anthropic error")
 
 

@@ -93,8 +93,9 @@ class Proc:
 
 
 @contextmanager
-def tinytitan(script: list[str], tmp: Path):
-    """Serve ``script`` with ``tinytitan serve --script`` behind a recording proxy.
+def tinytitan(script: list[str], tmp: Path, server_args=(), banner: list | None = None):
+    """Serve ``script`` with ``tinytitan serve --script`` behind a recording proxy (``banner``: filled with the
+    server's output lines up to its Codex block, the Claude Code line among them).
 
     Yields (base URL of the proxy, served model id, path of the proxy's JSONL record)."""
     script_file = tmp / "script.yaml"
@@ -102,10 +103,14 @@ def tinytitan(script: list[str], tmp: Path):
     record = tmp / "requests.jsonl"
     server = proxy = None
     try:
-        server = Proc([sys.executable, "-m", "tinytitan", "serve", "--script", str(script_file), "--port", "0"],
-                      cwd=ROOT)
+        server = Proc([sys.executable, "-m", "tinytitan", "serve", "--script", str(script_file), "--port", "0",
+                       *server_args], cwd=ROOT)
         m = server.wait_for(r"tinytitan is serving '([^']+)' at (http://\S+)", START_TIMEOUT)
         model_id, upstream = m.group(1), m.group(2)
+        if banner is not None:
+            server.wait_for(r"claude --model", 10)
+            banner.extend(server.lines)
+            banner.append(server)  # (its later lines: the request log)
         proxy = Proc([sys.executable, str(ROOT / "tools" / "record_proxy.py"), "--upstream", upstream,
                       "--port", "0", "--out", str(record)], cwd=ROOT)
         base = proxy.wait_for(r"listening on (http://\S+)", 30).group(1)
@@ -116,11 +121,11 @@ def tinytitan(script: list[str], tmp: Path):
                 p.stop()
 
 
-def run_claude(base: str, model: str, prompt: str, tmp: Path, *extra: str) -> list[dict]:
+def run_claude(base: str, model: str, prompt: str, tmp: Path, *extra: str, env_extra=None) -> list[dict]:
     """``claude -p PROMPT`` offline against ``base``; returns the stream-json events."""
     home, work = tmp / "home", tmp / "work"
-    home.mkdir()
-    work.mkdir()
+    home.mkdir(exist_ok=True)
+    work.mkdir(exist_ok=True)
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(home),
@@ -129,6 +134,7 @@ def run_claude(base: str, model: str, prompt: str, tmp: Path, *extra: str) -> li
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_MAX_RETRIES": "1",
+        **(env_extra or {}),
     }
     argv = [CLAUDE, "-p", prompt, "--model", model, "--output-format", "stream-json", "--verbose", *extra]
     done = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -266,3 +272,34 @@ def test_thinking_round_trip(tmp_path):
             for b in m["content"]]
     assert [b["type"] for b in sent] == ["thinking", "tool_use"], sent
     assert sent[0]["thinking"].strip() == "I should print the marker."
+
+
+def test_a_long_session_compacts_inside_the_window_the_banner_gives(tmp_path):
+    """--context-window 65536 (Claude Code's own first prompt is ~31k tokens: a 16k window cannot hold even
+    that) and the environment the banner prints: file reads fill the window and Claude Code compacts on its own
+    (its summary is the text the scripted turns start with) before the server ever refuses a prompt."""
+    files = []
+    for k in range(4):
+        path = tmp_path / "work" / f"big{k}.txt"
+        files.append(path)
+    calls = [f"Reading big{k}.txt.\n" + tool_call("Read", {"file_path": str(path)}) for k, path in enumerate(files)]
+    banner: list = []
+    with tinytitan(calls + ["All files are read."], tmp_path, ["--context-window", "65536"], banner) as (base, model, _):
+        server = banner.pop()
+        line = next(line for line in banner if "claude --model" in line)
+        env = dict(re.findall(r"(CLAUDE_\w+)=(\S+)", line))
+        assert set(env) == {"CLAUDE_CODE_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_AUTO_COMPACT_WINDOW",
+                            "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"}, line
+        (tmp_path / "work").mkdir()
+        for k, path in enumerate(files):
+            path.write_text("\n".join(f"file {k} line {i}: " + "lorem ipsum dolor sit amet consectetur " * 3
+                                       for i in range(300)))
+        events = run_claude(base, model, "read the big files", tmp_path, "--allowedTools", "Read",
+                            env_extra={**env, "HOME": str(tmp_path / "home")})
+        log = "".join(server.lines)
+    compactions = [e for e in events if e.get("subtype") == "status" and "compact_result" in e]
+    assert compactions and all(e["compact_result"] == "success" for e in compactions), compactions
+    lines = re.findall(r"POST /v1/messages (\d+) anthropic_messages(?: model=\S+ prompt=(\d+))?", log)
+    assert lines and all(status == "200" for status, _ in lines), lines  # nothing refused as too long
+    assert max(int(p) for _, p in lines if p) <= 65536
+    assert events[-1]["type"] == "result" and not events[-1]["is_error"], events[-1]

@@ -93,14 +93,29 @@ def recording_proxy(upstream: str, out: Path, scratch: Path):
         yield m.group(1)
 
 
+@contextmanager
+def socket_recorder(upstream: str, out: Path, scratch: Path):
+    """tools/record_socket.py forwarding WebSockets to ``upstream``, appending each event to ``out`` → its base URL."""
+    args = [sys.executable, str(ROOT / "tools" / "record_socket.py"), "--port", "0", "--upstream", upstream,
+            "--out", str(out)]
+    with _process(args, scratch / "socket-proxy.log", r"listening on (http://\S+)") as m:
+        yield m.group(1)
+
+
 def run_codex(base: str, model: str, root: Path, prompt: str, *extra: str,
-              timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+              timeout: float = RUN_TIMEOUT, builtin: bool = False) -> subprocess.CompletedProcess:
     """``codex exec`` in ``root/work`` with HOME ``root/home`` and CODEX_HOME ``root/codex``; ``extra``
-    options go before the prompt."""
+    options go before the prompt. ``builtin``: Codex's own ``openai`` provider pointed at ``base``
+    (``openai_base_url``; this Codex ignores the OPENAI_BASE_URL variable), which dials a WebSocket first."""
     work, home, codex_home = root / "work", root / "home", root / "codex"
     for d in (work, home, codex_home):
         d.mkdir(parents=True, exist_ok=True)
-    (codex_home / "config.toml").write_text(f'''model = "{model}"
+    if builtin:
+        config = f'''model = "{model}"
+openai_base_url = "{base}/v1"
+'''
+    else:
+        config = f'''model = "{model}"
 model_provider = "local"
 
 [model_providers.local]
@@ -110,12 +125,17 @@ env_key = "LOCAL_API_KEY"
 wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
-''')
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(codex_home), "LOCAL_API_KEY": "x"}
-    return subprocess.run([CODEX, "exec", "--skip-git-repo-check", "-c", "analytics.enabled=false",
-                           "--disable", "plugins", "-s", "danger-full-access", *extra, prompt],
-                          cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=timeout)
+'''
+    (codex_home / "config.toml").write_text(config)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(codex_home), "LOCAL_API_KEY": "x",
+           **({"OPENAI_API_KEY": "x"} if builtin else {})}
+    t0 = time.monotonic()
+    result = subprocess.run([CODEX, "exec", "--skip-git-repo-check", "-c", "analytics.enabled=false",
+                             "--disable", "plugins", "-s", "danger-full-access", *extra, prompt],
+                            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            timeout=timeout)
+    result.wall = time.monotonic() - t0  # seconds the run took
+    return result
 
 
 def run_scenario(script: list, prompt: str, root: Path, trace: Path, server_args=(), codex_args=()):
@@ -228,6 +248,61 @@ def test_apply_patch_round_trip(tmp_path):
     assert result.stdout.strip() == script[1], _explain(result)
 
 
+def test_the_servers_catalog_gives_codex_the_models_metadata(tmp_path):
+    """The model_catalog_json the server writes at start (and its banner names): Codex gives no fallback-metadata
+    warning, offers its freeform apply_patch, and its first prompt shrinks (the catalog's short instructions)."""
+    script, prompt = SCENARIOS["plain"]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    trace = tmp_path / "trace.jsonl"
+    with scripted_server(script, scratch) as (server, model), recording_proxy(server, trace, scratch) as proxy:
+        banner = (scratch / "server.log").read_text()
+        (catalog,) = set(re.findall(r'model_catalog_json = "([^"]+)"', banner))
+        entry = json.loads(Path(catalog).read_text())["models"][0]
+        assert entry["slug"] == model and entry["context_window"] == 131072  # the scripted backend's window
+        without = run_codex(proxy, model, tmp_path / "without", prompt)
+        with_catalog = run_codex(proxy, model, tmp_path / "with", prompt, "-c",
+                                 f"model_catalog_json={json.dumps(catalog)}")
+        log = (scratch / "server.log").read_text()
+    assert without.returncode == 0 and with_catalog.returncode == 0, _explain(with_catalog)
+    assert "Defaulting to fallback metadata" in without.stderr
+    assert "Model metadata" not in with_catalog.stderr and "fallback" not in with_catalog.stderr, _explain(with_catalog)
+    first, second = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert "apply_patch" not in {t.get("name") for t in first["body"]["tools"]}
+    (patch,) = [t for t in second["body"]["tools"] if t.get("name") == "apply_patch"]
+    assert patch["type"] == "custom" and patch["format"]["syntax"] == "lark"
+    prompts = [int(n) for n in re.findall(r"POST /v1/responses 200 openai_responses model=\S+ prompt=(\d+)", log)]
+    assert len(prompts) == 2 and prompts[1] < prompts[0] * 0.7, prompts  # 14,1xx tokens → 8,2xx
+
+
+def test_a_long_session_compacts_inside_a_small_window(tmp_path):
+    """--context-window 16384 and the catalog the server writes: long tool results fill the window, and Codex
+    compacts on its own (its catalog entry's auto-compaction limit) before the server ever refuses a prompt."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "big.txt").write_text(
+        "\n".join(f"line {i}: " + "lorem ipsum dolor sit amet consectetur " * 3 for i in range(600)))
+    call = '<tool_call>\n{"name": "exec_command", "arguments": {"cmd": "cat big.txt"}}\n</tool_call>'
+    script = [call] * 4 + ["All four reads are done."]
+    trace = tmp_path / "trace.jsonl"
+    with scripted_server(script, scratch, ["--context-window", "16384"]) as (server, model), \
+            recording_proxy(server, trace, scratch) as proxy:
+        (catalog,) = set(re.findall(r'model_catalog_json = "([^"]+)"', (scratch / "server.log").read_text()))
+        assert json.loads(Path(catalog).read_text())["models"][0]["context_window"] == 16384
+        result = run_codex(proxy, model, tmp_path, "read big.txt four times", "-c",
+                           f"model_catalog_json={json.dumps(catalog)}")
+        log = (scratch / "server.log").read_text()
+    assert result.returncode == 0, _explain(result)
+    assert "context compacted" in result.stdout + result.stderr, _explain(result)
+    lines = re.findall(r"POST /v1/responses (\d+) openai_responses(?: model=\S+ prompt=(\d+))?", log)
+    assert lines and all(status == "200" for status, _ in lines), lines  # nothing refused as too long
+    prompts = [int(p) for _, p in lines if p]
+    assert max(prompts) <= 16384 and any(b < a for a, b in zip(prompts, prompts[1:])), prompts  # it shrank
+    requests = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert any(not r["body"].get("tools") for r in requests), "no compaction request (one offering no tools)"
+
+
 def test_failed_generation_is_reported(tmp_path):
     """A generation that fails mid-stream (response.failed) ends the run with the server's message."""
     script = [{"output": "partial answer", "error": "boom"}]
@@ -249,6 +324,78 @@ def test_incomplete_response_is_reported(tmp_path):
     assert len(requests) == 1
 
 
+def run_socket_scenario(script: list, prompt: str, root: Path, trace: Path, server_args=(), codex_args=()):
+    """Server + WebSocket recorder + codex on its built-in provider → (completed process, recorded events,
+    server log text, wall seconds of the codex run)."""
+    scratch = root / "scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with scripted_server(script, scratch, server_args) as (server, model), \
+            socket_recorder(server, trace, scratch) as proxy:
+        result = run_codex(proxy, model, root, prompt, *codex_args, builtin=True)
+    events = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+    return result, events, (scratch / "server.log").read_text(), result.wall
+
+
+def test_builtin_provider_tool_round_trip_over_the_websocket(tmp_path):
+    """Codex's own openai provider (openai_base_url): one WebSocket, a prewarm and a tool round trip on it,
+    chained by previous_response_id with only the new input (store: false); no reconnect, no HTTP fallback,
+    and no slower than the same turn through a custom provider (HTTP) plus 2 s."""
+    script, prompt = SCENARIOS["tool_round_trip"]
+    result, events, server_log, wall = run_socket_scenario(script, prompt, tmp_path / "ws", tmp_path / "ws.jsonl")
+    assert result.returncode == 0, _explain(result)
+    assert (tmp_path / "ws" / "work" / "marker.txt").read_text().strip() == MARKER
+    assert result.stdout.strip() == script[1], _explain(result)
+    assert "Reconnecting" not in result.stderr and "falling back" not in result.stderr.lower(), _explain(result)
+    kinds = [e["event"] for e in events]
+    assert kinds.count("upgrade") == 1 and "http" not in kinds, kinds  # one socket, no HTTP request at all
+    (upgrade,) = [e for e in events if e["event"] == "upgrade"]
+    assert upgrade["path"] == "/v1/responses" and "responses_websockets=" in upgrade["headers"]["openai-beta"]
+    creates = [e["frame"] for e in events if e["event"] == "client" and e["frame"]["type"] == "response.create"]
+    finals = [e["frame"] for e in events if e["event"] == "server" and e["frame"]["type"].startswith("response.")
+              and e["frame"]["type"] in ("response.completed", "response.failed", "response.incomplete")]
+    assert len(finals) == len(creates) >= 2 and all(f["type"] == "response.completed" for f in finals), finals
+    assert not [e for e in events if e["event"] == "server" and e["frame"]["type"] == "error"]
+    last = creates[-1]  # the call's output, chained to the response that made the call: only the new input
+    assert last["store"] is False and last["previous_response_id"] == finals[-2]["response"]["id"]
+    assert [i["type"] for i in last["input"]] == ["function_call_output"], last["input"]
+    # the server saw the same: one upgrade, each turn an exchange on it, no POST
+    assert server_log.count("GET /v1/responses 101") == 1 and "POST /v1/responses" not in server_log
+    assert server_log.count("WS /v1/responses 200") == len(creates)
+    over_http, _, _ = run_scenario(script, prompt, tmp_path / "http", tmp_path / "http.jsonl")
+    assert over_http.returncode == 0
+    assert wall <= over_http.wall + 2.0, (wall, over_http.wall)
+
+
+def test_builtin_provider_falls_back_at_once_without_the_websocket(tmp_path):
+    """--no-websocket: the upgrade is 426 and Codex goes to HTTP after that one attempt."""
+    script, prompt = SCENARIOS["plain"]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with scripted_server(script, scratch, ["--no-websocket"]) as (server, model):
+        result = run_codex(server, model, tmp_path, prompt, builtin=True)
+        wall = result.wall
+    server_log = (scratch / "server.log").read_text()
+    assert result.returncode == 0 and result.stdout.strip() == script[0], _explain(result)
+    assert server_log.count("GET /v1/responses 426") == 1 and server_log.count("POST /v1/responses 200") == 1
+    assert "Reconnecting" not in result.stderr and wall < 10, _explain(result)
+
+
+def trim_socket_trace(path: Path) -> None:
+    """A recorded exchange as kept under tests/traces: the client's frames whole, the server's reduced to what a
+    replay compares (type, numbering, item types, the response's id and status)."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:
+        if r["event"] == "server":
+            f = r["frame"]
+            kept = {k: f[k] for k in ("type", "sequence_number", "output_index", "status") if k in f}
+            if isinstance(f.get("item"), dict):
+                kept["item"] = {"type": f["item"]["type"]}
+            if isinstance(f.get("response"), dict):
+                kept["response"] = {"id": f["response"]["id"], "status": f["response"]["status"]}
+            r["frame"] = kept
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
 def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = Path("/tmp/tt-trace")) -> None:
     """Re-record every scenario's trace (the recorded bodies hold /tmp/tt-trace/work as the cwd)."""
     for name, (script, prompt) in SCENARIOS.items():
@@ -261,6 +408,18 @@ def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = 
               f"final message {result.stdout.strip()!r}")
         if result.returncode != 0:
             raise SystemExit(_explain(result))
+    # the WebSocket exchange of Codex's built-in provider (tools/record_socket.py's format)
+    script, prompt = SCENARIOS["tool_round_trip"]
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    out = out_dir.parent / "codex_websocket" / "tool_round_trip.jsonl"
+    out.parent.mkdir(exist_ok=True)
+    out.unlink(missing_ok=True)
+    result, events, _, _ = run_socket_scenario(script, prompt, scratch, out)
+    trim_socket_trace(out)
+    print(f"{out.relative_to(ROOT)}: rc={result.returncode}, {len(events)} event(s)")
+    if result.returncode != 0:
+        raise SystemExit(_explain(result))
 
 
 if __name__ == "__main__":

@@ -46,5 +46,26 @@ def test_mutated_requests(server, client, case):
     assert out.problem is None, f"{out.problem}\n{case.describe()}"
 
 
+@pytest.fixture(scope="module")
+def socket(server):
+    from httpx_ws import connect_ws
+
+    with httpx.Client(timeout=rf.ANSWER_SECONDS) as c, connect_ws(server.base + "/v1/responses", c) as ws:
+        yield ws
+
+
+RESPONSES = [r for r in rf.ROUTES if r.path == "/v1/responses"]
+
+
+@settings(max_examples=max(1, EXAMPLES // 4), deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large, HealthCheck.large_base_example])
+@given(case=rf.cases(RESPONSES))
+def test_mutated_frames_over_the_websocket(server, socket, case):
+    """The Responses cases as frames on one socket: each answered in band, the socket never dropped."""
+    out = rf.check_frame(socket, case)
+    assert out.problem is None, f"{out.problem}\n{case.describe()}"
+
+
 def test_the_server_is_idle_and_healthy_after(server, client):
     assert rf.healthy(client, server.base) is None

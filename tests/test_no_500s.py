@@ -173,3 +173,39 @@ async def test_health_without_the_key_says_only_ok(serve):
         assert bare == {"status": "ok"}, bare
         full = (await c.get(s.url("/health"), headers={"Authorization": "Bearer secret"})).json()
         assert "tinytitan-scripted" in json.dumps(full)
+
+
+async def test_every_field_every_type_over_the_websocket(serve):
+    """The Responses WebSocket: each mutation of the base request as a ``response.create`` frame, on one socket.
+    Each is answered by a response (its events strictly valid; a failure never a server error) or one error
+    frame whose status is a 4xx, and the socket goes on; then raw frames no JSON library writes."""
+    from httpx_ws import aconnect_ws
+
+    s = await serve(["ok"], strict_tools_echo=False)
+    base = {**BASES["/v1/responses"], "type": "response.create"}
+    frames = [json.dumps(mutated(base, path, value)) for path in paths(base) if path not in (("model",), ("type",))
+              for value in ODD_VALUES[::2]]  # (every other value: the HTTP test above takes them all)
+    frames += [f[:-1] + ', "generate": ' + g + "}" for f in frames[:3] for g in ("false", "null", "1", '"x"')]
+    frames += [b.decode("latin-1") for _, b, _ in ODD_BODIES if isinstance(b, bytes)]
+    frames += ["", "null", "[]", '{"type": null}', '{"type": "response.processed", "response_id": 5}', "{" * 5000]
+    failures = []
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with aconnect_ws(s.url("/v1/responses"), c) as ws:
+            for text in frames:
+                await ws.send_text(text)
+                if '"response.processed", "response_id": "' in text:
+                    continue
+                while True:
+                    event = json.loads(await ws.receive_text())
+                    if event["type"] == "error":
+                        if event["status"] >= 500:
+                            failures.append((text[:200], event))
+                        strict.openai_error({"error": event["error"]})
+                        break
+                    strict.response_event(strict._without_tools(event))  # (tools echoed as sent: see above)
+                    if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+                        if event["type"] == "response.failed" and event["response"]["error"]["code"] == "server_error":
+                            failures.append((text[:200], event["response"]["error"]))
+                        break
+    assert not failures, json.dumps(failures[:10], indent=1, default=str)
+    assert (s.engine.running, s.engine.waiting) == (0, 0)

@@ -306,3 +306,62 @@ def check_codex_prompt(body: dict, prepared, where: str) -> None:
                 assert json.loads(item["arguments"])["cmd"] in text, where
         elif item["type"] == "function_call_output":
             assert item["output"].strip() in text, where
+
+
+# --- Codex CLI over a WebSocket (tests/traces/codex_websocket, tools/record_socket.py's format) ---------------
+
+
+def socket_trace_params() -> list:
+    paths = sorted((TRACES / "codex_websocket").glob("*.jsonl"))
+    assert paths, "no WebSocket traces"
+    return [pytest.param(p, id=f"codex_websocket/{p.stem}") for p in paths]
+
+
+def _without_deltas(events: list[dict]) -> list[tuple]:
+    return [(e["type"], e.get("output_index"), (e.get("item") or {}).get("type")) for e in events
+            if e["type"] != "response.output_text.delta"]
+
+
+@pytest.mark.parametrize("trace", socket_trace_params())
+async def test_codex_websocket_trace_replays(serve, trace):
+    """Every recorded client frame is sent again on one socket, ``model`` rewritten and each
+    ``previous_response_id`` mapped to the replayed response of the same turn; each turn must answer the events
+    the recording got, in order and numbering (the script makes the same outputs), each strictly valid."""
+    import strict
+    from httpx_ws import aconnect_ws
+
+    records = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+    (upgrade,) = [r for r in records if r["event"] == "upgrade"]
+    assert "responses_websockets=" in upgrade["headers"]["openai-beta"]
+    # the script: what the model said in each generating turn (a call, then text), read back from the recording
+    s = await serve(["<tool_call>\n" + json.dumps({"name": "exec_command", "arguments": {"cmd": "true"}})
+                     + "\n</tool_call>", REPLY])
+    model = s.engine.backend.model_id
+    headers = {k: v for k, v in upgrade["headers"].items()
+               if k not in DROP_HEADERS and not k.startswith("sec-websocket") and k != "upgrade"}
+    turns: list[tuple[dict, list[dict]]] = []
+    for r in records:
+        if r["event"] == "client":
+            turns.append((r["frame"], []))
+        elif r["event"] == "server":
+            turns[-1][1].append(r["frame"])
+    ids: dict[str, str] = {}
+    async with httpx.AsyncClient(timeout=30) as h:
+        async with aconnect_ws(s.url(upgrade["path"]), h, headers=headers) as ws:
+            for frame, recorded in turns:
+                sent = {**frame, "model": model}
+                if sent.get("previous_response_id"):
+                    sent["previous_response_id"] = ids[sent["previous_response_id"]]
+                await ws.send_text(json.dumps(sent))
+                if frame["type"] != "response.create":
+                    continue
+                got = []
+                while not got or got[-1]["type"] not in ("response.completed", "response.failed", "error"):
+                    got.append(json.loads(await ws.receive_text()))
+                for event in got:
+                    strict.response_event(event)
+                assert [e["sequence_number"] for e in got] == list(range(len(got)))
+                # (text arrives in as many deltas as the tokenizer makes: the rest is event for event)
+                assert _without_deltas(got) == _without_deltas(recorded), (got, recorded)
+                ids[recorded[-1]["response"]["id"]] = got[-1]["response"]["id"]
+    assert ids, "the trace holds no response"

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
     s.add_argument("--reasoning-effort", help="default reasoning level (none, low, medium, high, xhigh …)")
+    s.add_argument("--no-websocket", action="store_true",
+                   help="do not serve Responses over a WebSocket: an upgrade on GET /v1/responses is answered 426, "
+                        "and Codex's built-in provider falls back to HTTP at once")
     s.add_argument("--responses-store", metavar="DIR|memory",
                    help="where stored Responses objects live (default: $XDG_STATE_HOME/tinytitan/responses or "
                         "~/.local/state/tinytitan/responses); 'memory' keeps nothing on disk")
@@ -174,8 +177,15 @@ def _gguf_form(args) -> str | None:
     return None if form == "auto" else form
 
 
-def banner(base: str, model_id: str, api_key: str | None) -> str:
+def banner(base: str, model_id: str, api_key: str | None, info: dict | None = None,
+           catalog: Path | None = None) -> str:
+    """What to paste into each agent: ``info`` (the served model's ``models()`` entry) gives Claude Code its
+    window; ``catalog`` is the Codex model catalog written for this start (tinytitan/agents.py)."""
+    from .agents import claude_env
+
     key = api_key or "local"
+    claude = " ".join(f"{k}={v}" for k, v in claude_env(info).items()) + " " if info else ""
+    catalog_line = f'  model_catalog_json = "{catalog}"\n' if catalog else ""
     return f"""
 tinytitan is serving '{model_id}' at {base}
   OpenAI:     base_url={base}/v1   (Chat Completions, Responses, legacy Completions)
@@ -183,19 +193,35 @@ tinytitan is serving '{model_id}' at {base}
   Ollama:     OLLAMA_HOST={base}   (/api/chat, /api/generate; model '{model_id}:latest')
   Dashboard:  {base}/ in a browser (Prometheus metrics: {base}/metrics; turn timings: {base}/profile)
 
-Claude Code:
-  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} claude --model {model_id}
+Claude Code (the window and output cap it compacts within):
+  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} {claude}claude --model {model_id}
 
-Codex (~/.codex/config.toml):
+Codex (~/.codex/config.toml), a custom provider (plain HTTP):
   model = "{model_id}"
   model_provider = "tinytitan"
-  [model_providers.tinytitan]
+{catalog_line}  [model_providers.tinytitan]
   name = "tinytitan"
   base_url = "{base}/v1"
   env_key = "TINYTITAN_API_KEY"
   wire_api = "responses"
   (then: TINYTITAN_API_KEY={key} codex)
+Codex, its built-in provider (a WebSocket; it ignores the OPENAI_BASE_URL variable):
+  model = "{model_id}"
+  openai_base_url = "{base}/v1"
+{catalog_line}  (then: OPENAI_API_KEY={key} codex)
 """
+
+
+def codex_catalog(engine) -> Path | None:
+    """Codex's model catalog for the served models, rewritten at each start under the cache directory."""
+    from .agents import codex_catalog_path, write_codex_catalog
+    from .models.gguf import cache_root
+
+    try:
+        return write_codex_catalog(engine.models(), codex_catalog_path(cache_root()))
+    except OSError as exc:  # a read-only cache: the banner leaves the line out
+        log.warning("could not write the Codex model catalog: %s", exc)
+        return None
 
 
 def serve(args) -> int:
@@ -231,14 +257,20 @@ def serve(args) -> int:
     if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
         allowed += (args.host,)
     server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
-                                                    responses_store=args.responses_store))
+                                                    responses_store=args.responses_store,
+                                                    websocket=not args.no_websocket))
 
+    catalog = codex_catalog(engine)
     config = Config()
     host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host
     config.bind = [f"{host}:{args.port}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")  # through our log format, once
     config.keep_alive_timeout = 75
+    # a WebSocket frame may be as large as a request body (the server refuses larger ones in band, then goes on);
+    # a ping every 20 s keeps an idle agent's socket from being dropped by anything in between
+    config.websocket_max_message_size = server.config.max_body_bytes + (1 << 20)
+    config.websocket_ping_interval = 20.0
     config.graceful_timeout = 1.0  # on Ctrl-C: an idle keep-alive connection (every agent holds one) waits this long
 
     async def stop_requested() -> None:
@@ -255,7 +287,8 @@ def serve(args) -> int:
             binds = await nursery.start(functools.partial(hypercorn_serve, server.app, config,
                                                           shutdown_trigger=stop_requested))
             base = binds[0] if binds else f"http://{host}:{args.port}"
-            print(banner(base.replace("0.0.0.0", "127.0.0.1"), engine.model_id, args.api_key), flush=True)
+            print(banner(base.replace("0.0.0.0", "127.0.0.1"), engine.model_id, args.api_key,
+                         engine.model_info(engine.model_id), catalog), flush=True)
 
     try:
         trio.run(main)

@@ -5,6 +5,8 @@ Rules:
 - The Host header must name an allowed host (loopback names by default): other Hosts get 403 (DNS
   rebinding). With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
   ``/``, ``/health`` and ``/dashboard`` (a page with no data in it) need no key.
+- A compressed body (``Content-Encoding``) is decoded before a handler sees it, within the body limit
+  (encoding.py).
 - Any error a client can cause is a 4xx in the envelope of the protocol that owns the path, or the route
   the path lies under (the shared routes use OpenAI's, or Anthropic's when the request carries
   ``anthropic-version``); an unexpected failure is a 500 in the same envelope, logged with its traceback.
@@ -21,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import trio
-from quart import Response, request
+from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing import WebsocketMismatch
 
 from ..engine.engine import Engine
 from ..errors import ApiError
@@ -32,6 +35,8 @@ from ..observe.observer import Observer
 from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
+from . import encoding
+from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
 from .trim import Trimmer
 from .wire import BodyWatch
 
@@ -76,7 +81,7 @@ class _App(QuartTrio):
     observer: "Observer"
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             return await super().__call__(scope, receive, send)
         with self.observer.request(scope, send) as send:  # its tasks start in a copy of this context
             await super().__call__(scope, receive, send)
@@ -86,8 +91,22 @@ class _App(QuartTrio):
         self.observer.routed(request.url_rule)
         return await super().full_dispatch_request(request_context)
 
+    async def full_dispatch_websocket(self, websocket_context=None):
+        self.observer.routed(websocket.url_rule)
+        return await super().full_dispatch_websocket(websocket_context)
+
 
 HTTP_KINDS = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_request"}
+
+
+def incoming():
+    """What is being answered: the HTTP request, or a WebSocket upgrade (which has no HTTP request object; its
+    method is GET)."""
+    return websocket if has_websocket_context() else request
+
+
+def method_of(req) -> str:
+    return getattr(req, "method", None) or "GET"
 
 
 @dataclass
@@ -96,6 +115,7 @@ class ServerConfig:
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     max_body_bytes: int = 64 * 1024 * 1024
     responses_store: str | None = "memory"  # a directory, "memory", or None for the user's state directory
+    websocket: bool = True  # False: the WebSocket routes are not served (an upgrade there is 426)
 
 
 def host_name(header: str) -> str:
@@ -120,13 +140,20 @@ class Server:
         # a path is matched as sent: werkzeug's redirect of ``/v1//models`` is an HTML page no client reads
         self.app.url_map.merge_slashes = False
         self._path_owner: dict[str, Protocol] = {}
+        self._socket_paths: set[str] = set()
         for proto in protocols:
             handlers = proto.handlers()
             for i, route in enumerate(proto.spec.routes):
                 endpoint = f"{proto.name}:{route['handler']}:{route['method']}:{i}"
+                self._path_owner.setdefault(route["path"], proto)
+                if route["method"] == "WEBSOCKET":
+                    self._socket_paths.add(route["path"])
+                    if self.config.websocket:
+                        self.app.add_websocket(route["path"], endpoint,
+                                               self._socket_view(proto, handlers[route["handler"]]))
+                    continue
                 self.app.add_url_rule(route["path"], endpoint, self._view(proto, handlers[route["handler"]]),
                                       methods=[route["method"]])
-                self._path_owner.setdefault(route["path"], proto)
         # a path under a protocol's route (``/v1/messages/batches``) is that protocol's too, for its errors
         self._prefix_owner = sorted([(p.rstrip("/") + "/", o) for p, o in self._path_owner.items()
                                      if o is not self.shared and "<" not in p and p != "/"] +
@@ -141,7 +168,9 @@ class Server:
             self.app.before_serving(self._start_background)
             self.app.after_serving(self._background.cancel)
         self.app.before_request(self._guard)
+        self.app.before_websocket(self._guard)  # an upgrade passes the same Host and key checks
         self.app.after_request(self._headers)
+        self.app.after_websocket(self._headers)  # (on the HTTP answer that refuses an upgrade)
         self.app.register_error_handler(ApiError, self._api_error)
         self.app.register_error_handler(HTTPException, self._http_error)
         self.app.register_error_handler(Exception, self._unexpected)
@@ -155,6 +184,7 @@ class Server:
 
     # -- ownership and envelopes -----------------------------------------------------------------------------
     def owner(self) -> Protocol:
+        request = incoming()
         rule = request.url_rule
         if rule is not None:
             proto = self.protocols.get(rule.endpoint.split(":", 1)[0])
@@ -180,23 +210,47 @@ class Server:
             resp.headers[k] = v
         return resp
 
+    def upgrade_refusal(self, path: str) -> ApiError:
+        """A WebSocket upgrade on a path without a WebSocket route: 426 on a path that answers plain HTTP (a client
+        such as Codex then falls back to HTTP at once), 404 on a path nothing serves."""
+        try:
+            self.app.url_map.bind("localhost").match(path, "POST")
+            served = True
+        except HTTPException as exc:
+            served = exc.code == 405
+        if served:
+            return ApiError("upgrade_required", f"{path} does not take a WebSocket here: send the request over "
+                            "plain HTTP")
+        return ApiError("not_found", f"No WebSocket route for {path}")
+
     async def _api_error(self, err: ApiError):
         return self.error(err)
 
     async def _http_error(self, exc: HTTPException):
+        request = incoming()
+        if has_websocket_context():  # an upgrade no WebSocket route takes: 426 where HTTP is spoken, else 404
+            return self.error(self.upgrade_refusal(request.path))
+        method = method_of(request)
+        if isinstance(exc, WebsocketMismatch) or (exc.code == 405 and method == "GET"
+                                                  and request.path in self._socket_paths and self.config.websocket):
+            # a plain GET on a path whose GET is a WebSocket's
+            return self.error(ApiError("method_not_allowed", f"{method} {request.path} takes a WebSocket upgrade "
+                                       "(Upgrade: websocket) here, not a plain request"))
         kind = HTTP_KINDS.get(exc.code or 500, "server_error")
-        message = {404: f"No route for {request.method} {request.path}",
-                   405: f"Method {request.method} is not allowed on {request.path}",
+        message = {404: f"No route for {method} {request.path}",
+                   405: f"Method {method} is not allowed on {request.path}",
                    413: f"The request body is larger than {self.config.max_body_bytes} bytes"}.get(exc.code,
                                                                                                   exc.description)
         return self.error(ApiError(kind, message or "bad request"))
 
     async def _unexpected(self, exc: Exception):
-        log.exception("unexpected error on %s %s", request.method, request.path)
+        request = incoming()
+        log.exception("unexpected error on %s %s", method_of(request), request.path)
         return self.error(ApiError("server_error", f"internal error: {type(exc).__name__}: {exc}"))
 
     # -- guards and headers ------------------------------------------------------------------------------------
     async def _guard(self):
+        request = incoming()
         request.request_id = "req_" + uuid.uuid4().hex[:24]
         host = host_name(request.headers.get("host", ""))
         if host not in self.allowed:
@@ -220,23 +274,48 @@ class Server:
         return given == key
 
     async def _headers(self, response: Response) -> Response:
-        ctx = {"request_id": getattr(request, "request_id", "")}
+        ctx = {"request_id": getattr(incoming(), "request_id", "")}
         for proto in {id(p): p for p in (self.shared, self.owner())}.values():
             for k, v in proto.spec.headers.items():
                 response.headers[k] = str(template.render(v, ctx))
+        if has_websocket_context():  # a refused upgrade: the connection is done with (the server cannot reuse it)
+            response.headers["connection"] = "close"
         return response
 
     # -- responses -----------------------------------------------------------------------------------------------
     def _view(self, proto: Protocol, handler):
         """A protocol handler behind a route: the request as a neutral Call in, its Reply written out."""
         async def view(**kwargs):
-            call = Call(request.method, request.path, {k.lower(): v for k, v in request.headers.items()},
-                        dict(request.args), await request.get_data())
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            body = await request.get_data()
+            if encoding.codings(headers.get("content-encoding")):  # on a thread: a bomb costs a second of CPU
+                body = await trio.to_thread.run_sync(encoding.decode, body, headers["content-encoding"],
+                                                     self.config.max_body_bytes)
+            call = Call(request.method, request.path, headers, dict(request.args), body)
             try:
                 return self.write(await handler(call, **kwargs))
             finally:  # answered or refused: a large body's memory goes back once its objects are let go
                 if len(call.body) >= OFF_LOOP_BYTES:
                     self.trimmer.after_large(getattr(self.app, "nursery", None))
+
+        view.__name__ = f"{proto.name}_{handler.__name__}"
+        return view
+
+    def _socket_view(self, proto: Protocol, handler):
+        """A protocol's WebSocket handler behind a route: the upgrade accepted (with every response's headers),
+        its frames handed over as a Connection (socket.py)."""
+        async def view(**kwargs):
+            ws = websocket  # (this task's socket: the handler and its connection run in its context)
+            call = Call("GET", ws.path, {k.lower(): v for k, v in ws.headers.items()}, dict(ws.args))
+            headers = {}
+            ctx = {"request_id": getattr(ws, "request_id", "")}
+            for p in {id(p): p for p in (self.shared, proto)}.values():
+                for k, v in p.spec.headers.items():
+                    headers[k] = str(template.render(v, ctx))
+            await ws.accept(headers=headers)
+            idle = float((proto.spec.extra.get("websocket") or {}).get("idle_seconds", DEFAULT_IDLE_SECONDS))
+            await handler(call, SocketConnection(ws, self.config.max_body_bytes, idle, self.observer, request_scope),
+                          **kwargs)
 
         view.__name__ = f"{proto.name}_{handler.__name__}"
         return view

@@ -60,7 +60,9 @@ class Observer:
     # -- the request's life ---------------------------------------------------------------------------------
     @contextmanager
     def request(self, scope: dict, send):
-        """Around one ASGI HTTP call: yields the ``send`` to use (it notes the status and request id)."""
+        """Around one ASGI HTTP call, or a WebSocket connection (its method is GET; an accepted upgrade's status
+        is 101, a refused one's the status of its HTTP answer): yields the ``send`` to use (it notes the status and
+        request id)."""
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         ua = headers.get("user-agent", "")
         turn = Turn(scope.get("method", "GET"), scope.get("path", ""), client_name(ua), ua)
@@ -68,8 +70,8 @@ class Observer:
         token = current_turn.set(turn)
 
         async def noting_send(message):
-            if message["type"] == "http.response.start":
-                turn.status = message["status"]
+            if message["type"] in ("http.response.start", "websocket.http.response.start", "websocket.accept"):
+                turn.status = message.get("status", 101)
                 for k, v in message.get("headers", ()):
                     if k.lower() == b"x-request-id":
                         turn.request_id = v.decode("latin-1")
@@ -77,6 +79,22 @@ class Observer:
 
         try:
             yield noting_send
+        finally:
+            current_turn.reset(token)
+            self.end(turn)
+
+    @contextmanager
+    def exchange(self, ws: Any):
+        """One exchange on an accepted WebSocket (a response, or a refused frame): a record of its own, logged as
+        ``WS <path>`` with the status it ended with (200 unless the exchange says otherwise); yields it."""
+        ua = ws.headers.get("user-agent", "")
+        turn = Turn("WS", ws.path, client_name(ua), ua, status=200, request_id=getattr(ws, "request_id", ""))
+        turn.route, turn.protocol = self._from_rule(ws.url_rule)
+        turn.routed = True
+        turn.on_change = self.push_state
+        token = current_turn.set(turn)
+        try:
+            yield turn
         finally:
             current_turn.reset(token)
             self.end(turn)

@@ -178,7 +178,8 @@ class Protocol:
         req = self.engine.apply_model(self.chat_request(v))
         return await self.respond(v, req)
 
-    async def respond(self, v: Validated, req: ChatRequest, entry: str | None = None) -> Reply:
+    async def respond(self, v: Validated, req: ChatRequest, entry: str | None = None,
+                      framing: str | None = None) -> Reply:
         """Run a ChatRequest in one engine session and answer it: SSE when the client asked for a stream,
         else the fold. A stream outlives this handler, so its session belongs to the HTTP request (ended when
         the response is sent, or the client is gone); a folded answer's session ends here."""
@@ -188,28 +189,30 @@ class Protocol:
         if stream:
             events = watch(await self.services.hold(self.engine.session(req, keepalive)), req, stream)
             machine.context.setdefault("prompt_tokens", events.prompt_tokens)  # known before the first event
-            return await self.answer(v, machine, events)
+            return await self.answer(v, machine, events, framing)
         async with self.engine.session(req, keepalive) as session:
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
             return await self.answer(v, machine, watch(session, req, stream))
 
-    async def answer(self, v: Validated, machine: Machine, events: AsyncIterable[TokenEvent]) -> Reply:
-        """Token events through a machine: SSE when the client asked for a stream, else the fold. Whoever
-        passes ``events`` owns them (a session, or a source the HTTP request holds) and ends them."""
+    async def answer(self, v: Validated, machine: Machine, events: AsyncIterable[TokenEvent],
+                     framing: str | None = None) -> Reply:
+        """Token events through a machine: SSE (or ``framing``: the spec's, or a WebSocket's) when the client
+        asked for a stream, else the fold. Whoever passes ``events`` owns them (a session, or a source the HTTP
+        request holds) and ends them."""
         if v.body.get(self.stream_field):
-            return Reply.of_stream(self.sse_body(machine, events, v), self.spec.content_type)
+            return Reply.of_stream(self.sse_body(machine, events, v, framing), self.spec.content_type)
         async with aclosing(pump(machine, events)) as wires:
             wire = [w async for w in wires]
         self.record(v, machine)
         return Reply(self.fold(wire, v))
 
     async def sse_body(self, machine: Machine, events: AsyncIterable[TokenEvent],
-                       v: Validated | None = None) -> AsyncIterator[bytes]:
+                       v: Validated | None = None, framing: str | None = None) -> AsyncIterator[bytes]:
         """The wire events, framed as the spec says (SSE, or NDJSON). The stream is open before the engine has
         the model: any failure after that (a model that will not load, not only a decoder failure) ends the
         stream through the protocol's own Failed transition (and its terminal), never with a cut connection."""
         recorded = v is None
-        framing = self.spec.framing
+        framing = framing or self.spec.framing
         try:
             async with aclosing(pump(machine, events)) as wires:
                 async for wire in wires:

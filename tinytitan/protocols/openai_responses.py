@@ -16,6 +16,9 @@ Rules:
 - A ``compaction_trigger`` input item turns the request into a compaction turn: the conversation is
   summarised (tinytitan/protocols/compaction.py) and the response has one ``compaction`` output item.
   Compaction turns and ``/v1/responses/compact`` store nothing.
+- Over a WebSocket (responses_socket.py) a turn also keeps its response in the connection's own cache (even
+  with ``store: false``), which ``previous_response_id`` reads before the store; its events go out one per
+  frame. A prewarm (``generate: false``) is the lifecycle events of an empty response: nothing is decoded.
 """
 
 from __future__ import annotations
@@ -36,12 +39,14 @@ from ..speclang.load import compile_spec
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import RequestValidator, Validated
 from ..store.responses_store import ResponsesStore, StoredResponse
-from . import compaction
+from ..events import Finished, Started, Usage
+from . import compaction, responses_socket
 from .base import Protocol, new_id
 from .common import place_system
 from .responses_input import normalise_input, parse_tools, to_messages
 from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
-from .wire import Call, Reply, Services
+from .responses_socket import LocalResponses
+from .wire import Call, Connection, Reply, Services
 
 STORE_KEY = "responses_store"
 log = logging.getLogger("tinytitan.responses")
@@ -56,6 +61,9 @@ class ResponsesRequest:
     tool_names: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # flat name → (namespace, name)
     own_input: list[dict] = field(default_factory=list)  # this request's items, references resolved (stored)
     compaction: bool = False  # a compaction turn (its response is not stored)
+    local: "LocalResponses | None" = None  # a WebSocket connection's own responses (responses_socket.py)
+    framing: str | None = None  # how the stream is written: the spec's (SSE), or ``websocket``
+    history: list[dict] = field(default_factory=list)  # the items ``previous_response_id`` brought in
 
 
 def hook_input(value, body: dict, args: dict, v: Validated) -> None:
@@ -83,6 +91,10 @@ class OpenAIResponses(Protocol):
                                      "request": self.spec.extra["compact_request"]},
                                     f"{self.spec.source} (extra.compact_request)")
         self.compact_validator = RequestValidator(compact_spec, {})
+        trace_spec = compile_spec({"protocol": f"{self.name}.trace_summarize", "errors": self.spec.raw["errors"],
+                                   "request": self.spec.extra["trace_summarize_request"]},
+                                  f"{self.spec.source} (extra.trace_summarize_request)")
+        self.trace_validator = RequestValidator(trace_spec, {})
 
     def request_hooks(self):
         return {"input": hook_input, "tools": self.hook_tools,
@@ -111,7 +123,8 @@ class OpenAIResponses(Protocol):
 
     def handlers(self):
         return {"generate": self.generate, "compact": self.compact, "retrieve": self.retrieve,
-                "delete": self.delete, "cancel": self.cancel, "input_items": self.input_items}
+                "delete": self.delete, "cancel": self.cancel, "input_items": self.input_items,
+                "socket": self.socket, "trace_summarize": self.trace_summarize}
 
     # -- storage ---------------------------------------------------------------------------------------------
     def attach(self, services: Services) -> None:
@@ -133,13 +146,13 @@ class OpenAIResponses(Protocol):
                            "deleted, or is older than the newest stored responses)", param=param or "response_id")
         return rec
 
-    def history(self, response_id: str | None) -> list[dict]:
-        """The input and output of a stored chain, oldest first."""
+    def history(self, response_id: str | None, local: "LocalResponses | None" = None) -> list[dict]:
+        """The input and output of a stored chain, oldest first (a connection's own responses first)."""
         items: list[dict] = []
         first, seen = response_id, set()
         while response_id and response_id not in seen:
             seen.add(response_id)
-            rec = self.store().get(response_id)
+            rec = (local.get(response_id) if local is not None else None) or self.store().get(response_id)
             if rec is None:
                 detail = "" if response_id == first else f" (the chain of '{first}' continues it)"
                 raise ApiError("not_found", f"Previous response with id '{response_id}' not found{detail}",
@@ -159,9 +172,10 @@ class OpenAIResponses(Protocol):
             out.append(item)
         return out
 
-    def conversation(self, body: dict, items: list[dict]) -> tuple[list[dict], list[dict]]:
+    def conversation(self, body: dict, items: list[dict],
+                     local: "LocalResponses | None" = None) -> tuple[list[dict], list[dict]]:
         own = self.resolve(items)
-        history = self.history(body.get("previous_response_id"))
+        history = self.history(body.get("previous_response_id"), local)
         chained = {item.get("id") for item in history} - {None}
         for i, item in enumerate(own):  # as the API: the chain already holds it, a second copy is refused
             if item.get("id") in chained:
@@ -173,12 +187,17 @@ class OpenAIResponses(Protocol):
         return history, own
 
     def record(self, v: Validated, machine: Machine) -> None:
-        if not v.body.get("store") or v.state is None or v.state.compaction:
+        if v.state is None or v.state.compaction or not (v.body.get("store") or v.state.local is not None):
             return
         rec = StoredResponse(id=machine.context["id"], input=v.state.own_input,
                              events=[w.data for w in machine.history],
                              previous_response_id=v.body.get("previous_response_id"),
                              created_at=machine.context["created"])
+        if v.state.local is not None:  # kept whole (its chain flattened): an evicted ancestor breaks nothing
+            v.state.local.put(StoredResponse(id=rec.id, input=v.state.history + rec.input, events=rec.events,
+                                             previous_response_id=None, created_at=rec.created_at))
+        if not v.body.get("store"):
+            return
         try:
             self.store().put(rec)
         except (OSError, ValueError) as exc:  # a full or read-only disk (or text it cannot encode) loses the
@@ -197,10 +216,14 @@ class OpenAIResponses(Protocol):
         return m
 
     # -- handlers --------------------------------------------------------------------------------------------
-    async def generate(self, call: Call) -> Reply:
+    async def generate(self, call: Call, local: "LocalResponses | None" = None, framing: str | None = None,
+                       prewarm: bool = False) -> Reply:
+        """POST /v1/responses, or one ``response.create`` of a WebSocket (``local``: its connection's responses;
+        ``framing``: ``websocket``; ``prewarm``: ``generate: false``)."""
         v = await self.checked(call)
-        history, own = self.conversation(v.body, v.state.items)
-        v.state.own_input = own
+        v.state.local, v.state.framing = local, framing
+        history, own = self.conversation(v.body, v.state.items, local)
+        v.state.own_input, v.state.history = own, history
         if any(item.get("type") == "compaction_trigger" for item in own):
             return await self.compaction_turn(v, history + own)
         system, msgs = to_messages(history + own, self.separator)
@@ -210,7 +233,24 @@ class OpenAIResponses(Protocol):
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")
         req = self.engine.apply_model(self.chat_request(v))
-        return await self.respond(v, req)
+        if prewarm:
+            return self.prewarmed(v, req.model)
+        return await self.respond(v, req, framing=framing)
+
+    def prewarmed(self, v: Validated, model_id: str) -> Reply:
+        """A prewarm's answer: the lifecycle events of a response with no output, and nothing decoded. Its id
+        is kept like any response's, so the next turn can chain from it with only its new input."""
+        machine = self.machine(v, model_id, True)
+        machine.context.setdefault("prompt_tokens", 0)
+
+        async def events():
+            yield Started(0)
+            yield Finished("stop", Usage())
+
+        return Reply.of_stream(self.sse_body(machine, events(), v, v.state.framing), self.spec.content_type)
+
+    async def socket(self, call: Call, conn: Connection) -> None:
+        await responses_socket.serve(self, call, conn)
 
     @staticmethod
     def with_summaries(msgs: list[Message], summaries: list[str]) -> list[Message]:
@@ -235,7 +275,7 @@ class OpenAIResponses(Protocol):
         # the summary passes run in engine sessions of their own; the event source is the HTTP request's
         events = await self.services.hold(aclosing(compaction.compaction_events(compactor, text, result)))
         stream = bool(v.body.get("stream"))
-        return await self.answer(v, machine, watch(events, SimpleNamespace(model=model_id), stream))
+        return await self.answer(v, machine, watch(events, SimpleNamespace(model=model_id), stream), v.state.framing)
 
     async def compact(self, call: Call) -> Reply:
         body = self.compact_validator.validate(self.compact_validator.parse_json(call.body)).body
@@ -262,6 +302,29 @@ class OpenAIResponses(Protocol):
                       "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
                       "total_tokens": u.total_tokens},
         })
+
+    async def trace_summarize(self, call: Call) -> Reply:
+        """Codex's memories: each trace summarised (see extra.trace_summarize_request)."""
+        body = self.trace_validator.validate(self.trace_validator.parse_json(call.body)).body
+        model_id, _ = self.engine.resolve(body["model"])
+        transcripts = []
+        for i, trace in enumerate(body["traces"]):  # every trace checked before any is summarised
+            try:
+                checked = self.compact_validator.validate({"model": body["model"], "input": trace["items"]}).body
+            except ApiError as err:
+                where = (err.param or "input").replace("input", f"traces[{i}].items", 1)
+                raise ApiError(err.kind, err.message.replace("input", f"traces[{i}].items", 1), where, err.code,
+                               err.headers, err.data) from None
+            items = [it for it in normalise_input(checked["input"]) if it.get("type") != "compaction_trigger"]
+            transcripts.append(compaction.transcript_to_compact(items))
+        out = []
+        for text in transcripts:
+            summary = await self.engine.summariser(body["model"]).summarise(text)
+            brief = await self.engine.summariser(body["model"], self.spec.extra["memory_summary_tokens"]).summarise(
+                summary.text)
+            note(model_id, summary.usage + brief.usage)
+            out.append({"trace_summary": summary.text, "memory_summary": brief.text})
+        return Reply({"output": out})
 
     async def retrieve(self, call: Call, response_id: str) -> Reply:
         rec = self.stored(response_id)

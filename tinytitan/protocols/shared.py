@@ -1,8 +1,12 @@
-"""Routes every client shares: health, the model list, one model, unload, and the bare root."""
+"""Routes every client shares: health, the model list, one model, unload, and the bare root.
+
+``GET /v1/models`` answers in OpenAI's list shape, Anthropic's with ``anthropic-version``, and Codex's model
+catalog (``{"models": [...]}``, tinytitan/agents.py) when it carries Codex's ``client_version`` query."""
 
 from __future__ import annotations
 
 import time
+from ..agents import codex_entry
 from ..observe import dashboard
 from .base import Protocol
 from .wire import Call, Reply
@@ -82,6 +86,8 @@ class Shared(Protocol):
         return entry
 
     async def list_models(self, call: Call) -> Reply:
+        if "client_version" in call.query:  # Codex's models endpoint (codex-api ModelsClient): its catalog shape
+            return Reply({"models": [codex_entry(m) for m in self.engine.models()]})
         anthropic = self._anthropic(call)
         data = [self._entry(m, anthropic) for m in self.engine.models()]
         if anthropic:

@@ -8,6 +8,9 @@ Rules:
   state, the request-scoped ``hold``).
 - A ``Reply`` is a JSON object with a status, a text body, or a stream of bytes with its content type; the
   HTTP layer writes it, adding the protocol's headers.
+- A WebSocket route's handler is ``async def handler(call: Call, conn: Connection)``: ``call`` is the upgrade
+  request (no body), ``conn`` the accepted socket's text frames. Each exchange a handler answers runs inside
+  ``conn.turn()``, the socket's counterpart of one HTTP request (what ``Services.hold`` enters ends with it).
 - ``Services.hold(context)`` enters an async context manager for the rest of the HTTP request (a stream's
   engine session outlives the handler that opened it) and returns what it yields.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping, Protocol
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -66,6 +69,23 @@ class Reply:
     @classmethod
     def of_stream(cls, chunks: AsyncIterator[bytes], content_type: str) -> "Reply":
         return cls(stream=chunks, content_type=content_type)
+
+
+class Connection(Protocol):
+    """An accepted WebSocket, as its handler sees it (written by the HTTP layer)."""
+
+    async def receive(self) -> str | None:
+        """The next text frame; None once the client closed the socket or it stayed quiet too long. A frame the
+        socket refuses (binary, or over the body limit) raises ApiError, and the next one can still be read."""
+
+    async def send(self, text: str) -> None:
+        """One text frame."""
+
+    def turn(self) -> AbstractAsyncContextManager[None]:
+        """One exchange's lifetime (see the rules above)."""
+
+    def status(self, code: int) -> None:
+        """The status the current exchange ended with, for its log line (200 unless told)."""
 
 
 @dataclass

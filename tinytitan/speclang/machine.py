@@ -44,7 +44,10 @@ class WireEvent:
         return (self._payload() + "\n").encode()
 
     def encode(self, framing: str) -> bytes:
-        """The bytes on the wire, as the spec's ``stream.framing`` says (``sse`` or ``ndjson``)."""
+        """The bytes on the wire, as the spec's ``stream.framing`` says (``sse`` or ``ndjson``), or ``websocket``:
+        the payload alone, one text frame per event (the SSE ``data:`` line's JSON; the event name is in it)."""
+        if framing == "websocket":
+            return self._payload().encode()
         return self.ndjson() if framing == "ndjson" else self.sse()
 
     def _payload(self) -> str:
