@@ -174,6 +174,8 @@ class Server:
 
     def error(self, err: ApiError) -> Response:
         owner = self.owner()
+        kind = owner.spec.error_kind(err.kind)
+        self.observer.refused(err.code or kind.code or kind.type, err.param)
         status, body = owner.error_response(err)
         resp = self.json_response(body, status)
         for k, v in {**owner.spec.error_kind(err.kind).headers, **err.headers}.items():

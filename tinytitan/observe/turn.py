@@ -50,6 +50,8 @@ class Turn:
     reasoning_tokens: int = 0
     first_output_at: float | None = None
     stop_reason: str | None = None
+    error: str | None = None  # why it was refused or failed: the error's code (else its type), as the client saw it
+    error_param: str | None = None  # the field the error names, where it names one
     timing: Timing | None = None
     duration: float | None = None
     on_change: Any = None  # called when the queue may have moved (the observer's live push)
@@ -72,6 +74,7 @@ class Turn:
             self.timing = ev.timing
         elif isinstance(ev, Failed):
             self.stop_reason = "error"
+            self.error = ev.type
 
     def cancelled(self) -> None:
         """The client left before Finished: the tokens decoded for it still count (read once the session
