@@ -32,6 +32,7 @@ from ..observe.observer import Observer
 from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
+from ..speclang.validate import query_args
 from .trim import Trimmer
 from .wire import BodyWatch
 
@@ -124,7 +125,8 @@ class Server:
             handlers = proto.handlers()
             for i, route in enumerate(proto.spec.routes):
                 endpoint = f"{proto.name}:{route['handler']}:{route['method']}:{i}"
-                self.app.add_url_rule(route["path"], endpoint, self._view(proto, handlers[route["handler"]]),
+                self.app.add_url_rule(route["path"], endpoint,
+                                      self._view(proto, handlers[route["handler"]], route.get("query")),
                                       methods=[route["method"]])
                 self._path_owner.setdefault(route["path"], proto)
         # a path under a protocol's route (``/v1/messages/batches``) is that protocol's too, for its errors
@@ -229,11 +231,13 @@ class Server:
         return response
 
     # -- responses -----------------------------------------------------------------------------------------------
-    def _view(self, proto: Protocol, handler):
-        """A protocol handler behind a route: the request as a neutral Call in, its Reply written out."""
+    def _view(self, proto: Protocol, handler, query: dict | None = None):
+        """A protocol handler behind a route: the request as a neutral Call in (its declared query parameters
+        typed and checked, as the route's ``query`` table says), its Reply written out."""
         async def view(**kwargs):
+            args = dict(request.args)
             call = Call(request.method, request.path, {k.lower(): v for k, v in request.headers.items()},
-                        dict(request.args), await request.get_data())
+                        args, await request.get_data(), query_args(query, args))
             try:
                 return self.write(await handler(call, **kwargs))
             finally:  # answered or refused: a large body's memory goes back once its objects are let go
