@@ -117,10 +117,6 @@ class Engine:
         """Generations in the running batch now (with no batcher: the one decoding, if any)."""
         return self.batcher.size if self.batcher is not None else self.running
 
-    @property
-    def queue_depth(self) -> int:
-        return self.waiting
-
     # -- generation ----------------------------------------------------------------------------------------
     async def prepare(self, req: ChatRequest) -> Prepared:
         return await trio.to_thread.run_sync(self.backends[req.model].prepare, req)
