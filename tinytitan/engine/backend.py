@@ -21,7 +21,6 @@ from ..errors import ApiError, invalid
 from .decode_loop import DecodeLoop
 from .families import Family, detect, template_source
 from .raw import VerbatimParser
-from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
@@ -89,10 +88,6 @@ class Backend(ABC):
         if self._family is None:
             self._family = detect(self.tokenizer, self.config)
         return self._family
-
-    @property
-    def markup(self) -> Markup | None:
-        return self.family.markup
 
     def parser(self, prepared: "Prepared"):
         req = prepared.req
