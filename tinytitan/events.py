@@ -33,6 +33,10 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    @property
+    def uncached_prompt_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
 
 @dataclass(frozen=True)
 class Started:
