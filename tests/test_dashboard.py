@@ -1,7 +1,8 @@
 """The dashboard in a real headless browser (Debian's chromium driven by the playwright package; both
 installed by .ci/run): the page loads with no console errors, requests sent through the API appear in its
 table within 2 s without a reload, no prompt or answer text ever reaches it, the API key is asked for once
-and kept in the tab, and the Host allow-list guards it like every route."""
+and kept in the tab, and the Host allow-list guards it like every route (the tests that need no browser run
+without one)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import httpx
 import pytest
 import trio
 
+from conftest import needs
+
 CHROMIUM = os.environ.get("TINYTITAN_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -21,10 +24,14 @@ MODEL = "tinytitan-scripted"
 SECRET_PROMPT = "my bank password is hunter2"
 ANSWER = "The weather in Lisbon is mild."
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (.ci/run "
-                                                             "installs it)")
-if not shutil.which(CHROMIUM):
-    pytest.skip(f"no chromium at {CHROMIUM} (.ci/run installs Debian's chromium)", allow_module_level=True)
+try:
+    from playwright import sync_api
+except ImportError:
+    sync_api = None
+# the browser tests need both; the others (the feed's guards, the page's own contents) run without them
+NO_BROWSER = ("the playwright package is not installed (.ci/run installs it)" if sync_api is None else
+              None if shutil.which(CHROMIUM) else f"no chromium at {CHROMIUM} (.ci/run installs Debian's chromium)")
+in_a_browser = needs(NO_BROWSER is not None, reason=NO_BROWSER or "")
 
 
 class Browser:
@@ -58,6 +65,7 @@ def browse(session) -> None:
             b.browser.close()
 
 
+@in_a_browser
 async def test_the_dashboard_shows_requests_live(serve, tmp_path):
     s = await serve([ANSWER, "<think>\nHmm.\n</think>\n\nSunny.", "def f(): pass"])
 
@@ -92,6 +100,7 @@ async def test_the_dashboard_shows_requests_live(serve, tmp_path):
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
 
 
+@in_a_browser
 async def test_the_dashboard_asks_for_the_api_key_once(serve, tmp_path):
     s = await serve(["ok"], api_key="sesame")
 
@@ -113,6 +122,7 @@ async def test_the_dashboard_asks_for_the_api_key_once(serve, tmp_path):
     await trio.to_thread.run_sync(browse, session)
 
 
+@in_a_browser
 async def test_the_model_buttons_unload_and_load(serve, demo_backend):
     s = await serve(backend=demo_backend, api_key="sesame")
     model = demo_backend.model_id

@@ -27,13 +27,15 @@ import httpx
 import pytest
 import yaml
 
+from conftest import needs
+
 ROOT = Path(__file__).resolve().parent.parent
 CLAUDE = shutil.which("claude")
 
 pytestmark = [
     pytest.mark.clients,
-    pytest.mark.skipif(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                              "npm install -g @anthropic-ai/claude-code@2.1.197"),
+    needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
+                                 "npm install -g @anthropic-ai/claude-code@2.1.197"),
 ]
 
 START_TIMEOUT = 120  # server start (the first run may build the demo tokenizer)

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs
+
 ROOT = Path(__file__).resolve().parent.parent
 CODEX = shutil.which("codex")
 RUN_TIMEOUT = 120  # seconds per codex exec
@@ -31,7 +33,7 @@ START_TIMEOUT = 60  # seconds for the server / proxy banner
 
 pytestmark = [
     pytest.mark.clients,
-    pytest.mark.skipif(CODEX is None, reason="Codex CLI not installed (npm install -g @openai/codex@0.171.0)"),
+    needs(CODEX is None, reason="Codex CLI not installed (npm install -g @openai/codex@0.171.0)"),
 ]
 
 MARKER = "tinytitan-codex-marker"

@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import needs
 from test_e2e_claude import CLAUDE, CLAUDE_TIMEOUT, ROOT, START_TIMEOUT, Proc, blocks, tool_call
 from tinytitan.memory.journal import Journal
 
 pytestmark = [
     pytest.mark.clients,
-    pytest.mark.skipif(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                              "npm install -g @anthropic-ai/claude-code@2.1.197"),
+    needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
+                                 "npm install -g @anthropic-ai/claude-code@2.1.197"),
 ]
 
 FACT = "make -j2 (the default target also rebuilds the docs)"

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from conftest import needs
 from test_e2e_claude import Proc, blocks, run_claude
 from test_e2e_codex import _explain, run_codex
 
@@ -38,7 +39,7 @@ def real_server(smollm2_dir, tmp_path_factory):
         server.stop()
 
 
-@pytest.mark.skipif(shutil.which("claude") is None, reason="Claude Code (`claude`) is not installed")
+@needs(shutil.which("claude") is None, reason="Claude Code (`claude`) is not installed")
 def test_claude_code_plain_turn(real_server, tmp_path):
     base, model = real_server
     events = run_claude(base, model, QUESTION, tmp_path, "--tools", "", "--system-prompt", SYSTEM)
@@ -49,7 +50,7 @@ def test_claude_code_plain_turn(real_server, tmp_path):
     # temperature, so what it says is not pinned here; test_real_model pins greedy answers)
 
 
-@pytest.mark.skipif(shutil.which("codex") is None, reason="Codex CLI (`codex`) is not installed")
+@needs(shutil.which("codex") is None, reason="Codex CLI (`codex`) is not installed")
 def test_codex_plain_turn(real_server, tmp_path):
     base, model = real_server
     instructions = tmp_path / "instructions.md"

@@ -67,5 +67,19 @@ def test_mutated_frames_over_the_websocket(server, socket, case):
     assert out.problem is None, f"{out.problem}\n{case.describe()}"
 
 
+def test_every_post_route_is_fuzzed():
+    """Each POST route a spec declares has a fuzz route (a ``<param>`` segment stands for any one segment):
+    a route added to a spec is fuzzed once it is added here."""
+    import re
+
+    from tinytitan.speclang.load import load_protocol, spec_dir
+
+    declared = {r["path"] for p in spec_dir().glob("*.yaml") for r in load_protocol(p).routes if r["method"] == "POST"}
+    fuzzed = [r.path for r in rf.ROUTES]
+    missing = sorted(path for path in declared
+                     if not any(re.fullmatch(re.sub(r"<[^>]+>", "[^/]+", path), f) for f in fuzzed))
+    assert not missing, f"POST routes the fuzzer never tries: {missing} (add them to tests/request_fuzz.py ROUTES)"
+
+
 def test_the_server_is_idle_and_healthy_after(server, client):
     assert rf.healthy(client, server.base) is None

@@ -9,6 +9,7 @@ import time
 import anthropic
 import httpx
 import openai
+import pytest
 import trio
 from anthropic.types import ModelInfo
 from openai.types import Model
@@ -146,8 +147,7 @@ async def test_profile_parts_add_up_to_the_wall_time(serve):
     assert entry["protocol"] == "openai_chat" and entry["model"] == MODEL and entry["status"] == 200
     assert entry["decode_tokens"] == r.usage.completion_tokens - 1
     assert entry["prefill_tokens"] == r.usage.prompt_tokens - entry["cached_tokens"]
-    parts = sum(entry[k] or 0 for k in ("admission_wait_s", "load_s", "render_s", "tokenize_s", "prefill_s",
-                                        "decode_s", "grammar_mask_s"))
+    parts = sum(entry[k] or 0 for k in STEPS)
     assert abs(parts - wall) <= 0.1 * wall, (parts, wall, entry)
     assert abs(entry["total_s"] - wall) <= 0.1 * wall
     assert 0 < entry["ttft_s"] < entry["total_s"]
@@ -172,6 +172,13 @@ async def test_the_profile_times_the_grammar_mask_on_the_demo_model(serve, demo_
     masked, plain = await eventually(profiled)
     assert masked["grammar_mask_s"] > 0 and plain["grammar_mask_s"] is None
     assert masked["grammar_mask_s"] < masked["prefill_s"] + masked["decode_s"]
+    # the mask is a part of prefill and decode: other_s is what the steps leave, each step counted once
+    for entry in (masked, plain):
+        steps = sum(entry[k] or 0 for k in STEPS)
+        assert entry["other_s"] == pytest.approx(max(entry["total_s"] - steps, 0.0), abs=1e-9), entry
+
+
+STEPS = ("admission_wait_s", "load_s", "render_s", "tokenize_s", "prefill_s", "decode_s")
 
 
 async def test_shared_routes_stay_out_of_the_profile(serve):

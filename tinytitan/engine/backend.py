@@ -16,12 +16,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..chat_request import ChatRequest
+from ..chat_request import ChatRequest, Message
 from ..errors import ApiError, invalid
 from .decode_loop import DecodeLoop
 from .families import Family, detect, template_source
 from .raw import VerbatimParser
-from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
@@ -58,6 +57,19 @@ class Prepared:
 
 
 _LONGEST_TOKEN: dict[int, tuple[Any, int]] = {}  # id(tokenizer) → (tokenizer, longest entry)
+_TURN_MARKERS: dict[int, tuple[Any, dict[str, int]]] = {}  # id(tokenizer) → (tokenizer, special tokens per turn)
+
+
+class _NoSequenceLengthWarning(logging.Filter):
+    """transformers warns once per tokenizer when a text it encodes is longer than the tokenizer's
+    ``model_max_length``. The server measures every prompt against the model's context window itself (and
+    refuses what does not fit), so the warning says nothing about what happens next: it stays out of the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token indices sequence length is longer than")
+
+
+logging.getLogger("transformers.tokenization_utils_base").addFilter(_NoSequenceLengthWarning())
 
 
 class Backend(ABC):
@@ -75,10 +87,6 @@ class Backend(ABC):
         if self._family is None:
             self._family = detect(self.tokenizer, self.config)
         return self._family
-
-    @property
-    def markup(self) -> Markup | None:
-        return self.family.markup
 
     def parser(self, prepared: "Prepared"):
         req = prepared.req
@@ -236,14 +244,57 @@ class Backend(ABC):
             self._longest_token = known[1]
         return self._longest_token
 
+    @property
+    def turn_markers(self) -> dict[str, int]:
+        """Per role, the special tokens the chat template writes around every turn of that role (ChatML's
+        ``<|im_start|>`` and ``<|im_end|>``: 2), measured once per tokenizer from three turns against one. Only
+        special tokens count: they never merge with a turn's text, so they add to any bound on its text. A role
+        the measurement cannot take (a template that merges or refuses repeated turns) counts 0."""
+        known = _TURN_MARKERS.get(id(self.tokenizer))
+        if known is None or known[0] is not self.tokenizer:
+            known = _TURN_MARKERS[id(self.tokenizer)] = (self.tokenizer, self._measure_turn_markers())
+        return known[1]
+
+    def _measure_turn_markers(self) -> dict[str, int]:
+        try:
+            special = {int(i) for i, t in self.tokenizer.added_tokens_decoder.items() if getattr(t, "special", False)}
+        except Exception:
+            return {}
+        out = {}
+        for role in ("user", "assistant"):
+            try:
+                counts = []
+                for n in (1, 3):
+                    req = ChatRequest(model="", messages=(Message("user", "x"),) * (role == "assistant") +
+                                      (Message(role, "x"),) * n)
+                    counts.append(sum(t in special for t in self.encode(req)[1]))
+                out[role] = max(0, (counts[1] - counts[0]) // 2)
+            except Exception:  # the template refuses repeated turns: no bound from this role
+                out[role] = 0
+        return out
+
     def token_floor(self, req: ChatRequest) -> int | None:
         """A lower bound on the prompt's tokens, without rendering or tokenizing it: the text of its messages
-        (which the template only adds to) over the longest token. None where the text has no more characters
-        than the window has tokens (it cannot be refused from this bound: the vocabulary is not even read)."""
+        (which the template only adds to) over the longest token, plus the special tokens the template writes
+        around each turn (see ``turn_markers``). None where the request has no more characters and no more
+        turns than the window has tokens (it cannot be refused from this bound: the vocabulary is not even
+        read)."""
         chars = len(req.prompt) if req.prompt is not None else sum(len(m.content) for m in req.messages)
-        if chars <= self.context_window:
+        turns = 0 if req.prompt is not None else len(req.messages)
+        if chars <= self.context_window and turns <= self.context_window:
             return None
-        return -(-chars // self.longest_token)  # each token covers at most longest_token characters
+        floor = -(-chars // self.longest_token)  # each token covers at most longest_token characters
+        if turns > self.context_window:
+            markers = self.turn_markers
+            floor += sum(markers.get(m.role, 0) for m in req.messages)
+        return floor
+
+    def refuse_from_bound(self, req: ChatRequest) -> None:
+        """Refuse a prompt its lower bound already puts over the context window, before rendering and
+        tokenizing megabytes (13-21 s of CPU and ~2.5 GB kept for a 30 MB prompt; 20 s for 200,000 turns)."""
+        floor = self.token_floor(req) if self.tokenizer is not None else None
+        if floor is not None and floor > self.context_window:
+            raise self.too_long(floor, at_least=True)
 
     def too_long(self, tokens: int, at_least: bool = False) -> ApiError:
         return invalid(f"The prompt is {'at least ' if at_least else ''}{tokens} tokens, which does not fit the "
@@ -253,11 +304,7 @@ class Backend(ABC):
 
     def prepare(self, req: ChatRequest) -> Prepared:
         req = self.structured(req)
-        floor = self.token_floor(req) if self.tokenizer is not None else None
-        if floor is not None and floor > self.context_window:
-            # refused from a bound, before rendering and tokenizing megabytes (13-21 s of CPU and ~2.5 GB
-            # kept for a 30 MB prompt)
-            raise self.too_long(floor, at_least=True)
+        self.refuse_from_bound(req)
         text, tokens, (render_s, tokenize_s) = self.timed_encode(req)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
             raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
@@ -277,7 +324,9 @@ class Backend(ABC):
                         tokenize_s=tokenize_s, grammar=compiled, sampling=sampling)
 
     def count_tokens(self, req: ChatRequest) -> int:
-        """The prompt's length as ``prepare`` renders it (a prompt too long to run is still counted)."""
+        """The prompt's length as ``prepare`` renders it. A prompt over the window is still counted, except one
+        whose lower bound is already over it: that is refused as generation would refuse it, unrendered."""
+        self.refuse_from_bound(req)
         return len(self.encode(req)[1])
 
     @abstractmethod

@@ -122,10 +122,6 @@ class Engine:
         """Generations decoding together now (with no decoder: the one decoding, if any)."""
         return self.decoder.size if self.decoder is not None else self.running
 
-    @property
-    def queue_depth(self) -> int:
-        return self.waiting
-
     # -- generation ----------------------------------------------------------------------------------------
     async def prepare(self, req: ChatRequest) -> Prepared:
         return await trio.to_thread.run_sync(self.backends[req.model].prepare, req)

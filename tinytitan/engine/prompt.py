@@ -7,6 +7,7 @@ assistant / tool. Tool-call arguments are given to the template as objects (temp
 from __future__ import annotations
 
 import json
+import re
 
 from ..chat_request import ChatRequest, Message
 
@@ -51,12 +52,22 @@ def template_tools(req: ChatRequest) -> list[dict] | None:
 
 FAST_SYSTEM = "You are a helpful assistant. Answer briefly and plainly."
 
+# Claude Code's scaffolding inside turns: its context blocks ("As you answer the user's questions, you can use
+# the following context …"), and a system message sent mid-conversation, which reaches a ChatRequest as a user
+# turn wrapped the same way (see protocols/common.py's place_system).
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>\s*", re.S)
+
 
 def fast_path(req: ChatRequest) -> ChatRequest:
-    """The ``<id>-fast`` model: the coding client's scaffolding (its tools, its long system prompt, tool
-    traffic) is stripped so a question gets a quick plain answer; thinking is off."""
+    """The ``<id>-fast`` model: the coding client's scaffolding is stripped so a question gets a quick plain
+    answer; thinking is off. Gone: its tools and tool traffic, every system message (the leading one and any
+    later, such as Claude Code's agent-types list after the question), and ``<system-reminder>`` blocks inside
+    turns. What is left is the conversation the user had, under one short system prompt."""
     kept = [Message("system", FAST_SYSTEM)]
     for m in req.messages:
-        if m.role in ("user", "assistant") and m.content.strip():
-            kept.append(Message(m.role, m.content))
+        if m.role not in ("user", "assistant"):
+            continue
+        text = _REMINDER.sub("", m.content).strip()
+        if text:
+            kept.append(Message(m.role, text))
     return req.with_(messages=tuple(kept), tools=(), tool_choice="none", tool_names=(), reasoning=False)

@@ -37,6 +37,7 @@ from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
 from . import encoding
 from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
+from ..speclang.validate import query_args
 from .trim import Trimmer
 from .wire import BodyWatch
 
@@ -152,7 +153,8 @@ class Server:
                         self.app.add_websocket(route["path"], endpoint,
                                                self._socket_view(proto, handlers[route["handler"]]))
                     continue
-                self.app.add_url_rule(route["path"], endpoint, self._view(proto, handlers[route["handler"]]),
+                self.app.add_url_rule(route["path"], endpoint,
+                                      self._view(proto, handlers[route["handler"]], route.get("query")),
                                       methods=[route["method"]])
         # a path under a protocol's route (``/v1/messages/batches``) is that protocol's too, for its errors
         self._prefix_owner = sorted([(p.rstrip("/") + "/", o) for p, o in self._path_owner.items()
@@ -204,6 +206,8 @@ class Server:
 
     def error(self, err: ApiError) -> Response:
         owner = self.owner()
+        kind = owner.spec.error_kind(err.kind)
+        self.observer.refused(err.code or kind.code or kind.type, err.param)
         status, body = owner.error_response(err)
         resp = self.json_response(body, status)
         for k, v in {**owner.spec.error_kind(err.kind).headers, **err.headers}.items():
@@ -283,15 +287,17 @@ class Server:
         return response
 
     # -- responses -----------------------------------------------------------------------------------------------
-    def _view(self, proto: Protocol, handler):
-        """A protocol handler behind a route: the request as a neutral Call in, its Reply written out."""
+    def _view(self, proto: Protocol, handler, query: dict | None = None):
+        """A protocol handler behind a route: the request as a neutral Call in (its declared query parameters
+        typed and checked, as the route's ``query`` table says), its Reply written out."""
         async def view(**kwargs):
             headers = {k.lower(): v for k, v in request.headers.items()}
             body = await request.get_data()
             if encoding.codings(headers.get("content-encoding")):  # on a thread: a bomb costs a second of CPU
                 body = await trio.to_thread.run_sync(encoding.decode, body, headers["content-encoding"],
                                                      self.config.max_body_bytes)
-            call = Call(request.method, request.path, headers, dict(request.args), body)
+            args = dict(request.args)
+            call = Call(request.method, request.path, headers, args, body, query_args(query, args))
             try:
                 return self.write(await handler(call, **kwargs))
             finally:  # answered or refused: a large body's memory goes back once its objects are let go

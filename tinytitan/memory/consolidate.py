@@ -3,7 +3,11 @@ contradicted later, and they are written to memory under addressed keys.
 
 Rules:
 - Each request with memory marks its workspace active and keeps its conversation (the messages as the client
-  sent them, plus the answer) as that workspace's latest transcript.
+  sent them, plus the answer) as that workspace's latest transcript: rendered at once, newest part kept, at most
+  ``TRANSCRIPT_CHARS`` characters, so a long conversation is never held whole. At most ``MAX_ACTIVE``
+  workspaces wait to be consolidated; past that the one active longest ago is dropped (and logged).
+- A pass writes through the workspace's journal as it is then (opened again when it was closed meanwhile),
+  held open for the pass.
 - A workspace quiet for ``quiet`` seconds is consolidated once (until it is active again), and only while the
   server is idle: no request decoding or waiting. A request that arrives meanwhile cancels the pass (clients
   come first); the workspace is tried again once quiet.
@@ -24,9 +28,9 @@ import trio
 
 from ..chat_request import ChatRequest, Message
 from ..events import Failed, TextDelta
-from .journal import WriteFailed
+from .journal import Journal, WriteFailed
 from .keys import Refused
-from .service import MemorySession
+from .service import Memory, MemorySession
 
 log = logging.getLogger("tinytitan.memory")
 
@@ -34,6 +38,7 @@ QUIET = 30.0
 MAX_FACTS = 20
 TRANSCRIPT_CHARS = 16000
 KNOWN_KEYS = 60
+MAX_ACTIVE = 256
 MAX_TOKENS = 768
 
 INSTRUCTION = """You keep a coding agent's long-term memory for one workspace. From the conversation below,
@@ -50,24 +55,29 @@ _FACT = re.compile(r"^\s*(?:[-*]\s*)?`?([^\s:`]+)`?\s*:\s*(\S.*?)\s*$")
 class Activity:
     session: MemorySession
     model: str
-    transcript: tuple[Message, ...] = ()
+    transcript: str = ""  # rendered, at most TRANSCRIPT_CHARS
     last: float = field(default_factory=trio.current_time)
 
 
 def render(messages: tuple[Message, ...], limit: int = TRANSCRIPT_CHARS) -> str:
-    """The conversation as text, system prompts left out, newest part kept when it is too long."""
-    lines = []
-    for m in messages:
+    """The conversation as text, system prompts left out, newest part kept when it is too long (read from the
+    end, so only what is kept is ever rendered)."""
+    lines: list[str] = []
+    size = 0
+    for m in reversed(messages):
         if m.role == "system":
             continue
         if m.role == "tool":
-            lines.append(f"[tool result {m.name or ''}] {m.content[:500]}")
-            continue
-        if m.content:
-            lines.append(f"[{m.role}] {m.content}")
-        for call in m.tool_calls:
-            lines.append(f"[{m.role} calls {call.name}] {call.arguments[:500]}")
-    text = "\n".join(lines)
+            turn = [f"[tool result {m.name or ''}] {m.content[:500]}"]
+        else:
+            turn = ([f"[{m.role}] {m.content[-(limit + 1):]}"] if m.content else []) + [
+                f"[{m.role} calls {call.name}] {call.arguments[:500]}" for call in m.tool_calls]
+        for line in reversed(turn):
+            lines.append(line)
+            size += len(line) + 1
+        if size > limit:
+            break
+    text = "\n".join(reversed(lines))
     return text if len(text) <= limit else "…" + text[-limit:]
 
 
@@ -81,17 +91,24 @@ def read_facts(text: str) -> list[tuple[str, str]]:
 
 
 class Consolidator:
-    def __init__(self, engine, quiet: float = QUIET, poll: float = 1.0):
-        """``engine``: the undecorated engine (its sessions, its queue counts)."""
+    def __init__(self, engine, memory: Memory, quiet: float = QUIET, poll: float = 1.0):
+        """``engine``: the undecorated engine (its sessions, its queue counts); ``memory``: the journals."""
         self.engine = engine
+        self.memory = memory
         self.quiet = quiet
         self.poll = poll
         self.active: dict[tuple[str, str, str], Activity] = {}
         self.passes = 0  # consolidation passes that wrote (for tests and the log)
 
     def seen(self, session: MemorySession, req: ChatRequest, answer: str) -> None:
-        transcript = req.messages + ((Message("assistant", answer),) if answer else ())
+        transcript = render(req.messages + ((Message("assistant", answer),) if answer else ()))
+        self.active.pop(session.scope.parts, None)
         self.active[session.scope.parts] = Activity(session, req.model, transcript)
+        while len(self.active) > MAX_ACTIVE:
+            parts = next(iter(self.active))
+            del self.active[parts]
+            log.info("memory consolidation: %s dropped (more than %d workspaces waiting)", "/".join(parts),
+                     MAX_ACTIVE)
 
     @property
     def idle(self) -> bool:
@@ -134,11 +151,14 @@ class Consolidator:
         return bool(done)
 
     async def consolidate(self, act: Activity) -> int:
-        journal = act.session.journal
-        known = "\n".join(f"- {r.key}: {r.summary}" for r in journal.ranked()[:KNOWN_KEYS]) or "(none)"
-        transcript = render(act.transcript)
-        if not transcript.strip():
+        if not act.transcript.strip():
             return 0
+        with self.memory.hold(act.session.scope) as journal:
+            return await self._consolidate(act, journal)
+
+    async def _consolidate(self, act: Activity, journal: Journal) -> int:
+        known = "\n".join(f"- {r.key}: {r.summary}" for r in journal.ranked()[:KNOWN_KEYS]) or "(none)"
+        transcript = act.transcript
         req = ChatRequest(model=act.model, messages=(
             Message("system", INSTRUCTION),
             Message("user", f"Existing memory keys:\n{known}\n\nConversation:\n{transcript}")),

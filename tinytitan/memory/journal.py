@@ -5,7 +5,10 @@ Rules:
   written once), ``set``, ``append``, ``delete``. The state is the replay of the records, in order; a
   ``set`` that rewrites a key keeps the key's creation time.
 - A record is written before it is applied: a write that fails (a full or read-only disk) raises
-  ``WriteFailed`` and the state is unchanged, so a caller never reports a lost write as saved.
+  ``WriteFailed`` and the state is unchanged, so a caller never reports a lost write as saved. A write that
+  fails part way is cut off again (the file ends where it did before the record), so the records after it
+  still replay; when even that cut fails, every later write is refused until it succeeds. A closed
+  journal refuses writes too: a write must never be kept in memory only while the caller thinks it is saved.
 - A torn last line (a crash mid-write) is dropped on replay; every record before it is kept. The writer
   cuts it off so the next record starts on a clean line; a reader (the CLI, while a server runs) only skips it.
 - One writer per workspace: the writer holds an exclusive ``flock`` on the journal for as long as it is open.
@@ -15,7 +18,8 @@ Rules:
   first write after the last barrier (a thread owned by the journal, joined on ``close``), or inline for every
   write with ``fsync=True``.
 - At open, a journal holding far more records than keys is rewritten as one ``set`` per key (``created`` kept),
-  the new file locked before it replaces the old one.
+  the new file locked and fsynced before it replaces the old one, and the directory fsynced after, so the
+  rename itself survives a crash.
 - Files are the owner's only (0600, directories 0700). Log lines name operations and sizes, never contents.
 """
 
@@ -123,6 +127,21 @@ def check_tags(tags: object) -> tuple[str, ...]:
 _WORD = re.compile(r"[a-z0-9]+")
 
 
+def fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable (the directory's entry is what a crash would otherwise lose)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        log.warning("memory directory %s: not synced (%s)", path, exc)
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        log.warning("memory directory %s: not synced (%s)", path, exc)
+    finally:
+        os.close(fd)
+
+
 class Journal:
     def __init__(self, path: Path | None, *, fsync: bool = False, barrier_delay: float = 1.0):
         self.path = path
@@ -134,6 +153,8 @@ class Journal:
         self.persistent = False
         self.why_not: str | None = "memory only: no journal file"
         self._fd: int | None = None
+        self._closed = False
+        self._torn: int | None = None  # where the file must be cut back to before the next record (a failed cut)
         self._cond = threading.Condition()
         self._due: float | None = None
         self._closing = False
@@ -196,6 +217,11 @@ class Journal:
                 log.error("memory journal %s: final fsync failed: %s", self.path, exc)
             os.close(self._fd)
             self._fd = None
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # -- reading -------------------------------------------------------------------------------------------
     def get(self, key: str) -> Record | None:
@@ -262,10 +288,16 @@ class Journal:
         return True
 
     def _write(self, record: dict) -> None:
+        if self._closed:
+            raise WriteFailed(errno.EBADF, "the memory journal is closed")
         if self._fd is not None:
             line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8",
                                                                                                   "surrogatepass")
+            start = self._torn if self._torn is not None else os.lseek(self._fd, 0, os.SEEK_END)
             try:
+                if self._torn is not None:
+                    os.ftruncate(self._fd, self._torn)
+                    self._torn = None
                 view = memoryview(line)
                 while view:
                     view = view[os.write(self._fd, view):]
@@ -274,11 +306,24 @@ class Journal:
             except OSError as exc:
                 log.error("memory journal %s: a %s record of %d bytes could not be written: %s", self.path,
                           record["op"], len(line), exc)
+                self._cut(start)
                 raise WriteFailed(exc.errno, f"the memory journal could not be written ({exc.strerror or exc})")
             self.lines += 1
             if not self.fsync:
                 self._schedule_barrier()
         self._apply(record)
+
+    def _cut(self, size: int) -> None:
+        """After a failed write: the file back to ``size`` bytes, so a partly written record does not run into
+        the next one. When the cut fails too, it is retried before the next record (which fails if it cannot)."""
+        try:
+            if os.fstat(self._fd).st_size > size:
+                os.ftruncate(self._fd, size)
+            self._torn = None
+        except OSError as exc:
+            self._torn = size
+            log.error("memory journal %s: a partly written record could not be cut off (%s); writes are refused "
+                      "until it can", self.path, exc)
 
     def _compact(self) -> None:
         """Rewrite the journal as one record per key (at open, when it holds far more records than keys). The
@@ -305,6 +350,7 @@ class Journal:
             os.close(fd)
             log.warning("memory journal %s: not compacted (%s)", self.path, exc)
             return
+        fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = fd
         log.info("memory journal %s: compacted from %d records to %d", self.path, self.lines, len(records))

@@ -219,7 +219,8 @@ class MemoryEngine:
         if memory.config.consolidate > 0:
             from .consolidate import Consolidator
 
-            self.consolidator = Consolidator(engine, memory.config.consolidate, poll=min(1.0, memory.config.consolidate / 4))
+            self.consolidator = Consolidator(engine, memory, memory.config.consolidate,
+                                             poll=min(1.0, memory.config.consolidate / 4))
 
     async def background(self) -> None:
         """What runs between requests for as long as the server serves: consolidation."""
@@ -250,11 +251,12 @@ class MemoryEngine:
             async with self.inner.session(req, keepalive) as events:
                 yield events
             return
-        async with self.inner.session(mem.augment(req), keepalive) as first:
-            events = MemoryEvents(self.inner, mem, first, keepalive)
-            try:
-                yield events
-            finally:
-                await events.aclose()
-            if self.consolidator is not None:
-                self.consolidator.seen(mem, req, "".join(events.answer))
+        with self.memory.hold(mem.scope):  # its journal stays open (not evicted) while the request runs
+            async with self.inner.session(mem.augment(req), keepalive) as first:
+                events = MemoryEvents(self.inner, mem, first, keepalive)
+                try:
+                    yield events
+                finally:
+                    await events.aclose()
+                if self.consolidator is not None:
+                    self.consolidator.seen(mem, req, "".join(events.answer))

@@ -3,8 +3,14 @@
 Rules:
 - The journal of a scope lives at ``<dir>/<namespace>/<user>/<workspace id>/journal.ndjson``; every directory
   the server creates under ``<dir>`` is the owner's only (0700).
-- A workspace's journal is opened (locked, replayed) the first time a request needs it and held until
-  ``close()``; the launch directory's is opened at start.
+- A workspace's journal is opened (locked, replayed) the first time a request needs it; the launch
+  directory's is opened at start. At most ``max_open`` journals are open: past that, the least recently used
+  one that no request holds is closed (its lock released), and opened again (replayed) when a request needs it.
+  A request holds its journal from its session's start to its end (``hold``); while every open journal is
+  held, one more is opened beyond the cap and the log says so.
+- A forced call (``tool_choice`` required, Anthropic's ``any``, a tool by name, ``allowed_tools``) is the
+  client's: that request is offered no memory tools, so no memory call can stand in for the call it forces;
+  its fragment says memory is shown, not reachable, and is not kept for the conversation.
 - A session is one request's view: its scope, its journal, the tools offered and the bootstrap fragment.
 - A conversation (known by its system prompt and first turn) keeps the fragment of its first request for its
   later ones, so a write does not move its prompt prefix (and defeat the prompt cache); a new conversation
@@ -17,8 +23,10 @@ import hashlib
 import logging
 import os
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from ..chat_request import ChatRequest, Message, Tool
 from . import fragment, tools
@@ -42,6 +50,7 @@ class MemoryConfig:
     barrier_delay: float = 1.0
     consolidate: float = 30.0  # seconds a workspace is quiet before its conversation is consolidated; 0: never
     home: str | None = None  # None: the user's home (refused as a workspace, with its parent)
+    max_open: int = 64  # journals open at once (each holds a file and a lock); idle ones are closed beyond it
 
 
 def journal_path(directory: Path, scope: Scope) -> Path:
@@ -68,11 +77,17 @@ def opening(req: ChatRequest) -> str:
     return digest.hexdigest()
 
 
+def forced(req: ChatRequest) -> bool:
+    """The request forces a call (or limits calls to tools it names): only a client tool may answer it."""
+    return req.tool_choice == "required" or bool(req.tool_names)
+
+
 class MemorySession:
-    def __init__(self, scope: Scope, journal: Journal, config: MemoryConfig, fragment_text: str | None = None):
+    def __init__(self, scope: Scope, journal: Journal, config: MemoryConfig, fragment_text: str | None = None,
+                 offer_tools: bool = True):
         self.scope = scope
         self.journal = journal
-        self.tools: tuple[Tool, ...] = tools.definitions(config.tools)
+        self.tools: tuple[Tool, ...] = tools.definitions(config.tools) if offer_tools else ()
         self.names = frozenset(t.name for t in self.tools)
         self.rounds = config.rounds
         self.fragment = fragment_text or fragment.bootstrap(journal, os.path.basename(scope.path) or scope.path,
@@ -100,7 +115,8 @@ class Memory:
     def __init__(self, config: MemoryConfig):
         self.config = config
         self.user = config.user or os_user()
-        self.journals: dict[tuple[str, str, str], Journal] = {}
+        self.journals: OrderedDict[tuple[str, str, str], Journal] = OrderedDict()  # least recently used first
+        self.holders: dict[tuple[str, str, str], int] = {}
         self.fragments: OrderedDict[tuple, str] = OrderedDict()
         launch = derive(ChatRequest(model="", messages=()), config.launch_dir, config.namespace, self.user,
                         config.home)
@@ -110,8 +126,9 @@ class Memory:
                  ", fsync on every write" if config.fsync else "")
 
     def journal(self, scope: Scope) -> Journal:
+        """The scope's open journal (opened, or opened again, when it is not), now the most recently used."""
         j = self.journals.get(scope.parts)
-        if j is None:
+        if j is None or j.closed:
             try:
                 make_private_dirs(Path(self.config.directory), scope.parts)
             except OSError as exc:
@@ -119,7 +136,39 @@ class Memory:
             j = Journal.open(journal_path(self.config.directory, scope), scope.path, fsync=self.config.fsync,
                              barrier_delay=self.config.barrier_delay)
             self.journals[scope.parts] = j
+            self._evict(keep=scope.parts)
+        self.journals.move_to_end(scope.parts)
         return j
+
+    def _evict(self, keep: tuple[str, str, str]) -> None:
+        """Close the least recently used journals no request holds, down to ``max_open``."""
+        over = len(self.journals) - max(1, self.config.max_open)
+        for parts in list(self.journals):
+            if over <= 0:
+                return
+            if parts == keep or self.holders.get(parts):
+                continue
+            self.journals.pop(parts).close()
+            over -= 1
+            log.info("memory journal of %s closed (the least recently used of more than %d open)", "/".join(parts),
+                     self.config.max_open)
+        if over > 0:
+            log.warning("memory: %d journals are open, %d over the cap of %d: every one is in use",
+                        len(self.journals), over, self.config.max_open)
+
+    @contextmanager
+    def hold(self, scope: Scope) -> Iterator[Journal]:
+        """The scope's journal, kept open (never evicted) until the block ends."""
+        j = self.journal(scope)
+        self.holders[scope.parts] = self.holders.get(scope.parts, 0) + 1
+        try:
+            yield j
+        finally:
+            left = self.holders[scope.parts] - 1
+            if left:
+                self.holders[scope.parts] = left
+            else:
+                del self.holders[scope.parts]
 
     def session(self, req: ChatRequest) -> MemorySession | None:
         if not req.memory or req.fast or req.prompt is not None:  # a raw prompt has no system turn, no tools
@@ -127,6 +176,8 @@ class Memory:
         scope = derive(req, self.config.launch_dir, self.config.namespace, self.user, self.config.home)
         if scope is None:
             return None
+        if forced(req):
+            return MemorySession(scope, self.journal(scope), self.config, offer_tools=False)
         # A conversation keeps the fragment of its first request: what memory held then, so its prompt prefix
         # does not move when the model writes (it finds new facts with the tools). A new conversation gets
         # the listing as it is now.

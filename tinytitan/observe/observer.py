@@ -5,7 +5,8 @@ Rules:
 - One record per HTTP request (``request(scope, send)`` wraps the ASGI call); it is final once the response
   is fully sent (a stream included) or the client hung up.
 - A line at info per request: method, path, status, protocol, model, tokens, TTFT, duration, client, number
-  of tools; tool names at debug. Never prompt or answer text (records hold none).
+  of tools, and for a refused or failed request why (``error=`` its code, ``param=`` the field it names); tool
+  names at debug. Never prompt or answer text (records hold none).
 - The window keeps the last ``WINDOW`` generations: requests that ran the model, and POSTs to a protocol's
   routes that were refused (a client's bad request is worth seeing). The rest stays out: the shared routes
   (the dashboard's own traffic, health checks, scrapes) and a protocol's lookups (an Ollama UI polling
@@ -110,6 +111,12 @@ class Observer:
         if turn.protocol not in QUIET_PROTOCOLS:
             self.push_state()
 
+    def refused(self, code: str, param: str | None) -> None:
+        """The request being answered is answered with an error: its code (else type) and the field it names."""
+        turn = current_turn.get()
+        if turn is not None:
+            turn.error, turn.error_param = code, param
+
     def end(self, turn: Turn) -> None:
         if not turn.routed:  # it failed before the framework matched it: its route, matched here once
             turn.route, turn.protocol = self._route(turn.method, turn.path)
@@ -152,6 +159,10 @@ class Observer:
                       f"tools={len(turn.tool_names)}")
         else:
             detail = ""
+        if turn.error:
+            detail += f" error={_printable(turn.error[:100])}"
+            if turn.error_param:
+                detail += f" param={_printable(turn.error_param[:200])}"
         path = _printable(turn.path)
         log.info("%s %s %s %s%s duration=%s client=%s ua=%s", turn.method, path, turn.status, turn.protocol,
                  detail, _secs(turn.duration), json.dumps(turn.client), json.dumps(turn.user_agent[:200]))

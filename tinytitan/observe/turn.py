@@ -24,6 +24,7 @@ from ..events import (Failed, Finished, ReasoningDelta, Started, TextDelta, Timi
 current_turn: contextvars.ContextVar["Turn | None"] = contextvars.ContextVar("tinytitan_turn", default=None)
 
 _FIRST_OUTPUT = (ReasoningDelta, TextDelta, ToolCallStarted)
+PARTS_OF_STEPS = frozenset({"grammar_mask_s"})  # Timing fields already counted inside another step's time
 
 
 @dataclass
@@ -50,6 +51,8 @@ class Turn:
     reasoning_tokens: int = 0
     first_output_at: float | None = None
     stop_reason: str | None = None
+    error: str | None = None  # why it was refused or failed: the error's code (else its type), as the client saw it
+    error_param: str | None = None  # the field the error names, where it names one
     timing: Timing | None = None
     duration: float | None = None
     on_change: Any = None  # called when the queue may have moved (the observer's live push)
@@ -72,6 +75,7 @@ class Turn:
             self.timing = ev.timing
         elif isinstance(ev, Failed):
             self.stop_reason = "error"
+            self.error = ev.type
 
     def cancelled(self) -> None:
         """The client left before Finished: the tokens decoded for it still count (read once the session
@@ -100,7 +104,9 @@ class Turn:
             return None
         parts = dataclasses.asdict(t)
         parts["cached_tokens"] = self.cached_tokens
-        spent = sum(v for k, v in parts.items() if k.endswith("_s") and v)
+        # the steps, each once: the grammar mask runs inside prefill and decode steps, so it is a part of
+        # their time, not a step beside them
+        spent = sum(v for k, v in parts.items() if k.endswith("_s") and k not in PARTS_OF_STEPS and v)
         parts["total_s"] = self.duration
         # what the engine's steps do not cover: HTTP, validation, the protocol machine, sending
         parts["other_s"] = None if self.duration is None else max(self.duration - spent, 0.0)

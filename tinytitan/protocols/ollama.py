@@ -254,7 +254,7 @@ class Ollama(Protocol):
     async def version(self, call: Call) -> Reply:
         return Reply({"version": self.spec.extra["version"]})
 
-    async def unsupported(self, call: Call) -> Reply:
+    async def unsupported(self, call: Call, **_path_args) -> Reply:
         raise ApiError("not_implemented", f"{call.method} {call.path} is not supported: this server serves the "
                        "MLX models it was started with (no pulling, pushing, creating, copying or deleting) and "
                        "has no embeddings", code="not_implemented")

@@ -23,7 +23,6 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from contextlib import aclosing
@@ -35,6 +34,7 @@ from ..errors import ApiError, invalid
 from ..observe.turn import note, watch
 from ..output_format import normalise
 from .. import tool_choice
+from ..speclang import template
 from ..speclang.load import compile_spec
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import RequestValidator, Validated
@@ -292,16 +292,9 @@ class OpenAIResponses(Protocol):
                            "content": [{"type": "input_text", "text": body["instructions"]}]})
         output.append({"id": new_id("cmp_"), "type": "compaction",
                        "encrypted_content": compaction.encode(summary.text, summary.mode, model_id)})
-        u = summary.usage
-        return Reply({
-            "id": new_id("resp_"), "object": "response.compaction", "created_at": int(time.time()),
-            "output": output,
-            "usage": {"input_tokens": u.prompt_tokens,
-                      "input_tokens_details": {"cached_tokens": u.cached_tokens, "cache_write_tokens": 0},
-                      "output_tokens": u.completion_tokens,
-                      "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
-                      "total_tokens": u.total_tokens},
-        })
+        return Reply(template.render(self.spec.extra["compact_response"], {  # its shape is the spec's
+            "id": new_id("resp_"), "created_at": int(time.time()), "output": output,
+            "ev": SimpleNamespace(usage=summary.usage)}, self.spec.maps))
 
     async def trace_summarize(self, call: Call) -> Reply:
         """Codex's memories: each trace summarised (see extra.trace_summarize_request)."""
@@ -328,10 +321,9 @@ class OpenAIResponses(Protocol):
 
     async def retrieve(self, call: Call, response_id: str) -> Reply:
         rec = self.stored(response_id)
-        stream = call.query.get("stream", "false").lower() == "true"
-        if not stream:
+        if not call.args["stream"]:
             return Reply(rec.response)
-        after = _int_arg(call, "starting_after", -1, -1, None)
+        after = call.args["starting_after"]
 
         async def replay():
             for data in rec.events:
@@ -353,16 +345,12 @@ class OpenAIResponses(Protocol):
 
     async def input_items(self, call: Call, response_id: str) -> Reply:
         rec = self.stored(response_id)
-        limit = _int_arg(call, "limit", 20, 1, 100)
-        order = call.query.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise invalid(f"Invalid value for 'order': {json.dumps(order)} is not one of ['asc', 'desc']",
-                          param="order", code="invalid_value")
+        limit, order = call.args["limit"], call.args["order"]  # typed and bounded by the route's query table
         items = list(rec.input) if order == "asc" else list(reversed(rec.input))
         ids = [i.get("id") for i in items]
 
         def cursor(name: str) -> int | None:
-            value = call.query.get(name)
+            value = call.args[name]
             if value is None:
                 return None
             if value not in ids:
@@ -380,17 +368,3 @@ class OpenAIResponses(Protocol):
             "limit": limit, "order": order,
         })
 
-
-def _int_arg(call: Call, name: str, default: int, low: int, high: int | None) -> int:
-    raw = call.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise invalid(f"Invalid type for '{name}': expected an integer, got {json.dumps(raw)}", param=name,
-                      code="invalid_type") from None
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise invalid(f"Invalid value for '{name}': {value} (must be {bound})", param=name, code="invalid_value")
-    return value

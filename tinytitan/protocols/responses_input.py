@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 
 from .. import custom_tools
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import invalid
 from . import compaction
+from .base import new_id
 
 log = logging.getLogger("tinytitan.responses")
 
@@ -38,10 +38,6 @@ ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": 
 
 def flat_name(namespace: str, name: str, sep: str = DEFAULT_SEPARATOR) -> str:
     return f"{namespace.rstrip('_')}{sep}{name}"
-
-
-def _new_id(prefix: str) -> str:
-    return prefix + uuid.uuid4().hex[:24]
 
 
 def parts_text(content) -> str:
@@ -76,7 +72,7 @@ def normalise_input(value) -> list[dict]:
         elif kind == "compaction":
             compaction.decode(item["encrypted_content"], f"input[{i}].encrypted_content")
         if kind not in ("item_reference", "compaction_trigger") and not isinstance(item.get("id"), str):
-            item["id"] = _new_id(ID_PREFIX.get(kind, "item_"))
+            item["id"] = new_id(ID_PREFIX.get(kind, "item_"))
         items.append(item)
     return items
 

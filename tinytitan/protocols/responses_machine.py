@@ -33,7 +33,6 @@ class ResponsesState:
     closed: dict | None = None  # the item a transition just closed, with its status
     completed: bool = False
     incomplete: bool = False
-    failed: bool = False
     completed_at: int | None = None
 
 
@@ -111,10 +110,6 @@ def finish(m: Machine, ev: Finished) -> None:
     m.vars.completed_at = int(time.time())
 
 
-def fail(m: Machine, ev: Failed) -> None:
-    m.vars.failed = True
-
-
 def fold_last_response(wire: list[WireEvent], body: dict) -> dict:
     for w in reversed(wire):
         if isinstance(w.data, dict) and isinstance(w.data.get("response"), dict):
@@ -123,4 +118,4 @@ def fold_last_response(wire: list[WireEvent], body: dict) -> dict:
 
 
 HOOKS = {"sampling": sampling, "open_reasoning": open_reasoning, "open_message": open_message, "open_call": open_call,
-         "open_compaction": open_compaction, "append": append, "close": close, "finish": finish, "fail": fail}
+         "open_compaction": open_compaction, "append": append, "close": close, "finish": finish}

@@ -33,6 +33,7 @@ class Call:
     headers: Mapping[str, str] = field(default_factory=dict)  # names lower-case
     query: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
+    args: Mapping[str, Any] = field(default_factory=dict)  # the route's declared query parameters, typed
 
     def prefers(self, *types: str) -> str:
         """The first of ``types`` the Accept header ranks highest (q-values; ties keep the order given)."""

@@ -326,3 +326,42 @@ def _without_lone_surrogates(value: Any) -> Any:
     if isinstance(value, dict):
         return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
     return value
+
+
+_TRUE, _FALSE = ("true", "1"), ("false", "0")
+
+
+def query_args(table: Mapping[str, Mapping[str, Any]] | None, raw: Mapping[str, str]) -> dict[str, Any]:
+    """A route's query parameters (its ``query`` table) from the strings sent: typed, bounded, defaults filled
+    in; a bad one is the client's 400 naming it. Parameters the table does not declare are not read."""
+    out: dict[str, Any] = {}
+    for name, rule in (table or {}).items():
+        text = raw.get(name)
+        if text is None:
+            out[name] = rule.get("default")
+            continue
+        kind = rule["type"]
+        if kind == "integer":
+            try:
+                value: Any = int(text)
+            except ValueError:
+                raise invalid(f"Invalid type for '{name}': expected an integer, got {json.dumps(text)}", param=name,
+                              code="invalid_type") from None
+            low, high = rule.get("min"), rule.get("max")
+            if (low is not None and value < low) or (high is not None and value > high):
+                bound = (f"between {low} and {high}" if low is not None and high is not None
+                         else f"at least {low}" if low is not None else f"at most {high}")
+                raise invalid(f"Invalid value for '{name}': {value} (must be {bound})", param=name,
+                              code="invalid_value")
+        elif kind == "boolean":
+            if text.lower() not in _TRUE + _FALSE:
+                raise invalid(f"Invalid type for '{name}': expected a boolean (true or false), got {json.dumps(text)}",
+                              param=name, code="invalid_type")
+            value = text.lower() in _TRUE
+        else:
+            value = text
+        if "enum" in rule and value not in rule["enum"]:
+            raise invalid(f"Invalid value for '{name}': {json.dumps(value)} is not one of {rule['enum']}", param=name,
+                          code="invalid_value")
+        out[name] = value
+    return out

@@ -1,0 +1,106 @@
+"""The spec holds the truth: what Python used to keep its own copy of — Messages' ``thinking.type`` and
+``output_config.effort`` lists, the compact route's usage, the Responses lookups' query parameters — is read
+from the YAML alone. Each test makes a YAML-only edit (the text of a copy of ``spec/``, nothing else) and
+shows the server change with it."""
+
+from __future__ import annotations
+
+import shutil
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from sse import parse_sse
+from tinytitan.speclang.load import spec_dir
+
+MODEL = "tinytitan-scripted"
+ANTHROPIC = {"anthropic-version": "2023-06-01"}
+
+
+@pytest.fixture
+def edited_specs(tmp_path):
+    """``edit(file, old, new)`` replaces text in a copy of the shipped spec directory (``old`` must be there
+    exactly once, so an edit cannot silently miss); the directory is returned for ``serve(spec_dir=…)``."""
+    for p in spec_dir().glob("*.yaml"):
+        shutil.copy(p, tmp_path / p.name)
+
+    def edit(name: str, old: str, new: str):
+        path = tmp_path / name
+        text = path.read_text()
+        assert text.count(old) == 1, (name, old)
+        path.write_text(text.replace(old, new))
+        return tmp_path
+
+    return edit
+
+
+async def test_thinking_types_and_effort_levels_are_the_specs(serve, edited_specs):
+    edited_specs("anthropic_messages.yaml", "{enum: [enabled, disabled, adaptive, between_tools]}",
+                 "{enum: [enabled, disabled, adaptive, between_tools, sometimes]}")
+    specs = edited_specs("anthropic_messages.yaml", "{enum: [low, medium, high, xhigh, max]}",
+                         "{enum: [low, medium, high, xhigh, max, ultra]}")
+    stock, edited = await serve(["ok"]), await serve(["ok"], spec_dir=specs, strict=False)
+    body = {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    for extra, param in (({"thinking": {"type": "sometimes"}}, "thinking.type"),
+                         ({"output_config": {"effort": "ultra"}}, "output_config.effort")):
+        async with anthropic.AsyncAnthropic(base_url=stock.base, api_key="x", max_retries=0) as c:
+            with pytest.raises(anthropic.BadRequestError) as caught:
+                await c.messages.create(**body, extra_body=extra)
+            assert param in caught.value.body["error"]["message"]
+        async with httpx.AsyncClient() as h:
+            r = await h.post(edited.url("/v1/messages"), json={**body, **extra}, headers=ANTHROPIC)
+        assert r.status_code == 200, r.text
+        assert r.json()["content"][0]["text"] == "ok"
+
+
+async def test_the_usage_of_a_response_and_of_a_compaction_is_one_mapping(serve, edited_specs):
+    """The stream's terminal events and POST /v1/responses/compact write usage from one YAML mapping: an
+    edit to it shows in both."""
+    specs = edited_specs("openai_responses.yaml", "cache_write_tokens: 0}", "cache_write_tokens: 7}")
+    stock, edited = await serve(["ok", "A summary."]), await serve(["ok", "A summary."], spec_dir=specs, strict=False)
+    async with openai.AsyncOpenAI(base_url=stock.url("/v1"), api_key="x", max_retries=0) as c:
+        r = await c.responses.create(model=MODEL, input="hi", store=False)
+        compacted = await c.responses.compact(model=MODEL, input=[
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}])
+    assert r.usage.input_tokens_details.cache_write_tokens == 0
+    assert compacted.usage.input_tokens_details.cache_write_tokens == 0
+    assert compacted.usage.input_tokens > 0 and compacted.usage.total_tokens == \
+        compacted.usage.input_tokens + compacted.usage.output_tokens
+    async with httpx.AsyncClient(timeout=30) as h:
+        streamed = await h.post(edited.url("/v1/responses"), json={"model": MODEL, "input": "hi", "stream": True})
+        compact = await h.post(edited.url("/v1/responses/compact"), json={"model": MODEL, "input": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]})
+    (_, completed), = [e for e in parse_sse(streamed.text) if e[0] == "response.completed"]
+    assert completed["response"]["usage"]["input_tokens_details"]["cache_write_tokens"] == 7
+    assert compact.json()["usage"]["input_tokens_details"]["cache_write_tokens"] == 7
+    assert compact.json()["object"] == "response.compaction"
+
+
+async def test_query_parameters_are_the_routes_table(serve, edited_specs):
+    specs = edited_specs("openai_responses.yaml", "limit: {type: integer, min: 1, max: 100, default: 20}",
+                         "limit: {type: integer, min: 1, max: 3, default: 2}")
+    stock, edited = await serve(["ok"]), await serve(["ok"], spec_dir=specs, strict=False)
+    turns = [{"role": "user", "content": f"turn {i}"} for i in range(5)]
+    pages = {}
+    for name, s in (("stock", stock), ("edited", edited)):
+        async with httpx.AsyncClient(timeout=30) as h:
+            r = await h.post(s.url("/v1/responses"), json={"model": MODEL, "input": turns})
+            rid = r.json()["id"]
+            items = await h.get(s.url(f"/v1/responses/{rid}/input_items"))
+            over = await h.get(s.url(f"/v1/responses/{rid}/input_items"), params={"limit": 4})
+            bad_order = await h.get(s.url(f"/v1/responses/{rid}/input_items"), params={"order": "sideways"})
+            bad_stream = await h.get(s.url(f"/v1/responses/{rid}"), params={"stream": "yes"})
+            replay = await h.get(s.url(f"/v1/responses/{rid}"), params={"stream": "true", "starting_after": 1})
+        pages[name] = (items.json(), over)
+        assert bad_order.status_code == 400 and bad_order.json()["error"]["param"] == "order"
+        assert "is not one of ['asc', 'desc']" in bad_order.json()["error"]["message"]
+        assert bad_stream.status_code == 400 and bad_stream.json()["error"]["param"] == "stream"
+        assert replay.status_code == 200 and replay.headers["content-type"].startswith("text/event-stream")
+        assert [d["sequence_number"] for _, d in parse_sse(replay.text)][0] == 2
+    (stock_page, stock_over), (edited_page, edited_over) = pages["stock"], pages["edited"]
+    assert (len(stock_page["data"]), stock_page["limit"]) == (5, 20) and stock_over.status_code == 200
+    assert (len(edited_page["data"]), edited_page["limit"], edited_page["has_more"]) == (2, 2, True)
+    assert edited_over.status_code == 400
+    assert edited_over.json()["error"]["message"] == "Invalid value for 'limit': 4 (must be between 1 and 3)"
