@@ -59,6 +59,7 @@ class ChatRequest:
     tool_choice: Literal["auto", "none", "required"] = "auto"  # required: enforced by a grammar
     tool_names: tuple[str, ...] = ()  # the tools a call may name (empty: any tool offered)
     parallel_tool_calls: bool = True
+    max_tool_calls: int | None = None  # Responses' max_tool_calls: at most this many calls in the turn
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -78,6 +79,13 @@ class ChatRequest:
     fast: bool = False  # the "<id>-fast" chat-only path: scaffolding stripped
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
+
+    @property
+    def call_limit(self) -> int | None:
+        """The most tool calls this turn may make (None: no limit): one without parallel calls, and never
+        more than ``max_tool_calls``."""
+        limits = [n for n in (None if self.parallel_tool_calls else 1, self.max_tool_calls) if n is not None]
+        return min(limits) if limits else None
 
     def with_(self, **changes) -> "ChatRequest":
         return replace(self, **changes)

@@ -24,6 +24,7 @@ from .raw import VerbatimParser
 from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
+from .call_limit import CallLimit
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
 from .structured.harmony import answer_grammar as harmony_answer
 from .structured.tool_calls import auto_call_grammar, check_custom_grammar, forced_call_grammar
@@ -86,7 +87,8 @@ class Backend(ABC):
         if req.prompt is not None:  # a raw prompt: the model's text as written, markers and all
             return VerbatimParser()
         calls = bool(req.tools) and req.tool_choice != "none" and req.grammar is None
-        return self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls)
+        parser = self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls)
+        return CallLimit(parser, req.call_limit) if calls and req.call_limit is not None else parser
 
     @property
     def template_reasoning(self) -> TemplateReasoning:
@@ -211,12 +213,12 @@ class Backend(ABC):
         grammar = req.grammar
         if grammar is not None and self.family.harmony:  # its answer is the final channel's message
             grammar = harmony_answer(grammar, self.tokenizer.get_vocab())
+        calls = True if req.call_limit is None else req.call_limit  # how many calls the grammar admits
         if grammar is None and req.tool_choice == "required":
-            grammar = forced_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
-                                          self.tokenizer.get_vocab())
+            grammar = forced_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab())
         elif grammar is None and req.tool_choice == "auto" and req.tools:
-            grammar = auto_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
-                                        self.tokenizer.get_vocab(), start_in_reasoning)
+            grammar = auto_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab(),
+                                        start_in_reasoning)
         if grammar is None:
             return None
         return compile_grammar(grammar, self.tokenizer, getattr(self, "vocab_size", None))

@@ -82,18 +82,26 @@ def _call_rules(tools: list[Tool], key: str, loose: bool = False, named: str | N
     return "call: " + " | ".join(alternatives), rules
 
 
-def _blocks(family, tools: list[Tool], parallel: bool, vocab: dict, loose: bool = False) -> list[str]:
-    """The rule ``blocks`` (one call, or several where parallel calls are allowed) in the family's markup,
-    and the rules it uses. ``loose``: a function tool that is not strict takes any arguments."""
+def _more(item: str, parallel: bool | int) -> str:
+    """What may follow a first call: any number more (``parallel`` True), none (False, 1), or up to N - 1."""
+    if parallel is True:
+        return f" ({item})*"
+    extra = int(parallel or 1) - 1
+    return f" ({item}){{0,{extra}}}" if extra > 0 else ""
+
+
+def _blocks(family, tools: list[Tool], parallel: bool | int, vocab: dict, loose: bool = False) -> list[str]:
+    """The rule ``blocks`` (one call; any number where parallel calls are allowed; at most N where ``parallel``
+    is a number) in the family's markup, and the rules it uses. ``loose``: a function tool that is not strict
+    takes any arguments."""
     markup = family.markup
     open_ = _marker(markup.tool_open, vocab)
     if markup.body == "mistral":
         if "[ARGS]" in vocab:
             call, rules = _call_rules(tools, "arguments", loose, named=_marker("[ARGS]", vocab))
-            return [f"blocks: {open_} call ({open_} call)*" if parallel else f"blocks: {open_} call", call, *rules]
+            return [f"blocks: {open_} call" + _more(f"{open_} call", parallel), call, *rules]
         call, rules = _call_rules(tools, "arguments", loose)
-        return [f'blocks: {open_} "[" call ("," call)* "]"' if parallel else f'blocks: {open_} "[" call "]"',
-                call, *rules]
+        return [f'blocks: {open_} "[" call' + _more('"," call', parallel) + ' "]"', call, *rules]
     if markup.body in TAGS:
         call, rules = tag_call_rules(markup.body, tools, vocab, loose)
     elif markup.body == "pythonic":
@@ -104,19 +112,20 @@ def _blocks(family, tools: list[Tool], parallel: bool, vocab: dict, loose: bool 
         return [f"blocks: {open_} call", call, *rules]
     inner = "call" if markup.body == "kv" else '"\\n" call "\\n"'  # GLM: the name right after the marker
     block = f"block: {open_} {inner} {_marker(markup.tool_close, vocab)}"
-    return ['blocks: block ("\\n" block)*' if parallel else "blocks: block", block, call, *rules]
+    return ["blocks: block" + _more('"\\n" block', parallel), block, call, *rules]
 
 
 AUTO_BODIES = ("json", "mistral", *TAGS)  # where free text and a masked call can stand side by side
 
 
-def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
+def auto_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: dict,
                       start_in_reasoning: bool) -> Grammar | None:
     """Under ``tool_choice: auto``: free text (and a thought) as the model likes, but once it opens a call,
-    the call is held to the tool's grammar — a strict function's schema, a custom tool's input grammar.
-    None (logged) when no tool asks for that, or the family's markers are not single tokens (free text could
-    then spell them), or its call markup has no grammar here for such tools."""
-    if not any(t.strict or t.input_grammar is not None for t in tools):
+    the call is held to the tool's grammar — a strict function's schema, a custom tool's input grammar —
+    and a limit on calls (``parallel`` False or a number) ends the turn after the last one allowed.
+    None (logged) when no tool and no limit asks for that, or the family's markers are not single tokens
+    (free text could then spell them), or its call markup has no grammar here for such tools."""
+    if not any(t.strict or t.input_grammar is not None for t in tools) and parallel is True:
         return None
     markup = family.markup
     markers = [markup.tool_open] + ([markup.tool_close] if markup.tool_close else []) if markup is not None else []
@@ -143,7 +152,7 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
     return Grammar("lark", "\n".join(heads + ["TEXT: /(?s:.+)/"] + blocks), where="tools")
 
 
-def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict) -> Grammar:
+def forced_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: dict) -> Grammar:
     markup = family.markup
     if markup is not None and (markup.body not in ("json", "mistral", "pythonic", *TAGS) or not markup.tool_open):
         raise invalid(f"A forced tool call (tool_choice) cannot be enforced for this model: its family "
