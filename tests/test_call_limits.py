@@ -24,7 +24,9 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 
 
 def call(city: str) -> str:
-    return "<tool_call>\n" + json.dumps({"name": "weather", "arguments": {"city": city}}) + "\n</tool_call>"
+    """A call as the mask lets the model write it (compact JSON): a limit masks the calls (scripts are checked)."""
+    return "<tool_call>\n" + json.dumps({"name": "weather", "arguments": {"city": city}}, separators=(",", ":")) \
+        + "\n</tool_call>"
 
 
 THREE = call("Paris") + "\n" + call("Rome") + "\n" + call("Oslo") + "\nDone."
@@ -103,7 +105,6 @@ def test_the_mask_admits_no_call_past_the_limit(demo_tok, choice):
     backend = ScriptedBackend([ScriptEntry("x")], demo_tok, model_id="m")
     base = ChatRequest("m", (Message("user", "weather?"),), (Tool("weather", parameters=SCHEMA),), tool_choice=choice)
     one, two, three = call("Paris"), call("Paris") + "\n" + call("Rome"), THREE.removesuffix("\nDone.")
-    one, two, three = (t.replace(": ", ":").replace(", ", ",") for t in (one, two, three))  # compact JSON
     single = base.with_(parallel_tool_calls=False)
     assert accepts(backend, single, one) and not accepts(backend, single, two)
     capped = base.with_(max_tool_calls=2)

@@ -25,6 +25,7 @@ from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
 from .call_limit import CallLimit
+from .forced_call import ForcedCall
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
 from .structured.harmony import answer_grammar as harmony_answer
 from .structured.tool_calls import auto_call_grammar, check_custom_grammar, forced_call_grammar
@@ -88,6 +89,8 @@ class Backend(ABC):
             return VerbatimParser()
         calls = bool(req.tools) and req.tool_choice != "none" and req.grammar is None
         parser = self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls)
+        if calls and req.tool_choice == "required":  # markup cut short is an incomplete call, never text
+            parser = ForcedCall(parser, list(req.tool_names) or [t.name for t in req.tools], prepared.namespaces)
         return CallLimit(parser, req.call_limit) if calls and req.call_limit is not None else parser
 
     @property
