@@ -80,13 +80,6 @@ class ChatRequest:
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
 
-    @property
-    def call_limit(self) -> int | None:
-        """The most tool calls this turn may make (None: no limit): one without parallel calls, and never
-        more than ``max_tool_calls``."""
-        limits = [n for n in (None if self.parallel_tool_calls else 1, self.max_tool_calls) if n is not None]
-        return min(limits) if limits else None
-
     def with_(self, **changes) -> "ChatRequest":
         return replace(self, **changes)
 

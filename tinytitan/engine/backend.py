@@ -24,7 +24,7 @@ from .raw import VerbatimParser
 from .output_parser import Markup
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
-from .call_limit import CallLimit
+from .call_limit import CallLimit, call_limit
 from .forced_call import ForcedCall
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
 from .structured.harmony import answer_grammar as harmony_answer
@@ -91,7 +91,8 @@ class Backend(ABC):
         parser = self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls)
         if calls and req.tool_choice == "required":  # markup cut short is an incomplete call, never text
             parser = ForcedCall(parser, list(req.tool_names) or [t.name for t in req.tools], prepared.namespaces)
-        return CallLimit(parser, req.call_limit) if calls and req.call_limit is not None else parser
+        limit = call_limit(req)
+        return CallLimit(parser, limit) if calls and limit is not None else parser
 
     @property
     def template_reasoning(self) -> TemplateReasoning:
@@ -216,7 +217,8 @@ class Backend(ABC):
         grammar = req.grammar
         if grammar is not None and self.family.harmony:  # its answer is the final channel's message
             grammar = harmony_answer(grammar, self.tokenizer.get_vocab())
-        calls = True if req.call_limit is None else req.call_limit  # how many calls the grammar admits
+        limit = call_limit(req)
+        calls = True if limit is None else limit  # how many calls the grammar admits
         if grammar is None and req.tool_choice == "required":
             grammar = forced_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab())
         elif grammar is None and req.tool_choice == "auto" and req.tools:

@@ -18,6 +18,13 @@ from ..events import ToolCallDone, TokenEvent
 log = logging.getLogger("tinytitan.engine")
 
 
+def call_limit(req) -> int | None:
+    """The most tool calls a turn may make (None: no limit): one without parallel calls, and never more than
+    ``max_tool_calls``."""
+    limits = [n for n in (None if req.parallel_tool_calls else 1, req.max_tool_calls) if n is not None]
+    return min(limits) if limits else None
+
+
 class CallLimit:
     """An output parser that lets through at most ``limit`` tool calls, and nothing after the last."""
 
