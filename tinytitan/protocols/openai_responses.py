@@ -36,7 +36,7 @@ from ..speclang.load import compile_spec
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import RequestValidator, Validated
 from ..store.responses_store import ResponsesStore, StoredResponse
-from . import compaction
+from . import compaction, truncation
 from .base import Protocol, new_id
 from .common import place_system
 from .responses_input import normalise_input, parse_tools, to_messages
@@ -210,6 +210,9 @@ class OpenAIResponses(Protocol):
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")
         req = self.engine.apply_model(self.chat_request(v))
+        if v.body.get("truncation") == "auto":
+            req = await truncation.fit(req, self.engine.model_info(req.model)["context_window"],
+                                       self.engine.count_tokens)
         return await self.respond(v, req)
 
     @staticmethod
