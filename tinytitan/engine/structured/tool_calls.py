@@ -135,9 +135,10 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: di
     custom_in_tags = markup is not None and markup.body in TAGS and any(t.custom for t in tools)
     if markup is None or markup.body not in AUTO_BODIES or not all(m and m in vocab for m in markers) \
             or family.name in SINGLE_CALL or custom_in_tags:
-        log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s family",
-                    family.name)
-        return None
+        if any(t.strict or t.input_grammar is not None for t in tools):
+            log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s "
+                        "family", family.name)
+        return None  # a call limit alone is kept by the output parser (engine/call_limit.py)
     if thinking:
         close = f"<[{vocab[markup.think_close]}]>"
         think = f"THOUGHT? {close}" if start_in_reasoning else f"(<[{vocab[markup.think_open]}]> THOUGHT? {close})?"
