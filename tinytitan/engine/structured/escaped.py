@@ -24,7 +24,7 @@ import json
 from ...chat_request import Grammar
 from ...errors import invalid
 from . import regex_subset
-from .regex_subset import MAX_CHAR, BadRegex, Unsupported, complement
+from .regex_subset import BadRegex, Unsupported
 
 SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x08: "\\b", 0x0C: "\\f"}
 SPECIAL = set(SHORT) | set(range(0x20))
