@@ -2,9 +2,12 @@
 
 Shared by the suite (``test_fuzz_requests.py``, about a minute) and ``tools/fuzz_requests.py`` (as many
 bodies as asked, with counts). A real ``tinytitan serve --script`` runs in a subprocess; each example picks a
-route, starts from a valid request for it, and applies one to three mutations:
+route, starts from a valid request for it, and applies one to four mutations:
 
 - a field dropped, set to null, retyped (any JSON type), or duplicated (the same key twice in the text);
+- a value nested one list deeper (``"x"`` → ``["x"]``, ``["x"]`` → ``[["x"]]``: lists where strings belong);
+- an optional field the base leaves out added (``raw``, ``suffix``, ``echo`` …): with drops, the
+  combinations of missing-but-optional fields (``raw`` + ``suffix`` and no ``prompt``);
 - a literal no JSON library writes: NaN / Infinity, an integer of thousands of digits, 1e400, a string of
   100k characters, nesting thousands deep, a lone surrogate escape;
 - bytes that are not UTF-8 inside a string (a surrogate written as raw bytes, a stray continuation byte);
@@ -55,6 +58,7 @@ class Route:
     envelope: str  # openai | anthropic | ollama
     method: str = "POST"
     not_implemented: bool = False  # refused by name (501) whatever the body: a 501 is its answer, not a failure
+    optional: dict = field(default_factory=dict)  # fields the base leaves out, each with a valid value
 
     @property
     def headers(self) -> dict:
@@ -69,7 +73,8 @@ ROUTES = [
                      {"role": "assistant", "content": None, "tool_calls": [
                          {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
                      {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}, "openai"),
-    Route("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 8, "stream": False}, "openai"),
+    Route("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 8, "stream": False, "stop": ["zz"]},
+          "openai", optional={"suffix": "x", "echo": True, "stream_options": {"include_usage": True}, "seed": 1}),
     Route("/v1/responses", {
         "model": MODEL, "max_output_tokens": 20, "instructions": "be brief", "store": False, "stream": False,
         "reasoning": {"effort": "low"}, "text": {"verbosity": "low"},
@@ -91,7 +96,9 @@ ROUTES = [
     Route("/v1/messages/count_tokens", {"model": MODEL, "messages": _MSGS, "system": "s"}, "anthropic"),
     Route("/v1/models/unload", {"model": MODEL}, "openai"),
     Route("/api/chat", {"model": MODEL, "messages": _MSGS, "stream": False, "options": {"temperature": 0.2}}, "ollama"),
-    Route("/api/generate", {"model": MODEL, "prompt": "hi", "stream": False}, "ollama"),
+    Route("/api/generate", {"model": MODEL, "prompt": "hi", "stream": False}, "ollama",
+          optional={"raw": True, "suffix": "x", "system": "s", "think": True}),  # (a format the script's text
+          # cannot fit fails the request by design: engine/scripted.py)
     Route("/v1/nope", {"model": MODEL}, "openai"),
     # (append new routes here: FIXED below names routes by their place in this list)
     Route("/v1/models/load", {"model": MODEL}, "openai"),
@@ -150,6 +157,13 @@ def _set(doc, path, value):
     node[path[-1]] = value
 
 
+def _get(doc, path):
+    node = doc
+    for step in path:
+        node = node[step]
+    return node
+
+
 def _drop(doc, path):
     node = doc
     for step in path[:-1]:
@@ -194,10 +208,19 @@ def cases(draw, routes=None) -> Case:
     doc = copy.deepcopy(route.base)
     done: list[str] = []
     text_ops: list[tuple] = []
-    for _ in range(draw(st.integers(1, 3))):
-        op = draw(st.sampled_from(["drop", "retype", "null", "raw", "duplicate", "bad_bytes", "stream", "stream"]))
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["drop", "retype", "null", "raw", "nest", "optional", "duplicate", "bad_bytes",
+                                   "stream", "stream"]))
         where = list(paths(doc))
-        if op in ("drop", "retype", "null", "raw") and where:
+        if op == "optional" and route.optional:
+            key = draw(st.sampled_from(sorted(route.optional)))
+            doc[key] = copy.deepcopy(route.optional[key])
+            done.append(f"add {key}")
+        elif op == "nest" and where:
+            path = draw(st.sampled_from(where))
+            _set(doc, path, [_get(doc, path)])
+            done.append(f"nest {'.'.join(map(str, path))}")
+        elif op in ("drop", "retype", "null", "raw") and where:
             path = draw(st.sampled_from(where))
             if op == "drop":
                 _drop(doc, path)
@@ -259,6 +282,9 @@ FIXED = [
     Case(ROUTES[7], b"[]", "text/plain"),
     Case(ROUTES[4], b'{"x":"' + b"x" * (1 << 20) + b'"}', "application/json"),  # answered before the body
     Case(ROUTES[5], b'{"model":"tinytitan-scripted","max_tokens":NaN,"messages":[]}', "application/json"),
+    Case(ROUTES[1], b'{"model":"tinytitan-scripted","prompt":"hi","stop":[["x"]]}', "application/json"),
+    Case(ROUTES[9], b'{"model":"tinytitan-scripted","raw":true,"suffix":"x","stream":false}', "application/json"),
+    Case(ROUTES[9], b'{"model":"tinytitan-scripted","suffix":"x","stream":false}', "application/json"),
 ]
 
 

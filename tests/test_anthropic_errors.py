@@ -70,7 +70,6 @@ REFUSALS = [
     ({"tools": [{"name": "f", "input_schema": {}}, {"name": "f", "input_schema": {}}]}, ["unique", "tools[1]"]),
     ({"tools": "Bash"}, ["tools"]),
     ({"tool_choice": {"type": "tool"}}, ["tool_choice.name"]),
-    ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}, ["disable_parallel_tool_use", "'auto'"]),
     ({"tool_choice": {"type": "sometimes"}}, ["tool_choice.type"]),
     ({"tool_choice": "auto"}, ["tool_choice"]),
     ({"stop_sequences": [1]}, ["stop_sequences[0]"]),

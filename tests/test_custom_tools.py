@@ -27,7 +27,9 @@ MODEL = "tinytitan-scripted"
 
 
 def call_text(name: str, tool_input: str) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"input": tool_input}}) + "\n</tool_call>"
+    """A call as the mask lets the model write it (compact JSON, the input's one spelling)."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"input": tool_input}}, separators=(",", ":"),
+                                         ensure_ascii=False) + "\n</tool_call>"
 
 
 def matches(tokenizer, grammar_text: str, text: str) -> bool:

@@ -231,7 +231,9 @@ def test_apply_patch_round_trip(tmp_path):
     (tmp_path / "work" / "hello.txt").write_text("hello\n")
     catalog = tmp_path / "catalog.json"
     catalog.write_text(json.dumps({"models": [catalog_entry("tinytitan-scripted")]}))
-    call = ('<tool_call>\n{"name": "apply_patch", "arguments": {"input": ' + json.dumps(PATCH) + "}}\n</tool_call>")
+    # as the mask lets the model write it: compact JSON, the input's one spelling
+    call = ('<tool_call>\n{"name":"apply_patch","arguments":{"input":' + json.dumps(PATCH, ensure_ascii=False)
+            + "}}\n</tool_call>")
     script = [call, "hello.txt is patched."]
     result, requests, model = run_scenario(script, "patch hello.txt", tmp_path, tmp_path / "trace.jsonl",
                                            codex_args=["-c", f"model_catalog_json={json.dumps(str(catalog))}"])

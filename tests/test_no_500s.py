@@ -12,7 +12,8 @@ import pytest
 import strict
 from request_fuzz import paths
 
-ODD_VALUES = [None, 0, -1, 1.5, "", "x", True, [], [1], {}, {"type": "text"}, [None], [{"type": None}]]
+# [["x"]]: a list nested where a list of strings belongs (found `stop` on /v1/completions unchecked)
+ODD_VALUES = [None, 0, -1, 1.5, "", "x", True, [], [1], {}, {"type": "text"}, [None], [{"type": None}], [["x"]]]
 
 BASES = {
     "/v1/chat/completions": {
@@ -52,6 +53,7 @@ BASES = {
                       "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
                      {"role": "tool", "content": "ok", "tool_name": "f"}],
     },
+    "/v1/completions": {"model": "tinytitan-scripted", "prompt": "hi", "max_tokens": 5, "stop": ["zz"], "seed": 1},
     "/api/generate": {
         "model": "tinytitan-scripted", "prompt": "hi", "system": "s", "stream": True, "raw": False,
         "options": {"seed": 3, "num_predict": 5},

@@ -14,7 +14,7 @@ import trio
 from pydantic import BaseModel, ConfigDict
 
 from backends import Recording
-from tinytitan.engine.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, ScriptEntry
+from tinytitan.engine.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, ScriptEntry, demo_tokenizer
 
 MODEL = "tinytitan-scripted"
 WEATHER = {"type": "function", "function": {
@@ -102,6 +102,24 @@ async def test_generate_refuses_fill_in_the_middle_where_the_model_has_no_tokens
     with pytest.raises(ollama.ResponseError) as err:
         await client(s).generate(model=MODEL, prompt="def f(", suffix="    return x")
     assert err.value.status_code == 400 and "'suffix'" in err.value.error
+
+
+async def test_a_suffix_without_a_prompt_is_refused_by_name_or_filled_in(serve):
+    # "raw" + "suffix" and no "prompt": once a 500 (an empty conversation reached the chat template)
+    s = await serve(["x"])
+    async with httpx.AsyncClient() as h:
+        for body in ({"raw": True, "suffix": "x"}, {"suffix": "x"}, {"raw": True, "suffix": "x", "system": "s"}):
+            r = await h.post(s.url("/api/generate"), json={"model": MODEL, "stream": False, **body})
+            assert r.status_code == 400 and "'suffix'" in r.json()["error"], (body, r.text)
+        r = await h.post(s.url("/api/generate"), json={"model": MODEL, "stream": False, "raw": True})
+        assert r.status_code == 200 and r.json()["done_reason"] == "load"  # nothing to continue: a load
+    tok = demo_tokenizer()  # a fresh copy with fill-in-the-middle tokens: the gap after an empty prefix
+    tok._tokenizer.add_special_tokens({"additional_special_tokens": ["<|fim_prefix|>", "<|fim_suffix|>",
+                                                                      "<|fim_middle|>"]})
+    backend = Recording([ScriptEntry("def f():")], tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    r = await client(s).generate(model=MODEL, raw=True, suffix="    return 1\n")
+    assert r.response == "def f():" and backend.prompts == ["<|fim_prefix|><|fim_suffix|>    return 1\n<|fim_middle|>"]
 
 
 async def test_model_routes(serve):

@@ -123,6 +123,7 @@ PATHS = {
     "text": (None, ["Started", "TextDelta"]), "call": (None, ["Started", "ToolCallStarted"]),
     "end": (None, ["Started", "Finished"]), "compact_start": ("compaction", []),
     "compacting": ("compaction", ["Started"]),
+    "precompact_start": ("compacted", []), "precompacting": ("compacted", ["Started"]),
 }
 
 
@@ -162,6 +163,15 @@ def test_every_pair_has_a_row_or_raises(proto, state, event):
     assert len(names) <= len(row.get("emit", []))
     seqs = [w.data["sequence_number"] for w in m.history]
     assert seqs == list(range(len(seqs)))
+
+
+def test_compacted_entry_puts_the_compaction_item_before_the_reply(proto):
+    m = machine_at(proto, "precompact_start")
+    wire = run_all(m, [Started(9), TextDelta("the summary"), Started(5), TextDelta("Hi."),
+                       Finished("stop", Usage(5, 0, 2, 0))])
+    out = wire[-1].data["response"]["output"]
+    assert [o["type"] for o in out] == ["compaction", "message"] and out[0]["encrypted_content"]
+    assert wire[-1].data["type"] == "response.completed"
 
 
 def test_compaction_entry_emits_one_compaction_item(proto):

@@ -59,6 +59,7 @@ class ChatRequest:
     tool_choice: Literal["auto", "none", "required"] = "auto"  # required: enforced by a grammar
     tool_names: tuple[str, ...] = ()  # the tools a call may name (empty: any tool offered)
     parallel_tool_calls: bool = True
+    max_tool_calls: int | None = None  # Responses' max_tool_calls: at most this many calls in the turn
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None

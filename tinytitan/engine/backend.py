@@ -23,6 +23,8 @@ from .families import Family, detect, template_source
 from .raw import VerbatimParser
 from .prompt import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
+from .call_limit import CallLimit, call_limit
+from .forced_call import ForcedCall
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
 from .structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
 
@@ -93,7 +95,11 @@ class Backend(ABC):
         if req.prompt is not None:  # a raw prompt: the model's text as written, markers and all
             return VerbatimParser()
         calls = bool(req.tools) and req.tool_choice != "none" and req.grammar is None
-        return self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls)
+        parser = self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls)
+        if calls and req.tool_choice == "required":  # markup cut short is an incomplete call, never text
+            parser = ForcedCall(parser, list(req.tool_names) or [t.name for t in req.tools], prepared.namespaces)
+        limit = call_limit(req)
+        return CallLimit(parser, limit) if calls and limit is not None else parser
 
     @property
     def template_reasoning(self) -> TemplateReasoning:
@@ -221,12 +227,14 @@ class Backend(ABC):
             grammar = answer(grammar, self.tokenizer.get_vocab())
         elif grammar is not None:
             grammar = answer_after_thought(grammar, self.family, self.tokenizer.get_vocab(), start_in_reasoning)
+        limit = call_limit(req)
+        calls = True if limit is None else limit  # how many calls the grammar admits
         if grammar is None and req.tool_choice == "required":
-            grammar = forced_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
-                                          self.tokenizer.get_vocab(), start_in_reasoning)
+            grammar = forced_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab(),
+                                          start_in_reasoning)
         elif grammar is None and req.tool_choice == "auto" and req.tools:
-            grammar = auto_call_grammar(self.family, list(req.tools), req.parallel_tool_calls,
-                                        self.tokenizer.get_vocab(), start_in_reasoning)
+            grammar = auto_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab(),
+                                        start_in_reasoning)
         if grammar is None:
             return None
         return compile_grammar(grammar, self.tokenizer, getattr(self, "vocab_size", None))

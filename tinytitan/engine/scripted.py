@@ -5,6 +5,12 @@ string (the raw output, markers and all), or a mapping ``{output: str, delay_ms:
 ``delay_ms`` sleeps before each token (for cancellation and keep-alive tests); ``error`` fails the
 generation after the stream opened. The text is tokenized with the demo tokenizer and goes through the
 same channel and tool-call parsing as real output, so token counts are real.
+
+A script is not masked, so it is checked: where the request has a grammar (structured output, a forced call,
+strict tools, a limit on calls), each scripted token must be one the mask would allow. Where the grammar
+leaves only end-of-sequence (a document complete, the last call allowed made), the answer ends there, as a
+masked model's would; any other token the grammar refuses, or a script that ends before the grammar is
+complete, fails the request (``ScriptDoesNotFit``) — never plain text under ``tool_choice: "required"``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,18 @@ from .raw import IncrementalText
 
 class BackendFailure(RuntimeError):
     """A generation failed after it started (reported to the client as a stream error)."""
+
+
+class ScriptDoesNotFit(BackendFailure):
+    """The scripted output is not one the request's grammar admits."""
+
+
+def _fits(matcher, token: int) -> bool | None:
+    """True: the grammar takes ``token`` (consumed); None: it leaves only end-of-sequence (a masked model
+    stops here); False: it refuses ``token`` where it still wants more."""
+    if matcher.try_consume_tokens([token]) == 1:
+        return True
+    return None if matcher.is_stopped() else False
 
 
 @dataclass(frozen=True)
@@ -94,12 +112,21 @@ class ScriptedBackend(Backend):
         detok.reset()
         raw = IncrementalText(self.tokenizer, prepared.tokens) if prepared.req.prompt is not None else None
         hit_length = False
+        matcher = prepared.grammar.matcher() if prepared.grammar is not None else None
         for n, tok in enumerate(ids):
             if should_stop():
                 return
             if n == prepared.max_tokens:
                 hit_length = True
                 break
+            if matcher is not None:
+                fits = _fits(matcher, tok)
+                if fits is None:
+                    break  # only end-of-sequence is left: the answer ends here, as a masked model's would
+                if fits is False:
+                    seen = self.tokenizer.decode(ids[:n + 1])
+                    raise ScriptDoesNotFit(f"the scripted output does not fit the request's grammar "
+                                           f"({prepared.grammar.name or 'grammar'}) after {seen[-80:]!r}")
             if entry.delay_ms:
                 time.sleep(entry.delay_ms / 1000)
                 if should_stop():
@@ -114,4 +141,6 @@ class ScriptedBackend(Backend):
             loop.parser_text(rest)
         if entry.error:
             raise BackendFailure(entry.error)
+        if matcher is not None and not hit_length and not matcher.is_accepting():
+            raise ScriptDoesNotFit("the scripted output ends before the request's grammar is complete")
         loop.end(hit_length)

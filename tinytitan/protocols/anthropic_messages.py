@@ -348,7 +348,8 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
             raise invalid(f"Tool names must be unique: '{name}' at {where} is declared twice", param=f"{where}.name",
                           code="invalid_value")
         seen.add(name)
-        tools.append(Tool(name, t.get("description") or "", t["input_schema"]))  # cache_control, strict, defer_loading …: ignored
+        tools.append(Tool(name, t.get("description") or "", t["input_schema"],  # cache_control, defer_loading …: ignored
+                          strict=t.get("strict") is True))
     args["tools"] = tools
 
 
@@ -358,12 +359,7 @@ def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
 
 def parse_tool_choice(value: dict, body: dict, args: dict, v) -> None:
     args["tool_choice"], args["tool_names"] = tool_choice.anthropic(value)
-    if value.get("disable_parallel_tool_use") is True:
-        if args["tool_choice"] != "required":  # only a grammar can promise at most one call
-            raise invalid("tool_choice.disable_parallel_tool_use is supported with tool_choice 'any' or 'tool' "
-                          "(where a grammar enforces exactly one call), not with "
-                          f"'{value.get('type')}'", param="tool_choice.disable_parallel_tool_use",
-                          code="invalid_value")
+    if value.get("disable_parallel_tool_use") is True:  # at most one call (engine/call_limit.py)
         args["parallel_tool_calls"] = False
 
 

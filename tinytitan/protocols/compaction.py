@@ -5,6 +5,10 @@ Rules:
   it is sent again with every request) is summarised by the engine's summariser (tinytitan/engine/
   summarise.py: the served model under a handover instruction, within ``max_compaction_tokens``, with its
   guards and its ``mode``: ``model``, ``compressed`` or ``extractive``).
+- Server-side compaction (Responses' ``context_management``): past the threshold, the turns before the
+  newest user turn are summarised; the reply reads the client's standing prompt, that summary and the
+  newest turn, and the response's output is the ``compaction`` item, then the reply. Under it, items before
+  the latest compaction item are superseded by it (the API: it carries the context needed from there on).
 - The item's ``encrypted_content`` is base64 of JSON ``{v, model, createdAt, mode, summary}`` (v = 1). It
   is not secret: this server only needs to read its own items back. One it cannot read is refused by
   name (``compaction_payload_invalid``).
@@ -16,7 +20,7 @@ import base64
 import binascii
 import json
 import time
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING, AsyncContextManager, AsyncIterable, AsyncIterator, Callable
 
 from ..errors import ApiError, invalid
 from ..events import Failed, Finished, Started, TextDelta, TokenEvent
@@ -98,3 +102,51 @@ async def compaction_events(compactor: "Summariser", text: str, result: dict) ->
     result["mode"] = summary.mode
     yield TextDelta(summary.text)
     yield Finished("stop", summary.usage)
+
+
+# -- server-side compaction (context_management) ------------------------------------------------------------
+def _standing(item: dict) -> bool:
+    return item.get("type") == "message" and item.get("role") in ("system", "developer")
+
+
+def superseded(items: list[dict]) -> list[dict]:
+    """The items a conversation under server-side compaction still reads: the standing prompt (leading
+    system / developer messages), then from the latest compaction item on."""
+    last = max((i for i, item in enumerate(items) if item.get("type") == "compaction"), default=None)
+    if last is None:
+        return items
+    lead = 0
+    while lead < len(items) and _standing(items[lead]):
+        lead += 1
+    return items[:lead] + items[max(last, lead):]
+
+
+def split_for_compaction(items: list[dict]) -> tuple[list[dict], list[dict], list[dict]] | None:
+    """(standing prompt, the turns to summarise, the newest user turn on); None when there is nothing before
+    the newest user turn to summarise."""
+    lead = 0
+    while lead < len(items) and _standing(items[lead]):
+        lead += 1
+    users = [i for i, item in enumerate(items) if item.get("type") == "message" and item.get("role") == "user"]
+    if not users or users[-1] <= lead or not transcript(items[lead:users[-1]]).strip():
+        return None
+    return items[:lead], items[lead:users[-1]], items[users[-1]:]
+
+
+async def compacted_events(compactor: "Summariser", text: str, result: dict,
+                           reply: Callable[[str], AsyncContextManager[AsyncIterable[TokenEvent]]]
+                           ) -> AsyncIterator[TokenEvent]:
+    """A turn compacted on the way (the ``compacted`` entry of the Responses machine): the summary's events
+    (without their Finished), then the events of the session ``reply(summary text)`` opens."""
+    summary = []
+    async for ev in compaction_events(compactor, text, result):
+        if isinstance(ev, Finished):
+            break
+        yield ev
+        if isinstance(ev, Failed):
+            return
+        if isinstance(ev, TextDelta):
+            summary.append(ev.text)
+    async with reply("".join(summary)) as session:
+        async for ev in session:
+            yield ev

@@ -19,6 +19,9 @@ Rules:
 - Over a WebSocket (responses_socket.py) a turn also keeps its response in the connection's own cache (even
   with ``store: false``), which ``previous_response_id`` reads before the store; its events go out one per
   frame. A prewarm (``generate: false``) is the lifecycle events of an empty response: nothing is decoded.
+- ``context_management`` (server-side compaction): past its threshold the older turns are summarised on the
+  way (``compacted_turn``; compaction.py), the ``compaction`` item first in the output, then the reply.
+- ``truncation: "auto"`` drops the oldest turns until the prompt fits (truncation.py).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from ..chat_request import Message
+from ..chat_request import ChatRequest, Message
 from ..errors import ApiError, invalid
 from ..observe.turn import note, watch
 from ..output_format import normalise
@@ -40,7 +43,7 @@ from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import RequestValidator, Validated
 from ..store.responses_store import ResponsesStore, StoredResponse
 from ..events import Finished, Started, Usage
-from . import compaction, responses_socket
+from . import compaction, responses_socket, truncation
 from .base import Protocol, new_id
 from .common import place_system
 from .responses_input import normalise_input, parse_tools, to_messages
@@ -226,16 +229,75 @@ class OpenAIResponses(Protocol):
         v.state.own_input, v.state.history = own, history
         if any(item.get("type") == "compaction_trigger" for item in own):
             return await self.compaction_turn(v, history + own)
-        system, msgs = to_messages(history + own, self.separator)
+        items = history + own
+        threshold = self.compact_threshold(v.body, v.body["model"])
+        if threshold is not None:
+            items = compaction.superseded(items)
+        req = self.request_for(v, items)
+        if prewarm:
+            return self.prewarmed(v, req.model)
+        if threshold is not None:
+            split = compaction.split_for_compaction(items)
+            if split is not None and await self.prompt_tokens(req) > threshold:
+                return await self.compacted_turn(v, *split)
+        if v.body.get("truncation") == "auto":
+            req = await truncation.fit(req, self.engine.model_info(req.model)["context_window"],
+                                       self.engine.count_tokens)
+        return await self.respond(v, req, framing=framing)
+
+    def request_for(self, v: Validated, items: list[dict]) -> ChatRequest:
+        system, msgs = to_messages(items, self.separator)
         instructions = v.body.get("instructions") or ""
         v.args["messages"] = self.with_summaries(place_system([instructions], msgs, merge_later=True), system)
         if not v.args["messages"]:
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")
-        req = self.engine.apply_model(self.chat_request(v))
-        if prewarm:
-            return self.prewarmed(v, req.model)
-        return await self.respond(v, req, framing=framing)
+        return self.engine.apply_model(self.chat_request(v))
+
+    def compact_threshold(self, body: dict, model: str) -> int | None:
+        """The input tokens past which ``context_management`` compacts (its default: the context window);
+        None without a compaction entry."""
+        entries = [e for e in body.get("context_management") or [] if e.get("type") == "compaction"]
+        if not entries:
+            return None
+        given = [e["compact_threshold"] for e in entries if e.get("compact_threshold") is not None]
+        return min(given) if given else self.engine.model_info(model)["context_window"]
+
+    async def prompt_tokens(self, req: ChatRequest) -> int:
+        try:
+            return await self.engine.count_tokens(req)
+        except ApiError as exc:  # a backend that cannot count has no threshold to pass
+            if exc.code != "not_implemented":
+                raise
+            return 0
+
+    async def compacted_turn(self, v: Validated, standing: list[dict], older: list[dict],
+                             newest: list[dict]) -> Reply:
+        """context_management past its threshold: the older turns summarised into a compaction item (output
+        first), and the reply generated from the standing prompt, that summary and the newest turn."""
+        model_id, _ = self.engine.resolve(v.body["model"])
+        text = compaction.transcript_to_compact(older)
+        compactor = self.engine.summariser(v.body["model"])
+        stream = bool(v.body.get("stream"))
+        machine = self.machine(v, model_id, stream, entry="compacted")
+        result: dict = {}
+        machine.context["compaction"] = result
+        keepalive = self.spec.extra.get("keepalive_seconds")
+
+        def reply(summary: str):
+            item = {"type": "compaction", "encrypted_content": compaction.encode(summary, result.get("mode", "model"),
+                                                                                model_id)}
+            req = self.request_for(v, standing + [item] + newest)
+            log.info("context_management: %d older item(s) compacted before the reply", len(older))
+            return self.engine.session(req, keepalive)
+
+        events = aclosing(compaction.compacted_events(compactor, text, result, reply))
+        source = await self.services.hold(events) if stream else events
+        if stream:
+            return await self.answer(v, machine, watch(source, SimpleNamespace(model=model_id), stream),
+                                     v.state.framing)
+        async with source as evs:
+            return await self.answer(v, machine, watch(evs, SimpleNamespace(model=model_id), stream))
 
     def prewarmed(self, v: Validated, model_id: str) -> Reply:
         """A prewarm's answer: the lifecycle events of a response with no output, and nothing decoded. Its id

@@ -128,8 +128,9 @@ def with_format_patterns(schema: Any) -> Any:
 
 
 def json_rule(schema: Any) -> str:
-    """A lark rule body holding a JSON value to ``schema``, spelt as every grammar here spells JSON."""
-    return "%json " + json.dumps({**schema, "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
+    """A lark rule body holding a JSON value to ``schema``, spelt as every grammar here spells JSON, its date /
+    time / date-time formats held to our own patterns (FORMAT_PATTERNS) as structured output's are."""
+    return "%json " + json.dumps({**with_format_patterns(schema), "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
 
 
 def custom_tool_refused(tool_name: str, markup: str):

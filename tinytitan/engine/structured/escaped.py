@@ -7,11 +7,12 @@ has one spelling: the short escapes, ``\\u00XX`` for other control characters, e
 
 Rules:
 - Lark grammars are read with the ``lark`` library (its ``%import common…`` included) and compiled to plain
-  rules and terminals; each terminal's pattern (a string, or a regex read with Python's own regex parser) is
-  rewritten character by character. Rules keep their shape; names get a prefix so several grammars can sit
-  in one.
-- What cannot be rewritten faithfully is refused by name (ApiError): ``%ignore``, regex flags other than
-  ``s``, look-arounds and backreferences.
+  rules and terminals; each terminal's pattern (a string, or a regex read by ``regex_subset``, our parser of
+  the subset that can be rewritten) is rewritten character by character. Rules keep their shape; names get
+  a prefix so several grammars can sit in one.
+- What cannot be rewritten faithfully is refused by name (ApiError): ``%ignore``, case-insensitive strings,
+  and every regex construct ``regex_subset`` refuses (look-arounds, backreferences, atomic groups,
+  possessive quantifiers, word boundaries, anchors inside a pattern, flags other than ``s``) — never widened.
 - ``\\d``, ``\\w`` and ``\\s`` are read as their ASCII classes (a subset of Python's Unicode ones: the
   grammar admits fewer texts, never more).
 """
@@ -19,28 +20,15 @@ Rules:
 from __future__ import annotations
 
 import json
-import re
-import re._constants as C  # noqa: N812 (the regex parser's opcodes)
-import re._parser as P  # noqa: N812
 
 from ...chat_request import Grammar
 from ...errors import invalid
+from . import regex_subset
+from .regex_subset import BadRegex, Unsupported
 
-MAX_CHAR = 0x10FFFF
 SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x08: "\\b", 0x0C: "\\f"}
 SPECIAL = set(SHORT) | set(range(0x20))
-CATEGORIES = {
-    C.CATEGORY_DIGIT: [(0x30, 0x39)],
-    C.CATEGORY_WORD: [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
-    C.CATEGORY_SPACE: [(0x09, 0x0D), (0x20, 0x20)],
-}
-NOT_CATEGORIES = {C.CATEGORY_NOT_DIGIT: C.CATEGORY_DIGIT, C.CATEGORY_NOT_WORD: C.CATEGORY_WORD,
-                  C.CATEGORY_NOT_SPACE: C.CATEGORY_SPACE}
 MAX_EXPANDED_REPEAT = 64  # {m,n} bounds are written out; more is refused
-
-
-class Unsupported(ValueError):
-    pass
 
 
 def spelling(c: int) -> str:
@@ -55,17 +43,6 @@ def spelling(c: int) -> str:
 def _lit(text: str) -> str:
     """A Lark string literal for ``text`` (an escaped spelling: matched byte for byte)."""
     return json.dumps(text, ensure_ascii=True)
-
-
-def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out, lo = [], 0
-    for a, b in sorted(ranges):
-        if a > lo:
-            out.append((lo, a - 1))
-        lo = max(lo, b + 1)
-    if lo <= MAX_CHAR:
-        out.append((lo, MAX_CHAR))
-    return out
 
 
 def _set(ranges: list[tuple[int, int]]) -> str:
@@ -92,78 +69,47 @@ def _set(ranges: list[tuple[int, int]]) -> str:
     return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
 
 
-def _in_ranges(items) -> list[tuple[int, int]]:
-    negate, ranges = False, []
-    for op, av in items:
-        if op is C.NEGATE:
-            negate = True
-        elif op is C.LITERAL:
-            ranges.append((av, av))
-        elif op is C.RANGE:
-            ranges.append(av)
-        elif op is C.CATEGORY and av in CATEGORIES:
-            ranges += CATEGORIES[av]
-        elif op is C.CATEGORY and av in NOT_CATEGORIES:
-            ranges += _complement(CATEGORIES[NOT_CATEGORIES[av]])
-        else:
-            raise Unsupported(f"the character class item {op}")
-    return _complement(ranges) if negate else ranges
-
-
-def _seq(items, dotall: bool) -> str:
-    """A parsed regex → a Lark rule expression over the escaped spelling."""
-    out: list[str] = []
-    text: list[str] = []  # consecutive literal characters, written as one string
-
-    def flush():
+def _expr(node) -> str:
+    """A regex tree (``regex_subset.parse``) → a Lark rule expression over the escaped spelling."""
+    kind = node[0]
+    if kind == "chars":
+        ranges = node[1]
+        if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+            return _lit(spelling(ranges[0][0]))
+        return _set(list(ranges))
+    if kind == "alt":
+        return "(" + " | ".join(_expr(branch) or '""' for branch in node[1]) + ")"
+    if kind == "rep":
+        lo, hi, sub = node[1], node[2], node[3]
+        body = "(" + (_expr(sub) or '""') + ")"
+        if max(lo, hi or 0) > MAX_EXPANDED_REPEAT:
+            raise Unsupported(f"repeat counts over {MAX_EXPANDED_REPEAT}")
+        if hi is None:
+            return " ".join([body] * max(lo - 1, 0) + [body + ("*" if lo == 0 else "+")])
+        return " ".join([body] * lo + [body + "?"] * (hi - lo)) or '""'
+    if kind == "seq":
+        out: list[str] = []
+        text: list[str] = []  # consecutive literal characters, written as one string
+        for item in node[1]:
+            if item[0] == "chars" and len(item[1]) == 1 and item[1][0][0] == item[1][0][1]:
+                text.append(spelling(item[1][0][0]))
+                continue
+            if text:
+                out.append(_lit("".join(text)))
+                text.clear()
+            part = _expr(item)
+            if part:
+                out.append(part)
         if text:
             out.append(_lit("".join(text)))
-            text.clear()
-
-    for op, av in items:
-        if op is C.LITERAL:
-            text.append(spelling(av))
-            continue
-        flush()
-        if op is C.NOT_LITERAL:
-            out.append(_set(_complement([(av, av)])))
-        elif op is C.ANY:
-            out.append(_set([(0, MAX_CHAR)] if dotall else _complement([(0x0A, 0x0A)])))
-        elif op is C.IN:
-            out.append(_set(_in_ranges(av)))
-        elif op is C.BRANCH:
-            out.append("(" + " | ".join(_seq(branch, dotall) or '""' for branch in av[1]) + ")")
-        elif op is C.SUBPATTERN:
-            group, add, remove, sub = av
-            if add & ~re.DOTALL or remove:
-                raise Unsupported("inline regex flags other than s")
-            out.append("(" + (_seq(sub, dotall or bool(add & re.DOTALL)) or '""') + ")")
-        elif op is C.ATOMIC_GROUP:
-            out.append("(" + (_seq(av, dotall) or '""') + ")")
-        elif op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT):
-            lo, hi, sub = av
-            body = "(" + (_seq(sub, dotall) or '""') + ")"
-            if hi is C.MAXREPEAT:
-                if lo > MAX_EXPANDED_REPEAT:
-                    raise Unsupported(f"repeat counts over {MAX_EXPANDED_REPEAT}")
-                out.append(" ".join([body] * max(lo - 1, 0) + [body + ("*" if lo == 0 else "+")]))
-            else:
-                if hi > MAX_EXPANDED_REPEAT:
-                    raise Unsupported(f"repeat counts over {MAX_EXPANDED_REPEAT}")
-                out.append(" ".join([body] * lo + [body + "?"] * (hi - lo)) or '""')
-        elif op is C.AT:
-            continue  # a terminal is matched whole: anchors say nothing more
-        else:
-            raise Unsupported("look-arounds, backreferences and conditionals" if op in (
-                C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS) else f"the regex construct {op}")
-    flush()
-    return " ".join(out)
+        return " ".join(out)
+    return ""  # an anchor at the very start or end: a terminal is matched whole, it says nothing more
 
 
 def escaped_expression(pattern: str, flags: str = "") -> str:
     if set(flags) - {"s"}:
         raise Unsupported(f"regex flags {''.join(sorted(set(flags) - {'s'}))}")
-    return _seq(P.parse(pattern), "s" in flags) or '""'
+    return _expr(regex_subset.parse(pattern, "s" in flags)) or '""'
 
 
 ANY_TEXT = escaped_expression(r"(?s:.*)")  # a custom tool whose format is text: any text
@@ -176,6 +122,9 @@ def escaped_lark_rules(grammar: Grammar, prefix: str) -> tuple[list[str], str]:
         if grammar.kind == "regex":
             return [f"{prefix}_s: {escaped_expression(grammar.source)}"], f"{prefix}_s"
         return _lark_rules(grammar.source, prefix)
+    except BadRegex as exc:
+        raise invalid(f"The grammar at '{grammar.where}' is not a valid regular expression: {exc}",
+                      param=grammar.where, code="invalid_grammar") from None
     except Unsupported as exc:
         raise invalid(f"The grammar at '{grammar.where}' cannot be enforced inside the model's tool call: {exc} "
                       "are not supported", param=grammar.where, code="unsupported_grammar") from None

@@ -7,6 +7,9 @@ Rules:
   that end inside a UTF-8 character or a JSON string); end-of-sequence only where the document is complete.
 - The logits are not evaluated here (that would stall mlx-lm's pipelining): the forward pass is started
   (``async_eval``) and runs while the mask is computed from the sampled token.
+- A matcher that refuses a token it had allowed (or cannot go on) fails the generation (``GrammarFailed``,
+  raised from the processor: the decoder reports it as the protocol's server error, a batch fails only
+  that member) — never an end-of-sequence that would pass a broken document off as a ``stop``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ import numpy as np
 from .compile import CompiledGrammar
 
 log = logging.getLogger("tinytitan.structured")
+
+
+class GrammarFailed(RuntimeError):
+    """The grammar matcher could not go on: the output can no longer be promised to match."""
 
 
 class GrammarMask:
@@ -32,9 +39,11 @@ class GrammarMask:
         self.failed = False
 
     def consume(self, token: int) -> None:
-        if not self.matcher.consume_token(token) and not self.failed:
+        if not self.matcher.consume_token(token) or self.matcher.is_error():
             self.failed = True
-            log.error("grammar matcher refused token %d it had allowed: %s", token, self.matcher.get_error())
+            error = self.matcher.get_error()
+            log.error("grammar matcher refused token %d it had allowed: %s", token, error)
+            raise GrammarFailed(f"the output grammar's matcher failed (token {token}): {error or 'refused'}")
 
     def __call__(self, tokens, logits):
         import mlx.core as mx

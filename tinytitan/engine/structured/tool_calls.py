@@ -75,25 +75,36 @@ def json_call_rules(tools: list[Tool], key: str, loose: bool = False, named: str
     return "call: " + " | ".join(alternatives), rules
 
 
-def marked_blocks(family, call: str, rules: list[str], parallel: bool, vocab: dict,
+def more_calls(item: str, parallel: bool | int) -> str:
+    """What may follow a first call: any number more (``parallel`` True), none (False, 1), or up to N - 1 (a
+    turn's call limit: engine/call_limit.py)."""
+    if parallel is True:
+        return f" ({item})*"
+    extra = int(parallel or 1) - 1
+    return f" ({item}){{0,{extra}}}" if extra > 0 else ""
+
+
+def marked_blocks(family, call: str, rules: list[str], parallel: bool | int, vocab: dict,
                   inner: str = '"\\n" call "\\n"') -> list[str]:
     """The rule ``blocks`` for a syntax whose calls stand between the family's markers, a block each (several
-    where parallel calls are allowed), around ``call`` and its rules. ``inner``: a block's inside."""
+    where parallel calls are allowed, at most N where ``parallel`` is a number), around ``call`` and its rules.
+    ``inner``: a block's inside."""
     markup = family.markup
     open_ = marker(markup.tool_open, vocab)
     if not markup.tool_close or family.one_call:
         return [f"blocks: {open_} call", call, *rules]
     block = f"block: {open_} {inner} {marker(markup.tool_close, vocab)}"
-    return ['blocks: block ("\\n" block)*' if parallel else "blocks: block", block, call, *rules]
+    return ["blocks: block" + more_calls('"\\n" block', parallel), block, call, *rules]
 
 
-def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
+def auto_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: dict,
                       start_in_reasoning: bool) -> Grammar | None:
     """Under ``tool_choice: auto``: free text (and a thought) as the model likes, but once it opens a call,
-    the call is held to the tool's grammar — a strict function's schema, a custom tool's input grammar.
-    None (logged) when no tool asks for that, or the family's markers are not single tokens (free text could
-    then spell them), or its call syntax has no grammar here for such tools."""
-    if not any(t.strict or t.input_grammar is not None for t in tools):
+    the call is held to the tool's grammar — a strict function's schema, a custom tool's input grammar —
+    and a limit on calls (``parallel`` False or a number) ends the turn after the last one allowed.
+    None (logged) when no tool and no limit asks for that, or the family's markers are not single tokens
+    (free text could then spell them), or its call syntax has no grammar here for such tools."""
+    if not any(t.strict or t.input_grammar is not None for t in tools) and parallel is True:
         return None
     markup, syntax = family.markup, family.syntax
     markers = [markup.tool_open] + ([markup.tool_close] if markup.tool_close else []) if markup is not None else []
@@ -102,9 +113,10 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
         markers += [markup.think_open, markup.think_close]
     if markup is None or not syntax.auto or syntax.blocks is None or not all(m and m in vocab for m in markers) \
             or family.one_call:
-        log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s family",
-                    family.name)
-        return None
+        if any(t.strict or t.input_grammar is not None for t in tools):
+            log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s "
+                        "family", family.name)
+        return None  # a call limit alone is kept by the output parser (engine/call_limit.py)
     if thinking:
         close = f"<[{vocab[markup.think_close]}]>"
         think = f"THOUGHT? {close}" if start_in_reasoning else f"(<[{vocab[markup.think_open]}]> THOUGHT? {close})?"
@@ -119,7 +131,7 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
     return Grammar("lark", "\n".join(heads + ["TEXT: /(?s:.+)/"] + blocks), where="tools")
 
 
-def forced_call_grammar(family, tools: list[Tool], parallel: bool, vocab: dict,
+def forced_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: dict,
                         start_in_reasoning: bool = False) -> Grammar:
     """A call in the family's syntax; where the prompt already opened a thought (a template that always
     thinks, MiniMax M2), the thought is closed at once."""

@@ -139,7 +139,7 @@ def _any_parameters(tags: Tags, vocab: dict, rule: str) -> list[str]:
     head = " ".join(p for p in (_spell(before, tags, vocab), key, _spell(after_key, tags, vocab)) if p)
     close = _spell(tags.layout + tags.close + tags.after, tags, vocab)
     nowhere = f"~/(?s:.*{_literal(tags.close)}.*)/"
-    rules = [f"{rule}: {rule}_one*", key + r": /[^\s<>]+/"]
+    rules = [f"{rule}: {rule}_one*", key + r': /[^\s<>"]+/']  # (a quote ends a key: <parameter name="k">)
     if tags.close in vocab and tags.close in tags.markers:
         value = rule.upper() + "_V"
         return rules + [f"{rule}_one: {head} {value} {close}", f"{value}: /(?s:.*)/ & {nowhere}"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
-from ...structured.tool_calls import json_call_rules, marker
+from ...structured.tool_calls import json_call_rules, marker, more_calls
 from ..body import SteppedBody
 from ..body_json import JsonSpan
 from ..markup import partial_suffix
@@ -171,7 +171,7 @@ def section_syntax(name: str, grammar: str, section: Section, transformer=Transf
         # each call alternative is spelled '"NAME" SEP …': the head's own spelling replaces the quoted name
         rules = [_respell_head(r, tools, section, vocab) for r in rules]
         one = f"one: {opened} call {closed}"
-        body = "one+" if parallel else "one"
+        body = "one" + more_calls("one", parallel)
         return [f"blocks: {marker(m.tool_open, vocab)} {body} {marker(m.tool_close, vocab)}", one, call, *rules]
 
     def render(calls, family) -> str:

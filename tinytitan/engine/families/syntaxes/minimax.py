@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from ...structured.tool_calls import marker
+from ...structured.tool_calls import marker, more_calls
 from ...structured.xml_calls import Tags, tag_call_rules
 from ..body_tagged import TagSpec, TaggedCall
 from .base import CallsTransformer, Syntax, arguments_value, dumps
@@ -57,7 +57,7 @@ def blocks(family, tools, parallel, vocab, loose=False):
     call, rules = tag_call_rules(INVOKE_TAGS, tools, vocab, loose)
     m = family.markup
     opened, closed = marker(m.tool_open, vocab), marker(m.tool_close, vocab)
-    calls = 'call ("\\n" call)*' if parallel else "call"
+    calls = "call" + more_calls('"\\n" call', parallel)
     return [f'blocks: {opened} "\\n" {calls} "\\n" {closed}', call, *rules]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ...structured.tool_calls import json_call_rules, marker
+from ...structured.tool_calls import json_call_rules, marker, more_calls
 from ..body_calls import MistralCall
 from .base import Syntax, arguments_value, dumps
 from .json_calls import Transformer as JsonTransformer
@@ -28,10 +28,9 @@ def blocks(family, tools, parallel, vocab, loose=False):
     open_ = marker(family.markup.tool_open, vocab)
     if "[ARGS]" in vocab:
         call, rules = json_call_rules(tools, "arguments", loose, named=marker("[ARGS]", vocab))
-        return [f"blocks: {open_} call ({open_} call)*" if parallel else f"blocks: {open_} call", call, *rules]
+        return [f"blocks: {open_} call" + more_calls(f"{open_} call", parallel), call, *rules]
     call, rules = json_call_rules(tools, "arguments", loose)
-    return [f'blocks: {open_} "[" call ("," call)* "]"' if parallel else f'blocks: {open_} "[" call "]"',
-            call, *rules]
+    return [f'blocks: {open_} "[" call' + more_calls('"," call', parallel) + ' "]"', call, *rules]
 
 
 def render(calls, family) -> str:

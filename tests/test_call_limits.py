@@ -1,0 +1,115 @@
+"""At most so many calls a turn, on every protocol: ``parallel_tool_calls: false`` (Chat, Responses),
+Responses' ``max_tool_calls``, Anthropic's ``disable_parallel_tool_use`` (under ``auto`` too); and Anthropic's
+``tools[].strict`` masked like OpenAI's strict tools.
+
+The scripted backend writes three calls; the client sees only as many as the request allows, and nothing
+after the last (engine/call_limit.py). The grammar that ends a real model's turn after the last call is
+checked on its own (the mask admits no further opening).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import anthropic_util
+from responses_helpers import client as responses_client, record_prompts
+from test_chat_completions import client as chat_client
+from tinytitan.chat_request import ChatRequest, Message, Tool
+from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+MODEL = "tinytitan-scripted"
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def call(city: str) -> str:
+    """A call as the mask lets the model write it (compact JSON): a limit masks the calls (scripts are checked)."""
+    return "<tool_call>\n" + json.dumps({"name": "weather", "arguments": {"city": city}}, separators=(",", ":")) \
+        + "\n</tool_call>"
+
+
+THREE = call("Paris") + "\n" + call("Rome") + "\n" + call("Oslo") + "\nDone."
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("parallel,cities", [(False, ["Paris"]), (True, ["Paris", "Rome", "Oslo"])])
+async def test_chat_completions(serve, stream, parallel, cities):
+    s = await serve([THREE])
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "weather?"}], parallel_tool_calls=parallel,
+              tools=[{"type": "function", "function": {"name": "weather", "parameters": SCHEMA}}])
+    if stream:
+        calls, finish, text = {}, None, ""
+        async for chunk in await chat_client(s).chat.completions.create(stream=True, **kw):
+            for choice in chunk.choices:
+                finish = choice.finish_reason or finish
+                text += choice.delta.content or ""
+                for tc in choice.delta.tool_calls or []:
+                    calls[tc.index] = calls.get(tc.index, "") + (tc.function.arguments or "")
+        got = [json.loads(calls[i])["city"] for i in sorted(calls)]
+    else:
+        r = await chat_client(s).chat.completions.create(**kw)
+        finish, text = r.choices[0].finish_reason, r.choices[0].message.content or ""
+        got = [json.loads(tc.function.arguments)["city"] for tc in r.choices[0].message.tool_calls]
+    assert got == cities and finish == "tool_calls"
+    assert ("Done." in text) is parallel  # nothing after the last call allowed
+
+
+@pytest.mark.parametrize("extra,cities", [({"parallel_tool_calls": False}, ["Paris"]),
+                                          ({"max_tool_calls": 2}, ["Paris", "Rome"]),
+                                          ({"max_tool_calls": 2, "parallel_tool_calls": False}, ["Paris"]),
+                                          ({}, ["Paris", "Rome", "Oslo"])])
+async def test_responses(serve, extra, cities):
+    s = await serve([THREE])
+    r = await responses_client(s).responses.create(
+        model=MODEL, input="weather?", store=False, tools=[{"type": "function", "name": "weather", "parameters": SCHEMA}],
+        **extra)
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert [json.loads(c.arguments)["city"] for c in calls] == cities
+    assert all(c.status == "completed" for c in calls) and r.status == "completed"
+    if "max_tool_calls" in extra:
+        assert r.max_tool_calls == extra["max_tool_calls"]  # echoed as sent
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("choice,cities", [({"type": "auto", "disable_parallel_tool_use": True}, ["Paris"]),
+                                           ({"type": "auto"}, ["Paris", "Rome", "Oslo"])])
+async def test_messages_disable_parallel_tool_use_under_auto(serve, stream, choice, cities):
+    s = await serve([THREE])
+    m = await anthropic_util.message(anthropic_util.sdk(s), stream, model=MODEL, max_tokens=500,
+                                     messages=[{"role": "user", "content": "weather?"}], tool_choice=choice,
+                                     tools=[{"name": "weather", "input_schema": SCHEMA}])
+    assert [b.input["city"] for b in m.content if b.type == "tool_use"] == cities
+    assert m.stop_reason == "tool_use"
+
+
+async def test_messages_strict_tools_are_masked(serve):
+    s = await serve(["Sunny.", "Sunny."])
+    prompts = record_prompts(s)
+    c = anthropic_util.sdk(s)
+    for strict in (True, False):
+        await c.messages.create(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "weather?"}],
+                                tools=[{"name": "weather", "input_schema": SCHEMA, "strict": strict}])
+    assert [p.req.tools[0].strict for p in prompts] == [True, False]
+    assert prompts[0].grammar is not None and prompts[1].grammar is None  # a call once opened is held to the schema
+
+
+def accepts(backend, req, text: str) -> bool:
+    matcher = backend.prepare(req).grammar.matcher()
+    ids = backend.tokenizer._tokenizer.encode(text, add_special_tokens=False)
+    return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_the_mask_admits_no_call_past_the_limit(demo_tok, choice):
+    backend = ScriptedBackend([ScriptEntry("x")], demo_tok, model_id="m")
+    base = ChatRequest("m", (Message("user", "weather?"),), (Tool("weather", parameters=SCHEMA),), tool_choice=choice)
+    one, two, three = call("Paris"), call("Paris") + "\n" + call("Rome"), THREE.removesuffix("\nDone.")
+    single = base.with_(parallel_tool_calls=False)
+    assert accepts(backend, single, one) and not accepts(backend, single, two)
+    capped = base.with_(max_tool_calls=2)
+    assert accepts(backend, capped, one) and accepts(backend, capped, two) and not accepts(backend, capped, three)
+    if choice == "auto":  # no limit, no strict tool: no mask at all
+        assert backend.prepare(base).grammar is None
+    else:
+        assert accepts(backend, base, three)

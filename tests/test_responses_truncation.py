@@ -1,0 +1,64 @@
+"""Responses' ``truncation``: ``"auto"`` drops the oldest turns until the conversation fits the context window
+(never the instructions or the newest user turn; a call goes with its result); ``"disabled"`` (the default)
+keeps ``context_length_exceeded`` (protocols/truncation.py)."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from backends import Recording
+from responses_helpers import client
+from tinytitan.engine.scripted import ScriptEntry
+
+MODEL = "tinytitan-scripted"
+WINDOW = 600
+
+
+def history(turns: int) -> list[dict]:
+    items = []
+    for k in range(turns):
+        items += [{"type": "message", "role": "user", "content": f"question {k}: " + "lorem ipsum " * 20},
+                  {"type": "function_call", "call_id": f"c{k}", "name": "look", "arguments": '{"k": %d}' % k},
+                  {"type": "function_call_output", "call_id": f"c{k}", "output": f"result {k}"},
+                  {"type": "message", "role": "assistant", "content": f"answer {k}"}]
+    return items + [{"type": "message", "role": "user", "content": "the newest question"}]
+
+
+async def server(serve, demo_tok):
+    backend = Recording([ScriptEntry("Fine.")], demo_tok, model_id=MODEL, context_window=WINDOW)
+    return await serve(backend=backend), backend
+
+
+TOOLS = [{"type": "function", "name": "look", "parameters": {"type": "object"}}]
+
+
+async def test_auto_drops_the_oldest_turns_until_it_fits(serve, demo_tok):
+    s, backend = await server(serve, demo_tok)
+    r = await client(s).responses.create(model=MODEL, input=history(12), instructions="Be brief, always.",
+                                         truncation="auto", store=False, tools=TOOLS)
+    assert r.status == "completed" and r.output_text == "Fine." and r.truncation == "auto"
+    prompt = backend.prompts[-1]
+    assert "Be brief, always." in prompt and "the newest question" in prompt
+    assert "question 0:" not in prompt and "question 11:" in prompt  # the oldest went first
+    kept = [k for k in range(12) if f"question {k}:" in prompt]
+    assert kept == list(range(kept[0], 12))
+    for k in kept:  # a call is kept with its result, and a result with its call
+        assert (f"result {k}" in prompt) and ('"k": %d' % k in prompt or '"k":%d' % k in prompt)
+    assert r.usage.input_tokens < WINDOW
+
+
+async def test_disabled_keeps_context_length_exceeded(serve, demo_tok):
+    s, _ = await server(serve, demo_tok)
+    for extra in ({}, {"truncation": "disabled"}):
+        with pytest.raises(openai.BadRequestError) as err:
+            await client(s).responses.create(model=MODEL, input=history(12), store=False, tools=TOOLS, **extra)
+        assert err.value.code == "context_length_exceeded"
+
+
+async def test_auto_cannot_drop_the_newest_turn(serve, demo_tok):
+    s, _ = await server(serve, demo_tok)
+    items = history(2)[:-1] + [{"type": "message", "role": "user", "content": "huge " * 2000}]
+    with pytest.raises(openai.BadRequestError) as err:
+        await client(s).responses.create(model=MODEL, input=items, truncation="auto", store=False, stream=True)
+    assert err.value.code == "context_length_exceeded"
