@@ -14,7 +14,7 @@ from pathlib import Path
 log = logging.getLogger("tinytitan")
 
 DEFAULT_PORT = 8096
-GGUF_FORMS = ("quantized", "float32")
+GGUF_FORMS = ("quantized", "float16", "float32")
 
 
 def _is_loopback(host: str) -> bool:
@@ -50,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "Face cache (one resident at a time, loaded on demand)")
     s.add_argument("--model-id", help="the name clients use for the model (default: the directory name)")
     s.add_argument("--gguf-form", choices=["auto", *GGUF_FORMS], default="auto",
-                   help="what a GGUF becomes: kept quantized, or dequantized to float32; auto (default) picks "
-                        "the faster on this machine (float32 on a CPU, quantized on a GPU)")
+                   help="what a GGUF becomes: quantized (Q4_0/Q4_1/Q8_0 kept, other types requantized to MLX's "
+                        "4 or 8 bits), or dequantized to float16 or float32; auto (default) picks the faster on "
+                        "this machine (float32 on a CPU where it fits, quantized on a GPU)")
     s.add_argument("--context-window", type=int, metavar="TOKENS",
                    help="the scripted backend's context window (default 131072; a model's comes from its config)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -27,6 +27,18 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 _STRING, _ARRAY = 8, 9
 
 
+def type_name(ttype: int) -> str:
+    """ggml's name for a storage type; one newer than this table, as the installed gguf package names it."""
+    if ttype in GGML_TYPES:
+        return GGML_TYPES[ttype]
+    try:
+        import gguf
+
+        return gguf.GGMLQuantizationType(ttype).name
+    except (ImportError, ValueError):
+        return f"type {ttype}"
+
+
 class GGUFError(ValueError):
     """The file is not a GGUF this reader understands."""
 
@@ -99,5 +111,5 @@ def read_header(path: str | Path) -> tuple[dict, list[TensorInfo]]:
             dims = tuple(r.scalar("<Q") for _ in range(r.scalar("<I")))
             ttype = r.scalar("<I")
             r.scalar("<Q")  # offset
-            tensors.append(TensorInfo(name, tuple(reversed(dims)), GGML_TYPES.get(ttype, f"type {ttype}")))
+            tensors.append(TensorInfo(name, tuple(reversed(dims)), type_name(ttype)))
         return meta, tensors
