@@ -71,12 +71,12 @@ def _qwen3moe(get, meta) -> dict:
     return {**_moe(get, meta), "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True}
 
 
-def _query_scalar(get, hidden_27b: int, layers_27b: int) -> float:
+def _query_scalar(get, hidden_27b: int, layers_27b: int) -> int:
     """llama.cpp: the 27B models scale queries by hidden / heads, the others by the head size."""
     heads = int(get("attention.head_count"))
     if int(get("block_count")) == layers_27b:
-        return float(int(get("embedding_length")) // heads)
-    return float(get("attention.key_length", int(get("embedding_length")) // heads))
+        return int(get("embedding_length")) // heads
+    return int(get("attention.key_length", int(get("embedding_length")) // heads))
 
 
 def _gemma2(get, meta) -> dict:
@@ -125,10 +125,18 @@ def mlx_name(arch: str, gguf_name: str) -> str:
 
 
 def adjuster(arch: str) -> Callable[[str, object], object]:
-    """What changes about a float tensor on its way back: Gemma's norms lose the 1 the converter added."""
-    if not ARCHITECTURES[arch].norm_plus_one:
-        return lambda name, a: a
-    return lambda name, a: a - 1.0 if name.endswith("norm.weight") else a
+    """What changes about a float tensor on its way back: Gemma's norms lose the 1 the converter added; a
+    shared expert's gate, stored as a vector, becomes the one-row matrix mlx-lm's Linear holds."""
+    plus_one = ARCHITECTURES[arch].norm_plus_one
+
+    def adjust(name: str, a):
+        if plus_one and name.endswith("norm.weight"):
+            a = a - 1.0
+        if name.endswith("shared_expert_gate.weight") and a.ndim == 1:
+            a = a.reshape(1, -1)
+        return a
+
+    return adjust
 
 
 def arch_config(arch: str, meta: dict, vocab_size: int, has_output: bool, has_bias: bool,
