@@ -8,7 +8,8 @@ Rules:
   storage type holding the most weights; an MLX directory's is ``{bits}BIT`` per its config (``F32``/``F16``/
   ``BF16`` for floats);
 - the digest of a GGUF is its file's SHA-256; of an MLX directory, the SHA-256 of its weight files' own
-  digests in name order (a file is hashed once per size and mtime: ``gguf.file_digest`` remembers).
+  digests in name order (a Hugging Face cache's blob names are those digests; any other file is hashed once
+  per size and mtime: ``gguf.file_digest`` remembers).
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ def _safetensors_params(path: Path) -> tuple[int, dict]:
     return total, by_type
 
 
+def _blob_digest(f: Path) -> str | None:
+    """A Hugging Face cache names each weight blob by its SHA-256: a snapshot's link says it, unread."""
+    if f.is_symlink():
+        name = f.resolve().name
+        if len(name) == 64 and all(c in "0123456789abcdef" for c in name):
+            return name
+    return None
+
+
 def mlx_dir_facts(path: Path) -> dict:
     """Parameter count, quantization, bytes on disk and digest of an MLX model directory; what its conversion
     recorded where it came from a GGUF (``gguf_source.json``)."""
@@ -83,7 +93,7 @@ def mlx_dir_facts(path: Path) -> dict:
 
     source = path / "gguf_source.json"
     files = sorted(path.glob("*.safetensors"))
-    size = sum(f.stat().st_size for f in files)
+    size = sum(f.stat().st_size for f in files)  # (an Ollama model's directory links to them: followed)
     if source.is_file():
         facts = json.loads(source.read_text())
         if "digest" in facts:
@@ -109,6 +119,46 @@ def mlx_dir_facts(path: Path) -> dict:
         quantization = max(by_type, key=by_type.get) if by_type else ""
     h = hashlib.sha256()
     for f in files:
-        h.update(f"{f.name}:{file_digest(f)}\n".encode())
+        h.update(f"{f.name}:{_blob_digest(f) or file_digest(f)}\n".encode())
     return {"parameters": total, "quantization": quantization, "size": size, "digest": "sha256:" + h.hexdigest(),
             "weights_bytes": size, "format": "safetensors"}
+
+
+_LISTING: dict[tuple, dict] = {}
+
+
+def listing_facts(path: str | Path) -> dict:
+    """What a model list shows about the model served from ``path``: ``name``-independent facts (parameters,
+    quantization, size on disk, weight bytes, digest), plus an Ollama library entry's own (its manifest's
+    digest, size and time, and its config's details). Remembered per directory and mtime."""
+    path = Path(path)
+    try:
+        key = (str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return {}
+    if key not in _LISTING:
+        facts = mlx_dir_facts(path)
+        ollama = path / "ollama.json"
+        if ollama.is_file():
+            facts.update(ollama=json.loads(ollama.read_text()))
+        _LISTING[key] = facts
+    return _LISTING[key]
+
+
+def weights_on_gpu() -> bool:
+    """Whether resident weights live in GPU memory (Metal); on a CPU, none of them do."""
+    import mlx.core as mx
+
+    return bool(getattr(mx, "metal", None) and mx.metal.is_available())
+
+
+def listing(card: dict) -> dict:
+    """A model card's listing facts in one shape: ``parameters`` (int or None), ``parameter_size``
+    (Ollama's spelling), ``quantization``, ``size`` (bytes on disk), ``resident`` (bytes of weights once
+    loaded), ``digest`` (``sha256:…``), ``format``; an Ollama library entry's own under ``ollama``."""
+    facts = listing_facts(card["path"]) if card.get("path") else {}
+    params = facts.get("parameters")
+    return {"parameters": params, "parameter_size": human_number(params) if params else "",
+            "quantization": facts.get("quantization") or "", "size": int(facts.get("size") or 0),
+            "resident": int(facts.get("weights_bytes") or 0), "digest": facts.get("digest") or "",
+            "format": facts.get("format") or "", "ollama": facts.get("ollama")}
