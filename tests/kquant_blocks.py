@@ -1,7 +1,7 @@
 """K-quant blocks made from known floats, for the tests: the ``gguf`` package dequantizes Q4_K and Q6_K but
 cannot write them, so the tests write them here, in ggml's block layout (ggml-common.h: ``block_q4_K``,
-``block_q6_K``), with a plain rounding quantizer (not llama.cpp's search for the best scales: the blocks are
-valid, only a little less accurate). What the converter reads back is checked against ``gguf.quants``'s own
+``block_q6_K``), with a plain quantizer (scales rounded up so no code clips; not llama.cpp's search for the best
+scales: the blocks are valid, only a little less accurate). What the converter reads back is checked against ``gguf.quants``'s own
 dequantizer, so a layout wrong here fails there.
 """
 
@@ -17,16 +17,16 @@ def q4_k(x: np.ndarray) -> np.ndarray:
     the block's f16 ``d`` and ``dmin``, and 4-bit codes."""
     shape = x.shape
     blocks = x.reshape(-1, 8, 32).astype(np.float32)
-    lo = np.minimum(blocks.min(axis=2), 0.0)
-    step = (blocks.max(axis=2) - lo) / 15.0
-    mins = -lo
-    d = (step.max(axis=1) / 63.0).astype(np.float16)
-    dmin = (mins.max(axis=1) / 63.0).astype(np.float16)
     safe = lambda a: np.where(a == 0, 1.0, a)  # noqa: E731
-    sc = np.clip(np.round(step / safe(d.astype(np.float32))[:, None]), 0, 63).astype(np.uint8)
-    m = np.clip(np.round(mins / safe(dmin.astype(np.float32))[:, None]), 0, 63).astype(np.uint8)
-    d1 = d.astype(np.float32)[:, None] * sc
+    half = lambda a: (a * (1 + 1e-3)).astype(np.float16)  # noqa: E731  (rounded up: the codes never clip)
+    mins = -np.minimum(blocks.min(axis=2), 0.0)
+    dmin = half(mins.max(axis=1) / 63.0)
+    m = np.clip(np.ceil(mins / safe(dmin.astype(np.float32))[:, None]), 0, 63).astype(np.uint8)
     m1 = dmin.astype(np.float32)[:, None] * m
+    step = (blocks.max(axis=2) + m1) / 15.0  # the grid from -m1 reaches the largest value
+    d = half(step.max(axis=1) / 63.0)
+    sc = np.clip(np.ceil(step / safe(d.astype(np.float32))[:, None]), 0, 63).astype(np.uint8)
+    d1 = d.astype(np.float32)[:, None] * sc
     q = np.clip(np.round((blocks + m1[..., None]) / safe(d1)[..., None]), 0, 15).astype(np.uint8)
     scales = np.zeros((len(blocks), 12), np.uint8)
     for j in range(4):
@@ -44,9 +44,9 @@ def q6_k(x: np.ndarray) -> np.ndarray:
     shape = x.shape
     blocks = x.reshape(-1, 16, 16).astype(np.float32)
     step = np.abs(blocks).max(axis=2) / 31.0
-    d = (step.max(axis=1) / 127.0).astype(np.float16)
+    d = (step.max(axis=1) / 127.0 * (1 + 1e-3)).astype(np.float16)  # rounded up: the codes never clip
     safe = lambda a: np.where(a == 0, 1.0, a)  # noqa: E731
-    sc = np.clip(np.round(step / safe(d.astype(np.float32))[:, None]), 0, 127).astype(np.int8)
+    sc = np.clip(np.ceil(step / safe(d.astype(np.float32))[:, None]), 0, 127).astype(np.int8)
     d1 = d.astype(np.float32)[:, None] * sc
     u = (np.clip(np.round(blocks / safe(d1)[..., None]), -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 128)
     ql = np.zeros((len(blocks), 2, 64), np.uint8)
