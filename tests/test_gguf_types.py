@@ -31,11 +31,11 @@ def demo_dir():
     return ensure_demo_model()
 
 
-def tiny_llama(hidden=256, ff=256):
+def tiny_llama(hidden=256, ff=256, layers=2):
     """A random Llama whose rows are whole 256-value K-quant super-blocks."""
     from mlx_lm.models import llama
 
-    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": 2, "intermediate_size": ff,
+    config = {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": layers, "intermediate_size": ff,
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": hidden // 4, "rms_norm_eps": 1e-5,
               "vocab_size": 4096, "rope_theta": 10000.0, "max_position_embeddings": 2048,
               "tie_word_embeddings": False}
@@ -109,31 +109,36 @@ def test_k_quant_model_converts_in_every_form(tmp_path, demo_dir, kind, bits):
 OTHER_TYPES = sorted(dequantizable() - MLX_NATIVE - set(ENCODERS))
 
 
-@pytest.mark.parametrize("kind", OTHER_TYPES)
-def test_every_other_type_reads_as_the_gguf_package_dequantizes_it(tmp_path, demo_dir, kind):
-    config, weights = tiny_llama()
-    path = tmp_path / f"tiny-{kind}.gguf"
+def test_every_other_type_reads_as_the_gguf_package_dequantizes_it(tmp_path, demo_dir):
+    """One file with a matrix in each other type (random blocks): float32 is exactly what the gguf package
+    dequantizes; quantized is MLX's 4 or 8 bits of it, within a step of each group's own grid."""
+    config, weights = tiny_llama(layers=4)
+    slots = sorted(n for n in weights if n.startswith("model.layers.") and weights[n].ndim == 2
+                   and not n.endswith(("q_proj.weight", "k_proj.weight")))  # (stored permuted, as llama.cpp does)
+    assert len(slots) >= len(OTHER_TYPES)
+    kinds = dict(zip(slots, OTHER_TYPES))
+    path = tmp_path / "tiny-types.gguf"
 
     def encode(name, a):
-        if name == "model.layers.1.mlp.up_proj.weight":
-            return random_blocks(T[kind], *a.shape), T[kind]
-        return None
+        return (random_blocks(T[kinds[name]], *a.shape), T[kinds[name]]) if name in kinds else None
 
     ref = write_typed_gguf(path, weights, config, "llama", tokenizer_metadata(demo_dir), encode)
-    want = np.array(ref["model.layers.1.mlp.up_proj.weight"])
-    out = gguf.ensure_converted(path, "float32")
-    got = np.array(converted_weights(out)["model.layers.1.mlp.up_proj.weight"])
-    assert got.shape == want.shape and np.array_equal(got, want)
-    out = gguf.ensure_converted(path, "quantized")
-    stored = converted_weights(out)
-    bits = 8 if kind in ("Q5_0", "Q5_1", "Q5_K") else 4
-    q = mx.dequantize(stored["model.layers.1.mlp.up_proj.weight"], stored["model.layers.1.mlp.up_proj.scales"],
-                      stored["model.layers.1.mlp.up_proj.biases"], group_size=32, bits=bits)
-    # within a step of each group's own grid (MLX keeps zero exact) and the float16 rounding of its scale
-    groups = want.reshape(-1, 32)
-    err = np.abs(np.array(q.astype(mx.float32)).reshape(-1, 32) - groups).max(axis=1)
-    bound = np.ptp(groups, axis=1) / (2 ** bits - 1) * 1.05 + 2e-3 * np.abs(groups).max(axis=1) + 2 ** bits * 6e-8  # (subnormal half floats)
-    assert (err <= bound).all(), (err - bound).max()
+    assert {t.type for t in gguf.read_header(path)[1]} >= set(OTHER_TYPES)
+    exact = converted_weights(gguf.ensure_converted(path, "float32"))
+    stored = converted_weights(gguf.ensure_converted(path, "quantized"))
+    for name, kind in kinds.items():
+        want = np.array(ref[name])
+        assert np.array_equal(np.array(exact[name]), want), kind
+        module = name[:-len(".weight")]
+        bits = 8 if kind in ("Q5_0", "Q5_1", "Q5_K") else 4
+        q = mx.dequantize(stored[name], stored[f"{module}.scales"], stored[f"{module}.biases"], group_size=32,
+                          bits=bits)
+        # within a step of each group's own grid (MLX keeps zero exact), and the float16 rounding of its scale
+        groups = want.reshape(-1, 32)
+        err = np.abs(np.array(q.astype(mx.float32)).reshape(-1, 32) - groups).max(axis=1)
+        bound = np.ptp(groups, axis=1) / (2 ** bits - 1) * 1.05 + 2e-3 * np.abs(groups).max(axis=1) + \
+            2 ** bits * 6e-8  # (subnormal half floats)
+        assert (err <= bound).all(), (kind, (err - bound).max())
 
 
 def test_conversion_is_sharded_and_shows_progress(tmp_path, demo_dir, monkeypatch, caplog):
