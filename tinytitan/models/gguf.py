@@ -35,7 +35,7 @@ from pathlib import Path
 from .gguf_arch import ARCHITECTURES, AUXILIARY, UnfittedRope, UnmappedTensor, adjuster, arch_config
 from .gguf_arch import mlx_name as arch_mlx_name
 from .gguf_header import GGUFError, read_header
-from .gguf_tensors import FLOATS, GROUP_SIZE, MLX_NATIVE, ShardWriter, convert_tensors, dequantizable
+from .gguf_tensors import FLOATS, GROUP_SIZE, ShardWriter, convert_tensors, dequantizable, floats
 from .gguf_tokenizer import UnsupportedTokenizer, build_tokenizer
 
 log = logging.getLogger("tinytitan.gguf")
@@ -206,23 +206,18 @@ def convert(path: Path, out: Path, form: str = "quantized", meta: dict | None = 
             template: str | None = None) -> None:
     """Write the mlx-lm model directory for ``path`` into ``out`` (``meta``: what ``check`` read of it, when the
     caller already has it), one tensor at a time."""
-    import gguf as gguf_package
     import numpy as np
-
-    from .gguf_tensors import read_metadata
 
     meta = meta or check(path, template)
     arch = meta["general.architecture"]
-    reader = gguf_package.GGUFReader(str(path))
-    full = read_metadata(reader)
+    full, tensors = read_header(path, keep_arrays=True)
     try:
         tok, specials = build_tokenizer(full)
     except UnsupportedTokenizer as exc:
         raise UnsupportedGGUF(f"{path.name}: {exc}") from None
-    names = {t.name for t in reader.tensors}
-    rope_freqs = next((np.asarray(t.data, dtype=np.float32) for t in reader.tensors
-                       if t.name == "rope_freqs.weight"), None)
-    del reader
+    names = {t.name for t in tensors}
+    rope = next((t for t in tensors if t.name == "rope_freqs.weight"), None)
+    rope_freqs = np.array(floats(np.memmap(path, dtype=np.uint8, mode="r"), rope)) if rope is not None else None
     try:
         config = arch_config(arch, meta, len(full["tokenizer.ggml.tokens"]), "output.weight" in names,
                              "blk.0.attn_q.bias" in names, rope_freqs)
@@ -233,7 +228,7 @@ def convert(path: Path, out: Path, form: str = "quantized", meta: dict | None = 
         return "rope_freqs.weight" if name in AUXILIARY else mlx_name(name, arch)
 
     shards, bits = ShardWriter(out), {}
-    for module, arrays in convert_tensors(path, form, rename, adjuster(arch)):
+    for module, arrays in convert_tensors(path, tensors, form, rename, adjuster(arch)):
         if module == "rope_freqs":
             continue  # in the config
         for suffix, a in arrays.items():

@@ -21,7 +21,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("tinytitan.gguf")
@@ -60,35 +59,38 @@ def requantized_bits(type_name: str) -> int:
     return 4 if size * 8 / block <= 5 else 8
 
 
-@dataclass(frozen=True)
-class Source:
-    """One GGUF tensor as the converter reads it."""
-    name: str  # the GGUF name
-    type: str
-    shape: tuple[int, ...]  # row-major (numpy) order
-    nbytes: int
+def tensor_bytes(t) -> int:
+    import gguf
+
+    kind = gguf.GGMLQuantizationType(t.type_id)
+    block, size = gguf.GGML_QUANT_SIZES[kind]
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n // block * size
 
 
-def read_metadata(reader) -> dict:
-    """Every metadata value of a ``gguf.GGUFReader``, arrays included (the vocabulary, merges, scores)."""
-    return {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
-
-
-def sources(reader) -> list[Source]:
-    return [Source(t.name, t.tensor_type.name, tuple(int(d) for d in reversed(t.shape)), int(t.n_bytes))
-            for t in reader.tensors]
-
-
-def floats(reader, index: int):
-    """Tensor ``index`` of ``reader`` as float32 numpy, dequantized by the gguf package where it is quantized."""
+def floats(data, t):
+    """Tensor ``t`` (a ``gguf_header.TensorInfo``) of the file mapped as ``data`` (uint8), as float32
+    numpy, dequantized by the gguf package where it is quantized."""
     import gguf
     import numpy as np
 
-    t = reader.tensors[index]
-    shape = tuple(int(d) for d in reversed(t.shape))
-    if t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
-        return np.asarray(t.data, dtype=np.float32).reshape(shape)
-    return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False).reshape(shape)
+    kind = gguf.GGMLQuantizationType(t.type_id)
+    raw = data[t.offset:t.offset + tensor_bytes(t)]
+    if kind == gguf.GGMLQuantizationType.F32:
+        return raw.view(np.float32).reshape(t.shape)
+    if kind == gguf.GGMLQuantizationType.F16:
+        return raw.view(np.float16).astype(np.float32).reshape(t.shape)
+    rows = raw.reshape(-1, tensor_bytes(t) // max(1, _rows(t.shape)))
+    return gguf.quants.dequantize(rows, kind).astype(np.float32, copy=False).reshape(t.shape)
+
+
+def _rows(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape[:-1]:
+        n *= d
+    return n
 
 
 def quantizable(name: str, shape: tuple[int, ...]) -> bool:
@@ -96,56 +98,56 @@ def quantizable(name: str, shape: tuple[int, ...]) -> bool:
     return name.endswith(".weight") and len(shape) >= 2 and shape[-1] % GROUP_SIZE == 0
 
 
-def convert_tensors(path: Path, form: str, rename: Callable[[str], str],
+def convert_tensors(path: Path, tensors: list, form: str, rename: Callable[[str], str],
                     adjust: Callable[[str, object], object]) -> Iterator[tuple[str, dict]]:
-    """(MLX module name, {suffix: array}) per tensor of ``path``, in file order. ``rename`` maps a GGUF name
-    to an MLX one (raising on an unknown tensor); ``adjust(mlx_name, float32 numpy)`` applies what the
-    architecture changes about a float tensor (Gemma's norms)."""
-    import gguf
+    """(MLX module name, {suffix: array}) per tensor of ``path`` (``tensors``: its table, from
+    ``gguf_header.read_header``), in file order. ``rename`` maps a GGUF name to an MLX one (raising on an
+    unknown tensor); ``adjust(mlx_name, float32 numpy)`` applies what the architecture changes about a float
+    tensor (Gemma's norms)."""
     import mlx.core as mx
+    import numpy as np
 
-    reader = gguf.GGUFReader(str(path))
-    srcs = sources(reader)
+    data = np.memmap(path, dtype=np.uint8, mode="r")
     native = {}
-    if form == "quantized" and any(s.type in MLX_NATIVE for s in srcs):
+    if form == "quantized" and any(t.type in MLX_NATIVE for t in tensors):
         # mlx reads the whole file at once; what it widened (other types) is dropped at once
         loaded = mx.load(str(path))
-        native = {s.name: loaded[s.name] for s in srcs if s.type in MLX_NATIVE}
-        native.update({f"{s.name[:-len('.weight')]}.{k}": loaded[f"{s.name[:-len('.weight')]}.{k}"]
-                       for s in srcs if s.type in MLX_NATIVE for k in ("scales", "biases")})
+        for t in tensors:
+            if t.type in MLX_NATIVE:
+                stem = t.name[:-len(".weight")]
+                native[t.name] = (loaded[t.name], loaded[f"{stem}.scales"], loaded[f"{stem}.biases"])
         del loaded
     dtype = {"float32": mx.float32, "float16": mx.float16}.get(form)
-    progress = _Progress(path.name, srcs)
-    for i, s in enumerate(srcs):
-        name = rename(s.name)
+    progress = _Progress(path.name, tensors)
+    for t in tensors:
+        name = rename(t.name)
         module, _, suffix = name.rpartition(".")
-        if s.name in native:
-            stem = s.name[:-len(".weight")]
-            out = {"weight": native.pop(s.name), "scales": native.pop(f"{stem}.scales"),
-                   "biases": native.pop(f"{stem}.biases")}
+        if t.name in native:
+            w, scales, biases = native.pop(t.name)
+            out = {"weight": w, "scales": scales, "biases": biases}
         else:
-            w = mx.array(adjust(name, floats(reader, i)))
+            w = mx.array(adjust(name, floats(data, t)))
             if dtype is not None:
                 out = {suffix: w.astype(dtype)}
-            elif s.type in FLOATS:
-                out = {suffix: w.astype({"F16": mx.float16, "BF16": mx.bfloat16}.get(s.type, mx.float32))}
-            elif quantizable(name, s.shape):
-                q, scales, biases = mx.quantize(w, group_size=GROUP_SIZE, bits=requantized_bits(s.type))
+            elif t.type in FLOATS:
+                out = {suffix: w.astype({"F16": mx.float16, "BF16": mx.bfloat16}.get(t.type, mx.float32))}
+            elif quantizable(name, t.shape):
+                q, scales, biases = mx.quantize(w, group_size=GROUP_SIZE, bits=requantized_bits(t.type))
                 out = {"weight": q, "scales": scales.astype(mx.float16), "biases": biases.astype(mx.float16)}
             else:
                 out = {suffix: w.astype(mx.float16)}
         mx.eval(out)
         yield module, out
-        progress.done(s)
+        progress.done(t)
 
 
 class _Progress:
-    def __init__(self, filename: str, srcs: list[Source]):
-        self.filename, self.total, self.count = filename, sum(s.nbytes for s in srcs) or 1, len(srcs)
+    def __init__(self, filename: str, tensors: list):
+        self.filename, self.total, self.count = filename, sum(tensor_bytes(t) for t in tensors) or 1, len(tensors)
         self.read, self.n, self.t0, self.last = 0, 0, time.perf_counter(), time.perf_counter()
 
-    def done(self, s: Source) -> None:
-        self.read, self.n = self.read + s.nbytes, self.n + 1
+    def done(self, t) -> None:
+        self.read, self.n = self.read + tensor_bytes(t), self.n + 1
         now = time.perf_counter()
         if now - self.last >= PROGRESS_EVERY_S or self.n == self.count:
             self.last = now
