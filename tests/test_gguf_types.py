@@ -162,3 +162,20 @@ def test_conversion_is_sharded_and_shows_progress(tmp_path, demo_dir, monkeypatc
     assert source["quantization"] == "Q4_K" and source["digest"] == "sha256:" + gguf.file_digest(path)
     n = sum(int(np.prod(w.shape)) for w in weights.values())
     assert source["parameters"] == n
+
+
+def test_a_file_mlx_cannot_read_still_converts_quantized(tmp_path, demo_dir):
+    """Q8_0 beside an IQ type mlx's own loader rejects: every tensor comes through the gguf package instead
+    (the Q8_0 ones requantized to 8 bits)."""
+    config, weights = tiny_llama(layers=1)
+
+    def encode(name, a):
+        if name == "model.layers.0.mlp.up_proj.weight":
+            return random_blocks(T.IQ2_XXS, *a.shape), T.IQ2_XXS
+        return (gguf_package.quants.quantize(a, T.Q8_0), T.Q8_0) if a.ndim == 2 else None
+
+    path = tmp_path / "mixed.gguf"
+    ref = write_typed_gguf(path, weights, config, "llama", tokenizer_metadata(demo_dir), encode)
+    stored = converted_weights(gguf.ensure_converted(path, "quantized"))
+    w = stored["model.layers.0.mlp.down_proj.weight"]
+    assert w.dtype == mx.uint32 and w.shape[-1] * 32 // 8 == ref["model.layers.0.mlp.down_proj.weight"].shape[-1]

@@ -110,11 +110,17 @@ def convert_tensors(path: Path, tensors: list, form: str, rename: Callable[[str]
     data = np.memmap(path, dtype=np.uint8, mode="r")
     native = {}
     if form == "quantized" and any(t.type in MLX_NATIVE for t in tensors):
-        # mlx reads the whole file at once; what it widened (other types) is dropped at once
-        loaded = mx.load(str(path))
+        # mlx reads the whole file at once; what it widened (other types) is dropped at once. A file mixing
+        # in a type mlx cannot read at all (the IQ types) has every tensor requantized instead.
+        try:
+            loaded = mx.load(str(path))
+        except (RuntimeError, ValueError) as exc:
+            log.info("%s: mlx cannot read this file (%s): Q4_0/Q4_1/Q8_0 tensors are requantized too",
+                     path.name, exc)
+            loaded = {}
         for t in tensors:
-            if t.type in MLX_NATIVE:
-                stem = t.name[:-len(".weight")]
+            stem = t.name[:-len(".weight")]
+            if t.type in MLX_NATIVE and f"{stem}.scales" in loaded:
                 native[t.name] = (loaded[t.name], loaded[f"{stem}.scales"], loaded[f"{stem}.biases"])
         del loaded
     dtype = {"float32": mx.float32, "float16": mx.float16}.get(form)
