@@ -97,41 +97,68 @@ def write_quantized_gguf(path: Path, weights: dict, config: dict, arch: str, tok
     package (llama.cpp's own Python writer and quantizer); returns the float weights those quantized blocks
     stand for (dequantized, in HF layout): the model the converted directory must compute."""
     import gguf
-    import numpy as np
 
     kind = gguf.GGMLQuantizationType[qtype]
-    w = gguf.GGUFWriter(str(path), arch)
+    return write_typed_gguf(path, weights, config, arch, tok_meta,
+                            lambda name, a: (gguf.quants.quantize(a, kind), kind) if a.ndim == 2 else None)
+
+
+def add_metadata(w, arch: str, config: dict, tok_meta: dict, extra: dict | None = None) -> None:
+    """The architecture keys llama.cpp's converter writes, the tokenizer's, and ``extra`` (key: value)."""
     w.add_uint32(f"{arch}.block_count", config["num_hidden_layers"])
-    w.add_uint32(f"{arch}.context_length", config["max_position_embeddings"])
+    w.add_uint32(f"{arch}.context_length", config.get("max_position_embeddings", 4096))
     w.add_uint32(f"{arch}.embedding_length", config["hidden_size"])
     w.add_uint32(f"{arch}.feed_forward_length", config["intermediate_size"])
     w.add_uint32(f"{arch}.attention.head_count", config["num_attention_heads"])
     w.add_uint32(f"{arch}.attention.head_count_kv", config["num_key_value_heads"])
-    w.add_uint32(f"{arch}.attention.key_length", config["head_dim"])
+    w.add_uint32(f"{arch}.attention.key_length", config.get("head_dim") or config["hidden_size"] //
+                 config["num_attention_heads"])
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", config["rms_norm_eps"])
-    w.add_float32(f"{arch}.rope.freq_base", config["rope_theta"])
-    for key, v in tok_meta.items():
+    w.add_float32(f"{arch}.rope.freq_base", config.get("rope_theta", 10000.0))
+    for key, v in {**tok_meta, **(extra or {})}.items():
         if isinstance(v, str):
             w.add_string(key, v)
+        elif isinstance(v, bool):
+            w.add_bool(key, v)
+        elif isinstance(v, float):
+            w.add_float32(key, v)
+        elif isinstance(v, int):
+            w.add_uint32(key, v)
         elif isinstance(v, list):
             w.add_array(key, v)
         elif v.ndim:
             w.add_array(key, [int(x) for x in v.tolist()])
         else:
             w.add_uint32(key, int(v.item()))
+
+
+def write_typed_gguf(path: Path, weights: dict, config: dict, arch: str, tok_meta: dict, encode,
+                     names=gguf_name, extra: dict | None = None, tensors: dict | None = None) -> dict:
+    """A GGUF written by the ``gguf`` package's ``GGUFWriter``: ``encode(name, float32 array)`` returns
+    ``(raw blocks, GGMLQuantizationType)`` for a tensor to store quantized, or None to store it as float32;
+    ``names`` maps an mlx-lm name to the GGUF one; ``tensors``: more GGUF tensors as they are. Returns the
+    float weights the stored tensors stand for (dequantized by the gguf package, in HF layout)."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), arch)
+    add_metadata(w, arch, config, tok_meta, extra)
     reference = {}
     for name, t in weights.items():
         a = np.array(t.astype(mx.float32))
-        if a.ndim == 2:
-            q = gguf.quants.quantize(a, kind)
-            reference[name] = mx.array(gguf.quants.dequantize(q, kind).reshape(a.shape))
-            if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
-                heads = config["num_attention_heads"] if "q_proj" in name else config["num_key_value_heads"]
-                q = np.array(permute(mx.array(q), heads))  # rows move whole: blocks run along a row
-            w.add_tensor(gguf_name(name), q, raw_dtype=kind)
-        else:
+        coded = encode(name, a)
+        if coded is None:
             reference[name] = t
-            w.add_tensor(gguf_name(name), a)
+            w.add_tensor(names(name), a)
+            continue
+        q, kind = coded
+        reference[name] = mx.array(gguf.quants.dequantize(q, kind).reshape(a.shape))
+        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = config["num_attention_heads"] if "q_proj" in name else config["num_key_value_heads"]
+            q = np.array(permute(mx.array(q), heads))  # rows move whole: blocks run along a row
+        w.add_tensor(names(name), q, raw_dtype=kind)
+    for name, a in (tensors or {}).items():
+        w.add_tensor(name, a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -146,9 +146,9 @@ def test_the_cache_is_keyed_by_digest_and_reused(tmp_path, demo_dir, cache, capl
 
 
 @pytest.mark.parametrize("change, named", [
-    ({"general.architecture": "gemma2"}, "architecture 'gemma2' is not supported"),
+    ({"general.architecture": "mamba"}, "architecture 'mamba' is not supported"),
     ({"tokenizer.chat_template": None}, "has no chat template"),
-    ({"tokenizer.ggml.model": "llama"}, "tokenizer.ggml.model 'llama' is not supported"),
+    ({"tokenizer.ggml.model": "rwkv"}, "tokenizer.ggml.model 'rwkv' is not supported"),
     ({"tokenizer.ggml.pre": "deepseek-coder"}, "tokenizer.ggml.pre 'deepseek-coder' is not supported"),
 ])
 def test_refused_by_name(tmp_path, demo_dir, change, named, cache):
@@ -162,11 +162,11 @@ def test_refused_by_name(tmp_path, demo_dir, change, named, cache):
     assert not [p for p in (cache / "gguf").iterdir() if p.is_dir()]  # no directory, not even half-written
 
 
-def test_k_quants_are_refused_not_widened(tmp_path, demo_dir):
+def test_a_type_the_gguf_package_cannot_read_is_refused_not_guessed(tmp_path, demo_dir):
     path, _, _ = make_gguf(tmp_path / "k.gguf", demo_dir)
-    retype_tensor(path, "blk.1.ffn_down.weight", 14)  # Q6_K
-    with pytest.raises(gguf.UnsupportedGGUF, match=r"quantization Q6_K \(e.g. blk.1.ffn_down.weight\) is not "
-                                                   r"supported; supported: Q4_0, Q4_1, Q8_0"):
+    retype_tensor(path, "blk.1.ffn_down.weight", 15)  # Q8_K: llama.cpp's intermediate type, no dequantizer
+    with pytest.raises(gguf.UnsupportedGGUF, match=r"quantization Q8_K \(e.g. blk.1.ffn_down.weight\) is not "
+                                                   r"supported: the gguf package cannot dequantize it"):
         gguf.check(path)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 log = logging.getLogger("tinytitan")
 
 DEFAULT_PORT = 8096
-GGUF_FORMS = ("quantized", "float32")
+GGUF_FORMS = ("quantized", "float16", "float32")
 
 
 def _is_loopback(host: str) -> bool:
@@ -46,12 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
                           "demo model")
     src.add_argument("--script", metavar="FILE", help="scripted backend: a YAML list of raw model outputs")
     src.add_argument("--models-dir", metavar="DIR",
-                     help="serve every model under DIR: MLX directories, .gguf files, or the repos of a Hugging "
-                          "Face cache (one resident at a time, loaded on demand)")
+                     help="serve every model under DIR: an Ollama library ('ollama': $OLLAMA_MODELS or "
+                          "~/.ollama/models), an LM Studio models folder ('lmstudio'), MLX directories, .gguf files, "
+                          "or the repos of a Hugging Face cache (one resident at a time, loaded on demand)")
     s.add_argument("--model-id", help="the name clients use for the model (default: the directory name)")
     s.add_argument("--gguf-form", choices=["auto", *GGUF_FORMS], default="auto",
-                   help="what a GGUF becomes: kept quantized, or dequantized to float32; auto (default) picks "
-                        "the faster on this machine (float32 on a CPU, quantized on a GPU)")
+                   help="what a GGUF becomes: quantized (Q4_0/Q4_1/Q8_0 kept, other types requantized to MLX's "
+                        "4 or 8 bits), or dequantized to float16 or float32; auto (default) picks the faster on "
+                        "this machine (float32 on a CPU where it fits, quantized on a GPU)")
     s.add_argument("--context-window", type=int, metavar="TOKENS",
                    help="the scripted backend's context window (default 131072; a model's comes from its config)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -141,12 +143,13 @@ def make_backends(args) -> list:
     elif args.models_dir:
         from .engine.mlx_backend import MLXBackend
 
-        from .models.resolve import list_models
+        from .models.resolve import list_models, models_root
 
-        root = Path(args.models_dir)
+        root = models_root(args.models_dir)
         found = list_models(root, _gguf_form(args))
         if not found:
-            raise SystemExit(f"no models (MLX directories, *.gguf files, Hugging Face cache repos) under {root}")
+            raise SystemExit(f"no models (an Ollama library, MLX directories, *.gguf files, Hugging Face cache repos) "
+                             f"under {root}")
         backends = [MLXBackend(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True) for m in found]
         log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:

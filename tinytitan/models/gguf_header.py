@@ -27,6 +27,18 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 _STRING, _ARRAY = 8, 9
 
 
+def type_name(ttype: int) -> str:
+    """ggml's name for a storage type; one newer than this table, as the installed gguf package names it."""
+    if ttype in GGML_TYPES:
+        return GGML_TYPES[ttype]
+    try:
+        import gguf
+
+        return gguf.GGMLQuantizationType(ttype).name
+    except (ImportError, ValueError):
+        return f"type {ttype}"
+
+
 class GGUFError(ValueError):
     """The file is not a GGUF this reader understands."""
 
@@ -34,8 +46,10 @@ class GGUFError(ValueError):
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # row-major (numpy) order
     type: str
+    offset: int = 0  # from the start of the file
+    type_id: int = 0
 
 
 class _Reader:
@@ -77,9 +91,10 @@ class _Reader:
         raise GGUFError(f"unknown GGUF metadata value type {vtype}")
 
 
-def read_header(path: str | Path) -> tuple[dict, list[TensorInfo]]:
-    """(scalar metadata, tensor table). Array values (the vocabulary, merges …) are skipped: they are
-    ``None`` here; ``mlx.core.load`` returns them."""
+def read_header(path: str | Path, keep_arrays: bool = False) -> tuple[dict, list[TensorInfo]]:
+    """(metadata, tensor table). Array values (the vocabulary, merges, scores) are ``None`` unless
+    ``keep_arrays``. Each tensor's ``offset`` is where its data starts in the file (after the header, aligned
+    to ``general.alignment``, 32 by default)."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         if buf[:4] != b"GGUF":
             raise GGUFError(f"{path} is not a GGUF file (no GGUF magic)")
@@ -92,12 +107,15 @@ def read_header(path: str | Path) -> tuple[dict, list[TensorInfo]]:
         meta = {}
         for _ in range(n_kv):
             key = r.string()
-            meta[key] = r.value(r.scalar("<I"), keep_arrays=False)
-        tensors = []
+            vtype = r.scalar("<I")
+            meta[key] = r.value(vtype, keep_arrays=keep_arrays or vtype != _ARRAY)
+        table = []
         for _ in range(n_tensors):
             name = r.string()
             dims = tuple(r.scalar("<Q") for _ in range(r.scalar("<I")))
             ttype = r.scalar("<I")
-            r.scalar("<Q")  # offset
-            tensors.append(TensorInfo(name, tuple(reversed(dims)), GGML_TYPES.get(ttype, f"type {ttype}")))
+            table.append((name, tuple(reversed(dims)), ttype, r.scalar("<Q")))
+        align = int(meta.get("general.alignment") or 32)
+        start = -(-r.pos // align) * align
+        tensors = [TensorInfo(name, shape, type_name(t), start + off, t) for name, shape, t, off in table]
         return meta, tensors

@@ -9,8 +9,15 @@
 4. a Hugging Face repo id ``org/name`` that is not a local path: the snapshot in the Hugging Face cache
    (no network), else downloaded with a progress bar (unless ``HF_HUB_OFFLINE`` is set).
 
-``--models-dir`` lists the MLX directories, the ``*.gguf`` files and, where it is a Hugging Face cache, the
-repos it holds (by repo id).
+``--models-dir`` lists, by what it holds:
+
+- an Ollama library (``manifests/`` beside ``blobs/``; ``--models-dir ollama`` is ``$OLLAMA_MODELS`` or
+  ``~/.ollama/models``): every model its manifests name, as ``ollama list`` names it (``ollama_library``);
+- anything else (an LM Studio models folder, ``--models-dir lmstudio`` is ``~/.lmstudio/models`` or
+  ``~/.cache/lm-studio/models``; a Hugging Face cache; a folder of models): the MLX directories by their
+  path, the repos of a Hugging Face cache by repo id, and the ``*.gguf`` files, a folder's only GGUF by the
+  folder's path (LM Studio's ``publisher/repo``), one of several by its own path. Vision projectors
+  (``mmproj*.gguf``) are not models.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gguf import UnsupportedGGUF, ensure_converted
+from .gguf import UnsupportedGGUF, cache_root, ensure_converted
+from .gguf_header import read_header
 
 log = logging.getLogger("tinytitan.models")
 
@@ -110,9 +118,26 @@ def hf_snapshot(repo_id: str, cache_dir: str | Path | None = None) -> Path:
     return path
 
 
+def models_root(spec: str) -> Path:
+    """``--models-dir``: a path, or ``ollama`` / ``lmstudio`` for where those apps keep their models."""
+    if spec == "ollama":
+        from .ollama_library import default_root
+
+        return default_root()
+    if spec == "lmstudio":
+        home = Path.home()
+        candidates = [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
+        return next((c for c in candidates if c.is_dir()), candidates[0])
+    return Path(spec).expanduser()
+
+
 def list_models(root: Path, form: str | None = None) -> list[Resolved]:
-    """Every model under ``root``, sorted by id: MLX directories, ``*.gguf`` files (converted), and the repos
-    of a Hugging Face cache. A GGUF that cannot be converted is left out with a warning."""
+    """Every model under ``root``, sorted by id (see the module's rules). A model that cannot be served is
+    left out with a warning that says why."""
+    from .ollama_library import is_library
+
+    if is_library(root):
+        return _ollama_models(root, form)
     found: dict[str, Resolved] = {}
     for repo in _hf_cache_repos(root):
         found.setdefault(repo.model_id, repo)
@@ -122,13 +147,35 @@ def list_models(root: Path, form: str | None = None) -> list[Resolved]:
         if rel.startswith("models--") or not is_model_dir(d):
             continue
         found.setdefault(rel, Resolved(d, rel))
-    for f in sorted(root.rglob("*.gguf")):
-        model_id = _gguf_id(f.relative_to(root))
+    ggufs = sorted(f for f in root.rglob("*.gguf") if not f.name.lower().startswith("mmproj"))
+    per_folder: dict[Path, int] = {}
+    for f in ggufs:
+        per_folder[f.parent] = per_folder.get(f.parent, 0) + 1
+    for f in ggufs:
+        rel = f.relative_to(root)
+        alone = per_folder[f.parent] == 1 and len(rel.parts) >= 3 and not rel.parts[0].startswith("models--")
+        model_id = rel.parent.as_posix() if alone else _gguf_id(rel)
         try:
             found.setdefault(model_id, Resolved(ensure_converted(f, form), model_id))
         except UnsupportedGGUF as exc:
             log.warning("%s: not served: %s", f, exc)
     return [found[k] for k in sorted(found)]
+
+
+def _ollama_models(root: Path, form: str | None) -> list[Resolved]:
+    from .ollama_library import OllamaModelRefused, chat_template, check, manifests, served_dir
+
+    out = []
+    for model in manifests(root):
+        try:
+            check(model)
+            has_template = bool(read_header(model.gguf)[0].get("tokenizer.chat_template"))
+            converted = ensure_converted(model.gguf, form, chat_template(model, has_template))
+            model_id = model.name[:-len(":latest")] if model.name.endswith(":latest") else model.name
+            out.append(Resolved(served_dir(model, converted, cache_root()), model_id))
+        except (OllamaModelRefused, UnsupportedGGUF) as exc:
+            log.warning("%s: not served: %s", model.name, exc)
+    return out
 
 
 def _gguf_id(rel: Path) -> str:

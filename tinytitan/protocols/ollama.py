@@ -23,6 +23,7 @@ from typing import Any
 from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Timing
+from ..models.gguf_facts import listing, weights_on_gpu
 from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
@@ -218,25 +219,41 @@ class Ollama(Protocol):
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
 
     def _entry(self, card: dict) -> dict:
-        name = ollama_name(card["id"])
-        return {"name": name, "model": name, "modified_at": iso_time(card.get("created") or self.engine.started_at),
-                "size": int(card.get("size") or 0), "digest": hashlib.sha256(card["id"].encode()).hexdigest(),
-                "details": self._details(card)}
+        """What ``/api/tags`` lists: for a model of an Ollama library, its manifest's digest, size and time and
+        its config's details, as Ollama lists them; for another, its weights' own (``models.gguf_facts``)."""
+        name, facts = ollama_name(card["id"]), listing(card)
+        own = facts["ollama"] or {}
+        digest = own.get("digest") or facts["digest"].removeprefix("sha256:") or \
+            hashlib.sha256(card["id"].encode()).hexdigest()  # (a backend without weight files)
+        return {"name": name, "model": name,
+                "modified_at": iso_time(own.get("modified_at") or card.get("created") or self.engine.started_at),
+                "size": int(own.get("size") or facts["size"]), "digest": digest,
+                "details": self._details(card, facts)}
 
-    def _details(self, card: dict) -> dict:
-        return {"parent_model": "", "format": self.spec.extra["format"], "family": card["family"],
-                "families": [card["family"]], "parameter_size": "", "quantization_level": ""}
+    def _details(self, card: dict, facts: dict | None = None) -> dict:
+        facts = facts or listing(card)
+        if facts["ollama"]:
+            return {"parent_model": "", **facts["ollama"]["details"]}
+        return {"parent_model": "", "format": facts["format"] or self.spec.extra["format"], "family": card["family"],
+                "families": [card["family"]], "parameter_size": facts["parameter_size"],
+                "quantization_level": facts["quantization"]}
 
     async def tags(self, call: Call) -> Reply:
         cards = [self.engine.model_card(m["id"]) for m in self.engine.models()]
-        return Reply({"models": [self._entry(c) for c in cards]})
+        entries = sorted((self._entry(c) for c in cards), key=lambda e: e["modified_at"], reverse=True)
+        return Reply({"models": entries})  # newest first, as Ollama lists them
 
     async def ps(self, call: Call) -> Reply:
+        """Loaded models: ``size`` the bytes of their weights in memory, ``size_vram`` those in GPU memory."""
         cards = [self.engine.model_card(m["id"]) for m in self.engine.models() if m.get("loaded")]
-        running = [{k: v for k, v in self._entry(c).items() if k != "modified_at"}  # not a field of Ollama's ps
-                   for c in cards]
-        return Reply({"models": [{**entry, "expires_at": FAR_FUTURE, "size_vram": 0, "context_length": c["context_window"]}
-                                 for entry, c in zip(running, cards)]})
+        gpu = weights_on_gpu()
+        out = []
+        for c in cards:
+            entry = {k: v for k, v in self._entry(c).items() if k != "modified_at"}  # not a field of Ollama's ps
+            resident = listing(c)["resident"] or entry["size"]
+            out.append({**entry, "size": resident, "expires_at": FAR_FUTURE, "size_vram": resident if gpu else 0,
+                        "context_length": c["context_window"]})
+        return Reply({"models": out})
 
     async def show(self, call: Call) -> Reply:
         v = await self.checked(call, handler="show")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from ..agents import codex_entry
+from ..models.gguf_facts import listing
 from ..observe import dashboard
 from .base import Protocol
 from .wire import Call, Reply
@@ -83,6 +84,10 @@ class Shared(Protocol):
                 entry[k] = info[k]
         if "features" in info:
             entry["capabilities"] = info["features"]
+        facts = listing(info)
+        if facts["digest"]:  # what is known of the weights (models.gguf_facts)
+            entry.update(parameters=facts["parameters"], quantization=facts["quantization"],
+                         size_bytes=facts["size"], digest=facts["digest"])
         return entry
 
     async def list_models(self, call: Call) -> Reply:

@@ -1,0 +1,225 @@
+"""The libraries users already have: an Ollama library (manifests and blobs, as Ollama writes them) and an
+LM Studio models folder, served as they stand and listed as those apps list them.
+
+The trees are built here as the apps lay them out: Ollama's ``manifests/<host>/<namespace>/<model>/<tag>``
+(JSON manifests naming blobs by digest) beside ``blobs/sha256-<hex>``; LM Studio's ``<publisher>/<repo>/``
+folders holding a GGUF (and its vision projector) or an MLX model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+
+import httpx
+import jinja2
+import pytest
+
+from gguf_util import tokenizer_metadata, write_gguf
+from tinytitan.demo_model import build_demo_model, ensure_demo_model
+from tinytitan.engine.mlx_backend import MLXBackend
+from tinytitan.models.go_template import Untranslatable, translate
+from tinytitan.models.resolve import list_models, models_root
+
+CHATML_GO = """{{- if .System }}<|im_start|>system
+{{ .System }}<|im_end|>
+{{ end }}
+{{- range $i, $_ := .Messages }}
+{{- $last := eq (len (slice $.Messages $i)) 1 -}}
+{{- if eq .Role "user" }}<|im_start|>user
+{{ .Content }}<|im_end|>
+{{ else if eq .Role "assistant" }}<|im_start|>assistant
+{{ if .ToolCalls }}{{ range .ToolCalls }}<tool_call>
+{"name": "{{ .Function.Name }}", "arguments": {{ .Function.Arguments }}}
+</tool_call>{{ end }}{{ else }}{{ .Content }}{{ end }}{{ if not $last }}<|im_end|>
+{{ end }}
+{{- end }}
+{{- if and (ne .Role "assistant") $last }}<|im_start|>assistant
+{{ end }}
+{{- end }}"""
+CONFIG = {"model_format": "gguf", "model_family": "qwen3", "model_families": ["qwen3"], "model_type": "3.37M",
+          "file_type": "F32", "architecture": "amd64", "os": "linux"}
+
+
+def render(template: str, messages) -> str:
+    """As a chat template renders (transformers' environment: trim_blocks and lstrip_blocks)."""
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    return env.from_string(template).render(messages=messages)
+
+
+def test_a_go_template_translates_to_the_jinja_that_renders_the_same():
+    jinja = translate(CHATML_GO)
+    convo = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+             {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "2+2?"}]
+    # what Go's text/template writes for this conversation (read off the template by hand)
+    assert render(jinja, convo) == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                                    "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+                                    "<|im_start|>assistant\n")
+    call = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "ls", "arguments": {"path": "."}}}]}]
+    assert render(jinja, call).endswith('<|im_start|>assistant\n<tool_call>\n{"name": "ls", "arguments": '
+                                        '{"path": "."}}\n</tool_call>')
+
+
+@pytest.mark.parametrize("source, named", [
+    ("{{ .Prompt }}", "older .Prompt/.Response form"),
+    ('{{ range .Messages }}{{ template "x" . }}{{ end }}', "{{ template }} is not translated"),
+    ("{{ range .Messages }}{{ .Content | upper }}{{ end }}", "the pipe"),
+    ('{{ range .Messages }}{{ printf "%s" .Content }}{{ end }}', "the function 'printf'"),
+    ("{{ range .Messages }}{{ .Content }}", "without its {{ end }}"),
+])
+def test_untranslatable_templates_are_refused_by_name(source, named):
+    with pytest.raises(Untranslatable, match=named):
+        translate(source)
+
+
+def blob(root, data: bytes) -> dict:
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    (root / "blobs" / digest.replace(":", "-")).write_bytes(data)
+    return {"digest": digest, "size": len(data)}
+
+
+def manifest(root, name: str, layers: list[tuple[str, dict]], config: dict, mtime: float):
+    host, namespace, model, tag = name.split("/")
+    path = root / "manifests" / host / namespace / model / tag
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", **config},
+            "layers": [{"mediaType": f"application/vnd.ollama.image.{kind}", **ref} for kind, ref in layers]}
+    raw = json.dumps(body).encode()
+    path.write_bytes(raw)
+    os.utime(path, (mtime, mtime))
+    return hashlib.sha256(raw).hexdigest(), sum(ref["size"] for _, ref in layers) + config["size"]
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    """An Ollama library: tiny:latest and tiny:q4 (one GGUF with its own template), acme/coder:1b (a GGUF
+    without one: the manifest's Go template), a model on another host, one whose template cannot be
+    translated."""
+    import json as _json
+
+    from mlx.core import load as mx_load
+
+    root = tmp_path_factory.mktemp("ollama")
+    (root / "blobs").mkdir()
+    demo = ensure_demo_model()
+    config = _json.loads((demo / "config.json").read_text())
+    weights = mx_load(str(demo / "model.safetensors"))
+    tmp = tmp_path_factory.mktemp("ggufs")
+    with_template = write_gguf(tmp / "a.gguf", weights, config, "qwen3", tokenizer_metadata(demo)).read_bytes()
+    meta = tokenizer_metadata(demo)
+    meta.pop("tokenizer.chat_template")
+    without = write_gguf(tmp / "b.gguf", weights, config, "qwen3", meta).read_bytes()
+    a, b = blob(root, with_template), blob(root, without)
+    cfg = blob(root, json.dumps(CONFIG).encode())
+    params = blob(root, json.dumps({"stop": ["<|im_end|>", "not one token"], "num_ctx": 2048,
+                                    "temperature": 0.6, "top_k": 20}).encode())
+    template = blob(root, CHATML_GO.encode())
+    bad = blob(root, b'{{ range .Messages }}{{ template "turn" . }}{{ end }}')
+    facts = {
+        "tiny:latest": manifest(root, "registry.ollama.ai/library/tiny/latest", [("model", a), ("params", params)],
+                                cfg, 1_700_000_000),
+        "tiny:q4": manifest(root, "registry.ollama.ai/library/tiny/q4", [("model", a)], cfg, 1_700_000_100),
+        "acme/coder:1b": manifest(root, "registry.ollama.ai/acme/coder/1b", [("model", b), ("template", template)],
+                                  cfg, 1_700_000_200),
+        "example.com/team/m:v1": manifest(root, "example.com/team/m/v1", [("model", a)], cfg, 1_700_000_300),
+    }
+    manifest(root, "registry.ollama.ai/library/broken/latest", [("model", b), ("template", bad)], cfg, 1_700_000_400)
+    return root, facts
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
+
+
+def test_an_ollama_library_is_listed_as_ollama_names_it(library, cache, caplog):
+    root, facts = library
+    caplog.set_level(logging.WARNING, logger="tinytitan.models")
+    found = list_models(root, "float32")
+    assert [m.model_id for m in found] == ["acme/coder:1b", "example.com/team/m:v1", "tiny", "tiny:q4"]
+    assert "broken:latest: not served: broken:latest: its Ollama template cannot be translated" in caplog.text
+    tiny = next(m for m in found if m.model_id == "tiny")
+    config = json.loads((tiny.path / "config.json").read_text())
+    assert config["max_position_embeddings"] == 2048  # num_ctx
+    vocab = json.loads((tiny.path / "tokenizer.json").read_text())["added_tokens"]
+    im_end = next(t["id"] for t in vocab if t["content"] == "<|im_end|>")
+    assert im_end in config["eos_token_id"]
+    gen = json.loads((tiny.path / "generation_config.json").read_text())
+    assert gen["temperature"] == 0.6 and gen["top_k"] == 20
+    assert "stop 'not one token' is not one token" in caplog.text
+    # the same blob converted once, served under each name
+    assert (tiny.path / "model-00001.safetensors").resolve() == \
+        (next(m for m in found if m.model_id == "tiny:q4").path / "model-00001.safetensors").resolve()
+    coder = next(m for m in found if m.model_id == "acme/coder:1b")
+    assert "_system" in json.loads((coder.path / "tokenizer_config.json").read_text())["chat_template"]
+
+
+async def test_api_tags_lists_what_ollama_list_would(serve, library, cache):
+    import ollama
+
+    root, facts = library
+    found = list_models(root, "float32")
+    s = await serve(backend=[MLXBackend(m.path, m.model_id, lazy=True) for m in found])
+    async with httpx.AsyncClient(timeout=60) as c:
+        tags = (await c.get(s.url("/api/tags"))).json()
+        ollama.ListResponse.model_validate(tags)
+        assert [m["name"] for m in tags["models"]] == ["example.com/team/m:v1", "acme/coder:1b", "tiny:q4",
+                                                        "tiny:latest"]  # newest first, as Ollama sorts
+        for m in tags["models"]:
+            digest, size = facts[m["name"]]
+            assert m["digest"] == digest and m["size"] == size and m["model"] == m["name"]
+            assert m["details"] == {"parent_model": "", "format": "gguf", "family": "qwen3", "families": ["qwen3"],
+                                    "parameter_size": "3.37M", "quantization_level": "F32"}
+        assert tags["models"][-1]["modified_at"].startswith("2023-11-14T22:13:20")
+        r = await c.post(s.url("/api/chat"), json={"model": "acme/coder:1b", "stream": False, "options":
+                                                   {"num_predict": 2}, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.text
+        ps = (await c.get(s.url("/api/ps"))).json()
+        ollama.ProcessResponse.model_validate(ps)
+        [running] = ps["models"]
+        weights = sum(f.stat().st_size for f in next(m for m in found if m.model_id == "acme/coder:1b").path.glob(
+            "*.safetensors"))
+        assert running["name"] == "acme/coder:1b" and running["size"] == weights and running["size_vram"] == 0
+        models = (await c.get(s.url("/v1/models"))).json()["data"]
+        tiny = next(m for m in models if m["id"] == "tiny")
+        assert tiny["quantization"] == "F32" and tiny["parameters"] > 0 and tiny["digest"].startswith("sha256:")
+
+
+def test_lm_studio_folders_are_named_publisher_repo(tmp_path, cache):
+    demo = ensure_demo_model()
+    root = tmp_path / ".lmstudio" / "models"
+    import json as _json
+
+    from mlx.core import load as mx_load
+
+    config = _json.loads((demo / "config.json").read_text())
+    weights = mx_load(str(demo / "model.safetensors"))
+    one = root / "lmstudio-community" / "Tiny-Chat-GGUF"
+    one.mkdir(parents=True)
+    write_gguf(one / "Tiny-Chat-Q8_0.gguf", weights, config, "qwen3", tokenizer_metadata(demo))
+    shutil.copy(one / "Tiny-Chat-Q8_0.gguf", one / "mmproj-Tiny-Chat-F16.gguf")  # a vision projector: no model
+    two = root / "acme" / "Two-GGUF"
+    two.mkdir(parents=True)
+    for q in ("Q4_K_M", "Q8_0"):
+        shutil.copy(one / "Tiny-Chat-Q8_0.gguf", two / f"Two-{q}.gguf")
+    build_demo_model(root / "mlx-community" / "Tiny-Chat-4bit")
+    ids = [m.model_id for m in list_models(root, "float32")]
+    assert ids == ["acme/Two-GGUF/Two-Q4_K_M", "acme/Two-GGUF/Two-Q8_0", "lmstudio-community/Tiny-Chat-GGUF",
+                   "mlx-community/Tiny-Chat-4bit"]
+
+
+def test_models_dir_names_the_apps_folders(tmp_path, monkeypatch):
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama-models"))
+    assert models_root("ollama") == tmp_path / "ollama-models"
+    monkeypatch.delenv("OLLAMA_MODELS")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert models_root("ollama") == tmp_path / ".ollama" / "models"
+    (tmp_path / ".cache" / "lm-studio" / "models").mkdir(parents=True)
+    assert models_root("lmstudio") == tmp_path / ".cache" / "lm-studio" / "models"
+    (tmp_path / ".lmstudio" / "models").mkdir(parents=True)
+    assert models_root("lmstudio") == tmp_path / ".lmstudio" / "models"

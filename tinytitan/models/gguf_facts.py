@@ -1,0 +1,164 @@
+"""What a model listing can say about a model's weights: parameter count, quantization, size and digest,
+read from the files (a GGUF's header, an MLX directory's config and safetensors headers) without loading them.
+
+Rules:
+- the parameter count is the number of weights the file stores (every tensor, dequantized), as Ollama counts;
+  ``human_number`` writes it the way Ollama does (``8.2B``, ``134.52M``);
+- a GGUF's quantization is its ``general.file_type`` (llama.cpp's ``LLAMA_FTYPE``: ``Q4_K_M`` …), else the
+  storage type holding the most weights; an MLX directory's is ``{bits}BIT`` per its config (``F32``/``F16``/
+  ``BF16`` for floats);
+- the digest of a GGUF is its file's SHA-256; of an MLX directory, the SHA-256 of its weight files' own
+  digests in name order (a Hugging Face cache's blob names are those digests; any other file is hashed once
+  per size and mtime: ``gguf.file_digest`` remembers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+
+def human_number(n: int) -> str:
+    for unit, scale, places in (("T", 10**12, 1), ("B", 10**9, 1), ("M", 10**6, 2), ("K", 10**3, 0)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f}{unit}" if v == int(v) else f"{v:.{places}f}{unit}"
+    return str(n)
+
+
+def parameter_count(tensors) -> int:
+    total = 0
+    for t in tensors:
+        if t.name == "rope_freqs.weight":
+            continue
+        n = 1
+        for d in t.shape:
+            n *= d
+        total += n
+    return total
+
+
+def file_type_name(file_type, tensors) -> str:
+    import gguf
+
+    if file_type is not None:
+        try:
+            name = gguf.LlamaFileType(int(file_type)).name
+        except ValueError:
+            name = ""
+        if name:
+            return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    weights: dict[str, int] = {}
+    for t in tensors:
+        if len(t.shape) >= 2:
+            n = 1
+            for d in t.shape:
+                n *= d
+            weights[t.type] = weights.get(t.type, 0) + n
+    return max(weights, key=weights.get) if weights else ""
+
+
+def _safetensors_params(path: Path) -> tuple[int, dict]:
+    """(stored elements, {dtype: elements}) from a safetensors header (the first 8 bytes say its length)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    total, by_type = 0, {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        count = 1
+        for d in t["shape"]:
+            count *= d
+        total += count
+        by_type[t["dtype"]] = by_type.get(t["dtype"], 0) + count
+    return total, by_type
+
+
+def _blob_digest(f: Path) -> str | None:
+    """A Hugging Face cache names each weight blob by its SHA-256: a snapshot's link says it, unread."""
+    if f.is_symlink():
+        name = f.resolve().name
+        if len(name) == 64 and all(c in "0123456789abcdef" for c in name):
+            return name
+    return None
+
+
+def mlx_dir_facts(path: Path) -> dict:
+    """Parameter count, quantization, bytes on disk and digest of an MLX model directory; what its conversion
+    recorded where it came from a GGUF (``gguf_source.json``)."""
+    from .gguf import file_digest
+
+    source = path / "gguf_source.json"
+    files = sorted(path.glob("*.safetensors"))
+    size = sum(f.stat().st_size for f in files)  # (an Ollama model's directory links to them: followed)
+    if source.is_file():
+        facts = json.loads(source.read_text())
+        if "digest" in facts:
+            return {"parameters": facts.get("parameters"), "quantization": facts.get("quantization") or "",
+                    "size": facts.get("size") or size, "digest": facts["digest"], "weights_bytes": size,
+                    "format": "gguf"}
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    quant = config.get("quantization") or config.get("quantization_config") or {}
+    total, by_type = 0, {}
+    for f in files:
+        n, types = _safetensors_params(f)
+        total += n
+        for k, v in types.items():
+            by_type[k] = by_type.get(k, 0) + v
+    if isinstance(quant, dict) and quant.get("bits"):
+        packed = by_type.get("U32", 0)  # each packed word holds 32 / bits weights
+        total += packed * (32 // int(quant["bits"]) - 1)
+        quantization = f"{int(quant['bits'])}BIT"
+    else:
+        quantization = max(by_type, key=by_type.get) if by_type else ""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}:{_blob_digest(f) or file_digest(f)}\n".encode())
+    return {"parameters": total, "quantization": quantization, "size": size, "digest": "sha256:" + h.hexdigest(),
+            "weights_bytes": size, "format": "safetensors"}
+
+
+_LISTING: dict[tuple, dict] = {}
+
+
+def listing_facts(path: str | Path) -> dict:
+    """What a model list shows about the model served from ``path``: ``name``-independent facts (parameters,
+    quantization, size on disk, weight bytes, digest), plus an Ollama library entry's own (its manifest's
+    digest, size and time, and its config's details). Remembered per directory and mtime."""
+    path = Path(path)
+    try:
+        key = (str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return {}
+    if key not in _LISTING:
+        facts = mlx_dir_facts(path)
+        ollama = path / "ollama.json"
+        if ollama.is_file():
+            facts.update(ollama=json.loads(ollama.read_text()))
+        _LISTING[key] = facts
+    return _LISTING[key]
+
+
+def weights_on_gpu() -> bool:
+    """Whether resident weights live in GPU memory (Metal); on a CPU, none of them do."""
+    import mlx.core as mx
+
+    return bool(getattr(mx, "metal", None) and mx.metal.is_available())
+
+
+def listing(card: dict) -> dict:
+    """A model card's listing facts in one shape: ``parameters`` (int or None), ``parameter_size``
+    (Ollama's spelling), ``quantization``, ``size`` (bytes on disk), ``resident`` (bytes of weights once
+    loaded), ``digest`` (``sha256:…``), ``format``; an Ollama library entry's own under ``ollama``."""
+    facts = listing_facts(card["path"]) if card.get("path") else {}
+    params = facts.get("parameters")
+    return {"parameters": params, "parameter_size": human_number(params) if params else "",
+            "quantization": facts.get("quantization") or "", "size": int(facts.get("size") or 0),
+            "resident": int(facts.get("weights_bytes") or 0), "digest": facts.get("digest") or "",
+            "format": facts.get("format") or "", "ollama": facts.get("ollama")}

@@ -1,0 +1,221 @@
+"""An Ollama chat template (Go's ``text/template``) translated to the Jinja a chat template is.
+
+Rules (what Ollama's ``template.Execute`` hands a template that reads ``.Messages``):
+- ``.System`` is every system message's text joined by blank lines; ``.Messages`` the conversation (system
+  messages included); ``.Tools`` the tools; in a ``range`` the dot is the item (``.Role``, ``.Content``,
+  ``.ToolCalls``, ``.Function.Name`` …, lower-cased as the chat template's messages spell them);
+- printed as Go prints them: ``.Function.Arguments``, a tool, a tool call: JSON;
+- Jinja's block tags carry ``+`` unless Go's trim markers say otherwise, so a renderer's ``trim_blocks`` and
+  ``lstrip_blocks`` (chat templates render with both) keep every newline Go keeps;
+- ``if`` / ``else if`` / ``else`` / ``range`` (with ``$i, $x :=``) / ``end``, ``$x := …``, comments, the
+  trim markers ``{{-`` and ``-}}``; the functions ``eq ne lt le gt ge and or not len index slice json``.
+  Anything else (``with``, ``define``, ``template``, pipes, ``printf``, a template of the older
+  ``.Prompt``/``.Response`` form …) raises ``Untranslatable`` naming it: a wrong template is a wrong model.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ACTION = re.compile(r"\{\{(-\s)?(.*?)(\s-)?\}\}", re.S)
+_TOKEN = re.compile(r'\s*(?:("(?:[^"\\]|\\.)*"|`[^`]*`)|(\()|(\))|(:=)|(,)|(\|)|(\$\w*(?:\.\w+)*)|(\.(?:\w+(?:\.\w+)*)?)'
+                    r"|(-?\d+(?:\.\d+)?)|(\w+))")
+FIELDS = {"Role": "role", "Content": "content", "ToolCalls": "tool_calls", "Function": "function", "Name": "name",
+          "Arguments": "arguments", "Thinking": "reasoning_content", "ToolName": "name", "Images": "images",
+          "Description": "description", "Parameters": "parameters", "Type": "type", "Index": "index",
+          "ToolCallID": "tool_call_id"}
+ROOT = {"System": "_system", "Messages": "messages", "Tools": "tools"}
+JSON_FIELDS = {"arguments", "parameters"}
+CALLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+SYSTEM = ("{%+ set _system = messages | selectattr('role', 'equalto', 'system') | map(attribute='content') "
+          "| join('\\n\\n') +%}")
+
+
+class Untranslatable(ValueError):
+    pass
+
+
+def translate(source: str) -> str:
+    """The Jinja for an Ollama Go template, or Untranslatable naming the construct it cannot carry over."""
+    if ".Messages" not in source:
+        raise Untranslatable("an Ollama template of the older .Prompt/.Response form (no .Messages) is not "
+                             "translated")
+    return _Translator().run(source)
+
+
+class _Translator:
+    def __init__(self):
+        self.dots: list[str | None] = [None]  # what ``.`` is: None at the top, else a loop variable
+        self.blocks: list[str] = []
+        self.vars: dict[str, str] = {}
+        self.n = 0
+
+    def run(self, source: str) -> str:
+        out, pos = [SYSTEM], 0
+        for m in _ACTION.finditer(source):
+            out.append(_text(source[pos:m.start()]))
+            pos = m.end()
+            left, body, right = "-" if m.group(1) else "", m.group(2).strip(), "-" if m.group(3) else ""
+            out.append(self.action(body, left, right))
+        out.append(_text(source[pos:]))
+        if self.blocks:
+            raise Untranslatable(f"the template leaves {{{{ {self.blocks[-1]} }}}} without its {{{{ end }}}}")
+        return "".join(out)
+
+    def action(self, body: str, left: str, right: str) -> str:
+        def tag(inner: str) -> str:  # "+": no trim_blocks / lstrip_blocks (chat templates render with both)
+            return f"{{%{left or '+'} {inner} {right or '+'}%}}"
+
+        if body.startswith("/*"):
+            return tag("if false") + tag("endif") if left or right else ""
+        word = body.split(None, 1)[0] if body else ""
+        rest = body[len(word):].strip()
+        if word == "if":
+            self.blocks.append("if")
+            return tag(f"if {self.expr(rest)}")
+        if word == "else":
+            if rest.startswith("if "):
+                return tag(f"elif {self.expr(rest[3:])}")
+            if rest:
+                raise Untranslatable(f"{{{{ else {rest} }}}} is not translated")
+            return tag("else")
+        if word == "end":
+            if not self.blocks:
+                raise Untranslatable("{{ end }} without a block")
+            kind = self.blocks.pop()
+            if kind == "for":
+                self.dots.pop()
+            return tag("endfor" if kind == "for" else "endif")
+        if word == "range":
+            return tag(self.range(rest))
+        if word in ("with", "define", "template", "block", "break", "continue"):
+            raise Untranslatable(f"{{{{ {word} }}}} is not translated")
+        m = re.fullmatch(r"\$(\w+)\s*(:?=)\s*(.+)", body, re.S)
+        if m:
+            if m.group(2) == "=":
+                raise Untranslatable(f"reassigning ${m.group(1)} is not translated (Jinja's loops scope it)")
+            self.vars[m.group(1)] = f"_{m.group(1)}"
+            return tag(f"set _{m.group(1)} = {self.expr(m.group(3))}")
+        return f"{{{{{left} {self.expr(body, printed=True)} {right}}}}}"
+
+    def range(self, rest: str) -> str:
+        m = re.fullmatch(r"(?:\$(\w+)\s*(?:,\s*\$(\w+))?\s*:=\s*)?(.+)", rest, re.S)
+        first, second, over = m.group(1), m.group(2), m.group(3)
+        self.n += 1
+        item = f"_x{self.n}"
+        if first and second:
+            self.vars[first], self.vars[second] = "loop.index0", item
+        elif first:
+            self.vars[first] = item
+        iterable = self.expr(over)
+        self.blocks.append("for")
+        self.dots.append(item)
+        return f"for {item} in {iterable}"
+
+    # -- expressions --------------------------------------------------------------------------------------
+    def expr(self, text: str, printed: bool = False) -> str:
+        tokens = self.tokens(text)
+        value, at = self.pipeline(tokens, 0)
+        if at != len(tokens):
+            raise Untranslatable(f"{{{{ {text} }}}} is not translated")
+        if printed and (value.endswith(tuple(f".{f}" for f in JSON_FIELDS)) or self._is_whole_item(value)):
+            return f"{value} | tojson"
+        return value
+
+    def _is_whole_item(self, value: str) -> bool:
+        return bool(re.fullmatch(r"_x\d+", value))
+
+    def tokens(self, text: str) -> list[tuple[str, str]]:
+        out, pos = [], 0
+        text = text.strip()
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if not m or m.end() == pos:
+                raise Untranslatable(f"{{{{ {text} }}}} is not translated")
+            kinds = ("str", "(", ")", ":=", ",", "|", "var", "field", "num", "ident")
+            kind = next(k for k, g in zip(kinds, m.groups()) if g is not None)
+            if kind == "|":
+                raise Untranslatable(f"the pipe in {{{{ {text} }}}} is not translated")
+            out.append((kind, m.group(m.lastindex)))
+            pos = m.end()
+        return out
+
+    def pipeline(self, tokens, at):
+        if at < len(tokens) and tokens[at][0] == "ident" and tokens[at][1] not in ("true", "false", "nil"):
+            name = tokens[at][1]
+            args, at = [], at + 1
+            while at < len(tokens) and tokens[at][0] != ")":
+                arg, at = self.term(tokens, at)
+                args.append(arg)
+            return self.call(name, args), at
+        return self.term(tokens, at)
+
+    def term(self, tokens, at):
+        kind, text = tokens[at]
+        if kind == "(":
+            value, at = self.pipeline(tokens, at + 1)
+            if at >= len(tokens) or tokens[at][0] != ")":
+                raise Untranslatable("an unclosed parenthesis is not translated")
+            return f"({value})", at + 1
+        if kind == "str":
+            return (repr(text[1:-1]) if text[0] == "`" else repr(bytes(text[1:-1], "utf-8").decode("unicode_escape"))), at + 1
+        if kind == "num":
+            return text, at + 1
+        if kind == "ident":
+            return {"true": "true", "false": "false", "nil": "none"}.get(text, text), at + 1
+        if kind == "var":
+            return self.variable(text), at + 1
+        if kind == "field":
+            return self.field(self.dots[-1], text[1:]), at + 1
+        raise Untranslatable(f"{text!r} is not translated")
+
+    def variable(self, text: str) -> str:
+        name, _, path = text[1:].partition(".")
+        if name == "":
+            return self.field(None, path) if path else "none"
+        if name not in self.vars:
+            raise Untranslatable(f"${name} is not declared")
+        return self.field(self.vars[name], path) if path else self.vars[name]
+
+    def field(self, base: str | None, path: str) -> str:
+        if not path:
+            if base is None:
+                raise Untranslatable("the top-level dot is not translated")
+            return base
+        parts = path.split(".")
+        if base is None:
+            if parts[0] not in ROOT:
+                raise Untranslatable(f".{parts[0]} is not translated (Ollama's .Prompt/.Response form, or a "
+                                     "field the chat template has no value for)")
+            base, parts = ROOT[parts[0]], parts[1:]
+        for p in parts:
+            if p not in FIELDS:
+                raise Untranslatable(f".{p} is not translated")
+            base = f"{base}.{FIELDS[p]}"
+        return base
+
+    def call(self, name: str, args: list[str]) -> str:
+        if name in CALLS and len(args) >= 2:
+            if name == "eq" and len(args) > 2:
+                return "(" + " or ".join(f"{args[0]} == {a}" for a in args[1:]) + ")"
+            return f"({args[0]} {CALLS[name]} {args[1]})"
+        if name in ("and", "or") and len(args) >= 2:
+            return "(" + f" {name} ".join(args) + ")"
+        if name == "not" and len(args) == 1:
+            return f"(not {args[0]})"
+        if name == "len" and len(args) == 1:
+            return f"({args[0]} | length)"
+        if name == "index" and len(args) == 2:
+            return f"{args[0]}[{args[1]}]"
+        if name == "slice" and len(args) in (2, 3):
+            return f"{args[0]}[{args[1]}:{args[2] if len(args) == 3 else ''}]"
+        if name == "json" and len(args) == 1:
+            return f"({args[0]} | tojson)"
+        raise Untranslatable(f"the function {name!r} is not translated")
+
+
+def _text(s: str) -> str:
+    """Literal text, with anything Jinja would read as markup kept literal."""
+    if not any(mark in s for mark in ("{{", "{%", "{#", "}}", "%}", "#}")):
+        return s
+    return "{%+ raw +%}" + s + "{%+ endraw +%}"
