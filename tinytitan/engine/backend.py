@@ -23,6 +23,7 @@ from .families import Family, detect, template_source
 from .raw import VerbatimParser
 from .output_parser import Markup
 from .prompt import template_messages, template_tools
+from .prompt_splice import splice as splice_prompt
 from .reasoning import TemplateReasoning, level_of
 from .structured import CompiledGrammar, GrammarMask, compile_grammar
 from .structured.harmony import answer_grammar as harmony_answer
@@ -131,8 +132,9 @@ class Backend(ABC):
         text, tokens, _ = self.timed_encode(req)
         return text, tokens
 
-    def timed_encode(self, req: ChatRequest) -> tuple[str, list[int], tuple[float, float]]:
-        """``encode``, and the seconds spent rendering and tokenizing."""
+    def timed_encode(self, req: ChatRequest, splice: bool = False) -> tuple[str, list[int], tuple[float, float]]:
+        """``encode``, and the seconds spent rendering and tokenizing. ``splice``: the prompt as the decoder will
+        read it (``tokenize``)."""
         import jinja2
 
         t0 = time.perf_counter()
@@ -157,8 +159,25 @@ class Backend(ABC):
                           f"({', '.join(sorted(req.template_kwargs))}): {type(exc).__name__}: {exc}",
                           param="chat_template_kwargs", code="template_error") from None
         t1 = time.perf_counter()
-        tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+        tokens = self.tokenize(text) if splice else list(self.tokenizer.encode(text, add_special_tokens=False))
         return text, tokens, (t1 - t0, time.perf_counter() - t1)
+
+    def tokenize(self, text: str) -> list[int]:
+        """A rendered prompt's ids: where the prompt cache holds ids for the same text at the same place (an
+        answer the model generated, sent back by the client), those ids (prompt_splice.py); the prompt is
+        remembered with what its ids say, for the entry its generation stores."""
+        cache = getattr(self, "prompt_cache", None)
+        tokenizer = self.tokenizer
+
+        def encode(t: str) -> list[int]:
+            return list(tokenizer.encode(t, add_special_tokens=False))
+
+        if cache is None:
+            return encode(text)
+        decode = tokenizer.decode
+        tokens, spans = splice_prompt(text, cache.candidates(), encode, decode)
+        cache.remember(tokens, spans, decode)
+        return tokens
 
     def structured(self, req: ChatRequest) -> ChatRequest:
         """A request with an output format or a forced tool call decodes with reasoning off: a thought would
@@ -256,7 +275,7 @@ class Backend(ABC):
             # refused from a bound, before rendering and tokenizing megabytes (13-21 s of CPU and ~2.5 GB
             # kept for a 30 MB prompt)
             raise self.too_long(floor, at_least=True)
-        text, tokens, (render_s, tokenize_s) = self.timed_encode(req)
+        text, tokens, (render_s, tokenize_s) = self.timed_encode(req, splice=True)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
             raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
                           param="messages", code="invalid_value")

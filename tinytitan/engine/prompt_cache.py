@@ -14,6 +14,10 @@ Rules:
   reads the stats (``GET /v1/models``).
 - A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
   what a real cache would reuse.
+- What an entry's ids say is kept with them as spans (prompt_splice.py): ``remember(ids, spans, decode)``
+  notes a prompt as it was prepared; the entry stored for that prompt plus the tokens generated after it gets
+  the prompt's spans and a generated span for the answer, so a later prompt that renders the same answer
+  there reuses the answer's own ids (``candidates()``).
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from .prompt_splice import Span
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -67,6 +73,18 @@ class Entry:
     tokens: np.ndarray
     payload: Any
     nbytes: int
+    spans: tuple[Span, ...] = ()  # what a prefix of ``tokens`` says (prompt_splice.py)
+
+
+@dataclass
+class Note:
+    """A prompt as it was prepared: its ids, their spans, and how to read generated ids back as text."""
+    tokens: np.ndarray
+    spans: tuple[Span, ...]
+    decode: Callable[[Sequence[int]], str]
+
+
+MAX_NOTES = 64
 
 
 class PromptCache:
@@ -74,6 +92,7 @@ class PromptCache:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.entries: "OrderedDict[int, Entry]" = OrderedDict()
+        self.notes: "OrderedDict[bytes, Note]" = OrderedDict()
         self._next = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -131,6 +150,7 @@ class PromptCache:
                 t = t[:off]
         if len(t) == 0:
             return
+        spans = self._spans_for(t)
         size = kv_bytes(payload)
         if payload is not None and size > self.max_bytes:
             log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
@@ -141,7 +161,7 @@ class PromptCache:
             for key in [k for k, e in self.entries.items()
                         if len(e.tokens) <= len(t) and common_prefix(e.tokens, t) == len(e.tokens)]:
                 del self.entries[key]
-            self.entries[self._next] = Entry(t, payload, size)
+            self.entries[self._next] = Entry(t, payload, size, spans)
             self._next += 1
             while self.entries and (self._nbytes() > self.max_bytes or len(self.entries) > self.max_entries):
                 key, old = self.entries.popitem(last=False)
@@ -150,6 +170,44 @@ class PromptCache:
     def clear(self) -> None:
         with self._lock:
             self.entries.clear()
+            self.notes.clear()
+
+    # -- what the ids say (prompt_splice.py) ----------------------------------------------------------------
+    def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str]) -> None:
+        """A prompt as prepared: the entry later stored for it (and its answer) knows its spans."""
+        t = np.asarray(tokens, dtype=np.int64)
+        key = t.tobytes()
+        with self._lock:
+            self.notes[key] = Note(t, spans, decode)
+            self.notes.move_to_end(key)
+            while len(self.notes) > MAX_NOTES:
+                self.notes.popitem(last=False)
+
+    def candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
+        """Each entry's ids and spans, most recently used first."""
+        with self._lock:
+            return [(e.tokens, e.spans) for e in reversed(self.entries.values()) if e.spans]
+
+    def _spans_for(self, t: np.ndarray) -> tuple[Span, ...]:
+        """The spans of a stored run of ids: the longest remembered prompt it starts with, then what follows
+        it, generated. Nothing when no remembered prompt starts it."""
+        with self._lock:
+            best = None
+            for note in self.notes.values():
+                n = len(note.tokens)
+                if n <= len(t) and (best is None or n > len(best.tokens)) and common_prefix(note.tokens, t) == n:
+                    best = note
+        if best is None:
+            return ()
+        spans, held = [], 0
+        for span in best.spans:  # a prompt read only in part (its client left): the spans it holds whole
+            if held + span.tokens > len(t):
+                return tuple(spans)
+            spans.append(span)
+            held += span.tokens
+        if len(t) > held:
+            spans.append(Span(len(t) - held, best.decode(t[held:].tolist()), True))
+        return tuple(spans)
 
     def stats(self) -> dict:
         """Read from the trio side (``GET /v1/models``) while the model thread changes the entries: under the
