@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 from tinytitan.blas import use_fast_blas
@@ -30,6 +31,9 @@ from strict import StrictApp
 protocols_once.install()  # the shipped specs are read once per session, not once per test server
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# servers the tests start keep their prompt prefixes on disk in a directory of this run's own, never the user's
+# cache (a prefix left by an earlier run would change what a first request reports as cached)
+os.environ["TINYTITAN_PROMPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tinytitan-test-prompt-cache-")
 
 
 class _Collect(logging.Handler):

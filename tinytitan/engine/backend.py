@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..chat_request import ChatRequest
+from ..chat_request import ChatRequest, Message
 from ..errors import ApiError, invalid
 from .decode_loop import DecodeLoop
 from .families import Family, detect, template_source
@@ -161,6 +161,16 @@ class Backend(ABC):
         t1 = time.perf_counter()
         tokens = self.tokenize(text) if splice else list(self.tokenizer.encode(text, add_special_tokens=False))
         return text, tokens, (t1 - t0, time.perf_counter() - t1)
+
+    def warm(self) -> None:
+        """Render and tokenize a tiny conversation once, so the first request does not pay for compiling the
+        chat template (~0.1 s measured on 2 cores)."""
+        if self.tokenizer is None:
+            return
+        try:
+            self.encode(ChatRequest(model=self.model_id, messages=(Message("user", "hi"),)))
+        except Exception:  # a template that cannot render this: the first real request says why
+            log.debug("%s: the chat template did not render a warm-up conversation", self.model_id, exc_info=True)
 
     def tokenize(self, text: str) -> list[int]:
         """A rendered prompt's ids: where the prompt cache holds ids for the same text at the same place (an

@@ -14,6 +14,8 @@ Rules:
   reads the stats (``GET /v1/models``).
 - A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
   what a real cache would reuse.
+- With a disk (prompt_disk.py) every stored KV cache is also queued to be written there, and a prompt whose
+  longest prefix on disk is longer than in memory reads that file back first (a restart keeps the prefixes).
 - What an entry's ids say is kept with them as spans (prompt_splice.py): ``remember(ids, spans, decode)``
   notes a prompt as it was prepared; the entry stored for that prompt plus the tokens generated after it gets
   the prompt's spans and a generated span for the answer, so a later prompt that renders the same answer
@@ -85,6 +87,7 @@ class Note:
 
 
 MAX_NOTES = 64
+READ_BACK_GAIN = 32  # a file on disk is read when it holds at least this many more prompt tokens than memory
 
 
 class PromptCache:
@@ -98,6 +101,7 @@ class PromptCache:
         self.hits = 0
         self.misses = 0  # fetches that found no reusable prefix
         self.reused_tokens = 0
+        self.disk = None  # a PromptDisk, where prefixes outlive the process
 
     @property
     def nbytes(self) -> int:
@@ -110,6 +114,8 @@ class PromptCache:
     def fetch(self, prompt: Sequence[int]) -> tuple[Any, int]:
         """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable."""
         p = np.asarray(prompt, dtype=np.int64)
+        if self.disk is not None:
+            self._read_back(p)
         with self._lock:
             best_key, best_n = None, 0
             for key, e in self.entries.items():
@@ -161,11 +167,34 @@ class PromptCache:
             for key in [k for k, e in self.entries.items()
                         if len(e.tokens) <= len(t) and common_prefix(e.tokens, t) == len(e.tokens)]:
                 del self.entries[key]
-            self.entries[self._next] = Entry(t, payload, size, spans)
-            self._next += 1
-            while self.entries and (self._nbytes() > self.max_bytes or len(self.entries) > self.max_entries):
-                key, old = self.entries.popitem(last=False)
-                log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
+            self._insert(t, payload, size, spans)
+        if self.disk is not None and payload is not None:
+            self.disk.put(t, payload, spans)
+
+    def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...]) -> None:  # holding the lock
+        self.entries[self._next] = Entry(t, payload, size, spans)
+        self._next += 1
+        while self.entries and (self._nbytes() > self.max_bytes or len(self.entries) > self.max_entries):
+            key, old = self.entries.popitem(last=False)
+            log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
+
+    def _read_back(self, p: np.ndarray) -> None:
+        """A longer prefix on disk than in memory: read it into memory (the model thread, at fetch)."""
+        with self._lock:
+            in_memory = max((common_prefix(e.tokens, p) for e in self.entries.values()), default=0)
+        f, n = self.disk.best(p)
+        if f is None or n < in_memory + READ_BACK_GAIN:
+            return
+        loaded = self.disk.load(f)
+        if loaded is None:
+            return
+        kv, spans = loaded
+        size = kv_bytes(kv)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            self._insert(f.tokens, kv, size, spans)
+        log.info("prompt cache: read a %d-token prefix back from disk (%.1f MiB)", len(f.tokens), size / 2**20)
 
     def clear(self) -> None:
         with self._lock:
@@ -213,5 +242,22 @@ class PromptCache:
         """Read from the trio side (``GET /v1/models``) while the model thread changes the entries: under the
         lock, like every change."""
         with self._lock:
-            return {"entries": len(self.entries), "bytes": self._nbytes(), "max_bytes": self.max_bytes,
-                    "hits": self.hits, "misses": self.misses, "reused_tokens": self.reused_tokens}
+            out = {"entries": len(self.entries), "bytes": self._nbytes(), "max_bytes": self.max_bytes,
+                   "hits": self.hits, "misses": self.misses, "reused_tokens": self.reused_tokens}
+        if self.disk is not None:
+            out["disk"] = self.disk.stats()
+        return out
+
+
+def cache_summary(cache: "PromptCache | None") -> dict | None:
+    """What ``/health`` and the dashboard show of a model's prompt cache: resident and on-disk size, hit rate."""
+    if cache is None:
+        return None
+    s = cache.stats()
+    looked = s["hits"] + s["misses"]
+    disk = s.get("disk") or {}
+    return {"resident_bytes": s["bytes"], "resident_entries": s["entries"], "max_bytes": s["max_bytes"],
+            "disk_bytes": disk.get("bytes", 0), "disk_entries": disk.get("entries", 0),
+            "disk_max_bytes": disk.get("max_bytes", 0), "disk_reads": disk.get("reads", 0),
+            "disk_writes": disk.get("writes", 0), "disk_pending": disk.get("pending", 0),
+            "hits": s["hits"], "misses": s["misses"], "hit_rate": (s["hits"] / looked) if looked else None}
