@@ -34,6 +34,7 @@ def test_a_generated_answer_is_spliced_and_the_prompt_still_decodes_to_the_rende
     turn2 = turn1 + [("assistant", answer), ("user", "Now test it.")]
     p2 = demo_backend.prepare(_req(turn2))
     assert tok.decode(p2.tokens) == p2.prompt_text  # exactly what the template rendered
+    assert all(type(t) is int for t in p2.tokens)
     plain = tok.encode(p2.prompt_text, add_special_tokens=False)
     assert p2.tokens != plain
     # the cache holds the prompt and the whole answer, ids as generated: all of it is reused
@@ -98,3 +99,31 @@ def test_a_prompt_cut_short_keeps_only_the_spans_it_holds(demo_tok):
     c.store(ids + [5, 6], None)
     spans = list(c.entries.values())[-1].spans
     assert spans[0] == Span(len(ids), "hello there") and spans[1].generated and spans[1].tokens == 2
+
+
+async def test_a_conversation_through_the_engine_reuses_what_comes_back_unchanged(demo_backend):
+    """Real generations on the demo model (greedy): each turn sends the previous answer back as the client got it.
+    Where that is the generated text, the next turn's cached prefix reaches through the answer's own ids; where
+    it is not (the demo model often opens with a space the answer's text drops), the prompt parts from the
+    cache exactly where the answer starts, and says so."""
+    from tinytitan.engine.engine import Engine
+
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    msgs = [("system", "You write code."), ("user", "Write a parser.")]
+    seen = []
+    for turn in range(4):
+        async with engine.session(_req(msgs, max_tokens=12)) as events:
+            prepared, evs = events.prepared, [ev async for ev in events]
+        assert demo_backend.tokenizer.decode(prepared.tokens) == prepared.prompt_text
+        miss = prepared.cache_miss
+        if turn:
+            seen.append(miss["reason"])
+            if miss["reason"] == "hit":
+                assert evs[0].cached_tokens >= held
+            else:
+                assert miss["reason"] == "answer_rewritten" and evs[0].cached_tokens == miss["offset"] >= prompt_len
+        answer = "".join(getattr(ev, "text", "") for ev in evs if type(ev).__name__ == "TextDelta")
+        prompt_len, held = len(prepared.tokens), len(prepared.tokens) + evs[-1].usage.completion_tokens - 1
+        msgs = msgs + [("assistant", answer), ("user", f"And step {turn}?")]
+    assert len(seen) == 3

@@ -76,6 +76,8 @@ class Entry:
     payload: Any
     nbytes: int
     spans: tuple[Span, ...] = ()  # what a prefix of ``tokens`` says (prompt_splice.py)
+    fingerprint: Any = None  # the request that made it (cache_miss.Fingerprint), and where its answer starts
+    prompt_length: int | None = None
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Note:
     tokens: np.ndarray
     spans: tuple[Span, ...]
     decode: Callable[[Sequence[int]], str]
+    fingerprint: Any = None
 
 
 MAX_NOTES = 64
@@ -156,7 +159,8 @@ class PromptCache:
                 t = t[:off]
         if len(t) == 0:
             return
-        spans = self._spans_for(t)
+        note = self._note_for(t)
+        spans = self._spans_for(t, note)
         size = kv_bytes(payload)
         if payload is not None and size > self.max_bytes:
             log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
@@ -167,12 +171,14 @@ class PromptCache:
             for key in [k for k, e in self.entries.items()
                         if len(e.tokens) <= len(t) and common_prefix(e.tokens, t) == len(e.tokens)]:
                 del self.entries[key]
-            self._insert(t, payload, size, spans)
+            self._insert(t, payload, size, spans, note)
         if self.disk is not None and payload is not None:
             self.disk.put(t, payload, spans)
 
-    def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...]) -> None:  # holding the lock
-        self.entries[self._next] = Entry(t, payload, size, spans)
+    def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...],
+                note: Note | None = None) -> None:  # holding the lock
+        self.entries[self._next] = Entry(t, payload, size, spans, note.fingerprint if note else None,
+                                         len(note.tokens) if note else None)
         self._next += 1
         while self.entries and (self._nbytes() > self.max_bytes or len(self.entries) > self.max_entries):
             key, old = self.entries.popitem(last=False)
@@ -202,30 +208,57 @@ class PromptCache:
             self.notes.clear()
 
     # -- what the ids say (prompt_splice.py) ----------------------------------------------------------------
-    def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str]) -> None:
-        """A prompt as prepared: the entry later stored for it (and its answer) knows its spans."""
+    def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str],
+                 fingerprint: Any = None) -> None:
+        """A prompt as prepared: the entry later stored for it (and its answer) knows its spans, and the
+        fingerprint of its request (cache_miss.py)."""
         t = np.asarray(tokens, dtype=np.int64)
         key = t.tobytes()
         with self._lock:
-            self.notes[key] = Note(t, spans, decode)
+            self.notes[key] = Note(t, spans, decode, fingerprint)
             self.notes.move_to_end(key)
             while len(self.notes) > MAX_NOTES:
                 self.notes.popitem(last=False)
+
+    def probe(self, prompt: Sequence[int]):
+        """What the cache holds nearest a prompt (cache_miss.Probe), without taking anything: the entry (in memory
+        or on disk) sharing the longest prefix, and the longest prefix a recently prepared prompt shared."""
+        from .cache_miss import Probe
+
+        p = np.asarray(prompt, dtype=np.int64)
+        out = Probe()
+        with self._lock:
+            out.any_entry = bool(self.entries)
+            for e in reversed(self.entries.values()):
+                n = common_prefix(e.tokens, p)
+                if n > out.n or out.fingerprint is None and n == out.n and e.fingerprint is not None:
+                    out.n, out.length, out.fingerprint, out.prompt_length = n, len(e.tokens), e.fingerprint, e.prompt_length
+            out.recent = max((common_prefix(note.tokens, p) for note in self.notes.values()), default=0)
+        if self.disk is not None:
+            f, n = self.disk.peek(p)
+            if f is not None and n > out.n:
+                out.n, out.length, out.fingerprint, out.prompt_length, out.any_entry = n, len(f.tokens), None, None, True
+        out.recent = max(out.recent, out.n)
+        return out
 
     def candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
         """Each entry's ids and spans, most recently used first."""
         with self._lock:
             return [(e.tokens, e.spans) for e in reversed(self.entries.values()) if e.spans]
 
-    def _spans_for(self, t: np.ndarray) -> tuple[Span, ...]:
-        """The spans of a stored run of ids: the longest remembered prompt it starts with, then what follows
-        it, generated. Nothing when no remembered prompt starts it."""
+    def _note_for(self, t: np.ndarray) -> Note | None:
+        """The longest remembered prompt a stored run of ids starts with."""
         with self._lock:
             best = None
             for note in self.notes.values():
                 n = len(note.tokens)
                 if n <= len(t) and (best is None or n > len(best.tokens)) and common_prefix(note.tokens, t) == n:
                     best = note
+        return best
+
+    def _spans_for(self, t: np.ndarray, best: Note | None) -> tuple[Span, ...]:
+        """The spans of a stored run of ids: its prompt's, then what follows it, generated. Nothing when no
+        remembered prompt starts it."""
         if best is None:
             return ()
         spans, held = [], 0

@@ -263,6 +263,23 @@ class PromptDisk:
                 best, n = f, k
         return best, n
 
+    def peek(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
+        """``best`` without waiting or touching the model (any thread): only once the index is read and the
+        layout known."""
+        from .prompt_cache import common_prefix
+
+        with self._lock:
+            index = list(self._index or [])
+        if not index or self._layout is None:
+            return None, 0
+        best, n = None, 0
+        for f in index:
+            if f.layout == self._layout:
+                k = common_prefix(f.tokens, prompt)
+                if k > n:
+                    best, n = f, k
+        return best, n
+
     def load(self, f: OnDisk) -> tuple[list, tuple[Span, ...]] | None:
         """The KV cache a file holds and its spans; None (the file set aside, with a warning) where it fails."""
         from mlx_lm.models.cache import load_prompt_cache

@@ -113,7 +113,8 @@ def splice(text: str, candidates: Sequence[tuple[Sequence[int], Sequence[Span]]]
     w, cached = best
     rest = text[w.chars:]
     rest_ids = encode(rest) if rest else []
-    ids = list(cached[:w.tokens]) + rest_ids
+    head = cached[:w.tokens]
+    ids = (head.tolist() if hasattr(head, "tolist") else list(head)) + rest_ids  # plain ints (mlx takes no numpy ints)
     if decode(ids) != text:  # never: but a tokenizer whose decoding rewrites text is not trusted with a splice
         log.debug("prompt splice: the spliced ids do not decode to the rendered prompt; tokenized plainly")
         ids = encode(text)

@@ -54,11 +54,13 @@ class Turn:
     duration: float | None = None
     on_change: Any = None  # called when the queue may have moved (the observer's live push)
     source: Any = None  # the tapped session: what it decoded, for a generation that never finished
+    cache_miss: dict | None = None  # where its prompt parted from the prompt cache, and why (engine/cache_miss.py)
 
     # -- fed by the event tap --------------------------------------------------------------------------
     def see(self, ev: TokenEvent) -> None:
         if isinstance(ev, Started):
             self.prompt_tokens, self.cached_tokens = ev.prompt_tokens, ev.cached_tokens
+            self.cache_miss = getattr(getattr(self.source, "prepared", None), "cache_miss", None)
             if self.on_change:
                 self.on_change()
         elif isinstance(ev, _FIRST_OUTPUT):
@@ -83,6 +85,10 @@ class Turn:
 
     # -- read by the observer ----------------------------------------------------------------------------
     @property
+    def cache_reason(self) -> str | None:
+        return (self.cache_miss or {}).get("reason")
+
+    @property
     def ttft(self) -> float | None:
         return None if self.first_output_at is None else self.first_output_at - self.t0
 
@@ -100,6 +106,7 @@ class Turn:
             return None
         parts = dataclasses.asdict(t)
         parts["cached_tokens"] = self.cached_tokens
+        parts["cache_miss"] = self.cache_miss
         spent = sum(v for k, v in parts.items() if k.endswith("_s") and v)
         parts["total_s"] = self.duration
         # what the engine's steps do not cover: HTTP, validation, the protocol machine, sending
@@ -114,7 +121,7 @@ class Turn:
             "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens, "reasoning_tokens": self.reasoning_tokens,
             "ttft_s": self.ttft, "tokens_per_second": self.tokens_per_second, "stop_reason": self.stop_reason,
-            "duration_s": self.duration, "profile": self.profile(),
+            "duration_s": self.duration, "profile": self.profile(), "cache_miss": self.cache_miss,
         }
 
 
