@@ -168,3 +168,50 @@ def test_the_disk_can_be_turned_off(value, tmp_path):
 
     attach_prompt_disk([B()], Args())
     assert B.prompt_cache.disk is None
+
+
+def test_kv_bits_is_refused_by_name_where_the_heads_are_too_narrow():
+    """The demo model's heads are 16 wide: no quantization group fits, and --kv-bits says so."""
+    from tinytitan.demo_model import demo_model_id, ensure_demo_model
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    demo = MLXBackend(ensure_demo_model(), demo_model_id())
+    demo.kv_bits = 8
+    with pytest.raises(ValueError, match="--kv-bits 8: the heads of .* are 16 wide"):
+        demo.check_kv_bits()
+
+
+def test_kv_bits_cache_round_trip(demo_backend, tmp_path, monkeypatch):
+    """The quantized cache on a stand-in model with 32-wide heads: it is QuantizedKVCache, smaller than the plain
+    one, and written to disk and read back under a layout of its own."""
+    import mlx.core as mx
+    from mlx_lm.models import qwen3
+    from mlx_lm.models.cache import QuantizedKVCache
+
+    args = qwen3.ModelArgs(model_type="qwen3", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                           num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-6, vocab_size=300,
+                           max_position_embeddings=512, rope_theta=10000.0, head_dim=32, tie_word_embeddings=True)
+    model = qwen3.Model(args)
+    mx.eval(model.parameters())
+    monkeypatch.setattr(demo_backend, "model", model)
+    monkeypatch.setattr(demo_backend, "kv_bits", 8)
+    demo_backend.check_kv_bits()
+    kv = demo_backend.new_cache(model)
+    assert all(isinstance(c, QuantizedKVCache) and c.bits == 8 and c.group_size == 32 for c in kv)
+    tokens = list(range(10, 200))
+    model(mx.array(tokens)[None], cache=kv)
+    plain = demo_backend.__class__.new_cache.__get__(type("P", (), {"kv_bits": None})())(model)
+    model(mx.array(tokens)[None], cache=plain)
+    assert sum(c.nbytes for c in kv) < 0.6 * sum(c.nbytes for c in plain)
+    c = PromptCache(1 << 30)
+    c.disk = PromptDisk(tmp_path, sorted(demo_backend.path.glob("*.safetensors")), lambda: layout_of(model, 8), 1 << 30)
+    c.store(tokens, kv)
+    assert c.disk.flush()
+    again = PromptCache(1 << 30)
+    again.disk = PromptDisk(tmp_path, sorted(demo_backend.path.glob("*.safetensors")), lambda: layout_of(model, 8), 1 << 30)
+    got, n = again.fetch(tokens + [5])
+    assert n == len(tokens) and isinstance(got[0], QuantizedKVCache)
+    plain_layout = PromptCache(1 << 30)
+    plain_layout.disk = PromptDisk(tmp_path, sorted(demo_backend.path.glob("*.safetensors")),
+                                   lambda: layout_of(model, None), 1 << 30)
+    assert plain_layout.fetch(tokens + [5]) == (None, 0)  # another layout: never read into a plain cache

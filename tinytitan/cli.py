@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")
     s.add_argument("--prompt-cache-mib", type=int, default=2048,
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
+    s.add_argument("--kv-bits", type=int, choices=[4, 8],
+                   help="quantize the KV cache to 8 or 4 bits (mlx-lm's quantized KV cache): a prompt cache holds "
+                        "more tokens; refused for a model whose caches cannot be quantized. Requests then decode "
+                        "one at a time (mlx-lm's batch holds no quantized cache)")
     s.add_argument("--prompt-cache-dir", metavar="DIR|off",
                    help="where cached prompt prefixes are also kept on disk, to outlive a restart (default "
                         "$TINYTITAN_PROMPT_CACHE_DIR, else $XDG_CACHE_HOME/tinytitan/prompt-cache or "
@@ -173,6 +177,15 @@ def make_backends(args) -> list:
         backends += cpu_twins(backends, cache_bytes)
     for b in backends:
         b.default_reasoning = default_reasoning
+    kv_bits = getattr(args, "kv_bits", None)
+    if kv_bits is not None and not args.script:
+        for b in backends:
+            b.kv_bits = kv_bits
+            if b.loaded:  # a resident model is checked now; a catalog's on its load
+                try:
+                    b.check_kv_bits()
+                except ValueError as exc:
+                    raise SystemExit(str(exc)) from None
     attach_prompt_disk(backends, args)
     for b in backends:  # a resident model's template compiled now: a first turn (after a restart too) costs what
         if b.loaded:  # a later one does
@@ -253,7 +266,12 @@ def serve(args) -> int:
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
     protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
-    engine = Engine(make_backends(args), max_queue=args.max_queue, max_batch=args.max_batch)
+    max_batch = args.max_batch
+    if getattr(args, "kv_bits", None) is not None and max_batch > 1 and not args.script:
+        log.info("--kv-bits %d: requests decode one at a time (mlx-lm's batch holds no quantized KV cache)",
+                 args.kv_bits)
+        max_batch = 1
+    engine = Engine(make_backends(args), max_queue=args.max_queue, max_batch=max_batch)
     memory = open_memory(args)
     if memory is not None:
         from .memory.layer import MemoryEngine
