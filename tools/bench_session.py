@@ -35,7 +35,9 @@ Target (issue 3): cached ÷ reusable ≥ 0.98 on every turn of every variant.
 
 **Naive reusable** (issue 22) counts what a client would expect to be reused: the tokens of this prompt that lie
 wholly inside the text the previous turn already covered — its rendered prompt followed by the text of its
-answer (the common *text* prefix, converted to this prompt's own ids). A server that re-tokenizes the answer
+answer (the common *text* prefix, converted to this prompt's own ids), the answer up to its first U+FFFD (the
+demo models' random weights emit byte tokens that are not UTF-8: the client gets U+FFFD back, other bytes than
+were generated). A server that re-tokenizes the answer
 loses the tokens from where its ids and the generated ids part; tinytitan reuses the generated ids where the
 answer comes back unchanged (``prompt_splice.py``), so the in-process rendering mirrors that: a local prompt
 cache (no KV) is given each turn's prompt and generated ids, as the server's is. Target (issue 22): cached ÷
@@ -60,6 +62,7 @@ from bench_common import (ROOT, ensure_model, fmt, machine_line, median, post_st
                           start_tinytitan, table, utc_now)
 
 TARGET = 0.98
+REPLACEMENT = "\ufffd"
 NAIVE_TARGET = 0.995
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14",
                      "x-app": "cli", "user-agent": "claude-cli/2.1.3 (external, cli)"}
@@ -395,7 +398,9 @@ def replay(session: Session, server, local: Local, turns: int, peer: bool) -> li
                      "ttft": r.ttft, "gen": len(gen), "regen_ok": regen_ok,
                      "shared_prompt": common_prefix(tokens, prev_prompt) if prev_prompt is not None else None})
         prev_prompt, prev_gen = tokens, gen
-        covered = text + decoded
+        # an answer's text up to its first U+FFFD: past it the client got the character U+FFFD back, not the
+        # bytes the model generated (an invalid or split UTF-8 sequence), so no server can reuse those ids
+        covered = text + decoded.split(REPLACEMENT, 1)[0]
         if not peer:
             local.generated(tokens, gen)
         session.absorb(r)
