@@ -51,10 +51,22 @@ def default_dir() -> Path:
     return Path(base) / "tinytitan" / "prompt-cache"
 
 
+def _memo_key(paths: list[Path]) -> str:
+    return "|".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(paths))
+
+
+def remembered_digest(paths: list[Path], memo: Path) -> str | None:
+    """The weights' digest if ``memo`` has it for these files as they are now (no hashing)."""
+    try:
+        return json.loads(memo.read_text()).get(_memo_key(paths))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def weights_digest(paths: list[Path], memo: Path | None = None) -> str:
     """sha256 over the weight files' bytes, remembered per (path, size, mtime) in ``memo`` so a restart does not
     read gigabytes again."""
-    key = "|".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(paths))
+    key = _memo_key(paths)
     known: dict = {}
     if memo is not None:
         try:
@@ -197,6 +209,8 @@ class PromptDisk:
         """This model's files of this layout; empty until the writer thread has read the directory (waited for
         up to ``wait`` seconds: the weights' digest is remembered, so that is reading a few headers)."""
         self.start()
+        if wait and self._digest is None and remembered_digest(self.weight_files, self.dir / "weights-digests.json") is None:
+            wait = 0  # the weights are being hashed for the first time: no file of this model can be waiting
         deadline = time.monotonic() + wait
         with self._lock:
             while self._index is None and time.monotonic() < deadline:
