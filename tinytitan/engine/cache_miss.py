@@ -112,7 +112,7 @@ def diagnose(req: ChatRequest, fp: Fingerprint, tokens: Sequence[int], probe: Pr
     if probe.length and (n >= probe.length or n >= total - 1):
         return CacheMiss("hit", missed_tokens=0, **base)
     if probe.recent > n + 32 and probe.recent > probe.length:
-        return CacheMiss("evicted", missed_tokens=probe.recent - n, where=_where_in_messages(req, fp, None),
+        return CacheMiss("evicted", missed_tokens=probe.recent - n,
                          detail=f"a recent prompt shared {probe.recent} tokens; the cache now holds {n}", **base)
     if not probe.any_entry or (n == 0 and probe.fingerprint is None):
         return CacheMiss("cold", missed_tokens=0, **base)
@@ -195,7 +195,3 @@ def _tools_where(old: tuple, new: tuple) -> dict:
         return {"where": f"tool {first}", "detail": "reordered"}
     changed = [i for i, ((_, a), (_, b)) in enumerate(zip(old, new)) if a != b]
     return {"where": f"tool {changed[0]}" if changed else "tools", "detail": "its definition changed"}
-
-
-def _where_in_messages(req: ChatRequest, fp: Fingerprint, k: int | None) -> str:
-    return "" if k is None else f"message {k}"
