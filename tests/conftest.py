@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 from tinytitan.blas import use_fast_blas
@@ -56,6 +57,9 @@ def pytest_runtest_setup(item):
     for mark in item.iter_markers("needs"):
         if mark.args[0]:
             absent(mark.kwargs["reason"])
+# servers the tests start keep their prompt prefixes on disk in a directory of this run's own, never the user's
+# cache (a prefix left by an earlier run would change what a first request reports as cached)
+os.environ["TINYTITAN_PROMPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tinytitan-test-prompt-cache-")
 
 
 class _Collect(logging.Handler):

@@ -184,7 +184,7 @@ async def test_a_prompt_that_cannot_fit_is_refused_before_it_is_rendered(serve, 
     backend = ScriptedBackend([ScriptEntry("ok")], demo_tok, context_window=1000)
     encoded = []
     real = backend.timed_encode
-    backend.timed_encode = lambda req: encoded.append(1) or real(req)
+    backend.timed_encode = lambda req, **kw: encoded.append(1) or real(req, **kw)
     s = await serve(backend=backend)
     big = "x" * (1000 * backend.longest_token + 1)
     r = await call(s, {"model": MODEL, "messages": [{"role": "user", "content": big}]})

@@ -69,6 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")
     s.add_argument("--prompt-cache-mib", type=int, default=2048,
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
+    s.add_argument("--kv-bits", type=int, choices=[4, 8],
+                   help="quantize the KV cache to 8 or 4 bits (mlx-lm's quantized KV cache): a prompt cache holds "
+                        "more tokens; refused for a model whose caches cannot be quantized. Requests then decode "
+                        "one at a time (mlx-lm's batch holds no quantized cache)")
+    s.add_argument("--prompt-cache-dir", metavar="DIR|off",
+                   help="where cached prompt prefixes are also kept on disk, to outlive a restart (default "
+                        "$TINYTITAN_PROMPT_CACHE_DIR, else $XDG_CACHE_HOME/tinytitan/prompt-cache or "
+                        "~/.cache/tinytitan/prompt-cache); 'off' keeps "
+                        "them in memory only")
+    s.add_argument("--prompt-cache-disk-mib", type=int, default=8192,
+                   help="disk for cached prompt prefixes, MiB (default 8192; least recently used go first)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
     s.add_argument("--reasoning-effort", help="default reasoning level (none, low, medium, high, xhigh …)")
     s.add_argument("--no-websocket", action="store_true",
@@ -172,7 +183,41 @@ def make_backends(args) -> list:
         backends += cpu_twins(backends, cache_bytes)
     for b in backends:
         b.default_reasoning = default_reasoning
+    kv_bits = getattr(args, "kv_bits", None)
+    if kv_bits is not None and not args.script:
+        for b in backends:
+            b.kv_bits = kv_bits
+            if b.loaded:  # a resident model is checked now; a catalog's on its load
+                try:
+                    b.check_kv_bits()
+                except ValueError as exc:
+                    raise SystemExit(str(exc)) from None
+    attach_prompt_disk(backends, args)
+    for b in backends:  # a resident model's template compiled now: a first turn (after a restart too) costs what
+        if b.loaded:  # a later one does
+            b.warm()
     return backends
+
+
+def attach_prompt_disk(backends: list, args) -> None:
+    """Each model's prompt cache also on disk (``--prompt-cache-dir``), unless it is 'off'."""
+    where = getattr(args, "prompt_cache_dir", None) or os.environ.get("TINYTITAN_PROMPT_CACHE_DIR")
+    mib = getattr(args, "prompt_cache_disk_mib", 0)
+    if where == "off" or not mib or mib <= 0 or args.script:
+        return
+    from .engine.mlx_backend import MLXBackend
+    from .engine.prompt_disk import PromptDisk, default_dir, layout_of
+
+    directory = Path(where) if where else default_dir()
+    for b in backends:
+        if not isinstance(b, MLXBackend):
+            continue
+        disk = PromptDisk(directory, sorted(b.path.glob("*.safetensors")),
+                          lambda b=b: layout_of(b.ensure_loaded(), getattr(b, "kv_bits", None)), mib << 20)
+        b.prompt_cache.disk = disk
+        if b.loaded:  # a model resident from the start: its digest and index are read now, in the background
+            disk.start()
+    log.info("prompt cache on disk: %s (up to %d MiB)", directory, mib)
 
 
 def _gguf_form(args) -> str | None:
@@ -250,7 +295,12 @@ def serve(args) -> int:
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
     protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
-    engine = Engine(make_backends(args), max_queue=args.max_queue, max_batch=args.max_batch)
+    max_batch = args.max_batch
+    if getattr(args, "kv_bits", None) is not None and max_batch > 1 and not args.script:
+        log.info("--kv-bits %d: requests decode one at a time (mlx-lm's batch holds no quantized KV cache)",
+                 args.kv_bits)
+        max_batch = 1
+    engine = Engine(make_backends(args), max_queue=args.max_queue, max_batch=max_batch)
     memory = open_memory(args)
     if memory is not None:
         from .memory.layer import MemoryEngine

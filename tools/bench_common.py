@@ -227,8 +227,10 @@ def start_tinytitan(model_dir: Path, log_dir: Path, extra: list[str] = (), timeo
     to A/B a patched server without touching the tree."""
     port = free_port()
     log_path = log_dir / f"tinytitan-{model_dir.name}-{port}.log"
+    # no prompt prefixes on disk unless a benchmark asks (``extra`` comes later and wins): a prefix an earlier run
+    # left would serve a prompt this run measures as new, and the writes are not what the others measure
     cmd = [sys.executable, *([entry] if entry else ["-m", "tinytitan"]), "serve", "--model", str(model_dir), "--port", str(port),
-           "--log-level", "warning", *extra]
+           "--log-level", "warning", "--prompt-cache-dir", "off", *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     server = ServerProc("tinytitan", proc, port, log_path)
     t_end = time.monotonic() + timeout

@@ -46,6 +46,7 @@ from . import DEFAULT_MAX_BATCH
 from .decoder import Decoder
 from .model_thread import ModelThread, shared_model_thread
 from .prompt import fast_path
+from .prompt_cache import cache_summary
 from .rows import Row
 from .session import Admission, Mailbox, Session
 from .summarise import Summariser
@@ -243,4 +244,6 @@ class Engine:
     def health(self) -> dict:
         return {"status": "ok", "model": self.resident, "models": list(self.backends), "queue_depth": self.waiting,
                 "running": self.running, "waiting": self.waiting, "max_batch": self.max_batch,
-                "max_queue": self.max_queue}
+                "max_queue": self.max_queue,
+                "prompt_cache": {mid: summary for mid, b in self.backends.items()
+                                 if (summary := cache_summary(getattr(b, "prompt_cache", None))) is not None}}

@@ -108,6 +108,42 @@ class MLXBackend(Backend):
     def loaded(self) -> bool:
         return self.model is not None
 
+    kv_bits: int | None = None  # --kv-bits: the KV cache quantized (mlx-lm's QuantizedKVCache), where it can be
+
+    def new_cache(self, model) -> list:
+        """A fresh KV cache for one request: mlx-lm's, quantized to ``kv_bits`` where asked (``check_kv_bits``)."""
+        from mlx_lm.models.cache import make_prompt_cache
+
+        kv = make_prompt_cache(model)
+        if self.kv_bits is None:
+            return kv
+        return [c.to_quantized(group_size=self.kv_group_size(model), bits=self.kv_bits) for c in kv]
+
+    @staticmethod
+    def kv_group_size(model) -> int:
+        args = getattr(model, "args", None)
+        head = getattr(args, "head_dim", None) or (args.hidden_size // args.num_attention_heads if args else 0)
+        return 64 if head % 64 == 0 else 32
+
+    def check_kv_bits(self) -> None:
+        """``--kv-bits`` where this model's caches allow it, else a ValueError naming why: every layer's cache must
+        be mlx-lm's plain KVCache (sliding windows, recurrent state and chunked caches cannot be quantized), and
+        the head width a multiple of a quantization group (32)."""
+        if self.kv_bits is None:
+            return
+        from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+        model = self.ensure_loaded()
+        other = sorted({type(c).__name__ for c in make_prompt_cache(model) if type(c) is not KVCache})
+        if other:
+            raise ValueError(f"--kv-bits {self.kv_bits}: the KV caches of '{self.model_id}' ({', '.join(other)}) "
+                             "cannot be quantized")
+        args = getattr(model, "args", None)
+        head = getattr(args, "head_dim", None) or (args.hidden_size // args.num_attention_heads if args else 0)
+        if not head or head % 32:
+            raise ValueError(f"--kv-bits {self.kv_bits}: the heads of '{self.model_id}' are {head} wide, not a "
+                             "multiple of the 32-wide quantization group")
+
     batches = True  # the engine decodes its requests through the decoder's step, together (decoder.py)
 
     def logits_processors(self, prepared: Prepared, loop: DecodeLoop) -> list:
@@ -179,6 +215,12 @@ class MLXBackend(Backend):
                 mx.eval(params[i:i + step])
                 log.info("loading %s: %d%%", self.model_id, min(100, (i + step) * 100 // len(params)))
             self.model = model
+            if self.kv_bits is not None:  # a catalog's model: refused on its load, by name
+                try:
+                    self.check_kv_bits()
+                except ValueError:
+                    self.model = None
+                    raise
             self.load_seconds = time.perf_counter() - t0
             log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, self.load_seconds,
                      self.context_window)

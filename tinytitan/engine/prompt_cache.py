@@ -14,6 +14,12 @@ Rules:
   reads the stats (``GET /v1/models``).
 - A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
   what a real cache would reuse.
+- With a disk (prompt_disk.py) every stored KV cache is also queued to be written there, and a prompt whose
+  longest prefix on disk is longer than in memory reads that file back first (a restart keeps the prefixes).
+- What an entry's ids say is kept with them as spans (prompt_splice.py): ``remember(ids, spans, decode)``
+  notes a prompt as it was prepared; the entry stored for that prompt plus the tokens generated after it gets
+  the prompt's spans and a generated span for the answer, so a later prompt that renders the same answer
+  there reuses the answer's own ids (``candidates()``).
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from .prompt_splice import Span
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -67,6 +75,22 @@ class Entry:
     tokens: np.ndarray
     payload: Any
     nbytes: int
+    spans: tuple[Span, ...] = ()  # what a prefix of ``tokens`` says (prompt_splice.py)
+    fingerprint: Any = None  # the request that made it (cache_miss.Fingerprint), and where its answer starts
+    prompt_length: int | None = None
+
+
+@dataclass
+class Note:
+    """A prompt as it was prepared: its ids, their spans, and how to read generated ids back as text."""
+    tokens: np.ndarray
+    spans: tuple[Span, ...]
+    decode: Callable[[Sequence[int]], str]
+    fingerprint: Any = None
+
+
+MAX_NOTES = 64
+READ_BACK_GAIN = 32  # a file on disk is read when it holds at least this many more prompt tokens than memory
 
 
 class PromptCache:
@@ -74,11 +98,13 @@ class PromptCache:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.entries: "OrderedDict[int, Entry]" = OrderedDict()
+        self.notes: "OrderedDict[bytes, Note]" = OrderedDict()
         self._next = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0  # fetches that found no reusable prefix
         self.reused_tokens = 0
+        self.disk = None  # a PromptDisk, where prefixes outlive the process
 
     @property
     def nbytes(self) -> int:
@@ -91,6 +117,8 @@ class PromptCache:
     def fetch(self, prompt: Sequence[int]) -> tuple[Any, int]:
         """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable."""
         p = np.asarray(prompt, dtype=np.int64)
+        if self.disk is not None:
+            self._read_back(p)
         with self._lock:
             best_key, best_n = None, 0
             for key, e in self.entries.items():
@@ -131,6 +159,8 @@ class PromptCache:
                 t = t[:off]
         if len(t) == 0:
             return
+        note = self._note_for(t)
+        spans = self._spans_for(t, note)
         size = kv_bytes(payload)
         if payload is not None and size > self.max_bytes:
             log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
@@ -141,19 +171,126 @@ class PromptCache:
             for key in [k for k, e in self.entries.items()
                         if len(e.tokens) <= len(t) and common_prefix(e.tokens, t) == len(e.tokens)]:
                 del self.entries[key]
-            self.entries[self._next] = Entry(t, payload, size)
-            self._next += 1
-            while self.entries and (self._nbytes() > self.max_bytes or len(self.entries) > self.max_entries):
-                key, old = self.entries.popitem(last=False)
-                log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
+            self._insert(t, payload, size, spans, note)
+        if self.disk is not None and payload is not None:
+            self.disk.put(t, payload, spans)
+
+    def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...],
+                note: Note | None = None) -> None:  # holding the lock
+        self.entries[self._next] = Entry(t, payload, size, spans, note.fingerprint if note else None,
+                                         len(note.tokens) if note else None)
+        self._next += 1
+        while self.entries and (self._nbytes() > self.max_bytes or len(self.entries) > self.max_entries):
+            key, old = self.entries.popitem(last=False)
+            log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
+
+    def _read_back(self, p: np.ndarray) -> None:
+        """A longer prefix on disk than in memory: read it into memory (the model thread, at fetch)."""
+        with self._lock:
+            in_memory = max((common_prefix(e.tokens, p) for e in self.entries.values()), default=0)
+        f, n = self.disk.best(p)
+        if f is None or n < in_memory + READ_BACK_GAIN:
+            return
+        loaded = self.disk.load(f)
+        if loaded is None:
+            return
+        kv, spans = loaded
+        size = kv_bytes(kv)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            self._insert(f.tokens, kv, size, spans)
+        log.info("prompt cache: read a %d-token prefix back from disk (%.1f MiB)", len(f.tokens), size / 2**20)
 
     def clear(self) -> None:
         with self._lock:
             self.entries.clear()
+            self.notes.clear()
+
+    # -- what the ids say (prompt_splice.py) ----------------------------------------------------------------
+    def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str],
+                 fingerprint: Any = None) -> None:
+        """A prompt as prepared: the entry later stored for it (and its answer) knows its spans, and the
+        fingerprint of its request (cache_miss.py)."""
+        t = np.asarray(tokens, dtype=np.int64)
+        key = t.tobytes()
+        with self._lock:
+            self.notes[key] = Note(t, spans, decode, fingerprint)
+            self.notes.move_to_end(key)
+            while len(self.notes) > MAX_NOTES:
+                self.notes.popitem(last=False)
+
+    def probe(self, prompt: Sequence[int]):
+        """What the cache holds nearest a prompt (cache_miss.Probe), without taking anything: the entry (in memory
+        or on disk) sharing the longest prefix, and the longest prefix a recently prepared prompt shared."""
+        from .cache_miss import Probe
+
+        p = np.asarray(prompt, dtype=np.int64)
+        out = Probe()
+        with self._lock:
+            out.any_entry = bool(self.entries)
+            for e in reversed(self.entries.values()):
+                n = common_prefix(e.tokens, p)
+                if n > out.n or out.fingerprint is None and n == out.n and e.fingerprint is not None:
+                    out.n, out.length, out.fingerprint, out.prompt_length = n, len(e.tokens), e.fingerprint, e.prompt_length
+            out.recent = max((common_prefix(note.tokens, p) for note in self.notes.values()), default=0)
+        if self.disk is not None:
+            f, n = self.disk.peek(p)
+            if f is not None and n > out.n:
+                out.n, out.length, out.fingerprint, out.prompt_length, out.any_entry = n, len(f.tokens), None, None, True
+        out.recent = max(out.recent, out.n)
+        return out
+
+    def candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
+        """Each entry's ids and spans, most recently used first."""
+        with self._lock:
+            return [(e.tokens, e.spans) for e in reversed(self.entries.values()) if e.spans]
+
+    def _note_for(self, t: np.ndarray) -> Note | None:
+        """The longest remembered prompt a stored run of ids starts with."""
+        with self._lock:
+            best = None
+            for note in self.notes.values():
+                n = len(note.tokens)
+                if n <= len(t) and (best is None or n > len(best.tokens)) and common_prefix(note.tokens, t) == n:
+                    best = note
+        return best
+
+    def _spans_for(self, t: np.ndarray, best: Note | None) -> tuple[Span, ...]:
+        """The spans of a stored run of ids: its prompt's, then what follows it, generated. Nothing when no
+        remembered prompt starts it."""
+        if best is None:
+            return ()
+        spans, held = [], 0
+        for span in best.spans:  # a prompt read only in part (its client left): the spans it holds whole
+            if held + span.tokens > len(t):
+                return tuple(spans)
+            spans.append(span)
+            held += span.tokens
+        if len(t) > held:
+            spans.append(Span(len(t) - held, best.decode(t[held:].tolist()), True))
+        return tuple(spans)
 
     def stats(self) -> dict:
         """Read from the trio side (``GET /v1/models``) while the model thread changes the entries: under the
         lock, like every change."""
         with self._lock:
-            return {"entries": len(self.entries), "bytes": self._nbytes(), "max_bytes": self.max_bytes,
-                    "hits": self.hits, "misses": self.misses, "reused_tokens": self.reused_tokens}
+            out = {"entries": len(self.entries), "bytes": self._nbytes(), "max_bytes": self.max_bytes,
+                   "hits": self.hits, "misses": self.misses, "reused_tokens": self.reused_tokens}
+        if self.disk is not None:
+            out["disk"] = self.disk.stats()
+        return out
+
+
+def cache_summary(cache: "PromptCache | None") -> dict | None:
+    """What ``/health`` and the dashboard show of a model's prompt cache: resident and on-disk size, hit rate."""
+    if cache is None:
+        return None
+    s = cache.stats()
+    looked = s["hits"] + s["misses"]
+    disk = s.get("disk") or {}
+    return {"resident_bytes": s["bytes"], "resident_entries": s["entries"], "max_bytes": s["max_bytes"],
+            "disk_bytes": disk.get("bytes", 0), "disk_entries": disk.get("entries", 0),
+            "disk_max_bytes": disk.get("max_bytes", 0), "disk_reads": disk.get("reads", 0),
+            "disk_writes": disk.get("writes", 0), "disk_pending": disk.get("pending", 0),
+            "hits": s["hits"], "misses": s["misses"], "hit_rate": (s["hits"] / looked) if looked else None}

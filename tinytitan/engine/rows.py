@@ -98,9 +98,7 @@ class Row:
         backend, prepared = self.backend, self.prepared
         kv, cached = backend.prompt_cache.fetch(self.tokens)
         if kv is None:
-            from mlx_lm.models.cache import make_prompt_cache
-
-            kv, cached = make_prompt_cache(model), 0
+            kv, cached = backend.new_cache(model), 0
         self.kv, self.read = kv, cached
         sampler, processors = backend.sampler_for(prepared, self.loop, seeded=seeded)
         if not seeded and prepared.req.seed is not None:

@@ -38,6 +38,9 @@ class Metrics:
         self.decode_speed = Histogram("tinytitan_decode_tokens_per_second", "Decode speed of each generation "
                                       "(tokens after the first, per second)", ("model",), buckets=TPS_BUCKETS,
                                       registry=self.registry)
+        self.cache_misses = Counter("tinytitan_prompt_cache_misses_by_reason", "Generations by why their prompt "
+                                    "parted from the prompt cache (hit: nothing lost; see the README's reasons)",
+                                    ("model", "reason"), registry=self.registry)
         self.registry.register(_EngineCollector(engine))
 
     def observe(self, turn: "Turn") -> None:
@@ -47,6 +50,8 @@ class Metrics:
         counts = (turn.prompt_tokens, turn.cached_tokens, turn.completion_tokens, turn.reasoning_tokens)
         for kind, n in zip(TOKEN_KINDS, counts):
             self.tokens.labels(turn.model, kind).inc(n)
+        if turn.cache_reason is not None:
+            self.cache_misses.labels(turn.model, turn.cache_reason).inc()
         if turn.ttft is not None:
             self.ttft.labels(turn.model).observe(turn.ttft)
         if turn.tokens_per_second is not None:
@@ -85,6 +90,9 @@ class _EngineCollector:
                                    labels=("model",))
         misses = CounterMetricFamily("tinytitan_prompt_cache_misses", "Prompts that found no cached prefix",
                                      labels=("model",))
+        disk = {name: GaugeMetricFamily(f"tinytitan_prompt_cache_disk_{name}", text, labels=("model",))
+                for name, text in (("bytes", "Bytes of cached prompt prefixes on disk (--prompt-cache-dir)"),
+                                   ("entries", "Cached prompt prefixes on disk"))}
         for m in state["models"]:
             resident.add_metric([m["id"]], 1.0 if m["resident"] else 0.0)
             if m["load_seconds"] is not None:
@@ -95,6 +103,9 @@ class _EngineCollector:
                     family.add_metric([m["id"]], stats[name])
                 hits.add_metric([m["id"]], stats["hits"])
                 misses.add_metric([m["id"]], stats["misses"])
+                if stats.get("disk"):
+                    for name, family in disk.items():
+                        family.add_metric([m["id"]], stats["disk"][name])
         yield resident
         yield load
         yield from cache.values()

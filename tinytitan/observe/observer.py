@@ -46,6 +46,16 @@ def _printable(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
+def _cache_text(miss: dict | None) -> str:
+    """`` cache=<reason>``, and for a miss where the prompt parted from the cache: token, part, tokens lost."""
+    if not miss:
+        return ""
+    if miss.get("reason") == "hit":
+        return " cache=hit"
+    where = _printable(miss.get("where") or "-").replace(" ", "_")
+    return f" cache={miss['reason']}@{miss.get('offset', 0)}:{where} cache_lost={miss.get('missed_tokens', 0)}"
+
+
 def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
 
@@ -156,7 +166,7 @@ class Observer:
         if turn.generated:
             detail = (f" model={turn.model} prompt={turn.prompt_tokens} cached={turn.cached_tokens} "
                       f"completion={turn.completion_tokens} ttft={_secs(turn.ttft)} stop={turn.stop_reason} "
-                      f"tools={len(turn.tool_names)}")
+                      f"tools={len(turn.tool_names)}{_cache_text(turn.cache_miss)}")
         else:
             detail = ""
         if turn.error:

@@ -57,11 +57,13 @@ class Turn:
     duration: float | None = None
     on_change: Any = None  # called when the queue may have moved (the observer's live push)
     source: Any = None  # the tapped session: what it decoded, for a generation that never finished
+    cache_miss: dict | None = None  # where its prompt parted from the prompt cache, and why (engine/cache_miss.py)
 
     # -- fed by the event tap --------------------------------------------------------------------------
     def see(self, ev: TokenEvent) -> None:
         if isinstance(ev, Started):
             self.prompt_tokens, self.cached_tokens = ev.prompt_tokens, ev.cached_tokens
+            self.cache_miss = getattr(getattr(self.source, "prepared", None), "cache_miss", None)
             if self.on_change:
                 self.on_change()
         elif isinstance(ev, _FIRST_OUTPUT):
@@ -87,6 +89,10 @@ class Turn:
 
     # -- read by the observer ----------------------------------------------------------------------------
     @property
+    def cache_reason(self) -> str | None:
+        return (self.cache_miss or {}).get("reason")
+
+    @property
     def ttft(self) -> float | None:
         return None if self.first_output_at is None else self.first_output_at - self.t0
 
@@ -104,6 +110,7 @@ class Turn:
             return None
         parts = dataclasses.asdict(t)
         parts["cached_tokens"] = self.cached_tokens
+        parts["cache_miss"] = self.cache_miss
         # the steps, each once: the grammar mask runs inside prefill and decode steps, so it is a part of
         # their time, not a step beside them
         spent = sum(v for k, v in parts.items() if k.endswith("_s") and k not in PARTS_OF_STEPS and v)
@@ -120,7 +127,7 @@ class Turn:
             "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens, "reasoning_tokens": self.reasoning_tokens,
             "ttft_s": self.ttft, "tokens_per_second": self.tokens_per_second, "stop_reason": self.stop_reason,
-            "duration_s": self.duration, "profile": self.profile(),
+            "duration_s": self.duration, "profile": self.profile(), "cache_miss": self.cache_miss,
         }
 
 

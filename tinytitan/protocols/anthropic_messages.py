@@ -79,6 +79,27 @@ class MessagesState:
     tool_input: str | None = None  # a finished call's input, as JSON text
     stop_reason: str | None = None
     stop_sequence: str | None = None
+    diagnostics: dict | None = None  # the cache-diagnosis beta's object, when the request opted in
+
+
+CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
+# the engine's reasons for a prompt-cache miss (its ``cache_miss`` data) → the beta's ``cache_miss_reason`` types
+CACHE_MISS_TYPES = {"cold": "previous_message_not_found", "system_changed": "system_changed",
+                    "tools_changed": "tools_changed", "messages_changed": "messages_changed",
+                    "thinking_dropped": "messages_changed", "answer_rewritten": "messages_changed",
+                    "template_rerender": "messages_changed"}  # any other reason: "unavailable"
+
+
+def cache_diagnostics(miss: dict | None) -> dict | None:
+    """The response's ``diagnostics``: None when the prompt parted from nothing the cache held (a hit);
+    ``cache_missed_input_tokens`` (on the ``*_changed`` types) is the cached tokens past the divergence."""
+    if not miss or miss.get("reason") == "hit":
+        return None
+    kind = CACHE_MISS_TYPES.get(miss["reason"], "unavailable")
+    reason: dict = {"type": kind}
+    if kind.endswith("_changed"):
+        reason["cache_missed_input_tokens"] = int(miss.get("missed_tokens") or 0)
+    return {"cache_miss_reason": reason}
 
 
 class AnthropicMessages(Protocol):
@@ -236,16 +257,25 @@ class AnthropicMessages(Protocol):
     # -- the machine -------------------------------------------------------------------------------------------
     def extra_context(self, v) -> dict:
         thinking = v.body.get("thinking") or {}
-        return {"thinking_shown": thinking.get("display") != "omitted"}
+        return {"thinking_shown": thinking.get("display") != "omitted",
+                # the cache-diagnosis beta: its header, or the request's ``diagnostics`` object, opts in
+                "cache_diagnosis": CACHE_DIAGNOSIS_BETA in v.headers.get("anthropic-beta", "")
+                or isinstance(v.body.get("diagnostics"), dict)}
 
     def machine_hooks(self):
         maps = self.spec.maps
 
+        def diagnose(m: Machine) -> None:
+            if m.context.get("cache_diagnosis"):
+                m.vars.diagnostics = cache_diagnostics(m.context.get("cache_miss"))
+
         def started(m: Machine, ev) -> None:
             m.vars.input_tokens, m.vars.cache_read_input_tokens = ev.prompt_tokens - ev.cached_tokens, ev.cached_tokens
+            diagnose(m)
 
         def started_early(m: Machine, ev) -> None:
             m.vars.input_tokens, m.vars.cache_read_input_tokens = m.context.get("prompt_tokens", 0), 0
+            diagnose(m)
 
         def open_block(m: Machine, ev) -> None:
             s = m.vars

@@ -189,9 +189,11 @@ class Protocol:
         if stream:
             events = watch(await self.services.hold(self.engine.session(req, keepalive)), req, stream)
             machine.context.setdefault("prompt_tokens", events.prompt_tokens)  # known before the first event
+            machine.context.setdefault("cache_miss", _cache_miss(events))
             return await self.answer(v, machine, events, framing)
         async with self.engine.session(req, keepalive) as session:
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
+            machine.context.setdefault("cache_miss", _cache_miss(session))
             return await self.answer(v, machine, watch(session, req, stream))
 
     async def answer(self, v: Validated, machine: Machine, events: AsyncIterable[TokenEvent],
@@ -230,3 +232,9 @@ class Protocol:
                 yield wire.encode(framing)
             if machine.done and machine.terminal is not None:
                 yield machine.terminal.encode(framing)
+
+
+def _cache_miss(session: Any) -> dict | None:
+    """Where the prompt parts from the prompt cache, and why: plain data the engine prepared (None where the
+    backend keeps no cache)."""
+    return getattr(getattr(session, "prepared", None), "cache_miss", None)

@@ -1,0 +1,136 @@
+"""Why a turn missed the prompt cache: the offset where the prompt parts from the longest cached prefix, the part
+of the request it falls in, and the reason — in the request log line, /profile, /metrics and Anthropic's
+cache-diagnosis ``diagnostics``."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+import pytest
+
+from tinytitan.chat_request import ChatRequest, Message, Tool
+from tinytitan.engine.prompt_cache import PromptCache
+from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+
+from anthropic_util import HEADERS, MODEL
+
+
+@pytest.fixture
+def backend(demo_tok):
+    return ScriptedBackend([ScriptEntry("A fine answer.")], demo_tok, prompt_cache=PromptCache(1 << 30))
+
+
+def _req(msgs, tools=(), **kw):
+    return ChatRequest(model=MODEL, messages=tuple(m if isinstance(m, Message) else Message(*m) for m in msgs),
+                       tools=tuple(Tool(n, f"the {n} tool") for n in tools), **kw)
+
+
+SYSTEM = ("system", "You are a coding agent. " * 20)
+TOOLS = ("Read", "Grep", "Bash")
+
+
+def _turn(backend, req, answer="A fine answer.<|im_end|>"):
+    """Prepare a request as the engine does, then store what its generation would leave in the cache."""
+    p = backend.prepare(req)
+    backend.prompt_cache.store(list(p.tokens) + backend.tokenizer.encode(answer, add_special_tokens=False), None)
+    return p.cache_miss
+
+
+def test_each_reason_from_the_request_that_changed(backend):
+    first = [SYSTEM, ("user", "Read the parser. " * 10)]
+    miss = _turn(backend, _req(first, TOOLS))
+    assert miss["reason"] == "cold" and miss["offset"] == 0
+    # the answer sent back as other text than was generated: the prompt parts inside the generated span
+    rewritten = backend.prepare(_req(first + [("assistant", "A fine reply."), ("user", "Now fix it.")], TOOLS))
+    assert rewritten.cache_miss["reason"] == "answer_rewritten" and rewritten.cache_miss["where"] == "the previous answer"
+    convo = first + [("assistant", "A fine answer."), ("user", "Now fix it.")]
+    miss = _turn(backend, _req(convo, TOOLS))
+    assert miss["reason"] == "hit" and miss["missed_tokens"] == 0
+
+    def probe(msgs, tools=TOOLS, **kw):
+        return backend.prepare(_req(msgs, tools, **kw)).cache_miss
+
+    changed = probe([("system", "You are a coding agent. " * 19 + "Today is 2026-12-01.")] + convo[1:])
+    assert changed["reason"] == "system_changed" and changed["where"] == "message 0 (system)"
+    assert 0 < changed["offset"] < 200 and changed["missed_tokens"] > 0
+    billing = probe([("system", "x-anthropic-billing-header: cch=abc;\n" + SYSTEM[1])] + convo[1:])
+    assert billing["reason"] == "system_changed"
+    reordered = probe(convo, ("Grep", "Read", "Bash"))
+    assert reordered["reason"] == "tools_changed" and reordered["detail"] == "reordered"
+    assert reordered["where"] == "tool 0"
+    added = probe(convo, TOOLS + ("Edit",))
+    assert added["reason"] == "tools_changed" and added["detail"] == "1 added"
+    edited = probe([SYSTEM, ("user", "Read the lexer. " * 10)] + convo[2:])
+    assert edited["reason"] == "messages_changed" and edited["where"] == "message 1 (user) content"
+    # an assistant message that changed against the request that made the entry
+    rewritten = probe(first + [("assistant", "A fine reply."), ("user", "Now fix it.")])
+    assert rewritten["reason"] == "messages_changed" and rewritten["where"] == "message 2 (assistant) content"
+    settings = probe(convo, tool_choice="none")
+    assert settings["reason"] in ("tools_changed", "settings_changed")  # tool_choice none drops the tools too
+
+
+def test_thinking_dropped_by_the_client_and_eviction(backend):
+    think = Message("assistant", "Done.", reasoning="I should read it first.")
+    msgs = [SYSTEM, ("user", "Read it."), think, ("user", "And now?")]
+    _turn(backend, _req(msgs))
+    dropped = backend.prepare(_req([SYSTEM, ("user", "Read it."), ("assistant", "Done."), ("user", "And now?")]))
+    assert dropped.cache_miss["reason"] in ("thinking_dropped", "hit")  # the demo template never renders old thinking
+    backend.prompt_cache.entries.clear()  # what the byte budget does
+    evicted = backend.prepare(_req(msgs))
+    assert evicted.cache_miss["reason"] == "evicted"
+
+
+async def test_the_reason_in_the_log_profile_metrics_and_anthropic_diagnostics(serve, backend, caplog):
+    import anthropic
+
+    s = await serve(backend=backend)
+    system = [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+              {"type": "text", "text": "Be careful. " * 40}]
+    body = {"model": MODEL, "max_tokens": 16, "system": system,
+            "messages": [{"role": "user", "content": "hello " * 20}]}
+    beta = {"anthropic-beta": "cache-diagnosis-2026-04-07"}
+    async with httpx.AsyncClient(timeout=30) as c:
+        async def post(payload, extra=None):
+            r = await c.post(s.url("/v1/messages"), json=payload, headers={**HEADERS, **(extra or {})})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        caplog.set_level(logging.INFO, logger="tinytitan.requests")
+        first = await post(body, beta)
+        assert first["diagnostics"] == {"cache_miss_reason": {"type": "previous_message_not_found"}}
+        anthropic.types.Message.model_validate(first, strict=True)
+        again = await post(body, beta)  # the same prompt: nothing lost, nothing to report
+        assert again.get("diagnostics") is None
+        changed = dict(body, system=[system[0], {"type": "text", "text": "Be careful. " * 39 + "Now: 12:01."}])
+        plain = await post(changed)  # no beta header, no diagnostics object: no field
+        assert "diagnostics" not in plain
+        changed2 = dict(changed, system=[system[0], {"type": "text", "text": "Be careful. " * 39 + "Now: 12:02."}],
+                        diagnostics={"previous_message_id": plain["id"]})  # the object opts in by itself
+        diag = await post(changed2)
+        reason = diag["diagnostics"]["cache_miss_reason"]
+        assert reason["type"] == "system_changed" and reason["cache_missed_input_tokens"] > 0
+        parsed = anthropic.types.Message.model_validate(diag, strict=True)
+        assert parsed.diagnostics.cache_miss_reason.type == "system_changed"
+
+        # streamed: message_start carries it
+        events = []
+        async with c.stream("POST", s.url("/v1/messages"), headers={**HEADERS, **beta},
+                            json=dict(body, stream=True, messages=[{"role": "user", "content": "other " * 20}])) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+        start = events[0]["message"]
+        assert start["diagnostics"]["cache_miss_reason"]["type"] == "messages_changed"
+        anthropic.types.RawMessageStartEvent.model_validate(events[0], strict=True)
+
+        profile = (await c.get(s.url("/profile"))).json()["data"]
+        assert [p["cache_miss"]["reason"] for p in profile] == ["cold", "hit", "system_changed", "system_changed",
+                                                                "messages_changed"]
+        assert profile[2]["cache_miss"]["where"] == "message 0 (system)"
+        metrics = (await c.get(s.url("/metrics"))).text
+    assert f'tinytitan_prompt_cache_misses_by_reason_total{{model="{MODEL}",reason="system_changed"}} 2.0' in metrics
+    lines = [r.getMessage() for r in caplog.records if r.name == "tinytitan.requests" and "POST" in r.getMessage()]
+    assert " cache=cold@0:-" in lines[0] and " cache=hit " in lines[1]
+    assert " cache=system_changed@" in lines[3] and ":message_0_(system) cache_lost=" in lines[3]

@@ -1,0 +1,217 @@
+"""Prompt prefixes on disk: written off the request path and atomically, read back after a restart with the same
+output, bounded (least recently used first), and a file of another model, version or layout never misread."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from tinytitan.chat_request import ChatRequest, Message
+from tinytitan.engine.prompt_cache import PromptCache
+from tinytitan.engine.prompt_disk import FORMAT, PromptDisk, layout_of, read_metadata
+
+
+def _disk(backend, directory, max_bytes=1 << 30, layout=None):
+    return PromptDisk(directory, sorted(backend.path.glob("*.safetensors")),
+                      layout or (lambda: layout_of(backend.ensure_loaded())), max_bytes)
+
+
+def _cache(backend, directory, **kw):
+    c = PromptCache(1 << 30)
+    c.disk = _disk(backend, directory, **kw)
+    return c
+
+
+def _kv(backend, tokens):
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    model = backend.ensure_loaded()
+    kv = make_prompt_cache(model)
+    logits = model(mx.array(tokens)[None], cache=kv)
+    mx.eval(logits)
+    return kv, logits
+
+
+def _next_logits(backend, kv, token):
+    import mlx.core as mx
+
+    out = backend.ensure_loaded()(mx.array([[token]]), cache=kv)
+    mx.eval(out)
+    return np.array(out[0, -1])
+
+
+def test_a_prefix_written_is_read_back_after_a_restart_with_the_same_logits(demo_backend, tmp_path):
+    tokens = list(range(100, 300))
+    kv, _ = _kv(demo_backend, tokens)
+    c = _cache(demo_backend, tmp_path)
+    c.store(tokens, kv)
+    assert c.disk.flush()
+    files = list(tmp_path.glob("*.safetensors"))
+    assert len(files) == 1 and not list(tmp_path.glob(".*tmp*"))
+    meta = read_metadata(files[0])
+    assert meta["tinytitan_format"] == FORMAT and meta["tinytitan_weights"] == c.disk.digest
+
+    expected = _next_logits(demo_backend, _kv(demo_backend, tokens)[0], 7)
+    restarted = _cache(demo_backend, tmp_path)  # a new process: nothing in memory
+    got, n = restarted.fetch(tokens + [7, 8])
+    assert n == len(tokens) and restarted.disk.reads == 1
+    np.testing.assert_allclose(_next_logits(demo_backend, got, 7), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_longer_prefix_supersedes_its_prefix_on_disk_and_the_budget_evicts_the_oldest(demo_backend, tmp_path):
+    short = list(range(100, 200))
+    c = _cache(demo_backend, tmp_path)
+    c.store(short, _kv(demo_backend, short)[0])
+    c.disk.flush()
+    longer = short + list(range(500, 600))
+    c.store(longer, _kv(demo_backend, longer)[0])
+    c.disk.flush()
+    files = list(tmp_path.glob("*.safetensors"))
+    assert len(files) == 1 and len(c.disk.stats()["dir"]) > 0
+    one = files[0].stat().st_size
+
+    small = _cache(demo_backend, tmp_path, max_bytes=int(one * 1.5))
+    other = list(range(1000, 1200))
+    small.store(other, _kv(demo_backend, other)[0])
+    small.disk.flush()
+    left = list(tmp_path.glob("*.safetensors"))
+    assert len(left) == 1 and left[0] != files[0]  # the older file went
+
+
+def test_files_of_another_model_layout_or_version_are_never_read(demo_backend, tmp_path, caplog):
+    tokens = list(range(100, 300))
+    kv, _ = _kv(demo_backend, tokens)
+    c = _cache(demo_backend, tmp_path)
+    c.store(tokens, kv)
+    c.disk.flush()
+    [f] = tmp_path.glob("*.safetensors")
+
+    other_layout = _cache(demo_backend, tmp_path, layout=lambda: json.dumps({"classes": ["RotatingKVCache"]}))
+    with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
+        assert other_layout.fetch(tokens + [1]) == (None, 0)
+    assert "another cache layout" in caplog.text
+
+    other_model = _cache(demo_backend, tmp_path)
+    other_model.disk._digest = "0" * 64  # another model's weights
+    assert other_model.fetch(tokens + [1]) == (None, 0)
+
+    # another format version: ignored with a warning
+    import mlx.core as mx
+
+    arrays, meta = mx.load(str(f), return_metadata=True)
+    meta["0.tinytitan_format"] = "tinytitan-prompt-cache/0"  # (save_prompt_cache flattens the metadata)
+    mx.save_safetensors(str(tmp_path / "old.safetensors"), arrays, meta)
+    f.unlink()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
+        assert _cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
+    assert "another version" in caplog.text
+
+
+def test_a_damaged_file_is_ignored_with_a_warning(demo_backend, tmp_path, caplog):
+    tokens = list(range(100, 300))
+    c = _cache(demo_backend, tmp_path)
+    c.store(tokens, _kv(demo_backend, tokens)[0])
+    c.disk.flush()
+    [f] = tmp_path.glob("*.safetensors")
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])  # the header survives, the tensors do not
+    with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
+        assert _cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
+    assert "could not be read back" in caplog.text
+
+
+def _req(msgs, **kw):
+    return ChatRequest(model="tinytitan-demo", messages=tuple(Message(r, c) for r, c in msgs), temperature=0,
+                       max_tokens=6, **kw)
+
+
+async def test_a_restarted_engine_reads_the_conversation_back_and_answers_the_same(demo_backend, tmp_path):
+    from tinytitan.engine.engine import Engine
+
+    async def run(req):
+        async with Engine(demo_backend).session(req) as events:
+            evs = [ev async for ev in events]
+        return evs[0].cached_tokens, "".join(getattr(e, "text", "") for e in evs[1:-1])
+
+    saved = demo_backend.prompt_cache
+    try:
+        demo_backend.prompt_cache = _cache(demo_backend, tmp_path)
+        turn = [("system", "You are terse. " * 20), ("user", "Explain the cache. " * 10)]
+        cached, answer = await run(_req(turn))
+        assert cached == 0
+        assert demo_backend.prompt_cache.disk.flush()
+        follow = _req(turn + [("assistant", answer), ("user", "And then?")])
+        demo_backend.prompt_cache = PromptCache(1 << 30)  # no disk: what a cold start reads
+        cold_cached, cold_answer = await run(follow)
+        demo_backend.prompt_cache = _cache(demo_backend, tmp_path)  # a restart: memory empty, disk kept
+        warm_cached, warm_answer = await run(follow)
+        assert cold_cached == 0 and warm_cached > 200 and warm_answer == cold_answer
+        assert demo_backend.prompt_cache.disk.reads == 1
+    finally:
+        demo_backend.prompt_cache = saved
+
+
+@pytest.mark.parametrize("value", ["off"])
+def test_the_disk_can_be_turned_off(value, tmp_path):
+    from tinytitan.cli import attach_prompt_disk
+
+    class Args:
+        prompt_cache_dir, prompt_cache_disk_mib, script = value, 100, None
+
+    class B:
+        prompt_cache = PromptCache(1)
+
+    attach_prompt_disk([B()], Args())
+    assert B.prompt_cache.disk is None
+
+
+def test_kv_bits_is_refused_by_name_where_the_heads_are_too_narrow():
+    """The demo model's heads are 16 wide: no quantization group fits, and --kv-bits says so."""
+    from tinytitan.demo_model import demo_model_id, ensure_demo_model
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    demo = MLXBackend(ensure_demo_model(), demo_model_id())
+    demo.kv_bits = 8
+    with pytest.raises(ValueError, match="--kv-bits 8: the heads of .* are 16 wide"):
+        demo.check_kv_bits()
+
+
+def test_kv_bits_cache_round_trip(demo_backend, tmp_path, monkeypatch):
+    """The quantized cache on a stand-in model with 32-wide heads: it is QuantizedKVCache, smaller than the plain
+    one, and written to disk and read back under a layout of its own."""
+    import mlx.core as mx
+    from mlx_lm.models import qwen3
+    from mlx_lm.models.cache import QuantizedKVCache
+
+    args = qwen3.ModelArgs(model_type="qwen3", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                           num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-6, vocab_size=300,
+                           max_position_embeddings=512, rope_theta=10000.0, head_dim=32, tie_word_embeddings=True)
+    model = qwen3.Model(args)
+    mx.eval(model.parameters())
+    monkeypatch.setattr(demo_backend, "model", model)
+    monkeypatch.setattr(demo_backend, "kv_bits", 8)
+    demo_backend.check_kv_bits()
+    kv = demo_backend.new_cache(model)
+    assert all(isinstance(c, QuantizedKVCache) and c.bits == 8 and c.group_size == 32 for c in kv)
+    tokens = list(range(10, 200))
+    model(mx.array(tokens)[None], cache=kv)
+    plain = demo_backend.__class__.new_cache.__get__(type("P", (), {"kv_bits": None})())(model)
+    model(mx.array(tokens)[None], cache=plain)
+    assert sum(c.nbytes for c in kv) < 0.6 * sum(c.nbytes for c in plain)
+    c = PromptCache(1 << 30)
+    c.disk = PromptDisk(tmp_path, sorted(demo_backend.path.glob("*.safetensors")), lambda: layout_of(model, 8), 1 << 30)
+    c.store(tokens, kv)
+    assert c.disk.flush()
+    again = PromptCache(1 << 30)
+    again.disk = PromptDisk(tmp_path, sorted(demo_backend.path.glob("*.safetensors")), lambda: layout_of(model, 8), 1 << 30)
+    got, n = again.fetch(tokens + [5])
+    assert n == len(tokens) and isinstance(got[0], QuantizedKVCache)
+    plain_layout = PromptCache(1 << 30)
+    plain_layout.disk = PromptDisk(tmp_path, sorted(demo_backend.path.glob("*.safetensors")),
+                                   lambda: layout_of(model, None), 1 << 30)
+    assert plain_layout.fetch(tokens + [5]) == (None, 0)  # another layout: never read into a plain cache

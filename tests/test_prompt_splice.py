@@ -1,0 +1,129 @@
+"""The answer's own ids: a prompt that renders a cached answer's text at the same place reuses the ids the model
+generated there, and still decodes to exactly the rendered prompt."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinytitan.chat_request import ChatRequest, Message
+from tinytitan.engine.prompt_cache import PromptCache, common_prefix
+from tinytitan.engine.prompt_splice import Span, splice
+
+
+def _req(msgs, **kw):
+    return ChatRequest(model="tinytitan-demo", messages=tuple(Message(r, c) for r, c in msgs), temperature=0, **kw)
+
+
+def _odd_ids(tok, text: str) -> list[int]:
+    """``text`` as ids the tokenizer would never make of it (a character at a time), as a weak model's
+    sampling often spells its answer."""
+    ids = [i for ch in text for i in tok.encode(ch, add_special_tokens=False)]
+    assert tok.decode(ids) == text and ids != tok.encode(text, add_special_tokens=False)
+    return ids
+
+
+def test_a_generated_answer_is_spliced_and_the_prompt_still_decodes_to_the_rendered_text(demo_backend):
+    tok = demo_backend.tokenizer
+    demo_backend.prompt_cache.clear()
+    turn1 = [("system", "You write code."), ("user", "Write a function that parses a header.")]
+    p1 = demo_backend.prepare(_req(turn1))
+    answer = "def parse(h):\n    return h.split(':', 1)"
+    generated = _odd_ids(tok, answer) + tok.encode("<|im_end|>", add_special_tokens=False)
+    demo_backend.prompt_cache.store(p1.tokens + generated, None)
+
+    turn2 = turn1 + [("assistant", answer), ("user", "Now test it.")]
+    p2 = demo_backend.prepare(_req(turn2))
+    assert tok.decode(p2.tokens) == p2.prompt_text  # exactly what the template rendered
+    assert all(type(t) is int for t in p2.tokens)
+    plain = tok.encode(p2.prompt_text, add_special_tokens=False)
+    assert p2.tokens != plain
+    # the cache holds the prompt and the whole answer, ids as generated: all of it is reused
+    cached = demo_backend.prompt_cache.fetch(p2.tokens)[1]
+    assert cached == len(p1.tokens) + len(generated)
+    assert common_prefix(np.array(plain), np.array(p1.tokens + generated)) < len(p1.tokens) + 4
+
+    # a third turn reuses both answers: the second turn's spliced prompt is what its entry's spans say
+    answer2 = "assert parse('a: b') == ['a', ' b']"
+    generated2 = _odd_ids(tok, answer2) + tok.encode("<|im_end|>", add_special_tokens=False)
+    demo_backend.prompt_cache.store(p2.tokens + generated2, None)
+    p3 = demo_backend.prepare(_req(turn2 + [("assistant", answer2), ("user", "Thanks.")]))
+    assert tok.decode(p3.tokens) == p3.prompt_text
+    assert demo_backend.prompt_cache.fetch(p3.tokens)[1] == len(p2.tokens) + len(generated2)
+
+
+def test_an_answer_the_client_changed_is_spliced_up_to_the_change(demo_backend):
+    tok = demo_backend.tokenizer
+    demo_backend.prompt_cache.clear()
+    turn1 = [("user", "Say something long.")]
+    p1 = demo_backend.prepare(_req(turn1))
+    answer = "The quick brown fox jumps over the lazy dog"
+    generated = _odd_ids(tok, answer)
+    demo_backend.prompt_cache.store(p1.tokens + generated, None)
+    edited = "The quick brown cat sat"  # the client trimmed / rewrote the answer
+    p2 = demo_backend.prepare(_req(turn1 + [("assistant", edited), ("user", "More.")]))
+    assert tok.decode(p2.tokens) == p2.prompt_text
+    cached = demo_backend.prompt_cache.fetch(p2.tokens)[1]
+    kept = len(tok.decode(generated[:cached - len(p1.tokens)]))
+    assert cached > len(p1.tokens) and answer[:kept] == edited[:kept] and kept >= len("The quick brown ")
+
+
+def test_replacement_characters_are_never_spliced(demo_tok):
+    """An answer whose ids decode to U+FFFD (bytes that are not UTF-8) came back as the character U+FFFD: its
+    ids would put different bytes in the prompt than the template rendered."""
+    e_acute = demo_tok.encode("é", add_special_tokens=False)
+    bad = [i for i in range(256) if "\ufffd" in demo_tok.decode([i])][:1]
+    assert bad, "a byte-level vocabulary has lone continuation bytes"
+    ids = demo_tok.encode("ab", add_special_tokens=False) + bad + e_acute
+    span_text = demo_tok.decode(ids)
+    text = "P" + span_text + "tail"
+    prompt = demo_tok.encode("P", add_special_tokens=False)
+    entry = prompt + ids
+    spans = (Span(len(prompt), "P"), Span(len(ids), span_text, True))
+
+    def encode(t):
+        return list(demo_tok.encode(t, add_special_tokens=False))
+
+    out, out_spans = splice(text, [(entry, spans)], encode, demo_tok.decode)
+    assert demo_tok.decode(out) == text
+    kept = sum(s.tokens for s in out_spans if s.generated)
+    assert "\ufffd" not in demo_tok.decode(out[len(prompt):len(prompt) + kept])
+    assert kept == len(demo_tok.encode("ab", add_special_tokens=False))
+
+
+def test_a_prompt_cut_short_keeps_only_the_spans_it_holds(demo_tok):
+    c = PromptCache(1 << 30)
+    ids = demo_tok.encode("hello there", add_special_tokens=False)
+    c.remember(ids, (Span(len(ids), "hello there"),), demo_tok.decode)
+    c.store(ids[:-1], None)  # the client left while its prompt was read
+    assert list(c.entries.values())[0].spans == ()
+    c.store(ids + [5, 6], None)
+    spans = list(c.entries.values())[-1].spans
+    assert spans[0] == Span(len(ids), "hello there") and spans[1].generated and spans[1].tokens == 2
+
+
+async def test_a_conversation_through_the_engine_reuses_what_comes_back_unchanged(demo_backend):
+    """Real generations on the demo model (greedy): each turn sends the previous answer back as the client got it.
+    Where that is the generated text, the next turn's cached prefix reaches through the answer's own ids; where
+    it is not (the demo model often opens with a space the answer's text drops), the prompt parts from the
+    cache exactly where the answer starts, and says so."""
+    from tinytitan.engine.engine import Engine
+
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    msgs = [("system", "You write code."), ("user", "Write a parser.")]
+    seen = []
+    for turn in range(4):
+        async with engine.session(_req(msgs, max_tokens=12)) as events:
+            prepared, evs = events.prepared, [ev async for ev in events]
+        assert demo_backend.tokenizer.decode(prepared.tokens) == prepared.prompt_text
+        miss = prepared.cache_miss
+        if turn:
+            seen.append(miss["reason"])
+            if miss["reason"] == "hit":
+                assert evs[0].cached_tokens >= held
+            else:
+                assert miss["reason"] == "answer_rewritten" and evs[0].cached_tokens == miss["offset"] >= prompt_len
+        answer = "".join(getattr(ev, "text", "") for ev in evs if type(ev).__name__ == "TextDelta")
+        prompt_len, held = len(prepared.tokens), len(prepared.tokens) + evs[-1].usage.completion_tokens - 1
+        msgs = msgs + [("assistant", answer), ("user", f"And step {turn}?")]
+    assert len(seen) == 3

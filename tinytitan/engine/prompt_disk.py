@@ -1,0 +1,442 @@
+"""Cached prompt prefixes on disk: they outlive a restart.
+
+Rules:
+- One file per prefix, mlx-lm's own format (``save_prompt_cache`` / ``load_prompt_cache``, safetensors). Its
+  metadata says which model wrote it (the digest of the weight files), the format version, the cache layout
+  (cache classes, KV heads and widths, dtype, KV bits) and the ids it holds (with their spans, so an answer's
+  ids stay spliceable after a restart). The file name is a digest of all of that.
+- Written off the request path: ``put`` hands a snapshot to the writer thread (the newest snapshot of a
+  conversation replaces one still waiting); the file is written under a temporary name and renamed into place,
+  so a torn file is never read. A prefix already on disk is not written again; a file whose ids are a prefix
+  of the new one's is removed (superseded), as in memory.
+- Bounded: past ``max_bytes`` the least recently used files (modification time, touched on each read) go.
+- Read back (``best`` then ``load``) when it holds a longer prefix of a prompt than memory does. A file of
+  another model is left alone; one of this model but another format version or layout, or one that fails to
+  load, is ignored with a warning, never misread.
+- The snapshot is taken on the model thread (``snapshot``): new array handles on the cache's current buffers,
+  evaluated there, so the writer thread only reads memory and the decoder may go on extending the live cache.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .prompt_splice import Span
+
+log = logging.getLogger("tinytitan.cache")
+
+FORMAT = "tinytitan-prompt-cache/1"
+SUFFIX = ".safetensors"
+MIN_TOKENS = 64  # shorter prefixes are cheaper to read again than to keep
+INDEX_WAIT = 5.0  # seconds a first lookup waits for the directory's index
+
+
+def default_dir() -> Path:
+    """``$TINYTITAN_PROMPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tinytitan/prompt-cache`` (``~/.cache`` where unset)."""
+    if os.environ.get("TINYTITAN_PROMPT_CACHE_DIR"):
+        return Path(os.environ["TINYTITAN_PROMPT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tinytitan" / "prompt-cache"
+
+
+def _memo_key(paths: list[Path]) -> str:
+    return "|".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(paths))
+
+
+def remembered_digest(paths: list[Path], memo: Path) -> str | None:
+    """The weights' digest if ``memo`` has it for these files as they are now (no hashing)."""
+    try:
+        return json.loads(memo.read_text()).get(_memo_key(paths))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def weights_digest(paths: list[Path], memo: Path | None = None) -> str:
+    """sha256 over the weight files' bytes, remembered per (path, size, mtime) in ``memo`` so a restart does not
+    read gigabytes again."""
+    key = _memo_key(paths)
+    known: dict = {}
+    if memo is not None:
+        try:
+            known = json.loads(memo.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if key in known:
+            return known[key]
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+    digest = h.hexdigest()
+    if memo is not None:
+        known[key] = digest
+        _atomic_write(memo, json.dumps(known).encode())
+    return digest
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_metadata(path: Path) -> dict:
+    """The ``__metadata__`` of a safetensors file, from its header alone (8-byte length, then JSON)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        if n > 64 << 20:
+            raise ValueError("header too large")
+        header = json.loads(f.read(n))
+    # save_prompt_cache flattens [metadata, classes, scalars]: the metadata's keys come first, as "0.<key>"
+    return {k[2:]: v for k, v in (header.get("__metadata__") or {}).items() if k.startswith("0.")}
+
+
+def layout_of(model: Any, kv_bits: int | None = None) -> str:
+    """What a KV cache of this model looks like: the cache classes per layer, KV heads and widths, dtype, KV
+    bits. A file written for another layout is never read into this one."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    import mlx_lm
+
+    classes = [type(c).__name__ for c in make_prompt_cache(model)]
+    args = getattr(model, "args", None)
+    shape = {k: getattr(args, k, None) for k in ("num_key_value_heads", "head_dim", "hidden_size",
+                                                  "num_attention_heads", "num_hidden_layers")} if args else {}
+    try:
+        dtype = str(next(iter(_leaves(model.parameters()))).dtype)
+    except StopIteration:
+        dtype = "?"
+    return json.dumps({"classes": classes, "shape": shape, "dtype": dtype, "kv_bits": kv_bits,
+                       "mlx_lm": mlx_lm.__version__}, sort_keys=True)
+
+
+def _leaves(tree):
+    from mlx.utils import tree_flatten
+
+    return (v for _, v in tree_flatten(tree))
+
+
+def snapshot(kv: list) -> list:
+    """Cache objects holding what ``kv`` holds now, on array handles of their own (evaluated here, on the
+    model thread, sharing the buffers): the live cache may go on being extended in place (an update of a
+    shared buffer copies it first)."""
+    import mlx.core as mx
+    from mlx.utils import tree_map
+
+    out = [type(c).from_state(tree_map(lambda a: mx.stop_gradient(a) if isinstance(a, mx.array) else a, c.state))
+           for c in kv]
+    mx.eval([c.state for c in out])
+    return out
+
+
+@dataclass
+class OnDisk:
+    path: Path
+    tokens: np.ndarray
+    nbytes: int
+    layout: str
+
+
+class PromptDisk:
+    def __init__(self, directory: Path, weight_files: list[Path], layout: Callable[[], str], max_bytes: int):
+        """``layout()`` is called on the model thread on first use (it needs the loaded model)."""
+        self.dir = Path(directory)
+        self.weight_files = list(weight_files)
+        self._layout_fn = layout
+        self.max_bytes = max_bytes
+        self._digest: str | None = None
+        self._layout: str | None = None
+        self._index: list[OnDisk] | None = None
+        self._lock = threading.Lock()
+        self._pending: dict[bytes, tuple] = {}  # lineage (first ids) -> newest snapshot waiting
+        self._wake = threading.Condition(self._lock)
+        self._busy = False
+        self._checked = False
+        self._writer: threading.Thread | None = None
+        self.reads = 0
+        self.writes = 0
+        self.read_tokens = 0
+
+    def start(self) -> None:
+        """Start the writer thread: it first reads the weights' digest and the directory's index, off the
+        request path (a server with one model starts it at once; a catalog's model on first use)."""
+        with self._lock:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, name="tinytitan-prompt-disk", daemon=True)
+                self._writer.start()
+
+    # -- identity ------------------------------------------------------------------------------------------
+    @property
+    def digest(self) -> str:
+        if self._digest is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._digest = weights_digest(self.weight_files, self.dir / "weights-digests.json")
+        return self._digest
+
+    @property
+    def layout(self) -> str:
+        if self._layout is None:
+            self._layout = self._layout_fn()
+        return self._layout
+
+    def _name(self, tokens: np.ndarray, layout: str) -> str:
+        h = hashlib.sha256(f"{FORMAT}\n{self.digest}\n{layout}\n".encode())
+        h.update(tokens.astype(np.int32).tobytes())
+        return h.hexdigest()[:40]
+
+    # -- the index -----------------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        with self._lock:
+            return self._index is not None
+
+    def index(self, wait: float = 0.0) -> list[OnDisk]:
+        """This model's files of this layout; empty until the writer thread has read the directory (waited for
+        up to ``wait`` seconds: the weights' digest is remembered, so that is reading a few headers)."""
+        self.start()
+        if wait and self._digest is None and remembered_digest(self.weight_files, self.dir / "weights-digests.json") is None:
+            wait = 0  # the weights are being hashed for the first time: no file of this model can be waiting
+        deadline = time.monotonic() + wait
+        with self._lock:
+            while self._index is None and time.monotonic() < deadline:
+                self._wake.wait(0.02)
+            index = list(self._index or [])
+        if not index:
+            return []
+        self.check_layouts()
+        return [f for f in index if f.layout == self.layout]
+
+    def _scan(self) -> None:
+        """The directory's files of this model, from their headers (the writer thread, at start)."""
+        found, others, now = [], 0, time.time()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for p in sorted(self.dir.glob("*" + SUFFIX)):
+            try:
+                meta = read_metadata(p)
+            except (OSError, ValueError, struct.error) as exc:
+                log.warning("prompt cache on disk: %s cannot be read (%s); ignored", p.name, exc)
+                continue
+            if meta.get("tinytitan_weights") not in (None, self.digest):
+                others += 1
+                continue
+            if meta.get("tinytitan_format") != FORMAT:
+                log.warning("prompt cache on disk: %s was written by another version (format %s); ignored", p.name,
+                            meta.get("tinytitan_format"))
+                continue
+            tokens = np.frombuffer(base64.b64decode(meta.get("tinytitan_tokens", "")), dtype=np.int32).astype(np.int64)
+            found.append(OnDisk(p, tokens, p.stat().st_size, meta.get("tinytitan_layout", "")))
+        for tmp in self.dir.glob(".*.tmp*"):  # a write a crash cut short: never read, cleaned up
+            try:
+                if now - tmp.stat().st_mtime > 600:
+                    tmp.unlink()
+            except OSError:
+                pass
+        if others:
+            log.info("prompt cache on disk: %d file(s) of other models in %s left alone", others, self.dir)
+        if found:
+            log.info("prompt cache on disk: %d prefix(es) of this model in %s (%.1f MiB)", len(found), self.dir,
+                     sum(f.nbytes for f in found) / 2**20)
+        with self._lock:
+            self._index = found
+
+    def check_layouts(self) -> None:
+        """Warn once about this model's files of another cache layout (model thread: the layout needs the
+        model)."""
+        if self._checked or not self.ready():
+            return
+        self._checked = True
+        with self._lock:
+            index = list(self._index or [])
+        other = [f for f in index if f.layout != self.layout]
+        for f in other:
+            log.warning("prompt cache on disk: %s was written for another cache layout (%s, now %s); ignored",
+                        f.path.name, f.layout, self.layout)
+
+    def best(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
+        from .prompt_cache import common_prefix
+
+        best, n = None, 0
+        for f in self.index(wait=INDEX_WAIT):
+            k = common_prefix(f.tokens, prompt)
+            if k > n:
+                best, n = f, k
+        return best, n
+
+    def peek(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
+        """``best`` without waiting or touching the model (any thread): only once the index is read and the
+        layout known."""
+        from .prompt_cache import common_prefix
+
+        with self._lock:
+            index = list(self._index or [])
+        if not index or self._layout is None:
+            return None, 0
+        best, n = None, 0
+        for f in index:
+            if f.layout == self._layout:
+                k = common_prefix(f.tokens, prompt)
+                if k > n:
+                    best, n = f, k
+        return best, n
+
+    def load(self, f: OnDisk) -> tuple[list, tuple[Span, ...]] | None:
+        """The KV cache a file holds and its spans; None (the file set aside, with a warning) where it fails."""
+        from mlx_lm.models.cache import load_prompt_cache
+
+        import mlx.core as mx
+
+        try:
+            kv, meta = load_prompt_cache(str(f.path), return_metadata=True)
+            mx.eval([c.state for c in kv])
+            if meta.get("tinytitan_layout") != self.layout or meta.get("tinytitan_weights") != self.digest:
+                raise ValueError("its metadata changed since it was indexed")
+            spans = tuple(Span(int(n), t, bool(g)) for n, t, g in json.loads(meta.get("tinytitan_spans", "[]")))
+        except Exception as exc:  # a damaged or foreign file is never misread: it is ignored
+            log.warning("prompt cache on disk: %s could not be read back (%s: %s); ignored", f.path.name,
+                        type(exc).__name__, exc)
+            self._forget(f.path)
+            return None
+        try:
+            os.utime(f.path)  # recently used
+        except OSError:
+            pass
+        self.reads += 1
+        self.read_tokens += len(f.tokens)
+        return kv, spans
+
+    def _forget(self, path: Path) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index = [f for f in self._index if f.path != path]
+
+    # -- writing -------------------------------------------------------------------------------------------
+    def put(self, tokens: np.ndarray, kv: list, spans: tuple[Span, ...]) -> None:
+        """Queue a cache to be written (called on the model thread, right after the generation is stored)."""
+        if len(tokens) < MIN_TOKENS:
+            return
+        if any(len(f.tokens) == len(tokens) and np.array_equal(f.tokens, tokens) for f in self.index()):
+            return
+        layout = self.layout  # here, on the model thread
+        snap = snapshot(kv)
+        with self._lock:
+            self._pending[tokens[:MIN_TOKENS].tobytes()] = (tokens, snap, spans, layout)
+            self._wake.notify()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued write is on disk (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._pending or getattr(self, "_busy", False):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.wait(min(left, 0.05))
+        return True
+
+    def _write_loop(self) -> None:
+        with self._lock:
+            self._busy = True
+        try:
+            self.digest
+            self._scan()
+        except Exception:
+            log.warning("prompt cache on disk: %s cannot be used", self.dir, exc_info=True)
+            with self._lock:
+                self._index, self._busy = [], False
+                self._wake.notify_all()
+            return
+        with self._lock:
+            self._busy = False
+            self._wake.notify_all()
+        while True:
+            with self._lock:
+                while not self._pending:
+                    self._wake.wait()
+                key = next(iter(self._pending))
+                tokens, snap, spans, layout = self._pending.pop(key)
+                self._busy = True
+            try:
+                self._write(tokens, snap, spans, layout)
+            except Exception:
+                log.warning("prompt cache on disk: a %d-token prefix could not be written", len(tokens), exc_info=True)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._wake.notify_all()
+
+    def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str) -> None:
+        from mlx_lm.models.cache import save_prompt_cache
+
+        from .prompt_cache import common_prefix
+
+        path = self.dir / (self._name(tokens, layout) + SUFFIX)
+        if path.exists():
+            return
+        tmp = self.dir / f".{path.stem}.{os.getpid()}.tmp{SUFFIX}"
+        meta = {"tinytitan_format": FORMAT, "tinytitan_weights": self.digest, "tinytitan_layout": layout,
+                "tinytitan_tokens": base64.b64encode(tokens.astype(np.int32).tobytes()).decode(),
+                "tinytitan_spans": json.dumps([[s.tokens, s.text, s.generated] for s in spans])}
+        save_prompt_cache(str(tmp), snap, meta)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        entry = OnDisk(path, tokens, path.stat().st_size, layout)
+        self.writes += 1
+        superseded = []
+        with self._lock:
+            index = self._index or []
+            for f in index:
+                if f.path != path and f.layout == layout and len(f.tokens) <= len(tokens) and common_prefix(f.tokens, tokens) == len(f.tokens):
+                    superseded.append(f)
+            self._index = [f for f in index if f not in superseded and f.path != path] + [entry]
+        for f in superseded:
+            try:
+                f.path.unlink()
+            except OSError:
+                pass
+        self._evict()
+
+    def _evict(self) -> None:
+        """The least recently used files go while the directory is over its budget (every model's files count)."""
+        files = []
+        for p in self.dir.glob("*" + SUFFIX):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            files.append((st.st_mtime, st.st_size, p))
+        total = sum(s for _, s, _ in files)
+        for _, size, p in sorted(files):
+            if total <= self.max_bytes:
+                break
+            try:
+                p.unlink()
+            except OSError:
+                continue
+            total -= size
+            self._forget(p)
+            log.debug("prompt cache on disk: evicted %s (%d bytes)", p.name, size)
+
+    # -- what it holds -------------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        with self._lock:
+            index = list(self._index or [])
+            pending = len(self._pending) + (1 if self._busy else 0)
+        return {"dir": str(self.dir), "entries": len(index), "bytes": sum(f.nbytes for f in index), "pending": pending,
+                "max_bytes": self.max_bytes, "reads": self.reads, "writes": self.writes,
+                "read_tokens": self.read_tokens}
