@@ -240,3 +240,49 @@ def test_the_cache_holds_what_one_token_at_a_time_leaves_also_when_the_consumer_
     more = ids + seen
     got, _, _ = drafted_decode(model, more, 20, RowSampler(), kv=kv, cached=len(more) - 1)
     assert got == full[len(seen):len(seen) + 20]
+
+
+# -- a draft model ---------------------------------------------------------------------------------------------
+def test_a_draft_model_with_the_same_tokenizer_drafts_and_greedy_output_is_unchanged(demo, demo_backend):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from tinytitan.engine.speculative.decode import speculative_decode
+    from tinytitan.engine.speculative.draft_model import DraftModelProposer, load_draft_model
+    from tinytitan.engine.speculative.sampling import RowSampler
+
+    model, tok = demo
+    draft = load_draft_model(demo_backend.path, tok, name="demo")  # the model as its own draft: all agree
+    ids = tok.apply_chat_template([{"role": "user", "content": "Write anything."}], add_generation_prompt=True)
+    want = plain_decode(model, ids, 40)
+    proposer = DraftModelProposer(draft, ids)
+    policy = DraftPolicy(start=3, k_max=3)
+    out = list(speculative_decode(model, make_prompt_cache(model), ids, 0, RowSampler(), proposer, policy,
+                                  max_tokens=40))
+    assert [t for t, _ in out] == want
+    assert policy.accepted == policy.drafted > 20  # the same weights guess every token
+    # the next request reuses what the draft's cache holds of this one: only the new tokens are fed
+    proposer.reset(ids + want[:10])
+    held = len(proposer.held)
+    assert proposer._follow() == (ids + want[:10])[min(held, len(ids) + 10 - 1):]
+
+
+def test_a_draft_model_whose_tokenizer_differs_is_refused_by_name(demo_backend, tmp_path):
+    import json
+    import shutil
+
+    from mlx_lm.utils import load_tokenizer
+
+    from tinytitan.engine.speculative.draft_model import DraftModelRefused, load_draft_model, tokenizer_mismatch
+
+    other = tmp_path / "other"
+    shutil.copytree(demo_backend.path, other)
+    spec = json.loads((other / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[300:302]  # two tokens trade ids: same size, same words, other ids
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    why = tokenizer_mismatch(demo_backend.tokenizer, load_tokenizer(other))
+    assert why is not None and "2 of the model's" in why
+    with pytest.raises(DraftModelRefused, match=r"--draft-model other-model: its tokenizer does not agree"):
+        load_draft_model(other, demo_backend.tokenizer, name="other-model")
+    assert tokenizer_mismatch(demo_backend.tokenizer, load_tokenizer(demo_backend.path)) is None
