@@ -110,6 +110,36 @@ def demo(demo_backend, monkeypatch):
     return demo_backend
 
 
+def stream_generated(backend, r: ChatRequest) -> list:
+    """The events of ``r`` decoded token by token with mlx-lm's own ``stream_generate`` (its sampler, the
+    request's logits processors, the process-wide random key seeded as a lone request seeds it): the
+    reference a request decoded by the step must match."""
+    import mlx.core as mx
+    from mlx_lm import stream_generate
+
+    from tinytitan.engine.decode_loop import DecodeLoop
+
+    prepared = backend.prepare(r)
+    events: list = []
+    loop = DecodeLoop(backend.parser(prepared), r.stop, events.append, prepared.sampling)
+    sampler, processors = backend.sampler_for(prepared, loop)
+    if r.seed is not None:
+        mx.random.seed(int(r.seed) % 2**64)
+    loop.start(len(prepared.tokens))
+    hit_length = False
+    for resp in stream_generate(backend.model, backend.tokenizer, mx.array(prepared.tokens),
+                                max_tokens=prepared.max_tokens, sampler=sampler, logits_processors=processors):
+        if resp.finish_reason == "stop":
+            if resp.text:
+                loop.parser_text(resp.text)
+            break
+        if not loop.token(resp.text):
+            break
+        hit_length = resp.finish_reason == "length"
+    loop.end(hit_length)
+    return events
+
+
 async def alone_and_together(engine: Engine, requests: list[ChatRequest]) -> tuple[list, list]:
     alone = [summary(await run(engine, r)) for r in requests]
     together: list = [None] * len(requests)
@@ -178,7 +208,7 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
     """A short prompt arriving while others decode is read at once and its first token sampled outside the
     batch: whatever ends it there (a one-token cap, a stop string in its first token) or goes on from there
     (a forced tool call, seeded sampling, a thought) gives exactly what it gives alone."""
-    from tinytitan.engine import batch
+    from tinytitan.engine import step
 
     engine = Engine(demo, max_batch=8)
     first = summary(await run(engine, req("Name a colour.", max_tokens=3)))
@@ -192,8 +222,8 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
     }
     expected = {k: summary(await run(engine, r)) for k, r in joiners.items()}
     read_ahead = []
-    real = batch._first_token
-    monkeypatch.setattr(batch, "_first_token", lambda *a: read_ahead.append(1) or real(*a))
+    real = step.Solo.step
+    monkeypatch.setattr(step.Solo, "step", lambda solo, s: (read_ahead.append(1) if s.now else None) or real(solo, s))
     got: dict = {}
     async with trio.open_nursery() as outer:
         async def one(name, r):
@@ -221,7 +251,7 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     before its prompt, between two chunks of it (chunks of 16 tokens here), or between two tokens of its
     answer — and decodes on exactly as it would have alone: a forced tool call (its logits processor's
     state), seeded sampling (its sampler's key), a thought."""
-    from tinytitan.engine import batch, solo
+    from tinytitan.engine import decoder, step
 
     engine = Engine(demo, max_batch=4)
     requests = [req(FORCE, max_tokens=60, tools=(WEATHER,)),
@@ -231,21 +261,29 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
                 req("List two records.", max_tokens=150, grammar=RECORDS),  # forced runs of its grammar
                 req("List two records, please.", max_tokens=150, grammar=RECORDS, temperature=0.9, seed=4)]
     expected = [summary(await run(engine, r)) for r in requests]
-    monkeypatch.setattr(solo, "PREFILL_STEP", 16)
-    monkeypatch.setattr(solo, "FIRST_CHUNK", 16)
-    handovers = []
-    real = batch.decode_alone
+    monkeypatch.setattr(decoder, "PREFILL_STEP", 16)
+    monkeypatch.setattr(decoder, "FIRST_CHUNK", 16)
+    handovers, looks = [], {}
 
-    def joined_at(gen, member, start, others_waiting):  # as if someone arrived at that look
-        prompt = len(member.prepared.tokens)
-        chunks = -(-(prompt - 1) // 16)  # one look before each chunk of its prompt, then one before each token
-        at = {"before its prompt": 1, "mid-prompt": 2, "mid-answer": chunks + 3}[where]
-        looks = iter(range(1, 10_000))
-        out = real(gen, member, start, lambda: next(looks) >= at)
-        handovers.append((out and len(out.prompt), prompt - 16 * (at - 1) if at <= chunks else 1))
-        return out
+    def at(row):
+        prompt = len(row.tokens)
+        chunks = -(-(prompt - 1) // 16)  # one look before each chunk of its prompt, then one before each step
+        return {"before its prompt": 1, "mid-prompt": 2, "mid-answer": chunks + 4}[where], chunks
 
-    monkeypatch.setattr(batch, "decode_alone", joined_at)
+    def joined_at(self, scheduler, later):  # as if someone arrived at that look
+        [row] = scheduler.rows.values()
+        looks[row] = looks.get(row, 0) + 1
+        return looks[row] >= at(row)[0]
+
+    real_insert = step.Forward._insert
+
+    def insert(self, row):
+        (n, chunks), prompt = at(row), len(row.tokens)
+        handovers.append((len(self.row_prompt(row)), prompt - 16 * (n - 1) if n <= chunks else 1))
+        return real_insert(self, row)
+
+    monkeypatch.setattr(decoder.Decoder, "_next_joins", joined_at)
+    monkeypatch.setattr(step.Forward, "_insert", insert)
     got = []
     for r in requests:
         demo.prompt_cache.clear()  # every prompt read from its start
@@ -264,7 +302,7 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
     import time
 
     from tinytitan.demo_model import ensure_demo_model
-    from tinytitan.engine import batch
+    from tinytitan.engine import decoder, step
     from tinytitan.engine.mlx_backend import MLXBackend
 
     other = MLXBackend(ensure_demo_model(), "tinytitan-demo-other", lazy=True)
@@ -273,23 +311,20 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
     second = req("Name a colour.", max_tokens=20).with_(model=other.model_id)
     try:
         expected = [summary(await run(engine, r)) for r in (first, second)]
-        ends = []
-        real = batch.decode_alone
+        inserted, looks = [], []
+        real = decoder.Decoder._next_joins
 
-        def once_the_other_is_in(gen, member, start, others_waiting):
-            looks = iter(range(1, 10_000))
+        def once_the_other_is_in(self, scheduler, later):
+            looks.append(1)
+            if scheduler.backend is demo and len(looks) == 2:  # at its second look, the other has arrived
+                deadline = time.monotonic() + 30
+                while not (self.waiting or later) and time.monotonic() < deadline:
+                    time.sleep(0.002)
+            return real(self, scheduler, later)
 
-            def joined():  # at its second look, the other has arrived (whatever the machine's speed)
-                if member.backend is demo and next(looks) == 2:
-                    deadline = time.monotonic() + 30
-                    while not engine.batcher._inbox and time.monotonic() < deadline:
-                        time.sleep(0.002)
-                return others_waiting()
-
-            ends.append(real(gen, member, start, joined))
-            return ends[-1]
-
-        monkeypatch.setattr(batch, "decode_alone", once_the_other_is_in)
+        real_insert = step.Forward._insert
+        monkeypatch.setattr(decoder.Decoder, "_next_joins", once_the_other_is_in)
+        monkeypatch.setattr(step.Forward, "_insert", lambda self, row: inserted.append(row) or real_insert(self, row))
         got: dict = {}
         async with trio.open_nursery() as n:
             async def one(i, r):
@@ -300,7 +335,7 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
                 await trio.sleep(0.005)
             n.start_soon(one, 1, second)
         assert [got[0], got[1]] == expected
-        assert ends == [None, None]  # both decoded alone to their end, neither was handed over
+        assert inserted == []  # both decoded alone to their end, neither joined a batch
         assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
     finally:
         demo.ensure_loaded()  # the session's demo model, unloaded for the other one
@@ -308,30 +343,32 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
 
 async def test_a_lone_constrained_request_reads_forced_runs_in_one_pass(demo, monkeypatch):
     """Alone, a request's grammar-forced tokens (keys, punctuation) are read in one forward pass a run, and it
-    decodes exactly what mlx-lm's own token-by-token decoding gives it (--max-batch 1), greedy and seeded."""
-    from tinytitan.engine import solo
+    decodes exactly what mlx-lm's own token-by-token decoding gives it (``stream_generate`` with the same
+    sampler and mask), greedy and seeded — also with --max-batch 1 (mlx-lm's process-wide random key)."""
+    from tinytitan.engine.rows import Row
 
     runs = []
-    real = solo._forced_run
-    monkeypatch.setattr(solo, "_forced_run", lambda member, step: runs.append(real(member, step)) or runs[-1])
+    real = Row.propose
+    monkeypatch.setattr(Row, "propose", lambda row: runs.append(real(row)) or runs[-1])
     requests = [req("List the records.", max_tokens=120, grammar=RECORDS),
                 req("List the records, please.", max_tokens=120, grammar=RECORDS, temperature=0.9, seed=11)]
     alone = [summary(await run(Engine(demo, max_batch=4), r)) for r in requests]
-    token_by_token = [summary(await run(Engine(demo, max_batch=1), r)) for r in requests]
-    assert alone == token_by_token
     forced = sum(len(r) for r in runs)
+    one_at_a_time = [summary(await run(Engine(demo, max_batch=1), r)) for r in requests]
+    token_by_token = [summary(stream_generated(demo, r)) for r in requests]
+    assert alone == one_at_a_time == token_by_token
     assert sum(1 for r in runs if r) >= 6 and forced >= 40  # '{"name":"' and '","count":' each time
 
 
 async def test_a_break_of_the_loop_while_a_member_decodes_alone_ends_it_too(demo, monkeypatch):
     """Something that is not an Exception breaking the batch loop while a lone member decodes outside the
     batch (it is in neither the batch nor the waiting list) still ends that member and frees its place."""
-    from tinytitan.engine import batch
+    from tinytitan.engine import step
 
     def broken(*_a):
         raise KeyboardInterrupt("the loop broke")
 
-    monkeypatch.setattr(batch, "decode_alone", broken)
+    monkeypatch.setattr(step.Forward, "run", broken)
     engine = Engine(demo, max_batch=4)
     with trio.fail_after(10):
         try:
@@ -384,7 +421,17 @@ def body(protocol: str, i: int) -> dict:
             "max_tokens": 40}
 
 
-async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, demo_backend):
+async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, demo_backend, monkeypatch):
+    """Whatever ends a generation (its end, a hang-up before or during its prompt or answer), it ends at one
+    place, once: ``Row.end``."""
+    from tinytitan.engine.decoder import Decoder
+    from tinytitan.engine.rows import Row
+
+    submitted: list = []
+    ended: list = []
+    real_end, real_submit = Row.end, Decoder.submit
+    monkeypatch.setattr(Row, "end", lambda row: ended.append(row) or real_end(row))
+    monkeypatch.setattr(Decoder, "submit", lambda self, row: submitted.append(row) or real_submit(self, row))
     s = await serve(backend=demo_backend, max_queue=64)
     assert s.engine.max_batch > 1
     rng = random.Random(9)
@@ -415,5 +462,8 @@ async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, de
         health = (await c.get(s.url("/health"))).json()
         assert (health["running"], health["waiting"], health["max_batch"]) == (0, 0, s.engine.max_batch)
         assert s.engine.admission.slots.value == s.engine.max_batch
+        # every generation that reached the decoder ended, each once, and let go of its session
+        assert len(ended) == len(set(map(id, ended))) == len(submitted) > 0
+        assert {id(r) for r in ended} == {id(r) for r in submitted} and all(r.box.let_go for r in ended)
         r = await c.post(s.url("/v1/chat/completions"), json={**body("openai_chat", 0), "stream": False})
         assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("stop", "length")

@@ -157,15 +157,12 @@ async def test_cached_tokens_on_the_wire(serve, demo_backend):
 async def test_a_request_cancelled_while_its_prompt_is_read_stops_after_that_chunk(demo_backend, monkeypatch):
     """Claude Code's Esc during a long prefill: the decode stops at the next prefill chunk (not after the whole
     prompt), and what was read is cached for the retry."""
-    import functools
-
-    import mlx_lm
-
+    from tinytitan.engine import decoder
     from tinytitan.engine.decode_loop import DecodeLoop
     from tinytitan.engine.engine import Engine
 
     # chunks of 256 tokens, not mlx-lm's 2048: the same path over a prompt an eighth as long
-    monkeypatch.setattr(mlx_lm, "stream_generate", functools.partial(mlx_lm.stream_generate, prefill_step_size=256))
+    monkeypatch.setattr(decoder, "PREFILL_STEP", 256)
     demo_backend.prompt_cache.clear()
     engine = Engine(demo_backend)
     long = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(75))
@@ -187,7 +184,7 @@ async def test_a_request_cancelled_while_its_prompt_is_read_stops_after_that_chu
     assert cached == 256 and fin.usage.prompt_tokens == len(p2.tokens)
 
 
-@pytest.mark.parametrize("max_batch, decoding", [(1, "decode"), (4, "sampler_for")])
+@pytest.mark.parametrize("max_batch, decoding", [(1, "sampler_for"), (4, "sampler_for")])
 async def test_all_model_work_runs_on_one_thread(demo_backend, monkeypatch, max_batch, decoding):
     """MLX leaves threads behind on every thread that ran it, and each thread's malloc arena keeps memory:
     loading, decoding (one at a time, or a batch member joining) and unloading all happen on the process's

@@ -65,7 +65,7 @@ class DecodeLoop:
         self.finished = False
         self.before = before or Timing()
         self.grammar_mask_s: float | None = None  # a backend that masks logits for a grammar adds its time here
-        self.grammar_mask = None  # ... and puts the mask here (a decoder may use it beyond masking: solo.py)
+        self.grammar_mask = None  # ... and puts the mask here (a decoder may use it beyond masking: rows.py)
         self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
         self.first_token_at: float | None = None
 

@@ -5,25 +5,27 @@ Rules:
   (ApiError('overloaded') when ``max_queue`` requests already wait beyond the running batch), then
   tokenizes; ``events`` waits for a decode slot (FIFO; ``max_batch`` generations decode together) and
   yields TokenEvents; leaving the block stops the decode and gives the place back, exactly once.
-- Decoding, loading and unloading run on the process's one model thread (model_thread.py). With
-  ``max_batch`` > 1 a session's request joins the running batch (batch.py: continuous batching with
-  mlx-lm's BatchGenerator); with 1, its decode is one job there (mlx-lm's stream_generate). Either way the model is
-  made resident first, and when the consumer goes away the decode stops within a token (within a prefill
-  chunk while the prompt is read): no decode outlives its session.
+- Decoding, loading and unloading run on the process's one model thread (model_thread.py). A session's
+  request becomes a row of the decoder (decoder.py): one decode step — plan → forward → fold (step.py) —
+  serves a lone request and a batch alike (continuous batching with mlx-lm's BatchGenerator, up to
+  ``max_batch`` rows; with 1, every request decodes alone). Either way the model is made resident first, and
+  when the consumer goes away the decode stops within a token (within a prefill chunk while the prompt is
+  read): no decode outlives its session.
 - The engine never imports a protocol.
 
-Per-request hooks (what structured output and server-run memory tools attach; neither decoder's loop
-changes for them, and each request of a batch has its own):
+Per-request hooks (what structured output and server-run memory tools attach; the step does not change
+for them, and each row has its own):
 - Logits processors: ``MLXBackend.logits_processors(prepared)`` returns the request's mlx-lm
   LogitsProcessors, ``processor(tokens, logits) -> logits`` with ``logits`` of shape ``[1, vocab]``: the
   sampling penalties, then the output format's grammar mask (``Prepared.logits_processor()``), a new one
   per generation. ``tokens`` is the request's own context and ends with the token sampled last
-  (on the first call, the prompt's last token). Both decoders call them the same way, once per step. Keep
+  (on the first call, the prompt's last token). The step calls them the same way alone and in the batch, once
+  per sampled token. Keep
   them lazy (no ``mx.eval`` inside): the step is evaluated at once. One that raises fails its own request
   only (in a batch, after the step: the others go on).
 - A continuation (a server-run tool's result fed back, as the memory layer does) is a further session of the
-  same request, ``engine.session(req, continuing=True)``: never refused as overloaded, it joins the batch as
-  a member of its own and starts from the longest cached prefix (the turn before is stored when it ends).
+  same request, ``engine.session(req, continuing=True)``: never refused as overloaded, it becomes a row of
+  its own and starts from the longest cached prefix (the turn before is stored when it ends).
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ from ..errors import ApiError
 from ..events import Failed
 from .backend import Backend, Prepared
 from . import DEFAULT_MAX_BATCH
-from .batch import Batcher, Member
+from .decoder import Decoder
 from .model_thread import ModelThread, shared_model_thread
 from .prompt import fast_path
+from .rows import Row
 from .session import Admission, Mailbox, Session
 from .summarise import Summariser
 
@@ -55,8 +58,8 @@ FAST_SUFFIX = "-fast"
 class Engine:
     def __init__(self, backends: Backend | list[Backend], max_queue: int = 16,
                  model_thread: ModelThread | None = None, max_batch: int = DEFAULT_MAX_BATCH):
-        """``max_batch``: how many generations decode together (batch.py); 1 decodes one request at a time
-        with mlx-lm's stream_generate. Backends that cannot batch (the scripted one) decode one at a time."""
+        """``max_batch``: how many generations decode together (decoder.py); 1 decodes one request at a time.
+        Backends that cannot batch (the scripted one) decode one at a time, each request in one job."""
         backends = [backends] if isinstance(backends, Backend) else list(backends)
         if not backends:
             raise ValueError("no models to serve")
@@ -65,9 +68,11 @@ class Engine:
         self.resident: str | None = next((b.model_id for b in backends if b.loaded), None)
         self.max_queue = max_queue
         self.model_thread = model_thread or shared_model_thread()
-        batching = max_batch > 1 and all(getattr(b, "batches", False) for b in backends)
-        self.max_batch = max_batch if batching else 1
-        self.batcher = Batcher(self.model_thread, self._make_resident, self.max_batch) if batching else None
+        stepping = all(getattr(b, "batches", False) for b in backends)
+        self.max_batch = max(1, max_batch) if stepping else 1
+        # the MLX backends decode through the decoder (one step for a lone request and a batch alike); a
+        # backend that decodes a request whole (the scripted one) does so in one job
+        self.decoder = Decoder(self.model_thread, self._make_resident, self.max_batch) if stepping else None
         self.admission = Admission(self.max_batch, max_queue)
         self.started_at = time.time()
         # model id -> how long its last load took (a backend loaded before the engine existed timed its own)
@@ -114,8 +119,8 @@ class Engine:
 
     @property
     def batch_size(self) -> int:
-        """Generations in the running batch now (with no batcher: the one decoding, if any)."""
-        return self.batcher.size if self.batcher is not None else self.running
+        """Generations decoding together now (with no decoder: the one decoding, if any)."""
+        return self.decoder.size if self.decoder is not None else self.running
 
     @property
     def queue_depth(self) -> int:
@@ -154,18 +159,18 @@ class Engine:
                 place.give_back()
 
     def _start_decode(self, prepared: Prepared, box: Mailbox) -> None:
-        """Called by a session holding a decode slot: the request joins the batch (batch.py), or, decoding one
-        at a time, one job on the model thread makes the model resident, then decodes into the session's
-        mailbox. A model that will not load is the consumer's exception; a failure once decoding began is
-        reported in-band (the stream may already be open)."""
+        """Called by a session holding a decode slot: the request becomes a row of the decoder (decoder.py),
+        or, for a backend that decodes a request whole, one job on the model thread makes the model resident,
+        then decodes into the session's mailbox. A model that will not load is the consumer's exception; a
+        failure once decoding began is reported in-band (the stream may already be open)."""
         backend = self.backends[prepared.req.model]
-        if self.batcher is not None:
+        if self.decoder is not None:
             try:
-                member = Member(backend, prepared, box)
+                row = Row(backend, prepared, box)
             except Exception as exc:
                 box.close(exc)
                 return
-            self.batcher.submit(member)
+            self.decoder.submit(row)
             return
 
         def work() -> None:

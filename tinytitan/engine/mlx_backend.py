@@ -1,8 +1,8 @@
-"""The MLX backend: mlx-lm's loader, chat template and ``stream_generate``.
+"""The MLX backend: mlx-lm's loader and chat template, the request's sampler and logits processors.
 
-Decoding runs in a worker thread (the engine puts it there); each generated token's text goes to the
-DecodeLoop, which decides its channel. Sampling defaults come from the model's generation_config.json
-where it has one.
+Decoding runs on the model thread through the decoder's step (decoder.py, step.py); each generated token's
+text goes to the DecodeLoop, which decides its channel. Sampling defaults come from the model's
+generation_config.json where it has one.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Callable
 from .backend import FALLBACK_SAMPLING, Backend, Prepared
 from .decode_loop import DecodeLoop
 from .prompt_cache import PromptCache
-from .raw import IncrementalText
 
 DEFAULT_PROMPT_CACHE_MIB = 2048
 
@@ -68,10 +67,6 @@ def seeded_sampler(seed: int, temp: float, top_p: float, min_p: float, top_k: in
     return sample
 
 
-class _Stopped(Exception):
-    """The request was cancelled while its prompt was being read."""
-
-
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
                  prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
@@ -113,7 +108,7 @@ class MLXBackend(Backend):
     def loaded(self) -> bool:
         return self.model is not None
 
-    batches = True  # the engine may decode several requests together (batch.py)
+    batches = True  # the engine decodes its requests through the decoder's step, together (decoder.py)
 
     def logits_processors(self, prepared: Prepared, loop: DecodeLoop) -> list:
         """The request's mlx-lm logits processors (the per-request hook: see engine.py); a grammar mask's
@@ -157,55 +152,11 @@ class MLXBackend(Backend):
         return self._stream
 
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
-        """One request alone, with mlx-lm's ``stream_generate`` (``--max-batch 1``)."""
-        import mlx.core as mx
-        from mlx_lm import stream_generate
+        """One request alone, to its end: the decoder's step with one row (decoder.py)."""
+        from .decoder import decode_one
 
-        req = prepared.req
-        sampler, processors = self.sampler_for(prepared, loop)
-        if req.seed is not None:
-            mx.random.seed(int(req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
-        from mlx_lm.models.cache import make_prompt_cache
-
-        model = self.ensure_loaded()
-        kv, cached = self.prompt_cache.fetch(prepared.tokens)
-        if kv is None:
-            kv, cached = make_prompt_cache(model), 0
-        loop.start(len(prepared.tokens), cached)
-        generated: list[int] = []
-        hit_length = False
-        raw = IncrementalText(self.tokenizer, prepared.tokens) if req.prompt is not None else None
-
-        def prefill_progress(done: int, total: int) -> None:
-            if should_stop():  # the client left while its prompt is read: stop after this chunk
-                raise _Stopped
-
-        try:
-            for resp in stream_generate(model, self.tokenizer, mx.array(prepared.tokens[cached:]),
-                                        max_tokens=prepared.max_tokens, sampler=sampler,
-                                        logits_processors=processors, prompt_cache=kv,
-                                        prompt_progress_callback=prefill_progress,
-                                        **({"stream": self.stream} if self.stream is not None else {})):
-                generated.append(resp.token)
-                if should_stop():
-                    return
-                if resp.finish_reason == "stop":  # the end-of-turn token: not content
-                    if resp.text and raw is None:
-                        loop.parser_text(resp.text)
-                    break
-                if not loop.token(raw.add(resp.token) if raw else resp.text):
-                    break
-                if resp.finish_reason == "length":
-                    hit_length = True
-        except _Stopped:
-            return
-        finally:
-            # whatever the cache now holds (the prompt read so far, the tokens fed back) is kept for the next
-            # request: a prompt whose client left half-way is half-read already when it comes again
-            self.prompt_cache.store(list(prepared.tokens) + generated, kv)
-        if raw is not None and loop.stop.matched is None:
-            loop.parser_text(raw.flush())
-        loop.end(hit_length)
+        self.ensure_loaded()
+        decode_one(self, prepared, loop, should_stop)
 
     def _top_k(self, k: int) -> int:
         """A top_k at or past the vocabulary keeps every token: that is 0 (off) to mlx-lm, which rejects it

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import logging
 import math
 import threading
 import time
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 import trio
 
@@ -33,10 +32,7 @@ from ..events import (Failed, Finished, KeepAlive, ReasoningDelta, Started, Text
 from .backend import Prepared
 from .decode_loop import DecodeLoop
 
-if TYPE_CHECKING:
-    from .engine import Engine
 
-log = logging.getLogger("tinytitan.engine")
 
 BATCH_INTERVAL = 0.02  # at most one batch of deltas per 20 ms after the first (the first goes at once)
 
@@ -159,11 +155,9 @@ class Mailbox:
                 self.stop.set()
 
     def close(self, error: BaseException | None = None) -> None:
-        """The model thread is done with this generation (and will not touch it again). Once: a second call
-        (a failure reported after the end) is logged and ignored, so the place is still given back once."""
-        if self.let_go:
-            log.error("a generation was let go of twice", exc_info=error is not None and error)
-            return
+        """The model thread is done with this generation (and will not touch it again): called once, where the
+        generation ends (``Row.end`` for a decoder's row; the job's end for a backend that decodes whole)."""
+        assert not self.let_go, "a generation is let go of once"
         self.let_go = True
         self.error = error
         try:

@@ -18,15 +18,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, AsyncContextManager, Protocol
 
 import trio
 
 from ..chat_request import ChatRequest, Message
 from ..events import Failed, Finished, TextDelta, Usage
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 log = logging.getLogger("tinytitan.summarise")
 
@@ -73,10 +70,21 @@ def looping(text: str) -> bool:
     return any(lines.count(ln) >= 4 for ln in set(lines))
 
 
+class Sessions(Protocol):
+    """What a summary needs of the engine (which makes Summarisers: engine.py), named here so this module
+    does not import the engine."""
+
+    def resolve(self, name: str | None) -> tuple[str, bool]: ...
+    def backend_for(self, model_id: str) -> Any: ...
+    def apply_model(self, req: ChatRequest) -> ChatRequest: ...
+    def session(self, req: ChatRequest) -> AsyncContextManager[Any]: ...
+    async def count_tokens(self, req: ChatRequest) -> int: ...
+
+
 class Summariser:
     """One summary: its model, budget and the usage of its passes."""
 
-    def __init__(self, engine: "Engine", model: str, budget: int | None):
+    def __init__(self, engine: Sessions, model: str, budget: int | None):
         self.engine = engine
         self.model = engine.resolve(model)[0]  # the served id: '<id>-fast' would strip the instruction
         self.backend = engine.backend_for(self.model)  # the named model's tokenizer

@@ -45,7 +45,7 @@ class GrammarMask:
         self.started = True
         return mx.where(self.allowed_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
 
-    # -- forced tokens (solo.py reads a run of them in one forward pass) ---------------------------------------
+    # -- forced tokens (a row's proposer reads a run of them in one forward pass: rows.py) ---------------------
     def forced(self) -> int | None:
         """The token the last computed mask allows, when it allows exactly one and that is not
         end-of-sequence (None otherwise): sampling from that mask can only give this token."""

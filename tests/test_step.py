@@ -1,0 +1,80 @@
+"""The decode step's plan is plain data (what lockstep decoding broadcasts), and the step is one for a lone
+request and a batch: a lone request's plans and a batch's are made by the same scheduler."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tinytitan.engine.step import Plan, RowStep
+
+PLANS = [
+    Plan(),
+    Plan(alone=(RowStep(0, (5, 6, 7), sample=False),)),
+    Plan(cancel=(3,), alone=(RowStep(1, pending=True), RowStep(2, (9, 10), forced=True),
+                             RowStep(4, (1, 2, 3), now=True)), join=(5, 6), batch=True),
+    Plan(alone=(RowStep(7, (11,), drafts=(12, 13, 14)),), batch=True),
+]
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_a_plan_goes_through_a_flat_list_of_ints_unchanged(plan):
+    ints = plan.as_ints()
+    assert all(type(i) is int for i in ints)
+    assert Plan.from_ints(ints) == plan
+
+
+def test_a_plan_holds_only_ids_tokens_and_flags():
+    """Nothing in a plan is an array, a cache or a callable, and it cannot be changed once made."""
+    def leaves(value):
+        if dataclasses.is_dataclass(value):
+            for f in dataclasses.fields(value):
+                yield from leaves(getattr(value, f.name))
+        elif isinstance(value, tuple):
+            for v in value:
+                yield from leaves(v)
+        else:
+            yield value
+
+    for plan in PLANS:
+        assert all(type(v) in (int, bool) for v in leaves(plan))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PLANS[2].batch = False
+
+
+async def test_the_lone_request_and_the_batch_are_planned_by_one_scheduler(demo_backend, monkeypatch):
+    """A lone request (max_batch 1, MLXBackend.decode, a request alone in a batching engine) and a batch are
+    plans of the same Scheduler, and every row it plans ends through Row.end once."""
+    import trio
+
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.decode_loop import DecodeLoop
+    from tinytitan.engine.decoder import Scheduler
+    from tinytitan.engine.engine import Engine
+    from tinytitan.engine.rows import Row
+
+    plans, ended = [], []
+    real_plan, real_end = Scheduler.plan, Row.end
+    monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
+    monkeypatch.setattr(Row, "end", lambda row: ended.append(row) or real_end(row))
+
+    def req(text):
+        return ChatRequest(model="tinytitan-demo", messages=(Message("user", text),), max_tokens=6,
+                           temperature=0, reasoning=False)
+
+    async def run(engine, r):
+        async with engine.session(r) as events:
+            return [ev async for ev in events]
+
+    await run(Engine(demo_backend, max_batch=1), req("one"))
+    prepared = demo_backend.prepare(req("two"))
+    demo_backend.decode(prepared, DecodeLoop(demo_backend.parser(prepared), (), lambda ev: None), lambda: False)
+    lone = len(plans)
+    assert lone and not any(p.batch for p in plans)
+    engine = Engine(demo_backend, max_batch=4)
+    async with trio.open_nursery() as n:
+        for text in ("three", "four", "five"):
+            n.start_soon(run, engine, req(text))
+    assert any(p.batch for p in plans[lone:])
+    assert len(ended) == len(set(map(id, ended))) == 5

@@ -1,0 +1,258 @@
+"""The decoder on the model thread: rows arrive, step together (one step: plan → forward → fold), and leave.
+
+Rules:
+- One loop, a job on the model thread, runs while any row is in flight. Each turn it takes the rows that
+  arrived, admits those that may start (rows of the model being decoded; one of another model waits until
+  every row has left, then the loop switches models), and runs one step (``Scheduler.step``): ``plan`` (a
+  ``step.Plan``: plain data), ``Forward.run`` (step.py), ``fold``.
+- A row that arrives to an empty decoder steps alone, on its own KV cache, until another row of its model
+  arrives: then it joins the batch where it stands — between two chunks of its prompt, or two tokens (a token
+  still pending is read first, and a forced run already accepted is fed first) — and the newcomer after it.
+  One of another model would wait for the batch to drain anyway: for it, the lone row steps on alone.
+- A lone row's first prompt chunk is short (``FIRST_CHUNK``) where others may join it: requests sent together
+  (a client's parallel calls, sub-agents) arrive a few milliseconds apart, and a look after this short chunk
+  (~25 ms on 2 cores with a ~50M model) sees them, so they are read together in the batch rather than one
+  alone first. Reading a prompt in one more chunk costs next to nothing: prefill is compute-bound.
+- A row that has not sampled yet, with at most ``PREFILL_STEP_SHARED`` prompt tokens left to read, arriving
+  while other rows decode (or are about to: a lone row handing over), is read ahead on its own cache and its first token sampled at once (as a row alone
+  reads it, so it is the token it gets alone); it joins with that token as its prompt. Read inside the batch
+  instead, its prompt would take one batch step, its last token a second, and its first token would come back
+  only in a third.
+- The fold hands each row the tokens sampled for it (``Row.accept``: end-of-turn, stop strings and the cap are
+  decided there, once), asks a row stepping alone for its proposal (the grammar's forced run), and retires
+  the rows that ended. A row ends in the fold (it finished, one of its own hooks failed, the batched forward
+  pass it was in failed) or by the plan (its consumer left); either way ``Scheduler.retire`` takes it out of
+  the table and the forward and calls ``Row.end()``: the one place a generation ends. A break of the loop
+  itself retires every row it holds or waits for, the same way.
+
+The per-request hooks a row carries (its logits processors) are described in engine.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from .rows import LEFT, Row
+from .step import PREFILL_STEP, PREFILL_STEP_SHARED, Forward, Output, Plan, RowStep
+
+if TYPE_CHECKING:
+    from .decode_loop import DecodeLoop
+    from .model_thread import ModelThread
+
+log = logging.getLogger("tinytitan.batch")
+
+FIRST_CHUNK = 32  # the first prompt chunk of a row alone where others may join it (see the rules)
+
+
+class Scheduler:
+    """The rows in flight for one model at a time, and the plan and fold of each step."""
+
+    def __init__(self, load: Callable[[Any], float | None], max_batch: int, first_chunk: int, seeded: bool):
+        """``load(backend)``: makes a backend's model resident (the seconds it took, None when it was).
+        ``seeded``: a request's seed gives its sampler a random key of its own (rows that may share a
+        batch); otherwise mlx-lm's process-wide key is seeded, as ``stream_generate`` alone is used."""
+        self.load, self.max_batch, self.first_chunk, self.seeded = load, max_batch, first_chunk, seeded
+        self.rows: dict[int, Row] = {}
+        self.backend = None
+        self.forward: Forward | None = None
+        self._ids = itertools.count()
+
+    # -- rows in and out --------------------------------------------------------------------------------------
+    def admit(self, row: Row) -> None:
+        """Open ``row`` (switching models first when the table is empty and it names another); a row that
+        cannot start (its model will not load, its sampler or grammar fails) is retired at once."""
+        try:
+            if self.backend is not row.backend:
+                assert not self.rows, "models switch only between rows"
+                self.close()
+                self.backend = None
+                load_s = self.load(row.backend)
+                if load_s is not None:  # it loaded the model
+                    row.loop.before = dataclasses.replace(row.loop.before, load_s=load_s)
+                self.backend, self.forward = row.backend, Forward(row.backend, self.max_batch)
+            row.id = next(self._ids)
+            self.rows[row.id] = row
+            row.open(self.forward.model, self.seeded)
+        except Exception as exc:
+            row.fail(exc)
+            self.retire(row)
+
+    def retire(self, row: Row) -> None:
+        """Take ``row`` out of the table and the forward (its cache comes back to it), and end it: the only
+        caller of ``Row.end``."""
+        try:
+            if row.id is not None and self.rows.pop(row.id, None) is not None and self.forward is not None:
+                self.forward.release(row)
+        except Exception as exc:  # its cache could not be taken out of the batch: it is not kept
+            row.kv = None
+            row.fail(exc)
+        finally:
+            row.end()
+
+    def close(self) -> None:
+        if self.forward is not None:
+            self.forward.close()
+            self.forward = None
+
+    # -- the step ---------------------------------------------------------------------------------------------
+    def step(self, others_waiting: Callable[[], bool]) -> None:
+        """One step for every row in flight: plan → forward → fold."""
+        plan = self.plan(others_waiting)
+        self.fold(plan, self.forward.run(plan, self.rows))
+
+    def plan(self, others_waiting: Callable[[], bool]) -> Plan:
+        """What each row does this step (see the rules at the top)."""
+        forward = self.forward
+        cancel = tuple(i for i, row in self.rows.items() if row.stopped)
+        active = [row for row in self.rows.values() if row.id not in cancel]
+        crowd = len(active) > 1 or forward.batched > 0 or (bool(active) and others_waiting())
+        sampling = {row.id for row in active if row.generated or row.pending}  # rows decoding, or about to
+        alone: list[RowStep] = []
+        join: list[int] = []
+        for row in active:
+            if forward.in_batch(row.id):
+                continue
+            if row.run:  # a forced run already accepted is fed first, wherever it goes next
+                alone.append(RowStep(row.id, row.run, forced=True))
+            elif row.generated and not row.pending:  # read ahead, or its pending token read: it joins
+                join.append(row.id)
+            elif crowd and row.pending:  # it joins the batch: its pending token is read first
+                alone.append(RowStep(row.id, sample=False, pending=True))
+            elif crowd and (forward.decoding or sampling - {row.id}) and not row.generated and \
+                    0 < len(row.tokens) - row.read <= PREFILL_STEP_SHARED:
+                alone.append(RowStep(row.id, tuple(row.left_to_read), now=True))
+            elif crowd:
+                join.append(row.id)
+            else:
+                alone.append(self._alone(row))
+        return Plan(cancel, tuple(alone), tuple(join), forward.batched + len(join) > 0)
+
+    def _alone(self, row: Row) -> RowStep:
+        """The next step of a row decoding alone: a chunk of its prompt, its prompt's last token, or the step
+        that reads its pending token (and queues the next)."""
+        if row.pending:
+            return RowStep(row.id, pending=True)
+        rest = len(row.tokens) - 1 - row.read
+        if rest > 0:  # all but the prompt's last token, chunk by chunk
+            n = min(self.first_chunk if row.read == row.loop.cached_tokens else PREFILL_STEP, rest)
+            return RowStep(row.id, tuple(row.tokens[row.read:row.read + n]), sample=False)
+        return RowStep(row.id, tuple(row.tokens[row.read:]))
+
+    def fold(self, plan: Plan, out: Output) -> None:
+        """Hand each row what was sampled for it, take its proposal, and retire the rows that ended."""
+        proposing = {s.row for s in plan.alone if s.pending and s.sample}
+        for row_id in plan.cancel:
+            self.rows[row_id].ending = LEFT
+        for row_id, tokens in out.items():
+            row = self.rows[row_id]
+            try:
+                if any(row.accept(token) for token in tokens) or row_id not in proposing:
+                    continue
+                run = row.propose()
+                if not any(row.accept(token) for token in run):
+                    row.run = run
+            except Exception as exc:  # its own detokenizer, parser or grammar: this row fails, not the step
+                row.fail(exc)
+        for row in list(self.rows.values()):
+            if row.ending is None and row.error is not None:  # one of its hooks failed in a step
+                row.fail(row.error)
+            if row.ending is not None:
+                self.retire(row)
+
+
+def decode_one(backend, prepared, loop: "DecodeLoop", should_stop: Callable[[], bool]) -> None:
+    """One request on its own, to its end, reporting to ``loop`` (``MLXBackend.decode``): the same step, with
+    one row and no one to join it."""
+    scheduler = Scheduler(lambda b: None, 1, PREFILL_STEP, seeded=False)
+    row = Row(backend, prepared, loop=loop, should_stop=should_stop)
+    try:
+        scheduler.admit(row)
+        while scheduler.rows:
+            scheduler.step(lambda: False)
+    except BaseException as exc:
+        if row.id in scheduler.rows:
+            row.fail(exc)
+            scheduler.retire(row)
+        raise
+    finally:
+        scheduler.close()
+
+
+class Decoder:
+    """The decode loop's trio-facing half: ``submit`` a row from any thread; the loop starts on the model
+    thread when the first row arrives and ends when the last one leaves."""
+
+    def __init__(self, model_thread: "ModelThread", make_resident: Callable[[Any], float | None], max_batch: int):
+        self.model_thread = model_thread
+        self.make_resident = make_resident
+        self.max_batch = max_batch
+        self._inbox: collections.deque[Row] = collections.deque()
+        self._lock = threading.Lock()
+        self._running = False
+        self.size = 0  # rows in flight now (decoding, or their prompt being read): the batch size shown
+
+    def submit(self, row: Row) -> None:
+        with self._lock:
+            self._inbox.append(row)
+            start, self._running = not self._running, True
+        if start:
+            self.model_thread.start_soon(self._run, lambda _outcome: None)
+
+    @property
+    def waiting(self) -> int:
+        """Rows that arrived and are not taken in yet."""
+        return len(self._inbox)
+
+    # -- the loop (model thread) -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        batching = self.max_batch > 1
+        scheduler = Scheduler(self.make_resident, self.max_batch, FIRST_CHUNK if batching else PREFILL_STEP,
+                              seeded=batching)
+        later: collections.deque[Row] = collections.deque()  # rows of another model
+        try:
+            while True:
+                with self._lock:
+                    arrived = list(self._inbox)
+                    self._inbox.clear()
+                    if not arrived and not scheduler.rows and not later:
+                        self._running = False
+                        self.size = 0
+                        return
+                later.extend(arrived)
+                while later and (not scheduler.rows or later[0].backend is scheduler.backend):
+                    row = later.popleft()
+                    if row.stopped:
+                        row.ending = LEFT
+                        scheduler.retire(row)
+                    else:
+                        scheduler.admit(row)
+                self.size = len(scheduler.rows)
+                if scheduler.rows:
+                    scheduler.step(lambda: self._next_joins(scheduler, later))
+        except BaseException as exc:  # the loop itself broke: no row may be left waiting
+            log.exception("decode loop failed")
+            with self._lock:
+                waiting = list(self._inbox)
+                self._inbox.clear()
+                self._running = False
+                self.size = 0
+            for row in list(scheduler.rows.values()) + list(later) + waiting:
+                try:
+                    row.fail(exc)
+                    scheduler.retire(row)
+                except BaseException:  # the others are still ended
+                    log.exception("a row could not be ended")
+        finally:
+            scheduler.close()
+
+    def _next_joins(self, scheduler: Scheduler, later: collections.deque[Row]) -> bool:
+        """Whether the row next in line (those taken in first, then the inbox) would join the batch now: one of
+        the model being decoded. One of another model waits until the batch has drained, and all behind it."""
+        with self._lock:
+            nxt = later[0] if later else self._inbox[0] if self._inbox else None
+        return nxt is not None and nxt.backend is scheduler.backend

@@ -1,0 +1,224 @@
+"""A row: one generation on the model thread, from its first step to its end.
+
+Rules:
+- A row is opened (``open``) before its first step: its KV cache starts from the longest cached prefix of its
+  prompt (or an empty cache), its sampler and logits processors are made (guarded: one that raises marks this
+  row failed, never the step it ran in), and its DecodeLoop is started.
+- ``accept(token)`` hands it one sampled token, as mlx-lm's ``stream_generate`` would report it: the
+  end-of-turn token ends it (not content), a client stop string ends it, its output cap ends it (once, here:
+  nothing else counts its tokens). What ended it is recorded on the row (``ending``); nothing is sent or
+  closed there.
+- ``propose()`` is the row's proposer: the tokens it knows come next before the model is asked. Today that is
+  the grammar's forced run (a JSON document's keys and punctuation: certain, so accepted at once); a
+  speculative proposer (prompt lookup, a draft model) adds drafts here, which the step verifies.
+- ``end()`` is where a generation ends on the model thread, and the only place: what its KV cache holds is
+  kept in the prompt cache, its last events go out (Finished; Failed in-band once it started, or the
+  consumer's exception before), and the model thread lets go of its session. The decoder calls it when the row
+  leaves its table, which a row does once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..events import Failed
+from .backend import Backend, Prepared
+from .decode_loop import DecodeLoop
+from .raw import IncrementalText
+
+if TYPE_CHECKING:
+    from .session import Mailbox
+
+
+@dataclass(frozen=True)
+class Ending:
+    """Why a row ends: it finished (``hit_length``: its cap struck), its consumer left, or it failed."""
+    kind: str  # "finished" | "left" | "failed"
+    hit_length: bool = False
+    error: BaseException | None = None
+
+
+LEFT = Ending("left")
+
+
+class Row:
+    """One session's generation on the model thread: where its cache stands, what it sampled, how it ended."""
+
+    def __init__(self, backend: Backend, prepared: Prepared, box: "Mailbox | None" = None,
+                 loop: DecodeLoop | None = None, should_stop: Callable[[], bool] | None = None):
+        """With ``box`` (a session's mailbox) the row's DecodeLoop emits into it and ``end`` lets go of it;
+        without, it reports to ``loop`` (``MLXBackend.decode``) and stops when ``should_stop()`` says so."""
+        self.backend, self.prepared, self.box = backend, prepared, box
+        self.loop = loop if loop is not None else box.open_loop(backend.parser(prepared), prepared)
+        self._should_stop = should_stop if should_stop is not None else box.stop.is_set
+        self.tokens = list(prepared.tokens)
+        self.id: int | None = None  # the decoder's number for it (set when it is admitted)
+        self.kv: list | None = None  # its KV cache, while it is its own (not inside the batch)
+        self.read = 0  # prompt tokens its cache holds
+        self.pending = False  # a token it sampled is still to be read (the step after it is already queued)
+        self.run: tuple[int, ...] = ()  # tokens its proposer put forward, to be fed next
+        self.sampler: Callable | None = None
+        self.processors: list = []
+        self.generated: list[int] = []
+        self.decoded = 0  # tokens given to the detokenizer (the end-of-turn token is not)
+        self.error: Exception | None = None  # raised by its own sampler or logits processor during a step
+        self.ending: Ending | None = None
+        self.detok = backend.tokenizer.detokenizer
+        self.detok.reset()
+        # a raw prompt's text comes from the token ids, with the prompt's end as context (raw.py)
+        self.raw = IncrementalText(backend.tokenizer, self.tokens) if prepared.req.prompt is not None else None
+
+    # -- state ------------------------------------------------------------------------------------------------
+    @property
+    def stopped(self) -> bool:
+        """Its consumer left."""
+        return self._should_stop()
+
+    @property
+    def left_to_read(self) -> list[int]:
+        return self.tokens[self.read:]
+
+    @property
+    def cap_left(self) -> int:
+        return self.prepared.max_tokens - self.decoded
+
+    @property
+    def held(self) -> list[int]:
+        """The tokens its KV cache holds once ``read`` prompt tokens and all but its last sampled token are in."""
+        if not self.generated:
+            return self.tokens[:self.read]
+        return self.tokens + self.generated[:-1]
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def open(self, model, seeded: bool) -> None:
+        """Its cache (the longest cached prefix, else a new one), its sampler and processors, its Started."""
+        backend, prepared = self.backend, self.prepared
+        kv, cached = backend.prompt_cache.fetch(self.tokens)
+        if kv is None:
+            from mlx_lm.models.cache import make_prompt_cache
+
+            kv, cached = make_prompt_cache(model), 0
+        self.kv, self.read = kv, cached
+        sampler, processors = backend.sampler_for(prepared, self.loop, seeded=seeded)
+        if not seeded and prepared.req.seed is not None:
+            import mlx.core as mx
+
+            mx.random.seed(int(prepared.req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
+        self.sampler, self.processors = self._guarded(sampler, processors)
+        self.loop.start(len(self.tokens), cached)
+
+    def accept(self, token: int) -> bool:
+        """One sampled token; True when it ended the row (``ending`` says how)."""
+        if self.error is not None:
+            self.ending = Ending("failed", error=self.error)
+            return True
+        self.generated.append(token)
+        if token in self.backend.tokenizer.eos_token_ids:  # the end-of-turn token: not content
+            self.detok.finalize()
+            if self.detok.last_segment and self.raw is None:
+                self.loop.parser_text(self.detok.last_segment)
+            self.ending = Ending("finished")
+            return True
+        self.detok.add_token(token)
+        self.decoded += 1
+        last = self.decoded >= self.prepared.max_tokens
+        if last:
+            self.detok.finalize()
+        text = self.raw.add(token) if self.raw is not None else self.detok.last_segment
+        if not self.loop.token(text):  # a client stop string
+            self.ending = Ending("finished")
+        elif last:
+            self.ending = Ending("finished", hit_length=True)
+        return self.ending is not None
+
+    def fail(self, exc: BaseException) -> None:
+        if self.ending is None or self.ending.kind != "failed":
+            self.ending = Ending("failed", error=exc)
+
+    def end(self) -> None:
+        """The one place a generation ends on the model thread (see the rules above)."""
+        ending = self.ending or Ending("failed", error=RuntimeError("the decoder let go of it unfinished"))
+        try:
+            if ending.kind == "failed":
+                self._report(ending.error)
+            else:
+                self._store()
+                if ending.kind == "finished":
+                    if self.raw is not None and self.loop.stop.matched is None:
+                        self.loop.parser_text(self.raw.flush())
+                    self.loop.end(ending.hit_length)
+        finally:
+            if self.box is not None:
+                self.box.close(None if self.loop.started else ending.error)
+
+    def _store(self) -> None:
+        """Keep what its KV cache holds for the requests after it (a prompt whose client left half-way is
+        half-read already when it comes again). A cache taken out of the batch is a lazy slice of the batch's:
+        evaluated here, so the entry owns its memory and no pending work of this thread's stream travels with
+        it."""
+        if self.kv is None:
+            return
+        import mlx.core as mx
+
+        mx.eval([c.state for c in self.kv if not c.empty()])
+        self.backend.prompt_cache.store(self.tokens + self.generated, self.kv)
+
+    def _report(self, exc: BaseException | None) -> None:
+        """A failure: before its Started (its model would not load) the consumer's exception, as when decoding
+        one at a time (``end`` hands it over); after, in-band (its stream may be open)."""
+        import logging
+
+        if self.loop.started and not self.stopped and not self.loop.finished:
+            logging.getLogger("tinytitan.engine").error("generation failed: %s", exc)
+            self.loop.emit(Failed(f"generation failed: {exc}"))
+
+    # -- the proposer -------------------------------------------------------------------------------------------
+    def propose(self) -> tuple[int, ...]:
+        """The tokens the row knows come next: its grammar's forced run, when at least two tokens in a row are
+        forced (a run of one saves nothing: the next regular step reads it). They are read in one forward
+        pass; the sampler still draws once per token (the step does, on one-hot distributions: the forced
+        token), so a seeded request draws what it draws decoding token by token. The matcher is left before the run's
+        last token, which the mask's next call consumes as usual. The run's first token was drawn already (by
+        the step that computed its mask), and is what that step sampled."""
+        mask = self.loop.grammar_mask
+        if mask is None:
+            return ()
+        started = time.perf_counter()
+        run: list[int] = []
+        forced = mask.forced()
+        while forced is not None and len(run) < self.cap_left:
+            run.append(forced)
+            mask.advance(forced)
+            forced = mask.forced()
+        if run:
+            mask.matcher.rollback(1)
+        if len(run) == 1:
+            run = []
+        self.loop.grammar_mask_s += time.perf_counter() - started
+        return tuple(run)
+
+    # -- guards -------------------------------------------------------------------------------------------------
+    def _guarded(self, sampler, processors: list) -> tuple[Any, list]:
+        """Its sampler and logits processors, run inside a step shared with others: one that raises marks this
+        row failed (it leaves after the step) instead of breaking the step for everyone."""
+        from mlx_lm.sample_utils import greedy_sampler
+
+        def processed(tokens, logits):
+            try:
+                for processor in processors:
+                    logits = processor(tokens, logits)
+            except Exception as exc:
+                self.error = self.error or exc
+            return logits
+
+        def sample(logprobs):
+            try:
+                return sampler(logprobs)
+            except Exception as exc:
+                self.error = self.error or exc
+                return greedy_sampler(logprobs)
+
+        # the shared greedy sampler stays as it is: rows that all use it are sampled in one call
+        return (sampler if sampler is greedy_sampler else sample), ([processed] if processors else [])

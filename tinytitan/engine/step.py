@@ -1,0 +1,311 @@
+"""One decode step — plan → forward → fold — for one row or many; this module holds the plan and the forward.
+
+The shape is vLLM V1's ``EngineCore.step()``: the scheduler (``decoder.Scheduler``) makes a ``Plan`` from its
+rows, ``Forward.run(plan)`` runs the model on it and returns the tokens sampled per row (``Output``), and the
+scheduler folds them back into its rows (``Scheduler.fold``: stop, cap and end-of-turn handling, the proposer,
+a finished row's leaving). A lone request, a batch and ``--max-batch 1`` are all this one step.
+
+Rules:
+- The plan is plain data: row ids, token ids, flags — never an array, a cache or a callable. It says which rows
+  step this time and how (``RowStep``), which rows are cancelled (their consumer left) or join the batch, and
+  whether the batch steps. What a row needs to be stepped (its cache, sampler, logits processors, where its
+  prompt stands) lives on the row, the same on every process that holds it.
+- A row steps in one of two places. **On its own KV cache** (a row alone, and a short prompt read ahead while
+  others decode): as mlx-lm's ``generate_step`` decodes one request — its prompt in chunks, then one pipelined
+  step per token (the next step is queued before the token is read: ``RowStep.pending``), a forced run fed in
+  one forward pass (``RowStep.forced``). A batch of one would pay for what batching needs and one row does
+  not (a padding mask and per-row offsets in every layer, per-row bookkeeping every step). **In the batch**:
+  mlx-lm's ``BatchGenerator``, through its public methods only (``insert`` with the row's own cache, sampler,
+  logits processors and held tokens; ``next``; ``remove`` with the prompt caches): one batched decode step for
+  every row decoding, one chunk of prompt for rows still reading theirs.
+- A row's own sampler and logits processors run wherever it steps, so it samples the same tokens alone, in the
+  batch, or moved from one to the other mid-answer (rows.py guards them).
+- What the forward returns is what the fold reads: a token sampled by an earlier step (pipelined), never
+  text, never an ending. Rows end in the fold, the only place that decides it.
+
+What mlx-lm's public API does not give, and this module owns openly:
+- ``Solo``: stepping one row on its own cache by several known tokens at once (a forced run, later a draft)
+  and sampling after them with its own processors — ``generate_step`` steps by one sampled token.
+- Which batch rows are decoding (not reading a prompt): ``BatchGenerator`` keeps that in a private attribute;
+  here it is followed from ``next()``'s prompt responses (``end_of_prompt``).
+- A row's cap, stop strings and end-of-turn tokens are the row's to enforce (rows.py), once: the batch's rows
+  get no stop sequences and a cap one past their own, so the generator never ends a row by itself.
+- Feeding a batch row several known tokens in one step is not in ``BatchGenerator``'s API: inside the batch a
+  row decodes token by token (its forced runs are read one token a step).
+
+Where the next two features plug in (both prepared elsewhere; the hooks are these):
+- **Speculative decoding.** A row's proposer (``Row.propose``, called by the fold after each accepted token)
+  puts tokens forward before the next plan is made. Today it proposes only certain tokens (the grammar's
+  forced run), which the fold accepts at once and the next ``RowStep`` feeds (``feed`` with ``forced``). A
+  speculative proposer returns drafts instead: they go in ``RowStep.drafts``; ``Solo.step`` feeds them after
+  ``feed`` in the same forward pass and samples at every position; the fold accepts the longest prefix where
+  the row's own sample equals the draft, one token at a time through ``Row.accept`` (so the grammar matcher
+  advances over each, and rolls back — llguidance's ``rollback`` — over none it did not accept), and the
+  row's cache is trimmed by the rejected count (mlx-lm caches' ``trim``). ``Solo.step`` refuses drafts until
+  that verification is written: the plan, the proposer and the fold's one-token-at-a-time acceptance exist.
+- **Lockstep over several machines.** Rank 0's scheduler makes the plan; ``Plan.as_ints()`` is what it
+  broadcasts (``mx.distributed``) before every rank runs ``Forward.run`` on ``Plan.from_ints(...)``. Every
+  rank holds the same rows (opened from the same broadcast requests, with the same seeds), so the same plan
+  gives the same forward. Decisions that could diverge are made in one place: cancellations (a consumer
+  leaving is seen on rank 0 only) travel in the plan; sampling is the row's own seeded sampler on logits the
+  ranks share; what the grammar allows follows from the tokens accepted, which every rank folds alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .rows import Row
+
+log = logging.getLogger("tinytitan.batch")
+
+PREFILL_STEP = 2048  # prompt tokens read per chunk (mlx-lm's default) while nothing else decodes
+PREFILL_STEP_SHARED = 256  # ... while other rows decode: each of their tokens waits at most this long
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """What one row does in one step, on its own cache."""
+    row: int
+    feed: tuple[int, ...] = ()  # known tokens its cache reads: a prompt chunk, its prompt's rest, a forced run
+    sample: bool = True  # a token is sampled after them (False: a chunk in the middle of its prompt)
+    pending: bool = False  # its last sampled token (not read yet) is fed first, and the fold reads it now
+    forced: bool = False  # ``feed`` is a forced run: the sampler draws once for each of ``feed[1:]``
+    now: bool = False  # the token sampled here is read at once, not pipelined (a read-ahead before joining)
+    drafts: tuple[int, ...] = ()  # speculative tokens after ``feed``, verified by this forward (see above)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One step of the decoder, as plain data."""
+    cancel: tuple[int, ...] = ()  # rows whose consumer left: out of the batch and ended before anything steps
+    alone: tuple[RowStep, ...] = ()  # rows stepped on their own caches
+    join: tuple[int, ...] = ()  # rows that move into the batch (their own cache with them), after those steps
+    batch: bool = False  # the batch steps once
+
+    def as_ints(self) -> list[int]:
+        """The plan as a flat list of ints (what lockstep decoding broadcasts)."""
+        out = [len(self.cancel), *self.cancel, len(self.join), *self.join, int(self.batch), len(self.alone)]
+        for s in self.alone:
+            out += [s.row, int(s.sample), int(s.pending), int(s.forced), int(s.now), len(s.feed), *s.feed,
+                    len(s.drafts), *s.drafts]
+        return out
+
+    @classmethod
+    def from_ints(cls, ints: list[int]) -> "Plan":
+        it = iter(ints)
+
+        def take() -> tuple[int, ...]:
+            return tuple(next(it) for _ in range(next(it)))
+
+        cancel, join, batch = take(), take(), bool(next(it))
+        alone = []
+        for _ in range(next(it)):
+            row, sample, pending, forced, now = (next(it) for _ in range(5))
+            feed = take()
+            alone.append(RowStep(row, feed, bool(sample), bool(pending), bool(forced), bool(now), take()))
+        return cls(cancel, tuple(alone), join, batch)
+
+
+Output = dict  # row id -> the tokens sampled for it that the fold reads now (in order)
+
+
+class Solo:
+    """One row on its own KV cache: the model on the input token(s), the row's logits processors over its
+    token context, its sampler; the sampled token is evaluated asynchronously (``pending``)."""
+
+    def __init__(self, model, row: "Row"):
+        import mlx.core as mx
+
+        self.model, self.row, self.kv = model, row, row.kv
+        self.context = mx.array(row.tokens[:-1], dtype=mx.int32) if row.processors else None
+        self.pending = None  # the token sampled last, not read yet
+        self.width = 0
+
+    def prefill(self, tokens: tuple[int, ...]) -> None:
+        import mlx.core as mx
+
+        self.model(mx.array(tokens)[None], cache=self.kv)
+        mx.eval([c.state for c in self.kv])
+        mx.clear_cache()
+        self.row.read += len(tokens)
+
+    def step(self, s: RowStep) -> tuple[int, ...]:
+        """Run ``s``; the tokens the fold reads now."""
+        if s.drafts:
+            raise NotImplementedError("draft verification (speculative decoding) is not written yet: see step.py")
+        if not s.sample:
+            if s.pending:  # the last sampled token is read, nothing is queued after it (it leaves this cache)
+                token, self.pending = self.pending.item(), None
+                return (token,)
+            self.prefill(s.feed)
+            return ()
+        if s.pending:
+            y = self.pending
+            self.pending = self._sample(y)  # queued before ``y`` is read: the forward pass runs meanwhile
+            return (y.item(),)
+        feed = s.feed
+        if self.row.read < len(self.row.tokens):  # the prompt's rest: all but its last token read first
+            if len(feed) > 1:
+                self.prefill(feed[:-1])
+            feed = feed[-1:]
+            self.row.read = len(self.row.tokens)
+        if s.forced:
+            for token in feed[1:]:  # the sampler's draw for each forced token after the first (drawn already)
+                self._draw(token)
+        self.pending = self._sample(list(feed))
+        if s.now:
+            token, self.pending = self.pending.item(), None
+            return (token,)
+        return ()
+
+    def _sample(self, inputs: Any):
+        import mlx.core as mx
+
+        inputs = mx.array(inputs, dtype=mx.int32) if isinstance(inputs, list) else inputs
+        logits = self.model(inputs[None], cache=self.kv)[:, -1, :]
+        self.width = logits.shape[-1]
+        processors = self.row.processors
+        if processors:
+            self.context = mx.concatenate([self.context, inputs])
+            for processor in processors:
+                logits = processor(self.context, logits)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        sampled = self.row.sampler(logprobs)
+        mx.async_eval(sampled)
+        return sampled
+
+    def _draw(self, token: int) -> None:
+        """The sampler's draw for a forced token (its random key moves on as for any token; never evaluated)."""
+        import mlx.core as mx
+
+        self.row.sampler(mx.where(mx.arange(self.width) == token, 0.0, -mx.inf)[None])
+
+
+class Forward:
+    """The forward half of the step for one model: rows on their own caches (``Solo``), and the batch (mlx-lm's
+    ``BatchGenerator``). ``run(plan, rows)`` executes a plan."""
+
+    def __init__(self, backend, max_batch: int):
+        self.backend = backend
+        self.model = backend.model
+        self.max_batch = max_batch
+        self.solos: dict[int, Solo] = {}  # row id -> its own-cache stepping
+        self.gen = None  # the BatchGenerator, made when a row first joins
+        self.uids: dict[int, int] = {}  # row id -> its uid in the batch
+        self.rows_of: dict[int, int] = {}  # uid -> row id
+        self.decoding: set[int] = set()  # uids whose prompt is read: they decode
+
+    @property
+    def batched(self) -> int:
+        """Rows in the batch now."""
+        return len(self.uids)
+
+    def in_batch(self, row_id: int) -> bool:
+        return row_id in self.uids
+
+    def _on_stream(self):
+        import mlx.core as mx
+
+        stream = self.backend.stream
+        return mx.stream(stream) if stream is not None else contextlib.nullcontext()
+
+    # -- the plan ---------------------------------------------------------------------------------------------
+    def run(self, plan: Plan, rows: dict[int, "Row"]) -> Output:
+        """Execute ``plan``; the tokens each row's fold reads now. A row's own failure (its sampler, a logits
+        processor, its own forward pass) marks that row failed; a failure of the batched step raises."""
+        out: Output = {}
+        for row_id in plan.cancel:
+            self.release(rows[row_id])
+        if plan.alone:
+            with self._on_stream():
+                for s in plan.alone:
+                    row = rows[s.row]
+                    try:
+                        solo = self.solos.get(s.row) or self.solos.setdefault(s.row, Solo(self.model, row))
+                        tokens = solo.step(s)
+                    except Exception as exc:
+                        self.solos.pop(s.row, None)
+                        row.fail(exc)
+                        continue
+                    if s.now or (s.pending and not s.sample):  # it leaves its own cache (it joins the batch)
+                        self.solos.pop(s.row, None)
+                    row.pending = solo.pending is not None
+                    if s.forced:
+                        row.run = ()
+                    if tokens:
+                        out[s.row] = tokens
+        try:
+            for row_id in plan.join:
+                self._insert(rows[row_id])
+            if plan.batch:
+                out.update(self._step_batch())
+        except Exception as exc:  # the batched forward pass failed: the rows in it fail, the others go on
+            log.exception("batched decode step failed")
+            for row_id in self.fail_batch():
+                rows[row_id].kv = None
+                rows[row_id].fail(exc)
+        return out
+
+    def release(self, row: "Row") -> None:
+        """``row`` leaves: out of the batch (its cache back on the row) or off its own cache."""
+        self.solos.pop(row.id, None)
+        uid = self.uids.pop(row.id, None)
+        if uid is None:
+            return
+        self.rows_of.pop(uid, None)
+        self.decoding.discard(uid)
+        if self.gen is not None:
+            caches = self.gen.remove([uid], return_prompt_caches=True)
+            row.kv = caches[uid][0] if uid in caches else None
+
+    def fail_batch(self) -> list[int]:
+        """The batched step failed: every row in it is out (their caches dropped), and the generator is made
+        anew. The row ids that were in it."""
+        failed = list(self.uids)
+        self.uids.clear()
+        self.rows_of.clear()
+        self.decoding.clear()
+        self.close()
+        return failed
+
+    # -- the batch --------------------------------------------------------------------------------------------
+    def _insert(self, row: "Row") -> None:
+        """``row`` joins the batch where it stands: what its cache holds, what it has still to read (the rest of
+        its prompt, or its last sampled token), its own sampler and processors; its cap one past what it has
+        left, and no stop sequences (the row ends itself: see the rules)."""
+        from mlx_lm.generate import BatchGenerator, StopSequences
+
+        if self.gen is None:
+            kwargs = {"stream": self.backend.stream} if self.backend.stream is not None else {}
+            self.gen = BatchGenerator(self.model, completion_batch_size=self.max_batch,
+                                      prefill_batch_size=self.max_batch, prefill_step_size=PREFILL_STEP, **kwargs)
+        prompt = self.row_prompt(row)
+        [uid] = self.gen.insert([prompt], max_tokens=[row.cap_left + 1], caches=[row.kv], all_tokens=[row.held],
+                                samplers=[row.sampler], logits_processors=[row.processors],
+                                stop_sequences=[StopSequences()])
+        row.kv = None  # the batch holds it now
+        self.uids[row.id], self.rows_of[uid] = uid, row.id
+
+    @staticmethod
+    def row_prompt(row: "Row") -> list[int]:
+        """What a row joining the batch has still to read: the rest of its prompt, or its last sampled token."""
+        return row.left_to_read if row.read < len(row.tokens) or not row.generated else row.generated[-1:]
+
+    def _step_batch(self) -> Output:
+        gen = self.gen
+        gen.prefill_step_size = PREFILL_STEP_SHARED if self.decoding else PREFILL_STEP
+        prompts, responses = gen.next()
+        for p in prompts:
+            if p.end_of_prompt:
+                self.decoding.add(p.uid)
+        return {self.rows_of[r.uid]: (r.token,) for r in responses if r.uid in self.rows_of}
+
+    def close(self) -> None:
+        if self.gen is not None:
+            self.gen.close()
+            self.gen = None
