@@ -286,3 +286,69 @@ def test_a_draft_model_whose_tokenizer_differs_is_refused_by_name(demo_backend, 
     with pytest.raises(DraftModelRefused, match=r"--draft-model other-model: its tokenizer does not agree"):
         load_draft_model(other, demo_backend.tokenizer, name="other-model")
     assert tokenizer_mismatch(demo_backend.tokenizer, load_tokenizer(demo_backend.path)) is None
+
+
+# -- through the engine: a lone request drafts by default --------------------------------------------------------
+async def _turn(engine, req):
+    from tinytitan.events import Finished, TextDelta
+
+    text, finished = "", None
+    async with engine.session(req) as events:
+        async for ev in events:
+            if isinstance(ev, TextDelta):
+                text += ev.text
+            elif isinstance(ev, Finished):
+                finished = ev
+    return text, finished
+
+
+def _copy_request(model_id, **kw):
+    from tinytitan.chat_request import ChatRequest, Message
+
+    args = dict(max_tokens=80, temperature=0, reasoning=False)
+    args.update(kw)
+    return ChatRequest(model=model_id, messages=(Message("user", "Show this again, exactly:\n" + COPY_TEXT),),
+                       **args)
+
+
+@pytest.mark.parametrize("max_batch", [1, 4])
+async def test_a_lone_request_drafts_by_default_and_answers_as_without(demo_backend, max_batch):
+    from tinytitan.engine.engine import Engine
+
+    engine = Engine(demo_backend, max_batch=max_batch)
+    model_id = demo_backend.model_id
+    demo_backend.prompt_cache.clear()
+    on_text, on = await _turn(engine, _copy_request(model_id))
+    demo_backend.prompt_cache.clear()
+    off_text, off = await _turn(engine, _copy_request(model_id, speculative=False))
+    assert on_text == off_text and on.usage == off.usage and on.reason == off.reason
+    assert on.timing.draft_accepted_tokens > 0 and on.timing.draft_tokens >= on.timing.draft_accepted_tokens
+    assert off.timing.draft_tokens == 0
+    # the same answer as mlx-lm's own decode of the same prompt
+    prepared = demo_backend.prepare(_copy_request(model_id))
+    want = plain_decode(demo_backend.model, prepared.tokens, 80)
+    eos = demo_backend.tokenizer.eos_token_ids
+    cut = next((i for i, t in enumerate(want) if t in eos), len(want))
+    assert on.usage.completion_tokens == cut
+
+
+async def test_stop_strings_and_the_cap_cut_a_drafted_run_where_they_would_without(demo_backend):
+    from tinytitan.engine.engine import Engine
+    from tinytitan.engine.prompt_cache import kv_offset
+
+    engine = Engine(demo_backend, max_batch=1)
+    model_id = demo_backend.model_id
+    demo_backend.prompt_cache.clear()
+    full, _ = await _turn(engine, _copy_request(model_id, speculative=False))
+    stop = full[-12:-8]  # late in the answer: drafts were accepted before it
+    for kw in ({"stop": (stop,)}, {"max_tokens": 75}):
+        answers = []
+        for speculative in (True, False):
+            demo_backend.prompt_cache.clear()
+            answers.append(await _turn(engine, _copy_request(model_id, speculative=speculative, **kw)))
+            # what the prompt cache keeps holds exactly the prompt and the answer's tokens
+            [entry] = demo_backend.prompt_cache.entries.values()
+            assert kv_offset(entry.payload) == len(entry.tokens)
+        (a, fa), (b, fb) = answers
+        assert a == b and fa.usage == fb.usage and fa.reason == fb.reason
+        assert fa.timing.draft_accepted_tokens > 0

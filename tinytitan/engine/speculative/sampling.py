@@ -53,10 +53,11 @@ class RowSampler:
             key, draw = mx.random.split(key)
             self._after.append(key)
             draws.append(mx.random.categorical(scaled[row:row + 1], key=draw))
-        return mx.concatenate(draws)
+        self._key = key
+        return mx.concatenate(draws) if len(draws) > 1 else draws[0]
 
     def accept(self, rows: int) -> None:
         """The first ``rows`` draws of the last call were used: the chain goes on after them."""
-        if self.seed is not None and rows > 0:
+        if self.seed is not None and 0 < rows <= len(self._after):
             self._key = self._after[rows - 1]
         self._after = []

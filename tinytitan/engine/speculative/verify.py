@@ -50,6 +50,48 @@ def usable_draft(draft: list[int], last: int, mask: Any = None, eos: Sequence[in
     return draft[:max(ok, 0)]
 
 
+def forward_draft(model, kv: list, context, feed: Sequence[int], draft: Sequence[int], processors: Sequence,
+                  sampler):
+    """One forward pass over ``feed`` (known tokens: the token sampled last, maybe more) and ``draft``; one
+    sample per position from the last fed token on (``[len(draft) + 1]``), queued for evaluation. ``context``
+    (an mlx int32 array, or None without processors) is the token context before ``feed``: position i's
+    processors see it extended by the inputs up to that position."""
+    import mlx.core as mx
+
+    inputs = mx.array([*feed, *draft], dtype=mx.int32)
+    logits = model(inputs[None], cache=kv)[0, len(feed) - 1:]  # [k + 1, vocab]
+    if processors:
+        rows = []
+        for i in range(len(draft) + 1):
+            ctx = mx.concatenate([context, inputs[:len(feed) + i]])
+            row = logits[i:i + 1]
+            for processor in processors:
+                row = processor(ctx, row)
+            rows.append(row)
+        logits = mx.concatenate(rows) if len(rows) > 1 else rows[0]
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    samples = sampler(logprobs)
+    mx.async_eval(samples)
+    return samples
+
+
+def settle(kv: list, draft: Sequence[int], samples: Sequence[int], mask=None, sampler=None) -> int:
+    """The fold's bookkeeping after ``forward_draft``: how many draft tokens are accepted; the cache is trimmed
+    and the grammar matcher rolled back past the rest, the sampler's key chain moved on by the rows used."""
+    from mlx_lm.models.cache import trim_prompt_cache
+
+    n = accepted_prefix(draft, samples)
+    rejected = len(draft) - n
+    if rejected:
+        trim_prompt_cache(kv, rejected)
+        if mask is not None and not mask.failed:
+            mask.matcher.rollback(rejected)
+    accept = getattr(sampler, "accept", None)
+    if accept is not None:
+        accept(n + 1)
+    return n
+
+
 class Verifier:
     """One request's speculative steps on its own KV cache (a list of mlx-lm caches, trimmable).
 
@@ -65,43 +107,19 @@ class Verifier:
         self._pending: tuple[int, list[int]] | None = None
 
     def forward(self, last: int, draft: list[int]):
-        """The forward pass over ``last`` and ``draft``, one sample per row (``[len(draft) + 1]``), queued for
-        evaluation; ``fold`` takes the evaluated samples."""
-        import mlx.core as mx
-
-        inputs = mx.array([last, *draft], dtype=mx.int32)
-        logits = self.model(inputs[None], cache=self.kv)[0]  # [k + 1, vocab]
-        if self.processors:
-            rows = []
-            for i in range(len(draft) + 1):
-                ctx = mx.concatenate([self.context, inputs[:i + 1]])
-                row = logits[i:i + 1]
-                for processor in self.processors:
-                    row = processor(ctx, row)
-                rows.append(row)
-            logits = mx.concatenate(rows) if len(rows) > 1 else rows[0]
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        samples = self.sampler(logprobs)
-        mx.async_eval(samples)
+        """The forward pass over ``last`` and ``draft``; ``fold`` takes the evaluated samples."""
         self._pending = (last, list(draft))
-        return samples
+        return forward_draft(self.model, self.kv, self.context, [last], draft, self.processors, self.sampler)
 
     def fold(self, samples: Sequence[int]) -> tuple[list[int], int]:
         """The tokens given back (the accepted draft prefix, then the model's next token) and how many of them
         came from the draft. The cache, the matcher and the sampler's key chain move to stand after them."""
         import mlx.core as mx
-        from mlx_lm.models.cache import trim_prompt_cache
 
         last, draft = self._pending
         self._pending = None
         samples = [int(t) for t in samples]
-        n = accepted_prefix(draft, samples)
-        rejected = len(draft) - n
-        if rejected:
-            trim_prompt_cache(self.kv, rejected)
-            if self.mask is not None and not self.mask.failed:
-                self.mask.matcher.rollback(rejected)
-        self.sampler.accept(n + 1)
+        n = settle(self.kv, draft, samples, self.mask, self.sampler)
         if self.context is not None:
             self.context = mx.concatenate([self.context, mx.array([last, *draft[:n]], dtype=mx.int32)])
         return samples[:n + 1], n
