@@ -352,3 +352,88 @@ async def test_stop_strings_and_the_cap_cut_a_drafted_run_where_they_would_witho
         (a, fa), (b, fb) = answers
         assert a == b and fa.usage == fb.usage and fa.reason == fb.reason
         assert fa.timing.draft_accepted_tokens > 0
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+def _swapped_tokenizer_model(source, target):
+    """A copy of the model in ``source`` whose tokenizer gives two tokens each other's ids."""
+    import json
+    import shutil
+
+    shutil.copytree(source, target)
+    spec = json.loads((target / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[300:302]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (target / "tokenizer.json").write_text(json.dumps(spec))
+    return target
+
+
+def test_the_cli_draft_model_flags(demo_backend, tmp_path):
+    from tinytitan.cli import build_parser, make_backends
+
+    def backends(*flags):
+        return make_backends(build_parser().parse_args(["serve", "--model", str(demo_backend.path), *flags]))
+
+    [b] = backends("--draft-model", str(demo_backend.path), "--num-draft-tokens", "2")
+    assert b.speculative.draft_model == demo_backend.path and b.speculative.num_draft_tokens == 2
+    assert b._draft is not None  # loaded with the model
+    [b] = backends("--prompt-lookup", "off")
+    assert not b.speculative.on
+    other = _swapped_tokenizer_model(demo_backend.path, tmp_path / "other")
+    with pytest.raises(SystemExit, match=r"--draft-model .*other: its tokenizer does not agree with the model's"):
+        backends("--draft-model", str(other))
+    with pytest.raises(SystemExit, match=r"--draft-model: "):
+        backends("--draft-model", str(tmp_path / "nowhere"))
+    with pytest.raises(SystemExit, match=r"--draft-model applies to --model"):
+        make_backends(build_parser().parse_args(["serve", "--script", str(tmp_path / "s.yaml"),
+                                                 "--draft-model", str(demo_backend.path)]))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--num-draft-tokens", "0"])
+
+
+async def test_a_draft_model_drafts_through_the_engine_and_answers_as_without(demo_backend):
+    from tinytitan.engine.engine import Engine
+    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.speculative.speculator import SpeculativeConfig
+
+    drafting = MLXBackend(demo_backend.path, demo_backend.model_id,
+                          speculative=SpeculativeConfig(lookup=False, draft_model=demo_backend.path))
+    plain = MLXBackend(demo_backend.path, demo_backend.model_id, speculative=SpeculativeConfig(lookup=False))
+    req = _copy_request(demo_backend.model_id, max_tokens=40)
+    a, fa = await _turn(Engine(drafting, max_batch=1), req)
+    b, fb = await _turn(Engine(plain, max_batch=1), req)
+    assert a == b and fa.usage == fb.usage
+    assert fa.timing.draft_tokens > 0 and fa.timing.draft_accepted_tokens == fa.timing.draft_tokens
+    assert fb.timing.draft_tokens == 0
+
+
+# -- the request field, on every protocol --------------------------------------------------------------------------
+WIRES = [
+    ("/v1/chat/completions", lambda **kw: {"model": "m", "messages": [{"role": "user", "content": "hi"}], **kw}),
+    ("/v1/completions", lambda **kw: {"model": "m", "prompt": "hi", **kw}),
+    ("/v1/responses", lambda **kw: {"model": "m", "input": "hi", **kw}),
+    ("/v1/messages", lambda **kw: {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                                   **kw}),
+    ("/api/chat", lambda **kw: {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False,
+                                **kw}),
+]
+
+
+@pytest.mark.parametrize("path,body", WIRES, ids=[w[0] for w in WIRES])
+async def test_speculative_false_in_the_body_reaches_the_engine_on_every_protocol(serve, path, body):
+    import httpx
+
+    from responses_helpers import record_prompts
+
+    s = await serve(["Hello."], model_id="m")
+    seen = record_prompts(s)
+    headers = {"anthropic-version": "2023-06-01"} if path == "/v1/messages" else {}
+    async with httpx.AsyncClient() as c:
+        for sent, want in ((False, False), (True, True), (None, True)):
+            extra = {} if sent is None else {"speculative": sent}
+            r = await c.post(s.url(path), json=body(**extra), headers=headers)
+            assert r.status_code == 200, r.text
+            assert seen[-1].req.speculative is want
+        r = await c.post(s.url(path), json=body(speculative="no"), headers=headers)
+        assert r.status_code == 400 and "speculative" in r.text
