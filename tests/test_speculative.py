@@ -437,3 +437,36 @@ async def test_speculative_false_in_the_body_reaches_the_engine_on_every_protoco
             assert seen[-1].req.speculative is want
         r = await c.post(s.url(path), json=body(speculative="no"), headers=headers)
         assert r.status_code == 400 and "speculative" in r.text
+
+
+# -- what the operator sees ------------------------------------------------------------------------------------------
+async def test_profile_metrics_and_the_dashboard_feed_show_drafted_and_accepted_tokens(serve, demo_backend):
+    import httpx
+    import trio
+
+    s = await serve(backend=demo_backend)
+    demo_backend.prompt_cache.clear()
+    body = {"model": demo_backend.model_id, "max_tokens": 80, "temperature": 0, "reasoning_effort": "none",
+            "messages": [{"role": "user", "content": "Show this again, exactly:\n" + COPY_TEXT}]}
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/chat/completions"), json=body)
+        assert r.status_code == 200
+        r = await c.post(s.url("/v1/chat/completions"), json={**body, "speculative": False})
+        assert r.status_code == 200
+        for _ in range(100):
+            data = (await c.get(s.url("/profile"))).json()["data"]
+            if len(data) == 2:
+                break
+            await trio.sleep(0.02)
+        drafting, plain = data
+        assert 0 < drafting["draft_accepted_tokens"] <= drafting["draft_tokens"]
+        assert plain["draft_tokens"] == plain["draft_accepted_tokens"] == 0
+        metrics = (await c.get(s.url("/metrics"))).text
+    model = demo_backend.model_id
+    assert f'tinytitan_draft_tokens_total{{kind="drafted",model="{model}"}} {float(drafting["draft_tokens"])}' in metrics
+    assert (f'tinytitan_draft_tokens_total{{kind="accepted",model="{model}"}} '
+            f'{float(drafting["draft_accepted_tokens"])}') in metrics
+    assert f'tinytitan_draft_accepted_ratio_count{{model="{model}"}} 1.0' in metrics
+    # the dashboard's feed carries the same counts per turn
+    turns = s.server.observer.recent()
+    assert [t["draft_tokens"] for t in turns][-2:] == [drafting["draft_tokens"], 0]
