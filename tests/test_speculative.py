@@ -417,6 +417,7 @@ WIRES = [
                                    **kw}),
     ("/api/chat", lambda **kw: {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False,
                                 **kw}),
+    ("/api/generate", lambda **kw: {"model": "m", "prompt": "hi", "stream": False, **kw}),
 ]
 
 
