@@ -111,7 +111,7 @@ class Row:
             import mlx.core as mx
 
             mx.random.seed(int(prepared.req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
-        speculator = backend.speculator(prepared, self.loop, self.tokens) if hasattr(backend, "speculator") else None
+        speculator = backend.speculator(prepared, self.loop, self.tokens)
         if speculator is not None and speculator.sampler is not None:
             sampler = speculator.sampler  # it draws each verified position as it would alone (sampling.py)
         self.speculator = speculator
