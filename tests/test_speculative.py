@@ -471,3 +471,19 @@ async def test_profile_metrics_and_the_dashboard_feed_show_drafted_and_accepted_
     # the dashboard's feed carries the same counts per turn
     turns = s.server.observer.recent()
     assert [t["draft_tokens"] for t in turns][-2:] == [drafting["draft_tokens"], 0]
+
+
+@pytest.mark.parametrize("max_batch", [1, 4])
+async def test_a_seeded_sampled_request_gives_the_same_tokens_with_drafts_as_without(demo_backend, max_batch):
+    from tinytitan.engine.engine import Engine
+
+    engine = Engine(demo_backend, max_batch=max_batch)
+    answers = []
+    for speculative in (True, False, True):
+        demo_backend.prompt_cache.clear()
+        answers.append(await _turn(engine, _copy_request(demo_backend.model_id, temperature=0.8, seed=1234,
+                                                         max_tokens=40, speculative=speculative)))
+    (a, fa), (b, fb), (c, _) = answers
+    assert a == b == c and fa.usage == fb.usage
+    greedy, _ = await _turn(engine, _copy_request(demo_backend.model_id, max_tokens=40, speculative=False))
+    assert a != greedy  # really sampled
