@@ -11,7 +11,8 @@ run so both sides read the same prompt:
   conversation ("show it again, exactly the same");
 - patch: an ``apply_patch`` whose context lines come from a file in the prompt;
 - free: an open question answered freely (nothing to copy);
-- json: a JSON-schema answer that quotes the prompt (the file's lines as a JSON array), with the mask on;
+- json: a JSON-schema answer that quotes the prompt (the file's lines as a JSON array of at least 30
+  strings: a weak model would otherwise close the array at once), with the mask on;
 - draft model: the copy turn with ``--draft-model`` (the same model: the only one offline with the same
   tokenizer, so a speed-up is not expected) against decoding without drafts.
 
@@ -94,7 +95,8 @@ def cases() -> dict[str, dict]:
     shown = (Message("user", "Write a small Python module for an inventory of parts."),
              Message("assistant", "Here it is:\n\n" + FENCED))
     lines = {"type": "object", "additionalProperties": False, "required": ["lines"],
-             "properties": {"lines": {"type": "array", "maxItems": 60, "items": {"type": "string"}}}}
+             "properties": {"lines": {"type": "array", "minItems": 30, "maxItems": 60,
+                                      "items": {"type": "string", "maxLength": 120}}}}
     return {
         "copy": dict(messages=shown + (Message("user", "Show it again, exactly the same."),), max_tokens=500),
         "patch": dict(messages=(Message("user", "Here is inventory.py:\n\n" + FENCED + "\n\nWrite an apply_patch "
