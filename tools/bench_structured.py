@@ -5,11 +5,11 @@
 In process, on the MLX backend tinytitan serves with (``MLXBackend``), one model, the same prompt tokens:
 
 - decode through the engine: tok/s of a lone JSON-schema-constrained request ÷ a lone plain one, as
-  ``tinytitan serve`` decodes them (outside the batch; the grammar's forced runs read in one forward pass
-  each), ``--tokens`` tokens at most (the schema's document cannot end sooner; the plain answer ends early
+  ``tinytitan serve`` decodes them (outside the batch, and every request with ``--max-batch 1``: the same
+  step; the grammar's forced runs read in one forward pass each), ``--tokens`` tokens at most (the schema's document cannot end sooner; the plain answer ends early
   only if the model samples end-of-sequence: the token counts are printed), from the first token to the last.
 - decode token by token: the same ratio with mlx-lm's ``stream_generate`` and the mask as a logits
-  processor (how ``--max-batch 1`` and a batch member decode), both exactly ``--tokens`` tokens
+  processor (how a batch member decodes: one token a step), both exactly ``--tokens`` tokens
   (end-of-sequence masked in both); also with the mask's forward-pass overlap turned off (``async_eval``
   removed), and the mask's own time per token.
 - TTFT: time to the first token of a request with a schema never seen before (grammar compile included:
@@ -237,9 +237,9 @@ def main() -> None:
     print()
     print("| measure | median | IQR |")
     print("| --- | --- | --- |")
-    print(f"| constrained ÷ unconstrained decode tok/s, a lone request through the engine (forced runs in one "
-          f"pass) | {statistics.median(ratios['engine']):.3f} | {iqr(ratios['engine'])} |")
-    print(f"| same, token by token (mlx-lm's generate_step with the mask: --max-batch 1, and a batch member) | "
+    print(f"| constrained ÷ unconstrained decode tok/s, a lone request through the engine (also --max-batch 1: "
+          f"forced runs in one pass) | {statistics.median(ratios['engine']):.3f} | {iqr(ratios['engine'])} |")
+    print(f"| same, token by token (mlx-lm's generate_step with the mask: how a batch member decodes) | "
           f"{statistics.median(ratios['constrained']):.3f} | {iqr(ratios['constrained'])} |")
     print(f"| same, mask not overlapped with the forward pass | {statistics.median(ratios['no_overlap']):.3f} | "
           f"{iqr(ratios['no_overlap'])} |")

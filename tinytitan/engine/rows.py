@@ -59,10 +59,10 @@ class Row:
         self.kv: list | None = None  # its KV cache, while it is its own (not inside the batch)
         self.read = 0  # prompt tokens its cache holds
         self.pending = False  # a token it sampled is still to be read (the step after it is already queued)
-        self.run: tuple[int, ...] = ()  # tokens its proposer put forward, to be fed next
+        self.run: tuple[int, ...] = ()  # certain tokens its proposer put forward (accepted), to be fed next
         self.speculator = None  # its drafting (speculative/speculator.py), None when it does not draft
         self.holding = False  # its last token was read with nothing queued after it: a draft may follow it
-        self.drafts: tuple[int, ...] = ()  # the draft its next step verifies
+        self.drafts: tuple[int, ...] = ()  # speculative tokens its speculator put forward, verified next (step.py)
         self.verified: tuple[int, int] | None = None  # (drafted, accepted) of the verify it stepped last
         self.sampler: Callable | None = None
         self.processors: list = []

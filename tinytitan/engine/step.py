@@ -308,6 +308,7 @@ class Forward:
                                 samplers=[row.sampler], logits_processors=[row.processors],
                                 stop_sequences=[StopSequences()])
         row.kv = None  # the batch holds it now
+        self.solos.pop(row.id, None)  # a row that joins mid-prompt leaves its own-cache stepping behind
         self.uids[row.id], self.rows_of[uid] = uid, row.id
 
     @staticmethod
