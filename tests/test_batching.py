@@ -82,10 +82,16 @@ def demo(demo_backend, monkeypatch):
     end = min(demo_backend.tokenizer.eos_token_ids)
 
     def forcing(text):
-        script = iter(demo_backend.tokenizer.encode(text, add_special_tokens=False))
+        """The script's next token, by position: a function of how far ``tokens`` reaches past the first call's
+        (a verify step asks a processor about positions whose draft may be rejected, so it may not count its
+        calls)."""
+        script = demo_backend.tokenizer.encode(text, add_special_tokens=False)
+        first: list[int] = []
 
         def force(tokens, logits):
-            nxt = next(script, end)
+            first[:] = first or [tokens.size]
+            at = tokens.size - first[0]
+            nxt = script[at] if at < len(script) else end
             return mx.where(mx.arange(logits.shape[-1]) == nxt, logits, -mx.inf)
 
         return force

@@ -79,6 +79,7 @@ class ChatRequest:
     fast: bool = False  # the "<id>-fast" chat-only path: scaffolding stripped
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
+    speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does
 
     def with_(self, **changes) -> "ChatRequest":
         return replace(self, **changes)

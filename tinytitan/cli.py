@@ -67,6 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests that may wait beyond the running batch (default 16); more are refused at once")
     s.add_argument("--max-batch", type=_positive, default=DEFAULT_MAX_BATCH,
                    help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")
+    spec = s.add_argument_group("speculative decoding (a lone request drafts; every token is still the model's own)")
+    spec.add_argument("--prompt-lookup", choices=["on", "off"], default="on",
+                      help="draft the next tokens from the longest earlier match of the last few, in the prompt and "
+                           "the answer so far (default on; it switches itself off for a request that copies nothing)")
+    spec.add_argument("--draft-model", metavar="MODEL",
+                      help="draft with this smaller model instead (any form --model takes; its tokenizer must be "
+                           "the model's)")
+    spec.add_argument("--num-draft-tokens", type=_positive, metavar="N",
+                      help="the most tokens drafted per step (default: up to 16 for prompt lookup, adapting to what "
+                           "is accepted; 3 for a draft model)")
     s.add_argument("--prompt-cache-mib", type=int, default=2048,
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     s.add_argument("--kv-bits", type=int, choices=[4, 8],
@@ -144,6 +154,8 @@ def make_backends(args) -> list:
     if window is not None and window < 1:
         raise SystemExit(f"--context-window must be a positive number of tokens, not {window}")
     if args.script:
+        if getattr(args, "draft_model", None):
+            speculative_config(args)  # refused: the scripted backend has no model to draft for
         from .engine.prompt_cache import PromptCache
         from .engine.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, demo_tokenizer, load_script
 
@@ -161,7 +173,8 @@ def make_backends(args) -> list:
         if not found:
             raise SystemExit(f"no models (an Ollama library, MLX directories, *.gguf files, Hugging Face cache repos) "
                              f"under {root}")
-        backends = [MLXBackend(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True) for m in found]
+        backends = [MLXBackend(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True,
+                               speculative=speculative_config(args)) for m in found]
         log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:
         from .engine.mlx_backend import MLXBackend
@@ -178,7 +191,13 @@ def make_backends(args) -> list:
             from .demo_model import demo_model_id, ensure_demo_model
 
             path, model_id = ensure_demo_model(), args.model_id or demo_model_id()
-        backends = [MLXBackend(path, model_id, prompt_cache_bytes=cache_bytes)]
+        from .engine.speculative.draft_model import DraftModelRefused
+
+        try:
+            backends = [MLXBackend(path, model_id, prompt_cache_bytes=cache_bytes,
+                                   speculative=speculative_config(args, draft=True))]
+        except DraftModelRefused as exc:
+            raise SystemExit(str(exc)) from None
     if not args.script and second_engine_available():
         backends += cpu_twins(backends, cache_bytes)
     for b in backends:
@@ -218,6 +237,26 @@ def attach_prompt_disk(backends: list, args) -> None:
         if b.loaded:  # a model resident from the start: its digest and index are read now, in the background
             disk.start()
     log.info("prompt cache on disk: %s (up to %d MiB)", directory, mib)
+
+
+def speculative_config(args, draft: bool = False):
+    """How the served model drafts (``--prompt-lookup``, ``--draft-model``, ``--num-draft-tokens``); a draft
+    model is for ``--model`` (or the demo model) only."""
+    from .engine.speculative.speculator import SpeculativeConfig
+
+    name = getattr(args, "draft_model", None)
+    path = None
+    if name is not None:
+        if not draft:
+            raise SystemExit("--draft-model applies to --model (one model served), not to --models-dir or --script")
+        from .models.resolve import ModelNotFound, resolve
+
+        try:
+            path = resolve(name, _gguf_form(args)).path
+        except ModelNotFound as exc:
+            raise SystemExit(f"--draft-model: {exc}") from None
+    return SpeculativeConfig(lookup=getattr(args, "prompt_lookup", "on") == "on", draft_model=path,
+                             draft_model_name=name, num_draft_tokens=getattr(args, "num_draft_tokens", None))
 
 
 def _gguf_form(args) -> str | None:

@@ -99,6 +99,8 @@ class Timing:
     decode_s: float | None = None
     decode_tokens: int = 0
     grammar_mask_s: float | None = None  # time spent masking logits for an output grammar, where one applies
+    draft_tokens: int = 0  # speculative decoding: tokens drafted (prompt lookup, a draft model) and verified
+    draft_accepted_tokens: int = 0  # ... and of those, accepted (each also counted once as generated)
 
 
 @dataclass(frozen=True)

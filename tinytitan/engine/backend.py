@@ -93,6 +93,11 @@ class Backend(ABC):
             self._family = detect(self.tokenizer, self.config)
         return self._family
 
+    def speculator(self, prepared: "Prepared", loop, tokens: list[int]):
+        """The request's drafting for speculative decoding (None: it decodes without drafts; the MLX backend's
+        is prompt lookup or a draft model)."""
+        return None
+
     def parser(self, prepared: "Prepared"):
         req = prepared.req
         if req.prompt is not None:  # a raw prompt: the model's text as written, markers and all

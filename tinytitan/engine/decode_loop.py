@@ -66,6 +66,8 @@ class DecodeLoop:
         self.before = before or Timing()
         self.grammar_mask_s: float | None = None  # a backend that masks logits for a grammar adds its time here
         self.grammar_mask = None  # ... and puts the mask here (a decoder may use it beyond masking: rows.py)
+        self.draft_tokens = 0  # speculative decoding: tokens drafted, and of those accepted (rows.py)
+        self.draft_accepted_tokens = 0
         self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
         self.first_token_at: float | None = None
 
@@ -121,7 +123,8 @@ class DecodeLoop:
         return dataclasses.replace(self.before, prefill_s=first - start,
                                    prefill_tokens=self.prompt_tokens - self.cached_tokens, decode_s=now - first,
                                    decode_tokens=max(self.completion_tokens - 1, 0),
-                                   grammar_mask_s=self.grammar_mask_s)
+                                   grammar_mask_s=self.grammar_mask_s, draft_tokens=self.draft_tokens,
+                                   draft_accepted_tokens=self.draft_accepted_tokens)
 
     def _send(self, events: list[TokenEvent]) -> None:
         for ev in events:

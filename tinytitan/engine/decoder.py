@@ -119,6 +119,8 @@ class Scheduler:
                 continue
             if row.run:  # a forced run already accepted is fed first, wherever it goes next
                 alone.append(RowStep(row.id, row.run, forced=True))
+            elif row.holding and not crowd:  # alone, its last token read: it verifies a draft after it
+                alone.append(RowStep(row.id, (row.generated[-1],), drafts=row.drafts))
             elif row.generated and not row.pending:  # read ahead, or its pending token read: it joins
                 join.append(row.id)
             elif crowd and row.pending:  # it joins the batch: its pending token is read first
@@ -136,7 +138,9 @@ class Scheduler:
         """The next step of a row decoding alone: a chunk of its prompt, its prompt's last token, or the step
         that reads its pending token (and queues the next)."""
         if row.pending:
-            return RowStep(row.id, pending=True, drafts=row.drafts)
+            if row.speculator is not None and row.speculator.expects_draft():
+                return RowStep(row.id, pending=True, sample=False, hold=True)  # a draft follows it
+            return RowStep(row.id, pending=True)
         rest = len(row.tokens) - 1 - row.read
         if rest > 0:  # all but the prompt's last token, chunk by chunk
             n = min(self.first_chunk if row.read == row.loop.cached_tokens else PREFILL_STEP, rest)
@@ -146,14 +150,27 @@ class Scheduler:
     def fold(self, plan: Plan, out: Output) -> None:
         """Hand each row what was sampled for it, take its proposal, and retire the rows that ended."""
         proposing = {s.row for s in plan.alone if s.pending and s.sample}
+        steps = {s.row: s for s in plan.alone}
         for row_id in plan.cancel:
             self.rows[row_id].ending = LEFT
+        for row_id in plan.join:  # drafting is for a row alone: in the batch it decodes token by token
+            self.rows[row_id].report_drafts()
+            self.rows[row_id].holding, self.rows[row_id].drafts = False, ()
+        for row_id, s in steps.items():  # its last token read with nothing queued: a draft may follow it
+            self.rows[row_id].holding = s.hold or bool(s.drafts)
         for row_id, tokens in out.items():
             row = self.rows[row_id]
             try:
-                if any(row.accept(token) for token in tokens) or row_id not in proposing:
+                step = steps.get(row_id)
+                if row.speculator is not None and step is not None:
+                    ended = self._fold_drafting(row, step, tokens)
+                else:
+                    ended = any(row.accept(token) for token in tokens)
+                if ended or row.holding or row_id not in proposing:
                     continue
                 run = row.propose()
+                if row.speculator is not None and run:
+                    row.speculator.generated(run, False)
                 if not any(row.accept(token) for token in run):
                     row.run = run
             except Exception as exc:  # its own detokenizer, parser or grammar: this row fails, not the step
@@ -163,6 +180,26 @@ class Scheduler:
                 row.fail(row.error)
             if row.ending is not None:
                 self.retire(row)
+
+    @staticmethod
+    def _fold_drafting(row: Row, step: RowStep, tokens: tuple[int, ...]) -> bool:
+        """The fold of a drafting row's step: its tokens accepted one at a time (what a verify accepted, then
+        the model's own), its speculator told, and, when it holds, the draft its next step verifies. True when
+        a token ended the row."""
+        spec = row.speculator
+        used, ended = 0, False
+        for token in tokens:
+            used += 1
+            if row.accept(token):
+                ended = True
+                break
+        if step.drafts and row.verified is not None:
+            spec.verified(*row.verified)
+            row.verified = None
+        spec.generated(tokens[:used], bool(step.drafts))
+        if not ended and row.holding:
+            row.drafts = spec.draft(row.generated[-1], row.cap_left)
+        return ended
 
 
 def decode_one(backend, prepared, loop: "DecodeLoop", should_stop: Callable[[], bool]) -> None:

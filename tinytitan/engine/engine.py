@@ -20,7 +20,9 @@ for them, and each row has its own):
   sampling penalties, then the output format's grammar mask (``Prepared.logits_processor()``), a new one
   per generation. ``tokens`` is the request's own context and ends with the token sampled last
   (on the first call, the prompt's last token). The step calls them the same way alone and in the batch, once
-  per sampled token. Keep
+  per sampled token — except that a speculative step (speculative/) also asks them about the positions after
+  draft tokens it may reject: a processor must be a function of its ``tokens`` (the penalties are), or be
+  rolled back with them (the grammar mask's matcher is). Keep
   them lazy (no ``mx.eval`` inside): the step is evaluated at once. One that raises fails its own request
   only (in a batch, after the step: the others go on).
 - A continuation (a server-run tool's result fed back, as the memory layer does) is a further session of the

@@ -17,6 +17,7 @@ from typing import Callable
 from .backend import FALLBACK_SAMPLING, Backend, Prepared
 from .decode_loop import DecodeLoop
 from .prompt_cache import PromptCache
+from .speculative.speculator import SpeculativeConfig, Speculator
 
 DEFAULT_PROMPT_CACHE_MIB = 2048
 
@@ -70,10 +71,11 @@ def seeded_sampler(seed: int, temp: float, top_p: float, min_p: float, top_k: in
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
                  prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
-                 device: str | None = None):
+                 device: str | None = None, speculative: "SpeculativeConfig | None" = None):
         """The tokenizer loads at once (token counting and listing need no weights); the weights load now,
         or with ``lazy`` on first use (a catalog keeps one model resident at a time). ``device="cpu"``
-        decodes on mlx's CPU stream even where its default device is the GPU (the ``<id>@cpu`` twin)."""
+        decodes on mlx's CPU stream even where its default device is the GPU (the ``<id>@cpu`` twin).
+        ``speculative``: how a lone request drafts (speculative/speculator.py; default: prompt lookup)."""
         from mlx_lm.utils import load_tokenizer
 
         self.path = Path(model_dir)
@@ -82,6 +84,8 @@ class MLXBackend(Backend):
         self.prompt_cache = PromptCache(prompt_cache_bytes)
         self.device = device
         self._stream = None
+        self.speculative = speculative if speculative is not None else SpeculativeConfig()
+        self._draft = None  # the draft model's proposer, made with the weights (one for every request)
         config = read_json(self.path / "config.json")
         self.config = config
         self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
@@ -176,6 +180,27 @@ class MLXBackend(Backend):
             sampler = make_sampler(temp=temp, top_p=top_p, min_p=min_p, top_k=top_k)
         return sampler, self.logits_processors(prepared, loop)
 
+    def speculator(self, prepared: Prepared, loop: DecodeLoop, tokens: list[int]) -> "Speculator | None":
+        """The request's drafting (None: it decodes without drafts): prompt lookup over its prompt and answer,
+        or the draft model. A seeded sampled request gets a RowSampler (sampling.py) as its sampler: it draws
+        each verified position with the key decoding one token at a time would use."""
+        req, used = prepared.req, prepared.sampling
+        config = self.speculative
+        if not req.speculative or not config.on:
+            return None
+        sampler = None
+        if req.seed is not None and used["temperature"] != 0:
+            from .speculative.sampling import RowSampler
+
+            sampler = RowSampler(used["temperature"], used["top_p"], used["min_p"], self._top_k(used["top_k"]),
+                                 seed=int(req.seed))
+        common = dict(mask=loop.grammar_mask, eos=sorted(self.tokenizer.eos_token_ids), sampler=sampler)
+        if self._draft is not None:
+            return Speculator.for_draft_model(self._draft, tokens, config.num_draft_tokens, **common)
+        if config.lookup:
+            return Speculator.for_lookup(tokens, config.num_draft_tokens, **common)
+        return None
+
     @property
     def stream(self):
         """The mlx stream decoding runs on: None for mlx-lm's own (the default device)."""
@@ -221,6 +246,12 @@ class MLXBackend(Backend):
                 except ValueError:
                     self.model = None
                     raise
+            if self.speculative.draft_model is not None:
+                from .speculative.draft_model import DraftModelProposer, load_draft_model
+
+                log.info("loading the draft model %s", self.speculative.draft_model_name)
+                self._draft = DraftModelProposer(load_draft_model(self.speculative.draft_model, self.tokenizer,
+                                                                  self.speculative.draft_model_name))
             self.load_seconds = time.perf_counter() - t0
             log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, self.load_seconds,
                      self.context_window)
@@ -234,6 +265,7 @@ class MLXBackend(Backend):
 
         had = self.model is not None
         self.model = None
+        self._draft = None
         self.prompt_cache.clear()
         gc.collect()
         mx.clear_cache()

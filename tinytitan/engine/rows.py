@@ -8,9 +8,10 @@ Rules:
   end-of-turn token ends it (not content), a client stop string ends it, its output cap ends it (once, here:
   nothing else counts its tokens). What ended it is recorded on the row (``ending``); nothing is sent or
   closed there.
-- ``propose()`` is the row's proposer: the tokens it knows come next before the model is asked. Today that is
-  the grammar's forced run (a JSON document's keys and punctuation: certain, so accepted at once); a
-  speculative proposer (prompt lookup, a draft model) adds drafts here, which the step verifies.
+- ``propose()`` is the row's proposer: the tokens it knows come next before the model is asked: the grammar's
+  forced run (a JSON document's keys and punctuation: certain, so accepted at once). Its ``speculator``
+  (speculative/speculator.py: prompt lookup or a draft model, None when it does not draft) guesses drafts,
+  which the step verifies while the row steps alone; a row that joins the batch stops drafting.
 - ``end()`` is where a generation ends on the model thread, and the only place: what its KV cache holds is
   kept in the prompt cache, its last events go out (Finished; Failed in-band once it started, or the
   consumer's exception before), and the model thread lets go of its session. The decoder calls it when the row
@@ -59,7 +60,10 @@ class Row:
         self.read = 0  # prompt tokens its cache holds
         self.pending = False  # a token it sampled is still to be read (the step after it is already queued)
         self.run: tuple[int, ...] = ()  # certain tokens its proposer put forward (accepted), to be fed next
-        self.drafts: tuple[int, ...] = ()  # speculative tokens a proposer put forward, to be verified (step.py)
+        self.speculator = None  # its drafting (speculative/speculator.py), None when it does not draft
+        self.holding = False  # its last token was read with nothing queued after it: a draft may follow it
+        self.drafts: tuple[int, ...] = ()  # speculative tokens its speculator put forward, verified next (step.py)
+        self.verified: tuple[int, int] | None = None  # (drafted, accepted) of the verify it stepped last
         self.sampler: Callable | None = None
         self.processors: list = []
         self.generated: list[int] = []
@@ -105,6 +109,10 @@ class Row:
             import mlx.core as mx
 
             mx.random.seed(int(prepared.req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
+        speculator = backend.speculator(prepared, self.loop, self.tokens)
+        if speculator is not None and speculator.sampler is not None:
+            sampler = speculator.sampler  # it draws each verified position as it would alone (sampling.py)
+        self.speculator = speculator
         self.sampler, self.processors = self._guarded(sampler, processors)
         self.loop.start(len(self.tokens), cached)
 
@@ -132,6 +140,13 @@ class Row:
             self.ending = Ending("finished", hit_length=True)
         return self.ending is not None
 
+    def report_drafts(self) -> None:
+        """What its drafts earned, for the turn's timing (drafted and accepted tokens)."""
+        if self.speculator is not None:
+            self.loop.draft_tokens += self.speculator.drafted
+            self.loop.draft_accepted_tokens += self.speculator.accepted
+            self.speculator = None
+
     def fail(self, exc: BaseException) -> None:
         if self.ending is None or self.ending.kind != "failed":
             self.ending = Ending("failed", error=exc)
@@ -145,6 +160,8 @@ class Row:
             else:
                 self._store()
                 if ending.kind == "finished":
+                    if self.speculator is not None or self.loop.draft_tokens:
+                        self.report_drafts()
                     if self.raw is not None and self.loop.stop.matched is None:
                         self.loop.parser_text(self.raw.flush())
                     self.loop.end(ending.hit_length)
@@ -161,6 +178,13 @@ class Row:
             return
         import mlx.core as mx
 
+        from .prompt_cache import kv_offset, kv_trimmable
+
+        # a verified draft whose later tokens went unused (a stop string, the cap): the cache forgets them
+        extra = (kv_offset(self.kv) or 0) - len(self.tokens) - len(self.generated)
+        if extra > 0 and kv_trimmable(self.kv):
+            for c in self.kv:
+                c.trim(extra)
         mx.eval([c.state for c in self.kv if not c.empty()])
         self.backend.prompt_cache.store(self.tokens + self.generated, self.kv)
 

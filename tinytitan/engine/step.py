@@ -34,15 +34,15 @@ What mlx-lm's public API does not give, and this module owns openly:
   row decodes token by token (its forced runs are read one token a step).
 
 Where the next two features plug in (both prepared elsewhere; the hooks are these):
-- **Speculative decoding.** A row's proposer (``Row.propose``, called by the fold after each accepted token)
-  puts tokens forward before the next plan is made. Today it proposes only certain tokens (the grammar's
-  forced run), which the fold accepts at once and the next ``RowStep`` feeds (``feed`` with ``forced``). A
-  speculative proposer returns drafts instead: they go in ``RowStep.drafts``; ``Solo.step`` feeds them after
-  ``feed`` in the same forward pass and samples at every position; the fold accepts the longest prefix where
-  the row's own sample equals the draft, one token at a time through ``Row.accept`` (so the grammar matcher
-  advances over each, and rolls back — llguidance's ``rollback`` — over none it did not accept), and the
-  row's cache is trimmed by the rejected count (mlx-lm caches' ``trim``). ``Solo.step`` refuses drafts until
-  that verification is written: the plan, the proposer and the fold's one-token-at-a-time acceptance exist.
+- **Speculative decoding** (speculative/): a row stepping alone drafts when its speculator expects a draft
+  after its pending token: that token is read with nothing queued after it (``RowStep.hold``), the fold asks
+  the speculator for a draft (``Row.drafts``), and the next ``RowStep`` feeds the token and its draft
+  (``drafts``) in one forward pass, sampling at every position. ``Solo`` accepts the longest prefix where the
+  row's own sample equals the draft (the rule is a pure function of the samples, so every rank of a lockstep
+  group decides alike), trims its cache by the rejected count (mlx-lm's ``trim_prompt_cache``) and rolls the
+  grammar matcher back over them (llguidance's ``rollback``); the fold hands the accepted tokens to
+  ``Row.accept`` one at a time. A step without a draft queues the next pass as before (pipelined). Inside the
+  batch rows decode token by token, without drafts.
 - **Lockstep over several machines.** Rank 0's scheduler makes the plan; ``Plan.as_ints()`` is what it
   broadcasts (``mx.distributed``) before every rank runs ``Forward.run`` on ``Plan.from_ints(...)``. Every
   rank holds the same rows (opened from the same broadcast requests, with the same seeds), so the same plan
@@ -77,6 +77,7 @@ class RowStep:
     forced: bool = False  # ``feed`` is a forced run: the sampler draws once for each of ``feed[1:]``
     now: bool = False  # the token sampled here is read at once, not pipelined (a read-ahead before joining)
     drafts: tuple[int, ...] = ()  # speculative tokens after ``feed``, verified by this forward (see above)
+    hold: bool = False  # with ``pending`` and no ``sample``: the row stays on its own cache (a draft follows)
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,8 @@ class Plan:
         """The plan as a flat list of ints (what lockstep decoding broadcasts)."""
         out = [len(self.cancel), *self.cancel, len(self.join), *self.join, int(self.batch), len(self.alone)]
         for s in self.alone:
-            out += [s.row, int(s.sample), int(s.pending), int(s.forced), int(s.now), len(s.feed), *s.feed,
-                    len(s.drafts), *s.drafts]
+            out += [s.row, int(s.sample), int(s.pending), int(s.forced), int(s.now), int(s.hold), len(s.feed),
+                    *s.feed, len(s.drafts), *s.drafts]
         return out
 
     @classmethod
@@ -105,9 +106,10 @@ class Plan:
         cancel, join, batch = take(), take(), bool(next(it))
         alone = []
         for _ in range(next(it)):
-            row, sample, pending, forced, now = (next(it) for _ in range(5))
+            row, sample, pending, forced, now, hold = (next(it) for _ in range(6))
             feed = take()
-            alone.append(RowStep(row, feed, bool(sample), bool(pending), bool(forced), bool(now), take()))
+            alone.append(RowStep(row, feed, bool(sample), bool(pending), bool(forced), bool(now), take(),
+                                 bool(hold)))
         return cls(cancel, tuple(alone), join, batch)
 
 
@@ -137,7 +139,7 @@ class Solo:
     def step(self, s: RowStep) -> tuple[int, ...]:
         """Run ``s``; the tokens the fold reads now."""
         if s.drafts:
-            raise NotImplementedError("draft verification (speculative decoding) is not written yet: see step.py")
+            return self._verify(s)
         if not s.sample:
             if s.pending:  # the last sampled token is read, nothing is queued after it (it leaves this cache)
                 token, self.pending = self.pending.item(), None
@@ -162,6 +164,23 @@ class Solo:
             token, self.pending = self.pending.item(), None
             return (token,)
         return ()
+
+    def _verify(self, s: RowStep) -> tuple[int, ...]:
+        """``s.feed`` (the row's last token) and its draft in one forward pass, a sample at every position; the
+        accepted draft prefix and the model's own next token, read now (speculative/verify.py)."""
+        import mlx.core as mx
+
+        from .speculative.verify import forward_draft, settle
+
+        row = self.row
+        samples = forward_draft(self.model, self.kv, self.context, s.feed, s.drafts, row.processors, row.sampler)
+        tokens = samples.tolist()
+        spec = row.speculator
+        n = settle(self.kv, s.drafts, tokens, row.loop.grammar_mask, spec.sampler if spec is not None else None)
+        if self.context is not None:
+            self.context = mx.concatenate([self.context, mx.array([*s.feed, *s.drafts[:n]], dtype=mx.int32)])
+        row.verified = (len(s.drafts), n)
+        return tuple(tokens[:n + 1])
 
     def _sample(self, inputs: Any):
         import mlx.core as mx
@@ -232,7 +251,7 @@ class Forward:
                         self.solos.pop(s.row, None)
                         row.fail(exc)
                         continue
-                    if s.now or (s.pending and not s.sample):  # it leaves its own cache (it joins the batch)
+                    if (s.now or (s.pending and not s.sample)) and not s.hold:  # it leaves its own cache (joins)
                         self.solos.pop(s.row, None)
                     row.pending = solo.pending is not None
                     if s.forced:

@@ -33,6 +33,13 @@ class Metrics:
                               "(prompt, cached: the part of prompt read from the prompt cache, completion, "
                               "reasoning: the part of completion in the reasoning channel)",
                               ("model", "kind"), registry=self.registry)
+        self.drafts = Counter("tinytitan_draft_tokens", "Speculative decoding: tokens drafted (prompt lookup, a "
+                              "draft model) and verified, by model and kind (drafted; accepted: the part the model "
+                              "sampled itself, each also counted once as completion)",
+                              ("model", "kind"), registry=self.registry)
+        self.draft_share = Histogram("tinytitan_draft_accepted_ratio", "Speculative decoding: the share of each "
+                                     "turn's drafted tokens that was accepted (turns that drafted)", ("model",),
+                                     buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 1.0), registry=self.registry)
         self.ttft = Histogram("tinytitan_time_to_first_token_seconds", "From the request's arrival to its "
                               "first generated output", ("model",), buckets=TTFT_BUCKETS, registry=self.registry)
         self.decode_speed = Histogram("tinytitan_decode_tokens_per_second", "Decode speed of each generation "
@@ -52,6 +59,11 @@ class Metrics:
             self.tokens.labels(turn.model, kind).inc(n)
         if turn.cache_reason is not None:
             self.cache_misses.labels(turn.model, turn.cache_reason).inc()
+        t = turn.timing
+        if t is not None and t.draft_tokens:
+            self.drafts.labels(turn.model, "drafted").inc(t.draft_tokens)
+            self.drafts.labels(turn.model, "accepted").inc(t.draft_accepted_tokens)
+            self.draft_share.labels(turn.model).observe(t.draft_accepted_tokens / t.draft_tokens)
         if turn.ttft is not None:
             self.ttft.labels(turn.model).observe(turn.ttft)
         if turn.tokens_per_second is not None:

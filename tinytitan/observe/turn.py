@@ -126,6 +126,8 @@ class Turn:
             "model": self.model, "stream": self.stream, "tools": len(self.tool_names),
             "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens, "reasoning_tokens": self.reasoning_tokens,
+            "draft_tokens": self.timing.draft_tokens if self.timing else 0,
+            "draft_accepted_tokens": self.timing.draft_accepted_tokens if self.timing else 0,
             "ttft_s": self.ttft, "tokens_per_second": self.tokens_per_second, "stop_reason": self.stop_reason,
             "duration_s": self.duration, "profile": self.profile(), "cache_miss": self.cache_miss,
         }

@@ -1,0 +1,288 @@
+"""Speculative decoding's parts, each against the real MLX path (the demo model) where a model is involved.
+
+The prompt-lookup proposer, the draft-length policy and its off-switch, the accept rule, the per-row
+sampler (a seeded request draws what it draws without drafts), and whole lone decodes: greedy with drafts
+equals greedy without, token for token, with draft tokens really accepted; a seeded sampled request too; a
+grammar-masked request too, its matcher standing where decoding without drafts leaves it; the KV cache holds
+exactly what decoding one token at a time leaves behind, also when the consumer stops early.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tinytitan.engine.speculative.lookup import PromptLookup
+from tinytitan.engine.speculative.policy import DraftPolicy
+from tinytitan.engine.speculative.verify import accepted_prefix, usable_draft
+
+COPY_TEXT = ("def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n\n" * 2)
+
+
+# -- prompt lookup ---------------------------------------------------------------------------------------------
+def test_lookup_proposes_what_followed_the_longest_latest_match():
+    look = PromptLookup([1, 2, 3, 9, 1, 2, 3, 4, 5, 6, 7, 2, 3], min_ngram=2, max_ngram=3)
+    # "2 3" occurred twice before; the latest (followed by 4 5 6) wins
+    assert look.propose(3) == [4, 5, 6]
+    look.extend([9])
+    # "2 3 9" (3 tokens) matched at the start: longer than any 2-gram match
+    assert look.propose(4) == [1, 2, 3, 4]
+    assert look.propose(0) == []
+
+
+def test_lookup_without_a_match_proposes_nothing():
+    look = PromptLookup([1, 2, 3, 4], min_ngram=2, max_ngram=4)
+    assert look.propose(5) == []
+    assert PromptLookup([]).propose(3) == []
+    with pytest.raises(ValueError):
+        PromptLookup([], min_ngram=3, max_ngram=2)
+
+
+def test_lookup_continues_a_repeating_run_past_the_end():
+    look = PromptLookup([7, 8, 7, 8, 7], min_ngram=2, max_ngram=2)
+    assert look.propose(5) == [8, 7, 8, 7, 8]
+
+
+# -- the policy ------------------------------------------------------------------------------------------------
+def test_policy_k_grows_with_accepted_drafts_and_falls_back_on_a_miss():
+    p = DraftPolicy(start=4, k_max=16)
+    assert p.k() == 4
+    p.record(4, 4)
+    assert p.k() == 8
+    p.record(8, 8)
+    p.record(16, 16)
+    assert p.k() == 16
+    p.record(16, 2)
+    assert p.k() == 3
+    p.record(3, 0)
+    assert p.k() == 1
+    assert (p.drafted, p.accepted, p.steps) == (47, 30, 5)
+
+
+def test_policy_switches_off_when_acceptance_does_not_pay_and_tries_again_later():
+    p = DraftPolicy(start=2, window=3, pays_above=0.25, cooldown=4, max_cooldown=8)
+    for _ in range(3):
+        p.record(2, 0)
+    assert p.off and p.k() == 0
+    p.skipped(3)
+    assert p.off
+    p.skipped(1)
+    assert not p.off and p.k() == 2
+    for _ in range(3):
+        p.record(2, 0)
+    p.skipped(7)  # the pause doubled
+    assert p.off
+    p.skipped(1)
+    assert p.k() == 2
+
+
+def test_policy_stays_on_while_drafts_pay():
+    p = DraftPolicy(start=4, window=3)
+    for _ in range(10):
+        p.record(4, 2)
+    assert not p.off and p.k() == 3
+
+
+# -- the accept rule -------------------------------------------------------------------------------------------
+def test_accepted_prefix_is_the_agreeing_run():
+    assert accepted_prefix([5, 6, 7], [5, 6, 9, 1]) == 2
+    assert accepted_prefix([5, 6, 7], [5, 6, 7, 8]) == 3
+    assert accepted_prefix([5, 6, 7], [4, 6, 7, 8]) == 0
+    assert accepted_prefix([], [3]) == 0
+
+
+def test_usable_draft_stops_before_end_of_sequence():
+    assert usable_draft([1, 2, 99, 3], last=0, eos=(99,)) == [1, 2]
+    assert usable_draft([99], last=0, eos=(99,)) == []
+
+
+# -- against the demo model ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo(demo_backend):
+    return demo_backend.ensure_loaded(), demo_backend.tokenizer
+
+
+def copy_prompt(tok, text: str = COPY_TEXT) -> list[int]:
+    return tok.apply_chat_template([{"role": "user", "content": "Show this again, exactly:\n" + text}],
+                                   add_generation_prompt=True)
+
+
+def plain_decode(model, ids, max_tokens, sampler=None, processors=None, seed=None) -> list[int]:
+    """mlx-lm's own one-token-at-a-time decode (what a lone request runs without drafts)."""
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+    from mlx_lm.models.cache import make_prompt_cache
+
+    if seed is not None:
+        mx.random.seed(seed)
+    return [int(t) for t, _ in generate_step(mx.array(ids), model, max_tokens=max_tokens, sampler=sampler,
+                                             logits_processors=processors, prompt_cache=make_prompt_cache(model))]
+
+
+def drafted_decode(model, ids, max_tokens, sampler, processors=(), mask=None, eos=(), policy=None, kv=None,
+                   cached=0):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from tinytitan.engine.speculative.decode import speculative_decode
+
+    kv = kv if kv is not None else make_prompt_cache(model)
+    policy = policy or DraftPolicy()
+    out = list(speculative_decode(model, kv, ids, cached, sampler, PromptLookup(ids), policy, processors, mask,
+                                  eos, max_tokens))
+    return [t for t, _ in out], sum(d for _, d in out), policy
+
+
+def test_greedy_with_drafts_is_token_for_token_greedy_without(demo):
+    from tinytitan.engine.speculative.sampling import RowSampler
+
+    model, tok = demo
+    ids = copy_prompt(tok)
+    want = plain_decode(model, ids, 96)
+    got, accepted, policy = drafted_decode(model, ids, 96, RowSampler())
+    assert got == want
+    assert accepted >= 5 and policy.steps > 0  # the drafts were really used, not just proposed
+    assert accepted == policy.accepted
+
+
+def test_row_sampler_draws_each_row_as_the_seeded_sampler_draws_one_at_a_time():
+    import mlx.core as mx
+
+    from tinytitan.engine.mlx_backend import seeded_sampler
+    from tinytitan.engine.speculative.sampling import RowSampler
+
+    logits = mx.random.normal((5, 50), key=mx.random.key(3))
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    one = seeded_sampler(11, 0.9, 0.95, 0.0, 20)
+    want = [int(one(logprobs[i:i + 1]).item()) for i in range(5)]
+    rows = RowSampler(0.9, 0.95, 0.0, 20, seed=11)
+    first = rows(logprobs[:3]).tolist()
+    rows.accept(2)  # the third row's draw was not used: its key is drawn again for the next position
+    rest = rows(logprobs[2:]).tolist()
+    rows.accept(3)
+    assert first[:2] + rest == want
+
+
+def test_seeded_sampled_decode_with_drafts_gives_the_tokens_without(demo):
+    from mlx_lm.sample_utils import make_sampler
+
+    from tinytitan.engine.speculative.sampling import RowSampler
+
+    model, tok = demo
+    ids = copy_prompt(tok)
+
+    def sharpen(tokens, logits):  # the demo model's random weights give near-flat logits: peak them
+        return logits * 120
+
+    want = plain_decode(model, ids, 64, sampler=make_sampler(temp=1.0, top_p=0.95), processors=[sharpen], seed=5)
+    got, accepted, _ = drafted_decode(model, ids, 64, RowSampler(1.0, 0.95, seed=5), [sharpen])
+    assert got == want
+    assert accepted > 0
+    assert want != plain_decode(model, ids, 64)  # really sampled: not the greedy answer
+
+
+def test_grammar_masked_decode_with_drafts_matches_and_leaves_the_matcher_where_it_was(demo):
+    from mlx_lm.sample_utils import make_sampler
+
+    from tinytitan.chat_request import Grammar
+    from tinytitan.engine.speculative.sampling import RowSampler
+    from tinytitan.engine.structured.compile import compile_grammar
+    from tinytitan.engine.structured.processor import GrammarMask
+
+    model, tok = demo
+    schema = {"type": "object", "properties": {"code": {"type": "string", "minLength": 80, "maxLength": 400}},
+              "required": ["code"], "additionalProperties": False}
+    compiled = compile_grammar(Grammar("json_schema", schema), tok, model.args.vocab_size)
+    ids = copy_prompt(tok, '{"code":"' + COPY_TEXT.replace("\n", "\\n") + '"}')
+    eos = tuple(tok.eos_token_ids)
+    plain_mask = GrammarMask(compiled)
+    want = plain_decode(model, ids, 120, sampler=make_sampler(temp=0), processors=[plain_mask])
+    ends = [i for i, t in enumerate(want) if t in eos]
+    want = want[:ends[0] + 1] if ends else want  # mlx-lm's step decodes on past the end of the turn
+    mask = GrammarMask(compiled)
+    got, accepted, policy = drafted_decode(model, ids, 120, RowSampler(), [mask], mask, eos)
+    assert got == want[:len(got)] and len(got) == len(want)
+    assert policy.drafted > 0
+    assert accepted > 0 and mask.matcher.is_accepting()
+    # the matcher has consumed every token but the last (the mask consumes it at its next call), as a matcher
+    # fed those tokens one by one has: the same next-token mask
+    import numpy as np
+    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+    fresh = compiled.matcher()
+    assert fresh.consume_tokens(got[:-1])
+    masks = [allocate_token_bitmask(1, compiled.vocab_size) for _ in range(2)]
+    fill_next_token_bitmask(fresh, masks[0])
+    fill_next_token_bitmask(mask.matcher, masks[1])
+    assert np.array_equal(masks[0], masks[1])
+
+
+def test_the_cache_holds_what_one_token_at_a_time_leaves_also_when_the_consumer_stops_early(demo):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from tinytitan.engine.prompt_cache import kv_offset
+    from tinytitan.engine.speculative.decode import speculative_decode
+    from tinytitan.engine.speculative.sampling import RowSampler
+
+    model, tok = demo
+    ids = copy_prompt(tok)
+    full = plain_decode(model, ids, 60)
+    kv = make_prompt_cache(model)
+    gen = speculative_decode(model, kv, ids, 0, RowSampler(), PromptLookup(ids), max_tokens=60)
+    seen, drafted_seen = [], False
+    for token, drafted in gen:
+        seen.append(token)
+        drafted_seen |= drafted
+        if drafted_seen and len(seen) >= 30:  # stop inside a step's given-back run
+            break
+    gen.close()
+    assert seen == full[:len(seen)]
+    assert kv_offset(kv) == len(ids) + len(seen) - 1
+    # ... and a request that goes on from that cache decodes what it would have decoded anyway
+    more = ids + seen
+    got, _, _ = drafted_decode(model, more, 20, RowSampler(), kv=kv, cached=len(more) - 1)
+    assert got == full[len(seen):len(seen) + 20]
+
+
+# -- a draft model ---------------------------------------------------------------------------------------------
+def test_a_draft_model_with_the_same_tokenizer_drafts_and_greedy_output_is_unchanged(demo, demo_backend):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from tinytitan.engine.speculative.decode import speculative_decode
+    from tinytitan.engine.speculative.draft_model import DraftModelProposer, load_draft_model
+    from tinytitan.engine.speculative.sampling import RowSampler
+
+    model, tok = demo
+    draft = load_draft_model(demo_backend.path, tok, name="demo")  # the model as its own draft: all agree
+    ids = tok.apply_chat_template([{"role": "user", "content": "Write anything."}], add_generation_prompt=True)
+    want = plain_decode(model, ids, 40)
+    proposer = DraftModelProposer(draft, ids)
+    policy = DraftPolicy(start=3, k_max=3)
+    out = list(speculative_decode(model, make_prompt_cache(model), ids, 0, RowSampler(), proposer, policy,
+                                  max_tokens=40))
+    assert [t for t, _ in out] == want
+    assert policy.accepted == policy.drafted > 20  # the same weights guess every token
+    # the next request reuses what the draft's cache holds of this one: only the new tokens are fed
+    proposer.reset(ids + want[:10])
+    held = len(proposer.held)
+    assert proposer._follow() == (ids + want[:10])[min(held, len(ids) + 10 - 1):]
+
+
+def test_a_draft_model_whose_tokenizer_differs_is_refused_by_name(demo_backend, tmp_path):
+    import json
+    import shutil
+
+    from mlx_lm.utils import load_tokenizer
+
+    from tinytitan.engine.speculative.draft_model import DraftModelRefused, load_draft_model, tokenizer_mismatch
+
+    other = tmp_path / "other"
+    shutil.copytree(demo_backend.path, other)
+    spec = json.loads((other / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[300:302]  # two tokens trade ids: same size, same words, other ids
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    why = tokenizer_mismatch(demo_backend.tokenizer, load_tokenizer(other))
+    assert why is not None and "2 of the model's" in why
+    with pytest.raises(DraftModelRefused, match=r"--draft-model other-model: its tokenizer does not agree"):
+        load_draft_model(other, demo_backend.tokenizer, name="other-model")
+    assert tokenizer_mismatch(demo_backend.tokenizer, load_tokenizer(demo_backend.path)) is None

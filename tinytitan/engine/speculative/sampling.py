@@ -1,0 +1,63 @@
+"""Drawing the tokens of a verify step: one draw per position, as the request would draw them one at a time.
+
+Rules:
+- A verify step samples several positions at once (after the last accepted token, and after each draft
+  token). ``RowSampler`` draws each row from the request's own distribution (mlx-lm's chain: top-p, min-p,
+  top-k, then a categorical draw at the temperature; argmax at temperature 0), so a token accepted because
+  the model's own sample equals the draft is drawn exactly as decoding without drafting would draw it.
+- A seeded request draws row i with the i-th key of its own chain (``mx.random.key(seed)``, split once per
+  draw: what ``mx.random.seed(seed)`` then the process-wide key would give, and what the engine's seeded
+  sampler gives a batch member); ``accept(n)`` moves the chain on by the n draws that were used, so the
+  rejected rows' keys are drawn again for the positions that really come next. A seeded request gives the
+  same tokens with drafting as without.
+- An unseeded request draws all its rows from the process-wide key at once: the same distribution per row.
+- Nothing here is evaluated: the draws join the forward pass's graph.
+"""
+
+from __future__ import annotations
+
+
+class RowSampler:
+    def __init__(self, temp: float = 0.0, top_p: float = 1.0, min_p: float = 0.0, top_k: int = 0,
+                 seed: int | None = None, min_tokens_to_keep: int = 1):
+        self.temp, self.top_p, self.min_p, self.top_k = float(temp), float(top_p), float(min_p), int(top_k)
+        self.min_tokens_to_keep = min_tokens_to_keep
+        self.seed = None if seed is None or self.temp == 0 else int(seed) % 2**64
+        self._key = None
+        self._after: list = []  # the chain's key after each row drawn last
+
+    @property
+    def greedy(self) -> bool:
+        return self.temp == 0
+
+    def __call__(self, logprobs):
+        """One token per row of ``logprobs`` (``[rows, vocab]``, normalised)."""
+        import mlx.core as mx
+        from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+        if self.greedy:
+            return mx.argmax(logprobs, axis=-1)
+        if 0 < self.top_p < 1.0:
+            logprobs = apply_top_p(logprobs, self.top_p)
+        if self.min_p != 0.0:
+            logprobs = apply_min_p(logprobs, self.min_p, self.min_tokens_to_keep)
+        if self.top_k > 0:
+            logprobs = apply_top_k(logprobs, self.top_k)
+        scaled = logprobs * (1.0 / self.temp)
+        if self.seed is None:
+            return mx.random.categorical(scaled)
+        if self._key is None:
+            self._key = mx.random.key(self.seed)
+        key, draws, self._after = self._key, [], []
+        for row in range(scaled.shape[0]):
+            key, draw = mx.random.split(key)
+            self._after.append(key)
+            draws.append(mx.random.categorical(scaled[row:row + 1], key=draw))
+        self._key = key
+        return mx.concatenate(draws) if len(draws) > 1 else draws[0]
+
+    def accept(self, rows: int) -> None:
+        """The first ``rows`` draws of the last call were used: the chain goes on after them."""
+        if self.seed is not None and 0 < rows <= len(self._after):
+            self._key = self._after[rows - 1]
+        self._after = []
