@@ -139,7 +139,7 @@ async def test_a_forced_call_is_answered_by_a_client_tool_only(choice, tmp_path,
     assert len(prompts) == 1  # no memory round ran
     assert [t.name for t in prompts[0].req.tools] == ["get_weather"]
     assert "There are no memory tools" in prompts[0].prompt_text and "memory_set" not in prompts[0].prompt_text
-    assert calls == ["get_weather"]
+    assert calls and set(calls) == {"get_weather"}  # (parallel calls are allowed: each is the client's)
 
 
 def test_a_write_that_fails_part_way_leaves_the_journal_readable(tmp_path):
