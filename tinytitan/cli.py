@@ -161,8 +161,8 @@ def make_backends(args) -> list:
             from .demo_model import demo_model_id, ensure_demo_model
 
             path, model_id = ensure_demo_model(), args.model_id or demo_model_id()
-        backends = [MLXBackend(path, model_id, prompt_cache_bytes=cache_bytes)]
-    if not args.script and second_engine_available():
+        backends = [MLXBackend(path, model_id, prompt_cache_bytes=cache_bytes, group=getattr(args, "group", None))]
+    if not args.script and getattr(args, "group", None) is None and second_engine_available():
         backends += cpu_twins(backends, cache_bytes)
     for b in backends:
         b.default_reasoning = default_reasoning
@@ -220,8 +220,24 @@ def serve(args) -> int:
             return 2
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
+    group = args.group = join_group(args)
+    backends = make_backends(args)
+    if group is not None and not group.leader:  # a follower runs only the model's steps (lockstep.py)
+        from .engine.group import GroupBroken
+        from .engine.lockstep import follow
+
+        try:
+            follow(group, backends[0], args.max_batch)
+        except GroupBroken as exc:
+            log.error("rank %d stops: %s", group.rank, exc)
+            return 1
+        return 0
     protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
-    engine = Engine(make_backends(args), max_queue=args.max_queue, max_batch=args.max_batch)
+    engine = Engine(backends, max_queue=args.max_queue, max_batch=args.max_batch, group=group)
+    if group is not None:
+        for r in group.describe()["ranks"]:
+            log.info("group of %d (%s backend): rank %d on %s holds %s", group.size, group.backend, r["rank"],
+                     r["host"], r["holds"])
     memory = open_memory(args)
     if memory is not None:
         from .memory.layer import MemoryEngine
@@ -266,6 +282,19 @@ def serve(args) -> int:
         if memory is not None:
             memory.close()
     return 0
+
+
+def join_group(args):
+    """The group this process is a rank of, when ``mlx.launch`` started it (engine/group.py); None otherwise.
+    A group serves one model: a catalog or a script is refused by name."""
+    from .engine.group import Group, launched
+
+    if not launched():
+        return None
+    if args.models_dir or args.script:
+        raise SystemExit(f"{'--models-dir' if args.models_dir else '--script'} cannot be served by a group of "
+                         "processes (mlx.launch): a group serves one model, named by --model")
+    return Group.from_env()
 
 
 def open_memory(args):
