@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests that may wait beyond the running batch (default 16); more are refused at once")
     s.add_argument("--max-batch", type=_positive, default=DEFAULT_MAX_BATCH,
                    help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")
+    s.add_argument("--group-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="under mlx.launch: a decode step waiting this long for the other ranks breaks the group "
+                        "(default 60)")
     s.add_argument("--prompt-cache-mib", type=int, default=2048,
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
@@ -233,7 +236,8 @@ def serve(args) -> int:
             return 1
         return 0
     protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
-    engine = Engine(backends, max_queue=args.max_queue, max_batch=args.max_batch, group=group)
+    engine = Engine(backends, max_queue=args.max_queue, max_batch=args.max_batch, group=group,
+                    group_timeout=args.group_timeout)
     if group is not None:
         for r in group.describe()["ranks"]:
             log.info("group of %d (%s backend): rank %d on %s holds %s", group.size, group.backend, r["rank"],

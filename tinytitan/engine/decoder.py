@@ -206,6 +206,13 @@ class Decoder:
         if start:
             self.model_thread.start_soon(self._run, lambda _outcome: None)
 
+    def drain(self) -> list[Row]:
+        """Take the rows that arrived and are not taken in yet (for one who ends them elsewhere: lockstep.py)."""
+        with self._lock:
+            rows = list(self._inbox)
+            self._inbox.clear()
+        return rows
+
     @property
     def waiting(self) -> int:
         """Rows that arrived and are not taken in yet."""

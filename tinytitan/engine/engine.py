@@ -57,11 +57,12 @@ FAST_SUFFIX = "-fast"
 
 class Engine:
     def __init__(self, backends: Backend | list[Backend], max_queue: int = 16,
-                 model_thread: ModelThread | None = None, max_batch: int = DEFAULT_MAX_BATCH, group=None):
+                 model_thread: ModelThread | None = None, max_batch: int = DEFAULT_MAX_BATCH, group=None,
+                 group_timeout: float = 60.0):
         """``max_batch``: how many generations decode together (decoder.py); 1 decodes one request at a time.
         Backends that cannot batch (the scripted one) decode one at a time, each request in one job.
         ``group``: this process is rank 0 of a group serving one model (group.py); its decoder steps every
-        rank in lockstep (lockstep.py)."""
+        rank in lockstep (lockstep.py); a step that waits ``group_timeout`` seconds for the others breaks it."""
         backends = [backends] if isinstance(backends, Backend) else list(backends)
         if not backends:
             raise ValueError("no models to serve")
@@ -79,10 +80,13 @@ class Engine:
         if group is not None:
             from .lockstep import Lead
 
-            self.lead = Lead(group)
+            self.lead = Lead(group, group_timeout)
             make_scheduler = {"make_scheduler": self.lead.scheduler}
         self.decoder = Decoder(self.model_thread, self._make_resident, self.max_batch,
                                **make_scheduler) if stepping else None
+        if group is not None and self.decoder is not None:
+            self.lead.drain = self.decoder.drain
+            self.lead.watch()
         self.admission = Admission(self.max_batch, max_queue)
         self.started_at = time.time()
         # model id -> how long its last load took (a backend loaded before the engine existed timed its own)

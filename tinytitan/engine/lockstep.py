@@ -16,6 +16,11 @@ Rules:
   decides an ending: what rank 0 accepted is what its rows hold. Each row's own sampler runs on every rank, on
   logits the ranks share (an all_sum gives each rank the same sum), so the token a pipelined step feeds next
   is the same everywhere. A row without a seed gets one from rank 0 at joining, so random sampling agrees too.
+- A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its
+  pending work, yet the wait may never return), and one that stops answering always does. A watchdog
+  (``Lead.watch``) sees a step in flight longer than ``timeout`` seconds: the group is broken, and each row in
+  flight, or waiting to join, is ended there with that error (its model thread never comes back to end it;
+  if it does, ``LeadScheduler.retire`` knows the row is ended already).
 - A follower whose prompt cache would start a row elsewhere than rank 0's did has diverged: it stops, and rank
   0 sees the group broken (a peer lost) rather than decoding on from different caches.
 """
@@ -42,8 +47,13 @@ class Lead:
     """Rank 0's side: what its schedulers have accepted and retired since the last broadcast (kept across
     schedulers: the decoder makes a new one each time it starts)."""
 
-    def __init__(self, group: Group):
+    def __init__(self, group: Group, timeout: float = 60.0):
         self.group = group
+        self.timeout = timeout
+        self.busy_since: float | None = None  # when the step in flight began (monotonic)
+        self.rows: dict[int, Row] = {}  # the rows of the scheduler running now (the watchdog's to end)
+        self.drain: Callable[[], list[Row]] = list  # the decoder's rows not taken in yet
+        self.abandoned: set[int] = set()  # id() of rows the watchdog ended
         self.accepted: dict[int, list[int]] = {}
         self.ended: list[list] = []
         self.joined: list[dict] = []
@@ -53,7 +63,9 @@ class Lead:
 
     def scheduler(self, load: Callable[[Any], float | None], max_batch: int, first_chunk: int,
                   seeded: bool) -> "LeadScheduler":
-        return LeadScheduler(self, load, max_batch, first_chunk, seeded)
+        scheduler = LeadScheduler(self, load, max_batch, first_chunk, seeded)
+        self.rows = scheduler.rows
+        return scheduler
 
     def send(self, plan: Plan | None, seeded: bool) -> None:
         msg: dict[str, Any] = {"a": [[i, t] for i, t in self.accepted.items()], "e": self.ended, "s": seeded}
@@ -65,6 +77,33 @@ class Lead:
             msg["p"] = plan.as_ints()
         self.accepted, self.ended, self.joined, self.fresh = {}, [], [], False
         self.group.share(msg)
+
+    def watch(self) -> None:
+        """Start the watchdog thread (see the rules)."""
+        import threading
+
+        threading.Thread(target=self._watch, name="tinytitan-group-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        while self.group.broken is None:
+            time.sleep(min(1.0, self.timeout / 4))
+            since = self.busy_since
+            if since is not None and time.monotonic() - since > self.timeout:
+                others = "rank 1" if self.group.size == 2 else f"one of ranks 1-{self.group.size - 1}"
+                self.group.fail(f"{others} died or stopped answering: a decode step waited {self.timeout:g}s "
+                                "for it")
+        if self.busy_since is None:
+            return  # broken between steps: the next step raises, on the model thread
+        error = GroupBroken(self.group.broken)
+        for row in list(self.rows.values()) + self.drain():
+            if id(row) in self.abandoned:
+                continue
+            self.abandoned.add(id(row))
+            try:
+                row.fail(error)
+                row.end()
+            except Exception:
+                log.exception("a row could not be ended")
 
     def share_of_step(self) -> float:
         return self.group.share_s / self.step_s if self.step_s else 0.0
@@ -100,6 +139,9 @@ class LeadScheduler(Scheduler):
             self.lead.joined.append(join_spec(row))
 
     def retire(self, row: Row) -> None:
+        if id(row) in self.lead.abandoned:  # the watchdog ended it (see the rules)
+            self.rows.pop(row.id, None)
+            return
         if row.id in self.announced:
             self.announced.discard(row.id)
             kind = row.ending.kind if row.ending is not None else "failed"
@@ -107,7 +149,23 @@ class LeadScheduler(Scheduler):
         super().retire(row)
 
     def step(self, others_waiting: Callable[[], bool]) -> None:
+        group = self.lead.group
+        if group.broken:
+            raise GroupBroken(group.broken)
         started = time.perf_counter()
+        self.lead.busy_since = time.monotonic()
+        try:
+            self._step(others_waiting)
+        except RuntimeError as exc:  # a collective inside the model (or a cache it left) failed: a rank is gone
+            if not isinstance(exc, GroupBroken) and group.lost(exc):
+                raise GroupBroken(group.broken) from exc
+            raise
+        finally:
+            self.lead.busy_since = None
+        self.lead.steps += 1
+        self.lead.step_s += time.perf_counter() - started
+
+    def _step(self, others_waiting: Callable[[], bool]) -> None:
         group = self.lead.group
         plan = self.plan(others_waiting)
         self.lead.send(plan, self.seeded)
@@ -123,8 +181,6 @@ class LeadScheduler(Scheduler):
                 self.lead.accepted.setdefault(i, []).extend(row.generated[n:])
         if not self.rows:  # the last rows left: the followers end theirs now, not at the next request
             self.lead.send(None, self.seeded)
-        self.lead.steps += 1
-        self.lead.step_s += time.perf_counter() - started
 
 
 # -- the followers -------------------------------------------------------------------------------------------
