@@ -172,6 +172,7 @@ async def test_greedy_output_equals_one_process(group, one, protocol, stream):
 async def test_two_requests_sent_together_each_get_what_they_get_alone(group, one):
     prompts = ["First of two sent together.", "Second of the pair, a little longer than the first one."]
     want = [await ask(one.base, "chat", p, max_tokens=40) for p in prompts]
+    batched = httpx.get(group.base + "/health").json()["group"]["batch_steps"]
     got = [None, None]
     async with trio.open_nursery() as n:
         for i, p in enumerate(prompts):
@@ -180,7 +181,8 @@ async def test_two_requests_sent_together_each_get_what_they_get_alone(group, on
             n.start_soon(go)
     assert got == want
     g = httpx.get(group.base + "/health").json()["group"]
-    assert g["plan_broadcasts"] > 0 and 0 < g["plan_broadcast_share"] < 1
+    assert g["batch_steps"] > batched  # they decoded together
+    assert g["plan_broadcasts"] > 0 and 0 < g["plan_broadcast_share"] < 1 and g["steps"] > 0
 
 
 async def test_a_hang_up_mid_answer_leaves_the_group_in_step(group, one):

@@ -263,7 +263,9 @@ class Engine:
 
     def health(self) -> dict:
         if self.group is not None:
-            group = dict(self.group.describe(), plan_broadcast_share=round(self.lead.share_of_step(), 4))
+            lead = self.lead
+            group = dict(self.group.describe(), steps=lead.steps, step_s=round(lead.step_s, 6),
+                         batch_steps=lead.batch_steps, plan_broadcast_share=round(lead.share_of_step(), 4))
             return {"status": "broken" if self.group.broken else "ok", "group": group, **self._health()}
         return {"status": "ok", **self._health()}
 

@@ -4,8 +4,8 @@ Rules:
 - A process is one rank of a group when ``mlx.launch`` started it (it sets ``MLX_RANK`` and, for the ring
   backend, ``MLX_HOSTFILE``); ``Group.from_env()`` is None otherwise, and nothing here is imported.
 - Rank 0 decides; the others follow (lockstep.py). What rank 0 decided travels by ``share(obj)``: a JSON value,
-  broadcast through ``mx.distributed.all_sum`` (rank 0 contributes it, the others zeros) — its length first,
-  then its bytes.
+  broadcast through ``mx.distributed.all_sum`` (rank 0 contributes it, the others zeros): one collective of
+  ``SHARE_BYTES`` holding its length and its start (a decode step's message fits), a second for any rest.
 - Every collective of a rank runs on one stream (``stream``): the model's own (a sharded layer's all_sum),
   the batch's and the broadcast. Collectives on two streams run in whichever order the streams reach them,
   and the ranks' orders then differ: the bytes of one land in another.
@@ -28,6 +28,7 @@ from typing import Any
 
 log = logging.getLogger("tinytitan.group")
 
+SHARE_BYTES = 2048  # one broadcast carries its length and this much of the message: a decode step's, whole
 HOST_BYTES = 64  # a rank's host name, as each rank reports it (truncated)
 
 
@@ -139,13 +140,21 @@ class Group:
 
         mx.synchronize(self.stream)
         started = time.perf_counter()
+        room = SHARE_BYTES - 4
         if self.leader:
             data = json.dumps(obj, separators=(",", ":")).encode()
-            self._sum(mx.array([len(data)], dtype=mx.int32))
-            self._sum(mx.array(np.frombuffer(data, dtype=np.uint8)))
+            head = np.zeros(SHARE_BYTES, dtype=np.uint8)
+            head[:4] = np.frombuffer(len(data).to_bytes(4, "little"), dtype=np.uint8)
+            head[4:4 + min(len(data), room)] = np.frombuffer(data[:room], dtype=np.uint8)
+            self._sum(mx.array(head))
+            if len(data) > room:
+                self._sum(mx.array(np.frombuffer(data[room:], dtype=np.uint8)))
         else:
-            size = int(self._sum(mx.zeros(1, dtype=mx.int32)).item())
-            data = bytes(np.array(self._sum(mx.zeros(size, dtype=mx.uint8)), copy=False))
+            head = bytes(np.array(self._sum(mx.zeros(SHARE_BYTES, dtype=mx.uint8))))
+            size = int.from_bytes(head[:4], "little")
+            data = head[4:4 + min(size, room)]
+            if size > room:
+                data += bytes(np.array(self._sum(mx.zeros(size - room, dtype=mx.uint8))))
             obj = json.loads(data)
         self.shares += 1
         self.share_s += time.perf_counter() - started

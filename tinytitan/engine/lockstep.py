@@ -59,6 +59,7 @@ class Lead:
         self.joined: list[dict] = []
         self.fresh = False
         self.steps = 0
+        self.batch_steps = 0  # steps in which the batch stepped (rows decoding together)
         self.step_s = 0.0  # whole steps (broadcast, forward, fold), for the broadcast's share
 
     def scheduler(self, load: Callable[[Any], float | None], max_batch: int, first_chunk: int,
@@ -75,6 +76,7 @@ class Lead:
             msg["j"] = self.joined
         if plan is not None:
             msg["p"] = plan.as_ints()
+            self.batch_steps += plan.batch
         self.accepted, self.ended, self.joined, self.fresh = {}, [], [], False
         self.group.share(msg)
 
