@@ -185,6 +185,23 @@ async def test_two_requests_sent_together_each_get_what_they_get_alone(group, on
     assert g["plan_broadcasts"] > 0 and 0 < g["plan_broadcast_share"] < 1 and g["steps"] > 0
 
 
+async def test_a_conversation_goes_on_from_the_prompt_cache_on_every_rank(group, one):
+    """Rank 0 takes a prefix from its prompt cache; each follower must take the same one from its own (or it
+    stops, diverged: see lockstep.py), and the answer is still one process's."""
+    first = [{"role": "user", "content": "Start of a conversation that goes on."}]
+    answers = []
+    for base in (group.base, one.base):
+        async with httpx.AsyncClient(timeout=60) as c:
+            r1 = (await c.post(base + "/v1/chat/completions", json={
+                "model": MODEL, "messages": first, "temperature": 0, "max_tokens": 16})).json()
+            turn = first + [r1["choices"][0]["message"], {"role": "user", "content": "And then?"}]
+            r2 = (await c.post(base + "/v1/chat/completions", json={
+                "model": MODEL, "messages": turn, "temperature": 0, "max_tokens": 16})).json()
+        answers.append((r1["choices"][0]["message"]["content"], r2["choices"][0]["message"]["content"],
+                        r2["usage"]["prompt_tokens_details"]["cached_tokens"]))
+    assert answers[0] == answers[1] and answers[0][2] > 0
+
+
 async def test_a_hang_up_mid_answer_leaves_the_group_in_step(group, one):
     path, payload = body("chat", "A long answer the client will not wait for.", True, max_tokens=400)
     async with httpx.AsyncClient(timeout=60) as c:
