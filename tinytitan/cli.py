@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--num-draft-tokens", type=_positive, metavar="N",
                       help="the most tokens drafted per step (default: up to 16 for prompt lookup, adapting to what "
                            "is accepted; 3 for a draft model)")
+    s.add_argument("--group-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="under mlx.launch: a decode step waiting this long for the other ranks breaks the group "
+                        "(default 60)")
     s.add_argument("--prompt-cache-mib", type=int, default=2048,
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     s.add_argument("--kv-bits", type=int, choices=[4, 8],
@@ -193,12 +196,13 @@ def make_backends(args) -> list:
             path, model_id = ensure_demo_model(), args.model_id or demo_model_id()
         from .engine.speculative.draft_model import DraftModelRefused
 
+        group = getattr(args, "group", None)
         try:
             backends = [MLXBackend(path, model_id, prompt_cache_bytes=cache_bytes,
-                                   speculative=speculative_config(args, draft=True))]
+                                   speculative=speculative_config(args, draft=True, group=group), group=group)]
         except DraftModelRefused as exc:
             raise SystemExit(str(exc)) from None
-    if not args.script and second_engine_available():
+    if not args.script and getattr(args, "group", None) is None and second_engine_available():
         backends += cpu_twins(backends, cache_bytes)
     for b in backends:
         b.default_reasoning = default_reasoning
@@ -219,10 +223,14 @@ def make_backends(args) -> list:
 
 
 def attach_prompt_disk(backends: list, args) -> None:
-    """Each model's prompt cache also on disk (``--prompt-cache-dir``), unless it is 'off'."""
+    """Each model's prompt cache also on disk (``--prompt-cache-dir``), unless it is 'off'. Not under
+    mlx.launch: every rank must take the same prefix, and a rank's disk is its own (lockstep.py)."""
     where = getattr(args, "prompt_cache_dir", None) or os.environ.get("TINYTITAN_PROMPT_CACHE_DIR")
     mib = getattr(args, "prompt_cache_disk_mib", 0)
     if where == "off" or not mib or mib <= 0 or args.script:
+        return
+    if getattr(args, "group", None) is not None:
+        log.info("prompt cache on disk: off under mlx.launch (each rank keeps its prefixes in memory)")
         return
     from .engine.mlx_backend import MLXBackend
     from .engine.prompt_disk import PromptDisk, default_dir, layout_of
@@ -239,13 +247,21 @@ def attach_prompt_disk(backends: list, args) -> None:
     log.info("prompt cache on disk: %s (up to %d MiB)", directory, mib)
 
 
-def speculative_config(args, draft: bool = False):
+def speculative_config(args, draft: bool = False, group=None):
     """How the served model drafts (``--prompt-lookup``, ``--draft-model``, ``--num-draft-tokens``); a draft
-    model is for ``--model`` (or the demo model) only."""
+    model is for ``--model`` (or the demo model) only. A group of processes (``mlx.launch``) decodes without
+    drafts: its lockstep plan carries no draft tokens yet."""
     from .engine.speculative.speculator import SpeculativeConfig
 
     name = getattr(args, "draft_model", None)
     path = None
+    if group is not None:
+        if name is not None:
+            raise SystemExit("--draft-model is not available under mlx.launch (a group of processes decodes "
+                             "without drafts)")
+        if getattr(args, "prompt_lookup", "on") == "on":
+            log.info("speculative decoding is off under mlx.launch: a group decodes without drafts")
+        return SpeculativeConfig(lookup=False)
     if name is not None:
         if not draft:
             raise SystemExit("--draft-model applies to --model (one model served), not to --models-dir or --script")
@@ -333,13 +349,30 @@ def serve(args) -> int:
             return 2
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
-    protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
+    group = args.group = join_group(args)
+    backends = make_backends(args)
     max_batch = args.max_batch
     if getattr(args, "kv_bits", None) is not None and max_batch > 1 and not args.script:
         log.info("--kv-bits %d: requests decode one at a time (mlx-lm's batch holds no quantized KV cache)",
                  args.kv_bits)
         max_batch = 1
-    engine = Engine(make_backends(args), max_queue=args.max_queue, max_batch=max_batch)
+    if group is not None and not group.leader:  # a follower runs only the model's steps (lockstep.py)
+        from .engine.group import GroupBroken
+        from .engine.lockstep import follow
+
+        try:
+            follow(group, backends[0], max_batch)
+        except GroupBroken as exc:
+            log.error("rank %d stops: %s", group.rank, exc)
+            return 1
+        return 0
+    protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
+    engine = Engine(backends, max_queue=args.max_queue, max_batch=max_batch, group=group,
+                    group_timeout=args.group_timeout)
+    if group is not None:
+        for r in group.describe()["ranks"]:
+            log.info("group of %d (%s backend): rank %d on %s holds %s", group.size, group.backend, r["rank"],
+                     r["host"], r["holds"])
     memory = open_memory(args)
     if memory is not None:
         from .memory.layer import MemoryEngine
@@ -391,6 +424,19 @@ def serve(args) -> int:
         if memory is not None:
             memory.close()
     return 0
+
+
+def join_group(args):
+    """The group this process is a rank of, when ``mlx.launch`` started it (engine/group.py); None otherwise.
+    A group serves one model: a catalog or a script is refused by name."""
+    from .engine.group import Group, launched
+
+    if not launched():
+        return None
+    if args.models_dir or args.script:
+        raise SystemExit(f"{'--models-dir' if args.models_dir else '--script'} cannot be served by a group of "
+                         "processes (mlx.launch): a group serves one model, named by --model")
+    return Group.from_env()
 
 
 def open_memory(args):

@@ -224,8 +224,11 @@ class Decoder:
     """The decode loop's trio-facing half: ``submit`` a row from any thread; the loop starts on the model
     thread when the first row arrives and ends when the last one leaves."""
 
-    def __init__(self, model_thread: "ModelThread", make_resident: Callable[[Any], float | None], max_batch: int):
+    def __init__(self, model_thread: "ModelThread", make_resident: Callable[[Any], float | None], max_batch: int,
+                 make_scheduler: Callable[..., Scheduler] = Scheduler):
+        """``make_scheduler``: the scheduler each run of the loop uses (lockstep.py's on rank 0 of a group)."""
         self.model_thread = model_thread
+        self.make_scheduler = make_scheduler
         self.make_resident = make_resident
         self.max_batch = max_batch
         self._inbox: collections.deque[Row] = collections.deque()
@@ -240,6 +243,13 @@ class Decoder:
         if start:
             self.model_thread.start_soon(self._run, lambda _outcome: None)
 
+    def drain(self) -> list[Row]:
+        """Take the rows that arrived and are not taken in yet (for one who ends them elsewhere: lockstep.py)."""
+        with self._lock:
+            rows = list(self._inbox)
+            self._inbox.clear()
+        return rows
+
     @property
     def waiting(self) -> int:
         """Rows that arrived and are not taken in yet."""
@@ -248,8 +258,8 @@ class Decoder:
     # -- the loop (model thread) -------------------------------------------------------------------------------
     def _run(self) -> None:
         batching = self.max_batch > 1
-        scheduler = Scheduler(self.make_resident, self.max_batch, FIRST_CHUNK if batching else PREFILL_STEP,
-                              seeded=batching)
+        scheduler = self.make_scheduler(self.make_resident, self.max_batch,
+                                        FIRST_CHUNK if batching else PREFILL_STEP, batching)
         later: collections.deque[Row] = collections.deque()  # rows of another model
         try:
             while True:

@@ -60,9 +60,12 @@ FAST_SUFFIX = "-fast"
 
 class Engine:
     def __init__(self, backends: Backend | list[Backend], max_queue: int = 16,
-                 model_thread: ModelThread | None = None, max_batch: int = DEFAULT_MAX_BATCH):
+                 model_thread: ModelThread | None = None, max_batch: int = DEFAULT_MAX_BATCH, group=None,
+                 group_timeout: float = 60.0):
         """``max_batch``: how many generations decode together (decoder.py); 1 decodes one request at a time.
-        Backends that cannot batch (the scripted one) decode one at a time, each request in one job."""
+        Backends that cannot batch (the scripted one) decode one at a time, each request in one job.
+        ``group``: this process is rank 0 of a group serving one model (group.py); its decoder steps every
+        rank in lockstep (lockstep.py); a step that waits ``group_timeout`` seconds for the others breaks it."""
         backends = [backends] if isinstance(backends, Backend) else list(backends)
         if not backends:
             raise ValueError("no models to serve")
@@ -75,7 +78,18 @@ class Engine:
         self.max_batch = max(1, max_batch) if stepping else 1
         # the MLX backends decode through the decoder (one step for a lone request and a batch alike); a
         # backend that decodes a request whole (the scripted one) does so in one job
-        self.decoder = Decoder(self.model_thread, self._make_resident, self.max_batch) if stepping else None
+        self.group = group
+        make_scheduler = {}
+        if group is not None:
+            from .lockstep import Lead
+
+            self.lead = Lead(group, group_timeout)
+            make_scheduler = {"make_scheduler": self.lead.scheduler}
+        self.decoder = Decoder(self.model_thread, self._make_resident, self.max_batch,
+                               **make_scheduler) if stepping else None
+        if group is not None and self.decoder is not None:
+            self.lead.drain = self.decoder.drain
+            self.lead.watch()
         self.admission = Admission(self.max_batch, max_queue)
         self.started_at = time.time()
         # model id -> how long its last load took (a backend loaded before the engine existed timed its own)
@@ -145,6 +159,9 @@ class Engine:
         exit stops the decode and frees the place, once. With ``keepalive`` seconds, a KeepAlive whenever that
         long passes with nothing to send (in the queue, while a model loads, or during a long prefill).
         ``continuing``: a further generation of a request already admitted, never refused as overloaded."""
+        if self.group is not None and self.group.broken:
+            raise ApiError("unavailable", f"The model cannot generate: the group of processes serving it is "
+                           f"broken ({self.group.broken}); restart the whole group", code="group_broken")
         place = self.admission.admit(continuing)
         session = None
         try:
@@ -244,7 +261,15 @@ class Engine:
         return freed
 
     def health(self) -> dict:
-        return {"status": "ok", "model": self.resident, "models": list(self.backends), "queue_depth": self.waiting,
+        if self.group is not None:
+            lead = self.lead
+            group = dict(self.group.describe(), steps=lead.steps, step_s=round(lead.step_s, 6),
+                         batch_steps=lead.batch_steps, plan_broadcast_share=round(lead.share_of_step(), 4))
+            return {"status": "broken" if self.group.broken else "ok", "group": group, **self._health()}
+        return {"status": "ok", **self._health()}
+
+    def _health(self) -> dict:
+        return {"model": self.resident, "models": list(self.backends), "queue_depth": self.waiting,
                 "running": self.running, "waiting": self.waiting, "max_batch": self.max_batch,
                 "max_queue": self.max_queue,
                 "prompt_cache": {mid: summary for mid, b in self.backends.items()

@@ -71,7 +71,7 @@ def seeded_sampler(seed: int, temp: float, top_p: float, min_p: float, top_k: in
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
                  prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
-                 device: str | None = None, speculative: "SpeculativeConfig | None" = None):
+                 device: str | None = None, speculative: "SpeculativeConfig | None" = None, group=None):
         """The tokenizer loads at once (token counting and listing need no weights); the weights load now,
         or with ``lazy`` on first use (a catalog keeps one model resident at a time). ``device="cpu"``
         decodes on mlx's CPU stream even where its default device is the GPU (the ``<id>@cpu`` twin).
@@ -83,6 +83,7 @@ class MLXBackend(Backend):
         self.default_reasoning = default_reasoning
         self.prompt_cache = PromptCache(prompt_cache_bytes)
         self.device = device
+        self.group = group  # a group.Group: this process holds its rank's part of the model (group.py)
         self._stream = None
         self.speculative = speculative if speculative is not None else SpeculativeConfig()
         self._draft = None  # the draft model's proposer, made with the weights (one for every request)
@@ -203,7 +204,10 @@ class MLXBackend(Backend):
 
     @property
     def stream(self):
-        """The mlx stream decoding runs on: None for mlx-lm's own (the default device)."""
+        """The mlx stream decoding runs on: None for mlx-lm's own (the default device); a group's one stream
+        for a rank of a group (group.py)."""
+        if self.group is not None:
+            return self.group.stream
         if self.device != "cpu":
             return None
         import mlx.core as mx
@@ -232,6 +236,12 @@ class MLXBackend(Backend):
             from mlx_lm.utils import load_model
 
             t0 = time.perf_counter()
+            if self.group is not None:
+                self.model = self.group.load(self.path)
+                self.load_seconds = time.perf_counter() - t0
+                log.info("loaded rank %d's part of %s in %.1fs: %s", self.group.rank, self.model_id,
+                         self.load_seconds, self.group.holds[self.group.rank])
+                return self.model
             log.info("loading %s: %.1f MB of weights from %s …", self.model_id, self.weight_bytes / 1e6, self.path)
             model, _ = load_model(self.path, lazy=True)
             params = [p for _, p in _flat(model.parameters())]
@@ -263,6 +273,9 @@ class MLXBackend(Backend):
 
         import mlx.core as mx
 
+        if self.group is not None:  # every rank holds a part: one rank alone cannot let go of it
+            log.info("%s stays loaded: it is sharded across a group of %d processes", self.model_id, self.group.size)
+            return False
         had = self.model is not None
         self.model = None
         self._draft = None

@@ -1,0 +1,270 @@
+"""One model served by a group of two processes (MLX's ring backend on loopback), tensor parallel: every
+protocol answers, streamed and not, exactly what one process answers (greedy, the demo model); requests
+batch, hang up, follow a JSON schema and force a tool call as on one machine; a rank killed mid-answer
+fails that answer in its protocol's envelope (no hang), and the group reports itself broken.
+
+The two ranks are started as ``mlx.launch -n 2 --backend ring`` starts them (``MLX_RANK``, and an
+``MLX_HOSTFILE`` listing one loopback address per rank), but by the test itself: mlx.launch ends every rank
+when one exits, and the test must see rank 0 outlive rank 1. One group serves the whole module; the kill
+comes last."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+import strict
+from sse import parse_sse
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "tinytitan-demo"
+START_S = 120  # loading on two shared cores, with others busy
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Group:
+    def __init__(self, tmp: Path):
+        ring = [[f"127.0.0.1:{free_port()}"], [f"127.0.0.1:{free_port()}"]]
+        hostfile = tmp / "hosts.json"
+        hostfile.write_text(json.dumps(ring))
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.logs = [tmp / f"rank{r}.log" for r in range(2)]
+        env = dict(os.environ, MLX_HOSTFILE=str(hostfile), PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
+        self.procs = [subprocess.Popen(
+            [sys.executable, "-m", "tinytitan", "serve", "--port", str(self.port), "--max-batch", "4",
+             "--group-timeout", "4",
+             "--responses-store", "memory"],
+            env=dict(env, MLX_RANK=str(r)), stdout=self.logs[r].open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
+            for r in range(2)]
+
+    def wait(self) -> dict:
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            for r, p in enumerate(self.procs):
+                if p.poll() is not None:
+                    raise AssertionError(f"rank {r} exited: {self.logs[r].read_text()[-3000:]}")
+            try:
+                return httpx.get(self.base + "/health", timeout=2).json()
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        raise AssertionError("the group did not come up: " + self.logs[0].read_text()[-3000:])
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    g = Group(tmp_path_factory.mktemp("group"))
+    try:
+        g.health = g.wait()
+        yield g
+    finally:
+        g.stop()
+
+
+@pytest.fixture
+async def one(serve, demo_backend):
+    """The same model in one process (the reference)."""
+    demo_backend.prompt_cache.clear()
+    return await serve(backend=demo_backend)
+
+
+# -- each protocol's request, and the text its answer carries ----------------------------------------------------
+def body(protocol: str, text: str, stream: bool, max_tokens: int = 24, **extra) -> tuple[str, dict]:
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": text}], "temperature": 0, "stream": stream}
+    if protocol == "chat":
+        return "/v1/chat/completions", dict(chat, max_tokens=max_tokens, **extra)
+    if protocol == "completions":
+        return "/v1/completions", {"model": MODEL, "prompt": text, "temperature": 0, "max_tokens": max_tokens,
+                                   "stream": stream}
+    if protocol == "messages":
+        return "/v1/messages", dict(chat, max_tokens=max_tokens)
+    if protocol == "responses":
+        return "/v1/responses", {"model": MODEL, "input": text, "temperature": 0, "max_output_tokens": max_tokens,
+                                 "stream": stream}
+    if protocol == "ollama":
+        return "/api/chat", {"model": MODEL, "messages": chat["messages"], "stream": stream,
+                             "options": {"temperature": 0, "num_predict": max_tokens}}
+    raise KeyError(protocol)
+
+
+def text_of(protocol: str, stream: bool, raw: bytes) -> str:
+    """The answer's text, each body and event checked strictly against the official SDK models (Ollama's by
+    shape: its replies are NDJSON)."""
+    if protocol == "ollama":
+        lines = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        assert lines[-1]["done"] is True
+        return "".join(line["message"]["content"] for line in lines)
+    if not stream:
+        data = json.loads(raw)
+        strict.body(data)
+        if protocol == "chat":
+            return data["choices"][0]["message"]["content"]
+        if protocol == "completions":
+            return data["choices"][0]["text"]
+        if protocol == "messages":
+            return "".join(b.get("text", "") for b in data["content"])
+        return "".join(c["text"] for item in data["output"] if item["type"] == "message" for c in item["content"])
+    events = strict.sse_events(protocol, parse_sse(raw.decode()))
+    out = []
+    for _, data in events:
+        if not isinstance(data, dict):
+            continue
+        if protocol == "chat" and data.get("choices"):
+            out.append(data["choices"][0]["delta"].get("content") or "")
+        elif protocol == "completions" and data.get("choices"):
+            out.append(data["choices"][0]["text"])
+        elif protocol == "messages" and data.get("type") == "content_block_delta":
+            out.append(data["delta"].get("text", ""))
+        elif protocol == "responses" and data.get("type") == "response.output_text.delta":
+            out.append(data["delta"])
+    return "".join(out)
+
+
+async def ask(base: str, protocol: str, text: str, stream: bool = False, **kw) -> str:
+    path, payload = body(protocol, text, stream, **kw)
+    async with httpx.AsyncClient(timeout=60) as c:
+        r = await c.post(base + path, json=payload)
+    assert r.status_code == 200, r.text
+    return text_of(protocol, stream, r.content)
+
+
+# -- the tests ---------------------------------------------------------------------------------------------------
+def test_the_group_names_its_ranks_and_what_each_holds(group):
+    g = group.health["group"]
+    assert (g["size"], g["backend"], g["sharding"], g["status"]) == (2, "ring", "tensor", "ok")
+    host = socket.gethostname()[:64]
+    assert g["ranks"] == [{"rank": r, "host": host, "holds": "1/2 of every layer (tensor parallel)"}
+                          for r in range(2)]
+    log = group.logs[0].read_text()
+    assert "group of 2 (ring backend): rank 1 on" in log
+
+
+@pytest.mark.parametrize("protocol", ["chat", "completions", "messages", "responses", "ollama"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_greedy_output_equals_one_process(group, one, protocol, stream):
+    prompt = f"Say something about {protocol} {'streamed' if stream else 'whole'}."
+    want = await ask(one.base, protocol, prompt, stream)
+    got = await ask(group.base, protocol, prompt, stream)
+    assert got == want and want
+
+
+async def test_two_requests_sent_together_each_get_what_they_get_alone(group, one):
+    prompts = ["First of two sent together.", "Second of the pair, a little longer than the first one."]
+    want = [await ask(one.base, "chat", p, max_tokens=40) for p in prompts]
+    batched = httpx.get(group.base + "/health").json()["group"]["batch_steps"]
+    got = [None, None]
+    async with trio.open_nursery() as n:
+        for i, p in enumerate(prompts):
+            async def go(i=i, p=p):
+                got[i] = await ask(group.base, "chat", p, max_tokens=40)
+            n.start_soon(go)
+    assert got == want
+    g = httpx.get(group.base + "/health").json()["group"]
+    assert g["batch_steps"] > batched  # they decoded together
+    assert g["plan_broadcasts"] > 0 and 0 < g["plan_broadcast_share"] < 1 and g["steps"] > 0
+
+
+async def test_a_conversation_goes_on_from_the_prompt_cache_on_every_rank(group, one):
+    """Rank 0 takes a prefix from its prompt cache; each follower must take the same one from its own (or it
+    stops, diverged: see lockstep.py), and the answer is still one process's. Both decode without drafts (a
+    group does; a drafting row keeps one token less of its answer in the cache), so their cached counts agree."""
+    first = [{"role": "user", "content": "Start of a conversation that goes on."}]
+    answers = []
+    for base in (group.base, one.base):
+        async with httpx.AsyncClient(timeout=60) as c:
+            r1 = (await c.post(base + "/v1/chat/completions", json={
+                "model": MODEL, "messages": first, "temperature": 0, "max_tokens": 16, "speculative": False})).json()
+            turn = first + [r1["choices"][0]["message"], {"role": "user", "content": "And then?"}]
+            r2 = (await c.post(base + "/v1/chat/completions", json={
+                "model": MODEL, "messages": turn, "temperature": 0, "max_tokens": 16, "speculative": False})).json()
+        answers.append((r1["choices"][0]["message"]["content"], r2["choices"][0]["message"]["content"],
+                        r2["usage"]["prompt_tokens_details"]["cached_tokens"]))
+    assert answers[0] == answers[1] and answers[0][2] > 0
+
+
+async def test_a_hang_up_mid_answer_leaves_the_group_in_step(group, one):
+    path, payload = body("chat", "A long answer the client will not wait for.", True, max_tokens=400)
+    async with httpx.AsyncClient(timeout=60) as c:
+        async with c.stream("POST", group.base + path, json=payload) as r:
+            seen = 0
+            async for _line in r.aiter_lines():
+                seen += 1
+                if seen > 6:
+                    break  # the client hangs up
+    prompt = "After the hang-up."
+    assert await ask(group.base, "chat", prompt, max_tokens=30) == await ask(one.base, "chat", prompt, max_tokens=30)
+    with trio.fail_after(20):
+        while httpx.get(group.base + "/health").json()["running"]:
+            await trio.sleep(0.05)
+
+
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "count"],
+          "properties": {"name": {"type": "string", "maxLength": 10}, "count": {"type": "integer"}}}
+
+
+async def test_a_json_schema_and_a_forced_tool_call_as_on_one_process(group, one):
+    fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "rec", "schema": SCHEMA}}}
+    got = await ask(group.base, "chat", "A record, please.", max_tokens=60, **fmt)
+    assert got == await ask(one.base, "chat", "A record, please.", max_tokens=60, **fmt)
+    assert set(json.loads(got)) == {"name", "count"}
+    tools = {"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}}}],
+             "tool_choice": "required"}
+    path, payload = body("chat", "Weather in Paris?", False, max_tokens=80, **tools)
+    answers = []
+    for base in (group.base, one.base):
+        async with httpx.AsyncClient(timeout=60) as c:
+            r = await c.post(base + path, json=payload)
+        assert r.status_code == 200, r.text
+        calls = strict.chat_completion(r.json()).choices[0].message.tool_calls
+        answers.append([(c.function.name, c.function.arguments) for c in calls])
+    assert answers[0] == answers[1] and answers[0][0][0] == "get_weather"
+
+
+async def test_a_killed_rank_fails_the_answer_in_flight_and_breaks_the_group(group):
+    path, payload = body("messages", "A long answer that rank 1 will not see the end of.", True, max_tokens=2000)
+    events = []
+    with trio.fail_after(30):  # no hang
+        async with httpx.AsyncClient(timeout=30) as c:
+            async with c.stream("POST", group.base + path, json=payload) as r:
+                assert r.status_code == 200
+                raw = ""
+                async for chunk in r.aiter_text():
+                    raw += chunk
+                    if group.procs[1].poll() is None and raw.count("content_block_delta") > 3:
+                        group.procs[1].send_signal(signal.SIGKILL)
+        events = strict.sse_events("messages", parse_sse(raw))
+    error = events[-1][1]
+    # the ring notices the lost peer, or the watchdog the step that never ends: either names rank 1
+    message = error["error"]["message"]
+    assert error["type"] == "error" and ("rank 0 lost rank 1" in message or "rank 1 died" in message), message
+    health = httpx.get(group.base + "/health").json()
+    assert health["status"] == "broken" and health["group"]["status"] == "broken"
+    assert "rank 1" in health["group"]["error"] and health["running"] == 0
+    for protocol, status in [("chat", 503), ("messages", 503), ("ollama", 503)]:
+        path, payload = body(protocol, "Anyone there?", False)
+        r = httpx.post(group.base + path, json=payload, timeout=10)
+        assert r.status_code == status and "group of processes serving it is broken" in r.text, r.text
+    strict.anthropic_error(httpx.post(group.base + "/v1/messages", json=body("messages", "x", False)[1]).json())
+    assert group.procs[0].poll() is None  # rank 0 serves on (health, stored responses), refusing generation

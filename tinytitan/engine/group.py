@@ -1,0 +1,203 @@
+"""One model served by several processes: the group MLX's distributed layer gives them (``mx.distributed``).
+
+Rules:
+- A process is one rank of a group when ``mlx.launch`` started it (it sets ``MLX_RANK`` and, for the ring
+  backend, ``MLX_HOSTFILE``); ``Group.from_env()`` is None otherwise, and nothing here is imported.
+- Rank 0 decides; the others follow (lockstep.py). What rank 0 decided travels by ``share(obj)``: a JSON value,
+  broadcast through ``mx.distributed.all_sum`` (rank 0 contributes it, the others zeros): one collective of
+  ``SHARE_BYTES`` holding its length and its start (a decode step's message fits), a second for any rest.
+- Every collective of a rank runs on one stream (``stream``): the model's own (a sharded layer's all_sum),
+  the batch's and the broadcast. Collectives on two streams run in whichever order the streams reach them,
+  and the ranks' orders then differ: the bytes of one land in another.
+- The model is sharded by what it offers (``sharding``): tensor parallel where it has ``shard(group)``, else
+  pipeline parallel (``model.model.pipeline(group)``), else it is refused by its model type. mlx-lm's
+  ``sharded_load`` loads each rank's part.
+- A collective that fails (a rank died: "[ring] connection to a peer was lost") breaks the group for good:
+  ``broken`` says why and which rank, and a restart of the whole group is the recovery.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger("tinytitan.group")
+
+SHARE_BYTES = 2048  # one broadcast carries its length and this much of the message: a decode step's, whole
+HOST_BYTES = 64  # a rank's host name, as each rank reports it (truncated)
+
+
+def launched() -> bool:
+    """Whether this process was started as one rank of a group (``mlx.launch`` sets these)."""
+    return "MLX_RANK" in os.environ
+
+
+def backend_name() -> str:
+    """The distributed backend the launcher chose, from what it set in the environment."""
+    if os.environ.get("MLX_IBV_DEVICES") or os.environ.get("MLX_JACCL_COORDINATOR"):
+        return "jaccl"
+    if os.environ.get("MLX_HOSTFILE"):
+        return "ring"
+    if os.environ.get("OMPI_COMM_WORLD_RANK") is not None:
+        return "mpi"
+    return "any"
+
+
+def sharding(model) -> str:
+    """How a model can be split across ranks: "tensor" (its ``shard``), "pipeline", or a refusal naming its type."""
+    if hasattr(model, "shard"):
+        return "tensor"
+    if hasattr(getattr(model, "model", None), "pipeline"):
+        return "pipeline"
+    kind = getattr(getattr(model, "args", None), "model_type", None) or type(model).__module__.rsplit(".", 1)[-1]
+    raise SystemExit(f"the model type '{kind}' offers neither tensor parallelism (shard) nor pipeline parallelism "
+                     "in mlx-lm: it cannot be served across several processes")
+
+
+class GroupBroken(RuntimeError):
+    """A collective failed or timed out: a rank died or stopped answering."""
+
+
+class Group:
+    def __init__(self, world, backend: str):
+        self.world = world
+        self.rank, self.size, self.backend = world.rank(), world.size(), backend
+        self.hosts: list[str] = []
+        self.holds: list[str] = []  # what each rank holds of the model
+        self.sharding: str | None = None
+        self.broken: str | None = None  # why the group no longer decodes (None while it is whole)
+        self._streams = threading.local()  # mlx streams belong to the thread that made them
+        self.shares = 0  # broadcasts made, and the seconds they took (lockstep's share of a step)
+        self.share_s = 0.0
+
+    @classmethod
+    def from_env(cls) -> "Group | None":
+        if not launched():
+            return None
+        import mlx.core as mx
+
+        backend = backend_name()
+        world = mx.distributed.init(strict=True, backend="any" if backend == "mpi" else backend)
+        if world.size() < 2:
+            return None
+        group = cls(world, backend)
+        group.hosts = group.gather_text(socket.gethostname())
+        log.info("rank %d of %d (%s backend) on %s", group.rank, group.size, backend, group.hosts[group.rank])
+        return group
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    # -- collectives ------------------------------------------------------------------------------------------
+    @property
+    def stream(self):
+        """The one stream this rank's model work and collectives run on (see the rules): one per thread (mlx's
+        streams are the thread's), and only one thread decodes after loading (the model thread)."""
+        import mlx.core as mx
+
+        stream = getattr(self._streams, "stream", None)
+        if stream is None:
+            stream = self._streams.stream = mx.new_stream(mx.default_device())
+        return stream
+
+    def _sum(self, array):
+        import mlx.core as mx
+
+        if self.broken:
+            raise GroupBroken(self.broken)
+        try:
+            out = mx.distributed.all_sum(array, group=self.world, stream=self.stream)
+            mx.eval(out)
+        except RuntimeError as exc:
+            self.lost(exc, always=True)
+            raise GroupBroken(self.broken) from exc
+        return out
+
+    def lost(self, exc: BaseException, always: bool = False) -> bool:
+        """Whether ``exc`` (raised by a collective: the plan's, or one inside the model) means a rank is gone;
+        if so (or ``always``), the group is broken, and says which rank."""
+        peers = ", ".join(str(r) for r in range(self.size) if r != self.rank)
+        if any(w in str(exc).lower() for w in ("[ring]", "peer", "connection", "[jaccl]", "[mpi]")):
+            self.fail(f"rank {self.rank} lost rank {peers}: {exc}" if self.size == 2 else
+                      f"rank {self.rank} lost a peer among ranks {peers}: {exc}")
+            return True
+        if always:
+            self.fail(f"a collective failed on rank {self.rank}: {exc}")
+        return always
+
+    def share(self, obj: Any = None) -> Any:
+        """Rank 0's ``obj`` on every rank (a JSON value; the others pass nothing). The collectives queue behind
+        the forward pass already queued on the same stream (a pipelined step): that is waited for first, so
+        the time counted is the broadcast's own."""
+        import mlx.core as mx
+        import numpy as np
+
+        mx.synchronize(self.stream)
+        started = time.perf_counter()
+        room = SHARE_BYTES - 4
+        if self.leader:
+            data = json.dumps(obj, separators=(",", ":")).encode()
+            head = np.zeros(SHARE_BYTES, dtype=np.uint8)
+            head[:4] = np.frombuffer(len(data).to_bytes(4, "little"), dtype=np.uint8)
+            head[4:4 + min(len(data), room)] = np.frombuffer(data[:room], dtype=np.uint8)
+            self._sum(mx.array(head))
+            if len(data) > room:
+                self._sum(mx.array(np.frombuffer(data[room:], dtype=np.uint8)))
+        else:
+            head = bytes(np.array(self._sum(mx.zeros(SHARE_BYTES, dtype=mx.uint8))))
+            size = int.from_bytes(head[:4], "little")
+            data = head[4:4 + min(size, room)]
+            if size > room:
+                data += bytes(np.array(self._sum(mx.zeros(size - room, dtype=mx.uint8))))
+            obj = json.loads(data)
+        self.shares += 1
+        self.share_s += time.perf_counter() - started
+        return obj
+
+    def gather_text(self, text: str) -> list[str]:
+        """Each rank's ``text`` (up to HOST_BYTES bytes), on every rank."""
+        import mlx.core as mx
+        import numpy as np
+
+        mine = np.zeros((self.size, HOST_BYTES), dtype=np.uint8)
+        raw = text.encode()[:HOST_BYTES]
+        mine[self.rank, :len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        every = np.array(self._sum(mx.array(mine)))
+        return [bytes(r).rstrip(b"\0").decode(errors="replace") for r in every]
+
+    # -- the model ---------------------------------------------------------------------------------------------
+    def load(self, path):
+        """This rank's part of the model at ``path`` (which must exist on every host), sharded by what the
+        model offers; every rank learns what each holds."""
+        from mlx_lm.utils import load_model, sharded_load
+
+        lazy, _ = load_model(path, lazy=True, strict=False)
+        self.sharding = sharding(lazy)
+        del lazy
+        if self.sharding == "tensor":
+            model, _ = sharded_load(str(path), tensor_group=self.world)
+            mine = f"1/{self.size} of every layer (tensor parallel)"
+        else:
+            model, _ = sharded_load(str(path), pipeline_group=self.world)
+            inner = model.model
+            mine = f"layers {inner.start_idx}-{inner.end_idx - 1} (pipeline parallel)"
+        self.holds = self.gather_text(mine)
+        return model
+
+    def fail(self, why: str) -> None:
+        if self.broken is None:
+            self.broken = why
+            log.error("the group is broken: %s", why)
+
+    def describe(self) -> dict:
+        return {"size": self.size, "backend": self.backend, "sharding": self.sharding,
+                "status": "broken" if self.broken else "ok", "error": self.broken,
+                "ranks": [{"rank": r, "host": self.hosts[r] if r < len(self.hosts) else None,
+                           "holds": self.holds[r] if r < len(self.holds) else None} for r in range(self.size)],
+                "plan_broadcasts": self.shares, "plan_broadcast_s": round(self.share_s, 6)}

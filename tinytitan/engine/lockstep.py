@@ -1,0 +1,251 @@
+"""Lockstep decoding: every rank of a group runs the same decode steps; rank 0 decides each one.
+
+Rules:
+- Rank 0's scheduler (``LeadScheduler``) plans each step as on one machine; before the forward it broadcasts
+  one message (``Group.share``) saying everything a follower needs to run that forward identically:
+  ``a`` — the tokens rank 0's fold accepted for each row since the last message (a forced run included),
+  ``e`` — the rows that left since (and whether their KV cache is kept in the prompt cache: not when failed),
+  ``f`` — a fresh decoder (rank 0 made a new forward: its row numbers start again),
+  ``j`` — the rows that join: their prompt token ids, cap, sampling values and seed, penalties, the grammar
+  (llguidance's text: a structured output or a forced tool call), and the prefix length rank 0 took from its
+  prompt cache,
+  ``p`` — the plan (``Plan.as_ints()``); a message without it (the last rows left) only settles the rows.
+- A follower (``follow``) holds the same rows, opened from those messages with the same seeds, and runs
+  ``Forward.run`` on the same plan: the model's collectives (tensor or pipeline parallel) pair up because
+  every rank runs the same forwards in the same order. A follower never tokenizes, detokenizes, parses or
+  decides an ending: what rank 0 accepted is what its rows hold. Each row's own sampler runs on every rank, on
+  logits the ranks share (an all_sum gives each rank the same sum), so the token a pipelined step feeds next
+  is the same everywhere. A row without a seed gets one from rank 0 at joining, so random sampling agrees too.
+- A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its
+  pending work, yet the wait may never return), and one that stops answering always does. A watchdog
+  (``Lead.watch``) sees a step in flight longer than ``timeout`` seconds: the group is broken, and each row in
+  flight, or waiting to join, is ended there with that error (its model thread never comes back to end it;
+  if it does, ``LeadScheduler.retire`` knows the row is ended already).
+- A follower whose prompt cache would start a row elsewhere than rank 0's did has diverged: it stops, and rank
+  0 sees the group broken (a peer lost) rather than decoding on from different caches.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any, Callable
+
+from .backend import Prepared
+from .decode_loop import DecodeLoop
+from .decoder import Scheduler
+from .group import Group, GroupBroken
+from .raw import VerbatimParser
+from .rows import LEFT, Ending, Row
+from .step import Forward, Plan
+
+log = logging.getLogger("tinytitan.lockstep")
+
+
+class Lead:
+    """Rank 0's side: what its schedulers have accepted and retired since the last broadcast (kept across
+    schedulers: the decoder makes a new one each time it starts)."""
+
+    def __init__(self, group: Group, timeout: float = 60.0):
+        self.group = group
+        self.timeout = timeout
+        self.busy_since: float | None = None  # when the step in flight began (monotonic)
+        self.rows: dict[int, Row] = {}  # the rows of the scheduler running now (the watchdog's to end)
+        self.drain: Callable[[], list[Row]] = list  # the decoder's rows not taken in yet
+        self.abandoned: set[int] = set()  # id() of rows the watchdog ended
+        self.accepted: dict[int, list[int]] = {}
+        self.ended: list[list] = []
+        self.joined: list[dict] = []
+        self.fresh = False
+        self.steps = 0
+        self.batch_steps = 0  # steps in which the batch stepped (rows decoding together)
+        self.step_s = 0.0  # whole steps (broadcast, forward, fold), for the broadcast's share
+
+    def scheduler(self, load: Callable[[Any], float | None], max_batch: int, first_chunk: int,
+                  seeded: bool) -> "LeadScheduler":
+        scheduler = LeadScheduler(self, load, max_batch, first_chunk, seeded)
+        self.rows = scheduler.rows
+        return scheduler
+
+    def send(self, plan: Plan | None, seeded: bool) -> None:
+        msg: dict[str, Any] = {"a": [[i, t] for i, t in self.accepted.items()], "e": self.ended, "s": seeded}
+        if self.fresh:
+            msg["f"] = 1
+        if self.joined:
+            msg["j"] = self.joined
+        if plan is not None:
+            msg["p"] = plan.as_ints()
+            self.batch_steps += plan.batch
+        self.accepted, self.ended, self.joined, self.fresh = {}, [], [], False
+        self.group.share(msg)
+
+    def watch(self) -> None:
+        """Start the watchdog thread (see the rules)."""
+        import threading
+
+        threading.Thread(target=self._watch, name="tinytitan-group-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        while self.group.broken is None:
+            time.sleep(min(1.0, self.timeout / 4))
+            since = self.busy_since
+            if since is not None and time.monotonic() - since > self.timeout:
+                others = "rank 1" if self.group.size == 2 else f"one of ranks 1-{self.group.size - 1}"
+                self.group.fail(f"{others} died or stopped answering: a decode step waited {self.timeout:g}s "
+                                "for it")
+        if self.busy_since is None:
+            return  # broken between steps: the next step raises, on the model thread
+        error = GroupBroken(self.group.broken)
+        for row in list(self.rows.values()) + self.drain():
+            if id(row) in self.abandoned:
+                continue
+            self.abandoned.add(id(row))
+            try:
+                row.fail(error)
+                row.end()
+            except Exception:
+                log.exception("a row could not be ended")
+
+    def share_of_step(self) -> float:
+        return self.group.share_s / self.step_s if self.step_s else 0.0
+
+
+def join_spec(row: Row) -> dict:
+    p, req = row.prepared, row.prepared.req
+    return {"id": row.id, "tokens": row.tokens, "max_tokens": p.max_tokens, "sampling": p.sampling,
+            "seed": req.seed, "rp": req.repetition_penalty, "pp": req.presence_penalty,
+            "fp": req.frequency_penalty, "raw": req.prompt is not None, "cached": row.read,
+            "grammar": p.grammar.text if p.grammar is not None else None,
+            "grammar_name": p.grammar.name if p.grammar is not None else None}
+
+
+class LeadScheduler(Scheduler):
+    """The decoder's scheduler on rank 0: the same plan and fold, with the step's message broadcast before
+    every forward (see the rules)."""
+
+    def __init__(self, lead: Lead, *args):
+        super().__init__(*args)
+        self.lead = lead
+        self.announced: set[int] = set()
+
+    def admit(self, row: Row) -> None:
+        if row.prepared.req.seed is None:  # every rank draws alike (see the rules)
+            row.prepared.req = row.prepared.req.with_(seed=random.getrandbits(63))
+        forward = self.forward
+        super().admit(row)
+        if self.forward is not forward:
+            self.lead.fresh = True
+        if row.id is not None and row.id in self.rows:
+            self.announced.add(row.id)
+            self.lead.joined.append(join_spec(row))
+
+    def retire(self, row: Row) -> None:
+        if id(row) in self.lead.abandoned:  # the watchdog ended it (see the rules)
+            self.rows.pop(row.id, None)
+            return
+        if row.id in self.announced:
+            self.announced.discard(row.id)
+            kind = row.ending.kind if row.ending is not None else "failed"
+            self.lead.ended.append([row.id, kind])
+        super().retire(row)
+
+    def step(self, others_waiting: Callable[[], bool]) -> None:
+        group = self.lead.group
+        if group.broken:
+            raise GroupBroken(group.broken)
+        started = time.perf_counter()
+        self.lead.busy_since = time.monotonic()
+        try:
+            self._step(others_waiting)
+        except RuntimeError as exc:  # a collective inside the model (or a cache it left) failed: a rank is gone
+            if not isinstance(exc, GroupBroken) and group.lost(exc):
+                raise GroupBroken(group.broken) from exc
+            raise
+        finally:
+            self.lead.busy_since = None
+        self.lead.steps += 1
+        self.lead.step_s += time.perf_counter() - started
+
+    def _step(self, others_waiting: Callable[[], bool]) -> None:
+        group = self.lead.group
+        plan = self.plan(others_waiting)
+        self.lead.send(plan, self.seeded)
+        out = self.forward.run(plan, self.rows)
+        for row in self.rows.values():  # a collective inside the model failed: a rank is gone, not this row
+            error = row.ending.error if row.ending is not None else None
+            if error is not None and not isinstance(error, GroupBroken) and group.lost(error):
+                row.ending = Ending("failed", error=GroupBroken(group.broken))
+        before = {i: (row, len(row.generated)) for i, row in self.rows.items()}
+        self.fold(plan, out)
+        for i, (row, n) in before.items():
+            if len(row.generated) > n:
+                self.lead.accepted.setdefault(i, []).extend(row.generated[n:])
+        if not self.rows:  # the last rows left: the followers end theirs now, not at the next request
+            self.lead.send(None, self.seeded)
+
+
+# -- the followers -------------------------------------------------------------------------------------------
+def follower_row(backend, spec: dict) -> Row:
+    """A row opened from rank 0's message, as rank 0 opened it (no tokenizer, no parser, no client)."""
+    from ..chat_request import ChatRequest
+    from .structured import CompiledGrammar
+    from .structured.compile import llg_tokenizer
+
+    req = ChatRequest(model=backend.model_id, messages=(), seed=spec["seed"], repetition_penalty=spec["rp"],
+                      presence_penalty=spec["pp"], frequency_penalty=spec["fp"],
+                      prompt="" if spec["raw"] else None)
+    grammar = None
+    if spec["grammar"] is not None:
+        llt = llg_tokenizer(backend.tokenizer, backend.vocab_size)
+        grammar = CompiledGrammar(spec["grammar"], llt, max(backend.vocab_size or 0, llt.vocab_size),
+                                  spec["grammar_name"])
+    prepared = Prepared(req=req, tokens=spec["tokens"], max_tokens=spec["max_tokens"], grammar=grammar,
+                        sampling=spec["sampling"])
+    loop = DecodeLoop(VerbatimParser(), (), lambda _event: None, prepared.sampling)
+    row = Row(backend, prepared, loop=loop, should_stop=lambda: False)
+    row.raw = None  # its text is rank 0's to make
+    return row
+
+
+def follow(group: Group, backend, max_batch: int) -> None:
+    """A follower's whole life: the steps rank 0 broadcasts, run on this rank's part of the model, until the
+    group breaks (rank 0 gone)."""
+    rows: dict[int, Row] = {}
+    forward: Forward | None = None
+    eos = set(backend.tokenizer.eos_token_ids)
+    log.info("rank %d follows rank 0's steps", group.rank)
+    while True:
+        msg = group.share()
+        for i, tokens in msg["a"]:
+            row = rows[i]
+            row.generated.extend(tokens)
+            row.decoded += sum(1 for t in tokens if t not in eos)
+        for i, kind in msg["e"]:
+            row = rows.pop(i)
+            if forward is not None:
+                forward.release(row)
+            row.ending = Ending("failed", error=RuntimeError("failed on rank 0")) if kind == "failed" else LEFT
+            row.end()
+        if msg.get("f"):
+            assert not rows, "a fresh decoder with rows in flight"
+            if forward is not None:
+                forward.close()
+            forward = Forward(backend, max_batch)
+        for spec in msg.get("j", ()):
+            row = follower_row(backend, spec)
+            row.id = spec["id"]
+            rows[row.id] = row
+            row.open(forward.model, msg["s"])
+            if row.read != spec["cached"]:
+                raise RuntimeError(f"rank {group.rank} diverged: its prompt cache starts row {row.id} at "
+                                   f"{row.read} tokens, rank 0's at {spec['cached']}")
+        if "p" not in msg:
+            continue
+        plan = Plan.from_ints(msg["p"])
+        for s in plan.alone:
+            mask = rows[s.row].loop.grammar_mask
+            if s.forced and mask is not None:  # rank 0's proposer walked its matcher over the run (rows.py)
+                for token in s.feed[:-1]:
+                    mask.consume(token)
+        forward.run(plan, rows)
