@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from ..events import ToolCallDone, TokenEvent
+from .output_parser import WrappedParser
 
 log = logging.getLogger("tinytitan.engine")
 
@@ -25,11 +26,11 @@ def call_limit(req) -> int | None:
     return min(limits) if limits else None
 
 
-class CallLimit:
+class CallLimit(WrappedParser):
     """An output parser that lets through at most ``limit`` tool calls, and nothing after the last."""
 
     def __init__(self, parser, limit: int):
-        self.parser = parser
+        super().__init__(parser)
         self.limit = limit
         self.done = 0  # calls completed so far
         self.dropped = 0  # events withheld after the limit
@@ -37,13 +38,6 @@ class CallLimit:
     @property
     def tool_calls(self) -> int:
         return min(self.parser.tool_calls, self.limit)
-
-    def __getattr__(self, name):  # the wrapped parser's other attributes (namespaces …)
-        return getattr(self.parser, name)
-
-    def feed(self, piece: str) -> tuple[list[TokenEvent], str]:
-        events, channel = self.parser.feed(piece)
-        return self._keep(events), channel
 
     def finish(self) -> list[TokenEvent]:
         events = self._keep(self.parser.finish())

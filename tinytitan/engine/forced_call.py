@@ -15,16 +15,17 @@ from __future__ import annotations
 import logging
 
 from ..events import TextDelta, ToolCallDone, ToolCallStarted, TokenEvent
+from .output_parser import WrappedParser
 from .families.markup import new_call_id
 
 log = logging.getLogger("tinytitan.engine")
 
 
-class ForcedCall:
+class ForcedCall(WrappedParser):
     """An output parser for a forced call: held-back markup becomes an incomplete call, never text."""
 
     def __init__(self, parser, names: list[str], namespaces: dict[str, str]):
-        self.parser = parser
+        super().__init__(parser)
         self.names = names
         self.namespaces = namespaces
         self.held = ""  # markup the parser gave back as text
@@ -34,13 +35,6 @@ class ForcedCall:
     @property
     def tool_calls(self) -> int:
         return self.parser.tool_calls + self.cut
-
-    def __getattr__(self, name):  # the wrapped parser's other attributes (namespaces …)
-        return getattr(self.parser, name)
-
-    def feed(self, piece: str) -> tuple[list[TokenEvent], str]:
-        events, channel = self.parser.feed(piece)
-        return self._keep(events), channel
 
     def finish(self) -> list[TokenEvent]:
         events = self._keep(self.parser.finish())

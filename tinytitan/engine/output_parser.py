@@ -11,4 +11,23 @@ from .families.harmony import HarmonyParser
 from .families.markup import PLAIN, QWEN, REASONING, TEXT, TOOL, Markup, new_call_id
 from .families.scanner import OutputParser
 
-__all__ = ["OutputParser", "HarmonyParser", "Markup", "QWEN", "PLAIN", "REASONING", "TEXT", "TOOL", "new_call_id"]
+__all__ = ["OutputParser", "HarmonyParser", "Markup", "QWEN", "PLAIN", "REASONING", "TEXT", "TOOL", "new_call_id",
+           "WrappedParser"]
+
+
+class WrappedParser:
+    """An output parser around another (a turn's call limit, a forced call cut short): what ``_keep`` lets
+    through of the wrapped parser's events; its other attributes are the wrapped parser's."""
+
+    def __init__(self, parser):
+        self.parser = parser
+
+    def __getattr__(self, name):  # the wrapped parser's other attributes (namespaces …)
+        return getattr(self.parser, name)
+
+    def feed(self, piece: str) -> tuple[list, str]:
+        events, channel = self.parser.feed(piece)
+        return self._keep(events), channel
+
+    def _keep(self, events: list) -> list:
+        raise NotImplementedError
