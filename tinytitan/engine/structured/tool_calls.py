@@ -97,6 +97,15 @@ def marked_blocks(family, call: str, rules: list[str], parallel: bool | int, voc
     return ["blocks: block" + more_calls('"\\n" block', parallel), block, call, *rules]
 
 
+def section_blocks(family, call: str, rules: list[str], parallel: bool | int, vocab: dict) -> list[str]:
+    """The rule ``blocks`` for a syntax whose calls all stand in one section between the family's markers, a
+    line each (MiniMax M2's invokes, DeepSeek V3.2's DSML), around ``call`` and its rules."""
+    markup = family.markup
+    calls = "call" + more_calls('"\\n" call', parallel)
+    return [f'blocks: {marker(markup.tool_open, vocab)} "\\n" {calls} "\\n" {marker(markup.tool_close, vocab)}',
+            call, *rules]
+
+
 def auto_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: dict,
                       start_in_reasoning: bool) -> Grammar | None:
     """Under ``tool_choice: auto``: free text (and a thought) as the model likes, but once it opens a call,

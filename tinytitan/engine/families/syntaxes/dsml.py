@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from ...structured.tool_calls import marker, more_calls
+from ...structured.tool_calls import section_blocks
 from ...structured.xml_calls import Tags, tag_call_rules
 from ..body_tagged import TagSpec, TaggedCall, convert_value
 from .base import CallsTransformer, Syntax, arguments_value, dumps
@@ -69,10 +69,7 @@ def decoder(calls, markup, tentative=False):
 
 
 def blocks(family, tools, parallel, vocab, loose=False):
-    call, rules = tag_call_rules(DSML_TAGS, tools, vocab, loose)
-    m = family.markup
-    calls = "call" + more_calls('"\\n" call', parallel)
-    return [f'blocks: {marker(m.tool_open, vocab)} "\\n" {calls} "\\n" {marker(m.tool_close, vocab)}', call, *rules]
+    return section_blocks(family, *tag_call_rules(DSML_TAGS, tools, vocab, loose), parallel, vocab)
 
 
 def render(calls, family) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from ...structured.tool_calls import marker, more_calls
+from ...structured.tool_calls import section_blocks
 from ...structured.xml_calls import Tags, tag_call_rules
 from ..body_tagged import TagSpec, TaggedCall
 from .base import CallsTransformer, Syntax, arguments_value, dumps
@@ -54,11 +54,7 @@ def decoder(calls, markup, tentative=False):
 
 
 def blocks(family, tools, parallel, vocab, loose=False):
-    call, rules = tag_call_rules(INVOKE_TAGS, tools, vocab, loose)
-    m = family.markup
-    opened, closed = marker(m.tool_open, vocab), marker(m.tool_close, vocab)
-    calls = "call" + more_calls('"\\n" call', parallel)
-    return [f'blocks: {opened} "\\n" {calls} "\\n" {closed}', call, *rules]
+    return section_blocks(family, *tag_call_rules(INVOKE_TAGS, tools, vocab, loose), parallel, vocab)
 
 
 def render(calls, family) -> str:
