@@ -43,6 +43,21 @@ BASE = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 96, "num
         "max_position_embeddings": 4096, "rope_theta": 10000.0, "tie_word_embeddings": False}
 MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 
+
+def factors(n: int, seed: int) -> list[float]:
+    """Phi-3's longrope lists: one factor per frequency pair, between 1 and 4 (as the 128k model's are)."""
+    return [float(x) for x in 1.0 + 3.0 * np.random.default_rng(seed).random(n)]
+
+
+def longrope(rope_dims: int) -> tuple[dict, dict]:
+    """(config changes, GGUF metadata) of a Phi-3 128k-style model whose RoPE rotates ``rope_dims``."""
+    scaling = {"type": "longrope", "long_factor": factors(rope_dims // 2, 1), "short_factor": factors(rope_dims // 2, 2)}
+    config = {"max_position_embeddings": 131072, "original_max_position_embeddings": 4096, "rope_scaling": scaling}
+    meta = {"rope.scaling.original_context_length": 4096, "rope.dimension_count": rope_dims,
+            "rope.scaling.attn_factor": math.sqrt(1 + math.log(131072 / 4096) / math.log(4096))}
+    return config, meta
+
+
 CASES = {
     # gguf architecture: (mlx-lm model_type, config changes, GGUF metadata beyond the common keys)
     "llama-rope-freqs": ("llama", "llama", {"head_dim": 64, "hidden_size": 128, "num_attention_heads": 2,
@@ -52,6 +67,10 @@ CASES = {
                                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                              "original_max_position_embeddings": 8192}}, {}),
     "phi3": ("phi3", "phi3", {"num_key_value_heads": 4}, {}),
+    "phi3-longrope": ("phi3", "phi3", {"num_key_value_heads": 4, **longrope(16)[0]}, longrope(16)[1]),
+    # Phi-4-mini: a quarter of each head unrotated, tied embeddings, longrope over the rotated part
+    "phi4-mini": ("phi3", "phi3", {"partial_rotary_factor": 0.75, "tie_word_embeddings": True, **longrope(12)[0]},
+                  longrope(12)[1]),
     "qwen2moe": ("qwen2moe", "qwen2_moe", {**MOE, "shared_expert_intermediate_size": 48},
                  {"expert_count": 4, "expert_used_count": 2, "expert_feed_forward_length": 32,
                   "expert_shared_feed_forward_length": 48}),
@@ -103,10 +122,11 @@ def llama3_rope_freqs(config: dict) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
-def build(case: str, tmp_path, encode=lambda name, a: None):
+def build(case: str, tmp_path, encode=lambda name, a: None, meta_changes=None):
     import importlib
 
     arch, model_type, changes, meta = CASES[case]
+    meta = {**meta, **(meta_changes or {})}
     config = {**BASE, **changes, "model_type": model_type}
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(5)
@@ -135,6 +155,9 @@ def build(case: str, tmp_path, encode=lambda name, a: None):
     if case == "llama-rope-freqs":
         tensors["rope_freqs.weight"] = llama3_rope_freqs(config)
         extra["llama.rope.dimension_count"] = config["head_dim"]
+    if config.get("rope_scaling", {}).get("type") == "longrope":  # as convert_hf_to_gguf.py writes them
+        tensors["rope_factors_long.weight"] = np.array(config["rope_scaling"]["long_factor"], dtype=np.float32)
+        tensors["rope_factors_short.weight"] = np.array(config["rope_scaling"]["short_factor"], dtype=np.float32)
     path = tmp_path / f"tiny-{case}.gguf"
     write_typed_gguf(path, stored, config, arch, tokenizer_metadata(ensure_demo_model()), encode,
                      names=lambda n: gguf_name(arch, n), extra=extra, tensors=tensors)
@@ -166,6 +189,17 @@ def test_architecture_converts_to_the_same_model(tmp_path, case):
         # positions past the original window: the scaled RoPE is the one in use (a plain RoPE would differ)
         far = list(range(30, 50)) * 3
         assert mx.allclose(model(mx.array([far]))[0], reference(mx.array([far]))[0], atol=1e-4).item()
+    if config.get("rope_scaling", {}).get("type") == "longrope":
+        assert conf["rope_scaling"]["type"] == "longrope" and conf["original_max_position_embeddings"] == 4096
+        assert conf["rope_scaling"]["long_factor"] == pytest.approx(config["rope_scaling"]["long_factor"])
+        assert conf.get("partial_rotary_factor", 1.0) == config.get("partial_rotary_factor", 1.0)
+
+
+def test_phi3_longrope_with_another_attention_factor_is_refused(tmp_path):
+    """mlx-lm computes the longrope attention factor itself: a file stating another one is refused."""
+    path, _, _ = build("phi3-longrope", tmp_path, meta_changes={"rope.scaling.attn_factor": 1.5})
+    with pytest.raises(gguf.UnsupportedGGUF, match=r"rope.scaling.attn_factor 1.5 is not the longrope"):
+        gguf.ensure_converted(path, "float32")
 
 
 def test_expert_stacks_requantize(tmp_path):
