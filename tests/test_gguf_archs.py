@@ -230,3 +230,133 @@ def test_rope_freqs_that_are_not_llama3_scaling_are_refused(tmp_path):
     assert fitted["low_freq_factor"] == pytest.approx(1.0) and fitted["high_freq_factor"] == pytest.approx(4.0)
     with pytest.raises(UnfittedRope, match="not Llama 3's RoPE scaling"):
         llama3_scaling(factors[::-1], config["rope_theta"], config["head_dim"], 8192)
+
+
+# DeepSeek-V2: multi-head latent attention, leading dense layers, softmax-routed and shared experts, YaRN
+MLA = {"self_attn.q_a_proj": "attn_q_a", "self_attn.q_a_layernorm": "attn_q_a_norm", "self_attn.q_b_proj": "attn_q_b",
+       "self_attn.kv_a_proj_with_mqa": "attn_kv_a_mqa", "self_attn.kv_a_layernorm": "attn_kv_a_norm",
+       "self_attn.kv_b_proj": "attn_kv_b", "self_attn.k_b": "attn_k_b", "self_attn.v_b": "attn_v_b",
+       "mlp.shared_experts.gate_proj": "ffn_gate_shexp", "mlp.shared_experts.up_proj": "ffn_up_shexp",
+       "mlp.shared_experts.down_proj": "ffn_down_shexp"}
+DEEPSEEK = {**BASE, "model_type": "deepseek_v2", "num_hidden_layers": 3, "num_key_value_heads": 4,
+            "max_position_embeddings": 163840, "kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8,
+            "qk_nope_head_dim": 32, "v_head_dim": 32, "n_routed_experts": 4, "n_shared_experts": 2,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
+            "routed_scaling_factor": 1.0, "topk_method": "greedy",
+            "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+                             "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707}}
+DEEPSEEK_CASES = {
+    # case: (config changes, how kv_b is stored: "kv_b" as older llama.cpp wrote it, "split" as k_b + v_b, "both")
+    "v2-lite-kv_b": ({}, "kv_b"),
+    "v2-lite-split": ({}, "split"),
+    "v2-lite-both": ({}, "both"),
+    "v2-q_lora-grouped": ({"q_lora_rank": 48, "routed_scaling_factor": 16.0, "topk_method": "group_limited_greedy",
+                           "n_group": 2, "topk_group": 1}, "split"),
+}
+
+
+def deepseek_gguf_name(name: str) -> str:
+    module, _, suffix = name.rpartition(".")
+    _, _, n, rest = module.split(".", 3) if module.startswith("model.layers.") else (0, 0, 0, "")
+    return f"blk.{n}.{MLA[rest]}.{suffix}" if rest in MLA else gguf_name("deepseek2", name)
+
+
+def build_deepseek(case: str, tmp_path, encode=lambda name, a: None, meta_changes=None):
+    """A tiny random deepseek_v2 and its GGUF, with the metadata DeepseekV2Model in convert_hf_to_gguf.py
+    writes (newer files: head_count_kv 1 and the MLA key/value lengths; older ones: the per-head lengths)."""
+    from mlx_lm.models import deepseek_v2
+
+    changes, kv_form = DEEPSEEK_CASES[case]
+    config = {**DEEPSEEK, **changes}
+    mx.random.seed(7)
+    model = deepseek_v2.Model(deepseek_v2.ModelArgs.from_dict(config))
+    weights = {k: v * 4 if k.endswith("norm.weight") else v for k, v in tree_flatten(model.parameters())}
+    model.load_weights(list(weights.items()))
+    heads, nope, v, rank = (config["num_attention_heads"], config["qk_nope_head_dim"], config["v_head_dim"],
+                            config["kv_lora_rank"])
+    stored = {}
+    for k, w in weights.items():
+        if k.endswith("kv_b_proj.weight") and kv_form != "kv_b":  # convert_hf_to_gguf.py's split, per head
+            per_head = w.reshape(heads, nope + v, rank)
+            stored[k.replace("kv_b_proj", "k_b")] = per_head[:, :nope, :].swapaxes(1, 2)
+            stored[k.replace("kv_b_proj", "v_b")] = per_head[:, nope:, :]
+            if kv_form == "split":
+                continue
+        stored[k] = w
+    rope, scaling = config["qk_rope_head_dim"], config["rope_scaling"]
+    meta = {"leading_dense_block_count": config["first_k_dense_replace"], "vocab_size": config["vocab_size"],
+            "attention.kv_lora_rank": rank, "expert_feed_forward_length": config["moe_intermediate_size"],
+            "expert_count": config["n_routed_experts"], "expert_shared_count": config["n_shared_experts"],
+            "expert_used_count": config["num_experts_per_tok"],
+            "expert_weights_scale": config["routed_scaling_factor"], "rope.dimension_count": rope,
+            "rope.scaling.type": "yarn", "rope.scaling.factor": scaling["factor"],
+            "rope.scaling.original_context_length": scaling["original_max_position_embeddings"],
+            "rope.scaling.yarn_log_multiplier": 0.1 * scaling["mscale_all_dim"]}
+    if config["q_lora_rank"]:
+        meta["attention.q_lora_rank"] = config["q_lora_rank"]
+    if config.get("n_group"):
+        meta.update({"expert_group_count": config["n_group"], "expert_group_used_count": config["topk_group"]})
+    if kv_form == "kv_b":  # older files: per-head lengths, every head its own kv head, the routing spelled out
+        view = {**config, "head_dim": nope + rope}
+        meta.update({"attention.value_length": v, "expert_weights_norm": False, "expert_gating_func": 1})
+    else:
+        view = {**config, "num_key_value_heads": 1, "head_dim": rank + rope}
+        meta.update({"attention.value_length": rank, "attention.key_length_mla": nope + rope,
+                     "attention.value_length_mla": v})
+    meta.update(meta_changes or {})
+    path = tmp_path / f"tiny-deepseek-{case}.gguf"
+    write_typed_gguf(path, stored, view, "deepseek2", tokenizer_metadata(ensure_demo_model()), encode,
+                     names=deepseek_gguf_name, extra={f"deepseek2.{k}": x for k, x in meta.items()})
+    return path, model
+
+
+@pytest.mark.parametrize("case", sorted(DEEPSEEK_CASES))
+def test_deepseek_v2_converts_to_the_same_model(tmp_path, case):
+    from mlx_lm import load
+
+    path, reference = build_deepseek(case, tmp_path)
+    out = gguf.ensure_converted(path, "float32")
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["model_type"] == "deepseek_v2" and conf["rope_scaling"]["factor"] == 40.0
+    model, _ = load(str(out))
+    assert not any(k.endswith((".k_b.weight", ".v_b.weight")) for k in json.loads(
+        (out / "model.safetensors.index.json").read_text())["weight_map"])
+    ids = list(range(30, 50))
+    want, got = reference(mx.array([ids]))[0], model(mx.array([ids]))[0]
+    assert mx.allclose(got, want, atol=1e-4).item(), mx.abs(got - want).max().item()
+    assert greedy(model, ids) == greedy(reference, ids)
+
+
+def test_deepseek_v2_split_kv_b_kept_quantized(tmp_path):
+    """k_b / v_b stored Q8_0 are widened to be joined, then the joined kv_b_proj is requantized (8 bits); the
+    router's weight, a plain array in mlx-lm's class, stays a float."""
+    import gguf as gguf_package
+    from mlx_lm import load
+
+    q8 = gguf_package.GGMLQuantizationType.Q8_0
+    path, _ = build_deepseek("v2-lite-split", tmp_path, lambda name, a: (gguf_package.quants.quantize(a, q8), q8)
+                             if a.ndim >= 2 and a.shape[-1] % 32 == 0 else None)
+    out = gguf.ensure_converted(path, "quantized")
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["quantization"]["bits"] == 8
+    model, _ = load(str(out))
+    exact, _ = load(str(gguf.ensure_converted(path, "float32")))  # what the Q8_0 blocks stand for
+    for layer, plain in zip(model.layers, exact.layers):
+        kv_b = layer.self_attn.kv_b_proj
+        got = mx.dequantize(kv_b.weight, kv_b.scales, kv_b.biases, group_size=32, bits=8)
+        want = plain.self_attn.kv_b_proj.weight
+        assert mx.abs(got - want).max().item() < 0.01 * mx.abs(want).max().item()
+    assert model.layers[1].mlp.gate.weight.dtype == mx.float16
+    ids = list(range(30, 50))
+    want = exact(mx.array([ids]))[0, :3]  # before routing and rounding differences pile up along the text
+    assert mx.abs(model(mx.array([ids]))[0, :3] - want).max().item() < 0.02 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("meta_changes, message", [
+    ({"expert_gating_func": 2}, "DeepSeek-V3's expert routing"),
+    ({"expert_weights_norm": True}, "expert_weights_norm"),
+])
+def test_deepseek_routing_mlx_lm_cannot_compute_is_refused(tmp_path, meta_changes, message):
+    path, _ = build_deepseek("v2-lite-split", tmp_path, meta_changes=meta_changes)
+    with pytest.raises(gguf.UnsupportedGGUF, match=message):
+        gguf.ensure_converted(path, "float32")

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from .gguf_arch import (ARCHITECTURES, AUXILIARY, UnfittedRope, UnmappedTensor, adjuster, arch_config, arch_refusal,
-                        float_only)
+                        requantizable, widened)
 from .gguf_arch import mlx_name as arch_mlx_name
 from .gguf_header import GGUFError, read_header
 from .gguf_tensors import FLOATS, GROUP_SIZE, ShardWriter, convert_tensors, dequantizable, floats
@@ -117,12 +117,12 @@ def check(path: Path, template: str | None = None) -> dict:
         first = next(t.name for t in tensors if t.type == bad[0])
         raise UnsupportedGGUF(f"{path.name}: quantization {', '.join(bad)} (e.g. {first}) is not supported: the "
                               f"gguf package cannot dequantize it (supported: {', '.join(sorted(readable))})")
+    refusal = arch_refusal(arch, meta, {t.name for t in tensors})  # (before an unknown tensor's own refusal)
+    if refusal:
+        raise UnsupportedGGUF(f"{path.name}: {refusal}")
     for t in tensors:
         if t.name not in AUXILIARY:
             mlx_name(t.name, arch)
-    refusal = arch_refusal(arch, meta, {t.name for t in tensors})
-    if refusal:
-        raise UnsupportedGGUF(f"{path.name}: {refusal}")
     if not meta.get("tokenizer.chat_template") and not template:
         raise UnsupportedGGUF(f"{path.name} has no chat template (tokenizer.chat_template): it cannot be "
                               "served as a chat model")
@@ -228,7 +228,8 @@ def convert(path: Path, out: Path, form: str = "quantized", meta: dict | None = 
 
     shards, bits = ShardWriter(out), {}
     adjust = adjuster(arch, {rename(t.name) for t in weights})
-    for module, arrays in convert_tensors(path, weights, form, rename, adjust, widen=float_only):
+    for module, arrays in convert_tensors(path, weights, form, rename, adjust, widen=widened(arch),
+                                          requantize=requantizable(arch)):
         for suffix, a in arrays.items():
             shards.add(f"{module}.{suffix}", a)
         if "scales" in arrays:

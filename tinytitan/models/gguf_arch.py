@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from .gguf_rope import UnfittedRope, llama3_scaling, longrope_scaling, yarn_scaling
 
 __all__ = ["ARCHITECTURES", "AUXILIARY", "UnfittedRope", "UnmappedTensor", "adjuster", "arch_config",
-           "arch_refusal", "float_only", "join_kv_b", "llama3_scaling", "mlx_name"]
+           "arch_refusal", "join_kv_b", "requantizable", "widened", "llama3_scaling", "mlx_name"]
 
 SUFFIXES = ("weight", "bias", "scales", "biases")
 
@@ -78,6 +78,7 @@ class Arch:
     extra: Callable[[Callable, dict, dict], dict] | None = None  # (get, header meta, aux) -> config keys
     norm_plus_one: bool = False
     notes: tuple[str, ...] = field(default=())
+    plain: tuple[str, ...] = ()  # MLX name endings the class holds as plain arrays (never quantized)
 
 
 def _moe(get, meta, aux=None) -> dict:
@@ -170,7 +171,8 @@ ARCHITECTURES = {
     "qwen3moe": Arch("qwen3_moe", "Qwen3MoeForCausalLM", {**_DENSE, **_EXPERTS}, extra=_qwen3moe),
     "gemma2": Arch("gemma2", "Gemma2ForCausalLM", _GEMMA, extra=_gemma2, norm_plus_one=True),
     "gemma3": Arch("gemma3_text", "Gemma3ForCausalLM", _GEMMA, extra=_gemma3, norm_plus_one=True),
-    "deepseek2": Arch("deepseek_v2", "DeepseekV2ForCausalLM", _MLA, traditional_rope=True, extra=_deepseek2),
+    "deepseek2": Arch("deepseek_v2", "DeepseekV2ForCausalLM", _MLA, traditional_rope=True, extra=_deepseek2,
+                      plain=("mlp.gate.weight",)),  # MoEGate's weight is no Linear
 }
 
 
@@ -258,9 +260,17 @@ def join_kv_b(k_b, v_b):
     return np.concatenate([np.swapaxes(k_b, 1, 2), v_b], axis=1).reshape(-1, k_b.shape[1])
 
 
-def float_only(name: str) -> bool:
-    """Tensors the converter must widen even where their blocks could be kept (they are reshaped)."""
-    return name.endswith((".self_attn.k_b.weight", ".self_attn.v_b.weight"))
+def widened(arch: str) -> Callable[[str], bool]:
+    """Tensors (MLX names) the converter must widen even where their blocks could be kept: those joined into
+    another, and those the class holds as plain arrays."""
+    ends = (".self_attn.k_b.weight", ".self_attn.v_b.weight", *ARCHITECTURES[arch].plain)
+    return lambda name: name.endswith(ends)
+
+
+def requantizable(arch: str) -> Callable[[str], bool]:
+    """Whether a widened tensor may be requantized (``quantized`` form): not one the class holds plain."""
+    plain = ARCHITECTURES[arch].plain
+    return lambda name: not plain or not name.endswith(plain)
 
 
 def arch_config(arch: str, meta: dict, vocab_size: int, has_output: bool, has_bias: bool,
