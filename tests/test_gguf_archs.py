@@ -236,6 +236,7 @@ def test_rope_freqs_that_are_not_llama3_scaling_are_refused(tmp_path):
 MLA = {"self_attn.q_a_proj": "attn_q_a", "self_attn.q_a_layernorm": "attn_q_a_norm", "self_attn.q_b_proj": "attn_q_b",
        "self_attn.kv_a_proj_with_mqa": "attn_kv_a_mqa", "self_attn.kv_a_layernorm": "attn_kv_a_norm",
        "self_attn.kv_b_proj": "attn_kv_b", "self_attn.k_b": "attn_k_b", "self_attn.v_b": "attn_v_b",
+       "self_attn.embed_q": "attn_k_b", "self_attn.unembed_out": "attn_v_b",  # deepseek_v3's names of the two
        "mlp.shared_experts.gate_proj": "ffn_gate_shexp", "mlp.shared_experts.up_proj": "ffn_up_shexp",
        "mlp.shared_experts.down_proj": "ffn_down_shexp"}
 DEEPSEEK = {**BASE, "model_type": "deepseek_v2", "num_hidden_layers": 3, "num_key_value_heads": 4,
@@ -253,9 +254,17 @@ DEEPSEEK_CASES = {
     "v2-q_lora-grouped": ({"q_lora_rank": 48, "routed_scaling_factor": 16.0, "topk_method": "group_limited_greedy",
                            "n_group": 2, "topk_group": 1}, "split"),
 }
+V3 = {"model_type": "deepseek_v3", "scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
+      "n_group": 2, "topk_group": 1, "routed_scaling_factor": 2.5, "q_lora_rank": 48}
+DEEPSEEK_CASES.update({  # sigmoid routing with a selection bias (DeepSeek-V3, Moonlight, Kimi): mlx-lm's deepseek_v3
+    "v3-split": (V3, "split"),
+    "v3-kv_b": (V3, "kv_b"),
+})
 
 
 def deepseek_gguf_name(name: str) -> str:
+    if name.endswith(".mlp.gate.e_score_correction_bias"):
+        return f"blk.{name.split('.')[2]}.exp_probs_b.bias"
     module, _, suffix = name.rpartition(".")
     _, _, n, rest = module.split(".", 3) if module.startswith("model.layers.") else (0, 0, 0, "")
     return f"blk.{n}.{MLA[rest]}.{suffix}" if rest in MLA else gguf_name("deepseek2", name)
@@ -264,18 +273,32 @@ def deepseek_gguf_name(name: str) -> str:
 def build_deepseek(case: str, tmp_path, encode=lambda name, a: None, meta_changes=None):
     """A tiny random deepseek_v2 and its GGUF, with the metadata DeepseekV2Model in convert_hf_to_gguf.py
     writes (newer files: head_count_kv 1 and the MLA key/value lengths; older ones: the per-head lengths)."""
-    from mlx_lm.models import deepseek_v2
+    import importlib
 
     changes, kv_form = DEEPSEEK_CASES[case]
     config = {**DEEPSEEK, **changes}
+    module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
     mx.random.seed(7)
-    model = deepseek_v2.Model(deepseek_v2.ModelArgs.from_dict(config))
+    model = module.Model(module.ModelArgs.from_dict(config))
     weights = {k: v * 4 if k.endswith("norm.weight") else v for k, v in tree_flatten(model.parameters())}
+    # mlx-lm starts the router at zeros (every expert alike): a random router and selection bias, so which
+    # experts are chosen, and how they are weighted, depend on the converted router
+    weights = {k: mx.random.normal(v.shape) * 0.3 if k.endswith(("e_score_correction_bias", "mlp.gate.weight")) else v
+               for k, v in weights.items()}
     model.load_weights(list(weights.items()))
     heads, nope, v, rank = (config["num_attention_heads"], config["qk_nope_head_dim"], config["v_head_dim"],
                             config["kv_lora_rank"])
     stored = {}
     for k, w in weights.items():
+        if k.endswith("embed_q.weight"):  # deepseek_v3 holds k_b / v_b: the kv_b form joins them
+            if kv_form != "split":
+                v_b = weights[k.replace("embed_q", "unembed_out")]
+                stored[k.replace("embed_q", "kv_b_proj")] = mx.concatenate([w.swapaxes(1, 2), v_b], axis=1).reshape(
+                    -1, rank)
+            if kv_form == "kv_b":
+                continue
+        if k.endswith("unembed_out.weight") and kv_form == "kv_b":
+            continue
         if k.endswith("kv_b_proj.weight") and kv_form != "kv_b":  # convert_hf_to_gguf.py's split, per head
             per_head = w.reshape(heads, nope + v, rank)
             stored[k.replace("kv_b_proj", "k_b")] = per_head[:, :nope, :].swapaxes(1, 2)
@@ -296,9 +319,13 @@ def build_deepseek(case: str, tmp_path, encode=lambda name, a: None, meta_change
         meta["attention.q_lora_rank"] = config["q_lora_rank"]
     if config.get("n_group"):
         meta.update({"expert_group_count": config["n_group"], "expert_group_used_count": config["topk_group"]})
+    if config.get("scoring_func") == "sigmoid":
+        meta.update({"expert_gating_func": 2, "expert_weights_norm": config["norm_topk_prob"]})
     if kv_form == "kv_b":  # older files: per-head lengths, every head its own kv head, the routing spelled out
         view = {**config, "head_dim": nope + rope}
-        meta.update({"attention.value_length": v, "expert_weights_norm": False, "expert_gating_func": 1})
+        meta.update({"attention.value_length": v})
+        meta.setdefault("expert_weights_norm", False)
+        meta.setdefault("expert_gating_func", 1)
     else:
         view = {**config, "num_key_value_heads": 1, "head_dim": rank + rope}
         meta.update({"attention.value_length": rank, "attention.key_length_mla": nope + rope,
@@ -317,7 +344,8 @@ def test_deepseek_v2_converts_to_the_same_model(tmp_path, case):
     path, reference = build_deepseek(case, tmp_path)
     out = gguf.ensure_converted(path, "float32")
     conf = json.loads((out / "config.json").read_text())
-    assert conf["model_type"] == "deepseek_v2" and conf["rope_scaling"]["factor"] == 40.0
+    assert conf["model_type"] == DEEPSEEK_CASES[case][0].get("model_type", "deepseek_v2")
+    assert conf["rope_scaling"]["factor"] == 40.0
     model, _ = load(str(out))
     assert not any(k.endswith((".k_b.weight", ".v_b.weight")) for k in json.loads(
         (out / "model.safetensors.index.json").read_text())["weight_map"])
@@ -353,7 +381,8 @@ def test_deepseek_v2_split_kv_b_kept_quantized(tmp_path):
 
 
 @pytest.mark.parametrize("meta_changes, message", [
-    ({"expert_gating_func": 2}, "DeepSeek-V3's expert routing"),
+    ({"expert_gating_func": 2}, "sigmoid expert routing without its selection bias"),
+    ({"expert_gating_func": 3}, "expert_gating_func 3 is not supported"),
     ({"expert_weights_norm": True}, "expert_weights_norm"),
 ])
 def test_deepseek_routing_mlx_lm_cannot_compute_is_refused(tmp_path, meta_changes, message):

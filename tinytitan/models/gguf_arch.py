@@ -14,13 +14,16 @@ Rules (each from how llama.cpp's ``convert_hf_to_gguf.py`` writes the architectu
 - ``gemma2``, ``gemma3``: the converter adds 1 to every norm weight (Gemma's RMSNorm multiplies by 1 + w),
   taken off again here; llama.cpp's fixed choices the file does not carry (the query scale of the 27B
   models, Gemma 3's local RoPE base and sliding-window pattern) are made the same way;
-- ``deepseek2`` (DeepSeek-V2, V2-Lite): multi-head latent attention as mlx-lm's ``deepseek_v2`` holds it
-  (``q_proj`` or ``q_a``/``q_b``, ``kv_a_proj_with_mqa``, ``kv_b_proj``). llama.cpp's newer files split
-  ``kv_b`` per head into ``attn_k_b`` (heads × kv_lora × nope, transposed) and ``attn_v_b`` (heads × v ×
-  kv_lora); the two are joined back into ``kv_b_proj``. Its RoPE is the interleaved one, unpermuted, with
-  YaRN; the first ``leading_dense_block_count`` layers are dense, the rest softmax-routed experts (stacked
-  like Qwen's) with shared experts. What mlx-lm's class cannot compute is refused by name (``arch_refusal``):
-  sigmoid routing with ``exp_probs_b`` (DeepSeek-V3's), normalised top-k weights, a tied output.
+- ``deepseek2`` (DeepSeek-V2, V2-Lite; and, with sigmoid routing, the DeepSeek-V3 family: Moonlight, Kimi,
+  V3/R1): multi-head latent attention (``q_proj`` or ``q_a``/``q_b``, ``kv_a_proj_with_mqa``, ``kv_b``).
+  llama.cpp's newer files split ``kv_b`` per head into ``attn_k_b`` (heads × kv_lora × nope, transposed)
+  and ``attn_v_b`` (heads × v × kv_lora). Softmax routing is mlx-lm's ``deepseek_v2``, whose ``kv_b_proj``
+  the two are joined back into; sigmoid routing (``expert_gating_func`` 2, with ``exp_probs_b``, the
+  selection bias) is its ``deepseek_v3``, which holds the two halves as they are (``embed_q``,
+  ``unembed_out``). The RoPE is the interleaved one, unpermuted, with YaRN; the first
+  ``leading_dense_block_count`` layers are dense, the rest routed experts (stacked like Qwen's) with shared
+  experts. What the class cannot compute is refused by name (``arch_refusal``): normalised top-k weights
+  under softmax routing, a selection bias without sigmoid routing (or the reverse), a tied output.
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ _MLA = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
         "attn_q": "self_attn.q_proj", "attn_q_a": "self_attn.q_a_proj", "attn_q_a_norm": "self_attn.q_a_layernorm",
         "attn_q_b": "self_attn.q_b_proj", "attn_kv_a_mqa": "self_attn.kv_a_proj_with_mqa",
         "attn_kv_a_norm": "self_attn.kv_a_layernorm", "attn_kv_b": "self_attn.kv_b_proj",
-        "attn_k_b": "self_attn.k_b", "attn_v_b": "self_attn.v_b",  # joined into kv_b_proj (``adjuster``)
+        "attn_k_b": "self_attn.k_b", "attn_v_b": "self_attn.v_b",  # as mlx-lm holds them: ``adjuster``
+        "exp_probs_b": "mlp.gate.e_score_correction",  # (.bias: mlx-lm's e_score_correction_bias)
         "attn_output": "self_attn.o_proj",
         "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj", **_EXPERTS,
         "ffn_gate_shexp": "mlp.shared_experts.gate_proj", "ffn_up_shexp": "mlp.shared_experts.up_proj",
@@ -159,7 +163,16 @@ def _deepseek2(get, meta, aux) -> dict:
                    n_shared_experts=shared or None)
     if groups > 1:
         out.update(n_group=groups, topk_group=int(get("expert_group_used_count")))
+    if sigmoid_routing(get):
+        out.update(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"], scoring_func="sigmoid",
+                   topk_method="noaux_tc", norm_topk_prob=bool(get("expert_weights_norm", False)),
+                   n_group=max(groups, 1), topk_group=int(get("expert_group_used_count", 1) or 1))
     return out
+
+
+def sigmoid_routing(get) -> bool:
+    """DeepSeek-V3's routing (llama.cpp's expert_gating_func 2); 1 or none (older V2 files) is softmax."""
+    return int(get("expert_gating_func", 1) or 1) == 2
 
 
 ARCHITECTURES = {
@@ -172,7 +185,7 @@ ARCHITECTURES = {
     "gemma2": Arch("gemma2", "Gemma2ForCausalLM", _GEMMA, extra=_gemma2, norm_plus_one=True),
     "gemma3": Arch("gemma3_text", "Gemma3ForCausalLM", _GEMMA, extra=_gemma3, norm_plus_one=True),
     "deepseek2": Arch("deepseek_v2", "DeepseekV2ForCausalLM", _MLA, traditional_rope=True, extra=_deepseek2,
-                      plain=("mlp.gate.weight",)),  # MoEGate's weight is no Linear
+                      plain=("mlp.gate.weight",)),  # MoEGate's weight is no Linear (both classes)
 }
 
 
@@ -190,15 +203,18 @@ def arch_refusal(arch: str, meta: dict, names: set[str]) -> str | None:
         return f"rope_factors_long/short (Phi-3's long-context RoPE factors) are not supported for {arch}"
     if arch != "deepseek2":
         return None
-    gating = get("expert_gating_func")
-    if any(n.endswith("exp_probs_b.bias") for n in names) or (gating is not None and int(gating) != 1):
-        return ("DeepSeek-V3's expert routing (sigmoid gating with exp_probs_b) is not supported: mlx-lm's "
-                "deepseek_v2 routes by softmax")
-    if get("expert_weights_norm"):
-        return "expert_weights_norm (normalised top-k expert weights) is not supported: mlx-lm's deepseek_v2 " \
-               "does not normalise them"
+    gating, bias = int(get("expert_gating_func", 1) or 1), any(n.endswith("exp_probs_b.bias") for n in names)
+    if gating not in (1, 2):
+        return f"expert_gating_func {gating} is not supported (1: softmax, DeepSeek-V2; 2: sigmoid, DeepSeek-V3)"
+    if bias != (gating == 2) and any("_exps." in n for n in names):
+        return ("sigmoid expert routing without its selection bias (exp_probs_b), or that bias with softmax "
+                "routing, is not supported: mlx-lm's deepseek_v2 routes by softmax, its deepseek_v3 by sigmoid "
+                "with the bias")
+    if gating == 1 and get("expert_weights_norm"):
+        return ("expert_weights_norm (normalised top-k expert weights) with softmax routing is not supported: "
+                "mlx-lm's deepseek_v2 does not normalise them")
     if "output.weight" not in names:
-        return "a tied output (no output.weight) is not supported: mlx-lm's deepseek_v2 has its own lm_head"
+        return "a tied output (no output.weight) is not supported: mlx-lm's DeepSeek classes have their own lm_head"
     return None
 
 
@@ -226,19 +242,26 @@ def adjuster(arch: str, names: set[str]) -> Callable[[str, object], list]:
     (name, array) pairs to write: Gemma's norms lose the 1 the converter added; a shared expert's gate, stored
     as a vector, becomes the one-row matrix mlx-lm's Linear holds; DeepSeek-V2's ``k_b`` and ``v_b`` are held
     until both are read, then written as the ``kv_b_proj`` they were split from (dropped where the file also
-    has ``kv_b`` itself). ``names``: the file's tensors, as MLX names."""
+    has ``kv_b`` itself; DeepSeek-V3's class holds them as they are). ``names``: the file's tensors, as MLX
+    names."""
     plus_one = ARCHITECTURES[arch].norm_plus_one
     held: dict[str, dict] = {}
+
+    sigmoid = any(n.endswith(".mlp.gate.e_score_correction.bias") for n in names)  # deepseek_v3
 
     def adjust(name: str, a) -> list:
         if plus_one and name.endswith("norm.weight"):
             a = a - 1.0
         if name.endswith("shared_expert_gate.weight") and a.ndim == 1:
             a = a.reshape(1, -1)
+        if name.endswith(".mlp.gate.e_score_correction.bias"):
+            return [(name.replace("e_score_correction.bias", "e_score_correction_bias"), a)]
         if name.endswith((".self_attn.k_b.weight", ".self_attn.v_b.weight")):
             prefix, part = name[:-len(".k_b.weight")], name[-len("k_b.weight"):-len(".weight")]
             if f"{prefix}.kv_b_proj.weight" in names:
                 return []
+            if sigmoid:  # deepseek_v3 holds the halves: embed_q (k_b) and unembed_out (v_b)
+                return [(f"{prefix}.{'embed_q' if part == 'k_b' else 'unembed_out'}.weight", a)]
             parts = held.setdefault(prefix, {})
             parts[part] = a
             if len(parts) < 2:
