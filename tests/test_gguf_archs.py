@@ -355,14 +355,16 @@ def test_deepseek_v2_converts_to_the_same_model(tmp_path, case):
     assert greedy(model, ids) == greedy(reference, ids)
 
 
-def test_deepseek_v2_split_kv_b_kept_quantized(tmp_path):
-    """k_b / v_b stored Q8_0 are widened to be joined, then the joined kv_b_proj is requantized (8 bits); the
-    router's weight, a plain array in mlx-lm's class, stays a float."""
+@pytest.mark.parametrize("case", ["v2-lite-split", "v3-split"])
+def test_deepseek_split_kv_b_kept_quantized(tmp_path, case):
+    """k_b / v_b stored Q8_0 come out as 8-bit MLX weights: joined into kv_b_proj first (deepseek_v2), or as
+    they are (deepseek_v3's embed_q / unembed_out); the router's weight, a plain array in mlx-lm's classes,
+    stays a float."""
     import gguf as gguf_package
     from mlx_lm import load
 
     q8 = gguf_package.GGMLQuantizationType.Q8_0
-    path, _ = build_deepseek("v2-lite-split", tmp_path, lambda name, a: (gguf_package.quants.quantize(a, q8), q8)
+    path, _ = build_deepseek(case, tmp_path, lambda name, a: (gguf_package.quants.quantize(a, q8), q8)
                              if a.ndim >= 2 and a.shape[-1] % 32 == 0 else None)
     out = gguf.ensure_converted(path, "quantized")
     conf = json.loads((out / "config.json").read_text())
@@ -370,14 +372,15 @@ def test_deepseek_v2_split_kv_b_kept_quantized(tmp_path):
     model, _ = load(str(out))
     exact, _ = load(str(gguf.ensure_converted(path, "float32")))  # what the Q8_0 blocks stand for
     for layer, plain in zip(model.layers, exact.layers):
-        kv_b = layer.self_attn.kv_b_proj
-        got = mx.dequantize(kv_b.weight, kv_b.scales, kv_b.biases, group_size=32, bits=8)
-        want = plain.self_attn.kv_b_proj.weight
-        assert mx.abs(got - want).max().item() < 0.01 * mx.abs(want).max().item()
+        for part in ("kv_b_proj", "embed_q", "unembed_out"):
+            if hasattr(plain.self_attn, part):
+                q, want = getattr(layer.self_attn, part), getattr(plain.self_attn, part).weight
+                got = mx.dequantize(q.weight, q.scales, q.biases, group_size=32, bits=8)
+                assert mx.abs(got - want).max().item() < 0.01 * mx.abs(want).max().item()
     assert model.layers[1].mlp.gate.weight.dtype == mx.float16
     ids = list(range(30, 50))
     want = exact(mx.array([ids]))[0, :3]  # before routing and rounding differences pile up along the text
-    assert mx.abs(model(mx.array([ids]))[0, :3] - want).max().item() < 0.02 * mx.abs(want).max().item()
+    assert mx.abs(model(mx.array([ids]))[0, :3] - want).max().item() < 0.05 * mx.abs(want).max().item()
 
 
 @pytest.mark.parametrize("meta_changes, message", [
