@@ -184,6 +184,9 @@ def test_architecture_converts_to_the_same_model(tmp_path, case):
     want, got = reference(mx.array([ids]))[0], model(mx.array([ids]))[0]
     assert mx.allclose(got, want, atol=1e-4).item(), mx.abs(got - want).max().item()
     assert greedy(model, ids) == greedy(reference, ids)
+    # the listing's parameter count is the weights', not the RoPE factors read into the config
+    facts = json.loads((out / "gguf_source.json").read_text())
+    assert facts["parameters"] == sum(v.size for _, v in tree_flatten(reference.parameters()))
     if case == "llama-rope-freqs":
         assert conf["rope_scaling"]["rope_type"] == "llama3" and conf["rope_scaling"]["factor"] == 8.0
         # positions past the original window: the scaled RoPE is the one in use (a plain RoPE would differ)
