@@ -51,7 +51,8 @@ def factors(n: int, seed: int) -> list[float]:
 
 def longrope(rope_dims: int) -> tuple[dict, dict]:
     """(config changes, GGUF metadata) of a Phi-3 128k-style model whose RoPE rotates ``rope_dims``."""
-    scaling = {"type": "longrope", "long_factor": factors(rope_dims // 2, 1), "short_factor": factors(rope_dims // 2, 2)}
+    half = rope_dims // 2
+    scaling = {"type": "longrope", "long_factor": factors(half, 1), "short_factor": factors(half, 2)}
     config = {"max_position_embeddings": 131072, "original_max_position_embeddings": 4096, "rope_scaling": scaling}
     meta = {"rope.scaling.original_context_length": 4096, "rope.dimension_count": rope_dims,
             "rope.scaling.attn_factor": math.sqrt(1 + math.log(131072 / 4096) / math.log(4096))}

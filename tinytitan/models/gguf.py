@@ -228,12 +228,15 @@ def convert(path: Path, out: Path, form: str = "quantized", meta: dict | None = 
 
     shards, bits = ShardWriter(out), {}
     adjust = adjuster(arch, {rename(t.name) for t in weights})
-    for module, arrays in convert_tensors(path, weights, form, rename, adjust, widen=widened(arch),
-                                          requantize=requantizable(arch)):
-        for suffix, a in arrays.items():
-            shards.add(f"{module}.{suffix}", a)
-        if "scales" in arrays:
-            bits[module] = arrays["weight"].shape[-1] * 32 // (arrays["scales"].shape[-1] * GROUP_SIZE)
+    try:
+        for module, arrays in convert_tensors(path, weights, form, rename, adjust, widen=widened(arch),
+                                              requantize=requantizable(arch)):
+            for suffix, a in arrays.items():
+                shards.add(f"{module}.{suffix}", a)
+            if "scales" in arrays:
+                bits[module] = arrays["weight"].shape[-1] * 32 // (arrays["scales"].shape[-1] * GROUP_SIZE)
+    except UnmappedTensor as exc:  # (tensors joined while converting: DeepSeek's k_b / v_b)
+        raise UnsupportedGGUF(f"{path.name}: {exc}") from None
     shards.close()
     if bits:
         common = max(set(bits.values()), key=list(bits.values()).count)

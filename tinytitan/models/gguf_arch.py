@@ -124,9 +124,12 @@ def _gemma3(get, meta, aux) -> dict:
 def _phi3(get, meta, aux) -> dict:
     head_dim = int(get("embedding_length")) // int(get("attention.head_count"))  # mlx-lm's phi3 head size
     rope_dims = int(get("rope.dimension_count", head_dim))
-    out = {"partial_rotary_factor": rope_dims / head_dim} if rope_dims != head_dim else {}
+    out = {}
+    if rope_dims != head_dim:  # mlx-lm rotates int(head_dim * factor) dimensions: a factor that rounds to them
+        factor = rope_dims / head_dim
+        out["partial_rotary_factor"] = factor if int(head_dim * factor) == rope_dims else (rope_dims + .5) / head_dim
     if "rope_factors_long.weight" in aux:
-        out.update(longrope_scaling(aux["rope_factors_long.weight"], aux["rope_factors_short.weight"],
+        out.update(longrope_scaling(aux["rope_factors_long.weight"], aux.get("rope_factors_short.weight"),
                                     int(get("context_length", 4096)),
                                     int(get("rope.scaling.original_context_length", 0)), rope_dims,
                                     get("rope.scaling.attn_factor")))
@@ -213,6 +216,11 @@ def arch_refusal(arch: str, meta: dict, names: set[str]) -> str | None:
     if gating == 1 and get("expert_weights_norm"):
         return ("expert_weights_norm (normalised top-k expert weights) with softmax routing is not supported: "
                 "mlx-lm's deepseek_v2 does not normalise them")
+    for n in names:
+        m = re.fullmatch(r"blk\.(\d+)\.attn_[kv]_b\.weight", n)
+        if m and not {f"blk.{m.group(1)}.attn_k_b.weight", f"blk.{m.group(1)}.attn_v_b.weight"} <= names \
+                and f"blk.{m.group(1)}.attn_kv_b.weight" not in names:
+            return f"{n} without its other half (attn_k_b and attn_v_b together make kv_b)"
     if "output.weight" not in names:
         return "a tied output (no output.weight) is not supported: mlx-lm's DeepSeek classes have their own lm_head"
     return None
@@ -246,7 +254,6 @@ def adjuster(arch: str, names: set[str]) -> Callable[[str, object], list]:
     names."""
     plus_one = ARCHITECTURES[arch].norm_plus_one
     held: dict[str, dict] = {}
-
     sigmoid = any(n.endswith(".mlp.gate.e_score_correction.bias") for n in names)  # deepseek_v3
 
     def adjust(name: str, a) -> list:
@@ -279,7 +286,7 @@ def join_kv_b(k_b, v_b):
     import numpy as np
 
     if k_b.ndim != 3 or v_b.ndim != 3 or k_b.shape[0] != v_b.shape[0] or k_b.shape[1] != v_b.shape[2]:
-        raise ValueError(f"attn_k_b {k_b.shape} and attn_v_b {v_b.shape} are not the two halves of one kv_b")
+        raise UnmappedTensor(f"attn_k_b {k_b.shape} and attn_v_b {v_b.shape} are not the two halves of one kv_b")
     return np.concatenate([np.swapaxes(k_b, 1, 2), v_b], axis=1).reshape(-1, k_b.shape[1])
 
 

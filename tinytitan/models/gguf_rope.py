@@ -66,6 +66,8 @@ def longrope_scaling(long, short, context: int, original: int, rope_dims: int,
                      attn_factor: float | None) -> dict:
     """mlx-lm's phi3 config keys for Phi-3's long-context RoPE: ``rope_scaling`` (``longrope``, the two factor
     lists) and ``original_max_position_embeddings``."""
+    if short is None:
+        raise UnfittedRope("rope_factors_long without rope_factors_short")
     long, short = [float(f) for f in long], [float(f) for f in short]
     if len(long) != rope_dims // 2 or len(short) != rope_dims // 2:
         raise UnfittedRope(f"rope_factors_long/short hold {len(long)}/{len(short)} factors, not one per "
