@@ -4,7 +4,7 @@ any other.
 Rules, checked on the header before a weight is read, each refusal naming what it refuses:
 
 - architectures: those ``gguf_arch`` maps to an mlx-lm class (Llama/Mistral, Qwen2/3, their MoE variants,
-  Phi-3, Gemma 2/3);
+  Phi-3, Gemma 2/3, DeepSeek-V2), each file checked for what its class cannot compute;
 - tensor storage: F32/F16/BF16 and every quantized type the ``gguf`` package dequantizes (``gguf_tensors``
   says how each becomes MLX arrays); a type it cannot read is refused by name, never guessed;
 - the tokenizer is rebuilt from the metadata (``gguf_tokenizer``), the chat template is the metadata's
@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .gguf_arch import ARCHITECTURES, AUXILIARY, UnfittedRope, UnmappedTensor, adjuster, arch_config
+from .gguf_arch import (ARCHITECTURES, AUXILIARY, UnfittedRope, UnmappedTensor, adjuster, arch_config, arch_refusal,
+                        requantizable, widened)
 from .gguf_arch import mlx_name as arch_mlx_name
 from .gguf_header import GGUFError, read_header
 from .gguf_tensors import FLOATS, GROUP_SIZE, ShardWriter, convert_tensors, dequantizable, floats
@@ -40,7 +41,7 @@ from .gguf_tokenizer import UnsupportedTokenizer, build_tokenizer
 
 log = logging.getLogger("tinytitan.gguf")
 
-CONVERTER_VERSION = 2  # part of the cache key: a converter change converts again
+CONVERTER_VERSION = 3  # part of the cache key: a converter change converts again
 FORMS = ("quantized", "float16", "float32")
 
 
@@ -116,15 +117,12 @@ def check(path: Path, template: str | None = None) -> dict:
         first = next(t.name for t in tensors if t.type == bad[0])
         raise UnsupportedGGUF(f"{path.name}: quantization {', '.join(bad)} (e.g. {first}) is not supported: the "
                               f"gguf package cannot dequantize it (supported: {', '.join(sorted(readable))})")
+    refusal = arch_refusal(arch, meta, {t.name for t in tensors})  # (before an unknown tensor's own refusal)
+    if refusal:
+        raise UnsupportedGGUF(f"{path.name}: {refusal}")
     for t in tensors:
         if t.name not in AUXILIARY:
             mlx_name(t.name, arch)
-        if t.name.startswith("rope_factors"):
-            raise UnsupportedGGUF(f"{path.name}: {t.name} (Phi-3's long-context RoPE factors) is not supported")
-    scaling = meta.get(f"{arch}.rope.scaling.type")
-    if scaling not in (None, "none", "linear"):
-        raise UnsupportedGGUF(f"{path.name}: RoPE scaling {scaling!r} is not supported (none, linear and "
-                              "Llama 3's rope_freqs are)")
     if not meta.get("tokenizer.chat_template") and not template:
         raise UnsupportedGGUF(f"{path.name} has no chat template (tokenizer.chat_template): it cannot be "
                               "served as a chat model")
@@ -216,25 +214,29 @@ def convert(path: Path, out: Path, form: str = "quantized", meta: dict | None = 
     except UnsupportedTokenizer as exc:
         raise UnsupportedGGUF(f"{path.name}: {exc}") from None
     names = {t.name for t in tensors}
-    rope = next((t for t in tensors if t.name == "rope_freqs.weight"), None)
-    rope_freqs = np.array(floats(np.memmap(path, dtype=np.uint8, mode="r"), rope)) if rope is not None else None
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    aux = {t.name: np.array(floats(data, t)) for t in tensors if t.name in AUXILIARY}  # into the config
+    weights = [t for t in tensors if t.name not in AUXILIARY]
     try:
         config = arch_config(arch, meta, len(full["tokenizer.ggml.tokens"]), "output.weight" in names,
-                             "blk.0.attn_q.bias" in names, rope_freqs)
+                             "blk.0.attn_q.bias" in names, aux)
     except UnfittedRope as exc:
         raise UnsupportedGGUF(f"{path.name}: {exc}") from None
 
     def rename(name: str) -> str:
-        return "rope_freqs.weight" if name in AUXILIARY else mlx_name(name, arch)
+        return mlx_name(name, arch)
 
     shards, bits = ShardWriter(out), {}
-    for module, arrays in convert_tensors(path, tensors, form, rename, adjuster(arch)):
-        if module == "rope_freqs":
-            continue  # in the config
-        for suffix, a in arrays.items():
-            shards.add(f"{module}.{suffix}", a)
-        if "scales" in arrays:
-            bits[module] = arrays["weight"].shape[-1] * 32 // (arrays["scales"].shape[-1] * GROUP_SIZE)
+    adjust = adjuster(arch, {rename(t.name) for t in weights})
+    try:
+        for module, arrays in convert_tensors(path, weights, form, rename, adjust, widen=widened(arch),
+                                              requantize=requantizable(arch)):
+            for suffix, a in arrays.items():
+                shards.add(f"{module}.{suffix}", a)
+            if "scales" in arrays:
+                bits[module] = arrays["weight"].shape[-1] * 32 // (arrays["scales"].shape[-1] * GROUP_SIZE)
+    except UnmappedTensor as exc:  # (tensors joined while converting: DeepSeek's k_b / v_b)
+        raise UnsupportedGGUF(f"{path.name}: {exc}") from None
     shards.close()
     if bits:
         common = max(set(bits.values()), key=list(bits.values()).count)

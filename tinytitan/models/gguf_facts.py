@@ -30,8 +30,10 @@ def human_number(n: int) -> str:
 
 def parameter_count(tensors) -> int:
     total = 0
+    from .gguf_arch import AUXILIARY  # RoPE factors, read into the config: not weights
+
     for t in tensors:
-        if t.name == "rope_freqs.weight":
+        if t.name in AUXILIARY:
             continue
         n = 1
         for d in t.shape:

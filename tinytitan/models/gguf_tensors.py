@@ -99,11 +99,15 @@ def quantizable(name: str, shape: tuple[int, ...]) -> bool:
 
 
 def convert_tensors(path: Path, tensors: list, form: str, rename: Callable[[str], str],
-                    adjust: Callable[[str, object], object]) -> Iterator[tuple[str, dict]]:
+                    adjust: Callable[[str, object], list],
+                    widen: Callable[[str], bool] = lambda name: False,
+                    requantize: Callable[[str], bool] = lambda name: True) -> Iterator[tuple[str, dict]]:
     """(MLX module name, {suffix: array}) per tensor of ``path`` (``tensors``: its table, from
     ``gguf_header.read_header``), in file order. ``rename`` maps a GGUF name to an MLX one (raising on an
     unknown tensor); ``adjust(mlx_name, float32 numpy)`` applies what the architecture changes about a float
-    tensor (Gemma's norms)."""
+    tensor (Gemma's norms), returning the (name, array) pairs to write: none while it holds a tensor to join
+    with a later one; ``widen(mlx_name)``: a tensor to widen even where its blocks could be kept;
+    ``requantize(mlx_name)``: whether a widened matrix may be requantized (else it stays float16)."""
     import mlx.core as mx
     import numpy as np
 
@@ -120,31 +124,39 @@ def convert_tensors(path: Path, tensors: list, form: str, rename: Callable[[str]
             loaded = {}
         for t in tensors:
             stem = t.name[:-len(".weight")]
-            if t.type in MLX_NATIVE and f"{stem}.scales" in loaded:
+            if t.type in MLX_NATIVE and f"{stem}.scales" in loaded and not widen(rename(t.name)):
                 native[t.name] = (loaded[t.name], loaded[f"{stem}.scales"], loaded[f"{stem}.biases"])
         del loaded
     dtype = {"float32": mx.float32, "float16": mx.float16}.get(form)
     progress = _Progress(path.name, tensors)
     for t in tensors:
-        name = rename(t.name)
-        module, _, suffix = name.rpartition(".")
         if t.name in native:
             w, scales, biases = native.pop(t.name)
             out = {"weight": w, "scales": scales, "biases": biases}
+            mx.eval(out)
+            yield rename(t.name).rpartition(".")[0], out
         else:
-            w = mx.array(adjust(name, floats(data, t)))
-            if dtype is not None:
-                out = {suffix: w.astype(dtype)}
-            elif t.type in FLOATS:
-                out = {suffix: w.astype({"F16": mx.float16, "BF16": mx.bfloat16}.get(t.type, mx.float32))}
-            elif quantizable(name, t.shape):
-                q, scales, biases = mx.quantize(w, group_size=GROUP_SIZE, bits=requantized_bits(t.type))
-                out = {"weight": q, "scales": scales.astype(mx.float16), "biases": biases.astype(mx.float16)}
-            else:
-                out = {suffix: w.astype(mx.float16)}
-        mx.eval(out)
-        yield module, out
+            for name, a in adjust(rename(t.name), floats(data, t)):
+                module, _, suffix = name.rpartition(".")
+                out = _widened(mx.array(a), name, suffix, t.type, dtype, requantize(name))
+                mx.eval(out)
+                yield module, out
         progress.done(t)
+
+
+def _widened(w, name: str, suffix: str, type_name: str, dtype, requantize: bool) -> dict:
+    """A float tensor as the form stores it: the form's float type; else a float type as it was, a
+    quantizable matrix requantized, anything else float16."""
+    import mlx.core as mx
+
+    if dtype is not None:
+        return {suffix: w.astype(dtype)}
+    if type_name in FLOATS:
+        return {suffix: w.astype({"F16": mx.float16, "BF16": mx.bfloat16}.get(type_name, mx.float32))}
+    if requantize and quantizable(name, w.shape):
+        q, scales, biases = mx.quantize(w, group_size=GROUP_SIZE, bits=requantized_bits(type_name))
+        return {"weight": q, "scales": scales.astype(mx.float16), "biases": biases.astype(mx.float16)}
+    return {suffix: w.astype(mx.float16)}
 
 
 class _Progress:
