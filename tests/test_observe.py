@@ -148,9 +148,11 @@ async def test_profile_parts_add_up_to_the_wall_time(serve):
     assert entry["decode_tokens"] == r.usage.completion_tokens - 1
     assert entry["prefill_tokens"] == r.usage.prompt_tokens - entry["cached_tokens"]
     # Orderings the clock guarantees, whatever the machine's load: the server's parts lie inside its total,
-    # its total inside what the client waited, and the scripted delays are a floor under decode.
+    # and the scripted delays are a floor under decode. (The turn ends after its last byte is sent, so its
+    # total may pass what the client waited: only a loose check that it is this request's time.)
     parts = sum(entry[k] or 0 for k in STEPS)
-    assert parts <= entry["total_s"] + 1e-6 <= wall + 2e-6, (parts, wall, entry)
+    assert parts <= entry["total_s"] + 1e-6, (parts, entry)
+    assert 0.5 * wall <= entry["total_s"] <= 1.5 * wall, (wall, entry)
     assert entry["decode_s"] >= entry["decode_tokens"] * 0.025 * 0.99, entry
     assert entry["other_s"] == pytest.approx(entry["total_s"] - parts, abs=1e-3)
     # ...and the steps account for the time: what they leave is a sliver (loose, so a loaded machine passes)
