@@ -65,7 +65,7 @@ def test_a_go_template_translates_to_the_jinja_that_renders_the_same():
 
 
 @pytest.mark.parametrize("source, named", [
-    ("{{ .Prompt }}", "older .Prompt/.Response form"),
+    ("{{ .Prompt }}{{ range .Messages }}{{ end }}", "beside .Messages"),
     ('{{ range .Messages }}{{ template "x" . }}{{ end }}', "{{ template }} is not translated"),
     ("{{ range .Messages }}{{ .Content | upper }}{{ end }}", "the pipe"),
     ('{{ range .Messages }}{{ printf "%s" .Content }}{{ end }}', "the function 'printf'"),

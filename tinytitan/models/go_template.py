@@ -1,16 +1,23 @@
 """An Ollama chat template (Go's ``text/template``) translated to the Jinja a chat template is.
 
-Rules (what Ollama's ``template.Execute`` hands a template that reads ``.Messages``):
-- ``.System`` is every system message's text joined by blank lines; ``.Messages`` the conversation (system
-  messages included); ``.Tools`` the tools; in a ``range`` the dot is the item (``.Role``, ``.Content``,
-  ``.ToolCalls``, ``.Function.Name`` …, lower-cased as the chat template's messages spell them);
+Rules (what Ollama's ``template.Execute`` hands a template; its ``server/prompt.go`` and ``template`` package):
+- a template that reads ``.Messages`` renders once: ``.System`` is every system message's text joined by blank
+  lines; ``.Messages`` the conversation (system messages included); ``.Tools`` the tools; ``.Response`` empty;
+  in a ``range`` the dot is the item (``.Role``, ``.Content``, ``.ToolCalls``, ``.Function.Name`` …,
+  lower-cased as the chat template's messages spell them);
+- a template of the older form (no ``.Messages``: ``.System``, ``.Prompt``, ``.Response``) renders once per
+  turn: consecutive messages of one role are one message (their texts joined by a blank line); a system
+  message, or a user message after an answer, closes the turn before it; a user message is ``.Prompt``, an
+  assistant's ``.Response``, a system message ``.System`` (of that turn only); tool messages are left out.
+  The last turn renders only up to ``{{ .Response }}`` (what follows it is cut: the model writes it), and a
+  template without ``.Response`` gets one at its end;
 - printed as Go prints them: ``.Function.Arguments``, a tool, a tool call: JSON;
 - Jinja's block tags carry ``+`` unless Go's trim markers say otherwise, so a renderer's ``trim_blocks`` and
   ``lstrip_blocks`` (chat templates render with both) keep every newline Go keeps;
 - ``if`` / ``else if`` / ``else`` / ``range`` (with ``$i, $x :=``) / ``end``, ``$x := …``, comments, the
   trim markers ``{{-`` and ``-}}``; the functions ``eq ne lt le gt ge and or not len index slice json``.
-  Anything else (``with``, ``define``, ``template``, pipes, ``printf``, a template of the older
-  ``.Prompt``/``.Response`` form …) raises ``Untranslatable`` naming it: a wrong template is a wrong model.
+  Anything else (``with``, ``define``, ``template``, pipes, ``printf``, ``.Think``, a ``.Prompt`` beside
+  ``.Messages`` …) raises ``Untranslatable`` naming it: a wrong template is a wrong model.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ FIELDS = {"Role": "role", "Content": "content", "ToolCalls": "tool_calls", "Func
           "Arguments": "arguments", "Thinking": "reasoning_content", "ToolName": "name", "Images": "images",
           "Description": "description", "Parameters": "parameters", "Type": "type", "Index": "index",
           "ToolCallID": "tool_call_id"}
-ROOT = {"System": "_system", "Messages": "messages", "Tools": "tools"}
+ROOT = {"System": "_system", "Messages": "messages", "Tools": "tools", "Response": "''"}
+LEGACY_ROOT = {"System": "_system", "Prompt": "_prompt", "Response": "_response"}
 JSON_FIELDS = {"arguments", "parameters"}
 CALLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 SYSTEM = ("{%+ set _system = messages | selectattr('role', 'equalto', 'system') | map(attribute='content') "
@@ -35,32 +43,74 @@ class Untranslatable(ValueError):
     pass
 
 
+# the older form's turns, as Ollama's ``Execute`` walks the (collated) messages; ``_turn`` is the whole
+# template, ``_last`` the template cut after ``{{ .Response }}``
+_TURNS = ("{%+ set _ns = namespace(system='', prompt='', response='', role=none) +%}"
+          "{%+ for _m in messages +%}{%+ set _c = _m.content or '' +%}"
+          "{%+ if _m.role == _ns.role and _m.role != 'tool' +%}"
+          "{%+ if _m.role == 'system' +%}{%+ set _ns.system = _ns.system ~ '\\n\\n' ~ _c +%}"
+          "{%+ elif _m.role == 'user' +%}{%+ set _ns.prompt = _ns.prompt ~ '\\n\\n' ~ _c +%}"
+          "{%+ elif _m.role == 'assistant' +%}{%+ set _ns.response = _ns.response ~ '\\n\\n' ~ _c +%}{%+ endif +%}"
+          "{%+ elif _m.role == 'system' or (_m.role == 'user' and _ns.response) +%}"
+          "{%+ if _ns.prompt or _ns.response +%}{{ _turn(_ns.system, _ns.prompt, _ns.response) }}"
+          "{%+ set _ns.system = '' +%}{%+ set _ns.prompt = '' +%}{%+ set _ns.response = '' +%}{%+ endif +%}"
+          "{%+ if _m.role == 'system' +%}{%+ set _ns.system = _c +%}{%+ else +%}{%+ set _ns.prompt = _c +%}{%+ endif +%}"
+          "{%+ elif _m.role == 'user' +%}{%+ set _ns.prompt = _c +%}"
+          "{%+ elif _m.role == 'assistant' +%}{%+ set _ns.response = _c +%}{%+ endif +%}"
+          "{%+ set _ns.role = _m.role +%}{%+ endfor +%}"
+          "{{ _last(_ns.system, _ns.prompt, _ns.response) }}")
+
+
 def translate(source: str) -> str:
     """The Jinja for an Ollama Go template, or Untranslatable naming the construct it cannot carry over."""
-    if ".Messages" not in source:
-        raise Untranslatable("an Ollama template of the older .Prompt/.Response form (no .Messages) is not "
-                             "translated")
-    return _Translator().run(source)
+    if ".Messages" in source:
+        out = SYSTEM + _Translator(ROOT).run(source)
+        # a chat template's last newline would be dropped (Jinja's keep_trailing_newline is off); Go keeps it
+        return out + "{{ '' }}" if out.endswith("\n") else out
+    if ".Response" not in source:  # Ollama's Parse adds one at the end
+        source += "{{ .Response }}"
+    whole, cut = _Translator(LEGACY_ROOT).run(source), _Translator(LEGACY_ROOT, cut=True).run(source)
+    return ("{%+ macro _turn(_system, _prompt, _response) +%}" + whole + "{%+ endmacro +%}"
+            "{%+ macro _last(_system, _prompt, _response) +%}" + cut + "{%+ endmacro +%}" + _TURNS)
 
 
 class _Translator:
-    def __init__(self):
+    def __init__(self, root: dict[str, str], cut: bool = False):
+        """``root``: what the top-level fields are; ``cut``: everything after the first ``{{ .Response }}``
+        left out (Ollama's ``deleteNode``), the blocks it sits in still closed."""
+        self.root = root
         self.dots: list[str | None] = [None]  # what ``.`` is: None at the top, else a loop variable
         self.blocks: list[str] = []
         self.vars: dict[str, str] = {}
         self.n = 0
+        self.cut, self.cutting, self.skipped = cut, False, 0
 
     def run(self, source: str) -> str:
-        out, pos = [SYSTEM], 0
+        out, pos = [], 0
         for m in _ACTION.finditer(source):
-            out.append(_text(source[pos:m.start()]))
+            if not self.cutting:
+                out.append(_text(source[pos:m.start()]))
             pos = m.end()
             left, body, right = "-" if m.group(1) else "", m.group(2).strip(), "-" if m.group(3) else ""
-            out.append(self.action(body, left, right))
-        out.append(_text(source[pos:]))
+            out.append(self.after_cut(body) if self.cutting else self.action(body, left, right))
+            if self.cut and not self.cutting and _prints_response(body):
+                self.cutting = True
+        if not self.cutting:
+            out.append(_text(source[pos:]))
         if self.blocks:
             raise Untranslatable(f"the template leaves {{{{ {self.blocks[-1]} }}}} without its {{{{ end }}}}")
         return "".join(out)
+
+    def after_cut(self, body: str) -> str:
+        """Past the cut, only the ends of the blocks the cut sits in are written."""
+        word = body.split(None, 1)[0] if body else ""
+        if word in ("if", "range", "with", "block"):
+            self.skipped += 1
+        elif word == "end" and self.skipped:
+            self.skipped -= 1
+        elif word == "end":
+            return self.action(body, "", "")
+        return ""
 
     def action(self, body: str, left: str, right: str) -> str:
         def tag(inner: str) -> str:  # "+": no trim_blocks / lstrip_blocks (chat templates render with both)
@@ -184,10 +234,10 @@ class _Translator:
             return base
         parts = path.split(".")
         if base is None:
-            if parts[0] not in ROOT:
-                raise Untranslatable(f".{parts[0]} is not translated (Ollama's .Prompt/.Response form, or a "
-                                     "field the chat template has no value for)")
-            base, parts = ROOT[parts[0]], parts[1:]
+            if parts[0] not in self.root:
+                raise Untranslatable(f".{parts[0]} is not translated (a field the chat template has no value "
+                                     f"for{' beside .Messages' if 'Messages' in self.root else ''})")
+            base, parts = self.root[parts[0]], parts[1:]
         for p in parts:
             if p not in FIELDS:
                 raise Untranslatable(f".{p} is not translated")
@@ -212,6 +262,12 @@ class _Translator:
         if name == "json" and len(args) == 1:
             return f"({args[0]} | tojson)"
         raise Untranslatable(f"the function {name!r} is not translated")
+
+
+def _prints_response(body: str) -> bool:
+    """An action that is not a block's header and reads ``.Response`` (where Ollama's cut falls)."""
+    word = body.split(None, 1)[0] if body else ""
+    return word not in ("if", "else", "range", "with", "end") and bool(re.search(r"(?<![\w$])\$?\.Response\b", body))
 
 
 def _text(s: str) -> str:
