@@ -40,6 +40,7 @@ CHATML_GO = """{{- if .System }}<|im_start|>system
 {{- if and (ne .Role "assistant") $last }}<|im_start|>assistant
 {{ end }}
 {{- end }}"""
+SYSTEM_LAYER = "You are Tiny, a terse assistant."
 CONFIG = {"model_format": "gguf", "model_family": "qwen3", "model_families": ["qwen3"], "model_type": "3.37M",
           "file_type": "F32", "architecture": "amd64", "os": "linux"}
 
@@ -119,10 +120,11 @@ def library(tmp_path_factory):
     params = blob(root, json.dumps({"stop": ["<|im_end|>", "not one token"], "num_ctx": 2048,
                                     "temperature": 0.6, "top_k": 20}).encode())
     template = blob(root, CHATML_GO.encode())
+    system = blob(root, SYSTEM_LAYER.encode())
     bad = blob(root, b'{{ range .Messages }}{{ template "turn" . }}{{ end }}')
     facts = {
-        "tiny:latest": manifest(root, "registry.ollama.ai/library/tiny/latest", [("model", a), ("params", params)],
-                                cfg, 1_700_000_000),
+        "tiny:latest": manifest(root, "registry.ollama.ai/library/tiny/latest",
+                                [("model", a), ("params", params), ("system", system)], cfg, 1_700_000_000),
         "tiny:q4": manifest(root, "registry.ollama.ai/library/tiny/q4", [("model", a)], cfg, 1_700_000_100),
         "acme/coder:1b": manifest(root, "registry.ollama.ai/acme/coder/1b", [("model", b), ("template", template)],
                                   cfg, 1_700_000_200),
@@ -151,7 +153,7 @@ def test_an_ollama_library_is_listed_as_ollama_names_it(library, cache, caplog):
     assert im_end in config["eos_token_id"]
     gen = json.loads((tiny.path / "generation_config.json").read_text())
     assert gen["temperature"] == 0.6 and gen["top_k"] == 20
-    assert "stop 'not one token' is not one token" in caplog.text
+    assert gen["stop_strings"] == ["not one token"] and gen["system_prompt"] == SYSTEM_LAYER
     # the same blob converted once, served under each name
     assert (tiny.path / "model-00001.safetensors").resolve() == \
         (next(m for m in found if m.model_id == "tiny:q4").path / "model-00001.safetensors").resolve()
@@ -223,3 +225,23 @@ def test_models_dir_names_the_apps_folders(tmp_path, monkeypatch):
     assert models_root("lmstudio") == tmp_path / ".cache" / "lm-studio" / "models"
     (tmp_path / ".lmstudio" / "models").mkdir(parents=True)
     assert models_root("lmstudio") == tmp_path / ".lmstudio" / "models"
+
+
+def test_the_manifests_system_prompt_and_stop_words_are_the_models_defaults(library, cache):
+    """The SYSTEM layer opens a conversation that has no system message of its own; a request's own system
+    message wins. The params' multi-token stop word is a default stop string, replaced by a request's own."""
+    from tinytitan.chat_request import ChatRequest, Message
+
+    root, _ = library
+    found = {m.model_id: m for m in list_models(root, "float32")}
+    tiny = MLXBackend(found["tiny"].path, "tiny", lazy=True)
+    assert tiny.default_system == SYSTEM_LAYER and tiny.default_stop == ("not one token",)
+    bare = ChatRequest(model="tiny", messages=(Message("user", "hi"),))
+    assert tiny.encode(bare)[0].startswith(f"<|im_start|>system\n{SYSTEM_LAYER}<|im_end|>\n<|im_start|>user\nhi")
+    own = bare.with_(messages=(Message("system", "Be loud."), Message("user", "hi")))
+    assert SYSTEM_LAYER not in tiny.encode(own)[0] and "Be loud." in tiny.encode(own)[0]
+    assert tiny.prepare(bare).req.stop == ("not one token",)
+    assert tiny.prepare(bare.with_(stop=("END",))).req.stop == ("END",)
+    q4 = MLXBackend(found["tiny:q4"].path, "tiny:q4", lazy=True)  # no system or params layer: no defaults
+    assert q4.default_system is None and q4.default_stop == () and q4.prepare(bare).req.stop == ()
+    assert q4.card()["system"] is None and tiny.card()["system"] == SYSTEM_LAYER

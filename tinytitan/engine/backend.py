@@ -84,6 +84,8 @@ class Backend(ABC):
     config: dict | None = None  # the model's config.json, where there is one
     default_reasoning: str | bool | None = None
     sampling: dict = FALLBACK_SAMPLING  # the model's own defaults (generation_config.json), per key
+    default_system: str | None = None  # the model's system prompt for a conversation that sends none
+    default_stop: tuple[str, ...] = ()  # the model's stop strings for a request that sends none
     _family: Family | None = None
     _longest_token: int | None = None
 
@@ -120,7 +122,7 @@ class Backend(ABC):
         if req.reasoning_budget_tokens is not None:
             log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
                      req.reasoning_budget_tokens)
-        messages, tools = self.family.map_roles(template_messages(req), template_tools(req),
+        messages, tools = self.family.map_roles(template_messages(req, self.default_system), template_tools(req),
                                                 template_source(self.tokenizer))
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
@@ -358,6 +360,8 @@ class Backend(ABC):
 
     def prepare(self, req: ChatRequest) -> Prepared:
         req = self.structured(req)
+        if not req.stop and self.default_stop:  # a request's own stop strings replace the model's (as Ollama's
+            req = req.with_(stop=self.default_stop)  # request options replace its Modelfile's)
         self.refuse_from_bound(req)
         text, tokens, (render_s, tokenize_s), miss = self.timed_encode(req, splice=True)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
@@ -418,7 +422,8 @@ class Backend(ABC):
         if self.fim_tokens:
             capabilities.append("insert")
         return {**self.describe(), "family": self.family.name, "template": source, "capabilities": capabilities,
-                "architecture": (self.config or {}).get("model_type") or self.family.name}
+                "architecture": (self.config or {}).get("model_type") or self.family.name,
+                "system": self.default_system, "stop": list(self.default_stop)}
 
     @property
     def loaded(self) -> bool:

@@ -2,7 +2,8 @@
 
 Decoding runs on the model thread through the decoder's step (decoder.py, step.py); each generated token's
 text goes to the DecodeLoop, which decides its channel. Sampling defaults come from the model's
-generation_config.json where it has one.
+generation_config.json where it has one, as do its default stop strings (``stop_strings``, transformers'
+key) and its default system prompt (``system_prompt``: what a library such as Ollama's gives the model).
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ class MLXBackend(Backend):
         self.vocab_size = int(text_config.get("vocab_size") or 0)
         gen = read_json(self.path / "generation_config.json")
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
+        stops = gen.get("stop_strings") or ()  # transformers' own key: a string or a list of them
+        self.default_stop = (stops,) if isinstance(stops, str) else tuple(s for s in stops if isinstance(s, str) and s)
+        system = gen.get("system_prompt")  # tinytitan's key: a library's default system prompt (ollama_library.py)
+        self.default_system = system if isinstance(system, str) and system else None
         log.info("%s: %s model family", self.model_id, self.family.name)
         self.model = None
         self.load_seconds: float | None = None  # how long the last load took

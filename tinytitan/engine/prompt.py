@@ -37,8 +37,14 @@ def template_message(m: Message) -> dict:
     return d
 
 
-def template_messages(req: ChatRequest) -> list[dict]:
-    return [template_message(m) for m in req.messages]
+def template_messages(req: ChatRequest, default_system: str | None = None) -> list[dict]:
+    """The conversation as the template reads it. ``default_system``: the model's own system prompt, first in a
+    conversation that does not open with a system message (as Ollama applies a Modelfile's ``SYSTEM``: the
+    request's own system message wins)."""
+    messages = [template_message(m) for m in req.messages]
+    if default_system and (not messages or messages[0]["role"] != "system"):
+        messages.insert(0, {"role": "system", "content": default_system})
+    return messages
 
 
 def template_tools(req: ChatRequest) -> list[dict] | None:
