@@ -118,7 +118,8 @@ def library(tmp_path_factory):
     a, b = blob(root, with_template), blob(root, without)
     cfg = blob(root, json.dumps(CONFIG).encode())
     params = blob(root, json.dumps({"stop": ["<|im_end|>", "not one token"], "num_ctx": 2048,
-                                    "temperature": 0.6, "top_k": 20}).encode())
+                                    "temperature": 0.6, "top_k": 20, "min_p": 0.05,
+                                    "repeat_penalty": 1.1}).encode())
     template = blob(root, CHATML_GO.encode())
     system = blob(root, SYSTEM_LAYER.encode())
     bad = blob(root, b'{{ range .Messages }}{{ template "turn" . }}{{ end }}')
@@ -240,8 +241,12 @@ def test_the_manifests_system_prompt_and_stop_words_are_the_models_defaults(libr
     assert tiny.encode(bare)[0].startswith(f"<|im_start|>system\n{SYSTEM_LAYER}<|im_end|>\n<|im_start|>user\nhi")
     own = bare.with_(messages=(Message("system", "Be loud."), Message("user", "hi")))
     assert SYSTEM_LAYER not in tiny.encode(own)[0] and "Be loud." in tiny.encode(own)[0]
-    assert tiny.prepare(bare).req.stop == ("not one token",)
-    assert tiny.prepare(bare.with_(stop=("END",))).req.stop == ("END",)
+    made = tiny.prepare(bare)
+    assert made.req.stop == ("not one token",) and made.req.repetition_penalty == 1.1
+    assert made.sampling["min_p"] == 0.05 and made.sampling["temperature"] == 0.6 and made.sampling["top_k"] == 20
+    own_options = tiny.prepare(bare.with_(stop=("END",), min_p=0.2, repetition_penalty=1.3, temperature=0.1))
+    assert own_options.req.stop == ("END",) and own_options.req.repetition_penalty == 1.3
+    assert own_options.sampling["min_p"] == 0.2 and own_options.sampling["temperature"] == 0.1
     q4 = MLXBackend(found["tiny:q4"].path, "tiny:q4", lazy=True)  # no system or params layer: no defaults
     assert q4.default_system is None and q4.default_stop == () and q4.prepare(bare).req.stop == ()
     assert q4.card()["system"] is None and tiny.card()["system"] == SYSTEM_LAYER

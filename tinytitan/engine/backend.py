@@ -358,10 +358,17 @@ class Backend(ABC):
                        code="context_length_exceeded",
                        data={"prompt_tokens": tokens, "context_window": self.context_window})
 
+    def with_model_defaults(self, req: ChatRequest) -> ChatRequest:
+        """The request with the model's own stop strings, ``min_p`` and repetition penalty where it sends none:
+        a request's own replace them (as Ollama's request options replace its Modelfile's)."""
+        own = {"stop": self.default_stop, "min_p": self.sampling.get("min_p"),
+               "repetition_penalty": self.sampling.get("repetition_penalty")}
+        missing = {k: v for k, v in own.items() if v and getattr(req, k) in (None, ())}
+        return req.with_(**missing) if missing else req
+
     def prepare(self, req: ChatRequest) -> Prepared:
         req = self.structured(req)
-        if not req.stop and self.default_stop:  # a request's own stop strings replace the model's (as Ollama's
-            req = req.with_(stop=self.default_stop)  # request options replace its Modelfile's)
+        req = self.with_model_defaults(req)
         self.refuse_from_bound(req)
         text, tokens, (render_s, tokenize_s), miss = self.timed_encode(req, splice=True)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none

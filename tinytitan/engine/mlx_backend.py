@@ -100,6 +100,9 @@ class MLXBackend(Backend):
         self.vocab_size = int(text_config.get("vocab_size") or 0)
         gen = read_json(self.path / "generation_config.json")
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
+        self.sampling.update({k: gen[k] for k in ("min_p", "repetition_penalty")
+                              if isinstance(gen.get(k), (int, float)) and not isinstance(gen[k], bool)
+                              and gen[k] != (1.0 if k == "repetition_penalty" else 0.0)})
         stops = gen.get("stop_strings") or ()  # transformers' own key: a string or a list of them
         self.default_stop = (stops,) if isinstance(stops, str) else tuple(s for s in stops if isinstance(s, str) and s)
         system = gen.get("system_prompt")  # tinytitan's key: a library's default system prompt (ollama_library.py)
