@@ -69,7 +69,9 @@ def test_a_go_template_translates_to_the_jinja_that_renders_the_same():
     ("{{ .Prompt }}{{ range .Messages }}{{ end }}", "beside .Messages"),
     ('{{ range .Messages }}{{ template "x" . }}{{ end }}', "{{ template }} is not translated"),
     ("{{ range .Messages }}{{ .Content | upper }}{{ end }}", "the pipe"),
-    ('{{ range .Messages }}{{ printf "%s" .Content }}{{ end }}', "the function 'printf'"),
+    ('{{ range .Messages }}{{ printf "%q" .Content }}{{ end }}', "printf '%q' is not translated"),
+    ("{{ range .Messages }}{{ .Content }}{{ end }}{{ continue }}", "{{ continue }} outside a range"),
+    ("{{ range .Messages }}{{ $x = .Content }}{{ end }}", r"\$x is assigned before it is declared"),
     ("{{ range .Messages }}{{ .Content }}", "without its {{ end }}"),
 ])
 def test_untranslatable_templates_are_refused_by_name(source, named):

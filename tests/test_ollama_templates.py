@@ -2,7 +2,8 @@
 ``trim_blocks`` and ``lstrip_blocks``), compared with what Ollama itself writes.
 
 The templates are Ollama's own library templates (``template/*.gotmpl`` in ollama/ollama): the older
-``.System``/``.Prompt``/``.Response`` form they had until August 2024, and the ``.Messages`` form since. The
+``.System``/``.Prompt``/``.Response`` form they had until August 2024, and the ``.Messages`` form since
+(``$system`` reassigned in a range, ``printf``, ``continue``). The
 expected texts are Ollama's ``template/testdata`` renderings of the same three conversations (Ollama's test
 trims the trailing space that ``[/INST] {{ .Response }}`` leaves; the space is kept here, as Ollama sends it).
 """
@@ -77,6 +78,43 @@ MESSAGES = {
               "<|im_start|>assistant\n",
 }
 
+# Ollama's library templates as they are today: $variables set in a range, printf, continue
+TODAY = {
+    "llama2-chat": '{{- $system := "" }}[INST] {{ range .Messages }}\n{{- if eq .Role "system" }}\n'
+                   '{{- if not $system }}{{ $system = .Content }}\n{{- else }}{{ $system = printf "%s\\n\\n%s" '
+                   '$system .Content }}\n{{- end }}\n{{- else if eq .Role "user" }}<<SYS>>\n{{- if $system }}\n'
+                   '{{ $system }}\n{{ $system = "" }}\n{{- end }}<</SYS>>\n\n{{ .Content }} [/INST]\n'
+                   '{{- else if eq .Role "assistant" }} {{ .Content }}</s><s>[INST] {{ end }}\n{{- end }}',
+    "mistral-instruct": '[INST] {{ range $index, $_ := .Messages }}\n{{- if eq .Role "system" }}{{ .Content }}\n\n'
+                        '{{ else if eq .Role "user" }}{{ .Content }}[/INST]\n{{- else if eq .Role "assistant" }} '
+                        '{{ .Content }}</s>[INST] {{ end }}\n{{- end }}',
+    "gemma-instruct": '{{- $system := "" }}\n{{- range .Messages }}\n{{- if eq .Role "system" }}\n'
+                      '{{- if not $system }}{{ $system = .Content }}\n{{- else }}{{ $system = printf "%s\\n\\n%s" '
+                      '$system .Content }}\n{{- end }}\n{{- continue }}\n{{- else if eq .Role "user" }}'
+                      '<start_of_turn>user\n{{- if $system }}\n{{ $system }}\n{{- $system = "" }}\n{{- end }}\n'
+                      '{{- else if eq .Role "assistant" }}<start_of_turn>model\n{{- end }}\n{{ .Content }}'
+                      '<end_of_turn>\n{{ end }}<start_of_turn>model\n',
+    "vicuna": '{{- $system := "" }}\n{{- range .Messages }}\n{{- if eq .Role "system" }}\n{{- if not $system }}'
+              '{{ $system = .Content }}\n{{- else }}{{ $system = printf "%s\\n\\n%s" $system .Content }}\n'
+              '{{- end }}\n{{- else if eq .Role "user" }}\n{{- if $system }}{{ $system }}\n\n{{ $system = "" }}\n'
+              '{{- end }}USER: {{ .Content }}\n{{ else if eq .Role "assistant" }}ASSISTANT: {{ .Content }}</s>\n'
+              '{{ end }}\n{{- end }}ASSISTANT:',
+    "falcon-instruct": '{{- range .Messages }}\n{{- if eq .Role "system" }}System: {{ .Content }}\n{{ continue }}\n'
+                       '{{- else if eq .Role "user" }}User:\n{{- else if eq .Role "assistant" }}Falcon:\n{{- end }}\n'
+                       '{{ .Content }}\n{{ end }}Falcon:\n',
+}
+TODAY_EXPECTED = {
+    **{(n, c): EXPECTED[n, c].rstrip(" ") for n in ("llama2-chat", "mistral-instruct") for c in CONVERSATIONS},
+    ("gemma-instruct", "system-user-assistant-user"): EXPECTED["gemma-instruct", "system-user-assistant-user"],
+    ("vicuna", "user"): "USER: Hello, how are you?\nASSISTANT:",
+    ("vicuna", "system-user-assistant-user"):
+        "You are a helpful assistant.\n\nUSER: Hello, how are you?\nASSISTANT: I'm doing great. How can I help "
+        "you today?</s>\nUSER: I'd like to show off how chat templating works!\nASSISTANT:",
+    ("falcon-instruct", "system-user-assistant-user"):
+        "System: You are a helpful assistant.\nUser:\nHello, how are you?\nFalcon:\nI'm doing great. How can I "
+        "help you today?\nUser:\nI'd like to show off how chat templating works!\nFalcon:\n",
+}
+
 
 def render(template: str, messages: list[dict]) -> str:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
@@ -92,6 +130,19 @@ def test_an_older_template_renders_history_as_ollama_does(name, conversation):
 def test_both_forms_of_a_library_template_render_alike(name):
     for conversation in CONVERSATIONS.values():
         assert render(translate(MESSAGES[name]), conversation) == render(translate(LEGACY[name]), conversation)
+
+
+@pytest.mark.parametrize("name, conversation", sorted(TODAY_EXPECTED))
+def test_todays_library_templates_render_as_ollama_does(name, conversation):
+    assert render(translate(TODAY[name]), CONVERSATIONS[conversation]) == TODAY_EXPECTED[name, conversation]
+
+
+def test_consecutive_messages_of_a_role_are_one_in_the_messages_form_too():
+    two = [SYSTEM, {"role": "system", "content": "Be brief."}, USER, {"role": "user", "content": "Well?"}]
+    assert render(translate(TODAY["vicuna"]), two) == \
+        "You are a helpful assistant.\n\nBe brief.\n\nUSER: Hello, how are you?\n\nWell?\nASSISTANT:"
+    tools = [USER, {"role": "tool", "content": "a"}, {"role": "tool", "content": "b"}]
+    assert render(translate(MESSAGES["chatml"]), tools).count("<|im_start|>tool\n") == 2  # tool results apart
 
 
 def test_turns_are_cut_as_ollama_cuts_them():
@@ -122,7 +173,7 @@ def test_what_cannot_be_carried_over_is_refused_by_name(source, named):
 
 
 def test_the_translation_is_valid_jinja_for_every_template_here():
-    for source in [*LEGACY.values(), *MESSAGES.values()]:
+    for source in [*LEGACY.values(), *MESSAGES.values(), *TODAY.values()]:
         try:
             render(translate(source), [])
         except jinja2.TemplateError as exc:  # pragma: no cover - the message is the point

@@ -14,14 +14,18 @@ Rules (what Ollama's ``template.Execute`` hands a template; its ``server/prompt.
 - printed as Go prints them: ``.Function.Arguments``, a tool, a tool call: JSON;
 - Jinja's block tags carry ``+`` unless Go's trim markers say otherwise, so a renderer's ``trim_blocks`` and
   ``lstrip_blocks`` (chat templates render with both) keep every newline Go keeps;
-- ``if`` / ``else if`` / ``else`` / ``range`` (with ``$i, $x :=``) / ``end``, ``$x := …``, comments, the
-  trim markers ``{{-`` and ``-}}``; the functions ``eq ne lt le gt ge and or not len index slice json``.
-  Anything else (``with``, ``define``, ``template``, pipes, ``printf``, ``.Think``, a ``.Prompt`` beside
-  ``.Messages`` …) raises ``Untranslatable`` naming it: a wrong template is a wrong model.
+- in both forms consecutive messages of one role are one (tool results apart), as Ollama's ``collate`` has it;
+- ``if`` / ``else if`` / ``else`` / ``range`` (with ``$i, $x :=``) / ``break`` / ``continue`` / ``end``,
+  ``$x := …`` and ``$x = …`` (a namespace's attributes: Go's variables outlive a loop's iteration, Jinja's
+  do not), comments, the trim markers ``{{-`` and ``-}}``; the functions ``eq ne lt le gt ge and or not len
+  index slice json``, and ``printf`` with ``%s``/``%v``/``%d``. Anything else (``with``, ``define``,
+  ``template``, pipes, other verbs, ``.Think``, a tool's ``.Properties``, a ``.Prompt`` beside ``.Messages``
+  …) raises ``Untranslatable`` naming it: a wrong template is a wrong model.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 
 _ACTION = re.compile(r"\{\{(-\s)?(.*?)(\s-)?\}\}", re.S)
@@ -31,10 +35,16 @@ FIELDS = {"Role": "role", "Content": "content", "ToolCalls": "tool_calls", "Func
           "Arguments": "arguments", "Thinking": "reasoning_content", "ToolName": "name", "Images": "images",
           "Description": "description", "Parameters": "parameters", "Type": "type", "Index": "index",
           "ToolCallID": "tool_call_id"}
-ROOT = {"System": "_system", "Messages": "messages", "Tools": "tools", "Response": "''"}
+ROOT = {"System": "_system", "Messages": "_c.msgs", "Tools": "tools", "Response": "''"}
 LEGACY_ROOT = {"System": "_system", "Prompt": "_prompt", "Response": "_response"}
 JSON_FIELDS = {"arguments", "parameters"}
 CALLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+VARS = "{%+ set _v = namespace() +%}"  # the template's $variables
+# Ollama's collate: consecutive messages of one role (tool results apart) are one, their texts joined
+COLLATE = ("{%+ set _c = namespace(msgs=[]) +%}{%+ for _m in messages +%}"
+           "{%+ if _c.msgs and _c.msgs[-1].role == _m.role and _m.role != 'tool' +%}"
+           "{%+ set _c.msgs = _c.msgs[:-1] + [dict(_c.msgs[-1], content=(_c.msgs[-1].content or '') ~ '\\n\\n' ~ "
+           "(_m.content or ''))] +%}{%+ else +%}{%+ set _c.msgs = _c.msgs + [_m] +%}{%+ endif +%}{%+ endfor +%}")
 SYSTEM = ("{%+ set _system = messages | selectattr('role', 'equalto', 'system') | map(attribute='content') "
           "| join('\\n\\n') +%}")
 
@@ -64,14 +74,14 @@ _TURNS = ("{%+ set _ns = namespace(system='', prompt='', response='', role=none)
 def translate(source: str) -> str:
     """The Jinja for an Ollama Go template, or Untranslatable naming the construct it cannot carry over."""
     if ".Messages" in source:
-        out = SYSTEM + _Translator(ROOT).run(source)
+        out = VARS + SYSTEM + COLLATE + _Translator(ROOT).run(source)
         # a chat template's last newline would be dropped (Jinja's keep_trailing_newline is off); Go keeps it
         return out + "{{ '' }}" if out.endswith("\n") else out
     if ".Response" not in source:  # Ollama's Parse adds one at the end
         source += "{{ .Response }}"
     whole, cut = _Translator(LEGACY_ROOT).run(source), _Translator(LEGACY_ROOT, cut=True).run(source)
-    return ("{%+ macro _turn(_system, _prompt, _response) +%}" + whole + "{%+ endmacro +%}"
-            "{%+ macro _last(_system, _prompt, _response) +%}" + cut + "{%+ endmacro +%}" + _TURNS)
+    return ("{%+ macro _turn(_system, _prompt, _response) +%}" + VARS + whole + "{%+ endmacro +%}"
+            "{%+ macro _last(_system, _prompt, _response) +%}" + VARS + cut + "{%+ endmacro +%}" + _TURNS)
 
 
 class _Translator:
@@ -138,14 +148,20 @@ class _Translator:
             return tag("endfor" if kind == "for" else "endif")
         if word == "range":
             return tag(self.range(rest))
+        if word in ("break", "continue") and not rest:
+            if "for" not in self.blocks:
+                raise Untranslatable(f"{{{{ {word} }}}} outside a range")
+            return tag(word)  # chat templates render with Jinja's loopcontrols
         if word in ("with", "define", "template", "block", "break", "continue"):
             raise Untranslatable(f"{{{{ {word} }}}} is not translated")
         m = re.fullmatch(r"\$(\w+)\s*(:?=)\s*(.+)", body, re.S)
-        if m:
-            if m.group(2) == "=":
-                raise Untranslatable(f"reassigning ${m.group(1)} is not translated (Jinja's loops scope it)")
-            self.vars[m.group(1)] = f"_{m.group(1)}"
-            return tag(f"set _{m.group(1)} = {self.expr(m.group(3))}")
+        if m:  # a namespace attribute: Jinja's loops would scope a plain variable, Go's do not
+            name, op, value = m.groups()
+            if op == "=" and self.vars.get(name) != f"_v.{name}":
+                raise Untranslatable(f"${name} is assigned before it is declared")
+            value = self.expr(value)
+            self.vars[name] = f"_v.{name}"
+            return tag(f"set _v.{name} = {value}")
         return f"{{{{{left} {self.expr(body, printed=True)} {right}}}}}"
 
     def range(self, rest: str) -> str:
@@ -244,6 +260,17 @@ class _Translator:
             base = f"{base}.{FIELDS[p]}"
         return base
 
+    def printf(self, args: list[str]) -> str:
+        """Go's ``printf`` with the verbs that print a text as it is (``%s``, ``%v``, ``%d``, ``%%``)."""
+        if args[0][:1] not in ("'", '"'):
+            raise Untranslatable("printf with a format that is not a literal is not translated")
+        fmt = ast.literal_eval(args[0])
+        verbs = re.findall(r"%.", fmt)
+        if any(v not in ("%s", "%v", "%d", "%%") for v in verbs) or len(args) - 1 != sum(v != "%%" for v in verbs):
+            raise Untranslatable(f"printf {args[0]} is not translated (only %s, %v, %d, one argument each)")
+        fmt = fmt.replace("%v", "%s").replace("%d", "%s")
+        return f"({fmt!r} | format({', '.join(args[1:])}))"
+
     def call(self, name: str, args: list[str]) -> str:
         if name in CALLS and len(args) >= 2:
             if name == "eq" and len(args) > 2:
@@ -261,6 +288,8 @@ class _Translator:
             return f"{args[0]}[{args[1]}:{args[2] if len(args) == 3 else ''}]"
         if name == "json" and len(args) == 1:
             return f"({args[0]} | tojson)"
+        if name == "printf" and args:
+            return self.printf(args)
         raise Untranslatable(f"the function {name!r} is not translated")
 
 
