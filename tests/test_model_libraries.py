@@ -252,3 +252,32 @@ def test_the_manifests_system_prompt_and_stop_words_are_the_models_defaults(libr
     q4 = MLXBackend(found["tiny:q4"].path, "tiny:q4", lazy=True)  # no system or params layer: no defaults
     assert q4.default_system is None and q4.default_stop == () and q4.prepare(bare).req.stop == ()
     assert q4.card()["system"] is None and tiny.card()["system"] == SYSTEM_LAYER
+
+
+CHATML_LEGACY = ("{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}<|im_start|>user\n"
+                 "{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n{{ .Response }}<|im_end|>\n")
+
+
+def test_an_older_form_template_and_a_system_layer_reach_the_rendered_prompt(tmp_path, cache):
+    """A GGUF without a template, served with the manifest's .Prompt/.Response template (Ollama's chatml of
+    2024) and a SYSTEM layer: the model's prompt is what Ollama would send it, history and all."""
+    from mlx.core import load as mx_load
+
+    from tinytitan.chat_request import ChatRequest, Message
+
+    demo = ensure_demo_model()
+    meta = tokenizer_metadata(demo)
+    meta.pop("tokenizer.chat_template")
+    gguf = write_gguf(tmp_path / "old.gguf", mx_load(str(demo / "model.safetensors")),
+                      json.loads((demo / "config.json").read_text()), "qwen3", meta)
+    root = tmp_path / "models"
+    (root / "blobs").mkdir(parents=True)
+    layers = [("model", blob(root, gguf.read_bytes())), ("template", blob(root, CHATML_LEGACY.encode())),
+              ("system", blob(root, SYSTEM_LAYER.encode()))]
+    manifest(root, "registry.ollama.ai/library/old/1b", layers, blob(root, json.dumps(CONFIG).encode()), 1_700_000_000)
+    [served] = list_models(root, "float32")
+    backend = MLXBackend(served.path, served.model_id, lazy=True)
+    convo = (Message("user", "Hi"), Message("assistant", "Hello!"), Message("user", "2+2?"))
+    assert backend.encode(ChatRequest(model="old:1b", messages=convo))[0] == (
+        f"<|im_start|>system\n{SYSTEM_LAYER}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        "Hello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n")
