@@ -190,6 +190,15 @@ async def test_api_tags_lists_what_ollama_list_would(serve, library, cache):
         weights = sum(f.stat().st_size for f in next(m for m in found if m.model_id == "acme/coder:1b").path.glob(
             "*.safetensors"))
         assert running["name"] == "acme/coder:1b" and running["size"] == weights and running["size_vram"] == 0
+        shown = (await c.post(s.url("/api/show"), json={"model": "tiny"})).json()
+        ollama.ShowResponse.model_validate(shown)
+        assert shown["system"] == SYSTEM_LAYER  # the manifest's SYSTEM and PARAMETERs, as ollama show prints them
+        assert shown["parameters"].splitlines() == [f"{k:<30} {v}" for k, v in [
+            ("min_p", "0.05"), ("num_ctx", "2048"), ("repeat_penalty", "1.1"), ("stop", '"<|im_end|>"'),
+            ("stop", '"not one token"'), ("temperature", "0.6"), ("top_k", "20")]]
+        assert f'SYSTEM """{SYSTEM_LAYER}"""' in shown["modelfile"] and "PARAMETER num_ctx" in shown["modelfile"]
+        bare = (await c.post(s.url("/api/show"), json={"model": "tiny:q4"})).json()
+        assert "system" not in bare and bare["parameters"] == ""
         models = (await c.get(s.url("/v1/models"))).json()["data"]
         tiny = next(m for m in models if m["id"] == "tiny")
         assert tiny["quantization"] == "F32" and tiny["parameters"] > 0 and tiny["digest"].startswith("sha256:")
