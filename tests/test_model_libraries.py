@@ -129,7 +129,8 @@ def library(tmp_path_factory):
         "tiny:latest": manifest(root, "registry.ollama.ai/library/tiny/latest",
                                 [("model", a), ("params", params), ("system", system)], cfg, 1_700_000_000),
         "tiny:q4": manifest(root, "registry.ollama.ai/library/tiny/q4", [("model", a)], cfg, 1_700_000_100),
-        "acme/coder:1b": manifest(root, "registry.ollama.ai/acme/coder/1b", [("model", b), ("template", template)],
+        "acme/coder:1b": manifest(root, "registry.ollama.ai/acme/coder/1b", [("model", b), ("template", template),
+                                  ("messages", blob(root, b'[{"role": "user", "content": "hello"}]'))],
                                   cfg, 1_700_000_200),
         "example.com/team/m:v1": manifest(root, "example.com/team/m/v1", [("model", a)], cfg, 1_700_000_300),
     }
@@ -148,6 +149,8 @@ def test_an_ollama_library_is_listed_as_ollama_names_it(library, cache, caplog):
     found = list_models(root, "float32")
     assert [m.model_id for m in found] == ["acme/coder:1b", "example.com/team/m:v1", "tiny", "tiny:q4"]
     assert "broken:latest: not served: broken:latest: its Ollama template cannot be translated" in caplog.text
+    assert "acme/coder:1b: the Modelfile's MESSAGE history (application/vnd.ollama.image.messages) is not " \
+        "applied" in caplog.text
     tiny = next(m for m in found if m.model_id == "tiny")
     config = json.loads((tiny.path / "config.json").read_text())
     assert config["max_position_embeddings"] == 2048  # num_ctx

@@ -14,6 +14,7 @@ Rules:
   modification time the manifest's (what ``/api/tags`` shows, as Ollama computes them);
 - the GGUF's own chat template is used; where it has none, the manifest's Go template translated
   (``go_template``), refused by name where it cannot be; a LoRA adapter or a vision projector is refused;
+  a ``messages`` layer (the Modelfile's ``MESSAGE`` history) is not applied, and the log says so;
 - the parameters become the model's defaults: ``num_ctx`` its context window; a ``stop`` word that is one
   token of the vocabulary ends generation whatever the request says (as the GGUF's end-of-turn tokens do),
   longer ones are its default stop strings (``generation_config.json``'s ``stop_strings``), which a
@@ -129,6 +130,8 @@ def check(model: OllamaModel) -> None:
     for kind, what in (("adapter", "a LoRA adapter"), ("projector", "a vision projector")):
         if kind in model.blobs:
             raise OllamaModelRefused(f"{model.name}: {what} ({MEDIA}{kind}) is not supported")
+    if "messages" in model.blobs:  # Ollama puts them before every chat's own messages; not done here
+        log.warning("%s: the Modelfile's MESSAGE history (%smessages) is not applied", model.name, MEDIA)
 
 
 def chat_template(model: OllamaModel, gguf_has_template: bool) -> str | None:
