@@ -1,8 +1,9 @@
-"""A model's own defaults — its system prompt and its stop strings (what an Ollama manifest's ``system`` and
-``params`` layers give it) — apply the same on every protocol, because they apply where the engine builds the
-prompt from the ChatRequest and where it decides the stops: a conversation without a system message opens
-with the model's; a request's own system message (or ``system``, ``instructions``) wins; a request without
-stop strings stops at the model's; a request's own replace them. Each body is checked against its SDK's models.
+"""A model's own defaults — its system prompt, its own turns and its stop strings (what an Ollama manifest's
+``system``, ``messages`` and ``params`` layers give it) — apply the same on every protocol, because they
+apply where the engine builds the prompt from the ChatRequest and where it decides the stops: a
+conversation without a system message opens with the model's, then the model's turns; a request's own
+system message (or ``system``, ``instructions``) wins; a request without stop strings stops at the model's;
+a request's own replace them. Each body is checked against its SDK's models.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 import strict
 from anthropic_util import HEADERS
 from backends import Recording
+from tinytitan.chat_request import Message
 from tinytitan.engine.scripted import ScriptEntry
 
 MODEL = "tinytitan-scripted"
@@ -25,11 +27,14 @@ HI = [{"role": "user", "content": "hi"}]
 async def server(serve, demo_tok):
     backend = Recording([ScriptEntry(ANSWER)], demo_tok, model_id=MODEL)
     backend.default_system, backend.default_stop = SYSTEM, ("STOP HERE",)
+    backend.default_history = (Message("user", "Who are you?"), Message("assistant", "Tiny."))
     return await serve(backend=backend)
 
 
 def opens_with(prompt: str, system: str) -> bool:
-    return prompt.startswith(f"<|im_start|>system\n{system}<|im_end|>\n")
+    """The system prompt, then the model's own turns."""
+    return prompt.startswith(f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n"
+                             "<|im_start|>assistant\nTiny.<|im_end|>\n<|im_start|>user\nhi")
 
 
 # each protocol's request for ``hi`` (own: with its own system text; stop: with its own stop string), and where

@@ -41,6 +41,7 @@ CHATML_GO = """{{- if .System }}<|im_start|>system
 {{ end }}
 {{- end }}"""
 SYSTEM_LAYER = "You are Tiny, a terse assistant."
+HISTORY = '[{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "A coder."}]\n'
 CONFIG = {"model_format": "gguf", "model_family": "qwen3", "model_families": ["qwen3"], "model_type": "3.37M",
           "file_type": "F32", "architecture": "amd64", "os": "linux"}
 
@@ -130,7 +131,7 @@ def library(tmp_path_factory):
                                 [("model", a), ("params", params), ("system", system)], cfg, 1_700_000_000),
         "tiny:q4": manifest(root, "registry.ollama.ai/library/tiny/q4", [("model", a)], cfg, 1_700_000_100),
         "acme/coder:1b": manifest(root, "registry.ollama.ai/acme/coder/1b", [("model", b), ("template", template),
-                                  ("messages", blob(root, b'[{"role": "user", "content": "hello"}]'))],
+                                  ("messages", blob(root, HISTORY.encode()))],
                                   cfg, 1_700_000_200),
         "example.com/team/m:v1": manifest(root, "example.com/team/m/v1", [("model", a)], cfg, 1_700_000_300),
     }
@@ -149,8 +150,6 @@ def test_an_ollama_library_is_listed_as_ollama_names_it(library, cache, caplog):
     found = list_models(root, "float32")
     assert [m.model_id for m in found] == ["acme/coder:1b", "example.com/team/m:v1", "tiny", "tiny:q4"]
     assert "broken:latest: not served: broken:latest: its Ollama template cannot be translated" in caplog.text
-    assert "acme/coder:1b: the Modelfile's MESSAGE history (application/vnd.ollama.image.messages) is not " \
-        "applied" in caplog.text
     tiny = next(m for m in found if m.model_id == "tiny")
     config = json.loads((tiny.path / "config.json").read_text())
     assert config["max_position_embeddings"] == 2048  # num_ctx
@@ -272,7 +271,7 @@ CHATML_LEGACY = ("{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{
 
 def test_an_older_form_template_and_a_system_layer_reach_the_rendered_prompt(tmp_path, cache):
     """A GGUF without a template, served with the manifest's .Prompt/.Response template (Ollama's chatml of
-    2024) and a SYSTEM layer: the model's prompt is what Ollama would send it, history and all."""
+    2024, in a layer of the older ``prompt`` media type) and a SYSTEM layer: the model's prompt is what Ollama would send it, history and all."""
     from mlx.core import load as mx_load
 
     from tinytitan.chat_request import ChatRequest, Message
@@ -284,7 +283,7 @@ def test_an_older_form_template_and_a_system_layer_reach_the_rendered_prompt(tmp
                       json.loads((demo / "config.json").read_text()), "qwen3", meta)
     root = tmp_path / "models"
     (root / "blobs").mkdir(parents=True)
-    layers = [("model", blob(root, gguf.read_bytes())), ("template", blob(root, CHATML_LEGACY.encode())),
+    layers = [("model", blob(root, gguf.read_bytes())), ("prompt", blob(root, CHATML_LEGACY.encode())),
               ("system", blob(root, SYSTEM_LAYER.encode()))]
     manifest(root, "registry.ollama.ai/library/old/1b", layers, blob(root, json.dumps(CONFIG).encode()), 1_700_000_000)
     [served] = list_models(root, "float32")
@@ -293,3 +292,18 @@ def test_an_older_form_template_and_a_system_layer_reach_the_rendered_prompt(tmp
     assert backend.encode(ChatRequest(model="old:1b", messages=convo))[0] == (
         f"<|im_start|>system\n{SYSTEM_LAYER}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         "Hello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_manifests_message_history_comes_before_the_conversation(library, cache):
+    """The Modelfile's MESSAGE turns follow the leading system message (the request's own here) and precede
+    the conversation, rendered by the manifest's translated template."""
+    from tinytitan.chat_request import ChatRequest, Message
+
+    root, _ = library
+    coder = next(m for m in list_models(root, "float32") if m.model_id == "acme/coder:1b")
+    backend = MLXBackend(coder.path, coder.model_id, lazy=True)
+    req = ChatRequest(model=coder.model_id, messages=(Message("system", "Be brief."), Message("user", "hi")))
+    assert backend.encode(req)[0] == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n"
+        "A coder.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert backend.encode(req.with_(messages=req.messages[1:]))[0].startswith("<|im_start|>user\nWho are you?")

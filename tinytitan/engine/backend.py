@@ -86,6 +86,7 @@ class Backend(ABC):
     sampling: dict = FALLBACK_SAMPLING  # the model's own defaults (generation_config.json), per key
     default_system: str | None = None  # the model's system prompt for a conversation that sends none
     default_stop: tuple[str, ...] = ()  # the model's stop strings for a request that sends none
+    default_history: tuple[Message, ...] = ()  # the model's own turns, before every conversation's
     _family: Family | None = None
     _longest_token: int | None = None
 
@@ -122,7 +123,8 @@ class Backend(ABC):
         if req.reasoning_budget_tokens is not None:
             log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
                      req.reasoning_budget_tokens)
-        messages, tools = self.family.map_roles(template_messages(req, self.default_system), template_tools(req),
+        messages, tools = self.family.map_roles(template_messages(req, self.default_system, self.default_history),
+                                                template_tools(req),
                                                 template_source(self.tokenizer))
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs

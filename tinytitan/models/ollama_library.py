@@ -14,7 +14,7 @@ Rules:
   modification time the manifest's (what ``/api/tags`` shows, as Ollama computes them);
 - the GGUF's own chat template is used; where it has none, the manifest's Go template translated
   (``go_template``), refused by name where it cannot be; a LoRA adapter or a vision projector is refused;
-  a ``messages`` layer (the Modelfile's ``MESSAGE`` history) is not applied, and the log says so;
+  ``….prompt`` is the older media type of a template;
 - the parameters become the model's defaults: ``num_ctx`` its context window; a ``stop`` word that is one
   token of the vocabulary ends generation whatever the request says (as the GGUF's end-of-turn tokens do),
   longer ones are its default stop strings (``generation_config.json``'s ``stop_strings``), which a
@@ -22,7 +22,10 @@ Rules:
   ``temperature``/``top_p``/``top_k``/``repeat_penalty``/``min_p`` its sampling defaults;
 - the ``system`` layer is the model's default system prompt (``generation_config.json``'s
   ``system_prompt``): first in a conversation that does not open with a system message, on every protocol
-  (Ollama's chat and generate do the same; a request's own system message, or ``system``, wins).
+  (Ollama's chat and generate do the same; a request's own system message, or ``system``, wins);
+- the ``messages`` layer (the Modelfile's ``MESSAGE`` lines) is the model's own turns, after the leading
+  system message and before the conversation's (where Ollama's generate puts them; its chat puts them
+  before a request's own system message, which would make it a mid-conversation one).
   A served model is a directory of links to the converted weights (``<cache>/ollama/…``) with these files
   rewritten, and ``ollama.json`` holding what the listing shows.
 """
@@ -41,7 +44,7 @@ log = logging.getLogger("tinytitan.models")
 
 DEFAULT_HOST, DEFAULT_NAMESPACE = "registry.ollama.ai", "library"
 MEDIA = "application/vnd.ollama.image."
-LAYOUT = "v2"  # what a served directory holds; a new layout is written beside an older one
+LAYOUT = "v3"  # what a served directory holds; a new layout is written beside an older one
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
             "repeat_penalty": "repetition_penalty"}
 
@@ -88,6 +91,13 @@ class OllamaModel:
         raw = self.text("params")
         return json.loads(raw) if raw else {}
 
+    def messages(self) -> list[dict]:
+        """The Modelfile's ``MESSAGE`` turns (a JSON list of Ollama messages), as role and text."""
+        raw = self.text("messages")
+        turns = json.loads(raw) if raw else []
+        return [{"role": t["role"], "content": t.get("content") or ""} for t in turns
+                if isinstance(t, dict) and t.get("role") in ("system", "user", "assistant")]
+
 
 def blob_path(root: Path, digest: str) -> Path:
     return root / "blobs" / digest.replace(":", "-")
@@ -130,8 +140,6 @@ def check(model: OllamaModel) -> None:
     for kind, what in (("adapter", "a LoRA adapter"), ("projector", "a vision projector")):
         if kind in model.blobs:
             raise OllamaModelRefused(f"{model.name}: {what} ({MEDIA}{kind}) is not supported")
-    if "messages" in model.blobs:  # Ollama puts them before every chat's own messages; not done here
-        log.warning("%s: the Modelfile's MESSAGE history (%smessages) is not applied", model.name, MEDIA)
 
 
 def chat_template(model: OllamaModel, gguf_has_template: bool) -> str | None:
@@ -140,7 +148,7 @@ def chat_template(model: OllamaModel, gguf_has_template: bool) -> str | None:
 
     if gguf_has_template:
         return None
-    source = model.text("template")
+    source = model.text("template") or model.text("prompt")  # "prompt": a template's older media type
     if not source:
         raise OllamaModelRefused(f"{model.name}: neither the GGUF nor the manifest has a chat template")
     try:
@@ -187,6 +195,9 @@ def served_dir(model: OllamaModel, converted: Path, cache: Path) -> Path:
     system = model.text("system")
     if system:
         gen["system_prompt"] = system
+    history = model.messages()
+    if history:
+        gen["default_messages"] = history
     facts = {"name": model.name, "digest": model.digest, "size": model.size, "modified_at": model.modified,
              "details": {"format": model.config.get("model_format") or "gguf",
                          "family": model.config.get("model_family") or "",
