@@ -56,17 +56,17 @@ class Untranslatable(ValueError):
 # the older form's turns, as Ollama's ``Execute`` walks the (collated) messages; ``_turn`` is the whole
 # template, ``_last`` the template cut after ``{{ .Response }}``
 _TURNS = ("{%+ set _ns = namespace(system='', prompt='', response='', role=none) +%}"
-          "{%+ for _m in messages +%}{%+ set _c = _m.content or '' +%}"
+          "{%+ for _m in messages +%}{%+ set _t = _m.content or '' +%}"
           "{%+ if _m.role == _ns.role and _m.role != 'tool' +%}"
-          "{%+ if _m.role == 'system' +%}{%+ set _ns.system = _ns.system ~ '\\n\\n' ~ _c +%}"
-          "{%+ elif _m.role == 'user' +%}{%+ set _ns.prompt = _ns.prompt ~ '\\n\\n' ~ _c +%}"
-          "{%+ elif _m.role == 'assistant' +%}{%+ set _ns.response = _ns.response ~ '\\n\\n' ~ _c +%}{%+ endif +%}"
+          "{%+ if _m.role == 'system' +%}{%+ set _ns.system = _ns.system ~ '\\n\\n' ~ _t +%}"
+          "{%+ elif _m.role == 'user' +%}{%+ set _ns.prompt = _ns.prompt ~ '\\n\\n' ~ _t +%}"
+          "{%+ elif _m.role == 'assistant' +%}{%+ set _ns.response = _ns.response ~ '\\n\\n' ~ _t +%}{%+ endif +%}"
           "{%+ elif _m.role == 'system' or (_m.role == 'user' and _ns.response) +%}"
           "{%+ if _ns.prompt or _ns.response +%}{{ _turn(_ns.system, _ns.prompt, _ns.response) }}"
           "{%+ set _ns.system = '' +%}{%+ set _ns.prompt = '' +%}{%+ set _ns.response = '' +%}{%+ endif +%}"
-          "{%+ if _m.role == 'system' +%}{%+ set _ns.system = _c +%}{%+ else +%}{%+ set _ns.prompt = _c +%}{%+ endif +%}"
-          "{%+ elif _m.role == 'user' +%}{%+ set _ns.prompt = _c +%}"
-          "{%+ elif _m.role == 'assistant' +%}{%+ set _ns.response = _c +%}{%+ endif +%}"
+          "{%+ if _m.role == 'system' +%}{%+ set _ns.system = _t +%}{%+ else +%}{%+ set _ns.prompt = _t +%}{%+ endif +%}"
+          "{%+ elif _m.role == 'user' +%}{%+ set _ns.prompt = _t +%}"
+          "{%+ elif _m.role == 'assistant' +%}{%+ set _ns.response = _t +%}{%+ endif +%}"
           "{%+ set _ns.role = _m.role +%}{%+ endfor +%}"
           "{{ _last(_ns.system, _ns.prompt, _ns.response) }}")
 
