@@ -40,11 +40,15 @@ LEGACY_ROOT = {"System": "_system", "Prompt": "_prompt", "Response": "_response"
 JSON_FIELDS = {"arguments", "parameters"}
 CALLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 VARS = "{%+ set _v = namespace() +%}"  # the template's $variables
-# Ollama's collate: consecutive messages of one role (tool results apart) are one, their texts joined
-COLLATE = ("{%+ set _c = namespace(msgs=[]) +%}{%+ for _m in messages +%}"
+# Ollama's collate: consecutive messages of one role (tool results apart) are one, their texts joined; the
+# list is rebuilt only where two are to be joined (a sandboxed template cannot append: rebuilding is quadratic)
+COLLATE = ("{%+ set _c = namespace(msgs=messages, merge=false) +%}{%+ for _m in messages[1:] +%}"
+           "{%+ if _m.role == messages[loop.index0].role and _m.role != 'tool' +%}{%+ set _c.merge = true +%}"
+           "{%+ endif +%}{%+ endfor +%}{%+ if _c.merge +%}{%+ set _c.msgs = [] +%}{%+ for _m in messages +%}"
            "{%+ if _c.msgs and _c.msgs[-1].role == _m.role and _m.role != 'tool' +%}"
            "{%+ set _c.msgs = _c.msgs[:-1] + [dict(_c.msgs[-1], content=(_c.msgs[-1].content or '') ~ '\\n\\n' ~ "
-           "(_m.content or ''))] +%}{%+ else +%}{%+ set _c.msgs = _c.msgs + [_m] +%}{%+ endif +%}{%+ endfor +%}")
+           "(_m.content or ''))] +%}{%+ else +%}{%+ set _c.msgs = _c.msgs + [_m] +%}{%+ endif +%}{%+ endfor +%}"
+           "{%+ endif +%}")
 SYSTEM = ("{%+ set _system = messages | selectattr('role', 'equalto', 'system') | map(attribute='content') "
           "| join('\\n\\n') +%}")
 
