@@ -422,9 +422,9 @@ OLLAMA_MODELS = {"/api/chat": "ChatResponse", "/api/generate": "GenerateResponse
                  "/api/show": "ShowResponse", "/api/ps": "ProcessResponse"}
 # Fields Ollama's server sends that the Python client's models leave out: a tool call's function.index and a
 # listed model's name (its api/types.go: ToolCallFunction.Index, ListModelResponse / ProcessModelResponse.Name),
-# and the call id newer servers add.
+# the call id newer servers add, and a shown model's default system prompt (ShowResponse.System).
 OLLAMA_EXTENSIONS = (r"\$\.message\.tool_calls\[\d+\]\.id", r"\$\.message\.tool_calls\[\d+\]\.function\.index",
-                     r"\$\.models\[\d+\]\.name")
+                     r"\$\.models\[\d+\]\.name", r"\$\.system")
 
 
 def _ollama_unknown(obj: Any, data: Any, path: str = "$") -> list[str]:

@@ -40,6 +40,8 @@ CHATML_GO = """{{- if .System }}<|im_start|>system
 {{- if and (ne .Role "assistant") $last }}<|im_start|>assistant
 {{ end }}
 {{- end }}"""
+SYSTEM_LAYER = "You are Tiny, a terse assistant."
+HISTORY = '[{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "A coder."}]\n'
 CONFIG = {"model_format": "gguf", "model_family": "qwen3", "model_families": ["qwen3"], "model_type": "3.37M",
           "file_type": "F32", "architecture": "amd64", "os": "linux"}
 
@@ -65,10 +67,12 @@ def test_a_go_template_translates_to_the_jinja_that_renders_the_same():
 
 
 @pytest.mark.parametrize("source, named", [
-    ("{{ .Prompt }}", "older .Prompt/.Response form"),
+    ("{{ .Prompt }}{{ range .Messages }}{{ end }}", "beside .Messages"),
     ('{{ range .Messages }}{{ template "x" . }}{{ end }}', "{{ template }} is not translated"),
     ("{{ range .Messages }}{{ .Content | upper }}{{ end }}", "the pipe"),
-    ('{{ range .Messages }}{{ printf "%s" .Content }}{{ end }}', "the function 'printf'"),
+    ('{{ range .Messages }}{{ printf "%q" .Content }}{{ end }}', "printf '%q' is not translated"),
+    ("{{ range .Messages }}{{ .Content }}{{ end }}{{ continue }}", "{{ continue }} outside a range"),
+    ("{{ range .Messages }}{{ $x = .Content }}{{ end }}", r"\$x is assigned before it is declared"),
     ("{{ range .Messages }}{{ .Content }}", "without its {{ end }}"),
 ])
 def test_untranslatable_templates_are_refused_by_name(source, named):
@@ -117,14 +121,17 @@ def library(tmp_path_factory):
     a, b = blob(root, with_template), blob(root, without)
     cfg = blob(root, json.dumps(CONFIG).encode())
     params = blob(root, json.dumps({"stop": ["<|im_end|>", "not one token"], "num_ctx": 2048,
-                                    "temperature": 0.6, "top_k": 20}).encode())
+                                    "temperature": 0.6, "top_k": 20, "min_p": 0.05,
+                                    "repeat_penalty": 1.1}).encode())
     template = blob(root, CHATML_GO.encode())
+    system = blob(root, SYSTEM_LAYER.encode())
     bad = blob(root, b'{{ range .Messages }}{{ template "turn" . }}{{ end }}')
     facts = {
-        "tiny:latest": manifest(root, "registry.ollama.ai/library/tiny/latest", [("model", a), ("params", params)],
-                                cfg, 1_700_000_000),
+        "tiny:latest": manifest(root, "registry.ollama.ai/library/tiny/latest",
+                                [("model", a), ("params", params), ("system", system)], cfg, 1_700_000_000),
         "tiny:q4": manifest(root, "registry.ollama.ai/library/tiny/q4", [("model", a)], cfg, 1_700_000_100),
-        "acme/coder:1b": manifest(root, "registry.ollama.ai/acme/coder/1b", [("model", b), ("template", template)],
+        "acme/coder:1b": manifest(root, "registry.ollama.ai/acme/coder/1b", [("model", b), ("template", template),
+                                  ("messages", blob(root, HISTORY.encode()))],
                                   cfg, 1_700_000_200),
         "example.com/team/m:v1": manifest(root, "example.com/team/m/v1", [("model", a)], cfg, 1_700_000_300),
     }
@@ -151,7 +158,7 @@ def test_an_ollama_library_is_listed_as_ollama_names_it(library, cache, caplog):
     assert im_end in config["eos_token_id"]
     gen = json.loads((tiny.path / "generation_config.json").read_text())
     assert gen["temperature"] == 0.6 and gen["top_k"] == 20
-    assert "stop 'not one token' is not one token" in caplog.text
+    assert gen["stop_strings"] == ["not one token"] and gen["system_prompt"] == SYSTEM_LAYER
     # the same blob converted once, served under each name
     assert (tiny.path / "model-00001.safetensors").resolve() == \
         (next(m for m in found if m.model_id == "tiny:q4").path / "model-00001.safetensors").resolve()
@@ -185,6 +192,15 @@ async def test_api_tags_lists_what_ollama_list_would(serve, library, cache):
         weights = sum(f.stat().st_size for f in next(m for m in found if m.model_id == "acme/coder:1b").path.glob(
             "*.safetensors"))
         assert running["name"] == "acme/coder:1b" and running["size"] == weights and running["size_vram"] == 0
+        shown = (await c.post(s.url("/api/show"), json={"model": "tiny"})).json()
+        ollama.ShowResponse.model_validate(shown)
+        assert shown["system"] == SYSTEM_LAYER  # the manifest's SYSTEM and PARAMETERs, as ollama show prints them
+        assert shown["parameters"].splitlines() == [f"{k:<30} {v}" for k, v in [
+            ("min_p", "0.05"), ("num_ctx", "2048"), ("repeat_penalty", "1.1"), ("stop", '"<|im_end|>"'),
+            ("stop", '"not one token"'), ("temperature", "0.6"), ("top_k", "20")]]
+        assert f'SYSTEM """{SYSTEM_LAYER}"""' in shown["modelfile"] and "PARAMETER num_ctx" in shown["modelfile"]
+        bare = (await c.post(s.url("/api/show"), json={"model": "tiny:q4"})).json()
+        assert "system" not in bare and bare["parameters"] == ""
         models = (await c.get(s.url("/v1/models"))).json()["data"]
         tiny = next(m for m in models if m["id"] == "tiny")
         assert tiny["quantization"] == "F32" and tiny["parameters"] > 0 and tiny["digest"].startswith("sha256:")
@@ -223,3 +239,71 @@ def test_models_dir_names_the_apps_folders(tmp_path, monkeypatch):
     assert models_root("lmstudio") == tmp_path / ".cache" / "lm-studio" / "models"
     (tmp_path / ".lmstudio" / "models").mkdir(parents=True)
     assert models_root("lmstudio") == tmp_path / ".lmstudio" / "models"
+
+
+def test_the_manifests_system_prompt_and_stop_words_are_the_models_defaults(library, cache):
+    """The SYSTEM layer opens a conversation that has no system message of its own; a request's own system
+    message wins. The params' multi-token stop word is a default stop string, replaced by a request's own."""
+    from tinytitan.chat_request import ChatRequest, Message
+
+    root, _ = library
+    found = {m.model_id: m for m in list_models(root, "float32")}
+    tiny = MLXBackend(found["tiny"].path, "tiny", lazy=True)
+    assert tiny.default_system == SYSTEM_LAYER and tiny.default_stop == ("not one token",)
+    bare = ChatRequest(model="tiny", messages=(Message("user", "hi"),))
+    assert tiny.encode(bare)[0].startswith(f"<|im_start|>system\n{SYSTEM_LAYER}<|im_end|>\n<|im_start|>user\nhi")
+    own = bare.with_(messages=(Message("system", "Be loud."), Message("user", "hi")))
+    assert SYSTEM_LAYER not in tiny.encode(own)[0] and "Be loud." in tiny.encode(own)[0]
+    made = tiny.prepare(bare)
+    assert made.req.stop == ("not one token",) and made.req.repetition_penalty == 1.1
+    assert made.sampling["min_p"] == 0.05 and made.sampling["temperature"] == 0.6 and made.sampling["top_k"] == 20
+    own_options = tiny.prepare(bare.with_(stop=("END",), min_p=0.2, repetition_penalty=1.3, temperature=0.1))
+    assert own_options.req.stop == ("END",) and own_options.req.repetition_penalty == 1.3
+    assert own_options.sampling["min_p"] == 0.2 and own_options.sampling["temperature"] == 0.1
+    q4 = MLXBackend(found["tiny:q4"].path, "tiny:q4", lazy=True)  # no system or params layer: no defaults
+    assert q4.default_system is None and q4.default_stop == () and q4.prepare(bare).req.stop == ()
+    assert q4.card()["system"] is None and tiny.card()["system"] == SYSTEM_LAYER
+
+
+CHATML_LEGACY = ("{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}<|im_start|>user\n"
+                 "{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n{{ .Response }}<|im_end|>\n")
+
+
+def test_an_older_form_template_and_a_system_layer_reach_the_rendered_prompt(tmp_path, cache):
+    """A GGUF without a template, served with the manifest's .Prompt/.Response template (Ollama's chatml of
+    2024, in a layer of the older ``prompt`` media type) and a SYSTEM layer: the model's prompt is what Ollama would send it, history and all."""
+    from mlx.core import load as mx_load
+
+    from tinytitan.chat_request import ChatRequest, Message
+
+    demo = ensure_demo_model()
+    meta = tokenizer_metadata(demo)
+    meta.pop("tokenizer.chat_template")
+    gguf = write_gguf(tmp_path / "old.gguf", mx_load(str(demo / "model.safetensors")),
+                      json.loads((demo / "config.json").read_text()), "qwen3", meta)
+    root = tmp_path / "models"
+    (root / "blobs").mkdir(parents=True)
+    layers = [("model", blob(root, gguf.read_bytes())), ("prompt", blob(root, CHATML_LEGACY.encode())),
+              ("system", blob(root, SYSTEM_LAYER.encode()))]
+    manifest(root, "registry.ollama.ai/library/old/1b", layers, blob(root, json.dumps(CONFIG).encode()), 1_700_000_000)
+    [served] = list_models(root, "float32")
+    backend = MLXBackend(served.path, served.model_id, lazy=True)
+    convo = (Message("user", "Hi"), Message("assistant", "Hello!"), Message("user", "2+2?"))
+    assert backend.encode(ChatRequest(model="old:1b", messages=convo))[0] == (
+        f"<|im_start|>system\n{SYSTEM_LAYER}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        "Hello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_manifests_message_history_comes_before_the_conversation(library, cache):
+    """The Modelfile's MESSAGE turns follow the leading system message (the request's own here) and precede
+    the conversation, rendered by the manifest's translated template."""
+    from tinytitan.chat_request import ChatRequest, Message
+
+    root, _ = library
+    coder = next(m for m in list_models(root, "float32") if m.model_id == "acme/coder:1b")
+    backend = MLXBackend(coder.path, coder.model_id, lazy=True)
+    req = ChatRequest(model=coder.model_id, messages=(Message("system", "Be brief."), Message("user", "hi")))
+    assert backend.encode(req)[0] == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n"
+        "A coder.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert backend.encode(req.with_(messages=req.messages[1:]))[0].startswith("<|im_start|>user\nWho are you?")

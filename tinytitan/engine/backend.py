@@ -84,6 +84,9 @@ class Backend(ABC):
     config: dict | None = None  # the model's config.json, where there is one
     default_reasoning: str | bool | None = None
     sampling: dict = FALLBACK_SAMPLING  # the model's own defaults (generation_config.json), per key
+    default_system: str | None = None  # the model's system prompt for a conversation that sends none
+    default_stop: tuple[str, ...] = ()  # the model's stop strings for a request that sends none
+    default_history: tuple[Message, ...] = ()  # the model's own turns, before every conversation's
     _family: Family | None = None
     _longest_token: int | None = None
 
@@ -120,7 +123,8 @@ class Backend(ABC):
         if req.reasoning_budget_tokens is not None:
             log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
                      req.reasoning_budget_tokens)
-        messages, tools = self.family.map_roles(template_messages(req), template_tools(req),
+        messages, tools = self.family.map_roles(template_messages(req, self.default_system, self.default_history),
+                                                template_tools(req),
                                                 template_source(self.tokenizer))
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
@@ -356,8 +360,17 @@ class Backend(ABC):
                        code="context_length_exceeded",
                        data={"prompt_tokens": tokens, "context_window": self.context_window})
 
+    def with_model_defaults(self, req: ChatRequest) -> ChatRequest:
+        """The request with the model's own stop strings, ``min_p`` and repetition penalty where it sends none:
+        a request's own replace them (as Ollama's request options replace its Modelfile's)."""
+        own = {"stop": self.default_stop, "min_p": self.sampling.get("min_p"),
+               "repetition_penalty": self.sampling.get("repetition_penalty")}
+        missing = {k: v for k, v in own.items() if v and getattr(req, k) in (None, ())}
+        return req.with_(**missing) if missing else req
+
     def prepare(self, req: ChatRequest) -> Prepared:
         req = self.structured(req)
+        req = self.with_model_defaults(req)
         self.refuse_from_bound(req)
         text, tokens, (render_s, tokenize_s), miss = self.timed_encode(req, splice=True)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
@@ -418,7 +431,8 @@ class Backend(ABC):
         if self.fim_tokens:
             capabilities.append("insert")
         return {**self.describe(), "family": self.family.name, "template": source, "capabilities": capabilities,
-                "architecture": (self.config or {}).get("model_type") or self.family.name}
+                "architecture": (self.config or {}).get("model_type") or self.family.name,
+                "system": self.default_system, "stop": list(self.default_stop)}
 
     @property
     def loaded(self) -> bool:

@@ -2,7 +2,9 @@
 
 Decoding runs on the model thread through the decoder's step (decoder.py, step.py); each generated token's
 text goes to the DecodeLoop, which decides its channel. Sampling defaults come from the model's
-generation_config.json where it has one.
+generation_config.json where it has one, as do its default stop strings (``stop_strings``, transformers'
+key), its default system prompt (``system_prompt``) and turns (``default_messages``: what a library such
+as Ollama's gives the model).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..chat_request import Message
 from .backend import FALLBACK_SAMPLING, Backend, Prepared
 from .decode_loop import DecodeLoop
 from .prompt_cache import PromptCache
@@ -99,6 +102,16 @@ class MLXBackend(Backend):
         self.vocab_size = int(text_config.get("vocab_size") or 0)
         gen = read_json(self.path / "generation_config.json")
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
+        self.sampling.update({k: gen[k] for k in ("min_p", "repetition_penalty")
+                              if isinstance(gen.get(k), (int, float)) and not isinstance(gen[k], bool)
+                              and gen[k] != (1.0 if k == "repetition_penalty" else 0.0)})
+        stops = gen.get("stop_strings") or ()  # transformers' own key: a string or a list of them
+        self.default_stop = (stops,) if isinstance(stops, str) else tuple(s for s in stops if isinstance(s, str) and s)
+        system = gen.get("system_prompt")  # tinytitan's key: a library's default system prompt (ollama_library.py)
+        self.default_system = system if isinstance(system, str) and system else None
+        self.default_history = tuple(Message(m["role"], m["content"]) for m in gen.get("default_messages") or ()
+                                     if isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
+                                     and isinstance(m.get("content"), str))
         log.info("%s: %s model family", self.model_id, self.family.name)
         self.model = None
         self.load_seconds: float | None = None  # how long the last load took

@@ -37,8 +37,19 @@ def template_message(m: Message) -> dict:
     return d
 
 
-def template_messages(req: ChatRequest) -> list[dict]:
-    return [template_message(m) for m in req.messages]
+def template_messages(req: ChatRequest, default_system: str | None = None,
+                      default_history: tuple[Message, ...] = ()) -> list[dict]:
+    """The conversation as the template reads it. ``default_system``: the model's own system prompt, first in a
+    conversation that does not open with a system message (as Ollama applies a Modelfile's ``SYSTEM``: the
+    request's own system message wins). ``default_history``: the model's own turns (a Modelfile's
+    ``MESSAGE`` lines), after the leading system message and before the request's turns."""
+    messages = [template_message(m) for m in req.messages]
+    lead = 1 if messages and messages[0]["role"] == "system" else 0
+    if default_system and not lead:
+        messages.insert(0, {"role": "system", "content": default_system})
+        lead = 1
+    messages[lead:lead] = [template_message(m) for m in default_history]
+    return messages
 
 
 def template_tools(req: ChatRequest) -> list[dict] | None:

@@ -1,20 +1,31 @@
 """An Ollama chat template (Go's ``text/template``) translated to the Jinja a chat template is.
 
-Rules (what Ollama's ``template.Execute`` hands a template that reads ``.Messages``):
-- ``.System`` is every system message's text joined by blank lines; ``.Messages`` the conversation (system
-  messages included); ``.Tools`` the tools; in a ``range`` the dot is the item (``.Role``, ``.Content``,
-  ``.ToolCalls``, ``.Function.Name`` …, lower-cased as the chat template's messages spell them);
+Rules (what Ollama's ``template.Execute`` hands a template; its ``server/prompt.go`` and ``template`` package):
+- a template that reads ``.Messages`` renders once: ``.System`` is every system message's text joined by blank
+  lines; ``.Messages`` the conversation (system messages included); ``.Tools`` the tools; ``.Response`` empty;
+  in a ``range`` the dot is the item (``.Role``, ``.Content``, ``.ToolCalls``, ``.Function.Name`` …,
+  lower-cased as the chat template's messages spell them);
+- a template of the older form (no ``.Messages``: ``.System``, ``.Prompt``, ``.Response``) renders once per
+  turn: consecutive messages of one role are one message (their texts joined by a blank line); a system
+  message, or a user message after an answer, closes the turn before it; a user message is ``.Prompt``, an
+  assistant's ``.Response``, a system message ``.System`` (of that turn only); tool messages are left out.
+  The last turn renders only up to ``{{ .Response }}`` (what follows it is cut: the model writes it), and a
+  template without ``.Response`` gets one at its end;
 - printed as Go prints them: ``.Function.Arguments``, a tool, a tool call: JSON;
 - Jinja's block tags carry ``+`` unless Go's trim markers say otherwise, so a renderer's ``trim_blocks`` and
   ``lstrip_blocks`` (chat templates render with both) keep every newline Go keeps;
-- ``if`` / ``else if`` / ``else`` / ``range`` (with ``$i, $x :=``) / ``end``, ``$x := …``, comments, the
-  trim markers ``{{-`` and ``-}}``; the functions ``eq ne lt le gt ge and or not len index slice json``.
-  Anything else (``with``, ``define``, ``template``, pipes, ``printf``, a template of the older
-  ``.Prompt``/``.Response`` form …) raises ``Untranslatable`` naming it: a wrong template is a wrong model.
+- in both forms consecutive messages of one role are one (tool results apart), as Ollama's ``collate`` has it;
+- ``if`` / ``else if`` / ``else`` / ``range`` (with ``$i, $x :=``) / ``break`` / ``continue`` / ``end``,
+  ``$x := …`` and ``$x = …`` (a namespace's attributes: Go's variables outlive a loop's iteration, Jinja's
+  do not), comments, the trim markers ``{{-`` and ``-}}``; the functions ``eq ne lt le gt ge and or not len
+  index slice json``, and ``printf`` with ``%s``/``%v``/``%d``. Anything else (``with``, ``define``,
+  ``template``, pipes, other verbs, ``.Think``, a tool's ``.Properties``, a ``.Prompt`` beside ``.Messages``
+  …) raises ``Untranslatable`` naming it: a wrong template is a wrong model.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 
 _ACTION = re.compile(r"\{\{(-\s)?(.*?)(\s-)?\}\}", re.S)
@@ -24,9 +35,20 @@ FIELDS = {"Role": "role", "Content": "content", "ToolCalls": "tool_calls", "Func
           "Arguments": "arguments", "Thinking": "reasoning_content", "ToolName": "name", "Images": "images",
           "Description": "description", "Parameters": "parameters", "Type": "type", "Index": "index",
           "ToolCallID": "tool_call_id"}
-ROOT = {"System": "_system", "Messages": "messages", "Tools": "tools"}
+ROOT = {"System": "_system", "Messages": "_c.msgs", "Tools": "tools", "Response": "''"}
+LEGACY_ROOT = {"System": "_system", "Prompt": "_prompt", "Response": "_response"}
 JSON_FIELDS = {"arguments", "parameters"}
 CALLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+VARS = "{%+ set _v = namespace() +%}"  # the template's $variables
+# Ollama's collate: consecutive messages of one role (tool results apart) are one, their texts joined; the
+# list is rebuilt only where two are to be joined (a sandboxed template cannot append: rebuilding is quadratic)
+COLLATE = ("{%+ set _c = namespace(msgs=messages, merge=false) +%}{%+ for _m in messages[1:] +%}"
+           "{%+ if _m.role == messages[loop.index0].role and _m.role != 'tool' +%}{%+ set _c.merge = true +%}"
+           "{%+ endif +%}{%+ endfor +%}{%+ if _c.merge +%}{%+ set _c.msgs = [] +%}{%+ for _m in messages +%}"
+           "{%+ if _c.msgs and _c.msgs[-1].role == _m.role and _m.role != 'tool' +%}"
+           "{%+ set _c.msgs = _c.msgs[:-1] + [dict(_c.msgs[-1], content=(_c.msgs[-1].content or '') ~ '\\n\\n' ~ "
+           "(_m.content or ''))] +%}{%+ else +%}{%+ set _c.msgs = _c.msgs + [_m] +%}{%+ endif +%}{%+ endfor +%}"
+           "{%+ endif +%}")
 SYSTEM = ("{%+ set _system = messages | selectattr('role', 'equalto', 'system') | map(attribute='content') "
           "| join('\\n\\n') +%}")
 
@@ -35,32 +57,74 @@ class Untranslatable(ValueError):
     pass
 
 
+# the older form's turns, as Ollama's ``Execute`` walks the (collated) messages; ``_turn`` is the whole
+# template, ``_last`` the template cut after ``{{ .Response }}``
+_TURNS = ("{%+ set _ns = namespace(system='', prompt='', response='', role=none) +%}"
+          "{%+ for _m in messages +%}{%+ set _t = _m.content or '' +%}"
+          "{%+ if _m.role == _ns.role and _m.role != 'tool' +%}"
+          "{%+ if _m.role == 'system' +%}{%+ set _ns.system = _ns.system ~ '\\n\\n' ~ _t +%}"
+          "{%+ elif _m.role == 'user' +%}{%+ set _ns.prompt = _ns.prompt ~ '\\n\\n' ~ _t +%}"
+          "{%+ elif _m.role == 'assistant' +%}{%+ set _ns.response = _ns.response ~ '\\n\\n' ~ _t +%}{%+ endif +%}"
+          "{%+ elif _m.role == 'system' or (_m.role == 'user' and _ns.response) +%}"
+          "{%+ if _ns.prompt or _ns.response +%}{{ _turn(_ns.system, _ns.prompt, _ns.response) }}"
+          "{%+ set _ns.system = '' +%}{%+ set _ns.prompt = '' +%}{%+ set _ns.response = '' +%}{%+ endif +%}"
+          "{%+ if _m.role == 'system' +%}{%+ set _ns.system = _t +%}{%+ else +%}{%+ set _ns.prompt = _t +%}{%+ endif +%}"
+          "{%+ elif _m.role == 'user' +%}{%+ set _ns.prompt = _t +%}"
+          "{%+ elif _m.role == 'assistant' +%}{%+ set _ns.response = _t +%}{%+ endif +%}"
+          "{%+ set _ns.role = _m.role +%}{%+ endfor +%}"
+          "{{ _last(_ns.system, _ns.prompt, _ns.response) }}")
+
+
 def translate(source: str) -> str:
     """The Jinja for an Ollama Go template, or Untranslatable naming the construct it cannot carry over."""
-    if ".Messages" not in source:
-        raise Untranslatable("an Ollama template of the older .Prompt/.Response form (no .Messages) is not "
-                             "translated")
-    return _Translator().run(source)
+    if ".Messages" in source:
+        out = VARS + SYSTEM + COLLATE + _Translator(ROOT).run(source)
+        # a chat template's last newline would be dropped (Jinja's keep_trailing_newline is off); Go keeps it
+        return out + "{{ '' }}" if out.endswith("\n") else out
+    if ".Response" not in source:  # Ollama's Parse adds one at the end
+        source += "{{ .Response }}"
+    whole, cut = _Translator(LEGACY_ROOT).run(source), _Translator(LEGACY_ROOT, cut=True).run(source)
+    return ("{%+ macro _turn(_system, _prompt, _response) +%}" + VARS + whole + "{%+ endmacro +%}"
+            "{%+ macro _last(_system, _prompt, _response) +%}" + VARS + cut + "{%+ endmacro +%}" + _TURNS)
 
 
 class _Translator:
-    def __init__(self):
+    def __init__(self, root: dict[str, str], cut: bool = False):
+        """``root``: what the top-level fields are; ``cut``: everything after the first ``{{ .Response }}``
+        left out (Ollama's ``deleteNode``), the blocks it sits in still closed."""
+        self.root = root
         self.dots: list[str | None] = [None]  # what ``.`` is: None at the top, else a loop variable
         self.blocks: list[str] = []
         self.vars: dict[str, str] = {}
         self.n = 0
+        self.cut, self.cutting, self.skipped = cut, False, 0
 
     def run(self, source: str) -> str:
-        out, pos = [SYSTEM], 0
+        out, pos = [], 0
         for m in _ACTION.finditer(source):
-            out.append(_text(source[pos:m.start()]))
+            if not self.cutting:
+                out.append(_text(source[pos:m.start()]))
             pos = m.end()
             left, body, right = "-" if m.group(1) else "", m.group(2).strip(), "-" if m.group(3) else ""
-            out.append(self.action(body, left, right))
-        out.append(_text(source[pos:]))
+            out.append(self.after_cut(body) if self.cutting else self.action(body, left, right))
+            if self.cut and not self.cutting and _prints_response(body):
+                self.cutting = True
+        if not self.cutting:
+            out.append(_text(source[pos:]))
         if self.blocks:
             raise Untranslatable(f"the template leaves {{{{ {self.blocks[-1]} }}}} without its {{{{ end }}}}")
         return "".join(out)
+
+    def after_cut(self, body: str) -> str:
+        """Past the cut, only the ends of the blocks the cut sits in are written."""
+        word = body.split(None, 1)[0] if body else ""
+        if word in ("if", "range", "with", "block"):
+            self.skipped += 1
+        elif word == "end" and self.skipped:
+            self.skipped -= 1
+        elif word == "end":
+            return self.action(body, "", "")
+        return ""
 
     def action(self, body: str, left: str, right: str) -> str:
         def tag(inner: str) -> str:  # "+": no trim_blocks / lstrip_blocks (chat templates render with both)
@@ -88,14 +152,20 @@ class _Translator:
             return tag("endfor" if kind == "for" else "endif")
         if word == "range":
             return tag(self.range(rest))
+        if word in ("break", "continue") and not rest:
+            if "for" not in self.blocks:
+                raise Untranslatable(f"{{{{ {word} }}}} outside a range")
+            return tag(word)  # chat templates render with Jinja's loopcontrols
         if word in ("with", "define", "template", "block", "break", "continue"):
             raise Untranslatable(f"{{{{ {word} }}}} is not translated")
         m = re.fullmatch(r"\$(\w+)\s*(:?=)\s*(.+)", body, re.S)
-        if m:
-            if m.group(2) == "=":
-                raise Untranslatable(f"reassigning ${m.group(1)} is not translated (Jinja's loops scope it)")
-            self.vars[m.group(1)] = f"_{m.group(1)}"
-            return tag(f"set _{m.group(1)} = {self.expr(m.group(3))}")
+        if m:  # a namespace attribute: Jinja's loops would scope a plain variable, Go's do not
+            name, op, value = m.groups()
+            if op == "=" and self.vars.get(name) != f"_v.{name}":
+                raise Untranslatable(f"${name} is assigned before it is declared")
+            value = self.expr(value)
+            self.vars[name] = f"_v.{name}"
+            return tag(f"set _v.{name} = {value}")
         return f"{{{{{left} {self.expr(body, printed=True)} {right}}}}}"
 
     def range(self, rest: str) -> str:
@@ -184,15 +254,26 @@ class _Translator:
             return base
         parts = path.split(".")
         if base is None:
-            if parts[0] not in ROOT:
-                raise Untranslatable(f".{parts[0]} is not translated (Ollama's .Prompt/.Response form, or a "
-                                     "field the chat template has no value for)")
-            base, parts = ROOT[parts[0]], parts[1:]
+            if parts[0] not in self.root:
+                raise Untranslatable(f".{parts[0]} is not translated (a field the chat template has no value "
+                                     f"for{' beside .Messages' if 'Messages' in self.root else ''})")
+            base, parts = self.root[parts[0]], parts[1:]
         for p in parts:
             if p not in FIELDS:
                 raise Untranslatable(f".{p} is not translated")
             base = f"{base}.{FIELDS[p]}"
         return base
+
+    def printf(self, args: list[str]) -> str:
+        """Go's ``printf`` with the verbs that print a text as it is (``%s``, ``%v``, ``%d``, ``%%``)."""
+        if args[0][:1] not in ("'", '"'):
+            raise Untranslatable("printf with a format that is not a literal is not translated")
+        fmt = ast.literal_eval(args[0])
+        verbs = re.findall(r"%.", fmt)
+        if any(v not in ("%s", "%v", "%d", "%%") for v in verbs) or len(args) - 1 != sum(v != "%%" for v in verbs):
+            raise Untranslatable(f"printf {args[0]} is not translated (only %s, %v, %d, one argument each)")
+        fmt = fmt.replace("%v", "%s").replace("%d", "%s")
+        return f"({fmt!r} | format({', '.join(args[1:])}))"
 
     def call(self, name: str, args: list[str]) -> str:
         if name in CALLS and len(args) >= 2:
@@ -211,7 +292,15 @@ class _Translator:
             return f"{args[0]}[{args[1]}:{args[2] if len(args) == 3 else ''}]"
         if name == "json" and len(args) == 1:
             return f"({args[0]} | tojson)"
+        if name == "printf" and args:
+            return self.printf(args)
         raise Untranslatable(f"the function {name!r} is not translated")
+
+
+def _prints_response(body: str) -> bool:
+    """An action that is not a block's header and reads ``.Response`` (where Ollama's cut falls)."""
+    word = body.split(None, 1)[0] if body else ""
+    return word not in ("if", "else", "range", "with", "end") and bool(re.search(r"(?<![\w$])\$?\.Response\b", body))
 
 
 def _text(s: str) -> str:

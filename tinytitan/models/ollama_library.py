@@ -14,10 +14,20 @@ Rules:
   modification time the manifest's (what ``/api/tags`` shows, as Ollama computes them);
 - the GGUF's own chat template is used; where it has none, the manifest's Go template translated
   (``go_template``), refused by name where it cannot be; a LoRA adapter or a vision projector is refused;
-- the parameters become the model's defaults: ``num_ctx`` its context window, ``stop`` strings that are
-  one token of the vocabulary end generation, ``temperature``/``top_p``/``top_k``/``repeat_penalty``/
-  ``min_p`` its sampling defaults. A served model is a directory of links to the converted weights
-  (``<cache>/ollama/…``) with these files rewritten, and ``ollama.json`` holding what the listing shows.
+  ``….prompt`` is the older media type of a template;
+- the parameters become the model's defaults: ``num_ctx`` its context window; a ``stop`` word that is one
+  token of the vocabulary ends generation whatever the request says (as the GGUF's end-of-turn tokens do),
+  longer ones are its default stop strings (``generation_config.json``'s ``stop_strings``), which a
+  request's own ``stop`` replaces (Ollama's request options replace the Modelfile's);
+  ``temperature``/``top_p``/``top_k``/``repeat_penalty``/``min_p`` its sampling defaults;
+- the ``system`` layer is the model's default system prompt (``generation_config.json``'s
+  ``system_prompt``): first in a conversation that does not open with a system message, on every protocol
+  (Ollama's chat and generate do the same; a request's own system message, or ``system``, wins);
+- the ``messages`` layer (the Modelfile's ``MESSAGE`` lines) is the model's own turns, after the leading
+  system message and before the conversation's (where Ollama's generate puts them; its chat puts them
+  before a request's own system message, which would make it a mid-conversation one).
+  A served model is a directory of links to the converted weights (``<cache>/ollama/…``) with these files
+  rewritten, and ``ollama.json`` holding what the listing shows.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ log = logging.getLogger("tinytitan.models")
 
 DEFAULT_HOST, DEFAULT_NAMESPACE = "registry.ollama.ai", "library"
 MEDIA = "application/vnd.ollama.image."
+LAYOUT = "v3"  # what a served directory holds; a new layout is written beside an older one
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
             "repeat_penalty": "repetition_penalty"}
 
@@ -79,6 +90,13 @@ class OllamaModel:
     def params(self) -> dict:
         raw = self.text("params")
         return json.loads(raw) if raw else {}
+
+    def messages(self) -> list[dict]:
+        """The Modelfile's ``MESSAGE`` turns (a JSON list of Ollama messages), as role and text."""
+        raw = self.text("messages")
+        turns = json.loads(raw) if raw else []
+        return [{"role": t["role"], "content": t.get("content") or ""} for t in turns
+                if isinstance(t, dict) and t.get("role") in ("system", "user", "assistant")]
 
 
 def blob_path(root: Path, digest: str) -> Path:
@@ -130,7 +148,7 @@ def chat_template(model: OllamaModel, gguf_has_template: bool) -> str | None:
 
     if gguf_has_template:
         return None
-    source = model.text("template")
+    source = model.text("template") or model.text("prompt")  # "prompt": a template's older media type
     if not source:
         raise OllamaModelRefused(f"{model.name}: neither the GGUF nor the manifest has a chat template")
     try:
@@ -143,7 +161,7 @@ def served_dir(model: OllamaModel, converted: Path, cache: Path) -> Path:
     """A directory of links to ``converted`` with the manifest's parameters as the model's defaults, and
     ``ollama.json`` with what the listing shows; rewritten whenever the manifest changes."""
     stem = re.sub(r"[^\w.-]", "_", model.name)
-    out = cache / "ollama" / f"{stem}-{model.digest[:12]}-{converted.name[-24:]}"
+    out = cache / "ollama" / f"{stem}-{model.digest[:12]}-{converted.name[-24:]}-{LAYOUT}"
     if (out / "ollama.json").is_file():
         return out
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
@@ -161,14 +179,25 @@ def served_dir(model: OllamaModel, converted: Path, cache: Path) -> Path:
     stops = params.get("stop") or []
     vocab = _vocab(converted)
     eos = list(config.get("eos_token_id") or [])
+    strings = []
     for stop in stops if isinstance(stops, list) else [stops]:
-        if stop in vocab and vocab[stop] not in eos:
-            eos.append(vocab[stop])
-        elif stop not in vocab:
-            log.warning("%s: stop %r is not one token of the vocabulary: not a default here", model.name, stop)
+        if not isinstance(stop, str) or not stop:
+            continue
+        if stop in vocab:  # one token: it ends generation as the GGUF's end-of-turn tokens do, whatever the request
+            if vocab[stop] not in eos:
+                eos.append(vocab[stop])
+        elif stop not in strings:  # text: the model's default stop strings, replaced by a request's own
+            strings.append(stop)
     config["eos_token_id"] = gen["eos_token_id"] = eos
+    if strings:
+        gen["stop_strings"] = strings
     gen.update({hf: params[k] for k, hf in SAMPLING.items() if k in params})
     system = model.text("system")
+    if system:
+        gen["system_prompt"] = system
+    history = model.messages()
+    if history:
+        gen["default_messages"] = history
     facts = {"name": model.name, "digest": model.digest, "size": model.size, "modified_at": model.modified,
              "details": {"format": model.config.get("model_format") or "gguf",
                          "family": model.config.get("model_family") or "",

@@ -45,6 +45,17 @@ def ollama_name(model_id: str) -> str:
     return model_id if ":" in model_id else model_id + LATEST
 
 
+def modelfile_parameters(params: dict) -> list[str]:
+    """A model's parameters as ``ollama show`` prints them: one line per value (a list gives a line per item),
+    the name padded to 30 columns, the value as Go's ``%#v`` writes it (strings quoted); sorted by name."""
+    lines = []
+    for key in sorted(params):
+        values = params[key] if isinstance(params[key], list) else [params[key]]
+        lines += [f"{key:<30} {json.dumps(v, ensure_ascii=False)}"
+                  for v in values]
+    return lines
+
+
 def iso_time(seconds: float | None = None) -> str:
     moment = datetime.fromtimestamp(time.time() if seconds is None else seconds, timezone.utc)
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
@@ -262,8 +273,14 @@ class Ollama(Protocol):
             raise invalid("Missing required parameter: 'model'", param="model", code="missing_required_parameter")
         card = self.engine.model_card(served_name(name))
         arch = card["architecture"]
+        own = listing(card)["ollama"] or {}
+        params = modelfile_parameters(own.get("params") or ({"stop": card["stop"]} if card.get("stop") else {}))
+        system = card.get("system")
+        modelfile = f"FROM {card['id']}\n" + "".join(f"PARAMETER {line}\n" for line in params) + (
+            f'SYSTEM """{system}"""\n' if system else "")
         return Reply({
-            "modelfile": f"FROM {card['id']}\n", "parameters": "", "template": card["template"],
+            "modelfile": modelfile, "parameters": "\n".join(params), "template": card["template"],
+            **({"system": system} if system else {}),  # omitted when empty, as Ollama omits it
             "details": self._details(card), "capabilities": card["capabilities"],
             "model_info": {"general.architecture": arch, f"{arch}.context_length": card["context_window"]},
             "modified_at": iso_time(card.get("created") or self.engine.started_at)})
