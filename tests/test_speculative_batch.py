@@ -61,35 +61,41 @@ async def together(engine, main, other, stop_other_after=None) -> list:
     return got["main"]
 
 
-def drafted_after_the_batch(watched, events, accepted_all=False):
+def drafted_after_the_batch(watched, events, accepted_all=False, accepts=True):
     """``events``' row joined the batch, stepped out of it once the other had gone, and drafted after that
-    (accepted tokens too); its turn reports each drafted token once."""
+    (accepted tokens too, unless not ``accepts``); its turn reports each drafted token once."""
     joined, left = watched
     [(row, spec, drafted, accepted)] = left
     assert row in joined
-    assert spec.drafted > drafted and spec.accepted > accepted
+    assert spec.drafted > drafted and (spec.accepted > accepted or not accepts)
     if accepted_all:
         assert spec.accepted - accepted == spec.drafted - drafted
     timing = events[-1].timing
     assert (timing.draft_tokens, timing.draft_accepted_tokens) == (spec.drafted, spec.accepted)
 
 
-async def check(engine, main, other, watched, stop_other_after=None, accepted_all=False):
+async def check(engine, main, other, watched, stop_other_after=None, accepted_all=False, accepts=True):
     from tinytitan.events import Finished
 
     expected = summary(await run(engine, dataclasses.replace(main, speculative=False)))
     got = await together(engine, main, other, stop_other_after)
     assert isinstance(got[-1], Finished)
     assert summary(got) == expected
-    drafted_after_the_batch(watched, got, accepted_all)
+    drafted_after_the_batch(watched, got, accepted_all, accepts)
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
     return got
 
 
-async def test_a_request_left_alone_in_the_batch_drafts_again_and_answers_as_without(demo_backend, watched):
+@pytest.mark.parametrize("penalty", [None, 1.3], ids=["plain", "repetition-penalty"])
+async def test_a_request_left_alone_in_the_batch_drafts_again_and_answers_as_without(demo_backend, watched,
+                                                                                     penalty):
+    """With a repetition penalty its logits processors see the token context they see alone: its prompt and
+    its answer so far, the part decoded in the batch included (the penalty keeps it from copying much: its
+    drafts are verified, not necessarily accepted)."""
     from tinytitan.engine.engine import Engine
 
-    got = await check(Engine(demo_backend, max_batch=4), copy_req(), SHORT, watched)
+    got = await check(Engine(demo_backend, max_batch=4), copy_req(repetition_penalty=penalty), SHORT, watched,
+                      accepts=penalty is None)
     assert got[-1].usage.completion_tokens > 40  # most of its answer came after the short one ended
 
 
