@@ -9,6 +9,7 @@ had meanwhile). The parts: test_speculative.py; a lone request through the engin
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 import trio
@@ -29,11 +30,25 @@ LONG = req("Count to a hundred.", max_tokens=2000)  # decodes until it is cancel
 @pytest.fixture
 def watched(monkeypatch):
     """Which rows joined the batch, and for each row that stepped out of it the speculator with its counts
-    then (drafted, accepted)."""
-    from tinytitan.engine import step
+    then (drafted, accepted); once armed (the last list), the first request alone waits at its first look for
+    the second to arrive, so the two share the batch however loaded the machine is."""
+    from tinytitan.engine import decoder, step
 
-    joined, left = [], []
-    real_insert, real_leave = step.Forward._insert, step.Forward._leave
+    joined, left, armed, admitted = [], [], [], []
+    real_insert, real_leave, real_joins = step.Forward._insert, step.Forward._leave, decoder.Decoder._next_joins
+    real_admit = decoder.Scheduler.admit
+
+    def admit(self, row):
+        admitted.append(row)
+        return real_admit(self, row)
+
+    def next_joins(self, scheduler, later):
+        if armed and len(admitted) - armed[0] == 1:  # the first of the two is in, alone
+            armed.clear()
+            deadline = time.monotonic() + 30
+            while not (self.waiting or later) and time.monotonic() < deadline:
+                time.sleep(0.002)
+        return real_joins(self, scheduler, later)
 
     def insert(self, row):
         joined.append(row)
@@ -46,7 +61,9 @@ def watched(monkeypatch):
 
     monkeypatch.setattr(step.Forward, "_insert", insert)
     monkeypatch.setattr(step.Forward, "_leave", leave)
-    return joined, left
+    monkeypatch.setattr(decoder.Decoder, "_next_joins", next_joins)
+    monkeypatch.setattr(decoder.Scheduler, "admit", admit)
+    return joined, left, armed, admitted
 
 
 async def together(engine, main, other, stop_other_after=None) -> list:
@@ -64,7 +81,7 @@ async def together(engine, main, other, stop_other_after=None) -> list:
 def drafted_after_the_batch(watched, events, accepted_all=False, accepts=True):
     """``events``' row joined the batch, stepped out of it once the other had gone, and drafted after that
     (accepted tokens too, unless not ``accepts``); its turn reports each drafted token once."""
-    joined, left = watched
+    joined, left, _, _ = watched
     [(row, spec, drafted, accepted)] = left
     assert row in joined
     assert spec.drafted > drafted and (spec.accepted > accepted or not accepts)
@@ -78,6 +95,7 @@ async def check(engine, main, other, watched, stop_other_after=None, accepted_al
     from tinytitan.events import Finished
 
     expected = summary(await run(engine, dataclasses.replace(main, speculative=False)))
+    watched[2].append(len(watched[3]))  # armed: rows admitted before the two
     got = await together(engine, main, other, stop_other_after)
     assert isinstance(got[-1], Finished)
     assert summary(got) == expected
