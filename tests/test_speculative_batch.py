@@ -131,7 +131,7 @@ async def test_a_seeded_sampled_request_drafts_again_after_the_batch_with_the_sa
     so the row draws that position again, alone, with the same key."""
     from tinytitan.engine.engine import Engine
 
-    main = copy_req(temperature=0.7, top_k=2, seed=1234)  # two tokens to choose from: drafts are accepted
+    main = copy_req(temperature=0.7, top_k=2, seed=1234, max_tokens=150)  # two tokens to choose from: drafts are accepted
     got = await check(Engine(demo_backend, max_batch=4), main, SHORT, watched)
     greedy = summary(await run(Engine(demo_backend, max_batch=4), dataclasses.replace(main, temperature=0)))
     assert summary(got) != greedy  # really sampled
