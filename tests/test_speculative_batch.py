@@ -1,9 +1,9 @@
 """A drafting request that decoded in the batch drafts again once the others have finished: when the batch is
 down to it, it steps out onto its own KV cache (the batch's one-step-ahead token taken back: its cache
 trimmed, its grammar matcher rolled back, its seeded sampler's key set back) and the rest of its answer is
-drafted — and it answers exactly what it answers decoded alone without drafts: greedy, with a JSON schema,
-seeded sampling, with the other request cancelled, with a draft model (whose one proposer the other request
-had meanwhile). The parts: test_speculative.py; a lone request through the engine: test_speculative_serving.py.
+drafted — and it answers exactly what it answers decoded alone without drafts: greedy (a repetition penalty
+too), with a JSON schema, seeded sampling, with the other request cancelled, with a draft model (whose one
+proposer the other request had meanwhile), thinking first, cut by a stop string, capped. The parts: test_speculative.py; a lone request through the engine: test_speculative_serving.py.
 """
 
 from __future__ import annotations
@@ -171,3 +171,51 @@ def test_row_sampler_undo_draws_the_position_again_with_the_same_key():
         undone.undo()  # a draw taken back: the next call draws the same position with the same key
         got.append(undone(logprobs).item())
     assert got == want and len(set(want)) > 1
+
+
+# -- reasoning channels and stop strings -------------------------------------------------------------------------
+THOUGHT = "<think>\n" + COPY_TEXT + "</think>\n\n" + COPY_TEXT + "# done, as asked\n"
+
+
+@pytest.fixture
+def thinking(demo_backend, monkeypatch):
+    """The demo model, made to think the file over and then write it out (a logits processor forcing that
+    text, by position: a verify step asks it about positions whose draft may be rejected)."""
+    import mlx.core as mx
+
+    real = demo_backend.logits_processors
+    script = demo_backend.tokenizer.encode(THOUGHT, add_special_tokens=False)
+    end = min(demo_backend.tokenizer.eos_token_ids)
+
+    def forcing():
+        first: list[int] = []
+
+        def force(tokens, logits):
+            first[:] = first or [tokens.size]
+            at = tokens.size - first[0]
+            nxt = script[at] if at < len(script) else end
+            return mx.where(mx.arange(logits.shape[-1]) == nxt, logits, -mx.inf)
+
+        return force
+
+    def processors(prepared, loop):
+        said = " ".join(m.content for m in prepared.req.messages)
+        return real(prepared, loop) + ([forcing()] if said.startswith("Think it over") else [])
+
+    monkeypatch.setattr(demo_backend, "logits_processors", processors)
+    return demo_backend
+
+
+@pytest.mark.parametrize("stop", [None, "as asked"])
+async def test_a_thought_and_a_stop_string_after_the_batch_are_what_they_are_alone(thinking, watched, stop):
+    """It thinks the file over and writes it out, drafted again after the batch: its reasoning and its answer
+    arrive on their channels, the stop string cuts it where it does alone, and usage counts each token once
+    (reasoning tokens apart) as alone."""
+    from tinytitan.engine.engine import Engine
+
+    main = req("Think it over, then show this again:\n" + COPY_TEXT, reasoning="high", max_tokens=400,
+               stop=(stop,) if stop else ())
+    got = await check(Engine(thinking, max_batch=4), main, SHORT, watched)
+    finished = got[-1]
+    assert finished.usage.reasoning_tokens > 20
+    assert finished.reason == ("stop_sequence" if stop else "stop")
