@@ -219,3 +219,22 @@ async def test_a_thought_and_a_stop_string_after_the_batch_are_what_they_are_alo
     finished = got[-1]
     assert finished.usage.reasoning_tokens > 20
     assert finished.reason == ("stop_sequence" if stop else "stop")
+
+
+async def test_a_row_that_cannot_step_out_of_the_batch_fails_alone(demo_backend, watched, monkeypatch):
+    """Something failing as a row steps out of the batch fails that row, in-band, and frees its place: the
+    decoder goes on with the next request."""
+    from tinytitan.engine import step
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import Failed, Finished
+
+    def broken(self, row):
+        raise RuntimeError("its cache would not come out")
+
+    monkeypatch.setattr(step.Forward, "_leave", broken)
+    engine = Engine(demo_backend, max_batch=4)
+    watched[2].append(len(watched[3]))  # the two share the batch
+    main = await together(engine, copy_req(), SHORT)
+    assert isinstance(main[-1], Failed) and "its cache would not come out" in main[-1].message
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+    assert isinstance((await run(engine, SHORT))[-1], Finished)

@@ -258,9 +258,7 @@ class Forward:
             try:
                 with self._on_stream():
                     self._leave(rows[row_id])
-            except Exception as exc:  # its cache could not be taken out of the batch: it is not kept
-                self.release(rows[row_id])
-                rows[row_id].kv = None
+            except Exception as exc:  # this row fails (it is retired after the step), not the step
                 rows[row_id].fail(exc)
         if plan.alone:
             with self._on_stream():
