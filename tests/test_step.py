@@ -15,6 +15,7 @@ PLANS = [
     Plan(cancel=(3,), alone=(RowStep(1, pending=True), RowStep(2, (9, 10), forced=True),
                              RowStep(4, (1, 2, 3), now=True)), join=(5, 6), batch=True),
     Plan(alone=(RowStep(7, (11,), drafts=(12, 13, 14)),), batch=True),
+    Plan(cancel=(1,), leave=(8,)),
 ]
 
 

@@ -9,6 +9,10 @@ Rules:
   arrives: then it joins the batch where it stands — between two chunks of its prompt, or two tokens (a token
   still pending is read first, and a forced run already accepted is fed first) — and the newcomer after it.
   One of another model would wait for the batch to drain anyway: for it, the lone row steps on alone.
+- A row left alone in the batch (the others finished or left, no one of its model waiting) that drafts steps
+  out of the batch onto its own cache (``Plan.leave``) and drafts again: one step with nothing else in it,
+  after which it stands as a row alone holding its last token (its draft follows). A row that does not
+  draft stays: stepping out costs the batch's token sampled ahead, drawn again on its own cache.
 - A lone row's first prompt chunk is short (``FIRST_CHUNK``) where others may join it: requests sent together
   (a client's parallel calls, sub-agents) arrive a few milliseconds apart, and a look after this short chunk
   (~25 ms on 2 cores with a ~50M model) sees them, so they are read together in the batch rather than one
@@ -110,6 +114,10 @@ class Scheduler:
         forward = self.forward
         cancel = tuple(i for i, row in self.rows.items() if row.stopped)
         active = [row for row in self.rows.values() if row.id not in cancel]
+        batched = [row for row in active if forward.in_batch(row.id)]
+        if len(active) == 1 and len(batched) == 1 and self._resumes(batched[0]) and not others_waiting():
+            # the batch is down to a row that drafts: it steps out onto its own cache (step.Forward._leave)
+            return Plan(cancel, leave=(batched[0].id,))
         crowd = len(active) > 1 or forward.batched > 0 or (bool(active) and others_waiting())
         sampling = {row.id for row in active if row.generated or row.pending}  # rows decoding, or about to
         alone: list[RowStep] = []
@@ -134,6 +142,11 @@ class Scheduler:
                 alone.append(self._alone(row))
         return Plan(cancel, tuple(alone), tuple(join), forward.batched + len(join) > 0)
 
+    def _resumes(self, row: Row) -> bool:
+        """Whether a row left alone in the batch steps out of it to draft again: it drafts, it decodes (a token
+        of its answer came out of the batch), and its cache can step out."""
+        return row.speculator is not None and bool(row.generated) and self.forward.may_leave(row.id)
+
     def _alone(self, row: Row) -> RowStep:
         """The next step of a row decoding alone: a chunk of its prompt, its prompt's last token, or the step
         that reads its pending token (and queues the next)."""
@@ -154,10 +167,17 @@ class Scheduler:
         for row_id in plan.cancel:
             self.rows[row_id].ending = LEFT
         for row_id in plan.join:  # drafting is for a row alone: in the batch it decodes token by token
-            self.rows[row_id].report_drafts()
             self.rows[row_id].holding, self.rows[row_id].drafts = False, ()
         for row_id, s in steps.items():  # its last token read with nothing queued: a draft may follow it
             self.rows[row_id].holding = s.hold or bool(s.drafts)
+        for row_id in plan.leave:  # out of the batch, its last token not read: it drafts again
+            row = self.rows[row_id]
+            if row.ending is None and not self.forward.in_batch(row_id):
+                try:
+                    row.speculator.resume(row.tokens + row.generated)
+                    row.holding, row.drafts = True, row.speculator.draft(row.generated[-1], row.cap_left)
+                except Exception as exc:  # its own grammar: this row fails, not the step
+                    row.fail(exc)
         for row_id, tokens in out.items():
             row = self.rows[row_id]
             try:

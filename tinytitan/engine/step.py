@@ -7,9 +7,10 @@ a finished row's leaving). A lone request, a batch and ``--max-batch 1`` are all
 
 Rules:
 - The plan is plain data: row ids, token ids, flags — never an array, a cache or a callable. It says which rows
-  step this time and how (``RowStep``), which rows are cancelled (their consumer left) or join the batch, and
-  whether the batch steps. What a row needs to be stepped (its cache, sampler, logits processors, where its
-  prompt stands) lives on the row, the same on every process that holds it.
+  step this time and how (``RowStep``), which rows are cancelled (their consumer left), join the batch or
+  step out of it (``leave``), and whether the batch steps. What a row needs to be stepped (its cache,
+  sampler, logits processors, where its prompt stands) lives on the row, the same on every process that
+  holds it.
 - A row steps in one of two places. **On its own KV cache** (a row alone, and a short prompt read ahead while
   others decode): as mlx-lm's ``generate_step`` decodes one request — its prompt in chunks, then one pipelined
   step per token (the next step is queued before the token is read: ``RowStep.pending``), a forced run fed in
@@ -42,7 +43,9 @@ Where the next two features plug in (both prepared elsewhere; the hooks are thes
   group decides alike), trims its cache by the rejected count (mlx-lm's ``trim_prompt_cache``) and rolls the
   grammar matcher back over them (llguidance's ``rollback``); the fold hands the accepted tokens to
   ``Row.accept`` one at a time. A step without a draft queues the next pass as before (pipelined). Inside the
-  batch rows decode token by token, without drafts.
+  batch rows decode token by token, without drafts; when the batch is down to one row that drafts (the others
+  finished or left, no one waiting to join), that row steps out of it (``Plan.leave``, ``Forward._leave``:
+  the batch's one-step-ahead token taken back) and drafts again on its own cache.
 - **Lockstep over several machines.** Rank 0's scheduler makes the plan; ``Plan.as_ints()`` is what it
   broadcasts (``mx.distributed``) before every rank runs ``Forward.run`` on ``Plan.from_ints(...)``. Every
   rank holds the same rows (opened from the same broadcast requests, with the same seeds), so the same plan
@@ -87,10 +90,12 @@ class Plan:
     alone: tuple[RowStep, ...] = ()  # rows stepped on their own caches
     join: tuple[int, ...] = ()  # rows that move into the batch (their own cache with them), after those steps
     batch: bool = False  # the batch steps once
+    leave: tuple[int, ...] = ()  # rows that step out of the batch onto their own cache (a lone drafting row)
 
     def as_ints(self) -> list[int]:
         """The plan as a flat list of ints (what lockstep decoding broadcasts)."""
-        out = [len(self.cancel), *self.cancel, len(self.join), *self.join, int(self.batch), len(self.alone)]
+        out = [len(self.cancel), *self.cancel, len(self.leave), *self.leave, len(self.join), *self.join,
+               int(self.batch), len(self.alone)]
         for s in self.alone:
             out += [s.row, int(s.sample), int(s.pending), int(s.forced), int(s.now), int(s.hold), len(s.feed),
                     *s.feed, len(s.drafts), *s.drafts]
@@ -103,14 +108,14 @@ class Plan:
         def take() -> tuple[int, ...]:
             return tuple(next(it) for _ in range(next(it)))
 
-        cancel, join, batch = take(), take(), bool(next(it))
+        cancel, leave, join, batch = take(), take(), take(), bool(next(it))
         alone = []
         for _ in range(next(it)):
             row, sample, pending, forced, now, hold = (next(it) for _ in range(6))
             feed = take()
             alone.append(RowStep(row, feed, bool(sample), bool(pending), bool(forced), bool(now), take(),
                                  bool(hold)))
-        return cls(cancel, tuple(alone), join, batch)
+        return cls(cancel, tuple(alone), join, batch, leave)
 
 
 Output = dict  # row id -> the tokens sampled for it that the fold reads now (in order)
@@ -124,7 +129,9 @@ class Solo:
         import mlx.core as mx
 
         self.model, self.row, self.kv = model, row, row.kv
-        self.context = mx.array(row.tokens[:-1], dtype=mx.int32) if row.processors else None
+        # what its cache holds before the next token it reads (one that stepped out of the batch: ``held``)
+        context = row.held if row.generated else row.tokens[:-1]
+        self.context = mx.array(context, dtype=mx.int32) if row.processors else None
         self.pending = None  # the token sampled last, not read yet
         self.width = 0
 
@@ -218,6 +225,7 @@ class Forward:
         self.uids: dict[int, int] = {}  # row id -> its uid in the batch
         self.rows_of: dict[int, int] = {}  # uid -> row id
         self.decoding: set[int] = set()  # uids whose prompt is read: they decode
+        self.staying: set[int] = set()  # row ids whose cache cannot step out of the batch (not trimmable)
 
     @property
     def batched(self) -> int:
@@ -226,6 +234,12 @@ class Forward:
 
     def in_batch(self, row_id: int) -> bool:
         return row_id in self.uids
+
+    def may_leave(self, row_id: int) -> bool:
+        """Whether a row in the batch can step out of it now: it decodes (its prompt is read) and its cache
+        can be trimmed (see ``_leave``)."""
+        uid = self.uids.get(row_id)
+        return uid is not None and uid in self.decoding and row_id not in self.staying
 
     def _on_stream(self):
         import mlx.core as mx
@@ -240,6 +254,12 @@ class Forward:
         out: Output = {}
         for row_id in plan.cancel:
             self.release(rows[row_id])
+        for row_id in plan.leave:
+            try:
+                with self._on_stream():
+                    self._leave(rows[row_id])
+            except Exception as exc:  # this row fails (it is retired after the step), not the step
+                rows[row_id].fail(exc)
         if plan.alone:
             with self._on_stream():
                 for s in plan.alone:
@@ -273,6 +293,7 @@ class Forward:
     def release(self, row: "Row") -> None:
         """``row`` leaves: out of the batch (its cache back on the row) or off its own cache."""
         self.solos.pop(row.id, None)
+        self.staying.discard(row.id)
         uid = self.uids.pop(row.id, None)
         if uid is None:
             return
@@ -287,6 +308,7 @@ class Forward:
         anew. The row ids that were in it."""
         failed = list(self.uids)
         self.uids.clear()
+        self.staying.clear()
         self.rows_of.clear()
         self.decoding.clear()
         self.close()
@@ -310,6 +332,37 @@ class Forward:
         row.kv = None  # the batch holds it now
         self.solos.pop(row.id, None)  # a row that joins mid-prompt leaves its own-cache stepping behind
         self.uids[row.id], self.rows_of[uid] = uid, row.id
+
+    def _leave(self, row: "Row") -> None:
+        """``row`` steps out of the batch onto its own cache, standing where a row alone holding its last token
+        stands (rows.py ``held``): its cache holds its prompt and every token it accepted but the last, its
+        grammar matcher has not consumed that last token, its sampler has not drawn the token after it.
+
+        The batch is one step ahead (mlx-lm's ``GenerationBatch``): when it hands out a token it has already
+        read it into the cache, run the logits processors after it (the grammar mask consumed it) and drawn
+        the next token, which stays inside the generator. So the cache is trimmed by one, the matcher rolled
+        back by one (llguidance's ``rollback``) and the seeded sampler's key chain set back by the one draw
+        (``RowSampler.undo``); the next step reads the last token again on the row's own cache and samples
+        the position after it as the batch would have (with a draft after it, or none). A cache that cannot
+        be trimmed (a sliding window past its size, a recurrent state) stays in the batch."""
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+        uid = self.uids[row.id]
+        [(cache, held)] = self.gen.extract_cache([uid]).values()
+        if not can_trim_prompt_cache(cache) or list(held) != row.tokens + row.generated:
+            self.staying.add(row.id)
+            return
+        self.gen.remove([uid])
+        del self.uids[row.id], self.rows_of[uid]
+        self.decoding.discard(uid)
+        trim_prompt_cache(cache, 1)
+        mask = row.loop.grammar_mask
+        if mask is not None and not mask.failed and mask.started:
+            mask.matcher.rollback(1)
+        spec = row.speculator
+        if spec is not None and spec.sampler is not None:
+            spec.sampler.undo()
+        row.kv = cache
 
     @staticmethod
     def row_prompt(row: "Row") -> list[int]:

@@ -7,7 +7,9 @@ Rules:
   nonsense.
 - The proposer keeps one KV cache of the draft model's own. Before each proposal it follows the history by
   their longest common prefix (trimmed back past a rejected draft, extended by the tokens that came since),
-  so one proposer serves request after request and reuses what it read of the last one.
+  so one proposer serves request after request and reuses what it read of the last one. One request drafts
+  at a time (a row stepping alone); one that drafts again after decoding in the batch hands it its whole
+  history (``follow``): another request may have had it meanwhile.
 - Guesses are greedy (the draft's own argmax): the verify step, not the draft, keeps the output exact.
 """
 
@@ -70,6 +72,8 @@ class DraftModelProposer:
     def reset(self, tokens: Iterable[int]) -> None:
         """A new history (the next request's prompt); what the cache holds of it is kept."""
         self.tokens = list(tokens)
+
+    follow = reset  # a request that drafts again after the batch: its whole history, which another's replaced
 
     def extend(self, tokens: Iterable[int]) -> None:
         self.tokens.extend(int(t) for t in tokens)

@@ -1,7 +1,8 @@
 """Prompt lookup: draft tokens guessed from the longest earlier match of the last few tokens.
 
 Rules:
-- The history is the prompt's tokens and then the answer's, one list that only grows (``extend``).
+- The history is the prompt's tokens and then the answer's, one list that only grows (``extend``; ``follow``
+  catches up with a history that went on without it: a row's answer while it decoded in the batch).
 - ``propose(k)`` looks for the last ``n`` tokens of the history earlier in it, ``n`` from ``max_ngram`` down to
   ``min_ngram`` (the longest match wins; of equally long ones, the latest), and proposes the ``k`` tokens
   that followed it. A continuation that runs into the end of the history goes on with its own tokens (a
@@ -39,6 +40,10 @@ class PromptLookup:
                 if i >= n:
                     index[tuple(seq[i - n:i])] = i
             seq.append(int(token))
+
+    def follow(self, tokens: Iterable[int]) -> None:
+        """The history is now ``tokens``, which begin with the history held: the index takes the rest."""
+        self.extend(list(tokens)[len(self.tokens):])
 
     def propose(self, k: int) -> list[int]:
         """Up to ``k`` tokens that followed the longest earlier match of the history's end (empty: no match)."""

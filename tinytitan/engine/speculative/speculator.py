@@ -3,6 +3,9 @@
 Rules:
 - A row speculates when its model's server drafts (prompt lookup unless turned off, or a draft model) and
   its request does not say ``speculative: false``; it drafts only while it steps alone, on its own cache.
+  While it decodes in the batch its speculator is idle; when the batch is down to it, it steps out (step.py)
+  and ``resume(history)`` brings the proposer up to the row's prompt and answer so far (the tokens decoded
+  in the batch count as generated without a draft), and it drafts again.
 - ``expects_draft()`` is asked before the row's pending token is read: when a draft is likely after it, the
   step reads that token without queuing the next forward pass (a draft must be known before the pass that
   verifies it); otherwise the row stays pipelined, as decoding without drafts. Prompt lookup expects one when
@@ -44,8 +47,9 @@ class SpeculativeConfig:
 
 class Speculator:
     def __init__(self, proposer, policy: DraftPolicy, mask=None, eos: Sequence[int] = (), always: bool = False,
-                 sampler=None):
+                 sampler=None, known: int = 0):
         self.proposer, self.policy, self.mask = proposer, policy, mask
+        self.known = known  # history tokens the proposer has been given (the prompt, then what was generated)
         self.eos = tuple(eos)
         self.always = always  # a draft model: it always has a guess
         self.sampler = sampler  # the row's RowSampler where its key chain must follow accepted rows (seeded)
@@ -53,13 +57,13 @@ class Speculator:
 
     @classmethod
     def for_lookup(cls, tokens: Sequence[int], k_max: int | None = None, **kw) -> "Speculator":
-        return cls(PromptLookup(tokens), DraftPolicy(k_max=k_max or DraftPolicy.k_max), **kw)
+        return cls(PromptLookup(tokens), DraftPolicy(k_max=k_max or DraftPolicy.k_max), known=len(tokens), **kw)
 
     @classmethod
     def for_draft_model(cls, proposer, tokens: Sequence[int], k_max: int | None = None, **kw) -> "Speculator":
         k = k_max or DRAFT_MODEL_K
         proposer.reset(tokens)
-        return cls(proposer, DraftPolicy(k_max=k, start=k), always=True, **kw)
+        return cls(proposer, DraftPolicy(k_max=k, start=k), always=True, known=len(tokens), **kw)
 
     # -- counts -----------------------------------------------------------------------------------------------
     @property
@@ -105,5 +109,12 @@ class Speculator:
     def generated(self, tokens: Sequence[int], drafted: bool) -> None:
         """Tokens the row accepted (``drafted``: by a step that verified a draft)."""
         self.proposer.extend(tokens)
+        self.known += len(tokens)
         if not drafted:
             self.policy.skipped(len(tokens))
+
+    def resume(self, history: Sequence[int]) -> None:
+        """The row drafts again after decoding in the batch: ``history`` is its prompt and answer so far."""
+        self.policy.skipped(max(0, len(history) - self.known))
+        self.proposer.follow(history)
+        self.known = len(history)

@@ -1,0 +1,240 @@
+"""A drafting request that decoded in the batch drafts again once the others have finished: when the batch is
+down to it, it steps out onto its own KV cache (the batch's one-step-ahead token taken back: its cache
+trimmed, its grammar matcher rolled back, its seeded sampler's key set back) and the rest of its answer is
+drafted — and it answers exactly what it answers decoded alone without drafts: greedy (a repetition penalty
+too), with a JSON schema, seeded sampling, with the other request cancelled, with a draft model (whose one
+proposer the other request had meanwhile), thinking first, cut by a stop string, capped. The parts: test_speculative.py; a lone request through the engine: test_speculative_serving.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+import trio
+
+from test_batching import RECORDS, req, run, summary
+from test_speculative import COPY_TEXT
+
+
+def copy_req(**kw):
+    kw.setdefault("max_tokens", 80)
+    return req("Show this again, exactly:\n" + COPY_TEXT, **kw)
+
+
+SHORT = req("Name a colour.", max_tokens=4)
+LONG = req("Count to a hundred.", max_tokens=2000)  # decodes until it is cancelled
+
+
+@pytest.fixture
+def watched(monkeypatch):
+    """Which rows joined the batch, and for each row that stepped out of it the speculator with its counts
+    then (drafted, accepted); once armed (the last list), the first request alone waits at its first look for
+    the second to arrive, so the two share the batch however loaded the machine is."""
+    from tinytitan.engine import decoder, step
+
+    joined, left, armed, admitted = [], [], [], []
+    real_insert, real_leave, real_joins = step.Forward._insert, step.Forward._leave, decoder.Decoder._next_joins
+    real_admit = decoder.Scheduler.admit
+
+    def admit(self, row):
+        admitted.append(row)
+        return real_admit(self, row)
+
+    def next_joins(self, scheduler, later):
+        if armed and len(admitted) - armed[0] == 1:  # the first of the two is in, alone
+            armed.clear()
+            deadline = time.monotonic() + 30
+            while not (self.waiting or later) and time.monotonic() < deadline:
+                time.sleep(0.002)
+        return real_joins(self, scheduler, later)
+
+    def insert(self, row):
+        joined.append(row)
+        return real_insert(self, row)
+
+    def leave(self, row):
+        real_leave(self, row)
+        if not self.in_batch(row.id):
+            left.append((row, row.speculator, row.speculator.drafted, row.speculator.accepted))
+
+    monkeypatch.setattr(step.Forward, "_insert", insert)
+    monkeypatch.setattr(step.Forward, "_leave", leave)
+    monkeypatch.setattr(decoder.Decoder, "_next_joins", next_joins)
+    monkeypatch.setattr(decoder.Scheduler, "admit", admit)
+    return joined, left, armed, admitted
+
+
+async def together(engine, main, other, stop_other_after=None) -> list:
+    """``main`` and ``other`` sent at once; ``main``'s events."""
+    got: dict = {}
+    async with trio.open_nursery() as n:
+        async def one(name, r, stop_after=None):
+            got[name] = await run(engine, r, stop_after)
+
+        n.start_soon(one, "main", main)
+        n.start_soon(one, "other", other, stop_other_after)
+    return got["main"]
+
+
+def drafted_after_the_batch(watched, events, accepted_all=False, accepts=True):
+    """``events``' row joined the batch, stepped out of it once the other had gone, and drafted after that
+    (accepted tokens too, unless not ``accepts``); its turn reports each drafted token once."""
+    joined, left, _, _ = watched
+    [(row, spec, drafted, accepted)] = left
+    assert row in joined
+    assert spec.drafted > drafted and (spec.accepted > accepted or not accepts)
+    if accepted_all:
+        assert spec.accepted - accepted == spec.drafted - drafted
+    timing = events[-1].timing
+    assert (timing.draft_tokens, timing.draft_accepted_tokens) == (spec.drafted, spec.accepted)
+
+
+async def check(engine, main, other, watched, stop_other_after=None, accepted_all=False, accepts=True):
+    from tinytitan.events import Finished
+
+    expected = summary(await run(engine, dataclasses.replace(main, speculative=False)))
+    watched[2].append(len(watched[3]))  # armed: rows admitted before the two
+    got = await together(engine, main, other, stop_other_after)
+    assert isinstance(got[-1], Finished)
+    assert summary(got) == expected
+    drafted_after_the_batch(watched, got, accepted_all, accepts)
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+    return got
+
+
+@pytest.mark.parametrize("penalty", [None, 1.3], ids=["plain", "repetition-penalty"])
+async def test_a_request_left_alone_in_the_batch_drafts_again_and_answers_as_without(demo_backend, watched,
+                                                                                     penalty):
+    """With a repetition penalty its logits processors see the token context they see alone: its prompt and
+    its answer so far, the part decoded in the batch included (the penalty keeps it from copying much: its
+    drafts are verified, not necessarily accepted)."""
+    from tinytitan.engine.engine import Engine
+
+    got = await check(Engine(demo_backend, max_batch=4), copy_req(repetition_penalty=penalty), SHORT, watched,
+                      accepts=penalty is None)
+    assert got[-1].usage.completion_tokens > 40  # most of its answer came after the short one ended
+
+
+async def test_a_schema_constrained_request_drafts_again_after_the_batch(demo_backend, watched):
+    """Its grammar matcher stands where the batch left it, less the token the batch consumed ahead: the mask,
+    the forced tokens drafted after it and the document are what it decodes alone."""
+    from tinytitan.engine.engine import Engine
+
+    main = req("List two records, as in: [{\"name\": \"add\", \"count\": 1}]", max_tokens=150, grammar=RECORDS)
+    await check(Engine(demo_backend, max_batch=4), main, SHORT, watched)
+
+
+async def test_a_seeded_sampled_request_drafts_again_after_the_batch_with_the_same_tokens(demo_backend, watched):
+    """The batch drew the token after the last one it handed out with the row's key; that draw is taken back,
+    so the row draws that position again, alone, with the same key."""
+    from tinytitan.engine.engine import Engine
+
+    main = copy_req(temperature=0.7, top_k=2, seed=1234, max_tokens=150)  # two tokens to choose from: drafts are accepted
+    got = await check(Engine(demo_backend, max_batch=4), main, SHORT, watched)
+    greedy = summary(await run(Engine(demo_backend, max_batch=4), dataclasses.replace(main, temperature=0)))
+    assert summary(got) != greedy  # really sampled
+
+
+async def test_a_request_drafts_again_once_the_other_is_cancelled(demo_backend, watched):
+    from tinytitan.engine.engine import Engine
+
+    await check(Engine(demo_backend, max_batch=4), copy_req(), LONG, watched, stop_other_after=3)
+
+
+async def test_with_a_draft_model_the_request_left_alone_drafts_from_its_own_history(demo_backend, watched):
+    """One draft model serves the server's requests; the other request took it over while both decoded in
+    the batch, so the row that drafts again hands it its own history: the draft model (here the model
+    itself) then guesses every token right."""
+    from tinytitan.engine.engine import Engine
+    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.speculative.speculator import SpeculativeConfig
+
+    drafting = MLXBackend(demo_backend.path, demo_backend.model_id,
+                          speculative=SpeculativeConfig(lookup=False, draft_model=demo_backend.path))
+    short = req("Name a colour and say why you like it.", max_tokens=6)
+    await check(Engine(drafting, max_batch=4), copy_req(max_tokens=40), short, watched, accepted_all=True)
+
+
+def test_row_sampler_undo_draws_the_position_again_with_the_same_key():
+    import mlx.core as mx
+
+    from tinytitan.engine.speculative.sampling import RowSampler
+
+    logprobs = mx.log(mx.softmax(mx.random.normal((1, 64), key=mx.random.key(0)), axis=-1))
+    straight, undone = RowSampler(temp=1.0, seed=9), RowSampler(temp=1.0, seed=9)
+    want = [straight(logprobs).item() for _ in range(6)]
+    got = []
+    for _ in range(6):
+        undone(logprobs)
+        undone.undo()  # a draw taken back: the next call draws the same position with the same key
+        got.append(undone(logprobs).item())
+    assert got == want and len(set(want)) > 1
+
+
+# -- reasoning channels and stop strings -------------------------------------------------------------------------
+THOUGHT = "<think>\n" + COPY_TEXT + "</think>\n\n" + COPY_TEXT + "# done, as asked\n"
+
+
+@pytest.fixture
+def thinking(demo_backend, monkeypatch):
+    """The demo model, made to think the file over and then write it out (a logits processor forcing that
+    text, by position: a verify step asks it about positions whose draft may be rejected)."""
+    import mlx.core as mx
+
+    real = demo_backend.logits_processors
+    script = demo_backend.tokenizer.encode(THOUGHT, add_special_tokens=False)
+    end = min(demo_backend.tokenizer.eos_token_ids)
+
+    def forcing():
+        first: list[int] = []
+
+        def force(tokens, logits):
+            first[:] = first or [tokens.size]
+            at = tokens.size - first[0]
+            nxt = script[at] if at < len(script) else end
+            return mx.where(mx.arange(logits.shape[-1]) == nxt, logits, -mx.inf)
+
+        return force
+
+    def processors(prepared, loop):
+        said = " ".join(m.content for m in prepared.req.messages)
+        return real(prepared, loop) + ([forcing()] if said.startswith("Think it over") else [])
+
+    monkeypatch.setattr(demo_backend, "logits_processors", processors)
+    return demo_backend
+
+
+@pytest.mark.parametrize("stop", [None, "as asked"])
+async def test_a_thought_and_a_stop_string_after_the_batch_are_what_they_are_alone(thinking, watched, stop):
+    """It thinks the file over and writes it out, drafted again after the batch: its reasoning and its answer
+    arrive on their channels, the stop string cuts it where it does alone, and usage counts each token once
+    (reasoning tokens apart) as alone."""
+    from tinytitan.engine.engine import Engine
+
+    main = req("Think it over, then show this again:\n" + COPY_TEXT, reasoning="high", max_tokens=400,
+               stop=(stop,) if stop else ())
+    got = await check(Engine(thinking, max_batch=4), main, SHORT, watched)
+    finished = got[-1]
+    assert finished.usage.reasoning_tokens > 20
+    assert finished.reason == ("stop_sequence" if stop else "stop")
+
+
+async def test_a_row_that_cannot_step_out_of_the_batch_fails_alone(demo_backend, watched, monkeypatch):
+    """Something failing as a row steps out of the batch fails that row, in-band, and frees its place: the
+    decoder goes on with the next request."""
+    from tinytitan.engine import step
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import Failed, Finished
+
+    def broken(self, row):
+        raise RuntimeError("its cache would not come out")
+
+    monkeypatch.setattr(step.Forward, "_leave", broken)
+    engine = Engine(demo_backend, max_batch=4)
+    watched[2].append(len(watched[3]))  # the two share the batch
+    main = await together(engine, copy_req(), SHORT)
+    assert isinstance(main[-1], Failed) and "its cache would not come out" in main[-1].message
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+    assert isinstance((await run(engine, SHORT))[-1], Finished)
