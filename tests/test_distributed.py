@@ -153,6 +153,7 @@ async def ask(base: str, protocol: str, text: str, stream: bool = False, **kw) -
 def test_the_group_names_its_ranks_and_what_each_holds(group):
     g = group.health["group"]
     assert (g["size"], g["backend"], g["sharding"], g["status"]) == (2, "ring", "tensor", "ok")
+    assert httpx.get(group.base + "/health").status_code == 200 and g["broken_ranks"] == []
     host = socket.gethostname()[:64]
     assert g["ranks"] == [{"rank": r, "host": host, "holds": "1/2 of every layer (tensor parallel)"}
                           for r in range(2)]
@@ -259,9 +260,13 @@ async def test_a_killed_rank_fails_the_answer_in_flight_and_breaks_the_group(gro
     # the ring notices the lost peer, or the watchdog the step that never ends: either names rank 1
     message = error["error"]["message"]
     assert error["type"] == "error" and ("rank 0 lost rank 1" in message or "rank 1 died" in message), message
-    health = httpx.get(group.base + "/health").json()
+    r = httpx.get(group.base + "/health")
+    health = r.json()
+    assert r.status_code == 503  # what a load balancer or a script checks
     assert health["status"] == "broken" and health["group"]["status"] == "broken"
-    assert "rank 1" in health["group"]["error"] and health["running"] == 0
+    assert health["error"]["ranks"] == [1] == health["group"]["broken_ranks"]
+    assert health["error"]["message"] == health["group"]["error"] and "rank 1" in health["error"]["message"]
+    assert health["running"] == 0
     for protocol, status in [("chat", 503), ("messages", 503), ("ollama", 503)]:
         path, payload = body(protocol, "Anyone there?", False)
         r = httpx.post(group.base + path, json=payload, timeout=10)

@@ -265,7 +265,11 @@ class Engine:
             lead = self.lead
             group = dict(self.group.describe(), steps=lead.steps, step_s=round(lead.step_s, 6),
                          batch_steps=lead.batch_steps, plan_broadcast_share=round(lead.share_of_step(), 4))
-            return {"status": "broken" if self.group.broken else "ok", "group": group, **self._health()}
+            if self.group.broken:  # /health answers 503 with this (protocols/shared.py)
+                return {"status": "broken", "error": {"message": self.group.broken,
+                                                      "ranks": self.group.broken_ranks},
+                        "group": group, **self._health()}
+            return {"status": "ok", "group": group, **self._health()}
         return {"status": "ok", **self._health()}
 
     def _health(self) -> dict:

@@ -71,6 +71,7 @@ class Group:
         self.holds: list[str] = []  # what each rank holds of the model
         self.sharding: str | None = None
         self.broken: str | None = None  # why the group no longer decodes (None while it is whole)
+        self.broken_ranks: list[int] = []  # the ranks it lost (as far as this rank can tell)
         self._streams = threading.local()  # mlx streams belong to the thread that made them
         self.shares = 0  # broadcasts made, and the seconds they took (lockstep's share of a step)
         self.share_s = 0.0
@@ -122,13 +123,14 @@ class Group:
     def lost(self, exc: BaseException, always: bool = False) -> bool:
         """Whether ``exc`` (raised by a collective: the plan's, or one inside the model) means a rank is gone;
         if so (or ``always``), the group is broken, and says which rank."""
-        peers = ", ".join(str(r) for r in range(self.size) if r != self.rank)
+        others = [r for r in range(self.size) if r != self.rank]
+        peers = ", ".join(map(str, others))
         if any(w in str(exc).lower() for w in ("[ring]", "peer", "connection", "[jaccl]", "[mpi]")):
             self.fail(f"rank {self.rank} lost rank {peers}: {exc}" if self.size == 2 else
-                      f"rank {self.rank} lost a peer among ranks {peers}: {exc}")
+                      f"rank {self.rank} lost a peer among ranks {peers}: {exc}", others)
             return True
         if always:
-            self.fail(f"a collective failed on rank {self.rank}: {exc}")
+            self.fail(f"a collective failed on rank {self.rank}: {exc}", others)
         return always
 
     def share(self, obj: Any = None) -> Any:
@@ -190,14 +192,17 @@ class Group:
         self.holds = self.gather_text(mine)
         return model
 
-    def fail(self, why: str) -> None:
+    def fail(self, why: str, ranks: list[int] | None = None) -> None:
+        """Break the group for good: ``why``, and the ``ranks`` it lost (all the others where unknown)."""
         if self.broken is None:
             self.broken = why
+            self.broken_ranks = ranks if ranks is not None else [r for r in range(self.size) if r != self.rank]
             log.error("the group is broken: %s", why)
 
     def describe(self) -> dict:
         return {"size": self.size, "backend": self.backend, "sharding": self.sharding,
                 "status": "broken" if self.broken else "ok", "error": self.broken,
+                "broken_ranks": self.broken_ranks,
                 "ranks": [{"rank": r, "host": self.hosts[r] if r < len(self.hosts) else None,
                            "holds": self.holds[r] if r < len(self.holds) else None} for r in range(self.size)],
                 "plan_broadcasts": self.shares, "plan_broadcast_s": round(self.share_s, 6)}

@@ -93,7 +93,7 @@ class Lead:
             if since is not None and time.monotonic() - since > self.timeout:
                 others = "rank 1" if self.group.size == 2 else f"one of ranks 1-{self.group.size - 1}"
                 self.group.fail(f"{others} died or stopped answering: a decode step waited {self.timeout:g}s "
-                                "for it")
+                                "for it", list(range(1, self.group.size)))
         if self.busy_since is None:
             return  # broken between steps: the next step raises, on the model thread
         error = GroupBroken(self.group.broken)
