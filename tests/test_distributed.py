@@ -1,7 +1,9 @@
-"""One model served by a group of two processes (MLX's ring backend on loopback), tensor parallel: every
-protocol answers, streamed and not, exactly what one process answers (greedy, the demo model); requests
-batch, hang up, follow a JSON schema and force a tool call as on one machine; a rank killed mid-answer
-fails that answer in its protocol's envelope (no hang), and the group reports itself broken.
+"""One model served by a group of two processes (MLX's ring backend on loopback). Tensor parallel (the demo
+model): every protocol answers, streamed and not, exactly what one process answers (greedy); requests batch,
+hang up, follow a JSON schema and force a tool call as on one machine; a rank killed mid-answer fails that
+answer in its protocol's envelope (no hang), and the group reports itself broken (``/health`` 503). Pipeline
+parallel (``--sharding pipeline``, the demo model as a qwen2, whose mlx-lm class offers it): each rank holds
+half the layers, and every protocol's answer, streamed and not, alone and batched, is one process's.
 
 The two ranks are started as ``mlx.launch -n 2 --backend ring`` starts them (``MLX_RANK``, and an
 ``MLX_HOSTFILE`` listing one loopback address per rank), but by the test itself: mlx.launch ends every rank
@@ -37,8 +39,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def pipeline_model(out: Path) -> Path:
+    """A model whose mlx-lm class offers pipeline parallelism (qwen2's ``model.model.pipeline``): the demo
+    model's tokenizer, template and weights, as a qwen2 (the demo's qwen3 lacks ``pipeline``): its attention's
+    q/k norms dropped, seeded q/k/v biases added, and the weight index ``sharded_load`` splits layers by."""
+    import shutil
+
+    import mlx.core as mx
+
+    from tinytitan.demo_model import ensure_demo_model
+
+    demo = Path(ensure_demo_model())
+    out.mkdir(parents=True, exist_ok=True)
+    for f in demo.iterdir():
+        if f.suffix == ".json" and f.name != "config.json":
+            shutil.copy(f, out / f.name)
+    config = json.loads((demo / "config.json").read_text())
+    config.pop("tinytitan_demo", None)
+    config.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"])
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    weights = {k: v for k, v in mx.load(str(demo / "model.safetensors")).items()
+               if not k.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight"))}
+    key = mx.random.key(21)
+    for k in sorted(weights):
+        if k.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
+            key, sub = mx.random.split(key)
+            weights[k.replace(".weight", ".bias")] = 0.02 * mx.random.normal((weights[k].shape[0],), key=sub)
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (out / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: "model.safetensors" for k in sorted(weights)}}))
+    return out
+
+
 class Group:
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, *serve: str):
         ring = [[f"127.0.0.1:{free_port()}"], [f"127.0.0.1:{free_port()}"]]
         hostfile = tmp / "hosts.json"
         hostfile.write_text(json.dumps(ring))
@@ -49,7 +83,7 @@ class Group:
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "tinytitan", "serve", "--port", str(self.port), "--max-batch", "4",
              "--group-timeout", "4",
-             "--responses-store", "memory"],
+             "--responses-store", "memory", *serve],
             env=dict(env, MLX_RANK=str(r)), stdout=self.logs[r].open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
             for r in range(2)]
 
@@ -87,6 +121,37 @@ async def one(serve, demo_backend):
     """The same model in one process (the reference)."""
     demo_backend.prompt_cache.clear()
     return await serve(backend=demo_backend)
+
+
+@pytest.fixture(scope="module")
+def pipeline_dir(tmp_path_factory):
+    return pipeline_model(tmp_path_factory.mktemp("qwen2") / "model")
+
+
+@pytest.fixture(scope="module")
+def pipeline_group(tmp_path_factory, pipeline_dir):
+    """A group serving a model split by layers (``--sharding pipeline``; the model offers both)."""
+    g = Group(tmp_path_factory.mktemp("pipeline"), "--model", str(pipeline_dir), "--model-id", MODEL,
+              "--sharding", "pipeline")
+    try:
+        g.health = g.wait()
+        yield g
+    finally:
+        g.stop()
+
+
+@pytest.fixture(scope="module")
+def pipeline_backend(pipeline_dir):
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    return MLXBackend(pipeline_dir, MODEL)
+
+
+@pytest.fixture
+async def one_pipeline(serve, pipeline_backend):
+    """The pipelined model in one process (the reference)."""
+    pipeline_backend.prompt_cache.clear()
+    return await serve(backend=pipeline_backend)
 
 
 # -- each protocol's request, and the text its answer carries ----------------------------------------------------
@@ -241,6 +306,51 @@ async def test_a_json_schema_and_a_forced_tool_call_as_on_one_process(group, one
         calls = strict.chat_completion(r.json()).choices[0].message.tool_calls
         answers.append([(c.function.name, c.function.arguments) for c in calls])
     assert answers[0] == answers[1] and answers[0][0][0] == "get_weather"
+
+
+def test_the_sharding_is_what_the_model_offers_or_refused_by_its_type(pipeline_dir):
+    from mlx_lm.utils import load_model
+
+    from tinytitan.demo_model import ensure_demo_model
+    from tinytitan.engine.group import sharding
+
+    qwen3, _ = load_model(Path(ensure_demo_model()), lazy=True, strict=False)  # shard only
+    qwen2, _ = load_model(pipeline_dir, lazy=True, strict=False)  # shard and pipeline
+    assert [sharding(qwen3, "auto"), sharding(qwen3, "tensor")] == ["tensor", "tensor"]
+    assert [sharding(qwen2, w) for w in ("auto", "tensor", "pipeline")] == ["tensor", "tensor", "pipeline"]
+    with pytest.raises(SystemExit, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
+        sharding(qwen3, "pipeline")
+
+
+# -- pipeline parallel: each rank holds some of the layers; every op runs as in one process, so bit for bit ------
+def test_a_pipelined_group_names_the_layers_each_rank_holds(pipeline_group):
+    g = pipeline_group.health["group"]
+    assert (g["size"], g["sharding"], g["status"]) == (2, "pipeline", "ok")
+    # mlx-lm gives the last layers to rank 0 (it samples) and the first to rank 1
+    assert [r["holds"] for r in g["ranks"]] == ["layers 1-1 (pipeline parallel)", "layers 0-0 (pipeline parallel)"]
+
+
+@pytest.mark.parametrize("protocol", ["chat", "completions", "messages", "responses", "ollama"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_pipelined_greedy_output_equals_one_process(pipeline_group, one_pipeline, protocol, stream):
+    prompt = f"Pipelined: say something about {protocol} {'streamed' if stream else 'whole'}."
+    want = await ask(one_pipeline.base, protocol, prompt, stream, max_tokens=32)
+    got = await ask(pipeline_group.base, protocol, prompt, stream, max_tokens=32)
+    assert got == want and want
+
+
+async def test_pipelined_requests_sent_together_each_get_what_they_get_alone(pipeline_group, one_pipeline):
+    prompts = ["Pipelined, first of two.", "Pipelined, second of the pair, a little longer than the first."]
+    want = [await ask(one_pipeline.base, "chat", p, max_tokens=40) for p in prompts]
+    batched = httpx.get(pipeline_group.base + "/health").json()["group"]["batch_steps"]
+    got = [None, None]
+    async with trio.open_nursery() as n:
+        for i, p in enumerate(prompts):
+            async def go(i=i, p=p):
+                got[i] = await ask(pipeline_group.base, "chat", p, max_tokens=40)
+            n.start_soon(go)
+    assert got == want
+    assert httpx.get(pipeline_group.base + "/health").json()["group"]["batch_steps"] > batched
 
 
 async def test_a_killed_rank_fails_the_answer_in_flight_and_breaks_the_group(group):

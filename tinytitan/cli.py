@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--num-draft-tokens", type=_positive, metavar="N",
                       help="the most tokens drafted per step (default: up to 16 for prompt lookup, adapting to what "
                            "is accepted; 3 for a draft model)")
+    s.add_argument("--sharding", choices=["auto", "tensor", "pipeline"], default="auto",
+                   help="under mlx.launch: how the model is split across the ranks: tensor parallel (every rank "
+                        "holds a slice of every layer), pipeline parallel (each rank holds some of the layers), or "
+                        "auto (default: tensor where the model offers it, else pipeline)")
     s.add_argument("--group-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="under mlx.launch: a decode step waiting this long for the other ranks breaks the group "
                         "(default 60)")
@@ -436,7 +440,7 @@ def join_group(args):
     if args.models_dir or args.script:
         raise SystemExit(f"{'--models-dir' if args.models_dir else '--script'} cannot be served by a group of "
                          "processes (mlx.launch): a group serves one model, named by --model")
-    return Group.from_env()
+    return Group.from_env(getattr(args, "sharding", "auto"))
 
 
 def open_memory(args):

@@ -10,8 +10,8 @@ Rules:
   the batch's and the broadcast. Collectives on two streams run in whichever order the streams reach them,
   and the ranks' orders then differ: the bytes of one land in another.
 - The model is sharded by what it offers (``sharding``): tensor parallel where it has ``shard(group)``, else
-  pipeline parallel (``model.model.pipeline(group)``), else it is refused by its model type. mlx-lm's
-  ``sharded_load`` loads each rank's part.
+  pipeline parallel (``model.model.pipeline(group)``), else it is refused by its model type; ``--sharding``
+  may ask for one of the two (a model offering both). mlx-lm's ``sharded_load`` loads each rank's part.
 - A collective that fails (a rank died: "[ring] connection to a peer was lost") breaks the group for good:
   ``broken`` says why and which rank, and a restart of the whole group is the recovery.
 """
@@ -48,13 +48,23 @@ def backend_name() -> str:
     return "any"
 
 
-def sharding(model) -> str:
-    """How a model can be split across ranks: "tensor" (its ``shard``), "pipeline", or a refusal naming its type."""
-    if hasattr(model, "shard"):
-        return "tensor"
-    if hasattr(getattr(model, "model", None), "pipeline"):
-        return "pipeline"
+SHARDINGS = ("auto", "tensor", "pipeline")
+
+
+def sharding(model, want: str = "auto") -> str:
+    """How a model is split across ranks: "tensor" (its ``shard``) or "pipeline" (``model.model.pipeline``).
+    ``want`` "auto" takes tensor parallel where the model offers it, else pipeline; a named one the model does
+    not offer, or a model offering neither, is refused naming its type."""
+    offers = [name for name, has in (("tensor", hasattr(model, "shard")),
+                                     ("pipeline", hasattr(getattr(model, "model", None), "pipeline"))) if has]
+    if want == "auto" and offers:
+        return offers[0]
+    if want in offers:
+        return want
     kind = getattr(getattr(model, "args", None), "model_type", None) or type(model).__module__.rsplit(".", 1)[-1]
+    if offers:
+        raise SystemExit(f"the model type '{kind}' offers no {want} parallelism in mlx-lm (it offers "
+                         f"{' and '.join(offers)}): --sharding {want} cannot serve it")
     raise SystemExit(f"the model type '{kind}' offers neither tensor parallelism (shard) nor pipeline parallelism "
                      "in mlx-lm: it cannot be served across several processes")
 
@@ -64,8 +74,9 @@ class GroupBroken(RuntimeError):
 
 
 class Group:
-    def __init__(self, world, backend: str):
+    def __init__(self, world, backend: str, want: str = "auto"):
         self.world = world
+        self.want = want  # the sharding asked for (SHARDINGS)
         self.rank, self.size, self.backend = world.rank(), world.size(), backend
         self.hosts: list[str] = []
         self.holds: list[str] = []  # what each rank holds of the model
@@ -77,7 +88,7 @@ class Group:
         self.share_s = 0.0
 
     @classmethod
-    def from_env(cls) -> "Group | None":
+    def from_env(cls, want: str = "auto") -> "Group | None":
         if not launched():
             return None
         import mlx.core as mx
@@ -86,7 +97,7 @@ class Group:
         world = mx.distributed.init(strict=True, backend="any" if backend == "mpi" else backend)
         if world.size() < 2:
             return None
-        group = cls(world, backend)
+        group = cls(world, backend, want)
         group.hosts = group.gather_text(socket.gethostname())
         log.info("rank %d of %d (%s backend) on %s", group.rank, group.size, backend, group.hosts[group.rank])
         return group
@@ -180,7 +191,7 @@ class Group:
         from mlx_lm.utils import load_model, sharded_load
 
         lazy, _ = load_model(path, lazy=True, strict=False)
-        self.sharding = sharding(lazy)
+        self.sharding = sharding(lazy, self.want)
         del lazy
         if self.sharding == "tensor":
             model, _ = sharded_load(str(path), tensor_group=self.world)
