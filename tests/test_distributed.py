@@ -155,20 +155,21 @@ async def one_pipeline(serve, pipeline_backend):
 
 
 # -- each protocol's request, and the text its answer carries ----------------------------------------------------
-def body(protocol: str, text: str, stream: bool, max_tokens: int = 24, **extra) -> tuple[str, dict]:
-    chat = {"model": MODEL, "messages": [{"role": "user", "content": text}], "temperature": 0, "stream": stream}
+def body(protocol: str, text: str, stream: bool, max_tokens: int = 24, model: str = MODEL,
+         **extra) -> tuple[str, dict]:
+    chat = {"model": model, "messages": [{"role": "user", "content": text}], "temperature": 0, "stream": stream}
     if protocol == "chat":
         return "/v1/chat/completions", dict(chat, max_tokens=max_tokens, **extra)
     if protocol == "completions":
-        return "/v1/completions", {"model": MODEL, "prompt": text, "temperature": 0, "max_tokens": max_tokens,
+        return "/v1/completions", {"model": model, "prompt": text, "temperature": 0, "max_tokens": max_tokens,
                                    "stream": stream}
     if protocol == "messages":
         return "/v1/messages", dict(chat, max_tokens=max_tokens)
     if protocol == "responses":
-        return "/v1/responses", {"model": MODEL, "input": text, "temperature": 0, "max_output_tokens": max_tokens,
+        return "/v1/responses", {"model": model, "input": text, "temperature": 0, "max_output_tokens": max_tokens,
                                  "stream": stream}
     if protocol == "ollama":
-        return "/api/chat", {"model": MODEL, "messages": chat["messages"], "stream": stream,
+        return "/api/chat", {"model": model, "messages": chat["messages"], "stream": stream,
                              "options": {"temperature": 0, "num_predict": max_tokens}}
     raise KeyError(protocol)
 
@@ -320,6 +321,64 @@ def test_the_sharding_is_what_the_model_offers_or_refused_by_its_type(pipeline_d
     assert [sharding(qwen2, w) for w in ("auto", "tensor", "pipeline")] == ["tensor", "tensor", "pipeline"]
     with pytest.raises(SystemExit, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
         sharding(qwen3, "pipeline")
+
+
+# -- the ~50M model, tensor parallel: where its top two logits are further apart than the reordered partial sums
+# can move them, the group's greedy token is one process's ---------------------------------------------------
+MODEL_50M = "tinytitan-demo-50m"
+MARGIN = 1e-3  # top-two logit gap taken as decided: float32 sums reordered across 2 ranks move a logit ~1e-5
+PROMPT_50M = "The quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def dir_50m():
+    from tinytitan.demo_model import ensure_demo_model
+
+    return Path(ensure_demo_model("50m"))
+
+
+@pytest.fixture(scope="module")
+def group_50m(tmp_path_factory, dir_50m):
+    g = Group(tmp_path_factory.mktemp("group50m"), "--model", str(dir_50m), "--model-id", MODEL_50M)
+    try:
+        g.health = g.wait()
+        yield g
+    finally:
+        g.stop()
+
+
+def decided_greedy(path: Path, prompt: str, n: int) -> list[int]:
+    """The prompt's greedy continuation in this process (mlx-lm alone), up to the first token whose top-two
+    logits are closer than MARGIN (past it, another order of the same sums may pick the other) or the end."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.utils import load
+
+    model, tok = load(str(path))
+    cache, x, out = make_prompt_cache(model), mx.array([tok.encode(prompt)]), []
+    while len(out) < n:
+        logits = model(x, cache=cache)[0, -1].astype(mx.float32)
+        second, first = sorted(mx.topk(logits, 2).tolist())
+        token = int(mx.argmax(logits))
+        if first - second < MARGIN or token in tok.eos_token_ids:
+            break
+        out.append(token)
+        x = mx.array([[token]])
+    return tok.decode(out), len(out)
+
+
+@pytest.mark.model50m
+async def test_50m_greedy_output_equals_one_process_where_the_top_two_are_apart(group_50m, serve, dir_50m):
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    assert group_50m.health["group"]["sharding"] == "tensor"
+    one = await serve(backend=MLXBackend(dir_50m, MODEL_50M))
+    want, decided = decided_greedy(dir_50m, PROMPT_50M, 24)
+    assert decided >= 8, decided  # a test of something
+    for stream in (False, True):
+        kw = {"max_tokens": decided, "model": MODEL_50M}
+        assert await ask(one.base, "completions", PROMPT_50M, stream, **kw) == want
+        assert await ask(group_50m.base, "completions", PROMPT_50M, stream, **kw) == want
 
 
 # -- pipeline parallel: each rank holds some of the layers; every op runs as in one process, so bit for bit ------
