@@ -412,6 +412,23 @@ async def test_pipelined_requests_sent_together_each_get_what_they_get_alone(pip
     assert httpx.get(pipeline_group.base + "/health").json()["group"]["batch_steps"] > batched
 
 
+async def test_idle_the_ranks_pause_between_heartbeats_and_a_rank_lost_then_breaks_the_group(pipeline_group):
+    """Idle, rank 0 broadcasts a heartbeat every ``idle_pause_s`` and the followers sleep between them (rather
+    than spin in a collective): a rank killed while nothing is asked is seen by the next heartbeat."""
+    first = httpx.get(pipeline_group.base + "/health").json()["group"]
+    assert first["idle_pause_s"] > 0
+    with trio.fail_after(20):
+        while httpx.get(pipeline_group.base + "/health").json()["group"]["idle_heartbeats"] <= first["idle_heartbeats"]:
+            await trio.sleep(0.05)
+    pipeline_group.procs[1].send_signal(signal.SIGKILL)
+    with trio.fail_after(30):  # no request: the heartbeat finds it (the ring's error, or the watchdog's)
+        while (r := httpx.get(pipeline_group.base + "/health")).status_code != 503:
+            await trio.sleep(0.1)
+    assert r.json()["error"]["ranks"] == [1] and "rank 1" in r.json()["error"]["message"]
+    path, payload = body("chat", "Anyone there?", False)
+    assert httpx.post(pipeline_group.base + path, json=payload, timeout=10).status_code == 503
+
+
 async def test_a_killed_rank_fails_the_answer_in_flight_and_breaks_the_group(group):
     path, payload = body("messages", "A long answer that rank 1 will not see the end of.", True, max_tokens=2000)
     events = []

@@ -89,7 +89,7 @@ class Engine:
                                **make_scheduler) if stepping else None
         if group is not None and self.decoder is not None:
             self.lead.drain = self.decoder.drain
-            self.lead.watch()
+            self.lead.watch(self.model_thread)
         self.admission = Admission(self.max_batch, max_queue)
         self.started_at = time.time()
         # model id -> how long its last load took (a backend loaded before the engine existed timed its own)
@@ -264,7 +264,8 @@ class Engine:
         if self.group is not None:
             lead = self.lead
             group = dict(self.group.describe(), steps=lead.steps, step_s=round(lead.step_s, 6),
-                         batch_steps=lead.batch_steps, plan_broadcast_share=round(lead.share_of_step(), 4))
+                         batch_steps=lead.batch_steps, plan_broadcast_share=round(lead.share_of_step(), 4),
+                         idle_heartbeats=lead.heartbeats, idle_pause_s=lead.idle_s)
             if self.group.broken:  # /health answers 503 with this (protocols/shared.py)
                 return {"status": "broken", "error": {"message": self.group.broken,
                                                       "ranks": self.group.broken_ranks},

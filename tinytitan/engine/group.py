@@ -144,10 +144,10 @@ class Group:
             self.fail(f"a collective failed on rank {self.rank}: {exc}", others)
         return always
 
-    def share(self, obj: Any = None) -> Any:
+    def share(self, obj: Any = None, counted: bool = True) -> Any:
         """Rank 0's ``obj`` on every rank (a JSON value; the others pass nothing). The collectives queue behind
         the forward pass already queued on the same stream (a pipelined step): that is waited for first, so
-        the time counted is the broadcast's own."""
+        the time counted is the broadcast's own (not ``counted``: an idle heartbeat's, which is no step's)."""
         import mlx.core as mx
         import numpy as np
 
@@ -169,8 +169,9 @@ class Group:
             if size > room:
                 data += bytes(np.array(self._sum(mx.zeros(size - room, dtype=mx.uint8))))
             obj = json.loads(data)
-        self.shares += 1
-        self.share_s += time.perf_counter() - started
+        if counted:
+            self.shares += 1
+            self.share_s += time.perf_counter() - started
         return obj
 
     def gather_text(self, text: str) -> list[str]:

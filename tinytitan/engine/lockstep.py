@@ -21,6 +21,12 @@ Rules:
   (``Lead.watch``) sees a step in flight longer than ``timeout`` seconds: the group is broken, and each row in
   flight, or waiting to join, is ended there with that error (its model thread never comes back to end it;
   if it does, ``LeadScheduler.retire`` knows the row is ended already).
+- Idle, a follower would wait in the collective for the next message, and MLX's ring backend spins while it
+  waits (a core's worth). So while no scheduler runs, rank 0 broadcasts a heartbeat every ``IDLE_S`` on its
+  model thread (``i``: the pause), and each follower sleeps that long after one before it enters the next
+  collective: the two arrive together, and neither spins for more than the jitter. A request arriving in a
+  pause waits for the followers to wake: at most ``IDLE_S``, half of it on average, before its first step.
+  A heartbeat is a collective like a step's, so a rank lost while idle breaks the group then (``/health``).
 - A follower whose prompt cache would start a row elsewhere than rank 0's did has diverged: it stops, and rank
   0 sees the group broken (a peer lost) rather than decoding on from different caches.
 """
@@ -42,14 +48,18 @@ from .step import Forward, Plan
 
 log = logging.getLogger("tinytitan.lockstep")
 
+IDLE_S = 0.01  # the pause between idle heartbeats (see the rules): a new request's first step waits up to this
+
 
 class Lead:
     """Rank 0's side: what its schedulers have accepted and retired since the last broadcast (kept across
     schedulers: the decoder makes a new one each time it starts)."""
 
-    def __init__(self, group: Group, timeout: float = 60.0):
+    def __init__(self, group: Group, timeout: float = 60.0, idle_s: float = IDLE_S):
         self.group = group
         self.timeout = timeout
+        self.idle_s = idle_s
+        self.heartbeats = 0
         self.busy_since: float | None = None  # when the step in flight began (monotonic)
         self.rows: dict[int, Row] = {}  # the rows of the scheduler running now (the watchdog's to end)
         self.drain: Callable[[], list[Row]] = list  # the decoder's rows not taken in yet
@@ -68,8 +78,10 @@ class Lead:
         self.rows = scheduler.rows
         return scheduler
 
-    def send(self, plan: Plan | None, seeded: bool) -> None:
+    def send(self, plan: Plan | None, seeded: bool, idle: float | None = None) -> None:
         msg: dict[str, Any] = {"a": [[i, t] for i, t in self.accepted.items()], "e": self.ended, "s": seeded}
+        if idle is not None:
+            msg["i"] = idle
         if self.fresh:
             msg["f"] = 1
         if self.joined:
@@ -78,13 +90,41 @@ class Lead:
             msg["p"] = plan.as_ints()
             self.batch_steps += plan.batch
         self.accepted, self.ended, self.joined, self.fresh = {}, [], [], False
-        self.group.share(msg)
+        self.group.share(msg, counted=idle is None)
 
-    def watch(self) -> None:
-        """Start the watchdog thread (see the rules)."""
+    def watch(self, model_thread=None) -> None:
+        """Start the watchdog thread, and the idle heartbeats on ``model_thread`` (see the rules)."""
         import threading
 
         threading.Thread(target=self._watch, name="tinytitan-group-watchdog", daemon=True).start()
+        if model_thread is not None and self.idle_s > 0:
+            threading.Thread(target=self._heartbeats, args=(model_thread,), name="tinytitan-group-heartbeat",
+                             daemon=True).start()
+
+    def _heartbeats(self, model_thread) -> None:
+        """A heartbeat ``idle_s`` after the last, each a job of the model thread: its collectives all run
+        there, in one order, and one job at a time, so a heartbeat runs only while no decode loop does (one
+        queued behind a loop runs when it ends: idle then)."""
+        import threading
+
+        done = threading.Event()
+        while self.group.broken is None:
+            time.sleep(self.idle_s)
+            done.clear()
+            model_thread.start_soon(self._heartbeat, lambda _outcome: done.set())
+            done.wait()
+
+    def _heartbeat(self) -> None:
+        if self.group.broken:
+            return
+        self.busy_since = time.monotonic()
+        try:
+            self.send(None, False, idle=self.idle_s)
+            self.heartbeats += 1
+        except GroupBroken:
+            pass  # the group says why; the next request is refused with it
+        finally:
+            self.busy_since = None
 
     def _watch(self) -> None:
         while self.group.broken is None:
@@ -240,6 +280,8 @@ def follow(group: Group, backend, max_batch: int) -> None:
             if row.read != spec["cached"]:
                 raise RuntimeError(f"rank {group.rank} diverged: its prompt cache starts row {row.id} at "
                                    f"{row.read} tokens, rank 0's at {spec['cached']}")
+        if "i" in msg:  # rank 0 is idle: its next message comes after this pause (see the rules)
+            time.sleep(msg["i"])
         if "p" not in msg:
             continue
         plan = Plan.from_ints(msg["p"])
