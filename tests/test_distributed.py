@@ -323,6 +323,49 @@ def test_the_sharding_is_what_the_model_offers_or_refused_by_its_type(pipeline_d
         sharding(qwen3, "pipeline")
 
 
+# -- a catalog: rank 0 switches models, and every rank loads its part of the one it switched to ----------------
+@pytest.fixture(scope="module")
+def catalog_dir(tmp_path_factory):
+    import shutil
+
+    from tinytitan.demo_model import ensure_demo_model
+
+    root = tmp_path_factory.mktemp("catalog")
+    shutil.copytree(ensure_demo_model(), root / "alpha")  # the demo model (qwen3)
+    pipeline_model(root / "beta")  # another: its weights, as a qwen2
+    return root
+
+
+@pytest.fixture(scope="module")
+def catalog_group(tmp_path_factory, catalog_dir):
+    g = Group(tmp_path_factory.mktemp("catalog-group"), "--models-dir", str(catalog_dir))
+    try:
+        g.health = g.wait()
+        yield g
+    finally:
+        g.stop()
+
+
+async def test_a_catalog_switches_models_on_every_rank(catalog_group, catalog_dir, serve):
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    one = await serve(backend=[MLXBackend(catalog_dir / m, m, lazy=True) for m in ("alpha", "beta")])
+    assert catalog_group.health["model"] is None and catalog_group.health["models"] == ["alpha", "beta"]
+    for model in ("alpha", "beta", "alpha"):
+        prompt = f"A question for {model}."
+        want = await ask(one.base, "chat", prompt, max_tokens=20, model=model)
+        assert await ask(catalog_group.base, "chat", prompt, max_tokens=20, model=model) == want and want
+        health = httpx.get(catalog_group.base + "/health").json()
+        assert health["model"] == model and health["group"]["status"] == "ok"
+    assert await ask(one.base, "chat", "Beta once more.", True, model="beta") == \
+        await ask(catalog_group.base, "chat", "Beta once more.", True, model="beta")
+    log = catalog_group.logs[1].read_text()  # the follower loaded each part as rank 0 switched
+    assert log.count("loaded rank 1's part of alpha") == 2 and log.count("loaded rank 1's part of beta") == 2
+    # the unload route lets go of nothing: one rank alone cannot (a switch unloads on every rank)
+    assert httpx.post(catalog_group.base + "/v1/models/unload", json={}).json()["unloaded"] == []
+    assert httpx.get(catalog_group.base + "/health").json()["model"] == "beta"
+
+
 # -- the ~50M model, tensor parallel: where its top two logits are further apart than the reordered partial sums
 # can move them, the group's greedy token is one process's ---------------------------------------------------
 MODEL_50M = "tinytitan-demo-50m"

@@ -180,8 +180,9 @@ def make_backends(args) -> list:
         if not found:
             raise SystemExit(f"no models (an Ollama library, MLX directories, *.gguf files, Hugging Face cache repos) "
                              f"under {root}")
+        group = getattr(args, "group", None)  # under mlx.launch every rank lists the same catalog (lockstep.py)
         backends = [MLXBackend(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True,
-                               speculative=speculative_config(args)) for m in found]
+                               speculative=speculative_config(args, group=group), group=group) for m in found]
         log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:
         from .engine.mlx_backend import MLXBackend
@@ -365,7 +366,7 @@ def serve(args) -> int:
         from .engine.lockstep import follow
 
         try:
-            follow(group, backends[0], max_batch)
+            follow(group, backends, max_batch)
         except GroupBroken as exc:
             log.error("rank %d stops: %s", group.rank, exc)
             return 1
@@ -432,14 +433,15 @@ def serve(args) -> int:
 
 def join_group(args):
     """The group this process is a rank of, when ``mlx.launch`` started it (engine/group.py); None otherwise.
-    A group serves one model: a catalog or a script is refused by name."""
+    A group serves a model (``--model``) or a catalog (``--models-dir``, the same on every host); a script is
+    refused by name."""
     from .engine.group import Group, launched
 
     if not launched():
         return None
-    if args.models_dir or args.script:
-        raise SystemExit(f"{'--models-dir' if args.models_dir else '--script'} cannot be served by a group of "
-                         "processes (mlx.launch): a group serves one model, named by --model")
+    if args.script:
+        raise SystemExit("--script cannot be served by a group of processes (mlx.launch): a group serves a model, "
+                         "named by --model, or a catalog, --models-dir")
     return Group.from_env(getattr(args, "sharding", "auto"))
 
 

@@ -214,6 +214,8 @@ class Engine:
         if self.resident == backend.model_id and backend.loaded:
             return None
         started = time.perf_counter()
+        if self.group is not None:  # every rank switches with it (lockstep.py)
+            self.lead.switch(backend.model_id)
         if self.resident and self.resident != backend.model_id:
             log.info("switching models: unloading %s for %s", self.resident, backend.model_id)
             self.backends[self.resident].unload()
@@ -251,6 +253,9 @@ class Engine:
     async def unload(self, name: str | None = None) -> list[str]:
         """Free a model's memory (weights and cached prefixes); it loads again on its next request."""
         target = name and self.resolve(name)[0]
+        if self.group is not None:  # every rank holds a part: a switch lets go of one, not the route
+            log.info("the models stay loaded: they are sharded across a group of %d processes", self.group.size)
+            return []
         async with self.admission.exclusive():
             freed = []
             for model_id, backend in self.backends.items():

@@ -78,10 +78,12 @@ class Lead:
         self.rows = scheduler.rows
         return scheduler
 
-    def send(self, plan: Plan | None, seeded: bool, idle: float | None = None) -> None:
+    def send(self, plan: Plan | None, seeded: bool, idle: float | None = None, model: str | None = None) -> None:
         msg: dict[str, Any] = {"a": [[i, t] for i, t in self.accepted.items()], "e": self.ended, "s": seeded}
         if idle is not None:
             msg["i"] = idle
+        if model is not None:
+            msg["m"] = model
         if self.fresh:
             msg["f"] = 1
         if self.joined:
@@ -91,6 +93,14 @@ class Lead:
             self.batch_steps += plan.batch
         self.accepted, self.ended, self.joined, self.fresh = {}, [], [], False
         self.group.share(msg, counted=idle is None)
+
+    def switch(self, model_id: str) -> None:
+        """Before rank 0 loads ``model_id`` (on the model thread, no rows in flight): every rank loads its part."""
+        self.busy_since = time.monotonic()
+        try:
+            self.send(None, False, model=model_id)
+        finally:
+            self.busy_since = None
 
     def watch(self, model_thread=None) -> None:
         """Start the watchdog thread, and the idle heartbeats on ``model_thread`` (see the rules)."""
@@ -248,15 +258,28 @@ def follower_row(backend, spec: dict) -> Row:
     return row
 
 
-def follow(group: Group, backend, max_batch: int) -> None:
-    """A follower's whole life: the steps rank 0 broadcasts, run on this rank's part of the model, until the
-    group breaks (rank 0 gone)."""
+def follow(group: Group, backends: list, max_batch: int) -> None:
+    """A follower's whole life: the steps rank 0 broadcasts, run on this rank's part of the model (of a
+    catalog: the one rank 0 switched to last), until the group breaks (rank 0 gone)."""
+    by_id = {b.model_id: b for b in backends}
+    backend = next((b for b in backends if b.loaded), backends[0])
     rows: dict[int, Row] = {}
     forward: Forward | None = None
-    eos = set(backend.tokenizer.eos_token_ids)
     log.info("rank %d follows rank 0's steps", group.rank)
     while True:
         msg = group.share()
+        if "m" in msg:  # rank 0 switches models (its rows have all left): load this rank's part too
+            if msg["m"] not in by_id:
+                raise RuntimeError(f"rank {group.rank} diverged: rank 0 switched to '{msg['m']}', not in this "
+                                   f"rank's catalog ({', '.join(by_id)})")
+            if forward is not None:
+                forward.close()
+                forward = None
+            if backend is not by_id[msg["m"]]:
+                backend.unload()
+            backend = by_id[msg["m"]]
+            backend.ensure_loaded()
+        eos = set(backend.tokenizer.eos_token_ids)
         for i, tokens in msg["a"]:
             row = rows[i]
             row.generated.extend(tokens)
