@@ -72,7 +72,7 @@ def pipeline_model(out: Path) -> Path:
 
 
 class Group:
-    def __init__(self, tmp: Path, *serve: str):
+    def __init__(self, tmp: Path, *serve: str, rank_args: dict[int, list[str]] | None = None):
         ring = [[f"127.0.0.1:{free_port()}"], [f"127.0.0.1:{free_port()}"]]
         hostfile = tmp / "hosts.json"
         hostfile.write_text(json.dumps(ring))
@@ -83,7 +83,7 @@ class Group:
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "tinytitan", "serve", "--port", str(self.port), "--max-batch", "4",
              "--group-timeout", "4",
-             "--responses-store", "memory", *serve],
+             "--responses-store", "memory", *serve, *(rank_args or {}).get(r, [])],
             env=dict(env, MLX_RANK=str(r)), stdout=self.logs[r].open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
             for r in range(2)]
 
@@ -364,6 +364,52 @@ async def test_a_catalog_switches_models_on_every_rank(catalog_group, catalog_di
     # the unload route lets go of nothing: one rank alone cannot (a switch unloads on every rank)
     assert httpx.post(catalog_group.base + "/v1/models/unload", json={}).json()["unloaded"] == []
     assert httpx.get(catalog_group.base + "/health").json()["model"] == "beta"
+
+
+# -- a follower that samples otherwise than rank 0 (its copy of the model differs) ---------------------------
+def permuted_copy(out: Path) -> Path:
+    """The demo model with its tokenizer's ordinary token ids swapped in pairs (the special tokens kept): the
+    same weights and text, but a grammar compiled on it allows other ids."""
+    import shutil
+
+    from tinytitan.demo_model import ensure_demo_model
+
+    shutil.copytree(ensure_demo_model(), out)
+    spec = json.loads((out / "tokenizer.json").read_text())
+    special = {t["id"] for t in spec["added_tokens"]}
+    vocab = spec["model"]["vocab"]
+    ids = sorted(i for i in vocab.values() if i not in special)
+    swap = {a: b for x, y in zip(ids[::2], ids[1::2]) for a, b in ((x, y), (y, x))}
+    spec["model"]["vocab"] = {t: swap.get(i, i) for t, i in vocab.items()}
+    (out / "tokenizer.json").write_text(json.dumps(spec))
+    return out
+
+
+async def test_a_follower_that_samples_otherwise_breaks_the_group_naming_it(tmp_path):
+    """Rank 1's copy of the model has another tokenizer: a JSON schema's grammar allows it other ids, so it
+    samples another first token than rank 0 accepts. It reports that in its next broadcast and stops; rank 0
+    fails the answer and breaks the group, naming rank 1."""
+    from tinytitan.demo_model import ensure_demo_model
+
+    other = permuted_copy(tmp_path / "other")
+    g = Group(tmp_path, "--model-id", MODEL, "--model", str(ensure_demo_model()),
+              rank_args={1: ["--model", str(other)]})  # the last --model wins
+    try:
+        g.wait()
+        fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "rec", "schema": SCHEMA}}}
+        path, payload = body("chat", "A record, please.", True, max_tokens=40, **fmt)
+        with trio.fail_after(30):
+            async with httpx.AsyncClient(timeout=30) as c:
+                r = await c.post(g.base + path, json=payload)
+        assert "rank 1 diverged from rank 0" in r.text, r.text
+        health = httpx.get(g.base + "/health")
+        assert health.status_code == 503 and health.json()["error"]["ranks"] == [1]
+        assert "rank 1 diverged: it sampled" in g.logs[1].read_text()
+        with trio.fail_after(10):
+            while g.procs[1].poll() is None:
+                await trio.sleep(0.1)
+    finally:
+        g.stop()
 
 
 # -- the ~50M model, tensor parallel: where its top two logits are further apart than the reordered partial sums

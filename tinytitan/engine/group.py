@@ -6,6 +6,8 @@ Rules:
 - Rank 0 decides; the others follow (lockstep.py). What rank 0 decided travels by ``share(obj)``: a JSON value,
   broadcast through ``mx.distributed.all_sum`` (rank 0 contributes it, the others zeros): one collective of
   ``SHARE_BYTES`` holding its length and its start (a decode step's message fits), a second for any rest.
+  The same sum carries the followers' word back: a byte each (``REPORT_BYTES``, zero on rank 0) that a
+  follower sets when it diverged (lockstep.py), and rank 0 then breaks the group naming that rank.
 - Every collective of a rank runs on one stream (``stream``): the model's own (a sharded layer's all_sum),
   the batch's and the broadcast. Collectives on two streams run in whichever order the streams reach them,
   and the ranks' orders then differ: the bytes of one land in another.
@@ -29,6 +31,7 @@ from typing import Any
 log = logging.getLogger("tinytitan.group")
 
 SHARE_BYTES = 2048  # one broadcast carries its length and this much of the message: a decode step's, whole
+REPORT_BYTES = 8  # after the length: a byte each follower (ranks 1-8; 8: 8 or above) sets to say it diverged
 HOST_BYTES = 64  # a rank's host name, as each rank reports it (truncated)
 
 
@@ -144,8 +147,9 @@ class Group:
             self.fail(f"a collective failed on rank {self.rank}: {exc}", others)
         return always
 
-    def share(self, obj: Any = None, counted: bool = True) -> Any:
-        """Rank 0's ``obj`` on every rank (a JSON value; the others pass nothing). The collectives queue behind
+    def share(self, obj: Any = None, counted: bool = True, report: bool = False) -> Any:
+        """Rank 0's ``obj`` on every rank (a JSON value; the others pass nothing but ``report``: this follower
+        diverged, which breaks the group on rank 0, naming it). The collectives queue behind
         the forward pass already queued on the same stream (a pipelined step): that is waited for first, so
         the time counted is the broadcast's own (not ``counted``: an idle heartbeat's, which is no step's)."""
         import mlx.core as mx
@@ -153,19 +157,29 @@ class Group:
 
         mx.synchronize(self.stream)
         started = time.perf_counter()
-        room = SHARE_BYTES - 4
+        start = 4 + REPORT_BYTES
+        room = SHARE_BYTES - start
         if self.leader:
             data = json.dumps(obj, separators=(",", ":")).encode()
             head = np.zeros(SHARE_BYTES, dtype=np.uint8)
             head[:4] = np.frombuffer(len(data).to_bytes(4, "little"), dtype=np.uint8)
-            head[4:4 + min(len(data), room)] = np.frombuffer(data[:room], dtype=np.uint8)
-            self._sum(mx.array(head))
+            head[start:start + min(len(data), room)] = np.frombuffer(data[:room], dtype=np.uint8)
+            reports = np.array(self._sum(mx.array(head)))[4:start]
             if len(data) > room:
                 self._sum(mx.array(np.frombuffer(data[room:], dtype=np.uint8)))
+            if reports.any():  # a follower diverged (see the rules)
+                ranks = [i + 1 for i in range(REPORT_BYTES) if reports[i]]
+                named = ", ".join(map(str, ranks)) + (" or above" if ranks[-1] == REPORT_BYTES else "")
+                self.fail(f"rank {named} diverged from rank 0: it sampled another token than rank 0 accepted (is "
+                          "the model at that path the same on every host?)", ranks)
+                raise GroupBroken(self.broken)
         else:
-            head = bytes(np.array(self._sum(mx.zeros(SHARE_BYTES, dtype=mx.uint8))))
+            mine = np.zeros(SHARE_BYTES, dtype=np.uint8)
+            if report:
+                mine[4 + min(self.rank, REPORT_BYTES) - 1] = 1
+            head = bytes(np.array(self._sum(mx.array(mine))))
             size = int.from_bytes(head[:4], "little")
-            data = head[4:4 + min(size, room)]
+            data = head[start:start + min(size, room)]
             if size > room:
                 data += bytes(np.array(self._sum(mx.zeros(size - room, dtype=mx.uint8))))
             obj = json.loads(data)

@@ -27,6 +27,9 @@ Rules:
   collective: the two arrive together, and neither spins for more than the jitter. A request arriving in a
   pause waits for the followers to wake: at most ``IDLE_S``, half of it on average, before its first step.
   A heartbeat is a collective like a step's, so a rank lost while idle breaks the group then (``/health``).
+- Each follower checks its own sampled tokens against those rank 0 accepted (a row's sampler and grammar run on
+  every rank): a difference (a host whose copy of the model differs, say) is a divergence, which it reports in
+  its next broadcast (``Group.share``'s report) before it stops; rank 0 breaks the group, naming it.
 - A follower whose prompt cache would start a row elsewhere than rank 0's did has diverged: it stops, and rank
   0 sees the group broken (a peer lost) rather than decoding on from different caches.
 """
@@ -265,9 +268,21 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
     backend = next((b for b in backends if b.loaded), backends[0])
     rows: dict[int, Row] = {}
     forward: Forward | None = None
+    sampled: dict[int, tuple[int, ...]] = {}  # this rank's tokens of the last step, for rank 0's to match
+    diverged: str | None = None
     log.info("rank %d follows rank 0's steps", group.rank)
     while True:
-        msg = group.share()
+        msg = group.share(report=diverged is not None)
+        if diverged is not None:  # rank 0 has heard it (and broken the group)
+            raise RuntimeError(diverged)
+        for i, tokens in msg["a"]:  # what rank 0 accepted begins with what it sampled: this rank's, if in step
+            mine = sampled.get(i, ())
+            n = min(len(mine), len(tokens))
+            if list(mine[:n]) != tokens[:n] and diverged is None:
+                diverged = (f"rank {group.rank} diverged: it sampled {list(mine[:n])} for row {i}, rank 0 "
+                            f"accepted {tokens[:n]}")
+                log.error("%s", diverged)
+        sampled = {}
         if "m" in msg:  # rank 0 switches models (its rows have all left): load this rank's part too
             if msg["m"] not in by_id:
                 raise RuntimeError(f"rank {group.rank} diverged: rank 0 switched to '{msg['m']}', not in this "
@@ -311,6 +326,11 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
         for s in plan.alone:
             mask = rows[s.row].loop.grammar_mask
             if s.forced and mask is not None:  # rank 0's proposer walked its matcher over the run (rows.py)
-                for token in s.feed[:-1]:
-                    mask.consume(token)
-        forward.run(plan, rows)
+                try:
+                    for token in s.feed[:-1]:
+                        mask.consume(token)
+                except Exception:
+                    if diverged is None:
+                        raise
+                    # diverged: its grammar may refuse rank 0's run; it steps on, to report at the next message
+        sampled = forward.run(plan, rows)
