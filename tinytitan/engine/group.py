@@ -51,9 +51,6 @@ def backend_name() -> str:
     return "any"
 
 
-SHARDINGS = ("auto", "tensor", "pipeline")
-
-
 def sharding(model, want: str = "auto") -> str:
     """How a model is split across ranks: "tensor" (its ``shard``) or "pipeline" (``model.model.pipeline``).
     ``want`` "auto" takes tensor parallel where the model offers it, else pipeline; a named one the model does
@@ -79,7 +76,7 @@ class GroupBroken(RuntimeError):
 class Group:
     def __init__(self, world, backend: str, want: str = "auto"):
         self.world = world
-        self.want = want  # the sharding asked for (SHARDINGS)
+        self.want = want  # the sharding asked for: "auto", "tensor" or "pipeline" (--sharding)
         self.rank, self.size, self.backend = world.rank(), world.size(), backend
         self.hosts: list[str] = []
         self.holds: list[str] = []  # what each rank holds of the model
