@@ -26,7 +26,7 @@ def catalog_dir(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # one test's: its ranks stop when it ends, not with the module (two cores)
 def catalog_group(tmp_path_factory, catalog_dir):
     g = Group(tmp_path_factory.mktemp("catalog-group"), "--models-dir", str(catalog_dir))
     try:
@@ -97,7 +97,7 @@ def dir_50m():
     return Path(ensure_demo_model("50m"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # one test's (see catalog_group)
 def group_50m(tmp_path_factory, dir_50m):
     g = Group(tmp_path_factory.mktemp("group50m"), "--model", str(dir_50m), "--model-id", MODEL_50M)
     try:
