@@ -1,22 +1,14 @@
-"""One model served by a group of two processes (MLX's ring backend on loopback), tensor parallel: every
-protocol answers, streamed and not, exactly what one process answers (greedy, the demo model); requests
-batch, hang up, follow a JSON schema and force a tool call as on one machine; a rank killed mid-answer
-fails that answer in its protocol's envelope (no hang), and the group reports itself broken.
-
-The two ranks are started as ``mlx.launch -n 2 --backend ring`` starts them (``MLX_RANK``, and an
-``MLX_HOSTFILE`` listing one loopback address per rank), but by the test itself: mlx.launch ends every rank
-when one exits, and the test must see rank 0 outlive rank 1. One group serves the whole module; the kill
-comes last."""
+"""One model served by a group of two processes (MLX's ring backend on loopback, group_harness.py), tensor
+parallel (the demo model): every protocol answers, streamed and not, exactly what one process answers
+(greedy); requests batch, hang up, follow a JSON schema and force a tool call as on one machine; a rank killed
+mid-answer fails that answer in its protocol's envelope (no hang), and the group reports itself broken
+(``/health`` 503). One group serves the whole module; the kill comes last."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -24,52 +16,8 @@ import pytest
 import trio
 
 import strict
+from group_harness import MODEL, SCHEMA, Group, ask, body, pipeline_model
 from sse import parse_sse
-
-ROOT = Path(__file__).resolve().parent.parent
-MODEL = "tinytitan-demo"
-START_S = 120  # loading on two shared cores, with others busy
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Group:
-    def __init__(self, tmp: Path):
-        ring = [[f"127.0.0.1:{free_port()}"], [f"127.0.0.1:{free_port()}"]]
-        hostfile = tmp / "hosts.json"
-        hostfile.write_text(json.dumps(ring))
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.logs = [tmp / f"rank{r}.log" for r in range(2)]
-        env = dict(os.environ, MLX_HOSTFILE=str(hostfile), PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
-        self.procs = [subprocess.Popen(
-            [sys.executable, "-m", "tinytitan", "serve", "--port", str(self.port), "--max-batch", "4",
-             "--group-timeout", "4",
-             "--responses-store", "memory"],
-            env=dict(env, MLX_RANK=str(r)), stdout=self.logs[r].open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
-            for r in range(2)]
-
-    def wait(self) -> dict:
-        deadline = time.monotonic() + START_S
-        while time.monotonic() < deadline:
-            for r, p in enumerate(self.procs):
-                if p.poll() is not None:
-                    raise AssertionError(f"rank {r} exited: {self.logs[r].read_text()[-3000:]}")
-            try:
-                return httpx.get(self.base + "/health", timeout=2).json()
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        raise AssertionError("the group did not come up: " + self.logs[0].read_text()[-3000:])
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -89,70 +37,16 @@ async def one(serve, demo_backend):
     return await serve(backend=demo_backend)
 
 
-# -- each protocol's request, and the text its answer carries ----------------------------------------------------
-def body(protocol: str, text: str, stream: bool, max_tokens: int = 24, **extra) -> tuple[str, dict]:
-    chat = {"model": MODEL, "messages": [{"role": "user", "content": text}], "temperature": 0, "stream": stream}
-    if protocol == "chat":
-        return "/v1/chat/completions", dict(chat, max_tokens=max_tokens, **extra)
-    if protocol == "completions":
-        return "/v1/completions", {"model": MODEL, "prompt": text, "temperature": 0, "max_tokens": max_tokens,
-                                   "stream": stream}
-    if protocol == "messages":
-        return "/v1/messages", dict(chat, max_tokens=max_tokens)
-    if protocol == "responses":
-        return "/v1/responses", {"model": MODEL, "input": text, "temperature": 0, "max_output_tokens": max_tokens,
-                                 "stream": stream}
-    if protocol == "ollama":
-        return "/api/chat", {"model": MODEL, "messages": chat["messages"], "stream": stream,
-                             "options": {"temperature": 0, "num_predict": max_tokens}}
-    raise KeyError(protocol)
-
-
-def text_of(protocol: str, stream: bool, raw: bytes) -> str:
-    """The answer's text, each body and event checked strictly against the official SDK models (Ollama's by
-    shape: its replies are NDJSON)."""
-    if protocol == "ollama":
-        lines = [json.loads(line) for line in raw.splitlines() if line.strip()]
-        assert lines[-1]["done"] is True
-        return "".join(line["message"]["content"] for line in lines)
-    if not stream:
-        data = json.loads(raw)
-        strict.body(data)
-        if protocol == "chat":
-            return data["choices"][0]["message"]["content"]
-        if protocol == "completions":
-            return data["choices"][0]["text"]
-        if protocol == "messages":
-            return "".join(b.get("text", "") for b in data["content"])
-        return "".join(c["text"] for item in data["output"] if item["type"] == "message" for c in item["content"])
-    events = strict.sse_events(protocol, parse_sse(raw.decode()))
-    out = []
-    for _, data in events:
-        if not isinstance(data, dict):
-            continue
-        if protocol == "chat" and data.get("choices"):
-            out.append(data["choices"][0]["delta"].get("content") or "")
-        elif protocol == "completions" and data.get("choices"):
-            out.append(data["choices"][0]["text"])
-        elif protocol == "messages" and data.get("type") == "content_block_delta":
-            out.append(data["delta"].get("text", ""))
-        elif protocol == "responses" and data.get("type") == "response.output_text.delta":
-            out.append(data["delta"])
-    return "".join(out)
-
-
-async def ask(base: str, protocol: str, text: str, stream: bool = False, **kw) -> str:
-    path, payload = body(protocol, text, stream, **kw)
-    async with httpx.AsyncClient(timeout=60) as c:
-        r = await c.post(base + path, json=payload)
-    assert r.status_code == 200, r.text
-    return text_of(protocol, stream, r.content)
+@pytest.fixture(scope="module")
+def pipeline_dir(tmp_path_factory):
+    return pipeline_model(tmp_path_factory.mktemp("qwen2") / "model")
 
 
 # -- the tests ---------------------------------------------------------------------------------------------------
 def test_the_group_names_its_ranks_and_what_each_holds(group):
     g = group.health["group"]
     assert (g["size"], g["backend"], g["sharding"], g["status"]) == (2, "ring", "tensor", "ok")
+    assert httpx.get(group.base + "/health").status_code == 200 and g["broken_ranks"] == []
     host = socket.gethostname()[:64]
     assert g["ranks"] == [{"rank": r, "host": host, "holds": "1/2 of every layer (tensor parallel)"}
                           for r in range(2)]
@@ -219,10 +113,6 @@ async def test_a_hang_up_mid_answer_leaves_the_group_in_step(group, one):
             await trio.sleep(0.05)
 
 
-SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "count"],
-          "properties": {"name": {"type": "string", "maxLength": 10}, "count": {"type": "integer"}}}
-
-
 async def test_a_json_schema_and_a_forced_tool_call_as_on_one_process(group, one):
     fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "rec", "schema": SCHEMA}}}
     got = await ask(group.base, "chat", "A record, please.", max_tokens=60, **fmt)
@@ -242,6 +132,20 @@ async def test_a_json_schema_and_a_forced_tool_call_as_on_one_process(group, one
     assert answers[0] == answers[1] and answers[0][0][0] == "get_weather"
 
 
+def test_the_sharding_is_what_the_model_offers_or_refused_by_its_type(pipeline_dir):
+    from mlx_lm.utils import load_model
+
+    from tinytitan.demo_model import ensure_demo_model
+    from tinytitan.engine.group import sharding
+
+    qwen3, _ = load_model(Path(ensure_demo_model()), lazy=True, strict=False)  # shard only
+    qwen2, _ = load_model(pipeline_dir, lazy=True, strict=False)  # shard and pipeline
+    assert [sharding(qwen3, "auto"), sharding(qwen3, "tensor")] == ["tensor", "tensor"]
+    assert [sharding(qwen2, w) for w in ("auto", "tensor", "pipeline")] == ["tensor", "tensor", "pipeline"]
+    with pytest.raises(SystemExit, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
+        sharding(qwen3, "pipeline")
+
+
 async def test_a_killed_rank_fails_the_answer_in_flight_and_breaks_the_group(group):
     path, payload = body("messages", "A long answer that rank 1 will not see the end of.", True, max_tokens=2000)
     events = []
@@ -259,9 +163,13 @@ async def test_a_killed_rank_fails_the_answer_in_flight_and_breaks_the_group(gro
     # the ring notices the lost peer, or the watchdog the step that never ends: either names rank 1
     message = error["error"]["message"]
     assert error["type"] == "error" and ("rank 0 lost rank 1" in message or "rank 1 died" in message), message
-    health = httpx.get(group.base + "/health").json()
+    r = httpx.get(group.base + "/health")
+    health = r.json()
+    assert r.status_code == 503  # what a load balancer or a script checks
     assert health["status"] == "broken" and health["group"]["status"] == "broken"
-    assert "rank 1" in health["group"]["error"] and health["running"] == 0
+    assert health["error"]["ranks"] == [1] == health["group"]["broken_ranks"]
+    assert health["error"]["message"] == health["group"]["error"] and "rank 1" in health["error"]["message"]
+    assert health["running"] == 0
     for protocol, status in [("chat", 503), ("messages", 503), ("ollama", 503)]:
         path, payload = body(protocol, "Anyone there?", False)
         r = httpx.post(group.base + path, json=payload, timeout=10)

@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--num-draft-tokens", type=_positive, metavar="N",
                       help="the most tokens drafted per step (default: up to 16 for prompt lookup, adapting to what "
                            "is accepted; 3 for a draft model)")
+    s.add_argument("--sharding", choices=["auto", "tensor", "pipeline"], default="auto",
+                   help="under mlx.launch: how the model is split across the ranks: tensor parallel (every rank "
+                        "holds a slice of every layer), pipeline parallel (each rank holds some of the layers), or "
+                        "auto (default: tensor where the model offers it, else pipeline)")
     s.add_argument("--group-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="under mlx.launch: a decode step waiting this long for the other ranks breaks the group "
                         "(default 60)")
@@ -176,8 +180,9 @@ def make_backends(args) -> list:
         if not found:
             raise SystemExit(f"no models (an Ollama library, MLX directories, *.gguf files, Hugging Face cache repos) "
                              f"under {root}")
+        group = getattr(args, "group", None)  # under mlx.launch every rank lists the same catalog (lockstep.py)
         backends = [MLXBackend(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True,
-                               speculative=speculative_config(args)) for m in found]
+                               speculative=speculative_config(args, group=group), group=group) for m in found]
         log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:
         from .engine.mlx_backend import MLXBackend
@@ -361,7 +366,7 @@ def serve(args) -> int:
         from .engine.lockstep import follow
 
         try:
-            follow(group, backends[0], max_batch)
+            follow(group, backends, max_batch)
         except GroupBroken as exc:
             log.error("rank %d stops: %s", group.rank, exc)
             return 1
@@ -428,15 +433,16 @@ def serve(args) -> int:
 
 def join_group(args):
     """The group this process is a rank of, when ``mlx.launch`` started it (engine/group.py); None otherwise.
-    A group serves one model: a catalog or a script is refused by name."""
+    A group serves a model (``--model``) or a catalog (``--models-dir``, the same on every host); a script is
+    refused by name."""
     from .engine.group import Group, launched
 
     if not launched():
         return None
-    if args.models_dir or args.script:
-        raise SystemExit(f"{'--models-dir' if args.models_dir else '--script'} cannot be served by a group of "
-                         "processes (mlx.launch): a group serves one model, named by --model")
-    return Group.from_env()
+    if args.script:
+        raise SystemExit("--script cannot be served by a group of processes (mlx.launch): a group serves a model, "
+                         "named by --model, or a catalog, --models-dir")
+    return Group.from_env(getattr(args, "sharding", "auto"))
 
 
 def open_memory(args):

@@ -1,11 +1,16 @@
-"""Decode speed of one model served by a group of 2 processes (``mlx.launch -n 2 --backend ring``, tensor
-parallel, loopback) against one process, and the share of a decode step the lockstep plan's broadcast takes.
+"""Decode speed of one model served by a group of 2 processes (tensor parallel, ring backend on loopback)
+against one process, and the share of a decode step the lockstep plan's broadcast takes. The group runs twice:
+started by ``mlx.launch -n 2 --backend ring``, and its two ranks started as mlx.launch starts them (``MLX_RANK``
+and a loopback ``MLX_HOSTFILE``) without the launcher, whose own process keeps a core busy polling the
+ranks' pipes (on two cores that, not the lockstep, is most of the launched group's slowdown).
 
     python tools/bench_distributed.py                 # the ~50M model, about 2 minutes on 2 cores
     python tools/bench_distributed.py --model demo --reps 3 --max-tokens 128
 
 Prints decode tok/s of each, their ratio (2 ranks / 1 rank), and, from rank 0's /health, the broadcast's
-seconds over the steps' seconds during the measured requests. On one machine the two ranks share its cores
+seconds over the steps' seconds during the measured requests; then, idle, the CPU seconds each process
+spends in 5 s (the followers sleep between rank 0's heartbeats), and the first-token latency of a short
+request sent after an idle pause (what the heartbeat's pause costs it: half of it on average). On one machine the two ranks share its cores
 (and a loopback "network"), so the ratio documents the lockstep's overhead, not a speed-up: the speed-up is
 for a model that does not fit one machine. Run it under ``flock /tmp/tinytitan-bench.lock``; other work on
 the machine makes the figures noisy.
@@ -28,19 +33,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import ROOT, ensure_model, free_port, machine_line  # noqa: E402
 
 
-def start(cmd: list[str], port: int) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+def start(cmds: list[tuple[list[str], dict]], port: int) -> list[subprocess.Popen]:
+    """Each command (with its own environment added) in one new process group: the group's first process
+    leads it, so one ``killpg`` stops them all and ``group_cpu`` finds them all."""
+    procs: list[subprocess.Popen] = []
+    for cmd, extra in cmds:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false", **extra)
+        procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      process_group=procs[0].pid if procs else 0))
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{' '.join(cmd)} exited with {proc.returncode}")
+        for proc in procs:
+            if proc.poll() is not None:
+                stop(procs)
+                raise SystemExit(f"{' '.join(proc.args)} exited with {proc.returncode}")
         try:
             health(port)
-            return proc
+            return procs
         except OSError:
             time.sleep(0.5)
+    stop(procs)
     raise SystemExit("the server did not come up")
 
 
@@ -71,13 +83,61 @@ def decode_rate(port: int, model: str, max_tokens: int, prompt: str) -> float:
     return (tokens - 1) / (last - first)
 
 
-def stop(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, 15)
+def first_token_s(port: int, model: str) -> float:
+    """Seconds from sending a short streamed request to its first token."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hi."}], "temperature": 0,
+                       "max_tokens": 2, "stream": True})
+    started = time.perf_counter()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+    for line in c.getresponse():
+        if line.startswith(b"data: {") and b'"content":"' in line:
+            return time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def group_cpu(pgid: int) -> dict[int, float]:
+    """CPU seconds (user + system) so far of each process in process group ``pgid`` (a launcher and ranks)."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            out[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def idle_cpu(procs: list[subprocess.Popen], seconds: float = 5.0) -> list[float]:
+    time.sleep(1.0)
+    before = group_cpu(procs[0].pid)
+    time.sleep(seconds)
+    after = group_cpu(procs[0].pid)
+    return sorted((round(after[p] - before.get(p, 0.0), 2) for p in after), reverse=True)
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
     try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.wait()
+        os.killpg(procs[0].pid, 15)
+    except ProcessLookupError:
+        pass
+    for proc in procs:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def ring(n: int) -> str:
+    """A hostfile for ``n`` ranks on loopback, as ``mlx.launch -n N --backend ring`` writes one."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="tinytitan-ring-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump([[f"127.0.0.1:{free_port()}"] for _ in range(n)], f)
+    return path
 
 
 def main() -> None:
@@ -93,30 +153,46 @@ def main() -> None:
     serve = [sys.executable, "-m", "tinytitan", "serve", "--model", str(path), "--model-id", "m",
              "--responses-store", "memory"]
     prompts = [f"Write about topic number {i}, at length." for i in range(args.reps)]
-    rates = {}
-    share = None
-    for ranks in (1, 2):
+    hostfile = ring(2)
+    sides = {  # a group started by mlx.launch, and its two ranks started as mlx.launch starts them (direct)
+        "1 rank": lambda cmd: [(cmd, {})],
+        "2 ranks, mlx.launch": lambda cmd: [([launcher, "-n", "2", "--backend", "ring", "--", *cmd], {})],
+        "2 ranks, direct": lambda cmd: [(cmd, {"MLX_RANK": str(r), "MLX_HOSTFILE": hostfile}) for r in range(2)],
+    }
+    rates, idle, ttft, share = {}, {}, {}, {}
+    for side, commands in sides.items():
         port = free_port()
-        cmd = serve + ["--port", str(port)]
-        if ranks == 2:
-            cmd = [launcher, "-n", "2", "--backend", "ring", "--", *cmd]
-        proc = start(cmd, port)
+        procs = start(commands(serve + ["--port", str(port)]), port)
         try:
             decode_rate(port, "m", 16, "Warm up.")
             before = health(port).get("group")
-            rates[ranks] = sorted(decode_rate(port, "m", args.max_tokens, p) for p in prompts)[len(prompts) // 2]
+            rates[side] = sorted(decode_rate(port, "m", args.max_tokens, p) for p in prompts)[len(prompts) // 2]
             after = health(port).get("group")
             if after is not None:
-                share = (after["plan_broadcast_s"] - before["plan_broadcast_s"]) / (after["step_s"] - before["step_s"])
-                broadcasts = after["plan_broadcasts"] - before["plan_broadcasts"]
+                share[side] = ((after["plan_broadcast_s"] - before["plan_broadcast_s"])
+                               / (after["step_s"] - before["step_s"]),
+                               after["plan_broadcasts"] - before["plan_broadcasts"])
+            idle[side] = idle_cpu(procs)
+            pauses = []
+            for _ in range(12):
+                time.sleep(0.2)
+                pauses.append(first_token_s(port, "m"))
+            ttft[side] = sorted(pauses)[len(pauses) // 2]
         finally:
-            stop(proc)
+            stop(procs)
+    os.unlink(hostfile)
     print(machine_line())
-    print(f"model {args.model}, {args.max_tokens} tokens greedy, median of {args.reps}")
-    print(f"1 rank : {rates[1]:7.1f} tok/s decode")
-    print(f"2 ranks: {rates[2]:7.1f} tok/s decode (mlx.launch -n 2 --backend ring, tensor parallel, loopback)")
-    print(f"2 ranks / 1 rank: {rates[2] / rates[1]:.2f}")
-    print(f"plan broadcast: {share * 100:.1f} % of a decode step on rank 0 ({broadcasts} broadcasts)")
+    print(f"model {args.model}, {args.max_tokens} tokens greedy, median of {args.reps}; tensor parallel, ring "
+          "backend on loopback")
+    one = rates["1 rank"]
+    for side in sides:
+        extra = "" if side not in share else (f"; plan broadcast {share[side][0] * 100:.1f} % of a decode step on "
+                                              f"rank 0 ({share[side][1]} broadcasts)")
+        print(f"{side:20s}: {rates[side]:7.1f} tok/s decode, {rates[side] / one:.2f} of 1 rank{extra}")
+    for side in sides:
+        print(f"{side:20s}: idle, CPU seconds in 5 s per process {idle[side]}; first token after an idle pause "
+              f"(median of 12) {ttft[side] * 1e3:.1f} ms")
+    print("(mlx.launch's own process polls its ranks' pipes in a loop: the first of its idle figures)")
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ class Engine:
                                **make_scheduler) if stepping else None
         if group is not None and self.decoder is not None:
             self.lead.drain = self.decoder.drain
-            self.lead.watch()
+            self.lead.watch(self.model_thread)
         self.admission = Admission(self.max_batch, max_queue)
         self.started_at = time.time()
         # model id -> how long its last load took (a backend loaded before the engine existed timed its own)
@@ -214,6 +214,8 @@ class Engine:
         if self.resident == backend.model_id and backend.loaded:
             return None
         started = time.perf_counter()
+        if self.group is not None:  # every rank switches with it (lockstep.py)
+            self.lead.switch(backend.model_id)
         if self.resident and self.resident != backend.model_id:
             log.info("switching models: unloading %s for %s", self.resident, backend.model_id)
             self.backends[self.resident].unload()
@@ -251,6 +253,9 @@ class Engine:
     async def unload(self, name: str | None = None) -> list[str]:
         """Free a model's memory (weights and cached prefixes); it loads again on its next request."""
         target = name and self.resolve(name)[0]
+        if self.group is not None:  # every rank holds a part: a switch lets go of one, not the route
+            log.info("the models stay loaded: they are sharded across a group of %d processes", self.group.size)
+            return []
         async with self.admission.exclusive():
             freed = []
             for model_id, backend in self.backends.items():
@@ -264,8 +269,13 @@ class Engine:
         if self.group is not None:
             lead = self.lead
             group = dict(self.group.describe(), steps=lead.steps, step_s=round(lead.step_s, 6),
-                         batch_steps=lead.batch_steps, plan_broadcast_share=round(lead.share_of_step(), 4))
-            return {"status": "broken" if self.group.broken else "ok", "group": group, **self._health()}
+                         batch_steps=lead.batch_steps, plan_broadcast_share=round(lead.share_of_step(), 4),
+                         idle_heartbeats=lead.heartbeats, idle_pause_s=lead.idle_s)
+            if self.group.broken:  # /health answers 503 with this (protocols/shared.py)
+                return {"status": "broken", "error": {"message": self.group.broken,
+                                                      "ranks": self.group.broken_ranks},
+                        "group": group, **self._health()}
+            return {"status": "ok", "group": group, **self._health()}
         return {"status": "ok", **self._health()}
 
     def _health(self) -> dict:

@@ -6,12 +6,14 @@ Rules:
 - Rank 0 decides; the others follow (lockstep.py). What rank 0 decided travels by ``share(obj)``: a JSON value,
   broadcast through ``mx.distributed.all_sum`` (rank 0 contributes it, the others zeros): one collective of
   ``SHARE_BYTES`` holding its length and its start (a decode step's message fits), a second for any rest.
+  The same sum carries the followers' word back: a byte each (``REPORT_BYTES``, zero on rank 0) that a
+  follower sets when it diverged (lockstep.py), and rank 0 then breaks the group naming that rank.
 - Every collective of a rank runs on one stream (``stream``): the model's own (a sharded layer's all_sum),
   the batch's and the broadcast. Collectives on two streams run in whichever order the streams reach them,
   and the ranks' orders then differ: the bytes of one land in another.
 - The model is sharded by what it offers (``sharding``): tensor parallel where it has ``shard(group)``, else
-  pipeline parallel (``model.model.pipeline(group)``), else it is refused by its model type. mlx-lm's
-  ``sharded_load`` loads each rank's part.
+  pipeline parallel (``model.model.pipeline(group)``), else it is refused by its model type; ``--sharding``
+  may ask for one of the two (a model offering both). mlx-lm's ``sharded_load`` loads each rank's part.
 - A collective that fails (a rank died: "[ring] connection to a peer was lost") breaks the group for good:
   ``broken`` says why and which rank, and a restart of the whole group is the recovery.
 """
@@ -29,6 +31,7 @@ from typing import Any
 log = logging.getLogger("tinytitan.group")
 
 SHARE_BYTES = 2048  # one broadcast carries its length and this much of the message: a decode step's, whole
+REPORT_BYTES = 8  # after the length: a byte each follower (ranks 1-8; 8: 8 or above) sets to say it diverged
 HOST_BYTES = 64  # a rank's host name, as each rank reports it (truncated)
 
 
@@ -48,13 +51,20 @@ def backend_name() -> str:
     return "any"
 
 
-def sharding(model) -> str:
-    """How a model can be split across ranks: "tensor" (its ``shard``), "pipeline", or a refusal naming its type."""
-    if hasattr(model, "shard"):
-        return "tensor"
-    if hasattr(getattr(model, "model", None), "pipeline"):
-        return "pipeline"
+def sharding(model, want: str = "auto") -> str:
+    """How a model is split across ranks: "tensor" (its ``shard``) or "pipeline" (``model.model.pipeline``).
+    ``want`` "auto" takes tensor parallel where the model offers it, else pipeline; a named one the model does
+    not offer, or a model offering neither, is refused naming its type."""
+    offers = [name for name, has in (("tensor", hasattr(model, "shard")),
+                                     ("pipeline", hasattr(getattr(model, "model", None), "pipeline"))) if has]
+    if want == "auto" and offers:
+        return offers[0]
+    if want in offers:
+        return want
     kind = getattr(getattr(model, "args", None), "model_type", None) or type(model).__module__.rsplit(".", 1)[-1]
+    if offers:
+        raise SystemExit(f"the model type '{kind}' offers no {want} parallelism in mlx-lm (it offers "
+                         f"{' and '.join(offers)}): --sharding {want} cannot serve it")
     raise SystemExit(f"the model type '{kind}' offers neither tensor parallelism (shard) nor pipeline parallelism "
                      "in mlx-lm: it cannot be served across several processes")
 
@@ -64,19 +74,21 @@ class GroupBroken(RuntimeError):
 
 
 class Group:
-    def __init__(self, world, backend: str):
+    def __init__(self, world, backend: str, want: str = "auto"):
         self.world = world
+        self.want = want  # the sharding asked for: "auto", "tensor" or "pipeline" (--sharding)
         self.rank, self.size, self.backend = world.rank(), world.size(), backend
         self.hosts: list[str] = []
         self.holds: list[str] = []  # what each rank holds of the model
         self.sharding: str | None = None
         self.broken: str | None = None  # why the group no longer decodes (None while it is whole)
+        self.broken_ranks: list[int] = []  # the ranks it lost (as far as this rank can tell)
         self._streams = threading.local()  # mlx streams belong to the thread that made them
         self.shares = 0  # broadcasts made, and the seconds they took (lockstep's share of a step)
         self.share_s = 0.0
 
     @classmethod
-    def from_env(cls) -> "Group | None":
+    def from_env(cls, want: str = "auto") -> "Group | None":
         if not launched():
             return None
         import mlx.core as mx
@@ -85,7 +97,7 @@ class Group:
         world = mx.distributed.init(strict=True, backend="any" if backend == "mpi" else backend)
         if world.size() < 2:
             return None
-        group = cls(world, backend)
+        group = cls(world, backend, want)
         group.hosts = group.gather_text(socket.gethostname())
         log.info("rank %d of %d (%s backend) on %s", group.rank, group.size, backend, group.hosts[group.rank])
         return group
@@ -122,42 +134,55 @@ class Group:
     def lost(self, exc: BaseException, always: bool = False) -> bool:
         """Whether ``exc`` (raised by a collective: the plan's, or one inside the model) means a rank is gone;
         if so (or ``always``), the group is broken, and says which rank."""
-        peers = ", ".join(str(r) for r in range(self.size) if r != self.rank)
+        others = [r for r in range(self.size) if r != self.rank]
+        peers = ", ".join(map(str, others))
         if any(w in str(exc).lower() for w in ("[ring]", "peer", "connection", "[jaccl]", "[mpi]")):
             self.fail(f"rank {self.rank} lost rank {peers}: {exc}" if self.size == 2 else
-                      f"rank {self.rank} lost a peer among ranks {peers}: {exc}")
+                      f"rank {self.rank} lost a peer among ranks {peers}: {exc}", others)
             return True
         if always:
-            self.fail(f"a collective failed on rank {self.rank}: {exc}")
+            self.fail(f"a collective failed on rank {self.rank}: {exc}", others)
         return always
 
-    def share(self, obj: Any = None) -> Any:
-        """Rank 0's ``obj`` on every rank (a JSON value; the others pass nothing). The collectives queue behind
+    def share(self, obj: Any = None, counted: bool = True, report: bool = False) -> Any:
+        """Rank 0's ``obj`` on every rank (a JSON value; the others pass nothing but ``report``: this follower
+        diverged, which breaks the group on rank 0, naming it). The collectives queue behind
         the forward pass already queued on the same stream (a pipelined step): that is waited for first, so
-        the time counted is the broadcast's own."""
+        the time counted is the broadcast's own (not ``counted``: an idle heartbeat's, which is no step's)."""
         import mlx.core as mx
         import numpy as np
 
         mx.synchronize(self.stream)
         started = time.perf_counter()
-        room = SHARE_BYTES - 4
+        start = 4 + REPORT_BYTES
+        room = SHARE_BYTES - start
         if self.leader:
             data = json.dumps(obj, separators=(",", ":")).encode()
             head = np.zeros(SHARE_BYTES, dtype=np.uint8)
             head[:4] = np.frombuffer(len(data).to_bytes(4, "little"), dtype=np.uint8)
-            head[4:4 + min(len(data), room)] = np.frombuffer(data[:room], dtype=np.uint8)
-            self._sum(mx.array(head))
+            head[start:start + min(len(data), room)] = np.frombuffer(data[:room], dtype=np.uint8)
+            reports = np.array(self._sum(mx.array(head)))[4:start]
             if len(data) > room:
                 self._sum(mx.array(np.frombuffer(data[room:], dtype=np.uint8)))
+            if reports.any():  # a follower diverged (see the rules)
+                ranks = [i + 1 for i in range(REPORT_BYTES) if reports[i]]
+                named = ", ".join(map(str, ranks)) + (" or above" if ranks[-1] == REPORT_BYTES else "")
+                self.fail(f"rank {named} diverged from rank 0: it sampled another token than rank 0 accepted (is "
+                          "the model at that path the same on every host?)", ranks)
+                raise GroupBroken(self.broken)
         else:
-            head = bytes(np.array(self._sum(mx.zeros(SHARE_BYTES, dtype=mx.uint8))))
+            mine = np.zeros(SHARE_BYTES, dtype=np.uint8)
+            if report:
+                mine[4 + min(self.rank, REPORT_BYTES) - 1] = 1
+            head = bytes(np.array(self._sum(mx.array(mine))))
             size = int.from_bytes(head[:4], "little")
-            data = head[4:4 + min(size, room)]
+            data = head[start:start + min(size, room)]
             if size > room:
                 data += bytes(np.array(self._sum(mx.zeros(size - room, dtype=mx.uint8))))
             obj = json.loads(data)
-        self.shares += 1
-        self.share_s += time.perf_counter() - started
+        if counted:
+            self.shares += 1
+            self.share_s += time.perf_counter() - started
         return obj
 
     def gather_text(self, text: str) -> list[str]:
@@ -178,7 +203,7 @@ class Group:
         from mlx_lm.utils import load_model, sharded_load
 
         lazy, _ = load_model(path, lazy=True, strict=False)
-        self.sharding = sharding(lazy)
+        self.sharding = sharding(lazy, self.want)
         del lazy
         if self.sharding == "tensor":
             model, _ = sharded_load(str(path), tensor_group=self.world)
@@ -190,14 +215,17 @@ class Group:
         self.holds = self.gather_text(mine)
         return model
 
-    def fail(self, why: str) -> None:
+    def fail(self, why: str, ranks: list[int] | None = None) -> None:
+        """Break the group for good: ``why``, and the ``ranks`` it lost (all the others where unknown)."""
         if self.broken is None:
             self.broken = why
+            self.broken_ranks = ranks if ranks is not None else [r for r in range(self.size) if r != self.rank]
             log.error("the group is broken: %s", why)
 
     def describe(self) -> dict:
         return {"size": self.size, "backend": self.backend, "sharding": self.sharding,
                 "status": "broken" if self.broken else "ok", "error": self.broken,
+                "broken_ranks": self.broken_ranks,
                 "ranks": [{"rank": r, "host": self.hosts[r] if r < len(self.hosts) else None,
                            "holds": self.holds[r] if r < len(self.holds) else None} for r in range(self.size)],
                 "plan_broadcasts": self.shares, "plan_broadcast_s": round(self.share_s, 6)}

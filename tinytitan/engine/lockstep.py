@@ -21,6 +21,15 @@ Rules:
   (``Lead.watch``) sees a step in flight longer than ``timeout`` seconds: the group is broken, and each row in
   flight, or waiting to join, is ended there with that error (its model thread never comes back to end it;
   if it does, ``LeadScheduler.retire`` knows the row is ended already).
+- Idle, a follower would wait in the collective for the next message, and MLX's ring backend spins while it
+  waits (a core's worth). So while no scheduler runs, rank 0 broadcasts a heartbeat every ``IDLE_S`` on its
+  model thread (``i``: the pause), and each follower sleeps that long after one before it enters the next
+  collective: the two arrive together, and neither spins for more than the jitter. A request arriving in a
+  pause waits for the followers to wake: at most ``IDLE_S``, half of it on average, before its first step.
+  A heartbeat is a collective like a step's, so a rank lost while idle breaks the group then (``/health``).
+- Each follower checks its own sampled tokens against those rank 0 accepted (a row's sampler and grammar run on
+  every rank): a difference (a host whose copy of the model differs, say) is a divergence, which it reports in
+  its next broadcast (``Group.share``'s report) before it stops; rank 0 breaks the group, naming it.
 - A follower whose prompt cache would start a row elsewhere than rank 0's did has diverged: it stops, and rank
   0 sees the group broken (a peer lost) rather than decoding on from different caches.
 """
@@ -42,14 +51,18 @@ from .step import Forward, Plan
 
 log = logging.getLogger("tinytitan.lockstep")
 
+IDLE_S = 0.01  # the pause between idle heartbeats (see the rules): a new request's first step waits up to this
+
 
 class Lead:
     """Rank 0's side: what its schedulers have accepted and retired since the last broadcast (kept across
     schedulers: the decoder makes a new one each time it starts)."""
 
-    def __init__(self, group: Group, timeout: float = 60.0):
+    def __init__(self, group: Group, timeout: float = 60.0, idle_s: float = IDLE_S):
         self.group = group
         self.timeout = timeout
+        self.idle_s = idle_s
+        self.heartbeats = 0
         self.busy_since: float | None = None  # when the step in flight began (monotonic)
         self.rows: dict[int, Row] = {}  # the rows of the scheduler running now (the watchdog's to end)
         self.drain: Callable[[], list[Row]] = list  # the decoder's rows not taken in yet
@@ -68,8 +81,12 @@ class Lead:
         self.rows = scheduler.rows
         return scheduler
 
-    def send(self, plan: Plan | None, seeded: bool) -> None:
+    def send(self, plan: Plan | None, seeded: bool, idle: float | None = None, model: str | None = None) -> None:
         msg: dict[str, Any] = {"a": [[i, t] for i, t in self.accepted.items()], "e": self.ended, "s": seeded}
+        if idle is not None:
+            msg["i"] = idle
+        if model is not None:
+            msg["m"] = model
         if self.fresh:
             msg["f"] = 1
         if self.joined:
@@ -78,13 +95,49 @@ class Lead:
             msg["p"] = plan.as_ints()
             self.batch_steps += plan.batch
         self.accepted, self.ended, self.joined, self.fresh = {}, [], [], False
-        self.group.share(msg)
+        self.group.share(msg, counted=idle is None)
 
-    def watch(self) -> None:
-        """Start the watchdog thread (see the rules)."""
+    def switch(self, model_id: str) -> None:
+        """Before rank 0 loads ``model_id`` (on the model thread, no rows in flight): every rank loads its part."""
+        self.busy_since = time.monotonic()
+        try:
+            self.send(None, False, model=model_id)
+        finally:
+            self.busy_since = None
+
+    def watch(self, model_thread=None) -> None:
+        """Start the watchdog thread, and the idle heartbeats on ``model_thread`` (see the rules)."""
         import threading
 
         threading.Thread(target=self._watch, name="tinytitan-group-watchdog", daemon=True).start()
+        if model_thread is not None and self.idle_s > 0:
+            threading.Thread(target=self._heartbeats, args=(model_thread,), name="tinytitan-group-heartbeat",
+                             daemon=True).start()
+
+    def _heartbeats(self, model_thread) -> None:
+        """A heartbeat ``idle_s`` after the last, each a job of the model thread: its collectives all run
+        there, in one order, and one job at a time, so a heartbeat runs only while no decode loop does (one
+        queued behind a loop runs when it ends: idle then)."""
+        import threading
+
+        done = threading.Event()
+        while self.group.broken is None:
+            time.sleep(self.idle_s)
+            done.clear()
+            model_thread.start_soon(self._heartbeat, lambda _outcome: done.set())
+            done.wait()
+
+    def _heartbeat(self) -> None:
+        if self.group.broken:
+            return
+        self.busy_since = time.monotonic()
+        try:
+            self.send(None, False, idle=self.idle_s)
+            self.heartbeats += 1
+        except GroupBroken:
+            pass  # the group says why; the next request is refused with it
+        finally:
+            self.busy_since = None
 
     def _watch(self) -> None:
         while self.group.broken is None:
@@ -93,7 +146,7 @@ class Lead:
             if since is not None and time.monotonic() - since > self.timeout:
                 others = "rank 1" if self.group.size == 2 else f"one of ranks 1-{self.group.size - 1}"
                 self.group.fail(f"{others} died or stopped answering: a decode step waited {self.timeout:g}s "
-                                "for it")
+                                "for it", list(range(1, self.group.size)))
         if self.busy_since is None:
             return  # broken between steps: the next step raises, on the model thread
         error = GroupBroken(self.group.broken)
@@ -208,15 +261,40 @@ def follower_row(backend, spec: dict) -> Row:
     return row
 
 
-def follow(group: Group, backend, max_batch: int) -> None:
-    """A follower's whole life: the steps rank 0 broadcasts, run on this rank's part of the model, until the
-    group breaks (rank 0 gone)."""
+def follow(group: Group, backends: list, max_batch: int) -> None:
+    """A follower's whole life: the steps rank 0 broadcasts, run on this rank's part of the model (of a
+    catalog: the one rank 0 switched to last), until the group breaks (rank 0 gone)."""
+    by_id = {b.model_id: b for b in backends}
+    backend = next((b for b in backends if b.loaded), backends[0])
     rows: dict[int, Row] = {}
     forward: Forward | None = None
-    eos = set(backend.tokenizer.eos_token_ids)
+    sampled: dict[int, tuple[int, ...]] = {}  # this rank's tokens of the last step, for rank 0's to match
+    diverged: str | None = None
     log.info("rank %d follows rank 0's steps", group.rank)
     while True:
-        msg = group.share()
+        msg = group.share(report=diverged is not None)
+        if diverged is not None:  # rank 0 has heard it (and broken the group)
+            raise RuntimeError(diverged)
+        for i, tokens in msg["a"]:  # what rank 0 accepted begins with what it sampled: this rank's, if in step
+            mine = sampled.get(i, ())
+            n = min(len(mine), len(tokens))
+            if list(mine[:n]) != tokens[:n] and diverged is None:
+                diverged = (f"rank {group.rank} diverged: it sampled {list(mine[:n])} for row {i}, rank 0 "
+                            f"accepted {tokens[:n]}")
+                log.error("%s", diverged)
+        sampled = {}
+        if "m" in msg:  # rank 0 switches models (its rows have all left): load this rank's part too
+            if msg["m"] not in by_id:
+                raise RuntimeError(f"rank {group.rank} diverged: rank 0 switched to '{msg['m']}', not in this "
+                                   f"rank's catalog ({', '.join(by_id)})")
+            if forward is not None:
+                forward.close()
+                forward = None
+            if backend is not by_id[msg["m"]]:
+                backend.unload()
+            backend = by_id[msg["m"]]
+            backend.ensure_loaded()
+        eos = set(backend.tokenizer.eos_token_ids)
         for i, tokens in msg["a"]:
             row = rows[i]
             row.generated.extend(tokens)
@@ -240,12 +318,19 @@ def follow(group: Group, backend, max_batch: int) -> None:
             if row.read != spec["cached"]:
                 raise RuntimeError(f"rank {group.rank} diverged: its prompt cache starts row {row.id} at "
                                    f"{row.read} tokens, rank 0's at {spec['cached']}")
+        if "i" in msg:  # rank 0 is idle: its next message comes after this pause (see the rules)
+            time.sleep(msg["i"])
         if "p" not in msg:
             continue
         plan = Plan.from_ints(msg["p"])
         for s in plan.alone:
             mask = rows[s.row].loop.grammar_mask
             if s.forced and mask is not None:  # rank 0's proposer walked its matcher over the run (rows.py)
-                for token in s.feed[:-1]:
-                    mask.consume(token)
-        forward.run(plan, rows)
+                try:
+                    for token in s.feed[:-1]:
+                        mask.consume(token)
+                except Exception:
+                    if diverged is None:
+                        raise
+                    # diverged: its grammar may refuse rank 0's run; it steps on, to report at the next message
+        sampled = forward.run(plan, rows)

@@ -286,9 +286,6 @@ class MLXBackend(Backend):
 
         import mlx.core as mx
 
-        if self.group is not None:  # every rank holds a part: one rank alone cannot let go of it
-            log.info("%s stays loaded: it is sharded across a group of %d processes", self.model_id, self.group.size)
-            return False
         had = self.model is not None
         self.model = None
         self._draft = None

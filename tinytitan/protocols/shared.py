@@ -46,7 +46,10 @@ class Shared(Protocol):
         return self.services.observer
 
     async def health(self, call: Call) -> Reply:
-        return Reply(self.engine.health())
+        """200 while the server can generate; 503 once it cannot (a broken group of processes: the body names
+        the ranks lost and why), so a load balancer or a script sees it by the status alone."""
+        health = self.engine.health()
+        return Reply(health, status=503 if health.get("status") == "broken" else 200)
 
     async def root(self, call: Call) -> Reply:
         """API clients get a status object (whether routes need ``--api-key``: the dashboard asks for the key

@@ -1,0 +1,141 @@
+"""A group of two processes and its models: a catalog switched on every rank; the ~50M model under tensor
+parallel, equal to one process where its top two logits are apart; a follower whose copy of the model differs,
+which the group detects and names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from group_harness import MODEL, SCHEMA, Group, ask, body, permuted_copy, pipeline_model
+
+
+# -- a catalog: rank 0 switches models, and every rank loads its part of the one it switched to ----------------
+@pytest.fixture(scope="module")
+def catalog_dir(tmp_path_factory):
+    import shutil
+
+    from tinytitan.demo_model import ensure_demo_model
+
+    root = tmp_path_factory.mktemp("catalog")
+    shutil.copytree(ensure_demo_model(), root / "alpha")  # the demo model (qwen3)
+    pipeline_model(root / "beta")  # another: its weights, as a qwen2
+    return root
+
+
+@pytest.fixture  # one test's: its ranks stop when it ends, not with the module (two cores)
+def catalog_group(tmp_path_factory, catalog_dir):
+    g = Group(tmp_path_factory.mktemp("catalog-group"), "--models-dir", str(catalog_dir))
+    try:
+        g.health = g.wait()
+        yield g
+    finally:
+        g.stop()
+
+
+async def test_a_catalog_switches_models_on_every_rank(catalog_group, catalog_dir, serve):
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    one = await serve(backend=[MLXBackend(catalog_dir / m, m, lazy=True) for m in ("alpha", "beta")])
+    assert catalog_group.health["model"] is None and catalog_group.health["models"] == ["alpha", "beta"]
+    for model in ("alpha", "beta", "alpha"):
+        prompt = f"A question for {model}."
+        want = await ask(one.base, "chat", prompt, max_tokens=20, model=model)
+        assert await ask(catalog_group.base, "chat", prompt, max_tokens=20, model=model) == want and want
+        health = httpx.get(catalog_group.base + "/health").json()
+        assert health["model"] == model and health["group"]["status"] == "ok"
+    assert await ask(one.base, "chat", "Beta once more.", True, model="beta") == \
+        await ask(catalog_group.base, "chat", "Beta once more.", True, model="beta")
+    log = catalog_group.logs[1].read_text()  # the follower loaded each part as rank 0 switched
+    assert log.count("loaded rank 1's part of alpha") == 2 and log.count("loaded rank 1's part of beta") == 2
+    # the unload route lets go of nothing: one rank alone cannot (a switch unloads on every rank)
+    assert httpx.post(catalog_group.base + "/v1/models/unload", json={}).json()["unloaded"] == []
+    assert httpx.get(catalog_group.base + "/health").json()["model"] == "beta"
+
+
+async def test_a_follower_that_samples_otherwise_breaks_the_group_naming_it(tmp_path):
+    """Rank 1's copy of the model has another tokenizer: a JSON schema's grammar allows it other ids, so it
+    samples another first token than rank 0 accepts. It reports that in its next broadcast and stops; rank 0
+    fails the answer and breaks the group, naming rank 1."""
+    from tinytitan.demo_model import ensure_demo_model
+
+    other = permuted_copy(tmp_path / "other")
+    g = Group(tmp_path, "--model-id", MODEL, "--model", str(ensure_demo_model()),
+              rank_args={1: ["--model", str(other)]})  # the last --model wins
+    try:
+        g.wait()
+        fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "rec", "schema": SCHEMA}}}
+        path, payload = body("chat", "A record, please.", True, max_tokens=40, **fmt)
+        with trio.fail_after(30):
+            async with httpx.AsyncClient(timeout=30) as c:
+                r = await c.post(g.base + path, json=payload)
+        assert "rank 1 diverged from rank 0" in r.text, r.text
+        health = httpx.get(g.base + "/health")
+        assert health.status_code == 503 and health.json()["error"]["ranks"] == [1]
+        assert "rank 1 diverged: it sampled" in g.logs[1].read_text()
+        with trio.fail_after(10):
+            while g.procs[1].poll() is None:
+                await trio.sleep(0.1)
+    finally:
+        g.stop()
+
+
+# -- the ~50M model, tensor parallel: where its top two logits are further apart than the reordered partial sums
+# can move them, the group's greedy token is one process's ---------------------------------------------------
+MODEL_50M = "tinytitan-demo-50m"
+MARGIN = 1e-3  # top-two logit gap taken as decided: float32 sums reordered across 2 ranks move a logit ~1e-5
+PROMPT_50M = "The quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def dir_50m():
+    from tinytitan.demo_model import ensure_demo_model
+
+    return Path(ensure_demo_model("50m"))
+
+
+@pytest.fixture  # one test's (see catalog_group)
+def group_50m(tmp_path_factory, dir_50m):
+    g = Group(tmp_path_factory.mktemp("group50m"), "--model", str(dir_50m), "--model-id", MODEL_50M)
+    try:
+        g.health = g.wait()
+        yield g
+    finally:
+        g.stop()
+
+
+def decided_greedy(path: Path, prompt: str, n: int) -> list[int]:
+    """The prompt's greedy continuation in this process (mlx-lm alone), up to the first token whose top-two
+    logits are closer than MARGIN (past it, another order of the same sums may pick the other) or the end."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.utils import load
+
+    model, tok = load(str(path))
+    cache, x, out = make_prompt_cache(model), mx.array([tok.encode(prompt)]), []
+    while len(out) < n:
+        logits = model(x, cache=cache)[0, -1].astype(mx.float32)
+        second, first = sorted(mx.topk(logits, 2).tolist())
+        token = int(mx.argmax(logits))
+        if first - second < MARGIN or token in tok.eos_token_ids:
+            break
+        out.append(token)
+        x = mx.array([[token]])
+    return tok.decode(out), len(out)
+
+
+@pytest.mark.model50m
+async def test_50m_greedy_output_equals_one_process_where_the_top_two_are_apart(group_50m, serve, dir_50m):
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    assert group_50m.health["group"]["sharding"] == "tensor"
+    one = await serve(backend=MLXBackend(dir_50m, MODEL_50M))
+    want, decided = decided_greedy(dir_50m, PROMPT_50M, 24)
+    assert decided >= 8, decided  # a test of something
+    for stream in (False, True):
+        kw = {"max_tokens": decided, "model": MODEL_50M}
+        assert await ask(one.base, "completions", PROMPT_50M, stream, **kw) == want
+        assert await ask(group_50m.base, "completions", PROMPT_50M, stream, **kw) == want
