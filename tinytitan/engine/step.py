@@ -87,10 +87,12 @@ class Plan:
     alone: tuple[RowStep, ...] = ()  # rows stepped on their own caches
     join: tuple[int, ...] = ()  # rows that move into the batch (their own cache with them), after those steps
     batch: bool = False  # the batch steps once
+    prefill: int = PREFILL_STEP  # prompt tokens each batch row still reading its prompt reads in this step
 
     def as_ints(self) -> list[int]:
         """The plan as a flat list of ints (what lockstep decoding broadcasts)."""
-        out = [len(self.cancel), *self.cancel, len(self.join), *self.join, int(self.batch), len(self.alone)]
+        out = [len(self.cancel), *self.cancel, len(self.join), *self.join, int(self.batch), self.prefill,
+               len(self.alone)]
         for s in self.alone:
             out += [s.row, int(s.sample), int(s.pending), int(s.forced), int(s.now), int(s.hold), len(s.feed),
                     *s.feed, len(s.drafts), *s.drafts]
@@ -103,14 +105,14 @@ class Plan:
         def take() -> tuple[int, ...]:
             return tuple(next(it) for _ in range(next(it)))
 
-        cancel, join, batch = take(), take(), bool(next(it))
+        cancel, join, batch, prefill = take(), take(), bool(next(it)), next(it)
         alone = []
         for _ in range(next(it)):
             row, sample, pending, forced, now, hold = (next(it) for _ in range(6))
             feed = take()
             alone.append(RowStep(row, feed, bool(sample), bool(pending), bool(forced), bool(now), take(),
                                  bool(hold)))
-        return cls(cancel, tuple(alone), join, batch)
+        return cls(cancel, tuple(alone), join, batch, prefill)
 
 
 Output = dict  # row id -> the tokens sampled for it that the fold reads now (in order)
@@ -262,7 +264,7 @@ class Forward:
             for row_id in plan.join:
                 self._insert(rows[row_id])
             if plan.batch:
-                out.update(self._step_batch())
+                out.update(self._step_batch(plan.prefill))
         except Exception as exc:  # the batched forward pass failed: the rows in it fail, the others go on
             log.exception("batched decode step failed")
             for row_id in self.fail_batch():
@@ -316,9 +318,9 @@ class Forward:
         """What a row joining the batch has still to read: the rest of its prompt, or its last sampled token."""
         return row.left_to_read if row.read < len(row.tokens) or not row.generated else row.generated[-1:]
 
-    def _step_batch(self) -> Output:
+    def _step_batch(self, prefill: int) -> Output:
         gen = self.gen
-        gen.prefill_step_size = PREFILL_STEP_SHARED if self.decoding else PREFILL_STEP
+        gen.prefill_step_size = prefill
         prompts, responses = gen.next()
         for p in prompts:
             if p.end_of_prompt:
