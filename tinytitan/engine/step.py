@@ -17,7 +17,7 @@ Rules:
   not (a padding mask and per-row offsets in every layer, per-row bookkeeping every step). **In the batch**:
   mlx-lm's ``BatchGenerator``, through its public methods only (``insert`` with the row's own cache, sampler,
   logits processors and held tokens; ``next``; ``remove`` with the prompt caches): one batched decode step for
-  every row decoding, one chunk of prompt for rows still reading theirs.
+  every row decoding, one chunk of prompt for rows still reading theirs (as long as the plan says: ``prefill``).
 - A row's own sampler and logits processors run wherever it steps, so it samples the same tokens alone, in the
   batch, or moved from one to the other mid-answer (rows.py guards them).
 - What the forward returns is what the fold reads: a token sampled by an earlier step (pipelined), never
