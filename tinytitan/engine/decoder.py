@@ -16,7 +16,12 @@ Rules:
 - A lone row's first prompt chunk is short (``FIRST_CHUNK``) where others may join it: requests sent together
   (a client's parallel calls, sub-agents) arrive a few milliseconds apart, and a look after this short chunk
   (~25 ms on 2 cores with a ~50M model) sees them, so they are read together in the batch rather than one
-  alone first. Reading a prompt in one more chunk costs next to nothing: prefill is compute-bound.
+  alone first. Reading a prompt in one more chunk costs next to nothing: prefill is compute-bound. The batch
+  reads its prompts the same way while a burst arrives: as long as no row has sampled and a row joins that has
+  read nothing yet (or one is waiting to), each batch row reads a ``FIRST_CHUNK`` of its prompt, and the look
+  after it takes the newcomers in. The burst's rows then finish their prompts in one step and decode in step
+  from their first token; read whole at once, the rows that arrived during that read would start one group
+  behind the first, all the way to the end.
 - A row that has not sampled yet, with at most ``PREFILL_STEP_SHARED`` prompt tokens left to read, arriving
   while other rows decode (or are about to: a lone row handing over), is read ahead on its own cache and its first token sampled at once (as a row alone
   reads it, so it is the token it gets alone); it joins with that token as its prompt. Read inside the batch
@@ -112,13 +117,20 @@ class Scheduler:
     def plan(self, others_waiting: Callable[[], bool]) -> Plan:
         """What each row does this step (see the rules at the top)."""
         forward = self.forward
+        looked: list[bool] = []
+
+        def waiting() -> bool:  # a look at the inbox, once a plan
+            if not looked:
+                looked.append(others_waiting())
+            return looked[0]
+
         cancel = tuple(i for i, row in self.rows.items() if row.stopped)
         active = [row for row in self.rows.values() if row.id not in cancel]
         batched = [row for row in active if forward.in_batch(row.id)]
-        if len(active) == 1 and len(batched) == 1 and self._resumes(batched[0]) and not others_waiting():
+        if len(active) == 1 and len(batched) == 1 and self._resumes(batched[0]) and not waiting():
             # the batch is down to a row that drafts: it steps out onto its own cache (step.Forward._leave)
             return Plan(cancel, leave=(batched[0].id,))
-        crowd = len(active) > 1 or forward.batched > 0 or (bool(active) and others_waiting())
+        crowd = len(active) > 1 or forward.batched > 0 or (bool(active) and waiting())
         sampling = {row.id for row in active if row.generated or row.pending}  # rows decoding, or about to
         alone: list[RowStep] = []
         join: list[int] = []
@@ -140,7 +152,20 @@ class Scheduler:
                 join.append(row.id)
             else:
                 alone.append(self._alone(row))
-        return Plan(cancel, tuple(alone), tuple(join), forward.batched + len(join) > 0)
+        return Plan(cancel, tuple(alone), tuple(join), forward.batched + len(join) > 0,
+                    self._prefill(join, sampling, waiting))
+
+    def _prefill(self, join: list[int], sampling: set[int], others_waiting: Callable[[], bool]) -> int:
+        """How much of their prompts the batch's rows read this step: a short chunk while a burst arrives (see
+        the rules), a ``PREFILL_STEP_SHARED`` chunk while others decode, else a whole ``PREFILL_STEP``."""
+        if self.forward.decoding:
+            return PREFILL_STEP_SHARED
+        if not join and not self.forward.batched:  # the batch does not step
+            return PREFILL_STEP
+        fresh = any(not self.rows[i].generated and self.rows[i].read == self.rows[i].loop.cached_tokens for i in join)
+        if not sampling and (fresh or others_waiting()):
+            return self.first_chunk
+        return PREFILL_STEP
 
     def _resumes(self, row: Row) -> bool:
         """Whether a row left alone in the batch steps out of it to draft again: it drafts, it decodes (a token

@@ -18,7 +18,7 @@ Rules:
   not (a padding mask and per-row offsets in every layer, per-row bookkeeping every step). **In the batch**:
   mlx-lm's ``BatchGenerator``, through its public methods only (``insert`` with the row's own cache, sampler,
   logits processors and held tokens; ``next``; ``remove`` with the prompt caches): one batched decode step for
-  every row decoding, one chunk of prompt for rows still reading theirs.
+  every row decoding, one chunk of prompt for rows still reading theirs (as long as the plan says: ``prefill``).
 - A row's own sampler and logits processors run wherever it steps, so it samples the same tokens alone, in the
   batch, or moved from one to the other mid-answer (rows.py guards them).
 - What the forward returns is what the fold reads: a token sampled by an earlier step (pipelined), never
@@ -91,11 +91,12 @@ class Plan:
     join: tuple[int, ...] = ()  # rows that move into the batch (their own cache with them), after those steps
     batch: bool = False  # the batch steps once
     leave: tuple[int, ...] = ()  # rows that step out of the batch onto their own cache (a lone drafting row)
+    prefill: int = PREFILL_STEP  # prompt tokens each batch row still reading its prompt reads in this step
 
     def as_ints(self) -> list[int]:
         """The plan as a flat list of ints (what lockstep decoding broadcasts)."""
         out = [len(self.cancel), *self.cancel, len(self.leave), *self.leave, len(self.join), *self.join,
-               int(self.batch), len(self.alone)]
+               int(self.batch), self.prefill, len(self.alone)]
         for s in self.alone:
             out += [s.row, int(s.sample), int(s.pending), int(s.forced), int(s.now), int(s.hold), len(s.feed),
                     *s.feed, len(s.drafts), *s.drafts]
@@ -108,14 +109,14 @@ class Plan:
         def take() -> tuple[int, ...]:
             return tuple(next(it) for _ in range(next(it)))
 
-        cancel, leave, join, batch = take(), take(), take(), bool(next(it))
+        cancel, leave, join, batch, prefill = take(), take(), take(), bool(next(it)), next(it)
         alone = []
         for _ in range(next(it)):
             row, sample, pending, forced, now, hold = (next(it) for _ in range(6))
             feed = take()
             alone.append(RowStep(row, feed, bool(sample), bool(pending), bool(forced), bool(now), take(),
                                  bool(hold)))
-        return cls(cancel, tuple(alone), join, batch, leave)
+        return cls(cancel, tuple(alone), join, batch, leave=leave, prefill=prefill)
 
 
 Output = dict  # row id -> the tokens sampled for it that the fold reads now (in order)
@@ -282,7 +283,7 @@ class Forward:
             for row_id in plan.join:
                 self._insert(rows[row_id])
             if plan.batch:
-                out.update(self._step_batch())
+                out.update(self._step_batch(plan.prefill))
         except Exception as exc:  # the batched forward pass failed: the rows in it fail, the others go on
             log.exception("batched decode step failed")
             for row_id in self.fail_batch():
@@ -369,9 +370,9 @@ class Forward:
         """What a row joining the batch has still to read: the rest of its prompt, or its last sampled token."""
         return row.left_to_read if row.read < len(row.tokens) or not row.generated else row.generated[-1:]
 
-    def _step_batch(self) -> Output:
+    def _step_batch(self, prefill: int) -> Output:
         gen = self.gen
-        gen.prefill_step_size = PREFILL_STEP_SHARED if self.decoding else PREFILL_STEP
+        gen.prefill_step_size = prefill
         prompts, responses = gen.next()
         for p in prompts:
             if p.end_of_prompt:
