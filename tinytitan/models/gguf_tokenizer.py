@@ -2,9 +2,9 @@
 
 A GGUF carries its vocabulary (``tokenizer.ggml.tokens``, ``token_type``) and, by ``tokenizer.ggml.model``:
 
-- ``gpt2`` (byte-level BPE: Llama 3, Qwen, SmolLM): its merges and the name of its pre-tokenizer
-  (``tokenizer.ggml.pre``), which stands for a fixed split regex in llama.cpp; only the names below are
-  rebuilt;
+- ``gpt2`` (byte-level BPE: Llama 3, Qwen, SmolLM, DeepSeek): its merges and the name of its pre-tokenizer
+  (``tokenizer.ggml.pre``), which stands for a fixed sequence of split regexes in llama.cpp; only the names
+  below are rebuilt, each as the original model's tokenizer.json states it;
 - ``llama`` (SentencePiece BPE: Llama 2, Mistral, Gemma): per-token scores instead of merges. The merges are
   derived from the scores as Hugging Face's converter derives them from a SentencePiece model (every split
   of a piece into two pieces, ranked by the whole piece's score), with byte fallback (``<0xNN>`` tokens),
