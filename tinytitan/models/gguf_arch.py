@@ -211,9 +211,12 @@ def arch_refusal(arch: str, meta: dict, names: set[str]) -> str | None:
     scaling = get("rope.scaling.type")
     allowed = ROPE_SCALING.get(arch, ("none",))
     if scaling not in (None, *allowed):
-        return (f"RoPE scaling {scaling!r} is not supported for {arch}: mlx-lm's class computes "
-                f"{', '.join(allowed)} (and Llama 3's rope_freqs for llama, Phi-3's rope_factors_long/short for "
-                "phi3)")
+        if allowed == ("none",):
+            return (f"RoPE scaling {scaling!r} is not supported for {arch}: mlx-lm's "
+                    f"{ARCHITECTURES[arch].model_type} class builds a plain RoPE whatever its config says")
+        return (f"RoPE scaling {scaling!r} is not supported for {arch} (supported: {', '.join(allowed[1:])}"
+                f"{', rope_freqs' if arch == 'llama' else ''}"
+                f"{', rope_factors_long/short' if arch == 'phi3' else ''}: what mlx-lm's class computes)")
     if scaling == "yarn" and arch != "deepseek2":
         if "rope_freqs.weight" in names:
             return "rope_freqs (Llama 3's RoPE factors) together with YaRN is not supported"
