@@ -59,8 +59,21 @@ def longrope(rope_dims: int) -> tuple[dict, dict]:
     return config, meta
 
 
+def yarn(factor: float = 4.0, original: int = 256) -> tuple[dict, dict]:
+    """(config changes, GGUF metadata) of a Qwen2.5 / Qwen3 128k-style YaRN model, as convert_hf_to_gguf.py
+    writes its rope_scaling (type, factor, original context length; no attention factor)."""
+    config = {"max_position_embeddings": int(original * factor),
+              "rope_scaling": {"type": "yarn", "factor": factor, "original_max_position_embeddings": original}}
+    meta = {"rope.scaling.type": "yarn", "rope.scaling.factor": factor,
+            "rope.scaling.original_context_length": original}
+    return config, meta
+
+
 CASES = {
     # gguf architecture: (mlx-lm model_type, config changes, GGUF metadata beyond the common keys)
+    "qwen3-yarn": ("qwen3", "qwen3", yarn()[0], yarn()[1]),
+    "qwen2-yarn": ("qwen2", "qwen2", yarn(8.0, 128)[0], yarn(8.0, 128)[1]),
+    "llama-yarn": ("llama", "llama", yarn(2.0)[0], yarn(2.0)[1]),
     "llama-rope-freqs": ("llama", "llama", {"head_dim": 64, "hidden_size": 128, "num_attention_heads": 2,
                                             "num_key_value_heads": 1, "rope_theta": 500000.0,
                                             "max_position_embeddings": 131072,
@@ -193,6 +206,13 @@ def test_architecture_converts_to_the_same_model(tmp_path, case):
         # positions past the original window: the scaled RoPE is the one in use (a plain RoPE would differ)
         far = list(range(30, 50)) * 3
         assert mx.allclose(model(mx.array([far]))[0], reference(mx.array([far]))[0], atol=1e-4).item()
+    if config.get("rope_scaling", {}).get("type") == "yarn":
+        assert conf["rope_scaling"] == {**config["rope_scaling"], "beta_fast": 32.0, "beta_slow": 1.0}
+        # the scaling is the one in use: without it the same weights compute something else
+        plain = {k: v for k, v in conf.items() if k != "rope_scaling"}
+        (out / "config.json").write_text(json.dumps(plain))
+        unscaled, _ = load(str(out))
+        assert not mx.allclose(unscaled(mx.array([ids]))[0], want, atol=1e-3).item()
     if config.get("rope_scaling", {}).get("type") == "longrope":
         assert conf["rope_scaling"]["type"] == "longrope" and conf["original_max_position_embeddings"] == 4096
         assert conf["rope_scaling"]["long_factor"] == pytest.approx(config["rope_scaling"]["long_factor"])

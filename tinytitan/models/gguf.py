@@ -41,7 +41,7 @@ from .gguf_tokenizer import UnsupportedTokenizer, build_tokenizer
 
 log = logging.getLogger("tinytitan.gguf")
 
-CONVERTER_VERSION = 3  # part of the cache key: a converter change converts again
+CONVERTER_VERSION = 4  # part of the cache key: a converter change converts again
 FORMS = ("quantized", "float16", "float32")
 
 

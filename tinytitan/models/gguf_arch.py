@@ -24,6 +24,10 @@ Rules (each from how llama.cpp's ``convert_hf_to_gguf.py`` writes the architectu
   ``leading_dense_block_count`` layers are dense, the rest routed experts (stacked like Qwen's) with shared
   experts. What the class cannot compute is refused by name (``arch_refusal``): normalised top-k weights
   under softmax routing, a selection bias without sigmoid routing (or the reverse), a tied output.
+
+RoPE scaling (``rope.scaling.type``) is mapped only where the mlx-lm class computes it (``ROPE_SCALING``):
+linear, and YaRN for Llama / Qwen2 / Qwen3 (``gguf_rope``); the MoE classes and Gemma 2 build a plain RoPE
+whatever their config says, so a scaled file of theirs is refused by name.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .gguf_rope import UnfittedRope, llama3_scaling, longrope_scaling, yarn_scaling
+from .gguf_rope import UnfittedRope, llama3_scaling, longrope_scaling, plain_yarn_scaling, yarn_scaling
 
 __all__ = ["ARCHITECTURES", "AUXILIARY", "UnfittedRope", "UnmappedTensor", "adjuster", "arch_config",
            "arch_refusal", "join_kv_b", "requantizable", "widened", "llama3_scaling", "mlx_name"]
@@ -192,16 +196,34 @@ ARCHITECTURES = {
 }
 
 
+# rope.scaling.type each mlx-lm class computes (the MoE classes and gemma2 build a plain RoPE whatever the
+# config says; mlx-lm's DeepSeek classes always build their YaRN)
+ROPE_SCALING = {"llama": ("none", "linear", "yarn"), "qwen2": ("none", "linear", "yarn"),
+                "qwen3": ("none", "linear", "yarn"), "phi3": ("none", "linear"), "gemma3": ("none", "linear"),
+                "deepseek2": ("none", "yarn")}
+
+
 def arch_refusal(arch: str, meta: dict, names: set[str]) -> str | None:
     """Why the mlx-lm class of ``arch`` cannot compute this file (``names``: its tensors), or None."""
     def get(key, default=None):
         return meta.get(f"{arch}.{key}", default)
 
     scaling = get("rope.scaling.type")
-    allowed = ("none", "linear", "yarn") if arch == "deepseek2" else ("none", "linear")
+    allowed = ROPE_SCALING.get(arch, ("none",))
     if scaling not in (None, *allowed):
-        return (f"RoPE scaling {scaling!r} is not supported for {arch} (supported: {', '.join(allowed)}, "
-                "Llama 3's rope_freqs, Phi-3's rope_factors_long/short)")
+        if allowed == ("none",):
+            return (f"RoPE scaling {scaling!r} is not supported for {arch}: mlx-lm's "
+                    f"{ARCHITECTURES[arch].model_type} class builds a plain RoPE whatever its config says")
+        return (f"RoPE scaling {scaling!r} is not supported for {arch} (supported: {', '.join(allowed[1:])}"
+                f"{', rope_freqs' if arch == 'llama' else ''}"
+                f"{', rope_factors_long/short' if arch == 'phi3' else ''}: what mlx-lm's class computes)")
+    if scaling == "yarn" and arch != "deepseek2":
+        if "rope_freqs.weight" in names:
+            return "rope_freqs (Llama 3's RoPE factors) together with YaRN is not supported"
+        try:
+            plain_yarn_scaling(get)
+        except UnfittedRope as exc:
+            return str(exc)
     if any(n.startswith("rope_factors") for n in names) and arch != "phi3":
         return f"rope_factors_long/short (Phi-3's long-context RoPE factors) are not supported for {arch}"
     if arch != "deepseek2":
@@ -340,6 +362,8 @@ def arch_config(arch: str, meta: dict, vocab_size: int, has_output: bool, has_bi
         config["bos_token_id"] = int(meta["tokenizer.ggml.bos_token_id"])
     if get("rope.scaling.type") == "linear" and arch != "gemma3":
         config["rope_scaling"] = {"type": "linear", "factor": float(get("rope.scaling.factor", 1.0))}
+    if get("rope.scaling.type") == "yarn" and arch != "deepseek2":
+        config["rope_scaling"] = plain_yarn_scaling(get)
     if rope_freqs is not None:
         config["rope_scaling"] = llama3_scaling(rope_freqs, config["rope_theta"], config["head_dim"],
                                                 int(get("rope.scaling.original_context_length", 0) or 8192))

@@ -10,7 +10,14 @@ Rules (each from how llama.cpp's ``convert_hf_to_gguf.py`` writes it, and what m
   length over the original one), so a file whose ``attn_factor`` is another is refused;
 - DeepSeek-V2 (``yarn``): factor, original context length and ``rope.scaling.yarn_log_multiplier`` (0.1 ×
   the config's ``mscale_all_dim``); llama.cpp's YaRN has no separate ``mscale``, it computes as the config's
-  ``mscale`` equal to ``mscale_all_dim`` does, so both are set to it.
+  ``mscale`` equal to ``mscale_all_dim`` does, so both are set to it;
+- Llama, Qwen2, Qwen3 (``yarn``: Qwen2.5/Qwen3 128k files): factor and original context length as mlx-lm's
+  ``yarn`` (its ``YarnRoPE``, which these classes build through ``initialize_rope``). llama.cpp's YaRN on
+  them (ext_factor 1, beta_fast 32 and beta_slow 1 unless the file says others) blends each frequency pair
+  between interpolated and extrapolated by the same ramp mlx-lm uses and scales queries and keys by
+  ``0.1·ln(factor) + 1``, as mlx-lm's default ``mscale`` 1 / ``mscale_all_dim`` 0 does. What moves llama.cpp
+  off that (an ``attn_factor``, ``yarn_attn_factor`` or ``yarn_ext_factor`` other than 1, a
+  ``yarn_log_multiplier`` these architectures do not use) is refused by name.
 """
 
 from __future__ import annotations
@@ -92,3 +99,22 @@ def yarn_scaling(factor: float, original: int, log_multiplier: float, beta_fast:
     return {"type": "yarn", "factor": float(factor), "original_max_position_embeddings": int(original),
             "beta_fast": float(beta_fast), "beta_slow": float(beta_slow), "mscale": mscale,
             "mscale_all_dim": mscale}
+
+
+def plain_yarn_scaling(get) -> dict:
+    """mlx-lm's ``yarn`` rope_scaling for a Llama / Qwen2 / Qwen3 file's YaRN (``get``: the file's
+    ``<arch>.`` keys)."""
+    factor = float(get("rope.scaling.factor", 1.0) or 1.0)
+    if factor <= 0:
+        raise UnfittedRope(f"rope.scaling.factor {factor:g} is not a YaRN factor (it must be above 0)")
+    for key in ("rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor"):
+        v = get(key)
+        if v is not None and abs(float(v) - 1.0) > 1e-6:
+            raise UnfittedRope(f"{key} {float(v):g} is not supported with YaRN: mlx-lm's YaRN has no such "
+                               "factor (1, llama.cpp's default, is)")
+    if float(get("rope.scaling.yarn_log_multiplier", 0.0) or 0.0):
+        raise UnfittedRope("rope.scaling.yarn_log_multiplier is not supported outside DeepSeek's architecture")
+    original = int(get("rope.scaling.original_context_length", 0) or get("context_length", 4096))
+    return {"type": "yarn", "factor": factor, "original_max_position_embeddings": original,
+            "beta_fast": float(get("rope.scaling.yarn_beta_fast", 32.0)),
+            "beta_slow": float(get("rope.scaling.yarn_beta_slow", 1.0))}
