@@ -16,6 +16,7 @@ PLANS = [
                              RowStep(4, (1, 2, 3), now=True)), join=(5, 6), batch=True),
     Plan(alone=(RowStep(7, (11,), drafts=(12, 13, 14)),), batch=True),
     Plan(cancel=(1,), leave=(8,)),
+    Plan(join=(2, 3), batch=True, prefill=32),
 ]
 
 

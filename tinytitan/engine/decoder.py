@@ -153,7 +153,7 @@ class Scheduler:
             else:
                 alone.append(self._alone(row))
         return Plan(cancel, tuple(alone), tuple(join), forward.batched + len(join) > 0,
-                    self._prefill(join, sampling, waiting))
+                    prefill=self._prefill(join, sampling, waiting))
 
     def _prefill(self, join: list[int], sampling: set[int], others_waiting: Callable[[], bool]) -> int:
         """How much of their prompts the batch's rows read this step: a short chunk while a burst arrives (see
