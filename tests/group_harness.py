@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import trio
 
 import strict
 from sse import parse_sse
@@ -156,6 +157,17 @@ async def ask(base: str, protocol: str, text: str, stream: bool = False, **kw) -
         r = await c.post(base + path, json=payload)
     assert r.status_code == 200, r.text
     return text_of(protocol, stream, r.content)
+
+
+async def ask_together(base: str, prompts: list[str], **kw) -> list[str]:
+    """The chat answers to ``prompts`` sent at once (so the server may batch them), in their order."""
+    got: list = [None] * len(prompts)
+    async with trio.open_nursery() as n:
+        for i, p in enumerate(prompts):
+            async def go(i=i, p=p):
+                got[i] = await ask(base, "chat", p, **kw)
+            n.start_soon(go)
+    return got
 
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "count"],

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 import strict
-from group_harness import MODEL, SCHEMA, Group, ask, body, pipeline_model
+from group_harness import MODEL, SCHEMA, Group, ask, ask_together, body, pipeline_model
 from sse import parse_sse
 
 
@@ -67,12 +67,7 @@ async def test_two_requests_sent_together_each_get_what_they_get_alone(group, on
     prompts = ["First of two sent together.", "Second of the pair, a little longer than the first one."]
     want = [await ask(one.base, "chat", p, max_tokens=40) for p in prompts]
     batched = httpx.get(group.base + "/health").json()["group"]["batch_steps"]
-    got = [None, None]
-    async with trio.open_nursery() as n:
-        for i, p in enumerate(prompts):
-            async def go(i=i, p=p):
-                got[i] = await ask(group.base, "chat", p, max_tokens=40)
-            n.start_soon(go)
+    got = await ask_together(group.base, prompts, max_tokens=40)
     assert got == want
     g = httpx.get(group.base + "/health").json()["group"]
     assert g["batch_steps"] > batched  # they decoded together

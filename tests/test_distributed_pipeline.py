@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from group_harness import MODEL, Group, ask, body, pipeline_model
+from group_harness import MODEL, Group, ask, ask_together, body, pipeline_model
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +66,7 @@ async def test_pipelined_requests_sent_together_each_get_what_they_get_alone(pip
     prompts = ["Pipelined, first of two.", "Pipelined, second of the pair, a little longer than the first."]
     want = [await ask(one_pipeline.base, "chat", p, max_tokens=40) for p in prompts]
     batched = httpx.get(pipeline_group.base + "/health").json()["group"]["batch_steps"]
-    got = [None, None]
-    async with trio.open_nursery() as n:
-        for i, p in enumerate(prompts):
-            async def go(i=i, p=p):
-                got[i] = await ask(pipeline_group.base, "chat", p, max_tokens=40)
-            n.start_soon(go)
+    got = await ask_together(pipeline_group.base, prompts, max_tokens=40)
     assert got == want
     assert httpx.get(pipeline_group.base + "/health").json()["group"]["batch_steps"] > batched
 
