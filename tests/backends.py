@@ -28,3 +28,20 @@ class Recording(ScriptedBackend):
         prepared = super().prepare(req)
         self.prompts.append(prepared.prompt_text)
         return prepared
+
+
+def script_forcer(script: list[int], end: int):
+    """A logits processor that forces ``script``, then ``end``: the next token by position, a function of how far
+    ``tokens`` reaches past the first call's (a verify step asks a processor about positions whose draft may be
+    rejected, so it may not count its calls)."""
+    import mlx.core as mx
+
+    first: list[int] = []
+
+    def force(tokens, logits):
+        first[:] = first or [tokens.size]
+        at = tokens.size - first[0]
+        nxt = script[at] if at < len(script) else end
+        return mx.where(mx.arange(logits.shape[-1]) == nxt, logits, -mx.inf)
+
+    return force

@@ -11,6 +11,7 @@ import httpx
 import pytest
 import trio
 
+from backends import script_forcer
 from tinytitan.chat_request import ChatRequest, Grammar, Message, Tool
 from tinytitan.engine.engine import Engine
 from tinytitan.events import Failed, Finished, KeepAlive, Started, ToolCallStarted
@@ -76,25 +77,11 @@ async def run(engine: Engine, r: ChatRequest, stop_after: int | None = None) -> 
 def demo(demo_backend, monkeypatch):
     """The demo model, with a per-request logits processor (the hook structured output uses) that forces a
     tool call or a thought for requests that ask for one, and fails for requests that say 'FAIL'."""
-    import mlx.core as mx
-
     real = demo_backend.logits_processors
     end = min(demo_backend.tokenizer.eos_token_ids)
 
     def forcing(text):
-        """The script's next token, by position: a function of how far ``tokens`` reaches past the first call's
-        (a verify step asks a processor about positions whose draft may be rejected, so it may not count its
-        calls)."""
-        script = demo_backend.tokenizer.encode(text, add_special_tokens=False)
-        first: list[int] = []
-
-        def force(tokens, logits):
-            first[:] = first or [tokens.size]
-            at = tokens.size - first[0]
-            nxt = script[at] if at < len(script) else end
-            return mx.where(mx.arange(logits.shape[-1]) == nxt, logits, -mx.inf)
-
-        return force
+        return script_forcer(demo_backend.tokenizer.encode(text, add_special_tokens=False), end)
 
     def failing(tokens, logits):
         if tokens.size > 3 + failing.prompt:

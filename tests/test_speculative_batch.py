@@ -14,6 +14,7 @@ import time
 import pytest
 import trio
 
+from backends import script_forcer
 from test_batching import RECORDS, req, run, summary
 from test_speculative import COPY_TEXT
 
@@ -181,26 +182,13 @@ THOUGHT = "<think>\n" + COPY_TEXT + "</think>\n\n" + COPY_TEXT + "# done, as ask
 def thinking(demo_backend, monkeypatch):
     """The demo model, made to think the file over and then write it out (a logits processor forcing that
     text, by position: a verify step asks it about positions whose draft may be rejected)."""
-    import mlx.core as mx
-
     real = demo_backend.logits_processors
     script = demo_backend.tokenizer.encode(THOUGHT, add_special_tokens=False)
     end = min(demo_backend.tokenizer.eos_token_ids)
 
-    def forcing():
-        first: list[int] = []
-
-        def force(tokens, logits):
-            first[:] = first or [tokens.size]
-            at = tokens.size - first[0]
-            nxt = script[at] if at < len(script) else end
-            return mx.where(mx.arange(logits.shape[-1]) == nxt, logits, -mx.inf)
-
-        return force
-
     def processors(prepared, loop):
         said = " ".join(m.content for m in prepared.req.messages)
-        return real(prepared, loop) + ([forcing()] if said.startswith("Think it over") else [])
+        return real(prepared, loop) + ([script_forcer(script, end)] if said.startswith("Think it over") else [])
 
     monkeypatch.setattr(demo_backend, "logits_processors", processors)
     return demo_backend
