@@ -1,7 +1,9 @@
 """ChatRequest: the one request shape the engine sees, whatever protocol it came in on.
 
 Protocol quirks are resolved before one exists (developer → system, tool-result fan-out, namespace
-flattening, the spellings of structured output and of reasoning controls). Content is text only.
+flattening, the spellings of structured output and of reasoning controls). Content is text, and images
+as typed parts (``ImagePart``): the bytes as the client sent them, keyed by their content's digest, never a
+protocol's own shape.
 """
 
 from __future__ import annotations
@@ -20,9 +22,24 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class ImagePart:
+    """An image in a message, decoded from its protocol's spelling (a data URL, base64 source, Ollama's
+    ``images``) but not yet looked at: the engine opens, checks and encodes it for the model that serves the
+    request. ``digest`` (sha256 of ``data``, hex) is what the prompt cache keys it by; ``where`` is the request
+    part it came from (``messages[2].content[1]``), named in every error about it."""
+    data: bytes
+    media_type: str  # as the client declared it ("image/png"); "" where the protocol does not say
+    digest: str
+    where: str
+
+
+@dataclass(frozen=True)
 class Message:
     role: Role
-    content: str = ""
+    content: str = ""  # the message's text (its text parts joined); images are in ``parts``
+    # the content in order, where it holds an image: text (str) and ImagePart. Empty for a text-only message,
+    # whose content is ``content``; code that renders images reads ``parts``, everything else ``content``
+    parts: tuple["str | ImagePart", ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None  # tool name for role=tool
@@ -80,6 +97,11 @@ class ChatRequest:
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
     speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        """Every image of the conversation, in order."""
+        return tuple(p for m in self.messages for p in m.parts if isinstance(p, ImagePart))
 
     def with_(self, **changes) -> "ChatRequest":
         return replace(self, **changes)
