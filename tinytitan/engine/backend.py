@@ -401,6 +401,9 @@ class Backend(ABC):
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
         ...
 
+    #: whether the model reads images (a vision model); a text model's requests with images are refused
+    takes_images: bool = False
+
     def limits(self) -> dict:
         """The model card's numbers and features, read from its config and its chat template: the context
         window; the output cap (the context window: an answer is capped only by the room the prompt leaves);
@@ -413,6 +416,7 @@ class Backend(ABC):
             or bool(markup and markup.think_open and markup.think_open in src)
         levels = list(reasoning.ladder) or (["off", "on"] if reasoning.binary else [])
         return {"context_window": self.context_window, "max_output_tokens": self.context_window,
+                "input_modalities": ["text", "image"] if self.takes_images else ["text"],
                 "features": {"tools": "tools" in src, "reasoning": thinks, "reasoning_levels": levels,
                              "structured_output": self.tokenizer is not None}}
 
@@ -430,6 +434,8 @@ class Backend(ABC):
             capabilities.append("thinking")
         if self.fim_tokens:
             capabilities.append("insert")
+        if self.takes_images:
+            capabilities.append("vision")
         return {**self.describe(), "family": self.family.name, "template": source, "capabilities": capabilities,
                 "architecture": (self.config or {}).get("model_type") or self.family.name,
                 "system": self.default_system, "stop": list(self.default_stop)}
