@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow binding a non-loopback address (anyone who can reach it can use the model)")
     s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="accept this Host header too (repeatable; loopback names are always accepted)")
+    s.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from this origin use the server too (scheme://host[:port], scheme://host:* "
+                        "for any port, * for every page; repeatable; also TINYTITAN_ALLOWED_ORIGINS, "
+                        "comma-separated). Loopback pages and the server's own are always allowed; requests without "
+                        "an Origin (CLIs, SDKs) are never affected")
     s.add_argument("--api-key", help="require this key (Authorization: Bearer or x-api-key)")
     s.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait beyond the running batch (default 16); more are refused at once")
@@ -354,6 +359,7 @@ def serve(args) -> int:
             return 2
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
+    origins = allowed_origins(args)  # (a bad one is named before the model loads)
     group = args.group = join_group(args)
     backends = make_backends(args)
     max_batch = args.max_batch
@@ -388,7 +394,8 @@ def serve(args) -> int:
         allowed += (args.host,)
     server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
                                                     responses_store=args.responses_store,
-                                                    websocket=not args.no_websocket))
+                                                    websocket=not args.no_websocket,
+                                                    allowed_origins=origins))
 
     catalog = codex_catalog(engine)
     config = Config()
@@ -429,6 +436,21 @@ def serve(args) -> int:
         if memory is not None:
             memory.close()
     return 0
+
+
+def allowed_origins(args) -> tuple[str, ...]:
+    """The web origins allowed beyond loopback's and the server's own: ``--allowed-origin`` and
+    ``TINYTITAN_ALLOWED_ORIGINS``, each checked (a bad one stops the server, named)."""
+    from .http.origins import ENV_VAR, allow_list
+
+    given = [*args.allowed_origin, os.environ.get(ENV_VAR, "")]
+    try:
+        origins = allow_list(given)
+    except ValueError as exc:
+        raise SystemExit(f"--allowed-origin / {ENV_VAR}: {exc}") from None
+    if "*" in origins:
+        log.warning("every web origin is allowed: any page open in a browser here can use the model")
+    return tuple(str(o) for o in origins)
 
 
 def join_group(args):

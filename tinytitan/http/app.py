@@ -3,7 +3,9 @@ answered in the owning protocol's envelope and headers.
 
 Rules:
 - The Host header must name an allowed host (loopback names by default): other Hosts get 403 (DNS
-  rebinding). With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
+  rebinding). A request or WebSocket upgrade from a web page whose ``Origin`` is not
+  allowed gets 403; an allowed origin's CORS preflight is answered (origins.py). With ``--api-key``,
+  ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
   ``/``, ``/health`` and ``/dashboard`` (a page with no data in it) need no key.
 - A compressed body (``Content-Encoding``) is decoded before a handler sees it, within the body limit
   (encoding.py).
@@ -36,6 +38,7 @@ from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
 from . import encoding
+from .origins import OriginPolicy
 from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
 from ..speclang.validate import query_args
 from .trim import Trimmer
@@ -117,6 +120,7 @@ class ServerConfig:
     max_body_bytes: int = 64 * 1024 * 1024
     responses_store: str | None = "memory"  # a directory, "memory", or None for the user's state directory
     websocket: bool = True  # False: the WebSocket routes are not served (an upgrade there is 426)
+    allowed_origins: tuple[str, ...] = ()  # web pages' origins allowed beyond loopback and the server's own
 
 
 def host_name(header: str) -> str:
@@ -134,6 +138,7 @@ class Server:
         self.state: dict[str, Any] = {}  # what protocols keep per server (e.g. the Responses store)
         self.shared = self.protocols["shared"]
         self.allowed = {h.lower() for h in self.config.allowed_hosts}
+        self.origins = OriginPolicy(self.config.allowed_origins)
         self.app = _App("tinytitan")
         self.observer = self.app.observer = Observer(engine, self.app)
         self.app.config.update(MAX_CONTENT_LENGTH=self.config.max_body_bytes, RESPONSE_TIMEOUT=None,
@@ -260,11 +265,39 @@ class Server:
         if host not in self.allowed:
             raise ApiError("permission", f"Host '{host}' is not allowed; start the server with "
                            f"--allowed-host {host} to allow it")
+        origin = request.headers.get("origin")
+        if origin is not None:
+            preflight = self._origin(request, origin)
+            if preflight is not None:
+                return preflight
         if request.path not in OPEN_PATHS and not self.authorized(request):
             raise ApiError("authentication", "Invalid or missing API key (send 'Authorization: Bearer <key>' "
                            "or 'x-api-key: <key>')")
         if request.path == "/health" and not self.authorized(request):
             return self.json_response({"status": "ok"})  # the model ids and queue figures need the key
+
+    def _origin(self, req, origin: str) -> Response | None:
+        """A web page's request: refused unless its origin is allowed (origins.py); an allowed preflight is
+        answered here, before the key is asked for (a browser sends none with it)."""
+        if not self.origins.allows(origin, req.headers.get("host", "")):
+            hint = (f"start the server with --allowed-origin {origin} to allow it" if origin.strip() != "null"
+                    else "a sandboxed or local-file page cannot be allowed")
+            raise ApiError("permission", f"Origin '{origin}' is not allowed: a web page from another site may not "
+                           f"use this server; {hint}", code="origin_not_allowed")
+        req.cors_origin = origin
+        asked = req.headers.get("access-control-request-method")
+        if has_websocket_context() or req.method != "OPTIONS" or not asked:
+            return None
+        try:
+            methods = sorted(self.app.url_map.bind("localhost").allowed_methods(req.path))
+        except HTTPException:
+            methods = []
+        if not methods:
+            return None  # nothing is served here: the 404 says so
+        resp = Response(b"", status=204)
+        resp.headers.update(self.origins.preflight_headers(origin, methods,
+                                                           req.headers.get("access-control-request-headers")))
+        return resp
 
     def authorized(self, req) -> bool:
         """Whether a request may see what the API key guards (always, when there is no key)."""
@@ -284,6 +317,9 @@ class Server:
                 response.headers[k] = str(template.render(v, ctx))
         if has_websocket_context():  # a refused upgrade: the connection is done with (the server cannot reuse it)
             response.headers["connection"] = "close"
+        elif getattr(incoming(), "cors_origin", None) is not None:  # an allowed page may read the answer
+            for k, v in self.origins.cors_headers(incoming().cors_origin).items():
+                response.headers.setdefault(k, v)
         return response
 
     # -- responses -----------------------------------------------------------------------------------------------
