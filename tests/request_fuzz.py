@@ -15,8 +15,9 @@ route, starts from a valid request for it, and applies one to four mutations:
 - the body compressed (``Content-Encoding`` zstd, gzip, deflate, br), the compressed bytes cut short, or an
   encoding the server does not know;
 - a web page's headers: an ``Origin`` that is allowed (a loopback page) or not (another site, ``null``, one that
-  does not parse), sometimes as a CORS preflight (``OPTIONS``). A refused one must be a 403 in the route's
-  envelope, an allowed one answered with ``Access-Control-Allow-Origin``.
+  does not parse), sometimes as a CORS preflight (``OPTIONS``); a ``Host`` with something after the name. A
+  refused one must be a 403 in the route's envelope, an allowed one answered with
+  ``Access-Control-Allow-Origin``.
 
 Every answer must come within ``ANSWER_SECONDS`` (else: a hang), never be a 5xx, and — when it is an error —
 be in its route's envelope (strictly, with the SDK models: tests/strict.py). The server must be idle and
@@ -282,11 +283,13 @@ ALLOWED_ORIGIN = "http://localhost:5173"
 WEB_HEADERS = [{"origin": ALLOWED_ORIGIN}, {"origin": "http://[::1]:8080"}, {"origin": "null"},
                {"origin": "http://evil.example"}, {"origin": "https://localhost.evil.example"},
                {"origin": "http://[::1]evil.example"}, {"origin": "http://evil.example, http://localhost"},
-               {"origin": ""}]
+               {"origin": ""}, {"host": "[::1]evil.example"}, {"host": "localhost:1:2"},
+               {"host": "localhost@evil.example"}]
 
 
 def refused_by_headers(headers: dict) -> bool:
-    return headers.get("origin") is not None and headers["origin"] not in (ALLOWED_ORIGIN, "http://[::1]:8080")
+    return ("host" in headers or headers.get("origin") is not None and
+            headers["origin"] not in (ALLOWED_ORIGIN, "http://[::1]:8080"))
 
 
 ENCODERS = {"zstd": lambda b: zstandard.ZstdCompressor().compress(b), "gzip": gzip.compress,

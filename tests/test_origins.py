@@ -15,6 +15,7 @@ import strict
 from rawhttp import RawConnection
 from test_websocket_upgrade import upgrade_headers
 from tinytitan.cli import allowed_origins, build_parser
+from tinytitan.http.app import host_name
 from tinytitan.http.origins import OriginPolicy, allow_list
 
 MODEL = "tinytitan-scripted"
@@ -210,3 +211,23 @@ def test_the_flag_and_the_environment_variable(monkeypatch):
     monkeypatch.setenv("TINYTITAN_ALLOWED_ORIGINS", "evil.example")
     with pytest.raises(SystemExit, match="TINYTITAN_ALLOWED_ORIGINS.*'evil.example' is not scheme://host"):
         allowed_origins(args)
+
+
+@pytest.mark.parametrize("header, name", [
+    ("localhost:8096", "localhost"), ("127.0.0.1", "127.0.0.1"), ("[::1]:8096", "[::1]"), ("[::1]", "[::1]"),
+    ("LocalHost", "localhost"), ("::1", "::1"),
+    ("[::1]evil.example", "[::1]evil.example"), ("[::1]:80evil", "[::1]:80evil"),
+    ("localhost:80:80", "localhost:80:80"),
+    ("localhost:x", "localhost:x"), ("localhost@evil.example", "localhost@evil.example"), ("", ""),
+    ("localhost evil", "localhost evil"), ("localhost/x", "localhost/x"),
+])
+def test_the_host_header_is_parsed_strictly(header, name):
+    assert host_name(header) == name
+
+
+@pytest.mark.parametrize("host", ["[::1]evil.example", "[::1]:8096evil", "localhost:1:2", "localhost@evil.example"])
+async def test_a_host_with_anything_after_the_name_is_refused(serve, host):
+    s = await serve(["Hello."])
+    async with httpx.AsyncClient() as client:
+        r = await client.post(s.url("/v1/chat/completions"), json=CHAT, headers={"host": host})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "host_not_allowed", r.text

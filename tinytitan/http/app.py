@@ -2,10 +2,10 @@
 answered in the owning protocol's envelope and headers.
 
 Rules:
-- The Host header must name an allowed host (loopback names by default): other Hosts get 403 (DNS
-  rebinding). A request or WebSocket upgrade from a web page whose ``Origin`` is not
-  allowed gets 403; an allowed origin's CORS preflight is answered (origins.py). With ``--api-key``,
-  ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
+- The Host header, parsed strictly (``host[:port]``, nothing after), must name an allowed host (loopback
+  names by default): other Hosts get 403 (DNS rebinding). A request or WebSocket upgrade from a web page
+  whose ``Origin`` is not allowed gets 403; an allowed origin's CORS preflight is answered (origins.py).
+  With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
   ``/``, ``/health`` and ``/dashboard`` (a page with no data in it) need no key.
 - A compressed body (``Content-Encoding``) is decoded before a handler sees it, within the body limit
   (encoding.py).
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import uuid
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -123,11 +124,16 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] = ()  # web pages' origins allowed beyond loopback and the server's own
 
 
+# a name or IPv4 address, or a bracketed IPv6 address; then an optional port, and nothing else
+_HOST = re.compile(r"^(\[[0-9a-f:.]+\]|[^:\[\]/@\s]+)(?::\d{1,5})?$")
+
+
 def host_name(header: str) -> str:
+    """The host a Host header names, without its port; a header that is not ``host[:port]`` comes back whole
+    (so it matches no allowed name: ``[::1]evil.example`` is not ``[::1]``)."""
     header = header.strip().lower()
-    if header.startswith("["):
-        return header.split("]")[0] + "]"
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    m = _HOST.match(header)
+    return m.group(1) if m else header
 
 
 class Server:
