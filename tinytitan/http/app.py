@@ -280,7 +280,9 @@ class Server:
             raise ApiError("authentication", "Invalid or missing API key (send 'Authorization: Bearer <key>' "
                            "or 'x-api-key: <key>')")
         if request.path == "/health" and not self.authorized(request):
-            return self.json_response({"status": "ok"})  # the model ids and queue figures need the key
+            # the true status (503 when the model cannot generate); the model ids and queue figures need the key
+            health = await self.shared.handlers()["health"](Call("GET", request.path))
+            return self.json_response({"status": health.body["status"]}, health.status)
 
     def _origin(self, req, origin: str) -> Response | None:
         """A web page's request: refused unless its origin is allowed (origins.py); an allowed preflight is
