@@ -29,6 +29,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -133,9 +134,7 @@ def check(path: Path, template: str | None = None) -> dict:
     return meta
 
 
-def file_digest(path: Path) -> str:
-    """The file's SHA-256, remembered per (path, size, mtime) in ``<cache>/gguf/digests.json`` so a second
-    start does not read a multi-gigabyte file again."""
+def _digest_memo(path: Path) -> tuple[str, Path, dict]:
     st = path.stat()
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     memo_path = cache_root() / "gguf" / "digests.json"
@@ -143,6 +142,19 @@ def file_digest(path: Path) -> str:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
         memo = {}
+    return key, memo_path, memo if isinstance(memo, dict) else {}
+
+
+def remembered_file_digest(path: Path) -> str | None:
+    """``file_digest`` where it is remembered (nothing of the file read), else None."""
+    key, _, memo = _digest_memo(path)
+    return memo.get(key)
+
+
+def file_digest(path: Path) -> str:
+    """The file's SHA-256, remembered per (path, size, mtime) in ``<cache>/gguf/digests.json`` so a second
+    start does not read a multi-gigabyte file again."""
+    key, memo_path, memo = _digest_memo(path)
     if key in memo:
         return memo[key]
     h = hashlib.sha256()
@@ -152,7 +164,7 @@ def file_digest(path: Path) -> str:
     memo[key] = h.hexdigest()
     try:
         memo_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_path.with_name(f".digests.{os.getpid()}.tmp")
+        tmp = memo_path.with_name(f".digests.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(memo, indent=0))
         os.replace(tmp, memo_path)
     except OSError:
