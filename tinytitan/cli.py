@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what a GGUF becomes: quantized (Q4_0/Q4_1/Q8_0 kept, other types requantized to MLX's "
                         "4 or 8 bits), or dequantized to float16 or float32; auto (default) picks the faster on "
                         "this machine (float32 on a CPU where it fits, quantized on a GPU)")
+    s.add_argument("--conversions-mib", type=int, default=32 * 1024, metavar="MIB",
+                   help="disk for converted GGUF models, all together (default 32768): past it the least recently "
+                        "used go (never one this server uses); conversions of an earlier converter version are "
+                        "always removed")
     s.add_argument("--context-window", type=int, metavar="TOKENS",
                    help="the scripted backend's context window (default 131072; a model's comes from its config)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -360,6 +364,11 @@ def serve(args) -> int:
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
     origins = allowed_origins(args)  # (a bad one is named before the model loads)
+    if args.conversions_mib < 0:
+        raise SystemExit("--conversions-mib must be 0 or more")
+    from .models import conversions
+
+    conversions.configure(args.conversions_mib << 20)
     group = args.group = join_group(args)
     backends = make_backends(args)
     max_batch = args.max_batch

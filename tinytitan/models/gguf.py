@@ -16,7 +16,8 @@ Three forms: ``quantized`` (Q4_0/Q4_1/Q8_0 as shipped, other types requantized t
 OpenBLAS, while its quantized kernels have no fast path). ``preferred_form()`` says which this platform runs
 faster (``tools/bench_gguf_forms.py`` measures it), within a memory bound. The directory is cached under
 ``<cache>/gguf/<name>-<digest>-<form>`` (``cache_root()``), written to a temporary directory and renamed into
-place, so a second start (or a second process) reuses it.
+place, so a second start (or a second process) reuses it; the conversions are bounded on disk, least recently
+used first, and those of an earlier converter version removed (``conversions``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+from . import conversions
 from .gguf_arch import (ARCHITECTURES, AUXILIARY, UnfittedRope, UnmappedTensor, adjuster, arch_config, arch_refusal,
                         requantizable, widened)
 from .gguf_arch import mlx_name as arch_mlx_name
@@ -192,6 +194,7 @@ def ensure_converted(path: str | Path, form: str | None = None, template: str | 
     target = cached_dir(path, form, template)
     if (target / "config.json").is_file():
         log.info("%s: using the converted model in %s", path.name, target)
+        conversions.used(target, CONVERTER_VERSION)
         return target
     meta = check(path, template)  # refused before anything is written
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -209,6 +212,7 @@ def ensure_converted(path: str | Path, form: str | None = None, template: str | 
         log.info("converted %s in %.1fs", path.name, time.perf_counter() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    conversions.used(target, CONVERTER_VERSION)  # stale versions go, the rest kept within their budget
     return target
 
 
