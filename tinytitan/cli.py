@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="disk for cached prompt prefixes, MiB (default 8192; least recently used go first)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
     s.add_argument("--reasoning-effort", help="default reasoning level (none, low, medium, high, xhigh …)")
+    s.add_argument("--max-websockets", type=_positive, default=32, metavar="N",
+                   help="WebSocket connections open at once (default 32); one more is refused with 426 and says "
+                        "why (Codex then sends its requests over plain HTTP)")
     s.add_argument("--no-websocket", action="store_true",
                    help="do not serve Responses over a WebSocket: an upgrade on GET /v1/responses is answered 426, "
                         "and Codex's built-in provider falls back to HTTP at once")
@@ -404,7 +407,8 @@ def serve(args) -> int:
     server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
                                                     responses_store=args.responses_store,
                                                     websocket=not args.no_websocket,
-                                                    allowed_origins=origins))
+                                                    allowed_origins=origins,
+                                                    max_websockets=args.max_websockets))
 
     catalog = codex_catalog(engine)
     config = Config()

@@ -122,6 +122,7 @@ class ServerConfig:
     responses_store: str | None = "memory"  # a directory, "memory", or None for the user's state directory
     websocket: bool = True  # False: the WebSocket routes are not served (an upgrade there is 426)
     allowed_origins: tuple[str, ...] = ()  # web pages' origins allowed beyond loopback and the server's own
+    max_websockets: int = 32  # WebSocket connections open at once; one more is refused (426: Codex then uses HTTP)
 
 
 # a name or IPv4 address, or a bracketed IPv6 address; then an optional port, and nothing else
@@ -153,6 +154,7 @@ class Server:
         self.app.url_map.merge_slashes = False
         self._path_owner: dict[str, Protocol] = {}
         self._socket_paths: set[str] = set()
+        self._sockets_open = 0
         for proto in protocols:
             handlers = proto.handlers()
             for i, route in enumerate(proto.spec.routes):
@@ -362,10 +364,19 @@ class Server:
             for p in {id(p): p for p in (self.shared, proto)}.values():
                 for k, v in p.spec.headers.items():
                     headers[k] = str(template.render(v, ctx))
-            await ws.accept(headers=headers)
-            idle = float((proto.spec.extra.get("websocket") or {}).get("idle_seconds", DEFAULT_IDLE_SECONDS))
-            await handler(call, SocketConnection(ws, self.config.max_body_bytes, idle, self.observer, request_scope),
-                          **kwargs)
+            cap = self.config.max_websockets
+            if self._sockets_open >= cap:  # (refused before it is accepted: an HTTP answer the client reads)
+                raise ApiError("upgrade_required", f"Too many WebSocket connections are open ({cap}, the server's "
+                               "--max-websockets): send the request over plain HTTP, or close another socket",
+                               code="websocket_connection_limit_reached")
+            self._sockets_open += 1
+            try:
+                await ws.accept(headers=headers)
+                idle = float((proto.spec.extra.get("websocket") or {}).get("idle_seconds", DEFAULT_IDLE_SECONDS))
+                await handler(call, SocketConnection(ws, self.config.max_body_bytes, idle, self.observer,
+                                                     request_scope), **kwargs)
+            finally:
+                self._sockets_open -= 1
 
         view.__name__ = f"{proto.name}_{handler.__name__}"
         return view
