@@ -146,11 +146,26 @@ async def test_a_preflight_is_answered_for_allowed_origins_only(serve):
         r = await client.post(s.url("/v1/messages"), json={"model": MODEL, "max_tokens": 5, "messages": []},
                               headers={"origin": "http://localhost:5173", "anthropic-version": "2023-06-01"})
         assert r.status_code == 401 and r.headers["access-control-allow-origin"] == "http://localhost:5173"
+        assert "access-control-allow-private-network" not in r.headers
         refused(await client.options(s.url("/v1/messages"), headers={"origin": EVIL, **ask}), "anthropic")
         refused(await client.options(s.url("/api/chat"), headers={"origin": EVIL, **ask}), "ollama")
         # OPTIONS that is no preflight is what it was: a method the route does not take
         r = await client.options(s.url("/v1/chat/completions"), headers={"authorization": "Bearer sesame"})
         assert r.status_code == 405
+
+
+async def test_an_allowed_public_site_may_reach_the_private_server(serve):
+    """Chrome's Private Network Access: a public page asks, in its preflight, to reach a loopback server; a site
+    the user allowed is told yes, any other is refused."""
+    s = await serve(["Hello."], allowed_origins=("https://app.example.com",))
+    ask = {"access-control-request-method": "POST", "access-control-request-headers": "content-type",
+           "access-control-request-private-network": "true"}
+    async with httpx.AsyncClient() as client:
+        r = await client.options(s.url("/v1/chat/completions"), headers={"origin": "https://app.example.com", **ask})
+        assert r.status_code == 204 and r.headers["access-control-allow-private-network"] == "true"
+        assert r.headers["access-control-allow-origin"] == "https://app.example.com"
+        refused(await client.options(s.url("/v1/chat/completions"), headers={"origin": "https://b.example", **ask}),
+                "openai", "https://b.example")
 
 
 @pytest.mark.parametrize("path, envelope", [("/v1/responses", "openai"), ("/v1/chat/completions", "openai"),

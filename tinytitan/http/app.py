@@ -305,8 +305,9 @@ class Server:
         if not methods:
             return None  # nothing is served here: the 404 says so
         resp = Response(b"", status=204)
+        private = req.headers.get("access-control-request-private-network", "").lower() == "true"
         resp.headers.update(self.origins.preflight_headers(origin, methods,
-                                                           req.headers.get("access-control-request-headers")))
+                                                           req.headers.get("access-control-request-headers"), private))
         return resp
 
     def authorized(self, req) -> bool:

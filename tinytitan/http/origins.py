@@ -13,7 +13,8 @@ Rules:
 - Anything else is refused with 403, ``Origin: null`` (a sandboxed frame, a ``file:`` page) and an Origin that
   does not parse included — for every route and for every WebSocket upgrade.
 - A CORS preflight (``OPTIONS`` with ``Access-Control-Request-Method``) from an allowed origin is answered 204
-  with the methods the path serves and the headers asked for; a refused origin gets the 403.
+  with the methods the path serves, the headers asked for and, when asked, private-network access (an allowed
+  public site reaching a loopback server); a refused origin gets the 403.
 - The answer to an allowed cross-origin request carries ``Access-Control-Allow-Origin`` (and ``Vary: Origin``).
 """
 
@@ -105,13 +106,17 @@ class OriginPolicy:
                 "Vary": "Origin"}
 
     @staticmethod
-    def preflight_headers(origin: str, methods: list[str], request_headers: str | None) -> dict[str, str]:
-        """The answer to an allowed preflight: the methods the path serves, the headers the page asked to send."""
+    def preflight_headers(origin: str, methods: list[str], request_headers: str | None,
+                          private_network: bool = False) -> dict[str, str]:
+        """The answer to an allowed preflight: the methods the path serves, the headers the page asked to send,
+        and — where a public page asks to reach this private address (Chrome's Private Network Access) — yes."""
         out = {"Access-Control-Allow-Origin": origin.strip(), "Access-Control-Allow-Methods": ", ".join(methods),
                "Access-Control-Max-Age": PREFLIGHT_MAX_AGE,
                "Vary": "Origin, Access-Control-Request-Method, Access-Control-Request-Headers"}
         if request_headers:
             out["Access-Control-Allow-Headers"] = request_headers.strip()
+        if private_network:
+            out["Access-Control-Allow-Private-Network"] = "true"
         return out
 
 
