@@ -120,12 +120,15 @@ async def test_the_servers_own_origin_is_allowed(serve):
 
 
 async def test_allowed_origins_from_the_configuration(serve):
-    s = await serve(["Hello."], allowed_origins=("https://app.example.com", "http://tool.example:*"))
+    s = await serve(["Hello."], allowed_origins=("https://app.example.com", "http://tool.example:*",
+                                                 "vscode-webview://*"))
     async with httpx.AsyncClient() as client:
-        for origin in ("https://app.example.com", "https://APP.example.com:443", "http://tool.example:9999"):
+        for origin in ("https://app.example.com", "https://APP.example.com:443", "http://tool.example:9999",
+                       "vscode-webview://1a2b3c4d5e"):
             r = await client.post(s.url("/v1/chat/completions"), json=CHAT, headers={"origin": origin})
             assert r.status_code == 200 and r.headers["access-control-allow-origin"] == origin, origin
-        for origin in ("http://app.example.com", "https://app.example.com:8443", "https://tool.example"):
+        for origin in ("http://app.example.com", "https://app.example.com:8443", "https://tool.example",
+                       "vscode-file://1a2b3c4d5e", "null"):
             refused(await client.post(s.url("/v1/chat/completions"), json=CHAT, headers={"origin": origin}),
                     "openai", origin)
 
@@ -208,9 +211,11 @@ async def test_raw_requests_with_an_origin(serve):
 
 # -- the pieces, without a server ------------------------------------------------------------------------------
 def test_the_allow_list_is_checked():
-    assert [str(o) for o in allow_list(["https://a.example/", "http://b.example:*, http://c.example:81", "*"])] == \
-        ["https://a.example", "http://b.example:*", "http://c.example:81", "*"]
-    for bad in ("a.example", "http://a.example/path", "http://a.example:99999", "null", "http://*.example"):
+    assert [str(o) for o in allow_list(["https://a.example/", "http://b.example:*, http://c.example:81", "*",
+                                        "app://*"])] == \
+        ["https://a.example", "http://b.example:*", "http://c.example:81", "*", "app://*"]
+    for bad in ("a.example", "http://a.example/path", "http://a.example:99999", "null", "http://*.example",
+                "app://**"):
         with pytest.raises(ValueError, match="is not scheme://host"):
             allow_list([bad])
     everyone = OriginPolicy(["*"])

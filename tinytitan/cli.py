@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accept this Host header too (repeatable; loopback names are always accepted)")
     s.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                    help="let web pages from this origin use the server too (scheme://host[:port], scheme://host:* "
-                        "for any port, * for every page; repeatable; also TINYTITAN_ALLOWED_ORIGINS, "
+                        "for any port, scheme://* for any origin of a scheme, * for every page; repeatable; also TINYTITAN_ALLOWED_ORIGINS, "
                         "comma-separated). Loopback pages and the server's own are always allowed; requests without "
                         "an Origin (CLIs, SDKs) are never affected")
     s.add_argument("--api-key", help="require this key (Authorization: Bearer or x-api-key)")

@@ -9,7 +9,8 @@ Rules:
 - Allowed: loopback origins on any port (``http(s)://127.0.0.1``, ``localhost``, ``[::1]``), the server's own
   origin (a page it served itself: the Origin names the Host the request was sent to), and the origins the user
   allows (``--allowed-origin``, ``TINYTITAN_ALLOWED_ORIGINS``: ``scheme://host[:port]``, ``scheme://host:*`` for
-  any port, or ``*`` for every origin).
+  any port, ``scheme://*`` for any origin of a scheme — a desktop app's ``app://*``, an editor's
+  ``vscode-webview://*`` — or ``*`` for every origin).
 - Anything else is refused with 403, ``Origin: null`` (a sandboxed frame, a ``file:`` page) and an Origin that
   does not parse included — for every route and for every WebSocket upgrade.
 - A CORS preflight (``OPTIONS`` with ``Access-Control-Request-Method``) from an allowed origin is answered 204
@@ -28,14 +29,14 @@ ENV_VAR = "TINYTITAN_ALLOWED_ORIGINS"
 PREFLIGHT_MAX_AGE = "600"
 DEFAULT_PORTS = {"http": "80", "https": "443"}
 # scheme "://" host [":" port]: a host is a name, an IPv4 address or a bracketed IPv6 address
-_ORIGIN = re.compile(r"^([a-z][a-z0-9+.-]*)://(\[[0-9a-f:.]+\]|[a-z0-9._-]+)(?::(\d{1,5}|\*))?$")
+_ORIGIN = re.compile(r"^([a-z][a-z0-9+.-]*)://(\[[0-9a-f:.]+\]|[a-z0-9._-]+|\*)(?::(\d{1,5}|\*))?$")
 
 
 @dataclass(frozen=True)
 class Origin:
     scheme: str
     host: str
-    port: str | None  # None: the scheme's default port; "*": any port (only in an allow-list entry)
+    port: str | None  # None: the scheme's default port; "*": any port (only in an allow-list entry, as host "*")
 
     def __str__(self) -> str:
         return f"{self.scheme}://{self.host}" + (f":{self.port}" if self.port else "")
@@ -49,7 +50,7 @@ def parse(value: str, pattern: bool = False) -> Origin | None:
     if m is None:
         return None
     scheme, host, port = m.groups()
-    if port == "*" and not pattern:
+    if "*" in (host, port) and not pattern:
         return None
     if port not in (None, "*"):
         number = int(port)
@@ -60,8 +61,8 @@ def parse(value: str, pattern: bool = False) -> Origin | None:
 
 
 def allow_list(entries) -> tuple[Origin | str, ...]:
-    """The user's allowed origins, checked: ``*``, ``scheme://host[:port]`` or ``scheme://host:*``. Entries may
-    be comma-separated (as the environment variable gives them). Raises ValueError naming a bad one."""
+    """The user's allowed origins, checked: ``*``, ``scheme://host[:port]``, ``scheme://host:*`` or ``scheme://*``.
+    Entries may be comma-separated (as the environment variable gives them). Raises ValueError naming a bad one."""
     out: list[Origin | str] = []
     for entry in entries:
         for item in str(entry).split(","):
@@ -74,7 +75,7 @@ def allow_list(entries) -> tuple[Origin | str, ...]:
             origin = parse(item, pattern=True)
             if origin is None:
                 raise ValueError(f"allowed origin {item!r} is not scheme://host[:port] (or scheme://host:* for "
-                                 "any port, or * for every origin)")
+                                 "any port, scheme://* for any host, or * for every origin)")
             out.append(origin)
     return tuple(out)
 
@@ -95,8 +96,10 @@ class OriginPolicy:
         if origin.scheme in ("http", "https") and _same_host(origin, host_header):
             return True  # the server's own pages (the dashboard, reached by whatever allowed name)
         for entry in self.allowed:
-            if (entry.scheme, entry.host) == (origin.scheme, origin.host) and entry.port in ("*", origin.port):
-                return True
+            if entry.scheme != origin.scheme:
+                continue
+            if entry.host == "*" or (entry.host == origin.host and entry.port in ("*", origin.port)):
+                return True  # (``scheme://*``: any origin of the scheme, whatever its port)
         return False
 
     @staticmethod
