@@ -109,3 +109,18 @@ async def test_the_first_listing_hashes_off_the_loop_once(serve, demo_tok, tmp_p
     async with httpx.AsyncClient(timeout=30) as client:
         assert (await client.get(s.url("/api/tags"))).json()["models"][0]["digest"] == digest.removeprefix("sha256:")
     assert len(hashing.calls) == len(files)
+
+
+def test_a_converted_gguf_is_named_by_its_source_without_reading_the_copy(tmp_path, monkeypatch):
+    """A conversion's weights follow from its GGUF and its directory's name: the float32 copy is not read."""
+    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
+    root, files = model_dir(tmp_path / "m-0123456789abcdef-v4-float32")
+    (root / "gguf_source.json").write_text(json.dumps({"digest": "sha256:" + "ab" * 32}))
+    hashing = Hashing(monkeypatch)
+    hashing.release.set()
+    digest = weights_digest.remembered(files)
+    assert digest is not None and weights_digest.digest(files) == digest and hashing.calls == []
+    # another form of the same GGUF is other weights
+    other, other_files = model_dir(tmp_path / "m-0123456789abcdef-v4-quantized")
+    (other / "gguf_source.json").write_text(json.dumps({"digest": "sha256:" + "ab" * 32}))
+    assert weights_digest.digest(other_files) not in (None, digest)

@@ -5,6 +5,9 @@ Rules:
 - The digest of a set of weight files is ``sha256:`` and the SHA-256 over ``name:sha256`` lines in name order.
   A file's SHA-256 is its Hugging Face blob name where it has one (unread), else its bytes, remembered on disk
   per (path, size, mtime) (``gguf.file_digest``), so a restart reads nothing again.
+- A converted GGUF's weights (a directory with ``gguf_source.json``) are a function of the GGUF's bytes and the
+  directory's name (converter version and form): their digest is made from those, and the float32 copy (4–8×
+  the GGUF) is never read for it.
 - One computation per set of files (as they are now) per process: a caller that asks while another computes
   waits for that result instead of reading the files again.
 - ``digest`` reads files: it blocks, so it runs on a worker thread (``await trio.to_thread.run_sync(digest,
@@ -49,9 +52,27 @@ def _combine(named: list[tuple[str, str]]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def _converted(files: list[Path]) -> str | None:
+    """The digest of a converted GGUF's weights, from its source's digest and its directory's name; None for
+    files that are not one conversion's."""
+    import json
+
+    dirs = {f.resolve().parent for f in files}
+    if len(dirs) != 1:
+        return None
+    source = next(iter(dirs)) / "gguf_source.json"
+    try:
+        digest = json.loads(source.read_text()).get("digest")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(digest, str) or not digest:
+        return None
+    return "sha256:" + hashlib.sha256(f"{digest}\n{source.parent.name}\n".encode()).hexdigest()
+
+
 def remembered(files: list[Path]) -> str | None:
-    """The digest where no weight bytes need reading (computed already, or every file's SHA-256 known), else
-    None."""
+    """The digest where no weight bytes need reading (computed already, a conversion's, or every file's SHA-256
+    known), else None."""
     from .gguf import remembered_file_digest
 
     try:
@@ -59,6 +80,9 @@ def remembered(files: list[Path]) -> str | None:
         with _lock:
             if key in _results:
                 return _results[key]
+        converted = _converted(files)
+        if converted is not None:
+            return converted
         shas = [(f.name, _blob_name(f) or remembered_file_digest(f)) for f in files]
     except OSError:
         return None
@@ -85,7 +109,7 @@ def digest(files: list[Path]) -> str:
                 return _results[key]
         return digest(files)  # the first caller failed: try again here
     try:
-        result = _combine([(f.name, _blob_name(f) or file_sha256(f)) for f in files])
+        result = _converted(files) or _combine([(f.name, _blob_name(f) or file_sha256(f)) for f in files])
         with _lock:
             _results[key] = result
         return result
