@@ -6,7 +6,8 @@ Rules:
   names by default): other Hosts get 403 (DNS rebinding). A request or WebSocket upgrade from a web page
   whose ``Origin`` is not allowed gets 403; an allowed origin's CORS preflight is answered (origins.py).
   With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
-  ``/``, ``/health`` and ``/dashboard`` (a page with no data in it) need no key.
+  ``/``, ``/health`` (only its status, without the key) and ``/dashboard`` (a page with no data in it) need
+  no key.
 - A compressed body (``Content-Encoding``) is decoded before a handler sees it, within the body limit
   (encoding.py).
 - Any error a client can cause is a 4xx in the envelope of the protocol that owns the path, or the route
@@ -40,6 +41,7 @@ from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
 from . import encoding
 from .origins import OriginPolicy
+from .origins import parse as parse_origin
 from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
 from ..speclang.validate import query_args
 from .trim import Trimmer
@@ -290,8 +292,9 @@ class Server:
         """A web page's request: refused unless its origin is allowed (origins.py); an allowed preflight is
         answered here, before the key is asked for (a browser sends none with it)."""
         if not self.origins.allows(origin, req.headers.get("host", "")):
-            hint = (f"start the server with --allowed-origin {origin} to allow it" if origin.strip() != "null"
-                    else "a sandboxed or local-file page cannot be allowed")
+            hint = ("a sandboxed or local-file page cannot be allowed" if origin.strip() == "null" else
+                    "it is not one scheme://host[:port] origin" if parse_origin(origin) is None else
+                    f"start the server with --allowed-origin {origin.strip()} to allow it")
             raise ApiError("permission", f"Origin '{origin}' is not allowed: a web page from another site may not "
                            f"use this server; {hint}", code="origin_not_allowed")
         req.cors_origin = origin
