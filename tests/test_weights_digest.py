@@ -9,9 +9,8 @@ import json
 import threading
 
 import httpx
-import numpy as np
+import mlx.core as mx
 import trio
-from safetensors.numpy import save_file
 
 from tinytitan.engine.prompt_disk import PromptDisk
 from tinytitan.engine.scripted import ScriptEntry, ScriptedBackend
@@ -24,8 +23,8 @@ def model_dir(root):
     """An MLX model directory's files, as far as a listing reads them: a config and two weight files."""
     root.mkdir()
     (root / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    save_file({"a": np.ones((4, 8), np.float32)}, str(root / "model-00001-of-00002.safetensors"))
-    save_file({"b": np.ones((8,), np.float16)}, str(root / "model-00002-of-00002.safetensors"))
+    mx.save_safetensors(str(root / "model-00001-of-00002.safetensors"), {"a": mx.ones((4, 8), dtype=mx.float32)})
+    mx.save_safetensors(str(root / "model-00002-of-00002.safetensors"), {"b": mx.ones((8,), dtype=mx.float16)})
     return root, sorted(root.glob("*.safetensors"))
 
 
