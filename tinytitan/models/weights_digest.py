@@ -10,8 +10,8 @@ Rules:
   the GGUF) is never read for it.
 - One computation per set of files (as they are now) per process: a caller that asks while another computes
   waits for that result instead of reading the files again.
-- ``digest`` reads files: it blocks, so it runs on a worker thread (``await trio.to_thread.run_sync(digest,
-  files)``, or a thread started at start-up); ``remembered`` answers without reading any weight bytes.
+- ``digest`` reads files: it blocks, so it runs on a worker thread (the listings' ``trio.to_thread``, the prompt
+  cache's writer thread); ``remembered`` answers without reading any weight bytes.
 """
 
 from __future__ import annotations
@@ -118,16 +118,3 @@ def digest(files: list[Path]) -> str:
             _running.pop(key, None)
         running.set()
 
-
-def start(files: list[Path]) -> None:
-    """Compute the digest on a thread of its own now (at start-up), unless it needs no reading."""
-    files = list(files)
-    if files and remembered(files) is None:
-        threading.Thread(target=_quietly, args=(files,), name="tinytitan-weights-digest", daemon=True).start()
-
-
-def _quietly(files: list[Path]) -> None:
-    try:
-        digest(files)
-    except OSError:
-        pass  # asked for later, the error is raised there
