@@ -13,7 +13,11 @@ route, starts from a valid request for it, and applies one to four mutations:
 - bytes that are not UTF-8 inside a string (a surrogate written as raw bytes, a stray continuation byte);
 - ``stream`` switched on or off; the body replaced by non-JSON or cut short; a wrong content type;
 - the body compressed (``Content-Encoding`` zstd, gzip, deflate, br), the compressed bytes cut short, or an
-  encoding the server does not know.
+  encoding the server does not know;
+- a web page's headers: an ``Origin`` that is allowed (a loopback page) or not (another site, ``null``, one that
+  does not parse), sometimes as a CORS preflight (``OPTIONS``); a ``Host`` with something after the name. A
+  refused one must be a 403 in the route's envelope, an allowed one answered with
+  ``Access-Control-Allow-Origin``.
 
 Every answer must come within ``ANSWER_SECONDS`` (else: a hang), never be a 5xx, and — when it is an error —
 be in its route's envelope (strictly, with the SDK models: tests/strict.py). The server must be idle and
@@ -196,10 +200,15 @@ class Case:
     content_type: str | None
     mutations: list[str] = field(default_factory=list)
     encoding: str | None = None  # the Content-Encoding the body was sent with (already applied to ``body``)
+    headers: dict = field(default_factory=dict)  # a web page's (WEB_HEADERS), or none
+
+    @property
+    def method(self) -> str:
+        return "OPTIONS" if "access-control-request-method" in self.headers else "POST"
 
     def describe(self) -> str:
-        return (f"POST {self.route.path} [{', '.join(self.mutations)}] {self.content_type} "
-                f"{self.encoding or ''}: {self.body[:300]!r}")
+        return (f"{self.method} {self.route.path} [{', '.join(self.mutations)}] {self.content_type} "
+                f"{self.encoding or ''} {self.headers or ''}: {self.body[:300]!r}")
 
 
 @st.composite
@@ -263,7 +272,24 @@ def cases(draw, routes=None) -> Case:
         if draw(st.integers(0, 3)) == 0 and len(body) > 2:
             body = body[: draw(st.integers(1, len(body) - 1))]
             done.append("compressed, cut")
-    return Case(route, body, draw(st.sampled_from(CONTENT_TYPES)), done, coding)
+    web = dict(draw(st.sampled_from([{}] * 12 + WEB_HEADERS)))
+    if web.get("origin") is not None and draw(st.integers(0, 3)) == 0:
+        web.update({"access-control-request-method": "POST", "access-control-request-headers": "content-type"})
+    return Case(route, body, draw(st.sampled_from(CONTENT_TYPES)), done, coding, web)
+
+
+ALLOWED_ORIGIN = "http://localhost:5173"
+# what a browser adds (or an attacker's page, or a DNS rebinding) — each refused but the loopback page's
+WEB_HEADERS = [{"origin": ALLOWED_ORIGIN}, {"origin": "http://[::1]:8080"}, {"origin": "null"},
+               {"origin": "http://evil.example"}, {"origin": "https://localhost.evil.example"},
+               {"origin": "http://[::1]evil.example"}, {"origin": "http://evil.example, http://localhost"},
+               {"origin": ""}, {"host": "[::1]evil.example"}, {"host": "localhost:1:2"},
+               {"host": "localhost@evil.example"}]
+
+
+def refused_by_headers(headers: dict) -> bool:
+    return ("host" in headers or headers.get("origin") is not None and
+            headers["origin"] not in (ALLOWED_ORIGIN, "http://[::1]:8080"))
 
 
 ENCODERS = {"zstd": lambda b: zstandard.ZstdCompressor().compress(b), "gzip": gzip.compress,
@@ -301,14 +327,24 @@ def check(client: httpx.Client, base: str, case: Case) -> Outcome:
         headers["content-type"] = case.content_type
     if case.encoding is not None:
         headers["content-encoding"] = case.encoding
+    headers.update(case.headers)
     t0 = time.monotonic()
     try:
-        r = client.post(base + case.route.path, content=case.body, headers=headers)
+        r = client.request(case.method, base + case.route.path, content=case.body, headers=headers)
     except httpx.TimeoutException:
         return Outcome(None, "hang: no answer within %.0f s" % ANSWER_SECONDS, time.monotonic() - t0)
     except httpx.TransportError as exc:
         return Outcome(None, f"connection: {type(exc).__name__}: {exc}", time.monotonic() - t0)
     seconds = time.monotonic() - t0
+    if refused_by_headers(case.headers) and r.status_code != 403:
+        return Outcome(r.status_code, f"{case.headers} answered {r.status_code}, not refused: {r.text[:300]}",
+                       seconds)
+    if case.headers.get("origin") is not None and r.status_code != 403 and \
+            r.headers.get("access-control-allow-origin") != case.headers["origin"]:
+        return Outcome(r.status_code, "an allowed origin's answer without Access-Control-Allow-Origin", seconds)
+    if case.method == "OPTIONS" and r.status_code != 403:
+        ok = r.status_code == 204 and "POST" in r.headers.get("access-control-allow-methods", "")
+        return Outcome(r.status_code, None if ok else f"preflight answered {r.status_code}: {r.text[:300]}", seconds)
     if r.status_code >= 500 and not (r.status_code == 501 and case.route.not_implemented):
         return Outcome(r.status_code, f"{r.status_code}: {r.text[:300]}", seconds)
     if r.status_code >= 400:

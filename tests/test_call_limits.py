@@ -113,3 +113,26 @@ def test_the_mask_admits_no_call_past_the_limit(demo_tok, choice):
         assert backend.prepare(base).grammar is None
     else:
         assert accepts(backend, base, three)
+
+
+@pytest.mark.parametrize("limit", [{"parallel_tool_calls": False}, {"max_tool_calls": 2}])
+async def test_without_a_mask_the_decode_stops_after_the_last_call(serve, demo_tok, monkeypatch, limit):
+    """A family whose call markup has no grammar here (simulated: the auto grammar is withheld) keeps the limit
+    in the output parser alone: decoding stops once the last call allowed is complete — the tokens after it are
+    never decoded, not decoded and dropped."""
+    from tinytitan.engine import backend as backend_module
+
+    monkeypatch.setattr(backend_module, "auto_call_grammar", lambda *a, **k: None)
+    backend = ScriptedBackend([ScriptEntry(THREE)], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    r = await responses_client(s).responses.create(
+        model=MODEL, input="weather?", store=False, **limit,
+        tools=[{"type": "function", "name": "weather", "parameters": SCHEMA, "strict": False}])
+    allowed = 1 if limit.get("parallel_tool_calls") is False else 2
+    cities = [json.loads(item.arguments)["city"] for item in r.output if item.type == "function_call"]
+    assert cities == ["Paris", "Rome"][:allowed]
+    # decoded: at most the tokens of the calls allowed (the parser may see the last one complete before its
+    # closing marker), never the rest of the script
+    upto = len(demo_tok.encode("\n".join(call(c) for c in ["Paris", "Rome"][:allowed]), add_special_tokens=False))
+    assert upto - 3 <= backend.tokens_decoded <= upto < len(demo_tok.encode(THREE, add_special_tokens=False))
+    assert r.usage.output_tokens == backend.tokens_decoded

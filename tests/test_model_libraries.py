@@ -152,7 +152,10 @@ def test_an_ollama_library_is_listed_as_ollama_names_it(library, cache, caplog):
     assert "broken:latest: not served: broken:latest: its Ollama template cannot be translated" in caplog.text
     tiny = next(m for m in found if m.model_id == "tiny")
     config = json.loads((tiny.path / "config.json").read_text())
-    assert config["max_position_embeddings"] == 2048  # num_ctx
+    # num_ctx is the served window; the model's own max_position_embeddings (long-RoPE scaling reads it) stays
+    converted = json.loads((tiny.path / "model-00001.safetensors").resolve().parent.joinpath("config.json").read_text())
+    assert config["max_position_embeddings"] == converted["max_position_embeddings"] != 2048
+    assert MLXBackend(tiny.path, "tiny", lazy=True).context_window == 2048
     vocab = json.loads((tiny.path / "tokenizer.json").read_text())["added_tokens"]
     im_end = next(t["id"] for t in vocab if t["content"] == "<|im_end|>")
     assert im_end in config["eos_token_id"]

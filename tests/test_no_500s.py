@@ -177,6 +177,20 @@ async def test_health_without_the_key_says_only_ok(serve):
         assert "tinytitan-scripted" in json.dumps(full)
 
 
+async def test_health_without_the_key_has_the_true_status(serve, monkeypatch):
+    """A load balancer without the key sees 503 when the model cannot generate (a broken group of processes:
+    what Engine.health reports then), with a body as bare as ever."""
+    s = await serve(["ok"], api_key="secret")
+    real = s.engine.health()
+    monkeypatch.setattr(s.engine, "health", lambda: {**real, "status": "broken",
+                                                     "error": {"message": "rank 0 lost rank 1", "ranks": [1]}})
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.get(s.url("/health"))
+        assert (r.status_code, r.json()) == (503, {"status": "broken"})
+        r = await c.get(s.url("/health"), headers={"Authorization": "Bearer secret"})
+        assert r.status_code == 503 and r.json()["error"]["ranks"] == [1]
+
+
 async def test_every_field_every_type_over_the_websocket(serve):
     """The Responses WebSocket: each mutation of the base request as a ``response.create`` frame, on one socket.
     Each is answered by a response (its events strictly valid; a failure never a server error) or one error

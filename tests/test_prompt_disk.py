@@ -110,6 +110,11 @@ def test_files_of_another_model_layout_or_version_are_never_read(demo_backend, t
     with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
         assert _cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
     assert "another version" in caplog.text
+    # the format before this one (which named the weights by another digest) can never be read: removed
+    meta["0.tinytitan_format"] = "tinytitan-prompt-cache/1"
+    mx.save_safetensors(str(tmp_path / "v1.safetensors"), arrays, meta)
+    assert _cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
+    assert not (tmp_path / "v1.safetensors").exists() and (tmp_path / "old.safetensors").exists()
 
 
 def test_a_damaged_file_is_ignored_with_a_warning(demo_backend, tmp_path, caplog):

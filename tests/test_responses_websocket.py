@@ -311,3 +311,41 @@ async def test_a_compaction_trigger_over_the_socket_chains_from_the_connection(s
                                            "response.output_item.done", "response.completed"]
     (item,) = frames[-1]["response"]["output"]
     assert item["type"] == "compaction" and item["encrypted_content"]
+
+
+async def test_connections_over_the_cap_are_refused_with_426(serve):
+    """Past ``max_websockets`` open sockets an upgrade is refused before it is accepted: 426, which sends Codex
+    to plain HTTP at once, with a message saying why; a socket closed frees its place."""
+    from httpx_ws import WebSocketUpgradeError
+    from test_websocket_upgrade import upgrade_headers
+
+    s = await serve(["Hi."], max_websockets=2)
+    async with httpx.AsyncClient() as client:
+        async with aconnect_ws(s.url("/v1/responses"), client) as first, \
+                aconnect_ws(s.url("/v1/responses"), client) as second:
+            with pytest.raises(WebSocketUpgradeError) as refused:
+                async with aconnect_ws(s.url("/v1/responses"), client):
+                    pass
+            assert refused.value.response.status_code == 426
+            r = await client.get(s.url("/v1/responses"), headers=upgrade_headers())  # (its body, read whole)
+            assert r.status_code == 426 and r.headers["connection"] == "close"
+            error = strict.openai_error(r.json())
+            assert error.code == "websocket_connection_limit_reached" and "--max-websockets" in error.message
+            for ws in (first, second):  # the open ones go on
+                await ws.send_text(create(input="hi"))
+                assert (await turn(ws))[-1]["type"] == "response.completed"
+            # plain HTTP is unaffected by the cap
+            r = await client.post(s.url("/v1/responses"), json={"model": MODEL, "input": "hi", "store": False})
+            assert r.status_code == 200
+        with trio.fail_after(10):  # the closed ones' places come back (the server notices the close)
+            while True:
+                try:
+                    async with aconnect_ws(s.url("/v1/responses"), client) as again, \
+                            aconnect_ws(s.url("/v1/responses"), client) as another:
+                        await again.send_text(create(input="hi"))
+                        assert (await turn(again))[-1]["type"] == "response.completed"
+                        await another.send_text(create(input="hi"))
+                        assert (await turn(another))[-1]["type"] == "response.completed"
+                    break
+                except WebSocketUpgradeError:
+                    await trio.sleep(0.05)

@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what a GGUF becomes: quantized (Q4_0/Q4_1/Q8_0 kept, other types requantized to MLX's "
                         "4 or 8 bits), or dequantized to float16 or float32; auto (default) picks the faster on "
                         "this machine (float32 on a CPU where it fits, quantized on a GPU)")
+    s.add_argument("--conversions-mib", type=int, default=32 * 1024, metavar="MIB",
+                   help="disk for converted GGUF models, all together (default 32768): past it the least recently "
+                        "used go (never one this server uses); conversions of an earlier converter version are "
+                        "always removed")
     s.add_argument("--context-window", type=int, metavar="TOKENS",
                    help="the scripted backend's context window (default 131072; a model's comes from its config)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -62,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow binding a non-loopback address (anyone who can reach it can use the model)")
     s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="accept this Host header too (repeatable; loopback names are always accepted)")
+    s.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from this origin use the server too (scheme://host[:port], scheme://host:* "
+                        "for any port, scheme://* for any origin of a scheme, * for every page; repeatable; also TINYTITAN_ALLOWED_ORIGINS, "
+                        "comma-separated). Loopback pages and the server's own are always allowed; requests without "
+                        "an Origin (CLIs, SDKs) are never affected")
     s.add_argument("--api-key", help="require this key (Authorization: Bearer or x-api-key)")
     s.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait beyond the running batch (default 16); more are refused at once")
@@ -99,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="disk for cached prompt prefixes, MiB (default 8192; least recently used go first)")
     s.add_argument("--thinking", choices=["on", "off"], help="default thinking for requests that do not say")
     s.add_argument("--reasoning-effort", help="default reasoning level (none, low, medium, high, xhigh …)")
+    s.add_argument("--max-websockets", type=_positive, default=32, metavar="N",
+                   help="WebSocket connections open at once (default 32); one more is refused with 426 and says "
+                        "why (Codex then sends its requests over plain HTTP)")
     s.add_argument("--no-websocket", action="store_true",
                    help="do not serve Responses over a WebSocket: an upgrade on GET /v1/responses is answered 426, "
                         "and Codex's built-in provider falls back to HTTP at once")
@@ -354,6 +366,12 @@ def serve(args) -> int:
             return 2
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
+    origins = allowed_origins(args)  # (a bad one is named before the model loads)
+    if args.conversions_mib < 0:
+        raise SystemExit("--conversions-mib must be 0 or more")
+    from .models import conversions
+
+    conversions.configure(args.conversions_mib << 20)
     group = args.group = join_group(args)
     backends = make_backends(args)
     max_batch = args.max_batch
@@ -388,7 +406,9 @@ def serve(args) -> int:
         allowed += (args.host,)
     server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
                                                     responses_store=args.responses_store,
-                                                    websocket=not args.no_websocket))
+                                                    websocket=not args.no_websocket,
+                                                    allowed_origins=origins,
+                                                    max_websockets=args.max_websockets))
 
     catalog = codex_catalog(engine)
     config = Config()
@@ -429,6 +449,21 @@ def serve(args) -> int:
         if memory is not None:
             memory.close()
     return 0
+
+
+def allowed_origins(args) -> tuple[str, ...]:
+    """The web origins allowed beyond loopback's and the server's own: ``--allowed-origin`` and
+    ``TINYTITAN_ALLOWED_ORIGINS``, each checked (a bad one stops the server, named)."""
+    from .http.origins import ENV_VAR, allow_list
+
+    given = [*args.allowed_origin, os.environ.get(ENV_VAR, "")]
+    try:
+        origins = allow_list(given)
+    except ValueError as exc:
+        raise SystemExit(f"--allowed-origin / {ENV_VAR}: {exc}") from None
+    if "*" in origins:
+        log.warning("every web origin is allowed: any page open in a browser here can use the model")
+    return tuple(str(o) for o in origins)
 
 
 def join_group(args):

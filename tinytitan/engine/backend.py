@@ -110,7 +110,7 @@ class Backend(ABC):
         if calls and req.tool_choice == "required":  # markup cut short is an incomplete call, never text
             parser = ForcedCall(parser, list(req.tool_names) or [t.name for t in req.tools], prepared.namespaces)
         limit = call_limit(req)
-        return CallLimit(parser, limit) if calls and limit is not None else parser
+        return CallLimit(parser, limit, prepared.grammar is None) if calls and limit is not None else parser
 
     @property
     def template_reasoning(self) -> TemplateReasoning:

@@ -7,6 +7,9 @@ Rules:
 - Everywhere (the mask's families too, and the scripted backend), the output parser is wrapped here: once
   the last call allowed is complete, the turn is over for the client — nothing after it is sent (a further
   call, or text, is logged and dropped), so the limit holds whatever the model writes.
+- Without a mask, the turn is also over for the decoder (``turn_over``): the decode loop stops there, as at a
+  stop string, instead of decoding on for nothing. (Under a mask, the call's closing marker and the end of
+  sequence are all the model can write after it.)
 """
 
 from __future__ import annotations
@@ -29,11 +32,17 @@ def call_limit(req) -> int | None:
 class CallLimit(WrappedParser):
     """An output parser that lets through at most ``limit`` tool calls, and nothing after the last."""
 
-    def __init__(self, parser, limit: int):
+    def __init__(self, parser, limit: int, stops_decoding: bool = True):
         super().__init__(parser)
         self.limit = limit
+        self.stops_decoding = stops_decoding  # False under a grammar mask, which ends the turn itself
         self.done = 0  # calls completed so far
         self.dropped = 0  # events withheld after the limit
+
+    @property
+    def turn_over(self) -> bool:
+        """The last call allowed is complete and no mask ends the turn: decoding stops here."""
+        return self.stops_decoding and self.done >= self.limit
 
     @property
     def tool_calls(self) -> int:

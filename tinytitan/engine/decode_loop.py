@@ -1,8 +1,8 @@
 """From generated tokens to TokenEvents: the part every backend shares.
 
 A backend calls ``start()`` once the prompt is known, ``token(text)`` for each generated token's text
-(returns False when a client stop string ended the answer), and ``end(hit_length)`` when decoding
-stopped. Channel parsing, stop strings, usage and the finish reason are decided here, once.
+(returns False when a client stop string, or the turn's last allowed tool call, ended the answer), and
+``end(hit_length)`` when decoding stopped. Channel parsing, stop strings, usage and the finish reason are decided here, once.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ class DecodeLoop:
         self.emit(Started(prompt_tokens, cached_tokens, self.sampling))
 
     def token(self, text: str) -> bool:
-        """One generated token; False once a stop string has matched (stop decoding)."""
+        """One generated token; False once a stop string has matched, or the turn's last allowed tool call is
+        complete (call_limit.py): stop decoding."""
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.completion_tokens += 1
@@ -86,7 +87,7 @@ class DecodeLoop:
         if channel == REASONING:
             self.reasoning_tokens += 1
         self._send(events)
-        return self.stop.matched is None
+        return self.stop.matched is None and not getattr(self.parser, "turn_over", False)
 
     def parser_text(self, text: str) -> None:
         """Text the detokenizer released late (after the last token): parsed, not counted."""

@@ -101,6 +101,8 @@ class MLXBackend(Backend):
         self.context_window = int(text_config.get("max_position_embeddings") or 32768)
         self.vocab_size = int(text_config.get("vocab_size") or 0)
         gen = read_json(self.path / "generation_config.json")
+        if isinstance(gen.get("context_window"), int) and gen["context_window"] > 0:  # tinytitan's key: an
+            self.context_window = gen["context_window"]  # Ollama library's num_ctx (the config stays as trained)
         self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
         self.sampling.update({k: gen[k] for k in ("min_p", "repetition_penalty")
                               if isinstance(gen.get(k), (int, float)) and not isinstance(gen[k], bool)

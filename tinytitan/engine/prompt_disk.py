@@ -2,7 +2,8 @@
 
 Rules:
 - One file per prefix, mlx-lm's own format (``save_prompt_cache`` / ``load_prompt_cache``, safetensors). Its
-  metadata says which model wrote it (the digest of the weight files), the format version, the cache layout
+  metadata says which model wrote it (the weights' digest: ``models.weights_digest``, computed once and shown
+  by the model listings too), the format version, the cache layout
   (cache classes, KV heads and widths, dtype, KV bits) and the ids it holds (with their spans, so an answer's
   ids stay spliceable after a restart). The file name is a digest of all of that.
 - Written off the request path: ``put`` hands a snapshot to the writer thread (the newest snapshot of a
@@ -33,11 +34,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..models import weights_digest
 from .prompt_splice import Span
 
 log = logging.getLogger("tinytitan.cache")
 
-FORMAT = "tinytitan-prompt-cache/1"
+FORMAT = "tinytitan-prompt-cache/2"
+# earlier formats of this cache: their files can never be read again (version 1 named the weights by another
+# digest), so a scan removes them rather than leaving them to fill the disk
+SUPERSEDED = ("tinytitan-prompt-cache/1",)
 SUFFIX = ".safetensors"
 MIN_TOKENS = 64  # shorter prefixes are cheaper to read again than to keep
 INDEX_WAIT = 5.0  # seconds a first lookup waits for the directory's index
@@ -49,42 +54,6 @@ def default_dir() -> Path:
         return Path(os.environ["TINYTITAN_PROMPT_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "tinytitan" / "prompt-cache"
-
-
-def _memo_key(paths: list[Path]) -> str:
-    return "|".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(paths))
-
-
-def remembered_digest(paths: list[Path], memo: Path) -> str | None:
-    """The weights' digest if ``memo`` has it for these files as they are now (no hashing)."""
-    try:
-        return json.loads(memo.read_text()).get(_memo_key(paths))
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def weights_digest(paths: list[Path], memo: Path | None = None) -> str:
-    """sha256 over the weight files' bytes, remembered per (path, size, mtime) in ``memo`` so a restart does not
-    read gigabytes again."""
-    key = _memo_key(paths)
-    known: dict = {}
-    if memo is not None:
-        try:
-            known = json.loads(memo.read_text())
-        except (OSError, ValueError):
-            known = {}
-        if key in known:
-            return known[key]
-    h = hashlib.sha256()
-    for p in sorted(paths):
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-    digest = h.hexdigest()
-    if memo is not None:
-        known[key] = digest
-        _atomic_write(memo, json.dumps(known).encode())
-    return digest
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -184,9 +153,8 @@ class PromptDisk:
     # -- identity ------------------------------------------------------------------------------------------
     @property
     def digest(self) -> str:
-        if self._digest is None:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._digest = weights_digest(self.weight_files, self.dir / "weights-digests.json")
+        if self._digest is None:  # (the writer thread, first: the digest the model listings share)
+            self._digest = weights_digest.digest(self.weight_files)
         return self._digest
 
     @property
@@ -209,7 +177,7 @@ class PromptDisk:
         """This model's files of this layout; empty until the writer thread has read the directory (waited for
         up to ``wait`` seconds: the weights' digest is remembered, so that is reading a few headers)."""
         self.start()
-        if wait and self._digest is None and remembered_digest(self.weight_files, self.dir / "weights-digests.json") is None:
+        if wait and self._digest is None and weights_digest.remembered(self.weight_files) is None:
             wait = 0  # the weights are being hashed for the first time: no file of this model can be waiting
         deadline = time.monotonic() + wait
         with self._lock:
@@ -223,13 +191,20 @@ class PromptDisk:
 
     def _scan(self) -> None:
         """The directory's files of this model, from their headers (the writer thread, at start)."""
-        found, others, now = [], 0, time.time()
+        found, others, stale, now = [], 0, 0, time.time()
         self.dir.mkdir(parents=True, exist_ok=True)
         for p in sorted(self.dir.glob("*" + SUFFIX)):
             try:
                 meta = read_metadata(p)
             except (OSError, ValueError, struct.error) as exc:
                 log.warning("prompt cache on disk: %s cannot be read (%s); ignored", p.name, exc)
+                continue
+            if meta.get("tinytitan_format") in SUPERSEDED:
+                stale += 1
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
                 continue
             if meta.get("tinytitan_weights") not in (None, self.digest):
                 others += 1
@@ -246,6 +221,8 @@ class PromptDisk:
                     tmp.unlink()
             except OSError:
                 pass
+        if stale:
+            log.info("prompt cache on disk: %d file(s) of an earlier format removed from %s", stale, self.dir)
         if others:
             log.info("prompt cache on disk: %d file(s) of other models in %s left alone", others, self.dir)
         if found:

@@ -135,7 +135,7 @@ class Row:
         if last:
             self.detok.finalize()
         text = self.raw.add(token) if self.raw is not None else self.detok.last_segment
-        if not self.loop.token(text):  # a client stop string
+        if not self.loop.token(text):  # a client stop string, or the last tool call the turn allows
             self.ending = Ending("finished")
         elif last:
             self.ending = Ending("finished", hit_length=True)

@@ -2,9 +2,12 @@
 answered in the owning protocol's envelope and headers.
 
 Rules:
-- The Host header must name an allowed host (loopback names by default): other Hosts get 403 (DNS
-  rebinding). With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
-  ``/``, ``/health`` and ``/dashboard`` (a page with no data in it) need no key.
+- The Host header, parsed strictly (``host[:port]``, nothing after), must name an allowed host (loopback
+  names by default): other Hosts get 403 (DNS rebinding). A request or WebSocket upgrade from a web page
+  whose ``Origin`` is not allowed gets 403; an allowed origin's CORS preflight is answered (origins.py).
+  With ``--api-key``, ``Authorization: Bearer`` or ``x-api-key`` must match: else 401.
+  ``/``, ``/health`` (only its status, without the key) and ``/dashboard`` (a page with no data in it) need
+  no key.
 - A compressed body (``Content-Encoding``) is decoded before a handler sees it, within the body limit
   (encoding.py).
 - Any error a client can cause is a 4xx in the envelope of the protocol that owns the path, or the route
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import uuid
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -36,6 +40,8 @@ from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
 from . import encoding
+from .origins import OriginPolicy
+from .origins import parse as parse_origin
 from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
 from ..speclang.validate import query_args
 from .trim import Trimmer
@@ -117,13 +123,20 @@ class ServerConfig:
     max_body_bytes: int = 64 * 1024 * 1024
     responses_store: str | None = "memory"  # a directory, "memory", or None for the user's state directory
     websocket: bool = True  # False: the WebSocket routes are not served (an upgrade there is 426)
+    allowed_origins: tuple[str, ...] = ()  # web pages' origins allowed beyond loopback and the server's own
+    max_websockets: int = 32  # WebSocket connections open at once; one more is refused (426: Codex then uses HTTP)
+
+
+# a name or IPv4 address, or a bracketed IPv6 address; then an optional port, and nothing else
+_HOST = re.compile(r"^(\[[0-9a-f:.]+\]|[^:\[\]/@\s]+)(?::\d{1,5})?$")
 
 
 def host_name(header: str) -> str:
+    """The host a Host header names, without its port; a header that is not ``host[:port]`` comes back whole
+    (so it matches no allowed name: ``[::1]evil.example`` is not ``[::1]``)."""
     header = header.strip().lower()
-    if header.startswith("["):
-        return header.split("]")[0] + "]"
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    m = _HOST.match(header)
+    return m.group(1) if m else header
 
 
 class Server:
@@ -134,6 +147,7 @@ class Server:
         self.state: dict[str, Any] = {}  # what protocols keep per server (e.g. the Responses store)
         self.shared = self.protocols["shared"]
         self.allowed = {h.lower() for h in self.config.allowed_hosts}
+        self.origins = OriginPolicy(self.config.allowed_origins)
         self.app = _App("tinytitan")
         self.observer = self.app.observer = Observer(engine, self.app)
         self.app.config.update(MAX_CONTENT_LENGTH=self.config.max_body_bytes, RESPONSE_TIMEOUT=None,
@@ -142,6 +156,7 @@ class Server:
         self.app.url_map.merge_slashes = False
         self._path_owner: dict[str, Protocol] = {}
         self._socket_paths: set[str] = set()
+        self._sockets_open = 0
         for proto in protocols:
             handlers = proto.handlers()
             for i, route in enumerate(proto.spec.routes):
@@ -260,11 +275,43 @@ class Server:
         if host not in self.allowed:
             raise ApiError("permission", f"Host '{host}' is not allowed; start the server with "
                            f"--allowed-host {host} to allow it")
+        origin = request.headers.get("origin")
+        if origin is not None:
+            preflight = self._origin(request, origin)
+            if preflight is not None:
+                return preflight
         if request.path not in OPEN_PATHS and not self.authorized(request):
             raise ApiError("authentication", "Invalid or missing API key (send 'Authorization: Bearer <key>' "
                            "or 'x-api-key: <key>')")
         if request.path == "/health" and not self.authorized(request):
-            return self.json_response({"status": "ok"})  # the model ids and queue figures need the key
+            # the true status (503 when the model cannot generate); the model ids and queue figures need the key
+            health = await self.shared.handlers()["health"](Call("GET", request.path))
+            return self.json_response({"status": health.body["status"]}, health.status)
+
+    def _origin(self, req, origin: str) -> Response | None:
+        """A web page's request: refused unless its origin is allowed (origins.py); an allowed preflight is
+        answered here, before the key is asked for (a browser sends none with it)."""
+        if not self.origins.allows(origin, req.headers.get("host", "")):
+            hint = ("a sandboxed or local-file page cannot be allowed" if origin.strip() == "null" else
+                    "it is not one scheme://host[:port] origin" if parse_origin(origin) is None else
+                    f"start the server with --allowed-origin {origin.strip()} to allow it")
+            raise ApiError("permission", f"Origin '{origin}' is not allowed: a web page from another site may not "
+                           f"use this server; {hint}", code="origin_not_allowed")
+        req.cors_origin = origin
+        asked = req.headers.get("access-control-request-method")
+        if has_websocket_context() or req.method != "OPTIONS" or not asked:
+            return None
+        try:
+            methods = sorted(self.app.url_map.bind("localhost").allowed_methods(req.path))
+        except HTTPException:
+            methods = []
+        if not methods:
+            return None  # nothing is served here: the 404 says so
+        resp = Response(b"", status=204)
+        private = req.headers.get("access-control-request-private-network", "").lower() == "true"
+        resp.headers.update(self.origins.preflight_headers(origin, methods,
+                                                           req.headers.get("access-control-request-headers"), private))
+        return resp
 
     def authorized(self, req) -> bool:
         """Whether a request may see what the API key guards (always, when there is no key)."""
@@ -284,6 +331,9 @@ class Server:
                 response.headers[k] = str(template.render(v, ctx))
         if has_websocket_context():  # a refused upgrade: the connection is done with (the server cannot reuse it)
             response.headers["connection"] = "close"
+        elif getattr(incoming(), "cors_origin", None) is not None:  # an allowed page may read the answer
+            for k, v in self.origins.cors_headers(incoming().cors_origin).items():
+                response.headers.setdefault(k, v)
         return response
 
     # -- responses -----------------------------------------------------------------------------------------------
@@ -318,10 +368,19 @@ class Server:
             for p in {id(p): p for p in (self.shared, proto)}.values():
                 for k, v in p.spec.headers.items():
                     headers[k] = str(template.render(v, ctx))
-            await ws.accept(headers=headers)
-            idle = float((proto.spec.extra.get("websocket") or {}).get("idle_seconds", DEFAULT_IDLE_SECONDS))
-            await handler(call, SocketConnection(ws, self.config.max_body_bytes, idle, self.observer, request_scope),
-                          **kwargs)
+            cap = self.config.max_websockets
+            if self._sockets_open >= cap:  # (refused before it is accepted: an HTTP answer the client reads)
+                raise ApiError("upgrade_required", f"Too many WebSocket connections are open ({cap}, the server's "
+                               "--max-websockets): send the request over plain HTTP, or close another socket",
+                               code="websocket_connection_limit_reached")
+            self._sockets_open += 1
+            try:
+                await ws.accept(headers=headers)
+                idle = float((proto.spec.extra.get("websocket") or {}).get("idle_seconds", DEFAULT_IDLE_SECONDS))
+                await handler(call, SocketConnection(ws, self.config.max_body_bytes, idle, self.observer,
+                                                     request_scope), **kwargs)
+            finally:
+                self._sockets_open -= 1
 
         view.__name__ = f"{proto.name}_{handler.__name__}"
         return view

@@ -16,7 +16,8 @@ Three forms: ``quantized`` (Q4_0/Q4_1/Q8_0 as shipped, other types requantized t
 OpenBLAS, while its quantized kernels have no fast path). ``preferred_form()`` says which this platform runs
 faster (``tools/bench_gguf_forms.py`` measures it), within a memory bound. The directory is cached under
 ``<cache>/gguf/<name>-<digest>-<form>`` (``cache_root()``), written to a temporary directory and renamed into
-place, so a second start (or a second process) reuses it.
+place, so a second start (or a second process) reuses it; the conversions are bounded on disk, least recently
+used first, and those of an earlier converter version removed (``conversions``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+from . import conversions
 from .gguf_arch import (ARCHITECTURES, AUXILIARY, UnfittedRope, UnmappedTensor, adjuster, arch_config, arch_refusal,
                         requantizable, widened)
 from .gguf_arch import mlx_name as arch_mlx_name
@@ -133,9 +136,7 @@ def check(path: Path, template: str | None = None) -> dict:
     return meta
 
 
-def file_digest(path: Path) -> str:
-    """The file's SHA-256, remembered per (path, size, mtime) in ``<cache>/gguf/digests.json`` so a second
-    start does not read a multi-gigabyte file again."""
+def _digest_memo(path: Path) -> tuple[str, Path, dict]:
     st = path.stat()
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     memo_path = cache_root() / "gguf" / "digests.json"
@@ -143,6 +144,19 @@ def file_digest(path: Path) -> str:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
         memo = {}
+    return key, memo_path, memo if isinstance(memo, dict) else {}
+
+
+def remembered_file_digest(path: Path) -> str | None:
+    """``file_digest`` where it is remembered (nothing of the file read), else None."""
+    key, _, memo = _digest_memo(path)
+    return memo.get(key)
+
+
+def file_digest(path: Path) -> str:
+    """The file's SHA-256, remembered per (path, size, mtime) in ``<cache>/gguf/digests.json`` so a second
+    start does not read a multi-gigabyte file again."""
+    key, memo_path, memo = _digest_memo(path)
     if key in memo:
         return memo[key]
     h = hashlib.sha256()
@@ -152,7 +166,7 @@ def file_digest(path: Path) -> str:
     memo[key] = h.hexdigest()
     try:
         memo_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_path.with_name(f".digests.{os.getpid()}.tmp")
+        tmp = memo_path.with_name(f".digests.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(memo, indent=0))
         os.replace(tmp, memo_path)
     except OSError:
@@ -180,6 +194,7 @@ def ensure_converted(path: str | Path, form: str | None = None, template: str | 
     target = cached_dir(path, form, template)
     if (target / "config.json").is_file():
         log.info("%s: using the converted model in %s", path.name, target)
+        conversions.used(target, CONVERTER_VERSION)
         return target
     meta = check(path, template)  # refused before anything is written
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -197,6 +212,7 @@ def ensure_converted(path: str | Path, form: str | None = None, template: str | 
         log.info("converted %s in %.1fs", path.name, time.perf_counter() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    conversions.used(target, CONVERTER_VERSION)  # stale versions go, the rest kept within their budget
     return target
 
 

@@ -7,14 +7,13 @@ Rules:
 - a GGUF's quantization is its ``general.file_type`` (llama.cpp's ``LLAMA_FTYPE``: ``Q4_K_M`` …), else the
   storage type holding the most weights; an MLX directory's is ``{bits}BIT`` per its config (``F32``/``F16``/
   ``BF16`` for floats);
-- the digest of a GGUF is its file's SHA-256; of an MLX directory, the SHA-256 of its weight files' own
-  digests in name order (a Hugging Face cache's blob names are those digests; any other file is hashed once
-  per size and mtime: ``gguf.file_digest`` remembers).
+- the digest of a GGUF is its file's SHA-256; of an MLX directory, its weights' digest (``weights_digest``:
+  computed once, shared with the prompt cache on disk). It may read every weight byte the first time: the
+  facts are read on a worker thread (``listing_off_loop``), never on the event loop.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from pathlib import Path
@@ -79,19 +78,10 @@ def _safetensors_params(path: Path) -> tuple[int, dict]:
     return total, by_type
 
 
-def _blob_digest(f: Path) -> str | None:
-    """A Hugging Face cache names each weight blob by its SHA-256: a snapshot's link says it, unread."""
-    if f.is_symlink():
-        name = f.resolve().name
-        if len(name) == 64 and all(c in "0123456789abcdef" for c in name):
-            return name
-    return None
-
-
 def mlx_dir_facts(path: Path) -> dict:
     """Parameter count, quantization, bytes on disk and digest of an MLX model directory; what its conversion
     recorded where it came from a GGUF (``gguf_source.json``)."""
-    from .gguf import file_digest
+    from . import weights_digest
 
     source = path / "gguf_source.json"
     files = sorted(path.glob("*.safetensors"))
@@ -119,10 +109,7 @@ def mlx_dir_facts(path: Path) -> dict:
         quantization = f"{int(quant['bits'])}BIT"
     else:
         quantization = max(by_type, key=by_type.get) if by_type else ""
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.name}:{_blob_digest(f) or file_digest(f)}\n".encode())
-    return {"parameters": total, "quantization": quantization, "size": size, "digest": "sha256:" + h.hexdigest(),
+    return {"parameters": total, "quantization": quantization, "size": size, "digest": weights_digest.digest(files),
             "weights_bytes": size, "format": "safetensors"}
 
 
@@ -152,6 +139,14 @@ def weights_on_gpu() -> bool:
     import mlx.core as mx
 
     return bool(getattr(mx, "metal", None) and mx.metal.is_available())
+
+
+async def listing_off_loop(cards: list[dict]) -> dict[str, dict]:
+    """``listing`` of each card by id, read on a worker thread: the first read of a model's facts may hash
+    gigabytes of weights, and the event loop serves every stream meanwhile."""
+    import trio
+
+    return await trio.to_thread.run_sync(lambda: {c["id"]: listing(c) for c in cards})
 
 
 def listing(card: dict) -> dict:

@@ -15,9 +15,10 @@ Rules:
 - the GGUF's own chat template is used; where it has none, the manifest's Go template translated
   (``go_template``), refused by name where it cannot be; a LoRA adapter or a vision projector is refused;
   ``….prompt`` is the older media type of a template;
-- the parameters become the model's defaults: ``num_ctx`` its context window; a ``stop`` word that is one
-  token of the vocabulary ends generation whatever the request says (as the GGUF's end-of-turn tokens do),
-  longer ones are its default stop strings (``generation_config.json``'s ``stop_strings``), which a
+- the parameters become the model's defaults: ``num_ctx`` its context window (``generation_config.json``'s
+  ``context_window``; the config's ``max_position_embeddings`` stays as trained: RoPE scaling reads it); a
+  ``stop`` word that is one token of the vocabulary ends generation whatever the request says (as the GGUF's
+  end-of-turn tokens do), longer ones are its default stop strings (``generation_config.json``'s ``stop_strings``), which a
   request's own ``stop`` replaces (Ollama's request options replace the Modelfile's);
   ``temperature``/``top_p``/``top_k``/``repeat_penalty``/``min_p`` its sampling defaults;
 - the ``system`` layer is the model's default system prompt (``generation_config.json``'s
@@ -44,7 +45,7 @@ log = logging.getLogger("tinytitan.models")
 
 DEFAULT_HOST, DEFAULT_NAMESPACE = "registry.ollama.ai", "library"
 MEDIA = "application/vnd.ollama.image."
-LAYOUT = "v3"  # what a served directory holds; a new layout is written beside an older one
+LAYOUT = "v4"  # what a served directory holds; a new layout is written beside an older one
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
             "repeat_penalty": "repetition_penalty"}
 
@@ -175,7 +176,9 @@ def served_dir(model: OllamaModel, converted: Path, cache: Path) -> Path:
     gen = json.loads((converted / "generation_config.json").read_text())
     tok_config = json.loads((converted / "tokenizer_config.json").read_text())
     if params.get("num_ctx"):
-        config["max_position_embeddings"] = tok_config["model_max_length"] = int(params["num_ctx"])
+        # the served context window (tinytitan's key, read by the backend); the model's own
+        # max_position_embeddings stays as trained: mlx-lm's long-RoPE scaling reads it
+        gen["context_window"] = tok_config["model_max_length"] = int(params["num_ctx"])
     stops = params.get("stop") or []
     vocab = _vocab(converted)
     eos = list(config.get("eos_token_id") or [])

@@ -23,7 +23,7 @@ from typing import Any
 from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Timing
-from ..models.gguf_facts import listing, weights_on_gpu
+from ..models.gguf_facts import listing_off_loop, weights_on_gpu
 from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
@@ -229,10 +229,10 @@ class Ollama(Protocol):
                           "done_reason": "load"})
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
 
-    def _entry(self, card: dict) -> dict:
+    def _entry(self, card: dict, facts: dict) -> dict:
         """What ``/api/tags`` lists: for a model of an Ollama library, its manifest's digest, size and time and
         its config's details, as Ollama lists them; for another, its weights' own (``models.gguf_facts``)."""
-        name, facts = ollama_name(card["id"]), listing(card)
+        name = ollama_name(card["id"])
         own = facts["ollama"] or {}
         digest = own.get("digest") or facts["digest"].removeprefix("sha256:") or \
             hashlib.sha256(card["id"].encode()).hexdigest()  # (a backend without weight files)
@@ -241,8 +241,7 @@ class Ollama(Protocol):
                 "size": int(own.get("size") or facts["size"]), "digest": digest,
                 "details": self._details(card, facts)}
 
-    def _details(self, card: dict, facts: dict | None = None) -> dict:
-        facts = facts or listing(card)
+    def _details(self, card: dict, facts: dict) -> dict:
         if facts["ollama"]:
             return {"parent_model": "", **facts["ollama"]["details"]}
         return {"parent_model": "", "format": facts["format"] or self.spec.extra["format"], "family": card["family"],
@@ -251,17 +250,20 @@ class Ollama(Protocol):
 
     async def tags(self, call: Call) -> Reply:
         cards = [self.engine.model_card(m["id"]) for m in self.engine.models()]
-        entries = sorted((self._entry(c) for c in cards), key=lambda e: e["modified_at"], reverse=True)
+        facts = await listing_off_loop(cards)
+        entries = sorted((self._entry(c, facts[c["id"]]) for c in cards), key=lambda e: e["modified_at"],
+                         reverse=True)
         return Reply({"models": entries})  # newest first, as Ollama lists them
 
     async def ps(self, call: Call) -> Reply:
         """Loaded models: ``size`` the bytes of their weights in memory, ``size_vram`` those in GPU memory."""
         cards = [self.engine.model_card(m["id"]) for m in self.engine.models() if m.get("loaded")]
         gpu = weights_on_gpu()
+        facts = await listing_off_loop(cards)
         out = []
         for c in cards:
-            entry = {k: v for k, v in self._entry(c).items() if k != "modified_at"}  # not a field of Ollama's ps
-            resident = listing(c)["resident"] or entry["size"]
+            entry = {k: v for k, v in self._entry(c, facts[c["id"]]).items() if k != "modified_at"}  # not Ollama's
+            resident = facts[c["id"]]["resident"] or entry["size"]
             out.append({**entry, "size": resident, "expires_at": FAR_FUTURE, "size_vram": resident if gpu else 0,
                         "context_length": c["context_window"]})
         return Reply({"models": out})
@@ -273,7 +275,8 @@ class Ollama(Protocol):
             raise invalid("Missing required parameter: 'model'", param="model", code="missing_required_parameter")
         card = self.engine.model_card(served_name(name))
         arch = card["architecture"]
-        own = listing(card)["ollama"] or {}
+        facts = (await listing_off_loop([card]))[card["id"]]
+        own = facts["ollama"] or {}
         params = modelfile_parameters(own.get("params") or ({"stop": card["stop"]} if card.get("stop") else {}))
         system = card.get("system")
         modelfile = f"FROM {card['id']}\n" + "".join(f"PARAMETER {line}\n" for line in params) + (
@@ -281,7 +284,7 @@ class Ollama(Protocol):
         return Reply({
             "modelfile": modelfile, "parameters": "\n".join(params), "template": card["template"],
             **({"system": system} if system else {}),  # omitted when empty, as Ollama omits it
-            "details": self._details(card), "capabilities": card["capabilities"],
+            "details": self._details(card, facts), "capabilities": card["capabilities"],
             "model_info": {"general.architecture": arch, f"{arch}.context_length": card["context_window"]},
             "modified_at": iso_time(card.get("created") or self.engine.started_at)})
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from ..agents import codex_entry
-from ..models.gguf_facts import listing
+from ..models.gguf_facts import listing_off_loop
 from ..observe import dashboard
 from .base import Protocol
 from .wire import Call, Reply
@@ -71,7 +71,7 @@ class Shared(Protocol):
     def _anthropic(call: Call) -> bool:
         return "anthropic-version" in call.headers
 
-    def _entry(self, info: dict, anthropic: bool) -> dict:
+    def _entry(self, info: dict, anthropic: bool, facts: dict) -> dict:
         created = int(info.get("created") or self.engine.started_at)
         if anthropic:
             entry = {"type": "model", "id": info["id"], "display_name": info.get("display_name", info["id"]),
@@ -87,7 +87,6 @@ class Shared(Protocol):
                 entry[k] = info[k]
         if "features" in info:
             entry["capabilities"] = info["features"]
-        facts = listing(info)
         if facts["digest"]:  # what is known of the weights (models.gguf_facts)
             entry.update(parameters=facts["parameters"], quantization=facts["quantization"],
                          size_bytes=facts["size"], digest=facts["digest"])
@@ -97,14 +96,18 @@ class Shared(Protocol):
         if "client_version" in call.query:  # Codex's models endpoint (codex-api ModelsClient): its catalog shape
             return Reply({"models": [codex_entry(m) for m in self.engine.models()]})
         anthropic = self._anthropic(call)
-        data = [self._entry(m, anthropic) for m in self.engine.models()]
+        models = self.engine.models()
+        facts = await listing_off_loop(models)
+        data = [self._entry(m, anthropic, facts[m["id"]]) for m in models]
         if anthropic:
             return Reply({"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
                           "last_id": data[-1]["id"] if data else None})
         return Reply({"object": "list", "data": data})
 
     async def get_model(self, call: Call, model_id: str) -> Reply:
-        return Reply(self._entry(self.engine.model_info(model_id), self._anthropic(call)))
+        info = self.engine.model_info(model_id)
+        facts = await listing_off_loop([info])
+        return Reply(self._entry(info, self._anthropic(call), facts[info["id"]]))
 
     async def unload_model(self, call: Call) -> Reply:
         name = self.validate(call.body, empty_is_object=True).body.get("model")
