@@ -186,7 +186,7 @@ class AnthropicMessages(Protocol):
                 calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
             else:
                 texts.extend(self._texts([(where, b)], "assistant"))
-        return Message("assistant", TURN_JOIN.join(t for t in texts if t), tuple(calls))
+        return Message("assistant", TURN_JOIN.join(t for t in texts if t), tool_calls=tuple(calls))
 
     def _user(self, blocks: list[tuple[str, dict]], names: dict[str, str]) -> list[Message]:
         results, texts = [], []
