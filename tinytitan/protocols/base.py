@@ -119,12 +119,17 @@ class Protocol:
     # -- errors --------------------------------------------------------------------------------------------
     def error_response(self, err: ApiError) -> tuple[int, dict]:
         """A prompt over the context window is said in the API's own words (``extra.prompt_too_long``, with
-        ``{tokens}``, ``{window}`` and the engine's ``{message}``): clients match that wording to compact."""
+        ``{tokens}``, ``{window}`` and the engine's ``{message}``): clients match that wording to compact. So is
+        an error whose code ``extra.error_wording`` names (a template over ``{message}`` and the error's data)."""
         wording = self.spec.extra.get("prompt_too_long")
         if err.code == "context_length_exceeded" and wording and {"prompt_tokens", "context_window"} <= set(err.data):
             text = wording.format(message=err.message, tokens=err.data["prompt_tokens"],
                                   window=err.data["context_window"])
             err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
+        reworded = (self.spec.extra.get("error_wording") or {}).get(err.code)
+        if reworded:  # an error the engine raises with data (images a model cannot read …): the API's own words
+            err = ApiError(err.kind, reworded.format(message=err.message, **err.data), err.param, err.code,
+                           err.headers, err.data)
         kind = self.spec.error_kind(err.kind)
         param = self.spec.error_params.get(err.param, err.param)  # the engine names ChatRequest's fields
         ctx = {"message": err.message, "type": kind.type, "param": param, "code": err.code or kind.code}
