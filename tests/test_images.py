@@ -134,15 +134,15 @@ def test_byte_and_count_limits(monkeypatch):
         images.from_base64("A" * (images.MAX_BYTES // 3 * 4 + 100), "image/png", "w")
     assert err.value.code == "image_too_large"
     many = tuple(images.part(PNG, "image/png", f"messages[0].content[{j}]") for j in range(images.MAX_IMAGES + 1))
-    req = ChatRequest(MODEL, (Message("user", "", many),))
+    req = ChatRequest(MODEL, (Message("user", "", parts=many),))
     with pytest.raises(images.ImageError) as err:
         images.check_request(req)
     assert err.value.code == "too_many_images" and err.value.param == f"messages[0].content[{images.MAX_IMAGES}]"
-    images.check_request(ChatRequest(MODEL, (Message("user", "", many[:-1]),)))
+    images.check_request(ChatRequest(MODEL, (Message("user", "", parts=many[:-1]),)))
 
 
 def test_a_text_model_refuses_naming_the_first_image():
-    req = ChatRequest(MODEL, (Message("user", "a", ("a", images.part(PNG, "", "messages[0].content[1]"))),))
+    req = ChatRequest(MODEL, (Message("user", "a", parts=("a", images.part(PNG, "", "messages[0].content[1]"))),))
     with pytest.raises(images.ImageInputUnsupported) as err:
         images.refuse_unseen(req, False, "m")
     assert err.value.data == {"where": "messages[0].content[1]", "model": "m", "count": 1}

@@ -210,7 +210,7 @@ class AnthropicMessages(Protocol):
             if b["type"] == "tool_result":
                 call_id = b["tool_use_id"]
                 text, result_parts = _tool_result(b, where)
-                results.append(Message("tool", text, result_parts, tool_call_id=call_id, name=names.get(call_id)))
+                results.append(Message("tool", text, parts=result_parts, tool_call_id=call_id, name=names.get(call_id)))
             elif b["type"] == "image":
                 parts.append(image_block(b, where))
             else:
@@ -220,7 +220,7 @@ class AnthropicMessages(Protocol):
         text = TURN_JOIN.join(t for t in texts if t)
         if not any(isinstance(p, ImagePart) for p in parts):
             parts = []
-        return results + ([Message("user", text, tuple(parts))] if text or parts or not results else [])
+        return results + ([Message("user", text, parts=tuple(parts))] if text or parts or not results else [])
 
     def parse_output_config(self, value: Any, body: dict, args: dict, v) -> None:
         if value.get("format") is not None:

@@ -96,11 +96,11 @@ def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
             msgs.append(Message("assistant", content, tool_calls=tuple(calls), reasoning=m.get("thinking") or None))
         elif role == "tool":
             call = _answered(pending, m)
-            msgs.append(Message("tool", content, with_images(content, m.get("images"), f"messages[{i}]"),
+            msgs.append(Message("tool", content, parts=with_images(content, m.get("images"), f"messages[{i}]"),
                                 tool_call_id=call.id if call else m.get("tool_call_id") or f"call_{i}",
                                 name=call.name if call else m.get("tool_name")))
         else:
-            msgs.append(Message(role, content, with_images(content, m.get("images"), f"messages[{i}]")))
+            msgs.append(Message(role, content, parts=with_images(content, m.get("images"), f"messages[{i}]")))
     args["messages"] = place_system([], msgs)
 
 
@@ -136,7 +136,7 @@ def parse_prompt(value: str, body: dict, args: dict, v: Validated) -> None:
         return
     system = body.get("system")
     args["messages"] = ([Message("system", system)] if system else []) + [
-        Message("user", value, with_images(value, body.get("images"), ""))]
+        Message("user", value, parts=with_images(value, body.get("images"), ""))]
 
 
 # -- machine hooks: the timings and the call a line carries -------------------------------------------------

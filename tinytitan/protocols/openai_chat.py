@@ -42,7 +42,7 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
         if role in ("system", "developer"):
             msgs.append(Message("system", content))
         elif role == "user":
-            msgs.append(Message("user", content, parts))
+            msgs.append(Message("user", content, parts=parts))
         elif role == "assistant":
             calls = []
             for j, c in enumerate(m.get("tool_calls") or []):
@@ -63,7 +63,7 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
                                 reasoning=m.get("reasoning_content") or m.get("reasoning")))
         else:
             call_id = m["tool_call_id"]
-            msgs.append(Message("tool", content, parts, tool_call_id=call_id,
+            msgs.append(Message("tool", content, parts=parts, tool_call_id=call_id,
                                 name=call_names.get(call_id, m.get("name"))))
     args["messages"] = place_system([], msgs)
 

@@ -168,7 +168,7 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
                 raise invalid(f"input_image in a {role} message ({place(item)}) is not supported: images go in "
                               "user messages and function call outputs", param=f"{place(item)}.content",
                               code="unsupported_content")
-            msgs.append(Message("system" if role == "developer" else role, text, parts))
+            msgs.append(Message("system" if role == "developer" else role, text, parts=parts))
         elif kind == "function_call":
             name = flat_name(item["namespace"], item["name"], sep) if item.get("namespace") else item["name"]
             tool_call(ToolCall(item["call_id"], name, item.get("arguments") or ""))
@@ -176,7 +176,7 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
             tool_call(ToolCall(item["call_id"], item["name"], json.dumps({"input": item["input"]}, ensure_ascii=False)))
         elif kind in ("function_call_output", "custom_tool_call_output"):
             text, parts = content_parts(item.get("output"), f"{place(item)}.output")
-            msgs.append(Message("tool", text, parts, tool_call_id=item["call_id"], name=call_names.get(item["call_id"])))
+            msgs.append(Message("tool", text, parts=parts, tool_call_id=item["call_id"], name=call_names.get(item["call_id"])))
         elif kind == "compaction":
             system.append(compaction.as_context(compaction.decode(item["encrypted_content"], "input")))
         # reasoning items: accepted and skipped
