@@ -426,3 +426,82 @@ async def test_images_only_where_the_api_takes_them(seeing):
     assert r.status_code == 400 and "messages[0].images" in r.json()["error"]
     r = await _post(s, "/api/generate", {"model": MODEL, "prompt": "x", "raw": True, "images": [b64(PNG)]})
     assert r.status_code == 400 and "raw" in r.json()["error"]
+
+
+# -- remote URLs, fetched where the operator turned it on (--fetch-images) ---------------------------------
+@pytest.fixture
+def image_host():
+    """A loopback HTTP server with images (and failures) to fetch → its base URL."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            routes = {"/a.png": (200, "image/png", PNG), "/b.jpg": (200, "image/jpeg; x=1", JPEG),
+                      "/text": (200, "text/html", b"<html>not an image</html>"), "/big": (200, "image/png", PNG * 50)}
+            if self.path == "/moved":
+                self.send_response(302)
+                self.send_header("Location", "/a.png")
+                self.end_headers()
+                return
+            if self.path == "/slow":
+                time.sleep(3)
+            status, kind, data = routes.get(self.path, (404, "text/plain", b"no"))
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server gave up on a slow or oversized answer: what the test checks
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+async def test_remote_images_are_fetched_with_the_flag(serve, demo_tok, image_host):
+    backend = Seeing([ScriptEntry("I see it.")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend, fetch_images=True)
+    c = openai_client(s)
+    await c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": image_host + "/a.png"}},
+        {"type": "image_url", "image_url": {"url": image_host + "/moved"}},
+        {"type": "image_url", "image_url": {"url": data_url(GIF, "image/gif")}}]}])
+    assert_images(backend.requests[-1], [(PNG, "image/png", "messages[0].content[0]"),
+                                         (PNG, "image/png", "messages[0].content[1]"),
+                                         (GIF, "image/gif", "messages[0].content[2]")])
+    await c.responses.create(model=MODEL, input=[{"role": "user", "content": [
+        {"type": "input_image", "image_url": image_host + "/b.jpg"}]}])
+    assert_images(backend.requests[-1], [(JPEG, "image/jpeg", "input[0].content[0]")])
+    await anthropic_sdk(s).messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "x"}, {"type": "image", "source": {"type": "url", "url": image_host + "/a.png"}}]}])
+    assert_images(backend.requests[-1], [(PNG, "image/png", "messages[0].content[1]")])
+
+
+async def test_a_fetch_that_fails_is_a_400_naming_the_part(serve, demo_tok, image_host, monkeypatch):
+    from tinytitan.http import fetch
+
+    monkeypatch.setattr(fetch, "TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(images, "MAX_BYTES", len(PNG) * 10)
+    backend = Seeing([ScriptEntry("I see it.")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend, fetch_images=True)
+    for path, words in (("/missing", "answered 404"), ("/slow", "no answer within 1 s"), ("/big", "exceeds"),
+                        ("/text", "not a valid image")):
+        r = await _post(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": image_host + path}}]}]})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "messages[0].content[1]" and words in err["message"], err
+        path_, body, headers = anthropic_body(image_host + path)
+        r = await _post(s, path_, {"model": MODEL, **body}, headers)
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("Could not process image: ")
+    assert backend.requests == []
+    r = await _post(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://127.0.0.1:1/unreachable.png"}}]}]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "image_url_fetch_failed"

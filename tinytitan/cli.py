@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="accept this Host header too (repeatable; loopback names are always accepted)")
     s.add_argument("--api-key", help="require this key (Authorization: Bearer or x-api-key)")
+    s.add_argument("--fetch-images", action="store_true",
+                   help="fetch remote http(s) image URLs in requests (10 s and 20 MiB per image; the server then "
+                        "reaches any host a client names); without it they are refused: send data URLs")
     s.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait beyond the running batch (default 16); more are refused at once")
     s.add_argument("--max-batch", type=_positive, default=DEFAULT_MAX_BATCH,
@@ -393,7 +396,8 @@ def serve(args) -> int:
         allowed += (args.host,)
     server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
                                                     responses_store=args.responses_store,
-                                                    websocket=not args.no_websocket))
+                                                    websocket=not args.no_websocket,
+                                                    fetch_images=args.fetch_images))
 
     catalog = codex_catalog(engine)
     config = Config()

@@ -35,7 +35,7 @@ from ..observe.observer import Observer
 from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
-from . import encoding
+from . import encoding, fetch
 from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
 from ..speclang.validate import query_args
 from .trim import Trimmer
@@ -117,6 +117,7 @@ class ServerConfig:
     max_body_bytes: int = 64 * 1024 * 1024
     responses_store: str | None = "memory"  # a directory, "memory", or None for the user's state directory
     websocket: bool = True  # False: the WebSocket routes are not served (an upgrade there is 426)
+    fetch_images: bool = False  # True: remote image URLs are fetched (http/fetch.py); else refused by name
 
 
 def host_name(header: str) -> str:
@@ -161,7 +162,8 @@ class Server:
                                      if o is not self.shared and "<" not in p and p != "/"] +
                                     [(p.spec.raw["prefix"], p) for p in protocols if p.spec.raw.get("prefix")],
                                     key=lambda item: -len(item[0]))
-        self.services = Services(engine, self.hold, self.state, self.config, self.observer)
+        self.services = Services(engine, self.hold, self.state, self.config, self.observer,
+                                 fetch.with_fetched_images if self.config.fetch_images else None)
         for proto in protocols:
             proto.attach(self.services)
         self.trimmer = Trimmer()  # memory back to the system after a large body (trim.py)

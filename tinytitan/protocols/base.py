@@ -146,7 +146,12 @@ class Protocol:
 
     async def checked(self, call: Call, handler: str | None = None, empty_is_object: bool = False) -> Validated:
         """``validate`` for a handler: a body of ``OFF_LOOP_BYTES`` or more is parsed and validated on a worker
-        thread, so big prompts do not delay the small requests beside them. The same errors come out."""
+        thread, so big prompts do not delay the small requests beside them. The same errors come out. Where the
+        server fetches remote images (``--fetch-images``), those at the spec's ``extra.image_urls`` are fetched
+        first and stand in the body as data URLs."""
+        fetch = getattr(getattr(self, "services", None), "fetch_images", None)
+        if fetch is not None and self.spec.extra.get("image_urls"):
+            call = await fetch(call, self.spec.extra["image_urls"])
         if len(call.body) < OFF_LOOP_BYTES:
             return self.validate(call, handler, empty_is_object)
         return await trio.to_thread.run_sync(self.validate, call, handler, empty_is_object)
