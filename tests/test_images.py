@@ -197,6 +197,34 @@ async def test_responses_input_image_in_messages_and_tool_outputs(seeing, stream
     assert req.messages[-1].role == "tool" and req.messages[-1].tool_call_id == "c1"
 
 
+async def test_responses_images_over_the_websocket(seeing, serve):
+    # Codex's built-in provider sends view_image's picture over the socket; a text model's refusal comes in band
+    import trio
+    from httpx_ws import aconnect_ws
+
+    s, backend = seeing
+    text = await serve(["never"], model_id="text-only")
+    items = [{"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c1", "output": [
+                 {"type": "input_image", "image_url": data_url(PNG)}]}]
+    async with httpx.AsyncClient() as client:
+        for server, model in ((s, MODEL), (text, "text-only")):
+            async with aconnect_ws(server.url("/v1/responses"), client) as ws:
+                await ws.send_text(json.dumps({"type": "response.create", "model": model, "store": False,
+                                               "input": items}))
+                with trio.fail_after(10):
+                    frames = [json.loads(await ws.receive_text())]
+                    while frames[-1]["type"] not in ("response.completed", "error"):
+                        frames.append(json.loads(await ws.receive_text()))
+            if server is s:
+                assert frames[-1]["type"] == "response.completed", frames[-1]
+                assert_images(backend.requests[-1], [(PNG, "image/png", "input[1].output[0]")])
+            else:
+                (error,) = frames
+                assert error["status"] == 400 and error["error"]["param"] == "input[1].output[0]"
+                assert "input_image is only supported by certain models" in error["error"]["message"]
+
+
 async def test_responses_images_of_a_stored_chain_are_named_by_their_item(seeing):
     s, backend = seeing
     c = openai_client(s)
