@@ -128,8 +128,11 @@ class Protocol:
             err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
         reworded = (self.spec.extra.get("error_wording") or {}).get(err.code)
         if reworded:  # an error the engine raises with data (images a model cannot read …): the API's own words
-            err = ApiError(err.kind, reworded.format(message=err.message, **err.data), err.param, err.code,
-                           err.headers, err.data)
+            try:
+                text = reworded.format_map({**err.data, "message": err.message})
+            except (KeyError, IndexError, ValueError):  # data the wording needs is missing: the message as it is
+                text = err.message
+            err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
         kind = self.spec.error_kind(err.kind)
         param = self.spec.error_params.get(err.param, err.param)  # the engine names ChatRequest's fields
         ctx = {"message": err.message, "type": kind.type, "param": param, "code": err.code or kind.code}
