@@ -274,14 +274,17 @@ async def test_anthropic_count_tokens_takes_images(seeing):
 async def test_ollama_images_on_chat_and_generate(seeing, stream):
     s, backend = seeing
     c = ollama.AsyncClient(host=s.base)
-    messages = [{"role": "user", "content": "two pictures", "images": [PNG, b64(JPEG)]}]
+    messages = [{"role": "user", "content": "two pictures", "images": [PNG, b64(JPEG)]},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "a data URL too", "images": [data_url(WEBP, "image/webp")]}]
     if stream:
         text = "".join([p.message.content async for p in await c.chat(model=MODEL, messages=messages, stream=True)])
     else:
         text = (await c.chat(model=MODEL, messages=messages)).message.content
     assert text == "I see it."
-    assert_images(backend.requests[-1], [(PNG, "", "messages[0].images[0]"), (JPEG, "", "messages[0].images[1]")])
-    assert backend.requests[-1].messages[-1].parts[-1] == "two pictures"
+    assert_images(backend.requests[-1], [(PNG, "", "messages[0].images[0]"), (JPEG, "", "messages[0].images[1]"),
+                                         (WEBP, "image/webp", "messages[2].images[0]")])
+    assert backend.requests[-1].messages[0].parts[-1] == "two pictures"
     if stream:
         text = "".join([p.response async for p in await c.generate(model=MODEL, prompt="what", images=[GIF], stream=True)])
     else:

@@ -105,12 +105,13 @@ def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
 
 
 def with_images(text: str, given: list | None, where: str) -> tuple:
-    """A turn's ``images`` (base64, no media type: the bytes say it) ahead of its text, as Ollama's templates
-    place them; () without images. Only user turns (and tool results) carry them."""
+    """A turn's ``images`` (base64, no media type: the bytes say it; a data URL is taken too) ahead of its text,
+    as Ollama's templates place them; () without images. Only user turns (and tool results) carry them."""
     if not given:
         return ()
     field = f"{where}.images" if where else "images"
-    parts = tuple(images.from_base64(data, "", f"{field}[{j}]") for j, data in enumerate(given))
+    parts = tuple(images.from_url(data, f"{field}[{j}]") if data[:5].lower() == "data:"  # (some clients send
+                  else images.from_base64(data, "", f"{field}[{j}]") for j, data in enumerate(given))  # data URLs)
     return parts + ((text,) if text else ())
 
 
