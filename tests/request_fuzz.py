@@ -12,6 +12,8 @@ route, starts from a valid request for it, and applies one to four mutations:
   100k characters, nesting thousands deep, a lone surrogate escape;
 - bytes that are not UTF-8 inside a string (a surrogate written as raw bytes, a stray continuation byte);
 - ``stream`` switched on or off; the body replaced by non-JSON or cut short; a wrong content type;
+- an image (every route that takes one carries one; the server reads images, ``--script-images``) replaced by
+  damaged, truncated, oversized or unsupported data, bad base64, or a URL that is not a base64 data URL;
 - the body compressed (``Content-Encoding`` zstd, gzip, deflate, br), the compressed bytes cut short, or an
   encoding the server does not know;
 - a web page's headers: an ``Origin`` that is allowed (a loopback page) or not (another site, ``null``, one that
@@ -26,6 +28,7 @@ healthy afterwards.
 
 from __future__ import annotations
 
+import base64
 import copy
 import gzip
 import json
@@ -55,6 +58,27 @@ _TOOL_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "q": 
 _MSGS = [{"role": "user", "content": "hi"}]
 
 
+def _png(size=(4, 3)) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", size, (10, 200, 30)).save(out, "PNG")
+    return out.getvalue()
+
+
+# an image in every route that takes one (the server reads images: --script-images); the ``image`` mutation puts
+# one of IMAGES_BAD in its place (as base64, or a whole URL where the base holds a data URL)
+_IMAGE = base64.b64encode(_png()).decode()
+_IMAGE_URL = "data:image/png;base64," + _IMAGE
+IMAGES_BAD = [base64.b64encode(b).decode() for b in (
+    b"not an image", _png()[:30], _png()[:-16] + b"\0" * 16, b"BM" + b"\0" * 60, _png((9000, 1)),
+    b"GIF89a\xff\xff\xff\xff" + b"\0" * 20)] + ["!!!!", "", "A" * 7]
+IMAGE_URLS_BAD = ["https://example.com/a.png", "file:///etc/passwd", "data:image/png,raw", "data:;base64,",
+                  "data:text/plain;base64,aGk=", "data:image/png;base64,%%%", "javascript:alert(1)"]
+
+
 @dataclass(frozen=True)
 class Route:
     path: str
@@ -73,7 +97,8 @@ ROUTES = [
     Route("/v1/chat/completions", {
         "model": MODEL, "max_tokens": 20, "stop": ["zz"], "temperature": 0.5, "stream": False,
         "tools": [{"type": "function", "function": {"name": "f", "parameters": _TOOL_SCHEMA}}],
-        "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [
+            {"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": _IMAGE_URL, "detail": "low"}}]},
                      {"role": "assistant", "content": None, "tool_calls": [
                          {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
                      {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}, "openai"),
@@ -85,7 +110,9 @@ ROUTES = [
         "tools": [{"type": "function", "name": "f", "parameters": _TOOL_SCHEMA}],
         "input": [{"type": "message", "role": "user", "content": "hi"},
                   {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-                  {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}, "openai"),
+                  {"type": "function_call_output", "call_id": "c1", "output": [
+                      {"type": "input_text", "text": "ok"}, {"type": "input_image", "image_url": _IMAGE_URL}]}]},
+          "openai"),
     Route("/v1/responses/compact", {"model": MODEL, "input": [{"type": "message", "role": "user", "content": "hi"}],
                                     "instructions": "s"}, "openai"),
     Route("/v1/responses/resp_missing/cancel", {}, "openai"),
@@ -95,13 +122,16 @@ ROUTES = [
         "thinking": {"type": "enabled", "budget_tokens": 1024}, "metadata": {"user_id": "u"},
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
                      {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+                         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _IMAGE}}]},
+                         {"type": "image", "source": {"type": "url", "url": _IMAGE_URL}}]}]},
           "anthropic"),
     Route("/v1/messages/count_tokens", {"model": MODEL, "messages": _MSGS, "system": "s"}, "anthropic"),
     Route("/v1/models/unload", {"model": MODEL}, "openai"),
-    Route("/api/chat", {"model": MODEL, "messages": _MSGS, "stream": False, "options": {"temperature": 0.2}}, "ollama"),
+    Route("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "hi", "images": [_IMAGE]}],
+                        "stream": False, "options": {"temperature": 0.2}}, "ollama"),
     Route("/api/generate", {"model": MODEL, "prompt": "hi", "stream": False}, "ollama",
-          optional={"raw": True, "suffix": "x", "system": "s", "think": True}),  # (a format the script's text
+          optional={"raw": True, "suffix": "x", "system": "s", "think": True, "images": [_IMAGE]}),  # (a format the script's text
           # cannot fit fails the request by design: engine/scripted.py)
     Route("/v1/nope", {"model": MODEL}, "openai"),
     # (append new routes here: FIXED below names routes by their place in this list)
@@ -219,9 +249,17 @@ def cases(draw, routes=None) -> Case:
     text_ops: list[tuple] = []
     for _ in range(draw(st.integers(1, 4))):
         op = draw(st.sampled_from(["drop", "retype", "null", "raw", "nest", "optional", "duplicate", "bad_bytes",
-                                   "stream", "stream"]))
+                                   "stream", "stream", "image"]))
         where = list(paths(doc))
-        if op == "optional" and route.optional:
+        images = [p for p in where if _get(doc, p) in (_IMAGE, _IMAGE_URL)]
+        if op == "image" and images:
+            path = draw(st.sampled_from(images))
+            bad = draw(st.sampled_from(IMAGES_BAD))
+            if _get(doc, path) == _IMAGE_URL:
+                bad = draw(st.sampled_from(IMAGE_URLS_BAD + ["data:image/png;base64," + bad]))
+            _set(doc, path, bad)
+            done.append(f"image {'.'.join(map(str, path))}")
+        elif op == "optional" and route.optional:
             key = draw(st.sampled_from(sorted(route.optional)))
             doc[key] = copy.deepcopy(route.optional[key])
             done.append(f"add {key}")
@@ -390,7 +428,7 @@ class Server:
         script = tmp / "fuzz-script.json"
         script.write_text(json.dumps(SCRIPT))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tinytitan", "serve", "--script", str(script), "--port", "0",
+            [sys.executable, "-m", "tinytitan", "serve", "--script", str(script), "--script-images", "--port", "0",
              "--responses-store", "memory", "--log-level", "error", *extra_args],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []

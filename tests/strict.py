@@ -224,7 +224,7 @@ def tokens_count(data):
 
 
 # tinytitan's own additions to an OpenAI model entry (documented in the README), nothing else
-MODEL_EXTENSIONS = (r"\$\.context_window", r"\$\.max_output_tokens", r"\$\.loaded", r"\$\.device",
+MODEL_EXTENSIONS = (r"\$\.context_window", r"\$\.max_output_tokens", r"\$\.input_modalities", r"\$\.loaded", r"\$\.device",
                     r"\$\.capabilities", r"\$\.parameters", r"\$\.quantization", r"\$\.size_bytes", r"\$\.digest")
 # the reasoning text on Chat Completions, as DeepSeek, vLLM and llama.cpp send it (the SDK has no field for it)
 CHAT_EXTENSIONS = (r"\$\.choices\[\d+\]\.(message|delta)\.reasoning_content",)

@@ -169,7 +169,7 @@ def test_agrees_with_mlx_lm_tool_parsers(root, family):
     prefix = _render(b, history, True)
     # (no whitespace around values: mlx-lm's GLM parser strips it, ours keeps what the template wrote)
     call = ToolCall("call_0003", "write_file", '{"path": "notes/a.md", "content": "# Title\\nline <b>two</b>"}')
-    rest = _render(b, history + (Message("assistant", "", (call,)),), False)[len(prefix):]
+    rest = _render(b, history + (Message("assistant", "", tool_calls=(call,)),), False)[len(prefix):]
     end = TURN_END[family]
     if end:
         rest = rest[: rest.index(end)]

@@ -23,10 +23,15 @@ REFUSALS = [
     ("input[].type", {"input": [MSG, {"type": "computer_call_output", "call_id": "c", "output": {}}]},
      "input[1].type", "unsupported_value"),
     ("input[].content[].type", {"input": [{"type": "message", "role": "user", "content": [
-        {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "http://x/y.png"}]}]},
+        {"type": "input_text", "text": "look"}, {"type": "input_file", "file_url": "http://x/y.pdf"}]}]},
      "input[0].content[1].type", "unsupported_content"),
     ("input[].output[].type", {"input": [{"type": "function_call_output", "call_id": "c", "output": [
-        {"type": "input_file", "file_id": "f"}]}]}, "input[0].output[0].type", "unsupported_content"),
+        {"type": "input_file", "file_data": "JVBERi0="}]}]}, "input[0].output[0].type", "unsupported_content"),
+    ("input[].content[].file_id", {"input": [{"type": "message", "role": "user", "content": [
+        {"type": "input_image", "file_id": "file_1", "detail": "auto"}]}]}, "input[0].content[0].file_id",
+     "unsupported_value"),
+    ("input[].output[].file_id", {"input": [{"type": "function_call_output", "call_id": "c", "output": [
+        {"type": "input_image", "file_id": "file_1"}]}]}, "input[0].output[0].file_id", "unsupported_value"),
     ("tools[].type", {"tools": [{"type": "function", "name": "f"}, {"type": "teleport"}]}, "tools[1].type",
      "unsupported_value"),
     ("tools[].server_url", {"tools": [{"type": "mcp", "server_label": "gh", "server_url": "https://mcp.example"}]},

@@ -36,7 +36,7 @@ async def test_each_trace_gets_a_trace_summary_and_a_memory_summary(serve, demo_
 async def test_a_bad_trace_is_refused_by_its_path(serve):
     server = await serve(["x"])
     async with httpx.AsyncClient() as client:
-        bad = {**TRACE, "items": [{"type": "message", "role": "user", "content": [{"type": "input_image"}]}]}
+        bad = {**TRACE, "items": [{"type": "message", "role": "user", "content": [{"type": "input_file"}]}]}
         r = await client.post(server.url("/v1/memories/trace_summarize"), json={"model": MODEL, "traces": [TRACE, bad]})
         assert r.status_code == 400
         strict.openai_error(r.json())

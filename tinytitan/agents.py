@@ -53,6 +53,8 @@ def codex_entry(info: dict) -> dict:
         "context_window": window, "auto_compact_token_limit": window * 8 // 10,
         "support_verbosity": False, "supports_parallel_tool_calls": False, "supports_reasoning_summaries": False,
         "experimental_supported_tools": [],
+        # ["text"]: Codex does not offer view_image (a text model refuses images); ["text", "image"]: it sends them
+        "input_modalities": list(info.get("input_modalities") or ["text"]),
     }
     if default is not None:
         entry["default_reasoning_level"] = default

@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "always removed")
     s.add_argument("--context-window", type=int, metavar="TOKENS",
                    help="the scripted backend's context window (default 131072; a model's comes from its config)")
+    s.add_argument("--script-images", action="store_true",
+                   help="the scripted backend takes images, as a vision model would (they are checked, not read)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     s.add_argument("--allow-remote", action="store_true",
@@ -72,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "comma-separated). Loopback pages and the server's own are always allowed; requests without "
                         "an Origin (CLIs, SDKs) are never affected")
     s.add_argument("--api-key", help="require this key (Authorization: Bearer or x-api-key)")
+    s.add_argument("--fetch-images", action="store_true",
+                   help="fetch remote http(s) image URLs in requests (10 s and 20 MiB per image; the server then "
+                        "reaches any host a client names); without it they are refused: send data URLs")
     s.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait beyond the running batch (default 16); more are refused at once")
     s.add_argument("--max-batch", type=_positive, default=DEFAULT_MAX_BATCH,
@@ -170,6 +175,8 @@ def make_backends(args) -> list:
     window = getattr(args, "context_window", None)  # (a Namespace built by hand may leave it out)
     if window is not None and not args.script:
         raise SystemExit("--context-window applies to --script only: a model's window comes from its config.json")
+    if getattr(args, "script_images", False) and not args.script:
+        raise SystemExit("--script-images applies to --script only: a model's config says whether it reads images")
     if window is not None and window < 1:
         raise SystemExit(f"--context-window must be a positive number of tokens, not {window}")
     if args.script:
@@ -182,6 +189,7 @@ def make_backends(args) -> list:
                                     model_id=args.model_id or "tinytitan-scripted",
                                     context_window=window or SCRIPTED_CONTEXT_WINDOW,
                                     prompt_cache=PromptCache(cache_bytes))]
+        backends[0].takes_images = bool(getattr(args, "script_images", False))
     elif args.models_dir:
         from .engine.mlx_backend import MLXBackend
 
@@ -408,7 +416,8 @@ def serve(args) -> int:
                                                     responses_store=args.responses_store,
                                                     websocket=not args.no_websocket,
                                                     allowed_origins=origins,
-                                                    max_websockets=args.max_websockets))
+                                                    max_websockets=args.max_websockets,
+                                                    fetch_images=args.fetch_images))
 
     catalog = codex_catalog(engine)
     config = Config()

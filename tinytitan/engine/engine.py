@@ -40,6 +40,7 @@ from typing import AsyncIterator
 
 import trio
 
+from .. import images
 from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed
@@ -121,7 +122,11 @@ class Engine:
                        f"(each also as '<id>{FAST_SUFFIX}')", param="model", code="model_not_found")
 
     def apply_model(self, req: ChatRequest) -> ChatRequest:
+        """The request for the model it names: a text model's request with images refused (``images``: one
+        typed error each protocol words its own way), a vision model's images checked (format, size, count)."""
         base, fast = self.resolve(req.model)
+        images.refuse_unseen(req, self.backends[base].takes_images, base)
+        images.check_request(req)
         req = req.with_(model=base, fast=fast)
         return fast_path(req) if fast else req
 

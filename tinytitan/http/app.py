@@ -39,7 +39,7 @@ from ..observe.observer import Observer
 from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
-from . import encoding
+from . import encoding, fetch
 from .origins import OriginPolicy
 from .origins import parse as parse_origin
 from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
@@ -125,6 +125,7 @@ class ServerConfig:
     websocket: bool = True  # False: the WebSocket routes are not served (an upgrade there is 426)
     allowed_origins: tuple[str, ...] = ()  # web pages' origins allowed beyond loopback and the server's own
     max_websockets: int = 32  # WebSocket connections open at once; one more is refused (426: Codex then uses HTTP)
+    fetch_images: bool = False  # True: remote image URLs are fetched (http/fetch.py); else refused by name
 
 
 # a name or IPv4 address, or a bracketed IPv6 address; then an optional port, and nothing else
@@ -176,7 +177,8 @@ class Server:
                                      if o is not self.shared and "<" not in p and p != "/"] +
                                     [(p.spec.raw["prefix"], p) for p in protocols if p.spec.raw.get("prefix")],
                                     key=lambda item: -len(item[0]))
-        self.services = Services(engine, self.hold, self.state, self.config, self.observer)
+        self.services = Services(engine, self.hold, self.state, self.config, self.observer,
+                                 fetch.with_fetched_images if self.config.fetch_images else None)
         for proto in protocols:
             proto.attach(self.services)
         self.trimmer = Trimmer()  # memory back to the system after a large body (trim.py)

@@ -36,7 +36,7 @@ class SocketConnection:
     async def receive(self) -> str | None:
         with trio.move_on_after(self.idle_seconds):
             data = await self.ws.receive()
-            if isinstance(data, (bytes, bytearray)):
+            if data is None or isinstance(data, (bytes, bytearray)):  # (an empty binary frame reaches us as None)
                 raise invalid("Binary frames are not accepted on this socket: send each message as a JSON object "
                               "in a text frame", code="binary_frame")
             size = len(data.encode("utf-8", "surrogatepass"))

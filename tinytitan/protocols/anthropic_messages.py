@@ -25,14 +25,15 @@ import logging
 import re
 from typing import Any
 
-from ..chat_request import Message, Tool, ToolCall
+from .. import images
+from ..chat_request import ImagePart, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Finished
 from ..output_format import normalise
 from .. import tool_choice
 from ..speclang.machine import Machine, WireEvent
 from .base import Protocol
-from .common import place_system, template_variables, text_of
+from .common import content_of, place_system, template_variables
 from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.anthropic")
@@ -59,9 +60,24 @@ def _blocks(content: str | list) -> list[dict]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
-def _tool_result_text(block: dict, where: str) -> str:
-    text = text_of(block.get("content"), f"{where}.content")
-    return f"Error: {text}" if block.get("is_error") is True else text
+def image_block(block: dict, where: str) -> ImagePart:
+    """An ``image`` block (its shape checked by the spec): base64 data, or a data URL (a remote URL reaches
+    here only when fetching is off, and is refused by name)."""
+    source = block["source"]
+    if source["type"] == "url":
+        return images.from_url(source["url"], where)
+    return images.from_base64(source["data"], source["media_type"], where)
+
+
+IMAGE_BLOCKS = {"image": image_block}
+
+
+def _tool_result(block: dict, where: str) -> tuple[str, tuple]:
+    """A tool result's text (``Error: …`` when it failed) and its parts, where it holds images."""
+    text, parts = content_of(block.get("content"), f"{where}.content", IMAGE_BLOCKS)
+    if block.get("is_error") is not True:
+        return text, parts
+    return f"Error: {text}", (("Error:",) + parts if parts else ())
 
 
 @dataclass
@@ -186,19 +202,25 @@ class AnthropicMessages(Protocol):
                 calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
             else:
                 texts.extend(self._texts([(where, b)], "assistant"))
-        return Message("assistant", TURN_JOIN.join(t for t in texts if t), tuple(calls))
+        return Message("assistant", TURN_JOIN.join(t for t in texts if t), tool_calls=tuple(calls))
 
     def _user(self, blocks: list[tuple[str, dict]], names: dict[str, str]) -> list[Message]:
-        results, texts = [], []
+        results, texts, parts = [], [], []
         for where, b in blocks:
             if b["type"] == "tool_result":
                 call_id = b["tool_use_id"]
-                results.append(Message("tool", _tool_result_text(b, where), tool_call_id=call_id,
-                                       name=names.get(call_id)))
+                text, result_parts = _tool_result(b, where)
+                results.append(Message("tool", text, parts=result_parts, tool_call_id=call_id, name=names.get(call_id)))
+            elif b["type"] == "image":
+                parts.append(image_block(b, where))
             else:
-                texts.extend(self._texts([(where, b)], "user"))
+                new = self._texts([(where, b)], "user")
+                texts.extend(new)
+                parts.extend(t for t in new if t)
         text = TURN_JOIN.join(t for t in texts if t)
-        return results + ([Message("user", text)] if text or not results else [])
+        if not any(isinstance(p, ImagePart) for p in parts):
+            parts = []
+        return results + ([Message("user", text, parts=tuple(parts))] if text or parts or not results else [])
 
     def parse_output_config(self, value: Any, body: dict, args: dict, v) -> None:
         if value.get("format") is not None:

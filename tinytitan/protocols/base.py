@@ -119,11 +119,19 @@ class Protocol:
     # -- errors --------------------------------------------------------------------------------------------
     def error_response(self, err: ApiError) -> tuple[int, dict]:
         """A prompt over the context window is said in the API's own words (``extra.prompt_too_long``, with
-        ``{tokens}``, ``{window}`` and the engine's ``{message}``): clients match that wording to compact."""
+        ``{tokens}``, ``{window}`` and the engine's ``{message}``): clients match that wording to compact. So is
+        an error whose code ``extra.error_wording`` names (a template over ``{message}`` and the error's data)."""
         wording = self.spec.extra.get("prompt_too_long")
         if err.code == "context_length_exceeded" and wording and {"prompt_tokens", "context_window"} <= set(err.data):
             text = wording.format(message=err.message, tokens=err.data["prompt_tokens"],
                                   window=err.data["context_window"])
+            err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
+        reworded = (self.spec.extra.get("error_wording") or {}).get(err.code)
+        if reworded:  # an error the engine raises with data (images a model cannot read …): the API's own words
+            try:
+                text = reworded.format_map({**err.data, "message": err.message})
+            except (KeyError, IndexError, ValueError):  # data the wording needs is missing: the message as it is
+                text = err.message
             err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
         kind = self.spec.error_kind(err.kind)
         param = self.spec.error_params.get(err.param, err.param)  # the engine names ChatRequest's fields
@@ -141,7 +149,12 @@ class Protocol:
 
     async def checked(self, call: Call, handler: str | None = None, empty_is_object: bool = False) -> Validated:
         """``validate`` for a handler: a body of ``OFF_LOOP_BYTES`` or more is parsed and validated on a worker
-        thread, so big prompts do not delay the small requests beside them. The same errors come out."""
+        thread, so big prompts do not delay the small requests beside them. The same errors come out. Where the
+        server fetches remote images (``--fetch-images``), those at the spec's ``extra.image_urls`` are fetched
+        first and stand in the body as data URLs."""
+        fetch = getattr(getattr(self, "services", None), "fetch_images", None)
+        if fetch is not None and self.spec.extra.get("image_urls"):
+            call = await fetch(call, self.spec.extra["image_urls"])
         if len(call.body) < OFF_LOOP_BYTES:
             return self.validate(call, handler, empty_is_object)
         return await trio.to_thread.run_sync(self.validate, call, handler, empty_is_object)

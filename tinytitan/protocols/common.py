@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..chat_request import RENDERER_ARGUMENTS, Message
+from typing import Callable
+
+from ..chat_request import RENDERER_ARGUMENTS, ImagePart, Message
 from ..errors import invalid
 
 REMINDER = "<system-reminder>\n{}\n</system-reminder>"
@@ -17,21 +19,44 @@ def text_of(content, where: str, part_text_keys: dict[str, str] | None = None) -
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        out = []
-        for j, part in enumerate(content):
-            if not isinstance(part, dict):
-                raise invalid(f"Invalid content part at {where}[{j}]: expected an object", param=f"{where}[{j}]")
-            key = part_text_keys.get(part.get("type"))
-            if key is None:
-                raise invalid(f"content part type '{part.get('type')}' at {where}[{j}] is not supported: text only",
-                              param=f"{where}[{j}].type", code="unsupported_content")
-            text = part.get(key)
-            if not isinstance(text, str):
-                raise invalid(f"Missing or invalid '{key}' in content part {where}[{j}]", param=f"{where}[{j}].{key}")
-            out.append(text)
+        out = [_part_text(part, f"{where}[{j}]", part_text_keys) for j, part in enumerate(content)]
         return "".join(out) if len(out) <= 1 else "\n".join(out)
     raise invalid(f"Invalid type for '{where}': expected a string or an array of content parts", param=where,
                   code="invalid_type")
+
+
+def _part_text(part, where: str, part_text_keys: dict[str, str]) -> str:
+    if not isinstance(part, dict):
+        raise invalid(f"Invalid content part at {where}: expected an object", param=where)
+    key = part_text_keys.get(part.get("type"))
+    if key is None:
+        raise invalid(f"content part type '{part.get('type')}' at {where} is not supported: text only",
+                      param=f"{where}.type", code="unsupported_content")
+    text = part.get(key)
+    if not isinstance(text, str):
+        raise invalid(f"Missing or invalid '{key}' in content part {where}", param=f"{where}.{key}")
+    return text
+
+
+def content_of(content, where: str, images: dict[str, Callable[[dict, str], ImagePart]],
+               part_text_keys: dict[str, str] | None = None) -> tuple[str, tuple]:
+    """``text_of`` for content that may hold images: (its text, its parts in order — text and ImagePart —
+    or () when it holds no image). ``images``: the part types that are images, each with the reader that
+    turns one (and its place, ``where[j]``) into an ImagePart (tinytitan/images.py)."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in images for p in content):
+        return text_of(content, where, part_text_keys), ()
+    keys = part_text_keys or {"text": "text"}
+    texts: list[str] = []
+    parts: list = []
+    for j, part in enumerate(content):
+        read = images.get(part.get("type")) if isinstance(part, dict) else None
+        if read is not None:
+            parts.append(read(part, f"{where}[{j}]"))
+            continue
+        text = _part_text(part, f"{where}[{j}]", keys)
+        texts.append(text)
+        parts.append(text)
+    return ("".join(texts) if len(texts) <= 1 else "\n".join(texts)), tuple(parts)
 
 
 def place_system(system_texts: list[str], messages: list[Message], merge_later: bool = False) -> list[Message]:

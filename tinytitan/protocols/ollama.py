@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from .. import images
 from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Timing
@@ -81,6 +82,9 @@ def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
     pending: list[ToolCall] = []  # the last assistant turn's calls not answered yet, oldest first
     for i, m in enumerate(value):
         role, content = m["role"], m.get("content") or ""
+        if m.get("images") and role in ("system", "assistant"):
+            raise invalid(f"images in a {role} message (messages[{i}].images) are not supported: images go in user "
+                          "messages and tool results", param=f"messages[{i}].images", code="unsupported_content")
         if role == "assistant":
             calls = []
             for j, c in enumerate(m.get("tool_calls") or []):
@@ -89,14 +93,26 @@ def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
                 calls.append(ToolCall(c.get("id") or f"call_{i}_{j}", fn["name"],
                                       arguments if isinstance(arguments, str) else json.dumps(arguments)))
             pending = list(calls)
-            msgs.append(Message("assistant", content, tuple(calls), reasoning=m.get("thinking") or None))
+            msgs.append(Message("assistant", content, tool_calls=tuple(calls), reasoning=m.get("thinking") or None))
         elif role == "tool":
             call = _answered(pending, m)
-            msgs.append(Message("tool", content, tool_call_id=call.id if call else m.get("tool_call_id") or f"call_{i}",
+            msgs.append(Message("tool", content, parts=with_images(content, m.get("images"), f"messages[{i}]"),
+                                tool_call_id=call.id if call else m.get("tool_call_id") or f"call_{i}",
                                 name=call.name if call else m.get("tool_name")))
         else:
-            msgs.append(Message(role, content))
+            msgs.append(Message(role, content, parts=with_images(content, m.get("images"), f"messages[{i}]")))
     args["messages"] = place_system([], msgs)
+
+
+def with_images(text: str, given: list | None, where: str) -> tuple:
+    """A turn's ``images`` (base64, no media type: the bytes say it; a data URL is taken too) ahead of its text,
+    as Ollama's templates place them; () without images. Only user turns (and tool results) carry them."""
+    if not given:
+        return ()
+    field = f"{where}.images" if where else "images"
+    parts = tuple(images.from_url(data, f"{field}[{j}]") if data[:5].lower() == "data:"  # (some clients send
+                  else images.from_base64(data, "", f"{field}[{j}]") for j, data in enumerate(given))  # data URLs)
+    return parts + ((text,) if text else ())
 
 
 def parse_tools(value: list, body: dict, args: dict, v: Validated) -> None:
@@ -112,12 +128,16 @@ def parse_prompt(value: str, body: dict, args: dict, v: Validated) -> None:
     """/api/generate: a raw prompt (or a fill-in-the-middle pair) goes to the model as written; otherwise the
     prompt is one user turn under the optional system text, rendered by the model's chat template."""
     if body.get("raw") or body.get("suffix") is not None:
+        if body.get("images"):
+            raise invalid("'images' with a raw prompt (or a suffix) are not supported: send them with a templated "
+                          "prompt, or to /api/chat", param="images", code="unsupported_content")
         args["prompt"] = value
         if body.get("suffix") is not None:
             args["suffix"] = body["suffix"]
         return
     system = body.get("system")
-    args["messages"] = ([Message("system", system)] if system else []) + [Message("user", value)]
+    args["messages"] = ([Message("system", system)] if system else []) + [
+        Message("user", value, parts=with_images(value, body.get("images"), ""))]
 
 
 # -- machine hooks: the timings and the call a line carries -------------------------------------------------

@@ -10,13 +10,23 @@ from typing import Any
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import ApiError
 from ..output_format import normalise
-from .. import custom_tools
+from .. import custom_tools, images
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .common import place_system, template_variables, text_of
+from .common import content_of, place_system, template_variables
 
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
+
+
+def image_url_part(part: dict, where: str):
+    """An ``image_url`` part (its url a string, or ``{url, detail}``; the schema checked which): a data URL."""
+    url = part["image_url"]
+    return images.from_url(url if isinstance(url, str) else url["url"], where)
+
+
+# user turns (and tool results, which some clients send with a screenshot) may carry images
+IMAGE_PARTS = {"image_url": image_url_part}
 
 
 def parse_messages(value: list, body: dict, args: dict, v) -> None:
@@ -27,12 +37,12 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
         where = f"messages[{i}]"
         role = m["role"]
         # an assistant turn may carry a refusal part (the model declined): its text is the turn's text
-        content = text_of(m.get("content"), f"{where}.content",
-                          ASSISTANT_PARTS if role == "assistant" else None)
+        content, parts = content_of(m.get("content"), f"{where}.content", IMAGE_PARTS if role in ("user", "tool")
+                                    else {}, ASSISTANT_PARTS if role == "assistant" else None)
         if role in ("system", "developer"):
             msgs.append(Message("system", content))
         elif role == "user":
-            msgs.append(Message("user", content))
+            msgs.append(Message("user", content, parts=parts))
         elif role == "assistant":
             calls = []
             for j, c in enumerate(m.get("tool_calls") or []):
@@ -49,11 +59,12 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
                 call_id = c.get("id") or f"call_{i}_{j}"
                 call_names[call_id] = fn["name"]
                 calls.append(ToolCall(call_id, fn["name"], arguments))
-            msgs.append(Message("assistant", content, tuple(calls),
+            msgs.append(Message("assistant", content, tool_calls=tuple(calls),
                                 reasoning=m.get("reasoning_content") or m.get("reasoning")))
         else:
             call_id = m["tool_call_id"]
-            msgs.append(Message("tool", content, tool_call_id=call_id, name=call_names.get(call_id, m.get("name"))))
+            msgs.append(Message("tool", content, parts=parts, tool_call_id=call_id,
+                                name=call_names.get(call_id, m.get("name"))))
     args["messages"] = place_system([], msgs)
 
 

@@ -246,7 +246,8 @@ class OpenAIResponses(Protocol):
         return await self.respond(v, req, framing=framing)
 
     def request_for(self, v: Validated, items: list[dict]) -> ChatRequest:
-        system, msgs = to_messages(items, self.separator)
+        places = {item["id"]: f"input[{i}]" for i, item in enumerate(v.state.items or ()) if item.get("id")}
+        system, msgs = to_messages(items, self.separator, places)
         instructions = v.body.get("instructions") or ""
         v.args["messages"] = self.with_summaries(place_system([instructions], msgs, merge_later=True), system)
         if not v.args["messages"]:

@@ -23,15 +23,19 @@ from __future__ import annotations
 import json
 import logging
 
-from .. import custom_tools
+from .. import custom_tools, images
 from ..chat_request import Message, Tool, ToolCall
 from ..errors import invalid
 from . import compaction
 from .base import new_id
+from .common import content_of
 
 log = logging.getLogger("tinytitan.responses")
 
 DEFAULT_SEPARATOR = "__"
+IMAGE_MARK = "[image]"
+TEXT_KEYS = {k: "text" for k in ("input_text", "output_text", "text", "summary_text", "reasoning_text")} | {
+    "refusal": "refusal"}
 ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
              "compaction": "cmp_", "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_"}
 
@@ -41,10 +45,28 @@ def flat_name(namespace: str, name: str, sep: str = DEFAULT_SEPARATOR) -> str:
 
 
 def parts_text(content) -> str:
-    """A checked message content or tool output (a string or text parts) as one string."""
+    """A checked message content or tool output (a string or text and image parts) as one string (an image
+    stands as ``[image]``: a transcript's text)."""
     if content is None or isinstance(content, str):
         return content or ""
-    return "\n".join(part["refusal" if part["type"] == "refusal" else "text"] for part in content)
+    return "\n".join(IMAGE_MARK if part["type"] == "input_image" else part["refusal" if part["type"] == "refusal"
+                                                                           else "text"] for part in content)
+
+
+def input_image(part: dict, where: str):
+    """An ``input_image`` part: its ``image_url`` a data URL (``file_id`` is refused by the spec); ``detail``
+    is the model processor's business, not the request's."""
+    if not part.get("image_url"):
+        raise invalid(f"Missing required parameter: '{where}.image_url' (send the image as a base64 data URL)",
+                      param=f"{where}.image_url", code="missing_required_parameter")
+    return images.from_url(part["image_url"], where)
+
+
+def content_parts(content, where: str) -> tuple[str, tuple]:
+    """A checked message content or tool output → (its text, its parts where it holds an image)."""
+    if not isinstance(content, list) or not any(p["type"] == "input_image" for p in content):
+        return parts_text(content), ()
+    return content_of(content, where, {"input_image": input_image}, TEXT_KEYS)
 
 
 def normalise_input(value) -> list[dict]:
@@ -115,9 +137,16 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
     return tools, names
 
 
-def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR) -> tuple[list[str], list[Message]]:
+def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
+                places: dict[str, str] | None = None) -> tuple[list[str], list[Message]]:
     """Items (a stored chain's input and output, then this request's input) → (texts for the leading system
-    message, the conversation)."""
+    message, the conversation). ``places``: item id → where the item stands in this request (``input[3]``),
+    what an error about one of its images names; an item of the stored chain is named by its id."""
+    places = places or {}
+
+    def place(item: dict) -> str:
+        return places.get(item.get("id")) or f"item '{item.get('id')}'"
+
     system: list[str] = []
     msgs: list[Message] = []
     call_names: dict[str, str] = {}
@@ -126,24 +155,28 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR) -> tuple[list[s
         call_names[call.id] = call.name
         last = msgs[-1] if msgs else None
         if last is not None and last.role == "assistant":
-            msgs[-1] = Message("assistant", last.content, last.tool_calls + (call,), reasoning=last.reasoning)
+            msgs[-1] = Message("assistant", last.content, tool_calls=last.tool_calls + (call,), reasoning=last.reasoning)
         else:
-            msgs.append(Message("assistant", "", (call,)))
+            msgs.append(Message("assistant", "", tool_calls=(call,)))
 
     for item in items:
         kind = item.get("type")
         if kind == "message":
             role = item["role"]
-            text = parts_text(item.get("content"))
-            msgs.append(Message("system" if role == "developer" else role, text))
+            text, parts = content_parts(item.get("content"), f"{place(item)}.content")
+            if parts and role != "user":
+                raise invalid(f"input_image in a {role} message ({place(item)}) is not supported: images go in "
+                              "user messages and function call outputs", param=f"{place(item)}.content",
+                              code="unsupported_content")
+            msgs.append(Message("system" if role == "developer" else role, text, parts=parts))
         elif kind == "function_call":
             name = flat_name(item["namespace"], item["name"], sep) if item.get("namespace") else item["name"]
             tool_call(ToolCall(item["call_id"], name, item.get("arguments") or ""))
         elif kind == "custom_tool_call":
             tool_call(ToolCall(item["call_id"], item["name"], json.dumps({"input": item["input"]}, ensure_ascii=False)))
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            msgs.append(Message("tool", parts_text(item.get("output")), tool_call_id=item["call_id"],
-                                name=call_names.get(item["call_id"])))
+            text, parts = content_parts(item.get("output"), f"{place(item)}.output")
+            msgs.append(Message("tool", text, parts=parts, tool_call_id=item["call_id"], name=call_names.get(item["call_id"])))
         elif kind == "compaction":
             system.append(compaction.as_context(compaction.decode(item["encrypted_content"], "input")))
         # reasoning items: accepted and skipped

@@ -15,7 +15,7 @@ from .wire import Call, Reply
 
 def anthropic_capabilities(card: dict) -> dict:
     """A model card's capabilities in the shape of Anthropic's Models API: what the Messages route does
-    with this model (images, documents, server tools and structured output are refused by name there)."""
+    with this model (documents and server tools are refused by name there; images as the model says)."""
     def yes(flag: bool) -> dict:
         return {"supported": bool(flag)}
 
@@ -78,11 +78,13 @@ class Shared(Protocol):
                      "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
                      "lifecycle": "active"}
             if "context_window" in info:
+                capabilities = anthropic_capabilities(info["features"])
+                capabilities["image_input"] = {"supported": "image" in info.get("input_modalities", ())}
                 entry.update(max_input_tokens=info["context_window"], max_tokens=info["max_output_tokens"],
-                             capabilities=anthropic_capabilities(info["features"]))
+                             capabilities=capabilities)
             return entry
         entry = {"id": info["id"], "object": "model", "created": created, "owned_by": "tinytitan"}
-        for k in ("context_window", "max_output_tokens", "loaded", "device"):
+        for k in ("context_window", "max_output_tokens", "input_modalities", "loaded", "device"):
             if k in info:
                 entry[k] = info[k]
         if "features" in info:

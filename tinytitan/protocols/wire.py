@@ -98,3 +98,5 @@ class Services:
     state: dict = field(default_factory=dict)  # what protocols keep per server (e.g. the Responses store)
     config: Any = None  # the server's settings (ServerConfig)
     observer: "Observer | None" = None
+    # (call, the spec's image URL paths) → the call with its remote images fetched; None: fetching is off
+    fetch_images: Callable[[Call, list[str]], Awaitable[Call]] | None = None

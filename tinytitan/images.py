@@ -1,0 +1,200 @@
+"""Images in a request: from each protocol's spelling to an ``ImagePart``, and the checks every image passes.
+
+Neither engine nor protocol code: a protocol decodes its spelling with ``from_url`` / ``from_base64`` /
+``part``; ``check_request`` refuses what no model here may read; the engine's vision path opens an image with
+``open_image``. Every refusal is an ``ImageError`` (a 400, ``invalid_request``) naming the request part
+(``where``: ``messages[2].content[1]``); a protocol words it its own way from ``code`` and ``data``.
+
+Rules:
+- Formats: PNG, JPEG, GIF (its first frame) and WebP, recognised from the bytes (Pillow), whatever media type
+  the client declared; a declared media type other than these four is refused as unsupported.
+- Limits, per image: ``MAX_BYTES`` of data (20 MiB, as decoded from base64), ``MAX_SIDE`` pixels on either side
+  and ``MAX_PIXELS`` in all (8192 and 33,554,432 = 8192 × 4096, so a 6K screenshot passes); per request
+  ``MAX_IMAGES`` images (64). These bound what is decoded; fitting an image to the model's own input size (its
+  processor's resize) is the engine's work, done after ``open_image``.
+- A remote ``http(s)`` URL is fetched only where the operator turned fetching on (``--fetch-images``, see
+  ``tinytitan/http/fetch.py``); otherwise it is refused by name. Other URL schemes, and ``file_id``
+  references, are refused by name.
+- A request with images for a model that does not read them is refused with ``ImageInputUnsupported``, naming
+  the first image (``refuse_unseen``; the engine asks it, the model's ``takes_images`` decides).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import re
+import warnings
+from dataclasses import dataclass
+
+from .chat_request import ChatRequest, ImagePart
+from .errors import ApiError
+
+MAX_BYTES = 20 * 1024 * 1024
+MAX_SIDE = 8192
+MAX_PIXELS = 8192 * 4096
+MAX_IMAGES = 64
+FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
+MEDIA_TYPES = frozenset(FORMATS.values()) | {"image/jpg"}
+
+_DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*),(?P<data>.*)", re.S | re.I)
+
+
+class ImageError(ApiError):
+    """An image this server cannot take, named by its request part. ``code``: ``invalid_image`` (not an image,
+    or damaged), ``invalid_image_format`` (an image of a format not taken), ``image_too_large`` (bytes or
+    pixels), ``too_many_images``, ``image_url_not_allowed`` (a remote or otherwise unusable reference);
+    ``data``: ``where`` and, by code, ``limit`` / ``size``."""
+
+    def __init__(self, message: str, where: str, code: str, **data):
+        super().__init__("invalid_request", f"{where}: {message}", param=where, code=code,
+                         data={"where": where, "problem": message, **data})
+
+
+class ImageInputUnsupported(ApiError):
+    """Images sent to a model that reads text only. ``data``: ``where`` (the first image), ``model``, ``count``
+    (the protocols word it as their APIs do for a model without vision)."""
+
+    def __init__(self, where: str, model: str, count: int):
+        super().__init__("invalid_request", f"{where}: the model '{model}' reads text only: it cannot take "
+                         f"images ({count} in this request)", param=where, code="image_input_unsupported",
+                         data={"where": where, "model": model, "count": count})
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    format: str  # PNG, JPEG, GIF, WEBP
+    media_type: str
+    width: int
+    height: int
+
+
+# -- from a protocol's spelling --------------------------------------------------------------------------------
+def part(data: bytes, media_type: str, where: str) -> ImagePart:
+    """The bytes of an image as sent: within the byte limit, keyed by their digest (not yet opened)."""
+    media_type = (media_type or "").strip().lower()
+    if media_type and media_type not in MEDIA_TYPES:
+        raise ImageError(f"media type '{media_type}' is not supported: send PNG, JPEG, GIF or WebP images",
+                         where, "invalid_image_format")
+    if not data:
+        raise ImageError("image cannot be empty", where, "invalid_image")
+    if len(data) > MAX_BYTES:
+        raise ImageError(f"image exceeds {MAX_BYTES} bytes maximum: {len(data)} bytes > {MAX_BYTES} bytes",
+                         where, "image_too_large", limit=MAX_BYTES, size=len(data))
+    return ImagePart(data=data, media_type=media_type, digest=hashlib.sha256(data).hexdigest(), where=where)
+
+
+def from_base64(text: str, media_type: str, where: str) -> ImagePart:
+    """Base64 text (Anthropic's ``source.data``, Ollama's ``images``, a data URL's payload) → an ImagePart."""
+    if len(text) > (MAX_BYTES + 2) // 3 * 4 + 4:  # refused before decoding what is over the limit anyway
+        size = len(text) * 3 // 4
+        raise ImageError(f"image exceeds {MAX_BYTES} bytes maximum: about {size} bytes > {MAX_BYTES} bytes",
+                         where, "image_too_large", limit=MAX_BYTES, size=size)
+    try:
+        data = base64.b64decode(re.sub(r"\s+", "", text), validate=True)
+    except (binascii.Error, ValueError):
+        raise ImageError("the image data is not valid base64", where, "invalid_image") from None
+    return part(data, media_type, where)
+
+
+def is_remote(url: str) -> bool:
+    return url[:8].lower().startswith(("http://", "https://"))
+
+
+def from_url(url: str, where: str) -> ImagePart:
+    """An image URL as the OpenAI APIs spell it: a ``data:image/…;base64,`` URL. A remote one reaches here only
+    when fetching is off (a fetching server replaced it with the data it fetched): it is refused by name."""
+    if is_remote(url):
+        raise ImageError("remote image URLs are not fetched by this server: send the image inline as a base64 "
+                         "data URL (or start the server with --fetch-images)", where, "image_url_not_allowed")
+    m = _DATA_URL.fullmatch(url.strip()) if url[:5].lower() == "data:" else None
+    if m is None:
+        scheme = url.split(":", 1)[0][:20] if ":" in url else ""
+        raise ImageError(f"image URL scheme '{scheme}' is not supported: send a base64 data URL "
+                         "(data:image/png;base64,…)" if scheme else
+                         "the image URL is not a URL: send a base64 data URL (data:image/png;base64,…)",
+                         where, "image_url_not_allowed")
+    if "base64" not in [p.strip().lower() for p in m["params"].split(";")]:
+        raise ImageError("the data URL is not base64-encoded: send data:<media type>;base64,<data>", where,
+                         "invalid_image")
+    return from_base64(m["data"], m["type"], where)
+
+
+# -- the checks --------------------------------------------------------------------------------------------
+def inspect(image: ImagePart) -> ImageInfo:
+    """Its format and size, read from the header (no pixel is decoded), within the limits; damage a structural
+    check finds (PNG chunk checksums, a truncated header) is refused here too."""
+    from PIL import Image, UnidentifiedImageError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            with Image.open(io.BytesIO(image.data)) as img:
+                fmt, (width, height) = img.format or "", img.size
+                _within(fmt, width, height, image.where)
+                img.verify()
+        except ImageError:
+            raise
+        except UnidentifiedImageError:
+            raise ImageError("the data is not a valid image: send PNG, JPEG, GIF or WebP", image.where,
+                             "invalid_image") from None
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+            raise ImageError(f"image dimensions exceed the maximum of {MAX_PIXELS} pixels", image.where,
+                             "image_too_large", limit=MAX_PIXELS) from None
+        except Exception as exc:  # Pillow's decoders raise OSError, SyntaxError, ValueError … on damaged data
+            raise ImageError(f"the image is damaged or truncated ({_reason(exc)})", image.where,
+                             "invalid_image") from None
+    return ImageInfo(fmt, FORMATS[fmt], width, height)
+
+
+def _within(fmt: str, width: int, height: int, where: str) -> None:
+    if fmt not in FORMATS:
+        raise ImageError(f"image format {fmt or 'unknown'} is not supported: send PNG, JPEG, GIF or WebP", where,
+                         "invalid_image_format")
+    if width < 1 or height < 1:
+        raise ImageError("image cannot be empty (0 pixels)", where, "invalid_image")
+    if max(width, height) > MAX_SIDE or width * height > MAX_PIXELS:
+        raise ImageError(f"image dimensions exceed the maximum ({width}x{height}; at most {MAX_SIDE} pixels a "
+                         f"side and {MAX_PIXELS} in all)", where, "image_too_large", limit=MAX_PIXELS,
+                         size=width * height)
+
+
+def _reason(exc: Exception) -> str:
+    return (str(exc) or type(exc).__name__)[:120]
+
+
+def check_request(req: ChatRequest) -> tuple[ImageInfo, ...]:
+    """Every image of a request within the limits (count, then each one's header); their infos, in order."""
+    images = req.images
+    if len(images) > MAX_IMAGES:
+        where = images[MAX_IMAGES].where
+        raise ImageError(f"too many images in one request: {len(images)} > {MAX_IMAGES} (images exceed the API "
+                         "limit)", where, "too_many_images", limit=MAX_IMAGES, size=len(images))
+    return tuple(inspect(image) for image in images)
+
+
+def refuse_unseen(req: ChatRequest, takes_images: bool, model: str) -> None:
+    """A request with images for a model that reads none: refused, naming the first image."""
+    images = req.images
+    if images and not takes_images:
+        raise ImageInputUnsupported(images[0].where, model, len(images))
+
+
+def open_image(image: ImagePart):
+    """The image decoded, for a vision model's processor: a ``PIL.Image.Image`` in RGB, turned upright as its
+    EXIF orientation says (a GIF: its first frame), after the same checks as ``inspect``. Damage found only
+    while decoding is an ``ImageError`` naming the part. Its size is the image's own: resizing to the model's
+    input is the caller's (the model processor's) work."""
+    from PIL import Image, ImageOps
+
+    inspect(image)
+    try:
+        with Image.open(io.BytesIO(image.data)) as img:
+            img.load()
+            upright = ImageOps.exif_transpose(img)
+            return upright.convert("RGB")
+    except Exception as exc:
+        raise ImageError(f"the image is damaged or truncated ({_reason(exc)})", image.where,
+                         "invalid_image") from None
