@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..chat_request import ChatRequest, Message
+from ..chat_request import ChatRequest, ImagePart, Message
 
 
 def _arguments(text: str):
@@ -22,6 +22,8 @@ def _arguments(text: str):
 
 def template_message(m: Message) -> dict:
     d: dict = {"role": m.role, "content": m.content}
+    if m.parts:  # a message with images: its parts in order, as vision templates read them
+        d["content"] = [{"type": "image"} if isinstance(p, ImagePart) else {"type": "text", "text": p} for p in m.parts]
     if m.tool_calls:
         d["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}}

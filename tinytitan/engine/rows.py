@@ -101,10 +101,10 @@ class Row:
     def open(self, model, seeded: bool) -> None:
         """Its cache (the longest cached prefix, else a new one), its sampler and processors, its Started."""
         backend, prepared = self.backend, self.prepared
-        kv, cached = backend.prompt_cache.fetch(self.tokens)
+        kv, read, cached = backend.prompt_prefix(model, prepared)
         if kv is None:
-            kv, cached = backend.new_cache(model), 0
-        self.kv, self.read = kv, cached
+            kv, read, cached = backend.new_cache(model), 0, 0
+        self.kv, self.read = kv, read
         sampler, processors = backend.sampler_for(prepared, self.loop, seeded=seeded)
         if not seeded and prepared.req.seed is not None:
             import mlx.core as mx
@@ -187,7 +187,7 @@ class Row:
             for c in self.kv:
                 c.trim(extra)
         mx.eval([c.state for c in self.kv if not c.empty()])
-        self.backend.prompt_cache.store(self.tokens + self.generated, self.kv)
+        self.backend.prompt_cache.store(self.tokens + self.generated, self.kv, self.prepared.image_runs)
 
     def _report(self, exc: BaseException | None) -> None:
         """A failure: before its Started (its model would not load) the consumer's exception, as when decoding
