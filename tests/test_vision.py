@@ -1,0 +1,221 @@
+"""Vision models on the engine path (the demo vision model, a tiny Gemma 3, and a tiny Mistral 3 built from its
+config here): images rendered through the model's template and processor, counted exactly, read where a row's
+cache starts, keyed by digest in the prompt cache (a repeated image is not encoded again; a changed one is named),
+decoded in the batch like any row, and a bad image a 400 naming its part."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+
+import pytest
+import trio
+
+from tinytitan.chat_request import ChatRequest, Grammar, ImagePart, Message
+from tinytitan.engine.decode_loop import DecodeLoop
+from tinytitan.engine.engine import Engine
+from tinytitan.errors import ApiError
+from tinytitan.events import Finished, Started, TextDelta
+
+pytest.importorskip("mlx_vlm")
+
+
+def png(color, size=(64, 48), fmt="PNG") -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", size, color).save(out, fmt)
+    return out.getvalue()
+
+
+def part(data: bytes, where: str = "messages[0].content[0]") -> ImagePart:
+    return ImagePart(data, "image/png", hashlib.sha256(data).hexdigest(), where)
+
+
+def ask(*parts, history=(), model="demo-vision", **kw) -> ChatRequest:
+    text = "".join(p for p in parts if isinstance(p, str))
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", 6)
+    return ChatRequest(model=model, messages=(*history, Message("user", text, parts=tuple(parts))), **kw)
+
+
+def decode(backend, req: ChatRequest):
+    prepared = backend.prepare(req)
+    events = []
+    loop = DecodeLoop(backend.parser(prepared), (), events.append, prepared.sampling)
+    backend.decode(prepared, loop, lambda: False)
+    return prepared, events
+
+
+def text_of(events) -> str:
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+@pytest.fixture(scope="module")
+def vision():
+    from tinytitan.demo_model.vision import MODEL_ID, ensure_demo_vision
+    from tinytitan.engine.vision import VisionBackend, backend_class
+
+    path = ensure_demo_vision()
+    assert backend_class(path) is VisionBackend
+    return VisionBackend(path, MODEL_ID)
+
+
+RED, BLUE = png((255, 0, 0)), png((0, 0, 255))
+
+
+def test_demo_vision_matches_mlx_vlm_and_mlx_lm(vision):
+    """The built weights are exactly the parameters mlx-vlm's gemma3 reads (mlx-lm reads its language part), the
+    processor is Gemma 3's own (896 pixels, 256 tokens an image) and the template Gemma 3's."""
+    from mlx.utils import tree_flatten
+    from mlx_vlm.utils import load_model
+
+    from tinytitan.demo_model.vision import param_shapes
+
+    model = load_model(vision.path, lazy=True)
+    params = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters()) if k != "language_model.lm_head.weight"}
+    assert params == param_shapes()
+    assert type(vision.processor).__name__ == "Gemma3Processor"
+    assert vision.processor.image_processor.size == {"height": 896, "width": 896}
+    assert vision.family.name == "gemma" and vision.takes_images
+    assert vision.describe()["input_modalities"] == ["text", "image"]
+
+
+def test_image_tokens_counted_exactly(vision):
+    req = ask(part(RED), "What is on the screen?")
+    prepared = vision.prepare(req)
+    assert len(prepared.tokens) == vision.count_tokens(req) > vision.count_tokens(ask("What is on the screen?")) + 256
+    assert prepared.tokens.count(vision.image_token_id) == 256
+    [run] = prepared.image_runs
+    assert run.end - run.start == 256 and run.digest == part(RED).digest
+    assert prepared.tokens[run.start:run.end] == [vision.image_token_id] * 256
+    assert "<start_of_image>" in prepared.prompt_text and prepared.prompt_text.startswith("<bos><start_of_turn>user")
+
+
+def test_prefill_matches_mlx_vlm(vision):
+    """The first token the engine samples is raw mlx-vlm's on the same model, prompt and image (greedy)."""
+    import mlx.core as mx
+    from mlx_vlm.utils import load_model
+
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    req = ask(part(BLUE), "Describe it.", max_tokens=1)
+    prepared, events = decode(vision, req)
+    model = load_model(vision.path)
+    template_text = MLXBackend.render(vision, req)  # the template's text, before the processor expands it
+    inputs = vision.processor(text=[template_text], images=[_image(BLUE)], add_special_tokens=False,
+                              return_tensors="np")
+    ids = mx.array(inputs["input_ids"])
+    assert ids[0].tolist() == prepared.tokens
+    emb = model.get_input_embeddings(ids, mx.array(inputs["pixel_values"]), mask=mx.ones(ids.shape)).inputs_embeds
+    logits = model.language_model(ids, inputs_embeds=emb, cache=model.language_model.make_cache()).logits
+    first = int(mx.argmax(logits[0, -1]).item())
+    assert text_of(events).strip() == vision.tokenizer.decode([first]).strip()  # (an answer opens unspaced)
+
+
+def _image(data: bytes):
+    from PIL import Image
+
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+def test_repeated_image_is_not_encoded_again(vision):
+    """A later turn resending the image reuses the cached prefix: the image is not encoded again, and the usage
+    says how much was cached. Another image at that place is encoded, and the miss names it."""
+    vision.prompt_cache.clear()
+    first = ask(part(RED), "What colour is this?")
+    before = vision.encoded_images
+    p1, events = decode(vision, first)
+    assert vision.encoded_images == before + 1
+    answer = text_of(events)
+    second = ask("And now?", history=(first.messages[0], Message("assistant", answer)))
+    p2, events2 = decode(vision, second)
+    assert vision.encoded_images == before + 1, "the image was encoded again"
+    assert p2.cache_miss["reason"] == "hit"
+    finished = events2[-1]
+    assert isinstance(finished, Finished) and finished.usage.cached_tokens >= p1.image_runs[0].end
+    changed = ask(part(BLUE), "What colour is this?")
+    p3, _ = decode(vision, changed)
+    assert vision.encoded_images == before + 2
+    assert p3.cache_miss["reason"] == "messages_changed"
+    assert p3.cache_miss["where"] == "message 0 (user) image 0"
+    assert "messages[0].content[0]" in p3.cache_miss["detail"]
+
+
+def test_a_changed_later_image_keeps_the_earlier_one(vision):
+    """Two images, the second changed: the prefix through the first is reused, only the second is encoded."""
+    vision.prompt_cache.clear()
+    two = ask(part(RED), "Left.", part(BLUE, "messages[0].content[2]"), "Right.")
+    decode(vision, two)
+    before = vision.encoded_images
+    other = ask(part(RED), "Left.", part(png((0, 255, 0)), "messages[0].content[2]"), "Right.")
+    prepared, events = decode(vision, other)
+    assert vision.encoded_images == before + 1
+    assert prepared.cache_miss["where"] == "message 0 (user) image 1"
+    assert events[-1].usage.cached_tokens == prepared.image_runs[1].start
+
+
+def test_tool_result_image_is_read(vision):
+    """A screenshot returned by a tool (Claude Code's Read of a PNG) reaches the template: Gemma's tool output turn
+    keeps the image in place."""
+    from tinytitan.chat_request import ToolCall
+
+    history = (Message("user", "Read shot.png"),
+               Message("assistant", "", tool_calls=(ToolCall("c1", "Read", '{"file_path": "shot.png"}'),)),
+               Message("tool", "", parts=(part(RED, "messages[2].content[0].content[0]"),), tool_call_id="c1",
+                       name="Read"))
+    req = ChatRequest(model="demo-vision", messages=history, temperature=0, max_tokens=3)
+    prepared = vision.prepare(req)
+    assert len(prepared.image_runs) == 1
+    assert "```tool_output" in prepared.prompt_text
+
+
+def test_bad_image_is_a_400_naming_the_part(vision):
+    with pytest.raises(ApiError) as exc:
+        vision.prepare(ask("Look:", part(b"\x89PNG\r\n\x1a\nnot really", "messages[0].content[1]")))
+    assert exc.value.kind == "invalid_request" and exc.value.param == "messages[0].content[1]"
+    assert "Could not process image" in exc.value.message
+
+
+def test_text_requests_are_unchanged(vision):
+    """A text-only request to a vision model is prepared and cached as on any text model."""
+    prepared, events = decode(vision, ask("Hello there."))
+    assert prepared.image_runs == () and isinstance(events[-1], Finished)
+
+
+async def test_rows_with_images_batch_like_any_other(vision):
+    """Requests with images (and one without, and one under a grammar) decoded together in the continuous batch
+    each give what they give alone."""
+    reqs = [ask(part(RED), "One."), ask(part(BLUE), "Two.", max_tokens=9), ask("Three."),
+            ask(part(RED), "Four.", grammar=Grammar("json_schema", {"type": "object", "properties": {
+                "a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": False}), max_tokens=24)]
+
+    async def run(engine, r):
+        out = []
+        async with engine.session(r) as session:
+            async for ev in session:
+                out.append(ev)
+        return out
+
+    def seen(events):
+        return [dataclasses.replace(e, usage=None, timing=None) if isinstance(e, Finished) else
+                Started(e.prompt_tokens) if isinstance(e, Started) else e for e in events]
+
+    alone = []
+    for r in reqs:
+        vision.prompt_cache.clear()
+        alone.append(text_of(await run(Engine(vision, max_batch=1), r)))
+    vision.prompt_cache.clear()
+    engine = Engine(vision, max_batch=4)
+    together: list = [None] * len(reqs)
+
+    async def one(i, r):
+        together[i] = await run(engine, r)
+
+    async with trio.open_nursery() as nursery:
+        for i, r in enumerate(reqs):
+            nursery.start_soon(one, i, r)
+    assert [text_of(t) for t in together] == alone
+    assert all(isinstance(seen(t)[-1], Finished) for t in together)
+    assert alone[3].replace(" ", "").startswith('{"a":')  # the grammar mask held on a row with an image
