@@ -219,3 +219,59 @@ async def test_rows_with_images_batch_like_any_other(vision):
     assert [text_of(t) for t in together] == alone
     assert all(isinstance(seen(t)[-1], Finished) for t in together)
     assert alone[3].replace(" ", "").startswith('{"a":')  # the grammar mask held on a row with an image
+
+
+# -- a second family: Mistral 3 (Pixtral vision tower), whose image token count follows the image's size ------------
+
+@pytest.fixture(scope="module")
+def mistral(tmp_path_factory):
+    from vision_models import build_mistral3
+
+    from tinytitan.engine.vision import VisionBackend, backend_class
+
+    path = build_mistral3(tmp_path_factory.mktemp("mistral3"))
+    assert backend_class(path) is VisionBackend
+    return VisionBackend(path, "mistral3-tiny")
+
+
+def test_mistral3_image_tokens_follow_the_image_size(mistral):
+    """Pixtral writes rows of [IMG] closed by [IMG_BREAK] and the last by [IMG_END], as many as the resized image
+    needs (14-pixel patches merged 2×2): counted exactly, and the run covers them all."""
+    assert type(mistral.processor).__name__ == "Mistral3Processor" and mistral.family.name == "mistral"
+    small = mistral.prepare(ask(part(png((9, 9, 9), (64, 48))), "What?", model="mistral3-tiny"))
+    wide = mistral.prepare(ask(part(png((9, 9, 9), (200, 60))), "What?", model="mistral3-tiny"))
+    assert small.tokens.count(mistral.image_token_id) == 3 * 2  # ceil(64/28) × ceil(48/28)
+    assert wide.tokens.count(mistral.image_token_id) == 8 * 3
+    assert "[IMG][IMG][IMG][IMG_BREAK][IMG][IMG][IMG][IMG_END]What?[/INST]" in small.prompt_text
+    [run] = small.image_runs
+    assert run.end - run.start == 3 * 2 + 1  # its [IMG_BREAK] inside
+    assert mistral.count_tokens(ask(part(png((9, 9, 9), (200, 60))), "What?", model="mistral3-tiny")) == \
+        len(wide.tokens)
+
+
+def test_mistral3_prefill_matches_mlx_vlm_and_is_cached(mistral):
+    import mlx.core as mx
+    from mlx_vlm.utils import load_model
+
+    from tinytitan.engine.mlx_backend import MLXBackend
+
+    image = png((200, 30, 90), (90, 70))
+    req = ask(part(image), "Describe it.", model="mistral3-tiny", max_tokens=4)
+    before = mistral.encoded_images
+    prepared, events = decode(mistral, req)
+    model = load_model(mistral.path)
+    inputs = mistral.processor(text=[MLXBackend.render(mistral, req)], images=[_image(image)],
+                               add_special_tokens=False, return_tensors="np")
+    ids = mx.array(inputs["input_ids"])
+    assert ids[0].tolist() == prepared.tokens
+    emb = model.get_input_embeddings(ids, mx.array(inputs["pixel_values"]),
+                                     image_sizes=mx.array(inputs["image_sizes"])).inputs_embeds
+    logits = model.language_model(ids, inputs_embeds=emb, cache=model.language_model.make_cache()).logits
+    first = int(mx.argmax(logits[0, -1]).item())
+    assert mistral.tokenizer.decode([first]).strip() and text_of(events).startswith(
+        mistral.tokenizer.decode([first]).strip())
+    again = ask("More.", model="mistral3-tiny",
+                history=(req.messages[0], Message("assistant", text_of(events))))
+    prepared2, _ = decode(mistral, again)
+    assert mistral.encoded_images == before + 1  # the image came from the cache
+    assert prepared2.cache_miss["offset"] > prepared.image_runs[0].end  # (the random answer may come back trimmed)

@@ -86,11 +86,13 @@ class VisionBackend(MLXBackend):
     takes_images = True
 
     def __init__(self, model_dir, *args, **kwargs):
-        from mlx_vlm.utils import load_processor
+        from mlx_vlm.utils import get_model_and_args, load_processor
 
         self.path_of_config = Path(model_dir) / "config.json"
+        config = read_json(self.path_of_config)
+        get_model_and_args(config)  # imports the family's module, which puts mlx-vlm's own processor in place
         self.processor = load_processor(Path(model_dir), add_detokenizer=False)
-        self.placeholder = getattr(self.processor, FAMILIES[read_json(Path(model_dir) / "config.json")["model_type"]])
+        self.placeholder = getattr(self.processor, FAMILIES[config["model_type"]])
         self.image_token_id = self._image_token_id()
         self.vlm = None  # mlx-vlm's model: its vision tower and projector are what is used
         self.encoded_images = 0  # images run through the vision tower since the model loaded

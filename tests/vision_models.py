@@ -1,0 +1,72 @@
+"""Tiny random-weight vision models of the families served, built from their configs (for tests/test_vision.py).
+
+``build_mistral3(path)``: a Mistral 3 (Mistral Small 3.1 / Devstral Small 2 architecture: a Pixtral vision tower,
+a patch merger, a Mistral language model) with Mistral Small 3.1's processor configuration (its
+preprocessor_config.json and processor_config.json values: longest edge 1540, 14-pixel patches merged 2×2, CLIP's
+mean and std) and its chat template (tests/data/mistral3_template.jinja: Mistral Small 3.1's, its long default
+system prompt shortened). The tokenizer is the demo model's byte-level BPE with Mistral's control tokens; the
+weights are mlx-vlm's own initialisation from a fixed seed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPECIAL = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]",
+           "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"]
+TEMPLATE = Path(__file__).parent / "data" / "mistral3_template.jinja"
+
+
+def build_mistral3(out: Path) -> Path:
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_vlm.models.mistral3 import Model, ModelConfig
+    from mlx_vlm.models.mistral3.config import TextConfig
+    from mlx_vlm.models.pixtral import VisionConfig
+
+    from tinytitan.demo_model.corpus import _Gen
+    from tinytitan.demo_model.tokenizer import _train_tokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    tok = _train_tokenizer(1024, _Gen(7, 200).corpus(60_000), special=SPECIAL, added=[])
+    tok.save(str(out / "tokenizer.json"))
+    ids = {t: tok.token_to_id(t) for t in SPECIAL}
+
+    def write(name, obj):
+        (out / name).write_text(json.dumps(obj, indent=1))
+
+    write("tokenizer_config.json", {
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
+        "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": TEMPLATE.read_text(), "add_bos_token": False,
+        "added_tokens_decoder": {str(ids[t]): {"content": t, "special": True, "lstrip": False, "rstrip": False,
+                                               "normalized": False, "single_word": False} for t in SPECIAL}})
+    write("processor_config.json", {"image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]",
+                                    "image_token": "[IMG]", "patch_size": 14, "processor_class": "PixtralProcessor",
+                                    "spatial_merge_size": 2})
+    write("preprocessor_config.json", {
+        "crop_size": None, "data_format": "channels_first", "do_center_crop": None, "do_convert_rgb": True,
+        "do_normalize": True, "do_rescale": True, "do_resize": True, "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_processor_type": "PixtralImageProcessor", "image_std": [0.26862954, 0.26130258, 0.27577711],
+        "patch_size": 14, "processor_class": "PixtralProcessor", "resample": 3,
+        "rescale_factor": 0.00392156862745098, "size": {"longest_edge": 1540}})
+    config = {
+        "architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+        "image_token_index": ids["[IMG]"], "multimodal_projector_bias": False, "projector_hidden_act": "gelu",
+        "spatial_merge_size": 2, "vision_feature_layer": -1, "eos_token_id": ids["</s>"],
+        "text_config": {"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-5,
+                        "rope_theta": 1000000000.0, "max_position_embeddings": 32768, "vocab_size": 1024,
+                        "sliding_window": None, "tie_word_embeddings": False},
+        "vision_config": {"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                          "num_attention_heads": 2, "head_dim": 16, "patch_size": 14, "image_size": 1540,
+                          "num_channels": 3, "rope_theta": 10000.0}}
+    write("config.json", config)
+    model_config = ModelConfig.from_dict(config)
+    model_config.text_config = TextConfig.from_dict(config["text_config"])
+    model_config.vision_config = VisionConfig.from_dict(config["vision_config"])
+    mx.random.seed(3)
+    model = Model(model_config)
+    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())),
+                        metadata={"format": "mlx"})
+    return out
