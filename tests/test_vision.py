@@ -275,3 +275,28 @@ def test_mistral3_prefill_matches_mlx_vlm_and_is_cached(mistral):
     prepared2, _ = decode(mistral, again)
     assert mistral.encoded_images == before + 1  # the image came from the cache
     assert prepared2.cache_miss["offset"] > prepared.image_runs[0].end  # (the random answer may come back trimmed)
+
+
+def test_serve_demo_vision_and_text_models_unchanged(monkeypatch):
+    """``serve --model demo-vision`` gets the vision backend; the text demo model stays a plain MLX backend."""
+    from tinytitan.cli import build_parser, make_backends
+    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.vision import VisionBackend
+
+    [vision] = make_backends(build_parser().parse_args(["serve", "--model", "demo-vision", "--prompt-cache-dir",
+                                                        "off"]))
+    assert isinstance(vision, VisionBackend) and vision.model_id == "demo-vision"
+    assert vision.card()["capabilities"][-1] == "vision"
+    [text] = make_backends(build_parser().parse_args(["serve", "--prompt-cache-dir", "off"]))
+    assert type(text) is MLXBackend and not text.takes_images
+
+
+def test_gguf_vision_projector_is_named(tmp_path, caplog):
+    """A GGUF beside its vision projector (LM Studio's layout) is served as text, and the log says why."""
+    from tinytitan.models.resolve import note_projector
+
+    (tmp_path / "gemma-3-4b-it-Q4_K_M.gguf").write_bytes(b"")
+    (tmp_path / "mmproj-model-f16.gguf").write_bytes(b"")
+    with caplog.at_level("WARNING", logger="tinytitan.models"):
+        note_projector(tmp_path / "gemma-3-4b-it-Q4_K_M.gguf")
+    assert "mmproj-model-f16.gguf" in caplog.text and "images to it are refused" in caplog.text
