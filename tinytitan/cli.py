@@ -181,8 +181,8 @@ def make_backends(args) -> list:
             raise SystemExit(f"no models (an Ollama library, MLX directories, *.gguf files, Hugging Face cache repos) "
                              f"under {root}")
         group = getattr(args, "group", None)  # under mlx.launch every rank lists the same catalog (lockstep.py)
-        backends = [backend_class(m.path)(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True,
-                                          speculative=speculative_config(args, group=group), group=group)
+        backends = [backend_class(m.path, group)(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True,
+                                                 speculative=speculative_config(args, group=group), group=group)
                     for m in found]
         log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:
@@ -208,9 +208,9 @@ def make_backends(args) -> list:
 
         group = getattr(args, "group", None)
         try:
-            backends = [backend_class(path)(path, model_id, prompt_cache_bytes=cache_bytes,
-                                            speculative=speculative_config(args, draft=True, group=group),
-                                            group=group)]
+            backends = [backend_class(path, group)(path, model_id, prompt_cache_bytes=cache_bytes,
+                                                   speculative=speculative_config(args, draft=True, group=group),
+                                                   group=group)]
         except DraftModelRefused as exc:
             raise SystemExit(str(exc)) from None
     if not args.script and getattr(args, "group", None) is None and second_engine_available():

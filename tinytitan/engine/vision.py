@@ -3,8 +3,9 @@
 Rules:
 - Which models: an MLX directory (or Hugging Face snapshot) whose config.json has a ``vision_config`` and a
   ``model_type`` that both mlx-vlm (the vision tower, projector and processor) and mlx-lm (the language model)
-  know, in a family whose image tokens take ordinary positions (``FAMILIES``: Gemma 3, Mistral 3 / Pixtral).
-  Anything else is a text model, served as today (``backend_class``).
+  know, in a family whose image tokens take ordinary positions (``FAMILIES``: Gemma 3, Mistral 3). Anything
+  else is a text model, served as today (``backend_class``), and so is any model under mlx.launch (a rank holds
+  part of the language model; the vision tower is not split).
 - Loading: mlx-lm loads the language model: the decoder's, batched like any text model. mlx-vlm loads its own
   model from the same files lazily; only its vision tower and projector are read (its embedding table is mlx-lm's,
   shared, and the rest of its language model is never evaluated).
@@ -40,7 +41,7 @@ from .prompt_cache import ImageRun, kv_trimmable
 log = logging.getLogger("tinytitan.vision")
 
 # model_type → the placeholder its chat template writes for an image (what its processor expands)
-FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "pixtral": "image_token"}
+FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token"}
 # families mlx-vlm serves whose image tokens do not take ordinary positions (their rope state is per request)
 MROPE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
 PREFILL_STEP = 512
@@ -66,9 +67,12 @@ def is_vision_dir(path: Path) -> bool:
     return isinstance(config.get("vision_config"), dict) and config.get("model_type") in FAMILIES
 
 
-def backend_class(path: Path) -> type:
-    """The backend for a model directory: VisionBackend for a vision model of a served family, else MLXBackend."""
+def backend_class(path: Path, group=None) -> type:
+    """The backend for a model directory: VisionBackend for a vision model of a served family (not under
+    mlx.launch: ``group``), else MLXBackend."""
     config = read_json(Path(path) / "config.json")
+    if group is not None:
+        return MLXBackend
     if isinstance(config.get("vision_config"), dict) and config.get("model_type") in MROPE:
         log.warning("%s: a %s vision model: its images are not read (its image tokens take per-request rope "
                     "positions); it is served as a text model", path, config.get("model_type"))
