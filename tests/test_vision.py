@@ -300,3 +300,89 @@ def test_gguf_vision_projector_is_named(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="tinytitan.models"):
         note_projector(tmp_path / "gemma-3-4b-it-Q4_K_M.gguf")
     assert "mmproj-model-f16.gguf" in caplog.text and "images to it are refused" in caplog.text
+
+
+# -- a third family: Qwen2.5-VL, whose image tokens take M-RoPE positions (fewer than there are of them) ------------
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    from vision_models import build_qwen2_5_vl
+
+    from tinytitan.engine.vision import VisionBackend, backend_class
+
+    path = build_qwen2_5_vl(tmp_path_factory.mktemp("qwen2_5_vl"))
+    assert backend_class(path) is VisionBackend
+    return VisionBackend(path, "qwen2.5-vl-tiny")
+
+
+def _raw_logits(backend, prepared, images, follow):
+    """Raw mlx-vlm on the whole prompt (its own M-RoPE positions and rope deltas), then ``follow`` fed one by one:
+    the last logits after each."""
+    import mlx.core as mx
+    import numpy as np
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_vlm.utils import load_model
+
+    model = load_model(backend.path)
+    ids = mx.array(prepared.tokens)[None]
+    inputs = {k: mx.array(np.concatenate([backend.processed(p).inputs[k] for p in images]))
+              for k in ("pixel_values", "image_grid_thw")}
+    emb = model.get_input_embeddings(ids, inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"])
+    cache = make_prompt_cache(model.language_model)
+    out = [model.language_model(ids, inputs_embeds=emb.inputs_embeds, cache=cache, position_ids=emb.position_ids,
+                                rope_deltas=emb.rope_deltas).logits[0, -1]]
+    for token in follow:
+        out.append(model.language_model(mx.array([[token]]), cache=cache).logits[0, -1])
+    return out
+
+
+def _engine_logits(backend, prepared, follow):
+    """The engine's reading (``prompt_prefix``: cache, images) and then mlx-lm's model at its cache offset, as the
+    decoder's step runs it."""
+    import mlx.core as mx
+
+    model = backend.ensure_loaded()
+    kv, read, _ = backend.prompt_prefix(model, prepared)
+    kv = kv if kv is not None else backend.new_cache(model)
+    out = [model(mx.array(prepared.tokens[read:])[None], cache=kv)[0, -1]]
+    for token in follow:
+        out.append(model(mx.array([[token]]), cache=kv)[0, -1])
+    return out, kv
+
+
+def test_qwen25vl_decodes_at_the_true_positions(qwen):
+    """Two images of different shapes, then four tokens decoded: the logits are raw mlx-vlm's (M-RoPE, its rope
+    deltas) to float rounding, though the text is decoded by mlx-lm's model at its cache offset."""
+    import mlx.core as mx
+
+    first, second = part(png((255, 0, 0), (120, 64))), part(png((0, 90, 200), (60, 150)), "messages[0].content[2]")
+    req = ask(first, "Left and right:", second, "What changed?", model="qwen2.5-vl-tiny")
+    prepared = qwen.prepare(req)
+    assert [r.rope_delta for r in prepared.image_runs] == [-4, -5]  # 2×4 and 5×2 merged grids
+    follow = [17, 301, 5, 77]
+    mine, _ = _engine_logits(qwen, prepared, follow)
+    raw = _raw_logits(qwen, prepared, [first, second], follow)
+    for a, b in zip(mine, raw):
+        assert float(mx.abs(a - b).max()) < 1e-4
+
+
+def test_qwen25vl_cached_prefix_is_moved_to_the_new_prompt(qwen):
+    """The first image from the cache (kept at its true positions, moved to the new prompt's shift), only the
+    changed second image encoded: still raw mlx-vlm's logits."""
+    import mlx.core as mx
+
+    qwen.prompt_cache.clear()
+    first = part(png((255, 0, 0), (120, 64)))
+    old = ask(first, "Left and right:", part(png((1, 2, 3), (200, 60)), "messages[0].content[2]"), "Same?",
+              model="qwen2.5-vl-tiny")
+    decode(qwen, old)
+    before = qwen.encoded_images
+    second = part(png((0, 90, 200), (60, 150)), "messages[0].content[2]")
+    new = ask(first, "Left and right:", second, "Same?", model="qwen2.5-vl-tiny")
+    prepared = qwen.prepare(new)
+    assert prepared.cache_miss["where"] == "message 0 (user) image 1"
+    mine, _ = _engine_logits(qwen, prepared, [9, 10])
+    assert qwen.encoded_images == before + 1
+    raw = _raw_logits(qwen, prepared, [first, second], [9, 10])
+    for a, b in zip(mine, raw):
+        assert float(mx.abs(a - b).max()) < 1e-4

@@ -6,6 +6,10 @@ preprocessor_config.json and processor_config.json values: longest edge 1540, 14
 mean and std) and its chat template (tests/data/mistral3_template.jinja: Mistral Small 3.1's, its long default
 system prompt shortened). The tokenizer is the demo model's byte-level BPE with Mistral's control tokens; the
 weights are mlx-vlm's own initialisation from a fixed seed.
+
+``build_qwen2_5_vl(path)``: a Qwen2.5-VL (its window-attention vision tower, M-RoPE language model) with
+Qwen2.5-VL's preprocessor configuration (14-pixel patches merged 2×2, min and max pixels, CLIP's mean and std)
+and its chat template word for word (tests/data/qwen2_5_vl_template.jinja, its chat_template.json).
 """
 
 from __future__ import annotations
@@ -66,6 +70,60 @@ def build_mistral3(out: Path) -> Path:
     model_config.text_config = TextConfig.from_dict(config["text_config"])
     model_config.vision_config = VisionConfig.from_dict(config["vision_config"])
     mx.random.seed(3)
+    model = Model(model_config)
+    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())),
+                        metadata={"format": "mlx"})
+    return out
+
+
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                "<|video_pad|>"]
+QWEN_TEMPLATE = Path(__file__).parent / "data" / "qwen2_5_vl_template.jinja"
+
+
+def build_qwen2_5_vl(out: Path) -> Path:
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_vlm.models.qwen2_5_vl import Model, ModelConfig
+    from mlx_vlm.models.qwen2_5_vl.config import TextConfig, VisionConfig
+
+    from tinytitan.demo_model.corpus import _Gen
+    from tinytitan.demo_model.tokenizer import _train_tokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    tok = _train_tokenizer(1024, _Gen(11, 200).corpus(60_000), special=QWEN_SPECIAL, added=[])
+    tok.save(str(out / "tokenizer.json"))
+    ids = {t: tok.token_to_id(t) for t in QWEN_SPECIAL}
+
+    def write(name, obj):
+        (out / name).write_text(json.dumps(obj, indent=1))
+
+    write("tokenizer_config.json", {
+        "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
+        "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": QWEN_TEMPLATE.read_text(),
+        "added_tokens_decoder": {str(ids[t]): {"content": t, "special": True, "lstrip": False, "rstrip": False,
+                                               "normalized": False, "single_word": False} for t in QWEN_SPECIAL}})
+    write("preprocessor_config.json", {
+        "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+        "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor"})
+    config = {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "vocab_size": 1024, "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        "tie_word_embeddings": True, "eos_token_id": ids["<|im_end|>"],
+        "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
+        "vision_config": {"model_type": "qwen2_5_vl", "depth": 2, "hidden_size": 32, "intermediate_size": 64,
+                          "out_hidden_size": 64, "num_heads": 2, "patch_size": 14, "spatial_merge_size": 2,
+                          "temporal_patch_size": 2, "window_size": 112, "fullatt_block_indexes": [1],
+                          "in_chans": 3, "tokens_per_second": 2}}
+    write("config.json", config)
+    model_config = ModelConfig.from_dict(dict(config))
+    model_config.text_config = TextConfig.from_dict(model_config.text_config)
+    model_config.vision_config = VisionConfig.from_dict(config["vision_config"])
+    mx.random.seed(5)
     model = Model(model_config)
     mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())),
                         metadata={"format": "mlx"})

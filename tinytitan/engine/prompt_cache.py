@@ -24,6 +24,9 @@ Rules:
   digest) replace those tokens, for every comparison, by numbers drawn from the digest (negative: never a token
   id), so two prompts that differ only in an image part at that image, and an entry is reused up to it. The
   entry keeps its real ids too, for the splice.
+- Where a model's image tokens move the rope positions of what follows (M-RoPE: ``ImageRun.rope_delta``), the
+  row's cache holds its keys shifted so its text continues at its cache offset; ``reframe(kv, shift)`` (the
+  model's) turns them back before the entry is kept, so every entry holds its tokens at their own positions.
 """
 
 from __future__ import annotations
@@ -44,10 +47,13 @@ log = logging.getLogger("tinytitan.cache")
 
 @dataclass(frozen=True)
 class ImageRun:
-    """An image's tokens in a prompt: ``start`` to ``end`` (exclusive), and the sha256 (hex) of its bytes."""
+    """An image's tokens in a prompt: ``start`` to ``end`` (exclusive), and the sha256 (hex) of its bytes;
+    ``rope_delta``: how far the rope position of the text after it lags its index (M-RoPE: an image's tokens take
+    fewer positions than there are of them), else 0."""
     start: int
     end: int
     digest: str
+    rope_delta: int = 0
 
 
 def keyed(tokens: Sequence[int], images: Sequence[ImageRun] = ()) -> np.ndarray:
@@ -137,6 +143,7 @@ class PromptCache:
         self.misses = 0  # fetches that found no reusable prefix
         self.reused_tokens = 0
         self.disk = None  # a PromptDisk, where prefixes outlive the process
+        self.reframe: Callable[[Any, int], None] | None = None  # turns a row's shifted keys back (see the rules)
 
     @property
     def nbytes(self) -> int:
@@ -191,6 +198,9 @@ class PromptCache:
                 ids = ids[:off]
         if len(ids) == 0:
             return
+        shift = -sum(run.rope_delta for run in images)  # where the row's keys stand from their own positions
+        if shift and payload is not None and self.reframe is not None:
+            self.reframe(payload, -shift)
         t = keyed(ids, images)
         note = self._note_for(t)
         spans = self._spans_for(t, note)

@@ -3,9 +3,9 @@
 Rules:
 - Which models: an MLX directory (or Hugging Face snapshot) whose config.json has a ``vision_config`` and a
   ``model_type`` that both mlx-vlm (the vision tower, projector and processor) and mlx-lm (the language model)
-  know, in a family whose image tokens take ordinary positions (``FAMILIES``: Gemma 3, Mistral 3). Anything
-  else is a text model, served as today (``backend_class``), and so is any model under mlx.launch (a rank holds
-  part of the language model; the vision tower is not split).
+  know (``FAMILIES``: Gemma 3, Mistral 3, Qwen2.5-VL). Anything else is a text model, served as today
+  (``backend_class``), and so is any model under mlx.launch (a rank holds part of the language model; the vision
+  tower is not split).
 - Loading: mlx-lm loads the language model: the decoder's, batched like any text model. mlx-vlm loads its own
   model from the same files lazily; only its vision tower and projector are read (its embedding table is mlx-lm's,
   shared, and the rest of its language model is never evaluated).
@@ -19,6 +19,13 @@ Rules:
   it are encoded (vision tower + projector: ``encoded_images`` counts them) and the prompt is read from their
   embeddings through the end of the last image. The row then reads the text after it like any row: it joins the
   batch, its grammar mask and drafting apply to its text. To the decoder it is a prompt-cache hit.
+- M-RoPE (Qwen2.5-VL): an image's tokens take rope positions on a grid (time, height, width), fewer than there are
+  of them, so the text after an image sits at a position behind its index (``ImageRun.rope_delta``). The images
+  are read by mlx-vlm's language model at their true positions, all shifted by one constant (rope is relative:
+  the attention is unchanged) chosen so that the text after the last image sits at its index: from there the
+  row decodes in mlx-lm's model at its cache offset, in the batch like any row. Kept entries hold true positions
+  (the prompt cache turns a row's keys back, ``reframe``), and a prefix taken from the cache is shifted to the new
+  prompt's constant: rotating cached keys by a constant is the same rotation rope applies.
 - An image is opened once per request, in ``prepare`` (``open_image``: a 400 naming the part when it cannot be);
   what the processor makes of it (pixel values, its token count) is kept per digest for the turns that resend it.
 """
@@ -41,9 +48,11 @@ from .prompt_cache import ImageRun, kv_trimmable
 log = logging.getLogger("tinytitan.vision")
 
 # model_type → the placeholder its chat template writes for an image (what its processor expands)
-FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token"}
-# families mlx-vlm serves whose image tokens do not take ordinary positions (their rope state is per request)
-MROPE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
+FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "image_token"}
+# families whose image tokens take fewer rope positions than there are of them (M-RoPE: see the rules)
+SHIFTED = ("qwen2_5_vl",)
+# vision families mlx-vlm serves that are not served here: their images are refused (served as text models)
+MROPE = ("qwen2_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
 PREFILL_STEP = 512
 KEPT_IMAGES = 16  # processed images kept per model (by digest) for the turns that resend them
 
@@ -98,11 +107,14 @@ class VisionBackend(MLXBackend):
         self.processor = load_processor(Path(model_dir), add_detokenizer=False)
         self.placeholder = getattr(self.processor, FAMILIES[config["model_type"]])
         self.image_token_id = self._image_token_id()
+        self.shifted = config["model_type"] in SHIFTED
+        self.merge_size = int(config["vision_config"].get("spatial_merge_size", 2))
         self.vlm = None  # mlx-vlm's model: its vision tower and projector are what is used
         self.encoded_images = 0  # images run through the vision tower since the model loaded
         self._processed: "OrderedDict[str, Processed]" = OrderedDict()
         self._lock = threading.Lock()
         super().__init__(model_dir, *args, **kwargs)
+        self.prompt_cache.reframe = self.reframe if self.shifted else None
 
     def _image_token_id(self) -> int:
         """The id whose embeddings the image features replace: config.json's, else the processor's image token."""
@@ -162,9 +174,15 @@ class VisionBackend(MLXBackend):
             while seen < count:
                 seen += tokens[end] == self.image_token_id
                 end += 1
-            runs.append(ImageRun(start, end, part.digest))
+            runs.append(ImageRun(start, end, part.digest, self._rope_delta(part) if self.shifted else 0))
             at = end
         return tuple(runs)
+
+    def _rope_delta(self, part: ImagePart) -> int:
+        """How many rope positions fewer than tokens an image takes (M-RoPE: its merged grid's longer side)."""
+        t, h, w = (int(x) for x in self.processed(part).inputs["image_grid_thw"][0])
+        rows, cols = h // self.merge_size, w // self.merge_size
+        return max(t, rows, cols) - t * rows * cols
 
     def prepare(self, req: ChatRequest) -> Prepared:
         prepared = super().prepare(req)
@@ -174,7 +192,10 @@ class VisionBackend(MLXBackend):
     # -- reading the images (model thread) --------------------------------------------------------------------
     def prompt_prefix(self, model, prepared: Prepared) -> tuple[list | None, int, int]:
         runs = prepared.image_runs
+        shift = -sum(r.rope_delta for r in runs)  # (M-RoPE) where the prompt's keys stand from their positions
         kv, n = self.prompt_cache.fetch(prepared.tokens, runs)
+        if kv is not None and shift:  # an entry holds its true positions: shifted as this prompt's are
+            self.reframe(kv, shift)
         if not runs or n >= runs[-1].end:
             return kv, n, n
         cut = next(r for r in runs if r.end > n)
@@ -195,10 +216,10 @@ class VisionBackend(MLXBackend):
         import mlx.core as mx
 
         with mx.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
-            self._read(model, kv, prepared, n, end)
+            self._read(model, kv, prepared, n, end, shift)
         return kv, end, n
 
-    def _read(self, model, kv: list, prepared: Prepared, start: int, end: int) -> None:
+    def _read(self, model, kv: list, prepared: Prepared, start: int, end: int, shift: int = 0) -> None:
         """Prompt tokens ``start:end`` into ``kv``: the images in them encoded, the text embedded, read in chunks."""
         import mlx.core as mx
         import numpy as np
@@ -211,9 +232,19 @@ class VisionBackend(MLXBackend):
         embedded = self.vlm.get_input_embeddings(ids, pixel_values, mask=mx.ones(ids.shape, dtype=mx.int32),
                                                  **inputs).inputs_embeds
         self.encoded_images += len(todo)
+        positions = None
+        if self.shifted:  # every image's grid, for the true positions of the whole prompt
+            grids = np.concatenate([self.processed(parts[r.digest]).inputs["image_grid_thw"]
+                                    for r in prepared.image_runs])
+            positions, _ = self.vlm.language_model.get_rope_index(mx.array(prepared.tokens)[None], mx.array(grids))
+            positions = positions[:, :, start:end] + shift
         for a in range(0, end - start, PREFILL_STEP):
             b = min(a + PREFILL_STEP, end - start)
-            model(ids[:, a:b], cache=kv, input_embeddings=embedded[:, a:b])
+            if positions is None:
+                model(ids[:, a:b], cache=kv, input_embeddings=embedded[:, a:b])
+            else:
+                self.vlm.language_model(ids[:, a:b], inputs_embeds=embedded[:, a:b], cache=kv,
+                                        position_ids=positions[:, :, a:b])
             mx.eval([c.state for c in kv])
         mx.clear_cache()
         log.debug("%s: read %d image(s) and %d prompt tokens from their embeddings", self.model_id, len(todo),
@@ -228,10 +259,26 @@ class VisionBackend(MLXBackend):
             from mlx_vlm.utils import load_model
 
             vlm = load_model(self.path, lazy=True)
-            vlm.language_model.model.embed_tokens = model.language_model.model.embed_tokens  # one table, shared
+            # one set of language weights: mlx-lm's arrays in mlx-vlm's language model (its own never read)
+            vlm.language_model.load_weights(tree_flatten(model.language_model.parameters()), strict=False)
             mx.eval([v for k, v in tree_flatten(vlm.parameters()) if not k.startswith("language_model.")])
             self.vlm, self.encoded_images = vlm, 0
         return model
+
+    def reframe(self, kv: list, shift: int) -> None:
+        """Every cached key moved ``shift`` rope positions (the rotation rope applies, once more)."""
+        import mlx.core as mx
+
+        rope = self.ensure_loaded().language_model.model.layers[0].self_attn.rope
+        for c in kv:
+            if c.empty():
+                continue
+            state = c.state  # (keys, values[, offset]): the keys are rope's output
+            keys = state[0]
+            flat = keys.reshape(-1, 1, keys.shape[-1])
+            moved = mx.fast.rope(flat, rope.dims, traditional=rope.traditional, base=rope.base, scale=rope.scale,
+                                 offset=shift)
+            c.state = (moved.reshape(keys.shape).astype(keys.dtype), *state[1:])
 
     def unload(self) -> bool:
         self.vlm = None
