@@ -386,3 +386,31 @@ def test_qwen25vl_cached_prefix_is_moved_to_the_new_prompt(qwen):
     raw = _raw_logits(qwen, prepared, [first, second], [9, 10])
     for a, b in zip(mine, raw):
         assert float(mx.abs(a - b).max()) < 1e-4
+
+
+async def test_qwen25vl_rows_batch_with_text_rows(qwen):
+    """Qwen2.5-VL rows with images (their keys shifted) decode in the batch beside a text row: what each gives
+    alone."""
+    reqs = [ask(part(png((255, 0, 0), (120, 64))), "One.", model="qwen2.5-vl-tiny"),
+            ask(part(png((0, 90, 200), (60, 150))), "Two.", model="qwen2.5-vl-tiny", max_tokens=9),
+            ask("Three.", model="qwen2.5-vl-tiny")]
+
+    async def run(engine, r):
+        async with engine.session(r) as session:
+            return [ev async for ev in session]
+
+    alone = []
+    for r in reqs:
+        qwen.prompt_cache.clear()
+        alone.append(text_of(await run(Engine(qwen, max_batch=1), r)))
+    qwen.prompt_cache.clear()
+    engine = Engine(qwen, max_batch=3)
+    together: list = [None] * len(reqs)
+
+    async def one(i, r):
+        together[i] = text_of(await run(engine, r))
+
+    async with trio.open_nursery() as nursery:
+        for i, r in enumerate(reqs):
+            nursery.start_soon(one, i, r)
+    assert together == alone

@@ -83,8 +83,8 @@ def backend_class(path: Path, group=None) -> type:
     if group is not None:
         return MLXBackend
     if isinstance(config.get("vision_config"), dict) and config.get("model_type") in MROPE:
-        log.warning("%s: a %s vision model: its images are not read (its image tokens take per-request rope "
-                    "positions); it is served as a text model", path, config.get("model_type"))
+        log.warning("%s: a %s vision model: its images are not read here (Gemma 3, Mistral 3 and Qwen2.5-VL "
+                    "are); it is served as a text model", path, config.get("model_type"))
     return VisionBackend if is_vision_dir(path) else MLXBackend
 
 
