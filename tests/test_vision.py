@@ -5,7 +5,6 @@ decoded in the batch like any row, and a bad image a 400 naming its part."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 
@@ -16,7 +15,7 @@ from tinytitan.chat_request import ChatRequest, Grammar, ImagePart, Message
 from tinytitan.engine.decode_loop import DecodeLoop
 from tinytitan.engine.engine import Engine
 from tinytitan.errors import ApiError
-from tinytitan.events import Finished, Started, TextDelta
+from tinytitan.events import Finished, TextDelta
 
 pytest.importorskip("mlx_vlm")
 
@@ -114,6 +113,31 @@ def test_prefill_matches_mlx_vlm(vision):
     assert text_of(events).strip() == vision.tokenizer.decode([first]).strip()  # (an answer opens unspaced)
 
 
+async def alone_and_together(backend, reqs: list[ChatRequest], max_batch: int) -> tuple[list, list]:
+    """Each request decoded alone (an empty prompt cache each time), then all sent together to one engine: the
+    events of each."""
+
+    async def run(engine, r):
+        async with engine.session(r) as session:
+            return [ev async for ev in session]
+
+    alone = []
+    for r in reqs:
+        backend.prompt_cache.clear()
+        alone.append(await run(Engine(backend, max_batch=1), r))
+    backend.prompt_cache.clear()
+    engine = Engine(backend, max_batch=max_batch)
+    together: list = [None] * len(reqs)
+
+    async def one(i, r):
+        together[i] = await run(engine, r)
+
+    async with trio.open_nursery() as nursery:
+        for i, r in enumerate(reqs):
+            nursery.start_soon(one, i, r)
+    return alone, together
+
+
 def _image(data: bytes):
     from PIL import Image
 
@@ -191,33 +215,10 @@ async def test_rows_with_images_batch_like_any_other(vision):
             ask(part(RED), "Four.", grammar=Grammar("json_schema", {"type": "object", "properties": {
                 "a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": False}), max_tokens=24)]
 
-    async def run(engine, r):
-        out = []
-        async with engine.session(r) as session:
-            async for ev in session:
-                out.append(ev)
-        return out
-
-    def seen(events):
-        return [dataclasses.replace(e, usage=None, timing=None) if isinstance(e, Finished) else
-                Started(e.prompt_tokens) if isinstance(e, Started) else e for e in events]
-
-    alone = []
-    for r in reqs:
-        vision.prompt_cache.clear()
-        alone.append(text_of(await run(Engine(vision, max_batch=1), r)))
-    vision.prompt_cache.clear()
-    engine = Engine(vision, max_batch=4)
-    together: list = [None] * len(reqs)
-
-    async def one(i, r):
-        together[i] = await run(engine, r)
-
-    async with trio.open_nursery() as nursery:
-        for i, r in enumerate(reqs):
-            nursery.start_soon(one, i, r)
+    alone, together = await alone_and_together(vision, reqs, 4)
+    alone = [text_of(events) for events in alone]
     assert [text_of(t) for t in together] == alone
-    assert all(isinstance(seen(t)[-1], Finished) for t in together)
+    assert all(isinstance(t[-1], Finished) for t in together)
     assert alone[3].replace(" ", "").startswith('{"a":')  # the grammar mask held on a row with an image
 
 
@@ -395,22 +396,5 @@ async def test_qwen25vl_rows_batch_with_text_rows(qwen):
             ask(part(png((0, 90, 200), (60, 150))), "Two.", model="qwen2.5-vl-tiny", max_tokens=9),
             ask("Three.", model="qwen2.5-vl-tiny")]
 
-    async def run(engine, r):
-        async with engine.session(r) as session:
-            return [ev async for ev in session]
-
-    alone = []
-    for r in reqs:
-        qwen.prompt_cache.clear()
-        alone.append(text_of(await run(Engine(qwen, max_batch=1), r)))
-    qwen.prompt_cache.clear()
-    engine = Engine(qwen, max_batch=3)
-    together: list = [None] * len(reqs)
-
-    async def one(i, r):
-        together[i] = text_of(await run(engine, r))
-
-    async with trio.open_nursery() as nursery:
-        for i, r in enumerate(reqs):
-            nursery.start_soon(one, i, r)
-    assert together == alone
+    alone, together = await alone_and_together(qwen, reqs, 3)
+    assert [text_of(t) for t in together] == [text_of(t) for t in alone]

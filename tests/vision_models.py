@@ -22,29 +22,47 @@ SPECIAL = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[IMG]",
 TEMPLATE = Path(__file__).parent / "data" / "mistral3_template.jinja"
 
 
-def build_mistral3(out: Path) -> Path:
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-    from mlx_vlm.models.mistral3 import Model, ModelConfig
-    from mlx_vlm.models.mistral3.config import TextConfig
-    from mlx_vlm.models.pixtral import VisionConfig
+def _write(out: Path, name: str, obj) -> None:
+    (out / name).write_text(json.dumps(obj, indent=1))
 
+
+def _tokenizer(out: Path, seed: int, special: list[str], template: Path, **config) -> dict[str, int]:
+    """The demo model's byte-level BPE (1,024 ids, trained on the generated corpus) with a family's control tokens,
+    and its tokenizer_config.json (the family's template, ``config`` on top); the control tokens' ids."""
     from tinytitan.demo_model.corpus import _Gen
     from tinytitan.demo_model.tokenizer import _train_tokenizer
 
     out.mkdir(parents=True, exist_ok=True)
-    tok = _train_tokenizer(1024, _Gen(7, 200).corpus(60_000), special=SPECIAL, added=[])
+    tok = _train_tokenizer(1024, _Gen(seed, 200).corpus(60_000), special=special, added=[])
     tok.save(str(out / "tokenizer.json"))
-    ids = {t: tok.token_to_id(t) for t in SPECIAL}
+    ids = {t: tok.token_to_id(t) for t in special}
+    _write(out, "tokenizer_config.json", {
+        **config, "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": template.read_text(),
+        "added_tokens_decoder": {str(ids[t]): {"content": t, "special": True, "lstrip": False, "rstrip": False,
+                                               "normalized": False, "single_word": False} for t in special}})
+    return ids
+
+
+def _save_weights(model, out: Path) -> None:
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())),
+                        metadata={"format": "mlx"})
+
+
+def build_mistral3(out: Path) -> Path:
+    import mlx.core as mx
+    from mlx_vlm.models.mistral3 import Model, ModelConfig
+    from mlx_vlm.models.mistral3.config import TextConfig
+    from mlx_vlm.models.pixtral import VisionConfig
+
+    ids = _tokenizer(out, 7, SPECIAL, TEMPLATE, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                     pad_token="<pad>", add_bos_token=False)
 
     def write(name, obj):
-        (out / name).write_text(json.dumps(obj, indent=1))
+        _write(out, name, obj)
 
-    write("tokenizer_config.json", {
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
-        "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": TEMPLATE.read_text(), "add_bos_token": False,
-        "added_tokens_decoder": {str(ids[t]): {"content": t, "special": True, "lstrip": False, "rstrip": False,
-                                               "normalized": False, "single_word": False} for t in SPECIAL}})
     write("processor_config.json", {"image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]",
                                     "image_token": "[IMG]", "patch_size": 14, "processor_class": "PixtralProcessor",
                                     "spatial_merge_size": 2})
@@ -70,9 +88,7 @@ def build_mistral3(out: Path) -> Path:
     model_config.text_config = TextConfig.from_dict(config["text_config"])
     model_config.vision_config = VisionConfig.from_dict(config["vision_config"])
     mx.random.seed(3)
-    model = Model(model_config)
-    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())),
-                        metadata={"format": "mlx"})
+    _save_weights(Model(model_config), out)
     return out
 
 
@@ -83,26 +99,15 @@ QWEN_TEMPLATE = Path(__file__).parent / "data" / "qwen2_5_vl_template.jinja"
 
 def build_qwen2_5_vl(out: Path) -> Path:
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_vlm.models.qwen2_5_vl import Model, ModelConfig
     from mlx_vlm.models.qwen2_5_vl.config import TextConfig, VisionConfig
 
-    from tinytitan.demo_model.corpus import _Gen
-    from tinytitan.demo_model.tokenizer import _train_tokenizer
-
-    out.mkdir(parents=True, exist_ok=True)
-    tok = _train_tokenizer(1024, _Gen(11, 200).corpus(60_000), special=QWEN_SPECIAL, added=[])
-    tok.save(str(out / "tokenizer.json"))
-    ids = {t: tok.token_to_id(t) for t in QWEN_SPECIAL}
+    ids = _tokenizer(out, 11, QWEN_SPECIAL, QWEN_TEMPLATE, bos_token=None, eos_token="<|im_end|>",
+                     pad_token="<|endoftext|>", unk_token=None)
 
     def write(name, obj):
-        (out / name).write_text(json.dumps(obj, indent=1))
+        _write(out, name, obj)
 
-    write("tokenizer_config.json", {
-        "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
-        "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": QWEN_TEMPLATE.read_text(),
-        "added_tokens_decoder": {str(ids[t]): {"content": t, "special": True, "lstrip": False, "rstrip": False,
-                                               "normalized": False, "single_word": False} for t in QWEN_SPECIAL}})
     write("preprocessor_config.json", {
         "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
         "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
@@ -124,7 +129,5 @@ def build_qwen2_5_vl(out: Path) -> Path:
     model_config.text_config = TextConfig.from_dict(model_config.text_config)
     model_config.vision_config = VisionConfig.from_dict(config["vision_config"])
     mx.random.seed(5)
-    model = Model(model_config)
-    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())),
-                        metadata={"format": "mlx"})
+    _save_weights(Model(model_config), out)
     return out

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 import zlib
 from pathlib import Path
 from typing import Any, Dict
 
 from .cache import _cache_root, install
 from .corpus import _Gen
+from .weights import write_safetensors
 
 MODEL_ID = "demo-vision"
 RECIPE_REVISION = 1
@@ -195,17 +195,4 @@ def _init(name: str, shape: tuple):
 
 
 def _write_weights(path: Path) -> None:
-    header: Dict[str, Any] = {"__metadata__": {"format": "mlx"}}
-    arrays, offset = [], 0
-    for name, shape in sorted(param_shapes().items()):
-        a = _init(name, shape)
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-        arrays.append(a)
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for a in arrays:
-            f.write(a.tobytes())
+    write_safetensors(path, ((name, _init(name, shape)) for name, shape in sorted(param_shapes().items())))
