@@ -159,6 +159,7 @@ def test_repeated_image_is_not_encoded_again(vision):
     assert p2.cache_miss["reason"] == "hit"
     finished = events2[-1]
     assert isinstance(finished, Finished) and finished.usage.cached_tokens >= p1.image_runs[0].end
+    assert events[-1].timing.prefill_s > 10 * finished.timing.prefill_s  # the first turn's includes the encoding
     changed = ask(part(BLUE), "What colour is this?")
     p3, _ = decode(vision, changed)
     assert vision.encoded_images == before + 2

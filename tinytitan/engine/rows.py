@@ -101,6 +101,7 @@ class Row:
     def open(self, model, seeded: bool) -> None:
         """Its cache (the longest cached prefix, else a new one), its sampler and processors, its Started."""
         backend, prepared = self.backend, self.prepared
+        since = time.perf_counter()
         kv, read, cached = backend.prompt_prefix(model, prepared)
         if kv is None:
             kv, read, cached = backend.new_cache(model), 0, 0
@@ -115,7 +116,7 @@ class Row:
             sampler = speculator.sampler  # it draws each verified position as it would alone (sampling.py)
         self.speculator = speculator
         self.sampler, self.processors = self._guarded(sampler, processors)
-        self.loop.start(len(self.tokens), cached)
+        self.loop.start(len(self.tokens), cached, since=since)
 
     def accept(self, token: int) -> bool:
         """One sampled token; True when it ended the row (``ending`` says how)."""
