@@ -399,3 +399,39 @@ async def test_qwen25vl_rows_batch_with_text_rows(qwen):
 
     alone, together = await alone_and_together(qwen, reqs, 3)
     assert [text_of(t) for t in together] == [text_of(t) for t in alone]
+
+
+async def test_served_usage_counts_image_tokens(serve, vision, monkeypatch):
+    """Through a real server and the Anthropic SDK (every body checked against its types): the image's tokens are
+    in ``count_tokens`` and in the usage, and the next turn resending it reads it from the cache. The image parts
+    are put in by a test-only hook on the backend (a marker in the text): parsing images off the wire is the
+    protocols' part."""
+    from anthropic_util import sdk
+
+    marker = "<<screenshot>>"
+
+    def with_image(req: ChatRequest) -> ChatRequest:
+        messages = []
+        for i, m in enumerate(req.messages):
+            if marker in m.content:
+                before, after = m.content.split(marker, 1)
+                m = Message(m.role, before + after, parts=(before, part(RED, f"messages[{i}].content[0]"), after))
+            messages.append(m)
+        return req.with_(messages=tuple(messages))
+
+    real_prepare, real_count = vision.prepare, vision.count_tokens
+    monkeypatch.setattr(vision, "prepare", lambda req: real_prepare(with_image(req)))
+    monkeypatch.setattr(vision, "count_tokens", lambda req: real_count(with_image(req)))
+    vision.prompt_cache.clear()
+    s = await serve(backend=vision)
+    c = sdk(s)
+    first = [{"role": "user", "content": marker + "What is on the screen?"}]
+    counted = await c.messages.count_tokens(model="demo-vision", messages=first)
+    assert counted.input_tokens == vision.count_tokens(ChatRequest(model="demo-vision", messages=(
+        Message("user", marker + "What is on the screen?"),))) > 256
+    made = await c.messages.create(model="demo-vision", max_tokens=4, messages=first)
+    assert made.usage.input_tokens + (made.usage.cache_read_input_tokens or 0) == counted.input_tokens
+    text = "".join(b.text for b in made.content if b.type == "text")
+    again = await c.messages.create(model="demo-vision", max_tokens=4, messages=[
+        *first, {"role": "assistant", "content": text or "?"}, {"role": "user", "content": "And the title?"}])
+    assert again.usage.cache_read_input_tokens > 256  # the image's tokens came from the cache
