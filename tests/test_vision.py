@@ -17,9 +17,6 @@ from tinytitan.engine.engine import Engine
 from tinytitan.errors import ApiError
 from tinytitan.events import Finished, TextDelta
 
-pytest.importorskip("mlx_vlm")
-
-
 def png(color, size=(64, 48), fmt="PNG") -> bytes:
     from PIL import Image
 
