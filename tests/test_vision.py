@@ -432,3 +432,40 @@ async def test_served_usage_counts_image_tokens(serve, vision, monkeypatch):
     again = await c.messages.create(model="demo-vision", max_tokens=4, messages=[
         *first, {"role": "assistant", "content": text or "?"}, {"role": "user", "content": "And the title?"}])
     assert again.usage.cache_read_input_tokens > 256  # the image's tokens came from the cache
+
+
+@pytest.mark.parametrize("family", ["vision", "qwen"])
+def test_image_prefix_survives_a_restart_on_disk(family, request, tmp_path):
+    """The prompt cache on disk keeps an image's prefix under its digest: after a restart (a new backend on the same
+    directory) the next turn reads it back and does not encode the image again; another image is not taken for it."""
+    import mlx.core as mx
+
+    from tinytitan.engine.prompt_disk import PromptDisk, layout_of
+    from tinytitan.engine.vision import VisionBackend
+
+    old = request.getfixturevalue(family)
+
+    def fresh():
+        backend = VisionBackend(old.path, old.model_id)
+        backend.prompt_cache.disk = PromptDisk(tmp_path, sorted(backend.path.glob("*.safetensors")),
+                                               lambda: layout_of(backend.ensure_loaded()), 1 << 30)
+        backend.prompt_cache.disk.start()
+        return backend
+
+    question = "What is it? " + "Say what you see in it, the colours and the shapes, and what they mean. " * 3
+    first = ask(part(png((255, 0, 0), (120, 64))), question, model=old.model_id)
+    before = fresh()
+    decode(before, first)
+    assert before.prompt_cache.disk.flush()
+    after = fresh()
+    follow = ask("Why?", model=old.model_id, history=(first.messages[0], Message("assistant", "A red box.")))
+    prepared = after.prepare(follow)
+    mine, _ = _engine_logits(after, prepared, [3])
+    assert after.encoded_images == 0, "the image was encoded again after the restart"
+    old.prompt_cache.clear()
+    fresh_logits, _ = _engine_logits(old, old.prepare(follow), [3])  # read from scratch
+    for a, b in zip(mine, fresh_logits):
+        assert float(mx.abs(a - b).max()) < 1e-4
+    other = after.prepare(ask(part(png((0, 0, 255), (120, 64))), question, model=old.model_id))
+    _engine_logits(after, other, [])
+    assert after.encoded_images == 1
