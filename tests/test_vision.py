@@ -469,3 +469,12 @@ def test_image_prefix_survives_a_restart_on_disk(family, request, tmp_path):
     other = after.prepare(ask(part(png((0, 0, 255), (120, 64))), question, model=old.model_id))
     _engine_logits(after, other, [])
     assert after.encoded_images == 1
+
+
+def test_fast_path_keeps_images():
+    """The ``<id>-fast`` path strips the client's scaffolding, never the user's images."""
+    from tinytitan.engine.prompt import fast_path
+
+    req = ask("<system-reminder>ctx</system-reminder>Look: ", part(RED, "messages[0].content[1]"), " why?")
+    [_, user] = fast_path(req).messages
+    assert user.parts[1] == part(RED, "messages[0].content[1]") and "ctx" not in "".join(user.parts[::2])

@@ -81,6 +81,10 @@ def fast_path(req: ChatRequest) -> ChatRequest:
         if m.role not in ("user", "assistant"):
             continue
         text = _REMINDER.sub("", m.content).strip()
-        if text:
+        images = any(isinstance(p, ImagePart) for p in m.parts)
+        if images:  # a vision model's images stay, in their place
+            kept.append(Message(m.role, text, parts=tuple(_REMINDER.sub("", p) if isinstance(p, str) else p
+                                                          for p in m.parts)))
+        elif text:
             kept.append(Message(m.role, text))
     return req.with_(messages=tuple(kept), tools=(), tool_choice="none", tool_names=(), reasoning=False)
