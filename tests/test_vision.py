@@ -478,3 +478,20 @@ def test_fast_path_keeps_images():
     req = ask("<system-reminder>ctx</system-reminder>Look: ", part(RED, "messages[0].content[1]"), " why?")
     [_, user] = fast_path(req).messages
     assert user.parts[1] == part(RED, "messages[0].content[1]") and "ctx" not in "".join(user.parts[::2])
+
+
+def test_quantized_vision_model(tmp_path):
+    """A vision model quantized as mlx-community converts them (mlx-vlm's convert: 4-bit language model, vision
+    tower kept): served, its embedding table one table for both libraries."""
+    import mlx.core as mx
+    from mlx_vlm.convert import convert
+
+    from tinytitan.demo_model.vision import ensure_demo_vision
+    from tinytitan.engine.vision import VisionBackend
+
+    convert(str(ensure_demo_vision()), str(tmp_path / "q4"), quantize=True, q_group_size=32, q_bits=4)
+    backend = VisionBackend(tmp_path / "q4", "demo-vision-4bit")
+    prepared, events = decode(backend, ask(part(RED), "What is it?", model="demo-vision-4bit"))
+    assert isinstance(events[-1], Finished) and backend.encoded_images == 1
+    ours, theirs = backend.model.language_model.model.embed_tokens, backend.vlm.language_model.model.embed_tokens
+    assert type(ours).__name__ == "QuantizedEmbedding" and mx.array_equal(ours.weight, theirs.weight)
