@@ -301,17 +301,17 @@ def test_gguf_vision_projector_is_named(tmp_path, caplog):
     assert "mmproj-model-f16.gguf" in caplog.text and "images to it are refused" in caplog.text
 
 
-# -- a third family: Qwen2.5-VL, whose image tokens take M-RoPE positions (fewer than there are of them) ------------
+# -- Qwen2.5-VL and Qwen3-VL, whose image tokens take M-RoPE positions (fewer than there are of them) --------------
 
-@pytest.fixture(scope="module")
-def qwen(tmp_path_factory):
-    from vision_models import build_qwen2_5_vl
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl"])
+def qwen(request, tmp_path_factory):
+    import vision_models
 
     from tinytitan.engine.vision import VisionBackend, backend_class
 
-    path = build_qwen2_5_vl(tmp_path_factory.mktemp("qwen2_5_vl"))
+    path = getattr(vision_models, f"build_{request.param}")(tmp_path_factory.mktemp(request.param))
     assert backend_class(path) is VisionBackend
-    return VisionBackend(path, "qwen2.5-vl-tiny")
+    return VisionBackend(path, "qwen-vl-tiny")
 
 
 def _raw_logits(backend, prepared, images, follow):
@@ -328,8 +328,10 @@ def _raw_logits(backend, prepared, images, follow):
               for k in ("pixel_values", "image_grid_thw")}
     emb = model.get_input_embeddings(ids, inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"])
     cache = make_prompt_cache(model.language_model)
+    deepstack = {k: getattr(emb, k) for k in ("visual_pos_masks", "deepstack_visual_embeds")
+                 if getattr(emb, k) is not None}  # Qwen3-VL's
     out = [model.language_model(ids, inputs_embeds=emb.inputs_embeds, cache=cache, position_ids=emb.position_ids,
-                                rope_deltas=emb.rope_deltas).logits[0, -1]]
+                                rope_deltas=emb.rope_deltas, **deepstack).logits[0, -1]]
     for token in follow:
         out.append(model.language_model(mx.array([[token]]), cache=cache).logits[0, -1])
     return out
@@ -349,15 +351,20 @@ def _engine_logits(backend, prepared, follow):
     return out, kv
 
 
-def test_qwen25vl_decodes_at_the_true_positions(qwen):
+def test_qwen_vl_decodes_at_the_true_positions(qwen):
     """Two images of different shapes, then four tokens decoded: the logits are raw mlx-vlm's (M-RoPE, its rope
-    deltas) to float rounding, though the text is decoded by mlx-lm's model at its cache offset."""
+    deltas; Qwen3-VL's deepstack) to float rounding, though the text is decoded by mlx-lm's model at its cache
+    offset."""
     import mlx.core as mx
+    import numpy as np
 
     first, second = part(png((255, 0, 0), (120, 64))), part(png((0, 90, 200), (60, 150)), "messages[0].content[2]")
-    req = ask(first, "Left and right:", second, "What changed?", model="qwen2.5-vl-tiny")
+    req = ask(first, "Left and right:", second, "What changed?", model="qwen-vl-tiny")
     prepared = qwen.prepare(req)
-    assert [r.rope_delta for r in prepared.image_runs] == [-4, -5]  # 2×4 and 5×2 merged grids
+    grids = np.concatenate([qwen.processed(p).inputs["image_grid_thw"] for p in (first, second)])
+    _, deltas = qwen.ensure_loaded() and qwen.vlm.language_model.get_rope_index(mx.array(prepared.tokens)[None],
+                                                                                 mx.array(grids))
+    assert sum(r.rope_delta for r in prepared.image_runs) == int(deltas.item()) < 0
     follow = [17, 301, 5, 77]
     mine, _ = _engine_logits(qwen, prepared, follow)
     raw = _raw_logits(qwen, prepared, [first, second], follow)
@@ -365,7 +372,7 @@ def test_qwen25vl_decodes_at_the_true_positions(qwen):
         assert float(mx.abs(a - b).max()) < 1e-4
 
 
-def test_qwen25vl_cached_prefix_is_moved_to_the_new_prompt(qwen):
+def test_qwen_vl_cached_prefix_is_moved_to_the_new_prompt(qwen):
     """The first image from the cache (kept at its true positions, moved to the new prompt's shift), only the
     changed second image encoded: still raw mlx-vlm's logits."""
     import mlx.core as mx
@@ -373,11 +380,11 @@ def test_qwen25vl_cached_prefix_is_moved_to_the_new_prompt(qwen):
     qwen.prompt_cache.clear()
     first = part(png((255, 0, 0), (120, 64)))
     old = ask(first, "Left and right:", part(png((1, 2, 3), (200, 60)), "messages[0].content[2]"), "Same?",
-              model="qwen2.5-vl-tiny")
+              model="qwen-vl-tiny")
     decode(qwen, old)
     before = qwen.encoded_images
     second = part(png((0, 90, 200), (60, 150)), "messages[0].content[2]")
-    new = ask(first, "Left and right:", second, "Same?", model="qwen2.5-vl-tiny")
+    new = ask(first, "Left and right:", second, "Same?", model="qwen-vl-tiny")
     prepared = qwen.prepare(new)
     assert prepared.cache_miss["where"] == "message 0 (user) image 1"
     mine, _ = _engine_logits(qwen, prepared, [9, 10])
@@ -387,12 +394,12 @@ def test_qwen25vl_cached_prefix_is_moved_to_the_new_prompt(qwen):
         assert float(mx.abs(a - b).max()) < 1e-4
 
 
-async def test_qwen25vl_rows_batch_with_text_rows(qwen):
-    """Qwen2.5-VL rows with images (their keys shifted) decode in the batch beside a text row: what each gives
+async def test_qwen_vl_rows_batch_with_text_rows(qwen):
+    """Qwen-VL rows with images (their keys shifted) decode in the batch beside a text row: what each gives
     alone."""
-    reqs = [ask(part(png((255, 0, 0), (120, 64))), "One.", model="qwen2.5-vl-tiny"),
-            ask(part(png((0, 90, 200), (60, 150))), "Two.", model="qwen2.5-vl-tiny", max_tokens=9),
-            ask("Three.", model="qwen2.5-vl-tiny")]
+    reqs = [ask(part(png((255, 0, 0), (120, 64))), "One.", model="qwen-vl-tiny"),
+            ask(part(png((0, 90, 200), (60, 150))), "Two.", model="qwen-vl-tiny", max_tokens=9),
+            ask("Three.", model="qwen-vl-tiny")]
 
     alone, together = await alone_and_together(qwen, reqs, 3)
     assert [text_of(t) for t in together] == [text_of(t) for t in alone]
@@ -434,16 +441,22 @@ async def test_served_usage_counts_image_tokens(serve, vision, monkeypatch):
     assert again.usage.cache_read_input_tokens > 256  # the image's tokens came from the cache
 
 
-@pytest.mark.parametrize("family", ["vision", "qwen"])
-def test_image_prefix_survives_a_restart_on_disk(family, request, tmp_path):
+def test_image_prefix_survives_a_restart_on_disk(vision, tmp_path):
     """The prompt cache on disk keeps an image's prefix under its digest: after a restart (a new backend on the same
     directory) the next turn reads it back and does not encode the image again; another image is not taken for it."""
+    _restart(vision, tmp_path)
+
+
+def test_qwen_vl_prefix_survives_a_restart_on_disk(qwen, tmp_path):
+    """The same for M-RoPE: the prefix on disk holds its true positions, moved to the next prompt's shift."""
+    _restart(qwen, tmp_path)
+
+
+def _restart(old, tmp_path):
     import mlx.core as mx
 
     from tinytitan.engine.prompt_disk import PromptDisk, layout_of
     from tinytitan.engine.vision import VisionBackend
-
-    old = request.getfixturevalue(family)
 
     def fresh():
         backend = VisionBackend(old.path, old.model_id)

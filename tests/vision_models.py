@@ -131,3 +131,38 @@ def build_qwen2_5_vl(out: Path) -> Path:
     mx.random.seed(5)
     _save_weights(Model(model_config), out)
     return out
+
+
+def build_qwen3_vl(out: Path) -> Path:
+    """A Qwen3-VL (vision features also added into early decoder layers: deepstack) with Qwen3-VL's preprocessor
+    configuration (16-pixel patches merged 2×2) and Qwen2.5-VL's template (the same image placeholder)."""
+    import mlx.core as mx
+    from mlx_vlm.models.qwen3_vl import Model, ModelConfig
+    from mlx_vlm.models.qwen3_vl.config import TextConfig, VisionConfig
+
+    ids = _tokenizer(out, 13, QWEN_SPECIAL, QWEN_TEMPLATE, bos_token=None, eos_token="<|im_end|>",
+                     pad_token="<|endoftext|>", unk_token=None)
+    _write(out, "preprocessor_config.json", {
+        "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16, "temporal_patch_size": 2,
+        "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor"})
+    text = {"model_type": "qwen3_vl_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6,
+            "vocab_size": 1024, "max_position_embeddings": 32768, "rope_theta": 5000000.0,
+            "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+            "tie_word_embeddings": True}
+    config = {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+              "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
+              "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
+              "eos_token_id": ids["<|im_end|>"], "tie_word_embeddings": True, "text_config": text,
+              "vision_config": {"model_type": "qwen3_vl", "depth": 2, "hidden_size": 32, "intermediate_size": 64,
+                                "out_hidden_size": 64, "num_heads": 2, "patch_size": 16, "spatial_merge_size": 2,
+                                "temporal_patch_size": 2, "num_position_embeddings": 64, "in_channels": 3,
+                                "deepstack_visual_indexes": [0]}}
+    _write(out, "config.json", config)
+    model_config = ModelConfig.from_dict(dict(config))
+    model_config.text_config = TextConfig.from_dict(text)
+    model_config.vision_config = VisionConfig.from_dict(config["vision_config"])
+    mx.random.seed(9)
+    _save_weights(Model(model_config), out)
+    return out

@@ -3,7 +3,7 @@
 Rules:
 - Which models: an MLX directory (or Hugging Face snapshot) whose config.json has a ``vision_config`` and a
   ``model_type`` that both mlx-vlm (the vision tower, projector and processor) and mlx-lm (the language model)
-  know (``FAMILIES``: Gemma 3, Mistral 3, Qwen2.5-VL). Anything else is a text model, served as today
+  know (``FAMILIES``: Gemma 3, Mistral 3, Qwen2.5-VL, Qwen3-VL). Anything else is a text model, served as today
   (``backend_class``), and so is any model under mlx.launch (a rank holds part of the language model; the vision
   tower is not split).
 - Loading: mlx-lm loads the language model: the decoder's, batched like any text model. mlx-vlm loads its own
@@ -19,7 +19,7 @@ Rules:
   it are encoded (vision tower + projector: ``encoded_images`` counts them) and the prompt is read from their
   embeddings through the end of the last image. The row then reads the text after it like any row: it joins the
   batch, its grammar mask and drafting apply to its text. To the decoder it is a prompt-cache hit.
-- M-RoPE (Qwen2.5-VL): an image's tokens take rope positions on a grid (time, height, width), fewer than there are
+- M-RoPE (Qwen2.5-VL, Qwen3-VL): an image's tokens take rope positions on a grid (time, height, width), fewer than there are
   of them, so the text after an image sits at a position behind its index (``ImageRun.rope_delta``). The images
   are read by mlx-vlm's language model at their true positions, all shifted by one constant (rope is relative:
   the attention is unchanged) chosen so that the text after the last image sits at its index: from there the
@@ -48,11 +48,11 @@ from .prompt_cache import ImageRun, kv_trimmable
 log = logging.getLogger("tinytitan.vision")
 
 # model_type → the placeholder its chat template writes for an image (what its processor expands)
-FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "image_token"}
+FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "image_token", "qwen3_vl": "image_token"}
 # families whose image tokens take fewer rope positions than there are of them (M-RoPE: see the rules)
-SHIFTED = ("qwen2_5_vl",)
+SHIFTED = ("qwen2_5_vl", "qwen3_vl")
 # vision families mlx-vlm serves that are not served here: their images are refused (served as text models)
-MROPE = ("qwen2_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
+MROPE = ("qwen2_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
 PREFILL_STEP = 512
 KEPT_IMAGES = 16  # processed images kept per model (by digest) for the turns that resend them
 
@@ -83,8 +83,8 @@ def backend_class(path: Path, group=None) -> type:
     if group is not None:
         return MLXBackend
     if isinstance(config.get("vision_config"), dict) and config.get("model_type") in MROPE:
-        log.warning("%s: a %s vision model: its images are not read here (Gemma 3, Mistral 3 and Qwen2.5-VL "
-                    "are); it is served as a text model", path, config.get("model_type"))
+        log.warning("%s: a %s vision model: its images are not read here (Gemma 3, Mistral 3, Qwen2.5-VL and "
+                    "Qwen3-VL are); it is served as a text model", path, config.get("model_type"))
     return VisionBackend if is_vision_dir(path) else MLXBackend
 
 
@@ -229,8 +229,12 @@ class VisionBackend(MLXBackend):
         ids = mx.array(prepared.tokens[start:end])[None]
         inputs = {k: mx.array(np.concatenate([p.inputs[k] for p in todo])) for k in todo[0].inputs}
         pixel_values = inputs.pop("pixel_values")
-        embedded = self.vlm.get_input_embeddings(ids, pixel_values, mask=mx.ones(ids.shape, dtype=mx.int32),
-                                                 **inputs).inputs_embeds
+        features = self.vlm.get_input_embeddings(ids, pixel_values, mask=mx.ones(ids.shape, dtype=mx.int32),
+                                                 **inputs)
+        embedded = features.inputs_embeds
+        # Qwen3-VL's deepstack: image features also added into early decoder layers, read with the whole segment
+        deepstack = {k: getattr(features, k) for k in ("visual_pos_masks", "deepstack_visual_embeds")
+                     if getattr(features, k, None) is not None} if self.shifted else {}
         self.encoded_images += len(todo)
         positions = None
         if self.shifted:  # every image's grid, for the true positions of the whole prompt
@@ -238,13 +242,14 @@ class VisionBackend(MLXBackend):
                                     for r in prepared.image_runs])
             positions, _ = self.vlm.language_model.get_rope_index(mx.array(prepared.tokens)[None], mx.array(grids))
             positions = positions[:, :, start:end] + shift
-        for a in range(0, end - start, PREFILL_STEP):
-            b = min(a + PREFILL_STEP, end - start)
+        step = end - start if deepstack.get("deepstack_visual_embeds") is not None else PREFILL_STEP
+        for a in range(0, end - start, step):
+            b = min(a + step, end - start)
             if positions is None:
                 model(ids[:, a:b], cache=kv, input_embeddings=embedded[:, a:b])
             else:
                 self.vlm.language_model(ids[:, a:b], inputs_embeds=embedded[:, a:b], cache=kv,
-                                        position_ids=positions[:, :, a:b])
+                                        position_ids=positions[:, :, a:b], **deepstack)
             mx.eval([c.state for c in kv])
         mx.clear_cache()
         log.debug("%s: read %d image(s) and %d prompt tokens from their embeddings", self.model_id, len(todo),
