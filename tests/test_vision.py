@@ -301,9 +301,9 @@ def test_gguf_vision_projector_is_named(tmp_path, caplog):
     assert "mmproj-model-f16.gguf" in caplog.text and "images to it are refused" in caplog.text
 
 
-# -- Qwen2.5-VL and Qwen3-VL, whose image tokens take M-RoPE positions (fewer than there are of them) --------------
+# -- Qwen2.5-VL and Qwen3-VL (dense, MoE), whose image tokens take M-RoPE positions (fewer than there are of them) --------------
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl"])
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"])
 def qwen(request, tmp_path_factory):
     import vision_models
 

@@ -133,12 +133,18 @@ def build_qwen2_5_vl(out: Path) -> Path:
     return out
 
 
-def build_qwen3_vl(out: Path) -> Path:
-    """A Qwen3-VL (vision features also added into early decoder layers: deepstack) with Qwen3-VL's preprocessor
-    configuration (16-pixel patches merged 2×2) and Qwen2.5-VL's template (the same image placeholder)."""
+def build_qwen3_vl(out: Path, moe: bool = False) -> Path:
+    """A Qwen3-VL (vision features also added into early decoder layers: deepstack; ``moe``: its mixture-of-experts
+    language model, as Qwen3-VL-30B-A3B) with Qwen3-VL's preprocessor configuration (16-pixel patches merged 2×2)
+    and Qwen2.5-VL's template (the same image placeholder)."""
     import mlx.core as mx
-    from mlx_vlm.models.qwen3_vl import Model, ModelConfig
-    from mlx_vlm.models.qwen3_vl.config import TextConfig, VisionConfig
+
+    if moe:
+        from mlx_vlm.models.qwen3_vl_moe import Model, ModelConfig
+        from mlx_vlm.models.qwen3_vl_moe.config import TextConfig, VisionConfig
+    else:
+        from mlx_vlm.models.qwen3_vl import Model, ModelConfig
+        from mlx_vlm.models.qwen3_vl.config import TextConfig, VisionConfig
 
     ids = _tokenizer(out, 13, QWEN_SPECIAL, QWEN_TEMPLATE, bos_token=None, eos_token="<|im_end|>",
                      pad_token="<|endoftext|>", unk_token=None)
@@ -151,11 +157,18 @@ def build_qwen3_vl(out: Path) -> Path:
             "vocab_size": 1024, "max_position_embeddings": 32768, "rope_theta": 5000000.0,
             "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
             "tie_word_embeddings": True}
-    config = {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+    if moe:
+        text.update(model_type="qwen3_vl_moe_text", num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
+                    mlp_only_layers=[], moe_intermediate_size=32, norm_topk_prob=True,
+                    tie_word_embeddings=False)  # as Qwen3-VL-30B-A3B
+    config = {"architectures": ["Qwen3VLForConditionalGeneration"],
+              "model_type": "qwen3_vl_moe" if moe else "qwen3_vl",
               "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
               "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
-              "eos_token_id": ids["<|im_end|>"], "tie_word_embeddings": True, "text_config": text,
-              "vision_config": {"model_type": "qwen3_vl", "depth": 2, "hidden_size": 32, "intermediate_size": 64,
+              "eos_token_id": ids["<|im_end|>"], "tie_word_embeddings": text["tie_word_embeddings"],
+              "text_config": text,
+              "vision_config": {"model_type": "qwen3_vl_moe" if moe else "qwen3_vl", "depth": 2, "hidden_size": 32,
+                                "intermediate_size": 64,
                                 "out_hidden_size": 64, "num_heads": 2, "patch_size": 16, "spatial_merge_size": 2,
                                 "temporal_patch_size": 2, "num_position_embeddings": 64, "in_channels": 3,
                                 "deepstack_visual_indexes": [0]}}
@@ -166,3 +179,7 @@ def build_qwen3_vl(out: Path) -> Path:
     mx.random.seed(9)
     _save_weights(Model(model_config), out)
     return out
+
+
+def build_qwen3_vl_moe(out: Path) -> Path:
+    return build_qwen3_vl(out, moe=True)

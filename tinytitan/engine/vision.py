@@ -3,12 +3,12 @@
 Rules:
 - Which models: an MLX directory (or Hugging Face snapshot) whose config.json has a ``vision_config`` and a
   ``model_type`` that both mlx-vlm (the vision tower, projector and processor) and mlx-lm (the language model)
-  know (``FAMILIES``: Gemma 3, Mistral 3, Qwen2.5-VL, Qwen3-VL). Anything else is a text model, served as today
-  (``backend_class``), and so is any model under mlx.launch (a rank holds part of the language model; the vision
-  tower is not split).
+  know (``FAMILIES``: Gemma 3, Mistral 3, Qwen2.5-VL, Qwen3-VL dense and MoE). Anything else is a text model,
+  served as today (``backend_class``), and so is any model under mlx.launch (a rank holds part of the language
+  model; the vision tower is not split).
 - Loading: mlx-lm loads the language model: the decoder's, batched like any text model. mlx-vlm loads its own
-  model from the same files lazily; only its vision tower and projector are read (its embedding table is mlx-lm's,
-  shared, and the rest of its language model is never evaluated).
+  model from the same files lazily; its vision tower and projector are read, and its language model is given
+  mlx-lm's arrays (one copy of the weights: it reads the images' tokens where positions need its own rope).
 - Rendering: a message with images is rendered by the model's own chat template with ``{"type": "image"}``
   parts; each placeholder the template writes for an image is replaced by that image's tokens as the model's own
   processor writes them for it (Gemma 3: ``<start_of_image>``, 256 ``<image_soft_token>``, ``<end_of_image>``;
@@ -19,13 +19,14 @@ Rules:
   it are encoded (vision tower + projector: ``encoded_images`` counts them) and the prompt is read from their
   embeddings through the end of the last image. The row then reads the text after it like any row: it joins the
   batch, its grammar mask and drafting apply to its text. To the decoder it is a prompt-cache hit.
-- M-RoPE (Qwen2.5-VL, Qwen3-VL): an image's tokens take rope positions on a grid (time, height, width), fewer than there are
-  of them, so the text after an image sits at a position behind its index (``ImageRun.rope_delta``). The images
-  are read by mlx-vlm's language model at their true positions, all shifted by one constant (rope is relative:
-  the attention is unchanged) chosen so that the text after the last image sits at its index: from there the
-  row decodes in mlx-lm's model at its cache offset, in the batch like any row. Kept entries hold true positions
-  (the prompt cache turns a row's keys back, ``reframe``), and a prefix taken from the cache is shifted to the new
-  prompt's constant: rotating cached keys by a constant is the same rotation rope applies.
+- M-RoPE (Qwen2.5-VL, Qwen3-VL): an image's tokens take rope positions on a grid (time, height, width), fewer
+  than there are of them, so the text after an image sits at a position behind its index (``ImageRun.rope_delta``).
+  The images are read by mlx-vlm's language model at their true positions (Qwen3-VL's deepstack features with
+  them), all shifted by one constant (rope is relative: the attention is unchanged) chosen so that the text after
+  the last image sits at its index: from there the row decodes in mlx-lm's model at its cache offset, in the batch
+  like any row. Kept entries hold true positions (the prompt cache turns a row's keys back, ``reframe``), and a
+  prefix taken from the cache is shifted to the new prompt's constant: rotating cached keys by a constant is the
+  same rotation rope applies.
 - An image is opened once per request, in ``prepare`` (``open_image``: a 400 naming the part when it cannot be);
   what the processor makes of it (pixel values, its token count) is kept per digest for the turns that resend it.
 """
@@ -48,11 +49,12 @@ from .prompt_cache import ImageRun, kv_trimmable
 log = logging.getLogger("tinytitan.vision")
 
 # model_type → the placeholder its chat template writes for an image (what its processor expands)
-FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "image_token", "qwen3_vl": "image_token"}
+FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "image_token", "qwen3_vl": "image_token",
+            "qwen3_vl_moe": "image_token"}
 # families whose image tokens take fewer rope positions than there are of them (M-RoPE: see the rules)
-SHIFTED = ("qwen2_5_vl", "qwen3_vl")
+SHIFTED = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 # vision families mlx-vlm serves that are not served here: their images are refused (served as text models)
-MROPE = ("qwen2_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
+MROPE = ("qwen2_vl", "glm4v", "glm4v_moe")
 PREFILL_STEP = 512
 KEPT_IMAGES = 16  # processed images kept per model (by digest) for the turns that resend them
 
