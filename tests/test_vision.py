@@ -508,3 +508,17 @@ def test_quantized_vision_model(tmp_path):
     assert isinstance(events[-1], Finished) and backend.encoded_images == 1
     ours, theirs = backend.model.language_model.model.embed_tokens, backend.vlm.language_model.model.embed_tokens
     assert type(ours).__name__ == "QuantizedEmbedding" and mx.array_equal(ours.weight, theirs.weight)
+
+
+def test_vision_family_not_served_is_a_text_model(tmp_path, caplog):
+    """A vision model of a family not served here (Gemma 4, GLM-4V …) is served as the text model it also is, and
+    the log says its images are not read."""
+    import json
+
+    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.vision import backend_class
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "glm4v", "vision_config": {"depth": 2}}))
+    with caplog.at_level("WARNING", logger="tinytitan.vision"):
+        assert backend_class(tmp_path) is MLXBackend
+    assert "glm4v vision model: its images are not read here" in caplog.text

@@ -53,8 +53,6 @@ FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "ima
             "qwen3_vl_moe": "image_token"}
 # families whose image tokens take fewer rope positions than there are of them (M-RoPE: see the rules)
 SHIFTED = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
-# vision families mlx-vlm serves that are not served here: their images are refused (served as text models)
-MROPE = ("qwen2_vl", "glm4v", "glm4v_moe")
 PREFILL_STEP = 512
 KEPT_IMAGES = 16  # processed images kept per model (by digest) for the turns that resend them
 
@@ -84,7 +82,7 @@ def backend_class(path: Path, group=None) -> type:
     config = read_json(Path(path) / "config.json")
     if group is not None:
         return MLXBackend
-    if isinstance(config.get("vision_config"), dict) and config.get("model_type") in MROPE:
+    if isinstance(config.get("vision_config"), dict) and config.get("model_type") not in FAMILIES:
         log.warning("%s: a %s vision model: its images are not read here (Gemma 3, Mistral 3, Qwen2.5-VL and "
                     "Qwen3-VL are); it is served as a text model", path, config.get("model_type"))
     return VisionBackend if is_vision_dir(path) else MLXBackend
