@@ -54,7 +54,7 @@ FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "ima
 # families whose image tokens take fewer rope positions than there are of them (M-RoPE: see the rules)
 SHIFTED = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 PREFILL_STEP = 512
-KEPT_IMAGES = 16  # processed images kept per model (by digest) for the turns that resend them
+KEPT_IMAGE_BYTES = 256 << 20  # processed images (pixel values) kept per model, by digest, for the turns resending them
 
 
 def open_image(part: ImagePart):
@@ -93,6 +93,7 @@ class Processed:
 
     def __init__(self, text: str, count: int, inputs: dict):
         self.text, self.count, self.inputs = text, count, inputs
+        self.nbytes = sum(int(v.nbytes) for v in inputs.values())
 
 
 class VisionBackend(MLXBackend):
@@ -144,7 +145,7 @@ class VisionBackend(MLXBackend):
                          ids.count(self.image_token_id), inputs)
         with self._lock:
             self._processed[part.digest] = done
-            while len(self._processed) > KEPT_IMAGES:
+            while len(self._processed) > 1 and sum(p.nbytes for p in self._processed.values()) > KEPT_IMAGE_BYTES:
                 self._processed.popitem(last=False)
         return done
 
