@@ -1,8 +1,8 @@
 """A row: one generation on the model thread, from its first step to its end.
 
 Rules:
-- A row is opened (``open``) before its first step: its KV cache starts from the longest cached prefix of its
-  prompt (or an empty cache), its sampler and logits processors are made (guarded: one that raises marks this
+- A row is opened (``open``) before its first step: its KV cache starts where its backend's ``prompt_prefix``
+  says (the longest cached prefix of its prompt; a vision model's images read there too), or empty, its sampler and logits processors are made (guarded: one that raises marks this
   row failed, never the step it ran in), and its DecodeLoop is started.
 - ``accept(token)`` hands it one sampled token, as mlx-lm's ``stream_generate`` would report it: the
   end-of-turn token ends it (not content), a client stop string ends it, its output cap ends it (once, here:
