@@ -3,8 +3,8 @@
 ``build_mistral3(path)``: a Mistral 3 (Mistral Small 3.1 / Devstral Small 2 architecture: a Pixtral vision tower,
 a patch merger, a Mistral language model) with Mistral Small 3.1's processor configuration (its
 preprocessor_config.json and processor_config.json values: longest edge 1540, 14-pixel patches merged 2×2, CLIP's
-mean and std) and its chat template (tests/data/mistral3_template.jinja: Mistral Small 3.1's, its long default
-system prompt shortened). The tokenizer is the demo model's byte-level BPE with Mistral's control tokens; the
+mean and std) and its chat template's handling of system, user (text and image blocks) and assistant turns
+(tests/data/mistral3_template.jinja: Mistral Small 3.1's, its tool parts and long default system prompt left out). The tokenizer is the demo model's byte-level BPE with Mistral's control tokens; the
 weights are mlx-vlm's own initialisation from a fixed seed.
 
 ``build_qwen2_5_vl(path)``: a Qwen2.5-VL (its window-attention vision tower, M-RoPE language model) with
