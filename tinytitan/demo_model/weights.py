@@ -75,19 +75,28 @@ def _write_weights(path: Path, m: Dict[str, Any]) -> int:
     """Write model.safetensors (float32, little-endian, sorted names); returns the parameter count."""
     import numpy as np
 
-    header: Dict[str, Any] = {"__metadata__": {"format": "mlx"}}
-    arrays, offset, count = [], 0, 0
-    for name, shape in sorted(_param_shapes(m).items()):
-        if name.endswith("norm.weight"):
-            a = np.ones(shape, dtype="<f4")
-        else:
+    def arrays():
+        for name, shape in sorted(_param_shapes(m).items()):
+            if name.endswith("norm.weight"):
+                yield name, np.ones(shape, dtype="<f4")
+                continue
             # uniform(-b, b) has std b / sqrt(3). Embeddings: INIT_STD. Projections: 1 / sqrt(fan_in), so every
             # layer changes the residual stream (with tied embeddings and tiny layer weights the model would just
             # repeat its last input token; this way greedy decoding wanders through the vocabulary).
             std = INIT_STD if "embed_tokens" in name or "lm_head" in name else shape[1] ** -0.5
             rng = np.random.RandomState((SEED + zlib.crc32(name.encode())) % 2**32)
-            a = ((rng.random_sample(shape) * 2.0 - 1.0) * (std * 3.0**0.5)).astype("<f4")
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + a.nbytes]}
+            yield name, ((rng.random_sample(shape) * 2.0 - 1.0) * (std * 3.0**0.5)).astype("<f4")
+
+    return write_safetensors(path, arrays())
+
+
+def write_safetensors(path: Path, named) -> int:
+    """Write ``(name, little-endian float32 array)`` pairs, in the order given, as a safetensors file with a fixed
+    header (so its bytes depend only on the arrays); returns the parameter count."""
+    header: Dict[str, Any] = {"__metadata__": {"format": "mlx"}}
+    arrays, offset, count = [], 0, 0
+    for name, a in named:
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
         count += a.size
         arrays.append(a)

@@ -55,6 +55,7 @@ class Prepared:
     grammar: CompiledGrammar | None = None  # the output format the sampler is masked with
     sampling: dict = field(default_factory=dict)  # the values this generation samples with (see sampling_for)
     cache_miss: dict | None = None  # where the prompt parts from the prompt cache, and why (cache_miss.py)
+    image_runs: tuple = ()  # where each image's tokens lie in ``tokens`` (prompt_cache.ImageRun), in order
 
     def logits_processor(self) -> GrammarMask | None:
         """A new mask for this request's output format (None: unconstrained); one per generation."""
@@ -217,11 +218,17 @@ class Backend(ABC):
         decode = tokenizer.decode
         tokens, spans = splice_prompt(text, cache.candidates(), encode, decode)
         fp = Fingerprint.of(req) if req is not None else None
-        miss = diagnose(req, fp, tokens, cache.probe(tokens)) if req is not None else None
+        runs = self.image_runs(tokens, req) if req is not None else ()
+        miss = diagnose(req, fp, tokens, cache.probe(tokens, runs)) if req is not None else None
         if miss is not None and miss.missed:
             log.debug("%s: prompt cache %s%s", self.model_id, miss.log_text(), f" ({miss.detail})" if miss.detail else "")
-        cache.remember(tokens, spans, decode, fp)
+        cache.remember(tokens, spans, decode, fp, runs)
         return tokens, miss
+
+    def image_runs(self, tokens: list[int], req: ChatRequest) -> tuple:
+        """Where the request's images lie in its prompt's tokens (prompt_cache.ImageRun each); none for a model
+        that reads no images."""
+        return ()
 
     def structured(self, req: ChatRequest) -> ChatRequest:
         """A request with an output format or a forced tool call decodes with reasoning off: a thought would

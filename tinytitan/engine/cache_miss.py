@@ -33,7 +33,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from ..chat_request import ChatRequest, Message
+from ..chat_request import ChatRequest, ImagePart, Message
 
 BILLING = "x-anthropic-billing-header"
 REASONS = ("hit", "cold", "evicted", "system_changed", "tools_changed", "messages_changed", "thinking_dropped",
@@ -48,7 +48,7 @@ def _h(value: Any) -> str:
 class Fingerprint:
     system: tuple[str, ...]  # per leading system message, per line (hashes)
     tools: tuple[tuple[str, str], ...]  # (name, hash of the definition)
-    messages: tuple[tuple[str, str, str, str], ...]  # (role, content, reasoning, tool calls) hashes
+    messages: tuple[tuple, ...]  # (role, content, reasoning, tool calls) hashes, and its images' digests (short)
     settings: str
 
     @classmethod
@@ -63,9 +63,10 @@ class Fingerprint:
                        req.grammar.kind if req.grammar else None, req.parallel_tool_calls]))
 
 
-def _msg(m: Message) -> tuple[str, str, str, str]:
-    return (m.role, _h(m.content), _h(m.reasoning) if m.reasoning else "",
-            _h([[c.name, c.arguments] for c in m.tool_calls]) if m.tool_calls else "")
+def _msg(m: Message) -> tuple:
+    images = tuple(p.digest[:16] for p in m.parts if isinstance(p, ImagePart))
+    return (m.role, _h([m.content, images] if images else m.content), _h(m.reasoning) if m.reasoning else "",
+            _h([[c.name, c.arguments] for c in m.tool_calls]) if m.tool_calls else "", images)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,16 @@ def _compare(req: ChatRequest, old: Fingerprint, new: Fingerprint, lost: int, ba
         if a[2] and not b[2]:
             return CacheMiss("thinking_dropped", missed_tokens=lost, where=f"message {i} ({role}) thinking",
                              detail="sent with its thinking before, without it now", **base)
+        if a[4:] != b[4:] and a[1] != b[1]:  # an image of it changed (the first that differs is named)
+            old_images, new_images = (a[4] if len(a) > 4 else ()), b[4]
+            j = next((j for j, (x, y) in enumerate(zip(old_images, new_images)) if x != y),
+                     min(len(old_images), len(new_images)))
+            parts = [p for p in req.messages[i].parts if isinstance(p, ImagePart)]
+            detail = (f"image {j} ({parts[j].where}) is another image than before" if j < len(parts)
+                      else f"{len(old_images)} image(s) before, {len(new_images)} now")
+            if j < len(old_images) or j < len(new_images):
+                return CacheMiss("messages_changed", missed_tokens=lost, where=f"message {i} ({role}) image {j}",
+                                 detail=detail, **base)
         part = "content" if a[1] != b[1] else "thinking" if a[2] != b[2] else "tool calls"
         return CacheMiss("messages_changed", missed_tokens=lost, where=f"message {i} ({role}) {part}", **base)
     if len(new.messages) < len(old.messages):

@@ -71,10 +71,12 @@ class DecodeLoop:
         self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
         self.first_token_at: float | None = None
 
-    def start(self, prompt_tokens: int, cached_tokens: int = 0) -> None:
+    def start(self, prompt_tokens: int, cached_tokens: int = 0, since: float | None = None) -> None:
+        """``since``: when reading the prompt began, where that was before this call (a vision model's images,
+        read where the row's cache starts): the prefill's time counts from there."""
         self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
         self.started = True
-        self.started_at = time.perf_counter()
+        self.started_at = time.perf_counter() if since is None else since
         self.emit(Started(prompt_tokens, cached_tokens, self.sampling))
 
     def token(self, text: str) -> bool:

@@ -166,6 +166,13 @@ class MLXBackend(Backend):
 
     batches = True  # the engine decodes its requests through the decoder's step, together (decoder.py)
 
+    def prompt_prefix(self, model, prepared: Prepared) -> tuple[list | None, int, int]:
+        """Where a row's KV cache starts: (a cache holding the prompt's first n tokens, or None for a new one; n;
+        how many of those n the prompt cache held). Here the longest cached prefix; a vision model also reads
+        its images there (vision.py)."""
+        kv, n = self.prompt_cache.fetch(prepared.tokens, prepared.image_runs)
+        return kv, n, n
+
     def logits_processors(self, prepared: Prepared, loop: DecodeLoop) -> list:
         """The request's mlx-lm logits processors (the per-request hook: see engine.py); a grammar mask's
         time goes to ``loop``'s timing."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..chat_request import ChatRequest, Message
+from ..chat_request import ChatRequest, ImagePart, Message
 
 
 def _arguments(text: str):
@@ -22,6 +22,8 @@ def _arguments(text: str):
 
 def template_message(m: Message) -> dict:
     d: dict = {"role": m.role, "content": m.content}
+    if m.parts:  # a message with images: its parts in order, as vision templates read them
+        d["content"] = [{"type": "image"} if isinstance(p, ImagePart) else {"type": "text", "text": p} for p in m.parts]
     if m.tool_calls:
         d["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}}
@@ -79,6 +81,10 @@ def fast_path(req: ChatRequest) -> ChatRequest:
         if m.role not in ("user", "assistant"):
             continue
         text = _REMINDER.sub("", m.content).strip()
-        if text:
+        images = any(isinstance(p, ImagePart) for p in m.parts)
+        if images:  # a vision model's images stay, in their place
+            kept.append(Message(m.role, text, parts=tuple(_REMINDER.sub("", p) if isinstance(p, str) else p
+                                                          for p in m.parts)))
+        elif text:
             kept.append(Message(m.role, text))
     return req.with_(messages=tuple(kept), tools=(), tool_choice="none", tool_names=(), reasoning=False)

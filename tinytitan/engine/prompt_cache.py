@@ -20,6 +20,13 @@ Rules:
   notes a prompt as it was prepared; the entry stored for that prompt plus the tokens generated after it gets
   the prompt's spans and a generated span for the answer, so a later prompt that renders the same answer
   there reuses the answer's own ids (``candidates()``).
+- Images are keyed by their content: a prompt's image runs (``ImageRun``: where the image's tokens lie, and its
+  digest) replace those tokens, for every comparison, by numbers drawn from the digest (negative: never a token
+  id), so two prompts that differ only in an image part at that image, and an entry is reused up to it. The
+  entry keeps its real ids too, for the splice.
+- Where a model's image tokens move the rope positions of what follows (M-RoPE: ``ImageRun.rope_delta``), the
+  row's cache holds its keys shifted so its text continues at its cache offset; ``reframe(kv, shift)`` (the
+  model's) turns them back before the entry is kept, so every entry holds its tokens at their own positions.
 """
 
 from __future__ import annotations
@@ -36,6 +43,29 @@ import numpy as np
 from .prompt_splice import Span
 
 log = logging.getLogger("tinytitan.cache")
+
+
+@dataclass(frozen=True)
+class ImageRun:
+    """An image's tokens in a prompt: ``start`` to ``end`` (exclusive), and the sha256 (hex) of its bytes;
+    ``rope_delta``: how far the rope position of the text after it lags its index (M-RoPE: an image's tokens take
+    fewer positions than there are of them), else 0."""
+    start: int
+    end: int
+    digest: str
+    rope_delta: int = 0
+
+
+def keyed(tokens: Sequence[int], images: Sequence[ImageRun] = ()) -> np.ndarray:
+    """The ids a prompt is compared by: its image runs' tokens replaced by 28-bit pieces of their digests, negated
+    (position j of a run takes piece j mod 9: the whole digest within a run's first nine tokens)."""
+    t = np.array(tokens, dtype=np.int64)
+    for run in images:
+        pieces = [-1 - int(run.digest[7 * k:7 * k + 7], 16) for k in range(9)]
+        end = min(run.end, len(t))
+        if end > run.start:
+            t[run.start:end] = np.resize(np.array(pieces, dtype=np.int64), end - run.start)
+    return t
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -78,6 +108,14 @@ class Entry:
     spans: tuple[Span, ...] = ()  # what a prefix of ``tokens`` says (prompt_splice.py)
     fingerprint: Any = None  # the request that made it (cache_miss.Fingerprint), and where its answer starts
     prompt_length: int | None = None
+    ids: np.ndarray | None = None  # its real ids, where images make ``tokens`` (the key) differ from them
+
+    @property
+    def real(self) -> np.ndarray | None:
+        """Its token ids (None: an entry read back from disk with images, whose ids only its key holds)."""
+        if self.ids is not None:
+            return self.ids
+        return self.tokens if not (self.tokens < 0).any() else None
 
 
 @dataclass
@@ -105,6 +143,7 @@ class PromptCache:
         self.misses = 0  # fetches that found no reusable prefix
         self.reused_tokens = 0
         self.disk = None  # a PromptDisk, where prefixes outlive the process
+        self.reframe: Callable[[Any, int], None] | None = None  # turns a row's shifted keys back (see the rules)
 
     @property
     def nbytes(self) -> int:
@@ -114,9 +153,9 @@ class PromptCache:
     def _nbytes(self) -> int:  # holding the lock
         return sum(e.nbytes for e in self.entries.values())
 
-    def fetch(self, prompt: Sequence[int]) -> tuple[Any, int]:
+    def fetch(self, prompt: Sequence[int], images: Sequence[ImageRun] = ()) -> tuple[Any, int]:
         """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable."""
-        p = np.asarray(prompt, dtype=np.int64)
+        p = keyed(prompt, images)
         if self.disk is not None:
             self._read_back(p)
         with self._lock:
@@ -151,14 +190,18 @@ class PromptCache:
                 c.trim(trimmed)
         return payload, best_n
 
-    def store(self, tokens: Sequence[int], payload: Any) -> None:
-        t = np.asarray(tokens, dtype=np.int64)
+    def store(self, tokens: Sequence[int], payload: Any, images: Sequence[ImageRun] = ()) -> None:
+        ids = np.asarray(tokens, dtype=np.int64)
         if payload is not None:
             off = kv_offset(payload)
             if off is not None:
-                t = t[:off]
-        if len(t) == 0:
+                ids = ids[:off]
+        if len(ids) == 0:
             return
+        shift = -sum(run.rope_delta for run in images)  # where the row's keys stand from their own positions
+        if shift and payload is not None and self.reframe is not None:
+            self.reframe(payload, -shift)
+        t = keyed(ids, images)
         note = self._note_for(t)
         spans = self._spans_for(t, note)
         size = kv_bytes(payload)
@@ -171,14 +214,14 @@ class PromptCache:
             for key in [k for k, e in self.entries.items()
                         if len(e.tokens) <= len(t) and common_prefix(e.tokens, t) == len(e.tokens)]:
                 del self.entries[key]
-            self._insert(t, payload, size, spans, note)
+            self._insert(t, payload, size, spans, note, ids if images else None)
         if self.disk is not None and payload is not None:
             self.disk.put(t, payload, spans)
 
     def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...],
-                note: Note | None = None) -> None:  # holding the lock
+                note: Note | None = None, ids: np.ndarray | None = None) -> None:  # holding the lock
         self.entries[self._next] = Entry(t, payload, size, spans, note.fingerprint if note else None,
-                                         len(note.tokens) if note else None)
+                                         len(note.tokens) if note else None, ids)
         self._next += 1
         while self.entries and (self._nbytes() > self.max_bytes or len(self.entries) > self.max_entries):
             key, old = self.entries.popitem(last=False)
@@ -209,10 +252,10 @@ class PromptCache:
 
     # -- what the ids say (prompt_splice.py) ----------------------------------------------------------------
     def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str],
-                 fingerprint: Any = None) -> None:
+                 fingerprint: Any = None, images: Sequence[ImageRun] = ()) -> None:
         """A prompt as prepared: the entry later stored for it (and its answer) knows its spans, and the
         fingerprint of its request (cache_miss.py)."""
-        t = np.asarray(tokens, dtype=np.int64)
+        t = keyed(tokens, images)
         key = t.tobytes()
         with self._lock:
             self.notes[key] = Note(t, spans, decode, fingerprint)
@@ -220,12 +263,12 @@ class PromptCache:
             while len(self.notes) > MAX_NOTES:
                 self.notes.popitem(last=False)
 
-    def probe(self, prompt: Sequence[int]):
+    def probe(self, prompt: Sequence[int], images: Sequence[ImageRun] = ()):
         """What the cache holds nearest a prompt (cache_miss.Probe), without taking anything: the entry (in memory
         or on disk) sharing the longest prefix, and the longest prefix a recently prepared prompt shared."""
         from .cache_miss import Probe
 
-        p = np.asarray(prompt, dtype=np.int64)
+        p = keyed(prompt, images)
         out = Probe()
         with self._lock:
             out.any_entry = bool(self.entries)
@@ -244,7 +287,7 @@ class PromptCache:
     def candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
         """Each entry's ids and spans, most recently used first."""
         with self._lock:
-            return [(e.tokens, e.spans) for e in reversed(self.entries.values()) if e.spans]
+            return [(e.real, e.spans) for e in reversed(self.entries.values()) if e.spans and e.real is not None]
 
     def _note_for(self, t: np.ndarray) -> Note | None:
         """The longest remembered prompt a stored run of ids starts with."""

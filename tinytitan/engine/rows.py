@@ -1,8 +1,8 @@
 """A row: one generation on the model thread, from its first step to its end.
 
 Rules:
-- A row is opened (``open``) before its first step: its KV cache starts from the longest cached prefix of its
-  prompt (or an empty cache), its sampler and logits processors are made (guarded: one that raises marks this
+- A row is opened (``open``) before its first step: its KV cache starts where its backend's ``prompt_prefix``
+  says (the longest cached prefix of its prompt; a vision model's images read there too), or empty, its sampler and logits processors are made (guarded: one that raises marks this
   row failed, never the step it ran in), and its DecodeLoop is started.
 - ``accept(token)`` hands it one sampled token, as mlx-lm's ``stream_generate`` would report it: the
   end-of-turn token ends it (not content), a client stop string ends it, its output cap ends it (once, here:
@@ -101,10 +101,11 @@ class Row:
     def open(self, model, seeded: bool) -> None:
         """Its cache (the longest cached prefix, else a new one), its sampler and processors, its Started."""
         backend, prepared = self.backend, self.prepared
-        kv, cached = backend.prompt_cache.fetch(self.tokens)
+        since = time.perf_counter()
+        kv, read, cached = backend.prompt_prefix(model, prepared)
         if kv is None:
-            kv, cached = backend.new_cache(model), 0
-        self.kv, self.read = kv, cached
+            kv, read, cached = backend.new_cache(model), 0, 0
+        self.kv, self.read = kv, read
         sampler, processors = backend.sampler_for(prepared, self.loop, seeded=seeded)
         if not seeded and prepared.req.seed is not None:
             import mlx.core as mx
@@ -115,7 +116,7 @@ class Row:
             sampler = speculator.sampler  # it draws each verified position as it would alone (sampling.py)
         self.speculator = speculator
         self.sampler, self.processors = self._guarded(sampler, processors)
-        self.loop.start(len(self.tokens), cached)
+        self.loop.start(len(self.tokens), cached, since=since)
 
     def accept(self, token: int) -> bool:
         """One sampled token; True when it ended the row (``ending`` says how)."""
@@ -187,7 +188,7 @@ class Row:
             for c in self.kv:
                 c.trim(extra)
         mx.eval([c.state for c in self.kv if not c.empty()])
-        self.backend.prompt_cache.store(self.tokens + self.generated, self.kv)
+        self.backend.prompt_cache.store(self.tokens + self.generated, self.kv, self.prepared.image_runs)
 
     def _report(self, exc: BaseException | None) -> None:
         """A failure: before its Started (its model would not load) the consumer's exception, as when decoding

@@ -140,7 +140,9 @@ def check(model: OllamaModel) -> None:
         raise OllamaModelRefused(f"{model.name}: the manifest names no model blob on disk")
     for kind, what in (("adapter", "a LoRA adapter"), ("projector", "a vision projector")):
         if kind in model.blobs:
-            raise OllamaModelRefused(f"{model.name}: {what} ({MEDIA}{kind}) is not supported")
+            hint = ("; GGUF vision models are not served: serve its MLX or Hugging Face version (mlx-vlm reads "
+                    "Gemma 3 and Mistral 3 vision models)") if kind == "projector" else ""
+            raise OllamaModelRefused(f"{model.name}: {what} ({MEDIA}{kind}) is not supported{hint}")
 
 
 def chat_template(model: OllamaModel, gguf_has_template: bool) -> str | None:

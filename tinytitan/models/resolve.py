@@ -87,6 +87,7 @@ def resolve(spec: str, form: str | None = None) -> Resolved:
 
 def _convert(path: Path, form: str | None) -> Path:
     try:
+        note_projector(path)
         return ensure_converted(path, form)
     except UnsupportedGGUF as exc:
         raise ModelNotFound(f"cannot serve {path.name}: {exc}") from None
@@ -157,9 +158,20 @@ def list_models(root: Path, form: str | None = None) -> list[Resolved]:
         model_id = rel.parent.as_posix() if alone else _gguf_id(rel)
         try:
             found.setdefault(model_id, Resolved(ensure_converted(f, form), model_id))
+            note_projector(f)
         except UnsupportedGGUF as exc:
             log.warning("%s: not served: %s", f, exc)
     return [found[k] for k in sorted(found)]
+
+
+def note_projector(gguf: Path) -> None:
+    """A GGUF beside a vision projector (``mmproj*.gguf``, as LM Studio stores a vision model) is served as the
+    text model it is: the projector is not read, so the model's images are refused. Said once, at startup."""
+    projectors = sorted(p.name for p in gguf.parent.glob("*.gguf") if p.name.lower().startswith("mmproj"))
+    if projectors:
+        log.warning("%s: its vision projector (%s) is not read: a GGUF vision model is served as a text model, and "
+                    "requests with images to it are refused; serve its MLX or Hugging Face version to read images",
+                    gguf.name, projectors[0])
 
 
 def _ollama_models(root: Path, form: str | None) -> list[Resolved]:

@@ -79,6 +79,28 @@ def _text(content) -> str:
     return str(content)
 
 
+def _has_images(content) -> bool:
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image" for p in content)
+
+
+def _parts(content) -> list:
+    """Content as template parts (an image part kept where it is)."""
+    if _has_images(content):
+        return [{"type": "text", "text": p} if isinstance(p, str) else p for p in content]
+    text = _text(content)
+    return [{"type": "text", "text": text}] if text else []
+
+
+def _joined(a, b, sep: str = "\n\n"):
+    """Two contents one after the other, ``sep`` between them: text, or parts where either holds an image (a
+    vision model's; its images stay where they were)."""
+    if not (_has_images(a) or _has_images(b)):
+        text_a, text_b = _text(a), _text(b)
+        return text_a + (sep if text_a and text_b else "") + text_b
+    parts_a, parts_b = _parts(a), _parts(b)
+    return parts_a + ([{"type": "text", "text": sep}] if parts_a and parts_b else []) + parts_b
+
+
 def _py_literal(value) -> str:
     if isinstance(value, bool) or value is None:
         return repr(value)
@@ -103,7 +125,11 @@ def render_call(call: dict, style: str) -> str:
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
-def render_result(message: dict, style: str) -> str:
+def render_result(message: dict, style: str):
+    if _has_images(message.get("content")):  # a result with images (a screenshot read): parts, wrapped alike
+        head, tail = ("```tool_output\n", "\n```") if style == "tool_output" else ("<tool_response>\n",
+                                                                                  "\n</tool_response>")
+        return _joined(_joined(head, message["content"], ""), tail, "")
     content = _text(message.get("content"))
     if style == "tool_output":
         return f"```tool_output\n{content}\n```"
@@ -204,9 +230,8 @@ def _merge_runs(msgs: list[dict]) -> list[dict]:
         calls = prev is not None and (prev.get("tool_calls") or m.get("tool_calls"))
         if prev is not None and prev["role"] == m["role"] and m["role"] in ("user", "assistant", "system") \
                 and not calls:  # turns split one call each stay split
-            text_a, text_b = _text(prev.get("content")), _text(m.get("content"))
             merged = dict(prev)
-            merged["content"] = text_a + ("\n\n" if text_a and text_b else "") + text_b
+            merged["content"] = _joined(prev.get("content"), m.get("content"))
             out[-1] = merged
         else:
             out.append(m)
@@ -230,7 +255,10 @@ def _fold_user_after_results(msgs: list[dict]) -> list[dict]:
             continue
         if m["role"] == "user" and last_visible == "user" and last_tool is not None:
             tool = dict(out[last_tool])
-            tool["content"] = _text(tool.get("content")) + "\n\n" + _text(m.get("content"))
+            if _has_images(tool.get("content")) or _has_images(m.get("content")):
+                tool["content"] = _joined(tool.get("content"), m.get("content"))
+            else:
+                tool["content"] = _text(tool.get("content")) + "\n\n" + _text(m.get("content"))
             out[last_tool] = tool
             continue
         if m["role"] in ("user", "assistant"):
