@@ -197,7 +197,8 @@ def test_bad_image_is_a_400_naming_the_part(vision):
     with pytest.raises(ApiError) as exc:
         vision.prepare(ask("Look:", part(b"\x89PNG\r\n\x1a\nnot really", "messages[0].content[1]")))
     assert exc.value.kind == "invalid_request" and exc.value.param == "messages[0].content[1]"
-    assert "Could not process image" in exc.value.message
+    assert exc.value.code == "invalid_image" and "damaged" in exc.value.message  # each protocol words it (Messages:
+    # "Could not process image: …", the wording Claude Code recovers from)
 
 
 def test_text_requests_are_unchanged(vision):

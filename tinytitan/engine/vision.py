@@ -27,13 +27,12 @@ Rules:
   like any row. Kept entries hold true positions (the prompt cache turns a row's keys back, ``reframe``), and a
   prefix taken from the cache is shifted to the new prompt's constant: rotating cached keys by a constant is the
   same rotation rope applies.
-- An image is opened once per request, in ``prepare`` (``open_image``: a 400 naming the part when it cannot be);
+- An image is opened once per request, in ``prepare`` (``images.open_image``: a 400 naming the part when it cannot be);
   what the processor makes of it (pixel values, its token count) is kept per digest for the turns that resend it.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 from collections import OrderedDict
@@ -42,6 +41,7 @@ from typing import Any
 
 from ..chat_request import ChatRequest, ImagePart
 from ..errors import invalid
+from ..images import ImageError, open_image
 from .backend import Prepared
 from .mlx_backend import MLXBackend, read_json
 from .prompt_cache import ImageRun, kv_trimmable
@@ -55,19 +55,6 @@ FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "ima
 SHIFTED = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 PREFILL_STEP = 512
 KEPT_IMAGE_BYTES = 256 << 20  # processed images (pixel values) kept per model, by digest, for the turns resending them
-
-
-def open_image(part: ImagePart):
-    """The image a part holds, decoded, in RGB; a 400 naming the part when it cannot be opened."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(part.data)) as im:
-            im.load()
-            return im.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise invalid(f"Could not process image: {type(exc).__name__}: {exc}", param=part.where,
-                      code="invalid_image") from None
 
 
 def is_vision_dir(path: Path) -> bool:
@@ -138,7 +125,7 @@ class VisionBackend(MLXBackend):
             out = self.processor(text=[self.placeholder], images=[image], add_special_tokens=False,
                                  return_tensors="np")
         except Exception as exc:  # the processor cannot take it (a degenerate size …)
-            raise invalid(f"Could not process image: {exc}", param=part.where, code="invalid_image") from None
+            raise ImageError(f"the model's image processor cannot take it ({exc})", part.where, "invalid_image") from None
         ids = [int(i) for i in _numpy(out["input_ids"])[0]]
         inputs = {k: _numpy(v) for k, v in out.items() if k not in ("input_ids", "attention_mask", "token_type_ids")}
         done = Processed(self.processor.tokenizer.decode(ids, skip_special_tokens=False),
