@@ -28,7 +28,7 @@ def accepts(backend, req, text: str) -> bool:
 
 
 def call(args: dict) -> str:
-    return "<tool_call>\n" + json.dumps({"name": "f", "arguments": args}, separators=(",", ":")) + "\n</tool_call>"
+    return "<tool_call>\n" + json.dumps({"name": "f", "arguments": args}) + "\n</tool_call>"
 
 
 @pytest.mark.parametrize("choice,strict", [("required", False), ("auto", True)])

@@ -24,9 +24,9 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 
 
 def call(city: str) -> str:
-    """A call as the mask lets the model write it (compact JSON): a limit masks the calls (scripts are checked)."""
-    return "<tool_call>\n" + json.dumps({"name": "weather", "arguments": {"city": city}}, separators=(",", ":")) \
-        + "\n</tool_call>"
+    """A call as the family's template writes it (Qwen: ``tojson``'s spacing), the layout a limit's mask holds
+    the calls to (scripts are checked)."""
+    return "<tool_call>\n" + json.dumps({"name": "weather", "arguments": {"city": city}}) + "\n</tool_call>"
 
 
 THREE = call("Paris") + "\n" + call("Rome") + "\n" + call("Oslo") + "\nDone."

@@ -5,6 +5,8 @@ Rules:
   source (an LRU of ``CACHE_SIZE`` entries keyed by the canonical JSON of kind and source).
 - JSON is compact: no whitespace between tokens (a weak model could otherwise pad a document forever),
   and the compiler is never lenient (a keyword it would ignore is an error here, not a looser document).
+- A call's JSON is spelt in the family's own layout (``JsonLayout``: the separators its template renders, or
+  at most one space between tokens where the family's layout varies), never padded without bound.
 - A grammar the compiler refuses is the client's 400 naming the request field it came from.
 """
 
@@ -23,6 +25,32 @@ from ...output_format import SUBSCHEMAS
 CACHE_SIZE = 256
 JSON_OPTIONS = {"whitespace_flexible": False, "lenient": False, "coerce_one_of": False,
                 "item_separator": ",", "key_separator": ":"}
+
+
+@dataclass(frozen=True)
+class JsonLayout:
+    """How a JSON value is spelt: the separators between items and after keys, and ``space``, a regex of the
+    whitespace allowed between any two tokens (None: none beyond the separators)."""
+    item: str
+    key: str
+    space: str | None = None
+
+    def options(self) -> dict:
+        if self.space is None:
+            return {**JSON_OPTIONS, "item_separator": self.item, "key_separator": self.key}
+        return {**JSON_OPTIONS, "item_separator": self.item, "key_separator": self.key,
+                "whitespace_flexible": True, "whitespace_pattern": self.space}
+
+    def lark(self, *pieces: str) -> str:
+        """JSON text made of ``pieces`` (a separator is the piece "," or ":") as a lark sequence."""
+        if self.space is None:
+            return json.dumps("".join(self.item if p == "," else self.key if p == ":" else p for p in pieces))
+        return ' " "? '.join(json.dumps(p) for p in pieces)
+
+
+COMPACT = JsonLayout(",", ":")  # structured output (a document the client asked for)
+SPACED = JsonLayout(", ", ": ")  # what Jinja's ``tojson`` (and ``json.dumps``) renders: most families' calls
+ONE_SPACE = JsonLayout(",", ":", "[ ]?")  # a family whose layout varies: compact or spaced, one space at most
 
 # Formats enforced by a pattern of our own, a subset of what a JSON-schema validator accepts (the
 # compiler's own date admits year 0000 and 29 February of any year; RFC 3339's leap second :60 is left out
@@ -127,10 +155,11 @@ def with_format_patterns(schema: Any) -> Any:
     return out
 
 
-def json_rule(schema: Any) -> str:
-    """A lark rule body holding a JSON value to ``schema``, spelt as every grammar here spells JSON, its date /
-    time / date-time formats held to our own patterns (FORMAT_PATTERNS) as structured output's are."""
-    return "%json " + json.dumps({**with_format_patterns(schema), "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
+def json_rule(schema: Any, layout: JsonLayout = COMPACT) -> str:
+    """A lark rule body holding a JSON value to ``schema``, spelt in ``layout``, its date / time / date-time
+    formats held to our own patterns (FORMAT_PATTERNS) as structured output's are."""
+    return "%json " + json.dumps({**with_format_patterns(schema), "x-guidance": layout.options()},
+                                 ensure_ascii=False)
 
 
 def custom_tool_refused(tool_name: str, markup: str):
