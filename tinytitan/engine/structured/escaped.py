@@ -13,8 +13,8 @@ Rules:
 - What cannot be rewritten faithfully is refused by name (ApiError): ``%ignore``, case-insensitive strings,
   and every regex construct ``regex_subset`` refuses (look-arounds, backreferences, atomic groups,
   possessive quantifiers, word boundaries, anchors inside a pattern, flags other than ``s``) — never widened.
-- ``\\d``, ``\\w`` and ``\\s`` are read as their ASCII classes (a subset of Python's Unicode ones: the
-  grammar admits fewer texts, never more).
+- ``\\d``, ``\\w`` and ``\\s`` and their complements are Python's Unicode classes, as ``re`` reads them
+  (``regex_subset``).
 """
 
 from __future__ import annotations
