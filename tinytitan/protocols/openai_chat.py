@@ -14,7 +14,7 @@ from .. import custom_tools
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .common import place_system, template_variables, text_of
+from .common import place_system, template_variables, text_of, with_verbosity
 
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
 
@@ -54,7 +54,7 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
         else:
             call_id = m["tool_call_id"]
             msgs.append(Message("tool", content, tool_call_id=call_id, name=call_names.get(call_id, m.get("name"))))
-    args["messages"] = place_system([], msgs)
+    args["messages"] = with_verbosity(place_system([], msgs), body.get("verbosity"))
 
 
 def parse_tools(value: list, body: dict, args: dict, v) -> None:
