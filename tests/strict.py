@@ -94,6 +94,10 @@ def _adapter(kind: str) -> TypeAdapter:
         from anthropic.types import Message as t
     elif kind == "message_event":
         from anthropic.types import RawMessageStreamEvent as t
+    elif kind == "beta_message":
+        from anthropic.types.beta import BetaMessage as t
+    elif kind == "beta_message_event":
+        from anthropic.types.beta import BetaRawMessageStreamEvent as t
     elif kind == "tokens_count":
         from anthropic.types import MessageTokensCount as t
     elif kind == "anthropic_error":
@@ -212,10 +216,15 @@ def response_deleted(data):
 
 
 def message(data):
+    """A message; one answering ``context_management`` (a beta) is the SDK's beta message."""
+    if isinstance(data, dict) and "context_management" in data:
+        return _validate(_adapter("beta_message"), data, "message (context-management beta)")
     return _validate(_adapter("message"), data, "message")
 
 
 def message_event(data):
+    if isinstance(data, dict) and "context_management" in data:
+        return _validate(_adapter("beta_message_event"), data, f"Messages event {_type(data)} (beta)")
     return _validate(_adapter("message_event"), data, f"Messages event {_type(data)}")
 
 
