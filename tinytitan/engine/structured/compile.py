@@ -1,8 +1,9 @@
 """A request's Grammar → an llguidance grammar checked against the model's tokenizer.
 
 Rules:
-- The tokenizer is converted once per tokenizer object (``llg_tokenizer``); a grammar once per distinct
-  source (an LRU of ``CACHE_SIZE`` entries keyed by the canonical JSON of kind and source).
+- The tokenizer is converted once per tokenizer object (``llg_tokenizer``); a grammar is translated once per
+  distinct source (an LRU of ``CACHE_SIZE`` entries keyed by the canonical JSON of kind and source) and
+  checked against a tokenizer once (an LRU of as many); each request makes only its own matcher.
 - JSON is compact: no whitespace between tokens (a weak model could otherwise pad a document forever),
   and the compiler is never lenient (a keyword it would ignore is an error here, not a looser document).
 - A call's JSON is spelt in the family's own layout (``JsonLayout``: the separators its template renders, or
@@ -64,6 +65,7 @@ FORMAT_PATTERNS = {"date": f"^{_YEAR}-{_DAY}$", "time": f"^{_TIME}$", "date-time
 _lock = threading.Lock()
 _tokenizers: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, LLTokenizer): few, kept for life
 _grammars: collections.OrderedDict[tuple, str] = collections.OrderedDict()
+_checked: collections.OrderedDict[tuple[int, str], None] = collections.OrderedDict()  # (id(LLTokenizer), text)
 
 
 @dataclass(frozen=True)
@@ -87,12 +89,21 @@ def llg_tokenizer(tokenizer, vocab_size: int | None = None):
         hit = _tokenizers.get(id(tokenizer))
         if hit is not None and hit[0] is tokenizer:
             return hit[1]
-    import llguidance.hf
+    import copy
 
-    hf = getattr(tokenizer, "_tokenizer", tokenizer)
-    eos = sorted(getattr(tokenizer, "eos_token_ids", None) or [])
-    n_vocab = max(vocab_size or 0, len(hf)) or None
-    llt = llguidance.hf.from_tokenizer(hf, n_vocab=n_vocab, eos_token=eos or None)
+    import llguidance
+
+    # the Rust tokenizer of a fast Hugging Face tokenizer (public; mlx-lm's wrapper hands attributes through),
+    # serialised for llguidance as its own hf.from_tokenizer does, padding and truncation off
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError("grammar masks need a fast (Rust) Hugging Face tokenizer")
+    backend = copy.copy(backend)
+    backend.no_padding()
+    backend.no_truncation()
+    eos = sorted(getattr(tokenizer, "eos_token_ids", None) or []) or getattr(tokenizer, "eos_token_id", None)
+    n_vocab = max(vocab_size or 0, backend.get_vocab_size(with_added_tokens=True)) or None
+    llt = llguidance.LLTokenizer(backend.to_str(), n_vocab=n_vocab, eos_token=eos)
     with _lock:
         _tokenizers[id(tokenizer)] = (tokenizer, llt)
     return llt
@@ -180,10 +191,21 @@ def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) 
     except ValueError as exc:
         raise invalid(f"The grammar at '{where}' cannot be compiled: {exc}", param=where,
                       code="unsupported_schema") from None
+    key = (id(llt), text)  # the LLTokenizer is kept for life (_tokenizers): its id is its own
+    with _lock:
+        seen = key in _checked
+        if seen:
+            _checked.move_to_end(key)
+    if seen:
+        return CompiledGrammar(text, llt, max(vocab_size or 0, llt.vocab_size), grammar.name)
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text, llt)
     if is_error or messages:  # a warning is something the compiler would not enforce: refused too
         detail = "; ".join(_one_line(m) for m in messages) or "invalid grammar"
         what = "schema" if grammar.kind.startswith("json") else f"{grammar.kind} grammar"
         raise invalid(f"The {what} at '{where}' cannot be enforced: {detail}", param=where,
                       code="unsupported_schema")
+    with _lock:
+        _checked[key] = None
+        while len(_checked) > CACHE_SIZE:
+            _checked.popitem(last=False)
     return CompiledGrammar(text, llt, max(vocab_size or 0, llt.vocab_size), grammar.name)
