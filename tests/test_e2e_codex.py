@@ -275,6 +275,8 @@ def test_the_servers_catalog_gives_codex_the_models_metadata(tmp_path):
     assert "apply_patch" not in {t.get("name") for t in first["body"]["tools"]}
     (patch,) = [t for t in second["body"]["tools"] if t.get("name") == "apply_patch"]
     assert patch["type"] == "custom" and patch["format"]["syntax"] == "lark"
+    # the entry says summaries and verbosity work here: Codex asks for a reasoning summary (and shows it)
+    assert (second["body"].get("reasoning") or {}).get("summary") not in (None, "none"), second["body"].get("reasoning")
     prompts = [int(n) for n in re.findall(r"POST /v1/responses 200 openai_responses model=\S+ prompt=(\d+)", log)]
     assert len(prompts) == 2 and prompts[1] < prompts[0] * 0.7, prompts  # 14,1xx tokens → 8,2xx
 
