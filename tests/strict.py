@@ -100,6 +100,8 @@ def _adapter(kind: str) -> TypeAdapter:
         from anthropic.types.beta import BetaRawMessageStreamEvent as t
     elif kind == "tokens_count":
         from anthropic.types import MessageTokensCount as t
+    elif kind == "beta_tokens_count":
+        from anthropic.types.beta import BetaMessageTokensCount as t
     elif kind == "anthropic_error":
         from anthropic.types import ErrorResponse as t
     elif kind == "anthropic_model":
@@ -229,6 +231,8 @@ def message_event(data):
 
 
 def tokens_count(data):
+    if isinstance(data, dict) and "context_management" in data:
+        return _validate(_adapter("beta_tokens_count"), data, "count_tokens answer (context-management beta)")
     return _validate(_adapter("tokens_count"), data, "count_tokens answer")
 
 

@@ -164,3 +164,19 @@ async def test_what_the_newest_codex_sends_is_accepted(serve):
                   {"type": "message", "role": "user", "content": "again"}]})
     assert r.status_code == 200, r.text
     strict.response(r.json())
+
+
+async def test_count_tokens_counts_the_edited_conversation(serve):
+    s = await serve(["Done."])
+    edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 1},
+            "keep": {"type": "tool_uses", "value": 1}}
+    body = anthropic_util.body(messages=_conversation(4), tools=TOOLS, max_tokens=None)
+    plain = await anthropic_util.post(s, body, "/v1/messages/count_tokens")
+    edited = await anthropic_util.post(s, {**body, "context_management": {"edits": [edit]}},
+                                       "/v1/messages/count_tokens")
+    assert plain.status_code == edited.status_code == 200, edited.text
+    strict.tokens_count(plain.json())
+    strict.tokens_count(edited.json())
+    assert "context_management" not in plain.json()
+    assert edited.json()["context_management"]["original_input_tokens"] == plain.json()["input_tokens"]
+    assert edited.json()["input_tokens"] < plain.json()["input_tokens"] - 3 * 40

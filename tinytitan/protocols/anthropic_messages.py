@@ -390,7 +390,14 @@ class AnthropicMessages(Protocol):
     async def count_tokens(self, call: Call) -> Reply:
         v = await self.checked(call, "count_tokens")
         req = self.engine.apply_model(self.chat_request(v))
-        return Reply({"input_tokens": await self.engine.count_tokens(req)})
+        if not isinstance(v.body.get("context_management"), dict):
+            return Reply({"input_tokens": await self.engine.count_tokens(req)})
+        # the context-management beta: the count after the edits, and before them
+        edits = context_edits.parse(v.body["context_management"])
+        original = await self.engine.count_tokens(req)
+        edited, applied = await context_edits.apply(edits, req, self._prompt_tokens)
+        tokens = await self.engine.count_tokens(edited) if applied else original
+        return Reply({"input_tokens": tokens, "context_management": {"original_input_tokens": original}})
 
 
 def _tool_input(text: str, name: str | None) -> dict:
