@@ -113,3 +113,39 @@ def test_the_mask_admits_no_call_past_the_limit(demo_tok, choice):
         assert backend.prepare(base).grammar is None
     else:
         assert accepts(backend, base, three)
+
+
+LIMITS = [{"parallel_tool_calls": False}, {"tool_choice": "required"}, {"strict": True}, {"max_tool_calls": 1}]
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda d: next(iter(d)))
+@pytest.mark.parametrize("layout", ["template", "compact"])
+async def test_a_call_in_the_templates_layout_is_served_under_every_limit(serve, limit, layout):
+    """Chat and Responses, each grammar a limit brings: the call as the Qwen template writes it (``tojson``'s
+    spacing) is served; compact JSON, which the mask does not let a model write, fails clearly (500, named)."""
+    import openai
+
+    args = {"city": "Paris"}
+    text = json.dumps({"name": "weather", "arguments": args}, **({} if layout == "template" else
+                                                                  {"separators": (",", ":")}))
+    s = await serve([f"<tool_call>\n{text}\n</tool_call>"])
+    strict = limit.get("strict", False)
+    rest = {k: v for k, v in limit.items() if k != "strict"}
+    chat_tools = [{"type": "function", "function": {"name": "weather", "parameters": SCHEMA, "strict": strict}}]
+    resp_tools = [{"type": "function", "name": "weather", "parameters": SCHEMA, "strict": strict}]
+    chat_kw = {k: v for k, v in rest.items() if k != "max_tool_calls"}  # (Responses only)
+    if layout == "compact":
+        if chat_kw or strict:  # (Chat has no max_tool_calls)
+            with pytest.raises(openai.InternalServerError, match="does not fit the request's grammar"):
+                await chat_client(s).chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "weather?"}], tools=chat_tools, **chat_kw)
+        failed = await responses_client(s).responses.create(model=MODEL, input="weather?", store=False,
+                                                            tools=resp_tools, **rest)
+        assert failed.status == "failed" and "does not fit the request's grammar" in failed.error.message
+        return
+    r = await chat_client(s).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "weather?"}],
+                                                     tools=chat_tools, **chat_kw)
+    assert [json.loads(c.function.arguments) for c in r.choices[0].message.tool_calls] == [args]
+    out = await responses_client(s).responses.create(model=MODEL, input="weather?", store=False, tools=resp_tools,
+                                                     **rest)
+    assert [json.loads(o.arguments) for o in out.output if o.type == "function_call"] == [args]
