@@ -23,7 +23,7 @@ BAD = [{**GOOD, "d": "2023-02-29"}, {**GOOD, "d": "0000-01-01"}, {**GOOD, "d": "
 def accepts(backend, req, text: str) -> bool:
     compiled = backend.prepare(req).grammar
     matcher = compiled.matcher()
-    ids = backend.tokenizer._tokenizer.encode(text, add_special_tokens=False)
+    ids = backend.tokenizer.encode(text, add_special_tokens=False)
     return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
 
 

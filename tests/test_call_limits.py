@@ -96,7 +96,7 @@ async def test_messages_strict_tools_are_masked(serve):
 
 def accepts(backend, req, text: str) -> bool:
     matcher = backend.prepare(req).grammar.matcher()
-    ids = backend.tokenizer._tokenizer.encode(text, add_special_tokens=False)
+    ids = backend.tokenizer.encode(text, add_special_tokens=False)
     return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
 
 

@@ -114,7 +114,7 @@ def test_decode_what_the_forcing_grammar_produces(root, name, parallel, checked,
     backend = ff.backend(family.name, root)
     req = ChatRequest("m", (Message("user", "Go."),), TOOLS, tool_choice="required", parallel_tool_calls=parallel)
     compiled = backend.prepare(req).grammar
-    rng, hf, seen, counts = random.Random(name + str(parallel)), backend.tokenizer._tokenizer, set(), []
+    rng, hf, seen, counts = random.Random(name + str(parallel)), backend.tokenizer, set(), []
     single = parallel is False or family.one_call or name == "harmony"
     for _ in range(10):
         raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
