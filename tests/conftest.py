@@ -43,6 +43,19 @@ def absent(reason: str):
     pytest.skip(reason)
 
 
+def imported(module: str, reason: str):
+    """``module``, for a test file that needs it from an install (a test extra): imported, or — missing — the
+    whole file skipped with ``reason`` on a developer's machine, a failure under ``CI=true`` (see ``absent``)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if CI:
+            pytest.fail(f"{reason} (CI=true: .ci/run installs it, so its absence fails the run)", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
+
+
 def needs(missing: bool, reason: str):
     """A mark for a test (or, in ``pytestmark``, a module) that needs an install: see ``absent``."""
     return pytest.mark.needs(missing, reason=reason)

@@ -74,7 +74,7 @@ def check_reasoning(family: str, root, raw: str, thought: str, text: str) -> Non
     assert "".join(e.text for e in events if isinstance(e, ev.ReasoningDelta)) == thought
     assert "".join(e.text for e in events if isinstance(e, ev.TextDelta)) == text
     usage = events[-1].usage
-    hf = b.tokenizer._tokenizer
+    hf = b.tokenizer
     thought_tokens = len(hf.encode(thought, add_special_tokens=False))
     assert 0 < usage.reasoning_tokens < usage.completion_tokens
     assert abs(usage.reasoning_tokens - thought_tokens) <= 2  # the thought's tokens, plus its closing marker
@@ -112,7 +112,7 @@ def check_strict_under_auto(family: str, root, opened: str) -> None:
     req = ChatRequest("m", USER, tools, reasoning=False, parallel_tool_calls=False)
     compiled = b.prepare(req).grammar
     assert compiled is not None
-    hf = b.tokenizer._tokenizer
+    hf = b.tokenizer
     prefix = list(hf.encode("Let me see." + opened, add_special_tokens=False))
     rng = random.Random(family)
     for _ in range(8):

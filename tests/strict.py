@@ -94,8 +94,14 @@ def _adapter(kind: str) -> TypeAdapter:
         from anthropic.types import Message as t
     elif kind == "message_event":
         from anthropic.types import RawMessageStreamEvent as t
+    elif kind == "beta_message":
+        from anthropic.types.beta import BetaMessage as t
+    elif kind == "beta_message_event":
+        from anthropic.types.beta import BetaRawMessageStreamEvent as t
     elif kind == "tokens_count":
         from anthropic.types import MessageTokensCount as t
+    elif kind == "beta_tokens_count":
+        from anthropic.types.beta import BetaMessageTokensCount as t
     elif kind == "anthropic_error":
         from anthropic.types import ErrorResponse as t
     elif kind == "anthropic_model":
@@ -212,14 +218,21 @@ def response_deleted(data):
 
 
 def message(data):
+    """A message; one answering ``context_management`` (a beta) is the SDK's beta message."""
+    if isinstance(data, dict) and "context_management" in data:
+        return _validate(_adapter("beta_message"), data, "message (context-management beta)")
     return _validate(_adapter("message"), data, "message")
 
 
 def message_event(data):
+    if isinstance(data, dict) and "context_management" in data:
+        return _validate(_adapter("beta_message_event"), data, f"Messages event {_type(data)} (beta)")
     return _validate(_adapter("message_event"), data, f"Messages event {_type(data)}")
 
 
 def tokens_count(data):
+    if isinstance(data, dict) and "context_management" in data:
+        return _validate(_adapter("beta_tokens_count"), data, "count_tokens answer (context-management beta)")
     return _validate(_adapter("tokens_count"), data, "count_tokens answer")
 
 

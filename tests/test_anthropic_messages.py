@@ -285,8 +285,8 @@ CC_HEADERS = {"anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-
 
 
 async def test_a_claude_code_shaped_session(serve):
-    # compact JSON, as the mask writes it: WebSearch is strict, so a call once opened is masked
-    s = await serve(['<tool_call>\n{"name":"Bash","arguments":{"arg":"echo hi"}}\n</tool_call>',
+    # the template's spaced JSON, as the mask writes it: WebSearch is strict, so a call once opened is masked
+    s = await serve(['<tool_call>\n{"name": "Bash", "arguments": {"arg": "echo hi"}}\n</tool_call>',
                      "<think>It printed hi.</think>The command printed hi."])
     async with httpx.AsyncClient(timeout=30) as c:
         head = await c.head(s.url("/"))  # Claude Code's reachability check: no anthropic-version header

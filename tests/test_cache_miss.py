@@ -10,7 +10,7 @@ import logging
 import httpx
 import pytest
 
-from tinytitan.chat_request import ChatRequest, Message, Tool
+from tinytitan.chat_request import ChatRequest, Message, Tool, ToolCall
 from tinytitan.engine.prompt_cache import PromptCache
 from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
 
@@ -67,16 +67,51 @@ def test_each_reason_from_the_request_that_changed(backend):
     # an assistant message that changed against the request that made the entry
     rewritten = probe(first + [("assistant", "A fine reply."), ("user", "Now fix it.")])
     assert rewritten["reason"] == "messages_changed" and rewritten["where"] == "message 2 (assistant) content"
+    # tool_choice none: the template renders no tools, while the request's tools are the same ones
     settings = probe(convo, tool_choice="none")
-    assert settings["reason"] in ("tools_changed", "settings_changed")  # tool_choice none drops the tools too
+    assert settings["reason"] == "settings_changed" and settings["offset"] < 200 and settings["missed_tokens"] > 0
 
 
-def test_thinking_dropped_by_the_client_and_eviction(backend):
-    think = Message("assistant", "Done.", reasoning="I should read it first.")
-    msgs = [SYSTEM, ("user", "Read it."), think, ("user", "And now?")]
+CALL = ToolCall("c1", "Read", '{"path": "parser.py"}')
+THOUGHT = "I should read it first."
+
+
+def _tool_loop(reasoning: str | None) -> list:
+    """An agent's tool loop: the assistant thought (or not) and called Read; the result came back."""
+    return [SYSTEM, ("user", "Read it."), Message("assistant", "", (CALL,), reasoning=reasoning),
+            Message("tool", "def parse(): ...", tool_call_id="c1", name="Read")]
+
+
+def test_thinking_dropped_by_the_client(backend):
+    """The demo template (Qwen3's) renders the thought of a turn after the last user message: a client that
+    sends that turn back without its thinking parts the prompt there."""
+    _turn(backend, _req(_tool_loop(THOUGHT), TOOLS))
+    miss = backend.prepare(_req(_tool_loop(None), TOOLS)).cache_miss
+    assert miss["reason"] == "thinking_dropped" and miss["where"] == "message 2 (assistant) thinking"
+    assert miss["detail"] == "sent with its thinking before, without it now" and miss["missed_tokens"] > 0
+
+
+def test_thinking_dropped_by_the_template(backend):
+    """The same turn sent back whole, but a new user message came: the template stops rendering its thought."""
+    _turn(backend, _req(_tool_loop(THOUGHT), TOOLS))
+    later = _tool_loop(THOUGHT) + [("assistant", "It parses."), ("user", "And now?")]
+    miss = backend.prepare(_req(later, TOOLS)).cache_miss
+    assert miss["reason"] == "thinking_dropped" and miss["where"] == "message 2 (assistant) thinking"
+    assert miss["detail"] == "the template no longer renders an earlier turn's thinking"
+
+
+def test_template_rerender(backend):
+    """The messages only grow, nothing carries thinking, yet the template renders an earlier one otherwise (a
+    last assistant turn gets an empty thought block that it loses once another turn follows)."""
+    first = [SYSTEM, ("user", "Say something."), ("assistant", "Sure.")]
+    _turn(backend, _req(first, TOOLS))
+    miss = backend.prepare(_req(first + [("user", "More.")], TOOLS)).cache_miss
+    assert miss["reason"] == "template_rerender" and miss["missed_tokens"] > 0
+
+
+def test_eviction(backend):
+    msgs = [SYSTEM, ("user", "Read it."), ("assistant", "Done."), ("user", "And now?")]
     _turn(backend, _req(msgs))
-    dropped = backend.prepare(_req([SYSTEM, ("user", "Read it."), ("assistant", "Done."), ("user", "And now?")]))
-    assert dropped.cache_miss["reason"] in ("thinking_dropped", "hit")  # the demo template never renders old thinking
     backend.prompt_cache.entries.clear()  # what the byte budget does
     evicted = backend.prepare(_req(msgs))
     assert evicted.cache_miss["reason"] == "evicted"

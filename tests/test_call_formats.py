@@ -23,12 +23,12 @@ BAD = [{**GOOD, "d": "2023-02-29"}, {**GOOD, "d": "0000-01-01"}, {**GOOD, "d": "
 def accepts(backend, req, text: str) -> bool:
     compiled = backend.prepare(req).grammar
     matcher = compiled.matcher()
-    ids = backend.tokenizer._tokenizer.encode(text, add_special_tokens=False)
+    ids = backend.tokenizer.encode(text, add_special_tokens=False)
     return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
 
 
 def call(args: dict) -> str:
-    return "<tool_call>\n" + json.dumps({"name": "f", "arguments": args}, separators=(",", ":")) + "\n</tool_call>"
+    return "<tool_call>\n" + json.dumps({"name": "f", "arguments": args}) + "\n</tool_call>"
 
 
 @pytest.mark.parametrize("choice,strict", [("required", False), ("auto", True)])

@@ -24,9 +24,9 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 
 
 def call(city: str) -> str:
-    """A call as the mask lets the model write it (compact JSON): a limit masks the calls (scripts are checked)."""
-    return "<tool_call>\n" + json.dumps({"name": "weather", "arguments": {"city": city}}, separators=(",", ":")) \
-        + "\n</tool_call>"
+    """A call as the family's template writes it (Qwen: ``tojson``'s spacing), the layout a limit's mask holds
+    the calls to (scripts are checked)."""
+    return "<tool_call>\n" + json.dumps({"name": "weather", "arguments": {"city": city}}) + "\n</tool_call>"
 
 
 THREE = call("Paris") + "\n" + call("Rome") + "\n" + call("Oslo") + "\nDone."
@@ -96,7 +96,7 @@ async def test_messages_strict_tools_are_masked(serve):
 
 def accepts(backend, req, text: str) -> bool:
     matcher = backend.prepare(req).grammar.matcher()
-    ids = backend.tokenizer._tokenizer.encode(text, add_special_tokens=False)
+    ids = backend.tokenizer.encode(text, add_special_tokens=False)
     return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
 
 
@@ -136,3 +136,39 @@ async def test_without_a_mask_the_decode_stops_after_the_last_call(serve, demo_t
     upto = len(demo_tok.encode("\n".join(call(c) for c in ["Paris", "Rome"][:allowed]), add_special_tokens=False))
     assert upto - 3 <= backend.tokens_decoded <= upto < len(demo_tok.encode(THREE, add_special_tokens=False))
     assert r.usage.output_tokens == backend.tokens_decoded
+
+
+LIMITS = [{"parallel_tool_calls": False}, {"tool_choice": "required"}, {"strict": True}, {"max_tool_calls": 1}]
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda d: next(iter(d)))
+@pytest.mark.parametrize("layout", ["template", "compact"])
+async def test_a_call_in_the_templates_layout_is_served_under_every_limit(serve, limit, layout):
+    """Chat and Responses, each grammar a limit brings: the call as the Qwen template writes it (``tojson``'s
+    spacing) is served; compact JSON, which the mask does not let a model write, fails clearly (500, named)."""
+    import openai
+
+    args = {"city": "Paris"}
+    text = json.dumps({"name": "weather", "arguments": args}, **({} if layout == "template" else
+                                                                  {"separators": (",", ":")}))
+    s = await serve([f"<tool_call>\n{text}\n</tool_call>"])
+    strict = limit.get("strict", False)
+    rest = {k: v for k, v in limit.items() if k != "strict"}
+    chat_tools = [{"type": "function", "function": {"name": "weather", "parameters": SCHEMA, "strict": strict}}]
+    resp_tools = [{"type": "function", "name": "weather", "parameters": SCHEMA, "strict": strict}]
+    chat_kw = {k: v for k, v in rest.items() if k != "max_tool_calls"}  # (Responses only)
+    if layout == "compact":
+        if chat_kw or strict:  # (Chat has no max_tool_calls)
+            with pytest.raises(openai.InternalServerError, match="does not fit the request's grammar"):
+                await chat_client(s).chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "weather?"}], tools=chat_tools, **chat_kw)
+        failed = await responses_client(s).responses.create(model=MODEL, input="weather?", store=False,
+                                                            tools=resp_tools, **rest)
+        assert failed.status == "failed" and "does not fit the request's grammar" in failed.error.message
+        return
+    r = await chat_client(s).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "weather?"}],
+                                                     tools=chat_tools, **chat_kw)
+    assert [json.loads(c.function.arguments) for c in r.choices[0].message.tool_calls] == [args]
+    out = await responses_client(s).responses.create(model=MODEL, input="weather?", store=False, tools=resp_tools,
+                                                     **rest)
+    assert [json.loads(o.arguments) for o in out.output if o.type == "function_call"] == [args]

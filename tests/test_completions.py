@@ -97,7 +97,7 @@ async def test_echo_puts_the_prompt_first(serve):
 
 async def test_fill_in_the_middle_with_a_tokenizer_that_has_fim_tokens(serve):
     tok = demo_tokenizer()  # a fresh copy: the shared one stays without FIM tokens
-    tok._tokenizer.add_special_tokens({"additional_special_tokens": list(FIM)})
+    tok.add_special_tokens({"additional_special_tokens": list(FIM)})
     backend = Recording([ScriptEntry("    return a + b")], tok, model_id=MODEL)
     s = await serve(backend=backend)
     c = client(s)

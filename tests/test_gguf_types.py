@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import gguf as gguf_package
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -17,7 +18,6 @@ from tinytitan.demo_model import ensure_demo_model
 from tinytitan.models import gguf
 from tinytitan.models.gguf_tensors import MLX_NATIVE, dequantizable
 
-gguf_package = pytest.importorskip("gguf")
 T = gguf_package.GGMLQuantizationType
 
 

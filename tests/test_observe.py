@@ -154,8 +154,8 @@ async def test_profile_parts_add_up_to_the_wall_time(serve):
     assert parts <= entry["total_s"] + 1e-6, (parts, entry)
     assert 0.5 * wall <= entry["total_s"] <= 1.5 * wall, (wall, entry)
     assert entry["decode_s"] >= entry["decode_tokens"] * 0.025 * 0.99, entry
-    assert entry["other_s"] == pytest.approx(entry["total_s"] - parts, abs=1e-3)
-    # ...and the steps account for the time: what they leave is a sliver (loose, so a loaded machine passes)
+    # ...and the steps account for the time: what they leave (other_s, HTTP and sending) is under a quarter of
+    # it (the README's figure; loose, so a loaded machine passes)
     assert entry["other_s"] <= 0.25 * entry["total_s"], entry
     assert 0 < entry["ttft_s"] < entry["total_s"]
     assert entry["tokens_per_second"] > 0

@@ -114,7 +114,7 @@ async def test_a_suffix_without_a_prompt_is_refused_by_name_or_filled_in(serve):
         r = await h.post(s.url("/api/generate"), json={"model": MODEL, "stream": False, "raw": True})
         assert r.status_code == 200 and r.json()["done_reason"] == "load"  # nothing to continue: a load
     tok = demo_tokenizer()  # a fresh copy with fill-in-the-middle tokens: the gap after an empty prefix
-    tok._tokenizer.add_special_tokens({"additional_special_tokens": ["<|fim_prefix|>", "<|fim_suffix|>",
+    tok.add_special_tokens({"additional_special_tokens": ["<|fim_prefix|>", "<|fim_suffix|>",
                                                                       "<|fim_middle|>"]})
     backend = Recording([ScriptEntry("def f():")], tok, model_id=MODEL)
     s = await serve(backend=backend)

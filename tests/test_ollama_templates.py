@@ -11,6 +11,7 @@ trims the trailing space that ``[/INST] {{ .Response }}`` leaves; the space is k
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import jinja2
 import pytest
@@ -178,3 +179,56 @@ def test_the_translation_is_valid_jinja_for_every_template_here():
             render(translate(source), [])
         except jinja2.TemplateError as exc:  # pragma: no cover - the message is the point
             pytest.fail(f"{source!r}: {exc}")
+
+
+# -- Ollama's whole library, as fetched into tests/data/ollama (see its README) -------------------------------
+LIBRARY = Path(__file__).resolve().parent / "data" / "ollama"
+# the templates whose rendering Ollama's own test trims one trailing space from (template_test.go)
+TRIMMED = {"chatqa", "llama2-chat", "mistral-instruct", "openchat", "vicuna"}
+# (form, its expected outputs): today's .Messages form and the older .System/.Prompt/.Response form share
+# Ollama's current testdata (unchanged since the older form's day); the mid-2024 dual form has its own day's
+FORMS = {"messages": "testdata", "legacy": "testdata", "dual": "testdata-dual"}
+REFUSED = {("messages", "command-r"): ".Properties is not translated"}  # a tool's properties, walked in Go
+
+
+def _library():
+    return [(form, path.stem) for form in FORMS for path in sorted((LIBRARY / form).glob("*.gotmpl"))]
+
+
+def test_the_whole_library_is_here():
+    """Every template of Ollama's library today (20), and the 18 it had in each older form."""
+    counts = {form: len(list((LIBRARY / form).glob("*.gotmpl"))) for form in FORMS}
+    assert counts == {"messages": 20, "legacy": 18, "dual": 18}, counts
+    for form, data in FORMS.items():
+        for path in (LIBRARY / form).glob("*.gotmpl"):
+            assert {p.name for p in (LIBRARY / data / path.name).iterdir()} == set(CONVERSATIONS), path
+
+
+@pytest.mark.parametrize("form, name", _library())
+def test_every_library_template_renders_ollamas_test_conversations(form, name):
+    source = (LIBRARY / form / f"{name}.gotmpl").read_text()
+    if (form, name) in REFUSED:
+        with pytest.raises(Untranslatable, match=re.escape(REFUSED[form, name])):
+            translate(source)
+        return
+    template = translate(source)
+    for conversation, messages in CONVERSATIONS.items():
+        out = render(template, messages)
+        if name in TRIMMED and out.endswith(" "):
+            out = out[:-1]
+        assert out == (LIBRARY / FORMS[form] / f"{name}.gotmpl" / conversation).read_text(), (conversation, out)
+
+
+def test_the_dual_form_renders_its_messages_branch_with_the_system_messages_apart():
+    """``{{ if .Messages }}A{{ else }}B{{ end }}``: A, where .Messages leaves the system messages out (they are
+    .System), as Ollama rendered it then; B (a .Prompt form) is never reached, so it is never refused."""
+    dual = '{{- if .Messages }}{{ .System }}|{{ range .Messages }}{{ .Role }}:{{ .Content }};{{ end }}{{ else }}' \
+           '{{ .Prompt }}{{ end }}'
+    assert render(translate(dual), CONVERSATIONS["system-user-assistant-user"]) == \
+        "You are a helpful assistant.|user:Hello, how are you?;assistant:I'm doing great. How can I help you " \
+        "today?;user:I'd like to show off how chat templating works!;"
+    # not the dual form: an else-if chain, or text after the block, reads .Prompt beside .Messages
+    for source in ('{{ if .Messages }}a{{ else if .Prompt }}{{ .Prompt }}{{ end }}',
+                   '{{ if .Messages }}a{{ else }}{{ .Prompt }}{{ end }}{{ .Prompt }}'):
+        with pytest.raises(Untranslatable, match="beside .Messages"):
+            translate(source)

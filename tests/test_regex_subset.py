@@ -1,9 +1,10 @@
 """The regex subset a custom tool's grammar is rewritten from (engine/structured/regex_subset.py): read
 exactly as Python's ``re`` reads it, or refused by name — never widened.
 
-Each supported pattern is checked against Python's own ``re.fullmatch`` (ASCII classes, as the subset
-reads them) on a table of texts, through the whole path: the pattern rewritten for the JSON-escaped
-spelling, compiled by llguidance, and run on the escaped text.
+Each supported pattern is checked against Python's own ``re.fullmatch`` (its Unicode classes, as for any str
+pattern) on a table of texts, non-ASCII ones among them (``é``, Arabic-Indic ``٣``, a no-break space, ``①``),
+through the whole path: the pattern rewritten for the JSON-escaped spelling, compiled by llguidance, and run on
+the escaped text.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ PATTERNS = [
     r"\0\012", r"(?P<n>ab)+", r"(?:a|^b)", r"^a|b$", r"\Aa\Z", r"[\s\d]+", r"\D\S", r"a*?b+?", r"(?s)a.b",
     r"a.b", r"a(?#comment)b", r"[\b]", r"\.\-\ \#", r"[a-cx-z]+", r"[^a-z\d]", r"\N{LATIN SMALL LETTER E WITH ACUTE}",
     r"()", r"(a|)+b",
+    # the classes and their complements, alone and in sets, negated or not (never wider than re's)
+    r"\W", r"\D", r"\S", r"\w+", r"\d+", r"\s+", r"[^\w]", r"[^\d]+", r"[^\s]", r"[^\w\s]+", r"[\W\d]+",
+    r"[^\W\d]+", r"[\S]+", r"\w\W",
 ]
 TEXTS = ["", "a", "b", "ab", "abc", "aab", "x", "xx", "xxx", "hello.txt", "readme.md", "a\nb", "a.b", "acb",
          '"', "\\", 'Aé\n\t\\"', "{a}", "a{", "a{1,x}", "\x00\n", "]", "-", "a-]", "12", " 1!", "c", "abab",
-         "ababc", "\b", ".- #", "é", "A", "a_1 ", "abx", "zz", "7", "bb", "b\n"]
+         "ababc", "\b", ".- #", "é", "A", "a_1 ", "abx", "zz", "7", "bb", "b\n",
+         "٣", "٣4", "\u00a0", "①", "中文", "ß_", "é!", "x\u2003", "\x1c", "\u2028", "²", "Ⅻ", "-é"]
 
 
 def matches(tokenizer, grammar_text: str, text: str) -> bool:
@@ -43,7 +48,7 @@ def test_a_supported_pattern_admits_exactly_what_python_matches(demo_tok, patter
     grammar = "\n".join([f"start: {start}", *rules])
     wrong = []
     for text in TEXTS:
-        expected = re.fullmatch(pattern, text, re.ASCII) is not None
+        expected = re.fullmatch(pattern, text) is not None
         if matches(demo_tok, grammar, json.dumps(text, ensure_ascii=False)[1:-1]) is not expected:
             wrong.append((text, expected))
     assert not wrong, wrong

@@ -329,3 +329,37 @@ async def test_sdk_stream_with_reasoning_text_and_calls(serve):
     assert [o.type for o in final.output] == ["reasoning", "message", "function_call", "function_call"]
     assert (final.output[3].name, final.output[3].namespace) == ("read_file", "mcp__files__")
     assert [ev.sequence_number for ev in seen] == list(range(len(seen)))
+
+
+@pytest.mark.parametrize("reasoning", [None, {"summary": "auto"}, {"summary": "detailed"},
+                                       {"generate_summary": "concise"}])
+async def test_a_reasoning_summary_is_the_thought_where_one_is_asked(serve, reasoning):
+    """``reasoning.summary``: each reasoning item carries its thought as its one ``summary_text`` part, streamed
+    as ``response.reasoning_summary_*`` events as the thought comes (what Codex shows); unasked, none."""
+    import strict
+
+    thought = "First the plan, then the answer."
+    s = await serve([f"<think>{thought}</think>Done."] * 3)
+    body = {"model": MODEL, "input": "hi", "stream": True, **({"reasoning": reasoning} if reasoning else {})}
+    events = await sse_events(s, body)
+    for _, data in events:
+        strict.response_event(data)
+    kinds = [n for n, _ in events]
+    (item,) = [d["item"] for n, d in events if n == "response.output_item.done" and d["item"]["type"] == "reasoning"]
+    summary_events = [n for n in kinds if n.startswith("response.reasoning_summary")]
+    if reasoning is None:
+        assert item["summary"] == [] and summary_events == []
+    else:
+        assert item["summary"] == [{"type": "summary_text", "text": thought}]
+        deltas = "".join(d["delta"] for n, d in events if n == "response.reasoning_summary_text.delta")
+        assert deltas == thought
+        assert summary_events[0] == "response.reasoning_summary_part.added"
+        assert summary_events[-2:] == ["response.reasoning_summary_text.done", "response.reasoning_summary_part.done"]
+        assert kinds.index("response.reasoning_summary_part.done") < kinds.index("response.output_text.delta")
+    # the SDK's own stream accumulator takes the events, and the non-streamed answer is their fold
+    async with client(s).responses.stream(model=MODEL, input="hi", **({"reasoning": reasoning} if reasoning else {})) \
+            as stream:
+        final = await stream.get_final_response()
+    assert [p.text for p in final.output[0].summary] == ([thought] if reasoning else [])
+    plain = await client(s).responses.create(model=MODEL, input="hi", **({"reasoning": reasoning} if reasoning else {}))
+    assert [p.text for p in plain.output[0].summary] == ([thought] if reasoning else [])

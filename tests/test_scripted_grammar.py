@@ -28,7 +28,7 @@ async def test_plain_text_under_a_forced_call_fails_the_request_by_name(serve, s
 
 
 async def test_a_forced_call_as_the_mask_writes_it_is_served(serve):
-    s = await serve(['<tool_call>\n{"name":"f","arguments":{"a":1}}\n</tool_call>'])
+    s = await serve(['<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'])
     r = await client(s).chat.completions.create(model=MODEL, messages=USER, tools=TOOLS, tool_choice="required")
     assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.tool_calls[0].function.name == "f"
 

@@ -348,7 +348,7 @@ def test_harmony_answers_are_the_final_channels_document(tmp_path):
     req = ChatRequest(model=backend.model_id, messages=(Message("user", "x"),),
                       grammar=Grammar("json_schema", schema, where="response_format"))
     compiled = backend.prepare(req).grammar
-    rng, hf = random.Random(7), backend.tokenizer._tokenizer
+    rng, hf = random.Random(7), backend.tokenizer
     for _ in range(10):
         raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
         assert raw.startswith("<|channel|>final<|message|>"), raw

@@ -114,7 +114,7 @@ def test_decode_what_the_forcing_grammar_produces(root, name, parallel, checked,
     backend = ff.backend(family.name, root)
     req = ChatRequest("m", (Message("user", "Go."),), TOOLS, tool_choice="required", parallel_tool_calls=parallel)
     compiled = backend.prepare(req).grammar
-    rng, hf, seen, counts = random.Random(name + str(parallel)), backend.tokenizer._tokenizer, set(), []
+    rng, hf, seen, counts = random.Random(name + str(parallel)), backend.tokenizer, set(), []
     single = parallel is False or family.one_call or name == "harmony"
     for _ in range(10):
         raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
@@ -139,3 +139,93 @@ def test_a_syntax_without_a_forcing_grammar_refuses_by_name(name):
     with pytest.raises(ApiError) as err:
         forced_call_grammar(family, list(TOOLS), True, {})
     assert err.value.param == "tool_choice" and f"('{family.name}')" in err.value.message
+
+
+# a call as the family's template writes it (and so its models): held by every grammar a request can bring
+LAYOUT_SCHEMAS = {
+    "get_weather": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                    "required": ["city"], "additionalProperties": False},
+    "write_file": {"type": "object", "properties": {"path": {"type": "string"},
+                                                    "opts": {"type": "object", "properties": {
+                                                        "mode": {"type": "string"},
+                                                        "n": {"type": "array", "items": {"type": "integer"}}}}},
+                   "required": ["path"], "additionalProperties": False},
+}
+LAYOUT_CALLS = [("get_weather", {"city": "Paris", "days": 3}),
+                ("write_file", {"path": "a.md", "opts": {"mode": "w", "n": [1, 2]}})]
+FORCING = sorted(n for n, s in SYNTAXES.items() if s.blocks is not None)
+# the fixture families masked under tool_choice auto too (their markers are tokens of their vocabulary)
+AUTO_MASKED = {"deepseek_v3", "glm", "kimi_k2", "minimax_m2", "mistral", "qwen", "qwen3_coder"}
+
+
+def template_output(backend, tools, calls) -> str:
+    """What the family's own chat template writes for an assistant turn making ``calls``."""
+    from tinytitan.chat_request import ToolCall
+
+    made = tuple(ToolCall(f"call{i}", n, json.dumps(a)) for i, (n, a) in enumerate(calls))
+    user = Message("user", "Go.")
+    req = ChatRequest("m", (user,), tools, reasoning=False)
+    results = tuple(Message("tool", "ok", tool_call_id=c.id, name=c.name) for c in made)
+    return backend.render(req.with_(messages=(user, Message("assistant", "", tool_calls=made), *results)))
+
+
+@pytest.mark.parametrize("name", FORCING)
+def test_the_syntax_writes_json_in_its_templates_layout(root, name):
+    """The layout a syntax renders calls in (and forces them in) is its template's: each JSON value the
+    rendering holds, spelt as the syntax spells it, is in the template's own rendering of the same calls."""
+    family = family_of(name)
+    backend = ff.backend(family.name, root)
+    tools = tuple(Tool(n, parameters=s) for n, s in LAYOUT_SCHEMAS.items())
+    rendered = template_output(backend, tools, LAYOUT_CALLS)
+    ours = family.render_calls(LAYOUT_CALLS)
+    nested = json.dumps(LAYOUT_CALLS[1][1]["opts"])  # {"mode": "w", "n": [1, 2]}
+    assert nested in rendered and nested in ours, (rendered, ours)
+
+
+def _cases(family):
+    """(label, request fields, how many calls the turn may make) for every grammar a call can be held to."""
+    strict = tuple(Tool(n, parameters=s, strict=True) for n, s in LAYOUT_SCHEMAS.items())
+    plain = tuple(Tool(n, parameters=s) for n, s in LAYOUT_SCHEMAS.items())
+    single = family.one_call or family.syntax.name == "harmony"
+    many = 1 if single else 2
+    return [("forced", dict(tools=plain, tool_choice="required"), many),
+            ("forced, one call", dict(tools=plain, tool_choice="required", parallel_tool_calls=False), 1),
+            ("strict tools", dict(tools=strict), many),
+            ("parallel_tool_calls false", dict(tools=plain, parallel_tool_calls=False), 1),
+            ("max_tool_calls 2", dict(tools=plain, max_tool_calls=2), many),
+            ("strict, one call", dict(tools=strict, parallel_tool_calls=False), 1)]
+
+
+@pytest.mark.parametrize("family_name", sorted(f.name for f in FAMILIES.values()
+                                              if f.syntax.blocks is not None and f.name in ff.SPECS))
+def test_a_call_in_the_templates_layout_fits_every_grammar(root, family_name):
+    """Forced tool choice, strict tools, a call limit: each grammar admits the calls exactly as the syntax
+    renders them (its template's layout), and the scripted answer reads back as those calls."""
+    family = FAMILIES[family_name]
+    grammars = []
+    for label, fields, n in _cases(family):
+        calls = LAYOUT_CALLS[:n]
+        backend = ff.backend(family.name, root)
+        req = ChatRequest("m", (Message("user", "Go."),), reasoning=False, **fields)
+        opened = family.starts_in_reasoning(backend.render(req))  # a template that always thinks: closed first
+        raw = (family.markup.think_close + "\n\n" if opened else "") + family.render_calls(calls)
+        backend = ff.backend(family.name, root, [raw])
+        if backend.prepare(req).grammar is not None:
+            grammars.append(label)
+        events = ff.generate(backend, req)  # ScriptDoesNotFit if a grammar refuses the template's layout
+        assert calls_of(events) == calls, (label, raw)
+    # the forced calls always have a grammar; under auto, where the family's markers are tokens (AUTO_MASKED)
+    assert grammars == [c[0] for c in _cases(family)][:6 if family_name in AUTO_MASKED else 2], grammars
+
+
+def test_a_call_in_another_layout_still_fails_clearly(root):
+    """Where the family's layout is fixed (Qwen's ``tojson`` spacing), compact JSON is not what the mask lets
+    its models write: the script does not fit, and says so."""
+    from tinytitan.engine.scripted import ScriptDoesNotFit
+
+    compact = '<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris"}}\n</tool_call>'
+    backend = ff.backend("qwen", root, [compact])
+    req = ChatRequest("m", (Message("user", "Go."),), tuple(Tool(n, parameters=s) for n, s in LAYOUT_SCHEMAS.items()),
+                      tool_choice="required", reasoning=False)
+    with pytest.raises(ScriptDoesNotFit, match="does not fit"):
+        ff.generate(backend, req)

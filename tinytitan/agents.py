@@ -51,7 +51,9 @@ def codex_entry(info: dict) -> dict:
         "visibility": "list", "supported_in_api": True, "priority": 1, "supported_reasoning_levels": levels,
         "truncation_policy": {"mode": "tokens", "limit": max(1000, min(10_000, window // 8))},
         "context_window": window, "auto_compact_token_limit": window * 8 // 10,
-        "support_verbosity": False, "supports_parallel_tool_calls": False, "supports_reasoning_summaries": False,
+        # verbosity becomes an instruction, and a reasoning summary is the thought text (protocols/common.py,
+        # spec/openai_responses.yaml): Codex may ask for both
+        "support_verbosity": True, "supports_parallel_tool_calls": False, "supports_reasoning_summaries": True,
         "experimental_supported_tools": [],
         # ["text"]: Codex does not offer view_image (a text model refuses images); ["text", "image"]: it sends them
         "input_modalities": list(info.get("input_modalities") or ["text"]),

@@ -1,8 +1,10 @@
 """The GGUF header: the metadata and each tensor's storage type, read without loading a weight.
 
 ``mlx.core.load`` reads a GGUF's tensors, but converts every storage type it cannot keep quantized (the
-K-quants, the IQ types …) to floats without saying so. The converter must refuse those by name instead, so
-it reads the tensor table here first. Layout (GGUF v2/v3, little-endian): magic ``GGUF``, version u32,
+K-quants, the IQ types …) to floats without saying so. The converter decides per tensor instead — kept in
+mlx's affine layout (Q4_0, Q4_1, Q8_0), dequantized by the ``gguf`` package (the K-quants, the IQ types and
+every other type it reads; ``gguf_tensors.py``), or refused by name (a type nothing here reads) — so it reads
+the tensor table here first. Layout (GGUF v2/v3, little-endian): magic ``GGUF``, version u32,
 tensor count u64, metadata count u64, the metadata (key, type, value), then per tensor its name, dims, type
 and offset.
 """

@@ -15,6 +15,9 @@ Rules (what Ollama's ``template.Execute`` hands a template; its ``server/prompt.
 - Jinja's block tags carry ``+`` unless Go's trim markers say otherwise, so a renderer's ``trim_blocks`` and
   ``lstrip_blocks`` (chat templates render with both) keep every newline Go keeps;
 - in both forms consecutive messages of one role are one (tool results apart), as Ollama's ``collate`` has it;
+- the mid-2024 dual form, the whole template one ``{{ if .Messages }}…{{ else }}…{{ end }}`` (Ollama's library
+  from June to August 2024), renders its ``.Messages`` branch as Ollama then did: ``.System`` every system
+  message's text, ``.Messages`` the others (collated); the ``else`` branch (the older form) is never reached;
 - ``if`` / ``else if`` / ``else`` / ``range`` (with ``$i, $x :=``) / ``break`` / ``continue`` / ``end``,
   ``$x := …`` and ``$x = …`` (a namespace's attributes: Go's variables outlive a loop's iteration, Jinja's
   do not), comments, the trim markers ``{{-`` and ``-}}``; the functions ``eq ne lt le gt ge and or not len
@@ -42,13 +45,16 @@ CALLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 VARS = "{%+ set _v = namespace() +%}"  # the template's $variables
 # Ollama's collate: consecutive messages of one role (tool results apart) are one, their texts joined; the
 # list is rebuilt only where two are to be joined (a sandboxed template cannot append: rebuilding is quadratic)
-COLLATE = ("{%+ set _c = namespace(msgs=messages, merge=false) +%}{%+ for _m in messages[1:] +%}"
-           "{%+ if _m.role == messages[loop.index0].role and _m.role != 'tool' +%}{%+ set _c.merge = true +%}"
-           "{%+ endif +%}{%+ endfor +%}{%+ if _c.merge +%}{%+ set _c.msgs = [] +%}{%+ for _m in messages +%}"
+COLLATE = ("{%+ set _c = namespace(msgs=_src, merge=false) +%}{%+ for _m in _src[1:] +%}"
+           "{%+ if _m.role == _src[loop.index0].role and _m.role != 'tool' +%}{%+ set _c.merge = true +%}"
+           "{%+ endif +%}{%+ endfor +%}{%+ if _c.merge +%}{%+ set _c.msgs = [] +%}{%+ for _m in _src +%}"
            "{%+ if _c.msgs and _c.msgs[-1].role == _m.role and _m.role != 'tool' +%}"
            "{%+ set _c.msgs = _c.msgs[:-1] + [dict(_c.msgs[-1], content=(_c.msgs[-1].content or '') ~ '\\n\\n' ~ "
            "(_m.content or ''))] +%}{%+ else +%}{%+ set _c.msgs = _c.msgs + [_m] +%}{%+ endif +%}{%+ endfor +%}"
            "{%+ endif +%}")
+# what is collated: every message (today's form), or all but the system messages (the dual form's .Messages)
+EVERY = "{%+ set _src = messages +%}"
+NOT_SYSTEM = "{%+ set _src = messages | rejectattr('role', 'equalto', 'system') | list +%}"
 SYSTEM = ("{%+ set _system = messages | selectattr('role', 'equalto', 'system') | map(attribute='content') "
           "| join('\\n\\n') +%}")
 
@@ -77,8 +83,11 @@ _TURNS = ("{%+ set _ns = namespace(system='', prompt='', response='', role=none)
 
 def translate(source: str) -> str:
     """The Jinja for an Ollama Go template, or Untranslatable naming the construct it cannot carry over."""
+    branch = _messages_branch(source)
+    if branch is not None:
+        source = branch
     if ".Messages" in source:
-        out = VARS + SYSTEM + COLLATE + _Translator(ROOT).run(source)
+        out = VARS + SYSTEM + (NOT_SYSTEM if branch is not None else EVERY) + COLLATE + _Translator(ROOT).run(source)
         # a chat template's last newline would be dropped (Jinja's keep_trailing_newline is off); Go keeps it
         return out + "{{ '' }}" if out.endswith("\n") else out
     if ".Response" not in source:  # Ollama's Parse adds one at the end
@@ -295,6 +304,40 @@ class _Translator:
         if name == "printf" and args:
             return self.printf(args)
         raise Untranslatable(f"the function {name!r} is not translated")
+
+
+def _messages_branch(source: str) -> str | None:
+    """The dual form (the whole template ``{{ if .Messages }}A{{ else }}B{{ end }}``, text around it only
+    white space) → A with what is around the block, its trim markers applied; None for any other template."""
+    actions = list(_ACTION.finditer(source))
+    if not actions or actions[0].group(2).strip() != "if .Messages" or source[:actions[0].start()].strip():
+        return None
+    depth, otherwise = 0, None
+    for m in actions:
+        word = (m.group(2).strip().split(None, 1) or [""])[0]
+        if word in ("if", "range", "with", "block"):
+            depth += 1
+        elif word == "else" and depth == 1:
+            if m.group(2).strip() != "else" or otherwise is not None:
+                return None  # an else-if chain: not the dual form
+            otherwise = m
+        elif word == "end":
+            depth -= 1
+            if depth == 0:
+                if otherwise is None or source[m.end():].strip():
+                    return None
+                opened = actions[0]
+                before, branch, after = source[:opened.start()], source[opened.end():otherwise.start()], source[m.end():]
+                if opened.group(1):
+                    before = before.rstrip()
+                if opened.group(3):
+                    branch = branch.lstrip()
+                if otherwise.group(1):
+                    branch = branch.rstrip()
+                if m.group(3):
+                    after = after.lstrip()
+                return before + branch + after
+    return None
 
 
 def _prints_response(body: str) -> bool:

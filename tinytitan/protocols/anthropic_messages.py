@@ -32,6 +32,7 @@ from ..events import Finished
 from ..output_format import normalise
 from .. import tool_choice
 from ..speclang.machine import Machine, WireEvent
+from . import context_edits
 from .base import Protocol
 from .common import content_of, place_system, template_variables
 from .wire import Call, Reply
@@ -78,6 +79,13 @@ def _tool_result(block: dict, where: str) -> tuple[str, tuple]:
     if block.get("is_error") is not True:
         return text, parts
     return f"Error: {text}", (("Error:",) + parts if parts else ())
+
+
+@dataclass
+class MessagesRequest:
+    """What a request's handling found (``Validated.state``): the context edits applied to it."""
+
+    applied_edits: list[dict] | None = None
 
 
 @dataclass
@@ -279,7 +287,10 @@ class AnthropicMessages(Protocol):
     # -- the machine -------------------------------------------------------------------------------------------
     def extra_context(self, v) -> dict:
         thinking = v.body.get("thinking") or {}
-        return {"thinking_shown": thinking.get("display") != "omitted",
+        edited = isinstance(v.body.get("context_management"), dict)  # the beta's answer: the edits applied
+        applied = getattr(v.state, "applied_edits", None) or []
+        return {"context_management": {"applied_edits": applied} if edited else None,
+                "thinking_shown": thinking.get("display") != "omitted",
                 # the cache-diagnosis beta: its header, or the request's ``diagnostics`` object, opts in
                 "cache_diagnosis": CACHE_DIAGNOSIS_BETA in v.headers.get("anthropic-beta", "")
                 or isinstance(v.body.get("diagnostics"), dict)}
@@ -361,6 +372,8 @@ class AnthropicMessages(Protocol):
             elif kind == "message_delta":
                 message.update(d["delta"])
                 message["usage"].update(d["usage"])
+                if "context_management" in d:
+                    message["context_management"] = d["context_management"]
         for index, text in partial.items():
             blocks[index]["input"] = _tool_input(text, blocks[index].get("name"))
         message["content"] = [blocks[i] for i in sorted(blocks)]
@@ -375,10 +388,38 @@ class AnthropicMessages(Protocol):
     def handlers(self):
         return {"generate": self.generate, "count_tokens": self.count_tokens}
 
+    def request_state(self) -> "MessagesRequest":
+        return MessagesRequest()
+
+    async def generate(self, call: Call) -> Reply:
+        """As every protocol's, with ``context_management``'s tool-result clearing applied first
+        (context_edits.py); the answer reports the edits applied."""
+        v = await self.checked(call)
+        req = self.engine.apply_model(self.chat_request(v))
+        edits = context_edits.parse(v.body.get("context_management"))
+        if edits:
+            req, v.state.applied_edits = await context_edits.apply(edits, req, self._prompt_tokens)
+        return await self.respond(v, req)
+
+    async def _prompt_tokens(self, req) -> int:
+        try:
+            return await self.engine.count_tokens(req)
+        except ApiError as exc:  # a backend that cannot count: no token threshold is ever passed
+            if exc.code != "not_implemented":
+                raise
+            return 0
+
     async def count_tokens(self, call: Call) -> Reply:
         v = await self.checked(call, "count_tokens")
         req = self.engine.apply_model(self.chat_request(v))
-        return Reply({"input_tokens": await self.engine.count_tokens(req)})
+        if not isinstance(v.body.get("context_management"), dict):
+            return Reply({"input_tokens": await self.engine.count_tokens(req)})
+        # the context-management beta: the count after the edits, and before them
+        edits = context_edits.parse(v.body["context_management"])
+        original = await self.engine.count_tokens(req)
+        edited, applied = await context_edits.apply(edits, req, self._prompt_tokens)
+        tokens = await self.engine.count_tokens(edited) if applied else original
+        return Reply({"input_tokens": tokens, "context_management": {"original_input_tokens": original}})
 
 
 def _tool_input(text: str, name: str | None) -> dict:

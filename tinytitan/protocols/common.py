@@ -82,6 +82,23 @@ def place_system(system_texts: list[str], messages: list[Message], merge_later: 
     return out
 
 
+# OpenAI's ``verbosity`` (Chat) / ``text.verbosity`` (Responses): an instruction the model reads, the last
+# sentence of its system message; medium (the API's default) adds nothing
+VERBOSITY = {"low": "Be concise: answer as briefly as the question allows, without preamble or recap.",
+             "high": "Be thorough: answer in detail, explaining your reasoning and covering edge cases."}
+
+
+def with_verbosity(messages: list[Message], level: str | None) -> list[Message]:
+    """``messages`` (one leading system message at most, as ``place_system`` leaves them) with the verbosity
+    instruction for ``level`` closing the system message (a system message of its own where there is none)."""
+    note = VERBOSITY.get(level or "")
+    if note is None:
+        return messages
+    if messages and messages[0].role == "system":
+        return [Message("system", f"{messages[0].content}\n\n{note}" if messages[0].content else note), *messages[1:]]
+    return [Message("system", note), *messages]
+
+
 def template_variables(value: dict, field: str, skip: tuple[str, ...] = ()) -> dict:
     """A client's chat-template variables (``chat_template_kwargs``, ``template_vars``): passed to the template
     as they are, except ``skip`` (read elsewhere); a name the renderer sets itself is refused by name."""

@@ -14,7 +14,7 @@ from .. import custom_tools, images
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .common import content_of, place_system, template_variables
+from .common import content_of, place_system, template_variables, with_verbosity
 
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
 
@@ -65,7 +65,7 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
             call_id = m["tool_call_id"]
             msgs.append(Message("tool", content, parts=parts, tool_call_id=call_id,
                                 name=call_names.get(call_id, m.get("name"))))
-    args["messages"] = place_system([], msgs)
+    args["messages"] = with_verbosity(place_system([], msgs), body.get("verbosity"))
 
 
 def parse_tools(value: list, body: dict, args: dict, v) -> None:

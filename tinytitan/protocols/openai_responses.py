@@ -45,7 +45,7 @@ from ..store.responses_store import ResponsesStore, StoredResponse
 from ..events import Finished, Started, Usage
 from . import compaction, responses_socket, truncation
 from .base import Protocol, new_id
-from .common import place_system
+from .common import place_system, with_verbosity
 from .responses_input import normalise_input, parse_tools, to_messages
 from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .responses_socket import LocalResponses
@@ -249,7 +249,9 @@ class OpenAIResponses(Protocol):
         places = {item["id"]: f"input[{i}]" for i, item in enumerate(v.state.items or ()) if item.get("id")}
         system, msgs = to_messages(items, self.separator, places)
         instructions = v.body.get("instructions") or ""
-        v.args["messages"] = self.with_summaries(place_system([instructions], msgs, merge_later=True), system)
+        verbosity = (v.body.get("text") or {}).get("verbosity")
+        v.args["messages"] = with_verbosity(self.with_summaries(place_system([instructions], msgs, merge_later=True),
+                                                                system), verbosity)
         if not v.args["messages"]:
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")

@@ -7,7 +7,8 @@ Rules:
   mapped back).
 - ``close`` copies it to ``vars.closed`` with its ``status``: ``incomplete`` when a failure or the output
   cap ended it (a call whose arguments were cut short included), else ``completed``. A call's text becomes ToolCallDone's
-  complete arguments; a compaction's summary becomes its ``encrypted_content``.
+  complete arguments; a compaction's summary becomes its ``encrypted_content``; a reasoning item gets its
+  ``summary`` (its text as one ``summary_text`` part where ``reasoning.summary`` asked for one, else none).
 - ``finish`` decides completed vs incomplete (the output cap); the fold is the ``response`` of the last event.
 """
 
@@ -98,6 +99,8 @@ def close(m: Machine, ev) -> None:
         item["text"] = ev.arguments
     if item.get("custom"):
         item["input"] = custom_tools.input_of(item["text"])
+    if item["kind"] == "reasoning":  # its summary, where one was asked: the thought text (the spec's summary_*)
+        item["summary"] = [{"type": "summary_text", "text": item["text"]}] if m.context.get("reasoning_summary") else []
     if item["kind"] == "compaction":
         mode = (m.context.get("compaction") or {}).get("mode", "model")
         item["encrypted_content"] = compaction.encode(item["text"], mode, m.context["model"])

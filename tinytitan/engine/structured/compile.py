@@ -1,10 +1,13 @@
 """A request's Grammar → an llguidance grammar checked against the model's tokenizer.
 
 Rules:
-- The tokenizer is converted once per tokenizer object (``llg_tokenizer``); a grammar once per distinct
-  source (an LRU of ``CACHE_SIZE`` entries keyed by the canonical JSON of kind and source).
+- The tokenizer is converted once per tokenizer object (``llg_tokenizer``); a grammar is translated once per
+  distinct source (an LRU of ``CACHE_SIZE`` entries keyed by the canonical JSON of kind and source) and
+  checked against a tokenizer once (an LRU of as many); each request makes only its own matcher.
 - JSON is compact: no whitespace between tokens (a weak model could otherwise pad a document forever),
   and the compiler is never lenient (a keyword it would ignore is an error here, not a looser document).
+- A call's JSON is spelt in the family's own layout (``JsonLayout``: the separators its template renders, or
+  at most one space between tokens where the family's layout varies), never padded without bound.
 - A grammar the compiler refuses is the client's 400 naming the request field it came from.
 """
 
@@ -24,6 +27,32 @@ CACHE_SIZE = 256
 JSON_OPTIONS = {"whitespace_flexible": False, "lenient": False, "coerce_one_of": False,
                 "item_separator": ",", "key_separator": ":"}
 
+
+@dataclass(frozen=True)
+class JsonLayout:
+    """How a JSON value is spelt: the separators between items and after keys, and ``space``, a regex of the
+    whitespace allowed between any two tokens (None: none beyond the separators)."""
+    item: str
+    key: str
+    space: str | None = None
+
+    def options(self) -> dict:
+        if self.space is None:
+            return {**JSON_OPTIONS, "item_separator": self.item, "key_separator": self.key}
+        return {**JSON_OPTIONS, "item_separator": self.item, "key_separator": self.key,
+                "whitespace_flexible": True, "whitespace_pattern": self.space}
+
+    def lark(self, *pieces: str) -> str:
+        """JSON text made of ``pieces`` (a separator is the piece "," or ":") as a lark sequence."""
+        if self.space is None:
+            return json.dumps("".join(self.item if p == "," else self.key if p == ":" else p for p in pieces))
+        return ' " "? '.join(json.dumps(p) for p in pieces)
+
+
+COMPACT = JsonLayout(",", ":")  # structured output (a document the client asked for)
+SPACED = JsonLayout(", ", ": ")  # what Jinja's ``tojson`` (and ``json.dumps``) renders: most families' calls
+ONE_SPACE = JsonLayout(",", ":", "[ ]?")  # a family whose layout varies: compact or spaced, one space at most
+
 # Formats enforced by a pattern of our own, a subset of what a JSON-schema validator accepts (the
 # compiler's own date admits year 0000 and 29 February of any year; RFC 3339's leap second :60 is left out
 # as Python's validators refuse it). 29 February is never produced.
@@ -36,6 +65,7 @@ FORMAT_PATTERNS = {"date": f"^{_YEAR}-{_DAY}$", "time": f"^{_TIME}$", "date-time
 _lock = threading.Lock()
 _tokenizers: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, LLTokenizer): few, kept for life
 _grammars: collections.OrderedDict[tuple, str] = collections.OrderedDict()
+_checked: collections.OrderedDict[tuple[int, str], None] = collections.OrderedDict()  # (id(LLTokenizer), text)
 
 
 @dataclass(frozen=True)
@@ -59,12 +89,21 @@ def llg_tokenizer(tokenizer, vocab_size: int | None = None):
         hit = _tokenizers.get(id(tokenizer))
         if hit is not None and hit[0] is tokenizer:
             return hit[1]
-    import llguidance.hf
+    import copy
 
-    hf = getattr(tokenizer, "_tokenizer", tokenizer)
-    eos = sorted(getattr(tokenizer, "eos_token_ids", None) or [])
-    n_vocab = max(vocab_size or 0, len(hf)) or None
-    llt = llguidance.hf.from_tokenizer(hf, n_vocab=n_vocab, eos_token=eos or None)
+    import llguidance
+
+    # the Rust tokenizer of a fast Hugging Face tokenizer (public; mlx-lm's wrapper hands attributes through),
+    # serialised for llguidance as its own hf.from_tokenizer does, padding and truncation off
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError("grammar masks need a fast (Rust) Hugging Face tokenizer")
+    backend = copy.copy(backend)
+    backend.no_padding()
+    backend.no_truncation()
+    eos = sorted(getattr(tokenizer, "eos_token_ids", None) or []) or getattr(tokenizer, "eos_token_id", None)
+    n_vocab = max(vocab_size or 0, backend.get_vocab_size(with_added_tokens=True)) or None
+    llt = llguidance.LLTokenizer(backend.to_str(), n_vocab=n_vocab, eos_token=eos)
     with _lock:
         _tokenizers[id(tokenizer)] = (tokenizer, llt)
     return llt
@@ -127,10 +166,11 @@ def with_format_patterns(schema: Any) -> Any:
     return out
 
 
-def json_rule(schema: Any) -> str:
-    """A lark rule body holding a JSON value to ``schema``, spelt as every grammar here spells JSON, its date /
-    time / date-time formats held to our own patterns (FORMAT_PATTERNS) as structured output's are."""
-    return "%json " + json.dumps({**with_format_patterns(schema), "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
+def json_rule(schema: Any, layout: JsonLayout = COMPACT) -> str:
+    """A lark rule body holding a JSON value to ``schema``, spelt in ``layout``, its date / time / date-time
+    formats held to our own patterns (FORMAT_PATTERNS) as structured output's are."""
+    return "%json " + json.dumps({**with_format_patterns(schema), "x-guidance": layout.options()},
+                                 ensure_ascii=False)
 
 
 def custom_tool_refused(tool_name: str, markup: str):
@@ -151,10 +191,21 @@ def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) 
     except ValueError as exc:
         raise invalid(f"The grammar at '{where}' cannot be compiled: {exc}", param=where,
                       code="unsupported_schema") from None
+    key = (id(llt), text)  # the LLTokenizer is kept for life (_tokenizers): its id is its own
+    with _lock:
+        seen = key in _checked
+        if seen:
+            _checked.move_to_end(key)
+    if seen:
+        return CompiledGrammar(text, llt, max(vocab_size or 0, llt.vocab_size), grammar.name)
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text, llt)
     if is_error or messages:  # a warning is something the compiler would not enforce: refused too
         detail = "; ".join(_one_line(m) for m in messages) or "invalid grammar"
         what = "schema" if grammar.kind.startswith("json") else f"{grammar.kind} grammar"
         raise invalid(f"The {what} at '{where}' cannot be enforced: {detail}", param=where,
                       code="unsupported_schema")
+    with _lock:
+        _checked[key] = None
+        while len(_checked) > CACHE_SIZE:
+            _checked.popitem(last=False)
     return CompiledGrammar(text, llt, max(vocab_size or 0, llt.vocab_size), grammar.name)

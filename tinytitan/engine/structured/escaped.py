@@ -13,12 +13,14 @@ Rules:
 - What cannot be rewritten faithfully is refused by name (ApiError): ``%ignore``, case-insensitive strings,
   and every regex construct ``regex_subset`` refuses (look-arounds, backreferences, atomic groups,
   possessive quantifiers, word boundaries, anchors inside a pattern, flags other than ``s``) — never widened.
-- ``\\d``, ``\\w`` and ``\\s`` are read as their ASCII classes (a subset of Python's Unicode ones: the
-  grammar admits fewer texts, never more).
+- A grammar is rewritten once per source (an LRU): a client that sends the same grammar every turn pays once.
+- ``\\d``, ``\\w`` and ``\\s`` and their complements are Python's Unicode classes, as ``re`` reads them
+  (``regex_subset``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 
 from ...chat_request import Grammar
@@ -106,6 +108,7 @@ def _expr(node) -> str:
     return ""  # an anchor at the very start or end: a terminal is matched whole, it says nothing more
 
 
+@functools.lru_cache(maxsize=256)
 def escaped_expression(pattern: str, flags: str = "") -> str:
     if set(flags) - {"s"}:
         raise Unsupported(f"regex flags {''.join(sorted(set(flags) - {'s'}))}")
@@ -134,11 +137,26 @@ def escaped_lark_rules(grammar: Grammar, prefix: str) -> tuple[list[str], str]:
 
 
 def _lark_rules(source: str, prefix: str) -> tuple[list[str], str]:
-    from lark.lexer import PatternStr
-    from lark.load_grammar import load_grammar
+    rules, start = _lark_rules_cached(source, prefix)
+    return list(rules), start
 
-    built, _ = load_grammar(source, "<grammar>", [], False)
-    terminals, rules, ignore = built.compile(["start"], "*")
+
+@functools.lru_cache(maxsize=256)  # a client sends its grammar every turn (Codex's apply_patch): rewritten once
+def _lark_rules_cached(source: str, prefix: str) -> tuple[tuple[str, ...], str]:
+    from lark import Lark
+    from lark.lexer import Lexer, PatternStr
+
+    class Unused(Lexer):  # lark's own lexers refuse zero-width terminals, which llguidance's regexes may be
+        def __init__(self, conf):
+            pass
+
+        def lex(self, *args):
+            raise NotImplementedError
+
+    # the grammar compiled by lark's public API (its rules and terminals, %import common… resolved); no text
+    # is ever parsed with it, so its lexer is a stub
+    parsed = Lark(source, start="start", parser="earley", lexer=Unused)
+    terminals, rules, ignore = parsed.terminals, parsed.rules, parsed.ignore_tokens
     if ignore:
         raise Unsupported("%ignore directives")
     names: dict[str, str] = {}
@@ -169,4 +187,4 @@ def _lark_rules(source: str, prefix: str) -> tuple[list[str], str]:
     start = names.get("start")
     if start is None:
         raise Unsupported("a grammar without a 'start' rule")
-    return out, start
+    return tuple(out), start

@@ -9,6 +9,8 @@ Rules:
   arguments end; the end-of-sequence tokens (``<|return|>``, ``<|call|>``) are allowed only there.
 - The harmony markers are matched as the vocabulary's tokens.
 - One call (the family's convention); a custom tool's input grammar is refused by name for a forced call.
+- A call's arguments are compact or spaced JSON, one space at most between tokens (the harmony renderer writes
+  them as given, gpt-oss's template with ``tojson``'s spaces); an output format's document is compact.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 
 from ...chat_request import Grammar, Tool
 from ...errors import invalid
-from .compile import custom_tool_refused, json_rule, with_format_patterns
+from .compile import ONE_SPACE, custom_tool_refused, json_rule, with_format_patterns
 
 MARKERS = ("<|channel|>", "<|constrain|>", "<|message|>")
 
@@ -47,7 +49,7 @@ def call_blocks(tools: list[Tool], vocab: dict) -> list[str]:
         if tool.custom:
             raise custom_tool_refused(tool.name, "harmony calls")
         rules += [f"f{i}: {json.dumps(tool.name + ' ')} {constrain} \"json\" {message} f{i}_args",
-                  f"f{i}_args: {json_rule(tool.parameters or {'type': 'object'})}"]
+                  f"f{i}_args: {json_rule(tool.parameters or {'type': 'object'}, ONE_SPACE)}"]
     call = "call: " + " | ".join(f"f{i}" for i in range(len(tools)))
     return [f'blocks: {channel} "commentary to=functions." call', call, *rules]
 

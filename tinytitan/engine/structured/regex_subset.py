@@ -14,21 +14,22 @@ Rules:
   whole text is refused by name (``Unsupported``), never read as something wider. Refused: look-arounds,
   backreferences, conditionals, atomic groups, possessive quantifiers, word boundaries (``\\b``, ``\\B``),
   anchors anywhere but the very start or end (and under a repeat), inline flags other than ``s``.
-- ``\\d``, ``\\w`` and ``\\s`` are their ASCII classes (a subset of Python's Unicode ones: a grammar from
-  them admits fewer texts, never more).
+- ``\\d``, ``\\w`` and ``\\s`` (and ``\\D``, ``\\W``, ``\\S``, and sets holding any of them, negated or not)
+  are Python's Unicode classes for a str pattern, as ``re`` reads them: ``\\d`` a decimal digit of any script
+  (``str.isdecimal``), ``\\w`` a letter, digit or number of any script or ``_`` (``str.isalnum``), ``\\s`` any
+  white space (``str.isspace``); the complements are taken of those, so ``\\W`` never admits ``é``.
 - Lazy quantifiers (``*?``) are the greedy ones: over a whole text both admit the same texts.
 - A pattern that is not a regex at all raises ``BadRegex``.
 """
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 MAX_CHAR = 0x10FFFF
-DIGIT = ((0x30, 0x39),)
-WORD = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
-SPACE = ((0x09, 0x0D), (0x20, 0x20))
-CLASSES = {"d": DIGIT, "w": WORD, "s": SPACE}
+# the predicates Python's ``re`` tests a character with for \d, \w, \s in a str pattern (sre's Unicode classes)
+CLASSES = {"d": str.isdecimal, "w": lambda ch: ch.isalnum() or ch == "_", "s": str.isspace}
 SIMPLE_ESCAPES = {"a": 0x07, "f": 0x0C, "n": 0x0A, "r": 0x0D, "t": 0x09, "v": 0x0B}
 HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 
@@ -39,6 +40,22 @@ class Unsupported(ValueError):
 
 class BadRegex(ValueError):
     """Not a valid regular expression."""
+
+
+@functools.lru_cache(maxsize=None)
+def unicode_class(letter: str) -> tuple[tuple[int, int], ...]:
+    """The code-point ranges of ``\\d``, ``\\w`` or ``\\s`` as ``re`` reads them (computed once: a scan of every
+    code point, a few tenths of a second)."""
+    test, out, start = CLASSES[letter], [], None
+    for c in range(MAX_CHAR + 1):
+        if test(chr(c)):
+            start = c if start is None else start
+        elif start is not None:
+            out.append((start, c - 1))
+            start = None
+    if start is not None:
+        out.append((start, MAX_CHAR))
+    return tuple(out)
 
 
 def complement(ranges) -> tuple[tuple[int, int], ...]:
@@ -229,7 +246,7 @@ class _Parser:
         ch = self.take()
         low = ch.lower()
         if low in CLASSES:
-            ranges = CLASSES[low]
+            ranges = unicode_class(low)
             return ("chars", ranges if ch.islower() else complement(ranges))
         if ch == "b" and in_class:
             return ("chars", ((0x08, 0x08),))

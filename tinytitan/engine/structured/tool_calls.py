@@ -22,7 +22,7 @@ import logging
 from ...chat_request import Grammar, Tool
 from ...errors import ApiError, invalid
 from ...output_format import check_schema
-from .compile import compile_grammar, custom_tool_refused, json_rule, with_format_patterns
+from .compile import SPACED, JsonLayout, compile_grammar, custom_tool_refused, json_rule, with_format_patterns
 from .escaped import ANY_TEXT, escaped_lark_rules
 
 log = logging.getLogger("tinytitan.structured")
@@ -47,29 +47,32 @@ def check_custom_grammar(tool: Tool, tokenizer, vocab_size: int | None) -> None:
                     tokenizer, vocab_size)
 
 
-def json_call_rules(tools: list[Tool], key: str, loose: bool = False, named: str | None = None) -> tuple[str, list[str]]:
+def json_call_rules(tools: list[Tool], key: str, loose: bool = False, named: str | None = None,
+                    layout: JsonLayout = SPACED) -> tuple[str, list[str]]:
     """``call`` (one call object to any of ``tools``) and its rules; with ``loose``, a function tool that is
     not strict takes any JSON object as its arguments. ``named``: the marker between a call's name and its
-    arguments object (Mistral's ``NAME[ARGS]{…}``) instead of a ``{"name": N, key: {…}}`` object."""
+    arguments object (Mistral's ``NAME[ARGS]{…}``) instead of a ``{"name": N, key: {…}}`` object. ``layout``:
+    the family's own (its template's separators), for the call object and its arguments alike."""
     alternatives, rules = [], []
 
-    def spelled(name: str, args: str) -> tuple[str, str]:  # a call's opening literal, and what closes it
+    def spelled(name: str, args: tuple[str, ...] = ()) -> tuple[str, str]:  # a call's opening, what closes it
         if named is not None:
-            return f"{json.dumps(name)} {named}" + (f" {json.dumps(args)}" if args else ""), ""
-        return json.dumps(f'{{"name":{json.dumps(name)},"{key}":{args}'), " " + json.dumps("}")
+            return f"{json.dumps(name)} {named}" + (f" {layout.lark(*args)}" if args else ""), ""
+        head = layout.lark("{", '"name"', ":", json.dumps(name), ",", json.dumps(key), ":", *args)
+        return head, " " + json.dumps("}")
 
     # every call is spelled from its name on: the calls' opening literals differ only at the name, so the
     # lexer follows them all until it diverges (a %json object beside them would compete for the brace)
     for i, tool in enumerate(t for t in tools if not t.custom):
         schema = {"type": "object"} if loose and not tool.strict else (tool.parameters or {"type": "object"})
-        head, close = spelled(tool.name, "")
+        head, close = spelled(tool.name)
         alternatives.append(f"f{i}")
         rules += [f"f{i}: {head} f{i}_args{close}",
-                  f"f{i}_args: {json_rule(schema)}"]
+                  f"f{i}_args: {json_rule(schema, layout)}"]
     for i, tool in enumerate(t for t in tools if t.custom):
         # the input is the one string argument, written JSON-escaped: its grammar is rewritten to match that
         input_rules, start = custom_input_rules(tool, f"c{i}")
-        head, close = spelled(tool.name, '{"input":"')
+        head, close = spelled(tool.name, ("{", '"input"', ":", '"'))
         alternatives.append(f"c{i}")
         rules += [f"c{i}: {head} {start} " + json.dumps('"}' if named is not None else '"}}'), *input_rules]
     return "call: " + " | ".join(alternatives), rules
@@ -163,8 +166,10 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: 
 
 
 def _thought_closed(markup, vocab: dict, start_in_reasoning: bool) -> str:
+    """The close of a thought the prompt opened, and the blank line templates write after it (MiniMax M2's
+    ``</think>\n\n``), if the model writes one."""
     if start_in_reasoning and markup is not None and markup.think_close:
-        return marker(markup.think_close, vocab) + " "
+        return marker(markup.think_close, vocab) + ' "\\n"{0,2} '
     return ""
 
 
@@ -179,7 +184,7 @@ def answer_after_thought(grammar: Grammar, family, vocab: dict, start_in_reasoni
                    where=grammar.where, name=grammar.name)
 
 
-def pythonic_call_rules(tools: list[Tool]) -> tuple[str, list[str]]:
+def pythonic_call_rules(tools: list[Tool], layout: JsonLayout = SPACED) -> tuple[str, list[str]]:
     """``call``: ``NAME(key=value, …)`` to any of ``tools``, keyword arguments in the schema's order (the
     required ones always), each value JSON held to its schema (the family reads JSON's literals as Python's)."""
     alternatives, rules = [], []
@@ -197,7 +202,7 @@ def pythonic_call_rules(tools: list[Tool]) -> tuple[str, list[str]]:
         keys = list(props)
         for j, key in enumerate(keys):  # a_j: the arguments from key j on, none before; r_j: some before
             value = f"f{i}_v{j}"
-            rules.append(f"{value}: {json_rule(props[key])}")
+            rules.append(f"{value}: {json_rule(props[key], layout)}")
             item = f'"{key}=" {value}'
             last = j + 1 == len(keys)
             nxt_a, nxt_r = ('""', '""') if last else (f"f{i}_a{j + 1}", f"f{i}_r{j + 1}")

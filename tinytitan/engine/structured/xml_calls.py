@@ -15,7 +15,7 @@ one newline on each side — a string-typed parameter as that text, any other as
   and time formats); it never contains the closing tag. Where the tag is one token of the vocabulary (GLM's
   tags usually are), that token ends the value; where it is text, the value's rule is lazy with the tag
   inside its regex, so the value ends at the first closing tag and nowhere else.
-- Any other typed parameter's value is JSON matching its schema.
+- Any other typed parameter's value is JSON matching its schema, spelt as the templates write it (``tojson``).
 - Parameters come in the schema's order; the required ones always, the others optionally.
 - What the markup cannot carry is refused by name: a parameter without a type (Qwen3-Coder reads one as a
   string: an enum or const of strings is served there), a string with other constraints (a format without a
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ...chat_request import Tool
 from ...errors import invalid
-from .compile import FORMAT_PATTERNS, custom_tool_refused, json_rule
+from .compile import FORMAT_PATTERNS, SPACED, JsonLayout, custom_tool_refused, json_rule
 
 @dataclass(frozen=True)
 class Tags:
@@ -42,6 +42,7 @@ class Tags:
     end: str  # the call's closing
     untyped_is_string: bool  # how the parser reads a parameter the schema gives no type
     markers: tuple[str, ...] = ()  # tags that are written as one token where the vocabulary has them
+    json_layout: JsonLayout = SPACED  # a JSON value's spelling (the templates write one with ``tojson``)
 
 
 TAGS = {
@@ -120,7 +121,7 @@ def _parameter(tags: Tags, vocab: dict, tool: str, key: str, schema: dict, rule:
     close = _spell(tags.layout + tags.close + tags.after, tags, vocab)
     if typ not in (None, "string"):
         return [f"{rule}: {head} {rule}_v {close}",
-                f"{rule}_v: {json_rule(schema)}"]
+                f"{rule}_v: {json_rule(schema, tags.json_layout)}"]
     nowhere = f"~/(?s:.*{_literal(tags.close)}.*)/"  # the value never holds its closing tag
     if tags.close in vocab and tags.close in tags.markers:  # the tag is a token: the value stops where it comes
         regexes = _string_regexes(tool, key, schema, _literal(tags.layout))

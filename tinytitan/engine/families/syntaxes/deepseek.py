@@ -10,7 +10,8 @@ row, so another family writing this shape (Kimi K2, ``kimi.py``) is a row reusin
   the call done at its closing marker (a marker inside a JSON string is part of the string);
 - checking grammar: ``grammars/deepseek.lark``;
 - forcing: the section with one call, or several where parallel calls are allowed, arguments held to the
-  tool's schema, a custom tool's input to its grammar (JSON-escaped, as in every JSON syntax);
+  tool's schema (compact or spaced JSON, one space at most between tokens: the template writes the arguments
+  text as given, so the models have seen both), a custom tool's input to its grammar (JSON-escaped, as in every JSON syntax);
 - rendering: the section as the model writes it; history: the template concatenates ``arguments``, so they
   reach it as JSON text.
 """
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
+from ...structured.compile import ONE_SPACE
 from ...structured.tool_calls import json_call_rules, marker, more_calls
 from ..body import SteppedBody
 from ..body_json import JsonSpan
@@ -167,7 +169,7 @@ def section_syntax(name: str, grammar: str, section: Section, transformer=Transf
     def blocks(family, tools, parallel, vocab, loose=False):
         m = family.markup
         opened, sep, closed = (marker(t, vocab) for t in (section.call_open, section.sep, section.call_close))
-        call, rules = json_call_rules(tools, "arguments", loose, named=sep)
+        call, rules = json_call_rules(tools, "arguments", loose, named=sep, layout=ONE_SPACE)
         # each call alternative is spelled '"NAME" SEP …': the head's own spelling replaces the quoted name
         rules = [_respell_head(r, tools, section, vocab) for r in rules]
         one = f"one: {opened} call {closed}"

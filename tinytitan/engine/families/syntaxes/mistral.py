@@ -2,7 +2,8 @@
 list of call objects (older ones). A call has no closing marker: it runs to the next ``[TOOL_CALLS]`` or the end.
 
 - decoder: ``body_calls.MistralCall``; checking grammar: ``grammars/mistral.lark``;
-- forcing: ``[TOOL_CALLS]NAME[ARGS]{…}`` per call where the vocabulary has ``[ARGS]``, else the list form;
+- forcing: ``[TOOL_CALLS]NAME[ARGS]{…}`` per call where the vocabulary has ``[ARGS]``, else the list form, the
+  JSON spaced as the template's ``tojson`` writes it;
 - rendering: ``[TOOL_CALLS]NAME[ARGS]{json}`` per call.
 """
 
@@ -30,7 +31,7 @@ def blocks(family, tools, parallel, vocab, loose=False):
         call, rules = json_call_rules(tools, "arguments", loose, named=marker("[ARGS]", vocab))
         return [f"blocks: {open_} call" + more_calls(f"{open_} call", parallel), call, *rules]
     call, rules = json_call_rules(tools, "arguments", loose)
-    return [f'blocks: {open_} "[" call' + more_calls('"," call', parallel) + ' "]"', call, *rules]
+    return [f'blocks: {open_} "[" call' + more_calls('", " call', parallel) + ' "]"', call, *rules]
 
 
 def render(calls, family) -> str:
