@@ -7,9 +7,10 @@ Rules:
 - Everywhere (the mask's families too, and the scripted backend), the output parser is wrapped here: once
   the last call allowed is complete, the turn is over for the client — nothing after it is sent (a further
   call, or text, is logged and dropped), so the limit holds whatever the model writes.
-- Without a mask, the turn is also over for the decoder (``turn_over``): the decode loop stops there, as at a
-  stop string, instead of decoding on for nothing. (Under a mask, the call's closing marker and the end of
-  sequence are all the model can write after it.)
+- Without a mask, the turn is also over for the decoder (``turn_over``): once the block holding the last call
+  allowed is closed (its closing marker read, so the block is checked against its grammar like any other),
+  the decode loop stops there, as at a stop string, instead of decoding on for nothing. (Under a mask, the
+  call's closing marker and the end of sequence are all the model can write after it.)
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ class CallLimit(WrappedParser):
 
     @property
     def turn_over(self) -> bool:
-        """The last call allowed is complete and no mask ends the turn: decoding stops here."""
-        return self.stops_decoding and self.done >= self.limit
+        """The last call allowed is complete, its block closed, and no mask ends the turn: decoding stops here."""
+        return self.stops_decoding and self.done >= self.limit and not getattr(self.parser, "in_call_block", False)
 
     @property
     def tool_calls(self) -> int:

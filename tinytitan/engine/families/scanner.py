@@ -50,6 +50,11 @@ class OutputParser:
         return self.calls.count
 
     @property
+    def in_call_block(self) -> bool:
+        """Inside a call block that a closing marker will end (its grammar check waits for that marker)."""
+        return self.channel == TOOL and self._body is not None and bool(self.m.tool_close)
+
+    @property
     def namespaces(self) -> dict[str, str]:
         return self.calls.namespaces
 
