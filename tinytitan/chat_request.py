@@ -44,6 +44,9 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None  # tool name for role=tool
     reasoning: str | None = None  # earlier thoughts of an assistant turn, where the client sent them back
+    # a tool result that loads deferred tools (Anthropic's ``tool_reference`` blocks): the names of the tools
+    # whose definitions it carries, rendered after ``content`` in the family's own tool-declaration form
+    tool_references: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class Tool:
     custom: bool = False
     input_grammar: Grammar | None = None
     strict: bool = False  # a function tool whose arguments are enforced by its schema once a call opens
+    # declared for later (``defer_loading``): left out of the prompt's tool header; a tool message that
+    # references it (``Message.tool_references``) carries its definition, so loading it appends to the prompt
+    deferred: bool = False
 
 
 @dataclass(frozen=True)

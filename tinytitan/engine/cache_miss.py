@@ -57,14 +57,17 @@ class Fingerprint:
         system: list[str] = []
         while msgs and msgs[0].role == "system":
             system.append(_h([_h(line) for line in msgs.pop(0).content.splitlines()]))
-        tools = tuple((t.name, _h([t.description, t.parameters, t.namespace, t.custom])) for t in req.tools)
+        # a deferred tool is not in the prompt's header (a tool message referencing it carries it): not a tool here
+        tools = tuple((t.name, _h([t.description, t.parameters, t.namespace, t.custom])) for t in req.tools
+                      if not t.deferred)
         return cls(tuple(system), tools, tuple(_msg(m) for m in msgs),
                    _h([req.tool_choice, req.tool_names, req.reasoning, req.template_kwargs,
                        req.grammar.kind if req.grammar else None, req.parallel_tool_calls]))
 
 
 def _msg(m: Message) -> tuple[str, str, str, str]:
-    return (m.role, _h(m.content), _h(m.reasoning) if m.reasoning else "",
+    content = _h([m.content, list(m.tool_references)]) if m.tool_references else _h(m.content)
+    return (m.role, content, _h(m.reasoning) if m.reasoning else "",
             _h([[c.name, c.arguments] for c in m.tool_calls]) if m.tool_calls else "")
 
 

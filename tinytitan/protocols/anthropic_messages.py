@@ -60,8 +60,26 @@ def _blocks(content: str | list) -> list[dict]:
 
 
 def _tool_result_text(block: dict, where: str) -> str:
-    text = text_of(block.get("content"), f"{where}.content")
+    content = block.get("content")
+    if isinstance(content, list):  # tool_reference blocks load tools (_tool_references), they are not text
+        content = [part for part in content if not (isinstance(part, dict) and part.get("type") == "tool_reference")]
+    text = text_of(content, f"{where}.content")
     return f"Error: {text}" if block.get("is_error") is True else text
+
+
+def _tool_references(block: dict, where: str, offered: set[str]) -> tuple[str, ...]:
+    """The tools a tool result loads (a tool search's answer: ``tool_reference`` blocks), each offered in
+    ``tools`` (a reference to a tool that is not is refused, naming it)."""
+    content = block.get("content")
+    names = []
+    for j, part in enumerate(content if isinstance(content, list) else ()):
+        if isinstance(part, dict) and part.get("type") == "tool_reference":
+            name = part["tool_name"]
+            if name not in offered:
+                raise invalid(f"Tool reference '{name}' at {where}.content[{j}] names a tool that is not in 'tools'",
+                              param=f"{where}.content[{j}].tool_name", code="invalid_value")
+            names.append(name)
+    return tuple(names)
 
 
 @dataclass
@@ -156,13 +174,14 @@ class AnthropicMessages(Protocol):
                           f"prefilled assistant turn", param=last, code="unsupported_prefill")
         msgs: list[Message] = []
         names: dict[str, str] = {}
+        offered = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
         for role, blocks in turns:
             if role == "system":
                 msgs.append(Message("system", TURN_JOIN.join(self._texts(blocks, "system"))))
             elif role == "assistant":
                 msgs.append(self._assistant(blocks, names))
             else:
-                msgs.extend(self._user(blocks, names))
+                msgs.extend(self._user(blocks, names, offered))
         args["messages"] = place_system(self.system_texts(body), msgs)
 
     @staticmethod
@@ -186,15 +205,15 @@ class AnthropicMessages(Protocol):
                 calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
             else:
                 texts.extend(self._texts([(where, b)], "assistant"))
-        return Message("assistant", TURN_JOIN.join(t for t in texts if t), tuple(calls))
+        return Message("assistant", TURN_JOIN.join(t for t in texts if t), tool_calls=tuple(calls))
 
-    def _user(self, blocks: list[tuple[str, dict]], names: dict[str, str]) -> list[Message]:
+    def _user(self, blocks: list[tuple[str, dict]], names: dict[str, str], offered: set[str]) -> list[Message]:
         results, texts = [], []
         for where, b in blocks:
             if b["type"] == "tool_result":
                 call_id = b["tool_use_id"]
                 results.append(Message("tool", _tool_result_text(b, where), tool_call_id=call_id,
-                                       name=names.get(call_id)))
+                                       name=names.get(call_id), tool_references=_tool_references(b, where, offered)))
             else:
                 texts.extend(self._texts([(where, b)], "user"))
         text = TURN_JOIN.join(t for t in texts if t)
@@ -378,8 +397,11 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
             raise invalid(f"Tool names must be unique: '{name}' at {where} is declared twice", param=f"{where}.name",
                           code="invalid_value")
         seen.add(name)
-        tools.append(Tool(name, t.get("description") or "", t["input_schema"],  # cache_control, defer_loading …: ignored
-                          strict=t.get("strict") is True))
+        tools.append(Tool(name, t.get("description") or "", t["input_schema"],  # cache_control …: ignored
+                          strict=t.get("strict") is True, deferred=t.get("defer_loading") is True))
+    if tools and all(t.deferred for t in tools):  # the model would be told of no tool, nor how to call one
+        raise invalid("All tools have 'defer_loading' set: at least one tool must not be deferred (the tool search "
+                      "that loads the others)", param="tools", code="invalid_value")
     args["tools"] = tools
 
 

@@ -89,7 +89,7 @@ def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
                 calls.append(ToolCall(c.get("id") or f"call_{i}_{j}", fn["name"],
                                       arguments if isinstance(arguments, str) else json.dumps(arguments)))
             pending = list(calls)
-            msgs.append(Message("assistant", content, tuple(calls), reasoning=m.get("thinking") or None))
+            msgs.append(Message("assistant", content, tool_calls=tuple(calls), reasoning=m.get("thinking") or None))
         elif role == "tool":
             call = _answered(pending, m)
             msgs.append(Message("tool", content, tool_call_id=call.id if call else m.get("tool_call_id") or f"call_{i}",

@@ -49,7 +49,7 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
                 call_id = c.get("id") or f"call_{i}_{j}"
                 call_names[call_id] = fn["name"]
                 calls.append(ToolCall(call_id, fn["name"], arguments))
-            msgs.append(Message("assistant", content, tuple(calls),
+            msgs.append(Message("assistant", content, tool_calls=tuple(calls),
                                 reasoning=m.get("reasoning_content") or m.get("reasoning")))
         else:
             call_id = m["tool_call_id"]
