@@ -5,7 +5,7 @@ request k gets entry k, the last repeats), puts ``tools/record_proxy.py`` in for
 the client (so the test sees exactly what Claude Code sent), and runs ``claude -p ... --output-format
 stream-json --verbose`` offline, with a fresh HOME, in a temporary working directory.
 
-Skipped when ``claude`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.197``).
+Skipped when ``claude`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.332``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ CLAUDE = shutil.which("claude")
 pytestmark = [
     pytest.mark.clients,
     needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                 "npm install -g @anthropic-ai/claude-code@2.1.197"),
+                                 "npm install -g @anthropic-ai/claude-code@2.1.332"),
 ]
 
 START_TIMEOUT = 120  # server start (the first run may build the demo tokenizer)
@@ -305,3 +305,42 @@ def test_a_long_session_compacts_inside_the_window_the_banner_gives(tmp_path):
     assert lines and all(status == "200" for status, _ in lines), lines  # nothing refused as too long
     assert max(int(p) for _, p in lines if p) <= 65536
     assert events[-1]["type"] == "result" and not events[-1]["is_error"], events[-1]
+
+
+def request_lines(log: str) -> list[dict]:
+    """The server's log line for each Messages generation: status, prompt tokens and the cache verdict."""
+    out = []
+    for m in re.finditer(r"POST /v1/messages (\d+) anthropic_messages(.*)", log):
+        fields = dict(re.findall(r"(\w+)=(\S+)", m.group(2)))
+        out.append({"status": int(m.group(1)), **fields})
+    return out
+
+
+def test_tool_search_loads_an_mcp_tool_without_a_refusal_or_a_cache_miss(tmp_path):
+    """2.1.332 defers MCP tools behind ToolSearch: its result is a tool_reference, which the server serves (the
+    tool's definition appended inside the result): no request refused, every turn after the first a cache hit,
+    the prompt at its deferred size (it never grows to every tool declared in full)."""
+    marker = f"tinytitan-e2e-{uuid.uuid4().hex[:12]}"
+    script = [tool_call("ToolSearch", {"query": "select:mcp__demo__echo"}),
+              tool_call("mcp__demo__echo", {"text": marker}), f"The tool said {marker}."]
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"demo": {"command": sys.executable,
+                                                          "args": [str(ROOT / "tests" / "mcp_echo.py")]}}}))
+    banner: list = []
+    with tinytitan(script, tmp_path, banner=banner) as (base, model, record):
+        server = banner.pop()
+        events = run_claude(base, model, "echo the marker with the demo tool", tmp_path, "--mcp-config", str(config),
+                            "--allowedTools", "mcp__demo__echo")
+        log = "".join(server.lines)
+    assert events[-1]["is_error"] is False and events[-1]["result"] == f"The tool said {marker}.", events[-1]
+    results = [r["content"] for r in blocks(events, "user", "tool_result")]
+    assert results[0] == [{"type": "tool_reference", "tool_name": "mcp__demo__echo"}], results
+    assert marker in str(results[1])
+    reqs = model_requests(read_record(record))
+    assert len(reqs) == 3, [r["body"]["messages"][-1] for r in reqs]  # no retry, no fallback without tool search
+    assert any(t.get("defer_loading") and t["name"] == "mcp__demo__echo" for t in reqs[1]["body"]["tools"])
+    lines = request_lines(log)
+    assert [line["status"] for line in lines] == [200, 200, 200], lines
+    assert [line["cache"] for line in lines[1:]] == ["hit", "hit"], lines
+    first, last = int(lines[0]["prompt"]), int(lines[-1]["prompt"])
+    assert last - first < 1000, lines  # the turns appended; no tool header declaring every tool in full
