@@ -103,6 +103,8 @@ class ChatRequest:
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
     speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does
+    response_id: str | None = None  # the id its answer carries: a later request may name it for a cache comparison
+    cache_compare: str | None = None  # an earlier answer's id: the prompt-cache diagnosis is relative to its prompt
 
     @property
     def images(self) -> tuple[ImagePart, ...]:

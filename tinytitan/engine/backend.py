@@ -10,6 +10,8 @@ turns true (within a token).
 
 from __future__ import annotations
 
+import array
+import collections
 import json
 import logging
 import os
@@ -24,7 +26,7 @@ from .decode_loop import DecodeLoop
 from .families import Family, detect, template_source
 from .raw import VerbatimParser
 from .prompt import template_messages, template_tool, template_tools
-from .cache_miss import Fingerprint, diagnose
+from .cache_miss import Fingerprint, compare, diagnose
 from .prompt_splice import splice as splice_prompt
 from .reasoning import TemplateReasoning, level_of
 from .call_limit import CallLimit, call_limit
@@ -33,6 +35,8 @@ from .structured import CompiledGrammar, GrammarMask, compile_grammar
 from .structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
 
 log = logging.getLogger("tinytitan.backend")
+
+REMEMBERED_PROMPTS = 64  # prompts kept by response id for a client's cache comparison (compare_prompt)
 
 # what a model samples with where neither the request nor its generation_config.json says
 FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
@@ -57,6 +61,7 @@ class Prepared:
     grammar: CompiledGrammar | None = None  # the output format the sampler is masked with
     sampling: dict = field(default_factory=dict)  # the values this generation samples with (see sampling_for)
     cache_miss: dict | None = None  # where the prompt parts from the prompt cache, and why (cache_miss.py)
+    cache_compared: dict | None = None  # the same, against the earlier prompt ``req.cache_compare`` names
 
     def logits_processor(self) -> GrammarMask | None:
         """A new mask for this request's output format (None: unconstrained); one per generation."""
@@ -437,9 +442,26 @@ class Backend(ABC):
         sampling = self.sampling_for(req)
         if req.grammar is not None or req.tool_choice == "required":
             sampling["reasoning"] = "none"  # turned off by ``structured``: a protocol with a place for it says so
+        compared = self.compare_prompt(req, tokens)
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,
                         tokenize_s=tokenize_s, grammar=compiled, sampling=sampling,
-                        cache_miss=miss.as_dict() if miss is not None else None)
+                        cache_miss=miss.as_dict() if miss is not None else None,
+                        cache_compared=compared.as_dict() if compared is not None else None)
+
+    def compare_prompt(self, req: ChatRequest, tokens: list[int]):
+        """The prompt against the earlier one ``req.cache_compare`` names (a CacheMiss; None when it names none),
+        and this prompt remembered under ``req.response_id`` for a later comparison (the last
+        ``REMEMBERED_PROMPTS``, as 32-bit ids)."""
+        if req.cache_compare is None and req.response_id is None:
+            return None
+        known = self.__dict__.setdefault("_prompts", collections.OrderedDict())
+        fp = Fingerprint.of(req)
+        out = compare(req, fp, tokens, known.get(req.cache_compare)) if req.cache_compare is not None else None
+        if req.response_id is not None:
+            known[req.response_id] = (fp, array.array("i", tokens))
+            while len(known) > REMEMBERED_PROMPTS:
+                known.popitem(last=False)
+        return out
 
     def count_tokens(self, req: ChatRequest) -> int:
         """The prompt's length as ``prepare`` renders it. A prompt over the window is still counted, except one

@@ -113,7 +113,8 @@ def cache_diagnostics(miss: dict | None) -> dict | None:
     ``cache_missed_input_tokens`` (on the ``*_changed`` types) is the cached tokens past the divergence."""
     if not miss or miss.get("reason") == "hit":
         return None
-    kind = CACHE_MISS_TYPES.get(miss["reason"], "unavailable")
+    kind = "previous_message_not_found" if miss["reason"] == "not_found" else \
+        CACHE_MISS_TYPES.get(miss["reason"], "unavailable")
     reason: dict = {"type": kind}
     if kind.endswith("_changed"):
         reason["cache_missed_input_tokens"] = int(miss.get("missed_tokens") or 0)
@@ -137,7 +138,8 @@ class AnthropicMessages(Protocol):
         return {"messages": self.parse_messages, "system": self.parse_system, "tools": parse_tools,
                 "tool_choice": parse_tool_choice, "stop_sequences": parse_stop_sequences,
                 "reasoning": self.reasoning_rule, "template_kwargs": parse_template_kwargs,
-                "output_config": self.parse_output_config, "output_format": parse_output_format}
+                "output_config": self.parse_output_config, "output_format": parse_output_format,
+                "diagnostics": parse_diagnostics}
 
     def system_texts(self, body: dict) -> list[str]:
         system = body.get("system")
@@ -285,8 +287,11 @@ class AnthropicMessages(Protocol):
         maps = self.spec.maps
 
         def diagnose(m: Machine) -> None:
+            """Relative to ``diagnostics.previous_message_id`` where the request names one (as the API does),
+            else to the longest prefix the cache holds (the beta header alone, or a null id)."""
             if m.context.get("cache_diagnosis"):
-                m.vars.diagnostics = cache_diagnostics(m.context.get("cache_miss"))
+                named = (m.context["req"].get("diagnostics") or {}).get("previous_message_id")
+                m.vars.diagnostics = cache_diagnostics(m.context.get("cache_compared" if named else "cache_miss"))
 
         def started(m: Machine, ev) -> None:
             m.vars.input_tokens, m.vars.cache_read_input_tokens = ev.prompt_tokens - ev.cached_tokens, ev.cached_tokens
@@ -403,6 +408,13 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
         raise invalid("All tools have 'defer_loading' set: at least one tool must not be deferred (the tool search "
                       "that loads the others)", param="tools", code="invalid_value")
     args["tools"] = tools
+
+
+def parse_diagnostics(value: dict, body: dict, args: dict, v) -> None:
+    """``diagnostics.previous_message_id``: the cache diagnosis compares this prompt with that message's."""
+    named = value.get("previous_message_id")
+    if named is not None:
+        args["cache_compare"] = named
 
 
 def parse_output_format(value: dict, body: dict, args: dict, v) -> None:

@@ -101,7 +101,7 @@ class OpenAIResponses(Protocol):
 
     def request_hooks(self):
         return {"input": hook_input, "tools": self.hook_tools,
-                "tool_choice": hook_tool_choice, "text": hook_text}
+                "tool_choice": hook_tool_choice, "text": hook_text, "prompt_cache_options": hook_prompt_cache_options}
 
     @property
     def separator(self) -> str:
@@ -216,6 +216,13 @@ class OpenAIResponses(Protocol):
     def machine(self, v, model_id, stream, entry=None) -> Machine:
         m = super().machine(v, model_id, stream, entry)
         m.context["output"] = lambda: [w.data["item"] for w in m.history if w.event == "response.output_item.done"]
+        options = v.body.get("prompt_cache_options")
+        m.context["prompt_cache_options"] = None if options is None else {
+            "mode": options.get("mode", "implicit"), "ttl": options.get("ttl", "30m"),
+            "comparison_response_id": options.get("comparison_response_id")}
+        compared = (options or {}).get("comparison_response_id") is not None
+        m.context["prompt_cache_diagnostics"] = \
+            lambda: prompt_cache_diagnostics(m.context.get("cache_compared")) if compared else None
         return m
 
     # -- handlers --------------------------------------------------------------------------------------------
@@ -234,7 +241,7 @@ class OpenAIResponses(Protocol):
         if threshold is not None:
             items = compaction.superseded(items)
         req = self.request_for(v, items)
-        if prewarm:
+        if prewarm or (v.body.get("prompt_cache_options") or {}).get("prewarm") is True:
             return self.prewarmed(v, req.model)
         if threshold is not None:
             split = compaction.split_for_compaction(items)
@@ -430,3 +437,31 @@ class OpenAIResponses(Protocol):
             "limit": limit, "order": order,
         })
 
+
+# the engine's reasons for a prompt-cache miss (cache_miss.py) → PromptCacheDiagnosticsCacheMiss.reason; a reason
+# with no counterpart there (a changed setting: tool choice, reasoning level or output format) is "unavailable"
+CACHE_MISS_REASONS = {"system_changed": "input_changed", "messages_changed": "input_changed",
+                      "thinking_dropped": "input_changed", "answer_rewritten": "input_changed",
+                      "template_rerender": "input_changed", "tools_changed": "tools_changed"}
+
+
+def hook_prompt_cache_options(value: dict, body: dict, args: dict, v) -> None:
+    if value.get("comparison_response_id") is not None:
+        args["cache_compare"] = value["comparison_response_id"]
+
+
+def prompt_cache_diagnostics(compared: dict | None) -> dict:
+    """The response's ``prompt_cache_diagnostics``: this prompt against the compared response's (the engine's
+    ``cache_compared``)."""
+    if compared is None:
+        return {"type": "unavailable"}
+    reason = compared["reason"]
+    if reason == "hit":
+        return {"type": "cache_hit"}
+    if reason == "not_found":
+        return {"type": "comparison_response_not_found"}
+    if reason not in CACHE_MISS_REASONS:
+        return {"type": "unavailable"}
+    return {"type": "cache_miss", "reason": CACHE_MISS_REASONS[reason],
+            "cache_missed_tokens": int(compared.get("missed_tokens") or 0),
+            "comparison_reusable_tokens": int(compared.get("offset") or 0)}
