@@ -189,6 +189,9 @@ async def test_claude_trace_replays(serve, trace):
         for record in records:
             where = f"{trace.name} #{record['seq']} {record['method']} {record['path']}"
             resp = await replay(h, s, record, model)
+            if "safeguards" in (record["body"] or {}):  # interactive auto mode, once per session: refused by name
+                assert resp.status_code == 400 and "'safeguards'" in resp.json()["error"]["message"], resp.text
+                continue
             assert 200 <= resp.status_code < 300, f"{where}: {resp.status_code} {resp.text[:2000]}"
             try:
                 check_claude_reply(record, resp, model)
