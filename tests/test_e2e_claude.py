@@ -277,8 +277,8 @@ def test_thinking_round_trip(tmp_path):
 
 
 def test_a_long_session_compacts_inside_the_window_the_banner_gives(tmp_path):
-    """--context-window 65536 (Claude Code's own first prompt is ~31k tokens: a 16k window cannot hold even
-    that) and the environment the banner prints: file reads fill the window and Claude Code compacts on its own
+    """--context-window 65536 (Claude Code 2.1.332's own first prompt is 18.5-20.8k tokens: a 16k window cannot
+    hold even that) and the environment the banner prints: file reads fill the window and Claude Code compacts on its own
     (its summary is the text the scripted turns start with) before the server ever refuses a prompt."""
     files = []
     for k in range(4):
@@ -290,8 +290,8 @@ def test_a_long_session_compacts_inside_the_window_the_banner_gives(tmp_path):
         server = banner.pop()
         line = next(line for line in banner if "claude --model" in line)
         env = dict(re.findall(r"(CLAUDE_\w+)=(\S+)", line))
-        assert set(env) == {"CLAUDE_CODE_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_AUTO_COMPACT_WINDOW",
-                            "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"}, line
+        assert set(env) == {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+                            "CLAUDE_CODE_AUTO_COMPACT_WINDOW", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"}, line
         (tmp_path / "work").mkdir()
         for k, path in enumerate(files):
             path.write_text("\n".join(f"file {k} line {i}: " + "lorem ipsum dolor sit amet consectetur " * 3
