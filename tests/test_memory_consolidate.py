@@ -74,7 +74,7 @@ def test_reading_the_answer_and_rendering_the_transcript():
     assert read_facts("NONE") == []
     assert read_facts("* a/b: one\n  `c`: two: three\nnot a fact line\n") == [("a/b", "one"), ("c", "two: three")]
     text = render((Message("system", "long scaffolding"), Message("user", "hi"),
-                   Message("assistant", "", (ToolCall("1", "grep", '{"q": "x"}'),)),
+                   Message("assistant", "", tool_calls=(ToolCall("1", "grep", '{"q": "x"}'),)),
                    Message("tool", "found", tool_call_id="1", name="grep")), limit=1000)
     assert text == '[user] hi\n[assistant calls grep] {"q": "x"}\n[tool result grep] found'
     assert render((Message("user", "x" * 50),), limit=10) == "…" + "x" * 10
