@@ -122,3 +122,53 @@ def test_a_deferred_tool_is_not_part_of_the_tools_fingerprint():
     loaded = Fingerprint.of(ChatRequest("m", user + (Message("tool", "", tool_call_id="t", tool_references=("x",)),)))
     plain = Fingerprint.of(ChatRequest("m", user + (Message("tool", "", tool_call_id="t"),)))
     assert loaded.messages != plain.messages
+
+
+# --- Responses: a client-executed tool search (Codex's {"type": "tool_search", "execution": "client"}) ---------
+
+RESPONSES_SEARCH = {"type": "tool_search", "execution": "client", "description": "Search the deferred tools.",
+                    "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                                   "required": ["query"]}}
+SHELL = {"type": "function", "name": "exec_command", "description": "Run a command",
+         "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}
+MCP_ECHO = {"type": "function", "name": "mcp__demo__echo", "description": "Echo a text back",
+            "parameters": ECHO["input_schema"], "defer_loading": True}
+RESPONSES_SEARCH_CALL = '<tool_call>\n{"name": "tool_search", "arguments": {"query": "echo"}}\n</tool_call>'
+
+
+async def test_responses_client_tool_search_loads_deferred_tools_by_appending(serve, demo_tok):
+    import openai
+
+    script = [RESPONSES_SEARCH_CALL, ECHO_CALL, "The tool said m-42.", RESPONSES_SEARCH_CALL]
+    s = await serve(backend=ScriptedBackend(entries(script), demo_tok, prompt_cache=PromptCache(1 << 30)))
+    c = openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="x", max_retries=0)
+    tools = [SHELL, RESPONSES_SEARCH]
+    user = [{"role": "user", "content": "echo m-42 with the demo tool"}]
+    first = await c.responses.create(model=MODEL, input=user, tools=tools + [{**MCP_ECHO}])
+    (call,) = first.output
+    assert call.type == "tool_search_call" and call.execution == "client" and call.arguments == {"query": "echo"}
+    proto = s.server.protocols["openai_responses"]
+    v = proto.validate(json.dumps({"model": MODEL, "input": user, "tools": tools + [MCP_ECHO]}).encode())
+    prompt_one = s.engine.backend.render(proto.request_for(v, v.state.items))
+    assert '"name": "tool_search"' in prompt_one and "mcp__demo__echo" not in prompt_one  # deferred: not declared
+    loaded = {"type": "tool_search_output", "call_id": call.call_id, "execution": "client",
+              "tools": [{k: v for k, v in MCP_ECHO.items() if k != "defer_loading"}]}
+    second_input = user + [call.model_dump(exclude_none=True), loaded]
+    second = await c.responses.create(model=MODEL, input=second_input, tools=tools,
+                                      prompt_cache_options={"comparison_response_id": first.id})
+    (echo,) = second.output
+    assert echo.type == "function_call" and echo.name == "mcp__demo__echo" and json.loads(echo.arguments) == {"text": "m-42"}
+    assert second.prompt_cache_diagnostics.type == "cache_hit"  # loading the tool only appended to the prompt
+    assert second.usage.input_tokens_details.cached_tokens > 0
+    third = await c.responses.create(
+        model=MODEL, tools=tools, prompt_cache_options={"comparison_response_id": second.id},
+        input=second_input + [echo.model_dump(exclude_none=True),
+                              {"type": "function_call_output", "call_id": echo.call_id, "output": "echoed: m-42"}])
+    assert third.output_text == "The tool said m-42." and third.prompt_cache_diagnostics.type == "cache_hit"
+    # streamed: the search call is one output item, added then done
+    async with await c.responses.create(model=MODEL, input=user, tools=tools, stream=True) as stream:
+        events = [e async for e in stream]
+    items = [(e.type, e.item.type) for e in events if e.type.startswith("response.output_item")]
+    assert items == [("response.output_item.added", "tool_search_call"),
+                     ("response.output_item.done", "tool_search_call")], items
+    assert events[-1].response.output[0].arguments == {"query": "echo"}

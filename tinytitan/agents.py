@@ -65,6 +65,7 @@ def codex_entry(info: dict) -> dict:
         "truncation_policy": {"mode": "tokens", "limit": max(1000, min(10_000, window // 8))},
         "context_window": window, "auto_compact_token_limit": window * 8 // 10,
         "support_verbosity": False, "supports_parallel_tool_calls": False, "supports_reasoning_summaries": False,
+        "supports_search_tool": True,  # Codex then offers a client-executed tool_search and defers MCP tools
         "experimental_supported_tools": [],
         # what the model reads: with ["text"] Codex refuses its view_image tool itself instead of sending an image
         "input_modalities": list(info.get("input_modalities") or ["text"]),

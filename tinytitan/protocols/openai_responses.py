@@ -46,7 +46,7 @@ from ..events import Finished, Started, Usage
 from . import compaction, responses_socket, truncation
 from .base import Protocol, new_id
 from .common import place_system
-from .responses_input import normalise_input, parse_tools, to_messages
+from .responses_input import SEARCH_TOOL, loaded_tools, normalise_input, parse_tools, searches_in_client, to_messages
 from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .responses_socket import LocalResponses
 from .wire import Call, Connection, Reply, Services
@@ -67,6 +67,7 @@ class ResponsesRequest:
     local: "LocalResponses | None" = None  # a WebSocket connection's own responses (responses_socket.py)
     framing: str | None = None  # how the stream is written: the spec's (SSE), or ``websocket``
     history: list[dict] = field(default_factory=list)  # the items ``previous_response_id`` brought in
+    search_tool: str | None = None  # the client-executed tool search's function, where the tools offer one
 
 
 def hook_input(value, body: dict, args: dict, v: Validated) -> None:
@@ -111,6 +112,7 @@ class OpenAIResponses(Protocol):
         tools, names = parse_tools(value, self.separator)
         args["tools"] = tools
         v.state.tool_names = names
+        v.state.search_tool = SEARCH_TOOL if searches_in_client(value) else None
 
     def request_state(self) -> ResponsesRequest:
         return ResponsesRequest()
@@ -211,7 +213,8 @@ class OpenAIResponses(Protocol):
     def extra_context(self, v: Validated) -> dict:
         # the values the request names until Started says what the engine decodes with (the ``sampling`` hook)
         return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": (v.state or ResponsesRequest()).tool_names,
-                "custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom)}
+                "custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom),
+                "search_tool": (v.state or ResponsesRequest()).search_tool}
 
     def machine(self, v, model_id, stream, entry=None) -> Machine:
         m = super().machine(v, model_id, stream, entry)
@@ -254,6 +257,11 @@ class OpenAIResponses(Protocol):
 
     def request_for(self, v: Validated, items: list[dict]) -> ChatRequest:
         system, msgs = to_messages(items, self.separator)
+        loaded, names = loaded_tools(items, self.separator)  # what tool_search_output items loaded: callable now
+        offered = {t.name for t in v.args.get("tools", ())}
+        if loaded:
+            v.args["tools"] = list(v.args.get("tools", ())) + [t for t in loaded if t.name not in offered]
+            v.state.tool_names = {**names, **v.state.tool_names}
         instructions = v.body.get("instructions") or ""
         v.args["messages"] = self.with_summaries(place_system([instructions], msgs, merge_later=True), system)
         if not v.args["messages"]:
