@@ -116,16 +116,16 @@ def test_the_first_prompt_check_follows_each_agents_compaction_point(window):
     assert claude is (window >= 32768)  # 2.1.332's ~20.8k first prompt: 32k is the smallest window that holds it
 
 
-@pytest.mark.parametrize("window", [8192, 65536])
-def test_the_banner_points_an_agent_that_cannot_fit_at_the_fast_model(window):
+@pytest.mark.parametrize("window, claude_fits, codex_fits", [(4096, False, False), (8192, False, True),
+                                                               (65536, True, True)])
+def test_the_banner_points_an_agent_that_cannot_fit_at_the_fast_model(window, claude_fits, codex_fits):
     text = banner("http://127.0.0.1:9", "m", None, info(window), None)
     claude_line = next(line for line in text.splitlines() if "claude --model" in line)
     assert "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1" in claude_line
+    assert claude_line.endswith("claude --model m" if claude_fits else "claude --model m-fast")
     codex_models = [line.strip() for line in text.splitlines() if line.strip().startswith("model = ")]
-    if window == 8192:
-        assert claude_line.endswith("claude --model m-fast")
-        assert codex_models == ['model = "m-fast"'] * 2
-        assert f"~{FIRST_PROMPT_TOKENS['claude-code']:,} tokens, cannot fit this model's 8,192-token window" in text
-    else:
-        assert claude_line.endswith("claude --model m") and codex_models == ['model = "m"'] * 2
-        assert "cannot fit" not in text
+    assert codex_models == ['model = "m"' if codex_fits else 'model = "m-fast"'] * 2
+    notes = [line for line in text.splitlines() if "cannot fit" in line]
+    assert len(notes) == (not claude_fits) + (not codex_fits)
+    if not claude_fits:
+        assert f"~{FIRST_PROMPT_TOKENS['claude-code']:,} tokens, cannot fit this model's {window:,}-token window" in text
