@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -402,6 +401,59 @@ def trim_socket_trace(path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
+TOOL_SEARCH_SCRIPT = ['<tool_call>\n{"name":"tool_search","arguments":{"query":"echo"}}\n</tool_call>',
+                      '<tool_call>\n{"name":"mcp__demo__echo","arguments":{"text":"' + MARKER + '"}}\n</tool_call>',
+                      f"The tool said {MARKER}."]
+TOOL_SEARCH_PROMPT = "echo the marker with the demo tool"
+
+
+def run_tool_search(root: Path, trace: Path):
+    """Codex with the server's catalog and one stdio MCP server (tests/mcp_echo.py) → (result, server log). The
+    server writes its catalog into a cache of its own (``TINYTITAN_CACHE``): another server on the machine, of
+    another version, may write an entry for the same model id into the shared one."""
+    scratch = root / "scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    saved, os.environ["TINYTITAN_CACHE"] = os.environ.get("TINYTITAN_CACHE"), str(root / "cache")
+    try:
+        with scripted_server(TOOL_SEARCH_SCRIPT, scratch) as (server, model), \
+                recording_proxy(server, trace, scratch) as proxy:
+            (catalog,) = set(re.findall(r'model_catalog_json = "([^"]+)"', (scratch / "server.log").read_text()))
+            mcp = (f'mcp_servers.demo={{command = "{sys.executable}", args = ["{ROOT / "tests" / "mcp_echo.py"}"], '
+                   'required = true}')  # its tools are listed before the first request
+            result = run_codex(proxy, model, root, TOOL_SEARCH_PROMPT,
+                               "-c", f"model_catalog_json={json.dumps(catalog)}", "-c", mcp)
+    finally:
+        if saved is None:
+            os.environ.pop("TINYTITAN_CACHE", None)
+        else:
+            os.environ["TINYTITAN_CACHE"] = saved
+    return result, (scratch / "server.log").read_text()
+
+
+def test_tool_search_loads_an_mcp_tool(tmp_path):
+    """With the server's catalog (``supports_search_tool``) Codex offers a client-executed ``tool_search`` and defers
+    its MCP tools: the model's search comes back as a ``tool_search_call`` item, Codex answers with a
+    ``tool_search_output`` (the MCP server's namespace), and the loaded tool is called and run. (The calls are
+    written in the compact layout the scripted backend's call grammar takes with ``apply_patch`` offered.)"""
+    trace = tmp_path / "trace.jsonl"
+    result, log = run_tool_search(tmp_path, trace)
+    assert result.returncode == 0, _explain(result)
+    assert result.stdout.strip() == TOOL_SEARCH_SCRIPT[2], _explain(result)
+    requests = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(requests) == 3, [r["path"] for r in requests]
+    search = [t for t in requests[0]["body"]["tools"] if t["type"] == "tool_search"]
+    assert search and search[0]["execution"] == "client"
+    assert not any("echo" in json.dumps(t) for t in requests[0]["body"]["tools"])  # deferred: not declared yet
+    (output,) = _input_items(requests[1], "tool_search_output")
+    assert output["tools"][0]["name"] == "mcp__demo" and output["tools"][0]["tools"][0]["name"] == "echo"
+    (call,) = _input_items(requests[2], "function_call")
+    assert (call["namespace"], call["name"]) == ("mcp__demo", "echo")
+    (result_item,) = _input_items(requests[2], "function_call_output")
+    assert MARKER in json.dumps(result_item["output"])
+    statuses = re.findall(r"POST /v1/responses (\d+) openai_responses", log)
+    assert statuses == ["200", "200", "200"], statuses
+
+
 def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = Path("/tmp/tt-trace")) -> None:
     """Re-record every scenario's trace (the recorded bodies hold /tmp/tt-trace/work as the cwd)."""
     for name, (script, prompt) in SCENARIOS.items():
@@ -414,6 +466,15 @@ def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = 
               f"final message {result.stdout.strip()!r}")
         if result.returncode != 0:
             raise SystemExit(_explain(result))
+    # tool search through an MCP tool, with the server's catalog
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    out = out_dir / "tool_search.jsonl"
+    out.unlink(missing_ok=True)
+    result, _ = run_tool_search(scratch, out)
+    print(f"{out.relative_to(ROOT)}: rc={result.returncode}; final message {result.stdout.strip()!r}")
+    if result.returncode != 0:
+        raise SystemExit(_explain(result))
     # the WebSocket exchange of Codex's built-in provider (tools/record_socket.py's format)
     script, prompt = SCENARIOS["tool_round_trip"]
     if scratch.exists():
@@ -433,37 +494,3 @@ if __name__ == "__main__":
         raise SystemExit("usage: python tests/test_e2e_codex.py record   (needs `codex` on PATH)")
     record()
 
-
-def test_tool_search_loads_an_mcp_tool(tmp_path):
-    """With the server's catalog (``supports_search_tool``) Codex offers a client-executed ``tool_search`` and defers
-    its MCP tools: the model's search comes back as a ``tool_search_call`` item, Codex answers with a
-    ``tool_search_output`` (the MCP server's namespace), and the loaded tool is called and run. (The calls are
-    written in the compact layout the scripted backend's call grammar takes with ``apply_patch`` offered.)"""
-    marker = f"tinytitan-e2e-{uuid.uuid4().hex[:8]}"
-    script = ['<tool_call>\n{"name":"tool_search","arguments":{"query":"echo"}}\n</tool_call>',
-              '<tool_call>\n{"name":"mcp__demo__echo","arguments":{"text":"' + marker + '"}}\n</tool_call>',
-              f"The tool said {marker}."]
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    trace = tmp_path / "trace.jsonl"
-    with scripted_server(script, scratch) as (server, model), recording_proxy(server, trace, scratch) as proxy:
-        (catalog,) = set(re.findall(r'model_catalog_json = "([^"]+)"', (scratch / "server.log").read_text()))
-        mcp = f'mcp_servers.demo={{command = "{sys.executable}", args = ["{ROOT / "tests" / "mcp_echo.py"}"]}}'
-        result = run_codex(proxy, model, tmp_path, "echo the marker with the demo tool",
-                           "-c", f"model_catalog_json={json.dumps(catalog)}", "-c", mcp)
-        log = (scratch / "server.log").read_text()
-    assert result.returncode == 0, _explain(result)
-    assert result.stdout.strip() == script[2], _explain(result)
-    requests = [json.loads(line) for line in trace.read_text().splitlines()]
-    assert len(requests) == 3, [r["path"] for r in requests]
-    search = [t for t in requests[0]["body"]["tools"] if t["type"] == "tool_search"]
-    assert search and search[0]["execution"] == "client"
-    assert not any("echo" in json.dumps(t) for t in requests[0]["body"]["tools"])  # deferred: not declared yet
-    (output,) = _input_items(requests[1], "tool_search_output")
-    assert output["tools"][0]["name"] == "mcp__demo" and output["tools"][0]["tools"][0]["name"] == "echo"
-    (call,) = _input_items(requests[2], "function_call")
-    assert (call["namespace"], call["name"]) == ("mcp__demo", "echo")
-    (result_item,) = _input_items(requests[2], "function_call_output")
-    assert marker in json.dumps(result_item["output"])
-    statuses = re.findall(r"POST /v1/responses (\d+) openai_responses", log)
-    assert statuses == ["200", "200", "200"], statuses
