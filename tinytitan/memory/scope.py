@@ -3,10 +3,10 @@
 Rules:
 - The workspace is a directory, taken from (in order) the ``X-TinyTitan-Workspace`` header, the working
   directory the client declares in a *system* message (one sent mid-conversation too: Claude Code 2.1.332's;
-  its ``Working directory: /path`` or ``- Primary working directory: /path`` line, Codex's ``<cwd>/path</cwd>`` element; Codex sends its
-  ``<environment_context>`` as a turn of its own with the user role, which counts too), else the directory the
-  server was launched in. Only absolute paths count; they are normalised (``..`` folded), never resolved
-  against the filesystem.
+  its ``Working directory: /path`` or ``- Primary working directory: /path`` line, Codex's ``<cwd>/path</cwd>``
+  element; Codex sends its ``<environment_context>`` as a turn of its own with the user role, which counts
+  too), else the directory the server was launched in. Only absolute paths count; they are normalised (``..``
+  folded), never resolved against the filesystem.
 - The home directory, its parent and ``/`` are refused as workspaces (too broad to be one project): that source
   is skipped, and the refusal logged. When every source is refused there is no memory for the request.
 - The workspace id is the directory's name (made safe) plus 12 hex digits of the SHA-256 of its full path:

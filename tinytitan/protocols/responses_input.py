@@ -180,7 +180,8 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR) -> tuple[list[s
         call_names[call.id] = call.name
         last = msgs[-1] if msgs else None
         if last is not None and last.role == "assistant":
-            msgs[-1] = Message("assistant", last.content, tool_calls=last.tool_calls + (call,), reasoning=last.reasoning)
+            msgs[-1] = Message("assistant", last.content, tool_calls=last.tool_calls + (call,),
+                               reasoning=last.reasoning)
         else:
             msgs.append(Message("assistant", "", tool_calls=(call,)))
 

@@ -2,9 +2,10 @@
 
 Rules:
 - ``vars.item`` is the output item a transition opens: ``kind``, ``index`` (its output_index, 0, 1, 2 …),
-  ``id`` (``rs_`` / ``msg_`` / ``fc_`` / ``ctc_`` / ``tsc_`` / ``cmp_`` + hex), ``text`` (the reasoning, the message text or the
-  call's arguments so far), and for calls ``call_id``, ``name`` and ``namespace`` (the flattened name
-  mapped back).
+  ``id`` (``rs_`` / ``msg_`` / ``fc_`` / ``ctc_`` / ``tsc_`` / ``cmp_`` + hex), ``text`` (the reasoning, the
+  message text or the call's arguments so far), and for calls ``call_id``, ``name`` and ``namespace`` (the
+  flattened name mapped back); ``search`` marks a client-executed tool search's call (its ``arguments`` object
+  set at close).
 - ``close`` copies it to ``vars.closed`` with its ``status``: ``incomplete`` when a failure or the output
   cap ended it (a call whose arguments were cut short included), else ``completed``. A call's text becomes ToolCallDone's
   complete arguments; a compaction's summary becomes its ``encrypted_content``.
