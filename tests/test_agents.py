@@ -52,8 +52,9 @@ def test_the_codex_entry_is_the_models_own(tmp_path):
 def test_the_catalog_and_the_banner_say_the_same(tmp_path, demo_tok):
     engine = Engine(ScriptedBackend([ScriptEntry("x")], demo_tok, context_window=16384))
     path = write_codex_catalog(engine.models(), tmp_path / "codex" / "model_catalog.json")
-    (entry,) = json.loads(path.read_text())["models"]
+    entry, fast = json.loads(path.read_text())["models"]
     assert entry["slug"] == "tinytitan-scripted" and entry["context_window"] == 16384
+    assert fast["slug"] == "tinytitan-scripted-fast" and fast["context_window"] == 16384  # the banner's fallback
     text = banner("http://127.0.0.1:9", engine.model_id, None, engine.model_info(engine.model_id), path)
     assert text.count(f'model_catalog_json = "{path}"') == 2  # the custom provider and the built-in one
     assert 'openai_base_url = "http://127.0.0.1:9/v1"' in text
@@ -100,11 +101,11 @@ def test_two_servers_keep_each_others_catalog_entries(tmp_path):
     write_codex_catalog([{**info(8192), "id": "beta"}], path)  # another server, another model
     write_codex_catalog([{**info(32768), "id": "alpha"}], path)  # the first again, restarted with a new window
     entries = {e["slug"]: e for e in json.loads(path.read_text())["models"]}
-    assert set(entries) == {"alpha", "beta"}
+    assert set(entries) == {"alpha", "beta", "alpha-fast", "beta-fast"}
     assert entries["alpha"]["context_window"] == 32768 and entries["beta"]["context_window"] == 8192
     path.write_text("not json")  # a broken file is replaced, not fatal
     write_codex_catalog([{**info(8192), "id": "beta"}], path)
-    assert [e["slug"] for e in json.loads(path.read_text())["models"]] == ["beta"]
+    assert [e["slug"] for e in json.loads(path.read_text())["models"]] == ["beta", "beta-fast"]
 
 
 @pytest.mark.parametrize("window", [4096, 8192, 16384, 24576, 32768, 65536, 131072])

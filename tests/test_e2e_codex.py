@@ -52,10 +52,10 @@ SCENARIOS = {
 
 
 @contextmanager
-def _process(args, log: Path, pattern: str, cwd=ROOT):
+def _process(args, log: Path, pattern: str, cwd=ROOT, env=None):
     """Start ``args`` with stdout+stderr into ``log``; yield the first match of ``pattern`` in it."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
@@ -77,12 +77,15 @@ def _process(args, log: Path, pattern: str, cwd=ROOT):
 
 @contextmanager
 def scripted_server(script: list, scratch: Path, extra_args=()):
-    """``tinytitan serve --script`` on a free port → (base URL, served model id)."""
+    """``tinytitan serve --script`` on a free port → (base URL, served model id). Its cache (the Codex catalog it
+    writes) is its own: other servers on the machine, of other versions, write the same model id's entry into the
+    shared one."""
     path = scratch / "script.yaml"
     path.write_text(json.dumps(script))  # JSON is YAML
     args = [sys.executable, "-m", "tinytitan", "serve", "--script", str(path), "--port", "0",
             "--responses-store", "memory", *extra_args]
-    with _process(args, scratch / "server.log", r"is serving '([^']+)' at (http://\S+)") as m:
+    env = {**os.environ, "TINYTITAN_CACHE": str(scratch / "cache")}
+    with _process(args, scratch / "server.log", r"is serving '([^']+)' at (http://\S+)", env=env) as m:
         yield m.group(2), m.group(1)
 
 
@@ -408,25 +411,16 @@ TOOL_SEARCH_PROMPT = "echo the marker with the demo tool"
 
 
 def run_tool_search(root: Path, trace: Path):
-    """Codex with the server's catalog and one stdio MCP server (tests/mcp_echo.py) → (result, server log). The
-    server writes its catalog into a cache of its own (``TINYTITAN_CACHE``): another server on the machine, of
-    another version, may write an entry for the same model id into the shared one."""
+    """Codex with the server's catalog and one stdio MCP server (tests/mcp_echo.py) → (result, server log)."""
     scratch = root / "scratch"
     scratch.mkdir(parents=True, exist_ok=True)
-    saved, os.environ["TINYTITAN_CACHE"] = os.environ.get("TINYTITAN_CACHE"), str(root / "cache")
-    try:
-        with scripted_server(TOOL_SEARCH_SCRIPT, scratch) as (server, model), \
-                recording_proxy(server, trace, scratch) as proxy:
-            (catalog,) = set(re.findall(r'model_catalog_json = "([^"]+)"', (scratch / "server.log").read_text()))
-            mcp = (f'mcp_servers.demo={{command = "{sys.executable}", args = ["{ROOT / "tests" / "mcp_echo.py"}"], '
-                   'required = true}')  # its tools are listed before the first request
-            result = run_codex(proxy, model, root, TOOL_SEARCH_PROMPT,
-                               "-c", f"model_catalog_json={json.dumps(catalog)}", "-c", mcp)
-    finally:
-        if saved is None:
-            os.environ.pop("TINYTITAN_CACHE", None)
-        else:
-            os.environ["TINYTITAN_CACHE"] = saved
+    with scripted_server(TOOL_SEARCH_SCRIPT, scratch) as (server, model), \
+            recording_proxy(server, trace, scratch) as proxy:
+        (catalog,) = set(re.findall(r'model_catalog_json = "([^"]+)"', (scratch / "server.log").read_text()))
+        mcp = (f'mcp_servers.demo={{command = "{sys.executable}", args = ["{ROOT / "tests" / "mcp_echo.py"}"], '
+               'required = true}')  # its tools are listed before the first request
+        result = run_codex(proxy, model, root, TOOL_SEARCH_PROMPT,
+                           "-c", f"model_catalog_json={json.dumps(catalog)}", "-c", mcp)
     return result, (scratch / "server.log").read_text()
 
 

@@ -85,6 +85,9 @@ def write_codex_catalog(models: list[dict], path: Path) -> Path:
     servers starting at once do not lose each other's entries; written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     ours = [codex_entry(m) for m in models]
+    # <id>-fast, the chat-only path the banner gives Codex where its first prompt cannot fit: the same window
+    ours += [{**codex_entry({**m, "id": f"{m['id']}-fast"}), "description": "served by tinytitan, chat only (no "
+              "tools, no scaffolding)", "supports_search_tool": False} for m in models]
     slugs = {e["slug"] for e in ours}
     with open(path.with_suffix(".lock"), "a") as lock:
         _lock(lock)
