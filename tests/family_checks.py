@@ -127,7 +127,7 @@ def check_strict_under_auto(family: str, root, opened: str) -> None:
 
 HISTORY_CALLS = (ToolCall("call_a1", "get_weather", '{"city": "Paris", "days": 3}'),
                  ToolCall("call_b2", "write_file", '{"path": "a.md", "content": "# Note\\nline two"}'))
-HISTORY = USER + (Message("assistant", "Let me check.", HISTORY_CALLS),
+HISTORY = USER + (Message("assistant", "Let me check.", tool_calls=HISTORY_CALLS),
                   Message("tool", "sunny, 21C", tool_call_id="call_a1", name="get_weather"),
                   Message("tool", "written", tool_call_id="call_b2", name="write_file"),
                   Message("user", "Thanks. And tomorrow?"))

@@ -112,7 +112,7 @@ ROUTES = [
                   {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
                   {"type": "function_call_output", "call_id": "c1", "output": [
                       {"type": "input_text", "text": "ok"}, {"type": "input_image", "image_url": _IMAGE_URL}]}]},
-          "openai"),
+          "openai", optional={"prompt_cache_options": {"comparison_response_id": "resp_missing", "mode": "implicit"}}),
     Route("/v1/responses/compact", {"model": MODEL, "input": [{"type": "message", "role": "user", "content": "hi"}],
                                     "instructions": "s"}, "openai"),
     Route("/v1/responses/resp_missing/cancel", {}, "openai"),
@@ -125,7 +125,7 @@ ROUTES = [
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
                          {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _IMAGE}}]},
                          {"type": "image", "source": {"type": "url", "url": _IMAGE_URL}}]}]},
-          "anthropic"),
+          "anthropic", optional={"diagnostics": {"previous_message_id": "msg_missing"}}),
     Route("/v1/messages/count_tokens", {"model": MODEL, "messages": _MSGS, "system": "s"}, "anthropic"),
     Route("/v1/models/unload", {"model": MODEL}, "openai"),
     Route("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "hi", "images": [_IMAGE]}],

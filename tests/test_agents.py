@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tinytitan.agents import (CLAUDE_WINDOW_FLOOR, claude_compacts_at, claude_env, codex_entry,
-                              write_codex_catalog)
+from tinytitan.agents import (CLAUDE_WINDOW_FLOOR, FIRST_PROMPT_TOKENS, claude_compacts_at, claude_env,
+                              codex_entry, first_prompt_fits, write_codex_catalog)
 from tinytitan.cli import banner
 from tinytitan.engine.engine import Engine
 from tinytitan.engine.scripted import ScriptEntry, ScriptedBackend
@@ -40,6 +40,8 @@ def test_the_codex_entry_is_the_models_own(tmp_path):
     assert CODEX_REQUIRED <= set(e)
     assert e["context_window"] == 16384 and e["auto_compact_token_limit"] < 16384 * 0.9
     assert e["apply_patch_tool_type"] == "freeform" and e["default_reasoning_level"] == "medium"
+    assert e["input_modalities"] == ["text"]  # a text model: Codex refuses view_image itself
+    assert codex_entry({**info(16384), "input_modalities": ["text", "image"]})["input_modalities"] == ["text", "image"]
     assert [lvl["effort"] for lvl in e["supported_reasoning_levels"]] == ["none", "medium"]
     ladder = codex_entry(info(8192, levels=("low", "medium", "high")))
     assert [lvl["effort"] for lvl in ladder["supported_reasoning_levels"]] == ["low", "medium", "high"]
@@ -50,8 +52,9 @@ def test_the_codex_entry_is_the_models_own(tmp_path):
 def test_the_catalog_and_the_banner_say_the_same(tmp_path, demo_tok):
     engine = Engine(ScriptedBackend([ScriptEntry("x")], demo_tok, context_window=16384))
     path = write_codex_catalog(engine.models(), tmp_path / "codex" / "model_catalog.json")
-    (entry,) = json.loads(path.read_text())["models"]
+    entry, fast = json.loads(path.read_text())["models"]
     assert entry["slug"] == "tinytitan-scripted" and entry["context_window"] == 16384
+    assert fast["slug"] == "tinytitan-scripted-fast" and fast["context_window"] == 16384  # the banner's fallback
     text = banner("http://127.0.0.1:9", engine.model_id, None, engine.model_info(engine.model_id), path)
     assert text.count(f'model_catalog_json = "{path}"') == 2  # the custom provider and the built-in one
     assert 'openai_base_url = "http://127.0.0.1:9/v1"' in text
@@ -90,3 +93,40 @@ async def test_codexs_models_endpoint_gets_the_catalog(serve):
     assert r.status_code == 200
     assert r.json() == {"models": [codex_entry(m) for m in server.engine.models()]}
     assert plain.json()["object"] == "list"
+
+
+def test_two_servers_keep_each_others_catalog_entries(tmp_path):
+    path = tmp_path / "codex" / "model_catalog.json"
+    write_codex_catalog([{**info(16384), "id": "alpha"}], path)
+    write_codex_catalog([{**info(8192), "id": "beta"}], path)  # another server, another model
+    write_codex_catalog([{**info(32768), "id": "alpha"}], path)  # the first again, restarted with a new window
+    entries = {e["slug"]: e for e in json.loads(path.read_text())["models"]}
+    assert set(entries) == {"alpha", "beta", "alpha-fast", "beta-fast"}
+    assert entries["alpha"]["context_window"] == 32768 and entries["beta"]["context_window"] == 8192
+    path.write_text("not json")  # a broken file is replaced, not fatal
+    write_codex_catalog([{**info(8192), "id": "beta"}], path)
+    assert [e["slug"] for e in json.loads(path.read_text())["models"]] == ["beta", "beta-fast"]
+
+
+@pytest.mark.parametrize("window", [4096, 8192, 16384, 24576, 32768, 65536, 131072])
+def test_the_first_prompt_check_follows_each_agents_compaction_point(window):
+    m = info(window)
+    claude = first_prompt_fits("claude-code", m)
+    assert claude == (FIRST_PROMPT_TOKENS["claude-code"] < claude_compacts_at(claude_env(m)))
+    assert first_prompt_fits("codex", m) == (FIRST_PROMPT_TOKENS["codex"] < window * 0.8)
+    assert claude is (window >= 32768)  # 2.1.332's ~20.8k first prompt: 32k is the smallest window that holds it
+
+
+@pytest.mark.parametrize("window, claude_fits, codex_fits", [(4096, False, False), (8192, False, True),
+                                                               (65536, True, True)])
+def test_the_banner_points_an_agent_that_cannot_fit_at_the_fast_model(window, claude_fits, codex_fits):
+    text = banner("http://127.0.0.1:9", "m", None, info(window), None)
+    claude_line = next(line for line in text.splitlines() if "claude --model" in line)
+    assert "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1" in claude_line
+    assert claude_line.endswith("claude --model m" if claude_fits else "claude --model m-fast")
+    codex_models = [line.strip() for line in text.splitlines() if line.strip().startswith("model = ")]
+    assert codex_models == ['model = "m"' if codex_fits else 'model = "m-fast"'] * 2
+    notes = [line for line in text.splitlines() if "cannot fit" in line]
+    assert len(notes) == (not claude_fits) + (not codex_fits)
+    if not claude_fits:
+        assert f"~{FIRST_PROMPT_TOKENS['claude-code']:,} tokens, cannot fit this model's {window:,}-token window" in text

@@ -166,6 +166,7 @@ async def test_the_reason_in_the_log_profile_metrics_and_anthropic_diagnostics(s
         assert profile[2]["cache_miss"]["where"] == "message 0 (system)"
         metrics = (await c.get(s.url("/metrics"))).text
     assert f'tinytitan_prompt_cache_misses_by_reason_total{{model="{MODEL}",reason="system_changed"}} 2.0' in metrics
+    assert 'reason="hit"' not in metrics  # a hit is no miss (tinytitan_prompt_cache_hits counts hits)
     lines = [r.getMessage() for r in caplog.records if r.name == "tinytitan.requests" and "POST" in r.getMessage()]
     assert " cache=cold@0:-" in lines[0] and " cache=hit " in lines[1]
     assert " cache=system_changed@" in lines[3] and ":message_0_(system) cache_lost=" in lines[3]

@@ -5,7 +5,7 @@ request k gets entry k, the last repeats), puts ``tools/record_proxy.py`` in for
 the client (so the test sees exactly what Claude Code sent), and runs ``claude -p ... --output-format
 stream-json --verbose`` offline, with a fresh HOME, in a temporary working directory.
 
-Skipped when ``claude`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.197``).
+Skipped when ``claude`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.332``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ CLAUDE = shutil.which("claude")
 pytestmark = [
     pytest.mark.clients,
     needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                 "npm install -g @anthropic-ai/claude-code@2.1.197"),
+                                 "npm install -g @anthropic-ai/claude-code@2.1.332"),
 ]
 
 START_TIMEOUT = 120  # server start (the first run may build the demo tokenizer)
@@ -277,8 +277,8 @@ def test_thinking_round_trip(tmp_path):
 
 
 def test_a_long_session_compacts_inside_the_window_the_banner_gives(tmp_path):
-    """--context-window 65536 (Claude Code's own first prompt is ~31k tokens: a 16k window cannot hold even
-    that) and the environment the banner prints: file reads fill the window and Claude Code compacts on its own
+    """--context-window 65536 (Claude Code 2.1.332's own first prompt is 18.5-20.8k tokens: a 16k window cannot
+    hold even that) and the environment the banner prints: file reads fill the window and Claude Code compacts on its own
     (its summary is the text the scripted turns start with) before the server ever refuses a prompt."""
     files = []
     for k in range(4):
@@ -290,8 +290,8 @@ def test_a_long_session_compacts_inside_the_window_the_banner_gives(tmp_path):
         server = banner.pop()
         line = next(line for line in banner if "claude --model" in line)
         env = dict(re.findall(r"(CLAUDE_\w+)=(\S+)", line))
-        assert set(env) == {"CLAUDE_CODE_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_AUTO_COMPACT_WINDOW",
-                            "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"}, line
+        assert set(env) == {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+                            "CLAUDE_CODE_AUTO_COMPACT_WINDOW", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"}, line
         (tmp_path / "work").mkdir()
         for k, path in enumerate(files):
             path.write_text("\n".join(f"file {k} line {i}: " + "lorem ipsum dolor sit amet consectetur " * 3
@@ -305,3 +305,100 @@ def test_a_long_session_compacts_inside_the_window_the_banner_gives(tmp_path):
     assert lines and all(status == "200" for status, _ in lines), lines  # nothing refused as too long
     assert max(int(p) for _, p in lines if p) <= 65536
     assert events[-1]["type"] == "result" and not events[-1]["is_error"], events[-1]
+
+
+def request_lines(log: str) -> list[dict]:
+    """The server's log line for each Messages generation: status, prompt tokens and the cache verdict."""
+    out = []
+    for m in re.finditer(r"POST /v1/messages (\d+) anthropic_messages(.*)", log):
+        fields = dict(re.findall(r"(\w+)=(\S+)", m.group(2)))
+        out.append({"status": int(m.group(1)), **fields})
+    return out
+
+
+def test_tool_search_loads_an_mcp_tool_without_a_refusal_or_a_cache_miss(tmp_path):
+    """2.1.332 defers MCP tools behind ToolSearch: its result is a tool_reference, which the server serves (the
+    tool's definition appended inside the result): no request refused, every turn after the first a cache hit,
+    the prompt at its deferred size (it never grows to every tool declared in full)."""
+    marker = f"tinytitan-e2e-{uuid.uuid4().hex[:12]}"
+    script = [tool_call("ToolSearch", {"query": "select:mcp__demo__echo"}),
+              tool_call("mcp__demo__echo", {"text": marker}), f"The tool said {marker}."]
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"demo": {"command": sys.executable,
+                                                          "args": [str(ROOT / "tests" / "mcp_echo.py")]}}}))
+    banner: list = []
+    with tinytitan(script, tmp_path, banner=banner) as (base, model, record):
+        server = banner.pop()
+        events = run_claude(base, model, "echo the marker with the demo tool", tmp_path, "--mcp-config", str(config),
+                            "--allowedTools", "mcp__demo__echo")
+        log = "".join(server.lines)
+    assert events[-1]["is_error"] is False and events[-1]["result"] == f"The tool said {marker}.", events[-1]
+    results = [r["content"] for r in blocks(events, "user", "tool_result")]
+    assert results[0] == [{"type": "tool_reference", "tool_name": "mcp__demo__echo"}], results
+    assert marker in str(results[1])
+    reqs = model_requests(read_record(record))
+    assert len(reqs) == 3, [r["body"]["messages"][-1] for r in reqs]  # no retry, no fallback without tool search
+    assert any(t.get("defer_loading") and t["name"] == "mcp__demo__echo" for t in reqs[1]["body"]["tools"])
+    lines = request_lines(log)
+    assert [line["status"] for line in lines] == [200, 200, 200], lines
+    assert [line["cache"] for line in lines[1:]] == ["hit", "hit"], lines
+    first, last = int(lines[0]["prompt"]), int(lines[-1]["prompt"])
+    assert last - first < 1000, lines  # the turns appended; no tool header declaring every tool in full
+
+
+TMUX = shutil.which("tmux")
+
+
+@needs(TMUX is None, reason="tmux is not installed (apt install tmux): interactive Claude Code runs in a tmux window")
+def test_an_interactive_session_is_refused_safeguards_once_and_reuses_the_cache(tmp_path):
+    """Interactive Claude Code (auto mode, its default) sends ``safeguards`` with its first request: refused by
+    name, once per session; it resends without it. Three turns typed into it: each answered, every turn after the
+    first a cache hit."""
+    answers = ["First answer here.", "Second answer here.", "Third answer here."]
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / ".claude.json").write_text(json.dumps({  # no dialog waits: onboarding done, the key and folder trusted
+        "hasCompletedOnboarding": True, "lastOnboardingVersion": "2.1.332", "theme": "dark",
+        "customApiKeyResponses": {"approved": ["x"], "rejected": []},
+        "projects": {str(work): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}}))
+    session = f"tt-{uuid.uuid4().hex[:8]}"
+    banner: list = []
+    with tinytitan(answers, tmp_path, banner=banner) as (base, model, record):
+        server = banner.pop()
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "ANTHROPIC_BASE_URL": base,
+               "ANTHROPIC_API_KEY": "x", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+               "CLAUDE_CODE_MAX_RETRIES": "1"}
+        command = "env -i " + " ".join(f"{k}={v}" for k, v in env.items()) + f" {CLAUDE} --model {model}"
+        subprocess.run([TMUX, "new-session", "-d", "-s", session, "-x", "200", "-y", "50", "-c", str(work), command],
+                       check=True)
+        try:
+            for k, prompt in enumerate(["say hi", "and again", "once more"]):
+                screen = wait_for_screen(session, "❯", 60)  # the input prompt
+                subprocess.run([TMUX, "send-keys", "-t", session, "-l", prompt], check=True)
+                time.sleep(0.5)
+                subprocess.run([TMUX, "send-keys", "-t", session, "Enter"], check=True)
+                screen = wait_for_screen(session, answers[k], 60)
+        finally:
+            subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)
+        log = "".join(server.lines)
+    assert answers[2] in screen
+    reqs = model_requests(read_record(record))
+    assert ["safeguards" in r["body"] for r in reqs] == [True, False, False, False], [sorted(r["body"]) for r in reqs]
+    assert reqs[0]["body"]["safeguards"][0]["type"] == "dangerous_tool_use"
+    lines = request_lines(log)
+    assert [line["status"] for line in lines] == [400, 200, 200, 200], lines
+    assert lines[0]["param"] == "safeguards"
+    assert [line["cache"] for line in lines[2:]] == ["hit", "hit"], lines
+
+
+def wait_for_screen(session: str, text: str, timeout: float) -> str:
+    """The tmux window's text once it shows ``text``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = subprocess.run([TMUX, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+        if text in screen:
+            return screen
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the window never showed {text!r}:\n{screen}")
+        time.sleep(0.5)

@@ -52,10 +52,10 @@ SCENARIOS = {
 
 
 @contextmanager
-def _process(args, log: Path, pattern: str, cwd=ROOT):
+def _process(args, log: Path, pattern: str, cwd=ROOT, env=None):
     """Start ``args`` with stdout+stderr into ``log``; yield the first match of ``pattern`` in it."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
@@ -77,12 +77,15 @@ def _process(args, log: Path, pattern: str, cwd=ROOT):
 
 @contextmanager
 def scripted_server(script: list, scratch: Path, extra_args=()):
-    """``tinytitan serve --script`` on a free port → (base URL, served model id)."""
+    """``tinytitan serve --script`` on a free port → (base URL, served model id). Its cache (the Codex catalog it
+    writes) is its own: other servers on the machine, of other versions, write the same model id's entry into the
+    shared one."""
     path = scratch / "script.yaml"
     path.write_text(json.dumps(script))  # JSON is YAML
     args = [sys.executable, "-m", "tinytitan", "serve", "--script", str(path), "--port", "0",
             "--responses-store", "memory", *extra_args]
-    with _process(args, scratch / "server.log", r"is serving '([^']+)' at (http://\S+)") as m:
+    env = {**os.environ, "TINYTITAN_CACHE": str(scratch / "cache")}
+    with _process(args, scratch / "server.log", r"is serving '([^']+)' at (http://\S+)", env=env) as m:
         yield m.group(2), m.group(1)
 
 
@@ -403,6 +406,50 @@ def trim_socket_trace(path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
+TOOL_SEARCH_SCRIPT = ['<tool_call>\n{"name":"tool_search","arguments":{"query":"echo"}}\n</tool_call>',
+                      '<tool_call>\n{"name":"mcp__demo__echo","arguments":{"text":"' + MARKER + '"}}\n</tool_call>',
+                      f"The tool said {MARKER}."]
+TOOL_SEARCH_PROMPT = "echo the marker with the demo tool"
+
+
+def run_tool_search(root: Path, trace: Path):
+    """Codex with the server's catalog and one stdio MCP server (tests/mcp_echo.py) → (result, server log)."""
+    scratch = root / "scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with scripted_server(TOOL_SEARCH_SCRIPT, scratch) as (server, model), \
+            recording_proxy(server, trace, scratch) as proxy:
+        (catalog,) = set(re.findall(r'model_catalog_json = "([^"]+)"', (scratch / "server.log").read_text()))
+        mcp = (f'mcp_servers.demo={{command = "{sys.executable}", args = ["{ROOT / "tests" / "mcp_echo.py"}"], '
+               'required = true}')  # its tools are listed before the first request
+        result = run_codex(proxy, model, root, TOOL_SEARCH_PROMPT,
+                           "-c", f"model_catalog_json={json.dumps(catalog)}", "-c", mcp)
+    return result, (scratch / "server.log").read_text()
+
+
+def test_tool_search_loads_an_mcp_tool(tmp_path):
+    """With the server's catalog (``supports_search_tool``) Codex offers a client-executed ``tool_search`` and defers
+    its MCP tools: the model's search comes back as a ``tool_search_call`` item, Codex answers with a
+    ``tool_search_output`` (the MCP server's namespace), and the loaded tool is called and run. (The calls are
+    written in the compact layout the scripted backend's call grammar takes with ``apply_patch`` offered.)"""
+    trace = tmp_path / "trace.jsonl"
+    result, log = run_tool_search(tmp_path, trace)
+    assert result.returncode == 0, _explain(result)
+    assert result.stdout.strip() == TOOL_SEARCH_SCRIPT[2], _explain(result)
+    requests = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(requests) == 3, [r["path"] for r in requests]
+    search = [t for t in requests[0]["body"]["tools"] if t["type"] == "tool_search"]
+    assert search and search[0]["execution"] == "client"
+    assert not any("echo" in json.dumps(t) for t in requests[0]["body"]["tools"])  # deferred: not declared yet
+    (output,) = _input_items(requests[1], "tool_search_output")
+    assert output["tools"][0]["name"] == "mcp__demo" and output["tools"][0]["tools"][0]["name"] == "echo"
+    (call,) = _input_items(requests[2], "function_call")
+    assert (call["namespace"], call["name"]) == ("mcp__demo", "echo")
+    (result_item,) = _input_items(requests[2], "function_call_output")
+    assert MARKER in json.dumps(result_item["output"])
+    statuses = re.findall(r"POST /v1/responses (\d+) openai_responses", log)
+    assert statuses == ["200", "200", "200"], statuses
+
+
 def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = Path("/tmp/tt-trace")) -> None:
     """Re-record every scenario's trace (the recorded bodies hold /tmp/tt-trace/work as the cwd)."""
     for name, (script, prompt) in SCENARIOS.items():
@@ -415,6 +462,15 @@ def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = 
               f"final message {result.stdout.strip()!r}")
         if result.returncode != 0:
             raise SystemExit(_explain(result))
+    # tool search through an MCP tool, with the server's catalog
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    out = out_dir / "tool_search.jsonl"
+    out.unlink(missing_ok=True)
+    result, _ = run_tool_search(scratch, out)
+    print(f"{out.relative_to(ROOT)}: rc={result.returncode}; final message {result.stdout.strip()!r}")
+    if result.returncode != 0:
+        raise SystemExit(_explain(result))
     # the WebSocket exchange of Codex's built-in provider (tools/record_socket.py's format)
     script, prompt = SCENARIOS["tool_round_trip"]
     if scratch.exists():
@@ -433,3 +489,4 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["record"] or CODEX is None:
         raise SystemExit("usage: python tests/test_e2e_codex.py record   (needs `codex` on PATH)")
     record()
+

@@ -127,7 +127,7 @@ def test_streamed_long_arguments_agree_with_the_grammar(root, family, raw, block
 def test_rendered_calls_agree_with_the_grammar(root, family, blocks, caplog):
     b = ff.backend(family, root)
     calls = rt.CALLS[:1] if family == "llama3" else rt.CALLS
-    turn = Message("assistant", "Let me check.", calls, reasoning="I need two tools.")
+    turn = Message("assistant", "Let me check.", tool_calls=calls, reasoning="I need two tools.")
     history = rt.CONVERSATION[:2]
     prefix = rt._render(b, history, family not in rt.OPENED_BY_USER_TURN)
     rest = rt._render(b, history + (turn,), False)[len(prefix):]

@@ -126,7 +126,7 @@ def test_rendered_calls_parse_back(root, family):
     the same calls (names, argument values), and the text and reasoning the template kept."""
     b = ff.backend(family, root)
     calls = CALLS[:1] if family == "llama3" else CALLS  # Llama's template: one call per turn
-    turn = Message("assistant", "Let me check.", calls, reasoning="I need two tools.")
+    turn = Message("assistant", "Let me check.", tool_calls=calls, reasoning="I need two tools.")
     history = CONVERSATION[:2]
     prefix = _render(b, history, family not in OPENED_BY_USER_TURN)
     full = _render(b, history + (turn,), False)

@@ -189,6 +189,9 @@ async def test_claude_trace_replays(serve, trace):
         for record in records:
             where = f"{trace.name} #{record['seq']} {record['method']} {record['path']}"
             resp = await replay(h, s, record, model)
+            if "safeguards" in (record["body"] or {}):  # interactive auto mode, once per session: refused by name
+                assert resp.status_code == 400 and "'safeguards'" in resp.json()["error"]["message"], resp.text
+                continue
             assert 200 <= resp.status_code < 300, f"{where}: {resp.status_code} {resp.text[:2000]}"
             try:
                 check_claude_reply(record, resp, model)
@@ -301,11 +304,18 @@ def check_codex_prompt(body: dict, prepared, where: str) -> None:
             for part in item["content"]:
                 assert part["text"].strip() in text, (where, part["text"][:200])
         elif item["type"] == "function_call":
-            assert f'"name": "{item["name"]}"' in text, where
+            name = f'{item["namespace"].rstrip("_")}__{item["name"]}' if item.get("namespace") else item["name"]
+            assert f'"name": "{name}"' in text, where
             if item["name"] == "exec_command":
                 assert json.loads(item["arguments"])["cmd"] in text, where
-        elif item["type"] == "function_call_output":
-            assert item["output"].strip() in text, where
+        elif item["type"] == "function_call_output":  # a string, or text parts (an MCP tool's result)
+            output = item["output"]
+            for piece in [output] if isinstance(output, str) else [p["text"] for p in output]:
+                assert piece.strip() in text, where
+        elif item["type"] == "tool_search_output":  # the loaded tools are declared where the output stands
+            for tool in item["tools"]:
+                for fn in tool.get("tools", [tool]):
+                    assert fn["description"] in text.split("<tool_response>", 1)[-1], where
 
 
 # --- Codex CLI over a WebSocket (tests/traces/codex_websocket, tools/record_socket.py's format) ---------------

@@ -63,4 +63,4 @@ async def test_an_upgrade_is_logged_like_a_request(serve, caplog):
     with trio.move_on_after(5):  # the record ends once the server has closed the connection
         while not (lines := [r.getMessage() for r in caplog.records if r.name == "tinytitan.requests"]):
             await trio.sleep(0.01)
-    assert any(line.startswith("GET /v1/chat/completions 426 ") for line in lines), lines
+    assert any(line.startswith("GET /v1/chat/completions 426 openai_chat ") for line in lines), lines

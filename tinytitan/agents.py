@@ -3,14 +3,21 @@
 Rules:
 - Codex (0.171) reads a model's metadata only from a ``model_catalog_json`` file, never from the provider:
   context window, auto-compaction limit, reasoning levels, ``apply_patch_tool_type`` (freeform: its Lark-grammar
-  ``apply_patch`` tool) and the base instructions (a short coding-agent prompt instead of the fallback's long
-  one). ``write_codex_catalog`` writes one entry per served model, from each model's own config, at every start.
-- Claude Code (2.1.197) assumes a 200k window for a model it does not know and reads no limits from
-  ``/v1/models`` (its capability fetch is off; its gateway discovery lists only ``claude*`` / ``anthropic*`` ids
-  in the model picker). Its environment sets the window: ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` (at least 100,000,
-  the bundle's floor), ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, and, for a window under that floor,
+  ``apply_patch`` tool), ``input_modalities`` (``["text"]``: Codex refuses ``view_image`` itself) and the base
+  instructions (a short coding-agent prompt instead of the fallback's long one). ``write_codex_catalog`` writes
+  one entry per served model, from each model's own config, at every start, into the one catalog file every
+  server on the machine shares: entries of models it does not serve are kept (another server's), its own replaced.
+- Claude Code (2.1.332) assumes a 1,000,000-token window for a model it does not know (200k before 2.1.2xx) and
+  reads no limits from ``/v1/models`` (its capability fetch is off; its gateway discovery lists only ``claude*`` /
+  ``anthropic*`` ids in the model picker). Its environment sets the window: ``CLAUDE_CODE_AUTO_COMPACT_WINDOW``
+  (at least 100,000, the bundle's floor), ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, and, for a window under that floor,
   ``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE``: compaction at that percentage of the effective window (the window less
   the output reserve, at most 20,000), placed so the prompt plus the output cap fits the real window.
+  ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` keeps it on the server only (without it 2.1.332 reaches other
+  hosts: updates, telemetry).
+- An agent whose first prompt (``FIRST_PROMPT_TOKENS``) cannot fit under the compaction point it is given would
+  compact before its first answer, or be refused: ``first_prompt_fits`` says so, and the banner then prints the
+  ``<id>-fast`` line (the chat-only path, scaffolding stripped) instead.
 """
 
 from __future__ import annotations
@@ -24,7 +31,13 @@ Read before you change: inspect files with the shell, keep changes small and foc
 apply_patch tool. Run the project's tests or commands when they show whether a change works. When the task is
 done, say briefly what you changed and how you checked it; if you could not finish, say what is left."""
 
-CLAUDE_WINDOW_FLOOR = 100_000  # the least CLAUDE_CODE_AUTO_COMPACT_WINDOW Claude Code 2.1.197 takes
+CLAUDE_WINDOW_FLOOR = 100_000  # the least CLAUDE_CODE_AUTO_COMPACT_WINDOW Claude Code takes (2.1.197 to 2.1.332)
+# Each agent's first prompt, in tokens of the demo model's tokenizer (a Qwen-style BPE; other tokenizers land
+# within ~15 %), measured against `tinytitan serve --script` (README, "Claude Code" and "Codex CLI"): Claude Code
+# 2.1.332 interactive (tool search on; `-p` is 18.5k, 30.0k with ENABLE_TOOL_SEARCH=false), Codex 0.171 with
+# the server's catalog entry (5,049 with supports_search_tool, which defers some of its own tools; 8.2k without).
+FIRST_PROMPT_TOKENS = {"claude-code": 20_800, "codex": 5_100}
+FIRST_ANSWER_ROOM = 1_024  # what a first answer needs beside the prompt, at least
 CLAUDE_OUTPUT_RESERVE_CAP = 20_000  # the most of the output cap it keeps out of the window
 CLAUDE_MARGIN = 2_000  # room for what its estimate of the prompt misses (a sixteenth of a small window)
 
@@ -54,8 +67,9 @@ def codex_entry(info: dict) -> dict:
         # verbosity becomes an instruction, and a reasoning summary is the thought text (protocols/common.py,
         # spec/openai_responses.yaml): Codex may ask for both
         "support_verbosity": True, "supports_parallel_tool_calls": False, "supports_reasoning_summaries": True,
+        "supports_search_tool": True,  # Codex then offers a client-executed tool_search and defers MCP tools
         "experimental_supported_tools": [],
-        # ["text"]: Codex does not offer view_image (a text model refuses images); ["text", "image"]: it sends them
+        # what the model reads: with ["text"] Codex refuses its view_image tool itself instead of sending an image
         "input_modalities": list(info.get("input_modalities") or ["text"]),
     }
     if default is not None:
@@ -68,19 +82,56 @@ def codex_catalog_path(cache: Path) -> Path:
 
 
 def write_codex_catalog(models: list[dict], path: Path) -> Path:
-    """The catalog of ``models`` (the engine's ``models()``), written atomically at ``path``."""
+    """The catalog of ``models`` (the engine's ``models()``) merged into the one at ``path``: its entries for
+    these slugs replaced, every other entry (another server's models) kept. Under an exclusive lock, so two
+    servers starting at once do not lose each other's entries; written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"models": [codex_entry(m) for m in models]}, indent=1))
-    os.replace(tmp, path)
+    ours = [codex_entry(m) for m in models]
+    # <id>-fast, the chat-only path the banner gives Codex where its first prompt cannot fit: the same window
+    ours += [{**codex_entry({**m, "id": f"{m['id']}-fast"}), "description": "served by tinytitan, chat only (no "
+              "tools, no scaffolding)", "supports_search_tool": False} for m in models]
+    slugs = {e["slug"] for e in ours}
+    with open(path.with_suffix(".lock"), "a") as lock:
+        _lock(lock)
+        try:
+            kept = json.loads(path.read_text()).get("models", [])
+            kept = [e for e in kept if isinstance(e, dict) and e.get("slug") not in slugs]
+        except (OSError, ValueError, AttributeError):  # none yet, or not a catalog: written anew
+            kept = []
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"models": kept + ours}, indent=1))
+        os.replace(tmp, path)
     return path
+
+
+def _lock(f) -> None:
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): the atomic replace alone
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
+def first_prompt_fits(agent: str, info: dict) -> bool:
+    """Whether ``agent``'s first prompt (``FIRST_PROMPT_TOKENS``: ``"claude-code"`` or ``"codex"``) fits the model
+    ``info`` describes (a ``models()`` entry), under the compaction point that agent is given for it (the banner's
+    environment for Claude Code, the catalog's ``auto_compact_token_limit`` for Codex) and with room for a first
+    answer in the window. Where it does not, the agent would compact before it ever answers (or be refused):
+    point it at ``<id>-fast`` instead."""
+    window = int(info["context_window"])
+    tokens = FIRST_PROMPT_TOKENS[agent]
+    if agent == "claude-code":
+        limit = claude_compacts_at(claude_env(info))
+    else:
+        limit = codex_entry(info)["auto_compact_token_limit"]
+    return tokens < limit and tokens + FIRST_ANSWER_ROOM <= window
 
 
 def claude_env(info: dict) -> dict[str, str]:
     """The environment that makes Claude Code compact inside the model's real window (see the rules above)."""
     window = int(info["context_window"])
     output = max(256, min(32_000, window // 4))
-    env = {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(output)}
+    env = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(output)}
     if window >= CLAUDE_WINDOW_FLOOR:
         env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(window)
         return env

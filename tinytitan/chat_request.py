@@ -41,6 +41,9 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None  # tool name for role=tool
     reasoning: str | None = None  # earlier thoughts of an assistant turn, where the client sent them back
+    # a tool result that loads deferred tools (Anthropic's ``tool_reference`` blocks): the names of the tools
+    # whose definitions it carries, rendered after ``content`` in the family's own tool-declaration form
+    tool_references: tuple[str, ...] = ()
     # the content in order, where it holds an image: text (str) and ImagePart; empty for a text-only message,
     # whose content is ``content``. Code that renders images reads ``parts``, everything else ``content``.
     # (Last, because messages are also built positionally.)
@@ -67,6 +70,9 @@ class Tool:
     custom: bool = False
     input_grammar: Grammar | None = None
     strict: bool = False  # a function tool whose arguments are enforced by its schema once a call opens
+    # declared for later (``defer_loading``): left out of the prompt's tool header; a tool message that
+    # references it (``Message.tool_references``) carries its definition, so loading it appends to the prompt
+    deferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,8 @@ class ChatRequest:
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
     speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does
+    response_id: str | None = None  # the id its answer carries: a later request may name it for a cache comparison
+    cache_compare: str | None = None  # an earlier answer's id: the prompt-cache diagnosis is relative to its prompt
 
     @property
     def images(self) -> tuple[ImagePart, ...]:

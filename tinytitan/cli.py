@@ -315,11 +315,23 @@ def banner(base: str, model_id: str, api_key: str | None, info: dict | None = No
            catalog: Path | None = None) -> str:
     """What to paste into each agent: ``info`` (the served model's ``models()`` entry) gives Claude Code its
     window; ``catalog`` is the Codex model catalog written for this start (tinytitan/agents.py)."""
-    from .agents import claude_env
+    from .agents import FIRST_PROMPT_TOKENS, claude_env, first_prompt_fits
 
     key = api_key or "local"
     claude = " ".join(f"{k}={v}" for k, v in claude_env(info).items()) + " " if info else ""
     catalog_line = f'  model_catalog_json = "{catalog}"\n' if catalog else ""
+
+    def fit(agent: str) -> tuple[str, str]:
+        """A note where the agent's first prompt cannot fit the model, and the model id to give it (then
+        ``<id>-fast``, the chat-only path)."""
+        if info is None or first_prompt_fits(agent, info):
+            return "", model_id
+        return (f"  (its first prompt, ~{FIRST_PROMPT_TOKENS[agent]:,} tokens, cannot fit this model's "
+                f"{int(info['context_window']):,}-token window: use the chat-only {model_id}-fast, no tools)\n",
+                f"{model_id}-fast")
+
+    claude_note, claude_model = fit("claude-code")
+    codex_note, codex_model = fit("codex")
     return f"""
 tinytitan is serving '{model_id}' at {base}
   OpenAI:     base_url={base}/v1   (Chat Completions, Responses, legacy Completions)
@@ -327,11 +339,11 @@ tinytitan is serving '{model_id}' at {base}
   Ollama:     OLLAMA_HOST={base}   (/api/chat, /api/generate; model '{model_id}:latest')
   Dashboard:  {base}/ in a browser (Prometheus metrics: {base}/metrics; turn timings: {base}/profile)
 
-Claude Code (the window and output cap it compacts within):
-  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} {claude}claude --model {model_id}
+Claude Code (the window and output cap it compacts within; no traffic but to this server):
+{claude_note}  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} {claude}claude --model {claude_model}
 
 Codex (~/.codex/config.toml), a custom provider (plain HTTP):
-  model = "{model_id}"
+{codex_note}  model = "{codex_model}"
   model_provider = "tinytitan"
 {catalog_line}  [model_providers.tinytitan]
   name = "tinytitan"
@@ -340,7 +352,7 @@ Codex (~/.codex/config.toml), a custom provider (plain HTTP):
   wire_api = "responses"
   (then: TINYTITAN_API_KEY={key} codex)
 Codex, its built-in provider (a WebSocket; it ignores the OPENAI_BASE_URL variable):
-  model = "{model_id}"
+  model = "{codex_model}"
   openai_base_url = "{base}/v1"
 {catalog_line}  (then: OPENAI_API_KEY={key} codex)
 """

@@ -10,19 +10,23 @@ turns true (within a token).
 
 from __future__ import annotations
 
+import array
+import collections
+import json
 import logging
+import os
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from ..chat_request import ChatRequest, Message
+from ..chat_request import ChatRequest, Message, Tool
 from ..errors import ApiError, invalid
 from .decode_loop import DecodeLoop
 from .families import Family, detect, template_source
 from .raw import VerbatimParser
-from .prompt import template_messages, template_tools
-from .cache_miss import Fingerprint, diagnose
+from .prompt import template_messages, template_tool, template_tools
+from .cache_miss import Fingerprint, compare, diagnose
 from .prompt_splice import splice as splice_prompt
 from .reasoning import TemplateReasoning, level_of
 from .call_limit import CallLimit, call_limit
@@ -31,6 +35,8 @@ from .structured import CompiledGrammar, GrammarMask, compile_grammar
 from .structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
 
 log = logging.getLogger("tinytitan.backend")
+
+REMEMBERED_PROMPTS = 64  # prompts kept by response id for a client's cache comparison (compare_prompt)
 
 # what a model samples with where neither the request nor its generation_config.json says
 FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
@@ -56,6 +62,7 @@ class Prepared:
     sampling: dict = field(default_factory=dict)  # the values this generation samples with (see sampling_for)
     cache_miss: dict | None = None  # where the prompt parts from the prompt cache, and why (cache_miss.py)
     image_runs: tuple = ()  # where each image's tokens lie in ``tokens`` (prompt_cache.ImageRun), in order
+    cache_compared: dict | None = None  # the same, against the earlier prompt ``req.cache_compare`` names
 
     def logits_processor(self) -> GrammarMask | None:
         """A new mask for this request's output format (None: unconstrained); one per generation."""
@@ -124,12 +131,60 @@ class Backend(ABC):
         if req.reasoning_budget_tokens is not None:
             log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
                      req.reasoning_budget_tokens)
+        req = self.with_tool_declarations(req)
         messages, tools = self.family.map_roles(template_messages(req, self.default_system, self.default_history),
                                                 template_tools(req),
                                                 template_source(self.tokenizer))
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
         )
+
+    def with_tool_declarations(self, req: ChatRequest) -> ChatRequest:
+        """Tool messages that reference tools (``tool_references``: a tool search's result) carry the referenced
+        tools' definitions, each in the family's own declaration form, after their text. A reference to a tool
+        the request does not offer is the client's 400."""
+        if not any(m.tool_references for m in req.messages):
+            return req
+        offered = {t.name: t for t in req.tools}
+        out = []
+        for i, m in enumerate(req.messages):
+            if not m.tool_references:
+                out.append(m)
+                continue
+            missing = [n for n in m.tool_references if n not in offered]
+            if missing:
+                raise invalid(f"messages[{i}] references the tool '{missing[0]}', which is not among the tools "
+                              f"offered", param="tools", code="invalid_value")
+            text = "\n".join(self.tool_declaration(offered[n]) for n in m.tool_references)
+            out.append(replace(m, content=f"{m.content}\n{text}" if m.content else text, tool_references=()))
+        return req.with_(messages=tuple(out))
+
+    def tool_declaration(self, tool: Tool) -> str:
+        """One tool's definition as this model's template declares tools in its header: the text rendering a
+        probe tool and this one adds over rendering the probe alone (the header's own line for it, e.g. Qwen's
+        ``{"type": "function", "function": …}``). A template that declares no tools: the definition as JSON."""
+        key = json.dumps(template_tool(tool), sort_keys=True)
+        cache = self.__dict__.setdefault("_declarations", {})
+        if key in cache:
+            return cache[key]
+        probe = template_tool(Tool("tinytitan_probe", "", {"type": "object", "properties": {}}))
+        source = template_source(self.tokenizer)
+        msgs = [{"role": "user", "content": "?"}]
+
+        def header(tools: list[dict]) -> str:
+            m, t = self.family.map_roles([dict(x) for x in msgs], tools, source)
+            return self.tokenizer.apply_chat_template(m, tools=t, add_generation_prompt=True, tokenize=False)
+
+        one, two = header([probe]), header([probe, template_tool(tool)])
+        p = len(os.path.commonprefix([one, two]))
+        s = len(os.path.commonprefix([one[p:][::-1], two[p:][::-1]]))
+        text = two[p:len(two) - s].strip()
+        if not text or tool.name not in text:
+            text = json.dumps(template_tool(tool), ensure_ascii=False)
+        if len(cache) >= 512:
+            cache.pop(next(iter(cache)))
+        cache[key] = text
+        return text
 
     @property
     def fim_tokens(self) -> tuple[str, str, str] | None:
@@ -394,9 +449,26 @@ class Backend(ABC):
         sampling = self.sampling_for(req)
         if req.grammar is not None or req.tool_choice == "required":
             sampling["reasoning"] = "none"  # turned off by ``structured``: a protocol with a place for it says so
+        compared = self.compare_prompt(req, tokens)
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,
                         tokenize_s=tokenize_s, grammar=compiled, sampling=sampling,
-                        cache_miss=miss.as_dict() if miss is not None else None)
+                        cache_miss=miss.as_dict() if miss is not None else None,
+                        cache_compared=compared.as_dict() if compared is not None else None)
+
+    def compare_prompt(self, req: ChatRequest, tokens: list[int]):
+        """The prompt against the earlier one ``req.cache_compare`` names (a CacheMiss; None when it names none),
+        and this prompt remembered under ``req.response_id`` for a later comparison (the last
+        ``REMEMBERED_PROMPTS``, as 32-bit ids)."""
+        if req.cache_compare is None and req.response_id is None:
+            return None
+        known = self.__dict__.setdefault("_prompts", collections.OrderedDict())
+        fp = Fingerprint.of(req)
+        out = compare(req, fp, tokens, known.get(req.cache_compare)) if req.cache_compare is not None else None
+        if req.response_id is not None:
+            known[req.response_id] = (fp, array.array("i", tokens))
+            while len(known) > REMEMBERED_PROMPTS:
+                known.popitem(last=False)
+        return out
 
     def count_tokens(self, req: ChatRequest) -> int:
         """The prompt's length as ``prepare`` renders it. A prompt over the window is still counted, except one

@@ -17,13 +17,17 @@ Rules:
   ``template_rerender`` the request's messages are what they were, but the template rendered them otherwise
   ``settings_changed`` something else that shapes the prompt changed (tool choice, reasoning level, template
                      variables, output format)
+  ``not_found``      (``compare`` only) the earlier response named for the comparison is not known here
 
 - The comparison is between request fingerprints (hashes of each part, never text), kept with the cached entry
   by the request that made it, and the token offset from the ids themselves. An entry read back from disk (no
   fingerprint kept) is classified from the offset alone.
 - ``where`` names the part the offset falls in, as a client would recognise it: ``system``, ``tools``,
   ``tool 3``, ``message 3 (assistant) content``, ``the previous answer``, ``message 5 (assistant) thinking``.
-- Anthropic's ``cache_miss_reason`` (cache-diagnosis beta) is the Messages protocol's projection of this data.
+- ``compare`` diagnoses a prompt against one named earlier prompt (a client's ``previous_message_id`` /
+  ``comparison_response_id``) instead of the longest cached prefix: ``hit`` when this prompt starts with all of it.
+- Anthropic's ``cache_miss_reason`` (cache-diagnosis beta) and the Responses ``prompt_cache_diagnostics`` are the
+  protocols' projections of this data.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from ..chat_request import ChatRequest, ImagePart, Message
 
 BILLING = "x-anthropic-billing-header"
 REASONS = ("hit", "cold", "evicted", "system_changed", "tools_changed", "messages_changed", "thinking_dropped",
-           "answer_rewritten", "template_rerender", "settings_changed")
+           "answer_rewritten", "template_rerender", "settings_changed", "not_found")
 
 
 def _h(value: Any) -> str:
@@ -57,7 +61,9 @@ class Fingerprint:
         system: list[str] = []
         while msgs and msgs[0].role == "system":
             system.append(_h([_h(line) for line in msgs.pop(0).content.splitlines()]))
-        tools = tuple((t.name, _h([t.description, t.parameters, t.namespace, t.custom])) for t in req.tools)
+        # a deferred tool is not in the prompt's header (a tool message referencing it carries it): not a tool here
+        tools = tuple((t.name, _h([t.description, t.parameters, t.namespace, t.custom])) for t in req.tools
+                      if not t.deferred)
         return cls(tuple(system), tools, tuple(_msg(m) for m in msgs),
                    _h([req.tool_choice, req.tool_names, req.reasoning, req.template_kwargs,
                        req.grammar.kind if req.grammar else None, req.parallel_tool_calls]))
@@ -65,7 +71,8 @@ class Fingerprint:
 
 def _msg(m: Message) -> tuple:
     images = tuple(p.digest[:16] for p in m.parts if isinstance(p, ImagePart))
-    return (m.role, _h([m.content, images] if images else m.content), _h(m.reasoning) if m.reasoning else "",
+    text = [m.content, list(m.tool_references)] if m.tool_references else m.content
+    return (m.role, _h([text, images] if images else text), _h(m.reasoning) if m.reasoning else "",
             _h([[c.name, c.arguments] for c in m.tool_calls]) if m.tool_calls else "", images)
 
 
@@ -127,6 +134,25 @@ def diagnose(req: ChatRequest, fp: Fingerprint, tokens: Sequence[int], probe: Pr
     if old is None:
         return CacheMiss("messages_changed" if n else "cold", missed_tokens=lost, **base)
     return _compare(req, old, fp, lost, base)
+
+
+def compare(req: ChatRequest, fp: Fingerprint, tokens: Sequence[int],
+            earlier: tuple[Fingerprint, Sequence[int]] | None) -> CacheMiss:
+    """This prompt against one earlier prompt (its request's fingerprint and its token ids; None: not known)."""
+    if earlier is None:
+        return CacheMiss("not_found", 0, 0, prompt_tokens=len(tokens))
+    old_fp, old = earlier
+    n, limit = 0, min(len(old), len(tokens))
+    step = 256
+    while n < limit and tuple(old[n:n + step]) == tuple(tokens[n:n + step]):
+        n += step
+    n = min(n, limit)
+    while n < limit and old[n] == tokens[n]:
+        n += 1
+    base = dict(offset=n, prompt_tokens=len(tokens), entry_tokens=len(old))
+    if n >= len(old):
+        return CacheMiss("hit", missed_tokens=0, **base)
+    return _compare(req, old_fp, fp, len(old) - n, base)
 
 
 def _index(fp: Fingerprint, k: int | None) -> int | None:

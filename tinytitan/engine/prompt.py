@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..chat_request import ChatRequest, ImagePart, Message
+from ..chat_request import ChatRequest, ImagePart, Message, Tool
 
 
 def _arguments(text: str):
@@ -54,13 +54,16 @@ def template_messages(req: ChatRequest, default_system: str | None = None,
     return messages
 
 
+def template_tool(t: Tool) -> dict:
+    return {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+
+
 def template_tools(req: ChatRequest) -> list[dict] | None:
+    """The tool header: every tool offered but the deferred ones (a tool message that references one carries
+    its definition instead, so loading it only appends to the prompt)."""
     if not req.tools or req.tool_choice == "none":
         return None
-    return [
-        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
-        for t in req.tools
-    ]
+    return [template_tool(t) for t in req.tools if not t.deferred] or None
 
 
 FAST_SYSTEM = "You are a helpful assistant. Answer briefly and plainly."

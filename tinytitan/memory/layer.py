@@ -108,7 +108,8 @@ def add_timing(a: Timing | None, b: Timing | None) -> Timing | None:
 
 def continuation(req: ChatRequest, rnd: Round, results: list[str], used_up: bool) -> ChatRequest:
     calls = list(rnd.memory_calls.values())
-    turn = Message("assistant", "".join(rnd.text), tool_calls=tuple(ToolCall(c.call_id, c.name, c.arguments) for c in calls),
+    turn = Message("assistant", "".join(rnd.text),
+                   tool_calls=tuple(ToolCall(c.call_id, c.name, c.arguments) for c in calls),
                    reasoning="".join(rnd.reasoning) or None)
     answers = [Message("tool", text, tool_call_id=c.call_id, name=c.name) for c, text in zip(calls, results)]
     if used_up:

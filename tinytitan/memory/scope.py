@@ -2,11 +2,11 @@
 
 Rules:
 - The workspace is a directory, taken from (in order) the ``X-TinyTitan-Workspace`` header, the working
-  directory the client declares in a *system* message (Claude Code's ``Working directory: /path`` or
-  ``- Primary working directory: /path`` line, Codex's ``<cwd>/path</cwd>`` element; Codex sends its
-  ``<environment_context>`` as a turn of its own with the user role, which counts too), else the directory the
-  server was launched in. Only absolute paths count; they are normalised (``..`` folded), never resolved
-  against the filesystem.
+  directory the client declares in a *system* message (one sent mid-conversation too: Claude Code 2.1.332's;
+  its ``Working directory: /path`` or ``- Primary working directory: /path`` line, Codex's ``<cwd>/path</cwd>``
+  element; Codex sends its ``<environment_context>`` as a turn of its own with the user role, which counts
+  too), else the directory the server was launched in. Only absolute paths count; they are normalised (``..``
+  folded), never resolved against the filesystem.
 - The home directory, its parent and ``/`` are refused as workspaces (too broad to be one project): that source
   is skipped, and the refusal logged. When every source is refused there is no memory for the request.
 - The workspace id is the directory's name (made safe) plus 12 hex digits of the SHA-256 of its full path:
@@ -38,6 +38,9 @@ _CLAUDE_CWD = re.compile(r"^[ \t]*(?:[-*][ \t]+)?(?:Primary working directory|Wo
                          re.M)
 _CODEX_CWD = re.compile(r"<cwd>\s*([^<\r\n]+?)\s*</cwd>")
 _CODEX_CONTEXT = "<environment_context>"
+# a system message sent mid-conversation reaches a ChatRequest as a user turn that is one such block (the
+# protocols' place_system): Claude Code 2.1.332 sends its "# Environment" list that way, after the first question
+_REMINDER = ("<system-reminder>", "</system-reminder>")
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,14 @@ def normalise(raw: object) -> str | None:
 
 
 def declared_in_system(req: ChatRequest) -> str | None:
-    """The working directory a client states in its system messages (the first one found), or in Codex's
-    environment-context turn: a user message that is nothing but an ``<environment_context>`` block (Codex sends
+    """The working directory a client states in its system messages (the first one found; a system message sent
+    later in the conversation, which arrives as a user turn that is one ``<system-reminder>`` block, too), or in
+    Codex's environment-context turn: a user message that is nothing but an ``<environment_context>`` block (Codex sends
     its context as one; what a user types or a tool returns elsewhere is never read)."""
     for m in req.messages:
-        if m.role == "system":
+        text = m.content.strip()
+        if m.role == "system" or (m.role == "user" and text.startswith(_REMINDER[0]) and text.endswith(_REMINDER[1])
+                                  and text.count(_REMINDER[0]) == 1):
             patterns = (_CLAUDE_CWD, _CODEX_CWD)
         elif m.role == "user" and m.content.lstrip().startswith(_CODEX_CONTEXT):
             patterns = (_CODEX_CWD,)

@@ -46,7 +46,7 @@ class Metrics:
                                       "(tokens after the first, per second)", ("model",), buckets=TPS_BUCKETS,
                                       registry=self.registry)
         self.cache_misses = Counter("tinytitan_prompt_cache_misses_by_reason", "Generations by why their prompt "
-                                    "parted from the prompt cache (hit: nothing lost; see the README's reasons)",
+                                    "parted from the prompt cache, and lost cached tokens (see the README's reasons)",
                                     ("model", "reason"), registry=self.registry)
         self.registry.register(_EngineCollector(engine))
 
@@ -57,7 +57,7 @@ class Metrics:
         counts = (turn.prompt_tokens, turn.cached_tokens, turn.completion_tokens, turn.reasoning_tokens)
         for kind, n in zip(TOKEN_KINDS, counts):
             self.tokens.labels(turn.model, kind).inc(n)
-        if turn.cache_reason is not None:
+        if turn.cache_reason not in (None, "hit"):  # a hit is no miss: counted by tinytitan_prompt_cache_hits
             self.cache_misses.labels(turn.model, turn.cache_reason).inc()
         t = turn.timing
         if t is not None and t.draft_tokens:

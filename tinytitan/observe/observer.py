@@ -130,6 +130,8 @@ class Observer:
     def end(self, turn: Turn) -> None:
         if not turn.routed:  # it failed before the framework matched it: its route, matched here once
             turn.route, turn.protocol = self._route(turn.method, turn.path)
+        if turn.status == 426 and turn.protocol == "none":  # a refused upgrade: the protocol that speaks HTTP there
+            turn.route, turn.protocol = self._route("POST", turn.path)
         turn.duration = time.perf_counter() - turn.t0
         if turn.status is None:
             turn.status = 499 if turn.generated else 500  # the client left before any answer went out

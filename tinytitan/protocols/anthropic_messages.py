@@ -75,7 +75,8 @@ IMAGE_BLOCKS = {"image": image_block}
 
 def _tool_result(block: dict, where: str) -> tuple[str, tuple]:
     """A tool result's text (``Error: …`` when it failed) and its parts, where it holds images."""
-    text, parts = content_of(block.get("content"), f"{where}.content", IMAGE_BLOCKS)
+    # tool_reference blocks load tools (_tool_references): they are not text
+    text, parts = content_of(block.get("content"), f"{where}.content", IMAGE_BLOCKS, skip=frozenset({"tool_reference"}))
     if block.get("is_error") is not True:
         return text, parts
     return f"Error: {text}", (("Error:",) + parts if parts else ())
@@ -86,6 +87,21 @@ class MessagesRequest:
     """What a request's handling found (``Validated.state``): the context edits applied to it."""
 
     applied_edits: list[dict] | None = None
+
+
+def _tool_references(block: dict, where: str, offered: set[str]) -> tuple[str, ...]:
+    """The tools a tool result loads (a tool search's answer: ``tool_reference`` blocks), each offered in
+    ``tools`` (a reference to a tool that is not is refused, naming it)."""
+    content = block.get("content")
+    names = []
+    for j, part in enumerate(content if isinstance(content, list) else ()):
+        if isinstance(part, dict) and part.get("type") == "tool_reference":
+            name = part["tool_name"]
+            if name not in offered:
+                raise invalid(f"Tool reference '{name}' at {where}.content[{j}] names a tool that is not in 'tools'",
+                              param=f"{where}.content[{j}].tool_name", code="invalid_value")
+            names.append(name)
+    return tuple(names)
 
 
 @dataclass
@@ -119,7 +135,8 @@ def cache_diagnostics(miss: dict | None) -> dict | None:
     ``cache_missed_input_tokens`` (on the ``*_changed`` types) is the cached tokens past the divergence."""
     if not miss or miss.get("reason") == "hit":
         return None
-    kind = CACHE_MISS_TYPES.get(miss["reason"], "unavailable")
+    kind = "previous_message_not_found" if miss["reason"] == "not_found" else \
+        CACHE_MISS_TYPES.get(miss["reason"], "unavailable")
     reason: dict = {"type": kind}
     if kind.endswith("_changed"):
         reason["cache_missed_input_tokens"] = int(miss.get("missed_tokens") or 0)
@@ -143,7 +160,8 @@ class AnthropicMessages(Protocol):
         return {"messages": self.parse_messages, "system": self.parse_system, "tools": parse_tools,
                 "tool_choice": parse_tool_choice, "stop_sequences": parse_stop_sequences,
                 "reasoning": self.reasoning_rule, "template_kwargs": parse_template_kwargs,
-                "output_config": self.parse_output_config, "output_format": parse_output_format}
+                "output_config": self.parse_output_config, "output_format": parse_output_format,
+                "diagnostics": parse_diagnostics}
 
     def system_texts(self, body: dict) -> list[str]:
         system = body.get("system")
@@ -180,13 +198,14 @@ class AnthropicMessages(Protocol):
                           f"prefilled assistant turn", param=last, code="unsupported_prefill")
         msgs: list[Message] = []
         names: dict[str, str] = {}
+        offered = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
         for role, blocks in turns:
             if role == "system":
                 msgs.append(Message("system", TURN_JOIN.join(self._texts(blocks, "system"))))
             elif role == "assistant":
                 msgs.append(self._assistant(blocks, names))
             else:
-                msgs.extend(self._user(blocks, names))
+                msgs.extend(self._user(blocks, names, offered))
         args["messages"] = place_system(self.system_texts(body), msgs)
 
     @staticmethod
@@ -212,13 +231,14 @@ class AnthropicMessages(Protocol):
                 texts.extend(self._texts([(where, b)], "assistant"))
         return Message("assistant", TURN_JOIN.join(t for t in texts if t), tool_calls=tuple(calls))
 
-    def _user(self, blocks: list[tuple[str, dict]], names: dict[str, str]) -> list[Message]:
+    def _user(self, blocks: list[tuple[str, dict]], names: dict[str, str], offered: set[str]) -> list[Message]:
         results, texts, parts = [], [], []
         for where, b in blocks:
             if b["type"] == "tool_result":
                 call_id = b["tool_use_id"]
                 text, result_parts = _tool_result(b, where)
-                results.append(Message("tool", text, parts=result_parts, tool_call_id=call_id, name=names.get(call_id)))
+                results.append(Message("tool", text, parts=result_parts, tool_call_id=call_id, name=names.get(call_id),
+                                       tool_references=_tool_references(b, where, offered)))
             elif b["type"] == "image":
                 parts.append(image_block(b, where))
             else:
@@ -299,8 +319,11 @@ class AnthropicMessages(Protocol):
         maps = self.spec.maps
 
         def diagnose(m: Machine) -> None:
+            """Relative to ``diagnostics.previous_message_id`` where the request names one (as the API does),
+            else to the longest prefix the cache holds (the beta header alone, or a null id)."""
             if m.context.get("cache_diagnosis"):
-                m.vars.diagnostics = cache_diagnostics(m.context.get("cache_miss"))
+                named = (m.context["req"].get("diagnostics") or {}).get("previous_message_id")
+                m.vars.diagnostics = cache_diagnostics(m.context.get("cache_compared" if named else "cache_miss"))
 
         def started(m: Machine, ev) -> None:
             m.vars.input_tokens, m.vars.cache_read_input_tokens = ev.prompt_tokens - ev.cached_tokens, ev.cached_tokens
@@ -441,9 +464,19 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
             raise invalid(f"Tool names must be unique: '{name}' at {where} is declared twice", param=f"{where}.name",
                           code="invalid_value")
         seen.add(name)
-        tools.append(Tool(name, t.get("description") or "", t["input_schema"],  # cache_control, defer_loading …: ignored
-                          strict=t.get("strict") is True))
+        tools.append(Tool(name, t.get("description") or "", t["input_schema"],  # cache_control …: ignored
+                          strict=t.get("strict") is True, deferred=t.get("defer_loading") is True))
+    if tools and all(t.deferred for t in tools):  # the model would be told of no tool, nor how to call one
+        raise invalid("All tools have 'defer_loading' set: at least one tool must not be deferred (the tool search "
+                      "that loads the others)", param="tools", code="invalid_value")
     args["tools"] = tools
+
+
+def parse_diagnostics(value: dict, body: dict, args: dict, v) -> None:
+    """``diagnostics.previous_message_id``: the cache diagnosis compares this prompt with that message's."""
+    named = value.get("previous_message_id")
+    if named is not None:
+        args["cache_compare"] = named
 
 
 def parse_output_format(value: dict, body: dict, args: dict, v) -> None:

@@ -199,14 +199,17 @@ class Protocol:
         keepalive = self.spec.extra.get("keepalive_seconds")
         stream = bool(v.body.get(self.stream_field))
         machine = self.machine(v, req.model, stream, entry)
+        req = req.with_(response_id=machine.context["id"])  # a later request may compare its prompt with this one
         if stream:
             events = watch(await self.services.hold(self.engine.session(req, keepalive)), req, stream)
             machine.context.setdefault("prompt_tokens", events.prompt_tokens)  # known before the first event
             machine.context.setdefault("cache_miss", _cache_miss(events))
+            machine.context.setdefault("cache_compared", _cache_miss(events, "cache_compared"))
             return await self.answer(v, machine, events, framing)
         async with self.engine.session(req, keepalive) as session:
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
             machine.context.setdefault("cache_miss", _cache_miss(session))
+            machine.context.setdefault("cache_compared", _cache_miss(session, "cache_compared"))
             return await self.answer(v, machine, watch(session, req, stream))
 
     async def answer(self, v: Validated, machine: Machine, events: AsyncIterable[TokenEvent],
@@ -247,7 +250,7 @@ class Protocol:
                 yield machine.terminal.encode(framing)
 
 
-def _cache_miss(session: Any) -> dict | None:
-    """Where the prompt parts from the prompt cache, and why: plain data the engine prepared (None where the
-    backend keeps no cache)."""
-    return getattr(getattr(session, "prepared", None), "cache_miss", None)
+def _cache_miss(session: Any, name: str = "cache_miss") -> dict | None:
+    """Where the prompt parts from the prompt cache (``cache_compared``: from the earlier prompt the request
+    named), and why: plain data the engine prepared (None where the backend keeps no cache)."""
+    return getattr(getattr(session, "prepared", None), name, None)

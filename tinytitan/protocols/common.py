@@ -10,16 +10,18 @@ from ..errors import invalid
 REMINDER = "<system-reminder>\n{}\n</system-reminder>"
 
 
-def text_of(content, where: str, part_text_keys: dict[str, str] | None = None) -> str:
+def text_of(content, where: str, part_text_keys: dict[str, str] | None = None, skip: frozenset = frozenset()) -> str:
     """A content value that is a string, null, or a list of text parts → one string. ``part_text_keys``:
-    the part types taken, each with the key its text is under (default: ``text`` parts)."""
+    the part types taken, each with the key its text is under (default: ``text`` parts); ``skip``: part types
+    that are not text and are read elsewhere (their places still count in ``where[j]``)."""
     part_text_keys = part_text_keys or {"text": "text"}
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        out = [_part_text(part, f"{where}[{j}]", part_text_keys) for j, part in enumerate(content)]
+        out = [_part_text(part, f"{where}[{j}]", part_text_keys) for j, part in enumerate(content)
+               if not (isinstance(part, dict) and part.get("type") in skip)]
         return "".join(out) if len(out) <= 1 else "\n".join(out)
     raise invalid(f"Invalid type for '{where}': expected a string or an array of content parts", param=where,
                   code="invalid_type")
@@ -39,16 +41,18 @@ def _part_text(part, where: str, part_text_keys: dict[str, str]) -> str:
 
 
 def content_of(content, where: str, images: dict[str, Callable[[dict, str], ImagePart]],
-               part_text_keys: dict[str, str] | None = None) -> tuple[str, tuple]:
+               part_text_keys: dict[str, str] | None = None, skip: frozenset = frozenset()) -> tuple[str, tuple]:
     """``text_of`` for content that may hold images: (its text, its parts in order — text and ImagePart —
     or () when it holds no image). ``images``: the part types that are images, each with the reader that
     turns one (and its place, ``where[j]``) into an ImagePart (tinytitan/images.py)."""
     if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in images for p in content):
-        return text_of(content, where, part_text_keys), ()
+        return text_of(content, where, part_text_keys, skip), ()
     keys = part_text_keys or {"text": "text"}
     texts: list[str] = []
     parts: list = []
     for j, part in enumerate(content):
+        if isinstance(part, dict) and part.get("type") in skip:
+            continue
         read = images.get(part.get("type")) if isinstance(part, dict) else None
         if read is not None:
             parts.append(read(part, f"{where}[{j}]"))

@@ -46,7 +46,7 @@ from ..events import Finished, Started, Usage
 from . import compaction, responses_socket, truncation
 from .base import Protocol, new_id
 from .common import place_system, with_verbosity
-from .responses_input import normalise_input, parse_tools, to_messages
+from .responses_input import SEARCH_TOOL, loaded_tools, normalise_input, parse_tools, searches_in_client, to_messages
 from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .responses_socket import LocalResponses
 from .wire import Call, Connection, Reply, Services
@@ -67,6 +67,7 @@ class ResponsesRequest:
     local: "LocalResponses | None" = None  # a WebSocket connection's own responses (responses_socket.py)
     framing: str | None = None  # how the stream is written: the spec's (SSE), or ``websocket``
     history: list[dict] = field(default_factory=list)  # the items ``previous_response_id`` brought in
+    search_tool: str | None = None  # the client-executed tool search's function, where the tools offer one
 
 
 def hook_input(value, body: dict, args: dict, v: Validated) -> None:
@@ -101,7 +102,7 @@ class OpenAIResponses(Protocol):
 
     def request_hooks(self):
         return {"input": hook_input, "tools": self.hook_tools,
-                "tool_choice": hook_tool_choice, "text": hook_text}
+                "tool_choice": hook_tool_choice, "text": hook_text, "prompt_cache_options": hook_prompt_cache_options}
 
     @property
     def separator(self) -> str:
@@ -111,6 +112,7 @@ class OpenAIResponses(Protocol):
         tools, names = parse_tools(value, self.separator)
         args["tools"] = tools
         v.state.tool_names = names
+        v.state.search_tool = SEARCH_TOOL if searches_in_client(value) else None
 
     def request_state(self) -> ResponsesRequest:
         return ResponsesRequest()
@@ -211,11 +213,19 @@ class OpenAIResponses(Protocol):
     def extra_context(self, v: Validated) -> dict:
         # the values the request names until Started says what the engine decodes with (the ``sampling`` hook)
         return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": (v.state or ResponsesRequest()).tool_names,
-                "custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom)}
+                "custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom),
+                "search_tool": (v.state or ResponsesRequest()).search_tool}
 
     def machine(self, v, model_id, stream, entry=None) -> Machine:
         m = super().machine(v, model_id, stream, entry)
         m.context["output"] = lambda: [w.data["item"] for w in m.history if w.event == "response.output_item.done"]
+        options = v.body.get("prompt_cache_options")
+        m.context["prompt_cache_options"] = None if options is None else {
+            "mode": options.get("mode", "implicit"), "ttl": options.get("ttl", "30m"),
+            "comparison_response_id": options.get("comparison_response_id")}
+        compared = (options or {}).get("comparison_response_id") is not None
+        m.context["prompt_cache_diagnostics"] = \
+            lambda: prompt_cache_diagnostics(m.context.get("cache_compared")) if compared else None
         return m
 
     # -- handlers --------------------------------------------------------------------------------------------
@@ -234,7 +244,7 @@ class OpenAIResponses(Protocol):
         if threshold is not None:
             items = compaction.superseded(items)
         req = self.request_for(v, items)
-        if prewarm:
+        if prewarm or (v.body.get("prompt_cache_options") or {}).get("prewarm") is True:
             return self.prewarmed(v, req.model)
         if threshold is not None:
             split = compaction.split_for_compaction(items)
@@ -248,6 +258,11 @@ class OpenAIResponses(Protocol):
     def request_for(self, v: Validated, items: list[dict]) -> ChatRequest:
         places = {item["id"]: f"input[{i}]" for i, item in enumerate(v.state.items or ()) if item.get("id")}
         system, msgs = to_messages(items, self.separator, places)
+        loaded, names = loaded_tools(items, self.separator)  # what tool_search_output items loaded: callable now
+        offered = {t.name for t in v.args.get("tools", ())}
+        if loaded:
+            v.args["tools"] = list(v.args.get("tools", ())) + [t for t in loaded if t.name not in offered]
+            v.state.tool_names = {**names, **v.state.tool_names}
         instructions = v.body.get("instructions") or ""
         verbosity = (v.body.get("text") or {}).get("verbosity")
         v.args["messages"] = with_verbosity(self.with_summaries(place_system([instructions], msgs, merge_later=True),
@@ -433,3 +448,31 @@ class OpenAIResponses(Protocol):
             "limit": limit, "order": order,
         })
 
+
+# the engine's reasons for a prompt-cache miss (cache_miss.py) → PromptCacheDiagnosticsCacheMiss.reason; a reason
+# with no counterpart there (a changed setting: tool choice, reasoning level or output format) is "unavailable"
+CACHE_MISS_REASONS = {"system_changed": "input_changed", "messages_changed": "input_changed",
+                      "thinking_dropped": "input_changed", "answer_rewritten": "input_changed",
+                      "template_rerender": "input_changed", "tools_changed": "tools_changed"}
+
+
+def hook_prompt_cache_options(value: dict, body: dict, args: dict, v) -> None:
+    if value.get("comparison_response_id") is not None:
+        args["cache_compare"] = value["comparison_response_id"]
+
+
+def prompt_cache_diagnostics(compared: dict | None) -> dict:
+    """The response's ``prompt_cache_diagnostics``: this prompt against the compared response's (the engine's
+    ``cache_compared``)."""
+    if compared is None:
+        return {"type": "unavailable"}
+    reason = compared["reason"]
+    if reason == "hit":
+        return {"type": "cache_hit"}
+    if reason == "not_found":
+        return {"type": "comparison_response_not_found"}
+    if reason not in CACHE_MISS_REASONS:
+        return {"type": "unavailable"}
+    return {"type": "cache_miss", "reason": CACHE_MISS_REASONS[reason],
+            "cache_missed_tokens": int(compared.get("missed_tokens") or 0),
+            "comparison_reusable_tokens": int(compared.get("offset") or 0)}

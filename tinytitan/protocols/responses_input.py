@@ -14,7 +14,11 @@ Rules:
   (``flat_name``; the separator is the spec's ``extra.namespace_separator``, ``__``); a call the model makes
   to one is reported with its own name and ``namespace``.
 - Hosted tools (web_search, file_search, code_interpreter, image_generation, computer use, shell,
-  tool_search, apply_patch …) are left out of the prompt; the request is served. Freeform ``custom`` tools
+  a server-executed tool_search, apply_patch …) are left out of the prompt; the request is served.
+- A client-executed ``tool_search`` (Codex's) is served as Messages' tool search is: a ``tool_search`` function
+  in the header, tools with ``defer_loading`` left out of it; the model's call comes back as a
+  ``tool_search_call`` item, and a ``tool_search_output`` item's tools are declared where it stands (so loading
+  them appends to the prompt) and can be called from then on. Freeform ``custom`` tools
   reach the model as functions of one string, ``input`` (tinytitan/custom_tools.py).
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 from .. import custom_tools, images
 from ..chat_request import Message, Tool, ToolCall
@@ -37,7 +42,16 @@ IMAGE_MARK = "[image]"
 TEXT_KEYS = {k: "text" for k in ("input_text", "output_text", "text", "summary_text", "reasoning_text")} | {
     "refusal": "refusal"}
 ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
-             "compaction": "cmp_", "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_"}
+             "compaction": "cmp_", "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_",
+             "tool_search_call": "tsc_", "tool_search_output": "tso_"}
+# client-executed tool search: the function the model calls to search (the tool's own description and
+# parameters where it sends them)
+SEARCH_TOOL = "tool_search"
+SEARCH_DESCRIPTION = ("Searches the deferred tools (whose definitions are not loaded yet) and loads the matching "
+                      "ones: their definitions come back in the result, then they can be called.")
+SEARCH_PARAMETERS = {"type": "object", "properties": {"query": {"type": "string", "description": "What to search "
+                                                                "for among the deferred tools"}},
+                     "required": ["query"]}
 
 
 def flat_name(namespace: str, name: str, sep: str = DEFAULT_SEPARATOR) -> str:
@@ -99,11 +113,20 @@ def normalise_input(value) -> list[dict]:
     return items
 
 
+def searches_in_client(value: list) -> bool:
+    """Whether the tools offer a client-executed tool search (``{"type": "tool_search", "execution": "client"}``):
+    then deferred tools (``defer_loading``) stay out of the tool header until a ``tool_search_output`` loads them.
+    A server-executed one is a hosted tool this server does not run: left out, and every tool declared in full."""
+    return any(isinstance(t, dict) and t.get("type") == "tool_search" and t.get("execution") == "client"
+               for t in value)
+
+
 def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], dict[str, tuple[str | None, str]]]:
     """Checked tools (the spec's ``tools.schema``): function and namespace tools → flat functions, plus
-    ``{flat name: (namespace, name)}``."""
+    ``{flat name: (namespace, name)}``; a client-executed tool search → the ``tool_search`` function."""
     tools: list[Tool] = []
     names: dict[str, tuple[str | None, str]] = {}
+    deferring = searches_in_client(value)
 
     def add(tool: Tool, where: str, name: str) -> None:
         if tool.name in names:
@@ -112,10 +135,11 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
         names[tool.name] = (tool.namespace, name)
         tools.append(tool)
 
-    def function(fn: dict, namespace: str | None) -> Tool:
+    def function(fn: dict, namespace: str | None, deferred: bool = False) -> Tool:
         params = fn.get("parameters") or {"type": "object", "properties": {}}
         flat = flat_name(namespace, fn["name"], sep) if namespace else fn["name"]
-        return Tool(flat, fn.get("description") or "", params, namespace=namespace, strict=fn.get("strict") is True)
+        return Tool(flat, fn.get("description") or "", params, namespace=namespace, strict=fn.get("strict") is True,
+                    deferred=deferring and (deferred or fn.get("defer_loading") is True))
 
     for i, t in enumerate(value):
         where = f"tools[{i}]"
@@ -128,13 +152,43 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
         elif kind == "namespace":
             for j, fn in enumerate(t["tools"]):
                 if fn.get("type", "function") == "function":
-                    add(function(fn, t["name"]), f"{where}.tools[{j}]", fn["name"])
+                    add(function(fn, t["name"], t.get("defer_loading") is True), f"{where}.tools[{j}]", fn["name"])
                 else:
                     log.info("%s.tools[%d]: %s tool '%s' left out of the prompt", where, j, fn.get("type"),
                              fn.get("name"))
+        elif kind == "tool_search" and t.get("execution") == "client":
+            add(Tool(SEARCH_TOOL, t.get("description") or SEARCH_DESCRIPTION, t.get("parameters") or SEARCH_PARAMETERS),
+                where, SEARCH_TOOL)
         else:
             log.debug("%s: %s tool left out of the prompt (not run by this server)", where, kind)
     return tools, names
+
+
+def loaded_tools(items: list[dict], sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], dict]:
+    """The tools ``tool_search_output`` items loaded (deferred: each is declared where its output stands), with
+    their ``{flat name: (namespace, name)}``; a tool loaded twice is the first one."""
+    tools: list[Tool] = []
+    names: dict = {}
+    for item in items:
+        if item.get("type") != "tool_search_output":
+            continue
+        found, found_names = parse_tools(item["tools"], sep)
+        for tool in found:
+            if tool.name not in names:
+                names[tool.name] = found_names[tool.name]
+                tools.append(replace(tool, deferred=True))
+    return tools, names
+
+
+def _loaded_names(item: dict, sep: str) -> tuple[str, ...]:
+    out = []
+    for t in item["tools"]:
+        if t.get("type") == "namespace":
+            out += [flat_name(t["name"], fn["name"], sep) for fn in t.get("tools") or ()
+                    if fn.get("type", "function") == "function"]
+        else:
+            out.append(t["name"])
+    return tuple(out)
 
 
 def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
@@ -155,7 +209,8 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
         call_names[call.id] = call.name
         last = msgs[-1] if msgs else None
         if last is not None and last.role == "assistant":
-            msgs[-1] = Message("assistant", last.content, tool_calls=last.tool_calls + (call,), reasoning=last.reasoning)
+            msgs[-1] = Message("assistant", last.content, tool_calls=last.tool_calls + (call,),
+                               reasoning=last.reasoning)
         else:
             msgs.append(Message("assistant", "", tool_calls=(call,)))
 
@@ -177,6 +232,11 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
         elif kind in ("function_call_output", "custom_tool_call_output"):
             text, parts = content_parts(item.get("output"), f"{place(item)}.output")
             msgs.append(Message("tool", text, parts=parts, tool_call_id=item["call_id"], name=call_names.get(item["call_id"])))
+        elif kind == "tool_search_call":
+            tool_call(ToolCall(item["call_id"], SEARCH_TOOL, json.dumps(item["arguments"], ensure_ascii=False)))
+        elif kind == "tool_search_output":  # the loaded tools' definitions are rendered here (Message.tool_references)
+            msgs.append(Message("tool", "", tool_call_id=item["call_id"], name=SEARCH_TOOL,
+                                tool_references=_loaded_names(item, sep)))
         elif kind == "compaction":
             system.append(compaction.as_context(compaction.decode(item["encrypted_content"], "input")))
         # reasoning items: accepted and skipped

@@ -2,9 +2,10 @@
 
 Rules:
 - ``vars.item`` is the output item a transition opens: ``kind``, ``index`` (its output_index, 0, 1, 2 …),
-  ``id`` (``rs_`` / ``msg_`` / ``fc_`` / ``cmp_`` + hex), ``text`` (the reasoning, the message text or the
-  call's arguments so far), and for calls ``call_id``, ``name`` and ``namespace`` (the flattened name
-  mapped back).
+  ``id`` (``rs_`` / ``msg_`` / ``fc_`` / ``ctc_`` / ``tsc_`` / ``cmp_`` + hex), ``text`` (the reasoning, the
+  message text or the call's arguments so far), and for calls ``call_id``, ``name`` and ``namespace`` (the
+  flattened name mapped back); ``search`` marks a client-executed tool search's call (its ``arguments`` object
+  set at close).
 - ``close`` copies it to ``vars.closed`` with its ``status``: ``incomplete`` when a failure or the output
   cap ended it (a call whose arguments were cut short included), else ``completed``. A call's text becomes ToolCallDone's
   complete arguments; a compaction's summary becomes its ``encrypted_content``; a reasoning item gets its
@@ -14,6 +15,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 
@@ -58,10 +60,13 @@ def open_call(m: Machine, ev) -> None:
     namespace, name = names.get(ev.name, (ev.namespace, ev.name))
     if ev.name in (m.context.get("custom_tools") or ()):
         _open(m, "custom_tool_call", "ctc_", call_id=ev.call_id, name=name, custom=True, function=False, input="",
-              input_delta=None)
+              input_delta=None, search=False)
+    elif ev.name == m.context.get("search_tool"):  # a client-executed tool search: a tool_search_call item
+        _open(m, "tool_search_call", "tsc_", call_id=ev.call_id, name=name, search=True, function=False,
+              custom=False, input_delta=None)
     else:
         _open(m, "function_call", "fc_", call_id=ev.call_id, name=name, namespace=namespace, function=True,
-              custom=False, input_delta=None)
+              custom=False, input_delta=None, search=False)
 
 
 def sampling(m: Machine, ev) -> None:
@@ -101,6 +106,12 @@ def close(m: Machine, ev) -> None:
         item["input"] = custom_tools.input_of(item["text"])
     if item["kind"] == "reasoning":  # its summary, where one was asked: the thought text (the spec's summary_*)
         item["summary"] = [{"type": "summary_text", "text": item["text"]}] if m.context.get("reasoning_summary") else []
+    if item.get("search"):
+        try:
+            arguments = json.loads(item["text"]) if item["text"].strip() else {}
+        except ValueError:
+            arguments = None
+        item["arguments"] = arguments if isinstance(arguments, dict) else {}
     if item["kind"] == "compaction":
         mode = (m.context.get("compaction") or {}).get("mode", "model")
         item["encrypted_content"] = compaction.encode(item["text"], mode, m.context["model"])
