@@ -96,6 +96,14 @@ class Backend(ABC):
             self._family = detect(self.tokenizer, self.config)
         return self._family
 
+    def start(self, prepared: "Prepared", model) -> tuple[Any, int]:
+        """Where a generation's decoding starts: the KV cache holding the longest cached prefix of its prompt
+        and that prefix's length, else a new cache and 0 (the decode step's forward holds it from then on)."""
+        kv, cached = self.prompt_cache.fetch(prepared.tokens)
+        if kv is None:
+            return self.new_cache(model), 0
+        return kv, cached
+
     def speculator(self, prepared: "Prepared", loop, tokens: list[int]):
         """The request's drafting for speculative decoding (None: it decodes without drafts; the MLX backend's
         is prompt lookup or a draft model)."""

@@ -57,15 +57,14 @@ class Row:
         self._should_stop = should_stop if should_stop is not None else box.stop.is_set
         self.tokens = list(prepared.tokens)
         self.id: int | None = None  # the decoder's number for it (set when it is admitted)
-        self.kv: list | None = None  # its KV cache, while it is its own (not inside the batch)
-        self.read = 0  # prompt tokens its cache holds
+        self.read = 0  # prompt tokens its cache holds (its cache itself is the forward's: step.py)
         self.pending = False  # a token it sampled is still to be read (the step after it is already queued)
         self.run: tuple[int, ...] = ()  # certain tokens its proposer put forward (accepted), to be fed next
         self.speculator = None  # its drafting (speculative/speculator.py), None when it does not draft
         self.holding = False  # its last token was read with nothing queued after it: a draft may follow it
         self.drafts: tuple[int, ...] = ()  # speculative tokens its speculator put forward, verified next (step.py)
-        self.verified: tuple[int, int] | None = None  # (drafted, accepted) of the verify it stepped last
         self.sampler: Callable | None = None
+        self.draws = None  # its seeded RowSampler (speculative/sampling.py), whose key chain the fold moves
         self.processors: list = []
         self.generated: list[int] = []
         self.decoded = 0  # tokens given to the detokenizer (the end-of-turn token is not)
@@ -98,24 +97,23 @@ class Row:
         return self.tokens + self.generated[:-1]
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
-    def open(self, model, seeded: bool) -> None:
-        """Its cache (the longest cached prefix, else a new one), its sampler and processors, its Started."""
+    def open(self, model, seeded: bool) -> list:
+        """Its sampler and processors, its Started; the KV cache it starts from (the longest cached prefix,
+        else a new one), for the forward to hold."""
         backend, prepared = self.backend, self.prepared
-        kv, cached = backend.prompt_cache.fetch(self.tokens)
-        if kv is None:
-            kv, cached = backend.new_cache(model), 0
-        self.kv, self.read = kv, cached
-        sampler, processors = backend.sampler_for(prepared, self.loop, seeded=seeded)
+        kv, cached = backend.start(prepared, model)
+        self.read = cached
+        sampler, processors = backend.sampler_for(prepared, self.loop)
         if not seeded and prepared.req.seed is not None:
             import mlx.core as mx
 
             mx.random.seed(int(prepared.req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
-        speculator = backend.speculator(prepared, self.loop, self.tokens)
-        if speculator is not None and speculator.sampler is not None:
-            sampler = speculator.sampler  # it draws each verified position as it would alone (sampling.py)
-        self.speculator = speculator
+        self.speculator = backend.speculator(prepared, self.loop, self.tokens)
+        # a seeded sampler's key chain: a verify moves it on by the rows used, a leave sets it back (decoder.py)
+        self.draws = sampler if getattr(sampler, "seed", None) is not None else None
         self.sampler, self.processors = self._guarded(sampler, processors)
         self.loop.start(len(self.tokens), cached)
+        return kv
 
     def accept(self, token: int) -> bool:
         """One sampled token; True when it ended the row (``ending`` says how)."""
@@ -152,14 +150,15 @@ class Row:
         if self.ending is None or self.ending.kind != "failed":
             self.ending = Ending("failed", error=exc)
 
-    def end(self) -> None:
-        """The one place a generation ends on the model thread (see the rules above)."""
+    def end(self, kv: list | None = None) -> None:
+        """The one place a generation ends on the model thread (see the rules above); ``kv``: the KV cache the
+        forward gave back (None: none to keep)."""
         ending = self.ending or Ending("failed", error=RuntimeError("the decoder let go of it unfinished"))
         try:
             if ending.kind == "failed":
                 self._report(ending.error)
             else:
-                self._store()
+                self._store(kv)
                 if ending.kind == "finished":
                     if self.speculator is not None or self.loop.draft_tokens:
                         self.report_drafts()
@@ -170,24 +169,24 @@ class Row:
             if self.box is not None:
                 self.box.close(None if self.loop.started else ending.error)
 
-    def _store(self) -> None:
+    def _store(self, kv: list | None) -> None:
         """Keep what its KV cache holds for the requests after it (a prompt whose client left half-way is
         half-read already when it comes again). A cache taken out of the batch is a lazy slice of the batch's:
         evaluated here, so the entry owns its memory and no pending work of this thread's stream travels with
         it."""
-        if self.kv is None:
+        if kv is None:
             return
         import mlx.core as mx
 
         from .prompt_cache import kv_offset, kv_trimmable
 
         # a verified draft whose later tokens went unused (a stop string, the cap): the cache forgets them
-        extra = (kv_offset(self.kv) or 0) - len(self.tokens) - len(self.generated)
-        if extra > 0 and kv_trimmable(self.kv):
-            for c in self.kv:
+        extra = (kv_offset(kv) or 0) - len(self.tokens) - len(self.generated)
+        if extra > 0 and kv_trimmable(kv):
+            for c in kv:
                 c.trim(extra)
-        mx.eval([c.state for c in self.kv if not c.empty()])
-        self.backend.prompt_cache.store(self.tokens + self.generated, self.kv)
+        mx.eval([c.state for c in kv if not c.empty()])
+        self.backend.prompt_cache.store(self.tokens + self.generated, kv)
 
     def _report(self, exc: BaseException | None) -> None:
         """A failure: before its Started (its model would not load) the consumer's exception, as when decoding
@@ -195,6 +194,13 @@ class Row:
         import logging
 
         if self.loop.started and not self.stopped and not self.loop.finished:
+            try:  # the text its detokenizer still held goes out first, as it would at any other end
+                self.detok.finalize()
+                rest = self.raw.flush() if self.raw is not None else self.detok.last_segment
+                if rest:
+                    self.loop.parser_text(rest)
+            except Exception:
+                pass
             logging.getLogger("tinytitan.engine").error("generation failed: %s", exc)
             self.loop.emit(Failed(f"generation failed: {exc}"))
 
