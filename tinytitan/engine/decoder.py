@@ -233,8 +233,10 @@ class Scheduler:
             row = rows[row_id]
             try:
                 step = steps.get(row_id)
+                if isinstance(step, Verify):
+                    self._verified(row, step, result.verified[row_id])
                 if row.speculator is not None and step is not None:
-                    ended = self._fold_drafting(row, step, tokens, result.verified.get(row_id))
+                    ended = self._fold_drafting(row, step, tokens)
                 else:
                     ended = any(row.accept(token) for token in tokens)
                 if ended or row.holding or not isinstance(step, Next):
@@ -272,28 +274,31 @@ class Scheduler:
             row.fail(exc)
 
     @staticmethod
-    def _fold_drafting(row: Row, step: RowStep, tokens: tuple[int, ...], accepted: int | None) -> bool:
-        """The fold of a drafting row's step: after a verify its grammar matcher rolled back past the rejected
-        draft tokens and its seeded sampler's key chain moved on by the rows used; its tokens accepted one at a
-        time (what a verify accepted, then the model's own), its speculator told, and, when it holds, the draft
-        its next step verifies. True when a token ended the row."""
+    def _verified(row: Row, step: Verify, accepted: int) -> None:
+        """After a verify that accepted ``accepted`` draft tokens: the row's grammar matcher rolled back past
+        the rejected ones, its seeded sampler's key chain moved on by the rows used, its speculator told."""
+        rejected = len(step.drafts) - accepted
+        mask = row.loop.grammar_mask
+        if rejected and mask is not None and not mask.failed:
+            mask.matcher.rollback(rejected)
+        if row.draws is not None:
+            row.draws.accept(accepted + 1)
+        if row.speculator is not None:
+            row.speculator.verified(len(step.drafts), accepted)
+
+    @staticmethod
+    def _fold_drafting(row: Row, step: RowStep, tokens: tuple[int, ...]) -> bool:
+        """The fold of a drafting row's step: its tokens accepted one at a time (what a verify accepted, then
+        the model's own), its speculator told, and, when it holds, the draft its next step verifies. True when
+        a token ended the row."""
         spec = row.speculator
-        verify = isinstance(step, Verify) and accepted is not None
-        if verify:
-            rejected = len(step.drafts) - accepted
-            mask = row.loop.grammar_mask
-            if rejected and mask is not None and not mask.failed:
-                mask.matcher.rollback(rejected)
-            if row.draws is not None:
-                row.draws.accept(accepted + 1)
-            spec.verified(len(step.drafts), accepted)
         used, ended = 0, False
         for token in tokens:
             used += 1
             if row.accept(token):
                 ended = True
                 break
-        spec.generated(tokens[:used], verify)
+        spec.generated(tokens[:used], isinstance(step, Verify))
         if not ended and row.holding:
             row.drafts = spec.draft(row.generated[-1], row.cap_left)
         return ended

@@ -167,8 +167,7 @@ class Lead:
 def join_spec(row: Row) -> dict:
     p, req = row.prepared, row.prepared.req
     return {"id": row.id, "tokens": row.tokens, "max_tokens": p.max_tokens, "sampling": p.sampling,
-            "seed": req.seed, "rp": req.repetition_penalty, "pp": req.presence_penalty,
-            "fp": req.frequency_penalty, "raw": req.prompt is not None, "cached": row.read,
+            "seed": req.seed, "speculative": req.speculative, "raw": req.prompt is not None, "cached": row.read,
             "grammar": p.grammar.text if p.grammar is not None else None,
             "grammar_name": p.grammar.name if p.grammar is not None else None}
 
@@ -244,8 +243,8 @@ def follower_row(backend, spec: dict) -> Row:
     from .structured import CompiledGrammar
     from .structured.compile import llg_tokenizer
 
-    req = ChatRequest(model=backend.model_id, messages=(), seed=spec["seed"], repetition_penalty=spec["rp"],
-                      presence_penalty=spec["pp"], frequency_penalty=spec["fp"],
+    # what a row reads of its request beyond its sampling values (which carry the penalties too)
+    req = ChatRequest(model=backend.model_id, messages=(), seed=spec["seed"], speculative=spec["speculative"],
                       prompt="" if spec["raw"] else None)
     grammar = None
     if spec["grammar"] is not None:
