@@ -19,8 +19,9 @@ Rules:
 - A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its
   pending work, yet the wait may never return), and one that stops answering always does. A watchdog
   (``Lead.watch``) sees a step in flight longer than ``timeout`` seconds: the group is broken, and each row in
-  flight, or waiting to join, is ended there with that error (its model thread never comes back to end it;
-  if it does, ``LeadScheduler.retire`` knows the row is ended already).
+  flight, or waiting to join, is ended there with that error: its model thread, stuck in the collective, may
+  never come back to end it in the fold. A row is ended once: the fold and the watchdog each claim it first
+  (``Lead.claim``, under a lock), and the one that does not get it leaves it alone.
 - Idle, a follower would wait in the collective for the next message, and MLX's ring backend spins while it
   waits (a core's worth). So while no scheduler runs, rank 0 broadcasts a heartbeat every ``IDLE_S`` on its
   model thread (``i``: the pause), and each follower sleeps that long after one before it enters the next
@@ -38,7 +39,9 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
+import weakref
 from typing import Any, Callable
 
 from .backend import Prepared
@@ -66,7 +69,8 @@ class Lead:
         self.busy_since: float | None = None  # when the step in flight began (monotonic)
         self.rows: dict[int, Row] = {}  # the rows of the scheduler running now (the watchdog's to end)
         self.drain: Callable[[], list[Row]] = list  # the decoder's rows not taken in yet
-        self.abandoned: set[int] = set()  # id() of rows the watchdog ended
+        self.ending: weakref.WeakSet[Row] = weakref.WeakSet()  # rows whose end is claimed (fold or watchdog)
+        self._claims = threading.Lock()
         self.accepted: dict[int, list[int]] = {}
         self.ended: list[list] = []
         self.joined: list[dict] = []
@@ -107,8 +111,6 @@ class Lead:
 
     def watch(self, model_thread=None) -> None:
         """Start the watchdog thread, and the idle heartbeats on ``model_thread`` (see the rules)."""
-        import threading
-
         threading.Thread(target=self._watch, name="tinytitan-group-watchdog", daemon=True).start()
         if model_thread is not None and self.idle_s > 0:
             threading.Thread(target=self._heartbeats, args=(model_thread,), name="tinytitan-group-heartbeat",
@@ -118,8 +120,6 @@ class Lead:
         """A heartbeat ``idle_s`` after the last, each a job of the model thread: its collectives all run
         there, in one order, and one job at a time, so a heartbeat runs only while no decode loop does (one
         queued behind a loop runs when it ends: idle then)."""
-        import threading
-
         done = threading.Event()
         while self.group.broken is None:
             time.sleep(self.idle_s)
@@ -151,14 +151,22 @@ class Lead:
             return  # broken between steps: the next step raises, on the model thread
         error = GroupBroken(self.group.broken)
         for row in list(self.rows.values()) + self.drain():
-            if id(row) in self.abandoned:
+            if not self.claim(row):  # its fold is ending it on the model thread
                 continue
-            self.abandoned.add(id(row))
             try:
                 row.fail(error)
                 row.end()
             except Exception:
                 log.exception("a row could not be ended")
+
+    def claim(self, row: Row) -> bool:
+        """Whether the caller is the one to end ``row``: its fold on the model thread, or the watchdog where the
+        model thread never comes back from a collective; whoever asks first, once (see the rules)."""
+        with self._claims:
+            if row in self.ending:
+                return False
+            self.ending.add(row)
+            return True
 
     def share_of_step(self) -> float:
         return self.group.share_s / self.step_s if self.step_s else 0.0
@@ -193,7 +201,7 @@ class LeadScheduler(Scheduler):
             self.lead.joined.append(join_spec(row))
 
     def retire(self, row: Row) -> None:
-        if id(row) in self.lead.abandoned:  # the watchdog ended it (see the rules)
+        if not self.lead.claim(row):  # the watchdog ended it (see the rules)
             self.rows.pop(row.id, None)
             return
         if row.id in self.announced:

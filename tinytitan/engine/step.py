@@ -31,10 +31,11 @@ Rules:
   caches stand, failures — never text, never an ending. Rows end in the fold, the only place that decides it.
 
 What mlx-lm's public API does not give, and this module owns openly:
-- ``Solo``: stepping one row on its own cache by several known tokens at once (a forced run, later a draft)
-  and sampling after them with its own processors — ``generate_step`` steps by one sampled token.
+- ``Solo``: stepping one row on its own cache by several known tokens at once (a forced run, a draft) and
+  sampling after them with its own processors — ``generate_step`` steps by one sampled token.
 - Which batch rows are decoding (not reading a prompt): ``BatchGenerator`` keeps that in a private attribute;
-  here it is followed from ``next()``'s prompt responses (``end_of_prompt``).
+  the forward reports it from ``next()``'s prompt responses (``end_of_prompt``: ``StepResult.decoding``) and
+  the scheduler keeps it.
 - A row's cap, stop strings and end-of-turn tokens are the row's to enforce (rows.py), once: the batch's rows
   get no stop sequences and a cap one past their own, so the generator never ends a row by itself.
 - Feeding a batch row several known tokens in one step is not in ``BatchGenerator``'s API: inside the batch a
