@@ -216,7 +216,7 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
     expected = {k: summary(await run(engine, r)) for k, r in joiners.items()}
     read_ahead = []
     real = step.Solo.step
-    monkeypatch.setattr(step.Solo, "step", lambda solo, s: (read_ahead.append(1) if s.now else None) or real(solo, s))
+    monkeypatch.setattr(step.Solo, "step", lambda solo, s: (read_ahead.append(1) if getattr(s, "now", False) else None) or real(solo, s))
     got: dict = {}
     async with trio.open_nursery() as outer:
         async def one(name, r):
@@ -423,7 +423,7 @@ async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, de
     submitted: list = []
     ended: list = []
     real_end, real_submit = Row.end, Decoder.submit
-    monkeypatch.setattr(Row, "end", lambda row: ended.append(row) or real_end(row))
+    monkeypatch.setattr(Row, "end", lambda row, kv=None: ended.append(row) or real_end(row, kv))
     monkeypatch.setattr(Decoder, "submit", lambda self, row: submitted.append(row) or real_submit(self, row))
     s = await serve(backend=demo_backend, max_queue=64)
     assert s.engine.max_batch > 1

@@ -56,9 +56,9 @@ def watched(monkeypatch):
         return real_insert(self, row)
 
     def leave(self, row):
-        real_leave(self, row)
-        if not self.in_batch(row.id):
+        if real_leave(self, row):
             left.append((row, row.speculator, row.speculator.drafted, row.speculator.accepted))
+        return not self.in_batch(row.id)
 
     monkeypatch.setattr(step.Forward, "_insert", insert)
     monkeypatch.setattr(step.Forward, "_leave", leave)

@@ -7,14 +7,14 @@ import dataclasses
 
 import pytest
 
-from tinytitan.engine.step import Plan, RowStep
+from tinytitan.engine.step import Next, Plan, Prefill, Sample, Take, Verify
 
 PLANS = [
     Plan(),
-    Plan(alone=(RowStep(0, (5, 6, 7), sample=False),)),
-    Plan(cancel=(3,), alone=(RowStep(1, pending=True), RowStep(2, (9, 10), forced=True),
-                             RowStep(4, (1, 2, 3), now=True)), join=(5, 6), batch=True),
-    Plan(alone=(RowStep(7, (11,), drafts=(12, 13, 14)),), batch=True),
+    Plan(alone=(Prefill(0, (5, 6, 7)),)),
+    Plan(cancel=(3,), alone=(Next(1), Sample(2, (9, 10), forced=True), Sample(4, (1, 2, 3), now=True),
+                             Sample(9, (4,)), Take(10), Take(11, hold=True)), join=(5, 6), batch=True),
+    Plan(alone=(Verify(7, (11,), (12, 13, 14)),), batch=True),
     Plan(cancel=(1,), leave=(8,)),
     Plan(join=(2, 3), batch=True, prefill=32),
 ]
@@ -59,7 +59,7 @@ async def test_the_lone_request_and_the_batch_are_planned_by_one_scheduler(demo_
     plans, ended = [], []
     real_plan, real_end = Scheduler.plan, Row.end
     monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
-    monkeypatch.setattr(Row, "end", lambda row: ended.append(row) or real_end(row))
+    monkeypatch.setattr(Row, "end", lambda row, kv=None: ended.append(row) or real_end(row, kv))
 
     def req(text):
         return ChatRequest(model="tinytitan-demo", messages=(Message("user", text),), max_tokens=6,

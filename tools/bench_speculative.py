@@ -159,6 +159,65 @@ def measure(engines: dict, case: dict, model_id: str, reps: int, watch: CpuWatch
             "drafted": t.draft_tokens, "accepted": t.draft_accepted_tokens}
 
 
+async def together(engine, reqs):
+    """The requests at once; per request its text, and the aggregate tok/s from the first output token of any
+    to the last of any."""
+    import time
+
+    import trio
+
+    from tinytitan.events import Finished, ReasoningDelta, TextDelta, ToolCallArgsDelta
+
+    texts, tokens, first, last = [None] * len(reqs), [0] * len(reqs), [], []
+
+    async def one(i, req):
+        out = []
+        async with engine.session(req) as events:
+            async for ev in events:
+                if isinstance(ev, (TextDelta, ReasoningDelta, ToolCallArgsDelta)):
+                    if not out:
+                        first.append(time.perf_counter())
+                    out.append(ev.text)
+                    last.append(time.perf_counter())
+                elif isinstance(ev, Finished):
+                    tokens[i] = ev.usage.completion_tokens
+        texts[i] = "".join(out)
+
+    async with trio.open_nursery() as nursery:
+        for i, req in enumerate(reqs):
+            nursery.start_soon(one, i, req)
+    return texts, (sum(tokens) - len(reqs)) / (max(last) - min(first))
+
+
+def concurrent(engine, case: dict, model_id: str, n: int, reps: int, watch: CpuWatch) -> dict:
+    """``n`` copies of a case at once (each with its own first line, so no prompt is another's prefix), with and
+    without drafting, sides alternating: aggregate tok/s with ÷ without, and whether the tokens agree."""
+    import trio
+
+    from tinytitan.chat_request import ChatRequest, Message
+
+    ratios, same, speeds = [], True, {"on": [], "off": []}
+    for rep in range(reps):
+        got = {}
+        for side in (["on", "off"] if rep % 2 == 0 else ["off", "on"]):
+            engine.backends[model_id].prompt_cache.clear()
+            reqs = []
+            for i in range(n):
+                first = case["messages"][0]
+                msgs = (Message(first.role, f"(request {i}, round {rep}) " + first.content), *case["messages"][1:])
+                reqs.append(ChatRequest(model=model_id, temperature=0, reasoning=False, speculative=side == "on",
+                                        **{**case, "messages": msgs}))
+            wait_quiet(max_wait=5)
+            with watch:
+                got[side] = trio.run(together, engine, reqs)
+            FOREIGN.append(watch.foreign)
+            speeds[side].append(got[side][1])
+        same &= got["on"][0] == got["off"][0]
+        ratios.append(got["on"][1] / got["off"][1])
+    return {"ratio": statistics.median(ratios), "lo": min(ratios), "hi": max(ratios), "same": same,
+            "on_tps": statistics.median(speeds["on"]), "off_tps": statistics.median(speeds["off"])}
+
+
 def servers_side_by_side(model_dir: Path, case: dict, reps: int, log_dir: Path) -> list[list]:
     """The copy turn over HTTP: tinytitan serve (prompt lookup) and mlx_lm.server (plain), decode tok/s."""
     messages = [{"role": m.role, "content": m.content} for m in case["messages"]]
@@ -196,6 +255,8 @@ def main() -> None:
     ap.add_argument("--no-servers", action="store_true", help="skip the side-by-side with mlx_lm.server")
     ap.add_argument("--no-draft-model", action="store_true", help="skip the draft-model case")
     ap.add_argument("--only", nargs="*", help="run only these cases (copy patch free json)")
+    ap.add_argument("--concurrent", type=int, default=4,
+                    help="then the copy and free turns this many at once, in the batch (0: skip; default 4)")
     args = ap.parse_args()
 
     from tinytitan.engine.engine import Engine
@@ -228,9 +289,23 @@ def main() -> None:
                      fmt(m["ratio"], ".2f"), f"{m['lo']:.2f}–{m['hi']:.2f}", str(m["same"]),
                      f"{m['accepted_share']:.0%}", f"{m['accepted']}/{m['drafted']}"])
         print(f"  draft model: {rows[-1]}", flush=True)
+    crows = []
+    if args.concurrent > 0:
+        batched = Engine(backend, max_batch=args.concurrent)
+        for name in ("copy", "free"):
+            if args.only and name not in args.only:
+                continue
+            m = concurrent(batched, all_cases[name], "smollm2", args.concurrent, args.reps, watch)
+            crows.append([f"{args.concurrent} × {name}", fmt(m["off_tps"], ".1f"), fmt(m["on_tps"], ".1f"),
+                          fmt(m["ratio"], ".2f"), f"{m['lo']:.2f}–{m['hi']:.2f}", str(m["same"])])
+            print(f"  {crows[-1]}", flush=True)
     print()
     print(table(["case", "tokens", "tok/s without", "tok/s with", "with ÷ without", "range", "identical",
                  "accepted share", "accepted/drafted"], rows))
+    if crows:
+        print()
+        print(table(["at once, in the batch", "aggregate tok/s without", "with", "with ÷ without", "range",
+                     "identical"], crows))
     print(f"\ncores used by other processes while measuring: median {statistics.median(FOREIGN):.2f}, "
           f"max {max(FOREIGN):.2f} (2 cores; above ~0.2 the figures are disturbed)")
     if not args.no_servers:

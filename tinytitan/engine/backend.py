@@ -104,6 +104,22 @@ class Backend(ABC):
             self._family = detect(self.tokenizer, self.config)
         return self._family
 
+    def start(self, prepared: "Prepared", model) -> tuple[Any, int, int]:
+        """Where a generation's decoding starts: (a KV cache holding the prompt's first n tokens, n, how many of
+        those n the prompt cache held), else a new cache and 0, 0 (the decode step's forward holds it from then
+        on). A vision model reads its images here too (``prompt_prefix``, vision.py), so n may pass what was
+        cached."""
+        kv, read, cached = self.prompt_prefix(model, prepared)
+        if kv is None:
+            return self.new_cache(model), 0, 0
+        return kv, read, cached
+
+    def prompt_prefix(self, model, prepared: "Prepared") -> tuple[Any, int, int]:
+        """(a cache holding the prompt's first n tokens, or None for a new one; n; how many of those n the
+        prompt cache held): here the longest cached prefix, its images compared by digest."""
+        kv, n = self.prompt_cache.fetch(prepared.tokens, prepared.image_runs)
+        return kv, n, n
+
     def speculator(self, prepared: "Prepared", loop, tokens: list[int]):
         """The request's drafting for speculative decoding (None: it decodes without drafts; the MLX backend's
         is prompt lookup or a draft model)."""

@@ -47,7 +47,9 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from .rows import LEFT, Row
-from .step import PREFILL_STEP, PREFILL_STEP_SHARED, Forward, Output, Plan, RowStep
+from .plan import (PREFILL_STEP, PREFILL_STEP_SHARED, Next, Plan, Prefill, RowStep, Sample, StepResult, Take,
+                   Verify)
+from .step import Forward
 
 if TYPE_CHECKING:
     from .decode_loop import DecodeLoop
@@ -61,12 +63,17 @@ FIRST_CHUNK = 32  # the first prompt chunk of a row alone where others may join 
 class Scheduler:
     """The rows in flight for one model at a time, and the plan and fold of each step."""
 
-    def __init__(self, load: Callable[[Any], float | None], max_batch: int, first_chunk: int, seeded: bool):
+    def __init__(self, load: Callable[[Any], float | None], max_batch: int, first_chunk: int, seeded: bool,
+                 make_forward: Callable[[Any, int], Any] = Forward):
         """``load(backend)``: makes a backend's model resident (the seconds it took, None when it was).
         ``seeded``: a request's seed gives its sampler a random key of its own (rows that may share a
         batch); otherwise mlx-lm's process-wide key is seeded, as ``stream_generate`` alone is used."""
         self.load, self.max_batch, self.first_chunk, self.seeded = load, max_batch, first_chunk, seeded
+        self.make_forward = make_forward  # ``(backend, max_batch)``: the forward for a backend's model (step.py)
         self.rows: dict[int, Row] = {}
+        self.batched: set[int] = set()  # rows in the batch (the forward holds their caches there)
+        self.decoding: set[int] = set()  # ... of those, the rows whose prompt is read
+        self.staying: set[int] = set()  # ... of those, the rows whose cache cannot step out of it
         self.backend = None
         self.forward: Forward | None = None
         self._ids = itertools.count()
@@ -83,10 +90,10 @@ class Scheduler:
                 load_s = self.load(row.backend)
                 if load_s is not None:  # it loaded the model
                     row.loop.before = dataclasses.replace(row.loop.before, load_s=load_s)
-                self.backend, self.forward = row.backend, Forward(row.backend, self.max_batch)
+                self.backend, self.forward = row.backend, self.make_forward(row.backend, self.max_batch)
             row.id = next(self._ids)
             self.rows[row.id] = row
-            row.open(self.forward.model, self.seeded)
+            self.forward.own(row.id, row.open(self.forward.model, self.seeded))
         except Exception as exc:
             row.fail(exc)
             self.retire(row)
@@ -94,19 +101,25 @@ class Scheduler:
     def retire(self, row: Row) -> None:
         """Take ``row`` out of the table and the forward (its cache comes back to it), and end it: the only
         caller of ``Row.end``."""
+        kv = None
         try:
-            if row.id is not None and self.rows.pop(row.id, None) is not None and self.forward is not None:
-                self.forward.release(row)
+            if row.id is not None and self.rows.pop(row.id, None) is not None:
+                for members in (self.batched, self.decoding, self.staying):
+                    members.discard(row.id)
+                if self.forward is not None:
+                    kv = self.forward.release(row.id)
         except Exception as exc:  # its cache could not be taken out of the batch: it is not kept
-            row.kv = None
             row.fail(exc)
         finally:
-            row.end()
+            row.end(kv)
 
     def close(self) -> None:
         if self.forward is not None:
             self.forward.close()
             self.forward = None
+        self.batched.clear()
+        self.decoding.clear()
+        self.staying.clear()
 
     # -- the step ---------------------------------------------------------------------------------------------
     def step(self, others_waiting: Callable[[], bool]) -> None:
@@ -116,7 +129,6 @@ class Scheduler:
 
     def plan(self, others_waiting: Callable[[], bool]) -> Plan:
         """What each row does this step (see the rules at the top)."""
-        forward = self.forward
         looked: list[bool] = []
 
         def waiting() -> bool:  # a look at the inbox, once a plan
@@ -126,41 +138,43 @@ class Scheduler:
 
         cancel = tuple(i for i, row in self.rows.items() if row.stopped)
         active = [row for row in self.rows.values() if row.id not in cancel]
-        batched = [row for row in active if forward.in_batch(row.id)]
+        batched = [row for row in active if row.id in self.batched]
         if len(active) == 1 and len(batched) == 1 and self._resumes(batched[0]) and not waiting():
             # the batch is down to a row that drafts: it steps out onto its own cache (step.Forward._leave)
             return Plan(cancel, leave=(batched[0].id,))
-        crowd = len(active) > 1 or forward.batched > 0 or (bool(active) and waiting())
+        crowd = len(active) > 1 or bool(self.batched) or (bool(active) and waiting())
         sampling = {row.id for row in active if row.generated or row.pending}  # rows decoding, or about to
         alone: list[RowStep] = []
         join: list[int] = []
         for row in active:
-            if forward.in_batch(row.id):
+            if row.id in self.batched:
                 continue
             if row.run:  # a forced run already accepted is fed first, wherever it goes next
-                alone.append(RowStep(row.id, row.run, forced=True))
-            elif row.holding and not crowd:  # alone, its last token read: it verifies a draft after it
-                alone.append(RowStep(row.id, (row.generated[-1],), drafts=row.drafts))
+                alone.append(Sample(row.id, row.run, forced=True))
+            elif row.holding and not crowd:  # alone, its last token read: it verifies a draft after it (with
+                # no draft it is fed and the next pass queued: pipelined again)
+                last = (row.generated[-1],)
+                alone.append(Verify(row.id, last, row.drafts) if row.drafts else Sample(row.id, last))
             elif row.generated and not row.pending:  # read ahead, or its pending token read: it joins
                 join.append(row.id)
             elif crowd and row.pending:  # it joins the batch: its pending token is read first
-                alone.append(RowStep(row.id, sample=False, pending=True))
-            elif crowd and (forward.decoding or sampling - {row.id}) and not row.generated and \
+                alone.append(Take(row.id))
+            elif crowd and (self.decoding or sampling - {row.id}) and not row.generated and \
                     0 < len(row.tokens) - row.read <= PREFILL_STEP_SHARED:
-                alone.append(RowStep(row.id, tuple(row.left_to_read), now=True))
+                alone.append(Sample(row.id, tuple(row.left_to_read), now=True))
             elif crowd:
                 join.append(row.id)
             else:
                 alone.append(self._alone(row))
-        return Plan(cancel, tuple(alone), tuple(join), forward.batched + len(join) > 0,
+        return Plan(cancel, tuple(alone), tuple(join), len(self.batched - set(cancel)) + len(join) > 0,
                     prefill=self._prefill(join, sampling, waiting))
 
     def _prefill(self, join: list[int], sampling: set[int], others_waiting: Callable[[], bool]) -> int:
         """How much of their prompts the batch's rows read this step: a short chunk while a burst arrives (see
         the rules), a ``PREFILL_STEP_SHARED`` chunk while others decode, else a whole ``PREFILL_STEP``."""
-        if self.forward.decoding:
+        if self.decoding:
             return PREFILL_STEP_SHARED
-        if not join and not self.forward.batched:  # the batch does not step
+        if not join and not self.batched:  # the batch does not step
             return PREFILL_STEP
         fresh = any(not self.rows[i].generated and self.rows[i].read == self.rows[i].loop.cached_tokens for i in join)
         if not sampling and (fresh or others_waiting()):
@@ -170,48 +184,62 @@ class Scheduler:
     def _resumes(self, row: Row) -> bool:
         """Whether a row left alone in the batch steps out of it to draft again: it drafts, it decodes (a token
         of its answer came out of the batch), and its cache can step out."""
-        return row.speculator is not None and bool(row.generated) and self.forward.may_leave(row.id)
+        return (row.speculator is not None and bool(row.generated) and row.id in self.decoding
+                and row.id not in self.staying)
 
     def _alone(self, row: Row) -> RowStep:
         """The next step of a row decoding alone: a chunk of its prompt, its prompt's last token, or the step
         that reads its pending token (and queues the next)."""
         if row.pending:
             if row.speculator is not None and row.speculator.expects_draft():
-                return RowStep(row.id, pending=True, sample=False, hold=True)  # a draft follows it
-            return RowStep(row.id, pending=True)
+                return Take(row.id, hold=True)  # a draft follows it
+            return Next(row.id)
         rest = len(row.tokens) - 1 - row.read
         if rest > 0:  # all but the prompt's last token, chunk by chunk
             n = min(self.first_chunk if row.read == row.loop.cached_tokens else PREFILL_STEP, rest)
-            return RowStep(row.id, tuple(row.tokens[row.read:row.read + n]), sample=False)
-        return RowStep(row.id, tuple(row.tokens[row.read:]))
+            return Prefill(row.id, tuple(row.tokens[row.read:row.read + n]))
+        return Sample(row.id, tuple(row.tokens[row.read:]))
 
-    def fold(self, plan: Plan, out: Output) -> None:
-        """Hand each row what was sampled for it, take its proposal, and retire the rows that ended."""
-        proposing = {s.row for s in plan.alone if s.pending and s.sample}
+    def fold(self, plan: Plan, result: StepResult) -> None:
+        """Apply a step's result to the rows (the one place it is applied, on every rank of a group alike):
+        where their prompts and caches stand, who is in the batch, the tokens sampled for them (handed to
+        ``Row.accept`` one at a time), the drafts verified and the next ones, their proposals; then retire
+        the rows that ended."""
+        rows = self.rows
         steps = {s.row: s for s in plan.alone}
         for row_id in plan.cancel:
-            self.rows[row_id].ending = LEFT
+            rows[row_id].ending = LEFT
+        for row_id, exc in result.failed.items():
+            rows[row_id].fail(exc)
+            self.batched.discard(row_id)
+        for row_id, read in result.read.items():
+            rows[row_id].read = read
+        for row_id, pending in result.pending.items():
+            rows[row_id].pending = pending
         for row_id in plan.join:  # drafting is for a row alone: in the batch it decodes token by token
-            self.rows[row_id].holding, self.rows[row_id].drafts = False, ()
-        for row_id, s in steps.items():  # its last token read with nothing queued: a draft may follow it
-            self.rows[row_id].holding = s.hold or bool(s.drafts)
-        for row_id in plan.leave:  # out of the batch, its last token not read: it drafts again
-            row = self.rows[row_id]
-            if row.ending is None and not self.forward.in_batch(row_id):
-                try:
-                    row.speculator.resume(row.tokens + row.generated)
-                    row.holding, row.drafts = True, row.speculator.draft(row.generated[-1], row.cap_left)
-                except Exception as exc:  # its own grammar: this row fails, not the step
-                    row.fail(exc)
-        for row_id, tokens in out.items():
-            row = self.rows[row_id]
+            rows[row_id].holding, rows[row_id].drafts = False, ()
+            if row_id not in result.failed:
+                self.batched.add(row_id)
+        self.decoding.update(i for i in result.decoding if i in self.batched)
+        self.staying.update(result.staying)
+        for row_id, s in steps.items():
+            row = rows[row_id]
+            if isinstance(s, Sample) and s.forced:
+                row.run = ()
+            row.holding = (isinstance(s, Take) and s.hold) or isinstance(s, Verify)
+        for row_id in result.left:  # out of the batch, its last token not read: it drafts again
+            self._left(rows[row_id])
+        for row_id, tokens in result.tokens.items():
+            row = rows[row_id]
             try:
                 step = steps.get(row_id)
+                if isinstance(step, Verify):
+                    self._verified(row, step, result.verified[row_id])
                 if row.speculator is not None and step is not None:
                     ended = self._fold_drafting(row, step, tokens)
                 else:
                     ended = any(row.accept(token) for token in tokens)
-                if ended or row.holding or row_id not in proposing:
+                if ended or row.holding or not isinstance(step, Next):
                     continue
                 run = row.propose()
                 if row.speculator is not None and run:
@@ -220,11 +248,43 @@ class Scheduler:
                     row.run = run
             except Exception as exc:  # its own detokenizer, parser or grammar: this row fails, not the step
                 row.fail(exc)
-        for row in list(self.rows.values()):
+        for row in list(rows.values()):
             if row.ending is None and row.error is not None:  # one of its hooks failed in a step
                 row.fail(row.error)
             if row.ending is not None:
                 self.retire(row)
+
+    def _left(self, row: Row) -> None:
+        """``row`` stepped out of the batch (step.Forward._leave): the batch's step ahead taken back from its
+        grammar matcher and its seeded sampler, and its first draft on its own cache."""
+        self.batched.discard(row.id)
+        self.decoding.discard(row.id)
+        if row.ending is not None:
+            return
+        try:
+            mask = row.loop.grammar_mask
+            if mask is not None and not mask.failed and mask.started:
+                mask.matcher.rollback(1)
+            if row.draws is not None:
+                row.draws.undo()
+            spec = row.speculator
+            spec.resume(row.tokens + row.generated)
+            row.holding, row.drafts = True, spec.draft(row.generated[-1], row.cap_left)
+        except Exception as exc:  # its own grammar: this row fails, not the step
+            row.fail(exc)
+
+    @staticmethod
+    def _verified(row: Row, step: Verify, accepted: int) -> None:
+        """After a verify that accepted ``accepted`` draft tokens: the row's grammar matcher rolled back past
+        the rejected ones, its seeded sampler's key chain moved on by the rows used, its speculator told."""
+        rejected = len(step.drafts) - accepted
+        mask = row.loop.grammar_mask
+        if rejected and mask is not None and not mask.failed:
+            mask.matcher.rollback(rejected)
+        if row.draws is not None:
+            row.draws.accept(accepted + 1)
+        if row.speculator is not None:
+            row.speculator.verified(len(step.drafts), accepted)
 
     @staticmethod
     def _fold_drafting(row: Row, step: RowStep, tokens: tuple[int, ...]) -> bool:
@@ -238,19 +298,17 @@ class Scheduler:
             if row.accept(token):
                 ended = True
                 break
-        if step.drafts and row.verified is not None:
-            spec.verified(*row.verified)
-            row.verified = None
-        spec.generated(tokens[:used], bool(step.drafts))
+        spec.generated(tokens[:used], isinstance(step, Verify))
         if not ended and row.holding:
             row.drafts = spec.draft(row.generated[-1], row.cap_left)
         return ended
 
 
-def decode_one(backend, prepared, loop: "DecodeLoop", should_stop: Callable[[], bool]) -> None:
-    """One request on its own, to its end, reporting to ``loop`` (``MLXBackend.decode``): the same step, with
-    one row and no one to join it."""
-    scheduler = Scheduler(lambda b: None, 1, PREFILL_STEP, seeded=False)
+def decode_one(backend, prepared, loop: "DecodeLoop", should_stop: Callable[[], bool],
+               make_forward: Callable[[Any, int], Any] = Forward) -> None:
+    """One request on its own, to its end, reporting to ``loop`` (``MLXBackend.decode``; the scripted backend
+    with its scripted forward): the same step, with one row and no one to join it."""
+    scheduler = Scheduler(lambda b: None, 1, PREFILL_STEP, seeded=False, make_forward=make_forward)
     row = Row(backend, prepared, loop=loop, should_stop=should_stop)
     try:
         scheduler.admit(row)

@@ -19,8 +19,9 @@ Rules:
 - A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its
   pending work, yet the wait may never return), and one that stops answering always does. A watchdog
   (``Lead.watch``) sees a step in flight longer than ``timeout`` seconds: the group is broken, and each row in
-  flight, or waiting to join, is ended there with that error (its model thread never comes back to end it;
-  if it does, ``LeadScheduler.retire`` knows the row is ended already).
+  flight, or waiting to join, is ended there with that error: its model thread, stuck in the collective, may
+  never come back to end it in the fold. A row is ended once: the fold and the watchdog each claim it first
+  (``Lead.claim``, under a lock), and the one that does not get it leaves it alone.
 - Idle, a follower would wait in the collective for the next message, and MLX's ring backend spins while it
   waits (a core's worth). So while no scheduler runs, rank 0 broadcasts a heartbeat every ``IDLE_S`` on its
   model thread (``i``: the pause), and each follower sleeps that long after one before it enters the next
@@ -38,7 +39,9 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
+import weakref
 from typing import Any, Callable
 
 from .backend import Prepared
@@ -66,7 +69,8 @@ class Lead:
         self.busy_since: float | None = None  # when the step in flight began (monotonic)
         self.rows: dict[int, Row] = {}  # the rows of the scheduler running now (the watchdog's to end)
         self.drain: Callable[[], list[Row]] = list  # the decoder's rows not taken in yet
-        self.abandoned: set[int] = set()  # id() of rows the watchdog ended
+        self.ending: weakref.WeakSet[Row] = weakref.WeakSet()  # rows whose end is claimed (fold or watchdog)
+        self._claims = threading.Lock()
         self.accepted: dict[int, list[int]] = {}
         self.ended: list[list] = []
         self.joined: list[dict] = []
@@ -107,8 +111,6 @@ class Lead:
 
     def watch(self, model_thread=None) -> None:
         """Start the watchdog thread, and the idle heartbeats on ``model_thread`` (see the rules)."""
-        import threading
-
         threading.Thread(target=self._watch, name="tinytitan-group-watchdog", daemon=True).start()
         if model_thread is not None and self.idle_s > 0:
             threading.Thread(target=self._heartbeats, args=(model_thread,), name="tinytitan-group-heartbeat",
@@ -118,8 +120,6 @@ class Lead:
         """A heartbeat ``idle_s`` after the last, each a job of the model thread: its collectives all run
         there, in one order, and one job at a time, so a heartbeat runs only while no decode loop does (one
         queued behind a loop runs when it ends: idle then)."""
-        import threading
-
         done = threading.Event()
         while self.group.broken is None:
             time.sleep(self.idle_s)
@@ -151,14 +151,22 @@ class Lead:
             return  # broken between steps: the next step raises, on the model thread
         error = GroupBroken(self.group.broken)
         for row in list(self.rows.values()) + self.drain():
-            if id(row) in self.abandoned:
+            if not self.claim(row):  # its fold is ending it on the model thread
                 continue
-            self.abandoned.add(id(row))
             try:
                 row.fail(error)
                 row.end()
             except Exception:
                 log.exception("a row could not be ended")
+
+    def claim(self, row: Row) -> bool:
+        """Whether the caller is the one to end ``row``: its fold on the model thread, or the watchdog where the
+        model thread never comes back from a collective; whoever asks first, once (see the rules)."""
+        with self._claims:
+            if row in self.ending:
+                return False
+            self.ending.add(row)
+            return True
 
     def share_of_step(self) -> float:
         return self.group.share_s / self.step_s if self.step_s else 0.0
@@ -167,8 +175,7 @@ class Lead:
 def join_spec(row: Row) -> dict:
     p, req = row.prepared, row.prepared.req
     return {"id": row.id, "tokens": row.tokens, "max_tokens": p.max_tokens, "sampling": p.sampling,
-            "seed": req.seed, "rp": req.repetition_penalty, "pp": req.presence_penalty,
-            "fp": req.frequency_penalty, "raw": req.prompt is not None, "cached": row.read,
+            "seed": req.seed, "speculative": req.speculative, "raw": req.prompt is not None, "cached": row.read,
             "grammar": p.grammar.text if p.grammar is not None else None,
             "grammar_name": p.grammar.name if p.grammar is not None else None}
 
@@ -194,7 +201,7 @@ class LeadScheduler(Scheduler):
             self.lead.joined.append(join_spec(row))
 
     def retire(self, row: Row) -> None:
-        if id(row) in self.lead.abandoned:  # the watchdog ended it (see the rules)
+        if not self.lead.claim(row):  # the watchdog ended it (see the rules)
             self.rows.pop(row.id, None)
             return
         if row.id in self.announced:
@@ -225,10 +232,9 @@ class LeadScheduler(Scheduler):
         plan = self.plan(others_waiting)
         self.lead.send(plan, self.seeded)
         out = self.forward.run(plan, self.rows)
-        for row in self.rows.values():  # a collective inside the model failed: a rank is gone, not this row
-            error = row.ending.error if row.ending is not None else None
-            if error is not None and not isinstance(error, GroupBroken) and group.lost(error):
-                row.ending = Ending("failed", error=GroupBroken(group.broken))
+        for i, error in out.failed.items():  # a collective inside the model failed: a rank is gone, not this row
+            if not isinstance(error, GroupBroken) and group.lost(error):
+                out.failed[i] = GroupBroken(group.broken)
         before = {i: (row, len(row.generated)) for i, row in self.rows.items()}
         self.fold(plan, out)
         for i, (row, n) in before.items():
@@ -245,8 +251,8 @@ def follower_row(backend, spec: dict) -> Row:
     from .structured import CompiledGrammar
     from .structured.compile import llg_tokenizer
 
-    req = ChatRequest(model=backend.model_id, messages=(), seed=spec["seed"], repetition_penalty=spec["rp"],
-                      presence_penalty=spec["pp"], frequency_penalty=spec["fp"],
+    # what a row reads of its request beyond its sampling values (which carry the penalties too)
+    req = ChatRequest(model=backend.model_id, messages=(), seed=spec["seed"], speculative=spec["speculative"],
                       prompt="" if spec["raw"] else None)
     grammar = None
     if spec["grammar"] is not None:
@@ -256,9 +262,39 @@ def follower_row(backend, spec: dict) -> Row:
     prepared = Prepared(req=req, tokens=spec["tokens"], max_tokens=spec["max_tokens"], grammar=grammar,
                         sampling=spec["sampling"])
     loop = DecodeLoop(VerbatimParser(), (), lambda _event: None, prepared.sampling)
-    row = Row(backend, prepared, loop=loop, should_stop=lambda: False)
-    row.raw = None  # its text is rank 0's to make
-    return row
+    return Row(backend, prepared, loop=loop, should_stop=lambda: False)
+
+
+class FollowerScheduler(Scheduler):
+    """A follower's rows: opened from rank 0's messages (``open_row``), stepped by rank 0's plans and folded by
+    the very fold rank 0 runs (``Scheduler.fold``); rows rank 0 ended are ended here when its message says so
+    (``ended``)."""
+
+    def __init__(self, backend, max_batch: int, seeded: bool):
+        super().__init__(lambda _b: None, max_batch, 0, seeded)
+        self.backend, self.forward = backend, Forward(backend, max_batch)
+
+    def open_row(self, row: Row, row_id: int, cached: int) -> None:
+        row.id = row_id
+        self.rows[row_id] = row
+        self.forward.own(row_id, row.open(self.forward.model, self.seeded))
+        if row.read != cached:
+            raise RuntimeError(f"diverged: its prompt cache starts row {row_id} at {row.read} tokens, rank 0's "
+                               f"at {cached}")
+
+    def ended(self, row_id: int, kind: str) -> None:
+        """Rank 0 ended the row (a stop string only it sees, its consumer, a failure of its own)."""
+        row = self.rows.get(row_id)
+        if row is None:  # this rank's fold ended it already (its end of turn, its cap)
+            return
+        row.ending = Ending("failed", error=RuntimeError("failed on rank 0")) if kind == "failed" else LEFT
+        self.retire(row)
+
+    def run(self, plan: Plan) -> dict[int, list[int]]:
+        """Rank 0's plan: the forward, then the fold; the tokens each row accepted (for rank 0's to match)."""
+        before = {i: (row, len(row.generated)) for i, row in self.rows.items()}
+        self.fold(plan, self.forward.run(plan, self.rows))
+        return {i: row.generated[n:] for i, (row, n) in before.items() if len(row.generated) > n}
 
 
 def follow(group: Group, backends: list, max_batch: int) -> None:
@@ -266,71 +302,47 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
     catalog: the one rank 0 switched to last), until the group breaks (rank 0 gone)."""
     by_id = {b.model_id: b for b in backends}
     backend = next((b for b in backends if b.loaded), backends[0])
-    rows: dict[int, Row] = {}
-    forward: Forward | None = None
-    sampled: dict[int, tuple[int, ...]] = {}  # this rank's tokens of the last step, for rank 0's to match
+    scheduler: FollowerScheduler | None = None
+    accepted: dict[int, list[int]] = {}  # this rank's tokens of the last step, for rank 0's to match
     diverged: str | None = None
     log.info("rank %d follows rank 0's steps", group.rank)
     while True:
         msg = group.share(report=diverged is not None)
         if diverged is not None:  # rank 0 has heard it (and broken the group)
             raise RuntimeError(diverged)
-        for i, tokens in msg["a"]:  # what rank 0 accepted begins with what it sampled: this rank's, if in step
-            mine = sampled.get(i, ())
+        for i, tokens in msg["a"]:  # what rank 0 accepted: what this rank's fold accepted, if in step
+            mine = accepted.get(i, [])
             n = min(len(mine), len(tokens))
-            if list(mine[:n]) != tokens[:n] and diverged is None:
-                diverged = (f"rank {group.rank} diverged: it sampled {list(mine[:n])} for row {i}, rank 0 "
+            if mine[:n] != tokens[:n] and diverged is None:
+                diverged = (f"rank {group.rank} diverged: it sampled {mine[:n]} for row {i}, rank 0 "
                             f"accepted {tokens[:n]}")
                 log.error("%s", diverged)
-        sampled = {}
+        accepted = {}
         if "m" in msg:  # rank 0 switches models (its rows have all left): load this rank's part too
             if msg["m"] not in by_id:
                 raise RuntimeError(f"rank {group.rank} diverged: rank 0 switched to '{msg['m']}', not in this "
                                    f"rank's catalog ({', '.join(by_id)})")
-            if forward is not None:
-                forward.close()
-                forward = None
+            if scheduler is not None:
+                scheduler.close()
+                scheduler = None
             if backend is not by_id[msg["m"]]:
                 backend.unload()
             backend = by_id[msg["m"]]
             backend.ensure_loaded()
-        eos = set(backend.tokenizer.eos_token_ids)
-        for i, tokens in msg["a"]:
-            row = rows[i]
-            row.generated.extend(tokens)
-            row.decoded += sum(1 for t in tokens if t not in eos)
         for i, kind in msg["e"]:
-            row = rows.pop(i)
-            if forward is not None:
-                forward.release(row)
-            row.ending = Ending("failed", error=RuntimeError("failed on rank 0")) if kind == "failed" else LEFT
-            row.end()
+            scheduler.ended(i, kind)
         if msg.get("f"):
-            assert not rows, "a fresh decoder with rows in flight"
-            if forward is not None:
-                forward.close()
-            forward = Forward(backend, max_batch)
+            assert scheduler is None or not scheduler.rows, "a fresh decoder with rows in flight"
+            if scheduler is not None:
+                scheduler.close()
+            scheduler = FollowerScheduler(backend, max_batch, msg["s"])
         for spec in msg.get("j", ()):
-            row = follower_row(backend, spec)
-            row.id = spec["id"]
-            rows[row.id] = row
-            row.open(forward.model, msg["s"])
-            if row.read != spec["cached"]:
-                raise RuntimeError(f"rank {group.rank} diverged: its prompt cache starts row {row.id} at "
-                                   f"{row.read} tokens, rank 0's at {spec['cached']}")
+            try:
+                scheduler.open_row(follower_row(backend, spec), spec["id"], spec["cached"])
+            except RuntimeError as exc:
+                raise RuntimeError(f"rank {group.rank} {exc}") from None
         if "i" in msg:  # rank 0 is idle: its next message comes after this pause (see the rules)
             time.sleep(msg["i"])
         if "p" not in msg:
             continue
-        plan = Plan.from_ints(msg["p"])
-        for s in plan.alone:
-            mask = rows[s.row].loop.grammar_mask
-            if s.forced and mask is not None:  # rank 0's proposer walked its matcher over the run (rows.py)
-                try:
-                    for token in s.feed[:-1]:
-                        mask.consume(token)
-                except Exception:
-                    if diverged is None:
-                        raise
-                    # diverged: its grammar may refuse rank 0's run; it steps on, to report at the next message
-        sampled = forward.run(plan, rows)
+        accepted = scheduler.run(Plan.from_ints(msg["p"]))

@@ -48,29 +48,6 @@ def _timed(mask, loop: DecodeLoop, tokens, logits):
         loop.grammar_mask_s += time.perf_counter() - started
 
 
-def seeded_sampler(seed: int, temp: float, top_p: float, min_p: float, top_k: int) -> Callable:
-    """mlx-lm's sampler chain (``make_sampler``: top-p, min-p, top-k, then a categorical draw) with a random
-    key of its own: each draw splits the key as ``mx.random.seed(seed)`` then the process-wide key would, so
-    a request decoded in a batch draws what it draws alone."""
-    import mlx.core as mx
-    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
-
-    key = mx.random.key(seed)
-
-    def sample(logprobs):
-        nonlocal key
-        if 0 < top_p < 1.0:
-            logprobs = apply_top_p(logprobs, top_p)
-        if min_p != 0.0:
-            logprobs = apply_min_p(logprobs, min_p, 1)
-        if top_k > 0:
-            logprobs = apply_top_k(logprobs, top_k)
-        key, draw = mx.random.split(key)
-        return mx.random.categorical(logprobs * (1.0 / temp), key=draw)
-
-    return sample
-
-
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
                  prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
@@ -166,23 +143,16 @@ class MLXBackend(Backend):
 
     batches = True  # the engine decodes its requests through the decoder's step, together (decoder.py)
 
-    def prompt_prefix(self, model, prepared: Prepared) -> tuple[list | None, int, int]:
-        """Where a row's KV cache starts: (a cache holding the prompt's first n tokens, or None for a new one; n;
-        how many of those n the prompt cache held). Here the longest cached prefix; a vision model also reads
-        its images there (vision.py)."""
-        kv, n = self.prompt_cache.fetch(prepared.tokens, prepared.image_runs)
-        return kv, n, n
-
     def logits_processors(self, prepared: Prepared, loop: DecodeLoop) -> list:
         """The request's mlx-lm logits processors (the per-request hook: see engine.py); a grammar mask's
         time goes to ``loop``'s timing."""
         from mlx_lm.sample_utils import make_logits_processors
 
-        req = prepared.req
+        used = prepared.sampling
         processors = make_logits_processors(
-            repetition_penalty=req.repetition_penalty,
-            presence_penalty=req.presence_penalty or None,
-            frequency_penalty=req.frequency_penalty or None,
+            repetition_penalty=used.get("repetition_penalty"),
+            presence_penalty=used.get("presence_penalty") or None,
+            frequency_penalty=used.get("frequency_penalty") or None,
         )
         mask = prepared.logits_processor()
         if mask is not None:  # last: it sees the penalised logits, and nothing after it can revive a token
@@ -190,34 +160,21 @@ class MLXBackend(Backend):
             processors.append(functools.partial(_timed, mask, loop))
         return processors
 
-    def sampler_for(self, prepared: Prepared, loop: DecodeLoop, seeded: bool = False) -> tuple[Callable, list]:
-        """The request's sampler and logits processors. ``seeded``: a seed gives the sampler a random key of
-        its own (a batch member), drawn exactly as the process-wide key would be for a request alone."""
-        from mlx_lm.sample_utils import make_sampler
+    def sampler_for(self, prepared: Prepared, loop: DecodeLoop) -> tuple[Callable, list]:
+        """The request's sampler (speculative/sampling.py: the one sampler every step uses — a lone row, a
+        batch row, a verify) and its logits processors."""
+        from .speculative.sampling import row_sampler
 
-        req, used = prepared.req, prepared.sampling
-        temp, top_p, min_p, top_k = used["temperature"], used["top_p"], used["min_p"], self._top_k(used["top_k"])
-        if seeded and req.seed is not None and temp != 0:
-            sampler = seeded_sampler(int(req.seed) % 2**64, temp, top_p, min_p, top_k)
-        else:
-            sampler = make_sampler(temp=temp, top_p=top_p, min_p=min_p, top_k=top_k)
-        return sampler, self.logits_processors(prepared, loop)
+        used = {**prepared.sampling, "top_k": self._top_k(prepared.sampling["top_k"])}
+        return row_sampler(used, prepared.req.seed), self.logits_processors(prepared, loop)
 
     def speculator(self, prepared: Prepared, loop: DecodeLoop, tokens: list[int]) -> "Speculator | None":
         """The request's drafting (None: it decodes without drafts): prompt lookup over its prompt and answer,
-        or the draft model. A seeded sampled request gets a RowSampler (sampling.py) as its sampler: it draws
-        each verified position with the key decoding one token at a time would use."""
-        req, used = prepared.req, prepared.sampling
+        or the draft model."""
         config = self.speculative
-        if not req.speculative or not config.on:
+        if not prepared.req.speculative or not config.on:
             return None
-        sampler = None
-        if req.seed is not None and used["temperature"] != 0:
-            from .speculative.sampling import RowSampler
-
-            sampler = RowSampler(used["temperature"], used["top_p"], used["min_p"], self._top_k(used["top_k"]),
-                                 seed=int(req.seed))
-        common = dict(mask=loop.grammar_mask, eos=sorted(self.tokenizer.eos_token_ids), sampler=sampler)
+        common = dict(mask=loop.grammar_mask, eos=sorted(self.tokenizer.eos_token_ids))
         if self._draft is not None:
             return Speculator.for_draft_model(self._draft, tokens, config.num_draft_tokens, **common)
         if config.lookup:

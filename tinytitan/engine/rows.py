@@ -1,9 +1,10 @@
 """A row: one generation on the model thread, from its first step to its end.
 
 Rules:
-- A row is opened (``open``) before its first step: its KV cache starts where its backend's ``prompt_prefix``
-  says (the longest cached prefix of its prompt; a vision model's images read there too), or empty, its sampler and logits processors are made (guarded: one that raises marks this
-  row failed, never the step it ran in), and its DecodeLoop is started.
+- A row is opened (``open``) before its first step: its KV cache starts where its backend's ``start`` says
+  (the longest cached prefix of its prompt; a vision model's images read there too), or empty; its sampler
+  and logits processors are made (guarded: one that raises marks this row failed, never the step it ran in),
+  and its DecodeLoop is started. The cache goes to the forward, which holds it from then on.
 - ``accept(token)`` hands it one sampled token, as mlx-lm's ``stream_generate`` would report it: the
   end-of-turn token ends it (not content), a client stop string ends it, its output cap ends it (once, here:
   nothing else counts its tokens). What ended it is recorded on the row (``ending``); nothing is sent or
@@ -57,15 +58,14 @@ class Row:
         self._should_stop = should_stop if should_stop is not None else box.stop.is_set
         self.tokens = list(prepared.tokens)
         self.id: int | None = None  # the decoder's number for it (set when it is admitted)
-        self.kv: list | None = None  # its KV cache, while it is its own (not inside the batch)
-        self.read = 0  # prompt tokens its cache holds
+        self.read = 0  # prompt tokens its cache holds (its cache itself is the forward's: step.py)
         self.pending = False  # a token it sampled is still to be read (the step after it is already queued)
         self.run: tuple[int, ...] = ()  # certain tokens its proposer put forward (accepted), to be fed next
         self.speculator = None  # its drafting (speculative/speculator.py), None when it does not draft
         self.holding = False  # its last token was read with nothing queued after it: a draft may follow it
         self.drafts: tuple[int, ...] = ()  # speculative tokens its speculator put forward, verified next (step.py)
-        self.verified: tuple[int, int] | None = None  # (drafted, accepted) of the verify it stepped last
         self.sampler: Callable | None = None
+        self.draws = None  # its seeded RowSampler (speculative/sampling.py), whose key chain the fold moves
         self.processors: list = []
         self.generated: list[int] = []
         self.decoded = 0  # tokens given to the detokenizer (the end-of-turn token is not)
@@ -98,25 +98,24 @@ class Row:
         return self.tokens + self.generated[:-1]
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
-    def open(self, model, seeded: bool) -> None:
-        """Its cache (the longest cached prefix, else a new one), its sampler and processors, its Started."""
+    def open(self, model, seeded: bool) -> list:
+        """Its sampler and processors, its Started; the KV cache it starts from (the longest cached prefix,
+        else a new one), for the forward to hold."""
         backend, prepared = self.backend, self.prepared
         since = time.perf_counter()
-        kv, read, cached = backend.prompt_prefix(model, prepared)
-        if kv is None:
-            kv, read, cached = backend.new_cache(model), 0, 0
-        self.kv, self.read = kv, read
-        sampler, processors = backend.sampler_for(prepared, self.loop, seeded=seeded)
+        kv, read, cached = backend.start(prepared, model)
+        self.read = read
+        sampler, processors = backend.sampler_for(prepared, self.loop)
         if not seeded and prepared.req.seed is not None:
             import mlx.core as mx
 
             mx.random.seed(int(prepared.req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
-        speculator = backend.speculator(prepared, self.loop, self.tokens)
-        if speculator is not None and speculator.sampler is not None:
-            sampler = speculator.sampler  # it draws each verified position as it would alone (sampling.py)
-        self.speculator = speculator
+        self.speculator = backend.speculator(prepared, self.loop, self.tokens)
+        # a seeded sampler's key chain: a verify moves it on by the rows used, a leave sets it back (decoder.py)
+        self.draws = sampler if getattr(sampler, "seed", None) is not None else None
         self.sampler, self.processors = self._guarded(sampler, processors)
         self.loop.start(len(self.tokens), cached, since=since)
+        return kv
 
     def accept(self, token: int) -> bool:
         """One sampled token; True when it ended the row (``ending`` says how)."""
@@ -153,14 +152,15 @@ class Row:
         if self.ending is None or self.ending.kind != "failed":
             self.ending = Ending("failed", error=exc)
 
-    def end(self) -> None:
-        """The one place a generation ends on the model thread (see the rules above)."""
+    def end(self, kv: list | None = None) -> None:
+        """The one place a generation ends on the model thread (see the rules above); ``kv``: the KV cache the
+        forward gave back (None: none to keep)."""
         ending = self.ending or Ending("failed", error=RuntimeError("the decoder let go of it unfinished"))
         try:
             if ending.kind == "failed":
                 self._report(ending.error)
             else:
-                self._store()
+                self._store(kv)
                 if ending.kind == "finished":
                     if self.speculator is not None or self.loop.draft_tokens:
                         self.report_drafts()
@@ -171,24 +171,24 @@ class Row:
             if self.box is not None:
                 self.box.close(None if self.loop.started else ending.error)
 
-    def _store(self) -> None:
+    def _store(self, kv: list | None) -> None:
         """Keep what its KV cache holds for the requests after it (a prompt whose client left half-way is
         half-read already when it comes again). A cache taken out of the batch is a lazy slice of the batch's:
         evaluated here, so the entry owns its memory and no pending work of this thread's stream travels with
         it."""
-        if self.kv is None:
+        if kv is None:
             return
         import mlx.core as mx
 
         from .prompt_cache import kv_offset, kv_trimmable
 
         # a verified draft whose later tokens went unused (a stop string, the cap): the cache forgets them
-        extra = (kv_offset(self.kv) or 0) - len(self.tokens) - len(self.generated)
-        if extra > 0 and kv_trimmable(self.kv):
-            for c in self.kv:
+        extra = (kv_offset(kv) or 0) - len(self.tokens) - len(self.generated)
+        if extra > 0 and kv_trimmable(kv):
+            for c in kv:
                 c.trim(extra)
-        mx.eval([c.state for c in self.kv if not c.empty()])
-        self.backend.prompt_cache.store(self.tokens + self.generated, self.kv, self.prepared.image_runs)
+        mx.eval([c.state for c in kv if not c.empty()])
+        self.backend.prompt_cache.store(self.tokens + self.generated, kv, self.prepared.image_runs)
 
     def _report(self, exc: BaseException | None) -> None:
         """A failure: before its Started (its model would not load) the consumer's exception, as when decoding
@@ -196,6 +196,13 @@ class Row:
         import logging
 
         if self.loop.started and not self.stopped and not self.loop.finished:
+            try:  # the text its detokenizer still held goes out first, as it would at any other end
+                self.detok.finalize()
+                rest = self.raw.flush() if self.raw is not None else self.detok.last_segment
+                if rest:
+                    self.loop.parser_text(rest)
+            except Exception:
+                pass
             logging.getLogger("tinytitan.engine").error("generation failed: %s", exc)
             self.loop.emit(Failed(f"generation failed: {exc}"))
 

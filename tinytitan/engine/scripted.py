@@ -3,8 +3,10 @@
 The script is a YAML list; request k is answered by entry k (the last entry repeats). An entry is a
 string (the raw output, markers and all), or a mapping ``{output: str, delay_ms: int, error: str}``:
 ``delay_ms`` sleeps before each token (for cancellation and keep-alive tests); ``error`` fails the
-generation after the stream opened. The text is tokenized with the demo tokenizer and goes through the
-same channel and tool-call parsing as real output, so token counts are real.
+generation after the stream opened. The text is tokenized with the demo tokenizer and decoded by the engine's
+own decode step (decoder.py: a row, its fold, its ending), with a scripted forward in place of the model
+(``ScriptedForward``: the script is what is "sampled"), so channel and tool-call parsing, stop strings, caps
+and token counts are the real ones.
 
 A script is not masked, so it is checked: where the request has a grammar (structured output, a forced call,
 strict tools, a limit on calls), each scripted token must be one the mask would allow. Where the grammar
@@ -26,8 +28,8 @@ import yaml
 
 from .backend import Backend, Prepared
 from .decode_loop import DecodeLoop
+from .plan import Next, Plan, Prefill, Sample, StepResult, Take
 from .prompt_cache import PromptCache
-from .raw import IncrementalText
 
 
 class BackendFailure(RuntimeError):
@@ -101,46 +103,114 @@ class ScriptedBackend(Backend):
             k = next(self._counter)
         return self.entries[min(k, len(self.entries) - 1)]
 
-    def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
+    # -- decoding: the engine's own decode step, with the script for a model (ScriptedForward) ---------------
+    def start(self, prepared: Prepared, model) -> tuple["ScriptRun", int, int]:
+        """A generation's script (the next entry, tokenized) as the "cache" its forward steps through, and the
+        prompt tokens a real prefix cache would reuse (the entry it keeps is the prompt and the scripted
+        answer, without KV)."""
         entry = self.next_entry()
         ids = self.tokenizer.encode(entry.output, add_special_tokens=False)
-        cached = self.prompt_cache.fetch(prepared.tokens)[1] if self.prompt_cache else 0
-        loop.start(len(prepared.tokens), cached)
+        cached = 0
         if self.prompt_cache:
+            cached = self.prompt_cache.fetch(prepared.tokens)[1]
             self.prompt_cache.store(list(prepared.tokens) + ids[: prepared.max_tokens], None)
-        detok = self.tokenizer.detokenizer
-        detok.reset()
-        raw = IncrementalText(self.tokenizer, prepared.tokens) if prepared.req.prompt is not None else None
-        hit_length = False
-        matcher = prepared.grammar.matcher() if prepared.grammar is not None else None
-        for n, tok in enumerate(ids):
-            if should_stop():
-                return
-            if n == prepared.max_tokens:
-                hit_length = True
-                break
-            if matcher is not None:
-                fits = _fits(matcher, tok)
-                if fits is None:
-                    break  # only end-of-sequence is left: the answer ends here, as a masked model's would
-                if fits is False:
-                    seen = self.tokenizer.decode(ids[:n + 1])
-                    raise ScriptDoesNotFit(f"the scripted output does not fit the request's grammar "
-                                           f"({prepared.grammar.name or 'grammar'}) after {seen[-80:]!r}")
-            if entry.delay_ms:
-                time.sleep(entry.delay_ms / 1000)
-                if should_stop():
-                    return
-            detok.add_token(tok)
-            self.tokens_decoded += 1
-            if not loop.token(raw.add(tok) if raw else detok.last_segment):
-                break
-        detok.finalize()
-        rest = raw.flush() if raw else detok.last_segment
-        if rest and loop.stop.matched is None:
-            loop.parser_text(rest)
-        if entry.error:
-            raise BackendFailure(entry.error)
-        if matcher is not None and not hit_length and not matcher.is_accepting():
-            raise ScriptDoesNotFit("the scripted output ends before the request's grammar is complete")
-        loop.end(hit_length)
+        return ScriptRun(self, entry, ids, prepared), cached, cached
+
+    def sampler_for(self, prepared: Prepared, loop: DecodeLoop) -> tuple[Callable | None, list]:
+        return None, []  # the script is what is "sampled": no sampler, and no mask (the script is checked)
+
+    def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
+        """One request, to its end: a row of the engine's decode step (decoder.py), its tokens from the script."""
+        from .decoder import decode_one
+
+        decode_one(self, prepared, loop, should_stop, make_forward=ScriptedForward)
+
+
+class ScriptRun:
+    """Where one generation's script stands: the tokens it hands out next, checked against its grammar. The
+    scripted forward's "KV cache" for the row."""
+
+    def __init__(self, backend: ScriptedBackend, entry: ScriptEntry, ids: list[int], prepared: Prepared):
+        self.backend, self.entry, self.ids, self.prepared = backend, entry, ids, prepared
+        self.at = 0  # the next script token
+        self.read = 0  # prompt tokens "read"
+        self.pending: int | BaseException | None = None  # the token sampled last (or the failure it met)
+        self.matcher = prepared.grammar.matcher() if prepared.grammar is not None else None
+        self.eos = min(backend.tokenizer.eos_token_ids)
+
+    def sample(self) -> int | BaseException:
+        """The next token: the script's, or end-of-sequence where the script (or its grammar) ends; a failure
+        where the script asks for one, or its grammar refuses it, is handed out in its place."""
+        matcher, tokenizer = self.matcher, self.backend.tokenizer
+        if self.at == len(self.ids):
+            if self.entry.error:
+                return BackendFailure(self.entry.error)
+            if matcher is not None and not matcher.is_accepting():
+                return ScriptDoesNotFit("the scripted output ends before the request's grammar is complete")
+            return self.eos
+        token = self.ids[self.at]
+        if matcher is not None:
+            fits = _fits(matcher, token)
+            if fits is None:
+                return self.eos  # only end-of-sequence is left: the answer ends here, as a masked model's would
+            if fits is False:
+                seen = tokenizer.decode(self.ids[:self.at + 1])
+                return ScriptDoesNotFit(f"the scripted output does not fit the request's grammar "
+                                        f"({self.prepared.grammar.name or 'grammar'}) after {seen[-80:]!r}")
+        self.at += 1
+        return token
+
+
+class ScriptedForward:
+    """The decode step's forward with a script for a model (step.Forward's interface): every row steps on its
+    own "cache" (its ``ScriptRun``), pipelined as a lone MLX row is — the token sampled by one step is read
+    by the next — so the rows, the fold and the ending of a generation are the engine's own."""
+
+    def __init__(self, backend: ScriptedBackend, max_batch: int):
+        self.backend, self.model = backend, None
+        self.runs: dict[int, ScriptRun] = {}
+
+    def own(self, row_id: int, run: ScriptRun) -> None:
+        self.runs[row_id] = run
+
+    def in_batch(self, row_id: int) -> bool:
+        return False
+
+    def release(self, row_id: int) -> None:
+        self.runs.pop(row_id, None)
+        return None  # nothing to keep: the prompt cache's entry was noted at the start
+
+    def run(self, plan: Plan, rows: dict) -> StepResult:
+        out = StepResult()
+        for row_id in plan.cancel:
+            self.release(row_id)
+        for s in plan.alone:
+            run = self.runs[s.row]
+            if isinstance(s, Prefill):
+                run.read += len(s.tokens)
+            elif isinstance(s, Sample):
+                run.read = len(rows[s.row].tokens)
+                run.pending = run.sample()
+                if s.now:
+                    self._hand_out(run, s.row, out)
+            elif isinstance(s, (Next, Take)):
+                self._hand_out(run, s.row, out)
+                if isinstance(s, Next):
+                    run.pending = run.sample()
+            out.read[s.row] = run.read
+            out.pending[s.row] = run.pending is not None
+        return out
+
+    def _hand_out(self, run: ScriptRun, row_id: int, out: StepResult) -> None:
+        token, run.pending = run.pending, None
+        if isinstance(token, BaseException):
+            out.failed[row_id] = token
+            return
+        if run.entry.delay_ms:
+            time.sleep(run.entry.delay_ms / 1000)
+        if token != run.eos:
+            self.backend.tokens_decoded += 1
+        out.tokens[row_id] = (token,)
+
+    def close(self) -> None:
+        self.runs.clear()

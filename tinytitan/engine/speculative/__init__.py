@@ -5,6 +5,6 @@ The parts, each usable alone:
 - ``draft_model``: a small model's greedy guesses, with the tokenizer-agreement check that admits it;
 - ``policy``: the draft length per step (adaptive k) and the off-switch for a request that copies nothing;
 - ``sampling``: one draw per verified position, as the request would draw it alone (seeded ones included);
-- ``verify``: the forward pass over a draft, the accepted prefix, the cache trim and the grammar rollback;
-- ``decode``: a lone request decoded with them, step after step.
+- ``verify``: the forward pass over a draft and the accepted prefix (the decode step runs it: step.py);
+- ``speculator``: one row's drafting, as the decode step asks for it.
 """

@@ -1,6 +1,7 @@
 """Drawing the tokens of a verify step: one draw per position, as the request would draw them one at a time.
 
 Rules:
+- This is the one sampler of the engine: a row alone, a batch row and a verify step all draw with it.
 - A verify step samples several positions at once (after the last accepted token, and after each draft
   token). ``RowSampler`` draws each row from the request's own distribution (mlx-lm's chain: top-p, min-p,
   top-k, then a categorical draw at the temperature; argmax at temperature 0), so a token accepted because
@@ -16,6 +17,17 @@ Rules:
 """
 
 from __future__ import annotations
+
+
+def row_sampler(sampling: dict, seed: int | None = None):
+    """A generation's sampler from the values it samples with (``Prepared.sampling``): mlx-lm's shared
+    ``greedy_sampler`` at temperature 0 (rows that all use it are sampled in one call in the batch), else a
+    ``RowSampler`` — with a key chain of its own when the request has a seed."""
+    from mlx_lm.sample_utils import greedy_sampler
+
+    if sampling["temperature"] == 0:
+        return greedy_sampler
+    return RowSampler(sampling["temperature"], sampling["top_p"], sampling["min_p"], sampling["top_k"], seed=seed)
 
 
 class RowSampler:

@@ -47,12 +47,11 @@ class SpeculativeConfig:
 
 class Speculator:
     def __init__(self, proposer, policy: DraftPolicy, mask=None, eos: Sequence[int] = (), always: bool = False,
-                 sampler=None, known: int = 0):
+                 known: int = 0):
         self.proposer, self.policy, self.mask = proposer, policy, mask
         self.known = known  # history tokens the proposer has been given (the prompt, then what was generated)
         self.eos = tuple(eos)
         self.always = always  # a draft model: it always has a guess
-        self.sampler = sampler  # the row's RowSampler where its key chain must follow accepted rows (seeded)
         self.drafted_steps = 0
 
     @classmethod

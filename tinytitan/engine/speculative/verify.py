@@ -11,9 +11,9 @@ Rules:
   token given back is the model's own sample, so greedy output is token for token what decoding without a
   draft gives, and sampled output is drawn from the same distribution (mlx-lm's ``speculative_generate_step``
   accepts by the same rule).
-- The KV cache is trimmed past the rejected draft tokens (mlx-lm's public ``trim_prompt_cache``) and the
-  grammar matcher rolled back over them (llguidance's ``rollback``): both then stand where decoding one token
-  at a time would stand, holding every given-back token but the last.
+- The KV cache is trimmed past the rejected draft tokens (mlx-lm's public ``trim_prompt_cache``: the step's
+  ``Solo``) and the grammar matcher rolled back over them (llguidance's ``rollback``: the decoder's fold):
+  both then stand where decoding one token at a time would stand, holding every given-back token but the last.
 - Before the forward pass a draft is cut where the grammar would refuse it (``validate_tokens``: a token the
   mask forbids can never be accepted) and before any end-of-sequence token.
 """
@@ -73,66 +73,3 @@ def forward_draft(model, kv: list, context, feed: Sequence[int], draft: Sequence
     samples = sampler(logprobs)
     mx.async_eval(samples)
     return samples
-
-
-def settle(kv: list, draft: Sequence[int], samples: Sequence[int], mask=None, sampler=None) -> int:
-    """The fold's bookkeeping after ``forward_draft``: how many draft tokens are accepted; the cache is trimmed
-    and the grammar matcher rolled back past the rest, the sampler's key chain moved on by the rows used."""
-    from mlx_lm.models.cache import trim_prompt_cache
-
-    n = accepted_prefix(draft, samples)
-    rejected = len(draft) - n
-    if rejected:
-        trim_prompt_cache(kv, rejected)
-        if mask is not None and not mask.failed:
-            mask.matcher.rollback(rejected)
-    accept = getattr(sampler, "accept", None)
-    if accept is not None:
-        accept(n + 1)
-    return n
-
-
-class Verifier:
-    """One request's speculative steps on its own KV cache (a list of mlx-lm caches, trimmable).
-
-    ``context`` is what the cache holds (the request's tokens before ``last``); ``processors`` its mlx-lm
-    logits processors in order, ``mask`` the GrammarMask among them (or None), ``sampler`` a RowSampler."""
-
-    def __init__(self, model, kv: list, context: Sequence[int], sampler, processors: Sequence = (), mask=None):
-        import mlx.core as mx
-
-        self.model, self.kv, self.sampler = model, kv, sampler
-        self.processors, self.mask = list(processors), mask
-        self.context = mx.array(list(context), dtype=mx.int32) if self.processors else None
-        self._pending: tuple[int, list[int]] | None = None
-
-    def forward(self, last: int, draft: list[int]):
-        """The forward pass over ``last`` and ``draft``; ``fold`` takes the evaluated samples."""
-        self._pending = (last, list(draft))
-        return forward_draft(self.model, self.kv, self.context, [last], draft, self.processors, self.sampler)
-
-    def fold(self, samples: Sequence[int]) -> tuple[list[int], int]:
-        """The tokens given back (the accepted draft prefix, then the model's next token) and how many of them
-        came from the draft. The cache, the matcher and the sampler's key chain move to stand after them."""
-        import mlx.core as mx
-
-        last, draft = self._pending
-        self._pending = None
-        samples = [int(t) for t in samples]
-        n = settle(self.kv, draft, samples, self.mask, self.sampler)
-        if self.context is not None:
-            self.context = mx.concatenate([self.context, mx.array([last, *draft[:n]], dtype=mx.int32)])
-        return samples[:n + 1], n
-
-    def give_back(self, tokens: int) -> None:
-        """The caller used only the first of the tokens the last fold gave back, ``tokens`` fewer (a stop string,
-        the end of the turn, the output cap): the cache and the matcher forget what they hold of the rest."""
-        if tokens <= 0:
-            return
-        from mlx_lm.models.cache import trim_prompt_cache
-
-        trim_prompt_cache(self.kv, tokens)
-        if self.mask is not None and not self.mask.failed:
-            self.mask.matcher.rollback(tokens)
-        if self.context is not None:
-            self.context = self.context[:-tokens]
