@@ -102,9 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-websocket", action="store_true",
                    help="do not serve Responses over a WebSocket: an upgrade on GET /v1/responses is answered 426, "
                         "and Codex's built-in provider falls back to HTTP at once")
-    s.add_argument("--responses-store", metavar="DIR|memory",
-                   help="where stored Responses objects live (default: $XDG_STATE_HOME/tinytitan/responses or "
-                        "~/.local/state/tinytitan/responses); 'memory' keeps nothing on disk")
+    s.add_argument("--state", metavar="DIR|postgresql://…", default=os.environ.get("TINYTITAN_STATE") or None,
+                   help="the database of stored responses and memory: a directory (its SQLite file state.db; "
+                        "default $XDG_STATE_HOME/tinytitan or ~/.local/state/tinytitan), or a PostgreSQL URL that "
+                        "several servers share (env TINYTITAN_STATE)")
+    s.add_argument("--responses-store", metavar="DIR|memory|postgresql://…",
+                   help="where stored Responses objects live, when not in --state's database; 'memory' keeps "
+                        "nothing on disk")
+    s.add_argument("--responses-retention-days", type=float, default=30.0, metavar="DAYS",
+                   help="stored responses older than this are evicted (default 30, as the OpenAI API; 0: never)")
+    s.add_argument("--responses-max-mib", type=int, default=2048, metavar="MIB",
+                   help="past this size the oldest stored responses are evicted (default 2048; 0: no bound)")
     mem = s.add_argument_group("memory (off unless --memory or TINYTITAN_MEMORY=1)")
     mem.add_argument("--memory", action="store_true", default=os.environ.get("TINYTITAN_MEMORY", "") in ("1", "true"),
                      help="give the model memory that outlives a conversation, per workspace, through memory tools "
@@ -387,7 +395,9 @@ def serve(args) -> int:
     if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
         allowed += (args.host,)
     server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
-                                                    responses_store=args.responses_store,
+                                                    responses_store=args.responses_store or args.state,
+                                                    responses_retention_days=args.responses_retention_days,
+                                                    responses_max_mib=args.responses_max_mib,
                                                     websocket=not args.no_websocket))
 
     catalog = codex_catalog(engine)
