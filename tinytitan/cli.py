@@ -118,12 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="give the model memory that outlives a conversation, per workspace, through memory tools "
                           "the server runs itself")
     mem.add_argument("--memory-dir", metavar="DIR",
-                     help="where memory journals live (default $XDG_DATA_HOME/tinytitan/memory or "
-                          "~/.local/share/tinytitan/memory)")
+                     help="keep memory in DIR/state.db rather than in --state's database (older journals under DIR, "
+                          "default $XDG_DATA_HOME/tinytitan/memory, are migrated at start)")
+    mem.add_argument("--memory-max-workspaces", type=int, default=1000, metavar="N",
+                     help="workspaces that may have memory; a new one's first write past this is refused, saying "
+                          "so (default 1000; 0: no bound)")
     mem.add_argument("--memory-tools", choices=["off", "minimal", "full"], default="full",
                      help="which memory tools the model gets (off: memory is only shown, default full)")
     mem.add_argument("--memory-fsync", action="store_true",
-                     help="make every memory write durable before it is answered (default: an fsync follows shortly)")
+                     help="(every memory write is now durable before it is answered; kept for older command lines)")
     mem.add_argument("--memory-tool-rounds", type=int, default=4, metavar="N",
                      help="rounds of memory tool calls per request (default 4)")
     mem.add_argument("--memory-consolidate", type=float, default=30.0, metavar="SECONDS",
@@ -463,10 +466,16 @@ def open_memory(args):
         raise SystemExit("--memory-tool-rounds must be 0 or more")
     from .memory.service import Memory, MemoryConfig
 
-    config = MemoryConfig(tools=args.memory_tools, fsync=args.memory_fsync, rounds=args.memory_tool_rounds,
-                          consolidate=max(args.memory_consolidate, 0.0))
+    from .store.db import db_path
+
+    config = MemoryConfig(tools=args.memory_tools, rounds=args.memory_tool_rounds,
+                          consolidate=max(args.memory_consolidate, 0.0),
+                          max_workspaces=max(args.memory_max_workspaces, 0))
     if args.memory_dir:
         config.directory = Path(args.memory_dir).expanduser()
+        config.state = str(config.directory)
+    else:  # the state database (older journals are migrated from the default memory directory)
+        config.state = args.state or str(db_path(None))
     return Memory(config)
 
 

@@ -7,7 +7,8 @@ Rules:
 - A failed write is a tool error ("not saved"), never a success.
 - Results are capped: a list shows at most 100 keys, a search at most 20 hits, with summaries, never whole
   values (``memory_get`` reads one value, itself at most 64 KiB).
-- The journal is the session's; no argument can name another workspace.
+- The workspace is the session's; no argument can name another. The calls read and write the database: the
+  layer runs them in a worker thread.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import logging
 from typing import Any
 
 from ..chat_request import Tool
-from .journal import Journal, WriteFailed, check_importance, check_tags
 from .keys import Refused
+from .records import WriteFailed, check_importance, check_tags
+from .workspace import Workspace
 
 log = logging.getLogger("tinytitan.memory")
 
@@ -84,7 +86,7 @@ def _args(arguments: str, allowed: set[str], required: set[str]) -> dict:
     return args
 
 
-def _run(journal: Journal, name: str, arguments: str) -> dict[str, Any]:
+def _run(journal: Workspace, name: str, arguments: str) -> dict[str, Any]:
     props = DEFINITIONS[name].parameters["properties"]
     args = _args(arguments, set(props), set(DEFINITIONS[name].parameters.get("required", ())))
     if name == "memory_get":
@@ -117,11 +119,11 @@ def _run(journal: Journal, name: str, arguments: str) -> dict[str, Any]:
     raise Refused(f"no memory tool named {name!r}")
 
 
-def _durability(journal: Journal) -> dict:
+def _durability(journal: Workspace) -> dict:
     return {} if journal.persistent else {"note": "kept for this session only: " + (journal.why_not or "")}
 
 
-def execute(journal: Journal, name: str, arguments: str) -> tuple[str, bool]:
+def execute(journal: Workspace, name: str, arguments: str) -> tuple[str, bool]:
     """Run one memory call: (the result as JSON text, whether it succeeded)."""
     try:
         return json.dumps(_run(journal, name, arguments), ensure_ascii=False), True

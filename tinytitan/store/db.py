@@ -54,6 +54,14 @@ class CorruptDatabase(RuntimeError):
     pass
 
 
+def _close(conn) -> bool:
+    try:
+        conn.close()
+    except Exception:
+        pass
+    return False
+
+
 class Tx:
     """One transaction's statements, with ``?`` placeholders."""
 
@@ -114,7 +122,8 @@ class SqliteDatabase(Database):
         self._local = threading.local()
         self._lock = threading.Lock() if path is None else None
         self._shared: sqlite3.Connection | None = None
-        self._all: list[sqlite3.Connection] = []
+        self._all: list[tuple[threading.Thread, sqlite3.Connection]] = []  # each thread's connection
+        self._guard = threading.Lock()
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
@@ -124,10 +133,11 @@ class SqliteDatabase(Database):
                     raise
                 self._set_aside(exc)
                 self.run(schema.create)
-            try:
-                os.chmod(path, 0o600)
-            except OSError:
-                pass
+            for suffix in ("", "-wal", "-shm"):  # the owner's only
+                try:
+                    os.chmod(str(path) + suffix, 0o600)
+                except OSError:
+                    pass
         else:
             self._shared = self._connect(":memory:", check_same_thread=False)
             self.run(schema.create)
@@ -153,7 +163,9 @@ class SqliteDatabase(Database):
                 log.warning("state database %s: journal mode %s (WAL refused)", target, mode)
             conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
-        self._all.append(conn)
+        with self._guard:  # the connections of threads that are gone are closed
+            self._all = [(t, c) for t, c in self._all if t.is_alive() or _close(c)]
+            self._all.append((threading.current_thread(), conn))
         return conn
 
     def _conn(self) -> sqlite3.Connection:
@@ -161,7 +173,8 @@ class SqliteDatabase(Database):
             return self._shared
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = self._connect(str(self.path))
+            # used by this thread only; closed by whoever closes the database
+            conn = self._local.conn = self._connect(str(self.path), check_same_thread=False)
         return conn
 
     def run(self, fn, *args, write: bool = True):
@@ -186,12 +199,10 @@ class SqliteDatabase(Database):
         return out
 
     def close(self) -> None:
-        for conn in self._all:
-            try:
-                conn.close()
-            except sqlite3.Error:
-                pass
-        self._all.clear()
+        with self._guard:
+            for _, conn in self._all:
+                _close(conn)
+            self._all.clear()
         self._local = threading.local()
         self._shared = None
 
@@ -226,7 +237,8 @@ class PostgresDatabase(Database):
         if conn is None or conn.closed or conn.broken:
             conn = self._local.conn = psycopg.connect(self.url, connect_timeout=int(self.connect_timeout))
             with self._guard:
-                self._all.append(conn)
+                self._all = [(t, c) for t, c in self._all if t.is_alive() or _close(c)]
+                self._all.append((threading.current_thread(), conn))
         return conn
 
     def run(self, fn, *args, write: bool = True):
@@ -237,11 +249,8 @@ class PostgresDatabase(Database):
 
     def close(self) -> None:
         with self._guard:
-            for conn in self._all:
-                try:
-                    conn.close()
-                except Exception:
-                    pass
+            for _, conn in self._all:
+                _close(conn)
             self._all.clear()
         self._local = threading.local()
 
