@@ -180,7 +180,7 @@ def test_older_journals_are_migrated_verified_and_kept(tmp_path, caplog):
     cfg = MemoryConfig(directory=tmp_path / "memory", state=str(tmp_path / "state"), launch_dir="/src/proj",
                        user="me", home="/home/me")
     memory = Memory(cfg)
-    assert "1 keys of /src/proj migrated" in caplog.text and "torn last line" in caplog.text
+    assert "1 keys of /src/proj migrated" in caplog.text and "torn last record" in caplog.text
     session = memory.session(ChatRequest(model="m", messages=(Message("user", "hi"),)))
     rec = session.workspace.get("build/command")
     assert (rec.value, rec.importance, rec.tags, rec.created, rec.updated) == ("make -j2", 5, ("b",), 10.0, 30.0)
@@ -190,7 +190,7 @@ def test_older_journals_are_migrated_verified_and_kept(tmp_path, caplog):
     memory.close()
     caplog.clear()
     Memory(cfg).close()
-    assert "migrated" not in caplog.text  # once
+    assert "keys of /src/proj migrated" not in caplog.text  # once
 
 
 # -- keys --------------------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ async def test_an_older_log_is_migrated_verified_and_kept_as_a_backup(tmp_path, 
     assert not log_path.exists() and (tmp_path / (FILE_NAME + BACKUP_SUFFIX)).read_bytes() == whole
     caplog.clear()
     ResponsesStore.open(str(tmp_path))
-    assert "migrated" not in caplog.text  # once
+    assert "responses migrated" not in caplog.text  # once
 
 
 async def test_a_migration_that_does_not_verify_leaves_the_log(tmp_path, monkeypatch, caplog):

@@ -13,11 +13,11 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 
+from ..store.legacy import replay_lines
 from .keys import Refused, parse_segment
 from .records import Record
 from .workspace import tags_text, words_of
@@ -31,39 +31,30 @@ BACKUP_SUFFIX = ".migrated"
 def replay(path: Path) -> tuple[dict[str, Record], str | None]:
     """The keys a journal holds, and the directory it belongs to."""
     records: dict[str, Record] = {}
-    workspace: str | None = None
-    data = path.read_bytes()
-    pos = 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        end = len(data) if nl < 0 else nl + 1
-        try:
-            if nl < 0:
-                raise ValueError("no line end")
-            rec = json.loads(data[pos:end].decode("utf-8"))
-            op, at = rec["op"], float(rec.get("at", 0.0))
-            if op == "workspace":
-                workspace = workspace or str(rec["path"])
-            elif op == "set":
-                old = records.get(rec["key"])
-                records[rec["key"]] = Record(rec["key"], str(rec["value"]), int(rec.get("importance") or 3),
-                                             rec.get("confidence"), tuple(rec.get("tags") or ()),
-                                             old.created if old else float(rec.get("created", at)), at)
-            elif op == "append":
-                old = records.get(rec["key"])
-                if old is None:
-                    records[rec["key"]] = Record(rec["key"], str(rec["text"]), created=at, updated=at)
-                else:
-                    old.value, old.updated = (old.value + "\n" if old.value else "") + str(rec["text"]), at
-            elif op == "delete":
-                records.pop(rec["key"], None)
+    workspace: list[str] = []
+
+    def apply(rec: dict) -> None:
+        op, at = rec["op"], float(rec.get("at", 0.0))
+        if op == "workspace":
+            workspace.append(str(rec["path"]))
+        elif op == "set":
+            old = records.get(rec["key"])
+            records[rec["key"]] = Record(rec["key"], str(rec["value"]), int(rec.get("importance") or 3),
+                                         rec.get("confidence"), tuple(rec.get("tags") or ()),
+                                         old.created if old else float(rec.get("created", at)), at)
+        elif op == "append":
+            old = records.get(rec["key"])
+            if old is None:
+                records[rec["key"]] = Record(rec["key"], str(rec["text"]), created=at, updated=at)
             else:
-                raise ValueError(f"unknown record op {op!r}")
-        except (ValueError, UnicodeDecodeError, TypeError, KeyError, AttributeError) as exc:
-            where = "a torn last line" if end >= len(data) else f"an unreadable record at byte {pos}"
-            log.warning("memory journal %s: skipped %s (%s)", path, where, type(exc).__name__)
-        pos = end
-    return records, workspace
+                old.value, old.updated = (old.value + "\n" if old.value else "") + str(rec["text"]), at
+        elif op == "delete":
+            records.pop(rec["key"], None)
+        else:
+            raise ValueError(f"unknown record op {op!r}")
+
+    replay_lines(path, apply, log, "memory journal")
+    return records, workspace[0] if workspace else None
 
 
 def journals(directory: Path):

@@ -8,7 +8,8 @@ Rules:
   ``?`` placeholders on every implementation; ``tx.dialect`` ("sqlite" or "postgresql") is for the few
   statements that differ (full-text search, locking a row).
 - ``run`` blocks: from the trio event loop call ``await db.call(fn, *args)``, which runs it in a worker
-  thread. Each thread has its own connection (SQLite's in-memory database has one, behind a lock).
+  thread (at most ``THREADS`` at once). Each thread has its own connection, closed once the thread is gone
+  (SQLite's in-memory database has one, behind a lock).
 - SQLite: WAL, ``synchronous=FULL`` (a commit is on disk before ``run`` returns, so an answered write survives
   ``kill -9`` and power loss), a busy timeout so several processes share one file, writes begin IMMEDIATE.
 - A SQLite file that is not a database (or is malformed) is moved aside at open, with its WAL, as
@@ -36,6 +37,7 @@ from . import schema
 log = logging.getLogger("tinytitan.store")
 
 FILE_NAME = "state.db"
+THREADS = 8  # worker threads (so connections) a database is used from at once, per process
 T = TypeVar("T")
 
 try:  # psycopg is needed only for --state postgresql://…
@@ -92,14 +94,32 @@ class Database:
     persistent = True
     where = ""
 
+    def __init__(self):
+        self._local = threading.local()  # this thread's connection
+        self._all: list[tuple[threading.Thread, Any]] = []  # every thread's, to close
+        self._guard = threading.Lock()
+
+    def _track(self, conn) -> None:
+        with self._guard:  # the connections of threads that are gone are closed
+            self._all = [(t, c) for t, c in self._all if t.is_alive() or _close(c)]
+            self._all.append((threading.current_thread(), conn))
+
     def run(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
         raise NotImplementedError
 
+    _limiter: trio.CapacityLimiter | None = None
+
     async def call(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
-        return await trio.to_thread.run_sync(partial(self.run, fn, *args, write=write))
+        if self._limiter is None:  # a bounded number of connections at once (each thread has its own)
+            self._limiter = trio.CapacityLimiter(THREADS)
+        return await trio.to_thread.run_sync(partial(self.run, fn, *args, write=write), limiter=self._limiter)
 
     def close(self) -> None:
-        pass
+        with self._guard:
+            for _, conn in self._all:
+                _close(conn)
+            self._all.clear()
+        self._local = threading.local()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.where}>"
@@ -115,15 +135,13 @@ def _corrupt(exc: BaseException) -> bool:
 class SqliteDatabase(Database):
     def __init__(self, path: Path | None, busy_timeout: float = 30.0):
         """``path``: the file; None: a database in this process's memory (gone when it ends)."""
+        super().__init__()
         self.path = path
         self.busy_timeout = busy_timeout
         self.persistent = path is not None
         self.where = str(path) if path is not None else "memory"
-        self._local = threading.local()
         self._lock = threading.Lock() if path is None else None
         self._shared: sqlite3.Connection | None = None
-        self._all: list[tuple[threading.Thread, sqlite3.Connection]] = []  # each thread's connection
-        self._guard = threading.Lock()
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
@@ -163,9 +181,7 @@ class SqliteDatabase(Database):
                 log.warning("state database %s: journal mode %s (WAL refused)", target, mode)
             conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
-        with self._guard:  # the connections of threads that are gone are closed
-            self._all = [(t, c) for t, c in self._all if t.is_alive() or _close(c)]
-            self._all.append((threading.current_thread(), conn))
+        self._track(conn)
         return conn
 
     def _conn(self) -> sqlite3.Connection:
@@ -199,11 +215,7 @@ class SqliteDatabase(Database):
         return out
 
     def close(self) -> None:
-        with self._guard:
-            for _, conn in self._all:
-                _close(conn)
-            self._all.clear()
-        self._local = threading.local()
+        super().close()
         self._shared = None
 
 
@@ -224,21 +236,17 @@ class PostgresDatabase(Database):
     def __init__(self, url: str, connect_timeout: float = 10.0):
         if psycopg is None:
             raise SystemExit("--state postgresql://… needs the psycopg package: pip install 'psycopg[binary]'")
+        super().__init__()
         self.url = url
         self.connect_timeout = connect_timeout
         self.where = redact(url)
-        self._local = threading.local()
-        self._all: list = []
-        self._guard = threading.Lock()
         self.run(schema.create)
 
     def _conn(self):
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
             conn = self._local.conn = psycopg.connect(self.url, connect_timeout=int(self.connect_timeout))
-            with self._guard:
-                self._all = [(t, c) for t, c in self._all if t.is_alive() or _close(c)]
-                self._all.append((threading.current_thread(), conn))
+            self._track(conn)
         return conn
 
     def run(self, fn, *args, write: bool = True):
@@ -246,13 +254,6 @@ class PostgresDatabase(Database):
         with conn.transaction():
             with conn.cursor() as cur:
                 return fn(Tx(cur, "postgresql"), *args)
-
-    def close(self) -> None:
-        with self._guard:
-            for _, conn in self._all:
-                _close(conn)
-            self._all.clear()
-        self._local = threading.local()
 
 
 # -- choosing one ------------------------------------------------------------------------------------------

@@ -16,14 +16,17 @@ import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger("tinytitan.store")
 
 BACKUP_SUFFIX = ".migrated"
 
 
-def read_log(path: Path) -> "OrderedDict[str, dict]":
-    records: OrderedDict[str, dict] = OrderedDict()
+def replay_lines(path: Path, apply: Callable[[dict], None], logger: logging.Logger, what: str) -> None:
+    """Each JSON line of ``path`` through ``apply``, in order, as the older stores replayed their logs: a line
+    that cannot be read or applied — a torn last one (a crash mid-write), or one in the middle — is skipped with
+    a warning (its type, never its contents), and everything else is kept."""
     data = path.read_bytes()
     pos = 0
     while pos < len(data):
@@ -32,20 +35,28 @@ def read_log(path: Path) -> "OrderedDict[str, dict]":
         try:
             if nl < 0:
                 raise ValueError("no line end")
-            record = json.loads(data[pos:end].decode("utf-8"))
-            op = record.get("op")
-            if op == "put":
-                body = {k: v for k, v in record.items() if k != "op"}
-                records.pop(body["id"], None)
-                records[body["id"]] = body
-            elif op == "delete":
-                records.pop(record["id"], None)
-            else:
-                raise ValueError(f"unknown record op {op!r}")
+            apply(json.loads(data[pos:end].decode("utf-8")))
         except (ValueError, UnicodeDecodeError, TypeError, KeyError, AttributeError) as exc:
             where = "a torn last record" if end >= len(data) else f"an unreadable record at byte {pos}"
-            log.warning("%s: skipped %s (%s)", path, where, exc)
+            logger.warning("%s %s: skipped %s (%s)", what, path, where, type(exc).__name__)
         pos = end
+
+
+def read_log(path: Path) -> "OrderedDict[str, dict]":
+    records: OrderedDict[str, dict] = OrderedDict()
+
+    def apply(record: dict) -> None:
+        op = record.get("op")
+        if op == "put":
+            body = {k: v for k, v in record.items() if k != "op"}
+            records.pop(body["id"], None)
+            records[body["id"]] = body
+        elif op == "delete":
+            records.pop(record["id"], None)
+        else:
+            raise ValueError(f"unknown record op {op!r}")
+
+    replay_lines(path, apply, log, "responses log")
     return records
 
 

@@ -97,6 +97,8 @@ class ResponsesStore:
             legacy = Path(where).expanduser() if where else default_dir()
             migrate_responses(store, legacy / FILE_NAME)
         store.db.run(store._evict_aged)
+        log.info("responses store: %s (kept %s%s)", store.db.where, f"{max_age / 86400:g} days" if max_age else "for ever",
+                 f", at most {max_bytes // 2 ** 20} MiB" if max_bytes else "")
         return store
 
     @property

@@ -39,19 +39,13 @@ _COMMON = [
     "CREATE INDEX IF NOT EXISTS memory_transcripts_at ON memory_transcripts (at)",
 ]
 
+# a memory record: ``words`` is its key as words (for the index), ``tags`` its tags as " a b "
+_RECORD = """scope TEXT NOT NULL, key TEXT NOT NULL, words TEXT NOT NULL, value TEXT NOT NULL,
+        importance INTEGER NOT NULL, confidence DOUBLE PRECISION, tags TEXT NOT NULL,
+        created DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL"""
+
 _SQLITE = [
-    """CREATE TABLE IF NOT EXISTS memory_records (
-        id INTEGER PRIMARY KEY,
-        scope TEXT NOT NULL,
-        key TEXT NOT NULL,
-        words TEXT NOT NULL,
-        value TEXT NOT NULL,
-        importance INTEGER NOT NULL,
-        confidence DOUBLE PRECISION,
-        tags TEXT NOT NULL,
-        created DOUBLE PRECISION NOT NULL,
-        updated DOUBLE PRECISION NOT NULL,
-        UNIQUE (scope, key))""",
+    f"CREATE TABLE IF NOT EXISTS memory_records (id INTEGER PRIMARY KEY, {_RECORD}, UNIQUE (scope, key))",
     # external content: the index holds the words, memory_records the rows; triggers keep them in step
     """CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5(words, tags, value, content='memory_records',
         content_rowid='id')""",
@@ -67,17 +61,7 @@ _SQLITE = [
 ]
 
 _POSTGRESQL = [
-    """CREATE TABLE IF NOT EXISTS memory_records (
-        id BIGSERIAL PRIMARY KEY,
-        scope TEXT NOT NULL,
-        key TEXT NOT NULL,
-        words TEXT NOT NULL,
-        value TEXT NOT NULL,
-        importance INTEGER NOT NULL,
-        confidence DOUBLE PRECISION,
-        tags TEXT NOT NULL,
-        created DOUBLE PRECISION NOT NULL,
-        updated DOUBLE PRECISION NOT NULL,
+    f"""CREATE TABLE IF NOT EXISTS memory_records (id BIGSERIAL PRIMARY KEY, {_RECORD},
         tsv tsvector GENERATED ALWAYS AS (
             setweight(to_tsvector('simple', words), 'A') || setweight(to_tsvector('simple', tags), 'B')
             || setweight(to_tsvector('simple', value), 'D')) STORED,
