@@ -218,8 +218,8 @@ class Consolidator:
                 await self.memory.db.call(put_back, key, act.scope.path, model, transcript)
             raise
 
-    async def _consolidate(self, act: Activity, journal: Workspace, model: str, transcript: str) -> int:
-        ranked = await trio.to_thread.run_sync(journal.ranked, KNOWN_KEYS)
+    async def _consolidate(self, act: Activity, workspace: Workspace, model: str, transcript: str) -> int:
+        ranked = await trio.to_thread.run_sync(workspace.ranked, KNOWN_KEYS)
         known = "\n".join(f"- {r.key}: {r.summary}" for r in ranked) or "(none)"
         req = ChatRequest(model=model, messages=(
             Message("system", INSTRUCTION),
@@ -237,21 +237,21 @@ class Consolidator:
         except Exception as exc:  # memory never fails anything
             log.warning("memory consolidation could not run: %s", type(exc).__name__)
             return 0
-        written = await trio.to_thread.run_sync(write_facts, journal, read_facts("".join(text)))
+        written = await trio.to_thread.run_sync(write_facts, workspace, read_facts("".join(text)))
         self.passes += 1
         log.info("memory consolidation of %s: %d facts written from a %d-character transcript", act.scope,
                  written, len(transcript))
         return written
 
 
-def write_facts(journal: Workspace, facts: list[tuple[str, str]]) -> int:
+def write_facts(workspace: Workspace, facts: list[tuple[str, str]]) -> int:
     """Each fact a set tagged ``consolidated`` (a key it reuses keeps its creation time and importance)."""
     written = 0
     for key, value in facts:
         try:
-            old = journal.get(key)
+            old = workspace.get(key)
             tags = sorted(set(old.tags if old else ()) | {"consolidated"})
-            journal.set(key, value, tags=tags)
+            workspace.set(key, value, tags=tags)
             written += 1
         except Refused:
             log.info("memory consolidation: a fact with an unusable key (%d chars) skipped", len(key))

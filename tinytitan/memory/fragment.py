@@ -33,9 +33,9 @@ NO_TOOLS = ("There are no memory tools in this session: you cannot read or write
 NOT_SAVED = "Memory is not saved in this session ({why}): what you write will not outlive it."
 
 
-def listing(journal: Workspace, max_records: int = MAX_RECORDS, max_bytes: int = MAX_BYTES) -> tuple[list[str], int]:
+def listing(workspace: Workspace, max_records: int = MAX_RECORDS, max_bytes: int = MAX_BYTES) -> tuple[list[str], int]:
     """The lines that fit, and how many records did not."""
-    ranked = journal.ranked(max_records)
+    ranked = workspace.ranked(max_records)
     lines: list[str] = []
     size = 0
     for rec in ranked:
@@ -45,16 +45,16 @@ def listing(journal: Workspace, max_records: int = MAX_RECORDS, max_bytes: int =
             break
         lines.append(line)
         size += n
-    return lines, journal.count() - len(lines)
+    return lines, workspace.count() - len(lines)
 
 
-def bootstrap(journal: Workspace, workspace_name: str, tool_names: tuple[str, ...], max_records: int = MAX_RECORDS,
+def bootstrap(workspace: Workspace, workspace_name: str, tool_names: tuple[str, ...], max_records: int = MAX_RECORDS,
               max_bytes: int = MAX_BYTES) -> str:
     parts = [ABOUT.format(name=workspace_name)]
     parts.append(TOOLS.format(names=", ".join(tool_names)) if tool_names else NO_TOOLS)
-    if not journal.persistent:
-        parts.append(NOT_SAVED.format(why=journal.why_not or "no database"))
-    lines, hidden = listing(journal, max_records, max_bytes)
+    if not workspace.persistent:
+        parts.append(NOT_SAVED.format(why=workspace.why_not or "no database"))
+    lines, hidden = listing(workspace, max_records, max_bytes)
     if lines:
         parts.append("What memory holds (key, importance: summary):\n" + "\n".join(lines))
         if hidden:
