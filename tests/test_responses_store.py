@@ -229,3 +229,20 @@ def test_cli_flags(monkeypatch):
     assert build_parser().parse_args(["serve"]).state == "postgresql://db.example/tinytitan"
     assert build_parser().parse_args(["serve", "--state", "/srv/state"]).state == "/srv/state"
     assert dbm.redact("postgresql://u:secret@h:5432/d") == "postgresql://u:***@h:5432/d"
+
+
+async def test_a_store_that_cannot_be_read_is_a_503_never_a_500(serve, tmp_path, monkeypatch, caplog):
+    s = await serve(["Answered."], responses_store=str(tmp_path))
+    c = client(s)
+    r = await c.responses.create(model=MODEL, input="hi")
+
+    def broken(self, fn, *args, write=True):
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(dbm.SqliteDatabase, "run", broken)
+    for call in (c.responses.retrieve(r.id), c.responses.input_items.list(r.id), c.responses.delete(r.id),
+                 c.responses.create(model=MODEL, input="more", previous_response_id=r.id)):
+        with pytest.raises(openai.InternalServerError) as e:
+            await call
+        assert e.value.status_code == 503 and "response store cannot be" in e.value.message
+    assert "malformed" in caplog.text

@@ -11,7 +11,9 @@ Rules:
   and the oldest ones while the stored bytes pass ``max_bytes``. An evicted response is not found, as a deleted
   one is: a chain that needs it fails with the API's not-found error naming it.
 - Every call is a transaction in a worker thread (``await``); a write is committed (on disk) before it
-  returns. A write that fails (a full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it.
+  returns. ``put`` that fails (a full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it and still
+  answers. A read or a delete the database cannot do (a lost database server, a damaged file) is a 503 naming
+  the store, never a 500, and the log says why.
 - ``memory`` keeps everything in this process only. A directory holds ``state.db``; an older
   ``responses.jsonl`` found there is migrated into it at open (legacy.py).
 """
@@ -24,8 +26,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ApiError
 from . import db as dbm
-from .db import MEMORY, Database
+from .db import MEMORY, STORAGE_ERRORS, Database
 
 log = logging.getLogger("tinytitan.store")
 
@@ -105,32 +108,40 @@ class ResponsesStore:
     def persistent(self) -> bool:
         return self.db.persistent
 
+    async def _call(self, fn, *args, write: bool = False):
+        try:
+            return await self.db.call(fn, *args, write=write)
+        except STORAGE_ERRORS as exc:
+            log.error("responses store %s: %s failed: %s", self.db.where, fn.__name__.strip("_"), exc)
+            raise ApiError("unavailable", f"The response store cannot be {'written' if write else 'read'} now "
+                           f"({type(exc).__name__}); try again") from None
+
     # -- reading ---------------------------------------------------------------------------------------------
     async def get(self, response_id: str) -> StoredResponse | None:
-        return await self.db.call(_get, response_id, write=False)
+        return await self._call(_get, response_id)
 
     async def find_item(self, item_id: str) -> dict | None:
         """An input or output item of any stored response, by its id (the newest response's)."""
-        return await self.db.call(_find_item, item_id, write=False)
+        return await self._call(_find_item, item_id)
 
     async def chain(self, response_id: str) -> tuple[list[dict], str | None] | None:
         """The input and output items of the stored chain ending at ``response_id``, oldest first, and the id
         of the first response it continues that is not stored (None when it starts here). None when
         ``response_id`` itself is not stored."""
-        return await self.db.call(_chain, response_id, write=False)
+        return await self._call(_chain, response_id)
 
     async def input_page(self, response_id: str, limit: int, order: str, after: str | None,
                          before: str | None) -> Page | None:
         """A page of a response's input items (see the Responses API's input_items); None when the response
         is not stored; ``CursorNotFound`` for a cursor that is not one of its items."""
-        return await self.db.call(_input_page, response_id, limit, order, after, before, write=False)
+        return await self._call(_input_page, response_id, limit, order, after, before)
 
     # -- writing ---------------------------------------------------------------------------------------------
     async def put(self, rec: StoredResponse) -> None:
         await self.db.call(self._put, rec)
 
     async def delete(self, response_id: str) -> bool:
-        return await self.db.call(_delete, response_id)
+        return await self._call(_delete, response_id, write=True)
 
     def put_sync(self, rec: StoredResponse) -> None:
         self.db.run(self._put, rec)
