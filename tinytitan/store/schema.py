@@ -74,7 +74,16 @@ def create(tx) -> None:
     if tx.dialect == "postgresql":
         tx.exec("SELECT pg_advisory_xact_lock(7261636)")  # one creator at a time
     for sql in _COMMON + (_POSTGRESQL if tx.dialect == "postgresql" else _SQLITE):
-        tx.exec(sql)
+        try:
+            tx.exec(sql)
+        except Exception as exc:
+            if "fts5" in str(exc).lower():  # a Python built against a SQLite without full-text search
+                import sqlite3
+
+                raise RuntimeError(f"this Python's SQLite ({sqlite3.sqlite_version}) has no FTS5 full-text search, "
+                                   "which memory recall needs: use a Python whose sqlite3 has it (python.org "
+                                   "builds and Debian's do), or --state postgresql://…") from None
+            raise
     tx.exec("INSERT INTO meta (name, value) VALUES ('schema', ?) ON CONFLICT (name) DO NOTHING", (VERSION,))
     tx.exec("INSERT INTO meta (name, value) VALUES ('response_bytes', 0) ON CONFLICT (name) DO NOTHING")
     found = tx.row("SELECT value FROM meta WHERE name = 'schema'")[0]
