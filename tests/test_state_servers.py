@@ -230,3 +230,22 @@ def test_full_text_recall_is_ranked_on_either_database(state):
     assert [r.key for r in j.search("builder")] == []  # the index follows every write
     assert Workspace(db, "tinytitan/tester/other").search("build") == []
     db.close()
+
+
+def test_consolidation_transcripts_are_rows_taken_once_on_either_database(state):
+    from tinytitan.memory.consolidate import keep_transcript, put_back, take_transcript
+    from tinytitan.store.db import open_database
+
+    db = open_database(state)
+    for i in range(3):
+        dropped = db.run(keep_transcript, f"ns/u/ws{i}", f"/src/ws{i}", "m", f"transcript {i}", 2)
+        time.sleep(0.01)
+    assert dropped == ["ns/u/ws0"]  # at most 2 rows: the one active longest ago goes
+    assert db.run(keep_transcript, "ns/u/ws1", "/src/ws1", "m", "newer", 2) == []  # one row per workspace
+    assert db.run(take_transcript, "ns/u/ws1") == ("m", "newer")
+    assert db.run(take_transcript, "ns/u/ws1") is None  # taken once: a second server finds nothing
+    db.run(put_back, "ns/u/ws1", "/src/ws1", "m", "newer")  # a pass cut short
+    db.run(put_back, "ns/u/ws2", "/src/ws2", "m", "older")  # … never over a newer one
+    assert db.run(take_transcript, "ns/u/ws2") == ("m", "transcript 2")
+    assert db.run(take_transcript, "ns/u/ws1") == ("m", "newer")
+    db.close()
