@@ -10,6 +10,7 @@ import logging
 import os
 import sqlite3
 import subprocess
+import sys
 import time
 
 import openai
@@ -246,3 +247,16 @@ async def test_a_store_that_cannot_be_read_is_a_503_never_a_500(serve, tmp_path,
             await call
         assert e.value.status_code == 503 and "response store cannot be" in e.value.message
     assert "malformed" in caplog.text
+
+
+def test_a_state_that_cannot_be_opened_stops_the_server_saying_why(tmp_path):
+    from test_cli import ROOT
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    (tmp_path / "s.json").write_text('["x"]')
+    done = subprocess.run([sys.executable, "-m", "tinytitan", "serve", "--port", "0", "--script",
+                           str(tmp_path / "s.json"), "--state", str(blocker / "state")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert f"the state database {blocker / 'state' / 'state.db'} cannot be opened" in done.stderr

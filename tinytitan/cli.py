@@ -397,11 +397,16 @@ def serve(args) -> int:
     allowed = tuple(LOOPBACK_HOSTS) + tuple(h.lower() for h in args.allowed_host)
     if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
         allowed += (args.host,)
-    server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
-                                                    responses_store=args.responses_store or args.state,
-                                                    responses_retention_days=args.responses_retention_days,
-                                                    responses_max_mib=args.responses_max_mib,
-                                                    websocket=not args.no_websocket))
+    from .store.db import StateUnavailable
+
+    try:  # (the Responses store opens its database here)
+        server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
+                                                        responses_store=args.responses_store or args.state,
+                                                        responses_retention_days=args.responses_retention_days,
+                                                        responses_max_mib=args.responses_max_mib,
+                                                        websocket=not args.no_websocket))
+    except StateUnavailable as exc:
+        raise SystemExit(f"tinytitan: {exc}") from None
 
     catalog = codex_catalog(engine)
     config = Config()

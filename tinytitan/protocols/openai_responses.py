@@ -12,8 +12,10 @@ Rules:
 - ``store`` (default true) keeps a finished response: its input items plus its event log
   (tinytitan/store/responses_store.py: a database, read and written off the event loop). A store that
   fails (a full disk) is logged and the answer still goes out. ``previous_response_id`` replays the chain's
-  input and output before this request's input; ``instructions`` are never carried over (as in the API). An input item (or
-  item_reference) whose id the chain already holds is refused (400 ``duplicate_item``), as the API does.
+  input and output before this request's input; ``instructions`` are never carried over (as in the API). An
+  input item (or item_reference) whose id the chain already holds is refused (400 ``duplicate_item``), as
+  the API does. A chain whose response is not stored (never, deleted, evicted) is the API's own 400
+  ``previous_response_not_found`` naming it.
 - A ``compaction_trigger`` input item turns the request into a compaction turn: the conversation is
   summarised (tinytitan/protocols/compaction.py) and the response has one ``compaction`` output item.
   Compaction turns and ``/v1/responses/compact`` store nothing.

@@ -52,8 +52,9 @@ STORAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, sqlite3.OperationalE
                                                    *_PG_ERRORS)
 
 
-class CorruptDatabase(RuntimeError):
-    pass
+class StateUnavailable(RuntimeError):
+    """The state database cannot be opened (a directory that cannot be written, a server that cannot be
+    reached, a schema newer than this tinytitan): the message says which and why."""
 
 
 def _close(conn) -> bool:
@@ -275,9 +276,13 @@ def open_database(where: str | Path | None) -> Database:
     directory."""
     if where == MEMORY:
         return SqliteDatabase(None)
-    if is_url(where):
-        return PostgresDatabase(str(where))
-    return SqliteDatabase(db_path(where))
+    try:
+        if is_url(where):
+            return PostgresDatabase(str(where))
+        return SqliteDatabase(db_path(where))
+    except (*STORAGE_ERRORS, RuntimeError) as exc:
+        place = redact(str(where)) if is_url(where) else str(db_path(where))
+        raise StateUnavailable(f"the state database {place} cannot be opened: {exc}") from exc
 
 
 def db_path(where: str | Path | None) -> Path:

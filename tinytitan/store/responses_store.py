@@ -100,7 +100,8 @@ class ResponsesStore:
             legacy = Path(where).expanduser() if where else default_dir()
             migrate_responses(store, legacy / FILE_NAME)
         store.db.run(store._evict_aged)
-        log.info("responses store: %s (kept %s%s)", store.db.where, f"{max_age / 86400:g} days" if max_age else "for ever",
+        log.info("responses store: %s (kept %s%s)", store.db.where,
+                 f"{max_age / 86400:g} days" if max_age else "for ever",
                  f", at most {max_bytes // 2 ** 20} MiB" if max_bytes else "")
         return store
 
@@ -158,7 +159,8 @@ class ResponsesStore:
         for kind, items, bodies in ((0, rec.input, inputs), (1, rec.output, outputs)):
             for pos, (item, body) in enumerate(zip(items, bodies)):
                 item_id = item.get("id") if isinstance(item, dict) else None
-                tx.exec("INSERT INTO response_items (response_id, kind, position, item_id, body) VALUES (?, ?, ?, ?, ?)",
+                tx.exec("INSERT INTO response_items (response_id, kind, position, item_id, body) "
+                        "VALUES (?, ?, ?, ?, ?)",
                         (rec.id, kind, pos, item_id if isinstance(item_id, str) else None, body))
         tx.exec("UPDATE meta SET value = value + ? WHERE name = 'response_bytes'", (size,))
         if self.max_bytes is not None:
