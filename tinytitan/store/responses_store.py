@@ -227,23 +227,28 @@ def _find_item(tx, item_id: str) -> dict | None:
     return json.loads(row[0]) if row else None
 
 
-_CHAIN = """WITH RECURSIVE chain (id, prev, depth) AS (
-    SELECT id, previous_response_id, 0 FROM responses WHERE id = ?
-    UNION ALL
-    SELECT r.id, r.previous_response_id, c.depth + 1 FROM responses r JOIN chain c ON r.id = c.prev
-    WHERE c.depth < 100000)"""
-
-
 def _chain(tx, response_id: str) -> tuple[list[dict], str | None] | None:
-    links = tx.rows(_CHAIN + " SELECT id, prev, depth FROM chain ORDER BY depth", (response_id,))
-    if not links:
-        return None
-    missing = links[-1][1]
-    if missing in {link[0] for link in links}:  # a cycle (never written by this server): stop at it
-        missing = None
-    items = tx.rows(_CHAIN + " SELECT i.body FROM chain c JOIN response_items i ON i.response_id = c.id "
-                             "ORDER BY c.depth DESC, i.kind, i.position", (response_id,))
-    return [json.loads(r[0]) for r in items], missing
+    """Walked link by link on the primary key (a recursive query is planned badly by PostgreSQL on a large
+    table), then the items of every link read in a few queries."""
+    links: list[str] = []
+    missing, rid = None, response_id
+    while rid is not None and rid not in links:  # (a cycle is never written by this server: it stops there)
+        row = tx.row("SELECT previous_response_id FROM responses WHERE id = ?", (rid,))
+        if row is None:
+            if not links:
+                return None
+            missing = rid
+            break
+        links.append(rid)
+        rid = row[0]
+    depth = {rid: i for i, rid in enumerate(links)}
+    found = []
+    for lo in range(0, len(links), 500):
+        part = links[lo:lo + 500]
+        found += tx.rows(f"SELECT response_id, kind, position, body FROM response_items WHERE response_id IN "
+                         f"({', '.join('?' * len(part))})", part)
+    found.sort(key=lambda r: (-depth[r[0]], r[1], r[2]))  # the oldest response first; its input, then output
+    return [json.loads(r[3]) for r in found], missing
 
 
 def _input_page(tx, response_id: str, limit: int, order: str, after: str | None, before: str | None) -> Page | None:
