@@ -18,7 +18,8 @@ import yaml
 
 from conftest import needs
 from test_e2e_claude import CLAUDE, CLAUDE_TIMEOUT, ROOT, START_TIMEOUT, Proc, blocks, tool_call
-from tinytitan.memory.journal import Journal
+from tinytitan.memory.workspace import Workspace
+from tinytitan.store.db import SqliteDatabase, db_path
 
 pytestmark = [
     pytest.mark.clients,
@@ -61,8 +62,9 @@ def test_two_claude_code_sessions_share_a_fact(tmp_path):
     for events, answer in ((first, "Noted for next time."), (second, "Build with make -j2.")):
         assert events[-1]["type"] == "result" and events[-1]["result"] == answer, events[-1]
         assert events[-1]["num_turns"] == 1 and blocks(events, "assistant", "tool_use") == []
-    (journal,) = [p for p in (tmp_path / "memory").rglob("journal.ndjson")
-                  if (Journal.read(p).workspace_path or "").endswith("/work")]
-    assert Journal.read(journal).get("build/command").value == FACT  # the session's working directory's memory
+    db = SqliteDatabase(db_path(tmp_path / "memory"))
+    (scope,) = [scope for scope, path in db.run(lambda tx: tx.rows("SELECT scope, path FROM memory_workspaces"))
+                if (path or "").endswith("/work")]
+    assert Workspace(db, scope).get("build/command").value == FACT  # the session's working directory's memory
     log = "".join(server.lines)
     assert "memory memory_get: ok" in log and FACT not in log  # sizes in the log, never contents

@@ -6,20 +6,17 @@ from __future__ import annotations
 import trio
 
 from responses_helpers import record_prompts
-from test_memory_layer import FACT, config, converse, memory_server
+from test_memory_layer import FACT, config, converse, memory_server, on_disk
 from tinytitan.chat_request import Message, ToolCall
 from tinytitan.memory.consolidate import read_facts, render
-from tinytitan.memory.journal import Journal
-from tinytitan.memory.scope import workspace_id
-from tinytitan.memory.service import journal_path
+from tinytitan.memory.workspace import Workspace
 
 ANSWER = "Build with make -j2; the default target is slow."
 FACTS = f"build/command: {FACT}\n- `decisions/parser`: keep the hand-written parser\n../etc: not a key\n"
 
 
-def the_repo(cfg) -> Journal:
-    scope = type("S", (), {"parts": ("tinytitan", "tester", workspace_id("/src/the-repo"))})()
-    return Journal.open(journal_path(cfg.directory, scope))
+def the_repo(cfg) -> Workspace:
+    return on_disk(cfg.directory)
 
 
 async def wait_for_passes(s, n: int) -> None:
@@ -33,19 +30,19 @@ async def test_a_quiet_conversation_is_consolidated_once(tmp_path, demo_tok):
     j = the_repo(cfg)
     j.set("build/command", "make", importance=5)
     created = j.get("build/command").created
-    j.close()
     async with memory_server(demo_tok, [ANSWER, FACTS], cfg) as s:
         prompts = record_prompts(s)
         out = await converse(s, "chat", stream=False)
         await wait_for_passes(s, 1)
         await trio.sleep(0.5)
         assert s.engine.consolidator.passes == 1  # once, until the workspace is active again
-        (j,) = [j for j in s.engine.memory.journals.values() if j.workspace_path == "/src/the-repo"]
+        j = the_repo(cfg)
         rec = j.get("build/command")
         # a fact that updates a key reuses it: creation time and importance kept
         assert (rec.value, rec.created, rec.importance, rec.tags) == (FACT, created, 5, ("consolidated",))
         assert j.get("decisions/parser").value == "keep the hand-written parser"
-        assert sorted(j.records) == ["build/command", "decisions/parser"]
+        assert [r.key for r in j.list()] == ["build/command", "decisions/parser"]
+        assert s.engine.memory.db.run(lambda tx: tx.rows("SELECT scope FROM memory_transcripts")) == []  # taken
     assert out["text"] == ANSWER and len(prompts) == 2
     asked = prompts[1]
     assert not asked.req.tools and asked.req.tool_choice == "none" and not asked.req.memory
@@ -65,7 +62,7 @@ async def test_a_client_request_puts_the_pass_off(tmp_path, demo_tok):
                 await trio.sleep(0.01)
         second = await converse(s, "messages", stream=False)
         await wait_for_passes(s, 1)
-        (j,) = [j for j in s.engine.memory.journals.values() if j.workspace_path == "/src/the-repo"]
+        j = the_repo(cfg)
         assert j.get("build/command").value == FACT  # only the second pass wrote
     assert second["text"] == "Second answer."
 

@@ -24,9 +24,10 @@ from tinytitan.engine.engine import Engine
 from tinytitan.engine.scripted import ScriptedBackend
 from tinytitan.http.app import Server, ServerConfig
 from tinytitan.memory.layer import USED_UP, MemoryEngine
-from tinytitan.memory.journal import Journal
 from tinytitan.memory.scope import workspace_id
-from tinytitan.memory.service import Memory, MemoryConfig, journal_path
+from tinytitan.memory.service import Memory, MemoryConfig
+from tinytitan.memory.workspace import Workspace
+from tinytitan.store.db import SqliteDatabase, db_path
 from tinytitan.protocols.registry import all_protocols
 
 MODEL = "tinytitan-scripted"
@@ -44,13 +45,17 @@ PROTOCOLS = ["chat", "responses", "messages", "ollama"]
 
 def config(tmp_path, **kw) -> MemoryConfig:
     kw.setdefault("consolidate", 0)  # consolidation has its own tests
-    return MemoryConfig(directory=tmp_path / "memory", launch_dir=LAUNCH, user="tester", home="/home/tester",
-                        barrier_delay=0.05, **kw)
+    return MemoryConfig(directory=tmp_path / "memory", launch_dir=LAUNCH, user="tester", home="/home/tester", **kw)
+
+
+def on_disk(directory, path: str = "/src/the-repo", user: str = "tester") -> Workspace:
+    """A workspace's memory as the database holds it (opened apart from any server)."""
+    return Workspace(SqliteDatabase(db_path(directory)), f"tinytitan/{user}/{workspace_id(path)}", path)
 
 
 @asynccontextmanager
 async def memory_server(demo_tok, script, memory_config: MemoryConfig):
-    """A real server with memory on, stopped (and its journals closed) at the end of the block."""
+    """A real server with memory on, stopped (and its database closed) at the end of the block."""
     memory = Memory(memory_config)
     engine = MemoryEngine(Engine(ScriptedBackend(entries(script), demo_tok, model_id=MODEL)), memory)
     server = Server(engine, all_protocols(), ServerConfig())
@@ -171,10 +176,8 @@ async def test_two_conversations_share_a_fact_across_a_restart(protocol, tmp_pat
     assert first["output_tokens"] == tokens(demo_tok, SET_CALL, said)  # usage counts every round
     if protocol == "chat":
         assert first["prompt_tokens"] == sum(len(p.tokens) for p in prompts)
-    # the scope is the working directory the client declared; the journal is on disk
-    journal = journal_path(cfg.directory, type("S", (), {"parts": ("tinytitan", "tester",
-                                                                   workspace_id("/src/the-repo"))})())
-    assert Journal.read(journal).get("build/command").value == FACT
+    # the scope is the working directory the client declared; the record is in the database
+    assert on_disk(cfg.directory).get("build/command").value == FACT
 
     answer = "The build command is make -j2."
     async with memory_server(demo_tok, [GET_CALL, answer], cfg) as s:  # a new server: replayed from disk
@@ -194,9 +197,7 @@ async def test_a_client_tool_call_ends_the_loop(protocol, tmp_path, demo_tok):
     async with memory_server(demo_tok, [both, "never reached"], config(tmp_path)) as s:
         prompts = record_prompts(s)
         out = await converse(s, protocol, stream=True, tools=[WEATHER])
-        memory = s.engine.memory
-        (journal,) = [j for j in memory.journals.values() if j.workspace_path == "/src/the-repo"]
-        assert journal.get("build/command").value == FACT  # the memory call beside it still ran
+        assert on_disk(tmp_path / "memory").get("build/command").value == FACT  # the memory call beside it ran
     assert len(prompts) == 1
     assert [c["name"] for c in out["calls"]] == ["get_weather"]
     assert json.loads(out["calls"][0]["arguments"]) == {"city": "Paris"}
@@ -217,21 +218,18 @@ async def test_the_rounds_cap(tmp_path, demo_tok):
                    "prompt_tokens": sum(len(p.tokens) for p in prompts)}
 
 
-async def test_the_workspace_header_picks_the_journal(tmp_path, demo_tok):
+async def test_the_workspace_header_picks_the_workspace(tmp_path, demo_tok):
     cfg = config(tmp_path)
     async with memory_server(demo_tok, [SET_CALL, "ok"], cfg) as s:
         await converse(s, "messages", stream=False, headers={"X-TinyTitan-Workspace": "/src/from-header"})
-    held = {Journal.read(p).workspace_path: Journal.read(p) for p in cfg.directory.rglob("journal.ndjson")}
-    assert held["/src/from-header"].get("build/command").value == FACT
-    assert held[LAUNCH].records == {} and "/src/the-repo" not in held
+    assert on_disk(cfg.directory, "/src/from-header").get("build/command").value == FACT
+    db = SqliteDatabase(db_path(cfg.directory))
+    assert db.run(lambda tx: tx.rows("SELECT path FROM memory_workspaces")) == [("/src/from-header",)]
 
 
 async def test_tools_off_only_shows_memory(tmp_path, demo_tok):
     cfg = config(tmp_path, tools="off")
-    j = Journal.open(journal_path(cfg.directory, type("S", (), {"parts": ("tinytitan", "tester",
-                                                                          workspace_id("/src/the-repo"))})()))
-    j.set("build/command", FACT)
-    j.close()
+    on_disk(cfg.directory).set("build/command", FACT)
     async with memory_server(demo_tok, ["Use make -j2."], cfg) as s:
         prompts = record_prompts(s)
         out = await converse(s, "chat", stream=False)
@@ -240,14 +238,15 @@ async def test_tools_off_only_shows_memory(tmp_path, demo_tok):
     assert "memory_get" not in prompts[0].prompt_text
 
 
-async def test_a_second_server_on_the_workspace_says_it_does_not_persist(tmp_path, demo_tok):
+async def test_a_second_server_on_the_workspace_shares_its_memory(tmp_path, demo_tok):
     cfg = config(tmp_path)
-    async with memory_server(demo_tok, ["one"], cfg) as first:
-        await converse(first, "chat", stream=False)  # it holds the-repo's journal from now on
-        async with memory_server(demo_tok, ["two"], cfg) as second:
+    async with memory_server(demo_tok, [SET_CALL, "Saved."], cfg) as first:
+        await converse(first, "chat", stream=False)
+        async with memory_server(demo_tok, ["two"], cfg) as second:  # one database, two servers
             prompts = record_prompts(second)
             await converse(second, "chat", stream=False)
-    assert "will not outlive it" in prompts[0].prompt_text
+    assert "will not outlive it" not in prompts[0].prompt_text
+    assert f"- build/command (importance 4): {FACT}" in prompts[0].prompt_text
 
 
 async def test_memory_off_leaves_requests_alone(serve):
@@ -267,10 +266,10 @@ def test_the_flag_builds_the_layer_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     memory = open_memory(build_parser().parse_args(["serve", "--memory-dir", str(tmp_path / "m"),
                                                     "--memory-tools", "minimal", "--memory-tool-rounds", "2",
-                                                    "--memory-fsync"]))
+                                                    "--memory-fsync", "--memory-max-workspaces", "7"]))
     try:
-        assert (memory.config.tools, memory.config.rounds, memory.config.fsync) == ("minimal", 2, True)
-        assert memory.config.directory == tmp_path / "m"
+        assert (memory.config.tools, memory.config.rounds, memory.config.max_workspaces) == ("minimal", 2, 7)
+        assert memory.config.directory == tmp_path / "m" and memory.db.where == str(tmp_path / "m" / "state.db")
     finally:
         memory.close()
 
@@ -291,8 +290,9 @@ def test_tinytitan_serve_with_memory(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
-    (path,) = [p for p in (tmp_path / "m").rglob("journal.ndjson") if Journal.read(p).workspace_path == "/src/the-repo"]
-    assert Journal.read(path).get("build/command").value == FACT
+    from tinytitan.memory.scope import os_user
+
+    assert on_disk(tmp_path / "m", user=os_user()).get("build/command").value == FACT
 
 
 async def test_a_continuation_is_never_refused_as_overloaded():
@@ -364,10 +364,18 @@ async def test_the_real_clients_working_directory_is_the_workspace(client, path,
 
     (record,) = [r for r in load_trace(TRACES / client / "plain.jsonl") if r["path"] == path][:1]
     async with memory_server(demo_tok, ["Hello."], config(tmp_path)) as s:
+        memory, scoped = s.engine.memory, []
+        real = memory.session
+
+        def session(req):
+            made = real(req)
+            scoped.append(made.scope.path)
+            return made
+
+        memory.session = session
         async with httpx.AsyncClient(timeout=60) as h:
             assert (await replay(h, s, record, MODEL)).status_code == 200
-        opened = {j.workspace_path for j in s.engine.memory.journals.values()}
-    assert opened == {LAUNCH, "/tmp/tt-trace/work"}
+    assert set(scoped) == {"/tmp/tt-trace/work"}
 
 
 async def test_a_client_that_hangs_up_during_a_continuation_frees_its_place(tmp_path, demo_tok):

@@ -134,11 +134,12 @@ async def test_previous_response_id_chain(serve):
     assert msgs == [("system", "SYSTEM-THREE"), ("user", "Question one"), ("assistant", "First answer."),
                     ("user", "Question two"), ("assistant", "Second answer."), ("user", "Question three")]
     assert "SYSTEM-ONE" not in prompts[1].prompt_text  # instructions are not carried over
-    with pytest.raises(openai.NotFoundError) as e:
+    with pytest.raises(openai.BadRequestError) as e:  # the API's own: 400, previous_response_not_found
         await c.responses.create(model=MODEL, input="x", previous_response_id="resp_missing")
-    assert e.value.body["param"] == "previous_response_id" and e.value.body["code"] == "not_found"
+    assert e.value.body["param"] == "previous_response_id" and e.value.body["code"] == "previous_response_not_found"
+    assert e.value.body["message"].startswith("Previous response with id 'resp_missing' not found.")
     await c.responses.delete(r1.id)
-    with pytest.raises(openai.NotFoundError) as e:
+    with pytest.raises(openai.BadRequestError) as e:
         await c.responses.create(model=MODEL, input="x", previous_response_id=r2.id)
     assert r1.id in e.value.message
 

@@ -117,8 +117,9 @@ async def test_the_cache_is_the_connections_own(serve):
             rid = (await turn(ws))[-1]["response"]["id"]
         async with aconnect_ws(server.url("/v1/responses"), client) as ws:
             await ws.send_text(create(input="more", previous_response_id=rid))
-            err = error_of(await turn(ws), 404)
+            err = error_of(await turn(ws), 400)  # the API's previous_response_not_found: a client resends whole
             assert err["param"] == "previous_response_id" and rid in err["message"]
+            assert err["code"] == "previous_response_not_found"
 
 
 async def test_a_stored_response_chains_across_connections(serve):

@@ -119,20 +119,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-websocket", action="store_true",
                    help="do not serve Responses over a WebSocket: an upgrade on GET /v1/responses is answered 426, "
                         "and Codex's built-in provider falls back to HTTP at once")
-    s.add_argument("--responses-store", metavar="DIR|memory",
-                   help="where stored Responses objects live (default: $XDG_STATE_HOME/tinytitan/responses or "
-                        "~/.local/state/tinytitan/responses); 'memory' keeps nothing on disk")
+    s.add_argument("--state", metavar="DIR|postgresql://…", default=os.environ.get("TINYTITAN_STATE") or None,
+                   help="the database of stored responses and memory: a directory (its SQLite file state.db; "
+                        "default $XDG_STATE_HOME/tinytitan or ~/.local/state/tinytitan), or a PostgreSQL URL that "
+                        "several servers share (env TINYTITAN_STATE)")
+    s.add_argument("--responses-store", metavar="DIR|memory|postgresql://…",
+                   help="where stored Responses objects live, when not in --state's database; 'memory' keeps "
+                        "nothing on disk")
+    s.add_argument("--responses-retention-days", type=float, default=30.0, metavar="DAYS",
+                   help="stored responses older than this are evicted (default 30, as the OpenAI API; 0: never)")
+    s.add_argument("--responses-max-mib", type=int, default=2048, metavar="MIB",
+                   help="past this size the oldest stored responses are evicted (default 2048; 0: no bound)")
     mem = s.add_argument_group("memory (off unless --memory or TINYTITAN_MEMORY=1)")
     mem.add_argument("--memory", action="store_true", default=os.environ.get("TINYTITAN_MEMORY", "") in ("1", "true"),
                      help="give the model memory that outlives a conversation, per workspace, through memory tools "
                           "the server runs itself")
     mem.add_argument("--memory-dir", metavar="DIR",
-                     help="where memory journals live (default $XDG_DATA_HOME/tinytitan/memory or "
-                          "~/.local/share/tinytitan/memory)")
+                     help="keep memory in DIR/state.db rather than in --state's database (older journals under DIR, "
+                          "default $XDG_DATA_HOME/tinytitan/memory, are migrated at start)")
+    mem.add_argument("--memory-max-workspaces", type=int, default=1000, metavar="N",
+                     help="workspaces that may have memory; a new one's first write past this is refused, saying "
+                          "so (default 1000; 0: no bound)")
     mem.add_argument("--memory-tools", choices=["off", "minimal", "full"], default="full",
                      help="which memory tools the model gets (off: memory is only shown, default full)")
     mem.add_argument("--memory-fsync", action="store_true",
-                     help="make every memory write durable before it is answered (default: an fsync follows shortly)")
+                     help="(every memory write is now durable before it is answered; kept for older command lines)")
     mem.add_argument("--memory-tool-rounds", type=int, default=4, metavar="N",
                      help="rounds of memory tool calls per request (default 4)")
     mem.add_argument("--memory-consolidate", type=float, default=30.0, metavar="SECONDS",
@@ -430,12 +441,19 @@ def serve(args) -> int:
     allowed = tuple(LOOPBACK_HOSTS) + tuple(h.lower() for h in args.allowed_host)
     if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
         allowed += (args.host,)
-    server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
-                                                    responses_store=args.responses_store,
-                                                    websocket=not args.no_websocket,
-                                                    allowed_origins=origins,
-                                                    max_websockets=args.max_websockets,
-                                                    fetch_images=args.fetch_images))
+    from .store.db import StateUnavailable
+
+    try:  # (the Responses store opens its database here)
+        server = Server(engine, protocols, ServerConfig(api_key=args.api_key, allowed_hosts=allowed,
+                                                        responses_store=args.responses_store or args.state,
+                                                        responses_retention_days=args.responses_retention_days,
+                                                        responses_max_mib=args.responses_max_mib,
+                                                        websocket=not args.no_websocket,
+                                                        allowed_origins=origins,
+                                                        max_websockets=args.max_websockets,
+                                                        fetch_images=args.fetch_images))
+    except StateUnavailable as exc:
+        raise SystemExit(f"tinytitan: {exc}") from None
 
     catalog = codex_catalog(engine)
     config = Config()
@@ -515,10 +533,16 @@ def open_memory(args):
         raise SystemExit("--memory-tool-rounds must be 0 or more")
     from .memory.service import Memory, MemoryConfig
 
-    config = MemoryConfig(tools=args.memory_tools, fsync=args.memory_fsync, rounds=args.memory_tool_rounds,
-                          consolidate=max(args.memory_consolidate, 0.0))
+    from .store.db import db_path
+
+    config = MemoryConfig(tools=args.memory_tools, rounds=args.memory_tool_rounds,
+                          consolidate=max(args.memory_consolidate, 0.0),
+                          max_workspaces=max(args.memory_max_workspaces, 0))
     if args.memory_dir:
         config.directory = Path(args.memory_dir).expanduser()
+        config.state = str(config.directory)
+    else:  # the state database (older journals are migrated from the default memory directory)
+        config.state = args.state or str(db_path(None))
     return Memory(config)
 
 

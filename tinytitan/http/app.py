@@ -121,7 +121,9 @@ class ServerConfig:
     api_key: str | None = None
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     max_body_bytes: int = 64 * 1024 * 1024
-    responses_store: str | None = "memory"  # a directory, "memory", or None for the user's state directory
+    responses_store: str | None = "memory"  # a directory, "memory", a postgresql:// URL, or None: the user's state
+    responses_retention_days: float = 30.0  # stored responses older than this are evicted (0: kept for ever)
+    responses_max_mib: int = 2048  # past this many MiB stored, the oldest responses are evicted (0: no bound)
     websocket: bool = True  # False: the WebSocket routes are not served (an upgrade there is 426)
     allowed_origins: tuple[str, ...] = ()  # web pages' origins allowed beyond loopback and the server's own
     max_websockets: int = 32  # WebSocket connections open at once; one more is refused (426: Codex then uses HTTP)

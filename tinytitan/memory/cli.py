@@ -1,32 +1,32 @@
 """``tinytitan memory …``: see and correct what memory holds.
 
-    projects                 every workspace with memory: id, records, directory, whether a server holds it
+    projects                 every workspace with memory: id, records, directory
     list WS [PREFIX]         its keys with one-line summaries
     show WS KEY              one memory in full
-    delete WS KEY            delete one (refused while a server holds the workspace)
-    forget WS --yes          delete the whole journal (refused while a server holds the workspace)
+    delete WS KEY            delete one
+    forget WS --yes          delete the workspace's whole memory
 
-WS is a workspace id as ``projects`` prints it, or the workspace's absolute directory. Reads never lock: they
-work while a server runs.
+WS is a workspace id as ``projects`` prints it, or the workspace's absolute directory. The database is the one
+a server uses (``--state``, ``--memory-dir``, as for ``serve``); it works while servers run.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
-from .journal import JOURNAL, Journal
 from .keys import Refused, parse_segment
 from .scope import NAMESPACE, default_dir, normalise, os_user, workspace_id
 
 
 def add_parser(sub) -> None:
     m = sub.add_parser("memory", help="see and correct what the model's memory holds")
-    m.add_argument("--memory-dir", help=f"the memory directory (default {default_dir()})")
+    m.add_argument("--state", default=os.environ.get("TINYTITAN_STATE") or None, metavar="DIR|postgresql://…",
+                   help="the state database (as for serve; env TINYTITAN_STATE)")
+    m.add_argument("--memory-dir", help=f"memory's own database directory, as for serve (older journals under it, "
+                                        f"default {default_dir()}, are migrated)")
     m.add_argument("--namespace", default=NAMESPACE)
     m.add_argument("--user", help="whose memory (default: the OS user)")
     ops = m.add_subparsers(dest="memory_command", required=True)
@@ -49,45 +49,34 @@ class Failure(Exception):
     pass
 
 
-def user_dir(args) -> Path:
-    base = Path(args.memory_dir).expanduser() if args.memory_dir else default_dir()
-    return base / parse_segment(args.namespace, "namespace") / parse_segment(args.user or os_user(), "user")
+def open_memory(args):
+    """The memory a server with these arguments would use (older journals migrated first)."""
+    from .service import Memory, MemoryConfig
+
+    config = MemoryConfig(namespace=parse_segment(args.namespace, "namespace"),
+                          user=parse_segment(args.user or os_user(), "user"), consolidate=0)
+    if args.memory_dir:
+        config.directory = Path(args.memory_dir).expanduser()
+        config.state = str(config.directory)
+    else:
+        from ..store.db import db_path
+
+        config.state = args.state if args.state else str(db_path(None))
+    return Memory(config)
 
 
-def workspace_dir(args) -> Path:
+def scope_of(memory, args) -> str:
     ws = args.workspace
     if ws.startswith("/"):
         path = normalise(ws)
         if path is None:
             raise Failure(f"{ws!r} is not a usable directory path")
         ws = workspace_id(path)
-    d = user_dir(args) / parse_segment(ws, "workspace")
-    if not (d / JOURNAL).is_file():
+    scope = f"{memory.config.namespace}/{memory.user}/{parse_segment(ws, 'workspace')}"
+    if memory.db.run(lambda tx: tx.row("SELECT 1 FROM memory_workspaces WHERE scope = ?", (scope,)),
+                     write=False) is None:
         raise Failure(f"no memory for workspace {args.workspace} (see 'tinytitan memory projects')")
-    return d
-
-
-def held(path: Path) -> bool:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-
-
-@contextmanager
-def writer(path: Path):
-    """The journal for writing, refused while a server holds it."""
-    j = Journal.open(path)
-    try:
-        if not j.persistent:
-            raise Failure(f"a server holds this workspace's memory ({j.why_not}); stop it first")
-        yield j
-    finally:
-        j.close()
+    return scope
 
 
 def run(args, out=None) -> int:
@@ -99,44 +88,51 @@ def run(args, out=None) -> int:
 
 
 def _run(args, out) -> int:
+    from .workspace import Workspace
+
+    memory = open_memory(args)
+    try:
+        return _command(args, out, memory, Workspace)
+    finally:
+        memory.close()
+
+
+def _command(args, out, memory, Workspace) -> int:
     cmd = args.memory_command
     if cmd == "projects":
-        root = user_dir(args)
-        rows = []
-        for d in sorted(root.iterdir()) if root.is_dir() else []:
-            if (d / JOURNAL).is_file():
-                j = Journal.read(d / JOURNAL)
-                rows.append(f"{d.name}\t{len(j.records)} records\t{j.workspace_path or '?'}"
-                            f"{chr(9) + '(held by a server)' if held(d / JOURNAL) else ''}")
-        print("\n".join(rows) if rows else f"no memory under {root}", file=out)
+        prefix = f"{memory.config.namespace}/{memory.user}/"
+        rows = memory.db.run(lambda tx: tx.rows(
+            "SELECT w.scope, w.path, (SELECT count(*) FROM memory_records r WHERE r.scope = w.scope) "
+            "FROM memory_workspaces w WHERE substr(w.scope, 1, ?) = ? ORDER BY w.scope", (len(prefix), prefix)),
+            write=False)
+        lines = [f"{scope[len(prefix):]}\t{n} records\t{path or '?'}" for scope, path, n in rows]
+        print("\n".join(lines) if lines else f"no memory for {prefix.rstrip('/')} in {memory.db.where}", file=out)
         return 0
-    journal_path = workspace_dir(args) / JOURNAL
+    ws = Workspace(memory.db, scope_of(memory, args))
     if cmd == "list":
-        for rec in Journal.read(journal_path).list(args.prefix):
+        for rec in ws.list(args.prefix):
             print(f"{rec.key}\t{rec.importance}\t{rec.summary}", file=out)
         return 0
     if cmd == "show":
-        rec = Journal.read(journal_path).get(args.key)
+        rec = ws.get(args.key)
         if rec is None:
             raise Failure(f"no memory under the key {args.key!r}")
         print(json.dumps(rec.full(), ensure_ascii=False, indent=2), file=out)
         return 0
     if cmd == "delete":
-        with writer(journal_path) as j:
-            if not j.delete(args.key):
-                raise Failure(f"no memory under the key {args.key!r}")
+        if not ws.delete(args.key):
+            raise Failure(f"no memory under the key {args.key!r}")
         print(f"deleted {args.key}", file=out)
         return 0
     if cmd == "forget":
         if not args.yes:
             raise Failure("forget deletes every memory of the workspace: add --yes")
-        with writer(journal_path) as j:
-            n = len(j.records)
-            journal_path.unlink()
-        try:
-            journal_path.parent.rmdir()
-        except OSError:
-            pass
-        print(f"forgot {n} records", file=out)
+
+        def forget(tx):
+            n = tx.exec("DELETE FROM memory_records WHERE scope = ?", (ws.scope,))
+            tx.exec("DELETE FROM memory_workspaces WHERE scope = ?", (ws.scope,))
+            return n
+
+        print(f"forgot {memory.db.run(forget)} records", file=out)
         return 0
     raise Failure(f"unknown command {cmd}")

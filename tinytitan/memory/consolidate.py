@@ -4,10 +4,12 @@ contradicted later, and they are written to memory under addressed keys.
 Rules:
 - Each request with memory marks its workspace active and keeps its conversation (the messages as the client
   sent them, plus the answer) as that workspace's latest transcript: rendered at once, newest part kept, at most
-  ``TRANSCRIPT_CHARS`` characters, so a long conversation is never held whole. At most ``MAX_ACTIVE``
-  workspaces wait to be consolidated; past that the one active longest ago is dropped (and logged).
-- A pass writes through the workspace's journal as it is then (opened again when it was closed meanwhile),
-  held open for the pass.
+  ``TRANSCRIPT_CHARS`` characters, so a long conversation is never held whole. Transcripts are rows of
+  ``memory_transcripts`` (one per workspace, in the state database): at most ``MAX_ACTIVE`` rows; past that
+  the one active longest ago is dropped (and logged). Rows left by an earlier run (a restart, another server
+  on the same database) are consolidated once quiet.
+- A pass takes its transcript's row (so two servers never both consolidate it; a pass cut short puts it back
+  unless a newer one was written) and writes through the workspace's memory as it is then.
 - A workspace quiet for ``quiet`` seconds is consolidated once (until it is active again), and only while the
   server is idle: no request decoding or waiting. A request that arrives meanwhile cancels the pass (clients
   come first); the workspace is tried again once quiet.
@@ -22,15 +24,18 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 
 import trio
 
 from ..chat_request import ChatRequest, Message
 from ..events import Failed, TextDelta
-from .journal import Journal, WriteFailed
 from .keys import Refused
-from .service import Memory, MemorySession
+from .records import WriteFailed
+from .scope import Scope
+from .service import Memory, MemorySession, scope_key
+from .workspace import Workspace
 
 log = logging.getLogger("tinytitan.memory")
 
@@ -53,10 +58,31 @@ _FACT = re.compile(r"^\s*(?:[-*]\s*)?`?([^\s:`]+)`?\s*:\s*(\S.*?)\s*$")
 
 @dataclass
 class Activity:
-    session: MemorySession
-    model: str
-    transcript: str = ""  # rendered, at most TRANSCRIPT_CHARS
+    scope: Scope
     last: float = field(default_factory=trio.current_time)
+
+
+def keep_transcript(tx, scope: str, path: str, model: str, transcript: str, cap: int) -> list[str]:
+    """The workspace's latest transcript stored; the scopes dropped to stay within ``cap`` rows."""
+    tx.exec("INSERT INTO memory_transcripts (scope, path, model, transcript, at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (scope) DO UPDATE SET path = excluded.path, model = excluded.model, "
+            "transcript = excluded.transcript, at = excluded.at", (scope, path, model, transcript, time.time()))
+    over = tx.row("SELECT count(*) FROM memory_transcripts")[0] - cap
+    if over <= 0:
+        return []
+    dropped = [r[0] for r in tx.rows("SELECT scope FROM memory_transcripts ORDER BY at LIMIT ?", (over,))]
+    tx.exec(f"DELETE FROM memory_transcripts WHERE scope IN ({', '.join('?' * len(dropped))})", dropped)
+    return dropped
+
+
+def take_transcript(tx, scope: str) -> tuple[str, str] | None:
+    """(model, transcript), the row deleted: this pass owns it."""
+    return tx.row("DELETE FROM memory_transcripts WHERE scope = ? RETURNING model, transcript", (scope,))
+
+
+def put_back(tx, scope: str, path: str, model: str, transcript: str) -> None:
+    tx.exec("INSERT INTO memory_transcripts (scope, path, model, transcript, at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (scope) DO NOTHING", (scope, path, model, transcript, time.time()))
 
 
 def render(messages: tuple[Message, ...], limit: int = TRANSCRIPT_CHARS) -> str:
@@ -92,7 +118,7 @@ def read_facts(text: str) -> list[tuple[str, str]]:
 
 class Consolidator:
     def __init__(self, engine, memory: Memory, quiet: float = QUIET, poll: float = 1.0):
-        """``engine``: the undecorated engine (its sessions, its queue counts); ``memory``: the journals."""
+        """``engine``: the undecorated engine (its sessions, its queue counts); ``memory``: the workspaces."""
         self.engine = engine
         self.memory = memory
         self.quiet = quiet
@@ -100,22 +126,48 @@ class Consolidator:
         self.active: dict[tuple[str, str, str], Activity] = {}
         self.passes = 0  # consolidation passes that wrote (for tests and the log)
 
-    def seen(self, session: MemorySession, req: ChatRequest, answer: str) -> None:
+    async def seen(self, session: MemorySession, req: ChatRequest, answer: str) -> None:
         transcript = render(req.messages + ((Message("assistant", answer),) if answer else ()))
-        self.active.pop(session.scope.parts, None)
-        self.active[session.scope.parts] = Activity(session, req.model, transcript)
+        parts = session.scope.parts
+        self.active.pop(parts, None)
+        self.active[parts] = Activity(session.scope)
+        try:
+            dropped = await self.memory.db.call(keep_transcript, scope_key(session.scope), session.scope.path,
+                                                req.model, transcript, MAX_ACTIVE)
+        except Exception as exc:  # memory never fails anything
+            log.warning("memory consolidation: the transcript could not be kept (%s)", type(exc).__name__)
+            dropped = []
+        for scope in dropped:
+            self.active.pop(tuple(scope.split("/")), None)
         while len(self.active) > MAX_ACTIVE:
-            parts = next(iter(self.active))
-            del self.active[parts]
-            log.info("memory consolidation: %s dropped (more than %d workspaces waiting)", "/".join(parts),
-                     MAX_ACTIVE)
+            del self.active[next(iter(self.active))]
+        for scope in dropped:
+            log.info("memory consolidation: %s dropped (more than %d workspaces waiting)", scope, MAX_ACTIVE)
 
     @property
     def idle(self) -> bool:
         return self.engine.running == 0 and self.engine.waiting == 0
 
+    async def load(self) -> None:
+        """The transcripts an earlier run (or another server) left for this server's user: waiting again."""
+        prefix = f"{self.memory.config.namespace}/{self.memory.user}/"
+        try:
+            rows = await self.memory.db.call(lambda tx: tx.rows(
+                "SELECT scope, path FROM memory_transcripts WHERE substr(scope, 1, ?) = ? ORDER BY at",
+                (len(prefix), prefix)), write=False)
+        except Exception as exc:
+            log.warning("memory consolidation: waiting transcripts could not be read (%s)", type(exc).__name__)
+            return
+        for scope, path in rows:
+            parts = tuple(scope.split("/"))
+            if len(parts) == 3 and parts not in self.active:
+                self.active[parts] = Activity(Scope(*parts, path))
+        if rows:
+            log.info("memory consolidation: %d workspaces from an earlier run wait to be consolidated", len(rows))
+
     async def run(self) -> None:
         """Forever: consolidate each workspace that has gone quiet, while the server is idle."""
+        await self.load()
         while True:
             await trio.sleep(self.poll)
             now = trio.current_time()
@@ -151,15 +203,25 @@ class Consolidator:
         return bool(done)
 
     async def consolidate(self, act: Activity) -> int:
-        if not act.transcript.strip():
+        key = scope_key(act.scope)
+        taken = await self.memory.db.call(take_transcript, key)
+        if taken is None:  # another server took it, or it was dropped
             return 0
-        with self.memory.hold(act.session.scope) as journal:
-            return await self._consolidate(act, journal)
+        model, transcript = taken
+        if not transcript.strip():
+            return 0
+        try:
+            with self.memory.hold(act.scope) as workspace:
+                return await self._consolidate(act, workspace, model, transcript)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):  # cut short: the transcript waits again (unless a newer one does)
+                await self.memory.db.call(put_back, key, act.scope.path, model, transcript)
+            raise
 
-    async def _consolidate(self, act: Activity, journal: Journal) -> int:
-        known = "\n".join(f"- {r.key}: {r.summary}" for r in journal.ranked()[:KNOWN_KEYS]) or "(none)"
-        transcript = act.transcript
-        req = ChatRequest(model=act.model, messages=(
+    async def _consolidate(self, act: Activity, workspace: Workspace, model: str, transcript: str) -> int:
+        ranked = await trio.to_thread.run_sync(workspace.ranked, KNOWN_KEYS)
+        known = "\n".join(f"- {r.key}: {r.summary}" for r in ranked) or "(none)"
+        req = ChatRequest(model=model, messages=(
             Message("system", INSTRUCTION),
             Message("user", f"Existing memory keys:\n{known}\n\nConversation:\n{transcript}")),
             tool_choice="none", temperature=0.0, max_tokens=MAX_TOKENS, reasoning="none", memory=False)
@@ -175,19 +237,25 @@ class Consolidator:
         except Exception as exc:  # memory never fails anything
             log.warning("memory consolidation could not run: %s", type(exc).__name__)
             return 0
-        written = 0
-        for key, value in read_facts("".join(text)):
-            try:
-                old = journal.records.get(key)
-                tags = sorted(set(old.tags if old else ()) | {"consolidated"})
-                journal.set(key, value, tags=tags)
-                written += 1
-            except Refused:
-                log.info("memory consolidation: a fact with an unusable key (%d chars) skipped", len(key))
-            except WriteFailed as exc:
-                log.error("memory consolidation: not saved (%s)", exc.strerror or exc)
-                break
+        written = await trio.to_thread.run_sync(write_facts, workspace, read_facts("".join(text)))
         self.passes += 1
-        log.info("memory consolidation of %s: %d facts written from a %d-character transcript", act.session.scope,
+        log.info("memory consolidation of %s: %d facts written from a %d-character transcript", act.scope,
                  written, len(transcript))
         return written
+
+
+def write_facts(workspace: Workspace, facts: list[tuple[str, str]]) -> int:
+    """Each fact a set tagged ``consolidated`` (a key it reuses keeps its creation time and importance)."""
+    written = 0
+    for key, value in facts:
+        try:
+            old = workspace.get(key)
+            tags = sorted(set(old.tags if old else ()) | {"consolidated"})
+            workspace.set(key, value, tags=tags)
+            written += 1
+        except Refused:
+            log.info("memory consolidation: a fact with an unusable key (%d chars) skipped", len(key))
+        except WriteFailed as exc:
+            log.error("memory consolidation: not saved (%s)", exc.strerror or exc)
+            break
+    return written

@@ -5,13 +5,12 @@ Rules:
   first and, among equals, the older fact first; at most ``max_records`` entries and ``max_bytes`` bytes of
   listing (60 and 16 KiB by default). What does not fit is counted, not shown.
 - It says which tools there are; with none, that there are none and that what memory holds is shown here.
-- When memory is not saved (another server holds the workspace, or the journal cannot be opened) it says that
-  writes will not outlive the session.
+- When memory is not saved (the database cannot be opened) it says that writes will not outlive the session.
 """
 
 from __future__ import annotations
 
-from .journal import Journal
+from .workspace import Workspace
 
 MAX_RECORDS = 60
 MAX_BYTES = 16 * 1024
@@ -34,28 +33,28 @@ NO_TOOLS = ("There are no memory tools in this session: you cannot read or write
 NOT_SAVED = "Memory is not saved in this session ({why}): what you write will not outlive it."
 
 
-def listing(journal: Journal, max_records: int = MAX_RECORDS, max_bytes: int = MAX_BYTES) -> tuple[list[str], int]:
+def listing(workspace: Workspace, max_records: int = MAX_RECORDS, max_bytes: int = MAX_BYTES) -> tuple[list[str], int]:
     """The lines that fit, and how many records did not."""
-    ranked = journal.ranked()
+    ranked = workspace.ranked(max_records)
     lines: list[str] = []
     size = 0
-    for rec in ranked[:max_records]:
+    for rec in ranked:
         line = f"- {rec.key} (importance {rec.importance}): {rec.summary}"
         n = len(line.encode("utf-8", "replace")) + 1
         if size + n > max_bytes:
             break
         lines.append(line)
         size += n
-    return lines, len(ranked) - len(lines)
+    return lines, workspace.count() - len(lines)
 
 
-def bootstrap(journal: Journal, workspace_name: str, tool_names: tuple[str, ...], max_records: int = MAX_RECORDS,
+def bootstrap(workspace: Workspace, workspace_name: str, tool_names: tuple[str, ...], max_records: int = MAX_RECORDS,
               max_bytes: int = MAX_BYTES) -> str:
     parts = [ABOUT.format(name=workspace_name)]
     parts.append(TOOLS.format(names=", ".join(tool_names)) if tool_names else NO_TOOLS)
-    if not journal.persistent:
-        parts.append(NOT_SAVED.format(why=journal.why_not or "no journal"))
-    lines, hidden = listing(journal, max_records, max_bytes)
+    if not workspace.persistent:
+        parts.append(NOT_SAVED.format(why=workspace.why_not or "no database"))
+    lines, hidden = listing(workspace, max_records, max_bytes)
     if lines:
         parts.append("What memory holds (key, importance: summary):\n" + "\n".join(lines))
         if hidden:

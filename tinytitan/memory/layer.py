@@ -16,6 +16,8 @@ Rules:
   are used up, and the model gets one more generation (with the tools still declared, so the prompt prefix does
   not move); a memory call it makes then is dropped, and logged.
 - A continuation that cannot be prepared (the conversation no longer fits) ends the answer as ``length``.
+- Memory reads and writes (the session's fragment, each memory call) run in worker threads: the database is
+  never waited on from the event loop.
 - Requests without a memory session (internal requests, ``-fast``, no usable workspace) get the engine's
   session untouched.
 - A request that ends normally is reported to the consolidator (consolidate.py), which runs as the server's
@@ -28,6 +30,8 @@ import dataclasses
 import logging
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from typing import Any, AsyncIterator
+
+import trio
 
 from ..chat_request import ChatRequest, Message, ToolCall
 from ..errors import ApiError
@@ -147,10 +151,10 @@ class MemoryEvents:
     async def aclose(self) -> None:
         await self._gen.aclose()
 
-    def _run_calls(self, rnd: Round) -> list[str]:
+    async def _run_calls(self, rnd: Round) -> list[str]:
         results = []
         for call in rnd.memory_calls.values():
-            text, ok = self.session.run(call.name, call.arguments)
+            text, ok = await trio.to_thread.run_sync(self.session.run, call.name, call.arguments)
             log.info("memory %s: %s (arguments %d bytes, result %d bytes)", call.name, "ok" if ok else "tool error",
                      len(call.arguments), len(text))
             results.append(text)
@@ -199,14 +203,14 @@ class MemoryEvents:
                             len(rnd.memory_calls))
             if final or not rnd.continues:
                 if rnd.memory_calls and not final and rnd.client_index:
-                    self._run_calls(rnd)  # beside a client call: run, not shown
+                    await self._run_calls(rnd)  # beside a client call: run, not shown
                 reason = rnd.finished.reason
                 if reason == "tool_calls" and not rnd.client_index:
                     reason = "stop"
                 yield Finished(reason, usage, rnd.finished.stop_sequence, timing)
                 return
             done_rounds += 1
-            req = continuation(req, rnd, self._run_calls(rnd), done_rounds >= session.rounds)
+            req = continuation(req, rnd, await self._run_calls(rnd), done_rounds >= session.rounds)
 
 
 class MemoryEngine:
@@ -231,28 +235,30 @@ class MemoryEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def _memory_session(self, req: ChatRequest) -> MemorySession | None:
+    async def _memory_session(self, req: ChatRequest) -> MemorySession | None:
         """The request's memory session; none (and a log line) when memory cannot serve it: memory never fails
         a completion."""
+        if not req.memory:
+            return None
         try:
-            return self.memory.session(req)
+            return await trio.to_thread.run_sync(self.memory.session, req)
         except Exception:
             log.exception("memory: no memory for this request")
             return None
 
     async def count_tokens(self, req: ChatRequest) -> int:
-        session = self._memory_session(req)
+        session = await self._memory_session(req)
         return await self.inner.count_tokens(session.augment(req) if session else req)
 
     @asynccontextmanager
     async def session(self, req: ChatRequest, keepalive: float | None = None) -> AsyncIterator[Any]:
         """The engine's session, for a request with memory one that runs memory rounds (see the rules)."""
-        mem = self._memory_session(req)
+        mem = await self._memory_session(req)
         if mem is None:
             async with self.inner.session(req, keepalive) as events:
                 yield events
             return
-        with self.memory.hold(mem.scope):  # its journal stays open (not evicted) while the request runs
+        with self.memory.hold(mem.scope):
             async with self.inner.session(mem.augment(req), keepalive) as first:
                 events = MemoryEvents(self.inner, mem, first, keepalive)
                 try:
@@ -260,4 +266,4 @@ class MemoryEngine:
                 finally:
                     await events.aclose()
                 if self.consolidator is not None:
-                    self.consolidator.seen(mem, req, "".join(events.answer))
+                    await self.consolidator.seen(mem, req, "".join(events.answer))

@@ -1,17 +1,19 @@
-"""Memory for a server: its settings, the journals it holds (one per workspace), and per-request sessions.
+"""Memory for a server: its settings, its database (shared with stored responses unless told otherwise), the
+workspaces' memory, and per-request sessions.
 
 Rules:
-- The journal of a scope lives at ``<dir>/<namespace>/<user>/<workspace id>/journal.ndjson``; every directory
-  the server creates under ``<dir>`` is the owner's only (0700).
-- A workspace's journal is opened (locked, replayed) the first time a request needs it; the launch
-  directory's is opened at start. At most ``max_open`` journals are open: past that, the least recently used
-  one that no request holds is closed (its lock released), and opened again (replayed) when a request needs it.
-  A request holds its journal from its session's start to its end (``hold``); while every open journal is
-  held, one more is opened beyond the cap and the log says so.
+- Memory lives in the state database (tinytitan/store/db.py): ``state`` names it (a directory's ``state.db``,
+  a PostgreSQL URL, ``memory``); None: ``directory``'s ``state.db``. Older journals under ``directory`` are
+  migrated into it at start (migrate.py). A database that cannot be opened leaves memory in this process only:
+  the fragment and every write's answer say so.
+- A workspace's memory is rows under its scope (workspace.py): a request that names a new workspace creates
+  nothing until memory is written there, and at most ``max_workspaces`` workspaces get memory (a new one's
+  write past that is refused, saying why).
 - A forced call (``tool_choice`` required, Anthropic's ``any``, a tool by name, ``allowed_tools``) is the
   client's: that request is offered no memory tools, so no memory call can stand in for the call it forces;
   its fragment says memory is shown, not reachable, and is not kept for the conversation.
-- A session is one request's view: its scope, its journal, the tools offered and the bootstrap fragment.
+- A session is one request's view: its scope, its workspace, the tools offered and the bootstrap fragment.
+  Making one reads the database: the server makes it in a worker thread.
 - A conversation (known by its system prompt and first turn) keeps the fragment of its first request for its
   later ones, so a write does not move its prompt prefix (and defeat the prompt cache); a new conversation
   gets the listing as it is now.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,40 +32,33 @@ from pathlib import Path
 from typing import Iterator
 
 from ..chat_request import ChatRequest, Message, Tool
+from ..store import db as dbm
 from . import fragment, tools
-from .journal import JOURNAL, Journal
+from .migrate import migrate_journals
 from .scope import NAMESPACE, Scope, default_dir, derive, os_user
+from .workspace import Workspace
 
 log = logging.getLogger("tinytitan.memory")
 
 
 @dataclass
 class MemoryConfig:
-    directory: Path = field(default_factory=default_dir)
+    directory: Path = field(default_factory=default_dir)  # older journals (migrated); the database when no state
+    state: str | None = None  # the database: a directory, a .db file, a postgresql:// URL, "memory"
     tools: str = "full"  # off | minimal | full
-    fsync: bool = False
     rounds: int = 4  # memory tool rounds per request
     namespace: str = NAMESPACE
     user: str | None = None  # None: the OS user
     launch_dir: str = field(default_factory=os.getcwd)
     max_records: int = fragment.MAX_RECORDS
     max_bytes: int = fragment.MAX_BYTES
-    barrier_delay: float = 1.0
     consolidate: float = 30.0  # seconds a workspace is quiet before its conversation is consolidated; 0: never
     home: str | None = None  # None: the user's home (refused as a workspace, with its parent)
-    max_open: int = 64  # journals open at once (each holds a file and a lock); idle ones are closed beyond it
+    max_workspaces: int = 1000  # workspaces with memory; a new one's first write past this is refused
 
 
-def journal_path(directory: Path, scope: Scope) -> Path:
-    return Path(directory, *scope.parts, JOURNAL)
-
-
-def make_private_dirs(root: Path, parts: tuple[str, ...]) -> None:
-    """``root`` and each of ``parts`` below it, created 0700 (existing ones are left as they are)."""
-    for depth in range(len(parts) + 1):
-        path = root.joinpath(*parts[:depth])
-        if not path.exists():
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+def scope_key(scope: Scope) -> str:
+    return "/".join(scope.parts)
 
 
 FRAGMENTS_KEPT = 256  # conversations whose bootstrap fragment is remembered
@@ -83,14 +79,14 @@ def forced(req: ChatRequest) -> bool:
 
 
 class MemorySession:
-    def __init__(self, scope: Scope, journal: Journal, config: MemoryConfig, fragment_text: str | None = None,
+    def __init__(self, scope: Scope, workspace: Workspace, config: MemoryConfig, fragment_text: str | None = None,
                  offer_tools: bool = True):
         self.scope = scope
-        self.journal = journal
+        self.workspace = workspace
         self.tools: tuple[Tool, ...] = tools.definitions(config.tools) if offer_tools else ()
         self.names = frozenset(t.name for t in self.tools)
         self.rounds = config.rounds
-        self.fragment = fragment_text or fragment.bootstrap(journal, os.path.basename(scope.path) or scope.path,
+        self.fragment = fragment_text or fragment.bootstrap(workspace, os.path.basename(scope.path) or scope.path,
                                                             tuple(t.name for t in self.tools), config.max_records,
                                                             config.max_bytes)
 
@@ -108,67 +104,41 @@ class MemorySession:
         return req.with_(messages=tuple(msgs), tools=req.tools + own)
 
     def run(self, name: str, arguments: str) -> tuple[str, bool]:
-        return tools.execute(self.journal, name, arguments)
+        return tools.execute(self.workspace, name, arguments)
 
 
 class Memory:
-    def __init__(self, config: MemoryConfig):
+    def __init__(self, config: MemoryConfig, database: dbm.Database | None = None):
         self.config = config
         self.user = config.user or os_user()
-        self.journals: OrderedDict[tuple[str, str, str], Journal] = OrderedDict()  # least recently used first
-        self.holders: dict[tuple[str, str, str], int] = {}
         self.fragments: OrderedDict[tuple, str] = OrderedDict()
-        launch = derive(ChatRequest(model="", messages=()), config.launch_dir, config.namespace, self.user,
-                        config.home)
-        if launch is not None:
-            self.journal(launch)
-        log.info("memory on: %s (tools %s, %d rounds per request%s)", config.directory, config.tools, config.rounds,
-                 ", fsync on every write" if config.fsync else "")
-
-    def journal(self, scope: Scope) -> Journal:
-        """The scope's open journal (opened, or opened again, when it is not), now the most recently used."""
-        j = self.journals.get(scope.parts)
-        if j is None or j.closed:
+        self._lock = threading.Lock()  # sessions are made in worker threads
+        self.why_not: str | None = None
+        self.owned = database is None
+        if database is None:
+            where = config.state if config.state is not None else Path(config.directory)
             try:
-                make_private_dirs(Path(self.config.directory), scope.parts)
-            except OSError as exc:
-                log.warning("memory directory %s cannot be created: %s", self.config.directory, exc)
-            j = Journal.open(journal_path(self.config.directory, scope), scope.path, fsync=self.config.fsync,
-                             barrier_delay=self.config.barrier_delay)
-            self.journals[scope.parts] = j
-            self._evict(keep=scope.parts)
-        self.journals.move_to_end(scope.parts)
-        return j
+                database = dbm.open_database(where)
+            except Exception as exc:  # memory never fails the server: it runs in this process only, and says so
+                self.why_not = f"the memory database cannot be opened ({exc})"
+                log.error("memory: %s; memory is kept in this process only", self.why_not)
+                database = dbm.SqliteDatabase(None)
+        self.db = database
+        if self.db.persistent:
+            try:
+                migrate_journals(self.db, Path(config.directory))
+            except Exception:
+                log.exception("memory: the older journals under %s could not be migrated (they are left in place)",
+                              config.directory)
+        log.info("memory on: %s (tools %s, %d rounds per request)", self.db.where, config.tools, config.rounds)
 
-    def _evict(self, keep: tuple[str, str, str]) -> None:
-        """Close the least recently used journals no request holds, down to ``max_open``."""
-        over = len(self.journals) - max(1, self.config.max_open)
-        for parts in list(self.journals):
-            if over <= 0:
-                return
-            if parts == keep or self.holders.get(parts):
-                continue
-            self.journals.pop(parts).close()
-            over -= 1
-            log.info("memory journal of %s closed (the least recently used of more than %d open)", "/".join(parts),
-                     self.config.max_open)
-        if over > 0:
-            log.warning("memory: %d journals are open, %d over the cap of %d: every one is in use",
-                        len(self.journals), over, self.config.max_open)
+    def workspace(self, scope: Scope) -> Workspace:
+        return Workspace(self.db, scope_key(scope), scope.path, self.config.max_workspaces, self.why_not)
 
     @contextmanager
-    def hold(self, scope: Scope) -> Iterator[Journal]:
-        """The scope's journal, kept open (never evicted) until the block ends."""
-        j = self.journal(scope)
-        self.holders[scope.parts] = self.holders.get(scope.parts, 0) + 1
-        try:
-            yield j
-        finally:
-            left = self.holders[scope.parts] - 1
-            if left:
-                self.holders[scope.parts] = left
-            else:
-                del self.holders[scope.parts]
+    def hold(self, scope: Scope) -> Iterator[Workspace]:
+        """The scope's workspace for the length of a block (a request, a consolidation pass)."""
+        yield self.workspace(scope)
 
     def session(self, req: ChatRequest) -> MemorySession | None:
         if not req.memory or req.fast or req.prompt is not None:  # a raw prompt has no system turn, no tools
@@ -177,20 +147,22 @@ class Memory:
         if scope is None:
             return None
         if forced(req):
-            return MemorySession(scope, self.journal(scope), self.config, offer_tools=False)
+            return MemorySession(scope, self.workspace(scope), self.config, offer_tools=False)
         # A conversation keeps the fragment of its first request: what memory held then, so its prompt prefix
         # does not move when the model writes (it finds new facts with the tools). A new conversation gets
         # the listing as it is now.
         key = (scope.parts, opening(req))
         later = sum(m.role != "system" for m in req.messages) > 1
-        session = MemorySession(scope, self.journal(scope), self.config, self.fragments.get(key) if later else None)
-        self.fragments[key] = session.fragment
-        self.fragments.move_to_end(key)
-        while len(self.fragments) > FRAGMENTS_KEPT:
-            self.fragments.popitem(last=False)
+        with self._lock:
+            kept = self.fragments.get(key) if later else None
+        session = MemorySession(scope, self.workspace(scope), self.config, kept)
+        with self._lock:
+            self.fragments[key] = session.fragment
+            self.fragments.move_to_end(key)
+            while len(self.fragments) > FRAGMENTS_KEPT:
+                self.fragments.popitem(last=False)
         return session
 
     def close(self) -> None:
-        for j in self.journals.values():
-            j.close()
-        self.journals.clear()
+        if self.owned:
+            self.db.close()

@@ -7,7 +7,8 @@ Rules:
 - A failed write is a tool error ("not saved"), never a success.
 - Results are capped: a list shows at most 100 keys, a search at most 20 hits, with summaries, never whole
   values (``memory_get`` reads one value, itself at most 64 KiB).
-- The journal is the session's; no argument can name another workspace.
+- The workspace is the session's; no argument can name another. The calls read and write the database: the
+  layer runs them in a worker thread.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import logging
 from typing import Any
 
 from ..chat_request import Tool
-from .journal import Journal, WriteFailed, check_importance, check_tags
 from .keys import Refused
+from .records import WriteFailed, check_importance, check_tags
+from .workspace import Workspace
 
 log = logging.getLogger("tinytitan.memory")
 
@@ -84,14 +86,14 @@ def _args(arguments: str, allowed: set[str], required: set[str]) -> dict:
     return args
 
 
-def _run(journal: Journal, name: str, arguments: str) -> dict[str, Any]:
+def _run(workspace: Workspace, name: str, arguments: str) -> dict[str, Any]:
     props = DEFINITIONS[name].parameters["properties"]
     args = _args(arguments, set(props), set(DEFINITIONS[name].parameters.get("required", ())))
     if name == "memory_get":
-        rec = journal.get(args["key"])
+        rec = workspace.get(args["key"])
         return rec.full() if rec else {"key": args["key"], "found": False}
     if name == "memory_list":
-        recs = journal.list(args.get("prefix") or "")
+        recs = workspace.list(args.get("prefix") or "")
         out: dict[str, Any] = {"keys": [r.brief() for r in recs[:MAX_LIST]], "count": len(recs)}
         if len(recs) > MAX_LIST:
             out["note"] = f"the first {MAX_LIST} of {len(recs)} keys; narrow the prefix to see the rest"
@@ -103,28 +105,28 @@ def _run(journal: Journal, name: str, arguments: str) -> dict[str, Any]:
         text = args.get("text") or ""
         if not isinstance(text, str):
             raise Refused("text must be a string")
-        hits = journal.search(text, args.get("prefix") or "", check_tags(args.get("tags")),
+        hits = workspace.search(text, args.get("prefix") or "", check_tags(args.get("tags")),
                               check_importance(args.get("min_importance") or 1), limit)
         return {"results": [r.brief() for r in hits]}
     if name == "memory_set":
-        rec = journal.set(args["key"], args["value"], args.get("importance"), args.get("confidence"), args.get("tags"))
-        return {"saved": rec.key, "created": rec.full()["created"], **_durability(journal)}
+        rec = workspace.set(args["key"], args["value"], args.get("importance"), args.get("confidence"), args.get("tags"))
+        return {"saved": rec.key, "created": rec.full()["created"], **_durability(workspace)}
     if name == "memory_append":
-        rec = journal.append(args["key"], args["text"])
-        return {"appended": rec.key, "bytes": len(rec.value.encode("utf-8", "replace")), **_durability(journal)}
+        rec = workspace.append(args["key"], args["text"])
+        return {"appended": rec.key, "bytes": len(rec.value.encode("utf-8", "replace")), **_durability(workspace)}
     if name == "memory_delete":
-        return {"deleted": args["key"], "existed": journal.delete(args["key"]), **_durability(journal)}
+        return {"deleted": args["key"], "existed": workspace.delete(args["key"]), **_durability(workspace)}
     raise Refused(f"no memory tool named {name!r}")
 
 
-def _durability(journal: Journal) -> dict:
-    return {} if journal.persistent else {"note": "kept for this session only: " + (journal.why_not or "")}
+def _durability(workspace: Workspace) -> dict:
+    return {} if workspace.persistent else {"note": "kept for this session only: " + (workspace.why_not or "")}
 
 
-def execute(journal: Journal, name: str, arguments: str) -> tuple[str, bool]:
+def execute(workspace: Workspace, name: str, arguments: str) -> tuple[str, bool]:
     """Run one memory call: (the result as JSON text, whether it succeeded)."""
     try:
-        return json.dumps(_run(journal, name, arguments), ensure_ascii=False), True
+        return json.dumps(_run(workspace, name, arguments), ensure_ascii=False), True
     except Refused as exc:
         return json.dumps({"error": str(exc)}, ensure_ascii=False), False
     except WriteFailed as exc:

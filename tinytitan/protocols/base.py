@@ -112,7 +112,7 @@ class Protocol:
     def engine(self):
         return self.services.engine
 
-    def record(self, v: Validated, machine: Machine) -> None:
+    async def record(self, v: Validated, machine: Machine) -> None:
         """Called once a response's machine reached its final state (stream or not): a protocol that keeps
         finished responses stores them here. A stream the client dropped never gets here."""
 
@@ -221,7 +221,7 @@ class Protocol:
             return Reply.of_stream(self.sse_body(machine, events, v, framing), self.spec.content_type)
         async with aclosing(pump(machine, events)) as wires:
             wire = [w async for w in wires]
-        self.record(v, machine)
+        await self.record(v, machine)
         return Reply(self.fold(wire, v))
 
     async def sse_body(self, machine: Machine, events: AsyncIterable[TokenEvent],
@@ -236,7 +236,7 @@ class Protocol:
                 async for wire in wires:
                     if machine.done and not recorded:  # kept before the last events leave: a client that
                         recorded = True                # acts on them finds the response stored
-                        self.record(v, machine)
+                        await self.record(v, machine)
                     yield wire.encode(framing)
         except Exception as exc:
             if machine.done:

@@ -10,9 +10,12 @@ Rules:
 - The response object's ``output`` is a projection of the events: the items of its
   ``response.output_item.done`` events, in order.
 - ``store`` (default true) keeps a finished response: its input items plus its event log
-  (tinytitan/store/responses_store.py). ``previous_response_id`` replays the chain's input and output
-  before this request's input; ``instructions`` are never carried over (as in the API). An input item (or
-  item_reference) whose id the chain already holds is refused (400 ``duplicate_item``), as the API does.
+  (tinytitan/store/responses_store.py: a database, read and written off the event loop). A store that
+  fails (a full disk) is logged and the answer still goes out. ``previous_response_id`` replays the chain's
+  input and output before this request's input; ``instructions`` are never carried over (as in the API). An
+  input item (or item_reference) whose id the chain already holds is refused (400 ``duplicate_item``), as
+  the API does. A chain whose response is not stored (never, deleted, evicted) is the API's own 400
+  ``previous_response_not_found`` naming it.
 - A ``compaction_trigger`` input item turns the request into a compaction turn: the conversation is
   summarised (tinytitan/protocols/compaction.py) and the response has one ``compaction`` output item.
   Compaction turns and ``/v1/responses/compact`` store nothing.
@@ -41,7 +44,8 @@ from ..speclang import template
 from ..speclang.load import compile_spec
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import RequestValidator, Validated
-from ..store.responses_store import ResponsesStore, StoredResponse
+from ..store.db import STORAGE_ERRORS
+from ..store.responses_store import CursorNotFound, ResponsesStore, StoredResponse
 from ..events import Finished, Started, Usage
 from . import compaction, responses_socket, truncation
 from .base import Protocol, new_id
@@ -140,47 +144,54 @@ class OpenAIResponses(Protocol):
         state = self.services.state
         store = state.get(STORE_KEY)
         if store is None:
-            store = state[STORE_KEY] = ResponsesStore.open(self.services.config.responses_store,
-                                                           self.spec.extra.get("store_keep", 256))
+            config = self.services.config
+            store = state[STORE_KEY] = ResponsesStore.open(
+                config.responses_store, config.responses_retention_days * 86400,
+                config.responses_max_mib * 2 ** 20)
         return store
 
-    def stored(self, response_id: str, param: str | None = None) -> StoredResponse:
-        rec = self.store().get(response_id)
+    async def stored(self, response_id: str, param: str | None = None) -> StoredResponse:
+        rec = await self.store().get(response_id)
         if rec is None:
-            raise ApiError("not_found", f"No response with id '{response_id}' found (it was never stored, was "
-                           "deleted, or is older than the newest stored responses)", param=param or "response_id")
+            raise not_stored(response_id, param)
         return rec
 
-    def history(self, response_id: str | None, local: "LocalResponses | None" = None) -> list[dict]:
+    async def history(self, response_id: str | None, local: "LocalResponses | None" = None) -> list[dict]:
         """The input and output of a stored chain, oldest first (a connection's own responses first)."""
         items: list[dict] = []
         first, seen = response_id, set()
         while response_id and response_id not in seen:
             seen.add(response_id)
-            rec = (local.get(response_id) if local is not None else None) or self.store().get(response_id)
-            if rec is None:
+            rec = local.get(response_id) if local is not None else None
+            if rec is not None:
+                items = rec.input + rec.output + items
+                response_id = rec.previous_response_id
+                continue
+            found = await self.store().chain(response_id)
+            if found is None:
                 detail = "" if response_id == first else f" (the chain of '{first}' continues it)"
-                raise ApiError("not_found", f"Previous response with id '{response_id}' not found{detail}",
-                               param="previous_response_id")
-            items = rec.input + rec.output + items
-            response_id = rec.previous_response_id
+                # the API's own error (400, previous_response_not_found): clients match on it to resend whole
+                raise invalid(f"Previous response with id '{response_id}' not found.{detail}",
+                              param="previous_response_id", code="previous_response_not_found")
+            part, response_id = found
+            items = part + items
         return items
 
-    def resolve(self, items: list[dict], field: str = "input") -> list[dict]:
+    async def resolve(self, items: list[dict], field: str = "input") -> list[dict]:
         out = []
         for i, item in enumerate(items):
             if item.get("type") == "item_reference":
-                found = self.store().find_item(item["id"])
+                found = await self.store().find_item(item["id"])
                 if found is None:
                     raise ApiError("not_found", f"Item with id '{item['id']}' not found", param=f"{field}[{i}].id")
                 item = found
             out.append(item)
         return out
 
-    def conversation(self, body: dict, items: list[dict],
-                     local: "LocalResponses | None" = None) -> tuple[list[dict], list[dict]]:
-        own = self.resolve(items)
-        history = self.history(body.get("previous_response_id"), local)
+    async def conversation(self, body: dict, items: list[dict],
+                           local: "LocalResponses | None" = None) -> tuple[list[dict], list[dict]]:
+        own = await self.resolve(items)
+        history = await self.history(body.get("previous_response_id"), local)
         chained = {item.get("id") for item in history} - {None}
         for i, item in enumerate(own):  # as the API: the chain already holds it, a second copy is refused
             if item.get("id") in chained:
@@ -191,7 +202,7 @@ class OpenAIResponses(Protocol):
             raise invalid("Missing required parameter: 'input'", param="input", code="missing_required_parameter")
         return history, own
 
-    def record(self, v: Validated, machine: Machine) -> None:
+    async def record(self, v: Validated, machine: Machine) -> None:
         if v.state is None or v.state.compaction or not (v.body.get("store") or v.state.local is not None):
             return
         rec = StoredResponse(id=machine.context["id"], input=v.state.own_input,
@@ -204,9 +215,9 @@ class OpenAIResponses(Protocol):
         if not v.body.get("store"):
             return
         try:
-            self.store().put(rec)
-        except (OSError, ValueError) as exc:  # a full or read-only disk (or text it cannot encode) loses the
-            # record on disk, not the answer
+            await self.store().put(rec)
+        except (*STORAGE_ERRORS, ValueError) as exc:  # a full or read-only disk, a lost database server (or
+            # text it cannot encode) loses the record, not the answer
             log.error("could not store response %s: %s", rec.id, exc)
 
     # -- the machine -----------------------------------------------------------------------------------------
@@ -235,7 +246,7 @@ class OpenAIResponses(Protocol):
         ``framing``: ``websocket``; ``prewarm``: ``generate: false``)."""
         v = await self.checked(call)
         v.state.local, v.state.framing = local, framing
-        history, own = self.conversation(v.body, v.state.items, local)
+        history, own = await self.conversation(v.body, v.state.items, local)
         v.state.own_input, v.state.history = own, history
         if any(item.get("type") == "compaction_trigger" for item in own):
             return await self.compaction_turn(v, history + own)
@@ -361,7 +372,7 @@ class OpenAIResponses(Protocol):
         body = self.compact_validator.validate(self.compact_validator.parse_json(call.body)).body
         model_id, _ = self.engine.resolve(body["model"])
         items = normalise_input(body.get("input") or [])
-        history, own = self.conversation(body, items)
+        history, own = await self.conversation(body, items)
         items = [i for i in history + own if i.get("type") != "compaction_trigger"]
         compactor = self.engine.summariser(body["model"], body.get("max_compaction_tokens"))
         summary = await compactor.summarise(compaction.transcript_to_compact(items))
@@ -400,7 +411,7 @@ class OpenAIResponses(Protocol):
         return Reply({"output": out})
 
     async def retrieve(self, call: Call, response_id: str) -> Reply:
-        rec = self.stored(response_id)
+        rec = await self.stored(response_id)
         if not call.args["stream"]:
             return Reply(rec.response)
         after = call.args["starting_after"]
@@ -413,38 +424,28 @@ class OpenAIResponses(Protocol):
         return Reply.of_stream(replay(), self.spec.content_type)
 
     async def delete(self, call: Call, response_id: str) -> Reply:
-        self.stored(response_id)
-        self.store().delete(response_id)
+        if not await self.store().delete(response_id):
+            raise not_stored(response_id)
         return Reply({"id": response_id, "object": "response", "deleted": True})
 
     async def cancel(self, call: Call, response_id: str) -> Reply:
-        self.stored(response_id)
+        await self.stored(response_id)
         raise invalid(f"Response '{response_id}' cannot be cancelled: only background responses can be, and this "
                       "server runs none (every response finished before it was stored)", param="response_id",
                       code="not_cancellable")
 
     async def input_items(self, call: Call, response_id: str) -> Reply:
-        rec = self.stored(response_id)
         limit, order = call.args["limit"], call.args["order"]  # typed and bounded by the route's query table
-        items = list(rec.input) if order == "asc" else list(reversed(rec.input))
-        ids = [i.get("id") for i in items]
-
-        def cursor(name: str) -> int | None:
-            value = call.args[name]
-            if value is None:
-                return None
-            if value not in ids:
-                raise invalid(f"Invalid value for '{name}': no input item '{value}' in response '{response_id}'",
-                              param=name, code="invalid_value")
-            return ids.index(value)
-
-        after, before = cursor("after"), cursor("before")  # (older SDKs page backwards with 'before')
-        items = items[(after + 1 if after is not None else 0):(before if before is not None else len(items))]
-        # a page right after 'after' (or from the start); with only 'before', the page right before it
-        page = items[-limit:] if before is not None and after is None else items[:limit]
+        try:  # (older SDKs page backwards with 'before'); a page right after 'after' (or from the start)
+            page = await self.store().input_page(response_id, limit, order, call.args["after"], call.args["before"])
+        except CursorNotFound as exc:
+            raise invalid(f"Invalid value for '{exc.name}': no input item '{exc.value}' in response '{response_id}'",
+                          param=exc.name, code="invalid_value") from None
+        if page is None:
+            raise not_stored(response_id)
         return Reply({
-            "object": "list", "data": page, "first_id": page[0].get("id") if page else None,
-            "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit,
+            "object": "list", "data": page.data, "first_id": page.data[0].get("id") if page.data else None,
+            "last_id": page.data[-1].get("id") if page.data else None, "has_more": page.has_more,
             "limit": limit, "order": order,
         })
 
@@ -476,3 +477,8 @@ def prompt_cache_diagnostics(compared: dict | None) -> dict:
     return {"type": "cache_miss", "reason": CACHE_MISS_REASONS[reason],
             "cache_missed_tokens": int(compared.get("missed_tokens") or 0),
             "comparison_reusable_tokens": int(compared.get("offset") or 0)}
+
+
+def not_stored(response_id: str, param: str | None = None) -> ApiError:
+    return ApiError("not_found", f"No response with id '{response_id}' found (it was never stored, was deleted, or "
+                    "was evicted by the store's retention)", param=param or "response_id")

@@ -1,35 +1,47 @@
-"""Stored Responses objects, event-sourced.
+"""Stored Responses objects, event-sourced, in the state database (db.py).
 
 Rules:
 - A stored response is its own input items (item references resolved, ids assigned), the id of the
   response it continued, and its event log: the wire events its machine emitted. GET answers the
   ``response`` inside the last event; ``previous_response_id`` replays input and output of the chain.
-- The newest ``keep`` responses are kept (256 by default); older ones are forgotten.
-- On disk: one append-only JSON-lines file, ``responses.jsonl``: ``{"op": "put", ...}`` and
-  ``{"op": "delete", "id": ...}`` records. Loading replays it. A torn last record (a crash mid-write)
-  is skipped with a warning and cut off, so nothing before it is lost and the next append starts clean.
-  When the file holds far more records than are kept, it is rewritten (atomically) with the live ones.
-- ``memory`` keeps everything in this process only.
+- Tables (schema.py): ``responses`` (one row each: the event log, the id it continued, its size) and
+  ``response_items`` (its input items and output items, one row each, indexed by item id). GET, input_items'
+  pages, item references and a chain's replay are each a query; nothing is loaded whole at start.
+- Retention, by query: a response older than ``max_age`` seconds (30 days, as the API keeps them) is evicted,
+  and the oldest ones while the stored bytes pass ``max_bytes``. An evicted response is not found, as a deleted
+  one is: a chain that needs it fails with the API's not-found error naming it.
+- Every call is a transaction in a worker thread (``await``); a write is committed (on disk) before it
+  returns. ``put`` that fails (a full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it and still
+  answers. A read or a delete the database cannot do (a lost database server, a damaged file) is a 503 naming
+  the store, never a 500, and the log says why.
+- ``memory`` keeps everything in this process only. A directory holds ``state.db``; an older
+  ``responses.jsonl`` found there is migrated into it at open (legacy.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..errors import ApiError
+from . import db as dbm
+from .db import MEMORY, STORAGE_ERRORS, Database
 
 log = logging.getLogger("tinytitan.store")
 
-FILE_NAME = "responses.jsonl"
-MEMORY = "memory"
+FILE_NAME = "responses.jsonl"  # the older store's log, migrated at open
+MAX_AGE = 30 * 24 * 3600
+MAX_BYTES = 2 * 1024 ** 3
+EVICT_BATCH = 256
+AGE_CHECK_SECONDS = 60.0
 
 
 def default_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "tinytitan" / "responses"
+    """Where the older store kept its log (migrated from when the state database is the default one)."""
+    return dbm.default_dir() / "responses"
 
 
 @dataclass
@@ -53,119 +65,234 @@ class StoredResponse:
         return list(self.response.get("output") or [])
 
 
+def _dump(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class Page:
+    data: list[dict]
+    has_more: bool
+
+
+class CursorNotFound(LookupError):
+    def __init__(self, name: str, value: str):
+        super().__init__(name)
+        self.name, self.value = name, value
+
+
 class ResponsesStore:
-    def __init__(self, directory: Path | None = None, keep: int = 256):
-        self.directory = directory
-        self.keep = keep
-        self.records: OrderedDict[str, StoredResponse] = OrderedDict()
-        self.lines = 0
-        if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
-            self._load()
+    def __init__(self, database: Database, max_age: float | None = MAX_AGE, max_bytes: int | None = MAX_BYTES):
+        self.db = database
+        self.max_age = max_age or None
+        self.max_bytes = max_bytes or None
+        self._aged = 0.0
 
     @classmethod
-    def open(cls, where: str | Path | None, keep: int = 256) -> "ResponsesStore":
-        """``memory``, a directory, or None (the user's state directory)."""
-        if where == MEMORY:
-            return cls(None, keep)
-        return cls(Path(where).expanduser() if where else default_dir(), keep)
+    def open(cls, where: str | Path | None, max_age: float | None = MAX_AGE, max_bytes: int | None = MAX_BYTES,
+             database: Database | None = None) -> "ResponsesStore":
+        """``memory``, a directory, a PostgreSQL URL, or None (the user's state database). ``database``: one
+        already open (shared with memory)."""
+        store = cls(database or dbm.open_database(where), max_age, max_bytes)
+        if where != MEMORY and not dbm.is_url(where):
+            from .legacy import migrate_responses
+
+            legacy = Path(where).expanduser() if where else default_dir()
+            migrate_responses(store, legacy / FILE_NAME)
+        store.db.run(store._evict_aged)
+        log.info("responses store: %s (kept %s%s)", store.db.where,
+                 f"{max_age / 86400:g} days" if max_age else "for ever",
+                 f", at most {max_bytes // 2 ** 20} MiB" if max_bytes else "")
+        return store
 
     @property
-    def path(self) -> Path | None:
-        return self.directory / FILE_NAME if self.directory is not None else None
+    def persistent(self) -> bool:
+        return self.db.persistent
+
+    async def _call(self, fn, *args, write: bool = False):
+        try:
+            return await self.db.call(fn, *args, write=write)
+        except STORAGE_ERRORS as exc:
+            log.error("responses store %s: %s failed: %s", self.db.where, fn.__name__.strip("_"), exc)
+            raise ApiError("unavailable", f"The response store cannot be {'written' if write else 'read'} now "
+                           f"({type(exc).__name__}); try again") from None
 
     # -- reading ---------------------------------------------------------------------------------------------
-    def get(self, response_id: str) -> StoredResponse | None:
-        return self.records.get(response_id)
+    async def get(self, response_id: str) -> StoredResponse | None:
+        return await self._call(_get, response_id)
 
-    def find_item(self, item_id: str) -> dict | None:
-        """An input or output item of any stored response, by its id (newest first)."""
-        for rec in reversed(self.records.values()):
-            for item in rec.input + rec.output:
-                if item.get("id") == item_id:
-                    return item
-        return None
+    async def find_item(self, item_id: str) -> dict | None:
+        """An input or output item of any stored response, by its id (the newest response's)."""
+        return await self._call(_find_item, item_id)
+
+    async def chain(self, response_id: str) -> tuple[list[dict], str | None] | None:
+        """The input and output items of the stored chain ending at ``response_id``, oldest first, and the id
+        of the first response it continues that is not stored (None when it starts here). None when
+        ``response_id`` itself is not stored."""
+        return await self._call(_chain, response_id)
+
+    async def input_page(self, response_id: str, limit: int, order: str, after: str | None,
+                         before: str | None) -> Page | None:
+        """A page of a response's input items (see the Responses API's input_items); None when the response
+        is not stored; ``CursorNotFound`` for a cursor that is not one of its items."""
+        return await self._call(_input_page, response_id, limit, order, after, before)
 
     # -- writing ---------------------------------------------------------------------------------------------
-    def put(self, rec: StoredResponse) -> None:
-        self._apply_put(rec)
-        self._append({"op": "put", **asdict(rec)})
+    async def put(self, rec: StoredResponse) -> None:
+        await self.db.call(self._put, rec)
 
-    def delete(self, response_id: str) -> bool:
-        if self.records.pop(response_id, None) is None:
-            return False
-        self._append({"op": "delete", "id": response_id})
-        return True
+    async def delete(self, response_id: str) -> bool:
+        return await self._call(_delete, response_id, write=True)
 
-    def _apply_put(self, rec: StoredResponse) -> None:
-        self.records.pop(rec.id, None)
-        self.records[rec.id] = rec
-        while len(self.records) > self.keep:
-            self.records.popitem(last=False)
+    def put_sync(self, rec: StoredResponse) -> None:
+        self.db.run(self._put, rec)
 
-    def _append(self, record: dict) -> None:
-        if self.path is None:
-            return
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
-        self.lines += 1
-        if self.lines > 2 * self.keep and self.lines > 2 * len(self.records):
-            self._rewrite()
+    def _put(self, tx, rec: StoredResponse) -> None:
+        events = _dump(rec.events)
+        inputs = [_dump(item) for item in rec.input]
+        outputs = [_dump(item) for item in rec.output]
+        size = len(events) + sum(map(len, inputs)) + len(_dump(rec.extra))
+        _delete(tx, rec.id)
+        tx.exec("INSERT INTO responses (id, previous_response_id, created_at, stored_at, size, events, extra) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", (rec.id, rec.previous_response_id, int(rec.created_at or time.time()),
+                                                 time.time(), size, events, _dump(rec.extra)))
+        for kind, items, bodies in ((0, rec.input, inputs), (1, rec.output, outputs)):
+            for pos, (item, body) in enumerate(zip(items, bodies)):
+                item_id = item.get("id") if isinstance(item, dict) else None
+                tx.exec("INSERT INTO response_items (response_id, kind, position, item_id, body) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (rec.id, kind, pos, item_id if isinstance(item_id, str) else None, body))
+        tx.exec("UPDATE meta SET value = value + ? WHERE name = 'response_bytes'", (size,))
+        if self.max_bytes is not None:
+            self._evict_over(tx, keep=rec.id)
+        if self.max_age is not None and time.monotonic() - self._aged > AGE_CHECK_SECONDS:
+            self._evict_aged(tx)
 
-    def _rewrite(self) -> None:
-        assert self.path is not None
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for rec in self.records.values():
-                f.write(json.dumps({"op": "put", **asdict(rec)}, ensure_ascii=False, separators=(",", ":")) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        self.lines = len(self.records)
+    # -- retention -------------------------------------------------------------------------------------------
+    def _evict_aged(self, tx) -> int:
+        self._aged = time.monotonic()
+        if self.max_age is None:
+            return 0
+        cutoff = int(time.time() - self.max_age)
+        total = 0
+        while True:
+            ids = [r[0] for r in tx.rows("SELECT id FROM responses WHERE created_at < ? LIMIT ?",
+                                         (cutoff, EVICT_BATCH))]
+            if not ids:
+                break
+            total += _delete_many(tx, ids)
+        if total:
+            log.info("responses store: %d responses older than %d days evicted", total, self.max_age // 86400)
+        return total
 
-    # -- loading ---------------------------------------------------------------------------------------------
-    def _load(self) -> None:
-        path = self.path
-        assert path is not None
-        if not path.exists():
-            return
-        data = path.read_bytes()
-        good_end = 0  # byte offset just past the last complete, readable record
-        pos = 0
-        while pos < len(data):
-            nl = data.find(b"\n", pos)
-            end = len(data) if nl < 0 else nl + 1
-            raw = data[pos:end]
-            last = end >= len(data)
-            try:
-                record = json.loads(raw.decode("utf-8"))
-                if nl < 0:
-                    raise ValueError("no line end")
-                self._replay(record)
-                good_end = end
-                self.lines += 1
-            except (ValueError, UnicodeDecodeError, TypeError, KeyError) as exc:
-                if last:
-                    log.warning("%s: skipped a torn last record (%d bytes: %s); the %d records before it are kept",
-                                path, len(raw), exc, self.lines)
-                else:
-                    log.warning("%s: skipped an unreadable record at byte %d (%s)", path, pos, exc)
-                    good_end = end
-            pos = end
-        if good_end < len(data):
-            with open(path, "r+b") as f:  # cut the torn tail: the next append starts on a clean line
-                f.truncate(good_end)
-        log.info("responses store %s: %d stored responses", path, len(self.records))
+    def _evict_over(self, tx, keep: str) -> int:
+        """The oldest responses (never ``keep``, the one just stored) until the stored bytes fit again."""
+        total = 0
+        while True:
+            excess = tx.row("SELECT value FROM meta WHERE name = 'response_bytes'")[0] - self.max_bytes
+            if excess <= 0:
+                break
+            ids = []
+            for rid, size in tx.rows("SELECT id, size FROM responses WHERE id <> ? ORDER BY created_at, stored_at, id "
+                                     "LIMIT ?", (keep, EVICT_BATCH)):
+                ids.append(rid)
+                excess -= size
+                if excess <= 0:
+                    break
+            if not ids:
+                break
+            total += _delete_many(tx, ids)
+        if total:
+            log.info("responses store: the %d oldest responses evicted (more than %d MiB stored)", total,
+                     self.max_bytes // 2 ** 20)
+        return total
 
-    def _replay(self, record: dict) -> None:
-        op = record.get("op")
-        if op == "put":
-            body = {k: v for k, v in record.items() if k != "op"}
-            self._apply_put(StoredResponse(**body))
-        elif op == "delete":
-            self.records.pop(record["id"], None)
-        else:
-            raise ValueError(f"unknown record op {op!r}")
+    async def count(self) -> int:
+        return await self.db.call(lambda tx: tx.row("SELECT count(*) FROM responses")[0], write=False)
+
+
+# -- the queries (each runs inside one transaction) ---------------------------------------------------------
+def _get(tx, response_id: str) -> StoredResponse | None:
+    row = tx.row("SELECT previous_response_id, created_at, events, extra FROM responses WHERE id = ?", (response_id,))
+    if row is None:
+        return None
+    inputs = [json.loads(r[0]) for r in tx.rows(
+        "SELECT body FROM response_items WHERE response_id = ? AND kind = 0 ORDER BY position", (response_id,))]
+    return StoredResponse(response_id, inputs, json.loads(row[2]), row[0], row[1], json.loads(row[3]))
+
+
+def _find_item(tx, item_id: str) -> dict | None:
+    row = tx.row("SELECT i.body FROM response_items i JOIN responses r ON r.id = i.response_id WHERE i.item_id = ? "
+                 "ORDER BY r.created_at DESC, r.stored_at DESC, i.kind DESC LIMIT 1", (item_id,))
+    return json.loads(row[0]) if row else None
+
+
+def _chain(tx, response_id: str) -> tuple[list[dict], str | None] | None:
+    """Walked link by link on the primary key (a recursive query is planned badly by PostgreSQL on a large
+    table), then the items of every link read in a few queries."""
+    links: list[str] = []
+    missing, rid = None, response_id
+    while rid is not None and rid not in links:  # (a cycle is never written by this server: it stops there)
+        row = tx.row("SELECT previous_response_id FROM responses WHERE id = ?", (rid,))
+        if row is None:
+            if not links:
+                return None
+            missing = rid
+            break
+        links.append(rid)
+        rid = row[0]
+    depth = {rid: i for i, rid in enumerate(links)}
+    found = []
+    for lo in range(0, len(links), 500):
+        part = links[lo:lo + 500]
+        found += tx.rows(f"SELECT response_id, kind, position, body FROM response_items WHERE response_id IN "
+                         f"({', '.join('?' * len(part))})", part)
+    found.sort(key=lambda r: (-depth[r[0]], r[1], r[2]))  # the oldest response first; its input, then output
+    return [json.loads(r[3]) for r in found], missing
+
+
+def _input_page(tx, response_id: str, limit: int, order: str, after: str | None, before: str | None) -> Page | None:
+    if tx.row("SELECT 1 FROM responses WHERE id = ?", (response_id,)) is None:
+        return None
+
+    def position(name: str, value: str | None) -> int | None:
+        if value is None:
+            return None
+        row = tx.row("SELECT min(position) FROM response_items WHERE response_id = ? AND kind = 0 AND item_id = ?",
+                     (response_id, value))
+        if row is None or row[0] is None:
+            raise CursorNotFound(name, value)
+        return row[0]
+
+    a, b = position("after", after), position("before", before)
+    asc = order == "asc"
+    where, params = ["response_id = ?", "kind = 0"], [response_id]
+    # 'after' and 'before' are in the page's order: in desc order 'after' means a smaller position
+    for pos, later in ((a, True), (b, False)):
+        if pos is not None:
+            where.append("position > ?" if later == asc else "position < ?")
+            params.append(pos)
+    direction = "ASC" if asc else "DESC"
+    if b is not None and a is None:  # only 'before': the page right before it (read backwards, then turned)
+        direction = "DESC" if asc else "ASC"
+    rows = tx.rows(f"SELECT body FROM response_items WHERE {' AND '.join(where)} ORDER BY position {direction} "
+                   "LIMIT ?", (*params, limit + 1))
+    data = [json.loads(r[0]) for r in rows[:limit]]
+    if b is not None and a is None:
+        data.reverse()
+    return Page(data, len(rows) > limit)
+
+
+def _delete(tx, response_id: str) -> bool:
+    return _delete_many(tx, [response_id]) > 0
+
+
+def _delete_many(tx, ids: list[str]) -> int:
+    marks = ", ".join("?" * len(ids))
+    size = tx.row(f"SELECT coalesce(sum(size), 0), count(*) FROM responses WHERE id IN ({marks})", ids)
+    if not size[1]:
+        return 0
+    tx.exec(f"DELETE FROM response_items WHERE response_id IN ({marks})", ids)
+    tx.exec(f"DELETE FROM responses WHERE id IN ({marks})", ids)
+    tx.exec("UPDATE meta SET value = value - ? WHERE name = 'response_bytes'", (size[0],))
+    return size[1]

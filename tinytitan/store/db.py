@@ -1,0 +1,290 @@
+"""The state database: one small interface, three implementations (a SQLite file, SQLite in this process's
+memory, PostgreSQL). The stores (responses_store.py, memory/workspace.py) write portable SQL against it and
+never learn which one they have.
+
+Rules:
+- ``run(fn, *args)`` calls ``fn(tx, *args)`` inside one transaction and returns what it returns: committed
+  when ``fn`` returns, rolled back when it raises. ``tx.rows(sql, params)`` / ``tx.row`` / ``tx.exec`` take
+  ``?`` placeholders on every implementation; ``tx.dialect`` ("sqlite" or "postgresql") is for the few
+  statements that differ (full-text search, locking a row).
+- ``run`` blocks: from the trio event loop call ``await db.call(fn, *args)``, which runs it in a worker
+  thread (at most ``THREADS`` at once). Each thread has its own connection, closed once the thread is gone
+  (SQLite's in-memory database has one, behind a lock).
+- SQLite: WAL, ``synchronous=FULL`` (a commit is on disk before ``run`` returns, so an answered write survives
+  ``kill -9`` and power loss), a busy timeout so several processes share one file, writes begin IMMEDIATE.
+- A SQLite file that is not a database (or is malformed) is moved aside at open, with its WAL, as
+  ``<name>.corrupt-<time>``, and the error says where; a new file is started. Nothing is ever emptied in place.
+- ``STORAGE_ERRORS``: what a failed write raises (a full disk, a read-only file, a lost server). Callers log it
+  and go on; they never report such a write as saved.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import trio
+
+from . import schema
+
+log = logging.getLogger("tinytitan.store")
+
+FILE_NAME = "state.db"
+THREADS = 8  # worker threads (so connections) a database is used from at once, per process
+T = TypeVar("T")
+
+try:  # psycopg is needed only for --state postgresql://…
+    import psycopg
+
+    _PG_ERRORS: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
+except ImportError:  # pragma: no cover - the package is a dependency; a broken install says so at open
+    psycopg = None
+    _PG_ERRORS = ()
+
+STORAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, sqlite3.OperationalError, sqlite3.DatabaseError,
+                                                   *_PG_ERRORS)
+
+
+class StateUnavailable(RuntimeError):
+    """The state database cannot be opened (a directory that cannot be written, a server that cannot be
+    reached, a schema newer than this tinytitan): the message says which and why."""
+
+
+def _close(conn) -> bool:
+    try:
+        conn.close()
+    except Exception:
+        pass
+    return False
+
+
+class Tx:
+    """One transaction's statements, with ``?`` placeholders."""
+
+    def __init__(self, cur, dialect: str):
+        self.cur = cur
+        self.dialect = dialect
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.dialect == "postgresql" else sql
+
+    def exec(self, sql: str, params: tuple | list = ()) -> int:
+        self.cur.execute(self._sql(sql), tuple(params))
+        return self.cur.rowcount
+
+    def rows(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        self.cur.execute(self._sql(sql), tuple(params))
+        return list(self.cur.fetchall())
+
+    def row(self, sql: str, params: tuple | list = ()) -> tuple | None:
+        self.cur.execute(self._sql(sql), tuple(params))
+        return self.cur.fetchone()
+
+
+class Database:
+    """The interface (see the rules above)."""
+
+    dialect = "sqlite"
+    persistent = True
+    where = ""
+
+    def __init__(self):
+        self._local = threading.local()  # this thread's connection
+        self._all: list[tuple[threading.Thread, Any]] = []  # every thread's, to close
+        self._guard = threading.Lock()
+
+    def _track(self, conn) -> None:
+        with self._guard:  # the connections of threads that are gone are closed
+            self._all = [(t, c) for t, c in self._all if t.is_alive() or _close(c)]
+            self._all.append((threading.current_thread(), conn))
+
+    def run(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
+        raise NotImplementedError
+
+    _limiter: trio.CapacityLimiter | None = None
+
+    async def call(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
+        if self._limiter is None:  # a bounded number of connections at once (each thread has its own)
+            self._limiter = trio.CapacityLimiter(THREADS)
+        return await trio.to_thread.run_sync(partial(self.run, fn, *args, write=write), limiter=self._limiter)
+
+    def close(self) -> None:
+        with self._guard:
+            for _, conn in self._all:
+                _close(conn)
+            self._all.clear()
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.where}>"
+
+
+# -- SQLite ------------------------------------------------------------------------------------------------
+def _corrupt(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError) and (
+        "not a database" in text or "malformed" in text or "corrupt" in text)
+
+
+class SqliteDatabase(Database):
+    def __init__(self, path: Path | None, busy_timeout: float = 30.0):
+        """``path``: the file; None: a database in this process's memory (gone when it ends)."""
+        super().__init__()
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self.persistent = path is not None
+        self.where = str(path) if path is not None else "memory"
+        self._lock = threading.Lock() if path is None else None
+        self._shared: sqlite3.Connection | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                self.run(schema.create)
+            except sqlite3.DatabaseError as exc:
+                if not _corrupt(exc):
+                    raise
+                self._set_aside(exc)
+                self.run(schema.create)
+            for suffix in ("", "-wal", "-shm"):  # the owner's only
+                try:
+                    os.chmod(str(path) + suffix, 0o600)
+                except OSError:
+                    pass
+        else:
+            self._shared = self._connect(":memory:", check_same_thread=False)
+            self.run(schema.create)
+
+    def _set_aside(self, exc: BaseException) -> None:
+        assert self.path is not None
+        self.close()
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(str(self.path) + suffix)
+            if src.exists():
+                os.replace(src, Path(str(aside) + suffix))
+        log.error("state database %s is corrupt (%s): moved aside to %s, untouched; a new database is started. "
+                  "Recover from the copy with `sqlite3 %s .recover`", self.path, exc, aside, aside)
+        self.set_aside = aside
+
+    def _connect(self, target: str, **kw) -> sqlite3.Connection:
+        conn = sqlite3.connect(target, timeout=self.busy_timeout, isolation_level=None, **kw)
+        if target != ":memory:":
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                log.warning("state database %s: journal mode %s (WAL refused)", target, mode)
+            conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        self._track(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._shared is not None:
+            return self._shared
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            # used by this thread only; closed by whoever closes the database
+            conn = self._local.conn = self._connect(str(self.path), check_same_thread=False)
+        return conn
+
+    def run(self, fn, *args, write: bool = True):
+        if self._lock is not None:
+            with self._lock:
+                return self._run(fn, args, write)
+        return self._run(fn, args, write)
+
+    def _run(self, fn, args, write):
+        conn = self._conn()
+        cur = conn.cursor()
+        cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            out = fn(Tx(cur, "sqlite"), *args)
+        except BaseException:
+            try:
+                conn.rollback()
+            except sqlite3.Error:
+                pass
+            raise
+        conn.commit()
+        return out
+
+    def close(self) -> None:
+        super().close()
+        self._shared = None
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------------------
+def redact(url: str) -> str:
+    """The URL without its password (for logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresDatabase(Database):
+    dialect = "postgresql"
+
+    def __init__(self, url: str, connect_timeout: float = 10.0):
+        if psycopg is None:
+            raise SystemExit("--state postgresql://… needs the psycopg package: pip install 'psycopg[binary]'")
+        super().__init__()
+        self.url = url
+        self.connect_timeout = connect_timeout
+        self.where = redact(url)
+        self.run(schema.create)
+
+    def _conn(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = self._local.conn = psycopg.connect(self.url, connect_timeout=int(self.connect_timeout))
+            self._track(conn)
+        return conn
+
+    def run(self, fn, *args, write: bool = True):
+        conn = self._conn()
+        with conn.transaction():
+            with conn.cursor() as cur:
+                return fn(Tx(cur, "postgresql"), *args)
+
+
+# -- choosing one ------------------------------------------------------------------------------------------
+MEMORY = "memory"
+ENV = "TINYTITAN_STATE"
+
+
+def default_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tinytitan"
+
+
+def is_url(where: str | Path | None) -> bool:
+    return isinstance(where, str) and where.startswith(("postgresql://", "postgres://"))
+
+
+def open_database(where: str | Path | None) -> Database:
+    """``memory``, a PostgreSQL URL, a directory (its ``state.db``) or a ``.db`` file; None: the user's state
+    directory."""
+    if where == MEMORY:
+        return SqliteDatabase(None)
+    try:
+        if is_url(where):
+            return PostgresDatabase(str(where))
+        return SqliteDatabase(db_path(where))
+    except (*STORAGE_ERRORS, RuntimeError) as exc:
+        place = redact(str(where)) if is_url(where) else str(db_path(where))
+        raise StateUnavailable(f"the state database {place} cannot be opened: {exc}") from exc
+
+
+def db_path(where: str | Path | None) -> Path:
+    path = Path(where).expanduser() if where else default_dir()
+    return path if path.suffix in (".db", ".sqlite", ".sqlite3") else path / FILE_NAME

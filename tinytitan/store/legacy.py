@@ -1,0 +1,103 @@
+"""The older Responses store's log (``responses.jsonl``), migrated into the state database at open.
+
+Rules:
+- The log is replayed as the older store did (``put`` / ``delete`` records; a torn last line or an unreadable
+  one is skipped with a warning) and every live response is written to the database, keeping its id, chain and
+  creation time. Writing is idempotent: a migration cut short is simply done again at the next start.
+- Verified before anything moves: every migrated id is read back from the database. Then the log is renamed
+  ``responses.jsonl.migrated`` (kept beside the database as a backup, never deleted by the server). When the
+  check fails the log stays where it is, the error says so, and the next start tries again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger("tinytitan.store")
+
+BACKUP_SUFFIX = ".migrated"
+
+
+def replay_lines(path: Path, apply: Callable[[dict], None], logger: logging.Logger, what: str) -> None:
+    """Each JSON line of ``path`` through ``apply``, in order, as the older stores replayed their logs: a line
+    that cannot be read or applied — a torn last one (a crash mid-write), or one in the middle — is skipped with
+    a warning (its type, never its contents), and everything else is kept."""
+    data = path.read_bytes()
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl + 1
+        try:
+            if nl < 0:
+                raise ValueError("no line end")
+            apply(json.loads(data[pos:end].decode("utf-8")))
+        except (ValueError, UnicodeDecodeError, TypeError, KeyError, AttributeError) as exc:
+            where = "a torn last record" if end >= len(data) else f"an unreadable record at byte {pos}"
+            logger.warning("%s %s: skipped %s (%s)", what, path, where, type(exc).__name__)
+        pos = end
+
+
+def read_log(path: Path) -> "OrderedDict[str, dict]":
+    records: OrderedDict[str, dict] = OrderedDict()
+
+    def apply(record: dict) -> None:
+        op = record.get("op")
+        if op == "put":
+            body = {k: v for k, v in record.items() if k != "op"}
+            records.pop(body["id"], None)
+            records[body["id"]] = body
+        elif op == "delete":
+            records.pop(record["id"], None)
+        else:
+            raise ValueError(f"unknown record op {op!r}")
+
+    replay_lines(path, apply, log, "responses log")
+    return records
+
+
+def migrate_responses(store, path: Path) -> int:
+    """Move ``path`` (an older store's log) into ``store``'s database; the number of responses migrated."""
+    from .responses_store import StoredResponse
+
+    if not path.is_file():
+        return 0
+    records = read_log(path)
+    puts = []
+    for body in records.values():
+        try:
+            puts.append(StoredResponse(**body))
+        except TypeError as exc:
+            log.warning("%s: a response that cannot be read skipped (%s)", path, exc)
+
+    def write(tx):
+        for rec in puts:
+            store._put(tx, rec)  # the whole log in one transaction: all of it or none
+
+    saved_bytes = store.max_bytes
+    store.max_bytes = None  # retention applies after the move, not to the move itself
+    try:
+        store.db.run(write)
+    finally:
+        store.max_bytes = saved_bytes
+
+    def check(tx):
+        return [rec.id for rec in puts if tx.row("SELECT 1 FROM responses WHERE id = ?", (rec.id,)) is None]
+
+    missing = store.db.run(check, write=False)
+    if missing:
+        log.error("%s: migration not verified (%d of %d responses missing from %s); the log is left in place and "
+                  "the migration is tried again at the next start", path, len(missing), len(puts), store.db.where)
+        return 0
+    backup = path.with_name(path.name + BACKUP_SUFFIX)
+    try:
+        os.replace(path, backup)
+    except FileNotFoundError:  # another server migrated it at the same time
+        return len(puts)
+    log.warning("responses store: %d responses migrated from %s into %s (verified); the old log is kept as %s",
+                len(puts), path, store.db.where, backup)
+    return len(puts)
