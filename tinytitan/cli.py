@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .memory.cli import add_parser as add_memory_parser
 
     add_memory_parser(sub)
+    sub.add_parser("launch", add_help=False, usage="tinytitan launch AGENT [options] [-- AGENT_ARGS]",
+                   help="serve the model and run a coding agent set up for it (claude, codex, opencode, pi, aider, "
+                        "qwen-code): tinytitan launch --help")
     d = sub.add_parser("demo-model", help="write the built-in demo model to PATH")
     d.add_argument("path")
     d.add_argument("--variant", default="demo", choices=["demo", "50m"])
@@ -469,6 +472,11 @@ def interrupted(exc: BaseException) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["launch"]:  # its own parser: what follows `--` is the agent's (tinytitan/launch/)
+        from .launch.command import main as launch
+
+        return launch(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, getattr(args, "log_level", "info").upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
