@@ -37,13 +37,14 @@ class ImagePart:
 class Message:
     role: Role
     content: str = ""  # the message's text (its text parts joined); images are in ``parts``
-    # the content in order, where it holds an image: text (str) and ImagePart. Empty for a text-only message,
-    # whose content is ``content``; code that renders images reads ``parts``, everything else ``content``
-    parts: tuple["str | ImagePart", ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None  # tool name for role=tool
     reasoning: str | None = None  # earlier thoughts of an assistant turn, where the client sent them back
+    # the content in order, where it holds an image: text (str) and ImagePart; empty for a text-only message,
+    # whose content is ``content``. Code that renders images reads ``parts``, everything else ``content``.
+    # (Last, because messages are also built positionally.)
+    parts: tuple["str | ImagePart", ...] = ()
 
 
 @dataclass(frozen=True)
