@@ -312,6 +312,8 @@ tinytitan is serving '{model_id}' at {base}
   Anthropic:  base_url={base}      (Messages)
   Ollama:     OLLAMA_HOST={base}   (/api/chat, /api/generate; model '{model_id}:latest')
   Dashboard:  {base}/ in a browser (Prometheus metrics: {base}/metrics; turn timings: {base}/profile)
+  Agents:     tinytitan launch AGENT --port {base.rsplit(":", 1)[-1]}   (claude, codex, opencode, pi, aider, qwen-code: \
+each set up for this model, nothing to paste)
 
 Claude Code (the window and output cap it compacts within):
   ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} {claude}claude --model {model_id}
