@@ -103,3 +103,23 @@ def test_every_command_and_the_other_commands_flags_are_documented():
         for flags in help_groups([command]).values():
             for flag in flags:
                 assert f"`{flag}" in text, f"tinytitan {command} {flag} is not in docs/cli.md"
+
+
+CHROMIUM = __import__("os").environ.get("TINYTITAN_CHROMIUM", "/usr/bin/chromium")
+try:
+    import playwright  # noqa: F401
+    NO_BROWSER = None if Path(CHROMIUM).exists() else f"no chromium at {CHROMIUM} (.ci/run installs Debian's chromium)"
+except ImportError:
+    NO_BROWSER = "the playwright package is not installed (.ci/run installs it)"
+
+
+@needs(NO_BROWSER is not None, NO_BROWSER or "")
+def test_the_dashboard_screenshot_is_made_by_a_command(tmp_path):
+    """docs/dashboard.png comes from tools/dashboard_screenshot.py (a server, a short session, headless
+    chromium), never from a hand: the command must keep working."""
+    out = tmp_path / "dashboard.png"
+    done = subprocess.run([sys.executable, "tools/dashboard_screenshot.py", "--out", str(out), "--chromium", CHROMIUM],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+    assert "![the dashboard](dashboard.png)" in (ROOT / "docs" / "operating.md").read_text()
