@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -91,6 +92,13 @@ def _say(text: str) -> None:
     print(f"tinytitan launch: {text}", file=sys.stderr, flush=True)
 
 
+def _relay(line: str) -> None:
+    """The server's log lines while it starts (conversion, download and load progress); its banner is left out:
+    what it says for pasting by hand, launch does itself."""
+    if re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", line) and " tinytitan.requests: " not in line:
+        print("  " + line, file=sys.stderr, flush=True)
+
+
 def _pick(cards: list[dict], ns, base: str) -> dict:
     """The card of the model asked for among those served; a server serving another model is refused."""
     if not cards:
@@ -148,7 +156,7 @@ def run(argv: list[str]) -> int:
             log_path = own_dir(agent).parent / f"serve-{port}.log"
             started = StartedServer(serve_args, port, log_path)
             _say(f"starting tinytitan serve on {base} (log: {log_path})")
-            cards = started.wait_ready(base, ns.api_key, relay=lambda line: print("  " + line, file=sys.stderr))
+            cards = started.wait_ready(base, ns.api_key, relay=_relay)
         card = _pick(cards, ns, base)
         model = card["id"] + ("-fast" if opts.fast and not card["id"].endswith("-fast") else "")
         problem = None if (opts.fast or opts.force) else misfit(agent, int(card["context_window"]), card["id"],
