@@ -148,7 +148,8 @@ def test_print_shows_what_would_run_and_runs_nothing(server, tmp_path):
     assert 'model="tinytitan-scripted"' in out and "model_catalog_json=" in out
     assert '"context_window": 131072' in out  # the catalog it would write
     assert server.prompts_since(mark) == []
-    assert not (tmp_path / "tt-cache" / "launch" / "codex" / "model_catalog.json").exists()
+    catalog = tmp_path / "tt-cache" / "launch" / "codex" / "model_catalog.json"  # written: the printed line works
+    assert f"# {catalog} (written):" in out and '"slug": "tinytitan-scripted"' in catalog.read_text()
 
 
 def test_a_server_serving_another_model_is_not_taken_for_it(server, tmp_path):

@@ -13,7 +13,7 @@ Rules:
   fit, launch says so and offers the ``-fast`` model (chat only: no tools, no system prompt) or a larger
   ``--context-window``.
 - ``--print`` shows what would run, and runs nothing but, when no server is up, a short-lived one that tells
-  the model's window.
+  the model's window; launch's own files are written, so the printed line works as it is.
 
 ``agents.py`` says what each agent is given (a pure function of the served model), ``server.py`` finds or starts
 the server, ``fit.py`` holds the first-prompt sizes, ``command.py`` is the command.

@@ -33,8 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("agent", choices=AGENTS, metavar="AGENT", help="one of: " + ", ".join(AGENTS))
     how = p.add_argument_group("launch")
     how.add_argument("--print", action="store_true",
-                     help="show the server command, the agent's environment, command line and files, and run "
-                          "nothing (a server not yet running is started for a moment to read the model's window)")
+                     help="show the server command, the agent's environment, command line and files (written, so "
+                          "the line works as printed), and run nothing (a server not yet running is started for a "
+                          "moment to read the model's window)")
     how.add_argument("--fast", action="store_true",
                      help="point the agent at '<id>-fast': chat only, no tools or system prompt (fits any window)")
     how.add_argument("--force", action="store_true",
@@ -122,7 +123,7 @@ def _shell(inv, serve_cmd: list[str] | None) -> str:
     if serve_cmd:
         lines += ["# the server (launch starts it when nothing answers on the port):", shlex.join(serve_cmd), ""]
     for path, text in inv.files.items():
-        lines += [f"# {path}:", text.rstrip(), ""]
+        lines += [f"# {path} (written):", text.rstrip(), ""]
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in inv.env.items())
     lines += ["# the agent:", f"{env} \\\n  {shlex.join(inv.argv)}" if env else shlex.join(inv.argv)]
     return "\n".join(lines)
@@ -171,12 +172,12 @@ def run(argv: list[str]) -> int:
                 model = card["id"] + "-fast"
         served = Served(base, model, key, card, codex_catalog(base, ns.api_key) if agent == "codex" else [])
         inv = invocation(agent, served, own_dir(agent), agent_args)
+        for path, text in inv.files.items():  # launch's own files: written for --print too, so its line works
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
         if opts.print:
             print(_shell(inv, started.argv if started else None))
             return 0
-        for path, text in inv.files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
         _say(f"{NAMES[agent]} on '{model}' ({served.window:,}-token window, {served.output_cap:,} output)")
         return _run_agent(inv)
     finally:
