@@ -1,4 +1,5 @@
-"""The ``tinytitan`` command: ``serve`` (the server) and ``demo-model`` (write the demo model anywhere)."""
+"""The ``tinytitan`` command: ``serve`` (the server), ``launch`` (an agent set up for it: tinytitan/launch/),
+``memory`` and ``demo-model`` (write the demo model anywhere)."""
 
 from __future__ import annotations
 
