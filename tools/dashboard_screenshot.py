@@ -1,10 +1,10 @@
-"""The README's dashboard screenshot (docs/dashboard.png): ``tinytitan serve`` on the demo model, a short
+"""The documentation's dashboard screenshot (docs/dashboard.png, shown on docs/operating.md): ``tinytitan serve`` on the demo model, a short
 session through each protocol (follow-up turns reuse the prompt cache), the page in headless chromium.
 
     python tools/dashboard_screenshot.py [--out docs/dashboard.png]
 
 Needs the test extras (openai, anthropic, playwright) and Debian's chromium (``.ci/run`` installs them).
-Not a test: run by hand when the page changes.
+Run it when the page changes; tests/test_docs.py runs it too, so the command keeps working.
 """
 
 from __future__ import annotations
@@ -51,12 +51,13 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as logs:
-        server = start_tinytitan(ensure_model("demo"), Path(logs), ["--prompt-cache-mib", "256"])
+        server = start_tinytitan(ensure_model("demo"), Path(logs), ["--prompt-cache-mib", "256",
+                                                                     "--model-id", "tinytitan-demo"])
         base = f"http://127.0.0.1:{server.port}"
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=args.chromium, headless=True, args=FLAGS)
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page = browser.new_page(viewport={"width": 1440, "height": 900})
                 page.goto(base + "/dashboard")
                 page.wait_for_selector("#conn.live")
                 session(base, server.model_id)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+from ..progress import Progress
 from .corpus import generate_corpus
 from .recipe import _variant
 from .tokenizer import _tokenizer_config, _train_tokenizer
 from .weights import _model_config, _write_weights
+
+log = logging.getLogger("tinytitan.demo_model")
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -22,8 +26,15 @@ def build_demo_model(path, variant: str = "demo") -> Path:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     m = spec["model"]
+    with Progress(log, f"building the {variant} model in {out}", total=3, unit="stage") as shown:
+        _build(out, variant, m, shown)
+    return out
 
+
+def _build(out: Path, variant: str, m: dict, shown: Progress) -> None:
+    shown.stage("training the tokenizer")
     tok = _train_tokenizer(m["vocab_size"], generate_corpus(variant))
+    shown.update()
     tok.save(str(out / "tokenizer.json"), pretty=True)
     _write_json(out / "tokenizer_config.json", _tokenizer_config(tok))
     _write_json(
@@ -34,6 +45,7 @@ def build_demo_model(path, variant: str = "demo") -> Path:
             "pad_token": "<|endoftext|>",
         },
     )
+    shown.stage("writing the configuration")
     config = _model_config(variant, tok)
     _write_json(out / "config.json", config)
     _write_json(
@@ -45,5 +57,7 @@ def build_demo_model(path, variant: str = "demo") -> Path:
             "do_sample": False,
         },
     )
+    shown.update()
+    shown.stage("writing the weights")
     _write_weights(out / "model.safetensors", m)
-    return out
+    shown.update()

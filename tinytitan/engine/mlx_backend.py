@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..chat_request import Message
+from ..progress import Progress
 from .backend import FALLBACK_SAMPLING, Backend, Prepared
 from .decode_loop import DecodeLoop
 from .prompt_cache import PromptCache
@@ -224,10 +225,12 @@ class MLXBackend(Backend):
             log.info("loading %s: %.1f MB of weights from %s …", self.model_id, self.weight_bytes / 1e6, self.path)
             model, _ = load_model(self.path, lazy=True)
             params = [p for _, p in _flat(model.parameters())]
-            step = max(1, len(params) // 4)
-            for i in range(0, len(params), step):  # in quarters, so a big model shows progress
-                mx.eval(params[i:i + step])
-                log.info("loading %s: %d%%", self.model_id, min(100, (i + step) * 100 // len(params)))
+            step = max(1, len(params) // 20)
+            with Progress(log, f"loading {self.model_id}", sum(p.nbytes for p in params), unit="B",
+                          ends=False) as shown:  # a bar on a terminal, a line every 2 s in a log
+                for i in range(0, len(params), step):
+                    mx.eval(params[i:i + step])
+                    shown.update(sum(p.nbytes for p in params[i:i + step]))
             self.model = model
             if self.kv_bits is not None:  # a catalog's model: refused on its load, by name
                 try:

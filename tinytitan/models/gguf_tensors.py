@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -160,18 +159,26 @@ def _widened(w, name: str, suffix: str, type_name: str, dtype, requantize: bool)
 
 
 class _Progress:
+    """The conversion's progress by bytes: a bar on a terminal, else a log line every few seconds
+    (tinytitan/progress.py), saying tensors and megabytes."""
+
     def __init__(self, filename: str, tensors: list):
+        from ..progress import Progress
+
         self.filename, self.total, self.count = filename, sum(tensor_bytes(t) for t in tensors) or 1, len(tensors)
-        self.read, self.n, self.t0, self.last = 0, 0, time.perf_counter(), time.perf_counter()
+        self.read, self.n = 0, 0
+        self.bar = Progress(log, f"converting {filename}", self.total, unit="B", every=PROGRESS_EVERY_S,
+                            line=self._line, ends=False)
+
+    def _line(self, fraction: float, elapsed: float) -> str:
+        return (f"converting {self.filename}: {100 * fraction:3.0f}% ({self.n} of {self.count} tensors, "
+                f"{self.read / 1e6:.0f} of {self.total / 1e6:.0f} MB, {elapsed:.0f}s)")
 
     def done(self, t) -> None:
         self.read, self.n = self.read + tensor_bytes(t), self.n + 1
-        now = time.perf_counter()
-        if now - self.last >= PROGRESS_EVERY_S or self.n == self.count:
-            self.last = now
-            log.info("converting %s: %3.0f%% (%d of %d tensors, %.0f of %.0f MB, %.0fs)", self.filename,
-                     100 * self.read / self.total, self.n, self.count, self.read / 1e6, self.total / 1e6,
-                     now - self.t0)
+        self.bar.update(tensor_bytes(t))
+        if self.n == self.count:
+            self.bar.close()
 
 
 class ShardWriter:

@@ -93,6 +93,31 @@ def _convert(path: Path, form: str | None) -> Path:
         raise ModelNotFound(f"cannot serve {path.name}: {exc}") from None
 
 
+def _download(repo_id: str, cache_dir) -> Path:
+    """``snapshot_download`` with huggingface_hub's own bars on a terminal; elsewhere (a log file) its bars
+    are off and a line says what starts and what it came to (tinytitan/progress.py)."""
+    import time
+
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    from ..progress import on_terminal
+
+    log.info("downloading %s from the Hugging Face Hub …", repo_id)
+    quiet = not on_terminal() and not are_progress_bars_disabled()
+    if quiet:
+        disable_progress_bars()
+    t0 = time.perf_counter()
+    try:
+        path = Path(snapshot_download(repo_id, cache_dir=cache_dir, allow_patterns=MODEL_FILES))
+    finally:
+        if quiet:
+            enable_progress_bars()
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    log.info("downloaded %s: %.0f MB in %.1fs", repo_id, size / 1e6, time.perf_counter() - t0)
+    return path
+
+
 def hf_snapshot(repo_id: str, cache_dir: str | Path | None = None) -> Path:
     """The local snapshot of ``repo_id``: from the Hugging Face cache with no network access when it is there;
     otherwise downloaded (huggingface_hub shows a progress bar), unless HF_HUB_OFFLINE forbids it."""
@@ -109,9 +134,8 @@ def hf_snapshot(repo_id: str, cache_dir: str | Path | None = None) -> Path:
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         raise ModelNotFound(f"--model {repo_id}: not in the Hugging Face cache, and HF_HUB_OFFLINE forbids "
                             "downloading it")
-    log.info("downloading %s from the Hugging Face Hub …", repo_id)
     try:
-        path = Path(snapshot_download(repo_id, cache_dir=cache_dir, allow_patterns=MODEL_FILES))
+        path = _download(repo_id, cache_dir)
     except Exception as exc:  # no network, no such repo, gated …: the message says which
         raise ModelNotFound(f"--model {repo_id}: could not download it from the Hugging Face Hub: {exc}") from None
     if not is_model_dir(path):

@@ -1,0 +1,174 @@
+"""What each coding agent is given to talk to the served model: a pure function of the model's card.
+
+Rules (one row per agent; versions they were checked with in brackets):
+- claude (Claude Code 2.1.332): Anthropic Messages. ``ANTHROPIC_BASE_URL``, the key as ``ANTHROPIC_AUTH_TOKEN``
+  (a bearer token: no "use this API key?" question, no account key sent), the window and output cap as
+  ``tinytitan.agents.claude_env`` computes them, its small/fast model on ``<id>-fast``; telemetry, error
+  reporting and the auto-updater off (``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`` …). ``--model <id>``.
+- codex (Codex CLI 0.171): OpenAI Responses over plain HTTP, a custom provider given entirely as ``-c``
+  overrides, and a model catalog of launch's own (``model_catalog_json``: the server's catalog entries, which
+  carry the window, auto-compaction and ``apply_patch``); analytics and the update check off.
+- opencode (1.18): Chat Completions through ``@ai-sdk/openai-compatible``, its whole configuration in
+  ``OPENCODE_CONFIG_CONTENT`` (merged over the user's), the window and output cap as the model's ``limit``;
+  autoupdate, sharing, the models.dev fetch and LSP downloads off.
+- pi (0.73): Chat Completions; ``PI_CODING_AGENT_DIR`` points it at an agent directory of launch's own whose
+  ``models.json`` holds the provider and the model's ``contextWindow`` / ``maxTokens``; offline, no telemetry,
+  no version check.
+- aider (0.86): Chat Completions through litellm (``--openai-api-base``, ``--model openai/<id>``), the window and
+  output cap in a ``--model-metadata-file`` of launch's own; analytics (``--no-analytics``: this run only, never
+  the permanent ``--analytics-disable``, which writes the user's config) and update checks off.
+- qwen-code (0.15): Chat Completions (``--auth-type openai``, ``OPENAI_BASE_URL`` …); a system settings file of
+  launch's own (``QWEN_CODE_SYSTEM_SETTINGS_PATH``: it overrides the user's settings for this run only) holds
+  the window (``contextWindowSize``), usage statistics, telemetry and auto-update off; the output cap is
+  ``QWEN_CODE_MAX_OUTPUT_TOKENS``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..agents import claude_env
+
+AGENTS = ("claude", "codex", "opencode", "pi", "aider", "qwen-code")
+PROGRAMS = {"claude": "claude", "codex": "codex", "opencode": "opencode", "pi": "pi", "aider": "aider",
+            "qwen-code": "qwen"}
+INSTALL = {
+    "claude": "npm install -g @anthropic-ai/claude-code",
+    "codex": "npm install -g @openai/codex",
+    "opencode": "npm install -g opencode-ai",
+    "pi": "npm install -g @mariozechner/pi-coding-agent",
+    "aider": "pipx install aider-chat  (or: python -m pip install aider-install && aider-install)",
+    "qwen-code": "npm install -g @qwen-code/qwen-code",
+}
+NAMES = {"claude": "Claude Code", "codex": "Codex CLI", "opencode": "opencode", "pi": "pi", "aider": "Aider",
+         "qwen-code": "qwen-code"}
+PROVIDER = "tinytitan"
+
+
+@dataclass(frozen=True)
+class Served:
+    """The model an agent is pointed at: where, by which name, with which key, and its card (``/v1/models``)."""
+    base: str  # http://127.0.0.1:8096, no trailing slash
+    model: str  # the name the agent sends (the served id, or ``<id>-fast``)
+    key: str
+    card: dict  # the served model's /v1/models entry: context_window, max_output_tokens, capabilities
+    codex_catalog: list = field(default_factory=list)  # the server's Codex catalog entries
+
+    @property
+    def window(self) -> int:
+        return int(self.card["context_window"])
+
+    @property
+    def output_cap(self) -> int:
+        """What an agent may ask for per turn: a quarter of the window, at most 32,000 and at most the model's."""
+        cap = max(256, min(32_000, self.window // 4))
+        most = self.card.get("max_output_tokens")
+        return min(cap, int(most)) if most else cap
+
+
+@dataclass
+class Invocation:
+    """What runs: argv, the variables added to the environment, and files of launch's own written first."""
+    argv: list[str]
+    env: dict[str, str]
+    files: dict[Path, str] = field(default_factory=dict)
+
+
+def claude(s: Served, own: Path, args: list[str]) -> Invocation:
+    env = {"ANTHROPIC_BASE_URL": s.base, "ANTHROPIC_AUTH_TOKEN": s.key, "ANTHROPIC_API_KEY": "",
+           **claude_env({**s.card, "context_window": s.window}),
+           "ANTHROPIC_DEFAULT_HAIKU_MODEL": _fast(s.model),
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+           "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1"}
+    return Invocation(["claude", "--model", s.model, *args], env)
+
+
+def codex(s: Served, own: Path, args: list[str]) -> Invocation:
+    catalog = own / "model_catalog.json"
+    entries = [dict(e) for e in s.codex_catalog]
+    if s.model not in {e.get("slug") for e in entries}:  # the -fast name: the base model's numbers
+        base = next((e for e in entries if e.get("slug") == _base(s.model)), None)
+        if base is not None:
+            entries.append({**base, "slug": s.model, "display_name": s.model})
+    p = f"model_providers.{PROVIDER}"
+    overrides = {"model": s.model, "model_provider": PROVIDER, "model_catalog_json": str(catalog),
+                 f"{p}.name": PROVIDER, f"{p}.base_url": s.base + "/v1", f"{p}.env_key": "TINYTITAN_API_KEY",
+                 f"{p}.wire_api": "responses", "analytics.enabled": False, "check_for_update_on_startup": False}
+    argv = ["codex"]
+    for k, v in overrides.items():
+        argv += ["-c", f"{k}={json.dumps(v)}"]
+    return Invocation(argv + args, {"TINYTITAN_API_KEY": s.key},
+                      {catalog: json.dumps({"models": entries}, indent=1)})
+
+
+def opencode(s: Served, own: Path, args: list[str]) -> Invocation:
+    model = {"name": s.model, "limit": {"context": s.window, "output": s.output_cap},
+             "tool_call": bool((s.card.get("capabilities") or {}).get("tools", True))}
+    config = {"$schema": "https://opencode.ai/config.json",
+              "provider": {PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "tinytitan",
+                                      "options": {"baseURL": s.base + "/v1", "apiKey": s.key},
+                                      "models": {s.model: model}}},
+              "model": f"{PROVIDER}/{s.model}", "small_model": f"{PROVIDER}/{_fast(s.model)}",
+              "autoupdate": False, "share": "disabled"}
+    config["provider"][PROVIDER]["models"][_fast(s.model)] = {**model, "name": _fast(s.model), "tool_call": False}
+    env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config), "OPENCODE_DISABLE_AUTOUPDATE": "1",
+           "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+           "OPENCODE_DISABLE_SHARE": "1"}
+    return Invocation(["opencode", *args], env)
+
+
+def pi(s: Served, own: Path, args: list[str]) -> Invocation:
+    agent_dir = own / "agent"
+    reasoning = bool((s.card.get("capabilities") or {}).get("reasoning"))
+    models = {"providers": {PROVIDER: {
+        "baseUrl": s.base + "/v1", "api": "openai-completions", "apiKey": "TINYTITAN_API_KEY",
+        "models": [{"id": s.model, "name": s.model, "reasoning": reasoning, "input": ["text"],
+                    "contextWindow": s.window, "maxTokens": s.output_cap,
+                    "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}}]}}}
+    env = {"PI_CODING_AGENT_DIR": str(agent_dir), "TINYTITAN_API_KEY": s.key, "PI_OFFLINE": "1",
+           "PI_TELEMETRY": "0", "PI_SKIP_VERSION_CHECK": "1"}
+    return Invocation(["pi", "--model", f"{PROVIDER}/{s.model}", *args], env,
+                      {agent_dir / "models.json": json.dumps(models, indent=1)})
+
+
+def aider(s: Served, own: Path, args: list[str]) -> Invocation:
+    metadata = own / "model_metadata.json"
+    entry = {"max_input_tokens": s.window, "max_output_tokens": s.output_cap, "max_tokens": s.output_cap,
+             "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": "openai",
+             "mode": "chat"}
+    argv = ["aider", "--openai-api-base", s.base + "/v1", "--model", f"openai/{s.model}",
+            "--weak-model", f"openai/{_fast(s.model)}", "--model-metadata-file", str(metadata),
+            "--no-analytics", "--no-check-update", "--no-show-model-warnings", "--no-show-release-notes"]
+    env = {"OPENAI_API_KEY": s.key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    return Invocation(argv + args, env, {metadata: json.dumps(
+        {f"openai/{s.model}": entry, f"openai/{_fast(s.model)}": entry}, indent=1)})
+
+
+def qwen_code(s: Served, own: Path, args: list[str]) -> Invocation:
+    settings_path = own / "settings.json"
+    settings = {"privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
+                "general": {"enableAutoUpdate": False},
+                "security": {"auth": {"selectedType": "openai"}},
+                "model": {"name": s.model, "generationConfig": {"contextWindowSize": s.window}}}
+    env = {"QWEN_CODE_SYSTEM_SETTINGS_PATH": str(settings_path), "OPENAI_BASE_URL": s.base + "/v1",
+           "OPENAI_API_KEY": s.key, "OPENAI_MODEL": s.model, "QWEN_CODE_MAX_OUTPUT_TOKENS": str(s.output_cap)}
+    return Invocation(["qwen", "--auth-type", "openai", "--model", s.model, *args], env,
+                      {settings_path: json.dumps(settings, indent=1)})
+
+
+PLANS = {"claude": claude, "codex": codex, "opencode": opencode, "pi": pi, "aider": aider, "qwen-code": qwen_code}
+
+
+def invocation(agent: str, served: Served, own: Path, args: list[str]) -> Invocation:
+    """How ``agent`` runs against ``served``, its own files under ``own``, the user's ``args`` last."""
+    return PLANS[agent](served, own, list(args))
+
+
+def _fast(model: str) -> str:
+    return model if model.endswith("-fast") else model + "-fast"
+
+
+def _base(model: str) -> str:
+    return model[: -len("-fast")] if model.endswith("-fast") else model
