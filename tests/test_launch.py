@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from conftest import absent, needs
+from tinytitan import agents
 from tinytitan.launch.fit import FIRST_PROMPT, first_prompt_tokens, misfit
 from tinytitan.launch.settings import AGENTS, PROGRAMS, Served, invocation
 
@@ -176,9 +177,13 @@ def test_a_first_prompt_that_cannot_fit_is_said_before_the_agent_starts(tmp_path
     args = ["--script", str(script), "--context-window", "8192", "--port", str(port)]
     done = launch(["claude", *args], tmp_path, tmp_path, timeout=START_TIMEOUT)
     assert done.returncode == 2, done.stderr
-    assert "Claude Code's first prompt is about 19,500 tokens" in done.stderr
+    assert f"Claude Code's first prompt is about {agents.FIRST_PROMPT_TOKENS['claude-code']:,} tokens" in done.stderr
     assert "'tinytitan-scripted' has a 8,192-token window" in done.stderr
-    assert "--fast" in done.stderr and "--context-window 24576" in done.stderr
+    # the larger window it offers is the first (in 4k steps) where the prompt fits under Claude Code's compaction
+    offered = int(re.search(r"--context-window (\d+)", done.stderr).group(1))
+    info = {"id": "tinytitan-scripted", "context_window": offered}
+    assert "--fast" in done.stderr and agents.first_prompt_fits("claude-code", info)
+    assert not agents.first_prompt_fits("claude-code", {**info, "context_window": offered - 4096})
     assert f"starting tinytitan serve on http://127.0.0.1:{port}" in done.stderr
     with pytest.raises(httpx.HTTPError):  # the server it started is gone
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
