@@ -406,8 +406,8 @@ def trim_socket_trace(path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-TOOL_SEARCH_SCRIPT = ['<tool_call>\n{"name":"tool_search","arguments":{"query":"echo"}}\n</tool_call>',
-                      '<tool_call>\n{"name":"mcp__demo__echo","arguments":{"text":"' + MARKER + '"}}\n</tool_call>',
+TOOL_SEARCH_SCRIPT = ['<tool_call>\n{"name": "tool_search", "arguments": {"query": "echo"}}\n</tool_call>',
+                      '<tool_call>\n{"name": "mcp__demo__echo", "arguments": {"text": "' + MARKER + '"}}\n</tool_call>',
                       f"The tool said {MARKER}."]
 TOOL_SEARCH_PROMPT = "echo the marker with the demo tool"
 
@@ -430,7 +430,7 @@ def test_tool_search_loads_an_mcp_tool(tmp_path):
     """With the server's catalog (``supports_search_tool``) Codex offers a client-executed ``tool_search`` and defers
     its MCP tools: the model's search comes back as a ``tool_search_call`` item, Codex answers with a
     ``tool_search_output`` (the MCP server's namespace), and the loaded tool is called and run. (The calls are
-    written in the compact layout the scripted backend's call grammar takes with ``apply_patch`` offered.)"""
+    written as the family's template writes them, the layout the scripted backend's call grammar holds calls to.)"""
     trace = tmp_path / "trace.jsonl"
     result, log = run_tool_search(tmp_path, trace)
     assert result.returncode == 0, _explain(result)
@@ -448,6 +448,8 @@ def test_tool_search_loads_an_mcp_tool(tmp_path):
     assert MARKER in json.dumps(result_item["output"])
     statuses = re.findall(r"POST /v1/responses (\d+) openai_responses", log)
     assert statuses == ["200", "200", "200"], statuses
+    # loading the tool appended to the prompt: every turn after the first reuses the whole cached prefix
+    assert re.findall(r"POST /v1/responses \d+ .*? cache=(\S+)", log)[1:] == ["hit", "hit"], log
 
 
 def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = Path("/tmp/tt-trace")) -> None:

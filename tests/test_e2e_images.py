@@ -80,7 +80,7 @@ def test_claude_code_reads_a_png_on_a_text_model_and_goes_on(tmp_path):
 
 
 CATALOG = re.compile(r'model_catalog_json = "([^"]+)"')
-VIEW = '<tool_call>\n{"name":"view_image","arguments":{"path":"shot.png"}}\n</tool_call>'
+VIEW = '<tool_call>\n{"name": "view_image", "arguments": {"path": "shot.png"}}\n</tool_call>'
 
 
 def _codex_session(tmp_path: Path, script: list, catalog_of, monkeypatch):

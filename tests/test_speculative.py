@@ -141,9 +141,9 @@ class StepBackend:
         from mlx_lm.models.cache import make_prompt_cache
 
         kv, cached = self.cached
-        return (kv, cached) if kv is not None else (make_prompt_cache(model), 0)
+        return (kv, cached, cached) if kv is not None else (make_prompt_cache(model), 0, 0)
 
-    def store(self, tokens, kv):
+    def store(self, tokens, kv, images=()):
         self.stored = (list(tokens), kv)
 
     def sampler_for(self, prepared, loop):

@@ -35,8 +35,9 @@ CLAUDE_WINDOW_FLOOR = 100_000  # the least CLAUDE_CODE_AUTO_COMPACT_WINDOW Claud
 # Each agent's first prompt, in tokens of the demo model's tokenizer (a Qwen-style BPE; other tokenizers land
 # within ~15 %), measured against `tinytitan serve --script` (README, "Claude Code" and "Codex CLI"): Claude Code
 # 2.1.332 interactive (tool search on; `-p` is 18.5k, 30.0k with ENABLE_TOOL_SEARCH=false), Codex 0.171 with
-# the server's catalog entry (5,049 with supports_search_tool, which defers some of its own tools; 8.2k without).
-FIRST_PROMPT_TOKENS = {"claude-code": 20_800, "codex": 5_100}
+# the server's catalog entry (5,049 with supports_search_tool, which defers some of its own tools; 8.2k without;
+# 5,127 through `tinytitan launch codex`, whose working directory and date differ): rounded up, as a bound.
+FIRST_PROMPT_TOKENS = {"claude-code": 20_800, "codex": 5_400}
 FIRST_ANSWER_ROOM = 1_024  # what a first answer needs beside the prompt, at least
 CLAUDE_OUTPUT_RESERVE_CAP = 20_000  # the most of the output cap it keeps out of the window
 CLAUDE_MARGIN = 2_000  # room for what its estimate of the prompt misses (a sixteenth of a small window)
