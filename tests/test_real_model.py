@@ -164,10 +164,10 @@ async def test_prompt_cache_over_a_real_conversation(served, smollm2):
     stored = []
     real_store = smollm2.prompt_cache.store
 
-    def store(tokens, kv):
+    def store(tokens, kv, images=()):
         off = kv_offset(kv) if kv is not None else None
         stored.append(list(tokens)[:off])
-        real_store(tokens, kv)
+        real_store(tokens, kv, images)
 
     smollm2.prompt_cache.clear()
     smollm2.prompt_cache.store = store

@@ -22,6 +22,7 @@ Rules:
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -160,7 +161,10 @@ class Row:
             if ending.kind == "failed":
                 self._report(ending.error)
             else:
-                self._store(kv)
+                try:
+                    self._store(kv)
+                except Exception:  # the answer is whole: a prefix not kept costs a later turn a re-read, no more
+                    logging.getLogger("tinytitan.engine").exception("the prompt cache could not keep a prefix")
                 if ending.kind == "finished":
                     if self.speculator is not None or self.loop.draft_tokens:
                         self.report_drafts()
