@@ -197,8 +197,6 @@ class Row:
     def _report(self, exc: BaseException | None) -> None:
         """A failure: before its Started (its model would not load) the consumer's exception, as when decoding
         one at a time (``end`` hands it over); after, in-band (its stream may be open)."""
-        import logging
-
         if self.loop.started and not self.stopped and not self.loop.finished:
             try:  # the text its detokenizer still held goes out first, as it would at any other end
                 self.detok.finalize()
