@@ -163,7 +163,7 @@ async def test_a_restarted_engine_reads_the_conversation_back_and_answers_the_sa
 
 @pytest.mark.parametrize("value", ["off"])
 def test_the_disk_can_be_turned_off(value, tmp_path):
-    from tinytitan.cli import attach_prompt_disk
+    from tinytitan.model_setup import attach_prompt_disk
 
     class Args:
         prompt_cache_dir, prompt_cache_disk_mib, script = value, 100, None
