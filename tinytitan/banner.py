@@ -61,7 +61,7 @@ Codex, its built-in provider (a WebSocket; it ignores the OPENAI_BASE_URL variab
 def codex_catalog(engine) -> Path | None:
     """Codex's model catalog for the served models, rewritten at each start under the cache directory."""
     from .agents import codex_catalog_path, write_codex_catalog
-    from .models.gguf import cache_root
+    from .models.cache_dir import cache_root
 
     try:
         return write_codex_catalog(engine.models(), codex_catalog_path(cache_root()))

@@ -78,7 +78,7 @@ def parse(argv: list[str]):
 
 def own_dir(agent: str) -> Path:
     """Where launch keeps the files of its own an agent is pointed at."""
-    from ..models.gguf import cache_root
+    from ..models.cache_dir import cache_root
 
     return cache_root() / "launch" / agent
 
