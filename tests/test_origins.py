@@ -16,7 +16,7 @@ from rawhttp import RawConnection
 from test_websocket_upgrade import upgrade_headers
 from tinytitan.flags import build_parser
 from tinytitan.serve import allowed_origins
-from tinytitan.http.app import host_name
+from tinytitan.http.guard import host_name
 from tinytitan.http.origins import OriginPolicy, allow_list
 
 MODEL = "tinytitan-scripted"
