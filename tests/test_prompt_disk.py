@@ -11,7 +11,8 @@ import pytest
 
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.prompt_cache import PromptCache
-from tinytitan.engine.prompt_disk import FORMAT, PromptDisk, layout_of, read_metadata
+from tinytitan.engine.prompt_disk import PromptDisk
+from tinytitan.engine.prompt_disk_files import FORMAT, layout_of, read_metadata
 
 
 def _disk(backend, directory, max_bytes=1 << 30, layout=None):

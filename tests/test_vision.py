@@ -457,7 +457,8 @@ def test_qwen_vl_prefix_survives_a_restart_on_disk(qwen, tmp_path):
 def _restart(old, tmp_path):
     import mlx.core as mx
 
-    from tinytitan.engine.prompt_disk import PromptDisk, layout_of
+    from tinytitan.engine.prompt_disk import PromptDisk
+    from tinytitan.engine.prompt_disk_files import layout_of
     from tinytitan.engine.vision import VisionBackend
 
     def fresh():

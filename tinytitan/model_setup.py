@@ -125,7 +125,8 @@ def attach_prompt_disk(backends: list, args) -> None:
         log.info("prompt cache on disk: off under mlx.launch (each rank keeps its prefixes in memory)")
         return
     from .engine.mlx_backend import MLXBackend
-    from .engine.prompt_disk import PromptDisk, default_dir, layout_of
+    from .engine.prompt_disk import PromptDisk
+    from .engine.prompt_disk_files import default_dir, layout_of
 
     directory = Path(where) if where else default_dir()
     for b in backends:
