@@ -10,7 +10,7 @@ import pytest
 
 from tinytitan.agents import (CLAUDE_WINDOW_FLOOR, FIRST_PROMPT_TOKENS, claude_compacts_at, claude_env,
                               codex_entry, first_prompt_fits, write_codex_catalog)
-from tinytitan.cli import banner
+from tinytitan.banner import banner
 from tinytitan.engine.engine import Engine
 from tinytitan.engine.scripted import ScriptEntry, ScriptedBackend
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tinytitan.cli import find_model_dirs
+from tinytitan.model_setup import find_model_dirs
 from tinytitan.demo_model import build_demo_model
 from tinytitan.engine.mlx_backend import MLXBackend
 
@@ -59,14 +59,14 @@ def test_find_model_dirs(models_dir):
 async def test_cpu_twin_only_where_a_second_engine_exists(serve, models_dir, monkeypatch):
     import argparse
 
-    from tinytitan import cli
+    from tinytitan import model_setup
 
     args = argparse.Namespace(script=None, models_dir=str(models_dir), model=None, model_id=None,
                               prompt_cache_mib=64, reasoning_effort=None, thinking=None)
-    monkeypatch.setattr(cli, "second_engine_available", lambda: False)
-    assert [b.model_id for b in cli.make_backends(args)] == ["alpha", "org/beta"]  # Linux: CPU is the only engine
-    monkeypatch.setattr(cli, "second_engine_available", lambda: True)
-    backends = cli.make_backends(args)
+    monkeypatch.setattr(model_setup, "second_engine_available", lambda: False)
+    assert [b.model_id for b in model_setup.make_backends(args)] == ["alpha", "org/beta"]  # Linux: CPU is the only engine
+    monkeypatch.setattr(model_setup, "second_engine_available", lambda: True)
+    backends = model_setup.make_backends(args)
     assert [b.model_id for b in backends] == ["alpha", "org/beta", "alpha@cpu", "org/beta@cpu"]
     # the twin decodes on mlx's CPU stream, through the same server path
     s = await serve(backend=backends)
@@ -81,7 +81,7 @@ async def test_cpu_twin_only_where_a_second_engine_exists(serve, models_dir, mon
 def test_linux_has_no_second_engine():
     import sys
 
-    from tinytitan.cli import second_engine_available
+    from tinytitan.model_setup import second_engine_available
 
     if sys.platform.startswith("linux"):
         assert second_engine_available() is False

@@ -93,7 +93,8 @@ def test_ollama_client_tool_round_trip(script):
 
 
 def test_scripted_context_window_is_a_flag(script):
-    from tinytitan.cli import build_parser, make_backends
+    from tinytitan.flags import build_parser
+    from tinytitan.model_setup import make_backends
 
     args = build_parser().parse_args(["serve", "--script", str(script), "--context-window", "50000"])
     assert [b.context_window for b in make_backends(args)] == [50000]

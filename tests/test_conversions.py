@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tinytitan import cli
+from tinytitan import flags
 from tinytitan.models import conversions, gguf
 
 MIB = 1 << 20
@@ -78,6 +78,6 @@ def test_converting_again_removes_the_earlier_versions_copy(tmp_path, monkeypatc
 
 
 def test_the_flag():
-    args = cli.build_parser().parse_args(["serve"])
+    args = flags.build_parser().parse_args(["serve"])
     assert args.conversions_mib == conversions.DEFAULT_MIB
-    assert cli.build_parser().parse_args(["serve", "--conversions-mib", "100"]).conversions_mib == 100
+    assert flags.build_parser().parse_args(["serve", "--conversions-mib", "100"]).conversions_mib == 100

@@ -18,7 +18,7 @@ import pytest
 from mlx.utils import tree_flatten
 
 from gguf_util import retype_tensor, tokenizer_metadata, write_gguf, write_quantized_gguf
-from tinytitan import cli
+from tinytitan import model_setup
 from tinytitan.demo_model import ensure_demo_model
 from tinytitan.models import gguf
 from tinytitan.models.resolve import ModelNotFound, list_models, resolve
@@ -199,7 +199,7 @@ def test_hf_repo_id_served_from_the_cache_offline(tmp_path, demo_dir, monkeypatc
         resolve("acme/absent")
     args = argparse.Namespace(script=None, models_dir=None, model="acme/tiny-chat", model_id=None,
                               gguf_form="auto", prompt_cache_mib=64, reasoning_effort=None, thinking=None)
-    (backend,) = cli.make_backends(args)
+    (backend,) = model_setup.make_backends(args)
     assert backend.model_id == "acme/tiny-chat" and backend.loaded
 
 

@@ -258,7 +258,8 @@ async def test_memory_off_leaves_requests_alone(serve):
 
 
 def test_the_flag_builds_the_layer_only_when_asked(tmp_path, monkeypatch):
-    from tinytitan.cli import build_parser, open_memory
+    from tinytitan.flags import build_parser
+    from tinytitan.serve import open_memory
 
     monkeypatch.delenv("TINYTITAN_MEMORY", raising=False)
     assert open_memory(build_parser().parse_args(["serve"])) is None

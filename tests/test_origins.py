@@ -14,8 +14,9 @@ from httpx_ws import WebSocketUpgradeError, aconnect_ws
 import strict
 from rawhttp import RawConnection
 from test_websocket_upgrade import upgrade_headers
-from tinytitan.cli import allowed_origins, build_parser
-from tinytitan.http.app import host_name
+from tinytitan.flags import build_parser
+from tinytitan.serve import allowed_origins
+from tinytitan.http.guard import host_name
 from tinytitan.http.origins import OriginPolicy, allow_list
 
 MODEL = "tinytitan-scripted"

@@ -11,7 +11,8 @@ import pytest
 
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.prompt_cache import PromptCache
-from tinytitan.engine.prompt_disk import FORMAT, PromptDisk, layout_of, read_metadata
+from tinytitan.engine.prompt_disk import PromptDisk
+from tinytitan.engine.prompt_disk_files import FORMAT, layout_of, read_metadata
 
 
 def _disk(backend, directory, max_bytes=1 << 30, layout=None):
@@ -163,7 +164,7 @@ async def test_a_restarted_engine_reads_the_conversation_back_and_answers_the_sa
 
 @pytest.mark.parametrize("value", ["off"])
 def test_the_disk_can_be_turned_off(value, tmp_path):
-    from tinytitan.cli import attach_prompt_disk
+    from tinytitan.model_setup import attach_prompt_disk
 
     class Args:
         prompt_cache_dir, prompt_cache_disk_mib, script = value, 100, None

@@ -16,7 +16,7 @@ import time
 import openai
 import pytest
 
-from tinytitan.cli import build_parser
+from tinytitan.flags import build_parser
 from tinytitan.store import db as dbm
 from tinytitan.store.legacy import BACKUP_SUFFIX
 from tinytitan.store.responses_store import FILE_NAME, ResponsesStore, StoredResponse, default_dir

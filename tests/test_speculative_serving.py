@@ -92,7 +92,8 @@ def _swapped_tokenizer_model(source, target):
 
 
 def test_the_cli_draft_model_flags(demo_backend, tmp_path):
-    from tinytitan.cli import build_parser, make_backends
+    from tinytitan.flags import build_parser
+    from tinytitan.model_setup import make_backends
 
     def backends(*flags):
         return make_backends(build_parser().parse_args(["serve", "--model", str(demo_backend.path), *flags]))

@@ -279,7 +279,8 @@ def test_mistral3_prefill_matches_mlx_vlm_and_is_cached(mistral):
 
 def test_serve_demo_vision_and_text_models_unchanged(monkeypatch):
     """``serve --model demo-vision`` gets the vision backend; the text demo model stays a plain MLX backend."""
-    from tinytitan.cli import build_parser, make_backends
+    from tinytitan.flags import build_parser
+    from tinytitan.model_setup import make_backends
     from tinytitan.engine.mlx_backend import MLXBackend
     from tinytitan.engine.vision import VisionBackend
 
@@ -456,7 +457,8 @@ def test_qwen_vl_prefix_survives_a_restart_on_disk(qwen, tmp_path):
 def _restart(old, tmp_path):
     import mlx.core as mx
 
-    from tinytitan.engine.prompt_disk import PromptDisk, layout_of
+    from tinytitan.engine.prompt_disk import PromptDisk
+    from tinytitan.engine.prompt_disk_files import layout_of
     from tinytitan.engine.vision import VisionBackend
 
     def fresh():

@@ -70,7 +70,7 @@ def parse(argv: list[str]):
     if ours and ours[0] != opts.agent:
         parser.error("name the agent first: tinytitan launch AGENT [options]")
     serve_args = [a for a in ours[1:] if a not in LAUNCH_ONLY]
-    from ..cli import build_parser as serve_parser
+    from ..flags import build_parser as serve_parser
 
     ns = serve_parser().parse_args(["serve", *serve_args])
     return opts, ns, serve_args, agent_args
@@ -78,7 +78,7 @@ def parse(argv: list[str]):
 
 def own_dir(agent: str) -> Path:
     """Where launch keeps the files of its own an agent is pointed at."""
-    from ..models.gguf import cache_root
+    from ..models.cache_dir import cache_root
 
     return cache_root() / "launch" / agent
 

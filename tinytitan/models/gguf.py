@@ -30,17 +30,18 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from . import conversions
+from .cache_dir import cache_root
 from .gguf_arch import (ARCHITECTURES, AUXILIARY, UnfittedRope, UnmappedTensor, adjuster, arch_config, arch_refusal,
                         requantizable, widened)
 from .gguf_arch import mlx_name as arch_mlx_name
 from .gguf_header import GGUFError, read_header
 from .gguf_tensors import FLOATS, GROUP_SIZE, ShardWriter, convert_tensors, dequantizable, floats
 from .gguf_tokenizer import UnsupportedTokenizer, build_tokenizer
+from .weights_digest import file_digest
 
 log = logging.getLogger("tinytitan.gguf")
 
@@ -50,14 +51,6 @@ FORMS = ("quantized", "float16", "float32")
 
 class UnsupportedGGUF(ValueError):
     """A GGUF this converter refuses; the message names what and lists what is supported."""
-
-
-def cache_root() -> Path:
-    """``$TINYTITAN_CACHE``, else ``$XDG_CACHE_HOME/tinytitan``, else ``~/.cache/tinytitan``."""
-    if os.environ.get("TINYTITAN_CACHE"):
-        return Path(os.environ["TINYTITAN_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tinytitan"
 
 
 def preferred_form(path: Path | None = None) -> str:
@@ -134,44 +127,6 @@ def check(path: Path, template: str | None = None) -> dict:
                               "supported: byte-level BPE ('gpt2') and SentencePiece ('llama') are rebuilt from "
                               "a GGUF")
     return meta
-
-
-def _digest_memo(path: Path) -> tuple[str, Path, dict]:
-    st = path.stat()
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    memo_path = cache_root() / "gguf" / "digests.json"
-    try:
-        memo = json.loads(memo_path.read_text())
-    except (OSError, ValueError):
-        memo = {}
-    return key, memo_path, memo if isinstance(memo, dict) else {}
-
-
-def remembered_file_digest(path: Path) -> str | None:
-    """``file_digest`` where it is remembered (nothing of the file read), else None."""
-    key, _, memo = _digest_memo(path)
-    return memo.get(key)
-
-
-def file_digest(path: Path) -> str:
-    """The file's SHA-256, remembered per (path, size, mtime) in ``<cache>/gguf/digests.json`` so a second
-    start does not read a multi-gigabyte file again."""
-    key, memo_path, memo = _digest_memo(path)
-    if key in memo:
-        return memo[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    memo[key] = h.hexdigest()
-    try:
-        memo_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_path.with_name(f".digests.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(memo, indent=0))
-        os.replace(tmp, memo_path)
-    except OSError:
-        pass  # a read-only cache: the digest is computed again next time
-    return memo[key]
 
 
 def cached_dir(path: Path, form: str, template: str | None = None) -> Path:

@@ -29,7 +29,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gguf import UnsupportedGGUF, cache_root, ensure_converted
+from .cache_dir import cache_root
+from .gguf import UnsupportedGGUF, ensure_converted
 from .gguf_header import read_header
 
 log = logging.getLogger("tinytitan.models")

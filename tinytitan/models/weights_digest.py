@@ -4,7 +4,7 @@ cache on disk), and never on the event loop.
 Rules:
 - The digest of a set of weight files is ``sha256:`` and the SHA-256 over ``name:sha256`` lines in name order.
   A file's SHA-256 is its Hugging Face blob name where it has one (unread), else its bytes, remembered on disk
-  per (path, size, mtime) (``gguf.file_digest``), so a restart reads nothing again.
+  per (path, size, mtime) (``file_digest``), so a restart reads nothing again.
 - A converted GGUF's weights (a directory with ``gguf_source.json``) are a function of the GGUF's bytes and the
   directory's name (converter version and form): their digest is made from those, and the float32 copy (4–8×
   the GGUF) is never read for it.
@@ -17,18 +17,58 @@ Rules:
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import threading
 from pathlib import Path
+
+from .cache_dir import cache_root
 
 _lock = threading.Lock()
 _results: dict[str, str] = {}
 _running: dict[str, threading.Event] = {}
 
 
+def _digest_memo(path: Path) -> tuple[str, Path, dict]:
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    memo_path = cache_root() / "gguf" / "digests.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    return key, memo_path, memo if isinstance(memo, dict) else {}
+
+
+def remembered_file_digest(path: Path) -> str | None:
+    """``file_digest`` where it is remembered (nothing of the file read), else None."""
+    key, _, memo = _digest_memo(path)
+    return memo.get(key)
+
+
+def file_digest(path: Path) -> str:
+    """The file's SHA-256, remembered per (path, size, mtime) in ``<cache>/gguf/digests.json`` so a second
+    start does not read a multi-gigabyte file again."""
+    key, memo_path, memo = _digest_memo(path)
+    if key in memo:
+        return memo[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    memo[key] = h.hexdigest()
+    try:
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo_path.with_name(f".digests.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(memo, indent=0))
+        os.replace(tmp, memo_path)
+    except OSError:
+        pass  # a read-only cache: the digest is computed again next time
+    return memo[key]
+
+
 def file_sha256(path: Path) -> str:
     """One file's SHA-256 (hex), remembered on disk."""
-    from .gguf import file_digest
-
     return file_digest(path)
 
 
@@ -55,8 +95,6 @@ def _combine(named: list[tuple[str, str]]) -> str:
 def _converted(files: list[Path]) -> str | None:
     """The digest of a converted GGUF's weights, from its source's digest and its directory's name; None for
     files that are not one conversion's."""
-    import json
-
     dirs = {f.resolve().parent for f in files}
     if len(dirs) != 1:
         return None
@@ -73,8 +111,6 @@ def _converted(files: list[Path]) -> str | None:
 def remembered(files: list[Path]) -> str | None:
     """The digest where no weight bytes need reading (computed already, a conversion's, or every file's SHA-256
     known), else None."""
-    from .gguf import remembered_file_digest
-
     try:
         key = _key(files)
         with _lock:

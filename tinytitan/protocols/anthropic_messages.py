@@ -25,16 +25,18 @@ import logging
 import re
 from typing import Any
 
-from .. import images
-from ..chat_request import ImagePart, Message, Tool, ToolCall
+from ..chat_request import ImagePart, Message, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Finished
 from ..output_format import normalise
-from .. import tool_choice
 from ..speclang.machine import Machine, WireEvent
 from . import context_edits
+from .anthropic_request import (
+    CACHE_DIAGNOSIS_BETA, _blocks, _tool_input, _tool_references, _tool_result, cache_diagnostics, image_block,
+    parse_diagnostics, parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice,
+    parse_tools)
 from .base import Protocol
-from .common import content_of, place_system, template_variables
+from .common import place_system
 from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.anthropic")
@@ -42,7 +44,6 @@ log = logging.getLogger("tinytitan.anthropic")
 USER_ROLES = ("user", "ctx", "msg")
 ROLES = ("user", "assistant", "system") + USER_ROLES[1:]
 MIN_BUDGET = 1024
-TEMPLATE_REASONING_KEYS = ("enable_thinking", "reasoning_effort")
 TURN_JOIN = "\n\n"
 
 
@@ -56,52 +57,11 @@ def stop_reason(finished: Finished, client_stops: Any, table: dict) -> tuple[str
     return table[finished.reason], None
 
 
-def _blocks(content: str | list) -> list[dict]:
-    """A message's content (a string or an array of blocks, checked by the spec's schema) as blocks."""
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
-
-
-def image_block(block: dict, where: str) -> ImagePart:
-    """An ``image`` block (its shape checked by the spec): base64 data, or a data URL (a remote URL reaches
-    here only when fetching is off, and is refused by name)."""
-    source = block["source"]
-    if source["type"] == "url":
-        return images.from_url(source["url"], where)
-    return images.from_base64(source["data"], source["media_type"], where)
-
-
-IMAGE_BLOCKS = {"image": image_block}
-
-
-def _tool_result(block: dict, where: str) -> tuple[str, tuple]:
-    """A tool result's text (``Error: …`` when it failed) and its parts, where it holds images."""
-    # tool_reference blocks load tools (_tool_references): they are not text
-    text, parts = content_of(block.get("content"), f"{where}.content", IMAGE_BLOCKS, skip=frozenset({"tool_reference"}))
-    if block.get("is_error") is not True:
-        return text, parts
-    return f"Error: {text}", (("Error:",) + parts if parts else ())
-
-
 @dataclass
 class MessagesRequest:
     """What a request's handling found (``Validated.state``): the context edits applied to it."""
 
     applied_edits: list[dict] | None = None
-
-
-def _tool_references(block: dict, where: str, offered: set[str]) -> tuple[str, ...]:
-    """The tools a tool result loads (a tool search's answer: ``tool_reference`` blocks), each offered in
-    ``tools`` (a reference to a tool that is not is refused, naming it)."""
-    content = block.get("content")
-    names = []
-    for j, part in enumerate(content if isinstance(content, list) else ()):
-        if isinstance(part, dict) and part.get("type") == "tool_reference":
-            name = part["tool_name"]
-            if name not in offered:
-                raise invalid(f"Tool reference '{name}' at {where}.content[{j}] names a tool that is not in 'tools'",
-                              param=f"{where}.content[{j}].tool_name", code="invalid_value")
-            names.append(name)
-    return tuple(names)
 
 
 @dataclass
@@ -120,27 +80,6 @@ class MessagesState:
     stop_reason: str | None = None
     stop_sequence: str | None = None
     diagnostics: dict | None = None  # the cache-diagnosis beta's object, when the request opted in
-
-
-CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
-# the engine's reasons for a prompt-cache miss (its ``cache_miss`` data) → the beta's ``cache_miss_reason`` types
-CACHE_MISS_TYPES = {"cold": "previous_message_not_found", "system_changed": "system_changed",
-                    "tools_changed": "tools_changed", "messages_changed": "messages_changed",
-                    "thinking_dropped": "messages_changed", "answer_rewritten": "messages_changed",
-                    "template_rerender": "messages_changed"}  # any other reason: "unavailable"
-
-
-def cache_diagnostics(miss: dict | None) -> dict | None:
-    """The response's ``diagnostics``: None when the prompt parted from nothing the cache held (a hit);
-    ``cache_missed_input_tokens`` (on the ``*_changed`` types) is the cached tokens past the divergence."""
-    if not miss or miss.get("reason") == "hit":
-        return None
-    kind = "previous_message_not_found" if miss["reason"] == "not_found" else \
-        CACHE_MISS_TYPES.get(miss["reason"], "unavailable")
-    reason: dict = {"type": kind}
-    if kind.endswith("_changed"):
-        reason["cache_missed_input_tokens"] = int(miss.get("missed_tokens") or 0)
-    return {"cache_miss_reason": reason}
 
 
 class AnthropicMessages(Protocol):
@@ -445,64 +384,3 @@ class AnthropicMessages(Protocol):
         return Reply({"input_tokens": tokens, "context_management": {"original_input_tokens": original}})
 
 
-def _tool_input(text: str, name: str | None) -> dict:
-    try:
-        value = json.loads(text) if text.strip() else {}
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        log.warning("tool call %s: arguments are not a JSON object; sent as {}: %r", name, text[:200])
-        return {}
-    return value
-
-
-def parse_tools(value: list, body: dict, args: dict, v) -> None:
-    tools, seen = [], set()
-    for i, t in enumerate(value):
-        where, name = f"tools[{i}]", t["name"]
-        if name in seen:
-            raise invalid(f"Tool names must be unique: '{name}' at {where} is declared twice", param=f"{where}.name",
-                          code="invalid_value")
-        seen.add(name)
-        tools.append(Tool(name, t.get("description") or "", t["input_schema"],  # cache_control …: ignored
-                          strict=t.get("strict") is True, deferred=t.get("defer_loading") is True))
-    if tools and all(t.deferred for t in tools):  # the model would be told of no tool, nor how to call one
-        raise invalid("All tools have 'defer_loading' set: at least one tool must not be deferred (the tool search "
-                      "that loads the others)", param="tools", code="invalid_value")
-    args["tools"] = tools
-
-
-def parse_diagnostics(value: dict, body: dict, args: dict, v) -> None:
-    """``diagnostics.previous_message_id``: the cache diagnosis compares this prompt with that message's."""
-    named = value.get("previous_message_id")
-    if named is not None:
-        args["cache_compare"] = named
-
-
-def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
-    args["grammar"] = normalise(value, "output_format", ("json_schema",))
-
-
-def parse_tool_choice(value: dict, body: dict, args: dict, v) -> None:
-    args["tool_choice"], args["tool_names"] = tool_choice.anthropic(value)
-    if value.get("disable_parallel_tool_use") is True:  # at most one call (engine/call_limit.py)
-        args["parallel_tool_calls"] = False
-
-
-def parse_stop_sequences(value: list, body: dict, args: dict, v) -> None:
-    for i, s in enumerate(value):
-        where = f"stop_sequences[{i}]"
-        if not isinstance(s, str):
-            raise invalid(f"Invalid type for '{where}': expected a string", param=where, code="invalid_type")
-        if not s.strip():
-            raise invalid(f"'{where}' must contain non-whitespace characters", param=where, code="invalid_value")
-    args["stop"] = tuple(value)
-
-
-def parse_template_kwargs(body: dict, args: dict, v) -> None:
-    """The template_kwargs rule: template_vars and chat_template_kwargs together; their reasoning switches
-    are the reasoning rule's."""
-    merged: dict = {}
-    for name in ("template_vars", "chat_template_kwargs"):
-        merged.update(template_variables(body.get(name) or {}, name, TEMPLATE_REASONING_KEYS))
-    args["template_kwargs"] = merged

@@ -65,9 +65,19 @@ def transcript_to_compact(items: list[dict]) -> str:
     return text
 
 
-def transcript(items: list[dict]) -> str:
-    from .responses_input import parts_text
+IMAGE_MARK = "[image]"  # what an image is in a transcript's text
 
+
+def parts_text(content) -> str:
+    """A checked message content or tool output (a string or text and image parts) as one string (an image
+    stands as ``[image]``: a transcript's text)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "\n".join(IMAGE_MARK if part["type"] == "input_image" else part["refusal" if part["type"] == "refusal"
+                                                                           else "text"] for part in content)
+
+
+def transcript(items: list[dict]) -> str:
     lines = []
     started = False  # the client's standing system/developer prompt (before the first turn) is left out:
     for item in items:  # it is sent again with every request, and a summary need not repeat it

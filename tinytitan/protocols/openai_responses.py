@@ -38,14 +38,12 @@ from types import SimpleNamespace
 from ..chat_request import ChatRequest, Message
 from ..errors import ApiError, invalid
 from ..observe.turn import note, watch
-from ..output_format import normalise
-from .. import tool_choice
 from ..speclang import template
 from ..speclang.load import compile_spec
-from ..speclang.machine import Machine, WireEvent
+from ..speclang.machine import Machine
 from ..speclang.validate import RequestValidator, Validated
 from ..store.db import STORAGE_ERRORS
-from ..store.responses_store import CursorNotFound, ResponsesStore, StoredResponse
+from ..store.responses_store import ResponsesStore, StoredResponse
 from ..events import Finished, Started, Usage
 from . import compaction, responses_socket, truncation
 from .base import Protocol, new_id
@@ -54,6 +52,14 @@ from .responses_input import SEARCH_TOOL, loaded_tools, normalise_input, parse_t
 from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .responses_socket import LocalResponses
 from .wire import Call, Connection, Reply, Services
+from .responses_fields import (
+    hook_input,
+    hook_prompt_cache_options,
+    hook_text,
+    hook_tool_choice,
+    prompt_cache_diagnostics,
+)
+from .responses_stored import StoredResponses
 
 STORE_KEY = "responses_store"
 log = logging.getLogger("tinytitan.responses")
@@ -74,21 +80,8 @@ class ResponsesRequest:
     search_tool: str | None = None  # the client-executed tool search's function, where the tools offer one
 
 
-def hook_input(value, body: dict, args: dict, v: Validated) -> None:
-    v.state.items = normalise_input(value)
-
-
-def hook_tool_choice(value, body: dict, args: dict, v: Validated) -> None:
-    args["tool_choice"], args["tool_names"] = tool_choice.openai(value)
-
-
-def hook_text(value: dict, body: dict, args: dict, v: Validated) -> None:
-    if value.get("format") is not None:
-        args["grammar"] = normalise(value["format"], "text.format")
-
-
 # -- the protocol -------------------------------------------------------------------------------------------
-class OpenAIResponses(Protocol):
+class OpenAIResponses(StoredResponses, Protocol):
     name = "openai_responses"
     id_prefix = "resp_"
 
@@ -149,44 +142,6 @@ class OpenAIResponses(Protocol):
                 config.responses_store, config.responses_retention_days * 86400,
                 config.responses_max_mib * 2 ** 20)
         return store
-
-    async def stored(self, response_id: str, param: str | None = None) -> StoredResponse:
-        rec = await self.store().get(response_id)
-        if rec is None:
-            raise not_stored(response_id, param)
-        return rec
-
-    async def history(self, response_id: str | None, local: "LocalResponses | None" = None) -> list[dict]:
-        """The input and output of a stored chain, oldest first (a connection's own responses first)."""
-        items: list[dict] = []
-        first, seen = response_id, set()
-        while response_id and response_id not in seen:
-            seen.add(response_id)
-            rec = local.get(response_id) if local is not None else None
-            if rec is not None:
-                items = rec.input + rec.output + items
-                response_id = rec.previous_response_id
-                continue
-            found = await self.store().chain(response_id)
-            if found is None:
-                detail = "" if response_id == first else f" (the chain of '{first}' continues it)"
-                # the API's own error (400, previous_response_not_found): clients match on it to resend whole
-                raise invalid(f"Previous response with id '{response_id}' not found.{detail}",
-                              param="previous_response_id", code="previous_response_not_found")
-            part, response_id = found
-            items = part + items
-        return items
-
-    async def resolve(self, items: list[dict], field: str = "input") -> list[dict]:
-        out = []
-        for i, item in enumerate(items):
-            if item.get("type") == "item_reference":
-                found = await self.store().find_item(item["id"])
-                if found is None:
-                    raise ApiError("not_found", f"Item with id '{item['id']}' not found", param=f"{field}[{i}].id")
-                item = found
-            out.append(item)
-        return out
 
     async def conversation(self, body: dict, items: list[dict],
                            local: "LocalResponses | None" = None) -> tuple[list[dict], list[dict]]:
@@ -410,75 +365,3 @@ class OpenAIResponses(Protocol):
             out.append({"trace_summary": summary.text, "memory_summary": brief.text})
         return Reply({"output": out})
 
-    async def retrieve(self, call: Call, response_id: str) -> Reply:
-        rec = await self.stored(response_id)
-        if not call.args["stream"]:
-            return Reply(rec.response)
-        after = call.args["starting_after"]
-
-        async def replay():
-            for data in rec.events:
-                if data.get("sequence_number", 0) > after:
-                    yield WireEvent(data.get("type"), data).sse()
-
-        return Reply.of_stream(replay(), self.spec.content_type)
-
-    async def delete(self, call: Call, response_id: str) -> Reply:
-        if not await self.store().delete(response_id):
-            raise not_stored(response_id)
-        return Reply({"id": response_id, "object": "response", "deleted": True})
-
-    async def cancel(self, call: Call, response_id: str) -> Reply:
-        await self.stored(response_id)
-        raise invalid(f"Response '{response_id}' cannot be cancelled: only background responses can be, and this "
-                      "server runs none (every response finished before it was stored)", param="response_id",
-                      code="not_cancellable")
-
-    async def input_items(self, call: Call, response_id: str) -> Reply:
-        limit, order = call.args["limit"], call.args["order"]  # typed and bounded by the route's query table
-        try:  # (older SDKs page backwards with 'before'); a page right after 'after' (or from the start)
-            page = await self.store().input_page(response_id, limit, order, call.args["after"], call.args["before"])
-        except CursorNotFound as exc:
-            raise invalid(f"Invalid value for '{exc.name}': no input item '{exc.value}' in response '{response_id}'",
-                          param=exc.name, code="invalid_value") from None
-        if page is None:
-            raise not_stored(response_id)
-        return Reply({
-            "object": "list", "data": page.data, "first_id": page.data[0].get("id") if page.data else None,
-            "last_id": page.data[-1].get("id") if page.data else None, "has_more": page.has_more,
-            "limit": limit, "order": order,
-        })
-
-
-# the engine's reasons for a prompt-cache miss (cache_miss.py) → PromptCacheDiagnosticsCacheMiss.reason; a reason
-# with no counterpart there (a changed setting: tool choice, reasoning level or output format) is "unavailable"
-CACHE_MISS_REASONS = {"system_changed": "input_changed", "messages_changed": "input_changed",
-                      "thinking_dropped": "input_changed", "answer_rewritten": "input_changed",
-                      "template_rerender": "input_changed", "tools_changed": "tools_changed"}
-
-
-def hook_prompt_cache_options(value: dict, body: dict, args: dict, v) -> None:
-    if value.get("comparison_response_id") is not None:
-        args["cache_compare"] = value["comparison_response_id"]
-
-
-def prompt_cache_diagnostics(compared: dict | None) -> dict:
-    """The response's ``prompt_cache_diagnostics``: this prompt against the compared response's (the engine's
-    ``cache_compared``)."""
-    if compared is None:
-        return {"type": "unavailable"}
-    reason = compared["reason"]
-    if reason == "hit":
-        return {"type": "cache_hit"}
-    if reason == "not_found":
-        return {"type": "comparison_response_not_found"}
-    if reason not in CACHE_MISS_REASONS:
-        return {"type": "unavailable"}
-    return {"type": "cache_miss", "reason": CACHE_MISS_REASONS[reason],
-            "cache_missed_tokens": int(compared.get("missed_tokens") or 0),
-            "comparison_reusable_tokens": int(compared.get("offset") or 0)}
-
-
-def not_stored(response_id: str, param: str | None = None) -> ApiError:
-    return ApiError("not_found", f"No response with id '{response_id}' found (it was never stored, was deleted, or "
-                    "was evicted by the store's retention)", param=param or "response_id")

@@ -38,7 +38,6 @@ from .common import content_of
 log = logging.getLogger("tinytitan.responses")
 
 DEFAULT_SEPARATOR = "__"
-IMAGE_MARK = "[image]"
 TEXT_KEYS = {k: "text" for k in ("input_text", "output_text", "text", "summary_text", "reasoning_text")} | {
     "refusal": "refusal"}
 ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
@@ -58,15 +57,6 @@ def flat_name(namespace: str, name: str, sep: str = DEFAULT_SEPARATOR) -> str:
     return f"{namespace.rstrip('_')}{sep}{name}"
 
 
-def parts_text(content) -> str:
-    """A checked message content or tool output (a string or text and image parts) as one string (an image
-    stands as ``[image]``: a transcript's text)."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    return "\n".join(IMAGE_MARK if part["type"] == "input_image" else part["refusal" if part["type"] == "refusal"
-                                                                           else "text"] for part in content)
-
-
 def input_image(part: dict, where: str):
     """An ``input_image`` part: its ``image_url`` a data URL (``file_id`` is refused by the spec); ``detail``
     is the model processor's business, not the request's."""
@@ -79,7 +69,7 @@ def input_image(part: dict, where: str):
 def content_parts(content, where: str) -> tuple[str, tuple]:
     """A checked message content or tool output → (its text, its parts where it holds an image)."""
     if not isinstance(content, list) or not any(p["type"] == "input_image" for p in content):
-        return parts_text(content), ()
+        return compaction.parts_text(content), ()
     return content_of(content, where, {"input_image": input_image}, TEXT_KEYS)
 
 

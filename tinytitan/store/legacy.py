@@ -60,17 +60,16 @@ def read_log(path: Path) -> "OrderedDict[str, dict]":
     return records
 
 
-def migrate_responses(store, path: Path) -> int:
-    """Move ``path`` (an older store's log) into ``store``'s database; the number of responses migrated."""
-    from .responses_store import StoredResponse
-
+def migrate_responses(store, path: Path, record: Callable[..., object]) -> int:
+    """Move ``path`` (an older store's log) into ``store``'s database, each response made a ``record`` (the
+    store's StoredResponse); the number of responses migrated."""
     if not path.is_file():
         return 0
     records = read_log(path)
     puts = []
     for body in records.values():
         try:
-            puts.append(StoredResponse(**body))
+            puts.append(record(**body))
         except TypeError as exc:
             log.warning("%s: a response that cannot be read skipped (%s)", path, exc)
 

@@ -98,7 +98,7 @@ class ResponsesStore:
             from .legacy import migrate_responses
 
             legacy = Path(where).expanduser() if where else default_dir()
-            migrate_responses(store, legacy / FILE_NAME)
+            migrate_responses(store, legacy / FILE_NAME, StoredResponse)
         store.db.run(store._evict_aged)
         log.info("responses store: %s (kept %s%s)", store.db.where,
                  f"{max_age / 86400:g} days" if max_age else "for ever",

@@ -1,0 +1,100 @@
+"""The prompt cache's files on disk: their format and metadata, where they live, the model layout a file is valid
+for, and the snapshot of a KV cache that is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+
+FORMAT = "tinytitan-prompt-cache/2"
+
+
+# earlier formats of this cache: their files can never be read again (version 1 named the weights by another
+# digest), so a scan removes them rather than leaving them to fill the disk
+SUPERSEDED = ("tinytitan-prompt-cache/1",)
+
+
+SUFFIX = ".safetensors"
+
+
+def default_dir() -> Path:
+    """``$TINYTITAN_PROMPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tinytitan/prompt-cache`` (``~/.cache`` where unset)."""
+    if os.environ.get("TINYTITAN_PROMPT_CACHE_DIR"):
+        return Path(os.environ["TINYTITAN_PROMPT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tinytitan" / "prompt-cache"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_metadata(path: Path) -> dict:
+    """The ``__metadata__`` of a safetensors file, from its header alone (8-byte length, then JSON)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        if n > 64 << 20:
+            raise ValueError("header too large")
+        header = json.loads(f.read(n))
+    # save_prompt_cache flattens [metadata, classes, scalars]: the metadata's keys come first, as "0.<key>"
+    return {k[2:]: v for k, v in (header.get("__metadata__") or {}).items() if k.startswith("0.")}
+
+
+def layout_of(model: Any, kv_bits: int | None = None) -> str:
+    """What a KV cache of this model looks like: the cache classes per layer, KV heads and widths, dtype, KV
+    bits. A file written for another layout is never read into this one."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    import mlx_lm
+
+    classes = [type(c).__name__ for c in make_prompt_cache(model)]
+    args = getattr(model, "args", None)
+    shape = {k: getattr(args, k, None) for k in ("num_key_value_heads", "head_dim", "hidden_size",
+                                                  "num_attention_heads", "num_hidden_layers")} if args else {}
+    try:
+        dtype = str(next(iter(_leaves(model.parameters()))).dtype)
+    except StopIteration:
+        dtype = "?"
+    return json.dumps({"classes": classes, "shape": shape, "dtype": dtype, "kv_bits": kv_bits,
+                       "mlx_lm": mlx_lm.__version__}, sort_keys=True)
+
+
+def _leaves(tree):
+    from mlx.utils import tree_flatten
+
+    return (v for _, v in tree_flatten(tree))
+
+
+def snapshot(kv: list) -> list:
+    """Cache objects holding what ``kv`` holds now, on array handles of their own (evaluated here, on the
+    model thread, sharing the buffers): the live cache may go on being extended in place (an update of a
+    shared buffer copies it first)."""
+    import mlx.core as mx
+    from mlx.utils import tree_map
+
+    out = [type(c).from_state(tree_map(lambda a: mx.stop_gradient(a) if isinstance(a, mx.array) else a, c.state))
+           for c in kv]
+    mx.eval([c.state for c in out])
+    return out
+
+
+@dataclass
+class OnDisk:
+    path: Path
+    tokens: np.ndarray
+    nbytes: int
+    layout: str

@@ -1,0 +1,97 @@
+"""OpenAI Responses, what is stored: reading a stored response and its chain (previous_response_id, item
+references), and the routes that serve the store (GET, DELETE, cancel, input_items)."""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import ApiError, invalid
+from ..speclang.machine import WireEvent
+from ..store.responses_store import CursorNotFound, StoredResponse
+from .responses_fields import not_stored
+from .responses_socket import LocalResponses
+from .wire import Call, Reply
+
+log = logging.getLogger("tinytitan.responses")
+
+
+class StoredResponses:
+    """The stored side of the Responses protocol (a part of ``OpenAIResponses``): it reads through the
+    protocol's ``store()``."""
+
+    async def stored(self, response_id: str, param: str | None = None) -> StoredResponse:
+        rec = await self.store().get(response_id)
+        if rec is None:
+            raise not_stored(response_id, param)
+        return rec
+
+    async def history(self, response_id: str | None, local: "LocalResponses | None" = None) -> list[dict]:
+        """The input and output of a stored chain, oldest first (a connection's own responses first)."""
+        items: list[dict] = []
+        first, seen = response_id, set()
+        while response_id and response_id not in seen:
+            seen.add(response_id)
+            rec = local.get(response_id) if local is not None else None
+            if rec is not None:
+                items = rec.input + rec.output + items
+                response_id = rec.previous_response_id
+                continue
+            found = await self.store().chain(response_id)
+            if found is None:
+                detail = "" if response_id == first else f" (the chain of '{first}' continues it)"
+                # the API's own error (400, previous_response_not_found): clients match on it to resend whole
+                raise invalid(f"Previous response with id '{response_id}' not found.{detail}",
+                              param="previous_response_id", code="previous_response_not_found")
+            part, response_id = found
+            items = part + items
+        return items
+
+    async def resolve(self, items: list[dict], field: str = "input") -> list[dict]:
+        out = []
+        for i, item in enumerate(items):
+            if item.get("type") == "item_reference":
+                found = await self.store().find_item(item["id"])
+                if found is None:
+                    raise ApiError("not_found", f"Item with id '{item['id']}' not found", param=f"{field}[{i}].id")
+                item = found
+            out.append(item)
+        return out
+
+    async def retrieve(self, call: Call, response_id: str) -> Reply:
+        rec = await self.stored(response_id)
+        if not call.args["stream"]:
+            return Reply(rec.response)
+        after = call.args["starting_after"]
+
+        async def replay():
+            for data in rec.events:
+                if data.get("sequence_number", 0) > after:
+                    yield WireEvent(data.get("type"), data).sse()
+
+        return Reply.of_stream(replay(), self.spec.content_type)
+
+    async def delete(self, call: Call, response_id: str) -> Reply:
+        if not await self.store().delete(response_id):
+            raise not_stored(response_id)
+        return Reply({"id": response_id, "object": "response", "deleted": True})
+
+    async def cancel(self, call: Call, response_id: str) -> Reply:
+        await self.stored(response_id)
+        raise invalid(f"Response '{response_id}' cannot be cancelled: only background responses can be, and this "
+                      "server runs none (every response finished before it was stored)", param="response_id",
+                      code="not_cancellable")
+
+    async def input_items(self, call: Call, response_id: str) -> Reply:
+        limit, order = call.args["limit"], call.args["order"]  # typed and bounded by the route's query table
+        try:  # (older SDKs page backwards with 'before'); a page right after 'after' (or from the start)
+            page = await self.store().input_page(response_id, limit, order, call.args["after"], call.args["before"])
+        except CursorNotFound as exc:
+            raise invalid(f"Invalid value for '{exc.name}': no input item '{exc.value}' in response '{response_id}'",
+                          param=exc.name, code="invalid_value") from None
+        if page is None:
+            raise not_stored(response_id)
+        return Reply({
+            "object": "list", "data": page.data, "first_id": page.data[0].get("id") if page.data else None,
+            "last_id": page.data[-1].get("id") if page.data else None, "has_more": page.has_more,
+            "limit": limit, "order": order,
+        })
