@@ -120,9 +120,9 @@ async def test_without_a_mask_the_decode_stops_after_the_last_call(serve, demo_t
     """A family whose call markup has no grammar here (simulated: the auto grammar is withheld) keeps the limit
     in the output parser alone: decoding stops once the last call allowed is complete — the tokens after it are
     never decoded, not decoded and dropped."""
-    from tinytitan.engine import backend as backend_module
+    from tinytitan.engine import prepare as prepare_module
 
-    monkeypatch.setattr(backend_module, "auto_call_grammar", lambda *a, **k: None)
+    monkeypatch.setattr(prepare_module, "auto_call_grammar", lambda *a, **k: None)
     backend = ScriptedBackend([ScriptEntry(THREE)], demo_tok, model_id=MODEL)
     s = await serve(backend=backend)
     r = await responses_client(s).responses.create(

@@ -161,7 +161,7 @@ def drafted_decode(model, ids, max_tokens, sampler, processors=(), mask=None, eo
     """``ids`` decoded by the engine's decode step (decoder.Scheduler, one row alone, drafting): its tokens, how
     many came from accepted drafts, the draft policy; ``stop_when(row)``: its consumer leaves once it says so."""
     from tinytitan.chat_request import ChatRequest
-    from tinytitan.engine.backend import Prepared
+    from tinytitan.engine.prepare import Prepared
     from tinytitan.engine.decode_loop import DecodeLoop
     from tinytitan.engine.decoder import Scheduler
     from tinytitan.engine.plan import PREFILL_STEP

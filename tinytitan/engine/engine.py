@@ -44,7 +44,8 @@ from .. import images
 from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed
-from .backend import Backend, Prepared
+from .backend import Backend
+from .prepare import Prepared
 from . import DEFAULT_MAX_BATCH
 from .decoder import Decoder
 from .model_thread import ModelThread, shared_model_thread

@@ -44,7 +44,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from .backend import Prepared
+from .prepare import Prepared
 from .decode_loop import DecodeLoop
 from .decoder import Scheduler
 from .group import Group, GroupBroken

@@ -18,7 +18,8 @@ from typing import Callable
 
 from ..chat_request import Message
 from ..progress import Progress
-from .backend import FALLBACK_SAMPLING, Backend, Prepared
+from .backend import Backend
+from .prepare import FALLBACK_SAMPLING, Prepared
 from .decode_loop import DecodeLoop
 from .prompt_cache import PromptCache
 from .speculative.speculator import SpeculativeConfig, Speculator

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..events import Failed
-from .backend import Backend, Prepared
+from .backend import Backend
+from .prepare import Prepared
 from .decode_loop import DecodeLoop
 from .raw import IncrementalText
 

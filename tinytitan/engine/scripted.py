@@ -26,7 +26,8 @@ from typing import Callable
 
 import yaml
 
-from .backend import Backend, Prepared
+from .backend import Backend
+from .prepare import Prepared
 from .decode_loop import DecodeLoop
 from .plan import Next, Plan, Prefill, Sample, StepResult, Take
 from .prompt_cache import PromptCache

@@ -29,7 +29,7 @@ import trio
 from ..errors import ApiError
 from ..events import (Failed, Finished, KeepAlive, ReasoningDelta, Started, TextDelta, Timing, TokenEvent,
                       ToolCallArgsDelta)
-from .backend import Prepared
+from .prepare import Prepared
 from .decode_loop import DecodeLoop
 
 

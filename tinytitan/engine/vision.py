@@ -42,7 +42,7 @@ from typing import Any
 from ..chat_request import ChatRequest, ImagePart
 from ..errors import invalid
 from ..images import ImageError, open_image
-from .backend import Prepared
+from .prepare import Prepared
 from .mlx_backend import MLXBackend, read_json
 from .prompt_cache import ImageRun, kv_trimmable
 

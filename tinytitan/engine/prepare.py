@@ -1,0 +1,381 @@
+"""Prompt preparation, the part every tokenizer-backed backend shares: a ChatRequest rendered through the model's
+chat template (tools declared in the family's own form, model defaults applied), tokenized (reusing the ids the
+prompt cache holds), checked against the window, with its sampling settings and its grammar: a Prepared."""
+
+from __future__ import annotations
+
+import array
+import collections
+import logging
+from typing import Any
+import time
+from dataclasses import dataclass, field
+
+from ..chat_request import ChatRequest, Message
+from ..errors import ApiError, invalid
+from .cache_miss import Fingerprint, compare, diagnose
+from .call_limit import call_limit
+from .families import template_source
+from .prompt import template_messages, template_tools
+from .prompt_splice import splice as splice_prompt
+from .reasoning import TemplateReasoning, level_of
+from .structured import CompiledGrammar, GrammarMask, compile_grammar
+from .structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
+from .tool_declarations import ToolDeclarations
+
+log = logging.getLogger("tinytitan.backend")
+
+
+REMEMBERED_PROMPTS = 64  # prompts kept by response id for a client's cache comparison (compare_prompt)
+
+
+# what a model samples with where neither the request nor its generation_config.json says
+FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
+
+
+# fill-in-the-middle control tokens, as the model families that train on them spell them
+FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder
+              ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SmolLM
+              ("<PRE>", "<SUF>", "<MID>"))  # CodeLlama
+
+
+@dataclass
+class Prepared:
+    req: ChatRequest
+    tokens: list[int]
+    max_tokens: int
+    start_in_reasoning: bool = False
+    namespaces: dict[str, str] = field(default_factory=dict)
+    prompt_text: str = ""
+    tool_schemas: dict[str, dict] = field(default_factory=dict)  # name -> parameters schema
+    render_s: float | None = None  # time spent rendering the template, and tokenizing what it wrote
+    tokenize_s: float | None = None
+    grammar: CompiledGrammar | None = None  # the output format the sampler is masked with
+    sampling: dict = field(default_factory=dict)  # the values this generation samples with (see sampling_for)
+    cache_miss: dict | None = None  # where the prompt parts from the prompt cache, and why (cache_miss.py)
+    image_runs: tuple = ()  # where each image's tokens lie in ``tokens`` (prompt_cache.ImageRun), in order
+    cache_compared: dict | None = None  # the same, against the earlier prompt ``req.cache_compare`` names
+
+    def logits_processor(self) -> GrammarMask | None:
+        """A new mask for this request's output format (None: unconstrained); one per generation."""
+        return GrammarMask(self.grammar) if self.grammar is not None else None
+
+
+class _NoSequenceLengthWarning(logging.Filter):
+    """transformers warns once per tokenizer when a text it encodes is longer than the tokenizer's
+    ``model_max_length``. The server measures every prompt against the model's context window itself (and
+    refuses what does not fit), so the warning says nothing about what happens next: it stays out of the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token indices sequence length is longer than")
+
+
+_LONGEST_TOKEN: dict[int, tuple[Any, int]] = {}  # id(tokenizer) → (tokenizer, longest entry)
+_TURN_MARKERS: dict[int, tuple[Any, dict[str, int]]] = {}  # id(tokenizer) → (tokenizer, special tokens per turn)
+
+
+logging.getLogger("transformers.tokenization_utils_base").addFilter(_NoSequenceLengthWarning())
+
+
+class PromptPreparation(ToolDeclarations):
+    """The prompt-preparation half of a backend (``Backend`` is the other half: the model, its card, decoding):
+    everything from a ChatRequest to its ``Prepared``."""
+
+    @property
+    def template_reasoning(self) -> TemplateReasoning:
+        return TemplateReasoning.of(getattr(self.tokenizer, "chat_template", None))
+
+    def render(self, req: ChatRequest) -> str:
+        kwargs = dict(req.template_kwargs)
+        default = level_of(self.default_reasoning, None)
+        kwargs.update(self.template_reasoning.kwargs(level_of(req.reasoning, default)))
+        if req.reasoning_budget_tokens is not None:
+            log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
+                     req.reasoning_budget_tokens)
+        req = self.with_tool_declarations(req)
+        messages, tools = self.family.map_roles(template_messages(req, self.default_system, self.default_history),
+                                                template_tools(req),
+                                                template_source(self.tokenizer))
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
+        )
+
+    @property
+    def fim_tokens(self) -> tuple[str, str, str] | None:
+        """The model's fill-in-the-middle markers (prefix, suffix, middle), where its vocabulary has them."""
+        try:
+            vocab = self.tokenizer.get_vocab() if self.tokenizer is not None else {}
+        except Exception:
+            return None
+        return next((spelling for spelling in FIM_TOKENS if all(t in vocab for t in spelling)), None)
+
+    def raw_text(self, req: ChatRequest) -> str:
+        """A raw prompt as the model reads it; with a suffix, the model's fill-in-the-middle layout."""
+        if req.suffix is None:
+            return req.prompt or ""
+        fim = self.fim_tokens
+        if fim is None:
+            raise invalid(f"'suffix' (fill-in-the-middle) is not supported by '{self.model_id}': its vocabulary has "
+                          "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter")
+        return f"{fim[0]}{req.prompt or ''}{fim[1]}{req.suffix}{fim[2]}"
+
+    def encode(self, req: ChatRequest) -> tuple[str, list[int]]:
+        """The rendered prompt and its tokens. A template that refuses the conversation (Jinja's
+        ``raise_exception``: roles out of order, an unsupported turn) is the client's 400, not a crash.
+        A raw prompt (``req.prompt``) skips the template."""
+        text, tokens, _ = self.timed_encode(req)[:3]
+        return text, tokens
+
+    def timed_encode(self, req: ChatRequest, splice: bool = False):
+        """``encode``, and the seconds spent rendering and tokenizing; ``splice``: the prompt as the decoder will
+        read it (``tokenize``), and why it misses the cache where it does (a CacheMiss, else None)."""
+        import jinja2
+
+        t0 = time.perf_counter()
+        if req.prompt is not None:
+            text = self.raw_text(req)
+            t1 = time.perf_counter()
+            return (text, list(self.tokenizer.encode(text, add_special_tokens=False)), (t1 - t0, time.perf_counter() - t1),
+                    None)
+        try:
+            text = self.render(req)
+        except jinja2.TemplateError as exc:
+            raise invalid(f"The model's chat template cannot render this conversation: {exc}", param="messages",
+                          code="template_error") from None
+        except RecursionError:  # a tool schema or message nested thousands deep
+            raise invalid("The request is nested too deeply for the chat template to render", param="messages",
+                          code="template_error") from None
+        except Exception as exc:
+            if not req.template_kwargs:
+                raise
+            # the client's own template variables are what the template tripped on (e.g. a string where
+            # it iterates, a number it divides by)
+            raise invalid(f"The model's chat template failed with the template variables sent "
+                          f"({', '.join(sorted(req.template_kwargs))}): {type(exc).__name__}: {exc}",
+                          param="chat_template_kwargs", code="template_error") from None
+        t1 = time.perf_counter()
+        miss = None
+        if splice:
+            tokens, miss = self.tokenize(text, req)
+        else:
+            tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+        return text, tokens, (t1 - t0, time.perf_counter() - t1), miss
+
+    def tokenize(self, text: str, req: ChatRequest | None = None):
+        """A rendered prompt's ids: where the prompt cache holds ids for the same text at the same place (an
+        answer the model generated, sent back by the client), those ids (prompt_splice.py); and where it parts
+        from the cache, and why (cache_miss.py; None without a cache). The prompt is remembered with what its
+        ids say and its request's fingerprint, for the entry its generation stores."""
+        cache = getattr(self, "prompt_cache", None)
+        tokenizer = self.tokenizer
+
+        def encode(t: str) -> list[int]:
+            return list(tokenizer.encode(t, add_special_tokens=False))
+
+        if cache is None:
+            return encode(text), None
+        decode = tokenizer.decode
+        tokens, spans = splice_prompt(text, cache.candidates(), encode, decode)
+        fp = Fingerprint.of(req) if req is not None else None
+        runs = self.image_runs(tokens, req) if req is not None else ()
+        miss = diagnose(req, fp, tokens, cache.probe(tokens, runs)) if req is not None else None
+        if miss is not None and miss.missed:
+            log.debug("%s: prompt cache %s%s", self.model_id, miss.log_text(), f" ({miss.detail})" if miss.detail else "")
+        cache.remember(tokens, spans, decode, fp, runs)
+        return tokens, miss
+
+    def image_runs(self, tokens: list[int], req: ChatRequest) -> tuple:
+        """Where the request's images lie in its prompt's tokens (prompt_cache.ImageRun each); none for a model
+        that reads no images."""
+        return ()
+
+    def structured(self, req: ChatRequest) -> ChatRequest:
+        """A request with an output format or a forced tool call decodes with reasoning off: a thought would
+        have to be part of the document (or come before the call the grammar starts with). Said in the log
+        when the request (or the server default) asked for reasoning, and reported on ``Started.sampling``
+        (``reasoning: "none"``) for the protocols whose body echoes the level used."""
+        if req.tool_names:  # the tools a call may name: each must be offered; the others are left out
+            offered = {t.name for t in req.tools}
+            for name in req.tool_names:
+                if name not in offered:
+                    raise invalid(f"tool_choice names the tool '{name}', which is not among the tools offered",
+                                  param="tool_choice", code="invalid_value")
+            req = req.with_(tools=tuple(t for t in req.tools if t.name in req.tool_names))
+        if req.tool_choice == "required" and not req.tools:
+            raise invalid("tool_choice requires a tool call, but no tools are offered", param="tool_choice",
+                          code="invalid_value")
+        forced = req.tool_choice == "required"
+        if forced and req.grammar is not None:
+            raise invalid("A forced tool call and a JSON output format cannot both be enforced: the answer is either "
+                          "a call or the document", param="tool_choice", code="invalid_value")
+        if req.grammar is None and not forced:
+            return req
+        if level_of(req.reasoning, level_of(self.default_reasoning, None)):
+            log.info("%s: reasoning off for this request (%r was asked)",
+                     f"structured output ({req.grammar.kind})" if req.grammar else "forced tool call",
+                     req.reasoning if req.reasoning is not None else self.default_reasoning)
+        return req.with_(reasoning=False)
+
+    def sampling_for(self, req: ChatRequest) -> dict:
+        """The values this request samples with: the request's own, else the model's defaults. Decided once
+        here; the decoder uses them and ``Started`` reports them (protocols echo them, never recompute)."""
+        model = {**FALLBACK_SAMPLING, **self.sampling}
+
+        def pick(value, default):
+            return default if value is None else value
+
+        return {"temperature": pick(req.temperature, model["temperature"]), "top_p": pick(req.top_p, model["top_p"]),
+                "top_k": pick(req.top_k, model["top_k"] or 0), "min_p": pick(req.min_p, 0.0),
+                "presence_penalty": pick(req.presence_penalty, 0.0),
+                "frequency_penalty": pick(req.frequency_penalty, 0.0), "repetition_penalty": req.repetition_penalty}
+
+    def grammar_of(self, req: ChatRequest, start_in_reasoning: bool = False) -> CompiledGrammar | None:
+        """The grammar this request's output is masked with: its output format, a forced call, or (under
+        ``auto``) free text whose calls are held to strict schemas and custom tools' grammars."""
+        if self.tokenizer is None:
+            return None
+        for tool in req.tools:  # a client grammar that cannot be compiled is refused, forced or not
+            if tool.input_grammar is not None:
+                check_custom_grammar(tool, self.tokenizer, getattr(self, "vocab_size", None))
+        grammar = req.grammar
+        answer = self.family.syntax.answer
+        if grammar is not None and answer is not None:  # the answer sits inside the syntax's markup (harmony)
+            grammar = answer(grammar, self.tokenizer.get_vocab())
+        elif grammar is not None:
+            grammar = answer_after_thought(grammar, self.family, self.tokenizer.get_vocab(), start_in_reasoning)
+        limit = call_limit(req)
+        calls = True if limit is None else limit  # how many calls the grammar admits
+        if grammar is None and req.tool_choice == "required":
+            grammar = forced_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab(),
+                                          start_in_reasoning)
+        elif grammar is None and req.tool_choice == "auto" and req.tools:
+            grammar = auto_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab(),
+                                        start_in_reasoning)
+        if grammar is None:
+            return None
+        return compile_grammar(grammar, self.tokenizer, getattr(self, "vocab_size", None))
+
+    @property
+    def longest_token(self) -> int:
+        """Characters in the vocabulary's longest entry. A byte-level entry has one character per byte, never
+        fewer than the text characters it stands for: no token covers more of a text than this. Measured
+        once per tokenizer (reading a vocabulary costs tens of milliseconds)."""
+        if self._longest_token is None:
+            known = _LONGEST_TOKEN.get(id(self.tokenizer))
+            if known is None or known[0] is not self.tokenizer:
+                known = _LONGEST_TOKEN[id(self.tokenizer)] = (
+                    self.tokenizer, max(map(len, self.tokenizer.get_vocab()), default=1) or 1)
+            self._longest_token = known[1]
+        return self._longest_token
+
+    @property
+    def turn_markers(self) -> dict[str, int]:
+        """Per role, the special tokens the chat template writes around every turn of that role (ChatML's
+        ``<|im_start|>`` and ``<|im_end|>``: 2), measured once per tokenizer from three turns against one. Only
+        special tokens count: they never merge with a turn's text, so they add to any bound on its text. A role
+        the measurement cannot take (a template that merges or refuses repeated turns) counts 0."""
+        known = _TURN_MARKERS.get(id(self.tokenizer))
+        if known is None or known[0] is not self.tokenizer:
+            known = _TURN_MARKERS[id(self.tokenizer)] = (self.tokenizer, self._measure_turn_markers())
+        return known[1]
+
+    def _measure_turn_markers(self) -> dict[str, int]:
+        try:
+            special = {int(i) for i, t in self.tokenizer.added_tokens_decoder.items() if getattr(t, "special", False)}
+        except Exception:
+            return {}
+        out = {}
+        for role in ("user", "assistant"):
+            try:
+                counts = []
+                for n in (1, 3):
+                    req = ChatRequest(model="", messages=(Message("user", "x"),) * (role == "assistant") +
+                                      (Message(role, "x"),) * n)
+                    counts.append(sum(t in special for t in self.encode(req)[1]))
+                out[role] = max(0, (counts[1] - counts[0]) // 2)
+            except Exception:  # the template refuses repeated turns: no bound from this role
+                out[role] = 0
+        return out
+
+    def token_floor(self, req: ChatRequest) -> int | None:
+        """A lower bound on the prompt's tokens, without rendering or tokenizing it: the text of its messages
+        (which the template only adds to) over the longest token, plus the special tokens the template writes
+        around each turn (see ``turn_markers``). None where the request has no more characters and no more
+        turns than the window has tokens (it cannot be refused from this bound: the vocabulary is not even
+        read)."""
+        chars = len(req.prompt) if req.prompt is not None else sum(len(m.content) for m in req.messages)
+        turns = 0 if req.prompt is not None else len(req.messages)
+        if chars <= self.context_window and turns <= self.context_window:
+            return None
+        floor = -(-chars // self.longest_token)  # each token covers at most longest_token characters
+        if turns > self.context_window:
+            markers = self.turn_markers
+            floor += sum(markers.get(m.role, 0) for m in req.messages)
+        return floor
+
+    def refuse_from_bound(self, req: ChatRequest) -> None:
+        """Refuse a prompt its lower bound already puts over the context window, before rendering and
+        tokenizing megabytes (13-21 s of CPU and ~2.5 GB kept for a 30 MB prompt; 20 s for 200,000 turns)."""
+        floor = self.token_floor(req) if self.tokenizer is not None else None
+        if floor is not None and floor > self.context_window:
+            raise self.too_long(floor, at_least=True)
+
+    def too_long(self, tokens: int, at_least: bool = False) -> ApiError:
+        return invalid(f"The prompt is {'at least ' if at_least else ''}{tokens} tokens, which does not fit the "
+                       f"model's context window of {self.context_window} tokens", param="messages",
+                       code="context_length_exceeded",
+                       data={"prompt_tokens": tokens, "context_window": self.context_window})
+
+    def with_model_defaults(self, req: ChatRequest) -> ChatRequest:
+        """The request with the model's own stop strings, ``min_p`` and repetition penalty where it sends none:
+        a request's own replace them (as Ollama's request options replace its Modelfile's)."""
+        own = {"stop": self.default_stop, "min_p": self.sampling.get("min_p"),
+               "repetition_penalty": self.sampling.get("repetition_penalty")}
+        missing = {k: v for k, v in own.items() if v and getattr(req, k) in (None, ())}
+        return req.with_(**missing) if missing else req
+
+    def prepare(self, req: ChatRequest) -> Prepared:
+        req = self.structured(req)
+        req = self.with_model_defaults(req)
+        self.refuse_from_bound(req)
+        text, tokens, (render_s, tokenize_s), miss = self.timed_encode(req, splice=True)
+        if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
+            raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
+                          param="messages", code="invalid_value")
+        room = self.context_window - len(tokens)
+        if room < 1:
+            raise self.too_long(len(tokens))
+        max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
+        start_in_reasoning = self.family.starts_in_reasoning(text)
+        compiled = self.grammar_of(req, start_in_reasoning)
+        namespaces = {t.name: t.namespace for t in req.tools if t.namespace}
+        schemas = {t.name: t.parameters for t in req.tools}
+        sampling = self.sampling_for(req)
+        if req.grammar is not None or req.tool_choice == "required":
+            sampling["reasoning"] = "none"  # turned off by ``structured``: a protocol with a place for it says so
+        compared = self.compare_prompt(req, tokens)
+        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,
+                        tokenize_s=tokenize_s, grammar=compiled, sampling=sampling,
+                        cache_miss=miss.as_dict() if miss is not None else None,
+                        cache_compared=compared.as_dict() if compared is not None else None)
+
+    def compare_prompt(self, req: ChatRequest, tokens: list[int]):
+        """The prompt against the earlier one ``req.cache_compare`` names (a CacheMiss; None when it names none),
+        and this prompt remembered under ``req.response_id`` for a later comparison (the last
+        ``REMEMBERED_PROMPTS``, as 32-bit ids)."""
+        if req.cache_compare is None and req.response_id is None:
+            return None
+        known = self.__dict__.setdefault("_prompts", collections.OrderedDict())
+        fp = Fingerprint.of(req)
+        out = compare(req, fp, tokens, known.get(req.cache_compare)) if req.cache_compare is not None else None
+        if req.response_id is not None:
+            known[req.response_id] = (fp, array.array("i", tokens))
+            while len(known) > REMEMBERED_PROMPTS:
+                known.popitem(last=False)
+        return out
+
+    def count_tokens(self, req: ChatRequest) -> int:
+        """The prompt's length as ``prepare`` renders it. A prompt over the window is still counted, except one
+        whose lower bound is already over it: that is refused as generation would refuse it, unrendered."""
+        self.refuse_from_bound(req)
+        return len(self.encode(req)[1])
