@@ -1,4 +1,4 @@
-"""The backend interface, and the prompt preparation every tokenizer-backed backend shares.
+"""The backend interface: a model, its card, and decoding; prompt preparation (``prepare.py``) is its other half.
 
 ``prepare(req)`` renders the prompt with the tokenizer's own chat template and checks it fits the
 context window (ApiError otherwise, before any stream opens). The model family (``families.detect``, from
