@@ -43,8 +43,9 @@ WORDS = ("apple river stone cloud maple copper violet harbor lantern meadow orbi
 
 
 def prompt_text(n_words: int, rep: int) -> str:
-    """A prose-like prompt of ``n_words`` words; ``rep`` changes its first word (a fresh prompt)."""
-    words = [f"{WORDS[rep % len(WORDS)]}{rep}"]
+    """A prose-like prompt of ``n_words`` words; ``rep`` and the length change its first word (a fresh prompt,
+    and no size's prompt the start of another's: no prompt cache serves any of it)."""
+    words = [f"{WORDS[rep % len(WORDS)]}{rep}x{n_words}"]
     i = 0
     while len(words) < n_words:
         words.append(WORDS[(i * 7 + i // len(WORDS)) % len(WORDS)])

@@ -46,9 +46,10 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-from .rows import LEFT, Row
 from .plan import (PREFILL_STEP, PREFILL_STEP_SHARED, Next, Plan, Prefill, RowStep, Sample, StepResult, Take,
                    Verify)
+from .rows import LEFT, Row
+from .speculative.fold import fold_drafting, stepped_out, verified
 from .step import Forward
 
 if TYPE_CHECKING:
@@ -234,9 +235,9 @@ class Scheduler:
             try:
                 step = steps.get(row_id)
                 if isinstance(step, Verify):
-                    self._verified(row, step, result.verified[row_id])
+                    verified(row, step, result.verified[row_id])
                 if row.speculator is not None and step is not None:
-                    ended = self._fold_drafting(row, step, tokens)
+                    ended = fold_drafting(row, step, tokens)
                 else:
                     ended = any(row.accept(token) for token in tokens)
                 if ended or row.holding or not isinstance(step, Next):
@@ -255,53 +256,11 @@ class Scheduler:
                 self.retire(row)
 
     def _left(self, row: Row) -> None:
-        """``row`` stepped out of the batch (step.Forward._leave): the batch's step ahead taken back from its
-        grammar matcher and its seeded sampler, and its first draft on its own cache."""
+        """``row`` stepped out of the batch (step.Forward._leave): it drafts again on its own cache."""
         self.batched.discard(row.id)
         self.decoding.discard(row.id)
-        if row.ending is not None:
-            return
-        try:
-            mask = row.loop.grammar_mask
-            if mask is not None and not mask.failed and mask.started:
-                mask.matcher.rollback(1)
-            if row.draws is not None:
-                row.draws.undo()
-            spec = row.speculator
-            spec.resume(row.tokens + row.generated)
-            row.holding, row.drafts = True, spec.draft(row.generated[-1], row.cap_left)
-        except Exception as exc:  # its own grammar: this row fails, not the step
-            row.fail(exc)
-
-    @staticmethod
-    def _verified(row: Row, step: Verify, accepted: int) -> None:
-        """After a verify that accepted ``accepted`` draft tokens: the row's grammar matcher rolled back past
-        the rejected ones, its seeded sampler's key chain moved on by the rows used, its speculator told."""
-        rejected = len(step.drafts) - accepted
-        mask = row.loop.grammar_mask
-        if rejected and mask is not None and not mask.failed:
-            mask.matcher.rollback(rejected)
-        if row.draws is not None:
-            row.draws.accept(accepted + 1)
-        if row.speculator is not None:
-            row.speculator.verified(len(step.drafts), accepted)
-
-    @staticmethod
-    def _fold_drafting(row: Row, step: RowStep, tokens: tuple[int, ...]) -> bool:
-        """The fold of a drafting row's step: its tokens accepted one at a time (what a verify accepted, then
-        the model's own), its speculator told, and, when it holds, the draft its next step verifies. True when
-        a token ended the row."""
-        spec = row.speculator
-        used, ended = 0, False
-        for token in tokens:
-            used += 1
-            if row.accept(token):
-                ended = True
-                break
-        spec.generated(tokens[:used], isinstance(step, Verify))
-        if not ended and row.holding:
-            row.drafts = spec.draft(row.generated[-1], row.cap_left)
-        return ended
+        if row.ending is None:
+            stepped_out(row)
 
 
 def decode_one(backend, prepared, loop: "DecodeLoop", should_stop: Callable[[], bool],

@@ -3,17 +3,21 @@
 Rules:
 - Rank 0's scheduler (``LeadScheduler``) plans each step as on one machine; before the forward it broadcasts
   one message (``Group.share``) saying everything a follower needs to run that forward identically:
-  ``a`` — the tokens rank 0's fold accepted for each row since the last message (a forced run included),
+  ``a`` — the tokens rank 0's fold accepted for each row since the last message (a forced run included):
+  each follower's own fold must have accepted the same (see the divergence rule below),
   ``e`` — the rows that left since (and whether their KV cache is kept in the prompt cache: not when failed),
   ``f`` — a fresh decoder (rank 0 made a new forward: its row numbers start again),
-  ``j`` — the rows that join: their prompt token ids, cap, sampling values and seed, penalties, the grammar
+  ``j`` — the rows that join: their prompt token ids, cap, sampling values (penalties included), seed, the grammar
   (llguidance's text: a structured output or a forced tool call), and the prefix length rank 0 took from its
   prompt cache,
   ``p`` — the plan (``Plan.as_ints()``); a message without it (the last rows left) only settles the rows.
 - A follower (``follow``) holds the same rows, opened from those messages with the same seeds, and runs
   ``Forward.run`` on the same plan: the model's collectives (tensor or pipeline parallel) pair up because
-  every rank runs the same forwards in the same order. A follower never tokenizes, detokenizes, parses or
-  decides an ending: what rank 0 accepted is what its rows hold. Each row's own sampler runs on every rank, on
+  every rank runs the same forwards in the same order. It applies each result with the fold rank 0 runs
+  (``Scheduler.fold``: the tokens accepted, the grammar's forced runs proposed, drafts verified, the end of
+  the turn and the cap), so its rows hold what rank 0's hold; what only rank 0 sees (a stop string in the
+  text, a failure of its parser) ends the row there, and its message ends it here
+  (``e``). A follower never renders a template or parses an answer. Each row's own sampler runs on every rank, on
   logits the ranks share (an all_sum gives each rank the same sum), so the token a pipelined step feeds next
   is the same everywhere. A row without a seed gets one from rank 0 at joining, so random sampling agrees too.
 - A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its
@@ -173,9 +177,9 @@ class Lead:
 
 
 def join_spec(row: Row) -> dict:
-    p, req = row.prepared, row.prepared.req
+    p = row.prepared
     return {"id": row.id, "tokens": row.tokens, "max_tokens": p.max_tokens, "sampling": p.sampling,
-            "seed": req.seed, "speculative": req.speculative, "raw": req.prompt is not None, "cached": row.read,
+            "seed": p.seed, "speculative": p.speculative, "raw": p.raw, "cached": row.read,
             "grammar": p.grammar.text if p.grammar is not None else None,
             "grammar_name": p.grammar.name if p.grammar is not None else None}
 
@@ -190,8 +194,8 @@ class LeadScheduler(Scheduler):
         self.announced: set[int] = set()
 
     def admit(self, row: Row) -> None:
-        if row.prepared.req.seed is None:  # every rank draws alike (see the rules)
-            row.prepared.req = row.prepared.req.with_(seed=random.getrandbits(63))
+        if row.prepared.seed is None:  # every rank draws alike (see the rules)
+            row.prepared.seed = random.getrandbits(63)
         forward = self.forward
         super().admit(row)
         if self.forward is not forward:
@@ -246,21 +250,19 @@ class LeadScheduler(Scheduler):
 
 # -- the followers -------------------------------------------------------------------------------------------
 def follower_row(backend, spec: dict) -> Row:
-    """A row opened from rank 0's message, as rank 0 opened it (no tokenizer, no parser, no client)."""
-    from ..chat_request import ChatRequest
+    """A row opened from rank 0's message, as rank 0 opened it: its prompt ids, cap, sampling values, seed and
+    grammar — no request, no chat template, no parser, no client."""
     from .structured import CompiledGrammar
     from .structured.compile import llg_tokenizer
 
-    # what a row reads of its request beyond its sampling values (which carry the penalties too)
-    req = ChatRequest(model=backend.model_id, messages=(), seed=spec["seed"], speculative=spec["speculative"],
-                      prompt="" if spec["raw"] else None)
     grammar = None
     if spec["grammar"] is not None:
         llt = llg_tokenizer(backend.tokenizer, backend.vocab_size)
         grammar = CompiledGrammar(spec["grammar"], llt, max(backend.vocab_size or 0, llt.vocab_size),
                                   spec["grammar_name"])
-    prepared = Prepared(req=req, tokens=spec["tokens"], max_tokens=spec["max_tokens"], grammar=grammar,
-                        sampling=spec["sampling"])
+    prepared = Prepared(req=None, tokens=spec["tokens"], max_tokens=spec["max_tokens"], grammar=grammar,
+                        sampling=spec["sampling"], seed=spec["seed"], raw=spec["raw"],
+                        speculative=spec["speculative"])
     loop = DecodeLoop(VerbatimParser(), (), lambda _event: None, prepared.sampling)
     return Row(backend, prepared, loop=loop, should_stop=lambda: False)
 

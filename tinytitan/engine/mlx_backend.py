@@ -168,13 +168,13 @@ class MLXBackend(Backend):
         from .speculative.sampling import row_sampler
 
         used = {**prepared.sampling, "top_k": self._top_k(prepared.sampling["top_k"])}
-        return row_sampler(used, prepared.req.seed), self.logits_processors(prepared, loop)
+        return row_sampler(used, prepared.seed), self.logits_processors(prepared, loop)
 
     def speculator(self, prepared: Prepared, loop: DecodeLoop, tokens: list[int]) -> "Speculator | None":
         """The request's drafting (None: it decodes without drafts): prompt lookup over its prompt and answer,
         or the draft model."""
         config = self.speculative
-        if not prepared.req.speculative or not config.on:
+        if not prepared.speculative or not config.on:
             return None
         common = dict(mask=loop.grammar_mask, eos=sorted(self.tokenizer.eos_token_ids))
         if self._draft is not None:

@@ -41,7 +41,7 @@ FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5
 
 @dataclass
 class Prepared:
-    req: ChatRequest
+    req: ChatRequest | None  # None: a group follower's generation, opened from rank 0's message (lockstep.py)
     tokens: list[int]
     max_tokens: int
     start_in_reasoning: bool = False
@@ -55,6 +55,14 @@ class Prepared:
     cache_miss: dict | None = None  # where the prompt parts from the prompt cache, and why (cache_miss.py)
     image_runs: tuple = ()  # where each image's tokens lie in ``tokens`` (prompt_cache.ImageRun), in order
     cache_compared: dict | None = None  # the same, against the earlier prompt ``req.cache_compare`` names
+    # what the decoder reads of the request beyond its sampling values (taken from ``req`` when there is one)
+    seed: int | None = None
+    raw: bool = False  # a raw prompt (legacy Completions): the answer's text as written
+    speculative: bool = True  # it may draft (speculative decoding), where the server drafts
+
+    def __post_init__(self):
+        if self.req is not None:
+            self.seed, self.raw, self.speculative = self.req.seed, self.req.prompt is not None, self.req.speculative
 
     def logits_processor(self) -> GrammarMask | None:
         """A new mask for this request's output format (None: unconstrained); one per generation."""

@@ -76,7 +76,7 @@ class Row:
         self.detok = backend.tokenizer.detokenizer
         self.detok.reset()
         # a raw prompt's text comes from the token ids, with the prompt's end as context (raw.py)
-        self.raw = IncrementalText(backend.tokenizer, self.tokens) if prepared.req.prompt is not None else None
+        self.raw = IncrementalText(backend.tokenizer, self.tokens) if prepared.raw else None
 
     # -- state ------------------------------------------------------------------------------------------------
     @property
@@ -108,10 +108,10 @@ class Row:
         kv, read, cached = backend.start(prepared, model)
         self.read = read
         sampler, processors = backend.sampler_for(prepared, self.loop)
-        if not seeded and prepared.req.seed is not None:
+        if not seeded and prepared.seed is not None:
             import mlx.core as mx
 
-            mx.random.seed(int(prepared.req.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
+            mx.random.seed(int(prepared.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
         self.speculator = backend.speculator(prepared, self.loop, self.tokens)
         # a seeded sampler's key chain: a verify moves it on by the rows used, a leave sets it back (decoder.py)
         self.draws = sampler if getattr(sampler, "seed", None) is not None else None

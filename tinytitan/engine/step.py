@@ -13,10 +13,10 @@ own KV cache, the batch and who is in it) and writes nothing on a row.
 
 Rules:
 - The plan is plain data: row ids, token ids, flags — never an array, a cache or a callable. It says which rows
-  step this time and how (``RowStep``: one of five shapes), which rows are cancelled (their consumer left), join the batch or
-  step out of it (``leave``), and whether the batch steps. What a row needs to be stepped (its cache,
-  sampler, logits processors, where its prompt stands) lives on the row, the same on every process that
-  holds it.
+  step this time and how (``RowStep``: one of five shapes), which rows are cancelled (their consumer left),
+  join the batch or step out of it (``leave``), and whether the batch steps. What a row needs to be stepped
+  (its sampler, logits processors, where its prompt stands) lives on the row and its cache in the forward,
+  the same on every process that holds it.
 - A row steps in one of two places. **On its own KV cache** (a row alone, and a short prompt read ahead while
   others decode): as mlx-lm's ``generate_step`` decodes one request — its prompt in chunks, then one pipelined
   step per token (the next step is queued before the token is read: ``Next``), a forced run fed in
@@ -41,7 +41,7 @@ What mlx-lm's public API does not give, and this module owns openly:
 - Feeding a batch row several known tokens in one step is not in ``BatchGenerator``'s API: inside the batch a
   row decodes token by token (its forced runs are read one token a step).
 
-Where the next two features plug in (both prepared elsewhere; the hooks are these):
+Where speculative decoding and lockstep decoding plug in:
 - **Speculative decoding** (speculative/): a row stepping alone drafts when its speculator expects a draft
   after its pending token: that token is read with nothing queued after it (``Take(hold=True)``), the fold
   asks the speculator for a draft (``Row.drafts``), and the next step (``Verify``) feeds the token and its
@@ -49,10 +49,11 @@ Where the next two features plug in (both prepared elsewhere; the hooks are thes
   row's own sample equals the draft (the rule is a pure function of the samples, so every rank of a lockstep
   group decides alike) and trims its cache by the rejected count (mlx-lm's ``trim_prompt_cache``); the fold
   rolls the grammar matcher back over them (llguidance's ``rollback``), moves the seeded sampler's key chain
-  on by the rows used, and hands the accepted tokens to ``Row.accept`` one at a time. A step without a draft queues the next pass as before (pipelined). Inside the
-  batch rows decode token by token, without drafts; when the batch is down to one row that drafts (the others
-  finished or left, no one waiting to join), that row steps out of it (``Plan.leave``, ``Forward._leave``:
-  the batch's one-step-ahead token taken back) and drafts again on its own cache.
+  on by the rows used, and hands the accepted tokens to ``Row.accept`` one at a time. A step without a draft
+  queues the next pass as before (pipelined). Inside the batch rows decode token by token, without drafts;
+  when the batch is down to one row that drafts (the others finished or left, no one waiting to join), that
+  row steps out of it (``Plan.leave``, ``Forward._leave``: the batch's one-step-ahead token taken back) and
+  drafts again on its own cache.
 - **Lockstep over several machines.** Rank 0's scheduler makes the plan; ``Plan.as_ints()`` is what it
   broadcasts (``mx.distributed``) before every rank runs ``Forward.run`` on ``Plan.from_ints(...)``. Every
   rank holds the same rows (opened from the same broadcast requests, with the same seeds), so the same plan
