@@ -647,7 +647,9 @@ def check_case(case: Case, tok, answers: dict) -> None:
     ids = tok.encode(case.output, add_special_tokens=False)
     generated = tok.decode(ids)  # what the model wrote, as its tokens read back (NFC here)
     n_expected = len(ids) if case.cap is None else min(case.cap, len(ids))
-    cut = case.cap is not None and case.cap < len(ids)
+    # the cap reached on the script's last token cuts it too: the end of turn would have been the next token, as
+    # for a model whose max_tokens runs out just before its end-of-sequence (every row ends at its cap, Row.accept)
+    cut = case.cap is not None and case.cap <= len(ids)
     stopped = msg_ns.finish == "stop_sequence"
 
     # the three protocols tell one story (Responses takes no stop strings: compared only without them)
