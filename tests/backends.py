@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tinytitan.engine.scripted import ScriptedBackend
+from tinytitan.engine.backends.scripted import ScriptedBackend
 
 
 class FailsToLoad(ScriptedBackend):

@@ -21,7 +21,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
 from tinytitan.engine.engine import Engine
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry, demo_tokenizer
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry, demo_tokenizer
 from tinytitan.http.app import LOOPBACK_HOSTS, Server, ServerConfig
 from tinytitan.protocols.registry import all_protocols
 
@@ -107,7 +107,7 @@ def demo_tok():
 @pytest.fixture(scope="session")
 def demo_backend():
     from tinytitan.demo_model import demo_model_id, ensure_demo_model
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     return MLXBackend(ensure_demo_model(), demo_model_id())
 

@@ -15,7 +15,7 @@ import family_models as fm
 from test_forced_tool_choice import _walk_from
 from tinytitan import events as ev
 from tinytitan.chat_request import ChatRequest, Message, Tool, ToolCall
-from tinytitan.engine.decode_loop import DecodeLoop
+from tinytitan.engine.decode.token_events import DecodeLoop
 from tinytitan.engine.families import detect
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},

@@ -469,7 +469,7 @@ def load(family: str, root: Path):
 # ---------------------------------------------------------------------------------------------------------
 
 def backend(family: str, root: Path, outputs=("",)):
-    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
     tok, cfg = load(family, root)
     b = ScriptedBackend([ScriptEntry(o) for o in outputs], tok, model_id=f"fixture-{family}")
@@ -480,7 +480,7 @@ def backend(family: str, root: Path, outputs=("",)):
 def generate(b, req) -> list:
     """Every TokenEvent of one scripted generation (prompt rendered, output tokenized and detokenized one
     token at a time, parsed by the family's parser), as the engine runs it."""
-    from tinytitan.engine.decode_loop import DecodeLoop
+    from tinytitan.engine.decode.token_events import DecodeLoop
 
     prepared = b.prepare(req)
     events: list = []

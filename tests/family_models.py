@@ -59,6 +59,6 @@ def build(family: str, root: Path, seed: int = 7) -> Path:
 
 
 def backend(family: str, root: Path):
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     return MLXBackend(build(family, root), f"tiny-{family}")

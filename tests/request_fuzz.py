@@ -132,7 +132,7 @@ ROUTES = [
                         "stream": False, "options": {"temperature": 0.2}}, "ollama"),
     Route("/api/generate", {"model": MODEL, "prompt": "hi", "stream": False}, "ollama",
           optional={"raw": True, "suffix": "x", "system": "s", "think": True, "images": [_IMAGE]}),  # (a format the script's text
-          # cannot fit fails the request by design: engine/scripted.py)
+          # cannot fit fails the request by design: engine/backends/scripted.py)
     Route("/v1/nope", {"model": MODEL}, "openai"),
     # (append new routes here: FIXED below names routes by their place in this list)
     Route("/v1/models/load", {"model": MODEL}, "openai"),

@@ -12,7 +12,7 @@ from tinytitan.agents import (CLAUDE_WINDOW_FLOOR, FIRST_PROMPT_TOKENS, claude_c
                               codex_entry, first_prompt_fits, write_codex_catalog)
 from tinytitan.banner import banner
 from tinytitan.engine.engine import Engine
-from tinytitan.engine.scripted import ScriptEntry, ScriptedBackend
+from tinytitan.engine.backends.scripted import ScriptEntry, ScriptedBackend
 
 CODEX_REQUIRED = {"slug", "display_name", "base_instructions", "apply_patch_tool_type", "shell_type", "visibility",
                   "supported_in_api", "priority", "supported_reasoning_levels", "truncation_policy",

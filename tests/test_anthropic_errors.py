@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from anthropic_util import HEADERS, MODEL, assert_envelope, body, post, sdk, sse
-from tinytitan.engine.backend import Backend
+from tinytitan.engine.backends.base import Backend
 from tinytitan.errors import ApiError
 
 USER = {"role": "user", "content": "hi"}
@@ -227,7 +227,7 @@ FUZZ_VALUES = [None, 0, -1, 1.5, "x", "", True, [], {}, [1], ["x"], [{}], [{"typ
 def test_no_bad_input_is_a_500(demo_tok):
     """Every declared field, and the shapes inside messages, with values of every JSON type: an ApiError
     (a 4xx) or a ChatRequest the backend renders — never another exception."""
-    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
     proto = _proto()
     backend = ScriptedBackend([ScriptEntry("x")], demo_tok, model_id=MODEL)

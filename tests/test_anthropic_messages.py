@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from anthropic_util import HEADERS, MODEL, body, post, sdk, sse
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 WEATHER = {"name": "get_weather", "description": "Weather for a city",

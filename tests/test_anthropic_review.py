@@ -7,7 +7,7 @@ import re
 
 from anthropic_util import MODEL, assert_envelope, body, post, sse
 from backends import FailsToLoad
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 
 async def test_a_prompt_over_the_context_window_reads_prompt_is_too_long(serve, demo_tok):

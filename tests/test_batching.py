@@ -110,7 +110,7 @@ def stream_generated(backend, r: ChatRequest) -> list:
     import mlx.core as mx
     from mlx_lm import stream_generate
 
-    from tinytitan.engine.decode_loop import DecodeLoop
+    from tinytitan.engine.decode.token_events import DecodeLoop
 
     prepared = backend.prepare(r)
     events: list = []
@@ -201,7 +201,7 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
     """A short prompt arriving while others decode is read at once and its first token sampled outside the
     batch: whatever ends it there (a one-token cap, a stop string in its first token) or goes on from there
     (a forced tool call, seeded sampling, a thought) gives exactly what it gives alone."""
-    from tinytitan.engine import step
+    from tinytitan.engine.decode import step
 
     engine = Engine(demo, max_batch=8)
     first = summary(await run(engine, req("Name a colour.", max_tokens=3)))
@@ -244,7 +244,7 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     before its prompt, between two chunks of it (chunks of 16 tokens here), or between two tokens of its
     answer — and decodes on exactly as it would have alone: a forced tool call (its logits processor's
     state), seeded sampling (its sampler's key), a thought."""
-    from tinytitan.engine import decoder, step
+    from tinytitan.engine.decode import decoder, step
 
     engine = Engine(demo, max_batch=4)
     requests = [req(FORCE, max_tokens=60, tools=(WEATHER,)),
@@ -295,8 +295,8 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
     import time
 
     from tinytitan.demo_model import ensure_demo_model
-    from tinytitan.engine import decoder, step
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.decode import decoder, step
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     other = MLXBackend(ensure_demo_model(), "tinytitan-demo-other", lazy=True)
     engine = Engine([demo, other], max_batch=4)
@@ -338,7 +338,7 @@ async def test_a_lone_constrained_request_reads_forced_runs_in_one_pass(demo, mo
     """Alone, a request's grammar-forced tokens (keys, punctuation) are read in one forward pass a run, and it
     decodes exactly what mlx-lm's own token-by-token decoding gives it (``stream_generate`` with the same
     sampler and mask), greedy and seeded — also with --max-batch 1 (mlx-lm's process-wide random key)."""
-    from tinytitan.engine.rows import Row
+    from tinytitan.engine.decode.rows import Row
 
     runs = []
     real = Row.propose
@@ -356,7 +356,7 @@ async def test_a_lone_constrained_request_reads_forced_runs_in_one_pass(demo, mo
 async def test_a_break_of_the_loop_while_a_member_decodes_alone_ends_it_too(demo, monkeypatch):
     """Something that is not an Exception breaking the batch loop while a lone member decodes outside the
     batch (it is in neither the batch nor the waiting list) still ends that member and frees its place."""
-    from tinytitan.engine import step
+    from tinytitan.engine.decode import step
 
     def broken(*_a):
         raise KeyboardInterrupt("the loop broke")
@@ -391,7 +391,7 @@ async def test_a_failing_member_fails_alone(demo):
 async def test_what_a_member_leaves_in_the_prompt_cache_serves_any_thread(demo):
     """A member's KV leaves the batch as a slice of the batch's cache: it is stored evaluated, so a decode on
     another thread (here: this one, with mlx-lm's stream_generate) reuses it and decodes the same tokens."""
-    from tinytitan.engine.decode_loop import DecodeLoop
+    from tinytitan.engine.decode.token_events import DecodeLoop
 
     r = req("Hello there, how are you?", max_tokens=6)
     batched = await run(Engine(demo, max_batch=2), r)
@@ -417,8 +417,8 @@ def body(protocol: str, i: int) -> dict:
 async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, demo_backend, monkeypatch):
     """Whatever ends a generation (its end, a hang-up before or during its prompt or answer), it ends at one
     place, once: ``Row.end``."""
-    from tinytitan.engine.decoder import Decoder
-    from tinytitan.engine.rows import Row
+    from tinytitan.engine.decode.decoder import Decoder
+    from tinytitan.engine.decode.rows import Row
 
     submitted: list = []
     ended: list = []

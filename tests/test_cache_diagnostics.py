@@ -10,8 +10,8 @@ import openai
 
 from anthropic_util import HEADERS, MODEL
 from conftest import entries
-from tinytitan.engine.prompt_cache import PromptCache
-from tinytitan.engine.scripted import ScriptedBackend
+from tinytitan.engine.cache.memory import PromptCache
+from tinytitan.engine.backends.scripted import ScriptedBackend
 
 SYSTEM = "You are a careful assistant. " * 40
 BETA = {"anthropic-beta": "cache-diagnosis-2026-04-07"}

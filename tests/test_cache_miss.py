@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from tinytitan.chat_request import ChatRequest, Message, Tool, ToolCall
-from tinytitan.engine.prompt_cache import PromptCache
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.cache.memory import PromptCache
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 from anthropic_util import HEADERS, MODEL
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tinytitan.chat_request import ChatRequest, Message, Tool
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 SCHEMA = {"type": "object", "properties": {"d": {"type": "string", "format": "date"},
                                            "t": {"type": "string", "format": "time"},

@@ -3,7 +3,7 @@ Responses' ``max_tool_calls``, Anthropic's ``disable_parallel_tool_use`` (under 
 ``tools[].strict`` masked like OpenAI's strict tools.
 
 The scripted backend writes three calls; the client sees only as many as the request allows, and nothing
-after the last (engine/call_limit.py). The grammar that ends a real model's turn after the last call is
+after the last (engine/decode/call_limit.py). The grammar that ends a real model's turn after the last call is
 checked on its own (the mask admits no further opening).
 """
 
@@ -17,7 +17,7 @@ import anthropic_util
 from responses_helpers import client as responses_client, record_prompts
 from test_chat_completions import client as chat_client
 from tinytitan.chat_request import ChatRequest, Message, Tool
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 MODEL = "tinytitan-scripted"
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -120,7 +120,7 @@ async def test_without_a_mask_the_decode_stops_after_the_last_call(serve, demo_t
     """A family whose call markup has no grammar here (simulated: the auto grammar is withheld) keeps the limit
     in the output parser alone: decoding stops once the last call allowed is complete — the tokens after it are
     never decoded, not decoded and dropped."""
-    from tinytitan.engine import prepare as prepare_module
+    from tinytitan.engine.prompt import prepare as prepare_module
 
     monkeypatch.setattr(prepare_module, "auto_call_grammar", lambda *a, **k: None)
     backend = ScriptedBackend([ScriptEntry(THREE)], demo_tok, model_id=MODEL)

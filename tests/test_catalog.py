@@ -7,7 +7,7 @@ import pytest
 
 from tinytitan.model_setup import find_model_dirs
 from tinytitan.demo_model import build_demo_model
-from tinytitan.engine.mlx_backend import MLXBackend
+from tinytitan.engine.backends.mlx import MLXBackend
 
 
 @pytest.fixture(scope="module")

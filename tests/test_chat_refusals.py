@@ -115,7 +115,7 @@ async def test_unknown_route_and_method(serve):
 
 
 async def test_prompt_over_context_window(serve, demo_tok):
-    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
     s = await serve(backend=ScriptedBackend([ScriptEntry("ok")], demo_tok, context_window=32))
     r = await call(s, {"model": "tinytitan-scripted", "messages": [{"role": "user", "content": "word " * 100}]})
@@ -157,7 +157,7 @@ async def test_template_refusal_is_a_400(serve, demo_tok):
     """A chat template that raises (e.g. roles out of order) answers 400 naming messages, not 500."""
     import copy
 
-    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
     tok = copy.copy(demo_tok)
     backend = ScriptedBackend([ScriptEntry("ok")], tok)
@@ -182,7 +182,7 @@ async def test_body_too_large_is_413_in_each_envelope(serve):
 async def test_a_prompt_that_cannot_fit_is_refused_before_it_is_rendered(serve, demo_tok):
     """Megabytes of prompt are refused from a bound (the text over the longest token), without rendering or
     tokenizing them; a prompt that may fit is still measured exactly."""
-    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
     backend = ScriptedBackend([ScriptEntry("ok")], demo_tok, context_window=1000)
     encoded = []

@@ -9,7 +9,7 @@ import openai
 import pytest
 from openai.types import Completion
 
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry, demo_tokenizer
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry, demo_tokenizer
 
 MODEL = "tinytitan-scripted"
 FIM = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
@@ -136,7 +136,7 @@ async def test_refused_by_name(serve, extra, param):
 
 
 async def test_a_completion_shares_the_prompt_cache_and_usage_accounting(serve, demo_tok):
-    from tinytitan.engine.prompt_cache import PromptCache
+    from tinytitan.engine.cache.memory import PromptCache
 
     backend = ScriptedBackend([ScriptEntry("ok")], demo_tok, model_id=MODEL, prompt_cache=PromptCache(1 << 20))
     s = await serve(backend=backend)

@@ -131,7 +131,7 @@ def test_the_sharding_is_what_the_model_offers_or_refused_by_its_type(pipeline_d
     from mlx_lm.utils import load_model
 
     from tinytitan.demo_model import ensure_demo_model
-    from tinytitan.engine.group import sharding
+    from tinytitan.engine.group.ranks import sharding
 
     qwen3, _ = load_model(Path(ensure_demo_model()), lazy=True, strict=False)  # shard only
     qwen2, _ = load_model(pipeline_dir, lazy=True, strict=False)  # shard and pipeline

@@ -37,7 +37,7 @@ def catalog_group(tmp_path_factory, catalog_dir):
 
 
 async def test_a_catalog_switches_models_on_every_rank(catalog_group, catalog_dir, serve):
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     one = await serve(backend=[MLXBackend(catalog_dir / m, m, lazy=True) for m in ("alpha", "beta")])
     assert catalog_group.health["model"] is None and catalog_group.health["models"] == ["alpha", "beta"]
@@ -129,7 +129,7 @@ def decided_greedy(path: Path, prompt: str, n: int) -> list[int]:
 
 @pytest.mark.model50m
 async def test_50m_greedy_output_equals_one_process_where_the_top_two_are_apart(group_50m, serve, dir_50m):
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     assert group_50m.health["group"]["sharding"] == "tensor"
     one = await serve(backend=MLXBackend(dir_50m, MODEL_50M))

@@ -33,7 +33,7 @@ def pipeline_group(tmp_path_factory, pipeline_dir):
 
 @pytest.fixture(scope="module")
 def pipeline_backend(pipeline_dir):
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     return MLXBackend(pipeline_dir, MODEL)
 

@@ -241,7 +241,7 @@ def test_grammar_rejects_malformed_blocks(fmt, text):
 
 
 def test_every_format_has_a_compiled_lalr_grammar():
-    from tinytitan.engine.families.bodies import make_body
+    from tinytitan.engine.families.bodies.make import make_body
     from tinytitan.engine.families.markup import Markup
 
     assert grammar.grammar_dir() == Path(__file__).resolve().parents[1] / "grammars"

@@ -11,7 +11,7 @@ import family_fixtures as ff
 from tinytitan import events as ev
 from tinytitan.chat_request import ChatRequest, Message, Tool, ToolCall
 from tinytitan.engine.families import FAMILIES, detect
-from tinytitan.engine.prompt import template_messages, template_tools
+from tinytitan.engine.prompt.messages import template_messages, template_tools
 
 WEATHER = Tool("get_weather", "Get the weather for a city", {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]})

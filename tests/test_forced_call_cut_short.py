@@ -1,7 +1,7 @@
 """A forced call cut short by the output cap is a call with incomplete arguments — Chat: the ``tool_calls``
 entry and ``finish_reason: "length"``; Responses: the item's ``status: "incomplete"``; Messages: the
 ``tool_use`` block and ``stop_reason: "max_tokens"`` — never its raw markup as the answer's text
-(engine/forced_call.py)."""
+(engine/decode/forced_call.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from anthropic_util import message
 from conftest import Running, entries
 from responses_helpers import record_prompts
 from tinytitan.engine.engine import Engine
-from tinytitan.engine.scripted import ScriptedBackend
+from tinytitan.engine.backends.scripted import ScriptedBackend
 from tinytitan.http.app import Server, ServerConfig
 from tinytitan.memory.layer import USED_UP, MemoryEngine
 from tinytitan.memory.scope import workspace_id

@@ -15,7 +15,7 @@ import strict
 from anthropic_util import HEADERS
 from backends import Recording
 from tinytitan.chat_request import Message
-from tinytitan.engine.scripted import ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptEntry
 
 MODEL = "tinytitan-scripted"
 SYSTEM = "You are Tiny, a terse assistant."

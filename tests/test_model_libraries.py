@@ -20,7 +20,7 @@ import pytest
 
 from gguf_util import tokenizer_metadata, write_gguf
 from tinytitan.demo_model import build_demo_model, ensure_demo_model
-from tinytitan.engine.mlx_backend import MLXBackend
+from tinytitan.engine.backends.mlx import MLXBackend
 from tinytitan.models.go_template import Untranslatable, translate
 from tinytitan.models.resolve import list_models, models_root
 

@@ -15,7 +15,7 @@ from anthropic.types import ModelInfo
 from openai.types import Model
 from prometheus_client.parser import text_string_to_metric_families
 
-from tinytitan.engine.scripted import SCRIPTED_CONTEXT_WINDOW
+from tinytitan.engine.backends.scripted import SCRIPTED_CONTEXT_WINDOW
 from tinytitan.observe.clients import client_name
 
 MODEL = "tinytitan-scripted"
@@ -115,8 +115,8 @@ async def _has(s, key) -> bool:
 
 
 async def test_metrics_show_the_prompt_cache(serve, demo_tok):
-    from tinytitan.engine.prompt_cache import PromptCache
-    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.cache.memory import PromptCache
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
     backend = ScriptedBackend([ScriptEntry("Fine.")], demo_tok, model_id=MODEL, prompt_cache=PromptCache(1 << 20))
     s = await serve(backend=backend)
@@ -223,7 +223,7 @@ async def test_model_cards_in_both_shapes(serve):
 
 
 async def test_a_template_without_tools_or_thinking_says_so(serve, demo_tok):
-    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
     class Plain:  # a tokenizer whose template renders neither tools nor thinking
         chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
@@ -247,7 +247,7 @@ def test_client_names_from_user_agents():
 
 
 async def test_the_load_route_makes_a_model_resident(serve, demo_tok):
-    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
     a, b = (ScriptedBackend([ScriptEntry("ok")], demo_tok, model_id=name) for name in ("alpha", "beta"))
     s = await serve(backend=[a, b])
@@ -376,7 +376,7 @@ async def test_the_window_keeps_generations_not_lookups(serve):
 async def test_a_cancelled_stream_counts_the_tokens_it_decoded(serve, demo_tok):
     """A client that hangs up mid-stream (Esc in a coding agent) still used the tokens decoded for it: the
     counters move by the prompt and by exactly what the engine decoded before it stopped."""
-    from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
     decoded = []
 

@@ -14,7 +14,7 @@ import trio
 from pydantic import BaseModel, ConfigDict
 
 from backends import Recording
-from tinytitan.engine.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, ScriptEntry, demo_tokenizer
+from tinytitan.engine.backends.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, ScriptEntry, demo_tokenizer
 
 MODEL = "tinytitan-scripted"
 WEATHER = {"type": "function", "function": {

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 MODEL = "tinytitan-scripted"
 WINDOW = 1000

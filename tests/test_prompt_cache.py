@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tinytitan.chat_request import ChatRequest, Message
-from tinytitan.engine.prompt_cache import PromptCache, common_prefix
+from tinytitan.engine.cache.memory import PromptCache, common_prefix
 
 
 def test_longest_prefix_and_lru_bookkeeping():
@@ -157,8 +157,8 @@ async def test_cached_tokens_on_the_wire(serve, demo_backend):
 async def test_a_request_cancelled_while_its_prompt_is_read_stops_after_that_chunk(demo_backend, monkeypatch):
     """Claude Code's Esc during a long prefill: the decode stops at the next prefill chunk (not after the whole
     prompt), and what was read is cached for the retry."""
-    from tinytitan.engine import decoder
-    from tinytitan.engine.decode_loop import DecodeLoop
+    from tinytitan.engine.decode import decoder
+    from tinytitan.engine.decode.token_events import DecodeLoop
     from tinytitan.engine.engine import Engine
 
     # chunks of 256 tokens, not mlx-lm's 2048: the same path over a prompt an eighth as long

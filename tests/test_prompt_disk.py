@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tinytitan.chat_request import ChatRequest, Message
-from tinytitan.engine.prompt_cache import PromptCache
-from tinytitan.engine.prompt_disk import PromptDisk
-from tinytitan.engine.prompt_disk_files import FORMAT, layout_of, read_metadata
+from tinytitan.engine.cache.memory import PromptCache
+from tinytitan.engine.cache.disk import PromptDisk
+from tinytitan.engine.cache.disk_files import FORMAT, layout_of, read_metadata
 
 
 def _disk(backend, directory, max_bytes=1 << 30, layout=None):
@@ -179,7 +179,7 @@ def test_the_disk_can_be_turned_off(value, tmp_path):
 def test_kv_bits_is_refused_by_name_where_the_heads_are_too_narrow():
     """The demo model's heads are 16 wide: no quantization group fits, and --kv-bits says so."""
     from tinytitan.demo_model import demo_model_id, ensure_demo_model
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     demo = MLXBackend(ensure_demo_model(), demo_model_id())
     demo.kv_bits = 8

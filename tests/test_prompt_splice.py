@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from tinytitan.chat_request import ChatRequest, Message
-from tinytitan.engine.prompt_cache import PromptCache, common_prefix
-from tinytitan.engine.prompt_splice import Span, splice
+from tinytitan.engine.cache.memory import PromptCache, common_prefix
+from tinytitan.engine.prompt.splice import Span, splice
 
 
 def _req(msgs, **kw):

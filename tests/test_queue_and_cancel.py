@@ -12,7 +12,7 @@ import trio
 from backends import FailsToLoad
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.engine import Engine
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 from tinytitan.errors import ApiError
 from tinytitan.http.app import Server, ServerConfig, request_scope
 from tinytitan.protocols.registry import all_protocols

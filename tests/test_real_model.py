@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from anthropic_util import message, sdk
 from conftest import needs
 from responses_helpers import record_prompts
-from tinytitan.engine.prompt_cache import common_prefix, kv_offset
+from tinytitan.engine.cache.memory import common_prefix, kv_offset
 from tinytitan.models.resolve import installed_gguf
 
 GGUF = installed_gguf("smollm2")
@@ -29,7 +29,7 @@ MAX_TOKENS = 40
 
 @pytest.fixture(scope="session")
 def smollm2(smollm2_dir):
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     return MLXBackend(smollm2_dir, "smollm2")
 
@@ -208,7 +208,7 @@ async def test_the_fast_name_on_claude_codes_recorded_first_turn(served, referen
     from pydantic import TypeAdapter
 
     from sse import parse_sse
-    from tinytitan.engine.prompt import FAST_SYSTEM
+    from tinytitan.engine.prompt.messages import FAST_SYSTEM
 
     trace = Path(__file__).resolve().parent / "traces" / "claude" / "plain.jsonl"
     (record,) = [r for r in map(json.loads, trace.read_text().splitlines()) if r["method"] == "POST"]

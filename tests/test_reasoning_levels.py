@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from tinytitan.chat_request import ChatRequest, Message
-from tinytitan.engine.reasoning import SCALE, TemplateReasoning, level_of
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.prompt.reasoning import SCALE, TemplateReasoning, level_of
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 BINARY = TemplateReasoning(binary=True, ladder=())
 LADDER = TemplateReasoning(binary=False, ladder=("low", "medium", "high"))

@@ -11,7 +11,7 @@ import pytest
 from backends import Recording
 from responses_helpers import client, sse_events
 from test_responses_compaction import HISTORY, payload
-from tinytitan.engine.scripted import ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptEntry
 
 MODEL = "tinytitan-scripted"
 SUMMARY = "Requirements: fix src/app.py. Next step: correct `retrun`."

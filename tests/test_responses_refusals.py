@@ -140,7 +140,7 @@ async def test_sdk_sees_refusals_as_bad_requests(serve):
 
 
 async def test_prompt_over_the_context_window(serve, demo_tok):
-    from tinytitan.engine.scripted import ScriptedBackend
+    from tinytitan.engine.backends.scripted import ScriptedBackend
 
     s = await serve(backend=ScriptedBackend([], demo_tok, model_id=MODEL, context_window=64))
     resp = await post(s, "/v1/responses", {"model": MODEL, "input": "word " * 200})

@@ -3,7 +3,7 @@ server got wrong."""
 
 from __future__ import annotations
 
-from tinytitan.engine.scripted import ScriptedBackend, ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 from responses_helpers import MODEL, post, record_prompts
 

@@ -9,7 +9,7 @@ import pytest
 
 from backends import Recording
 from responses_helpers import client
-from tinytitan.engine.scripted import ScriptEntry
+from tinytitan.engine.backends.scripted import ScriptEntry
 
 MODEL = "tinytitan-scripted"
 WINDOW = 600

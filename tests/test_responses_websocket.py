@@ -17,7 +17,7 @@ from httpx_ws import WebSocketDisconnect, aconnect_ws
 import strict
 from backends import Recording
 from sse import parse_sse
-from tinytitan.engine.scripted import ScriptEntry, ScriptedBackend
+from tinytitan.engine.backends.scripted import ScriptEntry, ScriptedBackend
 
 MODEL = "tinytitan-scripted"
 CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'

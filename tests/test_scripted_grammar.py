@@ -1,4 +1,4 @@
-"""The scripted backend is held to the request's grammar as a masked model is (engine/scripted.py): a script
+"""The scripted backend is held to the request's grammar as a masked model is (engine/backends/scripted.py): a script
 the grammar refuses fails the request by saying so — never plain text answering ``tool_choice: "required"``
 with ``finish_reason: "stop"`` — and where the grammar leaves only end-of-sequence the answer ends there."""
 

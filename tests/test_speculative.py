@@ -161,12 +161,12 @@ def drafted_decode(model, ids, max_tokens, sampler, processors=(), mask=None, eo
     """``ids`` decoded by the engine's decode step (decoder.Scheduler, one row alone, drafting): its tokens, how
     many came from accepted drafts, the draft policy; ``stop_when(row)``: its consumer leaves once it says so."""
     from tinytitan.chat_request import ChatRequest
-    from tinytitan.engine.prepare import Prepared
-    from tinytitan.engine.decode_loop import DecodeLoop
-    from tinytitan.engine.decoder import Scheduler
-    from tinytitan.engine.plan import PREFILL_STEP
-    from tinytitan.engine.raw import VerbatimParser
-    from tinytitan.engine.rows import Row
+    from tinytitan.engine.prompt.prepare import Prepared
+    from tinytitan.engine.decode.token_events import DecodeLoop
+    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.decode.plan import PREFILL_STEP
+    from tinytitan.engine.prompt.raw import VerbatimParser
+    from tinytitan.engine.decode.rows import Row
 
     policy = policy or DraftPolicy()
     backend = backend or StepBackend(model, demo_tokenizer(model), sampler, processors, mask, eos, policy, proposer,
@@ -282,7 +282,7 @@ def test_grammar_masked_decode_with_drafts_matches_and_leaves_the_matcher_where_
 def test_the_cache_holds_what_one_token_at_a_time_leaves_also_when_the_consumer_stops_early(demo):
     from mlx_lm.models.cache import make_prompt_cache
 
-    from tinytitan.engine.prompt_cache import kv_offset
+    from tinytitan.engine.cache.memory import kv_offset
     from tinytitan.engine.speculative.sampling import RowSampler
 
     model, tok = demo

@@ -33,7 +33,7 @@ def watched(monkeypatch):
     """Which rows joined the batch, and for each row that stepped out of it the speculator with its counts
     then (drafted, accepted); once armed (the last list), the first request alone waits at its first look for
     the second to arrive, so the two share the batch however loaded the machine is."""
-    from tinytitan.engine import decoder, step
+    from tinytitan.engine.decode import decoder, step
 
     joined, left, armed, admitted = [], [], [], []
     real_insert, real_leave, real_joins = step.Forward._insert, step.Forward._leave, decoder.Decoder._next_joins
@@ -149,7 +149,7 @@ async def test_with_a_draft_model_the_request_left_alone_drafts_from_its_own_his
     the batch, so the row that drafts again hands it its own history: the draft model (here the model
     itself) then guesses every token right."""
     from tinytitan.engine.engine import Engine
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
     from tinytitan.engine.speculative.speculator import SpeculativeConfig
 
     drafting = MLXBackend(demo_backend.path, demo_backend.model_id,
@@ -212,7 +212,7 @@ async def test_a_thought_and_a_stop_string_after_the_batch_are_what_they_are_alo
 async def test_a_row_that_cannot_step_out_of_the_batch_fails_alone(demo_backend, watched, monkeypatch):
     """Something failing as a row steps out of the batch fails that row, in-band, and frees its place: the
     decoder goes on with the next request."""
-    from tinytitan.engine import step
+    from tinytitan.engine.decode import step
     from tinytitan.engine.engine import Engine
     from tinytitan.events import Failed, Finished
 

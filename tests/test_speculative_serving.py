@@ -56,7 +56,7 @@ async def test_a_lone_request_drafts_by_default_and_answers_as_without(demo_back
 
 async def test_stop_strings_and_the_cap_cut_a_drafted_run_where_they_would_without(demo_backend):
     from tinytitan.engine.engine import Engine
-    from tinytitan.engine.prompt_cache import kv_offset
+    from tinytitan.engine.cache.memory import kv_offset
 
     engine = Engine(demo_backend, max_batch=1)
     model_id = demo_backend.model_id
@@ -117,7 +117,7 @@ def test_the_cli_draft_model_flags(demo_backend, tmp_path):
 
 async def test_a_draft_model_drafts_through_the_engine_and_answers_as_without(demo_backend):
     from tinytitan.engine.engine import Engine
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
     from tinytitan.engine.speculative.speculator import SpeculativeConfig
 
     drafting = MLXBackend(demo_backend.path, demo_backend.model_id,

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from tinytitan.engine.step import Next, Plan, Prefill, Sample, Take, Verify
+from tinytitan.engine.decode.step import Next, Plan, Prefill, Sample, Take, Verify
 
 PLANS = [
     Plan(),
@@ -51,10 +51,10 @@ async def test_the_lone_request_and_the_batch_are_planned_by_one_scheduler(demo_
     import trio
 
     from tinytitan.chat_request import ChatRequest, Message
-    from tinytitan.engine.decode_loop import DecodeLoop
-    from tinytitan.engine.decoder import Scheduler
+    from tinytitan.engine.decode.token_events import DecodeLoop
+    from tinytitan.engine.decode.decoder import Scheduler
     from tinytitan.engine.engine import Engine
-    from tinytitan.engine.rows import Row
+    from tinytitan.engine.decode.rows import Row
 
     plans, ended = [], []
     real_plan, real_end = Scheduler.plan, Row.end

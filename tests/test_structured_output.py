@@ -19,7 +19,7 @@ import anthropic_util
 from responses_helpers import client as responses_client
 from structured_corpus import CORPUS
 from tinytitan.chat_request import ChatRequest, Grammar, Message
-from tinytitan.engine.decode_loop import DecodeLoop
+from tinytitan.engine.decode.token_events import DecodeLoop
 from tinytitan.errors import ApiError
 from tinytitan.events import Finished, TextDelta
 from tinytitan.output_format import REFUSED, normalise

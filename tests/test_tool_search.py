@@ -13,9 +13,9 @@ import json
 from anthropic_util import MODEL, assert_envelope, body, post, sdk
 from tinytitan.chat_request import ChatRequest, Message, Tool
 from conftest import entries
-from tinytitan.engine.cache_miss import Fingerprint
-from tinytitan.engine.prompt_cache import PromptCache
-from tinytitan.engine.scripted import ScriptedBackend
+from tinytitan.engine.cache.miss import Fingerprint
+from tinytitan.engine.cache.memory import PromptCache
+from tinytitan.engine.backends.scripted import ScriptedBackend
 
 SEARCH = {"name": "ToolSearch", "description": "Fetches full schema definitions for deferred tools.",
           "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}

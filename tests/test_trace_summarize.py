@@ -16,7 +16,7 @@ TRACE = {"id": "trace-1", "metadata": {"source_path": "/tmp/rollout.jsonl"},
 
 async def test_each_trace_gets_a_trace_summary_and_a_memory_summary(serve, demo_tok):
     from backends import Recording
-    from tinytitan.engine.scripted import ScriptEntry
+    from tinytitan.engine.backends.scripted import ScriptEntry
 
     backend = Recording([ScriptEntry("The user had a bug fixed; the tests pass."), ScriptEntry("Bug fixed."),
                          ScriptEntry("A second session."), ScriptEntry("Second.")], demo_tok)

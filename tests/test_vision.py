@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from tinytitan.chat_request import ChatRequest, Grammar, ImagePart, Message
-from tinytitan.engine.decode_loop import DecodeLoop
+from tinytitan.engine.decode.token_events import DecodeLoop
 from tinytitan.engine.engine import Engine
 from tinytitan.errors import ApiError
 from tinytitan.events import Finished, TextDelta
@@ -51,7 +51,7 @@ def text_of(events) -> str:
 @pytest.fixture(scope="module")
 def vision():
     from tinytitan.demo_model.vision import MODEL_ID, ensure_demo_vision
-    from tinytitan.engine.vision import VisionBackend, backend_class
+    from tinytitan.engine.backends.vision import VisionBackend, backend_class
 
     path = ensure_demo_vision()
     assert backend_class(path) is VisionBackend
@@ -94,7 +94,7 @@ def test_prefill_matches_mlx_vlm(vision):
     import mlx.core as mx
     from mlx_vlm.utils import load_model
 
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     req = ask(part(BLUE), "Describe it.", max_tokens=1)
     prepared, events = decode(vision, req)
@@ -227,7 +227,7 @@ async def test_rows_with_images_batch_like_any_other(vision):
 def mistral(tmp_path_factory):
     from vision_models import build_mistral3
 
-    from tinytitan.engine.vision import VisionBackend, backend_class
+    from tinytitan.engine.backends.vision import VisionBackend, backend_class
 
     path = build_mistral3(tmp_path_factory.mktemp("mistral3"))
     assert backend_class(path) is VisionBackend
@@ -253,7 +253,7 @@ def test_mistral3_prefill_matches_mlx_vlm_and_is_cached(mistral):
     import mlx.core as mx
     from mlx_vlm.utils import load_model
 
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     image = png((200, 30, 90), (90, 70))
     req = ask(part(image), "Describe it.", model="mistral3-tiny", max_tokens=4)
@@ -281,8 +281,8 @@ def test_serve_demo_vision_and_text_models_unchanged(monkeypatch):
     """``serve --model demo-vision`` gets the vision backend; the text demo model stays a plain MLX backend."""
     from tinytitan.flags import build_parser
     from tinytitan.model_setup import make_backends
-    from tinytitan.engine.mlx_backend import MLXBackend
-    from tinytitan.engine.vision import VisionBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
+    from tinytitan.engine.backends.vision import VisionBackend
 
     [vision] = make_backends(build_parser().parse_args(["serve", "--model", "demo-vision", "--prompt-cache-dir",
                                                         "off"]))
@@ -309,7 +309,7 @@ def test_gguf_vision_projector_is_named(tmp_path, caplog):
 def qwen(request, tmp_path_factory):
     import vision_models
 
-    from tinytitan.engine.vision import VisionBackend, backend_class
+    from tinytitan.engine.backends.vision import VisionBackend, backend_class
 
     path = getattr(vision_models, f"build_{request.param}")(tmp_path_factory.mktemp(request.param))
     assert backend_class(path) is VisionBackend
@@ -457,9 +457,9 @@ def test_qwen_vl_prefix_survives_a_restart_on_disk(qwen, tmp_path):
 def _restart(old, tmp_path):
     import mlx.core as mx
 
-    from tinytitan.engine.prompt_disk import PromptDisk
-    from tinytitan.engine.prompt_disk_files import layout_of
-    from tinytitan.engine.vision import VisionBackend
+    from tinytitan.engine.cache.disk import PromptDisk
+    from tinytitan.engine.cache.disk_files import layout_of
+    from tinytitan.engine.backends.vision import VisionBackend
 
     def fresh():
         backend = VisionBackend(old.path, old.model_id)
@@ -489,7 +489,7 @@ def _restart(old, tmp_path):
 
 def test_fast_path_keeps_images():
     """The ``<id>-fast`` path strips the client's scaffolding, never the user's images."""
-    from tinytitan.engine.prompt import fast_path
+    from tinytitan.engine.prompt.messages import fast_path
 
     req = ask("<system-reminder>ctx</system-reminder>Look: ", part(RED, "messages[0].content[1]"), " why?")
     [_, user] = fast_path(req).messages
@@ -503,7 +503,7 @@ def test_quantized_vision_model(tmp_path):
     from mlx_vlm.convert import convert
 
     from tinytitan.demo_model.vision import ensure_demo_vision
-    from tinytitan.engine.vision import VisionBackend
+    from tinytitan.engine.backends.vision import VisionBackend
 
     convert(str(ensure_demo_vision()), str(tmp_path / "q4"), quantize=True, q_group_size=32, q_bits=4)
     backend = VisionBackend(tmp_path / "q4", "demo-vision-4bit")
@@ -518,8 +518,8 @@ def test_vision_family_not_served_is_a_text_model(tmp_path, caplog):
     the log says its images are not read."""
     import json
 
-    from tinytitan.engine.mlx_backend import MLXBackend
-    from tinytitan.engine.vision import backend_class
+    from tinytitan.engine.backends.mlx import MLXBackend
+    from tinytitan.engine.backends.vision import backend_class
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "glm4v", "vision_config": {"depth": 2}}))
     with caplog.at_level("WARNING", logger="tinytitan.vision"):

@@ -12,8 +12,8 @@ import httpx
 import mlx.core as mx
 import trio
 
-from tinytitan.engine.prompt_disk import PromptDisk
-from tinytitan.engine.scripted import ScriptEntry, ScriptedBackend
+from tinytitan.engine.cache.disk import PromptDisk
+from tinytitan.engine.backends.scripted import ScriptEntry, ScriptedBackend
 from tinytitan.models import weights_digest
 
 MODEL = "tinytitan-scripted"

@@ -24,7 +24,7 @@ def second_engine_available() -> bool:
 
 
 def cpu_twins(backends: list, cache_bytes: int) -> list:
-    from .engine.mlx_backend import MLXBackend
+    from .engine.backends.mlx import MLXBackend
 
     return [type(b)(b.path, f"{b.model_id}@cpu", prompt_cache_bytes=cache_bytes, lazy=True, device="cpu")
             for b in backends if isinstance(b, MLXBackend)]
@@ -43,8 +43,8 @@ def make_backends(args) -> list:
     if args.script:
         if getattr(args, "draft_model", None):
             speculative_config(args)  # refused: the scripted backend has no model to draft for
-        from .engine.prompt_cache import PromptCache
-        from .engine.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, demo_tokenizer, load_script
+        from .engine.cache.memory import PromptCache
+        from .engine.backends.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, demo_tokenizer, load_script
 
         backends = [ScriptedBackend(load_script(args.script), demo_tokenizer(),
                                     model_id=args.model_id or "tinytitan-scripted",
@@ -52,7 +52,7 @@ def make_backends(args) -> list:
                                     prompt_cache=PromptCache(cache_bytes))]
         backends[0].takes_images = bool(getattr(args, "script_images", False))
     elif args.models_dir:
-        from .engine.vision import backend_class
+        from .engine.backends.vision import backend_class
 
         from .models.resolve import list_models, models_root
 
@@ -85,7 +85,7 @@ def make_backends(args) -> list:
             path, model_id = ensure_demo_model(), args.model_id or demo_model_id()
         from .engine.speculative.draft_model import DraftModelRefused
 
-        from .engine.vision import backend_class
+        from .engine.backends.vision import backend_class
 
         group = getattr(args, "group", None)
         try:
@@ -124,9 +124,9 @@ def attach_prompt_disk(backends: list, args) -> None:
     if getattr(args, "group", None) is not None:
         log.info("prompt cache on disk: off under mlx.launch (each rank keeps its prefixes in memory)")
         return
-    from .engine.mlx_backend import MLXBackend
-    from .engine.prompt_disk import PromptDisk
-    from .engine.prompt_disk_files import default_dir, layout_of
+    from .engine.backends.mlx import MLXBackend
+    from .engine.cache.disk import PromptDisk
+    from .engine.cache.disk_files import default_dir, layout_of
 
     directory = Path(where) if where else default_dir()
     for b in backends:
@@ -174,10 +174,10 @@ def _gguf_form(args) -> str | None:
 
 
 def join_group(args):
-    """The group this process is a rank of, when ``mlx.launch`` started it (engine/group.py); None otherwise.
+    """The group this process is a rank of, when ``mlx.launch`` started it (engine/group/ranks.py); None otherwise.
     A group serves a model (``--model``) or a catalog (``--models-dir``, the same on every host); a script is
     refused by name."""
-    from .engine.group import Group, launched
+    from .engine.group.ranks import Group, launched
 
     if not launched():
         return None

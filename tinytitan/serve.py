@@ -61,8 +61,8 @@ def serve(args) -> int:
                  args.kv_bits)
         max_batch = 1
     if group is not None and not group.leader:  # a follower runs only the model's steps (lockstep.py)
-        from .engine.group import GroupBroken
-        from .engine.lockstep import follow
+        from .engine.group.ranks import GroupBroken
+        from .engine.group.lockstep import follow
 
         try:
             follow(group, backends, max_batch)

@@ -85,7 +85,7 @@ def raw_worker(model_dir: str) -> None:
     from mlx_lm import load, stream_generate
     from mlx_lm.sample_utils import make_sampler
 
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
     from tinytitan.protocols.openai_chat import OpenAIChat
 
     model, tokenizer = load(model_dir)

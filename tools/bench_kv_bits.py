@@ -31,7 +31,7 @@ def bytes_per_token(model_dir: Path, tokens: int, kv_bits: int | None) -> float:
     use_fast_blas()
     import mlx.core as mx
 
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     backend = MLXBackend(model_dir)
     backend.kv_bits = kv_bits

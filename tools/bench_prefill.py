@@ -65,7 +65,7 @@ def main() -> None:
     from mlx_lm.utils import load_model
 
     from tinytitan.chat_request import ChatRequest, Message
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     model_dir = ensure_model("smollm2-f32")
     print(f"# bench_prefill — {utc_now()}\n{machine_line()}; BLAS: {BLAS}")

@@ -106,7 +106,7 @@ class Local:
         self.blas = use_fast_blas()  # before mlx
         from mlx_lm import load
 
-        from tinytitan.engine.mlx_backend import MLXBackend
+        from tinytitan.engine.backends.mlx import MLXBackend
         from tinytitan.protocols.anthropic_messages import AnthropicMessages
         from tinytitan.protocols.openai_chat import OpenAIChat
 
@@ -138,7 +138,7 @@ class Local:
     def naive_reusable(self, tokens: list[int], text: str, covered: str) -> int:
         """The ids of this prompt lying wholly inside the text it shares with ``covered`` (the previous prompt
         and its answer's text)."""
-        from tinytitan.engine.prompt_splice import common_chars
+        from tinytitan.engine.prompt.splice import common_chars
 
         chars = common_chars(text, covered)
         lo, hi = 0, len(tokens)

@@ -260,7 +260,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from tinytitan.engine.engine import Engine
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
     from tinytitan.engine.speculative.speculator import SpeculativeConfig
 
     model_dir = ensure_model("smollm2-f32")

@@ -94,9 +94,9 @@ def run_raw(backend, prepared: list, max_tokens: int, arrivals: list[float]) -> 
 def run_tinytitan(backend, prepared: list, max_batch: int, arrivals: list[float], phases: dict | None = None) -> dict:
     """The same prompts as rows of the decoder's Scheduler, taken in between steps as they arrive (as
     ``Decoder._run`` does), stepped until each has ended."""
-    from tinytitan.engine.decode_loop import DecodeLoop
-    from tinytitan.engine.decoder import FIRST_CHUNK, Scheduler
-    from tinytitan.engine.rows import Row
+    from tinytitan.engine.decode.token_events import DecodeLoop
+    from tinytitan.engine.decode.decoder import FIRST_CHUNK, Scheduler
+    from tinytitan.engine.decode.rows import Row
 
     events: list = []
     scheduler = Scheduler(lambda b: None, max_batch, FIRST_CHUNK, seeded=True)
@@ -166,7 +166,7 @@ def main() -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     model_dir = ensure_model(args.model)
     backend = MLXBackend(model_dir)

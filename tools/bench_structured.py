@@ -136,7 +136,7 @@ def engine_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tu
 
 
 def ttft(backend, req) -> float:
-    from tinytitan.engine.decode_loop import DecodeLoop
+    from tinytitan.engine.decode.token_events import DecodeLoop
     from tinytitan.events import TextDelta
 
     seen: list[float] = []
@@ -198,7 +198,7 @@ def main() -> None:
     import llguidance
 
     from tinytitan.chat_request import ChatRequest, Message
-    from tinytitan.engine.mlx_backend import MLXBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
 
     backend = MLXBackend(ensure_model(args.variant), f"tinytitan-{args.variant}", prompt_cache_bytes=64 << 20)
     base = ChatRequest(model=backend.model_id, messages=(Message("user", "List the records as JSON."),),

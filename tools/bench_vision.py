@@ -55,8 +55,8 @@ def main() -> None:
 
     from tinytitan.chat_request import ChatRequest, ImagePart, Message
     from tinytitan.engine.engine import Engine
-    from tinytitan.engine.mlx_backend import MLXBackend
-    from tinytitan.engine.vision import VisionBackend
+    from tinytitan.engine.backends.mlx import MLXBackend
+    from tinytitan.engine.backends.vision import VisionBackend
     from tinytitan.events import Finished
 
     if args.model == "demo-vision":

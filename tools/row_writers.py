@@ -11,7 +11,7 @@ import re
 import sys
 
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
-src = (root / "tinytitan/engine/rows.py").read_text()
+src = (root / "tinytitan/engine/decode/rows.py").read_text()
 cls = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ClassDef) and n.name == "Row")
 init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
 fields = set()

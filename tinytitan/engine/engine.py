@@ -44,14 +44,14 @@ from .. import images
 from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed
-from .backend import Backend
-from .prepare import Prepared
+from .backends.base import Backend
+from .prompt.prepare import Prepared
 from . import DEFAULT_MAX_BATCH
-from .decoder import Decoder
+from .decode.decoder import Decoder
 from .model_thread import ModelThread, shared_model_thread
-from .prompt import fast_path
-from .prompt_cache import cache_summary
-from .rows import Row
+from .prompt.messages import fast_path
+from .cache.memory import cache_summary
+from .decode.rows import Row
 from .session import Admission, Mailbox, Session
 from .summarise import Summariser
 
@@ -66,7 +66,7 @@ class Engine:
                  group_timeout: float = 60.0):
         """``max_batch``: how many generations decode together (decoder.py); 1 decodes one request at a time.
         Backends that cannot batch (the scripted one) decode one at a time, each request in one job.
-        ``group``: this process is rank 0 of a group serving one model (group.py); its decoder steps every
+        ``group``: this process is rank 0 of a group serving one model (group/ranks.py); its decoder steps every
         rank in lockstep (lockstep.py); a step that waits ``group_timeout`` seconds for the others breaks it."""
         backends = [backends] if isinstance(backends, Backend) else list(backends)
         if not backends:
@@ -83,7 +83,7 @@ class Engine:
         self.group = group
         make_scheduler = {}
         if group is not None:
-            from .lockstep import Lead
+            from .group.lockstep import Lead
 
             self.lead = Lead(group, group_timeout)
             make_scheduler = {"make_scheduler": self.lead.scheduler}

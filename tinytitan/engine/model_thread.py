@@ -10,7 +10,7 @@ Rules:
 Why one thread: MLX keeps per-thread state, and each new thread that runs it leaves two threads of its own
 behind; glibc gives each thread its own malloc arena, which keeps the memory a long prompt used. Trio's
 thread cache retires idle threads and starts new ones, so model work there slowly gathers both. One thread
-loses nothing: a batch of requests is decoded together in one job's forward passes (batch.py), not in
+loses nothing: a batch of requests is decoded together in one job's forward passes (decode/decoder.py), not in
 threads of its own.
 """
 

@@ -29,8 +29,8 @@ import trio
 from ..errors import ApiError
 from ..events import (Failed, Finished, KeepAlive, ReasoningDelta, Started, TextDelta, Timing, TokenEvent,
                       ToolCallArgsDelta)
-from .prepare import Prepared
-from .decode_loop import DecodeLoop
+from .prompt.prepare import Prepared
+from .decode.token_events import DecodeLoop
 
 
 

@@ -57,7 +57,7 @@ class Turn:
     duration: float | None = None
     on_change: Any = None  # called when the queue may have moved (the observer's live push)
     source: Any = None  # the tapped session: what it decoded, for a generation that never finished
-    cache_miss: dict | None = None  # where its prompt parted from the prompt cache, and why (engine/cache_miss.py)
+    cache_miss: dict | None = None  # where its prompt parted from the prompt cache, and why (engine/cache/miss.py)
 
     # -- fed by the event tap --------------------------------------------------------------------------
     def see(self, ev: TokenEvent) -> None:

@@ -122,7 +122,7 @@ def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
 
 def parse_tool_choice(value: dict, body: dict, args: dict, v) -> None:
     args["tool_choice"], args["tool_names"] = tool_choice.anthropic(value)
-    if value.get("disable_parallel_tool_use") is True:  # at most one call (engine/call_limit.py)
+    if value.get("disable_parallel_tool_use") is True:  # at most one call (engine/decode/call_limit.py)
         args["parallel_tool_calls"] = False
 
 

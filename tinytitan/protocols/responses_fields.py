@@ -24,7 +24,7 @@ def hook_text(value: dict, body: dict, args: dict, v: Validated) -> None:
         args["grammar"] = normalise(value["format"], "text.format")
 
 
-# the engine's reasons for a prompt-cache miss (cache_miss.py) → PromptCacheDiagnosticsCacheMiss.reason; a reason
+# the engine's reasons for a prompt-cache miss (cache/miss.py) → PromptCacheDiagnosticsCacheMiss.reason; a reason
 # with no counterpart there (a changed setting: tool choice, reasoning level or output format) is "unavailable"
 CACHE_MISS_REASONS = {"system_changed": "input_changed", "messages_changed": "input_changed",
                       "thinking_dropped": "input_changed", "answer_rewritten": "input_changed",

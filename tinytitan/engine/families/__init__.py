@@ -30,7 +30,7 @@ a fallback. A ``Family`` gives the backend:
 A family is a row (``Family``: markers, reasoning markers, stop tokens, role conventions, which syntax) with a
 sign in ``DETECTION``. Each call syntax is one module in ``syntaxes/`` owning its streaming decoder, its checking
 Lark grammar (``grammars/``, run by ``grammar.py``), the grammar that forces a call in it, and how past calls
-are rendered back; why the decoders are hand-written (Lark cannot stream): see ``bodies.py``.
+are rendered back; why the decoders are hand-written (Lark cannot stream): see ``bodies/make.py``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .harmony import HarmonyParser
+from .harmony_parser import HarmonyParser
 from .markup import PLAIN, QWEN, REASONING, TEXT, TOOL, Markup
 from .roles import RoleConventions, map_roles
 from .scanner import OutputParser

@@ -8,7 +8,7 @@ Rules:
   closes. Text that might be the start of a marker is held back until it cannot be.
 - Whitespace around markers is layout, not content: leading whitespace of a text run and trailing
   whitespace before a marker or the end are dropped (whitespace inside the text is kept).
-- The inside of a tool call goes to the family's body decoder (``bodies.py``): the name is reported
+- The inside of a tool call goes to the family's body decoder (``bodies/make.py``): the name is reported
   (ToolCallStarted) as soon as it is known; arguments stream as deltas.
 - Families that may answer with a bare JSON call (Llama 3.x, Gemma) have an answer that begins with ``{``
   tried as a call; at the first sign it is not one, it is text.
@@ -24,7 +24,7 @@ import logging
 
 from ...events import ReasoningDelta, TextDelta, TokenEvent, ToolCallDone, ToolCallStarted
 from . import grammar
-from .bodies import Body, Calls, make_body
+from .bodies.make import Body, Calls, make_body
 from .markup import QWEN, REASONING, TEXT, TOOL, Markup, find_first, hold_length
 
 log = logging.getLogger("tinytitan.parser")

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..plan import RowStep, Verify
+from ..decode.plan import RowStep, Verify
 
 if TYPE_CHECKING:
-    from ..rows import Row
+    from ..decode.rows import Row
 
 
 def verified(row: "Row", step: Verify, accepted: int) -> None:

@@ -80,7 +80,7 @@ def json_call_rules(tools: list[Tool], key: str, loose: bool = False, named: str
 
 def more_calls(item: str, parallel: bool | int) -> str:
     """What may follow a first call: any number more (``parallel`` True), none (False, 1), or up to N - 1 (a
-    turn's call limit: engine/call_limit.py)."""
+    turn's call limit: engine/decode/call_limit.py)."""
     if parallel is True:
         return f" ({item})*"
     extra = int(parallel or 1) - 1
@@ -128,7 +128,7 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: di
         if any(t.strict or t.input_grammar is not None for t in tools):
             log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s "
                         "family", family.name)
-        return None  # a call limit alone is kept by the output parser (engine/call_limit.py)
+        return None  # a call limit alone is kept by the output parser (engine/decode/call_limit.py)
     if thinking:
         close = f"<[{vocab[markup.think_close]}]>"
         think = f"THOUGHT? {close}" if start_in_reasoning else f"(<[{vocab[markup.think_open]}]> THOUGHT? {close})?"

@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from lark import Transformer
 
-from ..body import Calls
-from ..body_tagged import _STRING_TYPES, convert_value
+from ..bodies.base import Calls
+from ..bodies.tagged import _STRING_TYPES, convert_value
 
 
 def _no_history(messages: list[dict]) -> list[dict]:

@@ -26,8 +26,8 @@ from typing import Callable
 from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
 from ...structured.compile import ONE_SPACE
 from ...structured.tool_calls import json_call_rules, marker, more_calls
-from ..body import SteppedBody
-from ..body_json import JsonSpan
+from ..bodies.base import SteppedBody
+from ..bodies.json_objects import JsonSpan
 from ..markup import partial_suffix
 from .base import CallsTransformer, Syntax, arguments_value, dumps
 

@@ -21,7 +21,7 @@ import json
 
 from ...structured.tool_calls import section_blocks
 from ...structured.xml_calls import Tags, tag_call_rules
-from ..body_tagged import TagSpec, TaggedCall, convert_value
+from ..bodies.tagged import TagSpec, TaggedCall, convert_value
 from .base import CallsTransformer, Syntax, arguments_value, dumps
 
 DSML = TagSpec('<｜DSML｜invoke name="', ('">',), '<｜DSML｜parameter name="', '">', "", "</｜DSML｜parameter>",

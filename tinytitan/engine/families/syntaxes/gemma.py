@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from ..body_calls import GemmaCall
+from ..bodies.calls import GemmaCall
 from .base import CallsTransformer, Syntax, arguments_value, dumps
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from ...structured.harmony import answer_grammar, call_blocks
+from ...structured.harmony_formats import answer_grammar, call_blocks
 from .base import CallsTransformer, Syntax, arguments_value, dumps
 
 

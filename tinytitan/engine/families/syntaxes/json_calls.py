@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from ...structured.tool_calls import json_call_rules, marked_blocks
-from ..body_json import JsonCalls
+from ..bodies.json_objects import JsonCalls
 from .base import CallsTransformer, Syntax, arguments_value, dumps
 
 

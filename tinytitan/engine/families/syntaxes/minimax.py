@@ -21,7 +21,7 @@ import json
 
 from ...structured.tool_calls import section_blocks
 from ...structured.xml_calls import Tags, tag_call_rules
-from ..body_tagged import TagSpec, TaggedCall
+from ..bodies.tagged import TagSpec, TaggedCall
 from .base import CallsTransformer, Syntax, arguments_value, dumps
 
 INVOKE = TagSpec('<invoke name="', ('">',), '<parameter name="', '">', "", "</parameter>", "</invoke>", "none",

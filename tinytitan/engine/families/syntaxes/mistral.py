@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from ...structured.tool_calls import json_call_rules, marker, more_calls
-from ..body_calls import MistralCall
+from ..bodies.calls import MistralCall
 from .base import Syntax, arguments_value, dumps
 from .json_calls import Transformer as JsonTransformer
 

@@ -13,7 +13,7 @@ import ast
 import json
 
 from ...structured.tool_calls import marked_blocks, pythonic_call_rules
-from ..body_calls import PythonicCall
+from ..bodies.calls import PythonicCall
 from .base import CallsTransformer, Syntax, arguments_value, dumps
 
 

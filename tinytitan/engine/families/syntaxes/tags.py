@@ -23,7 +23,7 @@ import json
 
 from ...structured.tool_calls import marked_blocks
 from ...structured.xml_calls import TAGS, tag_call_rules
-from ..body_tagged import KV, XML, TaggedCall
+from ..bodies.tagged import KV, XML, TaggedCall
 from .base import CallsTransformer, Syntax, arguments_value, dumps, trim_newline
 
 

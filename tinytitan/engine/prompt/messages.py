@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..chat_request import ChatRequest, ImagePart, Message, Tool
+from ...chat_request import ChatRequest, ImagePart, Message, Tool
 
 
 def _arguments(text: str):

@@ -26,11 +26,11 @@ from typing import Callable
 
 import yaml
 
-from .backend import Backend
-from .prepare import Prepared
-from .decode_loop import DecodeLoop
-from .plan import Next, Plan, Prefill, Sample, StepResult, Take
-from .prompt_cache import PromptCache
+from .base import Backend
+from ..prompt.prepare import Prepared
+from ..decode.token_events import DecodeLoop
+from ..decode.plan import Next, Plan, Prefill, Sample, StepResult, Take
+from ..cache.memory import PromptCache
 
 
 class BackendFailure(RuntimeError):
@@ -75,7 +75,7 @@ def demo_tokenizer():
     """The demo model's tokenizer (and chat template), built on first use like the model itself."""
     from mlx_lm.utils import load_tokenizer
 
-    from ..demo_model import ensure_demo_model
+    from ...demo_model import ensure_demo_model
 
     return load_tokenizer(ensure_demo_model())
 
@@ -122,7 +122,7 @@ class ScriptedBackend(Backend):
 
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
         """One request, to its end: a row of the engine's decode step (decoder.py), its tokens from the script."""
-        from .decoder import decode_one
+        from ..decode.decoder import decode_one
 
         decode_one(self, prepared, loop, should_stop, make_forward=ScriptedForward)
 

@@ -7,9 +7,9 @@ for gpt-oss. This module keeps the names the rest of the engine imports.
 
 from __future__ import annotations
 
-from .families.harmony import HarmonyParser
-from .families.markup import PLAIN, QWEN, REASONING, TEXT, TOOL, Markup, new_call_id
-from .families.scanner import OutputParser
+from ..families.harmony_parser import HarmonyParser
+from ..families.markup import PLAIN, QWEN, REASONING, TEXT, TOOL, Markup, new_call_id
+from ..families.scanner import OutputParser
 
 __all__ = ["OutputParser", "HarmonyParser", "Markup", "QWEN", "PLAIN", "REASONING", "TEXT", "TOOL", "new_call_id",
            "WrappedParser"]

@@ -1,12 +1,12 @@
 """What every tool-call body decoder shares: call numbering, the Body interface, stepped bodies (see
-``bodies.py`` for the decoders and why they exist)."""
+``bodies/make.py`` for the decoders and why they exist)."""
 
 from __future__ import annotations
 
 import logging
 
-from ...events import TextDelta, ToolCallArgsDelta, ToolCallStarted, TokenEvent
-from .markup import Markup, new_call_id
+from ....events import TextDelta, ToolCallArgsDelta, ToolCallStarted, TokenEvent
+from ..markup import Markup, new_call_id
 
 log = logging.getLogger("tinytitan.parser")
 

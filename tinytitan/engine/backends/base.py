@@ -14,13 +14,13 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
-from ..chat_request import ChatRequest, Message
-from .decode_loop import DecodeLoop
-from .families import Family, detect, template_source
-from .raw import VerbatimParser
-from .call_limit import CallLimit, call_limit
-from .forced_call import ForcedCall
-from .prepare import FALLBACK_SAMPLING, Prepared, PromptPreparation
+from ...chat_request import ChatRequest, Message
+from ..decode.token_events import DecodeLoop
+from ..families import Family, detect, template_source
+from ..prompt.raw import VerbatimParser
+from ..decode.call_limit import CallLimit, call_limit
+from ..decode.forced_call import ForcedCall
+from ..prompt.prepare import FALLBACK_SAMPLING, Prepared, PromptPreparation
 
 log = logging.getLogger("tinytitan.backend")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from ..events import ToolCallDone, TokenEvent
+from ...events import ToolCallDone, TokenEvent
 from .output_parser import WrappedParser
 
 log = logging.getLogger("tinytitan.engine")

@@ -37,7 +37,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from ..chat_request import ChatRequest, ImagePart, Message
+from ...chat_request import ChatRequest, ImagePart, Message
 
 BILLING = "x-anthropic-billing-header"
 REASONS = ("hit", "cold", "evicted", "system_changed", "tools_changed", "messages_changed", "thinking_dropped",

@@ -14,9 +14,9 @@ Rules:
   reads the stats (``GET /v1/models``).
 - A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
   what a real cache would reuse.
-- With a disk (prompt_disk.py) every stored KV cache is also queued to be written there, and a prompt whose
+- With a disk (cache/disk.py) every stored KV cache is also queued to be written there, and a prompt whose
   longest prefix on disk is longer than in memory reads that file back first (a restart keeps the prefixes).
-- What an entry's ids say is kept with them as spans (prompt_splice.py): ``remember(ids, spans, decode)``
+- What an entry's ids say is kept with them as spans (prompt/splice.py): ``remember(ids, spans, decode)``
   notes a prompt as it was prepared; the entry stored for that prompt plus the tokens generated after it gets
   the prompt's spans and a generated span for the answer, so a later prompt that renders the same answer
   there reuses the answer's own ids (``candidates()``).
@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .prompt_splice import Span
+from ..prompt.splice import Span
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -105,7 +105,7 @@ class Entry:
     tokens: np.ndarray
     payload: Any
     nbytes: int
-    spans: tuple[Span, ...] = ()  # what a prefix of ``tokens`` says (prompt_splice.py)
+    spans: tuple[Span, ...] = ()  # what a prefix of ``tokens`` says (prompt/splice.py)
     fingerprint: Any = None  # the request that made it (cache_miss.Fingerprint), and where its answer starts
     prompt_length: int | None = None
     ids: np.ndarray | None = None  # its real ids, where images make ``tokens`` (the key) differ from them
@@ -250,11 +250,11 @@ class PromptCache:
             self.entries.clear()
             self.notes.clear()
 
-    # -- what the ids say (prompt_splice.py) ----------------------------------------------------------------
+    # -- what the ids say (prompt/splice.py) ----------------------------------------------------------------
     def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str],
                  fingerprint: Any = None, images: Sequence[ImageRun] = ()) -> None:
         """A prompt as prepared: the entry later stored for it (and its answer) knows its spans, and the
-        fingerprint of its request (cache_miss.py)."""
+        fingerprint of its request (cache/miss.py)."""
         t = keyed(tokens, images)
         key = t.tobytes()
         with self._lock:
@@ -266,7 +266,7 @@ class PromptCache:
     def probe(self, prompt: Sequence[int], images: Sequence[ImageRun] = ()):
         """What the cache holds nearest a prompt (cache_miss.Probe), without taking anything: the entry (in memory
         or on disk) sharing the longest prefix, and the longest prefix a recently prepared prompt shared."""
-        from .cache_miss import Probe
+        from .miss import Probe
 
         p = keyed(prompt, images)
         out = Probe()

@@ -23,7 +23,7 @@ import re
 
 from ...events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
 from . import grammar
-from .bodies import Calls
+from .bodies.make import Calls
 from .markup import REASONING, TEXT, TOOL, find_first, hold_length
 
 log = logging.getLogger("tinytitan.parser")

@@ -27,14 +27,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..events import Failed
-from .backend import Backend
-from .prepare import Prepared
-from .decode_loop import DecodeLoop
-from .raw import IncrementalText
+from ...events import Failed
+from ..backends.base import Backend
+from ..prompt.prepare import Prepared
+from .token_events import DecodeLoop
+from ..prompt.raw import IncrementalText
 
 if TYPE_CHECKING:
-    from .session import Mailbox
+    from ..session import Mailbox
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class Row:
             return
         import mlx.core as mx
 
-        from .prompt_cache import kv_offset, kv_trimmable
+        from ..cache.memory import kv_offset, kv_trimmable
 
         # a verified draft whose later tokens went unused (a stop string, the cap): the cache forgets them
         extra = (kv_offset(kv) or 0) - len(self.tokens) - len(self.generated)

@@ -9,10 +9,10 @@ import logging
 import os
 from dataclasses import replace
 
-from ..chat_request import ChatRequest, Tool
-from ..errors import invalid
-from .families import template_source
-from .prompt import template_tool
+from ...chat_request import ChatRequest, Tool
+from ...errors import invalid
+from ..families import template_source
+from .messages import template_tool
 
 log = logging.getLogger("tinytitan.backend")
 

@@ -33,9 +33,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..models import weights_digest
-from .prompt_splice import Span
-from .prompt_disk_files import FORMAT, OnDisk, SUFFIX, SUPERSEDED, read_metadata, snapshot
+from ...models import weights_digest
+from ..prompt.splice import Span
+from .disk_files import FORMAT, OnDisk, SUFFIX, SUPERSEDED, read_metadata, snapshot
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -166,7 +166,7 @@ class PromptDisk:
                         f.path.name, f.layout, self.layout)
 
     def best(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
-        from .prompt_cache import common_prefix
+        from .memory import common_prefix
 
         best, n = None, 0
         for f in self.index(wait=INDEX_WAIT):
@@ -178,7 +178,7 @@ class PromptDisk:
     def peek(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
         """``best`` without waiting or touching the model (any thread): only once the index is read and the
         layout known."""
-        from .prompt_cache import common_prefix
+        from .memory import common_prefix
 
         with self._lock:
             index = list(self._index or [])
@@ -280,7 +280,7 @@ class PromptDisk:
     def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str) -> None:
         from mlx_lm.models.cache import save_prompt_cache
 
-        from .prompt_cache import common_prefix
+        from .memory import common_prefix
 
         path = self.dir / (self._name(tokens, layout) + SUFFIX)
         if path.exists():

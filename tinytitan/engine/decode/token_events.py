@@ -11,7 +11,7 @@ import dataclasses
 import time
 from typing import Callable
 
-from ..events import Finished, Started, TextDelta, Timing, TokenEvent, ToolCallDone, Usage
+from ...events import Finished, Started, TextDelta, Timing, TokenEvent, ToolCallDone, Usage
 from .output_parser import REASONING, OutputParser
 
 Emit = Callable[[TokenEvent], None]

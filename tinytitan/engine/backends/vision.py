@@ -39,12 +39,12 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from ..chat_request import ChatRequest, ImagePart
-from ..errors import invalid
-from ..images import ImageError, open_image
-from .prepare import Prepared
-from .mlx_backend import MLXBackend, read_json
-from .prompt_cache import ImageRun, kv_trimmable
+from ...chat_request import ChatRequest, ImagePart
+from ...errors import invalid
+from ...images import ImageError, open_image
+from ..prompt.prepare import Prepared
+from .mlx import MLXBackend, read_json
+from ..cache.memory import ImageRun, kv_trimmable
 
 log = logging.getLogger("tinytitan.vision")
 

@@ -1,5 +1,5 @@
 """Tool-call bodies whose arguments are tags (Qwen3-coder XML, GLM key/value): their JSON is built and
-streamed here (see ``bodies.py``)."""
+streamed here (see ``bodies/make.py``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 import logging
 from dataclasses import dataclass
 
-from ...events import TextDelta, ToolCallDone, TokenEvent
-from .body import SteppedBody
-from .body_json import JsonSpan
-from .markup import find_first, partial_suffix
+from ....events import TextDelta, ToolCallDone, TokenEvent
+from .base import SteppedBody
+from .json_objects import JsonSpan
+from ..markup import find_first, partial_suffix
 
 log = logging.getLogger("tinytitan.parser")
 

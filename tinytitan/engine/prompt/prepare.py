@@ -11,16 +11,16 @@ from typing import Any
 import time
 from dataclasses import dataclass, field
 
-from ..chat_request import ChatRequest, Message
-from ..errors import ApiError, invalid
-from .cache_miss import Fingerprint, compare, diagnose
-from .call_limit import call_limit
-from .families import template_source
-from .prompt import template_messages, template_tools
-from .prompt_splice import splice as splice_prompt
+from ...chat_request import ChatRequest, Message
+from ...errors import ApiError, invalid
+from ..cache.miss import Fingerprint, compare, diagnose
+from ..decode.call_limit import call_limit
+from ..families import template_source
+from .messages import template_messages, template_tools
+from .splice import splice as splice_prompt
 from .reasoning import TemplateReasoning, level_of
-from .structured import CompiledGrammar, GrammarMask, compile_grammar
-from .structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
+from ..structured import CompiledGrammar, GrammarMask, compile_grammar
+from ..structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
 from .tool_declarations import ToolDeclarations
 
 log = logging.getLogger("tinytitan.backend")
@@ -52,7 +52,7 @@ class Prepared:
     tokenize_s: float | None = None
     grammar: CompiledGrammar | None = None  # the output format the sampler is masked with
     sampling: dict = field(default_factory=dict)  # the values this generation samples with (see sampling_for)
-    cache_miss: dict | None = None  # where the prompt parts from the prompt cache, and why (cache_miss.py)
+    cache_miss: dict | None = None  # where the prompt parts from the prompt cache, and why (cache/miss.py)
     image_runs: tuple = ()  # where each image's tokens lie in ``tokens`` (prompt_cache.ImageRun), in order
     cache_compared: dict | None = None  # the same, against the earlier prompt ``req.cache_compare`` names
     # what the decoder reads of the request beyond its sampling values (taken from ``req`` when there is one)
@@ -171,8 +171,8 @@ class PromptPreparation(ToolDeclarations):
 
     def tokenize(self, text: str, req: ChatRequest | None = None):
         """A rendered prompt's ids: where the prompt cache holds ids for the same text at the same place (an
-        answer the model generated, sent back by the client), those ids (prompt_splice.py); and where it parts
-        from the cache, and why (cache_miss.py; None without a cache). The prompt is remembered with what its
+        answer the model generated, sent back by the client), those ids (prompt/splice.py); and where it parts
+        from the cache, and why (cache/miss.py; None without a cache). The prompt is remembered with what its
         ids say and its request's fingerprint, for the entry its generation stores."""
         cache = getattr(self, "prompt_cache", None)
         tokenizer = self.tokenizer

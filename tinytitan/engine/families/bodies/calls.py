@@ -1,5 +1,5 @@
 """Tool-call bodies written as calls: Mistral's name + JSON, pythonic ``name(k=v)``, Gemma's ``call:name{...}``
-(see ``bodies.py``)."""
+(see ``bodies/make.py``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import logging
 
 import regex
 
-from ...events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
-from .body import Body, SteppedBody
-from .body_json import JsonCalls, JsonSpan, py_in_string
-from .body_tagged import _escape
-from .markup import partial_suffix
+from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
+from .base import Body, SteppedBody
+from .json_objects import JsonCalls, JsonSpan, py_in_string
+from .tagged import _escape
+from ..markup import partial_suffix
 
 log = logging.getLogger("tinytitan.parser")
 

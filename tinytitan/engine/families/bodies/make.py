@@ -17,23 +17,23 @@ disagreement — never failing the request, never changing events a client alrea
 because Lark (like mlx-lm's ``tool_parsers``) only parses finished text: it needs whole terminals, and a
 streamed value has no end until its closing tag arrives, so it could not report a call's name while its
 arguments are still being generated, nor stream them as deltas. The markers are data (``markup.Markup``
-plus the tag table in ``body_tagged.py``); the tests check the decoders against the grammars on every
+plus the tag table in ``bodies/tagged.py``); the tests check the decoders against the grammars on every
 scripted block and against mlx-lm's parsers on the same blocks.
 
-Where they are: ``body.py`` (call numbering and the Body interface), ``body_json.py`` (JSON call objects),
-``body_tagged.py`` (XML-ish and key/value tags), ``body_calls.py`` (Mistral, pythonic, Gemma) are the kits; each
-syntax module (``syntaxes/``) names the decoder it uses (or holds its own), and this module picks the one of a
+Where they are: ``bodies/base.py`` (call numbering and the Body interface), ``bodies/json_objects.py`` (JSON
+call objects), ``bodies/tagged.py`` (XML-ish and key/value tags), ``bodies/calls.py`` (Mistral, pythonic, Gemma)
+are the kits; each syntax module (``syntaxes/``) names the decoder it uses (or holds its own), and this module picks the one of a
 family's syntax.
 """
 
 from __future__ import annotations
 
-from .body import Body, Calls, SteppedBody
-from .body_calls import GemmaCall, MistralCall, PythonicCall
-from .body_json import JsonCalls, JsonSpan, json_in_string, py_in_string
-from .body_tagged import KV, XML, TagSpec, TaggedCall, convert_value
-from .markup import Markup
-from .syntaxes import SYNTAXES
+from .base import Body, Calls, SteppedBody
+from .calls import GemmaCall, MistralCall, PythonicCall
+from .json_objects import JsonCalls, JsonSpan, json_in_string, py_in_string
+from .tagged import KV, XML, TagSpec, TaggedCall, convert_value
+from ..markup import Markup
+from ..syntaxes import SYNTAXES
 
 __all__ = ["Body", "Calls", "SteppedBody", "GemmaCall", "MistralCall", "PythonicCall", "JsonCalls", "JsonSpan",
            "json_in_string", "py_in_string", "KV", "XML", "TagSpec", "TaggedCall", "convert_value", "make_body"]

@@ -49,12 +49,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from .plan import (PREFILL_STEP, PREFILL_STEP_SHARED, Next, Plan, Prefill, RowStep, Sample, StepResult, Take,
                    Verify)
 from .rows import LEFT, Row
-from .speculative.fold import fold_drafting, stepped_out, verified
+from ..speculative.fold import fold_drafting, stepped_out, verified
 from .step import Forward
 
 if TYPE_CHECKING:
-    from .decode_loop import DecodeLoop
-    from .model_thread import ModelThread
+    from .token_events import DecodeLoop
+    from ..model_thread import ModelThread
 
 log = logging.getLogger("tinytitan.batch")
 

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..chat_request import Message
-from ..progress import Progress
-from .backend import Backend
-from .prepare import FALLBACK_SAMPLING, Prepared
-from .decode_loop import DecodeLoop
-from .prompt_cache import PromptCache
-from .speculative.speculator import SpeculativeConfig, Speculator
+from ...chat_request import Message
+from ...progress import Progress
+from .base import Backend
+from ..prompt.prepare import FALLBACK_SAMPLING, Prepared
+from ..decode.token_events import DecodeLoop
+from ..cache.memory import PromptCache
+from ..speculative.speculator import SpeculativeConfig, Speculator
 
 DEFAULT_PROMPT_CACHE_MIB = 2048
 
@@ -65,7 +65,7 @@ class MLXBackend(Backend):
         self.default_reasoning = default_reasoning
         self.prompt_cache = PromptCache(prompt_cache_bytes)
         self.device = device
-        self.group = group  # a group.Group: this process holds its rank's part of the model (group.py)
+        self.group = group  # a group.Group: this process holds its rank's part of the model (group/ranks.py)
         self._stream = None
         self.speculative = speculative if speculative is not None else SpeculativeConfig()
         self._draft = None  # the draft model's proposer, made with the weights (one for every request)
@@ -165,7 +165,7 @@ class MLXBackend(Backend):
     def sampler_for(self, prepared: Prepared, loop: DecodeLoop) -> tuple[Callable, list]:
         """The request's sampler (speculative/sampling.py: the one sampler every step uses — a lone row, a
         batch row, a verify) and its logits processors."""
-        from .speculative.sampling import row_sampler
+        from ..speculative.sampling import row_sampler
 
         used = {**prepared.sampling, "top_k": self._top_k(prepared.sampling["top_k"])}
         return row_sampler(used, prepared.seed), self.logits_processors(prepared, loop)
@@ -186,7 +186,7 @@ class MLXBackend(Backend):
     @property
     def stream(self):
         """The mlx stream decoding runs on: None for mlx-lm's own (the default device); a group's one stream
-        for a rank of a group (group.py)."""
+        for a rank of a group (group/ranks.py)."""
         if self.group is not None:
             return self.group.stream
         if self.device != "cpu":
@@ -199,7 +199,7 @@ class MLXBackend(Backend):
 
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
         """One request alone, to its end: the decoder's step with one row (decoder.py)."""
-        from .decoder import decode_one
+        from ..decode.decoder import decode_one
 
         self.ensure_loaded()
         decode_one(self, prepared, loop, should_stop)
@@ -240,7 +240,7 @@ class MLXBackend(Backend):
                     self.model = None
                     raise
             if self.speculative.draft_model is not None:
-                from .speculative.draft_model import DraftModelProposer, load_draft_model
+                from ..speculative.draft_model import DraftModelProposer, load_draft_model
 
                 log.info("loading the draft model %s", self.speculative.draft_model_name)
                 self._draft = DraftModelProposer(load_draft_model(self.speculative.draft_model, self.tokenizer,

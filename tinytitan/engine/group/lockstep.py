@@ -48,13 +48,13 @@ import time
 import weakref
 from typing import Any, Callable
 
-from .prepare import Prepared
-from .decode_loop import DecodeLoop
-from .decoder import Scheduler
-from .group import Group, GroupBroken
-from .raw import VerbatimParser
-from .rows import LEFT, Ending, Row
-from .step import Forward, Plan
+from ..prompt.prepare import Prepared
+from ..decode.token_events import DecodeLoop
+from ..decode.decoder import Scheduler
+from .ranks import Group, GroupBroken
+from ..prompt.raw import VerbatimParser
+from ..decode.rows import LEFT, Ending, Row
+from ..decode.step import Forward, Plan
 
 log = logging.getLogger("tinytitan.lockstep")
 
@@ -252,8 +252,8 @@ class LeadScheduler(Scheduler):
 def follower_row(backend, spec: dict) -> Row:
     """A row opened from rank 0's message, as rank 0 opened it: its prompt ids, cap, sampling values, seed and
     grammar — no request, no chat template, no parser, no client."""
-    from .structured import CompiledGrammar
-    from .structured.compile import llg_tokenizer
+    from ..structured import CompiledGrammar
+    from ..structured.compile import llg_tokenizer
 
     grammar = None
     if spec["grammar"] is not None:

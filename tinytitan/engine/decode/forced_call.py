@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 
-from ..events import TextDelta, ToolCallDone, ToolCallStarted, TokenEvent
+from ...events import TextDelta, ToolCallDone, ToolCallStarted, TokenEvent
 from .output_parser import WrappedParser
-from .families.markup import new_call_id
+from ..families.markup import new_call_id
 
 log = logging.getLogger("tinytitan.engine")
 

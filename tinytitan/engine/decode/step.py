@@ -142,7 +142,7 @@ class Solo:
         import mlx.core as mx
         from mlx_lm.models.cache import trim_prompt_cache
 
-        from .speculative.verify import accepted_prefix, forward_draft
+        from ..speculative.verify import accepted_prefix, forward_draft
 
         row = self.row
         samples = forward_draft(self.model, self.kv, self.context, s.tokens, s.drafts, row.processors,

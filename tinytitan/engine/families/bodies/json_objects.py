@@ -1,5 +1,5 @@
 """Tool-call bodies written as JSON objects (Qwen-style ``<tool_call>{...}</tool_call>``, Llama 3, …), and
-the string-state helpers other bodies share (see ``bodies.py``)."""
+the string-state helpers other bodies share (see ``bodies/make.py``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import logging
 
 import regex
 
-from ...events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
-from .body import SteppedBody
+from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
+from .base import SteppedBody
 
 log = logging.getLogger("tinytitan.parser")
 

@@ -8,8 +8,8 @@ Rules:
 
 from __future__ import annotations
 
-from ..events import TextDelta, TokenEvent
-from .output_parser import TEXT
+from ...events import TextDelta, TokenEvent
+from ..decode.output_parser import TEXT
 
 
 class IncrementalText:

@@ -1,0 +1,1 @@
+"""What serves a model: the backend interface and its implementations (MLX, scripted)."""
