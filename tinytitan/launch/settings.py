@@ -106,6 +106,8 @@ def codex(s: Served, own: Path, args: list[str]) -> Invocation:
 def opencode(s: Served, own: Path, args: list[str]) -> Invocation:
     model = {"name": s.model, "limit": {"context": s.window, "output": s.output_cap},
              "tool_call": bool((s.card.get("capabilities") or {}).get("tools", True))}
+    if "image" in (s.card.get("input_modalities") or ()):  # else opencode replaces an attached picture by an error
+        model.update(attachment=True, modalities={"input": ["text", "image"], "output": ["text"]})
     config = {"$schema": "https://opencode.ai/config.json",
               "provider": {PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "tinytitan",
                                       "options": {"baseURL": s.base + "/v1", "apiKey": s.key},
