@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -39,6 +38,7 @@ import strict
 import test_e2e_claude as claude
 import test_e2e_codex as codex
 from conftest import needs
+from test_launch import env_for
 
 ROOT = Path(__file__).resolve().parent.parent
 OPENCODE = shutil.which("opencode")
@@ -83,6 +83,9 @@ class Vision:
                             "cached": int(m.group(5)), "cache": m.group(6), "line": line})
         return out
 
+    def refusals_since(self, mark: int) -> list[str]:
+        return [line for line in self.proc.lines[mark:] if re.search(r"tinytitan\.requests: \S+ \S+ [45]\d\d ", line)]
+
     def wait_requests(self, mark: int, n: int, timeout: float = 30) -> list[dict]:
         deadline = time.monotonic() + timeout
         while len(self.requests_since(mark)) < n and time.monotonic() < deadline:
@@ -92,9 +95,11 @@ class Vision:
 
 @pytest.fixture(scope="module")
 def vision(tmp_path_factory):
-    server = Vision(tmp_path_factory.mktemp("vision"))
+    scratch = tmp_path_factory.mktemp("vision")
+    server = Vision(scratch)
     yield server
     server.proc.stop()
+    (scratch / "server.log").write_text("".join(server.proc.lines))  # for a look after a failure
 
 
 class Proxy:
@@ -171,7 +176,7 @@ def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, p
     assert image["source"]["type"] == "base64" and image["source"]["media_type"] == "image/png"
     assert image["source"]["data"] == __import__("base64").b64encode(png.read_bytes()).decode()
     (line,) = vision.wait_requests(mark, 1)
-    assert line["status"] == 200, line["line"]
+    assert line["status"] == 200 and not vision.refusals_since(mark), vision.refusals_since(mark) or line["line"]
 
     # the picture is in the prompt the server counted
     headers = {"anthropic-version": "2023-06-01"}
@@ -186,7 +191,7 @@ def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, p
     later = proxy.recorded("/v1/messages")[1]
     assert image_blocks(later["body"]) == [image]
     turn = vision.wait_requests(mark, 1)[0]
-    assert turn["status"] == 200, turn["line"]
+    assert turn["status"] == 200 and not vision.refusals_since(mark), vision.refusals_since(mark) or turn["line"]
     if turn["cache"] == "hit":  # the whole first prompt, the picture in it, comes from the cache: not read again
         assert turn["cached"] >= line["prompt"], (turn["line"], line["line"])
     else:
@@ -253,14 +258,9 @@ def test_opencode_through_launch_sends_an_attached_png_as_image_url(vision, prox
     home.mkdir()
     png = write_png(work / "shot.png")
     port = proxy.base.rsplit(":", 1)[1]
-    path = os.environ.get("PYTHONPATH")
-    env = {**os.environ, "HOME": str(home), "TINYTITAN_CACHE": str(home / "tt-cache"),
-           "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local/share"),
-           "XDG_STATE_HOME": str(home / ".local/state"), "XDG_CACHE_HOME": str(home / ".cache"),
-           "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
     mark = vision.mark()
     done = subprocess.run([sys.executable, "-m", "tinytitan", "launch", "opencode", "--port", port, "--",
-                           "run", "describe the picture", f"--file={png}"], cwd=work, env=env,
+                           "run", "describe the picture", f"--file={png}"], cwd=work, env=env_for(home),
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     sent = proxy.recorded("/v1/chat/completions")
