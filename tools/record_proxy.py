@@ -406,7 +406,7 @@ def make_handler(args, recorder: Recorder, canned: Canned, client):
 
         def _handle(self):
             raw = self._read_body()
-            recorder.record(self.command, self.path, self.headers, raw)
+            self.seq = recorder.record(self.command, self.path, self.headers, raw)
             try:
                 if args.upstream:
                     self._forward(raw)
@@ -501,10 +501,32 @@ def make_handler(args, recorder: Recorder, canned: Canned, client):
                     self.send_header("content-length", resp.headers.get("content-length", "0"))
                     self.end_headers()
                     return
-                self._stream(resp.iter_raw() if "content-encoding" not in resp.headers
-                             else resp.iter_bytes(), status=resp.status_code, headers=out_headers)
+                chunks = resp.iter_raw() if "content-encoding" not in resp.headers else resp.iter_bytes()
+                if args.replies:
+                    chunks = self._kept(chunks, resp)
+                try:
+                    self._stream(chunks, status=resp.status_code, headers=out_headers)
+                finally:
+                    if args.replies:
+                        chunks.close()
             finally:
                 resp.close()
+
+        def _kept(self, chunks, resp):
+            """The reply's chunks as they pass; the whole reply appended to ``--replies`` at its end."""
+            body, complete = bytearray(), False
+            try:
+                for c in chunks:
+                    body += c
+                    yield c
+                complete = True
+            finally:  # a client that hangs up mid-stream: what passed, marked incomplete
+                line = {"seq": self.seq, "method": self.command, "path": urlsplit(self.path).path,
+                        "anthropic": "anthropic-version" in self.headers, "status": resp.status_code,
+                        "content_type": resp.headers.get("content-type", ""), "complete": complete,
+                        "body": body.decode("utf-8", "replace")}
+                with recorder.lock, open(args.replies, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(line, ensure_ascii=False) + "\n")
 
     return Handler
 
@@ -527,6 +549,7 @@ def parse_args(argv=None):
     p.add_argument("--fail", metavar="STATUS[:COUNT]",
                    help="canned: answer the first COUNT (default all) model requests with STATUS")
     p.add_argument("--delay", type=float, default=0.0, help="canned: seconds before each model reply")
+    p.add_argument("--replies", help="forward: append one JSON line per complete reply to this file")
     p.add_argument("--timeout", type=float, default=600.0, help="upstream read timeout, seconds")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-request line on stderr")
     a = p.parse_args(argv)

@@ -9,8 +9,8 @@ Rules (one row per agent; versions they were checked with in brackets):
   overrides, and a model catalog of launch's own (``model_catalog_json``: the server's catalog entries, which
   carry the window, auto-compaction and ``apply_patch``); analytics and the update check off.
 - opencode (1.18): Chat Completions through ``@ai-sdk/openai-compatible``, its whole configuration in
-  ``OPENCODE_CONFIG_CONTENT`` (merged over the user's), the window and output cap as the model's ``limit``;
-  autoupdate, sharing, the models.dev fetch and LSP downloads off.
+  ``OPENCODE_CONFIG_CONTENT`` (merged over the user's), the window and output cap as the model's ``limit``,
+  image input (``attachment``, ``modalities``) for a model that takes images; autoupdate, sharing, the models.dev fetch and LSP downloads off.
 - pi (0.73): Chat Completions; ``PI_CODING_AGENT_DIR`` points it at an agent directory of launch's own whose
   ``models.json`` holds the provider and the model's ``contextWindow`` / ``maxTokens``; offline, no telemetry,
   no version check.
@@ -106,6 +106,8 @@ def codex(s: Served, own: Path, args: list[str]) -> Invocation:
 def opencode(s: Served, own: Path, args: list[str]) -> Invocation:
     model = {"name": s.model, "limit": {"context": s.window, "output": s.output_cap},
              "tool_call": bool((s.card.get("capabilities") or {}).get("tools", True))}
+    if "image" in (s.card.get("input_modalities") or ()):  # else opencode replaces an attached picture by an error
+        model.update(attachment=True, modalities={"input": ["text", "image"], "output": ["text"]})
     config = {"$schema": "https://opencode.ai/config.json",
               "provider": {PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "tinytitan",
                                       "options": {"baseURL": s.base + "/v1", "apiKey": s.key},

@@ -13,7 +13,9 @@ Rules:
   parts; each placeholder the template writes for an image is replaced by that image's tokens as the model's own
   processor writes them for it (Gemma 3: ``<start_of_image>``, 256 ``<image_soft_token>``, ``<end_of_image>``;
   Pixtral: rows of ``[IMG]`` closed by ``[IMG_BREAK]`` / ``[IMG_END]``, as many as the resized image needs), and
-  the prompt is tokenized as any. ``count_tokens`` and usage count those tokens exactly.
+  the prompt is tokenized as any. ``count_tokens`` and usage count those tokens exactly. The placeholder's text
+  inside a message's own text (a model's earlier answer that wrote it, a pasted template) stays text: only the
+  placeholders the template writes for image parts are images.
 - Reading: where a row's cache starts (``prompt_prefix``, on the model thread): the longest cached prefix (its
   images keyed by digest: prompt_cache.keyed), backed off to the start of an image it cuts; then the images after
   it are encoded (vision tower + projector: ``encoded_images`` counts them) and the prompt is read from their
@@ -36,6 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,7 @@ from ..cache.memory import ImageRun, kv_trimmable
 
 log = logging.getLogger("tinytitan.vision")
 
+SHADOW = "\ue000tinytitan-image-placeholder\ue000"  # stands in for a placeholder's text inside a message's own text
 # model_type → the placeholder its chat template writes for an image (what its processor expands)
 FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "image_token", "qwen3_vl": "image_token",
             "qwen3_vl_moe": "image_token"}
@@ -138,11 +142,11 @@ class VisionBackend(MLXBackend):
 
     def render(self, req: ChatRequest) -> str:
         """The template's text, each image's placeholder replaced by the image's tokens (see the rules)."""
-        text = super().render(req)
         images = req.images
         if not images:
-            return text
-        pieces = text.split(self.placeholder)
+            return super().render(req)
+        text = super().render(self._literal_placeholders_hidden(req))
+        pieces = [piece.replace(SHADOW, self.placeholder) for piece in text.split(self.placeholder)]
         if len(pieces) - 1 != len(images):
             raise invalid(f"The model's chat template placed {len(pieces) - 1} image(s) of the {len(images)} sent: "
                           f"images are read in user turns{' and tool results' if len(pieces) > 1 else ''} only",
@@ -151,6 +155,18 @@ class VisionBackend(MLXBackend):
         for part, rest in zip(images, pieces[1:]):
             out += [self.processed(part).text, rest]
         return "".join(out)
+
+    def _literal_placeholders_hidden(self, req: ChatRequest) -> ChatRequest:
+        """``req`` with the placeholder's text, where a message's own text holds it (a model's earlier answer, a
+        pasted template), stood in for by ``SHADOW``: only the placeholders the template writes are images."""
+        def hide(text):
+            return text.replace(self.placeholder, SHADOW) if isinstance(text, str) else text
+
+        if not any(self.placeholder in (m.content or "") + (m.reasoning or "") for m in req.messages):
+            return req
+        return replace(req, messages=tuple(
+            replace(m, content=hide(m.content), reasoning=hide(m.reasoning), parts=tuple(hide(p) for p in m.parts))
+            for m in req.messages))
 
     def image_runs(self, tokens: list[int], req: ChatRequest) -> tuple[ImageRun, ...]:
         """Each image's span of the prompt: from its first image token to its last."""

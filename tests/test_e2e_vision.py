@@ -1,0 +1,282 @@
+"""Images with the real agents on a VISION model (``tinytitan serve --model demo-vision``: a tiny random-weight
+Gemma 3, 256 image tokens per picture). It talks gibberish, so nothing here depends on what it says: each test
+drives the agent the way a user attaches a picture, and checks what went over the wire and what the server did.
+
+- Claude Code (2.1.332): ``claude -p "describe @shot.png"``. Claude Code itself Reads a mentioned image file
+  (the model cannot be made to call Read: its weights are random) and sends the picture as an ``image`` block in
+  the user turn, after its "Called the Read tool" note. The turn completes; ``--continue`` resends the history
+  with the picture, and the server reads it from the prompt cache (``cache=hit``, the cached prefix past the
+  image: those tokens are not read again, so the image is not encoded again).
+- Codex (0.171): ``codex exec --image shot.png``, with the catalog the server writes (``input_modalities:
+  ["text", "image"]``): the picture goes as an ``input_image`` in the user message. (``view_image`` is a call the
+  model would have to make; a random-weight model makes none.)
+- opencode (1.18.33), through ``tinytitan launch opencode``: ``opencode run … -f shot.png`` sends an ``image_url``
+  part (launch declares the model's image input; without it opencode replaces the picture by an error text).
+
+Each time the server's log line for the request counts the picture: the same request resent without it has at
+least 256 tokens fewer. Every reply the server gave (bodies and stream events) is recorded by
+tools/record_proxy.py (``--replies``) and validated strictly against the official SDKs' types (tests/strict.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+import strict
+import test_e2e_claude as claude
+import test_e2e_codex as codex
+from conftest import needs
+from test_launch import env_for
+
+ROOT = Path(__file__).resolve().parent.parent
+OPENCODE = shutil.which("opencode")
+MODEL = "demo-vision"
+IMAGE_TOKENS = 256  # the demo vision model's tokens per picture (tinytitan/demo_model/vision.py)
+LINE = re.compile(r"(POST|GET) (\S+) (\d{3}) \S+ model=\S+ prompt=(\d+) cached=(\d+) .*?cache=(\S+)")
+
+pytestmark = [pytest.mark.clients]
+
+
+def write_png(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = io.BytesIO()
+    Image.new("RGB", (48, 32), (30, 144, 255)).save(out, "PNG")
+    path.write_bytes(out.getvalue())
+    return path
+
+
+class Vision:
+    """``tinytitan serve --model demo-vision`` (its log drained by a thread), shared by this file's tests."""
+
+    def __init__(self, scratch: Path):
+        self.proc = claude.Proc([sys.executable, "-m", "tinytitan", "serve", "--model", MODEL, "--port", "0",
+                                 "--responses-store", "memory"], cwd=ROOT)
+        m = self.proc.wait_for(r"tinytitan is serving '([^']+)' at (http://\S+)", claude.START_TIMEOUT)
+        assert m.group(1) == MODEL
+        self.base = m.group(2)
+        served = self.proc.wait_for(r'model_catalog_json = "([^"]+)"', 30).group(1)
+        self.catalog = scratch / "model_catalog.json"  # this server's catalog, as it wrote it at start
+        shutil.copy(served, self.catalog)
+
+    def mark(self) -> int:
+        return len(self.proc.lines)
+
+    def requests_since(self, mark: int) -> list[dict]:
+        """The request log lines (model requests) printed since ``mark``."""
+        out = []
+        for line in self.proc.lines[mark:]:
+            m = LINE.search(line)
+            if m and "tinytitan.requests" in line:
+                out.append({"path": m.group(2), "status": int(m.group(3)), "prompt": int(m.group(4)),
+                            "cached": int(m.group(5)), "cache": m.group(6), "line": line})
+        return out
+
+    def refusals_since(self, mark: int) -> list[str]:
+        return [line for line in self.proc.lines[mark:] if re.search(r"tinytitan\.requests: \S+ \S+ [45]\d\d ", line)]
+
+    def wait_requests(self, mark: int, n: int, timeout: float = 30) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while len(self.requests_since(mark)) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.requests_since(mark)
+
+
+@pytest.fixture(scope="module")
+def vision(tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("vision")
+    server = Vision(scratch)
+    yield server
+    server.proc.stop()
+    (scratch / "server.log").write_text("".join(server.proc.lines))  # for a look after a failure
+
+
+class Proxy:
+    """tools/record_proxy.py in front of the server, recording requests and the server's whole replies."""
+
+    def __init__(self, upstream: str, tmp: Path):
+        self.requests, self.replies = tmp / "requests.jsonl", tmp / "replies.jsonl"
+        self.proc = claude.Proc([sys.executable, str(ROOT / "tools" / "record_proxy.py"), "--upstream", upstream,
+                                 "--port", "0", "--out", str(self.requests), "--replies", str(self.replies)],
+                                cwd=ROOT)
+        self.base = self.proc.wait_for(r"listening on (http://\S+)", 30).group(1)
+
+    def recorded(self, path: str) -> list[dict]:
+        return [r for r in claude.read_record(self.requests) if r["method"] == "POST" and r["path"] == path]
+
+    def validate_replies(self, path: str) -> dict[int, bool]:
+        """Every recorded reply, strictly (tests/strict.py: a stream cut short by the client up to its last whole
+        event); → {request seq: whole} of the streams on ``path``."""
+        streams = {}
+        for r in claude.read_record(self.replies):
+            strict.check_reply(r["method"], r["path"], r["anthropic"], r["status"], r["content_type"],
+                               r["body"].encode())
+            if r["path"] == path and r["content_type"].startswith("text/event-stream"):
+                assert r["status"] == 200, r
+                streams[r["seq"]] = r["complete"]
+        return streams
+
+
+@pytest.fixture
+def proxy(vision, tmp_path):
+    p = Proxy(vision.base, tmp_path)
+    yield p
+    p.proc.stop()
+
+
+def resent_without_images(vision: Vision, path: str, body: dict, strip, headers=None) -> int:
+    """The prompt tokens the server logs for ``body`` with its pictures taken out (``strip`` edits a copy), asked
+    for one token, not streamed."""
+    body = strip(copy.deepcopy(body))
+    assert "data:image" not in json.dumps(body) and "iVBORw0KGgo" not in json.dumps(body)  # no PNG left
+    body.update(stream=False, **({"max_output_tokens": 16} if path == "/v1/responses" else {"max_tokens": 1}))
+    mark = vision.mark()
+    reply = httpx.post(vision.base + path, json=body, headers=headers or {}, timeout=120)
+    assert reply.status_code == 200, reply.text[:2000]
+    (line,) = vision.wait_requests(mark, 1)
+    return line["prompt"]
+
+
+# ---------------------------------------------------------------- Claude Code
+def image_blocks(body: dict) -> list[dict]:
+    return [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]
+            if b.get("type") == "image"]
+
+
+def without_image_blocks(body: dict) -> dict:
+    for m in body["messages"]:
+        if isinstance(m["content"], list):
+            m["content"] = [b for b in m["content"] if b.get("type") != "image"]
+    return body
+
+
+@needs(claude.CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
+                                     "npm install -g @anthropic-ai/claude-code@2.1.332")
+def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, proxy, tmp_path, monkeypatch):
+    monkeypatch.setattr(claude, "CLAUDE_TIMEOUT", 240)  # a random-weight model answers at length
+    png = write_png(tmp_path / "work" / "shot.png")
+    mark = vision.mark()
+    events = claude.run_claude(proxy.base, MODEL, "describe @shot.png", tmp_path)
+    first = events[-1]
+    assert first["subtype"] == "success" and not first["is_error"], first
+    sent = proxy.recorded("/v1/messages")
+    assert len(sent) == 1, [r["body"]["messages"][-1] for r in sent]
+    (image,) = image_blocks(sent[0]["body"])
+    assert image["source"]["type"] == "base64" and image["source"]["media_type"] == "image/png"
+    assert image["source"]["data"] == __import__("base64").b64encode(png.read_bytes()).decode()
+    (line,) = vision.wait_requests(mark, 1)
+    assert line["status"] == 200 and not vision.refusals_since(mark), vision.refusals_since(mark) or line["line"]
+
+    # the picture is in the prompt the server counted
+    headers = {"anthropic-version": "2023-06-01"}
+    text_only = resent_without_images(vision, "/v1/messages", sent[0]["body"], without_image_blocks, headers)
+    assert IMAGE_TOKENS <= line["prompt"] - text_only <= IMAGE_TOKENS + 8, (line["prompt"], text_only)
+
+    # the next turn resends the picture, and the server reads it from the cache, not again
+    mark = vision.mark()
+    again = claude.run_claude(proxy.base, MODEL, "and the colours?", tmp_path, "--continue")
+    second = again[-1]
+    assert second["subtype"] == "success" and not second["is_error"], second
+    later = proxy.recorded("/v1/messages")[1]
+    assert image_blocks(later["body"]) == [image]
+    turn = vision.wait_requests(mark, 1)[0]
+    assert turn["status"] == 200 and not vision.refusals_since(mark), vision.refusals_since(mark) or turn["line"]
+    if turn["cache"] == "hit":  # the whole first prompt, the picture in it, comes from the cache: not read again
+        assert turn["cached"] >= line["prompt"], (turn["line"], line["line"])
+    else:
+        # The previous answer came back as the same text but other token ids (a random-weight model samples
+        # non-canonical tokenizations), and Gemma 3's sliding-window layers (1024 tokens) cannot be trimmed back
+        # to the end of the prompt: the prefix is read again. The comparison still matched the picture by its
+        # content and parted only in the answer, after the whole first prompt.
+        rewritten = re.fullmatch(r"answer_rewritten@(\d+):the_previous_answer", turn["cache"])
+        assert rewritten and int(rewritten.group(1)) >= line["prompt"], "".join(vision.proc.lines[-12:])
+
+    streams = proxy.validate_replies("/v1/messages")
+    assert streams[sent[0]["seq"]] and streams[later["seq"]], streams  # both turns' streams, whole
+
+
+# ---------------------------------------------------------------- Codex
+def input_images(body: dict) -> list[dict]:
+    return [c for item in body["input"] if item.get("type") == "message" and isinstance(item["content"], list)
+            for c in item["content"] if c.get("type") == "input_image"]
+
+
+def without_input_images(body: dict) -> dict:
+    for item in body["input"]:
+        if item.get("type") == "message" and isinstance(item["content"], list):
+            item["content"] = [c for c in item["content"] if c.get("type") != "input_image"]
+    return body
+
+
+@needs(codex.CODEX is None, reason="Codex CLI not installed (npm install -g @openai/codex@0.171.0)")
+def test_codex_sends_an_attached_png_as_input_image(vision, proxy, tmp_path):
+    (entry,) = [m for m in json.loads(vision.catalog.read_text())["models"] if m["slug"] == MODEL]
+    assert entry["input_modalities"] == ["text", "image"]
+    write_png(tmp_path / "work" / "shot.png")
+    mark = vision.mark()
+    result = codex.run_codex(proxy.base, MODEL, tmp_path, "describe the picture", "--image=shot.png",
+                             "-c", f"model_catalog_json={json.dumps(str(vision.catalog))}", timeout=240)
+    assert result.returncode == 0, codex._explain(result)
+    assert result.stdout.strip(), codex._explain(result)  # the model's (gibberish) answer
+    (sent,) = proxy.recorded("/v1/responses")
+    (image,) = input_images(sent["body"])
+    assert image["image_url"].startswith("data:image/png;base64,")
+    (line,) = vision.wait_requests(mark, 1)
+    assert line["status"] == 200, line["line"]
+    text_only = resent_without_images(vision, "/v1/responses", sent["body"], without_input_images)
+    assert IMAGE_TOKENS <= line["prompt"] - text_only <= IMAGE_TOKENS + 8, (line["prompt"], text_only)
+    assert proxy.validate_replies("/v1/responses") == {sent["seq"]: True}
+
+
+# ---------------------------------------------------------------- opencode
+def image_parts(body: dict) -> list[dict]:
+    return [p for m in body["messages"] if isinstance(m["content"], list) for p in m["content"]
+            if p.get("type") == "image_url"]
+
+
+def without_image_parts(body: dict) -> dict:
+    for m in body["messages"]:
+        if isinstance(m["content"], list):
+            m["content"] = [p for p in m["content"] if p.get("type") != "image_url"]
+    return body
+
+
+@needs(OPENCODE is None, reason="opencode is not installed: npm install -g opencode-ai@1.18.33")
+def test_opencode_through_launch_sends_an_attached_png_as_image_url(vision, proxy, tmp_path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    png = write_png(work / "shot.png")
+    port = proxy.base.rsplit(":", 1)[1]
+    mark = vision.mark()
+    done = subprocess.run([sys.executable, "-m", "tinytitan", "launch", "opencode", "--port", port, "--",
+                           "run", "describe the picture", f"--file={png}"], cwd=work, env=env_for(home),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    sent = proxy.recorded("/v1/chat/completions")
+    assert sent, "opencode sent no request"
+    with_image = [r for r in sent if image_parts(r["body"])]
+    assert with_image, [r["body"]["messages"][-1] for r in sent]
+    assert all("Cannot read" not in json.dumps(r["body"]) for r in sent)  # no "model does not support image"
+    for r in with_image:
+        (part,) = image_parts(r["body"])
+        assert part["image_url"]["url"].startswith("data:image/png;base64,")
+    lines = vision.wait_requests(mark, len(sent))
+    assert [ln["status"] for ln in lines] == [200] * len(sent), [ln["line"] for ln in lines]
+    # the turn's own request (with tools; the other is the title request, which runs alongside it)
+    (main,) = [r for r in sent if r["body"].get("tools")]
+    assert image_parts(main["body"])
+    text_only = resent_without_images(vision, "/v1/chat/completions", main["body"], without_image_parts)
+    assert any(IMAGE_TOKENS <= ln["prompt"] - text_only <= IMAGE_TOKENS + 8 for ln in lines), (lines, text_only)
+    streams = proxy.validate_replies("/v1/chat/completions")
+    assert set(streams) == {r["seq"] for r in sent} and streams[main["seq"]], streams  # the title's may be cut
