@@ -29,10 +29,10 @@ from conftest import needs
 pytestmark = [pytest.mark.clients]
 
 
-def write_png(path: Path) -> Path:
+def write_png(path: Path, size: tuple[int, int] = (32, 24), colour: tuple[int, int, int] = (240, 120, 0)) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     out = io.BytesIO()
-    Image.new("RGB", (32, 24), (240, 120, 0)).save(out, "PNG")
+    Image.new("RGB", size, colour).save(out, "PNG")
     path.write_bytes(out.getvalue())
     return path
 

@@ -21,7 +21,6 @@ tools/record_proxy.py (``--replies``) and validated strictly against the officia
 from __future__ import annotations
 
 import copy
-import io
 import json
 import re
 import shutil
@@ -32,11 +31,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from PIL import Image
 
 import strict
 import test_e2e_claude as claude
 import test_e2e_codex as codex
+import test_e2e_images as images_e2e
 from conftest import needs
 from test_launch import env_for
 
@@ -50,11 +49,7 @@ pytestmark = [pytest.mark.clients]
 
 
 def write_png(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    out = io.BytesIO()
-    Image.new("RGB", (48, 32), (30, 144, 255)).save(out, "PNG")
-    path.write_bytes(out.getvalue())
-    return path
+    return images_e2e.write_png(path, (48, 32), (30, 144, 255))
 
 
 class Vision:
@@ -135,6 +130,27 @@ def proxy(vision, tmp_path):
     p.proc.stop()
 
 
+def contents(body: dict) -> list[dict]:
+    """The turns of a request whose content is a list of parts: Messages' and Chat's messages, Responses'
+    message items."""
+    turns = body["messages"] if "messages" in body else [i for i in body["input"] if i.get("type") == "message"]
+    return [t for t in turns if isinstance(t["content"], list)]
+
+
+def parts(body: dict, kind: str) -> list[dict]:
+    """The content parts of type ``kind`` (Messages ``image``, Responses ``input_image``, Chat ``image_url``)."""
+    return [p for t in contents(body) for p in t["content"] if p.get("type") == kind]
+
+
+def without(kind: str):
+    """What ``resent_without_images`` strips: the parts of type ``kind``, from every turn."""
+    def strip(body: dict) -> dict:
+        for t in contents(body):
+            t["content"] = [p for p in t["content"] if p.get("type") != kind]
+        return body
+    return strip
+
+
 def resent_without_images(vision: Vision, path: str, body: dict, strip, headers=None) -> int:
     """The prompt tokens the server logs for ``body`` with its pictures taken out (``strip`` edits a copy), asked
     for one token, not streamed."""
@@ -149,18 +165,6 @@ def resent_without_images(vision: Vision, path: str, body: dict, strip, headers=
 
 
 # ---------------------------------------------------------------- Claude Code
-def image_blocks(body: dict) -> list[dict]:
-    return [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]
-            if b.get("type") == "image"]
-
-
-def without_image_blocks(body: dict) -> dict:
-    for m in body["messages"]:
-        if isinstance(m["content"], list):
-            m["content"] = [b for b in m["content"] if b.get("type") != "image"]
-    return body
-
-
 @needs(claude.CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
                                      "npm install -g @anthropic-ai/claude-code@2.1.332")
 def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, proxy, tmp_path, monkeypatch):
@@ -172,7 +176,7 @@ def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, p
     assert first["subtype"] == "success" and not first["is_error"], first
     sent = proxy.recorded("/v1/messages")
     assert len(sent) == 1, [r["body"]["messages"][-1] for r in sent]
-    (image,) = image_blocks(sent[0]["body"])
+    (image,) = parts(sent[0]["body"], "image")
     assert image["source"]["type"] == "base64" and image["source"]["media_type"] == "image/png"
     assert image["source"]["data"] == __import__("base64").b64encode(png.read_bytes()).decode()
     (line,) = vision.wait_requests(mark, 1)
@@ -180,7 +184,7 @@ def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, p
 
     # the picture is in the prompt the server counted
     headers = {"anthropic-version": "2023-06-01"}
-    text_only = resent_without_images(vision, "/v1/messages", sent[0]["body"], without_image_blocks, headers)
+    text_only = resent_without_images(vision, "/v1/messages", sent[0]["body"], without("image"), headers)
     assert IMAGE_TOKENS <= line["prompt"] - text_only <= IMAGE_TOKENS + 8, (line["prompt"], text_only)
 
     # the next turn resends the picture, and the server reads it from the cache, not again
@@ -189,7 +193,7 @@ def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, p
     second = again[-1]
     assert second["subtype"] == "success" and not second["is_error"], second
     later = proxy.recorded("/v1/messages")[1]
-    assert image_blocks(later["body"]) == [image]
+    assert parts(later["body"], "image") == [image]
     turn = vision.wait_requests(mark, 1)[0]
     assert turn["status"] == 200 and not vision.refusals_since(mark), vision.refusals_since(mark) or turn["line"]
     if turn["cache"] == "hit":  # the whole first prompt, the picture in it, comes from the cache: not read again
@@ -207,18 +211,6 @@ def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, p
 
 
 # ---------------------------------------------------------------- Codex
-def input_images(body: dict) -> list[dict]:
-    return [c for item in body["input"] if item.get("type") == "message" and isinstance(item["content"], list)
-            for c in item["content"] if c.get("type") == "input_image"]
-
-
-def without_input_images(body: dict) -> dict:
-    for item in body["input"]:
-        if item.get("type") == "message" and isinstance(item["content"], list):
-            item["content"] = [c for c in item["content"] if c.get("type") != "input_image"]
-    return body
-
-
 @needs(codex.CODEX is None, reason="Codex CLI not installed (npm install -g @openai/codex@0.171.0)")
 def test_codex_sends_an_attached_png_as_input_image(vision, proxy, tmp_path):
     (entry,) = [m for m in json.loads(vision.catalog.read_text())["models"] if m["slug"] == MODEL]
@@ -230,28 +222,16 @@ def test_codex_sends_an_attached_png_as_input_image(vision, proxy, tmp_path):
     assert result.returncode == 0, codex._explain(result)
     assert result.stdout.strip(), codex._explain(result)  # the model's (gibberish) answer
     (sent,) = proxy.recorded("/v1/responses")
-    (image,) = input_images(sent["body"])
+    (image,) = parts(sent["body"], "input_image")
     assert image["image_url"].startswith("data:image/png;base64,")
     (line,) = vision.wait_requests(mark, 1)
     assert line["status"] == 200, line["line"]
-    text_only = resent_without_images(vision, "/v1/responses", sent["body"], without_input_images)
+    text_only = resent_without_images(vision, "/v1/responses", sent["body"], without("input_image"))
     assert IMAGE_TOKENS <= line["prompt"] - text_only <= IMAGE_TOKENS + 8, (line["prompt"], text_only)
     assert proxy.validate_replies("/v1/responses") == {sent["seq"]: True}
 
 
 # ---------------------------------------------------------------- opencode
-def image_parts(body: dict) -> list[dict]:
-    return [p for m in body["messages"] if isinstance(m["content"], list) for p in m["content"]
-            if p.get("type") == "image_url"]
-
-
-def without_image_parts(body: dict) -> dict:
-    for m in body["messages"]:
-        if isinstance(m["content"], list):
-            m["content"] = [p for p in m["content"] if p.get("type") != "image_url"]
-    return body
-
-
 @needs(OPENCODE is None, reason="opencode is not installed: npm install -g opencode-ai@1.18.33")
 def test_opencode_through_launch_sends_an_attached_png_as_image_url(vision, proxy, tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
@@ -265,18 +245,18 @@ def test_opencode_through_launch_sends_an_attached_png_as_image_url(vision, prox
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     sent = proxy.recorded("/v1/chat/completions")
     assert sent, "opencode sent no request"
-    with_image = [r for r in sent if image_parts(r["body"])]
+    with_image = [r for r in sent if parts(r["body"], "image_url")]
     assert with_image, [r["body"]["messages"][-1] for r in sent]
     assert all("Cannot read" not in json.dumps(r["body"]) for r in sent)  # no "model does not support image"
     for r in with_image:
-        (part,) = image_parts(r["body"])
+        (part,) = parts(r["body"], "image_url")
         assert part["image_url"]["url"].startswith("data:image/png;base64,")
     lines = vision.wait_requests(mark, len(sent))
     assert [ln["status"] for ln in lines] == [200] * len(sent), [ln["line"] for ln in lines]
     # the turn's own request (with tools; the other is the title request, which runs alongside it)
     (main,) = [r for r in sent if r["body"].get("tools")]
-    assert image_parts(main["body"])
-    text_only = resent_without_images(vision, "/v1/chat/completions", main["body"], without_image_parts)
+    assert parts(main["body"], "image_url")
+    text_only = resent_without_images(vision, "/v1/chat/completions", main["body"], without("image_url"))
     assert any(IMAGE_TOKENS <= ln["prompt"] - text_only <= IMAGE_TOKENS + 8 for ln in lines), (lines, text_only)
     streams = proxy.validate_replies("/v1/chat/completions")
     assert set(streams) == {r["seq"] for r in sent} and streams[main["seq"]], streams  # the title's may be cut
