@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tinytitan.agents import (CLAUDE_WINDOW_FLOOR, FIRST_PROMPT_TOKENS, claude_compacts_at, claude_env,
-                              codex_entry, first_prompt_fits, write_codex_catalog)
+                              codex_entries, codex_entry, first_prompt_fits, write_codex_catalog)
 from tinytitan.banner import banner
 from tinytitan.engine.engine import Engine
 from tinytitan.engine.backends.scripted import ScriptEntry, ScriptedBackend
@@ -91,7 +91,7 @@ async def test_codexs_models_endpoint_gets_the_catalog(serve):
         r = await client.get(server.url("/v1/models"), params={"client_version": "0.171.0"})
         plain = await client.get(server.url("/v1/models"))
     assert r.status_code == 200
-    assert r.json() == {"models": [codex_entry(m) for m in server.engine.models()]}
+    assert r.json() == {"models": codex_entries(server.engine.models())}
     assert plain.json()["object"] == "list"
 
 

@@ -82,15 +82,21 @@ def codex_catalog_path(cache: Path) -> Path:
     return cache / "codex" / "model_catalog.json"
 
 
+def codex_entries(models: list[dict]) -> list[dict]:
+    """The catalog entries of ``models`` (the engine's ``models()``), each beside its ``<id>-fast`` entry (the
+    chat-only path the banner and ``launch`` give Codex where its first prompt cannot fit: the same window):
+    what the catalog file holds and what Codex's own models fetch is answered."""
+    return [codex_entry(m) for m in models] + [
+        {**codex_entry({**m, "id": f"{m['id']}-fast"}), "description": "served by tinytitan, chat only (no tools, "
+         "no scaffolding)", "supports_search_tool": False} for m in models]
+
+
 def write_codex_catalog(models: list[dict], path: Path) -> Path:
     """The catalog of ``models`` (the engine's ``models()``) merged into the one at ``path``: its entries for
     these slugs replaced, every other entry (another server's models) kept. Under an exclusive lock, so two
     servers starting at once do not lose each other's entries; written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    ours = [codex_entry(m) for m in models]
-    # <id>-fast, the chat-only path the banner gives Codex where its first prompt cannot fit: the same window
-    ours += [{**codex_entry({**m, "id": f"{m['id']}-fast"}), "description": "served by tinytitan, chat only (no "
-              "tools, no scaffolding)", "supports_search_tool": False} for m in models]
+    ours = codex_entries(models)
     slugs = {e["slug"] for e in ours}
     with open(path.with_suffix(".lock"), "a") as lock:
         _lock(lock)

@@ -87,11 +87,7 @@ def claude(s: Served, own: Path, args: list[str]) -> Invocation:
 
 def codex(s: Served, own: Path, args: list[str]) -> Invocation:
     catalog = own / "model_catalog.json"
-    entries = [dict(e) for e in s.codex_catalog]
-    if s.model not in {e.get("slug") for e in entries}:  # the -fast name: the base model's numbers
-        base = next((e for e in entries if e.get("slug") == _base(s.model)), None)
-        if base is not None:
-            entries.append({**base, "slug": s.model, "display_name": s.model})
+    entries = [dict(e) for e in s.codex_catalog]  # the server's, -fast entries included (agents.codex_entries)
     p = f"model_providers.{PROVIDER}"
     overrides = {"model": s.model, "model_provider": PROVIDER, "model_catalog_json": str(catalog),
                  f"{p}.name": PROVIDER, f"{p}.base_url": s.base + "/v1", f"{p}.env_key": "TINYTITAN_API_KEY",
@@ -170,7 +166,3 @@ def invocation(agent: str, served: Served, own: Path, args: list[str]) -> Invoca
 
 def _fast(model: str) -> str:
     return model if model.endswith("-fast") else model + "-fast"
-
-
-def _base(model: str) -> str:
-    return model[: -len("-fast")] if model.endswith("-fast") else model

@@ -6,7 +6,7 @@ catalog (``{"models": [...]}``, tinytitan/agents.py) when it carries Codex's ``c
 from __future__ import annotations
 
 import time
-from ..agents import codex_entry
+from ..agents import codex_entries
 from ..models.gguf_facts import listing_off_loop
 from ..observe import dashboard
 from .base import Protocol
@@ -96,7 +96,7 @@ class Shared(Protocol):
 
     async def list_models(self, call: Call) -> Reply:
         if "client_version" in call.query:  # Codex's models endpoint (codex-api ModelsClient): its catalog shape
-            return Reply({"models": [codex_entry(m) for m in self.engine.models()]})
+            return Reply({"models": codex_entries(self.engine.models())})
         anthropic = self._anthropic(call)
         models = self.engine.models()
         facts = await listing_off_loop(models)
