@@ -123,7 +123,8 @@ def tinytitan(script: list[str], tmp: Path, server_args=(), banner: list | None 
                 p.stop()
 
 
-def run_claude(base: str, model: str, prompt: str, tmp: Path, *extra: str, env_extra=None) -> list[dict]:
+def run_claude(base: str, model: str, prompt: str, tmp: Path, *extra: str, env_extra=None,
+               timeout: float = CLAUDE_TIMEOUT) -> list[dict]:
     """``claude -p PROMPT`` offline against ``base``; returns the stream-json events."""
     home, work = tmp / "home", tmp / "work"
     home.mkdir(exist_ok=True)
@@ -140,7 +141,7 @@ def run_claude(base: str, model: str, prompt: str, tmp: Path, *extra: str, env_e
     }
     argv = [CLAUDE, "-p", prompt, "--model", model, "--output-format", "stream-json", "--verbose", *extra]
     done = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=CLAUDE_TIMEOUT)
+                          timeout=timeout)
     events = []
     for line in done.stdout.splitlines():
         line = line.strip()
