@@ -215,8 +215,8 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
     }
     expected = {k: summary(await run(engine, r)) for k, r in joiners.items()}
     read_ahead = []
-    real = step.Solo.step
-    monkeypatch.setattr(step.Solo, "step", lambda solo, s: (read_ahead.append(1) if getattr(s, "now", False) else None) or real(solo, s))
+    real = step.step_alone
+    monkeypatch.setattr(step, "step_alone", lambda model, lane, kv, s: (read_ahead.append(1) if getattr(s, "now", False) else None) or real(model, lane, kv, s))
     got: dict = {}
     async with trio.open_nursery() as outer:
         async def one(name, r):
@@ -241,10 +241,11 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
 @pytest.mark.parametrize("where", ["before its prompt", "mid-prompt", "mid-answer"])
 async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, where):
     """A member alone decodes outside the batch; when another arrives it joins the batch where it stands —
-    before its prompt, between two chunks of it (chunks of 16 tokens here), or between two tokens of its
-    answer — and decodes on exactly as it would have alone: a forced tool call (its logits processor's
-    state), seeded sampling (its sampler's key), a thought."""
-    from tinytitan.engine.decode import decoder, step
+    once its prompt is read (it reads the rest of it on its own cache, its first token read at once), or
+    between two tokens of its answer, its sampled token still unread — and decodes on exactly as it would have
+    alone: a forced tool call (its logits processor's state), seeded sampling (its sampler's key), a thought,
+    a grammar's forced runs (fed in one pass in the batch)."""
+    from tinytitan.engine.decode import batch, decoder, step
 
     engine = Engine(demo, max_batch=4)
     requests = [req(FORCE, max_tokens=60, tools=(WEATHER,)),
@@ -259,32 +260,40 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     handovers, looks = [], {}
 
     def at(row):
-        prompt = len(row.tokens)
-        chunks = -(-(prompt - 1) // 16)  # one look before each chunk of its prompt, then one before each step
-        return {"before its prompt": 1, "mid-prompt": 2, "mid-answer": chunks + 4}[where], chunks
+        chunks = -(-(len(row.tokens) - 1) // 16)  # one look before each chunk of its prompt, then one a step
+        return {"before its prompt": 1, "mid-prompt": 2, "mid-answer": chunks + 4}[where]
 
     def joined_at(self, scheduler, later):  # as if someone arrived at that look
         [row] = scheduler.rows.values()
         looks[row] = looks.get(row, 0) + 1
-        return looks[row] >= at(row)[0]
+        return looks[row] >= at(row)
 
-    real_insert = step.Forward._insert
+    real_add = batch.Batch.add
 
-    def insert(self, row):
-        (n, chunks), prompt = at(row), len(row.tokens)
-        handovers.append((len(self.row_prompt(row)), prompt - 16 * (n - 1) if n <= chunks else 1))
-        return real_insert(self, row)
+    def add(self, row_ids, caches):
+        [row_id] = row_ids
+        lane = engine_lanes(self)[row_id]
+        handovers.append((len(lane.row.generated), lane.pending is not None, lane.read == len(lane.row.tokens)))
+        return real_add(self, row_ids, caches)
 
+    def engine_lanes(b):
+        return next(f.lanes for f in step_forwards if f.batch is b)
+
+    step_forwards = []
+    real_forward = step.Forward.__init__
+    monkeypatch.setattr(step.Forward, "__init__", lambda self, *a: step_forwards.append(self) or real_forward(self, *a))
     monkeypatch.setattr(decoder.Decoder, "_next_joins", joined_at)
-    monkeypatch.setattr(step.Forward, "_insert", insert)
+    monkeypatch.setattr(batch.Batch, "add", add)
     got = []
     for r in requests:
         demo.prompt_cache.clear()  # every prompt read from its start
         got.append(summary(await run(engine, r)))
     assert got == expected
-    assert [left for left, _ in handovers] == [expected for _, expected in handovers]  # (12 tokens: 1 chunk)
-    if where == "mid-prompt":
-        assert sum(left > 1 for left, _ in handovers) == 4  # the longer prompts
+    assert len(handovers) == len(requests) and all(read for _, _, read in handovers)  # its prompt read first
+    if where == "mid-answer":  # between two tokens, one sampled and not read yet: no step back, none drawn again
+        assert all(generated >= 2 and pending for generated, pending, _ in handovers)
+    else:  # its first token read at once, to join with it
+        assert all(generated == 1 and not pending for generated, pending, _ in handovers)
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
 
 
@@ -295,7 +304,7 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
     import time
 
     from tinytitan.demo_model import ensure_demo_model
-    from tinytitan.engine.decode import decoder, step
+    from tinytitan.engine.decode import batch, decoder
     from tinytitan.engine.backends.mlx import MLXBackend
 
     other = MLXBackend(ensure_demo_model(), "tinytitan-demo-other", lazy=True)
@@ -315,9 +324,9 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
                     time.sleep(0.002)
             return real(self, scheduler, later)
 
-        real_insert = step.Forward._insert
+        real_add = batch.Batch.add
         monkeypatch.setattr(decoder.Decoder, "_next_joins", once_the_other_is_in)
-        monkeypatch.setattr(step.Forward, "_insert", lambda self, row: inserted.append(row) or real_insert(self, row))
+        monkeypatch.setattr(batch.Batch, "add", lambda self, ids, caches: inserted.extend(ids) or real_add(self, ids, caches))
         got: dict = {}
         async with trio.open_nursery() as n:
             async def one(i, r):

@@ -1,9 +1,10 @@
-"""A drafting request that decoded in the batch drafts again once the others have finished: when the batch is
-down to it, it steps out onto its own KV cache (the batch's one-step-ahead token taken back: its cache
-trimmed, its grammar matcher rolled back, its seeded sampler's key set back) and the rest of its answer is
-drafted — and it answers exactly what it answers decoded alone without drafts: greedy (a repetition penalty
-too), with a JSON schema, seeded sampling, with the other request cancelled, with a draft model (whose one
-proposer the other request had meanwhile), thinking first, cut by a stop string, capped. The parts: test_speculative.py; a lone request through the engine: test_speculative_serving.py.
+"""A drafting request drafts in the batch (its draft verified in the batch's one forward pass, beside rows
+reading one token) and on its own once the others have finished: when the batch is down to it, it steps out
+onto its own KV cache with its lane (nothing read or drawn again) and drafts on — and it answers exactly what
+it answers decoded alone without drafts: greedy (a repetition penalty too), with a JSON schema, seeded
+sampling, with the other request cancelled, with a draft model (whose one proposer the other request had
+meanwhile), thinking first, cut by a stop string, capped. The parts: test_speculative.py; a lone request
+through the engine: test_speculative_serving.py.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ LONG = req("Count to a hundred.", max_tokens=2000)  # decodes until it is cancel
 def watched(monkeypatch):
     """Which rows joined the batch, and for each row that stepped out of it the speculator with its counts
     then (drafted, accepted); once armed (the last list), the first request alone waits at its first look for
-    the second to arrive, so the two share the batch however loaded the machine is."""
-    from tinytitan.engine.decode import decoder, step
+    the second to arrive, so the two share the batch however loaded the machine is. The fifth list: the
+    batch steps of the rows (their shapes), as planned."""
+    from tinytitan.engine.decode import batch, decoder
 
-    joined, left, armed, admitted = [], [], [], []
-    real_insert, real_leave, real_joins = step.Forward._insert, step.Forward._leave, decoder.Decoder._next_joins
+    joined, left, armed, admitted, stepped = [], [], [], [], []
+    real_add, real_fold, real_joins = batch.Batch.add, decoder.Scheduler.fold, decoder.Decoder._next_joins
     real_admit = decoder.Scheduler.admit
 
     def admit(self, row):
@@ -51,20 +53,19 @@ def watched(monkeypatch):
                 time.sleep(0.002)
         return real_joins(self, scheduler, later)
 
-    def insert(self, row):
-        joined.append(row)
-        return real_insert(self, row)
+    def fold(self, plan, result):
+        joined.extend(self.rows[i] for i in plan.join if i not in result.failed)
+        for row_id in plan.leave:
+            if row_id not in result.failed:
+                row = self.rows[row_id]
+                left.append((row, row.speculator, row.speculator.drafted, row.speculator.accepted))
+        stepped.extend((self.rows[s.row], s) for s in plan.batch)
+        return real_fold(self, plan, result)
 
-    def leave(self, row):
-        if real_leave(self, row):
-            left.append((row, row.speculator, row.speculator.drafted, row.speculator.accepted))
-        return not self.in_batch(row.id)
-
-    monkeypatch.setattr(step.Forward, "_insert", insert)
-    monkeypatch.setattr(step.Forward, "_leave", leave)
+    monkeypatch.setattr(decoder.Scheduler, "fold", fold)
     monkeypatch.setattr(decoder.Decoder, "_next_joins", next_joins)
     monkeypatch.setattr(decoder.Scheduler, "admit", admit)
-    return joined, left, armed, admitted
+    return joined, left, armed, admitted, stepped
 
 
 async def together(engine, main, other, stop_other_after=None) -> list:
@@ -82,7 +83,7 @@ async def together(engine, main, other, stop_other_after=None) -> list:
 def drafted_after_the_batch(watched, events, accepted_all=False, accepts=True):
     """``events``' row joined the batch, stepped out of it once the other had gone, and drafted after that
     (accepted tokens too, unless not ``accepts``); its turn reports each drafted token once."""
-    joined, left, _, _ = watched
+    joined, left, _, _, _ = watched
     [(row, spec, drafted, accepted)] = left
     assert row in joined
     assert spec.drafted > drafted and (spec.accepted > accepted or not accepts)
@@ -145,9 +146,9 @@ async def test_a_request_drafts_again_once_the_other_is_cancelled(demo_backend, 
 
 
 async def test_with_a_draft_model_the_request_left_alone_drafts_from_its_own_history(demo_backend, watched):
-    """One draft model serves the server's requests; the other request took it over while both decoded in
-    the batch, so the row that drafts again hands it its own history: the draft model (here the model
-    itself) then guesses every token right."""
+    """One draft model serves the server's requests, each request drafting with a draft cache of its own
+    (the backend's pool), in the batch and alone: the draft model (here the model itself) then guesses every
+    token right."""
     from tinytitan.engine.engine import Engine
     from tinytitan.engine.backends.mlx import MLXBackend
     from tinytitan.engine.speculative.speculator import SpeculativeConfig
@@ -156,22 +157,6 @@ async def test_with_a_draft_model_the_request_left_alone_drafts_from_its_own_his
                           speculative=SpeculativeConfig(lookup=False, draft_model=demo_backend.path))
     short = req("Name a colour and say why you like it.", max_tokens=6)
     await check(Engine(drafting, max_batch=4), copy_req(max_tokens=40), short, watched, accepted_all=True)
-
-
-def test_row_sampler_undo_draws_the_position_again_with_the_same_key():
-    import mlx.core as mx
-
-    from tinytitan.engine.speculative.sampling import RowSampler
-
-    logprobs = mx.log(mx.softmax(mx.random.normal((1, 64), key=mx.random.key(0)), axis=-1))
-    straight, undone = RowSampler(temp=1.0, seed=9), RowSampler(temp=1.0, seed=9)
-    want = [straight(logprobs).item() for _ in range(6)]
-    got = []
-    for _ in range(6):
-        undone(logprobs)
-        undone.undo()  # a draw taken back: the next call draws the same position with the same key
-        got.append(undone(logprobs).item())
-    assert got == want and len(set(want)) > 1
 
 
 # -- reasoning channels and stop strings -------------------------------------------------------------------------
@@ -216,7 +201,7 @@ async def test_a_row_that_cannot_step_out_of_the_batch_fails_alone(demo_backend,
     from tinytitan.engine.engine import Engine
     from tinytitan.events import Failed, Finished
 
-    def broken(self, row):
+    def broken(self, row_id):
         raise RuntimeError("its cache would not come out")
 
     monkeypatch.setattr(step.Forward, "_leave", broken)
@@ -226,3 +211,55 @@ async def test_a_row_that_cannot_step_out_of_the_batch_fails_alone(demo_backend,
     assert isinstance(main[-1], Failed) and "its cache would not come out" in main[-1].message
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
     assert isinstance((await run(engine, SHORT))[-1], Finished)
+
+
+# -- drafting inside the batch --------------------------------------------------------------------------------
+async def test_two_copying_requests_draft_inside_the_batch_and_answer_as_without(demo_backend, watched):
+    """Two requests copying text decode together: each verifies its drafts in the batch's forward pass (several
+    tokens for it beside one for the other, or both drafting), accepts some, and answers exactly what it
+    answers alone without drafts (greedy, and seeded sampling)."""
+    from tinytitan.engine.decode.plan import Verify
+    from tinytitan.engine.engine import Engine
+
+    engine = Engine(demo_backend, max_batch=4)
+    a = copy_req(max_tokens=120)
+    b = copy_req(temperature=0.7, top_k=2, seed=77, max_tokens=120)
+    expected = [summary(await run(engine, dataclasses.replace(r, speculative=False))) for r in (a, b)]
+    watched[2].append(len(watched[3]))
+    got: dict = {}
+    async with trio.open_nursery() as n:
+        async def one(name, r):
+            got[name] = await run(engine, r)
+
+        n.start_soon(one, "a", a)
+        n.start_soon(one, "b", b)
+    assert [summary(got["a"]), summary(got["b"])] == expected
+    verifies = [(row, s) for row, s in watched[4] if isinstance(s, Verify)]
+    assert len({id(row) for row, _ in verifies}) == 2  # both drafted in the batch
+    wide = [s for _, s in verifies if len(s.drafts) >= 2]
+    assert wide
+    timing = [got[k][-1].timing for k in "ab"]
+    assert all(t.draft_accepted_tokens > 0 for t in timing)
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+
+
+async def test_a_grammars_forced_runs_are_read_in_one_pass_in_the_batch(demo_backend, watched):
+    """A constrained request beside another in the batch feeds its grammar's forced runs (keys, punctuation)
+    as several tokens in one pass, and writes what it writes alone."""
+    from tinytitan.engine.decode.plan import Sample
+    from tinytitan.engine.engine import Engine
+
+    engine = Engine(demo_backend, max_batch=4)
+    main = req("List two records.", max_tokens=150, grammar=RECORDS, speculative=False)
+    expected = summary(await run(engine, main))
+    watched[2].append(len(watched[3]))
+    got = {}
+    async with trio.open_nursery() as n:
+        async def one(name, r, stop_after=None):
+            got[name] = await run(engine, r, stop_after)
+
+        n.start_soon(one, "main", main)
+        n.start_soon(one, "other", req("Count to ten.", max_tokens=300, speculative=False))
+    assert summary(got["main"]) == expected
+    runs = [s for row, s in watched[4] if isinstance(s, Sample) and s.forced and len(s.tokens) > 1]
+    assert runs  # forced runs fed whole in the batch

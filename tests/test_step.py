@@ -13,10 +13,10 @@ PLANS = [
     Plan(),
     Plan(alone=(Prefill(0, (5, 6, 7)),)),
     Plan(cancel=(3,), alone=(Next(1), Sample(2, (9, 10), forced=True), Sample(4, (1, 2, 3), now=True),
-                             Sample(9, (4,)), Take(10), Take(11, hold=True)), join=(5, 6), batch=True),
-    Plan(alone=(Verify(7, (11,), (12, 13, 14)),), batch=True),
+                             Sample(9, (4,)), Take(10)), join=(5, 6), batch=(Next(5), Sample(6, (8,)))),
+    Plan(alone=(Verify(7, (11,), (12, 13, 14)),), batch=(Next(2, hold=True), Verify(3, (5,), (6, 7)))),
     Plan(cancel=(1,), leave=(8,)),
-    Plan(join=(2, 3), batch=True, prefill=32),
+    Plan(join=(2, 3), batch=(Sample(2, (4, 5, 6), forced=True), Next(3))),
 ]
 
 
@@ -42,7 +42,7 @@ def test_a_plan_holds_only_ids_tokens_and_flags():
     for plan in PLANS:
         assert all(type(v) in (int, bool) for v in leaves(plan))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        PLANS[2].batch = False
+        PLANS[2].batch = ()
 
 
 async def test_the_lone_request_and_the_batch_are_planned_by_one_scheduler(demo_backend, monkeypatch):

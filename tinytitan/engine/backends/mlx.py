@@ -68,7 +68,7 @@ class MLXBackend(Backend):
         self.group = group  # a group.Group: this process holds its rank's part of the model (group/ranks.py)
         self._stream = None
         self.speculative = speculative if speculative is not None else SpeculativeConfig()
-        self._draft = None  # the draft model's proposer, made with the weights (one for every request)
+        self._draft = None  # the draft model's proposers: a pool, one taken by each request drafting now
         config = read_json(self.path / "config.json")
         self.config = config
         self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
@@ -178,7 +178,9 @@ class MLXBackend(Backend):
             return None
         common = dict(mask=loop.grammar_mask, eos=sorted(self.tokenizer.eos_token_ids))
         if self._draft is not None:
-            return Speculator.for_draft_model(self._draft, tokens, config.num_draft_tokens, **common)
+            proposer = self._draft.take(tokens)
+            return Speculator.for_draft_model(proposer, tokens, config.num_draft_tokens,
+                                              release=lambda: self._draft.give_back(proposer), **common)
         if config.lookup:
             return Speculator.for_lookup(tokens, config.num_draft_tokens, **common)
         return None
@@ -240,11 +242,11 @@ class MLXBackend(Backend):
                     self.model = None
                     raise
             if self.speculative.draft_model is not None:
-                from ..speculative.draft_model import DraftModelProposer, load_draft_model
+                from ..speculative.draft_model import DraftModelPool, load_draft_model
 
                 log.info("loading the draft model %s", self.speculative.draft_model_name)
-                self._draft = DraftModelProposer(load_draft_model(self.speculative.draft_model, self.tokenizer,
-                                                                  self.speculative.draft_model_name))
+                self._draft = DraftModelPool(load_draft_model(self.speculative.draft_model, self.tokenizer,
+                                                              self.speculative.draft_model_name))
             self.load_seconds = time.perf_counter() - t0
             log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, self.load_seconds,
                      self.context_window)

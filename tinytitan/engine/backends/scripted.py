@@ -167,15 +167,14 @@ class ScriptedForward:
     own "cache" (its ``ScriptRun``), pipelined as a lone MLX row is — the token sampled by one step is read
     by the next — so the rows, the fold and the ending of a generation are the engine's own."""
 
+    ragged = False  # a batch row gets one-token steps (it has no batch: every row steps on its own run)
+
     def __init__(self, backend: ScriptedBackend, max_batch: int):
         self.backend, self.model = backend, None
         self.runs: dict[int, ScriptRun] = {}
 
     def own(self, row_id: int, run: ScriptRun) -> None:
         self.runs[row_id] = run
-
-    def in_batch(self, row_id: int) -> bool:
-        return False
 
     def release(self, row_id: int) -> None:
         self.runs.pop(row_id, None)
@@ -185,7 +184,7 @@ class ScriptedForward:
         out = StepResult()
         for row_id in plan.cancel:
             self.release(row_id)
-        for s in plan.alone:
+        for s in (*plan.alone, *plan.batch):
             run = self.runs[s.row]
             if isinstance(s, Prefill):
                 run.read += len(s.tokens)
@@ -198,6 +197,10 @@ class ScriptedForward:
                 self._hand_out(run, s.row, out)
                 if isinstance(s, Next):
                     run.pending = run.sample()
+                    if s.hold and s.row not in out.failed:
+                        first = out.tokens[s.row]
+                        self._hand_out(run, s.row, out)
+                        out.tokens[s.row] = first + out.tokens.get(s.row, ())
             out.read[s.row] = run.read
             out.pending[s.row] = run.pending is not None
         return out

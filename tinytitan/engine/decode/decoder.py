@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .plan import (PREFILL_STEP, PREFILL_STEP_SHARED, Next, Plan, Prefill, RowStep, Sample, StepResult, Take,
                    Verify)
 from .rows import LEFT, Row
-from ..speculative.fold import fold_drafting, stepped_out, verified
+from ..speculative.fold import fold_drafting, verified
 from .step import Forward
 
 if TYPE_CHECKING:
@@ -73,8 +73,7 @@ class Scheduler:
         self.make_forward = make_forward  # ``(backend, max_batch)``: the forward for a backend's model (step.py)
         self.rows: dict[int, Row] = {}
         self.batched: set[int] = set()  # rows in the batch (the forward holds their caches there)
-        self.decoding: set[int] = set()  # ... of those, the rows whose prompt is read
-        self.staying: set[int] = set()  # ... of those, the rows whose cache cannot step out of it
+        self.cost = None  # what a batch step costs, and so how wide its drafts may make it (speculative/)
         self.backend = None
         self.forward: Forward | None = None
         self._ids = itertools.count()
@@ -105,8 +104,7 @@ class Scheduler:
         kv = None
         try:
             if row.id is not None and self.rows.pop(row.id, None) is not None:
-                for members in (self.batched, self.decoding, self.staying):
-                    members.discard(row.id)
+                self.batched.discard(row.id)
                 if self.forward is not None:
                     kv = self.forward.release(row.id)
         except Exception as exc:  # its cache could not be taken out of the batch: it is not kept
@@ -119,8 +117,6 @@ class Scheduler:
             self.forward.close()
             self.forward = None
         self.batched.clear()
-        self.decoding.clear()
-        self.staying.clear()
 
     # -- the step ---------------------------------------------------------------------------------------------
     def step(self, others_waiting: Callable[[], bool]) -> None:
@@ -140,66 +136,54 @@ class Scheduler:
         cancel = tuple(i for i, row in self.rows.items() if row.stopped)
         active = [row for row in self.rows.values() if row.id not in cancel]
         batched = [row for row in active if row.id in self.batched]
-        if len(active) == 1 and len(batched) == 1 and self._resumes(batched[0]) and not waiting():
-            # the batch is down to a row that drafts: it steps out onto its own cache (step.Forward._leave)
-            return Plan(cancel, leave=(batched[0].id,))
-        crowd = len(active) > 1 or bool(self.batched) or (bool(active) and waiting())
-        sampling = {row.id for row in active if row.generated or row.pending}  # rows decoding, or about to
+        if len(active) == 1 and len(batched) == 1 and not waiting():
+            return Plan(cancel, leave=(batched[0].id,))  # the batch is down to one row: it steps on alone
+        crowd = len(active) > 1 or bool(batched) or (bool(active) and waiting())
+        decoding = any(row.generated or row.pending for row in active)
+        ragged = self.forward.ragged
         alone: list[RowStep] = []
         join: list[int] = []
+        batch: list[RowStep] = []
         for row in active:
             if row.id in self.batched:
-                continue
-            if row.run:  # a forced run already accepted is fed first, wherever it goes next
-                alone.append(Sample(row.id, row.run, forced=True))
-            elif row.holding and not crowd:  # alone, its last token read: it verifies a draft after it (with
-                # no draft it is fed and the next pass queued: pipelined again)
-                last = (row.generated[-1],)
-                alone.append(Verify(row.id, last, row.drafts) if row.drafts else Sample(row.id, last))
-            elif row.generated and not row.pending:  # read ahead, or its pending token read: it joins
+                batch.append(self._next(row, True))
+            elif not (row.generated or row.pending):  # its prompt is read on its own cache
+                alone.append(self._prompt(row, crowd, decoding))
+            elif crowd and (ragged or not row.run):  # it joins where it stands (a run is fed first, alone)
                 join.append(row.id)
-            elif crowd and row.pending:  # it joins the batch: its pending token is read first
-                alone.append(Take(row.id))
-            elif crowd and (self.decoding or sampling - {row.id}) and not row.generated and \
-                    0 < len(row.tokens) - row.read <= PREFILL_STEP_SHARED:
-                alone.append(Sample(row.id, tuple(row.left_to_read), now=True))
-            elif crowd:
-                join.append(row.id)
+                batch.append(self._next(row, True))
             else:
-                alone.append(self._alone(row))
-        return Plan(cancel, tuple(alone), tuple(join), len(self.batched - set(cancel)) + len(join) > 0,
-                    prefill=self._prefill(join, sampling, waiting))
+                alone.append(self._next(row, False))
+        if self.cost is not None and batch:
+            batch = self.cost.fit(batch, self.rows)
+        return Plan(cancel, tuple(alone), tuple(join), tuple(batch))
 
-    def _prefill(self, join: list[int], sampling: set[int], others_waiting: Callable[[], bool]) -> int:
-        """How much of their prompts the batch's rows read this step: a short chunk while a burst arrives (see
-        the rules), a ``PREFILL_STEP_SHARED`` chunk while others decode, else a whole ``PREFILL_STEP``."""
-        if self.decoding:
-            return PREFILL_STEP_SHARED
-        if not join and not self.batched:  # the batch does not step
-            return PREFILL_STEP
-        fresh = any(not self.rows[i].generated and self.rows[i].read == self.rows[i].loop.cached_tokens for i in join)
-        if not sampling and (fresh or others_waiting()):
-            return self.first_chunk
-        return PREFILL_STEP
-
-    def _resumes(self, row: Row) -> bool:
-        """Whether a row left alone in the batch steps out of it to draft again: it drafts, it decodes (a token
-        of its answer came out of the batch), and its cache can step out."""
-        return (row.speculator is not None and bool(row.generated) and row.id in self.decoding
-                and row.id not in self.staying)
-
-    def _alone(self, row: Row) -> RowStep:
-        """The next step of a row decoding alone: a chunk of its prompt, its prompt's last token, or the step
-        that reads its pending token (and queues the next)."""
-        if row.pending:
-            if row.speculator is not None and row.speculator.expects_draft():
-                return Take(row.id, hold=True)  # a draft follows it
-            return Next(row.id)
+    def _prompt(self, row: Row, crowd: bool, decoding: bool) -> RowStep:
+        """The next step of a row reading its prompt: a chunk of it (short while others decode, or may join: see
+        the rules), or its last token and the first sample — read at once in a crowd, so it joins with it."""
         rest = len(row.tokens) - 1 - row.read
         if rest > 0:  # all but the prompt's last token, chunk by chunk
-            n = min(self.first_chunk if row.read == row.loop.cached_tokens else PREFILL_STEP, rest)
+            if decoding:
+                n = PREFILL_STEP_SHARED
+            else:
+                n = self.first_chunk if row.read == row.loop.cached_tokens else PREFILL_STEP
+            n = min(n, rest)
             return Prefill(row.id, tuple(row.tokens[row.read:row.read + n]))
-        return Sample(row.id, tuple(row.tokens[row.read:]))
+        return Sample(row.id, tuple(row.tokens[row.read:]), now=crowd)
+
+    def _next(self, row: Row, in_batch: bool) -> RowStep:
+        """The next step of a row decoding: a forced run, a draft to verify, its last token, or its pending one
+        (read with nothing queued after it where a draft is expected next: alone ``Take``, in the batch
+        ``Next(hold)``). A batch that cannot hold holes gets one-token steps only (batch.py)."""
+        spec = row.speculator if not in_batch or self.forward.ragged else None
+        if row.run:
+            return Sample(row.id, row.run, forced=True)
+        if row.holding or (row.generated and not row.pending):
+            last = (row.generated[-1],)
+            return Verify(row.id, last, row.drafts) if row.drafts and spec is not None else Sample(row.id, last)
+        if spec is not None and spec.expects_draft():
+            return Next(row.id, hold=True) if in_batch else Take(row.id)
+        return Next(row.id)
 
     def fold(self, plan: Plan, result: StepResult) -> None:
         """Apply a step's result to the rows (the one place it is applied, on every rank of a group alike):
@@ -207,9 +191,11 @@ class Scheduler:
         ``Row.accept`` one at a time), the drafts verified and the next ones, their proposals; then retire
         the rows that ended."""
         rows = self.rows
-        steps = {s.row: s for s in plan.alone}
+        steps = {s.row: s for s in (*plan.alone, *plan.batch)}
         for row_id in plan.cancel:
             rows[row_id].ending = LEFT
+        self.batched.difference_update(plan.leave)
+        self.batched.update(i for i in plan.join if i not in result.failed)
         for row_id, exc in result.failed.items():
             rows[row_id].fail(exc)
             self.batched.discard(row_id)
@@ -217,19 +203,14 @@ class Scheduler:
             rows[row_id].read = read
         for row_id, pending in result.pending.items():
             rows[row_id].pending = pending
-        for row_id in plan.join:  # drafting is for a row alone: in the batch it decodes token by token
-            rows[row_id].holding, rows[row_id].drafts = False, ()
-            if row_id not in result.failed:
-                self.batched.add(row_id)
-        self.decoding.update(i for i in result.decoding if i in self.batched)
-        self.staying.update(result.staying)
         for row_id, s in steps.items():
             row = rows[row_id]
             if isinstance(s, Sample) and s.forced:
                 row.run = ()
-            row.holding = (isinstance(s, Take) and s.hold) or isinstance(s, Verify)
-        for row_id in result.left:  # out of the batch, its last token not read: it drafts again
-            self._left(rows[row_id])
+            row.holding = holds(s)
+            if not row.holding:
+                row.drafts = ()
+        ragged = self.forward is not None and self.forward.ragged
         for row_id, tokens in result.tokens.items():
             row = rows[row_id]
             try:
@@ -240,7 +221,7 @@ class Scheduler:
                     ended = fold_drafting(row, step, tokens)
                 else:
                     ended = any(row.accept(token) for token in tokens)
-                if ended or row.holding or not isinstance(step, Next):
+                if ended or row.holding or not isinstance(step, Next) or (row_id in self.batched and not ragged):
                     continue
                 run = row.propose()
                 if row.speculator is not None and run:
@@ -255,12 +236,10 @@ class Scheduler:
             if row.ending is not None:
                 self.retire(row)
 
-    def _left(self, row: Row) -> None:
-        """``row`` stepped out of the batch (step.Forward._leave): it drafts again on its own cache."""
-        self.batched.discard(row.id)
-        self.decoding.discard(row.id)
-        if row.ending is None:
-            stepped_out(row)
+
+def holds(s: RowStep) -> bool:
+    """Whether a row holds its last token after ``s`` (read, not in its cache): a draft may follow it."""
+    return isinstance(s, (Take, Verify)) or (isinstance(s, Sample) and s.now) or (isinstance(s, Next) and s.hold)
 
 
 def decode_one(backend, prepared, loop: "DecodeLoop", should_stop: Callable[[], bool],

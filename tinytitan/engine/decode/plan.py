@@ -3,12 +3,12 @@
 Rules:
 - A plan holds row ids, token ids and flags only — never an array, a cache or a callable — so it can be
   broadcast as a flat list of ints (``Plan.as_ints``/``from_ints``: what lockstep decoding sends).
-- What one row does on its own cache in one step is one of five shapes (``RowStep``), each saying all it
-  means: ``Prefill`` (a chunk of its prompt, nothing sampled), ``Sample`` (known tokens — its prompt's rest
-  or a grammar's forced run — then a token sampled after them, read by the next step unless ``now``),
-  ``Next`` (its pending token read, the pass after it queued first: pipelined decoding), ``Take`` (its
-  pending token read with nothing queued after it: it joins the batch, or ``hold`` — a draft follows),
-  ``Verify`` (its last token and a draft in one pass, a sample at every position).
+- What one row does in one step, on its own cache or in the batch, is one of five shapes (``RowStep``), each
+  saying all it means: ``Prefill`` (a chunk of its prompt, nothing sampled; a row alone only), ``Sample``
+  (known tokens — its prompt's rest, its last token, or a grammar's forced run — then a token sampled after
+  them, read by the next step unless ``now``), ``Next`` (its pending token read, the pass after it queued
+  first: pipelined decoding; ``hold``: that pass's sample read at once too), ``Take`` (its pending token read with nothing queued after it: a draft
+  follows), ``Verify`` (its last token and a draft in one pass, a sample at every position).
 - A step result is what the forward did, as data: the tokens each row's fold reads now, where each stepped
   row's cache stands, which rows failed and why. The forward writes nothing on a row; the fold (``Scheduler
   .fold``) applies the result, on every rank alike.
@@ -43,16 +43,16 @@ class Sample:
 
 @dataclass(frozen=True)
 class Next:
-    """Its pending token read (the fold reads it now), the pass after it queued before: one pipelined step."""
+    """Its pending token read (the fold reads it now), the pass after it queued before: one pipelined step;
+    with ``hold`` that pass's sample is read now too (a batch row: a draft follows it)."""
     row: int
+    hold: bool = False
 
 
 @dataclass(frozen=True)
 class Take:
-    """Its pending token read with nothing queued after it: it joins the batch next, or (``hold``) stays on
-    its own cache with a draft to follow."""
+    """Its pending token read with nothing queued after it: a draft follows it."""
     row: int
-    hold: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,35 +68,22 @@ RowStep = Union[Prefill, Sample, Next, Take, Verify]
 SHAPES = (Prefill, Sample, Next, Take, Verify)  # a shape's tag in ``as_ints`` is its index here
 
 
-def leaves_own_cache(s: RowStep) -> bool:
-    """Whether the row stops stepping on its own cache after ``s`` (it joins the batch next)."""
-    return (isinstance(s, Sample) and s.now) or (isinstance(s, Take) and not s.hold)
-
-
 @dataclass(frozen=True)
 class Plan:
     """One step of the decoder, as plain data."""
     cancel: tuple[int, ...] = ()  # rows whose consumer left: out of the batch and ended before anything steps
     alone: tuple[RowStep, ...] = ()  # rows stepped on their own caches
     join: tuple[int, ...] = ()  # rows that move into the batch (their own cache with them), after those steps
-    batch: bool = False  # the batch steps once
-    leave: tuple[int, ...] = ()  # rows that step out of the batch onto their own cache (a lone drafting row)
-    prefill: int = PREFILL_STEP  # prompt tokens each batch row still reading its prompt reads in this step
+    batch: tuple[RowStep, ...] = ()  # what each row in the batch (joined ones included) does in its one pass
+    leave: tuple[int, ...] = ()  # rows that step out of the batch onto their own cache, before anything steps
 
     def as_ints(self) -> list[int]:
         """The plan as a flat list of ints (what lockstep decoding broadcasts)."""
-        out = [len(self.cancel), *self.cancel, len(self.leave), *self.leave, len(self.join), *self.join,
-               int(self.batch), self.prefill, len(self.alone)]
-        for s in self.alone:
-            out += [SHAPES.index(type(s)), s.row]
-            if isinstance(s, Prefill):
-                out += [len(s.tokens), *s.tokens]
-            elif isinstance(s, Sample):
-                out += [int(s.forced), int(s.now), len(s.tokens), *s.tokens]
-            elif isinstance(s, Take):
-                out.append(int(s.hold))
-            elif isinstance(s, Verify):
-                out += [len(s.tokens), *s.tokens, len(s.drafts), *s.drafts]
+        out = [len(self.cancel), *self.cancel, len(self.leave), *self.leave, len(self.join), *self.join]
+        for steps in (self.alone, self.batch):
+            out.append(len(steps))
+            for s in steps:
+                out += _step_ints(s)
         return out
 
     @classmethod
@@ -106,33 +93,45 @@ class Plan:
         def take() -> tuple[int, ...]:
             return tuple(next(it) for _ in range(next(it)))
 
-        cancel, leave, join, batch, prefill = take(), take(), take(), bool(next(it)), next(it)
-        alone: list[RowStep] = []
-        for _ in range(next(it)):
-            shape, row = SHAPES[next(it)], next(it)
-            if shape is Prefill:
-                alone.append(Prefill(row, take()))
-            elif shape is Sample:
-                forced, now = bool(next(it)), bool(next(it))
-                alone.append(Sample(row, take(), forced, now))
-            elif shape is Take:
-                alone.append(Take(row, bool(next(it))))
-            elif shape is Verify:
-                tokens = take()
-                alone.append(Verify(row, tokens, take()))
-            else:
-                alone.append(Next(row))
-        return cls(cancel, tuple(alone), join, batch, leave=leave, prefill=prefill)
+        cancel, leave, join = take(), take(), take()
+        alone = tuple(_int_step(it, take) for _ in range(next(it)))
+        batch = tuple(_int_step(it, take) for _ in range(next(it)))
+        return cls(cancel, alone, join, batch, leave)
+
+
+def _step_ints(s: RowStep) -> list[int]:
+    out = [SHAPES.index(type(s)), s.row]
+    if isinstance(s, Prefill):
+        out += [len(s.tokens), *s.tokens]
+    elif isinstance(s, Sample):
+        out += [int(s.forced), int(s.now), len(s.tokens), *s.tokens]
+    elif isinstance(s, Verify):
+        out += [len(s.tokens), *s.tokens, len(s.drafts), *s.drafts]
+    elif isinstance(s, Next):
+        out.append(int(s.hold))
+    return out
+
+
+def _int_step(it, take) -> RowStep:
+    shape, row = SHAPES[next(it)], next(it)
+    if shape is Prefill:
+        return Prefill(row, take())
+    if shape is Sample:
+        forced, now = bool(next(it)), bool(next(it))
+        return Sample(row, take(), forced, now)
+    if shape is Take:
+        return Take(row)
+    if shape is Verify:
+        tokens = take()
+        return Verify(row, tokens, take())
+    return Next(row, bool(next(it)))
 
 
 @dataclass
 class StepResult:
     """What one forward did (see the rules): the fold's only input besides the plan."""
     tokens: dict[int, tuple[int, ...]] = field(default_factory=dict)  # row -> tokens its fold reads now, in order
-    read: dict[int, int] = field(default_factory=dict)  # row -> prompt tokens its own cache holds now
-    pending: dict[int, bool] = field(default_factory=dict)  # row stepped alone -> a sampled token is still unread
+    read: dict[int, int] = field(default_factory=dict)  # row stepped alone -> prompt tokens its cache holds now
+    pending: dict[int, bool] = field(default_factory=dict)  # row stepped -> a sampled token is still unread
     verified: dict[int, int] = field(default_factory=dict)  # row -> draft tokens its verify accepted
     failed: dict[int, BaseException] = field(default_factory=dict)  # row -> why it failed in this step
-    decoding: tuple[int, ...] = ()  # batch rows whose prompt was read this step: they decode from now on
-    left: tuple[int, ...] = ()  # rows that stepped out of the batch (``Plan.leave``: those that could)
-    staying: tuple[int, ...] = ()  # rows asked to leave the batch whose cache cannot: they stay in it

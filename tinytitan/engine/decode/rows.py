@@ -64,6 +64,7 @@ class Row:
         self.pending = False  # a token it sampled is still to be read (the step after it is already queued)
         self.run: tuple[int, ...] = ()  # certain tokens its proposer put forward (accepted), to be fed next
         self.speculator = None  # its drafting (speculative/speculator.py), None when it does not draft
+        self.release_draft: Callable[[], None] | None = None  # gives its pooled draft proposer back at its end
         self.holding = False  # its last token was read with nothing queued after it: a draft may follow it
         self.drafts: tuple[int, ...] = ()  # speculative tokens its speculator put forward, verified next (step.py)
         self.sampler: Callable | None = None
@@ -113,6 +114,7 @@ class Row:
 
             mx.random.seed(int(prepared.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
         self.speculator = backend.speculator(prepared, self.loop, self.tokens)
+        self.release_draft = self.speculator.release if self.speculator is not None else None
         # a seeded sampler's key chain: a verify moves it on by the rows used, a leave sets it back (decoder.py)
         self.draws = sampler if getattr(sampler, "seed", None) is not None else None
         self.sampler, self.processors = self._guarded(sampler, processors)
@@ -173,6 +175,9 @@ class Row:
                         self.loop.parser_text(self.raw.flush())
                     self.loop.end(ending.hit_length)
         finally:
+            if self.release_draft is not None:  # a pooled draft-model proposer goes back to its backend
+                self.release_draft, release = None, self.release_draft
+                release()
             if self.box is not None:
                 self.box.close(None if self.loop.started else ending.error)
 

@@ -68,134 +68,110 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .batch import Batch
+from .lane import Lane
 from .plan import (PREFILL_STEP, PREFILL_STEP_SHARED, Next, Plan, Prefill, RowStep, Sample, StepResult, Take,
-                   Verify, leaves_own_cache)
+                   Verify)
 
 if TYPE_CHECKING:
     from .rows import Row
 
 __all__ = ["PREFILL_STEP", "PREFILL_STEP_SHARED", "Forward", "Next", "Plan", "Prefill", "RowStep", "Sample",
-           "Solo", "StepResult", "Take", "Verify"]
+           "StepResult", "Take", "Verify"]
 
 log = logging.getLogger("tinytitan.batch")
 
 
-class Solo:
-    """One row on its own KV cache: the model on the input token(s), the row's logits processors over its
-    token context, its sampler; the sampled token is evaluated asynchronously (``pending``). It reads the row's
-    hooks and tokens and writes nothing on it: where its cache stands is its own (``read``)."""
+def step_alone(model, lane: Lane, kv: list, s: RowStep) -> tuple[int, ...]:
+    """One row on its own KV cache: run ``s``; the tokens the fold reads now."""
+    import mlx.core as mx
 
-    def __init__(self, model, row: "Row", kv: list):
-        import mlx.core as mx
-
-        self.model, self.row, self.kv = model, row, kv
-        self.read = row.read  # prompt tokens its cache holds
-        # what its cache holds before the next token it reads (one that stepped out of the batch: ``held``)
-        context = row.held if row.generated else row.tokens[:-1]
-        self.context = mx.array(context, dtype=mx.int32) if row.processors else None
-        self.pending = None  # the token sampled last, not read yet
-        self.width = 0
-
-    def prefill(self, tokens: tuple[int, ...]) -> None:
-        import mlx.core as mx
-
-        self.model(mx.array(tokens)[None], cache=self.kv)
-        mx.eval([c.state for c in self.kv])
-        mx.clear_cache()
-        self.read += len(tokens)
-
-    def step(self, s: RowStep) -> tuple[int, ...]:
-        """Run ``s``; the tokens the fold reads now."""
-        if isinstance(s, Verify):
-            return self._verify(s)
-        if isinstance(s, Prefill):
-            self.prefill(s.tokens)
-            return ()
-        if isinstance(s, Take):  # the last sampled token is read, nothing is queued after it
-            token, self.pending = self.pending.item(), None
-            return (token,)
-        if isinstance(s, Next):
-            y = self.pending
-            self.pending = self._sample(y)  # queued before ``y`` is read: the forward pass runs meanwhile
-            return (y.item(),)
-        feed = s.tokens
-        if self.read < len(self.row.tokens):  # the prompt's rest: all but its last token read first
-            if len(feed) > 1:
-                self.prefill(feed[:-1])
-            feed = feed[-1:]
-            self.read = len(self.row.tokens)
-        if s.forced:
-            for token in feed[1:]:  # the sampler's draw for each forced token after the first (drawn already)
-                self._draw(token)
-        self.pending = self._sample(list(feed))
-        if s.now:
-            token, self.pending = self.pending.item(), None
-            return (token,)
+    if isinstance(s, Prefill):
+        _prefill(model, lane, kv, s.tokens)
         return ()
+    if isinstance(s, Take):  # the last sampled token is read, nothing is queued after it
+        return (lane.take(),)
+    if isinstance(s, Next):
+        y = lane.pending
+        lane.pending = _sample(model, lane, kv, y)  # queued before ``y`` is read: the pass runs meanwhile
+        return (y.item(),)
+    if isinstance(s, Verify):
+        return _verify(model, lane, kv, s)
+    feed = s.tokens
+    row = lane.row
+    if lane.read < len(row.tokens):  # the prompt's rest: all but its last token read first
+        if len(feed) > 1:
+            _prefill(model, lane, kv, feed[:-1])
+        feed = feed[-1:]
+        lane.read = len(row.tokens)
+    if s.forced:
+        for token in feed[1:]:  # the sampler's draw for each forced token after the first (drawn already)
+            lane.draw(token)
+    lane.pending = _sample(model, lane, kv, mx.array(list(feed), dtype=mx.int32))
+    if s.now:
+        return (lane.take(),)
+    return ()
 
-    def _verify(self, s: Verify) -> tuple[int, ...]:
-        """``s.tokens`` (the row's last token) and its draft in one forward pass, a sample at every position;
-        the cache trimmed past the rejected draft tokens. The accepted draft prefix and the model's own next
-        token, read now (speculative/verify.py); the fold rolls the row's grammar and sampler to match."""
-        import mlx.core as mx
-        from mlx_lm.models.cache import trim_prompt_cache
 
-        from ..speculative.verify import accepted_prefix, forward_draft
+def _prefill(model, lane: Lane, kv: list, tokens: tuple[int, ...]) -> None:
+    import mlx.core as mx
 
-        row = self.row
-        samples = forward_draft(self.model, self.kv, self.context, s.tokens, s.drafts, row.processors,
-                                row.sampler)
-        tokens = samples.tolist()
-        n = accepted_prefix(s.drafts, tokens)
-        if len(s.drafts) > n:
-            trim_prompt_cache(self.kv, len(s.drafts) - n)
-        if self.context is not None:
-            self.context = mx.concatenate([self.context, mx.array([*s.tokens, *s.drafts[:n]], dtype=mx.int32)])
-        return tuple(tokens[:n + 1])
+    model(mx.array(tokens)[None], cache=kv)
+    mx.eval([c.state for c in kv])
+    mx.clear_cache()
+    lane.read += len(tokens)
 
-    def _sample(self, inputs: Any):
-        import mlx.core as mx
 
-        inputs = mx.array(inputs, dtype=mx.int32) if isinstance(inputs, list) else inputs
-        logits = self.model(inputs[None], cache=self.kv)[:, -1, :]
-        self.width = logits.shape[-1]
-        processors = self.row.processors
-        if processors:
-            self.context = mx.concatenate([self.context, inputs])
-            for processor in processors:
-                logits = processor(self.context, logits)
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        sampled = self.row.sampler(logprobs)
-        mx.async_eval(sampled)
-        return sampled
+def _sample(model, lane: Lane, kv: list, inputs):
+    import mlx.core as mx
 
-    def _draw(self, token: int) -> None:
-        """The sampler's draw for a forced token (its random key moves on as for any token; never evaluated)."""
-        import mlx.core as mx
+    sampled = lane.sample(model(inputs[None], cache=kv)[:, -1, :], inputs)
+    mx.async_eval(sampled)
+    return sampled
 
-        self.row.sampler(mx.where(mx.arange(self.width) == token, 0.0, -mx.inf)[None])
+
+def _verify(model, lane: Lane, kv: list, s: Verify) -> tuple[int, ...]:
+    """``s.tokens`` (the row's last token) and its draft in one forward pass, a sample at every position; the
+    cache trimmed past the rejected draft tokens. The accepted draft prefix and the model's own next token,
+    read now (speculative/verify.py); the fold rolls the row's grammar and sampler to match."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import trim_prompt_cache
+
+    from ..speculative.verify import accepted_prefix
+
+    inputs = mx.array([*s.tokens, *s.drafts], dtype=mx.int32)
+    logits = model(inputs[None], cache=kv)[0, len(s.tokens) - 1:]
+    samples = lane.samples(logits, inputs, len(s.tokens))
+    tokens = samples.tolist()
+    n = accepted_prefix(s.drafts, tokens)
+    if len(s.drafts) > n:
+        trim_prompt_cache(kv, len(s.drafts) - n)
+    lane.verified([*s.tokens, *s.drafts[:n]])
+    return tuple(tokens[:n + 1])
 
 
 class Forward:
-    """The forward half of the step for one model, and the owner of its device state: each row's own KV cache
-    (``own``/``release``), the rows stepping on them (``Solo``), and the batch (mlx-lm's ``BatchGenerator``)
-    with who is in it. ``run(plan, rows)`` executes a plan and returns a ``StepResult``; it reads the rows'
-    hooks (sampler, processors) and writes nothing on them."""
+    """The forward half of the step for one model, and the owner of its device state: each row's lane and its
+    KV cache — its own (``own``/``release``) or a row of the batch (batch.py). ``run(plan, rows)`` executes a
+    plan and returns a ``StepResult``; it reads the rows' hooks (sampler, processors) and writes nothing on
+    them."""
 
     def __init__(self, backend, max_batch: int):
+        from mlx_lm.models.cache import make_prompt_cache
+
         self.backend = backend
         self.model = backend.model
         self.max_batch = max_batch
         self.caches: dict[int, list] = {}  # row id -> its own KV cache (a row not in the batch)
-        self.solos: dict[int, Solo] = {}  # row id -> its own-cache stepping
-        self.gen = None  # the BatchGenerator, made when a row first joins
-        self.uids: dict[int, int] = {}  # row id -> its uid in the batch
-        self.rows_of: dict[int, int] = {}  # uid -> row id
+        self.lanes: dict[int, Lane] = {}  # row id -> its lane (made at its first step)
+        self.batch = Batch(self.model, make_prompt_cache(self.model) if self.model is not None else [])
 
-    def in_batch(self, row_id: int) -> bool:
-        return row_id in self.uids
+    @property
+    def ragged(self) -> bool:
+        """Whether batch rows may read several tokens in one pass (drafts, forced runs): the model's cache."""
+        return self.batch.holey
 
     def own(self, row_id: int, kv: list) -> None:
         """The KV cache a row starts from (a cached prefix of its prompt, or a new one)."""
@@ -207,137 +183,83 @@ class Forward:
         stream = self.backend.stream
         return mx.stream(stream) if stream is not None else contextlib.nullcontext()
 
+    def _lane(self, row: "Row") -> Lane:
+        lane = self.lanes.get(row.id)
+        if lane is None:
+            lane = self.lanes[row.id] = Lane(row)
+        return lane
+
     # -- the plan ---------------------------------------------------------------------------------------------
     def run(self, plan: Plan, rows: dict[int, "Row"]) -> StepResult:
-        """Execute ``plan``. A row's own failure (its own forward pass, stepping out of the batch) is that row's
+        """Execute ``plan``. A row's own failure (its own forward pass, leaving the batch) is that row's
         (``failed``), never the step's; a failure of the batched forward pass fails the rows in it."""
         out = StepResult()
         for row_id in plan.cancel:  # out of the batch before it steps; the fold's retire takes the cache
             kv = self.release(row_id)
             if kv is not None:
                 self.caches[row_id] = kv
-        left, staying = [], []
-        for row_id in plan.leave:
+        with self._on_stream():
+            for row_id in plan.leave:
+                try:
+                    self._leave(row_id)
+                except Exception as exc:  # this row fails (it is retired after the step), not the step
+                    out.failed[row_id] = exc
+            for s in plan.alone:
+                self._alone(s, rows[s.row], out)
             try:
-                with self._on_stream():
-                    (left if self._leave(rows[row_id]) else staying).append(row_id)
-            except Exception as exc:  # this row fails (it is retired after the step), not the step
-                out.failed[row_id] = exc
-        out.left, out.staying = tuple(left), tuple(staying)
-        if plan.alone:
-            with self._on_stream():
-                for s in plan.alone:
-                    self._alone(s, rows[s.row], out)
-        try:
-            for row_id in plan.join:
-                self._insert(rows[row_id])
-            if plan.batch:
-                self._step_batch(plan.prefill, out)
-        except Exception as exc:  # the batched forward pass failed: the rows in it fail, the others go on
-            log.exception("batched decode step failed")
-            for row_id in self.fail_batch():
-                out.failed[row_id] = exc
+                joining = [i for i in plan.join if i not in out.failed]
+                if joining:
+                    for row_id in joining:
+                        self._lane(rows[row_id])
+                    self.batch.add(joining, [self.caches.pop(i) for i in joining])
+                if plan.batch:
+                    steps = {s.row: s for s in plan.batch}
+                    tokens, verified = self.batch.step(steps, self.lanes)
+                    out.tokens.update(tokens)
+                    out.verified.update(verified)
+                    for row_id in steps:
+                        out.pending[row_id] = self.lanes[row_id].pending is not None
+            except Exception as exc:  # the batched forward pass failed: the rows in it fail, the others go on
+                log.exception("batched decode step failed")
+                for row_id in self.fail_batch():
+                    out.failed[row_id] = exc
         return out
+
+    def _leave(self, row_id: int) -> None:
+        """A row steps out of the batch onto its own cache (its valid positions), its lane with it."""
+        self.caches[row_id] = self.batch.remove(row_id)
 
     def _alone(self, s: RowStep, row: "Row", out: StepResult) -> None:
         try:
-            solo = self.solos.get(s.row)
-            if solo is None:
-                solo = self.solos[s.row] = Solo(self.model, row, self.caches[s.row])
-            tokens = solo.step(s)
+            lane = self._lane(row)
+            tokens = step_alone(self.model, lane, self.caches[s.row], s)
         except Exception as exc:  # its cache may be half-written: dropped with it
-            self.solos.pop(s.row, None)
+            self.lanes.pop(s.row, None)
             self.caches.pop(s.row, None)
             out.failed[s.row] = exc
             return
-        out.read[s.row] = solo.read
-        out.pending[s.row] = solo.pending is not None
+        out.read[s.row] = lane.read
+        out.pending[s.row] = lane.pending is not None
         if isinstance(s, Verify):
             out.verified[s.row] = len(tokens) - 1
-        if leaves_own_cache(s):
-            self.solos.pop(s.row, None)
         if tokens:
             out.tokens[s.row] = tokens
 
     def release(self, row_id: int) -> list | None:
         """A row leaves: out of the batch or off its own cache; the KV cache it holds (None: none kept)."""
-        self.solos.pop(row_id, None)
-        kv = self.caches.pop(row_id, None)
-        uid = self.uids.pop(row_id, None)
-        if uid is None:
-            return kv
-        self.rows_of.pop(uid, None)
-        if self.gen is None:
-            return None
-        caches = self.gen.remove([uid], return_prompt_caches=True)
-        return caches[uid][0] if uid in caches else None
+        self.lanes.pop(row_id, None)
+        if row_id in self.batch:
+            return self.batch.remove(row_id)
+        return self.caches.pop(row_id, None)
 
     def fail_batch(self) -> list[int]:
-        """The batched step failed: every row in it is out (their caches dropped), and the generator is made
-        anew. The row ids that were in it."""
-        failed = list(self.uids)
-        self.uids.clear()
-        self.rows_of.clear()
-        self.close()
+        """The batched step failed: every row in it is out, their caches and lanes dropped. The row ids."""
+        failed = self.batch.clear()
+        for row_id in failed:
+            self.lanes.pop(row_id, None)
         return failed
 
-    # -- the batch --------------------------------------------------------------------------------------------
-    def _insert(self, row: "Row") -> None:
-        """``row`` joins the batch where it stands: what its cache holds, what it has still to read (the rest of
-        its prompt, or its last sampled token), its own sampler and processors; its cap one past what it has
-        left, and no stop sequences (the row ends itself: see the rules)."""
-        from mlx_lm.generate import BatchGenerator, StopSequences
-
-        if self.gen is None:
-            kwargs = {"stream": self.backend.stream} if self.backend.stream is not None else {}
-            self.gen = BatchGenerator(self.model, completion_batch_size=self.max_batch,
-                                      prefill_batch_size=self.max_batch, prefill_step_size=PREFILL_STEP, **kwargs)
-        prompt = self.row_prompt(row)
-        [uid] = self.gen.insert([prompt], max_tokens=[row.cap_left + 1], caches=[self.caches.pop(row.id)],
-                                all_tokens=[row.held], samplers=[row.sampler], logits_processors=[row.processors],
-                                stop_sequences=[StopSequences()])
-        self.solos.pop(row.id, None)  # a row that joins mid-prompt leaves its own-cache stepping behind
-        self.uids[row.id], self.rows_of[uid] = uid, row.id
-
-    def _leave(self, row: "Row") -> bool:
-        """``row`` steps out of the batch onto its own cache, standing where a row alone holding its last token
-        stands (rows.py ``held``): its cache holds its prompt and every token it accepted but the last. False
-        when its cache cannot (it stays in the batch).
-
-        The batch is one step ahead (mlx-lm's ``GenerationBatch``): when it hands out a token it has already
-        read it into the cache, run the logits processors after it (the grammar mask consumed it) and drawn
-        the next token, which stays inside the generator. So the cache is trimmed by one here, and the fold
-        rolls the grammar matcher back by one (llguidance's ``rollback``) and sets the seeded sampler's key
-        chain back by the one draw (``RowSampler.undo``); the next step reads the last token again on the
-        row's own cache and samples the position after it as the batch would have. A cache that cannot be
-        trimmed (a sliding window past its size, a recurrent state) stays in the batch."""
-        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
-
-        uid = self.uids[row.id]
-        [(cache, held)] = self.gen.extract_cache([uid]).values()
-        if not can_trim_prompt_cache(cache) or list(held) != row.tokens + row.generated:
-            return False
-        self.gen.remove([uid])
-        del self.uids[row.id], self.rows_of[uid]
-        trim_prompt_cache(cache, 1)
-        self.caches[row.id] = cache
-        return True
-
-    @staticmethod
-    def row_prompt(row: "Row") -> list[int]:
-        """What a row joining the batch has still to read: the rest of its prompt, or its last sampled token."""
-        return row.left_to_read if row.read < len(row.tokens) or not row.generated else row.generated[-1:]
-
-    def _step_batch(self, prefill: int, out: StepResult) -> None:
-        gen = self.gen
-        gen.prefill_step_size = prefill
-        prompts, responses = gen.next()
-        out.decoding = tuple(self.rows_of[p.uid] for p in prompts if p.end_of_prompt and p.uid in self.rows_of)
-        for r in responses:
-            if r.uid in self.rows_of:
-                out.tokens[self.rows_of[r.uid]] = (r.token,)
-
     def close(self) -> None:
-        if self.gen is not None:
-            self.gen.close()
-            self.gen = None
+        self.batch.clear()
+        self.lanes.clear()
+        self.caches.clear()

@@ -101,7 +101,7 @@ class Lead:
             msg["j"] = self.joined
         if plan is not None:
             msg["p"] = plan.as_ints()
-            self.batch_steps += plan.batch
+            self.batch_steps += bool(plan.batch)
         self.accepted, self.ended, self.joined, self.fresh = {}, [], [], False
         self.group.share(msg, counted=idle is None)
 

@@ -73,8 +73,6 @@ class DraftModelProposer:
         """A new history (the next request's prompt); what the cache holds of it is kept."""
         self.tokens = list(tokens)
 
-    follow = reset  # a request that drafts again after the batch: its whole history, which another's replaced
-
     def extend(self, tokens: Iterable[int]) -> None:
         self.tokens.extend(int(t) for t in tokens)
 
@@ -111,3 +109,32 @@ class DraftModelProposer:
         draft = mx.concatenate(guesses).tolist()
         self.held = self.tokens + draft[:-1]  # every guess but the last was fed back
         return draft
+
+
+class DraftModelPool:
+    """The draft model's proposers, one per request drafting now (rows drafting side by side in the batch each
+    keep their own draft cache); a request takes the free one whose cache holds most of its prompt (an
+    agent's next turn finds its conversation there), else a new one over the same weights."""
+
+    def __init__(self, model):
+        self.model = model
+        self.free: list[DraftModelProposer] = [DraftModelProposer(model)]
+
+    def take(self, tokens: list[int]) -> DraftModelProposer:
+        def shared(p: DraftModelProposer) -> int:
+            n = 0
+            for a, b in zip(p.held, tokens):
+                if a != b:
+                    break
+                n += 1
+            return n
+
+        if not self.free:
+            return DraftModelProposer(self.model)
+        best = max(self.free, key=shared)
+        self.free.remove(best)
+        return best
+
+    def give_back(self, proposer: DraftModelProposer) -> None:
+        if proposer not in self.free:
+            self.free.append(proposer)

@@ -41,10 +41,6 @@ class PromptLookup:
                     index[tuple(seq[i - n:i])] = i
             seq.append(int(token))
 
-    def follow(self, tokens: Iterable[int]) -> None:
-        """The history is now ``tokens``, which begin with the history held: the index takes the rest."""
-        self.extend(list(tokens)[len(self.tokens):])
-
     def propose(self, k: int) -> list[int]:
         """Up to ``k`` tokens that followed the longest earlier match of the history's end (empty: no match)."""
         seq = self.tokens

@@ -10,8 +10,7 @@ Rules:
   draw: what ``mx.random.seed(seed)`` then the process-wide key would give, and what the engine's seeded
   sampler gives a batch member); ``accept(n)`` moves the chain on by the n draws that were used, so the
   rejected rows' keys are drawn again for the positions that really come next. A seeded request gives the
-  same tokens with drafting as without. ``undo()`` takes the last call's draws back (a token the batch
-  sampled one step ahead for a row that leaves it: the row draws that position again on its own cache).
+  same tokens with drafting as without.
 - An unseeded request draws all its rows from the process-wide key at once: the same distribution per row.
 - Nothing here is evaluated: the draws join the forward pass's graph.
 """
@@ -37,7 +36,6 @@ class RowSampler:
         self.min_tokens_to_keep = min_tokens_to_keep
         self.seed = None if seed is None or self.temp == 0 else int(seed) % 2**64
         self._key = None
-        self._before = None  # the chain's key before the last call
         self._after: list = []  # the chain's key after each row drawn last
 
     @property
@@ -62,7 +60,7 @@ class RowSampler:
             return mx.random.categorical(scaled)
         if self._key is None:
             self._key = mx.random.key(self.seed)
-        key, draws, self._after, self._before = self._key, [], [], self._key
+        key, draws, self._after = self._key, [], []
         for row in range(scaled.shape[0]):
             key, draw = mx.random.split(key)
             self._after.append(key)
@@ -74,10 +72,4 @@ class RowSampler:
         """The first ``rows`` draws of the last call were used: the chain goes on after them."""
         if self.seed is not None and 0 < rows <= len(self._after):
             self._key = self._after[rows - 1]
-        self._after = []
-
-    def undo(self) -> None:
-        """The last call's draws were not used: the chain goes on from where it stood before that call."""
-        if self._before is not None:
-            self._key, self._before = self._before, None
         self._after = []

@@ -2,10 +2,10 @@
 
 Rules:
 - A row speculates when its model's server drafts (prompt lookup unless turned off, or a draft model) and
-  its request does not say ``speculative: false``; it drafts only while it steps alone, on its own cache.
-  While it decodes in the batch its speculator is idle; when the batch is down to it, it steps out (step.py)
-  and ``resume(history)`` brings the proposer up to the row's prompt and answer so far (the tokens decoded
-  in the batch count as generated without a draft), and it drafts again.
+  its request does not say ``speculative: false``; it drafts alone and in the batch alike (in a batch whose
+  cache cannot hold holes — a sliding window, a recurrent state — it decodes without drafts there). Its
+  proposer is its own: prompt lookup over its history, or a draft model's cache taken from the backend's
+  pool (``release`` gives it back when the row ends).
 - ``expects_draft()`` is asked before the row's pending token is read: when a draft is likely after it, the
   step reads that token without queuing the next forward pass (a draft must be known before the pass that
   verifies it); otherwise the row stays pipelined, as decoding without drafts. Prompt lookup expects one when
@@ -47,8 +47,9 @@ class SpeculativeConfig:
 
 class Speculator:
     def __init__(self, proposer, policy: DraftPolicy, mask=None, eos: Sequence[int] = (), always: bool = False,
-                 known: int = 0):
+                 known: int = 0, release=None):
         self.proposer, self.policy, self.mask = proposer, policy, mask
+        self.release = release  # gives a pooled proposer back when the row ends (None: nothing to give back)
         self.known = known  # history tokens the proposer has been given (the prompt, then what was generated)
         self.eos = tuple(eos)
         self.always = always  # a draft model: it always has a guess
@@ -111,9 +112,3 @@ class Speculator:
         self.known += len(tokens)
         if not drafted:
             self.policy.skipped(len(tokens))
-
-    def resume(self, history: Sequence[int]) -> None:
-        """The row drafts again after decoding in the batch: ``history`` is its prompt and answer so far."""
-        self.policy.skipped(max(0, len(history) - self.known))
-        self.proposer.follow(history)
-        self.known = len(history)
