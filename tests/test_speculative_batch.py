@@ -214,12 +214,17 @@ async def test_a_row_that_cannot_step_out_of_the_batch_fails_alone(demo_backend,
 
 
 # -- drafting inside the batch --------------------------------------------------------------------------------
-async def test_two_copying_requests_draft_inside_the_batch_and_answer_as_without(demo_backend, watched):
+async def test_two_copying_requests_draft_inside_the_batch_and_answer_as_without(demo_backend, watched,
+                                                                                  monkeypatch):
     """Two requests copying text decode together: each verifies its drafts in the batch's forward pass (several
     tokens for it beside one for the other, or both drafting), accepts some, and answers exactly what it
-    answers alone without drafts (greedy, and seeded sampling)."""
+    answers alone without drafts (greedy, and seeded sampling). Every draft is verified here (how wide a
+    batch's drafts may make it depends on the machine's timings: tested apart, below)."""
     from tinytitan.engine.decode.plan import Verify
     from tinytitan.engine.engine import Engine
+    from tinytitan.engine.speculative.batch_width import BatchWidth
+
+    monkeypatch.setattr(BatchWidth, "fit", lambda self, steps, rows: steps)
 
     engine = Engine(demo_backend, max_batch=4)
     a = copy_req(max_tokens=120)
@@ -263,3 +268,41 @@ async def test_a_grammars_forced_runs_are_read_in_one_pass_in_the_batch(demo_bac
     assert summary(got["main"]) == expected
     runs = [s for row, s in watched[4] if isinstance(s, Sample) and s.forced and len(s.tokens) > 1]
     assert runs  # forced runs fed whole in the batch
+
+
+class _Spec:
+    def __init__(self, drafted, accepted):
+        self.drafted, self.accepted = drafted, accepted
+
+
+class _Row:
+    def __init__(self, drafted=0, accepted=0):
+        self.speculator = _Spec(drafted, accepted)
+
+
+def test_the_batch_cuts_drafts_to_the_width_that_pays():
+    """Fitted from the batch's own timings (a + b × rows × width): where a wider pass is nearly free (a GPU),
+    a copying row's draft is verified whole; where each token slot costs (a CPU), a row whose drafts are rarely accepted
+    is cut to nothing and the batch stays one token wide, while rows that copy (most drafts accepted) still
+    draft; a grammar's forced run is never cut. Until two widths have been timed, drafts are taken as they
+    are (so the fit learns what a wider pass costs)."""
+    from tinytitan.engine.decode.plan import Next, Sample, Verify
+    from tinytitan.engine.speculative.batch_width import BatchWidth
+
+    steps = [Verify(0, (5,), (1, 2, 3, 4, 5, 6, 7, 8)), Next(1), Next(2), Next(3)]
+    guessing = {0: _Row(100, 5), 1: _Row(), 2: _Row(), 3: _Row()}
+    copying = {0: _Row(100, 95), 1: _Row(), 2: _Row(), 3: _Row()}
+    cheap, dear = BatchWidth(), BatchWidth()
+    assert dear.fit(steps, guessing) == steps  # nothing timed yet
+    for width in (1, 1, 2, 4, 1, 8):
+        plan = [Verify(0, (5,), tuple(range(width - 1))) if width > 1 else Next(0), Next(1), Next(2), Next(3)]
+        cheap.observe(tuple(plan), 0.030 + 0.0001 * 4 * width)
+        dear.observe(tuple(plan), 0.010 + 0.005 * 4 * width)
+    assert cheap.fit(steps, copying) == steps
+    assert dear.fit(steps, guessing) == [Sample(0, (5,)), Next(1), Next(2), Next(3)]
+    all_copying = [Verify(i, (5,), (1, 2, 3, 4, 5, 6, 7, 8)) for i in range(4)]
+    rows = {i: _Row(100, 97) for i in range(4)}
+    assert all(isinstance(s, Verify) and len(s.drafts) >= 2 for s in dear.fit(all_copying, rows))
+    forced = [Sample(0, (1, 2, 3, 4, 5, 6), forced=True), Verify(1, (5,), (1, 2, 3)), Next(2), Next(3)]
+    got = dear.fit(forced, {0: _Row(), 1: _Row(100, 5), 2: _Row(), 3: _Row()})
+    assert got[0] == forced[0] and got[2:] == forced[2:]  # the run whole; the guess kept within its width

@@ -7,7 +7,7 @@ Rules:
   yields TokenEvents; leaving the block stops the decode and gives the place back, exactly once.
 - Decoding, loading and unloading run on the process's one model thread (model_thread.py). A session's
   request becomes a row of the decoder (decoder.py): one decode step — plan → forward → fold (step.py) —
-  serves a lone request and a batch alike (continuous batching with mlx-lm's BatchGenerator, up to
+  serves a lone request and a batch alike (continuous batching over mlx-lm's batch KV caches, up to
   ``max_batch`` rows; with 1, every request decodes alone). Either way the model is made resident first, and
   when the consumer goes away the decode stops within a token (within a prefill chunk while the prompt is
   read): no decode outlives its session.

@@ -5,30 +5,26 @@ Rules:
   arrived, admits those that may start (rows of the model being decoded; one of another model waits until
   every row has left, then the loop switches models), and runs one step (``Scheduler.step``): ``plan`` (a
   ``step.Plan``: plain data), ``Forward.run`` (step.py), ``fold``.
-- A row that arrives to an empty decoder steps alone, on its own KV cache, until another row of its model
-  arrives: then it joins the batch where it stands — between two chunks of its prompt, or two tokens (a token
-  still pending is read first, and a forced run already accepted is fed first) — and the newcomer after it.
-  One of another model would wait for the batch to drain anyway: for it, the lone row steps on alone.
-- A row left alone in the batch (the others finished or left, no one of its model waiting) that drafts steps
-  out of the batch onto its own cache (``Plan.leave``) and drafts again: one step with nothing else in it,
-  after which it stands as a row alone holding its last token (its draft follows). A row that does not
-  draft stays: stepping out costs the batch's token sampled ahead, drawn again on its own cache.
+- Every prompt is read on its row's own KV cache, in chunks (``Prefill``), and its last token read with the
+  first sample (``Sample``); a row joins the batch only once it decodes. While others decode, a chunk is
+  ``PREFILL_STEP_SHARED`` tokens, so each of their tokens waits at most that long, and a prompt's first
+  sample is read at once (``now``): the row joins with it in the next step, the token it gets alone.
 - A lone row's first prompt chunk is short (``FIRST_CHUNK``) where others may join it: requests sent together
   (a client's parallel calls, sub-agents) arrive a few milliseconds apart, and a look after this short chunk
-  (~25 ms on 2 cores with a ~50M model) sees them, so they are read together in the batch rather than one
-  alone first. Reading a prompt in one more chunk costs next to nothing: prefill is compute-bound. The batch
-  reads its prompts the same way while a burst arrives: as long as no row has sampled and a row joins that has
-  read nothing yet (or one is waiting to), each batch row reads a ``FIRST_CHUNK`` of its prompt, and the look
-  after it takes the newcomers in. The burst's rows then finish their prompts in one step and decode in step
-  from their first token; read whole at once, the rows that arrived during that read would start one group
-  behind the first, all the way to the end.
-- A row that has not sampled yet, with at most ``PREFILL_STEP_SHARED`` prompt tokens left to read, arriving
-  while other rows decode (or are about to: a lone row handing over), is read ahead on its own cache and its first token sampled at once (as a row alone
-  reads it, so it is the token it gets alone); it joins with that token as its prompt. Read inside the batch
-  instead, its prompt would take one batch step, its last token a second, and its first token would come back
-  only in a third.
+  sees them, so their prompts are read side by side from then on (several rows' chunks in one step) rather
+  than one whole prompt first. Reading a prompt in one more chunk costs next to nothing: prefill is
+  compute-bound.
+- A row decoding alone steps on its own cache until another row of its model decodes or waits: then it joins
+  the batch where it stands — between two tokens, its sampled token still pending (its lane moves with it,
+  step.py), a forced run already accepted fed first where the batch cannot take several tokens a row. One
+  of another model would wait for the batch to drain anyway: for it, the lone row steps on alone.
+- A row left alone in the batch (the others finished or left, no one of its model waiting) steps out onto its
+  own cache (``Plan.leave``: a step with nothing else in it) and decodes on as a row alone, drafts included.
+- In the batch a row drafts as alone (``Next(hold)``, then ``Verify``) where the batch can hold holes; the
+  drafts of a step are cut to the width that pays for the whole batch (speculative/batch_width.py), and a row
+  whose draft was cut rests a while (its policy's cooldown). A grammar's forced run is fed whole in one pass.
 - The fold hands each row the tokens sampled for it (``Row.accept``: end-of-turn, stop strings and the cap are
-  decided there, once), asks a row stepping alone for its proposal (the grammar's forced run), and retires
+  decided there, once), asks a row that read a pipelined token for its proposal (the grammar's forced run), and retires
   the rows that ended. A row ends in the fold (it finished, one of its own hooks failed, the batched forward
   pass it was in failed) or by the plan (its consumer left); either way ``Scheduler.retire`` takes it out of
   the table and the forward and calls ``Row.end()``: the one place a generation ends. A break of the loop
@@ -44,11 +40,13 @@ import dataclasses
 import itertools
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from .plan import (PREFILL_STEP, PREFILL_STEP_SHARED, Next, Plan, Prefill, RowStep, Sample, StepResult, Take,
                    Verify)
 from .rows import LEFT, Row
+from ..speculative.batch_width import BatchWidth
 from ..speculative.fold import fold_drafting, verified
 from .step import Forward
 
@@ -73,7 +71,7 @@ class Scheduler:
         self.make_forward = make_forward  # ``(backend, max_batch)``: the forward for a backend's model (step.py)
         self.rows: dict[int, Row] = {}
         self.batched: set[int] = set()  # rows in the batch (the forward holds their caches there)
-        self.cost = None  # what a batch step costs, and so how wide its drafts may make it (speculative/)
+        self.width = BatchWidth()  # what a batch pass costs, and so how wide drafts may make it
         self.backend = None
         self.forward: Forward | None = None
         self._ids = itertools.count()
@@ -121,8 +119,11 @@ class Scheduler:
     # -- the step ---------------------------------------------------------------------------------------------
     def step(self, others_waiting: Callable[[], bool]) -> None:
         """One step for every row in flight: plan → forward → fold."""
+        started = time.perf_counter()
         plan = self.plan(others_waiting)
         self.fold(plan, self.forward.run(plan, self.rows))
+        if plan.batch and not plan.alone and not plan.join:  # what a batch pass costs (speculative/batch_width.py)
+            self.width.observe(plan.batch, time.perf_counter() - started)
 
     def plan(self, others_waiting: Callable[[], bool]) -> Plan:
         """What each row does this step (see the rules at the top)."""
@@ -154,8 +155,8 @@ class Scheduler:
                 batch.append(self._next(row, True))
             else:
                 alone.append(self._next(row, False))
-        if self.cost is not None and batch:
-            batch = self.cost.fit(batch, self.rows)
+        if batch and ragged:
+            batch = self.width.fit(batch, self.rows)
         return Plan(cancel, tuple(alone), tuple(join), tuple(batch))
 
     def _prompt(self, row: Row, crowd: bool, decoding: bool) -> RowStep:
@@ -207,6 +208,8 @@ class Scheduler:
             row = rows[row_id]
             if isinstance(s, Sample) and s.forced:
                 row.run = ()
+            elif row.drafts and not isinstance(s, Verify) and row.speculator is not None:
+                row.speculator.policy.pause()  # its draft was cut (batch_width.py): it rests a while
             row.holding = holds(s)
             if not row.holding:
                 row.drafts = ()

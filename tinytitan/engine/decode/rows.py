@@ -12,8 +12,7 @@ Rules:
 - ``propose()`` is the row's proposer: the tokens it knows come next before the model is asked: the grammar's
   forced run (a JSON document's keys and punctuation: certain, so accepted at once). Its ``speculator``
   (speculative/speculator.py: prompt lookup or a draft model, None when it does not draft) guesses drafts,
-  which the step verifies while the row steps alone; in the batch it decodes without drafts, and once the
-  batch is down to it, it steps out and drafts again (step.py).
+  which the step verifies alone or in the batch (step.py; in a batch whose cache cannot hold holes, without).
 - ``end()`` is where a generation ends on the model thread, and the only place: what its KV cache holds is
   kept in the prompt cache, its last events go out (Finished; Failed in-band once it started, or the
   consumer's exception before), and the model thread lets go of its session. The decoder calls it when the row

@@ -1,59 +1,45 @@
-"""One decode step — plan → forward → fold — for one row or many; this module holds the plan and the forward.
+"""One decode step — plan → forward → fold — for one row or many; this module holds the forward.
 
 The shape is vLLM V1's ``EngineCore.step()``: the scheduler (``decoder.Scheduler``) makes a ``Plan`` from its
 rows, ``Forward.run(plan)`` runs the model on it and returns what it did as a plain value (``StepResult``: the
-tokens sampled per row, where each row's cache stands, which rows failed), and the scheduler folds that back
+tokens read per row, where each row's prompt stands, which rows failed), and the scheduler folds that back
 into its rows (``Scheduler.fold``: stop, cap and end-of-turn handling, the proposer, drafts, a finished row's
 leaving). A lone request, a batch, ``--max-batch 1`` and every rank of a group are all this one step; the plan
 and the result are defined in plan.py.
 
 One owner per piece of state: the scheduler owns the rows and their lifecycle (what they accepted, where their
 prompt stands, whether they are in the batch, how they end); the forward owns the device state (each row's
-own KV cache, the batch and who is in it) and writes nothing on a row.
+lane and KV cache, the batch and who is in it) and writes nothing on a row.
 
 Rules:
-- The plan is plain data: row ids, token ids, flags — never an array, a cache or a callable. It says which rows
-  step this time and how (``RowStep``: one of five shapes), which rows are cancelled (their consumer left),
-  join the batch or step out of it (``leave``), and whether the batch steps. What a row needs to be stepped
-  (its sampler, logits processors, where its prompt stands) lives on the row and its cache in the forward,
-  the same on every process that holds it.
-- A row steps in one of two places. **On its own KV cache** (a row alone, and a short prompt read ahead while
-  others decode): as mlx-lm's ``generate_step`` decodes one request — its prompt in chunks, then one pipelined
-  step per token (the next step is queued before the token is read: ``Next``), a forced run fed in
-  one forward pass (``Sample(forced=True)``). A batch of one would pay for what batching needs and one row does
-  not (a padding mask and per-row offsets in every layer, per-row bookkeeping every step). **In the batch**:
-  mlx-lm's ``BatchGenerator``, through its public methods only (``insert`` with the row's own cache, sampler,
-  logits processors and held tokens; ``next``; ``remove`` with the prompt caches): one batched decode step for
-  every row decoding, one chunk of prompt for rows still reading theirs (as long as the plan says: ``prefill``).
-- A row's own sampler and logits processors run wherever it steps, so it samples the same tokens alone, in the
-  batch, or moved from one to the other mid-answer (rows.py guards them).
-- What the forward returns is what the fold reads: tokens sampled (by an earlier step, when pipelined), where
-  caches stand, failures — never text, never an ending. Rows end in the fold, the only place that decides it.
-
-What mlx-lm's public API does not give, and this module owns openly:
-- ``Solo``: stepping one row on its own cache by several known tokens at once (a forced run, a draft) and
-  sampling after them with its own processors — ``generate_step`` steps by one sampled token.
-- Which batch rows are decoding (not reading a prompt): ``BatchGenerator`` keeps that in a private attribute;
-  the forward reports it from ``next()``'s prompt responses (``end_of_prompt``: ``StepResult.decoding``) and
-  the scheduler keeps it.
-- A row's cap, stop strings and end-of-turn tokens are the row's to enforce (rows.py), once: the batch's rows
-  get no stop sequences and a cap one past their own, so the generator never ends a row by itself.
-- Feeding a batch row several known tokens in one step is not in ``BatchGenerator``'s API: inside the batch a
-  row decodes token by token (its forced runs are read one token a step).
+- The plan is plain data: row ids, token ids, flags — never an array, a cache or a callable. It says what each
+  row does this step (``RowStep``: one of five shapes), on its own cache (``alone``) or in the batch
+  (``batch``), which rows are cancelled (their consumer left), join the batch or leave it.
+- A row steps in one of two places, the same way. **On its own KV cache** (a row alone, and every prompt):
+  as mlx-lm's ``generate_step`` decodes one request — its prompt in chunks, then one pipelined step per token
+  (the next pass is queued before the token is read: ``Next``), a forced run or a draft fed in one pass.
+  **In the batch** (batch.py): every batch row in one forward pass, each with its own shape — a pipelined
+  token, its last token, a forced run, a draft to verify — the narrower rows padded, their padding and the
+  rejected drafts left as holes the mask hides (ragged.py). A batch of one would pay for what batching needs
+  and one row does not (a padding mask and per-row offsets in every layer), so a row left alone leaves it.
+- What a row needs to step (its sampler, processors, pending sample, token context, prompt position) is its
+  lane (lane.py), which moves with it: a row samples the same tokens alone, in the batch, or moved from one to
+  the other mid-answer, and joins or leaves between any two steps without reading or drawing anything again.
+- What the forward returns is what the fold reads: tokens read, where prompts stand, what verifies accepted,
+  failures — never text, never an ending. Rows end in the fold, the only place that decides it.
 
 Where speculative decoding and lockstep decoding plug in:
-- **Speculative decoding** (speculative/): a row stepping alone drafts when its speculator expects a draft
-  after its pending token: that token is read with nothing queued after it (``Take(hold=True)``), the fold
-  asks the speculator for a draft (``Row.drafts``), and the next step (``Verify``) feeds the token and its
-  draft in one forward pass, sampling at every position. ``Solo`` accepts the longest prefix where the
-  row's own sample equals the draft (the rule is a pure function of the samples, so every rank of a lockstep
-  group decides alike) and trims its cache by the rejected count (mlx-lm's ``trim_prompt_cache``); the fold
-  rolls the grammar matcher back over them (llguidance's ``rollback``), moves the seeded sampler's key chain
-  on by the rows used, and hands the accepted tokens to ``Row.accept`` one at a time. A step without a draft
-  queues the next pass as before (pipelined). Inside the batch rows decode token by token, without drafts;
-  when the batch is down to one row that drafts (the others finished or left, no one waiting to join), that
-  row steps out of it (``Plan.leave``, ``Forward._leave``: the batch's one-step-ahead token taken back) and
-  drafts again on its own cache.
+- **Speculative decoding** (speculative/): a row whose speculator expects a draft after its pending token
+  reads that token with nothing queued after it (``Take`` alone; ``Next(hold)`` in the batch reads the pass's
+  sample too), the fold asks the speculator for a draft (``Row.drafts``), and the next step (``Verify``)
+  feeds the row's last token and its draft in one pass, sampling at every position. The longest prefix where
+  the row's own sample equals the draft is accepted (a pure function of the samples, so every rank of a group
+  decides alike); the rest is trimmed from its own cache (mlx-lm's ``trim_prompt_cache``) or left as holes in
+  the batch's; the fold rolls the grammar matcher back over them (llguidance's ``rollback``), moves the seeded
+  sampler's key chain on by the rows used, and hands the accepted tokens to ``Row.accept`` one at a time. In
+  the batch a draft widens everyone's pass: the scheduler cuts drafts to the width that pays
+  (speculative/batch_width.py). A batch whose cache cannot hold holes (a sliding window, a recurrent state)
+  feeds one token a row a pass: its rows decode there without drafts, and read forced runs token by token.
 - **Lockstep over several machines.** Rank 0's scheduler makes the plan; ``Plan.as_ints()`` is what it
   broadcasts (``mx.distributed``) before every rank runs ``Forward.run`` on ``Plan.from_ints(...)``. Every
   rank holds the same rows (opened from the same broadcast requests, with the same seeds), so the same plan

@@ -56,6 +56,10 @@ class DraftPolicy:
     def k(self) -> int:
         return 0 if self._off_for > 0 else self._k
 
+    def pause(self) -> None:
+        """Its draft was not verified (the batch found it too dear): off for ``cooldown`` generated tokens."""
+        self._off_for = max(self._off_for, self.cooldown)
+
     def skipped(self, tokens: int = 1) -> None:
         """``tokens`` were generated without a draft (off, or nothing to propose)."""
         self._off_for = max(0, self._off_for - tokens)
