@@ -352,3 +352,31 @@ def test_a_forced_call_after_a_prompt_that_opened_a_thought_closes_it_first(fixt
     schema = Grammar("json_schema", WEATHER, where="response_format")
     assert answer_after_thought(schema, backend.family, vocab, True).source.startswith(f"start: {close} doc")
     assert answer_after_thought(schema, backend.family, vocab, False) is schema
+
+
+VIEW_IMAGE = {"type": "function", "name": "view_image", "strict": True,
+              "parameters": {"type": "object", "properties": {"path": {"type": "string", "enum": ["shot.png"]}},
+                             "required": ["path"], "additionalProperties": False}}
+
+
+async def test_a_call_closed_by_an_ordinary_token_is_forced(serve):
+    """Gemma 3's calls end with ```` ``` ````, one ordinary token of the demo vision model's vocabulary: the
+    grammar matches it by its text. (Named as a token, llguidance refused it again after the rollback over it that
+    the decoder's forced runs do: every forced call of this model failed as a server error.)"""
+    from tinytitan.demo_model.vision import MODEL_ID, ensure_demo_vision
+    from tinytitan.engine.backends.vision import VisionBackend
+    from tinytitan.engine.structured.compile import token_markers
+
+    vision = VisionBackend(ensure_demo_vision(), MODEL_ID)
+    markers = token_markers(vision.tokenizer)
+    assert "```" in vision.tokenizer.get_vocab() and "```" not in markers and "<end_of_turn>" in markers
+    s = await serve(backend=vision)
+    for sampling in SAMPLING:
+        r = await responses_client(s).responses.create(
+            model=MODEL_ID, input="Look at shot.png", tools=[VIEW_IMAGE], store=False, parallel_tool_calls=False,
+            tool_choice={"type": "function", "name": "view_image"}, temperature=sampling["temperature"],
+            extra_body={"seed": sampling.get("seed")})
+        assert r.status == "completed", r.error
+        (call,) = r.output
+        assert call.type == "function_call" and call.name == "view_image", call
+        assert json.loads(call.arguments) == {"path": "shot.png"}

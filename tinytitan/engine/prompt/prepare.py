@@ -20,6 +20,7 @@ from .messages import template_messages, template_tools
 from .splice import splice as splice_prompt
 from .reasoning import TemplateReasoning, level_of
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
+from ..structured.compile import token_markers
 from ..structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
 from .tool_declarations import ToolDeclarations
 
@@ -246,19 +247,19 @@ class PromptPreparation(ToolDeclarations):
             if tool.input_grammar is not None:
                 check_custom_grammar(tool, self.tokenizer, getattr(self, "vocab_size", None))
         grammar = req.grammar
+        # the markers a grammar names as tokens (made once per tokenizer, on the first request that needs them)
+        markers = token_markers(self.tokenizer, getattr(self, "vocab_size", None)) if grammar or req.tools else {}
         answer = self.family.syntax.answer
         if grammar is not None and answer is not None:  # the answer sits inside the syntax's markup (harmony)
-            grammar = answer(grammar, self.tokenizer.get_vocab())
+            grammar = answer(grammar, markers)
         elif grammar is not None:
-            grammar = answer_after_thought(grammar, self.family, self.tokenizer.get_vocab(), start_in_reasoning)
+            grammar = answer_after_thought(grammar, self.family, markers, start_in_reasoning)
         limit = call_limit(req)
         calls = True if limit is None else limit  # how many calls the grammar admits
         if grammar is None and req.tool_choice == "required":
-            grammar = forced_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab(),
-                                          start_in_reasoning)
+            grammar = forced_call_grammar(self.family, list(req.tools), calls, markers, start_in_reasoning)
         elif grammar is None and req.tool_choice == "auto" and req.tools:
-            grammar = auto_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab(),
-                                        start_in_reasoning)
+            grammar = auto_call_grammar(self.family, list(req.tools), calls, markers, start_in_reasoning)
         if grammar is None:
             return None
         return compile_grammar(grammar, self.tokenizer, getattr(self, "vocab_size", None))
