@@ -89,6 +89,11 @@ class PromptPreparation(ToolDeclarations):
     """The prompt-preparation half of a backend (``Backend`` is the other half: the model, its card, decoding):
     everything from a ChatRequest to its ``Prepared``."""
 
+    def __init__(self) -> None:
+        # prompts remembered by response id, for a client's later comparison (``compare_prompt``)
+        self.remembered_prompts: collections.OrderedDict[str, tuple[Fingerprint, array.array]] = \
+            collections.OrderedDict()
+
     @property
     def template_reasoning(self) -> TemplateReasoning:
         return TemplateReasoning.of(getattr(self.tokenizer, "chat_template", None))
@@ -378,7 +383,7 @@ class PromptPreparation(ToolDeclarations):
         ``REMEMBERED_PROMPTS``, as 32-bit ids); ``fp``: the request's fingerprint (None when it names neither)."""
         if req.cache_compare is None and req.response_id is None:
             return None
-        known = self.__dict__.setdefault("_prompts", collections.OrderedDict())
+        known = self.remembered_prompts
         out = compare(req, fp, tokens, known.get(req.cache_compare)) if req.cache_compare is not None else None
         if req.response_id is not None:
             known[req.response_id] = (fp, array.array("i", tokens))
