@@ -18,7 +18,7 @@ from tinytitan.engine.engine import Engine
 from tinytitan.engine.group.ranks import Group, GroupBroken
 from tinytitan.events import Failed, Finished, Started, TextDelta
 
-TIMEOUT = 1.0
+TIMEOUT = 2.0  # b enters within it (the group refuses new requests once broken)
 
 
 class StoppingGroup(Group):
@@ -99,6 +99,7 @@ async def test_a_rank_that_stops_answering_ends_every_consumer_and_the_rows_end_
         assert all(not s._box.let_go for s in boxes.values())  # the model thread has let go of none of them
         queued = {name: len(s._box.queue) for name, s in boxes.items()}  # c's, left unread when it hung up
     finally:
+        group.fail("the test is over")  # (where it failed first) the idle heartbeats stop
         group.stopped.clear()
         group.back.set()
     # the model thread comes back: its fold ends every row (a's, c's, and b's, which was waiting), sending nothing

@@ -153,7 +153,7 @@ class Lead:
             since = self.busy_since
             if since is None or time.monotonic() - since <= self.timeout:
                 if self.group.broken is not None:
-                    return  # broken by the model thread, which ends its rows (see the rules)
+                    return  # and the model thread is not stuck: it ends its rows itself (see the rules)
                 continue
             if self.group.broken is None:
                 others = "rank 1" if self.group.size == 2 else f"one of ranks 1-{self.group.size - 1}"
