@@ -90,6 +90,11 @@ class PromptPreparation(ToolDeclarations):
     """The prompt-preparation half of a backend (``Backend`` is the other half: the model, its card, decoding):
     everything from a ChatRequest to its ``Prepared``."""
 
+    def __init__(self) -> None:
+        # prompts remembered by response id, for a client's later comparison (``compare_prompt``)
+        self.remembered_prompts: collections.OrderedDict[str, tuple[Fingerprint, array.array]] = \
+            collections.OrderedDict()
+
     @property
     def template_reasoning(self) -> TemplateReasoning:
         return TemplateReasoning.of(getattr(self.tokenizer, "chat_template", None))
@@ -135,9 +140,10 @@ class PromptPreparation(ToolDeclarations):
         text, tokens, _ = self.timed_encode(req)[:3]
         return text, tokens
 
-    def timed_encode(self, req: ChatRequest, splice: bool = False):
+    def timed_encode(self, req: ChatRequest, splice: bool = False, fp: Fingerprint | None = None):
         """``encode``, and the seconds spent rendering and tokenizing; ``splice``: the prompt as the decoder will
-        read it (``tokenize``), and why it misses the cache where it does (a CacheMiss, else None)."""
+        read it (``tokenize``, given the request's fingerprint ``fp`` where the caller has it), and why it misses
+        the cache where it does (a CacheMiss, else None)."""
         import jinja2
 
         t0 = time.perf_counter()
@@ -165,16 +171,17 @@ class PromptPreparation(ToolDeclarations):
         t1 = time.perf_counter()
         miss = None
         if splice:
-            tokens, miss = self.tokenize(text, req)
+            tokens, miss = self.tokenize(text, req, fp)
         else:
             tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
         return text, tokens, (t1 - t0, time.perf_counter() - t1), miss
 
-    def tokenize(self, text: str, req: ChatRequest | None = None):
+    def tokenize(self, text: str, req: ChatRequest | None = None, fp: Fingerprint | None = None):
         """A rendered prompt's ids: where the prompt cache holds ids for the same text at the same place (an
         answer the model generated, sent back by the client), those ids (prompt/splice.py); and where it parts
         from the cache, and why (cache/miss.py; None without a cache). The prompt is remembered with what its
-        ids say and its request's fingerprint, for the entry its generation stores."""
+        ids say and its request's fingerprint (``fp``, made here when not given), for the entry its generation
+        stores."""
         cache = getattr(self, "prompt_cache", None)
         tokenizer = self.tokenizer
 
@@ -185,7 +192,8 @@ class PromptPreparation(ToolDeclarations):
             return encode(text), None
         decode = tokenizer.decode
         tokens, spans = splice_prompt(text, cache.candidates(), encode, decode)
-        fp = Fingerprint.of(req) if req is not None else None
+        if fp is None and req is not None:
+            fp = Fingerprint.of(req)
         runs = self.image_runs(tokens, req) if req is not None else ()
         miss = diagnose(req, fp, tokens, cache.probe(tokens, runs)) if req is not None else None
         if miss is not None and miss.missed:
@@ -347,7 +355,9 @@ class PromptPreparation(ToolDeclarations):
         req = self.structured(req)
         req = self.with_model_defaults(req)
         self.refuse_from_bound(req)
-        text, tokens, (render_s, tokenize_s), miss = self.timed_encode(req, splice=True)
+        # the request's fingerprint, made once for the prompt cache and the client's comparison where it asks one
+        fp = Fingerprint.of(req) if req.cache_compare is not None or req.response_id is not None else None
+        text, tokens, (render_s, tokenize_s), miss = self.timed_encode(req, splice=True, fp=fp)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
             raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
                           param="messages", code="invalid_value")
@@ -362,20 +372,19 @@ class PromptPreparation(ToolDeclarations):
         sampling = self.sampling_for(req)
         if req.grammar is not None or req.tool_choice == "required":
             sampling["reasoning"] = "none"  # turned off by ``structured``: a protocol with a place for it says so
-        compared = self.compare_prompt(req, tokens)
+        compared = self.compare_prompt(req, tokens, fp)
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,
                         tokenize_s=tokenize_s, grammar=compiled, sampling=sampling,
                         cache_miss=miss.as_dict() if miss is not None else None,
                         cache_compared=compared.as_dict() if compared is not None else None)
 
-    def compare_prompt(self, req: ChatRequest, tokens: list[int]):
+    def compare_prompt(self, req: ChatRequest, tokens: list[int], fp: Fingerprint | None):
         """The prompt against the earlier one ``req.cache_compare`` names (a CacheMiss; None when it names none),
         and this prompt remembered under ``req.response_id`` for a later comparison (the last
-        ``REMEMBERED_PROMPTS``, as 32-bit ids)."""
+        ``REMEMBERED_PROMPTS``, as 32-bit ids); ``fp``: the request's fingerprint (None when it names neither)."""
         if req.cache_compare is None and req.response_id is None:
             return None
-        known = self.__dict__.setdefault("_prompts", collections.OrderedDict())
-        fp = Fingerprint.of(req)
+        known = self.remembered_prompts
         out = compare(req, fp, tokens, known.get(req.cache_compare)) if req.cache_compare is not None else None
         if req.response_id is not None:
             known[req.response_id] = (fp, array.array("i", tokens))
