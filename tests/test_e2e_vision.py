@@ -8,8 +8,11 @@ drives the agent the way a user attaches a picture, and checks what went over th
   with the picture, and the server reads it from the prompt cache (``cache=hit``, the cached prefix past the
   image: those tokens are not read again, so the image is not encoded again).
 - Codex (0.171): ``codex exec --image shot.png``, with the catalog the server writes (``input_modalities:
-  ["text", "image"]``): the picture goes as an ``input_image`` in the user message. (``view_image`` is a call the
-  model would have to make; a random-weight model makes none.)
+  ["text", "image"]``): the picture goes as an ``input_image`` in the user message. And ``view_image``: a random-
+  weight model never chooses a call, so the proxy asks for it (``--tool-call``: the first request goes on with a
+  forced tool choice, the path narrowed to ``shot.png``) and the server's forced-call grammar makes the model
+  write it in Gemma 3's markup; Codex reads the file and sends it back as an ``input_image`` in the call's
+  ``function_call_output``, and the next turn reads it.
 - opencode (1.18.33), through ``tinytitan launch opencode``: ``opencode run … -f shot.png`` sends an ``image_url``
   part (launch declares the model's image input; without it opencode replaces the picture by an error text).
 
@@ -20,6 +23,7 @@ tools/record_proxy.py (``--replies``) and validated strictly against the officia
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
@@ -100,11 +104,11 @@ def vision(tmp_path_factory):
 class Proxy:
     """tools/record_proxy.py in front of the server, recording requests and the server's whole replies."""
 
-    def __init__(self, upstream: str, tmp: Path):
+    def __init__(self, upstream: str, tmp: Path, *extra: str):
         self.requests, self.replies = tmp / "requests.jsonl", tmp / "replies.jsonl"
         self.proc = claude.Proc([sys.executable, str(ROOT / "tools" / "record_proxy.py"), "--upstream", upstream,
-                                 "--port", "0", "--out", str(self.requests), "--replies", str(self.replies)],
-                                cwd=ROOT)
+                                 "--port", "0", "--out", str(self.requests), "--replies", str(self.replies),
+                                 *extra], cwd=ROOT)
         self.base = self.proc.wait_for(r"listening on (http://\S+)", 30).group(1)
 
     def recorded(self, path: str) -> list[dict]:
@@ -229,6 +233,55 @@ def test_codex_sends_an_attached_png_as_input_image(vision, proxy, tmp_path):
     text_only = resent_without_images(vision, "/v1/responses", sent["body"], without("input_image"))
     assert IMAGE_TOKENS <= line["prompt"] - text_only <= IMAGE_TOKENS + 8, (line["prompt"], text_only)
     assert proxy.validate_replies("/v1/responses") == {sent["seq"]: True}
+
+
+def call_output_images(body: dict) -> list[dict]:
+    """The ``input_image`` parts of a Responses request's ``function_call_output`` items."""
+    return [p for i in body["input"] if i.get("type") == "function_call_output" and isinstance(i["output"], list)
+            for p in i["output"] if p.get("type") == "input_image"]
+
+
+def without_call_output_images(body: dict) -> dict:
+    for item in body["input"]:
+        if item.get("type") == "function_call_output" and isinstance(item["output"], list):
+            item["output"] = [p for p in item["output"] if p.get("type") != "input_image"]
+    return body
+
+
+@needs(codex.CODEX is None, reason="Codex CLI not installed (npm install -g @openai/codex@0.171.0)")
+def test_codex_view_image_sends_the_picture_in_the_call_output(vision, tmp_path):
+    """The model calls ``view_image``: asked to by the proxy (``--tool-call``: the first request goes on with a
+    forced tool choice and the path narrowed to ``shot.png``), the server's forced-call grammar makes the random
+    model write the call in Gemma 3's own markup. Codex runs it and sends the picture back in the call's output;
+    the next turn reads it into the prompt (its tokens counted) and runs free."""
+    png = write_png(tmp_path / "work" / "shot.png")
+    proxy = Proxy(vision.base, tmp_path, "--tool-call", 'view_image={"path": "shot.png"}')
+    try:
+        mark = vision.mark()
+        result = codex.run_codex(proxy.base, MODEL, tmp_path, "look at shot.png",
+                                 "-c", f"model_catalog_json={json.dumps(str(vision.catalog))}", timeout=240)
+        assert result.returncode == 0, codex._explain(result)
+        first, second = proxy.recorded("/v1/responses")
+    finally:
+        proxy.proc.stop()
+    assert first["body"]["tool_choice"] == "auto" and not call_output_images(first["body"])  # as Codex sent it
+    (call,) = [i for i in second["body"]["input"] if i.get("type") == "function_call"]
+    assert call["name"] == "view_image" and json.loads(call["arguments"]) == {"path": "shot.png"}, call
+    (output,) = [i for i in second["body"]["input"] if i.get("type") == "function_call_output"]
+    assert output["call_id"] == call["call_id"]
+    (image,) = call_output_images(second["body"])
+    assert image["image_url"] == "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
+    lines = vision.wait_requests(mark, 2)
+    assert [ln["status"] for ln in lines] == [200, 200] and not vision.refusals_since(mark), lines
+    text_only = resent_without_images(vision, "/v1/responses", second["body"], without_call_output_images)
+    assert IMAGE_TOKENS <= lines[1]["prompt"] - text_only <= IMAGE_TOKENS + 8, (lines[1]["line"], text_only)
+    streams = proxy.validate_replies("/v1/responses")
+    assert streams == {first["seq"]: True, second["seq"]: True}, streams
+    completed = [json.loads(d) for r in claude.read_record(proxy.replies) if r["seq"] == second["seq"]
+                 for d in re.findall(r"^data: (.*)$", r["body"], re.M) if '"response.completed"' in d]
+    (done,) = completed
+    usage = done["response"]["usage"]  # the usage Codex read counts the picture as the log line does
+    assert usage["input_tokens"] == lines[1]["prompt"], (usage, lines[1]["line"])
 
 
 # ---------------------------------------------------------------- opencode

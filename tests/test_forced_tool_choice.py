@@ -352,3 +352,72 @@ def test_a_forced_call_after_a_prompt_that_opened_a_thought_closes_it_first(fixt
     schema = Grammar("json_schema", WEATHER, where="response_format")
     assert answer_after_thought(schema, backend.family, vocab, True).source.startswith(f"start: {close} doc")
     assert answer_after_thought(schema, backend.family, vocab, False) is schema
+
+
+VIEW_IMAGE = {"type": "function", "name": "view_image", "strict": True,
+              "parameters": {"type": "object", "properties": {"path": {"type": "string", "enum": ["shot.png"]}},
+                             "required": ["path"], "additionalProperties": False}}
+
+
+async def test_a_call_closed_by_an_ordinary_token_is_forced(serve):
+    """Gemma 3's calls end with ```` ``` ````, one ordinary token of the demo vision model's vocabulary: the
+    grammar matches it by its text. (Named as a token, llguidance refused it again after the rollback over it that
+    the decoder's forced runs do: every forced call of this model failed as a server error.)"""
+    from tinytitan.demo_model.vision import MODEL_ID, ensure_demo_vision
+    from tinytitan.engine.backends.vision import VisionBackend
+    from tinytitan.engine.structured.compile import token_markers
+
+    vision = VisionBackend(ensure_demo_vision(), MODEL_ID)
+    markers = token_markers(vision.tokenizer)
+    assert "```" in vision.tokenizer.get_vocab() and "```" not in markers and "<end_of_turn>" in markers
+    s = await serve(backend=vision)
+    for sampling in SAMPLING:
+        r = await responses_client(s).responses.create(
+            model=MODEL_ID, input="Look at shot.png", tools=[VIEW_IMAGE], store=False, parallel_tool_calls=False,
+            tool_choice={"type": "function", "name": "view_image"}, temperature=sampling["temperature"],
+            extra_body={"seed": sampling.get("seed")})
+        assert r.status == "completed", r.error
+        (call,) = r.output
+        assert call.type == "function_call" and call.name == "view_image", call
+        assert json.loads(call.arguments) == {"path": "shot.png"}
+
+
+def _record_proxy():
+    """tools/record_proxy.py (a standalone script) as a module."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "record_proxy.py"
+    spec = importlib.util.spec_from_file_location("record_proxy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_call_record_proxy_asks_for_is_made_on_every_wire(serve, demo_backend):
+    """``record_proxy.py --tool-call NAME=JSON`` in forward mode rewrites a first request to ask for exactly that
+    call (tests/test_e2e_vision.py makes Codex's ``view_image`` happen so): each API's spelling of it is a forced
+    call the server's grammar makes the random model write, arguments and all."""
+    ask = _record_proxy().asking_for_call
+    args, free = {"path": "shot.png"}, {"type": "object", "properties": {"path": {"type": "string"}}}
+    s = await serve(backend=demo_backend)
+    model = demo_backend.model_id
+
+    chat = ask("/v1/chat/completions", {"model": model, "messages": USER, "max_tokens": 120, "tools": [
+        *CHAT_TOOLS, {"type": "function", "function": {"name": "view_image", "parameters": free}}]}, "view_image", args)
+    r = await chat_client(s).chat.completions.create(**chat)
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in r.choices[0].message.tool_calls] == \
+        [("view_image", args)]
+
+    responses = ask("/v1/responses", {"model": model, "input": "look", "max_output_tokens": 120, "store": False,
+                                      "tools": [*RESPONSES_TOOLS, {"type": "function", "name": "view_image",
+                                                                   "parameters": free}]}, "view_image", args)
+    r = await responses_client(s).responses.create(**responses)
+    assert [(i.name, json.loads(i.arguments)) for i in r.output if i.type == "function_call"] == [("view_image", args)]
+
+    messages = ask("/v1/messages", {"model": model, "messages": USER, "max_tokens": 120, "tools": [
+        *MESSAGES_TOOLS, {"name": "view_image", "input_schema": free}]}, "view_image", args)
+    msg = await anthropic_util.sdk(s).messages.create(**messages)
+    assert [(b.name, b.input) for b in msg.content if b.type == "tool_use"] == [("view_image", args)]
+
+    assert ask("/v1/responses", {"model": model, "input": "look", "tools": RESPONSES_TOOLS}, "view_image", args) is None

@@ -43,6 +43,13 @@ canned (no ``--upstream``)
     arguments JSON; once a tool result is present the reply is the text "ok".
     This shows whether the client really executes tool calls.
 
+    In forward mode ``--tool-call NAME=JSON`` asks the upstream's model for that call
+    instead: such a first request goes on with ``tool_choice`` naming NAME (one call,
+    no parallel calls) and NAME's parameters narrowed to exactly JSON (each argument a
+    ``const``, strict), so the server's own forced-call grammar makes its model write
+    the call, whatever its weights. Later requests go on as sent. The record holds
+    every request as the client sent it.
+
     ``--fail STATUS[:COUNT]`` answers the first COUNT (default: all) model
     requests (POST /v1/messages, /v1/responses, /v1/chat/completions) with an
     error of that HTTP status (the Anthropic or OpenAI error envelope), to watch a
@@ -332,6 +339,30 @@ def error_body(path: str, status: int) -> dict:
                       "code": None}}
 
 
+def asking_for_call(path: str, body: dict, name: str, args: dict) -> dict | None:
+    """``body`` (a model request, as the client sent it) asking for exactly one call of tool ``name`` with
+    ``args``: a forced tool choice, and the tool's parameters narrowed to those values. None when the request
+    offers no such function tool (it goes on unchanged)."""
+    schema = {"type": "object", "properties": {k: {"const": v} for k, v in args.items()},
+              "required": list(args), "additionalProperties": False}
+    body = json.loads(json.dumps(body))
+    for tool in body.get("tools") or []:
+        if path == "/v1/responses" and tool.get("type") == "function" and tool.get("name") == name:
+            tool.update(parameters=schema, strict=True)
+            body.update(tool_choice={"type": "function", "name": name}, parallel_tool_calls=False)
+            return body
+        fn = tool.get("function") if isinstance(tool.get("function"), dict) else None
+        if path == "/v1/chat/completions" and fn is not None and fn.get("name") == name:
+            fn.update(parameters=schema, strict=True)
+            body.update(tool_choice={"type": "function", "function": {"name": name}}, parallel_tool_calls=False)
+            return body
+        if path == "/v1/messages" and tool.get("name") == name and "input_schema" in tool:
+            tool["input_schema"] = schema
+            body["tool_choice"] = {"type": "tool", "name": name, "disable_parallel_tool_use": True}
+            return body
+    return None
+
+
 # ---------------------------------------------------------------- HTTP handler
 
 
@@ -485,6 +516,8 @@ def make_handler(args, recorder: Recorder, canned: Canned, client):
         def _forward(self, raw: bytes):
             url = args.upstream.rstrip("/") + self.path
             headers = [(k, v) for k, v in self.headers.items() if k.lower() not in HOP]
+            if args.tool and self.command == "POST" and urlsplit(self.path).path in MODEL_ROUTES:
+                raw = self._asking(raw)
             req = client.build_request(self.command, url, headers=headers, content=raw or None)
             try:
                 resp = client.send(req, stream=True)
@@ -511,6 +544,23 @@ def make_handler(args, recorder: Recorder, canned: Canned, client):
                         chunks.close()
             finally:
                 resp.close()
+
+        def _asking(self, raw: bytes) -> bytes:
+            """``--tool-call`` in forward mode: a conversation's first request, asking for the call."""
+            encoding = (self.headers.get("content-encoding") or "").lower()
+            try:
+                body = json.loads(gzip.decompress(raw) if encoding == "gzip" else raw)
+            except (OSError, ValueError):
+                return raw
+            if not isinstance(body, dict) or Canned._has_tool_result(body):
+                return raw
+            asked = asking_for_call(urlsplit(self.path).path, body, *args.tool)
+            if asked is None:
+                print(f"record_proxy: request #{self.seq} offers no tool {args.tool[0]!r}: forwarded as sent",
+                      file=sys.stderr, flush=True)
+                return raw
+            out = json.dumps(asked).encode()
+            return gzip.compress(out) if encoding == "gzip" else out
 
         def _kept(self, chunks, resp):
             """The reply's chunks as they pass; the whole reply appended to ``--replies`` at its end."""
@@ -545,7 +595,8 @@ def parse_args(argv=None):
     p.add_argument("--model", default="canned", help="model id listed by GET /v1/models (canned)")
     p.add_argument("--text", default="ok", help="text of canned replies (default: ok)")
     p.add_argument("--tool-call", metavar="NAME=JSON",
-                   help="canned: first reply of a conversation calls tool NAME with args JSON")
+                   help="first reply of a conversation calls tool NAME with args JSON (canned: the proxy's "
+                        "reply; forward: the upstream's model, asked by a forced tool choice)")
     p.add_argument("--fail", metavar="STATUS[:COUNT]",
                    help="canned: answer the first COUNT (default all) model requests with STATUS")
     p.add_argument("--delay", type=float, default=0.0, help="canned: seconds before each model reply")

@@ -90,7 +90,7 @@ class Engine:
         self.decoder = Decoder(self.model_thread, self._make_resident, self.max_batch,
                                **make_scheduler) if stepping else None
         if group is not None and self.decoder is not None:
-            self.lead.drain = self.decoder.drain
+            self.lead.waiting = self.decoder.arrived
             self.lead.watch(self.model_thread)
         self.admission = Admission(self.max_batch, max_queue)
         self.started_at = time.time()

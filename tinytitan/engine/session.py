@@ -11,6 +11,10 @@ Rules:
   chunk while the prompt is read). The place goes back once, at the moment the model thread lets go of
   the generation (so it is free before the consumer sees the generation's last event), or at the exit
   when decoding never began.
+- A model thread that may never come back (stuck in a collective of a group whose rank stopped answering)
+  cannot let go: a group's watchdog then ends the consumer's side instead (``Mailbox.abandon``: the failure,
+  and the place given back). What that thread sends after is dropped, and its letting go, should it come
+  back, changes nothing the consumer sees: a consumer sees one ending.
 - A session holds no cancel scope across its ``yield``: it may be entered in one task and left in another.
 """
 
@@ -123,15 +127,19 @@ class Mailbox:
     wake-up at a time (not one per token); the trio side drains everything that has arrived."""
 
     def __init__(self, token: trio.lowlevel.TrioToken, on_close: Callable[[], None]):
-        self.on_close = on_close  # called on the trio side once the model thread let go
+        self.on_close = on_close  # called on the trio side once the model thread let go (or it was abandoned)
         self.queue: collections.deque[TokenEvent] = collections.deque()
         self.token = token
         self.stop = threading.Event()  # set by the trio side: the consumer is gone
         self.wake_pending = False
         self.arrived = trio.Event()
-        self.closed = False  # trio side: the model thread let go
+        self.closed = False  # trio side: the model thread let go, or the generation was abandoned
         self.let_go = False  # model thread side: close() was called
         self.error: BaseException | None = None  # a failure before decoding began (the model would not load)
+        self._lock = threading.Lock()  # the model thread's events and a watchdog's abandon: one order
+        self.sent = False  # an event went out (Started first: the stream may be open)
+        self.ended = False  # an ending (Finished, Failed) went out
+        self.abandoned = False  # the consumer's side was ended without the model thread (``abandon``)
         self.finished = trio.Event()
         self.admission_wait_s: float | None = None  # how long the session waited for its slot
         self.loop: DecodeLoop | None = None  # the loop feeding it: what was decoded for a consumer that left early
@@ -146,9 +154,14 @@ class Mailbox:
 
     # model thread
     def emit(self, ev: TokenEvent) -> None:
-        self.queue.append(ev)
-        if not self.wake_pending:
-            self.wake_pending = True
+        with self._lock:
+            if self.abandoned:  # its consumer's side has ended already (see the rules)
+                return
+            self.queue.append(ev)
+            self.sent = True
+            self.ended = self.ended or isinstance(ev, (Finished, Failed))
+            wake, self.wake_pending = not self.wake_pending, True
+        if wake:
             try:
                 self.token.run_sync_soon(self._wake)
             except trio.RunFinishedError:
@@ -158,8 +171,30 @@ class Mailbox:
         """The model thread is done with this generation (and will not touch it again): called once, where the
         generation ends (``Row.end`` for a decoder's row; the job's end for a backend that decodes whole)."""
         assert not self.let_go, "a generation is let go of once"
-        self.let_go = True
-        self.error = error
+        with self._lock:
+            self.let_go = True
+            if not self.abandoned:  # the consumer was told already
+                self.error = error
+        try:
+            self.token.run_sync_soon(self._close)
+        except trio.RunFinishedError:
+            pass
+
+    # any thread
+    def abandon(self, error: BaseException) -> None:
+        """End the consumer's side without the model thread, which may never come back to (a group's watchdog:
+        lockstep.py): ``error`` in-band (Failed) once an event went out, else the consumer's exception, as
+        ``Row.end`` would report it; the place goes back. Nothing once the model thread let go or an ending
+        went out; what the model thread sends after is dropped (see the rules)."""
+        with self._lock:
+            if self.let_go or self.ended or self.abandoned:
+                return
+            self.abandoned = True
+            if self.sent:
+                self.queue.append(Failed(f"generation failed: {error}"))
+                self.ended = True
+            else:
+                self.error = error
         try:
             self.token.run_sync_soon(self._close)
         except trio.RunFinishedError:
@@ -171,6 +206,8 @@ class Mailbox:
         self.arrived.set()
 
     def _close(self) -> None:
+        if self.closed:  # abandoned first: the model thread let go after
+            return
         self.on_close()
         self.closed = True
         self.arrived.set()

@@ -60,6 +60,7 @@ class MLXBackend(Backend):
         ``speculative``: how a lone request drafts (speculative/speculator.py; default: prompt lookup)."""
         from mlx_lm.utils import load_tokenizer
 
+        super().__init__()
         self.path = Path(model_dir)
         self.model_id = model_id or self.path.name
         self.default_reasoning = default_reasoning

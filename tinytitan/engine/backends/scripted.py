@@ -90,6 +90,7 @@ class ScriptedBackend(Backend):
                  context_window: int = SCRIPTED_CONTEXT_WINDOW, prompt_cache: PromptCache | None = None):
         """``prompt_cache``: keep the token bookkeeping of a prefix cache, so usage reports the tokens a
         real cache would reuse (the server does this; unit tests leave it off for fixed usage)."""
+        super().__init__()
         self.prompt_cache = prompt_cache
         self.entries = entries
         self.tokenizer = tokenizer

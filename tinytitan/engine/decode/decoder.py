@@ -287,12 +287,10 @@ class Decoder:
         if start:
             self.model_thread.start_soon(self._run, lambda _outcome: None)
 
-    def drain(self) -> list[Row]:
-        """Take the rows that arrived and are not taken in yet (for one who ends them elsewhere: lockstep.py)."""
+    def arrived(self) -> list[Row]:
+        """The rows that arrived and are not taken in yet (a copy: a group's watchdog tells their consumers)."""
         with self._lock:
-            rows = list(self._inbox)
-            self._inbox.clear()
-        return rows
+            return list(self._inbox)
 
     @property
     def waiting(self) -> int:

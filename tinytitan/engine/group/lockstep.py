@@ -22,10 +22,14 @@ Rules:
   is the same everywhere. A row without a seed gets one from rank 0 at joining, so random sampling agrees too.
 - A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its
   pending work, yet the wait may never return), and one that stops answering always does. A watchdog
-  (``Lead.watch``) sees a step in flight longer than ``timeout`` seconds: the group is broken, and each row in
-  flight, or waiting to join, is ended there with that error: its model thread, stuck in the collective, may
-  never come back to end it in the fold. A row is ended once: the fold and the watchdog each claim it first
-  (``Lead.claim``, under a lock), and the one that does not get it leaves it alone.
+  (``Lead.watch``) sees a step (or a heartbeat, a switch of models) in flight longer than ``timeout`` seconds:
+  the group is broken, and the watchdog asks; the fold ends. Rows end only in the fold, on the model thread
+  (decoder.py), which may never come back from the collective: so for each row in flight, being opened or
+  waiting to join, the watchdog ends its consumer's side instead (``Mailbox.abandon``: the failure in-band,
+  or the consumer's exception before its Started; its place given back), again while the model thread stays
+  stuck (a request let in just before the break). Should the model thread come back, its next step sees the
+  group broken and the fold ends every row as for any broken step; what those rows send then is dropped, so a
+  consumer sees one ending.
 - Idle, a follower would wait in the collective for the next message, and MLX's ring backend spins while it
   waits (a core's worth). So while no scheduler runs, rank 0 broadcasts a heartbeat every ``IDLE_S`` on its
   model thread (``i``: the pause), and each follower sleeps that long after one before it enters the next
@@ -45,7 +49,6 @@ import logging
 import random
 import threading
 import time
-import weakref
 from typing import Any, Callable
 
 from ..prompt.prepare import Prepared
@@ -71,10 +74,11 @@ class Lead:
         self.idle_s = idle_s
         self.heartbeats = 0
         self.busy_since: float | None = None  # when the step in flight began (monotonic)
-        self.rows: dict[int, Row] = {}  # the rows of the scheduler running now (the watchdog's to end)
-        self.drain: Callable[[], list[Row]] = list  # the decoder's rows not taken in yet
-        self.ending: weakref.WeakSet[Row] = weakref.WeakSet()  # rows whose end is claimed (fold or watchdog)
-        self._claims = threading.Lock()
+        # the rows whose consumers the watchdog tells (see the rules): the running scheduler's, the one it is
+        # opening (its model may be switching), and the decoder's not taken in yet
+        self.rows: dict[int, Row] = {}
+        self.opening: Row | None = None
+        self.waiting: Callable[[], list[Row]] = list
         self.accepted: dict[int, list[int]] = {}
         self.ended: list[list] = []
         self.joined: list[dict] = []
@@ -144,33 +148,26 @@ class Lead:
             self.busy_since = None
 
     def _watch(self) -> None:
-        while self.group.broken is None:
+        while True:
             time.sleep(min(1.0, self.timeout / 4))
             since = self.busy_since
-            if since is not None and time.monotonic() - since > self.timeout:
+            if since is None or time.monotonic() - since <= self.timeout:
+                if self.group.broken is not None:
+                    return  # and the model thread is not stuck: it ends its rows itself (see the rules)
+                continue
+            if self.group.broken is None:
                 others = "rank 1" if self.group.size == 2 else f"one of ranks 1-{self.group.size - 1}"
                 self.group.fail(f"{others} died or stopped answering: a decode step waited {self.timeout:g}s "
                                 "for it", list(range(1, self.group.size)))
-        if self.busy_since is None:
-            return  # broken between steps: the next step raises, on the model thread
-        error = GroupBroken(self.group.broken)
-        for row in list(self.rows.values()) + self.drain():
-            if not self.claim(row):  # its fold is ending it on the model thread
-                continue
-            try:
-                row.fail(error)
-                row.end()
-            except Exception:
-                log.exception("a row could not be ended")
+            self.ask_to_end(GroupBroken(self.group.broken))
 
-    def claim(self, row: Row) -> bool:
-        """Whether the caller is the one to end ``row``: its fold on the model thread, or the watchdog where the
-        model thread never comes back from a collective; whoever asks first, once (see the rules)."""
-        with self._claims:
-            if row in self.ending:
-                return False
-            self.ending.add(row)
-            return True
+    def ask_to_end(self, error: GroupBroken) -> None:
+        """The model thread is stuck: each row's consumer ends with ``error`` now; the row itself ends in the
+        fold, if the model thread comes back (see the rules)."""
+        rows = [*self.rows.values(), self.opening, *self.waiting()]
+        for row in rows:
+            if row is not None and row.box is not None:
+                row.box.abandon(error)
 
     def share_of_step(self) -> float:
         return self.group.share_s / self.step_s if self.step_s else 0.0
@@ -197,7 +194,11 @@ class LeadScheduler(Scheduler):
         if row.prepared.seed is None:  # every rank draws alike (see the rules)
             row.prepared.seed = random.getrandbits(63)
         forward = self.forward
-        super().admit(row)
+        self.lead.opening = row  # loading its model may switch every rank's (see the rules)
+        try:
+            super().admit(row)
+        finally:
+            self.lead.opening = None
         if self.forward is not forward:
             self.lead.fresh = True
         if row.id is not None and row.id in self.rows:
@@ -205,9 +206,6 @@ class LeadScheduler(Scheduler):
             self.lead.joined.append(join_spec(row))
 
     def retire(self, row: Row) -> None:
-        if not self.lead.claim(row):  # the watchdog ended it (see the rules)
-            self.rows.pop(row.id, None)
-            return
         if row.id in self.announced:
             self.announced.discard(row.id)
             kind = row.ending.kind if row.ending is not None else "failed"

@@ -20,6 +20,7 @@ from .messages import template_messages, template_tools
 from .splice import splice as splice_prompt
 from .reasoning import TemplateReasoning, level_of
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
+from ..structured.compile import token_markers
 from ..structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
 from .tool_declarations import ToolDeclarations
 
@@ -89,6 +90,11 @@ class PromptPreparation(ToolDeclarations):
     """The prompt-preparation half of a backend (``Backend`` is the other half: the model, its card, decoding):
     everything from a ChatRequest to its ``Prepared``."""
 
+    def __init__(self) -> None:
+        # prompts remembered by response id, for a client's later comparison (``compare_prompt``)
+        self.remembered_prompts: collections.OrderedDict[str, tuple[Fingerprint, array.array]] = \
+            collections.OrderedDict()
+
     @property
     def template_reasoning(self) -> TemplateReasoning:
         return TemplateReasoning.of(getattr(self.tokenizer, "chat_template", None))
@@ -134,9 +140,10 @@ class PromptPreparation(ToolDeclarations):
         text, tokens, _ = self.timed_encode(req)[:3]
         return text, tokens
 
-    def timed_encode(self, req: ChatRequest, splice: bool = False):
+    def timed_encode(self, req: ChatRequest, splice: bool = False, fp: Fingerprint | None = None):
         """``encode``, and the seconds spent rendering and tokenizing; ``splice``: the prompt as the decoder will
-        read it (``tokenize``), and why it misses the cache where it does (a CacheMiss, else None)."""
+        read it (``tokenize``, given the request's fingerprint ``fp`` where the caller has it), and why it misses
+        the cache where it does (a CacheMiss, else None)."""
         import jinja2
 
         t0 = time.perf_counter()
@@ -164,16 +171,17 @@ class PromptPreparation(ToolDeclarations):
         t1 = time.perf_counter()
         miss = None
         if splice:
-            tokens, miss = self.tokenize(text, req)
+            tokens, miss = self.tokenize(text, req, fp)
         else:
             tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
         return text, tokens, (t1 - t0, time.perf_counter() - t1), miss
 
-    def tokenize(self, text: str, req: ChatRequest | None = None):
+    def tokenize(self, text: str, req: ChatRequest | None = None, fp: Fingerprint | None = None):
         """A rendered prompt's ids: where the prompt cache holds ids for the same text at the same place (an
         answer the model generated, sent back by the client), those ids (prompt/splice.py); and where it parts
         from the cache, and why (cache/miss.py; None without a cache). The prompt is remembered with what its
-        ids say and its request's fingerprint, for the entry its generation stores."""
+        ids say and its request's fingerprint (``fp``, made here when not given), for the entry its generation
+        stores."""
         cache = getattr(self, "prompt_cache", None)
         tokenizer = self.tokenizer
 
@@ -184,7 +192,8 @@ class PromptPreparation(ToolDeclarations):
             return encode(text), None
         decode = tokenizer.decode
         tokens, spans = splice_prompt(text, cache.candidates(), encode, decode)
-        fp = Fingerprint.of(req) if req is not None else None
+        if fp is None and req is not None:
+            fp = Fingerprint.of(req)
         runs = self.image_runs(tokens, req) if req is not None else ()
         miss = diagnose(req, fp, tokens, cache.probe(tokens, runs)) if req is not None else None
         if miss is not None and miss.missed:
@@ -246,19 +255,19 @@ class PromptPreparation(ToolDeclarations):
             if tool.input_grammar is not None:
                 check_custom_grammar(tool, self.tokenizer, getattr(self, "vocab_size", None))
         grammar = req.grammar
+        # the markers a grammar names as tokens (made once per tokenizer, on the first request that needs them)
+        markers = token_markers(self.tokenizer, getattr(self, "vocab_size", None)) if grammar or req.tools else {}
         answer = self.family.syntax.answer
         if grammar is not None and answer is not None:  # the answer sits inside the syntax's markup (harmony)
-            grammar = answer(grammar, self.tokenizer.get_vocab())
+            grammar = answer(grammar, markers)
         elif grammar is not None:
-            grammar = answer_after_thought(grammar, self.family, self.tokenizer.get_vocab(), start_in_reasoning)
+            grammar = answer_after_thought(grammar, self.family, markers, start_in_reasoning)
         limit = call_limit(req)
         calls = True if limit is None else limit  # how many calls the grammar admits
         if grammar is None and req.tool_choice == "required":
-            grammar = forced_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab(),
-                                          start_in_reasoning)
+            grammar = forced_call_grammar(self.family, list(req.tools), calls, markers, start_in_reasoning)
         elif grammar is None and req.tool_choice == "auto" and req.tools:
-            grammar = auto_call_grammar(self.family, list(req.tools), calls, self.tokenizer.get_vocab(),
-                                        start_in_reasoning)
+            grammar = auto_call_grammar(self.family, list(req.tools), calls, markers, start_in_reasoning)
         if grammar is None:
             return None
         return compile_grammar(grammar, self.tokenizer, getattr(self, "vocab_size", None))
@@ -346,7 +355,9 @@ class PromptPreparation(ToolDeclarations):
         req = self.structured(req)
         req = self.with_model_defaults(req)
         self.refuse_from_bound(req)
-        text, tokens, (render_s, tokenize_s), miss = self.timed_encode(req, splice=True)
+        # the request's fingerprint, made once for the prompt cache and the client's comparison where it asks one
+        fp = Fingerprint.of(req) if req.cache_compare is not None or req.response_id is not None else None
+        text, tokens, (render_s, tokenize_s), miss = self.timed_encode(req, splice=True, fp=fp)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
             raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
                           param="messages", code="invalid_value")
@@ -361,20 +372,19 @@ class PromptPreparation(ToolDeclarations):
         sampling = self.sampling_for(req)
         if req.grammar is not None or req.tool_choice == "required":
             sampling["reasoning"] = "none"  # turned off by ``structured``: a protocol with a place for it says so
-        compared = self.compare_prompt(req, tokens)
+        compared = self.compare_prompt(req, tokens, fp)
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,
                         tokenize_s=tokenize_s, grammar=compiled, sampling=sampling,
                         cache_miss=miss.as_dict() if miss is not None else None,
                         cache_compared=compared.as_dict() if compared is not None else None)
 
-    def compare_prompt(self, req: ChatRequest, tokens: list[int]):
+    def compare_prompt(self, req: ChatRequest, tokens: list[int], fp: Fingerprint | None):
         """The prompt against the earlier one ``req.cache_compare`` names (a CacheMiss; None when it names none),
         and this prompt remembered under ``req.response_id`` for a later comparison (the last
-        ``REMEMBERED_PROMPTS``, as 32-bit ids)."""
+        ``REMEMBERED_PROMPTS``, as 32-bit ids); ``fp``: the request's fingerprint (None when it names neither)."""
         if req.cache_compare is None and req.response_id is None:
             return None
-        known = self.__dict__.setdefault("_prompts", collections.OrderedDict())
-        fp = Fingerprint.of(req)
+        known = self.remembered_prompts
         out = compare(req, fp, tokens, known.get(req.cache_compare)) if req.cache_compare is not None else None
         if req.response_id is not None:
             known[req.response_id] = (fp, array.array("i", tokens))

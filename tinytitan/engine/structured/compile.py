@@ -66,6 +66,7 @@ _lock = threading.Lock()
 _tokenizers: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, LLTokenizer): few, kept for life
 _grammars: collections.OrderedDict[tuple, str] = collections.OrderedDict()
 _checked: collections.OrderedDict[tuple[int, str], None] = collections.OrderedDict()  # (id(LLTokenizer), text)
+_markers: dict[int, dict[str, int]] = {}  # id(LLTokenizer) -> token_markers: few, kept for life
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,26 @@ def llg_tokenizer(tokenizer, vocab_size: int | None = None):
     with _lock:
         _tokenizers[id(tokenizer)] = (tokenizer, llt)
     return llt
+
+
+def token_markers(tokenizer, vocab_size: int | None = None) -> dict[str, int]:
+    """The vocabulary entries a grammar may name as one token (``<[id]>``): the grammar engine's special tokens
+    (a tokenizer's added tokens), by text. Any other marker, even one that is a single ordinary token (Gemma's
+    ```` ``` ````), is matched by its text: llguidance (1.9) takes ``<[id]>`` of an ordinary token once but
+    refuses the same token after a rollback over it, which the decoder's forced runs and verified drafts do; and
+    free text can spell such a token anyway. Empty where llguidance cannot read the tokenizer (no grammar
+    compiles for it then)."""
+    try:
+        llt = llg_tokenizer(tokenizer, vocab_size)
+    except ValueError:
+        return {}
+    with _lock:
+        hit = _markers.get(id(llt))
+    if hit is None:
+        hit = {text: i for text, i in tokenizer.get_vocab().items() if i < llt.vocab_size and llt.is_special_token(i)}
+        with _lock:
+            _markers[id(llt)] = hit
+    return hit
 
 
 def grammar_text(grammar: Grammar) -> str:

@@ -47,7 +47,7 @@ class Body:
         self.leftover: str | None = None
         self.index: int | None = None
         self.any = False  # some call started
-        self.warned = False  # logged once per block
+        self.warned = False  # text after a call was logged (once per block: _text_after_call)
         self.format = markup.body  # the grammar that checks the completed block (set by make_body)
 
     def feed(self, text: str) -> list[TokenEvent]:
@@ -69,6 +69,14 @@ class Body:
         self.index = ev.index
         self.any = True
         out.append(ev)
+
+    def _text_after_call(self, text: str, out: list, call: str = "a tool call inside its markup") -> None:
+        """Text the model wrote after a complete call, still inside the call's block: returned as text, and
+        logged once per block."""
+        if not self.warned:
+            log.warning("text after %s; returned as text: %r", call, text[:200])
+            self.warned = True
+        out.append(TextDelta(text))
 
     def _as_text(self, truncated: bool) -> list[TokenEvent]:
         log.warning("tool-call markup not understood; returned as text: %r", self.raw[:200])

@@ -9,7 +9,7 @@ import logging
 
 import regex
 
-from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
+from ....events import ToolCallArgsDelta, ToolCallDone, TokenEvent
 from .base import Body, SteppedBody
 from .json_objects import JsonCalls, JsonSpan, py_in_string
 from .tagged import _escape
@@ -81,10 +81,7 @@ class MistralCall(Body):
                 self.state = "after"
         if self.state == "after":
             if self.buf.strip():
-                if not self.warned:
-                    log.warning("text after a Mistral tool call; returned as text: %r", self.buf[:200])
-                    self.warned = True
-                out.append(TextDelta(self.buf.strip()))
+                self._text_after_call(self.buf.strip(), out, "a Mistral tool call")
             self.buf = ""
         return out
 

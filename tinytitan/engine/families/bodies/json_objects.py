@@ -188,10 +188,7 @@ class JsonCalls(SteppedBody):
         if not self.any:
             self.state = "raw"
             return False
-        if not self.warned:
-            log.warning("text after a tool call inside its markup; returned as text: %r", self.buf[:200])
-            self.warned = True
-        out.append(TextDelta(self.buf))
+        self._text_after_call(self.buf, out)
         self.buf = ""
         return False
 

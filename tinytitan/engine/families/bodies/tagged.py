@@ -192,10 +192,7 @@ class TaggedCall(SteppedBody):
                     self.buf = s
                     return False
             if self.buf.strip():
-                if not self.warned:
-                    log.warning("text after a tool call inside its markup; returned as text: %r", self.buf[:200])
-                    self.warned = True
-                out.append(TextDelta(self.buf.strip()))
+                self._text_after_call(self.buf.strip(), out)
             self.buf = ""
             return False
         if st == "junk":

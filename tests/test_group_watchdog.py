@@ -1,0 +1,111 @@
+"""A rank that stops answering mid-step leaves rank 0's model thread in a collective that never returns: the
+group's watchdog breaks the group after ``group_timeout`` and ends each waiting consumer's side — in-band
+Failed for a stream under way, the consumer's exception for a request not started yet, the exit of one that
+hung up — with every place given back, while the rows themselves are ended only by the model thread, once
+it comes back, without a second ending reaching anyone (lockstep.py's rules). The group is rank 0 of two
+whose broadcast blocks when told (the model and its steps are the demo model's, on this process)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+import trio
+
+from tinytitan.chat_request import ChatRequest, Message
+from tinytitan.engine.engine import Engine
+from tinytitan.engine.group.ranks import Group, GroupBroken
+from tinytitan.events import Failed, Finished, Started, TextDelta
+
+TIMEOUT = 2.0  # b enters within it (the group refuses new requests once broken)
+
+
+class StoppingGroup(Group):
+    """Rank 0 of two; once ``stopped`` is set, a broadcast waits (rank 1 stopped answering: ``stuck``) until
+    ``back``."""
+
+    def __init__(self):
+        super().__init__(SimpleNamespace(rank=lambda: 0, size=lambda: 2), "ring")
+        self.stopped = threading.Event()
+        self.stuck = threading.Event()
+        self.back = threading.Event()
+
+    def share(self, obj=None, counted=True, report=False):
+        if self.broken:
+            raise GroupBroken(self.broken)
+        if self.stopped.is_set():
+            self.stuck.set()
+            self.back.wait()
+        return obj
+
+
+def req(text: str, max_tokens: int = 2000) -> ChatRequest:
+    return ChatRequest(model="tinytitan-demo", messages=(Message("user", text),), reasoning=False, temperature=0,
+                       max_tokens=max_tokens)
+
+
+async def test_a_rank_that_stops_answering_ends_every_consumer_and_the_rows_end_later_once(demo_backend):
+    demo_backend.prompt_cache.clear()
+    group = StoppingGroup()
+    engine = Engine(demo_backend, max_batch=4, group=group, group_timeout=TIMEOUT)
+    streamed, waiting, boxes = [], [], {}
+    c_started, stopped = trio.Event(), trio.Event()
+    left = False
+
+    async def consume(name, session, into):
+        boxes[name] = session
+        async for ev in session:
+            into.append(ev)
+            if name == "c" and isinstance(ev, Started):
+                c_started.set()
+                return
+
+    async def a(nursery):
+        async with engine.session(req("Tell me a long story about the sea.")) as s:
+            boxes["a"] = s
+            async for ev in s:
+                streamed.append(ev)
+                if isinstance(ev, TextDelta) and not group.stopped.is_set():
+                    await c_started.wait()
+                    group.stopped.set()  # the next broadcast never returns
+                    stopped.set()
+                    nursery.start_soon(b)
+
+    async def b():  # arrives while the model thread is stuck: it never starts
+        while not group.stuck.is_set():
+            await trio.sleep(0.005)
+        with pytest.raises(GroupBroken, match="rank 1 died or stopped answering"):
+            async with engine.session(req("Anyone there?", max_tokens=8)) as s:
+                await consume("b", s, waiting)
+
+    async def c():  # under way beside a, and hangs up while the model thread is stuck
+        nonlocal left
+        async with engine.session(req("A second story, about a forest.")) as s:
+            await consume("c", s, [])
+            await stopped.wait()
+        left = True
+
+    try:
+        with trio.fail_after(TIMEOUT + 20):
+            async with trio.open_nursery() as n:
+                n.start_soon(a, n)
+                n.start_soon(c)
+        assert left and waiting == []
+        assert isinstance(streamed[-1], Failed) and "rank 1 died or stopped answering" in streamed[-1].message
+        assert not any(isinstance(ev, (Failed, Finished)) for ev in streamed[:-1])
+        assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+        assert engine.health()["status"] == "broken"
+        assert all(not s._box.let_go for s in boxes.values())  # the model thread has let go of none of them
+        queued = {name: len(s._box.queue) for name, s in boxes.items()}  # c's, left unread when it hung up
+    finally:
+        group.fail("the test is over")  # (where it failed first) the idle heartbeats stop
+        group.stopped.clear()
+        group.back.set()
+    # the model thread comes back: its fold ends every row (a's, c's, and b's, which was waiting), sending nothing
+    with trio.fail_after(30):
+        await engine.model_thread.run_sync(lambda: None)
+        await trio.sleep(0.1)  # its letting go reaches the trio side
+    assert all(s._box.let_go for s in boxes.values())
+    assert {name: len(s._box.queue) for name, s in boxes.items()} == queued
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
