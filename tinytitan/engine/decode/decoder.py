@@ -276,6 +276,7 @@ class Decoder:
         self.make_resident = make_resident
         self.max_batch = max_batch
         self._inbox: collections.deque[Row] = collections.deque()
+        self._later: collections.deque[Row] = collections.deque()  # taken in, waiting for the batch to drain
         self._lock = threading.Lock()
         self._running = False
         self.size = 0  # rows in flight now (decoding, or their prompt being read): the batch size shown
@@ -288,9 +289,10 @@ class Decoder:
             self.model_thread.start_soon(self._run, lambda _outcome: None)
 
     def arrived(self) -> list[Row]:
-        """The rows that arrived and are not taken in yet (a copy: a group's watchdog tells their consumers)."""
+        """The rows that arrived and are not taken in yet — those of another model waiting for the batch to
+        drain too (a copy: a group's watchdog tells their consumers)."""
         with self._lock:
-            return list(self._inbox)
+            return list(self._later) + list(self._inbox)
 
     @property
     def waiting(self) -> int:
@@ -302,19 +304,19 @@ class Decoder:
         batching = self.max_batch > 1
         scheduler = self.make_scheduler(self.make_resident, self.max_batch,
                                         FIRST_CHUNK if batching else PREFILL_STEP, batching)
-        later: collections.deque[Row] = collections.deque()  # rows of another model
+        later = self._later  # rows taken in, of another model than the batch's (changed under the lock)
         try:
             while True:
                 with self._lock:
-                    arrived = list(self._inbox)
+                    later.extend(self._inbox)
                     self._inbox.clear()
-                    if not arrived and not scheduler.rows and not later:
+                    if not later and not scheduler.rows:
                         self._running = False
                         self.size = 0
                         return
-                later.extend(arrived)
                 while later and (not scheduler.rows or later[0].backend is scheduler.backend):
-                    row = later.popleft()
+                    with self._lock:
+                        row = later.popleft()
                     if row.stopped:
                         row.ending = LEFT
                         scheduler.retire(row)
@@ -326,11 +328,12 @@ class Decoder:
         except BaseException as exc:  # the loop itself broke: no row may be left waiting
             log.exception("decode loop failed")
             with self._lock:
-                waiting = list(self._inbox)
+                waiting = list(later) + list(self._inbox)
+                later.clear()
                 self._inbox.clear()
                 self._running = False
                 self.size = 0
-            for row in list(scheduler.rows.values()) + list(later) + waiting:
+            for row in list(scheduler.rows.values()) + waiting:
                 try:
                     row.fail(exc)
                     scheduler.retire(row)
