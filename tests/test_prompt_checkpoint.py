@@ -135,3 +135,26 @@ async def test_a_trimmable_cache_takes_no_checkpoint(demo_backend):
     p1, _, _ = await _run(Engine(demo_backend), _req([("user", "Write a function that sorts a list. " * 10)]))
     entries = list(demo_backend.prompt_cache.entries.values())
     assert len(entries) == 1 and len(entries[0].tokens) > len(p1.tokens)  # the answer's entry alone
+
+
+def test_a_checkpoint_goes_to_disk_and_is_read_back_after_a_restart(demo_backend, tmp_path):
+    """On disk too the answer's file does not supersede the checkpoint's (it cannot be trimmed back to it, as its
+    metadata says), and a restarted server reads back the file that can serve the prompt, not the longest."""
+    from tinytitan.engine.cache.disk import PromptDisk
+    from tinytitan.engine.cache.disk_files import read_metadata
+
+    def cache():
+        c = PromptCache(1 << 30)
+        c.disk = PromptDisk(tmp_path, sorted(demo_backend.path.glob("*.safetensors")), lambda: "rotating", 1 << 30)
+        return c
+
+    prompt = list(range(1, 101))
+    c = cache()
+    assert keep(c, prompt, rotating(99), (), more=8)
+    c.store(prompt + [500, 501, 502, 503], rotating(104))
+    assert c.disk.flush()
+    metas = sorted((read_metadata(f) for f in tmp_path.glob("*.safetensors")), key=lambda m: len(m["tinytitan_tokens"]))
+    assert [m["tinytitan_trimmable"] for m in metas] == ["0", "0"]
+    restarted = cache()
+    kv, n = restarted.fetch(prompt + [500, 777, 778, 9])
+    assert n == 99 and kv[0].offset == 99 and restarted.disk.reads == 1
