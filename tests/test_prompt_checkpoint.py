@@ -61,12 +61,19 @@ def test_a_checkpoint_outlives_the_answer_and_serves_a_rewritten_one():
     assert n == 24 and kv is answer
 
 
-def test_a_checkpoint_is_evicted_under_the_byte_budget_like_any_entry():
+def test_a_checkpoint_counts_against_the_byte_budget_like_any_entry():
     first, second = rotating(19), rotating(24)
-    c = PromptCache(kv_bytes(second) + kv_bytes(first) // 2)
+    c = PromptCache(2 * kv_bytes(first))
+    c.store([7, 7, 7], rotating(3))  # another conversation's
     assert keep(c, list(range(20)), first, (), more=8)
-    c.store(list(range(24)), second)
+    assert sorted(len(e.tokens) for e in c.entries.values()) == [3, 19]
+    c.store(list(range(24)), second)  # the budget evicts the least recently used: the other, then the checkpoint
     assert [len(e.tokens) for e in c.entries.values()] == [24] and c.nbytes <= c.max_bytes
+    # one that would not fit beside its answer's entry is not kept: it would only evict others to be evicted
+    c = PromptCache(2 * kv_bytes(first) - 1)
+    c.store([7, 7, 7], rotating(3))
+    assert not keep(c, list(range(20)), rotating(19), (), more=8)
+    assert [len(e.tokens) for e in c.entries.values()] == [3]
 
 
 def test_an_answer_that_can_be_trimmed_back_supersedes_the_checkpoint():

@@ -22,6 +22,10 @@ Rules:
   the same class with ``from_state`` (disk_files.snapshot; mlx arrays are values: the row extending its live
   cache in place copies a shared buffer first, and never changes the checkpoint). The entry counts against the
   prompt cache's byte budget like any other and goes to the disk cache like any other.
+- Only where it and the answer's entry fit the budget together (twice its size): else the answer's entry,
+  stored last, would evict it anyway, after it had evicted older entries (another conversation's) to fit.
+- Not on a rank of a group (mlx.launch): each rank holds its part of the layers, so whether a cache can be
+  trimmed may differ between ranks, and every rank must start a row from the same prefix (group/lockstep.py).
 - A checkpoint that cannot be made costs a later turn a re-read, never the row: it is logged, not raised.
 - Rows reading their prompt in the batch take no checkpoint (the batch holds their cache); a row alone — an
   agent's turn — reads its prompt on its own cache.
@@ -33,7 +37,7 @@ import logging
 from typing import Any, Sequence
 
 from .disk_files import snapshot
-from .memory import ImageRun, kv_offset, kv_trimmable
+from .memory import ImageRun, kv_bytes, kv_offset, kv_trimmable
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -50,13 +54,26 @@ def wanted(kv: list, more: int) -> bool:
     return False
 
 
+def target(backend: Any) -> Any:
+    """Where a backend's rows keep their checkpoints: its prompt cache; None on a rank of a group (see the
+    rules)."""
+    if getattr(backend, "group", None) is not None:
+        return None
+    return getattr(backend, "prompt_cache", None)
+
+
 def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[ImageRun], more: int) -> bool:
     """Store a snapshot of ``kv`` (holding the first tokens of ``tokens``, as its offset says) in ``prompt_cache``
-    where it is ``wanted``; True when one was stored."""
+    where it is ``wanted`` and fits (see the rules); True when one was stored."""
     if prompt_cache is None or not kv or not wanted(kv, more):
         return False
     held = kv_offset(kv)
     if not held or held > len(tokens):
+        return False
+    size = kv_bytes(kv)
+    if 2 * size > prompt_cache.max_bytes:
+        log.debug("prompt cache: no checkpoint of a %d-token prompt (%d MiB): it and its answer's entry would not "
+                  "fit the budget together", held, size >> 20)
         return False
     try:
         prompt_cache.store(list(tokens[:held]), snapshot(kv), images, checkpoint=True)

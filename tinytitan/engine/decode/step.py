@@ -251,8 +251,9 @@ class Forward:
         try:
             solo = self.solos.get(s.row)
             if solo is None:
-                solo = self.solos[s.row] = Solo(self.model, row, self.caches[s.row],
-                                                getattr(self.backend, "prompt_cache", None))
+                from ..cache.checkpoint import target
+
+                solo = self.solos[s.row] = Solo(self.model, row, self.caches[s.row], target(self.backend))
             tokens = solo.step(s)
         except Exception as exc:  # its cache may be half-written: dropped with it
             self.solos.pop(s.row, None)
