@@ -7,7 +7,7 @@ Rules:
   (cache classes, KV heads and widths, dtype, KV bits) and the ids it holds (with their spans, so an answer's
   ids stay spliceable after a restart). The file name is a digest of all of that.
 - Written off the request path: ``put`` hands a snapshot to the writer thread (the newest snapshot of a
-  conversation replaces one still waiting); the file is written under a temporary name and renamed into place,
+  conversation replaces one still waiting, where it can be trimmed back to it); the file is written under a temporary name and renamed into place,
   so a torn file is never read. A prefix already on disk is not written again; a file whose ids are a prefix
   of the new one's is removed (superseded) where the new one can be trimmed back to it, as in memory (a
   prompt's checkpoint outlives its answer's file: cache/checkpoint.py).
@@ -232,10 +232,15 @@ class PromptDisk:
             return
         if any(len(f.tokens) == len(tokens) and np.array_equal(f.tokens, tokens) for f in self.index()):
             return
+        from .memory import kv_trimmable
+
         layout = self.layout  # here, on the model thread
         snap = snapshot(kv)
+        # the newest snapshot of a conversation replaces one waiting, where it can be trimmed back to it (a
+        # prompt's checkpoint stays queued beside its answer's entry)
+        key = tokens[:MIN_TOKENS].tobytes() if kv_trimmable(snap) else tokens.tobytes()
         with self._lock:
-            self._pending[tokens[:MIN_TOKENS].tobytes()] = (tokens, snap, spans, layout)
+            self._pending[key] = (tokens, snap, spans, layout)
             self._wake.notify()
 
     def flush(self, timeout: float = 30.0) -> bool:
