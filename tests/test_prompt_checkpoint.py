@@ -38,14 +38,29 @@ def test_when_a_checkpoint_is_wanted():
     assert wanted(rotating(5), 3)  # its answer could fill the window
     assert wanted(rotating(9), 0)  # past its window already: it cannot be trimmed back
     c = PromptCache(1 << 30)
-    assert not keep(c, list(range(31)), plain, (), 100) and not c.entries
+    assert not keep(c, list(range(30)), plain, (), 100) and not c.entries
+
+
+def test_a_recurrent_state_is_checkpointed_under_the_tokens_it_holds():
+    """A recurrent state (mlx-lm's ArraysCache) keeps no offset and cannot be trimmed: its checkpoint is a copy of
+    its state, kept under the prompt tokens it has read, and the row's later steps do not change it."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import ArraysCache
+
+    state = ArraysCache(2)
+    state[0], state[1] = mx.ones((1, 4)), mx.zeros((1, 3))
+    c = PromptCache(1 << 30)
+    assert keep(c, list(range(12)), [state], (), more=1)
+    state[0] = state[0] * 5  # the row steps on
+    kv, n = c.fetch(list(range(12)) + [40, 41])
+    assert n == 12 and kv[0] is not state and kv[0][0].tolist() == [[1.0] * 4] and kv[0][1].shape == (1, 3)
 
 
 def test_a_checkpoint_outlives_the_answer_and_serves_a_rewritten_one():
     c = PromptCache(1 << 30)
     prompt = list(range(1, 21))
     checkpoint = rotating(19)
-    assert keep(c, prompt, checkpoint, (), more=8)  # the prompt read but for its last token
+    assert keep(c, prompt[:-1], checkpoint, (), more=8)  # the prompt read but for its last token
     answer = rotating(24)
     assert not kv_trimmable(answer)
     c.store(prompt + [50, 51, 52, 53], answer)  # the row's end: prompt and answer (all but its last token)
@@ -65,20 +80,20 @@ def test_a_checkpoint_counts_against_the_byte_budget_like_any_entry():
     first, second = rotating(19), rotating(24)
     c = PromptCache(2 * kv_bytes(first))
     c.store([7, 7, 7], rotating(3))  # another conversation's
-    assert keep(c, list(range(20)), first, (), more=8)
+    assert keep(c, list(range(19)), first, (), more=8)
     assert sorted(len(e.tokens) for e in c.entries.values()) == [3, 19]
     c.store(list(range(24)), second)  # the budget evicts the least recently used: the other, then the checkpoint
     assert [len(e.tokens) for e in c.entries.values()] == [24] and c.nbytes <= c.max_bytes
     # one that would not fit beside its answer's entry is not kept: it would only evict others to be evicted
     c = PromptCache(2 * kv_bytes(first) - 1)
     c.store([7, 7, 7], rotating(3))
-    assert not keep(c, list(range(20)), rotating(19), (), more=8)
+    assert not keep(c, list(range(19)), rotating(19), (), more=8)
     assert [len(e.tokens) for e in c.entries.values()] == [3]
 
 
 def test_an_answer_that_can_be_trimmed_back_supersedes_the_checkpoint():
     c = PromptCache(1 << 30)
-    assert keep(c, list(range(20)), rotating(19, max_size=WINDOW), (), more=WINDOW)  # it could fill its window
+    assert keep(c, list(range(19)), rotating(19, max_size=WINDOW), (), more=WINDOW)  # it could fill its window
     answer = rotating(30, max_size=WINDOW)  # it did not: the answer's entry is trimmed back instead
     c.store(list(range(30)), answer)
     assert [len(e.tokens) for e in c.entries.values()] == [30]
@@ -157,7 +172,7 @@ def test_a_checkpoint_goes_to_disk_and_is_read_back_after_a_restart(demo_backend
 
     prompt = list(range(1, 101))
     c = cache()
-    assert keep(c, prompt, rotating(99), (), more=8)
+    assert keep(c, prompt[:-1], rotating(99), (), more=8)
     c.store(prompt + [500, 501, 502, 503], rotating(104))
     assert c.disk.flush()
     metas = sorted((read_metadata(f) for f in tmp_path.glob("*.safetensors")), key=lambda m: len(m["tinytitan_tokens"]))

@@ -63,20 +63,21 @@ def target(backend: Any) -> Any:
 
 
 def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[ImageRun], more: int) -> bool:
-    """Store a snapshot of ``kv`` (holding the first tokens of ``tokens``, as its offset says) in ``prompt_cache``
-    where it is ``wanted`` and fits (see the rules); True when one was stored."""
-    if prompt_cache is None or not kv or not wanted(kv, more):
+    """Store a snapshot of ``kv``, which holds ``tokens`` (a recurrent state keeps no offset to say so), in
+    ``prompt_cache`` where it is ``wanted`` and fits (see the rules); True when one was stored."""
+    if prompt_cache is None or not kv or not tokens or not wanted(kv, more):
         return False
     held = kv_offset(kv)
-    if not held or held > len(tokens):
+    if held is not None and held != len(tokens):
         return False
+    held = len(tokens)
     size = kv_bytes(kv)
     if 2 * size > prompt_cache.max_bytes:
         log.debug("prompt cache: no checkpoint of a %d-token prompt (%d MiB): it and its answer's entry would not "
                   "fit the budget together", held, size >> 20)
         return False
     try:
-        prompt_cache.store(list(tokens[:held]), snapshot(kv), images, checkpoint=True)
+        prompt_cache.store(list(tokens), snapshot(kv), images, checkpoint=True)
     except Exception:  # the row goes on: a later turn reads this prefix again, no more
         log.exception("the prompt cache could not keep a checkpoint of a %d-token prompt", held)
         return False

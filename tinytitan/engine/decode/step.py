@@ -132,7 +132,7 @@ class Solo:
             feed = feed[-1:]
             from ..cache.checkpoint import keep  # a cache that cannot be trimmed back: kept at this point
 
-            keep(self.prompt_cache, self.row.tokens, self.kv, self.row.prepared.image_runs, self.row.cap_left)
+            keep(self.prompt_cache, self.row.tokens[:-1], self.kv, self.row.prepared.image_runs, self.row.cap_left)
             self.read = len(self.row.tokens)
         if s.forced:
             for token in feed[1:]:  # the sampler's draw for each forced token after the first (drawn already)
