@@ -29,6 +29,10 @@ Rules:
   batch, or moved from one to the other mid-answer (rows.py guards them).
 - What the forward returns is what the fold reads: tokens sampled (by an earlier step, when pipelined), where
   caches stand, failures — never text, never an ending. Rows end in the fold, the only place that decides it.
+- One thing the forward stores itself: a row on its own cache that has read its prompt but the last token
+  leaves a checkpoint of that cache in its backend's prompt cache where the cache cannot be trimmed back
+  (cache/checkpoint.py). The cache is the forward's, so the snapshot is taken there; nothing of it travels in
+  the plan or the result.
 
 What mlx-lm's public API does not give, and this module owns openly:
 - ``Solo``: stepping one row on its own cache by several known tokens at once (a forced run, a draft) and
@@ -87,10 +91,11 @@ class Solo:
     token context, its sampler; the sampled token is evaluated asynchronously (``pending``). It reads the row's
     hooks and tokens and writes nothing on it: where its cache stands is its own (``read``)."""
 
-    def __init__(self, model, row: "Row", kv: list):
+    def __init__(self, model, row: "Row", kv: list, prompt_cache=None):
         import mlx.core as mx
 
         self.model, self.row, self.kv = model, row, kv
+        self.prompt_cache = prompt_cache  # where a checkpoint at its prompt's end goes (cache/checkpoint.py)
         self.read = row.read  # prompt tokens its cache holds
         # what its cache holds before the next token it reads (one that stepped out of the batch: ``held``)
         context = row.held if row.generated else row.tokens[:-1]
@@ -125,6 +130,9 @@ class Solo:
             if len(feed) > 1:
                 self.prefill(feed[:-1])
             feed = feed[-1:]
+            from ..cache.checkpoint import keep  # a cache that cannot be trimmed back: kept at this point
+
+            keep(self.prompt_cache, self.row.tokens[:-1], self.kv, self.row.prepared.image_runs, self.row.cap_left)
             self.read = len(self.row.tokens)
         if s.forced:
             for token in feed[1:]:  # the sampler's draw for each forced token after the first (drawn already)
@@ -243,7 +251,9 @@ class Forward:
         try:
             solo = self.solos.get(s.row)
             if solo is None:
-                solo = self.solos[s.row] = Solo(self.model, row, self.caches[s.row])
+                from ..cache.checkpoint import target
+
+                solo = self.solos[s.row] = Solo(self.model, row, self.caches[s.row], target(self.backend))
             tokens = solo.step(s)
         except Exception as exc:  # its cache may be half-written: dropped with it
             self.solos.pop(s.row, None)
