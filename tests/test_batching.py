@@ -216,7 +216,7 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
     expected = {k: summary(await run(engine, r)) for k, r in joiners.items()}
     read_ahead = []
     real = step.step_alone
-    monkeypatch.setattr(step, "step_alone", lambda model, lane, kv, s: (read_ahead.append(1) if getattr(s, "now", False) else None) or real(model, lane, kv, s))
+    monkeypatch.setattr(step, "step_alone", lambda model, lane, kv, s, *a: (read_ahead.append(1) if getattr(s, "now", False) else None) or real(model, lane, kv, s, *a))
     got: dict = {}
     async with trio.open_nursery() as outer:
         async def one(name, r):

@@ -165,6 +165,27 @@ def test_repeated_image_is_not_encoded_again(vision):
     assert "messages[0].content[0]" in p3.cache_miss["detail"]
 
 
+def test_an_answer_sent_back_otherwise_past_the_sliding_window_keeps_the_image(vision):
+    """Gemma 3's sliding-window layers cannot be trimmed back once a prompt is longer than the window (1024): the
+    answer's entry serves only a next turn that sends the answer back as the same tokens. The checkpoint at the
+    end of the prompt (engine/cache/checkpoint.py) serves one that does not: the whole first prompt, its image
+    included, is reused, and the next turn reads only the answer and its own turn, to the same tokens."""
+    vision.prompt_cache.clear()
+    first = ask(part(RED), " ".join(f"word{i}" for i in range(320)) + " What colour is this?")
+    before = vision.encoded_images
+    p1, _ = decode(vision, first)
+    assert len(p1.tokens) > 1024 + 16 and vision.encoded_images == before + 1
+    second = ask("And now?", history=(first.messages[0], Message("assistant", "Not what the model wrote.")))
+    p2, events = decode(vision, second)
+    assert vision.encoded_images == before + 1, "the image was encoded again"
+    assert p2.cache_miss["reason"] == "answer_rewritten"  # it parted from the answer's entry, inside the answer
+    assert p2.tokens[:len(p1.tokens)] == p1.tokens
+    assert events[-1].usage.cached_tokens == len(p1.tokens) - 1  # all but the token the first sample came after
+    vision.prompt_cache.clear()
+    _, cold = decode(vision, second)
+    assert vision.encoded_images == before + 2 and text_of(cold) == text_of(events)
+
+
 def test_a_changed_later_image_keeps_the_earlier_one(vision):
     """Two images, the second changed: the prefix through the first is reused, only the second is encoded."""
     vision.prompt_cache.clear()

@@ -7,11 +7,13 @@ Rules:
   (cache classes, KV heads and widths, dtype, KV bits) and the ids it holds (with their spans, so an answer's
   ids stay spliceable after a restart). The file name is a digest of all of that.
 - Written off the request path: ``put`` hands a snapshot to the writer thread (the newest snapshot of a
-  conversation replaces one still waiting); the file is written under a temporary name and renamed into place,
+  conversation replaces one still waiting, where it can be trimmed back to it); the file is written under a temporary name and renamed into place,
   so a torn file is never read. A prefix already on disk is not written again; a file whose ids are a prefix
-  of the new one's is removed (superseded), as in memory.
+  of the new one's is removed (superseded) where the new one can be trimmed back to it, as in memory (a
+  prompt's checkpoint outlives its answer's file: cache/checkpoint.py).
 - Bounded: past ``max_bytes`` the least recently used files (modification time, touched on each read) go.
-- Read back (``best`` then ``load``) when it holds a longer prefix of a prompt than memory does. A file of
+- Read back (``best`` then ``load``) when it holds a longer prefix of a prompt than memory does (a file whose
+  cache cannot be trimmed back, as its metadata says, only where it is wholly a prefix of the prompt). A file of
   another model is left alone; one of this model but another format version or layout, or one that fails to
   load, is ignored with a warning, never misread.
 - The snapshot is taken on the model thread (``snapshot``): new array handles on the cache's current buffers,
@@ -135,7 +137,8 @@ class PromptDisk:
                             meta.get("tinytitan_format"))
                 continue
             tokens = np.frombuffer(base64.b64decode(meta.get("tinytitan_tokens", "")), dtype=np.int32).astype(np.int64)
-            found.append(OnDisk(p, tokens, p.stat().st_size, meta.get("tinytitan_layout", "")))
+            found.append(OnDisk(p, tokens, p.stat().st_size, meta.get("tinytitan_layout", ""),
+                                meta.get("tinytitan_trimmable", "1") != "0"))
         for tmp in self.dir.glob(".*.tmp*"):  # a write a crash cut short: never read, cleaned up
             try:
                 if now - tmp.stat().st_mtime > 600:
@@ -170,8 +173,8 @@ class PromptDisk:
 
         best, n = None, 0
         for f in self.index(wait=INDEX_WAIT):
-            k = common_prefix(f.tokens, prompt)
-            if k > n:
+            k = min(common_prefix(f.tokens, prompt), len(prompt) - 1)
+            if k > n and (f.trimmable or k == len(f.tokens)):
                 best, n = f, k
         return best, n
 
@@ -229,10 +232,15 @@ class PromptDisk:
             return
         if any(len(f.tokens) == len(tokens) and np.array_equal(f.tokens, tokens) for f in self.index()):
             return
+        from .memory import kv_trimmable
+
         layout = self.layout  # here, on the model thread
         snap = snapshot(kv)
+        # the newest snapshot of a conversation replaces one waiting, where it can be trimmed back to it (a
+        # prompt's checkpoint stays queued beside its answer's entry)
+        key = tokens[:MIN_TOKENS].tobytes() if kv_trimmable(snap) else tokens.tobytes()
         with self._lock:
-            self._pending[tokens[:MIN_TOKENS].tobytes()] = (tokens, snap, spans, layout)
+            self._pending[key] = (tokens, snap, spans, layout)
             self._wake.notify()
 
     def flush(self, timeout: float = 30.0) -> bool:
@@ -280,26 +288,29 @@ class PromptDisk:
     def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str) -> None:
         from mlx_lm.models.cache import save_prompt_cache
 
-        from .memory import common_prefix
+        from .memory import common_prefix, kv_trimmable
 
         path = self.dir / (self._name(tokens, layout) + SUFFIX)
         if path.exists():
             return
+        trimmable = kv_trimmable(snap)
         tmp = self.dir / f".{path.stem}.{os.getpid()}.tmp{SUFFIX}"
         meta = {"tinytitan_format": FORMAT, "tinytitan_weights": self.digest, "tinytitan_layout": layout,
                 "tinytitan_tokens": base64.b64encode(tokens.astype(np.int32).tobytes()).decode(),
-                "tinytitan_spans": json.dumps([[s.tokens, s.text, s.generated] for s in spans])}
+                "tinytitan_spans": json.dumps([[s.tokens, s.text, s.generated] for s in spans]),
+                "tinytitan_trimmable": "1" if trimmable else "0"}
         save_prompt_cache(str(tmp), snap, meta)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        entry = OnDisk(path, tokens, path.stat().st_size, layout)
+        entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable)
         self.writes += 1
         superseded = []
         with self._lock:
             index = self._index or []
             for f in index:
-                if f.path != path and f.layout == layout and len(f.tokens) <= len(tokens) and common_prefix(f.tokens, tokens) == len(f.tokens):
+                if f.path != path and f.layout == layout and len(f.tokens) <= len(tokens) and trimmable and \
+                        common_prefix(f.tokens, tokens) == len(f.tokens):
                     superseded.append(f)
             self._index = [f for f in index if f not in superseded and f.path != path] + [entry]
         for f in superseded:

@@ -98,3 +98,4 @@ class OnDisk:
     tokens: np.ndarray
     nbytes: int
     layout: str
+    trimmable: bool = True  # its cache can be trimmed back (else it serves only prompts it is wholly a prefix of)

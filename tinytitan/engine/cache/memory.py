@@ -7,9 +7,12 @@ Rules:
   (``cached_tokens`` reports exactly this). At least one prompt token is always left to process.
 - An entry wholly inside the prompt is taken out (the decoder extends it in place); an entry that goes
   further than the shared prefix is copied and the copy trimmed, so the longer entry stays for others.
-  Caches that cannot be trimmed (sliding windows) are only reused when the whole entry is a prefix.
+  Caches that cannot be trimmed back (a sliding window past its size, a recurrent state) are only reused when
+  the whole entry is a prefix: the longest entry that can be reused wins, not the longest shared prefix.
 - ``store(tokens, kv)`` keeps a finished generation's cache under the tokens it really holds (prompt and
-  generated tokens, cut at the cache's own offset), evicting old entries over the byte budget.
+  generated tokens, cut at the cache's own offset), evicting old entries over the byte budget. An entry that
+  is a prefix of the new one is superseded by it when the new one can be trimmed back to it; a cache that
+  cannot be leaves it (a prompt's checkpoint, cache/checkpoint.py, outlives its answer's entry).
 - Every read and change of the entries holds one lock: the model thread changes them while the trio side
   reads the stats (``GET /v1/models``).
 - A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
@@ -100,6 +103,15 @@ def kv_trimmable(kv: list) -> bool:
     return all(getattr(c, "is_trimmable", lambda: False)() for c in kv)
 
 
+def reusable(e: "Entry", prompt: np.ndarray) -> int:
+    """How many of ``prompt``'s tokens entry ``e`` can give (at least one prompt token is left to read): the
+    shared prefix, where ``e`` holds just that or can be trimmed back to it, else 0."""
+    n = min(common_prefix(e.tokens, prompt), len(prompt) - 1)
+    if n <= 0 or n == len(e.tokens) or e.payload is None or kv_trimmable(e.payload):
+        return max(n, 0)
+    return 0
+
+
 @dataclass
 class Entry:
     tokens: np.ndarray
@@ -161,10 +173,9 @@ class PromptCache:
         with self._lock:
             best_key, best_n = None, 0
             for key, e in self.entries.items():
-                n = common_prefix(e.tokens, p)
+                n = reusable(e, p)
                 if n > best_n or (n == best_n and best_key is not None and n and len(e.tokens) == n):
                     best_key, best_n = key, n
-            best_n = min(best_n, len(p) - 1)
             if best_key is None or best_n <= 0:
                 self.misses += 1
                 return None, 0
@@ -177,9 +188,6 @@ class PromptCache:
                 del self.entries[best_key]
                 payload = e.payload
             else:
-                if not kv_trimmable(e.payload):
-                    self.misses += 1
-                    return None, 0
                 payload = copy.deepcopy(e.payload)
                 self.entries.move_to_end(best_key)
             self.hits += 1
@@ -190,7 +198,10 @@ class PromptCache:
                 c.trim(trimmed)
         return payload, best_n
 
-    def store(self, tokens: Sequence[int], payload: Any, images: Sequence[ImageRun] = ()) -> None:
+    def store(self, tokens: Sequence[int], payload: Any, images: Sequence[ImageRun] = (),
+              checkpoint: bool = False) -> None:
+        """Keep ``payload`` under the tokens it holds (``checkpoint``: a prompt read but for its last token,
+        cache/checkpoint.py: it takes that prompt's spans and request, and no generated span)."""
         ids = np.asarray(tokens, dtype=np.int64)
         if payload is not None:
             off = kv_offset(payload)
@@ -202,17 +213,19 @@ class PromptCache:
         if shift and payload is not None and self.reframe is not None:
             self.reframe(payload, -shift)
         t = keyed(ids, images)
-        note = self._note_for(t)
+        note = self._note_for(t, within=checkpoint)
         spans = self._spans_for(t, note)
         size = kv_bytes(payload)
         if payload is not None and size > self.max_bytes:
             log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
                         "kept, so the next turn reads it all again", len(t), size >> 20, self.max_bytes >> 20)
             return
+        trimmable = payload is None or kv_trimmable(payload)
         with self._lock:
-            # an entry that is a prefix of the new one is superseded by it
+            # an entry that is a prefix of the new one is superseded by it, where the new one can stand in for it
             for key in [k for k, e in self.entries.items()
-                        if len(e.tokens) <= len(t) and common_prefix(e.tokens, t) == len(e.tokens)]:
+                        if len(e.tokens) <= len(t) and common_prefix(e.tokens, t) == len(e.tokens)
+                        and (trimmable or len(e.tokens) == len(t))]:
                 del self.entries[key]
             self._insert(t, payload, size, spans, note, ids if images else None)
         if self.disk is not None and payload is not None:
@@ -230,7 +243,7 @@ class PromptCache:
     def _read_back(self, p: np.ndarray) -> None:
         """A longer prefix on disk than in memory: read it into memory (the model thread, at fetch)."""
         with self._lock:
-            in_memory = max((common_prefix(e.tokens, p) for e in self.entries.values()), default=0)
+            in_memory = max((reusable(e, p) for e in self.entries.values()), default=0)
         f, n = self.disk.best(p)
         if f is None or n < in_memory + READ_BACK_GAIN:
             return
@@ -289,13 +302,18 @@ class PromptCache:
         with self._lock:
             return [(e.real, e.spans) for e in reversed(self.entries.values()) if e.spans and e.real is not None]
 
-    def _note_for(self, t: np.ndarray) -> Note | None:
-        """The longest remembered prompt a stored run of ids starts with."""
+    def _note_for(self, t: np.ndarray, within: bool = False) -> Note | None:
+        """The longest remembered prompt a stored run of ids starts with (``within``: the shortest one that
+        starts with the ids: a checkpoint holds part of its prompt)."""
         with self._lock:
             best = None
             for note in self.notes.values():
                 n = len(note.tokens)
-                if n <= len(t) and (best is None or n > len(best.tokens)) and common_prefix(note.tokens, t) == n:
+                if within:
+                    if n >= len(t) and (best is None or n < len(best.tokens)) and \
+                            common_prefix(note.tokens, t) == len(t):
+                        best = note
+                elif n <= len(t) and (best is None or n > len(best.tokens)) and common_prefix(note.tokens, t) == n:
                     best = note
         return best
 

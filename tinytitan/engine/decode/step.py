@@ -25,6 +25,9 @@ Rules:
 - What a row needs to step (its sampler, processors, pending sample, token context, prompt position) is its
   lane (lane.py), which moves with it: a row samples the same tokens alone, in the batch, or moved from one to
   the other mid-answer, and joins or leaves between any two steps without reading or drawing anything again.
+- One thing the forward stores itself: a row that has read its prompt but the last token leaves a checkpoint
+  of its cache in its backend's prompt cache where the cache cannot be trimmed back (cache/checkpoint.py). The
+  cache is the forward's, so the snapshot is taken there; nothing of it travels in the plan or the result.
 - What the forward returns is what the fold reads: tokens read, where prompts stand, what verifies accepted,
   failures — never text, never an ending. Rows end in the fold, the only place that decides it.
 
@@ -70,8 +73,9 @@ __all__ = ["PREFILL_STEP", "PREFILL_STEP_SHARED", "Forward", "Next", "Plan", "Pr
 log = logging.getLogger("tinytitan.batch")
 
 
-def step_alone(model, lane: Lane, kv: list, s: RowStep) -> tuple[int, ...]:
-    """One row on its own KV cache: run ``s``; the tokens the fold reads now."""
+def step_alone(model, lane: Lane, kv: list, s: RowStep, prompt_cache=None) -> tuple[int, ...]:
+    """One row on its own KV cache: run ``s``; the tokens the fold reads now. ``prompt_cache``: where a
+    checkpoint at its prompt's end goes (None: none is kept)."""
     import mlx.core as mx
 
     if isinstance(s, Prefill):
@@ -92,6 +96,10 @@ def step_alone(model, lane: Lane, kv: list, s: RowStep) -> tuple[int, ...]:
             _prefill(model, lane, kv, feed[:-1])
         feed = feed[-1:]
         lane.read = len(row.tokens)
+        if prompt_cache is not None:  # a cache that cannot be trimmed back: kept at this point
+            from ..cache.checkpoint import keep
+
+            keep(prompt_cache, row.tokens[:-1], kv, row.prepared.image_runs, row.cap_left)
     if s.forced:
         for token in feed[1:]:  # the sampler's draw for each forced token after the first (drawn already)
             lane.draw(token)
@@ -153,6 +161,9 @@ class Forward:
         self.caches: dict[int, list] = {}  # row id -> its own KV cache (a row not in the batch)
         self.lanes: dict[int, Lane] = {}  # row id -> its lane (made at its first step)
         self.batch = Batch(self.model, make_prompt_cache(self.model) if self.model is not None else [])
+        from ..cache.checkpoint import target
+
+        self.checkpoints = target(backend)  # the prompt cache its rows' checkpoints go to (None: none kept)
 
     @property
     def ragged(self) -> bool:
@@ -218,7 +229,7 @@ class Forward:
     def _alone(self, s: RowStep, row: "Row", out: StepResult) -> None:
         try:
             lane = self._lane(row)
-            tokens = step_alone(self.model, lane, self.caches[s.row], s)
+            tokens = step_alone(self.model, lane, self.caches[s.row], s, self.checkpoints)
         except Exception as exc:  # its cache may be half-written: dropped with it
             self.lanes.pop(s.row, None)
             self.caches.pop(s.row, None)

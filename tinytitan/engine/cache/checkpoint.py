@@ -1,0 +1,83 @@
+"""A checkpoint at the end of a prompt, for KV caches that cannot be trimmed back.
+
+An agent resends the whole conversation every turn: the next prompt is this prompt, the answer as the client
+sends it back, and a new turn. The prompt cache reuses the longest entry it can: the previous turn's entry
+(prompt and answer) when the answer comes back as the same tokens, else — for a cache that can be trimmed —
+that entry trimmed back to where the prompts part. A cache that cannot be trimmed back (a sliding window once
+it holds more than its size: Gemma 3's local layers; a recurrent state) serves only a prompt it is wholly a
+prefix of, so an answer that comes back as other tokens (a model's non-canonical tokenization re-tokenized, an
+edited or re-serialised answer) used to cost the whole prompt again, its images encoded again.
+
+Rules:
+- When a row (every prompt is read on the row's own KV cache) has read all of its prompt but the token its
+  first sample is taken after (step.py ``step_alone``: the natural point, and the one a resent identical prompt reuses too), ``keep`` stores a
+  snapshot of that cache in the prompt cache as the entry for that prefix, its images keyed as the row's. The
+  answer's entry, stored at the row's end (rows.py), does not supersede it (memory.py), so the next turn
+  reuses one or the other, whichever reaches further, and reads only what follows.
+- Only where it is needed: a cache that cannot be trimmed now, or one that may not be by the row's end (a
+  sliding window that its answer could fill: offset plus the tokens the row may still add reaching its size).
+  A cache that stays trimmable needs none: the answer's entry is trimmed back to where the next prompt parts
+  (and supersedes a checkpoint it can stand in for).
+- The snapshot is mlx-lm's public cache API: each layer's ``state`` on new array handles, made into a cache of
+  the same class with ``from_state`` (disk_files.snapshot; mlx arrays are values: the row extending its live
+  cache in place copies a shared buffer first, and never changes the checkpoint). The entry counts against the
+  prompt cache's byte budget like any other and goes to the disk cache like any other.
+- Only where it and the answer's entry fit the budget together (twice its size): else the answer's entry,
+  stored last, would evict it anyway, after it had evicted older entries (another conversation's) to fit.
+- Not on a rank of a group (mlx.launch): each rank holds its part of the layers, so whether a cache can be
+  trimmed may differ between ranks, and every rank must start a row from the same prefix (group/lockstep.py).
+- A checkpoint that cannot be made costs a later turn a re-read, never the row: it is logged, not raised.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from .disk_files import snapshot
+from .memory import ImageRun, kv_bytes, kv_offset, kv_trimmable
+
+log = logging.getLogger("tinytitan.cache")
+
+
+def wanted(kv: list, more: int) -> bool:
+    """Whether a cache needs a checkpoint to be reused at this point later: it cannot be trimmed back now, or
+    may not be once ``more`` tokens are added (a layer with a window, ``max_size``, that they could fill)."""
+    if not kv_trimmable(kv):
+        return True
+    for c in kv:
+        size, offset = getattr(c, "max_size", None), getattr(c, "offset", None)
+        if isinstance(size, int) and isinstance(offset, int) and offset + more >= size:
+            return True
+    return False
+
+
+def target(backend: Any) -> Any:
+    """Where a backend's rows keep their checkpoints: its prompt cache; None on a rank of a group (see the
+    rules)."""
+    if getattr(backend, "group", None) is not None:
+        return None
+    return getattr(backend, "prompt_cache", None)
+
+
+def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[ImageRun], more: int) -> bool:
+    """Store a snapshot of ``kv``, which holds ``tokens`` (a recurrent state keeps no offset to say so), in
+    ``prompt_cache`` where it is ``wanted`` and fits (see the rules); True when one was stored."""
+    if prompt_cache is None or not kv or not tokens or not wanted(kv, more):
+        return False
+    held = kv_offset(kv)
+    if held is not None and held != len(tokens):
+        return False
+    held = len(tokens)
+    size = kv_bytes(kv)
+    if 2 * size > prompt_cache.max_bytes:
+        log.debug("prompt cache: no checkpoint of a %d-token prompt (%d MiB): it and its answer's entry would not "
+                  "fit the budget together", held, size >> 20)
+        return False
+    try:
+        prompt_cache.store(list(tokens), snapshot(kv), images, checkpoint=True)
+    except Exception:  # the row goes on: a later turn reads this prefix again, no more
+        log.exception("the prompt cache could not keep a checkpoint of a %d-token prompt", held)
+        return False
+    log.debug("prompt cache: a checkpoint at the end of a %d-token prompt", held)
+    return True
