@@ -5,14 +5,14 @@ Rules:
   pass over those k + 1 tokens gives k + 1 rows of logits. Row i is what decoding one token at a time would
   have computed after the draft's first i tokens: the request's logits processors see exactly that token
   context (and a grammar mask consumes exactly those tokens), the sampler draws row i as it would draw that
-  position (sampling.py).
+  position (decode/lane.py ``Lane.samples``, sampling.py).
 - The fold accepts the longest prefix of the draft that equals the rows' own samples, and then the row after
   it (the model's own token where the draft went wrong, or one more past a wholly accepted draft): every
   token given back is the model's own sample, so greedy output is token for token what decoding without a
   draft gives, and sampled output is drawn from the same distribution (mlx-lm's ``speculative_generate_step``
   accepts by the same rule).
-- The KV cache is trimmed past the rejected draft tokens (mlx-lm's public ``trim_prompt_cache``: the step's
-  ``Solo``) and the grammar matcher rolled back over them (llguidance's ``rollback``: the decoder's fold):
+- The KV cache is trimmed past the rejected draft tokens (a row's own cache: mlx-lm's public
+  ``trim_prompt_cache``, step.py; the batch's: left as holes, decode/ragged.py) and the grammar matcher rolled back over them (llguidance's ``rollback``: the decoder's fold):
   both then stand where decoding one token at a time would stand, holding every given-back token but the last.
 - Before the forward pass a draft is cut where the grammar would refuse it (``validate_tokens``: a token the
   mask forbids can never be accepted) and before any end-of-sequence token.
@@ -48,28 +48,3 @@ def usable_draft(draft: list[int], last: int, mask: Any = None, eos: Sequence[in
     else:
         ok = mask.matcher.validate_tokens(draft)
     return draft[:max(ok, 0)]
-
-
-def forward_draft(model, kv: list, context, feed: Sequence[int], draft: Sequence[int], processors: Sequence,
-                  sampler):
-    """One forward pass over ``feed`` (known tokens: the token sampled last, maybe more) and ``draft``; one
-    sample per position from the last fed token on (``[len(draft) + 1]``), queued for evaluation. ``context``
-    (an mlx int32 array, or None without processors) is the token context before ``feed``: position i's
-    processors see it extended by the inputs up to that position."""
-    import mlx.core as mx
-
-    inputs = mx.array([*feed, *draft], dtype=mx.int32)
-    logits = model(inputs[None], cache=kv)[0, len(feed) - 1:]  # [k + 1, vocab]
-    if processors:
-        rows = []
-        for i in range(len(draft) + 1):
-            ctx = mx.concatenate([context, inputs[:len(feed) + i]])
-            row = logits[i:i + 1]
-            for processor in processors:
-                row = processor(ctx, row)
-            rows.append(row)
-        logits = mx.concatenate(rows) if len(rows) > 1 else rows[0]
-    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    samples = sampler(logprobs)
-    mx.async_eval(samples)
-    return samples
