@@ -8,8 +8,11 @@ In process, on the MLX backend tinytitan serves with (``MLXBackend``), one model
   ``tinytitan serve`` decodes them (outside the batch, and every request with ``--max-batch 1``: the same
   step; the grammar's forced runs read in one forward pass each), ``--tokens`` tokens at most (the schema's document cannot end sooner; the plain answer ends early
   only if the model samples end-of-sequence: the token counts are printed), from the first token to the last.
+- decode in the batch: the same ratio for a request decoding beside another (a plain request sent with it,
+  with twice as many tokens to write), through the engine with ``max_batch`` 2: a constrained batch row's
+  forced runs are read in the batch's one forward pass.
 - decode token by token: the same ratio with mlx-lm's ``stream_generate`` and the mask as a logits
-  processor (how a batch member decodes: one token a step), both exactly ``--tokens`` tokens
+  processor (one token a step), both exactly ``--tokens`` tokens
   (end-of-sequence masked in both); also with the mask's forward-pass overlap turned off (``async_eval``
   removed), and the mask's own time per token.
 - TTFT: time to the first token of a request with a schema never seen before (grammar compile included:
@@ -135,6 +138,39 @@ def engine_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tu
     return fin.timing.decode_tokens / fin.timing.decode_s, fin.usage.completion_tokens
 
 
+def batch_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tuple[float, int]:
+    """tok/s of one request decoding in the batch beside another (a plain request with twice as many tokens to
+    write, sent at the same time, so the measured one is a batch row from its first token to its last):
+    what a constrained batch row costs against a plain one. → (tok/s, tokens)."""
+    import trio
+
+    from tinytitan.chat_request import Grammar, Message
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import Finished
+
+    req = base.with_(messages=(Message("user", f"{nonce}: list them."),), max_tokens=tokens, temperature=1.0,
+                     grammar=Grammar("json_schema", schema(nonce), where="response_format") if constrained else None)
+    other = base.with_(messages=(Message("user", f"{nonce}: tell me a long story."),), max_tokens=2 * tokens,
+                       temperature=1.0)
+    engine = Engine(backend, max_batch=2)
+    got = {}
+
+    async def one(name, r):
+        async with engine.session(r) as events:
+            async for ev in events:
+                if isinstance(ev, Finished):
+                    got[name] = ev
+
+    async def both():
+        async with trio.open_nursery() as n:
+            n.start_soon(one, "other", other)
+            n.start_soon(one, "measured", req)
+
+    trio.run(both)
+    fin = got["measured"]
+    return fin.timing.decode_tokens / fin.timing.decode_s, fin.usage.completion_tokens
+
+
 def ttft(backend, req) -> float:
     from tinytitan.engine.decode.token_events import DecodeLoop
     from tinytitan.events import TextDelta
@@ -163,6 +199,8 @@ def run_sides(sides: list[str], backend, base, prompt, tokens: int) -> tuple[dic
             out[side] = decode_rate(backend, prompt, tokens, [])[0]
         elif side in ("engine_plain", "engine_json"):
             out[side], out[side + "_n"] = engine_rate(backend, base, tokens, nonce, side == "engine_json")
+        elif side in ("batch_plain", "batch_json"):
+            out[side], out[side + "_n"] = batch_rate(backend, base, tokens, nonce, side == "batch_json")
         elif side in ("constrained", "no_overlap"):
             compiled = compile_grammar(Grammar("json_schema", schema(nonce)), backend.tokenizer, backend.vocab_size)
             mask = GrammarMask(compiled)
@@ -204,12 +242,13 @@ def main() -> None:
     base = ChatRequest(model=backend.model_id, messages=(Message("user", "List the records as JSON."),),
                        max_tokens=4, temperature=0.0, reasoning=False)
     prompt = backend.prepare(base).tokens
-    ratios: dict[str, list[float]] = {"constrained": [], "no_overlap": [], "ttft": [], "engine": []}
+    ratios: dict[str, list[float]] = {"constrained": [], "no_overlap": [], "ttft": [], "engine": [], "batch": []}
     mask_ms: list[float] = []
     redone = 0
     rep = 0
     while rep < args.reps:
-        sides = ["plain", "constrained", "no_overlap", "ttft_plain", "ttft_schema", "engine_plain", "engine_json"]
+        sides = ["plain", "constrained", "no_overlap", "ttft_plain", "ttft_schema", "engine_plain", "engine_json",
+                 "batch_plain", "batch_json"]
         sides = sides[rep % len(sides):] + sides[:rep % len(sides)]
         wait_quiet(args.max_foreign)
         with CpuWatch() as watch:
@@ -224,10 +263,12 @@ def main() -> None:
         ratios["no_overlap"].append(out["no_overlap"] / out["plain"])
         ratios["ttft"].append(out["ttft_schema"] / out["ttft_plain"])
         ratios["engine"].append(out["engine_json"] / out["engine_plain"])
+        ratios["batch"].append(out["batch_json"] / out["batch_plain"])
         print(f"rep {rep}: plain {out['plain']:.1f} tok/s, constrained {out['constrained']:.1f}, "
               f"no overlap {out['no_overlap']:.1f}; TTFT {out['ttft_plain'] * 1000:.1f} ms plain, "
               f"{out['ttft_schema'] * 1000:.1f} ms with a new schema; engine: plain {out['engine_plain']:.1f} tok/s "
-              f"({out['engine_plain_n']} tokens), constrained {out['engine_json']:.1f} ({out['engine_json_n']}) "
+              f"({out['engine_plain_n']} tokens), constrained {out['engine_json']:.1f} ({out['engine_json_n']}); "
+              f"a batch row: plain {out['batch_plain']:.1f}, constrained {out['batch_json']:.1f} "
               f"(others used {watch.foreign:.2f} cores)",
               flush=True)
     print()
@@ -239,7 +280,9 @@ def main() -> None:
     print("| --- | --- | --- |")
     print(f"| constrained ÷ unconstrained decode tok/s, a lone request through the engine (also --max-batch 1: "
           f"forced runs in one pass) | {statistics.median(ratios['engine']):.3f} | {iqr(ratios['engine'])} |")
-    print(f"| same, token by token (mlx-lm's generate_step with the mask: how a batch member decodes) | "
+    print(f"| constrained ÷ unconstrained decode tok/s, a row in the batch beside another (its forced runs in "
+          f"the batch's one pass) | {statistics.median(ratios['batch']):.3f} | {iqr(ratios['batch'])} |")
+    print(f"| same, token by token (mlx-lm's generate_step with the mask) | "
           f"{statistics.median(ratios['constrained']):.3f} | {iqr(ratios['constrained'])} |")
     print(f"| same, mask not overlapped with the forward pass | {statistics.median(ratios['no_overlap']):.3f} | "
           f"{iqr(ratios['no_overlap'])} |")

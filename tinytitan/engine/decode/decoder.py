@@ -13,7 +13,10 @@ Rules:
   (a client's parallel calls, sub-agents) arrive a few milliseconds apart, and a look after this short chunk
   sees them, so their prompts are read side by side from then on (several rows' chunks in one step) rather
   than one whole prompt first. Reading a prompt in one more chunk costs next to nothing: prefill is
-  compute-bound.
+  compute-bound. While nothing decodes yet (a burst), a row whose prompt is read waits for the others still
+  reading theirs: the burst's rows sample their first tokens in one step and decode in step from then on; a
+  row starting alone first would have the others' prompts read between its tokens, and the burst would
+  finish no sooner.
 - A row decoding alone steps on its own cache until another row of its model decodes or waits: then it joins
   the batch where it stands — between two tokens, its sampled token still pending (its lane moves with it,
   step.py), a forced run already accepted fed first where the batch cannot take several tokens a row. One
@@ -145,11 +148,14 @@ class Scheduler:
         alone: list[RowStep] = []
         join: list[int] = []
         batch: list[RowStep] = []
+        # a burst (nothing decodes yet): a row whose prompt is read waits for the others reading theirs
+        burst = not decoding and any(len(row.tokens) - 1 > row.read for row in active)
         for row in active:
             if row.id in self.batched:
                 batch.append(self._next(row, True))
             elif not (row.generated or row.pending):  # its prompt is read on its own cache
-                alone.append(self._prompt(row, crowd, decoding))
+                if not (burst and len(row.tokens) - 1 <= row.read):
+                    alone.append(self._prompt(row, crowd, decoding))
             elif crowd and (ragged or not row.run):  # it joins where it stands (a run is fed first, alone)
                 join.append(row.id)
                 batch.append(self._next(row, True))
