@@ -225,6 +225,7 @@ async def test_two_copying_requests_draft_inside_the_batch_and_answer_as_without
     from tinytitan.engine.speculative.batch_width import BatchWidth
 
     monkeypatch.setattr(BatchWidth, "fit", lambda self, steps, rows: steps)
+    monkeypatch.setattr(BatchWidth, "pays", lambda self, drafting, rows: True)
 
     engine = Engine(demo_backend, max_batch=4)
     a = copy_req(max_tokens=120)
@@ -270,9 +271,14 @@ async def test_a_grammars_forced_runs_are_read_in_one_pass_in_the_batch(demo_bac
     assert runs  # forced runs fed whole in the batch
 
 
+class _Policy:
+    def k(self):
+        return 8
+
+
 class _Spec:
     def __init__(self, drafted, accepted):
-        self.drafted, self.accepted = drafted, accepted
+        self.drafted, self.accepted, self.policy = drafted, accepted, _Policy()
 
 
 class _Row:
@@ -303,6 +309,9 @@ def test_the_batch_cuts_drafts_to_the_width_that_pays():
     all_copying = [Verify(i, (5,), (1, 2, 3, 4, 5, 6, 7, 8)) for i in range(4)]
     rows = {i: _Row(100, 97) for i in range(4)}
     assert all(isinstance(s, Verify) and len(s.drafts) >= 2 for s in dear.fit(all_copying, rows))
+    # before a row reads its token for a draft: one guessing row alone would not pay, copying rows together do
+    assert cheap.pays([copying[0]], 4) and not dear.pays([guessing[0]], 4)
+    assert dear.pays([rows[i] for i in range(4)], 4)
     forced = [Sample(0, (1, 2, 3, 4, 5, 6), forced=True), Verify(1, (5,), (1, 2, 3)), Next(2), Next(3)]
     got = dear.fit(forced, {0: _Row(), 1: _Row(100, 5), 2: _Row(), 3: _Row()})
     assert got[0] == forced[0] and got[2:] == forced[2:]  # the run whole; the guess kept within its width

@@ -123,9 +123,11 @@ class Batch:
                 elif isinstance(s, Next) and s.hold:
                     tokens[row_id] += (lane.take(),)
             kept.append(n)
-        if width and self.holey:
-            for layer in self.kv:
-                layer.keep(kept, width)
+        if width and self.holey:  # every layer holds the same positions: the first one's holes serve all
+            first = self.kv[0]
+            first.keep(kept, width)
+            for layer in self.kv[1:]:
+                layer.offset, layer.valid = first.offset, first.valid
             rebuilt = compact_if_holey(self.kv, len(order))
             if rebuilt is not None:
                 self.kv = rebuilt

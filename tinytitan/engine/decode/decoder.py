@@ -75,6 +75,7 @@ class Scheduler:
         self.rows: dict[int, Row] = {}
         self.batched: set[int] = set()  # rows in the batch (the forward holds their caches there)
         self.width = BatchWidth()  # what a batch pass costs, and so how wide drafts may make it
+        self._drafting_pays = True  # this plan's: whether batch rows expecting a draft read their token for it
         self.backend = None
         self.forward: Forward | None = None
         self._ids = itertools.count()
@@ -148,6 +149,7 @@ class Scheduler:
         alone: list[RowStep] = []
         join: list[int] = []
         batch: list[RowStep] = []
+        self._drafting_pays = self._drafts_pay(active, ragged)
         # a burst (nothing decodes yet): a row whose prompt is read waits for the others reading theirs
         burst = not decoding and any(len(row.tokens) - 1 > row.read for row in active)
         for row in active:
@@ -164,6 +166,16 @@ class Scheduler:
         if batch and ragged:
             batch = self.width.fit(batch, self.rows)
         return Plan(cancel, tuple(alone), tuple(join), tuple(batch))
+
+    def _drafts_pay(self, active: list[Row], ragged: bool) -> bool:
+        """Whether the batch's rows expecting a draft after their pending token read it at once for one (see
+        speculative/batch_width.py ``pays``)."""
+        if not ragged:
+            return False
+        rows = [r for r in active if r.id in self.batched or r.generated or r.pending]
+        drafting = [r for r in rows if r.pending and not r.run and r.speculator is not None
+                    and r.speculator.expects_draft()]
+        return bool(drafting) and self.width.pays(drafting, len(rows))
 
     def _prompt(self, row: Row, crowd: bool, decoding: bool) -> RowStep:
         """The next step of a row reading its prompt: a chunk of it (short while others decode, or may join: see
@@ -188,7 +200,7 @@ class Scheduler:
         if row.holding or (row.generated and not row.pending):
             last = (row.generated[-1],)
             return Verify(row.id, last, row.drafts) if row.drafts and spec is not None else Sample(row.id, last)
-        if spec is not None and spec.expects_draft():
+        if spec is not None and (self._drafting_pays if in_batch else True) and spec.expects_draft():
             return Next(row.id, hold=True) if in_batch else Take(row.id)
         return Next(row.id)
 

@@ -15,6 +15,8 @@ Rules:
   draft is verified exactly as any), and at width 1 no row verifies (it samples after its last token, as
   without drafting). So a row whose drafts are rarely accepted, in a batch where width is dear, stops
   widening it (and, accepting less than half, rests a while: ``paused``); rows copying at once draft on.
+- Before that, a batch row expecting a draft reads its pending token at once only where the rows expecting
+  one, drafting together, would pay (``pays``): a draft the step would cut costs the batch its pipelining.
 - Only rank 0 plans (lockstep decoding): the timings never have to agree between ranks.
 """
 
@@ -64,6 +66,23 @@ class BatchWidth:
             if rate > best_rate:
                 best, best_rate = width, rate
         return [_cut(s, best - 1) if isinstance(s, Verify) else s for s in steps]
+
+    def pays(self, drafting: list["Row"], rows: int) -> bool:
+        """Whether ``drafting`` (batch rows that expect a draft after their pending token), drafting together in
+        a batch of ``rows``, are expected to widen it profitably (see the rules): else they stay pipelined, one
+        token a pass, instead of reading their token at once for a draft the step would cut. True while the
+        cost of a width is not known yet (the fit learns it from the wide passes it lets through)."""
+        cost = self._cost()
+        if cost is None or self.since_wide >= EXPLORE:
+            return True
+        ks = [max(1, row.speculator.policy.k()) for row in drafting]
+        ps = [_acceptance(row) for row in drafting]
+        base = rows / cost(rows)
+        for width in range(2, max(ks) + 2):
+            tokens = rows - len(drafting) + sum(_expected(p, min(k, width - 1)) for p, k in zip(ps, ks))
+            if tokens / cost(rows * width) > base:
+                return True
+        return False
 
     def _cost(self):
         """Seconds a pass of n token slots takes, as a function; None while fewer than two widths were seen.
