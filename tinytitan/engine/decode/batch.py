@@ -78,9 +78,10 @@ class Batch:
         import mlx.core as mx
 
         order = self.order
-        feeds = [self._feed(steps[i], lanes[i]) for i in order]
+        feeds = [self._feed(steps[i], lanes[i]) if i in steps else None for i in order]  # no step: it reads none
         width = max(len(f) if f is not None else 0 for f in feeds)
-        assert self.holey or all(f is not None and len(f) == width for f in feeds), "one token a row a pass"
+        # (a row with no step — it failed to leave, and is retired after the step — reads padding it never uses)
+        assert self.holey or all(f is None or len(f) == width for f in feeds), "one token a row a pass"
         sampled: dict[int, object] = {}
         if width:
             inputs = mx.stack([_padded(f, width) for f in feeds])
@@ -88,7 +89,7 @@ class Batch:
             together = self._greedy_together(steps, lanes)
             last = []
             for b, row_id in enumerate(order):
-                s, lane, fed = steps[row_id], lanes[row_id], feeds[b]
+                s, lane, fed = steps.get(row_id), lanes[row_id], feeds[b]
                 if isinstance(s, Verify):
                     sampled[row_id] = lane.samples(logits[b, len(s.tokens) - 1:len(fed)], fed, len(s.tokens))
                 elif fed is not None and not together:
@@ -106,7 +107,7 @@ class Batch:
         verified: dict[int, int] = {}
         kept = []
         for b, row_id in enumerate(order):
-            s, lane, fed = steps[row_id], lanes[row_id], feeds[b]
+            s, lane, fed = steps.get(row_id), lanes[row_id], feeds[b]
             n = len(fed) if fed is not None else 0
             if isinstance(s, Verify):
                 samples = sampled[row_id].tolist()
@@ -153,7 +154,7 @@ class Batch:
         from mlx_lm.sample_utils import greedy_sampler
 
         return all(lanes[i].row.sampler is greedy_sampler and not lanes[i].row.processors
-                   and isinstance(steps[i], (Next, Sample)) for i in self.order)
+                   and isinstance(steps.get(i), (Next, Sample)) for i in self.order)
 
 
 def _padded(feed, width: int):
