@@ -39,11 +39,13 @@ class BatchWidth:
     def __init__(self):
         self.seen: collections.deque[tuple[int, float]] = collections.deque(maxlen=WINDOW)  # (slots, seconds)
         self.since_wide = 0
+        self._fitted = None  # the cost function of the window as it stands (made again after each step)
 
     def observe(self, steps: tuple[RowStep, ...], seconds: float) -> None:
         """A batch-only step (``steps``: its rows' shapes) took ``seconds``."""
         width = max(map(width_of, steps), default=0)
         if width:
+            self._fitted = None
             self.seen.append((len(steps) * width, seconds))
             self.since_wide = 0 if width > 1 else self.since_wide + 1
 
@@ -85,6 +87,11 @@ class BatchWidth:
         return False
 
     def _cost(self):
+        if self._fitted is None:
+            self._fitted = (self._fit(),)
+        return self._fitted[0]
+
+    def _fit(self):
         """Seconds a pass of n token slots takes, as a function; None while fewer than two widths were seen.
         Each width's median time over the window (a median, so a step that also grew the cache's buffers or
         met another process's burst does not tilt it), straight lines between them (a pass is not linear in
