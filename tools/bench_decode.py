@@ -200,7 +200,7 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
     raw = ctx["raw"] = RawWorker(model_dir)
     servers = []
     try:
-        tt = ctx["tinytitan"] = start_tinytitan(model_dir, log_dir)
+        tt = ctx["tinytitan"] = start_tinytitan(model_dir, log_dir, extra=["--prompt-lookup", args.prompt_lookup])
         servers.append(tt)
         sides = ["raw", "tinytitan"]
         if args.tinytitan_entry:  # an A/B side: the same server started from a patched entry script
@@ -314,6 +314,8 @@ def main() -> None:
     p.add_argument("--peer-blas", choices=["openblas", "bundled"], default="openblas",
                    help="BLAS for mlx_lm.server: the system OpenBLAS (LD_PRELOAD, default) or mlx's bundled one")
     p.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
+    p.add_argument("--prompt-lookup", choices=["on", "off"], default="on",
+                   help="tinytitan serve's --prompt-lookup (default on, as shipped; off: the decode step alone, without drafting — what raw mlx-lm and mlx_lm.server do)")
     p.add_argument("--max-foreign", type=float, default=0.3,
                    help="redo a measurement while other processes used more cores than this (default 0.3)")
     p.add_argument("--retries", type=int, default=3, help="redos of a disturbed repetition (default 2)")

@@ -85,9 +85,10 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
           flush=True)
     servers = {}
     try:
-        servers["tinytitan"] = start_tinytitan(model_dir, log_dir)
+        lookup = ["--prompt-lookup", args.prompt_lookup]
+        servers["tinytitan"] = start_tinytitan(model_dir, log_dir, extra=lookup)
         if args.sequential:
-            servers["tinytitan --max-batch 1"] = start_tinytitan(model_dir, log_dir, extra=["--max-batch", "1"])
+            servers["tinytitan --max-batch 1"] = start_tinytitan(model_dir, log_dir, extra=["--max-batch", "1", *lookup])
         servers["mlx_lm.server"] = start_mlx_lm_server(model_dir, log_dir, blas=args.peer_blas)
         for name, s in servers.items():
             s.name = name
@@ -165,6 +166,8 @@ def main() -> None:
     p.add_argument("--long-tokens", type=int, default=256, help="tokens each long stream decodes (default 256)")
     p.add_argument("--words", type=int, default=300, help="prompt length in words (default 300: ~400 tokens)")
     p.add_argument("--sequential", action="store_true", help="add a side: tinytitan with --max-batch 1")
+    p.add_argument("--prompt-lookup", choices=["on", "off"], default="on",
+                   help="tinytitan serve's --prompt-lookup (default on, as shipped; off: the decode step alone, without drafting — what raw mlx-lm and mlx_lm.server do)")
     p.add_argument("--cache-dir", help="where to build the models (default: tinytitan's cache dir)")
     p.add_argument("--peer-blas", choices=["openblas", "bundled"], default="openblas")
     p.add_argument("--max-foreign", type=float, default=0.3, help="wait for others to use fewer cores than this")
