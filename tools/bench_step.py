@@ -158,6 +158,9 @@ def main() -> None:
     p.add_argument("--spread", type=float, default=0.0,
                    help="ms from the first row's arrival to the last one's, evenly spaced (default 0: all at once)")
     p.add_argument("--profile", action="store_true", help="then profile tinytitan's steps (largest count)")
+    p.add_argument("--prompt-lookup", choices=["on", "off"], default="on",
+                   help="tinytitan's rows draft by prompt lookup (default on, as served; off: the step alone, "
+                        "as the bare BatchGenerator loop decodes)")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT))
     from tinytitan.blas import use_fast_blas
@@ -169,7 +172,9 @@ def main() -> None:
     from tinytitan.engine.backends.mlx import MLXBackend
 
     model_dir = ensure_model(args.model)
-    backend = MLXBackend(model_dir)
+    from tinytitan.engine.speculative.speculator import SpeculativeConfig
+
+    backend = MLXBackend(model_dir, speculative=SpeculativeConfig(lookup=args.prompt_lookup == "on"))
     print(f"bench_step {utc_now()} — {machine_line()} — {blas}\n{args.model}: {model_dir}, {args.max_tokens} tokens "
           f"a row, prompts ~{args.words} words", flush=True)
     counts = [int(c) for c in args.counts.split(",")]
