@@ -197,11 +197,13 @@ async def test_a_member_joining_late_and_one_cancelled_leave_the_others_untouche
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
 
 
-async def test_members_joining_while_others_decode_take_their_first_token_from_a_read_ahead(demo, monkeypatch):
-    """A short prompt arriving while others decode is read at once and its first token sampled outside the
-    batch: whatever ends it there (a one-token cap, a stop string in its first token) or goes on from there
-    (a forced tool call, seeded sampling, a thought) gives exactly what it gives alone."""
-    from tinytitan.engine.decode import step
+async def test_members_joining_while_others_decode_sample_their_first_token_in_the_batch(demo, monkeypatch):
+    """A prompt arriving while others decode is read on its own cache but its last token, then joins the batch,
+    whose pass reads that token and samples its first one: whatever ends it there (a one-token cap, a stop
+    string in its first token) or goes on from there (a forced tool call, seeded sampling, a thought) gives
+    exactly what it gives alone."""
+    from tinytitan.engine.decode import decoder
+    from tinytitan.engine.decode.plan import Sample
 
     engine = Engine(demo, max_batch=8)
     first = summary(await run(engine, req("Name a colour.", max_tokens=3)))
@@ -215,8 +217,14 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
     }
     expected = {k: summary(await run(engine, r)) for k, r in joiners.items()}
     read_ahead = []
-    real = step.step_alone
-    monkeypatch.setattr(step, "step_alone", lambda model, lane, kv, s, *a: (read_ahead.append(1) if getattr(s, "now", False) else None) or real(model, lane, kv, s, *a))
+    real = decoder.Scheduler.fold
+
+    def fold(self, plan, result):
+        steps = {s.row: s for s in plan.batch}
+        read_ahead.extend(i for i in plan.join if isinstance(steps.get(i), Sample) and not self.rows[i].generated)
+        return real(self, plan, result)
+
+    monkeypatch.setattr(decoder.Scheduler, "fold", fold)
     got: dict = {}
     async with trio.open_nursery() as outer:
         async def one(name, r):
@@ -241,7 +249,8 @@ async def test_members_joining_while_others_decode_take_their_first_token_from_a
 @pytest.mark.parametrize("where", ["before its prompt", "mid-prompt", "mid-answer"])
 async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, where):
     """A member alone decodes outside the batch; when another arrives it joins the batch where it stands —
-    once its prompt is read (it reads the rest of it on its own cache, its first token read at once), or
+    once its prompt is read but the last token (it reads the rest on its own cache; the batch reads that token
+    with its first sample), or
     between two tokens of its answer, its sampled token still unread — and decodes on exactly as it would have
     alone: a forced tool call (its logits processor's state), seeded sampling (its sampler's key), a thought,
     a grammar's forced runs (fed in one pass in the batch)."""
@@ -273,7 +282,8 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     def add(self, row_ids, caches):
         [row_id] = row_ids
         lane = engine_lanes(self)[row_id]
-        handovers.append((len(lane.row.generated), lane.pending is not None, lane.read == len(lane.row.tokens)))
+        handovers.append((len(lane.row.generated), lane.pending is not None,
+                          lane.read >= len(lane.row.tokens) - 1))
         return real_add(self, row_ids, caches)
 
     def engine_lanes(b):
@@ -292,8 +302,8 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     assert len(handovers) == len(requests) and all(read for _, _, read in handovers)  # its prompt read first
     if where == "mid-answer":  # between two tokens, one sampled and not read yet: no step back, none drawn again
         assert all(generated >= 2 and pending for generated, pending, _ in handovers)
-    else:  # its first token read at once, to join with it
-        assert all(generated == 1 and not pending for generated, pending, _ in handovers)
+    else:  # its prompt read but the last token, which the batch reads with its first sample
+        assert all(generated == 0 and not pending for generated, pending, _ in handovers)
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
 
 

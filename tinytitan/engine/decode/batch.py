@@ -6,8 +6,8 @@ Rules:
   with its own cache and its lane (lane.py) and leaves with them: what its cache holds and what it has sampled
   and not read are the same in the batch as on its own, so a row moves either way between two steps without
   reading anything again, drawing anything again, or stepping back.
-- A row joins only once its prompt is read: the batch decodes. In one step each row does what a row alone
-  would (the shapes of plan.py): ``Next`` (its pending token fed, the next sampled — pipelined: the pass is
+- A row joins once its prompt is read but its last token, which its first pass in the batch reads with its
+  first sample. In one step each row does what a row alone would (the shapes of plan.py): ``Next`` (its pending token fed, the next sampled — pipelined: the pass is
   queued before the pending token is read), ``Sample`` (known tokens fed: its last token, a grammar's forced
   run; a sample after them), ``Verify`` (its last token and a draft, a sample at every position), ``Take``
   (its pending token read, nothing fed).
@@ -117,6 +117,8 @@ class Batch:
                 n -= len(s.drafts) - accepted
             elif isinstance(s, (Next, Take)):
                 tokens[row_id] = (lane.take(),)
+            if isinstance(s, Sample) and lane.read < len(lane.row.tokens):  # its prompt's last token, read here
+                lane.read = len(lane.row.tokens)
             if row_id in sampled and not isinstance(s, Verify):
                 lane.pending = sampled[row_id]
                 if isinstance(s, Sample) and s.now:

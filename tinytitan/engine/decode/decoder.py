@@ -5,10 +5,10 @@ Rules:
   arrived, admits those that may start (rows of the model being decoded; one of another model waits until
   every row has left, then the loop switches models), and runs one step (``Scheduler.step``): ``plan`` (a
   ``step.Plan``: plain data), ``Forward.run`` (step.py), ``fold``.
-- Every prompt is read on its row's own KV cache, in chunks (``Prefill``), and its last token read with the
-  first sample (``Sample``); a row joins the batch only once it decodes. While others decode, a chunk is
-  ``PREFILL_STEP_SHARED`` tokens, so each of their tokens waits at most that long, and a prompt's first
-  sample is read at once (``now``): the row joins with it in the next step, the token it gets alone.
+- Every prompt is read on its row's own KV cache, in chunks (``Prefill``), all but its last token; that token
+  is read with the first sample (``Sample``) — alone, or in the batch, which the row joins then where others
+  decode or wait (its first token comes back from that very pass). While others decode, a chunk is
+  ``PREFILL_STEP_SHARED`` tokens, so each of their tokens waits at most that long.
 - A lone row's first prompt chunk is short (``FIRST_CHUNK``) where others may join it: requests sent together
   (a client's parallel calls, sub-agents) arrive a few milliseconds apart, and a look after this short chunk
   sees them, so their prompts are read side by side from then on (several rows' chunks in one step) rather
@@ -156,8 +156,15 @@ class Scheduler:
             if row.id in self.batched:
                 batch.append(self._next(row, True))
             elif not (row.generated or row.pending):  # its prompt is read on its own cache
-                if not (burst and len(row.tokens) - 1 <= row.read):
-                    alone.append(self._prompt(row, crowd, decoding))
+                if len(row.tokens) - 1 > row.read:
+                    alone.append(self._prompt(row, decoding))
+                elif burst:
+                    continue  # read: it waits for the burst's others
+                elif crowd:  # read but its last token: it joins, and samples its first token in the batch
+                    join.append(row.id)
+                    batch.append(self._next(row, True))
+                else:
+                    alone.append(Sample(row.id, tuple(row.tokens[row.read:])))
             elif crowd and (ragged or not row.run):  # it joins where it stands (a run is fed first, alone)
                 join.append(row.id)
                 batch.append(self._next(row, True))
@@ -177,24 +184,23 @@ class Scheduler:
                     and r.speculator.expects_draft()]
         return bool(drafting) and self.width.pays(drafting, len(rows))
 
-    def _prompt(self, row: Row, crowd: bool, decoding: bool) -> RowStep:
-        """The next step of a row reading its prompt: a chunk of it (short while others decode, or may join: see
-        the rules), or its last token and the first sample — read at once in a crowd, so it joins with it."""
-        rest = len(row.tokens) - 1 - row.read
-        if rest > 0:  # all but the prompt's last token, chunk by chunk
-            if decoding:
-                n = PREFILL_STEP_SHARED
-            else:
-                n = self.first_chunk if row.read == row.loop.cached_tokens else PREFILL_STEP
-            n = min(n, rest)
-            return Prefill(row.id, tuple(row.tokens[row.read:row.read + n]))
-        return Sample(row.id, tuple(row.tokens[row.read:]), now=crowd)
+    def _prompt(self, row: Row, decoding: bool) -> RowStep:
+        """The next chunk of a row's prompt, all but its last token (short while others decode, or may join:
+        see the rules)."""
+        if decoding:
+            n = PREFILL_STEP_SHARED
+        else:
+            n = self.first_chunk if row.read == row.loop.cached_tokens else PREFILL_STEP
+        n = min(n, len(row.tokens) - 1 - row.read)
+        return Prefill(row.id, tuple(row.tokens[row.read:row.read + n]))
 
     def _next(self, row: Row, in_batch: bool) -> RowStep:
         """The next step of a row decoding: a forced run, a draft to verify, its last token, or its pending one
         (read with nothing queued after it where a draft is expected next: alone ``Take``, in the batch
         ``Next(hold)``). A batch that cannot hold holes gets one-token steps only (batch.py)."""
         spec = row.speculator if not in_batch or self.forward.ragged else None
+        if not (row.generated or row.pending):  # its prompt's last token, and its first sample
+            return Sample(row.id, tuple(row.tokens[row.read:]))
         if row.run:
             return Sample(row.id, row.run, forced=True)
         if row.holding or (row.generated and not row.pending):

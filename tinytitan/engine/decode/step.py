@@ -207,7 +207,7 @@ class Forward:
                 joining = [i for i in plan.join if i not in out.failed]
                 if joining:
                     for row_id in joining:
-                        self._lane(rows[row_id])
+                        self._joins(rows[row_id])
                     self.batch.add(joining, [self.caches.pop(i) for i in joining])
                 if plan.batch:
                     steps = {s.row: s for s in plan.batch}
@@ -216,11 +216,21 @@ class Forward:
                     out.verified.update(verified)
                     for row_id in steps:
                         out.pending[row_id] = self.lanes[row_id].pending is not None
+                        out.read[row_id] = self.lanes[row_id].read
             except Exception as exc:  # the batched forward pass failed: the rows in it fail, the others go on
                 log.exception("batched decode step failed")
                 for row_id in self.fail_batch():
                     out.failed[row_id] = exc
         return out
+
+    def _joins(self, row: "Row") -> None:
+        """A row about to join the batch: its lane; where its prompt is read but the last token, its checkpoint
+        (as a row alone leaves one there: step_alone)."""
+        lane = self._lane(row)
+        if self.checkpoints is not None and lane.read == len(row.tokens) - 1:
+            from ..cache.checkpoint import keep
+
+            keep(self.checkpoints, row.tokens[:-1], self.caches[row.id], row.prepared.image_runs, row.cap_left)
 
     def _leave(self, row_id: int) -> None:
         """A row steps out of the batch onto its own cache (its valid positions), its lane with it."""
