@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")
     machines = s.add_argument_group("several machines (under mlx.launch: docs/distributed.md)")
     responses = s.add_argument_group("OpenAI Responses (docs/protocols/responses.md)")
-    spec = s.add_argument_group("speculative decoding (a lone request drafts; every token is still the model's own)")
+    spec = s.add_argument_group("speculative decoding (a request drafts, alone or in the batch; every token is still "
+                                "the model's own)")
     spec.add_argument("--prompt-lookup", choices=["on", "off"], default="on",
                       help="draft the next tokens from the longest earlier match of the last few, in the prompt and "
                            "the answer so far (default on; it switches itself off for a request that copies nothing)")

@@ -57,7 +57,7 @@ class MLXBackend(Backend):
         """The tokenizer loads at once (token counting and listing need no weights); the weights load now,
         or with ``lazy`` on first use (a catalog keeps one model resident at a time). ``device="cpu"``
         decodes on mlx's CPU stream even where its default device is the GPU (the ``<id>@cpu`` twin).
-        ``speculative``: how a lone request drafts (speculative/speculator.py; default: prompt lookup)."""
+        ``speculative``: how its requests draft (speculative/speculator.py; default: prompt lookup)."""
         from mlx_lm.utils import load_tokenizer
 
         super().__init__()
