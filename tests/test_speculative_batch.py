@@ -35,10 +35,10 @@ def watched(monkeypatch):
     then (drafted, accepted); once armed (the last list), the first request alone waits at its first look for
     the second to arrive, so the two share the batch however loaded the machine is. The fifth list: the
     batch steps of the rows (their shapes), as planned."""
-    from tinytitan.engine.decode import batch, decoder
+    from tinytitan.engine.decode import decoder
 
     joined, left, armed, admitted, stepped = [], [], [], [], []
-    real_add, real_fold, real_joins = batch.Batch.add, decoder.Scheduler.fold, decoder.Decoder._next_joins
+    real_fold, real_joins = decoder.Scheduler.fold, decoder.Decoder._next_joins
     real_admit = decoder.Scheduler.admit
 
     def admit(self, row):
