@@ -96,7 +96,7 @@ def test_rows_joining_and_leaving_keep_their_holes(model, monkeypatch):
     for layer in kv:
         layer.keep([1, 1], 1)
     # compacted (holes past their share): the same logits after it
-    kv = compact_if_holey(kv, 2)
+    kv = compact_if_holey(kv, [2, 0])  # the first row's verify left 2 holes; the newcomer none
     assert kv is not None and kv[0].holes() == 0
     logits = model(mx.array([[50], [51]]), cache=kv)
     for i, h in enumerate(histories):

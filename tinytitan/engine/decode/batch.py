@@ -34,13 +34,11 @@ class Batch:
         self.model = model
         self.holey = ragged(fresh_cache)  # rows may read several tokens in a pass (see the rules)
         self.order: list[int] = []  # row ids, in the batch's row order
+        self.holes: list[int] = []  # each row's holes in the cache (ragged.py), in the same order
         self.kv: list | None = None
 
     def __contains__(self, row_id: int) -> bool:
         return row_id in self.order
-
-    def __len__(self) -> int:
-        return len(self.order)
 
     def add(self, row_ids: list[int], caches: list[list]) -> None:
         """Rows join with their own caches (their lanes stay with the forward)."""
@@ -53,13 +51,14 @@ class Batch:
             for mine, theirs in zip(self.kv, joined):
                 mine.extend(theirs)
         self.order += row_ids
+        self.holes += [0] * len(row_ids)
 
     def remove(self, row_id: int) -> list:
         """A row leaves: its own cache (its valid positions only)."""
         i = self.order.index(row_id)
         kv = [layer.extract(i) for layer in self.kv]
         keep = [j for j in range(len(self.order)) if j != i]
-        del self.order[i]
+        del self.order[i], self.holes[i]
         if keep:
             for layer in self.kv:
                 layer.filter(keep)
@@ -69,7 +68,7 @@ class Batch:
 
     def clear(self) -> list[int]:
         """Every row out, caches dropped; the row ids that were in it."""
-        gone, self.order, self.kv = self.order, [], None
+        gone, self.order, self.holes, self.kv = self.order, [], [], None
         return gone
 
     def step(self, steps: dict[int, RowStep], lanes: dict[int, "Lane"]) -> tuple[dict, dict]:
@@ -86,22 +85,19 @@ class Batch:
         if width:
             inputs = mx.stack([_padded(f, width) for f in feeds])
             logits = self.model(inputs, cache=self.kv)
-            together = self._greedy_together(steps, lanes)
-            last = []
-            for b, row_id in enumerate(order):
-                s, lane, fed = steps.get(row_id), lanes[row_id], feeds[b]
-                if isinstance(s, Verify):
-                    sampled[row_id] = lane.samples(logits[b, len(s.tokens) - 1:len(fed)], fed, len(s.tokens))
-                elif fed is not None and not together:
-                    sampled[row_id] = lane.sample(logits[b:b + 1, len(fed) - 1], fed)
-                last.append(logits[b, (len(fed) if fed is not None else 1) - 1])
-            if together:  # one call for every row (see the rules)
-                lanes[order[0]].width = logits.shape[-1]
-                rows = mx.stack(last)
+            if self._greedy_together(steps, lanes):  # one call for every row (see the rules)
+                rows = mx.stack([logits[b, len(fed) - 1] for b, fed in enumerate(feeds)])
                 drawn = lanes[order[0]].row.sampler(rows - mx.logsumexp(rows, axis=-1, keepdims=True))
                 for b, row_id in enumerate(order):
                     lanes[row_id].width = logits.shape[-1]
                     sampled[row_id] = drawn[b:b + 1]
+            else:
+                for b, row_id in enumerate(order):
+                    s, lane, fed = steps.get(row_id), lanes[row_id], feeds[b]
+                    if isinstance(s, Verify):
+                        sampled[row_id] = lane.samples(logits[b, len(s.tokens) - 1:len(fed)], fed, len(s.tokens))
+                    elif fed is not None:
+                        sampled[row_id] = lane.sample(logits[b:b + 1, len(fed) - 1], fed)
             mx.async_eval(list(sampled.values()))
         tokens: dict[int, tuple[int, ...]] = {}
         verified: dict[int, int] = {}
@@ -131,9 +127,10 @@ class Batch:
             first.keep(kept, width)
             for layer in self.kv[1:]:
                 layer.offset, layer.valid = first.offset, first.valid
-            rebuilt = compact_if_holey(self.kv, len(order))
+            self.holes = [h + width - k for h, k in zip(self.holes, kept)]
+            rebuilt = compact_if_holey(self.kv, self.holes)
             if rebuilt is not None:
-                self.kv = rebuilt
+                self.kv, self.holes = rebuilt, [0] * len(order)
         return tokens, verified
 
     @staticmethod

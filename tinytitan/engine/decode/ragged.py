@@ -115,13 +115,15 @@ def merge(layers_of_rows: list[list], holey: bool) -> list:
             for i, row_layer in enumerate(layers_of_rows[0])]
 
 
-def compact_if_holey(kv: list, rows: int) -> list | None:
-    """The batch cache rebuilt without holes when they pass their share (see the rules); None: kept as it is."""
+def compact_if_holey(kv: list, holes: list[int]) -> list | None:
+    """The batch cache rebuilt without holes when they pass their share (see the rules); None: kept as it is.
+    ``holes``: each row's count, kept by the caller in Python (``RaggedKVCache.holes`` would wait for the
+    device, in every step)."""
     first = kv[0]
     if not isinstance(first, RaggedKVCache) or first.valid is None:
         return None
-    holes = first.holes()
-    if holes < HOLES_MIN or holes < HOLES_SHARE * first.size():
+    most = max(holes, default=0)
+    if most < HOLES_MIN or most < HOLES_SHARE * first.size():
         return None
-    per_row = [[layer.extract(i) for layer in kv] for i in range(rows)]
+    per_row = [[layer.extract(i) for layer in kv] for i in range(len(holes))]
     return merge(per_row, True)
