@@ -75,7 +75,6 @@ class Scheduler:
         self.rows: dict[int, Row] = {}
         self.batched: set[int] = set()  # rows in the batch (the forward holds their caches there)
         self.width = BatchWidth()  # what a batch pass costs, and so how wide drafts may make it
-        self._drafting_pays = True  # this plan's: whether batch rows expecting a draft read their token for it
         self.backend = None
         self.forward: Forward | None = None
         self._ids = itertools.count()
@@ -149,12 +148,14 @@ class Scheduler:
         alone: list[RowStep] = []
         join: list[int] = []
         batch: list[RowStep] = []
-        self._drafting_pays = self._drafts_pay(active, ragged)
+        expecting = {r.id for r in active if r.pending and not r.run and r.speculator is not None
+                     and r.speculator.expects_draft()}  # a draft after its pending token (asked once a plan)
+        holds = self._holds(active, expecting) if crowd and ragged else set()
         # a burst (nothing decodes yet): a row whose prompt is read waits for the others reading theirs
         burst = not decoding and any(len(row.tokens) - 1 > row.read for row in active)
         for row in active:
             if row.id in self.batched:
-                batch.append(self._next(row, True))
+                batch.append(self._next(row, True, row.id in holds))
             elif not (row.generated or row.pending):  # its prompt is read on its own cache
                 if len(row.tokens) - 1 > row.read:
                     alone.append(self._prompt(row, decoding))
@@ -162,27 +163,25 @@ class Scheduler:
                     continue  # read: it waits for the burst's others
                 elif crowd:  # read but its last token: it joins, and samples its first token in the batch
                     join.append(row.id)
-                    batch.append(self._next(row, True))
+                    batch.append(self._next(row, True, False))
                 else:
                     alone.append(Sample(row.id, tuple(row.tokens[row.read:])))
             elif crowd and (ragged or not row.run):  # it joins where it stands (a run is fed first, alone)
                 join.append(row.id)
-                batch.append(self._next(row, True))
+                batch.append(self._next(row, True, row.id in holds))
             else:
-                alone.append(self._next(row, False))
+                alone.append(self._next(row, False, row.id in expecting))
         if batch and ragged:
             batch = self.width.fit(batch, self.rows)
         return Plan(cancel, tuple(alone), tuple(join), tuple(batch))
 
-    def _drafts_pay(self, active: list[Row], ragged: bool) -> bool:
-        """Whether the batch's rows expecting a draft after their pending token read it at once for one (see
-        speculative/batch_width.py ``pays``)."""
-        if not ragged:
-            return False
+    def _holds(self, active: list[Row], expecting: set[int]) -> set[int]:
+        """The batch rows that read their pending token at once for a draft: those ``expecting`` one, where
+        drafting together pays (speculative/batch_width.py ``pays``); none otherwise."""
+        if not expecting:
+            return set()
         rows = [r for r in active if r.id in self.batched or r.generated or r.pending]
-        drafting = [r for r in rows if r.pending and not r.run and r.speculator is not None
-                    and r.speculator.expects_draft()]
-        return bool(drafting) and self.width.pays(drafting, len(rows))
+        return expecting if self.width.pays([self.rows[i] for i in expecting], len(rows)) else set()
 
     def _prompt(self, row: Row, decoding: bool) -> RowStep:
         """The next chunk of a row's prompt, all but its last token (short while others decode, or may join:
@@ -194,9 +193,9 @@ class Scheduler:
         n = min(n, len(row.tokens) - 1 - row.read)
         return Prefill(row.id, tuple(row.tokens[row.read:row.read + n]))
 
-    def _next(self, row: Row, in_batch: bool) -> RowStep:
+    def _next(self, row: Row, in_batch: bool, for_draft: bool) -> RowStep:
         """The next step of a row decoding: a forced run, a draft to verify, its last token, or its pending one
-        (read with nothing queued after it where a draft is expected next: alone ``Take``, in the batch
+        (read with nothing queued after it where a draft follows, ``for_draft``: alone ``Take``, in the batch
         ``Next(hold)``). A batch that cannot hold holes gets one-token steps only (batch.py)."""
         spec = row.speculator if not in_batch or self.forward.ragged else None
         if not (row.generated or row.pending):  # its prompt's last token, and its first sample
@@ -206,7 +205,7 @@ class Scheduler:
         if row.holding or (row.generated and not row.pending):
             last = (row.generated[-1],)
             return Verify(row.id, last, row.drafts) if row.drafts and spec is not None else Sample(row.id, last)
-        if spec is not None and (self._drafting_pays if in_batch else True) and spec.expects_draft():
+        if spec is not None and for_draft:
             return Next(row.id, hold=True) if in_batch else Take(row.id)
         return Next(row.id)
 
