@@ -175,10 +175,7 @@ class Mailbox:
             self.let_go = True
             if not self.abandoned:  # the consumer was told already
                 self.error = error
-        try:
-            self.token.run_sync_soon(self._close)
-        except trio.RunFinishedError:
-            pass
+        self._close_soon()
 
     # any thread
     def abandon(self, error: BaseException) -> None:
@@ -195,15 +192,19 @@ class Mailbox:
                 self.ended = True
             else:
                 self.error = error
-        try:
-            self.token.run_sync_soon(self._close)
-        except trio.RunFinishedError:
-            pass
+        self._close_soon()
 
     # trio side
     def _wake(self) -> None:
         self.wake_pending = False
         self.arrived.set()
+
+    def _close_soon(self) -> None:
+        """``_close`` on the trio side (nothing to do once its run has finished)."""
+        try:
+            self.token.run_sync_soon(self._close)
+        except trio.RunFinishedError:
+            pass
 
     def _close(self) -> None:
         if self.closed:  # abandoned first: the model thread let go after

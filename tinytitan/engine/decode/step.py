@@ -96,10 +96,8 @@ def step_alone(model, lane: Lane, kv: list, s: RowStep, prompt_cache=None) -> tu
             _prefill(model, lane, kv, feed[:-1])
         feed = feed[-1:]
         lane.read = len(row.tokens)
-        if prompt_cache is not None:  # a cache that cannot be trimmed back: kept at this point
-            from ..cache.checkpoint import keep
-
-            keep(prompt_cache, row.tokens[:-1], kv, row.prepared.image_runs, row.cap_left)
+        if prompt_cache is not None:
+            _checkpoint(prompt_cache, row, kv)
     if s.forced:
         for token in feed[1:]:  # the sampler's draw for each forced token after the first (drawn already)
             lane.draw(token)
@@ -107,6 +105,14 @@ def step_alone(model, lane: Lane, kv: list, s: RowStep, prompt_cache=None) -> tu
     if s.now:
         return (lane.take(),)
     return ()
+
+
+def _checkpoint(prompt_cache, row: "Row", kv: list) -> None:
+    """``kv`` holds ``row``'s prompt but its last token: a cache that cannot be trimmed back is kept at this
+    point (cache/checkpoint.py)."""
+    from ..cache.checkpoint import keep
+
+    keep(prompt_cache, row.tokens[:-1], kv, row.prepared.image_runs, row.cap_left)
 
 
 def _prefill(model, lane: Lane, kv: list, tokens: tuple[int, ...]) -> None:
@@ -228,9 +234,7 @@ class Forward:
         (as a row alone leaves one there: step_alone)."""
         lane = self._lane(row)
         if self.checkpoints is not None and lane.read == len(row.tokens) - 1:
-            from ..cache.checkpoint import keep
-
-            keep(self.checkpoints, row.tokens[:-1], self.caches[row.id], row.prepared.image_runs, row.cap_left)
+            _checkpoint(self.checkpoints, row, self.caches[row.id])
 
     def _leave(self, row_id: int) -> None:
         """A row steps out of the batch onto its own cache (its valid positions), its lane with it."""
