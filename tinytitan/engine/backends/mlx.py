@@ -9,10 +9,8 @@ as Ollama's gives the model).
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -39,15 +37,6 @@ def read_json(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _timed(mask, loop: DecodeLoop, tokens, logits):
-    """A grammar mask, its time added to the generation's ``grammar_mask_s``."""
-    started = time.perf_counter()
-    try:
-        return mask(tokens, logits)
-    finally:
-        loop.grammar_mask_s += time.perf_counter() - started
 
 
 class MLXBackend(Backend):
@@ -147,8 +136,8 @@ class MLXBackend(Backend):
     batches = True  # the engine decodes its requests through the decoder's step, together (decoder.py)
 
     def logits_processors(self, prepared: Prepared, loop: DecodeLoop) -> list:
-        """The request's mlx-lm logits processors (the per-request hook: see engine.py); a grammar mask's
-        time goes to ``loop``'s timing."""
+        """The request's mlx-lm logits processors (the per-request hook: see engine.py); a grammar mask is
+        handed to ``loop`` too (its own time goes to the turn's timing)."""
         from mlx_lm.sample_utils import make_logits_processors
 
         used = prepared.sampling
@@ -159,8 +148,8 @@ class MLXBackend(Backend):
         )
         mask = prepared.logits_processor()
         if mask is not None:  # last: it sees the penalised logits, and nothing after it can revive a token
-            loop.grammar_mask_s, loop.grammar_mask = 0.0, mask
-            processors.append(functools.partial(_timed, mask, loop))
+            loop.grammar_mask = mask
+            processors.append(mask)
         return processors
 
     def sampler_for(self, prepared: Prepared, loop: DecodeLoop) -> tuple[Callable, list]:

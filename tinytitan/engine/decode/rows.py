@@ -224,7 +224,6 @@ class Row:
         mask = self.loop.grammar_mask
         if mask is None:
             return ()
-        started = time.perf_counter()
         run: list[int] = []
         forced = mask.forced()
         while forced is not None and len(run) < self.cap_left:
@@ -235,7 +234,6 @@ class Row:
             mask.matcher.rollback(1)
         if len(run) == 1:
             run = []
-        self.loop.grammar_mask_s += time.perf_counter() - started
         return tuple(run)
 
     # -- guards -------------------------------------------------------------------------------------------------

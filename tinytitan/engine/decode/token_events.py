@@ -64,8 +64,9 @@ class DecodeLoop:
         self.started = False
         self.finished = False
         self.before = before or Timing()
-        self.grammar_mask_s: float | None = None  # a backend that masks logits for a grammar adds its time here
-        self.grammar_mask = None  # ... and puts the mask here (a decoder may use it beyond masking: rows.py)
+        self.grammar_mask_s: float | None = None  # a backend that masks logits for a grammar may add its time here,
+        self.grammar_mask = None  # ... or put the mask here: its own ``seconds`` are reported (a decoder may use it
+        # beyond masking: rows.py)
         self.draft_tokens = 0  # speculative decoding: tokens drafted, and of those accepted (rows.py)
         self.draft_accepted_tokens = 0
         self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
@@ -126,8 +127,12 @@ class DecodeLoop:
         return dataclasses.replace(self.before, prefill_s=first - start,
                                    prefill_tokens=self.prompt_tokens - self.cached_tokens, decode_s=now - first,
                                    decode_tokens=max(self.completion_tokens - 1, 0),
-                                   grammar_mask_s=self.grammar_mask_s, draft_tokens=self.draft_tokens,
+                                   grammar_mask_s=self._mask_seconds(), draft_tokens=self.draft_tokens,
                                    draft_accepted_tokens=self.draft_accepted_tokens)
+
+    def _mask_seconds(self) -> float | None:
+        seconds = getattr(self.grammar_mask, "seconds", None)
+        return seconds if seconds is not None else self.grammar_mask_s
 
     def _send(self, events: list[TokenEvent]) -> None:
         for ev in events:

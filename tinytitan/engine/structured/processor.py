@@ -7,6 +7,8 @@ Rules:
   that end inside a UTF-8 character or a JSON string); end-of-sequence only where the document is complete.
 - The logits are not evaluated here (that would stall mlx-lm's pipelining): the forward pass is started
   (``async_eval``) and runs while the mask is computed from the sampled token.
+- ``seconds`` is the mask's own time (consuming tokens, computing masks, handing them to mlx), never the
+  wait for the sampled token its call also holds: that wait is the forward pass's.
 - A matcher that refuses a token it had allowed (or cannot go on) fails the generation (``GrammarFailed``,
   raised from the processor: the decoder reports it as the protocol's server error, a batch fails only
   that member) — never an end-of-sequence that would pass a broken document off as a ``stop``.
@@ -15,6 +17,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -37,6 +40,7 @@ class GrammarMask:
         self.eos = list(compiled.tokenizer.eos_tokens)
         self.started = False
         self.failed = False
+        self.seconds = 0.0  # its own work (see the rules)
 
     def consume(self, token: int) -> None:
         if not self.matcher.consume_token(token) or self.matcher.is_error():
@@ -50,9 +54,15 @@ class GrammarMask:
 
         if self.started:
             mx.async_eval(logits)  # the forward pass runs while the mask is computed
-            self.consume(int(tokens[-1].item()))
-        self.started = True
-        return mx.where(self.allowed_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
+            token = int(tokens[-1].item())  # (the wait for the sampled token: not the mask's time)
+        started = time.perf_counter()
+        try:
+            if self.started:
+                self.consume(token)
+            self.started = True
+            return mx.where(self.allowed_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
+        finally:
+            self.seconds += time.perf_counter() - started
 
     # -- forced tokens (a row's proposer reads a run of them in one forward pass: rows.py) ---------------------
     def forced(self) -> int | None:
@@ -74,9 +84,13 @@ class GrammarMask:
         """Consume a forced token and compute the next mask (what the next call would do, without logits)."""
         from llguidance.numpy import fill_next_token_bitmask
 
-        self.consume(token)
-        if not self.failed:
-            fill_next_token_bitmask(self.matcher, self.bitmask)
+        started = time.perf_counter()
+        try:
+            self.consume(token)
+            if not self.failed:
+                fill_next_token_bitmask(self.matcher, self.bitmask)
+        finally:
+            self.seconds += time.perf_counter() - started
 
     def allowed_mx(self, width: int):
         """The mask as an mlx boolean row of ``width``."""
