@@ -75,6 +75,19 @@ def test_policy_switches_off_when_acceptance_does_not_pay_and_tries_again_later(
     assert p.k() == 2
 
 
+def test_policy_acceptance_is_that_of_its_recent_verifies():
+    """What the batch expects a row's next draft to earn: the last ``window`` verifies (with a prior of one
+    accepted in two), not the whole turn — a copy comes in runs."""
+    p = DraftPolicy(start=4, window=3)
+    assert p.acceptance() == 0.5
+    for _ in range(5):
+        p.record(4, 0)  # a stretch of guesses
+    for _ in range(3):
+        p.record(8, 8)  # then a copy
+    assert p.acceptance() == pytest.approx(25 / 26)
+    assert (p.drafted, p.accepted) == (44, 24)
+
+
 def test_policy_stays_on_while_drafts_pay():
     p = DraftPolicy(start=4, window=3)
     for _ in range(10):

@@ -272,13 +272,19 @@ async def test_a_grammars_forced_runs_are_read_in_one_pass_in_the_batch(demo_bac
 
 
 class _Policy:
+    def __init__(self, drafted, accepted):
+        self.drafted, self.accepted = drafted, accepted
+
     def k(self):
         return 8
+
+    def acceptance(self):
+        return (self.accepted + 1) / (self.drafted + 2)
 
 
 class _Spec:
     def __init__(self, drafted, accepted):
-        self.drafted, self.accepted, self.policy = drafted, accepted, _Policy()
+        self.drafted, self.accepted, self.policy = drafted, accepted, _Policy(drafted, accepted)
 
 
 class _Row:

@@ -4,13 +4,14 @@ Rules:
 - One batch pass feeds every row the widest row's width (batch.py pads the others), so a draft of k tokens
   costs the whole batch k more token slots: a fixed part (the weights read once, the step's own work) and a
   part per token slot computed, measured from the batch's own steps over the last ``WINDOW`` batch-only
-  steps; until two widths have been seen, the proposed drafts are taken as they are, so the fit learns what a wider pass costs here (on a GPU a
-  wider pass is nearly free, on a CPU it is not), and every ``EXPLORE`` steps a wide pass is tried again.
+  steps; until two widths have been seen, the proposed drafts are taken as they are, so the fit learns what
+  a wider pass costs here (on a GPU a wider pass is nearly free, on a CPU it is not), and every ``EXPLORE``
+  steps a wide pass is tried again.
 - What a pass of a width costs is read off the batch's own timings (see ``_cost``).
-- Each row verifying a draft brings its expected tokens: with p its speculator's acceptance so far (accepted ÷
-  drafted, with a prior of one accepted in two), a draft cut to m tokens gives ``1 + p + … + p^m``; a row
-  without a draft gives 1; a grammar's forced run gives its length and is never cut (its tokens are
-  certain: already accepted).
+- Each row verifying a draft brings its expected tokens: with p its policy's recent acceptance (accepted ÷
+  drafted over its last verifies, with a prior of one accepted in two: policy.py), a draft cut to m tokens
+  gives ``1 + p + … + p^m``; a row without a draft gives 1; a grammar's forced run gives its length and is
+  never cut (its tokens are certain: already accepted).
 - The step takes the width with most expected tokens per second; drafts longer than it are cut to it (a cut
   draft is verified exactly as any), and at width 1 no row verifies (it samples after its last token, as
   without drafting). So a row whose drafts are rarely accepted, in a batch where width is dear, stops
@@ -122,7 +123,7 @@ class BatchWidth:
 
 def _acceptance(row: "Row") -> float:
     spec = row.speculator
-    return (spec.accepted + 1) / (spec.drafted + 2) if spec is not None else 0.0
+    return spec.policy.acceptance() if spec is not None else 0.0
 
 
 def _expected(p: float, m: int) -> float:

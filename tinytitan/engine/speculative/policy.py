@@ -9,6 +9,9 @@ Rules:
   below ``pays_above`` (a verify then costs more than the tokens it saves), drafting is off for
   ``cooldown`` generated tokens, doubling (up to ``max_cooldown``) each time it is switched off again; then
   it is tried once more. A request that copies nothing pays for a window now and then, nothing more.
+- ``acceptance()``: accepted ÷ drafted over the last ``window`` verifies (with a prior of one accepted in
+  two), what the batch expects the next draft's tokens to earn (batch_width.py): a copy comes in runs, so the
+  verifies just past say more than the whole turn does.
 - Counts for observability: ``drafted`` and ``accepted`` tokens, ``steps`` that drafted.
 """
 
@@ -41,13 +44,15 @@ class DraftPolicy:
     _k: int = field(default=0, init=False)
     _off_for: int = field(default=0, init=False)  # generated tokens to go before drafting is tried again
     _next_cooldown: int = field(default=0, init=False)
-    _recent: collections.deque = field(default=None, init=False, repr=False)
+    _recent: collections.deque = field(default=None, init=False, repr=False)  # the off-switch's window
+    _lately: collections.deque = field(default=None, init=False, repr=False)  # acceptance()'s window
 
     def __post_init__(self):
         self.start = max(self.k_min, min(self.start, self.k_max))
         self._k = self.start
         self._next_cooldown = self.cooldown
         self._recent = collections.deque(maxlen=self.window)
+        self._lately = collections.deque(maxlen=self.window)
 
     @property
     def off(self) -> bool:
@@ -55,6 +60,10 @@ class DraftPolicy:
 
     def k(self) -> int:
         return 0 if self._off_for > 0 else self._k
+
+    def acceptance(self) -> float:
+        """Accepted ÷ drafted over the last ``window`` verifies, with a prior of one accepted in two."""
+        return (sum(a for _, a in self._lately) + 1) / (sum(d for d, _ in self._lately) + 2)
 
     def pause(self) -> None:
         """Its draft was not verified (the batch found it too dear): off for ``cooldown`` generated tokens."""
@@ -73,6 +82,7 @@ class DraftPolicy:
         self.steps += 1
         self._k = min(self.k_max, self._k * 2) if accepted == drafted else max(self.k_min, accepted + 1)
         self._recent.append((drafted, accepted))
+        self._lately.append((drafted, accepted))
         if len(self._recent) == self.window:
             total = sum(d for d, _ in self._recent)
             if sum(a for _, a in self._recent) < self.pays_above * total:
