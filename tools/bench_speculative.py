@@ -16,6 +16,17 @@ run so both sides read the same prompt:
 - draft model: the copy turn with ``--draft-model`` (the same model: the only one offline with the same
   tokenizer, so a speed-up is not expected) against decoding without drafts.
 
+Then ``--concurrent`` turns at once, in one batch (``max_batch`` as many), aggregate tok/s with drafting ÷
+without, sides alternating:
+
+- copy: four agents' copy turns, each the copy case's conversation about its own file (the same module, an
+  inventory of parts, tools, books, spices: the first four ``SUBJECTS``), so no prompt is another's prefix
+  and each turn is one where the model re-emits its file;
+- copy, one file numbered: the copy case's own conversation four times, each with a request number before
+  its first message (what earlier rounds measured: the number makes this 135M model stop copying after the
+  file's fourth line, so the turns are mostly new text);
+- free: the free case four times, numbered so.
+
 Each prints decode tok/s with ÷ without (median of per-repetition ratios, and their range), whether the
 tokens were identical on every repetition, and the accepted share (generated tokens that came from accepted
 draft tokens) with drafted tokens accepted. Then, side by side over HTTP in the same run on the copy turn:
@@ -87,6 +98,18 @@ FENCED = "```python\n" + FILE + "```"
 
 
 FOREIGN: list[float] = []  # cores other processes used during each measured turn
+
+
+SUBJECTS = ("parts", "tools", "books", "spices", "games", "plants", "paints", "coins")
+
+
+def copy_turn(subject: str) -> tuple:
+    """The copy case's conversation about an inventory of ``subject`` (the same module, its name changed)."""
+    from tinytitan.chat_request import Message
+
+    fenced = FENCED.replace("inventory of parts", f"inventory of {subject}")
+    return (Message("user", f"Write a small Python module for an inventory of {subject}."),
+            Message("assistant", "Here it is:\n\n" + fenced), Message("user", "Show it again, exactly the same."))
 
 
 def cases() -> dict[str, dict]:
@@ -189,9 +212,11 @@ async def together(engine, reqs):
     return texts, (sum(tokens) - len(reqs)) / (max(last) - min(first))
 
 
-def concurrent(engine, case: dict, model_id: str, n: int, reps: int, watch: CpuWatch) -> dict:
-    """``n`` copies of a case at once (each with its own first line, so no prompt is another's prefix), with and
-    without drafting, sides alternating: aggregate tok/s with ÷ without, and whether the tokens agree."""
+def concurrent(engine, case: dict, model_id: str, n: int, reps: int, watch: CpuWatch, subjects: bool) -> dict:
+    """``n`` turns of a case at once, with and without drafting, sides alternating: aggregate tok/s with ÷
+    without, and whether the tokens agree. With ``subjects`` each turn is the copy conversation about its own
+    file (``copy_turn``), else the case's own with a request number before its first message; either way no
+    prompt is another's prefix."""
     import trio
 
     from tinytitan.chat_request import ChatRequest, Message
@@ -204,7 +229,8 @@ def concurrent(engine, case: dict, model_id: str, n: int, reps: int, watch: CpuW
             reqs = []
             for i in range(n):
                 first = case["messages"][0]
-                msgs = (Message(first.role, f"(request {i}, round {rep}) " + first.content), *case["messages"][1:])
+                msgs = (copy_turn(SUBJECTS[i % len(SUBJECTS)]) if subjects else
+                        (Message(first.role, f"(request {i}, round {rep}) " + first.content), *case["messages"][1:]))
                 reqs.append(ChatRequest(model=model_id, temperature=0, reasoning=False, speculative=side == "on",
                                         **{**case, "messages": msgs}))
             wait_quiet(max_wait=5)
@@ -292,11 +318,12 @@ def main() -> None:
     crows = []
     if args.concurrent > 0:
         batched = Engine(backend, max_batch=args.concurrent)
-        for name in ("copy", "free"):
+        for label, name, subjects in (("copy", "copy", True), ("copy, one file numbered", "copy", False),
+                                      ("free", "free", False)):
             if args.only and name not in args.only:
                 continue
-            m = concurrent(batched, all_cases[name], "smollm2", args.concurrent, args.reps, watch)
-            crows.append([f"{args.concurrent} × {name}", fmt(m["off_tps"], ".1f"), fmt(m["on_tps"], ".1f"),
+            m = concurrent(batched, all_cases[name], "smollm2", args.concurrent, args.reps, watch, subjects)
+            crows.append([f"{args.concurrent} × {label}", fmt(m["off_tps"], ".1f"), fmt(m["on_tps"], ".1f"),
                           fmt(m["ratio"], ".2f"), f"{m['lo']:.2f}–{m['hi']:.2f}", str(m["same"])])
             print(f"  {crows[-1]}", flush=True)
     print()

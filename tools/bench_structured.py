@@ -15,7 +15,11 @@ In process, on the MLX backend tinytitan serves with (``MLXBackend``), one model
   processor (one token a step), both exactly ``--tokens`` tokens
   (end-of-sequence masked in both); also with the mask's forward-pass overlap turned off (``async_eval``
   removed), and the mask's own time per token (while the queued forward pass runs on the same cores, and
-  with the pass done: on 2 cores the first is mostly the wait for a core).
+  with the pass done: on 2 cores the first is mostly the wait for a core); also llguidance alone replaying
+  the same tokens with no forward pass between (its caches warm: what the mask costs where the forward pass
+  does not run through the same CPU caches).
+- the mask's own time per generated token as the engine reports it (``grammar_mask_s``, forced runs
+  included), for the lone request and the batch row above.
 - TTFT: time to the first token of a request with a schema never seen before (grammar compile included:
   ``prepare`` compiles it) ÷ the same request without a format. Both with reasoning off (a request with a
   format always decodes so; the chat template renders the two alike then), so the prompts are the same.
@@ -102,11 +106,14 @@ class TimedMask:
     def __init__(self, mask):
         self.seconds = 0.0
         self.calls = 0
+        self.tokens: list[int] = []  # the tokens consumed, in order (for ``warm_replay``)
         for name in ("consume", "allowed_mx"):
             setattr(mask, name, self._timed(getattr(mask, name)))
 
     def _timed(self, fn):
         def run(*a):
+            if fn.__name__ == "consume":
+                self.tokens.append(a[0])
             t0 = time.perf_counter()
             try:
                 return fn(*a)
@@ -116,10 +123,32 @@ class TimedMask:
         return run
 
 
-def engine_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tuple[float, int]:
+def warm_replay(compiled, tokens: list[int]) -> float:
+    """ms per token llguidance takes to compute each mask and consume each token of ``tokens``, one after the
+    other with nothing between (its caches warm), on a fresh matcher: the mask's cost without the forward pass
+    running through the same CPU caches between two tokens."""
+    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+    matcher = compiled.matcher()
+    bitmask = allocate_token_bitmask(1, compiled.vocab_size)
+    t0 = time.perf_counter()
+    for token in tokens:
+        fill_next_token_bitmask(matcher, bitmask)
+        matcher.consume_token(token)
+    fill_next_token_bitmask(matcher, bitmask)
+    return (time.perf_counter() - t0) / (len(tokens) + 1) * 1000
+
+
+def own_mask_ms(fin) -> float | None:
+    """The mask's own ms per generated token, as the engine reports it (None without a mask)."""
+    seconds = fin.timing.grammar_mask_s
+    return None if seconds is None else seconds / max(fin.usage.completion_tokens, 1) * 1000
+
+
+def engine_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tuple[float, int, float | None]:
     """tok/s of one request alone through tinytitan's engine (what ``tinytitan serve`` does with a lone
     request: decoded outside the batch, a grammar's forced runs read in one forward pass each), from the
-    first token to the last; sampled at temperature 1. → (tok/s, tokens)."""
+    first token to the last; sampled at temperature 1. → (tok/s, tokens, mask ms per token)."""
     import trio
 
     from tinytitan.chat_request import Grammar, Message
@@ -136,13 +165,13 @@ def engine_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tu
                     return ev
 
     fin = trio.run(one)
-    return fin.timing.decode_tokens / fin.timing.decode_s, fin.usage.completion_tokens
+    return fin.timing.decode_tokens / fin.timing.decode_s, fin.usage.completion_tokens, own_mask_ms(fin)
 
 
-def batch_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tuple[float, int]:
+def batch_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tuple[float, int, float | None]:
     """tok/s of one request decoding in the batch beside another (a plain request with twice as many tokens to
     write, sent at the same time, so the measured one is a batch row from its first token to its last):
-    what a constrained batch row costs against a plain one. → (tok/s, tokens)."""
+    what a constrained batch row costs against a plain one. → (tok/s, tokens, mask ms per token)."""
     import trio
 
     from tinytitan.chat_request import Grammar, Message
@@ -169,7 +198,7 @@ def batch_rate(backend, base, tokens: int, nonce: str, constrained: bool) -> tup
 
     trio.run(both)
     fin = got["measured"]
-    return fin.timing.decode_tokens / fin.timing.decode_s, fin.usage.completion_tokens
+    return fin.timing.decode_tokens / fin.timing.decode_s, fin.usage.completion_tokens, own_mask_ms(fin)
 
 
 def ttft(backend, req) -> float:
@@ -190,7 +219,7 @@ def ttft(backend, req) -> float:
 
 def run_sides(sides: list[str], backend, base, prompt, tokens: int) -> tuple[dict, dict]:
     """One repetition: every side once, in the order given → (results, mask ms per token: overlapped with the
-    forward pass, ``constrained``, and after it, ``no_overlap``)."""
+    forward pass, ``constrained``, after it, ``no_overlap``, and llguidance replaying the tokens, ``warm``)."""
     from tinytitan.chat_request import Grammar, Message
     from tinytitan.engine.structured import GrammarMask, compile_grammar
 
@@ -200,15 +229,19 @@ def run_sides(sides: list[str], backend, base, prompt, tokens: int) -> tuple[dic
         if side == "plain":
             out[side] = decode_rate(backend, prompt, tokens, [])[0]
         elif side in ("engine_plain", "engine_json"):
-            out[side], out[side + "_n"] = engine_rate(backend, base, tokens, nonce, side == "engine_json")
+            out[side], out[side + "_n"], out[side + "_mask"] = engine_rate(backend, base, tokens, nonce,
+                                                                           side == "engine_json")
         elif side in ("batch_plain", "batch_json"):
-            out[side], out[side + "_n"] = batch_rate(backend, base, tokens, nonce, side == "batch_json")
+            out[side], out[side + "_n"], out[side + "_mask"] = batch_rate(backend, base, tokens, nonce,
+                                                                          side == "batch_json")
         elif side in ("constrained", "no_overlap"):
             compiled = compile_grammar(Grammar("json_schema", schema(nonce)), backend.tokenizer, backend.vocab_size)
             mask = GrammarMask(compiled)
             timed = TimedMask(mask)
             out[side] = decode_rate(backend, prompt, tokens, [mask if side == "constrained" else NoOverlapMask(mask)])[0]
             mask_ms[side] = timed.seconds / timed.calls * 1000
+            if side == "constrained":
+                mask_ms["warm"] = warm_replay(compiled, timed.tokens)
         elif side == "ttft_plain":
             out[side] = ttft(backend, base.with_(messages=(Message("user", f"{nonce}: list them."),)))
         else:
@@ -244,8 +277,10 @@ def main() -> None:
                        max_tokens=4, temperature=0.0, reasoning=False)
     prompt = backend.prepare(base).tokens
     ratios: dict[str, list[float]] = {"constrained": [], "no_overlap": [], "ttft": [], "engine": [], "batch": []}
-    mask_ms: list[float] = []
+    overlapped_ms: list[float] = []
     mask_alone_ms: list[float] = []
+    warm_ms: list[float] = []
+    engine_ms: dict[str, list[float]] = {"engine": [], "batch": []}
     redone = 0
     rep = 0
     while rep < args.reps:
@@ -260,8 +295,11 @@ def main() -> None:
             print(f"rep {rep}: other processes used {watch.foreign:.2f} cores meanwhile; redone", flush=True)
             continue
         rep += 1
-        mask_ms.append(mask_time["constrained"])
+        overlapped_ms.append(mask_time["constrained"])
         mask_alone_ms.append(mask_time["no_overlap"])
+        warm_ms.append(mask_time["warm"])
+        engine_ms["engine"].append(out["engine_json_mask"])
+        engine_ms["batch"].append(out["batch_json_mask"])
         ratios["constrained"].append(out["constrained"] / out["plain"])
         ratios["no_overlap"].append(out["no_overlap"] / out["plain"])
         ratios["ttft"].append(out["ttft_schema"] / out["ttft_plain"])
@@ -292,9 +330,14 @@ def main() -> None:
     print(f"| TTFT with a new schema ÷ without a format | {statistics.median(ratios['ttft']):.3f} | "
           f"{iqr(ratios['ttft'])} |")
     print(f"| mask time per token (ms: consume the sampled token, compute the mask), while the forward pass runs "
-          f"on the same cores | {statistics.median(mask_ms):.3f} | {iqr(mask_ms)} |")
+          f"on the same cores | {statistics.median(overlapped_ms):.3f} | {iqr(overlapped_ms)} |")
     print(f"| same, the forward pass done (the mask's own cost) | {statistics.median(mask_alone_ms):.3f} | "
           f"{iqr(mask_alone_ms)} |")
+    print(f"| same tokens, llguidance alone with nothing between them (its caches warm) | "
+          f"{statistics.median(warm_ms):.3f} | {iqr(warm_ms)} |")
+    print(f"| the mask's own time per generated token through the engine (grammar_mask_s), a lone request | "
+          f"{statistics.median(engine_ms['engine']):.3f} | {iqr(engine_ms['engine'])} |")
+    print(f"| same, a batch row | {statistics.median(engine_ms['batch']):.3f} | {iqr(engine_ms['batch'])} |")
 
 
 if __name__ == "__main__":
