@@ -80,3 +80,24 @@ async def test_the_lone_request_and_the_batch_are_planned_by_one_scheduler(demo_
             n.start_soon(run, engine, req(text))
     assert any(p.batch for p in plans[lone:])
     assert len(ended) == len(set(map(id, ended))) == 5
+
+
+async def test_a_lone_request_queues_no_pass_past_its_cap(demo_backend, monkeypatch):
+    """A request that ends at ``max_tokens`` runs one forward pass per token it writes: its last token is read
+    with nothing queued after it (``Take``), as mlx-lm's ``generate_step`` stops at ``max_tokens``."""
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import Finished
+
+    plans = []
+    real_plan = Scheduler.plan
+    monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
+    r = ChatRequest(model="tinytitan-demo", messages=(Message("user", "Count to a hundred."),), max_tokens=7,
+                    temperature=0, reasoning=False, speculative=False)
+    async with Engine(demo_backend, max_batch=1).session(r) as events:
+        finished = [ev async for ev in events if isinstance(ev, Finished)][0]
+    steps = [s for p in plans for s in p.alone]
+    passes = [s for s in steps if isinstance(s, (Sample, Next))]
+    assert finished.usage.completion_tokens == 7 and finished.reason == "length"
+    assert len(passes) == 7 and isinstance(steps[-1], Take)
