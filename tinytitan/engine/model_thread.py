@@ -5,7 +5,9 @@ Rules:
 - ``start_soon(fn, deliver)`` is ``trio.lowlevel.start_thread_soon``'s shape: ``deliver(outcome)`` is called on
   the model thread when ``fn`` ends. ``run_sync`` waits for a job from trio (uncancellably, like
   ``trio.to_thread.run_sync``: a model half loaded is not abandoned).
-- After each job the C allocator is asked to give freed memory back to the system (glibc only).
+- Once the thread has been idle for ``IDLE_TRIM_S`` after a job, the C allocator is asked to give freed memory
+  back to the system (glibc only): not between jobs that come back to back, where the next request would wait
+  for the trim and then fault its pages in again (a lone request's time to first token paid both).
 
 Why one thread: MLX keeps per-thread state, and each new thread that runs it leaves two threads of its own
 behind; glibc gives each thread its own malloc arena, which keeps the memory a long prompt used. Trio's
@@ -30,6 +32,8 @@ import trio
 
 log = logging.getLogger("tinytitan.engine")
 
+IDLE_TRIM_S = 0.5  # seconds the thread waits idle after a job before the heap is trimmed
+
 
 def _malloc_trim() -> Callable[[], None]:
     if not sys.platform.startswith("linux"):
@@ -43,12 +47,13 @@ def _malloc_trim() -> Callable[[], None]:
 
 
 class ModelThread:
-    def __init__(self, name: str = "tinytitan-model"):
+    def __init__(self, name: str = "tinytitan-model", trim: Callable[[], object] | None = None):
+        """``trim``: what gives the heap back when idle (glibc's ``malloc_trim`` where there is one)."""
         self.name = name
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._trim = _malloc_trim()
+        self._trim = trim or _malloc_trim()
 
     @property
     def ident(self) -> int | None:
@@ -76,14 +81,20 @@ class ModelThread:
         return result[0].unwrap()
 
     def _loop(self) -> None:
+        owed = False  # a job ran since the last trim
         while True:
-            fn, deliver = self._jobs.get()
+            try:
+                fn, deliver = self._jobs.get(timeout=IDLE_TRIM_S) if owed else self._jobs.get()
+            except queue.Empty:  # idle a while after a job
+                self._trim()
+                owed = False
+                continue
             result = outcome.capture(fn)
             try:
                 deliver(result)
             except Exception:  # e.g. the trio run it reports to has ended; the thread serves the next one
                 log.debug("model thread: a result could not be delivered", exc_info=True)
-            self._trim()
+            owed = True
 
 
 _shared: ModelThread | None = None
