@@ -64,9 +64,10 @@ class DecodeLoop:
         self.started = False
         self.finished = False
         self.before = before or Timing()
-        self.grammar_mask_s: float | None = None  # a backend that masks logits for a grammar may add its time here,
-        self.grammar_mask = None  # ... or put the mask here: its own ``seconds`` are reported (a decoder may use it
-        # beyond masking: rows.py)
+        # a grammar mask (a decoder may use it beyond masking: rows.py): its own ``seconds`` are the turn's
+        # ``grammar_mask_s``; a backend without such a mask may add its masking time to the field instead
+        self.grammar_mask = None
+        self.grammar_mask_s: float | None = None
         self.draft_tokens = 0  # speculative decoding: tokens drafted, and of those accepted (rows.py)
         self.draft_accepted_tokens = 0
         self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
