@@ -11,7 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from tinytitan.http.trim import Trimmer, glibc_trim
+from tinytitan.heap import glibc_trim
+from tinytitan.http.trim import Trimmer
 from tinytitan.protocols.base import OFF_LOOP_BYTES
 
 MODEL = "tinytitan-scripted"

@@ -18,32 +18,20 @@ threads of its own.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import logging
 import queue
-import sys
 import threading
 from typing import Any, Callable
 
 import outcome
 import trio
 
+from ..heap import glibc_trim
+
 log = logging.getLogger("tinytitan.engine")
 
 IDLE_TRIM_S = 0.5  # seconds the thread waits idle after a job before the heap is trimmed
-
-
-def _malloc_trim() -> Callable[[], None]:
-    if not sys.platform.startswith("linux"):
-        return lambda: None
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-        return lambda: None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return lambda: trim(0)
 
 
 class ModelThread:
@@ -53,7 +41,7 @@ class ModelThread:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._trim = trim or _malloc_trim()
+        self._trim = trim or glibc_trim() or (lambda: None)
 
     @property
     def ident(self) -> int | None:

@@ -8,28 +8,14 @@ together share one trim, run when the interval is up. Where there is no glibc (m
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
-import sys
 from typing import Callable
 
 import trio
 
+from ..heap import glibc_trim
+
 log = logging.getLogger("tinytitan.http")
-
-
-def glibc_trim() -> Callable[[], object] | None:
-    """glibc's ``malloc_trim(0)``, or None where the C library has none."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
-    return lambda: fn(0)
 
 
 class Trimmer:
