@@ -186,7 +186,7 @@ def drafted_decode(model, ids, max_tokens, sampler, processors=(), mask=None, eo
                                      kv, cached)
     prepared = Prepared(req=ChatRequest(model="demo", messages=()), tokens=list(ids), max_tokens=max_tokens)
     loop = DecodeLoop(VerbatimParser(), (), lambda _ev: None)
-    loop.grammar_mask, loop.grammar_mask_s = mask, 0.0
+    loop.grammar_mask = mask
     row = Row(backend, prepared, loop=loop,
               should_stop=lambda: stop_when is not None and stop_when(row))
     scheduler = Scheduler(lambda _b: None, 1, PREFILL_STEP, seeded=True)

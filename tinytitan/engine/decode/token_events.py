@@ -64,10 +64,8 @@ class DecodeLoop:
         self.started = False
         self.finished = False
         self.before = before or Timing()
-        # a grammar mask (a decoder may use it beyond masking: rows.py): its own ``seconds`` are the turn's
-        # ``grammar_mask_s``; a backend without such a mask may add its masking time to the field instead
-        self.grammar_mask = None
-        self.grammar_mask_s: float | None = None
+        self.grammar_mask = None  # a grammar mask: its own ``seconds`` are the turn's ``grammar_mask_s`` (a decoder
+        # may use it beyond masking: rows.py)
         self.draft_tokens = 0  # speculative decoding: tokens drafted, and of those accepted (rows.py)
         self.draft_accepted_tokens = 0
         self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
@@ -125,15 +123,12 @@ class DecodeLoop:
         now = time.perf_counter()
         start = self.started_at if self.started_at is not None else now
         first = self.first_token_at if self.first_token_at is not None else now
+        masked = self.grammar_mask.seconds if self.grammar_mask is not None else None
         return dataclasses.replace(self.before, prefill_s=first - start,
                                    prefill_tokens=self.prompt_tokens - self.cached_tokens, decode_s=now - first,
                                    decode_tokens=max(self.completion_tokens - 1, 0),
-                                   grammar_mask_s=self._mask_seconds(), draft_tokens=self.draft_tokens,
+                                   grammar_mask_s=masked, draft_tokens=self.draft_tokens,
                                    draft_accepted_tokens=self.draft_accepted_tokens)
-
-    def _mask_seconds(self) -> float | None:
-        seconds = getattr(self.grammar_mask, "seconds", None)
-        return seconds if seconds is not None else self.grammar_mask_s
 
     def _send(self, events: list[TokenEvent]) -> None:
         for ev in events:
