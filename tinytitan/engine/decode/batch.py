@@ -7,10 +7,10 @@ Rules:
   and not read are the same in the batch as on its own, so a row moves either way between two steps without
   reading anything again, drawing anything again, or stepping back.
 - A row joins once its prompt is read but its last token, which its first pass in the batch reads with its
-  first sample. In one step each row does what a row alone would (the shapes of plan.py): ``Next`` (its pending token fed, the next sampled — pipelined: the pass is
-  queued before the pending token is read), ``Sample`` (known tokens fed: its last token, a grammar's forced
-  run; a sample after them), ``Verify`` (its last token and a draft, a sample at every position), ``Take``
-  (its pending token read, nothing fed).
+  first sample. In one step each row does what a row alone would (the shapes of plan.py): ``Next`` (its
+  pending token fed, the next sampled — pipelined: the pass is queued before the pending token is read),
+  ``Sample`` (known tokens fed: its last token, a grammar's forced run; a sample after them), ``Verify``
+  (its last token and a draft, a sample at every position), ``Take`` (its pending token read, nothing fed).
 - Rows read different numbers of tokens in one pass only where the cache can hold holes (ragged.py: every
   layer a plain KV cache). Otherwise every row feeds one token a step and the scheduler plans nothing wider.
 - A row's samples come from its lane, exactly as alone. Rows that all use the shared greedy sampler without

@@ -165,7 +165,7 @@ class Scheduler:
                     join.append(row.id)
                     batch.append(self._next(row, True, False))
                 else:
-                    alone.append(Sample(row.id, tuple(row.tokens[row.read:])))
+                    alone.append(self._next(row, False, False))
             elif crowd and (ragged or not row.run):  # it joins where it stands (a run is fed first, alone)
                 join.append(row.id)
                 batch.append(self._next(row, True, row.id in holds))
