@@ -1,7 +1,8 @@
-"""glibc's ``malloc_trim``: giving the C heap's free pages back to the system.
+"""glibc's ``malloc_trim``: giving the C heap's free pages back to the system; ``mallinfo2``: how much it holds free.
 
-The server asks for it after a request with a large body (http/trim.py) and once the model thread is idle
-after a job (engine/model_thread.py). Where the C library has none (macOS, musl) there is nothing to call.
+The server asks for a trim after a request with a large body (http/trim.py) and once the model thread is idle
+after a job that left much of the heap free (engine/model_thread.py). Where the C library has neither (macOS,
+musl) there is nothing to call.
 """
 
 from __future__ import annotations
@@ -23,3 +24,23 @@ def glibc_trim() -> Callable[[], object] | None:
         return None
     fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
     return lambda: fn(0)
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def glibc_free_bytes() -> Callable[[], int] | None:
+    """The bytes glibc's heap holds free (``mallinfo2().fordblks``, every arena: what a trim could give back),
+    or None where the C library has no ``mallinfo2`` (glibc before 2.33, macOS, musl)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [], _Mallinfo2
+    return lambda: int(fn().fordblks)
