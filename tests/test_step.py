@@ -101,3 +101,35 @@ async def test_a_lone_request_queues_no_pass_past_its_cap(demo_backend, monkeypa
     passes = [s for s in steps if isinstance(s, (Sample, Next))]
     assert finished.usage.completion_tokens == 7 and finished.reason == "length"
     assert len(passes) == 7 and isinstance(steps[-1], Take)
+
+
+async def test_a_lone_row_reads_a_short_prompt_whole_and_a_long_one_first_in_a_short_chunk(demo_backend,
+                                                                                             monkeypatch):
+    """Where others may join (a batching engine), a lone row whose prompt is long reads a short first chunk, so
+    requests sent with it are read beside it from the next step; a short prompt is read in one chunk (one more
+    forward pass would cost it more than a joiner waits)."""
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.decode import decoder
+    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.engine import Engine
+
+    plans = []
+    real_plan = Scheduler.plan
+    monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
+    monkeypatch.setattr(decoder, "SPLIT_ABOVE", 80)
+    monkeypatch.setattr(decoder, "FIRST_CHUNK", 16)
+
+    async def chunks(text: str) -> tuple[int, list[int]]:
+        plans.clear()
+        demo_backend.prompt_cache.clear()
+        r = ChatRequest(model="tinytitan-demo", messages=(Message("user", text),), max_tokens=2, temperature=0,
+                        reasoning=False, speculative=False)
+        async with Engine(demo_backend, max_batch=4).session(r) as events:
+            [ev async for ev in events]
+        prompt = len(demo_backend.prepare(r).tokens)
+        return prompt, [len(s.tokens) for p in plans for s in p.alone if isinstance(s, Prefill)]
+
+    prompt, read = await chunks("Hi, a short one.")
+    assert 16 < prompt - 1 <= 80 and read == [prompt - 1]  # whole, in one chunk (its last token read with its sample)
+    prompt, read = await chunks("Please read all of this. " * 20)
+    assert prompt - 1 > 80 and read == [16, prompt - 1 - 16]
