@@ -13,17 +13,22 @@ import sys
 from typing import Callable
 
 
-def glibc_trim() -> Callable[[], object] | None:
-    """glibc's ``malloc_trim(0)``, or None where the C library has none."""
+def _libc(name: str, argtypes: list, restype) -> Callable | None:
+    """The C library's function ``name`` (its types set), or None off Linux or where the library has none."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.malloc_trim
+        fn = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
-    return lambda: fn(0)
+    fn.argtypes, fn.restype = argtypes, restype
+    return fn
+
+
+def glibc_trim() -> Callable[[], object] | None:
+    """glibc's ``malloc_trim(0)``, or None where the C library has none."""
+    fn = _libc("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
+    return None if fn is None else lambda: fn(0)
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -35,12 +40,5 @@ class _Mallinfo2(ctypes.Structure):
 def glibc_free_bytes() -> Callable[[], int] | None:
     """The bytes glibc's heap holds free (``mallinfo2().fordblks``, every arena: what a trim could give back),
     or None where the C library has no ``mallinfo2`` (glibc before 2.33, macOS, musl)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.mallinfo2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes, fn.restype = [], _Mallinfo2
-    return lambda: int(fn().fordblks)
+    fn = _libc("mallinfo2", [], _Mallinfo2)
+    return None if fn is None else lambda: int(fn().fordblks)
