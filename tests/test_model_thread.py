@@ -1,7 +1,7 @@
-"""The model thread (engine/model_thread.py): jobs run in order on one thread, and the C allocator is asked to
-give memory back once the thread is idle after a job that left much of the heap free — never between jobs that
-come back to back, where the next request would wait for the trim, and not after a job that left little free,
-whose pages the next request would fault in again."""
+"""The model thread (engine/model_thread.py): jobs run in order on one thread, and once it is idle after a job
+it asks whether the C heap is worth trimming — never between jobs that come back to back, where the next
+request would wait for the trim. Whether (heap.py ``IdleTrim``): where much is free and was faulted in since
+the last trim, not after an ordinary request, whose pages the next request would fault in again."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ import pytest
 
 from tinytitan.engine import model_thread
 from tinytitan.engine.model_thread import ModelThread
-from tinytitan.heap import glibc_free_bytes
+from tinytitan.heap import TRIM_ABOVE, IdleTrim, glibc_free_bytes, glibc_trim, resident_bytes
 
 
 def test_the_heap_is_trimmed_once_the_thread_is_idle_not_between_jobs(monkeypatch):
     monkeypatch.setattr(model_thread, "IDLE_TRIM_S", 0.2)
     trims: list[float] = []
-    thread = ModelThread("tinytitan-test-model", trim=lambda: trims.append(time.monotonic()),
-                         free_bytes=lambda: model_thread.TRIM_FREE_BYTES)
+    thread = ModelThread("tinytitan-test-model", trim=lambda: trims.append(time.monotonic()))
     queued = threading.Event()
     ran: list[tuple[int, int, int]] = []  # (job, its thread, trims seen when it ran)
     delivered = threading.Event()
@@ -51,40 +50,52 @@ def test_the_heap_is_trimmed_once_the_thread_is_idle_not_between_jobs(monkeypatc
     assert len(trims) == 2  # a later job owes one again
 
 
-def _idle_after(thread: ModelThread) -> None:
-    done = threading.Event()
-    thread.start_soon(lambda: None, lambda o: done.set())
-    assert done.wait(10)
-    time.sleep(0.4)  # idle past IDLE_TRIM_S
+def test_idle_trim_trims_only_what_a_long_prompt_left():
+    heap = {"free": 10 << 20, "resident": 500 << 20}
+    trims = []
+
+    def trim():
+        trims.append(dict(heap))
+        heap["resident"] -= heap["free"]  # the free pages go back; the holes stay free in the allocator
+
+    idle = IdleTrim(trim, lambda: heap["free"], lambda: heap["resident"])
+    assert not idle() and trims == []  # an ordinary request's leftovers stay for the next one
+    heap.update(free=200 << 20, resident=700 << 20)  # a long prompt
+    assert idle() and len(trims) == 1
+    assert not idle() and len(trims) == 1  # the holes still read free, but nothing was faulted in again
+    heap["resident"] += 20 << 20  # an ordinary request reuses some of them
+    assert not idle() and len(trims) == 1
+    heap["resident"] += TRIM_ABOVE  # another long prompt faults them all in
+    assert idle() and len(trims) == 2
 
 
-def test_the_heap_is_trimmed_only_when_it_holds_much_free(monkeypatch):
-    monkeypatch.setattr(model_thread, "IDLE_TRIM_S", 0.1)
-    free = [model_thread.TRIM_FREE_BYTES - 1]
-    trims: list[int] = []
-    thread = ModelThread("tinytitan-test-model", trim=lambda: trims.append(free[0]), free_bytes=lambda: free[0])
-    _idle_after(thread)
-    assert trims == []  # an ordinary request's leftovers stay for the next one
-    free[0] = 3 * model_thread.TRIM_FREE_BYTES  # what a long prompt leaves
-    _idle_after(thread)
-    assert trims == [3 * model_thread.TRIM_FREE_BYTES]
+def test_idle_trim_trims_every_time_where_the_heap_cannot_be_read():
+    trims = []
+    idle = IdleTrim(lambda: trims.append(1), None, None)
+    idle.free_bytes = idle.resident = None  # as on a C library without mallinfo2, or no /proc
+    assert idle() and idle() and len(trims) == 2
 
 
 @pytest.mark.skipif(glibc_free_bytes() is None, reason="no mallinfo2 in this C library")
-def test_glibc_free_bytes_reads_the_heap():
+def test_glibc_free_bytes_reads_the_heap_and_a_trim_gives_its_holes_back():
     import ctypes
 
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
-    free_bytes = glibc_free_bytes()
-    assert sys.platform.startswith("linux")
-    before = free_bytes()
-    blocks = [libc.malloc(64 << 10) for _ in range(1600)]  # under the mmap threshold: in the heap
+    free_bytes, resident = glibc_free_bytes(), resident_bytes()
+    assert sys.platform.startswith("linux") and resident is not None
+    size = 64 << 10  # under the mmap threshold: in the heap
+    blocks = [libc.malloc(size) for _ in range(1600)]
     try:
+        for block in blocks:
+            ctypes.memset(block, 1, size)  # resident
+        before, touched = free_bytes(), resident()
         for block in blocks[::2]:  # every other one: holes the heap keeps (they cannot merge into its top)
             libc.free(block)
-        assert free_bytes() >= before + 800 * (64 << 10) * 0.9
+        assert free_bytes() >= before + 800 * size * 0.9
+        glibc_trim()()
+        assert resident() <= touched - 800 * size * 0.5
     finally:
         for block in blocks[1::2]:
             libc.free(block)

@@ -5,12 +5,9 @@ Rules:
 - ``start_soon(fn, deliver)`` is ``trio.lowlevel.start_thread_soon``'s shape: ``deliver(outcome)`` is called on
   the model thread when ``fn`` ends. ``run_sync`` waits for a job from trio (uncancellably, like
   ``trio.to_thread.run_sync``: a model half loaded is not abandoned).
-- Once the thread has been idle for ``IDLE_TRIM_S`` after a job, and the C heap holds at least
-  ``TRIM_FREE_BYTES`` free (what a long prompt leaves: hundreds of MiB after a few thousand tokens, GBs after an
-  agent's 30k), the C allocator is asked to give it back to the system (glibc only). Not between jobs that come
-  back to back, and not after an ordinary request (tens of MiB free): the next request would fault those pages
-  in again, which cost a lone request's time to first token 5–8 %. Where the free bytes cannot be read, every
-  idle spell after a job trims.
+- Once the thread has been idle for ``IDLE_TRIM_S`` after a job, it asks whether the C heap is worth trimming
+  (``heap.IdleTrim``: not after an ordinary request, whose pages the next one would fault in again); never
+  between jobs that come back to back, where the next request would wait for the trim.
 
 Why one thread: MLX keeps per-thread state, and each new thread that runs it leaves two threads of its own
 behind; glibc gives each thread its own malloc arena, which keeps the memory a long prompt used. Trio's
@@ -30,26 +27,21 @@ from typing import Any, Callable
 import outcome
 import trio
 
-from ..heap import glibc_free_bytes, glibc_trim
+from ..heap import IdleTrim
 
 log = logging.getLogger("tinytitan.engine")
 
 IDLE_TRIM_S = 0.5  # seconds the thread waits idle after a job before the heap is trimmed
-TRIM_FREE_BYTES = 64 << 20  # ... when it holds at least this much free
 
 
 class ModelThread:
-    def __init__(self, name: str = "tinytitan-model", trim: Callable[[], object] | None = None,
-                 free_bytes: Callable[[], int] | None = None):
-        """``trim``: what gives the heap back when idle (glibc's ``malloc_trim`` where there is one);
-        ``free_bytes``: what the heap holds free (glibc's ``mallinfo2``; where there is none, every idle spell
-        after a job trims)."""
+    def __init__(self, name: str = "tinytitan-model", trim: Callable[[], object] | None = None):
+        """``trim``: called once the thread is idle after a job (``heap.IdleTrim``: it trims where worth it)."""
         self.name = name
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._trim = trim or glibc_trim() or (lambda: None)
-        self._free_bytes = free_bytes or glibc_free_bytes()
+        self._trim = trim or IdleTrim()
 
     @property
     def ident(self) -> int | None:
@@ -82,8 +74,7 @@ class ModelThread:
             try:
                 fn, deliver = self._jobs.get(timeout=IDLE_TRIM_S) if owed else self._jobs.get()
             except queue.Empty:  # idle a while after a job
-                if self._free_bytes is None or self._free_bytes() >= TRIM_FREE_BYTES:
-                    self._trim()
+                self._trim()
                 owed = False
                 continue
             result = outcome.capture(fn)
