@@ -16,10 +16,10 @@ Rules:
   more forward pass, about what reading 20–30 prompt tokens costs (the weights read once more: a decode
   step's time): next to nothing for an agent's long prompt, 5–8 % of a 400-token prompt's time to first
   token (measured). A shorter prompt is read whole: one joining waits for at most that much, less than a
-  chunk of a long prompt read alone (``PREFILL_STEP``). While nothing decodes yet (a burst), a row whose prompt is read waits for the others still
-  reading theirs: the burst's rows sample their first tokens in one step and decode in step from then on; a
-  row starting alone first would have the others' prompts read between its tokens, and the burst would
-  finish no sooner.
+  chunk of a long prompt read alone (``PREFILL_STEP``). While nothing decodes yet (a burst), a row whose
+  prompt is read waits for the others still reading theirs: the burst's rows sample their first tokens in one
+  step and decode in step from then on; a row starting alone first would have the others' prompts read
+  between its tokens, and the burst would finish no sooner.
 - A row decoding alone steps on its own cache until another row of its model decodes or waits: then it joins
   the batch where it stands — between two tokens, its sampled token still pending (its lane moves with it,
   step.py), a forced run already accepted fed first where the batch cannot take several tokens a row. One
