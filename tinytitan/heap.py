@@ -87,8 +87,9 @@ class IdleTrim:
             self.trim()
             return True
         if self.floor is not None:  # trimmed before: only once as much was faulted in again
-            self.floor = min(self.floor, self.resident())
-            if self.resident() - self.floor < self.above:
+            now = self.resident()
+            self.floor = min(self.floor, now)
+            if now - self.floor < self.above:
                 return False
         if self.free_bytes() < self.above:
             return False

@@ -190,12 +190,13 @@ class Scheduler:
     def _prompt(self, row: Row, decoding: bool) -> RowStep:
         """The next chunk of a row's prompt, all but its last token (short while others decode, or may join:
         see the rules)."""
+        rest = len(row.tokens) - 1 - row.read
         if decoding:
             n = PREFILL_STEP_SHARED
         else:
-            first = row.read == row.loop.cached_tokens and len(row.tokens) - 1 - row.read > SPLIT_ABOVE
+            first = row.read == row.loop.cached_tokens and rest > SPLIT_ABOVE
             n = self.first_chunk if first else PREFILL_STEP
-        n = min(n, len(row.tokens) - 1 - row.read)
+        n = min(n, rest)
         return Prefill(row.id, tuple(row.tokens[row.read:row.read + n]))
 
     def _next(self, row: Row, in_batch: bool, for_draft: bool) -> RowStep:
