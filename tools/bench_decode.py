@@ -25,6 +25,10 @@ The table says what each process actually mapped.
 Each side's process CPU time per request goes into ``--json`` (``cpu_s``); it is not tabled: OpenBLAS worker
 threads spin between calls, which swamps the servers' own per-token work.
 
+``--settle S`` pauses S seconds before each side of a repetition (default 0: back to back), so no side starts
+while the one before it still finishes (a server stores its prompt cache after answering; BLAS threads spin a
+moment after their last product): about 0.25 s is enough on 2 cores.
+
 Other processes share this CPU: every measurement records how many cores *others* used meanwhile; a
 repetition where others used more than ``--max-foreign`` cores is redone with a fresh prompt (up to
 ``--retries`` times; the least disturbed one is kept, and the table counts the disturbed ones).
@@ -163,6 +167,7 @@ def run_rep(ctx: dict, sides: list[str], nonce: int) -> dict:
     """All sides back to back on one fresh prompt; each records the cores others used meanwhile."""
     out = {}
     for side in sides:
+        time.sleep(ctx.get("settle", 0))  # the side before it done spinning (see --settle)
         pid = ctx["raw"].pid if side == "raw" else ctx[side].pid
         with CpuWatch(ctx["pids"]) as w:
             c0 = proc_cpu_s(pid)
@@ -196,7 +201,7 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
     model_dir = ensure_model(variant, args.cache_dir)
     mt = args.max_tokens or DEFAULT_MAX_TOKENS[variant]
     print(f"\n== {variant}: {model_dir} (max_tokens {mt}, prompt ~{args.words} words) ==", flush=True)
-    ctx: dict = {"max_tokens": mt, "words": args.words, "prompts": {}}
+    ctx: dict = {"max_tokens": mt, "words": args.words, "prompts": {}, "settle": args.settle}
     raw = ctx["raw"] = RawWorker(model_dir)
     servers = []
     try:
@@ -320,6 +325,8 @@ def main() -> None:
                    help="redo a measurement while other processes used more cores than this (default 0.3)")
     p.add_argument("--retries", type=int, default=3, help="redos of a disturbed repetition (default 2)")
     p.add_argument("--quiet-wait", type=float, default=20.0, help="seconds to wait for a quiet CPU before each run")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="seconds to pause before each side within a repetition (default 0: back to back)")
     p.add_argument("--tinytitan-entry", metavar="SCRIPT",
                    help="add a side 'tinytitan*': this script run instead of `python -m tinytitan` (same arguments), "
                         "to A/B a patched server in the same run")
