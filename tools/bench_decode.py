@@ -16,7 +16,9 @@ Same prompt, greedy (temperature 0), same max_tokens. The demo models have rando
 chosen by a raw greedy probe: only prompts whose greedy continuation runs the full ``max_tokens`` (no early
 end-of-turn) are used, and every side's ``usage.completion_tokens`` is checked against raw's count. Each
 repetition uses a fresh prompt (a different first word), so no side's prompt cache can serve it. Each side is
-warmed up once; the order of the sides rotates every repetition; the numbers are medians, the ratios are
+warmed up once; the order of the sides goes through every permutation, one a repetition (a rotation would put
+each side after the same other side every time, and a side runs measurably slower after some than after
+others: 6 repetitions, or a multiple, give three sides each order alike); the numbers are medians, the ratios are
 medians of the per-repetition ratios (side ÷ raw measured back to back).
 
 BLAS: the raw worker calls ``tinytitan.blas.use_fast_blas()`` before importing mlx, as ``tinytitan serve``
@@ -43,6 +45,7 @@ Several streams at once (aggregate decode for 1, 2, 4 and 8 streams, TTFT beside
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -227,8 +230,9 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
         for side in sides:  # warm-up: one request each
             measure(side, ctx, warm)
         results = {s: [] for s in sides}
+        orders = list(itertools.permutations(sides))  # each side after each other side alike (see the docstring)
         for i in range(args.reps):
-            order = sides[i % len(sides):] + sides[:i % len(sides)]
+            order = list(orders[i % len(orders)])
             best = None
             for attempt in range(args.retries + 1):
                 nonce = next(prompts)
