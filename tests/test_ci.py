@@ -65,5 +65,5 @@ def test_ci_pins_the_client_versions_the_traces_were_recorded_with():
     claude = re.search(r'TINYTITAN_CLAUDE_CODE_VERSION:-([0-9.]+)\}', run).group(1)
     codex = re.search(r'TINYTITAN_CODEX_VERSION:-([0-9.]+)\}', run).group(1)
     assert f"Claude Code {claude}" in traces and f"Codex CLI {codex}" in traces
-    assert f"@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" in run and "@openai/codex@$CODEX_VERSION" in run
+    assert "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" in run and "@openai/codex@$CODEX_VERSION" in run
     assert 'export CI="${CI:-true}"' in run

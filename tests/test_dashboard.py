@@ -12,7 +12,6 @@ import shutil
 import time
 
 import httpx
-import pytest
 import trio
 
 from conftest import needs
