@@ -16,10 +16,11 @@ Same prompt, greedy (temperature 0), same max_tokens. The demo models have rando
 chosen by a raw greedy probe: only prompts whose greedy continuation runs the full ``max_tokens`` (no early
 end-of-turn) are used, and every side's ``usage.completion_tokens`` is checked against raw's count. Each
 repetition uses a fresh prompt (a different first word), so no side's prompt cache can serve it. Each side is
-warmed up once; the order of the sides goes through every permutation, one a repetition (a rotation would put
-each side after the same other side every time, and a side runs measurably slower after some than after
-others: 6 repetitions, or a multiple, give three sides each order alike); the numbers are medians, the ratios are
-medians of the per-repetition ratios (side ÷ raw measured back to back).
+warmed up once; the order of the sides goes through every permutation, one a repetition (``side_orders``: each
+run of as many repetitions as sides starts once with each side, and 6 repetitions, or a multiple, give three
+sides every order alike — a rotation would put each side after the same other side every time, and hide an order
+effect); the numbers are medians, the ratios are medians of the per-repetition ratios (side ÷ raw measured back
+to back).
 
 BLAS: the raw worker calls ``tinytitan.blas.use_fast_blas()`` before importing mlx, as ``tinytitan serve``
 does; mlx_lm.server gets the same system OpenBLAS via LD_PRELOAD (``--peer-blas bundled`` runs it stock).
@@ -166,6 +167,13 @@ def measure(side: str, ctx: dict, nonce: int) -> dict:
             "chunks": r.chunks}
 
 
+def side_orders(sides: list[str]) -> list[tuple[str, ...]]:
+    """Every order of the sides, arranged so that each run of ``len(sides)`` repetitions starts once with each
+    side: a few repetitions are balanced too, all of them give each side each predecessor alike."""
+    by_first = [[p for p in itertools.permutations(sides) if p[0] == s] for s in sides]
+    return [group[i] for i in range(len(by_first[0])) for group in by_first]
+
+
 def run_rep(ctx: dict, sides: list[str], nonce: int) -> dict:
     """All sides back to back on one fresh prompt; each records the cores others used meanwhile."""
     out = {}
@@ -230,7 +238,7 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
         for side in sides:  # warm-up: one request each
             measure(side, ctx, warm)
         results = {s: [] for s in sides}
-        orders = list(itertools.permutations(sides))  # each side after each other side alike (see the docstring)
+        orders = side_orders(sides)  # each side after each other side alike (see the docstring)
         for i in range(args.reps):
             order = list(orders[i % len(orders)])
             best = None
