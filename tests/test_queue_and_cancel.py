@@ -234,3 +234,56 @@ async def test_the_first_token_is_not_held_back_by_delta_batching(demo_tok, monk
                 if isinstance(ev, TextDelta):
                     break
     assert seen[0] is Started and seen[-1] is TextDelta
+
+
+async def test_an_ending_cuts_the_pause_between_batches_short(demo_tok, monkeypatch):
+    """After the first delta the session waits out the batch interval, but not past the generation's end: the
+    last tokens go out with Finished at once (else every answer ends up to an interval late)."""
+    from tinytitan.engine import session as session_module
+    from tinytitan.events import Finished, Started, TextDelta
+
+    monkeypatch.setattr(session_module, "BATCH_INTERVAL", 30.0)  # far longer than the test may take
+    engine = Engine(ScriptedBackend([ScriptEntry("one two three four", delay_ms=20)], demo_tok))
+    req = ChatRequest(model=engine.model_id, messages=(Message("user", "hi"),))
+    seen = []
+    with trio.fail_after(10):
+        async with engine.session(req) as events:
+            seen = [ev async for ev in events]
+    kinds = [type(ev) for ev in seen]
+    assert kinds == [Started, TextDelta, TextDelta, Finished]  # the first at once, the rest when it ended
+    assert "".join(ev.text for ev in seen if isinstance(ev, TextDelta)) == "one two three four"
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+async def test_the_model_thread_wakes_the_consumer_only_while_it_waits(demo_tok, monkeypatch, streamed):
+    """Tokens that arrive while the consumer pauses between batches wake nothing (it drains them when the pause
+    ends); a consumer that folds the whole answer (no stream) pauses far longer, so its events come in a few
+    batches: a token costs the event loop no wake-up of its own."""
+    from tinytitan.engine import session as session_module
+    from tinytitan.events import TextDelta
+
+    wakes = []
+    real_wake = session_module.Mailbox._wake
+
+    def counted(self):
+        wakes.append(1)
+        real_wake(self)
+
+    monkeypatch.setattr(session_module.Mailbox, "_wake", counted)
+    monkeypatch.setattr(session_module, "BATCH_INTERVAL", 0.2)
+    monkeypatch.setattr(session_module, "FOLDED_INTERVAL", 30.0)
+    text = " ".join(f"w{i}" for i in range(30))
+    engine = Engine(ScriptedBackend([ScriptEntry(text, delay_ms=20)], demo_tok))
+    req = ChatRequest(model=engine.model_id, messages=(Message("user", "hi"),))
+    with trio.fail_after(20):
+        async with engine.session(req, streamed=streamed) as events:
+            seen = [ev async for ev in events]
+    deltas = [ev for ev in seen if isinstance(ev, TextDelta)]
+    assert "".join(ev.text for ev in deltas) == text
+    tokens = len(demo_tok.encode(text, add_special_tokens=False))
+    assert tokens >= 30
+    # a wake for Started, one a batch, one for the ending (the old mailbox woke the consumer for every token)
+    if streamed:  # tokens 20 ms apart, batches 200 ms apart
+        assert 3 <= len(deltas) < tokens / 4 and len(wakes) <= len(deltas) + 3, (tokens, len(deltas), len(wakes))
+    else:  # the first delta, then the rest when the generation ended
+        assert len(deltas) == 2 and len(wakes) <= 5, (len(deltas), len(wakes))

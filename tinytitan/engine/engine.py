@@ -159,12 +159,13 @@ class Engine:
 
     @asynccontextmanager
     async def session(self, req: ChatRequest, keepalive: float | None = None,
-                      continuing: bool = False) -> AsyncIterator[Session]:
+                      continuing: bool = False, streamed: bool = True) -> AsyncIterator[Session]:
         """One generation, from admission to its place given back (see session.py for the rules): a place
         first (refused at once when the queue is full), then the prompt; the block iterates the events; its
         exit stops the decode and frees the place, once. With ``keepalive`` seconds, a KeepAlive whenever that
         long passes with nothing to send (in the queue, while a model loads, or during a long prefill).
-        ``continuing``: a further generation of a request already admitted, never refused as overloaded."""
+        ``continuing``: a further generation of a request already admitted, never refused as overloaded.
+        ``streamed=False``: the consumer folds the whole answer, so its events come in fewer, larger batches."""
         if self.group is not None and self.group.broken:
             raise ApiError("unavailable", f"The model cannot generate: the group of processes serving it is "
                            f"broken ({self.group.broken}); restart the whole group", code="group_broken")
@@ -172,7 +173,8 @@ class Engine:
         session = None
         try:
             prepared = await self.prepare(req)
-            session = Session(prepared, place, functools.partial(self._start_decode, prepared), keepalive)
+            session = Session(prepared, place, functools.partial(self._start_decode, prepared), keepalive,
+                              folded=not streamed)
             yield session
         finally:
             if session is not None:

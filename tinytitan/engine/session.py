@@ -39,6 +39,7 @@ from .decode.token_events import DecodeLoop
 
 
 BATCH_INTERVAL = 0.02  # at most one batch of deltas per 20 ms after the first (the first goes at once)
+FOLDED_INTERVAL = 0.25  # the same for a consumer that folds the whole answer (no stream): it reads none early
 
 _MERGEABLE = (TextDelta, ReasoningDelta, ToolCallArgsDelta)
 
@@ -54,6 +55,10 @@ def merge_deltas(events: list[TokenEvent]) -> list[TokenEvent]:
         else:
             out.append(ev)
     return out
+
+
+def _ends(box: "Mailbox", batch: list[TokenEvent]) -> bool:
+    return box.closed or any(isinstance(ev, (Finished, Failed)) for ev in batch)
 
 
 class Admission:
@@ -123,8 +128,9 @@ class Place:
 
 
 class Mailbox:
-    """Events from the model thread to the trio side: the thread appends to a deque and schedules one
-    wake-up at a time (not one per token); the trio side drains everything that has arrived."""
+    """Events from the model thread to the trio side: the thread appends to a deque and schedules a wake-up
+    only while the trio side waits in ``wait`` for one (one at a time; none while it pauses between batches,
+    unless for an ending); the trio side drains everything that has arrived."""
 
     def __init__(self, token: trio.lowlevel.TrioToken, on_close: Callable[[], None]):
         self.on_close = on_close  # called on the trio side once the model thread let go (or it was abandoned)
@@ -132,6 +138,7 @@ class Mailbox:
         self.token = token
         self.stop = threading.Event()  # set by the trio side: the consumer is gone
         self.wake_pending = False
+        self.listening: str | None = None  # the trio side waits in ``wait``: "any" event, or "endings" only
         self.arrived = trio.Event()
         self.closed = False  # trio side: the model thread let go, or the generation was abandoned
         self.let_go = False  # model thread side: close() was called
@@ -160,7 +167,9 @@ class Mailbox:
             self.queue.append(ev)
             self.sent = True
             self.ended = self.ended or isinstance(ev, (Finished, Failed))
-            wake, self.wake_pending = not self.wake_pending, True
+            wake = not self.wake_pending and (self.listening == "any" or (
+                self.listening == "endings" and isinstance(ev, (Finished, Failed))))
+            self.wake_pending = self.wake_pending or wake
         if wake:
             try:
                 self.token.run_sync_soon(self._wake)
@@ -220,15 +229,22 @@ class Mailbox:
             out.append(self.queue.popleft())
         return out
 
-    async def wait(self, timeout: float) -> bool:
-        """Wait until something arrived (or the thread let go); False when ``timeout`` passed first."""
-        if self.queue or self.closed:
-            return True
+    async def wait(self, timeout: float, endings_only: bool = False) -> bool:
+        """Wait until something arrived (``endings_only``: an ending), or the thread let go; False when
+        ``timeout`` passed first."""
         self.arrived = trio.Event()
-        with trio.move_on_after(timeout):
-            await self.arrived.wait()
-            return True
-        return False
+        with self._lock:  # the model thread appends and reads ``listening`` under it: no event is missed
+            if self.closed or (self.ended if endings_only else self.queue):
+                return True
+            self.listening = "endings" if endings_only else "any"
+        try:
+            with trio.move_on_after(timeout):
+                await self.arrived.wait()
+                return True
+            return False
+        finally:
+            with self._lock:
+                self.listening = None
 
 
 class Session:
@@ -236,8 +252,10 @@ class Session:
     TokenEvents, as an async iterator. Made and ended by ``Engine.session`` only."""
 
     def __init__(self, prepared: Prepared, place: Place, start: Callable[[Mailbox], None],
-                 keepalive: float | None):
+                 keepalive: float | None, folded: bool = False):
         self.prepared = prepared
+        # after the first batch, at most one per ``_every`` seconds (``folded``: the consumer reads none early)
+        self._every = FOLDED_INTERVAL if folded else BATCH_INTERVAL
         self._place = place
         self._start = start
         self._keepalive = keepalive
@@ -287,14 +305,14 @@ class Session:
             return self._idle()
         self._quiet = 0.0
         batch = box.drain()
-        ending = box.closed or any(isinstance(ev, (Finished, Failed)) for ev in batch)
-        pause = self._last_batch + BATCH_INTERVAL - trio.current_time()
-        if batch and not ending and pause > 0:
+        pause = self._last_batch + self._every - trio.current_time()
+        if batch and not _ends(box, batch) and pause > 0:
             # Deltas that arrive together are merged, and after the first they go out at most every
-            # BATCH_INTERVAL: a fast model's tokens cost one wake-up and one wire event per batch, not per token
-            await trio.sleep(pause)
+            # ``every`` seconds: a fast model's tokens cost one wake-up and one wire event per batch, not per
+            # token. The pause ends early at the generation's end: its last tokens are not held back.
+            await box.wait(pause, endings_only=True)
             batch += box.drain()
-        if ending:
+        if _ends(box, batch):
             await box.finished.wait()  # imminent: once the end is out, the model thread lets go
         if batch:
             if not all(isinstance(ev, Started) for ev in batch):  # Started alone does not delay the first token

@@ -227,7 +227,7 @@ class Consolidator:
             tool_choice="none", temperature=0.0, max_tokens=MAX_TOKENS, reasoning="none", memory=False)
         text = []
         try:
-            async with self.engine.session(req) as events:
+            async with self.engine.session(req, streamed=False) as events:
                 async for ev in events:
                     if isinstance(ev, TextDelta):
                         text.append(ev.text)

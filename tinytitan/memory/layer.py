@@ -126,11 +126,12 @@ class MemoryEvents:
     """A request's events with memory: round after round, as one stream. Made and ended by
     ``MemoryEngine.session``; continuation rounds are engine sessions of their own, entered and left here."""
 
-    def __init__(self, engine, session: MemorySession, first, keepalive: float | None):
+    def __init__(self, engine, session: MemorySession, first, keepalive: float | None, streamed: bool = True):
         self.engine = engine
         self.session = session
         self.first = first
         self.keepalive = keepalive
+        self.streamed = streamed
         self._gen = self._rounds()
         self.answer: list[str] = []  # the text the client was sent, every round
 
@@ -184,7 +185,7 @@ class MemoryEvents:
                 async with AsyncExitStack() as stack:
                     try:
                         events = await stack.enter_async_context(
-                            self.engine.session(req, self.keepalive, continuing=True))
+                            self.engine.session(req, self.keepalive, continuing=True, streamed=self.streamed))
                     except ApiError as exc:  # the continuation no longer fits the context window
                         log.warning("memory: the continuation cannot run (%s); the answer ends here",
                                     exc.code or exc.kind)
@@ -251,16 +252,17 @@ class MemoryEngine:
         return await self.inner.count_tokens(session.augment(req) if session else req)
 
     @asynccontextmanager
-    async def session(self, req: ChatRequest, keepalive: float | None = None) -> AsyncIterator[Any]:
+    async def session(self, req: ChatRequest, keepalive: float | None = None,
+                      streamed: bool = True) -> AsyncIterator[Any]:
         """The engine's session, for a request with memory one that runs memory rounds (see the rules)."""
         mem = await self._memory_session(req)
         if mem is None:
-            async with self.inner.session(req, keepalive) as events:
+            async with self.inner.session(req, keepalive, streamed=streamed) as events:
                 yield events
             return
         with self.memory.hold(mem.scope):
-            async with self.inner.session(mem.augment(req), keepalive) as first:
-                events = MemoryEvents(self.inner, mem, first, keepalive)
+            async with self.inner.session(mem.augment(req), keepalive, streamed=streamed) as first:
+                events = MemoryEvents(self.inner, mem, first, keepalive, streamed)
                 try:
                     yield events
                 finally:

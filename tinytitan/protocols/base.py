@@ -206,7 +206,7 @@ class Protocol:
             machine.context.setdefault("cache_miss", _cache_miss(events))
             machine.context.setdefault("cache_compared", _cache_miss(events, "cache_compared"))
             return await self.answer(v, machine, events, framing)
-        async with self.engine.session(req, keepalive) as session:
+        async with self.engine.session(req, keepalive, streamed=False) as session:
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
             machine.context.setdefault("cache_miss", _cache_miss(session))
             machine.context.setdefault("cache_compared", _cache_miss(session, "cache_compared"))

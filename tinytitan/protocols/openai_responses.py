@@ -273,7 +273,7 @@ class OpenAIResponses(StoredResponses, Protocol):
                                                                                 model_id)}
             req = self.request_for(v, standing + [item] + newest)
             log.info("context_management: %d older item(s) compacted before the reply", len(older))
-            return self.engine.session(req, keepalive)
+            return self.engine.session(req, keepalive, streamed=stream)
 
         events = aclosing(compaction.compacted_events(compactor, text, result, reply))
         source = await self.services.hold(events) if stream else events
