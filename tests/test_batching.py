@@ -197,9 +197,11 @@ async def test_a_member_joining_late_and_one_cancelled_leave_the_others_untouche
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
 
 
-async def test_members_joining_while_others_decode_sample_their_first_token_in_the_batch(demo, monkeypatch):
-    """A prompt arriving while others decode is read on its own cache but its last token, then joins the batch,
-    whose pass reads that token and samples its first one: whatever ends it there (a one-token cap, a stop
+@pytest.mark.parametrize("cached", [True, False])
+async def test_members_joining_while_others_decode_read_their_first_token_at_once(demo, monkeypatch, cached):
+    """A prompt arriving while others decode is read on its own cache, its last chunk (or, cached but its last
+    token, that token) with its first sample in one step, the sample read at once: its first token is out
+    at the end of that step, and it joins the batch with it. Whatever ends it there (a one-token cap, a stop
     string in its first token) or goes on from there (a forced tool call, seeded sampling, a thought) gives
     exactly what it gives alone."""
     from tinytitan.engine.decode import decoder
@@ -216,12 +218,15 @@ async def test_members_joining_while_others_decode_sample_their_first_token_in_t
         "think": req(THINK, max_tokens=33, reasoning="high"),
     }
     expected = {k: summary(await run(engine, r)) for k, r in joiners.items()}
-    read_ahead = []
+    if not cached:
+        demo.prompt_cache.clear()  # the joiners' prompts are read whole while the other decodes
+    first_steps: dict[int, object] = {}
     real = decoder.Scheduler.fold
 
     def fold(self, plan, result):
-        steps = {s.row: s for s in plan.batch}
-        read_ahead.extend(i for i in plan.join if isinstance(steps.get(i), Sample) and not self.rows[i].generated)
+        for s in (*plan.alone, *plan.batch):
+            if s.row in self.rows and not self.rows[s.row].generated:
+                first_steps.setdefault(s.row, (s, s in plan.alone, len(self.rows[s.row].tokens)))
         return real(self, plan, result)
 
     monkeypatch.setattr(decoder.Scheduler, "fold", fold)
@@ -234,13 +239,20 @@ async def test_members_joining_while_others_decode_sample_their_first_token_in_t
         while engine.running < 1:
             await trio.sleep(0.005)
         await trio.sleep(0.05)  # decoding by now
+        first_steps.clear()
         async with trio.open_nursery() as n:
             for name, r in joiners.items():
                 n.start_soon(one, name, r)
                 await trio.sleep(0.02)
         outer.cancel_scope.cancel()  # the joiners are done: the long one hangs up
     assert {k: summary(v) for k, v in got.items() if k != "long"} == expected
-    assert len(read_ahead) == len(joiners)
+    # each joiner's first step: its prompt's rest and first sample alone, read at once (read whole where uncached)
+    whole = [len(s.tokens) for s, _, _ in first_steps.values() if len(s.tokens) > 1]
+    assert (not whole) if cached else len(whole) >= 3, whole
+    assert len(first_steps) == len(joiners)
+    for s, alone, prompt in first_steps.values():
+        assert alone and isinstance(s, Sample) and s.now and not s.forced
+        assert (len(s.tokens) == 1) if cached else (1 <= len(s.tokens) <= prompt), (len(s.tokens), prompt)
     assert expected["cap1"][-1].reason == "length" and expected["cap1"][-1].usage.completion_tokens == 1
     assert expected["stop"][-1].reason == "stop_sequence"
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 8)

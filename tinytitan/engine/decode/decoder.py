@@ -7,8 +7,13 @@ Rules:
   ``step.Plan``: plain data), ``Forward.run`` (step.py), ``fold``.
 - Every prompt is read on its row's own KV cache, in chunks (``Prefill``), all but its last token; that token
   is read with the first sample (``Sample``) — alone, or in the batch, which the row joins then where others
-  decode or wait (its first token comes back from that very pass). While others decode, a chunk is
-  ``PREFILL_STEP_SHARED`` tokens, so each of their tokens waits at most that long.
+  wait (a burst: its first token comes back from that very pass). While others decode, a chunk is
+  ``PREFILL_STEP_SHARED`` tokens, so each of their tokens waits at most that long, and a newcomer's last
+  chunk (or its last token alone, the rest cached) is read with its first sample in the same step, on its
+  own cache, the sample read at once (``Sample`` with ``now``): its first token is out at the end of that
+  step — one pass of its own, one token, where sampling it in the batch's next pass and reading it pipelined
+  took two more batch steps (a short request beside three long streams: first token 166 ms after decoding
+  began, 70 ms idle) — and it joins the batch with that token.
 - A lone row's first prompt chunk is short (``FIRST_CHUNK``) where others may join it and its prompt is long
   (over ``SPLIT_ABOVE`` tokens to read): requests sent together (a client's parallel calls, sub-agents) arrive
   a few milliseconds apart, and a look after this short chunk sees them, so their prompts are read side by side
@@ -165,6 +170,8 @@ class Scheduler:
                     alone.append(self._prompt(row, decoding))
                 elif burst:
                     continue  # read: it waits for the burst's others
+                elif decoding:  # its last token and first sample on its own cache, read at once; then it joins
+                    alone.append(Sample(row.id, tuple(row.tokens[row.read:]), now=True))
                 elif crowd:  # read but its last token: it joins, and samples its first token in the batch
                     join.append(row.id)
                     batch.append(self._next(row, True, False))
@@ -189,8 +196,11 @@ class Scheduler:
 
     def _prompt(self, row: Row, decoding: bool) -> RowStep:
         """The next chunk of a row's prompt, all but its last token (short while others decode, or may join:
-        see the rules)."""
+        see the rules); while others decode, a rest that fits one chunk is read with the first sample, read at
+        once."""
         rest = len(row.tokens) - 1 - row.read
+        if decoding and rest < PREFILL_STEP_SHARED:
+            return Sample(row.id, tuple(row.tokens[row.read:]), now=True)
         if decoding:
             n = PREFILL_STEP_SHARED
         else:
