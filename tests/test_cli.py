@@ -103,6 +103,35 @@ def test_scripted_context_window_is_a_flag(script):
             make_backends(build_parser().parse_args(["serve", *bad]))
 
 
+@pytest.mark.parametrize("interval, chunks", [("0", "one a token"), ("1000", "the first, then the rest")])
+def test_stream_interval_is_a_flag(tmp_path, interval, chunks):
+    """``--stream-interval 0`` streams each token as it is decoded; a long interval merges what was decoded
+    meanwhile (the first delta still goes at once, the rest with the end: the end cuts the wait short)."""
+    path = tmp_path / "slow.yaml"
+    text = "one two three four five six seven eight"
+    path.write_text(json.dumps([{"output": text, "delay_ms": 40}]))
+    proc, model, base, _ = start(["--script", str(path), "--stream-interval", interval])
+    try:
+        body = {"model": model, "messages": [{"role": "user", "content": "count"}], "stream": True}
+        started = time.perf_counter()
+        with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=30) as r:
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        took = time.perf_counter() - started
+        deltas = [c for c in map(strict.chat_chunk, events) if c.choices and c.choices[0].delta.content]
+        assert "".join(c.choices[0].delta.content for c in deltas) == text
+        if chunks == "one a token":
+            assert len(deltas) >= 8
+        else:
+            assert len(deltas) == 2 and took < 1.0  # not the whole interval after the first delta
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    with pytest.raises(SystemExit):
+        from tinytitan.flags import build_parser
+
+        build_parser().parse_args(["serve", "--stream-interval", "-1"])
+
+
 def test_demo_model_serves_a_streaming_chat():
     proc, model, base, _ = start([])
     try:

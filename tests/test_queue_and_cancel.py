@@ -217,14 +217,13 @@ async def test_a_model_that_fails_to_load_ends_the_open_stream_in_the_protocols_
     assert (s.engine.running, s.engine.waiting) == (0, 0)
 
 
-async def test_the_first_token_is_not_held_back_by_delta_batching(demo_tok, monkeypatch):
-    """Deltas go out at most every BATCH_INTERVAL after the first; Started (sent before any token) must not
-    start that interval, or every answer's first token waits it out (time to first token + 20 ms)."""
-    from tinytitan.engine import session as session_module
+async def test_the_first_token_is_not_held_back_by_delta_batching(demo_tok):
+    """Deltas go out at most every stream interval after the first; Started (sent before any token) must not
+    start that interval, or every answer's first token waits it out (time to first token + 50 ms)."""
     from tinytitan.events import Started, TextDelta
 
-    monkeypatch.setattr(session_module, "BATCH_INTERVAL", 30.0)  # far longer than the test may take
-    engine = Engine(ScriptedBackend([ScriptEntry("one two three", delay_ms=100)], demo_tok))
+    # an interval far longer than the test may take
+    engine = Engine(ScriptedBackend([ScriptEntry("one two three", delay_ms=100)], demo_tok), stream_interval=30.0)
     req = ChatRequest(model=engine.model_id, messages=(Message("user", "hi"),))
     seen = []
     with trio.fail_after(10):
@@ -236,14 +235,13 @@ async def test_the_first_token_is_not_held_back_by_delta_batching(demo_tok, monk
     assert seen[0] is Started and seen[-1] is TextDelta
 
 
-async def test_an_ending_cuts_the_pause_between_batches_short(demo_tok, monkeypatch):
+async def test_an_ending_cuts_the_pause_between_batches_short(demo_tok):
     """After the first delta the session waits out the batch interval, but not past the generation's end: the
     last tokens go out with Finished at once (else every answer ends up to an interval late)."""
-    from tinytitan.engine import session as session_module
     from tinytitan.events import Finished, Started, TextDelta
 
-    monkeypatch.setattr(session_module, "BATCH_INTERVAL", 30.0)  # far longer than the test may take
-    engine = Engine(ScriptedBackend([ScriptEntry("one two three four", delay_ms=20)], demo_tok))
+    # an interval far longer than the test may take
+    engine = Engine(ScriptedBackend([ScriptEntry("one two three four", delay_ms=20)], demo_tok), stream_interval=30.0)
     req = ChatRequest(model=engine.model_id, messages=(Message("user", "hi"),))
     seen = []
     with trio.fail_after(10):
@@ -270,10 +268,9 @@ async def test_the_model_thread_wakes_the_consumer_only_while_it_waits(demo_tok,
         real_wake(self)
 
     monkeypatch.setattr(session_module.Mailbox, "_wake", counted)
-    monkeypatch.setattr(session_module, "BATCH_INTERVAL", 0.2)
-    monkeypatch.setattr(session_module, "FOLDED_INTERVAL", 30.0)
     text = " ".join(f"w{i}" for i in range(30))
-    engine = Engine(ScriptedBackend([ScriptEntry(text, delay_ms=20)], demo_tok))
+    engine = Engine(ScriptedBackend([ScriptEntry(text, delay_ms=20)], demo_tok), stream_interval=0.2)
+    engine.folded_interval = 30.0
     req = ChatRequest(model=engine.model_id, messages=(Message("user", "hi"),))
     with trio.fail_after(20):
         async with engine.session(req, streamed=streamed) as events:

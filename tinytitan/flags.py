@@ -23,8 +23,15 @@ def _positive(text: str) -> int:
     return value
 
 
+def _milliseconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of milliseconds from 0 to 10000")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from .engine import DEFAULT_MAX_BATCH
+    from .engine import DEFAULT_MAX_BATCH, DEFAULT_STREAM_INTERVAL_MS
 
     p = argparse.ArgumentParser(prog="tinytitan", description="A local LLM server for coding agents (mlx-lm).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -76,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests that may wait beyond the running batch (default 16); more are refused at once")
     queue.add_argument("--max-batch", type=_positive, default=DEFAULT_MAX_BATCH,
                    help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")
+    queue.add_argument("--stream-interval", type=_milliseconds, default=DEFAULT_STREAM_INTERVAL_MS, metavar="MS",
+                   help=f"a stream's deltas after the first go out at most every MS milliseconds, what was decoded "
+                        f"meanwhile merged (default {DEFAULT_STREAM_INTERVAL_MS}; 0: each token as it is decoded)")
     machines = s.add_argument_group("several machines (under mlx.launch: docs/distributed.md)")
     responses = s.add_argument_group("OpenAI Responses (docs/protocols/responses.md)")
     spec = s.add_argument_group("speculative decoding (a request drafts, alone or in the batch; every token is still "

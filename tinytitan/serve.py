@@ -72,7 +72,7 @@ def serve(args) -> int:
         return 0
     protocols = all_protocols(Path(args.spec_dir) if args.spec_dir else None)
     engine = Engine(backends, max_queue=args.max_queue, max_batch=max_batch, group=group,
-                    group_timeout=args.group_timeout)
+                    group_timeout=args.group_timeout, stream_interval=args.stream_interval / 1000)
     if group is not None:
         for r in group.describe()["ranks"]:
             log.info("group of %d (%s backend): rank %d on %s holds %s", group.size, group.backend, r["rank"],

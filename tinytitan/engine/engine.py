@@ -46,13 +46,13 @@ from ..errors import ApiError
 from ..events import Failed
 from .backends.base import Backend
 from .prompt.prepare import Prepared
-from . import DEFAULT_MAX_BATCH
+from . import DEFAULT_MAX_BATCH, DEFAULT_STREAM_INTERVAL_MS
 from .decode.decoder import Decoder
 from .model_thread import ModelThread, shared_model_thread
 from .prompt.messages import fast_path
 from .cache.memory import cache_summary
 from .decode.rows import Row
-from .session import Admission, Mailbox, Session
+from .session import FOLDED_INTERVAL, Admission, Mailbox, Session
 from .summarise import Summariser
 
 log = logging.getLogger("tinytitan.engine")
@@ -63,8 +63,9 @@ FAST_SUFFIX = "-fast"
 class Engine:
     def __init__(self, backends: Backend | list[Backend], max_queue: int = 16,
                  model_thread: ModelThread | None = None, max_batch: int = DEFAULT_MAX_BATCH, group=None,
-                 group_timeout: float = 60.0):
+                 group_timeout: float = 60.0, stream_interval: float = DEFAULT_STREAM_INTERVAL_MS / 1000):
         """``max_batch``: how many generations decode together (decoder.py); 1 decodes one request at a time.
+        ``stream_interval``: a streamed session's deltas after the first, at most one batch per that many seconds.
         Backends that cannot batch (the scripted one) decode one at a time, each request in one job.
         ``group``: this process is rank 0 of a group serving one model (group/ranks.py); its decoder steps every
         rank in lockstep (lockstep.py); a step that waits ``group_timeout`` seconds for the others breaks it."""
@@ -75,6 +76,8 @@ class Engine:
         self.default_id = backends[0].model_id
         self.resident: str | None = next((b.model_id for b in backends if b.loaded), None)
         self.max_queue = max_queue
+        self.stream_interval = stream_interval
+        self.folded_interval = FOLDED_INTERVAL
         self.model_thread = model_thread or shared_model_thread()
         stepping = all(getattr(b, "batches", False) for b in backends)
         self.max_batch = max(1, max_batch) if stepping else 1
@@ -173,8 +176,8 @@ class Engine:
         session = None
         try:
             prepared = await self.prepare(req)
-            session = Session(prepared, place, functools.partial(self._start_decode, prepared), keepalive,
-                              folded=not streamed)
+            every = self.stream_interval if streamed else max(self.stream_interval, self.folded_interval)
+            session = Session(prepared, place, functools.partial(self._start_decode, prepared), keepalive, every)
             yield session
         finally:
             if session is not None:

@@ -38,8 +38,7 @@ from .decode.token_events import DecodeLoop
 
 
 
-BATCH_INTERVAL = 0.02  # at most one batch of deltas per 20 ms after the first (the first goes at once)
-FOLDED_INTERVAL = 0.25  # the same for a consumer that folds the whole answer (no stream): it reads none early
+FOLDED_INTERVAL = 0.25  # a consumer that folds the whole answer (no stream) reads none early: a batch per 0.25 s
 
 _MERGEABLE = (TextDelta, ReasoningDelta, ToolCallArgsDelta)
 
@@ -252,10 +251,9 @@ class Session:
     TokenEvents, as an async iterator. Made and ended by ``Engine.session`` only."""
 
     def __init__(self, prepared: Prepared, place: Place, start: Callable[[Mailbox], None],
-                 keepalive: float | None, folded: bool = False):
+                 keepalive: float | None, every: float = 0.0):
         self.prepared = prepared
-        # after the first batch, at most one per ``_every`` seconds (``folded``: the consumer reads none early)
-        self._every = FOLDED_INTERVAL if folded else BATCH_INTERVAL
+        self._every = every  # after the first batch of deltas (sent at once), at most one per ``every`` seconds
         self._place = place
         self._start = start
         self._keepalive = keepalive
