@@ -128,8 +128,10 @@ class Place:
 
 class Mailbox:
     """Events from the model thread to the trio side: the thread appends to a deque and schedules a wake-up
-    only while the trio side waits in ``wait`` for one (one at a time; none while it pauses between batches,
-    unless for an ending); the trio side drains everything that has arrived."""
+    only while the trio side waits in ``wait`` and the event is due (one wake-up at a time); the trio side
+    drains everything that has arrived. Due: an ending at once, anything else once the consumer's ``due``
+    time has come (the next batch of a stream) — the model thread decides as it appends, so holding a batch
+    back costs no timer on the trio side."""
 
     def __init__(self, token: trio.lowlevel.TrioToken, on_close: Callable[[], None]):
         self.on_close = on_close  # called on the trio side once the model thread let go (or it was abandoned)
@@ -137,7 +139,8 @@ class Mailbox:
         self.token = token
         self.stop = threading.Event()  # set by the trio side: the consumer is gone
         self.wake_pending = False
-        self.listening: str | None = None  # the trio side waits in ``wait``: "any" event, or "endings" only
+        self.listening = False  # the trio side waits in ``wait`` ...
+        self.due = -math.inf  # ... for an event from this time on (``time.monotonic``), or an ending
         self.arrived = trio.Event()
         self.closed = False  # trio side: the model thread let go, or the generation was abandoned
         self.let_go = False  # model thread side: close() was called
@@ -166,8 +169,8 @@ class Mailbox:
             self.queue.append(ev)
             self.sent = True
             self.ended = self.ended or isinstance(ev, (Finished, Failed))
-            wake = not self.wake_pending and (self.listening == "any" or (
-                self.listening == "endings" and isinstance(ev, (Finished, Failed))))
+            wake = not self.wake_pending and self.listening and (
+                isinstance(ev, (Finished, Failed)) or time.monotonic() >= self.due)
             self.wake_pending = self.wake_pending or wake
         if wake:
             try:
@@ -228,22 +231,23 @@ class Mailbox:
             out.append(self.queue.popleft())
         return out
 
-    async def wait(self, timeout: float, endings_only: bool = False) -> bool:
-        """Wait until something arrived (``endings_only``: an ending), or the thread let go; False when
-        ``timeout`` passed first."""
+    async def wait(self, timeout: float, due: float = -math.inf) -> bool:
+        """Wait until something due arrived: an ending, or anything once ``time.monotonic()`` reaches ``due``
+        (what arrived before waits for it: it is told with the first event from then on), or the thread let go.
+        False when ``timeout`` passed first with nothing arrived."""
         self.arrived = trio.Event()
         with self._lock:  # the model thread appends and reads ``listening`` under it: no event is missed
-            if self.closed or (self.ended if endings_only else self.queue):
+            if self.closed or self.ended or (self.queue and time.monotonic() >= due):
                 return True
-            self.listening = "endings" if endings_only else "any"
+            self.listening, self.due = True, due
         try:
             with trio.move_on_after(timeout):
                 await self.arrived.wait()
                 return True
-            return False
+            return bool(self.queue)  # the keep-alive time passed with events held: they go out now
         finally:
             with self._lock:
-                self.listening = None
+                self.listening = False
 
 
 class Session:
@@ -299,22 +303,19 @@ class Session:
             self._quiet = 0.0
             return
         box = self._box
-        if not await box.wait(timeout):
+        # Deltas that arrive together are merged, and after the first they go out at most every ``every``
+        # seconds: a fast model's tokens cost one wake-up and one wire event per batch, not per token. What
+        # arrives before that goes with the first event after it (the model thread tells, no timer), and an
+        # ending goes at once: the last tokens are not held back.
+        if not await box.wait(timeout, self._last_batch + self._every):
             return self._idle()
         self._quiet = 0.0
         batch = box.drain()
-        pause = self._last_batch + self._every - trio.current_time()
-        if batch and not _ends(box, batch) and pause > 0:
-            # Deltas that arrive together are merged, and after the first they go out at most every
-            # ``every`` seconds: a fast model's tokens cost one wake-up and one wire event per batch, not per
-            # token. The pause ends early at the generation's end: its last tokens are not held back.
-            await box.wait(pause, endings_only=True)
-            batch += box.drain()
         if _ends(box, batch):
             await box.finished.wait()  # imminent: once the end is out, the model thread lets go
         if batch:
             if not all(isinstance(ev, Started) for ev in batch):  # Started alone does not delay the first token
-                self._last_batch = trio.current_time()
+                self._last_batch = time.monotonic()
             self._out.extend(merge_deltas(batch))
         if box.closed and not box.queue:
             self._done = True
