@@ -284,3 +284,35 @@ async def test_the_model_thread_wakes_the_consumer_only_while_it_waits(demo_tok,
         assert 3 <= len(deltas) < tokens / 4 and len(wakes) <= len(deltas) + 3, (tokens, len(deltas), len(wakes))
     else:  # the first delta, then the rest when the generation ended
         assert len(deltas) == 2 and len(wakes) <= 5, (len(deltas), len(wakes))
+
+
+async def test_an_answers_last_text_goes_out_before_its_row_is_retired(demo_tok, monkeypatch):
+    """A row that ends has its held deltas sent before the work of retiring it (keeping its cache for the next
+    turn, then its Finished): with rows ending together that work is serial, and the last text of each
+    answer waited for every row before it (8 streams: 0.1-0.3 s)."""
+    import threading
+
+    from tinytitan.engine.decode import rows
+    from tinytitan.events import Finished, TextDelta
+
+    seen = threading.Event()
+    real_end = rows.Row.end
+
+    def end(self, kv=None):  # the retiring work waits until the consumer has the answer's text
+        assert seen.wait(10), "the answer's text was held until its row was retired"
+        return real_end(self, kv)
+
+    monkeypatch.setattr(rows.Row, "end", end)
+    engine = Engine(ScriptedBackend([ScriptEntry("one two three four five", delay_ms=20)], demo_tok),
+                    stream_interval=30.0)  # after the first delta, the rest is held
+    req = ChatRequest(model=engine.model_id, messages=(Message("user", "hi"),))
+    text, kinds = "", []
+    with trio.fail_after(20):
+        async with engine.session(req) as events:
+            async for ev in events:
+                kinds.append(type(ev))
+                if isinstance(ev, TextDelta):
+                    text += ev.text
+                    if "four" in text:
+                        seen.set()
+    assert kinds[-1] is Finished and text == "one two three four five"

@@ -141,6 +141,7 @@ class Mailbox:
         self.wake_pending = False
         self.listening = False  # the trio side waits in ``wait`` ...
         self.due = -math.inf  # ... for an event from this time on (``time.monotonic``), or an ending
+        self.ending_soon = False  # model thread: the generation ends, what arrived is due (``flush``)
         self.arrived = trio.Event()
         self.closed = False  # trio side: the model thread let go, or the generation was abandoned
         self.let_go = False  # model thread side: close() was called
@@ -158,7 +159,7 @@ class Mailbox:
         decoding (the wait for a slot, the template, tokenizing, a model load)."""
         before = Timing(admission_wait_s=self.admission_wait_s, load_s=load_s, render_s=prepared.render_s,
                         tokenize_s=prepared.tokenize_s)
-        self.loop = DecodeLoop(parser, prepared.req.stop, self.emit, prepared.sampling, before)
+        self.loop = DecodeLoop(parser, prepared.req.stop, self.emit, prepared.sampling, before, self.flush)
         return self.loop
 
     # model thread
@@ -170,7 +171,20 @@ class Mailbox:
             self.sent = True
             self.ended = self.ended or isinstance(ev, (Finished, Failed))
             wake = not self.wake_pending and self.listening and (
-                isinstance(ev, (Finished, Failed)) or time.monotonic() >= self.due)
+                self.ending_soon or isinstance(ev, (Finished, Failed)) or time.monotonic() >= self.due)
+            self.wake_pending = self.wake_pending or wake
+        if wake:
+            try:
+                self.token.run_sync_soon(self._wake)
+            except trio.RunFinishedError:
+                self.stop.set()
+
+    def flush(self) -> None:
+        """Its generation ends: what arrived is due now, before the model thread's work of letting go of it
+        (keeping its cache for the next turn, its Finished): the answer's last text is not held back by it."""
+        with self._lock:
+            self.ending_soon = True
+            wake = self.listening and not self.wake_pending and bool(self.queue)
             self.wake_pending = self.wake_pending or wake
         if wake:
             try:
@@ -237,7 +251,7 @@ class Mailbox:
         False when ``timeout`` passed first with nothing arrived."""
         self.arrived = trio.Event()
         with self._lock:  # the model thread appends and reads ``listening`` under it: no event is missed
-            if self.closed or self.ended or (self.queue and time.monotonic() >= due):
+            if self.closed or self.ended or (self.queue and (self.ending_soon or time.monotonic() >= due)):
                 return True
             self.listening, self.due = True, due
         try:

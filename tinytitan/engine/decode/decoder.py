@@ -278,8 +278,11 @@ class Scheduler:
         for row in list(rows.values()):
             if row.ending is None and row.error is not None:  # one of its hooks failed in a step
                 row.fail(row.error)
-            if row.ending is not None:
-                self.retire(row)
+        ended = [row for row in rows.values() if row.ending is not None]
+        for row in ended:  # their last deltas go out before the work of retiring any of them
+            row.flush()
+        for row in ended:
+            self.retire(row)
 
 
 def holds(s: RowStep) -> bool:

@@ -155,6 +155,10 @@ class Row:
         if self.ending is None or self.ending.kind != "failed":
             self.ending = Ending("failed", error=exc)
 
+    def flush(self) -> None:
+        """It ends: what it sent goes out now, not after the work of ending it (``DecodeLoop.ending``)."""
+        self.loop.ending()
+
     def end(self, kv: list | None = None) -> None:
         """The one place a generation ends on the model thread (see the rules above); ``kv``: the KV cache the
         forward gave back (None: none to keep)."""

@@ -49,13 +49,14 @@ class StopMatcher:
 
 class DecodeLoop:
     def __init__(self, parser: OutputParser, stops: tuple[str, ...], emit: Emit, sampling: dict | None = None,
-                 before: Timing | None = None):
+                 before: Timing | None = None, flush: Callable[[], None] | None = None):
         """``sampling``: the values the decoder samples with, reported on ``Started``. ``before``: the timing of
         what happened before decoding (queue, load, template), completed here with prefill and decode and
-        sent on ``Finished``."""
+        sent on ``Finished``. ``flush``: tells the receiver of ``emit`` that the generation ends (``ending``)."""
         self.parser = parser
         self.stop = StopMatcher(stops)
         self.emit = emit
+        self._flush = flush
         self.sampling = dict(sampling or {})
         self.prompt_tokens = 0
         self.cached_tokens = 0
@@ -95,6 +96,11 @@ class DecodeLoop:
         """Text the detokenizer released late (after the last token): parsed, not counted."""
         events, _ = self.parser.feed(text)
         self._send(events)
+
+    def ending(self) -> None:
+        """The generation ends (its Finished follows once the decoder has let go of it): what was sent is due."""
+        if self._flush is not None:
+            self._flush()
 
     def end(self, hit_length: bool) -> None:
         if self.stop.matched is None:
