@@ -103,6 +103,39 @@ async def test_a_lone_request_queues_no_pass_past_its_cap(demo_backend, monkeypa
     assert len(passes) == 7 and isinstance(steps[-1], Take)
 
 
+async def test_a_batch_whose_rows_end_at_their_cap_queues_no_pass_past_it(demo_backend, monkeypatch):
+    """Batch rows reading the last token their cap allows read it with nothing queued for them (``Take``, a hole
+    in the batch's pass); where every row ends there, no pass runs at all: three requests of seven tokens sent
+    together run seven batched passes, not eight."""
+    import trio
+
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import Finished
+
+    plans = []
+    real_plan = Scheduler.plan
+    monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
+    engine = Engine(demo_backend, max_batch=4)
+    ends = []
+
+    async def one(text):
+        r = ChatRequest(model="tinytitan-demo", messages=(Message("user", text),), max_tokens=7, temperature=0,
+                        reasoning=False, speculative=False)
+        async with engine.session(r) as events:
+            ends.extend([ev async for ev in events if isinstance(ev, Finished)])
+
+    async with trio.open_nursery() as n:
+        for text in ("Count to a hundred.", "Name the planets.", "Spell a word."):
+            n.start_soon(one, text)
+    assert [(f.reason, f.usage.completion_tokens) for f in ends] == [("length", 7)] * 3
+    batched = [p.batch for p in plans if p.batch]
+    passes = [b for b in batched if any(isinstance(s, (Sample, Next)) for s in b)]
+    assert all(isinstance(s, Take) for s in batched[-1]) and len(batched[-1]) == 3
+    assert len(passes) == 7, [[type(s).__name__ for s in b] for b in batched]
+
+
 async def test_a_lone_row_reads_a_short_prompt_whole_and_a_long_one_first_in_a_short_chunk(demo_backend,
                                                                                              monkeypatch):
     """Where others may join (a batching engine), a lone row whose prompt is long reads a short first chunk, so

@@ -212,8 +212,9 @@ class Scheduler:
     def _next(self, row: Row, in_batch: bool, for_draft: bool) -> RowStep:
         """The next step of a row decoding: a forced run, a draft to verify, its last token, or its pending one
         (read with nothing queued after it where a draft follows, ``for_draft``: alone ``Take``, in the batch
-        ``Next(hold)``; alone also where it is the last token its cap allows, as mlx-lm's ``generate_step``
-        queues no step past ``max_tokens``). A batch that cannot hold holes gets one-token steps only (batch.py)."""
+        ``Next(hold)``; also where it is the last token its cap allows, as mlx-lm's ``generate_step`` queues no
+        step past ``max_tokens``: in the batch a hole, and no pass at all where every row ends there). A batch that
+        cannot hold holes gets one-token steps only (batch.py)."""
         spec = row.speculator if not in_batch or self.forward.ragged else None
         if not (row.generated or row.pending):  # its prompt's last token, and its first sample
             return Sample(row.id, tuple(row.tokens[row.read:]))
@@ -224,7 +225,7 @@ class Scheduler:
             return Verify(row.id, last, row.drafts) if row.drafts and spec is not None else Sample(row.id, last)
         if spec is not None and for_draft:
             return Next(row.id, hold=True) if in_batch else Take(row.id)
-        if not in_batch and row.cap_left <= 1:  # its pending token is its last: no pass is queued after it
+        if row.cap_left <= 1 and (not in_batch or self.forward.ragged):  # its last: no pass queued after it
             return Take(row.id)
         return Next(row.id)
 
