@@ -170,27 +170,31 @@ class Mailbox:
             self.queue.append(ev)
             self.sent = True
             self.ended = self.ended or isinstance(ev, (Finished, Failed))
-            wake = not self.wake_pending and self.listening and (
-                self.ending_soon or isinstance(ev, (Finished, Failed)) or time.monotonic() >= self.due)
-            self.wake_pending = self.wake_pending or wake
+            wake = self._claim_wake(self.ending_soon or isinstance(ev, (Finished, Failed))
+                                    or time.monotonic() >= self.due)
         if wake:
-            try:
-                self.token.run_sync_soon(self._wake)
-            except trio.RunFinishedError:
-                self.stop.set()
+            self._wake_soon()
 
     def flush(self) -> None:
         """Its generation ends: what arrived is due now, before the model thread's work of letting go of it
         (keeping its cache for the next turn, its Finished): the answer's last text is not held back by it."""
         with self._lock:
             self.ending_soon = True
-            wake = self.listening and not self.wake_pending and bool(self.queue)
-            self.wake_pending = self.wake_pending or wake
+            wake = self._claim_wake(bool(self.queue))
         if wake:
-            try:
-                self.token.run_sync_soon(self._wake)
-            except trio.RunFinishedError:
-                self.stop.set()
+            self._wake_soon()
+
+    def _claim_wake(self, due: bool) -> bool:
+        """(Under the lock.) Whether to wake the trio side: it waits, no wake-up is on its way, ``due``."""
+        wake = due and self.listening and not self.wake_pending
+        self.wake_pending = self.wake_pending or wake
+        return wake
+
+    def _wake_soon(self) -> None:
+        try:
+            self.token.run_sync_soon(self._wake)
+        except trio.RunFinishedError:
+            self.stop.set()
 
     def close(self, error: BaseException | None = None) -> None:
         """The model thread is done with this generation (and will not touch it again): called once, where the
