@@ -11,6 +11,11 @@ For each model (the ~48M-parameter benchmark model by default) this measures, in
   each) have all produced their first token, ÷ the same side's TTFT for a short request on the idle server
   measured just before.
 
+- **against mlx_lm.server**: each tinytitan side's aggregate ÷ the peer's, per stream count, the median of the
+  per-repetition ratios (issue 31's target: ≥ 1.0 at 2, 4 and 8 streams); with ``--tinytitan-entry SCRIPT`` a
+  side ``tinytitan*`` (that script run instead of ``python -m tinytitan``) is measured in the same run and
+  also set against ``tinytitan``, to A/B a patched server.
+
 Method as in bench_decode.py: both servers run at once (the one not measured idles); each repetition measures
 every stream count on every side back to back, the order of the sides rotating; medians and the IQR of the
 per-repetition figures. BLAS: tinytitan maps the system OpenBLAS itself, mlx_lm.server gets it by LD_PRELOAD;
@@ -19,6 +24,7 @@ others used meanwhile (``others``), and the table reports the worst.
 
     python tools/bench_streams.py                    # 50m, 4 repetitions: about 6-10 minutes on 2 cores
     python tools/bench_streams.py --models demo,50m --reps 6 --sequential --json out.json
+    python tools/bench_streams.py --reps 3 --prompt-lookup off --no-peer --tinytitan-entry patched.py
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ from bench_common import (CpuWatch, blas_of, ensure_model, fmt, machine_line, me
 from bench_decode import chat_body, iqr, prompt_text  # noqa: E402
 
 COUNTS = (1, 2, 4, 8)
-TARGETS = {"scale4": 1.9, "ttft_load": 2.0}  # issue 9: 4 streams ÷ 1 ≥ 1.9; loaded TTFT ÷ idle ≤ 2
+TARGETS = {"scale4": 1.9, "ttft_load": 2.0,  # issue 9: 4 streams ÷ 1 ≥ 1.9; loaded TTFT ÷ idle ≤ 2
+           "vs_peer": 1.0}  # issue 31: 2/4/8 streams ≥ mlx_lm.server's aggregate
 
 
 def streams(server, nonces: list[int], words: int, max_tokens: int) -> dict:
@@ -89,7 +96,10 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
         servers["tinytitan"] = start_tinytitan(model_dir, log_dir, extra=lookup)
         if args.sequential:
             servers["tinytitan --max-batch 1"] = start_tinytitan(model_dir, log_dir, extra=["--max-batch", "1", *lookup])
-        servers["mlx_lm.server"] = start_mlx_lm_server(model_dir, log_dir, blas=args.peer_blas)
+        if args.tinytitan_entry:  # an A/B side: the same server started from a patched entry script
+            servers["tinytitan*"] = start_tinytitan(model_dir, log_dir, extra=lookup, entry=args.tinytitan_entry)
+        if not args.no_peer:
+            servers["mlx_lm.server"] = start_mlx_lm_server(model_dir, log_dir, blas=args.peer_blas)
         for name, s in servers.items():
             s.name = name
         pids = [s.pid for s in servers.values()]
@@ -125,8 +135,29 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
             s.stop()
 
 
+def against(runs: list[dict]) -> list[list[str]]:
+    """Each tinytitan side ÷ mlx_lm.server (and ``tinytitan*`` ÷ ``tinytitan``), per stream count: the median of
+    the per-repetition ratios (every side runs in every repetition, back to back)."""
+    rows = []
+    for run in runs:
+        res = run["results"]
+        pairs = [(side, "mlx_lm.server") for side in res if side != "mlx_lm.server" and "mlx_lm.server" in res]
+        if "tinytitan*" in res:
+            pairs.append(("tinytitan*", "tinytitan"))
+        for side, base in pairs:
+            ratios = {n: [a[n]["agg"] / b[n]["agg"] for a, b in zip(res[side], res[base])
+                          if a[n]["agg"] and b[n]["agg"]] for n in COUNTS}
+            cells = [f"{fmt(median(ratios[n]), '.2f')} ({iqr(ratios[n]) or '—'})" for n in COUNTS]
+            target = TARGETS["vs_peer"]
+            verdict = (f"2/4/8 ≥ {target}: " + ", ".join(
+                "met" if ratios[n] and median(ratios[n]) >= target else "MISSED" for n in (2, 4, 8))
+                if base == "mlx_lm.server" and side == "tinytitan" else "")
+            rows.append([run["variant"], f"{side} ÷ {base}", *cells, verdict])
+    return rows
+
+
 def summarise(runs: list[dict]) -> str:
-    rows, ratio_rows = [], []
+    rows, ratio_rows, vs = [], [], against(runs)
     for run in runs:
         for side, reps in run["results"].items():
             aggs = {n: [r[n]["agg"] for r in reps if r[n]["agg"]] for n in COUNTS}
@@ -147,7 +178,7 @@ def summarise(runs: list[dict]) -> str:
                               + [f"{fmt(median(loads), '.2f')} ({iqr(loads) or '—'})",
                                  fmt(median(r["load"]["idle"] * 1000 for r in reps), ".0f"),
                                  fmt(median(r["load"]["loaded"] * 1000 for r in reps), ".0f"),
-                                 "; ".join(verdict) or "(peer)"])
+                                 "; ".join(verdict) or ("(peer)" if side == "mlx_lm.server" else "")])
     return "\n".join([
         "Aggregate decode tok/s (medians), N concurrent streams:", "",
         table(["model", "side", "BLAS", "1", "2", "4", "8", "8: last TTFT ms", "others (cores, worst)"], rows,
@@ -155,7 +186,9 @@ def summarise(runs: list[dict]) -> str:
         "", "Scaling (aggregate ÷ 1 stream, same side and repetition; median (IQR)) and a short request's TTFT "
         "while 3 long streams decode:", "",
         table(["model", "side", "2÷1", "4÷1", "8÷1", "TTFT loaded÷idle", "idle ms", "loaded ms", "targets (issue 9)"],
-              ratio_rows, "llllllrrl")])
+              ratio_rows, "llllllrrl")]
+        + (["", "Aggregate against the other side (median of per-repetition ratios (IQR)):", "",
+            table(["model", "ratio", "1", "2", "4", "8", "target (issue 31)"], vs, "lllllll")] if vs else []))
 
 
 def main() -> None:
@@ -172,6 +205,10 @@ def main() -> None:
     p.add_argument("--peer-blas", choices=["openblas", "bundled"], default="openblas")
     p.add_argument("--max-foreign", type=float, default=0.3, help="wait for others to use fewer cores than this")
     p.add_argument("--quiet-wait", type=float, default=10.0, help="seconds to wait for a quiet CPU at most")
+    p.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
+    p.add_argument("--tinytitan-entry", metavar="SCRIPT",
+                   help="add a side 'tinytitan*': this script run instead of `python -m tinytitan` (same arguments), "
+                        "to A/B a patched server in the same run")
     p.add_argument("--json", help="write the raw measurements here")
     args = p.parse_args()
     started = time.monotonic()
