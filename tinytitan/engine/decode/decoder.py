@@ -166,12 +166,10 @@ class Scheduler:
             if row.id in self.batched:
                 batch.append(self._next(row, True, row.id in holds))
             elif not (row.generated or row.pending):  # its prompt is read on its own cache
-                if len(row.tokens) - 1 > row.read:
+                if len(row.tokens) - 1 > row.read or decoding:  # while others decode, its last token too
                     alone.append(self._prompt(row, decoding))
                 elif burst:
                     continue  # read: it waits for the burst's others
-                elif decoding:  # its last token and first sample on its own cache, read at once; then it joins
-                    alone.append(Sample(row.id, tuple(row.tokens[row.read:]), now=True))
                 elif crowd:  # read but its last token: it joins, and samples its first token in the batch
                     join.append(row.id)
                     batch.append(self._next(row, True, False))
@@ -196,8 +194,8 @@ class Scheduler:
 
     def _prompt(self, row: Row, decoding: bool) -> RowStep:
         """The next chunk of a row's prompt, all but its last token (short while others decode, or may join:
-        see the rules); while others decode, a rest that fits one chunk is read with the first sample, read at
-        once."""
+        see the rules); while others decode, a rest that fits one chunk (its last token alone, where the rest
+        is read or cached) is read with the first sample, read at once; then it joins."""
         rest = len(row.tokens) - 1 - row.read
         if decoding and rest < PREFILL_STEP_SHARED:
             return Sample(row.id, tuple(row.tokens[row.read:]), now=True)
