@@ -170,8 +170,7 @@ class Mailbox:
             self.queue.append(ev)
             self.sent = True
             self.ended = self.ended or isinstance(ev, (Finished, Failed))
-            wake = self._claim_wake(self.ending_soon or isinstance(ev, (Finished, Failed))
-                                    or time.monotonic() >= self.due)
+            wake = self._claim_wake(self.ending_soon or self.ended or time.monotonic() >= self.due)
         if wake:
             self._wake_soon()
 
