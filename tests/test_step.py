@@ -20,6 +20,23 @@ PLANS = [
 ]
 
 
+def arrive_together(monkeypatch, n: int) -> None:
+    """The next ``n`` rows submitted reach the decoder at once, as a client's burst would: none starts decoding
+    alone before the others arrive (their prompts are prepared on worker threads, one after another)."""
+    from tinytitan.engine.decode.decoder import Decoder
+
+    held, real_submit = [], Decoder.submit
+
+    def submit(self, row):
+        held.append(row)
+        if len(held) == n:
+            with self._lock:
+                self._inbox.extend(held[:-1])
+            real_submit(self, held[-1])
+
+    monkeypatch.setattr(Decoder, "submit", submit)
+
+
 @pytest.mark.parametrize("plan", PLANS)
 def test_a_plan_goes_through_a_flat_list_of_ints_unchanged(plan):
     ints = plan.as_ints()
@@ -117,6 +134,7 @@ async def test_a_batch_whose_rows_end_at_their_cap_queues_no_pass_past_it(demo_b
     plans = []
     real_plan = Scheduler.plan
     monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
+    arrive_together(monkeypatch, 3)
     engine = Engine(demo_backend, max_batch=4)
     ends = []
 
@@ -166,3 +184,53 @@ async def test_a_lone_row_reads_a_short_prompt_whole_and_a_long_one_first_in_a_s
     assert 16 < prompt - 1 <= 80 and read == [prompt - 1]  # whole, in one chunk (its last token read with its sample)
     prompt, read = await chunks("Please read all of this. " * 20)
     assert prompt - 1 > 80 and read == [16, prompt - 1 - 16]
+
+
+async def test_rows_decoding_together_feed_and_read_their_samples_as_one_array(demo_backend, monkeypatch):
+    """Greedy rows decoding side by side in the batch feed the last pass's samples as they came out of it (one
+    [rows] array, not a stack of per-row slices) and read them in one read a step, not one read a row: on a fast
+    device a step's per-row work on the host is what a batch pays for. The tokens are what they are alone."""
+    import trio
+
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.decode import batch as batch_mod
+    from tinytitan.engine.decode.lane import Lane
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import TextDelta
+
+    reads, fed_whole = [], []
+    real_take, real_inputs = Lane.take, batch_mod.Batch._inputs
+    monkeypatch.setattr(Lane, "take", lambda self: reads.append(1) or real_take(self))
+
+    def inputs(feeds, width, last):
+        got = real_inputs(feeds, width, last)
+        fed_whole.append(last is not None and got.shape == (len(feeds), 1) and len(feeds) > 1
+                         and not any(got is f for f in feeds) and len(feeds) == len(last[1]))
+        return got
+
+    monkeypatch.setattr(batch_mod.Batch, "_inputs", staticmethod(inputs))
+    texts = ("Count to a hundred.", "Name the planets.", "Spell a word.")
+
+    def request(text):
+        return ChatRequest(model="tinytitan-demo", messages=(Message("user", text),), max_tokens=24, temperature=0,
+                           reasoning=False, speculative=False)
+
+    async def text_of(engine, text, into):
+        async with engine.session(request(text)) as events:
+            into[text] = "".join([ev.text async for ev in events if isinstance(ev, TextDelta)])
+
+    alone: dict = {}
+    for text in texts:
+        demo_backend.prompt_cache.clear()
+        await text_of(Engine(demo_backend, max_batch=1), text, alone)
+    demo_backend.prompt_cache.clear()
+    reads.clear()
+    arrive_together(monkeypatch, 3)
+    together: dict = {}
+    async with trio.open_nursery() as n:
+        engine = Engine(demo_backend, max_batch=4)
+        for text in texts:
+            n.start_soon(text_of, engine, text, together)
+    assert together == alone
+    assert sum(fed_whole) >= 20, fed_whole  # every pass once the three decode side by side (24 in all)
+    assert len(reads) <= 3, len(reads)  # a row reads on its own only a pending token that is its own

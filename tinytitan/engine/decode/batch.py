@@ -14,7 +14,9 @@ Rules:
 - Rows read different numbers of tokens in one pass only where the cache can hold holes (ragged.py: every
   layer a plain KV cache). Otherwise every row feeds one token a step and the scheduler plans nothing wider.
 - A row's samples come from its lane, exactly as alone. Rows that all use the shared greedy sampler without
-  processors are sampled in one call.
+  processors are sampled in one call; while they decode side by side (none joined, left or sampled alone since),
+  the next pass feeds that call's [rows] array as it is and reads it in one read, not a slice and a read per
+  row: on a fast device the host's per-row work is what a batch step pays for (bench_step.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class Batch:
         self.order: list[int] = []  # row ids, in the batch's row order
         self.holes: list[int] = []  # each row's holes in the cache (ragged.py), in the same order
         self.kv: list | None = None
+        # the last pass's samples where every row was sampled together: (the [N] array, row id -> (index, the
+        # row's pending slice of it)); rows still holding those slices feed and read them as one array
+        self.together: tuple | None = None
 
     def __contains__(self, row_id: int) -> bool:
         return row_id in self.order
@@ -68,7 +73,7 @@ class Batch:
 
     def clear(self) -> list[int]:
         """Every row out, caches dropped; the row ids that were in it."""
-        gone, self.order, self.holes, self.kv = self.order, [], [], None
+        gone, self.order, self.holes, self.kv, self.together = self.order, [], [], None, None
         return gone
 
     def step(self, steps: dict[int, RowStep], lanes: dict[int, "Lane"]) -> tuple[dict, dict]:
@@ -82,15 +87,16 @@ class Batch:
         # (a row with no step — it failed to leave, and is retired after the step — reads padding it never uses)
         assert self.holey or all(f is None or len(f) == width for f in feeds), "one token a row a pass"
         sampled: dict[int, object] = {}
+        last, self.together = self.together, None
         if width:
-            inputs = mx.stack([_padded(f, width) for f in feeds])
-            logits = self.model(inputs, cache=self.kv)
+            logits = self.model(self._inputs(feeds, width, last), cache=self.kv)
             if self._greedy_together(steps, lanes):  # one call for every row (see the rules)
-                rows = mx.stack([logits[b, len(fed) - 1] for b, fed in enumerate(feeds)])
+                rows = logits[:, -1] if width == 1 else mx.stack([logits[b, len(f) - 1] for b, f in enumerate(feeds)])
                 drawn = lanes[order[0]].row.sampler(rows - mx.logsumexp(rows, axis=-1, keepdims=True))
                 for b, row_id in enumerate(order):
                     lanes[row_id].width = logits.shape[-1]
                     sampled[row_id] = drawn[b:b + 1]
+                self.together = (drawn, {row_id: (b, sampled[row_id]) for b, row_id in enumerate(order)})
             else:
                 for b, row_id in enumerate(order):
                     s, lane, fed = steps.get(row_id), lanes[row_id], feeds[b]
@@ -98,7 +104,8 @@ class Batch:
                         sampled[row_id] = lane.samples(logits[b, len(s.tokens) - 1:len(fed)], fed, len(s.tokens))
                     elif fed is not None:
                         sampled[row_id] = lane.sample(logits[b:b + 1, len(fed) - 1], fed)
-            mx.async_eval(list(sampled.values()))
+            mx.async_eval([*(self.together[:1] if self.together else ()), *sampled.values()])
+        read = _Reader(last, lanes)
         tokens: dict[int, tuple[int, ...]] = {}
         verified: dict[int, int] = {}
         kept = []
@@ -112,7 +119,7 @@ class Batch:
                 tokens[row_id], verified[row_id] = tuple(samples[:accepted + 1]), accepted
                 n -= len(s.drafts) - accepted
             elif isinstance(s, (Next, Take)):
-                tokens[row_id] = (lane.take(),)
+                tokens[row_id] = (read.take(row_id),)
             if isinstance(s, Sample) and lane.read < len(lane.row.tokens):  # its prompt's last token, read here
                 lane.read = len(lane.row.tokens)
             if row_id in sampled and not isinstance(s, Verify):
@@ -132,6 +139,17 @@ class Batch:
             if rebuilt is not None:
                 self.kv, self.holes = rebuilt, [0] * len(order)
         return tokens, verified
+
+    @staticmethod
+    def _inputs(feeds: list, width: int, last: tuple | None):
+        """The pass's input tokens, [rows, width]: where every row feeds its slice of the last pass's samples
+        (all decoding, none moved), that array itself."""
+        import mlx.core as mx
+
+        if last is not None and width == 1 and len(feeds) == len(last[1]):
+            if all(f is s for f, (_, s) in zip(feeds, last[1].values())):
+                return last[0][:, None]
+        return mx.stack([_padded(f, width) for f in feeds])
 
     @staticmethod
     def _feed(s: RowStep, lane: "Lane"):
@@ -154,6 +172,24 @@ class Batch:
 
         return all(lanes[i].row.sampler is greedy_sampler and not lanes[i].row.processors
                    and isinstance(steps.get(i), (Next, Sample)) for i in self.order)
+
+
+class _Reader:
+    """Rows' pending tokens read after the next pass is queued: those still holding their slice of the last
+    pass's samples (``Batch.together``) read together, in one read of that array; any other, on its own."""
+
+    def __init__(self, last: tuple | None, lanes: dict[int, "Lane"]):
+        self.last, self.lanes, self.values = last, lanes, None
+
+    def take(self, row_id: int) -> int:
+        lane = self.lanes[row_id]
+        at = self.last[1].get(row_id) if self.last is not None else None
+        if at is None or lane.pending is not at[1]:
+            return lane.take()
+        if self.values is None:
+            self.values = self.last[0].tolist()
+        lane.pending = None
+        return self.values[at[0]]
 
 
 def _padded(feed, width: int):
