@@ -18,6 +18,7 @@ template can take is read from its source (and the family's conventions fill in 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -43,6 +44,12 @@ class TemplateRoles:
 
     @classmethod
     def of(cls, source: str | None, family: "RoleConventions") -> "TemplateRoles":
+        """What a template takes, read from its source once (six searches of a source of several kilobytes:
+        every request would pay them)."""
+        return _template_roles(cls, source, family)
+
+    @classmethod
+    def read(cls, source: str | None, family: "RoleConventions") -> "TemplateRoles":
         src = source or ""
         return cls(
             tool_role=bool(_TOOL_ROLE.search(src)) if src else True,
@@ -53,6 +60,11 @@ class TemplateRoles:
             single_call=bool(_SINGLE_CALL.search(src)) or family.single_call,
             system_first_only=bool(_SYSTEM_FIRST.search(src)) or family.system_first_only,
         )
+
+
+@functools.lru_cache(maxsize=32)
+def _template_roles(cls, source: str | None, family: "RoleConventions") -> TemplateRoles:
+    return cls.read(source, family)
 
 
 @dataclass(frozen=True)
