@@ -178,6 +178,7 @@ class Engine:
             prepared = await self.prepare(req)
             every = self.stream_interval if streamed else max(self.stream_interval, self.folded_interval)
             session = Session(prepared, place, functools.partial(self._start_decode, prepared), keepalive, every)
+            session.begin()
             yield session
         finally:
             if session is not None:

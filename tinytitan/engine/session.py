@@ -110,11 +110,26 @@ class Place:
             self.asked_at = time.perf_counter()
         with trio.move_on_after(timeout):
             await self.admission.slots.acquire()
-            self.admission.waiting -= 1
-            self.admission.running += 1
-            self.running = True
-            self.waited_s = time.perf_counter() - self.asked_at
+            self._runs()
         return self.running
+
+    def take_now(self) -> bool:
+        """A decode slot at once where one is free; False otherwise (the place keeps waiting). trio's semaphore
+        is fair: a free slot means no earlier place waits for one."""
+        if self.asked_at is None:
+            self.asked_at = time.perf_counter()
+        try:
+            self.admission.slots.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        self._runs()
+        return True
+
+    def _runs(self) -> None:
+        self.admission.waiting -= 1
+        self.admission.running += 1
+        self.running = True
+        self.waited_s = time.perf_counter() - self.asked_at
 
     def give_back(self) -> None:
         assert not self.given_back, "a place is given back once, by its session"
@@ -309,16 +324,25 @@ class Session:
         self._quiet += self._keepalive or 0.0
         self._out.append(KeepAlive(self._quiet))
 
+    def begin(self) -> None:
+        """Start decoding now where a decode slot is free, before the consumer asks for the first event: the
+        model reads the prompt while a stream's response headers go out. Otherwise the first event waits for a
+        slot, as any later one would."""
+        if self._box is None and self._place.take_now():
+            self._open()
+
+    def _open(self) -> None:
+        self._box = Mailbox(trio.lowlevel.current_trio_token(), self._place.give_back)
+        self._box.admission_wait_s = self._place.waited_s
+        self._start(self._box)
+        self._quiet = 0.0
+
     async def _advance(self) -> None:
         timeout = self._keepalive or math.inf
         if self._box is None:
             if not await self._place.wait(timeout):
                 return self._idle()
-            self._box = Mailbox(trio.lowlevel.current_trio_token(), self._place.give_back)
-            self._box.admission_wait_s = self._place.waited_s
-            self._start(self._box)
-            self._quiet = 0.0
-            return
+            return self._open()
         box = self._box
         # Deltas that arrive together are merged, and after the first they go out at most every ``every``
         # seconds: a fast model's tokens cost one wake-up and one wire event per batch, not per token. What
