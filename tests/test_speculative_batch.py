@@ -140,9 +140,12 @@ async def test_a_seeded_sampled_request_drafts_again_after_the_batch_with_the_sa
 
 
 async def test_a_request_drafts_again_once_the_other_is_cancelled(demo_backend, watched):
+    """Drafts again once alone, answering as without drafts. Whether a draft is accepted after that depends on
+    where in its answer the cancellation leaves it (the demo model's random weights copy only in stretches):
+    acceptance is checked by the tests above, where the other request's end is not a matter of timing."""
     from tinytitan.engine.engine import Engine
 
-    await check(Engine(demo_backend, max_batch=4), copy_req(), LONG, watched, stop_other_after=3)
+    await check(Engine(demo_backend, max_batch=4), copy_req(), LONG, watched, stop_other_after=3, accepts=False)
 
 
 async def test_with_a_draft_model_the_request_left_alone_drafts_from_its_own_history(demo_backend, watched):
