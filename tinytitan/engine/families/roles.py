@@ -43,13 +43,10 @@ class TemplateRoles:
     system_first_only: bool  # a system turn anywhere but first is refused (Qwen3.5)
 
     @classmethod
+    @functools.lru_cache(maxsize=32)
     def of(cls, source: str | None, family: "RoleConventions") -> "TemplateRoles":
         """What a template takes, read from its source once (six searches of a source of several kilobytes:
         every request would pay them)."""
-        return _template_roles(cls, source, family)
-
-    @classmethod
-    def read(cls, source: str | None, family: "RoleConventions") -> "TemplateRoles":
         src = source or ""
         return cls(
             tool_role=bool(_TOOL_ROLE.search(src)) if src else True,
@@ -60,11 +57,6 @@ class TemplateRoles:
             single_call=bool(_SINGLE_CALL.search(src)) or family.single_call,
             system_first_only=bool(_SYSTEM_FIRST.search(src)) or family.system_first_only,
         )
-
-
-@functools.lru_cache(maxsize=32)
-def _template_roles(cls, source: str | None, family: "RoleConventions") -> TemplateRoles:
-    return cls.read(source, family)
 
 
 @dataclass(frozen=True)
