@@ -12,6 +12,13 @@ GGUF, converted 4-bit or float32: ``--models smollm2-q4,smollm2-f32``) this runs
   (t_last - t_first) over the chunks that carry output.
 - **mlx_lm.server**: ``python -m mlx_lm server --model DIR``, measured exactly like tinytitan.
 
+- **last token**: for every side, the call or request sent → the last token (raw's last yield, a server's last
+  chunk carrying output): the whole answer's time, which no batching of chunks moves. A server whose first
+  chunk goes out late (after several tokens) shows a decode tok/s over a shorter window than it decoded in;
+  this measure does not depend on when the first chunk went out.
+- ``--tinytitan-entry SCRIPT``: a side ``tinytitan*``, the same server (the same flags) started from a script
+  that patches it: an A/B in one run.
+
 Same prompt, greedy (temperature 0), same max_tokens. The demo models have random weights, so the prompts are
 chosen by a raw greedy probe: only prompts whose greedy continuation runs the full ``max_tokens`` (no early
 end-of-turn) are used, and every side's ``usage.completion_tokens`` is checked against raw's count. Each
@@ -119,6 +126,7 @@ def raw_worker(model_dir: str) -> None:
                 toks.append(resp.token)
             n = len(times)
             reply = {"n": n, "finish": resp.finish_reason if resp else None, "ttft": times[0] - t0 if n else None,
+                     "whole": times[-1] - t0 if n else None,
                      "tps": (n - 1) / (times[-1] - times[0]) if n > 1 else None,
                      "mlx_generation_tps": resp.generation_tps if resp else None, "tokens": toks}
         else:
@@ -154,7 +162,8 @@ def measure(side: str, ctx: dict, nonce: int) -> dict:
     mt = ctx["max_tokens"]
     if side == "raw":
         r = ctx["raw"].call(cmd="gen", tokens=ctx["prompts"][nonce], max_tokens=mt)
-        return {"ttft": r["ttft"], "tps": r["tps"], "n": r["n"], "cached": 0, "prompt_tokens": len(ctx["prompts"][nonce])}
+        return {"ttft": r["ttft"], "tps": r["tps"], "whole": r["whole"], "n": r["n"], "cached": 0,
+                "prompt_tokens": len(ctx["prompts"][nonce])}
     server = ctx[side]
     model = server.model_id
     r = post_stream(server.port, "/v1/chat/completions", chat_body(model, text, mt))
@@ -163,7 +172,8 @@ def measure(side: str, ctx: dict, nonce: int) -> dict:
     n = r.usage.get("completion_tokens")
     tps = (n - 1) / (r.t_last - r.t_first) if n and n > 1 and r.t_last > r.t_first else None
     cached = ((r.usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0
-    return {"ttft": r.ttft, "tps": tps, "n": n, "cached": cached, "prompt_tokens": r.usage.get("prompt_tokens"),
+    return {"ttft": r.ttft, "tps": tps, "whole": r.t_last - r.t_send, "n": n, "cached": cached,
+            "prompt_tokens": r.usage.get("prompt_tokens"),
             "chunks": r.chunks}
 
 
@@ -220,7 +230,8 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
         servers.append(tt)
         sides = ["raw", "tinytitan"]
         if args.tinytitan_entry:  # an A/B side: the same server started from a patched entry script
-            alt = ctx["tinytitan*"] = start_tinytitan(model_dir, log_dir, entry=args.tinytitan_entry)
+            alt = ctx["tinytitan*"] = start_tinytitan(model_dir, log_dir, extra=["--prompt-lookup", args.prompt_lookup],
+                                                      entry=args.tinytitan_entry)  # the same flags as the other
             alt.name = "tinytitan*"
             servers.append(alt)
             sides.append("tinytitan*")
@@ -257,6 +268,7 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
                 m = best[1][side]
                 results[side].append(m)
                 print(f"  rep {i + 1} {side:14s} ttft {m['ttft'] * 1000:8.1f} ms  decode {fmt(m['tps'], '.1f'):>7} tok/s"
+                      f"  last token {m['whole'] * 1000:8.1f} ms"
                       f"  n={m['n']} cached={m['cached']} others={m['foreign']:.2f} cores", flush=True)
         ctx["prompt_tokens"] = len(ctx["prompts"][warm])
         return {"variant": variant, "model_dir": str(model_dir), "max_tokens": mt, "max_foreign": args.max_foreign,
@@ -290,11 +302,13 @@ def summarise(runs: list[dict]) -> str:
             disturbed = sum(1 for m in ms if m["foreign"] > run["max_foreign"])
             rows.append([run["variant"], side, run["blas"].get(side, "?"), run["prompt_tokens"], run["max_tokens"],
                          fmt(median(m["ttft"] * 1000 for m in ms), ".1f"), fmt(median(m["tps"] for m in ms), ".1f"),
+                         fmt(median(m["whole"] * 1000 for m in ms), ".1f"),
                          fmt(median(m["cached"] for m in ms), ".0f"), f"{len(ms)}" + (f" ({disturbed} disturbed)" if disturbed else "")])
         dec_t, ttft_t = TARGETS[run["variant"]]
         for side in [s for s in res if s != "raw"]:
             decs = [s["tps"] / r["tps"] for s, r in zip(res[side], raw) if s["tps"] and r["tps"]]
             ttfts = [s["ttft"] / r["ttft"] for s, r in zip(res[side], raw)]
+            wholes = [s["whole"] / r["whole"] for s, r in zip(res[side], raw)]
             dec, ttft = median(decs), median(ttfts)
             verdict = []
             if side.startswith("tinytitan"):
@@ -303,13 +317,14 @@ def summarise(runs: list[dict]) -> str:
                 if ttft_t is not None:
                     verdict.append(f"TTFT ≤ {ttft_t}: {'met' if ttft <= ttft_t else 'MISSED'}")
             ratio_rows.append([run["variant"], f"{side} ÷ raw", fmt(dec), iqr(decs), fmt(ttft), iqr(ttfts),
+                               fmt(median(wholes)), iqr(wholes),
                                "; ".join(verdict) or "(peer)"])
     out = ["Absolute (medians):", "",
-           table(["model", "side", "BLAS", "prompt tok", "gen tok", "TTFT ms", "decode tok/s", "cached tok", "runs"],
-                 rows, "lllrrrrrl"),
+           table(["model", "side", "BLAS", "prompt tok", "gen tok", "TTFT ms", "decode tok/s", "last token ms",
+                  "cached tok", "runs"], rows, "lllrrrrrrl"),
            "", "Ratios (median of per-repetition ratios, measured back to back):", "",
-           table(["model", "ratio", "decode tok/s", "(IQR)", "TTFT", "(IQR)", "target (issues 3, 12)"], ratio_rows,
-                 "llrlrll")]
+           table(["model", "ratio", "decode tok/s", "(IQR)", "TTFT", "(IQR)", "last token", "(IQR)",
+                  "target (issues 3, 12)"], ratio_rows, "llrlrlrll")]
     if notes:
         out += ["", "Token-count mismatches: " + "; ".join(notes)]
     return "\n".join(out)
