@@ -280,14 +280,14 @@ async def test_a_lone_member_joins_the_batch_where_it_stands(demo, monkeypatch, 
     monkeypatch.setattr(decoder, "FIRST_CHUNK", 16)
     handovers, looks = [], {}
 
-    def at(row):
-        chunks = -(-(len(row.tokens) - 1) // 16)  # one look before each chunk of its prompt, then one a step
-        return {"before its prompt": 1, "mid-prompt": 2, "mid-answer": chunks + 4}[where]
-
     def joined_at(self, scheduler, later):  # as if someone arrived at that look
         [row] = scheduler.rows.values()
         looks[row] = looks.get(row, 0) + 1
-        return looks[row] >= at(row)
+        if where == "mid-answer":  # from the first look with two tokens read and a third sampled, not read yet
+            if looks.get((row, "joined")) is None and len(row.generated) >= 2 and row.pending and not row.run:
+                looks[row, "joined"] = looks[row]
+            return looks.get((row, "joined")) is not None
+        return looks[row] >= {"before its prompt": 1, "mid-prompt": 2}[where]  # one look before each chunk
 
     real_add = batch.Batch.add
 

@@ -120,6 +120,73 @@ async def test_a_lone_request_queues_no_pass_past_its_cap(demo_backend, monkeypa
     assert len(passes) == 7 and isinstance(steps[-1], Take)
 
 
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+@pytest.mark.parametrize("rows", [1, 3])
+async def test_a_first_token_is_read_before_the_next_pass_is_queued(demo_backend, monkeypatch, rows, device):
+    """Where the passes run on the host (mlx on a CPU), every first sample is read at once (``Sample`` with
+    ``now``), alone or in a burst's batch: the first token's text is handed to its consumer before the row's
+    next pass is queued (queuing a pass runs most of it there: the first token would otherwise wait for that
+    pass). The pass after it is queued unread, and decoding is pipelined from then on: a first sample, a sample
+    of that token, then ``Next`` steps. On a GPU the first sample is pipelined as mlx-lm's: read once the next
+    pass is queued."""
+    import trio
+
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine import session
+    from tinytitan.engine.decode import batch, step
+    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import TextDelta
+
+    trail: list = []  # on the model thread, in order: plans, forward passes queued, first texts handed over
+    real_plan, real_sample, real_batch, real_emit = Scheduler.plan, step._sample, batch.Batch.step, session.Mailbox.emit
+    texted: set = set()
+
+    def emit(box, ev):
+        if isinstance(ev, TextDelta) and id(box) not in texted:
+            texted.add(id(box))
+            trail.append("text")
+        return real_emit(box, ev)
+
+    monkeypatch.setattr(Scheduler, "plan", lambda self, w: trail.append(real_plan(self, w)) or trail[-1])
+    monkeypatch.setattr(step, "_sample", lambda *a: trail.append("pass") or real_sample(*a))
+    monkeypatch.setattr(batch.Batch, "step", lambda *a: trail.append("pass") or real_batch(*a))
+    monkeypatch.setattr(session.Mailbox, "emit", emit)
+    arrive_together(monkeypatch, rows)
+    if device == "gpu":  # as a forward whose passes run on a GPU (the demo model runs on this machine's CPU)
+        real_init = step.Forward.__init__
+
+        def init(self, *a):
+            real_init(self, *a)
+            self.first_read_at_once = False
+
+        monkeypatch.setattr(step.Forward, "__init__", init)
+    engine = Engine(demo_backend, max_batch=4)
+
+    async def run(i):
+        r = ChatRequest(model="tinytitan-demo", messages=(Message("user", f"Count to a hundred, {i}."),),
+                        max_tokens=8, temperature=0, reasoning=False, speculative=False)
+        async with engine.session(r) as events:
+            async for _ in events:
+                pass
+
+    async with trio.open_nursery() as n:
+        for i in range(rows):
+            n.start_soon(run, i)
+    plans = [i for i, p in enumerate(trail) if isinstance(p, step.Plan) and (p.alone or p.batch)
+             and not any(isinstance(s, step.Prefill) for s in (*p.alone, *p.batch))]
+    shapes = [[type(s).__name__ + ("!" if getattr(s, "now", False) else "") for s in (*trail[i].alone, *trail[i].batch)]
+              for i in plans[:3]]
+    if device == "gpu":  # pipelined: the first texts come once the next pass is queued
+        assert shapes == [["Sample"] * rows, ["Next"] * rows, ["Next"] * rows], shapes
+        assert trail[plans[0] + 1:plans[1]] == ["pass"], trail[plans[0]:plans[1] + 1]
+        assert trail[plans[1] + 1:plans[2]] == ["pass"] + ["text"] * rows, trail[plans[1]:plans[2] + 1]
+        return
+    assert shapes == [["Sample!"] * rows, ["Sample"] * rows, ["Next"] * rows], shapes
+    # between the first samples' plan and the next: one pass (theirs), then every row's first text
+    assert trail[plans[0] + 1:plans[1]] == ["pass"] + ["text"] * rows, trail[plans[0]:plans[1] + 1]
+
+
 async def test_a_batch_whose_rows_end_at_their_cap_queues_no_pass_past_it(demo_backend, monkeypatch):
     """Batch rows reading the last token their cap allows read it with nothing queued for them (``Take``, a hole
     in the batch's pass); where every row ends there, no pass runs at all: three requests of seven tokens sent

@@ -169,6 +169,7 @@ class ScriptedForward:
     by the next — so the rows, the fold and the ending of a generation are the engine's own."""
 
     ragged = False  # a batch row gets one-token steps (it has no batch: every row steps on its own run)
+    first_read_at_once = True  # as mlx on a CPU: a first sample is read at once (decoder.py)
 
     def __init__(self, backend: ScriptedBackend, max_batch: int):
         self.backend, self.model = backend, None

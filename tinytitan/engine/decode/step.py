@@ -152,6 +152,16 @@ def _verify(model, lane: Lane, kv: list, s: Verify) -> tuple[int, ...]:
     return tuple(tokens[:n + 1])
 
 
+def _runs_on_host(stream) -> bool:
+    """Whether the model's passes run on the host (mlx on a CPU: queuing a pass runs most of it before it
+    returns), where a row's first sample is read at once rather than after the next pass is queued (decoder.py);
+    on a GPU a queued pass runs on the device while the host builds the next one."""
+    import mlx.core as mx
+
+    device = stream.device if stream is not None else mx.default_device()
+    return device.type == mx.DeviceType.cpu
+
+
 class Forward:
     """The forward half of the step for one model, and the owner of its device state: each row's lane and its
     KV cache — its own (``own``/``release``) or a row of the batch (batch.py). ``run(plan, rows)`` executes a
@@ -170,6 +180,7 @@ class Forward:
         from ..cache.checkpoint import target
 
         self.checkpoints = target(backend)  # the prompt cache its rows' checkpoints go to (None: none kept)
+        self.first_read_at_once = _runs_on_host(backend.stream)
 
     @property
     def ragged(self) -> bool:
