@@ -42,6 +42,39 @@ def test_lookup_continues_a_repeating_run_past_the_end():
     assert look.propose(5) == [8, 7, 8, 7, 8]
 
 
+def test_lookup_indexes_a_prompt_when_first_asked_and_proposes_as_if_indexed_token_by_token():
+    """Opening a lookup over a long prompt indexes nothing (a row's first forward pass does not wait for it);
+    the first proposal catches up, and from then on, however the history grew (in one go, token by token, or
+    both between proposals), every proposal is the one a token-by-token index gives."""
+    import random
+
+    def reference(seq, k, lo=2, hi=4):  # the longest latest earlier match, found by looking at every position
+        for n in range(min(hi, len(seq) - 1), lo - 1, -1):
+            starts = [i for i in range(n, len(seq)) if seq[i - n:i] == seq[-n:]]
+            if starts:
+                start, draft = starts[-1], []
+                for j in range(k):
+                    draft.append(seq[start + j] if start + j < len(seq) else draft[start + j - len(seq)])
+                return draft
+        return []
+
+    rng = random.Random(7)
+    prompt = [rng.randrange(12) for _ in range(3000)]
+    look = PromptLookup(prompt)
+    assert len(look) == 3000 and all(not index for index in look._index)  # nothing indexed yet
+    history = list(prompt)
+    for step in range(300):
+        assert look.propose(6) == reference(history, 6), step
+        more = [rng.randrange(12) for _ in range(rng.choice((1, 1, 1, 5)))]
+        if step % 3:
+            look.extend(more)
+        else:
+            for token in more:
+                look.extend([token])
+        history += more
+    assert look.tokens == history
+
+
 # -- the policy ------------------------------------------------------------------------------------------------
 def test_policy_k_grows_with_accepted_drafts_and_falls_back_on_a_miss():
     p = DraftPolicy(start=4, k_max=16)

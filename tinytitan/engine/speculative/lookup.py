@@ -7,8 +7,11 @@ Rules:
   ``min_ngram`` (the longest match wins; of equally long ones, the latest), and proposes the ``k`` tokens
   that followed it. A continuation that runs into the end of the history goes on with its own tokens (a
   repeating run is proposed as repeating on).
-- The index is built as tokens arrive: every ``n``-gram maps to where its latest continuation starts, so a
-  proposal costs ``max_ngram - min_ngram + 1`` dictionary look-ups whatever the history's length.
+- Every ``n``-gram maps to where its latest continuation starts, so a proposal costs
+  ``max_ngram - min_ngram + 1`` dictionary look-ups whatever the history's length. The index catches up with
+  the history when a proposal is asked for, not as tokens arrive: a row's prompt (20,000 tokens of an agent's:
+  30 ms on 2 cores) is indexed after its first token, not before its first forward pass. Built in one go or
+  token by token, the index is the same.
 """
 
 from __future__ import annotations
@@ -27,25 +30,33 @@ class PromptLookup:
         self.tokens: list[int] = []
         # _index[n - min_ngram]: n-gram -> where the token after its latest occurrence is
         self._index: list[dict[tuple[int, ...], int]] = [{} for _ in range(min_ngram, max_ngram + 1)]
+        self._indexed = 0  # the history's tokens the index has caught up with
         self.extend(tokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:
-        seq = self.tokens
-        for token in tokens:
-            i = len(seq)  # the new token's position: it continues the n-grams that end just before it
-            for n, index in enumerate(self._index, self.min_ngram):
-                if i >= n:
-                    index[tuple(seq[i - n:i])] = i
-            seq.append(int(token))
+        self.tokens.extend(map(int, tokens))
+
+    def _catch_up(self) -> None:
+        """Index the n-grams that end before each position from ``_indexed`` on (later positions overwrite
+        earlier ones: the latest occurrence wins, as token by token)."""
+        seq, end = self.tokens, len(self.tokens)
+        for n, index in enumerate(self._index, self.min_ngram):
+            first = max(self._indexed, n)  # position i continues the n-gram seq[i - n:i]
+            if first < end:
+                grams = zip(*(seq[first - n + j:end - n + j] for j in range(n)))
+                index.update(zip(grams, range(first, end)))
+        self._indexed = end
 
     def propose(self, k: int) -> list[int]:
         """Up to ``k`` tokens that followed the longest earlier match of the history's end (empty: no match)."""
         seq = self.tokens
         if k <= 0:
             return []
+        if self._indexed < len(seq):
+            self._catch_up()
         for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
             start = self._index[n - self.min_ngram].get(tuple(seq[-n:]))
             if start is not None:
