@@ -153,14 +153,13 @@ async def test_a_first_token_is_read_before_the_next_pass_is_queued(demo_backend
     monkeypatch.setattr(batch.Batch, "step", lambda *a: trail.append("pass") or real_batch(*a))
     monkeypatch.setattr(session.Mailbox, "emit", emit)
     arrive_together(monkeypatch, rows)
-    if device == "gpu":  # as a forward whose passes run on a GPU (the demo model runs on this machine's CPU)
-        real_init = step.Forward.__init__
+    real_init = step.Forward.__init__
 
-        def init(self, *a):
-            real_init(self, *a)
-            self.first_read_at_once = False
+    def init(self, *a):  # a forward on that device, whatever mlx's default device is here
+        real_init(self, *a)
+        self.first_read_at_once = device == "cpu"
 
-        monkeypatch.setattr(step.Forward, "__init__", init)
+    monkeypatch.setattr(step.Forward, "__init__", init)
     engine = Engine(demo_backend, max_batch=4)
 
     async def run(i):
@@ -185,6 +184,38 @@ async def test_a_first_token_is_read_before_the_next_pass_is_queued(demo_backend
     assert shapes == [["Sample!"] * rows, ["Sample"] * rows, ["Next"] * rows], shapes
     # between the first samples' plan and the next: one pass (theirs), then every row's first text
     assert trail[plans[0] + 1:plans[1]] == ["pass"] + ["text"] * rows, trail[plans[0]:plans[1] + 1]
+
+
+@pytest.mark.parametrize("drafts", [False, True])
+async def test_a_row_with_a_grammar_and_no_drafts_reads_its_first_token_pipelined(demo_backend, monkeypatch, drafts):
+    """On a CPU too, a row whose grammar may force a run after its first token, and that does not draft, reads
+    that token pipelined: its forced run is proposed with it (read at once, the run would wait a pass). A row
+    that drafts reads it at once: the run comes to it as a draft. Either way the document is the same."""
+    from tinytitan.chat_request import ChatRequest, Grammar, Message
+    from tinytitan.engine.decode import step
+    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import Finished
+
+    plans = []
+    real_plan, real_init = Scheduler.plan, step.Forward.__init__
+    monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
+
+    def init(self, *a):  # a forward whose passes run on the host, whatever mlx's default device is here
+        real_init(self, *a)
+        self.first_read_at_once = True
+
+    monkeypatch.setattr(step.Forward, "__init__", init)
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    r = ChatRequest(model="tinytitan-demo", messages=(Message("user", "A record."),), max_tokens=40, temperature=0,
+                    reasoning=False, speculative=drafts, grammar=Grammar("json_schema", schema))
+    async with Engine(demo_backend, max_batch=1).session(r) as events:
+        finished = [ev async for ev in events if isinstance(ev, Finished)][0]
+    first = next(s for p in plans for s in p.alone if isinstance(s, Sample))
+    assert first.now is drafts
+    fed = [s for p in plans for s in p.alone if isinstance(s, Verify if drafts else Sample) and
+           (drafts or s.forced)]
+    assert fed and finished.usage.completion_tokens > 2  # the grammar's runs fed whole: forced, or as drafts
 
 
 async def test_a_batch_whose_rows_end_at_their_cap_queues_no_pass_past_it(demo_backend, monkeypatch):

@@ -15,10 +15,10 @@ Rules:
   took two more batch steps (a short request beside three long streams: first token 166 ms after decoding
   began, 70 ms idle) — and it joins the batch with that token.
 - Where passes run on the host (mlx on a CPU: ``Forward.first_read_at_once``), a first sample is read at once
-  (``now``), alone or in a burst: queuing a pass runs most of it there, so the first token would wait for the
-  second's whole pass, as mlx-lm's ``generate_step`` has it (25 ms of a 400-token prompt's 400 on 2 cores).
-  The pass after it is queued unread (the row holds its token), then steps are pipelined. On a GPU the first
-  sample is pipelined as mlx-lm's (docs/performance.md, part 12).
+  (``now``): queuing a pass runs most of it there, and the first token waited for the second's (25 ms of 400).
+  The pass after it is queued unread (the row holds its token), then steps are pipelined. On a GPU, and for a
+  row with a grammar that does not draft (a run forced after its first token is proposed only where that is
+  read pipelined), the first sample is pipelined as mlx-lm's (docs/performance.md, part 12).
 - A lone row's first prompt chunk is short (``FIRST_CHUNK``) where others may join it and its prompt is long
   (over ``SPLIT_ABOVE`` tokens to read): requests sent together (a client's parallel calls, sub-agents) arrive
   a few milliseconds apart, and a look after this short chunk sees them, so their prompts are read side by side
@@ -220,7 +220,8 @@ class Scheduler:
         cannot hold holes gets one-token steps only (batch.py)."""
         spec = row.speculator if not in_batch or self.forward.ragged else None
         if not (row.generated or row.pending):  # its prompt's last token, and its first sample (see the rules)
-            return Sample(row.id, tuple(row.tokens[row.read:]), now=self.forward.first_read_at_once)
+            now = self.forward.first_read_at_once and (row.speculator is not None or row.loop.grammar_mask is None)
+            return Sample(row.id, tuple(row.tokens[row.read:]), now=now)
         if row.run:
             return Sample(row.id, row.run, forced=True)
         if row.holding or (row.generated and not row.pending):
