@@ -37,6 +37,20 @@ def arrive_together(monkeypatch, n: int) -> None:
     monkeypatch.setattr(Decoder, "submit", submit)
 
 
+def forward_on_host(monkeypatch, host: bool) -> None:
+    """Every forward made from now on runs its passes on the host (mlx on a CPU) or not (a GPU), whatever mlx's
+    default device is on this machine: what decides whether a first sample is read at once."""
+    from tinytitan.engine.decode import step
+
+    real_init = step.Forward.__init__
+
+    def init(self, *a):
+        real_init(self, *a)
+        self.first_read_at_once = host
+
+    monkeypatch.setattr(step.Forward, "__init__", init)
+
+
 @pytest.mark.parametrize("plan", PLANS)
 def test_a_plan_goes_through_a_flat_list_of_ints_unchanged(plan):
     ints = plan.as_ints()
@@ -153,13 +167,7 @@ async def test_a_first_token_is_read_before_the_next_pass_is_queued(demo_backend
     monkeypatch.setattr(batch.Batch, "step", lambda *a: trail.append("pass") or real_batch(*a))
     monkeypatch.setattr(session.Mailbox, "emit", emit)
     arrive_together(monkeypatch, rows)
-    real_init = step.Forward.__init__
-
-    def init(self, *a):  # a forward on that device, whatever mlx's default device is here
-        real_init(self, *a)
-        self.first_read_at_once = device == "cpu"
-
-    monkeypatch.setattr(step.Forward, "__init__", init)
+    forward_on_host(monkeypatch, device == "cpu")
     engine = Engine(demo_backend, max_batch=4)
 
     async def run(i):
@@ -192,20 +200,14 @@ async def test_a_row_with_a_grammar_and_no_drafts_reads_its_first_token_pipeline
     that token pipelined: its forced run is proposed with it (read at once, the run would wait a pass). A row
     that drafts reads it at once: the run comes to it as a draft. Either way the document is the same."""
     from tinytitan.chat_request import ChatRequest, Grammar, Message
-    from tinytitan.engine.decode import step
     from tinytitan.engine.decode.decoder import Scheduler
     from tinytitan.engine.engine import Engine
     from tinytitan.events import Finished
 
     plans = []
-    real_plan, real_init = Scheduler.plan, step.Forward.__init__
+    real_plan = Scheduler.plan
     monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
-
-    def init(self, *a):  # a forward whose passes run on the host, whatever mlx's default device is here
-        real_init(self, *a)
-        self.first_read_at_once = True
-
-    monkeypatch.setattr(step.Forward, "__init__", init)
+    forward_on_host(monkeypatch, True)
     schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
     r = ChatRequest(model="tinytitan-demo", messages=(Message("user", "A record."),), max_tokens=40, temperature=0,
                     reasoning=False, speculative=drafts, grammar=Grammar("json_schema", schema))
