@@ -226,12 +226,12 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
     raw = ctx["raw"] = RawWorker(model_dir)
     servers = []
     try:
-        tt = ctx["tinytitan"] = start_tinytitan(model_dir, log_dir, extra=["--prompt-lookup", args.prompt_lookup])
+        flags = ["--prompt-lookup", args.prompt_lookup]  # both tinytitan sides get them
+        tt = ctx["tinytitan"] = start_tinytitan(model_dir, log_dir, extra=flags)
         servers.append(tt)
         sides = ["raw", "tinytitan"]
         if args.tinytitan_entry:  # an A/B side: the same server started from a patched entry script
-            alt = ctx["tinytitan*"] = start_tinytitan(model_dir, log_dir, extra=["--prompt-lookup", args.prompt_lookup],
-                                                      entry=args.tinytitan_entry)  # the same flags as the other
+            alt = ctx["tinytitan*"] = start_tinytitan(model_dir, log_dir, extra=flags, entry=args.tinytitan_entry)
             alt.name = "tinytitan*"
             servers.append(alt)
             sides.append("tinytitan*")
