@@ -99,3 +99,52 @@ def test_glibc_free_bytes_reads_the_heap_and_a_trim_gives_its_holes_back():
     finally:
         for block in blocks[1::2]:
             libc.free(block)
+
+
+EXIT_WHILE_THE_IDLE_TIMER_RUNS = """
+import time
+import mlx.core as mx
+from tinytitan.engine import model_thread
+
+model_thread.IDLE_TRIM_S = 0.05
+double = mx.compile(lambda x: x * 2)  # a compiled function: the thread's mlx state then holds Python objects
+thread = model_thread.ModelThread("tinytitan-test-model", trim=lambda: None)
+done = []
+thread.start_soon(lambda: mx.eval(double(mx.array([1.0]))), done.append)
+while not done:
+    time.sleep(0.001)
+
+
+class SlowToCollect:  # freed as the interpreter clears its modules: keeps its shutdown going past the timer
+    def __del__(self, sleep=time.sleep, write=__import__("os").write):
+        write(2, b"shutting down\\n")
+        sleep(0.3)
+
+
+module = type(time)("slow_to_collect")
+module.last = SlowToCollect()
+__import__("sys").modules["slow_to_collect"] = module
+"""
+
+
+def test_a_process_ends_cleanly_while_the_model_thread_waits_for_its_idle_timer(tmp_path):
+    """At exit the model thread parks for good: one left to wake (its idle timer) while the interpreter shuts
+    down is ended by Python there and frees mlx's per-thread state without it — the process aborted (exit 134,
+    "terminate called without an active exception") after any short run that had just decoded."""
+    import subprocess
+
+    script = tmp_path / "exits.py"
+    script.write_text(EXIT_WHILE_THE_IDLE_TIMER_RUNS)
+    for _ in range(3):
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "shutting down" in done.stderr and "terminate called" not in done.stderr
+
+
+def test_a_parked_thread_takes_no_more_jobs():
+    thread = ModelThread("tinytitan-test-model", trim=lambda: None)
+    ran = threading.Event()
+    thread.start_soon(lambda: None, lambda o: ran.set())
+    assert ran.wait(10) and thread.park(timeout=10)
+    with pytest.raises(RuntimeError, match="stopped taking jobs"):
+        thread.start_soon(lambda: None, lambda o: None)

@@ -2,6 +2,11 @@
 
 Rules:
 - Jobs run one after another, in the order given, on the same thread for the life of the process.
+- The thread never ends: at exit (``atexit``, while Python still runs) it parks, once the job it runs (if any)
+  is done, in a wait with no timeout that nothing ends. A thread that ends frees mlx's per-thread state, whose
+  compiled functions call back into Python; one that wakes (its idle timer, a job) once the interpreter is
+  shutting down is ended by Python on the spot, freeing that state without it, and the process aborts
+  ("terminate called without an active exception", exit 134).
 - ``start_soon(fn, deliver)`` is ``trio.lowlevel.start_thread_soon``'s shape: ``deliver(outcome)`` is called on
   the model thread when ``fn`` ends. ``run_sync`` waits for a job from trio (uncancellably, like
   ``trio.to_thread.run_sync``: a model half loaded is not abandoned).
@@ -18,6 +23,7 @@ threads of its own.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import queue
@@ -32,6 +38,8 @@ from ..heap import IdleTrim
 log = logging.getLogger("tinytitan.engine")
 
 IDLE_TRIM_S = 0.5  # seconds the thread waits idle after a job before the heap is trimmed
+PARK_WAIT_S = 5.0  # at exit, how long a job still running is waited for before the process goes on exiting
+_PARK = object()  # the last job: the thread waits for nothing from then on
 
 
 class ModelThread:
@@ -42,6 +50,8 @@ class ModelThread:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._trim = trim or IdleTrim()
+        self._parked = threading.Event()
+        self._closed = False  # parking asked for: no job is taken from then on
 
     @property
     def ident(self) -> int | None:
@@ -49,10 +59,24 @@ class ModelThread:
 
     def start_soon(self, fn: Callable[[], Any], deliver: Callable[[outcome.Outcome], None]) -> None:
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the model thread has stopped taking jobs: the process is exiting")
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
+                atexit.register(self.park)
         self._jobs.put((fn, deliver))
+
+    def park(self, timeout: float = PARK_WAIT_S) -> bool:
+        """Once the jobs queued before this call have run, the thread waits for nothing for good (see the rules;
+        called at exit). Waits at most ``timeout`` for that → whether it parked."""
+        with self._lock:
+            if self._thread is None:
+                return True
+            if not self._closed:
+                self._closed = True
+                self._jobs.put(_PARK)
+        return self._parked.wait(timeout)
 
     async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         token = trio.lowlevel.current_trio_token()
@@ -72,11 +96,15 @@ class ModelThread:
         owed = False  # a job ran since the last trim
         while True:
             try:
-                fn, deliver = self._jobs.get(timeout=IDLE_TRIM_S) if owed else self._jobs.get()
+                job = self._jobs.get(timeout=IDLE_TRIM_S) if owed else self._jobs.get()
             except queue.Empty:  # idle a while after a job
                 self._trim()
                 owed = False
                 continue
+            if job is _PARK:
+                self._parked.set()
+                queue.SimpleQueue().get()  # nothing is ever put: blocks (the GIL released) until the process ends
+            fn, deliver = job
             result = outcome.capture(fn)
             try:
                 deliver(result)
