@@ -127,3 +127,102 @@ async def test_a_conversation_through_the_engine_reuses_what_comes_back_unchange
         prompt_len, held = len(prepared.tokens), len(prepared.tokens) + evs[-1].usage.completion_tokens - 1
         msgs = msgs + [("assistant", answer), ("user", f"And step {turn}?")]
     assert len(seen) == 3
+
+
+def _spy_encode(tok, seen: list):
+    def encode(t):
+        seen.append(t)
+        return list(tok.encode(t, add_special_tokens=False))
+    return encode
+
+
+def test_a_prompt_whose_end_renders_differently_keeps_its_ids_up_to_the_last_added_token(demo_tok):
+    """A template that writes the generation prompt one way and the same turn in the history another (an empty
+    thinking block, a trimmed answer): the cached prompt's text no longer matches as a whole. Its ids are kept up
+    to the last added token before the change, and only the text from there on is tokenized — the ids are the
+    plain tokenization all the same."""
+    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+
+    history = "".join(f"<|im_start|>user\nQuestion {i}: why?<|im_end|>\n<|im_start|>assistant\nBecause {i}.<|im_end|>\n"
+                      for i in range(40))
+    old = history + "<|im_start|>user\nAnd then?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    ids = demo_tok.encode(old, add_special_tokens=False)
+    new = history + "<|im_start|>user\nAnd then?<|im_end|>\n<|im_start|>assistant\nIt went on.<|im_end|>\n" \
+                    "<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n"
+    seen: list[str] = []
+    restarts = restart_tokens(demo_tok)
+    assert demo_tok.convert_tokens_to_ids("<|im_start|>") in restarts
+    out, spans = splice(new, [(np.array(ids), (Span(len(ids), old),))], _spy_encode(demo_tok, seen),
+                        text_of(demo_tok), restarts)
+    assert out == demo_tok.encode(new, add_special_tokens=False)
+    assert seen == [new[old.rindex("<|im_start|>"):]]  # the last added token both texts have at that place
+    assert all(type(t) is int for t in out)
+    assert [s.generated for s in spans] == [False, False] and sum(s.tokens for s in spans) == len(out)
+    assert "".join(s.text for s in spans) == new
+
+
+def test_a_prompt_changed_early_is_tokenized_whole(demo_tok):
+    """Where the change lies in the first half of the cached prompt, finding the added token before it would
+    decode most of it: the text is tokenized whole, as before."""
+    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+
+    turns = "".join(f"<|im_start|>user\nQuestion {i}<|im_end|>\n" for i in range(30))
+    old = "<|im_start|>system\nYou are terse.<|im_end|>\n" + turns
+    new = "<|im_start|>system\nYou are kind.<|im_end|>\n" + turns + "<|im_start|>user\nMore<|im_end|>\n"
+    ids = demo_tok.encode(old, add_special_tokens=False)
+    seen: list[str] = []
+    out, spans = splice(new, [(ids, (Span(len(ids), old),))], _spy_encode(demo_tok, seen), text_of(demo_tok),
+                        restart_tokens(demo_tok))
+    assert out == demo_tok.encode(new, add_special_tokens=False) and seen == [new] and len(spans) == 1
+
+
+def test_a_prompt_followed_by_an_answer_that_did_not_come_back_restarts_at_its_last_added_token(demo_tok):
+    """The whole cached prompt matches and nothing of the answer does: the prompt's ids are kept up to its last
+    added token (the text after it may merge with what follows), the rest tokenized: the plain ids."""
+    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+
+    prompt = "".join(f"<|im_start|>user\nHi {i}<|im_end|>\n" for i in range(20)) + "<|im_start|>assistant\n"
+    pids = demo_tok.encode(prompt, add_special_tokens=False)
+    answer = demo_tok.encode("Hello there", add_special_tokens=False)
+    new = prompt + "Goodbye<|im_end|>\n<|im_start|>user\nOk<|im_end|>\n"
+    seen: list[str] = []
+    out, spans = splice(new, [(pids + answer, (Span(len(pids), prompt), Span(len(answer), "Hello there", True)))],
+                        _spy_encode(demo_tok, seen), text_of(demo_tok), restart_tokens(demo_tok))
+    assert out == demo_tok.encode(new, add_special_tokens=False)
+    assert seen == [new[prompt.rindex("<|im_start|>"):]]
+
+
+def test_the_splice_reads_ids_as_the_tokenizer_writes_them(demo_tok):
+    """``text_of``: the fast tokenizer's own decoding, special tokens written, numpy ids taken."""
+    from tinytitan.engine.prompt.splice import text_of
+
+    ids = demo_tok.encode("<|im_start|>user\nhé , . ok<|im_end|>", add_special_tokens=False)
+    assert text_of(demo_tok)(np.array(ids)) == text_of(demo_tok)(ids) == demo_tok.decode(ids) \
+        == "<|im_start|>user\nhé , . ok<|im_end|>"
+
+
+def test_restarts_give_the_plain_ids_for_random_edits(demo_tok):
+    """Random ChatML conversations, the cached prompt cut or edited anywhere (inside a word, a turn's header, an
+    added token): a splice that keeps nothing generated gives exactly the plain tokenization."""
+    import random
+
+    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+
+    rng = random.Random(7)
+    words = ["def", " parse", "(h):", "\n", "  ", "return", " h", ".split", "é", "ü", "...", " ", "<think>", "</think>",
+             "<|im_end|>", "\n\n", "0", "12", "x"]
+    plain = lambda t: list(demo_tok.encode(t, add_special_tokens=False))  # noqa: E731
+    restarted = 0
+    for _ in range(60):
+        turns = "".join(f"<|im_start|>{rng.choice(['user', 'assistant'])}\n"
+                        + "".join(rng.choice(words) for _ in range(rng.randrange(1, 12))) + "<|im_end|>\n"
+                        for _ in range(rng.randrange(2, 12)))
+        cut = rng.randrange(1, len(turns))
+        new = turns[:cut] + "".join(rng.choice(words) for _ in range(rng.randrange(0, 6))) + turns[cut:][:rng.randrange(0, 40)]
+        ids, seen = plain(turns), []
+        out, spans = splice(new, [(ids, (Span(len(ids), turns),))], _spy_encode(demo_tok, seen), text_of(demo_tok),
+                            restart_tokens(demo_tok))
+        assert out == plain(new), (turns, new)
+        assert "".join(s.text for s in spans) == new and sum(s.tokens for s in spans) == len(out)
+        restarted += seen != [new]
+    assert restarted >= 10  # the rest changed in the cached prompt's first half: tokenized whole

@@ -17,7 +17,7 @@ from ..cache.miss import Fingerprint, compare, diagnose
 from ..decode.call_limit import call_limit
 from ..families import template_source
 from .messages import template_messages, template_tools
-from .splice import splice as splice_prompt
+from .splice import restart_tokens, splice as splice_prompt, text_of
 from .reasoning import TemplateReasoning, level_of
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
 from ..structured.compile import token_markers
@@ -190,8 +190,8 @@ class PromptPreparation(ToolDeclarations):
 
         if cache is None:
             return encode(text), None
-        decode = tokenizer.decode
-        tokens, spans = splice_prompt(text, cache.candidates(), encode, decode)
+        decode = text_of(tokenizer)
+        tokens, spans = splice_prompt(text, cache.candidates(), encode, decode, restart_tokens(tokenizer))
         if fp is None and req is not None:
             fp = Fingerprint.of(req)
         runs = self.image_runs(tokens, req) if req is not None else ()

@@ -11,6 +11,13 @@ Rules:
   the rest of the text is tokenized. A prompt span matched in part is tokenized again from its start: the
   tokenizer, started at the same place, makes the same ids up to the change, and the cache's token match
   finds them.
+- A prompt span that matches only in part (the template renders the turn before differently, a message was
+  edited) keeps its ids up to the last of the tokenizer's added tokens (``restarts``: ``<|im_start|>``,
+  ``<think>``…) that begins within the part that matches. A tokenizer cuts its input at added tokens before
+  anything else, so the text from one on tokenizes alone to the ids it has within the whole: the head as cached
+  and the rest tokenized are the plain tokenization, without tokenizing the head again (17 ms for 24,000
+  tokens). A walk that keeps nothing generated ends at such a token too (the plain tokenization is what the
+  cache's token match sees best), or the text is tokenized whole.
 - The prompt the model reads is still exactly what the template rendered: the spliced ids decode to the
   rendered text, character for character, or the plain tokenization is used. Generated text that decoded to a
   replacement character (a split or invalid UTF-8 sequence) is never spliced: the client sent back the
@@ -21,11 +28,40 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
+
+import numpy as np
 
 log = logging.getLogger("tinytitan.cache")
 
 REPLACEMENT = "\ufffd"
+
+_RESTARTS: dict[int, tuple[object, frozenset[int]]] = {}  # id(tokenizer) -> (tokenizer, its added tokens)
+
+
+def text_of(tokenizer) -> Callable[[Sequence[int]], str]:
+    """What ids say, exactly: a fast tokenizer's own decoding (``backend_tokenizer``), special tokens written,
+    without the wrapper's tidying (``clean_up_tokenization_spaces`` would pass ids for " ." off as "."), and
+    without its check of every id's type (half the time of decoding 24,000 ids); other tokenizers' ``decode``."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return tokenizer.decode
+
+    def decode(ids: Sequence[int]) -> str:
+        return backend.decode(ids.tolist() if hasattr(ids, "tolist") else list(ids), skip_special_tokens=False)
+
+    return decode
+
+
+def restart_tokens(tokenizer) -> frozenset[int]:
+    """The tokenizer's added tokens that its input is cut at before anything else (those that take no
+    whitespace before them); none for a tokenizer that does not list them. Read once per tokenizer."""
+    known = _RESTARTS.get(id(tokenizer))
+    if known is None or known[0] is not tokenizer:
+        added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        known = _RESTARTS[id(tokenizer)] = (tokenizer, frozenset(
+            int(i) for i, t in added.items() if not getattr(t, "lstrip", False)))
+    return known[1]
 
 
 @dataclass(frozen=True)
@@ -73,15 +109,65 @@ def generated_prefix(ids: Sequence[int], span_text: str, text: str, at: int,
     return 0, 0
 
 
+def restart_prefix(ids: Sequence[int], span_text: str, limit: int, decode: Callable[[Sequence[int]], str],
+                   restarts: Collection[int]) -> tuple[int, int]:
+    """How many of a prompt span's ids come before the last added token (``restarts``) that lies wholly within
+    the span's first ``limit`` characters (the text there is the same token): (ids, characters); (0, 0) where
+    there is none, or finding it would decode more than half the span (its text parts from the cache early:
+    tokenizing it whole costs about the same). Searched from the span's end (one short decode where the change
+    is near the end, the usual case)."""
+    if not restarts or not len(ids):
+        return 0, 0
+    at = np.flatnonzero(np.isin(np.asarray(ids), np.fromiter(restarts, dtype=np.int64)))
+    budget = len(ids) // 2
+
+    def start(i: int) -> tuple[int, int] | None:
+        """Where the ``i``-th added token begins and ends in the span's text (None: its ids do not decode to the
+        span's end there, or past the budget)."""
+        if len(ids) - at[i] > budget:
+            return None
+        tail = decode(ids[at[i]:])
+        if not span_text.endswith(tail):
+            return None
+        begins = len(span_text) - len(tail)
+        return begins, begins + len(decode(ids[at[i]:at[i] + 1]))
+
+    fits, fails, step = None, len(at), 1  # at[fits] begins within the limit, at[fails] does not
+    i = len(at) - 1
+    while i >= 0:
+        where = start(i)
+        if where is None:
+            return 0, 0
+        if where[1] <= limit:
+            fits = i, where[0]
+            break
+        fails, i, step = i, i - step, step * 2
+    if fits is None:
+        return 0, 0
+    while fails - fits[0] > 1:  # the last added token that still fits, between the two
+        mid = (fits[0] + fails) // 2
+        where = start(mid)
+        if where is None:
+            break
+        if where[1] <= limit:
+            fits = mid, where[0]
+        else:
+            fails = mid
+    return int(at[fits[0]]), fits[1]
+
+
 @dataclass
 class Walk:
-    """How far an entry's spans follow the text: ``tokens`` ids and ``chars`` characters, as ``spans``."""
+    """How far an entry's spans follow the text: ``tokens`` ids and ``chars`` characters, as ``spans``;
+    ``restart``: it ends just before an added token (see the rules)."""
     tokens: int = 0
     chars: int = 0
     spans: tuple[Span, ...] = ()
+    restart: bool = False
 
 
-def walk(ids: Sequence[int], spans: Sequence[Span], text: str, decode: Callable[[Sequence[int]], str]) -> Walk:
+def walk(ids: Sequence[int], spans: Sequence[Span], text: str, decode: Callable[[Sequence[int]], str],
+         restarts: Collection[int] = ()) -> Walk:
     tokens = chars = 0
     taken: list[Span] = []
     for span in spans:
@@ -91,23 +177,47 @@ def walk(ids: Sequence[int], spans: Sequence[Span], text: str, decode: Callable[
                 if n:
                     taken.append(Span(n, text[chars:chars + c], True))
                     tokens, chars = tokens + n, chars + c
+            else:
+                n, c = restart_prefix(ids[tokens:tokens + span.tokens], span.text,
+                                      common_chars(text, span.text, chars), decode, restarts)
+                if n:
+                    taken.append(Span(n, text[chars:chars + c]))
+                    return Walk(tokens + n, chars + c, tuple(taken), restart=True)
             break
         taken.append(span)
         tokens, chars = tokens + span.tokens, chars + len(span.text)
     return Walk(tokens, chars, tuple(taken))
 
 
+def to_restart(w: Walk, ids: Sequence[int], decode: Callable[[Sequence[int]], str],
+               restarts: Collection[int]) -> Walk | None:
+    """A walk of prompt spans only, ended just before an added token (its last span cut back to one); None
+    where its last span holds none."""
+    if w.restart:
+        return w
+    last = w.spans[-1]
+    n, c = restart_prefix(ids[w.tokens - last.tokens:w.tokens], last.text, len(last.text), decode, restarts)
+    if not n:
+        return None
+    return Walk(w.tokens - last.tokens + n, w.chars - len(last.text) + c,
+                w.spans[:-1] + (Span(n, last.text[:c]),), restart=True)
+
+
 def splice(text: str, candidates: Sequence[tuple[Sequence[int], Sequence[Span]]],
-           encode: Callable[[str], list[int]], decode: Callable[[Sequence[int]], str]) -> tuple[list[int], tuple[Span, ...]]:
+           encode: Callable[[str], list[int]], decode: Callable[[Sequence[int]], str],
+           restarts: Collection[int] = ()) -> tuple[list[int], tuple[Span, ...]]:
     """The ids for ``text``, and the spans they are: the best candidate's matching spans (ids as cached), then
-    the rest of the text tokenized."""
+    the rest of the text tokenized. ``restarts``: the tokenizer's added tokens (see the rules)."""
     best: tuple[Walk, Sequence[int]] | None = None
     for ids, spans in candidates:
-        w = walk(ids, spans, text, decode)
+        w = walk(ids, spans, text, decode, restarts)
         if w.chars and (best is None or w.chars > best[0].chars):
             best = w, ids
-    if best is None or not any(s.generated for s in best[0].spans):
+    if best is not None and not any(s.generated for s in best[0].spans):
         # nothing generated to keep: the plain tokenization is what the cache's token match sees best
+        w = to_restart(best[0], best[1], decode, restarts)
+        best = (w, best[1]) if w is not None else None
+    if best is None:
         ids = encode(text)
         return ids, (Span(len(ids), text),)
     w, cached = best
