@@ -226,3 +226,26 @@ def test_restarts_give_the_plain_ids_for_random_edits(demo_tok):
         assert "".join(s.text for s in spans) == new and sum(s.tokens for s in spans) == len(out)
         restarted += seen != [new]
     assert restarted >= 10  # the rest changed in the cached prompt's first half: tokenized whole
+
+
+def test_cached_prompts_that_share_only_the_opening_decode_nothing(demo_tok):
+    """Every request is walked against every cached entry: one that parts from the new prompt in its first half
+    (another conversation under the same system prompt) is not searched for an added token."""
+    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+
+    opening = "<|im_start|>system\nYou are terse.<|im_end|>\n"
+    entries = []
+    for i in range(20):
+        t = opening + "".join(f"<|im_start|>user\nTopic {i} part {j}<|im_end|>\n" for j in range(8))
+        ids = demo_tok.encode(t, add_special_tokens=False)
+        entries.append((np.array(ids), (Span(len(ids), t),)))
+    decoded = []
+
+    def decode(ids):
+        decoded.append(len(ids))
+        return text_of(demo_tok)(ids)
+
+    new = opening + "<|im_start|>user\nSomething else entirely<|im_end|>\n"
+    out, spans = splice(new, entries, lambda t: list(demo_tok.encode(t, add_special_tokens=False)), decode,
+                        restart_tokens(demo_tok))
+    assert out == demo_tok.encode(new, add_special_tokens=False) and decoded == []

@@ -113,10 +113,11 @@ def restart_prefix(ids: Sequence[int], span_text: str, limit: int, decode: Calla
                    restarts: Collection[int]) -> tuple[int, int]:
     """How many of a prompt span's ids come before the last added token (``restarts``) that lies wholly within
     the span's first ``limit`` characters (the text there is the same token): (ids, characters); (0, 0) where
-    there is none, or finding it would decode more than half the span (its text parts from the cache early:
-    tokenizing it whole costs about the same). Searched from the span's end (one short decode where the change
+    there is none, or the text parts from the span in its first half, or finding the token would decode more
+    than half the span (tokenizing it whole costs about the same; a prompt that shares only the template's
+    opening with a cached one decodes nothing). Searched from the span's end (one short decode where the change
     is near the end, the usual case)."""
-    if not restarts or not len(ids):
+    if not restarts or not len(ids) or 2 * limit < len(span_text):  # parts in its first half: not worth it
         return 0, 0
     at = np.flatnonzero(np.isin(np.asarray(ids), np.fromiter(restarts, dtype=np.int64)))
     budget = len(ids) // 2
