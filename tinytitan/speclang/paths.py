@@ -25,23 +25,42 @@ def steps(path: str) -> list[str | int | None]:
 
 
 def walk(doc: Any, path: str) -> Iterator[tuple[str, Any]]:
-    yield from _walk(doc, steps(path), "")
+    for parts, value in reach(doc, path):
+        yield spell(parts), value
 
 
-def _walk(node: Any, rest: list, here: str) -> Iterator[tuple[str, Any]]:
-    if not rest:
-        yield here, node
-        return
-    step, tail = rest[0], rest[1:]
-    if isinstance(step, str):
-        if isinstance(node, dict) and step in node:
-            yield from _walk(node[step], tail, f"{here}.{step}" if here else step)
-    elif step is None:
-        if isinstance(node, list):
-            for i, item in enumerate(node):
-                yield from _walk(item, tail, f"{here}[{i}]")
-    elif isinstance(node, list) and -len(node) <= step < len(node):
-        yield from _walk(node[step], tail, f"{here}[{step}]")
+def reach(doc: Any, path: str) -> list[tuple[tuple, Any]]:
+    """What ``walk`` reaches, each place as its steps (``("messages", 3, "content", 0, "type")``): spelled only
+    where it is needed (``spell``), since a refusal rule walks every message of an agent's conversation each
+    turn and names a place only when it refuses."""
+    out: list[tuple[tuple, Any]] = []
+    _reach(doc, steps(path), 0, (), out)
+    return out
+
+
+def spell(parts: tuple) -> str:
+    """``("messages", 3, "type")`` → ``"messages[3].type"``."""
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else p) for i, p in enumerate(parts))
+
+
+def _reach(node: Any, path: list, at: int, here: tuple, out: list) -> None:
+    while at < len(path):
+        step = path[at]
+        at += 1
+        if isinstance(step, str):
+            if not isinstance(node, dict) or step not in node:
+                return
+            node, here = node[step], here + (step,)
+        elif step is None:
+            if isinstance(node, list):
+                for i, item in enumerate(node):
+                    _reach(item, path, at, here + (i,), out)
+            return
+        elif isinstance(node, list) and -len(node) <= step < len(node):
+            node, here = node[step], here + (step,)
+        else:
+            return
+    out.append((here, node))
 
 
 def get(doc: Any, path: str, default: Any = MISSING) -> Any:

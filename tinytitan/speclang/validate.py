@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 from ..errors import ApiError, invalid
 from . import paths
 from .load import ProtocolSpec
+from .schemas import field_validator
 
 log = logging.getLogger("tinytitan.spec")
 
@@ -137,8 +138,7 @@ class RequestValidator:
             raise ValueError(f"{spec.source}: request hooks not provided by the protocol module: {missing}")
         self.hooks = hooks
         self.new_state = state
-        self.schemas = {name: jsonschema.Draft202012Validator(f["schema"])
-                        for name, f in self.fields.items() if "schema" in f}
+        self.schemas = {name: field_validator(f["schema"]) for name, f in self.fields.items() if "schema" in f}
 
     def parse_json(self, raw: bytes) -> Any:
         try:
@@ -177,8 +177,9 @@ class RequestValidator:
         for name, f in self.fields.items():
             self._check_field(name, f, body)
         for rule in self.refusals:
-            for where, value in paths.walk(body, rule["field"]):
+            for parts, value in paths.reach(body, rule["field"]):
                 if value is not None and condition_holds(rule["when"], value):
+                    where = paths.spell(parts)
                     msg = rule["message"].format(value=_show(value), path=where, field=rule["field"],
                                                  length=len(value) if hasattr(value, "__len__") else "")
                     raise ApiError(rule.get("kind", "invalid_request"), msg, param=where, code=rule.get("code"))
