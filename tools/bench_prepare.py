@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""Tokenizing an agent's next turn: the ids ``prepare`` makes from the prompt cache ÷ tokenizing the prompt whole.
+"""An agent's next turn before the engine: validating its body, and tokenizing its prompt.
 
-In process, on the demo model's tokenizer and chat template (a real Qwen-style tokenizer; its weights play no
+**Validation** (in process, the Anthropic Messages table): a Claude Code-shaped body of ~100 KB (20 tools, 4
+system blocks, 40 tool-using turns: 161 messages) validated by a fresh validator (every item new: what every turn
+cost before the validator remembered the items it found valid) ÷ the next turn's body (one new turn) through the
+validator that saw this one. Median of ``--reps`` each.
+
+**Tokenizing** (in process, on the demo model's tokenizer and chat template (a real Qwen-style tokenizer; its weights play no
 part): an agent session of ``--turns`` turns over a long system prompt, every turn sending the whole
 conversation again with the previous answer and a new user message. Each answer is stored in the prompt cache
 as a generation would store it (the prompt's ids, then the answer's), so the next turn's ``prepare`` finds it.
@@ -62,6 +67,52 @@ def session(backend, variant: str, turns: int, seed: int) -> list[tuple[int, flo
     return rows
 
 
+def agent_body(turns: int = 40) -> dict:
+    """Shaped like a Claude Code request: tools with input schemas, system blocks, tool_use / tool_result turns."""
+    schema = {"type": "object", "properties": {"file_path": {"type": "string", "description": "absolute path"},
+                                               "offset": {"type": "integer"}, "limit": {"type": "integer"}},
+              "required": ["file_path"], "additionalProperties": False}
+    tools = [{"name": f"{name}{k}", "description": f"{name}s a file. " * 20, "input_schema": schema}
+             for k in range(5) for name in ("Read", "Edit", "Grep", "Bash")]
+    messages = []
+    for i in range(turns):
+        messages += [
+            {"role": "user", "content": [{"type": "text", "text": f"please look at file {i} " * 20}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Reading it."},
+                                              {"type": "tool_use", "id": f"toolu_{i:04d}", "name": "Read0",
+                                               "input": {"file_path": f"/src/f{i}.py"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i:04d}",
+                                          "content": "x = 1\n" * 200}]},
+            {"role": "assistant", "content": [{"type": "text", "text": f"Done with {i}."}]}]
+    messages.append({"role": "user", "content": "next"})
+    system = [{"type": "text", "text": "You are Claude Code. " * 50}, {"type": "text", "text": "Be brief. " * 30},
+              {"type": "text", "text": "Use the tools. " * 30, "cache_control": {"type": "ephemeral"}},
+              {"type": "text", "text": "Environment: linux."}]
+    return {"model": "m", "max_tokens": 64, "stream": True, "tools": tools, "system": system, "messages": messages}
+
+
+def validation(reps: int) -> tuple[int, float, float]:
+    """→ (body bytes, ms with a fresh validator, ms for the next turn through a validator that saw this one)."""
+    import json
+
+    from tinytitan.protocols.anthropic_messages import AnthropicMessages
+
+    body = agent_body()
+    raw = json.dumps(body).encode()
+    fresh, next_turn = [], []
+    for rep in range(reps):
+        proto = AnthropicMessages()
+        started = time.perf_counter()
+        proto.validate(raw)
+        fresh.append(time.perf_counter() - started)
+        body["messages"] += [{"role": "assistant", "content": f"answer {rep}"}, {"role": "user", "content": "more"}]
+        later = json.dumps(body).encode()
+        started = time.perf_counter()
+        proto.validate(later)
+        next_turn.append(time.perf_counter() - started)
+    return len(raw), statistics.median(fresh) * 1000, statistics.median(next_turn) * 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=8)
@@ -71,8 +122,13 @@ def main() -> None:
     from tinytitan.demo_model import demo_model_id, ensure_demo_model
     from tinytitan.engine.backends.mlx import MLXBackend
 
-    backend = MLXBackend(ensure_demo_model(), demo_model_id())
     print(f"{utc_now()} · {machine_line()} · demo tokenizer, {args.turns} turns, {args.reps} repetitions\n")
+    size, fresh, next_turn = validation(max(args.reps, 5))
+    print("| validating a Claude Code-shaped body | body | fresh validator ms | next turn, items remembered ms "
+          "| ratio |")
+    print("|:--|--:|--:|--:|--:|")
+    print(f"| 161 messages, 20 tools | {size // 1024} KB | {fresh:.1f} | {next_turn:.1f} | {next_turn / fresh:.2f} |\n")
+    backend = MLXBackend(ensure_demo_model(), demo_model_id())
     print("| variant | prompt tokens (last turn) | prepare's tokenize ms (turns 2+, median) | tokenizing whole ms "
           "| ratio (median of turns) |")
     print("|:--|--:|--:|--:|--:|")
