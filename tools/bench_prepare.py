@@ -6,8 +6,15 @@ system blocks, 40 tool-using turns: 161 messages) validated by a fresh validator
 cost before the validator remembered the items it found valid) ÷ the next turn's body (one new turn) through the
 validator that saw this one. Median of ``--reps`` each.
 
-**Tokenizing** (in process, on the demo model's tokenizer and chat template (a real Qwen-style tokenizer; its weights play no
-part): an agent session of ``--turns`` turns over a long system prompt, every turn sending the whole
+**Over HTTP** (``--http``): ``tinytitan serve`` on the demo model, the same body (its tool results shorter, to fit
+the demo model's window: ~45 KB) growing by one turn per request
+(``max_tokens`` 4, the prompt cache serving all but the new turn): per request, from the server's ``/profile``,
+the first token, the time outside the engine's steps (HTTP, validation, the protocol machine), the prefill;
+medians of the last ``--turns`` requests, and the time outside the engine (over the whole request, its 4 tokens
+sent included) ÷ the first token.
+
+**Tokenizing** (in process, on the demo model's tokenizer and chat template: a real Qwen-style tokenizer, its
+weights play no part): an agent session of ``--turns`` turns over a long system prompt, every turn sending the whole
 conversation again with the previous answer and a new user message. Each answer is stored in the prompt cache
 as a generation would store it (the prompt's ids, then the answer's), so the next turn's ``prepare`` finds it.
 Per turn: ``tokenize_s`` as ``prepare`` reports it (the splice of cached ids, the rest tokenized, the check that
@@ -22,6 +29,7 @@ Variants:
 
     python tools/bench_prepare.py                      # 8 turns, 3 repetitions: a few seconds
     python tools/bench_prepare.py --turns 12 --reps 5
+    python tools/bench_prepare.py --http               # also over HTTP: a server on the demo model, ~1 min
 """
 
 from __future__ import annotations
@@ -67,7 +75,7 @@ def session(backend, variant: str, turns: int, seed: int) -> list[tuple[int, flo
     return rows
 
 
-def agent_body(turns: int = 40) -> dict:
+def agent_body(turns: int = 40, result_lines: int = 200) -> dict:
     """Shaped like a Claude Code request: tools with input schemas, system blocks, tool_use / tool_result turns."""
     schema = {"type": "object", "properties": {"file_path": {"type": "string", "description": "absolute path"},
                                                "offset": {"type": "integer"}, "limit": {"type": "integer"}},
@@ -82,7 +90,7 @@ def agent_body(turns: int = 40) -> dict:
                                               {"type": "tool_use", "id": f"toolu_{i:04d}", "name": "Read0",
                                                "input": {"file_path": f"/src/f{i}.py"}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i:04d}",
-                                          "content": "x = 1\n" * 200}]},
+                                          "content": "x = 1\n" * result_lines}]},
             {"role": "assistant", "content": [{"type": "text", "text": f"Done with {i}."}]}]
     messages.append({"role": "user", "content": "next"})
     system = [{"type": "text", "text": "You are Claude Code. " * 50}, {"type": "text", "text": "Be brief. " * 30},
@@ -113,10 +121,39 @@ def validation(reps: int) -> tuple[int, float, float]:
     return len(raw), statistics.median(fresh) * 1000, statistics.median(next_turn) * 1000
 
 
+def over_http(turns: int) -> dict:
+    """Medians over ``turns`` requests of the growing agent body through ``tinytitan serve`` (see above)."""
+    import http.client
+    import json
+    import tempfile
+
+    from bench_common import ensure_model, post_stream, start_tinytitan
+
+    server = start_tinytitan(ensure_model("demo"), Path(tempfile.mkdtemp()), extra=["--prompt-lookup", "off"])
+    try:
+        body = dict(agent_body(result_lines=20), model=server.model_id, max_tokens=4)  # ~14k tokens: the window
+        for turn in range(4 + turns):
+            body["messages"] += [{"role": "assistant", "content": f"answer {turn}"},
+                                 {"role": "user", "content": f"more {turn}"}]
+            r = post_stream(server.port, "/v1/messages", body, {"anthropic-version": "2023-06-01"})
+            if r.error:
+                raise SystemExit(f"turn {turn}: {r.error}")
+        conn = http.client.HTTPConnection("127.0.0.1", server.port)
+        conn.request("GET", "/profile", headers={"authorization": "Bearer x"})
+        rows = json.loads(conn.getresponse().read())["data"][-turns:]
+    finally:
+        server.stop()
+    out = {k: statistics.median(r[k] for r in rows) * 1000 for k in ("ttft_s", "other_s", "prefill_s")}
+    out["messages"] = len(body["messages"])
+    out["share"] = statistics.median(r["other_s"] / r["ttft_s"] for r in rows)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--http", action="store_true", help="also over HTTP: tinytitan serve on the demo model")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from tinytitan.demo_model import demo_model_id, ensure_demo_model
@@ -128,6 +165,13 @@ def main() -> None:
           "| ratio |")
     print("|:--|--:|--:|--:|--:|")
     print(f"| 161 messages, 20 tools | {size // 1024} KB | {fresh:.1f} | {next_turn:.1f} | {next_turn / fresh:.2f} |\n")
+    if args.http:
+        h = over_http(args.turns)
+        print("| over HTTP, the body growing a turn a request | messages (last) | first token ms | outside the engine ms (whole request) "
+              "| prefill ms | outside ÷ first token |")
+        print("|:--|--:|--:|--:|--:|--:|")
+        print(f"| `/v1/messages`, demo model, 4 tokens | {h['messages']} | {h['ttft_s']:.1f} | {h['other_s']:.1f} "
+              f"| {h['prefill_s']:.1f} | {h['share']:.2f} |\n")
     backend = MLXBackend(ensure_demo_model(), demo_model_id())
     print("| variant | prompt tokens (last turn) | prepare's tokenize ms (turns 2+, median) | tokenizing whole ms "
           "| ratio (median of turns) |")
