@@ -249,3 +249,19 @@ def test_cached_prompts_that_share_only_the_opening_decode_nothing(demo_tok):
     out, spans = splice(new, entries, lambda t: list(demo_tok.encode(t, add_special_tokens=False)), decode,
                         restart_tokens(demo_tok))
     assert out == demo_tok.encode(new, add_special_tokens=False) and decoded == []
+
+
+def test_an_edit_in_the_first_turn_after_a_long_opening_still_restarts_there(demo_tok):
+    """The search from the span's end doubles its step: it still looks at the first added token before giving
+    up (a long plain opening, then short turns, the first of them edited)."""
+    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+
+    opening = "word " * 400
+    turns = [f"<|im_start|>user\nTurn {i}<|im_end|>\n" for i in range(6)]
+    old = opening + "".join(turns)
+    new = opening + "<|im_start|>user\nTurn zero<|im_end|>\n" + "".join(turns[1:])
+    ids = demo_tok.encode(old, add_special_tokens=False)
+    seen: list[str] = []
+    out, _ = splice(new, [(ids, (Span(len(ids), old),))], _spy_encode(demo_tok, seen), text_of(demo_tok),
+                    restart_tokens(demo_tok))
+    assert out == demo_tok.encode(new, add_special_tokens=False) and seen == [new[len(opening):]]

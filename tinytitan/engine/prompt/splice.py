@@ -142,7 +142,9 @@ def restart_prefix(ids: Sequence[int], span_text: str, limit: int, decode: Calla
         if where[1] <= limit:
             fits = i, where[0]
             break
-        fails, i, step = i, i - step, step * 2
+        if i == 0:
+            break
+        fails, i, step = i, max(i - step, 0), step * 2  # (the first one is looked at before giving up)
     if fits is None:
         return 0, 0
     while fails - fits[0] > 1:  # the last added token that still fits, between the two
