@@ -148,3 +148,14 @@ def test_a_parked_thread_takes_no_more_jobs():
     assert ran.wait(10) and thread.park(timeout=10)
     with pytest.raises(RuntimeError, match="stopped taking jobs"):
         thread.start_soon(lambda: None, lambda o: None)
+
+
+def test_parking_waits_for_the_jobs_queued_before_it_and_says_so_when_they_take_long(monkeypatch, caplog):
+    monkeypatch.setattr(model_thread, "PARK_SAY_S", 0.05)
+    thread = ModelThread("tinytitan-test-model", trim=lambda: None)
+    ran = []
+    thread.start_soon(lambda: time.sleep(0.3), lambda o: ran.append("first"))
+    thread.start_soon(lambda: None, lambda o: ran.append("second"))
+    with caplog.at_level("WARNING", logger="tinytitan.engine"):
+        assert thread.park(timeout=10)
+    assert ran == ["first", "second"] and "waiting up to 10 s" in caplog.text

@@ -2,8 +2,9 @@
 
 Rules:
 - Jobs run one after another, in the order given, on the same thread for the life of the process.
-- The thread never ends: at exit (``atexit``, while Python still runs) it parks, once the job it runs (if any)
-  is done, in a wait with no timeout that nothing ends. A thread that ends frees mlx's per-thread state, whose
+- The thread never ends: at exit (``atexit``, while Python still runs) it parks, once the jobs queued before
+  are done (waiting ``PARK_WAIT_S`` at most), in a wait with no timeout that nothing ends; a job offered after
+  that is refused (``Parked``). A thread that ends frees mlx's per-thread state, whose
   compiled functions call back into Python; one that wakes (its idle timer, a job) once the interpreter is
   shutting down is ended by Python on the spot, freeing that state without it, and the process aborts
   ("terminate called without an active exception", exit 134).
@@ -38,8 +39,13 @@ from ..heap import IdleTrim
 log = logging.getLogger("tinytitan.engine")
 
 IDLE_TRIM_S = 0.5  # seconds the thread waits idle after a job before the heap is trimmed
-PARK_WAIT_S = 5.0  # at exit, how long a job still running is waited for before the process goes on exiting
+PARK_WAIT_S = 30.0  # at exit, how long a job still running is waited for before the process goes on exiting
+PARK_SAY_S = 1.0  # ... and after how long the log says what the exit waits for
 _PARK = object()  # the last job: the thread waits for nothing from then on
+
+
+class Parked(RuntimeError):
+    """The model thread takes no more jobs: the process is exiting."""
 
 
 class ModelThread:
@@ -58,25 +64,28 @@ class ModelThread:
         return self._thread.ident if self._thread else None
 
     def start_soon(self, fn: Callable[[], Any], deliver: Callable[[outcome.Outcome], None]) -> None:
-        with self._lock:
+        with self._lock:  # (queued under the lock: never behind the last job, where nothing would run it)
             if self._closed:
-                raise RuntimeError("the model thread has stopped taking jobs: the process is exiting")
+                raise Parked("the model thread has stopped taking jobs: the process is exiting")
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
                 atexit.register(self.park)
-        self._jobs.put((fn, deliver))
+            self._jobs.put((fn, deliver))
 
     def park(self, timeout: float = PARK_WAIT_S) -> bool:
         """Once the jobs queued before this call have run, the thread waits for nothing for good (see the rules;
         called at exit). Waits at most ``timeout`` for that → whether it parked."""
         with self._lock:
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 return True
             if not self._closed:
                 self._closed = True
                 self._jobs.put(_PARK)
-        return self._parked.wait(timeout)
+        if self._parked.wait(min(PARK_SAY_S, timeout)):
+            return True
+        log.warning("exiting: waiting up to %.0f s for the model's work in progress to end", timeout)
+        return self._parked.wait(max(timeout - PARK_SAY_S, 0))
 
     async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         token = trio.lowlevel.current_trio_token()

@@ -55,6 +55,7 @@ from ..prompt.prepare import Prepared
 from ..decode.token_events import DecodeLoop
 from ..decode.decoder import Scheduler
 from .ranks import Group, GroupBroken
+from ..model_thread import Parked
 from ..prompt.raw import VerbatimParser
 from ..decode.rows import LEFT, Ending, Row
 from ..decode.step import Forward, Plan
@@ -132,7 +133,10 @@ class Lead:
         while self.group.broken is None:
             time.sleep(self.idle_s)
             done.clear()
-            model_thread.start_soon(self._heartbeat, lambda _outcome: done.set())
+            try:
+                model_thread.start_soon(self._heartbeat, lambda _outcome: done.set())
+            except Parked:  # the process is exiting
+                return
             done.wait()
 
     def _heartbeat(self) -> None:
