@@ -10,6 +10,8 @@ Rules:
   not items nested deeper (their text is inside their parent's).
 - Errors are what the schema's own ``items`` keyword gives: an item that fails is validated as before, and a
   valid item yields no error either way, so ``best_match`` picks the same error, in the same words.
+- The digest stands for the item wherever the field's ``items`` schema means one thing, as in every spec here:
+  a ``$dynamicRef`` in it (none is used) could make the same schema mean another under another dynamic scope.
 - Only valid items are remembered, at most ``REMEMBERED_ITEMS`` per field (the least recently seen go first);
   the memory is shared by the request handlers' worker threads, behind a lock.
 """
