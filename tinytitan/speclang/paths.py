@@ -1,13 +1,14 @@
 """Field paths as the spec tables write them: ``a.b``, ``items[]`` (every element), ``items[3]``.
 
-``walk(doc, "messages[].content[].type")`` yields ``(concrete_path, value)`` for every place the path
-reaches; a step that does not apply (a list step on a string, a missing key) reaches nothing.
+``reach(doc, "messages[].content[].type")`` gives ``(place, value)`` for every place the path reaches, the place
+as its steps (``spell`` writes it ``messages[3].content[0].type``); a step that does not apply (a list step on a
+string, a missing key) reaches nothing.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import Any
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d*)\]")
 MISSING = object()
@@ -24,15 +25,10 @@ def steps(path: str) -> list[str | int | None]:
     return out
 
 
-def walk(doc: Any, path: str) -> Iterator[tuple[str, Any]]:
-    for parts, value in reach(doc, path):
-        yield spell(parts), value
-
-
 def reach(doc: Any, path: str) -> list[tuple[tuple, Any]]:
-    """What ``walk`` reaches, each place as its steps (``("messages", 3, "content", 0, "type")``): spelled only
-    where it is needed (``spell``), since a refusal rule walks every message of an agent's conversation each
-    turn and names a place only when it refuses."""
+    """Every place ``path`` reaches in ``doc``, as its steps (``("messages", 3, "content", 0, "type")``):
+    spelled only where it is needed (``spell``), since a refusal rule walks every message of an agent's
+    conversation each turn and names a place only when it refuses."""
     out: list[tuple[tuple, Any]] = []
     _reach(doc, steps(path), 0, (), out)
     return out
