@@ -141,7 +141,7 @@ def test_a_prompt_whose_end_renders_differently_keeps_its_ids_up_to_the_last_add
     thinking block, a trimmed answer): the cached prompt's text no longer matches as a whole. Its ids are kept up
     to the last added token before the change, and only the text from there on is tokenized — the ids are the
     plain tokenization all the same."""
-    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+    from tinytitan.engine.prompt.tokenizer_facts import restart_tokens, text_of
 
     history = "".join(f"<|im_start|>user\nQuestion {i}: why?<|im_end|>\n<|im_start|>assistant\nBecause {i}.<|im_end|>\n"
                       for i in range(40))
@@ -164,7 +164,7 @@ def test_a_prompt_whose_end_renders_differently_keeps_its_ids_up_to_the_last_add
 def test_a_prompt_changed_early_is_tokenized_whole(demo_tok):
     """Where the change lies in the first half of the cached prompt, finding the added token before it would
     decode most of it: the text is tokenized whole, as before."""
-    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+    from tinytitan.engine.prompt.tokenizer_facts import restart_tokens, text_of
 
     turns = "".join(f"<|im_start|>user\nQuestion {i}<|im_end|>\n" for i in range(30))
     old = "<|im_start|>system\nYou are terse.<|im_end|>\n" + turns
@@ -179,7 +179,7 @@ def test_a_prompt_changed_early_is_tokenized_whole(demo_tok):
 def test_a_prompt_followed_by_an_answer_that_did_not_come_back_restarts_at_its_last_added_token(demo_tok):
     """The whole cached prompt matches and nothing of the answer does: the prompt's ids are kept up to its last
     added token (the text after it may merge with what follows), the rest tokenized: the plain ids."""
-    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+    from tinytitan.engine.prompt.tokenizer_facts import restart_tokens, text_of
 
     prompt = "".join(f"<|im_start|>user\nHi {i}<|im_end|>\n" for i in range(20)) + "<|im_start|>assistant\n"
     pids = demo_tok.encode(prompt, add_special_tokens=False)
@@ -194,7 +194,7 @@ def test_a_prompt_followed_by_an_answer_that_did_not_come_back_restarts_at_its_l
 
 def test_the_splice_reads_ids_as_the_tokenizer_writes_them(demo_tok):
     """``text_of``: the fast tokenizer's own decoding, special tokens written, numpy ids taken."""
-    from tinytitan.engine.prompt.splice import text_of
+    from tinytitan.engine.prompt.tokenizer_facts import text_of
 
     ids = demo_tok.encode("<|im_start|>user\nhé , . ok<|im_end|>", add_special_tokens=False)
     assert text_of(demo_tok)(np.array(ids)) == text_of(demo_tok)(ids) == demo_tok.decode(ids) \
@@ -206,7 +206,7 @@ def test_restarts_give_the_plain_ids_for_random_edits(demo_tok):
     added token): a splice that keeps nothing generated gives exactly the plain tokenization."""
     import random
 
-    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+    from tinytitan.engine.prompt.tokenizer_facts import restart_tokens, text_of
 
     rng = random.Random(7)
     words = ["def", " parse", "(h):", "\n", "  ", "return", " h", ".split", "é", "ü", "...", " ", "<think>", "</think>",
@@ -231,7 +231,7 @@ def test_restarts_give_the_plain_ids_for_random_edits(demo_tok):
 def test_cached_prompts_that_share_only_the_opening_decode_nothing(demo_tok):
     """Every request is walked against every cached entry: one that parts from the new prompt in its first half
     (another conversation under the same system prompt) is not searched for an added token."""
-    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+    from tinytitan.engine.prompt.tokenizer_facts import restart_tokens, text_of
 
     opening = "<|im_start|>system\nYou are terse.<|im_end|>\n"
     entries = []
@@ -254,7 +254,7 @@ def test_cached_prompts_that_share_only_the_opening_decode_nothing(demo_tok):
 def test_an_edit_in_the_first_turn_after_a_long_opening_still_restarts_there(demo_tok):
     """The search from the span's end doubles its step: it still looks at the first added token before giving
     up (a long plain opening, then short turns, the first of them edited)."""
-    from tinytitan.engine.prompt.splice import restart_tokens, text_of
+    from tinytitan.engine.prompt.tokenizer_facts import restart_tokens, text_of
 
     opening = "word " * 400
     turns = [f"<|im_start|>user\nTurn {i}<|im_end|>\n" for i in range(6)]

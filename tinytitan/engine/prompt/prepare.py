@@ -17,7 +17,8 @@ from ..cache.miss import Fingerprint, compare, diagnose
 from ..decode.call_limit import call_limit
 from ..families import template_source
 from .messages import template_messages, template_tools
-from .splice import restart_tokens, splice as splice_prompt, text_of
+from .splice import splice as splice_prompt
+from .tokenizer_facts import once_per_tokenizer, restart_tokens, text_of
 from .reasoning import TemplateReasoning, level_of
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
 from ..structured.compile import token_markers
@@ -278,11 +279,8 @@ class PromptPreparation(ToolDeclarations):
         fewer than the text characters it stands for: no token covers more of a text than this. Measured
         once per tokenizer (reading a vocabulary costs tens of milliseconds)."""
         if self._longest_token is None:
-            known = _LONGEST_TOKEN.get(id(self.tokenizer))
-            if known is None or known[0] is not self.tokenizer:
-                known = _LONGEST_TOKEN[id(self.tokenizer)] = (
-                    self.tokenizer, max(map(len, self.tokenizer.get_vocab()), default=1) or 1)
-            self._longest_token = known[1]
+            self._longest_token = once_per_tokenizer(
+                _LONGEST_TOKEN, self.tokenizer, lambda: max(map(len, self.tokenizer.get_vocab()), default=1) or 1)
         return self._longest_token
 
     @property
@@ -291,10 +289,7 @@ class PromptPreparation(ToolDeclarations):
         ``<|im_start|>`` and ``<|im_end|>``: 2), measured once per tokenizer from three turns against one. Only
         special tokens count: they never merge with a turn's text, so they add to any bound on its text. A role
         the measurement cannot take (a template that merges or refuses repeated turns) counts 0."""
-        known = _TURN_MARKERS.get(id(self.tokenizer))
-        if known is None or known[0] is not self.tokenizer:
-            known = _TURN_MARKERS[id(self.tokenizer)] = (self.tokenizer, self._measure_turn_markers())
-        return known[1]
+        return once_per_tokenizer(_TURN_MARKERS, self.tokenizer, self._measure_turn_markers)
 
     def _measure_turn_markers(self) -> dict[str, int]:
         try:

@@ -36,33 +36,6 @@ log = logging.getLogger("tinytitan.cache")
 
 REPLACEMENT = "\ufffd"
 
-_RESTARTS: dict[int, tuple[object, frozenset[int]]] = {}  # id(tokenizer) -> (tokenizer, its added tokens)
-
-
-def text_of(tokenizer) -> Callable[[Sequence[int]], str]:
-    """What ids say, exactly: a fast tokenizer's own decoding (``backend_tokenizer``), special tokens written,
-    without the wrapper's tidying (``clean_up_tokenization_spaces`` would pass ids for " ." off as "."), and
-    without its check of every id's type (half the time of decoding 24,000 ids); other tokenizers' ``decode``."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return tokenizer.decode
-
-    def decode(ids: Sequence[int]) -> str:
-        return backend.decode(ids.tolist() if hasattr(ids, "tolist") else list(ids), skip_special_tokens=False)
-
-    return decode
-
-
-def restart_tokens(tokenizer) -> frozenset[int]:
-    """The tokenizer's added tokens that its input is cut at before anything else (those that take no
-    whitespace before them); none for a tokenizer that does not list them. Read once per tokenizer."""
-    known = _RESTARTS.get(id(tokenizer))
-    if known is None or known[0] is not tokenizer:
-        added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-        known = _RESTARTS[id(tokenizer)] = (tokenizer, frozenset(
-            int(i) for i, t in added.items() if not getattr(t, "lstrip", False)))
-    return known[1]
-
 
 @dataclass(frozen=True)
 class Span:
