@@ -112,7 +112,7 @@ def test_template_rerender(backend):
 def test_eviction(backend):
     msgs = [SYSTEM, ("user", "Read it."), ("assistant", "Done."), ("user", "And now?")]
     _turn(backend, _req(msgs))
-    backend.prompt_cache.entries.clear()  # what the byte budget does
+    backend.prompt_cache.evict_all()  # what the byte budget does
     evicted = backend.prepare(_req(msgs))
     assert evicted.cache_miss["reason"] == "evicted"
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tinytitan.chat_request import ChatRequest, Message
-from tinytitan.engine.cache.memory import PromptCache, common_prefix
+from tinytitan.engine.cache.entries import common_prefix
+from tinytitan.engine.cache.memory import PromptCache
 
 
 def test_longest_prefix_and_lru_bookkeeping():

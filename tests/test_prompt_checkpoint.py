@@ -10,7 +10,8 @@ import pytest
 
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.cache.checkpoint import keep, wanted
-from tinytitan.engine.cache.memory import PromptCache, kv_bytes, kv_trimmable
+from tinytitan.engine.cache.entries import kv_bytes, kv_trimmable
+from tinytitan.engine.cache.memory import PromptCache
 
 WINDOW = 64  # the windowed text model's cache size (mlx-lm's max_kv_size: a RotatingKVCache in every layer)
 

@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from anthropic_util import message, sdk
 from conftest import needs
 from responses_helpers import record_prompts
-from tinytitan.engine.cache.memory import common_prefix, kv_offset
+from tinytitan.engine.cache.entries import common_prefix, kv_offset
 from tinytitan.models.resolve import installed_gguf
 
 GGUF = installed_gguf("smollm2")

@@ -326,7 +326,7 @@ def test_grammar_masked_decode_with_drafts_matches_and_leaves_the_matcher_where_
 
 
 def test_the_cache_holds_what_one_token_at_a_time_leaves_also_when_the_consumer_stops_early(demo):
-    from tinytitan.engine.cache.memory import kv_offset
+    from tinytitan.engine.cache.entries import kv_offset
     from tinytitan.engine.speculative.sampling import RowSampler
 
     model, tok = demo

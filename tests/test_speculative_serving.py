@@ -56,7 +56,7 @@ async def test_a_lone_request_drafts_by_default_and_answers_as_without(demo_back
 
 async def test_stop_strings_and_the_cap_cut_a_drafted_run_where_they_would_without(demo_backend):
     from tinytitan.engine.engine import Engine
-    from tinytitan.engine.cache.memory import kv_offset
+    from tinytitan.engine.cache.entries import kv_offset
 
     engine = Engine(demo_backend, max_batch=1)
     model_id = demo_backend.model_id

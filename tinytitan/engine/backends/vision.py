@@ -17,7 +17,7 @@ Rules:
   inside a message's own text (a model's earlier answer that wrote it, a pasted template) stays text: only the
   placeholders the template writes for image parts are images.
 - Reading: where a row's cache starts (``prompt_prefix``, on the model thread): the longest cached prefix (its
-  images keyed by digest: prompt_cache.keyed), backed off to the start of an image it cuts; then the images after
+  images keyed by digest: cache/entries.py's keyed), backed off to the start of an image it cuts; then the images after
   it are encoded (vision tower + projector: ``encoded_images`` counts them) and the prompt is read from their
   embeddings through the end of the last image. The row then reads the text after it like any row: it joins the
   batch, its grammar mask and drafting apply to its text. To the decoder it is a prompt-cache hit.
@@ -47,7 +47,7 @@ from ...errors import invalid
 from ...images import ImageError, open_image
 from ..prompt.prepare import Prepared
 from .mlx import MLXBackend, read_json
-from ..cache.memory import ImageRun, kv_trimmable
+from ..cache.entries import ImageRun, kv_trimmable
 
 log = logging.getLogger("tinytitan.vision")
 

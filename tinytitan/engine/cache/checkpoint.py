@@ -35,7 +35,7 @@ import logging
 from typing import Any, Sequence
 
 from .disk_files import snapshot
-from .memory import ImageRun, kv_bytes, kv_offset, kv_trimmable
+from .entries import ImageRun, kv_bytes, kv_offset, kv_trimmable
 
 log = logging.getLogger("tinytitan.cache")
 

@@ -13,7 +13,9 @@ Rules:
   prompt's checkpoint outlives its answer's file: cache/checkpoint.py).
 - Bounded: past ``max_bytes`` the least recently used files (modification time, touched on each read) go.
 - Read back (``best`` then ``load``) when it holds a longer prefix of a prompt than memory does (a file whose
-  cache cannot be trimmed back, as its metadata says, only where it is wholly a prefix of the prompt). A file of
+  cache cannot be trimmed back, as its metadata says, only where it is wholly a prefix of the prompt). The files
+  are found by their ids through a ``PrefixIndex`` per cache layout (cache/prefix_index.py), never by comparing
+  a prompt with each: a lookup costs the same for ten files or ten thousand. A file of
   another model is left alone; one of this model but another format version or layout, or one that fails to
   load, is ignored with a warning, never misread.
 - The snapshot is taken on the model thread (``snapshot``): new array handles on the cache's current buffers,
@@ -38,6 +40,7 @@ import numpy as np
 from ...models import weights_digest
 from ..prompt.splice import Span
 from .disk_files import FORMAT, OnDisk, SUFFIX, SUPERSEDED, read_metadata, snapshot
+from .prefix_index import PrefixIndex
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -54,7 +57,8 @@ class PromptDisk:
         self.max_bytes = max_bytes
         self._digest: str | None = None
         self._layout: str | None = None
-        self._index: list[OnDisk] | None = None
+        self._index: dict[Path, OnDisk] | None = None  # this model's files, once the directory is read
+        self._by_layout: dict[str, dict[bool, PrefixIndex[OnDisk]]] = {}  # ... by layout, then by trimmability
         self._lock = threading.Lock()
         self._pending: dict[bytes, tuple] = {}  # lineage (first ids) -> newest snapshot waiting
         self._wake = threading.Condition(self._lock)
@@ -96,9 +100,10 @@ class PromptDisk:
         with self._lock:
             return self._index is not None
 
-    def index(self, wait: float = 0.0) -> list[OnDisk]:
-        """This model's files of this layout; empty until the writer thread has read the directory (waited for
-        up to ``wait`` seconds: the weights' digest is remembered, so that is reading a few headers)."""
+    def _held(self, wait: float = 0.0) -> dict[bool, PrefixIndex[OnDisk]] | None:
+        """This model's files of this layout, by trimmability (read under the lock); None until the writer thread
+        has read the directory (waited for up to ``wait`` seconds: the weights' digest is remembered, so that is
+        reading a few headers) or where it holds none."""
         self.start()
         if wait and self._digest is None and weights_digest.remembered(self.weight_files) is None:
             wait = 0  # the weights are being hashed for the first time: no file of this model can be waiting
@@ -106,11 +111,20 @@ class PromptDisk:
         with self._lock:
             while self._index is None and time.monotonic() < deadline:
                 self._wake.wait(0.02)
-            index = list(self._index or [])
-        if not index:
-            return []
+            if not self._index:
+                return None
         self.check_layouts()
-        return [f for f in index if f.layout == self.layout]
+        return self._by_layout.get(self.layout)
+
+    def _add(self, f: OnDisk) -> None:  # holding the lock
+        self._forget_locked(f.path)
+        self._index[f.path] = f
+        self._by_layout.setdefault(f.layout, {True: PrefixIndex(), False: PrefixIndex()})[f.trimmable].add(f.tokens, f)
+
+    def _forget_locked(self, path: Path) -> None:  # holding the lock
+        f = self._index.pop(path, None) if self._index is not None else None
+        if f is not None:
+            self._by_layout[f.layout][f.trimmable].discard(f.tokens, f)
 
     def _scan(self) -> None:
         """The directory's files of this model, from their headers (the writer thread, at start)."""
@@ -153,7 +167,9 @@ class PromptDisk:
             log.info("prompt cache on disk: %d prefix(es) of this model in %s (%.1f MiB)", len(found), self.dir,
                      sum(f.nbytes for f in found) / 2**20)
         with self._lock:
-            self._index = found
+            self._index, self._by_layout = {}, {}
+            for f in found:
+                self._add(f)
 
     def check_layouts(self) -> None:
         """Warn once about this model's files of another cache layout (model thread: the layout needs the
@@ -162,38 +178,36 @@ class PromptDisk:
             return
         self._checked = True
         with self._lock:
-            index = list(self._index or [])
-        other = [f for f in index if f.layout != self.layout]
+            other = [f for f in (self._index or {}).values() if f.layout != self.layout]
         for f in other:
             log.warning("prompt cache on disk: %s was written for another cache layout (%s, now %s); ignored",
                         f.path.name, f.layout, self.layout)
 
     def best(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
-        from .memory import common_prefix
-
-        best, n = None, 0
-        for f in self.index(wait=INDEX_WAIT):
-            k = min(common_prefix(f.tokens, prompt), len(prompt) - 1)
-            if k > n and (f.trimmable or k == len(f.tokens)):
-                best, n = f, k
-        return best, n
+        """The file that gives the most of ``prompt``'s tokens (at least one left to read), and how many: the
+        prefix it shares with the prompt, where it can be trimmed back to that or is wholly that prefix."""
+        held = self._held(wait=INDEX_WAIT)
+        cap = len(prompt) - 1
+        if held is None or cap <= 0:
+            return None, 0
+        with self._lock:
+            n, near = held[True].longest(prompt)
+            n = min(n, cap)
+            whole = next(held[False].prefixes_of(prompt[:cap]), None)
+        if whole is not None and whole[0] > n:
+            return whole[1][0], whole[0]
+        return (near[0], n) if n > 0 else (None, 0)
 
     def peek(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
-        """``best`` without waiting or touching the model (any thread): only once the index is read and the
-        layout known."""
-        from .memory import common_prefix
-
+        """The file sharing the longest prefix with ``prompt``, and how long, without waiting or touching the model
+        (any thread): only once the index is read and the layout known."""
         with self._lock:
-            index = list(self._index or [])
-        if not index or self._layout is None:
-            return None, 0
-        best, n = None, 0
-        for f in index:
-            if f.layout == self._layout:
-                k = common_prefix(f.tokens, prompt)
-                if k > n:
-                    best, n = f, k
-        return best, n
+            held = self._by_layout.get(self._layout) if self._index and self._layout is not None else None
+            if held is None:
+                return None, 0
+            found = [held[True].longest(prompt), held[False].longest(prompt)]
+        n = max(k for k, _ in found)
+        return next((fs[0] for k, fs in found if k == n and fs), None) if n else None, n
 
     def load(self, f: OnDisk) -> tuple[list, tuple[Span, ...]] | None:
         """The KV cache a file holds and its spans; None (the file set aside, with a warning) where it fails."""
@@ -222,17 +236,19 @@ class PromptDisk:
 
     def _forget(self, path: Path) -> None:
         with self._lock:
-            if self._index is not None:
-                self._index = [f for f in self._index if f.path != path]
+            self._forget_locked(path)
 
     # -- writing -------------------------------------------------------------------------------------------
     def put(self, tokens: np.ndarray, kv: list, spans: tuple[Span, ...]) -> None:
         """Queue a cache to be written (called on the model thread, right after the generation is stored)."""
         if len(tokens) < MIN_TOKENS:
             return
-        if any(len(f.tokens) == len(tokens) and np.array_equal(f.tokens, tokens) for f in self.index()):
-            return
-        from .memory import kv_trimmable
+        held = self._held()
+        if held is not None:
+            with self._lock:
+                if held[True].exact(tokens) or held[False].exact(tokens):
+                    return
+        from .entries import kv_trimmable
 
         layout = self.layout  # here, on the model thread
         snap = snapshot(kv)
@@ -263,7 +279,7 @@ class PromptDisk:
         except Exception:
             log.warning("prompt cache on disk: %s cannot be used", self.dir, exc_info=True)
             with self._lock:
-                self._index, self._busy = [], False
+                self._index, self._busy = {}, False
                 self._wake.notify_all()
             return
         with self._lock:
@@ -288,7 +304,7 @@ class PromptDisk:
     def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str) -> None:
         from mlx_lm.models.cache import save_prompt_cache
 
-        from .memory import common_prefix, kv_trimmable
+        from .entries import kv_trimmable
 
         path = self.dir / (self._name(tokens, layout) + SUFFIX)
         if path.exists():
@@ -307,12 +323,15 @@ class PromptDisk:
         self.writes += 1
         superseded = []
         with self._lock:
-            index = self._index or []
-            for f in index:
-                if f.path != path and f.layout == layout and len(f.tokens) <= len(tokens) and trimmable and \
-                        common_prefix(f.tokens, tokens) == len(f.tokens):
-                    superseded.append(f)
-            self._index = [f for f in index if f not in superseded and f.path != path] + [entry]
+            if self._index is None:
+                self._index = {}
+            held = self._by_layout.get(layout)
+            if held is not None and trimmable:  # files whose ids are a prefix of the new one's
+                superseded = [f for h in held.values() for _, fs in h.prefixes_of(tokens) for f in fs
+                              if f.path != path]
+            for f in superseded:
+                self._forget_locked(f.path)
+            self._add(entry)
         for f in superseded:
             try:
                 f.path.unlink()
@@ -344,7 +363,7 @@ class PromptDisk:
     # -- what it holds -------------------------------------------------------------------------------------
     def stats(self) -> dict:
         with self._lock:
-            index = list(self._index or [])
+            index = list((self._index or {}).values())
             pending = len(self._pending) + (1 if self._busy else 0)
         return {"dir": str(self.dir), "entries": len(index), "bytes": sum(f.nbytes for f in index), "pending": pending,
                 "max_bytes": self.max_bytes, "reads": self.reads, "writes": self.writes,

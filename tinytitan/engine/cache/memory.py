@@ -15,6 +15,12 @@ Rules:
   cannot be leaves it (a prompt's checkpoint, cache/checkpoint.py, outlives its answer's entry).
 - Every read and change of the entries holds one lock: the model thread changes them while the trio side
   reads the stats (``GET /v1/models``).
+- Entries and notes are found by the prefix they share with a prompt through a ``PrefixIndex``
+  (cache/prefix_index.py), changed with them, never by comparing the prompt with each: entries in two, those
+  that can be trimmed back (or hold no KV) and those reused only whole. Where several share the longest
+  prefix, the one taken is one of those next to the prompt in the index's order: a whole one (nothing to
+  copy) before one to trim, and for the diagnosis (``probe``) one whose request is known, the most recently
+  used first.
 - A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
   what a real cache would reuse.
 - With a disk (cache/disk.py) every stored KV cache is also queued to be written there, and a prompt whose
@@ -35,108 +41,20 @@ Rules:
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..prompt.splice import Span
+from .entries import Entry, ImageRun, Note, keyed, kv_bytes, kv_offset, kv_trimmable
+from .prefix_index import PrefixIndex
 
 log = logging.getLogger("tinytitan.cache")
-
-
-@dataclass(frozen=True)
-class ImageRun:
-    """An image's tokens in a prompt: ``start`` to ``end`` (exclusive), and the sha256 (hex) of its bytes;
-    ``rope_delta``: how far the rope position of the text after it lags its index (M-RoPE: an image's tokens take
-    fewer positions than there are of them), else 0."""
-    start: int
-    end: int
-    digest: str
-    rope_delta: int = 0
-
-
-def keyed(tokens: Sequence[int], images: Sequence[ImageRun] = ()) -> np.ndarray:
-    """The ids a prompt is compared by: its image runs' tokens replaced by 28-bit pieces of their digests, negated
-    (position j of a run takes piece j mod 9: the whole digest within a run's first nine tokens)."""
-    t = np.array(tokens, dtype=np.int64)
-    for run in images:
-        pieces = [-1 - int(run.digest[7 * k:7 * k + 7], 16) for k in range(9)]
-        end = min(run.end, len(t))
-        if end > run.start:
-            t[run.start:end] = np.resize(np.array(pieces, dtype=np.int64), end - run.start)
-    return t
-
-
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.nonzero(a[:n] != b[:n])[0]
-    return int(diff[0]) if len(diff) else n
-
-
-def kv_offset(kv: list) -> int | None:
-    for c in kv:
-        off = getattr(c, "offset", None)
-        if isinstance(off, int):
-            return off
-    return None
-
-
-def kv_bytes(kv: list | None) -> int:
-    if not kv:
-        return 0
-    total = 0
-    for c in kv:
-        try:
-            total += int(c.nbytes)
-        except Exception:  # a cache type without nbytes: count nothing rather than fail a request
-            pass
-    return total
-
-
-def kv_trimmable(kv: list) -> bool:
-    return all(getattr(c, "is_trimmable", lambda: False)() for c in kv)
-
-
-def reusable(e: "Entry", prompt: np.ndarray) -> int:
-    """How many of ``prompt``'s tokens entry ``e`` can give (at least one prompt token is left to read): the
-    shared prefix, where ``e`` holds just that or can be trimmed back to it, else 0."""
-    n = min(common_prefix(e.tokens, prompt), len(prompt) - 1)
-    if n <= 0 or n == len(e.tokens) or e.payload is None or kv_trimmable(e.payload):
-        return max(n, 0)
-    return 0
-
-
-@dataclass
-class Entry:
-    tokens: np.ndarray
-    payload: Any
-    nbytes: int
-    spans: tuple[Span, ...] = ()  # what a prefix of ``tokens`` says (prompt/splice.py)
-    fingerprint: Any = None  # the request that made it (cache_miss.Fingerprint), and where its answer starts
-    prompt_length: int | None = None
-    ids: np.ndarray | None = None  # its real ids, where images make ``tokens`` (the key) differ from them
-
-    @property
-    def real(self) -> np.ndarray | None:
-        """Its token ids (None: an entry read back from disk with images, whose ids only its key holds)."""
-        if self.ids is not None:
-            return self.ids
-        return self.tokens if not (self.tokens < 0).any() else None
-
-
-@dataclass
-class Note:
-    """A prompt as it was prepared: its ids, their spans, and how to read generated ids back as text."""
-    tokens: np.ndarray
-    spans: tuple[Span, ...]
-    decode: Callable[[Sequence[int]], str]
-    fingerprint: Any = None
 
 
 MAX_NOTES = 64
@@ -147,9 +65,13 @@ class PromptCache:
     def __init__(self, max_bytes: int, max_entries: int = 64):
         self.max_bytes = max_bytes
         self.max_entries = max_entries
-        self.entries: "OrderedDict[int, Entry]" = OrderedDict()
-        self.notes: "OrderedDict[bytes, Note]" = OrderedDict()
+        self._entries: "OrderedDict[int, Entry]" = OrderedDict()  # least recently used first
+        # the entries by their ids: those that can be trimmed back (or hold no KV), and those reused only whole
+        self._held: dict[bool, PrefixIndex[Entry]] = {True: PrefixIndex(), False: PrefixIndex()}
+        self._notes: "OrderedDict[bytes, Note]" = OrderedDict()
+        self._noted: PrefixIndex[Note] = PrefixIndex()
         self._next = 0
+        self._tick = itertools.count(1)
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0  # fetches that found no reusable prefix
@@ -158,12 +80,18 @@ class PromptCache:
         self.reframe: Callable[[Any, int], None] | None = None  # turns a row's shifted keys back (see the rules)
 
     @property
+    def entries(self) -> Mapping[int, Entry]:
+        """The entries, least recently used first (a view: they change only through the cache, which indexes
+        them)."""
+        return MappingProxyType(self._entries)
+
+    @property
     def nbytes(self) -> int:
         with self._lock:
             return self._nbytes()
 
     def _nbytes(self) -> int:  # holding the lock
-        return sum(e.nbytes for e in self.entries.values())
+        return sum(e.nbytes for e in self._entries.values())
 
     def fetch(self, prompt: Sequence[int], images: Sequence[ImageRun] = ()) -> tuple[Any, int]:
         """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable."""
@@ -171,25 +99,21 @@ class PromptCache:
         if self.disk is not None:
             self._read_back(p)
         with self._lock:
-            best_key, best_n = None, 0
-            for key, e in self.entries.items():
-                n = reusable(e, p)
-                if n > best_n or (n == best_n and best_key is not None and n and len(e.tokens) == n):
-                    best_key, best_n = key, n
-            if best_key is None or best_n <= 0:
+            best_key, best_n = self._best(p)
+            if best_key is None:
                 self.misses += 1
                 return None, 0
-            e = self.entries[best_key]
+            e = self._entries[best_key]
             whole = best_n == len(e.tokens)
             if e.payload is None:
-                self.entries.move_to_end(best_key)
+                self._touch(best_key)
                 payload = None
             elif whole:
-                del self.entries[best_key]
+                self._drop(best_key)
                 payload = e.payload
             else:
                 payload = copy.deepcopy(e.payload)
-                self.entries.move_to_end(best_key)
+                self._touch(best_key)
             self.hits += 1
             self.reused_tokens += best_n
         if payload is not None and not whole:
@@ -197,6 +121,23 @@ class PromptCache:
             for c in payload:
                 c.trim(trimmed)
         return payload, best_n
+
+    def _best(self, p: np.ndarray) -> tuple[int | None, int]:
+        """The entry that gives the most of prompt ``p``'s tokens (at least one left to read), and how many: the
+        prefix it shares with ``p``, where it holds just that or can be trimmed back to it. (None, 0) when none
+        gives any. Holding the lock."""
+        cap = len(p) - 1
+        if cap <= 0:
+            return None, 0
+        n, near = self._held[True].longest(p)
+        n = min(n, cap)
+        whole = next(self._held[False].prefixes_of(p[:cap]), None)  # the longest reused only whole
+        if whole is not None and whole[0] >= n:
+            return whole[1][0].key, whole[0]
+        if n <= 0:
+            return None, 0
+        exact = self._held[True].exact(p[:n])  # one that holds just that: nothing to copy or trim
+        return (exact or near)[0].key, n
 
     def store(self, tokens: Sequence[int], payload: Any, images: Sequence[ImageRun] = (),
               checkpoint: bool = False) -> None:
@@ -223,27 +164,41 @@ class PromptCache:
         trimmable = payload is None or kv_trimmable(payload)
         with self._lock:
             # an entry that is a prefix of the new one is superseded by it, where the new one can stand in for it
-            for key in [k for k, e in self.entries.items()
-                        if len(e.tokens) <= len(t) and common_prefix(e.tokens, t) == len(e.tokens)
-                        and (trimmable or len(e.tokens) == len(t))]:
-                del self.entries[key]
-            self._insert(t, payload, size, spans, note, ids if images else None)
+            for held in self._held.values():
+                found = [es for _, es in held.prefixes_of(t)] if trimmable else [held.exact(t)]
+                for e in [e for es in found for e in es]:
+                    self._drop(e.key)
+            self._insert(t, payload, size, spans, note, ids if images else None, trimmable)
         if self.disk is not None and payload is not None:
             self.disk.put(t, payload, spans)
 
     def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...],
-                note: Note | None = None, ids: np.ndarray | None = None) -> None:  # holding the lock
-        self.entries[self._next] = Entry(t, payload, size, spans, note.fingerprint if note else None,
-                                         len(note.tokens) if note else None, ids)
+                note: Note | None = None, ids: np.ndarray | None = None,
+                trimmable: bool | None = None) -> None:  # holding the lock
+        if trimmable is None:
+            trimmable = payload is None or kv_trimmable(payload)
+        e = Entry(t, payload, size, spans, note.fingerprint if note else None, len(note.tokens) if note else None,
+                  ids, trimmable, next(self._tick), self._next)
+        self._entries[self._next] = e
+        self._held[trimmable].add(t, e)
         self._next += 1
-        while self.entries and (self._nbytes() > self.max_bytes or len(self.entries) > self.max_entries):
-            key, old = self.entries.popitem(last=False)
+        while self._entries and (self._nbytes() > self.max_bytes or len(self._entries) > self.max_entries):
+            old = self._drop(next(iter(self._entries)))
             log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
+
+    def _drop(self, key: int) -> Entry:  # holding the lock
+        e = self._entries.pop(key)
+        self._held[e.trimmable].discard(e.tokens, e)
+        return e
+
+    def _touch(self, key: int) -> None:  # holding the lock
+        self._entries.move_to_end(key)
+        self._entries[key].used = next(self._tick)
 
     def _read_back(self, p: np.ndarray) -> None:
         """A longer prefix on disk than in memory: read it into memory (the model thread, at fetch)."""
         with self._lock:
-            in_memory = max((reusable(e, p) for e in self.entries.values()), default=0)
+            in_memory = self._best(p)[1]
         f, n = self.disk.best(p)
         if f is None or n < in_memory + READ_BACK_GAIN:
             return
@@ -260,8 +215,17 @@ class PromptCache:
 
     def clear(self) -> None:
         with self._lock:
-            self.entries.clear()
-            self.notes.clear()
+            self._entries.clear()
+            for held in self._held.values():
+                held.clear()
+            self._notes.clear()
+            self._noted.clear()
+
+    def evict_all(self) -> None:
+        """Every entry goes, as the byte budget would take them; what was prepared (the notes) stays."""
+        with self._lock:
+            for key in list(self._entries):
+                self._drop(key)
 
     # -- what the ids say (prompt/splice.py) ----------------------------------------------------------------
     def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str],
@@ -270,11 +234,16 @@ class PromptCache:
         fingerprint of its request (cache/miss.py)."""
         t = keyed(tokens, images)
         key = t.tobytes()
+        note = Note(t, spans, decode, fingerprint)
         with self._lock:
-            self.notes[key] = Note(t, spans, decode, fingerprint)
-            self.notes.move_to_end(key)
-            while len(self.notes) > MAX_NOTES:
-                self.notes.popitem(last=False)
+            old = self._notes.pop(key, None)
+            if old is not None:
+                self._noted.discard(old.tokens, old)
+            self._notes[key] = note
+            self._noted.add(t, note)
+            while len(self._notes) > MAX_NOTES:
+                _, gone = self._notes.popitem(last=False)
+                self._noted.discard(gone.tokens, gone)
 
     def probe(self, prompt: Sequence[int], images: Sequence[ImageRun] = ()):
         """What the cache holds nearest a prompt (cache_miss.Probe), without taking anything: the entry (in memory
@@ -284,12 +253,14 @@ class PromptCache:
         p = keyed(prompt, images)
         out = Probe()
         with self._lock:
-            out.any_entry = bool(self.entries)
-            for e in reversed(self.entries.values()):
-                n = common_prefix(e.tokens, p)
-                if n > out.n or out.fingerprint is None and n == out.n and e.fingerprint is not None:
-                    out.n, out.length, out.fingerprint, out.prompt_length = n, len(e.tokens), e.fingerprint, e.prompt_length
-            out.recent = max((common_prefix(note.tokens, p) for note in self.notes.values()), default=0)
+            out.any_entry = bool(self._entries)
+            found = [self._held[True].longest(p), self._held[False].longest(p)]
+            n = max(k for k, _ in found)
+            near = [e for k, es in found if k == n for e in es]
+            e = max(near, key=lambda e: (e.fingerprint is not None, e.used), default=None)  # the request known,
+            if e is not None and (n or e.fingerprint is not None):  # the most recently used first
+                out.n, out.length, out.fingerprint, out.prompt_length = n, len(e.tokens), e.fingerprint, e.prompt_length
+            out.recent = self._noted.longest(p)[0]
         if self.disk is not None:
             f, n = self.disk.peek(p)
             if f is not None and n > out.n:
@@ -300,22 +271,17 @@ class PromptCache:
     def candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
         """Each entry's ids and spans, most recently used first."""
         with self._lock:
-            return [(e.real, e.spans) for e in reversed(self.entries.values()) if e.spans and e.real is not None]
+            return [(e.real, e.spans) for e in reversed(self._entries.values()) if e.spans and e.real is not None]
 
     def _note_for(self, t: np.ndarray, within: bool = False) -> Note | None:
         """The longest remembered prompt a stored run of ids starts with (``within``: the shortest one that
         starts with the ids: a checkpoint holds part of its prompt)."""
         with self._lock:
-            best = None
-            for note in self.notes.values():
-                n = len(note.tokens)
-                if within:
-                    if n >= len(t) and (best is None or n < len(best.tokens)) and \
-                            common_prefix(note.tokens, t) == len(t):
-                        best = note
-                elif n <= len(t) and (best is None or n > len(best.tokens)) and common_prefix(note.tokens, t) == n:
-                    best = note
-        return best
+            if within:
+                found = min(self._noted.starting_with(t), key=lambda f: f[0], default=None)
+            else:
+                found = next(self._noted.prefixes_of(t), None)
+        return found[1][0] if found else None
 
     def _spans_for(self, t: np.ndarray, best: Note | None) -> tuple[Span, ...]:
         """The spans of a stored run of ids: its prompt's, then what follows it, generated. Nothing when no
@@ -336,7 +302,7 @@ class PromptCache:
         """Read from the trio side (``GET /v1/models``) while the model thread changes the entries: under the
         lock, like every change."""
         with self._lock:
-            out = {"entries": len(self.entries), "bytes": self._nbytes(), "max_bytes": self.max_bytes,
+            out = {"entries": len(self._entries), "bytes": self._nbytes(), "max_bytes": self.max_bytes,
                    "hits": self.hits, "misses": self.misses, "reused_tokens": self.reused_tokens}
         if self.disk is not None:
             out["disk"] = self.disk.stats()

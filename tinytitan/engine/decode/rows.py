@@ -193,7 +193,7 @@ class Row:
             return
         import mlx.core as mx
 
-        from ..cache.memory import kv_offset, kv_trimmable
+        from ..cache.entries import kv_offset, kv_trimmable
 
         # a verified draft whose later tokens went unused (a stop string, the cap): the cache forgets them
         extra = (kv_offset(kv) or 0) - len(self.tokens) - len(self.generated)

@@ -1,0 +1,171 @@
+"""The prefix index (engine/cache/prefix_index.py) answers what comparing a prompt with every member answered, and
+the prompt cache and its disk, which now ask it, reuse what they reused before."""
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinytitan.engine.cache.disk import PromptDisk
+from tinytitan.engine.cache.memory import PromptCache
+from tinytitan.engine.cache.prefix_index import PrefixIndex
+
+
+def lcp(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def sequences(rng: random.Random):
+    """Id runs that share prefixes of every length with each other (and ids of every sign and size: an image's
+    key is negative, a little-endian byte order puts 256 before 1)."""
+    base = [rng.randrange(-3, 300) for _ in range(20)]
+
+    def one():
+        k = rng.randrange(0, 21)
+        tail = [rng.choice([rng.randrange(-3, 4), 256, 1, rng.randrange(-(2 ** 40), 2 ** 40)])
+                for _ in range(rng.randrange(0 if k else 1, 6))]
+        return base[:k] + tail
+
+    return one
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_index_answers_as_comparing_every_member(seed):
+    rng = random.Random(seed)
+    one = sequences(rng)
+    index, held = PrefixIndex(), []
+    for _ in range(80):
+        if held and rng.random() < 0.3:
+            t, m = held.pop(rng.randrange(len(held)))
+            index.discard(np.array(t), m)
+        else:
+            t, m = one(), object()
+            held.append((t, m))
+            index.add(np.array(t, dtype=np.int64), m)
+        q = one()
+        n, near = index.longest(q)
+        assert n == max((lcp(t, q) for t, _ in held), default=0)
+        assert bool(near) == bool(held)
+        assert all(lcp(t, q) == n for t, m in held if any(m is x for x in near))
+        assert {id(m) for m in index.exact(q)} == {id(m) for t, m in held if t == q}
+        prefixes = list(index.prefixes_of(q))
+        assert [k for k, _ in prefixes] == sorted({len(t) for t, _ in held if t == q[:len(t)]}, reverse=True)
+        for k, ms in prefixes:
+            assert {id(m) for m in ms} == {id(m) for t, m in held if t == q[:k]}
+        starting = [k for k, _ in index.starting_with(q)]
+        assert sorted(starting) == sorted(len(t) for t in {tuple(t) for t, _ in held if t[:len(q)] == q})
+        assert len(index) == len(held)
+
+
+class Trimmable:
+    """A stand-in KV cache that can be trimmed back (what the prompt cache asks of one)."""
+
+    def __init__(self, offset: int, trimmable: bool = True):
+        self.offset, self.nbytes, self.trimmable = offset, 8, trimmable
+
+    def is_trimmable(self) -> bool:
+        return self.trimmable
+
+    def trim(self, n: int) -> int:
+        self.offset -= n
+        return n
+
+
+def reusable_by_scan(cache: PromptCache, p: list[int]) -> int:
+    """What the cache reused before the index: each entry compared with the prompt."""
+    best = 0
+    for e in cache.entries.values():
+        n = min(lcp(list(e.tokens), p), len(p) - 1)
+        if n > 0 and (n == len(e.tokens) or e.payload is None or e.trimmable):
+            best = max(best, n)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_cache_reuses_what_a_scan_of_every_entry_would(seed):
+    rng = random.Random(seed)
+    one = sequences(rng)
+    cache = PromptCache(max_bytes=10 ** 6, max_entries=12)
+    for _ in range(60):
+        t = one()
+        kind = rng.random()
+        payload = None if kind < 0.2 else [Trimmable(len(t), trimmable=kind < 0.8)]
+        if rng.random() < 0.5:
+            cache.store(t, payload)
+            if payload is None or payload[0].trimmable:  # what the new entry stands in for is gone
+                assert not [e for e in cache.entries.values() if list(e.tokens) == t[:len(e.tokens)]
+                            and len(e.tokens) < len(t)]
+        p = one()
+        want = reusable_by_scan(cache, p)
+        probe = cache.probe(p)
+        assert probe.n == max((lcp(list(e.tokens), p) for e in cache.entries.values()), default=0)
+        kv, n = cache.fetch(p)
+        assert n == want
+        if n and kv is not None:
+            assert kv[0].offset == n  # trimmed back to what the prompt shares, or taken whole
+
+
+def test_a_whole_entry_is_taken_before_a_longer_one_is_copied():
+    cache = PromptCache(max_bytes=10 ** 6)
+    cache.store([1, 2, 3, 4, 5, 6], [Trimmable(6)])
+    cache.store([1, 2, 3, 9], [Trimmable(4, trimmable=False)])  # not a prefix of the first: both kept
+    cache.store([1, 2, 3], [Trimmable(3, trimmable=False)])  # a prefix of neither, reused only whole
+    assert len(cache.entries) == 3
+    kv, n = cache.fetch([1, 2, 3, 7, 7])
+    assert n == 3 and len(cache.entries) == 2  # the entry holding just [1, 2, 3]: taken out, nothing copied
+    assert sorted(len(e.tokens) for e in cache.entries.values()) == [4, 6]
+
+
+def _kv(n: int, trimmable: bool) -> list:
+    """A one-layer cache holding ``n`` positions: a KV cache, or a recurrent state that cannot be trimmed back."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import ArraysCache, KVCache
+
+    if not trimmable:
+        c = ArraysCache(1)
+        c[0] = mx.zeros((1, 2))
+        return [c]
+    c = KVCache()
+    c.update_and_fetch(mx.zeros((1, 1, n, 2)), mx.zeros((1, 1, n, 2)))
+    return [c]
+
+
+def test_the_disk_finds_the_file_a_scan_would_after_a_restart(tmp_path: Path):
+    import base64
+
+    from tinytitan.engine.cache.disk_files import read_metadata
+
+    rng = random.Random(7)
+    one = sequences(rng)
+    head = list(range(1000, 1064))  # a file holds at least MIN_TOKENS ids
+    disk = PromptDisk(tmp_path, [], lambda: "layout", max_bytes=1 << 30)
+    for i in range(120):
+        t = np.array(head + one() + [i], dtype=np.int64)
+        disk.put(t, _kv(len(t), trimmable=i % 3 > 0), ())
+        assert disk.flush()
+    files = []
+    for path in tmp_path.glob("*.safetensors"):
+        meta = read_metadata(path)
+        ids = np.frombuffer(base64.b64decode(meta["tinytitan_tokens"]), dtype=np.int32).tolist()
+        files.append((ids, meta["tinytitan_trimmable"] != "0"))
+    assert any(not trim for _, trim in files) and len(files) > 40
+    restarted = PromptDisk(tmp_path, [], lambda: "layout", max_bytes=1 << 30)
+    assert restarted.best(np.array(head + [1], dtype=np.int64))[1] == 64  # (waits for the directory's index)
+    for _ in range(300):
+        p = head[:rng.randrange(60, 65)] + one() + [rng.randrange(130)]
+        cap = len(p) - 1
+        want = max((k for ids, trim in files for k in [min(lcp(ids, p), cap)] if k > 0 and (trim or k == len(ids))),
+                   default=0)
+        f, n = restarted.best(np.array(p, dtype=np.int64))
+        assert n == want and (f is None) == (want == 0)
+        if f is not None:
+            assert min(lcp(f.tokens.tolist(), p), cap) == n and (f.trimmable or n == len(f.tokens))
+        f, n = restarted.peek(np.array(p, dtype=np.int64))
+        assert n == max(lcp(ids, p) for ids, _ in files)
+        assert (f is None) if n == 0 else lcp(f.tokens.tolist(), p) == n

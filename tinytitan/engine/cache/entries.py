@@ -1,0 +1,96 @@
+"""What a prompt cache holds: an entry (a token prefix, its KV cache and what its ids say), a note of a prompt as
+it was prepared, the key prompts are compared by (images replaced by their digests), and what the cache asks of a
+KV cache (its offset, size, whether it can be trimmed back)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..prompt.splice import Span
+
+
+@dataclass(frozen=True)
+class ImageRun:
+    """An image's tokens in a prompt: ``start`` to ``end`` (exclusive), and the sha256 (hex) of its bytes;
+    ``rope_delta``: how far the rope position of the text after it lags its index (M-RoPE: an image's tokens take
+    fewer positions than there are of them), else 0."""
+    start: int
+    end: int
+    digest: str
+    rope_delta: int = 0
+
+
+def keyed(tokens: Sequence[int], images: Sequence[ImageRun] = ()) -> np.ndarray:
+    """The ids a prompt is compared by: its image runs' tokens replaced by 28-bit pieces of their digests, negated
+    (position j of a run takes piece j mod 9: the whole digest within a run's first nine tokens)."""
+    t = np.array(tokens, dtype=np.int64)
+    for run in images:
+        pieces = [-1 - int(run.digest[7 * k:7 * k + 7], 16) for k in range(9)]
+        end = min(run.end, len(t))
+        if end > run.start:
+            t[run.start:end] = np.resize(np.array(pieces, dtype=np.int64), end - run.start)
+    return t
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    ne = a[:n] != b[:n]
+    first = int(ne.argmax())
+    return first if ne[first] else n
+
+
+def kv_offset(kv: list) -> int | None:
+    for c in kv:
+        off = getattr(c, "offset", None)
+        if isinstance(off, int):
+            return off
+    return None
+
+
+def kv_bytes(kv: list | None) -> int:
+    if not kv:
+        return 0
+    total = 0
+    for c in kv:
+        try:
+            total += int(c.nbytes)
+        except Exception:  # a cache type without nbytes: count nothing rather than fail a request
+            pass
+    return total
+
+
+def kv_trimmable(kv: list) -> bool:
+    return all(getattr(c, "is_trimmable", lambda: False)() for c in kv)
+
+
+@dataclass
+class Entry:
+    tokens: np.ndarray
+    payload: Any
+    nbytes: int
+    spans: tuple[Span, ...] = ()  # what a prefix of ``tokens`` says (prompt/splice.py)
+    fingerprint: Any = None  # the request that made it (cache_miss.Fingerprint), and where its answer starts
+    prompt_length: int | None = None
+    ids: np.ndarray | None = None  # its real ids, where images make ``tokens`` (the key) differ from them
+    trimmable: bool = True  # it can be trimmed back to a shorter prefix (or holds no KV to trim)
+    used: int = 0  # when it was last stored or fetched (a tick of its cache)
+    key: int = 0  # its place in the cache's table
+    real: np.ndarray | None = field(init=False)  # its token ids (None: an entry read back from disk with images,
+    # whose ids only its key holds)
+
+    def __post_init__(self):
+        self.real = self.ids if self.ids is not None else self.tokens if not (self.tokens < 0).any() else None
+
+
+@dataclass
+class Note:
+    """A prompt as it was prepared: its ids, their spans, and how to read generated ids back as text."""
+    tokens: np.ndarray
+    spans: tuple[Span, ...]
+    decode: Callable[[Sequence[int]], str]
+    fingerprint: Any = None

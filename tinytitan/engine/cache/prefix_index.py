@@ -1,0 +1,122 @@
+"""Cached prefixes found by the ids they share with a prompt, without comparing the prompt with each of them.
+
+Rules:
+- Members are kept in the order of their ids' bytes (int64, little-endian: two id sequences share exactly k ids
+  when their bytes share 8k to 8k + 7 bytes). In that order, the members a prompt shares its longest prefix
+  with lie on either side of where the prompt would go, and the members sharing at least a given prefix with
+  it lie together around that place: a lookup is a bisection (a few comparisons, each a ``memcmp``) whatever
+  the number of members, where comparing the prompt with every member cost a few microseconds a member — on
+  every request, for a disk cache holding thousands of prefixes.
+- What the prompt cache asks is one of four questions: the longest prefix a prompt shares with any member, and
+  with which (``longest``); the members holding exactly some ids (``exact``); the members whose ids are a
+  prefix of a prompt, longest first (``prefixes_of``); the members whose ids begin with some ids
+  (``starting_with``). Where several members answer alike, the caller picks among them.
+- Members with the same ids are kept together, in the order they were added. A member is removed by identity.
+- It holds no lock and does no I/O: its owner changes it under the lock that guards the members themselves.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Generic, Iterator, Sequence, TypeVar
+
+import numpy as np
+
+M = TypeVar("M")
+
+
+def key_of(tokens: Sequence[int] | np.ndarray) -> bytes:
+    """The bytes members are ordered by: the ids as little-endian int64."""
+    return np.ascontiguousarray(tokens, dtype="<i8").tobytes()
+
+
+def shared(a: bytes, b: bytes) -> int:
+    """How many ids two keys share at their start."""
+    n = min(len(a), len(b)) // 8
+    if n == 0:
+        return 0
+    ne = np.frombuffer(a, dtype="<i8", count=n) != np.frombuffer(b, dtype="<i8", count=n)
+    first = int(ne.argmax())
+    return first if ne[first] else n
+
+
+class PrefixIndex(Generic[M]):
+    def __init__(self) -> None:
+        self._keys: list[bytes] = []  # sorted, each once
+        self._at: dict[bytes, list[M]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._at.values())
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def add(self, tokens, member: M) -> None:
+        key = key_of(tokens)
+        held = self._at.get(key)
+        if held is None:
+            bisect.insort(self._keys, key)
+            self._at[key] = [member]
+        else:
+            held.append(member)
+
+    def discard(self, tokens, member: M) -> None:
+        """Remove ``member`` (the very object) held under ``tokens``; nothing when it is not there."""
+        key = key_of(tokens)
+        held = self._at.get(key)
+        if held is None:
+            return
+        kept = [m for m in held if m is not member]
+        if kept:
+            self._at[key] = kept
+            return
+        del self._at[key]
+        i = bisect.bisect_left(self._keys, key)
+        if i < len(self._keys) and self._keys[i] == key:
+            del self._keys[i]
+
+    def clear(self) -> None:
+        self._keys.clear()
+        self._at.clear()
+
+    def longest(self, tokens) -> tuple[int, list[M]]:
+        """The most ids ``tokens`` shares at its start with any member, and those of its two neighbours in the
+        order that share that many (at least one, where there is any member; others may share as many)."""
+        q = key_of(tokens)
+        i = bisect.bisect_left(self._keys, q)
+        near = self._keys[max(i - 1, 0):i + 1]
+        if not near:
+            return 0, []
+        counts = [shared(k, q) for k in near]
+        best = max(counts)
+        return best, [m for k, c in zip(near, counts) if c == best for m in self._at[k]]
+
+    def exact(self, tokens) -> list[M]:
+        return list(self._at.get(key_of(tokens), ()))
+
+    def prefixes_of(self, tokens) -> Iterator[tuple[int, list[M]]]:
+        """(ids, members) for each member whose ids are a prefix of ``tokens`` (``tokens`` itself included),
+        longest first. Each step bisects for the greatest key not after what is left of the prompt: a prefix of it
+        (found), or a key that parts from it, and no member longer than the ids they share is a prefix of it."""
+        q = key_of(tokens)
+        end = len(q)
+        while end > 0:
+            part = q[:end]
+            i = bisect.bisect_right(self._keys, part) - 1
+            if i < 0:
+                return
+            k = self._keys[i]
+            if part.startswith(k):
+                yield len(k) // 8, list(self._at[k])
+                end = len(k) - 8
+            else:
+                end = shared(k, part) * 8
+
+    def starting_with(self, tokens) -> Iterator[tuple[int, list[M]]]:
+        """(ids, members) for each member whose ids begin with ``tokens`` (``tokens`` itself included), in order."""
+        q = key_of(tokens)
+        i = bisect.bisect_left(self._keys, q)
+        while i < len(self._keys) and self._keys[i].startswith(q):
+            k = self._keys[i]
+            yield len(k) // 8, list(self._at[k])
+            i += 1
