@@ -21,6 +21,13 @@ Per turn: ``tokenize_s`` as ``prepare`` reports it (the splice of cached ids, th
 the ids decode to the rendered prompt) and the time to tokenize the same rendered prompt whole; the ratio of
 the two, the median over turns 2+.
 
+**Looking the prompt up in the prompt cache** (``--lookups``, in process): a prompt cache full in memory (64
+entries) over a disk cache of N files (written here: one-layer caches, each holding a different agent prompt
+over one shared 2,000-token system prompt), and new prompts looked up as a request does: ``probe`` (while it is
+prepared: the diagnosis of what it misses) and ``fetch`` (when its row opens: the disk's ``best`` first, then
+memory); ms per request, median of ``--reps`` × 20 prompts, for N in ``--files``. ``--code DIR`` imports
+tinytitan from another checkout (the same measurement before a change).
+
 Variants:
 - ``thinking-off``: ``reasoning: false``: the template writes an empty thinking block into the generation prompt
   that the same turn, once in the history, does not have: the cached prompt matches all but its last characters.
@@ -30,6 +37,7 @@ Variants:
     python tools/bench_prepare.py                      # 8 turns, 3 repetitions: a few seconds
     python tools/bench_prepare.py --turns 12 --reps 5
     python tools/bench_prepare.py --http               # also over HTTP: a server on the demo model, ~1 min
+    python tools/bench_prepare.py --lookups --files 100,1000,5000   # writes that many small files: ~1 min
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import machine_line, utc_now  # noqa: E402
@@ -149,13 +159,69 @@ def over_http(turns: int) -> dict:
     return out
 
 
+def lookups(files: int, reps: int, rng: random.Random) -> tuple[float, float]:
+    """→ ms per request for ``probe`` and for ``fetch`` (see the docstring)."""
+    import tempfile
+
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tinytitan.engine.cache.disk import PromptDisk
+    from tinytitan.engine.cache.memory import PromptCache
+
+    system = [rng.randrange(100, 30000) for _ in range(2000)]
+
+    def prompt() -> list[int]:
+        return system + [rng.randrange(100, 30000) for _ in range(200)]
+
+    def kv(n: int) -> list:
+        c = KVCache()
+        c.update_and_fetch(mx.zeros((1, 1, n, 2)), mx.zeros((1, 1, n, 2)))
+        return [c]
+
+    directory = Path(tempfile.mkdtemp(prefix="tt-lookups-"))
+    disk = PromptDisk(directory, [], lambda: "one-layer", max_bytes=1 << 40)
+    for _ in range(files):
+        t = prompt()
+        disk.put(np.asarray(t, dtype=np.int64), kv(len(t)), ())
+    disk.flush(timeout=3600)
+    cache = PromptCache(1 << 40)
+    cache.disk = PromptDisk(directory, [], lambda: "one-layer", max_bytes=1 << 40)  # read back as after a restart
+    cache.disk.best(np.asarray(prompt(), dtype=np.int64))  # (waits for the directory's index)
+    for _ in range(64):
+        t = prompt()
+        cache.store(t, None)  # memory full, nothing more written (no KV)
+    probe, fetch = [], []
+    for _ in range(reps * 20):
+        t = prompt()
+        started = time.perf_counter()
+        cache.probe(t)
+        probe.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        cache.fetch(t)
+        fetch.append(time.perf_counter() - started)
+    return statistics.median(probe) * 1000, statistics.median(fetch) * 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--http", action="store_true", help="also over HTTP: tinytitan serve on the demo model")
+    ap.add_argument("--lookups", action="store_true", help="only the prompt cache's lookups, over disk caches of "
+                    "--files files")
+    ap.add_argument("--files", default="100,1000,5000")
+    ap.add_argument("--code", help="import tinytitan from this checkout (a before/after)")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(Path(args.code).resolve() if args.code else ROOT))
+    if args.lookups:
+        print(f"{utc_now()} · {machine_line()} · {args.code or 'this checkout'}\n")
+        print("| files on disk | probe ms | fetch ms |")
+        print("|--:|--:|--:|")
+        for n in [int(x) for x in args.files.split(",")]:
+            probe, fetch = lookups(n, args.reps, random.Random(n))
+            print(f"| {n} | {probe:.3f} | {fetch:.3f} |", flush=True)
+        return
     from tinytitan.demo_model import demo_model_id, ensure_demo_model
     from tinytitan.engine.backends.mlx import MLXBackend
 
