@@ -26,7 +26,12 @@ entries) over a disk cache of N files (written here: one-layer caches, each hold
 over one shared 2,000-token system prompt), and new prompts looked up as a request does: ``probe`` (while it is
 prepared: the diagnosis of what it misses) and ``fetch`` (when its row opens: the disk's ``best`` first, then
 memory); ms per request, median of ``--reps`` × 20 prompts, for N in ``--files``. ``--code DIR`` imports
-tinytitan from another checkout (the same measurement before a change).
+tinytitan from another checkout (the same measurement before a change). With ``--http`` too: ``tinytitan serve``
+on the demo model over a prompt-cache directory it first fills with the last of ``--files`` short requests
+(one file each), then ``--turns`` × 5 new short requests (the first five not counted): the first token at the
+client, and from ``/profile`` prepare's tokenize time and the time outside the engine's steps, medians;
+``--tinytitan-entry SCRIPT`` adds a second server started from that script on the same directory, the two
+measured in turn, three times, the order swapped each time (a before/after).
 
 Variants:
 - ``thinking-off``: ``reasoning: false``: the template writes an empty thinking block into the generation prompt
@@ -37,13 +42,15 @@ Variants:
     python tools/bench_prepare.py                      # 8 turns, 3 repetitions: a few seconds
     python tools/bench_prepare.py --turns 12 --reps 5
     python tools/bench_prepare.py --http               # also over HTTP: a server on the demo model, ~1 min
-    python tools/bench_prepare.py --lookups --files 100,1000,5000   # writes that many small files: ~1 min
+    python tools/bench_prepare.py --lookups --files 100,1000,4000   # writes that many small files: minutes
+    python tools/bench_prepare.py --lookups --http --files 1500     # over HTTP: ~2 min
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -181,13 +188,15 @@ def lookups(files: int, reps: int, rng: random.Random) -> tuple[float, float]:
 
     directory = Path(tempfile.mkdtemp(prefix="tt-lookups-"))
     disk = PromptDisk(directory, [], lambda: "one-layer", max_bytes=1 << 40)
-    for _ in range(files):
+    for _ in range(files):  # (one at a time: a write waiting is replaced by a newer one of the same conversation)
         t = prompt()
         disk.put(np.asarray(t, dtype=np.int64), kv(len(t)), ())
-    disk.flush(timeout=3600)
+        disk.flush(timeout=60)
+    assert disk.stats()["entries"] == files, disk.stats()
     cache = PromptCache(1 << 40)
     cache.disk = PromptDisk(directory, [], lambda: "one-layer", max_bytes=1 << 40)  # read back as after a restart
     cache.disk.best(np.asarray(prompt(), dtype=np.int64))  # (waits for the directory's index)
+    assert cache.disk.stats()["entries"] == files
     for _ in range(64):
         t = prompt()
         cache.store(t, None)  # memory full, nothing more written (no KV)
@@ -200,7 +209,76 @@ def lookups(files: int, reps: int, rng: random.Random) -> tuple[float, float]:
         started = time.perf_counter()
         cache.fetch(t)
         fetch.append(time.perf_counter() - started)
+    shutil.rmtree(directory, ignore_errors=True)
     return statistics.median(probe) * 1000, statistics.median(fetch) * 1000
+
+
+def lookups_http(files: int, turns: int, entry: str | None) -> list[tuple[str, float, float, float]]:
+    """→ per server measured (side, first token ms, tokenize ms, outside the engine ms); see the docstring."""
+    import http.client
+    import json
+    import tempfile
+
+    from bench_common import ensure_model, post_stream, start_tinytitan
+
+    words = (ROOT / "README.md").read_text().split()
+    log_dir, directory = Path(tempfile.mkdtemp()), tempfile.mkdtemp(prefix="tt-lookups-http-")
+
+    def get(server, path: str) -> dict:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port)
+        conn.request("GET", path, headers={"authorization": "Bearer x"})
+        return json.loads(conn.getresponse().read())
+
+    def ask(server, seed: int):
+        rng = random.Random(seed)
+        text = f"{seed} " + " ".join(rng.choice(words) for _ in range(60))  # ~100 tokens: over a file's minimum
+        body = {"model": server.model_id, "stream": True, "max_tokens": 2, "temperature": 0,
+                "messages": [{"role": "user", "content": text}]}
+        r = post_stream(server.port, "/v1/chat/completions", body)
+        if r.error:
+            raise SystemExit(r.error)
+        return r
+
+    def drained(server) -> None:
+        for _ in range(600):
+            caches = get(server, "/health")["prompt_cache"].values()
+            if all(c["disk_pending"] == 0 for c in caches):
+                return
+            time.sleep(0.1)
+
+    def serve(script: str | None):
+        return start_tinytitan(ensure_model("demo"), log_dir, entry=script,
+                               extra=["--prompt-lookup", "off", "--prompt-cache-dir", directory])
+
+    server = serve(None)
+    try:
+        for i in range(files):
+            ask(server, 10 ** 6 + i)
+        drained(server)
+    finally:
+        server.stop()
+    rows, seed = [], 10 ** 7
+    try:
+        sides = [("this checkout", None)] + ([(f"`{entry}`", entry)] if entry else [])
+        for round_ in range(3 if entry else 1):
+            for side, script in sides if round_ % 2 == 0 else sides[::-1]:
+                server = serve(script)
+                try:
+                    firsts = []
+                    for i in range(turns * 5):
+                        seed += 1
+                        r = ask(server, seed)
+                        firsts.append((r.t_first - r.t_send) * 1000)
+                    drained(server)
+                    done = get(server, "/profile")["data"][-(turns * 5 - 5):]
+                finally:
+                    server.stop()
+                rows.append((side, statistics.median(firsts[5:]),
+                             statistics.median(d["tokenize_s"] for d in done) * 1000,
+                             statistics.median(d["other_s"] for d in done) * 1000))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return rows
 
 
 def main() -> None:
@@ -210,8 +288,10 @@ def main() -> None:
     ap.add_argument("--http", action="store_true", help="also over HTTP: tinytitan serve on the demo model")
     ap.add_argument("--lookups", action="store_true", help="only the prompt cache's lookups, over disk caches of "
                     "--files files")
-    ap.add_argument("--files", default="100,1000,5000")
+    ap.add_argument("--files", default="100,1000,4000")
     ap.add_argument("--code", help="import tinytitan from this checkout (a before/after)")
+    ap.add_argument("--tinytitan-entry", metavar="SCRIPT", help="with --lookups --http: a second server started "
+                    "from this script (a before/after)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(args.code).resolve() if args.code else ROOT))
     if args.lookups:
@@ -221,6 +301,13 @@ def main() -> None:
         for n in [int(x) for x in args.files.split(",")]:
             probe, fetch = lookups(n, args.reps, random.Random(n))
             print(f"| {n} | {probe:.3f} | {fetch:.3f} |", flush=True)
+        if args.http:
+            n = int(args.files.split(",")[-1])
+            print(f"\n| over HTTP, demo model, {n} files on disk | first token ms (client) | prepare's tokenize ms "
+                  "| outside the engine ms |")
+            print("|:--|--:|--:|--:|")
+            for side, first, tokenize, other in lookups_http(n, args.turns, args.tinytitan_entry):
+                print(f"| {side} | {first:.1f} | {tokenize:.2f} | {other:.2f} |", flush=True)
         return
     from tinytitan.demo_model import demo_model_id, ensure_demo_model
     from tinytitan.engine.backends.mlx import MLXBackend
