@@ -221,3 +221,44 @@ def test_kv_bits_cache_round_trip(demo_backend, tmp_path, monkeypatch):
     plain_layout.disk = PromptDisk(tmp_path, sorted(demo_backend.path.glob("*.safetensors")),
                                    lambda: layout_of(model, None), 1 << 30)
     assert plain_layout.fetch(tokens + [5]) == (None, 0)  # another layout: never read into a plain cache
+
+
+def _small_kv(n: int) -> list:
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    c = KVCache()
+    c.update_and_fetch(mx.zeros((1, 1, n, 8)), mx.zeros((1, 1, n, 8)))
+    return [c]
+
+
+def test_the_directory_is_counted_again_only_once_writes_may_pass_the_budget(tmp_path):
+    """Counting every file after each write cost the writer thread ~10 ms of the GIL a generation at a few thousand
+    files: the directory is counted when what was written since the last count may pass the budget, then brought
+    back to EVICT_TO of it, least recently used first (a file another process left counts from then on)."""
+    import os
+
+    from tinytitan.engine.cache.disk import EVICT_TO
+
+    def write(disk, first: int) -> None:
+        disk.put(np.arange(first, first + 100, dtype=np.int64), _small_kv(100), ())
+        assert disk.flush()
+
+    sizing = PromptDisk(tmp_path / "sizing", [], lambda: "layout", 1 << 30)  # how big one such file is
+    write(sizing, 0)
+    size = next((tmp_path / "sizing").glob("*.safetensors")).stat().st_size
+
+    disk = PromptDisk(tmp_path, [], lambda: "layout", int(size * 4.5))
+    write(disk, 1000)  # counted: one file
+    foreign = tmp_path / "foreign.safetensors"
+    foreign.write_bytes(b"x" * size * 2)  # another process's file, the oldest of all
+    os.utime(foreign, (1, 1))
+    write(disk, 2000)
+    write(disk, 3000)  # 3 files of this process's own count: within the budget, not counted again
+    assert foreign.exists() and len(list(tmp_path.glob("*.safetensors"))) == 4
+    write(disk, 4000)
+    write(disk, 5000)  # 5 written since the count: past the budget, the directory counted (the foreign file too)
+    left = sorted(tmp_path.glob("*.safetensors"))
+    assert not foreign.exists()  # least recently used first
+    assert sum(p.stat().st_size for p in left) <= size * 4.5 * EVICT_TO
+    assert disk.stats()["entries"] == len(left)

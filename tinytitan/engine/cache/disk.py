@@ -11,7 +11,11 @@ Rules:
   so a torn file is never read. A prefix already on disk is not written again; a file whose ids are a prefix
   of the new one's is removed (superseded) where the new one can be trimmed back to it, as in memory (a
   prompt's checkpoint outlives its answer's file: cache/checkpoint.py).
-- Bounded: past ``max_bytes`` the least recently used files (modification time, touched on each read) go.
+- Bounded: past ``max_bytes`` the least recently used files (modification time, touched on each read) go,
+  down to ``EVICT_TO`` of it. The directory is counted (every file's size, every model's) only when the bytes
+  this process wrote since the last count may have taken it past the budget: at most once per tenth of the
+  budget written, where counting after every write cost the writer thread ~10 ms of the GIL a generation at
+  a few thousand files. Files another process writes there are counted at the next count.
 - Read back (``best`` then ``load``) when it holds a longer prefix of a prompt than memory does (a file whose
   cache cannot be trimmed back, as its metadata says, only where it is wholly a prefix of the prompt). The files
   are found by their ids through a ``PrefixIndex`` per cache layout (cache/prefix_index.py), never by comparing
@@ -46,6 +50,7 @@ log = logging.getLogger("tinytitan.cache")
 
 MIN_TOKENS = 64  # shorter prefixes are cheaper to read again than to keep
 INDEX_WAIT = 5.0  # seconds a first lookup waits for the directory's index
+EVICT_TO = 0.9  # once over its budget, the directory is brought back to this share of it
 
 
 class PromptDisk:
@@ -68,6 +73,7 @@ class PromptDisk:
         self.reads = 0
         self.writes = 0
         self.read_tokens = 0
+        self._counted: int | None = None  # the directory's bytes at the last count, plus what was written since
 
     def start(self) -> None:
         """Start the writer thread: it first reads the weights' digest and the directory's index, off the
@@ -332,15 +338,23 @@ class PromptDisk:
             for f in superseded:
                 self._forget_locked(f.path)
             self._add(entry)
+        gone = 0
         for f in superseded:
             try:
                 f.path.unlink()
+                gone += f.nbytes
             except OSError:
                 pass
+        if self._counted is not None:
+            self._counted += entry.nbytes - gone
         self._evict()
 
     def _evict(self) -> None:
-        """The least recently used files go while the directory is over its budget (every model's files count)."""
+        """The least recently used files go while the directory is over its budget (every model's files count),
+        down to ``EVICT_TO`` of it; nothing is counted while what was written since the last count keeps it
+        within the budget (writer thread)."""
+        if self._counted is not None and self._counted <= self.max_bytes:
+            return
         files = []
         for p in self.dir.glob("*" + SUFFIX):
             try:
@@ -349,8 +363,9 @@ class PromptDisk:
                 continue
             files.append((st.st_mtime, st.st_size, p))
         total = sum(s for _, s, _ in files)
+        goal = self.max_bytes if total <= self.max_bytes else int(self.max_bytes * EVICT_TO)
         for _, size, p in sorted(files):
-            if total <= self.max_bytes:
+            if total <= goal:
                 break
             try:
                 p.unlink()
@@ -359,6 +374,7 @@ class PromptDisk:
             total -= size
             self._forget(p)
             log.debug("prompt cache on disk: evicted %s (%d bytes)", p.name, size)
+        self._counted = total
 
     # -- what it holds -------------------------------------------------------------------------------------
     def stats(self) -> dict:
