@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tinytitan.engine.cache.disk import PromptDisk
+from tinytitan.engine.cache.entries import kv_trimmable
 from tinytitan.engine.cache.memory import PromptCache
 from tinytitan.engine.cache.prefix_index import PrefixIndex
 
@@ -82,7 +83,7 @@ def reusable_by_scan(cache: PromptCache, p: list[int]) -> int:
     best = 0
     for e in cache.entries.values():
         n = min(lcp(list(e.tokens), p), len(p) - 1)
-        if n > 0 and (n == len(e.tokens) or e.payload is None or e.trimmable):
+        if n > 0 and (n == len(e.tokens) or e.payload is None or kv_trimmable(e.payload)):
             best = max(best, n)
     return best
 
@@ -169,3 +170,26 @@ def test_the_disk_finds_the_file_a_scan_would_after_a_restart(tmp_path: Path):
         f, n = restarted.peek(np.array(p, dtype=np.int64))
         assert n == max(lcp(ids, p) for ids, _ in files)
         assert (f is None) if n == 0 else lcp(f.tokens.tolist(), p) == n
+
+
+def test_the_diagnosis_names_an_entry_whose_request_is_known_among_those_sharing_as_much():
+    """Several entries share the longest prefix; the one reported (what the miss is diagnosed against) is one whose
+    request is known, even where another lies nearer the prompt in the index's order."""
+    cache = PromptCache(max_bytes=10 ** 6)
+    cache.remember([1, 2, 3, 5, 5, 6], (), lambda ids: "", fingerprint="known")
+    cache.store([1, 2, 3, 5, 5, 6], None)
+    cache.store([1, 2, 3, 7, 7], None)  # read back from disk, say: no request known
+    probe = cache.probe([1, 2, 3, 9, 9])
+    assert (probe.n, probe.length, probe.fingerprint) == (3, 6, "known")
+    probe = cache.probe([8, 8])  # nothing shared: the most recent entry whose request is known still says why
+    assert (probe.n, probe.fingerprint) == (0, "known")
+
+
+def test_a_checkpoint_takes_the_prompt_remembered_last_of_those_as_short():
+    cache = PromptCache(max_bytes=10 ** 6)
+    cache.remember([1, 2, 3, 4], (), lambda ids: "", fingerprint="earlier")
+    cache.remember([1, 2, 3, 5], (), lambda ids: "", fingerprint="later")
+    cache.remember([1, 2, 3, 4, 4], (), lambda ids: "", fingerprint="longer")
+    cache.store([1, 2, 3], None, checkpoint=True)
+    [e] = cache.entries.values()
+    assert e.fingerprint == "later"

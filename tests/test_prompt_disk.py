@@ -262,3 +262,24 @@ def test_the_directory_is_counted_again_only_once_writes_may_pass_the_budget(tmp
     assert not foreign.exists()  # least recently used first
     assert sum(p.stat().st_size for p in left) <= size * 4.5 * EVICT_TO
     assert disk.stats()["entries"] == len(left)
+
+
+def test_models_sharing_a_directory_keep_one_budget(tmp_path):
+    """Each model has a PromptDisk of its own on the one directory: what any of them wrote since the last count
+    counts, so together they never pass the budget (a model's own count alone let each write a budget more)."""
+    def write(disk, first: int) -> None:
+        disk.put(np.arange(first, first + 100, dtype=np.int64), _small_kv(100), ())
+        assert disk.flush()
+
+    sizing = PromptDisk(tmp_path / "sizing", [], lambda: "layout", 1 << 30)
+    write(sizing, 0)
+    size = next((tmp_path / "sizing").glob("*.safetensors")).stat().st_size
+    shared = tmp_path / "shared"
+    a = PromptDisk(shared, [], lambda: "layout a", size * 10)
+    b = PromptDisk(shared, [], lambda: "layout b", size * 10)
+    write(b, 0)
+    for k in range(1, 10):
+        write(a, 1000 * k)
+    for k in range(1, 9):
+        write(b, 1000 * k + 500)
+        assert sum(p.stat().st_size for p in shared.glob("*.safetensors")) <= size * 10

@@ -13,9 +13,10 @@ Rules:
   prompt's checkpoint outlives its answer's file: cache/checkpoint.py).
 - Bounded: past ``max_bytes`` the least recently used files (modification time, touched on each read) go,
   down to ``EVICT_TO`` of it. The directory is counted (every file's size, every model's) only when the bytes
-  this process wrote since the last count may have taken it past the budget: at most once per tenth of the
-  budget written, where counting after every write cost the writer thread ~10 ms of the GIL a generation at
-  a few thousand files. Files another process writes there are counted at the next count.
+  written there since the last count — by any model of this process: one ``Tally`` per directory — may have
+  taken it past the budget: a full directory about once per tenth of the budget written, where counting after
+  every write cost the writer thread ~10 ms of the GIL a generation at a few thousand files. Files another
+  process writes there are counted at the next count.
 - Read back (``best`` then ``load``) when it holds a longer prefix of a prompt than memory does (a file whose
   cache cannot be trimmed back, as its metadata says, only where it is wholly a prefix of the prompt). The files
   are found by their ids through a ``PrefixIndex`` per cache layout (cache/prefix_index.py), never by comparing
@@ -43,7 +44,7 @@ import numpy as np
 
 from ...models import weights_digest
 from ..prompt.splice import Span
-from .disk_files import FORMAT, OnDisk, SUFFIX, SUPERSEDED, read_metadata, snapshot
+from .disk_files import FORMAT, OnDisk, SUFFIX, SUPERSEDED, read_metadata, snapshot, tally_of
 from .prefix_index import PrefixIndex
 
 log = logging.getLogger("tinytitan.cache")
@@ -73,7 +74,7 @@ class PromptDisk:
         self.reads = 0
         self.writes = 0
         self.read_tokens = 0
-        self._counted: int | None = None  # the directory's bytes at the last count, plus what was written since
+        self._tally = tally_of(self.dir)  # the directory's bytes, as last counted and written since
 
     def start(self) -> None:
         """Start the writer thread: it first reads the weights' digest and the directory's index, off the
@@ -107,8 +108,8 @@ class PromptDisk:
             return self._index is not None
 
     def _held(self, wait: float = 0.0) -> dict[bool, PrefixIndex[OnDisk]] | None:
-        """This model's files of this layout, by trimmability (read under the lock); None until the writer thread
-        has read the directory (waited for up to ``wait`` seconds: the weights' digest is remembered, so that is
+        """This model's files of this layout, by trimmability (their indexes are read under the lock); None until the
+        writer thread has read the directory (waited for up to ``wait`` seconds: the weights' digest is remembered, so that is
         reading a few headers) or where it holds none."""
         self.start()
         if wait and self._digest is None and weights_digest.remembered(self.weight_files) is None:
@@ -120,7 +121,9 @@ class PromptDisk:
             if not self._index:
                 return None
         self.check_layouts()
-        return self._by_layout.get(self.layout)
+        layout = self.layout
+        with self._lock:
+            return self._by_layout.get(layout)
 
     def _add(self, f: OnDisk) -> None:  # holding the lock
         self._forget_locked(f.path)
@@ -183,8 +186,9 @@ class PromptDisk:
         if self._checked or not self.ready():
             return
         self._checked = True
+        layout = self.layout  # (on first use: the model, outside the lock)
         with self._lock:
-            other = [f for f in (self._index or {}).values() if f.layout != self.layout]
+            other = [f for f in (self._index or {}).values() if f.layout != layout]
         for f in other:
             log.warning("prompt cache on disk: %s was written for another cache layout (%s, now %s); ignored",
                         f.path.name, f.layout, self.layout)
@@ -345,15 +349,14 @@ class PromptDisk:
                 gone += f.nbytes
             except OSError:
                 pass
-        if self._counted is not None:
-            self._counted += entry.nbytes - gone
+        self._tally.add(entry.nbytes - gone)
         self._evict()
 
     def _evict(self) -> None:
         """The least recently used files go while the directory is over its budget (every model's files count),
         down to ``EVICT_TO`` of it; nothing is counted while what was written since the last count keeps it
         within the budget (writer thread)."""
-        if self._counted is not None and self._counted <= self.max_bytes:
+        if self._tally.within(self.max_bytes):
             return
         files = []
         for p in self.dir.glob("*" + SUFFIX):
@@ -374,7 +377,7 @@ class PromptDisk:
             total -= size
             self._forget(p)
             log.debug("prompt cache on disk: evicted %s (%d bytes)", p.name, size)
-        self._counted = total
+        self._tally.counted(total)
 
     # -- what it holds -------------------------------------------------------------------------------------
     def stats(self) -> dict:

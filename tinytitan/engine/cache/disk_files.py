@@ -1,5 +1,5 @@
 """The prompt cache's files on disk: their format and metadata, where they live, the model layout a file is valid
-for, and the snapshot of a KV cache that is written."""
+for, the snapshot of a KV cache that is written, and the tally of a directory's bytes."""
 
 from __future__ import annotations
 
@@ -99,3 +99,35 @@ class OnDisk:
     nbytes: int
     layout: str
     trimmable: bool = True  # its cache can be trimmed back (else it serves only prompts it is wholly a prefix of)
+
+
+class Tally:
+    """A directory's bytes at its last count plus what this process's models wrote and removed there since (None:
+    not counted yet). Shared by every ``PromptDisk`` on the directory (``tally_of``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes: int | None = None
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            if self._bytes is not None:
+                self._bytes += n
+
+    def within(self, budget: int) -> bool:
+        with self._lock:
+            return self._bytes is not None and self._bytes <= budget
+
+    def counted(self, total: int) -> None:
+        with self._lock:
+            self._bytes = total
+
+
+_TALLIES: dict[str, Tally] = {}
+_TALLIES_LOCK = threading.Lock()
+
+
+def tally_of(directory: Path) -> Tally:
+    with _TALLIES_LOCK:
+        return _TALLIES.setdefault(os.path.realpath(directory), Tally())
+

@@ -94,3 +94,4 @@ class Note:
     spans: tuple[Span, ...]
     decode: Callable[[Sequence[int]], str]
     fingerprint: Any = None
+    seq: int = 0  # when it was remembered (a tick of its cache)

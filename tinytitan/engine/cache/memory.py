@@ -18,9 +18,9 @@ Rules:
 - Entries and notes are found by the prefix they share with a prompt through a ``PrefixIndex``
   (cache/prefix_index.py), changed with them, never by comparing the prompt with each: entries in two, those
   that can be trimmed back (or hold no KV) and those reused only whole. Where several share the longest
-  prefix, the one taken is one of those next to the prompt in the index's order: a whole one (nothing to
-  copy) before one to trim, and for the diagnosis (``probe``) one whose request is known, the most recently
-  used first.
+  prefix, ``fetch`` takes a whole one (nothing to copy) before one to trim (one next to the prompt in the
+  index's order); the diagnosis (``probe``) reports one whose request is known, the most recently used first.
+  ``entries`` is a read-only view for tests and tools, read without the lock.
 - A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
   what a real cache would reuse.
 - With a disk (cache/disk.py) every stored KV cache is also queued to be written there, and a prompt whose
@@ -234,7 +234,7 @@ class PromptCache:
         fingerprint of its request (cache/miss.py)."""
         t = keyed(tokens, images)
         key = t.tobytes()
-        note = Note(t, spans, decode, fingerprint)
+        note = Note(t, spans, decode, fingerprint, next(self._tick))
         with self._lock:
             old = self._notes.pop(key, None)
             if old is not None:
@@ -254,11 +254,12 @@ class PromptCache:
         out = Probe()
         with self._lock:
             out.any_entry = bool(self._entries)
-            found = [self._held[True].longest(p), self._held[False].longest(p)]
-            n = max(k for k, _ in found)
-            near = [e for k, es in found if k == n for e in es]
-            e = max(near, key=lambda e: (e.fingerprint is not None, e.used), default=None)  # the request known,
-            if e is not None and (n or e.fingerprint is not None):  # the most recently used first
+            n = max(held.longest(p)[0] for held in self._held.values())
+            # of those sharing that many (all start with them: at most max_entries), the one whose request is
+            # known, the most recently used first
+            tied = [e for held in self._held.values() for _, es in held.starting_with(p[:n]) for e in es]
+            e = max(tied, key=lambda e: (e.fingerprint is not None, e.used), default=None)
+            if e is not None and (n or e.fingerprint is not None):
                 out.n, out.length, out.fingerprint, out.prompt_length = n, len(e.tokens), e.fingerprint, e.prompt_length
             out.recent = self._noted.longest(p)[0]
         if self.disk is not None:
@@ -277,11 +278,10 @@ class PromptCache:
         """The longest remembered prompt a stored run of ids starts with (``within``: the shortest one that
         starts with the ids: a checkpoint holds part of its prompt)."""
         with self._lock:
-            if within:
-                found = min(self._noted.starting_with(t), key=lambda f: f[0], default=None)
-            else:
-                found = next(self._noted.prefixes_of(t), None)
-        return found[1][0] if found else None
+            if within:  # the shortest; of several as short, the one remembered last
+                notes = [note for _, ns in self._noted.starting_with(t) for note in ns]
+                return min(notes, key=lambda note: (len(note.tokens), -note.seq), default=None)
+            return next((ns[0] for _, ns in self._noted.prefixes_of(t)), None)
 
     def _spans_for(self, t: np.ndarray, best: Note | None) -> tuple[Span, ...]:
         """The spans of a stored run of ids: its prompt's, then what follows it, generated. Nothing when no
