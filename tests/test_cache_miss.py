@@ -170,3 +170,15 @@ async def test_the_reason_in_the_log_profile_metrics_and_anthropic_diagnostics(s
     lines = [r.getMessage() for r in caplog.records if r.name == "tinytitan.requests" and "POST" in r.getMessage()]
     assert " cache=cold@0:-" in lines[0] and " cache=hit " in lines[1]
     assert " cache=system_changed@" in lines[3] and ":message_0_(system) cache_lost=" in lines[3]
+
+
+def test_a_system_message_is_fingerprinted_by_its_lines():
+    """Its lines, whatever ends them (as when it was hashed line by line): one changed line changes it."""
+    from tinytitan.engine.cache.miss import Fingerprint
+
+    def fp(system: str) -> tuple:
+        return Fingerprint.of(ChatRequest(model="m", messages=(Message("system", system), Message("user", "hi")))).system
+
+    assert fp("You are a coder.\nBe brief.") == fp("You are a coder.\r\nBe brief.")
+    assert fp("You are a coder.\nBe brief.") != fp("You are a coder.\nBe briefer.")
+    assert fp("a\nb") != fp("a b")

@@ -44,8 +44,11 @@ REASONS = ("hit", "cold", "evicted", "system_changed", "tools_changed", "message
            "answer_rewritten", "template_rerender", "settings_changed", "not_found")
 
 
+_JSON = json.JSONEncoder(sort_keys=True, default=str)  # one encoder (``json.dumps`` with options makes one a call)
+
+
 def _h(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(_JSON.encode(value).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class Fingerprint:
         msgs = list(req.messages)
         system: list[str] = []
         while msgs and msgs[0].role == "system":
-            system.append(_h([_h(line) for line in msgs.pop(0).content.splitlines()]))
+            system.append(_h(msgs.pop(0).content.splitlines()))  # (line endings aside)
         # a deferred tool is not in the prompt's header (a tool message referencing it carries it): not a tool here
         tools = tuple((t.name, _h([t.description, t.parameters, t.namespace, t.custom])) for t in req.tools
                       if not t.deferred)
