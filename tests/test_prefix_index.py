@@ -193,3 +193,21 @@ def test_a_checkpoint_takes_the_prompt_remembered_last_of_those_as_short():
     cache.store([1, 2, 3], None, checkpoint=True)
     [e] = cache.entries.values()
     assert e.fingerprint == "later"
+
+
+def test_an_entry_whose_answer_came_back_otherwise_gives_way_to_the_next_turn():
+    """A client that sends the answer back otherwise (re-serialised, its thinking dropped) parts from the entry
+    inside the answer: the next turn's entry holds all the old one held but that answer, which no later prompt
+    repeats. It gave way to none, so every turn left a copy of the whole conversation."""
+    cache = PromptCache(max_bytes=10 ** 6)
+    system, other = list(range(100, 140)), list(range(500, 530))
+    cache.remember(system + [1, 2], (), lambda ids: "")  # another conversation over the same system prompt
+    cache.store(system + [1, 2, 77, 78], None)
+    turn = system + [3, 4]
+    for k in range(5):
+        cache.remember(turn, (), lambda ids: "")
+        cache.store(turn + [90 + k, 91 + k], None)  # what was generated
+        turn = turn + [60 + k] + other[k:k + 3]  # the answer sent back otherwise, then a new user turn
+    held = sorted(len(e.tokens) for e in cache.entries.values())
+    assert held == [44, len(turn) - 4 + 2]  # the other conversation, and this one's last turn only
+    assert cache.fetch(turn)[1] == len(turn) - 4  # the next turn still reads all but its own new part cached

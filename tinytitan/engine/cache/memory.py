@@ -12,7 +12,9 @@ Rules:
 - ``store(tokens, kv)`` keeps a finished generation's cache under the tokens it really holds (prompt and
   generated tokens, cut at the cache's own offset), evicting old entries over the byte budget. An entry that
   is a prefix of the new one is superseded by it when the new one can be trimmed back to it; a cache that
-  cannot be leaves it (a prompt's checkpoint, cache/checkpoint.py, outlives its answer's entry).
+  cannot be leaves it (a prompt's checkpoint, cache/checkpoint.py, outlives its answer's entry). So is an
+  entry whose prompt the new one starts with but whose answer it parts from (the answer came back otherwise:
+  re-serialised, its thinking dropped): all it held beyond the new one is that answer.
 - Every read and change of the entries holds one lock: the model thread changes them while the trio side
   reads the stats (``GET /v1/models``).
 - Entries and notes are found by the prefix they share with a prompt through a ``PrefixIndex``
@@ -51,7 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..prompt.splice import Span
-from .entries import Entry, ImageRun, Note, keyed, kv_bytes, kv_offset, kv_trimmable
+from .entries import Entry, ImageRun, Note, common_prefix, keyed, kv_bytes, kv_offset, kv_trimmable
 from .prefix_index import PrefixIndex
 
 log = logging.getLogger("tinytitan.cache")
@@ -168,6 +170,9 @@ class PromptCache:
                 found = [es for _, es in held.prefixes_of(t)] if trimmable else [held.exact(t)]
                 for e in [e for es in found for e in es]:
                     self._drop(e.key)
+            if trimmable and not checkpoint:
+                for e in self._answered_otherwise(t):
+                    self._drop(e.key)
             self._insert(t, payload, size, spans, note, ids if images else None, trimmable)
         if self.disk is not None and payload is not None:
             self.disk.put(t, payload, spans)
@@ -185,6 +190,15 @@ class PromptCache:
         while self._entries and (self._nbytes() > self.max_bytes or len(self._entries) > self.max_entries):
             old = self._drop(next(iter(self._entries)))
             log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
+
+    def _answered_otherwise(self, t: np.ndarray) -> list[Entry]:
+        """The entries whose prompt ``t`` starts with but whose answer it parts from: the client sent that answer
+        back otherwise (re-serialised, edited, its thinking dropped by the template), so what such an entry holds
+        beyond the new one is an answer no later prompt is expected to repeat. (Each turn of such a conversation
+        left a copy of it all: 6 turns, 6 entries.) Holding the lock."""
+        return [e for e in self._entries.values()
+                if e.trimmable and e.prompt_length and e.prompt_length < len(e.tokens) and e.prompt_length <= len(t)
+                and common_prefix(e.tokens[:e.prompt_length], t) == e.prompt_length]
 
     def _drop(self, key: int) -> Entry:  # holding the lock
         e = self._entries.pop(key)
