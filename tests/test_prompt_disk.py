@@ -283,3 +283,35 @@ def test_models_sharing_a_directory_keep_one_budget(tmp_path):
     for k in range(1, 9):
         write(b, 1000 * k + 500)
         assert sum(p.stat().st_size for p in shared.glob("*.safetensors")) <= size * 10
+
+
+def test_a_file_whose_answer_came_back_otherwise_gives_way_to_the_next_turns(tmp_path):
+    """As in memory: a file says where its answer starts; the next turn's file, whose prompt starts with that file's
+    prompt but parts from its answer, supersedes it (after a restart too). Another conversation's file stays."""
+    import base64
+
+    from tinytitan.engine.prompt.splice import Span
+
+    def put(disk, prompt: list[int], answer: list[int]) -> None:
+        ids = prompt + answer
+        disk.put(np.array(ids, dtype=np.int64), _small_kv(len(ids)),
+                 (Span(len(prompt), "p"), Span(len(answer), "a", True)))
+        assert disk.flush()
+
+    system = list(range(1000, 1080))
+    disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    put(disk, system + [1, 2], [77, 78])  # another conversation over the same system prompt
+    turn = system + [3, 4]
+    put(disk, turn, [90, 91])
+    turn = turn + [60, 61, 62]  # the answer sent back otherwise, then a new user turn
+    put(disk, turn, [92, 93])
+    assert disk.stats()["entries"] == 2 and len(list(tmp_path.glob("*.safetensors"))) == 2
+    restarted = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    assert restarted.best(np.array(turn + [5, 6], dtype=np.int64))[1] == len(turn)  # its prompt, not its answer
+    put(restarted, turn + [70, 71], [94])  # the same again, after the restart
+    assert restarted.stats()["entries"] == 2
+
+    def held(p) -> int:
+        return len(base64.b64decode(read_metadata(p)["tinytitan_tokens"])) // 4
+
+    assert sorted(held(p) for p in tmp_path.glob("*.safetensors")) == sorted([len(system) + 4, len(turn) + 3])

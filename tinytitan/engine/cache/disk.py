@@ -10,7 +10,9 @@ Rules:
   conversation replaces one still waiting, where it can be trimmed back to it); the file is written under a temporary name and renamed into place,
   so a torn file is never read. A prefix already on disk is not written again; a file whose ids are a prefix
   of the new one's is removed (superseded) where the new one can be trimmed back to it, as in memory (a
-  prompt's checkpoint outlives its answer's file: cache/checkpoint.py).
+  prompt's checkpoint outlives its answer's file: cache/checkpoint.py). So is a file whose prompt the new one
+  starts with but whose answer it parts from (the answer came back otherwise), as in memory: a file says where
+  its answer starts (``tinytitan_prompt_tokens``; one written before that said nothing is left alone).
 - Bounded: past ``max_bytes`` the least recently used files (modification time, touched on each read) go,
   down to ``EVICT_TO`` of it. The directory is counted (every file's size, every model's) only when the bytes
   written there since the last count — by any model of this process: one ``Tally`` per directory — may have
@@ -44,7 +46,8 @@ import numpy as np
 
 from ...models import weights_digest
 from ..prompt.splice import Span
-from .disk_files import FORMAT, OnDisk, SUFFIX, SUPERSEDED, read_metadata, snapshot, tally_of
+from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, evict_lru, prompt_tokens, read_metadata,
+                         snapshot, tally_of)
 from .prefix_index import PrefixIndex
 
 log = logging.getLogger("tinytitan.cache")
@@ -65,6 +68,7 @@ class PromptDisk:
         self._layout: str | None = None
         self._index: dict[Path, OnDisk] | None = None  # this model's files, once the directory is read
         self._by_layout: dict[str, dict[bool, PrefixIndex[OnDisk]]] = {}  # ... by layout, then by trimmability
+        self._answered: dict[str, PrefixIndex[OnDisk]] = {}  # ... those with an answer to trim, by their prompt
         self._lock = threading.Lock()
         self._pending: dict[bytes, tuple] = {}  # lineage (first ids) -> newest snapshot waiting
         self._wake = threading.Condition(self._lock)
@@ -129,11 +133,15 @@ class PromptDisk:
         self._forget_locked(f.path)
         self._index[f.path] = f
         self._by_layout.setdefault(f.layout, {True: PrefixIndex(), False: PrefixIndex()})[f.trimmable].add(f.tokens, f)
+        if answered(f):
+            self._answered.setdefault(f.layout, PrefixIndex()).add(f.tokens[:f.prompt_tokens], f)
 
     def _forget_locked(self, path: Path) -> None:  # holding the lock
         f = self._index.pop(path, None) if self._index is not None else None
         if f is not None:
             self._by_layout[f.layout][f.trimmable].discard(f.tokens, f)
+            if answered(f):
+                self._answered[f.layout].discard(f.tokens[:f.prompt_tokens], f)
 
     def _scan(self) -> None:
         """The directory's files of this model, from their headers (the writer thread, at start)."""
@@ -160,8 +168,9 @@ class PromptDisk:
                             meta.get("tinytitan_format"))
                 continue
             tokens = np.frombuffer(base64.b64decode(meta.get("tinytitan_tokens", "")), dtype=np.int32).astype(np.int64)
+            prompt = meta.get("tinytitan_prompt_tokens", "")
             found.append(OnDisk(p, tokens, p.stat().st_size, meta.get("tinytitan_layout", ""),
-                                meta.get("tinytitan_trimmable", "1") != "0"))
+                                meta.get("tinytitan_trimmable", "1") != "0", int(prompt) if prompt.isdigit() else None))
         for tmp in self.dir.glob(".*.tmp*"):  # a write a crash cut short: never read, cleaned up
             try:
                 if now - tmp.stat().st_mtime > 600:
@@ -176,7 +185,7 @@ class PromptDisk:
             log.info("prompt cache on disk: %d prefix(es) of this model in %s (%.1f MiB)", len(found), self.dir,
                      sum(f.nbytes for f in found) / 2**20)
         with self._lock:
-            self._index, self._by_layout = {}, {}
+            self._index, self._by_layout, self._answered = {}, {}, {}
             for f in found:
                 self._add(f)
 
@@ -325,20 +334,24 @@ class PromptDisk:
                 "tinytitan_tokens": base64.b64encode(tokens.astype(np.int32).tobytes()).decode(),
                 "tinytitan_spans": json.dumps([[s.tokens, s.text, s.generated] for s in spans]),
                 "tinytitan_trimmable": "1" if trimmable else "0"}
+        prompt = prompt_tokens(spans)
+        if prompt is not None:
+            meta["tinytitan_prompt_tokens"] = str(prompt)
         save_prompt_cache(str(tmp), snap, meta)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable)
+        entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable, prompt)
         self.writes += 1
         superseded = []
         with self._lock:
             if self._index is None:
                 self._index = {}
             held = self._by_layout.get(layout)
-            if held is not None and trimmable:  # files whose ids are a prefix of the new one's
-                superseded = [f for h in held.values() for _, fs in h.prefixes_of(tokens) for f in fs
-                              if f.path != path]
+            if held is not None and trimmable:  # files whose ids are a prefix of the new one's, or their prompt
+                indexes = list(held.values()) + [self._answered.get(layout, PrefixIndex())]
+                superseded = list({f.path: f for h in indexes for _, fs in h.prefixes_of(tokens) for f in fs
+                                   if f.path != path}.values())
             for f in superseded:
                 self._forget_locked(f.path)
             self._add(entry)
@@ -358,25 +371,9 @@ class PromptDisk:
         within the budget (writer thread)."""
         if self._tally.within(self.max_bytes):
             return
-        files = []
-        for p in self.dir.glob("*" + SUFFIX):
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            files.append((st.st_mtime, st.st_size, p))
-        total = sum(s for _, s, _ in files)
-        goal = self.max_bytes if total <= self.max_bytes else int(self.max_bytes * EVICT_TO)
-        for _, size, p in sorted(files):
-            if total <= goal:
-                break
-            try:
-                p.unlink()
-            except OSError:
-                continue
-            total -= size
+        total, gone = evict_lru(self.dir, self.max_bytes, EVICT_TO)
+        for p in gone:
             self._forget(p)
-            log.debug("prompt cache on disk: evicted %s (%d bytes)", p.name, size)
         self._tally.counted(total)
 
     # -- what it holds -------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """The prompt cache's files on disk: their format and metadata, where they live, the model layout a file is valid
-for, the snapshot of a KV cache that is written, and the tally of a directory's bytes."""
+for, the snapshot of a KV cache that is written, and the directory's bytes (tallied, counted, evicted)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 import threading
@@ -13,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+
+log = logging.getLogger("tinytitan.cache")
 
 
 FORMAT = "tinytitan-prompt-cache/2"
@@ -99,6 +102,23 @@ class OnDisk:
     nbytes: int
     layout: str
     trimmable: bool = True  # its cache can be trimmed back (else it serves only prompts it is wholly a prefix of)
+    prompt_tokens: int | None = None  # where its answer starts (None: no answer, or a file that did not say)
+
+
+def prompt_tokens(spans) -> int | None:
+    """How many ids a file's prompt holds before its answer (its spans: prompt/splice.py), None without an answer."""
+    n = 0
+    for span in spans:
+        if span.generated:
+            return n or None
+        n += span.tokens
+    return None
+
+
+def answered(f: OnDisk) -> bool:
+    """A file holding an answer past its prompt, which a later file may supersede by the prompt alone: one whose
+    cache can be trimmed back to it."""
+    return f.trimmable and f.prompt_tokens is not None and f.prompt_tokens < len(f.tokens)
 
 
 class Tally:
@@ -131,3 +151,28 @@ def tally_of(directory: Path) -> Tally:
     with _TALLIES_LOCK:
         return _TALLIES.setdefault(os.path.realpath(directory), Tally())
 
+
+def evict_lru(directory: Path, budget: int, to: float) -> tuple[int, list[Path]]:
+    """Count the directory's cache files (every model's); where they pass ``budget``, remove the least recently
+    used (modification time) until they hold ``to`` of it. → (the bytes left, the files removed)."""
+    files = []
+    for p in directory.glob("*" + SUFFIX):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        files.append((st.st_mtime, st.st_size, p))
+    total = sum(s for _, s, _ in files)
+    goal = budget if total <= budget else int(budget * to)
+    gone = []
+    for _, size, p in sorted(files):
+        if total <= goal:
+            break
+        try:
+            p.unlink()
+        except OSError:
+            continue
+        total -= size
+        gone.append(p)
+        log.debug("prompt cache on disk: evicted %s (%d bytes)", p.name, size)
+    return total, gone
