@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tinytitan.chat_request import ChatRequest, Message
-from tinytitan.engine.cache.entries import common_prefix
+from tinytitan.engine.cache.prefix_index import common_prefix
 from tinytitan.engine.cache.memory import PromptCache
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinytitan.chat_request import ChatRequest, Message
-from tinytitan.engine.cache.entries import common_prefix
+from tinytitan.engine.cache.prefix_index import common_prefix
 from tinytitan.engine.cache.memory import PromptCache
 from tinytitan.engine.prompt.splice import Span, splice
 

@@ -17,7 +17,8 @@ from openai import AsyncOpenAI
 from anthropic_util import message, sdk
 from conftest import needs
 from responses_helpers import record_prompts
-from tinytitan.engine.cache.entries import common_prefix, kv_offset
+from tinytitan.engine.cache.entries import kv_offset
+from tinytitan.engine.cache.prefix_index import common_prefix
 from tinytitan.models.resolve import installed_gguf
 
 GGUF = installed_gguf("smollm2")

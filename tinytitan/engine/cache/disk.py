@@ -48,7 +48,7 @@ from ...models import weights_digest
 from ..prompt.splice import Span
 from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, evict_lru, prompt_tokens, read_metadata,
                          snapshot, tally_of)
-from .prefix_index import PrefixIndex
+from .prefix_index import PrefixIndex, Reusable
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -67,7 +67,7 @@ class PromptDisk:
         self._digest: str | None = None
         self._layout: str | None = None
         self._index: dict[Path, OnDisk] | None = None  # this model's files, once the directory is read
-        self._by_layout: dict[str, dict[bool, PrefixIndex[OnDisk]]] = {}  # ... by layout, then by trimmability
+        self._by_layout: dict[str, Reusable[OnDisk]] = {}  # ... by layout
         self._answered: dict[str, PrefixIndex[OnDisk]] = {}  # ... those with an answer to trim, by their prompt
         self._lock = threading.Lock()
         self._pending: dict[bytes, tuple] = {}  # lineage (first ids) -> newest snapshot waiting
@@ -111,10 +111,10 @@ class PromptDisk:
         with self._lock:
             return self._index is not None
 
-    def _held(self, wait: float = 0.0) -> dict[bool, PrefixIndex[OnDisk]] | None:
-        """This model's files of this layout, by trimmability (their indexes are read under the lock); None until the
-        writer thread has read the directory (waited for up to ``wait`` seconds: the weights' digest is remembered, so that is
-        reading a few headers) or where it holds none."""
+    def _held(self, wait: float = 0.0) -> Reusable[OnDisk] | None:
+        """This model's files of this layout (their index is read under the lock); None until the writer thread has
+        read the directory (waited for up to ``wait`` seconds: the weights' digest is remembered, so that is reading
+        a few headers) or where it holds none."""
         self.start()
         if wait and self._digest is None and weights_digest.remembered(self.weight_files) is None:
             wait = 0  # the weights are being hashed for the first time: no file of this model can be waiting
@@ -132,14 +132,14 @@ class PromptDisk:
     def _add(self, f: OnDisk) -> None:  # holding the lock
         self._forget_locked(f.path)
         self._index[f.path] = f
-        self._by_layout.setdefault(f.layout, {True: PrefixIndex(), False: PrefixIndex()})[f.trimmable].add(f.tokens, f)
+        self._by_layout.setdefault(f.layout, Reusable()).add(f.tokens, f, f.trimmable)
         if answered(f):
             self._answered.setdefault(f.layout, PrefixIndex()).add(f.tokens[:f.prompt_tokens], f)
 
     def _forget_locked(self, path: Path) -> None:  # holding the lock
         f = self._index.pop(path, None) if self._index is not None else None
         if f is not None:
-            self._by_layout[f.layout][f.trimmable].discard(f.tokens, f)
+            self._by_layout[f.layout].discard(f.tokens, f, f.trimmable)
             if answered(f):
                 self._answered[f.layout].discard(f.tokens[:f.prompt_tokens], f)
 
@@ -206,16 +206,10 @@ class PromptDisk:
         """The file that gives the most of ``prompt``'s tokens (at least one left to read), and how many: the
         prefix it shares with the prompt, where it can be trimmed back to that or is wholly that prefix."""
         held = self._held(wait=INDEX_WAIT)
-        cap = len(prompt) - 1
-        if held is None or cap <= 0:
+        if held is None:
             return None, 0
         with self._lock:
-            n, near = held[True].longest(prompt)
-            n = min(n, cap)
-            whole = next(held[False].prefixes_of(prompt[:cap]), None)
-        if whole is not None and whole[0] > n:
-            return whole[1][0], whole[0]
-        return (near[0], n) if n > 0 else (None, 0)
+            return held.best(prompt)
 
     def peek(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
         """The file sharing the longest prefix with ``prompt``, and how long, without waiting or touching the model
@@ -224,9 +218,8 @@ class PromptDisk:
             held = self._by_layout.get(self._layout) if self._index and self._layout is not None else None
             if held is None:
                 return None, 0
-            found = [held[True].longest(prompt), held[False].longest(prompt)]
-        n = max(k for k, _ in found)
-        return next((fs[0] for k, fs in found if k == n and fs), None) if n else None, n
+            n, near = held.longest(prompt)
+        return (near[0] if n else None), n
 
     def load(self, f: OnDisk) -> tuple[list, tuple[Span, ...]] | None:
         """The KV cache a file holds and its spans; None (the file set aside, with a warning) where it fails."""
@@ -265,7 +258,7 @@ class PromptDisk:
         held = self._held()
         if held is not None:
             with self._lock:
-                if held[True].exact(tokens) or held[False].exact(tokens):
+                if held.exact(tokens):
                     return
         from .entries import kv_trimmable
 
@@ -349,8 +342,9 @@ class PromptDisk:
                 self._index = {}
             held = self._by_layout.get(layout)
             if held is not None and trimmable:  # files whose ids are a prefix of the new one's, or their prompt
-                indexes = list(held.values()) + [self._answered.get(layout, PrefixIndex())]
-                superseded = list({f.path: f for h in indexes for _, fs in h.prefixes_of(tokens) for f in fs
+                answered_by_prompt = [f for _, fs in self._answered.get(layout, PrefixIndex()).prefixes_of(tokens)
+                                      for f in fs]
+                superseded = list({f.path: f for f in held.prefixes_of(tokens) + answered_by_prompt
                                    if f.path != path}.values())
             for f in superseded:
                 self._forget_locked(f.path)

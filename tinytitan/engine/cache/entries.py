@@ -35,15 +35,6 @@ def keyed(tokens: Sequence[int], images: Sequence[ImageRun] = ()) -> np.ndarray:
     return t
 
 
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    ne = a[:n] != b[:n]
-    first = int(ne.argmax())
-    return first if ne[first] else n
-
-
 def kv_offset(kv: list) -> int | None:
     for c in kv:
         off = getattr(c, "offset", None)

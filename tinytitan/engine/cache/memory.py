@@ -53,8 +53,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..prompt.splice import Span
-from .entries import Entry, ImageRun, Note, common_prefix, keyed, kv_bytes, kv_offset, kv_trimmable
-from .prefix_index import PrefixIndex
+from .entries import Entry, ImageRun, Note, keyed, kv_bytes, kv_offset, kv_trimmable
+from .prefix_index import PrefixIndex, Reusable, common_prefix
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -68,8 +68,7 @@ class PromptCache:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self._entries: "OrderedDict[int, Entry]" = OrderedDict()  # least recently used first
-        # the entries by their ids: those that can be trimmed back (or hold no KV), and those reused only whole
-        self._held: dict[bool, PrefixIndex[Entry]] = {True: PrefixIndex(), False: PrefixIndex()}
+        self._held: Reusable[Entry] = Reusable()  # the entries by their ids
         self._notes: "OrderedDict[bytes, Note]" = OrderedDict()
         self._noted: PrefixIndex[Note] = PrefixIndex()
         self._next = 0
@@ -125,21 +124,10 @@ class PromptCache:
         return payload, best_n
 
     def _best(self, p: np.ndarray) -> tuple[int | None, int]:
-        """The entry that gives the most of prompt ``p``'s tokens (at least one left to read), and how many: the
-        prefix it shares with ``p``, where it holds just that or can be trimmed back to it. (None, 0) when none
-        gives any. Holding the lock."""
-        cap = len(p) - 1
-        if cap <= 0:
-            return None, 0
-        n, near = self._held[True].longest(p)
-        n = min(n, cap)
-        whole = next(self._held[False].prefixes_of(p[:cap]), None)  # the longest reused only whole
-        if whole is not None and whole[0] >= n:
-            return whole[1][0].key, whole[0]
-        if n <= 0:
-            return None, 0
-        exact = self._held[True].exact(p[:n])  # one that holds just that: nothing to copy or trim
-        return (exact or near)[0].key, n
+        """The key of the entry that gives the most of prompt ``p``'s tokens, and how many (``Reusable.best``).
+        Holding the lock."""
+        e, n = self._held.best(p)
+        return (None if e is None else e.key), n
 
     def store(self, tokens: Sequence[int], payload: Any, images: Sequence[ImageRun] = (),
               checkpoint: bool = False) -> None:
@@ -166,26 +154,22 @@ class PromptCache:
         trimmable = payload is None or kv_trimmable(payload)
         with self._lock:
             # an entry that is a prefix of the new one is superseded by it, where the new one can stand in for it
-            for held in self._held.values():
-                found = [es for _, es in held.prefixes_of(t)] if trimmable else [held.exact(t)]
-                for e in [e for es in found for e in es]:
-                    self._drop(e.key)
+            for e in self._held.prefixes_of(t) if trimmable else self._held.exact(t):
+                self._drop(e.key)
             if trimmable and not checkpoint:
                 for e in self._answered_otherwise(t):
                     self._drop(e.key)
-            self._insert(t, payload, size, spans, note, ids if images else None, trimmable)
+            self._insert(t, payload, size, spans, note, ids if images else None)
         if self.disk is not None and payload is not None:
             self.disk.put(t, payload, spans)
 
     def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...],
-                note: Note | None = None, ids: np.ndarray | None = None,
-                trimmable: bool | None = None) -> None:  # holding the lock
-        if trimmable is None:
-            trimmable = payload is None or kv_trimmable(payload)
+                note: Note | None = None, ids: np.ndarray | None = None) -> None:  # holding the lock
+        trimmable = payload is None or kv_trimmable(payload)
         e = Entry(t, payload, size, spans, note.fingerprint if note else None, len(note.tokens) if note else None,
                   ids, trimmable, next(self._tick), self._next)
         self._entries[self._next] = e
-        self._held[trimmable].add(t, e)
+        self._held.add(t, e, trimmable)
         self._next += 1
         while self._entries and (self._nbytes() > self.max_bytes or len(self._entries) > self.max_entries):
             old = self._drop(next(iter(self._entries)))
@@ -202,7 +186,7 @@ class PromptCache:
 
     def _drop(self, key: int) -> Entry:  # holding the lock
         e = self._entries.pop(key)
-        self._held[e.trimmable].discard(e.tokens, e)
+        self._held.discard(e.tokens, e, e.trimmable)
         return e
 
     def _touch(self, key: int) -> None:  # holding the lock
@@ -230,8 +214,7 @@ class PromptCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            for held in self._held.values():
-                held.clear()
+            self._held.clear()
             self._notes.clear()
             self._noted.clear()
 
@@ -268,11 +251,10 @@ class PromptCache:
         out = Probe()
         with self._lock:
             out.any_entry = bool(self._entries)
-            n = max(held.longest(p)[0] for held in self._held.values())
+            n = self._held.longest(p)[0]
             # of those sharing that many (all start with them: at most max_entries), the one whose request is
             # known, the most recently used first
-            tied = [e for held in self._held.values() for _, es in held.starting_with(p[:n]) for e in es]
-            e = max(tied, key=lambda e: (e.fingerprint is not None, e.used), default=None)
+            e = max(self._held.starting_with(p[:n]), key=lambda e: (e.fingerprint is not None, e.used), default=None)
             if e is not None and (n or e.fingerprint is not None):
                 out.n, out.length, out.fingerprint, out.prompt_length = n, len(e.tokens), e.fingerprint, e.prompt_length
             out.recent = self._noted.longest(p)[0]

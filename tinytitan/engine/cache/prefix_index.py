@@ -13,6 +13,9 @@ Rules:
   (``starting_with``). Where several members answer alike, the caller picks among them.
 - Members with the same ids are kept together, in the order they were added. A member is removed by identity.
 - It holds no lock and does no I/O: its owner changes it under the lock that guards the members themselves.
+- ``Reusable`` is the pair the prompt cache keeps (in memory, and per cache layout on disk): members whose KV
+  cache can be trimmed back to a shorter prefix (or that hold none), and members reused only whole; ``best`` is
+  what a prompt can take of them.
 """
 
 from __future__ import annotations
@@ -30,14 +33,19 @@ def key_of(tokens: Sequence[int] | np.ndarray) -> bytes:
     return np.ascontiguousarray(tokens, dtype="<i8").tobytes()
 
 
-def shared(a: bytes, b: bytes) -> int:
-    """How many ids two keys share at their start."""
-    n = min(len(a), len(b)) // 8
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many ids two id arrays share at their start."""
+    n = min(len(a), len(b))
     if n == 0:
         return 0
-    ne = np.frombuffer(a, dtype="<i8", count=n) != np.frombuffer(b, dtype="<i8", count=n)
+    ne = a[:n] != b[:n]
     first = int(ne.argmax())
     return first if ne[first] else n
+
+
+def shared(a: bytes, b: bytes) -> int:
+    """How many ids two keys share at their start."""
+    return common_prefix(np.frombuffer(a, dtype="<i8"), np.frombuffer(b, dtype="<i8"))
 
 
 class PrefixIndex(Generic[M]):
@@ -47,9 +55,6 @@ class PrefixIndex(Generic[M]):
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._at.values())
-
-    def __bool__(self) -> bool:
-        return bool(self._keys)
 
     def add(self, tokens, member: M) -> None:
         key = key_of(tokens)
@@ -120,3 +125,52 @@ class PrefixIndex(Generic[M]):
             k = self._keys[i]
             yield len(k) // 8, list(self._at[k])
             i += 1
+
+
+class Reusable(Generic[M]):
+    """Cached prefixes in two indexes: those whose cache can be trimmed back to a shorter prefix (or that hold no
+    KV), and those reused only whole (see the rules)."""
+
+    def __init__(self) -> None:
+        self._by = {True: PrefixIndex(), False: PrefixIndex()}  # trimmable -> its index
+
+    def add(self, tokens, member: M, trimmable: bool) -> None:
+        self._by[trimmable].add(tokens, member)
+
+    def discard(self, tokens, member: M, trimmable: bool) -> None:
+        self._by[trimmable].discard(tokens, member)
+
+    def clear(self) -> None:
+        for index in self._by.values():
+            index.clear()
+
+    def best(self, prompt) -> tuple[M | None, int]:
+        """The member that gives the most of ``prompt``'s ids, at least one left to read, and how many: the
+        prefix it shares with the prompt, where it can be trimmed back to that or is wholly that prefix (one
+        holding just that, nothing to copy or trim, before one to trim). (None, 0) when none gives any."""
+        cap = len(prompt) - 1
+        if cap <= 0:
+            return None, 0
+        n, near = self._by[True].longest(prompt)
+        n = min(n, cap)
+        whole = next(self._by[False].prefixes_of(prompt[:cap]), None)  # the longest reused only whole
+        if whole is not None and whole[0] >= n:
+            return whole[1][0], whole[0]
+        if n <= 0:
+            return None, 0
+        return (self._by[True].exact(prompt[:n]) or near)[0], n
+
+    def longest(self, tokens) -> tuple[int, list[M]]:
+        """``PrefixIndex.longest`` over both."""
+        found = [index.longest(tokens) for index in self._by.values()]
+        n = max(k for k, _ in found)
+        return n, [m for k, ms in found if k == n for m in ms]
+
+    def exact(self, tokens) -> list[M]:
+        return [m for index in self._by.values() for m in index.exact(tokens)]
+
+    def prefixes_of(self, tokens) -> list[M]:
+        return [m for index in self._by.values() for _, ms in index.prefixes_of(tokens) for m in ms]
+
+    def starting_with(self, tokens) -> list[M]:
+        return [m for index in self._by.values() for _, ms in index.starting_with(tokens) for m in ms]
