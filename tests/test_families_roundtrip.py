@@ -201,3 +201,28 @@ def test_mlx_backend_picks_the_family_and_its_stop_tokens(demo_backend):
     assert demo_backend.family.name == "qwen"
     vocab = tok.get_vocab()
     assert {vocab["<|im_end|>"], vocab["<|endoftext|>"]} <= set(tok.eos_token_ids)
+
+
+# the opening each template writes only for the turn it generates (prompt/rendering.py), per reasoning level asked
+TRANSIENT = {("qwen", False): "<think>\n\n</think>\n\n", ("deepseek_v3", None): "<think>", ("deepseek_v3", True): "<think>",
+             ("minimax_m2", None): "<think>\n", ("minimax_m2", False): "<think>\n", ("minimax_m2", True): "<think>\n"}
+
+
+@pytest.mark.parametrize("level", [None, False, True])
+@pytest.mark.parametrize("family", list(ff.SPECS))
+def test_the_part_of_a_prompt_the_next_turn_repeats(root, family, level):
+    """Measured from each family's own template: the next turn, the answer sent back, repeats the prompt but for
+    its transient opening (which the prompt cache then lets the next turn's entry supersede), and where there is
+    one it does not repeat the whole prompt. Where none is known, nothing is claimed."""
+    b = ff.backend(family, root)
+    first = ChatRequest("m", CONVERSATION[:2], reasoning=level)
+    p = b.prepare(first)
+    lasting = b.lasting_prompt(p.tokens, first)
+    expected = TRANSIENT.get((family, level))
+    if expected is None:
+        assert lasting is None
+        return
+    assert b.tokenizer.decode(p.tokens[lasting:]) == expected
+    then = b.prepare(ChatRequest("m", CONVERSATION[:2] + (Message("assistant", "Sunny."), Message("user", "And then?")),
+                                 reasoning=level))
+    assert then.tokens[:lasting] == p.tokens[:lasting] and then.tokens[:len(p.tokens)] != p.tokens

@@ -211,3 +211,32 @@ def test_an_entry_whose_answer_came_back_otherwise_gives_way_to_the_next_turn():
     held = sorted(len(e.tokens) for e in cache.entries.values())
     assert held == [44, len(turn) - 4 + 2]  # the other conversation, and this one's last turn only
     assert cache.fetch(turn)[1] == len(turn) - 4  # the next turn still reads all but its own new part cached
+
+
+def test_an_entry_whose_turn_the_next_prompt_writes_otherwise_gives_way_where_only_a_transient_opening_parts():
+    """Where the part of a prompt a later turn repeats is known (all but a transient opening the template writes only
+    for the turn it generates: prompt/rendering.py), the next turn supersedes its entry though it parts from it
+    before the answer (Qwen3's empty think block). Sub-agents whose prompts part in their user turns keep theirs,
+    so does the entry a side request forks (a user turn where the assistant's opened), and so does an entry whose
+    lasting part is not known (the rule before)."""
+    cache = PromptCache(max_bytes=10 ** 6)
+    system, opening = list(range(100, 140)), [7, 8, 9]  # the generation prompt: header 7, transient opening 8, 9
+    for task in ([1, 2], [1, 3]):  # two sub-agents over the same system prompt, one token apart
+        prompt = system + task + opening
+        cache.remember(prompt, (), lambda ids: "", lasting_prompt=len(prompt) - 2)
+        cache.store(prompt + [90, 91], None)
+    cache.remember(system + [5] + opening, (), lambda ids: "")  # a third: its lasting part is not known
+    cache.store(system + [5] + opening + [92], None)
+    turn = system + [1, 2]
+    for k in range(4):
+        side = turn + [6, 6] + opening  # a side request: the conversation, then a user turn of its own
+        cache.remember(side, (), lambda ids: "", lasting_prompt=len(side) - 2)
+        cache.store(side + [93], None)
+        assert any(len(e.tokens) == len(turn) + 5 for e in cache.entries.values())  # the turn's entry stays
+        turn = turn + [7, 60 + k, 61 + k] + [3, 3, 3]  # answered (without its opening), then a new user turn
+        prompt = turn + opening
+        cache.remember(prompt, (), lambda ids: "", lasting_prompt=len(turn) + 1)
+        cache.store(prompt + [95, 96], None)
+    held = sorted(len(e.tokens) for e in cache.entries.values() if 93 not in e.tokens)
+    assert held == [len(system) + 5, len(system) + 7, len(turn) + 5]  # the third, the other, this one's last
+    assert cache.fetch(turn + [7, 62, 3] + opening)[1] == len(turn) + 1  # the next turn reads all it repeats cached

@@ -44,9 +44,9 @@ def test_common_prefix():
     assert common_prefix(np.array([], dtype=np.int64), np.array([1])) == 0
 
 
-def _req(msgs, **kw):
+def _req(msgs, reasoning=False, **kw):
     return ChatRequest(model="tinytitan-demo", messages=tuple(Message(r, c) for r, c in msgs), temperature=0,
-                       reasoning=False, **kw)
+                       reasoning=reasoning, **kw)
 
 
 async def _run(engine, req):
@@ -84,6 +84,81 @@ async def test_reuse_is_exact_and_output_unchanged(demo_backend):
     demo_backend.prompt_cache.clear()
     _, _, _, text5 = await _run(engine, follow)
     assert text4 == text5
+
+
+async def test_a_turn_the_template_writes_otherwise_once_answered_gives_way_to_the_next(demo_backend):
+    """Qwen3's template with its thinking off opens the turn it generates with an empty think block, which it leaves
+    out of the turns already answered: each next prompt parts from the last entry just before its answer. The
+    entry knows the part of its prompt a later turn repeats (all but that block), so the next turn's entry
+    supersedes it: one entry per conversation, where every turn left a copy of the whole conversation before.
+    What each turn reads cached is unchanged; another conversation over the same system prompt stays, and so does
+    the turn's entry beside a side request that forks the conversation where the answer began (a user turn of its
+    own in place of the answer)."""
+    from tinytitan.engine.engine import Engine
+
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    await _run(engine, _req([("system", "You write code."), ("user", "Write a class.")], max_tokens=4))
+    turns, before = [("system", "You write code."), ("user", "Write a function.")], None
+    for k in range(4):
+        p, cached, fin, text = await _run(engine, _req(turns, max_tokens=6))
+        assert p.prompt_text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        if before is not None:  # all the last prompt held but its think block, and the answer's text
+            assert cached >= len(before.tokens) - 4
+        entry = max(demo_backend.prompt_cache.entries.values(), key=lambda e: e.used).key  # this turn's
+        await _run(engine, _req(turns + [("user", "Suggest a title.")], max_tokens=2))  # forks before the answer
+        assert entry in demo_backend.prompt_cache.entries
+        turns, before = turns + [("assistant", text), ("user", f"And now part {k}.")], p
+    held = [e for e in demo_backend.prompt_cache.entries.values() if "title" not in demo_backend.tokenizer.decode(e.tokens)]
+    assert len(held) == 2
+
+
+async def test_an_entry_whose_conversation_moved_on_but_renders_it_otherwise_gives_way(demo_backend):
+    """With thinking on, a Qwen3-style template renders the thinking of the turns after the last user message and
+    drops it once a new user message comes: the next prompt parts from the tool loop's entry far back, inside that
+    thinking, where no rule on the ids alone can tell it from another conversation. The next request continues
+    the entry's request past its answer (the same system and tools, its messages, then an assistant message), so
+    the entry gives way; a request that forks the loop with a user message of its own leaves it be."""
+    from tinytitan.chat_request import ToolCall
+    from tinytitan.engine.engine import Engine
+
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    call = ToolCall("call_1", "read", '{"path": "a.py"}')
+    loop = (Message("system", "You are an agent."), Message("user", "Look at a.py."),
+            Message("assistant", "Let me look.", (call,), reasoning="I should read a.py first. " * 6),
+            Message("tool", "x = 1", tool_call_id="call_1", name="read"))
+
+    def req(*messages):
+        return ChatRequest(model="tinytitan-demo", messages=loop + messages, temperature=0, reasoning=True,
+                           max_tokens=6)
+
+    first, _, _, text = await _run(engine, req())
+    assert "I should read a.py first." in first.prompt_text
+    await _run(engine, req(Message("user", "Stop.")))  # a fork: no answer of the loop's in it
+    assert len(demo_backend.prompt_cache.entries) == 2
+    then, cached, _, _ = await _run(engine, req(Message("assistant", text), Message("user", "Now b.py.")))
+    assert "I should read a.py first." not in then.prompt_text  # parted far back: inside the dropped thinking
+    assert cached < len(first.tokens) - 20
+    kept = [e for e in demo_backend.prompt_cache.entries.values()
+            if common_prefix(e.tokens, np.array(first.tokens)) == len(first.tokens)]
+    assert not kept and len(demo_backend.prompt_cache.entries) == 2  # the fork's, and the new turn's
+
+
+def test_the_part_of_a_prompt_a_later_turn_repeats_leaves_out_the_templates_transient_opening(demo_backend):
+    decode = demo_backend.tokenizer.decode
+    off, on = (demo_backend.transient_opening(demo_backend.template_kwargs(_req([], reasoning=level)))
+               for level in (False, True))
+    assert decode(list(off)) == "<think>\n\n</think>\n\n" and on is None
+    req = _req([("user", "hello")])
+    prepared = demo_backend.prepare(req)
+    lasting = demo_backend.lasting_prompt(prepared.tokens, req)
+    assert lasting == len(prepared.tokens) - len(off)
+    assert decode(prepared.tokens[:lasting]).endswith("hello<|im_end|>\n<|im_start|>assistant\n")
+    assert demo_backend.lasting_prompt(prepared.tokens[:-1], req) is None  # ids that do not end with it
+    assert demo_backend.lasting_prompt(prepared.tokens, _req([("user", "hello")], reasoning=True)) is None
+    raw = ChatRequest(model="tinytitan-demo", messages=(), prompt="hello")
+    assert demo_backend.lasting_prompt(demo_backend.prepare(raw).tokens, raw) is None  # no template: not known
 
 
 async def test_edit_far_back_costs_only_the_tail(demo_backend):

@@ -232,6 +232,37 @@ def _small_kv(n: int) -> list:
     return [c]
 
 
+def test_a_file_whose_turn_the_next_prompt_writes_otherwise_gives_way_where_only_a_transient_opening_parts(tmp_path):
+    """As in memory: where the part of a file's prompt a later turn repeats is known (``tinytitan_lasting_prompt``),
+    the next turn's file supersedes it though it parts before the answer (in an opening the template writes only
+    for the turn it generates), after a restart too; a sub-agent's file that parts before that point stays."""
+    import base64
+
+    from tinytitan.engine.prompt.splice import Span
+
+    opening = [7, 8, 9]
+
+    def put(disk, turn: list[int], answer: list[int]) -> None:
+        ids = turn + opening + answer
+        disk.put(np.array(ids, dtype=np.int64), _small_kv(len(ids)),
+                 (Span(len(turn) + len(opening), "p"), Span(len(answer), "a", True)), len(turn) + 1)
+        assert disk.flush()
+
+    system = list(range(1000, 1080))
+    disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    put(disk, system + [1, 3], [77, 78])  # a sub-agent over the same system prompt
+    turn = system + [1, 2]
+    put(disk, turn, [90, 91])
+    assert disk.stats()["entries"] == 2
+    restarted = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    turn = turn + [7, 61, 62, 3, 3]  # answered (its header 7 kept, its opening 8, 9 not), then a new user turn
+    put(restarted, turn, [92, 93])
+    assert restarted.stats()["entries"] == 2
+    assert restarted.best(np.array(turn + [4], dtype=np.int64))[1] == len(turn)
+    held = sorted(len(base64.b64decode(read_metadata(p)["tinytitan_tokens"])) // 4 for p in tmp_path.glob("*.safetensors"))
+    assert held == [len(system) + 7, len(turn) + 5]
+
+
 def test_the_directory_is_counted_again_only_once_writes_may_pass_the_budget(tmp_path):
     """Counting every file after each write cost the writer thread ~10 ms of the GIL a generation at a few thousand
     files: the directory is counted when what was written since the last count may pass the budget, then brought

@@ -11,8 +11,10 @@ Rules:
   so a torn file is never read. A prefix already on disk is not written again; a file whose ids are a prefix
   of the new one's is removed (superseded) where the new one can be trimmed back to it, as in memory (a
   prompt's checkpoint outlives its answer's file: cache/checkpoint.py). So is a file whose prompt the new one
-  starts with but whose answer it parts from (the answer came back otherwise), as in memory: a file says where
-  its answer starts (``tinytitan_prompt_tokens``; one written before that said nothing is left alone).
+  starts with, all but a transient opening, but whose answer it parts from (the answer came back otherwise, or the
+  template writes that turn otherwise once answered), as in memory: a file says where its answer starts
+  (``tinytitan_prompt_tokens``; one written before that said nothing is left alone) and how much of its prompt
+  a later turn repeats, where that was known (``tinytitan_lasting_prompt``; else all of it).
 - Bounded: past ``max_bytes`` the least recently used files (modification time, touched on each read) go,
   down to ``EVICT_TO`` of it. The directory is counted (every file's size, every model's) only when the bytes
   written there since the last count — by any model of this process: one ``Tally`` per directory — may have
@@ -134,14 +136,14 @@ class PromptDisk:
         self._index[f.path] = f
         self._by_layout.setdefault(f.layout, Reusable()).add(f.tokens, f, f.trimmable)
         if answered(f):
-            self._answered.setdefault(f.layout, PrefixIndex()).add(f.tokens[:f.prompt_tokens], f)
+            self._answered.setdefault(f.layout, PrefixIndex()).add(f.tokens[:f.lasting_prompt], f)
 
     def _forget_locked(self, path: Path) -> None:  # holding the lock
         f = self._index.pop(path, None) if self._index is not None else None
         if f is not None:
             self._by_layout[f.layout].discard(f.tokens, f, f.trimmable)
             if answered(f):
-                self._answered[f.layout].discard(f.tokens[:f.prompt_tokens], f)
+                self._answered[f.layout].discard(f.tokens[:f.lasting_prompt], f)
 
     def _scan(self) -> None:
         """The directory's files of this model, from their headers (the writer thread, at start)."""
@@ -168,9 +170,10 @@ class PromptDisk:
                             meta.get("tinytitan_format"))
                 continue
             tokens = np.frombuffer(base64.b64decode(meta.get("tinytitan_tokens", "")), dtype=np.int32).astype(np.int64)
-            prompt = meta.get("tinytitan_prompt_tokens", "")
+            prompt, lasting = meta.get("tinytitan_prompt_tokens", ""), meta.get("tinytitan_lasting_prompt", "")
             found.append(OnDisk(p, tokens, p.stat().st_size, meta.get("tinytitan_layout", ""),
-                                meta.get("tinytitan_trimmable", "1") != "0", int(prompt) if prompt.isdigit() else None))
+                                meta.get("tinytitan_trimmable", "1") != "0", int(prompt) if prompt.isdigit() else None,
+                                int(lasting) if lasting.isdigit() else None))
         for tmp in self.dir.glob(".*.tmp*"):  # a write a crash cut short: never read, cleaned up
             try:
                 if now - tmp.stat().st_mtime > 600:
@@ -251,8 +254,9 @@ class PromptDisk:
             self._forget_locked(path)
 
     # -- writing -------------------------------------------------------------------------------------------
-    def put(self, tokens: np.ndarray, kv: list, spans: tuple[Span, ...]) -> None:
-        """Queue a cache to be written (called on the model thread, right after the generation is stored)."""
+    def put(self, tokens: np.ndarray, kv: list, spans: tuple[Span, ...], lasting_prompt: int | None = None) -> None:
+        """Queue a cache to be written (called on the model thread, right after the generation is stored), with
+        how much of its prompt a later turn repeats, where that is known (prompt/rendering.py)."""
         if len(tokens) < MIN_TOKENS:
             return
         held = self._held()
@@ -268,7 +272,7 @@ class PromptDisk:
         # prompt's checkpoint stays queued beside its answer's entry)
         key = tokens[:MIN_TOKENS].tobytes() if kv_trimmable(snap) else tokens.tobytes()
         with self._lock:
-            self._pending[key] = (tokens, snap, spans, layout)
+            self._pending[key] = (tokens, snap, spans, layout, lasting_prompt)
             self._wake.notify()
 
     def flush(self, timeout: float = 30.0) -> bool:
@@ -302,10 +306,10 @@ class PromptDisk:
                 while not self._pending:
                     self._wake.wait()
                 key = next(iter(self._pending))
-                tokens, snap, spans, layout = self._pending.pop(key)
+                tokens, snap, spans, layout, lasting_prompt = self._pending.pop(key)
                 self._busy = True
             try:
-                self._write(tokens, snap, spans, layout)
+                self._write(tokens, snap, spans, layout, lasting_prompt)
             except Exception:
                 log.warning("prompt cache on disk: a %d-token prefix could not be written", len(tokens), exc_info=True)
             finally:
@@ -313,7 +317,8 @@ class PromptDisk:
                     self._busy = False
                     self._wake.notify_all()
 
-    def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str) -> None:
+    def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str,
+               lasting_prompt: int | None = None) -> None:
         from mlx_lm.models.cache import save_prompt_cache
 
         from .entries import kv_trimmable
@@ -330,11 +335,13 @@ class PromptDisk:
         prompt = prompt_tokens(spans)
         if prompt is not None:
             meta["tinytitan_prompt_tokens"] = str(prompt)
+            if lasting_prompt is not None and lasting_prompt < prompt:
+                meta["tinytitan_lasting_prompt"] = str(lasting_prompt)
         save_prompt_cache(str(tmp), snap, meta)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable, prompt)
+        entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable, prompt, lasting_prompt)
         self.writes += 1
         superseded = []
         with self._lock:

@@ -103,6 +103,11 @@ class OnDisk:
     layout: str
     trimmable: bool = True  # its cache can be trimmed back (else it serves only prompts it is wholly a prefix of)
     prompt_tokens: int | None = None  # where its answer starts (None: no answer, or a file that did not say)
+    lasting_prompt: int | None = None  # how much of its prompt a later turn repeats (prompt/rendering.py; else all)
+
+    def __post_init__(self):
+        if self.lasting_prompt is None or self.prompt_tokens is None or self.lasting_prompt > self.prompt_tokens:
+            self.lasting_prompt = self.prompt_tokens
 
 
 def prompt_tokens(spans) -> int | None:
@@ -116,9 +121,9 @@ def prompt_tokens(spans) -> int | None:
 
 
 def answered(f: OnDisk) -> bool:
-    """A file holding an answer past its prompt, which a later file may supersede by the prompt alone: one whose
-    cache can be trimmed back to it."""
-    return f.trimmable and f.prompt_tokens is not None and f.prompt_tokens < len(f.tokens)
+    """A file holding an answer past its prompt, which a later file may supersede by the part of its prompt a later
+    turn repeats: one whose cache can be trimmed back to it."""
+    return bool(f.trimmable and f.lasting_prompt and f.prompt_tokens < len(f.tokens))
 
 
 class Tally:

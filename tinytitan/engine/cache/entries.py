@@ -71,11 +71,21 @@ class Entry:
     trimmable: bool = True  # it can be trimmed back to a shorter prefix (or holds no KV to trim)
     used: int = 0  # when it was last stored or fetched (a tick of its cache)
     key: int = 0  # its place in the cache's table
+    lasting_prompt: int | None = None  # how many of its prompt's ids a later turn repeats: all but a transient
+    # opening the template writes only for the turn it generates (prompt/rendering.py); all where that is not known
     real: np.ndarray | None = field(init=False)  # its token ids (None: an entry read back from disk with images,
     # whose ids only its key holds)
 
     def __post_init__(self):
         self.real = self.ids if self.ids is not None else self.tokens if not (self.tokens < 0).any() else None
+        if self.lasting_prompt is None or self.prompt_length is None or self.lasting_prompt > self.prompt_length:
+            self.lasting_prompt = self.prompt_length
+
+    @property
+    def answered(self) -> bool:
+        """It holds an answer past its prompt, and can be trimmed back to the part of its prompt a later turn
+        repeats."""
+        return bool(self.trimmable and self.lasting_prompt and self.prompt_length < len(self.tokens))
 
 
 @dataclass
@@ -86,3 +96,4 @@ class Note:
     decode: Callable[[Sequence[int]], str]
     fingerprint: Any = None
     seq: int = 0  # when it was remembered (a tick of its cache)
+    lasting_prompt: int | None = None  # how many of its ids a later turn repeats (prompt/rendering.py; None: all)

@@ -13,8 +13,13 @@ Rules:
   generated tokens, cut at the cache's own offset), evicting old entries over the byte budget. An entry that
   is a prefix of the new one is superseded by it when the new one can be trimmed back to it; a cache that
   cannot be leaves it (a prompt's checkpoint, cache/checkpoint.py, outlives its answer's entry). So is an
-  entry whose prompt the new one starts with but whose answer it parts from (the answer came back otherwise:
-  re-serialised, its thinking dropped): all it held beyond the new one is that answer.
+  entry whose prompt the new one starts with, all but a transient opening where one is known (what the template
+  writes only for the turn it generates: Qwen3's empty think block; prompt/rendering.py), but whose answer it
+  parts from (the answer came back otherwise: re-serialised, its thinking dropped; or the template writes that
+  turn otherwise once answered): all it held beyond the new one is that turn. And so is an entry whose request
+  the new one's continues past its answer (the same system and tools, its messages, then an assistant message:
+  ``Fingerprint.continued_by``) though its prompt parts from the entry earlier (a Qwen3-style template drops
+  the thinking of a tool loop's turns once a new user message comes): that conversation has moved on.
 - Every read and change of the entries holds one lock: the model thread changes them while the trio side
   reads the stats (``GET /v1/models``).
 - Entries and notes are found by the prefix they share with a prompt through a ``PrefixIndex``
@@ -156,18 +161,18 @@ class PromptCache:
             # an entry that is a prefix of the new one is superseded by it, where the new one can stand in for it
             for e in self._held.prefixes_of(t) if trimmable else self._held.exact(t):
                 self._drop(e.key)
-            if trimmable and not checkpoint:
-                for e in self._answered_otherwise(t):
+            if not checkpoint:
+                for e in self._answered_otherwise(t, trimmable, note.fingerprint if note is not None else None):
                     self._drop(e.key)
             self._insert(t, payload, size, spans, note, ids if images else None)
         if self.disk is not None and payload is not None:
-            self.disk.put(t, payload, spans)
+            self.disk.put(t, payload, spans, note.lasting_prompt if note is not None else None)
 
     def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...],
                 note: Note | None = None, ids: np.ndarray | None = None) -> None:  # holding the lock
         trimmable = payload is None or kv_trimmable(payload)
         e = Entry(t, payload, size, spans, note.fingerprint if note else None, len(note.tokens) if note else None,
-                  ids, trimmable, next(self._tick), self._next)
+                  ids, trimmable, next(self._tick), self._next, note.lasting_prompt if note else None)
         self._entries[self._next] = e
         self._held.add(t, e, trimmable)
         self._next += 1
@@ -175,14 +180,23 @@ class PromptCache:
             old = self._drop(next(iter(self._entries)))
             log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
 
-    def _answered_otherwise(self, t: np.ndarray) -> list[Entry]:
-        """The entries whose prompt ``t`` starts with but whose answer it parts from: the client sent that answer
-        back otherwise (re-serialised, edited, its thinking dropped by the template), so what such an entry holds
-        beyond the new one is an answer no later prompt is expected to repeat. (Each turn of such a conversation
-        left a copy of it all: 6 turns, 6 entries.) Holding the lock."""
-        return [e for e in self._entries.values()
-                if e.trimmable and e.prompt_length and e.prompt_length < len(e.tokens) and e.prompt_length <= len(t)
-                and common_prefix(e.tokens[:e.prompt_length], t) == e.prompt_length]
+    def _answered_otherwise(self, t: np.ndarray, trimmable: bool, fingerprint: Any) -> list[Entry]:
+        """The entries holding an answer that the new entry ``t`` (of the request ``fingerprint``) stands in for,
+        though it parts from them before their end; either
+        - ``t`` starts with the entry's prompt (the part a later turn repeats: ``Entry.lasting_prompt``) but parts
+          from its answer, and can be trimmed back to it: the client sent that answer back otherwise
+          (re-serialised, edited, its thinking dropped), or the template writes that turn otherwise once answered
+          (Qwen3's empty think block, written only for the turn being generated); or
+        - the new request continues the entry's conversation past its answer (``Fingerprint.continued_by``) but
+          its prompt re-renders it earlier (a Qwen3-style template drops the turns' thinking once a new user turn
+          comes): no later prompt of that conversation renders it as the entry holds it.
+        What such an entry holds beyond the new one is a turn no later prompt is expected to repeat. (Each turn of
+        such a conversation left a copy of it all: 6 turns, 6 entries.) Holding the lock."""
+        return [e for e in self._entries.values() if e.prompt_length is not None and e.prompt_length < len(e.tokens)
+                and ((trimmable and e.answered and e.lasting_prompt <= len(t)
+                      and common_prefix(e.tokens[:e.lasting_prompt], t) == e.lasting_prompt)
+                     or (fingerprint is not None and e.fingerprint is not None
+                         and e.fingerprint.continued_by(fingerprint) and common_prefix(e.tokens, t) < len(e.tokens)))]
 
     def _drop(self, key: int) -> Entry:  # holding the lock
         e = self._entries.pop(key)
@@ -226,12 +240,13 @@ class PromptCache:
 
     # -- what the ids say (prompt/splice.py) ----------------------------------------------------------------
     def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str],
-                 fingerprint: Any = None, images: Sequence[ImageRun] = ()) -> None:
-        """A prompt as prepared: the entry later stored for it (and its answer) knows its spans, and the
-        fingerprint of its request (cache/miss.py)."""
+                 fingerprint: Any = None, images: Sequence[ImageRun] = (), lasting_prompt: int | None = None) -> None:
+        """A prompt as prepared: the entry later stored for it (and its answer) knows its spans, the
+        fingerprint of its request (cache/miss.py) and how many of its ids a later turn repeats
+        (``lasting_prompt``: prompt/rendering.py)."""
         t = keyed(tokens, images)
         key = t.tobytes()
-        note = Note(t, spans, decode, fingerprint, next(self._tick))
+        note = Note(t, spans, decode, fingerprint, next(self._tick), lasting_prompt)
         with self._lock:
             old = self._notes.pop(key, None)
             if old is not None:

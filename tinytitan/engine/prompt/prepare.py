@@ -15,15 +15,13 @@ from ...chat_request import ChatRequest, Message
 from ...errors import ApiError, invalid
 from ..cache.miss import Fingerprint, compare, diagnose
 from ..decode.call_limit import call_limit
-from ..families import template_source
-from .messages import template_messages, template_tools
 from .splice import splice as splice_prompt
 from .tokenizer_facts import once_per_tokenizer, restart_tokens, text_of
-from .reasoning import TemplateReasoning, level_of
+from .reasoning import level_of
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
 from ..structured.compile import token_markers
 from ..structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
-from .tool_declarations import ToolDeclarations
+from .rendering import TemplateRendering
 
 log = logging.getLogger("tinytitan.backend")
 
@@ -33,12 +31,6 @@ REMEMBERED_PROMPTS = 64  # prompts kept by response id for a client's cache comp
 
 # what a model samples with where neither the request nor its generation_config.json says
 FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
-
-
-# fill-in-the-middle control tokens, as the model families that train on them spell them
-FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder
-              ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SmolLM
-              ("<PRE>", "<SUF>", "<MID>"))  # CodeLlama
 
 
 @dataclass
@@ -87,7 +79,7 @@ _TURN_MARKERS: dict[int, tuple[Any, dict[str, int]]] = {}  # id(tokenizer) → (
 logging.getLogger("transformers.tokenization_utils_base").addFilter(_NoSequenceLengthWarning())
 
 
-class PromptPreparation(ToolDeclarations):
+class PromptPreparation(TemplateRendering):
     """The prompt-preparation half of a backend (``Backend`` is the other half: the model, its card, decoding):
     everything from a ChatRequest to its ``Prepared``."""
 
@@ -95,44 +87,6 @@ class PromptPreparation(ToolDeclarations):
         # prompts remembered by response id, for a client's later comparison (``compare_prompt``)
         self.remembered_prompts: collections.OrderedDict[str, tuple[Fingerprint, array.array]] = \
             collections.OrderedDict()
-
-    @property
-    def template_reasoning(self) -> TemplateReasoning:
-        return TemplateReasoning.of(getattr(self.tokenizer, "chat_template", None))
-
-    def render(self, req: ChatRequest) -> str:
-        kwargs = dict(req.template_kwargs)
-        default = level_of(self.default_reasoning, None)
-        kwargs.update(self.template_reasoning.kwargs(level_of(req.reasoning, default)))
-        if req.reasoning_budget_tokens is not None:
-            log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
-                     req.reasoning_budget_tokens)
-        req = self.with_tool_declarations(req)
-        messages, tools = self.family.map_roles(template_messages(req, self.default_system, self.default_history),
-                                                template_tools(req),
-                                                template_source(self.tokenizer))
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
-        )
-
-    @property
-    def fim_tokens(self) -> tuple[str, str, str] | None:
-        """The model's fill-in-the-middle markers (prefix, suffix, middle), where its vocabulary has them."""
-        try:
-            vocab = self.tokenizer.get_vocab() if self.tokenizer is not None else {}
-        except Exception:
-            return None
-        return next((spelling for spelling in FIM_TOKENS if all(t in vocab for t in spelling)), None)
-
-    def raw_text(self, req: ChatRequest) -> str:
-        """A raw prompt as the model reads it; with a suffix, the model's fill-in-the-middle layout."""
-        if req.suffix is None:
-            return req.prompt or ""
-        fim = self.fim_tokens
-        if fim is None:
-            raise invalid(f"'suffix' (fill-in-the-middle) is not supported by '{self.model_id}': its vocabulary has "
-                          "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter")
-        return f"{fim[0]}{req.prompt or ''}{fim[1]}{req.suffix}{fim[2]}"
 
     def encode(self, req: ChatRequest) -> tuple[str, list[int]]:
         """The rendered prompt and its tokens. A template that refuses the conversation (Jinja's
@@ -199,7 +153,7 @@ class PromptPreparation(ToolDeclarations):
         miss = diagnose(req, fp, tokens, cache.probe(tokens, runs)) if req is not None else None
         if miss is not None and miss.missed:
             log.debug("%s: prompt cache %s%s", self.model_id, miss.log_text(), f" ({miss.detail})" if miss.detail else "")
-        cache.remember(tokens, spans, decode, fp, runs)
+        cache.remember(tokens, spans, decode, fp, runs, self.lasting_prompt(tokens, req) if req is not None else None)
         return tokens, miss
 
     def image_runs(self, tokens: list[int], req: ChatRequest) -> tuple:

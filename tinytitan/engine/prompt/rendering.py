@@ -1,0 +1,151 @@
+"""The chat template's part of prompt preparation (``prepare.py``): a ChatRequest rendered as the model reads it,
+and how many of a rendered prompt's ids a later turn of its conversation repeats.
+
+Rules:
+- The template's variables are the client's own (``chat_template_kwargs``), then the reasoning level's (the
+  request's, else the server's default), in that order: the level's spelling wins.
+- The generation prompt opens the assistant's turn (``add_generation_prompt``). Its *transient opening* is what
+  it writes that the template does not write once that turn is answered: Qwen3's empty think block with its
+  thinking off (``<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n`` for the turn generated, the same header then
+  the answer once a user turn follows), DeepSeek-V3.1's ``<think>``; none for plain ChatML. It is measured once per
+  tokenizer and template variables, in ids, from one user message rendered alone, then with the generation
+  prompt, then answered and followed by another user message, then followed by another user message at once (a
+  fork): the opening's ids past those the answered turn starts with. None where the first three texts do not
+  start alike (or the template refuses them), the answered turn keeps none or all of the opening, or what it keeps
+  does not tell the assistant's turn from the fork's user turn. (A template that refuses the fork, or merges the
+  two user messages into one turn, has no user turn there to be told apart.)
+- ``lasting_prompt`` of a prompt is how many of its ids a later turn of its conversation repeats: all but its
+  transient opening, where its ids end with that opening's (else None). The prompt cache's entries know it, so the
+  next turn supersedes the last one's entry, where it parts there only (cache/memory.py). A request that forks the
+  conversation there (a user turn where the assistant's was: a client's side request) parts before that.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Sequence
+
+from ...chat_request import ChatRequest, Message
+from ...errors import invalid
+from ..families import template_source
+from .messages import template_messages, template_tools
+from .reasoning import TemplateReasoning, level_of
+from .tokenizer_facts import once_per_tokenizer
+from .tool_declarations import ToolDeclarations
+
+log = logging.getLogger("tinytitan.backend")
+
+
+# fill-in-the-middle control tokens, as the model families that train on them spell them
+FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder
+              ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SmolLM
+              ("<PRE>", "<SUF>", "<MID>"))  # CodeLlama
+
+TRANSIENT_OPENINGS_KEPT = 64  # template variables whose transient opening is kept, per tokenizer
+
+_TRANSIENT_OPENINGS: dict[int, tuple[Any, dict[str, tuple[int, ...] | None]]] = {}  # id(tokenizer) -> ...
+
+
+class TemplateRendering(ToolDeclarations):
+    """A part of prompt preparation (``prepare.py``): the template's text for a request."""
+
+    @property
+    def template_reasoning(self) -> TemplateReasoning:
+        return TemplateReasoning.of(getattr(self.tokenizer, "chat_template", None))
+
+    def template_kwargs(self, req: ChatRequest) -> dict:
+        """The template's variables for ``req`` (see the rules)."""
+        kwargs = dict(req.template_kwargs)
+        default = level_of(self.default_reasoning, None)
+        kwargs.update(self.template_reasoning.kwargs(level_of(req.reasoning, default)))
+        return kwargs
+
+    def render(self, req: ChatRequest) -> str:
+        kwargs = self.template_kwargs(req)
+        if req.reasoning_budget_tokens is not None:
+            log.info("reasoning budget of %d tokens accepted, not enforced (the template's level decides)",
+                     req.reasoning_budget_tokens)
+        req = self.with_tool_declarations(req)
+        messages, tools = self.family.map_roles(template_messages(req, self.default_system, self.default_history),
+                                                template_tools(req),
+                                                template_source(self.tokenizer))
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
+        )
+
+    def transient_opening(self, kwargs: dict) -> tuple[int, ...] | None:
+        """The ids the template writes to open a turn it generates but not once that turn is answered, under these
+        variables (see the rules); None where there are none, none can be told apart, or the template refuses
+        the probe's conversation."""
+        key = json.dumps(kwargs, sort_keys=True, default=repr)
+        known = once_per_tokenizer(_TRANSIENT_OPENINGS, self.tokenizer, dict)
+        if key in known:
+            return known[key]
+        if len(known) >= TRANSIENT_OPENINGS_KEPT:
+            known.clear()
+        known[key] = self._measure_transient_opening(kwargs)
+        return known[key]
+
+    def _measure_transient_opening(self, kwargs: dict) -> tuple[int, ...] | None:
+        def text(turns: tuple[Message, ...], opening: bool = False) -> str:
+            messages, _ = self.family.map_roles(
+                template_messages(ChatRequest(model="", messages=turns), self.default_system, self.default_history),
+                None, template_source(self.tokenizer))
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=opening, tokenize=False,
+                                                      **kwargs)
+
+        asked = (Message("user", "x"),)
+        try:
+            before, generating = text(asked), text(asked, True)
+            answered = text(asked + (Message("assistant", "Qz"), Message("user", "y")))
+        except Exception:  # a template that refuses these conversations or variables: none known
+            return None
+        try:
+            forked = text(asked + (Message("user", "y"),))
+        except Exception:  # a template that refuses two user turns in a row: no fork there to tell apart
+            forked = ""
+        if not (generating.startswith(before) and answered.startswith(before)):
+            return None
+
+        def ids(t: str) -> list[int]:
+            return list(self.tokenizer.encode(t[len(before):], add_special_tokens=False))
+
+        opening, header = ids(generating), ids(answered)
+        kept = next((k for k, (a, b) in enumerate(zip(opening, header)) if a != b), min(len(opening), len(header)))
+        if kept == 0 or kept == len(opening):
+            return None  # nothing kept, or nothing transient
+        if forked.startswith(before) and ids(forked)[:kept] == opening[:kept]:
+            return None  # what is kept does not tell the assistant's turn from a user turn written there
+        return tuple(opening[kept:])
+
+    def lasting_prompt(self, tokens: Sequence[int], req: ChatRequest) -> int | None:
+        """How many of a prompt's ids a later turn of its conversation repeats: all but the template's transient
+        opening at its end (see the rules); None for a raw prompt, a template without one, or ids that do not end
+        with it."""
+        if req.prompt is not None:
+            return None
+        transient = self.transient_opening(self.template_kwargs(req))
+        if transient is None or len(transient) >= len(tokens):
+            return None
+        start = len(tokens) - len(transient)
+        return start if tuple(tokens[start:]) == transient else None
+
+    @property
+    def fim_tokens(self) -> tuple[str, str, str] | None:
+        """The model's fill-in-the-middle markers (prefix, suffix, middle), where its vocabulary has them."""
+        try:
+            vocab = self.tokenizer.get_vocab() if self.tokenizer is not None else {}
+        except Exception:
+            return None
+        return next((spelling for spelling in FIM_TOKENS if all(t in vocab for t in spelling)), None)
+
+    def raw_text(self, req: ChatRequest) -> str:
+        """A raw prompt as the model reads it; with a suffix, the model's fill-in-the-middle layout."""
+        if req.suffix is None:
+            return req.prompt or ""
+        fim = self.fim_tokens
+        if fim is None:
+            raise invalid(f"'suffix' (fill-in-the-middle) is not supported by '{self.model_id}': its vocabulary has "
+                          "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter")
+        return f"{fim[0]}{req.prompt or ''}{fim[1]}{req.suffix}{fim[2]}"
