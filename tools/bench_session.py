@@ -19,6 +19,8 @@ How "reusable" is computed, exactly:
 Variants:
 - ``chat``: plain chat over /v1/chat/completions (system + user; the client sends back the answer's text).
   Also run against ``mlx_lm server`` (the peer).
+- ``nothink`` (opt-in): the same plain chat with reasoning off (``reasoning_effort: "none"``): the Qwen3 template
+  opens the turn it generates with an empty think block that it leaves out once the turn is answered.
 - ``billing`` (opt-in): the same plain chat, but the system message opens with Claude Code's billing line
   (``x-anthropic-billing-header: …cch=<random>;``, new every turn) — what a plain prefix cache does with it: the
   changing first line leaves almost nothing to reuse (see the cached÷prompt column), on mlx_lm.server and on
@@ -31,7 +33,9 @@ Variants:
   the last user query and drops it once a new user query arrives — an edit far back in the prompt: only the
   tokens after the edit should be recomputed.
 
-Target (issue 3): cached ÷ reusable ≥ 0.98 on every turn of every variant.
+Target (issue 3): cached ÷ reusable ≥ 0.98 on every turn of every variant. The summary also says how many
+entries (and MiB) tinytitan's prompt cache holds after a variant that it did not before (from ``/health``): a
+conversation should leave one, not one per turn.
 
 **Naive reusable** (issue 22) counts what a client would expect to be reused: the tokens of this prompt that lie
 wholly inside the text the previous turn already covered — its rendered prompt followed by the text of its
@@ -45,6 +49,7 @@ naive reusable ≥ 0.995 summed over turns 2+ (and per turn), beside mlx_lm.serv
 
     python tools/bench_session.py                         # demo model, all variants + the peer (~1-2 min)
     python tools/bench_session.py --models demo,50m --turns-50m 4
+    python tools/bench_session.py --variants chat,nothink --no-peer --tinytitan-entry OLD   # another checkout
 """
 
 from __future__ import annotations
@@ -221,6 +226,20 @@ class ChatSession(Session):
         self.messages.append({"role": "user", "content": self.text.sentences(4)})
 
 
+class NoThinkingChatSession(ChatSession):
+    """Plain chat with reasoning off (``reasoning_effort: "none"``): on a Qwen3 template the turn generated opens
+    with an empty think block that the template leaves out once the turn is answered, so each prompt parts from
+    the last turn's cache entry before its answer. tinytitan only."""
+
+    name = "nothink"
+
+    def __init__(self, model, max_tokens, seed=5):
+        super().__init__(model, max_tokens, seed)
+
+    def body(self):
+        return self.chat_body(reasoning_effort="none")
+
+
 class BillingChatSession(ChatSession):
     """Plain chat whose system message opens with Claude Code's per-request billing line (new ``cch`` every
     turn) — the shape that defeats a plain prefix cache; runs on both servers."""
@@ -369,8 +388,8 @@ class ClaudeCodeSession(Session):
         return usage["input_tokens"] + (usage.get("cache_read_input_tokens") or 0)
 
 
-SESSIONS = {"chat": ChatSession, "billing": BillingChatSession, "claude": ClaudeCodeSession,
-            "thinking": ThinkingSession}
+SESSIONS = {"chat": ChatSession, "nothink": NoThinkingChatSession, "billing": BillingChatSession,
+            "claude": ClaudeCodeSession, "thinking": ThinkingSession}
 PEER_VARIANTS = ("chat", "billing")  # mlx_lm.server speaks OpenAI chat only
 
 
@@ -435,13 +454,16 @@ def bench_model(variant: str, args, log_dir: Path) -> tuple[list[str], list[list
     local = Local(model_dir)
     texts, summary = [], []
     wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
-    tt = start_tinytitan(model_dir, log_dir)
+    tt = start_tinytitan(model_dir, log_dir, entry=args.tinytitan_entry)
     try:
         for name in wanted:
             cls = SESSIONS[name]
+            before = held(tt)
             rows = replay(cls(tt.model_id, mt), tt, local, turns, peer=False)
+            after = held(tt)
             texts.append(print_rows(f"{variant} · {name} · tinytitan", rows))
-            summary.append(summary_row(variant, name, "tinytitan", rows))
+            summary.append(summary_row(variant, name, "tinytitan", rows,
+                                       (after[0] - before[0], (after[1] - before[1]) / 2**20)))
     finally:
         tt.stop()
     peer_variants = [n for n in wanted if n in PEER_VARIANTS]
@@ -457,7 +479,20 @@ def bench_model(variant: str, args, log_dir: Path) -> tuple[list[str], list[list
     return texts, summary
 
 
-def summary_row(variant, name, side, rows):
+def held(server) -> tuple[int, int]:
+    """(entries, bytes) the server's prompt caches hold in memory, from ``/health``."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("GET", "/health")
+        caches = json.loads(conn.getresponse().read()).get("prompt_cache") or {}
+    finally:
+        conn.close()
+    return (sum(c["resident_entries"] for c in caches.values()), sum(c["resident_bytes"] for c in caches.values()))
+
+
+def summary_row(variant, name, side, rows, kept=None):
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
     worst = min(ratios) if ratios else None
     met = worst is not None and worst >= TARGET
@@ -468,6 +503,7 @@ def summary_row(variant, name, side, rows):
     return [variant, name, side, len(rows), fmt(worst), fmt(median(ratios)), fmt(naive_total), fmt(naive_worst),
             fmt(served),
             fmt(median(r["ttft"] * 1000 for r in rows[1:]), ".1f"),
+            f"{kept[0]} / {kept[1]:.1f}" if kept else "—",
             ("met" if met else "MISSED") if side == "tinytitan" else ("(peer) " + ("≥" if met else "<") + f" {TARGET}")]
 
 
@@ -475,7 +511,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="demo", help="comma-separated: demo, 50m (default demo)")
     p.add_argument("--variants", default="chat,claude,thinking",
-                   help="chat, claude, thinking (default) and billing; chat and billing also run on mlx_lm.server")
+                   help="chat, claude, thinking (default), nothink and billing; chat and billing also run on "
+                        "mlx_lm.server")
     p.add_argument("--turns", type=int, default=8, help="turns on the demo model (default 8)")
     p.add_argument("--turns-50m", type=int, default=4, help="turns on the 50m model (default 4)")
     p.add_argument("--max-tokens", type=int, help="answer length cap (default: demo 48, 50m 32)")
@@ -483,6 +520,8 @@ def main():
     p.add_argument("--peer-blas", choices=["openblas", "bundled"], default="openblas")
     p.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
     p.add_argument("--json", help="write the per-turn rows here")
+    p.add_argument("--tinytitan-entry", metavar="SCRIPT", help="start tinytitan from this script instead of "
+                   "`-m tinytitan` (same arguments): another checkout's server, for a before/after")
     args = p.parse_args()
     started = time.monotonic()
     print(f"bench_session {utc_now()} — {machine_line()}", flush=True)
@@ -495,7 +534,8 @@ def main():
     print(f"### Prompt cache over an agent session — {utc_now()} — {machine_line()}\n")
     print(table(["model", "variant", "server", "turns", "worst cached÷reusable", "median",
                  "Σcached÷Σnaive reusable", "worst cached÷naive", "median cached÷prompt",
-                 "median TTFT ms (turns 2+)", f"target ≥ {TARGET}"], summary, "lllrrrrrrrl"))
+                 "median TTFT ms (turns 2+)", "cache entries / MiB the session left", f"target ≥ {TARGET}"],
+                summary, "lllrrrrrrrrl"))
     print(f"(naive-reusable target, issue 22: Σcached ÷ Σnaive ≥ {NAIVE_TARGET} on tinytitan)")
     print(f"\n(total {time.monotonic() - started:.0f}s)")
     if args.json:
