@@ -183,29 +183,3 @@ def test_a_system_message_is_fingerprinted_by_its_lines():
     assert fp("You are a coder.\nBe brief.") != fp("You are a coder.\nBe briefer.")
     assert fp("a\nb") != fp("a b")
 
-
-def test_a_request_continues_another_past_its_answer():
-    """``Fingerprint.continued_by``: the same system and tools, the earlier messages (their thinking aside), then an
-    assistant message. A fork (a user message where the answer was), another system prompt or other tools, an
-    edited message, or the same request again do not."""
-    from tinytitan.engine.cache.miss import Fingerprint
-
-    weather = Tool("weather", "w", {"type": "object"})
-    system, ask = Message("system", "You are an agent."), Message("user", "Look at a.py.")
-    thought = Message("assistant", "Reading.", reasoning="I should read it.")
-    base = ChatRequest("m", (system, ask, thought, Message("user", "Go on.")), (weather,))
-    fp = Fingerprint.of(base)
-    answered = base.messages + (Message("assistant", "Done."),)
-
-    def later(messages, tools=(weather,), reasoning=None):
-        return Fingerprint.of(ChatRequest("m", messages, tools, reasoning=reasoning))
-
-    assert fp.continued_by(later(answered + (Message("user", "Next."),)))
-    assert fp.continued_by(later(answered, reasoning=True))  # settings aside
-    dropped = (system, ask, Message("assistant", "Reading."), base.messages[3], answered[-1])
-    assert fp.continued_by(later(dropped))  # its thinking dropped by the client
-    assert not fp.continued_by(later(base.messages + (Message("user", "Stop."),)))  # a fork
-    assert not fp.continued_by(later(base.messages))  # the same request again
-    assert not fp.continued_by(later(answered, tools=()))
-    assert not fp.continued_by(later((Message("system", "Another agent."),) + answered[1:]))
-    assert not fp.continued_by(later((system, Message("user", "Look at b.py.")) + answered[2:]))

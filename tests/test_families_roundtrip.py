@@ -204,8 +204,8 @@ def test_mlx_backend_picks_the_family_and_its_stop_tokens(demo_backend):
 
 
 # the opening each template writes only for the turn it generates (prompt/rendering.py), per reasoning level asked
-TRANSIENT = {("qwen", False): "<think>\n\n</think>\n\n", ("deepseek_v3", None): "<think>", ("deepseek_v3", True): "<think>",
-             ("minimax_m2", None): "<think>\n", ("minimax_m2", False): "<think>\n", ("minimax_m2", True): "<think>\n"}
+# (MiniMax-M2 keeps a thought sent back in a tool loop's turns: none there)
+TRANSIENT = {("qwen", False): "<think>\n\n</think>\n\n", ("deepseek_v3", None): "<think>", ("deepseek_v3", True): "<think>"}
 
 
 @pytest.mark.parametrize("level", [None, False, True])
@@ -213,9 +213,10 @@ TRANSIENT = {("qwen", False): "<think>\n\n</think>\n\n", ("deepseek_v3", None): 
 def test_the_part_of_a_prompt_the_next_turn_repeats(root, family, level):
     """Measured from each family's own template: the next turn, the answer sent back, repeats the prompt but for
     its transient opening (which the prompt cache then lets the next turn's entry supersede), and where there is
-    one it does not repeat the whole prompt. Where none is known, nothing is claimed."""
+    one it does not repeat the whole prompt, whether a user turn or a tool loop follows the answer. Where none is
+    known, nothing is claimed."""
     b = ff.backend(family, root)
-    first = ChatRequest("m", CONVERSATION[:2], reasoning=level)
+    first = ChatRequest("m", CONVERSATION[:2], TOOLS, reasoning=level)
     p = b.prepare(first)
     lasting = b.lasting_prompt(p.tokens, first)
     expected = TRANSIENT.get((family, level))
@@ -223,6 +224,8 @@ def test_the_part_of_a_prompt_the_next_turn_repeats(root, family, level):
         assert lasting is None
         return
     assert b.tokenizer.decode(p.tokens[lasting:]) == expected
-    then = b.prepare(ChatRequest("m", CONVERSATION[:2] + (Message("assistant", "Sunny."), Message("user", "And then?")),
-                                 reasoning=level))
-    assert then.tokens[:lasting] == p.tokens[:lasting] and then.tokens[:len(p.tokens)] != p.tokens
+    for after in ((Message("assistant", "Sunny."), Message("user", "And then?")),  # a new user turn; a tool loop
+                  (Message("assistant", "", CALLS[:1]), Message("tool", "sunny", tool_call_id="call_0001",
+                                                                  name="get_weather"))):
+        then = b.prepare(ChatRequest("m", CONVERSATION[:2] + after, TOOLS, reasoning=level))
+        assert then.tokens[:lasting] == p.tokens[:lasting] and then.tokens[:len(p.tokens)] != p.tokens

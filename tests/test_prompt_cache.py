@@ -113,36 +113,27 @@ async def test_a_turn_the_template_writes_otherwise_once_answered_gives_way_to_t
     assert len(held) == 2
 
 
-async def test_an_entry_whose_conversation_moved_on_but_renders_it_otherwise_gives_way(demo_backend):
-    """With thinking on, a Qwen3-style template renders the thinking of the turns after the last user message and
-    drops it once a new user message comes: the next prompt parts from the tool loop's entry far back, inside that
-    thinking, where no rule on the ids alone can tell it from another conversation. The next request continues
-    the entry's request past its answer (the same system and tools, its messages, then an assistant message), so
-    the entry gives way; a request that forks the loop with a user message of its own leaves it be."""
-    from tinytitan.chat_request import ToolCall
-    from tinytitan.engine.engine import Engine
+def test_on_a_rank_of_a_group_no_entry_gives_way_to_an_answer_sent_back_otherwise(demo_backend, monkeypatch):
+    """Every rank of a group must start a row from the same cached prefix (group/lockstep.py), and a follower
+    prepares no prompt: it knows no entry's prompt, nor the part a later turn repeats. So no rank supersedes an
+    entry by its prompt (``supersede_answers`` off, as a backend in a group makes its cache): after a turn with
+    reasoning off, then a regeneration of the turn before, rank 0 and a follower reuse as much."""
+    from tinytitan.engine.cache.memory import PromptCache
 
-    demo_backend.prompt_cache.clear()
-    engine = Engine(demo_backend)
-    call = ToolCall("call_1", "read", '{"path": "a.py"}')
-    loop = (Message("system", "You are an agent."), Message("user", "Look at a.py."),
-            Message("assistant", "Let me look.", (call,), reasoning="I should read a.py first. " * 6),
-            Message("tool", "x = 1", tool_call_id="call_1", name="read"))
-
-    def req(*messages):
-        return ChatRequest(model="tinytitan-demo", messages=loop + messages, temperature=0, reasoning=True,
-                           max_tokens=6)
-
-    first, _, _, text = await _run(engine, req())
-    assert "I should read a.py first." in first.prompt_text
-    await _run(engine, req(Message("user", "Stop.")))  # a fork: no answer of the loop's in it
-    assert len(demo_backend.prompt_cache.entries) == 2
-    then, cached, _, _ = await _run(engine, req(Message("assistant", text), Message("user", "Now b.py.")))
-    assert "I should read a.py first." not in then.prompt_text  # parted far back: inside the dropped thinking
-    assert cached < len(first.tokens) - 20
-    kept = [e for e in demo_backend.prompt_cache.entries.values()
-            if common_prefix(e.tokens, np.array(first.tokens)) == len(first.tokens)]
-    assert not kept and len(demo_backend.prompt_cache.entries) == 2  # the fork's, and the new turn's
+    ranks = {"rank 0": PromptCache(1 << 30, supersede_answers=False),
+             "follower": PromptCache(1 << 30, supersede_answers=False)}
+    monkeypatch.setattr(demo_backend, "prompt_cache", ranks["rank 0"])  # rank 0 prepares (and remembers) the prompts
+    encode = demo_backend.tokenizer.encode
+    turn = [("system", "You write code."), ("user", "Write a function that adds two numbers.")]
+    for msgs, answer in ((turn, "def add(a, b): return a + b"),
+                         (turn + [("assistant", "def add(a, b): return a + b"), ("user", "Now subtract.")], "def sub"),
+                         (turn, "def add(x, y): return x + y")):  # the first turn regenerated
+        tokens = demo_backend.prepare(_req(msgs)).tokens
+        reused = {name: cache.fetch(tokens)[1] for name, cache in ranks.items()}
+        assert reused["rank 0"] == reused["follower"], reused
+        for cache in ranks.values():
+            cache.store(tokens + encode(answer + "<|im_end|>", add_special_tokens=False), None)
+    assert len(ranks["rank 0"].entries) == len(ranks["follower"].entries) == 3
 
 
 def test_the_part_of_a_prompt_a_later_turn_repeats_leaves_out_the_templates_transient_opening(demo_backend):

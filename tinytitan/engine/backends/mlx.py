@@ -53,7 +53,7 @@ class MLXBackend(Backend):
         self.path = Path(model_dir)
         self.model_id = model_id or self.path.name
         self.default_reasoning = default_reasoning
-        self.prompt_cache = PromptCache(prompt_cache_bytes)
+        self.prompt_cache = PromptCache(prompt_cache_bytes, supersede_answers=group is None)
         self.device = device
         self.group = group  # a group.Group: this process holds its rank's part of the model (group/ranks.py)
         self._stream = None

@@ -71,18 +71,6 @@ class Fingerprint:
                    _h([req.tool_choice, req.tool_names, req.reasoning, req.template_kwargs,
                        req.grammar.kind if req.grammar else None, req.parallel_tool_calls]))
 
-    def continued_by(self, later: "Fingerprint") -> bool:
-        """``later``'s request continues this one past its answer: the same system messages and tools, this one's
-        messages (their thinking aside: a client or template may drop it) and then an assistant message. Whatever
-        the later prompt's tokens re-render of it, this request's conversation has moved on to that one."""
-        n = len(self.messages)
-        if len(later.messages) <= n or later.messages[n][0] != "assistant":
-            return False
-        if self.system != later.system or self.tools != later.tools:
-            return False
-        return later.messages[:n] == self.messages or all(
-            (a[0], a[1], a[3:]) == (b[0], b[1], b[3:]) for a, b in zip(self.messages, later.messages))
-
 
 def _msg(m: Message) -> tuple:
     images = tuple(p.digest[:16] for p in m.parts if isinstance(p, ImagePart))

@@ -9,11 +9,15 @@ Rules:
   thinking off (``<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n`` for the turn generated, the same header then
   the answer once a user turn follows), DeepSeek-V3.1's ``<think>``; none for plain ChatML. It is measured once per
   tokenizer and template variables, in ids, from one user message rendered alone, then with the generation
-  prompt, then answered and followed by another user message, then followed by another user message at once (a
-  fork): the opening's ids past those the answered turn starts with. None where the first three texts do not
-  start alike (or the template refuses them), the answered turn keeps none or all of the opening, or what it keeps
-  does not tell the assistant's turn from the fork's user turn. (A template that refuses the fork, or merges the
-  two user messages into one turn, has no user turn there to be told apart.)
+  prompt, then answered and followed by another user message, then answered with a tool call and followed by its
+  result (a tool loop going on) — both again with the answer's thought sent back where the opening leaves the
+  model thinking —, then followed by another user message at once (a fork): the opening's ids past the most any
+  answered turn keeps of them. So every request that repeats the answer parts from the entry within the opening,
+  whatever follows it: a side request that supersedes the entry leaves nothing of it to a tool loop going on.
+  None where the texts do not start alike (or the template refuses them), an answered turn keeps none of the
+  opening or some keeps all of it (MiniMax-M2 keeps a thought sent back in a tool loop), or what they keep does
+  not tell the assistant's turn from the fork's user turn. (A template that refuses the fork, or merges the two
+  user messages into one turn, has no user turn there to be told apart.)
 - ``lasting_prompt`` of a prompt is how many of its ids a later turn of its conversation repeats: all but its
   transient opening, where its ids end with that opening's (else None). The prompt cache's entries know it, so the
   next turn supersedes the last one's entry, where it parts there only (cache/memory.py). A request that forks the
@@ -26,7 +30,7 @@ import json
 import logging
 from typing import Any, Sequence
 
-from ...chat_request import ChatRequest, Message
+from ...chat_request import ChatRequest, Message, ToolCall
 from ...errors import invalid
 from ..families import template_source
 from .messages import template_messages, template_tools
@@ -80,12 +84,15 @@ class TemplateRendering(ToolDeclarations):
         the probe's conversation."""
         key = json.dumps(kwargs, sort_keys=True, default=repr)
         known = once_per_tokenizer(_TRANSIENT_OPENINGS, self.tokenizer, dict)
-        if key in known:
+        try:
             return known[key]
+        except KeyError:  # (another thread may clear the table between any two of these lines)
+            pass
+        opening = self._measure_transient_opening(kwargs)
         if len(known) >= TRANSIENT_OPENINGS_KEPT:
             known.clear()
-        known[key] = self._measure_transient_opening(kwargs)
-        return known[key]
+        known[key] = opening
+        return opening
 
     def _measure_transient_opening(self, kwargs: dict) -> tuple[int, ...] | None:
         def text(turns: tuple[Message, ...], opening: bool = False) -> str:
@@ -95,26 +102,33 @@ class TemplateRendering(ToolDeclarations):
             return self.tokenizer.apply_chat_template(messages, add_generation_prompt=opening, tokenize=False,
                                                       **kwargs)
 
-        asked = (Message("user", "x"),)
+        asked, call = (Message("user", "x"),), ToolCall("call_0", "f", "{}")
+
+        def answered(reasoning: str | None) -> list[str]:  # followed by a user message; by its call's result
+            return [text(asked + (Message("assistant", "Qz", reasoning=reasoning), Message("user", "y"))),
+                    text(asked + (Message("assistant", "Qz", (call,), reasoning=reasoning),
+                                  Message("tool", "r", tool_call_id="call_0", name="f")))]
+
         try:
             before, generating = text(asked), text(asked, True)
-            answered = text(asked + (Message("assistant", "Qz"), Message("user", "y")))
+            # where the opening leaves the model thinking, its thought may come back with the answer
+            answers = answered(None) + (answered("R") if self.family.starts_in_reasoning(generating) else [])
         except Exception:  # a template that refuses these conversations or variables: none known
             return None
         try:
             forked = text(asked + (Message("user", "y"),))
         except Exception:  # a template that refuses two user turns in a row: no fork there to tell apart
             forked = ""
-        if not (generating.startswith(before) and answered.startswith(before)):
+        if not (generating.startswith(before) and all(t.startswith(before) for t in answers)):
             return None
 
         def ids(t: str) -> list[int]:
             return list(self.tokenizer.encode(t[len(before):], add_special_tokens=False))
 
-        opening, header = ids(generating), ids(answered)
-        kept = next((k for k, (a, b) in enumerate(zip(opening, header)) if a != b), min(len(opening), len(header)))
+        opening = ids(generating)
+        kept = max(common_length(opening, ids(t)) for t in answers)
         if kept == 0 or kept == len(opening):
-            return None  # nothing kept, or nothing transient
+            return None  # nothing kept, or some later turn keeps it all
         if forked.startswith(before) and ids(forked)[:kept] == opening[:kept]:
             return None  # what is kept does not tell the assistant's turn from a user turn written there
         return tuple(opening[kept:])
@@ -149,3 +163,8 @@ class TemplateRendering(ToolDeclarations):
             raise invalid(f"'suffix' (fill-in-the-middle) is not supported by '{self.model_id}': its vocabulary has "
                           "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter")
         return f"{fim[0]}{req.prompt or ''}{fim[1]}{req.suffix}{fim[2]}"
+
+
+def common_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many ids ``a`` and ``b`` start with alike."""
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
