@@ -136,6 +136,14 @@ def test_on_a_rank_of_a_group_no_entry_gives_way_to_an_answer_sent_back_otherwis
     assert len(ranks["rank 0"].entries) == len(ranks["follower"].entries) == 3
 
 
+def test_a_backend_in_a_group_keeps_every_entry_whose_answer_came_back_otherwise():
+    from tinytitan.demo_model import ensure_demo_model
+    from tinytitan.engine.backends.mlx import MLXBackend
+
+    assert not MLXBackend(ensure_demo_model(), "ranked", lazy=True, group=object()).prompt_cache.supersede_answers
+    assert MLXBackend(ensure_demo_model(), "alone", lazy=True).prompt_cache.supersede_answers
+
+
 def test_the_part_of_a_prompt_a_later_turn_repeats_leaves_out_the_templates_transient_opening(demo_backend):
     decode = demo_backend.tokenizer.decode
     off, on = (demo_backend.transient_opening(demo_backend.template_kwargs(_req([], reasoning=level)))

@@ -17,7 +17,10 @@ Rules:
   None where the texts do not start alike (or the template refuses them), an answered turn keeps none of the
   opening or some keeps all of it (MiniMax-M2 keeps a thought sent back in a tool loop), or what they keep does
   not tell the assistant's turn from the fork's user turn. (A template that refuses the fork, or merges the two
-  user messages into one turn, has no user turn there to be told apart.)
+  user messages into one turn, has no user turn there to be told apart.) Not covered: a request that ends with
+  the answer itself (a client's continuation of it, or a rollback to it): Qwen3 writes the empty block again
+  around an assistant message that comes last, so such a request would have read the superseded entry's answer
+  too, and reads that answer and the opening again instead.
 - ``lasting_prompt`` of a prompt is how many of its ids a later turn of its conversation repeats: all but its
   transient opening, where its ids end with that opening's (else None). The prompt cache's entries know it, so the
   next turn supersedes the last one's entry, where it parts there only (cache/memory.py). A request that forks the
