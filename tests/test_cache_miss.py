@@ -183,3 +183,33 @@ def test_a_system_message_is_fingerprinted_by_its_lines():
     assert fp("You are a coder.\nBe brief.") != fp("You are a coder.\nBe briefer.")
     assert fp("a\nb") != fp("a b")
 
+
+def test_a_request_continues_another_after_its_final_answer():
+    """``Fingerprint.answered_by``: the same system and tools, the earlier messages (their thinking aside), then an
+    assistant message that calls no tool. An answer that calls a tool (its loop goes on), a fork (a user message
+    where the answer was), another system prompt or other tools, an edited message, or the same request again
+    do not."""
+    from tinytitan.engine.cache.miss import Fingerprint
+
+    weather = Tool("weather", "w", {"type": "object"})
+    system, ask = Message("system", "You are an agent."), Message("user", "Look at a.py.")
+    thought = Message("assistant", "Reading.", reasoning="I should read it.")
+    base = ChatRequest("m", (system, ask, thought, Message("user", "Go on.")), (weather,))
+    fp = Fingerprint.of(base)
+    answered = base.messages + (Message("assistant", "Done."),)
+
+    def later(messages, tools=(weather,), reasoning=None):
+        return Fingerprint.of(ChatRequest("m", messages, tools, reasoning=reasoning))
+
+    assert fp.answered_by(later(answered + (Message("user", "Next."),)))
+    assert fp.answered_by(later(answered, reasoning=True))  # settings aside
+    dropped = (system, ask, Message("assistant", "Reading."), base.messages[3], answered[-1])
+    assert fp.answered_by(later(dropped))  # its thinking dropped by the client
+    call = ToolCall("call_1", "weather", "{}")
+    assert not fp.answered_by(later(base.messages + (Message("assistant", "", (call,)),
+                                                     Message("tool", "sunny", tool_call_id="call_1"))))
+    assert not fp.answered_by(later(base.messages + (Message("user", "Stop."),)))  # a fork
+    assert not fp.answered_by(later(base.messages))  # the same request again
+    assert not fp.answered_by(later(answered, tools=()))
+    assert not fp.answered_by(later((Message("system", "Another agent."),) + answered[1:]))
+    assert not fp.answered_by(later((system, Message("user", "Look at b.py.")) + answered[2:]))

@@ -113,6 +113,43 @@ async def test_a_turn_the_template_writes_otherwise_once_answered_gives_way_to_t
     assert len(held) == 2
 
 
+async def test_an_entry_whose_final_answer_a_new_user_message_follows_gives_way(demo_backend):
+    """With thinking on, a Qwen3-style template renders the thinking of a tool loop's turns until a new user message
+    comes, then drops it: the request after a final answer parts from the loop's entry far back, inside that
+    thinking, where no rule on the ids alone can tell it from another conversation's. That request continues the
+    entry's after its final answer (an answer that calls no tool), so the entry gives way: every later request of
+    the conversation goes on from a user message. A side request that forks the loop after an answer that calls a
+    tool leaves the entry alone: the loop goes on from it."""
+    from tinytitan.chat_request import ToolCall
+    from tinytitan.engine.engine import Engine
+
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    call, then = ToolCall("call_1", "read", '{"path": "a.py"}'), ToolCall("call_2", "read", '{"path": "b.py"}')
+    thought = "I should read a.py first. " * 6
+    loop = (Message("system", "You are an agent."), Message("user", "Look at a.py."),
+            Message("assistant", "Let me look.", (call,), reasoning=thought),
+            Message("tool", "x = 1", tool_call_id="call_1", name="read"))
+
+    def req(*messages):
+        return ChatRequest(model="tinytitan-demo", messages=loop + messages, temperature=0, reasoning=True,
+                           max_tokens=6)
+
+    def holds(prepared) -> bool:
+        return any(common_prefix(e.tokens, np.array(prepared.tokens)) == len(prepared.tokens)
+                   for e in demo_backend.prompt_cache.entries.values())
+
+    first, _, _, text = await _run(engine, req())
+    assert thought in first.prompt_text
+    side, _, _, _ = await _run(engine, req(Message("assistant", text, (then,)),  # the loop went on: a call
+                                           Message("tool", "y = 2", tool_call_id="call_2", name="read"),
+                                           Message("user", "Side: suggest a title.")))
+    assert thought not in side.prompt_text and holds(first)  # forked far back; the loop's entry stays
+    after, cached, _, _ = await _run(engine, req(Message("assistant", text), Message("user", "Now b.py.")))
+    assert thought not in after.prompt_text and cached < len(first.tokens) - 20  # parted far back
+    assert not holds(first) and len(demo_backend.prompt_cache.entries) == 2  # the side request's, and this one's
+
+
 def test_on_a_rank_of_a_group_no_entry_gives_way_to_an_answer_sent_back_otherwise(demo_backend, monkeypatch):
     """Every rank of a group must start a row from the same cached prefix (group/lockstep.py), and a follower
     prepares no prompt: it knows no entry's prompt, nor the part a later turn repeats. So no rank supersedes an

@@ -16,7 +16,11 @@ Rules:
   entry whose prompt the new one starts with, all but a transient opening where one is known (what the template
   writes only for the turn it generates: Qwen3's empty think block; prompt/rendering.py), but whose answer it
   parts from (the answer came back otherwise: re-serialised, its thinking dropped; or the template writes that
-  turn otherwise once answered): all it held beyond the new one is that turn. Not on a rank of a group
+  turn otherwise once answered): all it held beyond the new one is that turn. So is an entry whose request the
+  new one's continues after a final answer (``Fingerprint.answered_by``: an answer that calls no tool, then a
+  new user message, before which a Qwen3-style template drops the thinking of the turns the entry holds). A
+  request that continues a tool loop never supersedes by its request: the loop may go on from the entry while a
+  side request forks it with a user message of its own. Not on a rank of a group
   (``supersede_answers`` off): a follower prepares no prompt, so it knows no entry's prompt, and every rank must
   keep the same entries to start a row from the same prefix (group/lockstep.py).
 - Every read and change of the entries holds one lock: the model thread changes them while the trio side
@@ -161,8 +165,8 @@ class PromptCache:
             # an entry that is a prefix of the new one is superseded by it, where the new one can stand in for it
             for e in self._held.prefixes_of(t) if trimmable else self._held.exact(t):
                 self._drop(e.key)
-            if trimmable and not checkpoint and self.supersede_answers:
-                for e in self._answered_otherwise(t):
+            if not checkpoint and self.supersede_answers:
+                for e in self._answered_otherwise(t, trimmable, note.fingerprint if note is not None else None):
                     self._drop(e.key)
             self._insert(t, payload, size, spans, note, ids if images else None)
         if self.disk is not None and payload is not None:
@@ -180,15 +184,24 @@ class PromptCache:
             old = self._drop(next(iter(self._entries)))
             log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
 
-    def _answered_otherwise(self, t: np.ndarray) -> list[Entry]:
-        """The entries whose prompt ``t`` starts with (the part a later turn repeats: ``Entry.lasting_prompt``) but
-        whose answer it parts from: the client sent that answer back otherwise (re-serialised, edited, its
-        thinking dropped by the template), or the template writes that turn otherwise once answered (Qwen3's
-        empty think block, written only for the turn being generated), so what such an entry holds beyond the new
-        one is a turn no later prompt is expected to repeat. (Each turn of such a conversation left a copy of it
-        all: 6 turns, 6 entries.) Holding the lock."""
-        return [e for e in self._entries.values() if e.answered and e.lasting_prompt <= len(t)
-                and common_prefix(e.tokens[:e.lasting_prompt], t) == e.lasting_prompt]
+    def _answered_otherwise(self, t: np.ndarray, trimmable: bool, fingerprint: Any) -> list[Entry]:
+        """The entries holding an answer that the new entry ``t`` (of the request ``fingerprint``) stands in for,
+        though it parts from them before their end: what such an entry holds beyond the new one is a turn no later
+        prompt is expected to repeat. (Each turn of such a conversation left a copy of it all: 6 turns, 6
+        entries.) Either
+        - ``t`` can be trimmed back and starts with the entry's prompt (the part a later turn repeats:
+          ``Entry.lasting_prompt``) but parts from its answer: the client sent that answer back otherwise
+          (re-serialised, edited, its thinking dropped), or the template writes that turn otherwise once answered
+          (Qwen3's empty think block, written only for the turn being generated); or
+        - the new request continues the entry's after its final answer (``Fingerprint.answered_by``): every
+          later request of that conversation goes on from a new user message, before which a Qwen3-style template
+          drops the thinking of the turns the entry holds, so no later prompt renders them as it does.
+        Holding the lock."""
+        return [e for e in self._entries.values() if e.prompt_length is not None and e.prompt_length < len(e.tokens)
+                and ((trimmable and e.answered and e.lasting_prompt <= len(t)
+                      and common_prefix(e.tokens[:e.lasting_prompt], t) == e.lasting_prompt)
+                     or (fingerprint is not None and e.fingerprint is not None
+                         and e.fingerprint.answered_by(fingerprint) and common_prefix(e.tokens, t) < len(e.tokens)))]
 
     def _drop(self, key: int) -> Entry:  # holding the lock
         e = self._entries.pop(key)

@@ -72,6 +72,20 @@ class Fingerprint:
                        req.grammar.kind if req.grammar else None, req.parallel_tool_calls]))
 
 
+    def answered_by(self, later: "Fingerprint") -> bool:
+        """``later``'s request continues this one after a final answer: the same system messages and tools, this
+        one's messages (their thinking aside: a client or a template may drop it), then an assistant message that
+        calls no tool. Such a conversation goes on only with a new user message (a template drops the thinking
+        of the turns before one: Qwen3's), never with this request's tool loop."""
+        n = len(self.messages)
+        if len(later.messages) <= n or later.messages[n][0] != "assistant" or later.messages[n][3]:
+            return False
+        if self.system != later.system or self.tools != later.tools:
+            return False
+        return later.messages[:n] == self.messages or all(
+            (a[0], a[1], a[3:]) == (b[0], b[1], b[3:]) for a, b in zip(self.messages, later.messages))
+
+
 def _msg(m: Message) -> tuple:
     images = tuple(p.digest[:16] for p in m.parts if isinstance(p, ImagePart))
     text = [m.content, list(m.tool_references)] if m.tool_references else m.content
