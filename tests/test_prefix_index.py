@@ -240,3 +240,29 @@ def test_an_entry_whose_turn_the_next_prompt_writes_otherwise_gives_way_where_on
     held = sorted(len(e.tokens) for e in cache.entries.values() if 93 not in e.tokens)
     assert held == [len(system) + 5, len(system) + 7, len(turn) + 5]  # the third, the other, this one's last
     assert cache.fetch(turn + [7, 62, 3] + opening)[1] == len(turn) + 1  # the next turn reads all it repeats cached
+
+
+def test_only_an_entry_whose_own_answer_was_final_gives_way_to_the_request_after_it():
+    """Two entries of one tool loop's request (copies sent in parallel, say, whose prompts differ at their end so
+    neither supersedes the other by its ids), answered two ways: one finally, one with a tool call. The request
+    after the final answer continues the request of both, but only the entry whose own generation finished with
+    no call gives way to it: the other copy's loop goes on from its entry. (Its ids part from both far back: the
+    template dropped the loop's thinking.)"""
+    from tinytitan.chat_request import ChatRequest, Message, ToolCall
+    from tinytitan.engine.cache.miss import Fingerprint
+
+    loop = ChatRequest("m", (Message("user", "Look at a.py."),
+                             Message("assistant", "", (ToolCall("call_1", "read", "{}"),), reasoning="Read it."),
+                             Message("tool", "x = 1", tool_call_id="call_1")))
+    after = loop.with_(messages=loop.messages + (Message("assistant", "It sets x."), Message("user", "Next.")))
+    cache = PromptCache(max_bytes=10 ** 6)
+    keys = {}
+    for end, answer in ((1, "final"), (2, "calls")):
+        prompt = list(range(100, 160)) + [end]  # with the loop's thinking
+        cache.remember(prompt, (), lambda ids: "", Fingerprint.of(loop))
+        keys[answer] = cache.store(prompt + [90, 91], None)
+    cache.answered_finally(keys["final"])
+    then = list(range(100, 120)) + [7, 7, 7]  # parts far back: the thinking dropped
+    cache.remember(then, (), lambda ids: "", Fingerprint.of(after))
+    cache.store(then + [95], None)
+    assert keys["final"] not in cache.entries and keys["calls"] in cache.entries

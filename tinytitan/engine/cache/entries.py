@@ -73,6 +73,7 @@ class Entry:
     key: int = 0  # its place in the cache's table
     lasting_prompt: int | None = None  # how many of its prompt's ids a later turn repeats: all but a transient
     # opening the template writes only for the turn it generates (prompt/rendering.py); all where that is not known
+    final: bool = False  # its generation ended its turn with no tool call (``PromptCache.answered_finally``)
     real: np.ndarray | None = field(init=False)  # its token ids (None: an entry read back from disk with images,
     # whose ids only its key holds)
 

@@ -16,11 +16,11 @@ Rules:
   entry whose prompt the new one starts with, all but a transient opening where one is known (what the template
   writes only for the turn it generates: Qwen3's empty think block; prompt/rendering.py), but whose answer it
   parts from (the answer came back otherwise: re-serialised, its thinking dropped; or the template writes that
-  turn otherwise once answered): all it held beyond the new one is that turn. So is an entry whose request the
-  new one's continues after a final answer (``Fingerprint.answered_by``: an answer that calls no tool, then a
-  new user message, before which a Qwen3-style template drops the thinking of the turns the entry holds). A
-  request that continues a tool loop never supersedes by its request: the loop may go on from the entry while a
-  side request forks it with a user message of its own. Not on a rank of a group
+  turn otherwise once answered): all it held beyond the new one is that turn. So is an entry whose generation
+  finished with no tool call (``answered_finally``) and whose request the new one's continues after that answer
+  (``Fingerprint.answered_by``: then a new user message, before which a Qwen3-style template drops the thinking
+  of the turns the entry holds). An entry whose answer called a tool never gives way by its request: its loop
+  may go on from it while a side request forks it with a user message of its own. Not on a rank of a group
   (``supersede_answers`` off): a follower prepares no prompt, so it knows no entry's prompt, and every rank must
   keep the same entries to start a row from the same prefix (group/lockstep.py).
 - Every read and change of the entries holds one lock: the model thread changes them while the trio side
@@ -139,16 +139,17 @@ class PromptCache:
         return (None if e is None else e.key), n
 
     def store(self, tokens: Sequence[int], payload: Any, images: Sequence[ImageRun] = (),
-              checkpoint: bool = False) -> None:
+              checkpoint: bool = False) -> int | None:
         """Keep ``payload`` under the tokens it holds (``checkpoint``: a prompt read but for its last token,
-        cache/checkpoint.py: it takes that prompt's spans and request, and no generated span)."""
+        cache/checkpoint.py: it takes that prompt's spans and request, and no generated span) → the entry's key
+        (None: not kept), for ``answered_finally``."""
         ids = np.asarray(tokens, dtype=np.int64)
         if payload is not None:
             off = kv_offset(payload)
             if off is not None:
                 ids = ids[:off]
         if len(ids) == 0:
-            return
+            return None
         shift = -sum(run.rope_delta for run in images)  # where the row's keys stand from their own positions
         if shift and payload is not None and self.reframe is not None:
             self.reframe(payload, -shift)
@@ -159,7 +160,7 @@ class PromptCache:
         if payload is not None and size > self.max_bytes:
             log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
                         "kept, so the next turn reads it all again", len(t), size >> 20, self.max_bytes >> 20)
-            return
+            return None
         trimmable = payload is None or kv_trimmable(payload)
         with self._lock:
             # an entry that is a prefix of the new one is superseded by it, where the new one can stand in for it
@@ -168,12 +169,21 @@ class PromptCache:
             if not checkpoint and self.supersede_answers:
                 for e in self._answered_otherwise(t, trimmable, note.fingerprint if note is not None else None):
                     self._drop(e.key)
-            self._insert(t, payload, size, spans, note, ids if images else None)
+            key = self._insert(t, payload, size, spans, note, ids if images else None)
         if self.disk is not None and payload is not None:
             self.disk.put(t, payload, spans, note.lasting_prompt if note is not None else None)
+        return key
+
+    def answered_finally(self, key: int | None) -> None:
+        """The generation that stored the entry ``key`` finished its turn with no tool call (decode/rows.py, once
+        its output is parsed): a later request that sends its answer back goes on from a user message."""
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None:
+                e.final = True
 
     def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...],
-                note: Note | None = None, ids: np.ndarray | None = None) -> None:  # holding the lock
+                note: Note | None = None, ids: np.ndarray | None = None) -> int | None:  # holding the lock
         trimmable = payload is None or kv_trimmable(payload)
         e = Entry(t, payload, size, spans, note.fingerprint if note else None, len(note.tokens) if note else None,
                   ids, trimmable, next(self._tick), self._next, note.lasting_prompt if note else None)
@@ -183,6 +193,7 @@ class PromptCache:
         while self._entries and (self._nbytes() > self.max_bytes or len(self._entries) > self.max_entries):
             old = self._drop(next(iter(self._entries)))
             log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
+        return e.key if e.key in self._entries else None
 
     def _answered_otherwise(self, t: np.ndarray, trimmable: bool, fingerprint: Any) -> list[Entry]:
         """The entries holding an answer that the new entry ``t`` (of the request ``fingerprint``) stands in for,
@@ -193,14 +204,17 @@ class PromptCache:
           ``Entry.lasting_prompt``) but parts from its answer: the client sent that answer back otherwise
           (re-serialised, edited, its thinking dropped), or the template writes that turn otherwise once answered
           (Qwen3's empty think block, written only for the turn being generated); or
-        - the new request continues the entry's after its final answer (``Fingerprint.answered_by``): every
-          later request of that conversation goes on from a new user message, before which a Qwen3-style template
-          drops the thinking of the turns the entry holds, so no later prompt renders them as it does.
+        - the entry's own answer was final (``Entry.final``: its generation finished with no tool call) and the
+          new request continues the entry's after it (``Fingerprint.answered_by``): every later request of that
+          conversation goes on from a new user message, before which a Qwen3-style template drops the thinking of
+          the turns the entry holds, so no later prompt renders them as it does. (The entry's own answer, not
+          the new request's alone: a copy of the entry's request answered otherwise, in parallel, may go on with
+          its tool loop from it.)
         Holding the lock."""
         return [e for e in self._entries.values() if e.prompt_length is not None and e.prompt_length < len(e.tokens)
                 and ((trimmable and e.answered and e.lasting_prompt <= len(t)
                       and common_prefix(e.tokens[:e.lasting_prompt], t) == e.lasting_prompt)
-                     or (fingerprint is not None and e.fingerprint is not None
+                     or (e.final and fingerprint is not None and e.fingerprint is not None
                          and e.fingerprint.answered_by(fingerprint) and common_prefix(e.tokens, t) < len(e.tokens)))]
 
     def _drop(self, key: int) -> Entry:  # holding the lock

@@ -167,8 +167,9 @@ class Row:
             if ending.kind == "failed":
                 self._report(ending.error)
             else:
+                stored = None
                 try:
-                    self._store(kv)
+                    stored = self._store(kv)
                 except Exception:  # the answer is whole: a prefix not kept costs a later turn a re-read, no more
                     logging.getLogger("tinytitan.engine").exception("the prompt cache could not keep a prefix")
                 if ending.kind == "finished":
@@ -177,6 +178,8 @@ class Row:
                     if self.raw is not None and self.loop.stop.matched is None:
                         self.loop.parser_text(self.raw.flush())
                     self.loop.end(ending.hit_length)
+                    if stored is not None and not self.loop.parser.tool_calls:  # its turn ended with no call
+                        self.backend.prompt_cache.answered_finally(stored)
         finally:
             if self.release_draft is not None:  # a pooled draft-model proposer goes back to its backend
                 self.release_draft, release = None, self.release_draft
@@ -184,13 +187,13 @@ class Row:
             if self.box is not None:
                 self.box.close(None if self.loop.started else ending.error)
 
-    def _store(self, kv: list | None) -> None:
+    def _store(self, kv: list | None) -> int | None:
         """Keep what its KV cache holds for the requests after it (a prompt whose client left half-way is
         half-read already when it comes again). A cache taken out of the batch is a lazy slice of the batch's:
         evaluated here, so the entry owns its memory and no pending work of this thread's stream travels with
         it."""
         if kv is None:
-            return
+            return None
         import mlx.core as mx
 
         from ..cache.entries import kv_offset, kv_trimmable
@@ -201,7 +204,7 @@ class Row:
             for c in kv:
                 c.trim(extra)
         mx.eval([c.state for c in kv if not c.empty()])
-        self.backend.prompt_cache.store(self.tokens + self.generated, kv, self.prepared.image_runs)
+        return self.backend.prompt_cache.store(self.tokens + self.generated, kv, self.prepared.image_runs)
 
     def _report(self, exc: BaseException | None) -> None:
         """A failure: before its Started (its model would not load) the consumer's exception, as when decoding
