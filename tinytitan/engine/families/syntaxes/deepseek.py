@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
-from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
+from ....events import TextDelta, ToolCallDone, TokenEvent
 from ...structured.compile import ONE_SPACE
 from ...structured.tool_calls import json_call_rules, marker, more_calls
 from ..bodies.base import SteppedBody
