@@ -19,7 +19,6 @@ from tinytitan import images
 from tinytitan.agents import codex_entry
 from tinytitan.chat_request import ChatRequest, ImagePart, Message
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
-from tinytitan.errors import ApiError
 
 from anthropic_util import HEADERS as ANTHROPIC_HEADERS, sdk as anthropic_sdk, message as anthropic_message
 from responses_helpers import client as openai_client

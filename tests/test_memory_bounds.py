@@ -5,7 +5,6 @@ database whole and is told to the model as not saved."""
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import signal
