@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .entries import gives_way_by_prompt, lasting_part
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -106,8 +107,7 @@ class OnDisk:
     lasting_prompt: int | None = None  # how much of its prompt a later turn repeats (prompt/rendering.py; else all)
 
     def __post_init__(self):
-        if self.lasting_prompt is None or self.prompt_tokens is None or self.lasting_prompt > self.prompt_tokens:
-            self.lasting_prompt = self.prompt_tokens
+        self.lasting_prompt = lasting_part(self.lasting_prompt, self.prompt_tokens)
 
 
 def prompt_tokens(spans) -> int | None:
@@ -123,7 +123,7 @@ def prompt_tokens(spans) -> int | None:
 def answered(f: OnDisk) -> bool:
     """A file holding an answer past its prompt, which a later file may supersede by the part of its prompt a later
     turn repeats: one whose cache can be trimmed back to it."""
-    return bool(f.trimmable and f.lasting_prompt and f.prompt_tokens < len(f.tokens))
+    return gives_way_by_prompt(f.trimmable, f.lasting_prompt, f.prompt_tokens, len(f.tokens))
 
 
 class Tally:

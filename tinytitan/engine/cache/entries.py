@@ -59,6 +59,24 @@ def kv_trimmable(kv: list) -> bool:
     return all(getattr(c, "is_trimmable", lambda: False)() for c in kv)
 
 
+# -- what an entry (or a file on disk: cache/disk_files.py) holds past its prompt ------------------------------
+def lasting_part(lasting: int | None, prompt: int | None) -> int | None:
+    """How many of a prompt's ``prompt`` ids a later turn repeats: ``lasting`` where known and within the prompt
+    (prompt/rendering.py), else all of them (None: no prompt known)."""
+    return lasting if lasting is not None and prompt is not None and lasting <= prompt else prompt
+
+
+def holds_answer(prompt: int | None, held: int) -> bool:
+    """Whether ``held`` ids go past a prompt of ``prompt`` ids (None: not known): an answer follows it."""
+    return prompt is not None and prompt < held
+
+
+def gives_way_by_prompt(trimmable: bool, lasting: int | None, prompt: int | None, held: int) -> bool:
+    """Whether an entry or file of ``held`` ids may be superseded by a later one that starts with the ``lasting``
+    ids of its prompt (``prompt`` ids) but parts from its answer: one that holds an answer and can be trimmed back."""
+    return bool(trimmable and lasting) and holds_answer(prompt, held)
+
+
 @dataclass
 class Entry:
     tokens: np.ndarray
@@ -79,14 +97,13 @@ class Entry:
 
     def __post_init__(self):
         self.real = self.ids if self.ids is not None else self.tokens if not (self.tokens < 0).any() else None
-        if self.lasting_prompt is None or self.prompt_length is None or self.lasting_prompt > self.prompt_length:
-            self.lasting_prompt = self.prompt_length
+        self.lasting_prompt = lasting_part(self.lasting_prompt, self.prompt_length)
 
     @property
     def answered(self) -> bool:
         """It holds an answer past its prompt, and can be trimmed back to the part of its prompt a later turn
-        repeats."""
-        return bool(self.trimmable and self.lasting_prompt and self.prompt_length < len(self.tokens))
+        repeats (``gives_way_by_prompt``)."""
+        return gives_way_by_prompt(self.trimmable, self.lasting_prompt, self.prompt_length, len(self.tokens))
 
 
 @dataclass

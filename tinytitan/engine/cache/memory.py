@@ -61,7 +61,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..prompt.splice import Span
-from .entries import Entry, ImageRun, Note, keyed, kv_bytes, kv_offset, kv_trimmable
+from .entries import Entry, ImageRun, Note, holds_answer, keyed, kv_bytes, kv_offset, kv_trimmable
 from .prefix_index import PrefixIndex, Reusable, common_prefix
 
 log = logging.getLogger("tinytitan.cache")
@@ -211,7 +211,7 @@ class PromptCache:
           the new request's alone: a copy of the entry's request answered otherwise, in parallel, may go on with
           its tool loop from it.)
         Holding the lock."""
-        return [e for e in self._entries.values() if e.prompt_length is not None and e.prompt_length < len(e.tokens)
+        return [e for e in self._entries.values() if holds_answer(e.prompt_length, len(e.tokens))
                 and ((trimmable and e.answered and e.lasting_prompt <= len(t)
                       and common_prefix(e.tokens[:e.lasting_prompt], t) == e.lasting_prompt)
                      or (e.final and fingerprint is not None and e.fingerprint is not None

@@ -71,7 +71,6 @@ class Fingerprint:
                    _h([req.tool_choice, req.tool_names, req.reasoning, req.template_kwargs,
                        req.grammar.kind if req.grammar else None, req.parallel_tool_calls]))
 
-
     def answered_by(self, later: "Fingerprint") -> bool:
         """``later``'s request continues this one after a final answer: the same system messages and tools, this
         one's messages (their thinking aside: a client or a template may drop it), then an assistant message that

@@ -33,8 +33,11 @@ import json
 import logging
 from typing import Any, Sequence
 
+import numpy as np
+
 from ...chat_request import ChatRequest, Message, ToolCall
 from ...errors import invalid
+from ..cache.prefix_index import common_prefix
 from ..families import template_source
 from .messages import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
@@ -128,13 +131,13 @@ class TemplateRendering(ToolDeclarations):
         def ids(t: str) -> list[int]:
             return list(self.tokenizer.encode(t[len(before):], add_special_tokens=False))
 
-        opening = ids(generating)
-        kept = max(common_length(opening, ids(t)) for t in answers)
+        opening = np.array(ids(generating), dtype=np.int64)
+        kept = max(common_prefix(opening, np.array(ids(t), dtype=np.int64)) for t in answers)
         if kept == 0 or kept == len(opening):
             return None  # nothing kept, or some later turn keeps it all
-        if forked.startswith(before) and ids(forked)[:kept] == opening[:kept]:
+        if forked.startswith(before) and common_prefix(opening[:kept], np.array(ids(forked), dtype=np.int64)) == kept:
             return None  # what is kept does not tell the assistant's turn from a user turn written there
-        return tuple(opening[kept:])
+        return tuple(int(i) for i in opening[kept:])
 
     def lasting_prompt(self, tokens: Sequence[int], req: ChatRequest) -> int | None:
         """How many of a prompt's ids a later turn of its conversation repeats: all but the template's transient
@@ -167,7 +170,3 @@ class TemplateRendering(ToolDeclarations):
                           "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter")
         return f"{fim[0]}{req.prompt or ''}{fim[1]}{req.suffix}{fim[2]}"
 
-
-def common_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many ids ``a`` and ``b`` start with alike."""
-    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
