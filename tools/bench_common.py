@@ -305,6 +305,17 @@ def _sse_events(resp):
             event = line[6:].strip().decode()
 
 
+def get_json(port: int, path: str, timeout: float = 30) -> dict:
+    """GET ``path`` from a server on loopback (with the key the benchmarks' servers would take, where they want
+    one) and read its JSON body."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"authorization": "Bearer x"})
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
 def post_stream(port: int, path: str, body: dict, headers: dict | None = None, timeout: float = 600,
                 first=None) -> StreamResult:
     """POST a streaming request; timestamp each SSE event that carries output. ``first``: a threading.Event

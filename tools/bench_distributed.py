@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import ROOT, ensure_model, free_port, machine_line  # noqa: E402
+from bench_common import ROOT, ensure_model, free_port, get_json, machine_line  # noqa: E402
 
 
 def start(cmds: list[tuple[list[str], dict]], port: int) -> list[subprocess.Popen]:
@@ -57,9 +57,7 @@ def start(cmds: list[tuple[list[str], dict]], port: int) -> list[subprocess.Pope
 
 
 def health(port: int) -> dict:
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    c.request("GET", "/health")
-    return json.loads(c.getresponse().read())
+    return get_json(port, "/health", timeout=5)
 
 
 def decode_rate(port: int, model: str, max_tokens: int, prompt: str) -> float:

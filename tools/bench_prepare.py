@@ -140,11 +140,9 @@ def validation(reps: int) -> tuple[int, float, float]:
 
 def over_http(turns: int) -> dict:
     """Medians over ``turns`` requests of the growing agent body through ``tinytitan serve`` (see above)."""
-    import http.client
-    import json
     import tempfile
 
-    from bench_common import ensure_model, post_stream, start_tinytitan
+    from bench_common import ensure_model, get_json, post_stream, start_tinytitan
 
     server = start_tinytitan(ensure_model("demo"), Path(tempfile.mkdtemp()), extra=["--prompt-lookup", "off"])
     try:
@@ -155,9 +153,7 @@ def over_http(turns: int) -> dict:
             r = post_stream(server.port, "/v1/messages", body, {"anthropic-version": "2023-06-01"})
             if r.error:
                 raise SystemExit(f"turn {turn}: {r.error}")
-        conn = http.client.HTTPConnection("127.0.0.1", server.port)
-        conn.request("GET", "/profile", headers={"authorization": "Bearer x"})
-        rows = json.loads(conn.getresponse().read())["data"][-turns:]
+        rows = get_json(server.port, "/profile")["data"][-turns:]
     finally:
         server.stop()
     out = {k: statistics.median(r[k] for r in rows) * 1000 for k in ("ttft_s", "other_s", "prefill_s")}
@@ -215,19 +211,12 @@ def lookups(files: int, reps: int, rng: random.Random) -> tuple[float, float]:
 
 def lookups_http(files: int, turns: int, entry: str | None) -> list[tuple[str, float, float, float]]:
     """→ per server measured (side, first token ms, tokenize ms, outside the engine ms); see the docstring."""
-    import http.client
-    import json
     import tempfile
 
-    from bench_common import ensure_model, post_stream, start_tinytitan
+    from bench_common import ensure_model, get_json, post_stream, start_tinytitan
 
     words = (ROOT / "README.md").read_text().split()
     log_dir, directory = Path(tempfile.mkdtemp()), tempfile.mkdtemp(prefix="tt-lookups-http-")
-
-    def get(server, path: str) -> dict:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port)
-        conn.request("GET", path, headers={"authorization": "Bearer x"})
-        return json.loads(conn.getresponse().read())
 
     def ask(server, seed: int):
         rng = random.Random(seed)
@@ -241,7 +230,7 @@ def lookups_http(files: int, turns: int, entry: str | None) -> list[tuple[str, f
 
     def drained(server) -> None:
         for _ in range(600):
-            caches = get(server, "/health")["prompt_cache"].values()
+            caches = get_json(server.port, "/health")["prompt_cache"].values()
             if all(c["disk_pending"] == 0 for c in caches):
                 return
             time.sleep(0.1)
@@ -270,7 +259,7 @@ def lookups_http(files: int, turns: int, entry: str | None) -> list[tuple[str, f
                         r = ask(server, seed)
                         firsts.append((r.t_first - r.t_send) * 1000)
                     drained(server)
-                    done = get(server, "/profile")["data"][-(turns * 5 - 5):]
+                    done = get_json(server.port, "/profile")["data"][-(turns * 5 - 5):]
                 finally:
                     server.stop()
                 rows.append((side, statistics.median(firsts[5:]),

@@ -63,8 +63,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (ROOT, ensure_model, fmt, machine_line, median, post_stream, start_mlx_lm_server,  # noqa: E402
-                          start_tinytitan, table, utc_now)
+from bench_common import (ROOT, ensure_model, fmt, get_json, machine_line, median, post_stream,  # noqa: E402
+                          start_mlx_lm_server, start_tinytitan, table, utc_now)
 
 TARGET = 0.98
 REPLACEMENT = "\ufffd"
@@ -481,14 +481,7 @@ def bench_model(variant: str, args, log_dir: Path) -> tuple[list[str], list[list
 
 def held(server) -> tuple[int, int]:
     """(entries, bytes) the server's prompt caches hold in memory, from ``/health``."""
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        conn.request("GET", "/health")
-        caches = json.loads(conn.getresponse().read()).get("prompt_cache") or {}
-    finally:
-        conn.close()
+    caches = get_json(server.port, "/health").get("prompt_cache") or {}
     return (sum(c["resident_entries"] for c in caches.values()), sum(c["resident_bytes"] for c in caches.values()))
 
 
