@@ -204,7 +204,7 @@ async def test_members_joining_while_others_decode_read_their_first_token_at_onc
     at the end of that step, and it joins the batch with it. Whatever ends it there (a one-token cap, a stop
     string in its first token) or goes on from there (a forced tool call, seeded sampling, a thought) gives
     exactly what it gives alone."""
-    from tinytitan.engine.decode import decoder
+    from tinytitan.engine.decode import scheduler
     from tinytitan.engine.decode.plan import Sample
 
     engine = Engine(demo, max_batch=8)
@@ -221,7 +221,7 @@ async def test_members_joining_while_others_decode_read_their_first_token_at_onc
     if not cached:
         demo.prompt_cache.clear()  # the joiners' prompts are read whole while the other decodes
     first_steps: dict[int, object] = {}
-    real = decoder.Scheduler.fold
+    real = scheduler.Scheduler.fold
 
     def fold(self, plan, result):
         for s in (*plan.alone, *plan.batch):
@@ -229,7 +229,7 @@ async def test_members_joining_while_others_decode_read_their_first_token_at_onc
                 first_steps.setdefault(s.row, (s, s in plan.alone, len(self.rows[s.row].tokens)))
         return real(self, plan, result)
 
-    monkeypatch.setattr(decoder.Scheduler, "fold", fold)
+    monkeypatch.setattr(scheduler.Scheduler, "fold", fold)
     got: dict = {}
     async with trio.open_nursery() as outer:
         async def one(name, r):

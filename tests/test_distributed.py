@@ -92,6 +92,54 @@ async def test_a_conversation_goes_on_from_the_prompt_cache_on_every_rank(group,
     assert answers[0] == answers[1] and answers[0][2] > 0
 
 
+async def _held(c: httpx.AsyncClient, base: str) -> int:
+    caches = (await c.get(base + "/health")).json()["prompt_cache"]
+    return sum(cache["resident_entries"] for cache in caches.values())
+
+
+LOOP = [{"role": "assistant", "content": "", "reasoning_content": "I should read the file first.",
+         "tool_calls": [{"id": "call_1", "type": "function",
+                         "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"}]
+READ_FILE = [{"type": "function", "function": {"name": "read_file", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
+
+
+@pytest.mark.parametrize("case", ["reasoning off", "after a tool loop"])
+async def test_a_later_turn_supersedes_the_entry_before_it_on_every_rank_alike(group, one, case):
+    """A later turn's entry stands in for the earlier turn's (cache/memory.py): with reasoning off, the prompt
+    parts from it only in the template's transient opening; after a tool loop's final answer (one that calls no
+    tool), the template drops the loop's thinking once a user message follows. Every rank decides alike, from
+    what rank 0's message says of each row's request and of how it ended (lockstep.py): the group keeps as many
+    entries as one process, and a regenerated first turn then starts from the same prefix on every rank (a
+    follower that kept another would stop, diverged)."""
+    first = [{"role": "system", "content": f"You keep answers short ({case})."},
+             {"role": "user", "content": "Look at a.py and name a colour."}]
+    extra = {"reasoning_effort": "none"}
+    if case == "after a tool loop":
+        first, extra = first + LOOP, {"reasoning_effort": "high", "tools": READ_FILE}
+    got = []
+    for base in (group.base, one.base):
+        async with httpx.AsyncClient(timeout=60) as c:
+            async def turn(messages):
+                r = await c.post(base + "/v1/chat/completions", json={
+                    "model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 12, "speculative": False,
+                    **extra})
+                assert r.status_code == 200, r.text
+                message = strict.chat_completion(r.json()).choices[0].message
+                assert not message.tool_calls  # the answer is final
+                return message.content, r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+            before = await _held(c, base)
+            answer, _ = await turn(first)
+            second = await turn(first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "More."}])
+            kept = await _held(c, base) - before
+            again = await turn(first)  # the first turn regenerated
+        got.append((answer, second, kept, again))
+    assert got[0] == got[1] and got[0][2] == 1, got
+    assert httpx.get(group.base + "/health").json()["group"]["status"] == "ok"
+
+
 async def test_a_hang_up_mid_answer_leaves_the_group_in_step(group, one):
     path, payload = body("chat", "A long answer the client will not wait for.", True, max_tokens=400)
     async with httpx.AsyncClient(timeout=60) as c:

@@ -150,35 +150,53 @@ async def test_an_entry_whose_final_answer_a_new_user_message_follows_gives_way(
     assert not holds(first) and len(demo_backend.prompt_cache.entries) == 2  # the side request's, and this one's
 
 
-def test_on_a_rank_of_a_group_no_entry_gives_way_to_an_answer_sent_back_otherwise(demo_backend, monkeypatch):
+def test_every_rank_of_a_group_supersedes_alike_from_what_rank_0_sends(demo_backend, monkeypatch):
     """Every rank of a group must start a row from the same cached prefix (group/lockstep.py), and a follower
-    prepares no prompt: it knows no entry's prompt, nor the part a later turn repeats. So no rank supersedes an
-    entry by its prompt (``supersede_answers`` off, as a backend in a group makes its cache): after a turn with
-    reasoning off, then a regeneration of the turn before, rank 0 and a follower reuse as much."""
-    from tinytitan.engine.cache.memory import PromptCache
+    prepares no prompt: its row hands its cache what rank 0's message says of the request (``PromptFacts``, sent
+    as JSON). So both ranks supersede alike: after a turn with reasoning off, the next turn's entry stands in for
+    the first's (its prompt parted only in the template's transient opening), on both; a regeneration of the
+    first turn then reuses as much on each, and they hold the same entries."""
+    import json
 
-    ranks = {"rank 0": PromptCache(1 << 30, supersede_answers=False),
-             "follower": PromptCache(1 << 30, supersede_answers=False)}
+    from tinytitan.engine.cache.entries import PromptFacts
+
+    ranks = {"rank 0": PromptCache(1 << 30), "follower": PromptCache(1 << 30)}
     monkeypatch.setattr(demo_backend, "prompt_cache", ranks["rank 0"])  # rank 0 prepares (and remembers) the prompts
     encode = demo_backend.tokenizer.encode
     turn = [("system", "You write code."), ("user", "Write a function that adds two numbers.")]
     for msgs, answer in ((turn, "def add(a, b): return a + b"),
                          (turn + [("assistant", "def add(a, b): return a + b"), ("user", "Now subtract.")], "def sub"),
                          (turn, "def add(x, y): return x + y")):  # the first turn regenerated
-        tokens = demo_backend.prepare(_req(msgs)).tokens
+        prepared = demo_backend.prepare(_req(msgs))
+        tokens = prepared.tokens
         reused = {name: cache.fetch(tokens)[1] for name, cache in ranks.items()}
         assert reused["rank 0"] == reused["follower"], reused
-        for cache in ranks.values():
-            cache.store(tokens + encode(answer + "<|im_end|>", add_special_tokens=False), None)
-    assert len(ranks["rank 0"].entries) == len(ranks["follower"].entries) == 3
+        sent = PromptFacts.from_json(json.loads(json.dumps(prepared.cache_facts.as_json())))
+        assert sent == prepared.cache_facts and sent.fingerprint is not None
+        answered = tokens + encode(answer + "<|im_end|>", add_special_tokens=False)
+        ranks["rank 0"].store(answered, None, facts=prepared.cache_facts)
+        ranks["follower"].store(answered, None, facts=sent)
+        if len(msgs) == 4:
+            assert len(ranks["rank 0"].entries) == 1  # the first turn's entry gave way
+    held = [sorted(e.tokens.tobytes() for e in cache.entries.values()) for cache in ranks.values()]
+    assert held[0] == held[1] and len(held[0]) == 2
 
-
-def test_a_backend_in_a_group_keeps_every_entry_whose_answer_came_back_otherwise():
-    from tinytitan.demo_model import ensure_demo_model
-    from tinytitan.engine.backends.mlx import MLXBackend
-
-    assert not MLXBackend(ensure_demo_model(), "ranked", lazy=True, group=object()).prompt_cache.supersede_answers
-    assert MLXBackend(ensure_demo_model(), "alone", lazy=True).prompt_cache.supersede_answers
+    # reasoning on, a later turn whose client left while its prompt was read: an entry shorter than its prompt.
+    # Rank 0 remembers the first turn's prompt, which the cut one starts with, a follower no prompt: the entry
+    # knows nothing of its request on either rank
+    for cache in ranks.values():
+        cache.clear()
+    first = demo_backend.prepare(_req(turn, reasoning=True))
+    answered = first.tokens + encode("def add(a, b): return a + b<|im_end|>", add_special_tokens=False)
+    later = demo_backend.prepare(_req(turn + [("assistant", "def add(a, b): return a + b"), ("user", "Now x.")],
+                                      reasoning=True))
+    assert later.tokens[:len(answered)] == answered
+    for cache in ranks.values():
+        cache.store(answered, None, facts=first.cache_facts)
+        cache.store(later.tokens[:-3], None, facts=later.cache_facts)
+    held = [[(e.tokens.tobytes(), e.prompt_length, e.lasting_prompt, e.fingerprint)
+             for e in cache.entries.values()] for cache in ranks.values()]
+    assert held[0] == held[1] and len(held[0]) == 1 and held[0][0][1] is None
 
 
 def test_the_part_of_a_prompt_a_later_turn_repeats_leaves_out_the_templates_transient_opening(demo_backend):
@@ -269,11 +287,12 @@ async def test_cached_tokens_on_the_wire(serve, demo_backend):
 async def test_a_request_cancelled_while_its_prompt_is_read_stops_after_that_chunk(demo_backend, monkeypatch):
     """Claude Code's Esc during a long prefill: the decode stops at the next prefill chunk (not after the whole
     prompt), and what was read is cached for the retry."""
-    from tinytitan.engine.decode import decoder
+    from tinytitan.engine.decode import decoder, scheduler
     from tinytitan.engine.decode.token_events import DecodeLoop
     from tinytitan.engine.engine import Engine
 
     # chunks of 256 tokens, not mlx-lm's 2048: the same path over a prompt an eighth as long
+    monkeypatch.setattr(scheduler, "PREFILL_STEP", 256)
     monkeypatch.setattr(decoder, "PREFILL_STEP", 256)
     demo_backend.prompt_cache.clear()
     engine = Engine(demo_backend)

@@ -189,7 +189,7 @@ class StepBackend:
         kv, cached = self.cached
         return (kv, cached, cached) if kv is not None else (make_prompt_cache(model), 0, 0)
 
-    def store(self, tokens, kv, images=()):
+    def store(self, tokens, kv, images=(), facts=None):
         self.stored = (list(tokens), kv)
 
     def sampler_for(self, prepared, loop):
@@ -204,12 +204,12 @@ class StepBackend:
 
 def drafted_decode(model, ids, max_tokens, sampler, processors=(), mask=None, eos=(), policy=None, kv=None,
                    cached=0, proposer=None, stop_when=None, backend=None):
-    """``ids`` decoded by the engine's decode step (decoder.Scheduler, one row alone, drafting): its tokens, how
+    """``ids`` decoded by the engine's decode step (scheduler.Scheduler, one row alone, drafting): its tokens, how
     many came from accepted drafts, the draft policy; ``stop_when(row)``: its consumer leaves once it says so."""
     from tinytitan.chat_request import ChatRequest
     from tinytitan.engine.prompt.prepare import Prepared
     from tinytitan.engine.decode.token_events import DecodeLoop
-    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.decode.scheduler import Scheduler
     from tinytitan.engine.decode.plan import PREFILL_STEP
     from tinytitan.engine.prompt.raw import VerbatimParser
     from tinytitan.engine.decode.rows import Row

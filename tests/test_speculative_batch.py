@@ -35,11 +35,11 @@ def watched(monkeypatch):
     then (drafted, accepted); once armed (the last list), the first request alone waits at its first look for
     the second to arrive, so the two share the batch however loaded the machine is. The fifth list: the
     batch steps of the rows (their shapes), as planned."""
-    from tinytitan.engine.decode import decoder
+    from tinytitan.engine.decode import decoder, scheduler
 
     joined, left, armed, admitted, stepped = [], [], [], [], []
-    real_fold, real_joins = decoder.Scheduler.fold, decoder.Decoder._next_joins
-    real_admit = decoder.Scheduler.admit
+    real_fold, real_joins = scheduler.Scheduler.fold, decoder.Decoder._next_joins
+    real_admit = scheduler.Scheduler.admit
 
     def admit(self, row):
         admitted.append(row)
@@ -62,9 +62,9 @@ def watched(monkeypatch):
         stepped.extend((self.rows[s.row], s) for s in plan.batch)
         return real_fold(self, plan, result)
 
-    monkeypatch.setattr(decoder.Scheduler, "fold", fold)
+    monkeypatch.setattr(scheduler.Scheduler, "fold", fold)
     monkeypatch.setattr(decoder.Decoder, "_next_joins", next_joins)
-    monkeypatch.setattr(decoder.Scheduler, "admit", admit)
+    monkeypatch.setattr(scheduler.Scheduler, "admit", admit)
     return joined, left, armed, admitted, stepped
 
 

@@ -83,7 +83,7 @@ async def test_the_lone_request_and_the_batch_are_planned_by_one_scheduler(demo_
 
     from tinytitan.chat_request import ChatRequest, Message
     from tinytitan.engine.decode.token_events import DecodeLoop
-    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.decode.scheduler import Scheduler
     from tinytitan.engine.engine import Engine
     from tinytitan.engine.decode.rows import Row
 
@@ -117,7 +117,7 @@ async def test_a_lone_request_queues_no_pass_past_its_cap(demo_backend, monkeypa
     """A request that ends at ``max_tokens`` runs one forward pass per token it writes: its last token is read
     with nothing queued after it (``Take``), as mlx-lm's ``generate_step`` stops at ``max_tokens``."""
     from tinytitan.chat_request import ChatRequest, Message
-    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.decode.scheduler import Scheduler
     from tinytitan.engine.engine import Engine
     from tinytitan.events import Finished
 
@@ -148,7 +148,7 @@ async def test_a_first_token_is_read_before_the_next_pass_is_queued(demo_backend
     from tinytitan.chat_request import ChatRequest, Message
     from tinytitan.engine import session
     from tinytitan.engine.decode import batch, step
-    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.decode.scheduler import Scheduler
     from tinytitan.engine.engine import Engine
     from tinytitan.events import TextDelta
 
@@ -200,7 +200,7 @@ async def test_a_row_with_a_grammar_and_no_drafts_reads_its_first_token_pipeline
     that token pipelined: its forced run is proposed with it (read at once, the run would wait a pass). A row
     that drafts reads it at once: the run comes to it as a draft. Either way the document is the same."""
     from tinytitan.chat_request import ChatRequest, Grammar, Message
-    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.decode.scheduler import Scheduler
     from tinytitan.engine.engine import Engine
     from tinytitan.events import Finished
 
@@ -227,7 +227,7 @@ async def test_a_batch_whose_rows_end_at_their_cap_queues_no_pass_past_it(demo_b
     import trio
 
     from tinytitan.chat_request import ChatRequest, Message
-    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.decode.scheduler import Scheduler
     from tinytitan.engine.engine import Engine
     from tinytitan.events import Finished
 
@@ -260,14 +260,14 @@ async def test_a_lone_row_reads_a_short_prompt_whole_and_a_long_one_first_in_a_s
     requests sent with it are read beside it from the next step; a short prompt is read in one chunk (one more
     forward pass would cost it more than a joiner waits)."""
     from tinytitan.chat_request import ChatRequest, Message
-    from tinytitan.engine.decode import decoder
-    from tinytitan.engine.decode.decoder import Scheduler
+    from tinytitan.engine.decode import decoder, scheduler
+    from tinytitan.engine.decode.scheduler import Scheduler
     from tinytitan.engine.engine import Engine
 
     plans = []
     real_plan = Scheduler.plan
     monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
-    monkeypatch.setattr(decoder, "SPLIT_ABOVE", 80)
+    monkeypatch.setattr(scheduler, "SPLIT_ABOVE", 80)
     monkeypatch.setattr(decoder, "FIRST_CHUNK", 16)
 
     async def chunks(text: str) -> tuple[int, list[int]]:

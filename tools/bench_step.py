@@ -95,7 +95,7 @@ def run_tinytitan(backend, prepared: list, max_batch: int, arrivals: list[float]
     """The same prompts as rows of the decoder's Scheduler, taken in between steps as they arrive (as
     ``Decoder._run`` does), stepped until each has ended."""
     from tinytitan.engine.decode.token_events import DecodeLoop
-    from tinytitan.engine.decode.decoder import FIRST_CHUNK, Scheduler
+    from tinytitan.engine.decode.scheduler import FIRST_CHUNK, Scheduler
     from tinytitan.engine.decode.rows import Row
 
     events: list = []

@@ -1,6 +1,6 @@
 """The MLX backend: mlx-lm's loader and chat template, the request's sampler and logits processors.
 
-Decoding runs on the model thread through the decoder's step (decoder.py, step.py); each generated token's
+Decoding runs on the model thread through the decoder's step (scheduler.py, step.py); each generated token's
 text goes to the DecodeLoop, which decides its channel. Sampling defaults come from the model's
 generation_config.json where it has one, as do its default stop strings (``stop_strings``, transformers'
 key), its default system prompt (``system_prompt``) and turns (``default_messages``: what a library such
@@ -53,7 +53,7 @@ class MLXBackend(Backend):
         self.path = Path(model_dir)
         self.model_id = model_id or self.path.name
         self.default_reasoning = default_reasoning
-        self.prompt_cache = PromptCache(prompt_cache_bytes, supersede_answers=group is None)
+        self.prompt_cache = PromptCache(prompt_cache_bytes)
         self.device = device
         self.group = group  # a group.Group: this process holds its rank's part of the model (group/ranks.py)
         self._stream = None
@@ -133,7 +133,7 @@ class MLXBackend(Backend):
             raise ValueError(f"--kv-bits {self.kv_bits}: the heads of '{self.model_id}' are {head} wide, not a "
                              "multiple of the 32-wide quantization group")
 
-    batches = True  # the engine decodes its requests through the decoder's step, together (decoder.py)
+    batches = True  # the engine decodes its requests through the decoder's step, together (scheduler.py)
 
     def logits_processors(self, prepared: Prepared, loop: DecodeLoop) -> list:
         """The request's mlx-lm logits processors (the per-request hook: see engine.py); a grammar mask is
@@ -190,8 +190,8 @@ class MLXBackend(Backend):
         return self._stream
 
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
-        """One request alone, to its end: the decoder's step with one row (decoder.py)."""
-        from ..decode.decoder import decode_one
+        """One request alone, to its end: the decoder's step with one row (scheduler.py)."""
+        from ..decode.scheduler import decode_one
 
         self.ensure_loaded()
         decode_one(self, prepared, loop, should_stop)

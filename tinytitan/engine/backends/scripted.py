@@ -4,7 +4,7 @@ The script is a YAML list; request k is answered by entry k (the last entry repe
 string (the raw output, markers and all), or a mapping ``{output: str, delay_ms: int, error: str}``:
 ``delay_ms`` sleeps before each token (for cancellation and keep-alive tests); ``error`` fails the
 generation after the stream opened. The text is tokenized with the demo tokenizer and decoded by the engine's
-own decode step (decoder.py: a row, its fold, its ending), with a scripted forward in place of the model
+own decode step (scheduler.py: a row, its fold, its ending), with a scripted forward in place of the model
 (``ScriptedForward``: the script is what is "sampled"), so channel and tool-call parsing, stop strings, caps
 and token counts are the real ones.
 
@@ -115,15 +115,16 @@ class ScriptedBackend(Backend):
         cached = 0
         if self.prompt_cache:
             cached = self.prompt_cache.fetch(prepared.tokens)[1]
-            self.prompt_cache.store(list(prepared.tokens) + ids[: prepared.max_tokens], None)
+            self.prompt_cache.store(list(prepared.tokens) + ids[: prepared.max_tokens], None,
+                                    facts=prepared.facts())
         return ScriptRun(self, entry, ids, prepared), cached, cached
 
     def sampler_for(self, prepared: Prepared, loop: DecodeLoop) -> tuple[Callable | None, list]:
         return None, []  # the script is what is "sampled": no sampler, and no mask (the script is checked)
 
     def decode(self, prepared: Prepared, loop: DecodeLoop, should_stop: Callable[[], bool]) -> None:
-        """One request, to its end: a row of the engine's decode step (decoder.py), its tokens from the script."""
-        from ..decode.decoder import decode_one
+        """One request, to its end: a row of the engine's decode step (scheduler.py), its tokens from the script."""
+        from ..decode.scheduler import decode_one
 
         decode_one(self, prepared, loop, should_stop, make_forward=ScriptedForward)
 
@@ -169,7 +170,7 @@ class ScriptedForward:
     by the next — so the rows, the fold and the ending of a generation are the engine's own."""
 
     ragged = False  # a batch row gets one-token steps (it has no batch: every row steps on its own run)
-    first_read_at_once = True  # as mlx on a CPU: a first sample is read at once (decoder.py)
+    first_read_at_once = True  # as mlx on a CPU: a first sample is read at once (scheduler.py)
 
     def __init__(self, backend: ScriptedBackend, max_batch: int):
         self.backend, self.model = backend, None

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..prompt.splice import Span
+from .miss import Fingerprint
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,30 @@ def gives_way_by_prompt(trimmable: bool, lasting: int | None, prompt: int | None
     return bool(trimmable and lasting) and holds_answer(prompt, held)
 
 
+@dataclass(frozen=True)
+class PromptFacts:
+    """What the request a generation answers says of its prompt, kept with the entry the generation stores: how
+    many ids the prompt has, how many of them a later turn repeats (prompt/rendering.py; None: all) and the
+    request's fingerprint (cache/miss.py; None: not known). The row carries them from its preparation, on every
+    rank of a group alike (group/lockstep.py): an entry is known by the request that made it (cache/memory.py's
+    rules say where else an entry's facts come from)."""
+    length: int
+    lasting: int | None = None
+    fingerprint: Any = None
+
+    def as_json(self) -> list:
+        """As a JSON value (rank 0's message to a group's followers: group/lockstep.py)."""
+        return [self.length, self.lasting,
+                self.fingerprint.as_json() if isinstance(self.fingerprint, Fingerprint) else None]
+
+    @classmethod
+    def from_json(cls, value: list | None) -> "PromptFacts | None":
+        if value is None:
+            return None
+        length, lasting, fingerprint = value
+        return cls(length, lasting, Fingerprint.from_json(fingerprint) if fingerprint is not None else None)
+
+
 @dataclass
 class Entry:
     tokens: np.ndarray
@@ -115,3 +140,6 @@ class Note:
     fingerprint: Any = None
     seq: int = 0  # when it was remembered (a tick of its cache)
     lasting_prompt: int | None = None  # how many of its ids a later turn repeats (prompt/rendering.py; None: all)
+
+    def facts(self) -> PromptFacts:
+        return PromptFacts(len(self.tokens), self.lasting_prompt, self.fingerprint)

@@ -20,9 +20,14 @@ Rules:
   finished with no tool call (``answered_finally``) and whose request the new one's continues after that answer
   (``Fingerprint.answered_by``: then a new user message, before which a Qwen3-style template drops the thinking
   of the turns the entry holds). An entry whose answer called a tool never gives way by its request: its loop
-  may go on from it while a side request forks it with a user message of its own. Not on a rank of a group
-  (``supersede_answers`` off): a follower prepares no prompt, so it knows no entry's prompt, and every rank must
-  keep the same entries to start a row from the same prefix (group/lockstep.py).
+  may go on from it while a side request forks it with a user message of its own.
+- What an entry knows of its request (``PromptFacts``: its prompt's length, the part a later turn repeats, the
+  request's fingerprint) is what the row that stores it hands over (``store(facts=)``; a raw prompt's: its
+  length alone), never looked up among other prompts: so every rank of a group, where a follower prepares no
+  prompt and has the facts from rank 0's message, makes the same decisions on the same entries, and starts each
+  row from the same prefix (group/lockstep.py). A row whose prompt was read only in part (its client left)
+  hands over facts its entry cannot use: it knows none. Only a checkpoint (never on a group) takes those of
+  the prompt remembered nearest (the shortest that starts with its ids).
 - Every read and change of the entries holds one lock: the model thread changes them while the trio side
   reads the stats (``GET /v1/models``).
 - Entries and notes are found by the prefix they share with a prompt through a ``PrefixIndex``
@@ -61,7 +66,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..prompt.splice import Span
-from .entries import Entry, ImageRun, Note, holds_answer, keyed, kv_bytes, kv_offset, kv_trimmable
+from .entries import Entry, ImageRun, Note, PromptFacts, holds_answer, keyed, kv_bytes, kv_offset, kv_trimmable
 from .prefix_index import PrefixIndex, Reusable, common_prefix
 
 log = logging.getLogger("tinytitan.cache")
@@ -72,10 +77,9 @@ READ_BACK_GAIN = 32  # a file on disk is read when it holds at least this many m
 
 
 class PromptCache:
-    def __init__(self, max_bytes: int, max_entries: int = 64, supersede_answers: bool = True):
+    def __init__(self, max_bytes: int, max_entries: int = 64):
         self.max_bytes = max_bytes
         self.max_entries = max_entries
-        self.supersede_answers = supersede_answers  # off on a rank of a group (see the rules)
         self._entries: "OrderedDict[int, Entry]" = OrderedDict()  # least recently used first
         self._held: Reusable[Entry] = Reusable()  # the entries by their ids
         self._notes: "OrderedDict[bytes, Note]" = OrderedDict()
@@ -139,10 +143,11 @@ class PromptCache:
         return (None if e is None else e.key), n
 
     def store(self, tokens: Sequence[int], payload: Any, images: Sequence[ImageRun] = (),
-              checkpoint: bool = False) -> int | None:
+              checkpoint: bool = False, facts: PromptFacts | None = None) -> int | None:
         """Keep ``payload`` under the tokens it holds (``checkpoint``: a prompt read but for its last token,
-        cache/checkpoint.py: it takes that prompt's spans and request, and no generated span) → the entry's key
-        (None: not kept), for ``answered_finally``."""
+        cache/checkpoint.py: it takes that prompt's spans and request, and no generated span; ``facts``: what the
+        request of the generation that stores it says of its prompt, see the rules) → the entry's key (None: not
+        kept), for ``answered_finally``."""
         ids = np.asarray(tokens, dtype=np.int64)
         if payload is not None:
             off = kv_offset(payload)
@@ -156,6 +161,10 @@ class PromptCache:
         t = keyed(ids, images)
         note = self._note_for(t, within=checkpoint)
         spans = self._spans_for(t, note)
+        if facts is None:  # a checkpoint (or a caller with no row): the prompt remembered nearest
+            facts = note.facts() if note is not None else None
+        elif facts.length > len(t):  # a prompt read only in part (its client left): no answer past it
+            facts = None
         size = kv_bytes(payload)
         if payload is not None and size > self.max_bytes:
             log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
@@ -166,12 +175,12 @@ class PromptCache:
             # an entry that is a prefix of the new one is superseded by it, where the new one can stand in for it
             for e in self._held.prefixes_of(t) if trimmable else self._held.exact(t):
                 self._drop(e.key)
-            if not checkpoint and self.supersede_answers:
-                for e in self._answered_otherwise(t, trimmable, note.fingerprint if note is not None else None):
+            if not checkpoint:
+                for e in self._answered_otherwise(t, trimmable, facts.fingerprint if facts is not None else None):
                     self._drop(e.key)
-            key = self._insert(t, payload, size, spans, note, ids if images else None)
+            key = self._insert(t, payload, size, spans, facts, ids if images else None)
         if self.disk is not None and payload is not None:
-            self.disk.put(t, payload, spans, note.lasting_prompt if note is not None else None)
+            self.disk.put(t, payload, spans, facts.lasting if facts is not None else None)
         return key
 
     def answered_finally(self, key: int | None) -> None:
@@ -183,10 +192,10 @@ class PromptCache:
                 e.final = True
 
     def _insert(self, t: np.ndarray, payload: Any, size: int, spans: tuple[Span, ...],
-                note: Note | None = None, ids: np.ndarray | None = None) -> int | None:  # holding the lock
+                facts: PromptFacts | None = None, ids: np.ndarray | None = None) -> int | None:  # holding the lock
         trimmable = payload is None or kv_trimmable(payload)
-        e = Entry(t, payload, size, spans, note.fingerprint if note else None, len(note.tokens) if note else None,
-                  ids, trimmable, next(self._tick), self._next, note.lasting_prompt if note else None)
+        e = Entry(t, payload, size, spans, facts.fingerprint if facts else None, facts.length if facts else None,
+                  ids, trimmable, next(self._tick), self._next, facts.lasting if facts else None)
         self._entries[self._next] = e
         self._held.add(t, e, trimmable)
         self._next += 1
@@ -259,10 +268,10 @@ class PromptCache:
 
     # -- what the ids say (prompt/splice.py) ----------------------------------------------------------------
     def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str],
-                 fingerprint: Any = None, images: Sequence[ImageRun] = (), lasting_prompt: int | None = None) -> None:
+                 fingerprint: Any = None, images: Sequence[ImageRun] = (), lasting_prompt: int | None = None) -> Note:
         """A prompt as prepared: the entry later stored for it (and its answer) knows its spans, the
         fingerprint of its request (cache/miss.py) and how many of its ids a later turn repeats
-        (``lasting_prompt``: prompt/rendering.py)."""
+        (``lasting_prompt``: prompt/rendering.py) → the note (``Note.facts``: what its row hands to ``store``)."""
         t = keyed(tokens, images)
         key = t.tobytes()
         note = Note(t, spans, decode, fingerprint, next(self._tick), lasting_prompt)
@@ -275,6 +284,7 @@ class PromptCache:
             while len(self._notes) > MAX_NOTES:
                 _, gone = self._notes.popitem(last=False)
                 self._noted.discard(gone.tokens, gone)
+        return note
 
     def probe(self, prompt: Sequence[int], images: Sequence[ImageRun] = ()):
         """What the cache holds nearest a prompt (cache_miss.Probe), without taking anything: the entry (in memory

@@ -71,6 +71,17 @@ class Fingerprint:
                    _h([req.tool_choice, req.tool_names, req.reasoning, req.template_kwargs,
                        req.grammar.kind if req.grammar else None, req.parallel_tool_calls]))
 
+    def as_json(self) -> list:
+        """As a JSON value (rank 0's message to a group's followers: group/lockstep.py); ``from_json`` reads it."""
+        return [list(self.system), [list(t) for t in self.tools], [[*m[:4], list(m[4])] for m in self.messages],
+                self.settings]
+
+    @classmethod
+    def from_json(cls, value: list) -> "Fingerprint":
+        system, tools, messages, settings = value
+        return cls(tuple(system), tuple(tuple(t) for t in tools), tuple((*m[:4], tuple(m[4])) for m in messages),
+                   settings)
+
     def answered_by(self, later: "Fingerprint") -> bool:
         """``later``'s request continues this one after a final answer: the same system messages and tools, this
         one's messages (their thinking aside: a client or a template may drop it), then an assistant message that

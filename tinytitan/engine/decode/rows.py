@@ -14,9 +14,11 @@ Rules:
   (speculative/speculator.py: prompt lookup or a draft model, None when it does not draft) guesses drafts,
   which the step verifies alone or in the batch (step.py; in a batch whose cache cannot hold holes, without).
 - ``end()`` is where a generation ends on the model thread, and the only place: what its KV cache holds is
-  kept in the prompt cache, its last events go out (Finished; Failed in-band once it started, or the
-  consumer's exception before), and the model thread lets go of its session. The decoder calls it when the row
-  leaves its table, which a row does once.
+  kept in the prompt cache (with what its request says of its prompt: ``Prepared.cache_facts``), its last
+  events go out (Finished; Failed in-band once it started, or the consumer's exception before), and the model
+  thread lets go of its session. The decoder calls it when the row leaves its table, which a row does once;
+  it records the entry kept (``kept``) and whether the turn ended with no tool call (``final``), which the
+  decoder tells the prompt cache (on a group, when rank 0's next message says so: group/lockstep.py).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class Row:
         self.decoded = 0  # tokens given to the detokenizer (the end-of-turn token is not)
         self.error: Exception | None = None  # raised by its own sampler or logits processor during a step
         self.ending: Ending | None = None
+        self.kept: int | None = None  # the prompt cache's key for what its end kept (None: nothing kept)
+        self.final = False  # it finished its turn with no tool call (its end says; the decoder tells the cache)
         self.detok = backend.tokenizer.detokenizer
         self.detok.reset()
         # a raw prompt's text comes from the token ids, with the prompt's end as context (raw.py)
@@ -114,7 +118,7 @@ class Row:
             mx.random.seed(int(prepared.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
         self.speculator = backend.speculator(prepared, self.loop, self.tokens)
         self.release_draft = self.speculator.release if self.speculator is not None else None
-        # a seeded sampler's key chain: a verify moves it on by the rows used, a leave sets it back (decoder.py)
+        # a seeded sampler's key chain: a verify moves it on by the rows used, a leave sets it back (scheduler.py)
         self.draws = sampler if getattr(sampler, "seed", None) is not None else None
         self.sampler, self.processors = self._guarded(sampler, processors)
         self.loop.start(len(self.tokens), cached, since=since)
@@ -167,9 +171,8 @@ class Row:
             if ending.kind == "failed":
                 self._report(ending.error)
             else:
-                stored = None
                 try:
-                    stored = self._store(kv)
+                    self.kept = self._store(kv)
                 except Exception:  # the answer is whole: a prefix not kept costs a later turn a re-read, no more
                     logging.getLogger("tinytitan.engine").exception("the prompt cache could not keep a prefix")
                 if ending.kind == "finished":
@@ -178,8 +181,7 @@ class Row:
                     if self.raw is not None and self.loop.stop.matched is None:
                         self.loop.parser_text(self.raw.flush())
                     self.loop.end(ending.hit_length)
-                    if stored is not None and not self.loop.parser.tool_calls:  # its turn ended with no call
-                        self.backend.prompt_cache.answered_finally(stored)
+                    self.final = not self.loop.parser.tool_calls
         finally:
             if self.release_draft is not None:  # a pooled draft-model proposer goes back to its backend
                 self.release_draft, release = None, self.release_draft
@@ -204,7 +206,8 @@ class Row:
             for c in kv:
                 c.trim(extra)
         mx.eval([c.state for c in kv if not c.empty()])
-        return self.backend.prompt_cache.store(self.tokens + self.generated, kv, self.prepared.image_runs)
+        return self.backend.prompt_cache.store(self.tokens + self.generated, kv, self.prepared.image_runs,
+                                               facts=self.prepared.facts())
 
     def _report(self, exc: BaseException | None) -> None:
         """A failure: before its Started (its model would not load) the consumer's exception, as when decoding

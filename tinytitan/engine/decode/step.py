@@ -1,6 +1,6 @@
 """One decode step — plan → forward → fold — for one row or many; this module holds the forward.
 
-The shape is vLLM V1's ``EngineCore.step()``: the scheduler (``decoder.Scheduler``) makes a ``Plan`` from its
+The shape is vLLM V1's ``EngineCore.step()``: the scheduler (``scheduler.Scheduler``) makes a ``Plan`` from its
 rows, ``Forward.run(plan)`` runs the model on it and returns what it did as a plain value (``StepResult``: the
 tokens read per row, where each row's prompt stands, which rows failed), and the scheduler folds that back
 into its rows (``Scheduler.fold``: stop, cap and end-of-turn handling, the proposer, drafts, a finished row's
@@ -154,7 +154,7 @@ def _verify(model, lane: Lane, kv: list, s: Verify) -> tuple[int, ...]:
 
 def _runs_on_host(stream) -> bool:
     """Whether the model's passes run on the host (mlx on a CPU: queuing a pass runs most of it before it
-    returns), where a row's first sample is read at once rather than after the next pass is queued (decoder.py);
+    returns), where a row's first sample is read at once rather than after the next pass is queued (scheduler.py);
     on a GPU a queued pass runs on the device while the host builds the next one."""
     import mlx.core as mx
 

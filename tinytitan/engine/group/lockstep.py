@@ -5,26 +5,33 @@ Rules:
   one message (``Group.share``) saying everything a follower needs to run that forward identically:
   ``a`` — the tokens rank 0's fold accepted for each row since the last message (a forced run included):
   each follower's own fold must have accepted the same (see the divergence rule below),
-  ``e`` — the rows that left since (and whether their KV cache is kept in the prompt cache: not when failed),
+  ``e`` — the rows rank 0 retired since, in its order: how each ended (its KV cache is kept in the prompt cache
+  unless it failed), and whether its turn ended with no tool call (what only rank 0's parser knows). A follower
+  retires them then, in that order (``settle``), and so stores their entries in the order rank 0 stored them;
+  then every rank marks the entries of those turns final answers' (``PromptCache.answered_finally``), rank 0
+  as it sends, a follower as it reads: each before the same step,
   ``f`` — a fresh decoder (rank 0 made a new forward: its row numbers start again),
   ``j`` — the rows that join: their prompt token ids, cap, sampling values (penalties included), seed, the grammar
-  (llguidance's text: a structured output or a forced tool call), and the prefix length rank 0 took from its
-  prompt cache,
+  (llguidance's text: a structured output or a forced tool call), the prefix length rank 0 took from its
+  prompt cache, and what the entry the row stores will know of its request (``PromptFacts``: its prompt's length,
+  the part a later turn repeats, the request's fingerprint): so every rank's prompt cache decides alike which
+  entries a new one supersedes (cache/memory.py),
   ``p`` — the plan (``Plan.as_ints()``); a message without it (the last rows left) only settles the rows.
 - A follower (``follow``) holds the same rows, opened from those messages with the same seeds, and runs
   ``Forward.run`` on the same plan: the model's collectives (tensor or pipeline parallel) pair up because
   every rank runs the same forwards in the same order. It applies each result with the fold rank 0 runs
   (``Scheduler.fold``: the tokens accepted, the grammar's forced runs proposed, drafts verified, the end of
   the turn and the cap), so its rows hold what rank 0's hold; what only rank 0 sees (a stop string in the
-  text, a failure of its parser) ends the row there, and its message ends it here
-  (``e``). A follower never renders a template or parses an answer. Each row's own sampler runs on every rank, on
+  text, a failure of its parser) ends the row there. A row this fold ends stays in the table until rank 0's
+  message retires it (``e``), as one rank 0 ended alone does. A follower never renders a template or parses
+  an answer. Each row's own sampler runs on every rank, on
   logits the ranks share (an all_sum gives each rank the same sum), so the token a pipelined step feeds next
   is the same everywhere. A row without a seed gets one from rank 0 at joining, so random sampling agrees too.
 - A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its
   pending work, yet the wait may never return), and one that stops answering always does. A watchdog
   (``Lead.watch``) sees a step (or a heartbeat, a switch of models) in flight longer than ``timeout`` seconds:
   the group is broken, and the watchdog asks; the fold ends. Rows end only in the fold, on the model thread
-  (decoder.py), which may never come back from the collective: so for each row in flight, being opened or
+  (scheduler.py), which may never come back from the collective: so for each row in flight, being opened or
   waiting to join, the watchdog ends its consumer's side instead (``Mailbox.abandon``: the failure in-band,
   or the consumer's exception before its Started; its place given back), again while the model thread stays
   stuck (a request let in just before the break). Should the model thread come back, its next step sees the
@@ -51,9 +58,10 @@ import threading
 import time
 from typing import Any, Callable
 
+from ..cache.entries import PromptFacts
 from ..prompt.prepare import Prepared
 from ..decode.token_events import DecodeLoop
-from ..decode.decoder import Scheduler
+from ..decode.scheduler import Scheduler
 from .ranks import Group, GroupBroken
 from ..model_thread import Parked
 from ..prompt.raw import VerbatimParser
@@ -82,6 +90,7 @@ class Lead:
         self.waiting: Callable[[], list[Row]] = list
         self.accepted: dict[int, list[int]] = {}
         self.ended: list[list] = []
+        self.finals: list[tuple[Any, int]] = []  # (prompt cache, key) of the final answers in ``ended``
         self.joined: list[dict] = []
         self.fresh = False
         self.steps = 0
@@ -107,7 +116,10 @@ class Lead:
         if plan is not None:
             msg["p"] = plan.as_ints()
             self.batch_steps += bool(plan.batch)
+        finals, self.finals = self.finals, []
         self.accepted, self.ended, self.joined, self.fresh = {}, [], [], False
+        for cache, key in finals:  # as the followers do when they read this message (see the rules)
+            cache.answered_finally(key)
         self.group.share(msg, counted=idle is None)
 
     def switch(self, model_id: str) -> None:
@@ -182,7 +194,8 @@ def join_spec(row: Row) -> dict:
     return {"id": row.id, "tokens": row.tokens, "max_tokens": p.max_tokens, "sampling": p.sampling,
             "seed": p.seed, "speculative": p.speculative, "raw": p.raw, "cached": row.read,
             "grammar": p.grammar.text if p.grammar is not None else None,
-            "grammar_name": p.grammar.name if p.grammar is not None else None}
+            "grammar_name": p.grammar.name if p.grammar is not None else None,
+            "facts": p.facts().as_json()}
 
 
 class LeadScheduler(Scheduler):
@@ -210,11 +223,19 @@ class LeadScheduler(Scheduler):
             self.lead.joined.append(join_spec(row))
 
     def retire(self, row: Row) -> None:
-        if row.id in self.announced:
-            self.announced.discard(row.id)
-            kind = row.ending.kind if row.ending is not None else "failed"
-            self.lead.ended.append([row.id, kind])
-        super().retire(row)
+        announced = row.id in self.announced
+        self.announced.discard(row.id)
+        try:
+            super().retire(row)
+        finally:
+            if announced:
+                kind = row.ending.kind if row.ending is not None else "failed"
+                self.lead.ended.append([row.id, kind, int(row.final and row.kept is not None)])
+
+    def answered(self, row: Row) -> None:
+        """Its entry is marked a final answer's when the next message says so, on every rank (see the rules)."""
+        if row.final and row.kept is not None:
+            self.lead.finals.append((row.backend.prompt_cache, row.kept))
 
     def step(self, others_waiting: Callable[[], bool]) -> None:
         group = self.lead.group
@@ -264,15 +285,14 @@ def follower_row(backend, spec: dict) -> Row:
                                   spec["grammar_name"])
     prepared = Prepared(req=None, tokens=spec["tokens"], max_tokens=spec["max_tokens"], grammar=grammar,
                         sampling=spec["sampling"], seed=spec["seed"], raw=spec["raw"],
-                        speculative=spec["speculative"])
+                        speculative=spec["speculative"], cache_facts=PromptFacts.from_json(spec["facts"]))
     loop = DecodeLoop(VerbatimParser(), (), lambda _event: None, prepared.sampling)
     return Row(backend, prepared, loop=loop, should_stop=lambda: False)
 
 
 class FollowerScheduler(Scheduler):
     """A follower's rows: opened from rank 0's messages (``open_row``), stepped by rank 0's plans and folded by
-    the very fold rank 0 runs (``Scheduler.fold``); rows rank 0 ended are ended here when its message says so
-    (``ended``)."""
+    the very fold rank 0 runs (``Scheduler.fold``); retired when rank 0's message says so (``settle``)."""
 
     def __init__(self, backend, max_batch: int, seeded: bool):
         super().__init__(lambda _b: None, max_batch, 0, seeded)
@@ -286,13 +306,31 @@ class FollowerScheduler(Scheduler):
             raise RuntimeError(f"diverged: its prompt cache starts row {row_id} at {row.read} tokens, rank 0's "
                                f"at {cached}")
 
-    def ended(self, row_id: int, kind: str) -> None:
-        """Rank 0 ended the row (a stop string only it sees, its consumer, a failure of its own)."""
-        row = self.rows.get(row_id)
-        if row is None:  # this rank's fold ended it already (its end of turn, its cap)
-            return
-        row.ending = Ending("failed", error=RuntimeError("failed on rank 0")) if kind == "failed" else LEFT
-        self.retire(row)
+    def retire(self, row: Row) -> None:
+        """The fold's retirement waits for rank 0's message (``settle``): a row ended here stays in the table, its
+        ending set, until then (see the rules)."""
+
+    def settle(self, ended: list[list]) -> None:
+        """The rows rank 0 retired since its last message, retired here in its order (each keeps in the prompt
+        cache what rank 0's kept, unless it failed there); then the entries of the turns that ended with no
+        tool call, which only rank 0's parser knows, are marked final answers' (see the rules)."""
+        finals = []
+        for row_id, kind, final in ended:
+            row = self.rows.get(row_id)
+            if row is None:
+                continue
+            if kind == "failed":
+                row.ending = Ending("failed", error=RuntimeError("failed on rank 0"))
+            elif row.ending is None or row.ending.kind == "failed":  # a stop string only rank 0 sees, its consumer
+                row.ending = LEFT
+            super().retire(row)
+            if final and row.kept is not None:
+                finals.append((row.backend.prompt_cache, row.kept))
+        for cache, key in finals:
+            cache.answered_finally(key)
+
+    def answered(self, row: Row) -> None:
+        """A follower parses no answer: rank 0's message says whether the turn ended with no tool call."""
 
     def run(self, plan: Plan) -> dict[int, list[int]]:
         """Rank 0's plan: the forward, then the fold; the tokens each row accepted (for rank 0's to match)."""
@@ -333,8 +371,8 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
                 backend.unload()
             backend = by_id[msg["m"]]
             backend.ensure_loaded()
-        for i, kind in msg["e"]:
-            scheduler.ended(i, kind)
+        if msg["e"]:
+            scheduler.settle(msg["e"])
         if msg.get("f"):
             assert scheduler is None or not scheduler.rows, "a fresh decoder with rows in flight"
             if scheduler is not None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ...chat_request import ChatRequest, Message
 from ...errors import ApiError, invalid
+from ..cache.entries import PromptFacts
 from ..cache.miss import Fingerprint, compare, diagnose
 from ..decode.call_limit import call_limit
 from .splice import splice as splice_prompt
@@ -53,10 +54,16 @@ class Prepared:
     seed: int | None = None
     raw: bool = False  # a raw prompt (legacy Completions): the answer's text as written
     speculative: bool = True  # it may draft (speculative decoding), where the server drafts
+    cache_facts: PromptFacts | None = None  # what the entry its generation stores knows of it (cache/memory.py)
 
     def __post_init__(self):
         if self.req is not None:
             self.seed, self.raw, self.speculative = self.req.seed, self.req.prompt is not None, self.req.speculative
+
+    def facts(self) -> PromptFacts:
+        """What the entry its generation stores knows of its request: a raw prompt's (legacy Completions), its
+        length alone."""
+        return self.cache_facts if self.cache_facts is not None else PromptFacts(len(self.tokens))
 
     def logits_processor(self) -> GrammarMask | None:
         """A new mask for this request's output format (None: unconstrained); one per generation."""
@@ -97,8 +104,9 @@ class PromptPreparation(TemplateRendering):
 
     def timed_encode(self, req: ChatRequest, splice: bool = False, fp: Fingerprint | None = None):
         """``encode``, and the seconds spent rendering and tokenizing; ``splice``: the prompt as the decoder will
-        read it (``tokenize``, given the request's fingerprint ``fp`` where the caller has it), and why it misses
-        the cache where it does (a CacheMiss, else None)."""
+        read it (``tokenize``, given the request's fingerprint ``fp`` where the caller has it), why it misses
+        the cache where it does (a CacheMiss, else None), and what the prompt cache keeps of it (PromptFacts,
+        else None)."""
         import jinja2
 
         t0 = time.perf_counter()
@@ -106,7 +114,7 @@ class PromptPreparation(TemplateRendering):
             text = self.raw_text(req)
             t1 = time.perf_counter()
             return (text, list(self.tokenizer.encode(text, add_special_tokens=False)), (t1 - t0, time.perf_counter() - t1),
-                    None)
+                    None, None)
         try:
             text = self.render(req)
         except jinja2.TemplateError as exc:
@@ -124,19 +132,19 @@ class PromptPreparation(TemplateRendering):
                           f"({', '.join(sorted(req.template_kwargs))}): {type(exc).__name__}: {exc}",
                           param="chat_template_kwargs", code="template_error") from None
         t1 = time.perf_counter()
-        miss = None
+        miss = facts = None
         if splice:
-            tokens, miss = self.tokenize(text, req, fp)
+            tokens, miss, facts = self.tokenize(text, req, fp)
         else:
             tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
-        return text, tokens, (t1 - t0, time.perf_counter() - t1), miss
+        return text, tokens, (t1 - t0, time.perf_counter() - t1), miss, facts
 
     def tokenize(self, text: str, req: ChatRequest | None = None, fp: Fingerprint | None = None):
         """A rendered prompt's ids: where the prompt cache holds ids for the same text at the same place (an
         answer the model generated, sent back by the client), those ids (prompt/splice.py); and where it parts
         from the cache, and why (cache/miss.py; None without a cache). The prompt is remembered with what its
         ids say and its request's fingerprint (``fp``, made here when not given), for the entry its generation
-        stores."""
+        stores: what that entry will know of the request (PromptFacts) comes back third (None without a cache)."""
         cache = getattr(self, "prompt_cache", None)
         tokenizer = self.tokenizer
 
@@ -144,7 +152,7 @@ class PromptPreparation(TemplateRendering):
             return list(tokenizer.encode(t, add_special_tokens=False))
 
         if cache is None:
-            return encode(text), None
+            return encode(text), None, None
         decode = text_of(tokenizer)
         tokens, spans = splice_prompt(text, cache.candidates(), encode, decode, restart_tokens(tokenizer))
         if fp is None and req is not None:
@@ -153,8 +161,9 @@ class PromptPreparation(TemplateRendering):
         miss = diagnose(req, fp, tokens, cache.probe(tokens, runs)) if req is not None else None
         if miss is not None and miss.missed:
             log.debug("%s: prompt cache %s%s", self.model_id, miss.log_text(), f" ({miss.detail})" if miss.detail else "")
-        cache.remember(tokens, spans, decode, fp, runs, self.lasting_prompt(tokens, req) if req is not None else None)
-        return tokens, miss
+        note = cache.remember(tokens, spans, decode, fp, runs,
+                              self.lasting_prompt(tokens, req) if req is not None else None)
+        return tokens, miss, note.facts()
 
     def image_runs(self, tokens: list[int], req: ChatRequest) -> tuple:
         """Where the request's images lie in its prompt's tokens (prompt_cache.ImageRun each); none for a model
@@ -306,7 +315,7 @@ class PromptPreparation(TemplateRendering):
         self.refuse_from_bound(req)
         # the request's fingerprint, made once for the prompt cache and the client's comparison where it asks one
         fp = Fingerprint.of(req) if req.cache_compare is not None or req.response_id is not None else None
-        text, tokens, (render_s, tokenize_s), miss = self.timed_encode(req, splice=True, fp=fp)
+        text, tokens, (render_s, tokenize_s), miss, facts = self.timed_encode(req, splice=True, fp=fp)
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
             raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
                           param="messages", code="invalid_value")
@@ -325,7 +334,7 @@ class PromptPreparation(TemplateRendering):
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,
                         tokenize_s=tokenize_s, grammar=compiled, sampling=sampling,
                         cache_miss=miss.as_dict() if miss is not None else None,
-                        cache_compared=compared.as_dict() if compared is not None else None)
+                        cache_compared=compared.as_dict() if compared is not None else None, cache_facts=facts)
 
     def compare_prompt(self, req: ChatRequest, tokens: list[int], fp: Fingerprint | None):
         """The prompt against the earlier one ``req.cache_compare`` names (a CacheMiss; None when it names none),

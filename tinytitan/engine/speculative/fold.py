@@ -1,4 +1,4 @@
-"""The drafting part of the decode step's fold (decoder.py ``Scheduler.fold``): what a row's grammar matcher,
+"""The drafting part of the decode step's fold (scheduler.py ``Scheduler.fold``): what a row's grammar matcher,
 seeded sampler and speculator do after a verify and after a drafting step, alone or in the batch alike.
 
 Rules:
