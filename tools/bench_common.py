@@ -180,19 +180,21 @@ class ServerProc:
     port: int
     log_path: Path
     model_id: str = ""
+    followers: list = field(default_factory=list)  # the other ranks of a group (``start_tinytitan(ranks=)``)
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        for proc in (self.proc, *self.followers):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
     def log_tail(self, n: int = 30) -> str:
         try:
@@ -222,17 +224,29 @@ def _wait_http(server: ServerProc, path: str, timeout: float) -> None:
 
 
 def start_tinytitan(model_dir: Path, log_dir: Path, extra: list[str] = (), timeout: float = 120,
-                    entry: str | None = None) -> ServerProc:
+                    entry: str | None = None, ranks: int = 1) -> ServerProc:
     """``python -m tinytitan serve``; ``entry`` runs that script instead of ``-m tinytitan`` (same arguments),
-    to A/B a patched server without touching the tree."""
+    to A/B a patched server without touching the tree; ``ranks`` > 1: a group of that many processes on
+    loopback (MLX's ring backend), started as ``mlx.launch -n N --backend ring`` starts them (``MLX_RANK`` and
+    a hostfile), without the launcher's own polling process."""
     port = free_port()
     log_path = log_dir / f"tinytitan-{model_dir.name}-{port}.log"
     # no prompt prefixes on disk unless a benchmark asks (``extra`` comes later and wins): a prefix an earlier run
     # left would serve a prompt this run measures as new, and the writes are not what the others measure
     cmd = [sys.executable, *([entry] if entry else ["-m", "tinytitan"]), "serve", "--model", str(model_dir), "--port", str(port),
            "--log-level", "warning", "--prompt-cache-dir", "off", *extra]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
-    server = ServerProc("tinytitan", proc, port, log_path)
+    env = dict(os.environ)
+    followers: list[subprocess.Popen] = []
+    if ranks > 1:
+        hostfile = log_dir / f"ring-{port}.json"
+        hostfile.write_text(json.dumps([[f"127.0.0.1:{free_port()}"] for _ in range(ranks)]))
+        env.update(MLX_HOSTFILE=str(hostfile), TOKENIZERS_PARALLELISM="false")
+        followers = [subprocess.Popen(cmd, cwd=ROOT, env=dict(env, MLX_RANK=str(r)),
+                                      stdout=open(log_dir / f"tinytitan-rank{r}-{port}.log", "w"),
+                                      stderr=subprocess.STDOUT) for r in range(1, ranks)]
+        env["MLX_RANK"] = "0"
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    server = ServerProc("tinytitan", proc, port, log_path, followers=followers)
     t_end = time.monotonic() + timeout
     while time.monotonic() < t_end:  # the banner says it is ready and under which name
         text = log_path.read_text(errors="replace")
@@ -240,7 +254,8 @@ def start_tinytitan(model_dir: Path, log_dir: Path, extra: list[str] = (), timeo
             if "tinytitan is serving '" in line:
                 server.model_id = line.split("'")[1]
                 return server
-        if proc.poll() is not None:
+        if proc.poll() is not None or any(f.poll() is not None for f in followers):
+            server.stop()
             raise RuntimeError(f"tinytitan serve exited (rc {proc.returncode}):\n{server.log_tail()}")
         time.sleep(0.2)
     server.stop()

@@ -35,7 +35,9 @@ Variants:
 
 Target (issue 3): cached ÷ reusable ≥ 0.98 on every turn of every variant. The summary also says how many
 entries (and MiB) tinytitan's prompt cache holds after a variant that it did not before (from ``/health``): a
-conversation should leave one, not one per turn.
+conversation should leave one, not one per turn. ``--ranks 2`` serves tinytitan from a group of two processes on
+loopback (lockstep decoding, MLX's ring backend): rank 0's cache is the one counted, and each follower's must hold
+the same entries (else it stops, diverged, and the next turn fails).
 
 **Naive reusable** (issue 22) counts what a client would expect to be reused: the tokens of this prompt that lie
 wholly inside the text the previous turn already covered — its rendered prompt followed by the text of its
@@ -50,6 +52,7 @@ naive reusable ≥ 0.995 summed over turns 2+ (and per turn), beside mlx_lm.serv
     python tools/bench_session.py                         # demo model, all variants + the peer (~1-2 min)
     python tools/bench_session.py --models demo,50m --turns-50m 4
     python tools/bench_session.py --variants chat,nothink --no-peer --tinytitan-entry OLD   # another checkout
+    python tools/bench_session.py --variants nothink,thinking --no-peer --ranks 2          # a group of two
 """
 
 from __future__ import annotations
@@ -454,15 +457,16 @@ def bench_model(variant: str, args, log_dir: Path) -> tuple[list[str], list[list
     local = Local(model_dir)
     texts, summary = [], []
     wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
-    tt = start_tinytitan(model_dir, log_dir, entry=args.tinytitan_entry)
+    tt = start_tinytitan(model_dir, log_dir, entry=args.tinytitan_entry, ranks=args.ranks)
+    side = "tinytitan" if args.ranks == 1 else f"tinytitan, {args.ranks} ranks"
     try:
         for name in wanted:
             cls = SESSIONS[name]
             before = held(tt)
             rows = replay(cls(tt.model_id, mt), tt, local, turns, peer=False)
             after = held(tt)
-            texts.append(print_rows(f"{variant} · {name} · tinytitan", rows))
-            summary.append(summary_row(variant, name, "tinytitan", rows,
+            texts.append(print_rows(f"{variant} · {name} · {side}", rows))
+            summary.append(summary_row(variant, name, side, rows,
                                        (after[0] - before[0], (after[1] - before[1]) / 2**20)))
     finally:
         tt.stop()
@@ -497,7 +501,7 @@ def summary_row(variant, name, side, rows, kept=None):
             fmt(served),
             fmt(median(r["ttft"] * 1000 for r in rows[1:]), ".1f"),
             f"{kept[0]} / {kept[1]:.1f}" if kept else "—",
-            ("met" if met else "MISSED") if side == "tinytitan" else ("(peer) " + ("≥" if met else "<") + f" {TARGET}")]
+            ("met" if met else "MISSED") if side.startswith("tinytitan") else ("(peer) " + ("≥" if met else "<") + f" {TARGET}")]
 
 
 def main():
@@ -513,6 +517,8 @@ def main():
     p.add_argument("--peer-blas", choices=["openblas", "bundled"], default="openblas")
     p.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
     p.add_argument("--json", help="write the per-turn rows here")
+    p.add_argument("--ranks", type=int, default=1, help="serve tinytitan from a group of this many processes on "
+                   "loopback (default 1)")
     p.add_argument("--tinytitan-entry", metavar="SCRIPT", help="start tinytitan from this script instead of "
                    "`-m tinytitan` (same arguments): another checkout's server, for a before/after")
     args = p.parse_args()
