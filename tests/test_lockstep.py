@@ -46,3 +46,20 @@ def test_a_follower_retires_its_rows_in_rank_0s_order_then_marks_the_final_answe
     assert record.done == [("end", 2, "left"), ("end", 1, "finished"), ("end", 3, "failed"),
                            ("final", 12), ("final", 11)]
     assert list(scheduler.rows) == [4]
+
+
+def test_a_row_that_ended_on_a_follower_alone_is_a_divergence_when_rank_0_steps_it(demo_backend):
+    """Its own hook failed there, say: rank 0's fold did not end it, and its next plan steps it. The follower
+    stops, diverged, rather than step a row it has given up (or store less of it than rank 0 does)."""
+    import pytest
+
+    from tinytitan.engine.decode.plan import Next, Plan
+
+    record = Recorded()
+    scheduler = FollowerScheduler(demo_backend, 4, False)
+    scheduler.forward = SimpleNamespace(run=lambda plan, rows: None, release=lambda row_id: None, close=lambda: None)
+    scheduler.rows[1] = record.row(1, Ending("failed", error=ValueError("its sampler failed")))
+    with pytest.raises(RuntimeError, match=r"diverged: rank 0's plan steps row 1, but it ended here \(failed: its"):
+        scheduler.run(Plan((), (Next(1),), (), (), ()))
+    with pytest.raises(RuntimeError, match="row 2, but it is not open here"):
+        scheduler.run(Plan((), (Next(2),), (), (), ()))

@@ -245,21 +245,30 @@ def start_tinytitan(model_dir: Path, log_dir: Path, extra: list[str] = (), timeo
                                       stdout=open(log_dir / f"tinytitan-rank{r}-{port}.log", "w"),
                                       stderr=subprocess.STDOUT) for r in range(1, ranks)]
         env["MLX_RANK"] = "0"
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    try:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    except BaseException:
+        for follower in followers:
+            follower.kill()
+            follower.wait()
+        raise
     server = ServerProc("tinytitan", proc, port, log_path, followers=followers)
-    t_end = time.monotonic() + timeout
-    while time.monotonic() < t_end:  # the banner says it is ready and under which name
-        text = log_path.read_text(errors="replace")
-        for line in text.splitlines():
-            if "tinytitan is serving '" in line:
-                server.model_id = line.split("'")[1]
-                return server
-        if proc.poll() is not None or any(f.poll() is not None for f in followers):
-            server.stop()
-            raise RuntimeError(f"tinytitan serve exited (rc {proc.returncode}):\n{server.log_tail()}")
-        time.sleep(0.2)
-    server.stop()
-    raise RuntimeError(f"tinytitan serve printed no banner within {timeout}s:\n{server.log_tail()}")
+    try:
+        t_end = time.monotonic() + timeout
+        while time.monotonic() < t_end:  # the banner says it is ready and under which name
+            text = log_path.read_text(errors="replace")
+            for line in text.splitlines():
+                if "tinytitan is serving '" in line:
+                    server.model_id = line.split("'")[1]
+                    return server
+            dead = [p for p in (proc, *followers) if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"tinytitan serve exited (rc {dead[0].returncode}):\n{server.log_tail()}")
+            time.sleep(0.2)
+        raise RuntimeError(f"tinytitan serve printed no banner within {timeout}s:\n{server.log_tail()}")
+    except BaseException:  # (Ctrl-C too): no rank is left running
+        server.stop()
+        raise
 
 
 def start_mlx_lm_server(model_dir: Path, log_dir: Path, blas: str = "openblas", timeout: float = 120) -> ServerProc:

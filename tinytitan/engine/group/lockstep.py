@@ -225,12 +225,13 @@ class LeadScheduler(Scheduler):
     def retire(self, row: Row) -> None:
         announced = row.id in self.announced
         self.announced.discard(row.id)
+        finals = len(self.lead.finals)
         try:
             super().retire(row)
         finally:
             if announced:
                 kind = row.ending.kind if row.ending is not None else "failed"
-                self.lead.ended.append([row.id, kind, int(row.final and row.kept is not None)])
+                self.lead.ended.append([row.id, kind, int(len(self.lead.finals) > finals)])
 
     def answered(self, row: Row) -> None:
         """Its entry is marked a final answer's when the next message says so, on every rank (see the rules)."""
@@ -333,7 +334,13 @@ class FollowerScheduler(Scheduler):
         """A follower parses no answer: rank 0's message says whether the turn ended with no tool call."""
 
     def run(self, plan: Plan) -> dict[int, list[int]]:
-        """Rank 0's plan: the forward, then the fold; the tokens each row accepted (for rank 0's to match)."""
+        """Rank 0's plan: the forward, then the fold; the tokens each row accepted (for rank 0's to match). A row
+        the plan steps that ended here (its own hook failed, say) has diverged: rank 0's fold did not end it."""
+        for s in (*plan.alone, *plan.batch):
+            row = self.rows.get(s.row)
+            if row is None or row.ending is not None:
+                why = "it is not open here" if row is None else f"it ended here ({row.ending.kind}: {row.ending.error})"
+                raise RuntimeError(f"diverged: rank 0's plan steps row {s.row}, but {why}")
         before = {i: (row, len(row.generated)) for i, row in self.rows.items()}
         self.fold(plan, self.forward.run(plan, self.rows))
         return {i: row.generated[n:] for i, (row, n) in before.items() if len(row.generated) > n}
@@ -360,6 +367,8 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
                             f"accepted {tokens[:n]}")
                 log.error("%s", diverged)
         accepted = {}
+        if msg["e"]:  # (before a switch of models: the rows were the old model's)
+            scheduler.settle(msg["e"])
         if "m" in msg:  # rank 0 switches models (its rows have all left): load this rank's part too
             if msg["m"] not in by_id:
                 raise RuntimeError(f"rank {group.rank} diverged: rank 0 switched to '{msg['m']}', not in this "
@@ -371,8 +380,6 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
                 backend.unload()
             backend = by_id[msg["m"]]
             backend.ensure_loaded()
-        if msg["e"]:
-            scheduler.settle(msg["e"])
         if msg.get("f"):
             assert scheduler is None or not scheduler.rows, "a fresh decoder with rows in flight"
             if scheduler is not None:
