@@ -187,6 +187,15 @@ def test_the_sharding_is_what_the_model_offers_or_refused_by_its_type(pipeline_d
     assert [sharding(qwen2, w) for w in ("auto", "tensor", "pipeline")] == ["tensor", "tensor", "pipeline"]
     with pytest.raises(SystemExit, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
         sharding(qwen3, "pipeline")
+    # 4 attention heads, 2 KV heads, an MLP 128 wide: 3 ranks cannot each take an equal part (every request
+    # would fail on mismatched shapes), so tensor parallelism is refused by name, or pipeline taken where offered
+    with pytest.raises(SystemExit, match="the model type 'qwen3' cannot be split by tensor parallelism across 3 "
+                                         "ranks: its 4 attention heads, 2 KV heads, MLP width of 128 do not "
+                                         "divide"):
+        sharding(qwen3, "auto", 3)
+    assert [sharding(qwen3, "auto", 2), sharding(qwen2, "auto", 3)] == ["tensor", "pipeline"]
+    with pytest.raises(SystemExit, match=r"across 3 ranks: .* \(--sharding pipeline can serve it\)"):
+        sharding(qwen2, "tensor", 3)
 
 
 async def test_a_killed_rank_fails_the_answer_in_flight_and_breaks_the_group(group):

@@ -51,22 +51,41 @@ def backend_name() -> str:
     return "any"
 
 
-def sharding(model, want: str = "auto") -> str:
-    """How a model is split across ranks: "tensor" (its ``shard``) or "pipeline" (``model.model.pipeline``).
-    ``want`` "auto" takes tensor parallel where the model offers it, else pipeline; a named one the model does
-    not offer, or a model offering neither, is refused naming its type."""
+def sharding(model, want: str = "auto", size: int = 1) -> str:
+    """How a model is split across ``size`` ranks: "tensor" (its ``shard``) or "pipeline" (``model.model.pipeline``).
+    ``want`` "auto" takes tensor parallel where the model offers it and it splits evenly, else pipeline; a named
+    one the model does not offer (or cannot split evenly), or a model offering neither, is refused naming its
+    type."""
+    kind = getattr(getattr(model, "args", None), "model_type", None) or type(model).__module__.rsplit(".", 1)[-1]
     offers = [name for name, has in (("tensor", hasattr(model, "shard")),
                                      ("pipeline", hasattr(getattr(model, "model", None), "pipeline"))) if has]
+    uneven = uneven_split(model, size) if "tensor" in offers else None
+    if uneven is not None and (want == "tensor" or (want == "auto" and offers == ["tensor"])):
+        other = " (--sharding pipeline can serve it)" if "pipeline" in offers else ""
+        raise SystemExit(f"the model type '{kind}' cannot be split by tensor parallelism across {size} ranks: its "
+                         f"{uneven} do not divide among them (mlx-lm's shard gives each rank an equal part){other}")
+    if uneven is not None:
+        offers.remove("tensor")
     if want == "auto" and offers:
         return offers[0]
     if want in offers:
         return want
-    kind = getattr(getattr(model, "args", None), "model_type", None) or type(model).__module__.rsplit(".", 1)[-1]
     if offers:
         raise SystemExit(f"the model type '{kind}' offers no {want} parallelism in mlx-lm (it offers "
                          f"{' and '.join(offers)}): --sharding {want} cannot serve it")
     raise SystemExit(f"the model type '{kind}' offers neither tensor parallelism (shard) nor pipeline parallelism "
                      "in mlx-lm: it cannot be served across several processes")
+
+
+def uneven_split(model, size: int) -> str | None:
+    """What of a model's layers tensor parallelism cannot split evenly across ``size`` ranks (mlx-lm's ``shard``
+    divides each layer's attention heads, KV heads and MLP width by the group's size), or None."""
+    args = getattr(model, "args", None)
+    odd = [form.format(n) for form, n in (("{} attention heads", getattr(args, "num_attention_heads", None)),
+                                          ("{} KV heads", getattr(args, "num_key_value_heads", None)),
+                                          ("MLP width of {}", getattr(args, "intermediate_size", None)))
+           if isinstance(n, int) and n % size]
+    return ", ".join(odd) if odd else None
 
 
 class GroupBroken(RuntimeError):
@@ -203,7 +222,7 @@ class Group:
         from mlx_lm.utils import load_model, sharded_load
 
         lazy, _ = load_model(path, lazy=True, strict=False)
-        self.sharding = sharding(lazy, self.want)
+        self.sharding = sharding(lazy, self.want, self.size)
         del lazy
         if self.sharding == "tensor":
             model, _ = sharded_load(str(path), tensor_group=self.world)
