@@ -140,6 +140,32 @@ async def test_a_later_turn_supersedes_the_entry_before_it_on_every_rank_alike(g
     assert httpx.get(group.base + "/health").json()["group"]["status"] == "ok"
 
 
+async def test_rank_0_drafts_and_every_rank_verifies_the_drafts_in_step(group, one):
+    """Prompt lookup on a group: rank 0 drafts, its plan carries each draft to the follower, and every rank
+    verifies it in the same pass (lockstep.py). The answer is one process's without drafts, token for token, and
+    drafted tokens were accepted (``/metrics``)."""
+    import re
+
+    from test_speculative import COPY_TEXT
+
+    def accepted(metrics: str) -> float:
+        found = re.search(r'tinytitan_draft_tokens_total\{[^}]*kind="accepted"[^}]*\} (\S+)', metrics)
+        return float(found.group(1)) if found else 0.0
+
+    messages = [{"role": "user", "content": "Show this again, exactly:\n" + COPY_TEXT}]
+    answers = []
+    async with httpx.AsyncClient(timeout=60) as c:
+        before = accepted((await c.get(group.base + "/metrics")).text)
+        for base, drafting in ((group.base, True), (one.base, False)):
+            r = await c.post(base + "/v1/chat/completions", json={
+                "model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 80, "speculative": drafting})
+            assert r.status_code == 200, r.text
+            answers.append(strict.chat_completion(r.json()).choices[0].message.content)
+        after = accepted((await c.get(group.base + "/metrics")).text)
+    assert answers[0] == answers[1] and answers[0]
+    assert after > before
+
+
 async def test_a_hang_up_mid_answer_leaves_the_group_in_step(group, one):
     path, payload = body("chat", "A long answer the client will not wait for.", True, max_tokens=400)
     async with httpx.AsyncClient(timeout=60) as c:

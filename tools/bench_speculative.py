@@ -33,6 +33,12 @@ draft tokens) with drafted tokens accepted. Then, side by side over HTTP in the 
 ``tinytitan serve`` (prompt lookup on) and ``mlx_lm.server`` (no draft model: it has no prompt lookup, and no
 smaller model with this tokenizer exists offline, so plain decoding is its best setting), both streaming
 Chat Completions at temperature 0 on the same system OpenBLAS.
+
+``--ranks N`` measures a group instead: ``tinytitan serve`` as N processes on loopback (lockstep decoding, MLX's
+ring backend: rank 0 drafts by prompt lookup and its plan carries the drafts), the copy and free turns over HTTP
+with ``speculative`` on and off, sides alternating: decode tok/s with ÷ without, and whether the text was the same.
+
+    python tools/bench_speculative.py --ranks 2 --reps 3
 """
 
 from __future__ import annotations
@@ -275,12 +281,46 @@ def servers_side_by_side(model_dir: Path, case: dict, reps: int, log_dir: Path) 
     return rows
 
 
+def group_side(model_dir: Path, reps: int, log_dir: Path, ranks: int, only=None) -> list[list]:
+    """The copy and free turns over HTTP on a group of ``ranks`` processes, drafting on and off (see the docstring)."""
+    tt = start_tinytitan(model_dir, log_dir, ranks=ranks)
+    rows = []
+    try:
+        for name in [n for n in ("copy", "free") if not only or n in only]:
+            case = cases()[name]
+            messages = [{"role": m.role, "content": m.content} for m in case["messages"]]
+            speeds, texts, ratios = {"on": [], "off": []}, {"on": set(), "off": set()}, []
+            for rep in range(reps):
+                got = {}
+                for side in (["on", "off"] if rep % 2 == 0 else ["off", "on"]):
+                    body = {"model": tt.model_id, "messages": messages, "max_tokens": case["max_tokens"],
+                            "temperature": 0, "stream": True, "stream_options": {"include_usage": True},
+                            "speculative": side == "on"}
+                    wait_quiet(max_wait=5)
+                    r = post_stream(tt.port, "/v1/chat/completions", body)
+                    if r.error:
+                        raise RuntimeError(f"{name}, drafting {side}: {r.error}")
+                    n = r.usage.get("completion_tokens") or r.chunks
+                    got[side] = (n - 1) / (r.t_last - r.t_first)
+                    speeds[side].append(got[side])
+                    texts[side].add(r.text)
+                ratios.append(got["on"] / got["off"])
+            rows.append([f"{name}, {ranks} ranks", fmt(statistics.median(speeds["off"]), ".1f"),
+                         fmt(statistics.median(speeds["on"]), ".1f"), fmt(statistics.median(ratios), ".2f"),
+                         f"{min(ratios):.2f}–{max(ratios):.2f}", str(texts["on"] == texts["off"])])
+            print(f"  {rows[-1]}", flush=True)
+    finally:
+        tt.stop()
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--no-servers", action="store_true", help="skip the side-by-side with mlx_lm.server")
     ap.add_argument("--no-draft-model", action="store_true", help="skip the draft-model case")
     ap.add_argument("--only", nargs="*", help="run only these cases (copy patch free json)")
+    ap.add_argument("--ranks", type=int, default=1, help="measure a group of this many processes over HTTP instead")
     ap.add_argument("--concurrent", type=int, default=4,
                     help="then the copy and free turns this many at once, in the batch (0: skip; default 4)")
     args = ap.parse_args()
@@ -291,6 +331,14 @@ def main() -> None:
 
     model_dir = ensure_model("smollm2-f32")
     print(f"# bench_speculative — {utc_now()}\n{machine_line()}; BLAS: {BLAS}")
+    if args.ranks > 1:
+        print(f"model: SmolLM2-135M-Instruct, float32 ({model_dir.name}); greedy; {args.reps} repetitions; a group of "
+              f"{args.ranks} processes on loopback\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = group_side(model_dir, args.reps, Path(tmp), args.ranks, args.only)
+        print()
+        print(table(["turn over HTTP", "decode tok/s without", "with", "with ÷ without", "range", "same text"], rows))
+        return
     print(f"model: SmolLM2-135M-Instruct, float32 ({model_dir.name}); greedy; {args.reps} repetitions per case\n")
     backend = MLXBackend(model_dir, "smollm2")
     engine = Engine(backend, max_batch=1)
