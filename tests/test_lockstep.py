@@ -21,8 +21,8 @@ class Recorded:
     def row(self, row_id: int, ending: Ending | None = None, key: int | None = None):
         row = SimpleNamespace(id=row_id, ending=ending, kept=None, final=False, backend=self)
 
-        def end(kv):
-            self.done.append(("end", row_id, row.ending.kind))
+        def end(kv, counted=None):
+            self.done.append(("end", row_id, row.ending.kind, counted))
             row.kept = key  # what its end keeps (the row's own parser knows no tool call: rank 0 says)
         row.end = end
         return row
@@ -42,8 +42,10 @@ def test_a_follower_retires_its_rows_in_rank_0s_order_then_marks_the_final_answe
     assert record.done == [] and 1 in scheduler.rows
 
     # rank 0 retired 2 (its stop string) before 1 in its fold, 3 failed there; 1 and 2 ended with no tool call
-    scheduler.settle([[2, "finished", 1], [1, "finished", 1], [3, "failed", 0]])
-    assert record.done == [("end", 2, "left"), ("end", 1, "finished"), ("end", 3, "failed"),
+    # and it kept an entry of each that counts at 4096 and 2048 bytes there (rank 0's size, which this rank's
+    # entries count at too)
+    scheduler.settle([[2, "finished", 1, 4096], [1, "finished", 1, 2048], [3, "failed", 0, 0]])
+    assert record.done == [("end", 2, "left", 4096), ("end", 1, "finished", 2048), ("end", 3, "failed", 0),
                            ("final", 12), ("final", 11)]
     assert list(scheduler.rows) == [4]
 

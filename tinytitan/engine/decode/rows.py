@@ -163,16 +163,16 @@ class Row:
         """It ends: what it sent goes out now, not after the work of ending it (``DecodeLoop.ending``)."""
         self.loop.ending()
 
-    def end(self, kv: list | None = None) -> None:
+    def end(self, kv: list | None = None, counted: int | None = None) -> None:
         """The one place a generation ends on the model thread (see the rules above); ``kv``: the KV cache the
-        forward gave back (None: none to keep)."""
+        forward gave back (None: none to keep); ``counted``: the size its entry counts at (``PromptCache.store``)."""
         ending = self.ending or Ending("failed", error=RuntimeError("the decoder let go of it unfinished"))
         try:
             if ending.kind == "failed":
                 self._report(ending.error)
             else:
                 try:
-                    self.kept = self._store(kv)
+                    self.kept = self._store(kv, counted)
                 except Exception:  # the answer is whole: a prefix not kept costs a later turn a re-read, no more
                     logging.getLogger("tinytitan.engine").exception("the prompt cache could not keep a prefix")
                 if ending.kind == "finished":
@@ -189,7 +189,7 @@ class Row:
             if self.box is not None:
                 self.box.close(None if self.loop.started else ending.error)
 
-    def _store(self, kv: list | None) -> int | None:
+    def _store(self, kv: list | None, counted: int | None = None) -> int | None:
         """Keep what its KV cache holds for the requests after it (a prompt whose client left half-way is
         half-read already when it comes again). A cache taken out of the batch is a lazy slice of the batch's:
         evaluated here, so the entry owns its memory and no pending work of this thread's stream travels with
@@ -207,7 +207,7 @@ class Row:
                 c.trim(extra)
         mx.eval([c.state for c in kv if not c.empty()])
         return self.backend.prompt_cache.store(self.tokens + self.generated, kv, self.prepared.image_runs,
-                                               facts=self.prepared.facts())
+                                               facts=self.prepared.facts(), counted=counted)
 
     def _report(self, exc: BaseException | None) -> None:
         """A failure: before its Started (its model would not load) the consumer's exception, as when decoding

@@ -106,9 +106,9 @@ class Scheduler:
             row.fail(exc)
             self.retire(row)
 
-    def retire(self, row: Row) -> None:
+    def retire(self, row: Row, counted: int | None = None) -> None:
         """Take ``row`` out of the table and the forward (its cache comes back to it), and end it: the only
-        caller of ``Row.end``."""
+        caller of ``Row.end`` (``counted``: the size its prompt-cache entry counts at, ``PromptCache.store``)."""
         kv = None
         try:
             if row.id is not None and self.rows.pop(row.id, None) is not None:
@@ -118,7 +118,7 @@ class Scheduler:
         except Exception as exc:  # its cache could not be taken out of the batch: it is not kept
             row.fail(exc)
         finally:
-            row.end(kv)
+            row.end(kv, counted)
         self.answered(row)
 
     def answered(self, row: Row) -> None:

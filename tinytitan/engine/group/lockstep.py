@@ -5,9 +5,10 @@ Rules:
   one message (``Group.share``) saying everything a follower needs to run that forward identically:
   ``a`` — the tokens rank 0's fold accepted for each row since the last message (a forced run included):
   each follower's own fold must have accepted the same (see the divergence rule below),
-  ``e`` — the rows rank 0 retired since, in its order: how each ended (its KV cache is kept in the prompt cache
-  unless it failed), and whether its turn ended with no tool call (what only rank 0's parser knows). A follower
-  retires them then, in that order (``settle``), and so stores their entries in the order rank 0 stored them;
+  ``e`` — the rows rank 0 retired since, in its order: how each ended, whether its turn ended with no tool call
+  (what only rank 0's parser knows), and the bytes its prompt-cache entry counts at (0: none kept). A follower
+  retires them then, in that order (``settle``), and so stores their entries in the order rank 0 stored them,
+  each counted at rank 0's size (every rank evicts alike: cache/memory.py);
   then every rank marks the entries of those turns final answers' (``PromptCache.answered_finally``), rank 0
   as it sends, a follower as it reads: each before the same step,
   ``f`` — a fresh decoder (rank 0 made a new forward: its row numbers start again),
@@ -222,16 +223,17 @@ class LeadScheduler(Scheduler):
             self.announced.add(row.id)
             self.lead.joined.append(join_spec(row))
 
-    def retire(self, row: Row) -> None:
+    def retire(self, row: Row, counted: int | None = None) -> None:
         announced = row.id in self.announced
         self.announced.discard(row.id)
         finals = len(self.lead.finals)
         try:
-            super().retire(row)
+            super().retire(row, counted)
         finally:
             if announced:
                 kind = row.ending.kind if row.ending is not None else "failed"
-                self.lead.ended.append([row.id, kind, int(len(self.lead.finals) > finals)])
+                counted = row.backend.prompt_cache.counted(row.kept) if row.kept is not None else 0
+                self.lead.ended.append([row.id, kind, int(len(self.lead.finals) > finals), counted])
 
     def answered(self, row: Row) -> None:
         """Its entry is marked a final answer's when the next message says so, on every rank (see the rules)."""
@@ -307,7 +309,7 @@ class FollowerScheduler(Scheduler):
             raise RuntimeError(f"diverged: its prompt cache starts row {row_id} at {row.read} tokens, rank 0's "
                                f"at {cached}")
 
-    def retire(self, row: Row) -> None:
+    def retire(self, row: Row, counted: int | None = None) -> None:
         """The fold's retirement waits for rank 0's message (``settle``): a row ended here stays in the table, its
         ending set, until then (see the rules)."""
 
@@ -316,7 +318,7 @@ class FollowerScheduler(Scheduler):
         cache what rank 0's kept, unless it failed there); then the entries of the turns that ended with no
         tool call, which only rank 0's parser knows, are marked final answers' (see the rules)."""
         finals = []
-        for row_id, kind, final in ended:
+        for row_id, kind, final, counted in ended:
             row = self.rows.get(row_id)
             if row is None:
                 continue
@@ -324,7 +326,7 @@ class FollowerScheduler(Scheduler):
                 row.ending = Ending("failed", error=RuntimeError("failed on rank 0"))
             elif row.ending is None or row.ending.kind == "failed":  # a stop string only rank 0 sees, its consumer
                 row.ending = LEFT
-            super().retire(row)
+            super().retire(row, counted)
             if final and row.kept is not None:
                 finals.append((row.backend.prompt_cache, row.kept))
         for cache, key in finals:
