@@ -454,8 +454,7 @@ async def test_random_hangups_across_the_three_protocols_leak_no_place(serve, de
     submitted: list = []
     ended: list = []
     real_end, real_submit = Row.end, Decoder.submit
-    monkeypatch.setattr(Row, "end", lambda row, kv=None, counted=None: ended.append(row) or real_end(row, kv,
-                                                                                                  counted))
+    monkeypatch.setattr(Row, "end", lambda row, kv=None, like=None: ended.append(row) or real_end(row, kv, like))
     monkeypatch.setattr(Decoder, "submit", lambda self, row: submitted.append(row) or real_submit(self, row))
     s = await serve(backend=demo_backend, max_queue=64)
     assert s.engine.max_batch > 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
+from types import SimpleNamespace
 from pathlib import Path
 
 import httpx
@@ -166,6 +167,41 @@ async def test_rank_0_drafts_and_every_rank_verifies_the_drafts_in_step(group, o
     assert after > before
 
 
+async def test_a_stop_string_inside_a_verified_draft_leaves_every_rank_the_same_entry(group, one):
+    """A stop string only rank 0 sees can end a row inside a draft the step verified: the follower accepted the
+    whole draft, and keeps of the row what rank 0 kept (lockstep.py's ``e``), not its longer answer. The next
+    turn, which sends the answer back whole, then reads as much cached on every rank (a follower that kept more
+    would stop, diverged, and the group would break) and as on one process. The demo model's answers to these
+    prompts fall into a loop that prompt lookup drafts; a stop string of the loop's k-th repetition ends the row
+    inside a verified draft (found by measuring the kept tokens against the KV cache's)."""
+    import re
+
+    from test_speculative import COPY_TEXT
+
+    async with httpx.AsyncClient(timeout=60) as c:
+        async def chat(base, messages, **kw):
+            r = await c.post(base + "/v1/chat/completions", json={
+                "model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 120,
+                "reasoning_effort": "high", **kw})
+            assert r.status_code == 200, r.text
+            body = strict.chat_completion(r.json())
+            return body.choices[0].message.content, body.usage.prompt_tokens_details.cached_tokens
+
+        for n, k in ((5, 8), (12, 6)):
+            first = [{"role": "user", "content": f"({n}) Show this again, exactly:\n" + COPY_TEXT}]
+            whole, _ = await chat(one.base, first, speculative=False)
+            loop = re.search(r"(.{2,10}?)\1{5,}", whole, re.S)
+            assert loop, whole
+            stop = loop.group(1) * k
+            got = []
+            for base in (group.base, one.base):
+                cut, _ = await chat(base, first, stop=[stop])
+                answered = first + [{"role": "assistant", "content": whole}, {"role": "user", "content": "Again."}]
+                got.append((cut, await chat(base, answered, max_tokens=4)))
+            assert got[0] == got[1] and got[0][0] == whole[:whole.index(stop)], (n, got)
+    assert httpx.get(group.base + "/health").json()["group"]["status"] == "ok"
+
+
 async def test_a_hang_up_mid_answer_leaves_the_group_in_step(group, one):
     path, payload = body("chat", "A long answer the client will not wait for.", True, max_tokens=400)
     async with httpx.AsyncClient(timeout=60) as c:
@@ -222,6 +258,15 @@ def test_the_sharding_is_what_the_model_offers_or_refused_by_its_type(pipeline_d
     assert [sharding(qwen3, "auto", 2), sharding(qwen2, "auto", 3)] == ["tensor", "pipeline"]
     with pytest.raises(SystemExit, match=r"across 3 ranks: .* \(--sharding pipeline can serve it\)"):
         sharding(qwen2, "tensor", 3)
+    with pytest.raises(SystemExit, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
+        sharding(qwen3, "pipeline", 3)
+    # a model whose settings are its text model's (a vision model's text_config)
+    vision = SimpleNamespace(args=SimpleNamespace(model_type="vlm", text_config={"num_attention_heads": 9,
+                                                                                 "num_key_value_heads": 3}),
+                             shard=lambda group=None: None)
+    with pytest.raises(SystemExit, match="its 9 attention heads, 3 KV heads do not divide among them"):
+        sharding(vision, "auto", 2)
+    assert sharding(vision, "auto", 3) == "tensor"
 
 
 async def test_a_killed_rank_fails_the_answer_in_flight_and_breaks_the_group(group):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from tinytitan.engine.cache.entries import Kept
 from tinytitan.engine.decode.rows import Ending
 from tinytitan.engine.group.lockstep import FollowerScheduler
 
@@ -21,8 +22,8 @@ class Recorded:
     def row(self, row_id: int, ending: Ending | None = None, key: int | None = None):
         row = SimpleNamespace(id=row_id, ending=ending, kept=None, final=False, backend=self)
 
-        def end(kv, counted=None):
-            self.done.append(("end", row_id, row.ending.kind, counted))
+        def end(kv, like=None):
+            self.done.append(("end", row_id, row.ending.kind, like))
             row.kept = key  # what its end keeps (the row's own parser knows no tool call: rank 0 says)
         row.end = end
         return row
@@ -42,11 +43,10 @@ def test_a_follower_retires_its_rows_in_rank_0s_order_then_marks_the_final_answe
     assert record.done == [] and 1 in scheduler.rows
 
     # rank 0 retired 2 (its stop string) before 1 in its fold, 3 failed there; 1 and 2 ended with no tool call
-    # and it kept an entry of each that counts at 4096 and 2048 bytes there (rank 0's size, which this rank's
-    # entries count at too)
-    scheduler.settle([[2, "finished", 1, 4096], [1, "finished", 1, 2048], [3, "failed", 0, 0]])
-    assert record.done == [("end", 2, "left", 4096), ("end", 1, "finished", 2048), ("end", 3, "failed", 0),
-                           ("final", 12), ("final", 11)]
+    # and what it kept of each (ids, bytes): what this rank keeps of them
+    scheduler.settle([[2, "finished", 1, 40, 4096], [1, "finished", 1, 30, 2048], [3, "failed", 0, 0, 0]])
+    assert record.done == [("end", 2, "left", Kept(40, 4096)), ("end", 1, "finished", Kept(30, 2048)),
+                           ("end", 3, "failed", Kept(0, 0)), ("final", 12), ("final", 11)]
     assert list(scheduler.rows) == [4]
 
 

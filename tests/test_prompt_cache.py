@@ -42,6 +42,8 @@ def test_a_follower_counts_each_entry_at_rank_0s_size_and_so_evicts_alike():
     """Under pipeline parallelism each rank holds other layers: a follower's KV for a prefix is not rank 0's size.
     Counted at rank 0's size (its message carries it: group/lockstep.py), the follower evicts what rank 0 evicts
     when the budget is reached, and keeps none of what rank 0 kept none of (0)."""
+    from tinytitan.engine.cache.entries import Kept
+
     class Layer:
         def __init__(self, offset, nbytes):
             self.offset, self.nbytes = offset, nbytes
@@ -53,10 +55,10 @@ def test_a_follower_counts_each_entry_at_rank_0s_size_and_so_evicts_alike():
     for first, mib in ((0, 4), (100, 4), (200, 4)):  # the third pushes the first out on rank 0
         tokens = list(range(first, first + 50))
         key = rank0.store(tokens, [Layer(50, mib << 20)])
-        follower.store(tokens, [Layer(50, (mib - 3) << 20)], counted=rank0.counted(key))  # a rank holding less
+        follower.store(tokens, [Layer(50, (mib - 3) << 20)], like=rank0.kept(key))  # a rank holding less
     assert [list(e.tokens[:1]) for e in rank0.entries.values()] == [[100], [200]]
     assert [list(e.tokens[:1]) for e in follower.entries.values()] == [[100], [200]]
-    assert follower.store(list(range(300, 350)), [Layer(50, 1 << 20)], counted=0) is None  # rank 0 kept none
+    assert follower.store(list(range(300, 350)), [Layer(50, 1 << 20)], like=Kept(0, 0)) is None  # rank 0 kept none
     assert len(follower.entries) == 2
 
 

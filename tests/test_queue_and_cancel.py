@@ -298,9 +298,9 @@ async def test_an_answers_last_text_goes_out_before_its_row_is_retired(demo_tok,
     seen = threading.Event()
     real_end = rows.Row.end
 
-    def end(self, kv=None, counted=None):  # the retiring work waits until the consumer has the answer's text
+    def end(self, kv=None, like=None):  # the retiring work waits until the consumer has the answer's text
         assert seen.wait(10), "the answer's text was held until its row was retired"
-        return real_end(self, kv, counted)
+        return real_end(self, kv, like)
 
     monkeypatch.setattr(rows.Row, "end", end)
     engine = Engine(ScriptedBackend([ScriptEntry("one two three four five", delay_ms=20)], demo_tok),

@@ -165,10 +165,10 @@ async def test_prompt_cache_over_a_real_conversation(served, smollm2):
     stored = []
     real_store = smollm2.prompt_cache.store
 
-    def store(tokens, kv, images=(), facts=None):
+    def store(tokens, kv, images=(), **kw):
         off = kv_offset(kv) if kv is not None else None
         stored.append(list(tokens)[:off])
-        return real_store(tokens, kv, images, facts=facts)
+        return real_store(tokens, kv, images, **kw)
 
     smollm2.prompt_cache.clear()
     smollm2.prompt_cache.store = store

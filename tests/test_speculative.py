@@ -189,7 +189,7 @@ class StepBackend:
         kv, cached = self.cached
         return (kv, cached, cached) if kv is not None else (make_prompt_cache(model), 0, 0)
 
-    def store(self, tokens, kv, images=(), facts=None):
+    def store(self, tokens, kv, images=(), **_facts):
         self.stored = (list(tokens), kv)
 
     def sampler_for(self, prepared, loop):

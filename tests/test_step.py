@@ -90,8 +90,7 @@ async def test_the_lone_request_and_the_batch_are_planned_by_one_scheduler(demo_
     plans, ended = [], []
     real_plan, real_end = Scheduler.plan, Row.end
     monkeypatch.setattr(Scheduler, "plan", lambda self, w: plans.append(real_plan(self, w)) or plans[-1])
-    monkeypatch.setattr(Row, "end", lambda row, kv=None, counted=None: ended.append(row) or real_end(row, kv,
-                                                                                                  counted))
+    monkeypatch.setattr(Row, "end", lambda row, kv=None, like=None: ended.append(row) or real_end(row, kv, like))
 
     def req(text):
         return ChatRequest(model="tinytitan-demo", messages=(Message("user", text),), max_tokens=6,

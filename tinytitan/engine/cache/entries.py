@@ -102,6 +102,14 @@ class PromptFacts:
         return cls(length, lasting, Fingerprint.from_json(fingerprint) if fingerprint is not None else None)
 
 
+@dataclass(frozen=True)
+class Kept:
+    """What an entry holds: how many ids, and the bytes it counts at against the budget. A group follower keeps of
+    each row what rank 0 kept of it (group/lockstep.py): the same ids, counted at the same size (0 ids: none)."""
+    tokens: int
+    nbytes: int
+
+
 @dataclass
 class Entry:
     tokens: np.ndarray

@@ -28,9 +28,11 @@ Rules:
   row from the same prefix (group/lockstep.py). A row whose prompt was read only in part (its client left)
   hands over facts its entry cannot use: it knows none. Only a checkpoint (never on a group) takes those of
   the prompt remembered nearest (the shortest that starts with its ids).
-- Every rank of a group counts an entry at the same size (``store(counted=)``): rank 0's, which its message
-  carries with the row's ending. Under pipeline parallelism each rank holds other layers (an uneven split, other
-  kinds of layer), and a rank counting its own bytes would evict other entries once the budget is reached.
+- Every rank of a group keeps the same entries of the same size: a follower keeps of a row what rank 0 kept
+  (``store(like=)``: a ``Kept``, which rank 0's message carries with the row's ending), the same ids (where a stop
+  string only rank 0 sees ended it inside a verified draft, the follower accepted more) counted at rank 0's size
+  (under pipeline parallelism each rank holds other layers: counting its own bytes, a rank would evict other
+  entries once the budget is reached).
 - Every read and change of the entries holds one lock: the model thread changes them while the trio side
   reads the stats (``GET /v1/models``).
 - Entries and notes are found by the prefix they share with a prompt through a ``PrefixIndex``
@@ -69,7 +71,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..prompt.splice import Span
-from .entries import Entry, ImageRun, Note, PromptFacts, holds_answer, keyed, kv_bytes, kv_offset, kv_trimmable
+from .entries import Entry, ImageRun, Kept, Note, PromptFacts, holds_answer, keyed, kv_bytes, kv_offset, kv_trimmable
 from .prefix_index import PrefixIndex, Reusable, common_prefix
 
 log = logging.getLogger("tinytitan.cache")
@@ -146,12 +148,12 @@ class PromptCache:
         return (None if e is None else e.key), n
 
     def store(self, tokens: Sequence[int], payload: Any, images: Sequence[ImageRun] = (),
-              checkpoint: bool = False, facts: PromptFacts | None = None, counted: int | None = None) -> int | None:
+              checkpoint: bool = False, facts: PromptFacts | None = None, like: Kept | None = None) -> int | None:
         """Keep ``payload`` under the tokens it holds (``checkpoint``: a prompt read but for its last token,
         cache/checkpoint.py: it takes that prompt's spans and request, and no generated span; ``facts``: what the
-        request of the generation that stores it says of its prompt, see the rules; ``counted``: the bytes it
-        counts at against the budget, else its KV's own: a group follower counts what rank 0's entry holds, 0
-        where rank 0 kept none) → the entry's key (None: not kept), for ``answered_finally``."""
+        request of the generation that stores it says of its prompt, see the rules; ``like``: what rank 0 kept of
+        the row, on a group follower: counted at its size, none where it kept none) → the entry's key (None: not
+        kept), for ``answered_finally``."""
         ids = np.asarray(tokens, dtype=np.int64)
         if payload is not None:
             off = kv_offset(payload)
@@ -169,9 +171,9 @@ class PromptCache:
             facts = note.facts() if note is not None else None
         elif facts.length > len(t):  # a prompt read only in part (its client left): no answer past it
             facts = None
-        size = kv_bytes(payload) if counted is None else counted
-        if counted == 0:
+        if like is not None and like.tokens == 0:
             return None
+        size = kv_bytes(payload) if like is None else like.nbytes
         if payload is not None and size > self.max_bytes:
             log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
                         "kept, so the next turn reads it all again", len(t), size >> 20, self.max_bytes >> 20)
@@ -189,11 +191,11 @@ class PromptCache:
             self.disk.put(t, payload, spans, facts.lasting if facts is not None else None)
         return key
 
-    def counted(self, key: int | None) -> int:
-        """The bytes the entry ``key`` counts at against the budget (0: no such entry)."""
+    def kept(self, key: int | None) -> Kept:
+        """What the entry ``key`` holds (0 ids: no such entry)."""
         with self._lock:
             e = self._entries.get(key)
-            return e.nbytes if e is not None else 0
+            return Kept(len(e.tokens), e.nbytes) if e is not None else Kept(0, 0)
 
     def answered_finally(self, key: int | None) -> None:
         """The generation that stored the entry ``key`` finished its turn with no tool call (decode/rows.py, once

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ...events import Failed
 from ..backends.base import Backend
+from ..cache.entries import Kept
 from ..prompt.prepare import Prepared
 from .token_events import DecodeLoop
 from ..prompt.raw import IncrementalText
@@ -163,16 +164,16 @@ class Row:
         """It ends: what it sent goes out now, not after the work of ending it (``DecodeLoop.ending``)."""
         self.loop.ending()
 
-    def end(self, kv: list | None = None, counted: int | None = None) -> None:
+    def end(self, kv: list | None = None, like: Kept | None = None) -> None:
         """The one place a generation ends on the model thread (see the rules above); ``kv``: the KV cache the
-        forward gave back (None: none to keep); ``counted``: the size its entry counts at (``PromptCache.store``)."""
+        forward gave back (None: none to keep); ``like``: what rank 0 kept of it (a group follower's row)."""
         ending = self.ending or Ending("failed", error=RuntimeError("the decoder let go of it unfinished"))
         try:
             if ending.kind == "failed":
                 self._report(ending.error)
             else:
                 try:
-                    self.kept = self._store(kv, counted)
+                    self.kept = self._store(kv, like)
                 except Exception:  # the answer is whole: a prefix not kept costs a later turn a re-read, no more
                     logging.getLogger("tinytitan.engine").exception("the prompt cache could not keep a prefix")
                 if ending.kind == "finished":
@@ -189,7 +190,7 @@ class Row:
             if self.box is not None:
                 self.box.close(None if self.loop.started else ending.error)
 
-    def _store(self, kv: list | None, counted: int | None = None) -> int | None:
+    def _store(self, kv: list | None, like: Kept | None = None) -> int | None:
         """Keep what its KV cache holds for the requests after it (a prompt whose client left half-way is
         half-read already when it comes again). A cache taken out of the batch is a lazy slice of the batch's:
         evaluated here, so the entry owns its memory and no pending work of this thread's stream travels with
@@ -200,14 +201,16 @@ class Row:
 
         from ..cache.entries import kv_offset, kv_trimmable
 
-        # a verified draft whose later tokens went unused (a stop string, the cap): the cache forgets them
-        extra = (kv_offset(kv) or 0) - len(self.tokens) - len(self.generated)
+        # a verified draft whose later tokens went unused (a stop string, the cap): the cache forgets them (a group
+        # follower: those past what rank 0 kept, whose stop string it does not see)
+        held = len(self.tokens) + len(self.generated) if like is None else like.tokens
+        extra = (kv_offset(kv) or 0) - held
         if extra > 0 and kv_trimmable(kv):
             for c in kv:
                 c.trim(extra)
         mx.eval([c.state for c in kv if not c.empty()])
-        return self.backend.prompt_cache.store(self.tokens + self.generated, kv, self.prepared.image_runs,
-                                               facts=self.prepared.facts(), counted=counted)
+        return self.backend.prompt_cache.store((self.tokens + self.generated)[:held], kv, self.prepared.image_runs,
+                                               facts=self.prepared.facts(), like=like)
 
     def _report(self, exc: BaseException | None) -> None:
         """A failure: before its Started (its model would not load) the consumer's exception, as when decoding

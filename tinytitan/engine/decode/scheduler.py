@@ -63,6 +63,7 @@ from ..speculative.fold import fold_drafting, verified
 from .step import Forward
 
 if TYPE_CHECKING:
+    from ..cache.entries import Kept
     from .token_events import DecodeLoop
 
 FIRST_CHUNK = 32  # the first prompt chunk of a row alone where others may join it (see the rules) ...
@@ -106,9 +107,9 @@ class Scheduler:
             row.fail(exc)
             self.retire(row)
 
-    def retire(self, row: Row, counted: int | None = None) -> None:
+    def retire(self, row: Row, like: "Kept | None" = None) -> None:
         """Take ``row`` out of the table and the forward (its cache comes back to it), and end it: the only
-        caller of ``Row.end`` (``counted``: the size its prompt-cache entry counts at, ``PromptCache.store``)."""
+        caller of ``Row.end`` (``like``: what rank 0 kept of it, on a group follower: group/lockstep.py)."""
         kv = None
         try:
             if row.id is not None and self.rows.pop(row.id, None) is not None:
@@ -118,7 +119,7 @@ class Scheduler:
         except Exception as exc:  # its cache could not be taken out of the batch: it is not kept
             row.fail(exc)
         finally:
-            row.end(kv, counted)
+            row.end(kv, like)
         self.answered(row)
 
     def answered(self, row: Row) -> None:
@@ -139,9 +140,13 @@ class Scheduler:
         """One step for every row in flight: plan → forward → fold."""
         started = time.perf_counter()
         plan = self.plan(others_waiting)
-        self.fold(plan, self.forward.run(plan, self.rows))
+        self.advance(plan)
         if plan.batch and not plan.alone and not plan.join:  # what a batch pass costs (speculative/batch_width.py)
             self.width.observe(plan.batch, time.perf_counter() - started)
+
+    def advance(self, plan: Plan) -> None:
+        """The forward on ``plan``, then the fold (rank 0 of a group broadcasts the plan first: lockstep.py)."""
+        self.fold(plan, self.forward.run(plan, self.rows))
 
     def plan(self, others_waiting: Callable[[], bool]) -> Plan:
         """What each row does this step (see the rules at the top)."""

@@ -6,9 +6,9 @@ Rules:
   ``a`` — the tokens rank 0's fold accepted for each row since the last message (a forced run included):
   each follower's own fold must have accepted the same (see the divergence rule below),
   ``e`` — the rows rank 0 retired since, in its order: how each ended, whether its turn ended with no tool call
-  (what only rank 0's parser knows), and the bytes its prompt-cache entry counts at (0: none kept). A follower
-  retires them then, in that order (``settle``), and so stores their entries in the order rank 0 stored them,
-  each counted at rank 0's size (every rank evicts alike: cache/memory.py);
+  (what only rank 0's parser knows), and what its prompt-cache entry holds (``Kept``: ids and bytes; 0 ids:
+  none). A follower retires them then, in that order (``settle``), and so stores their entries in the order rank
+  0 stored them, each holding the same ids counted at rank 0's size (cache/memory.py);
   then every rank marks the entries of those turns final answers' (``PromptCache.answered_finally``), rank 0
   as it sends, a follower as it reads: each before the same step,
   ``f`` — a fresh decoder (rank 0 made a new forward: its row numbers start again),
@@ -59,7 +59,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..cache.entries import PromptFacts
+from ..cache.entries import Kept, PromptFacts
 from ..prompt.prepare import Prepared
 from ..decode.token_events import DecodeLoop
 from ..decode.scheduler import Scheduler
@@ -223,17 +223,18 @@ class LeadScheduler(Scheduler):
             self.announced.add(row.id)
             self.lead.joined.append(join_spec(row))
 
-    def retire(self, row: Row, counted: int | None = None) -> None:
+    def retire(self, row: Row, like: Kept | None = None) -> None:
         announced = row.id in self.announced
         self.announced.discard(row.id)
         finals = len(self.lead.finals)
         try:
-            super().retire(row, counted)
+            super().retire(row, like)
         finally:
             if announced:
                 kind = row.ending.kind if row.ending is not None else "failed"
-                counted = row.backend.prompt_cache.counted(row.kept) if row.kept is not None else 0
-                self.lead.ended.append([row.id, kind, int(len(self.lead.finals) > finals), counted])
+                kept = row.backend.prompt_cache.kept(row.kept) if row.kept is not None else Kept(0, 0)
+                self.lead.ended.append([row.id, kind, int(len(self.lead.finals) > finals), kept.tokens,
+                                        kept.nbytes])
 
     def answered(self, row: Row) -> None:
         """Its entry is marked a final answer's when the next message says so, on every rank (see the rules)."""
@@ -247,7 +248,7 @@ class LeadScheduler(Scheduler):
         started = time.perf_counter()
         self.lead.busy_since = time.monotonic()
         try:
-            self._step(others_waiting)
+            super().step(others_waiting)
         except RuntimeError as exc:  # a collective inside the model (or a cache it left) failed: a rank is gone
             if not isinstance(exc, GroupBroken) and group.lost(exc):
                 raise GroupBroken(group.broken) from exc
@@ -257,9 +258,9 @@ class LeadScheduler(Scheduler):
         self.lead.steps += 1
         self.lead.step_s += time.perf_counter() - started
 
-    def _step(self, others_waiting: Callable[[], bool]) -> None:
+    def advance(self, plan: Plan) -> None:
+        """The step's message goes out before the forward; the fold, then what it accepted (see the rules)."""
         group = self.lead.group
-        plan = self.plan(others_waiting)
         self.lead.send(plan, self.seeded)
         out = self.forward.run(plan, self.rows)
         for i, error in out.failed.items():  # a collective inside the model failed: a rank is gone, not this row
@@ -309,7 +310,7 @@ class FollowerScheduler(Scheduler):
             raise RuntimeError(f"diverged: its prompt cache starts row {row_id} at {row.read} tokens, rank 0's "
                                f"at {cached}")
 
-    def retire(self, row: Row, counted: int | None = None) -> None:
+    def retire(self, row: Row, like: Kept | None = None) -> None:
         """The fold's retirement waits for rank 0's message (``settle``): a row ended here stays in the table, its
         ending set, until then (see the rules)."""
 
@@ -318,7 +319,7 @@ class FollowerScheduler(Scheduler):
         cache what rank 0's kept, unless it failed there); then the entries of the turns that ended with no
         tool call, which only rank 0's parser knows, are marked final answers' (see the rules)."""
         finals = []
-        for row_id, kind, final, counted in ended:
+        for row_id, kind, final, tokens, nbytes in ended:
             row = self.rows.get(row_id)
             if row is None:
                 continue
@@ -326,7 +327,7 @@ class FollowerScheduler(Scheduler):
                 row.ending = Ending("failed", error=RuntimeError("failed on rank 0"))
             elif row.ending is None or row.ending.kind == "failed":  # a stop string only rank 0 sees, its consumer
                 row.ending = LEFT
-            super().retire(row, counted)
+            super().retire(row, Kept(tokens, nbytes))
             if final and row.kept is not None:
                 finals.append((row.backend.prompt_cache, row.kept))
         for cache, key in finals:

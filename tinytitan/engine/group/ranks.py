@@ -60,14 +60,12 @@ def sharding(model, want: str = "auto", size: int = 1) -> str:
     offers = [name for name, has in (("tensor", hasattr(model, "shard")),
                                      ("pipeline", hasattr(getattr(model, "model", None), "pipeline"))) if has]
     uneven = uneven_split(model, size) if "tensor" in offers else None
-    if uneven is not None and (want == "tensor" or (want == "auto" and offers == ["tensor"])):
+    if want == "auto" and offers:
+        want = "tensor" if "tensor" in offers and (uneven is None or "pipeline" not in offers) else "pipeline"
+    if want == "tensor" and uneven is not None:
         other = " (--sharding pipeline can serve it)" if "pipeline" in offers else ""
         raise SystemExit(f"the model type '{kind}' cannot be split by tensor parallelism across {size} ranks: its "
                          f"{uneven} do not divide among them (mlx-lm's shard gives each rank an equal part){other}")
-    if uneven is not None:
-        offers.remove("tensor")
-    if want == "auto" and offers:
-        return offers[0]
     if want in offers:
         return want
     if offers:
@@ -79,11 +77,20 @@ def sharding(model, want: str = "auto", size: int = 1) -> str:
 
 def uneven_split(model, size: int) -> str | None:
     """What of a model's layers tensor parallelism cannot split evenly across ``size`` ranks (mlx-lm's ``shard``
-    divides each layer's attention heads, KV heads and MLP width by the group's size), or None."""
+    divides each layer's attention heads, KV heads and MLP width by the group's size), or None. The numbers are
+    the model's settings, or its text model's (``text_config``) where it has one."""
     args = getattr(model, "args", None)
-    odd = [form.format(n) for form, n in (("{} attention heads", getattr(args, "num_attention_heads", None)),
-                                          ("{} KV heads", getattr(args, "num_key_value_heads", None)),
-                                          ("MLP width of {}", getattr(args, "intermediate_size", None)))
+    text = getattr(args, "text_config", None)
+
+    def setting(name: str):
+        value = getattr(args, name, None)
+        if value is None and text is not None:
+            value = text.get(name) if isinstance(text, dict) else getattr(text, name, None)
+        return value
+
+    odd = [form.format(n) for form, n in (("{} attention heads", setting("num_attention_heads")),
+                                          ("{} KV heads", setting("num_key_value_heads")),
+                                          ("MLP width of {}", setting("intermediate_size")))
            if isinstance(n, int) and n % size]
     return ", ".join(odd) if odd else None
 
