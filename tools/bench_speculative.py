@@ -250,6 +250,12 @@ def concurrent(engine, case: dict, model_id: str, n: int, reps: int, watch: CpuW
             "on_tps": statistics.median(speeds["on"]), "off_tps": statistics.median(speeds["off"])}
 
 
+def decode_rate(r) -> float:
+    """Decode tok/s of a streamed answer: its tokens after the first, over the time from the first to the last."""
+    n = r.usage.get("completion_tokens") or r.chunks
+    return (n - 1) / (r.t_last - r.t_first)
+
+
 def servers_side_by_side(model_dir: Path, case: dict, reps: int, log_dir: Path) -> list[list]:
     """The copy turn over HTTP: tinytitan serve (prompt lookup) and mlx_lm.server (plain), decode tok/s."""
     messages = [{"role": m.role, "content": m.content} for m in case["messages"]]
@@ -267,8 +273,7 @@ def servers_side_by_side(model_dir: Path, case: dict, reps: int, log_dir: Path) 
                 r = post_stream(server.port, "/v1/chat/completions", body)
                 if r.error:
                     raise RuntimeError(f"{name}: {r.error}")
-                n = r.usage.get("completion_tokens") or r.chunks
-                speeds.append((n - 1) / (r.t_last - r.t_first))
+                speeds.append(decode_rate(r))
                 texts.add(r.text)
             results[name] = (statistics.median(speeds), texts)
     finally:
@@ -300,8 +305,7 @@ def group_side(model_dir: Path, reps: int, log_dir: Path, ranks: int, only=None)
                     r = post_stream(tt.port, "/v1/chat/completions", body)
                     if r.error:
                         raise RuntimeError(f"{name}, drafting {side}: {r.error}")
-                    n = r.usage.get("completion_tokens") or r.chunks
-                    got[side] = (n - 1) / (r.t_last - r.t_first)
+                    got[side] = decode_rate(r)
                     speeds[side].append(got[side])
                     texts[side].add(r.text)
                 ratios.append(got["on"] / got["off"])

@@ -154,6 +154,8 @@ class PromptCache:
         request of the generation that stores it says of its prompt, see the rules; ``like``: what rank 0 kept of
         the row, on a group follower: counted at its size, none where it kept none) → the entry's key (None: not
         kept), for ``answered_finally``."""
+        if like is not None and like.tokens == 0:  # rank 0 kept none of it
+            return None
         ids = np.asarray(tokens, dtype=np.int64)
         if payload is not None:
             off = kv_offset(payload)
@@ -171,8 +173,6 @@ class PromptCache:
             facts = note.facts() if note is not None else None
         elif facts.length > len(t):  # a prompt read only in part (its client left): no answer past it
             facts = None
-        if like is not None and like.tokens == 0:
-            return None
         size = kv_bytes(payload) if like is None else like.nbytes
         if payload is not None and size > self.max_bytes:
             log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "

@@ -232,7 +232,7 @@ class LeadScheduler(Scheduler):
         finally:
             if announced:
                 kind = row.ending.kind if row.ending is not None else "failed"
-                kept = row.backend.prompt_cache.kept(row.kept) if row.kept is not None else Kept(0, 0)
+                kept = row.backend.prompt_cache.kept(row.kept)  # (0 ids where it kept none)
                 self.lead.ended.append([row.id, kind, int(len(self.lead.finals) > finals), kept.tokens,
                                         kept.nbytes])
 
