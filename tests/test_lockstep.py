@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from tinytitan.engine.cache.entries import Kept
 from tinytitan.engine.decode.rows import Ending
-from tinytitan.engine.group.lockstep import FollowerScheduler
+from tinytitan.engine.group.follower import FollowerScheduler
 
 
 class Recorded:
@@ -65,3 +65,60 @@ def test_a_row_that_ended_on_a_follower_alone_is_a_divergence_when_rank_0_steps_
         scheduler.run(Plan((), (Next(1),), (), (), ()))
     with pytest.raises(RuntimeError, match="row 2, but it is not open here"):
         scheduler.run(Plan((), (Next(2),), (), (), ()))
+
+
+def test_a_row_that_fails_on_rank_0_after_taking_its_prefix_takes_it_on_every_rank(demo_backend, monkeypatch):
+    """Its opening took the prompt cache's entry for its prefix (a whole entry leaves the cache), then failed (its
+    sampler could not be made). Rank 0's message announces it, marked failed: a follower takes the same entry
+    and keeps nothing of it, as rank 0 did, so the two caches stay alike for the next request — before, the
+    follower still held the entry, and the next request on that prefix stopped the group, diverged."""
+    import mlx.core as mx
+
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.decode.plan import PREFILL_STEP
+    from tinytitan.engine.decode.rows import Row
+    from tinytitan.engine.decode.token_events import DecodeLoop
+    from tinytitan.engine.group.follower import follower_row
+    from tinytitan.engine.group.lockstep import Lead
+    from tinytitan.engine.prompt.raw import VerbatimParser
+
+    backend = demo_backend
+    backend.ensure_loaded()
+    cache = backend.prompt_cache
+    prepared = backend.prepare(ChatRequest(model=backend.model_id, max_tokens=4, temperature=0.0,
+                                           messages=(Message("user", "A prefix only this test keeps: 7f3e9."),)))
+    prefix = prepared.tokens[:-3]
+
+    def keep_prefix():
+        kv = backend.new_cache(backend.model)
+        backend.model(mx.array([prefix]), cache=kv)
+        mx.eval([c.state for c in kv])
+        cache.store(prefix, kv)
+        assert cache.fetch(prefix + [0])[1] == len(prefix)  # (a whole entry: fetched, it left the cache)
+        cache.store(prefix, kv)
+
+    def cannot_sample(*_args):
+        raise ValueError("no sampler for it")
+
+    keep_prefix()
+    monkeypatch.setattr(backend, "sampler_for", cannot_sample)
+    lead = Lead(SimpleNamespace(broken=None))
+    scheduler = lead.scheduler(lambda _backend: None, 4, PREFILL_STEP, True)
+    row = Row(backend, prepared, loop=DecodeLoop(VerbatimParser(), (), lambda _event: None),
+              should_stop=lambda: False)
+    scheduler.admit(row)
+    assert row.ending.kind == "failed" and not scheduler.rows
+    assert cache.fetch(prefix + [0]) == (None, 0)  # rank 0 took the entry, and kept nothing of the row
+    [spec] = lead.joined
+    assert spec["failed"] == 1 and spec["cached"] == len(prefix) and spec["tokens"] == prepared.tokens
+
+    # a follower: its cache as rank 0's was; the row fails here too, or opens (a fault of rank 0's alone)
+    for fails_here in (True, False):
+        keep_prefix()
+        if not fails_here:
+            monkeypatch.undo()
+        follower = FollowerScheduler(backend, 4, True)
+        follower.open_row(follower_row(backend, spec), spec["id"], spec["cached"], failed=True)
+        assert not follower.rows
+        assert cache.fetch(prefix + [0]) == (None, 0), fails_here
+    assert lead.ended == []  # (no ending follows: it never stepped)

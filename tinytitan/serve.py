@@ -62,7 +62,7 @@ def serve(args) -> int:
         max_batch = 1
     if group is not None and not group.leader:  # a follower runs only the model's steps (lockstep.py)
         from .engine.group.ranks import GroupBroken
-        from .engine.group.lockstep import follow
+        from .engine.group.follower import follow
 
         try:
             follow(group, backends, max_batch)

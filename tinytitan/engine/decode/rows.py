@@ -63,6 +63,7 @@ class Row:
         self.tokens = list(prepared.tokens)
         self.id: int | None = None  # the decoder's number for it (set when it is admitted)
         self.read = 0  # prompt tokens its cache holds (its cache itself is the forward's: step.py)
+        self.fetched = False  # its opening took its cache from the prompt cache's (``start``), failing after or not
         self.pending = False  # a token it sampled is still to be read (the step after it is already queued)
         self.run: tuple[int, ...] = ()  # certain tokens its proposer put forward (accepted), to be fed next
         self.speculator = None  # its drafting (speculative/speculator.py), None when it does not draft
@@ -111,7 +112,7 @@ class Row:
         backend, prepared = self.backend, self.prepared
         since = time.perf_counter()
         kv, read, cached = backend.start(prepared, model)
-        self.read = read
+        self.read, self.fetched = read, True
         sampler, processors = backend.sampler_for(prepared, self.loop)
         if not seeded and prepared.seed is not None:
             import mlx.core as mx

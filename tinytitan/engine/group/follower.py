@@ -1,0 +1,152 @@
+"""A follower of a group: the rows rank 0 opened, stepped by its plans and folded by its fold (lockstep.py's
+rules: what each message says, and how a follower keeps its rows and prompt cache as rank 0 keeps its own)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..cache.entries import Kept, PromptFacts
+from ..decode.rows import LEFT, Ending, Row
+from ..decode.scheduler import Scheduler
+from ..decode.step import Forward, Plan
+from ..decode.token_events import DecodeLoop
+from ..prompt.prepare import Prepared
+from ..prompt.raw import VerbatimParser
+from .ranks import Group
+
+log = logging.getLogger("tinytitan.lockstep")
+
+
+def follower_row(backend, spec: dict) -> Row:
+    """A row opened from rank 0's message, as rank 0 opened it: its prompt ids, cap, sampling values, seed and
+    grammar — no request, no chat template, no parser, no client."""
+    from ..structured import CompiledGrammar
+    from ..structured.compile import llg_tokenizer
+
+    grammar = None
+    if spec["grammar"] is not None:
+        llt = llg_tokenizer(backend.tokenizer, backend.vocab_size)
+        grammar = CompiledGrammar(spec["grammar"], llt, max(backend.vocab_size or 0, llt.vocab_size),
+                                  spec["grammar_name"])
+    prepared = Prepared(req=None, tokens=spec["tokens"], max_tokens=spec["max_tokens"], grammar=grammar,
+                        sampling=spec["sampling"], seed=spec["seed"], raw=spec["raw"],
+                        speculative=spec["speculative"], cache_facts=PromptFacts.from_json(spec["facts"]))
+    loop = DecodeLoop(VerbatimParser(), (), lambda _event: None, prepared.sampling)
+    return Row(backend, prepared, loop=loop, should_stop=lambda: False)
+
+
+class FollowerScheduler(Scheduler):
+    """A follower's rows: opened from rank 0's messages (``open_row``), stepped by rank 0's plans and folded by
+    the very fold rank 0 runs (``Scheduler.fold``); retired when rank 0's message says so (``settle``)."""
+
+    def __init__(self, backend, max_batch: int, seeded: bool):
+        super().__init__(lambda _b: None, max_batch, 0, seeded)
+        self.backend, self.forward = backend, Forward(backend, max_batch)
+
+    def open_row(self, row: Row, row_id: int, cached: int, failed: bool = False) -> None:
+        """Open a row rank 0 opened; one that ``failed`` there once its opening took from the prompt cache is
+        opened as far as it goes here and retired at once, keeping nothing, as rank 0 kept nothing of it."""
+        row.id = row_id
+        self.rows[row_id] = row
+        if failed:
+            try:
+                self.forward.own(row_id, row.open(self.forward.model, self.seeded))
+            except Exception:  # it fails here as it did there: its entry was taken alike
+                pass
+            row.ending = Ending("failed", error=RuntimeError("failed on rank 0"))
+            super().retire(row, Kept(0, 0))
+            return
+        self.forward.own(row_id, row.open(self.forward.model, self.seeded))
+        if row.read != cached:
+            raise RuntimeError(f"diverged: its prompt cache starts row {row_id} at {row.read} tokens, rank 0's "
+                               f"at {cached}")
+
+    def retire(self, row: Row, like: Kept | None = None) -> None:
+        """The fold's retirement waits for rank 0's message (``settle``): a row ended here stays in the table, its
+        ending set, until then (see the rules)."""
+
+    def settle(self, ended: list[list]) -> None:
+        """The rows rank 0 retired since its last message, retired here in its order (each keeps in the prompt
+        cache what rank 0's kept, unless it failed there); then the entries of the turns that ended with no
+        tool call, which only rank 0's parser knows, are marked final answers' (see the rules)."""
+        finals = []
+        for row_id, kind, final, tokens, nbytes in ended:
+            row = self.rows.get(row_id)
+            if row is None:
+                continue
+            if kind == "failed":
+                row.ending = Ending("failed", error=RuntimeError("failed on rank 0"))
+            elif row.ending is None or row.ending.kind == "failed":  # a stop string only rank 0 sees, its consumer
+                row.ending = LEFT
+            super().retire(row, Kept(tokens, nbytes))
+            if final and row.kept is not None:
+                finals.append((row.backend.prompt_cache, row.kept))
+        for cache, key in finals:
+            cache.answered_finally(key)
+
+    def answered(self, row: Row) -> None:
+        """A follower parses no answer: rank 0's message says whether the turn ended with no tool call."""
+
+    def run(self, plan: Plan) -> dict[int, list[int]]:
+        """Rank 0's plan: the forward, then the fold; the tokens each row accepted (for rank 0's to match). A row
+        the plan steps that ended here (its own hook failed, say) has diverged: rank 0's fold did not end it."""
+        for s in (*plan.alone, *plan.batch):
+            row = self.rows.get(s.row)
+            if row is None or row.ending is not None:
+                why = "it is not open here" if row is None else f"it ended here ({row.ending.kind}: {row.ending.error})"
+                raise RuntimeError(f"diverged: rank 0's plan steps row {s.row}, but {why}")
+        before = {i: (row, len(row.generated)) for i, row in self.rows.items()}
+        self.fold(plan, self.forward.run(plan, self.rows))
+        return {i: row.generated[n:] for i, (row, n) in before.items() if len(row.generated) > n}
+
+
+def follow(group: Group, backends: list, max_batch: int) -> None:
+    """A follower's whole life: the steps rank 0 broadcasts, run on this rank's part of the model (of a
+    catalog: the one rank 0 switched to last), until the group breaks (rank 0 gone)."""
+    by_id = {b.model_id: b for b in backends}
+    backend = next((b for b in backends if b.loaded), backends[0])
+    scheduler: FollowerScheduler | None = None
+    accepted: dict[int, list[int]] = {}  # this rank's tokens of the last step, for rank 0's to match
+    diverged: str | None = None
+    log.info("rank %d follows rank 0's steps", group.rank)
+    while True:
+        msg = group.share(report=diverged is not None)
+        if diverged is not None:  # rank 0 has heard it (and broken the group)
+            raise RuntimeError(diverged)
+        for i, tokens in msg["a"]:  # what rank 0 accepted: what this rank's fold accepted, if in step
+            mine = accepted.get(i, [])
+            n = min(len(mine), len(tokens))
+            if mine[:n] != tokens[:n] and diverged is None:
+                diverged = (f"rank {group.rank} diverged: it sampled {mine[:n]} for row {i}, rank 0 "
+                            f"accepted {tokens[:n]}")
+                log.error("%s", diverged)
+        accepted = {}
+        if msg["e"]:  # (before a switch of models: the rows were the old model's)
+            scheduler.settle(msg["e"])
+        if "m" in msg:  # rank 0 switches models (its rows have all left): load this rank's part too
+            if msg["m"] not in by_id:
+                raise RuntimeError(f"rank {group.rank} diverged: rank 0 switched to '{msg['m']}', not in this "
+                                   f"rank's catalog ({', '.join(by_id)})")
+            if scheduler is not None:
+                scheduler.close()
+                scheduler = None
+            if backend is not by_id[msg["m"]]:
+                backend.unload()
+            backend = by_id[msg["m"]]
+            backend.ensure_loaded()
+        if msg.get("f"):
+            assert scheduler is None or not scheduler.rows, "a fresh decoder with rows in flight"
+            if scheduler is not None:
+                scheduler.close()
+            scheduler = FollowerScheduler(backend, max_batch, msg["s"])
+        for spec in msg.get("j", ()):
+            try:
+                scheduler.open_row(follower_row(backend, spec), spec["id"], spec["cached"], bool(spec.get("failed")))
+            except RuntimeError as exc:
+                raise RuntimeError(f"rank {group.rank} {exc}") from None
+        if "i" in msg:  # rank 0 is idle: its next message comes after this pause (see the rules)
+            time.sleep(msg["i"])
+        if "p" not in msg:
+            continue
+        accepted = scheduler.run(Plan.from_ints(msg["p"]))
