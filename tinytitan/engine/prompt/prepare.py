@@ -34,6 +34,19 @@ REMEMBERED_PROMPTS = 64  # prompts kept by response id for a client's cache comp
 FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A request's prompt as rendered and tokenized (``timed_encode``), with the seconds each took; spliced for the
+    decoder, also why it misses the prompt cache where it does (``miss``: a CacheMiss) and what the entry its
+    generation stores will know of it (``facts``); both None otherwise."""
+    text: str
+    tokens: list[int]
+    render_s: float
+    tokenize_s: float
+    miss: Any = None
+    facts: PromptFacts | None = None
+
+
 @dataclass
 class Prepared:
     req: ChatRequest | None  # None: a group follower's generation, opened from rank 0's message (lockstep.py)
@@ -99,22 +112,20 @@ class PromptPreparation(TemplateRendering):
         """The rendered prompt and its tokens. A template that refuses the conversation (Jinja's
         ``raise_exception``: roles out of order, an unsupported turn) is the client's 400, not a crash.
         A raw prompt (``req.prompt``) skips the template."""
-        text, tokens, _ = self.timed_encode(req)[:3]
-        return text, tokens
+        encoded = self.timed_encode(req)
+        return encoded.text, encoded.tokens
 
-    def timed_encode(self, req: ChatRequest, splice: bool = False, fp: Fingerprint | None = None):
-        """``encode``, and the seconds spent rendering and tokenizing; ``splice``: the prompt as the decoder will
-        read it (``tokenize``, given the request's fingerprint ``fp`` where the caller has it), why it misses
-        the cache where it does (a CacheMiss, else None), and what the prompt cache keeps of it (PromptFacts,
-        else None)."""
+    def timed_encode(self, req: ChatRequest, splice: bool = False, fp: Fingerprint | None = None) -> Encoded:
+        """``encode``, timed; ``splice``: the prompt as the decoder will read it (``tokenize``, given the request's
+        fingerprint ``fp`` where the caller has it), with why it misses the cache and what the cache will know."""
         import jinja2
 
         t0 = time.perf_counter()
         if req.prompt is not None:
             text = self.raw_text(req)
             t1 = time.perf_counter()
-            return (text, list(self.tokenizer.encode(text, add_special_tokens=False)), (t1 - t0, time.perf_counter() - t1),
-                    None, None)
+            tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+            return Encoded(text, tokens, t1 - t0, time.perf_counter() - t1)
         try:
             text = self.render(req)
         except jinja2.TemplateError as exc:
@@ -137,7 +148,7 @@ class PromptPreparation(TemplateRendering):
             tokens, miss, facts = self.tokenize(text, req, fp)
         else:
             tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
-        return text, tokens, (t1 - t0, time.perf_counter() - t1), miss, facts
+        return Encoded(text, tokens, t1 - t0, time.perf_counter() - t1, miss, facts)
 
     def tokenize(self, text: str, req: ChatRequest | None = None, fp: Fingerprint | None = None):
         """A rendered prompt's ids: where the prompt cache holds ids for the same text at the same place (an
@@ -315,7 +326,8 @@ class PromptPreparation(TemplateRendering):
         self.refuse_from_bound(req)
         # the request's fingerprint, made once for the prompt cache and the client's comparison where it asks one
         fp = Fingerprint.of(req) if req.cache_compare is not None or req.response_id is not None else None
-        text, tokens, (render_s, tokenize_s), miss, facts = self.timed_encode(req, splice=True, fp=fp)
+        encoded = self.timed_encode(req, splice=True, fp=fp)
+        text, tokens, miss = encoded.text, encoded.tokens, encoded.miss
         if not tokens:  # a raw prompt of "" (legacy completions): nothing to continue, and no model runs on none
             raise invalid("The prompt is empty: there is nothing to continue (send at least one token of text)",
                           param="messages", code="invalid_value")
@@ -331,10 +343,10 @@ class PromptPreparation(TemplateRendering):
         if req.grammar is not None or req.tool_choice == "required":
             sampling["reasoning"] = "none"  # turned off by ``structured``: a protocol with a place for it says so
         compared = self.compare_prompt(req, tokens, fp)
-        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=render_s,
-                        tokenize_s=tokenize_s, grammar=compiled, sampling=sampling,
+        return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=encoded.render_s,
+                        tokenize_s=encoded.tokenize_s, grammar=compiled, sampling=sampling,
                         cache_miss=miss.as_dict() if miss is not None else None,
-                        cache_compared=compared.as_dict() if compared is not None else None, cache_facts=facts)
+                        cache_compared=compared.as_dict() if compared is not None else None, cache_facts=encoded.facts)
 
     def compare_prompt(self, req: ChatRequest, tokens: list[int], fp: Fingerprint | None):
         """The prompt against the earlier one ``req.cache_compare`` names (a CacheMiss; None when it names none),
