@@ -167,6 +167,34 @@ async def test_rank_0_drafts_and_every_rank_verifies_the_drafts_in_step(group, o
     assert after > before
 
 
+async def test_rank_0_drafts_with_a_draft_model_alone_and_every_rank_verifies(tmp_path, one):
+    """``--draft-model`` on a group (every rank started with it, as ``mlx.launch`` starts them): rank 0 alone loads
+    the draft model and drafts with it; the plan carries each draft, and every rank verifies it in step. Here
+    the draft model is the served model itself (its greedy guesses are the answer), so drafts are accepted; the
+    answers, alone and two sent together, are one process's without drafts, token for token."""
+    import re
+
+    from test_speculative import COPY_TEXT
+    from tinytitan.demo_model import ensure_demo_model
+
+    drafting = Group(tmp_path, "--draft-model", str(ensure_demo_model()), "--num-draft-tokens", "4",
+                     "--prompt-lookup", "off")  # (its drafts can come from the draft model only)
+    try:
+        drafting.wait()
+        prompts = ["Show this again, exactly:\n" + COPY_TEXT, "Say something about drafting on two ranks."]
+        want = [await ask(one.base, "chat", p, max_tokens=48, speculative=False) for p in prompts]
+        assert [await ask(drafting.base, "chat", p, max_tokens=48) for p in prompts] == want
+        assert await ask_together(drafting.base, prompts, max_tokens=48) == want
+        metrics = httpx.get(drafting.base + "/metrics").text
+        found = re.search(r'tinytitan_draft_tokens_total\{[^}]*kind="accepted"[^}]*\} (\S+)', metrics)
+        assert found and float(found.group(1)) > 0, metrics
+        assert httpx.get(drafting.base + "/health").json()["group"]["status"] == "ok"
+    finally:
+        drafting.stop()
+    logs = [log.read_text() for log in drafting.logs]
+    assert "loading the draft model" in logs[0] and "loading the draft model" not in logs[1]
+
+
 async def test_a_stop_string_inside_a_verified_draft_leaves_every_rank_the_same_entry(group, one):
     """A stop string only rank 0 sees can end a row inside a draft the step verified: the follower accepted the
     whole draft, and keeps of the row what rank 0 kept (lockstep.py's ``e``), not its longer answer. The next

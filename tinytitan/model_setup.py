@@ -142,19 +142,15 @@ def attach_prompt_disk(backends: list, args) -> None:
 
 def speculative_config(args, draft: bool = False, group=None):
     """How the served model drafts (``--prompt-lookup``, ``--draft-model``, ``--num-draft-tokens``); a draft
-    model is for ``--model`` (or the demo model) only. In a group of processes (``mlx.launch``) rank 0 drafts by
-    prompt lookup, and its plan carries each draft to the followers, which draft nothing themselves
-    (group/lockstep.py); a draft model is refused there by name."""
+    model is for ``--model`` (or the demo model) only. In a group of processes (``mlx.launch``) rank 0 alone
+    drafts (by prompt lookup, or with the whole draft model, which it alone loads), and its plan carries each
+    draft to the followers, which draft nothing themselves and verify in step (group/lockstep.py)."""
     from .engine.speculative.speculator import SpeculativeConfig
 
     name = getattr(args, "draft_model", None)
     path = None
-    if group is not None:
-        if name is not None:
-            raise SystemExit("--draft-model is not available under mlx.launch (a group of processes drafts by "
-                             "prompt lookup only: --prompt-lookup)")
-        if group.rank != 0:
-            return SpeculativeConfig(lookup=False)
+    if group is not None and group.rank != 0:
+        return SpeculativeConfig(lookup=False)
     if name is not None:
         if not draft:
             raise SystemExit("--draft-model applies to --model (one model served), not to --models-dir or --script")

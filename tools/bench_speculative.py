@@ -36,7 +36,8 @@ Chat Completions at temperature 0 on the same system OpenBLAS.
 
 ``--ranks N`` measures a group instead: ``tinytitan serve`` as N processes on loopback (lockstep decoding, MLX's
 ring backend: rank 0 drafts by prompt lookup and its plan carries the drafts), the copy and free turns over HTTP
-with ``speculative`` on and off, sides alternating: decode tok/s with ÷ without, and whether the text was the same.
+with ``speculative`` on and off, sides alternating: decode tok/s with ÷ without, and whether the text was the same;
+then the copy turn on a group started with ``--draft-model`` (the same model, whole on rank 0; prompt lookup off).
 
     python tools/bench_speculative.py --ranks 2 --reps 3
 """
@@ -286,12 +287,16 @@ def servers_side_by_side(model_dir: Path, case: dict, reps: int, log_dir: Path) 
     return rows
 
 
-def group_side(model_dir: Path, reps: int, log_dir: Path, ranks: int, only=None) -> list[list]:
-    """The copy and free turns over HTTP on a group of ``ranks`` processes, drafting on and off (see the docstring)."""
-    tt = start_tinytitan(model_dir, log_dir, ranks=ranks)
+def group_side(model_dir: Path, reps: int, log_dir: Path, ranks: int, only=None, draft_model: bool = False
+               ) -> list[list]:
+    """The copy and free turns over HTTP on a group of ``ranks`` processes, drafting on and off (see the docstring);
+    ``draft_model``: the copy turn on a group drafting with the draft model instead (rank 0 alone runs it)."""
+    extra = ["--draft-model", str(model_dir), "--prompt-lookup", "off"] if draft_model else []
+    tt = start_tinytitan(model_dir, log_dir, extra, ranks=ranks)
     rows = []
+    names = ["copy"] if draft_model else [n for n in ("copy", "free") if not only or n in only]
     try:
-        for name in [n for n in ("copy", "free") if not only or n in only]:
+        for name in names:
             case = cases()[name]
             messages = [{"role": m.role, "content": m.content} for m in case["messages"]]
             speeds, texts, ratios = {"on": [], "off": []}, {"on": set(), "off": set()}, []
@@ -309,7 +314,7 @@ def group_side(model_dir: Path, reps: int, log_dir: Path, ranks: int, only=None)
                     speeds[side].append(got[side])
                     texts[side].add(r.text)
                 ratios.append(got["on"] / got["off"])
-            rows.append([f"{name}, {ranks} ranks", fmt(statistics.median(speeds["off"]), ".1f"),
+            rows.append([f"{name}{', draft model' if draft_model else ''}, {ranks} ranks", fmt(statistics.median(speeds["off"]), ".1f"),
                          fmt(statistics.median(speeds["on"]), ".1f"), fmt(statistics.median(ratios), ".2f"),
                          f"{min(ratios):.2f}–{max(ratios):.2f}", str(texts["on"] == texts["off"])])
             print(f"  {rows[-1]}", flush=True)
@@ -340,6 +345,8 @@ def main() -> None:
               f"{args.ranks} processes on loopback\n")
         with tempfile.TemporaryDirectory() as tmp:
             rows = group_side(model_dir, args.reps, Path(tmp), args.ranks, args.only)
+            if not args.no_draft_model and (not args.only or "draft" in args.only):
+                rows += group_side(model_dir, args.reps, Path(tmp), args.ranks, draft_model=True)
         print()
         print(table(["turn over HTTP", "decode tok/s without", "with", "with ÷ without", "range", "same text"], rows))
         return

@@ -214,6 +214,7 @@ class MLXBackend(Backend):
                 self.load_seconds = time.perf_counter() - t0
                 log.info("loaded rank %d's part of %s in %.1fs: %s", self.group.rank, self.model_id,
                          self.load_seconds, self.group.holds[self.group.rank])
+                self._load_draft()  # (rank 0's config alone names one: model_setup.py)
                 return self.model
             log.info("loading %s: %.1f MB of weights from %s …", self.model_id, self.weight_bytes / 1e6, self.path)
             model, _ = load_model(self.path, lazy=True)
@@ -231,16 +232,20 @@ class MLXBackend(Backend):
                 except ValueError:
                     self.model = None
                     raise
-            if self.speculative.draft_model is not None:
-                from ..speculative.draft_model import DraftModelPool, load_draft_model
-
-                log.info("loading the draft model %s", self.speculative.draft_model_name)
-                self._draft = DraftModelPool(load_draft_model(self.speculative.draft_model, self.tokenizer,
-                                                              self.speculative.draft_model_name))
+            self._load_draft()
             self.load_seconds = time.perf_counter() - t0
             log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, self.load_seconds,
                      self.context_window)
         return self.model
+
+    def _load_draft(self) -> None:
+        """The draft model ``--draft-model`` names, whole (on a group, rank 0 alone drafts), beside the model."""
+        if self.speculative.draft_model is not None:
+            from ..speculative.draft_model import DraftModelPool, load_draft_model
+
+            log.info("loading the draft model %s", self.speculative.draft_model_name)
+            self._draft = DraftModelPool(load_draft_model(self.speculative.draft_model, self.tokenizer,
+                                                          self.speculative.draft_model_name))
 
     def unload(self) -> bool:
         """Drop the weights and every cached prefix; the tokenizer stays (token counting needs no model)."""
