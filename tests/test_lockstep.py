@@ -73,6 +73,7 @@ def test_a_row_that_fails_on_rank_0_after_taking_its_prefix_takes_it_on_every_ra
     and keeps nothing of it, as rank 0 did, so the two caches stay alike for the next request — before, the
     follower still held the entry, and the next request on that prefix stopped the group, diverged."""
     import mlx.core as mx
+    import pytest
 
     from tinytitan.chat_request import ChatRequest, Message
     from tinytitan.engine.decode.plan import PREFILL_STEP
@@ -122,3 +123,75 @@ def test_a_row_that_fails_on_rank_0_after_taking_its_prefix_takes_it_on_every_ra
         assert not follower.rows
         assert cache.fetch(prefix + [0]) == (None, 0), fails_here
     assert lead.ended == []  # (no ending follows: it never stepped)
+    # a follower whose cache gives the row another prefix than rank 0's did has diverged, as for any row
+    keep_prefix()
+    with pytest.raises(RuntimeError, match=rf"diverged: its prompt cache started row \d+ at {len(prefix)} tokens, "
+                                           rf"rank 0's at {len(prefix) - 1}"):
+        FollowerScheduler(backend, 4, True).open_row(follower_row(backend, spec), spec["id"], len(prefix) - 1,
+                                                     failed=True)
+
+
+def test_a_row_that_failed_on_the_old_model_is_opened_there_when_its_join_rides_on_a_switch(monkeypatch):
+    """A catalog on a group: a row of model X fails after asking X's prompt cache, leaving the table empty, and
+    the next row names model Y. Rank 0 switches (``m``) before its next step, so the failed row's join rides
+    on the switch's message: a follower opens it on X, then switches — before, it switched first and had no
+    decoder left to open the row on, and crashed (the group broke)."""
+    import json
+
+    import pytest
+
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.demo_model import ensure_demo_model
+    from tinytitan.engine.backends.mlx import MLXBackend
+    from tinytitan.engine.decode.plan import PREFILL_STEP
+    from tinytitan.engine.decode.rows import LEFT, Row
+    from tinytitan.engine.decode.token_events import DecodeLoop
+    from tinytitan.engine.group import follower
+    from tinytitan.engine.group.lockstep import Lead
+    from tinytitan.engine.prompt.raw import VerbatimParser
+
+    x = MLXBackend(ensure_demo_model(), "x")
+    y = MLXBackend(ensure_demo_model(), "y", lazy=True)
+    sent: list[dict] = []
+    lead = Lead(SimpleNamespace(broken=None, share=lambda msg=None, **_kw: sent.append(json.loads(json.dumps(msg)))))
+
+    def load(backend):  # as the engine loads a catalog's model: every rank switches first
+        if backend.loaded:
+            return None
+        lead.switch(backend.model_id)
+        backend.ensure_loaded()
+        return 0.0
+
+    scheduler = lead.scheduler(load, 4, PREFILL_STEP, True)
+
+    def row(backend, text):
+        prepared = backend.prepare(ChatRequest(model=backend.model_id, max_tokens=4, temperature=0.0,
+                                               messages=(Message("user", text),)))
+        return Row(backend, prepared, loop=DecodeLoop(VerbatimParser(), (), lambda _event: None),
+                   should_stop=lambda: False)
+
+    first = row(x, "A first row on x.")
+    scheduler.admit(first)
+    lead.send(None, True)
+    first.ending = LEFT
+    scheduler.retire(first)
+    lead.send(None, True)
+    with monkeypatch.context() as patched:
+        patched.setattr(x, "sampler_for", lambda *_a: (_ for _ in ()).throw(ValueError("no sampler")))
+        scheduler.admit(row(x, "A row that fails on x after asking its cache."))
+    scheduler.admit(row(y, "A row on y."))
+    switch = sent[-1]
+    assert switch["m"] == "y" and [s.get("failed") for s in switch["j"]] == [1] and "f" not in switch
+
+    opened = []
+    open_row = follower.FollowerScheduler.open_row
+
+    def recorded(self, row, *args):
+        opened.append((row.backend.model_id, args))
+        return open_row(self, row, *args)
+
+    monkeypatch.setattr(follower.FollowerScheduler, "open_row", recorded)
+    messages = iter(sent)
+    with pytest.raises(StopIteration):  # every message read, none refused
+        follower.follow(SimpleNamespace(rank=1, share=lambda report=False: next(messages)), [x, y], 4)
+    assert [(model, args[-1]) for model, args in opened] == [("x", False), ("x", True)]

@@ -365,6 +365,33 @@ def test_a_draft_model_with_the_same_tokenizer_drafts_and_greedy_output_is_uncha
     assert proposer._follow() == (ids + want[:10])[min(held, len(ids) + 10 - 1):]
 
 
+def test_a_draft_model_reads_a_long_prompt_a_chunk_a_proposal_then_guesses_as_if_read_at_once(demo, demo_backend):
+    """A prompt longer than the proposer's step is read one chunk per proposal, with no draft until it is all
+    in (a step that asks for a draft takes no longer than one chunk: the batch's other rows and a group's
+    watchdog wait no longer); then its guesses are those of a proposer that read it at once, and decoding with
+    it is decoding without drafts, token for token."""
+    from tinytitan.engine.speculative.draft_model import DraftModelProposer, load_draft_model
+    from tinytitan.engine.speculative.sampling import RowSampler
+
+    model, tok = demo
+    draft = load_draft_model(demo_backend.path, tok, name="demo")
+    ids = copy_prompt(tok)
+    step = 16
+    assert len(ids) > 4 * step
+    chunked, whole = DraftModelProposer(draft, ids, prefill_step=step), DraftModelProposer(draft, ids)
+    proposals = []
+    while not (got := chunked.propose(3)):
+        proposals.append(len(chunked.held))
+    assert proposals == list(range(step, len(ids) - 1, step))[:len(proposals)] and len(proposals) >= 4
+    assert len(ids) - 1 - len(chunked.held) <= step
+    assert got == whole.propose(3)
+    want = plain_decode(model, ids, 24)
+    policy = DraftPolicy(start=3, k_max=3)
+    got, _, _ = drafted_decode(model, ids, 24, RowSampler(), policy=policy,
+                               proposer=DraftModelProposer(draft, ids, prefill_step=step))
+    assert got == want and policy.accepted > 0
+
+
 def test_a_draft_model_whose_tokenizer_differs_is_refused_by_name(demo_backend, tmp_path):
     import json
     import shutil

@@ -344,7 +344,9 @@ def main() -> None:
         print(f"model: SmolLM2-135M-Instruct, float32 ({model_dir.name}); greedy; {args.reps} repetitions; a group of "
               f"{args.ranks} processes on loopback\n")
         with tempfile.TemporaryDirectory() as tmp:
-            rows = group_side(model_dir, args.reps, Path(tmp), args.ranks, args.only)
+            rows = []
+            if not args.only or {"copy", "free"} & set(args.only):
+                rows = group_side(model_dir, args.reps, Path(tmp), args.ranks, args.only)
             if not args.no_draft_model and (not args.only or "draft" in args.only):
                 rows += group_side(model_dir, args.reps, Path(tmp), args.ranks, draft_model=True)
         print()

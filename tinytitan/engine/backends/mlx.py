@@ -211,10 +211,10 @@ class MLXBackend(Backend):
             t0 = time.perf_counter()
             if self.group is not None:
                 self.model = self.group.load(self.path)
+                self._load_draft()  # (rank 0's config alone names one: model_setup.py)
                 self.load_seconds = time.perf_counter() - t0
                 log.info("loaded rank %d's part of %s in %.1fs: %s", self.group.rank, self.model_id,
                          self.load_seconds, self.group.holds[self.group.rank])
-                self._load_draft()  # (rank 0's config alone names one: model_setup.py)
                 return self.model
             log.info("loading %s: %.1f MB of weights from %s …", self.model_id, self.weight_bytes / 1e6, self.path)
             model, _ = load_model(self.path, lazy=True)

@@ -63,7 +63,7 @@ class Row:
         self.tokens = list(prepared.tokens)
         self.id: int | None = None  # the decoder's number for it (set when it is admitted)
         self.read = 0  # prompt tokens its cache holds (its cache itself is the forward's: step.py)
-        self.fetched = False  # its opening took its cache from the prompt cache's (``start``), failing after or not
+        self.fetched = False  # its opening asked the prompt cache for its prefix (``start``), failing after or not
         self.pending = False  # a token it sampled is still to be read (the step after it is already queued)
         self.run: tuple[int, ...] = ()  # certain tokens its proposer put forward (accepted), to be fed next
         self.speculator = None  # its drafting (speculative/speculator.py), None when it does not draft

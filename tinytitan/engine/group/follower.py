@@ -52,10 +52,13 @@ class FollowerScheduler(Scheduler):
         if failed:
             try:
                 self.forward.own(row_id, row.open(self.forward.model, self.seeded))
-            except Exception:  # it fails here as it did there: its entry was taken alike
+            except Exception:  # it fails here as it did there, once it asked the prompt cache as rank 0 did
                 pass
             row.ending = Ending("failed", error=RuntimeError("failed on rank 0"))
             super().retire(row, Kept(0, 0))
+            if not row.fetched or row.read != cached:
+                where = f"at {row.read} tokens" if row.fetched else "nowhere (it failed before asking)"
+                raise RuntimeError(f"diverged: its prompt cache started row {row_id} {where}, rank 0's at {cached}")
             return
         self.forward.own(row_id, row.open(self.forward.model, self.seeded))
         if row.read != cached:
@@ -124,6 +127,18 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
         accepted = {}
         if msg["e"]:  # (before a switch of models: the rows were the old model's)
             scheduler.settle(msg["e"])
+        if msg.get("f"):  # (before a switch too: rank 0 made it for a row it admitted before switching)
+            assert scheduler is None or not scheduler.rows, "a fresh decoder with rows in flight"
+            if scheduler is not None:
+                scheduler.close()
+            scheduler = FollowerScheduler(backend, max_batch, msg["s"])
+        for spec in msg.get("j", ()):  # (with a switch, only rows that failed on the old model: they took from
+            try:                       # its prompt cache before rank 0 switched)
+                if scheduler is None:
+                    raise RuntimeError(f"diverged: row {spec['id']} joins before any decoder")
+                scheduler.open_row(follower_row(backend, spec), spec["id"], spec["cached"], bool(spec.get("failed")))
+            except RuntimeError as exc:
+                raise RuntimeError(f"rank {group.rank} {exc}") from None
         if "m" in msg:  # rank 0 switches models (its rows have all left): load this rank's part too
             if msg["m"] not in by_id:
                 raise RuntimeError(f"rank {group.rank} diverged: rank 0 switched to '{msg['m']}', not in this "
@@ -135,16 +150,6 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
                 backend.unload()
             backend = by_id[msg["m"]]
             backend.ensure_loaded()
-        if msg.get("f"):
-            assert scheduler is None or not scheduler.rows, "a fresh decoder with rows in flight"
-            if scheduler is not None:
-                scheduler.close()
-            scheduler = FollowerScheduler(backend, max_batch, msg["s"])
-        for spec in msg.get("j", ()):
-            try:
-                scheduler.open_row(follower_row(backend, spec), spec["id"], spec["cached"], bool(spec.get("failed")))
-            except RuntimeError as exc:
-                raise RuntimeError(f"rank {group.rank} {exc}") from None
         if "i" in msg:  # rank 0 is idle: its next message comes after this pause (see the rules)
             time.sleep(msg["i"])
         if "p" not in msg:

@@ -18,15 +18,16 @@ Rules:
   the part a later turn repeats, the request's fingerprint): so every rank's prompt cache decides alike which
   entries a new one supersedes (cache/memory.py). A row that failed on rank 0 after its opening took its prefix
   from the prompt cache (its sampler or processors could not be made, say) joins too, marked failed: a follower
-  opens it as far as it goes (taking the same entry) and retires it at once, keeping nothing, as rank 0 did,
+  opens it as far as it goes (taking the same entry) and retires it at once, keeping nothing, as rank 0 did
+  (such rows may ride on a switch of models, ``m``: a follower opens them on the old model first),
   ``p`` — the plan (``Plan.as_ints()``); a message without it (the last rows left) only settles the rows.
-- A follower (``follow``) holds the same rows, opened from those messages with the same seeds, and runs
+- A follower (``follow``, follower.py) holds the same rows, opened from those messages with the same seeds, and runs
   ``Forward.run`` on the same plan: the model's collectives (tensor or pipeline parallel) pair up because
   every rank runs the same forwards in the same order. It applies each result with the fold rank 0 runs
   (``Scheduler.fold``: the tokens accepted, the grammar's forced runs proposed, drafts verified, the end of
   the turn and the cap), so its rows hold what rank 0's hold; what only rank 0 sees (a stop string in the
   text, a failure of its parser) ends the row there. A row this fold ends stays in the table until rank 0's
-  message retires it (``e``), as one rank 0 ended alone does. A follower never renders a template or parses
+  message retires it (``e``, ``FollowerScheduler.settle``), as one rank 0 ended alone does. A follower never renders a template or parses
   an answer. Each row's own sampler runs on every rank, on
   logits the ranks share (an all_sum gives each rank the same sum), so the token a pipelined step feeds next
   is the same everywhere. A row without a seed gets one from rank 0 at joining, so random sampling agrees too.
@@ -221,7 +222,7 @@ class LeadScheduler(Scheduler):
         if row.id is not None and row.id in self.rows:
             self.announced.add(row.id)
             self.lead.joined.append(join_spec(row))
-        elif row.fetched:  # it failed once its prompt-cache entry was taken: every rank takes it (see the rules)
+        elif row.fetched:  # it failed after asking the prompt cache (which may have handed an entry over): see the rules
             self.lead.joined.append({**join_spec(row), "failed": 1})
 
     def retire(self, row: Row, like: Kept | None = None) -> None:

@@ -11,6 +11,11 @@ Rules:
   at a time (a row stepping alone); one that drafts again after decoding in the batch hands it its whole
   history (``follow``): another request may have had it meanwhile.
 - Guesses are greedy (the draft's own argmax): the verify step, not the draft, keeps the output exact.
+- A proposal reads at most ``prefill_step`` tokens of history before guessing: a long prompt is read one chunk
+  a proposal, with no draft until it is in (the row decodes on without drafts meanwhile). So a step that asks
+  for a draft takes no longer than one prompt chunk of the draft model's, as the served model's own prompt is
+  read a chunk a step: the batch's other rows wait no longer, and a group's watchdog, which times each step
+  (group/lockstep.py), is not tripped by a draft model reading a long prompt on rank 0.
 """
 
 from __future__ import annotations
@@ -96,9 +101,13 @@ class DraftModelProposer:
         if k <= 0 or not self.tokens:
             return []
         feed = self._follow()
-        for i in range(0, len(feed) - 1, self.prefill_step):  # all but the last token, in chunks
-            chunk = feed[i:min(i + self.prefill_step, len(feed) - 1)]
-            self.model(mx.array(chunk)[None], cache=self.kv)
+        if len(feed) - 1 > self.prefill_step:  # a long prompt: one chunk a proposal, and no draft yet (see the rules)
+            self.model(mx.array(feed[:self.prefill_step])[None], cache=self.kv)
+            mx.eval([c.state for c in self.kv])
+            self.held = self.tokens[:len(self.held) + self.prefill_step]
+            return []
+        if len(feed) > 1:  # all but the last token
+            self.model(mx.array(feed[:-1])[None], cache=self.kv)
             mx.eval([c.state for c in self.kv])
         y = mx.array(feed[-1:])
         guesses = []
