@@ -126,7 +126,7 @@ def test_a_row_that_fails_on_rank_0_after_taking_its_prefix_takes_it_on_every_ra
     assert lead.ended == []  # (no ending follows: it never stepped)
     # a follower whose cache gives the row another prefix than rank 0's did has diverged, as for any row
     keep_prefix()
-    with pytest.raises(RuntimeError, match=rf"diverged: its prompt cache started row \d+ at {len(prefix)} tokens, "
+    with pytest.raises(RuntimeError, match=rf"diverged: its prompt cache starts row \d+ at {len(prefix)} tokens, "
                                            rf"rank 0's at {len(prefix) - 1}"):
         FollowerScheduler(backend, 4, True).open_row(follower_row(backend, spec), spec["id"], len(prefix) - 1,
                                                      failed=True)

@@ -291,10 +291,15 @@ def group_side(model_dir: Path, reps: int, log_dir: Path, ranks: int, only=None,
                ) -> list[list]:
     """The copy and free turns over HTTP on a group of ``ranks`` processes, drafting on and off (see the docstring);
     ``draft_model``: the copy turn on a group drafting with the draft model instead (rank 0 alone runs it)."""
+    if draft_model:
+        names = ["copy"] if not only or "draft" in only else []
+    else:
+        names = [n for n in ("copy", "free") if not only or n in only]
+    if not names:  # (no group is started to measure nothing)
+        return []
     extra = ["--draft-model", str(model_dir), "--prompt-lookup", "off"] if draft_model else []
     tt = start_tinytitan(model_dir, log_dir, extra, ranks=ranks)
     rows = []
-    names = ["copy"] if draft_model else [n for n in ("copy", "free") if not only or n in only]
     try:
         for name in names:
             case = cases()[name]
@@ -344,11 +349,9 @@ def main() -> None:
         print(f"model: SmolLM2-135M-Instruct, float32 ({model_dir.name}); greedy; {args.reps} repetitions; a group of "
               f"{args.ranks} processes on loopback\n")
         with tempfile.TemporaryDirectory() as tmp:
-            rows = []
-            if not args.only or {"copy", "free"} & set(args.only):
-                rows = group_side(model_dir, args.reps, Path(tmp), args.ranks, args.only)
-            if not args.no_draft_model and (not args.only or "draft" in args.only):
-                rows += group_side(model_dir, args.reps, Path(tmp), args.ranks, draft_model=True)
+            rows = group_side(model_dir, args.reps, Path(tmp), args.ranks, args.only)
+            if not args.no_draft_model:
+                rows += group_side(model_dir, args.reps, Path(tmp), args.ranks, args.only, draft_model=True)
         print()
         print(table(["turn over HTTP", "decode tok/s without", "with", "with ÷ without", "range", "same text"], rows))
         return

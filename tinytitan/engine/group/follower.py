@@ -49,21 +49,17 @@ class FollowerScheduler(Scheduler):
         opened as far as it goes here and retired at once, keeping nothing, as rank 0 kept nothing of it."""
         row.id = row_id
         self.rows[row_id] = row
+        try:
+            self.forward.own(row_id, row.open(self.forward.model, self.seeded))
+        except Exception:  # (a failed row fails here as it did there, once it asked the prompt cache as rank 0 did)
+            if not failed:
+                raise
         if failed:
-            try:
-                self.forward.own(row_id, row.open(self.forward.model, self.seeded))
-            except Exception:  # it fails here as it did there, once it asked the prompt cache as rank 0 did
-                pass
             row.ending = Ending("failed", error=RuntimeError("failed on rank 0"))
             super().retire(row, Kept(0, 0))
-            if not row.fetched or row.read != cached:
-                where = f"at {row.read} tokens" if row.fetched else "nowhere (it failed before asking)"
-                raise RuntimeError(f"diverged: its prompt cache started row {row_id} {where}, rank 0's at {cached}")
-            return
-        self.forward.own(row_id, row.open(self.forward.model, self.seeded))
-        if row.read != cached:
-            raise RuntimeError(f"diverged: its prompt cache starts row {row_id} at {row.read} tokens, rank 0's "
-                               f"at {cached}")
+        if not row.fetched or row.read != cached:
+            where = f"at {row.read} tokens" if row.fetched else "nowhere (it failed before asking)"
+            raise RuntimeError(f"diverged: its prompt cache starts row {row_id} {where}, rank 0's at {cached}")
 
     def retire(self, row: Row, like: Kept | None = None) -> None:
         """The fold's retirement waits for rank 0's message (``settle``): a row ended here stays in the table, its

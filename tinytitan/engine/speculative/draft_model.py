@@ -101,14 +101,13 @@ class DraftModelProposer:
         if k <= 0 or not self.tokens:
             return []
         feed = self._follow()
-        if len(feed) - 1 > self.prefill_step:  # a long prompt: one chunk a proposal, and no draft yet (see the rules)
-            self.model(mx.array(feed[:self.prefill_step])[None], cache=self.kv)
+        read = min(len(feed) - 1, self.prefill_step)  # all but the last token, one chunk at most (see the rules)
+        if read > 0:
+            self.model(mx.array(feed[:read])[None], cache=self.kv)
             mx.eval([c.state for c in self.kv])
-            self.held = self.tokens[:len(self.held) + self.prefill_step]
+        if read < len(feed) - 1:  # a long prompt: no draft until it is in
+            self.held = self.tokens[:len(self.held) + read]
             return []
-        if len(feed) > 1:  # all but the last token
-            self.model(mx.array(feed[:-1])[None], cache=self.kv)
-            mx.eval([c.state for c in self.kv])
         y = mx.array(feed[-1:])
         guesses = []
         for _ in range(k):
