@@ -90,13 +90,12 @@ class NoOverlapMask:
 
     def __call__(self, tokens, logits):
         import mlx.core as mx
-        import numpy as np
 
         m = self.inner
         if m.started:
             m.consume(int(tokens[-1].item()))
         m.started = True
-        return mx.where(m.allowed_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
+        return mx.where(m.allowed_mx(logits.shape[-1]), logits, m.refused(logits.dtype))
 
 
 class TimedMask:

@@ -7,6 +7,9 @@ Rules:
   that end inside a UTF-8 character or a JSON string); end-of-sequence only where the document is complete.
 - The logits are not evaluated here (that would stall mlx-lm's pipelining): the forward pass is started
   (``async_eval``) and runs while the mask is computed from the sampled token.
+- A mask already handed to mlx is handed again from a small LRU keyed by its bits (``MX_CACHE_BYTES`` a
+  request): a JSON document's positions repeat a few dozen masks (inside a string, after a key, a digit), so
+  most tokens skip building a vocabulary-wide array.
 - ``seconds`` is the mask's own time (consuming tokens, computing masks, handing them to mlx), never the
   wait for the sampled token its call also holds: that wait is the forward pass's.
 - A matcher that refuses a token it had allowed (or cannot go on) fails the generation (``GrammarFailed``,
@@ -16,6 +19,7 @@ Rules:
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 
@@ -24,6 +28,8 @@ import numpy as np
 from .compile import CompiledGrammar
 
 log = logging.getLogger("tinytitan.structured")
+
+MX_CACHE_BYTES = 8 << 20  # the mlx masks a request keeps for reuse (a vocabulary-wide boolean row each)
 
 
 class GrammarFailed(RuntimeError):
@@ -41,6 +47,8 @@ class GrammarMask:
         self.started = False
         self.failed = False
         self.seconds = 0.0  # its own work (see the rules)
+        self.minus_inf: dict = {}  # dtype -> mlx scalar (``refused``)
+        self.handed: collections.OrderedDict[bytes, object] = collections.OrderedDict()  # bits -> mlx row
 
     def consume(self, token: int) -> None:
         if not self.matcher.consume_token(token) or self.matcher.is_error():
@@ -60,9 +68,18 @@ class GrammarMask:
             if self.started:
                 self.consume(token)
             self.started = True
-            return mx.where(self.allowed_mx(logits.shape[-1]), logits, mx.array(-np.inf, dtype=logits.dtype))
+            return mx.where(self.allowed_mx(logits.shape[-1]), logits, self.refused(logits.dtype))
         finally:
             self.seconds += time.perf_counter() - started
+
+    def refused(self, dtype):
+        """The logit a refused token gets (-inf of the logits' dtype), made once per dtype."""
+        import mlx.core as mx
+
+        value = self.minus_inf.get(dtype)
+        if value is None:
+            value = self.minus_inf[dtype] = mx.array(-np.inf, dtype=dtype)
+        return value
 
     # -- forced tokens (a row's proposer reads a run of them in one forward pass: rows.py) ---------------------
     def forced(self) -> int | None:
@@ -103,14 +120,23 @@ class GrammarMask:
     def _bits_mx(self, width: int):
         """The bitmask computed last, as an mlx boolean row of ``width``: its 32-bit words unpacked by numpy
         (little-endian bits: token i is bit i; a few microseconds at a 150k vocabulary, half what expanding them
-        in mlx's graph costs)."""
+        in mlx's graph costs), or the row made for the same bits before (see the rules)."""
         import mlx.core as mx
 
         if self.failed:
             allowed = np.zeros(width, dtype=bool)
             allowed[[e for e in self.eos if e < width]] = True
             return mx.array(allowed)
+        key = self.bitmask.tobytes()
+        row = self.handed.get(key)
+        if row is not None and row.shape[0] == width:
+            self.handed.move_to_end(key)
+            return row
         bits = np.unpackbits(self.bitmask[0].view(np.uint8), bitorder="little").view(bool)
         if bits.shape[0] < width:
             bits = np.concatenate([bits, np.zeros(width - bits.shape[0], dtype=bool)])
-        return mx.array(bits[:width])
+        row = mx.array(bits[:width])
+        self.handed[key] = row
+        while len(self.handed) > max(1, MX_CACHE_BYTES // max(width, 1)):
+            self.handed.popitem(last=False)
+        return row
