@@ -51,7 +51,7 @@ class GrammarMask:
         self.handed: collections.OrderedDict[bytes, object] = collections.OrderedDict()  # bits -> mlx row
 
     def consume(self, token: int) -> None:
-        if not self.matcher.consume_token(token):  # (False: the matcher is in its error state)
+        if not self.matcher.consume_token(token) or self.matcher.is_error():
             self.failed = True
             error = self.matcher.get_error()
             log.error("grammar matcher refused token %d it had allowed: %s", token, error)
