@@ -80,3 +80,37 @@ async def test_messages(serve, demo_backend, refusing):
             model=demo_backend.model_id, max_tokens=20, messages=USER, tool_choice={"type": "any"},
             tools=[{"name": "f", "input_schema": {"type": "object"}}])
     assert err.value.body["error"]["type"] == "api_error" and "grammar" in err.value.body["error"]["message"]
+
+
+class ErrorStateAcceptsEos:
+    """llguidance's matcher in its error state: its mask allows only end-of-sequence, and consuming that returns
+    True (a stopped matcher takes end-of-sequence) while ``is_error()`` stays True."""
+
+    def __init__(self, inner, eos: int):
+        self.inner, self.eos = inner, eos
+
+    def consume_token(self, token: int) -> bool:
+        return token == self.eos
+
+    def is_error(self) -> bool:
+        return True
+
+    def get_error(self) -> str:
+        return "mask computation failed"
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_matcher_in_error_that_takes_end_of_sequence_still_fails_the_generation(demo_backend):
+    from tinytitan.chat_request import Grammar
+    from tinytitan.engine.structured import GrammarMask, compile_grammar
+    from tinytitan.engine.structured.processor import GrammarFailed
+
+    compiled = compile_grammar(Grammar("json_schema", {"type": "object"}), demo_backend.tokenizer,
+                               demo_backend.vocab_size)
+    mask = GrammarMask(compiled)
+    eos = mask.eos[0]
+    mask.matcher = ErrorStateAcceptsEos(mask.matcher, eos)
+    with pytest.raises(GrammarFailed, match="mask computation failed"):
+        mask.consume(eos)

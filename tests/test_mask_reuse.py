@@ -55,7 +55,11 @@ def test_the_rows_kept_are_bounded(demo_backend, monkeypatch):
     compiled = compile_grammar(Grammar("json_schema", {"type": "array", "items": {"type": "integer"}}),
                                demo_backend.tokenizer, width)
     mask = GrammarMask(compiled)
-    for token in compiled.tokenizer.tokenize_str("[1,22,333]"):
-        mask.allowed_mx(width)
+    kept = 0
+    for token in compiled.tokenizer.tokenize_str("[1,22,333,4444,1,22,333,4444]"):
+        row = mask.allowed_mx(width)
+        assert (np.array(row) == expected(mask, width)).all()  # a row made again after eviction is right too
         assert len(mask.handed) <= 2
+        kept = max(kept, len(mask.handed))
         mask.consume(token)
+    assert kept == 2  # it does keep rows, up to the bound
