@@ -43,8 +43,8 @@ from tinytitan.blas import use_fast_blas  # noqa: E402
 
 use_fast_blas()
 
-from bench_common import ensure_model, machine_line, utc_now, wait_quiet  # noqa: E402
-from bench_structured import TimedMask, batch_rate, decode_rate, engine_rate, iqr, schema  # noqa: E402
+from bench_common import machine_line, utc_now, wait_quiet  # noqa: E402
+from bench_structured import TimedMask, batch_rate, decode_rate, engine_rate, iqr, schema, setup  # noqa: E402
 
 M_MXFAST = 1  # mallopt's parameter number (malloc.h)
 GLIBC_MXFAST = 64 * ctypes.sizeof(ctypes.c_size_t) // 4  # glibc's default (a glibc.malloc.mxfast tunable is not read)
@@ -147,13 +147,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=6)
     args = ap.parse_args()
 
-    from tinytitan.chat_request import ChatRequest, Message
-    from tinytitan.engine.backends.mlx import MLXBackend
-
-    backend = MLXBackend(ensure_model(args.variant), f"tinytitan-{args.variant}", prompt_cache_bytes=64 << 20)
-    base = ChatRequest(model=backend.model_id, messages=(Message("user", "List the records as JSON."),),
-                       max_tokens=4, temperature=0.0, reasoning=False)
-    prompt = backend.prepare(base).tokens
+    backend, base, prompt = setup(args.variant)
     compiled, tokens = answer_tokens(backend, prompt, args.tokens)
     wait_quiet(0.3)
     set_max_fast = mallopt()

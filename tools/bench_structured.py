@@ -256,6 +256,18 @@ def iqr(xs: list[float]) -> str:
     return f"{q[0]:.3f}–{q[2]:.3f}"
 
 
+def setup(variant: str):
+    """The MLX backend tinytitan serves the model with, the benchmark's request (a plain one; each side changes
+    it) and its prompt tokens."""
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.backends.mlx import MLXBackend
+
+    backend = MLXBackend(ensure_model(variant), f"tinytitan-{variant}", prompt_cache_bytes=64 << 20)
+    base = ChatRequest(model=backend.model_id, messages=(Message("user", "List the records as JSON."),),
+                       max_tokens=4, temperature=0.0, reasoning=False)
+    return backend, base, backend.prepare(base).tokens
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", default="50m")
@@ -268,13 +280,7 @@ def main() -> None:
 
     import llguidance
 
-    from tinytitan.chat_request import ChatRequest, Message
-    from tinytitan.engine.backends.mlx import MLXBackend
-
-    backend = MLXBackend(ensure_model(args.variant), f"tinytitan-{args.variant}", prompt_cache_bytes=64 << 20)
-    base = ChatRequest(model=backend.model_id, messages=(Message("user", "List the records as JSON."),),
-                       max_tokens=4, temperature=0.0, reasoning=False)
-    prompt = backend.prepare(base).tokens
+    backend, base, prompt = setup(args.variant)
     ratios: dict[str, list[float]] = {"constrained": [], "no_overlap": [], "ttft": [], "engine": [], "batch": []}
     overlapped_ms: list[float] = []
     mask_alone_ms: list[float] = []
