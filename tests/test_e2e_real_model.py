@@ -48,8 +48,7 @@ def test_claude_code_plain_turn(real_server, tmp_path):
     # question, and SmolLM2 about half the time answers that instead and writes on (an answer that ends does so
     # within seconds). Its output cap (CLAUDE_CODE_MAX_OUTPUT_TOKENS) is set low, so such a turn ends within
     # seconds too, as Claude Code's own error ("response exceeded the 128 output token maximum") or continued in
-    # further messages until it ends: that turn is tried again, in a new session, at most sixteen times in all. (Before, a turn writing on ran a minute to a
-    # timeout, six times at most: all six could fail, and took six minutes doing it.)
+    # further messages until it ends: that turn is tried again, in a new session, at most sixteen times in all.
     for attempt in range(16):
         (tmp_path / f"try{attempt}").mkdir()
         try:

@@ -64,7 +64,7 @@ def answer_tokens(backend, prompt, tokens: int):
 
 
 def replay(compiled, tokens: list[int], between) -> tuple[float, float]:
-    """ms per token to compute the next mask and to consume the token, ``between()`` run before each token
+    """ms per token to consume the token and to compute the next mask, ``between()`` run before each token
     (the engine's order: the pass, then the sampled token consumed, then the next mask)."""
     from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
@@ -82,7 +82,7 @@ def replay(compiled, tokens: list[int], between) -> tuple[float, float]:
         consume += t1 - t0
         if not ok or matcher.is_error():
             raise RuntimeError(f"the replayed answer left its grammar: {matcher.get_error()}")
-    return fill / len(tokens) * 1000, consume / len(tokens) * 1000
+    return consume / len(tokens) * 1000, fill / len(tokens) * 1000
 
 
 def betweens(backend, prompt) -> dict:
@@ -122,6 +122,11 @@ def mallopt():
     return set_max_fast
 
 
+def on_off(rep: int) -> tuple[int, int]:
+    """The fastbin sizes to run in repetition ``rep``: on then off, or off then on (alternating)."""
+    return (GLIBC_MXFAST, 0) if rep % 2 == 0 else (0, GLIBC_MXFAST)
+
+
 def nonce() -> str:
     return "k" + uuid.uuid4().hex[:8]  # a prompt new to the prompt cache
 
@@ -130,7 +135,7 @@ def fastbins_ab(backend, base, tokens: int, reps: int, set_max_fast) -> dict:
     out: dict = {}
     for rep in range(reps):
         wait_quiet(0.3)
-        for max_fast in (GLIBC_MXFAST, 0) if rep % 2 == 0 else (0, GLIBC_MXFAST):
+        for max_fast in on_off(rep):
             set_max_fast(max_fast)
             plain = engine_rate(backend, base, tokens, nonce(), False)[0]
             json_rate, _, mask_ms = engine_rate(backend, base, tokens, nonce(), True)
@@ -158,15 +163,14 @@ def main() -> None:
     between_tokens = betweens(backend, prompt)
     for rep in range(args.reps):
         for name, between in between_tokens.items():
-            sizes = [None] if name != FORWARD or set_max_fast is None else \
-                [GLIBC_MXFAST, 0] if rep % 2 == 0 else [0, GLIBC_MXFAST]
-            for size in sizes:
-                if size is not None:
+            if name == FORWARD and set_max_fast is not None:  # the pass with fastbins on and with them off
+                for size in on_off(rep):
                     set_max_fast(size)
-                runs.setdefault("the same, glibc's fastbins off" if size == 0 else name, []).append(
-                    replay(compiled, tokens, between))
-        if set_max_fast is not None:
-            set_max_fast(GLIBC_MXFAST)
+                    runs.setdefault(name if size else "the same, glibc's fastbins off", []).append(
+                        replay(compiled, tokens, between))
+                set_max_fast(GLIBC_MXFAST)
+            else:
+                runs.setdefault(name, []).append(replay(compiled, tokens, between))
     print()
     print(f"{utc_now()} · {machine_line()} · {args.variant} model, vocabulary {backend.vocab_size}, "
           f"{len(tokens)} tokens replayed, {args.reps} repetitions")
@@ -174,7 +178,7 @@ def main() -> None:
     print("| run before each token | consume the token (ms) | compute the next mask (ms) |")
     print("| --- | --: | --: |")
     for name, got in runs.items():
-        print(f"| {name} | {statistics.median(g[1] for g in got):.3f} | {statistics.median(g[0] for g in got):.3f} |")
+        print(f"| {name} | {statistics.median(g[0] for g in got):.3f} | {statistics.median(g[1] for g in got):.3f} |")
 
     if set_max_fast is None:
         print("\n(no glibc mallopt here: the fastbins A/B is skipped)")
