@@ -334,3 +334,58 @@ async def test_rows_decoding_together_feed_and_read_their_samples_as_one_array(d
     assert together == alone
     assert sum(fed_whole) >= 20, fed_whole  # every pass once the three decode side by side (24 in all)
     assert len(reads) <= 3, len(reads)  # a row reads on its own only a pending token that is its own
+
+
+async def test_a_row_that_fails_in_a_step_reads_none_of_the_tokens_that_step_gave_it(demo_tok, monkeypatch):
+    """A forward may report a row both failed and sampled (its hand-out failed after a token): the fold ends the
+    row failed and hands it no token of that step, so nothing reaches its client after the failure."""
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptedForward, ScriptEntry
+    from tinytitan.engine.decode.rows import Row
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import TextDelta
+
+    steps, ended = [], []
+    real_run, real_end = ScriptedForward.run, Row.end
+
+    def run(self, plan, rows):
+        out = real_run(self, plan, rows)
+        steps.append(dict(out.tokens))
+        if len(steps) == 4:
+            for row_id in out.tokens:
+                out.failed[row_id] = RuntimeError("the forward failed this row after sampling")
+        return out
+
+    monkeypatch.setattr(ScriptedForward, "run", run)
+    monkeypatch.setattr(Row, "end", lambda row, kv=None, like=None: ended.append(
+        (row.ending.kind, list(row.generated))) or real_end(row, kv, like))
+    backend = ScriptedBackend([ScriptEntry("one two three four five six seven eight")], demo_tok)
+    r = ChatRequest(model=backend.model_id, messages=(Message("user", "Count."),), max_tokens=20, reasoning=False)
+    text = []
+    async with Engine(backend).session(r) as events:
+        async for ev in events:
+            if isinstance(ev, TextDelta):
+                text.append(ev.text)
+    before = [t for step in steps[:3] for ts in step.values() for t in ts]
+    assert steps[3], steps  # the failing step did sample a token for the row
+    assert ended == [("failed", before)]
+    assert demo_tok.decode(before).startswith("".join(text))
+
+
+def test_a_scripted_pass_that_reads_two_tokens_and_fails_on_the_second_hands_out_the_first_once(demo_tok):
+    """``Next`` with ``hold``: the pending token, then the pass queued after it read at once. Where the second
+    is the script's failure, the row fails with its one token, not that token twice."""
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptedForward, ScriptEntry, ScriptRun
+
+    backend = ScriptedBackend([ScriptEntry("Hi", error="the script fails here")], demo_tok)
+    prepared = backend.prepare(ChatRequest(model=backend.model_id, messages=(Message("user", "x"),), reasoning=False))
+    ids = demo_tok.encode("Hi", add_special_tokens=False)
+    run = ScriptRun(backend, backend.entries[0], ids, prepared)
+    run.at = len(ids) - 1
+    run.pending = run.sample()  # the script's last token, sampled by the step before
+    forward = ScriptedForward(backend, 1)
+    forward.own(7, run)
+    out = forward.run(Plan(alone=(Next(7, hold=True),)), {})
+    assert out.tokens[7] == (ids[-1],)
+    assert "the script fails here" in str(out.failed[7])

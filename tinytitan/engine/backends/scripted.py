@@ -201,7 +201,7 @@ class ScriptedForward:
                 if isinstance(s, Next):
                     run.pending = run.sample()
                     if s.hold and s.row not in out.failed:
-                        first = out.tokens[s.row]
+                        first = out.tokens.pop(s.row)
                         self._hand_out(run, s.row, out)
                         out.tokens[s.row] = first + out.tokens.get(s.row, ())
             out.read[s.row] = run.read

@@ -7,11 +7,13 @@ Rules:
   saying all it means: ``Prefill`` (a chunk of its prompt, nothing sampled; a row alone only), ``Sample``
   (known tokens — its prompt's rest, its last token, or a grammar's forced run — then a token sampled after
   them, read by the next step unless ``now``), ``Next`` (its pending token read, the pass after it queued
-  first: pipelined decoding; ``hold``: that pass's sample read at once too), ``Take`` (its pending token read with nothing queued after it: a draft
-  follows), ``Verify`` (its last token and a draft in one pass, a sample at every position).
+  first: pipelined decoding; ``hold``: that pass's sample read at once too), ``Take`` (its pending token read
+  with nothing queued after it: a draft follows), ``Verify`` (its last token and a draft in one pass, a sample
+  at every position).
 - A step result is what the forward did, as data: the tokens each row's fold reads now, where each stepped
-  row's cache stands, which rows failed and why. The forward writes nothing on a row; the fold (``Scheduler
-  .fold``) applies the result, on every rank alike.
+  row's cache stands, which rows failed and why. The forward writes nothing on a row (a row's own hook that
+  raises notes it on that row: rows.py); the fold (``Scheduler.fold``) applies the result, on every rank
+  alike, and a row that fails in a step reads none of the tokens the step gave it.
 """
 
 from __future__ import annotations

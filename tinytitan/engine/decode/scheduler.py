@@ -269,6 +269,8 @@ class Scheduler:
         ragged = self.forward is not None and self.forward.ragged
         for row_id, tokens in result.tokens.items():
             row = rows[row_id]
+            if row.ending is not None:  # it failed or left in this step: it reads nothing more
+                continue
             try:
                 step = steps.get(row_id)
                 if isinstance(step, Verify):

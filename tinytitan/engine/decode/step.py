@@ -9,7 +9,9 @@ and the result are defined in plan.py.
 
 One owner per piece of state: the scheduler owns the rows and their lifecycle (what they accepted, where their
 prompt stands, whether they are in the batch, how they end); the forward owns the device state (each row's
-lane and KV cache, the batch and who is in it) and writes nothing on a row.
+lane and KV cache, the batch and who is in it) and writes nothing on a row. (It calls a row's hooks, its
+sampler and logits processors; a hook that raises notes that on its own row, ``Row.error``, for the fold to
+end the row: rows.py.)
 
 Rules:
 - The plan is plain data: row ids, token ids, flags — never an array, a cache or a callable. It says what each
@@ -165,7 +167,7 @@ def _runs_on_host(stream) -> bool:
 class Forward:
     """The forward half of the step for one model, and the owner of its device state: each row's lane and its
     KV cache — its own (``own``/``release``) or a row of the batch (batch.py). ``run(plan, rows)`` executes a
-    plan and returns a ``StepResult``; it reads the rows' hooks (sampler, processors) and writes nothing on
+    plan and returns a ``StepResult``; it calls the rows' hooks (sampler, processors) and writes nothing on
     them."""
 
     def __init__(self, backend, max_batch: int):
