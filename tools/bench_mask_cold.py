@@ -10,8 +10,9 @@ mask's time through the engine at ~0.27 ms. This tool takes that gap apart, in p
    with one thing run before each token: nothing; a 1 ms sleep (the thread idles, no memory traffic); a 200 MB
    array summed on the same thread (the data caches flushed); the model's forward pass over one token (on
    mlx's own threads, as in the engine, though not overlapped with the calls); the same pass with glibc's
-   fastbins off (part 2). ms per token for each of the two calls; their sum is what ``grammar_mask_s`` counts
-   for a sampled token, less the handoff to mlx.
+   fastbins off (part 2); the same pass with the two calls on a thread of their own, which glibc gives a malloc
+   arena of its own (the handoff there and back in a third column). ms per token for each of the two calls;
+   their sum is what ``grammar_mask_s`` counts for a sampled token, less the handoff to mlx.
 2. **glibc's fastbins** (Linux with glibc only). What part 1 shows is consistent with this (not profiled):
    chunks that mlx's threads free while a pass runs wait in the model thread's malloc arena (its "fastbins")
    until a larger allocation consolidates them, and llguidance's calls make that allocation.
@@ -29,8 +30,10 @@ import argparse
 import ctypes
 import ctypes.util
 import platform
+import queue
 import statistics
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -48,6 +51,7 @@ from bench_structured import TimedMask, batch_rate, decode_rate, engine_rate, iq
 
 M_MXFAST = 1  # mallopt's parameter number (malloc.h)
 FORWARD = "the model's forward pass over one token"
+ON_THREAD = "the same pass, the two calls on a thread of their own"
 GLIBC_MXFAST = 64 * ctypes.sizeof(ctypes.c_size_t) // 4  # glibc's default (a glibc.malloc.mxfast tunable is not read)
 
 
@@ -83,6 +87,47 @@ def replay(compiled, tokens: list[int], between) -> tuple[float, float]:
         if not ok or matcher.is_error():
             raise RuntimeError(f"the replayed answer left its grammar: {matcher.get_error()}")
     return consume / len(tokens) * 1000, fill / len(tokens) * 1000
+
+
+def replay_on_thread(compiled, tokens: list[int], between) -> tuple[float, float, float]:
+    """``replay`` with the two calls on a thread of their own (glibc gives a new thread a malloc arena of its
+    own), the calling thread waiting for them: ms per token to consume, to compute the next mask, and for the
+    handoff there and back (the calling thread's wait less the two calls)."""
+    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+    matcher = compiled.matcher()
+    bitmask = allocate_token_bitmask(1, compiled.vocab_size)
+    asks, answers = queue.SimpleQueue(), queue.SimpleQueue()
+
+    def calls() -> None:
+        fill_next_token_bitmask(matcher, bitmask)  # the prompt's mask
+        answers.put(None)
+        while (token := asks.get()) is not None:
+            t0 = time.perf_counter()
+            ok = matcher.consume_token(token) and not matcher.is_error()
+            t1 = time.perf_counter()
+            fill_next_token_bitmask(matcher, bitmask)
+            answers.put((ok, t1 - t0, time.perf_counter() - t1))
+
+    worker = threading.Thread(target=calls, name="grammar calls")
+    worker.start()
+    answers.get()
+    waited = fill = consume = 0.0
+    try:
+        for token in tokens:
+            between()
+            t0 = time.perf_counter()
+            asks.put(token)
+            ok, consumed, filled = answers.get()
+            waited += time.perf_counter() - t0
+            consume, fill = consume + consumed, fill + filled
+            if not ok:
+                raise RuntimeError(f"the replayed answer left its grammar: {matcher.get_error()}")
+    finally:
+        asks.put(None)
+        worker.join()
+    per = 1000 / len(tokens)
+    return consume * per, fill * per, (waited - consume - fill) * per
 
 
 def betweens(backend, prompt) -> dict:
@@ -171,14 +216,17 @@ def main() -> None:
                 set_max_fast(GLIBC_MXFAST)
             else:
                 runs.setdefault(name, []).append(replay(compiled, tokens, between))
+            if name == FORWARD:
+                runs.setdefault(ON_THREAD, []).append(replay_on_thread(compiled, tokens, between))
     print()
     print(f"{utc_now()} · {machine_line()} · {args.variant} model, vocabulary {backend.vocab_size}, "
           f"{len(tokens)} tokens replayed, {args.reps} repetitions")
     print()
-    print("| run before each token | consume the token (ms) | compute the next mask (ms) |")
-    print("| --- | --: | --: |")
+    print("| run before each token | consume the token (ms) | compute the next mask (ms) | the handoff (ms) |")
+    print("| --- | --: | --: | --: |")
     for name, got in runs.items():
-        print(f"| {name} | {statistics.median(g[0] for g in got):.3f} | {statistics.median(g[1] for g in got):.3f} |")
+        cells = [f"{statistics.median(g[i] for g in got):.3f}" for i in range(len(got[0]))]
+        print(f"| {name} | " + " | ".join(cells + ["—"] * (3 - len(cells))) + " |")
 
     if set_max_fast is None:
         print("\n(no glibc mallopt here: the fastbins A/B is skipped)")
