@@ -365,6 +365,53 @@ async def test_a_lone_member_decodes_on_alone_when_one_of_another_model_arrives(
         demo.ensure_loaded()  # the session's demo model, unloaded for the other one
 
 
+async def test_a_waiting_member_of_another_model_whose_client_left_is_let_go_unopened(demo, monkeypatch):
+    """One of another model waits for the batch to drain; its client leaves meanwhile: when its turn comes it
+    ends as left, never opened — its model is not loaded for it — and every place comes back."""
+    import time
+
+    from tinytitan.demo_model import ensure_demo_model
+    from tinytitan.engine.backends.mlx import MLXBackend
+    from tinytitan.engine.decode import decoder, rows, scheduler
+
+    other = MLXBackend(ensure_demo_model(), "tinytitan-demo-other", lazy=True)
+    engine = Engine([demo, other], max_batch=4)
+    submitted, let_go = [], []
+    real_submit, real_accept, real_let_go = decoder.Decoder.submit, rows.Row.accept, scheduler.Scheduler.let_go
+
+    deadline = time.monotonic() + 30
+
+    def accept(row, token):  # the first member decodes on only once the other has come and its client has left
+        while row is submitted[0] and not (len(submitted) == 2 and submitted[1].stopped):
+            assert time.monotonic() < deadline, "the other's client never left"
+            time.sleep(0.002)
+        return real_accept(row, token)
+
+    monkeypatch.setattr(decoder.Decoder, "submit", lambda self, row: submitted.append(row) or real_submit(self, row))
+    monkeypatch.setattr(rows.Row, "accept", accept)
+    monkeypatch.setattr(scheduler.Scheduler, "let_go", lambda self, row: let_go.append(row) or real_let_go(self, row))
+    leaving = trio.CancelScope()
+
+    async def leaves():
+        with leaving:
+            await run(engine, req("Name a colour.").with_(model=other.model_id))
+
+    async def until_submitted(n):
+        with trio.fail_after(30):
+            while len(submitted) < n:
+                await trio.sleep(0.005)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(run, engine, req("Explain recursion.", max_tokens=12))
+        await until_submitted(1)
+        n.start_soon(leaves)
+        await until_submitted(2)
+        leaving.cancel()
+    assert let_go == submitted[1:] and submitted[1].ending is rows.LEFT
+    assert not other.loaded
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+
+
 async def test_a_lone_constrained_request_reads_forced_runs_in_one_pass(demo, monkeypatch):
     """Alone, a request's grammar-forced tokens (keys, punctuation) are read in one forward pass a run, and it
     decodes exactly what mlx-lm's own token-by-token decoding gives it (``stream_generate`` with the same

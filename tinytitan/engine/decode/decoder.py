@@ -18,7 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from .plan import PREFILL_STEP
-from .rows import LEFT, Row
+from .rows import Row
 from .scheduler import FIRST_CHUNK, Scheduler
 
 if TYPE_CHECKING:
@@ -81,8 +81,7 @@ class Decoder:
                     with self._lock:
                         row = later.popleft()
                     if row.stopped:
-                        row.ending = LEFT
-                        scheduler.retire(row)
+                        scheduler.let_go(row)
                     else:
                         scheduler.admit(row)
                 self.size = len(scheduler.rows)

@@ -107,6 +107,11 @@ class Scheduler:
             row.fail(exc)
             self.retire(row)
 
+    def let_go(self, row: Row) -> None:
+        """A row whose consumer left before it was taken in: it ends as left, never opened."""
+        row.ending = LEFT
+        self.retire(row)
+
     def retire(self, row: Row, like: "Kept | None" = None) -> None:
         """Take ``row`` out of the table and the forward (its cache comes back to it), and end it: the only
         caller of ``Row.end`` (``like``: what rank 0 kept of it, on a group follower: group/lockstep.py)."""
@@ -276,7 +281,9 @@ class Scheduler:
                 if isinstance(step, Verify):
                     verified(row, step, result.verified[row_id])
                 if row.speculator is not None and step is not None:
-                    ended = fold_drafting(row, step, tokens)
+                    ended, drafts = fold_drafting(row, step, tokens)
+                    if drafts is not None:
+                        row.drafts = drafts
                 else:
                     ended = any(row.accept(token) for token in tokens)
                 if ended or row.holding or not isinstance(step, Next) or (row_id in self.batched and not ragged):

@@ -7,7 +7,8 @@ Rules:
   seeded sampler's key chain moves on by the rows used (``RowSampler.accept``), and its speculator hears what
   was drafted and accepted — whatever the row's own drafting (a group follower's row applies rank 0's plan).
 - A drafting row's tokens are accepted one at a time (what a verify accepted, then the model's own); its
-  speculator sees them, and, while the row holds its last token, proposes the draft the next step verifies.
+  speculator sees them, and, while the row holds its last token, proposes the draft the next step verifies
+  (handed back to the fold, which stores it on the row: nothing here writes a row's fields).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def verified(row: "Row", step: Verify, accepted: int) -> None:
         row.speculator.verified(len(step.drafts), accepted)
 
 
-def fold_drafting(row: "Row", step: RowStep, tokens: tuple[int, ...]) -> bool:
-    """A drafting row's tokens of one step (see the rules); True when a token ended the row."""
+def fold_drafting(row: "Row", step: RowStep, tokens: tuple[int, ...]) -> tuple[bool, tuple[int, ...] | None]:
+    """A drafting row's tokens of one step (see the rules): True when a token ended the row; the draft the next
+    step verifies where the row holds its last token (None: none asked for; the fold stores it on the row)."""
     spec = row.speculator
     used, ended = 0, False
     for token in tokens:
@@ -43,5 +45,5 @@ def fold_drafting(row: "Row", step: RowStep, tokens: tuple[int, ...]) -> bool:
             break
     spec.generated(tokens[:used], isinstance(step, Verify))
     if not ended and row.holding:
-        row.drafts = spec.draft(row.generated[-1], row.cap_left)
-    return ended
+        return False, spec.draft(row.generated[-1], row.cap_left)
+    return ended, None
