@@ -401,15 +401,18 @@ async def test_a_waiting_member_of_another_model_whose_client_left_is_let_go_uno
             while len(submitted) < n:
                 await trio.sleep(0.005)
 
-    async with trio.open_nursery() as n:
-        n.start_soon(run, engine, req("Explain recursion.", max_tokens=12))
-        await until_submitted(1)
-        n.start_soon(leaves)
-        await until_submitted(2)
-        leaving.cancel()
-    assert let_go == submitted[1:] and submitted[1].ending is rows.LEFT
-    assert not other.loaded
-    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+    try:
+        async with trio.open_nursery() as n:
+            n.start_soon(run, engine, req("Explain recursion.", max_tokens=12))
+            await until_submitted(1)
+            n.start_soon(leaves)
+            await until_submitted(2)
+            leaving.cancel()
+        assert let_go == submitted[1:] and submitted[1].ending is rows.LEFT
+        assert not other.loaded
+        assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+    finally:
+        demo.ensure_loaded()  # (the session's demo model, should the other have been loaded after all)
 
 
 async def test_a_lone_constrained_request_reads_forced_runs_in_one_pass(demo, monkeypatch):

@@ -374,7 +374,7 @@ async def test_a_row_that_fails_in_a_step_reads_none_of_the_tokens_that_step_gav
 
 def test_a_scripted_pass_that_reads_two_tokens_and_fails_on_the_second_hands_out_the_first_once(demo_tok):
     """``Next`` with ``hold``: the pending token, then the pass queued after it read at once. Where the second
-    is the script's failure, the row fails with its one token, not that token twice."""
+    is the script's failure, the forward reports the row failed with its one token, not that token twice."""
     from tinytitan.chat_request import ChatRequest, Message
     from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptedForward, ScriptEntry, ScriptRun
 

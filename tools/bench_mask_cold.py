@@ -10,8 +10,8 @@ mask's time through the engine at ~0.27 ms. This tool takes that gap apart, in p
    with one thing run before each token: nothing; a 1 ms sleep (the thread idles, no memory traffic); a 200 MB
    array summed on the same thread (the data caches flushed); the model's forward pass over one token (on
    mlx's own threads, as in the engine, though not overlapped with the calls); the same pass with glibc's
-   fastbins off (part 2); the same pass with the two calls on a thread of their own, which glibc gives a malloc
-   arena of its own (the handoff there and back in a third column). ms per token for each of the two calls;
+   fastbins off (part 2); the same pass with the two calls on a thread of their own, which glibc normally gives a
+   malloc arena of its own (the handoff there and back in a third column). ms per token for each of the two calls;
    their sum is what ``grammar_mask_s`` counts for a sampled token, less the handoff to mlx.
 2. **glibc's fastbins** (Linux with glibc only). What part 1 shows is consistent with this (not profiled):
    chunks that mlx's threads free while a pass runs wait in the model thread's malloc arena (its "fastbins")
@@ -90,8 +90,8 @@ def replay(compiled, tokens: list[int], between) -> tuple[float, float]:
 
 
 def replay_on_thread(compiled, tokens: list[int], between) -> tuple[float, float, float]:
-    """``replay`` with the two calls on a thread of their own (glibc gives a new thread a malloc arena of its
-    own), the calling thread waiting for them: ms per token to consume, to compute the next mask, and for the
+    """``replay`` with the two calls on a thread of their own (glibc normally gives a new thread a malloc arena
+    of its own, up to 8 arenas a core), the calling thread waiting for them: ms per token to consume, to compute the next mask, and for the
     handoff there and back (the calling thread's wait less the two calls)."""
     from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
@@ -100,25 +100,34 @@ def replay_on_thread(compiled, tokens: list[int], between) -> tuple[float, float
     asks, answers = queue.SimpleQueue(), queue.SimpleQueue()
 
     def calls() -> None:
-        fill_next_token_bitmask(matcher, bitmask)  # the prompt's mask
-        answers.put(None)
-        while (token := asks.get()) is not None:
-            t0 = time.perf_counter()
-            ok = matcher.consume_token(token) and not matcher.is_error()
-            t1 = time.perf_counter()
-            fill_next_token_bitmask(matcher, bitmask)
-            answers.put((ok, t1 - t0, time.perf_counter() - t1))
+        try:
+            fill_next_token_bitmask(matcher, bitmask)  # the prompt's mask
+            answers.put(None)
+            while (token := asks.get()) is not None:
+                t0 = time.perf_counter()
+                ok = matcher.consume_token(token)
+                t1 = time.perf_counter()
+                fill_next_token_bitmask(matcher, bitmask)
+                answers.put((ok and not matcher.is_error(), t1 - t0, time.perf_counter() - t1))
+        except BaseException as exc:  # the waiting thread raises it, rather than wait for good
+            answers.put(exc)
+
+    def answer():
+        got = answers.get()
+        if isinstance(got, BaseException):
+            raise got
+        return got
 
     worker = threading.Thread(target=calls, name="grammar calls")
     worker.start()
-    answers.get()
+    answer()
     waited = fill = consume = 0.0
     try:
         for token in tokens:
             between()
             t0 = time.perf_counter()
             asks.put(token)
-            ok, consumed, filled = answers.get()
+            ok, consumed, filled = answer()
             waited += time.perf_counter() - t0
             consume, fill = consume + consumed, fill + filled
             if not ok:

@@ -181,8 +181,8 @@ class Lead:
     def ask_to_end(self, error: GroupBroken) -> None:
         """The model thread is stuck: each row's consumer ends with ``error`` now; the row itself ends in the
         fold, if the model thread comes back (see the rules)."""
-        # the model thread's own table, read from this thread: one copy made in C with the GIL held throughout,
-        # so a row the fold retires meanwhile cannot break it off half-way
+        # the model thread's own table, read from this thread: one copy made in C with the GIL held throughout
+        # (CPython with the GIL), so a row the fold retires meanwhile cannot break it off half-way
         rows = [*self.rows.values(), self.opening, *self.waiting()]
         for row in rows:
             if row is not None and row.box is not None:
