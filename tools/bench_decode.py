@@ -63,8 +63,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (ROOT, CpuWatch, blas_of, ensure_model, fmt, machine_line, median, post_stream,  # noqa: E402
-                          proc_cpu_s, start_mlx_lm_server, start_tinytitan, table, utc_now, wait_quiet)
+from bench_common import (ROOT, CpuWatch, blas_of, ensure_model, fmt, machine_line, median, proc_cpu_s,  # noqa: E402
+                          start_mlx_lm_server, start_tinytitan, table, utc_now, wait_quiet)
+from bench_http import post_stream  # noqa: E402
 
 DEFAULT_MAX_TOKENS = {"demo": 256, "50m": 128, "smollm2-q4": 64, "smollm2-f32": 64}
 TARGETS = {  # (decode ratio >=, TTFT ratio <=) from issues 3 and 12

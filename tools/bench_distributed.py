@@ -30,7 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import ROOT, ensure_model, free_port, get_json, machine_line  # noqa: E402
+from bench_common import ROOT, ensure_model, free_port, machine_line  # noqa: E402
+from bench_http import get_json  # noqa: E402
 
 
 def start(cmds: list[tuple[list[str], dict]], port: int) -> list[subprocess.Popen]:

@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ensure_model, fmt, machine_line, median, post_stream, start_tinytitan, table, utc_now  # noqa: E402
+from bench_common import ensure_model, fmt, machine_line, median, start_tinytitan, table, utc_now  # noqa: E402
+from bench_http import post_stream  # noqa: E402
 
 BUDGET_MIB = 2048
 

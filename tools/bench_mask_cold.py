@@ -90,9 +90,9 @@ def replay(compiled, tokens: list[int], between) -> tuple[float, float]:
 
 
 def replay_on_thread(compiled, tokens: list[int], between) -> tuple[float, float, float]:
-    """``replay`` with the two calls on a thread of their own (glibc normally gives a new thread a malloc arena
-    of its own, up to 8 arenas a core), the calling thread waiting for them: ms per token to consume, to compute the next mask, and for the
-    handoff there and back (the calling thread's wait less the two calls)."""
+    """``replay`` with the two calls on a thread of their own (glibc normally gives a new thread a malloc
+    arena of its own, up to 8 arenas a core), the calling thread waiting for them: ms per token to consume, to
+    compute the next mask, and for the handoff there and back (the calling thread's wait less the two calls)."""
     from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
     matcher = compiled.matcher()

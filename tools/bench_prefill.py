@@ -35,8 +35,9 @@ from tinytitan.blas import use_fast_blas  # noqa: E402
 
 BLAS = use_fast_blas()  # before mlx is imported, as `tinytitan serve` does
 
-from bench_common import (CpuWatch, ensure_model, fmt, machine_line, post_stream, start_tinytitan,  # noqa: E402
-                          table, utc_now, wait_quiet)
+from bench_common import (CpuWatch, ensure_model, fmt, machine_line, start_tinytitan, table, utc_now,  # noqa: E402
+                          wait_quiet)
+from bench_http import post_stream  # noqa: E402
 
 WORDS = ("apple river stone cloud maple copper violet harbor lantern meadow orbit pepper quartz saddle "
          "thistle walnut").split()

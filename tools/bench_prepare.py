@@ -142,7 +142,8 @@ def over_http(turns: int) -> dict:
     """Medians over ``turns`` requests of the growing agent body through ``tinytitan serve`` (see above)."""
     import tempfile
 
-    from bench_common import ensure_model, get_json, post_stream, start_tinytitan
+    from bench_common import ensure_model, start_tinytitan
+    from bench_http import get_json, post_stream
 
     server = start_tinytitan(ensure_model("demo"), Path(tempfile.mkdtemp()), extra=["--prompt-lookup", "off"])
     try:
@@ -213,7 +214,8 @@ def lookups_http(files: int, turns: int, entry: str | None) -> list[tuple[str, f
     """→ per server measured (side, first token ms, tokenize ms, outside the engine ms); see the docstring."""
     import tempfile
 
-    from bench_common import ensure_model, get_json, post_stream, start_tinytitan
+    from bench_common import ensure_model, start_tinytitan
+    from bench_http import get_json, post_stream
 
     words = (ROOT / "README.md").read_text().split()
     log_dir, directory = Path(tempfile.mkdtemp()), tempfile.mkdtemp(prefix="tt-lookups-http-")

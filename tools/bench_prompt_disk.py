@@ -31,7 +31,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ensure_model, fmt, machine_line, median, post_stream, start_tinytitan, table, utc_now  # noqa: E402
+from bench_common import ensure_model, fmt, machine_line, median, start_tinytitan, table, utc_now  # noqa: E402
+from bench_http import post_stream  # noqa: E402
 from bench_session_turns import ANTHROPIC_HEADERS, CC_TOOLS, Text  # noqa: E402
 
 RESTART_VS_WARM, RESTART_VS_COLD = 1.5, 0.2

@@ -65,8 +65,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (ROOT, ensure_model, fmt, get_json, machine_line, median, post_stream,  # noqa: E402
-                          start_mlx_lm_server, start_tinytitan, table, utc_now)
+from bench_common import (ROOT, ensure_model, fmt, machine_line, median, start_mlx_lm_server,  # noqa: E402
+                          start_tinytitan, table, utc_now)
+from bench_http import get_json, post_stream  # noqa: E402
 from bench_session_turns import SESSIONS, Session  # noqa: E402
 
 TARGET = 0.98

@@ -58,8 +58,9 @@ from tinytitan.blas import use_fast_blas  # noqa: E402
 
 BLAS = use_fast_blas()
 
-from bench_common import (CpuWatch, ensure_model, fmt, machine_line, post_stream, start_mlx_lm_server,  # noqa: E402
+from bench_common import (CpuWatch, ensure_model, fmt, machine_line, start_mlx_lm_server,  # noqa: E402
                           start_tinytitan, table, utc_now, wait_quiet)
+from bench_http import post_stream  # noqa: E402
 
 FILE = '''"""A small inventory of parts, with prices and stock levels."""
 

@@ -41,8 +41,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (CpuWatch, blas_of, ensure_model, fmt, machine_line, median, post_stream,  # noqa: E402
+from bench_common import (CpuWatch, blas_of, ensure_model, fmt, machine_line, median,  # noqa: E402
                           start_mlx_lm_server, start_tinytitan, table, utc_now, wait_quiet)
+from bench_http import post_stream  # noqa: E402
 from bench_decode import chat_body, iqr, prompt_text  # noqa: E402
 
 COUNTS = (1, 2, 4, 8)
