@@ -258,10 +258,10 @@ def test_the_manifests_system_prompt_and_stop_words_are_the_models_defaults(libr
     own = bare.with_(messages=(Message("system", "Be loud."), Message("user", "hi")))
     assert SYSTEM_LAYER not in tiny.encode(own)[0] and "Be loud." in tiny.encode(own)[0]
     made = tiny.prepare(bare)
-    assert made.req.stop == ("not one token",) and made.req.repetition_penalty == 1.1
+    assert made.req.stop == ("not one token",) and made.sampling["repetition_penalty"] == 1.1
     assert made.sampling["min_p"] == 0.05 and made.sampling["temperature"] == 0.6 and made.sampling["top_k"] == 20
     own_options = tiny.prepare(bare.with_(stop=("END",), min_p=0.2, repetition_penalty=1.3, temperature=0.1))
-    assert own_options.req.stop == ("END",) and own_options.req.repetition_penalty == 1.3
+    assert own_options.req.stop == ("END",) and own_options.sampling["repetition_penalty"] == 1.3
     assert own_options.sampling["min_p"] == 0.2 and own_options.sampling["temperature"] == 0.1
     q4 = MLXBackend(found["tiny:q4"].path, "tiny:q4", lazy=True)  # no system or params layer: no defaults
     assert q4.default_system is None and q4.default_stop == () and q4.prepare(bare).req.stop == ()

@@ -19,6 +19,7 @@ from ..decode.call_limit import call_limit
 from .splice import splice as splice_prompt
 from .tokenizer_facts import once_per_tokenizer, restart_tokens, text_of
 from .reasoning import level_of
+from ..speculative.sampling import SAMPLING
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
 from ..structured.compile import token_markers
 from ..structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
@@ -30,8 +31,8 @@ log = logging.getLogger("tinytitan.backend")
 REMEMBERED_PROMPTS = 64  # prompts kept by response id for a client's cache comparison (compare_prompt)
 
 
-# what a model samples with where neither the request nor its generation_config.json says
-FALLBACK_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
+# what a model samples with where its generation_config.json does not say (the request may still say)
+FALLBACK_SAMPLING = {k: SAMPLING[k] for k in ("temperature", "top_p", "top_k")}
 
 
 @dataclass(frozen=True)
@@ -211,15 +212,8 @@ class PromptPreparation(TemplateRendering):
     def sampling_for(self, req: ChatRequest) -> dict:
         """The values this request samples with: the request's own, else the model's defaults. Decided once
         here; the decoder uses them and ``Started`` reports them (protocols echo them, never recompute)."""
-        model = {**FALLBACK_SAMPLING, **self.sampling}
-
-        def pick(value, default):
-            return default if value is None else value
-
-        return {"temperature": pick(req.temperature, model["temperature"]), "top_p": pick(req.top_p, model["top_p"]),
-                "top_k": pick(req.top_k, model["top_k"] or 0), "min_p": pick(req.min_p, 0.0),
-                "presence_penalty": pick(req.presence_penalty, 0.0),
-                "frequency_penalty": pick(req.frequency_penalty, 0.0), "repetition_penalty": req.repetition_penalty}
+        model = {**SAMPLING, **{k: v for k, v in self.sampling.items() if v is not None}}
+        return {k: model[k] if getattr(req, k) is None else getattr(req, k) for k in SAMPLING}
 
     def grammar_of(self, req: ChatRequest, start_in_reasoning: bool = False) -> CompiledGrammar | None:
         """The grammar this request's output is masked with: its output format, a forced call, or (under
@@ -313,12 +307,11 @@ class PromptPreparation(TemplateRendering):
                        data={"prompt_tokens": tokens, "context_window": self.context_window})
 
     def with_model_defaults(self, req: ChatRequest) -> ChatRequest:
-        """The request with the model's own stop strings, ``min_p`` and repetition penalty where it sends none:
-        a request's own replace them (as Ollama's request options replace its Modelfile's)."""
-        own = {"stop": self.default_stop, "min_p": self.sampling.get("min_p"),
-               "repetition_penalty": self.sampling.get("repetition_penalty")}
-        missing = {k: v for k, v in own.items() if v and getattr(req, k) in (None, ())}
-        return req.with_(**missing) if missing else req
+        """The request with the model's own stop strings where it sends none: a request's own replace them (as
+        Ollama's request options replace its Modelfile's; its sampling values: ``sampling_for``)."""
+        if self.default_stop and not req.stop:
+            return req.with_(stop=self.default_stop)
+        return req
 
     def prepare(self, req: ChatRequest) -> Prepared:
         req = self.structured(req)

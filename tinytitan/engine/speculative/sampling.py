@@ -17,6 +17,14 @@ Rules:
 
 from __future__ import annotations
 
+# What a request samples with (``Prepared.sampling``), each a ``ChatRequest`` field of the same name: the
+# request's value, else its model's (generation_config.json: backends/mlx.py), else the value here (for the
+# first three, the model's fallback; for the others, off). A new sampling parameter is a ChatRequest field, a
+# line here and its use (``RowSampler``, or a logits processor: backends/mlx.py), and the spec YAML of each
+# protocol that takes it.
+SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0,
+            "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": None}
+
 
 def row_sampler(sampling: dict, seed: int | None = None):
     """A generation's sampler from the values it samples with (``Prepared.sampling``): mlx-lm's shared
