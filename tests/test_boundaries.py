@@ -65,8 +65,9 @@ def test_every_chat_request_field_is_read_by_the_engine():
     def read(name: str) -> bool:
         if re.search(rf"\.{name}\b", source):
             return True
-        # a sampling value: the request's is taken by its name in SAMPLING (prepare.py's sampling_for), and the
-        # value must then be read by that name where it is used (beside the table's own mention)
+        # a sampling value: the request's is taken by its name in SAMPLING (prepare.py's sampling_for); its name
+        # must come again, quoted, somewhere in the engine besides the table (where the value is used, unless a
+        # model default is read by the same name: a looser check than for the other fields)
         return name in SAMPLING and len(re.findall(rf"[\"']{name}[\"']", source)) >= 2
 
     unread = [f.name for f in dataclasses.fields(ChatRequest) if not read(f.name)]
