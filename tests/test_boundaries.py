@@ -72,3 +72,13 @@ def test_every_chat_request_field_is_read_by_the_engine():
 
     unread = [f.name for f in dataclasses.fields(ChatRequest) if not read(f.name)]
     assert not unread, f"ChatRequest fields the engine never reads: {unread}"
+
+
+def test_every_sampling_value_is_a_chat_request_field():
+    """``Prepared.sampling`` takes each value of the sampling table from the request field of the same name."""
+    import dataclasses
+
+    from tinytitan.chat_request import ChatRequest
+    from tinytitan.engine.speculative.sampling import SAMPLING
+
+    assert set(SAMPLING) <= {f.name for f in dataclasses.fields(ChatRequest)}
