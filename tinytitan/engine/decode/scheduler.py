@@ -38,12 +38,14 @@ Rules:
   drafts of a step are cut to the width that pays for the whole batch (speculative/batch_width.py), and a row
   whose draft was cut rests a while (its policy's cooldown). A grammar's forced run is fed whole in one pass.
 - The fold hands each row the tokens sampled for it (``Row.accept``: end-of-turn, stop strings and the cap are
-  decided there, once), asks a row that read a pipelined token for its proposal (the grammar's forced run), and retires
-  the rows that ended. A row ends in the fold (it finished, one of its own hooks failed, the batched forward
-  pass it was in failed) or by the plan (its consumer left); either way ``Scheduler.retire`` takes it out of
-  the table and the forward and calls ``Row.end()``: the one place a generation ends; then it tells the prompt
-  cache whether the entry the row kept is a final answer's (``answered``; on a group when rank 0's next message
-  says so: group/lockstep.py).
+  decided there, once), asks a row that read a pipelined token for its proposal (the grammar's forced run), and
+  retires the rows that ended. A row ends in the fold (it finished, one of its own hooks failed, the batched
+  forward pass it was in failed) or by the plan (its consumer left); one that never stepped ends where it was to
+  be taken in (its opening failed: ``admit``; its consumer left while it waited: ``let_go``), and every row in
+  flight when the decode loop itself breaks fails there (decoder.py, ``decode_one``). Every way, on the model
+  thread, ``Scheduler.retire`` takes it out of the table and the forward and calls ``Row.end()``: the one place a
+  generation ends; then it tells the prompt cache whether the entry the row kept is a final answer's
+  (``answered``; on a group when rank 0's next message says so: group/lockstep.py).
 
 The per-request hooks a row carries (its logits processors) are described in engine.py.
 """

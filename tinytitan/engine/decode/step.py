@@ -31,7 +31,8 @@ Rules:
   of its cache in its backend's prompt cache where the cache cannot be trimmed back (cache/checkpoint.py). The
   cache is the forward's, so the snapshot is taken there; nothing of it travels in the plan or the result.
 - What the forward returns is what the fold reads: tokens read, where prompts stand, what verifies accepted,
-  failures — never text, never an ending. Rows end in the fold, the only place that decides it.
+  failures — never text, never an ending. A row that steps ends in the fold, the only place that decides it
+  (scheduler.py says where the others end).
 
 Where speculative decoding and lockstep decoding plug in:
 - **Speculative decoding** (speculative/): a row whose speculator expects a draft after its pending token
