@@ -34,8 +34,8 @@ Rules:
 - A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its
   pending work, yet the wait may never return), and one that stops answering always does. A watchdog
   (``Lead.watch``) sees a step (or a heartbeat, a switch of models) in flight longer than ``timeout`` seconds:
-  the group is broken, and the watchdog asks; the fold ends. Rows end only in the fold, on the model thread
-  (scheduler.py), which may never come back from the collective: so for each row in flight, being opened or
+  the group is broken, and the watchdog asks; the fold ends. Rows end only on the model thread, in the fold
+  for those in flight (scheduler.py), which may never come back from the collective: so for each row in flight, being opened or
   waiting to join, the watchdog ends its consumer's side instead (``Mailbox.abandon``: the failure in-band,
   or the consumer's exception before its Started; its place given back), again while the model thread stays
   stuck (a request let in just before the break). Should the model thread come back, its next step sees the
