@@ -31,16 +31,16 @@ Rules:
   an answer. Each row's own sampler runs on every rank, on
   logits the ranks share (an all_sum gives each rank the same sum), so the token a pipelined step feeds next
   is the same everywhere. A row without a seed gets one from rank 0 at joining, so random sampling agrees too.
-- A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its
-  pending work, yet the wait may never return), and one that stops answering always does. A watchdog
-  (``Lead.watch``) sees a step (or a heartbeat, a switch of models) in flight longer than ``timeout`` seconds:
-  the group is broken, and the watchdog asks; the fold ends. Rows end only on the model thread, in the fold
-  for those in flight (scheduler.py), which may never come back from the collective: so for each row in flight, being opened or
-  waiting to join, the watchdog ends its consumer's side instead (``Mailbox.abandon``: the failure in-band,
-  or the consumer's exception before its Started; its place given back), again while the model thread stays
-  stuck (a request let in just before the break). Should the model thread come back, its next step sees the
-  group broken and the fold ends every row as for any broken step; what those rows send then is dropped, so a
-  consumer sees one ending.
+- A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its pending
+  work, yet the wait may never return), and one that stops answering always does. A watchdog (``Lead.watch``) sees
+  a step (or a heartbeat, a switch of models) in flight longer than ``timeout`` seconds: the group is broken, and
+  the watchdog asks; the fold ends. Rows end only on the model thread, in the fold for those in flight
+  (scheduler.py), which may never come back from the collective: so for each row in flight, being opened or
+  waiting to join, the watchdog ends its consumer's side instead (``Mailbox.abandon``: the failure in-band, or the
+  consumer's exception before its Started; its place given back), again while the model thread stays stuck (a
+  request let in just before the break). Should the model thread come back, its next step sees the group broken
+  and the fold ends every row as for any broken step; what those rows send then is dropped, so a consumer sees one
+  ending.
 - Idle, a follower would wait in the collective for the next message, and MLX's ring backend spins while it
   waits (a core's worth). So while no scheduler runs, rank 0 broadcasts a heartbeat every ``IDLE_S`` on its
   model thread (``i``: the pause), and each follower sleeps that long after one before it enters the next
