@@ -131,6 +131,68 @@ def test_a_damaged_file_is_ignored_with_a_warning(demo_backend, tmp_path, caplog
     assert "could not be read back" in caplog.text
 
 
+def test_a_damaged_file_is_written_anew_when_its_prefix_comes_again(demo_backend, tmp_path):
+    tokens = list(range(100, 300))
+    kv = _kv(demo_backend, tokens)[0]
+    c = _cache(demo_backend, tmp_path)
+    c.store(tokens, kv)
+    c.disk.flush()
+    [f] = tmp_path.glob("*.safetensors")
+    whole = f.read_bytes()
+    f.write_bytes(whole[: len(whole) // 2])
+    restarted = _disk(demo_backend, tmp_path)
+    assert restarted.load(restarted.best(np.array(tokens + [1]))[0]) is None  # damaged: dropped from the index
+    restarted.put(np.array(tokens), kv, ())
+    assert restarted.flush() and f.stat().st_size == len(whole)
+    assert _cache(demo_backend, tmp_path).fetch(tokens + [1])[1] == len(tokens)
+
+
+def test_another_conversation_with_the_same_opening_keeps_its_queued_write(demo_backend, tmp_path, monkeypatch):
+    """Two conversations that open with the same system prompt (sub-agents), queued while the writer is busy:
+    both are written; a conversation's own newer snapshot replaces its waiting one."""
+    import threading
+
+    system = list(range(100, 180))
+    a, b = system + [1, 2, 3], system + [5, 6, 7, 8]
+    disk = _disk(demo_backend, tmp_path)
+    disk.layout  # (on this thread, as the model thread would)
+    busy, real_scan = threading.Event(), PromptDisk._scan
+    monkeypatch.setattr(PromptDisk, "_scan", lambda self: (busy.wait(30), real_scan(self))[1])
+    for tokens in (a, b, a + [9, 9]):
+        disk.put(np.array(tokens), _kv(demo_backend, tokens)[0], ())
+    assert len(disk._pending) == 2  # a's first snapshot gave way to its next; b's stays
+    busy.set()
+    assert disk.flush()
+    assert sorted(len(f.tokens) for f in disk._index.values()) == [len(b), len(a) + 2]
+
+
+def test_a_write_in_progress_is_no_cache_file(demo_backend, tmp_path):
+    """A file under a write's temporary name (a dot-name, also one another process is writing) is never read
+    back and never counted or evicted."""
+    tokens = list(range(100, 300))
+    c = _cache(demo_backend, tmp_path)
+    c.store(tokens, _kv(demo_backend, tokens)[0])
+    c.disk.flush()
+    [f] = tmp_path.glob("*.safetensors")
+    tmp = tmp_path / f".{f.stem}.999999.tmp.safetensors"
+    f.rename(tmp)
+    restarted = _disk(demo_backend, tmp_path, max_bytes=1)
+    assert restarted.best(np.array(tokens + [1]))[1] == 0 and restarted.stats()["entries"] == 0
+    restarted.put(np.array(tokens[:100]), _kv(demo_backend, tokens[:100])[0], ())  # a write: over the budget
+    assert restarted.flush() and tmp.exists()
+
+
+def test_a_directory_that_cannot_be_used_keeps_nothing_queued(demo_backend, tmp_path):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the directory should be")
+    disk = _disk(demo_backend, blocked)
+    for n in (100, 120, 140):
+        tokens = list(range(100, 100 + n))
+        disk.put(np.array(tokens), _kv(demo_backend, tokens)[0], ())
+        assert disk.flush(timeout=10)
+    assert disk.stats()["pending"] == 0 and disk.stats()["entries"] == 0
+
+
 def _req(msgs, **kw):
     return ChatRequest(model="tinytitan-demo", messages=tuple(Message(r, c) for r, c in msgs), temperature=0,
                        max_tokens=6, **kw)

@@ -6,15 +6,18 @@ Rules:
   by the model listings too), the format version, the cache layout
   (cache classes, KV heads and widths, dtype, KV bits) and the ids it holds (with their spans, so an answer's
   ids stay spliceable after a restart). The file name is a digest of all of that.
-- Written off the request path: ``put`` hands a snapshot to the writer thread (the newest snapshot of a
-  conversation replaces one still waiting, where it can be trimmed back to it); the file is written under a temporary name and renamed into place,
-  so a torn file is never read. A prefix already on disk is not written again; a file whose ids are a prefix
-  of the new one's is removed (superseded) where the new one can be trimmed back to it, as in memory (a
-  prompt's checkpoint outlives its answer's file: cache/checkpoint.py). So is a file whose prompt the new one
-  starts with, all but a transient opening, but whose answer it parts from (the answer came back otherwise, or the
-  template writes that turn otherwise once answered), as in memory: a file says where its answer starts
-  (``tinytitan_prompt_tokens``; one written before that said nothing is left alone) and how much of its prompt
-  a later turn repeats, where that was known (``tinytitan_lasting_prompt``; else all of it).
+- Written off the request path: ``put`` hands a snapshot to the writer thread (a snapshot replaces one still
+  waiting whose ids it starts with, where it can be trimmed back to it: the newest of a conversation; another
+  conversation's, even one opening with the same system prompt, stays queued); the file is written under a
+  temporary name (a dot-name, never read as a cache file) and renamed into place, so a torn file is never read. A
+  prefix already on disk is not written again, unless its file failed to load (it is written anew); a file whose
+  ids are a prefix of the new one's is removed (superseded) where the new one can be trimmed back to it, as in
+  memory (a prompt's checkpoint outlives its answer's file: cache/checkpoint.py). So is a file whose prompt the
+  new one starts with, all but a transient opening, but whose answer it parts from (the answer came back
+  otherwise, or the template writes that turn otherwise once answered), as in memory: a file says where its answer
+  starts (``tinytitan_prompt_tokens``; one written before that said nothing is left alone) and how much of its
+  prompt a later turn repeats, where that was known (``tinytitan_lasting_prompt``; else all of it). A directory
+  that cannot be used (its index cannot be read) keeps nothing queued.
 - Bounded: past ``max_bytes`` the least recently used files (modification time, touched on each read) go,
   down to ``EVICT_TO`` of it. The directory is counted (every file's size, every model's) only when the bytes
   written there since the last count — by any model of this process: one ``Tally`` per directory — may have
@@ -48,8 +51,8 @@ import numpy as np
 
 from ...models import weights_digest
 from ..prompt.splice import Span
-from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, evict_lru, prompt_tokens, read_metadata,
-                         snapshot, tally_of)
+from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, cache_files, evict_lru, prompt_tokens,
+                         read_metadata, snapshot, tally_of)
 from .prefix_index import PrefixIndex, Reusable
 
 log = logging.getLogger("tinytitan.cache")
@@ -72,7 +75,8 @@ class PromptDisk:
         self._by_layout: dict[str, Reusable[OnDisk]] = {}  # ... by layout
         self._answered: dict[str, PrefixIndex[OnDisk]] = {}  # ... those with an answer to trim, by their prompt
         self._lock = threading.Lock()
-        self._pending: dict[bytes, tuple] = {}  # lineage (first ids) -> newest snapshot waiting
+        self._pending: dict[bytes, tuple] = {}  # ids -> a snapshot waiting to be written
+        self._dead = False  # the directory cannot be used: nothing is queued
         self._wake = threading.Condition(self._lock)
         self._busy = False
         self._checked = False
@@ -149,7 +153,7 @@ class PromptDisk:
         """The directory's files of this model, from their headers (the writer thread, at start)."""
         found, others, stale, now = [], 0, 0, time.time()
         self.dir.mkdir(parents=True, exist_ok=True)
-        for p in sorted(self.dir.glob("*" + SUFFIX)):
+        for p in sorted(cache_files(self.dir)):
             try:
                 meta = read_metadata(p)
             except (OSError, ValueError, struct.error) as exc:
@@ -268,11 +272,16 @@ class PromptDisk:
 
         layout = self.layout  # here, on the model thread
         snap = snapshot(kv)
-        # the newest snapshot of a conversation replaces one waiting, where it can be trimmed back to it (a
-        # prompt's checkpoint stays queued beside its answer's entry)
-        key = tokens[:MIN_TOKENS].tobytes() if kv_trimmable(snap) else tokens.tobytes()
+        trimmable = kv_trimmable(snap)
         with self._lock:
-            self._pending[key] = (tokens, snap, spans, layout, lasting_prompt)
+            if self._dead:
+                return
+            if trimmable:  # it replaces a waiting snapshot it starts with (see the rules)
+                for key, (waiting, waiting_snap, *_) in list(self._pending.items()):
+                    if (len(waiting) <= len(tokens) and np.array_equal(waiting, tokens[:len(waiting)])
+                            and kv_trimmable(waiting_snap)):
+                        del self._pending[key]
+            self._pending[tokens.tobytes()] = (tokens, snap, spans, layout, lasting_prompt)
             self._wake.notify()
 
     def flush(self, timeout: float = 30.0) -> bool:
@@ -294,8 +303,9 @@ class PromptDisk:
             self._scan()
         except Exception:
             log.warning("prompt cache on disk: %s cannot be used", self.dir, exc_info=True)
-            with self._lock:
-                self._index, self._busy = {}, False
+            with self._lock:  # nothing will be written: nothing is kept waiting either
+                self._index, self._busy, self._dead = {}, False, True
+                self._pending.clear()
                 self._wake.notify_all()
             return
         with self._lock:
@@ -324,8 +334,9 @@ class PromptDisk:
         from .entries import kv_trimmable
 
         path = self.dir / (self._name(tokens, layout) + SUFFIX)
-        if path.exists():
-            return
+        with self._lock:
+            if path in (self._index or {}):  # on disk and readable (one that failed to load was dropped: rewritten)
+                return
         trimmable = kv_trimmable(snap)
         tmp = self.dir / f".{path.stem}.{os.getpid()}.tmp{SUFFIX}"
         meta = {"tinytitan_format": FORMAT, "tinytitan_weights": self.digest, "tinytitan_layout": layout,

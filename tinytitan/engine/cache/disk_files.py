@@ -157,11 +157,17 @@ def tally_of(directory: Path) -> Tally:
         return _TALLIES.setdefault(os.path.realpath(directory), Tally())
 
 
+def cache_files(directory: Path) -> list[Path]:
+    """The directory's cache files, never a temporary one a write is under (``.NAME.PID.tmp.safetensors``: a
+    pattern matches dot-names too)."""
+    return [p for p in directory.glob("*" + SUFFIX) if not p.name.startswith(".")]
+
+
 def evict_lru(directory: Path, budget: int, to: float) -> tuple[int, list[Path]]:
     """Count the directory's cache files (every model's); where they pass ``budget``, remove the least recently
     used (modification time) until they hold ``to`` of it. → (the bytes left, the files removed)."""
     files = []
-    for p in directory.glob("*" + SUFFIX):
+    for p in cache_files(directory):
         try:
             st = p.stat()
         except OSError:
