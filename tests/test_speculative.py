@@ -176,6 +176,8 @@ class StepBackend:
     """What a decoder row asks its backend for, around the demo model: the test's own sampler, processors and
     proposer, a prompt cache of one entry (``kv`` holding ``cached`` tokens; what a row leaves is ``stored``)."""
 
+    max_bytes = 0  # (a cache that cannot be trimmed back would leave a checkpoint of its prompt: none fits)
+
     def __init__(self, model, tok, sampler, processors, mask, eos, policy, proposer, kv, cached):
         self.model, self.tokenizer, self.stream = model, tok, None
         self.hooks = (sampler, list(processors))
@@ -412,3 +414,56 @@ def test_a_draft_model_whose_tokenizer_differs_is_refused_by_name(demo_backend, 
     with pytest.raises(DraftModelRefused, match=r"--draft-model other-model: its tokenizer does not agree"):
         load_draft_model(other, demo_backend.tokenizer, name="other-model")
     assert tokenizer_mismatch(demo_backend.tokenizer, load_tokenizer(demo_backend.path)) is None
+
+
+class Windowed:
+    """The demo model with a sliding-window cache in every layer (as Gemma's and gpt-oss's local layers have)."""
+
+    def __init__(self, model, size: int):
+        self.model, self.size, self.layers = model, size, model.layers
+
+    def __call__(self, *args, **kwargs):
+        return self.model(*args, **kwargs)
+
+    def make_cache(self):
+        from mlx_lm.models.cache import RotatingKVCache
+
+        return [RotatingKVCache(max_size=self.size) for _ in self.layers]
+
+
+def test_a_cache_that_cannot_always_be_trimmed_is_named_so():
+    from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache
+
+    from tinytitan.engine.cache.entries import kv_stays_trimmable
+
+    assert kv_stays_trimmable([KVCache(), CacheList(KVCache(), KVCache())])
+    assert not kv_stays_trimmable([KVCache(), RotatingKVCache(max_size=4096)])  # trimmable now, not past its window
+    assert not kv_stays_trimmable([KVCache(), CacheList(KVCache(), ArraysCache(2))])
+    assert not kv_stays_trimmable(object())  # no KV cache at all (a scripted run)
+
+
+def test_a_row_on_a_sliding_window_cache_decodes_without_drafts_and_gives_the_same_tokens(demo):
+    """Past its window a rotating cache cannot be trimmed: a rejected draft would stay in it and every later
+    token would be computed on it. Such a row does not draft, and decodes what mlx-lm decodes."""
+    from tinytitan.engine.speculative.sampling import RowSampler
+
+    model, tok = demo
+    windowed = Windowed(model, 48)
+    TOKENIZERS[id(windowed)] = tok
+    ids = copy_prompt(tok)
+    assert len(ids) > 48
+    want = plain_decode(windowed, ids, 48)
+    policy = DraftPolicy()
+    got, accepted, _ = drafted_decode(windowed, ids, 48, RowSampler(), policy=policy)
+    assert got == want and policy.drafted == 0
+
+
+def test_a_draft_model_whose_cache_cannot_always_be_trimmed_is_refused_by_name(demo, demo_backend, monkeypatch):
+    import mlx_lm.utils
+
+    from tinytitan.engine.speculative.draft_model import DraftModelRefused, load_draft_model
+
+    model, tok = demo
+    monkeypatch.setattr(mlx_lm.utils, "load_model", lambda path, **kw: (Windowed(model, 64), {}))
+    with pytest.raises(DraftModelRefused, match=r"--draft-model windowed: its KV cache cannot always be trimmed"):
+        load_draft_model(demo_backend.path, tok, name="windowed")

@@ -60,6 +60,19 @@ def kv_trimmable(kv: list) -> bool:
     return all(getattr(c, "is_trimmable", lambda: False)() for c in kv)
 
 
+def kv_stays_trimmable(kv) -> bool:
+    """Whether every layer of a KV cache can be trimmed back now and stays so as it grows (what drafting needs:
+    a rejected draft is trimmed off): no sliding-window layer (mlx-lm's rotating cache cannot be trimmed once
+    past its window) and no recurrent state (never trimmable)."""
+    def stays(c) -> bool:
+        inner = getattr(c, "caches", None)  # mlx-lm's CacheList: its layers'
+        if isinstance(inner, (list, tuple)):
+            return all(stays(x) for x in inner)
+        return getattr(c, "max_size", None) is None and getattr(c, "is_trimmable", lambda: False)()
+
+    return isinstance(kv, list) and all(stays(c) for c in kv)
+
+
 # -- what an entry (or a file on disk: cache/disk_files.py) holds past its prompt ------------------------------
 def lasting_part(lasting: int | None, prompt: int | None) -> int | None:
     """How many of a prompt's ``prompt`` ids a later turn repeats: ``lasting`` where known and within the prompt

@@ -4,7 +4,9 @@ Rules:
 - A row is opened (``open``) before its first step: its KV cache starts where its backend's ``start`` says
   (the longest cached prefix of its prompt; a vision model's images read there too), or empty; its sampler
   and logits processors are made (guarded: one that raises marks this row failed, never the step it ran in),
-  and its DecodeLoop is started. The cache goes to the forward, which holds it from then on.
+  and its DecodeLoop is started. The cache goes to the forward, which holds it from then on. It drafts (a
+  speculator) only where its cache stays trimmable: a rejected draft is trimmed off, which a sliding-window
+  layer past its window or a recurrent one cannot do (mlx-lm's own speculative decoding refuses them too).
 - ``accept(token)`` hands it one sampled token, as mlx-lm's ``stream_generate`` would report it: the
   end-of-turn token ends it (not content), a client stop string ends it, its output cap ends it (once, here:
   nothing else counts its tokens). What ended it is recorded on the row (``ending``); nothing is sent or
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ...events import Failed
 from ..backends.base import Backend
-from ..cache.entries import Kept
+from ..cache.entries import Kept, kv_stays_trimmable
 from ..prompt.prepare import Prepared
 from .token_events import DecodeLoop
 from ..prompt.raw import IncrementalText
@@ -118,7 +120,8 @@ class Row:
             import mlx.core as mx
 
             mx.random.seed(int(prepared.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
-        self.speculator = backend.speculator(prepared, self.loop, self.tokens)
+        # drafts only where a rejected draft can always be trimmed off its cache (no sliding window, no recurrence)
+        self.speculator = backend.speculator(prepared, self.loop, self.tokens) if kv_stays_trimmable(kv) else None
         self.release_draft = self.speculator.release if self.speculator is not None else None
         # a seeded sampler's key chain: a verify moves it on by the rows used, a leave sets it back (scheduler.py)
         self.draws = sampler if getattr(sampler, "seed", None) is not None else None

@@ -149,8 +149,9 @@ def _verify(model, lane: Lane, kv: list, s: Verify) -> tuple[int, ...]:
     samples = lane.samples(logits, inputs, len(s.tokens))
     tokens = samples.tolist()
     n = accepted_prefix(s.drafts, tokens)
-    if len(s.drafts) > n:
-        trim_prompt_cache(kv, len(s.drafts) - n)
+    if len(s.drafts) > n and trim_prompt_cache(kv, len(s.drafts) - n) != len(s.drafts) - n:
+        # (a row drafts only on a cache that stays trimmable: Row.open) never a cache left holding rejected tokens
+        raise RuntimeError("the KV cache could not be trimmed past a rejected draft")
     lane.verified([*s.tokens, *s.drafts[:n]])
     return tuple(tokens[:n + 1])
 

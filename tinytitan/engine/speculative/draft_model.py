@@ -4,7 +4,8 @@ Rules:
 - A draft model is admitted only when its tokenizer agrees with the served model's: the same token for
   every id (the same vocabulary, the same ids) and the same ids for a probe text. Otherwise it is refused,
   naming ``--draft-model`` and what differs: a draft in another tokenizer's ids would be verified as
-  nonsense.
+  nonsense. So is one whose KV cache cannot always be trimmed back (sliding-window or recurrent layers): its
+  rejected guesses would stay in it. (A served model's row drafts only on such a cache too: rows.py.)
 - The proposer keeps one KV cache of the draft model's own. Before each proposal it follows the history by
   their longest common prefix (trimmed back past a rejected draft, extended by the tokens that came since),
   so one proposer serves request after request and reuses what it read of the last one. One request drafts
@@ -60,6 +61,13 @@ def load_draft_model(path: str | Path, model_tokenizer, name: str | None = None)
     if why is not None:
         raise DraftModelRefused(f"--draft-model {name}: its tokenizer does not agree with the model's: {why}")
     model, _ = load_model(path)
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from ..cache.entries import kv_stays_trimmable
+
+    if not kv_stays_trimmable(make_prompt_cache(model)):
+        raise DraftModelRefused(f"--draft-model {name}: its KV cache cannot always be trimmed back (sliding-window "
+                                "or recurrent layers): guesses it must take back would stay in it")
     return model
 
 
