@@ -415,6 +415,67 @@ async def test_a_waiting_member_of_another_model_whose_client_left_is_let_go_uno
         demo.ensure_loaded()  # (the session's demo model, should the other have been loaded after all)
 
 
+async def test_a_merge_into_the_batch_that_fails_ends_its_rows_and_the_engine_serves_on(demo, monkeypatch):
+    """The merge of joining rows into the batch raises (out of memory, say): those rows and the batch's fail
+    with it, each ending its stream, every place comes back, and the next requests are served."""
+    from tinytitan.engine.decode import batch
+
+    real, calls = batch.Batch.add, []
+
+    def add(self, row_ids, caches):
+        calls.append(list(row_ids))
+        if len(calls) == 1:
+            raise MemoryError("the merge could not be allocated")
+        return real(self, row_ids, caches)
+
+    monkeypatch.setattr(batch.Batch, "add", add)
+    engine = Engine(demo, max_batch=2)
+    got: dict = {}
+    with trio.fail_after(60):
+        async with trio.open_nursery() as n:
+            for i, text in enumerate(("Explain recursion.", "Describe a forest.")):
+                async def one(i=i, text=text):
+                    got[i] = await run(engine, req(text, max_tokens=8))
+
+                n.start_soon(one)
+    assert calls and all(isinstance(got[i][-1], (Failed, Finished)) for i in got)
+    assert any(isinstance(got[i][-1], Failed) for i in got)
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 2)
+    with trio.fail_after(60):
+        again = await run(engine, req("Name a colour.", max_tokens=4))
+    assert isinstance(again[-1], Finished)
+
+
+async def test_a_row_whose_cache_cannot_be_taken_out_of_the_batch_fails_alone(demo, monkeypatch):
+    """Taking an ended row's cache out of the batch raises: that row's cache is not kept, and the rows decoding
+    beside it go on to their ends (a row's own failure is never the step's)."""
+    from tinytitan.engine.decode import ragged
+
+    real, calls = ragged.RaggedKVCache.extract, []
+
+    def extract(self, idx):
+        calls.append(idx)
+        if len(calls) == 1:
+            raise MemoryError("the row's cache could not be copied out")
+        return real(self, idx)
+
+    monkeypatch.setattr(ragged.RaggedKVCache, "extract", extract)
+    engine = Engine(demo, max_batch=3)
+    reqs = {"short": req("Name a colour.", max_tokens=3), "a": req("Explain recursion.", max_tokens=30),
+            "b": req("Describe a forest.", max_tokens=30)}
+    got: dict = {}
+    with trio.fail_after(60):
+        async with trio.open_nursery() as n:
+            for key, r in reqs.items():
+                async def one(key=key, r=r):
+                    got[key] = await run(engine, r)
+
+                n.start_soon(one)
+    assert calls
+    assert isinstance(got["a"][-1], Finished) and isinstance(got["b"][-1], Finished)
+    assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 3)
+
+
 async def test_a_lone_constrained_request_reads_forced_runs_in_one_pass(demo, monkeypatch):
     """Alone, a request's grammar-forced tokens (keys, punctuation) are read in one forward pass a run, and it
     decodes exactly what mlx-lm's own token-by-token decoding gives it (``stream_generate`` with the same

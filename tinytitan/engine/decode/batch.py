@@ -59,16 +59,19 @@ class Batch:
         self.holes += [0] * len(row_ids)
 
     def remove(self, row_id: int) -> list:
-        """A row leaves: its own cache (its valid positions only)."""
+        """A row leaves: its own cache (its valid positions only). It is out of the batch even where its cache
+        could not be taken out (the error is raised then): the others go on without it."""
         i = self.order.index(row_id)
-        kv = [layer.extract(i) for layer in self.kv]
-        keep = [j for j in range(len(self.order)) if j != i]
-        del self.order[i], self.holes[i]
-        if keep:
-            for layer in self.kv:
-                layer.filter(keep)
-        else:
-            self.kv = None
+        try:
+            kv = [layer.extract(i) for layer in self.kv]
+        finally:
+            keep = [j for j in range(len(self.order)) if j != i]
+            del self.order[i], self.holes[i]
+            if keep:
+                for layer in self.kv:
+                    layer.filter(keep)
+            else:
+                self.kv = None
         return kv
 
     def clear(self) -> list[int]:

@@ -224,25 +224,37 @@ class Forward:
                     out.failed[row_id] = exc
             for s in plan.alone:
                 self._alone(s, rows[s.row], out)
-            try:
-                joining = [i for i in plan.join if i not in out.failed]
-                if joining:
-                    for row_id in joining:
+            joining = []
+            for row_id in plan.join:
+                if row_id not in out.failed:
+                    try:
                         self._joins(rows[row_id])
+                        joining.append(row_id)
+                    except Exception as exc:  # this row fails, not the batch it was to join
+                        self._drop(row_id)
+                        out.failed[row_id] = exc
+            try:
+                if joining:
                     self.batch.add(joining, [self.caches.pop(i) for i in joining])
-                if plan.batch:
-                    steps = {s.row: s for s in plan.batch}
+                steps = {s.row: s for s in plan.batch if s.row not in out.failed}
+                if steps:
                     tokens, verified = self.batch.step(steps, self.lanes)
                     out.tokens.update(tokens)
                     out.verified.update(verified)
                     for row_id in steps:
                         out.pending[row_id] = self.lanes[row_id].pending is not None
                         out.read[row_id] = self.lanes[row_id].read
-            except Exception as exc:  # the batched forward pass failed: the rows in it fail, the others go on
-                log.exception("batched decode step failed")
-                for row_id in self.fail_batch():
+            except Exception as exc:  # the merge or the batched pass failed: the rows in it (and those that were
+                log.exception("batched decode step failed")  # joining it) fail, the others go on
+                for row_id in {*self.fail_batch(), *joining}:
+                    self._drop(row_id)
                     out.failed[row_id] = exc
         return out
+
+    def _drop(self, row_id: int) -> None:
+        """A row failed in a step: its lane and whatever cache of its own it still has go."""
+        self.lanes.pop(row_id, None)
+        self.caches.pop(row_id, None)
 
     def _joins(self, row: "Row") -> None:
         """A row about to join the batch: its lane; where its prompt is read but the last token, its checkpoint
@@ -260,8 +272,7 @@ class Forward:
             lane = self._lane(row)
             tokens = step_alone(self.model, lane, self.caches[s.row], s, self.checkpoints)
         except Exception as exc:  # its cache may be half-written: dropped with it
-            self.lanes.pop(s.row, None)
-            self.caches.pop(s.row, None)
+            self._drop(s.row)
             out.failed[s.row] = exc
             return
         out.read[s.row] = lane.read
