@@ -2,8 +2,8 @@
 
 Rules:
 - A row speculates when its model's server drafts (prompt lookup unless turned off, or a draft model) and
-  its request does not say ``speculative: false``; it drafts alone and in the batch alike (in a batch whose
-  cache cannot hold holes — a sliding window, a recurrent state — it decodes without drafts there). Its
+  its request does not say ``speculative: false``, and its KV cache stays trimmable (no sliding window, no
+  recurrent state: a rejected draft is trimmed off; rows.py); it drafts alone and in the batch alike. Its
   proposer is its own: prompt lookup over its history, or a draft model's cache taken from the backend's
   pool (``release`` gives it back when the row ends).
 - ``expects_draft()`` is asked before the row's pending token is read: when a draft is likely after it, the
