@@ -3,7 +3,9 @@
 Rules:
 - A row speculates when its model's server drafts (prompt lookup unless turned off, or a draft model) and
   its request does not say ``speculative: false``, and its KV cache stays trimmable (no sliding window, no
-  recurrent state: a rejected draft is trimmed off; rows.py); it drafts alone and in the batch alike. Its
+  recurrent state: a rejected draft is trimmed off; rows.py); it drafts alone and in the batch alike (in a
+  batch whose cache cannot hold holes — any layer but a plain KVCache, quantized ones included — it decodes
+  without drafts there). Its
   proposer is its own: prompt lookup over its history, or a draft model's cache taken from the backend's
   pool (``release`` gives it back when the row ends).
 - ``expects_draft()`` is asked before the row's pending token is read: when a draft is likely after it, the
