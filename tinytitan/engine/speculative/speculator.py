@@ -1,13 +1,12 @@
 """One row's drafting, as the decode step uses it: where its drafts come from, how many, what they earned.
 
 Rules:
-- A row speculates when its model's server drafts (prompt lookup unless turned off, or a draft model) and
-  its request does not say ``speculative: false``, and its KV cache stays trimmable (no sliding window, no
-  recurrent state: a rejected draft is trimmed off; rows.py); it drafts alone and in the batch alike (in a
-  batch whose cache cannot hold holes — any layer but a plain KVCache, quantized ones included — it decodes
-  without drafts there). Its
-  proposer is its own: prompt lookup over its history, or a draft model's cache taken from the backend's
-  pool (``release`` gives it back when the row ends).
+- A row speculates when its model's server drafts (prompt lookup unless turned off, or a draft model) and its
+  request does not say ``speculative: false``, and its KV cache stays trimmable (no sliding window, no recurrent
+  state: a rejected draft is trimmed off; rows.py); it drafts alone and in the batch alike (in a batch whose cache
+  cannot hold holes — any layer but a plain KVCache, quantized ones included — it decodes without drafts there).
+  Its proposer is its own: prompt lookup over its history, or a draft model's cache taken from the backend's pool
+  (``release`` gives it back when the row ends).
 - ``expects_draft()`` is asked before the row's pending token is read: when a draft is likely after it, the
   step reads that token without queuing the next forward pass (a draft must be known before the pass that
   verifies it); otherwise the row stays pipelined, as decoding without drafts. Prompt lookup expects one when
