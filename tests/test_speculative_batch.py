@@ -324,3 +324,38 @@ def test_the_batch_cuts_drafts_to_the_width_that_pays():
     forced = [Sample(0, (1, 2, 3, 4, 5, 6), forced=True), Verify(1, (5,), (1, 2, 3)), Next(2), Next(3)]
     got = dear.fit(forced, {0: _Row(), 1: _Row(100, 5), 2: _Row(), 3: _Row()})
     assert got[0] == forced[0] and got[2:] == forced[2:]  # the run whole; the guess kept within its width
+
+
+async def test_a_batch_row_at_its_cap_queues_no_pass_after_its_last_token(demo_backend, watched, monkeypatch):
+    """A drafting batch row whose next token is the last its cap allows reads it with nothing queued after it
+    (``Take``), not held for a draft (``Next(hold)``: a pass sampling a token it can never use); and the answers
+    are what they are without drafts."""
+    from tinytitan.engine.decode import scheduler
+    from tinytitan.engine.decode.plan import Next
+    from tinytitan.engine.engine import Engine
+    from tinytitan.engine.speculative.batch_width import BatchWidth
+
+    monkeypatch.setattr(BatchWidth, "fit", lambda self, steps, rows: steps)
+    monkeypatch.setattr(BatchWidth, "pays", lambda self, drafting, rows: True)
+    at_cap, real_plan = [], scheduler.Scheduler.plan
+
+    def plan(self, waiting):
+        p = real_plan(self, waiting)
+        at_cap.extend(s for s in p.batch if self.rows[s.row].cap_left <= 1)
+        return p
+
+    monkeypatch.setattr(scheduler.Scheduler, "plan", plan)
+    engine = Engine(demo_backend, max_batch=4)
+    for cap in (30, 41, 52):
+        a, b = copy_req(max_tokens=cap), copy_req(max_tokens=cap + 3)
+        expected = [summary(await run(engine, dataclasses.replace(r, speculative=False))) for r in (a, b)]
+        watched[2].append(len(watched[3]))
+        got: dict = {}
+        async with trio.open_nursery() as n:
+            async def one(name, r):
+                got[name] = await run(engine, r)
+
+            n.start_soon(one, "a", a)
+            n.start_soon(one, "b", b)
+        assert [summary(got["a"]), summary(got["b"])] == expected
+    assert at_cap and not [s for s in at_cap if isinstance(s, Next) and s.hold]

@@ -240,10 +240,10 @@ class Scheduler:
         if row.holding or (row.generated and not row.pending):
             last = (row.generated[-1],)
             return Verify(row.id, last, row.drafts) if row.drafts and spec is not None else Sample(row.id, last)
+        if row.cap_left <= 1 and (not in_batch or self.forward.ragged):  # its last: no pass queued after it
+            return Take(row.id)  # (nor a draft: nothing can follow it)
         if spec is not None and for_draft:
             return Next(row.id, hold=True) if in_batch else Take(row.id)
-        if row.cap_left <= 1 and (not in_batch or self.forward.ragged):  # its last: no pass queued after it
-            return Take(row.id)
         return Next(row.id)
 
     def fold(self, plan: Plan, result: StepResult) -> None:
