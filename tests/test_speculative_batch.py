@@ -217,6 +217,22 @@ async def test_a_row_that_cannot_step_out_of_the_batch_fails_alone(demo_backend,
 
 
 # -- drafting inside the batch --------------------------------------------------------------------------------
+async def alone_then_together(engine, watched, a, b) -> dict:
+    """``a`` and ``b`` decoded each alone without drafts, then together in the batch (the watch armed, so they
+    share it): checks each answers as it did alone; the events of each, by name ("a", "b")."""
+    expected = [summary(await run(engine, dataclasses.replace(r, speculative=False))) for r in (a, b)]
+    watched[2].append(len(watched[3]))
+    got: dict = {}
+    async with trio.open_nursery() as n:
+        async def one(name, r):
+            got[name] = await run(engine, r)
+
+        n.start_soon(one, "a", a)
+        n.start_soon(one, "b", b)
+    assert [summary(got["a"]), summary(got["b"])] == expected
+    return got
+
+
 async def test_two_copying_requests_draft_inside_the_batch_and_answer_as_without(demo_backend, watched,
                                                                                   monkeypatch):
     """Two requests copying text decode together: each verifies its drafts in the batch's forward pass (several
@@ -233,16 +249,7 @@ async def test_two_copying_requests_draft_inside_the_batch_and_answer_as_without
     engine = Engine(demo_backend, max_batch=4)
     a = copy_req(max_tokens=120)
     b = copy_req(temperature=0.7, top_k=2, seed=77, max_tokens=120)
-    expected = [summary(await run(engine, dataclasses.replace(r, speculative=False))) for r in (a, b)]
-    watched[2].append(len(watched[3]))
-    got: dict = {}
-    async with trio.open_nursery() as n:
-        async def one(name, r):
-            got[name] = await run(engine, r)
-
-        n.start_soon(one, "a", a)
-        n.start_soon(one, "b", b)
-    assert [summary(got["a"]), summary(got["b"])] == expected
+    got = await alone_then_together(engine, watched, a, b)
     verifies = [(row, s) for row, s in watched[4] if isinstance(s, Verify)]
     assert len({id(row) for row, _ in verifies}) == 2  # both drafted in the batch
     wide = [s for _, s in verifies if len(s.drafts) >= 2]
@@ -348,14 +355,5 @@ async def test_a_batch_row_at_its_cap_queues_no_pass_after_its_last_token(demo_b
     engine = Engine(demo_backend, max_batch=4)
     for cap in (30, 41, 52):
         a, b = copy_req(max_tokens=cap), copy_req(max_tokens=cap + 3)
-        expected = [summary(await run(engine, dataclasses.replace(r, speculative=False))) for r in (a, b)]
-        watched[2].append(len(watched[3]))
-        got: dict = {}
-        async with trio.open_nursery() as n:
-            async def one(name, r):
-                got[name] = await run(engine, r)
-
-            n.start_soon(one, "a", a)
-            n.start_soon(one, "b", b)
-        assert [summary(got["a"]), summary(got["b"])] == expected
+        await alone_then_together(engine, watched, a, b)
     assert at_cap and not [s for s in at_cap if isinstance(s, Next) and s.hold]
