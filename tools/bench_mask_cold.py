@@ -67,25 +67,42 @@ def answer_tokens(backend, prompt, tokens: int):
     return compiled, timed.tokens
 
 
+class GrammarCalls:
+    """A fresh matcher over ``compiled``, its prompt's mask computed (on the thread that makes it): ``one(token)``
+    makes the two calls a sampled token costs, in the engine's order (consume it, then compute the next mask)."""
+
+    def __init__(self, compiled):
+        from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+        self.fill = fill_next_token_bitmask
+        self.matcher = compiled.matcher()
+        self.bitmask = allocate_token_bitmask(1, compiled.vocab_size)
+        self.fill(self.matcher, self.bitmask)
+
+    def one(self, token: int) -> tuple[bool, float, float]:
+        """→ (the token was in the grammar, seconds to consume it, seconds to compute the next mask)."""
+        t0 = time.perf_counter()
+        ok = self.matcher.consume_token(token)
+        t1 = time.perf_counter()
+        self.fill(self.matcher, self.bitmask)
+        t2 = time.perf_counter()
+        return ok and not self.matcher.is_error(), t1 - t0, t2 - t1
+
+    def left(self) -> RuntimeError:
+        return RuntimeError(f"the replayed answer left its grammar: {self.matcher.get_error()}")
+
+
 def replay(compiled, tokens: list[int], between) -> tuple[float, float]:
     """ms per token to consume the token and to compute the next mask, ``between()`` run before each token
     (the engine's order: the pass, then the sampled token consumed, then the next mask)."""
-    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
-
-    matcher = compiled.matcher()
-    bitmask = allocate_token_bitmask(1, compiled.vocab_size)
-    fill_next_token_bitmask(matcher, bitmask)  # the prompt's mask
+    calls = GrammarCalls(compiled)
     fill = consume = 0.0
     for token in tokens:
         between()
-        t0 = time.perf_counter()
-        ok = matcher.consume_token(token)
-        t1 = time.perf_counter()
-        fill_next_token_bitmask(matcher, bitmask)
-        fill += time.perf_counter() - t1
-        consume += t1 - t0
-        if not ok or matcher.is_error():
-            raise RuntimeError(f"the replayed answer left its grammar: {matcher.get_error()}")
+        ok, consumed, filled = calls.one(token)
+        consume, fill = consume + consumed, fill + filled
+        if not ok:
+            raise calls.left()
     return consume / len(tokens) * 1000, fill / len(tokens) * 1000
 
 
@@ -93,22 +110,14 @@ def replay_on_thread(compiled, tokens: list[int], between) -> tuple[float, float
     """``replay`` with the two calls on a thread of their own (glibc normally gives a new thread a malloc
     arena of its own, up to 8 arenas a core), the calling thread waiting for them: ms per token to consume, to
     compute the next mask, and for the handoff there and back (the calling thread's wait less the two calls)."""
-    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
-
-    matcher = compiled.matcher()
-    bitmask = allocate_token_bitmask(1, compiled.vocab_size)
     asks, answers = queue.SimpleQueue(), queue.SimpleQueue()
 
-    def calls() -> None:
+    def work() -> None:
         try:
-            fill_next_token_bitmask(matcher, bitmask)  # the prompt's mask
-            answers.put(None)
+            calls = GrammarCalls(compiled)  # (made there: its memory is that thread's arena's)
+            answers.put(calls)
             while (token := asks.get()) is not None:
-                t0 = time.perf_counter()
-                ok = matcher.consume_token(token)
-                t1 = time.perf_counter()
-                fill_next_token_bitmask(matcher, bitmask)
-                answers.put((ok and not matcher.is_error(), t1 - t0, time.perf_counter() - t1))
+                answers.put(calls.one(token))
         except BaseException as exc:  # the waiting thread raises it, rather than wait for good
             answers.put(exc)
 
@@ -118,9 +127,9 @@ def replay_on_thread(compiled, tokens: list[int], between) -> tuple[float, float
             raise got
         return got
 
-    worker = threading.Thread(target=calls, name="grammar calls")
+    worker = threading.Thread(target=work, name="grammar calls")
     worker.start()
-    answer()
+    calls = answer()
     waited = fill = consume = 0.0
     try:
         for token in tokens:
@@ -131,7 +140,7 @@ def replay_on_thread(compiled, tokens: list[int], between) -> tuple[float, float
             waited += time.perf_counter() - t0
             consume, fill = consume + consumed, fill + filled
             if not ok:
-                raise RuntimeError(f"the replayed answer left its grammar: {matcher.get_error()}")
+                raise calls.left()
     finally:
         asks.put(None)
         worker.join()
