@@ -261,7 +261,7 @@ class PromptDisk:
     def put(self, tokens: np.ndarray, kv: list, spans: tuple[Span, ...], lasting_prompt: int | None = None) -> None:
         """Queue a cache to be written (called on the model thread, right after the generation is stored), with
         how much of its prompt a later turn repeats, where that is known (prompt/rendering.py)."""
-        if len(tokens) < MIN_TOKENS:
+        if len(tokens) < MIN_TOKENS or self._dead:  # (no snapshot taken for a directory that cannot be used)
             return
         held = self._held()
         if held is not None:

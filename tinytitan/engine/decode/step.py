@@ -246,7 +246,7 @@ class Forward:
                         out.read[row_id] = self.lanes[row_id].read
             except Exception as exc:  # the merge or the batched pass failed: the rows in it (and those that were
                 log.exception("batched decode step failed")  # joining it) fail, the others go on
-                for row_id in {*self.fail_batch(), *joining}:
+                for row_id in {*self.batch.clear(), *joining}:  # their caches and lanes dropped
                     self._drop(row_id)
                     out.failed[row_id] = exc
         return out
@@ -288,13 +288,6 @@ class Forward:
         if row_id in self.batch:
             return self.batch.remove(row_id)
         return self.caches.pop(row_id, None)
-
-    def fail_batch(self) -> list[int]:
-        """The batched step failed: every row in it is out, their caches and lanes dropped. The row ids."""
-        failed = self.batch.clear()
-        for row_id in failed:
-            self.lanes.pop(row_id, None)
-        return failed
 
     def close(self) -> None:
         self.batch.clear()
