@@ -133,15 +133,21 @@ def stream_generated(backend, r: ChatRequest) -> list:
     return events
 
 
+async def together(engine: Engine, requests: dict) -> dict:
+    """The requests (by key) sent at once: each one's events, by the same key."""
+    got: dict = {}
+    async with trio.open_nursery() as n:
+        for key, r in requests.items():
+            async def one(key=key, r=r):
+                got[key] = await run(engine, r)
+            n.start_soon(one)
+    return got
+
+
 async def alone_and_together(engine: Engine, requests: list[ChatRequest]) -> tuple[list, list]:
     alone = [summary(await run(engine, r)) for r in requests]
-    together: list = [None] * len(requests)
-    async with trio.open_nursery() as n:
-        for i, r in enumerate(requests):
-            async def one(i=i, r=r):
-                together[i] = summary(await run(engine, r))
-            n.start_soon(one)
-    return alone, together
+    got = await together(engine, dict(enumerate(requests)))
+    return alone, [summary(got[i]) for i in range(len(requests))]
 
 
 async def test_members_decode_what_they_decode_alone(demo):
@@ -430,14 +436,9 @@ async def test_a_merge_into_the_batch_that_fails_ends_its_rows_and_the_engine_se
 
     monkeypatch.setattr(batch.Batch, "add", add)
     engine = Engine(demo, max_batch=2)
-    got: dict = {}
     with trio.fail_after(60):
-        async with trio.open_nursery() as n:
-            for i, text in enumerate(("Explain recursion.", "Describe a forest.")):
-                async def one(i=i, text=text):
-                    got[i] = await run(engine, req(text, max_tokens=8))
-
-                n.start_soon(one)
+        got = await together(engine, {i: req(text, max_tokens=8)
+                                      for i, text in enumerate(("Explain recursion.", "Describe a forest."))})
     assert calls and all(isinstance(got[i][-1], (Failed, Finished)) for i in got)
     assert any(isinstance(got[i][-1], Failed) for i in got)
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 2)
@@ -463,14 +464,8 @@ async def test_a_row_whose_cache_cannot_be_taken_out_of_the_batch_fails_alone(de
     engine = Engine(demo, max_batch=3)
     reqs = {"short": req("Name a colour.", max_tokens=3), "a": req("Explain recursion.", max_tokens=30),
             "b": req("Describe a forest.", max_tokens=30)}
-    got: dict = {}
     with trio.fail_after(60):
-        async with trio.open_nursery() as n:
-            for key, r in reqs.items():
-                async def one(key=key, r=r):
-                    got[key] = await run(engine, r)
-
-                n.start_soon(one)
+        got = await together(engine, reqs)
     assert calls
     assert isinstance(got["a"][-1], Finished) and isinstance(got["b"][-1], Finished)
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 3)
@@ -518,13 +513,7 @@ async def test_a_failing_member_fails_alone(demo):
     engine = Engine(demo, max_batch=3)
     fine = [req("Say something kind.", max_tokens=30), req("Say something wise.", max_tokens=30)]
     expected = [summary(await run(engine, r)) for r in fine]
-    got: dict = {}
-    async with trio.open_nursery() as n:
-        async def one(i, r):
-            got[i] = await run(engine, r)
-
-        for i, r in enumerate(fine + [req("FAIL after a few tokens", max_tokens=30)]):
-            n.start_soon(one, i, r)
+    got = await together(engine, dict(enumerate(fine + [req("FAIL after a few tokens", max_tokens=30)])))
     assert [summary(got[0]), summary(got[1])] == expected
     assert isinstance(got[2][-1], Failed) and "this member's processor broke" in got[2][-1].message
     assert isinstance(got[2][0], Started)
