@@ -117,6 +117,36 @@ def test_eviction(backend):
     assert evicted.cache_miss["reason"] == "evicted"
 
 
+def test_a_prompt_sharing_more_that_kept_no_entry_yet_is_in_flight_not_evicted(backend):
+    """Two sub-agents with the same long system prompt, started together: the second is prepared while the
+    first is still generating (it has stored nothing). Nothing was evicted: the diagnosis says so."""
+    backend.prepare(_req([SYSTEM, ("user", "Find the parser.")]))
+    second = backend.prepare(_req([SYSTEM, ("user", "Find the lexer.")])).cache_miss
+    assert second["reason"] == "in_flight" and second["missed_tokens"] > 32
+    assert "still being generated" in second["detail"]
+    # once the first one's entry is stored and then evicted, the same question reads as evicted
+    _turn(backend, _req([SYSTEM, ("user", "Find the parser.")]))
+    backend.prompt_cache.evict_all()
+    third = backend.prepare(_req([SYSTEM, ("user", "Find the tests.")])).cache_miss
+    assert third["reason"] == "evicted"
+
+
+def test_an_entry_too_large_for_the_budget_reads_as_evicted(demo_tok):
+    """A generation whose cache would not fit the byte budget keeps none: the next turn reads as evicted."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    backend = ScriptedBackend([ScriptEntry("A fine answer.")], demo_tok, prompt_cache=PromptCache(1 << 10))
+    msgs = [SYSTEM, ("user", "Read it.")]
+    p = backend.prepare(_req(msgs))
+    kv = KVCache()
+    n = len(p.tokens)
+    kv.update_and_fetch(mx.zeros((1, 2, n, 64)), mx.zeros((1, 2, n, 64)))
+    assert backend.prompt_cache.store(list(p.tokens), [kv]) is None  # more than the budget: not kept
+    again = backend.prepare(_req(msgs + [("assistant", "Done."), ("user", "And now?")])).cache_miss
+    assert again["reason"] == "evicted"
+
+
 async def test_the_reason_in_the_log_profile_metrics_and_anthropic_diagnostics(serve, backend, caplog):
     import anthropic
 
@@ -213,3 +243,30 @@ def test_a_request_continues_another_after_its_final_answer():
     assert not fp.answered_by(later(answered, tools=()))
     assert not fp.answered_by(later((Message("system", "Another agent."),) + answered[1:]))
     assert not fp.answered_by(later((system, Message("user", "Look at b.py.")) + answered[2:]))
+
+
+def test_renamed_call_ids_are_named_where_the_template_writes_them():
+    """A client that renames its tool calls' ids each turn (the messages otherwise the same): where the prompt parts
+    inside what was cached, the diagnosis names the message whose ids changed, not a template re-render. Ids that
+    change where the content changed earlier are not named: the earlier change is."""
+    from tinytitan.engine.cache.miss import Fingerprint, Probe, diagnose
+
+    def loop(call_id, ask="Read it."):
+        call = ToolCall(call_id, "Read", '{"path": "parser.py"}')
+        return _req([SYSTEM, ("user", ask), Message("assistant", "", (call,)),
+                     Message("tool", "def parse(): ...", tool_call_id=call_id, name="Read"),
+                     ("user", "Go on.")], TOOLS)
+
+    before = Fingerprint.of(loop("call_1"))
+    assert Fingerprint.from_json(json.loads(json.dumps(before.as_json()))) == before  # a group follower's copy
+    probe = Probe(n=300, length=400, fingerprint=before, prompt_length=400, recent=300, any_entry=True)
+    renamed = loop("call_9")
+    miss = diagnose(renamed, Fingerprint.of(renamed), range(500), probe)
+    assert (miss.reason, miss.where) == ("messages_changed", "message 2 (assistant) ids")
+    assert miss.detail == "its tool calls' ids changed, which the template writes"
+    edited = loop("call_9", ask="Read the lexer.")
+    miss = diagnose(edited, Fingerprint.of(edited), range(500), probe)
+    assert (miss.reason, miss.where) == ("messages_changed", "message 1 (user) content")
+    same = loop("call_1")  # nothing changed that the request says: the template wrote it otherwise
+    assert diagnose(same, Fingerprint.of(same), range(500), probe).reason == "template_rerender"
+    assert before.answered_by(Fingerprint.of(_req([*loop("call_9").messages, ("assistant", "Done.")], TOOLS)))

@@ -161,6 +161,7 @@ class Note:
     fingerprint: Any = None
     seq: int = 0  # when it was remembered (a tick of its cache)
     lasting_prompt: int | None = None  # how many of its ids a later turn repeats (prompt/rendering.py; None: all)
+    evicted: bool = False  # an entry holding it was evicted (the byte budget), or would not fit it (cache/miss.py)
 
     def facts(self) -> PromptFacts:
         return PromptFacts(len(self.tokens), self.lasting_prompt, self.fingerprint)

@@ -175,6 +175,8 @@ class PromptCache:
             facts = None
         size = kv_bytes(payload) if like is None else like.nbytes
         if payload is not None and size > self.max_bytes:
+            with self._lock:
+                self._noted_evicted(t)
             log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
                         "kept, so the next turn reads it all again", len(t), size >> 20, self.max_bytes >> 20)
             return None
@@ -215,6 +217,7 @@ class PromptCache:
         self._next += 1
         while self._entries and (self._nbytes() > self.max_bytes or len(self._entries) > self.max_entries):
             old = self._drop(next(iter(self._entries)))
+            self._noted_evicted(old.tokens)
             log.debug("prompt cache: evicted %d tokens (%d bytes)", len(old.tokens), old.nbytes)
         return e.key if e.key in self._entries else None
 
@@ -239,6 +242,12 @@ class PromptCache:
                       and common_prefix(e.tokens[:e.lasting_prompt], t) == e.lasting_prompt)
                      or (e.final and fingerprint is not None and e.fingerprint is not None
                          and e.fingerprint.answered_by(fingerprint) and common_prefix(e.tokens, t) < len(e.tokens)))]
+
+    def _noted_evicted(self, t: np.ndarray) -> None:  # holding the lock
+        """The prompts an entry of ids ``t`` held are evicted with it (for the diagnosis: ``probe``)."""
+        for _, notes in self._noted.prefixes_of(t):
+            for note in notes:
+                note.evicted = True
 
     def _drop(self, key: int) -> Entry:  # holding the lock
         e = self._entries.pop(key)
@@ -278,7 +287,7 @@ class PromptCache:
         """Every entry goes, as the byte budget would take them; what was prepared (the notes) stays."""
         with self._lock:
             for key in list(self._entries):
-                self._drop(key)
+                self._noted_evicted(self._drop(key).tokens)
 
     # -- what the ids say (prompt/splice.py) ----------------------------------------------------------------
     def remember(self, tokens: Sequence[int], spans: tuple[Span, ...], decode: Callable[[Sequence[int]], str],
@@ -302,7 +311,8 @@ class PromptCache:
 
     def probe(self, prompt: Sequence[int], images: Sequence[ImageRun] = ()):
         """What the cache holds nearest a prompt (cache_miss.Probe), without taking anything: the entry (in memory
-        or on disk) sharing the longest prefix, and the longest prefix a recently prepared prompt shared."""
+        or on disk) sharing the longest prefix, and the longest prefix a recently prepared prompt shared (and
+        whether an entry holding that prompt was evicted since: else it kept none yet, cache/miss.py)."""
         from .miss import Probe
 
         p = keyed(prompt, images)
@@ -316,6 +326,8 @@ class PromptCache:
             if e is not None and (n or e.fingerprint is not None):
                 out.n, out.length, out.fingerprint, out.prompt_length = n, len(e.tokens), e.fingerprint, e.prompt_length
             out.recent = self._noted.longest(p)[0]
+            out.evicted = out.recent > 0 and any(note.evicted for _, notes in self._noted.starting_with(p[:out.recent])
+                                                 for note in notes)
         if self.disk is not None:
             f, n = self.disk.peek(p)
             if f is not None and n > out.n:

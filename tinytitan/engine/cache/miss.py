@@ -7,6 +7,8 @@ Rules:
   ``hit``            nothing was lost: the entry is reused whole (the prompt only adds to it)
   ``cold``           nothing cached shares a token with it (a first request, or the cache was emptied)
   ``evicted``        a recent prompt shared more, but its entry is gone (the byte budget evicted it)
+  ``in_flight``      a recent prompt shared more, but it has kept no entry: it is still being generated (a
+                     sub-agent started beside it, or its own next turn holds the entry), or it ended keeping none
   ``system_changed`` a system message differs (``billing_header``: Claude Code's per-session header line)
   ``tools_changed``  the tool definitions differ (added, removed, reordered or edited: the detail says which)
   ``messages_changed`` an earlier message differs (which message, which field: content, reasoning, tool calls)
@@ -40,8 +42,8 @@ from typing import Any, Sequence
 from ...chat_request import ChatRequest, ImagePart, Message
 
 BILLING = "x-anthropic-billing-header"
-REASONS = ("hit", "cold", "evicted", "system_changed", "tools_changed", "messages_changed", "thinking_dropped",
-           "answer_rewritten", "template_rerender", "settings_changed", "not_found")
+REASONS = ("hit", "cold", "evicted", "in_flight", "system_changed", "tools_changed", "messages_changed",
+           "thinking_dropped", "answer_rewritten", "template_rerender", "settings_changed", "not_found")
 
 
 _JSON = json.JSONEncoder(sort_keys=True, default=str)  # one encoder (``json.dumps`` with options makes one a call)
@@ -55,7 +57,9 @@ def _h(value: Any) -> str:
 class Fingerprint:
     system: tuple[str, ...]  # per leading system message, per line (hashes)
     tools: tuple[tuple[str, str], ...]  # (name, hash of the definition)
-    messages: tuple[tuple, ...]  # (role, content, reasoning, tool calls) hashes, and its images' digests (short)
+    # per message: (role, content, reasoning, tool calls) hashes, its images' digests (short), and a hash of the ids
+    # tying calls to results (its calls' ids; a result's call id and tool name), which some templates write
+    messages: tuple[tuple, ...]
     settings: str
 
     @classmethod
@@ -73,34 +77,35 @@ class Fingerprint:
 
     def as_json(self) -> list:
         """As a JSON value (rank 0's message to a group's followers: group/lockstep.py); ``from_json`` reads it."""
-        return [list(self.system), [list(t) for t in self.tools], [[*m[:4], list(m[4])] for m in self.messages],
+        return [list(self.system), [list(t) for t in self.tools], [[*m[:4], list(m[4]), m[5]] for m in self.messages],
                 self.settings]
 
     @classmethod
     def from_json(cls, value: list) -> "Fingerprint":
         system, tools, messages, settings = value
-        return cls(tuple(system), tuple(tuple(t) for t in tools), tuple((*m[:4], tuple(m[4])) for m in messages),
-                   settings)
+        return cls(tuple(system), tuple(tuple(t) for t in tools),
+                   tuple((*m[:4], tuple(m[4]), m[5]) for m in messages), settings)
 
     def answered_by(self, later: "Fingerprint") -> bool:
         """``later``'s request continues this one after a final answer: the same system messages and tools, this
-        one's messages (their thinking aside: a client or a template may drop it), then an assistant message that
-        calls no tool. Such a conversation goes on only with a new user message (a template drops the thinking
-        of the turns before one: Qwen3's), never with this request's tool loop."""
+        one's messages (their thinking and call ids aside: a client may drop or rename them), then an assistant
+        message that calls no tool. Such a conversation goes on only with a new user message (a template drops the
+        thinking of the turns before one: Qwen3's), never with this request's tool loop."""
         n = len(self.messages)
         if len(later.messages) <= n or later.messages[n][0] != "assistant" or later.messages[n][3]:
             return False
         if self.system != later.system or self.tools != later.tools:
             return False
         return later.messages[:n] == self.messages or all(
-            (a[0], a[1], a[3:]) == (b[0], b[1], b[3:]) for a, b in zip(self.messages, later.messages))
+            (a[0], a[1], a[3:5]) == (b[0], b[1], b[3:5]) for a, b in zip(self.messages, later.messages))
 
 
 def _msg(m: Message) -> tuple:
     images = tuple(p.digest[:16] for p in m.parts if isinstance(p, ImagePart))
     text = [m.content, list(m.tool_references)] if m.tool_references else m.content
+    ids = [[c.id for c in m.tool_calls], m.tool_call_id, m.name] if m.tool_calls or m.tool_call_id or m.name else ""
     return (m.role, _h([text, images] if images else text), _h(m.reasoning) if m.reasoning else "",
-            _h([[c.name, c.arguments] for c in m.tool_calls]) if m.tool_calls else "", images)
+            _h([[c.name, c.arguments] for c in m.tool_calls]) if m.tool_calls else "", images, _h(ids) if ids else "")
 
 
 @dataclass(frozen=True)
@@ -131,12 +136,13 @@ class CacheMiss:
 class Probe:
     """What the cache holds nearest a prompt: the entry sharing the longest prefix (``n`` tokens of ``length``),
     the fingerprint and prompt length of the request that made it, and the longest prefix a recently prepared
-    prompt shared (``recent``)."""
+    prompt shared (``recent``), and whether an entry holding that prompt was evicted since (``evicted``)."""
     n: int = 0
     length: int = 0
     fingerprint: Fingerprint | None = None
     prompt_length: int | None = None  # where the entry's answer starts
     recent: int = 0
+    evicted: bool = False
     any_entry: bool = False
     spans: tuple = field(default_factory=tuple)
 
@@ -147,8 +153,12 @@ def diagnose(req: ChatRequest, fp: Fingerprint, tokens: Sequence[int], probe: Pr
     if probe.length and (n >= probe.length or n >= total - 1):
         return CacheMiss("hit", missed_tokens=0, **base)
     if probe.recent > n + 32 and probe.recent > probe.length:
-        return CacheMiss("evicted", missed_tokens=probe.recent - n,
-                         detail=f"a recent prompt shared {probe.recent} tokens; the cache now holds {n}", **base)
+        if probe.evicted:
+            return CacheMiss("evicted", missed_tokens=probe.recent - n,
+                             detail=f"a recent prompt shared {probe.recent} tokens; the cache now holds {n}", **base)
+        return CacheMiss("in_flight", missed_tokens=probe.recent - n,
+                         detail=f"a recent prompt shares {probe.recent} tokens (the cache holds {n}), but has kept no "
+                                f"entry: it is still being generated, or it ended keeping none", **base)
     if not probe.any_entry or (n == 0 and probe.fingerprint is None):
         return CacheMiss("cold", missed_tokens=0, **base)
     lost = probe.length - n
@@ -201,7 +211,7 @@ def _compare(req: ChatRequest, old: Fingerprint, new: Fingerprint, lost: int, ba
     if old.tools != new.tools:
         return CacheMiss("tools_changed", missed_tokens=lost, **_tools_where(old.tools, new.tools), **base)
     for k, (a, b) in enumerate(zip(old.messages, new.messages)):
-        if a == b:
+        if a[:5] == b[:5]:  # (the ids tying calls to results: below)
             continue
         i = _index(new, k)
         role = req.messages[i].role
@@ -211,8 +221,8 @@ def _compare(req: ChatRequest, old: Fingerprint, new: Fingerprint, lost: int, ba
         if a[2] and not b[2]:
             return CacheMiss("thinking_dropped", missed_tokens=lost, where=f"message {i} ({role}) thinking",
                              detail="sent with its thinking before, without it now", **base)
-        if a[4:] != b[4:] and a[1] != b[1]:  # an image of it changed (the first that differs is named)
-            old_images, new_images = (a[4] if len(a) > 4 else ()), b[4]
+        if a[4] != b[4] and a[1] != b[1]:  # an image of it changed (the first that differs is named)
+            old_images, new_images = a[4], b[4]
             j = next((j for j, (x, y) in enumerate(zip(old_images, new_images)) if x != y),
                      min(len(old_images), len(new_images)))
             parts = [p for p in req.messages[i].parts if isinstance(p, ImagePart)]
@@ -229,8 +239,15 @@ def _compare(req: ChatRequest, old: Fingerprint, new: Fingerprint, lost: int, ba
     if old.settings != new.settings:
         return CacheMiss("settings_changed", missed_tokens=lost,
                          detail="tool choice, reasoning level, template variables or output format", **base)
-    # the request only adds to the earlier one, yet the prompt parts inside it: the template rendered it otherwise
+    # the request only adds to the earlier one, yet the prompt parts inside it: the template rendered it otherwise,
+    # or wrote ids that changed (a client that renames its calls' ids each turn), whichever comes first
     k = _thinking_before(req, new)
+    ids = next((_index(new, j) for j, (a, b) in enumerate(zip(old.messages, new.messages)) if a[5] != b[5]), None)
+    if ids is not None and (k is None or ids < k):
+        role = req.messages[ids].role
+        what = "its tool calls' ids" if role == "assistant" else "the call id or tool name it answers"
+        return CacheMiss("messages_changed", missed_tokens=lost, where=f"message {ids} ({role}) ids",
+                         detail=f"{what} changed, which the template writes", **base)
     if k is not None:
         return CacheMiss("thinking_dropped", missed_tokens=lost, where=f"message {k} (assistant) thinking",
                          detail="the template no longer renders an earlier turn's thinking", **base)
