@@ -74,3 +74,25 @@ async def test_a_setting_it_cannot_do_is_refused_by_name(serve, value, param):
     async with httpx.AsyncClient() as c:
         r = await c.post(s.url("/v1/responses"), json={"model": MODEL, "input": "hi", "context_management": value})
     assert r.status_code == 400 and r.json()["error"]["param"].startswith(param), r.text
+
+
+@pytest.mark.parametrize("chained", [True, False])
+async def test_the_turn_after_a_compaction_still_reads_the_turn_it_was_made_for(serve, demo_tok, chained):
+    """The compaction item summarised the turns before the newest user message: the next turn, chained or carried
+    by the client, still reads that message ("Now run the tests."), then the reply to it, as that reply did."""
+    s, backend = await server(serve, demo_tok, SUMMARY, "Running them now.", "Yes.")
+    c = client(s)
+    cm = [{"type": "compaction", "compact_threshold": 20}]
+    first = await c.responses.create(model=MODEL, input=INPUT, store=chained, context_management=cm)
+    assert [o.type for o in first.output] == ["compaction", "message"]
+    later = {"type": "message", "role": "user", "content": "Did they pass?"}
+    cm = [{"type": "compaction", "compact_threshold": 100000}]
+    if chained:
+        await c.responses.create(model=MODEL, input=[later], previous_response_id=first.id, context_management=cm)
+    else:
+        carried = INPUT + [o.model_dump(exclude_none=True) for o in first.output] + [later]
+        await c.responses.create(model=MODEL, input=carried, store=False, context_management=cm)
+    prompt = backend.prompts[-1]
+    assert "def main(): retrun 1" not in prompt  # the summarised turns stay summarised
+    order = [prompt.index(t) for t in (SUMMARY, "Now run the tests.", "Running them now.", "Did they pass?")]
+    assert order == sorted(order) and prompt.count("Now run the tests.") == 1

@@ -9,7 +9,10 @@ Rules:
   newest user turn are summarised; the reply reads the client's standing prompt, that summary and the
   newest turn, and the response's output is the ``compaction`` item, then the reply. Under it, items before
   the latest compaction item are superseded by it (the API: it carries the context needed from there on).
-- The item's ``encrypted_content`` is base64 of JSON ``{v, model, createdAt, mode, summary}`` (v = 1). It
+  Such an item summarised only what came before the newest user turn (``newest`` in its payload): that turn,
+  from its user message up to the item, is still read after it, as the reply read it. (A ``/compact`` item
+  summarised everything before it.)
+- The item's ``encrypted_content`` is base64 of JSON ``{v, model, createdAt, mode, summary[, newest]}`` (v = 1). It
   is not secret: this server only needs to read its own items back. One it cannot read is refused by
   name (``compaction_payload_invalid``).
 """
@@ -34,8 +37,11 @@ CONTEXT_HEADER = "Summary of the earlier conversation (compacted):"
 
 
 # -- the item ---------------------------------------------------------------------------------------------
-def encode(summary: str, mode: str, model: str) -> str:
+def encode(summary: str, mode: str, model: str, newest: bool = False) -> str:
+    """``newest``: the summary leaves out the newest user turn before the item (server-side compaction)."""
     payload = {"v": VERSION, "model": model, "createdAt": int(time.time()), "mode": mode, "summary": summary}
+    if newest:
+        payload["newest"] = True
     return base64.b64encode(json.dumps(payload, ensure_ascii=False).encode()).decode()
 
 
@@ -121,14 +127,23 @@ def _standing(item: dict) -> bool:
 
 def superseded(items: list[dict]) -> list[dict]:
     """The items a conversation under server-side compaction still reads: the standing prompt (leading
-    system / developer messages), then from the latest compaction item on."""
+    system / developer messages), then from the latest compaction item on; where that item left the newest user
+    turn before it out of its summary, that turn after the item, as the turn the item was made for read it."""
     last = max((i for i, item in enumerate(items) if item.get("type") == "compaction"), default=None)
     if last is None:
         return items
     lead = 0
     while lead < len(items) and _standing(items[lead]):
         lead += 1
-    return items[:lead] + items[max(last, lead):]
+    kept: list[dict] = []
+    if decode(items[last]["encrypted_content"], "input").get("newest"):
+        users = [i for i in range(lead, last) if _is_user(items[i])]
+        kept = items[users[-1]:last] if users else []
+    return items[:lead] + [items[last]] + kept + items[last + 1:]
+
+
+def _is_user(item: dict) -> bool:
+    return item.get("type") == "message" and item.get("role") == "user"
 
 
 def split_for_compaction(items: list[dict]) -> tuple[list[dict], list[dict], list[dict]] | None:
@@ -137,7 +152,7 @@ def split_for_compaction(items: list[dict]) -> tuple[list[dict], list[dict], lis
     lead = 0
     while lead < len(items) and _standing(items[lead]):
         lead += 1
-    users = [i for i, item in enumerate(items) if item.get("type") == "message" and item.get("role") == "user"]
+    users = [i for i, item in enumerate(items) if _is_user(item)]
     if not users or users[-1] <= lead or not transcript(items[lead:users[-1]]).strip():
         return None
     return items[:lead], items[lead:users[-1]], items[users[-1]:]

@@ -264,13 +264,13 @@ class OpenAIResponses(StoredResponses, Protocol):
         compactor = self.engine.summariser(v.body["model"])
         stream = bool(v.body.get("stream"))
         machine = self.machine(v, model_id, stream, entry="compacted")
-        result: dict = {}
+        result: dict = {"newest": True}  # the item leaves the newest turn out of its summary (compaction.py)
         machine.context["compaction"] = result
         keepalive = self.spec.extra.get("keepalive_seconds")
 
         def reply(summary: str):
             item = {"type": "compaction", "encrypted_content": compaction.encode(summary, result.get("mode", "model"),
-                                                                                model_id)}
+                                                                                model_id, newest=True)}
             req = self.request_for(v, standing + [item] + newest)
             log.info("context_management: %d older item(s) compacted before the reply", len(older))
             return self.engine.session(req, keepalive, streamed=stream)
@@ -313,7 +313,7 @@ class OpenAIResponses(StoredResponses, Protocol):
         model_id, _ = self.engine.resolve(v.body["model"])
         compactor = self.engine.summariser(v.body["model"])
         machine = self.machine(v, model_id, bool(v.body.get("stream")), entry="compaction")
-        result: dict = {}
+        result: dict = {"newest": True}  # the item leaves the newest turn out of its summary (compaction.py)
         machine.context["compaction"] = result
         machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
         items = [i for i in items if i.get("type") != "compaction_trigger"]

@@ -113,8 +113,9 @@ def close(m: Machine, ev) -> None:
             arguments = None
         item["arguments"] = arguments if isinstance(arguments, dict) else {}
     if item["kind"] == "compaction":
-        mode = (m.context.get("compaction") or {}).get("mode", "model")
-        item["encrypted_content"] = compaction.encode(item["text"], mode, m.context["model"])
+        made = m.context.get("compaction") or {}
+        item["encrypted_content"] = compaction.encode(item["text"], made.get("mode", "model"), m.context["model"],
+                                                      newest=made.get("newest", False))
     m.vars.closed = item
 
 
