@@ -97,6 +97,23 @@ async def test_generate(serve, demo_tok):
     assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
 
 
+async def test_a_chat_with_no_messages_loads_the_model(serve, demo_tok):
+    """`ollama run` and `ollama.chat(model)` load a model with a chat of no messages (the Go client sends null):
+    answered at once, nothing generated, as Ollama does. A model not served is still its 404."""
+    backend = Recording([ScriptEntry("never read")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    loaded = await client(s).chat(model=MODEL)
+    assert loaded.done and loaded.done_reason == "load" and loaded.message.content == ""
+    async with httpx.AsyncClient() as h:
+        for body in ({"messages": None}, {"messages": []}, {"messages": [], "keep_alive": 0, "stream": True}):
+            r = await h.post(s.url("/api/chat"), json={"model": MODEL, **body})
+            assert r.status_code == 200, (body, r.text)
+            assert r.json()["message"] == {"role": "assistant", "content": ""} and r.json()["done_reason"] == "load"
+        r = await h.post(s.url("/api/chat"), json={"model": "no-such-model", "messages": []})
+        assert r.status_code == 404 and "no-such-model" in r.json()["error"]
+    assert backend.prompts == []
+
+
 async def test_generate_refuses_fill_in_the_middle_where_the_model_has_no_tokens_for_it(serve):
     s = await serve(["x"])
     with pytest.raises(ollama.ResponseError) as err:

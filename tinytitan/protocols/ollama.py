@@ -226,7 +226,7 @@ class Ollama(Protocol):
         return {"ollama": fold_ollama}
 
     def handlers(self):
-        return {"generate": self.generate, "complete": self.complete, "tags": self.tags, "show": self.show,
+        return {"chat": self.chat, "complete": self.complete, "tags": self.tags, "show": self.show,
                 "ps": self.ps, "version": self.version, "unsupported": self.unsupported}
 
     def extra_context(self, v: Validated) -> dict:
@@ -240,14 +240,24 @@ class Ollama(Protocol):
         return req
 
     # -- routes --------------------------------------------------------------------------------------------
+    async def chat(self, call: Call) -> Reply:
+        v = await self.checked(call, handler="chat")
+        if not v.body.get("messages"):  # none, null or []: `ollama run` / `ollama.chat(model)` loading it
+            return self._loaded(v, message={"role": "assistant", "content": ""})
+        return await self.respond(v, self.engine.apply_model(self.chat_request(v)))
+
     async def complete(self, call: Call) -> Reply:
         v = await self.checked(call, handler="complete")
         if not v.body.get("prompt") and v.body.get("suffix") is None:
-            # Ollama's way to load a model: an empty prompt answers at once, nothing generated
-            self.engine.model_info(served_name(v.body["model"]))
-            return Reply({"model": v.body["model"], "created_at": iso_time(), "response": "", "done": True,
-                          "done_reason": "load"})
+            return self._loaded(v, response="")
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
+
+    def _loaded(self, v: Validated, **answer) -> Reply:
+        """Ollama's way to load a model: a request with nothing to continue answers at once, nothing generated
+        (``done_reason: load``; the model stays resident whatever ``keep_alive`` says, so never ``unload``)."""
+        self.engine.model_info(served_name(v.body["model"]))
+        return Reply({"model": v.body["model"], "created_at": iso_time(), **answer, "done": True,
+                      "done_reason": "load"})
 
     def _entry(self, card: dict, facts: dict) -> dict:
         """What ``/api/tags`` lists: for a model of an Ollama library, its manifest's digest, size and time and
