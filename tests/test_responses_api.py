@@ -121,6 +121,29 @@ async def test_input_items_pagination(serve):
         assert bad.status_code == 400 and bad.json()["error"]["param"] == param
 
 
+async def test_input_items_list_ordinary_input_as_the_sdk_reads_it(serve):
+    """An assistant turn sent as a string or as output_text parts is listed with its ``annotations``; a user's
+    ``text`` part as ``input_text``: every listing validates strictly. A function call without ``arguments`` or
+    an item of an unknown ``status`` is refused by name, as the API does."""
+    import strict
+
+    s = await serve(["ok"] * 3)
+    c = client(s)
+    said = [{"role": "user", "content": [{"type": "text", "text": "q"}]}, {"role": "assistant", "content": "a"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "b"}]},
+            {"role": "user", "content": "hi"}]
+    r = await c.responses.create(model=MODEL, input=said)
+    listed = (await get(s, f"/v1/responses/{r.id}/input_items", params={"order": "asc"})).json()
+    strict.response_item_list(listed)
+    assert [p["type"] for i in listed["data"] for p in i["content"]] == ["input_text", "output_text", "output_text",
+                                                                        "input_text"]
+    assert listed["data"][1]["content"][0]["annotations"] == []
+    for item, param in [({"type": "function_call", "call_id": "c1", "name": "f"}, "input[1].arguments"),
+                        ({"type": "message", "role": "user", "content": "x", "status": "bogus"}, "input[1].status")]:
+        bad = await post(s, "/v1/responses", {"model": MODEL, "input": [{"role": "user", "content": "q"}, item]})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == param, bad.text
+
+
 async def test_previous_response_id_chain(serve):
     s = await serve(["First answer.", "Second answer.", "Third answer."])
     prompts = record_prompts(s)

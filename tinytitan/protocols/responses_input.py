@@ -85,9 +85,7 @@ def normalise_input(value) -> list[dict]:
             item["type"] = "message" if "role" in item else "item_reference"
         kind = item["type"]
         if kind == "message":
-            if not isinstance(item.get("content"), list):
-                part = "output_text" if item["role"] == "assistant" else "input_text"
-                item["content"] = [{"type": part, "text": item.get("content") or ""}]
+            item["content"] = _message_parts(item)
             item.setdefault("status", "completed")
         elif kind == "function_call":
             if not isinstance(item.get("arguments", ""), str):
@@ -101,6 +99,24 @@ def normalise_input(value) -> list[dict]:
             item["id"] = new_id(ID_PREFIX.get(kind, "item_"))
         items.append(item)
     return items
+
+
+def _message_parts(item: dict) -> list[dict]:
+    """A message's content as the API lists it back (``input_items``): parts, an assistant's text as
+    ``output_text`` with its ``annotations``, anyone else's as ``input_text`` (``text``: a lenience)."""
+    assistant = item["role"] == "assistant"
+    content = item.get("content")
+    if not isinstance(content, list):
+        content = [{"type": "output_text" if assistant else "input_text", "text": content or ""}]
+    parts = []
+    for part in content:
+        part = dict(part)
+        if part["type"] in ("text", "input_text", "output_text"):
+            part["type"] = "output_text" if assistant else "input_text"
+        if part["type"] == "output_text":
+            part.setdefault("annotations", [])
+        parts.append(part)
+    return parts
 
 
 def searches_in_client(value: list) -> bool:
