@@ -95,6 +95,24 @@ async def test_an_older_log_is_migrated_verified_and_kept_as_a_backup(tmp_path, 
     assert "responses migrated" not in caplog.text  # once
 
 
+async def test_an_older_log_past_the_retention_age_migrates_once_and_then_ages_out(tmp_path):
+    """The older store kept responses for ever: one 40 days old was evicted inside the move itself, so the move
+    never verified, the log stayed, and every start moved it again, bringing back what the user deleted since.
+    Retention applies after the move."""
+    now = int(time.time())
+    put = lambda i, days: {"op": "put", "id": f"r{i}", "input": [{"id": f"in{i}"}],  # noqa: E731
+                           "events": [{"response": {"id": f"r{i}", "output": []}}], "previous_response_id": None,
+                           "created_at": now - days * 86400, "extra": {}}
+    legacy_log(tmp_path / FILE_NAME, [put(1, 40), put(2, 1)])
+    store = ResponsesStore.open(str(tmp_path))
+    assert not (tmp_path / FILE_NAME).exists()  # moved, verified, kept as the backup
+    assert await store.get("r1") is None and await store.get("r2") is not None  # then aged out
+    assert await store.delete("r2")
+    store.db.close()
+    again = ResponsesStore.open(str(tmp_path))
+    assert await again.get("r2") is None  # not brought back
+
+
 async def test_a_migration_that_does_not_verify_leaves_the_log(tmp_path, monkeypatch, caplog):
     legacy_log(tmp_path / FILE_NAME, [{"op": "put", "id": "r1", "input": [], "events": []}])
     real = dbm.SqliteDatabase.run

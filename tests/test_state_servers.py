@@ -249,3 +249,88 @@ def test_consolidation_transcripts_are_rows_taken_once_on_either_database(state)
     assert db.run(take_transcript, "ns/u/ws2") == ("m", "transcript 2")
     assert db.run(take_transcript, "ns/u/ws1") == ("m", "newer")
     db.close()
+
+
+def _at_once(*calls) -> list:
+    """Each call on its own thread, released together; their results in order (an exception is a result)."""
+    barrier, out = threading.Barrier(len(calls)), [None] * len(calls)
+
+    def run(i, call):
+        barrier.wait()
+        try:
+            out[i] = call()
+        except Exception as exc:  # noqa: BLE001 (the test reads it)
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_two_servers_writing_one_new_memory_key_at_once_both_land(state):
+    """PostgreSQL has no row to lock for a key not written yet: the second writer's insert met the first's and
+    failed, losing its line. Both appends land, on either database, whatever the order."""
+    from tinytitan.memory.workspace import Workspace
+    from tinytitan.store.db import open_database
+
+    a, b = open_database(state), open_database(state)
+    wa, wb = Workspace(a, "tinytitan/tester/race", "/src/race"), Workspace(b, "tinytitan/tester/race", "/src/race")
+    for k in range(12):
+        results = _at_once(lambda: wa.append(f"log/{k}", "from A"), lambda: wb.append(f"log/{k}", "from B"))
+        assert not [r for r in results if isinstance(r, Exception)], results
+        assert sorted(wa.get(f"log/{k}").value.splitlines()) == ["from A", "from B"]
+    results = _at_once(lambda: wa.set("fact/new", "one"), lambda: wb.set("fact/new", "two"))
+    assert not [r for r in results if isinstance(r, Exception)] and wa.get("fact/new").value in ("one", "two")
+    a.close()
+    b.close()
+
+
+def test_memory_search_finds_words_of_any_script(state):
+    from tinytitan.memory.records import Refused
+    from tinytitan.memory.workspace import Workspace
+    from tinytitan.store.db import open_database
+
+    db = open_database(state)
+    j = Workspace(db, "tinytitan/tester/words", "/src/words")
+    j.set("db/password", "пароль: hunter2 (数据库 is the staging one)", importance=2)
+    j.set("notes/misc", "nothing here", importance=5)
+    assert [r.key for r in j.search("пароль")] == ["db/password"]
+    assert [r.key for r in j.search("Пароль")] == ["db/password"]  # (case aside)
+    with pytest.raises(Refused, match="NUL"):  # PostgreSQL's text holds none: refused by name on both
+        j.set("notes/nul", "a\x00b")
+    db.close()
+
+
+def test_one_response_deleted_by_two_servers_at_once_is_counted_off_once(state):
+    """Two servers evicting (or a client retrying DELETE) the same response at once: one deletes it and counts
+    its bytes off; the other deleted nothing and says so. The byte budget's counter stays the bytes stored."""
+    from tinytitan.store.db import open_database
+    from tinytitan.store.responses_store import ResponsesStore, StoredResponse
+
+    a, b = ResponsesStore(open_database(state), None, None), ResponsesStore(open_database(state), None, None)
+
+    def counted(store):
+        return store.db.run(lambda tx: (tx.row("SELECT value FROM meta WHERE name = 'response_bytes'")[0],
+                                        tx.row("SELECT coalesce(sum(size), 0) FROM responses")[0]))
+
+    for k in range(12):
+        a.put_sync(StoredResponse(f"resp_{k}", [{"id": f"msg_{k}", "type": "message", "role": "user",
+                                                 "content": "пароль " * 100}], [], None, int(time.time())))
+        deleted = _at_once(lambda: trio_run(a.delete, f"resp_{k}"), lambda: trio_run(b.delete, f"resp_{k}"))
+        assert sorted(deleted) == [False, True], deleted
+    stored, real = counted(a)
+    assert stored == real == 0
+    a.put_sync(StoredResponse("resp_x", [{"id": "msg_x", "type": "message", "role": "user", "content": "é" * 500}],
+                              [], None, int(time.time())))
+    assert counted(a)[0] >= 1000  # bytes, not characters: 500 two-byte characters
+    a.db.close()
+    b.db.close()
+
+
+def trio_run(fn, *args):
+    import trio
+
+    return trio.run(fn, *args)

@@ -1,7 +1,8 @@
 """A memory record and the checks on what is written (values, importance, confidence, tags).
 
 Rules:
-- A value is a string of at most 64 KiB; importance a whole number 1–5; confidence a number 0–1; at most 16
+- A value is a string of at most 64 KiB, with no NUL character (PostgreSQL's text holds none, and no
+  memory needs one); importance a whole number 1–5; confidence a number 0–1; at most 16
   tags, each a key segment. What is refused is a ``Refused`` naming why (keys.py).
 - A record's summary is its value's first non-empty line, at most 200 characters.
 """
@@ -69,6 +70,8 @@ def check_value(value: object) -> str:
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > MAX_VALUE_BYTES:
         raise Refused(f"value is {size} bytes (at most {MAX_VALUE_BYTES})")
+    if "\x00" in value:
+        raise Refused("value holds a NUL character (\\u0000), which memory does not keep")
     return value
 
 

@@ -29,7 +29,7 @@ from .records import Record, WriteFailed, check_confidence, check_importance, ch
 
 log = logging.getLogger("tinytitan.memory")
 
-_WORD = re.compile(r"[a-z0-9]+")
+_WORD = re.compile(r"[^\W_]+")  # letters and digits of any script, as the full-text indexes split words
 _COLUMNS = "key, value, importance, confidence, tags, created, updated"
 
 
@@ -128,17 +128,14 @@ class Workspace:
         confidence = check_confidence(confidence)
         tag_names = check_tags(tags) if tags is not None else None
 
-        def write(tx) -> Record:
-            old = self._get(tx, key, lock=True)
+        def write(tx, old: Record | None) -> Record:
             now = time.time()
-            rec = Record(key, value, importance if importance is not None else (old.importance if old else 3),
-                         confidence if confidence is not None else (old.confidence if old else None),
-                         tag_names if tag_names is not None else (old.tags if old else ()),
-                         old.created if old else now, now)
-            self._store(tx, rec, old is not None)
-            return rec
+            return Record(key, value, importance if importance is not None else (old.importance if old else 3),
+                          confidence if confidence is not None else (old.confidence if old else None),
+                          tag_names if tag_names is not None else (old.tags if old else ()),
+                          old.created if old else now, now)
 
-        rec = self._write("set", write)
+        rec = self._write("set", lambda tx: self._change(tx, key, write))
         log.info("memory set: key %d chars, value %d bytes", len(key), len(value.encode("utf-8", "replace")))
         return rec
 
@@ -147,18 +144,14 @@ class Workspace:
         if not isinstance(text, str):
             raise Refused("text must be a string")
 
-        def write(tx) -> Record:
-            old = self._get(tx, key, lock=True)
+        def write(tx, old: Record | None) -> Record:
             now = time.time()
             if old is None:
-                rec = Record(key, check_value(text), created=now, updated=now)
-            else:
-                rec = old
-                rec.value, rec.updated = check_value((old.value + "\n" if old.value else "") + text), now
-            self._store(tx, rec, old is not None)
-            return rec
+                return Record(key, check_value(text), created=now, updated=now)
+            old.value, old.updated = check_value((old.value + "\n" if old.value else "") + text), now
+            return old
 
-        rec = self._write("append", write)
+        rec = self._write("append", lambda tx: self._change(tx, key, write))
         log.info("memory append: key %d chars, text %d bytes", len(key), len(text.encode("utf-8", "replace")))
         return rec
 
@@ -170,17 +163,29 @@ class Workspace:
             log.info("memory delete: key %d chars", len(key))
         return gone
 
-    def _store(self, tx, rec: Record, exists: bool) -> None:
+    def _change(self, tx, key: str, make) -> Record:
+        """The record ``make(tx, old)`` makes of the one under ``key`` (None: none yet), stored. A new key
+        written by another server at the same moment (PostgreSQL: no row to lock yet) is read again and
+        changed in turn, as if it had come first."""
+        for _ in range(2):
+            old = self._get(tx, key, lock=True)
+            rec = make(tx, old)
+            if self._store(tx, rec, old is not None):
+                return rec
+        raise WriteFailed(errno.EAGAIN, f"the memory record {key!r} changed while it was written; try again")
+
+    def _store(self, tx, rec: Record, exists: bool) -> bool:
+        """Whether it was stored (False: a new key another writer inserted first)."""
         if exists:
             tx.exec("UPDATE memory_records SET value = ?, importance = ?, confidence = ?, tags = ?, updated = ? "
                     "WHERE scope = ? AND key = ?", (rec.value, rec.importance, rec.confidence, tags_text(rec.tags),
                                                     rec.updated, self.scope, rec.key))
-            return
+            return True
         self._register(tx)
-        tx.exec("INSERT INTO memory_records (scope, key, words, value, importance, confidence, tags, created, updated) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (self.scope, rec.key, words_of(rec.key), rec.value,
-                                                       rec.importance, rec.confidence, tags_text(rec.tags),
-                                                       rec.created, rec.updated))
+        return tx.exec("INSERT INTO memory_records (scope, key, words, value, importance, confidence, tags, created, "
+                       "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (scope, key) DO NOTHING",
+                       (self.scope, rec.key, words_of(rec.key), rec.value, rec.importance, rec.confidence,
+                        tags_text(rec.tags), rec.created, rec.updated)) > 0
 
     def _register(self, tx) -> None:
         if tx.row("SELECT 1 FROM memory_workspaces WHERE scope = ?", (self.scope,)) is not None:

@@ -77,12 +77,12 @@ def migrate_responses(store, path: Path, record: Callable[..., object]) -> int:
         for rec in puts:
             store._put(tx, rec)  # the whole log in one transaction: all of it or none
 
-    saved_bytes = store.max_bytes
-    store.max_bytes = None  # retention applies after the move, not to the move itself
+    saved = store.max_bytes, store.max_age
+    store.max_bytes = store.max_age = None  # retention applies after the move (and its check), not to the move
     try:
         store.db.run(write)
     finally:
-        store.max_bytes = saved_bytes
+        store.max_bytes, store.max_age = saved
 
     def check(tx):
         return [rec.id for rec in puts if tx.row("SELECT 1 FROM responses WHERE id = ?", (rec.id,)) is None]

@@ -151,11 +151,12 @@ class ResponsesStore:
         events = _dump(rec.events)
         inputs = [_dump(item) for item in rec.input]
         outputs = [_dump(item) for item in rec.output]
-        size = len(events) + sum(map(len, inputs)) + len(_dump(rec.extra))
+        extra = _dump(rec.extra)
+        size = sum(len(text.encode()) for text in (events, extra, *inputs, *outputs))  # bytes, as the budget says
         _delete(tx, rec.id)
         tx.exec("INSERT INTO responses (id, previous_response_id, created_at, stored_at, size, events, extra) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", (rec.id, rec.previous_response_id, int(rec.created_at or time.time()),
-                                                 time.time(), size, events, _dump(rec.extra)))
+                                                 time.time(), size, events, extra))
         for kind, items, bodies in ((0, rec.input, inputs), (1, rec.output, outputs)):
             for pos, (item, body) in enumerate(zip(items, bodies)):
                 item_id = item.get("id") if isinstance(item, dict) else None
@@ -288,11 +289,13 @@ def _delete(tx, response_id: str) -> bool:
 
 
 def _delete_many(tx, ids: list[str]) -> int:
+    """Deletes what is still there of ``ids``; the bytes counted off are those of the rows this transaction
+    deleted (``RETURNING``): another server deleting the same ones at once (eviction, a retried DELETE) waits
+    on them, then deletes none, counts off nothing, and reports none deleted."""
     marks = ", ".join("?" * len(ids))
-    size = tx.row(f"SELECT coalesce(sum(size), 0), count(*) FROM responses WHERE id IN ({marks})", ids)
-    if not size[1]:
+    sizes = tx.rows(f"DELETE FROM responses WHERE id IN ({marks}) RETURNING size", ids)
+    if not sizes:
         return 0
     tx.exec(f"DELETE FROM response_items WHERE response_id IN ({marks})", ids)
-    tx.exec(f"DELETE FROM responses WHERE id IN ({marks})", ids)
-    tx.exec("UPDATE meta SET value = value - ? WHERE name = 'response_bytes'", (size[0],))
-    return size[1]
+    tx.exec("UPDATE meta SET value = value - ? WHERE name = 'response_bytes'", (sum(r[0] for r in sizes),))
+    return len(sizes)
