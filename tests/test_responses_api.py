@@ -387,3 +387,28 @@ async def test_a_reasoning_summary_is_the_thought_where_one_is_asked(serve, reas
     assert [p.text for p in final.output[0].summary] == ([thought] if reasoning else [])
     plain = await client(s).responses.create(model=MODEL, input="hi", **({"reasoning": reasoning} if reasoning else {}))
     assert [p.text for p in plain.output[0].summary] == ([thought] if reasoning else [])
+
+
+@pytest.mark.parametrize("sent,echoed", [
+    ({"type": "function", "function": {"name": "f"}}, {"type": "function", "name": "f"}),  # Chat's spelling
+    ({"type": "function", "name": "f"}, {"type": "function", "name": "f"}),
+    ({"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function",
+                                                                                "function": {"name": "f"}}]}},
+     {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "f"}]}),
+])
+async def test_tool_choice_is_echoed_in_the_responses_spelling(serve, sent, echoed):
+    """tool_choice is read in either API's spelling; the Response echoes the one its SDK model holds, in the
+    body and in every event."""
+    import strict
+
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}]
+    s = await serve(['<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'] * 2)
+    body = {"model": MODEL, "input": "hi", "tools": tools, "tool_choice": sent}
+    r = await post(s, "/v1/responses", body)
+    assert r.status_code == 200, r.text
+    strict.response(r.json())
+    assert r.json()["tool_choice"] == echoed
+    for _, data in await sse_events(s, {**body, "stream": True}):
+        strict.response_event(data)
+        if "response" in data:
+            assert data["response"]["tool_choice"] == echoed

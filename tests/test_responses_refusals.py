@@ -108,6 +108,16 @@ BAD = [
     ({"model": MODEL, "input": "hi", "tool_choice": {"type": "function", "name": "f"}}, "tool_choice", "invalid_value"),
     ({"model": MODEL, "input": "hi", "reasoning": {"effort": "galactic"}}, "reasoning.effort", "invalid_value"),
     ({"model": MODEL, "input": "hi", "text": {"verbosity": "loud"}}, "text.verbosity", "invalid_value"),
+    # echoed in the Response, so checked as the API checks them (a value the Response cannot hold is the 400)
+    ({"model": MODEL, "input": "hi", "metadata": {"a": 1}}, "metadata.a", "invalid_type"),
+    ({"model": MODEL, "input": "hi", "service_tier": "bogus"}, "service_tier", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "prompt_cache_retention": "forever"}, "prompt_cache_retention", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "text": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
+     "text.format.name", "missing_required_parameter"),
+    ({"model": MODEL, "input": "hi", "text": {"format": {"type": "json_schema", "json_schema": {  # Chat's nesting
+        "name": "x", "schema": {"type": "object"}}}}}, "text.format.name", "missing_required_parameter"),
+    ({"model": MODEL, "input": "hi", "text": {"format": {"type": "json_object", "extra": 1}}}, "text.format.extra",
+     "unknown_parameter"),
 ]
 
 

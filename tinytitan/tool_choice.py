@@ -59,6 +59,20 @@ def openai(value: Any, modes=("auto", "none", "required")) -> Choice:
                   code="unsupported_value")
 
 
+def responses_spelling(value: Any) -> Any:
+    """A checked OpenAI ``tool_choice`` as the Responses API spells it (what a Response echoes): a tool by
+    ``name`` at the top, ``allowed_tools`` with its ``mode`` and ``tools`` at the top, each tool by type and name
+    (Chat Completions nests them one level down; both are read on both APIs)."""
+    if not isinstance(value, dict):
+        return value
+    kind = value["type"]
+    if kind in ("function", "custom"):
+        return {"type": kind, "name": _name(value, "tool_choice")}
+    spec = value["allowed_tools"] if isinstance(value.get("allowed_tools"), dict) else value
+    return {"type": "allowed_tools", "mode": spec.get("mode", "auto"),
+            "tools": [{"type": t.get("type", "function"), "name": _name(t, "tool_choice")} for t in spec["tools"]]}
+
+
 def anthropic(value: dict) -> Choice:
     """Messages' ``tool_choice``: auto / any / tool (by name) / none."""
     kind = value.get("type")

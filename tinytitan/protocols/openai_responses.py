@@ -35,6 +35,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from .. import tool_choice
 from ..chat_request import ChatRequest, Message
 from ..errors import ApiError, invalid
 from ..observe.turn import note, watch
@@ -180,7 +181,8 @@ class OpenAIResponses(StoredResponses, Protocol):
         # the values the request names until Started says what the engine decodes with (the ``sampling`` hook)
         return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": (v.state or ResponsesRequest()).tool_names,
                 "custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom),
-                "search_tool": (v.state or ResponsesRequest()).search_tool}
+                "search_tool": (v.state or ResponsesRequest()).search_tool,
+                "tool_choice": tool_choice.responses_spelling(v.body.get("tool_choice") or "auto")}
 
     def machine(self, v, model_id, stream, entry=None) -> Machine:
         m = super().machine(v, model_id, stream, entry)
