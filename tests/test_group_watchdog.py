@@ -109,3 +109,21 @@ async def test_a_rank_that_stops_answering_ends_every_consumer_and_the_rows_end_
     assert all(s._box.let_go for s in boxes.values())
     assert {name: len(s._box.queue) for name, s in boxes.items()} == queued
     assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+
+
+def test_a_long_step_of_many_prompt_tokens_is_no_lost_rank():
+    """A burst of long prompts reads a chunk of each in one step: on a large model minutes of work on every rank.
+    The watchdog allows ``timeout`` for each PREFILL_STEP tokens a step reads, and names the step it gave up on."""
+    import time
+
+    from tinytitan.engine.decode.plan import PREFILL_STEP, Plan, Prefill
+    from tinytitan.engine.group.lockstep import Lead
+
+    group = StoppingGroup()
+    lead = Lead(group, timeout=0.4, idle_s=0)
+    lead.watch()
+    lead.busy("a decode step", Plan(alone=tuple(Prefill(i, tuple(range(PREFILL_STEP))) for i in range(3))))
+    time.sleep(0.8)  # twice the timeout: within the three it allows
+    assert group.broken is None
+    time.sleep(0.8)  # past three
+    assert group.broken is not None and "a decode step reading 6144 tokens waited 1.2s for it" in group.broken

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "auto (default: tensor where the model offers it, else pipeline)")
     machines.add_argument("--group-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="under mlx.launch: a decode step waiting this long for the other ranks breaks the group "
-                        "(default 60)")
+                        "(default 60); a step reading more than 2048 prompt tokens gets this for each 2048")
     cache.add_argument("--prompt-cache-mib", type=int, default=2048,
                    help="memory for cached prompt prefixes (KV caches), MiB (default 2048)")
     cache.add_argument("--kv-bits", type=int, choices=[4, 8],

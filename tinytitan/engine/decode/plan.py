@@ -79,6 +79,12 @@ class Plan:
     batch: tuple[RowStep, ...] = ()  # what each row in the batch (joined ones included) does in its one pass
     leave: tuple[int, ...] = ()  # rows that step out of the batch onto their own cache, before anything steps
 
+    @property
+    def tokens(self) -> int:
+        """How many tokens its forward passes read, drafts included."""
+        return sum(len(s.tokens) + len(s.drafts) if isinstance(s, Verify) else len(s.tokens)
+                   if isinstance(s, (Prefill, Sample)) else 1 for s in (*self.alone, *self.batch))
+
     def as_ints(self) -> list[int]:
         """The plan as a flat list of ints (what lockstep decoding broadcasts)."""
         out = [len(self.cancel), *self.cancel, len(self.leave), *self.leave, len(self.join), *self.join]

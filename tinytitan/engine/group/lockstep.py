@@ -27,13 +27,15 @@ Rules:
   (``Scheduler.fold``: the tokens accepted, the grammar's forced runs proposed, drafts verified, the end of
   the turn and the cap), so its rows hold what rank 0's hold; what only rank 0 sees (a stop string in the
   text, a failure of its parser) ends the row there. A row this fold ends stays in the table until rank 0's
-  message retires it (``e``, ``FollowerScheduler.settle``), as one rank 0 ended alone does. A follower never renders a template or parses
-  an answer. Each row's own sampler runs on every rank, on
-  logits the ranks share (an all_sum gives each rank the same sum), so the token a pipelined step feeds next
-  is the same everywhere. A row without a seed gets one from rank 0 at joining, so random sampling agrees too.
+  message retires it (``e``, ``FollowerScheduler.settle``), as one rank 0 ended alone does. A follower never
+  renders a template or parses an answer. Each row's own sampler runs on every rank, on logits the ranks share
+  (an all_sum gives each rank the same sum), so the token a pipelined step feeds next is the same everywhere.
+  A row without a seed gets one from rank 0 at joining, so random sampling agrees too.
 - A rank that dies mid-collective can leave rank 0 waiting in it for good (the ring backend fails its pending
   work, yet the wait may never return), and one that stops answering always does. A watchdog (``Lead.watch``) sees
-  a step (or a heartbeat, a switch of models) in flight longer than ``timeout`` seconds: the group is broken, and
+  a step (or a heartbeat, a switch of models) in flight longer than ``timeout`` seconds, or ``timeout`` for each
+  ``PREFILL_STEP`` tokens a step reads (a burst of long prompts reads a chunk of each in one step: on a large
+  model that is minutes of work on every rank, not a lost one): the group is broken, and
   the watchdog asks; the fold ends. Rows end only on the model thread, in the fold for those in flight
   (scheduler.py), which may never come back from the collective: so for each row in flight, being opened or
   waiting to join, the watchdog ends its consumer's side instead (``Mailbox.abandon``: the failure in-band, or the
@@ -67,7 +69,7 @@ from ..decode.scheduler import Scheduler
 from .ranks import Group, GroupBroken
 from ..model_thread import Parked
 from ..decode.rows import Row
-from ..decode.step import Plan
+from ..decode.step import PREFILL_STEP, Plan
 
 log = logging.getLogger("tinytitan.lockstep")
 
@@ -84,6 +86,8 @@ class Lead:
         self.idle_s = idle_s
         self.heartbeats = 0
         self.busy_since: float | None = None  # when the step in flight began (monotonic)
+        self.busy_with = "a decode step"  # what is in flight, for the watchdog's message
+        self.allowed = timeout  # how long it may take (see the rules)
         # the rows whose consumers the watchdog tells (see the rules): the running scheduler's, the one it is
         # opening (its model may be switching), and the decoder's not taken in yet
         self.rows: dict[int, Row] = {}
@@ -123,9 +127,16 @@ class Lead:
             cache.answered_finally(key)
         self.group.share(msg, counted=idle is None)
 
+    def busy(self, what: str, plan: Plan | None = None) -> None:
+        """``what`` is in flight from now: the watchdog allows it ``timeout``, or that for each ``PREFILL_STEP``
+        tokens the ``plan`` reads (see the rules)."""
+        self.busy_with = what if plan is None or plan.tokens <= PREFILL_STEP else f"{what} reading {plan.tokens} tokens"
+        self.allowed = self.timeout * max(1.0, (plan.tokens if plan is not None else 0) / PREFILL_STEP)
+        self.busy_since = time.monotonic()
+
     def switch(self, model_id: str) -> None:
         """Before rank 0 loads ``model_id`` (on the model thread, no rows in flight): every rank loads its part."""
-        self.busy_since = time.monotonic()
+        self.busy("a switch of models")
         try:
             self.send(None, False, model=model_id)
         finally:
@@ -155,7 +166,7 @@ class Lead:
     def _heartbeat(self) -> None:
         if self.group.broken:
             return
-        self.busy_since = time.monotonic()
+        self.busy("an idle heartbeat")
         try:
             self.send(None, False, idle=self.idle_s)
             self.heartbeats += 1
@@ -167,15 +178,15 @@ class Lead:
     def _watch(self) -> None:
         while True:
             time.sleep(min(1.0, self.timeout / 4))
-            since = self.busy_since
-            if since is None or time.monotonic() - since <= self.timeout:
+            since, allowed = self.busy_since, self.allowed
+            if since is None or time.monotonic() - since <= allowed:
                 if self.group.broken is not None:
                     return  # and the model thread is not stuck: it ends its rows itself (see the rules)
                 continue
             if self.group.broken is None:
                 others = "rank 1" if self.group.size == 2 else f"one of ranks 1-{self.group.size - 1}"
-                self.group.fail(f"{others} died or stopped answering: a decode step waited {self.timeout:g}s "
-                                "for it", list(range(1, self.group.size)))
+                self.group.fail(f"{others} died or stopped answering: {self.busy_with} waited {allowed:g}s for it",
+                                list(range(1, self.group.size)))
             self.ask_to_end(GroupBroken(self.group.broken))
 
     def ask_to_end(self, error: GroupBroken) -> None:
@@ -224,7 +235,7 @@ class LeadScheduler(Scheduler):
         if row.id is not None and row.id in self.rows:
             self.announced.add(row.id)
             self.lead.joined.append(join_spec(row))
-        elif row.fetched:  # it failed after asking the prompt cache (which may have handed an entry over): see the rules
+        elif row.fetched:  # it failed after asking the prompt cache (which may have handed an entry over): the rules
             self.lead.joined.append({**join_spec(row), "failed": 1})
 
     def retire(self, row: Row, like: Kept | None = None) -> None:
@@ -250,7 +261,7 @@ class LeadScheduler(Scheduler):
         if group.broken:
             raise GroupBroken(group.broken)
         started = time.perf_counter()
-        self.lead.busy_since = time.monotonic()
+        self.lead.busy("a decode step")
         try:
             super().step(others_waiting)
         except RuntimeError as exc:  # a collective inside the model (or a cache it left) failed: a rank is gone
@@ -265,6 +276,7 @@ class LeadScheduler(Scheduler):
     def advance(self, plan: Plan) -> None:
         """The step's message goes out before the forward; the fold, then what it accepted (see the rules)."""
         group = self.lead.group
+        self.lead.busy("a decode step", plan)
         self.lead.send(plan, self.seeded)
         out = self.forward.run(plan, self.rows)
         for i, error in out.failed.items():  # a collective inside the model failed: a rank is gone, not this row
