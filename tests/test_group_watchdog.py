@@ -75,9 +75,11 @@ async def test_a_rank_that_stops_answering_ends_every_consumer_and_the_rows_end_
     async def b():  # arrives while the model thread is stuck: it never starts
         while not group.stuck.is_set():
             await trio.sleep(0.005)
-        with pytest.raises(GroupBroken, match="rank 1 died or stopped answering"):
+        with pytest.raises(GroupBroken, match="rank 1 died or stopped answering") as err:
             async with engine.session(req("Anyone there?", max_tokens=8)) as s:
                 await consume("b", s, waiting)
+        # what every protocol answers a broken group with (a 503 a load balancer retries), not a 500
+        assert (err.value.kind, err.value.code) == ("unavailable", "group_broken")
 
     async def c():  # under way beside a, and hangs up while the model thread is stuck
         nonlocal left
@@ -93,6 +95,7 @@ async def test_a_rank_that_stops_answering_ends_every_consumer_and_the_rows_end_
                 n.start_soon(c)
         assert left and waiting == []
         assert isinstance(streamed[-1], Failed) and "rank 1 died or stopped answering" in streamed[-1].message
+        assert streamed[-1].type == "unavailable"  # in-band, of the kind its protocol spells as unavailable
         assert not any(isinstance(ev, (Failed, Finished)) for ev in streamed[:-1])
         assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
         assert engine.health()["status"] == "broken"

@@ -116,6 +116,13 @@ class Failed:
     message: str
     type: str = "server_error"  # an error kind (``errors.kinds`` of the protocol's spec says how it looks)
 
+    @classmethod
+    def of(cls, exc: BaseException) -> "Failed":
+        """A generation that failed with ``exc`` once its stream was open; one whose model cannot generate now
+        (``ApiError`` of kind ``unavailable``: a broken group of processes) says so, as a new request is told."""
+        kind = "unavailable" if getattr(exc, "kind", None) == "unavailable" else "server_error"
+        return cls(f"generation failed: {getattr(exc, 'message', exc)}", kind)
+
 
 TokenEvent = Union[
     Started, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, KeepAlive, Finished, Failed

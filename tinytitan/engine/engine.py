@@ -52,6 +52,7 @@ from .model_thread import ModelThread, shared_model_thread
 from .prompt.messages import fast_path
 from .cache.memory import cache_summary
 from .decode.rows import Row
+from .group.ranks import GroupBroken
 from .session import FOLDED_INTERVAL, Admission, Mailbox, Session
 from .summarise import Summariser
 
@@ -170,8 +171,7 @@ class Engine:
         ``continuing``: a further generation of a request already admitted, never refused as overloaded.
         ``streamed=False``: the consumer folds the whole answer, so its events come in fewer, larger batches."""
         if self.group is not None and self.group.broken:
-            raise ApiError("unavailable", f"The model cannot generate: the group of processes serving it is "
-                           f"broken ({self.group.broken}); restart the whole group", code="group_broken")
+            raise GroupBroken(self.group.broken)
         place = self.admission.admit(continuing)
         session = None
         try:
@@ -213,7 +213,7 @@ class Engine:
                 if not box.stop.is_set():
                     log.exception("generation failed")
                     if not loop.finished:
-                        box.emit(Failed(f"generation failed: {exc}"))
+                        box.emit(Failed.of(exc))
             finally:
                 box.close()  # the thread lets go of the session, whatever happened
 

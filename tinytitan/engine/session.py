@@ -231,7 +231,7 @@ class Mailbox:
                 return
             self.abandoned = True
             if self.sent:
-                self.queue.append(Failed(f"generation failed: {error}"))
+                self.queue.append(Failed.of(error))
                 self.ended = True
             else:
                 self.error = error

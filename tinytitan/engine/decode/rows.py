@@ -228,7 +228,7 @@ class Row:
             except Exception:
                 pass
             logging.getLogger("tinytitan.engine").error("generation failed: %s", exc)
-            self.loop.emit(Failed(f"generation failed: {exc}"))
+            self.loop.emit(Failed.of(exc))
 
     # -- the proposer -------------------------------------------------------------------------------------------
     def propose(self) -> tuple[int, ...]:

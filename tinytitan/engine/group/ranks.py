@@ -28,6 +28,8 @@ import threading
 import time
 from typing import Any
 
+from ...errors import ApiError
+
 log = logging.getLogger("tinytitan.group")
 
 SHARE_BYTES = 2048  # one broadcast carries its length and this much of the message: a decode step's, whole
@@ -95,8 +97,15 @@ def uneven_split(model, size: int) -> str | None:
     return ", ".join(odd) if odd else None
 
 
-class GroupBroken(RuntimeError):
-    """A collective failed or timed out: a rank died or stopped answering."""
+class GroupBroken(ApiError, RuntimeError):
+    """A collective failed or timed out: a rank died or stopped answering (``why``). Every request the group
+    cannot serve then, queued, in flight or new, is told so in its protocol's envelope: 503 ``group_broken``
+    (a load balancer retries elsewhere), or that kind in-band once its stream is open."""
+
+    def __init__(self, why: str):
+        super().__init__("unavailable", f"The model cannot generate: the group of processes serving it is broken "
+                                        f"({why}); restart the whole group", code="group_broken")
+        self.why = why
 
 
 class Group:
