@@ -421,6 +421,31 @@ async def test_a_waiting_member_of_another_model_whose_client_left_is_let_go_uno
         demo.ensure_loaded()  # (the session's demo model, should the other have been loaded after all)
 
 
+async def test_a_load_that_exits_fails_its_request_and_the_engine_serves_on(demo, monkeypatch):
+    """A model whose load raised what is not an Exception (SystemExit: a group's refusal of a model it cannot
+    split once did) broke the decode loop while its row was being taken in, in no list: nobody ended it, and its
+    client waited for ever. It fails as an error of its own (never an exit for its consumer to raise), and the
+    next request is served."""
+    from tinytitan.demo_model import ensure_demo_model
+    from tinytitan.engine.backends.mlx import MLXBackend
+
+    other = MLXBackend(ensure_demo_model(), "tinytitan-demo-other", lazy=True)
+
+    def exits():
+        raise SystemExit("cannot serve it here")
+
+    monkeypatch.setattr(other, "ensure_loaded", exits)
+    engine = Engine([demo, other], max_batch=4)
+    try:
+        with trio.fail_after(60):
+            with pytest.raises(RuntimeError, match="cannot serve it here"):
+                await run(engine, req("Name a colour.").with_(model=other.model_id))
+            assert summary(await run(engine, req("Explain recursion.", max_tokens=8)))
+        assert (engine.running, engine.waiting, engine.admission.slots.value) == (0, 0, 4)
+    finally:
+        demo.ensure_loaded()  # (the session's demo model, unloaded for the other one)
+
+
 async def test_a_merge_into_the_batch_that_fails_ends_its_rows_and_the_engine_serves_on(demo, monkeypatch):
     """The merge of joining rows into the batch raises (out of memory, say): those rows and the batch's fail
     with it, each ending its stream, every place comes back, and the next requests are served."""

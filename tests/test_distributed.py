@@ -269,30 +269,30 @@ def test_the_sharding_is_what_the_model_offers_or_refused_by_its_type(pipeline_d
     from mlx_lm.utils import load_model
 
     from tinytitan.demo_model import ensure_demo_model
-    from tinytitan.engine.group.ranks import sharding
+    from tinytitan.engine.group.ranks import Unshardable, sharding
 
     qwen3, _ = load_model(Path(ensure_demo_model()), lazy=True, strict=False)  # shard only
     qwen2, _ = load_model(pipeline_dir, lazy=True, strict=False)  # shard and pipeline
     assert [sharding(qwen3, "auto"), sharding(qwen3, "tensor")] == ["tensor", "tensor"]
     assert [sharding(qwen2, w) for w in ("auto", "tensor", "pipeline")] == ["tensor", "tensor", "pipeline"]
-    with pytest.raises(SystemExit, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
+    with pytest.raises(Unshardable, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
         sharding(qwen3, "pipeline")
     # 4 attention heads, 2 KV heads, an MLP 128 wide: 3 ranks cannot each take an equal part (every request
     # would fail on mismatched shapes), so tensor parallelism is refused by name, or pipeline taken where offered
-    with pytest.raises(SystemExit, match="the model type 'qwen3' cannot be split by tensor parallelism across 3 "
+    with pytest.raises(Unshardable, match="the model type 'qwen3' cannot be split by tensor parallelism across 3 "
                                          "ranks: its 4 attention heads, 2 KV heads, MLP width of 128 do not "
                                          "divide"):
         sharding(qwen3, "auto", 3)
     assert [sharding(qwen3, "auto", 2), sharding(qwen2, "auto", 3)] == ["tensor", "pipeline"]
-    with pytest.raises(SystemExit, match=r"across 3 ranks: .* \(--sharding pipeline can serve it\)"):
+    with pytest.raises(Unshardable, match=r"across 3 ranks: .* \(--sharding pipeline can serve it\)"):
         sharding(qwen2, "tensor", 3)
-    with pytest.raises(SystemExit, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
+    with pytest.raises(Unshardable, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
         sharding(qwen3, "pipeline", 3)
     # a model whose settings are its text model's (a vision model's text_config)
     vision = SimpleNamespace(args=SimpleNamespace(model_type="vlm", text_config={"num_attention_heads": 9,
                                                                                  "num_key_value_heads": 3}),
                              shard=lambda group=None: None)
-    with pytest.raises(SystemExit, match="its 9 attention heads, 3 KV heads do not divide among them"):
+    with pytest.raises(Unshardable, match="its 9 attention heads, 3 KV heads do not divide among them"):
         sharding(vision, "auto", 2)
     assert sharding(vision, "auto", 3) == "tensor"
 

@@ -23,7 +23,34 @@ def catalog_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("catalog")
     shutil.copytree(ensure_demo_model(), root / "alpha")  # the demo model (qwen3)
     pipeline_model(root / "beta")  # another: its weights, as a qwen2
+    unshardable_model(root / "gamma")  # one no group can split
     return root
+
+
+def unshardable_model(out: Path) -> Path:
+    """The demo model's weights as a 'gemma': a type mlx-lm gives neither tensor nor pipeline parallelism. One
+    process serves it; a group refuses it by name."""
+    import json
+    import shutil
+
+    import mlx.core as mx
+
+    from tinytitan.demo_model import ensure_demo_model
+
+    demo = Path(ensure_demo_model())
+    out.mkdir(parents=True)
+    for f in demo.iterdir():
+        if f.suffix == ".json" and f.name != "config.json":
+            shutil.copy(f, out / f.name)
+    config = json.loads((demo / "config.json").read_text())
+    config.pop("tinytitan_demo", None)
+    config.update(model_type="gemma", architectures=["GemmaForCausalLM"], hidden_activation="gelu_pytorch_tanh")
+    (out / "config.json").write_text(json.dumps(config))
+    mx.save_safetensors(str(out / "model.safetensors"), {
+        k: v for k, v in mx.load(str(demo / "model.safetensors")).items() if not k.endswith(("q_norm.weight",
+                                                                                          "k_norm.weight"))},
+                        metadata={"format": "mlx"})
+    return out
 
 
 @pytest.fixture  # one test's: its ranks stop when it ends, not with the module (two cores)
@@ -40,7 +67,7 @@ async def test_a_catalog_switches_models_on_every_rank(catalog_group, catalog_di
     from tinytitan.engine.backends.mlx import MLXBackend
 
     one = await serve(backend=[MLXBackend(catalog_dir / m, m, lazy=True) for m in ("alpha", "beta")])
-    assert catalog_group.health["model"] is None and catalog_group.health["models"] == ["alpha", "beta"]
+    assert catalog_group.health["model"] is None and catalog_group.health["models"] == ["alpha", "beta", "gamma"]
     for model in ("alpha", "beta", "alpha"):
         prompt = f"A question for {model}."
         want = await ask(one.base, "chat", prompt, max_tokens=20, model=model)
@@ -51,6 +78,15 @@ async def test_a_catalog_switches_models_on_every_rank(catalog_group, catalog_di
         await ask(catalog_group.base, "chat", "Beta once more.", True, model="beta")
     log = catalog_group.logs[1].read_text()  # the follower loaded each part as rank 0 switched
     assert log.count("loaded rank 1's part of alpha") == 2 and log.count("loaded rank 1's part of beta") == 2
+    # a model the group cannot split: that request is refused naming it, and the group serves on, whole
+    async with httpx.AsyncClient(timeout=60) as c:
+        path, payload = body("chat", "Hi.", False, model="gamma")
+        r = await c.post(catalog_group.base + path, json=payload)
+    assert r.status_code == 501, r.text
+    assert "'gemma'" in r.json()["error"]["message"] and r.json()["error"]["code"] == "model_unshardable"
+    assert await ask(catalog_group.base, "chat", "Beta once more.", True, model="beta") == \
+        await ask(one.base, "chat", "Beta once more.", True, model="beta")
+    assert httpx.get(catalog_group.base + "/health").json()["group"]["status"] == "ok"
     # the unload route lets go of nothing: one rank alone cannot (a switch unloads on every rank)
     assert httpx.post(catalog_group.base + "/v1/models/unload", json={}).json()["unloaded"] == []
     assert httpx.get(catalog_group.base + "/health").json()["model"] == "beta"

@@ -53,6 +53,7 @@ def make_backends(args) -> list:
         backends[0].takes_images = bool(getattr(args, "script_images", False))
     elif args.models_dir:
         from .engine.backends.vision import backend_class
+        from .engine.group.ranks import Unshardable
 
         from .models.resolve import list_models, models_root
 
@@ -86,13 +87,14 @@ def make_backends(args) -> list:
         from .engine.speculative.draft_model import DraftModelRefused
 
         from .engine.backends.vision import backend_class
+        from .engine.group.ranks import Unshardable
 
         group = getattr(args, "group", None)
         try:
             backends = [backend_class(path, group)(path, model_id, prompt_cache_bytes=cache_bytes,
                                                    speculative=speculative_config(args, draft=True, group=group),
                                                    group=group)]
-        except DraftModelRefused as exc:
+        except (DraftModelRefused, Unshardable) as exc:
             raise SystemExit(str(exc)) from None
     if not args.script and getattr(args, "group", None) is None and second_engine_available():
         backends += cpu_twins(backends, cache_bytes)

@@ -204,8 +204,8 @@ class Engine:
         def work() -> None:
             try:
                 loop = box.open_loop(backend.parser(prepared), prepared, load_s=self._make_resident(backend))
-            except BaseException as exc:
-                box.close(exc)  # the thread lets go of the session: the consumer raises this
+            except BaseException as exc:  # the thread lets go of the session: the consumer raises it (an error)
+                box.close(exc if isinstance(exc, Exception) else RuntimeError(f"the model could not load: {exc!r}"))
                 return
             try:
                 backend.decode(prepared, loop, box.stop.is_set)

@@ -68,6 +68,7 @@ class Decoder:
         scheduler = self.make_scheduler(self.make_resident, self.max_batch,
                                         FIRST_CHUNK if batching else PREFILL_STEP, batching)
         later = self._later  # rows taken in, of another model than the batch's (changed under the lock)
+        row = None  # the one being taken in: in no list while it opens
         try:
             while True:
                 with self._lock:
@@ -84,6 +85,7 @@ class Decoder:
                         scheduler.let_go(row)
                     else:
                         scheduler.admit(row)
+                    row = None
                 self.size = len(scheduler.rows)
                 if scheduler.rows:
                     scheduler.step(lambda: self._next_joins(scheduler, later))
@@ -91,13 +93,16 @@ class Decoder:
             log.exception("decode loop failed")
             with self._lock:
                 waiting = list(later) + list(self._inbox)
+                if row is not None and row.ending is None and row.id not in scheduler.rows:
+                    waiting.append(row)  # it broke the loop while it was taken in
                 later.clear()
                 self._inbox.clear()
                 self._running = False
                 self.size = 0
+            error = exc if isinstance(exc, Exception) else RuntimeError(f"the decode loop stopped: {exc!r}")
             for row in list(scheduler.rows.values()) + waiting:
                 try:
-                    row.fail(exc)
+                    row.fail(error)  # (never an exit of the process for each row's consumer to raise)
                     scheduler.retire(row)
                 except BaseException:  # the others are still ended
                     log.exception("a row could not be ended")

@@ -145,7 +145,10 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
             if backend is not by_id[msg["m"]]:
                 backend.unload()
             backend = by_id[msg["m"]]
-            backend.ensure_loaded()
+            try:
+                backend.ensure_loaded()
+            except Exception as exc:  # every rank was told (Group.load): rank 0 fails the request, the group goes on
+                log.error("rank %d could not load %s: %s", group.rank, msg["m"], exc)
         if "i" in msg:  # rank 0 is idle: its next message comes after this pause (see the rules)
             time.sleep(msg["i"])
         if "p" not in msg:

@@ -66,14 +66,14 @@ def sharding(model, want: str = "auto", size: int = 1) -> str:
         want = "tensor" if "tensor" in offers and (uneven is None or "pipeline" not in offers) else "pipeline"
     if want == "tensor" and uneven is not None:
         other = " (--sharding pipeline can serve it)" if "pipeline" in offers else ""
-        raise SystemExit(f"the model type '{kind}' cannot be split by tensor parallelism across {size} ranks: its "
+        raise Unshardable(f"the model type '{kind}' cannot be split by tensor parallelism across {size} ranks: its "
                          f"{uneven} do not divide among them (mlx-lm's shard gives each rank an equal part){other}")
     if want in offers:
         return want
     if offers:
-        raise SystemExit(f"the model type '{kind}' offers no {want} parallelism in mlx-lm (it offers "
+        raise Unshardable(f"the model type '{kind}' offers no {want} parallelism in mlx-lm (it offers "
                          f"{' and '.join(offers)}): --sharding {want} cannot serve it")
-    raise SystemExit(f"the model type '{kind}' offers neither tensor parallelism (shard) nor pipeline parallelism "
+    raise Unshardable(f"the model type '{kind}' offers neither tensor parallelism (shard) nor pipeline parallelism "
                      "in mlx-lm: it cannot be served across several processes")
 
 
@@ -95,6 +95,17 @@ def uneven_split(model, size: int) -> str | None:
                                           ("MLP width of {}", setting("intermediate_size")))
            if isinstance(n, int) and n % size]
     return ", ".join(odd) if odd else None
+
+
+class Unshardable(ApiError):
+    """A model this group cannot split across its ranks, refused naming its type: at startup the server stops
+    with it; a catalog's model, at its load, is that request's 501, and the group serves the others."""
+
+    def __init__(self, message: str):
+        super().__init__("not_implemented", message, param="model", code="model_unshardable")
+
+
+LOAD_FAILED = "\0failed: "  # what a rank that could not load its part tells the others (``Group.load``)
 
 
 class GroupBroken(ApiError, RuntimeError):
@@ -234,20 +245,38 @@ class Group:
     # -- the model ---------------------------------------------------------------------------------------------
     def load(self, path):
         """This rank's part of the model at ``path`` (which must exist on every host), sharded by what the
-        model offers; every rank learns what each holds."""
+        model offers; every rank learns what each holds. Every rank also learns whether each could load its
+        part: where one could not (a model it cannot split, a damaged file), every rank raises (the failing one
+        its own error, the others one naming it), none holds the model, and the group goes on whole, each rank
+        as it was before the load, for the next request."""
         from mlx_lm.utils import load_model, sharded_load
 
-        lazy, _ = load_model(path, lazy=True, strict=False)
-        self.sharding = sharding(lazy, self.want, self.size)
-        del lazy
-        if self.sharding == "tensor":
-            model, _ = sharded_load(str(path), tensor_group=self.world)
-            mine = f"1/{self.size} of every layer (tensor parallel)"
+        model, mine = None, ""
+        try:
+            lazy, _ = load_model(path, lazy=True, strict=False)
+            self.sharding = sharding(lazy, self.want, self.size)
+            del lazy
+            if self.sharding == "tensor":
+                model, _ = sharded_load(str(path), tensor_group=self.world)
+                mine = f"1/{self.size} of every layer (tensor parallel)"
+            else:
+                model, _ = sharded_load(str(path), pipeline_group=self.world)
+                inner = model.model
+                mine = f"layers {inner.start_idx}-{inner.end_idx - 1} (pipeline parallel)"
+        except Exception as exc:  # the others are told, below, before any rank goes on
+            error: Exception | None = exc
+            mine = f"{LOAD_FAILED}{exc}"
         else:
-            model, _ = sharded_load(str(path), pipeline_group=self.world)
-            inner = model.model
-            mine = f"layers {inner.start_idx}-{inner.end_idx - 1} (pipeline parallel)"
-        self.holds = self.gather_text(mine)
+            error = None
+        told = self.gather_text(mine)
+        failed = [r for r, text in enumerate(told) if text.startswith(LOAD_FAILED)]
+        if error is not None:
+            raise error
+        if failed:
+            del model
+            raise RuntimeError(f"rank {failed[0]} could not load its part of the model: "
+                               f"{told[failed[0]][len(LOAD_FAILED):]}")
+        self.holds = told
         return model
 
     def fail(self, why: str, ranks: list[int] | None = None) -> None:
