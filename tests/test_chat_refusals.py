@@ -39,6 +39,8 @@ def envelope(r, status, param=None, code=None, contains=None):
     ({"top_logprobs": 2}, "top_logprobs", "top_logprobs"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "at most 4"),
     ({"tool_choice": "sometimes"}, "tool_choice", "sometimes"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]}, "tools[0].function.strict",
+     "strict"),
     ({"tool_choice": {"type": "function", "function": {}}}, "tool_choice.name", "tool_choice.name"),
     ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice", "'f'"),
     ({"tool_choice": "required"}, "tool_choice", "no tools"),
