@@ -77,6 +77,8 @@ REFUSALS = [
     ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}}, ["tool_choice.disable_parallel_tool_use"]),
     ({"metadata": {"user_id": 5}}, ["metadata.user_id"]),
     ({"metadata": {"session": "x"}}, ["metadata.session"]),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_zz", "content": "r"}]}]},
+     ["messages[0].content[0]", "unexpected `tool_use_id`", "toolu_zz"]),
     ({"tools": "Bash"}, ["tools"]),
     ({"tool_choice": {"type": "tool"}}, ["tool_choice.name"]),
     ({"tool_choice": {"type": "sometimes"}}, ["tool_choice.type"]),

@@ -41,6 +41,8 @@ def envelope(r, status, param=None, code=None, contains=None):
     ({"tool_choice": "sometimes"}, "tool_choice", "sometimes"),
     ({"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]}, "tools[0].function.strict",
      "strict"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "zz", "content": "r"}]},
+     "messages[1].tool_call_id", "must be a response to a preceding message with 'tool_calls'"),
     ({"tool_choice": {"type": "function", "function": {}}}, "tool_choice.name", "tool_choice.name"),
     ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice", "'f'"),
     ({"tool_choice": "required"}, "tool_choice", "no tools"),

@@ -112,6 +112,8 @@ BAD = [
     ({"model": MODEL, "input": "hi", "metadata": {"a": 1}}, "metadata.a", "invalid_type"),
     ({"model": MODEL, "input": "hi", "service_tier": "bogus"}, "service_tier", "invalid_value"),
     ({"model": MODEL, "input": "hi", "include": ["bogus.value"]}, "include[0]", "invalid_value"),
+    ({"model": MODEL, "input": [{"type": "function_call_output", "call_id": "zz", "output": "r"}]}, "input[0].call_id",
+     "invalid_value"),
     ({"model": MODEL, "input": "hi", "prompt_cache_retention": "forever"}, "prompt_cache_retention", "invalid_value"),
     ({"model": MODEL, "input": "hi", "text": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
      "text.format.name", "missing_required_parameter"),

@@ -335,8 +335,9 @@ def _without_deltas(events: list[dict]) -> list[tuple]:
 @pytest.mark.parametrize("trace", socket_trace_params())
 async def test_codex_websocket_trace_replays(serve, trace):
     """Every recorded client frame is sent again on one socket, ``model`` rewritten and each
-    ``previous_response_id`` mapped to the replayed response of the same turn; each turn must answer the events
-    the recording got, in order and numbering (the script makes the same outputs), each strictly valid."""
+    ``previous_response_id`` mapped to the replayed response of the same turn, and each call id to the replayed
+    call's (the client answers the calls it was sent); each turn must answer the events the recording got, in
+    order and numbering (the script makes the same outputs), each strictly valid."""
     import strict
     from httpx_ws import aconnect_ws
 
@@ -356,12 +357,18 @@ async def test_codex_websocket_trace_replays(serve, trace):
         elif r["event"] == "server":
             turns[-1][1].append(r["frame"])
     ids: dict[str, str] = {}
+    calls: list[str] = []  # the replayed calls' ids, not yet answered
     async with httpx.AsyncClient(timeout=30) as h:
         async with aconnect_ws(s.url(upgrade["path"]), h, headers=headers) as ws:
             for frame, recorded in turns:
                 sent = {**frame, "model": model}
                 if sent.get("previous_response_id"):
                     sent["previous_response_id"] = ids[sent["previous_response_id"]]
+                for i in sent.get("input") if isinstance(sent.get("input"), list) else ():
+                    if "call_id" in i and i["call_id"] not in ids and calls:  # the next call replayed, in order
+                        ids[i["call_id"]] = calls.pop(0)
+                sent["input"] = [{**i, "call_id": ids.get(i["call_id"], i["call_id"])} if "call_id" in i else i
+                                 for i in sent["input"]] if isinstance(sent.get("input"), list) else sent.get("input")
                 await ws.send_text(json.dumps(sent))
                 if frame["type"] != "response.create":
                     continue
@@ -374,4 +381,6 @@ async def test_codex_websocket_trace_replays(serve, trace):
                 # (text arrives in as many deltas as the tokenizer makes: the rest is event for event)
                 assert _without_deltas(got) == _without_deltas(recorded), (got, recorded)
                 ids[recorded[-1]["response"]["id"]] = got[-1]["response"]["id"]
+                calls += [e["item"]["call_id"] for e in got if e["type"] == "response.output_item.done"
+                          and "call_id" in e["item"]]  # (the recording keeps only the events' types)
     assert ids, "the trace holds no response"

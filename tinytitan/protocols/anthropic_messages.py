@@ -175,6 +175,10 @@ class AnthropicMessages(Protocol):
         for where, b in blocks:
             if b["type"] == "tool_result":
                 call_id = b["tool_use_id"]
+                if call_id not in names:
+                    raise invalid(f"{where}: unexpected `tool_use_id` found in `tool_result` blocks: {call_id}. Each "
+                                  "`tool_result` block must have a corresponding `tool_use` block in an earlier "
+                                  "message.", param=f"{where}.tool_use_id", code="invalid_value")
                 text, result_parts = _tool_result(b, where)
                 results.append(Message("tool", text, parts=result_parts, tool_call_id=call_id, name=names.get(call_id),
                                        tool_references=_tool_references(b, where, offered)))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..chat_request import Message, Tool, ToolCall
-from ..errors import ApiError
+from ..errors import ApiError, invalid
 from ..output_format import normalise
 from .. import custom_tools, images
 from .. import tool_choice
@@ -33,6 +33,7 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
     """The shapes were checked by the spec's schema; this only reshapes."""
     msgs: list[Message] = []
     call_names: dict[str, str] = {}
+    unnamed = any(not c.get("id") for m in value if m["role"] == "assistant" for c in m.get("tool_calls") or [])
     for i, m in enumerate(value):
         where = f"messages[{i}]"
         role = m["role"]
@@ -63,6 +64,10 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
                                 reasoning=m.get("reasoning_content") or m.get("reasoning")))
         else:
             call_id = m["tool_call_id"]
+            if call_id not in call_names and not unnamed:  # (calls sent without ids: any result may be theirs)
+                raise invalid(f"Invalid parameter: messages with role 'tool' must be a response to a preceding "
+                              f"message with 'tool_calls' ({where}.tool_call_id {json.dumps(call_id)} answers no "
+                              f"earlier call)", param=f"{where}.tool_call_id", code="invalid_value")
             msgs.append(Message("tool", content, parts=parts, tool_call_id=call_id,
                                 name=call_names.get(call_id, m.get("name"))))
     args["messages"] = with_verbosity(place_system([], msgs), body.get("verbosity"))

@@ -236,6 +236,9 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
         elif kind == "custom_tool_call":
             tool_call(ToolCall(item["call_id"], item["name"], json.dumps({"input": item["input"]}, ensure_ascii=False)))
         elif kind in ("function_call_output", "custom_tool_call_output"):
+            if item["call_id"] not in call_names:  # the API's own words
+                raise invalid(f"No tool call found for {kind.replace('_', ' ')} with call_id {item['call_id']} "
+                              f"({place(item)}).", param=f"{place(item)}.call_id", code="invalid_value")
             text, parts = content_parts(item.get("output"), f"{place(item)}.output")
             msgs.append(Message("tool", text, parts=parts, tool_call_id=item["call_id"], name=call_names.get(item["call_id"])))
         elif kind == "tool_search_call":
