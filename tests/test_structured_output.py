@@ -355,3 +355,55 @@ def test_harmony_answers_are_the_final_channels_document(tmp_path):
         events = ff.generate(ff.backend("gpt_oss", tmp_path, [raw]), req.with_(grammar=None))
         text = "".join(e.text for e in events if type(e).__name__ == "TextDelta")
         jsonschema.validate(json.loads(text), schema, format_checker=FORMATS)
+
+
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+          "additionalProperties": False}
+
+
+@pytest.mark.parametrize("said,kind", [
+    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', "function_call"),
+    ('{"answer":"sunny"}', "message")])  # (a document is written compact)
+async def test_an_output_format_beside_tools_under_auto_keeps_the_tools_callable(serve, said, kind):
+    """An agent SDK's typed output with tools (OpenAI Agents' ``Agent(output_type=…, tools=[…])``): the answer
+    is the document or a call. Before, only the document was admitted: a model could never call a tool."""
+    s = await serve([said])
+    r = await responses_client(s).responses.create(
+        model="tinytitan-scripted", input="The weather in Paris?", tools=[WEATHER], tool_choice="auto",
+        text={"format": {"type": "json_schema", "name": "answer", "schema": ANSWER, "strict": True}})
+    assert r.status == "completed" and [o.type for o in r.output] == [kind]
+    if kind == "message":
+        assert json.loads(r.output_text) == {"answer": "sunny"}
+    else:
+        assert json.loads(r.output[0].arguments) == {"city": "Paris"}
+
+
+def test_the_document_or_a_call_is_all_the_demo_model_can_write(demo_backend):
+    """On a real model (the demo's random weights, where the grammar alone decides) every answer is either a
+    document of the schema or calls of the tool with its arguments."""
+    from tinytitan.chat_request import Tool
+    from tinytitan.events import ToolCallDone, ToolCallStarted
+
+    for seed in range(6):
+        req = ChatRequest(model=demo_backend.model_id, messages=(Message("user", "The weather?"),), seed=seed,
+                          temperature=1.0, max_tokens=120, tool_choice="auto",
+                          tools=(Tool("get_weather", "", WEATHER["parameters"], strict=True),),
+                          grammar=Grammar("json_schema", ANSWER, "answer"))
+        prepared = demo_backend.prepare(req)
+        events: list = []
+        demo_backend.decode(prepared, DecodeLoop(demo_backend.parser(prepared), (), events.append), lambda: False)
+        (finished,) = [e for e in events if isinstance(e, Finished)]
+        calls = [e for e in events if isinstance(e, ToolCallDone)]
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
+        if calls:
+            assert not text.strip() and finished.reason in ("tool_calls", "length"), (text, finished)
+            assert {e.name for e in events if isinstance(e, ToolCallStarted)} == {"get_weather"}
+            for call in calls:
+                if call.complete:
+                    jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
+        elif finished.reason == "stop":
+            jsonschema.validate(json.loads(text), ANSWER)
+        else:  # cut at the cap: what came is the start of a document, or of a call (given back as text)
+            assert finished.reason == "length" and text.startswith(("{", "<tool_call>")), (text, finished)

@@ -22,7 +22,8 @@ from .reasoning import level_of
 from ..speculative.sampling import SAMPLING
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
 from ..structured.compile import token_markers
-from ..structured.tool_calls import answer_after_thought, auto_call_grammar, check_custom_grammar, forced_call_grammar
+from ..structured.tool_calls import (answer_after_thought, auto_call_grammar, check_custom_grammar, document_or_calls,
+                                     forced_call_grammar)
 from .rendering import TemplateRendering
 
 log = logging.getLogger("tinytitan.backend")
@@ -227,12 +228,16 @@ class PromptPreparation(TemplateRendering):
         # the markers a grammar names as tokens (made once per tokenizer, on the first request that needs them)
         markers = token_markers(self.tokenizer, getattr(self, "vocab_size", None)) if grammar or req.tools else {}
         answer = self.family.syntax.answer
+        limit = call_limit(req)
+        calls = True if limit is None else limit  # how many calls the grammar admits
+        if grammar is not None and answer is None and req.tool_choice == "auto" and req.tools:
+            # the tools stay callable beside the document (else only the document, logged)
+            grammar = document_or_calls(grammar, self.family, list(req.tools), calls, markers,
+                                        start_in_reasoning) or grammar
         if grammar is not None and answer is not None:  # the answer sits inside the syntax's markup (harmony)
             grammar = answer(grammar, markers)
         elif grammar is not None:
             grammar = answer_after_thought(grammar, self.family, markers, start_in_reasoning)
-        limit = call_limit(req)
-        calls = True if limit is None else limit  # how many calls the grammar admits
         if grammar is None and req.tool_choice == "required":
             grammar = forced_call_grammar(self.family, list(req.tools), calls, markers, start_in_reasoning)
         elif grammar is None and req.tool_choice == "auto" and req.tools:

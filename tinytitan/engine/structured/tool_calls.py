@@ -173,6 +173,31 @@ def _thought_closed(markup, vocab: dict, start_in_reasoning: bool) -> str:
     return ""
 
 
+def document_or_calls(grammar: Grammar, family, tools: list[Tool], parallel: bool | int, vocab: dict,
+                      start_in_reasoning: bool) -> Grammar | None:
+    """An output format (a JSON schema or json_object) beside tools under ``tool_choice: auto`` (an agent
+    SDK's typed output with tools): the answer is the document, or the family's calls, each held to its tool's
+    grammar where it is strict, as ``auto_call_grammar`` holds them. None (logged) where the family's calls
+    have no grammar here or their markers are not single tokens: the document alone is enforced then."""
+    markup, syntax = family.markup, family.syntax
+    markers = [markup.tool_open] + ([markup.tool_close] if markup.tool_close else []) if markup is not None else []
+    if grammar.kind not in ("json_schema", "json_object") or markup is None or not syntax.auto \
+            or syntax.blocks is None or not all(m and m in vocab for m in markers) or family.one_call:
+        log.warning("an output format beside tools under tool_choice 'auto': the %s family's calls cannot be "
+                    "masked beside the document, so only the document is enforced (no call can be made)",
+                    family.name)
+        return None
+    try:
+        blocks = syntax.blocks(family, tools, parallel, vocab, True)
+    except ApiError as exc:  # a strict tool the markup cannot hold: the document alone
+        log.warning("an output format beside tools: only the document is enforced here: %s", exc.message)
+        return None
+    schema = grammar.source if grammar.kind == "json_schema" else {"type": "object"}
+    close = _thought_closed(markup, vocab, start_in_reasoning)
+    return Grammar("lark", "\n".join([f"start: {close}(doc | blocks)", f"doc: {json_rule(schema)}", *blocks]),
+                   where=grammar.where, name=grammar.name)
+
+
 def answer_after_thought(grammar: Grammar, family, vocab: dict, start_in_reasoning: bool) -> Grammar:
     """An output format (a JSON schema or json_object) after a prompt that opened a thought: the thought is
     closed at once, then the document (other grammars are kept as they are)."""
