@@ -412,3 +412,20 @@ async def test_tool_choice_is_echoed_in_the_responses_spelling(serve, sent, echo
         strict.response_event(data)
         if "response" in data:
             assert data["response"]["tool_choice"] == echoed
+
+
+def test_listed_images_carry_the_apis_default_detail():
+    """Codex's view_image output and most clients send input_image without ``detail``; the API lists it back as
+    ``auto``, which the SDK's ResponseInputImage requires (in a message and in a call's output alike)."""
+    import strict
+    from tinytitan.protocols.responses_input import normalise_input
+
+    image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+    items = normalise_input([
+        {"role": "user", "content": [{"type": "input_text", "text": "what"}, image]},
+        {"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": '{"path": "a.png"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": [image]}])
+    strict.response_item_list({"object": "list", "data": items, "first_id": items[0]["id"],
+                               "last_id": items[-1]["id"], "has_more": False})
+    assert items[0]["content"][1]["detail"] == items[2]["output"][0]["detail"] == "auto"
+    assert "detail" not in image  # the request's own body is left as sent

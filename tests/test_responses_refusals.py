@@ -114,6 +114,17 @@ BAD = [
     ({"model": MODEL, "input": "hi", "include": ["bogus.value"]}, "include[0]", "invalid_value"),
     ({"model": MODEL, "input": [{"type": "function_call_output", "call_id": "zz", "output": "r"}]}, "input[0].call_id",
      "invalid_value"),
+    ({"model": MODEL, "input": [{"type": "tool_search_output", "call_id": "zz", "execution": "client", "tools": []}]},
+     "input[0].call_id", "invalid_value"),
+    ({"model": MODEL, "input": [
+        {"type": "tool_search_call", "call_id": "s1", "execution": "client", "arguments": {"query": "x"}},
+        {"type": "tool_search_output", "call_id": "s1", "execution": "client",
+         "tools": [{"type": "namespace", "name": "fs"}]}]}, "input[1].tools[0].tools", "missing_required_parameter"),
+    ({"model": MODEL, "input": [
+        {"type": "tool_search_call", "call_id": "s1", "execution": "client", "arguments": {"query": "x"}},
+        {"type": "tool_search_output", "call_id": "s1", "execution": "client",
+         "tools": [{"type": "namespace", "name": "fs", "tools": [{"type": "function"}]}]}]},
+     "input[1].tools[0].tools[0].name", "missing_required_parameter"),
     ({"model": MODEL, "input": "hi", "prompt_cache_retention": "forever"}, "prompt_cache_retention", "invalid_value"),
     ({"model": MODEL, "input": "hi", "text": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
      "text.format.name", "missing_required_parameter"),

@@ -91,8 +91,11 @@ def normalise_input(value) -> list[dict]:
             if not isinstance(item.get("arguments", ""), str):
                 item["arguments"] = json.dumps(item["arguments"], ensure_ascii=False)
             item.setdefault("status", "completed")
-        elif kind == "function_call_output":
-            item.setdefault("status", "completed")
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            if isinstance(item.get("output"), list):  # (as listed back: an image's detail is the API's default)
+                item["output"] = [_listed(part) for part in item["output"]]
+            if kind == "function_call_output":
+                item.setdefault("status", "completed")
         elif kind == "compaction":
             compaction.decode(item["encrypted_content"], f"input[{i}].encrypted_content")
         if kind not in ("item_reference", "compaction_trigger") and not isinstance(item.get("id"), str):
@@ -115,8 +118,15 @@ def _message_parts(item: dict) -> list[dict]:
             part["type"] = "output_text" if assistant else "input_text"
         if part["type"] == "output_text":
             part.setdefault("annotations", [])
-        parts.append(part)
+        parts.append(_listed(part))
     return parts
+
+
+def _listed(part: dict) -> dict:
+    """A content part as the API lists it back: an image's ``detail`` is ``auto`` where none was sent."""
+    if part.get("type") == "input_image" and part.get("detail") is None:
+        return {**part, "detail": "auto"}
+    return part
 
 
 def searches_in_client(value: list) -> bool:
@@ -244,6 +254,9 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
         elif kind == "tool_search_call":
             tool_call(ToolCall(item["call_id"], SEARCH_TOOL, json.dumps(item["arguments"], ensure_ascii=False)))
         elif kind == "tool_search_output":  # the loaded tools' definitions are rendered here (Message.tool_references)
+            if item["call_id"] not in call_names:
+                raise invalid(f"No tool call found for tool search output with call_id {item['call_id']} "
+                              f"({place(item)}).", param=f"{place(item)}.call_id", code="invalid_value")
             msgs.append(Message("tool", "", tool_call_id=item["call_id"], name=SEARCH_TOOL,
                                 tool_references=_loaded_names(item, sep)))
         elif kind == "compaction":
