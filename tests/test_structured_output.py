@@ -407,3 +407,25 @@ def test_the_document_or_a_call_is_all_the_demo_model_can_write(demo_backend):
             jsonschema.validate(json.loads(text), ANSWER)
         else:  # cut at the cap: what came is the start of a document, or of a call (given back as text)
             assert finished.reason == "length" and text.startswith(("{", "<tool_call>")), (text, finished)
+
+
+def test_a_forced_calls_arguments_are_an_object_when_its_schema_names_no_type(demo_backend):
+    """Parameters given as ``{"properties": …, "required": …}`` without ``"type": "object"`` admit any JSON value
+    by the letter of JSON Schema: the demo model's forced calls came back with arguments true, null or []. A
+    call's arguments are an object, whatever its schema leaves out."""
+    from tinytitan.chat_request import Tool
+    from tinytitan.events import ToolCallDone
+
+    params = {"properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    seen = 0
+    for seed in range(1, 7):
+        req = ChatRequest(model=demo_backend.model_id, messages=(Message("user", "x"),), seed=seed, temperature=1.0,
+                          max_tokens=40, tool_choice="required", parallel_tool_calls=False,
+                          tools=(Tool("f", "", params),))
+        prepared = demo_backend.prepare(req)
+        events: list = []
+        demo_backend.decode(prepared, DecodeLoop(demo_backend.parser(prepared), (), events.append), lambda: False)
+        for call in (e for e in events if isinstance(e, ToolCallDone) and e.complete):
+            seen += 1
+            assert isinstance(json.loads(call.arguments), dict), call.arguments
+    assert seen  # (some seeds finish a call within the cap)

@@ -187,6 +187,13 @@ def with_format_patterns(schema: Any) -> Any:
     return out
 
 
+def arguments_schema(parameters: dict | None) -> dict:
+    """A tool's parameters as its calls' arguments are held to: an object always (a schema that names no type
+    admits any JSON value, and a call's arguments are an object)."""
+    schema = parameters or {"type": "object"}
+    return schema if "type" in schema else {**schema, "type": "object"}
+
+
 def json_rule(schema: Any, layout: JsonLayout = COMPACT) -> str:
     """A lark rule body holding a JSON value to ``schema``, spelt in ``layout``, its date / time / date-time
     formats held to our own patterns (FORMAT_PATTERNS) as structured output's are."""

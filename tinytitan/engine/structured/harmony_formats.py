@@ -19,7 +19,7 @@ import json
 
 from ...chat_request import Grammar, Tool
 from ...errors import invalid
-from .compile import ONE_SPACE, custom_tool_refused, json_rule, with_format_patterns
+from .compile import ONE_SPACE, arguments_schema, custom_tool_refused, json_rule, with_format_patterns
 
 MARKERS = ("<|channel|>", "<|constrain|>", "<|message|>")
 
@@ -49,7 +49,7 @@ def call_blocks(tools: list[Tool], vocab: dict) -> list[str]:
         if tool.custom:
             raise custom_tool_refused(tool.name, "harmony calls")
         rules += [f"f{i}: {json.dumps(tool.name + ' ')} {constrain} \"json\" {message} f{i}_args",
-                  f"f{i}_args: {json_rule(tool.parameters or {'type': 'object'}, ONE_SPACE)}"]
+                  f"f{i}_args: {json_rule(arguments_schema(tool.parameters), ONE_SPACE)}"]
     call = "call: " + " | ".join(f"f{i}" for i in range(len(tools)))
     return [f'blocks: {channel} "commentary to=functions." call', call, *rules]
 

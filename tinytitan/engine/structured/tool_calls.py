@@ -22,7 +22,8 @@ import logging
 from ...chat_request import Grammar, Tool
 from ...errors import ApiError, invalid
 from ...output_format import check_schema
-from .compile import SPACED, JsonLayout, compile_grammar, custom_tool_refused, json_rule, with_format_patterns
+from .compile import (SPACED, JsonLayout, arguments_schema, compile_grammar, custom_tool_refused, json_rule,
+                      with_format_patterns)
 from .escaped import ANY_TEXT, escaped_lark_rules
 
 log = logging.getLogger("tinytitan.structured")
@@ -64,7 +65,7 @@ def json_call_rules(tools: list[Tool], key: str, loose: bool = False, named: str
     # every call is spelled from its name on: the calls' opening literals differ only at the name, so the
     # lexer follows them all until it diverges (a %json object beside them would compete for the brace)
     for i, tool in enumerate(t for t in tools if not t.custom):
-        schema = {"type": "object"} if loose and not tool.strict else (tool.parameters or {"type": "object"})
+        schema = {"type": "object"} if loose and not tool.strict else arguments_schema(tool.parameters)
         head, close = spelled(tool.name)
         alternatives.append(f"f{i}")
         rules += [f"f{i}: {head} f{i}_args{close}",
