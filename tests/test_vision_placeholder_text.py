@@ -26,3 +26,19 @@ def test_placeholder_text_in_an_earlier_answer_is_not_an_image(vision):  # noqa:
     # the same in the user's own text, beside the picture
     req = ask(part(RED), "the template writes <start_of_image> here")
     assert vision.prepare(req).tokens.count(vision.image_token_id) == 256
+
+
+def test_placeholder_text_in_a_calls_arguments_or_a_tools_schema_is_not_an_image(vision):  # noqa: F811
+    """An agent wrote a Gemma template with its Write tool (the call's arguments hold the placeholder's text), and
+    a tool describes the placeholder: the screenshot attached next turn is still the one image."""
+    from tinytitan.chat_request import Tool, ToolCall
+
+    call = ToolCall("c1", "Write", '{"content": "{{ \'<start_of_image>\' }}"}')
+    history = (Message("user", "write the snippet"), Message("assistant", "", tool_calls=(call,)),
+               Message("tool", "written", tool_call_id="c1", name="Write"))
+    tool = Tool("Write", "writes a file; <start_of_image> marks an image", {
+        "type": "object", "properties": {"content": {"type": "string", "description": "e.g. <start_of_image>"}}})
+    req = ask(part(RED), "and this?", history=history).with_(tools=(tool,))
+    prepared = vision.prepare(req)
+    assert prepared.tokens.count(vision.image_token_id) == 256 and len(prepared.image_runs) == 1
+    assert "<start_of_image>' }}" in prepared.prompt_text

@@ -35,6 +35,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -157,16 +158,30 @@ class VisionBackend(MLXBackend):
         return "".join(out)
 
     def _literal_placeholders_hidden(self, req: ChatRequest) -> ChatRequest:
-        """``req`` with the placeholder's text, where a message's own text holds it (a model's earlier answer, a
-        pasted template), stood in for by ``SHADOW``: only the placeholders the template writes are images."""
-        def hide(text):
-            return text.replace(self.placeholder, SHADOW) if isinstance(text, str) else text
+        """``req`` with the placeholder's text, wherever the request's own text holds it (a model's earlier answer,
+        a pasted template, a call's arguments that write one, a tool's description or schema), stood in for by
+        ``SHADOW``: only the placeholders the template writes are images."""
+        def hide(value):
+            if isinstance(value, str):
+                return value.replace(self.placeholder, SHADOW)
+            if isinstance(value, dict):
+                return {hide(k): hide(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return type(value)(hide(v) for v in value)
+            return value
 
-        if not any(self.placeholder in (m.content or "") + (m.reasoning or "") for m in req.messages):
+        def holds(m) -> bool:
+            return self.placeholder in (m.content or "") + (m.reasoning or "") + "".join(
+                c.arguments for c in m.tool_calls)
+
+        tools = any(self.placeholder in t.description + json.dumps(t.parameters) for t in req.tools)
+        if not tools and not any(holds(m) for m in req.messages):
             return req
         return replace(req, messages=tuple(
-            replace(m, content=hide(m.content), reasoning=hide(m.reasoning), parts=tuple(hide(p) for p in m.parts))
-            for m in req.messages))
+            replace(m, content=hide(m.content), reasoning=hide(m.reasoning), parts=tuple(hide(p) for p in m.parts),
+                    tool_calls=tuple(replace(c, arguments=hide(c.arguments)) for c in m.tool_calls))
+            for m in req.messages), tools=tuple(replace(t, description=hide(t.description),
+                                                        parameters=hide(t.parameters)) for t in req.tools))
 
     def image_runs(self, tokens: list[int], req: ChatRequest) -> tuple[ImageRun, ...]:
         """Each image's span of the prompt: from its first image token to its last."""
