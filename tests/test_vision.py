@@ -546,3 +546,20 @@ def test_vision_family_not_served_is_a_text_model(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="tinytitan.vision"):
         assert backend_class(tmp_path) is MLXBackend
     assert "glm4v vision model: its images are not read here" in caplog.text
+
+
+def test_a_tool_result_with_an_image_that_loads_a_deferred_tool_declares_it(vision):
+    """A tool result holding an image is rendered from its parts: the definitions of the deferred tools it loads
+    (``tool_reference``) are declared there too, as they are in a text-only result."""
+    from tinytitan.chat_request import Tool, ToolCall
+
+    grab = Tool("grab_window", "Grab a screenshot of one window by its title", {
+        "type": "object", "properties": {"title": {"type": "string"}}}, deferred=True)
+    search = Tool("ToolSearch", "search tools", {"type": "object", "properties": {"query": {"type": "string"}}})
+    history = (Message("user", "find a screenshot tool"),
+               Message("assistant", "", tool_calls=(ToolCall("t1", "ToolSearch", '{"query": "shot"}'),)),
+               Message("tool", "found one", parts=("found one", part(RED)), tool_call_id="t1", name="ToolSearch",
+                       tool_references=("grab_window",)))
+    prepared = vision.prepare(ask("use it", history=history).with_(tools=(search, grab)))
+    assert "Grab a screenshot of one window by its title" in prepared.prompt_text
+    assert len(prepared.image_runs) == 1

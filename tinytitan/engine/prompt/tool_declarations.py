@@ -37,7 +37,10 @@ class ToolDeclarations:
                 raise invalid(f"messages[{i}] references the tool '{missing[0]}', which is not among the tools "
                               f"offered", param="tools", code="invalid_value")
             text = "\n".join(self.tool_declaration(offered[n]) for n in m.tool_references)
-            out.append(replace(m, content=f"{m.content}\n{text}" if m.content else text, tool_references=()))
+            # (a result with an image is rendered from its parts: the declarations close them too)
+            parts = (*m.parts, f"\n{text}") if m.parts else ()
+            out.append(replace(m, content=f"{m.content}\n{text}" if m.content else text, parts=parts,
+                               tool_references=()))
         return req.with_(messages=tuple(out))
 
     def tool_declaration(self, tool: Tool) -> str:
