@@ -563,3 +563,17 @@ def test_a_tool_result_with_an_image_that_loads_a_deferred_tool_declares_it(visi
     prepared = vision.prepare(ask("use it", history=history).with_(tools=(search, grab)))
     assert "Grab a screenshot of one window by its title" in prepared.prompt_text
     assert len(prepared.image_runs) == 1
+
+
+def test_a_tool_result_with_an_image_keeps_its_fence_on_gemma_3(vision):
+    """Gemma 3's template trims each text part: the fence and separators around a tool result that holds an image
+    were parts of their own, so the tool's text became the fence's info string and the next user text was glued
+    to the closing fence. Text beside text is one part: the result reads as its text-only form does."""
+    from tinytitan.chat_request import ToolCall
+
+    base = (Message("user", "take a screenshot"),
+            Message("assistant", "", tool_calls=(ToolCall("c1", "screenshot", "{}"),)))
+    shot = Message("tool", "Window: Editor", parts=("Window: Editor", part(RED)), tool_call_id="c1", name="screenshot")
+    prompt = vision.prepare(ask("what do you see?", history=(*base, shot))).prompt_text
+    assert "```tool_output\nWindow: Editor" in prompt
+    assert "```what do you see?" not in prompt and "what do you see?" in prompt

@@ -102,7 +102,15 @@ def _joined(a, b, sep: str = "\n\n"):
         text_a, text_b = _text(a), _text(b)
         return text_a + (sep if text_a and text_b else "") + text_b
     parts_a, parts_b = _parts(a), _parts(b)
-    return parts_a + ([{"type": "text", "text": sep}] if parts_a and parts_b else []) + parts_b
+    out = list(parts_a)
+    # text beside text is one part: a template may trim each text part (Gemma 3's), which would take the line
+    # breaks of a wrapper or a separator standing alone
+    for part in ([{"type": "text", "text": sep}] if parts_a and parts_b else []) + parts_b:
+        if out and part.get("type") == "text" and out[-1].get("type") == "text":
+            out[-1] = {"type": "text", "text": out[-1]["text"] + part["text"]}
+        else:
+            out.append(part)
+    return out
 
 
 def _py_literal(value) -> str:
