@@ -38,6 +38,30 @@ async def test_models_anthropic_shape(serve):
     assert m["type"] == "model" and m["id"] == MODEL and m["display_name"] and m["created_at"].endswith("Z")
 
 
+async def test_the_anthropic_model_list_pages_as_the_api_does(serve, demo_tok):
+    """``limit``, ``after_id`` and ``before_id`` page the list (the SDK's auto-paging follows ``has_more``); a bad
+    limit or an id that is not listed is the client's 400, naming it."""
+    import anthropic
+
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
+
+    names = ["m-a", "m-b", "m-c"]
+    s = await serve(backend=[ScriptedBackend([ScriptEntry("ok")], demo_tok, model_id=n) for n in names])
+    h = {"anthropic-version": "2023-06-01"}
+    page = (await get(s, "/v1/models?limit=2", h)).json()
+    assert [m["id"] for m in page["data"]] == names[:2] and page["has_more"] and page["last_id"] == "m-b"
+    rest = (await get(s, "/v1/models?limit=2&after_id=m-b", h)).json()
+    assert [m["id"] for m in rest["data"]] == ["m-c"] and not rest["has_more"]
+    back = (await get(s, "/v1/models?limit=1&before_id=m-c", h)).json()
+    assert [m["id"] for m in back["data"]] == ["m-b"] and back["has_more"]
+    client = anthropic.AsyncAnthropic(base_url=s.url(""), api_key="x")
+    assert [m.id async for m in client.models.list(limit=1)] == names
+    for query, param in [("limit=0", "limit"), ("limit=x", "limit"), ("after_id=nope", "after_id")]:
+        r = await get(s, f"/v1/models?{query}", h)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
+        assert param in r.json()["error"]["message"]
+
+
 async def test_one_model(serve):
     s = await serve(["ok"])
     assert (await get(s, f"/v1/models/{MODEL}")).json()["id"] == MODEL

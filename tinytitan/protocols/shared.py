@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from ..agents import codex_entries
+from ..errors import invalid
 from ..models.gguf_facts import listing_off_loop
 from ..observe import dashboard
 from .base import Protocol
@@ -102,8 +103,7 @@ class Shared(Protocol):
         facts = await listing_off_loop(models)
         data = [self._entry(m, anthropic, facts[m["id"]]) for m in models]
         if anthropic:
-            return Reply({"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
-                          "last_id": data[-1]["id"] if data else None})
+            return Reply(anthropic_page(data, call.args["limit"], call.args["after_id"], call.args["before_id"]))
         return Reply({"object": "list", "data": data})
 
     async def get_model(self, call: Call, model_id: str) -> Reply:
@@ -130,3 +130,21 @@ class Shared(Protocol):
 
     async def profile(self, call: Call) -> Reply:
         return Reply({"object": "list", "window": self.observer.window.maxlen, "data": self.observer.profile()})
+
+
+def anthropic_page(data: list[dict], limit: int, after: str | None, before: str | None) -> dict:
+    """Anthropic's page of the model list: ``limit`` models after ``after_id`` (or right before ``before_id``);
+    an id that is not listed is the client's 400, naming it."""
+    ids = [m["id"] for m in data]
+    for name, value in (("after_id", after), ("before_id", before)):
+        if value is not None and value not in ids:
+            raise invalid(f"Invalid value for '{name}': no model '{value}' is listed", param=name,
+                          code="invalid_value")
+    start = ids.index(after) + 1 if after is not None else 0
+    end = ids.index(before) if before is not None else len(ids)
+    if before is not None and after is None:
+        start = max(end - limit, 0)
+    page = data[start:end][:limit]
+    more = start + len(page) < end if before is None or after is not None else start > 0
+    return {"data": page, "has_more": more, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None}
