@@ -156,6 +156,7 @@ async def test_compaction_trigger_non_stream_stores_nothing(serve):
     s = await serve([SHORT])
     r = await client(s).responses.create(model=MODEL, input=HISTORY + [{"type": "compaction_trigger"}])
     assert [o.type for o in r.output] == ["compaction"] and r.status == "completed"
+    assert "kept" not in payload(r.output[0].model_dump())  # its summary is of every item: it carries none
     with pytest.raises(openai.NotFoundError):
         await client(s).responses.retrieve(r.id)
 

@@ -76,22 +76,28 @@ async def test_a_setting_it_cannot_do_is_refused_by_name(serve, value, param):
     assert r.status_code == 400 and r.json()["error"]["param"].startswith(param), r.text
 
 
-@pytest.mark.parametrize("chained", [True, False])
-async def test_the_turn_after_a_compaction_still_reads_the_turn_it_was_made_for(serve, demo_tok, chained):
-    """The compaction item summarised the turns before the newest user message: the next turn, chained or carried
-    by the client, still reads that message ("Now run the tests."), then the reply to it, as that reply did."""
+@pytest.mark.parametrize("how", ["chained", "carried", "dropped", "unmanaged"])
+async def test_the_turn_after_a_compaction_still_reads_the_turn_it_was_made_for(serve, demo_tok, how):
+    """The compaction item summarised the turns before the newest user message, and carries that turn: the next
+    turn still reads that message ("Now run the tests."), then the reply to it, as that reply did — chained,
+    carried whole by the client, carried from the compaction item on (the API's guide lets a client drop what
+    came before it), or without context_management on the next request."""
     s, backend = await server(serve, demo_tok, SUMMARY, "Running them now.", "Yes.")
     c = client(s)
     cm = [{"type": "compaction", "compact_threshold": 20}]
-    first = await c.responses.create(model=MODEL, input=INPUT, store=chained, context_management=cm)
+    first = await c.responses.create(model=MODEL, input=INPUT, store=how == "chained", context_management=cm)
     assert [o.type for o in first.output] == ["compaction", "message"]
     later = {"type": "message", "role": "user", "content": "Did they pass?"}
+    output = [o.model_dump(exclude_none=True) for o in first.output]
     cm = [{"type": "compaction", "compact_threshold": 100000}]
-    if chained:
+    if how == "chained":
         await c.responses.create(model=MODEL, input=[later], previous_response_id=first.id, context_management=cm)
+    elif how == "carried":
+        await c.responses.create(model=MODEL, input=INPUT + output + [later], store=False, context_management=cm)
+    elif how == "dropped":
+        await c.responses.create(model=MODEL, input=INPUT[:1] + output + [later], store=False, context_management=cm)
     else:
-        carried = INPUT + [o.model_dump(exclude_none=True) for o in first.output] + [later]
-        await c.responses.create(model=MODEL, input=carried, store=False, context_management=cm)
+        await c.responses.create(model=MODEL, input=INPUT + output + [later], store=False)
     prompt = backend.prompts[-1]
     assert "def main(): retrun 1" not in prompt  # the summarised turns stay summarised
     order = [prompt.index(t) for t in (SUMMARY, "Now run the tests.", "Running them now.", "Did they pass?")]

@@ -9,10 +9,12 @@ Rules:
   newest user turn are summarised; the reply reads the client's standing prompt, that summary and the
   newest turn, and the response's output is the ``compaction`` item, then the reply. Under it, items before
   the latest compaction item are superseded by it (the API: it carries the context needed from there on).
-  Such an item summarised only what came before the newest user turn (``newest`` in its payload): that turn,
-  from its user message up to the item, is still read after it, as the reply read it. (A ``/compact`` item
-  summarised everything before it.)
-- The item's ``encrypted_content`` is base64 of JSON ``{v, model, createdAt, mode, summary[, newest]}`` (v = 1). It
+  Such an item summarised only what came before the newest user turn: it carries that turn's items as they
+  were (``kept`` in its payload), read after the summary as the reply read them, whether or not the client
+  sends the items before the item again (the API's guide lets it drop them). So it supersedes what came before
+  it even where a later request does not repeat ``context_management``. (A ``/compact`` or
+  ``compaction_trigger`` item summarised everything before it, and keeps nothing.)
+- The item's ``encrypted_content`` is base64 of JSON ``{v, model, createdAt, mode, summary[, kept]}`` (v = 1). It
   is not secret: this server only needs to read its own items back. One it cannot read is refused by
   name (``compaction_payload_invalid``).
 """
@@ -37,11 +39,11 @@ CONTEXT_HEADER = "Summary of the earlier conversation (compacted):"
 
 
 # -- the item ---------------------------------------------------------------------------------------------
-def encode(summary: str, mode: str, model: str, newest: bool = False) -> str:
-    """``newest``: the summary leaves out the newest user turn before the item (server-side compaction)."""
+def encode(summary: str, mode: str, model: str, kept: list[dict] | None = None) -> str:
+    """``kept``: the items of the newest user turn, which the summary leaves out (server-side compaction)."""
     payload = {"v": VERSION, "model": model, "createdAt": int(time.time()), "mode": mode, "summary": summary}
-    if newest:
-        payload["newest"] = True
+    if kept:
+        payload["kept"] = kept
     return base64.b64encode(json.dumps(payload, ensure_ascii=False).encode()).decode()
 
 
@@ -125,21 +127,21 @@ def _standing(item: dict) -> bool:
     return item.get("type") == "message" and item.get("role") in ("system", "developer")
 
 
-def superseded(items: list[dict]) -> list[dict]:
-    """The items a conversation under server-side compaction still reads: the standing prompt (leading
-    system / developer messages), then from the latest compaction item on; where that item left the newest user
-    turn before it out of its summary, that turn after the item, as the turn the item was made for read it."""
+def superseded(items: list[dict], managed: bool = True) -> list[dict]:
+    """The items a conversation under server-side compaction (``managed``) still reads: the standing prompt
+    (leading system / developer messages), then from the latest compaction item on, the items it carries (the
+    newest turn it left out of its summary) right after it. Not ``managed``, only an item that carries a turn
+    supersedes what came before it (it was made under server-side compaction)."""
     last = max((i for i, item in enumerate(items) if item.get("type") == "compaction"), default=None)
     if last is None:
+        return items
+    kept = decode(items[last]["encrypted_content"], "input").get("kept") or []
+    if not managed and not kept:
         return items
     lead = 0
     while lead < len(items) and _standing(items[lead]):
         lead += 1
-    kept: list[dict] = []
-    if decode(items[last]["encrypted_content"], "input").get("newest"):
-        users = [i for i in range(lead, last) if _is_user(items[i])]
-        kept = items[users[-1]:last] if users else []
-    return items[:lead] + [items[last]] + kept + items[last + 1:]
+    return items[:lead] + [items[last]] + list(kept) + items[last + 1:]
 
 
 def _is_user(item: dict) -> bool:

@@ -209,8 +209,7 @@ class OpenAIResponses(StoredResponses, Protocol):
             return await self.compaction_turn(v, history + own)
         items = history + own
         threshold = self.compact_threshold(v.body, v.body["model"])
-        if threshold is not None:
-            items = compaction.superseded(items)
+        items = compaction.superseded(items, managed=threshold is not None)
         req = self.request_for(v, items)
         if prewarm or (v.body.get("prompt_cache_options") or {}).get("prewarm") is True:
             return self.prewarmed(v, req.model)
@@ -266,13 +265,13 @@ class OpenAIResponses(StoredResponses, Protocol):
         compactor = self.engine.summariser(v.body["model"])
         stream = bool(v.body.get("stream"))
         machine = self.machine(v, model_id, stream, entry="compacted")
-        result: dict = {"newest": True}  # the item leaves the newest turn out of its summary (compaction.py)
+        result: dict = {"kept": newest}  # the item carries the newest turn, left out of its summary (compaction.py)
         machine.context["compaction"] = result
         keepalive = self.spec.extra.get("keepalive_seconds")
 
         def reply(summary: str):
             item = {"type": "compaction", "encrypted_content": compaction.encode(summary, result.get("mode", "model"),
-                                                                                model_id, newest=True)}
+                                                                                model_id, kept=newest)}
             req = self.request_for(v, standing + [item] + newest)
             log.info("context_management: %d older item(s) compacted before the reply", len(older))
             return self.engine.session(req, keepalive, streamed=stream)
@@ -315,7 +314,7 @@ class OpenAIResponses(StoredResponses, Protocol):
         model_id, _ = self.engine.resolve(v.body["model"])
         compactor = self.engine.summariser(v.body["model"])
         machine = self.machine(v, model_id, bool(v.body.get("stream")), entry="compaction")
-        result: dict = {"newest": True}  # the item leaves the newest turn out of its summary (compaction.py)
+        result: dict = {}  # (the summary is of every item: the item keeps none)
         machine.context["compaction"] = result
         machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
         items = [i for i in items if i.get("type") != "compaction_trigger"]

@@ -115,7 +115,7 @@ def close(m: Machine, ev) -> None:
     if item["kind"] == "compaction":
         made = m.context.get("compaction") or {}
         item["encrypted_content"] = compaction.encode(item["text"], made.get("mode", "model"), m.context["model"],
-                                                      newest=made.get("newest", False))
+                                                      kept=made.get("kept"))
     m.vars.closed = item
 
 
