@@ -24,6 +24,9 @@ def catalog_dir(tmp_path_factory):
     shutil.copytree(ensure_demo_model(), root / "alpha")  # the demo model (qwen3)
     pipeline_model(root / "beta")  # another: its weights, as a qwen2
     unshardable_model(root / "gamma")  # one no group can split
+    shutil.copytree(ensure_demo_model(), root / "delta")  # one whose weights are damaged
+    weights = root / "delta" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:len(weights.read_bytes()) // 2])
     return root
 
 
@@ -67,7 +70,8 @@ async def test_a_catalog_switches_models_on_every_rank(catalog_group, catalog_di
     from tinytitan.engine.backends.mlx import MLXBackend
 
     one = await serve(backend=[MLXBackend(catalog_dir / m, m, lazy=True) for m in ("alpha", "beta")])
-    assert catalog_group.health["model"] is None and catalog_group.health["models"] == ["alpha", "beta", "gamma"]
+    assert catalog_group.health["model"] is None and catalog_group.health["models"] == ["alpha", "beta", "delta",
+                                                                                        "gamma"]
     for model in ("alpha", "beta", "alpha"):
         prompt = f"A question for {model}."
         want = await ask(one.base, "chat", prompt, max_tokens=20, model=model)
@@ -84,6 +88,11 @@ async def test_a_catalog_switches_models_on_every_rank(catalog_group, catalog_di
         r = await c.post(catalog_group.base + path, json=payload)
     assert r.status_code == 501, r.text
     assert "'gemma'" in r.json()["error"]["message"] and r.json()["error"]["code"] == "model_unshardable"
+    # damaged weights: every rank fails to load them, and says so before any goes on
+    async with httpx.AsyncClient(timeout=60) as c:
+        path, payload = body("chat", "Hi.", False, model="delta")
+        r = await c.post(catalog_group.base + path, json=payload)
+    assert r.status_code >= 500 and r.json()["error"], r.text
     assert await ask(catalog_group.base, "chat", "Beta once more.", True, model="beta") == \
         await ask(one.base, "chat", "Beta once more.", True, model="beta")
     assert httpx.get(catalog_group.base + "/health").json()["group"]["status"] == "ok"

@@ -248,24 +248,31 @@ class Group:
         model offers; every rank learns what each holds. Every rank also learns whether each could load its
         part: where one could not (a model it cannot split, a damaged file), every rank raises (the failing one
         its own error, the others one naming it), none holds the model, and the group goes on whole, each rank
-        as it was before the load, for the next request."""
+        as it was before the load, for the next request. A rank that failed before ``sharded_load`` returned
+        first goes through the barrier it ends with, as the ranks that loaded did: the collectives pair up
+        whichever ranks failed (one alone: its copy of the weights is damaged)."""
+        import mlx.core as mx
         from mlx_lm.utils import load_model, sharded_load
 
-        model, mine = None, ""
+        model, mine, loaded = None, "", False
         try:
             lazy, _ = load_model(path, lazy=True, strict=False)
             self.sharding = sharding(lazy, self.want, self.size)
             del lazy
             if self.sharding == "tensor":
                 model, _ = sharded_load(str(path), tensor_group=self.world)
+                loaded = True
                 mine = f"1/{self.size} of every layer (tensor parallel)"
             else:
                 model, _ = sharded_load(str(path), pipeline_group=self.world)
+                loaded = True
                 inner = model.model
                 mine = f"layers {inner.start_idx}-{inner.end_idx - 1} (pipeline parallel)"
         except Exception as exc:  # the others are told, below, before any rank goes on
             error: Exception | None = exc
             mine = f"{LOAD_FAILED}{exc}"
+            if not loaded:  # the barrier sharded_load ends with, which the ranks that loaded went through
+                self._sum(mx.array(1.0))
         else:
             error = None
         told = self.gather_text(mine)
