@@ -269,4 +269,8 @@ def test_renamed_call_ids_are_named_where_the_template_writes_them():
     assert (miss.reason, miss.where) == ("messages_changed", "message 1 (user) content")
     same = loop("call_1")  # nothing changed that the request says: the template wrote it otherwise
     assert diagnose(same, Fingerprint.of(same), range(500), probe).reason == "template_rerender"
+    # where the rendered prompt is known, the ids are named only where the template writes them (Qwen3's not)
+    assert diagnose(renamed, Fingerprint.of(renamed), range(500), probe, '{"id": "call_9"}').where == \
+        "message 2 (assistant) ids"
+    assert diagnose(renamed, Fingerprint.of(renamed), range(500), probe, "no ids here").reason == "template_rerender"
     assert before.answered_by(Fingerprint.of(_req([*loop("call_9").messages, ("assistant", "Done.")], TOOLS)))

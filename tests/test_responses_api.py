@@ -440,3 +440,14 @@ async def test_a_call_whose_arguments_are_no_object_is_marked_incomplete(serve, 
         {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]})
     (call,) = r.json()["output"]
     assert call["type"] == "function_call" and call["status"] == "incomplete", call
+
+
+async def test_either_spelling_of_the_in_memory_cache_retention_is_read_and_echoed_as_the_sdk_holds_it(serve):
+    import strict
+
+    s = await serve(["ok"] * 2)
+    for sent in ("in-memory", "in_memory"):
+        r = await post(s, "/v1/responses", {"model": MODEL, "input": "hi", "prompt_cache_retention": sent})
+        assert r.status_code == 200, r.text
+        strict.response(r.json())
+        assert r.json()["prompt_cache_retention"] == "in_memory"

@@ -182,7 +182,10 @@ class OpenAIResponses(StoredResponses, Protocol):
         return {**{name: v.body.get(name) for name in ECHOED_SAMPLING}, "tool_names": (v.state or ResponsesRequest()).tool_names,
                 "custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom),
                 "search_tool": (v.state or ResponsesRequest()).search_tool,
-                "tool_choice": tool_choice.responses_spelling(v.body.get("tool_choice") or "auto")}
+                "tool_choice": tool_choice.responses_spelling(v.body.get("tool_choice") or "auto"),
+                # (older SDKs spell it "in-memory"; the Response holds "in_memory")
+                "prompt_cache_retention": {"in-memory": "in_memory"}.get(v.body.get("prompt_cache_retention"),
+                                                                         v.body.get("prompt_cache_retention"))}
 
     def machine(self, v, model_id, stream, entry=None) -> Machine:
         m = super().machine(v, model_id, stream, entry)

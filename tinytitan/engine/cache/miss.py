@@ -147,7 +147,9 @@ class Probe:
     spans: tuple = field(default_factory=tuple)
 
 
-def diagnose(req: ChatRequest, fp: Fingerprint, tokens: Sequence[int], probe: Probe) -> CacheMiss:
+def diagnose(req: ChatRequest, fp: Fingerprint, tokens: Sequence[int], probe: Probe, text: str | None = None
+             ) -> CacheMiss:
+    """``text``: the rendered prompt (where it is known: whether the template writes the calls' ids)."""
     n, total = probe.n, len(tokens)
     base = dict(offset=n, prompt_tokens=total, entry_tokens=probe.length)
     if probe.length and (n >= probe.length or n >= total - 1):
@@ -170,11 +172,11 @@ def diagnose(req: ChatRequest, fp: Fingerprint, tokens: Sequence[int], probe: Pr
                                 f"{n - probe.prompt_length} tokens into it", **base)
     if old is None:
         return CacheMiss("messages_changed" if n else "cold", missed_tokens=lost, **base)
-    return _compare(req, old, fp, lost, base)
+    return _compare(req, old, fp, lost, base, text)
 
 
 def compare(req: ChatRequest, fp: Fingerprint, tokens: Sequence[int],
-            earlier: tuple[Fingerprint, Sequence[int]] | None) -> CacheMiss:
+            earlier: tuple[Fingerprint, Sequence[int]] | None, text: str | None = None) -> CacheMiss:
     """This prompt against one earlier prompt (its request's fingerprint and its token ids; None: not known)."""
     if earlier is None:
         return CacheMiss("not_found", 0, 0, prompt_tokens=len(tokens))
@@ -189,7 +191,7 @@ def compare(req: ChatRequest, fp: Fingerprint, tokens: Sequence[int],
     base = dict(offset=n, prompt_tokens=len(tokens), entry_tokens=len(old))
     if n >= len(old):
         return CacheMiss("hit", missed_tokens=0, **base)
-    return _compare(req, old_fp, fp, len(old) - n, base)
+    return _compare(req, old_fp, fp, len(old) - n, base, text)
 
 
 def _index(fp: Fingerprint, k: int | None) -> int | None:
@@ -197,7 +199,8 @@ def _index(fp: Fingerprint, k: int | None) -> int | None:
     return None if k is None else k + len(fp.system)
 
 
-def _compare(req: ChatRequest, old: Fingerprint, new: Fingerprint, lost: int, base: dict) -> CacheMiss:
+def _compare(req: ChatRequest, old: Fingerprint, new: Fingerprint, lost: int, base: dict,
+             text: str | None = None) -> CacheMiss:
     if old.system != new.system:
         for i, (a, b) in enumerate(zip(old.system, new.system)):
             if a != b:
@@ -243,6 +246,8 @@ def _compare(req: ChatRequest, old: Fingerprint, new: Fingerprint, lost: int, ba
     # or wrote ids that changed (a client that renames its calls' ids each turn), whichever comes first
     k = _thinking_before(req, new)
     ids = next((_index(new, j) for j, (a, b) in enumerate(zip(old.messages, new.messages)) if a[5] != b[5]), None)
+    if ids is not None and text is not None and not _ids_written(req.messages[ids], text):
+        ids = None  # the template writes none of them: not where the prompt parted
     if ids is not None and (k is None or ids < k):
         role = req.messages[ids].role
         what = "its tool calls' ids" if role == "assistant" else "the call id or tool name it answers"
@@ -252,6 +257,11 @@ def _compare(req: ChatRequest, old: Fingerprint, new: Fingerprint, lost: int, ba
         return CacheMiss("thinking_dropped", missed_tokens=lost, where=f"message {k} (assistant) thinking",
                          detail="the template no longer renders an earlier turn's thinking", **base)
     return CacheMiss("template_rerender", missed_tokens=lost, **base)
+
+
+def _ids_written(m: Message, text: str) -> bool:
+    """Whether the rendered prompt holds this message's call ids (a template that writes them)."""
+    return any(c.id and c.id in text for c in m.tool_calls) or bool(m.tool_call_id and m.tool_call_id in text)
 
 
 def _thinking_before(req: ChatRequest, fp: Fingerprint) -> int | None:

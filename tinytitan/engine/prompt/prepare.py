@@ -171,7 +171,7 @@ class PromptPreparation(TemplateRendering):
         if fp is None and req is not None:
             fp = Fingerprint.of(req)
         runs = self.image_runs(tokens, req) if req is not None else ()
-        miss = diagnose(req, fp, tokens, cache.probe(tokens, runs)) if req is not None else None
+        miss = diagnose(req, fp, tokens, cache.probe(tokens, runs), text) if req is not None else None
         if miss is not None and miss.missed:
             log.debug("%s: prompt cache %s%s", self.model_id, miss.log_text(), f" ({miss.detail})" if miss.detail else "")
         note = cache.remember(tokens, spans, decode, fp, runs,
@@ -340,20 +340,21 @@ class PromptPreparation(TemplateRendering):
         sampling = self.sampling_for(req)
         if req.grammar is not None or req.tool_choice == "required":
             sampling["reasoning"] = "none"  # turned off by ``structured``: a protocol with a place for it says so
-        compared = self.compare_prompt(req, tokens, fp)
+        compared = self.compare_prompt(req, tokens, fp, text)
         return Prepared(req, tokens, max_tokens, start_in_reasoning, namespaces, text, schemas, render_s=encoded.render_s,
                         tokenize_s=encoded.tokenize_s, grammar=compiled, sampling=sampling,
                         cache_miss=miss.as_dict() if miss is not None else None,
                         cache_compared=compared.as_dict() if compared is not None else None, cache_facts=encoded.facts)
 
-    def compare_prompt(self, req: ChatRequest, tokens: list[int], fp: Fingerprint | None):
+    def compare_prompt(self, req: ChatRequest, tokens: list[int], fp: Fingerprint | None, text: str | None = None):
         """The prompt against the earlier one ``req.cache_compare`` names (a CacheMiss; None when it names none),
         and this prompt remembered under ``req.response_id`` for a later comparison (the last
-        ``REMEMBERED_PROMPTS``, as 32-bit ids); ``fp``: the request's fingerprint (None when it names neither)."""
+        ``REMEMBERED_PROMPTS``, as 32-bit ids); ``fp``: the request's fingerprint (None when it names neither);
+        ``text``: the prompt as rendered."""
         if req.cache_compare is None and req.response_id is None:
             return None
         known = self.remembered_prompts
-        out = compare(req, fp, tokens, known.get(req.cache_compare)) if req.cache_compare is not None else None
+        out = compare(req, fp, tokens, known.get(req.cache_compare), text) if req.cache_compare is not None else None
         if req.response_id is not None:
             known[req.response_id] = (fp, array.array("i", tokens))
             while len(known) > REMEMBERED_PROMPTS:
