@@ -535,3 +535,22 @@ async def test_a_fetch_that_fails_is_a_400_naming_the_part(serve, demo_tok, imag
     r = await _post(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "http://127.0.0.1:1/unreachable.png"}}]}]})
     assert r.status_code == 400 and r.json()["error"]["code"] == "image_url_fetch_failed"
+    # URLs httpx cannot even read (once a 500)
+    for url in ("http://[::1/x.png", "http://a\x00b/x.png", f"http://{'a' * 70}.example/x.png"):
+        r = await _post(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}}]}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "image_url_fetch_failed", (url, r.text)
+
+
+async def test_a_remote_url_in_upper_case_or_json_escapes_is_fetched_too(serve, demo_tok, image_host):
+    """The shortcut that skips bodies holding no URL read only a lower-case 'http' in the raw bytes: an upper-case
+    scheme or a JSON-escaped one was refused as if fetching were off."""
+    backend = Seeing([ScriptEntry("I see it.")] * 2, demo_tok, model_id=MODEL)
+    s = await serve(backend=backend, fetch_images=True)
+    for url in (image_host.replace("http", "HTTP") + "/a.png", image_host.replace("h", "\\u0068", 1) + "/a.png"):
+        body = ('{"model": "%s", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": '
+                '{"url": "%s"}}]}]}' % (MODEL, url)).encode()
+        async with httpx.AsyncClient(timeout=30) as h:
+            r = await h.post(s.url("/v1/chat/completions"), content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 200, (url, r.text)
+        assert_images(backend.requests[-1], [(PNG, "image/png", "messages[0].content[0]")])

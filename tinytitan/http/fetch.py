@@ -84,7 +84,7 @@ async def fetch_image(client: httpx.AsyncClient, url: str, where: str) -> str:
                     if len(data) > images.MAX_BYTES:
                         raise failed(f"image exceeds {images.MAX_BYTES} bytes maximum")
                 media = r.headers.get("content-type", "").split(";")[0].strip().lower()
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:  # (a URL httpx cannot read)
             raise failed(f"{type(exc).__name__}: {exc}"[:200]) from None
     if scope.cancelled_caught:
         raise failed(f"no answer within {TIMEOUT_SECONDS:g} s")
@@ -95,7 +95,8 @@ async def fetch_image(client: httpx.AsyncClient, url: str, where: str) -> str:
 async def with_fetched_images(call: Call, paths: list[str]) -> Call:
     """``call`` with every remote image URL at ``paths`` fetched and replaced by a data URL (the same call when
     there is none, or the body is not JSON: validation says what is wrong with it)."""
-    if not paths or b"http" not in call.body:
+    # (a shortcut for the bodies that hold no URL: a scheme in any case, or spelt with JSON escapes, is one)
+    if not paths or (b"http" not in call.body.lower() and b"\\u" not in call.body):
         return call
     try:
         doc = json.loads(call.body)
