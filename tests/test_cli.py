@@ -173,3 +173,14 @@ def test_demo_model_command(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "m" / "model.safetensors").is_file() and (tmp_path / "m" / "tokenizer.json").is_file()
+
+
+def test_the_bound_address_is_an_allowed_host_even_on_another_loopback_address(script):
+    """``--host 127.0.0.2``: the banner's address is the one clients use, and it was refused as a Host (403)."""
+    proc, model, base, banner = start(["--script", str(script), "--host", "127.0.0.2"])
+    try:
+        assert base.startswith("http://127.0.0.2:")
+        assert httpx.get(base + "/health").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -164,3 +164,13 @@ async def test_the_page_loads_nothing_from_elsewhere():
     html = page().decode()
     assert "http://" not in html and "https://" not in html and "//cdn" not in html
     assert "<script src" not in html and "<link rel=\"stylesheet\"" not in html
+
+
+async def test_head_of_the_live_feed_answers_its_headers_and_ends(serve):
+    """werkzeug gives every GET route a HEAD, and the framework ran the feed's body for it: the endless feed held
+    the connection, and the next request on it got no answer. A HEAD is its headers, then the end."""
+    s = await serve(["ok"])
+    async with httpx.AsyncClient(timeout=10) as c:
+        head = await c.head(s.url("/dashboard/events"))
+        assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
+        assert (await c.get(s.url("/health"))).status_code == 200  # the same connection answers on

@@ -443,3 +443,17 @@ async def test_the_route_is_the_frameworks_own_match(serve):
     assert matched_again == []
     (refused,) = observer.recent()
     assert (refused["route"], refused["protocol"], refused["status"]) == ("/v1/chat/completions", "openai_chat", 400)
+
+
+async def test_a_client_that_hangs_up_before_its_body_is_sent_is_no_server_error(serve):
+    """A POST that sends 8 of its 100 bytes and closes: nothing failed here, so it is counted as 499 (the client
+    left), never as a 500 that a 5xx alert would fire on."""
+    s = await serve(["ok"])
+    host, port = s.url("").split("//")[1].split("/")[0].split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    await stream.send_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+                          b"\r\nContent-Length: 100\r\n\r\n{\"model\"")
+    await stream.aclose()
+    left = (("protocol", "openai_chat"), ("route", "/v1/chat/completions"), ("status", "499"))
+    assert await eventually(lambda: _has(s, ("tinytitan_requests_total", left)))
+    assert not [k for k in await scrape(s) if k[0] == "tinytitan_requests_total" and ("status", "500") in k[1]]

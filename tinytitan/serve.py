@@ -83,8 +83,8 @@ def serve(args) -> int:
 
         engine = MemoryEngine(engine, memory)
     allowed = tuple(LOOPBACK_HOSTS) + tuple(h.lower() for h in args.allowed_host)
-    if not _is_loopback(args.host) and args.host not in ("0.0.0.0", "::"):
-        allowed += (args.host,)
+    if args.host not in ("0.0.0.0", "::"):  # the bound address (a loopback one too: 127.0.0.2), as a Host names it
+        allowed += (f"[{args.host.lower()}]" if ":" in args.host else args.host.lower(),)
     from .store.db import StateUnavailable
 
     try:  # (the Responses store opens its database here)

@@ -262,7 +262,15 @@ class Server(Guard):
             args = dict(request.args)
             call = Call(request.method, request.path, headers, args, body, query_args(query, args))
             try:
-                return self.write(await handler(call, **kwargs))
+                reply = await handler(call, **kwargs)
+                if request.method == "HEAD" and reply.stream is not None:  # the headers alone: the stream never runs
+                    aclose = getattr(reply.stream, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+                    resp = self.sse_response(_nothing(), reply.content_type or "text/event-stream; charset=utf-8")
+                    resp.headers.update(reply.headers)
+                    return resp
+                return self.write(reply)
             finally:  # answered or refused: a large body's memory goes back once its objects are let go
                 if len(call.body) >= OFF_LOOP_BYTES:
                     self.trimmer.after_large(getattr(self.app, "nursery", None))
@@ -337,3 +345,9 @@ class Server(Guard):
         resp.headers["X-Accel-Buffering"] = "no"
         resp.timeout = None
         return resp
+
+
+async def _nothing():
+    """The body of a stream answered to HEAD."""
+    return
+    yield

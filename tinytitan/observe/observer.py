@@ -133,8 +133,8 @@ class Observer:
         if turn.status == 426 and turn.protocol == "none":  # a refused upgrade: the protocol that speaks HTTP there
             turn.route, turn.protocol = self._route("POST", turn.path)
         turn.duration = time.perf_counter() - turn.t0
-        if turn.status is None:
-            turn.status = 499 if turn.generated else 500  # the client left before any answer went out
+        if turn.status is None:  # the client left before any answer went out (nothing failed here)
+            turn.status = 499
         if turn.generated and turn.stop_reason is None:
             turn.cancelled()  # the client hung up mid-generation
         turn.source = None  # the window keeps counts, not the session (its prompt)
