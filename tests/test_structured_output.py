@@ -429,3 +429,12 @@ def test_a_forced_calls_arguments_are_an_object_when_its_schema_names_no_type(de
             seen += 1
             assert isinstance(json.loads(call.arguments), dict), call.arguments
     assert seen  # (some seeds finish a call within the cap)
+
+
+@pytest.mark.parametrize("bound", [0, -2])
+def test_a_multiple_of_that_is_not_positive_is_an_invalid_schema(bound):
+    """JSON Schema's multipleOf is greater than 0: a schema with another is the client's 400, not a grammar that
+    admits what it likes."""
+    with pytest.raises(ApiError) as err:
+        normalise({"type": "json_schema", "name": "n", "schema": {"type": "number", "multipleOf": bound}}, "text.format")
+    assert err.value.param == "text.format.schema.multipleOf" and err.value.code == "invalid_schema"

@@ -181,3 +181,6 @@ def _check_value(key: str, value: Any, at: str, depth: int) -> None:
     elif key != "const":  # the remaining keywords are bounds
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise invalid(f"Invalid schema at '{at}': expected a number", param=at, code="invalid_schema")
+        if key == "multipleOf" and value <= 0:
+            raise invalid(f"Invalid schema at '{at}': expected a number greater than 0", param=at,
+                          code="invalid_schema")
