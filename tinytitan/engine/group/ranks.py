@@ -67,14 +67,14 @@ def sharding(model, want: str = "auto", size: int = 1) -> str:
     if want == "tensor" and uneven is not None:
         other = " (--sharding pipeline can serve it)" if "pipeline" in offers else ""
         raise Unshardable(f"the model type '{kind}' cannot be split by tensor parallelism across {size} ranks: its "
-                         f"{uneven} do not divide among them (mlx-lm's shard gives each rank an equal part){other}")
+                          f"{uneven} do not divide among them (mlx-lm's shard gives each rank an equal part){other}")
     if want in offers:
         return want
     if offers:
         raise Unshardable(f"the model type '{kind}' offers no {want} parallelism in mlx-lm (it offers "
-                         f"{' and '.join(offers)}): --sharding {want} cannot serve it")
+                          f"{' and '.join(offers)}): --sharding {want} cannot serve it")
     raise Unshardable(f"the model type '{kind}' offers neither tensor parallelism (shard) nor pipeline parallelism "
-                     "in mlx-lm: it cannot be served across several processes")
+                      "in mlx-lm: it cannot be served across several processes")
 
 
 def uneven_split(model, size: int) -> str | None:
