@@ -431,17 +431,6 @@ def test_listed_images_carry_the_apis_default_detail():
     assert "detail" not in image  # the request's own body is left as sent
 
 
-@pytest.mark.parametrize("arguments", ['"Paris"', '[1, 2]', '5'])
-async def test_a_call_whose_arguments_are_no_object_is_marked_incomplete(serve, arguments):
-    """A model that writes a call's arguments as a string, a list or a number: the call is not reported as a
-    completed one (its arguments are not the object a function takes)."""
-    s = await serve([f'<tool_call>\n{{"name": "get_weather", "arguments": {arguments}}}\n</tool_call>'])
-    r = await post(s, "/v1/responses", {"model": MODEL, "input": "weather?", "tools": [
-        {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]})
-    (call,) = r.json()["output"]
-    assert call["type"] == "function_call" and call["status"] == "incomplete", call
-
-
 async def test_either_spelling_of_the_in_memory_cache_retention_is_read_and_echoed_as_the_sdk_holds_it(serve):
     import strict
 

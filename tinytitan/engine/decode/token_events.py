@@ -8,7 +8,6 @@ A backend calls ``start()`` once the prompt is known, ``token(text)`` for each g
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from typing import Callable
 
@@ -148,16 +147,4 @@ class DecodeLoop:
             else:
                 if self.stop.buf and not isinstance(ev, TextDelta):
                     self.emit(TextDelta(self.stop.flush()))
-                if isinstance(ev, ToolCallDone) and ev.complete and not _an_object(ev.arguments):
-                    ev = dataclasses.replace(ev, complete=False)  # a call's arguments are an object, or it is cut
                 self.emit(ev)
-
-
-def _an_object(arguments: str) -> bool:
-    """Whether a call's arguments are a JSON object (none written: nothing to judge)."""
-    if not arguments.strip():
-        return True
-    try:
-        return isinstance(json.loads(arguments), dict)
-    except ValueError:
-        return False
