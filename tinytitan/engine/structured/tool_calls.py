@@ -120,12 +120,8 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: di
     if not any(t.strict or t.input_grammar is not None for t in tools) and parallel is True:
         return None
     markup, syntax = family.markup, family.syntax
-    markers = [markup.tool_open] + ([markup.tool_close] if markup.tool_close else []) if markup is not None else []
     thinking = bool(markup is not None and markup.think_open and markup.think_close)
-    if thinking:
-        markers += [markup.think_open, markup.think_close]
-    if markup is None or not syntax.auto or syntax.blocks is None or not all(m and m in vocab for m in markers) \
-            or family.one_call:
+    if not _calls_masked_beside_text(family, vocab, thinking):
         if any(t.strict or t.input_grammar is not None for t in tools):
             log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s "
                         "family", family.name)
@@ -142,6 +138,19 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: di
         log.warning("strict tools are not enforced under tool_choice 'auto' here: %s", exc.message)
         return None
     return Grammar("lark", "\n".join(heads + ["TEXT: /(?s:.+)/"] + blocks), where="tools")
+
+
+def _calls_masked_beside_text(family, vocab: dict, thinking: bool = False) -> bool:
+    """Whether the family's calls can be masked beside other output (free text, a thought, a document): its
+    syntax has a grammar for them under auto, it allows more than one call, and its markers (a thought's too,
+    where ``thinking``) are single tokens, which nothing else the model writes can spell."""
+    markup, syntax = family.markup, family.syntax
+    if markup is None or not syntax.auto or syntax.blocks is None or family.one_call:
+        return False
+    markers = [markup.tool_open] + ([markup.tool_close] if markup.tool_close else [])
+    if thinking:
+        markers += [markup.think_open, markup.think_close]
+    return all(m and m in vocab for m in markers)
 
 
 def forced_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: dict,
@@ -181,9 +190,7 @@ def document_or_calls(grammar: Grammar, family, tools: list[Tool], parallel: boo
     grammar where it is strict, as ``auto_call_grammar`` holds them. None (logged) where the family's calls
     have no grammar here or their markers are not single tokens: the document alone is enforced then."""
     markup, syntax = family.markup, family.syntax
-    markers = [markup.tool_open] + ([markup.tool_close] if markup.tool_close else []) if markup is not None else []
-    if grammar.kind not in ("json_schema", "json_object") or markup is None or not syntax.auto \
-            or syntax.blocks is None or not all(m and m in vocab for m in markers) or family.one_call:
+    if grammar.kind not in ("json_schema", "json_object") or not _calls_masked_beside_text(family, vocab):
         log.warning("an output format beside tools under tool_choice 'auto': the %s family's calls cannot be "
                     "masked beside the document, so only the document is enforced (no call can be made)",
                     family.name)
