@@ -232,6 +232,10 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
 
     for item in items:
         kind = item.get("type")
+        if kind in ("function_call_output", "custom_tool_call_output", "tool_search_output") \
+                and item["call_id"] not in call_names:  # the API's own words
+            raise invalid(f"No tool call found for {kind.replace('_', ' ')} with call_id {item['call_id']} "
+                          f"({place(item)}).", param=f"{place(item)}.call_id", code="invalid_value")
         if kind == "message":
             role = item["role"]
             text, parts = content_parts(item.get("content"), f"{place(item)}.content")
@@ -246,17 +250,11 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
         elif kind == "custom_tool_call":
             tool_call(ToolCall(item["call_id"], item["name"], json.dumps({"input": item["input"]}, ensure_ascii=False)))
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            if item["call_id"] not in call_names:  # the API's own words
-                raise invalid(f"No tool call found for {kind.replace('_', ' ')} with call_id {item['call_id']} "
-                              f"({place(item)}).", param=f"{place(item)}.call_id", code="invalid_value")
             text, parts = content_parts(item.get("output"), f"{place(item)}.output")
             msgs.append(Message("tool", text, parts=parts, tool_call_id=item["call_id"], name=call_names.get(item["call_id"])))
         elif kind == "tool_search_call":
             tool_call(ToolCall(item["call_id"], SEARCH_TOOL, json.dumps(item["arguments"], ensure_ascii=False)))
         elif kind == "tool_search_output":  # the loaded tools' definitions are rendered here (Message.tool_references)
-            if item["call_id"] not in call_names:
-                raise invalid(f"No tool call found for tool search output with call_id {item['call_id']} "
-                              f"({place(item)}).", param=f"{place(item)}.call_id", code="invalid_value")
             msgs.append(Message("tool", "", tool_call_id=item["call_id"], name=SEARCH_TOOL,
                                 tool_references=_loaded_names(item, sep)))
         elif kind == "compaction":
