@@ -130,8 +130,9 @@ class Lead:
     def busy(self, what: str, plan: Plan | None = None) -> None:
         """``what`` is in flight from now: the watchdog allows it ``timeout``, or that for each ``PREFILL_STEP``
         tokens the ``plan`` reads (see the rules)."""
-        self.busy_with = what if plan is None or plan.tokens <= PREFILL_STEP else f"{what} reading {plan.tokens} tokens"
-        self.allowed = self.timeout * max(1.0, (plan.tokens if plan is not None else 0) / PREFILL_STEP)
+        tokens = plan.tokens if plan is not None else 0  # (a sum over the plan's steps: once)
+        self.busy_with = what if tokens <= PREFILL_STEP else f"{what} reading {tokens} tokens"
+        self.allowed = self.timeout * max(1.0, tokens / PREFILL_STEP)
         self.busy_since = time.monotonic()
 
     def switch(self, model_id: str) -> None:
