@@ -101,6 +101,9 @@ class ChatRequest:
     prompt: str | None = None  # a raw prompt: tokenized as written, no chat template (messages unused)
     suffix: str | None = None  # fill-in-the-middle: the text after the gap; ``prompt`` is the text before it
     fast: bool = False  # the "<id>-fast" chat-only path: scaffolding stripped
+    # the last message is an assistant turn begun (a prefill): the answer continues its text, and holds only
+    # what follows it
+    continue_final: bool = False
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
     speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does

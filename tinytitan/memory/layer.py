@@ -112,14 +112,17 @@ def add_timing(a: Timing | None, b: Timing | None) -> Timing | None:
 
 def continuation(req: ChatRequest, rnd: Round, results: list[str], used_up: bool) -> ChatRequest:
     calls = list(rnd.memory_calls.values())
-    turn = Message("assistant", "".join(rnd.text),
+    history, begun = req.messages, ""
+    if req.continue_final:  # the round continued a prefill: the turn it answered with is the prefill and its text
+        history, begun = req.messages[:-1], req.messages[-1].content
+    turn = Message("assistant", begun + "".join(rnd.text),
                    tool_calls=tuple(ToolCall(c.call_id, c.name, c.arguments) for c in calls),
                    reasoning="".join(rnd.reasoning) or None)
     answers = [Message("tool", text, tool_call_id=c.call_id, name=c.name) for c, text in zip(calls, results)]
     if used_up:
         last = answers[-1]
         answers[-1] = dataclasses.replace(last, content=f"{last.content}\n{USED_UP}")
-    return req.with_(messages=req.messages + (turn, *answers))
+    return req.with_(messages=history + (turn, *answers), continue_final=False)
 
 
 class MemoryEvents:

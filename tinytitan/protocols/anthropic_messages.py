@@ -9,8 +9,10 @@ Rules (the issue's, where the API leaves a choice):
 - A ``role: "system"`` message in ``messages``: in first position it joins the system prompt; later it stays
   where it is, as a user turn wrapped in ``<system-reminder>`` (common.place_system), so the prompt ahead of
   it — and its cached prefix — is unchanged.
-- ``thinking`` / ``redacted_thinking`` blocks are accepted and not rendered. A final assistant turn (prefill)
-  is refused.
+- ``thinking`` / ``redacted_thinking`` blocks are accepted and not rendered. A final assistant turn with text is a
+  prefill: the answer continues its text (``ChatRequest.continue_final``) and holds only what follows it. As the
+  API does, its text may not end in whitespace, and one with no text begins nothing; it is refused beside
+  thinking enabled, a forced tool choice or an output format, whose start it would take.
 - Reasoning: ``thinking.type: disabled`` is off; ``enabled`` maps ``budget_tokens`` onto the ladder in
   ``extra.thinking_budget_levels`` (refused only where Anthropic refuses: under 1024, or not under
   ``max_tokens``); otherwise ``output_config.effort`` names the level; ``adaptive`` alone (or no ``thinking``)
@@ -34,7 +36,7 @@ from . import context_edits
 from .anthropic_request import (
     CACHE_DIAGNOSIS_BETA, _blocks, _tool_input, _tool_references, _tool_result, cache_diagnostics, image_block,
     parse_diagnostics, parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice,
-    parse_tools)
+    parse_tools, prefill_blocks)
 from .base import Protocol
 from .common import place_system
 from .wire import Call, Reply
@@ -131,10 +133,12 @@ class AnthropicMessages(Protocol):
                 turns[-1][1].extend(blocks)
             else:
                 turns.append((role, blocks))
-        if value and value[-1].get("role") == "assistant":
-            last = f"messages[{len(value) - 1}]"
-            raise invalid(f"A final assistant message ({last}) is not supported: this server does not continue a "
-                          f"prefilled assistant turn", param=last, code="unsupported_prefill")
+        if turns and turns[-1][0] == "assistant":
+            self._texts([(w, b) for w, b in turns[-1][1] if b["type"] != "tool_use"], "assistant")  # block kinds
+            prefill = prefill_blocks(turns.pop()[1], body)
+            if prefill:
+                turns.append(("assistant", prefill))
+                args["continue_final"] = True
         msgs: list[Message] = []
         names: dict[str, str] = {}
         offered = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}

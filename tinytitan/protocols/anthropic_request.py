@@ -143,3 +143,32 @@ def parse_template_kwargs(body: dict, args: dict, v) -> None:
     for name in ("template_vars", "chat_template_kwargs"):
         merged.update(template_variables(body.get(name) or {}, name, TEMPLATE_REASONING_KEYS))
     args["template_kwargs"] = merged
+
+
+def prefill_blocks(blocks: list[tuple[str, dict]], body: dict) -> list[tuple[str, dict]]:
+    """A final assistant turn: its text blocks, which the answer continues (the API's prefill); none where
+    it has no text (the API takes an empty final turn, which begins nothing)."""
+    for where, b in blocks:
+        if b["type"] == "tool_use":
+            raise invalid(f"{where}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                          f"{b['id']}. Each `tool_use` block must have a corresponding `tool_result` block in the "
+                          "next message.", param=where, code="invalid_value")
+    text = [(where, b) for where, b in blocks if b["type"] == "text" and b["text"]]
+    if not text:
+        return []
+    where = text[-1][0]
+    if text[-1][1]["text"] != text[-1][1]["text"].rstrip():
+        raise invalid("messages: final assistant content cannot end with trailing whitespace", param=where,
+                      code="invalid_value")
+    thinking, choice = body.get("thinking") or {}, body.get("tool_choice") or {}
+    config = body.get("output_config") or {}
+    refused = (("thinking.type", "thinking enabled", thinking.get("type") == "enabled"),
+               ("tool_choice", f"tool_choice '{choice.get('type')}'", choice.get("type") in ("any", "tool")),
+               ("output_config.format", "an output format", config.get("format") is not None),
+               ("output_format", "an output format", body.get("output_format") is not None))
+    for param, what, when in refused:
+        if when:
+            raise invalid(f"A final assistant message (prefill, {where}) cannot be continued with {what}: "
+                          f"{'thinking' if param == 'thinking.type' else 'its grammar'} opens the answer",
+                          param=param, code="unsupported_prefill")
+    return text

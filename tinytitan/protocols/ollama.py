@@ -101,7 +101,23 @@ def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
                                 name=call.name if call else m.get("tool_name")))
         else:
             msgs.append(Message(role, content, parts=with_images(content, m.get("images"), f"messages[{i}]")))
+    if msgs and msgs[-1].role == "assistant" and not msgs[-1].tool_calls:
+        continue_final(msgs, body, args)
     args["messages"] = place_system([], msgs)
+
+
+def continue_final(msgs: list[Message], body: dict, args: dict) -> None:
+    """A final assistant message without calls is continued (a prefill, as Ollama's templates leave that turn
+    open): the answer is what follows its text. One without text begins nothing and is left out."""
+    if not msgs[-1].content:
+        if len(msgs) > 1:
+            msgs.pop()
+        return
+    if body.get("format") not in (None, ""):
+        raise invalid(f"A final assistant message (messages[{len(body['messages']) - 1}]) cannot be continued "
+                      "under 'format': its grammar starts where the answer starts", param="format",
+                      code="unsupported_prefill")
+    args["continue_final"] = True
 
 
 def with_images(text: str, given: list | None, where: str) -> tuple:

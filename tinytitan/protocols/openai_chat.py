@@ -70,7 +70,34 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
                               f"earlier call)", param=f"{where}.tool_call_id", code="invalid_value")
             msgs.append(Message("tool", content, parts=parts, tool_call_id=call_id,
                                 name=call_names.get(call_id, m.get("name"))))
+    if body.get("continue_final_message"):
+        continue_final(value, msgs, body, args)
+    elif body.get("add_generation_prompt") is False:
+        raise invalid("'add_generation_prompt': false is supported only with 'continue_final_message': true (the "
+                      "answer then continues the final assistant message)", param="add_generation_prompt",
+                      code="unsupported_value")
     args["messages"] = with_verbosity(place_system([], msgs), body.get("verbosity"))
+
+
+def continue_final(value: list, msgs: list[Message], body: dict, args: dict) -> None:
+    """``continue_final_message`` (vLLM's and SGLang's spelling of a prefill): the answer continues the final
+    message's text, which must be an assistant's, with text and no calls."""
+    last = f"messages[{len(value) - 1}]"
+    if body.get("add_generation_prompt") is True:
+        raise invalid("Cannot set both 'continue_final_message' and 'add_generation_prompt' to true",
+                      param="add_generation_prompt", code="invalid_value")
+    if value[-1]["role"] != "assistant" or msgs[-1].tool_calls or not msgs[-1].content:
+        raise invalid(f"'continue_final_message' continues a final assistant message with text and no tool calls: "
+                      f"{last} is not one", param=last, code="invalid_value")
+    fmt = (body.get("response_format") or {}).get("type", "text")
+    choice = body.get("tool_choice")
+    forced = choice == "required" or isinstance(choice, dict) and (
+        choice.get("type") in ("function", "custom") or (choice.get("allowed_tools") or {}).get("mode") == "required")
+    for param, refused in (("response_format", fmt != "text"), ("tool_choice", forced)):
+        if refused:
+            raise invalid(f"'continue_final_message' cannot be used with '{param}' {json.dumps(body[param])}: its "
+                          "grammar starts where the answer starts", param=param, code="unsupported_prefill")
+    args["continue_final"] = True
 
 
 def parse_tools(value: list, body: dict, args: dict, v) -> None:

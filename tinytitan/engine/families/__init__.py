@@ -75,14 +75,15 @@ class Family:
         return self.markup is None
 
     def parser(self, start_in_reasoning: bool = False, namespaces: dict[str, str] | None = None,
-               tools: dict[str, dict] | None = None, calls: bool = True):
+               tools: dict[str, dict] | None = None, calls: bool = True, continues: bool = False):
         """``calls=False`` (the request declared no tools, or tool_choice none): tool-call markup the model
-        writes anyway is its text, never a call the client did not offer."""
+        writes anyway is its text, never a call the client did not offer. ``continues``: the answer goes on
+        from a prefill's text, so its first characters (whitespace included) are text."""
         if self.markup is None:
-            return HarmonyParser(start_in_reasoning, namespaces, tools)
+            return HarmonyParser(start_in_reasoning, namespaces, tools, continues)
         markup = self.markup if calls else dataclasses.replace(self.markup, tool_open=None, tool_close=None,
                                                                bare_json=False)
-        return OutputParser(markup, start_in_reasoning, namespaces, tools)
+        return OutputParser(markup, start_in_reasoning, namespaces, tools, continues)
 
     def starts_in_reasoning(self, prompt: str) -> bool:
         tail = prompt.rstrip()

@@ -38,13 +38,14 @@ _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 
 class HarmonyParser:
     def __init__(self, start_in_reasoning: bool = False, namespaces: dict[str, str] | None = None,
-                 tools: dict[str, dict] | None = None):
+                 tools: dict[str, dict] | None = None, continues: bool = False):
         self.calls = Calls(namespaces, tools)
         self.buf = ""
-        self.mode = "body" if start_in_reasoning else "header"
-        self.channel = REASONING if start_in_reasoning else TEXT
+        # a prefill leaves the model inside its final message's text: a body, whitespace and all
+        self.mode = "body" if start_in_reasoning or continues else "header"
+        self.channel = REASONING if start_in_reasoning and not continues else TEXT
         self.header = ""
-        self.at_run_start = True
+        self.at_run_start = not continues
         self.pending_ws = ""
         self.index: int | None = None
         self.args = ""

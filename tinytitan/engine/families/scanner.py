@@ -7,7 +7,8 @@ Rules:
   token landed in (``reasoning``, ``text`` or ``tool``). A marker belongs to the channel it opens or
   closes. Text that might be the start of a marker is held back until it cannot be.
 - Whitespace around markers is layout, not content: leading whitespace of a text run and trailing
-  whitespace before a marker or the end are dropped (whitespace inside the text is kept).
+  whitespace before a marker or the end are dropped (whitespace inside the text is kept). An answer that
+  continues a prefill (``continues``) goes on inside its text run: its leading whitespace is kept.
 - The inside of a tool call goes to the family's body decoder (``bodies/make.py``): the name is reported
   (ToolCallStarted) as soon as it is known; arguments stream as deltas.
 - Families that may answer with a bare JSON call (Llama 3.x, Gemma) have an answer that begins with ``{``
@@ -32,14 +33,15 @@ log = logging.getLogger("tinytitan.parser")
 
 class OutputParser:
     def __init__(self, markup: Markup = QWEN, start_in_reasoning: bool = False,
-                 namespaces: dict[str, str] | None = None, tools: dict[str, dict] | None = None):
+                 namespaces: dict[str, str] | None = None, tools: dict[str, dict] | None = None,
+                 continues: bool = False):
         self.m = markup
-        self.channel = REASONING if start_in_reasoning and markup.think_close else TEXT
+        self.channel = REASONING if start_in_reasoning and markup.think_close and not continues else TEXT
         self.buf = ""  # unconsumed text (may hold a partial marker)
         self.pending_ws = ""  # whitespace-only text held until real text follows
-        self.at_run_start = True  # strip leading whitespace of a text run
+        self.at_run_start = not continues  # strip leading whitespace of a text run (a prefill's goes on)
         self.calls = Calls(namespaces, tools)
-        self.bare_ok = markup.bare_json  # nothing but whitespace has been answered yet
+        self.bare_ok = markup.bare_json and not continues  # nothing but whitespace has been answered yet
         self._body: Body | None = None
         self._block_calls: list[TokenEvent] = []  # the current block's ToolCallStarted / ToolCallDone
         self._reparse: str | None = None

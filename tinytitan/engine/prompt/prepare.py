@@ -36,6 +36,16 @@ REMEMBERED_PROMPTS = 64  # prompts kept by response id for a client's cache comp
 FALLBACK_SAMPLING = {k: SAMPLING[k] for k in ("temperature", "top_p", "top_k")}
 
 
+def refuse_forced_continuation(req: ChatRequest) -> None:
+    """A grammar (an output format, a forced call) masks the answer from its first token, where a prefill has
+    begun it already: the two together are refused (each protocol names its own field for it first)."""
+    if req.continue_final and (req.grammar is not None or req.tool_choice == "required"):
+        last = f"messages[{len(req.messages) - 1}]"
+        what = "an output format" if req.grammar is not None else "a forced tool call"
+        raise invalid(f"A final assistant message ({last}) cannot be continued under {what}: its grammar starts "
+                      "where the answer starts", param=last, code="unsupported_prefill")
+
+
 @dataclass(frozen=True)
 class Encoded:
     """A request's prompt as rendered and tokenized (``timed_encode``), with the seconds each took; spliced for the
@@ -67,13 +77,16 @@ class Prepared:
     cache_compared: dict | None = None  # the same, against the earlier prompt ``req.cache_compare`` names
     # what the decoder reads of the request beyond its sampling values (taken from ``req`` when there is one)
     seed: int | None = None
-    raw: bool = False  # a raw prompt (legacy Completions): the answer's text as written
+    # its text decoded from its ids with the prompt's end as context, a first token's leading space kept: a raw
+    # prompt's (legacy Completions), an answer continuing a prefill
+    raw: bool = False
     speculative: bool = True  # it may draft (speculative decoding), where the server drafts
     cache_facts: PromptFacts | None = None  # what the entry its generation stores knows of it (cache/memory.py)
 
     def __post_init__(self):
         if self.req is not None:
-            self.seed, self.raw, self.speculative = self.req.seed, self.req.prompt is not None, self.req.speculative
+            self.seed, self.speculative = self.req.seed, self.req.speculative
+            self.raw = self.req.prompt is not None or self.req.continue_final
 
     def facts(self) -> PromptFacts:
         """What the entry its generation stores knows of its request: a raw prompt's (legacy Completions), its
@@ -319,6 +332,7 @@ class PromptPreparation(TemplateRendering):
         return req
 
     def prepare(self, req: ChatRequest) -> Prepared:
+        refuse_forced_continuation(req)
         req = self.structured(req)
         req = self.with_model_defaults(req)
         self.refuse_from_bound(req)

@@ -3,7 +3,8 @@
 Rules:
 - A raw completion's output is text exactly as generated: no reasoning or tool-call channels, no whitespace
   trimmed (``VerbatimParser``), and its first token keeps its leading space (``IncrementalText``: mlx-lm's
-  streaming detokenizers drop it, right for a chat answer, wrong for text that continues a prompt).
+  streaming detokenizers drop it, right for a chat answer, wrong for text that continues a prompt). An answer
+  that continues a prefill (``ChatRequest.continue_final``) takes its text the same way, and its own parser.
 """
 
 from __future__ import annotations

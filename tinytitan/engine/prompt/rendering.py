@@ -21,6 +21,9 @@ Rules:
   the answer itself (a client's continuation of it, or a rollback to it): Qwen3 writes the empty block again
   around an assistant message that comes last, so such a request would have read the superseded entry's answer
   too, and reads that answer and the opening again instead.
+- A request that continues its final assistant message (``continue_final``: a prefill) is rendered without the
+  generation prompt and cut where that message's text ends (the template's ``continue_final_message``). A
+  template that does not write the text as sent leaves no place to continue it: a 400 naming the message.
 - ``lasting_prompt`` of a prompt is how many of its ids a later turn of its conversation repeats: all but its
   transient opening, where its ids end with that opening's (else None). The prompt cache's entries know it, so the
   next turn supersedes the last one's entry, where it parts there only (cache/memory.py). A request that forks the
@@ -80,9 +83,19 @@ class TemplateRendering(ToolDeclarations):
         messages, tools = self.family.map_roles(template_messages(req, self.default_system, self.default_history),
                                                 template_tools(req),
                                                 template_source(self.tokenizer))
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
-        )
+        if not req.continue_final:
+            return self.tokenizer.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
+            )
+        try:  # the prompt ends where the final message's text ends: the template's end of turn is cut
+            return self.tokenizer.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=False, continue_final_message=True, tokenize=False,
+                **kwargs)
+        except ValueError as exc:  # a template that rewrites or drops the text: there is no place to continue it
+            last = f"messages[{len(req.messages) - 1}]"
+            raise invalid(f"The model's chat template does not write the final assistant message ({last}) as sent, "
+                          f"so its text cannot be continued: {str(exc).splitlines()[0]}", param=last,
+                          code="template_error") from None
 
     def transient_opening(self, kwargs: dict) -> tuple[int, ...] | None:
         """The ids the template writes to open a turn it generates but not once that turn is answered, under these
