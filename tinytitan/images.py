@@ -10,8 +10,8 @@ Rules:
   the client declared; a declared media type other than these four is refused as unsupported.
 - Limits, per image: ``MAX_BYTES`` of data (20 MiB, as decoded from base64), ``MAX_SIDE`` pixels on either side
   and ``MAX_PIXELS`` in all (8192 and 33,554,432 = 8192 × 4096, so a 6K screenshot passes); per request
-  ``MAX_IMAGES`` images (64). These bound what is decoded; fitting an image to the model's own input size (its
-  processor's resize) is the engine's work, done after ``open_image``.
+  ``MAX_IMAGES`` images (100, as Anthropic allows). These bound what is decoded; fitting an image to the
+  model's own input size (its processor's resize) is the engine's work, done after ``open_image``.
 - A remote ``http(s)`` URL is fetched only where the operator turned fetching on (``--fetch-images``, see
   ``tinytitan/http/fetch.py``); otherwise it is refused by name. Other URL schemes, and ``file_id``
   references, are refused by name.
@@ -35,7 +35,7 @@ from .errors import ApiError
 MAX_BYTES = 20 * 1024 * 1024
 MAX_SIDE = 8192
 MAX_PIXELS = 8192 * 4096
-MAX_IMAGES = 64
+MAX_IMAGES = 100  # Anthropic's own cap a request: an agent that keeps its screenshots meets no lower one here
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
 MEDIA_TYPES = frozenset(FORMATS.values()) | {"image/jpg"}
 
