@@ -143,12 +143,12 @@ def parse_format(value, body: dict, args: dict, v: Validated) -> None:
 def parse_prompt(value: str, body: dict, args: dict, v: Validated) -> None:
     """/api/generate: a raw prompt (or a fill-in-the-middle pair) goes to the model as written; otherwise the
     prompt is one user turn under the optional system text, rendered by the model's chat template."""
-    if body.get("raw") or body.get("suffix") is not None:
+    if body.get("raw") or body.get("suffix"):  # an empty suffix is none (Ollama's Go client sends "" always)
         if body.get("images"):
             raise invalid("'images' with a raw prompt (or a suffix) are not supported: send them with a templated "
                           "prompt, or to /api/chat", param="images", code="unsupported_content")
         args["prompt"] = value
-        if body.get("suffix") is not None:
+        if body.get("suffix"):
             args["suffix"] = body["suffix"]
         return
     system = body.get("system")
@@ -264,7 +264,7 @@ class Ollama(Protocol):
 
     async def complete(self, call: Call) -> Reply:
         v = await self.checked(call, handler="complete")
-        if not v.body.get("prompt") and v.body.get("suffix") is None:
+        if not v.body.get("prompt") and not v.body.get("suffix"):
             return self._loaded(v, response="")
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
 
@@ -324,7 +324,7 @@ class Ollama(Protocol):
         facts = (await listing_off_loop([card]))[card["id"]]
         own = facts["ollama"] or {}
         params = modelfile_parameters(own.get("params") or ({"stop": card["stop"]} if card.get("stop") else {}))
-        system = card.get("system")
+        system = v.body.get("system") or card.get("system")  # a system prompt sent replaces the default, as in Ollama
         modelfile = f"FROM {card['id']}\n" + "".join(f"PARAMETER {line}\n" for line in params) + (
             f'SYSTEM """{system}"""\n' if system else "")
         return Reply({
