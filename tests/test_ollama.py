@@ -274,3 +274,12 @@ async def test_format_is_enforced(serve, demo_backend):
     r = await c.generate(model=demo_backend.model_id, prompt="x", format="json", options={"num_predict": 3})
     assert r.response.startswith("{")  # a whole object in 3 tokens ("{}"), or the start of one the cap cut
     assert isinstance(json.loads(r.response), dict) if r.done_reason == "stop" else r.done_reason == "length"
+
+
+async def test_a_null_option_is_unset(serve):
+    """The ``ollama`` client's ``model_dump(exclude_none=True)`` does not reach into an options dict built from
+    settings that may be None: Ollama reads a null option as unset (``Options.FromMap`` skips it)."""
+    s = await serve(["Hello."])
+    r = await ollama.AsyncClient(host=s.base).chat(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                   options={"temperature": None, "mirostat": None, "num_predict": 8})
+    assert r.message.content == "Hello."

@@ -233,6 +233,8 @@ class RequestValidator:
                           param=name, code="invalid_type")
         if "integer" in types and isinstance(value, float) and value.is_integer():
             body[name] = value = int(value)
+        if f.get("null_members") == "absent" and isinstance(value, dict):
+            body[name] = value = {k: v for k, v in value.items() if v is not None}
         if "min" in f and is_type(value, "number") and value < f["min"]:
             raise invalid(f"Invalid value for '{name}': {value} is below the minimum {f['min']}", param=name,
                           code="invalid_value")
