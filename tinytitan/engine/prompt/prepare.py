@@ -377,6 +377,9 @@ class PromptPreparation(TemplateRendering):
 
     def count_tokens(self, req: ChatRequest) -> int:
         """The prompt's length as ``prepare`` renders it. A prompt over the window is still counted, except one
-        whose lower bound is already over it: that is refused as generation would refuse it, unrendered."""
+        whose lower bound is already over it: that is refused as generation would refuse it, unrendered. A
+        forced call or an output format is rendered as ``prepare`` renders it (``structured``: reasoning off,
+        only the named tools declared)."""
+        req = self.structured(req)
         self.refuse_from_bound(req)
         return len(self.encode(req)[1])
