@@ -88,7 +88,7 @@ def parse(context_management) -> list[ClearToolUses]:
 def _cleared(req: ChatRequest, edit: ClearToolUses) -> tuple[ChatRequest, int]:
     """``req`` with the edit's tool uses cleared, and how many were."""
     uses = [call for m in req.messages if m.role == "assistant" for call in m.tool_calls]
-    recent = {call.id for call in uses[len(uses) - edit.keep:]} if edit.keep else set()
+    recent = {call.id for call in uses[max(len(uses) - edit.keep, 0):]} if edit.keep else set()
     clear = {call.id: call.name for call in uses if call.id not in recent and call.name not in edit.exclude}
     if not clear:
         return req, 0
