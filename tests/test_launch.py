@@ -230,3 +230,15 @@ def test_every_agent_is_set_up_from_the_model_card_alone(tmp_path):
         window = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=24.59" if agent == "claude" else "32768"  # agents.claude_env
         assert window in said, agent
         assert "http://127.0.0.1:9" in said, agent
+
+
+def test_serve_flags_a_running_server_cannot_take_are_named_not_dropped(server, tmp_path):
+    """A serve flag given to launch reaches only a server launch starts: one already running on the port keeps
+    its own settings, and launch says which flags were not applied instead of dropping them silently."""
+    done = launch(["pi", "--port", str(server.port), "--memory", "--max-batch", "1", "--kv-bits=8", "--print"],
+                  tmp_path, tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"using the server already running at {server.base}" in done.stderr
+    assert "--memory, --max-batch, --kv-bits: not applied" in done.stderr
+    plain = launch(["pi", "--port", str(server.port), "--print"], tmp_path, tmp_path, timeout=60)
+    assert "not applied" not in plain.stderr

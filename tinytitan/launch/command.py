@@ -19,6 +19,8 @@ from .settings import AGENTS, INSTALL, NAMES, PROGRAMS, Served, invocation
 
 DEFAULT_PORT = 8096
 LAUNCH_ONLY = ("--print", "--fast", "--force")
+# serve flags that say which server and model launch wants: checked against a server already running (_pick)
+WHERE_FLAGS = ("--port", "--host", "--api-key", "--model", "--model-id", "--models-dir")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +102,13 @@ def _relay(line: str) -> None:
         print("  " + line, file=sys.stderr, flush=True)
 
 
+def not_applied(serve_args: list[str]) -> list[str]:
+    """The serve flags among ``serve_args`` that only a server launch starts would take (``--kv-bits``,
+    ``--memory``, ``--script`` …): a server already running keeps its own."""
+    flags = [a.split("=", 1)[0] for a in serve_args if a.startswith("--")]
+    return list(dict.fromkeys(f for f in flags if f not in WHERE_FLAGS))
+
+
 def _pick(cards: list[dict], ns, base: str) -> dict:
     """The card of the model asked for among those served; a server serving another model is refused."""
     if not cards:
@@ -153,6 +162,10 @@ def run(argv: list[str]) -> int:
         cards = probe(base, ns.api_key)
         if cards is not None:
             _say(f"using the server already running at {base} ({', '.join(c['id'] for c in cards)})")
+            unapplied = not_applied(serve_args)
+            if unapplied:
+                _say(f"{', '.join(unapplied)}: not applied, the server already running keeps the settings it was "
+                     f"started with (stop it, or pass --port for a server launch starts with them)")
         else:
             log_path = own_dir(agent).parent / f"serve-{port}.log"
             started = StartedServer(serve_args, port, log_path)
