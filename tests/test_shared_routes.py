@@ -88,3 +88,30 @@ async def test_root(serve):
     async with httpx.AsyncClient() as c:
         assert (await c.head(s.url("/"))).status_code == 200
         assert (await c.get(s.url("/"))).json()["status"] == "ok"
+
+
+async def test_the_anthropic_model_card_says_the_context_edits_messages_applies(serve):
+    """Messages applies ``clear_tool_uses_20250919`` and takes ``clear_thinking_20251015`` (docs/protocols/index.md);
+    ``compact_20260112`` is refused there. The model card in Anthropic's shape must say the same, in the SDK's
+    ``ContextManagementCapability`` shape, not that context management is unsupported."""
+    from anthropic.types import ModelInfo
+
+    s = await serve(["ok"])
+    card = (await get(s, f"/v1/models/{MODEL}", headers={"anthropic-version": "2023-06-01"})).json()
+    cm = ModelInfo.model_validate(card).capabilities.context_management
+    assert cm.supported is True
+    assert cm.clear_tool_uses_20250919.supported and cm.clear_thinking_20251015.supported
+    assert not cm.compact_20260112.supported
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/messages"), headers={"anthropic-version": "2023-06-01"}, json={
+            "model": MODEL, "max_tokens": 8, "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+            "context_management": {"edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses",
+                                                                                           "value": 0},
+                                              "trigger": {"type": "input_tokens", "value": 1}}]},
+            "messages": [{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "t",
+                                                            "input": {}}]},
+                         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                       "content": "result"}]}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["context_management"]["applied_edits"][0]["cleared_tool_uses"] == 1

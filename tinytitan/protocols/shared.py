@@ -24,7 +24,9 @@ def anthropic_capabilities(card: dict) -> dict:
     return {
         "batch": yes(False), "citations": yes(False), "code_execution": yes(False), "image_input": yes(False),
         "pdf_input": yes(False),
-        "context_management": {"supported": False},
+        # Messages applies clear_tool_uses and takes clear_thinking (protocols/context_edits.py); compaction is refused
+        "context_management": {"supported": True, "clear_tool_uses_20250919": yes(True),
+                               "clear_thinking_20251015": yes(True), "compact_20260112": yes(False)},
         "effort": {"supported": thinks, **{lvl: yes(thinks) for lvl in ("low", "medium", "high", "max")}},
         "server_tools": {"supported": False, "code_execution": yes(False), "web_search": yes(False)},
         "structured_outputs": yes(card["structured_output"]),
