@@ -51,7 +51,7 @@ REFUSALS = [
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {}}]}]},
      ["tool_use", "messages[0].content[0]", "user"]),
     ({"messages": [USER, {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}, USER]},
-     ["tool_result", "assistant"]),
+     ["tool_result", "is not allowed in an assistant message"]),
     ({"messages": [USER, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n",
                                                              "input": "x"}]}, USER]},
      ["messages[1].content[0].input"]),

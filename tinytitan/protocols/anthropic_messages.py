@@ -159,7 +159,8 @@ class AnthropicMessages(Protocol):
             if kind == "text":
                 out.append(b["text"])
             elif kind not in ("thinking", "redacted_thinking"):
-                raise invalid(f"content block type '{kind}' at {where} is not allowed in a {role} message",
+                article = "an" if role == "assistant" else "a"
+                raise invalid(f"content block type '{kind}' at {where} is not allowed in {article} {role} message",
                               param=f"{where}.type", code="invalid_value")
         return out
 
