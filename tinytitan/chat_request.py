@@ -92,6 +92,9 @@ class ChatRequest:
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    # how many tokens back the three penalties look (Ollama's repeat_last_n): 0 turns them off, -1 is the whole
+    # context; None: mlx-lm's window (20)
+    repeat_last_n: int | None = None
     stop: tuple[str, ...] = ()
     max_tokens: int | None = None  # None: run to the context window
     reasoning: str | bool | None = None  # an effort word, True/False, or None for the server default

@@ -253,6 +253,8 @@ class Ollama(Protocol):
         req = super().chat_request(v)
         if req.max_tokens is not None and req.max_tokens < 0:  # -1: no cap; -2: fill the context
             req = req.with_(max_tokens=None)
+        if req.seed == -1:  # Ollama seeds its sampler only where seed != -1 (sample/samplers.go): -1 is no seed
+            req = req.with_(seed=None)
         return req
 
     # -- routes --------------------------------------------------------------------------------------------

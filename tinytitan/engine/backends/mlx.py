@@ -39,6 +39,21 @@ def read_json(path: Path) -> dict:
         return {}
 
 
+def answer_penalties(prompt_tokens: int, presence: float, frequency: float) -> Callable:
+    """A logits processor for OpenAI's presence and frequency penalties: ``tokens`` (the prompt, then the
+    answer so far) past the first ``prompt_tokens`` are what was sampled."""
+    import mlx.core as mx
+
+    def penalise(tokens, logits):
+        sampled = tokens[prompt_tokens:]
+        if sampled.size == 0:
+            return logits
+        counts = mx.zeros((logits.shape[-1],), dtype=mx.float32).at[sampled].add(1.0)
+        return logits - (counts * frequency + (counts > 0) * presence).astype(logits.dtype)
+
+    return penalise
+
+
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
                  prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
@@ -141,11 +156,22 @@ class MLXBackend(Backend):
         from mlx_lm.sample_utils import make_logits_processors
 
         used = prepared.sampling
-        processors = make_logits_processors(
-            repetition_penalty=used.get("repetition_penalty"),
-            presence_penalty=used.get("presence_penalty") or None,
-            frequency_penalty=used.get("frequency_penalty") or None,
-        )
+        window = used.get("repeat_last_n")  # Ollama's repeat_last_n: 0 turns the penalties off, -1 is the context
+        if window is None:
+            # OpenAI's presence and frequency penalties count the tokens sampled so far in this answer, all of
+            # them and nothing of the prompt (mu[j] - c[j] * frequency - (c[j] > 0) * presence)
+            processors = make_logits_processors(repetition_penalty=used.get("repetition_penalty"))
+            presence, frequency = used.get("presence_penalty") or 0.0, used.get("frequency_penalty") or 0.0
+            if presence or frequency:
+                processors.append(answer_penalties(len(prepared.tokens), presence, frequency))
+        else:  # Ollama (llama.cpp): all three look back over the last ``window`` tokens, the prompt's included
+            size = self.context_window if window < 0 else window
+            processors = [] if window == 0 else make_logits_processors(
+                repetition_penalty=used.get("repetition_penalty"),
+                presence_penalty=used.get("presence_penalty") or None,
+                frequency_penalty=used.get("frequency_penalty") or None,
+                repetition_context_size=size, presence_context_size=size, frequency_context_size=size,
+            )
         mask = prepared.logits_processor()
         if mask is not None:  # last: it sees the penalised logits, and nothing after it can revive a token
             loop.grammar_mask = mask

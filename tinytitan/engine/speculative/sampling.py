@@ -23,16 +23,19 @@ from __future__ import annotations
 # line here and its use (``RowSampler``, or a logits processor: backends/mlx.py), and the spec YAML of each
 # protocol that takes it.
 SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0,
-            "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": None}
+            "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": None,
+            "repeat_last_n": None}
 
 
 def row_sampler(sampling: dict, seed: int | None = None):
     """A generation's sampler from the values it samples with (``Prepared.sampling``): mlx-lm's shared
     ``greedy_sampler`` at temperature 0 (rows that all use it are sampled in one call in the batch), else a
-    ``RowSampler`` — with a key chain of its own when the request has a seed."""
+    ``RowSampler`` — with a key chain of its own when the request has a seed. A top_p of 0 is the nucleus of
+    no mass: the most likely token alone (as OpenAI, Anthropic and Ollama read it), which is greedy; mlx-lm
+    reads 0 as "off", which would sample the whole vocabulary instead."""
     from mlx_lm.sample_utils import greedy_sampler
 
-    if sampling["temperature"] == 0:
+    if sampling["temperature"] == 0 or sampling["top_p"] <= 0:
         return greedy_sampler
     return RowSampler(sampling["temperature"], sampling["top_p"], sampling["min_p"], sampling["top_k"], seed=seed)
 
@@ -42,13 +45,13 @@ class RowSampler:
                  seed: int | None = None, min_tokens_to_keep: int = 1):
         self.temp, self.top_p, self.min_p, self.top_k = float(temp), float(top_p), float(min_p), int(top_k)
         self.min_tokens_to_keep = min_tokens_to_keep
-        self.seed = None if seed is None or self.temp == 0 else int(seed) % 2**64
+        self.seed = None if seed is None or self.greedy else int(seed) % 2**64
         self._key = None
         self._after: list = []  # the chain's key after each row drawn last
 
     @property
     def greedy(self) -> bool:
-        return self.temp == 0
+        return self.temp == 0 or self.top_p <= 0  # top_p 0: the most likely token alone
 
     def __call__(self, logprobs):
         """One token per row of ``logprobs`` (``[rows, vocab]``, normalised)."""
