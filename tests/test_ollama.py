@@ -180,7 +180,7 @@ BAD = [
     ({"options": {"temperature": "hot"}}, 400, "'options.temperature'"),
     ({"options": {"mirostat": 2}}, 400, "'options.mirostat'"),
     ({"options": {"warp_speed": 9}}, 400, "'options.warp_speed'"),
-    ({"options": {"num_predict": 0}}, 400, "'options.num_predict'"),
+    ({"options": {"num_predict": -3}}, 400, "'options.num_predict'"),
     ({"think": "extreme"}, 400, "'think'"),
     ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, 400, "'tools[0].function.name'"),
     ({"stream_options": {}}, 400, "stream_options"),
@@ -283,3 +283,11 @@ async def test_a_null_option_is_unset(serve):
     r = await ollama.AsyncClient(host=s.base).chat(model=MODEL, messages=[{"role": "user", "content": "hi"}],
                                                    options={"temperature": None, "mirostat": None, "num_predict": 8})
     assert r.message.content == "Hello."
+
+
+async def test_num_predict_zero_is_no_cap(serve):
+    """Ollama's runner stops at num_predict only where it is above 0 (``numPredict > 0 && …``): 0 caps nothing."""
+    s = await serve(["One two three four."])
+    r = await ollama.AsyncClient(host=s.base).chat(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                   options={"num_predict": 0})
+    assert (r.message.content, r.done_reason) == ("One two three four.", "stop")

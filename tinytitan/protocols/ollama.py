@@ -251,7 +251,7 @@ class Ollama(Protocol):
 
     def chat_request(self, v: Validated) -> ChatRequest:
         req = super().chat_request(v)
-        if req.max_tokens is not None and req.max_tokens < 0:  # -1: no cap; -2: fill the context
+        if req.max_tokens is not None and req.max_tokens <= 0:  # -1 and 0 (the runner's): no cap; -2: the context
             req = req.with_(max_tokens=None)
         if req.seed == -1:  # Ollama seeds its sampler only where seed != -1 (sample/samplers.go): -1 is no seed
             req = req.with_(seed=None)
