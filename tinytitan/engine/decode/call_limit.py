@@ -49,8 +49,8 @@ class CallLimit(WrappedParser):
     def tool_calls(self) -> int:
         return min(self.parser.tool_calls, self.limit)
 
-    def finish(self) -> list[TokenEvent]:
-        events = self._keep(self.parser.finish())
+    def finish(self, cut: bool = False) -> list[TokenEvent]:
+        events = self._keep(self.parser.finish(cut))
         if self.dropped:
             log.warning("the turn ended at its limit of %d tool call(s): %d later event(s) not sent", self.limit,
                         self.dropped)

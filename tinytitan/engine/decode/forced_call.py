@@ -36,8 +36,8 @@ class ForcedCall(WrappedParser):
     def tool_calls(self) -> int:
         return self.parser.tool_calls + self.cut
 
-    def finish(self) -> list[TokenEvent]:
-        events = self._keep(self.parser.finish())
+    def finish(self, cut: bool = False) -> list[TokenEvent]:
+        events = self._keep(self.parser.finish())  # markup cut short comes back as text: named below
         if not self.held.strip() and self.calls:  # every call was read (a forced turn has one at least)
             return events
         name = self._name(self.held)

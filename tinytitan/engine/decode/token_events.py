@@ -104,7 +104,7 @@ class DecodeLoop:
 
     def end(self, hit_length: bool) -> None:
         if self.stop.matched is None:
-            events = self.parser.finish()
+            events = self.parser.finish(cut=hit_length)
             if hit_length:  # a call still open when the cap struck was cut short, whatever its format
                 events = [dataclasses.replace(ev, complete=False) if isinstance(ev, ToolCallDone) else ev
                           for ev in events]

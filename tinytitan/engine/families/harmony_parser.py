@@ -70,7 +70,8 @@ class HarmonyParser:
                        else TEXT if ("final" in header or "commentary" in header) else touched)
         return out, touched
 
-    def finish(self) -> list[TokenEvent]:
+    def finish(self, cut: bool = False) -> list[TokenEvent]:
+        """End of generation (``cut``: by the output cap). A header cut short is dropped either way."""
         out: list[TokenEvent] = []
         if self.mode == "header" and any(t in self.header + self.buf for t in (START, CHANNEL, CONSTRAIN)):
             # a header cut short by the output cap: markup, not content

@@ -13,7 +13,9 @@ Rules:
   (ToolCallStarted) as soon as it is known; arguments stream as deltas.
 - Families that may answer with a bare JSON call (Llama 3.x, Gemma) have an answer that begins with ``{``
   tried as a call; at the first sign it is not one, it is text.
-- Markup the model gets wrong comes back as plain text (and is logged); it never fails the request.
+- Markup the model gets wrong comes back as plain text (and is logged); it never fails the request. A JSON
+  call the output cap cut before its tool was known (``<tool_call>{"name": "get_we``) is not text: it is
+  dropped (logged).
 - Every completed block (its closing marker, the next opening one for formats without a closer, the end of
   a bare call) is checked once against its format's Lark grammar (``grammar.check_block``): a disagreement
   with what was streamed is logged, never raised, and changes no event. A block cut short is not checked.
@@ -22,6 +24,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import re
 
 from ...events import ReasoningDelta, TextDelta, TokenEvent, ToolCallDone, ToolCallStarted
 from . import grammar
@@ -29,6 +32,9 @@ from .bodies.make import Body, Calls, make_body
 from .markup import QWEN, REASONING, TEXT, TOOL, Markup, find_first, hold_length
 
 log = logging.getLogger("tinytitan.parser")
+
+# the start of a JSON call's head, cut anywhere before its name is whole: '{', '{"na', '{"name": "get_we'
+CALL_HEAD = re.compile(r'\s*\{\s*(?:"\w*"?\s*(?::\s*(?:"[^"\\]*)?)?)?\s*\Z')
 
 
 class OutputParser:
@@ -73,14 +79,22 @@ class OutputParser:
                 break
         return out, touched
 
-    def finish(self) -> list[TokenEvent]:
-        """End of generation: flush held text; an open tool call is closed with what it has."""
+    def finish(self, cut: bool = False) -> list[TokenEvent]:
+        """End of generation (``cut``: by the output cap): flush held text; an open tool call is closed with
+        what it has."""
         out: list[TokenEvent] = []
         while self._step(out, final=True)[0]:
             pass
         if self.channel == TOOL and self._body is not None:
             # formats without a closing marker end their last call at the end of the turn
-            out.extend(self._close_body(truncated=bool(self.m.tool_close)))
+            events = self._close_body(truncated=bool(self.m.tool_close))
+            if cut and not self._body.tentative and not self._body.any and CALL_HEAD.match(self._body.raw):
+                # a call the cap cut before its tool was known: its markup is no answer text (a forced call's
+                # is made an incomplete call: forced_call.py)
+                log.warning("a tool call was cut short before its tool was known: %r not sent",
+                            self._body.raw[:200])
+                events = [ev for ev in events if not isinstance(ev, TextDelta)]
+            out.extend(events)
             self._body = None
             self.channel = TEXT
         if self.pending_ws:

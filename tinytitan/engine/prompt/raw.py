@@ -50,5 +50,5 @@ class VerbatimParser:
     def feed(self, piece: str) -> tuple[list[TokenEvent], str]:
         return ([TextDelta(piece)] if piece else []), TEXT
 
-    def finish(self) -> list[TokenEvent]:
+    def finish(self, cut: bool = False) -> list[TokenEvent]:
         return []
