@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import json
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, AsyncContextManager, AsyncIterable, AsyncIterator, Callable
 
 from ..errors import ApiError, invalid
@@ -39,6 +41,10 @@ CONTEXT_HEADER = "Summary of the earlier conversation (compacted):"
 
 
 # -- the item ---------------------------------------------------------------------------------------------
+DECODED_KEPT = 8  # payloads kept decoded (``decode``), newest last
+_DECODED: OrderedDict[str, dict] = OrderedDict()
+
+
 def encode(summary: str, mode: str, model: str, kept: list[dict] | None = None) -> str:
     """``kept``: the items of the newest user turn, which the summary leaves out (server-side compaction)."""
     payload = {"v": VERSION, "model": model, "createdAt": int(time.time()), "mode": mode, "summary": summary}
@@ -48,6 +54,11 @@ def encode(summary: str, mode: str, model: str, kept: list[dict] | None = None) 
 
 
 def decode(encrypted_content: str, where: str) -> dict:
+    """The item's payload, checked. Shared: a request reads it three times (checked, what it carries, its
+    summary), so the last ``DECODED_KEPT`` are kept decoded; read it, never change it."""
+    known = _DECODED.get(encrypted_content)
+    if known is not None:
+        return known
     try:
         payload = json.loads(base64.b64decode(encrypted_content.encode(), validate=True).decode())
         if not isinstance(payload, dict) or payload.get("v") != VERSION or not isinstance(payload.get("summary"), str):
@@ -55,6 +66,9 @@ def decode(encrypted_content: str, where: str) -> dict:
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise invalid(f"The compaction item at {where} was not made by this server and cannot be read ({exc})",
                       param=where, code="compaction_payload_invalid") from None
+    _DECODED[encrypted_content] = payload
+    while len(_DECODED) > DECODED_KEPT:
+        _DECODED.popitem(last=False)
     return payload
 
 
@@ -141,7 +155,7 @@ def superseded(items: list[dict], managed: bool = True) -> list[dict]:
     lead = 0
     while lead < len(items) and _standing(items[lead]):
         lead += 1
-    return items[:lead] + [items[last]] + list(kept) + items[last + 1:]
+    return items[:lead] + [items[last]] + copy.deepcopy(kept) + items[last + 1:]  # (the payload is shared)
 
 
 def _is_user(item: dict) -> bool:
