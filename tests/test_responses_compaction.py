@@ -190,8 +190,6 @@ async def test_nothing_to_compact_is_refused_not_invented(serve, items):
 def test_a_payload_is_decoded_once_and_what_it_carries_is_the_requests_own():
     """A request reads an item's payload three times: it is decoded once. The turn it carries is copied into
     each request's items, so a request that changes its items changes no later request's."""
-    from tinytitan.protocols import compaction
-
     kept = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Now run the tests."}]}]
     content = compaction.encode("They asked for tests.", "auto", "m", kept)
     assert compaction.decode(content, "input[0]") is compaction.decode(content, "input[0]")
