@@ -74,7 +74,6 @@ REFUSALS = [
      ["messages[2].content[0].is_error"]),
     ({"service_tier": "bogus"}, ["service_tier"]),
     ({"cache_control": {"type": "ephemeral", "ttl": "2h"}}, ["cache_control.ttl"]),
-    ({"thinking": {"type": "adaptive", "display": "bogus"}}, ["thinking.display"]),
     ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, ["bash_20250124", "built-in", "tools[0]"]),
     ({"tools": [{"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]}, ["text_editor_20250728"]),
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, ["web_search_20250305"]),
