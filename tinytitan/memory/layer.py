@@ -16,6 +16,10 @@ Rules:
   are used up, and the model gets one more generation (with the tools still declared, so the prompt prefix does
   not move); a memory call it makes then is dropped, and logged.
 - A continuation that cannot be prepared (the conversation no longer fits) ends the answer as ``length``.
+- The client's output cap (``max_tokens``) is the whole answer's: a continuation may generate only what the rounds
+  before it left of it, and where nothing is left the answer ends as ``length``.
+- A memory call whose markup ended early (its arguments not complete) is not run: it is answered with a tool
+  error and the model goes on, as for any other bad arguments.
 - Memory reads and writes (the session's fragment, each memory call) run in worker threads: the database is
   never waited on from the event loop.
 - Requests without a memory session (internal requests, ``-fast``, no usable workspace) get the engine's
@@ -27,6 +31,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from typing import Any, AsyncIterator
@@ -94,9 +99,10 @@ class Round:
 
     @property
     def continues(self) -> bool:
-        """Only memory calls, all complete: the server answers them and the model goes on."""
+        """Only memory calls (the turn not cut by the output cap): the server answers them and the model goes on
+        (a call whose markup ended early is answered with a tool error)."""
         return (self.finished is not None and self.finished.reason == "tool_calls" and not self.client_index
-                and bool(self.memory_calls) and all(c.complete for c in self.memory_calls.values()))
+                and bool(self.memory_calls))
 
 
 def add_timing(a: Timing | None, b: Timing | None) -> Timing | None:
@@ -158,6 +164,11 @@ class MemoryEvents:
     async def _run_calls(self, rnd: Round) -> list[str]:
         results = []
         for call in rnd.memory_calls.values():
+            if not call.complete:  # its markup ended early: nothing is run on arguments that may be cut short
+                results.append(json.dumps({"error": "the call's arguments were cut short (not a complete JSON "
+                                                    "object); nothing was run"}))
+                log.info("memory %s: tool error (arguments cut short, %d bytes)", call.name, len(call.arguments))
+                continue
             text, ok = await trio.to_thread.run_sync(self.session.run, call.name, call.arguments)
             log.info("memory %s: %s (arguments %d bytes, result %d bytes)", call.name, "ok" if ok else "tool error",
                      len(call.arguments), len(text))
@@ -178,6 +189,7 @@ class MemoryEvents:
         usage = Usage()
         timing: Timing | None = None
         done_rounds = 0
+        budget = req.max_tokens  # the client's output cap: every round's tokens count against it
         while True:
             rnd = Round(session.names)
             if done_rounds == 0:
@@ -215,6 +227,11 @@ class MemoryEvents:
                 return
             done_rounds += 1
             req = continuation(req, rnd, await self._run_calls(rnd), done_rounds >= session.rounds)
+            if budget is not None:
+                if usage.completion_tokens >= budget:  # the cap is reached: the answer ends here
+                    yield Finished("length", usage, timing=timing)
+                    return
+                req = req.with_(max_tokens=budget - usage.completion_tokens)
 
 
 class MemoryEngine:

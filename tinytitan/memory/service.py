@@ -146,7 +146,7 @@ class Memory:
         scope = derive(req, self.config.launch_dir, self.config.namespace, self.user, self.config.home)
         if scope is None:
             return None
-        if forced(req):
+        if forced(req) or req.tool_choice == "none":  # (with "none" no tool is declared to the model at all)
             return MemorySession(scope, self.workspace(scope), self.config, offer_tools=False)
         # A conversation keeps the fragment of its first request: what memory held then, so its prompt prefix
         # does not move when the model writes (it finds new facts with the tools). A new conversation gets
