@@ -71,8 +71,10 @@ class Backend(PromptPreparation, ABC):
             return VerbatimParser()
         # calls are read beside an output format only under auto (its grammar admits the document or calls)
         calls = bool(req.tools) and req.tool_choice != "none" and (req.grammar is None or req.tool_choice == "auto")
+        # a prefill's text goes on, unless it ends where a thought opens: that thought starts with the answer
+        continues = req.continue_final and not self.family.starts_in_reasoning(prepared.prompt_text)
         parser = self.family.parser(prepared.start_in_reasoning, prepared.namespaces, prepared.tool_schemas, calls,
-                                    req.continue_final)
+                                    continues)
         if calls and req.tool_choice == "required":  # markup cut short is an incomplete call, never text
             parser = ForcedCall(parser, list(req.tool_names) or [t.name for t in req.tools], prepared.namespaces)
         limit = call_limit(req)

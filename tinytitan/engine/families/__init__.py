@@ -92,6 +92,13 @@ class Family:
         opener = self.markup.think_open
         return bool(opener) and tail.endswith(opener)
 
+    def leaves_thought_open(self, text: str) -> bool:
+        """A prefill's text (``ChatRequest.continue_final``) that opens a thought it does not close: the answer
+        goes on inside that thought (a client's ``<think>`` prefill, which forces reasoning)."""
+        if self.markup is None or not (self.markup.think_open and self.markup.think_close):
+            return False
+        return text.rfind(self.markup.think_open) > text.rfind(self.markup.think_close)
+
     def render_calls(self, calls: list[tuple[str, Any]]) -> str:
         """Past calls ``[(name, arguments)]`` as this family writes them (markers included)."""
         return self.syntax.render(calls, self)

@@ -43,7 +43,7 @@ class HarmonyParser:
         self.buf = ""
         # a prefill leaves the model inside its final message's text: a body, whitespace and all
         self.mode = "body" if start_in_reasoning or continues else "header"
-        self.channel = REASONING if start_in_reasoning and not continues else TEXT
+        self.channel = REASONING if start_in_reasoning else TEXT
         self.header = ""
         self.at_run_start = not continues
         self.pending_ws = ""

@@ -42,7 +42,7 @@ class OutputParser:
                  namespaces: dict[str, str] | None = None, tools: dict[str, dict] | None = None,
                  continues: bool = False):
         self.m = markup
-        self.channel = REASONING if start_in_reasoning and markup.think_close and not continues else TEXT
+        self.channel = REASONING if start_in_reasoning and markup.think_close else TEXT
         self.buf = ""  # unconsumed text (may hold a partial marker)
         self.pending_ws = ""  # whitespace-only text held until real text follows
         self.at_run_start = not continues  # strip leading whitespace of a text run (a prefill's goes on)

@@ -348,6 +348,8 @@ class PromptPreparation(TemplateRendering):
             raise self.too_long(len(tokens))
         max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
         start_in_reasoning = self.family.starts_in_reasoning(text)
+        if req.continue_final:  # the answer goes on inside the prefill: in a thought where it opened one
+            start_in_reasoning = self.family.leaves_thought_open(req.messages[-1].content)
         compiled = self.grammar_of(req, start_in_reasoning)
         namespaces = {t.name: t.namespace for t in req.tools if t.namespace}
         schemas = {t.name: t.parameters for t in req.tools}
