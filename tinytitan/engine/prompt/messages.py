@@ -80,7 +80,8 @@ def fast_path(req: ChatRequest) -> ChatRequest:
     later, such as Claude Code's agent-types list after the question), and ``<system-reminder>`` blocks inside
     turns. What is left is the conversation the user had, under one short system prompt."""
     kept = [Message("system", FAST_SYSTEM)]
-    for m in req.messages:
+    continues = False  # a prefill is continued only where its text is left (else the answer opens a turn)
+    for i, m in enumerate(req.messages):
         if m.role not in ("user", "assistant"):
             continue
         text = _REMINDER.sub("", m.content).strip()
@@ -90,4 +91,8 @@ def fast_path(req: ChatRequest) -> ChatRequest:
                                                           for p in m.parts)))
         elif text:
             kept.append(Message(m.role, text))
-    return req.with_(messages=tuple(kept), tools=(), tool_choice="none", tool_names=(), reasoning=False)
+        else:
+            continue
+        continues = req.continue_final and i == len(req.messages) - 1
+    return req.with_(messages=tuple(kept), tools=(), tool_choice="none", tool_names=(), reasoning=False,
+                     continue_final=continues)
