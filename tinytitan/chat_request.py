@@ -107,6 +107,7 @@ class ChatRequest:
     # the last message is an assistant turn begun (a prefill): the answer continues its text, and holds only
     # what follows it
     continue_final: bool = False
+    final_where: str = ""  # that message as the client sent it (``messages[3]``), for an error naming it
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
     speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does

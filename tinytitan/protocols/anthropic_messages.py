@@ -139,6 +139,7 @@ class AnthropicMessages(Protocol):
             if prefill:
                 turns.append(("assistant", prefill))
                 args["continue_final"] = True
+                args["final_where"] = f"messages[{len(value) - 1}]"
         msgs: list[Message] = []
         names: dict[str, str] = {}
         offered = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}

@@ -118,6 +118,7 @@ def continue_final(msgs: list[Message], body: dict, args: dict) -> None:
                       "under 'format': its grammar starts where the answer starts", param="format",
                       code="unsupported_prefill")
     args["continue_final"] = True
+    args["final_where"] = f"messages[{len(body['messages']) - 1}]"
 
 
 def with_images(text: str, given: list | None, where: str) -> tuple:

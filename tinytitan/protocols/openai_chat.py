@@ -98,6 +98,7 @@ def continue_final(value: list, msgs: list[Message], body: dict, args: dict) -> 
             raise invalid(f"'continue_final_message' cannot be used with '{param}' {json.dumps(body[param])}: its "
                           "grammar starts where the answer starts", param=param, code="unsupported_prefill")
     args["continue_final"] = True
+    args["final_where"] = last
 
 
 def parse_tools(value: list, body: dict, args: dict, v) -> None:

@@ -40,7 +40,7 @@ def refuse_forced_continuation(req: ChatRequest) -> None:
     """A grammar (an output format, a forced call) masks the answer from its first token, where a prefill has
     begun it already: the two together are refused (each protocol names its own field for it first)."""
     if req.continue_final and (req.grammar is not None or req.tool_choice == "required"):
-        last = f"messages[{len(req.messages) - 1}]"
+        last = req.final_where or f"messages[{len(req.messages) - 1}]"
         what = "an output format" if req.grammar is not None else "a forced tool call"
         raise invalid(f"A final assistant message ({last}) cannot be continued under {what}: its grammar starts "
                       "where the answer starts", param=last, code="unsupported_prefill")

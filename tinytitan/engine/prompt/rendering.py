@@ -92,7 +92,7 @@ class TemplateRendering(ToolDeclarations):
                 messages, tools=tools, add_generation_prompt=False, continue_final_message=True, tokenize=False,
                 **kwargs)
         except ValueError as exc:  # a template that rewrites or drops the text: there is no place to continue it
-            last = f"messages[{len(req.messages) - 1}]"
+            last = req.final_where or f"messages[{len(req.messages) - 1}]"
             raise invalid(f"The model's chat template does not write the final assistant message ({last}) as sent, "
                           f"so its text cannot be continued: {str(exc).splitlines()[0]}", param=last,
                           code="template_error") from None
