@@ -408,3 +408,31 @@ def test_a_file_whose_answer_came_back_otherwise_gives_way_to_the_next_turns(tmp
         return len(base64.b64decode(read_metadata(p)["tinytitan_tokens"])) // 4
 
     assert sorted(held(p) for p in tmp_path.glob("*.safetensors")) == sorted([len(system) + 4, len(turn) + 3])
+
+
+def test_a_config_change_with_the_same_weights_never_reads_the_old_kv(demo_backend, tmp_path):
+    """The same weights under another configuration (a user who edits config.json, e.g. a RoPE base or YaRN
+    for long context) compute other keys: a file the old configuration wrote is never read."""
+    import shutil
+    import time
+
+    from tinytitan.engine.backends.mlx import MLXBackend
+
+    tokens = list(range(100, 300))
+    c = _cache(demo_backend, tmp_path / "cache")
+    c.store(tokens, _kv(demo_backend, tokens)[0])
+    assert c.disk.flush()
+    other_dir = tmp_path / "model-longctx"
+    shutil.copytree(demo_backend.path, other_dir)
+    cfg = json.loads((other_dir / "config.json").read_text())
+    cfg["rope_theta"] = 10000.0
+    (other_dir / "config.json").write_text(json.dumps(cfg))
+    other = MLXBackend(other_dir, "longctx")
+    restarted = _cache(other, tmp_path / "cache")
+    restarted.disk.start()
+    for _ in range(500):
+        if restarted.disk.ready():
+            break
+        time.sleep(0.01)
+    assert restarted.disk.digest == c.disk.digest  # the same weights
+    assert restarted.fetch(tokens + [7, 8]) == (None, 0), "the new configuration read KV the old one computed"

@@ -3,6 +3,7 @@ for, the snapshot of a KV cache that is written, and the directory's bytes (tall
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -58,9 +59,20 @@ def read_metadata(path: Path) -> dict:
     return {k[2:]: v for k, v in (header.get("__metadata__") or {}).items() if k.startswith("0.")}
 
 
+def _plain(value: Any) -> Any:
+    """A configuration value JSON cannot write, as something it can that is the same in every process (no
+    object addresses, no set order)."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(repr, value))
+    if hasattr(value, "__dict__"):
+        return {"type": type(value).__name__, **vars(value)}
+    return f"{type(value).__name__}:{value!r}" if "0x" not in repr(value) else type(value).__name__
+
+
 def layout_of(model: Any, kv_bits: int | None = None) -> str:
     """What a KV cache of this model looks like: the cache classes per layer, KV heads and widths, dtype, KV
-    bits. A file written for another layout is never read into this one."""
+    bits, and a digest of the model's whole configuration (its ``args``: the same weights under another RoPE base
+    or scaling compute other keys). A file written for another layout is never read into this one."""
     from mlx_lm.models.cache import make_prompt_cache
 
     import mlx_lm
@@ -70,10 +82,14 @@ def layout_of(model: Any, kv_bits: int | None = None) -> str:
     shape = {k: getattr(args, k, None) for k in ("num_key_value_heads", "head_dim", "hidden_size",
                                                   "num_attention_heads", "num_hidden_layers")} if args else {}
     try:
+        config = hashlib.sha256(json.dumps(vars(args), sort_keys=True, default=_plain).encode()).hexdigest()[:16]
+    except TypeError:  # no args, or args without attributes: the shape alone
+        config = None
+    try:
         dtype = str(next(iter(_leaves(model.parameters()))).dtype)
     except StopIteration:
         dtype = "?"
-    return json.dumps({"classes": classes, "shape": shape, "dtype": dtype, "kv_bits": kv_bits,
+    return json.dumps({"classes": classes, "shape": shape, "config": config, "dtype": dtype, "kv_bits": kv_bits,
                        "mlx_lm": mlx_lm.__version__}, sort_keys=True)
 
 
