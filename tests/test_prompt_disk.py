@@ -436,3 +436,57 @@ def test_a_config_change_with_the_same_weights_never_reads_the_old_kv(demo_backe
         time.sleep(0.01)
     assert restarted.disk.digest == c.disk.digest  # the same weights
     assert restarted.fetch(tokens + [7, 8]) == (None, 0), "the new configuration read KV the old one computed"
+
+
+def test_a_write_the_full_disk_refuses_leaves_no_partial_file(demo_backend, tmp_path, monkeypatch):
+    """A full disk: the torn temporary file of the failed write is removed, not left holding the last free
+    space (it counts in no budget, and only a start after 10 minutes would clean it)."""
+    import errno
+
+    import mlx_lm.models.cache as mlx_cache
+
+    def fills_the_disk(path, cache, metadata):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 4096)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(mlx_cache, "save_prompt_cache", fills_the_disk)
+    c = _cache(demo_backend, tmp_path)
+    tokens = list(range(100, 300))
+    c.store(tokens, _kv(demo_backend, tokens)[0])
+    assert c.disk.flush()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_file_another_server_evicts_during_the_scan_leaves_the_disk_in_use(demo_backend, tmp_path, monkeypatch):
+    """Two servers share a directory: one evicts a file between the other's reading its header and its size.
+    The file is skipped; the directory stays in use."""
+    import time
+
+    import tinytitan.engine.cache.disk as disk_module
+
+    c = _cache(demo_backend, tmp_path)
+    for start in (100, 1000):
+        tokens = list(range(start, start + 200))
+        c.store(tokens, _kv(demo_backend, tokens)[0])
+    assert c.disk.flush()
+    first = sorted(tmp_path.glob("*.safetensors"))[0]
+    read = disk_module.read_metadata
+
+    def read_then_evicted(p):
+        meta = read(p)
+        if p == first:
+            p.unlink()  # the other server's eviction, just now
+        return meta
+
+    monkeypatch.setattr(disk_module, "read_metadata", read_then_evicted)
+    restarted = _cache(demo_backend, tmp_path)
+    restarted.disk.start()
+    for _ in range(500):
+        if restarted.disk.ready():
+            break
+        time.sleep(0.01)
+    assert restarted.disk.stats()["entries"] == 1
+    tokens = list(range(2000, 2200))
+    restarted.store(tokens, _kv(demo_backend, tokens)[0])  # and it still writes
+    assert restarted.disk.flush() and restarted.disk.stats()["entries"] == 2

@@ -156,6 +156,9 @@ class PromptDisk:
         for p in sorted(cache_files(self.dir)):
             try:
                 meta = read_metadata(p)
+                size = p.stat().st_size
+            except FileNotFoundError:  # another server on the directory evicted it meanwhile
+                continue
             except (OSError, ValueError, struct.error) as exc:
                 log.warning("prompt cache on disk: %s cannot be read (%s); ignored", p.name, exc)
                 continue
@@ -175,7 +178,7 @@ class PromptDisk:
                 continue
             tokens = np.frombuffer(base64.b64decode(meta.get("tinytitan_tokens", "")), dtype=np.int32).astype(np.int64)
             prompt, lasting = meta.get("tinytitan_prompt_tokens", ""), meta.get("tinytitan_lasting_prompt", "")
-            found.append(OnDisk(p, tokens, p.stat().st_size, meta.get("tinytitan_layout", ""),
+            found.append(OnDisk(p, tokens, size, meta.get("tinytitan_layout", ""),
                                 meta.get("tinytitan_trimmable", "1") != "0", int(prompt) if prompt.isdigit() else None,
                                 int(lasting) if lasting.isdigit() else None))
         for tmp in self.dir.glob(".*.tmp*"):  # a write a crash cut short: never read, cleaned up
@@ -348,10 +351,17 @@ class PromptDisk:
             meta["tinytitan_prompt_tokens"] = str(prompt)
             if lasting_prompt is not None and lasting_prompt < prompt:
                 meta["tinytitan_lasting_prompt"] = str(lasting_prompt)
-        save_prompt_cache(str(tmp), snap, meta)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            save_prompt_cache(str(tmp), snap, meta)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # a full disk, an I/O error: the torn temporary file is not left to hold the space
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            raise
         entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable, prompt, lasting_prompt)
         self.writes += 1
         superseded = []
