@@ -131,6 +131,8 @@ def _command(args, out, memory, Workspace) -> int:
         def forget(tx):
             n = tx.exec("DELETE FROM memory_records WHERE scope = ?", (ws.scope,))
             tx.exec("DELETE FROM memory_workspaces WHERE scope = ?", (ws.scope,))
+            # and the conversation waiting to be consolidated: else its facts are written back once it is quiet
+            tx.exec("DELETE FROM memory_transcripts WHERE scope = ?", (ws.scope,))
             return n
 
         print(f"forgot {memory.db.run(forget)} records", file=out)
