@@ -165,7 +165,7 @@ class Server(Guard):
         self._background = trio.CancelScope()
         if getattr(engine, "background", None) is not None:  # work between requests (memory consolidation)
             self.app.before_serving(self._start_background)
-            self.app.after_serving(self._background.cancel)
+            self.app.after_serving(self._stop_background)
         self.app.before_request(self._guard)
         self.app.before_websocket(self._guard)  # an upgrade passes the same Host and key checks
         self.app.after_request(self._headers)
@@ -180,6 +180,10 @@ class Server(Guard):
                 await self.engine.background()
 
         self.app.nursery.start_soon(run)
+
+    async def _stop_background(self) -> None:
+        # async: quart-trio runs a plain function in a worker thread, where a CancelScope cannot be cancelled
+        self._background.cancel()
 
     # -- ownership and envelopes -----------------------------------------------------------------------------
     def owner(self) -> Protocol:
