@@ -149,11 +149,17 @@ class OpenAIResponses(StoredResponses, Protocol):
         own = await self.resolve(items)
         history = await self.history(body.get("previous_response_id"), local)
         chained = {item.get("id") for item in history} - {None}
+        seen: set[str] = set()
         for i, item in enumerate(own):  # as the API: the chain already holds it, a second copy is refused
             if item.get("id") in chained:
                 raise invalid(f"Duplicate item found with id {item['id']}: the previous_response_id chain already "
                               "holds it. Remove duplicate items from your input and try again.",
                               param=f"input[{i}]", code="duplicate_item")
+            if item.get("id") in seen:  # …and so is a second copy in the input itself (input_items pages by id)
+                raise invalid(f"Duplicate item found with id {item['id']}. Remove duplicate items from your input "
+                              "and try again.", param=f"input[{i}]", code="duplicate_item")
+            if item.get("id") is not None:
+                seen.add(item["id"])
         if not own and not history:
             raise invalid("Missing required parameter: 'input'", param="input", code="missing_required_parameter")
         return history, own
@@ -215,7 +221,7 @@ class OpenAIResponses(StoredResponses, Protocol):
         items = compaction.superseded(items, managed=threshold is not None)
         req = self.request_for(v, items)
         if prewarm or (v.body.get("prompt_cache_options") or {}).get("prewarm") is True:
-            return self.prewarmed(v, req.model)
+            return await self.prewarmed(v, req.model)
         if threshold is not None:
             split = compaction.split_for_compaction(items)
             if split is not None and await self.prompt_tokens(req) > threshold:
@@ -287,17 +293,18 @@ class OpenAIResponses(StoredResponses, Protocol):
         async with source as evs:
             return await self.answer(v, machine, watch(evs, SimpleNamespace(model=model_id), stream))
 
-    def prewarmed(self, v: Validated, model_id: str) -> Reply:
-        """A prewarm's answer: the lifecycle events of a response with no output, and nothing decoded. Its id
-        is kept like any response's, so the next turn can chain from it with only its new input."""
-        machine = self.machine(v, model_id, True)
+    async def prewarmed(self, v: Validated, model_id: str) -> Reply:
+        """A prewarm's answer: the lifecycle events of a response with no output, and nothing decoded (a
+        request that did not ask for a stream gets the fold: the empty response object). Its id is kept like
+        any response's, so the next turn can chain from it with only its new input."""
+        machine = self.machine(v, model_id, bool(v.body.get("stream")))
         machine.context.setdefault("prompt_tokens", 0)
 
         async def events():
             yield Started(0)
             yield Finished("stop", Usage())
 
-        return Reply.of_stream(self.sse_body(machine, events(), v, v.state.framing), self.spec.content_type)
+        return await self.answer(v, machine, events(), v.state.framing)
 
     async def socket(self, call: Call, conn: Connection) -> None:
         await responses_socket.serve(self, call, conn)

@@ -169,6 +169,10 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
             for j, fn in enumerate(t["tools"]):
                 if fn.get("type", "function") == "function":
                     add(function(fn, t["name"], t.get("defer_loading") is True), f"{where}.tools[{j}]", fn["name"])
+                elif fn.get("type") == "custom":  # flattened as a function is; its call carries the namespace
+                    tool = custom_tools.parse(fn, f"{where}.tools[{j}]")
+                    add(replace(tool, name=flat_name(t["name"], tool.name, sep), namespace=t["name"]),
+                        f"{where}.tools[{j}]", tool.name)
                 else:
                     log.info("%s.tools[%d]: %s tool '%s' left out of the prompt", where, j, fn.get("type"),
                              fn.get("name"))
@@ -248,7 +252,8 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
             name = flat_name(item["namespace"], item["name"], sep) if item.get("namespace") else item["name"]
             tool_call(ToolCall(item["call_id"], name, item.get("arguments") or ""))
         elif kind == "custom_tool_call":
-            tool_call(ToolCall(item["call_id"], item["name"], json.dumps({"input": item["input"]}, ensure_ascii=False)))
+            name = flat_name(item["namespace"], item["name"], sep) if item.get("namespace") else item["name"]
+            tool_call(ToolCall(item["call_id"], name, json.dumps({"input": item["input"]}, ensure_ascii=False)))
         elif kind in ("function_call_output", "custom_tool_call_output"):
             text, parts = content_parts(item.get("output"), f"{place(item)}.output")
             msgs.append(Message("tool", text, parts=parts, tool_call_id=item["call_id"], name=call_names.get(item["call_id"])))

@@ -59,8 +59,8 @@ def open_call(m: Machine, ev) -> None:
     names = m.context.get("tool_names") or {}
     namespace, name = names.get(ev.name, (ev.namespace, ev.name))
     if ev.name in (m.context.get("custom_tools") or ()):
-        _open(m, "custom_tool_call", "ctc_", call_id=ev.call_id, name=name, custom=True, function=False, input="",
-              input_delta=None, search=False)
+        _open(m, "custom_tool_call", "ctc_", call_id=ev.call_id, name=name, namespace=namespace, custom=True,
+              function=False, input="", input_delta=None, search=False)
     elif ev.name == m.context.get("search_tool"):  # a client-executed tool search: a tool_search_call item
         _open(m, "tool_search_call", "tsc_", call_id=ev.call_id, name=name, search=True, function=False,
               custom=False, input_delta=None)
