@@ -513,7 +513,14 @@ class StrictApp:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        reply = {"status": 0, "type": "", "body": bytearray(), "done": False}
+        reply = {"status": 0, "type": "", "body": bytearray(), "done": False, "kept": False}
+
+        def keep():
+            if not reply["kept"] and reply["status"] and (reply["done"]
+                                                          or reply["type"].startswith("text/event-stream")):
+                reply["kept"] = True
+                self.replies.append((scope["method"], scope["path"], "anthropic-version" in headers,
+                                     reply["status"], reply["type"], bytes(reply["body"])))
 
         async def recording_send(message):
             if message["type"] == "http.response.start":
@@ -524,11 +531,11 @@ class StrictApp:
             elif message["type"] == "http.response.body":
                 reply["body"] += message.get("body", b"")
                 reply["done"] = not message.get("more_body", False)
+                if reply["done"]:  # kept before the client can read its last byte: a test that ends at once
+                    keep()         # (its fixture then checking the replies) still has it checked
             await send(message)
 
         try:
             await self.app(scope, receive, recording_send)
         finally:
-            if reply["status"] and (reply["done"] or reply["type"].startswith("text/event-stream")):
-                self.replies.append((scope["method"], scope["path"], "anthropic-version" in headers,
-                                     reply["status"], reply["type"], bytes(reply["body"])))
+            keep()
