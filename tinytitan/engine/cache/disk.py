@@ -51,8 +51,8 @@ import numpy as np
 
 from ...models import weights_digest
 from ..prompt.splice import Span
-from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, cache_files, evict_lru, prompt_tokens,
-                         read_metadata, snapshot, tally_of)
+from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, cache_files, entry_of, evict_lru,
+                         prompt_tokens, read_metadata, save_whole, snapshot, tally_of)
 from .prefix_index import PrefixIndex, Reusable
 
 log = logging.getLogger("tinytitan.cache")
@@ -176,11 +176,7 @@ class PromptDisk:
                 log.warning("prompt cache on disk: %s was written by another version (format %s); ignored", p.name,
                             meta.get("tinytitan_format"))
                 continue
-            tokens = np.frombuffer(base64.b64decode(meta.get("tinytitan_tokens", "")), dtype=np.int32).astype(np.int64)
-            prompt, lasting = meta.get("tinytitan_prompt_tokens", ""), meta.get("tinytitan_lasting_prompt", "")
-            found.append(OnDisk(p, tokens, size, meta.get("tinytitan_layout", ""),
-                                meta.get("tinytitan_trimmable", "1") != "0", int(prompt) if prompt.isdigit() else None,
-                                int(lasting) if lasting.isdigit() else None))
+            found.append(entry_of(p, meta, size))
         for tmp in self.dir.glob(".*.tmp*"):  # a write a crash cut short: never read, cleaned up
             try:
                 if now - tmp.stat().st_mtime > 600:
@@ -332,8 +328,6 @@ class PromptDisk:
 
     def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str,
                lasting_prompt: int | None = None) -> None:
-        from mlx_lm.models.cache import save_prompt_cache
-
         from .entries import kv_trimmable
 
         path = self.dir / (self._name(tokens, layout) + SUFFIX)
@@ -351,17 +345,7 @@ class PromptDisk:
             meta["tinytitan_prompt_tokens"] = str(prompt)
             if lasting_prompt is not None and lasting_prompt < prompt:
                 meta["tinytitan_lasting_prompt"] = str(lasting_prompt)
-        try:
-            save_prompt_cache(str(tmp), snap, meta)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:  # a full disk, an I/O error: the torn temporary file is not left to hold the space
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            raise
+        save_whole(snap, meta, tmp, path)
         entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable, prompt, lasting_prompt)
         self.writes += 1
         superseded = []

@@ -3,6 +3,7 @@ for, the snapshot of a KV cache that is written, and the directory's bytes (tall
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -203,3 +204,29 @@ def evict_lru(directory: Path, budget: int, to: float) -> tuple[int, list[Path]]
         gone.append(p)
         log.debug("prompt cache on disk: evicted %s (%d bytes)", p.name, size)
     return total, gone
+
+
+def entry_of(path: Path, meta: dict, size: int) -> OnDisk:
+    """A file's entry, from its header (``read_metadata``) and its size."""
+    tokens = np.frombuffer(base64.b64decode(meta.get("tinytitan_tokens", "")), dtype=np.int32).astype(np.int64)
+    prompt, lasting = meta.get("tinytitan_prompt_tokens", ""), meta.get("tinytitan_lasting_prompt", "")
+    return OnDisk(path, tokens, size, meta.get("tinytitan_layout", ""), meta.get("tinytitan_trimmable", "1") != "0",
+                  int(prompt) if prompt.isdigit() else None, int(lasting) if lasting.isdigit() else None)
+
+
+def save_whole(snap: list, meta: dict, tmp: Path, path: Path) -> None:
+    """A KV snapshot written to ``tmp``, synced, then renamed to ``path``: a reader sees the whole file or none.
+    A write that fails (a full disk, an I/O error) leaves no torn temporary file holding the space."""
+    from mlx_lm.models.cache import save_prompt_cache
+
+    try:
+        save_prompt_cache(str(tmp), snap, meta)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
