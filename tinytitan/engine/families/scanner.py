@@ -26,6 +26,8 @@ from __future__ import annotations
 import logging
 import re
 
+import regex
+
 from ...events import ReasoningDelta, TextDelta, TokenEvent, ToolCallDone, ToolCallStarted
 from . import grammar
 from .bodies.make import Body, Calls, make_body
@@ -35,6 +37,29 @@ log = logging.getLogger("tinytitan.parser")
 
 # the start of a JSON call's head, cut anywhere before its name is whole: '{', '{"na', '{"name": "get_we'
 CALL_HEAD = re.compile(r'\s*\{\s*(?:"\w*"?\s*(?::\s*(?:"[^"\\]*)?)?)?\s*\Z')
+# what a call's head is, per body syntax, up to where its call starts: a body the cap cut while all it holds is a
+# prefix of one (``{"name": "get_weather", "argu``, ``<function=get_we``) is that head cut short
+CALL_HEADS = {
+    "json": regex.compile(r'\s*\[?\s*\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"(?:[^"\\]|\\.)*"\s*,'
+                          r'\s*"(?:arguments|parameters)"\s*:\s*'),
+    "xml": regex.compile(r'\s*<function=[^>\s]+>'),
+    "kv": regex.compile(r'\s*[\w.\-]+\s*'),  # GLM: the name, then its <arg_key> lines
+    "mistral": regex.compile(r'\s*[\w.\-]+\[ARGS\]'),
+    "gemma4": regex.compile(r'\s*call:[\w.\-]+\{'),
+    "function_gemma": regex.compile(r'\s*call:[\w.\-]+\{'),
+    "pythonic": regex.compile(r'\s*\[?[\w.]+\('),
+    "kimi": regex.compile(r'\s*<\|tool_call_begin\|>\s*(?:functions\.)?[\w.\-]+(?::\d+)?\s*'
+                          r'<\|tool_call_argument_begin\|>'),
+    "minimax": regex.compile(r'\s*<invoke name="[^"]*">'),
+}
+
+
+def cut_head(syntax: str, raw: str) -> bool:
+    """``raw`` (a call body the output cap ended before any call started) is the head of a call cut short."""
+    if CALL_HEAD.match(raw):
+        return True
+    head = CALL_HEADS.get(syntax)
+    return head is not None and raw.strip() != "" and head.fullmatch(raw, partial=True) is not None
 
 
 class OutputParser:
@@ -88,7 +113,7 @@ class OutputParser:
         if self.channel == TOOL and self._body is not None:
             # formats without a closing marker end their last call at the end of the turn
             events = self._close_body(truncated=bool(self.m.tool_close))
-            if cut and not self._body.tentative and not self._body.any and CALL_HEAD.match(self._body.raw):
+            if cut and not self._body.tentative and not self._body.any and cut_head(self.m.body, self._body.raw):
                 # a call the cap cut before its tool was known: its markup is no answer text (a forced call's
                 # is made an incomplete call: forced_call.py)
                 log.warning("a tool call was cut short before its tool was known: %r not sent",
