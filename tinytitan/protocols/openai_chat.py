@@ -45,6 +45,8 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
         elif role == "user":
             msgs.append(Message("user", content, parts=parts))
         elif role == "assistant":
+            if isinstance(m.get("refusal"), str) and m["refusal"]:  # the model declined (as the API returns it):
+                content = "\n".join(t for t in (content, m["refusal"]) if t)  # its refusal is the turn's text
             calls = []
             for j, c in enumerate(m.get("tool_calls") or []):
                 if c.get("type") == "custom":  # a custom tool's call goes back as the function of one string
