@@ -126,6 +126,7 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: di
             log.warning("strict tools and tool grammars are not enforced under tool_choice 'auto' for the %s "
                         "family", family.name)
         return None  # a call limit alone is kept by the output parser (engine/decode/call_limit.py)
+    check_strict_schemas(tools)
     if thinking:
         close = f"<[{vocab[markup.think_close]}]>"
         think = f"THOUGHT? {close}" if start_in_reasoning else f"(<[{vocab[markup.think_open]}]> THOUGHT? {close})?"
@@ -138,6 +139,19 @@ def auto_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: di
         log.warning("strict tools are not enforced under tool_choice 'auto' here: %s", exc.message)
         return None
     return Grammar("lark", "\n".join(heads + ["TEXT: /(?s:.+)/"] + blocks), where="tools")
+
+
+def check_strict_schemas(tools: list[Tool]) -> None:
+    """Where a strict function's calls are held to its schema, a keyword the grammar cannot promise is refused
+    by name and path, as a forced call's and an output format's are (not left to the grammar compiler)."""
+    for tool in tools:
+        if not tool.strict or tool.custom:
+            continue
+        try:
+            check_schema(tool.parameters, f"tools.{tool.name}.parameters")
+        except ApiError as exc:
+            raise invalid(f"'{tool.name}' is a strict tool, whose calls must then match its schema: {exc.message}",
+                          param=exc.param, code="unsupported_schema") from None
 
 
 def _calls_masked_beside_text(family, vocab: dict, thinking: bool = False) -> bool:
@@ -195,6 +209,7 @@ def document_or_calls(grammar: Grammar, family, tools: list[Tool], parallel: boo
                     "masked beside the document, so only the document is enforced (no call can be made)",
                     family.name)
         return None
+    check_strict_schemas(tools)
     try:
         blocks = syntax.blocks(family, tools, parallel, vocab, True)
     except ApiError as exc:  # a strict tool the markup cannot hold: the document alone
