@@ -50,6 +50,13 @@ def envelope(r, status, param=None, code=None, contains=None):
     ({"tools": [{"type": "web_search"}]}, "tools[0].type", "web_search"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"uniqueItems": True}}}},
      "response_format.json_schema.schema.uniqueItems", "uniqueItems"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", "response_format.json_schema"),
+    ({"response_format": {"type": "json_schema", "schema": {"type": "object"}}}, "response_format.json_schema",
+     "response_format.json_schema"),  # the flat spelling is Responses', not Chat's
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "a b!", "schema": {}}}},
+     "response_format.json_schema.name", "name"),
+    ({"response_format": {"type": "json_object", "schema": {"uniqueItems": True}}},
+     "response_format.schema.uniqueItems", "uniqueItems"),  # llama.cpp's spelling: its schema is enforced
     ({"modalities": ["text", "audio"]}, "modalities", "modalities"),
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "audio"),
     ({"functions": [{"name": "f"}]}, "functions", "functions"),

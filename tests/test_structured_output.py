@@ -438,3 +438,10 @@ def test_a_multiple_of_that_is_not_positive_is_an_invalid_schema(bound):
     with pytest.raises(ApiError) as err:
         normalise({"type": "json_schema", "name": "n", "schema": {"type": "number", "multipleOf": bound}}, "text.format")
     assert err.value.param == "text.format.schema.multipleOf" and err.value.code == "invalid_schema"
+
+
+def test_llama_cpps_schema_spelling_on_chat_is_enforced():
+    """llama.cpp's ``{"type": "json_object", "schema": …}``, which its clients send to Chat: the schema is the
+    grammar (never dropped for any object)."""
+    req = request_of("chat", {"type": "json_object", "schema": SCHEMA})
+    assert req.grammar.kind == "json_schema" and req.grammar.source == SCHEMA

@@ -70,7 +70,8 @@ def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS) -> Grammar |
     """Any protocol's output format object (named ``where`` in errors) → a Grammar, or None for text.
 
     Two shapes are read: OpenAI Chat's (``{"type": "json_schema", "json_schema": {"name", "schema",
-    "strict"}}``) and the flat one of Responses and Messages (``{"type": "json_schema", "name", "schema"}``).
+    "strict"}}``) and the flat one of Responses and Messages (``{"type": "json_schema", "name", "schema"}``);
+    and llama.cpp's ``{"type": "json_object", "schema": {…}}``, a schema its clients send to Chat.
     ``kinds``: the types the protocol takes (Messages takes only ``json_schema``).
     """
     if not isinstance(fmt, dict):
@@ -81,6 +82,9 @@ def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS) -> Grammar |
                       param=f"{where}.type", code="invalid_value")
     if kind == "text":
         return None
+    if kind == "json_object" and isinstance(fmt.get("schema"), dict):  # llama.cpp's spelling of a schema
+        check_schema(fmt["schema"], f"{where}.schema")
+        return Grammar("json_schema", fmt["schema"], where=f"{where}.schema")
     if kind == "json_object":
         return Grammar("json_object", {"type": "object"}, where=where)
     inner, inner_where = fmt, where
