@@ -23,6 +23,7 @@ BEGUN = {"role": "assistant", "content": "One, two,"}
 CONTINUED = "<|im_start|>user\nCount to five.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nOne, two,"
 NEW_TURN = CONTINUED + "<|im_end|>\n<|im_start|>assistant\n"
 REST = " three, four, five."
+THOUGHT = "Let me count.</think>\n\nOne, two, three."
 
 CASES = {
     "messages": ("/v1/messages", {"model": MODEL, "max_tokens": 50, "messages": [ASK, BEGUN]},
@@ -38,6 +39,12 @@ CASES = {
 @pytest.fixture
 async def server(serve, demo_tok):
     return await serve(backend=Recording([ScriptEntry(REST)] * 8, demo_tok, model_id=MODEL))
+
+
+@pytest.fixture
+async def thinking(serve, demo_tok):
+    """A model whose answer closes a thought, then answers."""
+    return await serve(backend=Recording([ScriptEntry(THOUGHT)] * 8, demo_tok, model_id=MODEL))
 
 
 @pytest.mark.parametrize("protocol", sorted(CASES))
@@ -129,4 +136,55 @@ def test_a_memory_round_folds_the_prefill_into_the_turn_it_answered():
     rnd.text.append(" Checking.")
     nxt = continuation(req, rnd, [], used_up=False)
     assert not nxt.continue_final
-    assert [(m.role, m.content) for m in nxt.messages] == [("user", "Remember?"), ("assistant", "Let me look. Checking.")]
+    assert [(m.role, m.content) for m in nxt.messages] == [("user", "Remember?"),
+                                                           ("assistant", "Let me look. Checking.")]
+
+
+async def test_a_template_refusal_names_the_clients_own_message(serve):
+    """The 400 for a template that cannot continue the prefill names the prefill as the client sent it: with a
+    top-level ``system`` (placed first among the request's messages) or two user messages merged into one turn,
+    the prefill is still the client's messages[1] / messages[2]."""
+    tok = demo_tokenizer()
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}<|im_end|>\n"
+                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    s = await serve(backend=Recording([ScriptEntry("x")], tok, model_id=MODEL))
+    prefill = {"role": "assistant", "content": "One, two,"}
+    async with httpx.AsyncClient(timeout=30) as c:
+        for body, where in (({"system": "Be brief.", "messages": [ASK, prefill]}, "messages[1]"),
+                            ({"messages": [ASK, ASK, prefill]}, "messages[2]")):
+            r = await c.post(s.url("/v1/messages"), json={"model": MODEL, "max_tokens": 9, **body},
+                             headers={"anthropic-version": "2023-06-01", "x-api-key": "x"})
+            assert r.status_code == 400, r.text
+            assert f"final assistant message ({where})" in r.json()["error"]["message"], r.text
+
+
+async def test_a_prefill_that_opens_a_thought_is_continued_as_reasoning(thinking):
+    """R1-style clients prefill ``<think>`` to make the model reason: the prompt then ends inside a thought
+    (``starts_in_reasoning``), so what follows is reasoning up to ``</think>`` — never the marker as text."""
+    prefill = {"role": "assistant", "content": "<think>"}
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(thinking.url("/api/chat"), json={"model": MODEL, "stream": False, "think": True,
+                                                         "messages": [ASK, prefill]})
+        assert r.status_code == 200, r.text
+        assert thinking.engine.backend.prompts[-1].endswith("<think>")
+        message = r.json()["message"]
+        assert (message.get("thinking"), message["content"]) == ("Let me count.", "One, two, three."), r.text
+        r = await c.post(thinking.url("/v1/chat/completions"), json={
+            "model": MODEL, "continue_final_message": True,
+            "messages": [ASK, {**prefill, "content": "<think>\nHmm, "}]})
+        assert r.status_code == 200, r.text
+        m = strict.chat_completion(r.json()).choices[0].message
+        assert "</think>" not in m.content and m.content == "One, two, three.", r.text
+        assert r.json()["choices"][0]["message"].get("reasoning_content") == "Let me count.", r.text
+
+
+async def test_a_fast_prefill_that_is_stripped_away_opens_a_new_turn(thinking):
+    """The "-fast" path drops a turn left without text (scaffolding only): a prefill dropped so is no longer
+    the final message, and the user's turn must not be continued in its place."""
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(thinking.url("/api/chat"), json={
+            "model": MODEL + "-fast", "stream": False,
+            "messages": [ASK, {"role": "assistant", "content": "<system-reminder>be brief</system-reminder>"}]})
+    assert r.status_code == 200, r.text
+    prompt = thinking.engine.backend.prompts[-1]
+    assert "Count to five.<|im_end|>" in prompt and prompt.rstrip().endswith("</think>"), prompt[-80:]
