@@ -88,7 +88,8 @@ def _tool_input(text: str, name: str | None) -> dict:
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        log.warning("tool call %s: arguments are not a JSON object; sent as {}: %r", name, text[:200])
+        # (never the arguments themselves: they are answer text, which no log holds)
+        log.warning("tool call %s: arguments are not a JSON object (%d characters); sent as {}", name, len(text))
         return {}
     return value
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from ...events import TextDelta, ToolCallDone, ToolCallStarted, TokenEvent
+from ...logtext import excerpt
 from .output_parser import WrappedParser
 from ..families.markup import new_call_id
 
@@ -42,7 +43,7 @@ class ForcedCall(WrappedParser):
             return events
         name = self._name(self.held)
         if name is None:
-            log.warning("a forced call was cut short before its tool was known: %r not sent", self.held[:200])
+            log.warning("a forced call was cut short before its tool was known: %s not sent", excerpt(log, self.held))
             return events
         index, self.cut = self.calls, self.cut + 1
         return events + [ToolCallStarted(index, new_call_id(), name, self.namespaces.get(name)),

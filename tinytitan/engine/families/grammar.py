@@ -27,6 +27,7 @@ from pathlib import Path
 from lark import Lark
 from lark.exceptions import LarkError, UnexpectedInput, VisitError
 
+from ...logtext import excerpt
 from .syntaxes import SYNTAXES
 
 log = logging.getLogger("tinytitan.parser")
@@ -91,7 +92,7 @@ def check_block(fmt: str, text: str, streamed: list[tuple[str, str]], tools: dic
             # (a grammar error quotes the text it stopped at, so it goes to debug too)
             log.warning("%s tool-call grammar rejects a block (%d chars) the streaming decoder read as %s: %s",
                         fmt, len(text), [n for n, _ in streamed], type(exc).__name__)
-            log.debug("%s tool-call block the grammar rejects: %s; block: %r", fmt, exc, text[:200])
+            log.debug("%s tool-call block the grammar rejects: %s; block: %s", fmt, exc, excerpt(log, text))
             return False
         log.debug("%s tool-call block rejected by the grammar and the decoder: %s", fmt, exc)
         return True
@@ -100,8 +101,8 @@ def check_block(fmt: str, text: str, streamed: list[tuple[str, str]], tools: dic
         return False
     parsed = [(name, args) for name, args in parsed if name.strip()]  # a nameless call is text to the decoder
     if not _same_calls(parsed, streamed):
-        log.warning("%s tool-call grammar and streaming decoder disagree: grammar %r, streamed %r; block: %r",
-                    fmt, parsed, streamed, text[:200])
+        log.warning("%s tool-call grammar and streaming decoder disagree: grammar %s, streamed %s; block: %s",
+                    fmt, excerpt(log, repr(parsed)), excerpt(log, repr(streamed)), excerpt(log, text))
         return False
     return True
 

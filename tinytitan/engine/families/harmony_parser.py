@@ -22,6 +22,7 @@ import logging
 import re
 
 from ...events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
+from ...logtext import excerpt
 from . import grammar
 from .bodies.make import Calls
 from .markup import REASONING, TEXT, TOOL, find_first, hold_length
@@ -75,7 +76,7 @@ class HarmonyParser:
         out: list[TokenEvent] = []
         if self.mode == "header" and any(t in self.header + self.buf for t in (START, CHANNEL, CONSTRAIN)):
             # a header cut short by the output cap: markup, not content
-            log.info("harmony header cut short: %r", (self.header + self.buf)[:200])
+            log.info("harmony header cut short: %s", excerpt(log, self.header + self.buf))
             self.header = self.buf = ""
         while self._step(out, final=True):
             pass
@@ -146,7 +147,7 @@ class HarmonyParser:
     def _bad_header(self, out: list[TokenEvent]) -> None:
         text = self.header
         self.header = ""
-        log.warning("harmony header not understood; returned as text: %r", text[:200])
+        log.warning("harmony header not understood; returned as text: %s", excerpt(log, text))
         self.mode, self.channel, self.at_run_start = "body", TEXT, True
         stripped = re.sub(r"^\s*(<\|start\|>)?\s*assistant\s*", "", text) if not _CHANNEL.search(text) else text
         self._content(stripped, out)

@@ -29,6 +29,7 @@ import re
 import regex
 
 from ...events import ReasoningDelta, TextDelta, TokenEvent, ToolCallDone, ToolCallStarted
+from ...logtext import excerpt
 from . import grammar
 from .bodies.make import Body, Calls, make_body
 from .markup import QWEN, REASONING, TEXT, TOOL, Markup, find_first, hold_length
@@ -116,8 +117,8 @@ class OutputParser:
             if cut and not self._body.tentative and not self._body.any and cut_head(self.m.body, self._body.raw):
                 # a call the cap cut before its tool was known: its markup is no answer text (a forced call's
                 # is made an incomplete call: forced_call.py)
-                log.warning("a tool call was cut short before its tool was known: %r not sent",
-                            self._body.raw[:200])
+                log.warning("a tool call was cut short before its tool was known: %s not sent",
+                            excerpt(log, self._body.raw))
                 events = [ev for ev in events if not isinstance(ev, TextDelta)]
             out.extend(events)
             self._body = None

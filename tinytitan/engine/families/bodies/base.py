@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from ....events import TextDelta, ToolCallArgsDelta, ToolCallStarted, TokenEvent
+from ....logtext import excerpt
 from ..markup import Markup, new_call_id
 
 log = logging.getLogger("tinytitan.parser")
@@ -74,12 +75,12 @@ class Body:
         """Text the model wrote after a complete call, still inside the call's block: returned as text, and
         logged once per block."""
         if not self.warned:
-            log.warning("text after %s; returned as text: %r", call, text[:200])
+            log.warning("text after %s; returned as text: %s", call, excerpt(log, text))
             self.warned = True
         out.append(TextDelta(text))
 
     def _as_text(self, truncated: bool) -> list[TokenEvent]:
-        log.warning("tool-call markup not understood; returned as text: %r", self.raw[:200])
+        log.warning("tool-call markup not understood; returned as text: %s", excerpt(log, self.raw))
         if self.tentative:
             return [TextDelta(self.raw)] if self.raw else []
         text = (self.m.tool_open or "") + self.raw + ("" if truncated else (self.m.tool_close or ""))

@@ -10,6 +10,7 @@ import logging
 import regex
 
 from ....events import ToolCallArgsDelta, ToolCallDone, TokenEvent
+from ....logtext import excerpt
 from .base import Body, SteppedBody
 from .json_objects import JsonCalls, JsonSpan, py_in_string
 from .tagged import _escape
@@ -153,8 +154,8 @@ class PythonicCall(Body):
                 calls = [(self.name, _py_kwargs(ast.parse(f"f({self.buf.strip().removesuffix(')')})",
                                                           mode="eval").body))]
             except (SyntaxError, ValueError, TypeError) as exc:
-                log.warning("tool call %s (%s): arguments not understood (%s): %r", self.index, self.name, exc,
-                            self.buf[:200])
+                log.warning("tool call %s (%s): arguments not understood (%s): %s", self.index, self.name,
+                            type(exc).__name__, excerpt(log, self.buf))
                 calls = [(self.name, "{}")]
         out: list[TokenEvent] = []
         for k, (name, args) in enumerate(calls):

@@ -9,6 +9,7 @@ import logging
 import regex
 
 from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
+from ....logtext import excerpt
 from .base import SteppedBody
 
 log = logging.getLogger("tinytitan.parser")
@@ -209,7 +210,7 @@ class JsonCalls(SteppedBody):
                     self._start(name, out)
                     out += [ToolCallArgsDelta(self.index, args), ToolCallDone(self.index, args)]
                 return out
-            log.warning("unfinished text after a tool call; returned as text: %r", self.buf[:200])
+            log.warning("unfinished text after a tool call; returned as text: %s", excerpt(log, self.buf))
             return [TextDelta(self.buf)]
         if st == "args":
             log.warning("tool call %s: arguments cut short", self.index)
@@ -222,7 +223,7 @@ class JsonCalls(SteppedBody):
             # what the unclosed object went on with: text, unless the cap cut it or it is more of the object
             text = "" if truncated else self.tail.strip().removesuffix("}").strip()
             if text and not text.startswith(","):
-                log.warning("text inside an unclosed tool call object; returned as text: %r", text[:200])
+                log.warning("text inside an unclosed tool call object; returned as text: %s", excerpt(log, text))
                 out.append(TextDelta(text))
         self.state = "done"
         return out

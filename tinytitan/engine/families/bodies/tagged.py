@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from ....events import TextDelta, ToolCallDone, TokenEvent
+from ....logtext import excerpt
 from .base import SteppedBody
 from .json_objects import JsonSpan
 from ..markup import find_first, partial_suffix
@@ -258,7 +259,7 @@ class TaggedCall(SteppedBody):
             return out
         if st == "prefix":  # after a complete call, where another may have begun
             if self.buf.strip():
-                log.warning("unfinished text after a tool call; returned as text: %r", self.buf[:200])
+                log.warning("unfinished text after a tool call; returned as text: %s", excerpt(log, self.buf))
                 out.append(TextDelta(self.buf.strip()))
             return out
         if st != "keys" or self.spec.end:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ....events import TextDelta, ToolCallDone, TokenEvent
+from ....logtext import excerpt
 from ...structured.compile import ONE_SPACE
 from ...structured.tool_calls import json_call_rules, marker, more_calls
 from ..bodies.base import SteppedBody
@@ -147,7 +148,7 @@ class SectionCalls(SteppedBody):
         if not self.any:
             return self._as_text(truncated) if self.raw.strip() else []
         if self.junk.strip():
-            log.warning("text inside a tool-call section; returned as text: %r", self.junk[:200])
+            log.warning("text inside a tool-call section; returned as text: %s", excerpt(log, self.junk))
             out.append(TextDelta(self.junk.strip()))
         return out
 
