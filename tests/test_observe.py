@@ -457,3 +457,20 @@ async def test_a_client_that_hangs_up_before_its_body_is_sent_is_no_server_error
     left = (("protocol", "openai_chat"), ("route", "/v1/chat/completions"), ("status", "499"))
     assert await eventually(lambda: _has(s, ("tinytitan_requests_total", left)))
     assert not [k for k in await scrape(s) if k[0] == "tinytitan_requests_total" and ("status", "500") in k[1]]
+
+
+def test_the_prompt_cache_on_disk_is_in_the_metrics(demo_tok, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
+    from tinytitan.engine.cache.disk import PromptDisk
+    from tinytitan.engine.cache.memory import PromptCache
+    from tinytitan.engine.engine import Engine
+    from tinytitan.observe.metrics import Metrics
+
+    cache = PromptCache(1 << 20)
+    cache.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    engine = Engine(ScriptedBackend([ScriptEntry("ok")], demo_tok, model_id=MODEL, prompt_cache=cache))
+    names = {f.name for f in text_string_to_metric_families(Metrics(engine).exposition().decode())}
+    assert "tinytitan_prompt_cache_entries" in names
+    assert {"tinytitan_prompt_cache_disk_bytes", "tinytitan_prompt_cache_disk_entries"} <= names, sorted(names)

@@ -121,5 +121,6 @@ class _EngineCollector:
         yield resident
         yield load
         yield from cache.values()
+        yield from disk.values()
         yield hits
         yield misses
