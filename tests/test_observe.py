@@ -474,3 +474,18 @@ def test_the_prompt_cache_on_disk_is_in_the_metrics(demo_tok, tmp_path):
     names = {f.name for f in text_string_to_metric_families(Metrics(engine).exposition().decode())}
     assert "tinytitan_prompt_cache_entries" in names
     assert {"tinytitan_prompt_cache_disk_bytes", "tinytitan_prompt_cache_disk_entries"} <= names, sorted(names)
+
+
+async def test_refused_requests_do_not_push_the_turns_out_of_the_profile(serve):
+    """/profile is "the last 256 turns (requests that ran the model)": refused requests (kept for the dashboard)
+    must not push a generation out of it."""
+    s = await serve(["ok"])
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/chat/completions"), json={"model": MODEL,
+                                                              "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200
+        for _ in range(256):
+            assert (await c.post(s.url("/v1/chat/completions"), json={"model": MODEL})).status_code == 400
+        await trio.sleep(0.1)
+        data = (await c.get(s.url("/profile"))).json()["data"]
+    assert len(data) == 1, len(data)

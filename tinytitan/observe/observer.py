@@ -66,6 +66,8 @@ class Observer:
         self.app = app
         self.metrics = Metrics(engine)
         self.window: collections.deque[Turn] = collections.deque(maxlen=WINDOW)
+        # /profile's window: the generations alone, so refused requests (kept for the dashboard) push none out
+        self.generations: collections.deque[Turn] = collections.deque(maxlen=WINDOW)
         self._feeds: dict[trio.MemoryReceiveChannel, trio.MemorySendChannel] = {}
 
     # -- the request's life ---------------------------------------------------------------------------------
@@ -142,6 +144,8 @@ class Observer:
         self._log(turn)
         if self._kept(turn):
             self.window.append(turn)
+            if turn.generated:
+                self.generations.append(turn)
             self.publish("request", turn.as_dict())
             self.push_state()
 
@@ -185,7 +189,7 @@ class Observer:
     def profile(self) -> list[dict]:
         """The rolling window's timing snapshots, oldest first."""
         out = []
-        for turn in self.window:
+        for turn in self.generations:
             snapshot = turn.profile()
             if snapshot is not None:
                 out.append({"id": turn.request_id, "time": turn.started, "protocol": turn.protocol,
