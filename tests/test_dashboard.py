@@ -174,3 +174,27 @@ async def test_head_of_the_live_feed_answers_its_headers_and_ends(serve):
         head = await c.head(s.url("/dashboard/events"))
         assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
         assert (await c.get(s.url("/health"))).status_code == 200  # the same connection answers on
+
+
+@in_a_browser
+async def test_markup_in_a_user_agent_is_text_and_the_detail_row_spans_the_table(serve):
+    """A client's User-Agent is shown as text, never markup; a row's detail (why the cache missed) spans every
+    column of the table."""
+    s = await serve(["ok", "ok"])
+
+    def session(b: Browser) -> None:
+        b.page.goto(s.url("/dashboard"))
+        b.page.wait_for_selector("#conn.live", timeout=10_000)
+        httpx.post(s.url("/v1/chat/completions"), headers={"user-agent": "<img\tsrc=x\tonerror=alert(1)>"},
+                   json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).raise_for_status()
+        b.wait_rows(1)
+        row = b.page.locator("#requests tr.request").first
+        assert row.locator("img").count() == 0
+        cells = row.locator("td").count()
+        row.click()
+        detail = b.page.locator("#requests tr.detail").first.locator("td").first
+        assert int(detail.get_attribute("colspan")) == cells
+        assert detail.bounding_box()["width"] >= row.bounding_box()["width"] - 1
+        assert b.errors == [], b.errors
+
+    await trio.to_thread.run_sync(browse, session)
