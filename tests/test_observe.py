@@ -489,3 +489,57 @@ async def test_refused_requests_do_not_push_the_turns_out_of_the_profile(serve):
         await trio.sleep(0.1)
         data = (await c.get(s.url("/profile"))).json()["data"]
     assert len(data) == 1, len(data)
+
+
+TRACE = {"id": "trace-1", "metadata": {"source_path": "/tmp/rollout.jsonl"},
+         "items": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the bug"}]}]}
+
+
+async def test_trace_summarize_counts_the_tokens_of_every_trace(serve):
+    """Codex's memories summarise several traces in one request: every trace's passes are counted."""
+    s = await serve(["Summary."] * 6)
+    deltas = []
+    for traces in ([TRACE], [TRACE, {**TRACE, "id": "trace-2"}]):
+        before = await scrape(s)
+        async with httpx.AsyncClient() as c:
+            r = await c.post(s.url("/v1/memories/trace_summarize"), json={"model": MODEL, "traces": traces})
+        assert r.status_code == 200, r.text
+
+        async def moved():
+            after = await scrape(s)
+            return after if tokens(after, "prompt") > tokens(before, "prompt") else None
+
+        after = await eventually(moved)
+        deltas.append((tokens(after, "prompt") - tokens(before, "prompt"),
+                       tokens(after, "completion") - tokens(before, "completion")))
+    one, two = deltas
+    assert two == (2 * one[0], 2 * one[1]), deltas
+
+
+async def test_a_turn_compacted_on_the_way_counts_its_summary_pass(serve, demo_tok):
+    """A Responses turn under context_management compacts before it answers: the summary pass's tokens are
+    counted with the reply's, as /v1/responses/compact counts its passes."""
+    from backends import Recording
+    from test_responses_context_management import INPUT, SUMMARY
+    from tinytitan.engine.backends.scripted import ScriptEntry
+
+    backend = Recording([ScriptEntry(SUMMARY), ScriptEntry("Running them now.")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    before = await scrape(s)
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/responses"), json=dict(
+            model=MODEL, input=INPUT, store=False,
+            context_management=[{"type": "compaction", "compact_threshold": 20}]))
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+
+    async def moved():
+        after = await scrape(s)
+        return after if tokens(after, "prompt") > tokens(before, "prompt") else None
+
+    after = await eventually(moved)
+    summary_prompt, _ = backend.prompts
+    summary_pass = len(demo_tok.encode(summary_prompt, add_special_tokens=False))
+    counted = tokens(after, "prompt") - tokens(before, "prompt")
+    # the model read the summary pass's prompt too: the counter moves by it and the reply's own prompt
+    assert counted == usage["input_tokens"] + summary_pass, (counted, usage, summary_pass)

@@ -7,7 +7,8 @@ Rules:
   routes) and timings only. Tool names go to the debug log, never into a record.
 - ``watch(events, req, stream)`` taps a generation's event stream for the request being answered (the
   record lives in a context variable set for the whole ASGI call); outside a server it changes nothing.
-  ``note(model, usage)`` counts a generation that had no stream to tap.
+  ``note(model, usage)`` counts a generation that had no stream to tap; ``passes(usage)`` the summary passes
+  a request ran beside the generation it streams. A request's counts are all of its generations' together.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterable
 
 from ..events import (Failed, Finished, ReasoningDelta, Started, TextDelta, Timing, TokenEvent,
-                      ToolCallStarted)
+                      ToolCallStarted, Usage)
 
 current_turn: contextvars.ContextVar["Turn | None"] = contextvars.ContextVar("tinytitan_turn", default=None)
 
@@ -58,11 +59,13 @@ class Turn:
     on_change: Any = None  # called when the queue may have moved (the observer's live push)
     source: Any = None  # the tapped session: what it decoded, for a generation that never finished
     cache_miss: dict | None = None  # where its prompt parted from the prompt cache, and why (engine/cache/miss.py)
+    passes: Usage = field(default_factory=Usage)  # generations beside the tapped one (summary passes), summed
 
     # -- fed by the event tap --------------------------------------------------------------------------
     def see(self, ev: TokenEvent) -> None:
         if isinstance(ev, Started):
-            self.prompt_tokens, self.cached_tokens = ev.prompt_tokens, ev.cached_tokens
+            self.prompt_tokens = ev.prompt_tokens + self.passes.prompt_tokens
+            self.cached_tokens = ev.cached_tokens + self.passes.cached_tokens
             self.cache_miss = getattr(getattr(self.source, "prepared", None), "cache_miss", None)
             if self.on_change:
                 self.on_change()
@@ -70,7 +73,7 @@ class Turn:
             if self.first_output_at is None:
                 self.first_output_at = time.perf_counter()
         elif isinstance(ev, Finished):
-            u = ev.usage
+            u = ev.usage + self.passes
             self.prompt_tokens, self.cached_tokens = u.prompt_tokens, u.cached_tokens
             self.completion_tokens, self.reasoning_tokens = u.completion_tokens, u.reasoning_tokens
             self.stop_reason = ev.reason
@@ -85,7 +88,8 @@ class Turn:
         self.stop_reason = "cancelled"
         decoded = getattr(self.source, "decoded", None)
         if isinstance(decoded, tuple):
-            self.completion_tokens, self.reasoning_tokens = decoded
+            self.completion_tokens = decoded[0] + self.passes.completion_tokens
+            self.reasoning_tokens = decoded[1] + self.passes.reasoning_tokens
 
     # -- read by the observer ----------------------------------------------------------------------------
     @property
@@ -109,7 +113,7 @@ class Turn:
         if t is None:
             return None
         parts = dataclasses.asdict(t)
-        parts["cached_tokens"] = self.cached_tokens
+        parts["cached_tokens"] = self.cached_tokens - self.passes.cached_tokens  # (of the timed generation)
         parts["cache_miss"] = self.cache_miss
         # the steps, each once: the grammar mask runs inside prefill and decode steps, so it is a part of
         # their time, not a step beside them
@@ -149,12 +153,22 @@ def watch(events: AsyncIterable[TokenEvent], req: Any, stream: bool | None = Non
 
 def note(model: str, usage: Any, reason: str = "stop") -> None:
     """A generation the request ran without an event stream to tap (a Responses compaction's summary
-    passes, whose usage comes back summed): counted for the request being answered, like a tapped one."""
+    passes, whose usage comes back summed): counted for the request being answered, like a tapped one; a
+    request that notes several (one per trace summarised) counts them all."""
     turn = current_turn.get()
     if turn is None:
         return
     turn.generated, turn.model = True, model
-    turn.see(Finished(reason, usage))
+    passes(usage)
+    turn.see(Finished(reason, Usage()))
+
+
+def passes(usage: Usage) -> None:
+    """Summary passes the request being answered ran beside its tapped generation (a Responses turn compacted
+    on the way: the summary's own Finished never reaches the tap): added to the request's counts."""
+    turn = current_turn.get()
+    if turn is not None:
+        turn.passes = turn.passes + usage
 
 
 class _Tap:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, AsyncContextManager, AsyncIterable, AsyncItera
 
 from ..errors import ApiError, invalid
 from ..events import Failed, Finished, Started, TextDelta, TokenEvent
+from ..observe.turn import passes
 
 if TYPE_CHECKING:
     from ..engine.summarise import Summariser
@@ -182,6 +183,7 @@ async def compacted_events(compactor: "Summariser", text: str, result: dict,
     summary = []
     async for ev in compaction_events(compactor, text, result):
         if isinstance(ev, Finished):
+            passes(ev.usage)  # the summary pass's tokens, in the request's record (metrics, log line)
             break
         yield ev
         if isinstance(ev, Failed):
