@@ -65,6 +65,12 @@ class Guard:
             # the true status (503 when the model cannot generate); the model ids and queue figures need the key
             health = await self.shared.handlers()["health"](Call("GET", request.path))
             return self.json_response({"status": health.body["status"]}, health.status)
+        if request.path == "/" and not self.authorized(request) and request.method != "OPTIONS":
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            root = await self.shared.handlers()["root"](Call(request.method, request.path, headers=headers))
+            if isinstance(root.body, dict):  # (a browser gets the dashboard page, which holds no data)
+                return self.json_response({k: v for k, v in root.body.items() if k != "model"}, root.status)  # (the
+                # model id needs the key, as on /health)
 
     def _origin(self, req, origin: str) -> Response | None:
         """A web page's request: refused unless its origin is allowed (origins.py); an allowed preflight is
