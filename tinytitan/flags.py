@@ -23,6 +23,20 @@ def _positive(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (0 to 65535; 0 picks a free one)")
+    return value
+
+
+def _not_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not 0 or more")
+    return value
+
+
 def _milliseconds(text: str) -> float:
     value = float(text)
     if not 0 <= value <= 10_000:
@@ -65,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--script-images", action="store_true",
                    help="the scripted backend takes images, as a vision model would (they are checked, not read)")
     net.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    net.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    net.add_argument("--port", type=_port, default=DEFAULT_PORT,
+                     help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     net.add_argument("--allow-remote", action="store_true",
                    help="allow binding a non-loopback address (anyone who can reach it can use the model)")
     net.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
@@ -79,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--fetch-images", action="store_true",
                    help="fetch remote http(s) image URLs in requests (10 s and 20 MiB per image; the server then "
                         "reaches any host a client names); without it they are refused: send data URLs")
-    queue.add_argument("--max-queue", type=int, default=16,
+    queue.add_argument("--max-queue", type=_not_negative, default=16,
                    help="requests that may wait beyond the running batch (default 16); more are refused at once")
     queue.add_argument("--max-batch", type=_positive, default=DEFAULT_MAX_BATCH,
                    help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")

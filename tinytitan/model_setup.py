@@ -46,7 +46,13 @@ def make_backends(args) -> list:
         from .engine.cache.memory import PromptCache
         from .engine.backends.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, demo_tokenizer, load_script
 
-        backends = [ScriptedBackend(load_script(args.script), demo_tokenizer(),
+        import yaml
+
+        try:
+            script = load_script(args.script)
+        except (OSError, ValueError, TypeError, yaml.YAMLError) as exc:
+            raise SystemExit(f"--script {args.script}: {exc}".replace("\n", " ")) from None
+        backends = [ScriptedBackend(script, demo_tokenizer(),
                                     model_id=args.model_id or "tinytitan-scripted",
                                     context_window=window or SCRIPTED_CONTEXT_WINDOW,
                                     prompt_cache=PromptCache(cache_bytes))]
@@ -63,9 +69,20 @@ def make_backends(args) -> list:
             raise SystemExit(f"no models (an Ollama library, MLX directories, *.gguf files, Hugging Face cache repos) "
                              f"under {root}")
         group = getattr(args, "group", None)  # under mlx.launch every rank lists the same catalog (lockstep.py)
-        backends = [backend_class(m.path, group)(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True,
+        backends = []
+        for m in found:  # a model that cannot be served is left out, said, as a GGUF that cannot be (resolve.py)
+            try:
+                b = backend_class(m.path, group)(m.path, m.model_id, prompt_cache_bytes=cache_bytes, lazy=True,
                                                  speculative=speculative_config(args, group=group), group=group)
-                    for m in found]
+                refused = unservable(b)
+            except LOAD_ERRORS as exc:
+                refused = f"{type(exc).__name__}: {exc}"
+            if refused:
+                log.warning("%s: not served: %s", m.path, refused)
+            else:
+                backends.append(b)
+        if not backends:
+            raise SystemExit(f"no model under {root} can be served (the log says why of each)")
         log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:
         if args.model == "demo-vision":  # the built-in vision demo model (a tiny Gemma 3)
@@ -96,6 +113,11 @@ def make_backends(args) -> list:
                                                    group=group)]
         except (DraftModelRefused, Unshardable) as exc:
             raise SystemExit(str(exc)) from None
+        except LOAD_ERRORS as exc:  # missing or damaged weights, a config mlx-lm cannot read …
+            raise SystemExit(f"cannot load the model {model_id} from {path}: {type(exc).__name__}: {exc}") from None
+        refused = unservable(backends[0])
+        if refused:
+            raise SystemExit(f"cannot serve the model {model_id} from {path}: {refused}")
     if not args.script and getattr(args, "group", None) is None and second_engine_available():
         backends += cpu_twins(backends, cache_bytes)
     for b in backends:
@@ -114,6 +136,29 @@ def make_backends(args) -> list:
         if b.loaded:  # a later one does
             b.warm()
     return backends
+
+
+# what loading a model directory raises for a damaged or incomplete one (mlx-lm, transformers, safetensors)
+LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "*.tiktoken")
+
+
+def unservable(backend) -> str | None:
+    """Why a model whose files loaded still cannot be served as a chat model (as a GGUF without a chat template
+    is refused: models/gguf.py), or None."""
+    tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    try:  # (without its files, transformers builds an empty tokenizer: one token, which reads no text)
+        words = len(tokenizer.get_vocab())
+    except Exception:  # noqa: BLE001 — a tokenizer that cannot list its vocabulary is judged by its use
+        words = None
+    if words is not None and words < 2:
+        return f"it has no tokenizer ({', '.join(TOKENIZER_FILES)})"
+    if not getattr(tokenizer, "chat_template", None):
+        return ("it has no chat template (tokenizer_config.json's chat_template, or chat_template.jinja): it cannot "
+                "be served as a chat model")
+    return None
 
 
 def attach_prompt_disk(backends: list, args) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import ipaddress
 import logging
@@ -48,6 +49,7 @@ def serve(args) -> int:
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
     origins = allowed_origins(args)  # (a bad one is named before the model loads)
+    check_bind(args.host, args.port)  # (a port in use, or a host that is no address, too)
     if args.conversions_mib < 0:
         raise SystemExit("--conversions-mib must be 0 or more")
     from .models import conversions
@@ -133,11 +135,49 @@ def serve(args) -> int:
         trio.run(main)
     except BaseException as exc:
         if not interrupted(exc):
+            refused = bind_error(exc)
+            if refused is not None:  # (taken between the check and the bind)
+                raise SystemExit(f"tinytitan: cannot listen on {host}:{args.port}: {refused}") from None
             raise
     finally:
         if memory is not None:
             memory.close()
     return 0
+
+
+def check_bind(host: str, port: int) -> None:
+    """Stop, in one line, before the model loads, where the server could not listen: the port is taken (another
+    server), the host is no address of this machine, or it names no address at all."""
+    import socket
+
+    bare = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(bare, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise SystemExit(f"tinytitan: cannot listen on {host}:{port}: --host {host} is not an address of this "
+                         f"machine ({exc})") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as the server's own socket)
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            hint = " (another server? pass --port)" if exc.errno == errno.EADDRINUSE else ""
+            raise SystemExit(f"tinytitan: cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
+
+
+BIND_ERRORS = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
+
+
+def bind_error(exc: BaseException) -> OSError | None:
+    """The OSError of a failed bind, bare or inside the exception groups trio's nurseries raise."""
+    if isinstance(exc, OSError):
+        return exc if exc.errno in BIND_ERRORS else None
+    for inner in getattr(exc, "exceptions", None) or ():
+        found = bind_error(inner)
+        if found is not None:
+            return found
+    return None
 
 
 def allowed_origins(args) -> tuple[str, ...]:

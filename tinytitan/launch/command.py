@@ -109,6 +109,19 @@ def not_applied(serve_args: list[str]) -> list[str]:
     return list(dict.fromkeys(f for f in flags if f not in WHERE_FLAGS))
 
 
+def without_flag(args: list[str], flag: str) -> list[str]:
+    """``args`` less each ``flag VALUE`` and ``flag=VALUE``."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == flag:
+            skip = True
+        elif not a.startswith(flag + "="):
+            out.append(a)
+    return out
+
+
 def _pick(cards: list[dict], ns, base: str) -> dict:
     """The card of the model asked for among those served; a server serving another model is refused."""
     if not cards:
@@ -153,8 +166,8 @@ def run(argv: list[str]) -> int:
         raise LaunchError(f"{NAMES[agent]} (`{program}`) is not installed: {INSTALL[agent]}")
     host = ns.host if ns.host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1"
     port = ns.port or _free_port()
-    if not ns.port:
-        serve_args = [a for a in serve_args if a != "--port"]
+    if not ns.port:  # (launch picked the port: serve is told it, and not the 0 asked for)
+        serve_args = without_flag(serve_args, "--port")
     base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
     key = ns.api_key or "local"
     started = None

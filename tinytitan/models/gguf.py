@@ -145,7 +145,10 @@ def ensure_converted(path: str | Path, form: str | None = None, template: str | 
     """The mlx-lm directory for a GGUF file, converting it the first time (UnsupportedGGUF if it cannot).
     ``template``: the chat template to use where the file carries none (an Ollama manifest's)."""
     path = Path(path)
-    form = form or preferred_form(path)
+    try:
+        form = form or preferred_form(path)  # (reads the header: a damaged file is refused here, by name)
+    except (GGUFError, OSError) as exc:
+        raise UnsupportedGGUF(str(exc)) from None
     target = cached_dir(path, form, template)
     if (target / "config.json").is_file():
         log.info("%s: using the converted model in %s", path.name, target)

@@ -15,6 +15,7 @@ Rules:
 from __future__ import annotations
 
 import json
+import logging
 import struct
 from pathlib import Path
 
@@ -64,7 +65,10 @@ def file_type_name(file_type, tensors) -> str:
 def _safetensors_params(path: Path) -> tuple[int, dict]:
     """(stored elements, {dtype: elements}) from a safetensors header (the first 8 bytes say its length)."""
     with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
+        head = f.read(8)
+        (n,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
+        if not 2 <= n <= path.stat().st_size - 8:  # (a damaged file's first bytes are no length)
+            raise ValueError(f"{path.name}: not a safetensors file (its header length is {n})")
         header = json.loads(f.read(n))
     total, by_type = 0, {}
     for name, t in header.items():
@@ -76,6 +80,16 @@ def _safetensors_params(path: Path) -> tuple[int, dict]:
         total += count
         by_type[t["dtype"]] = by_type.get(t["dtype"], 0) + count
     return total, by_type
+
+
+def _readable_params(path: Path) -> tuple[int, dict]:
+    """``_safetensors_params``, or nothing (said once) for a damaged file: a listing names what it can."""
+    try:
+        return _safetensors_params(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        logging.getLogger("tinytitan.models").warning("%s: its safetensors header cannot be read (%s): the "
+                                                      "model's parameter count is not listed", path, exc)
+        return 0, {}
 
 
 def mlx_dir_facts(path: Path) -> dict:
@@ -99,7 +113,7 @@ def mlx_dir_facts(path: Path) -> dict:
     quant = config.get("quantization") or config.get("quantization_config") or {}
     total, by_type = 0, {}
     for f in files:
-        n, types = _safetensors_params(f)
+        n, types = _readable_params(f)
         total += n
         for k, v in types.items():
             by_type[k] = by_type.get(k, 0) + v

@@ -97,6 +97,17 @@ def read_header(path: str | Path, keep_arrays: bool = False) -> tuple[dict, list
     """(metadata, tensor table). Array values (the vocabulary, merges, scores) are ``None`` unless
     ``keep_arrays``. Each tensor's ``offset`` is where its data starts in the file (after the header, aligned
     to ``general.alignment``, 32 by default)."""
+    try:
+        return _read_header(path, keep_arrays)
+    except GGUFError:
+        raise
+    except (struct.error, ValueError, OverflowError, MemoryError) as exc:  # a truncated or damaged file
+        raise GGUFError(f"{path}: damaged or truncated GGUF header (an incomplete download?): {exc}") from None
+
+
+def _read_header(path: str | Path, keep_arrays: bool) -> tuple[dict, list[TensorInfo]]:
+    if Path(path).stat().st_size < 4:
+        raise GGUFError(f"{path} is not a GGUF file (no GGUF magic)")
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         if buf[:4] != b"GGUF":
             raise GGUFError(f"{path} is not a GGUF file (no GGUF magic)")
@@ -120,4 +131,23 @@ def read_header(path: str | Path, keep_arrays: bool = False) -> tuple[dict, list
         align = int(meta.get("general.alignment") or 32)
         start = -(-r.pos // align) * align
         tensors = [TensorInfo(name, shape, type_name(t), start + off, t) for name, shape, t, off in table]
+        for t in tensors:
+            end = t.offset + data_bytes(t)
+            if end > len(buf):
+                raise GGUFError(f"{path}: truncated: tensor {t.name}'s data ends at byte {end}, past the end of "
+                                f"the file ({len(buf)} bytes; an incomplete download?)")
         return meta, tensors
+
+
+def data_bytes(t: TensorInfo) -> int:
+    """The bytes a tensor's data takes in the file (0 for a type the gguf package does not know)."""
+    try:
+        import gguf
+
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.type_id)]
+    except (ImportError, ValueError, KeyError):
+        return 0
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n // block * size

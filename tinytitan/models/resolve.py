@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .cache_dir import cache_root
 from .gguf import UnsupportedGGUF, ensure_converted
-from .gguf_header import read_header
+from .gguf_header import GGUFError, read_header
 
 log = logging.getLogger("tinytitan.models")
 
@@ -210,7 +210,7 @@ def _ollama_models(root: Path, form: str | None) -> list[Resolved]:
             converted = ensure_converted(model.gguf, form, chat_template(model, has_template))
             model_id = model.name[:-len(":latest")] if model.name.endswith(":latest") else model.name
             out.append(Resolved(served_dir(model, converted, cache_root()), model_id))
-        except (OllamaModelRefused, UnsupportedGGUF) as exc:
+        except (OllamaModelRefused, UnsupportedGGUF, GGUFError) as exc:
             log.warning("%s: not served: %s", model.name, exc)
     return out
 

@@ -1,0 +1,144 @@
+"""Start-up failures are one clear line and a non-zero exit, never a traceback; a catalog leaves out what it
+cannot serve."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_cli import start
+from test_gguf import make_gguf
+
+from tinytitan.demo_model import ensure_demo_model
+from tinytitan.models import gguf
+from tinytitan.models.resolve import ModelNotFound, list_models, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def demo_dir():
+    return ensure_demo_model()
+
+
+def serve_fails(tmp_path, *args, timeout=60) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "tinytitan", "serve", "--state", str(tmp_path / "state"),
+                           "--prompt-cache-dir", "off", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    return done
+
+
+@pytest.mark.parametrize("damage", ["header", "data", "not-gguf"])
+def test_a_damaged_gguf_is_refused_by_name(tmp_path, demo_dir, damage):
+    path, _, _ = make_gguf(tmp_path / "m.gguf", demo_dir)
+    data = path.read_bytes()
+    path.write_bytes({"header": data[:3000], "data": data[:-100_000], "not-gguf": b"\0" * 5000}[damage])
+    with pytest.raises(ModelNotFound, match="m.gguf"):
+        resolve(str(path))  # --gguf-form auto (the default) reads the header before check() did
+    with pytest.raises(gguf.UnsupportedGGUF):
+        gguf.ensure_converted(path, "float32")
+
+
+def test_a_catalog_leaves_out_a_damaged_gguf(tmp_path, demo_dir):
+    root = tmp_path / "models"
+    root.mkdir()
+    make_gguf(root / "good.gguf", demo_dir)
+    (root / "partial.gguf").write_bytes((root / "good.gguf").read_bytes()[:3000])  # a download cut short
+    assert [m.model_id for m in list_models(root, "float32")] == ["good"]
+
+
+def test_a_port_in_use_is_one_line(tmp_path):
+    script = tmp_path / "s.yaml"
+    script.write_text('["hi"]')
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        done = serve_fails(tmp_path, "--script", str(script), "--port", str(s.getsockname()[1]))
+    assert "cannot listen on 127.0.0.1:" in done.stderr and "in use" in done.stderr
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--port", "70000"], "70000 is not a port"),
+    (["--host", "not-an-address", "--allow-remote", "--port", "0"], "--host not-an-address is not an address"),
+    (["--max-queue", "-1", "--port", "0"], "--max-queue: -1 is not 0 or more"),
+])
+def test_bad_network_flags_are_named(tmp_path, args, named):
+    script = tmp_path / "s.yaml"
+    script.write_text('["hi"]')
+    assert named in serve_fails(tmp_path, "--script", str(script), *args).stderr
+
+
+def test_a_missing_script_is_one_line(tmp_path):
+    assert "--script" in serve_fails(tmp_path, "--script", str(tmp_path / "absent.yaml"), "--port", "0").stderr
+
+
+@pytest.mark.parametrize("damage", ["truncated-weights", "bad-config", "no-weights"])
+def test_a_model_directory_that_cannot_load_is_one_line(tmp_path, demo_dir, damage):
+    model = tmp_path / "m"
+    shutil.copytree(demo_dir, model)
+    w = model / "model.safetensors"
+    if damage == "truncated-weights":
+        w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    elif damage == "bad-config":
+        (model / "config.json").write_text("{")
+    else:
+        w.unlink()
+    done = serve_fails(tmp_path, "--model", str(model), "--port", "0")
+    assert "cannot load the model m from" in done.stderr
+
+
+def test_a_model_without_a_chat_template_is_refused_at_start_not_500_per_request(tmp_path, demo_dir):
+    model = tmp_path / "base"
+    shutil.copytree(demo_dir, model)
+    tc = json.loads((model / "tokenizer_config.json").read_text())
+    del tc["chat_template"]
+    (model / "tokenizer_config.json").write_text(json.dumps(tc))
+    assert "no chat template" in serve_fails(tmp_path, "--model", str(model), "--port", "0").stderr
+
+
+def test_a_catalog_with_a_damaged_model_still_lists_the_others(tmp_path, demo_dir):
+    import httpx
+
+    root = tmp_path / "models"
+    shutil.copytree(demo_dir, root / "ok")
+    shutil.copytree(demo_dir, root / "garbage")
+    (root / "garbage" / "model.safetensors").write_bytes(os.urandom(5000))
+    shutil.copytree(demo_dir, root / "badconfig")
+    (root / "badconfig" / "config.json").write_text("{")
+    proc, _, base, _ = start(["--models-dir", str(root), "--state", str(tmp_path / "state"),
+                              "--prompt-cache-dir", "off"])
+    try:
+        r = httpx.get(base + "/v1/models")
+        assert r.status_code == 200, r.text
+        assert "ok" in [m["id"] for m in r.json()["data"]]
+        assert httpx.get(base + "/api/tags").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_launch_port_0_picks_a_free_port(tmp_path):
+    script = tmp_path / "s.yaml"
+    script.write_text('["hi"]')
+    env = {**os.environ, "HOME": str(tmp_path), "TINYTITAN_CACHE": str(tmp_path / "tt"),
+           "XDG_STATE_HOME": str(tmp_path / "state"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "tinytitan", "launch", "pi", "--port", "0", "--script",
+                           str(script), "--prompt-cache-dir", "off", "--print"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert "pi --model tinytitan/tinytitan-scripted" in done.stdout
