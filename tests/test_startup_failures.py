@@ -83,6 +83,16 @@ def test_bad_network_flags_are_named(tmp_path, args, named):
     assert named in serve_fails(tmp_path, "--script", str(script), *args).stderr
 
 
+def test_a_state_url_of_another_database_is_refused_not_made_a_directory(tmp_path):
+    (tmp_path / "s.yaml").write_text('["Hi."]')
+    done = subprocess.run([sys.executable, "-m", "tinytitan", "serve", "--script", str(tmp_path / "s.yaml"),
+                           "--state", "mysql://user:secret@db/state", "--port", "0"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "only postgresql://" in done.stderr and "secret" not in done.stderr
+    assert not (tmp_path / "mysql:").exists()
+
+
 def test_a_missing_script_is_one_line(tmp_path):
     assert "--script" in serve_fails(tmp_path, "--script", str(tmp_path / "absent.yaml"), "--port", "0").stderr
 

@@ -276,6 +276,9 @@ def open_database(where: str | Path | None) -> Database:
     directory."""
     if where == MEMORY:
         return SqliteDatabase(None)
+    if isinstance(where, str) and "://" in where and not is_url(where):  # (else a directory named 'mysql:')
+        raise StateUnavailable(f"the state database {redact(where)} cannot be opened: only postgresql:// (or "
+                               "postgres://) URLs, a directory or a .db file name a state database")
     try:
         if is_url(where):
             return PostgresDatabase(str(where))
