@@ -28,7 +28,9 @@ HEADS = [("QWEN_FAMILY", '\n{"name": "get_weather"'), ("QWEN_FAMILY", '\n{"name"
 # every other call syntax, cut inside its head
 OTHERS = [("GLM", "get_we"), ("MISTRAL", "get_weather[AR"), ("GEMMA4", "call:get_we"),
           ("FUNCTION_GEMMA", "call:get_we"), ("GEMMA", "\nget_we"), ("KIMI_K2", "<|tool_call_begin|>functions.get_we"),
-          ("MINIMAX_M2", '\n<invoke name="get_we')]
+          ("MINIMAX_M2", '\n<invoke name="get_we'), ("DEEPSEEK_V3", "<｜tool▁call▁begin｜>get_we"),
+          ("DEEPSEEK_V32", '\n<｜DSML｜invoke name="get_we'), ("MISTRAL", '[{"name": "get_we'),
+          ("MISTRAL", '[{"name": "get_weather", "argu'), ("MISTRAL", "get_weather[CALL_ID]a1b2")]
 
 
 @pytest.mark.parametrize("family,head", HEADS + OTHERS)
@@ -49,3 +51,25 @@ def test_markup_that_is_no_call_head_stays_text_when_cut():
     p = families.QWEN_FAMILY.parser(False, {}, {}, True, False)
     events = p.feed("<tool_call>")[0] + p.feed("delta, not a call")[0] + p.finish(cut=True)
     assert "delta, not a call" in "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+# the same after calls already whole in the block (a section's, a list's): the next call cut in its head
+SECOND = [("KIMI_K2", '<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}'
+           '<|tool_call_end|>', "<|tool_call_begin|>functions.get_we"),
+          ("MINIMAX_M2", '\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>',
+           '\n<invoke name="get_we'),
+          ("DEEPSEEK_V3", '<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜>',
+           "<｜tool▁call▁begin｜>get_we")]
+
+
+@pytest.mark.parametrize("family,first,head", SECOND)
+def test_a_later_call_cut_in_its_head_is_no_text(family, first, head):
+    from tinytitan.engine import families
+    from tinytitan.events import TextDelta, ToolCallDone
+
+    fam = getattr(families, family)
+    p = fam.parser(False, {}, {"get_weather": TOOLS[0]["input_schema"]}, True, False)
+    events = (p.feed("Sure. ")[0] + p.feed(fam.markup.tool_open)[0] + p.feed(first)[0] + p.feed(head)[0]
+              + p.finish(cut=True))
+    assert [e for e in events if isinstance(e, ToolCallDone)]
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Sure.", events

@@ -40,18 +40,22 @@ log = logging.getLogger("tinytitan.parser")
 CALL_HEAD = re.compile(r'\s*\{\s*(?:"\w*"?\s*(?::\s*(?:"[^"\\]*)?)?)?\s*\Z')
 # what a call's head is, per body syntax, up to where its call starts: a body the cap cut while all it holds is a
 # prefix of one (``{"name": "get_weather", "argu``, ``<function=get_we``) is that head cut short
+_JSON_HEAD = (r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"(?:[^"\\]|\\.)*"\s*,'
+              r'\s*"(?:arguments|parameters)"\s*:\s*')
 CALL_HEADS = {
-    "json": regex.compile(r'\s*\[?\s*\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"(?:[^"\\]|\\.)*"\s*,'
-                          r'\s*"(?:arguments|parameters)"\s*:\s*'),
+    "json": regex.compile(r'\s*\[?\s*' + _JSON_HEAD),
     "xml": regex.compile(r'\s*<function=[^>\s]+>'),
     "kv": regex.compile(r'\s*[\w.\-]+\s*'),  # GLM: the name, then its <arg_key> lines
-    "mistral": regex.compile(r'\s*[\w.\-]+\[ARGS\]'),
+    # NAME[ARGS] (NAME[CALL_ID]ID[ARGS] where the tokenizer has [CALL_ID]), or the older list of JSON calls
+    "mistral": regex.compile(r'\s*(?:[\w.\-]+(?:\[CALL_ID\][^\[\]\s]*)?\[ARGS\]|\[\s*' + _JSON_HEAD + ')'),
     "gemma4": regex.compile(r'\s*call:[\w.\-]+\{'),
     "function_gemma": regex.compile(r'\s*call:[\w.\-]+\{'),
     "pythonic": regex.compile(r'\s*\[?[\w.]+\('),
+    "deepseek": regex.compile(r'\s*<｜tool▁call▁begin｜>\s*[^\s<>{}]+\s*<｜tool▁sep｜>'),
     "kimi": regex.compile(r'\s*<\|tool_call_begin\|>\s*(?:functions\.)?[\w.\-]+(?::\d+)?\s*'
                           r'<\|tool_call_argument_begin\|>'),
     "minimax": regex.compile(r'\s*<invoke name="[^"]*">'),
+    "dsml": regex.compile(r'\s*<｜DSML｜invoke name="[^"]*">'),
 }
 
 
@@ -120,6 +124,12 @@ class OutputParser:
                 log.warning("a tool call was cut short before its tool was known: %s not sent",
                             excerpt(log, self._body.raw))
                 events = [ev for ev in events if not isinstance(ev, TextDelta)]
+            elif (cut and not self._body.tentative and self._body.any and events and isinstance(events[-1], TextDelta)
+                  and cut_head(self.m.body, events[-1].text)):
+                # the next call of a block (a section's, a list's) cut in its head, after calls that are whole
+                log.warning("a tool call was cut short before its tool was known: %s not sent",
+                            excerpt(log, events[-1].text))
+                events = events[:-1]
             out.extend(events)
             self._body = None
             self.channel = TEXT
