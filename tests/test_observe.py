@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tinytitan.engine.backends.scripted import SCRIPTED_CONTEXT_WINDOW
 from tinytitan.observe.clients import client_name
+from test_responses_context_management import INPUT, SUMMARY
 
 MODEL = "tinytitan-scripted"
 SECRET_PROMPT = "the launch code is swordfish"
@@ -520,7 +521,6 @@ async def test_a_turn_compacted_on_the_way_counts_its_summary_pass(serve, demo_t
     """A Responses turn under context_management compacts before it answers: the summary pass's tokens are
     counted with the reply's, as /v1/responses/compact counts its passes."""
     from backends import Recording
-    from test_responses_context_management import INPUT, SUMMARY
     from tinytitan.engine.backends.scripted import ScriptEntry
 
     backend = Recording([ScriptEntry(SUMMARY), ScriptEntry("Running them now.")], demo_tok, model_id=MODEL)
@@ -543,3 +543,58 @@ async def test_a_turn_compacted_on_the_way_counts_its_summary_pass(serve, demo_t
     counted = tokens(after, "prompt") - tokens(before, "prompt")
     # the model read the summary pass's prompt too: the counter moves by it and the reply's own prompt
     assert counted == usage["input_tokens"] + summary_pass, (counted, usage, summary_pass)
+
+
+async def _compacted_stream(s, lines_before_leaving: int | None = None) -> dict | None:
+    """A streamed Responses turn under context_management that compacts first; the client leaves after that
+    many text deltas (None: it reads to the end). The completed response's usage, when it got that far."""
+    import json
+
+    async with httpx.AsyncClient() as c:
+        async with c.stream("POST", s.url("/v1/responses"), json=dict(
+                model=MODEL, input=INPUT, store=False, stream=True,
+                context_management=[{"type": "compaction", "compact_threshold": 20}])) as r:
+            deltas = 0
+            async for line in r.aiter_lines():
+                deltas += '"response.output_text.delta"' in line
+                if lines_before_leaving is not None and deltas >= lines_before_leaving:
+                    return None
+                if line.startswith("data: ") and '"response.completed"' in line:
+                    return json.loads(line[6:])["response"]["usage"]
+    return None
+
+
+async def test_a_streamed_compacted_turn_counts_its_summary_pass_once(serve, demo_tok):
+    from backends import Recording
+    from tinytitan.engine.backends.scripted import ScriptEntry
+
+    backend = Recording([ScriptEntry(SUMMARY), ScriptEntry("Running them now.")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    before = await scrape(s)
+    usage = await _compacted_stream(s)
+
+    async def moved():
+        after = await scrape(s)
+        return after if tokens(after, "prompt") > tokens(before, "prompt") else None
+
+    after = await eventually(moved)
+    summary_pass = len(demo_tok.encode(backend.prompts[0], add_special_tokens=False))
+    assert tokens(after, "prompt") - tokens(before, "prompt") == usage["input_tokens"] + summary_pass
+
+
+async def test_a_compacted_turn_the_client_leaves_counts_its_summary_and_what_the_reply_decoded(serve, demo_tok):
+    from backends import Recording
+    from tinytitan.engine.backends.scripted import ScriptEntry
+
+    backend = Recording([ScriptEntry(SUMMARY), ScriptEntry("word " * 400, delay_ms=10)], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    summary = len(demo_tok.encode(SUMMARY, add_special_tokens=False))
+    await _compacted_stream(s, lines_before_leaving=5)
+
+    async def ended():
+        turns = s.server.observer.recent()
+        return turns if turns and turns[0]["stop_reason"] == "cancelled" else None
+
+    (turn,) = await eventually(ended)
+    assert turn["completion_tokens"] > summary  # the summary's, and the reply's decoded before the hang-up
+

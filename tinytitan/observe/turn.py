@@ -87,9 +87,10 @@ class Turn:
         has ended, so the count is final)."""
         self.stop_reason = "cancelled"
         decoded = getattr(self.source, "decoded", None)
-        if isinstance(decoded, tuple):
-            self.completion_tokens = decoded[0] + self.passes.completion_tokens
-            self.reasoning_tokens = decoded[1] + self.passes.reasoning_tokens
+        done, thought = decoded if isinstance(decoded, tuple) else (0, 0)
+        # (summary passes that finished before the hang-up count whatever the tapped generation decoded)
+        self.completion_tokens = done + self.passes.completion_tokens
+        self.reasoning_tokens = thought + self.passes.reasoning_tokens
 
     # -- read by the observer ----------------------------------------------------------------------------
     @property
@@ -161,6 +162,14 @@ def note(model: str, usage: Any, reason: str = "stop") -> None:
     turn.generated, turn.model = True, model
     passes(usage)
     turn.see(Finished(reason, Usage()))
+
+
+def reading(session: Any) -> None:
+    """The engine session a tapped stream goes on to read (a compacted turn's reply, after its summary pass): what
+    it decoded counts for a client that hangs up, as a tapped session's does."""
+    turn = current_turn.get()
+    if turn is not None and turn.source is not None:
+        turn.source = session
 
 
 def passes(usage: Usage) -> None:

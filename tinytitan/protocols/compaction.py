@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, AsyncContextManager, AsyncIterable, AsyncItera
 
 from ..errors import ApiError, invalid
 from ..events import Failed, Finished, Started, TextDelta, TokenEvent
-from ..observe.turn import passes
+from ..observe.turn import passes, reading
 
 if TYPE_CHECKING:
     from ..engine.summarise import Summariser
@@ -191,5 +191,6 @@ async def compacted_events(compactor: "Summariser", text: str, result: dict,
         if isinstance(ev, TextDelta):
             summary.append(ev.text)
     async with reply("".join(summary)) as session:
+        reading(session)  # (a client that hangs up mid-reply: what the reply decoded counts)
         async for ev in session:
             yield ev
