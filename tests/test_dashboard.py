@@ -12,6 +12,7 @@ import shutil
 import time
 
 import httpx
+import pytest
 import trio
 
 from conftest import needs
@@ -200,3 +201,12 @@ async def test_markup_in_a_user_agent_is_text_and_the_detail_row_spans_the_table
         assert b.errors == [], b.errors
 
     await trio.to_thread.run_sync(browse, session)
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+async def test_a_method_the_root_does_not_serve_is_405_with_the_key_or_without(serve, method):
+    s = await serve(["ok"], api_key="sesame")
+    async with httpx.AsyncClient(timeout=30) as c:
+        keyed = await c.request(method, s.url("/"), headers={"authorization": "Bearer sesame"})
+        bare = await c.request(method, s.url("/"))
+    assert (keyed.status_code, bare.status_code) == (405, 405), bare.text

@@ -65,7 +65,8 @@ class Guard:
             # the true status (503 when the model cannot generate); the model ids and queue figures need the key
             health = await self.shared.handlers()["health"](Call("GET", request.path))
             return self.json_response({"status": health.body["status"]}, health.status)
-        if request.path == "/" and not self.authorized(request) and request.method != "OPTIONS":
+        if request.path == "/" and not self.authorized(request) and request.method in ("GET", "HEAD"):
+            # (the route's own methods: any other is the router's 405, as with the key)
             headers = {k.lower(): v for k, v in request.headers.items()}
             root = await self.shared.handlers()["root"](Call(request.method, request.path, headers=headers))
             if isinstance(root.body, dict):  # (a browser gets the dashboard page, which holds no data)
