@@ -445,3 +445,10 @@ def test_llama_cpps_schema_spelling_on_chat_is_enforced():
     grammar (never dropped for any object)."""
     req = request_of("chat", {"type": "json_object", "schema": SCHEMA})
     assert req.grammar.kind == "json_schema" and req.grammar.source == SCHEMA
+
+
+@pytest.mark.parametrize("schema", [{}, None])
+def test_llama_cpps_spelling_with_an_empty_schema_is_any_object(schema):
+    """llama.cpp reads an empty (or null) schema as none: 'any object', never any JSON value, never a 400."""
+    req = request_of("chat", {"type": "json_object", "schema": schema})
+    assert req.grammar.kind == "json_object" and req.grammar.source == {"type": "object"}, req.grammar

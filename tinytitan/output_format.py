@@ -82,7 +82,8 @@ def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS) -> Grammar |
                       param=f"{where}.type", code="invalid_value")
     if kind == "text":
         return None
-    if kind == "json_object" and isinstance(fmt.get("schema"), dict):  # llama.cpp's spelling of a schema
+    # llama.cpp's spelling of a schema (an empty or null one is its 'any object', as no schema is)
+    if kind == "json_object" and isinstance(fmt.get("schema"), dict) and fmt["schema"]:
         check_schema(fmt["schema"], f"{where}.schema")
         return Grammar("json_schema", fmt["schema"], where=f"{where}.schema")
     if kind == "json_object":
