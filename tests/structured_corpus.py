@@ -63,6 +63,8 @@ CORPUS: dict[str, dict] = {
     "format_email": {"type": "string", "format": "email", "maxLength": 30},
     "format_ipv4": {"type": "string", "format": "ipv4"},
     "format_ipv6": {"type": "string", "format": "ipv6"},
+    "format_duration": {"type": "string", "format": "duration"},  # (pydantic's timedelta)
+    "format_hostname": {"type": "string", "format": "hostname", "maxLength": 40},
     "format_with_pattern": {"type": "string", "format": "date", "pattern": "^20"},
     "numeric_bounds": {"type": "object", "properties": {
         "i": {"type": "integer", "minimum": -5, "maximum": 5},

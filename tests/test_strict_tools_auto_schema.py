@@ -4,10 +4,12 @@ and an output format use — not the grammar compiler's dump of its lark source,
 
 from __future__ import annotations
 
+import datetime
+
 import httpx
 import openai
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 MODEL = "tinytitan-scripted"
 
@@ -30,3 +32,21 @@ async def test_a_strict_tools_unenforceable_keyword_is_refused_by_name(serve, ch
     assert err["code"] == "unsupported_schema"
     if choice == "auto":
         assert err["param"] == "tools.Tag.parameters.properties.tags.uniqueItems"
+
+
+class Timer(BaseModel):
+    after: datetime.timedelta  # {"type": "string", "format": "duration"}
+    host: str = Field(json_schema_extra={"format": "hostname"})
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+async def test_the_formats_openai_strict_mode_takes_are_enforced_not_refused(serve, choice):
+    """pydantic's timedelta is format duration; hostname is among the API's strict formats: both served."""
+    s = await serve(['<tool_call>\n{"name": "Timer", "arguments": {"after": "PT5M", "host": "example.com"}}\n'
+                     '</tool_call>'])
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url("/v1/chat/completions"), json={
+            "model": MODEL, "messages": [{"role": "user", "content": "set it"}], "tool_choice": choice,
+            "tools": [openai.pydantic_function_tool(Timer)]})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "Timer"

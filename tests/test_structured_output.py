@@ -7,7 +7,9 @@ prefix the grammar accepts, never presented as complete.
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from typing import Literal
 
 import httpx
@@ -27,7 +29,22 @@ from tinytitan.protocols.anthropic_messages import AnthropicMessages
 from tinytitan.protocols.openai_chat import OpenAIChat
 from tinytitan.protocols.openai_responses import OpenAIResponses
 
-FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
+FORMATS = copy.deepcopy(jsonschema.Draft202012Validator.FORMAT_CHECKER)
+# the two formats whose checkers jsonschema takes from packages not installed here (isoduration, fqdn)
+_DURATION = re.compile(r"P(?!$)(\d+Y)?(\d+M)?(\d+W)?(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+(\.\d+)?S)?)?")
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+@FORMATS.checks("duration")
+def _is_duration(value) -> bool:
+    return not isinstance(value, str) or bool(_DURATION.fullmatch(value))
+
+
+@FORMATS.checks("hostname")
+def _is_hostname(value) -> bool:
+    return not isinstance(value, str) or (0 < len(value) <= 253 and all(_LABEL.fullmatch(p) for p in value.split(".")))
+
+
 CAP = 200
 # (temperature, seed): greedy, then two sampled runs
 RUNS = [(0.0, 0), (1.0, 1), (1.0, 2)]
@@ -137,7 +154,7 @@ UNSUPPORTED = [({k: {} if k in ("not", "if", "then", "else", "contains", "proper
                  "base64" if k.startswith("content") else 1 if "Contains" in k else {}}, k) for k in REFUSED]
 UNSUPPORTED += [({"frobnicate": 1}, "frobnicate"), ({"nullable": True}, "nullable"),
                 ({"x-guidance": {"lenient": True}}, "x-guidance"),
-                ({"$ref": "https://example.com/s.json"}, "$ref"), ({"format": "hostname"}, "format"),
+                ({"$ref": "https://example.com/s.json"}, "$ref"), ({"format": "uri"}, "format"),
                 ({"type": "integer", "format": "int32"}, "format")]
 
 

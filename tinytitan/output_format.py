@@ -55,7 +55,7 @@ REFUSED = {
     "contentEncoding": "encoded content is not enforced", "contentMediaType": "encoded content is not enforced",
     "contentSchema": "encoded content is not enforced",
 }
-FORMATS = ("date", "date-time", "time", "uuid", "email", "ipv4", "ipv6")
+FORMATS = ("date", "date-time", "time", "duration", "uuid", "email", "hostname", "ipv4", "ipv6")
 TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
 # keyword -> how its value holds subschemas: "one" schema, "list" of schemas, "map" of named schemas
 SUBSCHEMAS = {"properties": "map", "$defs": "map", "definitions": "map", "additionalProperties": "one",
