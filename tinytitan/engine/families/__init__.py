@@ -236,7 +236,10 @@ def detect(tokenizer: Any, config: dict | None = None) -> Family:
         fam = replace(GENERIC, markup=replace(PLAIN, think_open="<think>" if think else None,
                                               think_close="</think>" if think else None,
                                               tool_open="<tool_call>" if tools else None,
-                                              tool_close="</tool_call>" if tools else None))
+                                              tool_close="</tool_call>" if tools else None,
+                                              # no call markers: the tool preamble asks for a bare JSON call
+                                              # ({"name", "arguments"}), so an answer that is one is a call
+                                              bare_json=not tools))
     if tokenizer is not None:
         log.info("model family: %s", fam.name)
     return fam
