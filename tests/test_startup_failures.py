@@ -14,24 +14,12 @@ from pathlib import Path
 import pytest
 
 from test_cli import start
-from test_gguf import make_gguf
+from test_gguf import cache, demo_dir, make_gguf  # noqa: F401 — the conversion cache of each test, the demo model
 
-from tinytitan.demo_model import ensure_demo_model
 from tinytitan.models import gguf
 from tinytitan.models.resolve import ModelNotFound, list_models, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture(scope="module")
-def demo_dir():
-    return ensure_demo_model()
 
 
 def serve_fails(tmp_path, *args, timeout=60) -> subprocess.CompletedProcess:
