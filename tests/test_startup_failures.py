@@ -10,12 +10,16 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from test_cli import start
 from test_gguf import cache, demo_dir, make_gguf  # noqa: F401 — the conversion cache of each test, the demo model
 
+import tinytitan.engine.group.follower as group_follower
+import tinytitan.serve as serve_mod
+from tinytitan.flags import build_parser
 from tinytitan.models import gguf
 from tinytitan.models.resolve import ModelNotFound, list_models, resolve
 
@@ -140,3 +144,36 @@ def test_launch_port_0_picks_a_free_port(tmp_path):
                           capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     assert "pi --model tinytitan/tinytitan-scripted" in done.stdout
+
+
+# A follower rank of an mlx.launch group never listens on HTTP (rank 0 does): the same serve line every rank is
+# started with must not stop a follower over rank 0's --port or --host.
+def test_a_follower_rank_is_not_stopped_by_the_port_only_rank_0_binds(monkeypatch):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()  # (on the follower's host, the port rank 0 serves on is some other program's)
+    port = taken.getsockname()[1]
+    monkeypatch.setenv("MLX_RANK", "1")
+    follower = SimpleNamespace(leader=False, rank=1)
+    reached = []
+    monkeypatch.setattr(serve_mod, "join_group", lambda args: reached.append("join") or follower)
+    monkeypatch.setattr(serve_mod, "make_backends", lambda args: {})
+    monkeypatch.setattr(group_follower, "follow", lambda group, backends, max_batch: reached.append("follow"))
+    args = build_parser().parse_args(["serve", "--port", str(port), "--prompt-cache-dir", "off"])
+    try:
+        assert serve_mod.serve(args) == 0
+    finally:
+        taken.close()
+    assert reached == ["join", "follow"]
+
+
+def test_a_follower_rank_is_not_stopped_by_rank_0s_host_address(monkeypatch):
+    monkeypatch.setenv("MLX_RANK", "1")
+    follower = SimpleNamespace(leader=False, rank=1)
+    monkeypatch.setattr(serve_mod, "join_group", lambda args: follower)
+    monkeypatch.setattr(serve_mod, "make_backends", lambda args: {})
+    monkeypatch.setattr(group_follower, "follow", lambda group, backends, max_batch: None)
+    # 192.0.2.1 (TEST-NET-1): rank 0's LAN address, which is no address of the follower's machine
+    args = build_parser().parse_args(["serve", "--host", "192.0.2.1", "--allow-remote", "--port", "8080",
+                                      "--prompt-cache-dir", "off"])
+    assert serve_mod.serve(args) == 0

@@ -49,13 +49,14 @@ def serve(args) -> int:
         log.warning("binding %s: the server is reachable from other machines%s", args.host,
                     "" if args.api_key else " and no --api-key is set")
     origins = allowed_origins(args)  # (a bad one is named before the model loads)
-    check_bind(args.host, args.port)  # (a port in use, or a host that is no address, too)
     if args.conversions_mib < 0:
         raise SystemExit("--conversions-mib must be 0 or more")
     from .models import conversions
 
     conversions.configure(args.conversions_mib << 20)
     group = args.group = join_group(args)
+    if group is None or group.leader:  # (a follower rank never listens: rank 0 binds HTTP)
+        check_bind(args.host, args.port)  # a port in use, or a host that is no address, before the model loads
     backends = make_backends(args)
     max_batch = args.max_batch
     if getattr(args, "kv_bits", None) is not None and max_batch > 1 and not args.script:
