@@ -4,6 +4,10 @@ the preamble asks is read as a call (the generic family's parser takes a bare JS
 
 from __future__ import annotations
 
+import httpx
+
+from conftest import entries
+from tinytitan.engine.backends.scripted import ScriptedBackend
 from tinytitan.engine.families import detect
 from tinytitan.events import ToolCallStarted
 
@@ -40,3 +44,22 @@ def test_a_call_written_as_the_preamble_asks_is_read_as_a_call():
         events += parser.feed(ch)[0]
     events += parser.finish()
     assert any(isinstance(e, ToolCallStarted) for e in events), events
+
+
+# an ordinary JSON answer whose keys happen to be "name" and "parameters" (the function definition the user asked
+# for) names no offered tool: it is text, not a call to a tool the client never offered
+ANSWER = '{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}'
+
+
+async def test_a_json_answer_naming_no_offered_tool_is_text(serve, demo_tok):
+    backend = ScriptedBackend(entries([ANSWER]), demo_tok)
+    backend._family = detect(Tok(), {"model_type": "llama"})
+    assert backend.family.name == "generic"
+    s = await serve(backend=backend)
+    async with httpx.AsyncClient() as c:
+        r = await c.post(f"{s.base}/v1/chat/completions", json={
+            "model": "tinytitan-scripted", "tools": TOOLS,
+            "messages": [{"role": "user", "content": "Write the OpenAI function definition of a weather tool."}]})
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    assert choice["message"]["content"] == ANSWER

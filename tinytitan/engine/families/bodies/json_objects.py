@@ -149,6 +149,10 @@ class JsonCalls(SteppedBody):
             if not name.strip():  # no name: not a call (decided at the close, like another key order)
                 self.state = "raw"
                 return False
+            if self.tentative and not self.any and self.calls.tools and name not in self.calls.tools:
+                # a bare JSON answer naming no offered tool is a document (a function definition…), not a call
+                self.rejected, self.buf, self.state = self.raw, "", "done"
+                return False
             self.buf = self.buf[m.end():]
             self._start(name, out)
             self.span, self.args, self.state = JsonSpan(), "", "args"
