@@ -85,6 +85,13 @@ def test_a_state_url_of_another_database_is_refused_not_made_a_directory(tmp_pat
     assert not (tmp_path / "mysql:").exists()
 
 
+@pytest.mark.parametrize("args, named", [(["--responses-retention-days", "nan"], "--responses-retention-days"),
+                                         (["--reasoning-effort", "bogus"], "--reasoning-effort")])
+def test_bad_defaults_are_named_at_start(tmp_path, args, named):
+    (tmp_path / "s.yaml").write_text('["Hi."]')
+    assert named in serve_fails(tmp_path, "--script", str(tmp_path / "s.yaml"), "--port", "0", *args).stderr
+
+
 def test_a_missing_script_is_one_line(tmp_path):
     assert "--script" in serve_fails(tmp_path, "--script", str(tmp_path / "absent.yaml"), "--port", "0").stderr
 

@@ -37,6 +37,13 @@ def _not_negative(text: str) -> int:
     return value
 
 
+def _days(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 36500:  # (nan and inf fail this too)
+        raise argparse.ArgumentTypeError(f"{text} is not a number of days (0 to 36500; 0: never evicted)")
+    return value
+
+
 def _milliseconds(text: str) -> float:
     value = float(text)
     if not 0 <= value <= 10_000:
@@ -150,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     responses.add_argument("--responses-store", metavar="DIR|memory|postgresql://…",
                    help="where stored Responses objects live, when not in --state's database; 'memory' keeps "
                         "nothing on disk")
-    state.add_argument("--responses-retention-days", type=float, default=30.0, metavar="DAYS",
+    state.add_argument("--responses-retention-days", type=_days, default=30.0, metavar="DAYS",
                    help="stored responses older than this are evicted (default 30, as the OpenAI API; 0: never)")
     state.add_argument("--responses-max-mib", type=int, default=2048, metavar="MIB",
                    help="past this size the oldest stored responses are evicted (default 2048; 0: no bound)")

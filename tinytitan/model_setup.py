@@ -31,6 +31,12 @@ def cpu_twins(backends: list, cache_bytes: int) -> list:
 
 
 def make_backends(args) -> list:
+    if args.reasoning_effort is not None:
+        from .engine.prompt.reasoning import NAMES, SCALE
+
+        if str(args.reasoning_effort).strip().lower().replace(" ", "-") not in SCALE:
+            raise SystemExit(f"--reasoning-effort {args.reasoning_effort} is not a reasoning level: "
+                             f"{', '.join(NAMES)} (or none, max …)")
     default_reasoning = args.reasoning_effort or ({"on": True, "off": False}.get(args.thinking))
     cache_bytes = args.prompt_cache_mib << 20
     window = getattr(args, "context_window", None)  # (a Namespace built by hand may leave it out)
