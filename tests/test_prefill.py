@@ -188,3 +188,14 @@ async def test_a_fast_prefill_that_is_stripped_away_opens_a_new_turn(thinking):
     assert r.status_code == 200, r.text
     prompt = thinking.engine.backend.prompts[-1]
     assert "Count to five.<|im_end|>" in prompt and prompt.rstrip().endswith("</think>"), prompt[-80:]
+
+
+async def test_a_fast_prefill_keeps_its_trailing_whitespace(server):
+    """A prefill's last characters are where the answer goes on (code's indentation): the "-fast" path strips a
+    turn's scaffolding and its ends, but not the end of the text the answer continues."""
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(server.url("/api/chat"), json={
+            "model": MODEL + "-fast", "stream": False,
+            "messages": [ASK, {"role": "assistant", "content": "def f():\n    "}]})
+    assert r.status_code == 200, r.text
+    assert server.engine.backend.prompts[-1].endswith("def f():\n    "), server.engine.backend.prompts[-1][-40:]
