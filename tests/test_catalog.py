@@ -85,3 +85,26 @@ def test_linux_has_no_second_engine():
 
     if sys.platform.startswith("linux"):
         assert second_engine_available() is False
+
+
+async def test_a_model_whose_weights_fail_to_load_says_so_in_each_protocols_envelope(serve, tmp_path):
+    """A catalog model's weights are read on its first request: weights found damaged then (an incomplete
+    download) are a 500 naming the model and why, with code model_load_failed, not 'internal error'."""
+    import shutil
+
+    from tinytitan.demo_model import ensure_demo_model
+
+    broken = tmp_path / "broken"
+    shutil.copytree(ensure_demo_model(), broken)
+    weights = next(broken.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    s = await serve(backend=MLXBackend(broken, "broken", lazy=True))
+    ask = [{"role": "user", "content": "hi"}]
+    async with httpx.AsyncClient(timeout=60) as c:
+        for path, body in (("/v1/chat/completions", {"model": "broken", "messages": ask}),
+                           ("/v1/messages", {"model": "broken", "max_tokens": 5, "messages": ask}),
+                           ("/api/chat", {"model": "broken", "stream": False, "messages": ask})):
+            r = await c.post(s.url(path), json=body, headers={"anthropic-version": "2023-06-01"})
+            assert r.status_code == 500, r.text
+            assert "The model broken cannot be loaded (RuntimeError: " in r.text, r.text
+    assert r.json()["error"].startswith("The model broken cannot be loaded")

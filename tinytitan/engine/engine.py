@@ -232,7 +232,11 @@ class Engine:
             log.info("switching models: unloading %s for %s", self.resident, backend.model_id)
             self.backends[self.resident].unload()
         self.resident = None
-        backend.ensure_loaded()
+        try:
+            backend.ensure_loaded()
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:  # damaged or missing weights …
+            raise ApiError("server_error", f"The model {backend.model_id} cannot be loaded "
+                           f"({type(exc).__name__}: {str(exc)[:300]})", code="model_load_failed") from exc
         self.load_seconds[backend.model_id] = seconds = time.perf_counter() - started
         self.resident = backend.model_id
         return seconds
