@@ -234,6 +234,8 @@ class Engine:
         self.resident = None
         try:
             backend.ensure_loaded()
+        except ApiError:  # already in its own words (GroupBroken: 503 group_broken; Unshardable: 501 …)
+            raise
         except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:  # damaged or missing weights …
             raise ApiError("server_error", f"The model {backend.model_id} cannot be loaded "
                            f"({type(exc).__name__}: {str(exc)[:300]})", code="model_load_failed") from exc
