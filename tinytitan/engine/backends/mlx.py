@@ -237,7 +237,7 @@ class MLXBackend(Backend):
             t0 = time.perf_counter()
             if self.group is not None:
                 self.model = self.group.load(self.path)
-                self._load_draft()  # (rank 0's config alone names one: model_setup.py)
+                self._load_draft_or_unload()  # (rank 0's config alone names one: model_setup.py)
                 self.load_seconds = time.perf_counter() - t0
                 log.info("loaded rank %d's part of %s in %.1fs: %s", self.group.rank, self.model_id,
                          self.load_seconds, self.group.holds[self.group.rank])
@@ -258,11 +258,22 @@ class MLXBackend(Backend):
                 except ValueError:
                     self.model = None
                     raise
-            self._load_draft()
+            self._load_draft_or_unload()
             self.load_seconds = time.perf_counter() - t0
             log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, self.load_seconds,
                      self.context_window)
         return self.model
+
+    def _load_draft_or_unload(self) -> None:
+        """The draft model, or, when it cannot be loaded, no model at all: the engine counts a failed load as
+        nothing resident (engine.py ``_make_resident``), so the weights must not stay behind (nor the next load
+        find the model "loaded" and serve it without its draft model)."""
+        try:
+            self._load_draft()
+        except BaseException:
+            self.model = None
+            self._draft = None
+            raise
 
     def _load_draft(self) -> None:
         """The draft model ``--draft-model`` names, whole (on a group, rank 0 alone drafts), beside the model."""

@@ -57,10 +57,19 @@ def load_draft_model(path: str | Path, model_tokenizer, name: str | None = None)
 
     path = Path(path)
     name = name or str(path)
-    why = tokenizer_mismatch(model_tokenizer, load_tokenizer(path))
+    try:
+        tokenizer = load_tokenizer(path)
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:  # missing or damaged tokenizer files
+        raise DraftModelRefused(f"--draft-model {name}: cannot load its tokenizer from {path}: "
+                                f"{type(exc).__name__}: {exc}") from exc
+    why = tokenizer_mismatch(model_tokenizer, tokenizer)
     if why is not None:
         raise DraftModelRefused(f"--draft-model {name}: its tokenizer does not agree with the model's: {why}")
-    model, _ = load_model(path)
+    try:
+        model, _ = load_model(path)
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:  # missing or damaged weights …
+        raise DraftModelRefused(f"--draft-model {name}: cannot load it from {path}: {type(exc).__name__}: "
+                                f"{exc}") from exc
     from mlx_lm.models.cache import make_prompt_cache
 
     from ..cache.entries import kv_stays_trimmable
