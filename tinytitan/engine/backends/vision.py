@@ -239,14 +239,38 @@ class VisionBackend(MLXBackend):
         return kv, end, n
 
     def _read(self, model, kv: list, prepared: Prepared, start: int, end: int, shift: int = 0) -> None:
-        """Prompt tokens ``start:end`` into ``kv``: the images in them encoded, the text embedded, read in chunks."""
+        """Prompt tokens ``start:end`` into ``kv``: the images in them encoded, the text embedded, read in chunks.
+        One image is encoded at a time, with the text before it: the vision tower's attention over a batch of
+        images is one array (images × heads × patches²), which past 2**31 elements crashes mlx's CPU kernels
+        (65 images of the demo vision model, 9 of a real Gemma 3) and holds gigabytes for the whole batch."""
         import mlx.core as mx
         import numpy as np
 
         parts = {p.digest: p for p in prepared.req.images}
-        todo = [self.processed(parts[r.digest]) for r in prepared.image_runs if r.start >= start]
-        ids = mx.array(prepared.tokens[start:end])[None]
-        inputs = {k: mx.array(np.concatenate([p.inputs[k] for p in todo])) for k in todo[0].inputs}
+        runs = [r for r in prepared.image_runs if r.start >= start]
+        positions = None
+        if self.shifted:  # every image's grid, for the true positions of the whole prompt
+            grids = np.concatenate([self.processed(parts[r.digest]).inputs["image_grid_thw"]
+                                    for r in prepared.image_runs])
+            positions, _ = self.vlm.language_model.get_rope_index(mx.array(prepared.tokens)[None], mx.array(grids))
+            positions = positions[:, :, start:end] + shift
+        at = start
+        for r in runs:  # each segment: the text since the last image, and this image
+            one = self.processed(parts[r.digest])
+            self._read_segment(model, kv, prepared, one, at, r.end, start, positions)
+            self.encoded_images += 1
+            at = r.end
+        mx.clear_cache()
+        log.debug("%s: read %d image(s) and %d prompt tokens from their embeddings", self.model_id, len(runs),
+                  end - start)
+
+    def _read_segment(self, model, kv: list, prepared: Prepared, image: Processed, a0: int, b0: int, start: int,
+                      positions) -> None:
+        """Prompt tokens ``a0:b0`` (one image, the text before it) into ``kv``; ``positions`` from ``start``."""
+        import mlx.core as mx
+
+        ids = mx.array(prepared.tokens[a0:b0])[None]
+        inputs = {k: mx.array(v) for k, v in image.inputs.items()}
         pixel_values = inputs.pop("pixel_values")
         features = self.vlm.get_input_embeddings(ids, pixel_values, mask=mx.ones(ids.shape, dtype=mx.int32),
                                                  **inputs)
@@ -254,25 +278,15 @@ class VisionBackend(MLXBackend):
         # Qwen3-VL's deepstack: image features also added into early decoder layers, read with the whole segment
         deepstack = {k: getattr(features, k) for k in ("visual_pos_masks", "deepstack_visual_embeds")
                      if getattr(features, k, None) is not None} if self.shifted else {}
-        self.encoded_images += len(todo)
-        positions = None
-        if self.shifted:  # every image's grid, for the true positions of the whole prompt
-            grids = np.concatenate([self.processed(parts[r.digest]).inputs["image_grid_thw"]
-                                    for r in prepared.image_runs])
-            positions, _ = self.vlm.language_model.get_rope_index(mx.array(prepared.tokens)[None], mx.array(grids))
-            positions = positions[:, :, start:end] + shift
-        step = end - start if deepstack.get("deepstack_visual_embeds") is not None else PREFILL_STEP
-        for a in range(0, end - start, step):
-            b = min(a + step, end - start)
+        step = b0 - a0 if deepstack.get("deepstack_visual_embeds") is not None else PREFILL_STEP
+        for a in range(0, b0 - a0, step):
+            b = min(a + step, b0 - a0)
             if positions is None:
                 model(ids[:, a:b], cache=kv, input_embeddings=embedded[:, a:b])
             else:
                 self.vlm.language_model(ids[:, a:b], inputs_embeds=embedded[:, a:b], cache=kv,
-                                        position_ids=positions[:, :, a:b], **deepstack)
+                                        position_ids=positions[:, :, a0 - start + a:a0 - start + b], **deepstack)
             mx.eval([c.state for c in kv])
-        mx.clear_cache()
-        log.debug("%s: read %d image(s) and %d prompt tokens from their embeddings", self.model_id, len(todo),
-                  end - start)
 
     # -- weights ----------------------------------------------------------------------------------------------
     def ensure_loaded(self):

@@ -1,0 +1,30 @@
+"""A request of more than 64 images (the cap is 100, Anthropic's) on a vision model: every image is read, none
+crashes the server. The vision tower once took all of a prompt's images in one batch, whose attention array passed 2**31
+elements at 65 images of the demo vision model (9 of a real Gemma 3): mlx's CPU kernel crashed the process."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+
+import strict
+from anthropic_util import HEADERS
+from test_vision import png, vision  # noqa: F401 (the module's fixture)
+
+
+async def test_a_request_of_70_images_is_answered(serve, vision):  # noqa: F811
+    server = await serve(backend=vision)
+    content = []
+    for i in range(70):
+        data = base64.b64encode(png((i, 255 - i, (7 * i) % 256))).decode()
+        content += [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
+                    {"type": "text", "text": f"Image {i}."}]
+    before = vision.encoded_images
+    async with httpx.AsyncClient(timeout=600) as c:
+        r = await c.post(server.url("/v1/messages"), headers=HEADERS, json={
+            "model": "demo-vision", "max_tokens": 2, "temperature": 0,
+            "messages": [{"role": "user", "content": content}]})
+    assert r.status_code == 200, r.text
+    assert strict.message(r.json()).usage.input_tokens > 70 * 256
+    assert vision.encoded_images == before + 70
