@@ -16,39 +16,24 @@ DEFAULT_PORT = 8096
 GGUF_FORMS = ("quantized", "float16", "float32")
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
+def _within(cast, low: float, high: float, says: str):
+    """An argparse type: ``cast`` of the text, refused (argparse names the flag) outside ``low``–``high``;
+    ``says`` what was expected. A nan or inf fails the range too."""
+    def check(text: str):
+        value = cast(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is not {says}")
+        return value
+
+    check.__name__ = cast.__name__  # (argparse names it in "invalid int value: 'abc'")
+    return check
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text} is not a port (0 to 65535; 0 picks a free one)")
-    return value
-
-
-def _not_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not 0 or more")
-    return value
-
-
-def _days(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 36500:  # (nan and inf fail this too)
-        raise argparse.ArgumentTypeError(f"{text} is not a number of days (0 to 36500; 0: never evicted)")
-    return value
-
-
-def _milliseconds(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 10_000:
-        raise argparse.ArgumentTypeError(f"{text} is not a number of milliseconds from 0 to 10000")
-    return value
+_positive = _within(int, 1, float("inf"), "a positive number")
+_not_negative = _within(int, 0, float("inf"), "0 or more")
+_port = _within(int, 0, 65535, "a port (0 to 65535; 0 picks a free one)")
+_days = _within(float, 0, 36500, "a number of days (0 to 36500; 0: never evicted)")
+_milliseconds = _within(float, 0, 10_000, "a number of milliseconds from 0 to 10000")
 
 
 def build_parser() -> argparse.ArgumentParser:
