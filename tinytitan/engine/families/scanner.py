@@ -118,18 +118,8 @@ class OutputParser:
         if self.channel == TOOL and self._body is not None:
             # formats without a closing marker end their last call at the end of the turn
             events = self._close_body(truncated=bool(self.m.tool_close))
-            if cut and not self._body.tentative and not self._body.any and cut_head(self.m.body, self._body.raw):
-                # a call the cap cut before its tool was known: its markup is no answer text (a forced call's
-                # is made an incomplete call: forced_call.py)
-                log.warning("a tool call was cut short before its tool was known: %s not sent",
-                            excerpt(log, self._body.raw))
-                events = [ev for ev in events if not isinstance(ev, TextDelta)]
-            elif (cut and not self._body.tentative and self._body.any and events and isinstance(events[-1], TextDelta)
-                  and cut_head(self.m.body, events[-1].text)):
-                # the next call of a block (a section's, a list's) cut in its head, after calls that are whole
-                log.warning("a tool call was cut short before its tool was known: %s not sent",
-                            excerpt(log, events[-1].text))
-                events = events[:-1]
+            if cut and not self._body.tentative:
+                events = self._without_cut_head(events)
             out.extend(events)
             self._body = None
             self.channel = TEXT
@@ -138,6 +128,22 @@ class OutputParser:
         return out
 
     # -- internals -----------------------------------------------------------------------------------------
+    def _without_cut_head(self, events: list[TokenEvent]) -> list[TokenEvent]:
+        """A call block's closing events less the head of a call the cap cut before its tool was known: the whole
+        block's markup where no call started (a forced call's is made an incomplete call: forced_call.py), else
+        the text after the calls that are whole (the next call of a section or a list). Markup that is no call's
+        head stays text."""
+        if not self._body.any:
+            head, kept = self._body.raw, [ev for ev in events if not isinstance(ev, TextDelta)]
+        elif events and isinstance(events[-1], TextDelta):
+            head, kept = events[-1].text, events[:-1]
+        else:
+            return events
+        if not cut_head(self.m.body, head):
+            return events
+        log.warning("a tool call was cut short before its tool was known: %s not sent", excerpt(log, head))
+        return kept
+
     def _markers(self) -> list[tuple[str, str]]:
         m = self.m
         if self.channel == REASONING:
