@@ -22,5 +22,9 @@ class ApiError(Exception):
         self.data = data or {}
 
 
+# what loading a model's files raises where they are missing or damaged (mlx-lm, transformers, safetensors)
+LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError)
+
+
 def invalid(message: str, param: str | None = None, code: str | None = None, data: dict | None = None) -> ApiError:
     return ApiError("invalid_request", message, param=param, code=code, data=data)

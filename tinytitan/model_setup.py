@@ -7,6 +7,8 @@ import logging
 import os
 from pathlib import Path
 
+from .errors import LOAD_ERRORS
+
 log = logging.getLogger("tinytitan")
 
 
@@ -144,8 +146,6 @@ def make_backends(args) -> list:
     return backends
 
 
-# what loading a model directory raises for a damaged or incomplete one (mlx-lm, transformers, safetensors)
-LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "*.tiktoken")
 
 

@@ -42,7 +42,7 @@ import trio
 
 from .. import images
 from ..chat_request import ChatRequest
-from ..errors import ApiError
+from ..errors import LOAD_ERRORS, ApiError
 from ..events import Failed
 from .backends.base import Backend
 from .prompt.prepare import Prepared
@@ -236,7 +236,7 @@ class Engine:
             backend.ensure_loaded()
         except ApiError:  # already in its own words (GroupBroken: 503 group_broken; Unshardable: 501 …)
             raise
-        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:  # damaged or missing weights …
+        except LOAD_ERRORS as exc:  # damaged or missing weights …
             raise ApiError("server_error", f"The model {backend.model_id} cannot be loaded "
                            f"({type(exc).__name__}: {str(exc)[:300]})", code="model_load_failed") from exc
         self.load_seconds[backend.model_id] = seconds = time.perf_counter() - started

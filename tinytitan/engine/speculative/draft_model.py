@@ -24,6 +24,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from ...errors import LOAD_ERRORS
+
 PROBE = "def f(x):\n    return {'a': [1, 2.5, \"three\"]}  # Größe, naïve — ok?\n\tdone <tag/>"
 
 
@@ -59,7 +61,7 @@ def load_draft_model(path: str | Path, model_tokenizer, name: str | None = None)
     name = name or str(path)
     try:
         tokenizer = load_tokenizer(path)
-    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:  # missing or damaged tokenizer files
+    except LOAD_ERRORS as exc:  # missing or damaged tokenizer files
         raise DraftModelRefused(f"--draft-model {name}: cannot load its tokenizer from {path}: "
                                 f"{type(exc).__name__}: {exc}") from exc
     why = tokenizer_mismatch(model_tokenizer, tokenizer)
@@ -67,7 +69,7 @@ def load_draft_model(path: str | Path, model_tokenizer, name: str | None = None)
         raise DraftModelRefused(f"--draft-model {name}: its tokenizer does not agree with the model's: {why}")
     try:
         model, _ = load_model(path)
-    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:  # missing or damaged weights …
+    except LOAD_ERRORS as exc:  # missing or damaged weights …
         raise DraftModelRefused(f"--draft-model {name}: cannot load it from {path}: {type(exc).__name__}: "
                                 f"{exc}") from exc
     from mlx_lm.models.cache import make_prompt_cache
