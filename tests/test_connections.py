@@ -87,3 +87,34 @@ async def test_a_remainder_too_big_to_drain_closes_the_connection(serve):
             assert status == 404 and headers["connection"] == "close"
             strict.openai_error(raw)
             assert await conn.closed()
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", "/v1/models", b""),
+    ("POST", "/v1/responses", b'{"model": "tinytitan-scripted", "input": "hi"}'),
+    ("POST", "/v1/chat/completions",
+     b'{"model": "tinytitan-scripted", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'),
+])
+async def test_a_client_that_closes_after_its_answer_is_let_go_at_once(serve, method, path, body):
+    """curl, a health checker, a script making one connection a request: the client closes once it has read
+    the answer, and the server closes its side at once (not after the keep-alive timeout, a file descriptor
+    held in CLOSE-WAIT all that time)."""
+    s = await serve(["ok"])
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        await conn.send(method, path, body, {"Content-Type": "application/json"} if body else {})
+        status, head, _ = await conn.response() if "stream" not in body.decode() else await _streamed(conn)
+        assert status == 200
+        await trio.sleep(0.3)  # the server has finished the request (its log line, its metrics) meanwhile
+        await conn.stream.send_eof()
+        with trio.fail_after(2):  # the fixture's keep-alive timeout is hypercorn's default, 5 s
+            assert await conn.closed()
+
+
+async def _streamed(conn):
+    """A chunked event stream read to its last chunk."""
+    while b"\r\n0\r\n\r\n" not in conn.buf:
+        assert await conn._more()
+    head = conn.buf.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    conn.buf = b""
+    return int(head[0].split()[1]), {}, b""

@@ -5,10 +5,17 @@ Rules:
   cancel) waits, at its first byte, for the rest of that body to arrive — at most ``DRAIN_BYTES`` more,
   for at most ``DRAIN_SECONDS`` — so the connection stays usable for the client's next request. A longer
   remainder is not read: the response says ``Connection: close`` and the connection is closed after it.
-- The last message of a response is sent shielded from cancellation. quart-trio cancels a request's tasks
-  the moment the request's messages end, and the ASGI server closes a connection that must close (the
-  client sent ``Connection: close``, or the body was left unread) inside that last send: cancelled there,
-  the close never finished and the socket stayed open, answering nothing, until the keep-alive timeout.
+- The last message of a response on a connection that must close (the client sent ``Connection: close`` or
+  spoke HTTP/1.0, or the body was left unread) is sent shielded from cancellation. quart-trio cancels a
+  request's tasks the moment the request's messages end, and the ASGI server closes the connection inside
+  that last send: cancelled there, the close never finished and the socket stayed open, answering nothing,
+  until the keep-alive timeout.
+- On a connection that stays open, that last send is not shielded. The ASGI server (hypercorn 0.18) starts
+  the connection's keep-alive timer inside it, and does not stop that timer when the client then closes
+  its side: shielded, every connection a client closed after its answer (curl, a health checker, a script
+  making one connection a request) was held in CLOSE-WAIT, a file descriptor each, for the whole keep-alive
+  timeout. Unshielded, it is quart-trio's cancellation that ends that timer, as in any quart-trio app, and
+  the connection closes when the client closes it.
 """
 
 from __future__ import annotations
@@ -28,12 +35,16 @@ class BodyWatch:
         self._progress = trio.Event()
         self.received = 0
         self.length: int | None = None
+        self.closing = scope.get("http_version") == "1.0"  # the connection ends with this response (h11 keeps no
+        # HTTP/1.0 connection open)
         for name, value in scope.get("headers", []):
             if name.lower() == b"content-length":
                 try:
                     self.length = int(value)
                 except ValueError:
                     pass
+            elif name.lower() == b"connection":
+                self.closing |= "close" in {t.strip() for t in value.decode("latin-1").lower().split(",")}
 
     def receive(self, receive):
         async def watched():
@@ -54,7 +65,10 @@ class BodyWatch:
         async def watched(message):
             if message["type"] == "http.response.start" and not self.complete.is_set() and not await self._drain():
                 message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
+            if message["type"] == "http.response.start" and any(
+                    k.lower() == b"connection" and b"close" in v.lower() for k, v in message.get("headers", [])):
+                self.closing = True  # (the drain's, or the application's: a refused WebSocket upgrade)
+            if message["type"] == "http.response.body" and not message.get("more_body", False) and self.closing:
                 with trio.CancelScope(shield=True) as scope:
                     scope.deadline = trio.current_time() + LAST_SEND_SECONDS
                     await send(message)
