@@ -15,6 +15,7 @@ from .banner import banner, codex_catalog
 from .model_setup import join_group, make_backends
 
 log = logging.getLogger("tinytitan")
+FORCED_STOP_S = 5.0  # after the first Ctrl-C, the longest the graceful shutdown may take
 
 
 def _is_loopback(host: str) -> bool:
@@ -115,22 +116,41 @@ def serve(args) -> int:
     config.websocket_ping_interval = 20.0
     config.graceful_timeout = 1.0  # on Ctrl-C: an idle keep-alive connection (every agent holds one) waits this long
 
-    async def stop_requested() -> None:
+    stopping = trio.Event()
+
+    async def watch_signals() -> None:
         """Ctrl-C or SIGTERM, taken as a signal rather than a KeyboardInterrupt: an interrupt raised inside
         a connection's task can be swallowed by the HTTP server, which then serves on. After the first, a
-        graceful shutdown (in-flight requests get hypercorn's graceful_timeout); a second Ctrl-C forces it."""
+        graceful shutdown (in-flight requests get hypercorn's graceful_timeout); a second Ctrl-C, or
+        FORCED_STOP_S after the first, forces it: a client that holds a stream without reading it keeps the
+        HTTP server's (shielded, uncancellable) send waiting for ever, and the graceful shutdown with it."""
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 log.info("%s: shutting down", signal.Signals(signum).name)
-                return
+                stopping.set()
+                break
+            with trio.move_on_after(FORCED_STOP_S):
+                async for signum in signals:
+                    log.warning("%s again: stopping now", signal.Signals(signum).name)
+                    break
+            if memory is not None:
+                try:
+                    memory.close()
+                except Exception:  # noqa: BLE001 (stopping regardless)
+                    log.exception("closing the memory store")
+            logging.shutdown()
+            os._exit(130)
 
     async def main():
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(functools.partial(hypercorn_serve, server.app, config,
-                                                          shutdown_trigger=stop_requested))
-            base = binds[0] if binds else f"http://{host}:{args.port}"
-            print(banner(base.replace("0.0.0.0", "127.0.0.1"), engine.model_id, args.api_key,
-                         engine.model_info(engine.model_id), catalog), flush=True)
+        async with trio.open_nursery() as outer:
+            outer.start_soon(watch_signals)
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(functools.partial(hypercorn_serve, server.app, config,
+                                                              shutdown_trigger=stopping.wait))
+                base = binds[0] if binds else f"http://{host}:{args.port}"
+                print(banner(base.replace("0.0.0.0", "127.0.0.1"), engine.model_id, args.api_key,
+                             engine.model_info(engine.model_id), catalog), flush=True)
+            outer.cancel_scope.cancel()  # served and shut down: no more signals to watch
 
     try:
         trio.run(main)
