@@ -48,7 +48,8 @@ REFUSED = {
     "patternProperties": "pattern properties are not enforced",
     "unevaluatedProperties": "unevaluated properties are not enforced",
     "unevaluatedItems": "unevaluated items are not enforced",
-    "additionalItems": "use 'prefixItems' and 'items' (2020-12)",
+    "additionalItems": "use 'prefixItems' and 'items' (2020-12), or an array of schemas in 'items' beside it "
+                       "(draft-07)",
     "$dynamicRef": "dynamic references are not resolved", "$dynamicAnchor": "dynamic references are not resolved",
     "$recursiveRef": "dynamic references are not resolved", "$recursiveAnchor": "dynamic references are not resolved",
     "$anchor": "only '#/…' references are resolved", "$vocabulary": "vocabularies are not configurable",
@@ -61,6 +62,16 @@ TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
 SUBSCHEMAS = {"properties": "map", "$defs": "map", "definitions": "map", "additionalProperties": "one",
               "items": "one", "prefixItems": "list", "anyOf": "list", "oneOf": "list", "allOf": "list"}
 MAX_DEPTH = 64  # deeper schemas are refused (the compiler and the template recurse)
+
+
+def vacuous_property_names(value: Any) -> bool:
+    """A ``propertyNames`` every JSON key satisfies: ``true``, ``{}`` or ``{"type": "string"}`` (annotations
+    aside). Zod writes the last for every ``z.record(z.string(), …)``; it constrains nothing, so it is taken
+    (and left out of the grammar) where any other property-name schema is refused."""
+    if value is True:
+        return True
+    return (isinstance(value, dict) and set(value) <= ANNOTATIONS | {"type"}
+            and value.get("type", "string") == "string")
 
 
 KINDS = ("text", "json_object", "json_schema")
@@ -131,8 +142,20 @@ def check_schema(schema: Any, where: str, depth: int = 0) -> None:
     if not isinstance(schema, dict):
         raise invalid(f"Invalid schema at '{where}': expected an object or a boolean", param=where,
                       code="invalid_schema")
+    tuple_items = isinstance(schema.get("items"), list)  # draft-07's tuple: items, then additionalItems
+    if tuple_items and "prefixItems" in schema:
+        raise invalid(f"Invalid schema at '{where}.items': an array of schemas (draft-07) beside 'prefixItems' "
+                      f"(2020-12); use one spelling", param=f"{where}.items", code="invalid_schema")
     for key, value in schema.items():
         at = f"{where}.{key}"
+        if key == "propertyNames" and vacuous_property_names(value):
+            continue
+        if key == "items" and tuple_items:
+            _check_value("prefixItems", value, at, depth)
+            continue
+        if key == "additionalItems" and tuple_items:
+            check_schema(value, at, depth + 1)
+            continue
         if key in REFUSED:
             raise invalid(f"JSON schema keyword '{key}' at '{at}' is not supported: {REFUSED[key]}", param=at,
                           code="unsupported_schema")

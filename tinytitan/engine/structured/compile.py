@@ -21,7 +21,7 @@ from typing import Any
 
 from ...chat_request import Grammar
 from ...errors import invalid
-from ...output_format import SUBSCHEMAS
+from ...output_format import SUBSCHEMAS, vacuous_property_names
 
 CACHE_SIZE = 256
 JSON_OPTIONS = {"whitespace_flexible": False, "lenient": False, "coerce_one_of": False,
@@ -164,12 +164,20 @@ def _one_line(message: str) -> str:
 
 def with_format_patterns(schema: Any) -> Any:
     """A copy of ``schema`` whose date / time / date-time formats are patterns (FORMAT_PATTERNS); walks
-    subschemas only (a ``const`` or a property named ``format`` is left alone)."""
+    subschemas only (a ``const`` or a property named ``format`` is left alone), a draft-07 tuple's too (an
+    ``items`` array and its ``additionalItems``, which the compiler reads as written, whatever ``$schema``
+    says). A property-name schema every key satisfies (``vacuous_property_names``) is left out: the compiler
+    implements none. So is ``$schema``: the keyword table reads 2020-12, and the compiler told draft-07 would
+    ignore a ``prefixItems`` (a loosened document)."""
     if not isinstance(schema, dict):
         return schema
+    tuple_items = isinstance(schema.get("items"), list)
     out = {}
     for key, value in schema.items():
-        shape = SUBSCHEMAS.get(key)
+        if key == "$schema" or (key == "propertyNames" and vacuous_property_names(value)):
+            continue
+        shape = ("list" if key == "items" and tuple_items else "one" if key == "additionalItems"
+                 else SUBSCHEMAS.get(key))
         if shape == "one":
             value = with_format_patterns(value)
         elif shape == "list" and isinstance(value, list):
