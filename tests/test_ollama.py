@@ -291,3 +291,46 @@ async def test_num_predict_zero_is_no_cap(serve):
     r = await ollama.AsyncClient(host=s.base).chat(model=MODEL, messages=[{"role": "user", "content": "hi"}],
                                                    options={"num_predict": 0})
     assert (r.message.content, r.done_reason) == ("One two three four.", "stop")
+
+
+class _Requests(Recording):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.requests = []
+
+    def prepare(self, req):
+        self.requests.append(req)
+        return super().prepare(req)
+
+
+async def test_the_openai_style_settings_of_the_ai_sdks_ollama_provider_mean_what_they_say(serve, demo_tok):
+    """ollama-ai-provider-v2 (the Vercel AI SDK's Ollama provider) sends ``tool_choice`` whenever tools are
+    offered, and ``temperature`` / ``top_p`` / ``max_output_tokens`` at the top level. Ollama ignores them;
+    here each means what it says, and a value in ``options`` wins."""
+    backend = _Requests([ScriptEntry('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                                     '</tool_call>'), ScriptEntry("Sunny."), ScriptEntry("Sunny.")],
+                        demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    user = [{"role": "user", "content": "Weather in Paris?"}]
+    body = {"model": MODEL, "messages": user, "stream": False, "think": False, "tools": [WEATHER],
+            "tool_choice": {"type": "function", "name": "get_weather"}, "temperature": 0.3, "top_p": 0.5,
+            "max_output_tokens": 40}
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url("/api/chat"), json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+        req = backend.requests[-1]
+        assert (req.tool_choice, req.tool_names) == ("required", ("get_weather",))
+        assert (req.temperature, req.top_p, req.max_tokens) == (0.3, 0.5, 40)
+        r = await c.post(s.url("/api/chat"), json={**body, "tool_choice": "none",
+                                                   "options": {"temperature": 0.9, "num_predict": 12}})
+        assert r.status_code == 200 and r.json()["message"]["content"] == "Sunny.", r.text
+        req = backend.requests[-1]
+        assert (req.tool_choice, req.temperature, req.top_p, req.max_tokens) == ("none", 0.9, 0.5, 12)
+        r = await c.post(s.url("/api/chat"), json={**body, "tool_choice": "sometimes"})
+        assert r.status_code == 400 and "tool_choice" in r.json()["error"], r.text
+        prefill = user + [{"role": "assistant", "content": "It is"}]
+        r = await c.post(s.url("/api/chat"), json={**body, "messages": prefill, "tool_choice": "required"})
+        assert r.status_code == 400 and "tool_choice" in r.json()["error"], r.text
+        r = await c.post(s.url("/api/generate"), json={"model": MODEL, "prompt": "hi", "tool_choice": "auto"})
+        assert r.status_code == 400 and "tool_choice" in r.json()["error"], r.text

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import images
+from .. import images, tool_choice
 from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Timing
@@ -113,10 +113,12 @@ def continue_final(msgs: list[Message], body: dict, args: dict) -> None:
         if len(msgs) > 1:
             msgs.pop()
         return
-    if body.get("format") not in (None, ""):
-        raise invalid(f"A final assistant message (messages[{len(body['messages']) - 1}]) cannot be continued "
-                      "under 'format': its grammar starts where the answer starts", param="format",
-                      code="unsupported_prefill")
+    forced = body.get("tool_choice") == "required" or isinstance(body.get("tool_choice"), dict)
+    for param, refused in (("format", body.get("format") not in (None, "")), ("tool_choice", forced)):
+        if refused:
+            raise invalid(f"A final assistant message (messages[{len(body['messages']) - 1}]) cannot be continued "
+                          f"under '{param}': its grammar starts where the answer starts", param=param,
+                          code="unsupported_prefill")
     args["continue_final"] = True
     args["final_where"] = f"messages[{len(body['messages']) - 1}]"
 
@@ -135,6 +137,10 @@ def with_images(text: str, given: list | None, where: str) -> tuple:
 def parse_tools(value: list, body: dict, args: dict, v: Validated) -> None:
     args["tools"] = [Tool(t["function"]["name"], t["function"].get("description") or "",
                           t["function"].get("parameters") or {"type": "object", "properties": {}}) for t in value]
+
+
+def parse_tool_choice(value, body: dict, args: dict, v: Validated) -> None:
+    args["tool_choice"], args["tool_names"] = tool_choice.openai(value)
 
 
 def parse_format(value, body: dict, args: dict, v: Validated) -> None:
@@ -230,7 +236,7 @@ class Ollama(Protocol):
 
     def request_hooks(self):
         return {"model": parse_model, "messages": parse_messages, "tools": parse_tools, "prompt": parse_prompt,
-                "format": parse_format}
+                "format": parse_format, "tool_choice": parse_tool_choice}
 
     def machine_hooks(self):
         return {"finished": on_finished, "call_started": on_call_started,
