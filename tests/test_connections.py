@@ -118,3 +118,40 @@ async def _streamed(conn):
     head = conn.buf.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
     conn.buf = b""
     return int(head[0].split()[1]), {}, b""
+
+
+@pytest.mark.parametrize("path,headers,kind", [
+    ("/v1/chat/completions", {}, "invalid_request_error"),
+    ("/v1/messages", {"anthropic-version": "2023-06-01"}, "invalid_request_error"),
+    ("/api/chat", {}, None),
+])
+async def test_a_body_that_stops_arriving_is_refused_and_its_connection_closed(serve, path, headers, kind):
+    """A client that sends its headers and part of its body, then nothing (it hung; a slowloris): without a
+    bound its connection was held for ever. Each byte restarts the wait, so a slow body is still read."""
+    s = await serve(["ok"], body_idle_seconds=0.5)
+    body = (b'{"model": "tinytitan-scripted", ' + (b'"stream": false, ' if kind is None else b'"max_tokens": 8, ')
+            + b'"messages": [{"role": "user", "content": "hi"}]}')
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        with trio.fail_after(15):
+            head = "".join(f"{k}: {v}\r\n" for k, v in {"Host": "localhost", "Content-Type": "application/json",
+                                                          "Content-Length": str(len(body)), **headers}.items())
+            await conn.stream.send_all(f"POST {path} HTTP/1.1\r\n{head}\r\n".encode())
+            for i in range(0, 40, 10):  # slower than nothing, faster than the bound: read whole
+                await conn.stream.send_all(body[i:i + 10])
+                await trio.sleep(0.3)
+            status, got, raw = await conn.response()
+            assert status in (400, 408) and got["connection"] == "close", raw
+            err = json.loads(raw)
+            if kind:
+                assert err["error"]["type"] == kind and "stopped arriving" in err["error"]["message"]
+                strict.body(raw) if path.startswith("/v1/chat") else None
+            else:
+                assert "stopped arriving" in err["error"]
+            assert await conn.closed()
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        with trio.fail_after(15):
+            await conn.send("POST", path, body, {"Content-Type": "application/json", **headers})
+            head = (await conn.response())[:2]
+            assert head[0] == 200

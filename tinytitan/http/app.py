@@ -42,7 +42,7 @@ from .origins import OriginPolicy
 from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
 from ..speclang.validate import query_args
 from .trim import Trimmer
-from .wire import BodyWatch
+from .wire import BODY_WATCH, BodyWatch
 from .guard import LOOPBACK_HOSTS, Guard, incoming
 
 log = logging.getLogger("tinytitan.http")
@@ -68,7 +68,7 @@ class _Connection(TrioASGIHTTPConnection):
     scope: both run in this one task, so the scope's exit runs there too, however the request ends."""
 
     async def __call__(self, receive, send) -> None:
-        watch = BodyWatch(self.scope)  # a body left unread, and the connection's close (wire.py)
+        watch = self.scope[BODY_WATCH] = BodyWatch(self.scope)  # a body left unread or stalled, the close (wire.py)
         await super().__call__(watch.receive(receive), watch.send(send))
 
     async def handle_request(self, nursery, request, send) -> None:
@@ -118,6 +118,7 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] = ()  # web pages' origins allowed beyond loopback and the server's own
     max_websockets: int = 32  # WebSocket connections open at once; one more is refused (426: Codex then uses HTTP)
     fetch_images: bool = False  # True: remote image URLs are fetched (http/fetch.py); else refused by name
+    body_idle_seconds: float = 60.0  # a request body none of which arrives for this long is refused (wire.py)
 
 
 class Server(Guard):
@@ -259,6 +260,11 @@ class Server(Guard):
         typed and checked, as the route's ``query`` table says), its Reply written out."""
         async def view(**kwargs):
             headers = {k.lower(): v for k, v in request.headers.items()}
+            watch = request.scope.get(BODY_WATCH)
+            idle = self.config.body_idle_seconds
+            if watch is not None and not await watch.arrived(idle):
+                raise ApiError("request_timeout", f"The request body stopped arriving: no byte of it for {idle:g} s "
+                               "(send it whole, or over a faster connection)")
             body = await request.get_data()
             if encoding.codings(headers.get("content-encoding")):  # on a thread: a bomb costs a second of CPU
                 body = await trio.to_thread.run_sync(encoding.decode, body, headers["content-encoding"],

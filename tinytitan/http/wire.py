@@ -10,6 +10,10 @@ Rules:
   request's tasks the moment the request's messages end, and the ASGI server closes the connection inside
   that last send: cancelled there, the close never finished and the socket stayed open, answering nothing,
   until the keep-alive timeout.
+- A body that stops arriving (no byte of it for ``ServerConfig.body_idle_seconds``, 60 by default: a client
+  that hung, or a slowloris holding connections open) is answered with a ``request_timeout`` error in the
+  protocol's envelope, and its connection closed: nothing else bounds the time a request may take to send
+  its body. Each byte that arrives restarts the wait, so a large body on a slow link is read whole.
 - On a connection that stays open, that last send is not shielded. The ASGI server (hypercorn 0.18) starts
   the connection's keep-alive timer inside it, and does not stop that timer when the client then closes
   its side: shielded, every connection a client closed after its answer (curl, a health checker, a script
@@ -24,6 +28,7 @@ import trio
 
 DRAIN_BYTES = 4 << 20
 DRAIN_SECONDS = 5.0
+BODY_WATCH = "tinytitan.body"  # the ASGI scope's key for a request's BodyWatch
 LAST_SEND_SECONDS = 30.0  # the shielded last send still gives up on a client that reads nothing
 
 
@@ -76,6 +81,16 @@ class BodyWatch:
             await send(message)
 
         return watched
+
+    async def arrived(self, idle: float) -> bool:
+        """Wait for the whole body; False: none of it arrived for ``idle`` seconds (the client stalled)."""
+        while not self.complete.is_set():
+            progress = self._progress
+            with trio.move_on_after(idle) as waited:
+                await progress.wait()
+            if waited.cancelled_caught:
+                return False
+        return True
 
     async def _drain(self) -> bool:
         """Wait for the rest of the body (read by the framework as it arrives); False: too much is left."""
