@@ -104,6 +104,8 @@ def _adapter(kind: str) -> TypeAdapter:
         from anthropic.types.beta import BetaMessageTokensCount as t
     elif kind == "anthropic_error":
         from anthropic.types import ErrorResponse as t
+    elif kind == "anthropic_error_details":
+        from anthropic.types.shared import ErrorDetails as t
     elif kind == "anthropic_model":
         from anthropic.types import ModelInfo as t
     else:
@@ -285,7 +287,13 @@ def anthropic_error(data):
                 or not isinstance(data["error"]["message"], str):
             raise StrictError(f"not an Anthropic error envelope: {data}")
         return data
-    return _validate(_adapter("anthropic_error"), data, "Anthropic error")
+    if isinstance(data, (bytes, str)):
+        data = json.loads(data)
+    details = data.get("error", {}).get("details") if isinstance(data, dict) and isinstance(data.get("error"), dict) else None
+    if details is not None:  # the SDK reads `error.details` from the body (its ErrorDetails union, by error_code)
+        _validate(_adapter("anthropic_error_details"), details, "Anthropic error details")
+    return _validate(_adapter("anthropic_error"), data, "Anthropic error",
+                     (r"\$\.error\.details",) if details is not None else ())
 
 
 def _type(data) -> str:

@@ -135,7 +135,8 @@ class Protocol:
             err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
         kind = self.spec.error_kind(err.kind)
         param = self.spec.error_params.get(err.param, err.param)  # the engine names ChatRequest's fields
-        ctx = {"message": err.message, "type": kind.type, "param": param, "code": err.code or kind.code}
+        ctx = {"message": err.message, "type": kind.type, "param": param, "code": err.code or kind.code,
+               "details": err.data.get("details")}  # a machine-readable reason, where the envelope has one
         return kind.status, template.render(self.spec.error_envelope, ctx)
 
     # -- the request path ----------------------------------------------------------------------------------

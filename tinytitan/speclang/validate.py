@@ -182,7 +182,8 @@ class RequestValidator:
                     where = paths.spell(parts)
                     msg = rule["message"].format(value=_show(value), path=where, field=rule["field"],
                                                  length=len(value) if hasattr(value, "__len__") else "")
-                    raise ApiError(rule.get("kind", "invalid_request"), msg, param=where, code=rule.get("code"))
+                    raise ApiError(rule.get("kind", "invalid_request"), msg, param=where, code=rule.get("code"),
+                                   data={"details": rule["details"]} if "details" in rule else None)
         for name, f in self.fields.items():
             value = body.get(name)
             if value is None:
