@@ -145,7 +145,9 @@ async def test_a_body_that_stops_arriving_is_refused_and_its_connection_closed(s
             err = json.loads(raw)
             if kind:
                 assert err["error"]["type"] == kind and "stopped arriving" in err["error"]["message"]
-                strict.body(raw) if path.startswith("/v1/chat") else None
+                strict.body(raw) if path.startswith("/v1/chat") else strict.anthropic_error(raw)
+                if path == "/v1/messages":  # the API's own reason (its RequestBodyTimeoutError)
+                    assert err["error"]["details"] == {"error_code": "request_body_timeout"}
             else:
                 assert "stopped arriving" in err["error"]
             assert await conn.closed()

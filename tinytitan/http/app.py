@@ -264,7 +264,8 @@ class Server(Guard):
             idle = self.config.body_idle_seconds
             if watch is not None and not await watch.arrived(idle):
                 raise ApiError("request_timeout", f"The request body stopped arriving: no byte of it for {idle:g} s "
-                               "(send it whole, or over a faster connection)")
+                               "(send it whole, or over a faster connection)",
+                               data={"details": {"error_code": "request_body_timeout"}})  # (Anthropic's words)
             body = await request.get_data()
             if encoding.codings(headers.get("content-encoding")):  # on a thread: a bomb costs a second of CPU
                 body = await trio.to_thread.run_sync(encoding.decode, body, headers["content-encoding"],
