@@ -144,6 +144,9 @@ class RequestValidator:
         try:
             # strictly UTF-8: json.loads(bytes) would let a surrogate written as raw bytes (ED A0 80) through
             text = raw.decode("utf-8-sig") if isinstance(raw, (bytes, bytearray)) else raw
+            if _too_many_containers(text):  # before the parse, which would hold the GIL throughout
+                raise ApiError("request_too_large", f"The request body has more than {MAX_CONTAINERS} JSON arrays "
+                               "and objects")
             # NaN / Infinity: not JSON, and past any range check; an integer too long for int(): found below
             longs: list[str] = []  # noted as they are parsed: a regex over a 30 MB body holds the GIL ~0.2 s
             body = json.loads(text, parse_constant=_not_json, parse_int=functools.partial(_parse_int, longs))
@@ -285,6 +288,29 @@ def derive_value(rule: Mapping[str, Any], body: Any) -> Any:
         if value is not None:
             return value
     return rule.get("default")
+
+
+# json.loads holds the GIL for its whole parse (a worker thread leaves the event loop stalled all the same), and
+# every container it makes is one more for the cyclic collector to walk while the body lives: a 60 MB body of
+# ``[],[],…`` (20 million lists) held the GIL ~15 s. A million containers parse in ~0.3 s; no client's request
+# comes near (a long agent conversation with hundreds of tools holds some tens of thousands).
+MAX_CONTAINERS = 1_000_000
+_STRING_OR_OPENER = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]')
+
+
+def _too_many_containers(text: str) -> bool:
+    """More than MAX_CONTAINERS arrays and objects in ``text``: counted from its brackets (a C-speed bound), and
+    where brackets inside strings could account for the excess, counted outside strings (a loop that lets other
+    threads run between matches, stopping at the limit)."""
+    if text.count("[") + text.count("{") <= MAX_CONTAINERS:
+        return False
+    n = 0
+    for m in _STRING_OR_OPENER.finditer(text):
+        if text[m.start()] != '"':
+            n += 1
+            if n > MAX_CONTAINERS:
+                return True
+    return False
 
 
 def _not_json(name: str) -> Any:
