@@ -36,6 +36,17 @@ class GrammarFailed(RuntimeError):
     """The grammar matcher could not go on: the output can no longer be promised to match."""
 
 
+def failure_message(token: int, error: str | None) -> str:
+    """What a client is told of a matcher that could not go on: llguidance's first line (its message goes on
+    with the whole compiled grammar, kilobytes the client never wrote), and for its item limit what to change."""
+    first = (error or "refused").strip().splitlines()[0][:300]
+    if "too many items" in first.lower():
+        return (f"the output grammar is too ambiguous to enforce this far (token {token}; the matcher's item limit): "
+                "a pattern that can end at almost any character, such as '.*a', makes every character a choice "
+                "point once it is written inside the call's JSON string; bound or anchor its repeats")
+    return f"the output grammar's matcher failed (token {token}): {first}"
+
+
 class GrammarMask:
     def __init__(self, compiled: CompiledGrammar):
         from llguidance.numpy import allocate_token_bitmask
@@ -55,7 +66,7 @@ class GrammarMask:
             self.failed = True
             error = self.matcher.get_error()
             log.error("grammar matcher refused token %d it had allowed: %s", token, error)
-            raise GrammarFailed(f"the output grammar's matcher failed (token {token}): {error or 'refused'}")
+            raise GrammarFailed(failure_message(token, error))
 
     def __call__(self, tokens, logits):
         import mlx.core as mx
