@@ -157,3 +157,30 @@ async def test_a_body_that_stops_arriving_is_refused_and_its_connection_closed(s
             await conn.send("POST", path, body, {"Content-Type": "application/json", **headers})
             head = (await conn.response())[:2]
             assert head[0] == 200
+
+
+async def test_a_body_declared_over_the_limit_is_refused_at_once(serve):
+    """A Content-Length over max_body_bytes is answered 413 without waiting for (or reading) that body, not
+    with request_timeout once the client, expecting the refusal, stops sending."""
+    s = await serve(["ok"], max_body_bytes=1000)
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        await conn.stream.send_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                                   b"application/json\r\nContent-Length: 50000000\r\n\r\n{" + b" " * 5000)
+        with trio.fail_after(5):
+            status, head, raw = await conn.response()
+        assert status == 413 and head["connection"] == "close", raw
+        strict.openai_error(raw)
+
+
+async def test_a_chunked_body_past_the_limit_is_refused_at_once(serve):
+    s = await serve(["ok"], max_body_bytes=1000)
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        await conn.stream.send_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                                   b"application/json\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n" + b" " * 5000
+                                   + b"\r\n")
+        with trio.fail_after(9):  # (the 5 s wait for the rest of a body answered before it was read)
+            status, head, raw = await conn.response()
+        assert status == 413, raw
+        strict.openai_error(raw)

@@ -262,7 +262,7 @@ class Server(Guard):
             headers = {k.lower(): v for k, v in request.headers.items()}
             watch = request.scope.get(BODY_WATCH)
             idle = self.config.body_idle_seconds
-            if watch is not None and not await watch.arrived(idle):
+            if watch is not None and not await watch.arrived(idle, self.config.max_body_bytes):
                 raise ApiError("request_timeout", f"The request body stopped arriving: no byte of it for {idle:g} s "
                                "(send it whole, or over a faster connection)",
                                data={"details": {"error_code": "request_body_timeout"}})  # (Anthropic's words)

@@ -82,9 +82,13 @@ class BodyWatch:
 
         return watched
 
-    async def arrived(self, idle: float) -> bool:
-        """Wait for the whole body; False: none of it arrived for ``idle`` seconds (the client stalled)."""
-        while not self.complete.is_set():
+    async def arrived(self, idle: float, limit: int | None = None) -> bool:
+        """Wait for the whole body; False: none of it arrived for ``idle`` seconds (the client stalled). A body
+        declared or grown past ``limit`` bytes is not waited for: the framework refuses it (413) at once."""
+        def over() -> bool:
+            return limit is not None and ((self.length or 0) > limit or self.received > limit)
+
+        while not self.complete.is_set() and not over():
             progress = self._progress
             with trio.move_on_after(idle) as waited:
                 await progress.wait()
