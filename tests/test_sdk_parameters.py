@@ -56,3 +56,14 @@ async def test_image_options_that_change_nothing_are_taken(serve, value):
                                                         "image": {"context_compression": value}})
     assert r.status_code == 200, r.text
     strict.response(r.content)
+
+
+@pytest.mark.parametrize("extra", [{"prompt_cache_options": {"mode": "explicit", "ttl": "30m"}},
+                                   {"safety_identifier": "user-1"}])
+async def test_the_compact_route_takes_what_the_docs_say_it_ignores(serve, extra):
+    """docs/protocols/index.md: prompt_cache_options and safety_identifier are accepted and ignored on the compact
+    route too, and the SDK's ``responses.compact`` defines both."""
+    s = await serve(["A summary."])
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url("/v1/responses/compact"), json={"model": MODEL, "input": "hi", **extra})
+    assert r.status_code == 200, r.text
