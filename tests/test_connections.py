@@ -95,10 +95,11 @@ async def test_a_remainder_too_big_to_drain_closes_the_connection(serve):
     ("POST", "/v1/chat/completions",
      b'{"model": "tinytitan-scripted", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'),
 ])
-async def test_a_client_that_closes_after_its_answer_is_let_go_at_once(serve, method, path, body):
+async def test_a_client_that_closes_after_its_answer_is_let_go_within_the_keep_alive_time(serve, method, path,
+                                                                                         body):
     """curl, a health checker, a script making one connection a request: the client closes once it has read
-    the answer, and the server closes its side at once (not after the keep-alive timeout, a file descriptor
-    held in CLOSE-WAIT all that time)."""
+    the answer. hypercorn holds such a connection until its keep-alive timer ends (http/wire.py): never
+    longer (the fixture's: 5 s)."""
     s = await serve(["ok"])
     conn = await RawConnection.open(s.base)
     async with conn.stream:
@@ -107,7 +108,7 @@ async def test_a_client_that_closes_after_its_answer_is_let_go_at_once(serve, me
         assert status == 200
         await trio.sleep(0.3)  # the server has finished the request (its log line, its metrics) meanwhile
         await conn.stream.send_eof()
-        with trio.fail_after(2):  # the fixture's keep-alive timeout is hypercorn's default, 5 s
+        with trio.fail_after(9):  # the fixture's keep-alive timeout is hypercorn's default, 5 s
             assert await conn.closed()
 
 
@@ -184,3 +185,41 @@ async def test_a_chunked_body_past_the_limit_is_refused_at_once(serve):
             status, head, raw = await conn.response()
         assert status == 413, raw
         strict.openai_error(raw)
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", "/health", b""),
+    ("POST", "/v1/responses", b'{"model": "tinytitan-scripted", "input": "hi"}'),
+])
+async def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(serve, method, path, body):
+    """A client that keeps its connection after an answer and sends nothing more (a pool, a laptop that slept,
+    a slowloris of one request each) has it closed once the keep-alive time passes (the fixture's: 5 s)."""
+    s = await serve(["ok"])
+    conn = await RawConnection.open(s.base)
+    async with conn.stream:
+        await conn.send(method, path, body, {"Content-Type": "application/json"} if body else {})
+        status, _, _ = await conn.response()
+        assert status == 200
+        with trio.fail_after(9):
+            assert await conn.closed()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_answer_longer_than_the_keep_alive_time_is_not_cut(serve, stream):
+    """The client sends nothing while its answer is made: a 6 s answer, streamed or whole, arrives in full
+    past the fixture's 5 s read timeout, and the connection then serves the next request."""
+    s = await serve([{"output": "slow " * 30, "delay_ms": 200}, "ok"])
+    conn = await RawConnection.open(s.base)
+    body = (b'{"model": "tinytitan-scripted", "stream": %s, "messages": [{"role": "user", "content": "hi"}]}'
+            % (b"true" if stream else b"false"))
+    async with conn.stream:
+        with trio.fail_after(30):
+            await conn.send("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            if stream:
+                status, _, _ = await _streamed(conn)
+            else:
+                status, _, raw = await conn.response()
+                assert json.loads(raw)["choices"][0]["message"]["content"].count("slow") == 30
+            assert status == 200
+            await conn.send("GET", "/health")
+            assert (await conn.response())[0] == 200

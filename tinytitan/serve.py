@@ -16,6 +16,8 @@ from .model_setup import join_group, make_backends
 
 log = logging.getLogger("tinytitan")
 FORCED_STOP_S = 5.0  # after the first Ctrl-C, the longest the graceful shutdown may take
+KEEP_ALIVE_S = 15.0
+OPEN_FILES = 65536  # the descriptors the server asks for (its soft limit raised toward the hard one)
 
 
 def _is_loopback(host: str) -> bool:
@@ -109,7 +111,11 @@ def serve(args) -> int:
     config.bind = [f"{host}:{args.port}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")  # through our log format, once
-    config.keep_alive_timeout = 75
+    # an idle connection is closed after this long; so is one the client closed after its answer, which
+    # hypercorn holds until then (http/wire.py): short, so one-request clients (curl, health checks) do not pile
+    # up descriptors, and longer than the SDKs' own idle expiry (httpx 5 s, undici 4 s), which then close first
+    config.keep_alive_timeout = KEEP_ALIVE_S
+    raise_open_files()
     # a WebSocket frame may be as large as a request body (the server refuses larger ones in band, then goes on);
     # a ping every 20 s keeps an idle agent's socket from being dropped by anything in between
     config.websocket_max_message_size = server.config.max_body_bytes + (1 << 20)
@@ -164,6 +170,22 @@ def serve(args) -> int:
         if memory is not None:
             memory.close()
     return 0
+
+
+def raise_open_files() -> None:
+    """The soft limit on open descriptors raised to the hard one (at most OPEN_FILES), as Go's runtime does:
+    every connection is one, and a common default soft limit (1024) is a few seconds of one-request clients."""
+    try:
+        import resource
+    except ImportError:  # (not on Windows)
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError) as exc:
+            log.debug("open files stay at %d: %s", soft, exc)
 
 
 def check_bind(host: str, port: int) -> None:

@@ -5,21 +5,17 @@ Rules:
   cancel) waits, at its first byte, for the rest of that body to arrive — at most ``DRAIN_BYTES`` more,
   for at most ``DRAIN_SECONDS`` — so the connection stays usable for the client's next request. A longer
   remainder is not read: the response says ``Connection: close`` and the connection is closed after it.
-- The last message of a response on a connection that must close (the client sent ``Connection: close`` or
-  spoke HTTP/1.0, or the body was left unread) is sent shielded from cancellation. quart-trio cancels a
-  request's tasks the moment the request's messages end, and the ASGI server closes the connection inside
-  that last send: cancelled there, the close never finished and the socket stayed open, answering nothing,
-  until the keep-alive timeout.
+- The last message of a response is sent shielded from cancellation. quart-trio cancels a request's tasks
+  the moment the request's messages end, and the ASGI server finishes the connection's cycle inside that last
+  send: it closes a connection that must close (the client sent ``Connection: close``, or the body was left
+  unread), and starts the keep-alive timer of one that stays open. Cancelled there, the close never finished
+  (the socket stayed open, answering nothing) and the timer never started (an idle connection was held for
+  ever). hypercorn 0.18 does not stop that timer when the client closes its side, so a connection the client
+  closed after its answer is held (CLOSE-WAIT, one descriptor) until the timer ends: serve.py keeps it short.
 - A body that stops arriving (no byte of it for ``ServerConfig.body_idle_seconds``, 60 by default: a client
   that hung, or a slowloris holding connections open) is answered with a ``request_timeout`` error in the
   protocol's envelope, and its connection closed: nothing else bounds the time a request may take to send
   its body. Each byte that arrives restarts the wait, so a large body on a slow link is read whole.
-- On a connection that stays open, that last send is not shielded. The ASGI server (hypercorn 0.18) starts
-  the connection's keep-alive timer inside it, and does not stop that timer when the client then closes
-  its side: shielded, every connection a client closed after its answer (curl, a health checker, a script
-  making one connection a request) was held in CLOSE-WAIT, a file descriptor each, for the whole keep-alive
-  timeout. Unshielded, it is quart-trio's cancellation that ends that timer, as in any quart-trio app, and
-  the connection closes when the client closes it.
 """
 
 from __future__ import annotations
@@ -40,16 +36,12 @@ class BodyWatch:
         self._progress = trio.Event()
         self.received = 0
         self.length: int | None = None
-        self.closing = scope.get("http_version") == "1.0"  # the connection ends with this response (h11 keeps no
-        # HTTP/1.0 connection open)
         for name, value in scope.get("headers", []):
             if name.lower() == b"content-length":
                 try:
                     self.length = int(value)
                 except ValueError:
                     pass
-            elif name.lower() == b"connection":
-                self.closing |= "close" in {t.strip() for t in value.decode("latin-1").lower().split(",")}
 
     def receive(self, receive):
         async def watched():
@@ -70,10 +62,7 @@ class BodyWatch:
         async def watched(message):
             if message["type"] == "http.response.start" and not self.complete.is_set() and not await self._drain():
                 message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
-            if message["type"] == "http.response.start" and any(
-                    k.lower() == b"connection" and b"close" in v.lower() for k, v in message.get("headers", [])):
-                self.closing = True  # (the drain's, or the application's: a refused WebSocket upgrade)
-            if message["type"] == "http.response.body" and not message.get("more_body", False) and self.closing:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
                 with trio.CancelScope(shield=True) as scope:
                     scope.deadline = trio.current_time() + LAST_SEND_SECONDS
                     await send(message)
