@@ -15,6 +15,12 @@ MSG = {"type": "message", "role": "user", "content": "hi"}
 # (the spec rule's field, extra body fields, the param named, the code)
 REFUSALS = [
     ("background", {"background": True}, "background", "unsupported_parameter"),
+    ("background_options", {"background_options": {"completion_window": "soonest"}}, "background_options",
+     "unsupported_parameter"),
+    ("moderation", {"moderation": {}}, "moderation", "unsupported_parameter"),
+    ("access_programs", {"access_programs": {"cyber": "standard"}}, "access_programs", "unsupported_parameter"),
+    ("image.context_compression", {"image": {"context_compression": "enabled"}}, "image.context_compression",
+     "unsupported_value"),
     ("top_logprobs", {"top_logprobs": 3}, "top_logprobs", "unsupported_parameter"),
     ("include[]", {"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}, "include[1]",
      "unsupported_value"),

@@ -165,7 +165,7 @@ class MLXBackend(Backend):
             if presence or frequency:
                 processors.append(answer_penalties(len(prepared.tokens), presence, frequency))
         else:  # Ollama (llama.cpp): all three look back over the last ``window`` tokens, the prompt's included
-            size = self.context_window if window < 0 else window
+            size = self.context_window if window < 0 else min(window, self.context_window)  # past it: the whole context
             processors = [] if window == 0 else make_logits_processors(
                 repetition_penalty=used.get("repetition_penalty"),
                 presence_penalty=used.get("presence_penalty") or None,
