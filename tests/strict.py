@@ -27,7 +27,7 @@ import pydantic
 from pydantic import TypeAdapter
 
 __all__ = [
-    "chat_completion", "chat_chunk", "completion", "response", "compacted_response", "response_event", "response_item_list",
+    "chat_completion", "chat_chunk", "completion", "response", "compacted_response", "input_token_count", "response_event", "response_item_list",
     "response_deleted", "message", "message_event", "tokens_count", "openai_error", "anthropic_error",
     "openai_model", "openai_model_list", "anthropic_model", "anthropic_model_list", "body", "event", "sse_events", "StrictError",
 ]
@@ -80,6 +80,8 @@ def _adapter(kind: str) -> TypeAdapter:
         from openai.types.responses import Response as t
     elif kind == "compacted_response":
         from openai.types.responses.compacted_response import CompactedResponse as t
+    elif kind == "input_token_count":
+        from openai.types.responses import InputTokenCountResponse as t
     elif kind == "response_event":
         from openai.types.responses import ResponseStreamEvent as t
     elif kind == "input_message_item":
@@ -181,6 +183,10 @@ def _custom_call_status(data):
 def response(data):
     data = json.loads(data) if isinstance(data, (bytes, str)) else data
     return _validate(_adapter("response"), _custom_call_status(data), "response", RESPONSE_ECHOES)
+
+
+def input_token_count(data):
+    return _validate(_adapter("input_token_count"), data, "responses.input_tokens answer")
 
 
 def compacted_response(data):
@@ -380,6 +386,8 @@ def _route(method: str, path: str, anthropic_header: bool):
     if path.startswith("/v1/responses"):
         if path == "/v1/responses/compact":
             check = compacted_response
+        elif path == "/v1/responses/input_tokens" and method == "POST":
+            check = input_token_count
         elif method == "DELETE":
             check = response_deleted
         elif parts[-1] == "input_items":

@@ -125,8 +125,8 @@ class OpenAIResponses(StoredResponses, Protocol):
         return {"last_response": fold_last_response}
 
     def handlers(self):
-        return {"generate": self.generate, "compact": self.compact, "retrieve": self.retrieve,
-                "delete": self.delete, "cancel": self.cancel, "input_items": self.input_items,
+        return {"generate": self.generate, "compact": self.compact, "input_tokens": self.input_tokens,
+                "retrieve": self.retrieve, "delete": self.delete, "cancel": self.cancel, "input_items": self.input_items,
                 "socket": self.socket, "trace_summarize": self.trace_summarize}
 
     # -- storage ---------------------------------------------------------------------------------------------
@@ -230,6 +230,14 @@ class OpenAIResponses(StoredResponses, Protocol):
             req = await truncation.fit(req, self.engine.model_info(req.model)["context_window"],
                                        self.engine.count_tokens)
         return await self.respond(v, req, framing=framing)
+
+    async def input_tokens(self, call: Call) -> Reply:
+        """POST /v1/responses/input_tokens: the input tokens of the prompt a response would read (the chain of
+        ``previous_response_id`` included)."""
+        v = await self.checked(call, "input_tokens")
+        history, own = await self.conversation(v.body, v.state.items, None)
+        req = self.request_for(v, history + own)
+        return Reply({"object": "response.input_tokens", "input_tokens": await self.engine.count_tokens(req)})
 
     def request_for(self, v: Validated, items: list[dict]) -> ChatRequest:
         places = {item["id"]: f"input[{i}]" for i, item in enumerate(v.state.items or ()) if item.get("id")}
