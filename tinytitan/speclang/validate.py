@@ -144,7 +144,7 @@ class RequestValidator:
         try:
             # strictly UTF-8: json.loads(bytes) would let a surrogate written as raw bytes (ED A0 80) through
             text = raw.decode("utf-8-sig") if isinstance(raw, (bytes, bytearray)) else raw
-            if _too_many_containers(text):  # before the parse, which would hold the GIL throughout
+            if too_many_containers(text):  # before the parse, which would hold the GIL throughout
                 raise ApiError("request_too_large", f"The request body has more than {MAX_CONTAINERS} JSON arrays "
                                "and objects")
             # NaN / Infinity: not JSON, and past any range check; an integer too long for int(): found below
@@ -295,10 +295,12 @@ def derive_value(rule: Mapping[str, Any], body: Any) -> Any:
 # ``[],[],…`` (20 million lists) held the GIL ~15 s. A million containers parse in ~0.3 s; no client's request
 # comes near (a long agent conversation with hundreds of tools holds some tens of thousands).
 MAX_CONTAINERS = 1_000_000
-_STRING_OR_OPENER = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]')
+# a string that never closes (invalid JSON: the parse refuses it) runs to the end of the text, so that no quote is
+# the start of a second scan over the same text (quadratic: minutes of the GIL for a body of 1 MB)
+_STRING_OR_OPENER = re.compile(r'"[^"\\]*(?:\\.?[^"\\]*)*(?:"|\Z)|[\[{]', re.DOTALL)
 
 
-def _too_many_containers(text: str) -> bool:
+def too_many_containers(text: str) -> bool:
     """More than MAX_CONTAINERS arrays and objects in ``text``: counted from its brackets (a C-speed bound), and
     where brackets inside strings could account for the excess, counted outside strings (a loop that lets other
     threads run between matches, stopping at the limit)."""
