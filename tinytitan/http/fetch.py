@@ -24,7 +24,9 @@ import trio
 
 from .. import images
 from ..images import ImageError
+from ..protocols.base import OFF_LOOP_BYTES
 from ..protocols.wire import Call
+from ..speclang.validate import too_many_containers
 
 TIMEOUT_SECONDS = 10.0
 MAX_REDIRECTS = 3
@@ -98,8 +100,12 @@ async def with_fetched_images(call: Call, paths: list[str]) -> Call:
     # (a shortcut for the bodies that hold no URL: a scheme in any case, or spelt with JSON escapes, is one)
     if not paths or (b"http" not in call.body.lower() and b"\\u" not in call.body):
         return call
+    # what validation refuses unparsed is not parsed here either, and a large body is parsed off the event loop
+    if too_many_containers(call.body.decode("utf-8", "replace")):
+        return call
     try:
-        doc = json.loads(call.body)
+        doc = json.loads(call.body) if len(call.body) < OFF_LOOP_BYTES else \
+            await trio.to_thread.run_sync(json.loads, call.body)
     except ValueError:
         return call
     found = remote_urls(doc, paths)
