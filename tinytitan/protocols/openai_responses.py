@@ -236,7 +236,10 @@ class OpenAIResponses(StoredResponses, Protocol):
         ``previous_response_id`` included)."""
         v = await self.checked(call, "input_tokens")
         history, own = await self.conversation(v.body, v.state.items, None)
-        req = self.request_for(v, history + own)
+        req = self.request_for(v, compaction.superseded(history + own, managed=False))  # as generate reads them
+        if v.body.get("truncation") == "auto":  # …and as it fits them to the window
+            req = await truncation.fit(req, self.engine.model_info(req.model)["context_window"],
+                                       self.engine.count_tokens)
         return Reply({"object": "response.input_tokens", "input_tokens": await self.engine.count_tokens(req)})
 
     def request_for(self, v: Validated, items: list[dict]) -> ChatRequest:
