@@ -181,11 +181,14 @@ def raise_open_files() -> None:
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES)
-    if soft != resource.RLIM_INFINITY and soft < want:
+    for ask in (want, min(want, 10240)):  # (macOS refuses more than kern.maxfilesperproc; 10240 is its OPEN_MAX)
+        if soft == resource.RLIM_INFINITY or soft >= ask:
+            return
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ask, hard))
+            return
         except (ValueError, OSError) as exc:
-            log.debug("open files stay at %d: %s", soft, exc)
+            log.debug("open files stay at %d, not %d: %s", soft, ask, exc)
 
 
 def check_bind(host: str, port: int) -> None:
