@@ -115,6 +115,12 @@ ROUTES = [
           "openai", optional={"prompt_cache_options": {"comparison_response_id": "resp_missing", "mode": "implicit"}}),
     Route("/v1/responses/compact", {"model": MODEL, "input": [{"type": "message", "role": "user", "content": "hi"}],
                                     "instructions": "s"}, "openai"),
+    Route("/v1/responses/input_tokens", {
+        "model": MODEL, "instructions": "s", "truncation": "auto", "reasoning": {"effort": "low"},
+        "tools": [{"type": "function", "name": "f", "parameters": _TOOL_SCHEMA}],
+        "input": [{"type": "message", "role": "user", "content": "hi"},
+                  {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}, "openai"),
     Route("/v1/responses/resp_missing/cancel", {}, "openai"),
     Route("/v1/messages", {
         "model": MODEL, "max_tokens": 50, "stop_sequences": ["zz"], "stream": False,
