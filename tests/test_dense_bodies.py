@@ -50,6 +50,16 @@ async def health_while(s, attack) -> tuple[float, object]:
     return worst, out[0]
 
 
+
+async def health_while_posting(s, body: bytes, path: str = "/v1/chat/completions", headers: dict | None = None):
+    """``health_while`` a POST of ``body`` (JSON) to ``path``."""
+    async def attack():
+        async with httpx.AsyncClient(timeout=600) as c:
+            return await c.post(s.url(path), content=body, headers={"content-type": "application/json",
+                                                                     **(headers or {})})
+
+    return await health_while(s, attack)
+
 @pytest.mark.parametrize("path,headers,extra", [
     ("/v1/chat/completions", {}, '"messages": [{"role": "user", "content": "hi"}], '),
     ("/v1/messages", {"anthropic-version": "2023-06-01"}, '"max_tokens": 5, "messages": [], '),
@@ -57,13 +67,7 @@ async def health_while(s, attack) -> tuple[float, object]:
 ])
 async def test_a_body_of_millions_of_tiny_containers_is_refused_without_stalling_others(serve, path, headers, extra):
     s = await serve(["ok"])
-    body = dense(extra)
-
-    async def attack():
-        async with httpx.AsyncClient(timeout=120) as c:
-            return await c.post(s.url(path), content=body, headers={"content-type": "application/json", **headers})
-
-    worst, r = await health_while(s, attack)
+    worst, r = await health_while_posting(s, dense(extra), path, headers)
     assert worst < 3, f"/health took {worst:.1f} s while the body was read"
     assert r.status_code == 413, r.text[:300]
     assert str(MAX_CONTAINERS) in r.text
@@ -101,13 +105,7 @@ async def test_remote_image_fetching_does_not_parse_such_a_body_either(serve):
     """With --fetch-images the server reads a body for image URLs before validation: a dense body is left to
     validation's refusal, not parsed (on the event loop) first."""
     s = await serve(["ok"], fetch_images=True)
-    body = dense('"messages": [{"role": "user", "content": "see http://example.com/a.png"}], ')
-
-    async def attack():
-        async with httpx.AsyncClient(timeout=120) as c:
-            return await c.post(s.url("/v1/chat/completions"), content=body,
-                                headers={"content-type": "application/json"})
-
-    worst, r = await health_while(s, attack)
+    worst, r = await health_while_posting(
+        s, dense('"messages": [{"role": "user", "content": "see http://example.com/a.png"}], '))
     assert worst < 3, f"/health took {worst:.1f} s while the body was read"
     assert r.status_code == 413, r.text[:300]

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
 from tinytitan.speclang.validate import MAX_CONTAINERS, too_many_containers
-from test_dense_bodies import health_while
+from test_dense_bodies import health_while_posting
 
 MODEL = "tinytitan-scripted"
 
@@ -37,12 +36,6 @@ def test_strings_with_escapes_end_where_json_ends_them(text, many):
 async def test_an_unclosed_string_body_does_not_stall_others(serve):
     s = await serve(["ok"])
     body = ('{"model": "%s", "x": "' % MODEL + '\\"' * 60_000 + "[" * (MAX_CONTAINERS + 1)).encode()
-
-    async def attack():
-        async with httpx.AsyncClient(timeout=600) as c:
-            return await c.post(s.url("/v1/chat/completions"), content=body,
-                                headers={"content-type": "application/json"})
-
-    worst, r = await health_while(s, attack)
+    worst, r = await health_while_posting(s, body)
     assert worst < 3, f"/health took {worst:.1f} s while the body was read"
     assert r.status_code in (400, 413), r.text[:300]
