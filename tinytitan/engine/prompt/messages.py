@@ -84,9 +84,10 @@ def fast_path(req: ChatRequest) -> ChatRequest:
     for i, m in enumerate(req.messages):
         if m.role not in ("user", "assistant"):
             continue
-        text = _REMINDER.sub("", m.content).strip()
+        bare = _REMINDER.sub("", m.content)
+        text = bare.strip()
         if text and req.continue_final and i == len(req.messages) - 1:  # a prefill goes on from its last character
-            text = _REMINDER.sub("", m.content).lstrip()
+            text = bare.lstrip()
         images = any(isinstance(p, ImagePart) for p in m.parts)
         if images:  # a vision model's images stay, in their place
             kept.append(Message(m.role, text, parts=tuple(_REMINDER.sub("", p) if isinstance(p, str) else p
