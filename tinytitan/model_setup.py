@@ -34,9 +34,9 @@ def cpu_twins(backends: list, cache_bytes: int) -> list:
 
 def make_backends(args) -> list:
     if args.reasoning_effort is not None:
-        from .engine.prompt.reasoning import NAMES, SCALE
+        from .engine.prompt.reasoning import NAMES, SCALE, level_key
 
-        if str(args.reasoning_effort).strip().lower().replace(" ", "-") not in SCALE:
+        if level_key(args.reasoning_effort) not in SCALE:
             raise SystemExit(f"--reasoning-effort {args.reasoning_effort} is not a reasoning level: "
                              f"{', '.join(NAMES)} (or none, max …)")
     default_reasoning = args.reasoning_effort or ({"on": True, "off": False}.get(args.thinking))

@@ -29,13 +29,18 @@ NAMES = ["off", "minimal", "low", "medium", "high", "xhigh"]
 EFFORT_LADDER = ("low", "medium", "high")
 
 
+def level_key(value: str) -> str:
+    """A reasoning level as SCALE spells it ("Extra High" → "extra-high")."""
+    return str(value).strip().lower().replace(" ", "-")
+
+
 def level_of(value: str | bool | None, default: int | None) -> int | None:
     """A request's reasoning control as a number on the scale (None: server default, unset)."""
     if value is None:
         return default
     if isinstance(value, bool):
         return (default if default else SCALE["medium"]) if value else 0
-    key = str(value).strip().lower().replace(" ", "-")
+    key = level_key(value)
     if key in SCALE:
         return SCALE[key]
     log.warning("unknown reasoning level %r: using medium", value)
