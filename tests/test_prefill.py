@@ -90,6 +90,7 @@ async def test_without_a_prefill_the_final_assistant_message_is_history(server):
     assert opened[0].endswith("<|im_start|>assistant\n") and opened == [opened[0]] * 3
 
 
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 REFUSED = [
     ("/v1/chat/completions", {"continue_final_message": True, "messages": [ASK]}, "messages[0]"),
     ("/v1/chat/completions", {"continue_final_message": True, "add_generation_prompt": True}, "add_generation_prompt"),
@@ -98,8 +99,25 @@ REFUSED = [
      "response_format"),
     ("/v1/chat/completions", {"continue_final_message": True, "tool_choice": "required", "tools": [
         {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, "tool_choice"),
+    ("/v1/chat/completions", {"continue_final_message": True, "tools": [TOOL], "tool_choice": {
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "f"}]}}, "tool_choice"),
     ("/api/chat", {"format": "json"}, "format"),
+    ("/api/chat", {"tools": [TOOL], "tool_choice": {"type": "function", "name": "f"}}, "tool_choice"),
 ]
+
+
+@pytest.mark.parametrize("path, change", [
+    ("/api/chat", {}),
+    ("/v1/chat/completions", {"continue_final_message": True}),
+])
+async def test_a_tool_choice_that_forces_no_call_leaves_a_prefill_continued(server, path, change):
+    """``allowed_tools`` in mode auto restricts the tools the model may call, and forces none: the answer is
+    still the prefill's continuation."""
+    body = {"model": MODEL, "stream": False, "messages": [ASK, BEGUN], "tools": [TOOL], **change,
+            "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "f"}]}}
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(server.url(path), json=body)
+    assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize("path, change, param", REFUSED)

@@ -59,6 +59,12 @@ def openai(value: Any, modes=("auto", "none", "required")) -> Choice:
                   code="unsupported_value")
 
 
+def forces(value: Any) -> bool:
+    """Whether an OpenAI ``tool_choice`` (either API's spelling; None: absent) forces a call: a grammar then
+    opens the answer. A bad value raises as ``openai`` does."""
+    return value is not None and openai(value)[0] == "required"
+
+
 def responses_spelling(value: Any) -> Any:
     """A checked OpenAI ``tool_choice`` as the Responses API spells it (what a Response echoes): a tool by
     ``name`` at the top, ``allowed_tools`` with its ``mode`` and ``tools`` at the top, each tool by type and name

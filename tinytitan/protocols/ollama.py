@@ -113,8 +113,8 @@ def continue_final(msgs: list[Message], body: dict, args: dict) -> None:
         if len(msgs) > 1:
             msgs.pop()
         return
-    forced = body.get("tool_choice") == "required" or isinstance(body.get("tool_choice"), dict)
-    for param, refused in (("format", body.get("format") not in (None, "")), ("tool_choice", forced)):
+    for param, refused in (("format", body.get("format") not in (None, "")),
+                           ("tool_choice", tool_choice.forces(body.get("tool_choice")))):
         if refused:
             raise invalid(f"A final assistant message (messages[{len(body['messages']) - 1}]) cannot be continued "
                           f"under '{param}': its grammar starts where the answer starts", param=param,

@@ -92,10 +92,8 @@ def continue_final(value: list, msgs: list[Message], body: dict, args: dict) -> 
         raise invalid(f"'continue_final_message' continues a final assistant message with text and no tool calls: "
                       f"{last} is not one", param=last, code="invalid_value")
     fmt = (body.get("response_format") or {}).get("type", "text")
-    choice = body.get("tool_choice")
-    forced = choice == "required" or isinstance(choice, dict) and (
-        choice.get("type") in ("function", "custom") or (choice.get("allowed_tools") or {}).get("mode") == "required")
-    for param, refused in (("response_format", fmt != "text"), ("tool_choice", forced)):
+    for param, refused in (("response_format", fmt != "text"),
+                           ("tool_choice", tool_choice.forces(body.get("tool_choice")))):
         if refused:
             raise invalid(f"'continue_final_message' cannot be used with '{param}' {json.dumps(body[param])}: its "
                           "grammar starts where the answer starts", param=param, code="unsupported_prefill")
