@@ -19,7 +19,9 @@ For each model (the ~48M-parameter benchmark model by default) this measures, in
 
 Method as in bench_decode.py: both servers run at once (the one not measured idles); each repetition measures
 every stream count on every side back to back, the order of the sides rotating; medians and the IQR of the
-per-repetition figures. BLAS: tinytitan maps the system OpenBLAS itself, mlx_lm.server gets it by LD_PRELOAD;
+per-repetition figures. The servers start afresh each repetition, in an order that also rotates (the other
+way): in A/A runs (the same server on both sides) the one started later measured 2-6 % faster, so servers
+started once in a fixed order favoured the last-started side (mlx_lm.server) for the whole run. BLAS: tinytitan maps the system OpenBLAS itself, mlx_lm.server gets it by LD_PRELOAD;
 the table says what each process mapped. Other processes share this CPU: each measurement records the cores
 others used meanwhile (``others``), and the table reports the worst.
 
@@ -93,30 +95,41 @@ def bench_model(variant: str, args, log_dir: Path) -> dict:
     model_dir = ensure_model(variant, args.cache_dir)
     print(f"\n== {variant}: {model_dir} ({args.max_tokens} tokens a stream, prompts ~{args.words} words) ==",
           flush=True)
-    servers = {}
+    lookup = ["--prompt-lookup", args.prompt_lookup]
+    starters = {"tinytitan": lambda: start_tinytitan(model_dir, log_dir, extra=lookup)}
+    if args.sequential:
+        starters["tinytitan --max-batch 1"] = lambda: start_tinytitan(model_dir, log_dir,
+                                                                      extra=["--max-batch", "1", *lookup])
+    if args.tinytitan_entry:  # an A/B side: the same server started from a patched entry script
+        starters["tinytitan*"] = lambda: start_tinytitan(model_dir, log_dir, extra=lookup, entry=args.tinytitan_entry)
+    if not args.no_peer:
+        starters["mlx_lm.server"] = lambda: start_mlx_lm_server(model_dir, log_dir, blas=args.peer_blas)
+    sides = list(starters)
+    results = {side: [] for side in sides}
+    blas: dict = {}
+    nonces = itertools.count(1000)
+    servers: dict = {}
     try:
-        lookup = ["--prompt-lookup", args.prompt_lookup]
-        servers["tinytitan"] = start_tinytitan(model_dir, log_dir, extra=lookup)
-        if args.sequential:
-            servers["tinytitan --max-batch 1"] = start_tinytitan(model_dir, log_dir, extra=["--max-batch", "1", *lookup])
-        if args.tinytitan_entry:  # an A/B side: the same server started from a patched entry script
-            servers["tinytitan*"] = start_tinytitan(model_dir, log_dir, extra=lookup, entry=args.tinytitan_entry)
-        if not args.no_peer:
-            servers["mlx_lm.server"] = start_mlx_lm_server(model_dir, log_dir, blas=args.peer_blas)
-        for name, s in servers.items():
-            s.name = name
-        pids = [s.pid for s in servers.values()]
-        blas = {name: blas_of(s.pid) for name, s in servers.items()}
-        for k, v in blas.items():
-            print(f"  {k:24s} BLAS: {v}", flush=True)
-        nonces = itertools.count(1000)
-        for s in servers.values():  # warm-up
-            streams(s, [next(nonces) for _ in range(2)], args.words, 8)
-        sides = list(servers)
-        results = {side: [] for side in sides}
         for rep in range(args.reps):
-            order = sides[rep % len(sides):] + sides[:rep % len(sides)]
-            for side in order:
+            # the servers start afresh each repetition unless --start-once, in an order that rotates: in A/A runs a
+            # server started later measured a few % faster than the same server started earlier, so a fixed
+            # order favours one side for the whole run. The measuring order rotates the other way.
+            if rep == 0 or not args.start_once:
+                for s in servers.values():
+                    s.stop()
+                servers = {}
+                for side in sides[rep % len(sides):] + sides[:rep % len(sides)]:
+                    servers[side] = starters[side]()
+                    servers[side].name = side
+                pids = [s.pid for s in servers.values()]
+                for s in servers.values():  # warm-up
+                    streams(s, [next(nonces) for _ in range(2)], args.words, 8)
+            if not blas:
+                blas = {name: blas_of(servers[name].pid) for name in sides}
+                for k, v in blas.items():
+                    print(f"  {k:24s} BLAS: {v}", flush=True)
+            back = sides[::-1]
+            for side in back[rep % len(sides):] + back[:rep % len(sides)]:
                 s = servers[side]
                 m = {}
                 for n in COUNTS:
@@ -216,6 +229,9 @@ def main() -> None:
     p.add_argument("--tinytitan-entry", metavar="SCRIPT",
                    help="add a side 'tinytitan*': this script run instead of `python -m tinytitan` (same arguments), "
                         "to A/B a patched server in the same run")
+    p.add_argument("--start-once", action="store_true",
+                   help="start each server once for the whole run (faster; by default they restart every repetition, "
+                        "in a rotating order)")
     p.add_argument("--json", help="write the raw measurements here")
     args = p.parse_args()
     started = time.monotonic()
