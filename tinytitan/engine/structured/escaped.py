@@ -8,8 +8,10 @@ has one spelling: the short escapes, ``\\u00XX`` for other control characters, e
 Rules:
 - Lark grammars are read with the ``lark`` library (its ``%import common…`` included) and compiled to plain
   rules and terminals; each terminal's pattern (a string, or a regex read by ``regex_subset``, our parser of
-  the subset that can be rewritten) is rewritten character by character. Rules keep their shape; names get
-  a prefix so several grammars can sit in one.
+  the subset that can be rewritten) is rewritten to its escaped spelling: a string stays one lexeme; a regex
+  stays one lexeme (one regex over the spelling) where ``lexemes.py`` finds that safe, and is otherwise
+  written character by character, each character a lexeme of its own. Rules keep their shape; names get a
+  prefix so several grammars can sit in one.
 - What cannot be rewritten faithfully is refused by name (ApiError): ``%ignore``, case-insensitive strings,
   and every regex construct ``regex_subset`` refuses (look-arounds, backreferences, atomic groups,
   possessive quantifiers, word boundaries, anchors inside a pattern, flags other than ``s``) — never widened.
@@ -25,21 +27,11 @@ import json
 
 from ...chat_request import Grammar
 from ...errors import invalid
-from . import regex_subset
+from . import lexemes, regex_subset
+from .json_spelling import SPECIAL, spelling
 from .regex_subset import BadRegex, Unsupported
 
-SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x08: "\\b", 0x0C: "\\f"}
-SPECIAL = set(SHORT) | set(range(0x20))
 MAX_EXPANDED_REPEAT = 64  # {m,n} bounds are written out; more is refused
-
-
-def spelling(c: int) -> str:
-    """How JSON spells one character inside a string (one spelling each)."""
-    if c in SHORT:
-        return "\\" + {0x22: '"', 0x5C: "\\", 0x0A: "n", 0x0D: "r", 0x09: "t", 0x08: "b", 0x0C: "f"}[c]
-    if c < 0x20:
-        return f"\\u00{c:02x}"
-    return chr(c)
 
 
 def _lit(text: str) -> str:
@@ -109,21 +101,36 @@ def _expr(node) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def escaped_expression(pattern: str, flags: str = "") -> str:
+def _tree(pattern: str, flags: str = ""):
     if set(flags) - {"s"}:
         raise Unsupported(f"regex flags {''.join(sorted(set(flags) - {'s'}))}")
-    return _expr(regex_subset.parse(pattern, "s" in flags)) or '""'
+    return regex_subset.parse(pattern, "s" in flags)
 
 
-ANY_TEXT = escaped_expression(r"(?s:.*)")  # a custom tool whose format is text: any text
+def _terminal(tree, name: str, split: bool) -> tuple[str, list[str]]:
+    """A terminal's regex tree → (the rule expression standing for it, the lines defining it). ``split``: it
+    is written character by character (``lexemes.py`` says when); else one lexeme ``name`` (a pattern that
+    may be empty, ``x*``, is the optional lexeme ``x+``)."""
+    if not split:
+        whole = tree
+        if lexemes.start(tree)[1] and tree[0] == "rep" and tree[1] == 0 and not lexemes.start(tree[3])[1]:
+            whole = ("rep", 1, tree[2], tree[3])
+        if not lexemes.start(whole)[1]:
+            _expr(whole)  # (refused where the split form would be: the same grammar is refused either way)
+            return name + ("?" if whole is not tree else ""), [f"{name}: /{lexemes.regex(whole)}/"]
+    return _expr(tree) or '""', []
+
+
+ANY_TEXT = r"(?s:.*)"  # the pattern of a custom tool whose format is text: any text
 
 
 def escaped_lark_rules(grammar: Grammar, prefix: str) -> tuple[list[str], str]:
     """llguidance Lark rules matching the JSON-escaped texts of ``grammar`` → (rules, start rule name).
     ApiError names ``grammar.where`` when it cannot be rewritten."""
     try:
-        if grammar.kind == "regex":
-            return [f"{prefix}_s: {escaped_expression(grammar.source)}"], f"{prefix}_s"
+        if grammar.kind == "regex":  # one terminal, followed by the end of the input
+            expr, lines = _terminal(_tree(grammar.source), f"{prefix.upper()}_T0", split=False)
+            return [f"{prefix}_s: {expr}", *lines], f"{prefix}_s"
         return _lark_rules(grammar.source, prefix)
     except BadRegex as exc:
         raise invalid(f"The grammar at '{grammar.where}' is not a valid regular expression: {exc}",
@@ -161,7 +168,7 @@ def _lark_rules_cached(source: str, prefix: str) -> tuple[tuple[str, ...], str]:
         raise Unsupported("%ignore directives")
     names: dict[str, str] = {}
 
-    def name(symbol) -> str:  # terminals become rules too: their characters are lexemes of their own
+    def name(symbol) -> str:  # terminals become rules too (over one lexeme, or one per character)
         if symbol.name not in names:
             names[symbol.name] = f"{prefix}_r{len(names)}"
         return names[symbol.name]
@@ -171,19 +178,29 @@ def _lark_rules_cached(source: str, prefix: str) -> tuple[tuple[str, ...], str]:
         body = " ".join(name(s) for s in rule.expansion)
         by_origin.setdefault(name(rule.origin), []).append(body)
     out = [f"{origin}: " + " | ".join(bodies) for origin, bodies in by_origin.items()]
-    known = {t.name: t for t in terminals}
-    for raw, renamed in list(names.items()):
-        term = known.get(raw)
-        if term is None:
-            continue
+    known = {t.name: t for t in terminals if t.name in names}
+    trees, first_special, empty = {}, set(), set()
+    for raw, term in known.items():
         pattern = term.pattern
         if isinstance(pattern, PatternStr):
             if "i" in pattern.flags:
                 raise Unsupported("case-insensitive strings")
-            expr = _lit("".join(spelling(ord(ch)) for ch in pattern.value))
+            begins, blank = bool(pattern.value) and ord(pattern.value[0]) in SPECIAL, not pattern.value
         else:
-            expr = escaped_expression(pattern.value, "".join(pattern.flags))
-        out.append(f"{renamed}: {expr}")
+            trees[raw] = _tree(pattern.value, "".join(pattern.flags))
+            begins, blank = lexemes.start(trees[raw])
+        first_special |= {raw} if begins else set()
+        empty |= {raw} if blank else set()
+    follow = lexemes.follow_sets([(r.origin.name, [x.name for x in r.expansion]) for r in rules], set(known), empty,
+                                 "start")
+    for raw, term in known.items():
+        renamed = names[raw]
+        if raw not in trees:
+            out.append(f"{renamed}: {_lit(''.join(spelling(ord(ch)) for ch in term.pattern.value))}")
+            continue
+        split = lexemes.may_hold_special(trees[raw]) and bool(follow.get(raw, set()) & first_special)
+        expr, lines = _terminal(trees[raw], f"{prefix.upper()}_T{len(out)}", split)
+        out += [f"{renamed}: {expr}", *lines]
     start = names.get("start")
     if start is None:
         raise Unsupported("a grammar without a 'start' rule")

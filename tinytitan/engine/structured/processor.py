@@ -42,8 +42,9 @@ def failure_message(token: int, error: str | None) -> str:
     first = (error or "refused").strip().splitlines()[0][:300]
     if "too many items" in first.lower():
         return (f"the output grammar is too ambiguous to enforce this far (token {token}; the matcher's item limit): "
-                "a pattern that can end at almost any character, such as '.*a', makes every character a choice "
-                "point once it is written inside the call's JSON string; bound or anchor its repeats")
+                "a pattern that can end at almost any character, such as '.*a', followed by a terminal that "
+                "begins with a newline, tab or quote, is matched character by character inside the call's JSON "
+                "string, and every character is a choice point; bound its repeats or exclude that character")
     return f"the output grammar's matcher failed (token {token}): {first}"
 
 

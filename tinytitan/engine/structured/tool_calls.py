@@ -37,7 +37,7 @@ def marker(text: str, vocab: dict) -> str:
 def custom_input_rules(tool: Tool, prefix: str) -> tuple[list[str], str]:
     """Rules for a custom tool's input as written inside its JSON arguments → (rules, start rule)."""
     if tool.input_grammar is None:
-        return [f"{prefix}_s: {ANY_TEXT}"], f"{prefix}_s"
+        return escaped_lark_rules(Grammar("regex", ANY_TEXT, where="tools"), prefix)
     return escaped_lark_rules(tool.input_grammar, prefix)
 
 
