@@ -111,14 +111,20 @@ def _terminal(tree, name: str, split: bool) -> tuple[str, list[str]]:
     """A terminal's regex tree → (the rule expression standing for it, the lines defining it). ``split``: it
     is written character by character (``lexemes.py`` says when); else one lexeme ``name`` (a pattern that
     may be empty, ``x*``, is the optional lexeme ``x+``)."""
-    if not split:
-        whole = tree
-        if lexemes.start(tree)[1] and tree[0] == "rep" and tree[1] == 0 and not lexemes.start(tree[3])[1]:
-            whole = ("rep", 1, tree[2], tree[3])
-        if not lexemes.start(whole)[1]:
-            _expr(whole)  # (refused where the split form would be: the same grammar is refused either way)
-            return name + ("?" if whole is not tree else ""), [f"{name}: /{lexemes.regex(whole)}/"]
+    whole = None if split or lexemes.fixed(tree) else _whole(tree)  # (one text: a string, as a literal is)
+    if whole is not None:
+        _expr(whole)  # (refused where the split form would be: the same grammar is refused either way)
+        return name + ("?" if whole is not tree else ""), [f"{name}: /{lexemes.regex(whole)}/"]
     return _expr(tree) or '""', []
+
+
+def _whole(tree):
+    """The tree a terminal's one lexeme is written from (``x+`` for ``x*``, made optional), or None where a
+    pattern that may be empty has no such form."""
+    whole = tree
+    if lexemes.start(tree)[1] and tree[0] == "rep" and tree[1] == 0 and not lexemes.start(tree[3])[1]:
+        whole = ("rep", 1, tree[2], tree[3])
+    return None if lexemes.start(whole)[1] else whole
 
 
 ANY_TEXT = r"(?s:.*)"  # the pattern of a custom tool whose format is text: any text
@@ -191,15 +197,17 @@ def _lark_rules_cached(source: str, prefix: str) -> tuple[tuple[str, ...], str]:
             begins, blank = lexemes.start(trees[raw])
         first_special |= {raw} if begins else set()
         empty |= {raw} if blank else set()
-    follow = lexemes.follow_sets([(r.origin.name, [x.name for x in r.expansion]) for r in rules], set(known), empty,
-                                 "start")
+    split = lexemes.split_terminals(
+        [(r.origin.name, [x.name for x in r.expansion]) for r in rules], set(known), empty, "start",
+        special={raw for raw, tree in trees.items() if lexemes.may_hold_special(tree)}, first_special=first_special,
+        forced={raw for raw, tree in trees.items() if _whole(tree) is None},
+        fixed=set(known) - set(trees) | {raw for raw, tree in trees.items() if lexemes.fixed(tree)})
     for raw, term in known.items():
         renamed = names[raw]
         if raw not in trees:
             out.append(f"{renamed}: {_lit(''.join(spelling(ord(ch)) for ch in term.pattern.value))}")
             continue
-        split = lexemes.may_hold_special(trees[raw]) and bool(follow.get(raw, set()) & first_special)
-        expr, lines = _terminal(trees[raw], f"{prefix.upper()}_T{len(out)}", split)
+        expr, lines = _terminal(trees[raw], f"{prefix.upper()}_T{len(out)}", raw in split)
         out += [f"{renamed}: {expr}", *lines]
     start = names.get("start")
     if start is None:

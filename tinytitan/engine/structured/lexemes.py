@@ -10,14 +10,21 @@ One thing the escaping adds: a character the raw text spells as one byte, the es
 backslash (``\\n``, ``\\"``, ``\\t``…). Where a terminal that may hold such a character is followed by one
 that may begin with such a character (``/.+/`` then ``LF``), the raw lexer ends the first at the newline, but
 the escaped first could go on at the backslash (``\\t``), and the lexer, which never backs up, would hold it
-there and fail at the ``n``. So:
+there and fail at the ``n``. The lexer also reads every lexeme that may begin at one point as one
+automaton, greedily: a one-lexeme terminal beside one written per character wins that race against its
+one-character lexemes, and dies where the other would have gone on. So:
 
 Rules:
-- A terminal is one lexeme unless it may match the empty text, or it may hold a character spelt with a
-  backslash while a terminal that may follow it (its FOLLOW set over the grammar's rules) may begin with
-  one. The end of the input is followed by the string's closing quote, which no escaped lexeme holds.
-- Every other terminal is rewritten character by character (``escaped.py``), as before.
+- A regex terminal is split (written character by character, ``escaped.py``) where it may hold a character
+  spelt with a backslash and some terminal that may begin where it begins (itself among them) may be followed
+  (its FOLLOW set over the grammar's rules) by one that may begin with such a character; where it may match
+  the empty text and is not ``x*`` (which is the optional lexeme ``x+``); and, to a fixpoint, where it may
+  begin where a split terminal begins or may follow one (``split_terminals``). Every other regex terminal is
+  one lexeme. The end of the input is followed by the string's closing quote, which no escaped lexeme holds.
+- A terminal of one text (a string, or a regex such as ``/\\n/``) is one string lexeme, as before.
 - A regex format (one pattern) is one terminal followed by the end.
+- Where split terminals meet, the per-character form is not greedy: it may admit a text llguidance's lexer
+  would refuse on the raw grammar (as before this module), never refuse one it admits.
 """
 
 from __future__ import annotations
@@ -41,6 +48,13 @@ def may_hold_special(node) -> bool:
     if kind == "rep":
         return (node[2] is None or node[2] > 0) and may_hold_special(node[3])
     return False
+
+
+def fixed(node) -> bool:
+    """Does this regex tree match one text only (a string, written as a regex)?"""
+    if node[0] == "chars":
+        return len(node[1]) == 1 and node[1][0][0] == node[1][0][1]
+    return node[0] == "seq" and all(fixed(n) for n in node[1])
 
 
 def start(node) -> tuple[bool, bool]:
@@ -98,10 +112,7 @@ def regex(node) -> str:
     return ""  # an anchor at the very start or end: a terminal is matched whole
 
 
-def follow_sets(rules: list[tuple[str, list[str]]], terminals: set[str], empty: set[str],
-                start_rule: str) -> dict[str, set[str]]:
-    """FOLLOW of each symbol: ``rules`` (origin, expansion) over rule and terminal names; ``empty`` the
-    terminals that may match the empty text. The start rule is followed by ``END``."""
+def _first_nullable(rules, terminals, empty):
     symbols = {o for o, _ in rules} | terminals
     nullable = set(empty)
     first: dict[str, set[str]] = {s: ({s} if s in terminals else set()) for s in symbols}
@@ -118,6 +129,24 @@ def follow_sets(rules: list[tuple[str, list[str]]], terminals: set[str], empty: 
                     changed = True
                 if s not in nullable:
                     break
+    return symbols, first, nullable
+
+
+def _after(expansion, first, nullable, tail: set[str]) -> set[str]:
+    """The terminals that may begin ``expansion`` (``tail`` where all of it may be empty)."""
+    out: set[str] = set()
+    for t in expansion:
+        out |= first[t]
+        if t not in nullable:
+            return out
+    return out | tail
+
+
+def follow_sets(rules: list[tuple[str, list[str]]], terminals: set[str], empty: set[str],
+                start_rule: str) -> dict[str, set[str]]:
+    """FOLLOW of each symbol: ``rules`` (origin, expansion) over rule and terminal names; ``empty`` the
+    terminals that may match the empty text. The start rule is followed by ``END``."""
+    symbols, first, nullable = _first_nullable(rules, terminals, empty)
     follow: dict[str, set[str]] = {s: set() for s in symbols}
     follow[start_rule].add(END)
     changed = True
@@ -125,14 +154,40 @@ def follow_sets(rules: list[tuple[str, list[str]]], terminals: set[str], empty: 
         changed = False
         for origin, expansion in rules:
             for i, s in enumerate(expansion):
-                after: set[str] = set()
-                for t in expansion[i + 1:]:
-                    after |= first[t]
-                    if t not in nullable:
-                        break
-                else:
-                    after |= follow[origin]
+                after = _after(expansion[i + 1:], first, nullable, follow[origin])
                 if not after <= follow[s]:
                     follow[s] |= after
                     changed = True
     return follow
+
+
+def split_terminals(rules: list[tuple[str, list[str]]], terminals: set[str], empty: set[str], start_rule: str,
+                    special: set[str], first_special: set[str], forced: set[str], fixed: set[str]) -> set[str]:
+    """The regex terminals written character by character. ``special``: those that may hold a character spelt
+    with a backslash; ``forced``: those that cannot be one lexeme (empty, not ``x*``); ``fixed``: one text
+    each (a string, whichever way it is written).
+
+    The lexer reads every terminal that may begin at one point as one automaton, greedily. So a terminal A
+    is split where it may hold a special character and any terminal that may begin where A begins (A itself
+    among them) may be followed by one beginning with a special character: A's escaped lexeme could go on at
+    that backslash past where the other one ends. And a one-lexeme terminal beside a split one (at the same
+    point, or after it, where the split one may go on) would win the greedy race against its one-character
+    lexemes: it is split too (a fixed text is a string either way)."""
+    symbols, first, nullable = _first_nullable(rules, terminals, empty)
+    follow = follow_sets(rules, terminals, empty, start_rule)
+    points = [_after(expansion[i:], first, nullable, follow[origin])
+              for origin, expansion in rules for i in range(len(expansion))]
+    points.append(_after([start_rule], first, nullable, {END}))
+    split = set(forced)
+    for point in points:
+        if special & point and any(follow.get(b, set()) & first_special for b in point):
+            split |= (special & point) - fixed  # (a fixed text is one string lexeme either way)
+    regex = terminals - fixed
+    changed = True
+    while changed:
+        changed = False
+        for group in [p for p in points if p & split] + [follow[b] for b in split]:
+            if not (group & regex) <= split:
+                split |= group & regex
+                changed = True
+    return split
