@@ -99,3 +99,44 @@ def test_follow_sets_see_through_empty_rules_and_terminals():
 ])
 def test_a_terminal_beside_a_split_one_or_one_followed_by_an_escape_is_split(demo_tok, source, text):
     assert matches(demo_tok, grammar_of("lark", source), text), grammar_of("lark", source)
+
+
+# Codex's other freeform tools' grammars (its exec and js_repl tools), as it sends them
+CODEX_EXEC = r'''
+start: pragma_source | plain_source
+pragma_source: PRAGMA_LINE NEWLINE SOURCE
+plain_source: SOURCE
+
+PRAGMA_LINE: /[ \t]*\/\/ @exec:[^\r\n]*/
+NEWLINE: /\r?\n/
+SOURCE: /[\s\S]+/
+'''
+CODEX_JS_REPL = r'''
+start: pragma_source | plain_source
+pragma_source: PRAGMA_LINE NEWLINE js_source
+plain_source: PLAIN_JS_SOURCE
+
+js_source: JS_SOURCE
+
+PRAGMA_LINE: /[ \t]*\/\/ codex-js-repl:[^\r\n]*/
+NEWLINE: /\r?\n/
+PLAIN_JS_SOURCE: /(?:\s*)(?:[^\s{\"`]|`[^`]|``[^`])[\s\S]*/
+JS_SOURCE: /(?:\s*)(?:[^\s{\"`]|`[^`]|``[^`])[\s\S]*/
+'''
+CODEX_TEXTS = ['// @exec: x\nconsole.log("a\tb")\n', "print(1)", '\t// @exec: y\r\n"q"',
+               '// codex-js-repl: timeout_ms=1\nawait f("x")\n', 'const a = "x";\n', "{a:1}", '"s"', "  \n\tlet x",
+               "`a`", "``", '// codex-js-repl: t\n"x"', "// codex-js-repl: t\n  {x}", ""]
+
+
+@pytest.mark.parametrize("source", [CODEX_EXEC, CODEX_JS_REPL], ids=["exec", "js_repl"])
+def test_codex_freeform_grammars_admit_what_llguidance_admits_on_the_raw_text(demo_tok, source):
+    rewritten = grammar_of("lark", source)
+    wrong = []
+    for text in CODEX_TEXTS:
+        compiled = compile_grammar(Grammar("lark", source), demo_tok)
+        matcher = compiled.matcher()
+        tokens = compiled.tokenizer.tokenize_str(text)
+        raw = matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting()
+        if matches(demo_tok, rewritten, text) is not raw:
+            wrong.append((text, raw))
+    assert not wrong, wrong

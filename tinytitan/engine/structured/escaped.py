@@ -81,22 +81,9 @@ def _expr(node) -> str:
         if hi is None:
             return " ".join([body] * max(lo - 1, 0) + [body + ("*" if lo == 0 else "+")])
         return " ".join([body] * lo + [body + "?"] * (hi - lo)) or '""'
-    if kind == "seq":
-        out: list[str] = []
-        text: list[str] = []  # consecutive literal characters, written as one string
-        for item in node[1]:
-            if item[0] == "chars" and len(item[1]) == 1 and item[1][0][0] == item[1][0][1]:
-                text.append(spelling(item[1][0][0]))
-                continue
-            if text:
-                out.append(_lit("".join(text)))
-                text.clear()
-            part = _expr(item)
-            if part:
-                out.append(part)
-        if text:
-            out.append(_lit("".join(text)))
-        return " ".join(out)
+    if kind == "seq":  # (each literal character a lexeme of its own: merged, a run of them would win the lexer's
+        # greedy race against another terminal's one-character lexemes at the same point, lexemes.py)
+        return " ".join(part for part in (_expr(item) for item in node[1]) if part)
     return ""  # an anchor at the very start or end: a terminal is matched whole, it says nothing more
 
 
@@ -111,7 +98,7 @@ def _terminal(tree, name: str, split: bool) -> tuple[str, list[str]]:
     """A terminal's regex tree → (the rule expression standing for it, the lines defining it). ``split``: it
     is written character by character (``lexemes.py`` says when); else one lexeme ``name`` (a pattern that
     may be empty, ``x*``, is the optional lexeme ``x+``)."""
-    whole = None if split or lexemes.fixed(tree) else _whole(tree)  # (one text: a string, as a literal is)
+    whole = None if split else _whole(tree)
     if whole is not None:
         _expr(whole)  # (refused where the split form would be: the same grammar is refused either way)
         return name + ("?" if whole is not tree else ""), [f"{name}: /{lexemes.regex(whole)}/"]
@@ -185,27 +172,35 @@ def _lark_rules_cached(source: str, prefix: str) -> tuple[tuple[str, ...], str]:
         by_origin.setdefault(name(rule.origin), []).append(body)
     out = [f"{origin}: " + " | ".join(bodies) for origin, bodies in by_origin.items()]
     known = {t.name: t for t in terminals if t.name in names}
-    trees, first_special, empty = {}, set(), set()
+    trees, texts = {}, {}  # each terminal's regex tree, or its one text (a string, or a regex of one text)
     for raw, term in known.items():
         pattern = term.pattern
         if isinstance(pattern, PatternStr):
             if "i" in pattern.flags:
                 raise Unsupported("case-insensitive strings")
-            begins, blank = bool(pattern.value) and ord(pattern.value[0]) in SPECIAL, not pattern.value
+            texts[raw] = pattern.value
         else:
-            trees[raw] = _tree(pattern.value, "".join(pattern.flags))
-            begins, blank = lexemes.start(trees[raw])
-        first_special |= {raw} if begins else set()
-        empty |= {raw} if blank else set()
+            tree = _tree(pattern.value, "".join(pattern.flags))
+            text = lexemes.fixed_text(tree)
+            if text is None:
+                trees[raw] = tree
+            else:
+                texts[raw] = text
+    starts = {raw: lexemes.start(tree) for raw, tree in trees.items()}
+    starts.update({raw: (bool(text) and ord(text[0]) in SPECIAL, not text) for raw, text in texts.items()})
     split = lexemes.split_terminals(
-        [(r.origin.name, [x.name for x in r.expansion]) for r in rules], set(known), empty, "start",
-        special={raw for raw, tree in trees.items() if lexemes.may_hold_special(tree)}, first_special=first_special,
+        [(r.origin.name, [x.name for x in r.expansion]) for r in rules], set(known),
+        {raw for raw, (_, blank) in starts.items() if blank}, "start",
+        special={raw for raw, tree in trees.items() if lexemes.may_hold_special(tree)}
+        | {raw for raw, text in texts.items() if any(ord(ch) in SPECIAL for ch in text)},
+        first_special={raw for raw, (begins, _) in starts.items() if begins},
         forced={raw for raw, tree in trees.items() if _whole(tree) is None},
-        fixed=set(known) - set(trees) | {raw for raw, tree in trees.items() if lexemes.fixed(tree)})
-    for raw, term in known.items():
+        single={raw for raw, text in texts.items() if len(text) <= 1})
+    for raw in known:
         renamed = names[raw]
-        if raw not in trees:
-            out.append(f"{renamed}: {_lit(''.join(spelling(ord(ch)) for ch in term.pattern.value))}")
+        if raw in texts:  # one string lexeme, or one per character
+            spelt = [spelling(ord(ch)) for ch in texts[raw]]
+            out.append(f"{renamed}: " + (" ".join(_lit(s) for s in spelt) if raw in split else _lit("".join(spelt))))
             continue
         expr, lines = _terminal(trees[raw], f"{prefix.upper()}_T{len(out)}", raw in split)
         out += [f"{renamed}: {expr}", *lines]
