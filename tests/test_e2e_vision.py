@@ -200,7 +200,10 @@ def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, p
     later = proxy.recorded("/v1/messages")[1]
     assert parts(later["body"], "image") == [image]
     turn = vision.wait_requests(mark, 1)[0]
-    assert turn["status"] == 200 and not vision.refusals_since(mark), vision.refusals_since(mark) or turn["line"]
+    # (Claude Code may send a request of its own after the turn, the conversation in it; the random model's long
+    # first answer can push that one past the demo model's window, once seen under load: it refuses no image)
+    refused = [line for line in vision.refusals_since(mark) if "error=context_length_exceeded" not in line]
+    assert turn["status"] == 200 and not refused, refused or turn["line"]
     # The whole first prompt, the picture in it, comes from the cache: not read again. Either the answer came back
     # as the tokens generated (a hit on the answer's entry), or as the same text in other token ids (a
     # random-weight model samples non-canonical tokenizations): Gemma 3's sliding-window layers (1024 tokens)
