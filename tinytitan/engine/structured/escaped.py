@@ -28,7 +28,7 @@ import json
 from ...chat_request import Grammar
 from ...errors import invalid
 from . import lexemes, regex_subset
-from .json_spelling import SPECIAL, spelling
+from .json_spelling import SPECIAL, class_of, partition, spelling
 from .regex_subset import BadRegex, Unsupported
 
 MAX_EXPANDED_REPEAT = 64  # {m,n} bounds are written out; more is refused
@@ -43,21 +43,8 @@ def _set(ranges: list[tuple[int, int]]) -> str:
     """A character set → a Lark expression: one character of its plain members (a one-character
     lexeme, so it never swallows the backslash an escape or another terminal starts with), or the escape of
     a special member."""
-    safe, escapes = [], []
-    for a, b in sorted(ranges):
-        lo = a
-        for c in range(a, min(b, 0x5C) + 1):  # the special characters all lie at or below backslash
-            if c in SPECIAL:
-                if lo < c:
-                    safe.append((lo, c - 1))
-                escapes.append(_lit(spelling(c)))
-                lo = c + 1
-        if lo <= b:
-            safe.append((lo, b))
-    parts = []
-    if safe:
-        parts.append("/[" + "".join(f"\\x{{{a:x}}}" if a == b else f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in safe) + "]/")
-    parts += escapes
+    safe, special = partition(ranges)
+    parts = ([f"/{class_of(safe)}/"] if safe else []) + [_lit(spelling(c)) for c in special]
     if not parts:
         raise Unsupported("an empty character set")
     return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
@@ -121,9 +108,8 @@ def escaped_lark_rules(grammar: Grammar, prefix: str) -> tuple[list[str], str]:
     """llguidance Lark rules matching the JSON-escaped texts of ``grammar`` → (rules, start rule name).
     ApiError names ``grammar.where`` when it cannot be rewritten."""
     try:
-        if grammar.kind == "regex":  # one terminal, followed by the end of the input
-            expr, lines = _terminal(_tree(grammar.source), f"{prefix.upper()}_T0", split=False)
-            return [f"{prefix}_s: {expr}", *lines], f"{prefix}_s"
+        if grammar.kind == "regex":
+            return list(_regex_rules(grammar.source, prefix)), f"{prefix}_s"
         return _lark_rules(grammar.source, prefix)
     except BadRegex as exc:
         raise invalid(f"The grammar at '{grammar.where}' is not a valid regular expression: {exc}",
@@ -134,6 +120,13 @@ def escaped_lark_rules(grammar: Grammar, prefix: str) -> tuple[list[str], str]:
     except Exception as exc:  # the lark library's own errors: a grammar that does not parse
         raise invalid(f"The grammar at '{grammar.where}' is not a valid Lark grammar: {exc}".strip(),
                       param=grammar.where, code="invalid_grammar") from None
+
+
+@functools.lru_cache(maxsize=256)  # a text tool's any-text, and a client's regex, sent every turn: rewritten once
+def _regex_rules(source: str, prefix: str) -> tuple[str, ...]:
+    """A regex format: one terminal, followed by the end of the input (start rule ``{prefix}_s``)."""
+    expr, lines = _terminal(_tree(source), f"{prefix.upper()}_T0", split=False)
+    return (f"{prefix}_s: {expr}", *lines)
 
 
 def _lark_rules(source: str, prefix: str) -> tuple[list[str], str]:

@@ -32,7 +32,7 @@ Rules:
 
 from __future__ import annotations
 
-from .json_spelling import SPECIAL, spelling
+from .json_spelling import SPECIAL, class_of, partition, spelling
 
 END = "$end"
 
@@ -91,19 +91,9 @@ def regex(node) -> str:
     """The regex (llguidance's syntax, inside ``/…/``) matching exactly the escaped spellings of the tree's texts."""
     kind = node[0]
     if kind == "chars":
-        safe, escapes = [], []
-        for a, b in sorted(node[1]):
-            lo = a
-            for c in range(a, min(b, 0x5C) + 1):  # the special characters all lie at or below backslash
-                if c in SPECIAL:
-                    if lo < c:
-                        safe.append((lo, c - 1))
-                    escapes.append("".join(f"\\x{{{ord(ch):x}}}" for ch in spelling(c)))
-                    lo = c + 1
-            if lo <= b:
-                safe.append((lo, b))
-        parts = (["[" + "".join(f"\\x{{{a:x}}}" if a == b else f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in safe) + "]"]
-                 if safe else []) + escapes
+        safe, special = partition(node[1])
+        parts = ([class_of(safe)] if safe else []) + ["".join(f"\\x{{{ord(ch):x}}}" for ch in spelling(c))
+                                                      for c in special]
         return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
     if kind == "seq":
         return "".join(regex(n) for n in node[1])
@@ -152,7 +142,10 @@ def follow_sets(rules: list[tuple[str, list[str]]], terminals: set[str], empty: 
                 start_rule: str) -> dict[str, set[str]]:
     """FOLLOW of each symbol: ``rules`` (origin, expansion) over rule and terminal names; ``empty`` the
     terminals that may match the empty text. The start rule is followed by ``END``."""
-    symbols, first, nullable = _first_nullable(rules, terminals, empty)
+    return _follow(rules, *_first_nullable(rules, terminals, empty), start_rule)
+
+
+def _follow(rules, symbols, first, nullable, start_rule: str) -> dict[str, set[str]]:
     follow: dict[str, set[str]] = {s: set() for s in symbols}
     follow[start_rule].add(END)
     changed = True
@@ -180,7 +173,7 @@ def split_terminals(rules: list[tuple[str, list[str]]], terminals: set[str], emp
     (at the same point, or after it, where the split one may go on) would win the greedy race against its
     one-character lexemes: it is split too — a string as much as a regex (``// @exec:`` beside any text)."""
     symbols, first, nullable = _first_nullable(rules, terminals, empty)
-    follow = follow_sets(rules, terminals, empty, start_rule)
+    follow = _follow(rules, symbols, first, nullable, start_rule)
     # where lexing may begin: the input's start, and after each terminal (at most what may follow it, over every
     # rule it ends a path of: the parser admits the union of its items' next terminals)
     points = [_after([start_rule], first, nullable, {END})] + [follow[t] for t in terminals]
