@@ -132,8 +132,8 @@ CODEX_TEXTS = ['// @exec: x\nconsole.log("a\tb")\n', "print(1)", '\t// @exec: y\
 def test_codex_freeform_grammars_admit_what_llguidance_admits_on_the_raw_text(demo_tok, source):
     rewritten = grammar_of("lark", source)
     wrong = []
+    compiled = compile_grammar(Grammar("lark", source), demo_tok)
     for text in CODEX_TEXTS:
-        compiled = compile_grammar(Grammar("lark", source), demo_tok)
         matcher = compiled.matcher()
         tokens = compiled.tokenizer.tokenize_str(text)
         raw = matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting()
