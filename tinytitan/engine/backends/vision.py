@@ -29,8 +29,11 @@ Rules:
   like any row. Kept entries hold true positions (the prompt cache turns a row's keys back, ``reframe``), and a
   prefix taken from the cache is shifted to the new prompt's constant: rotating cached keys by a constant is the
   same rotation rope applies.
-- An image is opened once per request, in ``prepare`` (``images.open_image``: a 400 naming the part when it cannot be);
-  what the processor makes of it (pixel values, its token count) is kept per digest for the turns that resend it.
+- An image is opened and processed once per request, in ``prepare`` (``images.open_image``: a 400 naming the part
+  when it cannot be); what the processor makes of it (pixel values, its token count) is kept per digest for the
+  turns that resend it, within ``KEPT_IMAGE_BYTES``. A request's own images are held past that budget until they
+  are read (``let_go``): a request of more than the budget holds would otherwise evict its own and process each
+  several times. Two requests prepared at once may still evict each other's; each image is then processed again.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ class VisionBackend(MLXBackend):
         self.merge_size = int(config["vision_config"].get("spatial_merge_size", 2))
         self.vlm = None  # mlx-vlm's model: its vision tower and projector are what is used
         self.encoded_images = 0  # images run through the vision tower since the model loaded
+        self.processed_images = 0  # images run through the processor (kept by digest, so once while kept)
         self._processed: "OrderedDict[str, Processed]" = OrderedDict()
         self._lock = threading.Lock()
         super().__init__(model_dir, *args, **kwargs)
@@ -118,8 +122,10 @@ class VisionBackend(MLXBackend):
         return int(token_id)
 
     # -- images in the prompt ---------------------------------------------------------------------------------
-    def processed(self, part: ImagePart) -> Processed:
-        """What the processor makes of an image (kept per digest): opened here, so a bad one is a 400 first."""
+    def processed(self, part: ImagePart, held: frozenset = frozenset()) -> Processed:
+        """What the processor makes of an image (kept per digest): opened here, so a bad one is a 400 first.
+        ``held``: the digests of the request it belongs to, kept past the budget until ``let_go`` (a request of
+        more images than the budget holds would otherwise evict its own, and process each several times)."""
         with self._lock:
             known = self._processed.get(part.digest)
             if known is not None:
@@ -131,15 +137,28 @@ class VisionBackend(MLXBackend):
                                  return_tensors="np")
         except Exception as exc:  # the processor cannot take it (a degenerate size …)
             raise ImageError(f"the model's image processor cannot take it ({exc})", part.where, "invalid_image") from None
+        self.processed_images += 1
         ids = [int(i) for i in _numpy(out["input_ids"])[0]]
         inputs = {k: _numpy(v) for k, v in out.items() if k not in ("input_ids", "attention_mask", "token_type_ids")}
         done = Processed(self.processor.tokenizer.decode(ids, skip_special_tokens=False),
                          ids.count(self.image_token_id), inputs)
         with self._lock:
             self._processed[part.digest] = done
-            while len(self._processed) > 1 and sum(p.nbytes for p in self._processed.values()) > KEPT_IMAGE_BYTES:
-                self._processed.popitem(last=False)
+            self._trim(held | {part.digest})
         return done
+
+    def let_go(self) -> None:
+        """A request's images no longer held past the budget (its images are read, or it was refused)."""
+        with self._lock:
+            self._trim(frozenset())
+
+    def _trim(self, held: frozenset) -> None:
+        """The oldest processed images dropped, those in ``held`` kept, until the rest fit the budget."""
+        over = sum(p.nbytes for p in self._processed.values()) - KEPT_IMAGE_BYTES
+        for digest in [d for d in self._processed if d not in held]:
+            if over <= 0:
+                return
+            over -= self._processed.pop(digest).nbytes
 
     def render(self, req: ChatRequest) -> str:
         """The template's text, each image's placeholder replaced by the image's tokens (see the rules)."""
@@ -152,9 +171,9 @@ class VisionBackend(MLXBackend):
             raise invalid(f"The model's chat template placed {len(pieces) - 1} image(s) of the {len(images)} sent: "
                           f"images are read in user turns{' and tool results' if len(pieces) > 1 else ''} only",
                           param=images[min(len(pieces) - 1, len(images) - 1)].where, code="invalid_image")
-        out = [pieces[0]]
+        out, held = [pieces[0]], _digests(images)
         for part, rest in zip(images, pieces[1:]):
-            out += [self.processed(part).text, rest]
+            out += [self.processed(part, held).text, rest]
         return "".join(out)
 
     def _literal_placeholders_hidden(self, req: ChatRequest) -> ChatRequest:
@@ -185,31 +204,41 @@ class VisionBackend(MLXBackend):
 
     def image_runs(self, tokens: list[int], req: ChatRequest) -> tuple[ImageRun, ...]:
         """Each image's span of the prompt: from its first image token to its last."""
-        runs, at = [], 0
+        runs, at, held = [], 0, _digests(req.images)
         for part in req.images:
-            count = self.processed(part).count
+            count = self.processed(part, held).count
             start = tokens.index(self.image_token_id, at) if count else at
             seen, end = 0, start
             while seen < count:
                 seen += tokens[end] == self.image_token_id
                 end += 1
-            runs.append(ImageRun(start, end, part.digest, self._rope_delta(part) if self.shifted else 0))
+            runs.append(ImageRun(start, end, part.digest, self._rope_delta(part, held) if self.shifted else 0))
             at = end
         return tuple(runs)
 
-    def _rope_delta(self, part: ImagePart) -> int:
+    def _rope_delta(self, part: ImagePart, held: frozenset) -> int:
         """How many rope positions fewer than tokens an image takes (M-RoPE: its merged grid's longer side)."""
-        t, h, w = (int(x) for x in self.processed(part).inputs["image_grid_thw"][0])
+        t, h, w = (int(x) for x in self.processed(part, held).inputs["image_grid_thw"][0])
         rows, cols = h // self.merge_size, w // self.merge_size
         return max(t, rows, cols) - t * rows * cols
 
     def prepare(self, req: ChatRequest) -> Prepared:
-        prepared = super().prepare(req)
-        prepared.image_runs = self.image_runs(prepared.tokens, prepared.req)
+        try:
+            prepared = super().prepare(req)
+            prepared.image_runs = self.image_runs(prepared.tokens, prepared.req)
+        except BaseException:
+            self.let_go()
+            raise
         return prepared
 
     # -- reading the images (model thread) --------------------------------------------------------------------
     def prompt_prefix(self, model, prepared: Prepared) -> tuple[list | None, int, int]:
+        try:
+            return self._prefix(model, prepared)
+        finally:
+            self.let_go()
+
+    def _prefix(self, model, prepared: Prepared) -> tuple[list | None, int, int]:
         runs = prepared.image_runs
         shift = -sum(r.rope_delta for r in runs)  # (M-RoPE) where the prompt's keys stand from their positions
         kv, n = self.prompt_cache.fetch(prepared.tokens, runs)
@@ -246,17 +275,17 @@ class VisionBackend(MLXBackend):
         import mlx.core as mx
         import numpy as np
 
-        parts = {p.digest: p for p in prepared.req.images}
+        parts, held = {p.digest: p for p in prepared.req.images}, _digests(prepared.req.images)
         runs = [r for r in prepared.image_runs if r.start >= start]
         positions = None
         if self.shifted:  # every image's grid, for the true positions of the whole prompt
-            grids = np.concatenate([self.processed(parts[r.digest]).inputs["image_grid_thw"]
+            grids = np.concatenate([self.processed(parts[r.digest], held).inputs["image_grid_thw"]
                                     for r in prepared.image_runs])
             positions, _ = self.vlm.language_model.get_rope_index(mx.array(prepared.tokens)[None], mx.array(grids))
             positions = positions[:, :, start:end] + shift
         at = start
         for r in runs:  # each segment: the text since the last image, and this image
-            one = self.processed(parts[r.digest])
+            one = self.processed(parts[r.digest], held)
             self._read_segment(model, kv, prepared, one, at, r.end, start, positions)
             self.encoded_images += 1
             at = r.end
@@ -321,6 +350,10 @@ class VisionBackend(MLXBackend):
     def unload(self) -> bool:
         self.vlm = None
         return super().unload()
+
+
+def _digests(images) -> frozenset:
+    return frozenset(p.digest for p in images)
 
 
 def _numpy(value: Any):
