@@ -1,8 +1,10 @@
 """A request of more than 64 images (the cap is 100, Anthropic's) on a vision model: every image is read, none
-crashes the server, and each goes through the model's image processor once. The vision tower once took all of a prompt's images in one batch, whose attention array passed 2**31
-elements at 65 images of the demo vision model (9 of a real Gemma 3): mlx's CPU kernel crashed the process. And
-the processed images kept for later turns (256 MiB: about 26 of the demo model's) evicted the request's own, so
-each of 70 went through the processor four times (rendering, tokenizing, placing, reading): 280 runs, 4-7 s."""
+crashes the server, and each goes through the model's image processor once.
+
+The vision tower once took all of a prompt's images in one batch, whose attention array passed 2**31 elements at
+65 images of the demo vision model (9 of a real Gemma 3): mlx's CPU kernel crashed the process. And the processed
+images kept for later turns (256 MiB: about 26 of the demo model's) evicted the request's own, so each of 70 went
+through the processor four times (rendering, tokenizing, placing, reading): 280 runs, 4-7 s."""
 
 from __future__ import annotations
 
