@@ -136,7 +136,8 @@ class VisionBackend(MLXBackend):
             out = self.processor(text=[self.placeholder], images=[image], add_special_tokens=False,
                                  return_tensors="np")
         except Exception as exc:  # the processor cannot take it (a degenerate size …)
-            raise ImageError(f"the model's image processor cannot take it ({exc})", part.where, "invalid_image") from None
+            raise ImageError(f"the model's image processor cannot take it ({exc})", part.where,
+                             "invalid_image") from None
         self.processed_images += 1
         ids = [int(i) for i in _numpy(out["input_ids"])[0]]
         inputs = {k: _numpy(v) for k, v in out.items() if k not in ("input_ids", "attention_mask", "token_type_ids")}
