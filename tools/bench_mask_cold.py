@@ -1,6 +1,7 @@
 """Why the structured-output mask costs more in the engine than llguidance alone (not a test; run by hand).
 
     python tools/bench_mask_cold.py [--variant 50m] [--tokens 300] [--reps 6]
+    python tools/bench_mask_cold.py --engine-only --max-fast 128,64,32,16,0   # part 2 alone, more sizes
 
 ``bench_structured.py`` puts llguidance's own time at ~0.03 ms a token with nothing between two tokens, and the
 mask's time through the engine at ~0.27 ms. This tool takes that gap apart, in process, on the MLX backend:
@@ -18,7 +19,8 @@ mask's time through the engine at ~0.27 ms. This tool takes that gap apart, in p
    until a larger allocation consolidates them, and llguidance's calls make that allocation.
    ``mallopt(M_MXFAST, 0)`` turns fastbins off for the whole process. The engine's lone plain request, lone
    constrained request (and its mask time, ``grammar_mask_s``) and a plain batch row beside another, with
-   fastbins on (glibc's default: 128 bytes on 64-bit) and off, alternating in one process.
+   fastbins on (glibc's default: 128 bytes on 64-bit) and off, alternating in one process; ``--max-fast``
+   names other sizes (the order rotating each repetition; ratios against the first size).
 
 Every figure is a median over ``--reps`` repetitions, on and off in alternating order; a ratio is the median
 of the per-repetition ratios.
@@ -194,11 +196,17 @@ def nonce() -> str:
     return "k" + uuid.uuid4().hex[:8]  # a prompt new to the prompt cache
 
 
-def fastbins_ab(backend, base, tokens: int, reps: int, set_max_fast) -> dict:
+def rotated(sizes: list[int], rep: int) -> list[int]:
+    """The fastbin sizes in repetition ``rep``: each repetition starts one further along."""
+    k = rep % len(sizes)
+    return sizes[k:] + sizes[:k]
+
+
+def fastbins_ab(backend, base, tokens: int, reps: int, set_max_fast, sizes: list[int]) -> dict:
     out: dict = {}
     for rep in range(reps):
         wait_quiet(0.3)
-        for max_fast in on_off(rep):
+        for max_fast in (on_off(rep) if sizes == [GLIBC_MXFAST, 0] else rotated(sizes, rep)):
             set_max_fast(max_fast)
             plain = engine_rate(backend, base, tokens, nonce(), False)[0]
             json_rate, _, mask_ms = engine_rate(backend, base, tokens, nonce(), True)
@@ -216,7 +224,12 @@ def main() -> None:
     ap.add_argument("--variant", default="50m")
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument("--max-fast", default=f"{GLIBC_MXFAST},0",
+                    help="the fastbin sizes (bytes) the engine A/B runs, comma-separated; the first is the baseline "
+                         f"of the ratios (default {GLIBC_MXFAST},0: glibc's default, and off)")
+    ap.add_argument("--engine-only", action="store_true", help="skip the replay (part 1)")
     args = ap.parse_args()
+    sizes = [int(x) for x in args.max_fast.split(",")]
 
     backend, base, prompt = setup(args.variant)
     compiled, tokens = answer_tokens(backend, prompt, args.tokens)
@@ -224,7 +237,7 @@ def main() -> None:
     set_max_fast = mallopt()
     runs: dict = {}
     between_tokens = betweens(backend, prompt)
-    for rep in range(args.reps):
+    for rep in range(0 if args.engine_only else args.reps):
         for name, between in between_tokens.items():
             if name == FORWARD and set_max_fast is not None:  # the pass with fastbins on and with them off
                 for size in on_off(rep):
@@ -239,26 +252,31 @@ def main() -> None:
     print()
     print(f"{utc_now()} · {machine_line()} · {args.variant} model, vocabulary {backend.vocab_size}, "
           f"{len(tokens)} tokens replayed, {args.reps} repetitions")
-    print()
-    print("| run before each token | consume the token (ms) | compute the next mask (ms) | the handoff (ms) |")
-    print("| --- | --: | --: | --: |")
-    for name, got in runs.items():
-        cells = [f"{statistics.median(g[i] for g in got):.3f}" for i in range(len(got[0]))]
-        print(f"| {name} | " + " | ".join(cells + ["—"] * (3 - len(cells))) + " |")
+    if runs:
+        print()
+        print("| run before each token | consume the token (ms) | compute the next mask (ms) | the handoff (ms) |")
+        print("| --- | --: | --: | --: |")
+        for name, got in runs.items():
+            cells = [f"{statistics.median(g[i] for g in got):.3f}" for i in range(len(got[0]))]
+            print(f"| {name} | " + " | ".join(cells + ["—"] * (3 - len(cells))) + " |")
 
     if set_max_fast is None:
         print("\n(no glibc mallopt here: the fastbins A/B is skipped)")
         return
-    out = fastbins_ab(backend, base, args.tokens, args.reps, set_max_fast)
+    out = fastbins_ab(backend, base, args.tokens, args.reps, set_max_fast, sizes)
     print()
-    print("| through the engine | fastbins on (glibc's default) | off | off ÷ on (IQR) |")
-    print("| --- | --: | --: | --: |")
+    print("| through the engine | " + " | ".join(f"max fast {s}" for s in sizes) + " |")
+    print("| --- |" + " --: |" * len(sizes))
     for key, label in (("plain", "a lone plain request, tok/s"), ("json", "a lone constrained request, tok/s"),
                        ("mask", "its mask's own time per token (ms)"), ("row", "a plain batch row, tok/s")):
-        on, off = out[(GLIBC_MXFAST, key)], out[(0, key)]
-        ratios = [b / a for a, b in zip(on, off)]
-        print(f"| {label} | {statistics.median(on):.3f} | {statistics.median(off):.3f} | "
-              f"{statistics.median(ratios):.3f} ({iqr(ratios)}) |")
+        first = out[(sizes[0], key)]
+        cells = []
+        for size in sizes:
+            got = out[(size, key)]
+            ratios = [b / a for a, b in zip(first, got)]
+            cells.append(f"{statistics.median(got):.3f}" + ("" if size == sizes[0] else
+                                                             f" (×{statistics.median(ratios):.3f}, {iqr(ratios)})"))
+        print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
