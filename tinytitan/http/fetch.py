@@ -23,10 +23,12 @@ import httpx
 import trio
 
 from .. import images
+from ..errors import ApiError
 from ..images import ImageError
 from ..protocols.base import OFF_LOOP_BYTES
 from ..protocols.wire import Call
 from ..speclang.validate import too_many_containers
+from . import encoding
 
 TIMEOUT_SECONDS = 10.0
 MAX_REDIRECTS = 3
@@ -80,16 +82,25 @@ async def fetch_image(client: httpx.AsyncClient, url: str, where: str) -> str:
                 declared = r.headers.get("content-length")
                 if declared and declared.isdigit() and int(declared) > images.MAX_BYTES:
                     raise failed(f"image exceeds {images.MAX_BYTES} bytes maximum ({declared} bytes)")
+                # the body as sent (a Content-Encoding undone below, within the limit: a few KB of zstd or brotli
+                # would otherwise inflate to gigabytes in one chunk before any limit is checked)
                 data = bytearray()
-                async for chunk in r.aiter_bytes():
+                async for chunk in r.aiter_raw():
                     data += chunk
                     if len(data) > images.MAX_BYTES:
                         raise failed(f"image exceeds {images.MAX_BYTES} bytes maximum")
                 media = r.headers.get("content-type", "").split(";")[0].strip().lower()
+                coding = r.headers.get("content-encoding")
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:  # (a URL httpx cannot read)
             raise failed(f"{type(exc).__name__}: {exc}"[:200]) from None
     if scope.cancelled_caught:
         raise failed(f"no answer within {TIMEOUT_SECONDS:g} s")
+    if encoding.codings(coding):  # on a thread, never asked for more than the limit (encoding.py)
+        try:
+            data = await trio.to_thread.run_sync(encoding.decode, bytes(data), coding, images.MAX_BYTES)
+        except ApiError as exc:
+            raise failed(f"image exceeds {images.MAX_BYTES} bytes maximum once decoded"
+                         if exc.kind == "request_too_large" else exc.message) from None
     media = media if media in images.MEDIA_TYPES else ""  # the bytes say what it is (images.inspect)
     return f"data:{media};base64,{base64.b64encode(bytes(data)).decode()}"
 
