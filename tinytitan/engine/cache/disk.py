@@ -152,7 +152,7 @@ class PromptDisk:
     def _scan(self) -> None:
         """The directory's files of this model, from their headers (the writer thread, at start)."""
         found, others, stale, now = [], 0, 0, time.time()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the owner's only: the files hold the prompts
         for p in sorted(cache_files(self.dir)):
             try:
                 meta = read_metadata(p)

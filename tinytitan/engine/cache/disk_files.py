@@ -42,7 +42,7 @@ def default_dir() -> Path:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -221,6 +221,7 @@ def save_whole(snap: list, meta: dict, tmp: Path, path: Path) -> None:
 
     try:
         save_prompt_cache(str(tmp), snap, meta)
+        os.chmod(tmp, 0o600)  # the owner's only: the metadata holds the conversation's text
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
