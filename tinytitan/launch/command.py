@@ -158,7 +158,37 @@ def _ask_fast(message: str, fast_name: str) -> bool | None:
     return {"f": True, "a": False}.get(answer[:1])
 
 
+class Stopped(Exception):
+    """launch was told to stop (SIGTERM, or SIGHUP: its terminal closed): what it started is stopped first."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stopped(signum, frame):
+    raise Stopped(signum)
+
+
+# (Windows has no SIGHUP)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def exit_status(returncode: int) -> int:
+    """A child's return code as a shell gives it: killed by signal N is 128 + N (Ctrl-C: 130)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def run(argv: list[str]) -> int:
+    previous = {s: signal.signal(s, _stopped) for s in STOP_SIGNALS}
+    try:
+        return _run(argv)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _run(argv: list[str]) -> int:
     opts, ns, serve_args, agent_args = parse(argv)
     agent = opts.agent
     program = PROGRAMS[agent]
@@ -208,6 +238,8 @@ def run(argv: list[str]) -> int:
         return _run_agent(inv)
     finally:
         if started is not None:
+            for s in STOP_SIGNALS:  # (a second signal does not cut the server's stop short)
+                signal.signal(s, signal.SIG_IGN)
             started.stop()
 
 
@@ -217,7 +249,17 @@ def _run_agent(inv) -> int:
     try:
         proc = subprocess.Popen(inv.argv, env={**os.environ, **inv.env},
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        return proc.wait()
+        try:
+            return exit_status(proc.wait())
+        except Stopped as stop:  # passed on to the agent, which is waited for (the server is stopped after)
+            if proc.poll() is None:
+                proc.send_signal(stop.signum)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return 128 + stop.signum
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -228,3 +270,7 @@ def main(argv: list[str]) -> int:
     except LaunchError as exc:
         _say(str(exc))
         return 1
+    except Stopped as stop:
+        return 128 + stop.signum
+    except KeyboardInterrupt:  # Ctrl-C before the agent started (the server loading, the fit question)
+        return 130

@@ -1,0 +1,83 @@
+"""``tinytitan launch`` told to stop (``kill``: SIGTERM; its terminal closed: SIGHUP) stops the agent and the
+server it started, as it does when the agent exits; the agent's end is launch's exit status as a shell says it
+(killed by Ctrl-C: 130)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from test_launch import ANSWER, env_for, free_port
+
+
+def fake_agent(tmp: Path, name: str, body: str) -> dict:
+    bindir = tmp / "bin"
+    bindir.mkdir(exist_ok=True)
+    exe = bindir / name
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+    env = env_for(tmp)
+    env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def up(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_launch_killed_stops_its_server(tmp_path, sig):
+    script = tmp_path / "s.yaml"
+    script.write_text(f'- "{ANSWER}"\n')
+    port = free_port()
+    env = fake_agent(tmp_path, "pi", f"echo $$ > {tmp_path}/agent.up; exec sleep 60")
+    proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "launch", "pi", "--script", str(script),
+                             "--port", str(port)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "agent.up").exists() or not (tmp_path / "agent.up").read_text().strip():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        assert up(port)
+        proc.send_signal(sig)  # (as `kill`, or the terminal closing, does)
+        proc.wait(timeout=30)
+        time.sleep(2)
+        alive = up(port)
+        print("launch rc", proc.returncode, "server up after launch died:", alive)
+        assert not alive, "the server launch started outlives it"
+        assert proc.returncode == 128 + sig
+        agent = int((tmp_path / "agent.up").read_text())
+        with pytest.raises(ProcessLookupError):  # the agent is gone too
+            os.kill(agent, 0)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        # the server is in a session of its own: find it by port and stop it
+        out = subprocess.run(["pgrep", "-f", "--", f"--port {port}"], capture_output=True, text=True).stdout.split()
+        for pid in out:
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_agent_killed_by_sigint_exit_code(tmp_path):
+    script = tmp_path / "s.yaml"
+    script.write_text(f'- "{ANSWER}"\n')
+    port = free_port()
+    env = fake_agent(tmp_path, "pi", "kill -INT $$")
+    done = subprocess.run([sys.executable, "-m", "tinytitan", "launch", "pi", "--script", str(script),
+                           "--port", str(port)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120)
+    print("rc", done.returncode, done.stderr[-500:])
+    assert done.returncode == 130
