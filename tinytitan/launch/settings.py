@@ -136,12 +136,13 @@ def aider(s: Served, own: Path, args: list[str]) -> Invocation:
     entry = {"max_input_tokens": s.window, "max_output_tokens": s.output_cap, "max_tokens": s.output_cap,
              "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": "openai",
              "mode": "chat"}
+    # (its weak model writes commit messages and history summaries from a system message's instructions: the
+    # model itself, never the chat-only '-fast' name, which strips every system message)
     argv = ["aider", "--openai-api-base", s.base + "/v1", "--model", f"openai/{s.model}",
-            "--weak-model", f"openai/{_fast(s.model)}", "--model-metadata-file", str(metadata),
+            "--weak-model", f"openai/{s.model}", "--model-metadata-file", str(metadata),
             "--no-analytics", "--no-check-update", "--no-show-model-warnings", "--no-show-release-notes"]
     env = {"OPENAI_API_KEY": s.key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    return Invocation(argv + args, env, {metadata: json.dumps(
-        {f"openai/{s.model}": entry, f"openai/{_fast(s.model)}": entry}, indent=1)})
+    return Invocation(argv + args, env, {metadata: json.dumps({f"openai/{s.model}": entry}, indent=1)})
 
 
 def qwen_code(s: Served, own: Path, args: list[str]) -> Invocation:
