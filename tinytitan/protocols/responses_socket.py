@@ -109,6 +109,9 @@ async def _exchange(proto, call: Call, conn: Connection, text: str, local: Local
     if not isinstance(generate, bool):
         raise invalid(f"Invalid type for '{prewarm}': expected a boolean, got {json.dumps(generate)}", param=prewarm,
                       code="invalid_type")
+    if not isinstance(frame.get("stream", True), bool):  # (not used here, as on the API: but not a wrong one)
+        raise invalid(f"Invalid type for 'stream': expected a boolean, got {json.dumps(frame['stream'])}",
+                      param="stream", code="invalid_type")
     body = {k: v for k, v in frame.items() if k not in ("type", prewarm)}
     body["stream"] = True  # a socket's response is always its events
     request = Call("POST", call.path, call.headers, call.query, json.dumps(body).encode())
