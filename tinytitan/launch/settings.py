@@ -79,7 +79,9 @@ class Invocation:
 def claude(s: Served, own: Path, args: list[str]) -> Invocation:
     env = {"ANTHROPIC_BASE_URL": s.base, "ANTHROPIC_AUTH_TOKEN": s.key, "ANTHROPIC_API_KEY": "",
            **claude_env({**s.card, "context_window": s.window}),
-           "ANTHROPIC_DEFAULT_HAIKU_MODEL": _fast(s.model),
+           # its Haiku slot runs the Explore and Guide subagents (tools, and their own system prompt) and titles
+           # (from a system message's instructions): the model itself, never the chat-only '-fast' name
+           "ANTHROPIC_DEFAULT_HAIKU_MODEL": s.model,
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
            "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1"}
     return Invocation(["claude", "--model", s.model, *args], env)
@@ -108,7 +110,9 @@ def opencode(s: Served, own: Path, args: list[str]) -> Invocation:
               "provider": {PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "tinytitan",
                                       "options": {"baseURL": s.base + "/v1", "apiKey": s.key},
                                       "models": {s.model: model}}},
-              "model": f"{PROVIDER}/{s.model}", "small_model": f"{PROVIDER}/{_fast(s.model)}",
+              # (its small model writes titles and summaries from a system message: not the '-fast' name, which
+              # strips it; that name stays in the list, to pick by hand)
+              "model": f"{PROVIDER}/{s.model}", "small_model": f"{PROVIDER}/{s.model}",
               "autoupdate": False, "share": "disabled"}
     config["provider"][PROVIDER]["models"][_fast(s.model)] = {**model, "name": _fast(s.model), "tool_call": False}
     env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config), "OPENCODE_DISABLE_AUTOUPDATE": "1",
