@@ -14,6 +14,9 @@ Rules:
   returns. ``put`` that fails (a full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it and still
   answers. A read or a delete the database cannot do (a lost database server, a damaged file) is a 503 naming
   the store, never a 500, and the log says why.
+- An id with a NUL character is never found (PostgreSQL's text cannot hold one, so no stored row has it): a
+  lookup by one answers as for any id not stored, on either database, never with the database's error. An item
+  whose own id holds one is stored (listed, replayed) without its id in the index (it cannot be referenced).
 - ``memory`` keeps everything in this process only. A directory holds ``state.db``; an older
   ``responses.jsonl`` found there is migrated into it at open (legacy.py).
 """
@@ -160,6 +163,8 @@ class ResponsesStore:
         for kind, items, bodies in ((0, rec.input, inputs), (1, rec.output, outputs)):
             for pos, (item, body) in enumerate(zip(items, bodies)):
                 item_id = item.get("id") if isinstance(item, dict) else None
+                if _unstorable(item_id):  # kept, but not by an id the index could hold
+                    item_id = None
                 tx.exec("INSERT INTO response_items (response_id, kind, position, item_id, body) "
                         "VALUES (?, ?, ?, ?, ?)",
                         (rec.id, kind, pos, item_id if isinstance(item_id, str) else None, body))
@@ -213,7 +218,14 @@ class ResponsesStore:
 
 
 # -- the queries (each runs inside one transaction) ---------------------------------------------------------
+def _unstorable(key: str | None) -> bool:
+    """An id no database row can hold (PostgreSQL's text cannot hold a NUL character): never looked up."""
+    return isinstance(key, str) and "\x00" in key
+
+
 def _get(tx, response_id: str) -> StoredResponse | None:
+    if _unstorable(response_id):
+        return None
     row = tx.row("SELECT previous_response_id, created_at, events, extra FROM responses WHERE id = ?", (response_id,))
     if row is None:
         return None
@@ -223,6 +235,8 @@ def _get(tx, response_id: str) -> StoredResponse | None:
 
 
 def _find_item(tx, item_id: str) -> dict | None:
+    if _unstorable(item_id):
+        return None
     row = tx.row("SELECT i.body FROM response_items i JOIN responses r ON r.id = i.response_id WHERE i.item_id = ? "
                  "ORDER BY r.created_at DESC, r.stored_at DESC, i.kind DESC LIMIT 1", (item_id,))
     return json.loads(row[0]) if row else None
@@ -234,7 +248,8 @@ def _chain(tx, response_id: str) -> tuple[list[dict], str | None] | None:
     links: list[str] = []
     missing, rid = None, response_id
     while rid is not None and rid not in links:  # (a cycle is never written by this server: it stops there)
-        row = tx.row("SELECT previous_response_id FROM responses WHERE id = ?", (rid,))
+        row = None if _unstorable(rid) else \
+            tx.row("SELECT previous_response_id FROM responses WHERE id = ?", (rid,))
         if row is None:
             if not links:
                 return None
@@ -253,12 +268,14 @@ def _chain(tx, response_id: str) -> tuple[list[dict], str | None] | None:
 
 
 def _input_page(tx, response_id: str, limit: int, order: str, after: str | None, before: str | None) -> Page | None:
-    if tx.row("SELECT 1 FROM responses WHERE id = ?", (response_id,)) is None:
+    if _unstorable(response_id) or tx.row("SELECT 1 FROM responses WHERE id = ?", (response_id,)) is None:
         return None
 
     def position(name: str, value: str | None) -> int | None:
         if value is None:
             return None
+        if _unstorable(value):
+            raise CursorNotFound(name, value)
         row = tx.row("SELECT min(position) FROM response_items WHERE response_id = ? AND kind = 0 AND item_id = ?",
                      (response_id, value))
         if row is None or row[0] is None:
@@ -285,6 +302,8 @@ def _input_page(tx, response_id: str, limit: int, order: str, after: str | None,
 
 
 def _delete(tx, response_id: str) -> bool:
+    if _unstorable(response_id):
+        return False
     return _delete_many(tx, [response_id]) > 0
 
 
