@@ -15,6 +15,27 @@ from .wire import Call, Reply
 log = logging.getLogger("tinytitan.responses")
 
 
+# the listed item types whose SDK model (``ResponseItem``'s members) requires a status, and the fields an input
+# may leave out that the listed item must have: filled in as listed, the stored item (and the prompt) unchanged
+STATUS_REQUIRED = ("function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+                   "tool_search_call", "tool_search_output")
+
+
+def as_listed(item: dict) -> dict:
+    """A stored input item as ``input_items`` lists it (the API's ``ResponseItem``)."""
+    kind = item.get("type")
+    if kind not in STATUS_REQUIRED:
+        return item
+    item = dict(item)
+    if item.get("status") is None:
+        item["status"] = "completed"
+    if kind == "custom_tool_call_output" and item.get("output") is None:
+        item["output"] = ""
+    if kind in ("tool_search_call", "tool_search_output") and item.get("execution") is None:
+        item["execution"] = "client"  # (the only kind this server takes)
+    return item
+
+
 class StoredResponses:
     """The stored side of the Responses protocol (a part of ``OpenAIResponses``): it reads through the
     protocol's ``store()``."""
@@ -90,8 +111,9 @@ class StoredResponses:
                           param=exc.name, code="invalid_value") from None
         if page is None:
             raise not_stored(response_id)
+        data = [as_listed(item) for item in page.data]
         return Reply({
-            "object": "list", "data": page.data, "first_id": page.data[0].get("id") if page.data else None,
-            "last_id": page.data[-1].get("id") if page.data else None, "has_more": page.has_more,
+            "object": "list", "data": data, "first_id": data[0].get("id") if data else None,
+            "last_id": data[-1].get("id") if data else None, "has_more": page.has_more,
             "limit": limit, "order": order,
         })
