@@ -1,7 +1,7 @@
 """The older Responses store's log (``responses.jsonl``), migrated into the state database at open.
 
 Rules:
-- The log is replayed as the older store did (``put`` / ``delete`` records; a torn last line or an unreadable
+- The log is replayed as the older store did (``put`` / ``delete`` records, its newest 256 kept; a torn last line or an unreadable
   one is skipped with a warning) and every live response is written to the database, keeping its id, chain and
   creation time. Writing is idempotent: a migration cut short is simply done again at the next start.
 - Verified before anything moves: every migrated id is read back from the database. Then the log is renamed
@@ -21,6 +21,7 @@ from typing import Callable
 log = logging.getLogger("tinytitan.store")
 
 BACKUP_SUFFIX = ".migrated"
+OLDER_KEEP = 256  # the older store served its newest 256 responses (no flag changed it): its log can hold more
 
 
 def replay_lines(path: Path, apply: Callable[[dict], None], logger: logging.Logger, what: str) -> None:
@@ -51,6 +52,8 @@ def read_log(path: Path) -> "OrderedDict[str, dict]":
             body = {k: v for k, v in record.items() if k != "op"}
             records.pop(body["id"], None)
             records[body["id"]] = body
+            while len(records) > OLDER_KEEP:  # evicted there, as its own replay did: not brought back
+                records.popitem(last=False)
         elif op == "delete":
             records.pop(record["id"], None)
         else:
