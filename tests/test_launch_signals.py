@@ -81,3 +81,42 @@ def test_agent_killed_by_sigint_exit_code(tmp_path):
                           capture_output=True, text=True, timeout=120)
     print("rc", done.returncode, done.stderr[-500:])
     assert done.returncode == 130
+
+
+def test_a_second_signal_still_stops_the_agent(tmp_path):
+    """A terminal closing (SIGHUP) and then a `kill` (SIGTERM) while launch waits for an agent slow to stop: launch
+    still waits for it, and kills it, before it exits; it never leaves the agent running."""
+    script = tmp_path / "s.yaml"
+    script.write_text(f'- "{ANSWER}"\n')
+    port = free_port()
+    env = fake_agent(tmp_path, "pi", f"trap '' TERM HUP; echo $$ > {tmp_path}/agent.up; exec sleep 60")
+    proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "launch", "pi", "--script", str(script),
+                             "--port", str(port)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    agent = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "agent.up").exists() or not (tmp_path / "agent.up").read_text().strip():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        agent = int((tmp_path / "agent.up").read_text())
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert proc.returncode == 128 + signal.SIGHUP
+        with pytest.raises(ProcessLookupError):  # the agent is gone too
+            os.kill(agent, 0)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if agent is not None:
+            try:
+                os.kill(agent, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out = subprocess.run(["pgrep", "-f", "--", f"--port {port}"], capture_output=True, text=True).stdout.split()
+        for pid in out:
+            os.kill(int(pid), signal.SIGKILL)

@@ -252,6 +252,8 @@ def _run_agent(inv) -> int:
         try:
             return exit_status(proc.wait())
         except Stopped as stop:  # passed on to the agent, which is waited for (the server is stopped after)
+            for s in STOP_SIGNALS:  # (a second signal does not cut the wait short and leave the agent running)
+                signal.signal(s, signal.SIG_IGN)
             if proc.poll() is None:
                 proc.send_signal(stop.signum)
             try:
