@@ -138,12 +138,12 @@ class VisionBackend(MLXBackend):
         except Exception as exc:  # the processor cannot take it (a degenerate size …)
             raise ImageError(f"the model's image processor cannot take it ({exc})", part.where,
                              "invalid_image") from None
-        self.processed_images += 1
         ids = [int(i) for i in _numpy(out["input_ids"])[0]]
         inputs = {k: _numpy(v) for k, v in out.items() if k not in ("input_ids", "attention_mask", "token_type_ids")}
         done = Processed(self.processor.tokenizer.decode(ids, skip_special_tokens=False),
                          ids.count(self.image_token_id), inputs)
         with self._lock:
+            self.processed_images += 1
             self._processed[part.digest] = done
             self._trim(held | {part.digest})
         return done
@@ -231,6 +231,12 @@ class VisionBackend(MLXBackend):
             self.let_go()
             raise
         return prepared
+
+    def count_tokens(self, req: ChatRequest) -> int:
+        try:
+            return super().count_tokens(req)
+        finally:  # counted, never read: its images are not held past the budget
+            self.let_go()
 
     # -- reading the images (model thread) --------------------------------------------------------------------
     def prompt_prefix(self, model, prepared: Prepared) -> tuple[list | None, int, int]:
