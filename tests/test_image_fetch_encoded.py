@@ -32,7 +32,7 @@ def bomb_host():
 
         def do_GET(self):
             coding, data = {"/z.png": ("zstd", ZSTD_BOMB), "/b.png": ("br", BR_BOMB),
-                            "/ok.png": ("gzip", gzip.compress(PNG))}[self.path]
+                            "/ok.png": ("gzip", gzip.compress(PNG)), "/none.png": ("none", PNG)}[self.path]
             try:
                 self.send_response(200)
                 self.send_header("Content-Type", "image/png")
@@ -66,4 +66,10 @@ async def test_a_compressed_image_is_not_inflated_past_the_limit(bomb_host, path
 async def test_a_compressed_image_within_the_limit_is_decoded(bomb_host):
     async with httpx.AsyncClient(trust_env=False) as client:
         url = await fetch.fetch_image(client, bomb_host + "/ok.png", "messages[0].content[0]")
+    assert url == "data:image/png;base64," + base64.b64encode(PNG).decode()
+
+
+async def test_a_coding_no_decoder_knows_is_skipped_as_httpx_skips_it(bomb_host):
+    async with httpx.AsyncClient(trust_env=False) as client:
+        url = await fetch.fetch_image(client, bomb_host + "/none.png", "messages[0].content[0]")
     assert url == "data:image/png;base64," + base64.b64encode(PNG).decode()

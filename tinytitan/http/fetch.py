@@ -90,7 +90,10 @@ async def fetch_image(client: httpx.AsyncClient, url: str, where: str) -> str:
                     if len(data) > images.MAX_BYTES:
                         raise failed(f"image exceeds {images.MAX_BYTES} bytes maximum")
                 media = r.headers.get("content-type", "").split(";")[0].strip().lower()
-                coding = r.headers.get("content-encoding")
+                # (a coding no decoder knows, "none" or "binary" from a misconfigured server, is skipped as httpx
+                # skips it: the bytes then say whether they are an image)
+                coding = ", ".join(c for c in encoding.codings(r.headers.get("content-encoding"))
+                                   if c in encoding.DECODERS)
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:  # (a URL httpx cannot read)
             raise failed(f"{type(exc).__name__}: {exc}"[:200]) from None
     if scope.cancelled_caught:
