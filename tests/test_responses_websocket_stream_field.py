@@ -18,3 +18,11 @@ async def test_a_wrong_stream_is_refused_by_name(serve):
             assert err["param"] == "stream" and err["code"] == "invalid_type"
             await ws.send_text(create(input="hi", stream=False))  # a boolean: not used, as on the API
             assert (await turn(ws))[-1]["type"] == "response.completed"
+
+
+async def test_a_null_stream_is_taken_as_over_http(serve):
+    server = await serve(["ok"])
+    async with httpx.AsyncClient() as client:
+        async with aconnect_ws(server.url("/v1/responses"), client) as ws:
+            await ws.send_text(create(input="hi", stream=None))  # (HTTP answers the same body: 200)
+            assert (await turn(ws))[-1]["type"] == "response.completed"

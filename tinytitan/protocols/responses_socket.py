@@ -109,7 +109,7 @@ async def _exchange(proto, call: Call, conn: Connection, text: str, local: Local
     if not isinstance(generate, bool):
         raise invalid(f"Invalid type for '{prewarm}': expected a boolean, got {json.dumps(generate)}", param=prewarm,
                       code="invalid_type")
-    if not isinstance(frame.get("stream", True), bool):  # (not used here, as on the API: but not a wrong one)
+    if frame.get("stream") is not None and not isinstance(frame["stream"], bool):  # (not used: but not a wrong one)
         raise invalid(f"Invalid type for 'stream': expected a boolean, got {json.dumps(frame['stream'])}",
                       param="stream", code="invalid_type")
     body = {k: v for k, v in frame.items() if k not in ("type", prewarm)}
