@@ -34,3 +34,20 @@ async def test_an_id_with_a_nul_is_not_found_never_a_500(serve, state):  # noqa:
     assert [i.id for i in (await c.responses.input_items.list(rid)).data] == ["m\0"]
     r3 = await c.responses.create(model=MODEL, input="c", previous_response_id=rid)
     assert r3.output_text == "three"
+
+
+async def test_a_page_ends_on_an_item_whose_id_holds_a_nul(serve, state):  # noqa: F811
+    """Its id is the page's last_id, the cursor a client (the SDK's auto-paging) sends for the next page."""
+    s = await serve(["one"], responses_store=state)
+    r = await post(s, "/v1/responses", {"model": MODEL, "input": [
+        {"type": "message", "role": "user", "content": "hi", "id": "m\0"},
+        {"type": "message", "role": "user", "content": "there", "id": "m2"}]})
+    rid = r.json()["id"]
+    path = f"/v1/responses/{rid}/input_items"
+    page = (await get(s, path, params={"limit": 1, "order": "asc"})).json()
+    assert page["last_id"] == "m\0" and page["has_more"]
+    r = await get(s, path, params={"limit": 1, "order": "asc", "after": page["last_id"]})
+    assert r.status_code == 200, r.text
+    assert [i["id"] for i in r.json()["data"]] == ["m2"]
+    r = await get(s, path, params={"order": "asc", "before": "m2"})
+    assert [i["id"] for i in r.json()["data"]] == ["m\0"]

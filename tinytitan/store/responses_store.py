@@ -274,10 +274,13 @@ def _input_page(tx, response_id: str, limit: int, order: str, after: str | None,
     def position(name: str, value: str | None) -> int | None:
         if value is None:
             return None
-        if _unstorable(value):
-            raise CursorNotFound(name, value)
-        row = tx.row("SELECT min(position) FROM response_items WHERE response_id = ? AND kind = 0 AND item_id = ?",
-                     (response_id, value))
+        if _unstorable(value):  # (an item stored without its id in the index: a page's last_id may be it)
+            row = next(((p,) for p, body in tx.rows(
+                "SELECT position, body FROM response_items WHERE response_id = ? AND kind = 0 AND item_id IS NULL "
+                "ORDER BY position", (response_id,)) if json.loads(body).get("id") == value), None)
+        else:
+            row = tx.row("SELECT min(position) FROM response_items WHERE response_id = ? AND kind = 0 "
+                         "AND item_id = ?", (response_id, value))
         if row is None or row[0] is None:
             raise CursorNotFound(name, value)
         return row[0]
