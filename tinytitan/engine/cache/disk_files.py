@@ -40,15 +40,6 @@ def default_dir() -> Path:
     return Path(base) / "tinytitan" / "prompt-cache"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def read_metadata(path: Path) -> dict:
     """The ``__metadata__`` of a safetensors file, from its header alone (8-byte length, then JSON)."""
     with open(path, "rb") as f:
@@ -220,8 +211,11 @@ def save_whole(snap: list, meta: dict, tmp: Path, path: Path) -> None:
     from mlx_lm.models.cache import save_prompt_cache
 
     try:
+        # the owner's only from its first byte (the metadata holds the conversation's text): mlx truncates the file
+        # it is given and keeps its mode, where a chmod after would leave the written file open to others till then
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         save_prompt_cache(str(tmp), snap, meta)
-        os.chmod(tmp, 0o600)  # the owner's only: the metadata holds the conversation's text
+        os.chmod(tmp, 0o600)  # (a file already there keeps its mode through O_CREAT)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
