@@ -3,20 +3,23 @@
 Rules (one row per agent; versions they were checked with in brackets):
 - claude (Claude Code 2.1.332): Anthropic Messages. ``ANTHROPIC_BASE_URL``, the key as ``ANTHROPIC_AUTH_TOKEN``
   (a bearer token: no "use this API key?" question, no account key sent), the window and output cap as
-  ``tinytitan.agents.claude_env`` computes them, its small/fast model on ``<id>-fast``; telemetry, error
-  reporting and the auto-updater off (``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`` …). ``--model <id>``.
+  ``tinytitan.agents.claude_env`` computes them, its Haiku model (subagents, titles) on the model itself;
+  telemetry, error reporting and the auto-updater off (``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`` …).
+  ``--model <id>``.
 - codex (Codex CLI 0.171): OpenAI Responses over plain HTTP, a custom provider given entirely as ``-c``
   overrides, and a model catalog of launch's own (``model_catalog_json``: the server's catalog entries, which
   carry the window, auto-compaction and ``apply_patch``); analytics and the update check off.
 - opencode (1.18): Chat Completions through ``@ai-sdk/openai-compatible``, its whole configuration in
   ``OPENCODE_CONFIG_CONTENT`` (merged over the user's), the window and output cap as the model's ``limit``,
-  image input (``attachment``, ``modalities``) for a model that takes images; autoupdate, sharing, the models.dev fetch and LSP downloads off.
+  the small model (titles, summaries) the model itself, image input (``attachment``, ``modalities``) for a model
+  that takes images; autoupdate, sharing, the models.dev fetch and LSP downloads off.
 - pi (0.73): Chat Completions; ``PI_CODING_AGENT_DIR`` points it at an agent directory of launch's own whose
   ``models.json`` holds the provider and the model's ``contextWindow`` / ``maxTokens``; offline, no telemetry,
   no version check.
 - aider (0.86): Chat Completions through litellm (``--openai-api-base``, ``--model openai/<id>``), the window and
-  output cap in a ``--model-metadata-file`` of launch's own; analytics (``--no-analytics``: this run only, never
-  the permanent ``--analytics-disable``, which writes the user's config) and update checks off.
+  output cap in a ``--model-metadata-file`` of launch's own, the weak model the model itself; analytics
+  (``--no-analytics``: this run only, never the permanent ``--analytics-disable``, which writes the user's
+  config) and update checks off.
 - qwen-code (0.15): Chat Completions (``--auth-type openai``, ``OPENAI_BASE_URL`` …); a system settings file of
   launch's own (``QWEN_CODE_SYSTEM_SETTINGS_PATH``: it overrides the user's settings for this run only) holds
   the window (``contextWindowSize``), usage statistics, telemetry and auto-update off; the output cap is

@@ -1,9 +1,9 @@
 """The older Responses store's log (``responses.jsonl``), migrated into the state database at open.
 
 Rules:
-- The log is replayed as the older store did (``put`` / ``delete`` records, its newest 256 kept; a torn last line or an unreadable
-  one is skipped with a warning) and every live response is written to the database, keeping its id, chain and
-  creation time. Writing is idempotent: a migration cut short is simply done again at the next start.
+- The log is replayed as the older store did (``put`` / ``delete`` records, its newest 256 kept; a torn last line
+  or an unreadable one is skipped with a warning) and every live response is written to the database, keeping
+  its id, chain and creation time. Writing is idempotent: a migration cut short is simply done again at the next start.
 - Verified before anything moves: every migrated id is read back from the database. Then the log is renamed
   ``responses.jsonl.migrated`` (kept beside the database as a backup, never deleted by the server). When the
   check fails the log stays where it is, the error says so, and the next start tries again.
