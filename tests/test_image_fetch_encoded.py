@@ -32,7 +32,8 @@ def bomb_host():
 
         def do_GET(self):
             coding, data = {"/z.png": ("zstd", ZSTD_BOMB), "/b.png": ("br", BR_BOMB),
-                            "/ok.png": ("gzip", gzip.compress(PNG)), "/none.png": ("none", PNG)}[self.path]
+                            "/ok.png": ("gzip", gzip.compress(PNG)), "/none.png": ("none", PNG),
+                            "/torn.png": ("gzip", gzip.compress(PNG)[:-12])}[self.path]
             try:
                 self.send_response(200)
                 self.send_header("Content-Type", "image/png")
@@ -73,3 +74,10 @@ async def test_a_coding_no_decoder_knows_is_skipped_as_httpx_skips_it(bomb_host)
     async with httpx.AsyncClient(trust_env=False) as client:
         url = await fetch.fetch_image(client, bomb_host + "/none.png", "messages[0].content[0]")
     assert url == "data:image/png;base64," + base64.b64encode(PNG).decode()
+
+
+async def test_a_body_that_is_not_its_coding_is_refused_as_the_images(bomb_host):
+    async with httpx.AsyncClient(trust_env=False) as client:
+        with pytest.raises(ImageError) as err:
+            await fetch.fetch_image(client, bomb_host + "/torn.png", "messages[0].content[0]")
+    assert "the image's body is not the gzip data its Content-Encoding says" in str(err.value), str(err.value)

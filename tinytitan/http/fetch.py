@@ -103,7 +103,8 @@ async def fetch_image(client: httpx.AsyncClient, url: str, where: str) -> str:
             data = await trio.to_thread.run_sync(encoding.decode, bytes(data), coding, images.MAX_BYTES)
         except ApiError as exc:
             raise failed(f"image exceeds {images.MAX_BYTES} bytes maximum once decoded"
-                         if exc.kind == "request_too_large" else exc.message) from None
+                         if exc.kind == "request_too_large" else
+                         f"the image's body is not the {coding} data its Content-Encoding says") from None
     media = media if media in images.MEDIA_TYPES else ""  # the bytes say what it is (images.inspect)
     return f"data:{media};base64,{base64.b64encode(bytes(data)).decode()}"
 

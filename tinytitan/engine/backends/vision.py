@@ -32,8 +32,10 @@ Rules:
 - An image is opened and processed once per request, in ``prepare`` (``images.open_image``: a 400 naming the part
   when it cannot be); what the processor makes of it (pixel values, its token count) is kept per digest for the
   turns that resend it, within ``KEPT_IMAGE_BYTES``. A request's own images are held past that budget until they
-  are read (``let_go``): a request of more than the budget holds would otherwise evict its own and process each
-  several times. Two requests prepared at once may still evict each other's; each image is then processed again.
+  are read or counted (``let_go``): a request of more than the budget holds would otherwise evict its own and
+  process each several times. So one request may hold its 100 images (about 1 GB of a Gemma 3's) for its reading;
+  one dropped before it is read is trimmed by the next image processed. Two requests prepared at once may still
+  evict each other's; each image is then processed again.
 """
 
 from __future__ import annotations
