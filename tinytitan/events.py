@@ -115,13 +115,16 @@ class Finished:
 class Failed:
     message: str
     type: str = "server_error"  # an error kind (``errors.kinds`` of the protocol's spec says how it looks)
+    code: str | None = None  # the error's own code, where it has one (``group_broken``): a folded answer's
 
     @classmethod
     def of(cls, exc: BaseException) -> "Failed":
         """A generation that failed with ``exc`` once its stream was open; one whose model cannot generate now
-        (``ApiError`` of kind ``unavailable``: a broken group of processes) says so, as a new request is told."""
-        kind = "unavailable" if getattr(exc, "kind", None) == "unavailable" else "server_error"
-        return cls(f"generation failed: {getattr(exc, 'message', exc)}", kind)
+        (``ApiError`` of kind ``unavailable``: a broken group of processes) says so, as a new request is told
+        (its code too: a folded answer is refused as a new request is, 503 ``group_broken``)."""
+        if getattr(exc, "kind", None) == "unavailable":
+            return cls(f"generation failed: {getattr(exc, 'message', exc)}", "unavailable", getattr(exc, "code", None))
+        return cls(f"generation failed: {getattr(exc, 'message', exc)}", "server_error")
 
 
 TokenEvent = Union[

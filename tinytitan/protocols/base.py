@@ -220,10 +220,18 @@ class Protocol:
         request holds) and ends them."""
         if v.body.get(self.stream_field):
             return Reply.of_stream(self.sse_body(machine, events, v, framing), self.spec.content_type)
-        async with aclosing(pump(machine, events)) as wires:
+        noted = _FailedNoted(events)
+        async with aclosing(pump(machine, noted)) as wires:
             wire = [w async for w in wires]
         await self.record(v, machine)
-        return Reply(self.fold(wire, v))
+        try:
+            return Reply(self.fold(wire, v))
+        except ApiError as err:  # a generation that failed of its own kind (a broken group: 503 group_broken) is
+            failed = noted.failed  # answered as that kind, as a request refused before it started is, not a 500
+            if failed is None or failed.type in ("server_error", err.kind):
+                raise
+            raise ApiError(failed.type, err.message, err.param, failed.code or err.code, err.headers,
+                           err.data) from None
 
     async def sse_body(self, machine: Machine, events: AsyncIterable[TokenEvent],
                        v: Validated | None = None, framing: str | None = None) -> AsyncIterator[bytes]:
@@ -249,6 +257,23 @@ class Protocol:
                 yield wire.encode(framing)
             if machine.done and machine.terminal is not None:
                 yield machine.terminal.encode(framing)
+
+
+class _FailedNoted:
+    """Token events passed on as they come, the last ``Failed`` among them noted (``failed``)."""
+
+    def __init__(self, events: AsyncIterable[TokenEvent]):
+        self._events = events.__aiter__()
+        self.failed: Failed | None = None
+
+    def __aiter__(self) -> "_FailedNoted":
+        return self
+
+    async def __anext__(self) -> TokenEvent:
+        ev = await self._events.__anext__()
+        if isinstance(ev, Failed):
+            self.failed = ev
+        return ev
 
 
 def _cache_miss(session: Any, name: str = "cache_miss") -> dict | None:
