@@ -71,7 +71,7 @@ def serve(args) -> int:
         from .engine.group.follower import follow
 
         try:
-            follow(group, backends, max_batch)
+            follow(group, backends, max_batch, getattr(args, "group_timeout", None))
         except GroupBroken as exc:
             log.error("rank %d stops: %s", group.rank, exc)
             return 1

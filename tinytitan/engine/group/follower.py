@@ -1,9 +1,21 @@
 """A follower of a group: the rows rank 0 opened, stepped by its plans and folded by its fold (lockstep.py's
-rules: what each message says, and how a follower keeps its rows and prompt cache as rank 0 keeps its own)."""
+rules: what each message says, and how a follower keeps its rows and prompt cache as rank 0 keeps its own).
+
+Rules:
+- A follower waits for rank 0's next message inside a collective, which MLX's ring backend spins in and no
+  thread can interrupt. Rank 0 sends one at least every ``IDLE_S`` while the group is whole (a heartbeat when it
+  is idle), and none once it is broken: a follower back from a stall that broke the group (its host asleep,
+  swapping) would spin there for good. So a watchdog (``Silence``) ends the process when a wait for rank 0
+  passes ``timeout`` (``--group-timeout``, rank 0's own limit), or ten times that after a switch of models (rank
+  0 loads its part before its next message); the first message is not timed (rank 0 may load longer).
+  Under ``mlx.launch`` one rank's exit ends them all, and a restart of the whole group is the recovery.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 
 from ..cache.entries import Kept, PromptFacts
@@ -100,9 +112,39 @@ class FollowerScheduler(Scheduler):
         return {i: row.generated[n:] for i, (row, n) in before.items() if len(row.generated) > n}
 
 
-def follow(group: Group, backends: list, max_batch: int) -> None:
+class Silence:
+    """The watchdog of a follower's waits for rank 0 (see the rules): ``waiting(allowed)`` before one, ``heard()``
+    after; a wait past its allowance ends the process."""
+
+    def __init__(self, rank: int, timeout: float):
+        self.rank, self.timeout = rank, timeout
+        self.since: float | None = None
+        self.allowed = timeout
+        threading.Thread(target=self._watch, name="tinytitan-follower-watchdog", daemon=True).start()
+
+    def waiting(self, allowed: float) -> None:
+        self.allowed, self.since = allowed, time.monotonic()
+
+    def heard(self) -> None:
+        self.since = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.timeout / 4))
+            since = self.since
+            if since is not None and time.monotonic() - since > self.allowed:
+                log.error("rank %d stops: no word from rank 0 in %.0f s (the group is broken, or rank 0 is stuck); "
+                          "restart the whole group", self.rank, time.monotonic() - since)
+                logging.shutdown()
+                os._exit(1)  # (the wait is a spinning collective no thread can interrupt)
+
+
+def follow(group: Group, backends: list, max_batch: int, timeout: float | None = None) -> None:
     """A follower's whole life: the steps rank 0 broadcasts, run on this rank's part of the model (of a
-    catalog: the one rank 0 switched to last), until the group breaks (rank 0 gone)."""
+    catalog: the one rank 0 switched to last), until the group breaks (rank 0 gone); ``timeout``: the longest
+    wait for rank 0's next message (see the rules; None: no limit)."""
+    silence = Silence(group.rank, timeout) if timeout else None
+    allowed: float | None = None  # (the first message: not timed)
     by_id = {b.model_id: b for b in backends}
     backend = next((b for b in backends if b.loaded), backends[0])
     scheduler: FollowerScheduler | None = None
@@ -110,7 +152,12 @@ def follow(group: Group, backends: list, max_batch: int) -> None:
     diverged: str | None = None
     log.info("rank %d follows rank 0's steps", group.rank)
     while True:
+        if silence is not None and allowed is not None:
+            silence.waiting(allowed)
         msg = group.share(report=diverged is not None)
+        if silence is not None:
+            silence.heard()
+        allowed = timeout * (10 if "m" in msg else 1) if timeout else None
         if diverged is not None:  # rank 0 has heard it (and broken the group)
             raise RuntimeError(diverged)
         for i, tokens in msg["a"]:  # what rank 0 accepted: what this rank's fold accepted, if in step
