@@ -222,10 +222,16 @@ def _gguf_form(args) -> str | None:
     return None if form == "auto" else form
 
 
+# the flags every rank must be started with alike: the prompt cache a follower keeps must start each row where
+# rank 0's does (its budget decides what it still holds), and the ranks' KV caches and split must match
+SHARED_FLAGS = {"prompt_cache_mib": "--prompt-cache-mib", "kv_bits": "--kv-bits", "sharding": "--sharding"}
+
+
 def join_group(args):
     """The group this process is a rank of, when ``mlx.launch`` started it (engine/group/ranks.py); None otherwise.
     A group serves a model (``--model``) or a catalog (``--models-dir``, the same on every host); a script is
-    refused by name."""
+    refused by name, and so is a rank started with other ``SHARED_FLAGS`` than rank 0 (on every rank, naming it:
+    else the group would come up and break on a later turn, naming no flag)."""
     from .engine.group.ranks import Group, launched
 
     if not launched():
@@ -233,4 +239,13 @@ def join_group(args):
     if args.script:
         raise SystemExit("--script cannot be served by a group of processes (mlx.launch): a group serves a model, "
                          "named by --model, or a catalog, --models-dir")
-    return Group.from_env(getattr(args, "sharding", "auto"))
+    group = Group.from_env(getattr(args, "sharding", "auto"))
+    if group is not None:
+        values = [str(getattr(args, name, None)) for name in SHARED_FLAGS]
+        every = [text.split("|") for text in group.gather_text("|".join(values))]
+        for rank, theirs in enumerate(every[1:], 1):
+            off = [f"{flag} {b} (rank 0: {a})" for flag, a, b in zip(SHARED_FLAGS.values(), every[0], theirs) if a != b]
+            if off:
+                raise SystemExit(f"rank {rank} of the group was started with {', '.join(off)}: every rank must be "
+                                 f"started with the same {', '.join(SHARED_FLAGS.values())}")
+    return group
