@@ -52,7 +52,7 @@ import numpy as np
 from ...models import weights_digest
 from ..prompt.splice import Span
 from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, cache_files, default_dir, entry_of, evict_lru,
-                         prompt_tokens, read_metadata, save_whole, snapshot, tally_of)
+                         owners_only, prompt_tokens, read_metadata, save_whole, snapshot, tally_of)
 from .prefix_index import PrefixIndex, Reusable
 
 log = logging.getLogger("tinytitan.cache")
@@ -154,14 +154,14 @@ class PromptDisk:
         found, others, stale, now = [], 0, 0, time.time()
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the owner's only: the files hold the prompts
         if self.dir == default_dir() and self.dir.stat().st_mode & 0o077:  # (made open by an earlier version)
-            os.chmod(self.dir, 0o700)
+            owners_only(self.dir, 0o700)
         for p in sorted(cache_files(self.dir)):
             try:
                 meta = read_metadata(p)
                 mode = p.stat()
                 size = mode.st_size
                 if mode.st_mode & 0o077:  # written before prefixes were the owner's only: made so now
-                    os.chmod(p, 0o600)
+                    owners_only(p, 0o600)
             except FileNotFoundError:  # another server on the directory evicted it meanwhile
                 continue
             except (OSError, ValueError, struct.error) as exc:

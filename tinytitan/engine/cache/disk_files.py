@@ -40,6 +40,15 @@ def default_dir() -> Path:
     return Path(base) / "tinytitan" / "prompt-cache"
 
 
+def owners_only(path: Path, mode: int) -> None:
+    """``path`` made the owner's only where this user may (a file another user wrote in a shared folder, a mount
+    that keeps no modes, a read-only volume: left as it is, and still read)."""
+    try:
+        os.chmod(path, mode)
+    except OSError as exc:
+        log.warning("prompt cache on disk: %s could not be made the owner's only (%s)", path.name, exc)
+
+
 def read_metadata(path: Path) -> dict:
     """The ``__metadata__`` of a safetensors file, from its header alone (8-byte length, then JSON)."""
     with open(path, "rb") as f:
