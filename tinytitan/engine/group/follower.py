@@ -6,8 +6,10 @@ Rules:
   thread can interrupt. Rank 0 sends one at least every ``IDLE_S`` while the group is whole (a heartbeat when it
   is idle), and none once it is broken: a follower back from a stall that broke the group (its host asleep,
   swapping) would spin there for good. So a watchdog (``Silence``) ends the process when a wait for rank 0
-  passes ``timeout`` (``--group-timeout``, rank 0's own limit), or ten times that after a switch of models (rank
-  0 loads its part before its next message); the first message is not timed (rank 0 may load longer).
+  passes ``timeout`` (``--group-timeout``, rank 0's own limit), that for each ``PREFILL_STEP`` tokens the last
+  step read (as rank 0 allows the step: under pipeline sharding the first stage is done with its layers while
+  rank 0 still runs its own), or ten times that after a switch of models (rank 0 loads its part before its next
+  message); the first message is not timed (rank 0 may load longer).
   Under ``mlx.launch`` one rank's exit ends them all, and a restart of the whole group is the recovery.
 """
 
@@ -21,7 +23,7 @@ import time
 from ..cache.entries import Kept, PromptFacts
 from ..decode.rows import LEFT, Ending, Row
 from ..decode.scheduler import Scheduler
-from ..decode.step import Forward, Plan
+from ..decode.step import PREFILL_STEP, Forward, Plan
 from ..decode.token_events import DecodeLoop
 from ..prompt.prepare import Prepared
 from ..prompt.raw import VerbatimParser
@@ -118,23 +120,22 @@ class Silence:
 
     def __init__(self, rank: int, timeout: float):
         self.rank, self.timeout = rank, timeout
-        self.since: float | None = None
-        self.allowed = timeout
+        self.wait: tuple[float, float] | None = None  # (since, allowed): one value, read at once by the watchdog
         threading.Thread(target=self._watch, name="tinytitan-follower-watchdog", daemon=True).start()
 
     def waiting(self, allowed: float) -> None:
-        self.allowed, self.since = allowed, time.monotonic()
+        self.wait = (time.monotonic(), allowed)
 
     def heard(self) -> None:
-        self.since = None
+        self.wait = None
 
     def _watch(self) -> None:
         while True:
             time.sleep(min(1.0, self.timeout / 4))
-            since = self.since
-            if since is not None and time.monotonic() - since > self.allowed:
+            wait = self.wait
+            if wait is not None and time.monotonic() - wait[0] > wait[1]:
                 log.error("rank %d stops: no word from rank 0 in %.0f s (the group is broken, or rank 0 is stuck); "
-                          "restart the whole group", self.rank, time.monotonic() - since)
+                          "restart the whole group", self.rank, time.monotonic() - wait[0])
                 logging.shutdown()
                 os._exit(1)  # (the wait is a spinning collective no thread can interrupt)
 
@@ -157,7 +158,9 @@ def follow(group: Group, backends: list, max_batch: int, timeout: float | None =
         msg = group.share(report=diverged is not None)
         if silence is not None:
             silence.heard()
-        allowed = timeout * (10 if "m" in msg else 1) if timeout else None
+        plan = Plan.from_ints(msg["p"]) if "p" in msg else None
+        if timeout:  # (rank 0 finishes the step this message opens, then plans the next: see the rules)
+            allowed = timeout * (10 if "m" in msg else max(1.0, plan.tokens / PREFILL_STEP) if plan else 1)
         if diverged is not None:  # rank 0 has heard it (and broken the group)
             raise RuntimeError(diverged)
         for i, tokens in msg["a"]:  # what rank 0 accepted: what this rank's fold accepted, if in step
@@ -198,6 +201,6 @@ def follow(group: Group, backends: list, max_batch: int, timeout: float | None =
                 log.error("rank %d could not load %s: %s", group.rank, msg["m"], exc)
         if "i" in msg:  # rank 0 is idle: its next message comes after this pause (see the rules)
             time.sleep(msg["i"])
-        if "p" not in msg:
+        if plan is None:
             continue
-        accepted = scheduler.run(Plan.from_ints(msg["p"]))
+        accepted = scheduler.run(plan)
