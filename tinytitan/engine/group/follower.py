@@ -140,6 +140,14 @@ class Silence:
                 os._exit(1)  # (the wait is a spinning collective no thread can interrupt)
 
 
+def next_wait(msg: dict, plan: Plan | None, timeout: float) -> float:
+    """How long a follower waits for rank 0's message after ``msg`` (see the rules): ten times ``timeout`` after a
+    switch of models, ``timeout`` for each ``PREFILL_STEP`` tokens its ``plan`` reads (at least once)."""
+    if "m" in msg:
+        return 10 * timeout
+    return timeout * max(1.0, plan.tokens / PREFILL_STEP) if plan is not None else timeout
+
+
 def follow(group: Group, backends: list, max_batch: int, timeout: float | None = None) -> None:
     """A follower's whole life: the steps rank 0 broadcasts, run on this rank's part of the model (of a
     catalog: the one rank 0 switched to last), until the group breaks (rank 0 gone); ``timeout``: the longest
@@ -160,7 +168,7 @@ def follow(group: Group, backends: list, max_batch: int, timeout: float | None =
             silence.heard()
         plan = Plan.from_ints(msg["p"]) if "p" in msg else None
         if timeout:  # (rank 0 finishes the step this message opens, then plans the next: see the rules)
-            allowed = timeout * (10 if "m" in msg else max(1.0, plan.tokens / PREFILL_STEP) if plan else 1)
+            allowed = next_wait(msg, plan, timeout)
         if diverged is not None:  # rank 0 has heard it (and broken the group)
             raise RuntimeError(diverged)
         for i, tokens in msg["a"]:  # what rank 0 accepted: what this rank's fold accepted, if in step
