@@ -165,7 +165,8 @@ def test_a_follower_rank_is_not_stopped_by_the_port_only_rank_0_binds(monkeypatc
     reached = []
     monkeypatch.setattr(serve_mod, "join_group", lambda args: reached.append("join") or follower)
     monkeypatch.setattr(serve_mod, "make_backends", lambda args: {})
-    monkeypatch.setattr(group_follower, "follow", lambda group, backends, max_batch: reached.append("follow"))
+    monkeypatch.setattr(group_follower, "follow",
+                        lambda group, backends, max_batch, timeout=None: reached.append("follow"))
     args = build_parser().parse_args(["serve", "--port", str(port), "--prompt-cache-dir", "off"])
     try:
         assert serve_mod.serve(args) == 0
@@ -179,7 +180,7 @@ def test_a_follower_rank_is_not_stopped_by_rank_0s_host_address(monkeypatch):
     follower = SimpleNamespace(leader=False, rank=1)
     monkeypatch.setattr(serve_mod, "join_group", lambda args: follower)
     monkeypatch.setattr(serve_mod, "make_backends", lambda args: {})
-    monkeypatch.setattr(group_follower, "follow", lambda group, backends, max_batch: None)
+    monkeypatch.setattr(group_follower, "follow", lambda group, backends, max_batch, timeout=None: None)
     # 192.0.2.1 (TEST-NET-1): rank 0's LAN address, which is no address of the follower's machine
     args = build_parser().parse_args(["serve", "--host", "192.0.2.1", "--allow-remote", "--port", "8080",
                                       "--prompt-cache-dir", "off"])
