@@ -35,20 +35,41 @@ def up(port: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_launch_killed_stops_its_server(tmp_path, sig):
+def launched(tmp_path, agent: str) -> tuple[subprocess.Popen, int]:
+    """``tinytitan launch pi`` on a script, its agent the shell ``agent`` (which writes its pid to agent.up), once
+    the agent runs: (launch's process, the server's port)."""
     script = tmp_path / "s.yaml"
     script.write_text(f'- "{ANSWER}"\n')
     port = free_port()
-    env = fake_agent(tmp_path, "pi", f"echo $$ > {tmp_path}/agent.up; exec sleep 60")
+    env = fake_agent(tmp_path, "pi", agent)
     proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "launch", "pi", "--script", str(script),
                              "--port", str(port)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "agent.up").exists() or not (tmp_path / "agent.up").read_text().strip():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_all(proc, port)
+            raise AssertionError(proc.communicate())
+        time.sleep(0.2)
+    return proc, port
+
+
+def stop_all(proc: subprocess.Popen, port: int, agent: int | None = None) -> None:
+    """launch, its agent and its server (in a session of its own: found by its port), whatever is left."""
+    for kill, pid in [(os.killpg, proc.pid)] + ([(os.kill, agent)] if agent is not None else []):
+        try:
+            kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    out = subprocess.run(["pgrep", "-f", "--", f"--port {port}"], capture_output=True, text=True).stdout.split()
+    for pid in out:
+        os.kill(int(pid), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_launch_killed_stops_its_server(tmp_path, sig):
+    proc, port = launched(tmp_path, f"echo $$ > {tmp_path}/agent.up; exec sleep 60")
     try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "agent.up").exists() or not (tmp_path / "agent.up").read_text().strip():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
         assert up(port)
         proc.send_signal(sig)  # (as `kill`, or the terminal closing, does)
         proc.wait(timeout=30)
@@ -61,14 +82,7 @@ def test_launch_killed_stops_its_server(tmp_path, sig):
         with pytest.raises(ProcessLookupError):  # the agent is gone too
             os.kill(agent, 0)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        # the server is in a session of its own: find it by port and stop it
-        out = subprocess.run(["pgrep", "-f", "--", f"--port {port}"], capture_output=True, text=True).stdout.split()
-        for pid in out:
-            os.kill(int(pid), signal.SIGKILL)
+        stop_all(proc, port)
 
 
 def test_agent_killed_by_sigint_exit_code(tmp_path):
@@ -86,19 +100,9 @@ def test_agent_killed_by_sigint_exit_code(tmp_path):
 def test_a_second_signal_still_stops_the_agent(tmp_path):
     """A terminal closing (SIGHUP) and then a `kill` (SIGTERM) while launch waits for an agent slow to stop: launch
     still waits for it, and kills it, before it exits; it never leaves the agent running."""
-    script = tmp_path / "s.yaml"
-    script.write_text(f'- "{ANSWER}"\n')
-    port = free_port()
-    env = fake_agent(tmp_path, "pi", f"trap '' TERM HUP; echo $$ > {tmp_path}/agent.up; exec sleep 60")
-    proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "launch", "pi", "--script", str(script),
-                             "--port", str(port)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc, port = launched(tmp_path, f"trap '' TERM HUP; echo $$ > {tmp_path}/agent.up; exec sleep 60")
     agent = None
     try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "agent.up").exists() or not (tmp_path / "agent.up").read_text().strip():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
         agent = int((tmp_path / "agent.up").read_text())
         proc.send_signal(signal.SIGHUP)
         time.sleep(1)
@@ -108,15 +112,4 @@ def test_a_second_signal_still_stops_the_agent(tmp_path):
         with pytest.raises(ProcessLookupError):  # the agent is gone too
             os.kill(agent, 0)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if agent is not None:
-            try:
-                os.kill(agent, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        out = subprocess.run(["pgrep", "-f", "--", f"--port {port}"], capture_output=True, text=True).stdout.split()
-        for pid in out:
-            os.kill(int(pid), signal.SIGKILL)
+        stop_all(proc, port, agent)
