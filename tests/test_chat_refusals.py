@@ -157,6 +157,30 @@ async def test_api_key(serve):
         assert (await c.get(s.url("/health"))).status_code == 200  # health needs no key
 
 
+async def test_the_api_key_is_compared_in_constant_time(serve, monkeypatch):
+    """Each key offered goes through hmac.compare_digest (a plain == returns at the first byte that differs, so how
+    long a refusal takes would say how much of a guess was right); a wrong x-api-key beside the right bearer (or
+    the other way round) is still let in, as before."""
+    import hmac
+
+    from tinytitan.http import guard
+
+    compared, real = [], hmac.compare_digest
+
+    def compare(a, b):
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(guard.hmac, "compare_digest", compare)
+    s = await serve(["ok"], api_key="sekrit")
+    body = {"model": MODEL, "messages": USER}
+    envelope(await call(s, body, headers={"authorization": "Bearer sekrat"}), 401)
+    assert (b"sekrat", b"sekrit") in compared
+    for headers in ({"x-api-key": "wrong", "authorization": "Bearer sekrit"},
+                    {"x-api-key": "sekrit", "authorization": "Bearer wrong"}):
+        assert (await call(s, body, headers=headers)).status_code == 200
+
+
 async def test_no_api_key_accepts_any(serve):
     s = await serve(["ok"])
     body = {"model": MODEL, "messages": USER}

@@ -3,6 +3,7 @@ answered for allowed origins only), and the API key — checked before any route
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 import uuid
@@ -103,11 +104,10 @@ class Guard:
         key = self.config.api_key
         if not key:
             return True
-        given = req.headers.get("x-api-key")
         auth = req.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            given = given if given == key else auth[7:].strip()
-        return given == key
+        offered = (req.headers.get("x-api-key") or "", auth[7:].strip() if auth.lower().startswith("bearer ") else "")
+        # (in constant time: how long a refusal takes says nothing of how much of the key a guess had right)
+        return any(hmac.compare_digest(given.encode(), key.encode()) for given in offered)
 
     async def _headers(self, response: Response) -> Response:
         ctx = {"request_id": getattr(incoming(), "request_id", "")}
