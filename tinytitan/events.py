@@ -122,9 +122,10 @@ class Failed:
         """A generation that failed with ``exc`` once its stream was open; one whose model cannot generate now
         (``ApiError`` of kind ``unavailable``: a broken group of processes) says so, as a new request is told
         (its code too: a folded answer is refused as a new request is, 503 ``group_broken``)."""
+        message = f"generation failed: {getattr(exc, 'message', exc)}"
         if getattr(exc, "kind", None) == "unavailable":
-            return cls(f"generation failed: {getattr(exc, 'message', exc)}", "unavailable", getattr(exc, "code", None))
-        return cls(f"generation failed: {getattr(exc, 'message', exc)}", "server_error")
+            return cls(message, "unavailable", getattr(exc, "code", None))
+        return cls(message)
 
 
 TokenEvent = Union[

@@ -92,13 +92,13 @@ async def fetch_image(client: httpx.AsyncClient, url: str, where: str) -> str:
                 media = r.headers.get("content-type", "").split(";")[0].strip().lower()
                 # (a coding no decoder knows, "none" or "binary" from a misconfigured server, is skipped as httpx
                 # skips it: the bytes then say whether they are an image)
-                coding = ", ".join(c for c in encoding.codings(r.headers.get("content-encoding"))
-                                   if c in encoding.DECODERS)
+                known = [c for c in encoding.codings(r.headers.get("content-encoding")) if c in encoding.DECODERS]
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:  # (a URL httpx cannot read)
             raise failed(f"{type(exc).__name__}: {exc}"[:200]) from None
     if scope.cancelled_caught:
         raise failed(f"no answer within {TIMEOUT_SECONDS:g} s")
-    if encoding.codings(coding):  # on a thread, never asked for more than the limit (encoding.py)
+    if known:  # on a thread, never asked for more than the limit (encoding.py)
+        coding = ", ".join(known)
         try:
             data = await trio.to_thread.run_sync(encoding.decode, bytes(data), coding, images.MAX_BYTES)
         except ApiError as exc:

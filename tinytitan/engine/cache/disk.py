@@ -158,9 +158,9 @@ class PromptDisk:
         for p in sorted(cache_files(self.dir)):
             try:
                 meta = read_metadata(p)
-                mode = p.stat()
-                size = mode.st_size
-                if mode.st_mode & 0o077:  # written before prefixes were the owner's only: made so now
+                st = p.stat()
+                size = st.st_size
+                if st.st_mode & 0o077:  # written before prefixes were the owner's only: made so now
                     owners_only(p, 0o600)
             except FileNotFoundError:  # another server on the directory evicted it meanwhile
                 continue

@@ -223,8 +223,8 @@ def save_whole(snap: list, meta: dict, tmp: Path, path: Path) -> None:
         # the owner's only from its first byte (the metadata holds the conversation's text): mlx truncates the file
         # it is given and keeps its mode, where a chmod after would leave the written file open to others till then
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
-        save_prompt_cache(str(tmp), snap, meta)
         os.chmod(tmp, 0o600)  # (a file already there keeps its mode through O_CREAT)
+        save_prompt_cache(str(tmp), snap, meta)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
