@@ -206,7 +206,7 @@ def fastbins_ab(backend, base, tokens: int, reps: int, set_max_fast, sizes: list
     out: dict = {}
     for rep in range(reps):
         wait_quiet(0.3)
-        for max_fast in (on_off(rep) if sizes == [GLIBC_MXFAST, 0] else rotated(sizes, rep)):
+        for max_fast in rotated(sizes, rep):  # (two sizes: on then off, or off then on, as ``on_off``)
             set_max_fast(max_fast)
             plain = engine_rate(backend, base, tokens, nonce(), False)[0]
             json_rate, _, mask_ms = engine_rate(backend, base, tokens, nonce(), True)

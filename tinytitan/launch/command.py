@@ -174,6 +174,12 @@ def _stopped(signum, frame):
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
+def _ignore_stops() -> None:
+    """From here on a stop signal cuts nothing short (the wait for the agent, the server's stop)."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
 def exit_status(returncode: int) -> int:
     """A child's return code as a shell gives it: killed by signal N is 128 + N (Ctrl-C: 130)."""
     return 128 - returncode if returncode < 0 else returncode
@@ -238,8 +244,7 @@ def _run(argv: list[str]) -> int:
         return _run_agent(inv)
     finally:
         if started is not None:
-            for s in STOP_SIGNALS:  # (a second signal does not cut the server's stop short)
-                signal.signal(s, signal.SIG_IGN)
+            _ignore_stops()
             started.stop()
 
 
@@ -252,8 +257,7 @@ def _run_agent(inv) -> int:
         try:
             return exit_status(proc.wait())
         except Stopped as stop:  # passed on to the agent, which is waited for (the server is stopped after)
-            for s in STOP_SIGNALS:  # (a second signal does not cut the wait short and leave the agent running)
-                signal.signal(s, signal.SIG_IGN)
+            _ignore_stops()  # (a second signal would leave the agent running)
             if proc.poll() is None:
                 proc.send_signal(stop.signum)
             try:
