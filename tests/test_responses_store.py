@@ -151,6 +151,23 @@ async def test_retention_by_age_and_by_size(tmp_path, caplog):
     assert small.db.run(lambda tx: tx.row("SELECT count(*) FROM response_items")[0]) == 2 * len(kept)
 
 
+async def test_a_store_that_only_reads_never_serves_past_retention(tmp_path, monkeypatch):
+    """Eviction by age runs at open and inside writes; a response whose retention ends while the server only
+    reads is not served: not by GET, not in a chain, not by an item reference, not listed, not deleted."""
+    store = ResponsesStore.open(str(tmp_path), max_age=10 * 86400)
+    now = time.time()
+    await store.put(rec(1, created=int(now) - 10 * 86400 + 30))  # 30 s of retention left
+    await store.put(rec(2, prev="r1", created=int(now)))
+    assert (await store.get("r1")) is not None and (await store.chain("r2"))[1] is None
+    monkeypatch.setattr(time, "time", lambda: now + 60)  # a minute on, nothing written since
+    assert await store.get("r1") is None and await store.find_item("in1") is None
+    assert await store.input_page("r1", 20, "asc", None, None) is None
+    items, missing = await store.chain("r2")
+    assert missing == "r1" and [i["id"] for i in items] == ["in2", "out2"]
+    assert await store.delete("r1") is False and await store.get("r2") is not None
+    assert await store.count() == 1
+
+
 async def test_an_evicted_previous_response_id_is_the_apis_not_found(serve, tmp_path):
     s = await serve(["one", "two", "three"], responses_store=str(tmp_path))
     c = client(s)

@@ -9,7 +9,9 @@ Rules:
   pages, item references and a chain's replay are each a query; nothing is loaded whole at start.
 - Retention, by query: a response older than ``max_age`` seconds (30 days, as the API keeps them) is evicted,
   and the oldest ones while the stored bytes pass ``max_bytes``. An evicted response is not found, as a deleted
-  one is: a chain that needs it fails with the API's not-found error naming it.
+  one is: a chain that needs it fails with the API's not-found error naming it. Eviction by age runs at open
+  and inside writes; every read also leaves out what is past ``max_age`` (a server that only reads, or reads
+  between two writes, never serves a response its retention has ended).
 - Every call is a transaction in a worker thread (``await``); a write is committed (on disk) before it
   returns. ``put`` that fails (a full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it and still
   answers. A read or a delete the database cannot do (a lost database server, a damaged file) is a 503 naming
@@ -121,31 +123,35 @@ class ResponsesStore:
                            f"({type(exc).__name__}); try again") from None
 
     # -- reading ---------------------------------------------------------------------------------------------
+    def _cutoff(self) -> int:
+        """The oldest ``created_at`` a read may serve (-1: kept for ever)."""
+        return -1 if self.max_age is None else int(time.time() - self.max_age)
+
     async def get(self, response_id: str) -> StoredResponse | None:
-        return await self._call(_get, response_id)
+        return await self._call(_get, response_id, self._cutoff())
 
     async def find_item(self, item_id: str) -> dict | None:
         """An input or output item of any stored response, by its id (the newest response's)."""
-        return await self._call(_find_item, item_id)
+        return await self._call(_find_item, item_id, self._cutoff())
 
     async def chain(self, response_id: str) -> tuple[list[dict], str | None] | None:
         """The input and output items of the stored chain ending at ``response_id``, oldest first, and the id
         of the first response it continues that is not stored (None when it starts here). None when
         ``response_id`` itself is not stored."""
-        return await self._call(_chain, response_id)
+        return await self._call(_chain, response_id, self._cutoff())
 
     async def input_page(self, response_id: str, limit: int, order: str, after: str | None,
                          before: str | None) -> Page | None:
         """A page of a response's input items (see the Responses API's input_items); None when the response
         is not stored; ``CursorNotFound`` for a cursor that is not one of its items."""
-        return await self._call(_input_page, response_id, limit, order, after, before)
+        return await self._call(_input_page, response_id, limit, order, after, before, self._cutoff())
 
     # -- writing ---------------------------------------------------------------------------------------------
     async def put(self, rec: StoredResponse) -> None:
         await self.db.call(self._put, rec)
 
     async def delete(self, response_id: str) -> bool:
-        return await self._call(_delete, response_id, write=True)
+        return await self._call(_delete, response_id, self._cutoff(), write=True)
 
     def put_sync(self, rec: StoredResponse) -> None:
         self.db.run(self._put, rec)
@@ -223,10 +229,11 @@ def _unstorable(key: str | None) -> bool:
     return isinstance(key, str) and "\x00" in key
 
 
-def _get(tx, response_id: str) -> StoredResponse | None:
+def _get(tx, response_id: str, cutoff: int) -> StoredResponse | None:
     if _unstorable(response_id):
         return None
-    row = tx.row("SELECT previous_response_id, created_at, events, extra FROM responses WHERE id = ?", (response_id,))
+    row = tx.row("SELECT previous_response_id, created_at, events, extra FROM responses WHERE id = ? "
+                 "AND created_at >= ?", (response_id, cutoff))
     if row is None:
         return None
     inputs = [json.loads(r[0]) for r in tx.rows(
@@ -234,22 +241,23 @@ def _get(tx, response_id: str) -> StoredResponse | None:
     return StoredResponse(response_id, inputs, json.loads(row[2]), row[0], row[1], json.loads(row[3]))
 
 
-def _find_item(tx, item_id: str) -> dict | None:
+def _find_item(tx, item_id: str, cutoff: int) -> dict | None:
     if _unstorable(item_id):
         return None
     row = tx.row("SELECT i.body FROM response_items i JOIN responses r ON r.id = i.response_id WHERE i.item_id = ? "
-                 "ORDER BY r.created_at DESC, r.stored_at DESC, i.kind DESC LIMIT 1", (item_id,))
+                 "AND r.created_at >= ? ORDER BY r.created_at DESC, r.stored_at DESC, i.kind DESC LIMIT 1",
+                 (item_id, cutoff))
     return json.loads(row[0]) if row else None
 
 
-def _chain(tx, response_id: str) -> tuple[list[dict], str | None] | None:
+def _chain(tx, response_id: str, cutoff: int) -> tuple[list[dict], str | None] | None:
     """Walked link by link on the primary key (a recursive query is planned badly by PostgreSQL on a large
     table), then the items of every link read in a few queries."""
     links: list[str] = []
     missing, rid = None, response_id
     while rid is not None and rid not in links:  # (a cycle is never written by this server: it stops there)
         row = None if _unstorable(rid) else \
-            tx.row("SELECT previous_response_id FROM responses WHERE id = ?", (rid,))
+            tx.row("SELECT previous_response_id FROM responses WHERE id = ? AND created_at >= ?", (rid, cutoff))
         if row is None:
             if not links:
                 return None
@@ -267,8 +275,10 @@ def _chain(tx, response_id: str) -> tuple[list[dict], str | None] | None:
     return [json.loads(r[3]) for r in found], missing
 
 
-def _input_page(tx, response_id: str, limit: int, order: str, after: str | None, before: str | None) -> Page | None:
-    if _unstorable(response_id) or tx.row("SELECT 1 FROM responses WHERE id = ?", (response_id,)) is None:
+def _input_page(tx, response_id: str, limit: int, order: str, after: str | None, before: str | None,
+                cutoff: int) -> Page | None:
+    if _unstorable(response_id) or tx.row("SELECT 1 FROM responses WHERE id = ? AND created_at >= ?",
+                                          (response_id, cutoff)) is None:
         return None
 
     def position(name: str, value: str | None) -> int | None:
@@ -304,10 +314,12 @@ def _input_page(tx, response_id: str, limit: int, order: str, after: str | None,
     return Page(data, len(rows) > limit)
 
 
-def _delete(tx, response_id: str) -> bool:
+def _delete(tx, response_id: str, cutoff: int = -1) -> bool:
+    """Deleted, and found: one past its retention is deleted but was not found, as for a read."""
     if _unstorable(response_id):
         return False
-    return _delete_many(tx, [response_id]) > 0
+    found = tx.row("SELECT 1 FROM responses WHERE id = ? AND created_at >= ?", (response_id, cutoff)) is not None
+    return _delete_many(tx, [response_id]) > 0 and found
 
 
 def _delete_many(tx, ids: list[str]) -> int:
