@@ -419,12 +419,14 @@ def test_listed_images_carry_the_apis_default_detail():
     ``auto``, which the SDK's ResponseInputImage requires (in a message and in a call's output alike)."""
     import strict
     from tinytitan.protocols.responses_input import normalise_input
+    from tinytitan.protocols.responses_stored import as_listed
 
     image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
-    items = normalise_input([
+    items = map(as_listed, normalise_input([
         {"role": "user", "content": [{"type": "input_text", "text": "what"}, image]},
         {"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": '{"path": "a.png"}'},
-        {"type": "function_call_output", "call_id": "c1", "output": [image]}])
+        {"type": "function_call_output", "call_id": "c1", "output": [image]}]))
+    items = list(items)
     strict.response_item_list({"object": "list", "data": items, "first_id": items[0]["id"],
                                "last_id": items[-1]["id"], "has_more": False})
     assert items[0]["content"][1]["detail"] == items[2]["output"][0]["detail"] == "auto"

@@ -86,16 +86,12 @@ def normalise_input(value) -> list[dict]:
         kind = item["type"]
         if kind == "message":
             item["content"] = _message_parts(item)
-            item.setdefault("status", "completed")
         elif kind == "function_call":
             if not isinstance(item.get("arguments", ""), str):
                 item["arguments"] = json.dumps(item["arguments"], ensure_ascii=False)
-            item.setdefault("status", "completed")
         elif kind in ("function_call_output", "custom_tool_call_output"):
             if isinstance(item.get("output"), list):  # (as listed back: an image's detail is the API's default)
                 item["output"] = [_listed(part) for part in item["output"]]
-            if kind == "function_call_output":
-                item.setdefault("status", "completed")
         elif kind == "compaction":
             compaction.decode(item["encrypted_content"], f"input[{i}].encrypted_content")
         if kind not in ("item_reference", "compaction_trigger") and not isinstance(item.get("id"), str):

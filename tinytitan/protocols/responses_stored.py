@@ -15,10 +15,11 @@ from .wire import Call, Reply
 log = logging.getLogger("tinytitan.responses")
 
 
-# the listed item types whose SDK model (``ResponseItem``'s members) requires a status, and the fields an input
-# may leave out that the listed item must have: filled in as listed, the stored item (and the prompt) unchanged
-STATUS_REQUIRED = ("function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
-                   "tool_search_call", "tool_search_output")
+# the listed item types with a status (``ResponseItem``'s members: an assistant's message and the calls and their
+# outputs require one), and the fields an input may leave out that the listed item must have: filled in here, as
+# listed, and only here; the stored item (and the prompt) as the client sent it
+STATUS_REQUIRED = ("message", "function_call", "function_call_output", "custom_tool_call",
+                   "custom_tool_call_output", "tool_search_call", "tool_search_output")
 
 
 def as_listed(item: dict) -> dict:
