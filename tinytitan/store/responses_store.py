@@ -114,7 +114,11 @@ class ResponsesStore:
     def persistent(self) -> bool:
         return self.db.persistent
 
-    async def _call(self, fn, *args, write: bool = False):
+    async def _call(self, fn, key: str, *args, write: bool = False, absent=None):
+        """``fn(tx, key, *args)`` in a worker thread; ``absent`` for a key no row can hold (see the rules)."""
+        if _unstorable(key):
+            return absent
+        args = (key, *args)
         try:
             return await self.db.call(fn, *args, write=write)
         except STORAGE_ERRORS as exc:
@@ -151,7 +155,7 @@ class ResponsesStore:
         await self.db.call(self._put, rec)
 
     async def delete(self, response_id: str) -> bool:
-        return await self._call(_delete, response_id, self._cutoff(), write=True)
+        return await self._call(_delete, response_id, self._cutoff(), write=True, absent=False)
 
     def put_sync(self, rec: StoredResponse) -> None:
         self.db.run(self._put, rec)
@@ -230,8 +234,6 @@ def _unstorable(key: str | None) -> bool:
 
 
 def _get(tx, response_id: str, cutoff: int) -> StoredResponse | None:
-    if _unstorable(response_id):
-        return None
     row = tx.row("SELECT previous_response_id, created_at, events, extra FROM responses WHERE id = ? "
                  "AND created_at >= ?", (response_id, cutoff))
     if row is None:
@@ -242,8 +244,6 @@ def _get(tx, response_id: str, cutoff: int) -> StoredResponse | None:
 
 
 def _find_item(tx, item_id: str, cutoff: int) -> dict | None:
-    if _unstorable(item_id):
-        return None
     row = tx.row("SELECT i.body FROM response_items i JOIN responses r ON r.id = i.response_id WHERE i.item_id = ? "
                  "AND r.created_at >= ? ORDER BY r.created_at DESC, r.stored_at DESC, i.kind DESC LIMIT 1",
                  (item_id, cutoff))
@@ -256,8 +256,7 @@ def _chain(tx, response_id: str, cutoff: int) -> tuple[list[dict], str | None] |
     links: list[str] = []
     missing, rid = None, response_id
     while rid is not None and rid not in links:  # (a cycle is never written by this server: it stops there)
-        row = None if _unstorable(rid) else \
-            tx.row("SELECT previous_response_id FROM responses WHERE id = ? AND created_at >= ?", (rid, cutoff))
+        row = tx.row("SELECT previous_response_id FROM responses WHERE id = ? AND created_at >= ?", (rid, cutoff))
         if row is None:
             if not links:
                 return None
@@ -277,8 +276,7 @@ def _chain(tx, response_id: str, cutoff: int) -> tuple[list[dict], str | None] |
 
 def _input_page(tx, response_id: str, limit: int, order: str, after: str | None, before: str | None,
                 cutoff: int) -> Page | None:
-    if _unstorable(response_id) or tx.row("SELECT 1 FROM responses WHERE id = ? AND created_at >= ?",
-                                          (response_id, cutoff)) is None:
+    if tx.row("SELECT 1 FROM responses WHERE id = ? AND created_at >= ?", (response_id, cutoff)) is None:
         return None
 
     def position(name: str, value: str | None) -> int | None:
@@ -316,8 +314,6 @@ def _input_page(tx, response_id: str, limit: int, order: str, after: str | None,
 
 def _delete(tx, response_id: str, cutoff: int = -1) -> bool:
     """Deleted, and found: one past its retention is deleted but was not found, as for a read."""
-    if _unstorable(response_id):
-        return False
     found = tx.row("SELECT 1 FROM responses WHERE id = ? AND created_at >= ?", (response_id, cutoff)) is not None
     return _delete_many(tx, [response_id]) > 0 and found
 
