@@ -54,12 +54,14 @@ async def test_chat_completions(serve, demo_backend, refusing):
         await c.chat.completions.create(model=demo_backend.model_id, messages=USER, response_format=FMT,
                                         max_tokens=20)
     assert err.value.body["type"] == "server_error" and "grammar" in err.value.body["message"]
+    assert err.value.body["code"] is None
     finishes = []
     with pytest.raises(openai.APIError) as err:
         async for chunk in await c.chat.completions.create(model=demo_backend.model_id, messages=USER,
                                                            response_format=FMT, max_tokens=20, stream=True):
             finishes += [ch.finish_reason for ch in chunk.choices if ch.finish_reason]
     assert finishes == [] and "grammar" in str(err.value)  # no finish_reason: it did not "stop"
+    assert err.value.body["type"] == "server_error" and err.value.body["code"] is None  # as the API's own
 
 
 async def test_responses(serve, demo_backend, refusing):

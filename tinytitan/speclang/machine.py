@@ -120,7 +120,7 @@ class Machine:
         ctx.update(ev=ev, vars=self.vars, emitted=self.emitted, state=self.state)
         if isinstance(ev, Failed):  # an error kind, as this protocol's errors.kinds table words it
             kind = self.spec.error_kind(ev.type)
-            ctx["error"] = {"message": ev.message, "type": kind.type, "code": kind.code or kind.type,
+            ctx["error"] = {"message": ev.message, "type": kind.type, "code": ev.code or kind.code,
                             "status": kind.status}
         when = spec.get("when")
         if when and not template.lookup(ctx, when):
