@@ -139,6 +139,8 @@ class Observer:
             turn.status = 499
         if turn.generated and turn.stop_reason is None:
             turn.cancelled()  # the client hung up mid-generation
+        elif turn.generated and turn.stop_reason == "error":
+            turn.count_decoded()  # it failed mid-generation: what it decoded was still decoded
         turn.source = None  # the window keeps counts, not the session (its prompt)
         self.metrics.observe(turn)
         self._log(turn)

@@ -86,6 +86,11 @@ class Turn:
         """The client left before Finished: the tokens decoded for it still count (read once the session
         has ended, so the count is final)."""
         self.stop_reason = "cancelled"
+        self.count_decoded()
+
+    def count_decoded(self) -> None:
+        """A generation with no Finished (the client left, or it failed after it started): the tokens it
+        decoded count, as they would have on Finished."""
         decoded = getattr(self.source, "decoded", None)
         done, thought = decoded if isinstance(decoded, tuple) else (0, 0)
         # (summary passes that finished before the hang-up count whatever the tapped generation decoded)
