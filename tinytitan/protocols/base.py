@@ -119,12 +119,17 @@ class Protocol:
     # -- errors --------------------------------------------------------------------------------------------
     def error_response(self, err: ApiError) -> tuple[int, dict]:
         """A prompt over the context window is said in the API's own words (``extra.prompt_too_long``, with
-        ``{tokens}``, ``{window}`` and the engine's ``{message}``): clients match that wording to compact. So is
+        ``{tokens}``, ``{window}`` and the engine's ``{message}``; ``extra.prompt_fills_window`` for a prompt that
+        fills it exactly, with ``{largest}``, the longest prompt that fits, and ``{needed}``, the prompt and one
+        answer token): clients match that wording to compact, reading the numbers in it. So is
         an error whose code ``extra.error_wording`` names (a template over ``{message}`` and the error's data)."""
         wording = self.spec.extra.get("prompt_too_long")
         if err.code == "context_length_exceeded" and wording and {"prompt_tokens", "context_window"} <= set(err.data):
-            text = wording.format(message=err.message, tokens=err.data["prompt_tokens"],
-                                  window=err.data["context_window"])
+            tokens, window = err.data["prompt_tokens"], err.data["context_window"]
+            if tokens == window:  # it fits, but leaves no room for the answer's first token: said so, not "N > N"
+                wording = self.spec.extra.get("prompt_fills_window", wording)
+            text = wording.format(message=err.message, tokens=tokens, window=window, largest=window - 1,
+                                  needed=tokens + 1)
             err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
         reworded = (self.spec.extra.get("error_wording") or {}).get(err.code)
         if reworded:  # an error the engine raises with data (images a model cannot read …): the API's own words

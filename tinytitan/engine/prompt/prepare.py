@@ -319,7 +319,9 @@ class PromptPreparation(TemplateRendering):
             raise self.too_long(floor, at_least=True)
 
     def too_long(self, tokens: int, at_least: bool = False) -> ApiError:
-        return invalid(f"The prompt is {'at least ' if at_least else ''}{tokens} tokens, which does not fit the "
+        """A prompt with no room left for an answer's first token: over the window, or filling it exactly."""
+        fits = "leaves no room for an answer in" if tokens == self.context_window else "does not fit"
+        return invalid(f"The prompt is {'at least ' if at_least else ''}{tokens} tokens, which {fits} the "
                        f"model's context window of {self.context_window} tokens", param="messages",
                        code="context_length_exceeded",
                        data={"prompt_tokens": tokens, "context_window": self.context_window})
