@@ -87,9 +87,11 @@ async def test_requests_are_served_in_order(serve, demo_tok):
                 r = await c.post(s.url("/v1/chat/completions"), json=BODY)
                 results.append((tag, r.json()["choices"][0]["message"]["content"]))
 
-            for tag in range(3):
-                n.start_soon(one, tag)
-                await trio.sleep(0.05)
+            for tag in range(3):  # each sent once the one before has started (on a loaded machine, sends 50 ms
+                n.start_soon(one, tag)  # apart could be prepared in either order)
+                with trio.fail_after(10):
+                    while backend.started < tag + 1:
+                        await trio.sleep(0.005)
     assert sorted(results) == [(0, "first"), (1, "second"), (2, "third")]
 
 

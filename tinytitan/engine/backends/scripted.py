@@ -97,12 +97,19 @@ class ScriptedBackend(Backend):
         self.model_id = model_id
         self.context_window = context_window
         self._counter = itertools.count()
+        self._started = 0
         self._lock = threading.Lock()
         self.tokens_decoded = 0  # across all requests: lets tests see that a cancelled request stopped
+
+    @property
+    def started(self) -> int:
+        """How many generations have taken their entry (tests wait on it to order their requests)."""
+        return self._started
 
     def next_entry(self) -> ScriptEntry:
         with self._lock:
             k = next(self._counter)
+            self._started = k + 1
         return self.entries[min(k, len(self.entries) - 1)]
 
     # -- decoding: the engine's own decode step, with the script for a model (ScriptedForward) ---------------
