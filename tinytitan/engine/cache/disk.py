@@ -53,7 +53,7 @@ from ...models import weights_digest
 from ..prompt.splice import Span
 from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, cache_files, default_dir, entry_of, evict_lru,
                          owners_only, prompt_tokens, read_metadata, save_whole, snapshot, tally_of)
-from .prefix_index import PrefixIndex, Reusable
+from .prefix_index import PrefixIndex, Reusable, common_prefix
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -360,7 +360,7 @@ class PromptDisk:
             held = self._by_layout.get(layout)
             if held is not None and trimmable:  # files whose ids are a prefix of the new one's, or their prompt
                 answered_by_prompt = [f for _, fs in self._answered.get(layout, PrefixIndex()).prefixes_of(tokens)
-                                      for f in fs]
+                                      for f in fs if common_prefix(f.tokens, tokens) < len(tokens)]  # (see memory.py)
                 superseded = list({f.path: f for f in held.prefixes_of(tokens) + answered_by_prompt
                                    if f.path != path}.values())
             for f in superseded:

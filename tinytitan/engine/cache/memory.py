@@ -238,6 +238,7 @@ class PromptCache:
           its tool loop from it.)
         Holding the lock."""
         return [e for e in self._entries.values() if holds_answer(e.prompt_length, len(e.tokens))
+                and common_prefix(e.tokens, t) < len(t)  # one holding all of ``t`` (a shorter regeneration) stays
                 and ((trimmable and e.answered and e.lasting_prompt <= len(t)
                       and common_prefix(e.tokens[:e.lasting_prompt], t) == e.lasting_prompt)
                      or (e.final and fingerprint is not None and e.fingerprint is not None

@@ -1,0 +1,37 @@
+"""An entry read back from disk knows where its answer starts, as the file does."""
+import numpy as np
+
+from tinytitan.engine.cache.entries import PromptFacts
+from tinytitan.engine.cache.memory import PromptCache
+
+
+def test_an_entry_read_back_from_disk_gives_way_to_the_next_turn_as_in_memory(tmp_path):
+    """A file says where its answer starts: the entry read back from it knows that too, so the next turn's entry
+    (whose prompt starts with the file's prompt but parts from its answer) supersedes it, as it supersedes the entry
+    the file was written from; a restarted server otherwise keeps a copy of each conversation it resumed."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tinytitan.engine.cache.disk import PromptDisk
+    from tinytitan.engine.prompt.splice import Span
+
+    def kv(n):
+        c = KVCache()
+        c.update_and_fetch(mx.zeros((1, 1, n, 8)), mx.zeros((1, 1, n, 8)))
+        return [c]
+
+    def cache():
+        c = PromptCache(1 << 30)
+        c.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+        return c
+
+    prompt, answer = list(range(1000, 1080)), list(range(500, 530))
+    first = cache()
+    first.remember(prompt, (Span(len(prompt), "p"),), lambda ids: "a" * len(ids))
+    first.store(prompt + answer, kv(len(prompt) + len(answer)), facts=PromptFacts(len(prompt)))
+    assert first.disk.flush()
+    restarted = cache()
+    turn = prompt + [60, 61, 62]  # the answer sent back otherwise, then a new user turn
+    assert restarted.fetch(turn)[1] == len(prompt)  # read back from the file
+    restarted.store(turn + [90, 91], kv(len(turn) + 2), facts=PromptFacts(len(turn)))
+    assert len(restarted.entries) == 1
