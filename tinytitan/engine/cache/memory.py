@@ -273,8 +273,11 @@ class PromptCache:
         size = kv_bytes(kv)
         if size > self.max_bytes:
             return
+        # what the file says of its request (where its answer starts, the part a later turn repeats): so the next
+        # turn's entry supersedes it as it would the entry the file was written from
+        facts = PromptFacts(f.prompt_tokens, f.lasting_prompt) if f.prompt_tokens is not None else None
         with self._lock:
-            self._insert(f.tokens, kv, size, spans)
+            self._insert(f.tokens, kv, size, spans, facts)
         log.info("prompt cache: read a %d-token prefix back from disk (%.1f MiB)", len(f.tokens), size / 2**20)
 
     def clear(self) -> None:
