@@ -133,7 +133,89 @@ def normalise_ollama(fmt: Any, where: str = "format") -> Grammar | None:
 
 
 def check_schema(schema: Any, where: str, depth: int = 0) -> None:
-    """Refuse, by name and path, every keyword the grammar cannot promise (see the tables above)."""
+    """Refuse, by name and path, every keyword the grammar cannot promise (see the tables above), and a
+    reference that resolves only to itself."""
+    _check_keywords(schema, where, depth)
+    if depth == 0:
+        _check_references(schema, where)
+
+
+def _references(schema: Any, where: str):
+    """Every ``$ref`` in ``schema``'s subschemas, with the path where it stands."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(schema.get("$ref"), str):
+        yield f"{where}.$ref", schema["$ref"]
+    for key, value in schema.items():
+        shape = "list" if key == "items" and isinstance(value, list) else SUBSCHEMAS.get(key)
+        if key == "additionalItems":
+            shape = "one"
+        if shape == "one":
+            yield from _references(value, f"{where}.{key}")
+        elif shape == "list" and isinstance(value, list):
+            for i, sub in enumerate(value):
+                yield from _references(sub, f"{where}.{key}[{i}]")
+        elif shape == "map" and isinstance(value, dict):
+            for name, sub in value.items():
+                yield from _references(sub, f"{where}.{key}.{name}")
+
+
+def _pointed(root: Any, ref: str) -> Any:
+    """The subschema a local reference (``#`` or ``#/…``) names; None where it names none."""
+    from urllib.parse import unquote
+
+    node = root
+    for part in ref[2:].split("/") if ref != "#" else ():
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _next_references(root: Any, ref: str) -> list[str]:
+    """The references the schema ``ref`` names holds the same value to: its own ``$ref`` and its ``allOf``'s."""
+    target = _pointed(root, ref)
+    if not isinstance(target, dict):
+        return []  # a missing target: the grammar compiler names it
+    out = [target["$ref"]] if isinstance(target.get("$ref"), str) else []
+    if isinstance(target.get("allOf"), list):
+        out += [m["$ref"] for m in target["allOf"] if isinstance(m, dict) and isinstance(m.get("$ref"), str)]
+    return out
+
+
+def _check_references(schema: Any, where: str) -> None:
+    """A reference that comes back to itself through references alone (each schema on the way holds the same
+    value to the next: its own ``$ref``, or one in its ``allOf``) admits no value: refused, named. Each
+    reference is followed once (a depth-first walk that colours them)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: known to end
+
+    def loops(ref: str) -> bool:
+        stack = [(ref, iter(_next_references(schema, ref)))]
+        state[ref] = 1
+        while stack:
+            current, nexts = stack[-1]
+            following = next(nexts, None)
+            if following is None:
+                state[current] = 2
+                stack.pop()
+            elif state.get(following) == 1:
+                return True
+            elif following not in state:
+                state[following] = 1
+                stack.append((following, iter(_next_references(schema, following))))
+        return False
+
+    for at, ref in _references(schema, where):
+        if state.get(ref) != 2 and loops(ref):
+            raise invalid(f"Invalid schema at '{at}': the reference {json.dumps(ref)} resolves only to itself, so "
+                          f"no value can match it", param=at, code="invalid_schema")
+
+
+def _check_keywords(schema: Any, where: str, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise invalid(f"The schema at '{where}' is nested more than {MAX_DEPTH} levels deep", param=where,
                       code="invalid_schema")

@@ -215,6 +215,23 @@ def custom_tool_refused(tool_name: str, markup: str):
                    "carry its input grammar yet", param="tool_choice", code="unsupported_value")
 
 
+def _admits_nothing(text: str, llt) -> str | None:
+    """Why a grammar that validates still admits nothing from its start (None: it admits something): the
+    compiler takes a schema whose root only refers to itself (``{"$ref": "#"}``, a cycle of ``$defs``), and its
+    matcher's first mask then fails, leaving only end-of-sequence — an empty answer that is no document."""
+    import llguidance
+    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+    matcher = llguidance.LLMatcher(llt, text)
+    fill_next_token_bitmask(matcher, allocate_token_bitmask(1, llt.vocab_size))
+    if not matcher.is_error():
+        return None
+    first = (matcher.get_error() or "").strip().splitlines()
+    # only a grammar with no way on at all (llguidance's NoExtension); a grammar too complex for the matcher's
+    # limits is told at generation, where it hits them (processor.failure_message)
+    return first[0] if first and first[0].startswith("NoExtension") else None
+
+
 def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) -> CompiledGrammar:
     """Compile and check ``grammar`` for ``tokenizer``; ApiError (400, naming ``grammar.where``) when the
     compiler cannot promise it."""
@@ -240,6 +257,11 @@ def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) 
         what = "schema" if grammar.kind.startswith("json") else f"{grammar.kind} grammar"
         raise invalid(f"The {what} at '{where}' cannot be enforced: {detail}", param=where,
                       code="unsupported_schema")
+    empty = _admits_nothing(text, llt)
+    if empty is not None:  # e.g. a schema that is only a reference to itself: no document could ever be written
+        what = "schema" if grammar.kind.startswith("json") else f"{grammar.kind} grammar"
+        raise invalid(f"The {what} at '{where}' cannot be enforced: it admits no output at all ({empty})",
+                      param=where, code="unsupported_schema")
     with _lock:
         _checked[key] = None
         while len(_checked) > CACHE_SIZE:

@@ -36,7 +36,7 @@ class GrammarFailed(RuntimeError):
     """The grammar matcher could not go on: the output can no longer be promised to match."""
 
 
-def failure_message(token: int, error: str | None) -> str:
+def failure_message(token: int | None, error: str | None) -> str:
     """What a client is told of a matcher that could not go on: llguidance's first line (its message goes on
     with the whole compiled grammar, kilobytes the client never wrote), and for its item limit what to change."""
     first = (error or "refused").strip().splitlines()[0][:300]
@@ -45,6 +45,8 @@ def failure_message(token: int, error: str | None) -> str:
                 "a pattern that can end at almost any character, such as '.*a', followed by a terminal that "
                 "begins with a newline, tab or quote, is matched character by character inside the call's JSON "
                 "string, and every character is a choice point; bound its repeats or exclude that character")
+    if token is None:
+        return f"the output grammar's matcher failed before the first token: {first}"
     return f"the output grammar's matcher failed (token {token}): {first}"
 
 
@@ -77,10 +79,12 @@ class GrammarMask:
             token = int(tokens[-1].item())  # (the wait for the sampled token: not the mask's time)
         started = time.perf_counter()
         try:
+            last = None
             if self.started:
                 self.consume(token)
+                last = token
             self.started = True
-            return mx.where(self.allowed_mx(logits.shape[-1]), logits, self.refused(logits.dtype))
+            return mx.where(self.allowed_mx(logits.shape[-1], last), logits, self.refused(logits.dtype))
         finally:
             self.seconds += time.perf_counter() - started
 
@@ -116,18 +120,29 @@ class GrammarMask:
         started = time.perf_counter()
         try:
             self.consume(token)
-            if not self.failed:
-                fill_next_token_bitmask(self.matcher, self.bitmask)
+            self.fill(token)
         finally:
             self.seconds += time.perf_counter() - started
 
-    def allowed_mx(self, width: int):
+    def allowed_mx(self, width: int, token: int | None = None):
         """The mask as an mlx boolean row of ``width``."""
-        if not self.failed:
-            from llguidance.numpy import fill_next_token_bitmask
-
-            fill_next_token_bitmask(self.matcher, self.bitmask)
+        self.fill(token)
         return self._bits_mx(width)
+
+    def fill(self, token: int | None) -> None:
+        """Compute the next mask. A matcher that computing it put in its error state (a grammar with no way
+        on: a schema reference that resolves only to itself) has left only end-of-sequence in the mask; that
+        is a failure, never an end that would pass a broken (or empty) document off as complete."""
+        if self.failed:
+            return
+        from llguidance.numpy import fill_next_token_bitmask
+
+        fill_next_token_bitmask(self.matcher, self.bitmask)
+        if self.matcher.is_error():
+            self.failed = True
+            error = self.matcher.get_error()
+            log.error("grammar matcher cannot go on after token %s: %s", token, error)
+            raise GrammarFailed(failure_message(token, error))
 
     def _bits_mx(self, width: int):
         """The bitmask computed last, as an mlx boolean row of ``width``: its 32-bit words unpacked by numpy
