@@ -18,6 +18,9 @@ from tinytitan.output_format import normalise
 SELF = {"$ref": "#"}
 CYCLE = {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}}
 PROPERTY = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}, "required": ["a"]}
+# no finite document: an object that must hold one of its own kind (directly, inside an array of at least one,
+# or through an inline object it requires)
+REQUIRED = {"type": "object", "properties": {"k": {"$ref": "#"}}, "required": ["k"]}
 
 
 def chat_format(schema: dict) -> dict:
@@ -25,7 +28,8 @@ def chat_format(schema: dict) -> dict:
 
 
 @pytest.mark.parametrize("schema,at", [(SELF, "schema.$ref"), (CYCLE, "schema.$ref"),
-                                       (PROPERTY, "schema.properties.a.$ref")])
+                                       (PROPERTY, "schema.properties.a.$ref"),
+                                       (REQUIRED, "schema.properties.k.$ref")])
 async def test_a_reference_to_itself_is_a_400_on_each_protocol(serve, demo_backend, schema, at):
     s = await serve(backend=demo_backend)
     model = demo_backend.model_id
@@ -44,16 +48,36 @@ async def test_a_reference_to_itself_is_a_400_on_each_protocol(serve, demo_backe
     assert chat.status_code == 400, chat.text
     assert chat.json()["error"]["param"] == f"response_format.json_schema.{at}"
     assert resp.status_code == 400 and resp.json()["error"]["param"] == f"text.format.{at}", resp.text
-    assert msg.status_code == 400 and "resolves only to itself" in msg.json()["error"]["message"], msg.text
-    assert ollama.status_code == 400 and "resolves only to itself" in ollama.json()["error"], ollama.text
+    assert msg.status_code == 400 and "comes back to itself" in msg.json()["error"]["message"], msg.text
+    assert ollama.status_code == 400 and "comes back to itself" in ollama.json()["error"], ollama.text
 
 
 def test_a_recursive_schema_that_descends_is_taken():
     for schema in ({"$ref": "#/$defs/n", "$defs": {"n": {"type": "object", "properties": {
                         "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}}},
                    {"type": "object", "properties": {"tail": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}}},
-                   {"allOf": [{"$ref": "#/$defs/a"}], "$defs": {"a": {"type": "integer"}}}):
+                   {"allOf": [{"$ref": "#/$defs/a"}], "$defs": {"a": {"type": "integer"}}},
+                   # a way out: null, an empty array, a property it may leave out, a choice
+                   {"type": ["object", "null"], "properties": {"k": {"$ref": "#"}}, "required": ["k"]},
+                   {"type": "object", "properties": {"k": {"type": "array", "items": {"$ref": "#"}}},
+                    "required": ["k"]},
+                   {"type": "object", "properties": {"k": {"$ref": "#"}, "v": {"type": "integer"}}, "required": ["v"]},
+                   {"type": "object", "properties": {"k": {"anyOf": [{"$ref": "#"}, {"type": "string"}]}},
+                    "required": ["k"]}):
         assert normalise({"type": "json_schema", "name": "t", "schema": schema}, "text.format") is not None
+
+
+@pytest.mark.parametrize("schema,at", [
+    ({"type": "object", "properties": {"k": {"type": "array", "minItems": 1, "items": {"$ref": "#"}}},
+      "required": ["k"]}, "t.schema.properties.k.items.$ref"),
+    ({"type": "object", "required": ["k"], "properties": {"k": {"type": "object", "required": ["j"],
+                                                                "properties": {"j": {"$ref": "#/$defs/n"}}}},
+      "$defs": {"n": {"allOf": [{"$ref": "#"}]}}}, "t.schema.properties.k.properties.j.$ref"),
+])
+def test_an_object_that_must_hold_its_own_kind_is_refused_by_path(schema, at):
+    with pytest.raises(ApiError) as err:
+        normalise({"type": "json_schema", "name": "t", "schema": schema}, "t")
+    assert err.value.param == at and "no finite value" in err.value.message, err.value.message
 
 
 def test_a_grammar_that_admits_nothing_is_refused_when_compiled(demo_backend):

@@ -134,7 +134,7 @@ def normalise_ollama(fmt: Any, where: str = "format") -> Grammar | None:
 
 def check_schema(schema: Any, where: str, depth: int = 0) -> None:
     """Refuse, by name and path, every keyword the grammar cannot promise (see the tables above), and a
-    reference that resolves only to itself."""
+    reference that comes back to itself (``_check_references``)."""
     _check_keywords(schema, where, depth)
     if depth == 0:
         _check_references(schema, where)
@@ -176,20 +176,40 @@ def _pointed(root: Any, ref: str) -> Any:
     return node
 
 
-def _next_references(root: Any, ref: str) -> list[str]:
-    """The references the schema ``ref`` names holds the same value to: its own ``$ref`` and its ``allOf``'s."""
-    target = _pointed(root, ref)
-    if not isinstance(target, dict):
-        return []  # a missing target: the grammar compiler names it
-    out = [target["$ref"]] if isinstance(target.get("$ref"), str) else []
-    if isinstance(target.get("allOf"), list):
-        out += [m["$ref"] for m in target["allOf"] if isinstance(m, dict) and isinstance(m.get("$ref"), str)]
+def _held(node: Any) -> list[str]:
+    """The references every value of ``node`` must satisfy, itself or within it: its own ``$ref``, its
+    ``allOf``'s, and those of what it must contain (the required properties of a value that can only be an
+    object, the first ``minItems`` items of one that can only be an array). A choice (``anyOf``, a type list
+    with another type) may escape, so it is not followed."""
+    if not isinstance(node, dict) or "enum" in node or "const" in node:
+        return []
+    out = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+    for member in node.get("allOf") if isinstance(node.get("allOf"), list) else ():
+        out += _held(member)
+    kind = node.get("type")
+    kind = kind[0] if isinstance(kind, list) and len(kind) == 1 else kind
+    if kind == "object" and isinstance(node.get("required"), list) and isinstance(node.get("properties"), dict):
+        for name in node["required"]:
+            if isinstance(name, str):
+                out += _held(node["properties"].get(name))
+    least = node.get("minItems")
+    if kind == "array" and isinstance(least, int) and not isinstance(least, bool) and least >= 1:
+        prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
+        for sub in prefix[:least]:
+            out += _held(sub)
+        if least > len(prefix):
+            out += _held(node.get("items"))
     return out
 
 
+def _next_references(root: Any, ref: str) -> list[str]:
+    """The references every value of the schema ``ref`` names must satisfy (``_held``)."""
+    return _held(_pointed(root, ref))  # (a missing target holds none: the grammar compiler names it)
+
+
 def _check_references(schema: Any, where: str) -> None:
-    """A reference that comes back to itself through references alone (each schema on the way holds the same
-    value to the next: its own ``$ref``, or one in its ``allOf``) admits no value: refused, named. Each
+    """A reference that comes back to itself through what every value must hold (``_held``: each schema on the
+    way holds its value, or a part it must contain, to the next) admits no finite value: refused, named. Each
     reference is followed once (a depth-first walk that colours them)."""
     state: dict[str, int] = {}  # 1: on the current path, 2: known to end
 
@@ -211,8 +231,9 @@ def _check_references(schema: Any, where: str) -> None:
 
     for at, ref in _references(schema, where):
         if state.get(ref) != 2 and loops(ref):
-            raise invalid(f"Invalid schema at '{at}': the reference {json.dumps(ref)} resolves only to itself, so "
-                          f"no value can match it", param=at, code="invalid_schema")
+            raise invalid(f"Invalid schema at '{at}': the reference {json.dumps(ref)} comes back to itself through "
+                          "what every value must hold (its $ref, allOf, required properties, the first minItems "
+                          "items), so no finite value can match it", param=at, code="invalid_schema")
 
 
 def _check_keywords(schema: Any, where: str, depth: int = 0) -> None:

@@ -42,9 +42,11 @@ def failure_message(token: int | None, error: str | None) -> str:
     first = (error or "refused").strip().splitlines()[0][:300]
     if "too many items" in first.lower():
         return (f"the output grammar is too ambiguous to enforce this far (token {token}; the matcher's item limit): "
-                "a pattern that can end at almost any character, such as '.*a', followed by a terminal that "
-                "begins with a newline, tab or quote, is matched character by character inside the call's JSON "
-                "string, and every character is a choice point; bound its repeats or exclude that character")
+                "a schema whose every document must hold a deeper one of its own kind (an object that requires "
+                "itself through a choice), or, in a custom tool's grammar, a pattern that can end at almost any "
+                "character, such as '.*a', followed by a terminal that begins with a newline, tab or quote, is "
+                "matched character by character inside the call's JSON string, and every character is a choice "
+                "point; bound its repeats or exclude that character")
     if token is None:
         return f"the output grammar's matcher failed before the first token: {first}"
     return f"the output grammar's matcher failed (token {token}): {first}"
