@@ -166,6 +166,7 @@ class ResponsesStore:
         outputs = [_dump(item) for item in rec.output]
         extra = _dump(rec.extra)
         size = sum(len(text.encode()) for text in (events, extra, *inputs, *outputs))  # bytes, as the budget says
+        _lock_count(tx)  # (first: see _lock_count)
         _delete(tx, rec.id)
         tx.exec("INSERT INTO responses (id, previous_response_id, created_at, stored_at, size, events, extra) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", (rec.id, rec.previous_response_id, int(rec.created_at or time.time()),
@@ -318,10 +319,19 @@ def _delete(tx, response_id: str, cutoff: int = -1) -> bool:
     return _delete_many(tx, [response_id]) > 0 and found
 
 
+def _lock_count(tx) -> None:
+    """Every write takes the byte count's row before any response's (PostgreSQL locks rows; a SQLite write holds
+    the whole database): a DELETE holding a response while it waited for the count, and a write holding the count
+    while it evicted that response, deadlocked, and PostgreSQL cancelled one of them."""
+    if tx.dialect == "postgresql":
+        tx.rows("SELECT value FROM meta WHERE name = 'response_bytes' FOR UPDATE")
+
+
 def _delete_many(tx, ids: list[str]) -> int:
     """Deletes what is still there of ``ids``; the bytes counted off are those of the rows this transaction
     deleted (``RETURNING``): another server deleting the same ones at once (eviction, a retried DELETE) waits
     on them, then deletes none, counts off nothing, and reports none deleted."""
+    _lock_count(tx)
     marks = ", ".join("?" * len(ids))
     sizes = tx.rows(f"DELETE FROM responses WHERE id IN ({marks}) RETURNING size", ids)
     if not sizes:
