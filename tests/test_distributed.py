@@ -195,7 +195,7 @@ async def test_rank_0_drafts_with_a_draft_model_alone_and_every_rank_verifies(tm
     assert "loading the draft model" in logs[0] and "loading the draft model" not in logs[1]
 
 
-async def test_a_stop_string_inside_a_verified_draft_leaves_every_rank_the_same_entry(group, one):
+async def test_a_stop_string_inside_a_verified_draft_leaves_every_rank_the_same_entry(group, one, demo_backend):
     """A stop string only rank 0 sees can end a row inside a draft the step verified: the follower accepted the
     whole draft, and keeps of the row what rank 0 kept (lockstep.py's ``e``), not its longer answer. The next
     turn, which sends the answer back whole, then reads as much cached on every rank (a follower that kept more
@@ -218,6 +218,7 @@ async def test_a_stop_string_inside_a_verified_draft_leaves_every_rank_the_same_
         for n, k in ((5, 8), (12, 6)):
             first = [{"role": "user", "content": f"({n}) Show this again, exactly:\n" + COPY_TEXT}]
             whole, _ = await chat(one.base, first, speculative=False)
+            demo_backend.prompt_cache.clear()  # (its entry would serve the next turn: the group never wrote it)
             loop = re.search(r"(.{2,10}?)\1{5,}", whole, re.S)
             assert loop, whole
             stop = loop.group(1) * k
