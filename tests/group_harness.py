@@ -1,5 +1,5 @@
-"""A group of two tinytitan processes on one machine (MLX's ring backend on loopback), for the distributed
-tests: the ranks started as ``mlx.launch -n 2 --backend ring`` starts them (``MLX_RANK``, and an
+"""A group of two tinytitan processes (or ``ranks``) on one machine (MLX's ring backend on loopback), for the
+distributed tests: the ranks started as ``mlx.launch -n 2 --backend ring`` starts them (``MLX_RANK``, and an
 ``MLX_HOSTFILE`` listing one loopback address per rank), but by the test itself: mlx.launch ends every rank
 when one exits, and a test must see rank 0 outlive rank 1. Also each protocol's request and the text its
 answer carries (checked strictly against the official SDK models), and the models the tests build."""
@@ -63,21 +63,59 @@ def pipeline_model(out: Path) -> Path:
     return out
 
 
+def wide_model(out: Path) -> Path:
+    """A qwen2 of four layers whose heads, KV heads and MLP width divide among 2, 3 and 4 ranks (the demo model's
+    do not among 3 or 4): either sharding serves it on groups of those sizes. The demo's tokenizer and template;
+    seeded weights drawn as the demo's are (embeddings std 0.02, projections 1/sqrt(fan_in), norms ones)."""
+    import shutil
+
+    import mlx.core as mx
+    import numpy as np
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import qwen2
+
+    from tinytitan.demo_model import ensure_demo_model
+
+    demo = Path(ensure_demo_model())
+    out.mkdir(parents=True, exist_ok=True)
+    for f in demo.iterdir():
+        if f.suffix == ".json" and f.name != "config.json":
+            shutil.copy(f, out / f.name)
+    config = json.loads((demo / "config.json").read_text())
+    config.pop("tinytitan_demo", None)
+    config.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=192, head_dim=16,
+                  num_attention_heads=12, num_key_value_heads=12, intermediate_size=384, num_hidden_layers=4,
+                  max_window_layers=4)
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    weights = {}
+    for i, (k, v) in enumerate(sorted(tree_flatten(qwen2.Model(qwen2.ModelArgs.from_dict(config)).parameters()))):
+        if k.endswith("norm.weight"):
+            weights[k] = mx.ones(v.shape)
+            continue
+        std = v.shape[1] ** -0.5 if v.ndim == 2 and "embed" not in k else 0.02
+        uniform = np.random.RandomState(100 + i).random_sample(v.shape) * 2.0 - 1.0
+        weights[k] = mx.array((uniform * std * 3.0 ** 0.5).astype("float32"))
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (out / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: "model.safetensors" for k in sorted(weights)}}))
+    return out
+
+
 class Group:
-    def __init__(self, tmp: Path, *serve: str, rank_args: dict[int, list[str]] | None = None):
-        ring = [[f"127.0.0.1:{free_port()}"], [f"127.0.0.1:{free_port()}"]]
+    def __init__(self, tmp: Path, *serve: str, rank_args: dict[int, list[str]] | None = None, ranks: int = 2):
+        ring = [[f"127.0.0.1:{free_port()}"] for _ in range(ranks)]
         hostfile = tmp / "hosts.json"
         hostfile.write_text(json.dumps(ring))
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.logs = [tmp / f"rank{r}.log" for r in range(2)]
+        self.logs = [tmp / f"rank{r}.log" for r in range(ranks)]
         env = dict(os.environ, MLX_HOSTFILE=str(hostfile), PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "tinytitan", "serve", "--port", str(self.port), "--max-batch", "4",
              "--group-timeout", "4",
              "--responses-store", "memory", *serve, *(rank_args or {}).get(r, [])],
             env=dict(env, MLX_RANK=str(r)), stdout=self.logs[r].open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
-            for r in range(2)]
+            for r in range(ranks)]
 
     def wait(self) -> dict:
         deadline = time.monotonic() + START_S

@@ -284,9 +284,18 @@ def test_the_sharding_is_what_the_model_offers_or_refused_by_its_type(pipeline_d
                                          "ranks: its 4 attention heads, 2 KV heads, MLP width of 128 do not "
                                          "divide"):
         sharding(qwen3, "auto", 3)
-    assert [sharding(qwen3, "auto", 2), sharding(qwen2, "auto", 3)] == ["tensor", "pipeline"]
+    assert [sharding(qwen3, "auto", 2), sharding(qwen2, "auto", 2)] == ["tensor", "tensor"]
+    # the qwen2 has 2 layers: pipeline parallelism gives each rank at least one, so 3 ranks cannot split it either
+    with pytest.raises(Unshardable, match=r"across 3 ranks: .* \(nor can pipeline parallelism: it has 2 layers\)"):
+        sharding(qwen2, "auto", 3)
+    with pytest.raises(Unshardable, match="the model type 'qwen2' cannot be split by pipeline parallelism across 3 "
+                                         "ranks: it has 2 layers"):
+        sharding(qwen2, "pipeline", 3)
+    four = SimpleNamespace(args=qwen2.args, shard=qwen2.shard, model=SimpleNamespace(
+        pipeline=qwen2.model.pipeline, layers=[None] * 4))  # 4 layers: 3 ranks take pipeline where tensor is uneven
+    assert sharding(four, "auto", 3) == "pipeline"
     with pytest.raises(Unshardable, match=r"across 3 ranks: .* \(--sharding pipeline can serve it\)"):
-        sharding(qwen2, "tensor", 3)
+        sharding(four, "tensor", 3)
     with pytest.raises(Unshardable, match="the model type 'qwen3' offers no pipeline parallelism in mlx-lm"):
         sharding(qwen3, "pipeline", 3)
     # a model whose settings are its text model's (a vision model's text_config)

@@ -9,7 +9,10 @@ Rules:
   passes ``timeout`` (``--group-timeout``, rank 0's own limit), that for each ``PREFILL_STEP`` tokens the last
   step read (as rank 0 allows the step: under pipeline sharding the first stage is done with its layers while
   rank 0 still runs its own), or ten times that after a switch of models (rank 0 loads its part before its next
-  message); the first message is not timed (rank 0 may load longer).
+  message); the first message is not timed (rank 0 may load longer). The forward a plan runs is timed alike
+  (``timeout`` for each ``PREFILL_STEP`` tokens it reads): its collectives wait for every other rank, and in a
+  group of three or more one follower lost mid-step leaves another inside the model's collective, spinning, as
+  rank 0 (whose watchdog breaks the group) sends nothing more.
   Under ``mlx.launch`` one rank's exit ends them all, and a restart of the whole group is the recovery.
 """
 
@@ -120,11 +123,11 @@ class Silence:
 
     def __init__(self, rank: int, timeout: float):
         self.rank, self.timeout = rank, timeout
-        self.wait: tuple[float, float] | None = None  # (since, allowed): one value, read at once by the watchdog
+        self.wait: tuple[float, float, str] | None = None  # (since, allowed, what): one value, read at once
         threading.Thread(target=self._watch, name="tinytitan-follower-watchdog", daemon=True).start()
 
-    def waiting(self, allowed: float) -> None:
-        self.wait = (time.monotonic(), allowed)
+    def waiting(self, allowed: float, what: str = "no word from rank 0") -> None:
+        self.wait = (time.monotonic(), allowed, what)
 
     def heard(self) -> None:
         self.wait = None
@@ -134,8 +137,8 @@ class Silence:
             time.sleep(min(1.0, self.timeout / 4))
             wait = self.wait
             if wait is not None and time.monotonic() - wait[0] > wait[1]:
-                log.error("rank %d stops: no word from rank 0 in %.0f s (the group is broken, or rank 0 is stuck); "
-                          "restart the whole group", self.rank, time.monotonic() - wait[0])
+                log.error("rank %d stops: %s in %.0f s (the group is broken, or a rank is stuck); "
+                          "restart the whole group", self.rank, wait[2], time.monotonic() - wait[0])
                 logging.shutdown()
                 os._exit(1)  # (the wait is a spinning collective no thread can interrupt)
 
@@ -211,4 +214,8 @@ def follow(group: Group, backends: list, max_batch: int, timeout: float | None =
             time.sleep(msg["i"])
         if plan is None:
             continue
+        if silence is not None:  # (its collectives wait for every other rank: see the rules)
+            silence.waiting(timeout * max(1.0, plan.tokens / PREFILL_STEP), "a step's forward not done")
         accepted = scheduler.run(plan)
+        if silence is not None:
+            silence.heard()

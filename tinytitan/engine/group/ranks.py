@@ -56,18 +56,24 @@ def backend_name() -> str:
 def sharding(model, want: str = "auto", size: int = 1) -> str:
     """How a model is split across ``size`` ranks: "tensor" (its ``shard``) or "pipeline" (``model.model.pipeline``).
     ``want`` "auto" takes tensor parallel where the model offers it and it splits evenly, else pipeline; a named
-    one the model does not offer (or cannot split evenly), or a model offering neither, is refused naming its
-    type."""
+    one the model does not offer (or cannot split: unevenly, or by layers fewer than the ranks), or a model
+    offering neither, is refused naming its type."""
     kind = getattr(getattr(model, "args", None), "model_type", None) or type(model).__module__.rsplit(".", 1)[-1]
     offers = [name for name, has in (("tensor", hasattr(model, "shard")),
                                      ("pipeline", hasattr(getattr(model, "model", None), "pipeline"))) if has]
     uneven = uneven_split(model, size) if "tensor" in offers else None
+    layers = len(getattr(model.model, "layers", None) or ()) if "pipeline" in offers else 0
+    few = "pipeline" in offers and 0 < layers < size  # mlx-lm's pipeline gives each rank at least one layer
     if want == "auto" and offers:
-        want = "tensor" if "tensor" in offers and (uneven is None or "pipeline" not in offers) else "pipeline"
+        want = "tensor" if "tensor" in offers and (uneven is None or "pipeline" not in offers or few) else "pipeline"
     if want == "tensor" and uneven is not None:
-        other = " (--sharding pipeline can serve it)" if "pipeline" in offers else ""
+        other = (f" (nor can pipeline parallelism: it has {layers} layers)" if few else
+                 " (--sharding pipeline can serve it)" if "pipeline" in offers else "")
         raise Unshardable(f"the model type '{kind}' cannot be split by tensor parallelism across {size} ranks: its "
                           f"{uneven} do not divide among them (mlx-lm's shard gives each rank an equal part){other}")
+    if want == "pipeline" and few:
+        raise Unshardable(f"the model type '{kind}' cannot be split by pipeline parallelism across {size} ranks: it "
+                          f"has {layers} layers (mlx-lm's pipeline gives each rank at least one)")
     if want in offers:
         return want
     if offers:
