@@ -115,7 +115,7 @@ class Finished:
 class Failed:
     message: str
     type: str = "server_error"  # an error kind (``errors.kinds`` of the protocol's spec says how it looks)
-    code: str | None = None  # the error's own code, where it has one (``group_broken``): a folded answer's
+    code: str | None = None  # the error's own code, where it has one (``group_broken``): in band and folded alike
 
     @classmethod
     def of(cls, exc: BaseException) -> "Failed":
