@@ -270,3 +270,16 @@ def test_the_templates_are_read_once_and_the_module_context_checked_once(tmp_pat
         with pytest.raises(ValueError, match=r"extra_context supplies \['tool_count'\], not in stream.computed"):
             proto.machine(proto.validate(body), "m", stream=True)
     assert OpenAIChat().machine(proto.validate(body), "m", stream=True).context["custom_tools"] == []
+
+
+def test_an_in_stream_error_carries_its_own_code():
+    """A failure with a code of its own (a broken group's) says it in band as a folded answer's 503 does."""
+    from tinytitan.speclang.validate import Validated
+
+    for name in ("openai_chat", "openai_completions"):
+        proto = _protocol(name)
+        m = proto.machine(Validated(body={"model": "m", "prompt": "x"}), "m", True)
+        m.feed(Started(3))
+        (wire,) = [w for w in m.feed(Failed("gone", type="unavailable", code="group_broken"))
+                   if isinstance(w.data, dict) and "error" in w.data]
+        assert (wire.data["error"]["type"], wire.data["error"]["code"]) == ("server_error", "group_broken")
