@@ -80,7 +80,7 @@ class Family:
         writes anyway is its text, never a call the client did not offer. ``continues``: the answer goes on
         from a prefill's text, so its first characters (whitespace included) are text."""
         if self.markup is None:
-            return HarmonyParser(start_in_reasoning, namespaces, tools, continues)
+            return HarmonyParser(start_in_reasoning, namespaces, tools, continues, calls)
         markup = self.markup if calls else dataclasses.replace(self.markup, tool_open=None, tool_close=None,
                                                                bare_json=False)
         return OutputParser(markup, start_in_reasoning, namespaces, tools, continues)

@@ -39,8 +39,9 @@ _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 
 class HarmonyParser:
     def __init__(self, start_in_reasoning: bool = False, namespaces: dict[str, str] | None = None,
-                 tools: dict[str, dict] | None = None, continues: bool = False):
+                 tools: dict[str, dict] | None = None, continues: bool = False, calls: bool = True):
         self.calls = Calls(namespaces, tools)
+        self.calls_allowed = calls  # False: a message to a function is the model's text, never a call
         self.buf = ""
         # a prefill leaves the model inside its final message's text: a body, whitespace and all
         self.mode = "body" if start_in_reasoning or continues else "header"
@@ -123,7 +124,10 @@ class HarmonyParser:
         channel = m.group(1) if m else "final"
         r = _RECIPIENT.search(header)
         self.mode, self.at_run_start, self.pending_ws = "body", True, ""
-        if r and not r.group(1).startswith(("assistant", "user")):
+        if r and not r.group(1).startswith(("assistant", "user")) and not self.calls_allowed:
+            log.warning("harmony message to %s, but the request allows no calls; returned as text", r.group(1))
+            self.channel = TEXT
+        elif r and not r.group(1).startswith(("assistant", "user")):
             name = r.group(1)
             name = name[len("functions."):] if name.startswith("functions.") else name
             ev = self.calls.start(name)
