@@ -49,6 +49,7 @@ class Body:
         self.index: int | None = None
         self.any = False  # some call started
         self.warned = False  # text after a call was logged (once per block: _text_after_call)
+        self._after_ws = ""  # whitespace of that text held until more of it follows
         self.format = markup.body  # the grammar that checks the completed block (set by make_body)
 
     def feed(self, text: str) -> list[TokenEvent]:
@@ -72,12 +73,21 @@ class Body:
         out.append(ev)
 
     def _text_after_call(self, text: str, out: list, call: str = "a tool call inside its markup") -> None:
-        """Text the model wrote after a complete call, still inside the call's block: returned as text, and
-        logged once per block."""
+        """Text the model wrote after a complete call, still inside the call's block, fed piece by piece as it
+        arrives: returned as text (its leading and trailing whitespace are layout, the whitespace inside it is
+        kept whatever the pieces), and logged once per block."""
         if not self.warned:
+            text = text.lstrip()
+            if not text:
+                return
             log.warning("text after %s; returned as text: %s", call, excerpt(log, text))
             self.warned = True
-        out.append(TextDelta(text))
+        body = text.rstrip()
+        if body:
+            out.append(TextDelta(self._after_ws + body))
+            self._after_ws = text[len(body):]
+        else:
+            self._after_ws += text
 
     def _as_text(self, truncated: bool) -> list[TokenEvent]:
         log.warning("tool-call markup not understood; returned as text: %s", excerpt(log, self.raw))

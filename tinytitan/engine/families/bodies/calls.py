@@ -81,8 +81,7 @@ class MistralCall(Body):
                 out.append(ToolCallDone(self.index, self.args))
                 self.state = "after"
         if self.state == "after":
-            if self.buf.strip():
-                self._text_after_call(self.buf.strip(), out, "a Mistral tool call")
+            self._text_after_call(self.buf, out, "a Mistral tool call")
             self.buf = ""
         return out
 
@@ -214,6 +213,9 @@ class GemmaCall(SteppedBody):
         if self.state == "head":
             m = _CALL_HEAD.match(self.buf, partial=True)
             if m is None:
+                if self.any:  # text after the block's calls: returned as text
+                    self.state = "after"
+                    return True
                 if self.buf.strip():
                     self.state = "junk"
                     return True
@@ -240,6 +242,10 @@ class GemmaCall(SteppedBody):
                 self.token = ""
             return True
         if self.state == "junk":
+            self.buf = ""
+            return False
+        if self.state == "after":
+            self._text_after_call(self.buf, out, "a Gemma tool call")
             self.buf = ""
             return False
         # body: one structural step

@@ -119,7 +119,7 @@ class JsonCalls(SteppedBody):
 
     @property
     def quoting(self) -> bool:
-        return json_in_string(self.raw)
+        return self.state != "text" and json_in_string(self.raw)
 
     def _step(self, out: list) -> bool:
         st = self.state
@@ -181,6 +181,10 @@ class JsonCalls(SteppedBody):
             self.tail += self.buf  # kept: a model that never closes the object wrote text here
             self.buf = ""
             return False
+        if st == "text":
+            self._text_after_call(self.buf, out)
+            self.buf = ""
+            return False
         return False  # raw / done: wait for the close
 
     def _junk(self, out: list) -> bool:
@@ -194,7 +198,7 @@ class JsonCalls(SteppedBody):
             self.state = "raw"
             return False
         self._text_after_call(self.buf, out)
-        self.buf = ""
+        self.buf, self.state = "", "text"  # the rest of the block is that text, separators and all
         return False
 
     def close(self, truncated: bool) -> list[TokenEvent]:

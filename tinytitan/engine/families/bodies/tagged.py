@@ -189,11 +189,9 @@ class TaggedCall(SteppedBody):
                 if s.startswith(sp.prefix):  # the next call of the block
                     self.buf, self.state, self.name, self.args, self.nkeys, self.json_args = s, "prefix", "", "", 0, False
                     return True
-                if not s or sp.prefix.startswith(s):
-                    self.buf = s
+                if not s or sp.prefix.startswith(s):  # (whitespace kept: text may follow it)
                     return False
-            if self.buf.strip():
-                self._text_after_call(self.buf.strip(), out)
+            self._text_after_call(self.buf, out)
             self.buf = ""
             return False
         if st == "junk":

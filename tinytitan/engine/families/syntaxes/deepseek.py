@@ -75,17 +75,26 @@ class SectionCalls(SteppedBody):
         if st == "between":
             text = self.buf.lstrip()
             if not text:
+                if self.junk:  # whitespace inside that text is kept
+                    self.junk += self.buf
                 self.buf = ""
                 return False
             if text.startswith(s.call_open):
                 self.buf, self.state = text[len(s.call_open):], "head"
                 return True
             if s.call_open.startswith(text):
-                self.buf = text
+                if not self.junk:
+                    self.buf = text
                 return False
-            self.junk += text  # not a call: text (logged at the close)
-            self.buf = ""
-            return False
+            # not a call: text (logged at the close), up to a call that follows it
+            src = self.buf if self.junk else text
+            i = src.find(s.call_open)
+            if i < 0:
+                keep = partial_suffix(src, s.call_open)
+                self.junk, self.buf = self.junk + src[: len(src) - keep], src[len(src) - keep:]
+                return False
+            self.junk, self.buf = self.junk + src[:i], src[i:]
+            return True
         if st == "head":
             i = self.buf.find(s.sep)
             if i < 0:
