@@ -11,6 +11,7 @@ from .. import images, tool_choice
 from ..chat_request import ImagePart, Tool
 from ..errors import invalid
 from ..output_format import normalise
+from ..speclang.validate import without_lone_surrogates
 from .common import content_of, template_variables
 
 log = logging.getLogger("tinytitan.anthropic")
@@ -91,7 +92,7 @@ def _tool_input(text: str, name: str | None) -> dict:
         # (never the arguments themselves: they are answer text, which no log holds)
         log.warning("tool call %s: arguments are not a JSON object (%d characters); sent as {}", name, len(text))
         return {}
-    return value
+    return without_lone_surrogates(value)  # (re-encoded, a lone surrogate is JSON strict parsers refuse)
 
 
 def parse_tools(value: list, body: dict, args: dict, v) -> None:

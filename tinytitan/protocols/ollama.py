@@ -27,7 +27,7 @@ from ..events import Timing
 from ..models.gguf_facts import listing_off_loop, weights_on_gpu
 from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
-from ..speclang.validate import Validated
+from ..speclang.validate import Validated, without_lone_surrogates
 from .base import Protocol
 from .common import place_system
 from .wire import Call, Reply
@@ -202,7 +202,7 @@ def on_call_done(m: Machine, ev) -> None:
     if not isinstance(arguments, dict):
         log.warning("tool call %s: arguments are not a complete JSON object; sent as {}", m.vars.call_name)
         arguments = {}
-    m.vars.call_arguments = arguments
+    m.vars.call_arguments = without_lone_surrogates(arguments)  # (as a request's: see speclang/validate.py)
 
 
 def fold_ollama(wire: list[WireEvent], body: dict) -> dict:

@@ -154,7 +154,7 @@ class RequestValidator:
                 _refuse_long_numbers(body)
             # JavaScript clients cut strings by UTF-16 units and JSON.stringify writes a half-cut pair as a lone
             # \ud83d escape: valid JSON, but no text a tokenizer can encode or a file can store.
-            return _without_lone_surrogates(body) if re.search(r"\\u[dD][89a-fA-F]", text) else body
+            return without_lone_surrogates(body) if re.search(r"\\u[dD][89a-fA-F]", text) else body
         except UnicodeDecodeError as exc:
             raise invalid(f"The request body is not valid JSON: it is not UTF-8 (byte {exc.start}: {exc.reason})",
                           code="invalid_json") from None
@@ -349,14 +349,14 @@ def _refuse_long_numbers(value: Any, path: str = "") -> None:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins real pairs: any surrogate left is alone
 
 
-def _without_lone_surrogates(value: Any) -> Any:
+def without_lone_surrogates(value: Any) -> Any:
     """Each lone surrogate becomes U+FFFD, as a UTF-8 decoder would make of it."""
     if isinstance(value, str):
         return _LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, list):
-        return [_without_lone_surrogates(v) for v in value]
+        return [without_lone_surrogates(v) for v in value]
     if isinstance(value, dict):
-        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
     return value
 
 
