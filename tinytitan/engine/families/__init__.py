@@ -149,7 +149,7 @@ GPT_OSS = Family("gpt_oss", None, ("<|return|>", "<|call|>"),
 DEEPSEEK_V3 = Family("deepseek_v3", Markup("<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
                                           "deepseek"), ("<｜end▁of▁sentence｜>",))
 KIMI_K2 = Family("kimi_k2", Markup("<think>", "</think>", "<|tool_calls_section_begin|>",
-                                   "<|tool_calls_section_end|>", "kimi"), ("<|im_end|>",))
+                                   "<|tool_calls_section_end|>", "kimi", tool_ends_thought=True), ("<|im_end|>",))
 MINIMAX_M2 = Family("minimax_m2", Markup("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>",
                                          "minimax"), ("[e~[",), RoleConventions(system_first_only=True))
 DEEPSEEK_V32 = Family("deepseek_v32", Markup("<think>", "</think>", "<｜DSML｜function_calls>",

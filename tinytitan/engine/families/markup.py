@@ -31,6 +31,9 @@ class Markup:
     tool_close: str | None = "</tool_call>"
     body: str = "json"
     bare_json: bool = False  # an answer that begins with a JSON call object is a call (Llama 3.x, Gemma)
+    # the call opener, a special token no prose writes, also ends an open thought: Kimi K2 Thinking opens its call
+    # section without closing its thought at times (vLLM's kimi_k2 reasoning parser splits there too)
+    tool_ends_thought: bool = False
 
 
 QWEN = Markup()

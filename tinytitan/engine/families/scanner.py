@@ -147,7 +147,7 @@ class OutputParser:
     def _markers(self) -> list[tuple[str, str]]:
         m = self.m
         if self.channel == REASONING:
-            cands = [(m.think_close, "close_think")]
+            cands = [(m.think_close, "close_think")] + ([(m.tool_open, "open_tool")] if m.tool_ends_thought else [])
         elif self.channel == TOOL:
             cands = [(m.tool_close, "close_tool")] if m.tool_close else [(m.tool_open, "next_tool")]
         else:
