@@ -150,6 +150,8 @@ class OutputParser:
             cands = [(m.think_close, "close_think")] + ([(m.tool_open, "open_tool")] if m.tool_ends_thought else [])
         elif self.channel == TOOL:
             cands = [(m.tool_close, "close_tool")] if m.tool_close else [(m.tool_open, "next_tool")]
+            if m.tool_close and self._body is not None and not self._body.any and not self._body.tentative:
+                cands.append((m.tool_open, "reopen_tool"))  # the block so far was no call (prose naming the opener)
         else:
             cands = [(m.think_open, "open_think"), (m.tool_open, "open_tool")]
         return [(s, k) for s, k in cands if s]
@@ -181,7 +183,7 @@ class OutputParser:
             if self._reparse is not None:  # a tentative call gave up before this marker: scan it again
                 self.buf, self._reparse = self._reparse + s + self.buf, None
                 return True, TEXT
-            if kind in ("close_tool", "next_tool") and self._body is not None and self._body.quoting:
+            if kind in ("close_tool", "next_tool", "reopen_tool") and self._body is not None and self._body.quoting:
                 # inside a quoted argument value the marker is part of the value — unless the output ends
                 # right after it (the model forgot the closing quote): wait until more text tells which
                 if not self.buf.strip():
@@ -248,6 +250,11 @@ class OutputParser:
             self.channel = REASONING
         elif kind == "close_think":
             self.channel = TEXT
+        elif kind == "reopen_tool":  # what the first opener began is text; the second begins the block
+            out.extend(self._close_body(truncated=True))
+            self.ws_before_tool, self.pending_ws = "", ""
+            self._body = make_body(self.m, self.calls)
+            self._block_calls = []
         elif kind in ("open_tool", "next_tool"):
             if kind == "next_tool" and self._body is not None:
                 out.extend(self._close_body(truncated=False))
