@@ -23,7 +23,13 @@ class ApiError(Exception):
 
 
 # what loading a model's files raises where they are missing or damaged (mlx-lm, transformers, safetensors)
-LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError)
+LOAD_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, RuntimeError, KeyError, TypeError)
+try:  # transformers' strict config classes raise this (not a ValueError) for a config they refuse
+    from huggingface_hub.errors import StrictDataclassError
+
+    LOAD_ERRORS += (StrictDataclassError,)
+except ImportError:  # an older huggingface_hub: its configs raise ValueError
+    pass
 
 
 def invalid(message: str, param: str | None = None, code: str | None = None, data: dict | None = None) -> ApiError:

@@ -161,7 +161,16 @@ def ensure_converted(path: str | Path, form: str | None = None, template: str | 
         t0 = time.perf_counter()
         log.info("converting %s (%.0f MB) to an MLX model (%s) in %s …", path.name, path.stat().st_size / 1e6,
                  form, target)
-        convert(path, tmp, form, meta, template)
+        try:
+            convert(path, tmp, form, meta, template)
+        except UnsupportedGGUF:
+            raise
+        except OSError:
+            raise  # the disk (full, unwritable): not the file's fault
+        except Exception as exc:  # metadata the header reader accepts but nothing can build a model from
+            # (a zero head count, a merge naming a token the vocabulary lacks …): the file, named, not a traceback
+            raise UnsupportedGGUF(f"{path.name}: damaged or inconsistent GGUF metadata "
+                                  f"({type(exc).__name__}: {exc})") from None
         try:
             os.replace(tmp, target)
         except OSError:
