@@ -60,3 +60,12 @@ def test_a_config_transformers_refuses_is_one_line(tmp_path, demo_dir, cache):
                            **{"llama.embedding_length": mx.array(7, dtype=mx.uint32)})
     done = serve_fails(tmp_path, "--model", str(path), "--gguf-form", "float32")
     assert "cannot load the model" in done.stderr
+
+
+def test_a_wrong_layer_count_is_one_short_line(tmp_path, demo_dir, cache):
+    """mlx-lm names every parameter the weights lack (hundreds for a layer count of 99): the start-up message
+    keeps the head of that, not a screenful."""
+    path, _, _ = make_gguf(tmp_path / "m.gguf", demo_dir, **{"qwen3.block_count": mx.array(99, dtype=mx.uint32)})
+    done = serve_fails(tmp_path, "--model", str(path), "--gguf-form", "float32")
+    said = [line for line in done.stderr.splitlines() if "cannot" in line]
+    assert said and len(said[-1]) < 700 and "characters)" in said[-1], done.stderr[-3000:]

@@ -32,5 +32,12 @@ except ImportError:  # an older huggingface_hub: its configs raise ValueError
     pass
 
 
+def load_error_text(exc: BaseException, limit: int = 400) -> str:
+    """A load error in one short line: mlx-lm names every missing parameter (hundreds of names for a wrong layer
+    count), which would bury the start-up message; the head of it says what went wrong."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else f"{text[:limit]} … ({len(text)} characters)"
+
+
 def invalid(message: str, param: str | None = None, code: str | None = None, data: dict | None = None) -> ApiError:
     return ApiError("invalid_request", message, param=param, code=code, data=data)

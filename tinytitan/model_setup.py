@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from .errors import LOAD_ERRORS
+from .errors import LOAD_ERRORS, load_error_text
 
 log = logging.getLogger("tinytitan")
 
@@ -84,7 +84,7 @@ def make_backends(args) -> list:
                                                  speculative=speculative_config(args, group=group), group=group)
                 refused = unservable(b)
             except LOAD_ERRORS as exc:
-                refused = f"{type(exc).__name__}: {exc}"
+                refused = load_error_text(exc)
             if refused:
                 log.warning("%s: not served: %s", m.path, refused)
             else:
@@ -122,7 +122,7 @@ def make_backends(args) -> list:
         except (DraftModelRefused, Unshardable) as exc:
             raise SystemExit(str(exc)) from None
         except LOAD_ERRORS as exc:  # missing or damaged weights, a config mlx-lm cannot read …
-            raise SystemExit(f"cannot load the model {model_id} from {path}: {type(exc).__name__}: {exc}") from None
+            raise SystemExit(f"cannot load the model {model_id} from {path}: {load_error_text(exc)}") from None
         refused = unservable(backends[0])
         if refused:
             raise SystemExit(f"cannot serve the model {model_id} from {path}: {refused}")
