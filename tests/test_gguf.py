@@ -221,6 +221,9 @@ def test_models_dir_lists_mlx_dirs_gguf_files_and_an_hf_cache(tmp_path, demo_dir
 def test_model_argument_errors(tmp_path):
     with pytest.raises(ModelNotFound, match="no such file"):
         resolve(str(tmp_path / "absent.gguf"))
+    (tmp_path / "named.gguf").mkdir()  # a directory named like a file: said as a directory, not "no such file"
+    with pytest.raises(ModelNotFound, match="is not an MLX model directory"):
+        resolve(str(tmp_path / "named.gguf"))
     with pytest.raises(ModelNotFound, match="not a model directory, a .gguf file, a Hugging Face repo id"):
         resolve("not a model")
     (tmp_path / "empty").mkdir()

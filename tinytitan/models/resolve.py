@@ -72,7 +72,7 @@ def resolve(spec: str, form: str | None = None) -> Resolved:
             raise ModelNotFound(f"--model {spec}: the model is not installed ({SHORT_NAMES[spec][2]})")
         return Resolved(_convert(path, form), spec)
     path = Path(spec).expanduser()
-    if path.suffix.lower() == ".gguf":
+    if path.suffix.lower() == ".gguf" and not path.is_dir():
         if not path.is_file():
             raise ModelNotFound(f"--model {spec}: no such file")
         return Resolved(_convert(path, form), path.stem)
