@@ -23,8 +23,8 @@ TEXT_AFTER_CALL = {
     "qwen3_coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n"
                    + AFTER + "\n</tool_call>",
     "mistral": '[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"} ' + AFTER,
-    "minimax_m2": '</think>\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Rome</parameter>\n'
-                  "</invoke>\n" + AFTER + "\n</minimax:tool_call>",
+    "minimax_m2": '</think>\n<minimax:tool_call>\n<invoke name="get_weather">\n'
+                  '<parameter name="city">Rome</parameter>\n</invoke>\n' + AFTER + "\n</minimax:tool_call>",
     "deepseek_v3": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Rome"}'
                    "<｜tool▁call▁end｜>" + AFTER + "<｜tool▁calls▁end｜>",
 }

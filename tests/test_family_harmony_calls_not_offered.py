@@ -10,8 +10,9 @@ import family_fixtures as ff
 
 CALL = ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
         'to=functions.get_weather <|constrain|>json<|message|>{"city": "Rome"}<|call|>')
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "w",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "w",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
 
 
 @pytest.fixture(scope="session")

@@ -116,10 +116,11 @@ class JsonCalls(SteppedBody):
         self.args = ""
         self.rest: JsonSpan | None = None  # the rest of the call object, after its arguments
         self.tail = ""
+        self.quoted_from = 0  # where the JSON a closing marker may stand inside starts (after text: its next call)
 
     @property
     def quoting(self) -> bool:
-        return self.state != "text" and json_in_string(self.raw)
+        return self.state != "text" and json_in_string(self.raw[self.quoted_from:])
 
     def _step(self, out: list) -> bool:
         st = self.state
@@ -181,10 +182,16 @@ class JsonCalls(SteppedBody):
             self.tail += self.buf  # kept: a model that never closes the object wrote text here
             self.buf = ""
             return False
-        if st == "text":
-            self._text_after_call(self.buf, out)
-            self.buf = ""
-            return False
+        if st == "text":  # text after a call, up to a call object that follows it
+            i = self.buf.find("{")
+            while i >= 0 and _HEAD.match(self.buf, i, partial=True) is None:
+                i = self.buf.find("{", i + 1)
+            self._text_after_call(self.buf[:i] if i >= 0 else self.buf, out)
+            self.buf = self.buf[i:] if i >= 0 else ""
+            if not self.buf or _HEAD.match(self.buf, partial=True).partial:
+                return False
+            self.state, self.quoted_from = "head", len(self.raw) - len(self.buf)
+            return True
         return False  # raw / done: wait for the close
 
     def _junk(self, out: list) -> bool:
@@ -197,15 +204,16 @@ class JsonCalls(SteppedBody):
         if not self.any:
             self.state = "raw"
             return False
-        self._text_after_call(self.buf, out)
-        self.buf, self.state = "", "text"  # the rest of the block is that text, separators and all
-        return False
+        self.state = "text"  # the rest of the block is that text, separators and all, up to a call object
+        return True
 
     def close(self, truncated: bool) -> list[TokenEvent]:
         out: list[TokenEvent] = []
         st = self.state
         if st == "done":
             return out
+        if st == "text" and self.buf:  # the start of what might have been a call object: text after all
+            self._text_after_call(self.buf, out)
         if st in ("head", "raw", "between") and self.buf.strip():
             if not self.any:
                 try:

@@ -189,8 +189,13 @@ class TaggedCall(SteppedBody):
                 if s.startswith(sp.prefix):  # the next call of the block
                     self.buf, self.state, self.name, self.args, self.nkeys, self.json_args = s, "prefix", "", "", 0, False
                     return True
-                if not s or sp.prefix.startswith(s):  # (whitespace kept: text may follow it)
+                if not s or sp.prefix.startswith(s):  # (whitespace kept: text may follow)
                     return False
+                i = self.buf.find(sp.prefix)  # text, up to the next call of the block (in the same piece)
+                keep = len(self.buf) - i if i >= 0 else partial_suffix(self.buf, sp.prefix)
+                self._text_after_call(self.buf[:len(self.buf) - keep], out)
+                self.buf = self.buf[len(self.buf) - keep:]
+                return i >= 0
             self._text_after_call(self.buf, out)
             self.buf = ""
             return False
@@ -253,6 +258,8 @@ class TaggedCall(SteppedBody):
             if not self.raw.strip():
                 return [] if self.tentative else self._as_text(truncated)
             return self._as_text(truncated)
+        if st == "after" and self.buf.strip():  # what might have begun another call: text after all
+            self._text_after_call(self.buf, out)
         if st in ("after", "done"):
             return out
         if st == "prefix":  # after a complete call, where another may have begun
