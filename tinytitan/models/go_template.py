@@ -38,9 +38,12 @@ FIELDS = {"Role": "role", "Content": "content", "ToolCalls": "tool_calls", "Func
           "Arguments": "arguments", "Thinking": "reasoning_content", "ToolName": "name", "Images": "images",
           "Description": "description", "Parameters": "parameters", "Type": "type", "Index": "index",
           "ToolCallID": "tool_call_id"}
-ROOT = {"System": "_system", "Messages": "_c.msgs", "Tools": "tools", "Response": "''"}
+ROOT = {"System": "_system", "Messages": "_c.msgs", "Tools": "(tools or [])", "Response": "''"}  # no tools: none
 LEGACY_ROOT = {"System": "_system", "Prompt": "_prompt", "Response": "_response"}
 JSON_FIELDS = {"arguments", "parameters"}
+# what Go prints as JSON (a String method that marshals it), printed whole: the tools, a tool's function, a
+# message's tool calls (a Python literal is no one's format)
+JSON_VALUES = ("(tools or [])", ".function", ".tool_calls")
 CALLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 VARS = "{%+ set _v = namespace() +%}"  # the template's $variables
 # Ollama's collate: consecutive messages of one role (tool results apart) are one, their texts joined; the
@@ -180,15 +183,16 @@ class _Translator:
     def range(self, rest: str) -> str:
         m = re.fullmatch(r"(?:\$(\w+)\s*(?:,\s*\$(\w+))?\s*:=\s*)?(.+)", rest, re.S)
         first, second, over = m.group(1), m.group(2), m.group(3)
+        iterable = self.expr(over)  # (read before the loop's own variables are declared, as Go reads it)
         self.n += 1
         item = f"_x{self.n}"
-        if first and second:
-            self.vars[first], self.vars[second] = "loop.index0", item
-        elif first:
-            self.vars[first] = item
-        iterable = self.expr(over)
         self.blocks.append("for")
         self.dots.append(item)
+        if first and second:  # the index, as a variable of the loop's body: a nested loop's body still reads it
+            self.vars[first], self.vars[second] = f"_i{self.n}", item
+            return f"for {item} in {iterable} +%}}{{%+ set _i{self.n} = loop.index0"
+        if first:
+            self.vars[first] = item
         return f"for {item} in {iterable}"
 
     # -- expressions --------------------------------------------------------------------------------------
@@ -197,7 +201,8 @@ class _Translator:
         value, at = self.pipeline(tokens, 0)
         if at != len(tokens):
             raise Untranslatable(f"{{{{ {text} }}}} is not translated")
-        if printed and (value.endswith(tuple(f".{f}" for f in JSON_FIELDS)) or self._is_whole_item(value)):
+        if printed and (value.endswith(tuple(f".{f}" for f in JSON_FIELDS)) or self._is_whole_item(value)
+                        or value == JSON_VALUES[0] or value.endswith(JSON_VALUES[1:])):
             return f"{value} | tojson"
         return value
 
@@ -237,7 +242,7 @@ class _Translator:
                 raise Untranslatable("an unclosed parenthesis is not translated")
             return f"({value})", at + 1
         if kind == "str":
-            return (repr(text[1:-1]) if text[0] == "`" else repr(bytes(text[1:-1], "utf-8").decode("unicode_escape"))), at + 1
+            return (repr(text[1:-1]) if text[0] == "`" else repr(ast.literal_eval(text))), at + 1
         if kind == "num":
             return text, at + 1
         if kind == "ident":
@@ -350,4 +355,4 @@ def _text(s: str) -> str:
     """Literal text, with anything Jinja would read as markup kept literal."""
     if not any(mark in s for mark in ("{{", "{%", "{#", "}}", "%}", "#}")):
         return s
-    return "{%+ raw +%}" + s + "{%+ endraw +%}"
+    return "{%+ raw %}" + s + "{%+ endraw +%}"  # (Jinja's raw tag takes no "+" before its %})
