@@ -90,7 +90,10 @@ class OllamaModel:
 
     def params(self) -> dict:
         raw = self.text("params")
-        return json.loads(raw) if raw else {}
+        params = json.loads(raw) if raw else {}
+        if not isinstance(params, dict):
+            raise ValueError("the parameters are not a JSON object")
+        return params
 
     def messages(self) -> list[dict]:
         """The Modelfile's ``MESSAGE`` turns (a JSON list of Ollama messages), as role and text."""
@@ -138,6 +141,15 @@ def manifests(root: Path) -> list[OllamaModel]:
 def check(model: OllamaModel) -> None:
     if "model" not in model.blobs or not model.gguf.is_file():
         raise OllamaModelRefused(f"{model.name}: the manifest names no model blob on disk")
+    for kind, path in model.blobs.items():  # (as Ollama's GetModel, which reads every layer, fails)
+        if not path.is_file():
+            raise OllamaModelRefused(f"{model.name}: its {MEDIA}{kind} layer's blob ({path.name}) is not on disk")
+    for kind, read in (("params", model.params), ("messages", model.messages)):
+        try:
+            read()
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise OllamaModelRefused(f"{model.name}: its {MEDIA}{kind} layer is not what Ollama writes: "
+                                     f"{exc}") from None
     for kind, what in (("adapter", "a LoRA adapter"), ("projector", "a vision projector")):
         if kind in model.blobs:
             hint = ("; GGUF vision models are not served: serve its MLX or Hugging Face version (mlx-vlm reads "
@@ -154,9 +166,13 @@ def chat_template(model: OllamaModel, gguf_has_template: bool) -> str | None:
     source = model.text("template") or model.text("prompt")  # "prompt": a template's older media type
     if not source:
         raise OllamaModelRefused(f"{model.name}: neither the GGUF nor the manifest has a chat template")
+    import jinja2
+
     try:
-        return translate(source)
-    except Untranslatable as exc:
+        out = translate(source)
+        jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(out)  # refused here, not at each request
+        return out
+    except (Untranslatable, jinja2.TemplateSyntaxError) as exc:
         raise OllamaModelRefused(f"{model.name}: its Ollama template cannot be translated to Jinja: {exc}") from None
 
 
