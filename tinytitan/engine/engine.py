@@ -116,12 +116,14 @@ class Engine:
         return self.backends[model_id]
 
     def resolve(self, name: str | None) -> tuple[str, bool]:
-        """A request's model name → (served id, fast?). Unknown names are refused, never answered."""
+        """A request's model name → (served id, fast?). Unknown names are refused, never answered. ``<id>:latest``
+        is the id (the tag ``ollama list`` shows, copied into any client; Ollama's own /v1 takes it too)."""
         if isinstance(name, str):
-            if name in self.backends:
-                return name, False
-            if name.endswith(FAST_SUFFIX) and name[: -len(FAST_SUFFIX)] in self.backends:
-                return name[: -len(FAST_SUFFIX)], True
+            bare = name[: -len(":latest")] if name.endswith(":latest") else name
+            if bare in self.backends:
+                return bare, False
+            if bare.endswith(FAST_SUFFIX) and bare[: -len(FAST_SUFFIX)] in self.backends:
+                return bare[: -len(FAST_SUFFIX)], True
         served = ", ".join(f"'{m}'" for m in self.backends)
         raise ApiError("model_not_found", f"The model '{name}' does not exist; this server serves {served} "
                        f"(each also as '<id>{FAST_SUFFIX}')", param="model", code="model_not_found")
