@@ -164,3 +164,15 @@ def write_typed_gguf(path: Path, weights: dict, config: dict, arch: str, tok_met
     w.write_tensors_to_file()
     w.close()
     return reference
+
+
+def demo_gguf_bytes(tmp_path: Path, with_template: bool = True) -> bytes:
+    """The demo model as a qwen3 GGUF (its chat template in the header, or not), as bytes: a library's blob."""
+    from tinytitan.demo_model import ensure_demo_model
+
+    demo = Path(ensure_demo_model())
+    meta = tokenizer_metadata(demo)
+    if not with_template:
+        meta.pop("tokenizer.chat_template")
+    return write_gguf(tmp_path / "m.gguf", mx.load(str(demo / "model.safetensors")),
+                      json.loads((demo / "config.json").read_text()), "qwen3", meta).read_bytes()

@@ -31,13 +31,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def pipeline_model(out: Path) -> Path:
-    """A model whose mlx-lm class offers pipeline parallelism (qwen2's ``model.model.pipeline``): the demo
-    model's tokenizer, template and weights, as a qwen2 (the demo's qwen3 lacks ``pipeline``): its attention's
-    q/k norms dropped, seeded q/k/v biases added, and the weight index ``sharded_load`` splits layers by."""
+def qwen2_dir(out: Path, **config) -> tuple[Path, dict]:
+    """``out`` made a qwen2 model directory but for its weights: the demo model's tokenizer and template files,
+    its config as a qwen2's with ``config``'s changes. → (the demo model's directory, the config written)."""
     import shutil
-
-    import mlx.core as mx
 
     from tinytitan.demo_model import ensure_demo_model
 
@@ -46,10 +43,20 @@ def pipeline_model(out: Path) -> Path:
     for f in demo.iterdir():
         if f.suffix == ".json" and f.name != "config.json":
             shutil.copy(f, out / f.name)
-    config = json.loads((demo / "config.json").read_text())
-    config.pop("tinytitan_demo", None)
-    config.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"])
-    (out / "config.json").write_text(json.dumps(config, indent=1))
+    written = json.loads((demo / "config.json").read_text())
+    written.pop("tinytitan_demo", None)
+    written.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"], **config)
+    (out / "config.json").write_text(json.dumps(written, indent=1))
+    return demo, written
+
+
+def pipeline_model(out: Path) -> Path:
+    """A model whose mlx-lm class offers pipeline parallelism (qwen2's ``model.model.pipeline``): the demo
+    model's tokenizer, template and weights, as a qwen2 (the demo's qwen3 lacks ``pipeline``): its attention's
+    q/k norms dropped, seeded q/k/v biases added, and the weight index ``sharded_load`` splits layers by."""
+    import mlx.core as mx
+
+    demo, _ = qwen2_dir(out)
     weights = {k: v for k, v in mx.load(str(demo / "model.safetensors")).items()
                if not k.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight"))}
     key = mx.random.key(21)
@@ -67,26 +74,13 @@ def wide_model(out: Path) -> Path:
     """A qwen2 of four layers whose heads, KV heads and MLP width divide among 2, 3 and 4 ranks (the demo model's
     do not among 3 or 4): either sharding serves it on groups of those sizes. The demo's tokenizer and template;
     seeded weights drawn as the demo's are (embeddings std 0.02, projections 1/sqrt(fan_in), norms ones)."""
-    import shutil
-
     import mlx.core as mx
     import numpy as np
     from mlx.utils import tree_flatten
     from mlx_lm.models import qwen2
 
-    from tinytitan.demo_model import ensure_demo_model
-
-    demo = Path(ensure_demo_model())
-    out.mkdir(parents=True, exist_ok=True)
-    for f in demo.iterdir():
-        if f.suffix == ".json" and f.name != "config.json":
-            shutil.copy(f, out / f.name)
-    config = json.loads((demo / "config.json").read_text())
-    config.pop("tinytitan_demo", None)
-    config.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=192, head_dim=16,
-                  num_attention_heads=12, num_key_value_heads=12, intermediate_size=384, num_hidden_layers=4,
-                  max_window_layers=4)
-    (out / "config.json").write_text(json.dumps(config, indent=1))
+    _, config = qwen2_dir(out, hidden_size=192, head_dim=16, num_attention_heads=12, num_key_value_heads=12,
+                          intermediate_size=384, num_hidden_layers=4, max_window_layers=4)
     weights = {}
     for i, (k, v) in enumerate(sorted(tree_flatten(qwen2.Model(qwen2.ModelArgs.from_dict(config)).parameters()))):
         if k.endswith("norm.weight"):
@@ -128,6 +122,18 @@ class Group:
             except httpx.HTTPError:
                 time.sleep(0.5)
         raise AssertionError("the group did not come up: " + self.logs[0].read_text()[-3000:])
+
+    def __enter__(self) -> "Group":
+        """The group, once serving; stopped on the way out, whatever happened (SIGKILL: a stopped rank too)."""
+        try:
+            self.wait()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def stop(self) -> None:
         for p in self.procs:

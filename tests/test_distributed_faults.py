@@ -20,12 +20,8 @@ from group_harness import Group, body
 
 @pytest.fixture
 def group(tmp_path):
-    g = Group(tmp_path)
-    try:
-        g.wait()
+    with Group(tmp_path) as g:
         yield g
-    finally:
-        g.stop()  # (SIGKILL: a stopped rank too)
 
 
 async def test_answers_in_flight_when_a_rank_dies_are_503_group_broken(group):

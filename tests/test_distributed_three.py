@@ -23,12 +23,8 @@ def wide_dir(tmp_path_factory):
 
 @pytest.fixture
 def three(tmp_path, wide_dir):
-    g = Group(tmp_path, "--model", str(wide_dir), "--model-id", "m", ranks=3)
-    try:
-        g.wait()
+    with Group(tmp_path, "--model", str(wide_dir), "--model-id", "m", ranks=3) as g:
         yield g
-    finally:
-        g.stop()  # (SIGKILL: a stopped rank too)
 
 
 async def test_a_follower_stalled_mid_step_does_not_leave_the_other_spinning_in_the_forward(three):

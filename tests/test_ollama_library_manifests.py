@@ -10,26 +10,10 @@ import logging
 
 import pytest
 
-from gguf_util import tokenizer_metadata, write_gguf
+from gguf_util import demo_gguf_bytes
+from test_gguf import cache  # noqa: F401  (the conversions' cache, per test)
 from test_model_libraries import CONFIG, blob, manifest
-from tinytitan.demo_model import ensure_demo_model
 from tinytitan.models.resolve import list_models
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
-
-
-def _gguf(tmp_path, with_template=True) -> bytes:
-    from mlx.core import load as mx_load
-
-    demo = ensure_demo_model()
-    meta = tokenizer_metadata(demo)
-    if not with_template:
-        meta.pop("tokenizer.chat_template")
-    return write_gguf(tmp_path / "m.gguf", mx_load(str(demo / "model.safetensors")),
-                      json.loads((demo / "config.json").read_text()), "qwen3", meta).read_bytes()
 
 
 def _missing(kind: str) -> tuple[str, dict]:
@@ -41,8 +25,8 @@ def _missing(kind: str) -> tuple[str, dict]:
 def test_a_manifest_naming_a_missing_blob_is_left_out_with_a_warning(tmp_path, cache, caplog, kind):
     root = tmp_path / "models"
     (root / "blobs").mkdir(parents=True)
-    gguf = blob(root, _gguf(tmp_path))
-    bare = blob(root, _gguf(tmp_path, with_template=False)) if kind == "template" else gguf  # reads its template
+    gguf = blob(root, demo_gguf_bytes(tmp_path))
+    bare = blob(root, demo_gguf_bytes(tmp_path, with_template=False)) if kind == "template" else gguf  # reads its template
     cfg = blob(root, json.dumps(CONFIG).encode())
     manifest(root, "registry.ollama.ai/library/good/latest", [("model", gguf)], cfg, 1_700_000_000)
     manifest(root, "registry.ollama.ai/library/bad/latest", [("model", bare), _missing(kind)], cfg, 1_700_000_000)
@@ -55,7 +39,7 @@ def test_a_manifest_naming_a_missing_blob_is_left_out_with_a_warning(tmp_path, c
 def test_a_params_blob_that_is_not_json_is_left_out_with_a_warning(tmp_path, cache, caplog):
     root = tmp_path / "models"
     (root / "blobs").mkdir(parents=True)
-    gguf = blob(root, _gguf(tmp_path))
+    gguf = blob(root, demo_gguf_bytes(tmp_path))
     cfg = blob(root, json.dumps(CONFIG).encode())
     manifest(root, "registry.ollama.ai/library/good/latest", [("model", gguf)], cfg, 1_700_000_000)
     manifest(root, "registry.ollama.ai/library/bad/latest", [("model", gguf), ("params", blob(root, b"{oops"))],

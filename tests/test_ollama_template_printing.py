@@ -9,26 +9,10 @@ import json
 
 import pytest
 
-from gguf_util import tokenizer_metadata, write_gguf
+from gguf_util import demo_gguf_bytes
+from test_gguf import cache  # noqa: F401  (the conversions' cache, per test)
 from test_model_libraries import CONFIG, blob, manifest
-from tinytitan.demo_model import ensure_demo_model
 from tinytitan.models.resolve import list_models
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
-
-
-def _gguf(tmp_path, with_template=True) -> bytes:
-    from mlx.core import load as mx_load
-
-    demo = ensure_demo_model()
-    meta = tokenizer_metadata(demo)
-    if not with_template:
-        meta.pop("tokenizer.chat_template")
-    return write_gguf(tmp_path / "m.gguf", mx_load(str(demo / "model.safetensors")),
-                      json.loads((demo / "config.json").read_text()), "qwen3", meta).read_bytes()
 
 
 # Ollama's library templates (ollama.com/library/<model>, the ``template`` layer), verbatim
@@ -66,7 +50,7 @@ def _served(tmp_path, template: str):
 
     root = tmp_path / "models"
     (root / "blobs").mkdir(parents=True)
-    layers = [("model", blob(root, _gguf(tmp_path, with_template=False))), ("template", blob(root, template.encode()))]
+    layers = [("model", blob(root, demo_gguf_bytes(tmp_path, with_template=False))), ("template", blob(root, template.encode()))]
     manifest(root, "registry.ollama.ai/library/m/latest", layers, blob(root, json.dumps(CONFIG).encode()), 1_700_000_000)
     [served] = list_models(root, "float32")
     return MLXBackend(served.path, served.model_id, lazy=True)
