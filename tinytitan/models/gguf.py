@@ -165,8 +165,8 @@ def ensure_converted(path: str | Path, form: str | None = None, template: str | 
             convert(path, tmp, form, meta, template)
         except UnsupportedGGUF:
             raise
-        except OSError:
-            raise  # the disk (full, unwritable): not the file's fault
+        except (OSError, MemoryError):
+            raise  # the disk (full, unwritable) or memory: not the file's fault
         except Exception as exc:  # metadata the header reader accepts but nothing can build a model from
             # (a zero head count, a merge naming a token the vocabulary lacks …): the file, named, not a traceback
             raise UnsupportedGGUF(f"{path.name}: damaged or inconsistent GGUF metadata "
@@ -228,7 +228,10 @@ def convert(path: Path, out: Path, form: str = "quantized", meta: dict | None = 
         config["quantization"] = config["quantization_config"] = q
     if form == "float16":
         config["torch_dtype"] = "float16"
-    tok.save(str(out / "tokenizer.json"))
+    try:
+        tok.save(str(out / "tokenizer.json"))
+    except Exception as exc:  # tokenizers raises a bare Exception for a failed write (a full disk): the disk's
+        raise OSError(f"cannot write {out / 'tokenizer.json'}: {exc}") from exc
     _write(out / "tokenizer_config.json", {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "chat_template": meta.get("tokenizer.chat_template") or template,

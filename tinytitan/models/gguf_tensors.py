@@ -206,7 +206,10 @@ class ShardWriter:
         if not self.pending:
             return
         filename = f"model-{len(self.files) + 1:05d}.safetensors"
-        mx.save_safetensors(str(self.out / filename), self.pending, metadata={"format": "mlx"})
+        try:
+            mx.save_safetensors(str(self.out / filename), self.pending, metadata={"format": "mlx"})
+        except RuntimeError as exc:  # mlx's writer says a failed write (a full disk) so: the disk's fault
+            raise OSError(f"cannot write {self.out / filename}: {exc}") from exc
         self.files.append(filename)
         self.weight_map.update(dict.fromkeys(self.pending, filename))
         self.pending, self.pending_bytes = {}, 0
