@@ -119,11 +119,12 @@ class Engine:
         """A request's model name → (served id, fast?). Unknown names are refused, never answered. ``<id>:latest``
         is the id (the tag ``ollama list`` shows, copied into any client; Ollama's own /v1 takes it too)."""
         if isinstance(name, str):
-            bare = name[: -len(":latest")] if name.endswith(":latest") else name
-            if bare in self.backends:
-                return bare, False
-            if bare.endswith(FAST_SUFFIX) and bare[: -len(FAST_SUFFIX)] in self.backends:
-                return bare[: -len(FAST_SUFFIX)], True
+            # the name as given first: a served id may itself end in ':latest' (--model-id)
+            for n in dict.fromkeys((name, name[: -len(":latest")] if name.endswith(":latest") else name)):
+                if n in self.backends:
+                    return n, False
+                if n.endswith(FAST_SUFFIX) and n[: -len(FAST_SUFFIX)] in self.backends:
+                    return n[: -len(FAST_SUFFIX)], True
         served = ", ".join(f"'{m}'" for m in self.backends)
         raise ApiError("model_not_found", f"The model '{name}' does not exist; this server serves {served} "
                        f"(each also as '<id>{FAST_SUFFIX}')", param="model", code="model_not_found")
