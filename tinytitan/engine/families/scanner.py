@@ -175,6 +175,9 @@ class OutputParser:
                 self.bare_ok = False
         markers = self._markers()
         hit = find_first(self.buf, [s for s, _ in markers])
+        if hit is not None and not final and any(len(mk) > len(hit[1]) and mk.startswith(self.buf[hit[0]:])
+                                                 for mk, _ in markers):
+            hit = None  # a marker that may still grow into a longer one (Gemma's "```" into "```tool_code"): wait
         if hit is not None:
             i, s = hit
             kind = next(k for mk, k in markers if mk == s)
@@ -183,6 +186,13 @@ class OutputParser:
             if self._reparse is not None:  # a tentative call gave up before this marker: scan it again
                 self.buf, self._reparse = self._reparse + s + self.buf, None
                 return True, TEXT
+            if kind == "reopen_tool" and self._body is not None and self._body.any:
+                # the text before this opener held a call (it came in the same piece): the opener is the block's
+                # text, as it is read a token at a time
+                self._content(s, out)
+                if self._reparse is not None:
+                    self.buf, self._reparse = self._reparse + self.buf, None
+                return True, TOOL
             if kind in ("close_tool", "next_tool", "reopen_tool") and self._body is not None and self._body.quoting:
                 # inside a quoted argument value the marker is part of the value — unless the output ends
                 # right after it (the model forgot the closing quote): wait until more text tells which

@@ -1,0 +1,36 @@
+"""The second opener that ends a block which has read no call is decided on what the block has read
+up to that opener, whatever the pieces: text after a call that names the opener, in the same piece as the call,
+stays the block's text (the closer is not leaked as text), and Gemma's ```tool_code written after prose naming it
+is a call a token at a time too (its closer "```" is the start of its opener: wait for the rest)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tinytitan import events as ev
+from tinytitan.engine.families import FAMILIES
+
+TOOLS = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}}
+A = '{"name": "get_weather", "arguments": {"city": "Rome"}}'
+
+
+def parse(family, pieces):
+    p = FAMILIES[family].parser(False, {}, TOOLS)
+    out = []
+    for piece in pieces:
+        out += p.feed(piece)[0]
+    out += p.finish()
+    return ("".join(e.text for e in out if isinstance(e, ev.TextDelta)),
+            [e.arguments for e in out if isinstance(e, ev.ToolCallDone)])
+
+
+@pytest.mark.parametrize("family,raw,text,calls", [
+    ("qwen", f"<tool_call>\n{A}\nI used <tool_call> tags.\n</tool_call>", "I used <tool_call> tags.",
+     ['{"city": "Rome"}']),
+    ("gemma", "Use ```tool_code fences.\n```tool_code\nget_weather(city='Rome')\n```", "Use ```tool_code fences.\n",
+     ['{"city": "Rome"}']),
+    ("gemma", "```tool_code\nget_weather(city='Rome')\n```\nDone.", "Done.", ['{"city": "Rome"}']),
+])
+@pytest.mark.parametrize("split", ["whole", "chars"])
+def test_whole_and_token_by_token_agree(family, raw, text, calls, split):
+    assert parse(family, [raw] if split == "whole" else list(raw)) == (text, calls)
