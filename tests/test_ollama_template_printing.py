@@ -101,6 +101,14 @@ def test_a_string_literal_keeps_its_characters():
     assert _render('{{ range .Messages }}{{ "é→｜\\n" }}{{ end }}', [{"role": "user", "content": "x"}]) == "é→｜\n"
 
 
+def test_a_string_literal_it_cannot_read_is_refused_by_name():
+    from tinytitan.models.go_template import Untranslatable, translate
+
+    for go in ('{{ range .Messages }}{{ "\\x4" }}{{ end }}', '{{ range .Messages }}{{ printf "\\x4%s" .Content }}{{ end }}'):
+        with pytest.raises(Untranslatable, match="string literal"):
+            translate(go)
+
+
 def test_no_tools_is_an_empty_list_to_range_over():
     # Go ranges over a nil slice zero times (len 0); observed: TypeError 'NoneType' object is not iterable
     go = '{{ range .Messages }}{{ .Content }}{{ end }}{{ len .Tools }}{{ range .Tools }}T{{ end }}'

@@ -242,7 +242,7 @@ class _Translator:
                 raise Untranslatable("an unclosed parenthesis is not translated")
             return f"({value})", at + 1
         if kind == "str":
-            return (repr(text[1:-1]) if text[0] == "`" else repr(ast.literal_eval(text))), at + 1
+            return (repr(text[1:-1]) if text[0] == "`" else repr(_go_string(text))), at + 1
         if kind == "num":
             return text, at + 1
         if kind == "ident":
@@ -282,7 +282,7 @@ class _Translator:
         """Go's ``printf`` with the verbs that print a text as it is (``%s``, ``%v``, ``%d``, ``%%``)."""
         if args[0][:1] not in ("'", '"'):
             raise Untranslatable("printf with a format that is not a literal is not translated")
-        fmt = ast.literal_eval(args[0])
+        fmt = _go_string(args[0])
         verbs = re.findall(r"%.", fmt)
         if any(v not in ("%s", "%v", "%d", "%%") for v in verbs) or len(args) - 1 != sum(v != "%%" for v in verbs):
             raise Untranslatable(f"printf {args[0]} is not translated (only %s, %v, %d, one argument each)")
@@ -349,6 +349,18 @@ def _prints_response(body: str) -> bool:
     """An action that is not a block's header and reads ``.Response`` (where Ollama's cut falls)."""
     word = body.split(None, 1)[0] if body else ""
     return word not in ("if", "else", "range", "with", "end") and bool(re.search(r"(?<![\w$])\$?\.Response\b", body))
+
+
+def _go_string(literal: str) -> str:
+    """A Go interpreted string literal's text (its escapes read as Python reads the same ones: ``\\n``, ``\\x41``,
+    ``\\101``, ``\\u00e9``); one Python cannot read is not translated, never a traceback."""
+    try:
+        value = ast.literal_eval(literal)
+    except (SyntaxError, ValueError) as exc:
+        raise Untranslatable(f"the string literal {literal[:40]} is not translated ({exc})") from None
+    if not isinstance(value, str):
+        raise Untranslatable(f"the string literal {literal[:40]} is not translated")
+    return value
 
 
 def _text(s: str) -> str:
