@@ -26,7 +26,7 @@ def test_a_manifest_naming_a_missing_blob_is_left_out_with_a_warning(tmp_path, c
     root = tmp_path / "models"
     (root / "blobs").mkdir(parents=True)
     gguf = blob(root, demo_gguf_bytes(tmp_path))
-    bare = blob(root, demo_gguf_bytes(tmp_path, with_template=False)) if kind == "template" else gguf  # reads its template
+    bare = blob(root, demo_gguf_bytes(tmp_path, with_template=False)) if kind == "template" else gguf  # (its template: read)
     cfg = blob(root, json.dumps(CONFIG).encode())
     manifest(root, "registry.ollama.ai/library/good/latest", [("model", gguf)], cfg, 1_700_000_000)
     manifest(root, "registry.ollama.ai/library/bad/latest", [("model", bare), _missing(kind)], cfg, 1_700_000_000)
@@ -46,3 +46,14 @@ def test_a_params_blob_that_is_not_json_is_left_out_with_a_warning(tmp_path, cac
              cfg, 1_700_000_000)
     caplog.set_level(logging.WARNING, logger="tinytitan.models")
     assert [m.model_id for m in list_models(root, "float32")] == ["good"]
+
+
+def test_a_layer_ollama_never_reads_may_lack_its_blob(tmp_path, cache):
+    """Only the layers Ollama's own loader reads fail a model there when their blob is missing."""
+    root = tmp_path / "models"
+    (root / "blobs").mkdir(parents=True)
+    gguf = blob(root, demo_gguf_bytes(tmp_path))
+    cfg = blob(root, json.dumps(CONFIG).encode())
+    manifest(root, "registry.ollama.ai/library/odd/latest", [("model", gguf), _missing("future-kind")], cfg,
+             1_700_000_000)
+    assert [m.model_id for m in list_models(root, "float32")] == ["odd"]

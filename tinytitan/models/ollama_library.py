@@ -50,6 +50,10 @@ SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "m
             "repeat_penalty": "repetition_penalty"}
 
 
+# the layers Ollama's own loader reads (server/images.go GetModel): a missing blob of one fails the model there
+READ_LAYERS = ("model", "adapter", "projector", "prompt", "template", "system", "params", "messages", "license")
+
+
 class OllamaModelRefused(ValueError):
     pass
 
@@ -141,8 +145,8 @@ def manifests(root: Path) -> list[OllamaModel]:
 def check(model: OllamaModel) -> None:
     if "model" not in model.blobs or not model.gguf.is_file():
         raise OllamaModelRefused(f"{model.name}: the manifest names no model blob on disk")
-    for kind, path in model.blobs.items():  # (as Ollama's GetModel, which reads every layer, fails)
-        if not path.is_file():
+    for kind, path in model.blobs.items():  # (as Ollama's GetModel fails on a layer it reads; others are left be)
+        if kind in READ_LAYERS and not path.is_file():
             raise OllamaModelRefused(f"{model.name}: its {MEDIA}{kind} layer's blob ({path.name}) is not on disk")
     for kind, read in (("params", model.params), ("messages", model.messages)):
         try:
