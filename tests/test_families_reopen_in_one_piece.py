@@ -30,6 +30,9 @@ def parse(family, pieces):
     ("gemma", "Use ```tool_code fences.\n```tool_code\nget_weather(city='Rome')\n```", "Use ```tool_code fences.\n",
      ['{"city": "Rome"}']),
     ("gemma", "```tool_code\nget_weather(city='Rome')\n```\nDone.", "Done.", ['{"city": "Rome"}']),
+    # a second fence straight after a call's: its "```" closes the first block, as a token at a time
+    ("gemma", "```tool_code\nget_weather(city='Rome')\n```tool_code\nget_weather(city='Paris')\n```",
+     "tool_code\nget_weather(city='Paris')\n```", ['{"city": "Rome"}']),
 ])
 @pytest.mark.parametrize("split", ["whole", "chars"])
 def test_whole_and_token_by_token_agree(family, raw, text, calls, split):

@@ -187,11 +187,10 @@ class OutputParser:
                 self.buf, self._reparse = self._reparse + s + self.buf, None
                 return True, TEXT
             if kind == "reopen_tool" and self._body is not None and self._body.any:
-                # the text before this opener held a call (it came in the same piece): the opener is the block's
-                # text, as it is read a token at a time
-                self._content(s, out)
-                if self._reparse is not None:
-                    self.buf, self._reparse = self._reparse + self.buf, None
+                # the text before this opener held a call (it came in the same piece): scan it again with the
+                # markers of a block that holds a call, as it is read a token at a time (Gemma's "```tool_code"
+                # then begins with its closer "```"; Qwen's "<tool_call>" is the block's text)
+                self.buf = s + self.buf
                 return True, TOOL
             if kind in ("close_tool", "next_tool", "reopen_tool") and self._body is not None and self._body.quoting:
                 # inside a quoted argument value the marker is part of the value — unless the output ends
