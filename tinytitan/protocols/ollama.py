@@ -2,7 +2,8 @@
 shapes, the prompt of /api/generate, the model routes, and the fold of lines into one object.
 
 Rules:
-- ``name:latest`` and the bare name are the served id; any other tag is an unknown model (404).
+- ``name:latest`` and the bare name are the served id (the engine reads them so, on every protocol, after
+  the name as given); any other tag is an unknown model (404).
 - A tool result names its call by ``tool_call_id`` where the client sent one, else by ``tool_name``, else it
   answers the oldest call not yet answered.
 - Durations are nanoseconds, from the engine's own timing of the turn (``Finished.timing``):
@@ -38,10 +39,6 @@ LATEST = ":latest"
 FAR_FUTURE = "2318-01-01T00:00:00Z"  # Ollama's expires_at for a model kept loaded without a deadline
 
 
-def served_name(name: str) -> str:
-    return name[: -len(LATEST)] if name.endswith(LATEST) else name
-
-
 def ollama_name(model_id: str) -> str:
     return model_id if ":" in model_id else model_id + LATEST
 
@@ -64,7 +61,7 @@ def iso_time(seconds: float | None = None) -> str:
 
 # -- request hooks: the table checked every shape (spec schemas); these only reshape ------------------------
 def parse_model(value: str, body: dict, args: dict, v: Validated) -> None:
-    args["model"] = served_name(value)
+    args["model"] = value  # (``Engine.resolve`` reads ``<id>:latest`` as the id, after the name as given)
 
 
 def _answered(pending: list[ToolCall], m: dict) -> ToolCall | None:
@@ -280,7 +277,7 @@ class Ollama(Protocol):
     def _loaded(self, v: Validated, **answer) -> Reply:
         """Ollama's way to load a model: a request with nothing to continue answers at once, nothing generated
         (``done_reason: load``; the model stays resident whatever ``keep_alive`` says, so never ``unload``)."""
-        self.engine.model_info(served_name(v.body["model"]))
+        self.engine.model_info(v.body["model"])
         return Reply({"model": v.body["model"], "created_at": iso_time(), **answer, "done": True,
                       "done_reason": "load"})
 
@@ -328,7 +325,7 @@ class Ollama(Protocol):
         name = v.body.get("model") or v.body.get("name")
         if not name:
             raise invalid("Missing required parameter: 'model'", param="model", code="missing_required_parameter")
-        card = self.engine.model_card(served_name(name))
+        card = self.engine.model_card(name)
         arch = card["architecture"]
         facts = (await listing_off_loop([card]))[card["id"]]
         own = facts["ollama"] or {}
