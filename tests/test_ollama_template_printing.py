@@ -101,10 +101,18 @@ def test_a_string_literal_keeps_its_characters():
     assert _render('{{ range .Messages }}{{ "é→｜\\n" }}{{ end }}', [{"role": "user", "content": "x"}]) == "é→｜\n"
 
 
+def test_a_string_literals_byte_escapes_are_bytes_as_go_reads_them():
+    # Go's "\xc3\xa9" is the two bytes of "é" (read as characters: 'Ã©'); "\u00e9" a code point; "\101" "A"
+    go = '{{ range .Messages }}{{ "\\xc3\\xa9 \\u00e9 \\101\\x42" }}{{ end }}'
+    got = _render(go, [{"role": "user", "content": "x"}])
+    assert got == "é é AB"
+
+
 def test_a_string_literal_it_cannot_read_is_refused_by_name():
     from tinytitan.models.go_template import Untranslatable, translate
 
-    for go in ('{{ range .Messages }}{{ "\\x4" }}{{ end }}', '{{ range .Messages }}{{ printf "\\x4%s" .Content }}{{ end }}'):
+    for go in ('{{ range .Messages }}{{ "\\x4" }}{{ end }}', '{{ range .Messages }}{{ printf "\\x4%s" .Content }}{{ end }}',
+               '{{ range .Messages }}{{ "\\xff" }}{{ end }}'):  # (not UTF-8)
         with pytest.raises(Untranslatable, match="string literal"):
             translate(go)
 

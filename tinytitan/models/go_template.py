@@ -28,7 +28,6 @@ Rules (what Ollama's ``template.Execute`` hands a template; its ``server/prompt.
 
 from __future__ import annotations
 
-import ast
 import re
 
 _ACTION = re.compile(r"\{\{(-\s)?(.*?)(\s-)?\}\}", re.S)
@@ -351,16 +350,39 @@ def _prints_response(body: str) -> bool:
     return word not in ("if", "else", "range", "with", "end") and bool(re.search(r"(?<![\w$])\$?\.Response\b", body))
 
 
+_GO_ESCAPES = {"a": b"\a", "b": b"\b", "f": b"\f", "n": b"\n", "r": b"\r", "t": b"\t", "v": b"\v",
+               "\\": b"\\", '"': b'"', "'": b"'"}
+_GO_ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|([0-7]{3})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))", re.S)
+
+
 def _go_string(literal: str) -> str:
-    """A Go interpreted string literal's text (its escapes read as Python reads the same ones: ``\\n``, ``\\x41``,
-    ``\\101``, ``\\u00e9``); one Python cannot read is not translated, never a traceback."""
+    """A Go interpreted string literal's text, as Go reads it: ``\\xNN`` and ``\\NNN`` are bytes (``"\\xc3\\xa9"`` is
+    "é"), ``\\u``/``\\U`` code points, the one-letter escapes their characters. One Go would refuse, or whose bytes
+    are not UTF-8, is not translated, never a traceback or a garbled prompt."""
+    body, out, at = literal[1:-1], bytearray(), 0
+    for m in _GO_ESCAPE.finditer(body):
+        out += body[at:m.start()].encode()
+        hexa, octal, u4, u8, one = m.groups()
+        if hexa or octal:
+            value = int(hexa, 16) if hexa else int(octal, 8)
+            if value > 255:
+                raise Untranslatable(f"the string literal {literal[:40]} is not translated (octal escape past 255)")
+            out.append(value)
+        elif u4 or u8:
+            try:
+                out += chr(int(u4 or u8, 16)).encode()
+            except (ValueError, UnicodeEncodeError):
+                raise Untranslatable(f"the string literal {literal[:40]} is not translated (no code point)") from None
+        elif one in _GO_ESCAPES and (one != "'" or literal[0] == "'"):
+            out += _GO_ESCAPES[one]
+        else:
+            raise Untranslatable(f"the string literal {literal[:40]} is not translated (unknown escape \\{one})")
+        at = m.end()
+    out += body[at:].encode()
     try:
-        value = ast.literal_eval(literal)
-    except (SyntaxError, ValueError) as exc:
-        raise Untranslatable(f"the string literal {literal[:40]} is not translated ({exc})") from None
-    if not isinstance(value, str):
-        raise Untranslatable(f"the string literal {literal[:40]} is not translated")
-    return value
+        return out.decode()
+    except UnicodeDecodeError:
+        raise Untranslatable(f"the string literal {literal[:40]} is not translated (its bytes are not UTF-8)") from None
 
 
 def _text(s: str) -> str:
