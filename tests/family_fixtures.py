@@ -489,6 +489,39 @@ def generate(b, req) -> list:
     return events
 
 
+WEATHER_TOOL = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+def parsed(family: str, pieces, tools: dict | None = None, start_in_reasoning: bool = False) -> list:
+    """The events of ``family``'s output parser fed ``pieces`` (a model's text as the detokenizer hands it over),
+    then finished: the parser alone, without a tokenizer."""
+    from tinytitan.engine.families import FAMILIES
+
+    p = FAMILIES[family].parser(start_in_reasoning, {}, WEATHER_TOOL if tools is None else tools)
+    out: list = []
+    for piece in pieces:
+        out += p.feed(piece)[0]
+    return out + p.finish()
+
+
+def text_of(events) -> str:
+    from tinytitan import events as ev
+
+    return "".join(e.text for e in events if isinstance(e, ev.TextDelta))
+
+
+def calls_of(events) -> list[str]:
+    from tinytitan import events as ev
+
+    return [e.name for e in events if isinstance(e, ev.ToolCallStarted)]
+
+
+def arguments_of(events) -> list[str]:
+    from tinytitan import events as ev
+
+    return [e.arguments for e in events if isinstance(e, ev.ToolCallDone)]
+
+
 def summary(events) -> list[tuple]:
     """Events in a comparable form: call ids dropped, consecutive deltas of one kind joined."""
     from tinytitan import events as ev

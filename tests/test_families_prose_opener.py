@@ -7,21 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from tinytitan import events as ev
-from tinytitan.engine.families import FAMILIES
+import family_fixtures as ff
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
 
 
 def parse(pieces) -> tuple[str, list[str], list[str]]:
-    p = FAMILIES["qwen"].parser(False, {}, {"get_weather": {"type": "object"}})
-    out = []
-    for piece in pieces:
-        out += p.feed(piece)[0]
-    out += p.finish()
-    return ("".join(e.text for e in out if isinstance(e, ev.TextDelta)),
-            [e.name for e in out if isinstance(e, ev.ToolCallStarted)],
-            ["".join(e.arguments for e in out if isinstance(e, ev.ToolCallDone))])
+    events = ff.parsed("qwen", pieces, {"get_weather": {"type": "object"}})
+    return ff.text_of(events), ff.calls_of(events), ["".join(ff.arguments_of(events))]
 
 
 @pytest.mark.parametrize("split", [False, True])

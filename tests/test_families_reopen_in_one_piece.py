@@ -7,21 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from tinytitan import events as ev
-from tinytitan.engine.families import FAMILIES
+import family_fixtures as ff
 
-TOOLS = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}}
+TOOLS = ff.WEATHER_TOOL
 A = '{"name": "get_weather", "arguments": {"city": "Rome"}}'
 
 
 def parse(family, pieces):
-    p = FAMILIES[family].parser(False, {}, TOOLS)
-    out = []
-    for piece in pieces:
-        out += p.feed(piece)[0]
-    out += p.finish()
-    return ("".join(e.text for e in out if isinstance(e, ev.TextDelta)),
-            [e.arguments for e in out if isinstance(e, ev.ToolCallDone)])
+    events = ff.parsed(family, pieces, TOOLS)
+    return ff.text_of(events), ff.arguments_of(events)
 
 
 @pytest.mark.parametrize("family,raw,text,calls", [

@@ -58,13 +58,8 @@ def test_text_after_a_call_is_the_same_fed_a_character_at_a_time(family):
     raw = TEXT_AFTER_CALL[family]
 
     def parse(pieces):
-        p = FAMILIES[family].parser(raw.startswith("</think>"), {}, {"get_weather": WEATHER.parameters})
-        out = []
-        for piece in pieces:
-            out += p.feed(piece)[0]
-        out += p.finish()
-        return ("".join(e.text for e in out if isinstance(e, ev.TextDelta)),
-                [e.name for e in out if isinstance(e, ev.ToolCallStarted)])
+        events = ff.parsed(family, pieces, {"get_weather": WEATHER.parameters}, raw.startswith("</think>"))
+        return ff.text_of(events), ff.calls_of(events)
 
     assert parse(list(raw)) == parse([raw]) == (AFTER, ["get_weather"])
 
@@ -73,10 +68,6 @@ def test_a_call_after_text_in_the_same_block_is_still_a_call():
     invoke = '<invoke name="get_weather">\n<parameter name="city">{}</parameter>\n</invoke>\n'
     raw = ("</think>\n<minimax:tool_call>\n" + invoke.format("Rome") + "Now  the other one.\n" + invoke.format("Oslo")
            + "</minimax:tool_call>")
-    p = FAMILIES["minimax_m2"].parser(True, {}, {"get_weather": WEATHER.parameters})  # (it opens thinking)
-    out = []
-    for piece in raw:
-        out += p.feed(piece)[0]
-    out += p.finish()
-    assert [e.name for e in out if isinstance(e, ev.ToolCallStarted)] == ["get_weather", "get_weather"]
-    assert "".join(e.text for e in out if isinstance(e, ev.TextDelta)) == "Now  the other one."
+    out = ff.parsed("minimax_m2", raw, {"get_weather": WEATHER.parameters}, True)  # (it opens thinking)
+    assert ff.calls_of(out) == ["get_weather", "get_weather"]
+    assert ff.text_of(out) == "Now  the other one."

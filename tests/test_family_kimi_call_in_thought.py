@@ -5,19 +5,15 @@ is a call, not reasoning text that leaves the agent's loop without its call. Fam
 
 from __future__ import annotations
 
+import family_fixtures as ff
 from tinytitan import events as ev
-from tinytitan.engine.families import FAMILIES
 
 KIMI = ("<think>", "I should check.", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.get_weather:0",
         "<|tool_call_argument_begin|>", '{"city": "Paris"}', "<|tool_call_end|>", "<|tool_calls_section_end|>")
 
 
 def parse(family: str, pieces) -> list:
-    p = FAMILIES[family].parser(False, {}, {"get_weather": {"type": "object"}})
-    out = []
-    for piece in pieces:
-        out += p.feed(piece)[0]
-    return out + p.finish()
+    return ff.parsed(family, pieces, {"get_weather": {"type": "object"}})
 
 
 def test_a_kimi_section_opened_inside_a_thought_is_a_call():
