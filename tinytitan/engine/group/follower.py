@@ -26,10 +26,11 @@ import time
 from ..cache.entries import Kept, PromptFacts
 from ..decode.rows import LEFT, Ending, Row
 from ..decode.scheduler import Scheduler
-from ..decode.step import PREFILL_STEP, Forward, Plan
+from ..decode.step import Forward, Plan
 from ..decode.token_events import DecodeLoop
 from ..prompt.prepare import Prepared
 from ..prompt.raw import VerbatimParser
+from .lockstep import step_allowance
 from .ranks import Group
 
 log = logging.getLogger("tinytitan.lockstep")
@@ -145,10 +146,10 @@ class Silence:
 
 def next_wait(msg: dict, plan: Plan | None, timeout: float) -> float:
     """How long a follower waits for rank 0's message after ``msg`` (see the rules): ten times ``timeout`` after a
-    switch of models, ``timeout`` for each ``PREFILL_STEP`` tokens its ``plan`` reads (at least once)."""
+    switch of models, else the allowance of the step its ``plan`` opens (``timeout`` without one)."""
     if "m" in msg:
         return 10 * timeout
-    return timeout * max(1.0, plan.tokens / PREFILL_STEP) if plan is not None else timeout
+    return step_allowance(plan.tokens if plan is not None else 0, timeout)
 
 
 def follow(group: Group, backends: list, max_batch: int, timeout: float | None = None) -> None:
@@ -215,7 +216,7 @@ def follow(group: Group, backends: list, max_batch: int, timeout: float | None =
         if plan is None:
             continue
         if silence is not None:  # (its collectives wait for every other rank: see the rules)
-            silence.waiting(timeout * max(1.0, plan.tokens / PREFILL_STEP), "a step's forward not done")
+            silence.waiting(step_allowance(plan.tokens, timeout), "a step's forward not done")
         accepted = scheduler.run(plan)
         if silence is not None:
             silence.heard()

@@ -76,6 +76,12 @@ log = logging.getLogger("tinytitan.lockstep")
 IDLE_S = 0.01  # the pause between idle heartbeats (see the rules): a new request's first step waits up to this
 
 
+def step_allowance(tokens: int, timeout: float) -> float:
+    """How long a step that reads ``tokens`` may take, on every rank (see the rules): ``timeout`` for each
+    ``PREFILL_STEP`` tokens, at least once."""
+    return timeout * max(1.0, tokens / PREFILL_STEP)
+
+
 class Lead:
     """Rank 0's side: what its schedulers have accepted and retired since the last broadcast (kept across
     schedulers: the decoder makes a new one each time it starts)."""
@@ -132,7 +138,7 @@ class Lead:
         tokens the ``plan`` reads (see the rules)."""
         tokens = plan.tokens if plan is not None else 0  # (a sum over the plan's steps: once)
         self.busy_with = what if tokens <= PREFILL_STEP else f"{what} reading {tokens} tokens"
-        self.allowed = self.timeout * max(1.0, tokens / PREFILL_STEP)
+        self.allowed = step_allowance(tokens, self.timeout)
         self.busy_since = time.monotonic()
 
     def switch(self, model_id: str) -> None:
