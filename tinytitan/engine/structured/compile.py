@@ -252,16 +252,15 @@ def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) 
     if seen:
         return CompiledGrammar(text, llt, max(vocab_size or 0, llt.vocab_size), grammar.name)
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text, llt)
+    detail = None
     if is_error or messages:  # a warning is something the compiler would not enforce: refused too
         detail = "; ".join(_one_line(m) for m in messages) or "invalid grammar"
+    elif (empty := _admits_nothing(text, llt)) is not None:  # (a schema that is only a reference to itself …)
+        detail = f"it admits no output at all ({empty})"
+    if detail is not None:
         what = "schema" if grammar.kind.startswith("json") else f"{grammar.kind} grammar"
         raise invalid(f"The {what} at '{where}' cannot be enforced: {detail}", param=where,
                       code="unsupported_schema")
-    empty = _admits_nothing(text, llt)
-    if empty is not None:  # e.g. a schema that is only a reference to itself: no document could ever be written
-        what = "schema" if grammar.kind.startswith("json") else f"{grammar.kind} grammar"
-        raise invalid(f"The {what} at '{where}' cannot be enforced: it admits no output at all ({empty})",
-                      param=where, code="unsupported_schema")
     with _lock:
         _checked[key] = None
         while len(_checked) > CACHE_SIZE:

@@ -68,10 +68,14 @@ class GrammarMask:
 
     def consume(self, token: int) -> None:
         if not self.matcher.consume_token(token) or self.matcher.is_error():
-            self.failed = True
-            error = self.matcher.get_error()
-            log.error("grammar matcher refused token %d it had allowed: %s", token, error)
-            raise GrammarFailed(failure_message(token, error))
+            self._fail(token, f"refused token {token} it had allowed")
+
+    def _fail(self, token: int | None, what: str):
+        """The matcher cannot go on (see the rules): this mask fails its generation."""
+        self.failed = True
+        error = self.matcher.get_error()
+        log.error("grammar matcher %s: %s", what, error)
+        raise GrammarFailed(failure_message(token, error))
 
     def __call__(self, tokens, logits):
         import mlx.core as mx
@@ -141,10 +145,7 @@ class GrammarMask:
 
         fill_next_token_bitmask(self.matcher, self.bitmask)
         if self.matcher.is_error():
-            self.failed = True
-            error = self.matcher.get_error()
-            log.error("grammar matcher cannot go on after token %s: %s", token, error)
-            raise GrammarFailed(failure_message(token, error))
+            self._fail(token, f"cannot go on after token {token}")
 
     def _bits_mx(self, width: int):
         """The bitmask computed last, as an mlx boolean row of ``width``: its 32-bit words unpacked by numpy
