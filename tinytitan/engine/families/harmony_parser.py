@@ -124,10 +124,11 @@ class HarmonyParser:
         channel = m.group(1) if m else "final"
         r = _RECIPIENT.search(header)
         self.mode, self.at_run_start, self.pending_ws = "body", True, ""
-        if r and not r.group(1).startswith(("assistant", "user")) and not self.calls_allowed:
+        to_function = r is not None and not r.group(1).startswith(("assistant", "user"))
+        if to_function and not self.calls_allowed:
             log.warning("harmony message to %s, but the request allows no calls; returned as text", r.group(1))
             self.channel = TEXT
-        elif r and not r.group(1).startswith(("assistant", "user")):
+        elif to_function:
             name = r.group(1)
             name = name[len("functions."):] if name.startswith("functions.") else name
             ev = self.calls.start(name)

@@ -259,14 +259,12 @@ class OutputParser:
             self.channel = REASONING
         elif kind == "close_think":
             self.channel = TEXT
-        elif kind == "reopen_tool":  # what the first opener began is text; the second begins the block
-            out.extend(self._close_body(truncated=True))
-            self.ws_before_tool, self.pending_ws = "", ""
-            self._body = make_body(self.m, self.calls)
-            self._block_calls = []
-        elif kind in ("open_tool", "next_tool"):
+        elif kind in ("open_tool", "next_tool", "reopen_tool"):
             if kind == "next_tool" and self._body is not None:
                 out.extend(self._close_body(truncated=False))
+            elif kind == "reopen_tool":  # what the first opener began is text; the second begins the block
+                out.extend(self._close_body(truncated=True))
+                self.pending_ws = ""
             self.ws_before_tool, self.pending_ws = self.pending_ws, ""
             self.bare_ok = False
             self.channel = TOOL
