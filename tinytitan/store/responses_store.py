@@ -190,7 +190,7 @@ class ResponsesStore:
         self._aged = time.monotonic()
         if self.max_age is None:
             return 0
-        cutoff = int(time.time() - self.max_age)
+        cutoff = self._cutoff()  # (what a read leaves out: the same bound)
         total = 0
         while True:
             ids = [r[0] for r in tx.rows("SELECT id FROM responses WHERE created_at < ? LIMIT ?",
