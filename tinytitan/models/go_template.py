@@ -39,10 +39,9 @@ FIELDS = {"Role": "role", "Content": "content", "ToolCalls": "tool_calls", "Func
           "ToolCallID": "tool_call_id"}
 ROOT = {"System": "_system", "Messages": "_c.msgs", "Tools": "(tools or [])", "Response": "''"}  # no tools: none
 LEGACY_ROOT = {"System": "_system", "Prompt": "_prompt", "Response": "_response"}
-JSON_FIELDS = {"arguments", "parameters"}
-# what Go prints as JSON (a String method that marshals it), printed whole: the tools, a tool's function, a
-# message's tool calls (a Python literal is no one's format)
-JSON_VALUES = ("(tools or [])", ".function", ".tool_calls")
+# the fields Go prints as JSON, printed whole: maps, and the types whose String method marshals them (a tool's
+# function, a message's tool calls; the tools themselves too: ROOT's Tools); a Python literal is no one's format
+JSON_FIELDS = {"arguments", "parameters", "function", "tool_calls"}
 CALLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 VARS = "{%+ set _v = namespace() +%}"  # the template's $variables
 # Ollama's collate: consecutive messages of one role (tool results apart) are one, their texts joined; the
@@ -201,7 +200,7 @@ class _Translator:
         if at != len(tokens):
             raise Untranslatable(f"{{{{ {text} }}}} is not translated")
         if printed and (value.endswith(tuple(f".{f}" for f in JSON_FIELDS)) or self._is_whole_item(value)
-                        or value == JSON_VALUES[0] or value.endswith(JSON_VALUES[1:])):
+                        or value == ROOT["Tools"]):
             return f"{value} | tojson"
         return value
 
