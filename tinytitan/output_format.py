@@ -132,32 +132,15 @@ def normalise_ollama(fmt: Any, where: str = "format") -> Grammar | None:
                   param=where, code="invalid_value")
 
 
-def check_schema(schema: Any, where: str, depth: int = 0) -> None:
+def check_schema(schema: Any, where: str, depth: int = 0, refs: list | None = None) -> None:
     """Refuse, by name and path, every keyword the grammar cannot promise (see the tables above), and a
-    reference that comes back to itself (``_check_references``)."""
-    _check_keywords(schema, where, depth)
-    if depth == 0:
-        _check_references(schema, where)
-
-
-def _references(schema: Any, where: str):
-    """Every ``$ref`` in ``schema``'s subschemas, with the path where it stands."""
-    if not isinstance(schema, dict):
-        return
-    if isinstance(schema.get("$ref"), str):
-        yield f"{where}.$ref", schema["$ref"]
-    for key, value in schema.items():
-        shape = "list" if key == "items" and isinstance(value, list) else SUBSCHEMAS.get(key)
-        if key == "additionalItems":
-            shape = "one"
-        if shape == "one":
-            yield from _references(value, f"{where}.{key}")
-        elif shape == "list" and isinstance(value, list):
-            for i, sub in enumerate(value):
-                yield from _references(sub, f"{where}.{key}[{i}]")
-        elif shape == "map" and isinstance(value, dict):
-            for name, sub in value.items():
-                yield from _references(sub, f"{where}.{key}.{name}")
+    reference that comes back to itself (``_check_references``). ``refs``: the walk's ``$ref``s, with their
+    paths, as it finds them (made by the outermost call, which checks them once the walk is done)."""
+    outermost = refs is None
+    refs = [] if outermost else refs
+    _check_keywords(schema, where, depth, refs)
+    if outermost:
+        _check_references(schema, refs)
 
 
 def _pointed(root: Any, ref: str) -> Any:
@@ -207,7 +190,7 @@ def _next_references(root: Any, ref: str) -> list[str]:
     return _held(_pointed(root, ref))  # (a missing target holds none: the grammar compiler names it)
 
 
-def _check_references(schema: Any, where: str) -> None:
+def _check_references(schema: Any, refs: list[tuple[str, str]]) -> None:
     """A reference that comes back to itself through what every value must hold (``_held``: each schema on the
     way holds its value, or a part it must contain, to the next) admits no finite value: refused, named. Each
     reference is followed once (a depth-first walk that colours them)."""
@@ -229,14 +212,14 @@ def _check_references(schema: Any, where: str) -> None:
                 stack.append((following, iter(_next_references(schema, following))))
         return False
 
-    for at, ref in _references(schema, where):
+    for at, ref in refs:
         if state.get(ref) != 2 and loops(ref):
             raise invalid(f"Invalid schema at '{at}': the reference {json.dumps(ref)} comes back to itself through "
                           "what every value must hold (its $ref, allOf, required properties, the first minItems "
                           "items), so no finite value can match it", param=at, code="invalid_schema")
 
 
-def _check_keywords(schema: Any, where: str, depth: int = 0) -> None:
+def _check_keywords(schema: Any, where: str, depth: int, refs: list) -> None:
     if depth > MAX_DEPTH:
         raise invalid(f"The schema at '{where}' is nested more than {MAX_DEPTH} levels deep", param=where,
                       code="invalid_schema")
@@ -254,10 +237,10 @@ def _check_keywords(schema: Any, where: str, depth: int = 0) -> None:
         if key == "propertyNames" and vacuous_property_names(value):
             continue
         if key == "items" and tuple_items:
-            _check_value("prefixItems", value, at, depth)
+            _check_value("prefixItems", value, at, depth, refs)
             continue
         if key == "additionalItems" and tuple_items:
-            check_schema(value, at, depth + 1)
+            check_schema(value, at, depth + 1, refs)
             continue
         if key in REFUSED:
             raise invalid(f"JSON schema keyword '{key}' at '{at}' is not supported: {REFUSED[key]}", param=at,
@@ -267,24 +250,24 @@ def _check_keywords(schema: Any, where: str, depth: int = 0) -> None:
         if key not in SUPPORTED:
             raise invalid(f"JSON schema keyword '{key}' at '{at}' is not supported: structured output here "
                           f"enforces {', '.join(sorted(SUPPORTED))}", param=at, code="unsupported_schema")
-        _check_value(key, value, at, depth)
+        _check_value(key, value, at, depth, refs)
 
 
-def _check_value(key: str, value: Any, at: str, depth: int) -> None:
+def _check_value(key: str, value: Any, at: str, depth: int, refs: list) -> None:
     shape = SUBSCHEMAS.get(key)
     if shape == "one":
-        check_schema(value, at, depth + 1)
+        check_schema(value, at, depth + 1, refs)
     elif shape == "list":
         if not isinstance(value, list) or (key != "prefixItems" and not value):
             raise invalid(f"Invalid schema at '{at}': expected a non-empty array of schemas", param=at,
                           code="invalid_schema")
         for i, sub in enumerate(value):
-            check_schema(sub, f"{at}[{i}]", depth + 1)
+            check_schema(sub, f"{at}[{i}]", depth + 1, refs)
     elif shape == "map":
         if not isinstance(value, dict):
             raise invalid(f"Invalid schema at '{at}': expected an object of schemas", param=at, code="invalid_schema")
         for name, sub in value.items():
-            check_schema(sub, f"{at}.{name}", depth + 1)
+            check_schema(sub, f"{at}.{name}", depth + 1, refs)
     elif key == "type":
         kinds = value if isinstance(value, list) else [value]
         for kind in kinds:
@@ -299,6 +282,7 @@ def _check_value(key: str, value: Any, at: str, depth: int) -> None:
         if not isinstance(value, str) or not (value == "#" or value.startswith("#/")):
             raise invalid(f"JSON schema reference {json.dumps(value)} at '{at}' is not supported: only local "
                           f"references ('#/$defs/…') are resolved", param=at, code="unsupported_schema")
+        refs.append((at, value))
     elif key == "required":
         if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
             raise invalid(f"Invalid schema at '{at}': expected an array of property names", param=at,
