@@ -163,10 +163,8 @@ def ensure_converted(path: str | Path, form: str | None = None, template: str | 
                  form, target)
         try:
             convert(path, tmp, form, meta, template)
-        except UnsupportedGGUF:
-            raise
-        except (OSError, MemoryError):
-            raise  # the disk (full, unwritable) or memory: not the file's fault
+        except (UnsupportedGGUF, OSError, MemoryError):
+            raise  # (said already; or the disk, full or unwritable, or memory: not the file's fault)
         except Exception as exc:  # metadata the header reader accepts but nothing can build a model from
             # (a zero head count, a merge naming a token the vocabulary lacks …): the file, named, not a traceback
             raise UnsupportedGGUF(f"{path.name}: damaged or inconsistent GGUF metadata "
