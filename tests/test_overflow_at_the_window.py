@@ -1,7 +1,7 @@
 """A prompt that exactly fills the context window leaves no room for the answer's first token and is refused, in
 each API's own words whose numbers say why: a prompt of N tokens is not "more than" a maximum of N (Claude Code
-reads both numbers of Anthropic's sentence to size its compaction; litellm and pi match OpenAI's). One token
-less is answered."""
+reads both numbers of Anthropic's sentence to size its compaction; litellm and pi match OpenAI's; Codex, pi and
+opencode match the Responses API's own sentence and code). One token less is answered."""
 
 from __future__ import annotations
 
@@ -39,7 +39,11 @@ async def test_a_prompt_exactly_at_the_window_is_refused_with_numbers_that_hold(
     tokens, maximum = map(int, re.search(r"prompt is too long: (\d+) tokens > (\d+) maximum",
                                          a.json()["error"]["message"]).groups())
     assert (tokens, maximum) == (n, n - 1), a.json()
-    for got, prompt in ((o, n), (r, n), (p, raw)):
+    message = r.json()["error"]["message"]
+    assert message.startswith("Your input exceeds the context window of this model. Please adjust your input and try "
+                              "again.") and f"The input is {n} tokens and fills the context window of {n}," in message
+    assert r.json()["error"]["param"] == "input", r.json()
+    for got, prompt in ((o, n), (p, raw)):
         message = got.json()["error"]["message"]
         window, requested = map(int, re.search(r"maximum context length is (\d+) tokens[.,] [Hh]owever,? you "
                                                r"requested (\d+) tokens", message).groups())
