@@ -27,7 +27,7 @@ async def test_a_tool_calls_arguments_are_never_logged(serve, caplog):
             "tools": [{"name": "read_file", "input_schema": {"type": "object"}}]})
     assert r.status_code == 200, r.text
     assert said(caplog) == []
-    assert any("arguments are not a JSON object" in rec.getMessage() for rec in caplog.records)
+    assert any("arguments are not a complete JSON object" in rec.getMessage() for rec in caplog.records)
 
 
 def test_a_parsers_warning_quotes_the_model_only_at_debug(caplog):

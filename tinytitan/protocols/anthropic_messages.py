@@ -34,11 +34,11 @@ from ..output_format import normalise
 from ..speclang.machine import Machine, WireEvent
 from . import context_edits
 from .anthropic_request import (
-    CACHE_DIAGNOSIS_BETA, _blocks, _tool_input, _tool_references, _tool_result, cache_diagnostics, image_block,
+    CACHE_DIAGNOSIS_BETA, _blocks, _tool_references, _tool_result, cache_diagnostics, image_block,
     parse_diagnostics, parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice,
     parse_tools, prefill_blocks)
 from .base import Protocol
-from .common import place_system
+from .common import arguments_object, place_system
 from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.anthropic")
@@ -296,7 +296,7 @@ class AnthropicMessages(Protocol):
 
         def tool_done(m: Machine, ev) -> None:
             s = m.vars
-            value = _tool_input(ev.arguments or (s.args_text if s.args_of == s.block else ""), s.tool_name)
+            value = arguments_object(ev.arguments or (s.args_text if s.args_of == s.block else ""), s.tool_name)
             s.tool_input = json.dumps(value, ensure_ascii=False) if value else None
 
         def close_block(m: Machine, ev) -> None:
@@ -347,7 +347,7 @@ class AnthropicMessages(Protocol):
                 if "context_management" in d:
                     message["context_management"] = d["context_management"]
         for index, text in partial.items():
-            blocks[index]["input"] = _tool_input(text, blocks[index].get("name"))
+            blocks[index]["input"] = arguments_object(text, blocks[index].get("name"))
         message["content"] = [blocks[i] for i in sorted(blocks)]
         return message
 

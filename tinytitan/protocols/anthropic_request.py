@@ -4,17 +4,11 @@ and the cache diagnostics a request asks for."""
 
 from __future__ import annotations
 
-import json
-import logging
-
 from .. import images, tool_choice
 from ..chat_request import ImagePart, Tool
 from ..errors import invalid
 from ..output_format import normalise
-from ..speclang.validate import without_lone_surrogates
 from .common import content_of, template_variables
-
-log = logging.getLogger("tinytitan.anthropic")
 
 TEMPLATE_REASONING_KEYS = ("enable_thinking", "reasoning_effort")  # reasoning controls, read as such
 
@@ -81,18 +75,6 @@ def cache_diagnostics(miss: dict | None) -> dict | None:
     if kind.endswith("_changed"):
         reason["cache_missed_input_tokens"] = int(miss.get("missed_tokens") or 0)
     return {"cache_miss_reason": reason}
-
-
-def _tool_input(text: str, name: str | None) -> dict:
-    try:
-        value = json.loads(text) if text.strip() else {}
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        # (never the arguments themselves: they are answer text, which no log holds)
-        log.warning("tool call %s: arguments are not a JSON object (%d characters); sent as {}", name, len(text))
-        return {}
-    return without_lone_surrogates(value)  # (re-encoded, a lone surrogate is JSON strict parsers refuse)
 
 
 def parse_tools(value: list, body: dict, args: dict, v) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Callable
 
 from ..chat_request import RENDERER_ARGUMENTS, ImagePart, Message
 from ..errors import invalid
+from ..speclang.validate import without_lone_surrogates
+
+log = logging.getLogger("tinytitan.protocols")
 
 REMINDER = "<system-reminder>\n{}\n</system-reminder>"
 
@@ -111,3 +116,19 @@ def template_variables(value: dict, field: str, skip: tuple[str, ...] = ()) -> d
             raise invalid(f"'{field}.{name}' cannot be set: the server renders '{name}' itself",
                           param=f"{field}.{name}", code="invalid_value")
     return {k: x for k, x in value.items() if k not in skip}
+
+
+def arguments_object(text: str, name: str | None, complete: bool = True) -> dict:
+    """A call's arguments text as the JSON object Messages' ``input`` and Ollama's ``arguments`` must be: empty
+    text is ``{}``; text that is not one object (cut short, or not JSON) is ``{}`` too, and logged — never the
+    arguments themselves, which are answer text no log holds. A lone surrogate becomes U+FFFD, as in requests
+    (re-encoded, it is JSON strict parsers refuse)."""
+    try:
+        value = (json.loads(text) if text.strip() else {}) if complete else None
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        log.warning("tool call %s: arguments are not a complete JSON object (%d characters); sent as {}", name,
+                    len(text))
+        return {}
+    return without_lone_surrogates(value)

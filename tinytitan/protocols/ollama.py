@@ -28,9 +28,9 @@ from ..events import Timing
 from ..models.gguf_facts import listing_off_loop, weights_on_gpu
 from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
-from ..speclang.validate import Validated, without_lone_surrogates
+from ..speclang.validate import Validated
 from .base import Protocol
-from .common import place_system
+from .common import arguments_object, place_system
 from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.ollama")
@@ -192,14 +192,7 @@ def on_call_started(m: Machine, ev) -> None:
 def on_call_done(m: Machine, ev) -> None:
     """Ollama's arguments are a JSON object: arguments that are not one (cut short, or not JSON) are sent as
     ``{}`` (and logged), as the fold and the stream both say."""
-    try:
-        arguments = json.loads(ev.arguments) if ev.complete else None
-    except ValueError:
-        arguments = None
-    if not isinstance(arguments, dict):
-        log.warning("tool call %s: arguments are not a complete JSON object; sent as {}", m.vars.call_name)
-        arguments = {}
-    m.vars.call_arguments = without_lone_surrogates(arguments)  # (as a request's: see speclang/validate.py)
+    m.vars.call_arguments = arguments_object(ev.arguments, m.vars.call_name, complete=ev.complete)
 
 
 def fold_ollama(wire: list[WireEvent], body: dict) -> dict:
