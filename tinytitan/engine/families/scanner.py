@@ -150,8 +150,11 @@ class OutputParser:
             cands = [(m.think_close, "close_think")] + ([(m.tool_open, "open_tool")] if m.tool_ends_thought else [])
         elif self.channel == TOOL:
             cands = [(m.tool_close, "close_tool")] if m.tool_close else [(m.tool_open, "next_tool")]
-            if m.tool_close and self._body is not None and not self._body.any and not self._body.tentative:
-                cands.append((m.tool_open, "reopen_tool"))  # the block so far was no call (prose naming the opener)
+            if m.tool_close and self._body is not None and not self._body.tentative:
+                if not self._body.any:
+                    cands.append((m.tool_open, "reopen_tool"))  # the block so far was no call (prose naming it)
+                elif self._body.between_calls:
+                    cands.append((m.tool_open, "next_tool"))  # a call, then the next opener: a closer left out
         else:
             cands = [(m.think_open, "open_think"), (m.tool_open, "open_tool")]
         return [(s, k) for s, k in cands if s]
@@ -261,6 +264,8 @@ class OutputParser:
             self.channel = TEXT
         elif kind in ("open_tool", "next_tool", "reopen_tool"):
             if kind == "next_tool" and self._body is not None:
+                if self.m.tool_close:
+                    log.warning("a tool call block without its closer %r; the next opener ends it", self.m.tool_close)
                 out.extend(self._close_body(truncated=False))
             elif kind == "reopen_tool":  # what the first opener began is text; the second begins the block
                 out.extend(self._close_body(truncated=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ....events import TextDelta, ToolCallArgsDelta, ToolCallStarted, TokenEvent
+from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, ToolCallStarted, TokenEvent
 from ....logtext import excerpt
 from ..markup import Markup, new_call_id
 
@@ -51,6 +51,7 @@ class Body:
         self.warned = False  # text after a call was logged (once per block: _text_after_call)
         self._after_ws = ""  # whitespace of that text held until more of it follows
         self.format = markup.body  # the grammar that checks the completed block (set by make_body)
+        self.done_at: int | None = None  # where in ``raw`` the last call ended, while no other has begun
 
     def feed(self, text: str) -> list[TokenEvent]:
         raise NotImplementedError
@@ -65,11 +66,18 @@ class Body:
         a model writing about its own call format (``"content": "… <tool_call>{…}</tool_call> …"``)."""
         return False
 
+    @property
+    def between_calls(self) -> bool:
+        """A call is complete and nothing but whitespace has followed it: the family's opener here begins the
+        next block, the model having left out this one's closer (``<tool_call>{…}\n<tool_call>{…}</tool_call>``)."""
+        return self.done_at is not None and not self.raw[self.done_at:].strip()
+
     # helpers
     def _start(self, name: str, out: list) -> None:
         ev = self.calls.start(name)
         self.index = ev.index
         self.any = True
+        self.done_at = None
         out.append(ev)
 
     def _text_after_call(self, text: str, out: list, call: str = "a tool call inside its markup") -> None:
@@ -113,8 +121,13 @@ class SteppedBody(Body):
         self.raw += text
         self.buf += text
         out: list[TokenEvent] = []
-        while self.buf and self._step(out):
-            pass
+        while self.buf:
+            n = len(out)
+            progressed = self._step(out)
+            if any(isinstance(ev, ToolCallDone) for ev in out[n:]):
+                self.done_at = len(self.raw) - len(self.buf)
+            if not progressed:
+                break
         return out
 
     def _step(self, out: list) -> bool:
