@@ -100,7 +100,7 @@ def test_tool_results_fan_out_lead_the_turn_and_errors_are_marked(demo_tok):
     ]))
     msgs = v.args["messages"]
     assert [m.role for m in msgs] == ["user", "assistant", "tool", "tool", "user"]
-    assert msgs[1].content == "ok" and msgs[1].reasoning is None  # thinking accepted, not rendered
+    assert msgs[1].content == "ok" and msgs[1].reasoning == "hm"  # thinking sent back: the turn's reasoning
     assert [(c.id, c.name, json.loads(c.arguments)) for c in msgs[1].tool_calls] == [("t1", "a", {"x": 1}),
                                                                                     ("t2", "b", {})]
     assert (msgs[2].tool_call_id, msgs[2].name, msgs[2].content) == ("t1", "a", "one")

@@ -9,7 +9,9 @@ Rules (the issue's, where the API leaves a choice):
 - A ``role: "system"`` message in ``messages``: in first position it joins the system prompt; later it stays
   where it is, as a user turn wrapped in ``<system-reminder>`` (common.place_system), so the prompt ahead of
   it — and its cached prefix — is unchanged.
-- ``thinking`` / ``redacted_thinking`` blocks are accepted and not rendered. A final assistant turn with text is a
+- ``thinking`` blocks sent back are their turn's reasoning, rendered where the template puts it (so a tool loop's
+  next turn reads the answer as it was generated; ``clear_thinking_20251015`` clears older turns'); a
+  ``redacted_thinking`` block carries nothing a model here reads. A final assistant turn with text is a
   prefill: the answer continues its text (``ChatRequest.continue_final``) and holds only what follows it. As the
   API does, its text may not end in whitespace, and one with no text begins nothing; it is refused beside
   thinking enabled, a forced tool choice or an output format, whose start it would take.
@@ -27,16 +29,16 @@ import logging
 import re
 from typing import Any
 
-from ..chat_request import ImagePart, Message, ToolCall
+from ..chat_request import Message
 from ..errors import ApiError, invalid
 from ..events import Finished
 from ..output_format import normalise
 from ..speclang.machine import Machine, WireEvent
 from . import context_edits
 from .anthropic_request import (
-    CACHE_DIAGNOSIS_BETA, _blocks, _tool_references, _tool_result, cache_diagnostics, image_block,
-    parse_diagnostics, parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice,
-    parse_tools, prefill_blocks)
+    CACHE_DIAGNOSIS_BETA, TURN_JOIN, _blocks, assistant_turn, block_texts, cache_diagnostics, parse_diagnostics,
+    parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice, parse_tools,
+    prefill_blocks, user_turn)
 from .base import Protocol
 from .common import arguments_object, place_system
 from .wire import Call, Reply
@@ -46,7 +48,6 @@ log = logging.getLogger("tinytitan.anthropic")
 USER_ROLES = ("user", "ctx", "msg")
 ROLES = ("user", "assistant", "system") + USER_ROLES[1:]
 MIN_BUDGET = 1024
-TURN_JOIN = "\n\n"
 
 
 def stop_reason(finished: Finished, client_stops: Any, table: dict) -> tuple[str, str | None]:
@@ -134,7 +135,7 @@ class AnthropicMessages(Protocol):
             else:
                 turns.append((role, blocks))
         if turns and turns[-1][0] == "assistant":
-            self._texts([(w, b) for w, b in turns[-1][1] if b["type"] != "tool_use"], "assistant")  # block kinds
+            block_texts([(w, b) for w, b in turns[-1][1] if b["type"] != "tool_use"], "assistant")  # block kinds
             prefill = prefill_blocks(turns.pop()[1], body)
             if prefill:
                 turns.append(("assistant", prefill))
@@ -145,59 +146,12 @@ class AnthropicMessages(Protocol):
         offered = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
         for role, blocks in turns:
             if role == "system":
-                msgs.append(Message("system", TURN_JOIN.join(self._texts(blocks, "system"))))
+                msgs.append(Message("system", TURN_JOIN.join(block_texts(blocks, "system"))))
             elif role == "assistant":
-                msgs.append(self._assistant(blocks, names))
+                msgs.append(assistant_turn(blocks, names))
             else:
-                msgs.extend(self._user(blocks, names, offered))
+                msgs.extend(user_turn(blocks, names, offered))
         args["messages"] = place_system(self.system_texts(body), msgs)
-
-    @staticmethod
-    def _texts(blocks: list[tuple[str, dict]], role: str) -> list[str]:
-        out = []
-        for where, b in blocks:
-            kind = b["type"]
-            if kind == "text":
-                out.append(b["text"])
-            elif kind not in ("thinking", "redacted_thinking"):
-                article = "an" if role == "assistant" else "a"
-                raise invalid(f"content block type '{kind}' at {where} is not allowed in {article} {role} message",
-                              param=f"{where}.type", code="invalid_value")
-        return out
-
-    def _assistant(self, blocks: list[tuple[str, dict]], names: dict[str, str]) -> Message:
-        texts, calls = [], []
-        for where, b in blocks:
-            if b["type"] == "tool_use":
-                call_id, name, args = b["id"], b["name"], b.get("input", {})
-                names[call_id] = name
-                calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
-            else:
-                texts.extend(self._texts([(where, b)], "assistant"))
-        return Message("assistant", TURN_JOIN.join(t for t in texts if t), tool_calls=tuple(calls))
-
-    def _user(self, blocks: list[tuple[str, dict]], names: dict[str, str], offered: set[str]) -> list[Message]:
-        results, texts, parts = [], [], []
-        for where, b in blocks:
-            if b["type"] == "tool_result":
-                call_id = b["tool_use_id"]
-                if call_id not in names:
-                    raise invalid(f"{where}: unexpected `tool_use_id` found in `tool_result` blocks: {call_id}. Each "
-                                  "`tool_result` block must have a corresponding `tool_use` block in an earlier "
-                                  "message.", param=f"{where}.tool_use_id", code="invalid_value")
-                text, result_parts = _tool_result(b, where)
-                results.append(Message("tool", text, parts=result_parts, tool_call_id=call_id, name=names.get(call_id),
-                                       tool_references=_tool_references(b, where, offered)))
-            elif b["type"] == "image":
-                parts.append(image_block(b, where))
-            else:
-                new = self._texts([(where, b)], "user")
-                texts.extend(new)
-                parts.extend(t for t in new if t)
-        text = TURN_JOIN.join(t for t in texts if t)
-        if not any(isinstance(p, ImagePart) for p in parts):
-            parts = []
-        return results + ([Message("user", text, parts=tuple(parts))] if text or parts or not results else [])
 
     def parse_output_config(self, value: Any, body: dict, args: dict, v) -> None:
         if value.get("format") is not None:

@@ -1,11 +1,13 @@
 """Anthropic Messages: the request's fields the tables cannot say — content blocks (images, tool results and the
-tool references that load deferred tools) into messages, tools, tool choice, stop sequences, template variables,
-and the cache diagnostics a request asks for."""
+tool references that load deferred tools, thinking sent back) into turns, tools, tool choice, stop sequences,
+template variables, and the cache diagnostics a request asks for."""
 
 from __future__ import annotations
 
+import json
+
 from .. import images, tool_choice
-from ..chat_request import ImagePart, Tool
+from ..chat_request import ImagePart, Message, Tool, ToolCall
 from ..errors import invalid
 from ..output_format import normalise
 from .common import content_of, template_variables
@@ -156,3 +158,60 @@ def prefill_blocks(blocks: list[tuple[str, dict]], body: dict) -> list[tuple[str
                           f"{'thinking' if param == 'thinking.type' else 'its grammar'} opens the answer",
                           param=param, code="unsupported_prefill")
     return text
+
+
+# -- messages' blocks into turns -----------------------------------------------------------------------------
+TURN_JOIN = "\n\n"  # the texts of one turn's blocks
+
+
+def block_texts(blocks: list[tuple[str, dict]], role: str) -> list[str]:
+    out = []
+    for where, b in blocks:
+        kind = b["type"]
+        if kind == "text":
+            out.append(b["text"])
+        elif kind not in ("thinking", "redacted_thinking"):
+            article = "an" if role == "assistant" else "a"
+            raise invalid(f"content block type '{kind}' at {where} is not allowed in {article} {role} message",
+                          param=f"{where}.type", code="invalid_value")
+    return out
+
+
+def assistant_turn(blocks: list[tuple[str, dict]], names: dict[str, str]) -> Message:
+    """An assistant turn: its text, its calls, its thinking as the turn's reasoning (see the header)."""
+    texts, calls, thoughts = [], [], []
+    for where, b in blocks:
+        if b["type"] == "tool_use":
+            call_id, name, args = b["id"], b["name"], b.get("input", {})
+            names[call_id] = name
+            calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
+        elif b["type"] == "thinking":
+            thoughts.append(b["thinking"])
+        else:
+            texts.extend(block_texts([(where, b)], "assistant"))
+    return Message("assistant", TURN_JOIN.join(t for t in texts if t), tool_calls=tuple(calls),
+                   reasoning=TURN_JOIN.join(t for t in thoughts if t) or None)
+
+
+def user_turn(blocks: list[tuple[str, dict]], names: dict[str, str], offered: set[str]) -> list[Message]:
+    results, texts, parts = [], [], []
+    for where, b in blocks:
+        if b["type"] == "tool_result":
+            call_id = b["tool_use_id"]
+            if call_id not in names:
+                raise invalid(f"{where}: unexpected `tool_use_id` found in `tool_result` blocks: {call_id}. Each "
+                              "`tool_result` block must have a corresponding `tool_use` block in an earlier "
+                              "message.", param=f"{where}.tool_use_id", code="invalid_value")
+            text, result_parts = _tool_result(b, where)
+            results.append(Message("tool", text, parts=result_parts, tool_call_id=call_id, name=names.get(call_id),
+                                   tool_references=_tool_references(b, where, offered)))
+        elif b["type"] == "image":
+            parts.append(image_block(b, where))
+        else:
+            new = block_texts([(where, b)], "user")
+            texts.extend(new)
+            parts.extend(t for t in new if t)
+    text = TURN_JOIN.join(t for t in texts if t)
+    if not any(isinstance(p, ImagePart) for p in parts):
+        parts = []
+    return results + ([Message("user", text, parts=tuple(parts))] if text or parts or not results else [])

@@ -10,7 +10,10 @@ conversation whole unless at least that many tokens go. The client keeps its ful
 edited afresh, and the answer says what was done (``context_management.applied_edits``: ``cleared_tool_uses``,
 ``cleared_input_tokens``).
 
-``clear_thinking_20251015`` needs no work here: earlier thinking is never rendered into the prompt.
+``clear_thinking_20251015``: thinking sent back is its turn's reasoning (the template renders it where the model saw
+it); the edit clears it from all but the ``keep`` most recent assistant turns that have some (``{"type":
+"thinking_turns", "value": N}``, default 1; ``"all"`` or ``{"type": "all"}`` keeps every one), reported as
+``cleared_thinking_turns`` and ``cleared_input_tokens``. Listed first, as the API requires, it runs first.
 
 Rules:
 - A malformed edit is a 400 naming its path; token counts are the prompt as generation renders it.
@@ -42,6 +45,11 @@ class ClearToolUses:
     clear_inputs: bool | frozenset[str]
 
 
+@dataclasses.dataclass(frozen=True)
+class ClearThinking:
+    keep: int | None  # the most recent assistant turns whose thinking stays; None: all of them
+
+
 def _threshold(value, where: str, kinds: tuple[str, ...]) -> tuple[str, int]:
     if not isinstance(value, dict) or value.get("type") not in kinds:
         raise invalid(f"'{where}' must be an object whose type is one of {', '.join(kinds)}", param=where)
@@ -57,8 +65,16 @@ def _names(value, where: str) -> frozenset[str]:
     return frozenset(value)
 
 
-def parse(context_management) -> list[ClearToolUses]:
-    """The request's ``context_management`` → its tool-clearing edits (a malformed one: 400 naming it)."""
+def _keep_thinking(value, where: str) -> int | None:
+    if value is None:
+        return 1
+    if value == "all" or (isinstance(value, dict) and value.get("type") == "all"):
+        return None
+    return _threshold(value, where, ("thinking_turns",))[1]
+
+
+def parse(context_management) -> list[ClearToolUses | ClearThinking]:
+    """The request's ``context_management`` → its edits (a malformed one: 400 naming it)."""
     if not isinstance(context_management, dict):
         return []
     edits = context_management.get("edits") or []
@@ -69,6 +85,7 @@ def parse(context_management) -> list[ClearToolUses]:
         where = f"context_management.edits[{i}]"
         kind = edit.get("type") if isinstance(edit, dict) else None
         if kind == CLEAR_THINKING:
+            out.append(ClearThinking(_keep_thinking(edit.get("keep"), f"{where}.keep")))
             continue
         if kind != CLEAR_TOOL_USES:
             raise invalid(f"'{where}.type' must be {CLEAR_TOOL_USES} or {CLEAR_THINKING}", param=f"{where}.type")
@@ -83,6 +100,16 @@ def parse(context_management) -> list[ClearToolUses]:
         exclude = _names(edit.get("exclude_tools") or [], f"{where}.exclude_tools")
         out.append(ClearToolUses(trigger_kind, trigger, keep, at_least, exclude, inputs))
     return out
+
+
+def _thinking_cleared(req: ChatRequest, edit: ClearThinking) -> tuple[ChatRequest, int]:
+    """``req`` with the thinking of older assistant turns cleared, and how many turns lost theirs."""
+    turns = [i for i, m in enumerate(req.messages) if m.role == "assistant" and m.reasoning]
+    clear = set(turns if edit.keep == 0 else turns[:-edit.keep]) if edit.keep is not None else set()
+    if not clear:
+        return req, 0
+    return req.with_(messages=tuple(dataclasses.replace(m, reasoning=None) if i in clear else m
+                                    for i, m in enumerate(req.messages))), len(clear)
 
 
 def _cleared(req: ChatRequest, edit: ClearToolUses) -> tuple[ChatRequest, int]:
@@ -108,12 +135,19 @@ def _cleared(req: ChatRequest, edit: ClearToolUses) -> tuple[ChatRequest, int]:
     return req.with_(messages=tuple(messages)), len(clear)
 
 
-async def apply(edits: list[ClearToolUses], req: ChatRequest,
+async def apply(edits: list[ClearToolUses | ClearThinking], req: ChatRequest,
                 count: Callable[[ChatRequest], Awaitable[int]]) -> tuple[ChatRequest, list[dict]]:
     """``req`` with each edit applied where its trigger is passed, and the applied edits as the API reports
     them. ``count``: the prompt's tokens as generation renders it."""
     applied: list[dict] = []
     for edit in edits:
+        if isinstance(edit, ClearThinking):
+            edited, n = _thinking_cleared(req, edit)
+            if n:
+                freed = max(0, await count(req) - await count(edited))
+                req = edited
+                applied.append({"type": CLEAR_THINKING, "cleared_thinking_turns": n, "cleared_input_tokens": freed})
+            continue
         before = None
         if edit.trigger_kind == "tool_uses":
             passed = sum(len(m.tool_calls) for m in req.messages if m.role == "assistant") > edit.trigger

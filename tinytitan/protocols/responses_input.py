@@ -9,7 +9,10 @@ Rules:
   ``output_text``, ``refusal``). ``instructions`` and every system and developer turn, wherever it stands,
   join the one leading system message (``common.place_system(merge_later=True)``).
 - ``function_call`` items join the assistant turn before them; ``function_call_output`` becomes a tool turn.
-  ``reasoning`` items are accepted and skipped. ``compaction`` items are decoded into the system prompt.
+  A ``reasoning`` item's text (its ``reasoning_text`` parts, else its summary) is the reasoning of the assistant
+  turn that follows it (the template renders it where the model saw it, so a tool loop's next turn reads the
+  answer as generated); one with no text (``encrypted_content`` only) carries nothing. ``compaction`` items are
+  decoded into the system prompt.
 - Namespace tools are flattened into functions named ``<namespace without trailing _><sep><function>``
   (``flat_name``; the separator is the spec's ``extra.namespace_separator``, ``__``); a call the model makes
   to one is reported with its own name and ``namespace``.
@@ -221,14 +224,19 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
     msgs: list[Message] = []
     call_names: dict[str, str] = {}
 
+    thought: list[str] = []  # reasoning items' text, waiting for the assistant turn they precede
+
+    def assistant(message: Message) -> None:
+        msgs.append(replace(message, reasoning="\n\n".join(thought) or None) if thought else message)
+        thought.clear()
+
     def tool_call(call: ToolCall) -> None:
         call_names[call.id] = call.name
         last = msgs[-1] if msgs else None
-        if last is not None and last.role == "assistant":
-            msgs[-1] = Message("assistant", last.content, tool_calls=last.tool_calls + (call,),
-                               reasoning=last.reasoning)
+        if last is not None and last.role == "assistant" and not thought:
+            msgs[-1] = replace(last, tool_calls=last.tool_calls + (call,))
         else:
-            msgs.append(Message("assistant", "", tool_calls=(call,)))
+            assistant(Message("assistant", "", tool_calls=(call,)))
 
     for item in items:
         kind = item.get("type")
@@ -243,7 +251,8 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
                 raise invalid(f"input_image in a {role} message ({place(item)}) is not supported: images go in "
                               "user messages and function call outputs", param=f"{place(item)}.content",
                               code="unsupported_content")
-            msgs.append(Message("system" if role == "developer" else role, text, parts=parts))
+            message = Message("system" if role == "developer" else role, text, parts=parts)
+            assistant(message) if role == "assistant" else msgs.append(message)
         elif kind == "function_call":
             name = flat_name(item["namespace"], item["name"], sep) if item.get("namespace") else item["name"]
             tool_call(ToolCall(item["call_id"], name, item.get("arguments") or ""))
@@ -260,5 +269,15 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
                                 tool_references=_loaded_names(item, sep)))
         elif kind == "compaction":
             system.append(compaction.as_context(compaction.decode(item["encrypted_content"], "input")))
-        # reasoning items: accepted and skipped
+        elif kind == "reasoning":
+            thought.extend(t for t in (_reasoning_text(item),) if t)
     return system, msgs
+
+
+def _reasoning_text(item: dict) -> str:
+    """A reasoning item's thought: its reasoning_text parts, else its summary's text."""
+    for key in ("content", "summary"):
+        text = "".join(p.get("text") or "" for p in item.get(key) or () if isinstance(p, dict))
+        if text:
+            return text
+    return ""
