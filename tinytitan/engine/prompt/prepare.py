@@ -207,6 +207,9 @@ class PromptPreparation(TemplateRendering):
                 if name not in offered:
                     raise invalid(f"tool_choice names the tool '{name}', which is not among the tools offered",
                                   param="tool_choice", code="invalid_value")
+            # the tools a tool search loaded are declared in its results first, from the whole list: a tool
+            # left out here is still one the conversation loaded (its reference is no client error)
+            req = self.with_tool_declarations(req)
             req = req.with_(tools=tuple(t for t in req.tools if t.name in req.tool_names))
         if req.tool_choice == "required" and not req.tools:
             raise invalid("tool_choice requires a tool call, but no tools are offered", param="tool_choice",
