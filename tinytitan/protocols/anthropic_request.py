@@ -79,6 +79,15 @@ def cache_diagnostics(miss: dict | None) -> dict | None:
     return {"cache_miss_reason": reason}
 
 
+def with_examples(description: str, examples: list[dict] | None) -> str:
+    """A tool's description with its ``input_examples`` (the API shows them to the model with the tool's
+    definition; a template declares a tool by name, description and parameters only)."""
+    if not examples:
+        return description
+    shown = "\n".join(json.dumps(e, ensure_ascii=False) for e in examples)
+    return f"{description}\n\nExample inputs:\n{shown}" if description else f"Example inputs:\n{shown}"
+
+
 def parse_tools(value: list, body: dict, args: dict, v) -> None:
     tools, seen = [], set()
     for i, t in enumerate(value):
@@ -87,7 +96,13 @@ def parse_tools(value: list, body: dict, args: dict, v) -> None:
             raise invalid(f"Tool names must be unique: '{name}' at {where} is declared twice", param=f"{where}.name",
                           code="invalid_value")
         seen.add(name)
-        tools.append(Tool(name, t.get("description") or "", t["input_schema"],  # cache_control …: ignored
+        callers = t.get("allowed_callers")
+        if callers is not None and "direct" not in callers:  # only code execution may call it: none runs here
+            raise invalid(f"'allowed_callers' at {where} without 'direct' is not supported: there is no code "
+                          "execution here to call the tool from", param=f"{where}.allowed_callers",
+                          code="unsupported_value")
+        tools.append(Tool(name, with_examples(t.get("description") or "", t.get("input_examples")),
+                          t["input_schema"],  # cache_control, eager_input_streaming: nothing to do here
                           strict=t.get("strict") is True, deferred=t.get("defer_loading") is True))
     if tools and all(t.deferred for t in tools):  # the model would be told of no tool, nor how to call one
         raise invalid("All tools have 'defer_loading' set: at least one tool must not be deferred (the tool search "
