@@ -127,7 +127,8 @@ class Engine:
                     return n[: -len(FAST_SUFFIX)], True
         served = ", ".join(f"'{m}'" for m in self.backends)
         raise ApiError("model_not_found", f"The model '{name}' does not exist; this server serves {served} "
-                       f"(each also as '<id>{FAST_SUFFIX}')", param="model", code="model_not_found")
+                       f"(each also as '<id>{FAST_SUFFIX}')", param="model", code="model_not_found",
+                       data={"model": name, "served": served})  # (a protocol may word it its own way)
 
     def apply_model(self, req: ChatRequest) -> ChatRequest:
         """The request for the model it names: a text model's request with images refused (``images``: one
