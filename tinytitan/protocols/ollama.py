@@ -147,6 +147,10 @@ def parse_format(value, body: dict, args: dict, v: Validated) -> None:
 def parse_prompt(value: str, body: dict, args: dict, v: Validated) -> None:
     """/api/generate: a raw prompt (or a fill-in-the-middle pair) goes to the model as written; otherwise the
     prompt is one user turn under the optional system text, rendered by the model's chat template."""
+    if body.get("raw") and body.get("system"):  # as Ollama refuses it: the raw prompt is all the model reads
+        raise invalid("'system' is not supported with 'raw': true (raw mode does not support template, system, or "
+                      "context): put the system text in the rendered prompt", param="system",
+                      code="unsupported_parameter")
     if body.get("raw") or body.get("suffix"):  # an empty suffix is none (Ollama's Go client sends "" always)
         if body.get("images"):
             raise invalid("'images' with a raw prompt (or a suffix) are not supported: send them with a templated "
