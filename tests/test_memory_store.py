@@ -401,9 +401,10 @@ def test_a_client_tool_of_the_same_name_stays_the_clients(tmp_path):
     out = session.augment(req().with_(tools=(theirs,)))
     assert [t.name for t in out.tools] == ["memory_get", "memory_search", "memory_set"]
     assert out.tools[0] is theirs and session.names == {"memory_search", "memory_set"}
-    assert out.messages[0].content.endswith(session.fragment) and "memory_list" not in session.fragment
-    bare = session.augment(ChatRequest(model="m", messages=(Message("user", "hi"),)))
-    assert bare.messages[0] == Message("system", session.fragment)
+    # the fragment closes the system prompt the model reads (the request's own, else the model's default)
+    assert out.system_note == session.fragment and "memory_list" not in session.fragment
+    bare = session.augment(ChatRequest(model="m", messages=(Message("user", "hi"),), system_note="Be concise."))
+    assert bare.messages == (Message("user", "hi"),) and bare.system_note == f"Be concise.\n\n{session.fragment}"
     memory.close()
 
 

@@ -119,9 +119,10 @@ async def test_compaction_item_fed_back(serve):
     r = await client(s).responses.create(model=MODEL, instructions="INSTR", input=[
         {"type": "message", "role": "developer", "content": "DEV"}, item,
         {"type": "message", "role": "user", "content": "go on"}])
-    system = prompts[1].req.messages[0]
-    assert system.role == "system" and system.content.startswith("INSTR\n\nDEV\n\n")
-    assert compaction.CONTEXT_HEADER in system.content and SHORT in system.content
+    req = prompts[1].req
+    system = req.messages[0]  # the summary closes the system prompt (the model's own where the request has none)
+    assert system.role == "system" and system.content == "INSTR\n\nDEV"
+    assert compaction.CONTEXT_HEADER in req.system_note and SHORT in req.system_note
     assert [m.role for m in prompts[1].req.messages] == ["system", "user"]
     assert r.output_text == "Continuing."
 

@@ -100,6 +100,9 @@ class ChatRequest:
     reasoning: str | bool | None = None  # an effort word, True/False, or None for the server default
     reasoning_budget_tokens: int | None = None
     template_kwargs: dict = field(default_factory=dict)  # never one of RENDERER_ARGUMENTS
+    # a sentence that closes the system prompt (Chat's ``verbosity``): the request's own system message, else the
+    # model's default one (a Modelfile's ``SYSTEM``), else a system message of its own — never in place of the default
+    system_note: str = ""
     grammar: Grammar | None = None
     prompt: str | None = None  # a raw prompt: tokenized as written, no chat template (messages unused)
     suffix: str | None = None  # fill-in-the-middle: the text after the gap; ``prompt`` is the text before it

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..chat_request import ChatRequest, Message, Tool
+from ..chat_request import ChatRequest, Tool
 from ..store import db as dbm
 from . import fragment, tools
 from .migrate import migrate_journals
@@ -93,15 +93,12 @@ class MemorySession:
     def augment(self, req: ChatRequest) -> ChatRequest:
         """The fragment at the end of the system prompt, the memory tools after the client's. A client tool of
         the same name keeps its name: the server never runs a call it cannot tell from the client's."""
-        msgs = list(req.messages)
-        if msgs and msgs[0].role == "system":
-            msgs[0] = Message("system", f"{msgs[0].content}\n\n{self.fragment}" if msgs[0].content else self.fragment)
-        else:
-            msgs.insert(0, Message("system", self.fragment))
         client = {t.name for t in req.tools}
         own = tuple(t for t in self.tools if t.name not in client)
         self.names = frozenset(t.name for t in own)
-        return req.with_(messages=tuple(msgs), tools=req.tools + own)
+        # (closing the system prompt the model reads: the request's own, else the model's default)
+        note = "\n\n".join(t for t in (req.system_note, self.fragment) if t)
+        return req.with_(system_note=note, tools=req.tools + own)
 
     def run(self, name: str, arguments: str) -> tuple[str, bool]:
         return tools.execute(self.workspace, name, arguments)

@@ -97,15 +97,10 @@ VERBOSITY = {"low": "Be concise: answer as briefly as the question allows, witho
              "high": "Be thorough: answer in detail, explaining your reasoning and covering edge cases."}
 
 
-def with_verbosity(messages: list[Message], level: str | None) -> list[Message]:
-    """``messages`` (one leading system message at most, as ``place_system`` leaves them) with the verbosity
-    instruction for ``level`` closing the system message (a system message of its own where there is none)."""
-    note = VERBOSITY.get(level or "")
-    if note is None:
-        return messages
-    if messages and messages[0].role == "system":
-        return [Message("system", f"{messages[0].content}\n\n{note}" if messages[0].content else note), *messages[1:]]
-    return [Message("system", note), *messages]
+def verbosity_note(level: str | None) -> str:
+    """The instruction for ``level`` (``ChatRequest.system_note``: it closes the system prompt the model reads,
+    the request's own or the model's default); "" for medium or none."""
+    return VERBOSITY.get(level or "", "")
 
 
 def template_variables(value: dict, field: str, skip: tuple[str, ...] = ()) -> dict:

@@ -14,7 +14,7 @@ from .. import custom_tools, images
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .common import content_of, place_system, template_variables, with_verbosity
+from .common import content_of, place_system, template_variables, verbosity_note
 
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
 
@@ -78,7 +78,8 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
         raise invalid("'add_generation_prompt': false is supported only with 'continue_final_message': true (the "
                       "answer then continues the final assistant message)", param="add_generation_prompt",
                       code="unsupported_value")
-    args["messages"] = with_verbosity(place_system([], msgs), body.get("verbosity"))
+    args["messages"] = place_system([], msgs)
+    args["system_note"] = verbosity_note(body.get("verbosity"))
 
 
 def continue_final(value: list, msgs: list[Message], body: dict, args: dict) -> None:

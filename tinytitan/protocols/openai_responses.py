@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from .. import tool_choice
-from ..chat_request import ChatRequest, Message
+from ..chat_request import ChatRequest
 from ..errors import ApiError, invalid
 from ..observe.turn import note, watch
 from ..speclang import template
@@ -48,7 +48,7 @@ from ..store.responses_store import ResponsesStore, StoredResponse
 from ..events import Finished, Started, Usage
 from . import compaction, responses_socket, truncation
 from .base import Protocol, new_id
-from .common import place_system, with_verbosity
+from .common import place_system, verbosity_note
 from .responses_input import SEARCH_TOOL, loaded_tools, normalise_input, parse_tools, searches_in_client, to_messages
 from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .responses_socket import LocalResponses
@@ -252,9 +252,11 @@ class OpenAIResponses(StoredResponses, Protocol):
             v.state.tool_names = {**names, **v.state.tool_names}
         instructions = v.body.get("instructions") or ""
         verbosity = (v.body.get("text") or {}).get("verbosity")
-        v.args["messages"] = with_verbosity(self.with_summaries(place_system([instructions], msgs, merge_later=True),
-                                                                system), verbosity)
-        if not v.args["messages"]:
+        v.args["messages"] = place_system([instructions], msgs, merge_later=True)
+        # compaction summaries, then the verbosity sentence, close the system prompt (the model's own where the
+        # request has none: ChatRequest.system_note)
+        v.args["system_note"] = "\n\n".join(t for t in (*system, verbosity_note(verbosity)) if t)
+        if not v.args["messages"] and not system:
             raise invalid("The input has nothing the model can read (no messages, function calls or outputs, and "
                           "no instructions)", param="input", code="empty_input")
         return self.engine.apply_model(self.chat_request(v))
@@ -319,16 +321,6 @@ class OpenAIResponses(StoredResponses, Protocol):
 
     async def socket(self, call: Call, conn: Connection) -> None:
         await responses_socket.serve(self, call, conn)
-
-    @staticmethod
-    def with_summaries(msgs: list[Message], summaries: list[str]) -> list[Message]:
-        """Compaction summaries join the leading system message, after the instructions."""
-        if not summaries:
-            return msgs
-        text = "\n\n".join(summaries)
-        if msgs and msgs[0].role == "system":
-            return [Message("system", f"{msgs[0].content}\n\n{text}")] + msgs[1:]
-        return [Message("system", text)] + msgs
 
     async def compaction_turn(self, v: Validated, items: list[dict]) -> Reply:
         v.state.compaction = True

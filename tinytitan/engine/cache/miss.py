@@ -61,6 +61,7 @@ class Fingerprint:
     # tying calls to results (its calls' ids; a result's call id and tool name), which some templates write
     messages: tuple[tuple, ...]
     settings: str
+    note: str = ""  # the text closing the system prompt (ChatRequest.system_note), hashed; "" for none
 
     @classmethod
     def of(cls, req: ChatRequest) -> "Fingerprint":
@@ -73,18 +74,19 @@ class Fingerprint:
                       if not t.deferred)
         return cls(tuple(system), tools, tuple(_msg(m) for m in msgs),
                    _h([req.tool_choice, req.tool_names, req.reasoning, req.template_kwargs,
-                       req.grammar.kind if req.grammar else None, req.parallel_tool_calls]))
+                       req.grammar.kind if req.grammar else None, req.parallel_tool_calls]),
+                   _h(req.system_note.splitlines()) if req.system_note else "")
 
     def as_json(self) -> list:
         """As a JSON value (rank 0's message to a group's followers: group/lockstep.py); ``from_json`` reads it."""
         return [list(self.system), [list(t) for t in self.tools], [[*m[:4], list(m[4]), m[5]] for m in self.messages],
-                self.settings]
+                self.settings, self.note]
 
     @classmethod
     def from_json(cls, value: list) -> "Fingerprint":
-        system, tools, messages, settings = value
+        system, tools, messages, settings, note = value
         return cls(tuple(system), tuple(tuple(t) for t in tools),
-                   tuple((*m[:4], tuple(m[4]), m[5]) for m in messages), settings)
+                   tuple((*m[:4], tuple(m[4]), m[5]) for m in messages), settings, note)
 
     def answered_by(self, later: "Fingerprint") -> bool:
         """``later``'s request continues this one after a final answer: the same system messages and tools, this
@@ -94,7 +96,7 @@ class Fingerprint:
         n = len(self.messages)
         if len(later.messages) <= n or later.messages[n][0] != "assistant" or later.messages[n][3]:
             return False
-        if self.system != later.system or self.tools != later.tools:
+        if self.system != later.system or self.note != later.note or self.tools != later.tools:
             return False
         return later.messages[:n] == self.messages or all(
             (a[0], a[1], a[3:5]) == (b[0], b[1], b[3:5]) for a, b in zip(self.messages, later.messages))
@@ -211,6 +213,9 @@ def _compare(req: ChatRequest, old: Fingerprint, new: Fingerprint, lost: int, ba
                 return CacheMiss("system_changed", missed_tokens=lost, where=f"message {i} (system)", **base)
         return CacheMiss("system_changed", missed_tokens=lost, where="system",
                          detail=f"{len(old.system)} system message(s) before, {len(new.system)} now", **base)
+    if old.note != new.note:
+        return CacheMiss("system_changed", missed_tokens=lost, where="system",
+                         detail="the text closing it changed (verbosity, memory, compaction summaries)", **base)
     if old.tools != new.tools:
         return CacheMiss("tools_changed", missed_tokens=lost, **_tools_where(old.tools, new.tools), **base)
     for k, (a, b) in enumerate(zip(old.messages, new.messages)):

@@ -50,6 +50,13 @@ def template_messages(req: ChatRequest, default_system: str | None = None,
     if default_system and not lead:
         messages.insert(0, {"role": "system", "content": default_system})
         lead = 1
+    if req.system_note:  # closes the system prompt, whichever it is (the request's own, or the model's)
+        if lead:
+            text = messages[0]["content"]
+            messages[0] = {**messages[0], "content": f"{text}\n\n{req.system_note}" if text else req.system_note}
+        else:
+            messages.insert(0, {"role": "system", "content": req.system_note})
+            lead = 1
     messages[lead:lead] = [template_message(m) for m in default_history]
     return messages
 
@@ -97,5 +104,5 @@ def fast_path(req: ChatRequest) -> ChatRequest:
         else:
             continue
         continues = req.continue_final and i == len(req.messages) - 1
-    return req.with_(messages=tuple(kept), tools=(), tool_choice="none", tool_names=(), reasoning=False,
-                     continue_final=continues)
+    return req.with_(messages=tuple(kept), system_note="", tools=(), tool_choice="none", tool_names=(),
+                     reasoning=False, continue_final=continues)
