@@ -8,7 +8,8 @@ Rules:
 - Messages: roles user, system, developer, assistant; content a string or text parts (``input_text``,
   ``output_text``, ``refusal``). ``instructions`` and every system and developer turn, wherever it stands,
   join the one leading system message (``common.place_system(merge_later=True)``).
-- ``function_call`` items join the assistant turn before them; ``function_call_output`` becomes a tool turn.
+- ``function_call`` items join the assistant turn before them, and so does an assistant message right after them
+  (text the model wrote after its call); ``function_call_output`` becomes a tool turn.
   A ``reasoning`` item's text (its ``reasoning_text`` parts, else its summary) is the reasoning of the assistant
   turn that follows it (the template renders it where the model saw it, so a tool loop's next turn reads the
   answer as generated); one with no text (``encrypted_content`` only) carries nothing. ``compaction`` items are
@@ -251,6 +252,13 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
                 raise invalid(f"input_image in a {role} message ({place(item)}) is not supported: images go in "
                               "user messages and function call outputs", param=f"{place(item)}.content",
                               code="unsupported_content")
+            last = msgs[-1] if msgs else None
+            if role == "assistant" and last is not None and last.role == "assistant" and last.tool_calls \
+                    and not thought:
+                # text the model wrote after its call (the output lists it after the function_call): the same turn,
+                # as Chat and Ollama carry it, so the call's output still follows the turn that made it
+                msgs[-1] = replace(last, content=last.content + text)
+                continue
             message = Message("system" if role == "developer" else role, text, parts=parts)
             assistant(message) if role == "assistant" else msgs.append(message)
         elif kind == "function_call":
