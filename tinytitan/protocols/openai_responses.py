@@ -63,6 +63,7 @@ from .responses_fields import (
 from .responses_stored import StoredResponses
 
 STORE_KEY = "responses_store"
+SERVED_TIER = {"auto": "default", "fast": "priority"}  # a request's service_tier → the one a Response reports
 log = logging.getLogger("tinytitan.responses")
 
 
@@ -189,6 +190,8 @@ class OpenAIResponses(StoredResponses, Protocol):
                 "custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom),
                 "search_tool": (v.state or ResponsesRequest()).search_tool,
                 "tool_choice": tool_choice.responses_spelling(v.body.get("tool_choice") or "auto"),
+                # the tier that served it, as the API reports it: 'auto' is the project's default, 'fast' is priority
+                "service_tier": SERVED_TIER.get(v.body.get("service_tier"), v.body.get("service_tier")) or "default",
                 # (older SDKs spell it "in-memory"; the Response holds "in_memory")
                 "prompt_cache_retention": {"in-memory": "in_memory"}.get(v.body.get("prompt_cache_retention"),
                                                                          v.body.get("prompt_cache_retention"))}

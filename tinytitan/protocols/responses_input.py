@@ -61,6 +61,14 @@ def flat_name(namespace: str, name: str, sep: str = DEFAULT_SEPARATOR) -> str:
     return f"{namespace.rstrip('_')}{sep}{name}"
 
 
+def with_namespace_description(about: str, description: str) -> str:
+    """A namespace function's description, led by its namespace's own (where the namespace has one)."""
+    about = about.strip()
+    if not about:
+        return description
+    return f"{about}\n\n{description}" if description else about
+
+
 def input_image(part: dict, where: str):
     """An ``input_image`` part: its ``image_url`` a data URL (``file_id`` is refused by the spec); ``detail``
     is the model processor's business, not the request's."""
@@ -151,10 +159,11 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
         names[tool.name] = (tool.namespace, name)
         tools.append(tool)
 
-    def function(fn: dict, namespace: str | None, deferred: bool = False) -> Tool:
+    def function(fn: dict, namespace: str | None, deferred: bool = False, about: str = "") -> Tool:
         params = fn.get("parameters") or {"type": "object", "properties": {}}
         flat = flat_name(namespace, fn["name"], sep) if namespace else fn["name"]
-        return Tool(flat, fn.get("description") or "", params, namespace=namespace, strict=fn.get("strict") is True,
+        return Tool(flat, with_namespace_description(about, fn.get("description") or ""), params,
+                    namespace=namespace, strict=fn.get("strict") is True,
                     deferred=deferring and (deferred or fn.get("defer_loading") is True))
 
     for i, t in enumerate(value):
@@ -166,12 +175,17 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
             tool = custom_tools.parse(t, where)
             add(tool, where, tool.name)
         elif kind == "namespace":
+            # the namespace's own description (Codex: the MCP server's or connector's) reaches the model with
+            # each of its functions, which are declared flattened (a template has no namespace to put it on)
+            about = t.get("description") if isinstance(t.get("description"), str) else ""
             for j, fn in enumerate(t["tools"]):
                 if fn.get("type", "function") == "function":
-                    add(function(fn, t["name"], t.get("defer_loading") is True), f"{where}.tools[{j}]", fn["name"])
+                    add(function(fn, t["name"], t.get("defer_loading") is True, about), f"{where}.tools[{j}]",
+                        fn["name"])
                 elif fn.get("type") == "custom":  # flattened as a function is; its call carries the namespace
                     tool = custom_tools.parse(fn, f"{where}.tools[{j}]")
-                    add(replace(tool, name=flat_name(t["name"], tool.name, sep), namespace=t["name"]),
+                    add(replace(tool, name=flat_name(t["name"], tool.name, sep), namespace=t["name"],
+                                description=with_namespace_description(about, tool.description)),
                         f"{where}.tools[{j}]", tool.name)
                 else:
                     log.info("%s.tools[%d]: %s tool '%s' left out of the prompt", where, j, fn.get("type"),
