@@ -13,7 +13,7 @@ import pytest
 import trio
 from httpx_ws import aconnect_ws
 
-from tinytitan.speclang.validate import MAX_CONTAINERS
+from tinytitan.speclang.json_text import MAX_CONTAINERS
 
 MODEL = "tinytitan-scripted"
 LISTS = 20_000_000  # a 60 MB body: ~15 s of the GIL to parse before the fix

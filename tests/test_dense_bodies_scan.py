@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tinytitan.speclang.validate import MAX_CONTAINERS, too_many_containers
+from tinytitan.speclang.json_text import MAX_CONTAINERS, too_many_containers
 from test_dense_bodies import health_while_posting
 
 MODEL = "tinytitan-scripted"

@@ -27,7 +27,7 @@ from ..errors import ApiError
 from ..images import ImageError
 from ..protocols.base import OFF_LOOP_BYTES
 from ..protocols.wire import Call
-from ..speclang.validate import too_many_containers
+from ..speclang.json_text import too_many_containers
 from . import encoding
 
 TIMEOUT_SECONDS = 10.0

@@ -10,7 +10,6 @@ Order (each step may raise ApiError naming the field):
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import ApiError, invalid
-from . import paths
+from . import json_text, paths
 from .load import ProtocolSpec
 from .schemas import field_validator
 
@@ -144,17 +143,7 @@ class RequestValidator:
         try:
             # strictly UTF-8: json.loads(bytes) would let a surrogate written as raw bytes (ED A0 80) through
             text = raw.decode("utf-8-sig") if isinstance(raw, (bytes, bytearray)) else raw
-            if too_many_containers(text):  # before the parse, which would hold the GIL throughout
-                raise ApiError("request_too_large", f"The request body has more than {MAX_CONTAINERS} JSON arrays "
-                               "and objects")
-            # NaN / Infinity: not JSON, and past any range check; an integer too long for int(): found below
-            longs: list[str] = []  # noted as they are parsed: a regex over a 30 MB body holds the GIL ~0.2 s
-            body = json.loads(text, parse_constant=_not_json, parse_int=functools.partial(_parse_int, longs))
-            if longs:
-                _refuse_long_numbers(body)
-            # JavaScript clients cut strings by UTF-16 units and JSON.stringify writes a half-cut pair as a lone
-            # \ud83d escape: valid JSON, but no text a tokenizer can encode or a file can store.
-            return without_lone_surrogates(body) if re.search(r"\\u[dD][89a-fA-F]", text) else body
+            return json_text.request_body(text)
         except UnicodeDecodeError as exc:
             raise invalid(f"The request body is not valid JSON: it is not UTF-8 (byte {exc.start}: {exc.reason})",
                           code="invalid_json") from None
@@ -288,76 +277,6 @@ def derive_value(rule: Mapping[str, Any], body: Any) -> Any:
         if value is not None:
             return value
     return rule.get("default")
-
-
-# json.loads holds the GIL for its whole parse (a worker thread leaves the event loop stalled all the same), and
-# every container it makes is one more for the cyclic collector to walk while the body lives: a 60 MB body of
-# ``[],[],…`` (20 million lists) held the GIL ~15 s. A million containers parse in ~0.3 s; no client's request
-# comes near (a long agent conversation with hundreds of tools holds some tens of thousands).
-MAX_CONTAINERS = 1_000_000
-# a string that never closes (invalid JSON: the parse refuses it) runs to the end of the text, so that no quote is
-# the start of a second scan over the same text (quadratic: minutes of the GIL for a body of 1 MB)
-_STRING_OR_OPENER = re.compile(r'"[^"\\]*(?:\\.?[^"\\]*)*(?:"|\Z)|[\[{]', re.DOTALL)
-
-
-def too_many_containers(text: str) -> bool:
-    """More than MAX_CONTAINERS arrays and objects in ``text``: counted from its brackets (a C-speed bound), and
-    where brackets inside strings could account for the excess, counted outside strings (a loop that lets other
-    threads run between matches, stopping at the limit)."""
-    if text.count("[") + text.count("{") <= MAX_CONTAINERS:
-        return False
-    n = 0
-    for m in _STRING_OR_OPENER.finditer(text):
-        if text[m.start()] != '"':
-            n += 1
-            if n > MAX_CONTAINERS:
-                return True
-    return False
-
-
-def _not_json(name: str) -> Any:
-    raise invalid(f"The request body is not valid JSON: {name} is not a JSON number", code="invalid_json")
-
-
-_MAX_DIGITS = 4300  # Python's own limit on int() of a string (sys.get_int_max_str_digits)
-
-
-class _LongNumber(str):
-    """An integer literal of more digits than int() takes, kept as its text until its field is named."""
-
-
-def _parse_int(longs: list[str], text: str) -> Any:
-    if len(text.lstrip("-")) <= _MAX_DIGITS:
-        return int(text)
-    longs.append(text)
-    return _LongNumber(text)
-
-
-def _refuse_long_numbers(value: Any, path: str = "") -> None:
-    if isinstance(value, _LongNumber):
-        where = path or "the body"
-        raise invalid(f"Invalid value for '{where}': a number of {len(value.lstrip('-'))} digits; at most "
-                      f"{_MAX_DIGITS} are accepted", param=path or None, code="invalid_value")
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            _refuse_long_numbers(v, f"{path}[{i}]")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _refuse_long_numbers(v, f"{path}.{k}" if path else str(k))
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins real pairs: any surrogate left is alone
-
-
-def without_lone_surrogates(value: Any) -> Any:
-    """Each lone surrogate becomes U+FFFD, as a UTF-8 decoder would make of it."""
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [without_lone_surrogates(v) for v in value]
-    if isinstance(value, dict):
-        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
-    return value
 
 
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
