@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Callable
 
 from ..chat_request import RENDERER_ARGUMENTS, ImagePart, Message
 from ..errors import invalid
-from ..speclang.validate import without_lone_surrogates
+from ..speclang.json_text import strict_loads, without_lone_surrogates
 
 log = logging.getLogger("tinytitan.protocols")
 
@@ -115,11 +114,12 @@ def template_variables(value: dict, field: str, skip: tuple[str, ...] = ()) -> d
 
 def arguments_object(text: str, name: str | None, complete: bool = True) -> dict:
     """A call's arguments text as the JSON object Messages' ``input`` and Ollama's ``arguments`` must be: empty
-    text is ``{}``; text that is not one object (cut short, or not JSON) is ``{}`` too, and logged — never the
+    text is ``{}``; text that is not one object (cut short, or not JSON: NaN, Infinity or 1e400 included, which
+    json.loads reads and json.dumps writes back bare) is ``{}`` too, and logged — never the
     arguments themselves, which are answer text no log holds. A lone surrogate becomes U+FFFD, as in requests
     (re-encoded, it is JSON strict parsers refuse)."""
     try:
-        value = (json.loads(text) if text.strip() else {}) if complete else None
+        value = (strict_loads(text) if text.strip() else {}) if complete else None
     except ValueError:
         value = None
     if not isinstance(value, dict):

@@ -15,7 +15,6 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from .. import custom_tools
 from ..errors import ApiError
 from ..events import Failed, Finished, ToolCallDone
 from ..speclang.machine import Machine, WireEvent
+from ..speclang.json_text import strict_loads
 from . import compaction
 from .base import new_id
 
@@ -108,7 +108,7 @@ def close(m: Machine, ev) -> None:
         item["summary"] = [{"type": "summary_text", "text": item["text"]}] if m.context.get("reasoning_summary") else []
     if item.get("search"):
         try:
-            arguments = json.loads(item["text"]) if item["text"].strip() else {}
+            arguments = strict_loads(item["text"]) if item["text"].strip() else {}
         except ValueError:
             arguments = None
         item["arguments"] = arguments if isinstance(arguments, dict) else {}
