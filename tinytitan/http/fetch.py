@@ -121,7 +121,7 @@ async def with_fetched_images(call: Call, paths: list[str]) -> Call:
     try:
         doc = json.loads(call.body) if len(call.body) < OFF_LOOP_BYTES else \
             await trio.to_thread.run_sync(json.loads, call.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past the parser's depth: validation refuses it by name)
         return call
     found = remote_urls(doc, paths)
     if not found:
