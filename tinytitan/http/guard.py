@@ -62,12 +62,13 @@ class Guard:
         if request.path not in OPEN_PATHS and not self.authorized(request):
             raise ApiError("authentication", "Invalid or missing API key (send 'Authorization: Bearer <key>' "
                            "or 'x-api-key: <key>')")
-        if request.path == "/health" and not self.authorized(request):
+        plain_get = not has_websocket_context() and request.method in ("GET", "HEAD")  # (the routes' own methods:
+        # any other, or an upgrade, is the router's 405 / 426, as with the key)
+        if request.path == "/health" and not self.authorized(request) and plain_get:
             # the true status (503 when the model cannot generate); the model ids and queue figures need the key
             health = await self.shared.handlers()["health"](Call("GET", request.path))
             return self.json_response({"status": health.body["status"]}, health.status)
-        if request.path == "/" and not self.authorized(request) and request.method in ("GET", "HEAD"):
-            # (the route's own methods: any other is the router's 405, as with the key)
+        if request.path == "/" and not self.authorized(request) and plain_get:
             headers = {k.lower(): v for k, v in request.headers.items()}
             root = await self.shared.handlers()["root"](Call(request.method, request.path, headers=headers))
             if isinstance(root.body, dict):  # (a browser gets the dashboard page, which holds no data)
