@@ -247,7 +247,9 @@ class Server(Guard):
                    405: f"Method {method} is not allowed on {request.path}",
                    413: f"The request body is larger than {self.config.max_body_bytes} bytes"}.get(exc.code,
                                                                                                   exc.description)
-        return self.error(ApiError(kind, message or "bad request"))
+        allowed = sorted(getattr(exc, "valid_methods", None) or ()) if exc.code == 405 else []
+        return self.error(ApiError(kind, message or "bad request",  # (a 405 says what the path takes: RFC 9110)
+                                   headers={"Allow": ", ".join(allowed)} if allowed else None))
 
     async def _unexpected(self, exc: Exception):
         request = incoming()
