@@ -490,3 +490,29 @@ def test_a_file_another_server_evicts_during_the_scan_leaves_the_disk_in_use(dem
     tokens = list(range(2000, 2200))
     restarted.store(tokens, _kv(demo_backend, tokens)[0])  # and it still writes
     assert restarted.disk.flush() and restarted.disk.stats()["entries"] == 2
+
+
+
+def test_the_first_turn_after_a_restart_reuses_the_last_answers_own_ids(demo_backend, tmp_path):
+    """The answer a client sends back is re-rendered text, which the tokenizer cuts otherwise than a weak model
+    spelled it: the cache splices the model's own ids back in (prompt/splice.py). After a restart the files'
+    answers are spliced as memory's are, so the first turn reuses the whole answer, as without the restart."""
+    from test_prompt_splice import _odd_ids
+
+    tok = demo_backend.tokenizer
+    saved = demo_backend.prompt_cache
+    try:
+        demo_backend.prompt_cache = _cache(demo_backend, tmp_path)
+        turn = [("system", "You write code. " * 8), ("user", "Write a function that parses a header.")]
+        p1 = demo_backend.prepare(_req(turn))
+        answer = "def parse(h):\n    return h.split(':', 1)"
+        generated = _odd_ids(tok, answer) + tok.encode("<|im_end|>", add_special_tokens=False)
+        ids = p1.tokens + generated
+        demo_backend.prompt_cache.store(ids, _kv(demo_backend, ids)[0])
+        assert demo_backend.prompt_cache.disk.flush()
+        demo_backend.prompt_cache = _cache(demo_backend, tmp_path)  # a restart: memory empty, disk kept
+        p2 = demo_backend.prepare(_req(turn + [("assistant", answer), ("user", "Now test it.")]))
+        assert tok.decode(p2.tokens) == p2.prompt_text and p2.tokens[:len(ids)] == ids
+        assert demo_backend.prompt_cache.fetch(p2.tokens)[1] == len(ids)  # the file read back, answer and all
+    finally:
+        demo_backend.prompt_cache = saved

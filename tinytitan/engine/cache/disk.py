@@ -5,9 +5,8 @@ Rules:
   metadata says which model wrote it (the weights' digest: ``models.weights_digest``, computed once and shown
   by the model listings too), the format version, the cache layout
   (cache classes, KV heads and widths, dtype, KV bits) and the ids it holds (with their spans, so an answer's
-  ids stay spliceable once the file is read back: the turns after it; the first turn after a restart is tokenized
-  before its file is read, so the last answer it sends back is read again from where its ids part from the
-  tokenizer's). The file name is a digest of all of that.
+  ids stay spliceable after a restart: the index hands the most recently used answers to the splice,
+  ``candidates``, before their files are read back). The file name is a digest of all of that.
 - Written off the request path: ``put`` hands a snapshot to the writer thread (a snapshot replaces one still
   waiting whose ids it starts with, where it can be trimmed back to it: the newest of a conversation; another
   conversation's, even one opening with the same system prompt, stays queued); the file is written under a
@@ -38,9 +37,7 @@ Rules:
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import logging
 import os
 import struct
@@ -54,7 +51,8 @@ import numpy as np
 from ...models import weights_digest
 from ..prompt.splice import Span
 from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, cache_files, default_dir, entry_of, evict_lru,
-                         owners_only, prompt_tokens, read_metadata, save_whole, snapshot, tally_of)
+                         metadata, owners_only, prompt_tokens, read_metadata, recent_answers, save_whole, snapshot,
+                         spans_of, tally_of)
 from .prefix_index import PrefixIndex, Reusable, common_prefix
 
 log = logging.getLogger("tinytitan.cache")
@@ -120,9 +118,16 @@ class PromptDisk:
             return self._index is not None
 
     def _held(self, wait: float = 0.0) -> Reusable[OnDisk] | None:
-        """This model's files of this layout (their index is read under the lock); None until the writer thread has
-        read the directory (waited for up to ``wait`` seconds: the weights' digest is remembered, so that is reading
-        a few headers) or where it holds none."""
+        """This model's files of this layout; None until the directory is read (``_indexed``) or where it holds none."""
+        if not self._indexed(wait):
+            return None
+        self.check_layouts()
+        layout = self.layout
+        with self._lock:
+            return self._by_layout.get(layout)
+
+    def _indexed(self, wait: float) -> bool:
+        """Whether the index holds files, once read (waited for up to ``wait`` s: reading a few headers)."""
         self.start()
         if wait and self._digest is None and weights_digest.remembered(self.weight_files) is None:
             wait = 0  # the weights are being hashed for the first time: no file of this model can be waiting
@@ -130,12 +135,7 @@ class PromptDisk:
         with self._lock:
             while self._index is None and time.monotonic() < deadline:
                 self._wake.wait(0.02)
-            if not self._index:
-                return None
-        self.check_layouts()
-        layout = self.layout
-        with self._lock:
-            return self._by_layout.get(layout)
+            return bool(self._index)
 
     def _add(self, f: OnDisk) -> None:  # holding the lock
         self._forget_locked(f.path)
@@ -183,7 +183,7 @@ class PromptDisk:
                 log.warning("prompt cache on disk: %s was written by another version (format %s); ignored", p.name,
                             meta.get("tinytitan_format"))
                 continue
-            found.append(entry_of(p, meta, size))
+            found.append(entry_of(p, meta, size, st.st_mtime))
         for tmp in self.dir.glob(".*.tmp*"):  # a write a crash cut short: never read, cleaned up
             try:
                 if now - tmp.stat().st_mtime > 600:
@@ -224,6 +224,14 @@ class PromptDisk:
         with self._lock:
             return held.best(prompt)
 
+    def candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
+        """The answers on disk a prompt's ids are spliced with (``recent_answers``): the first turn after a restart
+        reads the last answer as it was generated."""
+        if not self._indexed(INDEX_WAIT):
+            return []
+        with self._lock:
+            return recent_answers(self._index.values())
+
     def peek(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
         """The file sharing the longest prefix with ``prompt``, and how long, without waiting or touching the model
         (any thread): only once the index is read and the layout known."""
@@ -245,7 +253,7 @@ class PromptDisk:
             mx.eval([c.state for c in kv])
             if meta.get("tinytitan_layout") != self.layout or meta.get("tinytitan_weights") != self.digest:
                 raise ValueError("its metadata changed since it was indexed")
-            spans = tuple(Span(int(n), t, bool(g)) for n, t, g in json.loads(meta.get("tinytitan_spans", "[]")))
+            spans = spans_of(meta)
         except Exception as exc:  # a damaged or foreign file is never misread: it is ignored
             log.warning("prompt cache on disk: %s could not be read back (%s: %s); ignored", f.path.name,
                         type(exc).__name__, exc)
@@ -255,6 +263,7 @@ class PromptDisk:
             os.utime(f.path)  # recently used
         except OSError:
             pass
+        f.used = time.time()
         self.reads += 1
         self.read_tokens += len(f.tokens)
         return kv, spans
@@ -343,17 +352,9 @@ class PromptDisk:
                 return
         trimmable = kv_trimmable(snap)
         tmp = self.dir / f".{path.stem}.{os.getpid()}.tmp{SUFFIX}"
-        meta = {"tinytitan_format": FORMAT, "tinytitan_weights": self.digest, "tinytitan_layout": layout,
-                "tinytitan_tokens": base64.b64encode(tokens.astype(np.int32).tobytes()).decode(),
-                "tinytitan_spans": json.dumps([[s.tokens, s.text, s.generated] for s in spans]),
-                "tinytitan_trimmable": "1" if trimmable else "0"}
         prompt = prompt_tokens(spans)
-        if prompt is not None:
-            meta["tinytitan_prompt_tokens"] = str(prompt)
-            if lasting_prompt is not None and lasting_prompt < prompt:
-                meta["tinytitan_lasting_prompt"] = str(lasting_prompt)
-        save_whole(snap, meta, tmp, path)
-        entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable, prompt, lasting_prompt)
+        save_whole(snap, metadata(self.digest, layout, tokens, spans, trimmable, prompt, lasting_prompt), tmp, path)
+        entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable, prompt, lasting_prompt, spans, time.time())
         self.writes += 1
         superseded = []
         with self._lock:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..prompt.splice import Span
 from .entries import gives_way_by_prompt, lasting_part
 
 log = logging.getLogger("tinytitan.cache")
@@ -122,6 +123,8 @@ class OnDisk:
     trimmable: bool = True  # its cache can be trimmed back (else it serves only prompts it is wholly a prefix of)
     prompt_tokens: int | None = None  # where its answer starts (None: no answer, or a file that did not say)
     lasting_prompt: int | None = None  # how much of its prompt a later turn repeats (prompt/rendering.py; else all)
+    spans: tuple[Span, ...] = ()  # what its ids say (prompt/splice.py), its answer's included
+    used: float = 0.0  # when it was written or last read back (its file's mtime)
 
     def __post_init__(self):
         self.lasting_prompt = lasting_part(self.lasting_prompt, self.prompt_tokens)
@@ -206,12 +209,41 @@ def evict_lru(directory: Path, budget: int, to: float) -> tuple[int, list[Path]]
     return total, gone
 
 
-def entry_of(path: Path, meta: dict, size: int) -> OnDisk:
-    """A file's entry, from its header (``read_metadata``) and its size."""
+def metadata(digest: str, layout: str, tokens: np.ndarray, spans: tuple[Span, ...], trimmable: bool,
+             prompt: int | None, lasting_prompt: int | None) -> dict:
+    """A file's header: which model and layout wrote it, its ids and what they say, where its answer starts."""
+    meta = {"tinytitan_format": FORMAT, "tinytitan_weights": digest, "tinytitan_layout": layout,
+            "tinytitan_tokens": base64.b64encode(tokens.astype(np.int32).tobytes()).decode(),
+            "tinytitan_spans": json.dumps([[s.tokens, s.text, s.generated] for s in spans]),
+            "tinytitan_trimmable": "1" if trimmable else "0"}
+    if prompt is not None:
+        meta["tinytitan_prompt_tokens"] = str(prompt)
+        if lasting_prompt is not None and lasting_prompt < prompt:
+            meta["tinytitan_lasting_prompt"] = str(lasting_prompt)
+    return meta
+
+
+def spans_of(meta: dict) -> tuple[Span, ...]:
+    return tuple(Span(int(n), t, bool(g)) for n, t, g in json.loads(meta.get("tinytitan_spans", "[]")))
+
+
+def entry_of(path: Path, meta: dict, size: int, used: float = 0.0) -> OnDisk:
+    """A file's entry, from its header (``read_metadata``), its size and its mtime."""
     tokens = np.frombuffer(base64.b64decode(meta.get("tinytitan_tokens", "")), dtype=np.int32).astype(np.int64)
     prompt, lasting = meta.get("tinytitan_prompt_tokens", ""), meta.get("tinytitan_lasting_prompt", "")
     return OnDisk(path, tokens, size, meta.get("tinytitan_layout", ""), meta.get("tinytitan_trimmable", "1") != "0",
-                  int(prompt) if prompt.isdigit() else None, int(lasting) if lasting.isdigit() else None)
+                  int(prompt) if prompt.isdigit() else None, int(lasting) if lasting.isdigit() else None,
+                  spans_of(meta), used)
+
+
+SPLICE_FILES = 16  # the most recently used files whose answers a prompt is spliced with (prompt/splice.py)
+
+
+def recent_answers(files, limit: int = SPLICE_FILES) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
+    """The ids and spans of the ``limit`` most recently used files holding an answer (a splice candidate each:
+    prompt/splice.py), those with images aside (their keys are not ids)."""
+    held = [f for f in files if f.spans and any(s.generated for s in f.spans) and not (f.tokens < 0).any()]
+    return [(f.tokens, f.spans) for f in sorted(held, key=lambda f: -f.used)[:limit]]
 
 
 def save_whole(snap: list, meta: dict, tmp: Path, path: Path) -> None:

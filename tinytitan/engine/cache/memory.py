@@ -340,9 +340,10 @@ class PromptCache:
         return out
 
     def candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
-        """Each entry's ids and spans, most recently used first."""
+        """Each entry's ids and spans, most recently used first; then the answers on disk (a restart's)."""
         with self._lock:
-            return [(e.real, e.spans) for e in reversed(self._entries.values()) if e.spans and e.real is not None]
+            out = [(e.real, e.spans) for e in reversed(self._entries.values()) if e.spans and e.real is not None]
+        return out + (self.disk.candidates() if self.disk is not None else [])
 
     def _note_for(self, t: np.ndarray, within: bool = False) -> Note | None:
         """The longest remembered prompt a stored run of ids starts with (``within``: the shortest one that
