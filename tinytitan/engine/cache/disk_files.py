@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import json
 import logging
 import os
@@ -128,6 +129,8 @@ class OnDisk:
 
     def __post_init__(self):
         self.lasting_prompt = lasting_part(self.lasting_prompt, self.prompt_tokens)
+        # an answer a prompt can be spliced with (not a file with images: its keys are not ids)
+        self.spliceable = any(s.generated for s in self.spans) and not (self.tokens < 0).any()
 
 
 def prompt_tokens(spans) -> int | None:
@@ -241,9 +244,8 @@ SPLICE_FILES = 16  # the most recently used files whose answers a prompt is spli
 
 def recent_answers(files, limit: int = SPLICE_FILES) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
     """The ids and spans of the ``limit`` most recently used files holding an answer (a splice candidate each:
-    prompt/splice.py), those with images aside (their keys are not ids)."""
-    held = [f for f in files if f.spans and any(s.generated for s in f.spans) and not (f.tokens < 0).any()]
-    return [(f.tokens, f.spans) for f in sorted(held, key=lambda f: -f.used)[:limit]]
+    prompt/splice.py)."""
+    return [(f.tokens, f.spans) for f in heapq.nlargest(limit, (f for f in files if f.spliceable), key=lambda f: f.used)]
 
 
 def save_whole(snap: list, meta: dict, tmp: Path, path: Path) -> None:
