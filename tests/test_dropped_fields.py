@@ -92,3 +92,22 @@ async def test_every_mcp_tool_is_refused_by_name(serve, tool, param):
     assert r.status_code == 400, r.text
     strict.openai_error(r.content)
     assert r.json()["error"]["param"] == param and "MCP" in r.json()["error"]["message"]
+
+
+async def test_a_functions_output_schema_reaches_the_model_and_programmatic_callers_are_refused(serve):
+    """``output_schema`` says what a function's output holds (the model reads its results by it); a function only
+    a program may call (``allowed_callers`` without ``direct``) cannot be offered where no programmatic tool calling
+    runs: refused by name, not offered to the model to call directly."""
+    s = await serve(["Fine."])
+    prompts = record_prompts(s)
+    schema = {"type": "object", "properties": {"temp_c": {"type": "number"}}}
+    fn = {"type": "function", "name": "get_weather", "description": "Weather.", "output_schema": schema,
+          "parameters": {"type": "object", "properties": {}}, "allowed_callers": ["direct", "programmatic"]}
+    r = await _post(s, "/v1/responses", {"input": "hi", "tools": [fn]})
+    assert r.status_code == 200, r.text
+    strict.response(r.json())
+    (described,) = [t.description for t in prompts[0].req.tools]
+    assert described == 'Weather.\n\nIts output is JSON text matching: {"type": "object", "properties": ' \
+                        '{"temp_c": {"type": "number"}}}'
+    refused = await _post(s, "/v1/responses", {"input": "hi", "tools": [{**fn, "allowed_callers": ["programmatic"]}]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools[0].allowed_callers", refused.text

@@ -159,18 +159,26 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
         names[tool.name] = (tool.namespace, name)
         tools.append(tool)
 
-    def function(fn: dict, namespace: str | None, deferred: bool = False, about: str = "") -> Tool:
+    def function(fn: dict, namespace: str | None, where: str, deferred: bool = False, about: str = "") -> Tool:
+        callers = fn.get("allowed_callers")
+        if callers is not None and "direct" not in callers:  # only a program may call it: none runs here
+            raise invalid(f"'allowed_callers' at {where} without 'direct' is not supported: no programmatic tool "
+                          "calling runs here, the model calls tools directly", param=f"{where}.allowed_callers",
+                          code="unsupported_value")
         params = fn.get("parameters") or {"type": "object", "properties": {}}
         flat = flat_name(namespace, fn["name"], sep) if namespace else fn["name"]
-        return Tool(flat, with_namespace_description(about, fn.get("description") or ""), params,
-                    namespace=namespace, strict=fn.get("strict") is True,
+        description = with_namespace_description(about, fn.get("description") or "")
+        if fn.get("output_schema"):  # what the function's output holds: the model reads it as the API shows it
+            shown = json.dumps(fn["output_schema"], ensure_ascii=False)
+            description = f"{description}\n\nIts output is JSON text matching: {shown}".lstrip()
+        return Tool(flat, description, params, namespace=namespace, strict=fn.get("strict") is True,
                     deferred=deferring and (deferred or fn.get("defer_loading") is True))
 
     for i, t in enumerate(value):
         where = f"tools[{i}]"
         kind = t.get("type")
         if kind == "function":
-            add(function(t, None), where, t["name"])
+            add(function(t, None, where), where, t["name"])
         elif kind == "custom":
             tool = custom_tools.parse(t, where)
             add(tool, where, tool.name)
@@ -180,8 +188,8 @@ def parse_tools(value: list, sep: str = DEFAULT_SEPARATOR) -> tuple[list[Tool], 
             about = t.get("description") if isinstance(t.get("description"), str) else ""
             for j, fn in enumerate(t["tools"]):
                 if fn.get("type", "function") == "function":
-                    add(function(fn, t["name"], t.get("defer_loading") is True, about), f"{where}.tools[{j}]",
-                        fn["name"])
+                    add(function(fn, t["name"], f"{where}.tools[{j}]", t.get("defer_loading") is True, about),
+                        f"{where}.tools[{j}]", fn["name"])
                 elif fn.get("type") == "custom":  # flattened as a function is; its call carries the namespace
                     tool = custom_tools.parse(fn, f"{where}.tools[{j}]")
                     add(replace(tool, name=flat_name(t["name"], tool.name, sep), namespace=t["name"],
