@@ -24,6 +24,7 @@ from ..structured import CompiledGrammar, GrammarMask, compile_grammar
 from ..structured.compile import token_markers
 from ..structured.tool_calls import (answer_after_thought, auto_call_grammar, check_custom_grammar, document_or_calls,
                                      forced_call_grammar)
+from .render_failures import rendered
 from .rendering import TemplateRendering
 
 log = logging.getLogger("tinytitan.backend")
@@ -133,30 +134,13 @@ class PromptPreparation(TemplateRendering):
     def timed_encode(self, req: ChatRequest, splice: bool = False, fp: Fingerprint | None = None) -> Encoded:
         """``encode``, timed; ``splice``: the prompt as the decoder will read it (``tokenize``, given the request's
         fingerprint ``fp`` where the caller has it), with why it misses the cache and what the cache will know."""
-        import jinja2
-
         t0 = time.perf_counter()
         if req.prompt is not None:
             text = self.raw_text(req)
             t1 = time.perf_counter()
             tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
             return Encoded(text, tokens, t1 - t0, time.perf_counter() - t1)
-        try:
-            text = self.render(req)
-        except jinja2.TemplateError as exc:
-            raise invalid(f"The model's chat template cannot render this conversation: {exc}", param="messages",
-                          code="template_error") from None
-        except RecursionError:  # a tool schema or message nested thousands deep
-            raise invalid("The request is nested too deeply for the chat template to render", param="messages",
-                          code="template_error") from None
-        except Exception as exc:
-            if not req.template_kwargs:
-                raise
-            # the client's own template variables are what the template tripped on (e.g. a string where
-            # it iterates, a number it divides by)
-            raise invalid(f"The model's chat template failed with the template variables sent "
-                          f"({', '.join(sorted(req.template_kwargs))}): {type(exc).__name__}: {exc}",
-                          param="chat_template_kwargs", code="template_error") from None
+        text = rendered(self.render, req)  # (a template's failure: the client's 400, or rendered again)
         t1 = time.perf_counter()
         miss = facts = None
         if splice:
