@@ -215,24 +215,52 @@ def map_roles(messages: list[dict], tools: list[dict] | None, template_source: s
                 m.pop("name", None)
 
     if roles.single_call:
-        split: list[dict] = []
-        for m in msgs:
-            calls = m.get("tool_calls") or []
-            if m["role"] == "assistant" and len(calls) > 1:
-                split.append({**m, "tool_calls": calls[:1]})
-                split.extend({"role": "assistant", "content": "", "tool_calls": [c]} for c in calls[1:])
-            else:
-                split.append(m)
-        msgs = split
+        msgs = _one_call_per_turn(msgs)
 
     if not roles.system or roles.alternate or roles.system_first_only:
         for i, m in enumerate(msgs):
             if m["role"] == "system" and (i > 0 or not roles.system):
                 m["role"] = "user"
         msgs = _merge_runs(msgs)
+    if roles.alternate:
+        lead = 1 if msgs and msgs[0]["role"] == "system" else 0
+        if lead == len(msgs) or msgs[lead]["role"] != "user":
+            # the turns must open with a user turn, which also carries the system text (Gemma's): a conversation
+            # of a system message alone, or one opening with the assistant (a greeting), gets an empty one
+            msgs.insert(lead, {"role": "user", "content": ""})
     if roles.alternate and roles.tool_role:
         msgs = _fold_user_after_results(msgs)
     return msgs, tools
+
+
+def _one_call_per_turn(msgs: list[dict]) -> list[dict]:
+    """An assistant turn with several calls becomes a turn per call, each followed by its own results (matched
+    by call id): such a template names a result after the call just before it (harmony's), so the results of
+    parallel calls left after the last call would all be that call's. Results that cannot all be matched keep
+    their order, after the last call."""
+    out: list[dict] = []
+    i = 0
+    while i < len(msgs):
+        m = msgs[i]
+        calls = m.get("tool_calls") or []
+        if m["role"] != "assistant" or len(calls) < 2:
+            out.append(m)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(msgs) and msgs[j]["role"] == "tool":
+            j += 1
+        results = msgs[i + 1:j]
+        ids = [c.get("id") for c in calls]
+        matched = len(set(ids)) == len(ids) and all(r.get("tool_call_id") in ids for r in results)
+        for k, c in enumerate(calls):
+            out.append({**m, "tool_calls": [c]} if k == 0 else {"role": "assistant", "content": "", "tool_calls": [c]})
+            if matched:
+                out.extend(r for r in results if r.get("tool_call_id") == c.get("id"))
+        if not matched:
+            out.extend(results)
+        i = j
+    return out
 
 
 def _merge_runs(msgs: list[dict]) -> list[dict]:
