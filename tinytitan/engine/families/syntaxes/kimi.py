@@ -41,13 +41,17 @@ class Transformer(CallsTransformer):
 
 
 def _kimi_ids(messages: list[dict]) -> list[dict]:
-    ids: dict[str, str] = {}
+    ids: dict[str, str] = {}  # a client's call id -> the Kimi id of the latest call that bore it
+    count = 0
     out = []
     for m in messages:
         if m.get("tool_calls"):
             calls = []
-            for c in m["tool_calls"]:
-                kid = ids.setdefault(c.get("id") or f"#{len(ids)}", f"functions.{c['function']['name']}:{len(ids)}")
+            for c in m["tool_calls"]:  # each call its own id, named after its own function (a client may reuse
+                kid = f"functions.{c['function']['name']}:{count}"  # an id in a later turn)
+                count += 1
+                if c.get("id"):
+                    ids[c["id"]] = kid
                 calls.append({**c, "id": kid})
             m = {**m, "tool_calls": calls}
         elif m.get("role") == "tool" and m.get("tool_call_id") in ids:
