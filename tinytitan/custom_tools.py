@@ -21,7 +21,10 @@ from .errors import invalid
 
 SYNTAXES = ("lark", "regex")
 _HEAD = re.compile(r'\s*\{\s*"input"\s*:\s*"')
-_CUT_ESCAPE = re.compile(r'(?:\\u[0-9a-fA-F]{0,3}|\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u?[0-9a-fA-F]{0,3})?|\\)$')
+# an escape cut short at the end of the text read so far: it starts at a backslash that is not itself escaped
+# (after an even run of backslashes, kept as group 1): three backslashes are an escaped one and a cut escape
+_CUT_ESCAPE = re.compile(r'(?<!\\)((?:\\\\)*)'
+                         r'(?:\\u[0-9a-fA-F]{0,3}|\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u?[0-9a-fA-F]{0,3})?|\\)$')
 
 
 def parse(tool: dict, where: str) -> Tool:
@@ -62,9 +65,15 @@ def input_of(arguments: str) -> str:
     try:
         whole = json.loads(arguments)
     except ValueError:
-        whole = None
-    if isinstance(whole, dict) and isinstance(whole.get("input"), str):
-        return whole["input"]
+        # no JSON (a parser hands a string's text on bare): the text is the input, as far as it has arrived
+        if arguments.strip() and not arguments.lstrip().startswith(("{", '"')):
+            return arguments
+    else:
+        if isinstance(whole, dict) and isinstance(whole.get("input"), str):
+            return whole["input"]
+        if isinstance(whole, str):  # the input written as the arguments' one JSON string
+            return whole
+        return arguments.strip() if whole != {} else ""  # complete, of another shape: the input itself
     head = _HEAD.match(arguments)
     if head is None:
         return ""
@@ -72,7 +81,7 @@ def input_of(arguments: str) -> str:
     end = re.search(r'(?<!\\)(?:\\\\)*"', body)
     if end is not None:
         body = body[:end.end() - 1]
-    body = _CUT_ESCAPE.sub("", body) if not body.endswith("\\\\") else body
+    body = _CUT_ESCAPE.sub(r"\1", body)
     try:
         return json.loads(f'"{body}"')
     except ValueError:
