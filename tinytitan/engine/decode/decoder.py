@@ -78,6 +78,14 @@ class Decoder:
                         self._running = False
                         self.size = 0
                         return
+                while True:  # a row whose consumer left while it waited holds no place in line (nor the batch)
+                    with self._lock:
+                        row = next((r for r in later if r.stopped), None)
+                        if row is None:
+                            break
+                        later.remove(row)
+                    scheduler.let_go(row)
+                    row = None
                 while later and (not scheduler.rows or later[0].backend is scheduler.backend):
                     with self._lock:
                         row = later.popleft()
