@@ -172,6 +172,8 @@ def list_models(root: Path, form: str | None = None) -> list[Resolved]:
         rel = d.relative_to(root).as_posix()
         if rel.startswith("models--") or not is_model_dir(d):
             continue
+        if rel == ".":  # DIR is itself a model directory: named by its folder, as --model names one
+            rel = d.resolve().name or rel
         found.setdefault(rel, Resolved(d, rel))
     ggufs = sorted(f for f in root.rglob("*.gguf") if not f.name.lower().startswith("mmproj"))
     per_folder: dict[Path, int] = {}
@@ -181,6 +183,9 @@ def list_models(root: Path, form: str | None = None) -> list[Resolved]:
         rel = f.relative_to(root)
         alone = per_folder[f.parent] == 1 and len(rel.parts) >= 3 and not rel.parts[0].startswith("models--")
         model_id = rel.parent.as_posix() if alone else _gguf_id(rel)
+        if model_id in found:  # said, and never converted for nothing: the name is another model's
+            log.warning("%s: not served: its name '%s' is already the model at %s", f, model_id, found[model_id].path)
+            continue
         try:
             found.setdefault(model_id, Resolved(ensure_converted(f, form), model_id))
             note_projector(f)
