@@ -258,7 +258,8 @@ class Protocol:
             log.exception("stream %s failed", machine.context.get("id"))
             kind = exc.kind if isinstance(exc, ApiError) else "server_error"
             text = exc.message if isinstance(exc, ApiError) else f"generation failed: {exc}"
-            for wire in machine.feed(Failed(text, type=kind)):
+            code = exc.code if isinstance(exc, ApiError) else None  # as the folded answer's (model_load_failed …)
+            for wire in machine.feed(Failed(text, type=kind, code=code)):
                 yield wire.encode(framing)
             if machine.done and machine.terminal is not None:
                 yield machine.terminal.encode(framing)
