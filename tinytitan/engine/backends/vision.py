@@ -181,7 +181,8 @@ class VisionBackend(MLXBackend):
 
     def _literal_placeholders_hidden(self, req: ChatRequest) -> ChatRequest:
         """``req`` with the placeholder's text, wherever the request's own text holds it (a model's earlier answer,
-        a pasted template, a call's arguments that write one, a tool's description or schema), stood in for by
+        a pasted template, a call's arguments that write one, a tool's description or schema, the text closing the
+        system prompt: ``system_note``), stood in for by
         ``SHADOW``: only the placeholders the template writes are images."""
         def hide(value):
             if isinstance(value, str):
@@ -197,9 +198,9 @@ class VisionBackend(MLXBackend):
                 c.arguments for c in m.tool_calls)
 
         tools = any(self.placeholder in t.description + json.dumps(t.parameters) for t in req.tools)
-        if not tools and not any(holds(m) for m in req.messages):
+        if not tools and self.placeholder not in req.system_note and not any(holds(m) for m in req.messages):
             return req
-        return replace(req, messages=tuple(
+        return replace(req, system_note=hide(req.system_note), messages=tuple(
             replace(m, content=hide(m.content), reasoning=hide(m.reasoning), parts=tuple(hide(p) for p in m.parts),
                     tool_calls=tuple(replace(c, arguments=hide(c.arguments)) for c in m.tool_calls))
             for m in req.messages), tools=tuple(replace(t, description=hide(t.description),
