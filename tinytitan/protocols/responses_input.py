@@ -11,9 +11,9 @@ Rules:
 - ``function_call`` items join the assistant turn before them, and so does an assistant message right after them
   (text the model wrote after its call); ``function_call_output`` becomes a tool turn.
   A ``reasoning`` item's text (its ``reasoning_text`` parts, else its summary) is the reasoning of the assistant
-  turn that follows it (the template renders it where the model saw it, so a tool loop's next turn reads the
-  answer as generated); one with no text (``encrypted_content`` only) carries nothing. ``compaction`` items are
-  decoded into the system prompt.
+  turn that follows it before the next user message (the template renders it where the model saw it, so a tool
+  loop's next turn reads the answer as generated); one with no text (``encrypted_content`` only) carries
+  nothing. ``compaction`` items are decoded into the text closing the system prompt (``system_note``).
 - Namespace tools are flattened into functions named ``<namespace without trailing _><sep><function>``
   (``flat_name``; the separator is the spec's ``extra.namespace_separator``, ``__``); a call the model makes
   to one is reported with its own name and ``namespace``.
@@ -282,6 +282,8 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
                 msgs[-1] = replace(last, content=last.content + text)
                 continue
             message = Message("system" if role == "developer" else role, text, parts=parts)
+            if role == "user":  # a thought no assistant turn followed (an answer that only thought) ends here
+                thought.clear()
             assistant(message) if role == "assistant" else msgs.append(message)
         elif kind == "function_call":
             name = flat_name(item["namespace"], item["name"], sep) if item.get("namespace") else item["name"]
