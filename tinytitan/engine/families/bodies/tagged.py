@@ -80,6 +80,14 @@ class TaggedCall(SteppedBody):
         # a value runs to its own closing tag; JSON arguments to the end of their object
         return self.state == "value" or (self.state == "json" and self.span.in_string)
 
+    @property
+    def between_calls(self) -> bool:
+        """Key/value calls (GLM) have no end marker of their own: between two arguments, with only whitespace
+        held, the call is complete, and the family's opener there begins the next block (the closer left out)."""
+        if self.spec.end is None and self.any and self.state == "keys" and not self.buf.strip():
+            return True
+        return super().between_calls
+
     def _expect(self, *markers: str) -> str | None | bool:
         """At buf's start (after whitespace): the marker found (consumed), False to wait, None on a mismatch."""
         s = self.buf.lstrip()
