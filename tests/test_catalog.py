@@ -48,8 +48,10 @@ async def test_catalog_lists_switches_and_unloads(serve, models_dir):
         r = await c.post(s.url("/v1/chat/completions"), json={"model": "gamma", **chat})
         assert r.status_code == 404 and "gamma" in r.json()["error"]["message"]
         r = await c.post(s.url("/v1/models/unload"), json={})
-        assert r.json()["unloaded"] == ["org/beta"]
+        assert r.json() == {"unloaded": ["org/beta"], "model": "org/beta"}  # what was freed, not the first listed
         assert s.engine.resident is None and s.engine.backends["org/beta"].model is None
+        r = await c.post(s.url("/v1/models/unload"), json={"model": "alpha:latest"})
+        assert r.json() == {"unloaded": [], "model": "alpha"}  # named as served; nothing resident to free
         health = (await c.get(s.url("/health"))).json()
         assert health["model"] is None and health["models"] == ["alpha", "org/beta"]
 

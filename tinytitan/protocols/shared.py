@@ -119,7 +119,9 @@ class Shared(Protocol):
             self.engine.model_info(name)  # unknown → 404
         unloaded = await self.engine.unload(name)
         self.observer.push_state()
-        return Reply({"unloaded": unloaded, "model": name or self.engine.model_id})
+        # the model named, as served (``x:latest`` is ``x``); with none named, what was freed (null: nothing was)
+        model = self.engine.resolve(name)[0] if name is not None else (unloaded[0] if unloaded else None)
+        return Reply({"unloaded": unloaded, "model": model})
 
     async def load_model(self, call: Call) -> Reply:
         loaded = await self.engine.load(self.validate(call.body, empty_is_object=True).body.get("model"))
