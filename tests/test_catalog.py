@@ -133,3 +133,19 @@ async def test_a_group_broken_during_a_load_stays_503_group_broken(serve, demo_t
                          json={"model": s.engine.model_id, "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 503, (r.status_code, r.text)
     assert r.json()["error"]["code"] == "group_broken", r.text
+
+
+def test_model_id_picks_one_of_the_catalogs_models(models_dir, monkeypatch):
+    """``serve --models-dir DIR --model-id NAME`` (as ``launch`` passes them on): every model keeps its own id, the
+    one named first (the banner's, the default); a name the catalog does not hold is refused at start, not ignored."""
+    import argparse
+
+    from tinytitan import model_setup
+
+    monkeypatch.setattr(model_setup, "second_engine_available", lambda: False)
+    args = argparse.Namespace(script=None, models_dir=str(models_dir), model=None, model_id="org/beta",
+                              prompt_cache_mib=64, reasoning_effort=None, thinking=None)
+    assert [b.model_id for b in model_setup.make_backends(args)] == ["org/beta", "alpha"]
+    args.model_id = "gamma"
+    with pytest.raises(SystemExit, match="--model-id gamma: no such model"):
+        model_setup.make_backends(args)

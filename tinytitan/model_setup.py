@@ -91,6 +91,12 @@ def make_backends(args) -> list:
                 backends.append(b)
         if not backends:
             raise SystemExit(f"no model under {root} can be served (the log says why of each)")
+        if args.model_id:  # one of the catalog's models (each keeps its own id): the one named first
+            chosen = [b for b in backends if b.model_id == args.model_id]
+            if not chosen:
+                raise SystemExit(f"--model-id {args.model_id}: no such model under {root} (it picks one of the "
+                                 f"catalog's: {', '.join(b.model_id for b in backends)})")
+            backends = chosen + [b for b in backends if b is not chosen[0]]
         log.info("catalog: %s", ", ".join(b.model_id for b in backends))
     else:
         if args.model == "demo-vision":  # the built-in vision demo model (a tiny Gemma 3)
