@@ -170,9 +170,30 @@ def split_for_compaction(items: list[dict]) -> tuple[list[dict], list[dict], lis
     while lead < len(items) and _standing(items[lead]):
         lead += 1
     users = [i for i, item in enumerate(items) if _is_user(item)]
-    if not users or users[-1] <= lead or not transcript(items[lead:users[-1]]).strip():
+    if not users:
         return None
-    return items[:lead], items[lead:users[-1]], items[users[-1]:]
+    start = _turn_start(items, users, users[-1])
+    if start <= lead or not transcript(items[lead:start]).strip():
+        return None
+    return items[:lead], items[lead:start], items[start:]
+
+
+CALL_ITEMS = ("function_call", "custom_tool_call", "tool_search_call")
+OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output", "tool_search_output")
+
+
+def _turn_start(items: list[dict], users: list[int], start: int) -> int:
+    """Where the newest turn starts: at its user message, or — where a result in it answers a call made before
+    that message (a client may send a user message between a call and its result) — at the user message of the
+    call's turn, so a call and its result are never parted (summarised apart, the result would answer no call)."""
+    caller = {item.get("call_id"): i for i, item in enumerate(items) if item.get("type") in CALL_ITEMS}
+    while True:
+        earlier = [caller[item.get("call_id")] for item in items[start:]
+                   if item.get("type") in OUTPUT_ITEMS and caller.get(item.get("call_id"), start) < start]
+        if not earlier:
+            return start
+        first = min(earlier)
+        start = next((u for u in reversed(users) if u <= first), first)
 
 
 async def compacted_events(compactor: "Summariser", text: str, result: dict,

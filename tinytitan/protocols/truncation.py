@@ -25,10 +25,24 @@ log = logging.getLogger("tinytitan.responses")
 
 def turns(messages: tuple[Message, ...]) -> tuple[list[list[int]], int]:
     """The droppable turns, oldest first (each a list of message indices), and the index where the newest
-    user turn begins (kept whole)."""
+    user turn begins (kept whole). A user message between a call and its result (a client may send one there)
+    does not part them: the turns from the call's to the result's are one."""
     users = [i for i, m in enumerate(messages) if m.role == "user"]
     newest = users[-1] if users else len(messages)
+    caller = {call.id: i for i, m in enumerate(messages) for call in m.tool_calls}
+
+    def back_to_turn(i: int) -> int:  # the user message that opened the turn of message i (or i itself)
+        return next((u for u in reversed(users) if u <= i), i)
+
+    moved = True
+    while moved:  # a result in the newest turn whose call is before it: the newest turn starts at the call's turn
+        calls = [caller[m.tool_call_id] for m in messages[newest:] if m.role == "tool" and m.tool_call_id in caller]
+        first = min((i for i in calls if i < newest), default=None)
+        moved = first is not None
+        if moved:
+            newest = back_to_turn(first)
     groups: list[list[int]] = []
+    group_of: dict[int, int] = {}
     for i, m in enumerate(messages[:newest]):
         if m.role == "system":
             continue
@@ -36,6 +50,12 @@ def turns(messages: tuple[Message, ...]) -> tuple[list[list[int]], int]:
             groups.append([i])
         else:
             groups[-1].append(i)
+        group_of[i] = len(groups) - 1
+        called = caller.get(m.tool_call_id) if m.role == "tool" else None
+        if called is not None and group_of.get(called, len(groups) - 1) < len(groups) - 1:
+            g = group_of[called]  # the result's call is in an earlier turn: those turns go (or stay) together
+            groups[g:] = [[j for group in groups[g:] for j in group]]
+            group_of.update({j: g for j in groups[g]})
     return groups, newest
 
 
