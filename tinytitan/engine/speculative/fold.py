@@ -7,8 +7,10 @@ Rules:
   seeded sampler's key chain moves on by the rows used (``RowSampler.accept``), and its speculator hears what
   was drafted and accepted — whatever the row's own drafting (a group follower's row applies rank 0's plan).
 - A drafting row's tokens are accepted one at a time (what a verify accepted, then the model's own); its
-  speculator sees them, and, while the row holds its last token, proposes the draft the next step verifies
-  (handed back to the fold, which stores it on the row: nothing here writes a row's fields).
+  speculator sees them (accepted draft tokens past the token that ended the row — a stop string inside the
+  draft — are taken off its counts: the turn counts an accepted token only as it is generated), and, while
+  the row holds its last token, proposes the draft the next step verifies (handed back to the fold, which
+  stores it on the row: nothing here writes a row's fields).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def fold_drafting(row: "Row", step: RowStep, tokens: tuple[int, ...]) -> tuple[b
             ended = True
             break
     spec.generated(tokens[:used], isinstance(step, Verify))
+    if ended and isinstance(step, Verify):  # accepted draft tokens past its end (a stop string): never generated
+        spec.unused(max(0, len(tokens) - 1 - used))
     if not ended and row.holding:
         return False, spec.draft(row.generated[-1], row.cap_left)
     return ended, None

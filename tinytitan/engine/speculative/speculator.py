@@ -107,6 +107,13 @@ class Speculator:
     def verified(self, drafted: int, accepted: int) -> None:
         self.policy.record(drafted, accepted)
 
+    def unused(self, tokens: int) -> None:
+        """``tokens`` of the last verify's accepted draft came after the row's end (a stop string): never generated,
+        so neither drafted nor accepted in the counts the turn reports."""
+        if tokens > 0:
+            self.policy.drafted -= tokens
+            self.policy.accepted -= tokens
+
     def generated(self, tokens: Sequence[int], drafted: bool) -> None:
         """Tokens the row accepted (``drafted``: by a step that verified a draft)."""
         self.proposer.extend(tokens)
