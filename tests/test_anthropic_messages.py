@@ -34,7 +34,7 @@ async def test_create_returns_a_message(serve):
     m = await sdk(s).messages.create(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "hi"}])
     assert m.id.startswith("msg_") and m.type == "message" and m.role == "assistant" and m.model == MODEL
     assert [b.type for b in m.content] == ["thinking", "text"]
-    assert m.content[0].thinking == "Let me see." and m.content[0].signature == ""
+    assert m.content[0].thinking == "Let me see." and m.content[0].signature == "tinytitan-unsigned"
     assert m.content[1].text == "Hello there."
     assert m.stop_reason == "end_turn" and m.stop_sequence is None
     assert m.usage.input_tokens == len(s.engine.backend.encode(chat_request(s, body()))[1])
@@ -133,7 +133,7 @@ async def test_thinking_on_returns_a_thinking_block(serve):
     m = await sdk(s).messages.create(model=MODEL, max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 1024},
                                      messages=[{"role": "user", "content": "?"}])
     assert m.content[0].type == "thinking" and m.content[0].thinking == "Deep thought."
-    assert m.content[0].signature == "" and m.content[1].text == "42"
+    assert m.content[0].signature == "tinytitan-unsigned" and m.content[1].text == "42"
 
 
 async def test_a_budget_over_max_tokens_is_allowed_only_with_interleaved_thinking(serve):

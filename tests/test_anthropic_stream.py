@@ -81,7 +81,7 @@ async def test_stream_event_by_event(serve):
     first_text = names.index("content_block_start", 1 + names.index("content_block_stop"))
     assert names[:3] == ["message_start", "content_block_start", "content_block_delta"]
     assert names[first_text - 2:first_text] == ["content_block_delta", "content_block_stop"]
-    assert events[first_text - 2][1]["delta"] == {"type": "signature_delta", "signature": ""}
+    assert events[first_text - 2][1]["delta"] == {"type": "signature_delta", "signature": "tinytitan-unsigned"}
     assert events[-2][1]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
     assert events[-1][1] == {"type": "message_stop"}
     start_usage = events[0][1]["message"]["usage"]
@@ -158,7 +158,7 @@ def test_the_fold_is_the_stream(demo_tok):
            ToolCallDone(0), KeepAlive(2.0), Finished("tool_calls", Usage(30, 10, 7, 2))]
     wire = [w for ev in seq for w in m.feed(ev)]
     msg = proto.fold(wire, v)
-    assert msg["content"] == [{"type": "thinking", "thinking": "ab", "signature": ""},
+    assert msg["content"] == [{"type": "thinking", "thinking": "ab", "signature": "tinytitan-unsigned"},
                               {"type": "text", "text": "hi"},
                               {"type": "tool_use", "id": "call_9", "name": "f", "input": {"k": 1}}]
     assert msg["stop_reason"] == "tool_use" and msg["stop_sequence"] is None
