@@ -6,6 +6,8 @@ turns' thinking, and says so."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -109,3 +111,36 @@ async def test_a_reasoning_item_with_a_bad_summary_is_refused_by_path(recorded):
     async with httpx.AsyncClient(timeout=30) as c:
         r = await c.post(s.url("/v1/responses"), json=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[1].summary", r.text
+
+
+async def test_a_reasoning_item_carries_its_thought_as_encrypted_content_where_asked(serve, demo_tok):
+    """A client that keeps no state (store: false) and sends back only what it was given asks for
+    ``include: ["reasoning.encrypted_content"]`` (the AI SDK and Codex do): the reasoning item carries the thought
+    there too, streamed and not, and an item sent back with nothing else renders it."""
+    from tinytitan.engine.backends.scripted import ScriptEntry
+
+    backend = Recording([ScriptEntry("<think>Rome first.</think>Done.")] * 4, demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    ask = {"model": MODEL, "input": "Weather in Rome?", "store": False, "include": ["reasoning.encrypted_content"]}
+    async with httpx.AsyncClient(timeout=30) as c:
+        plain = await c.post(s.url("/v1/responses"), json={**ask, "include": []})
+        r = await c.post(s.url("/v1/responses"), json=ask)
+        body = strict.response(r.json())
+        (item,) = [o for o in body.output if o.type == "reasoning"]
+        assert item.encrypted_content and "Rome first." not in item.encrypted_content  # (base64 of its payload)
+        assert [o for o in strict.response(plain.json()).output if o.type == "reasoning"][0].encrypted_content is None
+        streamed = await c.post(s.url("/v1/responses"), json={**ask, "stream": True})
+        done = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")
+                and '"response.output_item.done"' in line]
+        assert [d["item"]["encrypted_content"] for d in done if d["item"]["type"] == "reasoning"] == [
+            item.encrypted_content]  # the same thought, the same payload
+        sent_back = {"type": "reasoning", "id": item.id, "summary": [], "encrypted_content": item.encrypted_content}
+        follow = await c.post(s.url("/v1/responses"), json={**ask, "input": [
+            {"role": "user", "content": "Weather in Rome?"}, sent_back,
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"}], "tools": [FN]})
+        foreign = await c.post(s.url("/v1/responses"), json={**ask, "input": [
+            {"role": "user", "content": "hi"}, {**sent_back, "encrypted_content": "gAAAAABopaque"},
+            {"role": "assistant", "content": "hello"}, {"role": "user", "content": "again"}]})
+    assert follow.status_code == 200 and "<think>\nRome first.\n</think>" in backend.prompts[-2], backend.prompts[-2]
+    assert foreign.status_code == 200  # another server's opaque thought: nothing to read, no error

@@ -192,6 +192,9 @@ class OpenAIResponses(StoredResponses, Protocol):
                 "tool_choice": tool_choice.responses_spelling(v.body.get("tool_choice") or "auto"),
                 # the tier that served it, as the API reports it: 'auto' is the project's default, 'fast' is priority
                 "service_tier": SERVED_TIER.get(v.body.get("service_tier"), v.body.get("service_tier")) or "default",
+                # reasoning items carry their thought as encrypted_content where the request includes it (so a
+                # client that stores nothing can send it back: responses_input.reasoning_payload)
+                "reasoning_encrypted": "reasoning.encrypted_content" in (v.body.get("include") or ()),
                 # (older SDKs spell it "in-memory"; the Response holds "in_memory")
                 "prompt_cache_retention": {"in-memory": "in_memory"}.get(v.body.get("prompt_cache_retention"),
                                                                          v.body.get("prompt_cache_retention"))}

@@ -28,6 +28,8 @@ Rules:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 from dataclasses import replace
@@ -307,9 +309,30 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
 
 
 def _reasoning_text(item: dict) -> str:
-    """A reasoning item's thought: its reasoning_text parts, else its summary's text."""
+    """A reasoning item's thought: its reasoning_text parts, else its summary's text, else what its
+    ``encrypted_content`` carries where this server wrote it (another's is opaque: nothing a model here reads)."""
     for key in ("content", "summary"):
         text = "".join(p.get("text") or "" for p in item.get(key) or () if isinstance(p, dict))
         if text:
             return text
-    return ""
+    return _thought_of(item.get("encrypted_content"))
+
+
+REASONING_PAYLOAD = "tinytitan-reasoning/1"
+
+
+def reasoning_payload(text: str) -> str:
+    """A thought as a reasoning item's ``encrypted_content`` (not encrypted: base64 of JSON; nothing here is
+    secret from the client that holds the answer)."""
+    return base64.b64encode(json.dumps({"v": REASONING_PAYLOAD, "text": text}, ensure_ascii=False).encode()).decode()
+
+
+def _thought_of(payload) -> str:
+    if not isinstance(payload, str) or not payload:
+        return ""
+    try:
+        value = json.loads(base64.b64decode(payload.encode(), validate=True).decode())
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return ""
+    ok = isinstance(value, dict) and value.get("v") == REASONING_PAYLOAD and isinstance(value.get("text"), str)
+    return value["text"] if ok else ""

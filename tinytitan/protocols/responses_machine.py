@@ -25,6 +25,7 @@ from ..speclang.machine import Machine, WireEvent
 from ..speclang.json_text import strict_loads
 from . import compaction
 from .base import new_id
+from .responses_input import reasoning_payload
 
 
 @dataclass
@@ -106,6 +107,7 @@ def close(m: Machine, ev) -> None:
         item["input"] = custom_tools.input_of(item["text"])
     if item["kind"] == "reasoning":  # its summary, where one was asked: the thought text (the spec's summary_*)
         item["summary"] = [{"type": "summary_text", "text": item["text"]}] if m.context.get("reasoning_summary") else []
+        item["encrypted_content"] = reasoning_payload(item["text"]) if m.context.get("reasoning_encrypted") else None
     if item.get("search"):
         try:
             arguments = strict_loads(item["text"]) if item["text"].strip() else {}
