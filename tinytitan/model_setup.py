@@ -92,7 +92,10 @@ def make_backends(args) -> list:
         if not backends:
             raise SystemExit(f"no model under {root} can be served (the log says why of each)")
         if args.model_id:  # one of the catalog's models (each keeps its own id): the one named first
-            chosen = [b for b in backends if b.model_id == args.model_id]
+            # spelt as a request may name it: ``x:latest`` is ``x`` (the tag ``ollama list`` shows; Engine.resolve)
+            names = dict.fromkeys((args.model_id, args.model_id.removesuffix(":latest")))
+            chosen = next(([b for b in backends if b.model_id == n] for n in names
+                           if any(b.model_id == n for b in backends)), [])
             if not chosen:
                 raise SystemExit(f"--model-id {args.model_id}: no such model under {root} (it picks one of the "
                                  f"catalog's: {', '.join(b.model_id for b in backends)})")
