@@ -20,18 +20,27 @@ HURRY = {"role": "user", "content": "also, hurry"}
 
 
 async def test_truncation_never_keeps_a_result_without_its_call(serve, demo_tok):
-    backend = Recording([ScriptEntry("Done.")], demo_tok, model_id=MODEL, context_window=240)
-    s = await serve(backend=backend)
-    items = [{"role": "user", "content": "run f " * 60}, CALL, HURRY, RESULT]
+    """The turn holding the call goes with its result's: where the old turn's going makes room, both stay; where
+    the call's turn itself does not fit, the request is refused rather than answered with a result of no call."""
+    old = [{"role": "user", "content": "an old question " * 40}, {"role": "assistant", "content": "OLD-ANSWER"}]
+    recent = [{"role": "user", "content": "run f"}, CALL, HURRY, RESULT]
+    probe = await serve(["x"])
     async with httpx.AsyncClient(timeout=30) as c:
-        r = await c.post(s.url("/v1/responses"), json={"model": MODEL, "input": items, "tools": TOOLS,
-                                                       "truncation": "auto"})
-    if r.status_code == 400:  # the call's turn is kept whole: it does not fit
-        assert r.json()["error"]["code"] == "context_length_exceeded", r.text
-        return
-    assert r.status_code == 200, r.text
+        needed = (await c.post(probe.url("/v1/responses/input_tokens"), json={
+            "model": MODEL, "input": recent, "tools": TOOLS})).json()["input_tokens"]
+        backend = Recording([ScriptEntry("Done.")], demo_tok, model_id=MODEL, context_window=needed + 8)
+        s = await serve(backend=backend)
+        kept = await c.post(s.url("/v1/responses"), json={"model": MODEL, "input": old + recent, "tools": TOOLS,
+                                                          "truncation": "auto"})
+        tight = Recording([ScriptEntry("Done.")], demo_tok, model_id=MODEL, context_window=needed - 8)
+        t = await serve(backend=tight)
+        refused = await c.post(t.url("/v1/responses"), json={"model": MODEL, "input": old + recent, "tools": TOOLS,
+                                                             "truncation": "auto"})
+    assert kept.status_code == 200, kept.text
     prompt = backend.prompts[-1]
-    assert "RESULT-OF-F" not in prompt or '"name": "f"' in prompt.split("<|im_start|>user", 1)[1], prompt
+    assert "OLD-ANSWER" not in prompt and '"name": "f"' in prompt and "RESULT-OF-F" in prompt, prompt
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded", refused.text
+    assert not tight.prompts  # (never a prompt holding the result without its call)
 
 
 @pytest.mark.parametrize("stream", [False, True])
