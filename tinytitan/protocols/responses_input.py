@@ -12,8 +12,10 @@ Rules:
   (text the model wrote after its call); ``function_call_output`` becomes a tool turn.
   A ``reasoning`` item's text (its ``reasoning_text`` parts, else its summary) is the reasoning of the assistant
   turn that follows it before the next user message (the template renders it where the model saw it, so a tool
-  loop's next turn reads the answer as generated); one with no text (``encrypted_content`` only) carries
-  nothing. ``compaction`` items are decoded into the text closing the system prompt (``system_note``).
+  loop's next turn reads the answer as generated); one with no text carries what its ``encrypted_content``
+  holds where this server wrote it (``reasoning_payload``), another server's nothing; one a user message
+  follows first is dropped. ``compaction`` items are decoded into the text closing the system prompt
+  (``system_note``).
 - Namespace tools are flattened into functions named ``<namespace without trailing _><sep><function>``
   (``flat_name``; the separator is the spec's ``extra.namespace_separator``, ``__``); a call the model makes
   to one is reported with its own name and ``namespace``.

@@ -5,7 +5,8 @@ Rules:
 - What goes first is the oldest turn: a user message with the assistant messages, calls and results that
   answer it (a call is never kept without its result, nor a result without its call). System messages (the
   instructions, the client's developer prompt, compaction summaries) are never dropped, nor is the newest
-  user turn with everything after it.
+  user turn with everything after it (starting at the call's turn, where it holds the result of an earlier
+  call).
 - The prompt is counted as the model reads it (the engine's own count); turns are dropped in proportion to
   the excess (by characters), then counted again, so a long history costs a few counts, not one per turn.
 - What still does not fit (the newest turn alone is too long) is left to the engine, which refuses it with

@@ -13,7 +13,9 @@ Rules:
   (ToolCallStarted) as soon as it is known; arguments stream as deltas.
 - Families that may answer with a bare JSON call (Llama 3.x, Gemma) have an answer that begins with ``{``
   tried as a call; at the first sign it is not one, it is text.
-- Markup the model gets wrong comes back as plain text (and is logged); it never fails the request. A JSON
+- Markup the model gets wrong comes back as plain text (and is logged); it never fails the request. One slip is
+  read as meant: a complete call followed, after only whitespace, by the next opener (its closer left out)
+  ends there and the next call begins (logged). A JSON
   call the output cap cut before its tool was known (``<tool_call>{"name": "get_we``) is not text: it is
   dropped (logged).
 - Every completed block (its closing marker, the next opening one for formats without a closer, the end of
