@@ -306,11 +306,11 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
         elif kind == "compaction":
             system.append(compaction.as_context(compaction.decode(item["encrypted_content"], "input")))
         elif kind == "reasoning":
-            thought.extend(t for t in (_reasoning_text(item),) if t)
+            thought.extend(t for t in (reasoning_text(item),) if t)
     return system, msgs
 
 
-def _reasoning_text(item: dict) -> str:
+def reasoning_text(item: dict) -> str:
     """A reasoning item's thought: its reasoning_text parts, else its summary's text, else what its
     ``encrypted_content`` carries where this server wrote it (another's is opaque: nothing a model here reads)."""
     for key in ("content", "summary"):

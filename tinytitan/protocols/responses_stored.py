@@ -9,6 +9,7 @@ from ..errors import ApiError, invalid
 from ..speclang.machine import WireEvent
 from ..store.responses_store import CursorNotFound, StoredResponse
 from .responses_fields import not_stored
+from .responses_input import reasoning_text
 from .responses_socket import LocalResponses
 from .wire import Call, Reply
 
@@ -72,12 +73,23 @@ class StoredResponses:
         out = []
         for i, item in enumerate(items):
             if item.get("type") == "item_reference":
-                found = await self.store().find_item(item["id"])
+                found = await self.store().find_item(item["id"]) if isinstance(item.get("id"), str) else None
                 if found is None:
                     raise ApiError("not_found", f"Item with id '{item['id']}' not found", param=f"{field}[{i}].id")
                 item = found
+            elif item.get("type") == "reasoning" and not reasoning_text(item):
+                item = await self._stored_thought(item)
             out.append(item)
         return out
+
+    async def _stored_thought(self, item: dict) -> dict:
+        """A reasoning item sent back with no text of its own (LangChain streamed sends the item as
+        ``output_item.added`` announced it: ``content: []``) is the stored item its id names, as the API reads
+        it (store: false is its "Item with id 'rs_…' not found"); one the store lacks carries nothing."""
+        found = await self.store().find_item(item["id"]) if isinstance(item.get("id"), str) else None
+        if found is None or found.get("type") != "reasoning" or not reasoning_text(found):
+            return item
+        return {**item, **{key: found[key] for key in ("content", "summary", "encrypted_content") if found.get(key)}}
 
     async def retrieve(self, call: Call, response_id: str) -> Reply:
         rec = await self.stored(response_id)
