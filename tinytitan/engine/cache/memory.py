@@ -340,10 +340,13 @@ class PromptCache:
         return out
 
     def candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
-        """Each entry's ids and spans, most recently used first; then the answers on disk (a restart's)."""
+        """Each entry's ids and spans, most recently used first."""
         with self._lock:
-            out = [(e.real, e.spans) for e in reversed(self._entries.values()) if e.spans and e.real is not None]
-        return out + (self.disk.candidates() if self.disk is not None else [])
+            return [(e.real, e.spans) for e in reversed(self._entries.values()) if e.spans and e.real is not None]
+
+    def disk_candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
+        """The answers on disk (a restart's), for a prompt no entry in memory splices an answer into."""
+        return self.disk.candidates() if self.disk is not None else []
 
     def _note_for(self, t: np.ndarray, within: bool = False) -> Note | None:
         """The longest remembered prompt a stored run of ids starts with (``within``: the shortest one that

@@ -164,7 +164,8 @@ class PromptPreparation(TemplateRendering):
         if cache is None:
             return encode(text), None, None
         decode = text_of(tokenizer)
-        tokens, spans = splice_prompt(text, cache.candidates(), encode, decode, restart_tokens(tokenizer))
+        tokens, spans = splice_prompt(text, cache.candidates(), encode, decode, restart_tokens(tokenizer),
+                                      more=cache.disk_candidates)
         if fp is None and req is not None:
             fp = Fingerprint.of(req)
         runs = self.image_runs(tokens, req) if req is not None else ()

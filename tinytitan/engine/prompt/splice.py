@@ -179,16 +179,28 @@ def to_restart(w: Walk, ids: Sequence[int], decode: Callable[[Sequence[int]], st
                 w.spans[:-1] + (Span(n, last.text[:c]),), restart=True)
 
 
-def splice(text: str, candidates: Sequence[tuple[Sequence[int], Sequence[Span]]],
-           encode: Callable[[str], list[int]], decode: Callable[[Sequence[int]], str],
-           restarts: Collection[int] = ()) -> tuple[list[int], tuple[Span, ...]]:
-    """The ids for ``text``, and the spans they are: the best candidate's matching spans (ids as cached), then
-    the rest of the text tokenized. ``restarts``: the tokenizer's added tokens (see the rules)."""
+def _best(text: str, candidates, decode, restarts) -> tuple[Walk, Sequence[int]] | None:
     best: tuple[Walk, Sequence[int]] | None = None
     for ids, spans in candidates:
         w = walk(ids, spans, text, decode, restarts)
         if w.chars and (best is None or w.chars > best[0].chars):
             best = w, ids
+    return best
+
+
+def splice(text: str, candidates: Sequence[tuple[Sequence[int], Sequence[Span]]],
+           encode: Callable[[str], list[int]], decode: Callable[[Sequence[int]], str],
+           restarts: Collection[int] = (),
+           more: Callable[[], Sequence] | None = None) -> tuple[list[int], tuple[Span, ...]]:
+    """The ids for ``text``, and the spans they are: the best candidate's matching spans (ids as cached), then
+    the rest of the text tokenized. ``restarts``: the tokenizer's added tokens (see the rules). ``more``: further
+    candidates (the answers on disk), walked only where ``candidates`` splice no answer in."""
+    best = _best(text, candidates, decode, restarts)
+    if more is not None and (best is None or not any(s.generated for s in best[0].spans)):
+        found = _best(text, more(), decode, restarts)
+        if found is not None and any(s.generated for s in found[0].spans) and (best is None or
+                                                                               found[0].chars > best[0].chars):
+            best = found
     if best is not None and not any(s.generated for s in best[0].spans):
         # nothing generated to keep: the plain tokenization is what the cache's token match sees best
         w = to_restart(best[0], best[1], decode, restarts)
