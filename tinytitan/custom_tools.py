@@ -59,24 +59,29 @@ def parse(tool: dict, where: str) -> Tool:
     return Tool(name, description, parameters, custom=True, input_grammar=grammar)
 
 
-def input_of(arguments: str) -> str:
-    """The ``input`` string of a custom call's arguments, as far as they have arrived; a complete call whose
-    arguments are not ``{"input": string}`` is taken as the input itself."""
+def input_of(arguments: str, done: bool = False) -> str:
+    """The ``input`` string of a custom call's arguments. While they arrive (``done`` false), only what cannot
+    change: bare text (a parser hands a string's text on bare) as it is, the ``{"input": "…`` string as far as it
+    has arrived, else nothing yet — so each reading extends the last. Once the call is done, a call whose
+    arguments are not ``{"input": string}`` is taken as the input itself: its one JSON string, or its text."""
+    if not arguments.strip():
+        return ""
+    if not arguments.lstrip().startswith(("{", '"')):
+        return arguments
     try:
         whole = json.loads(arguments)
     except ValueError:
-        # no JSON (a parser hands a string's text on bare): the text is the input, as far as it has arrived
-        if arguments.strip() and not arguments.lstrip().startswith(("{", '"')):
-            return arguments
+        pass
     else:
         if isinstance(whole, dict) and isinstance(whole.get("input"), str):
             return whole["input"]
-        if isinstance(whole, str):  # the input written as the arguments' one JSON string
+        if done and isinstance(whole, str):  # the input written as the arguments' one JSON string
             return whole
-        return arguments.strip() if whole != {} else ""  # complete, of another shape: the input itself
+        if done:  # complete, of another shape: the input itself
+            return "" if whole == {} else arguments.strip()
     head = _HEAD.match(arguments)
-    if head is None:
-        return ""
+    if head is None:  # text opening with '{' or '"' that is no {"input": …}: the input, once whole
+        return arguments.strip() if done else ""
     body = arguments[head.end():]
     end = re.search(r'(?<!\\)(?:\\\\)*"', body)
     if end is not None:

@@ -152,8 +152,22 @@ def append_call(m, ev) -> None:
     call = m.vars.call
     call["arguments"] += ev.text
     if call["custom"]:
-        now = custom_tools.input_of(call["arguments"])
-        call["input_delta"] = now[len(call["input"]):] or None
+        _input_so_far(call, custom_tools.input_of(call["arguments"]))
+
+
+def finish_call(m, ev) -> None:
+    """A custom call's input once its arguments are whole (text a reading in flight held back: the last delta)."""
+    call = m.vars.call
+    call["input_delta"] = None
+    if call["custom"]:
+        _input_so_far(call, custom_tools.input_of(call["arguments"], done=True))
+
+
+def _input_so_far(call: dict, now: str) -> None:
+    # (each reading extends the last: custom_tools.input_of; a client joins the deltas)
+    grown = len(now) > len(call["input"]) and now.startswith(call["input"])
+    call["input_delta"] = now[len(call["input"]):] if grown else None
+    if grown:
         call["input"] = now
 
 
@@ -238,7 +252,7 @@ class OpenAIChat(Protocol):
         return {"chat_completion": fold_chat_completion}
 
     def machine_hooks(self):
-        return {"open_call": open_call, "append_call": append_call}
+        return {"open_call": open_call, "append_call": append_call, "finish_call": finish_call}
 
     def machine_state(self) -> ChatState:
         return ChatState()

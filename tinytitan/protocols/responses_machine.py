@@ -103,8 +103,11 @@ def close(m: Machine, ev) -> None:
     item["status"] = "incomplete" if cut else "completed"
     if isinstance(ev, ToolCallDone) and ev.arguments:
         item["text"] = ev.arguments
-    if item.get("custom"):
-        item["input"] = custom_tools.input_of(item["text"])
+    if item.get("custom"):  # its input once whole: what a reading in flight held back goes out as a last delta
+        final = custom_tools.input_of(item["text"], done=True)
+        grown = len(final) > len(item["input"]) and final.startswith(item["input"])
+        m.vars.item["input_delta"] = final[len(item["input"]):] if grown else None
+        item["input"] = final
     if item["kind"] == "reasoning":  # its summary, where one was asked: the thought text (the spec's summary_*)
         item["summary"] = [{"type": "summary_text", "text": item["text"]}] if m.context.get("reasoning_summary") else []
         item["encrypted_content"] = reasoning_payload(item["text"]) if m.context.get("reasoning_encrypted") else None
