@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from .errors import LOAD_ERRORS, load_error_text
+from .models.names import spellings
 
 log = logging.getLogger("tinytitan")
 
@@ -92,9 +93,8 @@ def make_backends(args) -> list:
         if not backends:
             raise SystemExit(f"no model under {root} can be served (the log says why of each)")
         if args.model_id:  # one of the catalog's models (each keeps its own id): the one named first
-            # spelt as a request may name it: ``x:latest`` is ``x`` (the tag ``ollama list`` shows; Engine.resolve)
-            names = dict.fromkeys((args.model_id, args.model_id.removesuffix(":latest")))
-            chosen = next(([b for b in backends if b.model_id == n] for n in names
+            # spelt as a request may name it (``x:latest`` is ``x``), as Engine.resolve reads it
+            chosen = next(([b for b in backends if b.model_id == n] for n in spellings(args.model_id)
                            if any(b.model_id == n for b in backends)), [])
             if not chosen:
                 raise SystemExit(f"--model-id {args.model_id}: no such model under {root} (it picks one of the "

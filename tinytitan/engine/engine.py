@@ -44,6 +44,7 @@ from .. import images
 from ..chat_request import ChatRequest
 from ..errors import LOAD_ERRORS, ApiError
 from ..events import Failed
+from ..models.names import spellings
 from .backends.base import Backend
 from .prompt.prepare import Prepared
 from . import DEFAULT_MAX_BATCH, DEFAULT_STREAM_INTERVAL_MS
@@ -119,8 +120,7 @@ class Engine:
         """A request's model name → (served id, fast?). Unknown names are refused, never answered. ``<id>:latest``
         is the id (the tag ``ollama list`` shows, copied into any client; Ollama's own /v1 takes it too)."""
         if isinstance(name, str):
-            # the name as given first: a served id may itself end in ':latest' (--model-id)
-            for n in dict.fromkeys((name, name[: -len(":latest")] if name.endswith(":latest") else name)):
+            for n in spellings(name):
                 if n in self.backends:
                     return n, False
                 if n.endswith(FAST_SUFFIX) and n[: -len(FAST_SUFFIX)] in self.backends:

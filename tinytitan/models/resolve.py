@@ -32,6 +32,7 @@ from pathlib import Path
 from .cache_dir import cache_root
 from .gguf import UnsupportedGGUF, ensure_converted
 from .gguf_header import GGUFError, read_header
+from .names import LATEST
 
 log = logging.getLogger("tinytitan.models")
 
@@ -213,7 +214,7 @@ def _ollama_models(root: Path, form: str | None) -> list[Resolved]:
             check(model)
             has_template = bool(read_header(model.gguf)[0].get("tokenizer.chat_template"))
             converted = ensure_converted(model.gguf, form, chat_template(model, has_template))
-            model_id = model.name[:-len(":latest")] if model.name.endswith(":latest") else model.name
+            model_id = model.name.removesuffix(LATEST)  # (served by either name: names.spellings)
             out.append(Resolved(served_dir(model, converted, cache_root()), model_id))
         except (OllamaModelRefused, UnsupportedGGUF, GGUFError) as exc:
             log.warning("%s: not served: %s", model.name, exc)
