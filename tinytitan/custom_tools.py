@@ -91,3 +91,9 @@ def input_of(arguments: str, done: bool = False) -> str:
         return json.loads(f'"{body}"')
     except ValueError:
         return ""
+
+
+def input_delta(before: str, now: str) -> str | None:
+    """What a later reading of a call's input adds to an earlier one (a stream's delta); None where it adds
+    nothing. Each reading extends the last (``input_of``), so a client joining the deltas holds the input."""
+    return now[len(before):] if len(now) > len(before) and now.startswith(before) else None

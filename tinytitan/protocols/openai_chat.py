@@ -152,7 +152,8 @@ def append_call(m, ev) -> None:
     call = m.vars.call
     call["arguments"] += ev.text
     if call["custom"]:
-        _input_so_far(call, custom_tools.input_of(call["arguments"]))
+        now = custom_tools.input_of(call["arguments"])
+        call["input_delta"], call["input"] = custom_tools.input_delta(call["input"], now), now
 
 
 def finish_call(m, ev) -> None:
@@ -160,15 +161,8 @@ def finish_call(m, ev) -> None:
     call = m.vars.call
     call["input_delta"] = None
     if call["custom"]:
-        _input_so_far(call, custom_tools.input_of(call["arguments"], done=True))
-
-
-def _input_so_far(call: dict, now: str) -> None:
-    # (each reading extends the last: custom_tools.input_of; a client joins the deltas)
-    grown = len(now) > len(call["input"]) and now.startswith(call["input"])
-    call["input_delta"] = now[len(call["input"]):] if grown else None
-    if grown:
-        call["input"] = now
+        now = custom_tools.input_of(call["arguments"], done=True)
+        call["input_delta"], call["input"] = custom_tools.input_delta(call["input"], now), now
 
 
 class Chunks:

@@ -92,8 +92,7 @@ def append(m: Machine, ev) -> None:
     item["text"] += ev.text
     if item.get("custom"):
         now = custom_tools.input_of(item["text"])
-        item["input_delta"] = now[len(item["input"]):] or None
-        item["input"] = now
+        item["input_delta"], item["input"] = custom_tools.input_delta(item["input"], now), now
 
 
 def close(m: Machine, ev) -> None:
@@ -105,9 +104,7 @@ def close(m: Machine, ev) -> None:
         item["text"] = ev.arguments
     if item.get("custom"):  # its input once whole: what a reading in flight held back goes out as a last delta
         final = custom_tools.input_of(item["text"], done=True)
-        grown = len(final) > len(item["input"]) and final.startswith(item["input"])
-        m.vars.item["input_delta"] = final[len(item["input"]):] if grown else None
-        item["input"] = final
+        m.vars.item["input_delta"], item["input"] = custom_tools.input_delta(item["input"], final), final
     if item["kind"] == "reasoning":  # its summary, where one was asked: the thought text (the spec's summary_*)
         item["summary"] = [{"type": "summary_text", "text": item["text"]}] if m.context.get("reasoning_summary") else []
         item["encrypted_content"] = reasoning_payload(item["text"]) if m.context.get("reasoning_encrypted") else None
