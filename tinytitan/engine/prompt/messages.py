@@ -12,7 +12,8 @@ import re
 from ...chat_request import ChatRequest, ImagePart, Message, Tool
 
 
-def _arguments(text: str):
+def template_arguments(text: str):
+    """A call's arguments as the template gets them: the JSON value, {} for none, the text where it is no JSON."""
     try:
         value = json.loads(text) if text.strip() else {}
     except ValueError:
@@ -26,7 +27,7 @@ def template_message(m: Message) -> dict:
         d["content"] = [{"type": "image"} if isinstance(p, ImagePart) else {"type": "text", "text": p} for p in m.parts]
     if m.tool_calls:
         d["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}}
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": template_arguments(c.arguments)}}
             for c in m.tool_calls
         ]
     if m.role == "tool":

@@ -13,7 +13,6 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import logging
 import traceback
 from dataclasses import replace
@@ -21,6 +20,7 @@ from typing import Callable
 
 from ...chat_request import ChatRequest
 from ...errors import invalid
+from .messages import template_arguments
 
 log = logging.getLogger("tinytitan.backend")
 
@@ -56,15 +56,11 @@ def rendered(render: Callable[[ChatRequest], str], req: ChatRequest) -> str:
 
 def _with_object_arguments(req: ChatRequest) -> ChatRequest | None:
     """``req`` with each call's arguments that are not a JSON object made ``{}``; None where all are objects."""
-    if all(_is_object(c.arguments) for m in req.messages for c in m.tool_calls):
+    def whole(call) -> bool:
+        return isinstance(template_arguments(call.arguments), dict)
+
+    if all(whole(c) for m in req.messages for c in m.tool_calls):
         return None
     return req.with_(messages=tuple(
-        replace(m, tool_calls=tuple(c if _is_object(c.arguments) else replace(c, arguments="{}") for c in m.tool_calls))
+        replace(m, tool_calls=tuple(c if whole(c) else replace(c, arguments="{}") for c in m.tool_calls))
         if m.tool_calls else m for m in req.messages))
-
-
-def _is_object(text: str) -> bool:
-    try:
-        return isinstance(json.loads(text) if text.strip() else {}, dict)
-    except ValueError:
-        return False
