@@ -103,16 +103,13 @@ def _refuse_long_numbers(value: Any, path: str = "") -> None:
             _refuse_long_numbers(v, f"{path}.{k}" if path else str(k))
 
 
-_INF = float("inf")
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
 def _finite(text: str) -> float:
     value = float(text)
-    if value in (_INF, -_INF):
+    if math.isinf(value):  # (as _parse_float finds it)
         raise ValueError(f"{text} is past the range of a JSON number")
     return value
 
