@@ -182,7 +182,7 @@ BAD = [
     ({"options": {"mirostat": 2}}, 400, "'options.mirostat'"),
     ({"options": {"warp_speed": 9}}, 400, "'options.warp_speed'"),
     ({"options": {"num_predict": -3}}, 400, "'options.num_predict'"),
-    ({"think": "extreme"}, 400, "'think'"),
+    ({"think": "extreme"}, 400, "invalid think value"),  # (Ollama's words)
     ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, 400, "'tools[0].function.name'"),
     ({"stream_options": {}}, 400, "stream_options"),
 ]

@@ -1,0 +1,77 @@
+"""Ollama request fields as Ollama's own server reads them: the values it takes, and its words for the ones it
+refuses (server/routes.go, api/types.go), which its clients match."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from backends import Recording
+from tinytitan.engine.backends.scripted import ScriptEntry
+
+MODEL = "tinytitan-scripted"
+
+
+class Asked(Recording):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.requests = []
+
+    def prepare(self, req):
+        self.requests.append(req)
+        return super().prepare(req)
+USER = [{"role": "user", "content": "hi"}]
+
+
+async def post(s, body, path="/api/chat"):
+    async with httpx.AsyncClient() as h:
+        return await h.post(s.url(path), json={"model": MODEL, "stream": False, **body})
+
+
+@pytest.mark.parametrize("level", ["low", "medium", "high", "max", True, False])
+async def test_every_think_value_ollama_takes_is_taken(serve, demo_tok, level):
+    """``max`` is one of Ollama's levels (validateLegacyThinking): it reads as the highest effort here."""
+    backend = Asked([ScriptEntry("b")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    r = await post(s, {"messages": USER, "think": level})
+    assert r.status_code == 200, r.text
+    assert backend.requests[-1].reasoning == level
+
+
+@pytest.mark.parametrize("level", ["banana", "xhigh", "true"])
+async def test_an_unknown_think_value_is_refused_in_ollamas_words(serve, level):
+    """``ollama run`` and other clients look for "invalid think value" to retry without a level."""
+    s = await serve(["x"])
+    r = await post(s, {"messages": USER, "think": level})
+    assert r.status_code == 400
+    assert r.json() == {"error": f'invalid think value: "{level}" (must be "high", "medium", "low", "max", '
+                                 'true, or false)'}
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/generate"])
+async def test_an_empty_model_is_refused_as_ollama_says(serve, path):
+    s = await serve(["x"])
+    r = await post(s, {"model": "", "messages": USER} if path == "/api/chat" else {"model": "", "prompt": "x"},
+                   path)
+    assert r.status_code == 400 and r.json() == {"error": "model is required"}
+
+
+@pytest.mark.parametrize("n", [-1, 21])
+async def test_top_logprobs_out_of_range_in_ollamas_words(serve, n):
+    s = await serve(["x"])
+    r = await post(s, {"messages": USER, "top_logprobs": n})
+    assert r.status_code == 400 and r.json() == {"error": "top_logprobs must be between 0 and 20"}
+
+
+async def test_null_tool_fields_in_a_message_read_as_absent(serve, demo_tok):
+    """Go clients (and Python ones dumping a model with ``None``s) send ``tool_calls: null``, ``tool_name: null``:
+    Ollama decodes them as absent."""
+    backend = Asked([ScriptEntry("ok")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    r = await post(s, {"messages": [
+        {"role": "user", "content": "hi", "tool_calls": None, "tool_name": None, "tool_call_id": None},
+        {"role": "assistant", "content": "hello", "tool_calls": None},
+        {"role": "user", "content": "again"}]})
+    assert r.status_code == 200, r.text
+    seen = backend.requests[-1].messages
+    assert [m.role for m in seen] == ["user", "assistant", "user"] and seen[1].tool_calls == ()
