@@ -73,3 +73,30 @@ def test_a_later_call_cut_in_its_head_is_no_text(family, first, head):
               + p.finish(cut=True))
     assert [e for e in events if isinstance(e, ToolCallDone)]
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Sure.", events
+
+
+# the cap strikes inside an opener of several tokens, before the opener is whole
+PARTIAL_OPENERS = [("DEEPSEEK_V32", 5), ("DEEPSEEK_V32", 9), ("DEEPSEEK_V3", 4), ("KIMI_K2", 6),
+                   ("MINIMAX_M2", 8), ("QWEN_FAMILY", 5), ("QWEN3_CODER", 7)]
+
+
+@pytest.mark.parametrize("family,length", PARTIAL_OPENERS)
+def test_an_opener_cut_by_the_cap_is_no_text(family, length):
+    from tinytitan.engine import families
+    from tinytitan.events import TextDelta
+
+    fam = getattr(families, family)
+    opener = fam.markup.tool_open
+    assert 0 < length < len(opener), opener
+    p = fam.parser(False, {}, {"get_weather": TOOLS[0]["input_schema"]}, True, False)
+    events = p.feed("Sure. ")[0] + p.feed(opener[:length])[0] + p.finish(cut=True)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Sure."
+
+
+def test_text_that_only_looks_like_an_opener_stays_when_not_cut():
+    from tinytitan.engine import families
+    from tinytitan.events import TextDelta
+
+    p = families.QWEN_FAMILY.parser(False, {}, {}, True, False)
+    events = p.feed("a <tool")[0] + p.finish(cut=False)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "a <tool"

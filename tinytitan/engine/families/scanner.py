@@ -115,6 +115,8 @@ class OutputParser:
         """End of generation (``cut``: by the output cap): flush held text; an open tool call is closed with
         what it has."""
         out: list[TokenEvent] = []
+        if cut and self.channel != TOOL:
+            self._drop_cut_marker()
         while self._step(out, final=True)[0]:
             pass
         if self.channel == TOOL and self._body is not None:
@@ -130,6 +132,15 @@ class OutputParser:
         return out
 
     # -- internals -----------------------------------------------------------------------------------------
+    def _drop_cut_marker(self) -> None:
+        """The cap struck inside a marker of several tokens (``<｜DSML｜function_calls>``, ``<tool_call>`` spelt
+        in pieces): the held tail that begins one is markup cut short, not text (logged). Without the cap the
+        same tail is text: only the end of the output tells."""
+        held = hold_length(self.buf, [s for s, _ in self._markers()])
+        if held:
+            log.info("the output cap cut a marker short: %r not sent", self.buf[-held:])
+            self.buf = self.buf[:-held]
+
     def _without_cut_head(self, events: list[TokenEvent]) -> list[TokenEvent]:
         """A call block's closing events less the head of a call the cap cut before its tool was known: the whole
         block's markup where no call started (a forced call's is made an incomplete call: forced_call.py), else
