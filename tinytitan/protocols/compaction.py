@@ -14,7 +14,12 @@ Rules:
   sends the items before the item again (the API's guide lets it drop them). So it supersedes what came before
   it even where a later request does not repeat ``context_management``. (A ``/compact`` or
   ``compaction_trigger`` item summarised everything before it, and keeps nothing.)
-- The item's ``encrypted_content`` is base64 of JSON ``{v, model, createdAt, mode, summary[, kept]}`` (v = 1). It
+- Tools a client-executed tool search loaded (``tool_search_call`` / ``tool_search_output`` pairs) in what is
+  summarised stay loaded: the item carries the pairs (``loaded``), read right after it where the input does not
+  hold them still. A summary names tools, it does not declare them; without the pairs the model could no longer
+  call what it had loaded.
+- The item's ``encrypted_content`` is base64 of JSON ``{v, model, createdAt, mode, summary[, kept][, loaded]}``
+  (v = 1). It
   is not secret: this server only needs to read its own items back. One it cannot read is refused by
   name (``compaction_payload_invalid``).
 """
@@ -46,11 +51,15 @@ DECODED_KEPT = 8  # payloads kept decoded (``decode``), newest last
 _DECODED: OrderedDict[str, dict] = OrderedDict()
 
 
-def encode(summary: str, mode: str, model: str, kept: list[dict] | None = None) -> str:
-    """``kept``: the items of the newest user turn, which the summary leaves out (server-side compaction)."""
+def encode(summary: str, mode: str, model: str, kept: list[dict] | None = None,
+           loaded: list[dict] | None = None) -> str:
+    """``kept``: the items of the newest user turn, which the summary leaves out (server-side compaction);
+    ``loaded``: the tool search pairs of the summarised items (``searches``)."""
     payload = {"v": VERSION, "model": model, "createdAt": int(time.time()), "mode": mode, "summary": summary}
     if kept:
         payload["kept"] = kept
+    if loaded:
+        payload["loaded"] = loaded
     return base64.b64encode(json.dumps(payload, ensure_ascii=False).encode()).decode()
 
 
@@ -118,6 +127,12 @@ def transcript(items: list[dict]) -> str:
             lines.append(f"Assistant called {item['name']}: {item['input']} [call {item['call_id']}]")
         elif kind in ("function_call_output", "custom_tool_call_output"):
             lines.append(f"Tool result [call {item['call_id']}]: {parts_text(item.get('output'))}")
+        elif kind == "tool_search_call":
+            lines.append(f"Assistant searched the tools: {json.dumps(item.get('arguments') or {})} "
+                         f"[call {item.get('call_id')}]")
+        elif kind == "tool_search_output":
+            names = ", ".join(t.get("name", "?") for t in item.get("tools") or () if isinstance(t, dict))
+            lines.append(f"Tools loaded [call {item.get('call_id')}]: {names or 'none'}")
         elif kind == "compaction":
             lines.append(f"Earlier summary: {decode(item['encrypted_content'], 'input')['summary']}")
     return "\n\n".join(lines)
@@ -150,13 +165,24 @@ def superseded(items: list[dict], managed: bool = True) -> list[dict]:
     last = max((i for i, item in enumerate(items) if item.get("type") == "compaction"), default=None)
     if last is None:
         return items
-    kept = decode(items[last]["encrypted_content"], "input").get("kept") or []
+    payload = decode(items[last]["encrypted_content"], "input")
+    kept = payload.get("kept") or []
     if not managed and not kept:
-        return items
+        return items[:last + 1] + _still_loaded(payload, items) + items[last + 1:]
     lead = 0
     while lead < len(items) and _standing(items[lead]):
         lead += 1
-    return items[:lead] + [items[last]] + copy.deepcopy(kept) + items[last + 1:]  # (the payload is shared)
+    read = items[:lead] + [items[last]] + items[last + 1:]
+    return items[:lead] + [items[last]] + _still_loaded(payload, read) + copy.deepcopy(kept) + items[last + 1:]  # (the
+    # payload is shared)
+
+
+def _still_loaded(payload: dict, items: list[dict]) -> list[dict]:
+    """The search pairs a compaction item carries that ``items`` do not hold themselves (a client that kept the
+    items the summary covers sends them again)."""
+    held = {(item.get("type"), item.get("call_id")) for item in items}
+    return [copy.deepcopy(item) for item in payload.get("loaded") or ()
+            if (item.get("type"), item.get("call_id")) not in held]
 
 
 def _is_user(item: dict) -> bool:
@@ -176,6 +202,20 @@ def split_for_compaction(items: list[dict]) -> tuple[list[dict], list[dict], lis
     if start <= lead or not transcript(items[lead:start]).strip():
         return None
     return items[:lead], items[lead:start], items[start:]
+
+
+def searches(items: list[dict]) -> list[dict]:
+    """The tool search pairs of ``items`` that loaded tools (each output after its call, where the call is
+    there), those an earlier compaction item carried included: what a summary of ``items`` must carry."""
+    out: list[dict] = []
+    calls = {item.get("call_id"): item for item in items if item.get("type") == "tool_search_call"}
+    for item in items:
+        if item.get("type") == "compaction":
+            out += decode(item["encrypted_content"], "input").get("loaded") or []
+        elif item.get("type") == "tool_search_output" and item.get("tools"):
+            out += [calls[item.get("call_id")]] if item.get("call_id") in calls else []
+            out.append(item)
+    return copy.deepcopy(out)
 
 
 CALL_ITEMS = ("function_call", "custom_tool_call", "tool_search_call")

@@ -293,14 +293,15 @@ class OpenAIResponses(StoredResponses, Protocol):
         compactor = self.engine.summariser(v.body["model"])
         stream = bool(v.body.get("stream"))
         machine = self.machine(v, model_id, stream, entry="compacted")
-        result: dict = {"kept": newest}  # the item carries the newest turn, left out of its summary (compaction.py)
+        # the item carries the newest turn, left out of its summary, and the tools searches loaded (compaction.py)
+        result: dict = {"kept": newest, "loaded": compaction.searches(older)}
         machine.context["compaction"] = result
         keepalive = self.spec.extra.get("keepalive_seconds")
 
         def reply(summary: str):
-            item = {"type": "compaction", "encrypted_content": compaction.encode(summary, result.get("mode", "model"),
-                                                                                model_id, kept=newest)}
-            req = self.request_for(v, standing + [item] + newest)
+            item = {"type": "compaction", "encrypted_content": compaction.encode(
+                summary, result.get("mode", "model"), model_id, kept=newest, loaded=result["loaded"])}
+            req = self.request_for(v, standing + [item] + result["loaded"] + newest)  # (as a later turn reads them)
             log.info("context_management: %d older item(s) compacted before the reply", len(older))
             return self.engine.session(req, keepalive, streamed=stream)
 
@@ -333,10 +334,10 @@ class OpenAIResponses(StoredResponses, Protocol):
         model_id, _ = self.engine.resolve(v.body["model"])
         compactor = self.engine.summariser(v.body["model"])
         machine = self.machine(v, model_id, bool(v.body.get("stream")), entry="compaction")
-        result: dict = {}  # (the summary is of every item: the item keeps none)
+        items = [i for i in items if i.get("type") != "compaction_trigger"]
+        result: dict = {"loaded": compaction.searches(items)}  # (the summary is of every item: the item keeps none)
         machine.context["compaction"] = result
         machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
-        items = [i for i in items if i.get("type") != "compaction_trigger"]
         text = compaction.transcript_to_compact(items)  # (refused before the stream opens)
         # the summary passes run in engine sessions of their own; the event source is the HTTP request's
         events = await self.services.hold(aclosing(compaction.compaction_events(compactor, text, result)))
@@ -357,7 +358,8 @@ class OpenAIResponses(StoredResponses, Protocol):
             output.append({"id": new_id("msg_"), "type": "message", "status": "completed", "role": "developer",
                            "content": [{"type": "input_text", "text": body["instructions"]}]})
         output.append({"id": new_id("cmp_"), "type": "compaction",
-                       "encrypted_content": compaction.encode(summary.text, summary.mode, model_id)})
+                       "encrypted_content": compaction.encode(summary.text, summary.mode, model_id,
+                                                              loaded=compaction.searches(items))})
         return Reply(template.render(self.spec.extra["compact_response"], {  # its shape is the spec's
             "id": new_id("resp_"), "created_at": int(time.time()), "output": output,
             "ev": SimpleNamespace(usage=summary.usage)}, self.spec.maps))

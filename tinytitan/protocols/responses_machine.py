@@ -117,7 +117,7 @@ def close(m: Machine, ev) -> None:
     if item["kind"] == "compaction":
         made = m.context.get("compaction") or {}
         item["encrypted_content"] = compaction.encode(item["text"], made.get("mode", "model"), m.context["model"],
-                                                      kept=made.get("kept"))
+                                                      kept=made.get("kept"), loaded=made.get("loaded"))
     m.vars.closed = item
 
 
