@@ -62,3 +62,23 @@ async def test_auto_cannot_drop_the_newest_turn(serve, demo_tok):
     with pytest.raises(openai.BadRequestError) as err:
         await client(s).responses.create(model=MODEL, input=items, truncation="auto", store=False, stream=True)
     assert err.value.code == "context_length_exceeded"
+
+
+async def test_a_tool_a_dropped_turn_loaded_is_still_declared(serve, demo_tok):
+    """A client-executed tool search in the oldest turn loaded a deferred tool; truncation drops that turn, and
+    the tool is then declared with the others (the turns kept may still call it)."""
+    from test_tool_search import MCP_ECHO, RESPONSES_SEARCH
+
+    echo = {k: v for k, v in MCP_ECHO.items() if k != "defer_loading"}
+    searched = [{"type": "message", "role": "user", "content": "find the echo tool " + "lorem ipsum " * 20},
+                {"type": "tool_search_call", "call_id": "ts_1", "execution": "client",
+                 "arguments": {"query": "echo"}, "status": "completed"},
+                {"type": "tool_search_output", "call_id": "ts_1", "execution": "client", "status": "completed",
+                 "tools": [echo]}]
+    s, backend = await server(serve, demo_tok)
+    r = await client(s).responses.create(model=MODEL, input=searched + history(12), truncation="auto",
+                                         store=False, tools=TOOLS + [RESPONSES_SEARCH])
+    assert r.status == "completed"
+    prompt = backend.prompts[-1]
+    assert "find the echo tool" not in prompt  # the search's turn was dropped …
+    assert '"name": "mcp__demo__echo"' in prompt  # … and what it loaded is declared

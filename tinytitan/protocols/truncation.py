@@ -9,6 +9,8 @@ Rules:
   call).
 - The prompt is counted as the model reads it (the engine's own count); turns are dropped in proportion to
   the excess (by characters), then counted again, so a long history costs a few counts, not one per turn.
+- A tool a dropped turn loaded (a deferred tool its ``tool_references`` declared) is declared with the others
+  from then on: the turns kept may still call it.
 - What still does not fit (the newest turn alone is too long) is left to the engine, which refuses it with
   ``context_length_exceeded`` as it does under ``"disabled"``.
 """
@@ -16,6 +18,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Awaitable, Callable
 
 from ..chat_request import ChatRequest, Message
@@ -60,6 +63,12 @@ def turns(messages: tuple[Message, ...]) -> tuple[list[list[int]], int]:
     return groups, newest
 
 
+def _still_declared(tools: tuple, kept: tuple[Message, ...], lost: list[Message]) -> tuple:
+    """``tools``, those only the ``lost`` messages loaded now declared up front (no longer deferred)."""
+    gone = {name for m in lost for name in m.tool_references} - {name for m in kept for name in m.tool_references}
+    return tuple(replace(t, deferred=False) if t.deferred and t.name in gone else t for t in tools)
+
+
 def _size(m: Message) -> int:
     return len(m.content) + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
 
@@ -86,7 +95,8 @@ async def fit(req: ChatRequest, window: int, count: Callable[[ChatRequest], Awai
             cut.update(group)
             lost += sum(_size(req.messages[i]) for i in group)
         dropped += len(cut)
-        req = req.with_(messages=tuple(m for i, m in enumerate(req.messages) if i not in cut))
+        kept = tuple(m for i, m in enumerate(req.messages) if i not in cut)
+        req = req.with_(messages=kept, tools=_still_declared(req.tools, kept, [req.messages[i] for i in cut]))
         tokens = await count(req)
     if dropped:
         log.info("truncation auto: dropped the %d oldest message(s) to fit the context window of %d tokens "
