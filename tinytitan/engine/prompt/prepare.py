@@ -17,7 +17,7 @@ from ..cache.entries import PromptFacts
 from ..cache.miss import Fingerprint, compare, diagnose
 from ..decode.call_limit import call_limit
 from .splice import splice as splice_prompt
-from .tokenizer_facts import once_per_tokenizer, restart_tokens, text_of
+from .tokenizer_facts import once_per_tokenizer, opening_tokens, restart_tokens, text_of
 from .reasoning import level_of
 from ..speculative.sampling import SAMPLING
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
@@ -139,6 +139,9 @@ class PromptPreparation(TemplateRendering):
             text = self.raw_text(req)
             t1 = time.perf_counter()
             tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+            opening = list(opening_tokens(self.tokenizer))  # (the BOS a chat template would have written)
+            if opening and tokens[:len(opening)] != opening:
+                tokens = opening + tokens
             return Encoded(text, tokens, t1 - t0, time.perf_counter() - t1)
         text = rendered(self.render, req)  # (a template's failure: the client's 400, or rendered again)
         t1 = time.perf_counter()

@@ -48,3 +48,23 @@ def restart_tokens(tokenizer) -> frozenset[int]:
         return frozenset(int(i) for i, t in added.items() if not getattr(t, "lstrip", False))
 
     return once_per_tokenizer(_RESTARTS, tokenizer, measure)
+
+
+_OPENINGS: dict[int, tuple[Any, tuple[int, ...]]] = {}  # id(tokenizer) -> (tokenizer, its opening ids)
+
+
+def opening_tokens(tokenizer) -> tuple[int, ...]:
+    """The ids the tokenizer puts before any text it encodes with its special tokens (Llama's, Gemma's, Mistral's
+    BOS; none for Qwen's): what a prompt the model reads whole must open with. A chat template writes them
+    itself; a raw prompt gets them here. Read once per tokenizer."""
+
+    def measure() -> tuple[int, ...]:
+        try:
+            plain = list(tokenizer.encode("a", add_special_tokens=False))
+            full = list(tokenizer.encode("a", add_special_tokens=True))
+        except TypeError:  # a tokenizer without the switch adds nothing it could be asked to leave out
+            return ()
+        lead = len(full) - len(plain)
+        return tuple(full[:lead]) if lead > 0 and full[lead:] == plain else ()
+
+    return once_per_tokenizer(_OPENINGS, tokenizer, measure)
