@@ -54,6 +54,15 @@ def answer_penalties(prompt_tokens: int, presence: float, frequency: float) -> C
     return penalise
 
 
+PENALTY_BOUND = 1e30  # past float32's range a penalty is ±inf in the logits: every token it touches, the grammar's
+# allowed ones included, would tie at -inf (and the draw would leave the grammar); at this bound it is already
+# absolute and stays finite (Ollama sets no bound on its penalties)
+
+
+def _bounded(value):
+    return max(-PENALTY_BOUND, min(PENALTY_BOUND, value)) if isinstance(value, (int, float)) else value
+
+
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
                  prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
@@ -155,7 +164,7 @@ class MLXBackend(Backend):
         handed to ``loop`` too (its own time goes to the turn's timing)."""
         from mlx_lm.sample_utils import make_logits_processors
 
-        used = prepared.sampling
+        used = {k: _bounded(v) if k.endswith("_penalty") else v for k, v in prepared.sampling.items()}
         window = used.get("repeat_last_n")  # Ollama's repeat_last_n: 0 turns the penalties off, -1 is the context
         if window is None:
             # OpenAI's presence and frequency penalties count the tokens sampled so far in this answer, all of

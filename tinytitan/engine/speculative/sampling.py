@@ -26,6 +26,18 @@ SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0,
             "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": None,
             "repeat_last_n": None}
 
+# The draw scales the logits by 1/temperature in float32. A temperature below GREEDY_TEMPERATURE draws as greedy
+# (vLLM's _SAMPLING_EPS): a vanishing one (below about 3.7e-38) would scale every logit to -inf, a draw of nothing.
+# One above MAX_TEMPERATURE (Ollama sets no maximum) draws as that one, already uniform over the tokens kept: past
+# about 1e38 the scale is 0, and a token the mask or top-p took away (-inf * 0 = nan) would be drawn.
+GREEDY_TEMPERATURE = 1e-5
+MAX_TEMPERATURE = 1e30
+
+
+def is_greedy(temperature: float, top_p: float) -> bool:
+    """Temperature 0 (or one too small to scale by) or a top_p of 0 (the nucleus of no mass): the argmax."""
+    return temperature < GREEDY_TEMPERATURE or top_p <= 0
+
 
 def row_sampler(sampling: dict, seed: int | None = None):
     """A generation's sampler from the values it samples with (``Prepared.sampling``): mlx-lm's shared
@@ -35,7 +47,7 @@ def row_sampler(sampling: dict, seed: int | None = None):
     reads 0 as "off", which would sample the whole vocabulary instead."""
     from mlx_lm.sample_utils import greedy_sampler
 
-    if sampling["temperature"] == 0 or sampling["top_p"] <= 0:
+    if is_greedy(sampling["temperature"], sampling["top_p"]):
         return greedy_sampler
     return RowSampler(sampling["temperature"], sampling["top_p"], sampling["min_p"], sampling["top_k"], seed=seed)
 
@@ -44,6 +56,7 @@ class RowSampler:
     def __init__(self, temp: float = 0.0, top_p: float = 1.0, min_p: float = 0.0, top_k: int = 0,
                  seed: int | None = None, min_tokens_to_keep: int = 1):
         self.temp, self.top_p, self.min_p, self.top_k = float(temp), float(top_p), float(min_p), int(top_k)
+        self.temp = min(self.temp, MAX_TEMPERATURE)
         self.min_tokens_to_keep = min_tokens_to_keep
         self.seed = None if seed is None or self.greedy else int(seed) % 2**64
         self._key = None
@@ -51,7 +64,7 @@ class RowSampler:
 
     @property
     def greedy(self) -> bool:
-        return self.temp == 0 or self.top_p <= 0  # top_p 0: the most likely token alone
+        return is_greedy(self.temp, self.top_p)  # top_p 0: the most likely token alone
 
     def __call__(self, logprobs):
         """One token per row of ``logprobs`` (``[rows, vocab]``, normalised)."""
