@@ -262,19 +262,21 @@ class Ollama(Protocol):
     async def chat(self, call: Call) -> Reply:
         v = await self.checked(call, handler="chat")
         if not v.body.get("messages"):  # none, null or []: `ollama run` / `ollama.chat(model)` loading it
-            return self._loaded(v, message={"role": "assistant", "content": ""})
+            return await self._loaded(v, message={"role": "assistant", "content": ""})
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)))
 
     async def complete(self, call: Call) -> Reply:
         v = await self.checked(call, handler="complete")
         if not v.body.get("prompt") and not v.body.get("suffix"):
-            return self._loaded(v, response="")
+            return await self._loaded(v, response="")
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
 
-    def _loaded(self, v: Validated, **answer) -> Reply:
-        """Ollama's way to load a model: a request with nothing to continue answers at once, nothing generated
+    async def _loaded(self, v: Validated, **answer) -> Reply:
+        """Ollama's way to load a model: a request with nothing to continue makes the model resident (as
+        Ollama schedules its runner before it reads the prompt) and answers, nothing generated
         (``done_reason: load``; the model stays resident whatever ``keep_alive`` says, so never ``unload``)."""
-        self.engine.model_info(v.body["model"])
+        if not self.engine.model_info(v.body["model"])["loaded"]:  # (an unknown model: its 404 first)
+            await self.engine.load(v.body["model"])  # waits for the generations in flight, as a switch does
         return Reply({"model": v.body["model"], "created_at": iso_time(), **answer, "done": True,
                       "done_reason": "load"})
 

@@ -1,0 +1,48 @@
+"""Ollama's load request (an /api/generate with no prompt, an /api/chat with no messages: `ollama run`'s
+preload, ``ollama.generate(model)``, Open WebUI's warm-up) makes the named model resident before it answers
+``done_reason: "load"``, as Ollama's handlers schedule the runner before they look at the prompt: with
+``--models-dir`` the named model is the resident one afterwards, and ``/api/ps`` lists it."""
+
+from __future__ import annotations
+
+import ollama
+import pytest
+
+from tinytitan.demo_model import build_demo_model
+from tinytitan.engine.backends.mlx import MLXBackend
+from tinytitan.model_setup import find_model_dirs
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    build_demo_model(root / "alpha")
+    build_demo_model(root / "beta")
+    return root
+
+
+@pytest.mark.parametrize("route", ["chat", "generate"])
+async def test_the_load_request_makes_the_model_resident(serve, models_dir, route):
+    s = await serve(backend=[MLXBackend(d, d.name, lazy=True) for d in find_model_dirs(models_dir)])
+    c = ollama.AsyncClient(host=s.base, timeout=120)
+    assert s.engine.resident is None
+    answer = await (c.chat(model="beta") if route == "chat" else c.generate(model="beta"))
+    assert answer.done_reason == "load"
+    assert s.engine.resident == "beta"
+    assert [m.model for m in (await c.ps()).models] == ["beta:latest"]
+
+
+async def test_the_load_request_of_the_resident_model_does_not_wait_for_generations(serve):
+    """The model already resident: the load request answers at once, beside a generation in flight."""
+    import time
+
+    import trio
+
+    s = await serve([{"output": "one two three four five six seven eight", "delay_ms": 150}])
+    c = ollama.AsyncClient(host=s.base, timeout=60)
+    async with trio.open_nursery() as n:
+        n.start_soon(lambda: c.chat(model="tinytitan-scripted", messages=[{"role": "user", "content": "hi"}]))
+        await trio.sleep(0.3)  # the generation is decoding
+        started = time.perf_counter()
+        answer = await c.generate(model="tinytitan-scripted")
+        assert answer.done_reason == "load" and time.perf_counter() - started < 0.5
