@@ -15,7 +15,10 @@ log = logging.getLogger("tinytitan")
 
 def find_model_dirs(root: Path) -> list[Path]:
     """Every MLX model directory under root (a config.json beside *.safetensors), sorted by name."""
-    return sorted({p.parent for p in root.rglob("config.json") if any(p.parent.glob("*.safetensors"))})
+    from .models.resolve import files_under
+
+    return sorted({p.parent for p in files_under(root, lambda name: name == "config.json")
+                   if any(p.parent.glob("*.safetensors"))})
 
 
 def second_engine_available() -> bool:

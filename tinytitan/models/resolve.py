@@ -168,7 +168,7 @@ def list_models(root: Path, form: str | None = None) -> list[Resolved]:
     found: dict[str, Resolved] = {}
     for repo in _hf_cache_repos(root):
         found.setdefault(repo.model_id, repo)
-    for cfg in root.rglob("config.json"):
+    for cfg in files_under(root, lambda name: name == "config.json"):
         d = cfg.parent
         rel = d.relative_to(root).as_posix()
         if rel.startswith("models--") or not is_model_dir(d):
@@ -176,7 +176,7 @@ def list_models(root: Path, form: str | None = None) -> list[Resolved]:
         if rel == ".":  # DIR is itself a model directory: named by its folder, as --model names one
             rel = d.resolve().name or rel
         found.setdefault(rel, Resolved(d, rel))
-    ggufs = sorted(f for f in root.rglob("*.gguf") if not f.name.lower().startswith("mmproj"))
+    ggufs = sorted(files_under(root, lambda name: name.endswith(".gguf") and not name.lower().startswith("mmproj")))
     per_folder: dict[Path, int] = {}
     for f in ggufs:
         per_folder[f.parent] = per_folder.get(f.parent, 0) + 1
@@ -193,6 +193,21 @@ def list_models(root: Path, form: str | None = None) -> list[Resolved]:
         except UnsupportedGGUF as exc:
             log.warning("%s: not served: %s", f, exc)
     return [found[k] for k in sorted(found)]
+
+
+def files_under(root: Path, wanted) -> list[Path]:
+    """The files under ``root`` whose name is ``wanted``, through linked folders too (a model folder linked into
+    a models folder; ``Path.rglob`` does not follow them before Python 3.13), each real folder once."""
+    seen: set[str] = set()
+    out: list[Path] = []
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        out += [Path(folder) / n for n in names if wanted(n)]
+    return out
 
 
 def note_projector(gguf: Path) -> None:
