@@ -47,7 +47,7 @@ class ToolDeclarations:
         """One tool's definition as this model's template declares tools in its header: the text rendering a
         probe tool and this one adds over rendering the probe alone (the header's own line for it, e.g. Qwen's
         ``{"type": "function", "function": …}``). A template that declares no tools: the definition as JSON."""
-        key = json.dumps(template_tool(tool), sort_keys=True)
+        key = json.dumps(template_tool(tool))  # (keys in their order: the declaration writes them so)
         cache = self.__dict__.setdefault("_declarations", {})
         if key in cache:
             return cache[key]

@@ -2,7 +2,8 @@
 
 Rules:
 - The tokenizer is converted once per tokenizer object (``llg_tokenizer``); a grammar is translated once per
-  distinct source (an LRU of ``CACHE_SIZE`` entries keyed by the canonical JSON of kind and source) and
+  distinct source (an LRU of ``CACHE_SIZE`` entries keyed by the JSON of kind and source, its keys in the order
+  sent: a schema's property order is its document's) and
   checked against a tokenizer once (an LRU of as many); each request makes only its own matcher.
 - JSON is compact: no whitespace between tokens (a weak model could otherwise pad a document forever),
   and the compiler is never lenient (a keyword it would ignore is an error here, not a looser document).
@@ -24,8 +25,12 @@ from ...errors import invalid
 from ...output_format import SUBSCHEMAS, vacuous_property_names
 
 CACHE_SIZE = 256
+# The escapes a JSON string may use: not ``\u``. llguidance (1.9) admits an extra key (one that is not a declared
+# property, where other keys are allowed) as any string but the declared names as written, so ``"\u0062"``
+# would be a second spelling of a declared ``"b"`` held to the extra keys' schema, not to b's; without ``\u`` a
+# key has one spelling (and a value's control characters other than these have none: never produced).
 JSON_OPTIONS = {"whitespace_flexible": False, "lenient": False, "coerce_one_of": False,
-                "item_separator": ",", "key_separator": ":"}
+                "item_separator": ",", "key_separator": ":", "json_allowed_escapes": "\"\\bfnrt"}
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,9 @@ def grammar_text(grammar: Grammar) -> str:
     """The llguidance grammar for a Grammar (cached per source)."""
     import llguidance
 
-    key = (grammar.kind, json.dumps(grammar.source, sort_keys=True, ensure_ascii=False))
+    # keys in the order sent, never sorted: two schemas that differ only in their properties' order are two
+    # grammars (the document follows the schema's order, as OpenAI's structured outputs promise)
+    key = (grammar.kind, json.dumps(grammar.source, ensure_ascii=False))
     with _lock:
         text = _grammars.get(key)
         if text is not None:
