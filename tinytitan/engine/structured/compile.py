@@ -192,6 +192,7 @@ def with_format_patterns(schema: Any) -> Any:
         elif shape == "map" and isinstance(value, dict):
             value = {k: with_format_patterns(v) for k, v in value.items()}
         out[key] = value
+    _within_reach(out)
     pattern = FORMAT_PATTERNS.get(out.get("format")) if isinstance(out.get("format"), str) else None
     if pattern is not None:
         del out["format"]
@@ -200,6 +201,27 @@ def with_format_patterns(schema: Any) -> Any:
         else:
             out["pattern"] = pattern
     return out
+
+
+REACH = 9e18  # the compiler writes a number range within ±2**63; a bound past it (Zod 4's z.float64(): ±1.8e308)
+
+
+def _within_reach(schema: dict) -> None:
+    """A number's upper bound past REACH becomes REACH, a lower bound below -REACH becomes -REACH: the document
+    only narrows (and still holds to the schema), where the compiler would refuse the range. Where that would
+    leave no number (a minimum past REACH too), nothing moves and the compiler refuses the range."""
+    moved = dict(schema)
+    for key, sign in (("maximum", 1), ("exclusiveMaximum", 1), ("minimum", -1), ("exclusiveMinimum", -1)):
+        value = moved.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value * sign > REACH:
+            moved[key] = sign * REACH
+    if moved == schema:
+        return
+    bounds = [moved.get(k) for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")]
+    low = max((b for b in bounds[:2] if isinstance(b, (int, float))), default=-REACH)
+    high = min((b for b in bounds[2:] if isinstance(b, (int, float))), default=REACH)
+    if low < high:
+        schema.update(moved)
 
 
 def arguments_schema(parameters: dict | None) -> dict:
