@@ -250,7 +250,8 @@ class AnthropicMessages(Protocol):
 
         def tool_done(m: Machine, ev) -> None:
             s = m.vars
-            value = arguments_object(ev.arguments or (s.args_text if s.args_of == s.block else ""), s.tool_name)
+            value = arguments_object(ev.arguments or (s.args_text if s.args_of == s.block else ""), s.tool_name,
+                                     complete=ev.complete)  # a call cut short is {}, as on Ollama
             s.tool_input = json.dumps(value, ensure_ascii=False) if value else None
 
         def close_block(m: Machine, ev) -> None:
