@@ -160,7 +160,7 @@ def test_another_conversation_with_the_same_opening_keeps_its_queued_write(demo_
     monkeypatch.setattr(PromptDisk, "_scan", lambda self: (busy.wait(30), real_scan(self))[1])
     for tokens in (a, b, a + [9, 9]):
         disk.put(np.array(tokens), _kv(demo_backend, tokens)[0], ())
-    assert len(disk._pending) == 2  # a's first snapshot gave way to its next; b's stays
+    assert disk.waiting == 2  # a's first snapshot gave way to its next; b's stays
     busy.set()
     assert disk.flush()
     assert sorted(len(f.tokens) for f in disk._index.values()) == [len(b), len(a) + 2]

@@ -33,6 +33,7 @@ Rules:
   load, is ignored with a warning, never misread.
 - The snapshot is taken on the model thread (``snapshot``): new array handles on the cache's current buffers,
   evaluated there, so the writer thread only reads memory and the decoder may go on extending the live cache.
+- The writer thread, its queue and its end at exit: cache/disk_writer.py.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from ..prompt.splice import Span
 from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, cache_files, default_dir, entry_of, evict_lru,
                          metadata, owners_only, prompt_tokens, read_metadata, recent_answers, save_whole, snapshot,
                          spans_of, tally_of)
+from .disk_writer import Writer
 from .prefix_index import PrefixIndex, Reusable, common_prefix
 
 log = logging.getLogger("tinytitan.cache")
@@ -74,13 +76,10 @@ class PromptDisk:
         self._index: dict[Path, OnDisk] | None = None  # this model's files, once the directory is read
         self._by_layout: dict[str, Reusable[OnDisk]] = {}  # ... by layout
         self._answered: dict[str, PrefixIndex[OnDisk]] = {}  # ... those with an answer to trim, by their prompt
-        self._lock = threading.Lock()
-        self._pending: dict[bytes, tuple] = {}  # ids -> a snapshot waiting to be written
-        self._dead = False  # the directory cannot be used: nothing is queued
-        self._wake = threading.Condition(self._lock)
-        self._busy = False
+        self._lock = threading.Lock()  # the index's
+        self._wake = threading.Condition(self._lock)  # the index is read
         self._checked = False
-        self._writer: threading.Thread | None = None
+        self._writer = Writer(self._prepare, self._write_item, "tinytitan-prompt-disk")  # queued: ids -> snapshot
         self.reads = 0
         self.writes = 0
         self.read_tokens = 0
@@ -89,10 +88,12 @@ class PromptDisk:
     def start(self) -> None:
         """Start the writer thread: it first reads the weights' digest and the directory's index, off the
         request path (a server with one model starts it at once; a catalog's model on first use)."""
-        with self._lock:
-            if self._writer is None:
-                self._writer = threading.Thread(target=self._write_loop, name="tinytitan-prompt-disk", daemon=True)
-                self._writer.start()
+        self._writer.start()
+
+    @property
+    def waiting(self) -> int:
+        """The writes not done yet."""
+        return self._writer.waiting
 
     # -- identity ------------------------------------------------------------------------------------------
     @property
@@ -276,8 +277,8 @@ class PromptDisk:
     def put(self, tokens: np.ndarray, kv: list, spans: tuple[Span, ...], lasting_prompt: int | None = None) -> None:
         """Queue a cache to be written (called on the model thread, right after the generation is stored), with
         how much of its prompt a later turn repeats, where that is known (prompt/rendering.py)."""
-        if len(tokens) < MIN_TOKENS or self._dead:  # (no snapshot taken for a directory that cannot be used)
-            return
+        if len(tokens) < MIN_TOKENS or self._writer.refuses():  # (no snapshot taken for a directory that cannot
+            return                                              # be used, nor once exiting)
         held = self._held()
         if held is not None:
             with self._lock:
@@ -288,59 +289,37 @@ class PromptDisk:
         layout = self.layout  # here, on the model thread
         snap = snapshot(kv)
         trimmable = kv_trimmable(snap)
-        with self._lock:
-            if self._dead:
-                return
-            if trimmable:  # it replaces a waiting snapshot it starts with (see the rules)
-                for key, (waiting, waiting_snap, *_) in list(self._pending.items()):
-                    if (len(waiting) <= len(tokens) and np.array_equal(waiting, tokens[:len(waiting)])
-                            and kv_trimmable(waiting_snap)):
-                        del self._pending[key]
-            self._pending[tokens.tobytes()] = (tokens, snap, spans, layout, lasting_prompt)
-            self._wake.notify()
+        def supersedes(waiting: tuple) -> bool:  # a waiting snapshot this one starts with gives way (see the rules)
+            ids, waiting_snap = waiting[0], waiting[1]
+            return (trimmable and len(ids) <= len(tokens) and np.array_equal(ids, tokens[:len(ids)])
+                    and kv_trimmable(waiting_snap))
+
+        self._writer.put(tokens.tobytes(), (tokens, snap, spans, layout, lasting_prompt), supersedes)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every queued write is on disk (tests, shutdown)."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while self._pending or getattr(self, "_busy", False):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._wake.wait(min(left, 0.05))
-        return True
+        return self._writer.flush(timeout)
 
-    def _write_loop(self) -> None:
-        with self._lock:
-            self._busy = True
+    def _prepare(self) -> bool:
+        """The writer thread's first work: the weights' digest and the directory's index → whether it can be used."""
         try:
             self.digest
             self._scan()
+            with self._lock:
+                self._wake.notify_all()  # (a first lookup waits for the index)
+            return True
         except Exception:
             log.warning("prompt cache on disk: %s cannot be used", self.dir, exc_info=True)
-            with self._lock:  # nothing will be written: nothing is kept waiting either
-                self._index, self._busy, self._dead = {}, False, True
-                self._pending.clear()
+            with self._lock:  # nothing will be written (the writer keeps nothing waiting either)
+                self._index = {}
                 self._wake.notify_all()
-            return
-        with self._lock:
-            self._busy = False
-            self._wake.notify_all()
-        while True:
-            with self._lock:
-                while not self._pending:
-                    self._wake.wait()
-                key = next(iter(self._pending))
-                tokens, snap, spans, layout, lasting_prompt = self._pending.pop(key)
-                self._busy = True
-            try:
-                self._write(tokens, snap, spans, layout, lasting_prompt)
-            except Exception:
-                log.warning("prompt cache on disk: a %d-token prefix could not be written", len(tokens), exc_info=True)
-            finally:
-                with self._lock:
-                    self._busy = False
-                    self._wake.notify_all()
+            return False
+
+    def _write_item(self, item: tuple) -> None:
+        try:
+            self._write(*item)
+        except Exception:
+            log.warning("prompt cache on disk: a %d-token prefix could not be written", len(item[0]), exc_info=True)
 
     def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str,
                lasting_prompt: int | None = None) -> None:
@@ -394,7 +373,7 @@ class PromptDisk:
     def stats(self) -> dict:
         with self._lock:
             index = list((self._index or {}).values())
-            pending = len(self._pending) + (1 if self._busy else 0)
+        pending = self._writer.waiting
         return {"dir": str(self.dir), "entries": len(index), "bytes": sum(f.nbytes for f in index), "pending": pending,
                 "max_bytes": self.max_bytes, "reads": self.reads, "writes": self.writes,
                 "read_tokens": self.read_tokens}

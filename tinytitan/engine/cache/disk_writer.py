@@ -1,0 +1,119 @@
+"""The prompt disk's writer: one thread, its queue of snapshots, and its end at exit.
+
+Rules:
+- The queue and the thread are this module's; what a write does (the file, the index, eviction) is the prompt
+  disk's (``write``), and so is what the thread does first (``prepare``: the weights' digest and the directory's
+  index, off the request path). Where ``prepare`` fails, nothing is kept waiting and nothing more is queued.
+- ``put`` queues an item under its key; the items ``supersedes`` names (a snapshot that gives way to a longer one
+  of the same conversation) leave the queue first.
+- At exit (``atexit``, while Python still runs) the queued writes are finished (``EXIT_WAIT_S`` at most), then the
+  thread parks for good and nothing more is queued: a thread still inside mlx (``save_safetensors`` releases the
+  GIL) once the interpreter is finalizing is ended by Python on the spot, and the process aborts ("terminate
+  called without an active exception", exit 134): a server stopped while generations were storing their
+  prefixes. (engine/model_thread.py keeps the same rule for the model thread.)
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+log = logging.getLogger("tinytitan.cache")
+
+EXIT_WAIT_S = 30.0  # at exit, how long the queued writes are waited for
+
+
+class Writer:
+    def __init__(self, prepare: Callable[[], bool], write: Callable[[Any], None], name: str):
+        """``prepare()`` → whether writing can go on; ``write(item)`` writes one queued item (its failure is logged)."""
+        self._prepare, self._write, self._name = prepare, write, name
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending: dict[bytes, Any] = {}
+        self._busy = False  # a write in progress
+        self._preparing = False
+        self.dead = False  # ``prepare`` failed: nothing is queued
+        self.closed = False  # exiting: nothing more is queued, the thread parks once the queue is empty
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._preparing = True  # (``flush`` waits for ``prepare`` too)
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+                atexit.register(self.close)
+
+    def refuses(self) -> bool:
+        return self.dead or self.closed
+
+    def put(self, key: bytes, item: Any, supersedes: Callable[[Any], bool] | None = None) -> None:
+        with self._lock:
+            if self.dead or self.closed:
+                return
+            if supersedes is not None:
+                for k, waiting in list(self._pending.items()):
+                    if supersedes(waiting):
+                        del self._pending[k]
+            self._pending[key] = item
+            self._wake.notify()
+
+    @property
+    def waiting(self) -> int:
+        """The writes not done yet (queued, and the one in progress)."""
+        with self._lock:
+            return len(self._pending) + (1 if self._busy else 0)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued write is done (tests, exit) → whether they all are."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._pending or self._busy or self._preparing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.wait(min(left, 0.05))
+        return True
+
+    def close(self, timeout: float = EXIT_WAIT_S) -> bool:
+        """At exit: the queued writes are finished (``timeout`` at most), then the thread parks (see the rules)."""
+        with self._lock:
+            self.closed = True
+            self._wake.notify_all()
+            queued = len(self._pending)
+        if queued:
+            log.info("exiting: finishing %d prompt cache write(s)", queued)
+        done = self.flush(timeout)
+        if not done:
+            log.warning("exiting: prompt cache writes still in progress after %.0f s", timeout)
+        return done
+
+    def _loop(self) -> None:
+        ok = self._prepare()
+        with self._lock:
+            self._preparing = False
+            if not ok:
+                self.dead = True
+                self._pending.clear()
+            self._wake.notify_all()
+        if not ok:
+            return
+        while True:
+            with self._lock:
+                while not self._pending and not self.closed:
+                    self._wake.wait()
+                item = self._pending.pop(next(iter(self._pending))) if self._pending else None
+                self._busy = item is not None
+            if item is None:  # exiting, the queue empty: never back in mlx (nor the GIL) while the interpreter ends
+                threading.Event().wait()  # nothing sets it: blocks, the GIL released, until the process ends
+            try:
+                self._write(item)
+            except Exception:
+                log.warning("prompt cache on disk: a write failed", exc_info=True)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._wake.notify_all()
