@@ -197,15 +197,20 @@ def list_models(root: Path, form: str | None = None) -> list[Resolved]:
 
 def files_under(root: Path, wanted) -> list[Path]:
     """The files under ``root`` whose name is ``wanted``, through linked folders too (a model folder linked into
-    a models folder; ``Path.rglob`` does not follow them before Python 3.13), each real folder once."""
+    a models folder; ``Path.rglob`` does not follow them), each real folder once: under its own name where the
+    tree holds it unlinked (a ``latest`` link beside the folder it names does not rename that model), else under
+    the first link's name (in name order)."""
+    plain = {folder for folder, _, _ in os.walk(root)}  # the folders reached without a link
+    plain_real = {os.path.realpath(folder) for folder in plain}
     seen: set[str] = set()
     out: list[Path] = []
     for folder, subfolders, names in os.walk(root, followlinks=True):
         real = os.path.realpath(folder)
-        if real in seen:
+        if real in seen or (folder not in plain and real in plain_real):
             subfolders[:] = []
             continue
         seen.add(real)
+        subfolders.sort()
         out += [Path(folder) / n for n in names if wanted(n)]
     return out
 

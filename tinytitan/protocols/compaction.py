@@ -215,6 +215,10 @@ def searches(items: list[dict]) -> list[dict]:
         elif item.get("type") == "tool_search_output" and item.get("tools"):
             out += [calls[item.get("call_id")]] if item.get("call_id") in calls else []
             out.append(item)
+    # once each: the pairs an earlier item carried are read after it (superseded), so they are among ``items`` too
+    seen: set = set()
+    out = [item for item in out if (key := (item.get("type"), item.get("call_id"))) not in seen
+           and not seen.add(key)]
     return copy.deepcopy(out)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -275,7 +276,8 @@ class Ollama(Protocol):
         """Ollama's way to load a model: a request with nothing to continue makes the model resident (as
         Ollama schedules its runner before it reads the prompt) and answers, nothing generated
         (``done_reason: load``; the model stays resident whatever ``keep_alive`` says, so never ``unload``)."""
-        if not self.engine.model_info(v.body["model"])["loaded"]:  # (an unknown model: its 404 first)
+        info = self.engine.model_info(v.body["model"])  # (an unknown model: its 404 first)
+        if not info["loaded"] and not _lets_go(v.body.get("keep_alive")):  # (keep_alive 0: `ollama stop`)
             await self.engine.load(v.body["model"])  # waits for the generations in flight, as a switch does
         return Reply({"model": v.body["model"], "created_at": iso_time(), **answer, "done": True,
                       "done_reason": "load"})
@@ -346,3 +348,14 @@ class Ollama(Protocol):
         raise ApiError("not_implemented", f"{call.method} {call.path} is not supported: this server serves the "
                        "MLX models it was started with (no pulling, pushing, creating, copying or deleting) and "
                        "has no embeddings", code="not_implemented")
+
+
+def _lets_go(keep_alive) -> bool:
+    """``keep_alive`` 0 (``0``, ``"0"``, ``"0s"``, ``"0m"``): the client lets the model go (``ollama stop``, Open
+    WebUI's unload), so its load request loads nothing."""
+    if isinstance(keep_alive, bool):
+        return False
+    if isinstance(keep_alive, (int, float)):
+        return keep_alive == 0
+    return isinstance(keep_alive, str) and \
+        re.fullmatch(r"\s*0+(?:\.0*)?(?:ns|us|µs|ms|s|m|h)?\s*", keep_alive) is not None

@@ -67,11 +67,12 @@ class Writer:
         with self._lock:
             return len(self._pending) + (1 if self._busy else 0)
 
-    def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until every queued write is done (tests, exit) → whether they all are."""
+    def flush(self, timeout: float = 30.0, preparing: bool = True) -> bool:
+        """Wait until every queued write is done (tests, exit) → whether they all are. ``preparing``: wait for
+        ``prepare`` too, where nothing is queued."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._pending or self._busy or self._preparing:
+            while self._pending or self._busy or (self._preparing and preparing):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -86,7 +87,9 @@ class Writer:
             queued = len(self._pending)
         if queued:
             log.info("exiting: finishing %d prompt cache write(s)", queued)
-        done = self.flush(timeout)
+        # (``prepare`` runs no mlx code: with nothing queued, exit need not wait for it — the weights' digest may read
+        # a large model's every file)
+        done = self.flush(timeout, preparing=queued > 0)
         if not done:
             log.warning("exiting: prompt cache writes still in progress after %.0f s", timeout)
         return done

@@ -61,6 +61,11 @@ CALL_HEADS = {
 }
 
 
+# the shortest held tail the cap's end reads as a marker cut short, not text: "<", "<th" (HTML), "```" (a closing
+# fence, where Gemma's opener is "```tool_code") end answers as text as often as they begin a marker
+CUT_MARKER_MIN = 4
+
+
 def cut_head(syntax: str, raw: str) -> bool:
     """``raw`` (a call body the output cap ended before any call started) is the head of a call cut short."""
     if CALL_HEAD.match(raw):
@@ -137,7 +142,7 @@ class OutputParser:
         in pieces): the held tail that begins one is markup cut short, not text (logged). Without the cap the
         same tail is text: only the end of the output tells."""
         held = hold_length(self.buf, [s for s, _ in self._markers()])
-        if held:
+        if held >= CUT_MARKER_MIN:  # (a shorter tail is as likely the answer's own: "<th", "x <", a closing "```")
             log.info("the output cap cut a marker short: %r not sent", self.buf[-held:])
             self.buf = self.buf[:-held]
 

@@ -25,12 +25,32 @@ from ...errors import invalid
 from ...output_format import SUBSCHEMAS, vacuous_property_names
 
 CACHE_SIZE = 256
-# The escapes a JSON string may use: not ``\u``. llguidance (1.9) admits an extra key (one that is not a declared
-# property, where other keys are allowed) as any string but the declared names as written, so ``"\u0062"``
-# would be a second spelling of a declared ``"b"`` held to the extra keys' schema, not to b's; without ``\u`` a
-# key has one spelling (and a value's control characters other than these have none: never produced).
+# The escapes a JSON string may use. llguidance (1.9) admits an extra key (one that is not a declared property,
+# where other keys are allowed) as any string but the declared names as written, so ``"\u0062"`` would be a second
+# spelling of a declared ``"b"`` held to the extra keys' schema, not to b's: where a schema has such an object, a
+# string takes no ``\u`` (a key has one spelling; a control character other than these has none, never produced).
+# Elsewhere ``\u`` stays: the only spelling of a control character a const, enum or pattern may hold (ESC, ^C).
+ALL_ESCAPES = "\"\\bfnrtu"
+ONE_SPELLING = "\"\\bfnrt"
 JSON_OPTIONS = {"whitespace_flexible": False, "lenient": False, "coerce_one_of": False,
-                "item_separator": ",", "key_separator": ":", "json_allowed_escapes": "\"\\bfnrt"}
+                "item_separator": ",", "key_separator": ":"}
+
+
+def escapes(schema: Any) -> dict:
+    """The ``json_allowed_escapes`` override for ``schema`` (see ALL_ESCAPES)."""
+    return {"json_allowed_escapes": ONE_SPELLING if _open_object(schema) else ALL_ESCAPES}
+
+
+def _open_object(schema: Any) -> bool:
+    """Somewhere in ``schema``, an object that declares properties and admits other keys."""
+    if isinstance(schema, list):
+        return any(_open_object(v) for v in schema)
+    if not isinstance(schema, dict):
+        return False
+    if isinstance(schema.get("properties"), dict) and schema["properties"] \
+            and schema.get("additionalProperties", True) is not False:
+        return True
+    return any(_open_object(v) for v in schema.values())
 
 
 @dataclass(frozen=True)
@@ -149,7 +169,7 @@ def grammar_text(grammar: Grammar) -> str:
             return text
     if grammar.kind in ("json_schema", "json_object"):
         schema = with_format_patterns(grammar.source)
-        text = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
+        text = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides={**JSON_OPTIONS, **escapes(schema)})
     elif grammar.kind == "lark":
         text = llguidance.LLMatcher.grammar_from_lark(grammar.source)
     elif grammar.kind == "regex":
@@ -234,8 +254,8 @@ def arguments_schema(parameters: dict | None) -> dict:
 def json_rule(schema: Any, layout: JsonLayout = COMPACT) -> str:
     """A lark rule body holding a JSON value to ``schema``, spelt in ``layout``, its date / time / date-time
     formats held to our own patterns (FORMAT_PATTERNS) as structured output's are."""
-    return "%json " + json.dumps({**with_format_patterns(schema), "x-guidance": layout.options()},
-                                 ensure_ascii=False)
+    options = {**layout.options(), **escapes(schema)}
+    return "%json " + json.dumps({**with_format_patterns(schema), "x-guidance": options}, ensure_ascii=False)
 
 
 def custom_tool_refused(tool_name: str, markup: str):
