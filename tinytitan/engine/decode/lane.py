@@ -9,7 +9,8 @@ Rules:
 - The lane turns logits into samples exactly one way, whatever computed them (a row alone, the batch, a
   verify): processors over the context extended by the tokens read up to that position, then the row's own
   sampler on the normalised log-probabilities. So a row samples the same tokens alone, in the batch, or moved
-  from one to the other mid-answer — with or without a draft.
+  from one to the other mid-answer — with or without a draft — from the same logits (a wider pass may round
+  the model's logits in their last bit: docs/speculative-decoding.md).
 - A lane moves with its row between its own cache and the batch; nothing in it depends on where the cache is.
 """
 
