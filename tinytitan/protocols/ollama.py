@@ -262,6 +262,8 @@ class Ollama(Protocol):
     # -- routes --------------------------------------------------------------------------------------------
     async def chat(self, call: Call) -> Reply:
         v = await self.checked(call, handler="chat")
+        if not v.body["model"]:  # Ollama's ChatHandler's words (its GenerateHandler's: the model '' not found, 404)
+            raise invalid("model is required", param="model", code="missing_required_parameter")
         if not v.body.get("messages"):  # none, null or []: `ollama run` / `ollama.chat(model)` loading it
             return await self._loaded(v, message={"role": "assistant", "content": ""})
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)))
