@@ -18,3 +18,12 @@ async def test_a_stop_request_does_not_load_the_model_it_names(serve, models_dir
     answer = await c.generate(model="beta", keep_alive=0)  # ollama stop beta
     assert answer.done
     assert s.engine.resident == "alpha"  # beta was not loaded (alpha not evicted)
+
+
+def test_every_zero_duration_lets_the_model_go():
+    from tinytitan.protocols.ollama import _lets_go
+
+    for zero in (0, 0.0, "0", "0s", "0m0s", "0h0m0s", "-0s", "+0s", ".0s", "0μs", "0µs", "0.0s"):
+        assert _lets_go(zero), zero
+    for kept in (-1, "-1", "5m", "-5m", "0.5s", "1s", "", "x", True, None):
+        assert not _lets_go(kept), kept

@@ -353,11 +353,11 @@ class Ollama(Protocol):
 
 
 def _lets_go(keep_alive) -> bool:
-    """``keep_alive`` 0 (``0``, ``"0"``, ``"0s"``, ``"0m"``): the client lets the model go (``ollama stop``, Open
-    WebUI's unload), so its load request loads nothing."""
+    """``keep_alive`` 0 (``0``, ``"0"``, ``"0s"``, ``"0m0s"``, ``"-0s"``: any duration Go's ParseDuration reads as
+    zero): the client lets the model go (``ollama stop``, Open WebUI's unload), so its load request loads nothing."""
     if isinstance(keep_alive, bool):
         return False
     if isinstance(keep_alive, (int, float)):
         return keep_alive == 0
     return isinstance(keep_alive, str) and \
-        re.fullmatch(r"\s*0+(?:\.0*)?(?:ns|us|µs|ms|s|m|h)?\s*", keep_alive) is not None
+        re.fullmatch(r"\s*[+-]?(?:0+|(?:(?:0+\.?0*|\.0+)(?:ns|us|µs|μs|ms|s|m|h))+)\s*", keep_alive) is not None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -37,20 +38,62 @@ JSON_OPTIONS = {"whitespace_flexible": False, "lenient": False, "coerce_one_of":
 
 
 def escapes(schema: Any) -> dict:
-    """The ``json_allowed_escapes`` override for ``schema`` (see ALL_ESCAPES)."""
-    return {"json_allowed_escapes": ONE_SPELLING if _open_object(schema) else ALL_ESCAPES}
+    """The ``json_allowed_escapes`` override for ``schema`` (see ALL_ESCAPES). Where a const or enum holds a control
+    character only ``\\u`` can spell, ``\\u`` stays even beside an object that admits extra keys: without it the
+    compiler would leave the character out (a document breaking its const); a key may then be spelt twice there."""
+    if not _open_object(schema) or _unspellable(schema) is not None:
+        return {"json_allowed_escapes": ALL_ESCAPES}
+    return {"json_allowed_escapes": ONE_SPELLING}
+
+
+def _subschemas(schema: dict):
+    """The subschemas of ``schema`` (as ``with_format_patterns`` walks them: never a const, an enum or a
+    ``properties`` map's names)."""
+    tuple_items = isinstance(schema.get("items"), list)
+    for key, value in schema.items():
+        shape = ("list" if key == "items" and tuple_items else "one" if key == "additionalItems"
+                 else SUBSCHEMAS.get(key))
+        if shape == "one":
+            yield value
+        elif shape == "list" and isinstance(value, list):
+            yield from value
+        elif shape == "map" and isinstance(value, dict):
+            yield from value.values()
 
 
 def _open_object(schema: Any) -> bool:
     """Somewhere in ``schema``, an object that declares properties and admits other keys."""
-    if isinstance(schema, list):
-        return any(_open_object(v) for v in schema)
     if not isinstance(schema, dict):
         return False
     if isinstance(schema.get("properties"), dict) and schema["properties"] \
             and schema.get("additionalProperties", True) is not False:
         return True
-    return any(_open_object(v) for v in schema.values())
+    return any(_open_object(sub) for sub in _subschemas(schema))
+
+
+_CONTROL = re.compile("[\\x00-\\x07\\x0b\\x0e-\\x1f]")  # what only \\u spells
+
+
+def _unspellable(schema: Any) -> str | None:
+    """A control character only ``\\u`` spells, held by a const or enum somewhere in ``schema`` (None: none)."""
+    def found(value: Any) -> str | None:
+        if isinstance(value, str):
+            hit = _CONTROL.search(value)
+            return hit.group() if hit else None
+        items = list(value.items()) if isinstance(value, dict) else value if isinstance(value, list) else []
+        for item in items:
+            for part in (item if isinstance(value, dict) else (item,)):
+                if (hit := found(part)) is not None:
+                    return hit
+        return None
+
+    if not isinstance(schema, dict):
+        return None
+    for value in ([schema["const"]] if "const" in schema else []) + (
+            schema["enum"] if isinstance(schema.get("enum"), list) else []):
+        if (hit := found(value)) is not None:
+            return hit
+    return next((hit for sub in _subschemas(schema) if (hit := _unspellable(sub)) is not None), None)
 
 
 @dataclass(frozen=True)
