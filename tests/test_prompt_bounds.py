@@ -25,9 +25,9 @@ async def bounded(serve, demo_tok):
     s.encoded = []
     real = backend.timed_encode
 
-    def timed_encode(req):
+    def timed_encode(req, *args, **kw):
         s.encoded.append(len(req.messages))
-        return real(req)
+        return real(req, *args, **kw)
 
     backend.timed_encode = timed_encode
     return s

@@ -131,9 +131,11 @@ class PromptPreparation(TemplateRendering):
         encoded = self.timed_encode(req)
         return encoded.text, encoded.tokens
 
-    def timed_encode(self, req: ChatRequest, splice: bool = False, fp: Fingerprint | None = None) -> Encoded:
+    def timed_encode(self, req: ChatRequest, splice: bool = False, fp: Fingerprint | None = None,
+                     remember: bool = True) -> Encoded:
         """``encode``, timed; ``splice``: the prompt as the decoder will read it (``tokenize``, given the request's
-        fingerprint ``fp`` where the caller has it), with why it misses the cache and what the cache will know."""
+        fingerprint ``fp`` where the caller has it), with why it misses the cache and what the cache will know;
+        ``remember=False``: the same ids, the cache left as it was (a count: ``count_tokens``)."""
         t0 = time.perf_counter()
         if req.prompt is not None:
             text = self.raw_text(req)
@@ -146,7 +148,9 @@ class PromptPreparation(TemplateRendering):
         text = rendered(self.render, req)  # (a template's failure: the client's 400, or rendered again)
         t1 = time.perf_counter()
         miss = facts = None
-        if splice:
+        if splice and not remember:
+            tokens = self.spliced(text)[0]
+        elif splice:
             tokens, miss, facts = self.tokenize(text, req, fp)
         else:
             tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -159,16 +163,10 @@ class PromptPreparation(TemplateRendering):
         ids say and its request's fingerprint (``fp``, made here when not given), for the entry its generation
         stores: what that entry will know of the request (PromptFacts) comes back third (None without a cache)."""
         cache = getattr(self, "prompt_cache", None)
-        tokenizer = self.tokenizer
-
-        def encode(t: str) -> list[int]:
-            return list(tokenizer.encode(t, add_special_tokens=False))
-
+        tokens, spans = self.spliced(text)
         if cache is None:
-            return encode(text), None, None
-        decode = text_of(tokenizer)
-        tokens, spans = splice_prompt(text, cache.candidates(), encode, decode, restart_tokens(tokenizer),
-                                      more=cache.disk_candidates)
+            return tokens, None, None
+        decode = text_of(self.tokenizer)
         if fp is None and req is not None:
             fp = Fingerprint.of(req)
         runs = self.image_runs(tokens, req) if req is not None else ()
@@ -178,6 +176,20 @@ class PromptPreparation(TemplateRendering):
         note = cache.remember(tokens, spans, decode, fp, runs,
                               self.lasting_prompt(tokens, req) if req is not None else None)
         return tokens, miss, note.facts()
+
+    def spliced(self, text: str) -> tuple[list[int], tuple | None]:
+        """A rendered prompt's ids as the decoder will read them (the cache's own ids for an answer it holds,
+        prompt/splice.py), and their spans (None without a cache); remembers nothing (``tokenize`` does)."""
+        cache = getattr(self, "prompt_cache", None)
+        tokenizer = self.tokenizer
+
+        def encode(t: str) -> list[int]:
+            return list(tokenizer.encode(t, add_special_tokens=False))
+
+        if cache is None:
+            return encode(text), None
+        return splice_prompt(text, cache.candidates(), encode, text_of(tokenizer), restart_tokens(tokenizer),
+                             more=cache.disk_candidates)
 
     def image_runs(self, tokens: list[int], req: ChatRequest) -> tuple:
         """Where the request's images lie in its prompt's tokens (prompt_cache.ImageRun each); none for a model
@@ -371,10 +383,12 @@ class PromptPreparation(TemplateRendering):
         return out
 
     def count_tokens(self, req: ChatRequest) -> int:
-        """The prompt's length as ``prepare`` renders it. A prompt over the window is still counted, except one
-        whose lower bound is already over it: that is refused as generation would refuse it, unrendered. A
-        forced call or an output format is rendered as ``prepare`` renders it (``structured``: reasoning off,
-        only the named tools declared)."""
+        """The prompt's length as ``prepare`` renders and splices it. A prompt over the window is still counted,
+        except one whose lower bound is already over it: that is refused as generation would refuse it,
+        unrendered. A forced call or an output format is rendered as ``prepare`` renders it (``structured``:
+        reasoning off, only the named tools declared)."""
         req = self.structured(req)
         self.refuse_from_bound(req)
-        return len(self.encode(req)[1])
+        # spliced as ``prepare`` splices it: an answer the cache holds counts as the ids the model generated,
+        # which its text tokenized again rarely is
+        return len(self.timed_encode(req, splice=True, remember=False).tokens)
