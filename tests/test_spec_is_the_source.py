@@ -39,8 +39,8 @@ def edited_specs(tmp_path):
 async def test_thinking_types_and_effort_levels_are_the_specs(serve, edited_specs):
     edited_specs("anthropic_messages.yaml", "{enum: [enabled, disabled, adaptive, between_tools]}",
                  "{enum: [enabled, disabled, adaptive, between_tools, sometimes]}")
-    specs = edited_specs("anthropic_messages.yaml", "{enum: [low, medium, high, xhigh, max]}",
-                         "{enum: [low, medium, high, xhigh, max, ultra]}")
+    specs = edited_specs("anthropic_messages.yaml", "{enum: [low, medium, high, xhigh, max, null]}",
+                         "{enum: [low, medium, high, xhigh, max, null, ultra]}")
     stock, edited = await serve(["ok"]), await serve(["ok"], spec_dir=specs, strict=False)
     body = {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
     for extra, param in (({"thinking": {"type": "sometimes"}}, "thinking.type"),

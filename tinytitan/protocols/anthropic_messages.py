@@ -15,7 +15,7 @@ Rules (the issue's, where the API leaves a choice):
   prefill: the answer continues its text (``ChatRequest.continue_final``) and holds only what follows it. As the
   API does, its text may not end in whitespace, and one with no text begins nothing; it is refused beside
   thinking enabled, a forced tool choice or an output format, whose start it would take.
-- Reasoning: ``thinking.type: disabled`` is off; ``enabled`` maps ``budget_tokens`` onto the ladder in
+- Reasoning: ``thinking.type: disabled`` (and ``between_tools``: the API's thinking off) is off; ``enabled`` maps ``budget_tokens`` onto the ladder in
   ``extra.thinking_budget_levels`` (refused only where Anthropic refuses: under 1024, or not under
   ``max_tokens``); otherwise ``output_config.effort`` names the level; ``adaptive`` alone (or no ``thinking``)
   leaves it to the server's default.
@@ -24,7 +24,7 @@ Rules (the issue's, where the API leaves a choice):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import logging
 import re
 from typing import Any
@@ -41,6 +41,7 @@ from .anthropic_request import (
     prefill_blocks, user_turn)
 from .base import Protocol
 from .common import arguments_object, place_system
+from .responses_input import reasoning_payload
 from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.anthropic")
@@ -67,6 +68,9 @@ class MessagesRequest:
     applied_edits: list[dict] | None = None
 
 
+UNSIGNED = "tinytitan-unsigned"  # a shown thought's signature: not empty (see spec/anthropic_messages.yaml)
+
+
 @dataclass
 class MessagesState:
     """A Messages stream's bookkeeping (``vars`` in spec/anthropic_messages.yaml)."""
@@ -83,6 +87,8 @@ class MessagesState:
     stop_reason: str | None = None
     stop_sequence: str | None = None
     diagnostics: dict | None = None  # the cache-diagnosis beta's object, when the request opted in
+    thought: list[str] = field(default_factory=list)  # the thinking block open now, where its display is omitted
+    signature: str = UNSIGNED  # the closing thinking block's signature
 
 
 class AnthropicMessages(Protocol):
@@ -179,8 +185,10 @@ class AnthropicMessages(Protocol):
         if config is not None:
             effort = config.get("effort")  # one of the spec's values (request.fields.output_config)
         if thinking is not None:
-            kind = thinking["type"]  # one of the spec's types (request.fields.thinking); but for these two,
-            if kind == "disabled":   # each leaves the level to effort or the server's default, as adaptive does
+            kind = thinking["type"]  # one of the spec's types (request.fields.thinking); all but these leave the
+            # level to effort or the server's default, as adaptive does. between_tools is thinking off (the API's
+            # words: "thinking turned off", its progress updates between tool calls coming back as thinking blocks)
+            if kind in ("disabled", "between_tools"):
                 return False, None
             if kind == "enabled":
                 budget = thinking.get("budget_tokens")
@@ -257,12 +265,21 @@ class AnthropicMessages(Protocol):
         def close_block(m: Machine, ev) -> None:
             m.vars.closing = m.vars.block
 
+        def think(m: Machine, ev) -> None:
+            if not m.context.get("thinking_shown", True):  # kept only where the signature must carry it
+                m.vars.thought.append(ev.text)
+
+        def sign(m: Machine, ev) -> None:
+            s = m.vars
+            s.signature, s.thought = (reasoning_payload("".join(s.thought)) if s.thought else UNSIGNED), []
+
         def finish(m: Machine, ev) -> None:
             m.vars.stop_reason, m.vars.stop_sequence = stop_reason(ev, m.context["req"].get("stop_sequences"),
                                                                    maps["stop_reason"])
 
         return {"started": started, "started_early": started_early, "open_block": open_block,
-                "close_block": close_block, "tool_args": tool_args, "tool_done": tool_done, "finish": finish}
+                "close_block": close_block, "tool_args": tool_args, "tool_done": tool_done, "finish": finish,
+                "think": think, "sign": sign}
 
     def machine_state(self) -> "MessagesState":
         return MessagesState()

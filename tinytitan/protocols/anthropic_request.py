@@ -11,6 +11,7 @@ from ..chat_request import ImagePart, Message, Tool, ToolCall
 from ..errors import invalid
 from ..output_format import normalise
 from .common import content_of, template_variables
+from .responses_input import thought_of
 
 TEMPLATE_REASONING_KEYS = ("enable_thinking", "reasoning_effort")  # reasoning controls, read as such
 
@@ -200,8 +201,8 @@ def assistant_turn(blocks: list[tuple[str, dict]], names: dict[str, str]) -> Mes
             call_id, name, args = b["id"], b["name"], b.get("input", {})
             names[call_id] = name
             calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
-        elif b["type"] == "thinking":
-            thoughts.append(b["thinking"])
+        elif b["type"] == "thinking":  # one whose display was omitted carries it in its signature (ours only)
+            thoughts.append(b["thinking"] or thought_of(b.get("signature")))
         else:
             texts.extend(block_texts([(where, b)], "assistant"))
     return Message("assistant", TURN_JOIN.join(t for t in texts if t), tool_calls=tuple(calls),

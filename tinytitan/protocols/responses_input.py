@@ -317,7 +317,7 @@ def reasoning_text(item: dict) -> str:
         text = "".join(p.get("text") or "" for p in item.get(key) or () if isinstance(p, dict))
         if text:
             return text
-    return _thought_of(item.get("encrypted_content"))
+    return thought_of(item.get("encrypted_content"))
 
 
 REASONING_PAYLOAD = "tinytitan-reasoning/1"
@@ -329,7 +329,7 @@ def reasoning_payload(text: str) -> str:
     return base64.b64encode(json.dumps({"v": REASONING_PAYLOAD, "text": text}, ensure_ascii=False).encode()).decode()
 
 
-def _thought_of(payload) -> str:
+def thought_of(payload) -> str:
     if not isinstance(payload, str) or not payload:
         return ""
     try:
