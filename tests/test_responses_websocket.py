@@ -350,3 +350,19 @@ async def test_connections_over_the_cap_are_refused_with_426(serve):
                     break
                 except WebSocketUpgradeError:
                     await trio.sleep(0.05)
+
+
+async def test_a_stored_turn_chained_from_an_unstored_one_chains_after_the_connection(serve):
+    """store: true on a turn chained from one only the connection holds (store: false): stored with the whole
+    conversation, so another socket or plain HTTP can chain from it."""
+    server = await serve(["one", "two", "three"])
+    async with httpx.AsyncClient() as client:
+        async with aconnect_ws(server.url("/v1/responses"), client) as ws:
+            await ws.send_text(create(input="first question"))
+            first = (await turn(ws))[-1]["response"]["id"]
+            await ws.send_text(create(input="second question", store=True, previous_response_id=first))
+            second = (await turn(ws))[-1]["response"]["id"]
+        r = await client.post(server.url("/v1/responses"), json={"model": MODEL, "input": "third",
+                                                                  "previous_response_id": second})
+        assert r.status_code == 200, r.text
+        assert r.json()["output"][0]["content"][0]["text"] == "three"

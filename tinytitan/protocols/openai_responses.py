@@ -178,6 +178,13 @@ class OpenAIResponses(StoredResponses, Protocol):
         if not v.body.get("store"):
             return
         try:
+            prev = rec.previous_response_id
+            if prev and v.state.local is not None and v.state.local.get(prev) is not None \
+                    and await self.store().get(prev) is None:
+                # chained from a response only this connection holds (store: false): stored with the whole
+                # conversation, so the chain outlives the connection (over HTTP, on another socket)
+                rec = StoredResponse(id=rec.id, input=v.state.history + rec.input, events=rec.events,
+                                     previous_response_id=None, created_at=rec.created_at)
             await self.store().put(rec)
         except (*STORAGE_ERRORS, ValueError) as exc:  # a full or read-only disk, a lost database server (or
             # text it cannot encode) loses the record, not the answer
