@@ -30,6 +30,18 @@ class Recording(ScriptedBackend):
         return prepared
 
 
+class Asked(Recording):
+    """Keeps every ChatRequest it was asked to run, beside its prompt."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.requests = []
+
+    def prepare(self, req):
+        self.requests.append(req)
+        return super().prepare(req)
+
+
 def script_forcer(script: list[int], end: int):
     """A logits processor that forces ``script``, then ``end``: the next token by position, a function of how far
     ``tokens`` reaches past the first call's (a verify step asks a processor about positions whose draft may be

@@ -13,7 +13,7 @@ import pytest
 import trio
 from pydantic import BaseModel, ConfigDict
 
-from backends import Recording
+from backends import Asked, Recording
 from tinytitan.engine.backends.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, ScriptEntry, demo_tokenizer
 
 MODEL = "tinytitan-scripted"
@@ -294,21 +294,11 @@ async def test_num_predict_zero_is_no_cap(serve):
     assert (r.message.content, r.done_reason) == ("One two three four.", "stop")
 
 
-class _Requests(Recording):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.requests = []
-
-    def prepare(self, req):
-        self.requests.append(req)
-        return super().prepare(req)
-
-
 async def test_the_openai_style_settings_of_the_ai_sdks_ollama_provider_mean_what_they_say(serve, demo_tok):
     """ollama-ai-provider-v2 (the Vercel AI SDK's Ollama provider) sends ``tool_choice`` whenever tools are
     offered, and ``temperature`` / ``top_p`` / ``max_output_tokens`` at the top level. Ollama ignores them;
     here each means what it says, and a value in ``options`` wins."""
-    backend = _Requests([ScriptEntry('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+    backend = Asked([ScriptEntry('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
                                      '</tool_call>'), ScriptEntry("Sunny."), ScriptEntry("Sunny.")],
                         demo_tok, model_id=MODEL)
     s = await serve(backend=backend)

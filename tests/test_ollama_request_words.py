@@ -6,20 +6,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from backends import Recording
+from backends import Asked
 from tinytitan.engine.backends.scripted import ScriptEntry
 
 MODEL = "tinytitan-scripted"
 
-
-class Asked(Recording):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.requests = []
-
-    def prepare(self, req):
-        self.requests.append(req)
-        return super().prepare(req)
 USER = [{"role": "user", "content": "hi"}]
 
 
