@@ -95,6 +95,7 @@ def test_files_of_another_model_layout_or_version_are_never_read(demo_backend, t
     with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
         assert other_layout.fetch(tokens + [1]) == (None, 0)
     assert "another cache layout" in caplog.text
+    assert caplog.text.count("another cache layout") == 1  # one line a layout, however many files
 
     other_model = _cache(demo_backend, tmp_path)
     other_model.disk._digest = "0" * 64  # another model's weights
@@ -516,3 +517,16 @@ def test_the_first_turn_after_a_restart_reuses_the_last_answers_own_ids(demo_bac
         assert demo_backend.prompt_cache.fetch(p2.tokens)[1] == len(ids)  # the file read back, answer and all
     finally:
         demo_backend.prompt_cache = saved
+
+
+def test_many_files_of_another_layout_are_said_in_one_line(demo_backend, tmp_path, caplog):
+    c = _cache(demo_backend, tmp_path)
+    for start in (100, 400, 700):
+        tokens = list(range(start, start + 100))
+        c.store(tokens, _kv(demo_backend, tokens)[0])
+    c.disk.flush()
+    other_layout = _cache(demo_backend, tmp_path, layout=lambda: json.dumps({"classes": ["RotatingKVCache"]}))
+    with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
+        other_layout.fetch(list(range(100, 201)))
+    lines = [r.getMessage() for r in caplog.records if "another cache layout" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("prompt cache on disk: 3 file(s)"), lines

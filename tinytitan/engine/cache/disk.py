@@ -212,9 +212,13 @@ class PromptDisk:
         layout = self.layout  # (on first use: the model, outside the lock)
         with self._lock:
             other = [f for f in (self._index or {}).values() if f.layout != layout]
+        by_layout: dict[str, list[OnDisk]] = {}
         for f in other:
-            log.warning("prompt cache on disk: %s was written for another cache layout (%s, now %s); ignored",
-                        f.path.name, f.layout, self.layout)
+            by_layout.setdefault(f.layout, []).append(f)
+        for written, files in by_layout.items():  # one line a layout (an upgrade can leave hundreds of files)
+            log.warning("prompt cache on disk: %d file(s) in %s (e.g. %s) were written for another cache layout "
+                        "(%s, now %s); ignored: they go as the directory's least recently used", len(files),
+                        self.dir, files[0].path.name, written, layout)
 
     def best(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
         """The file that gives the most of ``prompt``'s tokens (at least one left to read), and how many: the
