@@ -38,6 +38,10 @@ MAX_PIXELS = 8192 * 4096
 MAX_IMAGES = 100  # Anthropic's own cap a request: an agent that keeps its screenshots meets no lower one here
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
 MEDIA_TYPES = frozenset(FORMATS.values()) | {"image/jpg"}
+# Pillow's names for files of those formats under another name: a JPEG with the Multi-Picture extension (many phone
+# and camera photos: a depth map, a gain map or a preview after the picture) opens as MPO; its first picture is the
+# JPEG every API reads
+ALIASES = {"MPO": "JPEG"}
 
 _DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*),(?P<data>.*)", re.S | re.I)
 
@@ -132,7 +136,7 @@ def inspect(image: ImagePart) -> ImageInfo:
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:
             with Image.open(io.BytesIO(image.data)) as img:
-                fmt, (width, height) = img.format or "", img.size
+                fmt, (width, height) = ALIASES.get(img.format or "", img.format or ""), img.size
                 _within(fmt, width, height, image.where)
                 img.verify()
         except ImageError:
