@@ -202,8 +202,7 @@ def _run(argv: list[str]) -> int:
         raise LaunchError(f"{NAMES[agent]} (`{program}`) is not installed: {INSTALL[agent]}")
     host = ns.host if ns.host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1"
     port = ns.port or _free_port()
-    if not ns.port:  # (launch picked the port: serve is told it, and not the 0 asked for)
-        serve_args = without_flag(serve_args, "--port")
+    serve_args = without_flag(serve_args, "--port")  # (StartedServer adds the port: launch's pick for a 0)
     base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
     key = ns.api_key or "local"
     started = None

@@ -19,7 +19,7 @@ FIRST_PROMPT = {
     "opencode": (11_800, "opencode 1.18.33, run: 11,134"),
     "pi": (2_300, "pi 0.73.1, -p: 2,141"),
     "aider": (1_200, "aider 0.86.2, --message, one small file: 1,039"),
-    "qwen-code": (25_000, "qwen-code 0.15.10, -p: 23,926"),
+    "qwen-code": (29_500, "qwen-code 0.15.10, -p --approval-mode yolo (its usual unattended run: 15 tools): 28,123"),
 }
 ANSWER_ROOM = agents.FIRST_ANSWER_ROOM  # the least room a first answer needs beside the prompt
 

@@ -60,6 +60,12 @@ class Served:
     codex_catalog: list = field(default_factory=list)  # the server's Codex catalog entries
 
     @property
+    def base_model(self) -> str:
+        """The served id itself, never the chat-only '-fast' name: for an agent's small model (titles, commit
+        messages, subagents), whose requests carry their instructions in a system message the '-fast' name strips."""
+        return str(self.card["id"])
+
+    @property
     def window(self) -> int:
         return int(self.card["context_window"])
 
@@ -79,15 +85,27 @@ class Invocation:
     files: dict[Path, str] = field(default_factory=dict)
 
 
+# Claude Code's switches to a cloud provider other than the base URL (Bedrock, Vertex …): each one set in the
+# user's shell or settings would take it there, past ANTHROPIC_BASE_URL; empty is off
+CLAUDE_PROVIDER_SWITCHES = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY",
+                            "CLAUDE_CODE_USE_ANTHROPIC_AWS", "CLAUDE_CODE_USE_ANTHROPIC_GOOGLE_CLOUD",
+                            "CLAUDE_CODE_USE_MANTLE")
+
+
 def claude(s: Served, own: Path, args: list[str]) -> Invocation:
     env = {"ANTHROPIC_BASE_URL": s.base, "ANTHROPIC_AUTH_TOKEN": s.key, "ANTHROPIC_API_KEY": "",
            **claude_env({**s.card, "context_window": s.window}),
            # its Haiku slot runs the Explore and Guide subagents (tools, and their own system prompt) and titles
            # (from a system message's instructions): the model itself, never the chat-only '-fast' name
-           "ANTHROPIC_DEFAULT_HAIKU_MODEL": s.model,
+           "ANTHROPIC_DEFAULT_HAIKU_MODEL": s.base_model,
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-           "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1"}
-    return Invocation(["claude", "--model", s.model, *args], env)
+           "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
+           **{name: "" for name in CLAUDE_PROVIDER_SWITCHES}}
+    # the same again as --settings (less the key, which stays off the command line): the "env" of the user's
+    # ~/.claude/settings.json (or a project's) is applied over the process environment, and would send the
+    # session to the URL and limits it names; flag settings come after every settings file but a managed one
+    flag = {k: v for k, v in env.items() if k != "ANTHROPIC_AUTH_TOKEN"}
+    return Invocation(["claude", "--model", s.model, "--settings", json.dumps({"env": flag}), *args], env)
 
 
 def codex(s: Served, own: Path, args: list[str]) -> Invocation:
@@ -104,20 +122,29 @@ def codex(s: Served, own: Path, args: list[str]) -> Invocation:
                       {catalog: json.dumps({"models": entries}, indent=1)})
 
 
+OPENCODE_AGENTS = ("build", "plan", "general", "explore", "compaction")  # opencode 1.18's built-in agents
+OPENCODE_SMALL_AGENTS = ("title", "summary")  # those that run on its small model
+
+
 def opencode(s: Served, own: Path, args: list[str]) -> Invocation:
-    model = {"name": s.model, "limit": {"context": s.window, "output": s.output_cap},
+    model = {"name": s.base_model, "limit": {"context": s.window, "output": s.output_cap},
              "tool_call": bool((s.card.get("capabilities") or {}).get("tools", True))}
     if "image" in (s.card.get("input_modalities") or ()):  # else opencode replaces an attached picture by an error
         model.update(attachment=True, modalities={"input": ["text", "image"], "output": ["text"]})
     config = {"$schema": "https://opencode.ai/config.json",
               "provider": {PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "tinytitan",
                                       "options": {"baseURL": s.base + "/v1", "apiKey": s.key},
-                                      "models": {s.model: model}}},
+                                      "models": {s.base_model: model}}},
               # (its small model writes titles and summaries from a system message: not the '-fast' name, which
               # strips it; that name stays in the list, to pick by hand)
-              "model": f"{PROVIDER}/{s.model}", "small_model": f"{PROVIDER}/{s.model}",
+              "model": f"{PROVIDER}/{s.model}", "small_model": f"{PROVIDER}/{s.base_model}",
+              # an agent's own "model" in the user's opencode.json comes before the top-level one: each built-in
+              # agent is named here, or the user's `agent.build.model` would take the session to another provider
+              "agent": {name: {"model": f"{PROVIDER}/{s.model}"} for name in OPENCODE_AGENTS}
+              | {name: {"model": f"{PROVIDER}/{s.base_model}"} for name in OPENCODE_SMALL_AGENTS},
               "autoupdate": False, "share": "disabled"}
-    config["provider"][PROVIDER]["models"][_fast(s.model)] = {**model, "name": _fast(s.model), "tool_call": False}
+    fast = _fast(s.base_model)
+    config["provider"][PROVIDER]["models"][fast] = {**model, "name": fast, "tool_call": False}
     env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config), "OPENCODE_DISABLE_AUTOUPDATE": "1",
            "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
            "OPENCODE_DISABLE_SHARE": "1"}
@@ -146,10 +173,13 @@ def aider(s: Served, own: Path, args: list[str]) -> Invocation:
     # (its weak model writes commit messages and history summaries from a system message's instructions: the
     # model itself, never the chat-only '-fast' name, which strips every system message)
     argv = ["aider", "--openai-api-base", s.base + "/v1", "--model", f"openai/{s.model}",
-            "--weak-model", f"openai/{s.model}", "--model-metadata-file", str(metadata),
+            "--weak-model", f"openai/{s.base_model}", "--model-metadata-file", str(metadata),
             "--no-analytics", "--no-check-update", "--no-show-model-warnings", "--no-show-release-notes"]
-    env = {"OPENAI_API_KEY": s.key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    return Invocation(argv + args, env, {metadata: json.dumps({f"openai/{s.model}": entry}, indent=1)})
+    # the key also as AIDER_OPENAI_API_KEY (--openai-api-key): aider loads a .env file (the project's, the home
+    # directory's) over the environment, and an OPENAI_API_KEY there would be sent instead (401 with --api-key)
+    env = {"OPENAI_API_KEY": s.key, "AIDER_OPENAI_API_KEY": s.key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    entries = {f"openai/{m}": entry for m in dict.fromkeys((s.model, s.base_model))}
+    return Invocation(argv + args, env, {metadata: json.dumps(entries, indent=1)})
 
 
 def qwen_code(s: Served, own: Path, args: list[str]) -> Invocation:
