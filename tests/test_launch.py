@@ -213,7 +213,7 @@ def test_misfit_names_both_ways_out():
     assert misfit("pi", 8192, "m", scripted=False) is None
     text = misfit("qwen-code", 16384, "m", scripted=False)
     assert "'m-fast'" in text and "--force" in text and "larger window" in text
-    assert "--context-window 28672" in misfit("qwen-code", 16384, "m", scripted=True)
+    assert "--context-window 32768" in misfit("qwen-code", 16384, "m", scripted=True)  # (29,500 + room)
 
 
 def test_every_agent_is_set_up_from_the_model_card_alone(tmp_path):
