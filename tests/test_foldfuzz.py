@@ -22,6 +22,7 @@ import pytest
 
 import family_fixtures as ff
 from sse import parse_sse
+from test_fuzz_outputs import Case  # (a case of the same fields; its tool_choice stays None here)
 
 SEED = int(os.environ.get("TINYTITAN_FOLDFUZZ_SEED", "7"))
 CASES = int(os.environ.get("TINYTITAN_FOLDFUZZ_CASES", "3"))  # (the suite: 3 a family; a hunt: more)
@@ -119,18 +120,6 @@ def gen_output(fam: str, rng: random.Random) -> str:
     if rng.random() < 0.2 and out:
         out.insert(rng.randrange(len(out) + 1), rng.choice(spec["bad"]))
     return rng.choice(["", "\n", " "]).join(out)
-
-
-@dataclass
-class Case:
-    n: int
-    output: str
-    tools: bool
-    cap: int | None
-    stop: list[str] = field(default_factory=list)
-
-    def __str__(self):
-        return f"case {self.n}: output={self.output!r} tools={self.tools} cap={self.cap} stop={self.stop}"
 
 
 def make_case(fam, n, rng, tok) -> Case:

@@ -49,6 +49,6 @@ async def test_the_streamed_signature_carries_an_omitted_thought(serve, demo_tok
             deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
             sigs[display] = [d["signature"] for d in deltas if d["type"] == "signature_delta"]
             assert (display == "omitted") == (not any(d["type"] == "thinking_delta" for d in deltas))
-    from tinytitan.protocols.responses_input import thought_of
+    from tinytitan.protocols.common import thought_of
     assert sigs["summarized"] == ["tinytitan-unsigned"]
     assert thought_of(sigs["omitted"][0]) == "I should look up Rome.\n"

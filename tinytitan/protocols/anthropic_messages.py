@@ -40,8 +40,7 @@ from .anthropic_request import (
     parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice, parse_tools,
     prefill_blocks, user_turn)
 from .base import Protocol
-from .common import arguments_object, place_system
-from .responses_input import reasoning_payload
+from .common import arguments_object, place_system, reasoning_payload
 from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.anthropic")

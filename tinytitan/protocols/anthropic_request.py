@@ -10,8 +10,7 @@ from .. import images, tool_choice
 from ..chat_request import ImagePart, Message, Tool, ToolCall
 from ..errors import invalid
 from ..output_format import normalise
-from .common import content_of, template_variables
-from .responses_input import thought_of
+from .common import content_of, template_variables, thought_of
 
 TEMPLATE_REASONING_KEYS = ("enable_thinking", "reasoning_effort")  # reasoning controls, read as such
 

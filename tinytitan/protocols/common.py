@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
 from typing import Callable
 
@@ -127,3 +130,26 @@ def arguments_object(text: str, name: str | None, complete: bool = True) -> dict
                     len(text))
         return {}
     return without_lone_surrogates(value)
+
+
+# -- a thought carried by the client (Responses' encrypted_content, Messages' signature) -----------------------
+REASONING_PAYLOAD = "tinytitan-reasoning/1"
+
+
+def reasoning_payload(text: str) -> str:
+    """A thought carried opaquely to the client and back: a Responses reasoning item's ``encrypted_content``, a
+    Messages thinking block's signature where the display omits the thought (not encrypted: base64 of JSON;
+    nothing here is secret from the client that holds the answer)."""
+    return base64.b64encode(json.dumps({"v": REASONING_PAYLOAD, "text": text}, ensure_ascii=False).encode()).decode()
+
+
+def thought_of(payload) -> str:
+    """The thought ``reasoning_payload`` carries; "" for any other value (another server's is opaque)."""
+    if not isinstance(payload, str) or not payload:
+        return ""
+    try:
+        value = json.loads(base64.b64decode(payload.encode(), validate=True).decode())
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return ""
+    ok = isinstance(value, dict) and value.get("v") == REASONING_PAYLOAD and isinstance(value.get("text"), str)
+    return value["text"] if ok else ""

@@ -180,9 +180,8 @@ def superseded(items: list[dict], managed: bool = True) -> list[dict]:
 def _still_loaded(payload: dict, items: list[dict]) -> list[dict]:
     """The search pairs a compaction item carries that ``items`` do not hold themselves (a client that kept the
     items the summary covers sends them again)."""
-    held = {(item.get("type"), item.get("call_id")) for item in items}
-    return [copy.deepcopy(item) for item in payload.get("loaded") or ()
-            if (item.get("type"), item.get("call_id")) not in held]
+    held = {_pair_key(item) for item in items}
+    return [copy.deepcopy(item) for item in payload.get("loaded") or () if _pair_key(item) not in held]
 
 
 def _is_user(item: dict) -> bool:
@@ -216,10 +215,15 @@ def searches(items: list[dict]) -> list[dict]:
             out += [calls[item.get("call_id")]] if item.get("call_id") in calls else []
             out.append(item)
     # once each: the pairs an earlier item carried are read after it (superseded), so they are among ``items`` too
-    seen: set = set()
-    out = [item for item in out if (key := (item.get("type"), item.get("call_id"))) not in seen
-           and not seen.add(key)]
-    return copy.deepcopy(out)
+    once: dict = {}
+    for item in out:
+        once.setdefault(_pair_key(item), item)
+    return copy.deepcopy(list(once.values()))
+
+
+def _pair_key(item: dict) -> tuple:
+    """What tells one item of a search pair from another: its type and its call."""
+    return item.get("type"), item.get("call_id")
 
 
 CALL_ITEMS = ("function_call", "custom_tool_call", "tool_search_call")

@@ -13,7 +13,7 @@ Rules:
   A ``reasoning`` item's text (its ``reasoning_text`` parts, else its summary) is the reasoning of the assistant
   turn that follows it before the next user message (the template renders it where the model saw it, so a tool
   loop's next turn reads the answer as generated); one with no text carries what its ``encrypted_content``
-  holds where this server wrote it (``reasoning_payload``), another server's nothing; one a user message
+  holds where this server wrote it (``common.reasoning_payload``), another server's nothing; one a user message
   follows first is dropped. ``compaction`` items are decoded into the text closing the system prompt
   (``system_note``).
 - Namespace tools are flattened into functions named ``<namespace without trailing _><sep><function>``
@@ -30,8 +30,6 @@ Rules:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 from dataclasses import replace
@@ -41,7 +39,7 @@ from ..chat_request import Message, Tool, ToolCall
 from ..errors import invalid
 from . import compaction
 from .base import new_id
-from .common import content_of
+from .common import content_of, thought_of
 
 log = logging.getLogger("tinytitan.responses")
 
@@ -318,23 +316,3 @@ def reasoning_text(item: dict) -> str:
         if text:
             return text
     return thought_of(item.get("encrypted_content"))
-
-
-REASONING_PAYLOAD = "tinytitan-reasoning/1"
-
-
-def reasoning_payload(text: str) -> str:
-    """A thought as a reasoning item's ``encrypted_content`` (not encrypted: base64 of JSON; nothing here is
-    secret from the client that holds the answer)."""
-    return base64.b64encode(json.dumps({"v": REASONING_PAYLOAD, "text": text}, ensure_ascii=False).encode()).decode()
-
-
-def thought_of(payload) -> str:
-    if not isinstance(payload, str) or not payload:
-        return ""
-    try:
-        value = json.loads(base64.b64decode(payload.encode(), validate=True).decode())
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        return ""
-    ok = isinstance(value, dict) and value.get("v") == REASONING_PAYLOAD and isinstance(value.get("text"), str)
-    return value["text"] if ok else ""

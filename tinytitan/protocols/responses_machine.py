@@ -25,7 +25,7 @@ from ..speclang.machine import Machine, WireEvent
 from ..speclang.json_text import strict_loads
 from . import compaction
 from .base import new_id
-from .responses_input import reasoning_payload
+from .common import reasoning_payload
 
 
 @dataclass

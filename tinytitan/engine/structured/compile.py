@@ -46,13 +46,19 @@ def escapes(schema: Any) -> dict:
     return {"json_allowed_escapes": ONE_SPELLING}
 
 
-def _subschemas(schema: dict):
-    """The subschemas of ``schema`` (as ``with_format_patterns`` walks them: never a const, an enum or a
-    ``properties`` map's names)."""
+def _keywords(schema: dict):
+    """Each keyword of ``schema`` with the shape its value has as subschemas: "one", "list", "map" (subschemas
+    as its values, never its names), or None (no subschema: a const, an enum); a draft-07 tuple's ``items``
+    array and its ``additionalItems`` included, which the compiler reads as written, whatever ``$schema`` says."""
     tuple_items = isinstance(schema.get("items"), list)
     for key, value in schema.items():
-        shape = ("list" if key == "items" and tuple_items else "one" if key == "additionalItems"
-                 else SUBSCHEMAS.get(key))
+        yield key, value, ("list" if key == "items" and tuple_items else "one" if key == "additionalItems"
+                           else SUBSCHEMAS.get(key))
+
+
+def _subschemas(schema: dict):
+    """The subschemas of ``schema`` (``_keywords``)."""
+    for _, value, shape in _keywords(schema):
         if shape == "one":
             yield value
         elif shape == "list" and isinstance(value, list):
@@ -76,16 +82,13 @@ _CONTROL = re.compile("[\\x00-\\x07\\x0b\\x0e-\\x1f]")  # what only \\u spells
 
 def _unspellable(schema: Any) -> str | None:
     """A control character only ``\\u`` spells, held by a const or enum somewhere in ``schema`` (None: none)."""
-    def found(value: Any) -> str | None:
+    def found(value: Any) -> str | None:  # in a string, or any key or value inside an object or array
         if isinstance(value, str):
             hit = _CONTROL.search(value)
             return hit.group() if hit else None
-        items = list(value.items()) if isinstance(value, dict) else value if isinstance(value, list) else []
-        for item in items:
-            for part in (item if isinstance(value, dict) else (item,)):
-                if (hit := found(part)) is not None:
-                    return hit
-        return None
+        parts = [p for pair in value.items() for p in pair] if isinstance(value, dict) else \
+            value if isinstance(value, list) else []
+        return next((hit for part in parts if (hit := found(part)) is not None), None)
 
     if not isinstance(schema, dict):
         return None
@@ -241,13 +244,10 @@ def with_format_patterns(schema: Any) -> Any:
     ignore a ``prefixItems`` (a loosened document)."""
     if not isinstance(schema, dict):
         return schema
-    tuple_items = isinstance(schema.get("items"), list)
     out = {}
-    for key, value in schema.items():
+    for key, value, shape in _keywords(schema):
         if key == "$schema" or (key == "propertyNames" and vacuous_property_names(value)):
             continue
-        shape = ("list" if key == "items" and tuple_items else "one" if key == "additionalItems"
-                 else SUBSCHEMAS.get(key))
         if shape == "one":
             value = with_format_patterns(value)
         elif shape == "list" and isinstance(value, list):
