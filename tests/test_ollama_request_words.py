@@ -67,3 +67,35 @@ async def test_null_tool_fields_in_a_message_read_as_absent(serve, demo_tok):
     assert r.status_code == 200, r.text
     seen = backend.requests[-1].messages
     assert [m.role for m in seen] == ["user", "assistant", "user"] and seen[1].tool_calls == ()
+
+
+@pytest.mark.parametrize("path,body", [("/api/chat", {"messages": USER}), ("/api/generate", {"prompt": "hi"}),
+                                       ("/api/chat", {})])  # (the last: a load request, refused as Ollama does)
+@pytest.mark.parametrize("think", [True, "high"])
+async def test_thinking_asked_of_a_model_that_does_not_think_is_refused_in_ollamas_words(serve, tmp_path, path,
+                                                                                          body, think):
+    """Ollama answers 400 ``"<model>" does not support thinking`` (server/routes.go); clients match those words
+    and ask again without ``think``: never a silent answer without the thought they asked for."""
+    import family_fixtures
+
+    backend = family_fixtures.backend("llama3", tmp_path, outputs=("plain",))
+    s = await serve(backend=backend)
+    r = await post(s, {"model": "fixture-llama3", "think": think, **body}, path)
+    assert r.status_code == 400, r.text
+    assert r.json() == {"error": '"fixture-llama3" does not support thinking'}
+    r = await post(s, {"model": "fixture-llama3", "think": False, **body}, path)
+    assert r.status_code == 200, r.text
+
+
+async def test_a_model_that_always_thinks_lists_thinking_and_takes_think(serve, tmp_path):
+    """A template with thinking markup but no switch (MiniMax M2) thinks whatever is asked: Ollama
+    lists ``thinking`` among its capabilities and takes ``think: true``."""
+    import family_fixtures
+
+    backend = family_fixtures.backend("minimax_m2", tmp_path, outputs=("<think>t</think>done",))
+    s = await serve(backend=backend)
+    async with httpx.AsyncClient() as h:
+        shown = await h.post(s.url("/api/show"), json={"model": "fixture-minimax_m2"})
+    assert "thinking" in shown.json()["capabilities"]
+    r = await post(s, {"model": "fixture-minimax_m2", "think": True, "messages": USER})
+    assert r.status_code == 200, r.text

@@ -264,15 +264,28 @@ class Ollama(Protocol):
         v = await self.checked(call, handler="chat")
         if not v.body["model"]:  # Ollama's ChatHandler's words (its GenerateHandler's: the model '' not found, 404)
             raise invalid("model is required", param="model", code="missing_required_parameter")
+        self._thinks_if_asked(v)
         if not v.body.get("messages"):  # none, null or []: `ollama run` / `ollama.chat(model)` loading it
             return await self._loaded(v, message={"role": "assistant", "content": ""})
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)))
 
     async def complete(self, call: Call) -> Reply:
         v = await self.checked(call, handler="complete")
+        self._thinks_if_asked(v)
         if not v.body.get("prompt") and not v.body.get("suffix"):
             return await self._loaded(v, response="")
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
+
+    def _thinks_if_asked(self, v: Validated) -> None:
+        """Thinking asked of a model that does not think is refused in Ollama's words (its Chat and Generate
+        handlers, before they load the model): clients match "does not support thinking" and ask again without
+        ``think``. ``think: false`` is taken by every model; an unknown model is its 404 first."""
+        think = v.body.get("think")
+        if think is None or think is False:
+            return
+        model = v.body["model"]
+        if "thinking" not in self.engine.model_card(model)["capabilities"]:
+            raise invalid(f"{json.dumps(model)} does not support thinking", param="think")
 
     async def _loaded(self, v: Validated, **answer) -> Reply:
         """Ollama's way to load a model: a request with nothing to continue makes the model resident (as

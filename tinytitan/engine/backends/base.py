@@ -103,27 +103,32 @@ class Backend(PromptPreparation, ABC):
         ``features``: tools (the template renders tool definitions), reasoning (its thinking switch, effort
         ladder or thinking markup), structured output (grammar masks are built over the tokenizer)."""
         src = template_source(self.tokenizer)
-        markup = self.family.markup if self.tokenizer is not None else None
         reasoning = self.template_reasoning
-        thinks = bool(reasoning.binary or reasoning.ladder) or (self.tokenizer is not None and self.family.harmony) \
-            or bool(markup and markup.think_open and markup.think_open in src)
         levels = list(reasoning.ladder) or (["off", "on"] if reasoning.binary else [])
         return {"context_window": self.context_window, "max_output_tokens": self.context_window,
                 "input_modalities": ["text", "image"] if self.takes_images else ["text"],
-                "features": {"tools": "tools" in src, "reasoning": thinks, "reasoning_levels": levels,
+                "features": {"tools": "tools" in src, "reasoning": self.thinks(src), "reasoning_levels": levels,
                              "structured_output": self.tokenizer is not None}}
 
     def describe(self) -> dict:
         return {"id": self.model_id, **self.limits()}
 
-    def card(self) -> dict:
-        """What a client may want to show about the model: its family, chat template and capabilities."""
-        source = template_source(self.tokenizer)
+    def thinks(self, src: str) -> bool:
+        """Whether the model writes a thought: its template's thinking switch or effort ladder, Harmony's
+        analysis channel, or thinking markup in a template with no switch (a model that always thinks)."""
         reasoning = self.template_reasoning
+        markup = self.family.markup if self.tokenizer is not None else None
+        return bool(reasoning.binary or reasoning.ladder) or (self.tokenizer is not None and self.family.harmony) \
+            or bool(markup and markup.think_open and markup.think_open in src)
+
+    def card(self) -> dict:
+        """What a client may want to show about the model: its family, chat template and capabilities (Ollama's
+        names; ``thinking`` for every model that thinks, as Ollama lists it for an always-thinking one)."""
+        source = template_source(self.tokenizer)
         capabilities = ["completion"]
         if "tools" in source:
             capabilities.append("tools")
-        if reasoning.binary or reasoning.ladder:
+        if self.thinks(source):
             capabilities.append("thinking")
         if self.fim_tokens:
             capabilities.append("insert")
