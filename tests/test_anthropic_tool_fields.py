@@ -26,7 +26,7 @@ async def test_input_examples_are_shown_to_the_model(serve):
 async def test_an_unknown_tool_key_or_a_code_only_tool_is_refused_by_name(serve):
     s = await serve(["ok"])
     r = await post(s, body(tools=[dict(TOOL, defer_loadng=True)]))  # a misspelt defer_loading
-    assert_envelope(r, 400, "invalid_request_error", "tools[0].defer_loadng")
+    assert_envelope(r, 400, "invalid_request_error", "tools.0.custom.defer_loadng: Extra inputs are not permitted")
     r = await post(s, body(tools=[dict(TOOL, allowed_callers=["code_execution_20250825"])]))
     assert_envelope(r, 400, "invalid_request_error", "allowed_callers", "tools[0]")
     r = await post(s, body(tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]))

@@ -39,6 +39,32 @@ def spell(parts: tuple) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else p) for i, p in enumerate(parts))
 
 
+def loc(doc: Any, parts: tuple, tagged: dict | None = None) -> str:
+    """A place as pydantic writes it (the Anthropic API's errors): steps joined by dots (``messages.0.content``),
+    and after an object at a ``tagged`` path (``thinking``, ``tools[]``: one of several shapes told apart by a
+    key) that key's value, as the shape's name (``thinking.adaptive.foo``). A tag is the key's name, or
+    ``{key, default}`` where an object without the key is one shape (``tools.0.custom.foo``)."""
+    out: list[str] = []
+    pattern, node = "", doc
+    for p in parts:
+        node = node[p] if isinstance(node, (dict, list)) and _has(node, p) else MISSING
+        pattern += "[]" if isinstance(p, int) else (f".{p}" if pattern else p)
+        out.append(str(p))
+        tag = (tagged or {}).get(pattern)
+        key, default = (tag, None) if isinstance(tag, str) else ((tag or {}).get("key"), (tag or {}).get("default"))
+        if key and isinstance(node, dict):
+            name = node.get(key, default)
+            if isinstance(name, str):
+                out.append(name)
+    return ".".join(out)
+
+
+def _has(node: Any, step: Any) -> bool:
+    if isinstance(node, dict):
+        return step in node
+    return isinstance(step, int) and -len(node) <= step < len(node)
+
+
 def _reach(node: Any, path: list, at: int, here: tuple, out: list) -> None:
     while at < len(path):
         step = path[at]

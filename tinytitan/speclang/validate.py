@@ -138,6 +138,7 @@ class RequestValidator:
         self.hooks = hooks
         self.new_state = state
         self.schemas = {name: field_validator(f["schema"]) for name, f in self.fields.items() if "schema" in f}
+        self.tagged: dict = spec.request.get("tagged") or {}
 
     def parse_json(self, raw: bytes) -> Any:
         try:
@@ -162,7 +163,7 @@ class RequestValidator:
             if name not in self.fields:
                 if self.unknown == "refuse":
                     raise invalid(f"Unrecognized request argument supplied: {name}", param=name,
-                                  code="unknown_parameter")
+                                  code="unknown_parameter", data={"loc": name})
                 out.ignored.append(name)
         if out.ignored:
             log.warning("%s: ignoring unknown request fields %s", self.spec.name, ", ".join(out.ignored))
@@ -243,11 +244,14 @@ class RequestValidator:
         if name in self.schemas:
             error = best_match(self.schemas[name].iter_errors(value))
             if error is not None:
-                raise schema_error(name, error)
+                raise schema_error(name, error, {name: value}, self.tagged)
 
 
-def schema_error(name: str, error: jsonschema.ValidationError) -> ApiError:
-    """A field's JSON-Schema failure as the client's 400, naming the exact place (``messages[2].role``)."""
+def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
+                 tagged: Mapping | None = None) -> ApiError:
+    """A field's JSON-Schema failure as the client's 400, naming the exact place (``messages[2].role``). An
+    unknown key also carries its place as pydantic writes it (``data["loc"]``: ``paths.loc``), for the protocols
+    that word it the API's way (``extra.error_wording``)."""
     where = name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
     if error.validator == "required":
         missing = next(r for r in error.validator_value if r not in error.instance)
@@ -257,8 +261,9 @@ def schema_error(name: str, error: jsonschema.ValidationError) -> ApiError:
         allowed = set(error.schema.get("properties") or {})
         extra = next((k for k in error.instance if k not in allowed), None)
         if extra is not None:
+            place = (name, *error.absolute_path, extra)
             return invalid(f"Unrecognized parameter: '{where}.{extra}'", param=f"{where}.{extra}",
-                           code="unknown_parameter")
+                           code="unknown_parameter", data={"loc": paths.loc(body, place, dict(tagged or {}))})
     if error.validator == "type":
         want = error.validator_value
         want = " or ".join(_ARTICLE.get(t, t) for t in ([want] if isinstance(want, str) else want))
