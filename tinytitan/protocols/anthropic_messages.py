@@ -11,7 +11,8 @@ Rules (the issue's, where the API leaves a choice):
   it — and its cached prefix — is unchanged.
 - ``thinking`` blocks sent back are their turn's reasoning, rendered where the template puts it (so a tool loop's
   next turn reads the answer as it was generated; ``clear_thinking_20251015`` clears older turns'); a
-  ``redacted_thinking`` block carries nothing a model here reads. A final assistant turn with text is a
+  ``redacted_thinking`` block carries nothing a model here reads. In a user turn either is refused, as the API
+  refuses it, and so are an empty user turn, an empty text block in one, and a ``tool_use`` id used twice. A final assistant turn with text is a
   prefill: the answer continues its text (``ChatRequest.continue_final``) and holds only what follows it. As the
   API does, its text may not end in whitespace, and one with no text begins nothing; it is refused beside
   thinking enabled, a forced tool choice or an output format, whose start it would take.
@@ -36,9 +37,9 @@ from ..output_format import normalise
 from ..speclang.machine import Machine, WireEvent
 from . import context_edits
 from .anthropic_request import (
-    CACHE_DIAGNOSIS_BETA, TURN_JOIN, _blocks, assistant_turn, block_texts, cache_diagnostics, parse_diagnostics,
-    parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice, parse_tools,
-    prefill_blocks, user_turn)
+    CACHE_DIAGNOSIS_BETA, TURN_JOIN, _blocks, assistant_turn, block_texts, cache_diagnostics, check_user_content,
+    parse_diagnostics, parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice,
+    parse_tools, prefill_blocks, user_turn)
 from .base import Protocol
 from .common import arguments_object, place_system, reasoning_payload
 from .wire import Call, Reply
@@ -132,6 +133,8 @@ class AnthropicMessages(Protocol):
         for i, m in enumerate(value):
             where = f"messages[{i}]"
             role = "user" if m["role"] in USER_ROLES else m["role"]
+            if m["role"] == "user":  # (ctx / msg turns: Claude Code's own, whose rules the API does not say)
+                check_user_content(m["content"], where)
             blocks = [(f"{where}.content[{j}]", b) for j, b in enumerate(_blocks(m["content"]))]
             if isinstance(m.get("content"), str):
                 blocks = [(f"{where}.content", blocks[0][1])]

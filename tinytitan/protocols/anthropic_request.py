@@ -192,12 +192,30 @@ def block_texts(blocks: list[tuple[str, dict]], role: str) -> list[str]:
     return out
 
 
+def check_user_content(content: str | list, where: str) -> None:
+    """A user turn's content, refused as the API refuses it: empty (a string or no blocks), a text block with no
+    text, or thinking (an assistant turn's: there is no turn here to give it to)."""
+    if not content:
+        raise invalid(f"{where}: all messages must have non-empty content except for the optional final assistant "
+                      "message", param=f"{where}.content", code="invalid_value")
+    for j, b in enumerate(content if isinstance(content, list) else ()):
+        if b.get("type") == "text" and b.get("text") == "":
+            raise invalid(f"{where}.content[{j}]: text content blocks must be non-empty",
+                          param=f"{where}.content[{j}].text", code="invalid_value")
+        if b.get("type") in ("thinking", "redacted_thinking"):
+            raise invalid(f"{where}.content: thinking blocks may only be in `assistant` messages",
+                          param=f"{where}.content[{j}].type", code="invalid_value")
+
+
 def assistant_turn(blocks: list[tuple[str, dict]], names: dict[str, str]) -> Message:
-    """An assistant turn: its text, its calls, its thinking as the turn's reasoning (see the header)."""
+    """An assistant turn: its text, its calls (each id once in the conversation, as the API requires: a result
+    names its call by id alone), its thinking as the turn's reasoning (see the header)."""
     texts, calls, thoughts = [], [], []
     for where, b in blocks:
         if b["type"] == "tool_use":
             call_id, name, args = b["id"], b["name"], b.get("input", {})
+            if call_id in names:
+                raise invalid(f"{where}: `tool_use` ids must be unique", param=f"{where}.id", code="invalid_value")
             names[call_id] = name
             calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
         elif b["type"] == "thinking":  # one whose display was omitted carries it in its signature (ours only)
