@@ -262,7 +262,7 @@ def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
         extra = next((k for k in error.instance if k not in allowed), None)
         if extra is not None:
             place = (name, *error.absolute_path, extra)
-            return invalid(f"Unrecognized parameter: '{where}.{extra}'", param=f"{where}.{extra}",
+            return invalid(f"Unknown parameter: '{where}.{extra}'.", param=f"{where}.{extra}",
                            code="unknown_parameter", data={"loc": paths.loc(body, place, dict(tagged or {}))})
     if error.validator == "type":
         want = error.validator_value
