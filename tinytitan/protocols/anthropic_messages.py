@@ -12,8 +12,9 @@ Rules (the issue's, where the API leaves a choice):
 - ``thinking`` blocks sent back are their turn's reasoning, rendered where the template puts it (so a tool loop's
   next turn reads the answer as it was generated; ``clear_thinking_20251015`` clears older turns'); a
   ``redacted_thinking`` block carries nothing a model here reads. In a user turn either is refused, as the API
-  refuses it, and so are an empty user turn, an empty text block in one, and a ``tool_use`` id used twice. A final assistant turn with text is a
-  prefill: the answer continues its text (``ChatRequest.continue_final``) and holds only what follows it. As the
+  refuses it, and so are an empty user turn and an empty text block in one (a ``tool_use`` id used twice is
+  taken: clients have shipped bugs that send one, and an id only pairs a result with its call). A final
+  assistant turn with text is a prefill: the answer continues its text (``ChatRequest.continue_final``) and holds only what follows it. As the
   API does, its text may not end in whitespace, and one with no text begins nothing; it is refused beside
   thinking enabled, a forced tool choice or an output format, whose start it would take.
 - Reasoning: ``thinking.type: disabled`` (and ``between_tools``: the API's thinking off) is off; ``enabled`` maps ``budget_tokens`` onto the ladder in

@@ -208,14 +208,11 @@ def check_user_content(content: str | list, where: str) -> None:
 
 
 def assistant_turn(blocks: list[tuple[str, dict]], names: dict[str, str]) -> Message:
-    """An assistant turn: its text, its calls (each id once in the conversation, as the API requires: a result
-    names its call by id alone), its thinking as the turn's reasoning (see the header)."""
+    """An assistant turn: its text, its calls, its thinking as the turn's reasoning (see the header)."""
     texts, calls, thoughts = [], [], []
     for where, b in blocks:
         if b["type"] == "tool_use":
             call_id, name, args = b["id"], b["name"], b.get("input", {})
-            if call_id in names:
-                raise invalid(f"{where}: `tool_use` ids must be unique", param=f"{where}.id", code="invalid_value")
             names[call_id] = name
             calls.append(ToolCall(call_id, name, json.dumps(args, ensure_ascii=False)))
         elif b["type"] == "thinking":  # one whose display was omitted carries it in its signature (ours only)
