@@ -5,8 +5,9 @@ Rules:
   the server reach whatever host a client names: turn it on only where every client is trusted.
 - Each protocol's spec lists where its image URLs stand (``extra.image_urls``: ``messages[].content[].
   image_url.url`` …). Before a body is validated, every remote URL there is fetched — concurrently, at most
-  ``CONCURRENCY`` at a time, ``MAX_IMAGES`` in all — on the event loop with httpx (never blocking it), and
-  replaced by a ``data:`` URL of what came back, so the protocols only ever read data URLs.
+  ``CONCURRENCY`` at a time, ``MAX_IMAGES`` in all, a URL standing in several places once — on the event loop with
+  httpx (never blocking it), and replaced by a ``data:`` URL of what came back, so the protocols only ever read
+  data URLs.
 - Limits per image: ``TIMEOUT_SECONDS`` for the whole fetch (connect, redirects — at most ``MAX_REDIRECTS`` —
   and body), ``images.MAX_BYTES`` of body (the download stops there). A fetch that fails, times out, is over the
   limit, or answers other than 200 is a 400 naming the part (``image_url_fetch_failed``).
@@ -131,22 +132,25 @@ async def with_fetched_images(call: Call, paths: list[str]) -> Call:
         raise ImageError(f"too many images in one request: more than {images.MAX_IMAGES} remote image URLs",
                          where, "too_many_images", limit=images.MAX_IMAGES)
     limit = trio.CapacityLimiter(CONCURRENCY)
-    fetched: dict[int, str] = {}
+    fetched: dict[str, str] = {}
+    first: dict[str, str] = {}  # each URL once, named by its first place (a screenshot sent again in the history)
+    for _, _, where, url in found:
+        first.setdefault(url, where)
 
-    async def one(i: int, url: str, where: str) -> None:
+    async def one(url: str, where: str) -> None:
         async with limit:
-            fetched[i] = await fetch_image(client, url, where)
+            fetched[url] = await fetch_image(client, url, where)
 
     async with httpx.AsyncClient(follow_redirects=True, max_redirects=MAX_REDIRECTS,
                                  timeout=TIMEOUT_SECONDS, trust_env=False) as client:
         try:
             async with trio.open_nursery() as nursery:
-                for i, (_, _, where, url) in enumerate(found):
-                    nursery.start_soon(one, i, url, where)
+                for url, where in first.items():
+                    nursery.start_soon(one, url, where)
         except BaseExceptionGroup as group:  # the first refusal speaks for the request
             raise next(e for e in _leaves(group)) from None
-    for i, (container, key, _, _) in enumerate(found):
-        container[key] = fetched[i]
+    for container, key, _, url in found:
+        container[key] = fetched[url]
     return replace(call, body=json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
