@@ -11,7 +11,8 @@ Rules:
 - Limits, per image: ``MAX_BYTES`` of data (20 MiB, as decoded from base64), ``MAX_SIDE`` pixels on either side
   and ``MAX_PIXELS`` in all (8192 and 33,554,432 = 8192 × 4096, so a 6K screenshot passes); per request
   ``MAX_IMAGES`` images (100, as Anthropic allows). These bound what is decoded; fitting an image to the
-  model's own input size (its processor's resize) is the engine's work, done after ``open_image``.
+  model's own input size (its processor's resize) is the engine's work, done after ``open_image``, which gives
+  RGB as the models' own processors make it: transparency over white, a 16-bit grayscale PNG scaled to 8 bits.
 - A remote ``http(s)`` URL is fetched only where the operator turned fetching on (``--fetch-images``, see
   ``tinytitan/http/fetch.py``); otherwise it is refused by name. Other URL schemes, and ``file_id``
   references, are refused by name.
@@ -197,8 +198,25 @@ def open_image(image: ImagePart):
     try:
         with Image.open(io.BytesIO(image.data)) as img:
             img.load()
-            upright = ImageOps.exif_transpose(img)
-            return upright.convert("RGB")
+            return _rgb(ImageOps.exif_transpose(img))
     except Exception as exc:
         raise ImageError(f"the image is damaged or truncated ({_reason(exc)})", image.where,
                          "invalid_image") from None
+
+
+def _rgb(img):
+    """Any mode those formats open in, as RGB the way the models' own processors make it (transformers'
+    ``convert_to_rgb``): transparency laid over white, not dropped — a PNG's transparent pixels keep whatever
+    colour was stored under them, often black, so black text on a transparent background read as a black square.
+    A 16-bit grayscale PNG is scaled to 8 bits: Pillow's own conversion clips at 255, which turned all but the
+    darkest 1/256 of its range white."""
+    from PIL import Image
+
+    if img.mode.startswith("I"):  # I;16 (I on older Pillow): 0..65535
+        import numpy as np
+
+        img = Image.fromarray((np.clip(np.asarray(img), 0, 65535) >> 8).astype(np.uint8))
+    if "A" in img.getbands() or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
+    return img.convert("RGB")
