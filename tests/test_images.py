@@ -68,7 +68,7 @@ def assert_images(req: ChatRequest, expected: list[tuple[bytes, str, str]]) -> N
     """The request's images are exactly these (bytes, media type, where), in order, with their digests."""
     got = [(p.data, p.media_type, p.where) for p in req.images]
     assert got == expected
-    assert all(p.digest == hashlib.sha256(p.data).hexdigest() for p in req.images)
+    assert all(p.digest == hashlib.sha256(images.PIXELS_VERSION + p.data).hexdigest() for p in req.images)
 
 
 # -- the module ------------------------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ def test_urls_other_than_base64_data_urls_are_refused_by_name(url, code, words):
 
 def test_a_data_url_keeps_its_bytes_media_type_and_digest():
     part = images.from_url(f"data:image/png;charset=binary;base64,{b64(PNG)[:10]}\n{b64(PNG)[10:]}", "w")
-    assert part == ImagePart(PNG, "image/png", hashlib.sha256(PNG).hexdigest(), "w")
+    assert part == ImagePart(PNG, "image/png", hashlib.sha256(images.PIXELS_VERSION + PNG).hexdigest(), "w")
 
 
 def test_byte_and_count_limits(monkeypatch):

@@ -76,6 +76,12 @@ class ImageInfo:
     height: int
 
 
+# An image's digest keys the pixels the model reads (the prompt cache, on disk too, stores its KV under it), so it
+# covers how the bytes become pixels: a change to ``open_image`` that gives other pixels for the same bytes bumps
+# this, and a prefix cached from the old pixels is never served again (2: transparency laid over white).
+PIXELS_VERSION = b"tinytitan-pixels-2:"
+
+
 # -- from a protocol's spelling --------------------------------------------------------------------------------
 def part(data: bytes, media_type: str, where: str) -> ImagePart:
     """The bytes of an image as sent: within the byte limit, keyed by their digest (not yet opened)."""
@@ -88,7 +94,8 @@ def part(data: bytes, media_type: str, where: str) -> ImagePart:
     if len(data) > MAX_BYTES:
         raise ImageError(f"image exceeds {MAX_BYTES} bytes maximum: {len(data)} bytes > {MAX_BYTES} bytes",
                          where, "image_too_large", limit=MAX_BYTES, size=len(data))
-    return ImagePart(data=data, media_type=media_type, digest=hashlib.sha256(data).hexdigest(), where=where)
+    return ImagePart(data=data, media_type=media_type, digest=hashlib.sha256(PIXELS_VERSION + data).hexdigest(),
+                     where=where)
 
 
 def from_base64(text: str, media_type: str, where: str) -> ImagePart:
