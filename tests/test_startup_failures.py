@@ -185,3 +185,53 @@ def test_a_follower_rank_is_not_stopped_by_rank_0s_host_address(monkeypatch):
     args = build_parser().parse_args(["serve", "--host", "192.0.2.1", "--allow-remote", "--port", "8080",
                                       "--prompt-cache-dir", "off"])
     assert serve_mod.serve(args) == 0
+
+
+def with_template(tmp_path, demo_dir, name: str, template: str) -> Path:
+    model = tmp_path / name
+    shutil.copytree(demo_dir, model)
+    tc = json.loads((model / "tokenizer_config.json").read_text())
+    tc["chat_template"] = template
+    (model / "tokenizer_config.json").write_text(json.dumps(tc))
+    return model
+
+
+BROKEN_TEMPLATES = {  # each fails on every conversation: found at start, not as a 400 on every request
+    "syntax": ("{% for m in messages %}{{ m.content }}", "Unexpected end of template"),
+    "raises": ("{{ raise_exception('this template is a stub') }}", "this template is a stub"),
+    "type": ("{{ messages[0].content + 1 }}{% if add_generation_prompt %}>{% endif %}", "TypeError"),
+}
+# refuses a system message (as Gemma's first templates did) and nothing else: served (the family folds a system
+# message into the first user turn for it)
+REFUSES_SYSTEM = ("{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}"
+                  "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize("kind", list(BROKEN_TEMPLATES))
+def test_a_chat_template_that_renders_nothing_is_refused_at_start(tmp_path, demo_dir, kind):
+    template, named = BROKEN_TEMPLATES[kind]
+    model = with_template(tmp_path, demo_dir, "m", template)
+    said = serve_fails(tmp_path, "--model", str(model), "--port", "0").stderr
+    assert "cannot serve the model m" in said and "chat template" in said and named in said, said[-2000:]
+
+
+def test_a_catalog_leaves_out_a_model_whose_template_renders_nothing(tmp_path, demo_dir):
+    import httpx
+
+    root = tmp_path / "models"
+    shutil.copytree(demo_dir, root / "ok")
+    with_template(root, demo_dir, "stub", BROKEN_TEMPLATES["raises"][0])
+    with_template(root, demo_dir, "nosystem", REFUSES_SYSTEM)
+    proc, _, base, said = start(["--models-dir", str(root), "--state", str(tmp_path / "state"),
+                                 "--prompt-cache-dir", "off"])
+    try:
+        assert sorted(m["id"] for m in httpx.get(base + "/v1/models").json()["data"]) == ["nosystem", "ok"]
+        assert "stub: not served:" in said and "this template is a stub" in said, said
+        ask = {"model": "nosystem", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(base + "/v1/chat/completions", json=ask, timeout=60).status_code == 200
+        ask["messages"].insert(0, {"role": "system", "content": "Be brief."})
+        assert httpx.post(base + "/v1/chat/completions", json=ask, timeout=60).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -127,17 +127,18 @@ def make_backends(args) -> list:
         from .engine.group.ranks import Unshardable
 
         group = getattr(args, "group", None)
-        try:
-            backends = [backend_class(path, group)(path, model_id, prompt_cache_bytes=cache_bytes,
+        try:  # the tokenizer and template judged before the weights are read (which may take minutes)
+            backends = [backend_class(path, group)(path, model_id, prompt_cache_bytes=cache_bytes, lazy=True,
                                                    speculative=speculative_config(args, draft=True, group=group),
                                                    group=group)]
+            refused = unservable(backends[0])
+            if refused:
+                raise SystemExit(f"cannot serve the model {model_id} from {path}: {refused}")
+            backends[0].ensure_loaded()
         except (DraftModelRefused, Unshardable) as exc:
             raise SystemExit(str(exc)) from None
         except LOAD_ERRORS as exc:  # missing or damaged weights, a config mlx-lm cannot read …
             raise SystemExit(f"cannot load the model {model_id} from {path}: {load_error_text(exc)}") from None
-        refused = unservable(backends[0])
-        if refused:
-            raise SystemExit(f"cannot serve the model {model_id} from {path}: {refused}")
     if not args.script and getattr(args, "group", None) is None and second_engine_available():
         backends += cpu_twins(backends, cache_bytes)
     for b in backends:
@@ -163,7 +164,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "*.tiktoke
 
 def unservable(backend) -> str | None:
     """Why a model whose files loaded still cannot be served as a chat model (as a GGUF without a chat template
-    is refused: models/gguf.py), or None."""
+    is refused: models/gguf.py; or a template that renders no conversation at all), or None."""
     tokenizer = getattr(backend, "tokenizer", None)
     if tokenizer is None:
         return None
@@ -176,6 +177,9 @@ def unservable(backend) -> str | None:
     if not getattr(tokenizer, "chat_template", None):
         return ("it has no chat template (tokenizer_config.json's chat_template, or chat_template.jinja): it cannot "
                 "be served as a chat model")
+    failure = backend.template_failure()  # (else every request would be refused, with this same reason)
+    if failure:
+        return f"its chat template fails on every conversation: {failure}"
     return None
 
 

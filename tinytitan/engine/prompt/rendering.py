@@ -59,6 +59,11 @@ TRANSIENT_OPENINGS_KEPT = 64  # template variables whose transient opening is ke
 
 _TRANSIENT_OPENINGS: dict[int, tuple[Any, dict[str, tuple[int, ...] | None]]] = {}  # id(tokenizer) -> ...
 
+# plain conversations a served model's template must render at least one of (``template_failure``)
+PROBES = ((Message("user", "Hi."),),
+          (Message("system", "Be brief."), Message("user", "Hi.")),
+          (Message("user", "Hi."), Message("assistant", "Hello."), Message("user", "Hi.")))
+
 
 class TemplateRendering(ToolDeclarations):
     """A part of prompt preparation (``prepare.py``): the template's text for a request."""
@@ -96,6 +101,22 @@ class TemplateRendering(ToolDeclarations):
             raise invalid(f"The model's chat template does not write the final assistant message ({last}) as sent, "
                           f"so its text cannot be continued: {str(exc).splitlines()[0]}", param=last,
                           code="template_error") from None
+
+    def template_failure(self) -> str | None:
+        """Why the chat template renders none of a few plain conversations (``PROBES``): a syntax error, a stub
+        that always raises, code that fails on any message; None where it renders one. A template that refuses
+        only some conversations (a system message, as Gemma's first templates did) is served: the refusal is
+        that request's 400 (render_failures.py)."""
+        first = None
+        for turns in PROBES:
+            try:
+                self.render(ChatRequest(model=self.model_id, messages=turns))
+                return None
+            except Exception as exc:  # (whatever it raises: the same would answer every request)
+                first = first or exc
+        line = getattr(first, "lineno", None)
+        text = f"{type(first).__name__}: {str(first).strip() or '(no message)'}".splitlines()[0][:300]
+        return text + (f" (line {line})" if line else "")
 
     def transient_opening(self, kwargs: dict) -> tuple[int, ...] | None:
         """The ids the template writes to open a turn it generates but not once that turn is answered, under these
