@@ -57,7 +57,8 @@ def tokenizer_metadata(model_dir: Path, pre: str = "qwen2") -> dict:
 
 
 def write_gguf(path: Path, weights: dict, config: dict, arch: str, tok_meta: dict) -> Path:
-    """``weights`` in mlx-lm names and HF layout; a Llama's Q/K are permuted as llama.cpp stores them."""
+    """``weights`` in mlx-lm names and HF layout; a Llama's Q/K are permuted as llama.cpp stores them. A key of
+    ``tok_meta`` given None is left out of the file (an architecture key too)."""
     out = {}
     for name, w in weights.items():
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
@@ -78,7 +79,7 @@ def write_gguf(path: Path, weights: dict, config: dict, arch: str, tok_meta: dic
         f"{arch}.rope.freq_base": mx.array(config["rope_theta"], dtype=mx.float32),
         **tok_meta,
     }
-    mx.save_gguf(str(path), out, meta)
+    mx.save_gguf(str(path), out, {k: v for k, v in meta.items() if v is not None})  # (None: a key left out)
     return path
 
 

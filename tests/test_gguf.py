@@ -58,11 +58,7 @@ def _qwen3(demo_dir):
 def make_gguf(path, demo_dir, arch="qwen3", **meta_changes):
     config, weights = (_llama if arch == "llama" else _qwen3)(demo_dir)
     meta = tokenizer_metadata(demo_dir)
-    for k, v in meta_changes.items():
-        if v is None:
-            meta.pop(k, None)
-        else:
-            meta[k] = v
+    meta.update(meta_changes)  # (a key given None is left out of the file: write_gguf)
     return write_gguf(path, weights, config, arch, meta), config, weights
 
 

@@ -69,3 +69,23 @@ def test_a_wrong_layer_count_is_one_short_line(tmp_path, demo_dir, cache):
     done = serve_fails(tmp_path, "--model", str(path), "--gguf-form", "float32")
     said = [line for line in done.stderr.splitlines() if "cannot" in line]
     assert said and len(said[-1]) < 700 and "characters)" in said[-1], done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("given", [0, None])
+def test_a_context_length_of_0_or_none_is_the_documented_default_said(tmp_path, demo_dir, cache, caplog, given):
+    """A file that does not say its context (context_length 0, or no key) is served with a window of
+    DEFAULT_CONTEXT tokens, said in the log; not a window of 0 (or of whatever the backend falls back to)."""
+    import json
+    import logging
+
+    from tinytitan.engine.backends.mlx import MLXBackend
+    from tinytitan.models.gguf_rope import DEFAULT_CONTEXT
+
+    value = None if given is None else mx.array(given, dtype=mx.uint32)
+    path, _, _ = make_gguf(tmp_path / "m.gguf", demo_dir, **{"qwen3.context_length": value})
+    caplog.set_level(logging.WARNING, logger="tinytitan.gguf")
+    out = gguf.ensure_converted(path, "float32")
+    assert json.loads((out / "config.json").read_text())["max_position_embeddings"] == DEFAULT_CONTEXT == 4096
+    assert MLXBackend(out, "m", lazy=True).context_window == DEFAULT_CONTEXT
+    assert f"m.gguf: qwen3.context_length is {'missing' if given is None else given}" in caplog.text
+    assert f"a context window of {DEFAULT_CONTEXT} tokens is assumed" in caplog.text

@@ -203,6 +203,11 @@ def convert(path: Path, out: Path, form: str = "quantized", meta: dict | None = 
                              "blk.0.attn_q.bias" in names, aux)
     except UnfittedRope as exc:
         raise UnsupportedGGUF(f"{path.name}: {exc}") from None
+    said = meta.get(f"{arch}.context_length")
+    if said is None or said != config["max_position_embeddings"]:  # (missing, 0: gguf_rope.trained_context)
+        log.warning("%s: %s.context_length is %s: a context window of %d tokens is assumed (the file does not say "
+                    "the context it was trained for)", path.name, arch, "missing" if said is None else said,
+                    config["max_position_embeddings"])
 
     def rename(name: str) -> str:
         return mlx_name(name, arch)

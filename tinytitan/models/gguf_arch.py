@@ -36,7 +36,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .gguf_rope import UnfittedRope, llama3_scaling, longrope_scaling, plain_yarn_scaling, yarn_scaling
+from .gguf_rope import (UnfittedRope, llama3_scaling, longrope_scaling, plain_yarn_scaling, trained_context,
+                        yarn_scaling)
 
 __all__ = ["ARCHITECTURES", "AUXILIARY", "UnfittedRope", "UnmappedTensor", "adjuster", "arch_config",
            "arch_refusal", "join_kv_b", "requantizable", "widened", "llama3_scaling", "mlx_name"]
@@ -134,7 +135,7 @@ def _phi3(get, meta, aux) -> dict:
         out["partial_rotary_factor"] = factor if int(head_dim * factor) == rope_dims else (rope_dims + .5) / head_dim
     if "rope_factors_long.weight" in aux:
         out.update(longrope_scaling(aux["rope_factors_long.weight"], aux.get("rope_factors_short.weight"),
-                                    int(get("context_length", 4096)),
+                                    trained_context(get),
                                     int(get("rope.scaling.original_context_length", 0)), rope_dims,
                                     get("rope.scaling.attn_factor")))
     return out
@@ -159,7 +160,7 @@ def _deepseek2(get, meta, aux) -> dict:
         "topk_method": "group_limited_greedy" if groups > 1 else "greedy",
         "rope_scaling": yarn_scaling(get("rope.scaling.factor", 1.0) if scaling == "yarn" else 1.0,
                                      int(get("rope.scaling.original_context_length", 0)
-                                         or get("context_length", 4096)),
+                                         or trained_context(get)),
                                      float(get("rope.scaling.yarn_log_multiplier", 0.0) or 0.0),
                                      float(get("rope.scaling.yarn_beta_fast", 32.0)),
                                      float(get("rope.scaling.yarn_beta_slow", 1.0))),
@@ -352,7 +353,7 @@ def arch_config(arch: str, meta: dict, vocab_size: int, has_output: bool, has_bi
         "vocab_size": vocab_size,
         "rope_theta": float(get("rope.freq_base", 10000.0)),
         "rope_traditional": spec.traditional_rope,
-        "max_position_embeddings": int(get("context_length", 4096)),
+        "max_position_embeddings": trained_context(get),
         "tie_word_embeddings": not has_output,
         "attention_bias": has_bias,
         "eos_token_id": list(dict.fromkeys(eos)),

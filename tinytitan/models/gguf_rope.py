@@ -91,6 +91,19 @@ def longrope_scaling(long, short, context: int, original: int, rope_dims: int,
             "original_max_position_embeddings": int(original)}
 
 
+DEFAULT_CONTEXT = 4096  # the context a file that does not say its own is served with (Ollama's default num_ctx)
+
+
+def trained_context(get) -> int:
+    """The file's ``context_length`` (``get``: its ``<arch>.`` keys); ``DEFAULT_CONTEXT`` where the key is missing,
+    0 or not a number (the converter says so: gguf.py)."""
+    try:
+        n = int(get("context_length"))
+    except (TypeError, ValueError):
+        return DEFAULT_CONTEXT
+    return n if n > 0 else DEFAULT_CONTEXT
+
+
 def yarn_scaling(factor: float, original: int, log_multiplier: float, beta_fast: float = 32.0,
                  beta_slow: float = 1.0) -> dict:
     """mlx-lm's deepseek_v2 ``rope_scaling`` for llama.cpp's YaRN (``factor`` 1: no scaling, as mlx-lm's
@@ -114,7 +127,7 @@ def plain_yarn_scaling(get) -> dict:
                                "factor (1, llama.cpp's default, is)")
     if float(get("rope.scaling.yarn_log_multiplier", 0.0) or 0.0):
         raise UnfittedRope("rope.scaling.yarn_log_multiplier is not supported outside DeepSeek's architecture")
-    original = int(get("rope.scaling.original_context_length", 0) or get("context_length", 4096))
+    original = int(get("rope.scaling.original_context_length", 0) or trained_context(get))
     return {"type": "yarn", "factor": factor, "original_max_position_embeddings": original,
             "beta_fast": float(get("rope.scaling.yarn_beta_fast", 32.0)),
             "beta_slow": float(get("rope.scaling.yarn_beta_slow", 1.0))}
