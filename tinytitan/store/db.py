@@ -14,6 +14,9 @@ Rules:
   ``kill -9`` and power loss), a busy timeout so several processes share one file, writes begin IMMEDIATE.
 - A SQLite file that is not a database (or is malformed) is moved aside at open, with its WAL, as
   ``<name>.corrupt-<time>``, and the error says where; a new file is started. Nothing is ever emptied in place.
+  At open the file is read through by ``PRAGMA quick_check`` (damage past the first pages, which opening alone
+  never reads, would otherwise be found by the first request that reads there: a 503 mid-session), for at most
+  ``CHECK_SECONDS``: what a bigger file holds past that is found when it is read, as before.
 - ``STORAGE_ERRORS``: what a failed write raises (a full disk, a read-only file, a lost server). Callers log it
   and go on; they never report such a write as saved.
 """
@@ -38,6 +41,7 @@ log = logging.getLogger("tinytitan.store")
 
 FILE_NAME = "state.db"
 THREADS = 8  # worker threads (so connections) a database is used from at once, per process
+CHECK_SECONDS = 2.0  # the most a SQLite file's check at open takes (a file of some hundreds of MB is read whole)
 T = TypeVar("T")
 
 try:  # psycopg is needed only for --state postgresql://…
@@ -146,6 +150,7 @@ class SqliteDatabase(Database):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
+                self._check()
                 self.run(schema.create)
             except sqlite3.DatabaseError as exc:
                 if not _corrupt(exc):
@@ -161,6 +166,36 @@ class SqliteDatabase(Database):
             self._shared = self._connect(":memory:", check_same_thread=False)
             self.run(schema.create)
 
+    def _check(self) -> None:
+        """``PRAGMA quick_check`` of the file, for at most ``CHECK_SECONDS``; the damage it finds raised as SQLite's
+        own ``malformed`` (DatabaseError), which sets the file aside (see the rules)."""
+        conn = self._conn()
+        deadline = time.monotonic() + CHECK_SECONDS
+        # SQLite calls no progress handler while it walks a b-tree (most of the check), but stops at an interrupt
+        timer = threading.Timer(CHECK_SECONDS, conn.interrupt)
+        timer.daemon = True
+        conn.set_progress_handler(lambda: time.monotonic() > deadline, 100)
+        timer.start()
+        try:
+            found = [row[0] for row in conn.execute("PRAGMA quick_check(5)").fetchall()]
+        except sqlite3.OperationalError as exc:
+            if "interrupt" not in str(exc):
+                raise
+            size = self.path.stat().st_size if self.path is not None and self.path.exists() else 0
+            log.info("state database %s (%.0f MB): checked for %g s at start, not to its end; damage further in "
+                     "is found when it is read", self.path, size / 1e6, CHECK_SECONDS)
+            return
+        except sqlite3.DatabaseError as exc:  # a page it cannot even parse
+            raise sqlite3.DatabaseError(f"{exc}, found by PRAGMA quick_check at start") from None
+        finally:
+            timer.cancel()
+            timer.join()
+            conn.set_progress_handler(None, 0)
+        if found != ["ok"]:
+            lines = [line for text in found for line in text.splitlines() if not line.startswith("***")]
+            raise sqlite3.DatabaseError(f"database disk image is malformed, found by PRAGMA quick_check at start: "
+                                        f"{'; '.join(lines[:3])}{' …' if len(lines) > 3 else ''}")
+
     def _set_aside(self, exc: BaseException) -> None:
         assert self.path is not None
         self.close()
@@ -171,7 +206,8 @@ class SqliteDatabase(Database):
             if src.exists():
                 os.replace(src, Path(str(aside) + suffix))
         log.error("state database %s is corrupt (%s): moved aside to %s, untouched; a new database is started. "
-                  "Recover from the copy with `sqlite3 %s .recover`", self.path, exc, aside, aside)
+                  "Recover from the copy with `sqlite3 %s .recover | sqlite3 %s.recovered` (then, with the server "
+                  "stopped, put that file in place of %s)", self.path, exc, aside, aside, aside, self.path.name)
         self.set_aside = aside
 
     def _connect(self, target: str, **kw) -> sqlite3.Connection:
