@@ -164,6 +164,9 @@ WELL_FORMED = [
     ("xml", '<function=f>\n<parameter=a>\n  indented\n\n</parameter>\n</function>', [("f", {"a": "  indented\n"})]),
     ("xml", "<function=get_weather><parameter=days>4</parameter></function>", [("get_weather", {"days": 4})]),
     ("xml", "<function=f></function>", [("f", {})]),
+    # several functions in one block: Qwen3-Coder's own parser reads them all
+    ("xml", "<function=f></function>\n<function=g><parameter=a>1</parameter></function>",
+     [("f", {}), ("g", {"a": "1"})]),
     ("kv", "f\n<arg_key>a</arg_key>\n<arg_value>[1, 2]</arg_value>", [("f", {"a": [1, 2]})]),
     ("kv", "get_weather<arg_key>city</arg_key><arg_value> 12 </arg_value>", [("get_weather", {"city": " 12 "})]),
     ("kv", "f\n", [("f", {})]),
@@ -209,7 +212,6 @@ MALFORMED = [
     ("json", '{"arguments": {}}'),
     ("xml", "<function=f>\n<parameter=a>\n1\n</parameter>\n"),  # no </function>
     ("xml", "<function=f>\n<parameter=a>\n1\n</function>"),  # no </parameter>
-    ("xml", "<function=f></function><function=g></function>"),  # one function per block
     ("xml", "<function=two words></function>"),
     ("kv", 'get_weather {"city": "Paris"}'),  # arguments on the name's line
     ("kv", "f\n<arg_key>a</arg_key>"),  # a key without its value

@@ -32,10 +32,12 @@ class TagSpec:
     end: str | None  # closes the function inside the block ("" / None: the block's own close)
     trim: str  # "newline": one newline each side is layout; "strip": all surrounding whitespace is; "none"
     unknown_is_string: bool  # a parameter the schema does not type is a string (else: JSON if it parses)
-    repeat: bool = False  # several calls in one block, each opened by ``prefix`` (MiniMax's ``<invoke …>``)
+    repeat: bool = False  # several calls in one block, each opened by ``prefix`` (``<invoke …>``, ``<function=…>``)
 
 
-XML = TagSpec("<function=", (">",), "<parameter=", ">", "", "</parameter>", "</function>", "newline", True)
+# Qwen3-Coder may write several functions in one block: its own parser (qwen3coder_tool_parser) takes them all
+XML = TagSpec("<function=", (">",), "<parameter=", ">", "", "</parameter>", "</function>", "newline", True,
+              repeat=True)
 # GLM's templates write a value verbatim between its tags, so a string keeps its whitespace (mlx-lm's glm47
 # parser strips it); a typed value is read stripped.
 KV = TagSpec("", ("\n", "<arg_key>"), "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", None, "none", False)

@@ -33,12 +33,15 @@ def _value_text(value) -> str:
 
 # -- xml ------------------------------------------------------------------------------------------------
 class XmlTransformer(CallsTransformer):
-    def start(self, children):
+    def start(self, calls):
+        return calls
+
+    def function(self, children):
         name = str(children[0])[len("<function="):-1].strip()
         args = children[1] if len(children) > 1 else {}
         if isinstance(args, list):  # parameter tags
             args = {key: self._typed(name, key, value, True, str) for key, value in args}
-        return [(name, dumps(args))]
+        return name, dumps(args)
 
     def parameters(self, tokens):
         out = []
