@@ -137,8 +137,9 @@ class Row:
         self.generated.append(token)
         if token in self.backend.tokenizer.eos_token_ids:  # the end-of-turn token: not content
             self.detok.finalize()
-            if self.detok.last_segment and self.raw is None:
-                self.loop.parser_text(self.detok.last_segment)
+            rest = self.detok.last_segment  # (read once: reading it moves its offset on)
+            if rest and self.raw is None:
+                self.loop.parser_text(rest)
             self.ending = Ending("finished")
             return True
         self.detok.add_token(token)
