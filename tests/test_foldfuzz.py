@@ -432,10 +432,13 @@ def compare(case: Case, a: dict, tok) -> list[str]:
         chk((resp.finish == "incomplete") == (chat.finish == "length"), f"responses {resp.finish} vs chat {chat.finish}")
         chk(resp.extra["reasoning_tokens"] == chat.extra["reasoning_tokens"],
             f"reasoning tokens responses {resp.extra['reasoning_tokens']} vs chat {chat.extra['reasoning_tokens']}")
-    # completions: raw text of the generated tokens, cut by the cap and the first stop string
+    # completions: raw text of the generated tokens, cut by the cap (never inside a character) and the first stop
+    # string
     ids = tok.encode(case.output, add_special_tokens=False)
     n = len(ids) if case.cap is None else min(case.cap, len(ids))
     raw = tok.decode(ids[:n])
+    if raw.endswith("\ufffd") and tok.decode(ids)[len(raw) - 1:len(raw)] != "\ufffd":
+        raw = raw[:-1]  # a character the cap cut (its bytes begun, not finished) is left out
     if case.stop:
         cut = min([raw.find(s) for s in case.stop if s in raw], default=-1)
         if cut >= 0:

@@ -34,6 +34,7 @@ from ...events import Failed
 from ..backends.base import Backend
 from ..cache.entries import Kept, kv_stays_trimmable
 from ..prompt.prepare import Prepared
+from .last_character import without_cut_character
 from .token_events import DecodeLoop
 from ..prompt.raw import IncrementalText
 
@@ -137,7 +138,7 @@ class Row:
         self.generated.append(token)
         if token in self.backend.tokenizer.eos_token_ids:  # the end-of-turn token: not content
             self.detok.finalize()
-            rest = self.detok.last_segment  # (read once: reading it moves its offset on)
+            rest = self._whole(self.detok.last_segment)  # (read once: reading it moves its offset on)
             if rest and self.raw is None:
                 self.loop.parser_text(rest)
             self.ending = Ending("finished")
@@ -148,6 +149,8 @@ class Row:
         if last:
             self.detok.finalize()
         text = self.raw.add(token) if self.raw is not None else self.detok.last_segment
+        if last:
+            text = self._whole(text)
         if not self.loop.token(text):  # a client stop string, or the last tool call the turn allows
             self.ending = Ending("finished")
         elif last:
@@ -185,7 +188,7 @@ class Row:
                     if self.speculator is not None or self.loop.draft_tokens:
                         self.report_drafts()
                     if self.raw is not None and self.loop.stop.matched is None:
-                        self.loop.parser_text(self.raw.flush())
+                        self.loop.parser_text(self._whole(self.raw.flush()))
                     self.loop.end(ending.hit_length)
                     self.final = not self.loop.parser.tool_calls
         finally:
@@ -223,13 +226,18 @@ class Row:
         if self.loop.started and not self.stopped and not self.loop.finished:
             try:  # the text its detokenizer still held goes out first, as it would at any other end
                 self.detok.finalize()
-                rest = self.raw.flush() if self.raw is not None else self.detok.last_segment
+                rest = self._whole(self.raw.flush() if self.raw is not None else self.detok.last_segment)
                 if rest:
                     self.loop.parser_text(rest)
             except Exception:
                 pass
             logging.getLogger("tinytitan.engine").error("generation failed: %s", exc)
             self.loop.emit(Failed.of(exc))
+
+    def _whole(self, text: str) -> str:
+        """The last piece of its answer less a character its end cut (last_character.py)."""
+        return without_cut_character(text, self.generated[:self.decoded], self.backend.tokenizer,
+                                     getattr(self.backend, "vocab_size", None))
 
     # -- the proposer -------------------------------------------------------------------------------------------
     def propose(self) -> tuple[int, ...]:
