@@ -17,6 +17,8 @@ import pytest
 import family_fixtures as ff
 from test_foldfuzz import AH, FOLD, body
 from test_fuzz_outputs import Case
+from tinytitan import events as ev
+from tinytitan.engine.families import FAMILIES
 
 CITY = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}}
 CITIES = ("Rome", "Oslo")
@@ -104,3 +106,30 @@ async def test_qwen3_coder_two_functions_in_one_block_on_every_protocol(serve, r
                 args = [c[1] if isinstance(c[1], dict) else json.loads(c[1]) for c in told.calls]
                 assert args == want, (proto, stream, told)
                 assert told.text == "", (proto, stream, told)
+
+
+NEXT_HEADS = {"qwen3_coder": ("<tool_call>\n", "<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
+                                               "</function>\n", "<function=get_we", "<function=two words>\n",
+                              "</tool_call>"),
+              "minimax_m2": ("<minimax:tool_call>\n", '<invoke name="get_weather">\n<parameter name="city">Rome'
+                                                      "</parameter>\n</invoke>\n", '<invoke name="get_we',
+                             '<invoke name="two words">\n', "</minimax:tool_call>")}
+
+
+@pytest.mark.parametrize("family", sorted(NEXT_HEADS))
+def test_the_next_calls_head_cut_or_not_understood_leaves_the_first_call_alone(family):
+    """After a complete call, the next one's head cut by the cap (or by the end of the answer) or not a head
+    at all: the first call is done once, its arguments as written (a second ToolCallDone of the first call,
+    ``{}``, used to follow, and ``{}`` was streamed onto its arguments); what is no call is text, a head the cap
+    cut is dropped."""
+    opener, call, cut_head, bad_head, closer = NEXT_HEADS[family]
+    for pieces, cut, text in ((list(opener + call + cut_head), True, ""),
+                              (list(opener + call + cut_head), False, cut_head),
+                              (list(opener + call + bad_head + closer), False, bad_head.strip())):
+        p = FAMILIES[family].parser(False, {}, CITY)
+        events = [e for piece in pieces for e in p.feed(piece)[0]] + p.finish(cut=cut)
+        done = [e for e in events if isinstance(e, ev.ToolCallDone)]
+        assert [(d.index, json.loads(d.arguments)) for d in done] == [(0, {"city": "Rome"})], events
+        streamed = "".join(e.text for e in events if isinstance(e, ev.ToolCallArgsDelta))
+        assert streamed == done[0].arguments
+        assert ff.text_of(events) == text

@@ -75,6 +75,7 @@ class TaggedCall(SteppedBody):
         self.value_started = False
         self.junk = ""
         self.json_args = False  # the arguments came as one JSON object
+        self.head_at = 0  # where in ``raw`` the block's next call began (``repeat``), its name not yet whole
         self.span: JsonSpan | None = None
 
     @property
@@ -198,6 +199,7 @@ class TaggedCall(SteppedBody):
                 s = self.buf.lstrip()
                 if s.startswith(sp.prefix):  # the next call of the block
                     self.buf, self.state, self.name, self.args, self.nkeys, self.json_args = s, "prefix", "", "", 0, False
+                    self.head_at = len(self.raw) - len(s)
                     return True
                 if not s or sp.prefix.startswith(s):  # (whitespace kept: text may follow)
                     return False
@@ -272,10 +274,11 @@ class TaggedCall(SteppedBody):
             self._text_after_call(self.buf, out)
         if st in ("after", "done"):
             return out
-        if st == "prefix":  # after a complete call, where another may have begun
-            if self.buf.strip():
-                log.warning("unfinished text after a tool call; returned as text: %s", excerpt(log, self.buf))
-                out.append(TextDelta(self.buf.strip()))
+        if not self.name:  # after a complete call, the next one's head unfinished or not understood: no call
+            rest = self.raw[self.head_at:].strip()  # (the cap's cut head is dropped by the scanner)
+            if rest:
+                log.warning("unfinished text after a tool call; returned as text: %s", excerpt(log, rest))
+                out.append(TextDelta(rest))
             return out
         if st != "keys" or self.spec.end:
             log.warning("tool call %s: markup cut short or not understood (in %s)", self.index, st)
