@@ -63,6 +63,30 @@ def _bounded(value):
     return max(-PENALTY_BOUND, min(PENALTY_BOUND, value)) if isinstance(value, (int, float)) else value
 
 
+# where configs say how many positions the model was trained for: most (Llama, Qwen, Gemma, Mistral …), then
+# older or other architectures' names (GPT-2's n_positions, ChatGLM's seq_length …)
+WINDOW_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions", "max_seq_len")
+FALLBACK_WINDOW = 32768
+
+
+def trained_window(config: dict, tokenizer, model_id: str) -> int:
+    """The context window a model's config gives (``WINDOW_KEYS``), else its tokenizer's ``model_max_length``
+    where that is a real length (transformers writes 1e30 for "none"), else ``FALLBACK_WINDOW``, said in the
+    log: a window guessed silently would refuse or overrun prompts with no word why."""
+    for key in WINDOW_KEYS:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    length = getattr(tokenizer, "model_max_length", None)
+    if isinstance(length, int) and 0 < length < 10_000_000:
+        log.warning("%s: its config gives no context window (%s): using its tokenizer's model_max_length, %d",
+                    model_id, ", ".join(WINDOW_KEYS), length)
+        return length
+    log.warning("%s: its config gives no context window (%s): assuming %d tokens", model_id,
+                ", ".join(WINDOW_KEYS), FALLBACK_WINDOW)
+    return FALLBACK_WINDOW
+
+
 class MLXBackend(Backend):
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
                  prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
@@ -91,7 +115,7 @@ class MLXBackend(Backend):
             if stop in vocab and vocab[stop] not in self.tokenizer.eos_token_ids:
                 self.tokenizer.add_eos_token(stop)
         text_config = config.get("text_config", config)
-        self.context_window = int(text_config.get("max_position_embeddings") or 32768)
+        self.context_window = trained_window(text_config, self.tokenizer, self.model_id)
         self.vocab_size = int(text_config.get("vocab_size") or 0)
         gen = read_json(self.path / "generation_config.json")
         if isinstance(gen.get("context_window"), int) and gen["context_window"] > 0:  # tinytitan's key: an
