@@ -83,11 +83,32 @@ async def test_stream_wire_format(serve):
     events = parse_sse(r.text)
     assert events[-1] == (None, "[DONE]")
     chunks = [d for _, d in events[:-1]]
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "", "refusal": None}
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == "Hello there"
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert all("usage" not in c for c in chunks)  # include_usage not asked for
     assert len({c["id"] for c in chunks}) == 1
+
+
+CALL_ONLY = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("raw", [CALL_ONLY, "<think>\nWeather.\n</think>\n\n" + CALL_ONLY])
+async def test_a_calls_only_stream_says_content_null_as_its_fold(serve, raw):
+    """OpenAI's first chunk of an answer of calls alone is the role with content null and the call's start (its
+    recorded streams); the SDK's accumulation of the stream then agrees with the message: content null."""
+    s = await serve([raw, raw])
+    body = {"model": MODEL, "messages": USER, "tools": TOOLS}
+    folded = (await post(s, body)).json()["choices"][0]["message"]
+    assert folded["content"] is None and folded["tool_calls"]
+    chunks = [d for _, d in parse_sse((await post(s, {**body, "stream": True})).text)[:-1]]
+    first = chunks[0]["choices"][0]["delta"]
+    assert (first["role"], first["content"], first["refusal"]) == ("assistant", None, None)
+    assert ("tool_calls" in first) == (raw == CALL_ONLY)  # (reasoning first: the role goes before it)
+    assert all(c["choices"][0]["delta"].get("content") is None for c in chunks if c["choices"])
+    async with client(s).chat.completions.stream(model=MODEL, messages=USER, tools=TOOLS) as stream:
+        accumulated = (await stream.get_final_completion()).choices[0].message
+    assert accumulated.content is None and accumulated.tool_calls[0].function.name == "get_weather"
 
 
 async def test_tool_round_trip_with_sdk(serve):

@@ -200,12 +200,13 @@ class Chunks:
 def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
     """Chunks → one chat.completion, the way an SDK accumulates a stream."""
     chunks = Chunks()
-    content: list[str] = []
+    content: list[str] | None = None  # null until a delta says content (the role chunk's "", or text)
     reasoning: list[str] = []
     calls: dict[int, dict] = {}
     for choice in chunks.choices(wire):
         delta = choice.get("delta", {})
-        if delta.get("content"):
+        if delta.get("content") is not None:
+            content = content if content is not None else []
             content.append(delta["content"])
         if delta.get("reasoning_content"):
             reasoning.append(delta["reasoning_content"])
@@ -224,8 +225,7 @@ def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
             fn = tc.get("function", {})
             call["function"]["name"] += fn.get("name") or ""
             call["function"]["arguments"] += fn.get("arguments") or ""
-    message: dict = {"role": "assistant", "content": "".join(content) if content or not calls else None,
-                     "refusal": None}
+    message: dict = {"role": "assistant", "content": None if content is None else "".join(content), "refusal": None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
     if calls:
