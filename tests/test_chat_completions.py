@@ -111,6 +111,22 @@ async def test_a_calls_only_stream_says_content_null_as_its_fold(serve, raw):
     assert accumulated.content is None and accumulated.tool_calls[0].function.name == "get_weather"
 
 
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+@pytest.mark.parametrize("choice,reason", [(NAMED, "stop"), ({"type": "function", "name": "get_weather"}, "stop"),
+                                           ("required", "tool_calls"), ("auto", "tool_calls")])
+async def test_a_call_forced_by_name_ends_stop_as_openais(serve, choice, reason):
+    """OpenAI ends an answer to a tool_choice naming the function with finish_reason "stop", not "tool_calls"
+    (its documented quirk; vLLM answers so too); "required" and "auto" end "tool_calls". Stream and fold agree."""
+    s = await serve([CALL_ONLY, CALL_ONLY])
+    body = {"model": MODEL, "messages": USER, "tools": TOOLS, "tool_choice": choice}
+    r = (await post(s, body)).json()["choices"][0]
+    assert r["finish_reason"] == reason and r["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    chunks = [d for _, d in parse_sse((await post(s, {**body, "stream": True})).text)[:-1]]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]] == [reason]
+
+
 async def test_tool_round_trip_with_sdk(serve):
     s = await serve([THINK_TEXT_TOOL, "It is sunny in Paris."])
     c = client(s)

@@ -52,6 +52,9 @@ def chat_raw():
      "stream.events.content", "only a Failed event provides"),
     (lambda r: r["stream"]["events"]["finish"]["data"]["choices"][0].update({"finish_reason": "$ev.reason|nomap"}),
      "stream.events.finish", "uses map 'nomap'"),
+    # a negated condition ("!name": emitted where the value is not set) is checked as its name
+    (lambda r: r["stream"]["events"]["finish"].update({"when": "!nmaed_tool"}),
+     "stream.events.finish", "uses $nmaed_tool, which no context provides"),
 ])
 def test_bad_spec_names_file_path_problem(mutate, where, problem):
     raw = chat_raw()

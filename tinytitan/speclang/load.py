@@ -245,7 +245,7 @@ def _check_stream(spec: ProtocolSpec) -> None:
         for m in template.map_names(ev["data"]) | template.map_names(ev.get("event", "")):
             if m not in spec.maps:
                 raise _fail(spec.source, where, f"uses map '{m}', which 'maps' does not declare")
-        used = template.lookups(ev["data"]) | template.lookups(ev.get("event", "")) | ({ev["when"]} if ev.get("when") else set())
+        used = template.lookups(ev["data"]) | template.lookups(ev.get("event", "")) | ({ev["when"].removeprefix("!")} if ev.get("when") else set())
         spec.lookups[name] = frozenset(used)
         for path in sorted(used):
             steps = paths.steps(path)

@@ -123,7 +123,7 @@ class Machine:
             ctx["error"] = {"message": ev.message, "type": kind.type, "code": ev.code or kind.code,
                             "status": kind.status}
         when = spec.get("when")
-        if when and not template.lookup(ctx, when):
+        if when and bool(template.lookup(ctx, when.removeprefix("!"))) == when.startswith("!"):
             return None
         data = template.render(spec["data"], ctx, self.spec.maps)
         name = template.render(spec["event"], ctx, self.spec.maps) if "event" in spec else None
