@@ -127,6 +127,22 @@ async def test_a_call_forced_by_name_ends_stop_as_openais(serve, choice, reason)
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]] == [reason]
 
 
+AROUND_A_CALL = "Let me check.\n\n" + CALL_ONLY + "\n\nDone."
+
+
+async def test_text_before_and_after_a_call_reads_as_two_paragraphs(serve):
+    """The parser cuts the layout around a call's markup; Chat's content is one string, so the text the model
+    wrote before and after the call is joined by a paragraph break (not "Let me check.Done."), the same in
+    the stream as in its fold. Text after a call alone is not led by one."""
+    s = await serve([AROUND_A_CALL, AROUND_A_CALL, CALL_ONLY + "\n\nDone."])
+    body = {"model": MODEL, "messages": USER, "tools": TOOLS}
+    folded = (await post(s, body)).json()["choices"][0]["message"]
+    assert folded["content"] == "Let me check.\n\nDone." and len(folded["tool_calls"]) == 1
+    async with client(s).chat.completions.stream(model=MODEL, messages=USER, tools=TOOLS) as stream:
+        assert (await stream.get_final_completion()).choices[0].message.content == folded["content"]
+    assert (await post(s, body)).json()["choices"][0]["message"]["content"] == "Done."
+
+
 async def test_tool_round_trip_with_sdk(serve):
     s = await serve([THINK_TEXT_TOOL, "It is sunny in Paris."])
     c = client(s)

@@ -22,7 +22,8 @@ import pytest
 
 import family_fixtures as ff
 from sse import parse_sse
-from test_fuzz_outputs import Case  # (a case of the same fields; its tool_choice stays None here)
+from test_fuzz_outputs import Case
+from tinytitan.protocols.common import RUN_BREAK  # (a case of the same fields; its tool_choice stays None here)
 
 SEED = int(os.environ.get("TINYTITAN_FOLDFUZZ_SEED", "7"))
 CASES = int(os.environ.get("TINYTITAN_FOLDFUZZ_CASES", "3"))  # (the suite: 3 a family; a hunt: more)
@@ -261,12 +262,15 @@ def fold_completions_s(text):
 def _resp_told(r):
     t = Told(finish=r.status, tokens=r.usage.output_tokens if r.usage else None)
     t.extra["reasoning_tokens"] = r.usage.output_tokens_details.reasoning_tokens if r.usage else None
+    called = False  # the text runs as Chat's one string joins them (protocols.common.TextRuns)
     for item in r.output:
         if item.type == "reasoning":
             t.reasoning += "".join(c.text for c in item.content or [])
         elif item.type == "message":
-            t.text += "".join(c.text for c in item.content)
+            t.text += (RUN_BREAK if t.text and called else "") + "".join(c.text for c in item.content)
+            called = False
         elif item.type == "function_call":
+            called = True
             t.calls.append((item.name, item.arguments, item.status))
             t.ids.append((item.id, item.call_id))
     t.extra["incomplete"] = r.incomplete_details and r.incomplete_details.reason
@@ -310,12 +314,15 @@ def fold_responses_s(text):
 
 def _msg_told(m):
     t = Told(finish=m.stop_reason, tokens=m.usage.output_tokens, stop_sequence=m.stop_sequence)
+    called = False  # the text runs as Chat's one string joins them (protocols.common.TextRuns)
     for b in m.content:
         if b.type == "thinking":
             t.reasoning += b.thinking
         elif b.type == "text":
-            t.text += b.text
+            t.text += (RUN_BREAK if t.text and called else "") + b.text
+            called = False
         elif b.type == "tool_use":
+            called = True
             t.calls.append((b.name, b.input))
             t.ids.append(b.id)
     return t

@@ -44,6 +44,7 @@ import trio
 from jiter import from_json  # what the anthropic SDK reads input_json_delta with
 
 from sse import parse_sse
+from tinytitan.protocols.common import RUN_BREAK
 
 MODEL = "tinytitan-scripted"
 SEED = int(os.environ.get("TINYTITAN_FUZZ_SEED", "20251130"))
@@ -285,6 +286,18 @@ class Told:
 
     def texts(self, kind: str) -> str:
         return "".join(i[1] for i in self.items if i[0] == kind)
+
+    def one_string(self) -> str:
+        """The text runs as Chat and Ollama give them, one string: a run after a call that followed earlier
+        text is led by a paragraph break (protocols.common.TextRuns)."""
+        out, called = "", False
+        for i in self.items:
+            if i[0] == "text":
+                out += (RUN_BREAK if out and called else "") + i[1]
+                called = False
+            elif i[0] == "call":
+                called = True
+        return out
 
     def calls(self) -> list:
         return [i for i in self.items if i[0] == "call"]
@@ -607,7 +620,7 @@ FINISH = {"end_turn": ("stop", "completed"), "max_tokens": ("length", "incomplet
 
 def count_word(word: str, text: str, bounded: bool = False) -> int:
     """Occurrences as a substring (no word is part of another, nor of the markup): Chat joins the text runs
-    around a reasoning block or a call with no separator, so word boundaries are not kept there. ``bounded``:
+    around a reasoning block with no separator, so word boundaries are not kept there. ``bounded``:
     whole ASCII words only (joined runs can spell a word across the seam: quebec + hotel holds echo)."""
     word = unicodedata.normalize("NFC", word)  # the demo tokenizer normalises: e + U+0301 reads back as é
     if bounded and word.isascii():
@@ -660,7 +673,7 @@ def check_case(case: Case, tok, answers: dict) -> None:
     if msg_ns.texts("reasoning"):
         expect_chat.items.append(("reasoning", msg_ns.texts("reasoning")))
     if msg_ns.texts("text"):
-        expect_chat.items.append(("text", msg_ns.texts("text")))
+        expect_chat.items.append(("text", msg_ns.one_string()))
     check([i for i in chat_ns.items if i[0] != "call"] == expect_chat.items,
           f"chat vs messages text/reasoning\n  {chat_ns.items}\n  {msg_ns.items}")
     chat_calls = [(c[1], tool_input(c[2]) or {}) for c in chat_ns.calls()]

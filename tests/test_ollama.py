@@ -26,6 +26,19 @@ def client(s) -> ollama.AsyncClient:
     return ollama.AsyncClient(host=s.base)
 
 
+async def test_text_before_and_after_a_call_reads_as_two_paragraphs(serve):
+    """The text a model writes before and after a call is one content string here: joined by a paragraph break
+    (the parser cut the layout around the call's markup), not run together, streamed or not."""
+    raw = ('Let me check.\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+           "\n\nDone.")
+    s = await serve([raw, raw])
+    c, msgs = client(s), [{"role": "user", "content": "Weather in Paris?"}]
+    whole = await c.chat(model=MODEL, messages=msgs, tools=[WEATHER], stream=False)
+    parts = [p async for p in await c.chat(model=MODEL, messages=msgs, tools=[WEATHER], stream=True)]
+    assert whole.message.content == "".join(p.message.content for p in parts) == "Let me check.\n\nDone."
+    assert [c.function.name for c in whole.message.tool_calls] == ["get_weather"]
+
+
 async def test_chat_streamed_and_not_tell_the_same_answer(serve):
     s = await serve(["<think>Let me see.</think>Hello there, friend."])
     c = client(s)

@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 import logging
+from dataclasses import dataclass
 from typing import Callable
 
 from ..chat_request import RENDERER_ARGUMENTS, ImagePart, Message
@@ -153,3 +154,22 @@ def thought_of(payload) -> str:
         return ""
     ok = isinstance(value, dict) and value.get("v") == REASONING_PAYLOAD and isinstance(value.get("text"), str)
     return value["text"] if ok else ""
+
+
+# what joins two runs of an answer's text that a call stands between, where a protocol gives the text as one string
+RUN_BREAK = "\n\n"
+
+
+@dataclass
+class TextRuns:
+    """A stream that gives an answer's text as one string (Chat's ``content``, Ollama's) joins the runs a call
+    stands between with a paragraph break (``lead``, what the text going out begins with): the parser cut the
+    layout around the call's markup, and "Let me check." + call + "Done." must not read "Let me check.Done."."""
+
+    said: bool = False    # text has gone out
+    called: bool = False  # a call opened since
+    lead: str = ""
+
+    def text(self) -> None:
+        self.lead = RUN_BREAK if self.said and self.called else ""
+        self.said, self.called = True, False

@@ -31,7 +31,7 @@ from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
 from .base import Protocol
-from .common import arguments_object, place_system
+from .common import TextRuns, arguments_object, place_system
 from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.ollama")
@@ -171,8 +171,9 @@ def _ns(seconds: float | None) -> int:
 
 
 @dataclass
-class OllamaState:
-    """A line stream's bookkeeping (``vars`` in spec/ollama.yaml): the call being read, and the timings."""
+class OllamaState(TextRuns):
+    """A line stream's bookkeeping (``vars`` in spec/ollama.yaml): the call being read, the timings, the text
+    runs."""
 
     call_id: str | None = None
     call_name: str | None = None
@@ -191,7 +192,11 @@ def on_finished(m: Machine, ev) -> None:
 
 
 def on_call_started(m: Machine, ev) -> None:
-    m.vars.call_id, m.vars.call_name = ev.call_id, ev.name
+    m.vars.call_id, m.vars.call_name, m.vars.called = ev.call_id, ev.name, True
+
+
+def on_text(m: Machine, ev) -> None:
+    m.vars.text()
 
 
 def on_call_done(m: Machine, ev) -> None:
@@ -235,7 +240,7 @@ class Ollama(Protocol):
 
     def machine_hooks(self):
         return {"finished": on_finished, "call_started": on_call_started,
-                "tool_call": on_call_done}
+                "tool_call": on_call_done, "text": on_text}
 
     def machine_state(self) -> OllamaState:
         return OllamaState()

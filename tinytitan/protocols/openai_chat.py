@@ -14,7 +14,7 @@ from .. import custom_tools, images
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .common import content_of, place_system, template_variables, verbosity_note
+from .common import TextRuns, content_of, place_system, template_variables, verbosity_note
 
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
 
@@ -136,14 +136,19 @@ def parse_template_kwargs(value: dict, body: dict, args: dict, v) -> None:
 
 
 @dataclass
-class ChatState:
-    """A Chat stream's bookkeeping (``vars`` in spec/openai_chat.yaml): the call open now."""
+class ChatState(TextRuns):
+    """A Chat stream's bookkeeping (``vars`` in spec/openai_chat.yaml): the call open now, and the text runs."""
 
     call: dict | None = None
 
 
+def text_run(m, ev) -> None:
+    m.vars.text()
+
+
 def open_call(m, ev) -> None:
     """A call opens: a custom tool's (``custom``: its input streams) or a function's."""
+    m.vars.called = True
     custom = ev.name in (m.context.get("custom_tools") or ())
     m.vars.call = {"custom": custom, "function": not custom, "arguments": "", "input": "", "input_delta": None}
 
@@ -246,7 +251,7 @@ class OpenAIChat(Protocol):
         return {"chat_completion": fold_chat_completion}
 
     def machine_hooks(self):
-        return {"open_call": open_call, "append_call": append_call, "finish_call": finish_call}
+        return {"open_call": open_call, "append_call": append_call, "finish_call": finish_call, "text": text_run}
 
     def machine_state(self) -> ChatState:
         return ChatState()
