@@ -141,6 +141,34 @@ def test_three_spellings_make_one_grammar(kind):
     assert request_of(kind, flat(SCHEMA, kind == "chat")).grammar.where.startswith(SPELLINGS[kind][3])
 
 
+DESCRIBED = "A short title for the user's text, in their language."
+
+
+async def test_a_formats_description_reaches_the_model_the_same_on_both_apis(serve, demo_tok):
+    """OpenAI documents a json_schema format's description as "used by the model to determine how to respond
+    in the format": it closes the system prompt, after the request's own system text, worded the same from Chat's
+    response_format and Responses' text.format; a format without one adds nothing."""
+    from backends import Recording
+    from tinytitan.engine.backends.scripted import ScriptEntry
+
+    backend = Recording([ScriptEntry('{"title":"Hi"}')] * 4, demo_tok, model_id="m")
+    s = await serve(backend=backend)
+    system = [{"role": "system", "content": "Be brief."}]
+    fmt = {"type": "json_schema", "name": "t", "schema": SCHEMA, "description": DESCRIBED}
+    async with httpx.AsyncClient(timeout=30) as c:
+        for path, body in (("/v1/chat/completions", {"messages": [*system, {"role": "user", "content": "x"}],
+                                                     "response_format": {"type": "json_schema", "json_schema": {
+                                                         k: v for k, v in fmt.items() if k != "type"}}}),
+                           ("/v1/responses", {"instructions": "Be brief.", "input": "x", "text": {"format": fmt}}),
+                           ("/v1/responses", {"instructions": "Be brief.", "input": "x",
+                                              "text": {"format": {k: v for k, v in fmt.items() if k != "description"}}})):
+            r = await c.post(s.url(path), json={"model": "m", **body})
+            assert r.status_code == 200, r.text
+    note = f'Be brief.\n\nAnswer in the JSON format "t": {DESCRIBED}'
+    assert note in backend.prompts[0] and note in backend.prompts[1]
+    assert "Answer in the JSON format" not in backend.prompts[2] and "Be brief." in backend.prompts[2]
+
+
 def test_the_older_messages_spelling_is_read_too():
     p = proto("messages")
     req = p.chat_request(p.validator.validate({**SPELLINGS["messages"][1],

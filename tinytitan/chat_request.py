@@ -50,6 +50,10 @@ class Message:
     parts: tuple["str | ImagePart", ...] = ()
 
 
+FORMAT_NOTE = 'Answer in the JSON format "{name}": {description}'
+UNNAMED_FORMAT_NOTE = "Answer in the requested JSON format: {description}"
+
+
 @dataclass(frozen=True)
 class Grammar:
     """An output format the sampler is masked with (see tinytitan/output_format.py for the spellings)."""
@@ -57,6 +61,8 @@ class Grammar:
     source: Any
     name: str | None = None
     where: str | None = None  # the request field it came from, named when the grammar cannot be compiled
+    # what the format is for (a json_schema format's ``description``): shown to the model (ChatRequest.closing_note)
+    description: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,16 @@ class ChatRequest:
     speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does
     response_id: str | None = None  # the id its answer carries: a later request may name it for a cache comparison
     cache_compare: str | None = None  # an earlier answer's id: the prompt-cache diagnosis is relative to its prompt
+
+    @property
+    def closing_note(self) -> str:
+        """The text closing the system prompt: ``system_note``, then the output format's description, which
+        OpenAI's API documents as "used by the model to determine how to respond in the format"."""
+        g = self.grammar
+        if g is None or not g.description:
+            return self.system_note
+        described = (FORMAT_NOTE if g.name else UNNAMED_FORMAT_NOTE).format(name=g.name, description=g.description)
+        return "\n\n".join(t for t in (self.system_note, described) if t)
 
     @property
     def images(self) -> tuple[ImagePart, ...]:

@@ -113,9 +113,13 @@ def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS) -> Grammar |
     if name is not None and not isinstance(name, str):
         raise invalid(f"Invalid type for '{inner_where}.name': expected a string", param=f"{inner_where}.name",
                       code="invalid_type")
+    description = inner.get("description")
+    if description is not None and not isinstance(description, str):
+        raise invalid(f"Invalid type for '{inner_where}.description': expected a string",
+                      param=f"{inner_where}.description", code="invalid_type")
     schema = inner["schema"]
     check_schema(schema, f"{inner_where}.schema")
-    return Grammar("json_schema", schema, name, where=f"{inner_where}.schema")
+    return Grammar("json_schema", schema, name, where=f"{inner_where}.schema", description=description or None)
 
 
 def normalise_ollama(fmt: Any, where: str = "format") -> Grammar | None:

@@ -182,7 +182,7 @@ class VisionBackend(MLXBackend):
     def _literal_placeholders_hidden(self, req: ChatRequest) -> ChatRequest:
         """``req`` with the placeholder's text, wherever the request's own text holds it (a model's earlier answer,
         a pasted template, a call's arguments that write one, a tool's description or schema, the text closing the
-        system prompt: ``system_note``), stood in for by
+        system prompt: ``closing_note``), stood in for by
         ``SHADOW``: only the placeholders the template writes are images."""
         def hide(value):
             if isinstance(value, str):
@@ -198,9 +198,10 @@ class VisionBackend(MLXBackend):
                 c.arguments for c in m.tool_calls)
 
         tools = any(self.placeholder in t.description + json.dumps(t.parameters) for t in req.tools)
-        if not tools and self.placeholder not in req.system_note and not any(holds(m) for m in req.messages):
+        if not tools and self.placeholder not in req.closing_note and not any(holds(m) for m in req.messages):
             return req
-        return replace(req, system_note=hide(req.system_note), messages=tuple(
+        grammar = req.grammar and replace(req.grammar, description=hide(req.grammar.description))
+        return replace(req, system_note=hide(req.system_note), grammar=grammar, messages=tuple(
             replace(m, content=hide(m.content), reasoning=hide(m.reasoning), parts=tuple(hide(p) for p in m.parts),
                     tool_calls=tuple(replace(c, arguments=hide(c.arguments)) for c in m.tool_calls))
             for m in req.messages), tools=tuple(replace(t, description=hide(t.description),

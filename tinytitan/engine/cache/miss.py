@@ -61,7 +61,7 @@ class Fingerprint:
     # tying calls to results (its calls' ids; a result's call id and tool name), which some templates write
     messages: tuple[tuple, ...]
     settings: str
-    note: str = ""  # the text closing the system prompt (ChatRequest.system_note), hashed; "" for none
+    note: str = ""  # the text closing the system prompt (ChatRequest.closing_note), hashed; "" for none
 
     @classmethod
     def of(cls, req: ChatRequest) -> "Fingerprint":
@@ -75,7 +75,7 @@ class Fingerprint:
         return cls(tuple(system), tools, tuple(_msg(m) for m in msgs),
                    _h([req.tool_choice, req.tool_names, req.reasoning, req.template_kwargs,
                        req.grammar.kind if req.grammar else None, req.parallel_tool_calls]),
-                   _h(req.system_note.splitlines()) if req.system_note else "")
+                   _h(req.closing_note.splitlines()) if req.closing_note else "")
 
     def as_json(self) -> list:
         """As a JSON value (rank 0's message to a group's followers: group/lockstep.py); ``from_json`` reads it."""

@@ -51,12 +51,13 @@ def template_messages(req: ChatRequest, default_system: str | None = None,
     if default_system and not lead:
         messages.insert(0, {"role": "system", "content": default_system})
         lead = 1
-    if req.system_note:  # closes the system prompt, whichever it is (the request's own, or the model's)
+    note = req.closing_note
+    if note:  # closes the system prompt, whichever it is (the request's own, or the model's)
         if lead:
             text = messages[0]["content"]
-            messages[0] = {**messages[0], "content": f"{text}\n\n{req.system_note}" if text else req.system_note}
+            messages[0] = {**messages[0], "content": f"{text}\n\n{note}" if text else note}
         else:
-            messages.insert(0, {"role": "system", "content": req.system_note})
+            messages.insert(0, {"role": "system", "content": note})
             lead = 1
     messages[lead:lead] = [template_message(m) for m in default_history]
     return messages
