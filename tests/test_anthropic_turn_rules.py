@@ -24,16 +24,16 @@ THOUGHT = {"type": "thinking", "thinking": "hmm", "signature": "s"}
 # (messages, the error's message)
 REFUSED = [
     ([{"role": "user", "content": ""}],
-     "messages[0]: all messages must have non-empty content except for the optional final assistant message"),
+     "messages.0: all messages must have non-empty content except for the optional final assistant message"),
     ([USER, {"role": "assistant", "content": "ok"}, {"role": "user", "content": []}],
-     "messages[2]: all messages must have non-empty content except for the optional final assistant message"),
+     "messages.2: all messages must have non-empty content except for the optional final assistant message"),
     ([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": ""}]}],
-     "messages[0].content[1]: text content blocks must be non-empty"),
+     "messages: text content blocks must be non-empty"),
     ([{"role": "user", "content": [THOUGHT, {"type": "text", "text": "hi"}]}],
-     "messages[0].content: thinking blocks may only be in `assistant` messages"),
+     "messages.0.content.0: thinking blocks may only be in `assistant` messages"),
     ([USER, {"role": "assistant", "content": "ok"},
       {"role": "user", "content": [{"type": "redacted_thinking", "data": "x"}, {"type": "text", "text": "go on"}]}],
-     "messages[2].content: thinking blocks may only be in `assistant` messages"),
+     "messages.2.content.0: thinking blocks may only be in `assistant` messages"),
 ]
 
 
@@ -43,7 +43,7 @@ async def test_refused_in_the_apis_words(serve, messages, message):
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
         r = await post(s, body(messages=messages, tools=TOOLS), path)
         d = assert_envelope(r, 400, "invalid_request_error")
-        assert d["error"]["message"] == message, d
+        assert d["error"]["message"] == message, d  # (the API's spelling of the place: clients match the words)
 
 
 ACCEPTED = [

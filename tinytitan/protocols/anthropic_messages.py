@@ -135,7 +135,7 @@ class AnthropicMessages(Protocol):
             where = f"messages[{i}]"
             role = "user" if m["role"] in USER_ROLES else m["role"]
             if m["role"] == "user":  # (ctx / msg turns: Claude Code's own, whose rules the API does not say)
-                check_user_content(m["content"], where)
+                check_user_content(m["content"], where, i)
             blocks = [(f"{where}.content[{j}]", b) for j, b in enumerate(_blocks(m["content"]))]
             if isinstance(m.get("content"), str):
                 blocks = [(f"{where}.content", blocks[0][1])]

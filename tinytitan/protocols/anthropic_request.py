@@ -192,18 +192,19 @@ def block_texts(blocks: list[tuple[str, dict]], role: str) -> list[str]:
     return out
 
 
-def check_user_content(content: str | list, where: str) -> None:
-    """A user turn's content, refused as the API refuses it: empty (a string or no blocks), a text block with no
-    text, or thinking (an assistant turn's: there is no turn here to give it to)."""
+def check_user_content(content: str | list, where: str, i: int) -> None:
+    """A user turn's content (``messages[i]``), refused as the API refuses it, in its words and its spelling of the
+    place (``messages.3``; ``param`` keeps ours): empty (a string or no blocks), a text block with no text, or
+    thinking (an assistant turn's: there is no turn here to give it to)."""
     if not content:
-        raise invalid(f"{where}: all messages must have non-empty content except for the optional final assistant "
-                      "message", param=f"{where}.content", code="invalid_value")
+        raise invalid(f"messages.{i}: all messages must have non-empty content except for the optional final "
+                      "assistant message", param=f"{where}.content", code="invalid_value")
     for j, b in enumerate(content if isinstance(content, list) else ()):
         if b.get("type") == "text" and b.get("text") == "":
-            raise invalid(f"{where}.content[{j}]: text content blocks must be non-empty",
+            raise invalid("messages: text content blocks must be non-empty",
                           param=f"{where}.content[{j}].text", code="invalid_value")
         if b.get("type") in ("thinking", "redacted_thinking"):
-            raise invalid(f"{where}.content: thinking blocks may only be in `assistant` messages",
+            raise invalid(f"messages.{i}.content.{j}: thinking blocks may only be in `assistant` messages",
                           param=f"{where}.content[{j}].type", code="invalid_value")
 
 
