@@ -25,8 +25,9 @@ class ToolCall:
 class ImagePart:
     """An image in a message, decoded from its protocol's spelling (a data URL, base64 source, Ollama's
     ``images``) but not yet looked at: the engine opens, checks and encodes it for the model that serves the
-    request. ``digest`` (sha256 of ``data``, hex) is what the prompt cache keys it by; ``where`` is the request
-    part it came from (``messages[2].content[1]``), named in every error about it."""
+    request. ``digest`` (sha256 of ``images.PIXELS_VERSION`` and ``data``, hex: a change to how bytes become
+    pixels is a new digest) is what the prompt cache keys it by; ``where`` is the request part it came from
+    (``messages[2].content[1]``), named in every error about it."""
     data: bytes
     media_type: str  # as the client declared it ("image/png"); "" where the protocol does not say
     digest: str
