@@ -384,6 +384,12 @@ SPECS = {
     "minimax_m2": dict(special=MINIMAX_TOKENS, added=["<think>", "</think>"],
                        template=real_template("unsloth-MiniMax-M2.jinja"), eos="[e~[", bos="]~!b[", pad="[e~[",
                        model_type="minimax_m2"),
+    # DeepSeek V3-0324 / R1-0528 (and R1-0528's distills): the older call format, named by the template alone (its
+    # model_type is V3.1's)
+    "deepseek_r1": dict(special=DEEPSEEK_TOKENS + ["<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>"],
+                        added=["<think>", "</think>"], template=real_template("deepseek-ai-DeepSeek-V3-0324.jinja"),
+                        eos="<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>", pad="<｜end▁of▁sentence｜>",
+                        model_type="deepseek_v3"),
     "deepseek_v32": dict(special=DEEPSEEK_TOKENS, added=["<think>", "</think>"],
                          template=real_template("DeepSeek-V3.2.jinja"), eos="<｜end▁of▁sentence｜>",
                          bos="<｜begin▁of▁sentence｜>", pad="<｜end▁of▁sentence｜>", model_type="deepseek_v32"),

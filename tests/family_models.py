@@ -29,7 +29,7 @@ _ARCH = {
         scoring_func="sigmoid", tie_word_embeddings=False),
 }
 _ARCH["deepseek_v32"] = dict(_ARCH["deepseek_v3"], index_head_dim=16, index_n_heads=2, index_topk=16)
-ARCHITECTURE = {"deepseek_v3": "deepseek_v3", "deepseek_v32": "deepseek_v32", "kimi_k2": "deepseek_v3", "kimi_k2_thinking": "deepseek_v3",
+ARCHITECTURE = {"deepseek_v3": "deepseek_v3", "deepseek_r1": "deepseek_v3", "deepseek_v32": "deepseek_v32", "kimi_k2": "deepseek_v3", "kimi_k2_thinking": "deepseek_v3",
                 "minimax_m2": "minimax_m2"}
 
 

@@ -34,6 +34,9 @@ BLOCKS = {
     "qwen": "<tool_call>\n" + _each('{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}\n') + "</tool_call>",
     "deepseek_v3": "<｜tool▁calls▁begin｜>" + _each('<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{{"city": "{c}"}}'
                                                   "<｜tool▁call▁end｜>") + "<｜tool▁calls▁end｜>",
+    "deepseek_r1": "<｜tool▁calls▁begin｜>" + "\n".join(
+        '<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "%s"}\n```<｜tool▁call▁end｜>' % c
+        for c in CITIES) + "<｜tool▁calls▁end｜>",
     "deepseek_v32": "<｜DSML｜function_calls>\n" + _each('<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter '
                                                        'name="city" string="true">{c}</｜DSML｜parameter>\n'
                                                        "</｜DSML｜invoke>\n") + "</｜DSML｜function_calls>",

@@ -33,6 +33,7 @@ CONVERSATION = (
 # where a rendered assistant turn ends, per family (None: the parser sees the whole rest)
 TURN_END = {"qwen": "<|im_end|>", "qwen3_coder": "<|im_end|>", "llama3": "<|eot_id|>", "mistral": "</s>",
             "glm": None, "gemma": "<end_of_turn>", "gpt_oss": None, "deepseek_v3": "<｜end▁of▁sentence｜>",
+            "deepseek_r1": "<｜end▁of▁sentence｜>",
             "kimi_k2": "<|im_end|>", "minimax_m2": "[e~[",
             "deepseek_v32": "<｜end▁of▁sentence｜>"}
 

@@ -27,6 +27,8 @@ TEXT_AFTER_CALL = {
                   '<parameter name="city">Rome</parameter>\n</invoke>\n' + AFTER + "\n</minimax:tool_call>",
     "deepseek_v3": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Rome"}'
                    "<｜tool▁call▁end｜>" + AFTER + "<｜tool▁calls▁end｜>",
+    "deepseek_r1": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n'
+                   '{"city": "Rome"}\n```<｜tool▁call▁end｜>' + AFTER + "<｜tool▁calls▁end｜>",
 }
 WEATHER = Tool("get_weather", "w", {"type": "object", "properties": {"city": {"type": "string"}}})
 
@@ -52,7 +54,8 @@ def test_gemma4_text_after_a_call_is_not_dropped():
     assert "".join(e.text for e in events if isinstance(e, ev.TextDelta)) == "I checked it."
 
 
-@pytest.mark.parametrize("family", ["qwen", "qwen3_coder", "minimax_m2", "deepseek_v3"])
+@pytest.mark.parametrize("family", ["qwen", "qwen3_coder", "minimax_m2", "deepseek_v3",
+                                    "deepseek_r1"])
 def test_text_after_a_call_is_the_same_fed_a_character_at_a_time(family):
     """The parser fed one character at a time (every marker and every space split) gives what it gives whole."""
     raw = TEXT_AFTER_CALL[family]

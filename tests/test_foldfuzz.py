@@ -75,6 +75,13 @@ FAMILIES = {
                         + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
                         bad=["<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"q\": \"x",
                              "<｜tool▁calls▁begin｜>", "<｜tool▁call▁end｜>"]),
+    "deepseek_r1": dict(think=("<think>", "</think>"),
+                        call=lambda n, a: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" + n
+                        + "\n```json\n" + jdump(a) + "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                        bad=["<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"q\": \"x",
+                             "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```",
+                             "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+                             "<｜tool▁calls▁begin｜>", "<｜tool▁call▁end｜>", "```json"]),
     "kimi_k2": dict(think=None,
                     call=lambda n, a: "<|tool_calls_section_begin|><|tool_call_begin|>functions." + n
                     + ":0<|tool_call_argument_begin|>" + jdump(a) + "<|tool_call_end|><|tool_calls_section_end|>",

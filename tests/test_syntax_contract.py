@@ -155,7 +155,7 @@ LAYOUT_CALLS = [("get_weather", {"city": "Paris", "days": 3}),
                 ("write_file", {"path": "a.md", "opts": {"mode": "w", "n": [1, 2]}})]
 FORCING = sorted(n for n, s in SYNTAXES.items() if s.blocks is not None)
 # the fixture families masked under tool_choice auto too (their markers are tokens of their vocabulary)
-AUTO_MASKED = {"deepseek_v3", "glm", "kimi_k2", "minimax_m2", "mistral", "qwen", "qwen3_coder"}
+AUTO_MASKED = {"deepseek_r1", "deepseek_v3", "glm", "kimi_k2", "minimax_m2", "mistral", "qwen", "qwen3_coder"}
 
 
 def template_output(backend, tools, calls) -> str:

@@ -23,6 +23,7 @@ a fallback. A ``Family`` gives the backend:
 | function_gemma | —                    | ``<start_function_call>call:N{k:<escape>v<escape>}<end_function_call>`` |
 | gpt_oss      | harmony ``analysis``   | harmony ``commentary to=functions.N … <|message|>{json}<|call|>``      |
 | deepseek_v3  | ``<think>…</think>``   | ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{json}<｜tool▁call▁end｜>…`` |
+| deepseek_r1  | ``<think>…</think>``   | ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\\n```json\\n{json}\\n```…`` |
 | deepseek_v32 | ``<think>…</think>``   | ``<｜DSML｜function_calls><｜DSML｜invoke name="N"><｜DSML｜parameter name="P" string="true">v…`` |
 | kimi_k2      | ``<think>…</think>``   | ``<|tool_calls_section_begin|><|tool_call_begin|>functions.N:0<|tool_call_argument_begin|>{json}…`` |
 | minimax_m2   | ``<think>…</think>``   | ``<minimax:tool_call><invoke name="N"><parameter name="P">v</parameter></invoke>…`` |
@@ -148,6 +149,8 @@ GPT_OSS = Family("gpt_oss", None, ("<|return|>", "<|call|>"),
                  RoleConventions(single_call=True, system_first_only=True))
 DEEPSEEK_V3 = Family("deepseek_v3", Markup("<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
                                           "deepseek"), ("<｜end▁of▁sentence｜>",))
+# V3, V3-0324, R1, R1-0528 (and its distills): the older call format (``syntaxes/deepseek_r1.py``)
+DEEPSEEK_R1 = replace(DEEPSEEK_V3, name="deepseek_r1", markup=replace(DEEPSEEK_V3.markup, body="deepseek_r1"))
 KIMI_K2 = Family("kimi_k2", Markup("<think>", "</think>", "<|tool_calls_section_begin|>",
                                    "<|tool_calls_section_end|>", "kimi", tool_ends_thought=True), ("<|im_end|>",))
 MINIMAX_M2 = Family("minimax_m2", Markup("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>",
@@ -177,6 +180,9 @@ class Sign:
 DETECTION: list[tuple[Family, Sign]] = [
     (DEEPSEEK_V32, Sign(template=("｜DSML｜",), thinking="<think>")),
     (MINIMAX_M2, Sign(vocab=("<minimax:tool_call>",), model_types=("minimax_m2", "minimax"), thinking="<think>")),
+    # the template decides between DeepSeek's two call formats (V3-0324 / R1 and V3.1 share a model_type): the
+    # older one's writes each call's arguments in a ```json fence after the separator
+    (DEEPSEEK_R1, Sign(template=("```json",), also=("<｜tool▁sep｜>",), thinking="<think>")),
     (DEEPSEEK_V3, Sign(vocab=("<｜tool▁calls▁begin｜>",), model_types=("deepseek_v3", "deepseek_v32"), thinking="<think>")),
     (KIMI_K2, Sign(vocab=("<|tool_calls_section_begin|>",), model_types=("kimi_k2",), thinking="<think>")),
     (GPT_OSS, Sign(vocab=("<|channel|>",), also=("<|message|>",), model_types=("gpt_oss",))),

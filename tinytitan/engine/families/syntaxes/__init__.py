@@ -5,7 +5,7 @@ A new syntax is a module here and one line below; a family that writes it is a r
 
 from __future__ import annotations
 
-from . import deepseek, dsml, gemma, harmony, json_calls, kimi, minimax, mistral, pythonic, tags
+from . import deepseek, deepseek_r1, dsml, gemma, harmony, json_calls, kimi, minimax, mistral, pythonic, tags
 from .base import Syntax
 
 SYNTAXES: dict[str, Syntax] = {s.name: s for s in (
@@ -18,6 +18,7 @@ SYNTAXES: dict[str, Syntax] = {s.name: s for s in (
     gemma.FUNCTION_GEMMA,
     harmony.SYNTAX,
     deepseek.SYNTAX,
+    deepseek_r1.SYNTAX,
     kimi.SYNTAX,
     minimax.SYNTAX,
     dsml.SYNTAX,

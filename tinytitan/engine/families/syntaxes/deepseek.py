@@ -4,7 +4,8 @@ call markers, every marker one token:
     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>
 
 The section's own markers are the family's ``tool_open`` / ``tool_close``; the per-call ones are a ``Section``
-row, so another family writing this shape (Kimi K2, ``kimi.py``) is a row reusing the decoder.
+row, so another family writing this shape (Kimi K2, ``kimi.py``; DeepSeek's own older format, the type before the
+separator and the name and fenced arguments after it, ``deepseek_r1.py``) is a row reusing the decoder.
 
 - decoder: ``SectionCalls`` (below): the name when its separator comes, the arguments streamed as written,
   the call done at its closing marker (a marker inside a JSON string is part of the string);
@@ -43,6 +44,11 @@ class Section:
     name_of: Callable[[str], str | None]  # the head → the function's name (None: not a call)
     head: Callable[[str, int], str]  # (name, index) → the head a rendering writes
     head_rule: Callable[[str, dict], str]  # (lark spelling of the name, vocab) → the head's lark spelling
+    # the older DeepSeek format (V3-0324, R1): the head is the call's type, the name follows the separator on a
+    # line of its own, and the arguments stand in this fence (its opening, its closing); None: they follow the
+    # separator
+    fence: tuple[str, str] | None = None
+    between: str = ""  # what the template writes between two calls of a section
 
 
 def _plain_name(head: str) -> str | None:
@@ -65,6 +71,8 @@ class SectionCalls(SteppedBody):
         self.args = ""
         self.span: JsonSpan | None = None
         self.junk = ""
+        self.head = ""  # the older format: the call's type and the separator, while its name is read
+        self.fenced = False  # the older format: the arguments' closing fence was read (or left out)
 
     @property
     def quoting(self) -> bool:
@@ -106,10 +114,42 @@ class SectionCalls(SteppedBody):
                 self.junk += s.call_open + self.buf[: i + len(s.sep)]
                 self.buf, self.state = self.buf[i + len(s.sep):], "skip"
                 return True
-            self.buf = self.buf[i + len(s.sep):]
+            self.head, self.buf = self.buf[: i + len(s.sep)], self.buf[i + len(s.sep):]
+            if s.fence is not None:  # the head was the call's type: the name comes next
+                self.state = "name"
+                return True
             self._start(name, out)
             self.args, self.span, self.state = "", JsonSpan(), "args"
             return True
+        if st == "name":  # the older format: the name, up to the end of its line (or the fence, or the arguments)
+            ends = [j for j in (self.buf.find("\n"), self.buf.find(s.fence[0][:1]), self.buf.find("{")) if j >= 0]
+            if not ends:
+                if len(self.buf) > 200:
+                    self.junk, self.buf, self.state = self.junk + s.call_open + self.head + self.buf, "", "skip"
+                return False
+            name = s.name_of(self.buf[: min(ends)])
+            if name is None:
+                self.junk += s.call_open + self.head
+                self.state = "skip"
+                return True
+            self.buf = self.buf[min(ends):]
+            self._start(name, out)
+            self.args, self.span, self.state = "", JsonSpan(), "fence"
+            return True
+        if st == "fence":  # its opening fence, if the model wrote one, then the arguments
+            text = self.buf.lstrip()
+            if text.startswith(s.fence[0]):
+                text = text[len(s.fence[0]):]
+            elif text.startswith(s.fence[1]) and text[len(s.fence[1]):][:1].isspace():  # a fence naming no language
+                text = text[len(s.fence[1]):]
+            elif s.fence[0].startswith(text):
+                self.buf = text
+                return False
+            text = text.lstrip()
+            self.buf = text
+            if text:
+                self.state = "args"
+            return bool(text)
         if st == "args":
             n = self.span.feed(self.buf)
             piece, self.buf = self.buf[:n], self.buf[n:]
@@ -120,17 +160,25 @@ class SectionCalls(SteppedBody):
             return False
         if st == "tail":  # after the arguments: the call's closing marker
             text = self.buf.lstrip()
+            if s.fence is not None and not self.fenced:  # the older format: the fence's close first, if written
+                if text.startswith(s.fence[1]):
+                    text, self.fenced = text[len(s.fence[1]):].lstrip(), True
+                elif s.fence[1].startswith(text):
+                    self.buf = text
+                    return False
+                else:
+                    self.fenced = True
             if text.startswith(s.call_close):
                 self.buf = text[len(s.call_close):]
                 out.append(ToolCallDone(self.index, self.args))
-                self.state = "between"
+                self.state, self.fenced = "between", False
                 return True
             if not text or s.call_close.startswith(text):
                 self.buf = text
                 return False
             out.append(ToolCallDone(self.index, self.args))  # the closer is missing: the call is whole anyway
             log.warning("tool call %s: no %s after its arguments", self.index, s.call_close)
-            self.state = "between"
+            self.state, self.fenced = "between", False
             return True
         if st == "skip":  # a call whose head is not understood: up to its closing marker
             i = self.buf.find(s.call_close)
@@ -146,13 +194,15 @@ class SectionCalls(SteppedBody):
 
     def close(self, truncated: bool) -> list[TokenEvent]:
         out: list[TokenEvent] = []
-        if self.state == "args":
+        if self.state in ("args", "fence"):
             log.warning("tool call %s: arguments cut short", self.index)
             out.append(ToolCallDone(self.index, self.args, complete=False))
         elif self.state == "tail":
             out.append(ToolCallDone(self.index, self.args))
         elif self.state == "head" and self.buf.strip():
             self.junk += self.s.call_open + self.buf
+        elif self.state == "name":
+            self.junk += self.s.call_open + self.head + self.buf
         self.state = "done"
         if not self.any:
             return self._as_text(truncated) if self.raw.strip() else []
@@ -179,18 +229,26 @@ def section_syntax(name: str, grammar: str, section: Section, transformer=Transf
     def blocks(family, tools, parallel, vocab, loose=False):
         m = family.markup
         opened, sep, closed = (marker(t, vocab) for t in (section.call_open, section.sep, section.call_close))
-        call, rules = json_call_rules(tools, "arguments", loose, named=sep, layout=ONE_SPACE)
+        fence = section.fence
+        # between the name and the arguments: the separator, or (the older format) the opening fence on a line of its
+        # own; the arguments end the call, or their closing fence does
+        named = sep if fence is None else json.dumps(f"\n{fence[0]}\n")
+        call, rules = json_call_rules(tools, "arguments", loose, named=named, layout=ONE_SPACE)
         # each call alternative is spelled '"NAME" SEP …': the head's own spelling replaces the quoted name
         rules = [_respell_head(r, tools, section, vocab) for r in rules]
-        one = f"one: {opened} call {closed}"
-        body = "one" + more_calls("one", parallel)
+        one = f"one: {opened} call {'' if fence is None else json.dumps(chr(10) + fence[1]) + ' '}{closed}"
+        body = "one" + more_calls(f"{json.dumps(section.between) + ' ' if section.between else ''}one", parallel)
         return [f"blocks: {marker(m.tool_open, vocab)} {body} {marker(m.tool_close, vocab)}", one, call, *rules]
 
     def render(calls, family) -> str:
         m = family.markup
-        inner = "".join(f"{section.call_open}{section.head(n, i)}{section.sep}"
-                        f"{json.dumps(arguments_value(a), ensure_ascii=False)}{section.call_close}"
-                        for i, (n, a) in enumerate(calls))
+        fence = section.fence
+        inner = section.between.join(
+            f"{section.call_open}{section.head(n, i)}{section.sep}"
+            + ("" if fence is None else f"{n}\n{fence[0]}\n")
+            + json.dumps(arguments_value(a), ensure_ascii=False)
+            + ("" if fence is None else f"\n{fence[1]}") + section.call_close
+            for i, (n, a) in enumerate(calls))
         return f"{m.tool_open}{inner}{m.tool_close}"
 
     return Syntax(name, grammar, transformer, decoder, blocks, render, history=history or (lambda msgs: msgs),
