@@ -107,6 +107,18 @@ def test_cut_at_any_point():
     assert fc.calls_of(ff.parsed("deepseek_r1", [raw])) == [first, second]
 
 
+def test_a_head_the_cap_cut_is_dropped():
+    """The cap strikes before the call's name is whole (``function<｜tool▁sep｜>get_wea``): the head of a call cut
+    short is not the answer's text, as V3.1's is not; the call before it stays whole."""
+    first = call("get_weather", {"city": "Paris"})
+    for opened in (B, B + first + "\n"):
+        for head in (CB, f"{CB}function", f"{CB}function{SEP}", f"{CB}function{SEP}get_wea"):
+            p = FAMILIES["deepseek_r1"].parser(False, {}, ff.WEATHER_TOOL)
+            events = p.feed("Hi." + opened + head)[0] + p.finish(cut=True)
+            assert ff.text_of(events) == "Hi.", (opened + head, events)
+            assert fc.calls_of(events) == ([("get_weather", {"city": "Paris"})] if first in opened else [])
+
+
 def test_the_v31_family_keeps_its_own_format():
     assert FAMILIES["deepseek_v3"].render_calls([("f", {"a": 1})]) == f'{B}{CB}f{SEP}{{"a": 1}}{CE}{E}'
     assert FAMILIES["deepseek_r1"].render_calls([("f", {"a": 1}), ("g", {})]) == block(("f", {"a": 1}), ("g", {}))

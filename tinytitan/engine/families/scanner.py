@@ -54,6 +54,8 @@ CALL_HEADS = {
     "function_gemma": regex.compile(r'\s*call:[\w.\-]+\{'),
     "pythonic": regex.compile(r'\s*\[?[\w.]+\('),
     "deepseek": regex.compile(r'\s*<｜tool▁call▁begin｜>\s*[^\s<>{}]+\s*<｜tool▁sep｜>'),
+    # the older format: the type before the separator, the name after it (the call starts at the name's line end)
+    "deepseek_r1": regex.compile(r'\s*<｜tool▁call▁begin｜>\s*[^\s<>{}]+\s*<｜tool▁sep｜>[^\s<>{}`]+\n'),
     "kimi": regex.compile(r'\s*<\|tool_call_begin\|>\s*(?:functions\.)?[\w.\-]+(?::\d+)?\s*'
                           r'<\|tool_call_argument_begin\|>'),
     "minimax": regex.compile(r'\s*<invoke name="[^"]*">'),
