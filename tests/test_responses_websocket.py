@@ -211,15 +211,18 @@ async def test_a_hang_up_mid_response_stops_it_and_frees_its_place(serve, demo_t
         assert r.json()["output"][0]["content"][0]["text"] == "after"
 
 
-async def test_pings_are_answered_and_a_quiet_socket_is_closed(serve, monkeypatch):
+async def test_pings_are_answered_and_a_quiet_socket_is_closed(serve, monkeypatch, caplog):
+    """A quiet socket is closed normally (1000), with nothing logged as an error."""
     server = await serve(["ok"])
     monkeypatch.setitem(server.server.protocols["openai_responses"].spec.extra["websocket"], "idle_seconds", 0.5)
     async with httpx.AsyncClient() as client:
         async with aconnect_ws(server.url("/v1/responses"), client) as ws:
             with trio.fail_after(5):
                 await (await ws.ping(b"hello")).wait()
-            with trio.fail_after(5), pytest.raises(WebSocketDisconnect):
+            with trio.fail_after(5), pytest.raises(WebSocketDisconnect) as closed:
                 await ws.receive_text()
+    assert closed.value.code == 1000, closed.value
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 async def test_each_exchange_is_logged(serve, caplog):

@@ -110,7 +110,9 @@ class Guard:
         # (in constant time: how long a refusal takes says nothing of how much of the key a guess had right)
         return any(hmac.compare_digest(given.encode(), key.encode()) for given in offered)
 
-    async def _headers(self, response: Response) -> Response:
+    async def _headers(self, response: Response | None) -> Response | None:
+        if response is None:  # a WebSocket's handler that returned (the socket closed): no HTTP answer to dress
+            return None
         ctx = {"request_id": getattr(incoming(), "request_id", "")}
         for proto in {id(p): p for p in (self.shared, self.owner())}.values():
             for k, v in proto.spec.headers.items():
