@@ -16,6 +16,8 @@ from .model_setup import join_group, make_backends
 
 log = logging.getLogger("tinytitan")
 FORCED_STOP_S = 5.0  # after the first Ctrl-C, the longest the graceful shutdown may take
+GRACEFUL_S = 1.0  # on Ctrl-C: what a request in flight, or an idle keep-alive connection, gets before it is cut
+SOCKET_GRACE_S = 0.75  # what a WebSocket's exchange in flight gets: its close frame goes out before the cut
 KEEP_ALIVE_S = 15.0
 OPEN_FILES = 65536  # the descriptors the server asks for (its soft limit raised toward the hard one)
 
@@ -120,7 +122,7 @@ def serve(args) -> int:
     # a ping every 20 s keeps an idle agent's socket from being dropped by anything in between
     config.websocket_max_message_size = server.config.max_body_bytes + (1 << 20)
     config.websocket_ping_interval = 20.0
-    config.graceful_timeout = 1.0  # on Ctrl-C: an idle keep-alive connection (every agent holds one) waits this long
+    config.graceful_timeout = GRACEFUL_S  # (an idle keep-alive connection, which every agent holds, waits this long)
 
     stopping = trio.Event()
 
@@ -133,6 +135,7 @@ def serve(args) -> int:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 log.info("%s: shutting down", signal.Signals(signum).name)
+                server.stopping.begin(SOCKET_GRACE_S)  # open WebSockets are closed with 1001, not cut (1006)
                 stopping.set()
                 break
             with trio.move_on_after(FORCED_STOP_S):

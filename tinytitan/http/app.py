@@ -18,6 +18,7 @@ Rules:
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -39,7 +40,7 @@ from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
 from . import encoding, fetch
 from .origins import OriginPolicy
-from .socket import DEFAULT_IDLE_SECONDS, SocketConnection
+from .socket import DEFAULT_IDLE_SECONDS, SocketConnection, Stopping
 from ..speclang.validate import query_args
 from .trim import Trimmer
 from .wire import BODY_WATCH, BodyWatch
@@ -139,6 +140,7 @@ class Server(Guard):
         self._path_owner: dict[str, Protocol] = {}
         self._socket_paths: set[str] = set()
         self._sockets_open = 0
+        self.stopping = Stopping()  # (the open WebSockets close with 1001 when it begins: socket.py)
         for proto in protocols:
             handlers = proto.handlers()
             for i, route in enumerate(proto.spec.routes):
@@ -311,8 +313,9 @@ class Server(Guard):
             try:
                 await ws.accept(headers=headers)
                 idle = float((proto.spec.extra.get("websocket") or {}).get("idle_seconds", DEFAULT_IDLE_SECONDS))
-                await handler(call, SocketConnection(ws, self.config.max_body_bytes, idle, self.observer,
-                                                     request_scope), **kwargs)
+                conn = SocketConnection(ws, self.config.max_body_bytes, idle, self.observer, request_scope,
+                                        self.stopping)
+                await conn.run(functools.partial(handler, call, conn, **kwargs))
             finally:
                 self._sockets_open -= 1
 
