@@ -43,6 +43,7 @@ MEDIA_TYPES = frozenset(FORMATS.values()) | {"image/jpg"}
 # and camera photos: a depth map, a gain map or a preview after the picture) opens as MPO; its first picture is the
 # JPEG every API reads
 ALIASES = {"MPO": "JPEG"}
+TRANSCRIPT_MARK = "[image]"  # what an image is in a transcript's text (a summary's input, for a model that reads none)
 
 _DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*),(?P<data>.*)", re.S | re.I)
 

@@ -11,6 +11,11 @@ Rules:
   over and over) makes a pass failed; a failed pass, or a second pass still over budget, falls back to
   the newest transcript text trimmed to the budget.
 - ``mode`` says which: ``model`` (first pass), ``compressed`` (second pass), ``extractive`` (fallback).
+- A transcript is text, or text and images in order (``ImagePart``). Its images pass the checks a request's
+  images pass (count, format, size: ``check``, an ImageError naming the part) whatever the model; a model that
+  reads images reads them in the first pass, where they stand, one that does not reads ``[image]`` there.
+  A transcript too long for the window keeps its newest text and no image. The second pass and the fallback are
+  text.
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, AsyncContextManager, Protocol
+from typing import Any, AsyncContextManager, Protocol, Sequence
 
 import trio
 
-from ..chat_request import ChatRequest, Message
+from .. import images
+from ..chat_request import ChatRequest, ImagePart, Message
 from ..events import Failed, Finished, TextDelta, Usage
 
 log = logging.getLogger("tinytitan.summarise")
+
+Transcript = str | Sequence[str | ImagePart]  # text, or text and images in order
 
 MAX_BUDGET = 4096
 
@@ -98,20 +106,45 @@ class Summariser:
             return max(1, len(text) // 4)
         return len(tok.encode(text, add_special_tokens=False))
 
-    def request(self, system: str, user: str, max_tokens: int) -> ChatRequest:
-        req = ChatRequest(model=self.model, messages=(Message("system", system), Message("user", user)),
+    def request(self, system: str, user: str, max_tokens: int, parts: tuple = ()) -> ChatRequest:
+        """``parts``: the user turn's text and images in order, where it holds images."""
+        if parts:  # (a message's content is its text parts: the images stand in ``parts`` alone)
+            user = "".join(p for p in parts if isinstance(p, str))
+        req = ChatRequest(model=self.model, messages=(Message("system", system), Message("user", user, parts=parts)),
                           tool_choice="none", temperature=0.0, max_tokens=max_tokens, reasoning="none",
                           memory=False)
         return self.engine.apply_model(req).with_(reasoning="none")
 
-    async def prompt_tokens(self, text: str) -> int:
-        fitted = await trio.to_thread.run_sync(self.fit, text)
-        return await self.engine.count_tokens(self.request(INSTRUCTION, fitted, self.budget))
+    def check(self, transcript: Transcript) -> None:
+        """The transcript's images checked as a request's are (count, format, size), whatever the model: an
+        ImageError names the first that is refused."""
+        if not isinstance(transcript, str) and any(isinstance(p, ImagePart) for p in transcript):
+            images.check_request(ChatRequest(model=self.model, messages=(Message("user", "", parts=tuple(transcript)),)))
 
-    async def run_pass(self, system: str, user: str, max_tokens: int) -> str | None:
+    def read(self, transcript: Transcript) -> tuple[str, tuple]:
+        """(the transcript's text, an image standing as ``[image]`` in it; the parts the first pass's user turn
+        carries: the text and the images, for a model that reads images, else ())."""
+        if isinstance(transcript, str):
+            return transcript, ()
+        text = "".join(p if isinstance(p, str) else images.TRANSCRIPT_MARK for p in transcript)
+        seen = getattr(self.backend, "takes_images", False) and any(isinstance(p, ImagePart) for p in transcript)
+        return text, tuple(transcript) if seen else ()
+
+    async def fitted(self, transcript: Transcript) -> tuple[str, tuple]:
+        """``read``, fitted to the window: a transcript cut to its newest text keeps no image."""
+        text, parts = self.read(transcript)
+        fitted = await trio.to_thread.run_sync(self.fit, text)
+        return fitted, parts if fitted == text else ()
+
+    async def prompt_tokens(self, transcript: Transcript) -> int:
+        self.check(transcript)
+        text, parts = await self.fitted(transcript)
+        return await self.engine.count_tokens(self.request(INSTRUCTION, text, self.budget, parts))
+
+    async def run_pass(self, system: str, user: str, max_tokens: int, parts: tuple = ()) -> str | None:
         """One pass through the queue; None when it failed (an error, a loop, nothing left)."""
         text: list[str] = []
-        async with self.engine.session(self.request(system, user, max_tokens), streamed=False) as events:
+        async with self.engine.session(self.request(system, user, max_tokens, parts), streamed=False) as events:
             async for ev in events:
                 if isinstance(ev, TextDelta):
                     text.append(ev.text)
@@ -153,9 +186,10 @@ class Summariser:
         finally:
             self.budget = saved
 
-    async def summarise(self, text: str) -> Summary:
-        text = await trio.to_thread.run_sync(self.fit, text)
-        first = await self.run_pass(INSTRUCTION, text, 4 * self.budget)
+    async def summarise(self, transcript: Transcript) -> Summary:
+        self.check(transcript)
+        text, parts = await self.fitted(transcript)
+        first = await self.run_pass(INSTRUCTION, text, 4 * self.budget, parts)
         if first is not None and await self._fits(first):
             return Summary(first, "model", self.usage)
         if first is not None:

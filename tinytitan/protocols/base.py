@@ -158,12 +158,18 @@ class Protocol:
         thread, so big prompts do not delay the small requests beside them. The same errors come out. Where the
         server fetches remote images (``--fetch-images``), those at the spec's ``extra.image_urls`` are fetched
         first and stand in the body as data URLs."""
-        fetch = getattr(getattr(self, "services", None), "fetch_images", None)
-        if fetch is not None and self.spec.extra.get("image_urls"):
-            call = await fetch(call, self.spec.extra["image_urls"])
+        call = await self.fetched(call)
         if len(call.body) < OFF_LOOP_BYTES:
             return self.validate(call, handler, empty_is_object)
         return await trio.to_thread.run_sync(self.validate, call, handler, empty_is_object)
+
+    async def fetched(self, call: Call) -> Call:
+        """``call`` with the remote images at the spec's ``extra.image_urls`` fetched, where the server fetches
+        them (``--fetch-images``); else as it came (a remote URL is then refused by name where it is read)."""
+        fetch = getattr(getattr(self, "services", None), "fetch_images", None)
+        if fetch is not None and self.spec.extra.get("image_urls"):
+            return await fetch(call, self.spec.extra["image_urls"])
+        return call
 
     def chat_request(self, v: Validated) -> ChatRequest:
         args = dict(v.args)

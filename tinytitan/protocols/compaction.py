@@ -34,6 +34,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, AsyncContextManager, AsyncIterable, AsyncIterator, Callable
 
+from .. import images
 from ..errors import ApiError, invalid
 from ..events import Failed, Finished, Started, TextDelta, TokenEvent
 from ..observe.turn import passes, reading
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from ..engine.summarise import Summariser
 
 VERSION = 1
+
+ContentReader = Callable[[dict, str], tuple]  # (an item, its content field) → its parts in order, () for no image
 
 CONTEXT_HEADER = "Summary of the earlier conversation (compacted):"
 
@@ -87,17 +90,18 @@ def as_context(payload: dict) -> str:
 
 
 # -- the transcript ---------------------------------------------------------------------------------------
-def transcript_to_compact(items: list[dict]) -> str:
-    """The transcript a compaction summarises; a 400 when there is no conversation in it (only a standing
-    system prompt, reasoning, or nothing): a summary of nothing would be invented."""
-    text = transcript(items)
-    if not text.strip():
+def transcript_to_compact(items: list[dict], read: ContentReader | None = None) -> tuple:
+    """The transcript a compaction summarises, as text and images (``transcript_parts``); a 400 when there is no
+    conversation in it (only a standing system prompt, reasoning, or nothing): a summary of nothing would be
+    invented."""
+    parts = transcript_parts(items, read)
+    if not "".join(p for p in parts if isinstance(p, str)).strip():
         raise invalid("There is nothing to compact: the conversation has no messages, tool calls or results "
                       "after its system prompt", param="input", code="empty_input")
-    return text
+    return parts
 
 
-IMAGE_MARK = "[image]"  # what an image is in a transcript's text
+IMAGE_MARK = images.TRANSCRIPT_MARK  # what an image is in a transcript's text
 
 
 def parts_text(content) -> str:
@@ -110,35 +114,72 @@ def parts_text(content) -> str:
 
 
 def transcript(items: list[dict]) -> str:
-    lines = []
+    """The transcript as text, each image standing as ``[image]``."""
+    return "".join(p if isinstance(p, str) else IMAGE_MARK for p in transcript_parts(items))
+
+
+def transcript_parts(items: list[dict], read: ContentReader | None = None) -> tuple:
+    """The transcript as text and images in order (adjacent text joined). ``read(item, field)``: a message's
+    ``content`` or a tool's ``output`` as its parts, images read as a request reads them (refusing what a request
+    refuses, named by place), or () where it holds no image; without it every image stands as ``[image]``."""
+    out: list = []
+
+    def add(*parts) -> None:
+        for part in parts:
+            if isinstance(part, str) and out and isinstance(out[-1], str):
+                out[-1] += part
+            elif not isinstance(part, str) or part:
+                out.append(part)
+
+    def content(item: dict, field: str) -> None:
+        parts = read(item, field) if read is not None else ()
+        if not parts:
+            return add(parts_text(item.get(field)))
+        for j, part in enumerate(parts):
+            add("\n" if j else "", part)
+
     started = False  # the client's standing system/developer prompt (before the first turn) is left out:
     for item in items:  # it is sent again with every request, and a summary need not repeat it
         kind = item.get("type")
         if kind == "message" and item["role"] in ("system", "developer") and not started:
             continue
         started = started or kind != "reasoning"
+        if kind not in LINE_ITEMS:
+            continue
+        add("\n\n" if out else "")
         if kind == "message":
             role = {"developer": "System"}.get(item["role"], item["role"].capitalize())
-            lines.append(f"{role}: {parts_text(item.get('content'))}")
-        elif kind == "function_call":
-            name = f"{item['namespace']}.{item['name']}" if item.get("namespace") else item["name"]
-            lines.append(f"Assistant called {name}({item.get('arguments') or ''}) [call {item['call_id']}]")
-        elif kind == "custom_tool_call":
-            lines.append(f"Assistant called {item['name']}: {item['input']} [call {item['call_id']}]")
+            add(f"{role}: ")
+            content(item, "content")
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            lines.append(f"Tool result [call {item['call_id']}]: {parts_text(item.get('output'))}")
-        elif kind == "tool_search_call":
-            lines.append(f"Assistant searched the tools: {json.dumps(item.get('arguments') or {})} "
-                         f"[call {item.get('call_id')}]")
-        elif kind == "tool_search_output":
-            names = ", ".join(t.get("name", "?") for t in item.get("tools") or () if isinstance(t, dict))
-            lines.append(f"Tools loaded [call {item.get('call_id')}]: {names or 'none'}")
-        elif kind == "compaction":
-            lines.append(f"Earlier summary: {decode(item['encrypted_content'], 'input')['summary']}")
-    return "\n\n".join(lines)
+            add(f"Tool result [call {item['call_id']}]: ")
+            content(item, "output")
+        else:
+            add(_line(item))
+    return tuple(out)
 
 
-async def compaction_events(compactor: "Summariser", text: str, result: dict) -> AsyncIterator[TokenEvent]:
+LINE_ITEMS = ("message", "function_call", "custom_tool_call", "function_call_output", "custom_tool_call_output",
+              "tool_search_call", "tool_search_output", "compaction")
+
+
+def _line(item: dict) -> str:
+    """An item's line in the transcript (a message's and a tool output's are ``transcript_parts``'s)."""
+    kind = item["type"]
+    if kind == "function_call":
+        name = f"{item['namespace']}.{item['name']}" if item.get("namespace") else item["name"]
+        return f"Assistant called {name}({item.get('arguments') or ''}) [call {item['call_id']}]"
+    if kind == "custom_tool_call":
+        return f"Assistant called {item['name']}: {item['input']} [call {item['call_id']}]"
+    if kind == "tool_search_call":
+        return f"Assistant searched the tools: {json.dumps(item.get('arguments') or {})} [call {item.get('call_id')}]"
+    if kind == "tool_search_output":
+        names = ", ".join(t.get("name", "?") for t in item.get("tools") or () if isinstance(t, dict))
+        return f"Tools loaded [call {item.get('call_id')}]: {names or 'none'}"
+    return f"Earlier summary: {decode(item['encrypted_content'], 'input')['summary']}"  # (a compaction item)
+
+
+async def compaction_events(compactor: "Summariser", text: tuple, result: dict) -> AsyncIterator[TokenEvent]:
     """The token events of a compaction turn (the ``compaction`` entry of the Responses machine): Started at
     once, then the summary as one TextDelta; ``result`` gets the mode for the item."""
     try:
@@ -244,7 +285,7 @@ def _turn_start(items: list[dict], users: list[int], start: int) -> int:
         start = next((u for u in reversed(users) if u <= first), first)
 
 
-async def compacted_events(compactor: "Summariser", text: str, result: dict,
+async def compacted_events(compactor: "Summariser", text: tuple, result: dict,
                            reply: Callable[[str], AsyncContextManager[AsyncIterable[TokenEvent]]]
                            ) -> AsyncIterator[TokenEvent]:
     """A turn compacted on the way (the ``compacted`` entry of the Responses machine): the summary's events

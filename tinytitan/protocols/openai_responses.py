@@ -18,7 +18,7 @@ Rules:
   ``previous_response_not_found`` naming it.
 - A ``compaction_trigger`` input item turns the request into a compaction turn: the conversation is
   summarised (tinytitan/protocols/compaction.py) and the response has one ``compaction`` output item.
-  Compaction turns and ``/v1/responses/compact`` store nothing.
+  Compaction turns and ``/v1/responses/compact`` (responses_compact.py) store nothing.
 - Over a WebSocket (responses_socket.py) a turn also keeps its response in the connection's own cache (even
   with ``store: false``), which ``previous_response_id`` reads before the store; its events go out one per
   frame. A prewarm (``generate: false``) is the lifecycle events of an empty response: nothing is decoded.
@@ -30,7 +30,6 @@ Rules:
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -38,8 +37,7 @@ from types import SimpleNamespace
 from .. import tool_choice
 from ..chat_request import ChatRequest
 from ..errors import ApiError, invalid
-from ..observe.turn import note, watch
-from ..speclang import template
+from ..observe.turn import watch
 from ..speclang.load import compile_spec
 from ..speclang.machine import Machine
 from ..speclang.validate import RequestValidator, Validated
@@ -47,9 +45,9 @@ from ..store.db import STORAGE_ERRORS
 from ..store.responses_store import ResponsesStore, StoredResponse
 from ..events import Finished, Started, Usage
 from . import compaction, responses_socket, truncation
-from .base import Protocol, new_id
+from .base import Protocol
 from .common import place_system, verbosity_note
-from .responses_input import SEARCH_TOOL, loaded_tools, normalise_input, parse_tools, searches_in_client, to_messages
+from .responses_input import SEARCH_TOOL, loaded_tools, parse_tools, searches_in_client, to_messages
 from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .responses_socket import LocalResponses
 from .wire import Call, Connection, Reply, Services
@@ -60,6 +58,7 @@ from .responses_fields import (
     hook_tool_choice,
     prompt_cache_diagnostics,
 )
+from .responses_compact import SummaryRoutes, places, summary_transcript
 from .responses_stored import StoredResponses
 
 STORE_KEY = "responses_store"
@@ -83,7 +82,7 @@ class ResponsesRequest:
 
 
 # -- the protocol -------------------------------------------------------------------------------------------
-class OpenAIResponses(StoredResponses, Protocol):
+class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
     name = "openai_responses"
     id_prefix = "resp_"
 
@@ -256,8 +255,7 @@ class OpenAIResponses(StoredResponses, Protocol):
         return Reply({"object": "response.input_tokens", "input_tokens": await self.engine.count_tokens(req)})
 
     def request_for(self, v: Validated, items: list[dict]) -> ChatRequest:
-        places = {item["id"]: f"input[{i}]" for i, item in enumerate(v.state.items or ()) if item.get("id")}
-        system, msgs = to_messages(items, self.separator, places)
+        system, msgs = to_messages(items, self.separator, places(v.state.items))
         loaded, names = loaded_tools(items, self.separator)  # what tool_search_output items loaded: callable now
         offered = {t.name for t in v.args.get("tools", ())}
         if loaded:
@@ -296,8 +294,8 @@ class OpenAIResponses(StoredResponses, Protocol):
         """context_management past its threshold: the older turns summarised into a compaction item (output
         first), and the reply generated from the standing prompt, that summary and the newest turn."""
         model_id, _ = self.engine.resolve(v.body["model"])
-        text = compaction.transcript_to_compact(older)
         compactor = self.engine.summariser(v.body["model"])
+        text = summary_transcript(compactor, older, v.state.items)
         stream = bool(v.body.get("stream"))
         machine = self.machine(v, model_id, stream, entry="compacted")
         # the item carries the newest turn, left out of its summary, and the tools searches loaded (compaction.py)
@@ -345,52 +343,8 @@ class OpenAIResponses(StoredResponses, Protocol):
         result: dict = {"loaded": compaction.searches(items)}  # (the summary is of every item: the item keeps none)
         machine.context["compaction"] = result
         machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
-        text = compaction.transcript_to_compact(items)  # (refused before the stream opens)
+        text = summary_transcript(compactor, items, v.state.items)  # (refused before the stream opens)
         # the summary passes run in engine sessions of their own; the event source is the HTTP request's
         events = await self.services.hold(aclosing(compaction.compaction_events(compactor, text, result)))
         stream = bool(v.body.get("stream"))
         return await self.answer(v, machine, watch(events, SimpleNamespace(model=model_id), stream), v.state.framing)
-
-    async def compact(self, call: Call) -> Reply:
-        body = self.compact_validator.validate(self.compact_validator.parse_json(call.body)).body
-        model_id, _ = self.engine.resolve(body["model"])
-        items = normalise_input(body.get("input") or [])
-        history, own = await self.conversation(body, items)
-        items = [i for i in history + own if i.get("type") != "compaction_trigger"]
-        compactor = self.engine.summariser(body["model"], body.get("max_compaction_tokens"))
-        summary = await compactor.summarise(compaction.transcript_to_compact(items))
-        note(model_id, summary.usage)  # the passes' tokens, in the metrics and the request's log line
-        output = []
-        if body.get("instructions"):
-            output.append({"id": new_id("msg_"), "type": "message", "status": "completed", "role": "developer",
-                           "content": [{"type": "input_text", "text": body["instructions"]}]})
-        output.append({"id": new_id("cmp_"), "type": "compaction",
-                       "encrypted_content": compaction.encode(summary.text, summary.mode, model_id,
-                                                              loaded=compaction.searches(items))})
-        return Reply(template.render(self.spec.extra["compact_response"], {  # its shape is the spec's
-            "id": new_id("resp_"), "created_at": int(time.time()), "output": output,
-            "ev": SimpleNamespace(usage=summary.usage)}, self.spec.maps))
-
-    async def trace_summarize(self, call: Call) -> Reply:
-        """Codex's memories: each trace summarised (see extra.trace_summarize_request)."""
-        body = self.trace_validator.validate(self.trace_validator.parse_json(call.body)).body
-        model_id, _ = self.engine.resolve(body["model"])
-        transcripts = []
-        for i, trace in enumerate(body["traces"]):  # every trace checked before any is summarised
-            try:
-                checked = self.compact_validator.validate({"model": body["model"], "input": trace["items"]}).body
-            except ApiError as err:
-                where = (err.param or "input").replace("input", f"traces[{i}].items", 1)
-                raise ApiError(err.kind, err.message.replace("input", f"traces[{i}].items", 1), where, err.code,
-                               err.headers, err.data) from None
-            items = [it for it in normalise_input(checked["input"]) if it.get("type") != "compaction_trigger"]
-            transcripts.append(compaction.transcript_to_compact(items))
-        out = []
-        for text in transcripts:
-            summary = await self.engine.summariser(body["model"]).summarise(text)
-            brief = await self.engine.summariser(body["model"], self.spec.extra["memory_summary_tokens"]).summarise(
-                summary.text)
-            note(model_id, summary.usage + brief.usage)
-            out.append({"trace_summary": summary.text, "memory_summary": brief.text})
-        return Reply({"output": out})
-

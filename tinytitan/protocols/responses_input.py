@@ -235,6 +235,23 @@ def _loaded_names(item: dict, sep: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def item_place(item: dict, places: dict[str, str]) -> str:
+    """Where an item stands in this request (``input[3]``), or, one of the stored chain, its id."""
+    return places.get(item.get("id")) or f"item '{item.get('id')}'"
+
+
+def item_content(item: dict, field: str, places: dict[str, str]) -> tuple[str, tuple]:
+    """A message's ``content`` or a tool's ``output`` → (its text, its parts where it holds an image): images
+    read, and refused, as a request's are (only a user message or a tool output holds one)."""
+    where = item_place(item, places)
+    text, parts = content_parts(item.get(field), f"{where}.{field}")
+    role = item.get("role") if item.get("type") == "message" else None
+    if parts and role not in (None, "user"):
+        raise invalid(f"input_image in a {role} message ({where}) is not supported: images go in user messages "
+                      "and function call outputs", param=f"{where}.content", code="unsupported_content")
+    return text, parts
+
+
 def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
                 places: dict[str, str] | None = None) -> tuple[list[str], list[Message]]:
     """Items (a stored chain's input and output, then this request's input) → (texts for the leading system
@@ -243,7 +260,7 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
     places = places or {}
 
     def place(item: dict) -> str:
-        return places.get(item.get("id")) or f"item '{item.get('id')}'"
+        return item_place(item, places)
 
     system: list[str] = []
     msgs: list[Message] = []
@@ -271,11 +288,7 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
                           f"({place(item)}).", param=f"{place(item)}.call_id", code="invalid_value")
         if kind == "message":
             role = item["role"]
-            text, parts = content_parts(item.get("content"), f"{place(item)}.content")
-            if parts and role != "user":
-                raise invalid(f"input_image in a {role} message ({place(item)}) is not supported: images go in "
-                              "user messages and function call outputs", param=f"{place(item)}.content",
-                              code="unsupported_content")
+            text, parts = item_content(item, "content", places)
             last = msgs[-1] if msgs else None
             if role == "assistant" and last is not None and last.role == "assistant" and last.tool_calls \
                     and not thought:
@@ -294,7 +307,7 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
             name = flat_name(item["namespace"], item["name"], sep) if item.get("namespace") else item["name"]
             tool_call(ToolCall(item["call_id"], name, json.dumps({"input": item["input"]}, ensure_ascii=False)))
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            text, parts = content_parts(item.get("output"), f"{place(item)}.output")
+            text, parts = item_content(item, "output", places)
             msgs.append(Message("tool", text, parts=parts, tool_call_id=item["call_id"], name=call_names.get(item["call_id"])))
         elif kind == "tool_search_call":
             tool_call(ToolCall(item["call_id"], SEARCH_TOOL, json.dumps(item["arguments"], ensure_ascii=False)))
