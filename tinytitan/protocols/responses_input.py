@@ -39,7 +39,7 @@ from ..chat_request import Message, Tool, ToolCall
 from ..errors import invalid
 from . import compaction
 from .base import new_id
-from .common import content_of, thought_of
+from .common import RUN_BREAK, content_of, thought_of
 
 log = logging.getLogger("tinytitan.responses")
 
@@ -293,8 +293,10 @@ def to_messages(items: list[dict], sep: str = DEFAULT_SEPARATOR,
             if role == "assistant" and last is not None and last.role == "assistant" and last.tool_calls \
                     and not thought:
                 # text the model wrote after its call (the output lists it after the function_call): the same turn,
-                # as Chat and Ollama carry it, so the call's output still follows the turn that made it
-                msgs[-1] = replace(last, content=last.content + text)
+                # as Chat and Ollama carry it (a paragraph break between the runs, as they join them), so the
+                # call's output still follows the turn that made it
+                joint = RUN_BREAK if last.content and text else ""
+                msgs[-1] = replace(last, content=last.content + joint + text)
                 continue
             message = Message("system" if role == "developer" else role, text, parts=parts)
             if role == "user":  # a thought no assistant turn followed (an answer that only thought) ends here
