@@ -15,8 +15,7 @@ import httpx
 import pytest
 
 import family_fixtures as ff
-from test_foldfuzz import AH, FOLD, body
-from test_fuzz_outputs import Case
+from test_foldfuzz import TOOL_PROTOCOLS, told_everywhere
 from tinytitan import events as ev
 from tinytitan.engine.families import FAMILIES
 
@@ -85,30 +84,16 @@ def root(tmp_path_factory):
 
 async def test_qwen3_coder_two_functions_in_one_block_on_every_protocol(serve, root):
     """Chat Completions, Responses, Messages and Ollama, streamed and not: the two calls, their arguments."""
-    protos = ("chat", "responses", "messages", "ollama")
-    b = ff.backend("qwen3_coder", root, [BLOCKS["qwen3_coder"]] * (2 * len(protos)))
+    b = ff.backend("qwen3_coder", root, [BLOCKS["qwen3_coder"]] * (2 * len(TOOL_PROTOCOLS)))
     s = await serve(backend=b)
-    case = Case(0, BLOCKS["qwen3_coder"], True, None, [])
     want = [{"city": c} for c in CITIES]
     async with httpx.AsyncClient(timeout=60) as client:
-        for proto in protos:
-            for stream in (False, True):
-                path, request = body(proto, b.model_id, case, stream)
-                tool = request["tools"][0]
-                schema = CITY["get_weather"]
-                if proto == "messages":
-                    tool.update(name="get_weather", input_schema=schema)
-                elif proto == "responses":
-                    tool.update(name="get_weather", parameters=schema)
-                else:
-                    tool["function"] = dict(tool["function"], name="get_weather", parameters=schema)
-                r = await client.post(s.url(path), json=request, headers=AH if proto == "messages" else {})
-                assert r.status_code == 200, r.text
-                told = FOLD[proto][stream](r.text)
-                assert [c[0] for c in told.calls] == ["get_weather", "get_weather"], (proto, stream, told)
-                args = [c[1] if isinstance(c[1], dict) else json.loads(c[1]) for c in told.calls]
-                assert args == want, (proto, stream, told)
-                assert told.text == "", (proto, stream, told)
+        async for proto, stream, told in told_everywhere(client, s, b.model_id, BLOCKS["qwen3_coder"],
+                                                         "get_weather", CITY["get_weather"]):
+            assert [c[0] for c in told.calls] == ["get_weather", "get_weather"], (proto, stream, told)
+            args = [c[1] if isinstance(c[1], dict) else json.loads(c[1]) for c in told.calls]
+            assert args == want, (proto, stream, told)
+            assert told.text == "", (proto, stream, told)
 
 
 NEXT_HEADS = {"qwen3_coder": ("<tool_call>\n", "<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"

@@ -195,36 +195,20 @@ def test_an_assistant_turn_sent_back_reads_as_the_same_calls(root):
                                                             ("write_file", {"path": "b", "content": "c"})]
 
 
-PROTOCOLS = ("chat", "responses", "messages", "ollama")
-
 
 async def test_calls_on_every_protocol(serve, root):
     """Chat Completions, Responses, Messages and Ollama, streamed and not: two calls of one section, by their
     names, with their arguments; the text before them is the answer's text."""
     import httpx
 
-    from test_foldfuzz import AH, FOLD, body
-    from test_fuzz_outputs import Case
+    from test_foldfuzz import TOOL_PROTOCOLS, told_everywhere
 
     calls = [("get_weather", {"city": "Rome"}), ("get_weather", {"city": "Oslo", "days": 2})]
     raw = "Checking both." + block(*calls)
-    b = ff.backend("deepseek_r1", root, [raw] * (2 * len(PROTOCOLS)))
+    b = ff.backend("deepseek_r1", root, [raw] * (2 * len(TOOL_PROTOCOLS)))
     s = await serve(backend=b)
-    schema = fc.WEATHER
     async with httpx.AsyncClient(timeout=60) as client:
-        for proto in PROTOCOLS:
-            for stream in (False, True):
-                path, request = body(proto, b.model_id, Case(0, raw, True, None, []), stream)
-                tool = request["tools"][0]
-                if proto == "messages":
-                    tool.update(name="get_weather", input_schema=schema)
-                elif proto == "responses":
-                    tool.update(name="get_weather", parameters=schema)
-                else:
-                    tool["function"] = dict(tool["function"], name="get_weather", parameters=schema)
-                r = await client.post(s.url(path), json=request, headers=AH if proto == "messages" else {})
-                assert r.status_code == 200, r.text
-                told = FOLD[proto][stream](r.text)
-                got = [(n, a if isinstance(a, dict) else json.loads(a)) for n, a, *_ in told.calls]
-                assert got == calls, (proto, stream, told)
-                assert told.text.strip() == "Checking both.", (proto, stream, told)
+        async for proto, stream, told in told_everywhere(client, s, b.model_id, raw, "get_weather", fc.WEATHER):
+            got = [(n, a if isinstance(a, dict) else json.loads(a)) for n, a, *_ in told.calls]
+            assert got == calls, (proto, stream, told)
+            assert told.text.strip() == "Checking both.", (proto, stream, told)

@@ -390,6 +390,27 @@ FOLD = {
 }
 
 
+TOOL_PROTOCOLS = ("chat", "responses", "messages", "ollama")
+
+
+async def told_everywhere(client, s, model_id: str, raw: str, name: str, schema: dict):
+    """Each protocol that takes tools, streamed and not, asked with one tool (``name``, ``schema``) while the
+    backend answers ``raw`` (script it once per ask): yields (protocol, stream, the answer's fold)."""
+    for proto in TOOL_PROTOCOLS:
+        for stream in (False, True):
+            path, request = body(proto, model_id, Case(0, raw, True, None, []), stream)
+            tool = request["tools"][0]
+            if proto == "messages":
+                tool.update(name=name, input_schema=schema)
+            elif proto == "responses":
+                tool.update(name=name, parameters=schema)
+            else:
+                tool["function"] = dict(tool["function"], name=name, parameters=schema)
+            r = await client.post(s.url(path), json=request, headers=AH if proto == "messages" else {})
+            assert r.status_code == 200, r.text
+            yield proto, stream, FOLD[proto][stream](r.text)
+
+
 def as_obj(args: str):
     try:
         v = json.loads(args)
