@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OPENCODE = shutil.which("opencode")
 MODEL = "demo-vision"
 IMAGE_TOKENS = 256  # the demo vision model's tokens per picture (tinytitan/demo_model/vision.py)
+LONG = 240  # seconds for one `claude -p` turn: a random-weight model answers at length (run_claude's default is 120)
 LINE = re.compile(r"(POST|GET) (\S+) (\d{3}) \S+ model=\S+ prompt=(\d+) cached=(\d+) .*?cache=(\S+)")
 
 pytestmark = [pytest.mark.clients]
@@ -172,11 +173,10 @@ def resent_without_images(vision: Vision, path: str, body: dict, strip, headers=
 # ---------------------------------------------------------------- Claude Code
 @needs(claude.CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
                                      "npm install -g @anthropic-ai/claude-code@2.1.332")
-def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, proxy, tmp_path, monkeypatch):
-    monkeypatch.setattr(claude, "CLAUDE_TIMEOUT", 240)  # a random-weight model answers at length
+def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, proxy, tmp_path):
     png = write_png(tmp_path / "work" / "shot.png")
     mark = vision.mark()
-    events = claude.run_claude(proxy.base, MODEL, "describe @shot.png", tmp_path)
+    events = claude.run_claude(proxy.base, MODEL, "describe @shot.png", tmp_path, timeout=LONG)
     first = events[-1]
     assert first["subtype"] == "success" and not first["is_error"], first
     sent = proxy.recorded("/v1/messages")
@@ -194,7 +194,7 @@ def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, p
 
     # the next turn resends the picture, and the server reads it from the cache, not again
     mark = vision.mark()
-    again = claude.run_claude(proxy.base, MODEL, "and the colours?", tmp_path, "--continue")
+    again = claude.run_claude(proxy.base, MODEL, "and the colours?", tmp_path, "--continue", timeout=LONG)
     second = again[-1]
     assert second["subtype"] == "success" and not second["is_error"], second
     later = proxy.recorded("/v1/messages")[1]
