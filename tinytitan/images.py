@@ -45,6 +45,11 @@ MEDIA_TYPES = frozenset(FORMATS.values()) | {"image/jpg"}
 ALIASES = {"MPO": "JPEG"}
 TRANSCRIPT_MARK = "[image]"  # what an image is in a transcript's text (a summary's input, for a model that reads none)
 
+
+def transcript_text(parts) -> str:
+    """A transcript of text and images in order, as text: each image stands as ``TRANSCRIPT_MARK``."""
+    return "".join(p if isinstance(p, str) else TRANSCRIPT_MARK for p in parts)
+
 _DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*),(?P<data>.*)", re.S | re.I)
 
 

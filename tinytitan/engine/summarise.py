@@ -126,7 +126,7 @@ class Summariser:
         carries: the text and the images, for a model that reads images, else ())."""
         if isinstance(transcript, str):
             return transcript, ()
-        text = "".join(p if isinstance(p, str) else images.TRANSCRIPT_MARK for p in transcript)
+        text = images.transcript_text(transcript)
         seen = getattr(self.backend, "takes_images", False) and any(isinstance(p, ImagePart) for p in transcript)
         return text, tuple(transcript) if seen else ()
 

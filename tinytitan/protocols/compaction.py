@@ -115,7 +115,7 @@ def parts_text(content) -> str:
 
 def transcript(items: list[dict]) -> str:
     """The transcript as text, each image standing as ``[image]``."""
-    return "".join(p if isinstance(p, str) else IMAGE_MARK for p in transcript_parts(items))
+    return images.transcript_text(transcript_parts(items))
 
 
 def transcript_parts(items: list[dict], read: ContentReader | None = None) -> tuple:
