@@ -68,3 +68,17 @@ def test_opaque_images_are_unchanged():
     assert images.open_image(images.part(saved(img), "", "w")).getpixel((3, 3)) == (10, 20, 30)
     gray = Image.new("L", (8, 6), 77)
     assert images.open_image(images.part(saved(gray), "", "w")).getpixel((3, 3)) == (77, 77, 77)
+
+
+def test_a_16_bit_grayscale_pngs_transparent_level_stays_transparent():
+    """A 16-bit grayscale PNG's tRNS chunk names one 16-bit gray level as transparent: it is matched before the
+    scaling to 8 bits (it was lost there, so the background reached the model as its stored gray)."""
+    wide = np.full((6, 8), 40000, np.uint16)
+    wide[2, 2] = 0
+    wide[3, 3] = 40001  # one level off the transparent one: opaque
+    data = saved(Image.fromarray(wide), transparency=40000)
+    assert Image.open(io.BytesIO(data)).info.get("transparency") == 40000  # (the case this holds)
+    opened = images.open_image(images.part(data, "image/png", "w"))
+    assert opened.getpixel((0, 0)) == (255, 255, 255)
+    assert opened.getpixel((2, 2)) == (0, 0, 0)
+    assert opened.getpixel((3, 3)) == (156, 156, 156)

@@ -84,8 +84,9 @@ class ImageInfo:
 
 # An image's digest keys the pixels the model reads (the prompt cache, on disk too, stores its KV under it), so it
 # covers how the bytes become pixels: a change to ``open_image`` that gives other pixels for the same bytes bumps
-# this, and a prefix cached from the old pixels is never served again (2: transparency laid over white).
-PIXELS_VERSION = b"tinytitan-pixels-2:"
+# this, and a prefix cached from the old pixels is never served again (2: transparency laid over white; 3: a 16-bit
+# grayscale PNG's tRNS level kept).
+PIXELS_VERSION = b"tinytitan-pixels-3:"
 
 
 # -- from a protocol's spelling --------------------------------------------------------------------------------
@@ -222,13 +223,19 @@ def _rgb(img):
     ``convert_to_rgb``): transparency laid over white, not dropped — a PNG's transparent pixels keep whatever
     colour was stored under them, often black, so black text on a transparent background read as a black square.
     A 16-bit grayscale PNG is scaled to 8 bits: Pillow's own conversion clips at 255, which turned all but the
-    darkest 1/256 of its range white."""
+    darkest 1/256 of its range white; its tRNS gray level (the one transparent value) is matched before scaling,
+    as 256 levels share each 8-bit one."""
     from PIL import Image
 
     if img.mode.startswith("I"):  # I;16 (I on older Pillow): 0..65535
         import numpy as np
 
-        img = Image.fromarray((np.clip(np.asarray(img), 0, 65535) >> 8).astype(np.uint8))
+        wide = np.asarray(img)
+        gray = Image.fromarray((np.clip(wide, 0, 65535) >> 8).astype(np.uint8))
+        clear = img.info.get("transparency")  # a tRNS gray level, in the 16-bit range: only it is transparent
+        if isinstance(clear, int):
+            gray.putalpha(Image.fromarray(np.where(wide == clear, 0, 255).astype(np.uint8)))
+        img = gray
     if "A" in img.getbands() or "transparency" in img.info:
         rgba = img.convert("RGBA")
         return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
