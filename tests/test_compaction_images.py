@@ -81,3 +81,29 @@ async def test_a_text_model_reads_image_marks(serve, demo_tok):
     resp = await post(s, "/v1/responses/compact", {"model": MODEL, "input": history(DAMAGED)})
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_image", resp.text
     assert resp.json()["error"]["param"] == "input[0].content[1]"
+
+
+def trace(url: str) -> dict:
+    return {"id": "trace-1", "items": history(url)}
+
+
+@pytest.mark.parametrize("url,code", [(DAMAGED, "invalid_image"), (REMOTE, "image_url_not_allowed")],
+                         ids=["damaged", "remote"])
+async def test_a_traces_bad_image_is_refused_by_its_place(seeing, url, code):
+    """Codex's ``trace_summarize`` reads a trace's images as ``/compact`` reads its input's: a damaged one, or a
+    remote one the server does not fetch, is its 400 naming the trace's item (it was ``[image]``, unread)."""
+    s, backend = seeing
+    resp = await post(s, "/v1/memories/trace_summarize", {"model": MODEL, "traces": [trace(data_url(PNG)),
+                                                                                       trace(url)]})
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == code, resp.text
+    assert resp.json()["error"]["param"] == "traces[1].items[0].content[1]"
+    assert backend.requests == []  # no trace was summarised
+
+
+async def test_a_model_that_reads_images_sees_a_traces_images(seeing):
+    s, backend = seeing
+    resp = await post(s, "/v1/memories/trace_summarize", {"model": MODEL, "traces": [trace(data_url(PNG))]})
+    assert resp.status_code == 200, resp.text
+    summary = backend.requests[0]
+    assert [(p.data, p.where) for p in summary.images] == [(PNG, "traces[0].items[0].content[1]")]
+    assert "[image]" not in summary.messages[-1].content

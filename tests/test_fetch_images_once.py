@@ -79,3 +79,19 @@ async def test_a_url_in_several_places_is_fetched_once(serve, demo_tok, counting
     assert r.status_code == 200, r.text
     assert hits == {"/shot.png": 1}
     assert_images(backend.requests[-1], [(PNG, "image/png", where) for where in wheres])
+
+
+async def test_a_traces_remote_images_are_fetched(serve, demo_tok, counting_host):
+    """Codex's ``trace_summarize``: a trace's remote images are fetched as ``/compact``'s input's are, and a
+    model that reads images sees them in the summary pass."""
+    base, hits = counting_host
+    backend = Seeing([ScriptEntry("A screenshot was shown."), ScriptEntry("Screenshot.")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend, fetch_images=True)
+    items = [{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": base + "/trace.png"}]}]
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url("/v1/memories/trace_summarize"),
+                         json={"model": MODEL, "traces": [{"id": "t", "items": items}]})
+    assert r.status_code == 200, r.text
+    assert hits == {"/trace.png": 1}
+    assert [(p.data, p.where) for p in backend.requests[0].images] == [(PNG, "traces[0].items[0].content[1]")]

@@ -163,12 +163,14 @@ class Protocol:
             return self.validate(call, handler, empty_is_object)
         return await trio.to_thread.run_sync(self.validate, call, handler, empty_is_object)
 
-    async def fetched(self, call: Call) -> Call:
-        """``call`` with the remote images at the spec's ``extra.image_urls`` fetched, where the server fetches
-        them (``--fetch-images``); else as it came (a remote URL is then refused by name where it is read)."""
+    async def fetched(self, call: Call, paths: list[str] | None = None) -> Call:
+        """``call`` with the remote images at ``paths`` (the spec's ``extra.image_urls`` unless given) fetched,
+        where the server fetches them (``--fetch-images``); else as it came (a remote URL is then refused by name
+        where it is read)."""
         fetch = getattr(getattr(self, "services", None), "fetch_images", None)
-        if fetch is not None and self.spec.extra.get("image_urls"):
-            return await fetch(call, self.spec.extra["image_urls"])
+        paths = self.spec.extra.get("image_urls") if paths is None else paths
+        if fetch is not None and paths:
+            return await fetch(call, paths)
         return call
 
     def chat_request(self, v: Validated) -> ChatRequest:

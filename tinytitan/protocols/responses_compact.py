@@ -4,7 +4,8 @@ transcript every compaction summarises (these routes, a ``compaction_trigger`` t
 Rules:
 - A transcript's images are read as the same request's would be, and refused as its would be (a remote URL the
   server does not fetch, a damaged image, a format or size not taken, too many: the same 400s, named by their
-  place); the remote images of ``/compact``'s body are fetched first where the server fetches them. The engine's
+  place: ``input[2]``, a trace's ``traces[1].items[2]``); the remote images of either route's body are fetched
+  first where the server fetches them. The engine's
   summariser then shows them to a model that reads images, and ``[image]`` to one that does not
   (tinytitan/engine/summarise.py).
 """
@@ -27,15 +28,16 @@ if TYPE_CHECKING:
     from ..engine.summarise import Summariser
 
 
-def places(own: list[dict]) -> dict[str, str]:
-    """Item id → where the item stands in the request's input (``input[3]``): what an error about it names."""
-    return {item["id"]: f"input[{i}]" for i, item in enumerate(own or ()) if item.get("id")}
+def places(own: list[dict], field: str = "input") -> dict[str, str]:
+    """Item id → where the item stands in the request (``input[3]``; ``field``: the list that holds the items):
+    what an error about it names."""
+    return {item["id"]: f"{field}[{i}]" for i, item in enumerate(own or ()) if item.get("id")}
 
 
-def summary_transcript(compactor: "Summariser", items: list[dict], own: list[dict]) -> tuple:
+def summary_transcript(compactor: "Summariser", items: list[dict], own: list[dict], field: str = "input") -> tuple:
     """What ``compactor`` summarises of ``items``: their transcript, text and images, the images read and checked
-    as a request's (``own``: the request's input items, which name a refused one's place)."""
-    where = places(own)
+    as a request's (``own``: the request's items, at ``field``, which name a refused one's place)."""
+    where = places(own, field)
     transcript = compaction.transcript_to_compact(items, lambda item, field: item_content(item, field, where)[1])
     compactor.check(transcript)
     return transcript
@@ -67,21 +69,26 @@ class SummaryRoutes:
 
     async def trace_summarize(self, call: Call) -> Reply:
         """Codex's memories: each trace summarised (see extra.trace_summarize_request)."""
+        call = await self.fetched(call, [path.replace("input[]", "traces[].items[]", 1)
+                                         for path in self.spec.extra.get("image_urls", ())])
         body = self.trace_validator.validate(self.trace_validator.parse_json(call.body)).body
         model_id, _ = self.engine.resolve(body["model"])
         transcripts = []
-        for i, trace in enumerate(body["traces"]):  # every trace checked before any is summarised
+        for i, trace in enumerate(body["traces"]):  # every trace checked, images included, before any is summarised
             try:
                 checked = self.compact_validator.validate({"model": body["model"], "input": trace["items"]}).body
             except ApiError as err:
                 where = (err.param or "input").replace("input", f"traces[{i}].items", 1)
                 raise ApiError(err.kind, err.message.replace("input", f"traces[{i}].items", 1), where, err.code,
                                err.headers, err.data) from None
-            items = [it for it in normalise_input(checked["input"]) if it.get("type") != "compaction_trigger"]
-            transcripts.append(compaction.transcript_to_compact(items))
+            items = normalise_input(checked["input"])
+            compactor = self.engine.summariser(body["model"])
+            transcripts.append((compactor, summary_transcript(
+                compactor, [it for it in items if it.get("type") != "compaction_trigger"], items,
+                f"traces[{i}].items")))
         out = []
-        for text in transcripts:
-            summary = await self.engine.summariser(body["model"]).summarise(text)
+        for compactor, transcript in transcripts:
+            summary = await compactor.summarise(transcript)
             brief = await self.engine.summariser(body["model"], self.spec.extra["memory_summary_tokens"]).summarise(
                 summary.text)
             note(model_id, summary.usage + brief.usage)
