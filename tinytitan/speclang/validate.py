@@ -138,6 +138,7 @@ class RequestValidator:
         self.hooks = hooks
         self.new_state = state
         self.schemas = {name: field_validator(f["schema"]) for name, f in self.fields.items() if "schema" in f}
+        self.integral = {name: integer_places(f["schema"]) for name, f in self.fields.items() if "schema" in f}
         self.tagged: dict = spec.request.get("tagged") or {}
 
     def parse_json(self, raw: bytes) -> Any:
@@ -245,6 +246,51 @@ class RequestValidator:
             error = best_match(self.schemas[name].iter_errors(value))
             if error is not None:
                 raise schema_error(name, error, {name: value}, self.tagged)
+            if isinstance(self.integral.get(name), dict):
+                whole_numbers(self.integral[name], value)
+
+
+def says_integer(schema: Any) -> bool:
+    """Whether ``schema`` takes integers by type (itself, or one of its anyOf/oneOf/allOf branches)."""
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if kind == "integer" or (isinstance(kind, list) and "integer" in kind):
+        return True
+    return any(says_integer(s) for key in ("anyOf", "oneOf", "allOf") for s in schema.get(key) or ())
+
+
+def integer_places(schema: Any) -> Any:
+    """Where ``schema`` declares integers: True at a place that takes them, else the ``properties`` and ``items``
+    that lead to one (``{"properties": {...}, "items": ...}``), or None where none does."""
+    if not isinstance(schema, dict):
+        return None
+    if says_integer(schema):
+        return True
+    props = {k: p for k, sub in (schema.get("properties") or {}).items() if (p := integer_places(sub)) is not None}
+    items = integer_places(schema.get("items"))
+    return {"properties": props, "items": items} if props or items is not None else None
+
+
+def whole_numbers(places: dict, value: Any) -> None:
+    """Inside a valid value, each integral float (``4.0``) at a place its schema says integer (``places``, from
+    ``integer_places``) becomes that int, as a top-level integer field's does: JSON Schema counts 4.0 an integer,
+    and what it lands in (a token count, a seed) must be one. In place, walking only the places that lead there."""
+    if isinstance(value, dict):
+        for key, place in places["properties"].items():
+            item = value.get(key)
+            if place is True:
+                if type(item) is float and item.is_integer():
+                    value[key] = int(item)
+            elif isinstance(item, (dict, list)):
+                whole_numbers(place, item)
+    elif isinstance(value, list) and (place := places["items"]) is not None:
+        for i, item in enumerate(value):
+            if place is True:
+                if type(item) is float and item.is_integer():
+                    value[i] = int(item)
+            elif isinstance(item, (dict, list)):
+                whole_numbers(place, item)
 
 
 def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
