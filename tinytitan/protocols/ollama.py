@@ -262,6 +262,9 @@ class Ollama(Protocol):
             req = req.with_(max_tokens=None)
         if req.seed == -1:  # Ollama seeds its sampler only where seed != -1 (sample/samplers.go): -1 is no seed
             req = req.with_(seed=None)
+        drafts = (v.body.get("options") or {}).get("draft_num_predict")
+        if drafts is not None and drafts <= 0:  # Ollama drafts only where it is above 0 ("0 to disable")
+            req = req.with_(speculative=False)
         return req
 
     # -- routes --------------------------------------------------------------------------------------------
