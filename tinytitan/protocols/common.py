@@ -150,7 +150,7 @@ def thought_of(payload) -> str:
         return ""
     try:
         value = json.loads(base64.b64decode(payload.encode(), validate=True).decode())
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+    except (ValueError, binascii.Error, UnicodeDecodeError, RecursionError):  # (JSON nested past the parser: not ours)
         return ""
     ok = isinstance(value, dict) and value.get("v") == REASONING_PAYLOAD and isinstance(value.get("text"), str)
     return value["text"] if ok else ""
