@@ -28,7 +28,7 @@ from ..errors import ApiError
 from ..images import ImageError
 from ..protocols.base import OFF_LOOP_BYTES
 from ..protocols.wire import Call
-from ..speclang.json_text import too_many_containers
+from ..speclang.json_text import request_body
 from . import encoding
 
 TIMEOUT_SECONDS = 10.0
@@ -116,13 +116,10 @@ async def with_fetched_images(call: Call, paths: list[str]) -> Call:
     # (a shortcut for the bodies that hold no URL: a scheme in any case, or spelt with JSON escapes, is one)
     if not paths or (b"http" not in call.body.lower() and b"\\u" not in call.body):
         return call
-    # what validation refuses unparsed is not parsed here either, and a large body is parsed off the event loop
-    if too_many_containers(call.body.decode("utf-8", "replace")):
-        return call
-    try:
-        doc = json.loads(call.body) if len(call.body) < OFF_LOOP_BYTES else \
-            await trio.to_thread.run_sync(json.loads, call.body)
-    except (ValueError, RecursionError):  # (nested past the parser's depth: validation refuses it by name)
+    # read as validation reads it, a large body off the event loop; one it refuses is left to it to refuse by name
+    doc = _as_validated(call.body) if len(call.body) < OFF_LOOP_BYTES else \
+        await trio.to_thread.run_sync(_as_validated, call.body)
+    if doc is None:
         return call
     found = remote_urls(doc, paths)
     if not found:
@@ -152,6 +149,15 @@ async def with_fetched_images(call: Call, paths: list[str]) -> Call:
     for container, key, _, url in found:
         container[key] = fetched[url]
     return replace(call, body=json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def _as_validated(body: bytes):
+    """The body as validation parses it (strict UTF-8 and JSON: a lone surrogate made U+FFFD, so the body written
+    back encodes); None where validation refuses it (too many containers, NaN, a number past a double, …)."""
+    try:
+        return request_body(body.decode("utf-8-sig"))
+    except (ApiError, ValueError, RecursionError):
+        return None
 
 
 def _leaves(group: BaseExceptionGroup):
