@@ -3,6 +3,8 @@ never a 500. The SDK sees them as the right exception classes."""
 
 from __future__ import annotations
 
+import base64
+
 import openai
 import pytest
 
@@ -96,6 +98,10 @@ BAD = [
     ({"model": MODEL, "input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output",
      "missing_required_parameter"),
     ({"model": MODEL, "input": [{"type": "compaction", "encrypted_content": "bm90IGpzb24="}]},
+     "input[0].encrypted_content", "compaction_payload_invalid"),
+    # base64 of JSON nested past the parser's depth (a RecursionError once, answered 500)
+    ({"model": MODEL, "input": [{"type": "compaction", "encrypted_content": base64.b64encode(
+        b'{"a":' * 100_000 + b"1" + b"}" * 100_000).decode()}, MSG]},
      "input[0].encrypted_content", "compaction_payload_invalid"),
     ({"model": MODEL, "input": "hi", "tools": [{"type": "function"}]}, "tools[0].name", "missing_required_parameter"),
     ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": "x"}]},

@@ -76,8 +76,9 @@ def decode(encrypted_content: str, where: str) -> dict:
         payload = json.loads(base64.b64decode(encrypted_content.encode(), validate=True).decode())
         if not isinstance(payload, dict) or payload.get("v") != VERSION or not isinstance(payload.get("summary"), str):
             raise ValueError("not a version-1 compaction payload")
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise invalid(f"The compaction item at {where} was not made by this server and cannot be read ({exc})",
+    except (ValueError, binascii.Error, UnicodeDecodeError, RecursionError) as exc:
+        why = "its JSON is nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise invalid(f"The compaction item at {where} was not made by this server and cannot be read ({why})",
                       param=where, code="compaction_payload_invalid") from None
     _DECODED[encrypted_content] = payload
     while len(_DECODED) > DECODED_KEPT:
