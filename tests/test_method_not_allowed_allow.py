@@ -14,6 +14,12 @@ import pytest
     ("POST", "/v1/models", "GET, HEAD"),
     ("POST", "/api/tags", "GET, HEAD"),
     ("POST", "/", "GET, HEAD"),
+    # the Responses path takes POST, and GET as a WebSocket upgrade: a plain GET, a HEAD or a PUT there is told
+    # so alike (the HEAD werkzeug adds beside a GET is refused on a WebSocket's path, so it is not offered)
+    ("GET", "/v1/responses", "GET, POST"),
+    ("HEAD", "/v1/responses", "GET, POST"),
+    ("PUT", "/v1/responses", "GET, POST"),
+    ("PUT", "/v1/responses/resp_1", "DELETE, GET, HEAD"),
 ])
 async def test_a_405_carries_allow(serve, method, path, allow):
     s = await serve(["ok"])

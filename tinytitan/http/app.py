@@ -239,19 +239,34 @@ class Server(Guard):
         if has_websocket_context():  # an upgrade no WebSocket route takes: 426 where HTTP is spoken, else 404
             return self.error(self.upgrade_refusal(request.path))
         method = method_of(request)
+        allow = {"Allow": ", ".join(self.allowed_methods(request.path))}
         if isinstance(exc, WebsocketMismatch) or (exc.code == 405 and method == "GET"
                                                   and request.path in self._socket_paths and self.config.websocket):
             # a plain GET on a path whose GET is a WebSocket's
             return self.error(ApiError("method_not_allowed", f"{method} {request.path} takes a WebSocket upgrade "
-                                       "(Upgrade: websocket) here, not a plain request"))
+                                       "(Upgrade: websocket) here, not a plain request", headers=allow))
         kind = HTTP_KINDS.get(exc.code or 500, "server_error")
         message = {404: f"No route for {method} {request.path}",
                    405: f"Method {method} is not allowed on {request.path}",
                    413: f"The request body is larger than {self.config.max_body_bytes} bytes"}.get(exc.code,
                                                                                                   exc.description)
-        allowed = sorted(getattr(exc, "valid_methods", None) or ()) if exc.code == 405 else []
         return self.error(ApiError(kind, message or "bad request",  # (a 405 says what the path takes: RFC 9110)
-                                   headers={"Allow": ", ".join(allowed)} if allowed else None))
+                                   headers=allow if exc.code == 405 else None))
+
+    def allowed_methods(self, path: str) -> list[str]:
+        """The methods ``path`` takes (a 405's ``Allow``): the router's, less the HEAD it adds beside a WebSocket's
+        GET, which is refused there."""
+        adapter = self.app.url_map.bind("localhost")
+        try:
+            methods = set(adapter.allowed_methods(path))
+        except HTTPException:
+            return []
+        try:
+            if "HEAD" in methods:
+                adapter.match(path, "HEAD")
+        except HTTPException:
+            methods.discard("HEAD")
+        return sorted(methods)
 
     async def _unexpected(self, exc: Exception):
         request = incoming()
