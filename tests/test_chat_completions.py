@@ -214,6 +214,18 @@ async def test_max_tokens_cuts_with_length(serve, demo_tok):
             demo_tok.encode("one two three four five six seven eight", add_special_tokens=False)[:3])
 
 
+async def test_both_output_caps_are_refused_as_openai_refuses_them(serve):
+    """Neither cap is chosen over the other unseen: OpenAI answers a 400 of its own for the pair."""
+    s = await serve(["one two three four five six seven eight"])
+    for caps in ({"max_tokens": 3, "max_completion_tokens": 5}, {"max_tokens": 4, "max_completion_tokens": 4}):
+        with pytest.raises(openai.BadRequestError) as e:
+            await client(s).chat.completions.create(model=MODEL, messages=USER, **caps)
+        assert e.value.code == "invalid_parameter_combination" and e.value.param == "max_tokens"
+        assert e.value.body["message"] == "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported."
+    r = await client(s).chat.completions.create(model=MODEL, messages=USER, max_tokens=None, max_completion_tokens=2)
+    assert r.usage.completion_tokens == 2  # null is absent: the one cap given holds
+
+
 async def test_error_after_stream_opened_sends_error_then_done(serve):
     s = await serve([{"output": "partial answer", "error": "the model fell over"}])
     r = await post(s, {"model": MODEL, "messages": USER, "stream": True})

@@ -127,6 +127,14 @@ def parse_stop(value: Any, body: dict, args: dict, v) -> None:
     args["stop"] = (value,) if isinstance(value, str) else tuple(value)
 
 
+def one_output_cap(body: dict, args: dict, v) -> None:
+    """``max_tokens`` and ``max_completion_tokens`` together: refused in OpenAI's words (its code and param),
+    not one of them chosen and the other dropped unseen."""
+    if body.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
+        raise invalid("Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.",
+                      param="max_tokens", code="invalid_parameter_combination")
+
+
 def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
     args["grammar"] = normalise(value, "response_format")
 
@@ -245,7 +253,8 @@ class OpenAIChat(Protocol):
 
     def request_hooks(self):
         return {"messages": parse_messages, "tools": parse_tools, "tool_choice": parse_tool_choice,
-                "stop": parse_stop, "template_kwargs": parse_template_kwargs, "output_format": parse_output_format}
+                "stop": parse_stop, "template_kwargs": parse_template_kwargs, "output_format": parse_output_format,
+                "one_output_cap": one_output_cap}
 
     def folds(self):
         return {"chat_completion": fold_chat_completion}
