@@ -88,3 +88,19 @@ def test_history_through_the_thinking_template_with_kimi_ids(root):
     fc.check_history("kimi_k2_thinking", root, [
         f"{B}{CB}functions.get_weather:0{ARG}{{\"city\": \"Paris\", \"days\": 3}}{CE}{CB}functions.write_file:1{ARG}",
         "## Return of functions.get_weather:0\nsunny, 21C", "## Return of functions.write_file:1\nwritten"])
+
+
+def test_chat_participant_names_reach_the_template_that_names_turns_by_them(root):
+    """K2-Thinking's template heads each turn with ``message.get('name') or message['role']``: Chat's ``name``
+    on a system, user or assistant message (the SDK's "name for the participant") is what it reads there."""
+    from tinytitan.protocols.registry import all_protocols
+
+    (chat,) = [p for p in all_protocols() if p.name == "openai_chat"]
+    body = {"model": "m", "messages": [
+        {"role": "developer", "content": "Referee the debate.", "name": "moderator"},
+        {"role": "user", "content": "Tabs.", "name": "alice"}, {"role": "assistant", "content": "Noted.", "name": "judge"},
+        {"role": "user", "content": "Spaces.", "name": "bob"}, {"role": "user", "content": "And you?"}]}
+    text = ff.backend("kimi_k2_thinking", root).prepare(chat.chat_request(chat.validate(json.dumps(body).encode()))).prompt_text
+    for head, turn in (("<|im_system|>moderator", "Referee the debate."), ("<|im_user|>alice", "Tabs."),
+                       ("<|im_assistant|>judge", "<think></think>Noted."), ("<|im_user|>bob", "Spaces."), ("<|im_user|>user", "And you?")):
+        assert f"{head}<|im_middle|>{turn}" in text, text

@@ -40,7 +40,9 @@ class Message:
     content: str = ""  # the message's text (its text parts joined); images are in ``parts``
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
-    name: str | None = None  # tool name for role=tool
+    # role=tool: the tool's name; any other role: the participant's name the client gave the turn (Chat's
+    # ``name``), which the template reads where it names turns by it
+    name: str | None = None
     reasoning: str | None = None  # earlier thoughts of an assistant turn, where the client sent them back
     # a tool result that loads deferred tools (Anthropic's ``tool_reference`` blocks): the names of the tools
     # whose definitions it carries, rendered after ``content`` in the family's own tool-declaration form

@@ -77,6 +77,7 @@ def place_system(system_texts: list[str], messages: list[Message], merge_later: 
     prompt ahead of it — and its cached prefix — stays as it was; with ``merge_later`` (the Responses API's
     rule: every system/developer item joins the one system message) it joins the leading message too."""
     lead = [t for t in system_texts if t]
+    names: set = {None} if lead else set()  # the joined message keeps a name all its parts share
     out: list[Message] = []
     seen_other = False
     for m in messages:
@@ -84,13 +85,14 @@ def place_system(system_texts: list[str], messages: list[Message], merge_later: 
             if not seen_other or merge_later:
                 if m.content:
                     lead.append(m.content)
+                    names.add(m.name)
             else:
                 out.append(Message("user", REMINDER.format(m.content)))
             continue
         seen_other = True
         out.append(m)
     if lead:
-        out.insert(0, Message("system", "\n\n".join(lead)))
+        out.insert(0, Message("system", "\n\n".join(lead), name=names.pop() if len(names) == 1 else None))
     return out
 
 

@@ -40,10 +40,11 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
         # an assistant turn may carry a refusal part (the model declined): its text is the turn's text
         content, parts = content_of(m.get("content"), f"{where}.content", IMAGE_PARTS if role in ("user", "tool")
                                     else {}, ASSISTANT_PARTS if role == "assistant" else None)
+        name = m.get("name") or None  # a participant's name: the template gets it (Kimi's names the turn by it)
         if role in ("system", "developer"):
-            msgs.append(Message("system", content))
+            msgs.append(Message("system", content, name=name))
         elif role == "user":
-            msgs.append(Message("user", content, parts=parts))
+            msgs.append(Message("user", content, parts=parts, name=name))
         elif role == "assistant":
             if isinstance(m.get("refusal"), str) and m["refusal"]:  # the model declined (as the API returns it):
                 content = "\n".join(t for t in (content, m["refusal"]) if t)  # its refusal is the turn's text
@@ -63,7 +64,7 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
                 call_names[call_id] = fn["name"]
                 calls.append(ToolCall(call_id, fn["name"], arguments))
             msgs.append(Message("assistant", content, tool_calls=tuple(calls),
-                                reasoning=m.get("reasoning_content") or m.get("reasoning")))
+                                reasoning=m.get("reasoning_content") or m.get("reasoning"), name=name))
         else:
             call_id = m["tool_call_id"]
             if call_id not in call_names and not unnamed:  # (calls sent without ids: any result may be theirs)

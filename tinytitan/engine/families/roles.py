@@ -272,6 +272,8 @@ def _merge_runs(msgs: list[dict]) -> list[dict]:
                 and not calls:  # turns split one call each stay split
             merged = dict(prev)
             merged["content"] = _joined(prev.get("content"), m.get("content"))
+            if merged.get("name") != m.get("name"):  # turns of two participants joined: neither's name
+                merged.pop("name", None)
             out[-1] = merged
         else:
             out.append(m)

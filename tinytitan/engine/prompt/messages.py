@@ -30,11 +30,10 @@ def template_message(m: Message) -> dict:
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": template_arguments(c.arguments)}}
             for c in m.tool_calls
         ]
-    if m.role == "tool":
-        if m.tool_call_id:
-            d["tool_call_id"] = m.tool_call_id
-        if m.name:
-            d["name"] = m.name
+    if m.role == "tool" and m.tool_call_id:
+        d["tool_call_id"] = m.tool_call_id
+    if m.name:  # a tool's name, or the participant's (templates that name turns read ``message.name``)
+        d["name"] = m.name
     if m.reasoning:
         d["reasoning_content"] = m.reasoning
     return d
