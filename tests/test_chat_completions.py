@@ -197,6 +197,14 @@ async def test_stop_strings_and_finish_reason(serve):
     assert r.choices[0].finish_reason == "stop"
 
 
+async def test_more_stop_sequences_than_openai_takes(serve):
+    """OpenAI takes 4; a client cuts its list to 4 for api.openai.com only and sends a local server all of it."""
+    s = await serve(["alpha beta STOP gamma"])
+    stops = ["zz1", "zz2", "zz3", "zz4", "zz5", "STOP"]
+    r = await client(s).chat.completions.create(model=MODEL, messages=USER, stop=stops)
+    assert r.choices[0].message.content == "alpha beta " and r.choices[0].finish_reason == "stop"
+
+
 async def test_stop_string_across_token_boundaries_in_stream(serve):
     s = await serve(["one two three four"])
     r = await post(s, {"model": MODEL, "messages": USER, "stream": True, "stop": "o th"})

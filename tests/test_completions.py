@@ -85,6 +85,26 @@ async def test_max_tokens_defaults_to_16_and_stops_cut_the_text(serve):
     assert stopped.choices[0].text == "alpha beta " and stopped.choices[0].finish_reason == "stop"
 
 
+# what Continue's autocomplete sends a local server: its whole list (it cuts to 4 for api.openai.com alone)
+AUTOCOMPLETE_STOPS = ["\n\n", "\r\n\r\n", "/src/", "#- coding: utf-8", "```", "\ndef", "\nclass", "\n\"\"\"#",
+                      "\nif", "\nfor", "\nwhile", "\nimport", "\nfrom", "\n@"]
+
+
+async def test_more_stop_sequences_than_openai_takes_all_stop_the_text(serve):
+    s = await serve(["    return a + b\nclass Other:\n", "    return a + b\nclass Other:\n"])
+    c = client(s)
+    r = await c.completions.create(model=MODEL, prompt="def add(a, b):\n", stop=AUTOCOMPLETE_STOPS, max_tokens=40)
+    assert r.choices[0].text == "    return a + b" and r.choices[0].finish_reason == "stop"
+    stream = await c.completions.create(model=MODEL, prompt="def add(a, b):\n", stop=AUTOCOMPLETE_STOPS,
+                                        max_tokens=40, stream=True)
+    assert "".join([ch.text async for chunk in stream for ch in chunk.choices]) == "    return a + b"
+    with pytest.raises(openai.BadRequestError) as err:  # past the server's bound: refused in OpenAI's words
+        await c.completions.create(model=MODEL, prompt="x", stop=["s"] * 257)
+    assert err.value.body["param"] == "stop" and err.value.body["code"] == "array_above_max_length"
+    assert err.value.body["message"] == ("Invalid 'stop': array too long. Expected an array with maximum length 256, "
+                                         "but got an array with length 257 instead.")
+
+
 async def test_echo_puts_the_prompt_first(serve):
     s = await serve(["world"])
     c = client(s)
