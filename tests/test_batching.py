@@ -180,6 +180,16 @@ async def test_seeded_sampling_in_a_batch_draws_what_it_draws_alone(demo):
     assert solo == alone
 
 
+async def test_a_logit_bias_in_a_batch_draws_what_it_draws_alone(demo):
+    token = demo.tokenizer.encode(" the", add_special_tokens=False)[0]
+    rows = [req("Tell me a story.", temperature=0.9, seed=5, max_tokens=16, logit_bias=((token, 6.0),)),
+            req("Name a colour.", max_tokens=16, logit_bias=((token, 100.0),)), req("Describe a forest.", max_tokens=16)]
+    alone, together = await alone_and_together(Engine(demo, max_batch=3), rows)
+    assert together == alone
+    unbiased = summary(await run(Engine(demo, max_batch=1), dataclasses.replace(rows[0], logit_bias=())))
+    assert unbiased != alone[0]  # the bias changed the draw
+
+
 async def test_a_member_joining_late_and_one_cancelled_leave_the_others_untouched(demo):
     engine = Engine(demo, max_batch=4)
     long_a, long_b = req("Explain recursion.", max_tokens=60), req("Describe a forest.", max_tokens=60)

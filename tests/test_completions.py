@@ -145,7 +145,7 @@ async def test_suffix_is_refused_by_name_without_fim_tokens(serve):
     ({"n": 2}, "n"), ({"best_of": 3}, "best_of"), ({"logprobs": 2}, "logprobs"),
     ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": [1, 2, 3]}, "prompt"), ({"prompt": [{"a": 1}]}, "prompt[0]"),
     ({"prompt": []}, "prompt"),
-    ({"echo": True, "suffix": "x"}, "echo"), ({"stop": [["x"]]}, "stop[0]"), ({"stop": ["a", 1]}, "stop[1]"), ({"logit_bias": {"5": 1}}, "logit_bias"), ({"frobnicate": 1}, "frobnicate"),
+    ({"echo": True, "suffix": "x"}, "echo"), ({"stop": [["x"]]}, "stop[0]"), ({"stop": ["a", 1]}, "stop[1]"), ({"logit_bias": {"x": 1}}, "logit_bias"), ({"frobnicate": 1}, "frobnicate"),
 ])
 async def test_refused_by_name(serve, extra, param):
     s = await serve(["never"])

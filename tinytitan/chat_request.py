@@ -104,6 +104,9 @@ class ChatRequest:
     # how many tokens back the three penalties look (Ollama's repeat_last_n): 0 turns them off, -1 is the whole
     # context; None: mlx-lm's window (20)
     repeat_last_n: int | None = None
+    # OpenAI's logit_bias: (token id, bias) pairs, each bias added to its token's logit before the draw (the ids
+    # are the served model's tokenizer's, as every local server reads them)
+    logit_bias: tuple[tuple[int, float], ...] = ()
     stop: tuple[str, ...] = ()
     max_tokens: int | None = None  # None: run to the context window
     reasoning: str | bool | None = None  # an effort word, True/False, or None for the server default

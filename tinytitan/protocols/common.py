@@ -48,6 +48,21 @@ def _part_text(part, where: str, part_text_keys: dict[str, str]) -> str:
     return text
 
 
+def parse_logit_bias(value: dict, body: dict, args: dict, v) -> None:
+    """OpenAI's ``logit_bias``: token ids (as strings) → a bias from -100 to 100, added to the logit (the engine
+    refuses an id past the model's vocabulary)."""
+    pairs = []
+    for key, bias in value.items():
+        if not (key.isascii() and key.isdigit()):
+            raise invalid(f"Invalid key in 'logit_bias': {key}. You should only be submitting non-negative integers.",
+                          param="logit_bias", code="invalid_value")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise invalid(f"Invalid value for 'logit_bias': {json.dumps(bias)[:40]} for token {key} is not a number "
+                          "from -100 to 100", param="logit_bias", code="invalid_value")
+        pairs.append((int(key), float(bias)))
+    args["logit_bias"] = tuple(sorted(pairs))
+
+
 def content_of(content, where: str, images: dict[str, Callable[[dict, str], ImagePart]],
                part_text_keys: dict[str, str] | None = None, skip: frozenset = frozenset()) -> tuple[str, tuple]:
     """``text_of`` for content that may hold images: (its text, its parts in order — text and ImagePart —

@@ -14,7 +14,7 @@ from .. import custom_tools, images
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .common import TextRuns, content_of, place_system, template_variables, verbosity_note
+from .common import TextRuns, content_of, parse_logit_bias, place_system, template_variables, verbosity_note
 
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
 
@@ -255,7 +255,7 @@ class OpenAIChat(Protocol):
     def request_hooks(self):
         return {"messages": parse_messages, "tools": parse_tools, "tool_choice": parse_tool_choice,
                 "stop": parse_stop, "template_kwargs": parse_template_kwargs, "output_format": parse_output_format,
-                "one_output_cap": one_output_cap}
+                "one_output_cap": one_output_cap, "logit_bias": parse_logit_bias}
 
     def folds(self):
         return {"chat_completion": fold_chat_completion}

@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import invalid
 from ..speclang.machine import WireEvent
 from .base import Protocol
+from .common import parse_logit_bias
 from .openai_chat import Chunks, parse_stop
 
 
@@ -48,7 +49,7 @@ class OpenAICompletions(Protocol):
     id_prefix = "cmpl-"
 
     def request_hooks(self):
-        return {"prompt": parse_prompt, "stop": parse_stop}
+        return {"prompt": parse_prompt, "stop": parse_stop, "logit_bias": parse_logit_bias}
 
     def extra_context(self, v) -> dict:
         return {"prompt_text": prompt_text(v.body)}

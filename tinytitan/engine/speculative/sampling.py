@@ -24,7 +24,7 @@ from __future__ import annotations
 # protocol that takes it.
 SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0,
             "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": None,
-            "repeat_last_n": None}
+            "repeat_last_n": None, "logit_bias": ()}
 
 # The draw scales the logits by 1/temperature in float32. A temperature below GREEDY_TEMPERATURE draws as greedy
 # (vLLM's _SAMPLING_EPS): a vanishing one (below about 3.7e-38) would scale every logit to -inf, a draw of nothing.
@@ -32,6 +32,16 @@ SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 0,
 # about 1e38 the scale is 0, and a token the mask or top-p took away (-inf * 0 = nan) would be drawn.
 GREEDY_TEMPERATURE = 1e-5
 MAX_TEMPERATURE = 1e30
+
+
+def check_logit_bias(bias: tuple, width: int | None) -> None:
+    """A biased token id past the model's logits (``width``; None: not known) is refused, naming it."""
+    from ...errors import invalid
+
+    for token, _ in bias:
+        if width and token >= width:
+            raise invalid(f"Invalid key in 'logit_bias': {token}. This model's token ids are 0 to {width - 1}.",
+                          param="logit_bias", code="invalid_value")
 
 
 def is_greedy(temperature: float, top_p: float) -> bool:

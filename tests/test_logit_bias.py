@@ -1,0 +1,54 @@
+"""OpenAI's logit_bias on Chat and Completions: token ids of the served model's tokenizer, each bias added to
+its token's logit before the draw; keys, values and ids it cannot take are refused naming the field."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+MODEL = "tinytitan-scripted"
+USER = [{"role": "user", "content": "hi"}]
+
+
+def client(s) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+
+
+async def test_a_bias_of_100_makes_the_greedy_answer_that_token(serve, demo_backend):
+    s = await serve(backend=demo_backend)
+    c = client(s)
+    tok = demo_backend.tokenizer
+    (token,) = tok.encode(" zebra", add_special_tokens=False)[:1]
+    plain = await c.completions.create(model=demo_backend.model_id, prompt="def main():\n", max_tokens=4, temperature=0)
+    biased = await c.completions.create(model=demo_backend.model_id, prompt="def main():\n", max_tokens=4,
+                                        temperature=0, logit_bias={str(token): 100})
+    assert biased.choices[0].text == tok.decode([token] * 4) != plain.choices[0].text
+    chat = await c.chat.completions.create(model=demo_backend.model_id, messages=USER, max_tokens=3, temperature=0,
+                                           logit_bias={str(token): 100}, reasoning_effort="none")
+    assert chat.choices[0].message.content == tok.decode([token] * 3).lstrip()  # (an answer's leading space goes)
+
+
+@pytest.mark.parametrize("path, base", [("/v1/chat/completions", {"messages": USER}), ("/v1/completions", {"prompt": "hi"})])
+@pytest.mark.parametrize("bias, message", [
+    ({"You": 6}, "Invalid key in 'logit_bias': You. You should only be submitting non-negative integers."),
+    ({"-5": 1}, "Invalid key in 'logit_bias': -5."),
+    ({"5": 101}, "101 for token 5 is not a number from -100 to 100"),
+    ({"5": "up"}, "\"up\" for token 5"),
+    ({"5": True}, "true for token 5"),
+    ({"100000000": 1}, "Invalid key in 'logit_bias': 100000000. This model's token ids are 0 to "),
+])
+async def test_what_it_cannot_take_is_refused_naming_logit_bias(serve, path, base, bias, message):
+    s = await serve(["never"])
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url(path), json={"model": MODEL, **base, "logit_bias": bias})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "logit_bias" and err["type"] == "invalid_request_error" and message in err["message"]
+
+
+async def test_an_empty_or_null_bias_changes_nothing(serve):
+    s = await serve(["same", "same"])
+    for bias in ({}, None):
+        r = await client(s).chat.completions.create(model=MODEL, messages=USER, logit_bias=bias)
+        assert r.choices[0].message.content == "same"
