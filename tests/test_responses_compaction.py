@@ -153,9 +153,9 @@ async def test_compaction_trigger_stream(serve):
     assert prompts[0].req.tools == () and prompts[0].req.temperature == 0
 
 
-async def test_compaction_trigger_non_stream_stores_nothing(serve):
-    s = await serve([SHORT])
-    r = await client(s).responses.create(model=MODEL, input=HISTORY + [{"type": "compaction_trigger"}])
+async def test_compaction_trigger_non_stream_with_store_false_stores_nothing(serve):
+    s = await serve([SHORT])  # (stored otherwise: test_responses_compaction_chained.py)
+    r = await client(s).responses.create(model=MODEL, input=HISTORY + [{"type": "compaction_trigger"}], store=False)
     assert [o.type for o in r.output] == ["compaction"] and r.status == "completed"
     assert "kept" not in payload(r.output[0].model_dump())  # its summary is of every item: it carries none
     with pytest.raises(openai.NotFoundError):

@@ -195,7 +195,8 @@ async def compaction_events(compactor: "Summariser", text: tuple, result: dict) 
 
 
 # -- server-side compaction (context_management) ------------------------------------------------------------
-def _standing(item: dict) -> bool:
+def standing(item: dict) -> bool:
+    """An item of the standing prompt, where it leads the conversation: a system or developer message."""
     return item.get("type") == "message" and item.get("role") in ("system", "developer")
 
 
@@ -212,7 +213,7 @@ def superseded(items: list[dict], managed: bool = True) -> list[dict]:
     if not managed and not kept:
         return items[:last + 1] + _still_loaded(payload, items) + items[last + 1:]
     lead = 0
-    while lead < len(items) and _standing(items[lead]):
+    while lead < len(items) and standing(items[lead]):
         lead += 1
     read = items[:lead] + [items[last]] + items[last + 1:]
     return items[:lead] + [items[last]] + _still_loaded(payload, read) + copy.deepcopy(kept) + items[last + 1:]  # (the
@@ -234,7 +235,7 @@ def split_for_compaction(items: list[dict]) -> tuple[list[dict], list[dict], lis
     """(standing prompt, the turns to summarise, the newest user turn on); None when there is nothing before
     the newest user turn to summarise."""
     lead = 0
-    while lead < len(items) and _standing(items[lead]):
+    while lead < len(items) and standing(items[lead]):
         lead += 1
     users = [i for i, item in enumerate(items) if _is_user(item)]
     if not users:

@@ -17,8 +17,9 @@ Rules:
   the API does. A chain whose response is not stored (never, deleted, evicted) is the API's own 400
   ``previous_response_not_found`` naming it.
 - A ``compaction_trigger`` input item turns the request into a compaction turn: the conversation is
-  summarised (tinytitan/protocols/compaction.py) and the response has one ``compaction`` output item.
-  Compaction turns and ``/v1/responses/compact`` (responses_compact.py) store nothing.
+  summarised (tinytitan/protocols/compaction.py) and the response has one ``compaction`` output item. It is
+  stored as any response is; chained from, its item supersedes the conversation it summarised (responses_stored.
+  chained). ``/v1/responses/compact`` (responses_compact.py) stores nothing.
 - Over a WebSocket (responses_socket.py) a turn also keeps its response in the connection's own cache (even
   with ``store: false``), which ``previous_response_id`` reads before the store; its events go out one per
   frame. A prewarm (``generate: false``) is the lifecycle events of an empty response: nothing is decoded.
@@ -74,7 +75,6 @@ class ResponsesRequest:
     items: list[dict] = field(default_factory=list)  # the checked input items, each with an id
     tool_names: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # flat name → (namespace, name)
     own_input: list[dict] = field(default_factory=list)  # this request's items, references resolved (stored)
-    compaction: bool = False  # a compaction turn (its response is not stored)
     local: "LocalResponses | None" = None  # a WebSocket connection's own responses (responses_socket.py)
     framing: str | None = None  # how the stream is written: the spec's (SSE), or ``websocket``
     history: list[dict] = field(default_factory=list)  # the items ``previous_response_id`` brought in
@@ -165,9 +165,11 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
         return history, own
 
     async def record(self, v: Validated, machine: Machine) -> None:
-        if v.state is None or v.state.compaction or not (v.body.get("store") or v.state.local is not None):
+        if v.state is None or not (v.body.get("store") or v.state.local is not None):
             return
-        rec = StoredResponse(id=machine.context["id"], input=v.state.own_input,
+        # (a compaction turn's trigger is no item a listing holds: what it asked for is the output's compaction item)
+        own = [item for item in v.state.own_input if item.get("type") != "compaction_trigger"]
+        rec = StoredResponse(id=machine.context["id"], input=own,
                              events=[w.data for w in machine.history],
                              previous_response_id=v.body.get("previous_response_id"),
                              created_at=machine.context["created"])
@@ -335,7 +337,6 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
         await responses_socket.serve(self, call, conn)
 
     async def compaction_turn(self, v: Validated, items: list[dict]) -> Reply:
-        v.state.compaction = True
         model_id, _ = self.engine.resolve(v.body["model"])
         compactor = self.engine.summariser(v.body["model"])
         machine = self.machine(v, model_id, bool(v.body.get("stream")), entry="compaction")

@@ -8,6 +8,7 @@ import logging
 from ..errors import ApiError, invalid
 from ..speclang.machine import WireEvent
 from ..store.responses_store import CursorNotFound, StoredResponse
+from . import compaction
 from .responses_fields import not_stored
 from .responses_input import reasoning_text
 from .responses_socket import LocalResponses
@@ -38,6 +39,27 @@ def as_listed(item: dict) -> dict:
     return item
 
 
+def chained(links: list[tuple[list[dict], list[dict]]]) -> list[dict]:
+    """A chain's items (each response's input, then output; the oldest first). A compaction item a response
+    output that carries no turn (a ``compaction_trigger`` turn's: a summary of everything before it) supersedes
+    what came before it, the standing prompt (leading system / developer messages) aside: with
+    ``previous_response_id`` the client prunes nothing, and the summary is what the next turn reads. (An item that
+    carries a turn, server-side compaction's, is read by ``compaction.superseded`` where the request reads it.)"""
+    items = [item for inp, out in links for item in inp + out]
+    end = len(items)
+    for inp, out in reversed(links):
+        end -= len(inp) + len(out)
+        made = [j for j, item in enumerate(out) if item.get("type") == "compaction"
+                and not compaction.decode(item["encrypted_content"], "previous_response_id").get("kept")]
+        if made:
+            cut = end + len(inp) + made[-1]
+            lead = 0
+            while lead < cut and compaction.standing(items[lead]):
+                lead += 1
+            return items[:lead] + items[cut:]
+    return items
+
+
 class StoredResponses:
     """The stored side of the Responses protocol (a part of ``OpenAIResponses``): it reads through the
     protocol's ``store()``."""
@@ -49,25 +71,26 @@ class StoredResponses:
         return rec
 
     async def history(self, response_id: str | None, local: "LocalResponses | None" = None) -> list[dict]:
-        """The input and output of a stored chain, oldest first (a connection's own responses first)."""
-        items: list[dict] = []
+        """The input and output of a stored chain, oldest first (a connection's own responses first), from its
+        latest summary of everything before it on (``chained``)."""
+        links: list[tuple[list[dict], list[dict]]] = []  # each response's (input, output), newest first
         first, seen = response_id, set()
         while response_id and response_id not in seen:
             seen.add(response_id)
             rec = local.get(response_id) if local is not None else None
             if rec is not None:
-                items = rec.input + rec.output + items
+                links.append((rec.input, rec.output))
                 response_id = rec.previous_response_id
                 continue
-            found = await self.store().chain(response_id)
+            found = await self.store().chain_links(response_id)
             if found is None:
                 detail = "" if response_id == first else f" (the chain of '{first}' continues it)"
                 # the API's own error (400, previous_response_not_found): clients match on it to resend whole
                 raise invalid(f"Previous response with id '{response_id}' not found.{detail}",
                               param="previous_response_id", code="previous_response_not_found")
-            part, response_id = found
-            items = part + items
-        return items
+            parts, response_id = found
+            links += reversed(parts)
+        return chained(links[::-1])
 
     async def resolve(self, items: list[dict], field: str = "input") -> list[dict]:
         out = []

@@ -142,6 +142,11 @@ class ResponsesStore:
         """The input and output items of the stored chain ending at ``response_id``, oldest first, and the id
         of the first response it continues that is not stored (None when it starts here). None when
         ``response_id`` itself is not stored."""
+        found = await self.chain_links(response_id)
+        return None if found is None else ([item for link in found[0] for part in link for item in part], found[1])
+
+    async def chain_links(self, response_id: str) -> tuple[list[tuple[list[dict], list[dict]]], str | None] | None:
+        """As ``chain``, each response's (input items, output items) apart, oldest response first."""
         return await self._call(_chain, response_id, self._cutoff())
 
     async def input_page(self, response_id: str, limit: int, order: str, after: str | None,
@@ -251,7 +256,7 @@ def _find_item(tx, item_id: str, cutoff: int) -> dict | None:
     return json.loads(row[0]) if row else None
 
 
-def _chain(tx, response_id: str, cutoff: int) -> tuple[list[dict], str | None] | None:
+def _chain(tx, response_id: str, cutoff: int) -> tuple[list[tuple[list[dict], list[dict]]], str | None] | None:
     """Walked link by link on the primary key (a recursive query is planned badly by PostgreSQL on a large
     table), then the items of every link read in a few queries."""
     links: list[str] = []
@@ -272,7 +277,10 @@ def _chain(tx, response_id: str, cutoff: int) -> tuple[list[dict], str | None] |
         found += tx.rows(f"SELECT response_id, kind, position, body FROM response_items WHERE response_id IN "
                          f"({', '.join('?' * len(part))})", part)
     found.sort(key=lambda r: (-depth[r[0]], r[1], r[2]))  # the oldest response first; its input, then output
-    return [json.loads(r[3]) for r in found], missing
+    parts: dict[str, tuple[list[dict], list[dict]]] = {rid: ([], []) for rid in reversed(links)}
+    for rid, kind, _, body in found:
+        parts[rid][kind].append(json.loads(body))
+    return list(parts.values()), missing
 
 
 def _input_page(tx, response_id: str, limit: int, order: str, after: str | None, before: str | None,
