@@ -70,10 +70,12 @@ async def test_retrieve_delete_cancel(serve):
     assert (await c.responses.retrieve(r.id)).output_text == "One."
     with pytest.raises(openai.BadRequestError) as e:
         await c.responses.cancel(r.id)
+    assert e.value.body["message"].startswith("Cannot cancel a synchronous response.")  # the API's own sentence
     assert "background" in e.value.message
     await c.responses.delete(r.id)
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as e:
         await c.responses.retrieve(r.id)
+    assert e.value.body["message"].startswith(f"Response with id '{r.id}' not found.")  # …and so is this one
     with pytest.raises(openai.NotFoundError):
         await c.responses.delete(r.id)
     with pytest.raises(openai.NotFoundError):

@@ -54,5 +54,6 @@ def prompt_cache_diagnostics(compared: dict | None) -> dict:
 
 
 def not_stored(response_id: str, param: str | None = None) -> ApiError:
-    return ApiError("not_found", f"No response with id '{response_id}' found (it was never stored, was deleted, or "
-                    "was evicted by the store's retention)", param=param or "response_id")
+    # the API's own sentence first (clients and proxies match on it), then why, for people
+    return ApiError("not_found", f"Response with id '{response_id}' not found. (It was never stored, was deleted, or "
+                    "was evicted by the store's retention.)", param=param or "response_id")

@@ -134,9 +134,9 @@ class StoredResponses:
 
     async def cancel(self, call: Call, response_id: str) -> Reply:
         await self.stored(response_id)
-        raise invalid(f"Response '{response_id}' cannot be cancelled: only background responses can be, and this "
-                      "server runs none (every response finished before it was stored)", param="response_id",
-                      code="not_cancellable")
+        raise invalid(f"Cannot cancel a synchronous response. (Only background responses can be cancelled, and "
+                      f"this server runs none: '{response_id}' finished before it was stored.)", param="response_id",
+                      code="not_cancellable")  # (the API's own sentence first)
 
     async def input_items(self, call: Call, response_id: str) -> Reply:
         limit, order = call.args["limit"], call.args["order"]  # typed and bounded by the route's query table
