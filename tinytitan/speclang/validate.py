@@ -316,6 +316,20 @@ def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
         got = json_type_name(error.instance)
         return invalid(f"Invalid type for '{where}': expected {want}, but got {_ARTICLE.get(got, got)}", param=where,
                        code="invalid_type")
+    # bounds in OpenAI's validator's own words and codes (metadata's 16 keys, 64-character keys, 512-character values)
+    bound, value = error.validator_value, error.instance
+    if error.validator == "maxProperties" and isinstance(value, dict):
+        return invalid(f"Invalid '{where}': too many properties. Expected an object with at most {bound} properties, "
+                       f"but got an object with {len(value)} properties instead.", param=where,
+                       code="object_above_max_properties")
+    if error.validator == "maxLength" and isinstance(value, str) and "propertyNames" in error.schema_path:
+        shown = value if len(value) <= 100 else f"{value[:48]}…{value[-48:]}"
+        return invalid(f"Invalid property name in '{where}': '{shown}' is too long. Expected a string with maximum "
+                       f"length {bound}, but got a string with length {len(value)} instead.", param=f"{where}.{value}",
+                       code="property_name_above_max_length")
+    if error.validator == "maxLength" and isinstance(value, str):
+        return invalid(f"Invalid '{where}': string too long. Expected a string with maximum length {bound}, but got a "
+                       f"string with length {len(value)} instead.", param=where, code="string_above_max_length")
     message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
     return invalid(f"Invalid value for '{where}': {message}", param=where, code="invalid_value")
 
