@@ -290,7 +290,7 @@ class Server(Guard):
                 body = await trio.to_thread.run_sync(encoding.decode, body, headers["content-encoding"],
                                                      self.config.max_body_bytes)
             args = dict(request.args)
-            call = Call(request.method, request.path, headers, args, body, query_args(query, args))
+            call = Call(request.method, request.path, headers, args, body, query_args(query, request.args))
             try:
                 reply = await handler(call, **kwargs)
                 if request.method == "HEAD" and reply.stream is not None:  # the headers alone: the stream never runs

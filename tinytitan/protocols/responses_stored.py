@@ -10,6 +10,7 @@ from ..speclang.machine import WireEvent
 from ..store.responses_store import CursorNotFound, StoredResponse
 from . import compaction
 from .responses_fields import not_stored
+from .common import reasoning_payload
 from .responses_input import reasoning_text
 from .responses_socket import LocalResponses
 from .wire import Call, Reply
@@ -58,6 +59,19 @@ def chained(links: list[tuple[list[dict], list[dict]]]) -> list[dict]:
                 lead += 1
             return items[:lead] + items[cut:]
     return items
+
+
+def with_thoughts(data):
+    """A stored event or response with each reasoning item's thought as its ``encrypted_content`` (what ``include:
+    ["reasoning.encrypted_content"]`` on the create request gives it), copied where it changes."""
+    if isinstance(data, list):
+        return [with_thoughts(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    data = {k: with_thoughts(v) for k, v in data.items()}
+    if data.get("type") == "reasoning" and data.get("encrypted_content") is None and data.get("content"):
+        data["encrypted_content"] = reasoning_payload(reasoning_text(data))
+    return data
 
 
 class StoredResponses:
@@ -115,15 +129,20 @@ class StoredResponses:
         return {**item, **{key: found[key] for key in ("content", "summary", "encrypted_content") if found.get(key)}}
 
     async def retrieve(self, call: Call, response_id: str) -> Reply:
+        include = call.args["include"]
+        if "message.output_text.logprobs" in include:  # (as the create request refuses it)
+            raise invalid("include 'message.output_text.logprobs' is not supported: this server returns no logprobs",
+                          param="include", code="unsupported_value")
         rec = await self.stored(response_id)
+        shown = with_thoughts if "reasoning.encrypted_content" in include else (lambda data: data)
         if not call.args["stream"]:
-            return Reply(rec.response)
+            return Reply(shown(rec.response))
         after = call.args["starting_after"]
 
         async def replay():
             for data in rec.events:
                 if data.get("sequence_number", 0) > after:
-                    yield WireEvent(data.get("type"), data).sse()
+                    yield WireEvent(data.get("type"), shown(data)).sse()
 
         return Reply.of_stream(replay(), self.spec.content_type)
 

@@ -349,9 +349,19 @@ _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
 def query_args(table: Mapping[str, Mapping[str, Any]] | None, raw: Mapping[str, str]) -> dict[str, Any]:
     """A route's query parameters (its ``query`` table) from the strings sent: typed, bounded, defaults filled
-    in; a bad one is the client's 400 naming it. Parameters the table does not declare are not read."""
+    in; a bad one is the client's 400 naming it. Parameters the table does not declare are not read. ``raw``:
+    a multi-dict (``getlist``) where an ``array`` parameter may be sent more than once."""
     out: dict[str, Any] = {}
     for name, rule in (table or {}).items():
+        if rule["type"] == "array":  # every value sent, in either spelling (the SDKs send ``include[]=``)
+            many = getattr(raw, "getlist", lambda key: [raw[key]] if key in raw else [])
+            values = [*many(name), *many(f"{name}[]")]
+            for value in values:
+                if "enum" in rule and value not in rule["enum"]:
+                    raise invalid(f"Invalid value for '{name}': {json.dumps(value)} is not one of {rule['enum']}",
+                                  param=name, code="invalid_value")
+            out[name] = values if values else list(rule.get("default") or [])
+            continue
         text = raw.get(name)
         if text is None:
             out[name] = rule.get("default")
