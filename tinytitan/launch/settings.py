@@ -14,15 +14,18 @@ Rules (one row per agent; versions they were checked with in brackets):
   the small model (titles, summaries) the model itself, image input (``attachment``, ``modalities``) for a model
   that takes images; autoupdate, sharing, the models.dev fetch and LSP downloads off.
 - pi (0.73): Chat Completions; ``PI_CODING_AGENT_DIR`` points it at an agent directory of launch's own whose
-  ``models.json`` holds the provider and the model's ``contextWindow`` / ``maxTokens``; offline, no telemetry,
-  no version check.
+  ``models.json`` holds the provider, the model's ``contextWindow`` / ``maxTokens`` and its ``input`` (``image``
+  for a model that takes images, or pi omits every picture); offline, no telemetry, no version check.
 - aider (0.86): Chat Completions through litellm (``--openai-api-base``, ``--model openai/<id>``), the window and
-  output cap in a ``--model-metadata-file`` of launch's own, the weak model the model itself; analytics
+  output cap in a ``--model-metadata-file`` of launch's own (``supports_vision`` for a model that takes images,
+  or an image added to the chat is never sent), the weak model the model itself; analytics
   (``--no-analytics``: this run only, never the permanent ``--analytics-disable``, which writes the user's
   config) and update checks off.
 - qwen-code (0.15): Chat Completions (``--auth-type openai``, ``OPENAI_BASE_URL`` …); a system settings file of
   launch's own (``QWEN_CODE_SYSTEM_SETTINGS_PATH``: it overrides the user's settings for this run only) holds
-  the window (``contextWindowSize``), usage statistics, telemetry and auto-update off; the output cap is
+  the window (``contextWindowSize``), image input (``modalities``: for a model id it does not know, qwen-code
+  assumes text only and answers a Read of a picture itself), usage statistics, telemetry and auto-update off; the
+  output cap is
   ``QWEN_CODE_MAX_OUTPUT_TOKENS``.
 """
 
@@ -129,7 +132,7 @@ OPENCODE_SMALL_AGENTS = ("title", "summary")  # those that run on its small mode
 def opencode(s: Served, own: Path, args: list[str]) -> Invocation:
     model = {"name": s.base_model, "limit": {"context": s.window, "output": s.output_cap},
              "tool_call": bool((s.card.get("capabilities") or {}).get("tools", True))}
-    if "image" in (s.card.get("input_modalities") or ()):  # else opencode replaces an attached picture by an error
+    if takes_images(s):  # else opencode replaces an attached picture by an error
         model.update(attachment=True, modalities={"input": ["text", "image"], "output": ["text"]})
     config = {"$schema": "https://opencode.ai/config.json",
               "provider": {PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "tinytitan",
@@ -156,7 +159,8 @@ def pi(s: Served, own: Path, args: list[str]) -> Invocation:
     reasoning = bool((s.card.get("capabilities") or {}).get("reasoning"))
     models = {"providers": {PROVIDER: {
         "baseUrl": s.base + "/v1", "api": "openai-completions", "apiKey": "TINYTITAN_API_KEY",
-        "models": [{"id": s.model, "name": s.model, "reasoning": reasoning, "input": ["text"],
+        "models": [{"id": s.model, "name": s.model, "reasoning": reasoning,
+                    "input": ["text", "image"] if takes_images(s) else ["text"],
                     "contextWindow": s.window, "maxTokens": s.output_cap,
                     "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}}]}}}
     env = {"PI_CODING_AGENT_DIR": str(agent_dir), "TINYTITAN_API_KEY": s.key, "PI_OFFLINE": "1",
@@ -169,7 +173,7 @@ def aider(s: Served, own: Path, args: list[str]) -> Invocation:
     metadata = own / "model_metadata.json"
     entry = {"max_input_tokens": s.window, "max_output_tokens": s.output_cap, "max_tokens": s.output_cap,
              "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": "openai",
-             "mode": "chat"}
+             "mode": "chat", **({"supports_vision": True} if takes_images(s) else {})}
     # (its weak model writes commit messages and history summaries from a system message's instructions: the
     # model itself, never the chat-only '-fast' name, which strips every system message)
     argv = ["aider", "--openai-api-base", s.base + "/v1", "--model", f"openai/{s.model}",
@@ -187,7 +191,9 @@ def qwen_code(s: Served, own: Path, args: list[str]) -> Invocation:
     settings = {"privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
                 "general": {"enableAutoUpdate": False},
                 "security": {"auth": {"selectedType": "openai"}},
-                "model": {"name": s.model, "generationConfig": {"contextWindowSize": s.window}}}
+                "model": {"name": s.model, "generationConfig": {"contextWindowSize": s.window,
+                                                                **({"modalities": {"image": True}}
+                                                                   if takes_images(s) else {})}}}
     env = {"QWEN_CODE_SYSTEM_SETTINGS_PATH": str(settings_path), "OPENAI_BASE_URL": s.base + "/v1",
            "OPENAI_API_KEY": s.key, "OPENAI_MODEL": s.model, "QWEN_CODE_MAX_OUTPUT_TOKENS": str(s.output_cap)}
     return Invocation(["qwen", "--auth-type", "openai", "--model", s.model, *args], env,
@@ -200,6 +206,12 @@ PLANS = {"claude": claude, "codex": codex, "opencode": opencode, "pi": pi, "aide
 def invocation(agent: str, served: Served, own: Path, args: list[str]) -> Invocation:
     """How ``agent`` runs against ``served``, its own files under ``own``, the user's ``args`` last."""
     return PLANS[agent](served, own, list(args))
+
+
+def takes_images(s: Served) -> bool:
+    """Whether the served model reads pictures (its card's ``input_modalities``): each agent must be told, or it
+    drops them before they are sent."""
+    return "image" in (s.card.get("input_modalities") or ())
 
 
 def _fast(model: str) -> str:
