@@ -43,7 +43,6 @@ import trio
 from .. import images
 from ..chat_request import ChatRequest
 from ..errors import LOAD_ERRORS, ApiError
-from ..events import Failed
 from ..models.names import spellings
 from .backends.base import Backend
 from .prompt.prepare import Prepared
@@ -216,8 +215,7 @@ class Engine:
             except Exception as exc:  # reported in-band: the stream may already be open
                 if not box.stop.is_set():
                     log.exception("generation failed")
-                    if not loop.finished:
-                        box.emit(Failed.of(exc))
+                    loop.fail(exc)  # (nothing where the row's own end told it already)
             finally:
                 box.close()  # the thread lets go of the session, whatever happened
 

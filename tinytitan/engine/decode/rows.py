@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from ...events import Failed
 from ..backends.base import Backend
 from ..cache.entries import Kept, kv_stays_trimmable
 from ..prompt.prepare import Prepared
@@ -232,7 +231,7 @@ class Row:
             except Exception:
                 pass
             logging.getLogger("tinytitan.engine").error("generation failed: %s", exc)
-            self.loop.emit(Failed.of(exc))
+            self.loop.fail(exc)
 
     def _whole(self, text: str) -> str:
         """The last piece of its answer less a character its end cut (last_character.py)."""

@@ -2,7 +2,8 @@
 
 A backend calls ``start()`` once the prompt is known, ``token(text)`` for each generated token's text
 (returns False when a client stop string, or the turn's last allowed tool call, ended the answer), and
-``end(hit_length)`` when decoding stopped. Channel parsing, stop strings, usage and the finish reason are decided here, once.
+``end(hit_length)`` when decoding stopped, or ``fail(exc)`` when it failed once started. Channel parsing, stop strings,
+usage and the finish reason are decided here, once; either ending is sent once (``finished``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 import time
 from typing import Callable
 
-from ...events import Finished, Started, TextDelta, Timing, TokenEvent, ToolCallDone, Usage
+from ...events import Failed, Finished, Started, TextDelta, Timing, TokenEvent, ToolCallDone, Usage
 from .output_parser import REASONING, OutputParser
 
 Emit = Callable[[TokenEvent], None]
@@ -63,7 +64,7 @@ class DecodeLoop:
         self.completion_tokens = 0
         self.reasoning_tokens = 0
         self.started = False
-        self.finished = False
+        self.finished = False  # its ending (Finished, or Failed once started) went out
         self.before = before or Timing()
         self.grammar_mask = None  # a grammar mask: its own ``seconds`` are the turn's ``grammar_mask_s`` (a decoder
         # may use it beyond masking: rows.py)
@@ -123,6 +124,18 @@ class DecodeLoop:
         usage = Usage(self.prompt_tokens, self.cached_tokens, self.completion_tokens, self.reasoning_tokens)
         self.finished = True
         self.emit(Finished(reason, usage, self.stop.matched, self.timing()))
+
+    def fail(self, exc: BaseException) -> None:
+        """It failed after it started: the text a stop string held back while it might still match (and did not)
+        is the answer's, sent before the failure as at any other end; then Failed, once."""
+        if self.finished:
+            return
+        if self.stop.matched is None:
+            rest = self.stop.flush()
+            if rest:
+                self.emit(TextDelta(rest))
+        self.finished = True
+        self.emit(Failed.of(exc))
 
     def timing(self) -> Timing:
         """What happened before decoding (``before``), then prefill and decode as this loop saw them."""
