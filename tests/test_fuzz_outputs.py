@@ -664,6 +664,8 @@ def check_case(case: Case, tok, answers: dict) -> None:
     # for a model whose max_tokens runs out just before its end-of-sequence (every row ends at its cap, Row.accept)
     cut = case.cap is not None and case.cap <= len(ids)
     stopped = msg_ns.finish == "stop_sequence"
+    # a stop string matched after whole calls ends a turn that called tools: tool_use, no stop_sequence
+    after_calls = bool(case.stop) and msg_ns.finish == "tool_use"
 
     # the three protocols tell one story (Responses takes no stop strings: compared only without them)
     check(chat_ns.finish == FINISH[msg_ns.finish][0], f"chat finish {chat_ns.finish} vs messages {msg_ns.finish}")
@@ -704,7 +706,10 @@ def check_case(case: Case, tok, answers: dict) -> None:
               f"responses vs chat calls {resp_ns.calls()} {chat_ns.calls()}")
 
     # finish reason and token count follow from the output, the cap and the calls
-    if not stopped:
+    if after_calls:
+        check(msg_ns.stop_sequence is None, "stop_sequence set on a tool turn")
+        check(msg_ns.output_tokens <= n_expected, "more tokens than the output has")
+    elif not stopped:
         check(msg_ns.output_tokens == n_expected, f"output tokens {msg_ns.output_tokens}, expected {n_expected}")
         want = "max_tokens" if cut else "tool_use" if msg_ns.calls() else "end_turn"
         check(msg_ns.finish == want, f"stop_reason {msg_ns.finish}, expected {want}")
@@ -745,6 +750,8 @@ def check_case(case: Case, tok, answers: dict) -> None:
         at = kept.find(msg_ns.stop_sequence)
         check(at >= 0, f"stopped at {msg_ns.stop_sequence!r}, which the output does not hold")
         survived = kept[: at]
+    elif after_calls:  # which stop string matched is not told: the earliest any could have (asks no more)
+        survived = kept[: min([kept.find(x) for x in case.stop if x in kept], default=len(kept))]
     for proto, told in (("chat", chat_ns), ("messages", msg_ns), ("responses", resp_ns), ("ollama", oll_ns)):
         region = kept if proto == "responses" else survived
         have = told_text(told)

@@ -63,6 +63,7 @@ class DecodeLoop:
         self.cached_tokens = 0
         self.completion_tokens = 0
         self.reasoning_tokens = 0
+        self.calls_sent = 0  # tool calls sent whole (their ToolCallDone complete)
         self.started = False
         self.finished = False  # its ending (Finished, or Failed once started) went out
         self.before = before or Timing()
@@ -113,8 +114,13 @@ class DecodeLoop:
         rest = self.stop.flush()
         if rest and self.stop.matched is None:
             self.emit(TextDelta(rest))
-        if self.stop.matched is not None:
+        # a stop string matched after whole calls ends a turn that called tools (Anthropic's tool runner reads
+        # stop_sequence as a final answer whose calls are not to be run); before any call, it is the turn's end
+        stopped = self.stop.matched if not self.calls_sent else None
+        if stopped is not None:
             reason = "stop_sequence"
+        elif self.stop.matched is not None:
+            reason = "tool_calls"
         elif hit_length:
             reason = "length"
         elif self.parser.tool_calls:
@@ -123,7 +129,7 @@ class DecodeLoop:
             reason = "stop"
         usage = Usage(self.prompt_tokens, self.cached_tokens, self.completion_tokens, self.reasoning_tokens)
         self.finished = True
-        self.emit(Finished(reason, usage, self.stop.matched, self.timing()))
+        self.emit(Finished(reason, usage, stopped, self.timing()))
 
     def fail(self, exc: BaseException) -> None:
         """It failed after it started: the text a stop string held back while it might still match (and did not)
@@ -160,4 +166,6 @@ class DecodeLoop:
             else:
                 if self.stop.buf and not isinstance(ev, TextDelta):
                     self.emit(TextDelta(self.stop.flush()))
+                if isinstance(ev, ToolCallDone) and ev.complete:
+                    self.calls_sent += 1
                 self.emit(ev)
