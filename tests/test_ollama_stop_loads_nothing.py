@@ -21,7 +21,7 @@ async def test_a_stop_request_does_not_load_the_model_it_names(serve, models_dir
 
 
 def test_every_zero_duration_lets_the_model_go():
-    from tinytitan.protocols.ollama import _lets_go
+    from tinytitan.protocols.keep_alive import lets_go as _lets_go
 
     for zero in (0, 0.0, "0", "0s", "0m0s", "0h0m0s", "-0s", "+0s", ".0s", "0μs", "0µs", "0.0s"):
         assert _lets_go(zero), zero

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +29,7 @@ from ..models.gguf_facts import listing_off_loop, weights_on_gpu
 from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
+from . import keep_alive
 from .base import Protocol
 from .common import TextRuns, arguments_object, place_system
 from .wire import Call, Reply
@@ -61,6 +61,10 @@ def iso_time(seconds: float | None = None) -> str:
 
 
 # -- request hooks: the table checked every shape (spec schemas); these only reshape ------------------------
+def parse_keep_alive(value, body: dict, args: dict, v: Validated) -> None:
+    keep_alive.check(value)  # (a string Go's ParseDuration cannot read: Ollama's 400, in Go's words)
+
+
 def parse_model(value: str, body: dict, args: dict, v: Validated) -> None:
     args["model"] = value  # (``Engine.resolve`` reads ``<id>:latest`` as the id, after the name as given)
 
@@ -236,7 +240,7 @@ class Ollama(Protocol):
 
     def request_hooks(self):
         return {"model": parse_model, "messages": parse_messages, "tools": parse_tools, "prompt": parse_prompt,
-                "format": parse_format, "tool_choice": parse_tool_choice}
+                "format": parse_format, "tool_choice": parse_tool_choice, "keep_alive": parse_keep_alive}
 
     def machine_hooks(self):
         return {"finished": on_finished, "call_started": on_call_started,
@@ -300,7 +304,7 @@ class Ollama(Protocol):
         Ollama schedules its runner before it reads the prompt) and answers, nothing generated
         (``done_reason: load``; the model stays resident whatever ``keep_alive`` says, so never ``unload``)."""
         info = self.engine.model_info(v.body["model"])  # (an unknown model: its 404 first)
-        if not info["loaded"] and not _lets_go(v.body.get("keep_alive")):  # (keep_alive 0: `ollama stop`)
+        if not info["loaded"] and not keep_alive.lets_go(v.body.get("keep_alive")):  # (keep_alive 0: `ollama stop`)
             await self.engine.load(v.body["model"])  # waits for the generations in flight, as a switch does
         return Reply({"model": v.body["model"], "created_at": iso_time(), **answer, "done": True,
                       "done_reason": "load"})
@@ -371,14 +375,3 @@ class Ollama(Protocol):
         raise ApiError("not_implemented", f"{call.method} {call.path} is not supported: this server serves the "
                        "MLX models it was started with (no pulling, pushing, creating, copying or deleting) and "
                        "has no embeddings", code="not_implemented")
-
-
-def _lets_go(keep_alive) -> bool:
-    """``keep_alive`` 0 (``0``, ``"0"``, ``"0s"``, ``"0m0s"``, ``"-0s"``: any duration Go's ParseDuration reads as
-    zero): the client lets the model go (``ollama stop``, Open WebUI's unload), so its load request loads nothing."""
-    if isinstance(keep_alive, bool):
-        return False
-    if isinstance(keep_alive, (int, float)):
-        return keep_alive == 0
-    return isinstance(keep_alive, str) and \
-        re.fullmatch(r"\s*[+-]?(?:0+|(?:(?:0+\.?0*|\.0+)(?:ns|us|µs|μs|ms|s|m|h))+)\s*", keep_alive) is not None
