@@ -99,3 +99,18 @@ async def test_a_model_that_always_thinks_lists_thinking_and_takes_think(serve, 
     assert "thinking" in shown.json()["capabilities"]
     r = await post(s, {"model": "fixture-minimax_m2", "think": True, "messages": USER})
     assert r.status_code == 200, r.text
+
+
+async def test_a_role_in_any_case_is_read_as_ollama_lowercases_it(serve, demo_tok):
+    """Ollama's ``Message.UnmarshalJSON`` lowercases the role (api/types.go): ``"User"`` is a user turn there, never
+    a 400; a role it does not know is still refused here, by name."""
+    backend = Asked([ScriptEntry("ok")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    r = await post(s, {"messages": [
+        {"role": "SYSTEM", "content": "be brief"}, {"role": "User", "content": "hi"},
+        {"role": "Assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
+        {"role": "TOOL", "content": "42", "tool_name": "f"}]})
+    assert r.status_code == 200, r.text
+    assert [m.role for m in backend.requests[-1].messages] == ["system", "user", "assistant", "tool"]
+    r = await post(s, {"messages": [{"role": "Narrator", "content": "hi"}]})
+    assert r.status_code == 400 and "messages[0].role" in r.json()["error"]

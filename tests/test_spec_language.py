@@ -40,6 +40,8 @@ def chat_raw():
      "request.fields.temperature.type", "is not valid"),
     (lambda r: r["request"]["refuse"].append({"field": "bogus", "when": {"present": True}, "message": "x"}),
      "request.refuse[", "'bogus' is not a declared request field"),
+    (lambda r: r["request"].update({"lowercase": ["mesages[].role"]}), "request.lowercase[0]",
+     "'mesages[].role' is not in a declared request field"),
     (lambda r: r.pop("errors"), "<top>", "'errors' is a required property"),
     (lambda r: r["request"]["fields"]["seed"].update({"to": "sed"}), "request.fields.seed.to",
      "'sed' is not a ChatRequest field"),

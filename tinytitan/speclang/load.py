@@ -187,6 +187,9 @@ def _check_request(spec: ProtocolSpec) -> None:
         kind = rule.get("kind", "invalid_request")
         if kind not in spec.error_kinds:
             raise _fail(spec.source, f"request.refuse[{i}].kind", f"no error kind '{kind}' in errors.kinds")
+    for i, path in enumerate(spec.request.get("lowercase") or []):
+        if path.split(".")[0].split("[")[0] not in fields:
+            raise _fail(spec.source, f"request.lowercase[{i}]", f"'{path}' is not in a declared request field")
     for i, route in enumerate(spec.routes):
         for name, f in (route.get("fields") or {}).items():
             if name not in fields and "type" not in f:

@@ -85,6 +85,16 @@ def _reach(node: Any, path: list, at: int, here: tuple, out: list) -> None:
     out.append((here, node))
 
 
+def lower(doc: Any, path: str) -> None:
+    """Every string ``path`` reaches in ``doc`` put in lower case, in place (``request.lowercase``)."""
+    for parts, value in reach(doc, path):
+        if isinstance(value, str) and parts:
+            node = doc
+            for step in parts[:-1]:
+                node = node[step]
+            node[parts[-1]] = value.lower()
+
+
 def get(doc: Any, path: str, default: Any = MISSING) -> Any:
     """The single value at a path without wildcards; attributes work as well as keys."""
     node = doc

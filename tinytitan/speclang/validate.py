@@ -2,7 +2,8 @@
 
 Order (each step may raise ApiError naming the field):
 1. the body must be a JSON object; unknown fields are refused (``unknown_fields: refuse``) or logged;
-2. each declared field: null counts as absent; required, type, bounds, enum; defaults filled in;
+2. the strings ``lowercase`` names put in lower case; each declared field: null counts as absent; required,
+   type, bounds, enum; defaults filled in;
 3. refusals, in file order (wildcard paths name the concrete element in the message and ``param``);
 4. ``to`` copies a value into the ChatRequest arguments; ``hook`` hands it to the protocol's Python;
 5. ``derive`` fills ChatRequest arguments from the first present of several fields (precedence).
@@ -159,6 +160,8 @@ class RequestValidator:
         if not isinstance(body, dict):
             raise invalid(f"The request body must be a JSON object, got {json_type_name(body)}", code="invalid_body")
         body = dict(body)
+        for path in self.spec.request.get("lowercase") or ():  # read in lower case before any check
+            paths.lower(body, path)
         out = Validated(body=body, headers=dict(headers or {}), state=self.new_state())
         for name in body:
             if name not in self.fields:
