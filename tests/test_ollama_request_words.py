@@ -39,13 +39,19 @@ async def test_an_unknown_think_value_is_refused_in_ollamas_words(serve, level):
                                  'true, or false)'}
 
 
-async def test_an_empty_model_is_refused_as_ollama_says(serve):
-    """Ollama's ChatHandler says "model is required" (400); its GenerateHandler, that the model is not found (404)."""
+@pytest.mark.parametrize("model", ["", "  ", None, "absent"])
+async def test_an_empty_model_is_refused_as_ollama_says(serve, model):
+    """Ollama's ChatHandler and ShowHandler say "model is required" (400); its GenerateHandler, that the model is
+    not found (404). Go decodes a model not sent as "", and trims the name before reading it."""
     s = await serve(["x"])
-    r = await post(s, {"model": "", "messages": USER})
-    assert r.status_code == 400 and r.json() == {"error": "model is required"}
-    r = await post(s, {"model": "", "prompt": "x"}, "/api/generate")
-    assert r.status_code == 404 and "not found" in r.json()["error"]
+    named = {} if model == "absent" else {"model": model}
+    async with httpx.AsyncClient() as h:
+        chat = await h.post(s.url("/api/chat"), json={"stream": False, "messages": USER, **named})
+        generate = await h.post(s.url("/api/generate"), json={"stream": False, "prompt": "x", **named})
+        show = await h.post(s.url("/api/show"), json=named)
+    assert chat.status_code == 400 and chat.json() == {"error": "model is required"}
+    assert generate.status_code == 404 and "not found" in generate.json()["error"]
+    assert show.status_code == 400 and show.json() == {"error": "model is required"}
 
 
 @pytest.mark.parametrize("n", [-1, 21])

@@ -274,7 +274,7 @@ class Ollama(Protocol):
     # -- routes --------------------------------------------------------------------------------------------
     async def chat(self, call: Call) -> Reply:
         v = await self.checked(call, handler="chat")
-        if not v.body["model"]:  # Ollama's ChatHandler's words (its GenerateHandler's: the model '' not found, 404)
+        if not v.body["model"].strip():  # Ollama's ChatHandler's words (its GenerateHandler's: the model '' not found)
             raise invalid("model is required", param="model", code="missing_required_parameter")
         self._thinks_if_asked(v)
         if not v.body.get("messages"):  # none, null or []: `ollama run` / `ollama.chat(model)` loading it
@@ -350,9 +350,9 @@ class Ollama(Protocol):
 
     async def show(self, call: Call) -> Reply:
         v = await self.checked(call, handler="show")
-        name = v.body.get("model") or v.body.get("name")
-        if not name:
-            raise invalid("Missing required parameter: 'model'", param="model", code="missing_required_parameter")
+        name = v.body.get("model") or v.body.get("name") or ""
+        if not name.strip():  # Ollama's ShowHandler's words
+            raise invalid("model is required", param="model", code="missing_required_parameter")
         card = self.engine.model_card(name)
         arch = card["architecture"]
         facts = (await listing_off_loop([card]))[card["id"]]
