@@ -43,7 +43,7 @@ import trio
 from .. import images
 from ..chat_request import ChatRequest
 from ..errors import LOAD_ERRORS, ApiError
-from ..models.names import spellings
+from ..models.names import FAST_SUFFIX, spellings
 from .backends.base import Backend
 from .prompt.prepare import Prepared
 from . import DEFAULT_MAX_BATCH, DEFAULT_STREAM_INTERVAL_MS
@@ -57,8 +57,6 @@ from .session import FOLDED_INTERVAL, Admission, Mailbox, Session
 from .summarise import Summariser
 
 log = logging.getLogger("tinytitan.engine")
-
-FAST_SUFFIX = "-fast"
 
 
 class Engine:

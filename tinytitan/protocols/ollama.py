@@ -3,7 +3,8 @@ shapes, the prompt of /api/generate, the model routes, and the fold of lines int
 
 Rules:
 - ``name:latest`` and the bare name are the served id (the engine reads them so, on every protocol, after
-  the name as given); any other tag is an unknown model (404).
+  the name as given); here so is any spelling Ollama reads as that name (any case, ``library/x``,
+  ``registry.ollama.ai/library/x:latest``: models/names.py); any other tag is an unknown model (404).
 - A tool result names its call by ``tool_call_id`` where the client sent one, else by ``tool_name``, else it
   answers the oldest call not yet answered.
 - Durations are nanoseconds, from the engine's own timing of the turn (``Finished.timing``):
@@ -26,6 +27,7 @@ from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Timing
 from ..models.gguf_facts import listing_off_loop, weights_on_gpu
+from ..models.names import ollama_spelling
 from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
@@ -66,7 +68,7 @@ def parse_keep_alive(value, body: dict, args: dict, v: Validated) -> None:
 
 
 def parse_model(value: str, body: dict, args: dict, v: Validated) -> None:
-    args["model"] = value  # (``Engine.resolve`` reads ``<id>:latest`` as the id, after the name as given)
+    args["model"] = value  # (the handler puts the served name in its place: Ollama.served)
 
 
 def _answered(pending: list[ToolCall], m: dict) -> ToolCall | None:
@@ -271,11 +273,22 @@ class Ollama(Protocol):
             req = req.with_(speculative=False)
         return req
 
+    def served(self, name: str) -> str:
+        """The name the engine serves that ``name`` means as Ollama reads model names (``names.ollama_spelling``:
+        any case, ``library/x``, ``registry.ollama.ai/library/x:latest``); ``name`` itself where the engine serves it
+        as sent, or where it means nothing served (its 404 then names it as sent)."""
+        try:
+            self.engine.resolve(name)
+            return name
+        except ApiError:
+            return ollama_spelling(name, [m["id"] for m in self.engine.models()]) or name
+
     # -- routes --------------------------------------------------------------------------------------------
     async def chat(self, call: Call) -> Reply:
         v = await self.checked(call, handler="chat")
         if not v.body["model"].strip():  # Ollama's ChatHandler's words (its GenerateHandler's: the model '' not found)
             raise invalid("model is required", param="model", code="missing_required_parameter")
+        v.args["model"] = self.served(v.body["model"])
         self._thinks_if_asked(v)
         if not v.body.get("messages"):  # none, null or []: `ollama run` / `ollama.chat(model)` loading it
             return await self._loaded(v, message={"role": "assistant", "content": ""})
@@ -283,6 +296,7 @@ class Ollama(Protocol):
 
     async def complete(self, call: Call) -> Reply:
         v = await self.checked(call, handler="complete")
+        v.args["model"] = self.served(v.body["model"])
         self._thinks_if_asked(v)
         if not v.body.get("prompt") and not v.body.get("suffix"):
             return await self._loaded(v, response="")
@@ -295,17 +309,16 @@ class Ollama(Protocol):
         think = v.body.get("think")
         if think is None or think is False:
             return
-        model = v.body["model"]
-        if "thinking" not in self.engine.model_card(model)["capabilities"]:
-            raise invalid(f"{json.dumps(model)} does not support thinking", param="think")
+        if "thinking" not in self.engine.model_card(v.args["model"])["capabilities"]:
+            raise invalid(f"{json.dumps(v.body['model'])} does not support thinking", param="think")
 
     async def _loaded(self, v: Validated, **answer) -> Reply:
         """Ollama's way to load a model: a request with nothing to continue makes the model resident (as
         Ollama schedules its runner before it reads the prompt) and answers, nothing generated
         (``done_reason: load``; the model stays resident whatever ``keep_alive`` says, so never ``unload``)."""
-        info = self.engine.model_info(v.body["model"])  # (an unknown model: its 404 first)
+        info = self.engine.model_info(v.args["model"])  # (an unknown model: its 404 first)
         if not info["loaded"] and not keep_alive.lets_go(v.body.get("keep_alive")):  # (keep_alive 0: `ollama stop`)
-            await self.engine.load(v.body["model"])  # waits for the generations in flight, as a switch does
+            await self.engine.load(v.args["model"])  # waits for the generations in flight, as a switch does
         return Reply({"model": v.body["model"], "created_at": iso_time(), **answer, "done": True,
                       "done_reason": "load"})
 
@@ -353,7 +366,7 @@ class Ollama(Protocol):
         name = v.body.get("model") or v.body.get("name") or ""
         if not name.strip():  # Ollama's ShowHandler's words
             raise invalid("model is required", param="model", code="missing_required_parameter")
-        card = self.engine.model_card(name)
+        card = self.engine.model_card(self.served(name))
         arch = card["architecture"]
         facts = (await listing_off_loop([card]))[card["id"]]
         own = facts["ollama"] or {}

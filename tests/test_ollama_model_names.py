@@ -1,0 +1,70 @@
+"""A model name on Ollama's routes, read as Ollama's server reads it (types/model/name.go ``ParseName``,
+server/routes.go ``getExistingName``): parts compared without regard to case, and the host, namespace and tag it
+leaves out filled in (``registry.ollama.ai``, ``library``, ``latest``). The answer names the model as it was sent,
+as Ollama's does. The OpenAI and Anthropic routes keep their exact names."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from backends import Asked
+from tinytitan.engine.backends.scripted import ScriptEntry
+from tinytitan.models.names import ollama_spelling
+
+MODEL = "tinytitan-scripted"
+USER = [{"role": "user", "content": "hi"}]
+SAME = ["Tinytitan-Scripted", "TINYTITAN-SCRIPTED:LATEST", "library/tinytitan-scripted", "Library/Tinytitan-Scripted",
+        "registry.ollama.ai/library/tinytitan-scripted:latest", "Registry.Ollama.AI/library/tinytitan-scripted",
+        " tinytitan-scripted ", "tinytitan-scripted:local"]
+OTHER = ["tinytitan-scripted:7b", "other.host/library/tinytitan-scripted", "someone/tinytitan-scripted",
+         "tinytitan-scripted:cloud", "tinytitan scripted"]
+
+
+@pytest.mark.parametrize("name", SAME)
+async def test_every_spelling_ollama_reads_as_the_served_name_is_served(serve, demo_tok, name):
+    backend = Asked([ScriptEntry("a")] * 4, demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    async with httpx.AsyncClient() as h:
+        chat = await h.post(s.url("/api/chat"), json={"model": name, "messages": USER, "stream": False})
+        generate = await h.post(s.url("/api/generate"), json={"model": name, "prompt": "hi", "stream": False})
+        load = await h.post(s.url("/api/chat"), json={"model": name, "stream": False})
+        show = await h.post(s.url("/api/show"), json={"model": name})
+    for r in (chat, generate, load, show):
+        assert r.status_code == 200, r.text
+    assert chat.json()["model"] == generate.json()["model"] == load.json()["model"] == name  # as sent, as Ollama
+    assert [r.model for r in backend.requests] == [MODEL, MODEL]
+
+
+@pytest.mark.parametrize("name", OTHER)
+async def test_a_name_ollama_reads_as_another_is_its_404(serve, name):
+    s = await serve(["a"])
+    async with httpx.AsyncClient() as h:
+        r = await h.post(s.url("/api/chat"), json={"model": name, "messages": USER, "stream": False})
+    assert r.status_code == 404 and r.json()["error"].startswith(f'model "{name}" not found'), r.text
+
+
+async def test_a_served_id_with_a_namespace_is_read_as_ollama_reads_one(serve):
+    s = await serve(["a"] * 3, model_id="mlx-community/Tiny-Model")
+    async with httpx.AsyncClient() as h:
+        for name in ("MLX-Community/tiny-model:latest", "registry.ollama.ai/mlx-community/Tiny-Model",
+                     "mlx-community/Tiny-Model-FAST"):
+            r = await h.post(s.url("/api/generate"), json={"model": name, "prompt": "hi", "stream": False})
+            assert r.status_code == 200, (name, r.text)
+        r = await h.post(s.url("/api/generate"), json={"model": "library/Tiny-Model", "prompt": "hi", "stream": False})
+        assert r.status_code == 404
+
+
+@pytest.mark.parametrize("name", ["Tinytitan-Scripted", "library/tinytitan-scripted"])
+async def test_the_openai_and_anthropic_routes_keep_exact_names(serve, name):
+    s = await serve(["a"])
+    async with httpx.AsyncClient() as h:
+        chat = await h.post(s.url("/v1/chat/completions"), json={"model": name, "messages": USER})
+        messages = await h.post(s.url("/v1/messages"), json={"model": name, "max_tokens": 5, "messages": USER},
+                                headers={"anthropic-version": "2023-06-01"})
+    assert chat.status_code == 404 and messages.status_code == 404
+
+
+def test_the_exact_spelling_wins_where_two_served_ids_differ_only_in_case():
+    assert ollama_spelling("Demo", ["demo", "Demo"]) == "Demo"
+    assert ollama_spelling("DEMO", ["demo", "Demo"]) == "demo"   # (then the first, in the order served)
