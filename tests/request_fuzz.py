@@ -153,6 +153,7 @@ ROUTES = [
     Route("/v1/memories/trace_summarize", {"model": MODEL, "traces": [
         {"id": "t1", "metadata": {"source_path": "s.jsonl"},
          "items": [{"type": "message", "role": "user", "content": "hi"}]}]}, "openai"),
+    Route("/v1/embeddings", {"model": MODEL, "input": "hi"}, "openai", not_implemented=True),
 ]
 
 

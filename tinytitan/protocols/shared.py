@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from ..agents import codex_entries
-from ..errors import invalid
+from ..errors import ApiError, invalid
 from ..models.gguf_facts import listing_off_loop
 from ..observe import dashboard
 from .base import Protocol
@@ -42,7 +42,11 @@ class Shared(Protocol):
         return {"health": self.health, "root": self.root, "list_models": self.list_models,
                 "get_model": self.get_model, "unload_model": self.unload_model, "metrics": self.metrics,
                 "profile": self.profile, "load_model": self.load_model, "dashboard": self.dashboard,
-                "dashboard_events": self.dashboard_events}
+                "dashboard_events": self.dashboard_events, "unsupported": self.unsupported}
+
+    async def unsupported(self, call: Call) -> Reply:
+        raise ApiError("not_implemented", f"{call.method} {call.path} is not supported: this server serves chat models "
+                       "and has no embeddings", code="not_implemented")
 
     @property
     def observer(self):
