@@ -52,3 +52,20 @@ async def test_an_empty_or_null_bias_changes_nothing(serve):
     for bias in ({}, None):
         r = await client(s).chat.completions.create(model=MODEL, messages=USER, logit_bias=bias)
         assert r.choices[0].message.content == "same"
+
+
+async def test_an_added_tokens_id_is_taken_where_the_model_states_no_width(serve, demo_tok):
+    """Where the backend states no logits width (the scripted backend; a config without ``vocab_size``), the ids
+    are the tokenizer's own, its added tokens included: banning the end of turn (an added token past the
+    tokenizer's base ``vocab_size``) is the commonest bias, and was refused as past the vocabulary."""
+    end = demo_tok.convert_tokens_to_ids("<|im_end|>")
+    assert end >= demo_tok.vocab_size  # (the case this holds: an added token past the base vocabulary)
+    s = await serve(["fine", "fine"])
+    for path, base in (("/v1/chat/completions", {"messages": USER}), ("/v1/completions", {"prompt": "hi"})):
+        async with httpx.AsyncClient() as c:
+            r = await c.post(s.url(path), json={"model": MODEL, **base, "logit_bias": {str(end): -100}})
+        assert r.status_code == 200, r.text
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "hi",
+                                                         "logit_bias": {str(len(demo_tok.get_vocab())): 1}})
+    assert r.status_code == 400 and f"0 to {len(demo_tok.get_vocab()) - 1}." in r.json()["error"]["message"], r.text

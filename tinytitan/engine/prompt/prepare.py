@@ -17,7 +17,7 @@ from ..cache.entries import PromptFacts
 from ..cache.miss import Fingerprint, compare, diagnose
 from ..decode.call_limit import call_limit
 from .splice import splice as splice_prompt
-from .tokenizer_facts import once_per_tokenizer, opening_tokens, restart_tokens, text_of
+from .tokenizer_facts import id_count, once_per_tokenizer, opening_tokens, restart_tokens, text_of
 from .reasoning import level_of
 from ..speculative.sampling import SAMPLING, check_logit_bias
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
@@ -229,7 +229,7 @@ class PromptPreparation(TemplateRendering):
     def sampling_for(self, req: ChatRequest) -> dict:
         """The values this request samples with: the request's own, else the model's defaults. Decided once
         here; the decoder uses them and ``Started`` reports them (protocols echo them, never recompute)."""
-        check_logit_bias(req.logit_bias, getattr(self, "vocab_size", None) or getattr(self.tokenizer, "vocab_size", None))
+        check_logit_bias(req.logit_bias, getattr(self, "vocab_size", None) or id_count(self.tokenizer))
         model = {**SAMPLING, **{k: v for k, v in self.sampling.items() if v is not None}}
         return {k: model[k] if getattr(req, k) is None else getattr(req, k) for k in SAMPLING}
 

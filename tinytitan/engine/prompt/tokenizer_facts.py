@@ -68,3 +68,20 @@ def opening_tokens(tokenizer) -> tuple[int, ...]:
         return tuple(full[:lead]) if lead > 0 and full[lead:] == plain else ()
 
     return once_per_tokenizer(_OPENINGS, tokenizer, measure)
+
+
+_ID_COUNTS: dict[int, tuple[Any, int]] = {}  # id(tokenizer) -> (tokenizer, how many ids it knows)
+
+
+def id_count(tokenizer) -> int | None:
+    """How many ids the tokenizer knows, its added tokens included (a fast tokenizer's ``vocab_size`` leaves them
+    out: Qwen's and Llama 3's end-of-turn tokens lie past it); None for one that does not list them. Read once."""
+
+    def measure() -> int | None:
+        try:
+            vocab = tokenizer.get_vocab()
+        except (AttributeError, NotImplementedError):
+            return getattr(tokenizer, "vocab_size", None)
+        return max(vocab.values(), default=-1) + 1 or None
+
+    return once_per_tokenizer(_ID_COUNTS, tokenizer, measure)
