@@ -69,3 +69,21 @@ async def test_an_added_tokens_id_is_taken_where_the_model_states_no_width(serve
         r = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "hi",
                                                          "logit_bias": {str(len(demo_tok.get_vocab())): 1}})
     assert r.status_code == 400 and f"0 to {len(demo_tok.get_vocab()) - 1}." in r.json()["error"]["message"], r.text
+
+
+def test_the_bias_is_added_before_the_repetition_penalty(demo_backend):
+    """The bias is added to the logits as the model gives them, before a multiplicative penalty scales them: the
+    order of mlx-lm's own ``make_logits_processors``, vLLM's sampler and llama.cpp's sampler chain, so a bias on a
+    repeated token means what it means on those servers."""
+    import mlx.core as mx
+
+    from tinytitan.chat_request import ChatRequest, Message
+    from tinytitan.engine.decode.token_events import DecodeLoop
+
+    prepared = demo_backend.prepare(ChatRequest(model=demo_backend.model_id, messages=(Message("user", "hi"),),
+                                                repetition_penalty=2.0, logit_bias=((7, 10.0), (9, -10.0))))
+    loop = DecodeLoop(demo_backend.parser(prepared), (), lambda _ev: None, prepared.sampling)
+    logits = mx.zeros((1, 16)).at[:, 7].add(4.0).at[:, 9].add(-4.0)
+    for processor in demo_backend.logits_processors(prepared, loop):
+        logits = processor(mx.array(prepared.tokens + [7, 9]), logits)
+    assert logits[0, 7].item() == (4 + 10) / 2 and logits[0, 9].item() == (-4 - 10) * 2

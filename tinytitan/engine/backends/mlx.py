@@ -205,8 +205,8 @@ class MLXBackend(Backend):
                 frequency_penalty=used.get("frequency_penalty") or None,
                 repetition_context_size=size, presence_context_size=size, frequency_context_size=size,
             )
-        if used.get("logit_bias"):  # OpenAI's: added to the logits as they come, penalised or not
-            processors += make_logits_processors(logit_bias=dict(used["logit_bias"]))
+        if used.get("logit_bias"):  # OpenAI's: added to the logits as they come, before any penalty scales them
+            processors[:0] = make_logits_processors(logit_bias=dict(used["logit_bias"]))  # (mlx-lm's, vLLM's order)
         mask = prepared.logits_processor()
         if mask is not None:  # last: it sees the penalised logits, and nothing after it can revive a token
             loop.grammar_mask = mask
