@@ -222,14 +222,19 @@ async def test_max_tokens_cuts_with_length(serve, demo_tok):
             demo_tok.encode("one two three four five six seven eight", add_special_tokens=False)[:3])
 
 
-async def test_both_output_caps_are_refused_as_openai_refuses_them(serve):
-    """Neither cap is chosen over the other unseen: OpenAI answers a 400 of its own for the pair."""
-    s = await serve(["one two three four five six seven eight"])
-    for caps in ({"max_tokens": 3, "max_completion_tokens": 5}, {"max_tokens": 4, "max_completion_tokens": 4}):
+async def test_two_different_output_caps_are_refused_as_openai_refuses_them(serve):
+    """Neither cap is chosen over the other unseen: OpenAI answers a 400 of its own for the pair. The same cap
+    sent under both names (nanobot's OpenAI-compatible provider sends it so, for old and new local servers
+    alike) drops nothing, and is taken."""
+    s = await serve(["one two three four five six seven eight"] * 2)
+    for caps in ({"max_tokens": 3, "max_completion_tokens": 5}, {"max_tokens": 5, "max_completion_tokens": 3}):
         with pytest.raises(openai.BadRequestError) as e:
             await client(s).chat.completions.create(model=MODEL, messages=USER, **caps)
         assert e.value.code == "invalid_parameter_combination" and e.value.param == "max_tokens"
-        assert e.value.body["message"] == "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported."
+        assert e.value.body["message"].startswith(
+            "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.")
+    r = await client(s).chat.completions.create(model=MODEL, messages=USER, max_tokens=4, max_completion_tokens=4)
+    assert r.usage.completion_tokens == 4 and r.choices[0].finish_reason == "length"
     r = await client(s).chat.completions.create(model=MODEL, messages=USER, max_tokens=None, max_completion_tokens=2)
     assert r.usage.completion_tokens == 2  # null is absent: the one cap given holds
 

@@ -129,11 +129,13 @@ def parse_stop(value: Any, body: dict, args: dict, v) -> None:
 
 
 def one_output_cap(body: dict, args: dict, v) -> None:
-    """``max_tokens`` and ``max_completion_tokens`` together: refused in OpenAI's words (its code and param),
-    not one of them chosen and the other dropped unseen."""
-    if body.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
-        raise invalid("Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.",
-                      param="max_tokens", code="invalid_parameter_combination")
+    """``max_tokens`` and ``max_completion_tokens`` with two different caps: refused in OpenAI's words (its code
+    and param), not one of them chosen and the other dropped unseen. The same cap under both names drops nothing:
+    clients that serve old and new local servers alike send it so (nanobot's OpenAI-compatible provider)."""
+    capped, completion = body.get("max_tokens"), body.get("max_completion_tokens")
+    if capped is not None and completion is not None and capped != completion:
+        raise invalid("Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported. (The "
+                      "same cap under both names is taken.)", param="max_tokens", code="invalid_parameter_combination")
 
 
 def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
