@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+import strict
 from sse import parse_sse
 
 MODEL = "tinytitan-scripted"
@@ -344,3 +345,13 @@ async def test_no_tool_calls_the_client_did_not_offer(serve, extra):
     msg = r.choices[0].message
     assert not msg.tool_calls and r.choices[0].finish_reason == "stop"
     assert msg.content == raw
+
+
+async def test_metadata_of_any_shape_is_taken_as_local_servers_take_it(serve):
+    """Chat's ``metadata`` is ignored, and taken whatever it holds: clients built for local servers send their
+    own (LiteLLM's non-string values, Open WebUI's metadata filter with more than the API's 16 keys)."""
+    s = await serve(["ok"])
+    metadata = {"a": {"b": "c"}, "n": 1, "v": "x" * 513, **{f"k{i}": str(i) for i in range(24)}}
+    r = await post(s, {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "metadata": metadata})
+    assert r.status_code == 200, r.text
+    strict.chat_completion(r.json())

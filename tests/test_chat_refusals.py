@@ -98,10 +98,6 @@ async def test_non_text_parts_refused_naming_the_part(serve, part):
     ({"model": MODEL, "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
     ({"model": MODEL, "messages": USER, "tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
     ({"model": MODEL, "messages": USER, "stop": [1]}, "stop[0]"),
-    # metadata is ignored, but checked as the API checks it (16 string values, as on Responses)
-    ({"model": MODEL, "messages": USER, "metadata": {"a": {"b": "c"}}}, "metadata.a"),
-    ({"model": MODEL, "messages": USER, "metadata": {"n": 1}}, "metadata.n"),
-    ({"model": MODEL, "messages": USER, "metadata": {"v": "x" * 513}}, "metadata.v"),
 ])
 async def test_malformed_requests(serve, body, param):
     s = await serve(["ok"])
