@@ -200,6 +200,15 @@ def standing(item: dict) -> bool:
     return item.get("type") == "message" and item.get("role") in ("system", "developer")
 
 
+def standing_count(items: list[dict], within: int | None = None) -> int:
+    """How many items lead ``items`` (the first ``within`` of them, where given) as its standing prompt."""
+    end = len(items) if within is None else min(within, len(items))
+    lead = 0
+    while lead < end and standing(items[lead]):
+        lead += 1
+    return lead
+
+
 def superseded(items: list[dict], managed: bool = True) -> list[dict]:
     """The items a conversation under server-side compaction (``managed``) still reads: the standing prompt
     (leading system / developer messages), then from the latest compaction item on, the items it carries (the
@@ -212,9 +221,7 @@ def superseded(items: list[dict], managed: bool = True) -> list[dict]:
     kept = payload.get("kept") or []
     if not managed and not kept:
         return items[:last + 1] + _still_loaded(payload, items) + items[last + 1:]
-    lead = 0
-    while lead < len(items) and standing(items[lead]):
-        lead += 1
+    lead = standing_count(items)
     read = items[:lead] + [items[last]] + items[last + 1:]
     return items[:lead] + [items[last]] + _still_loaded(payload, read) + copy.deepcopy(kept) + items[last + 1:]  # (the
     # payload is shared)
@@ -234,9 +241,7 @@ def _is_user(item: dict) -> bool:
 def split_for_compaction(items: list[dict]) -> tuple[list[dict], list[dict], list[dict]] | None:
     """(standing prompt, the turns to summarise, the newest user turn on); None when there is nothing before
     the newest user turn to summarise."""
-    lead = 0
-    while lead < len(items) and standing(items[lead]):
-        lead += 1
+    lead = standing_count(items)
     users = [i for i, item in enumerate(items) if _is_user(item)]
     if not users:
         return None

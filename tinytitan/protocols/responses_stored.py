@@ -54,9 +54,7 @@ def chained(links: list[tuple[list[dict], list[dict]]]) -> list[dict]:
                 and not compaction.decode(item["encrypted_content"], "previous_response_id").get("kept")]
         if made:
             cut = end + len(inp) + made[-1]
-            lead = 0
-            while lead < cut and compaction.standing(items[lead]):
-                lead += 1
+            lead = compaction.standing_count(items, cut)
             return items[:lead] + items[cut:]
     return items
 
