@@ -93,6 +93,8 @@ REFUSALS = [
     ({"tools": [{"name": "f", "input_schema": {}}]}, ["tools[0].input_schema.type"]),
     ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}}, ["tool_choice.disable_parallel_tool_use"]),
     ({"metadata": {"user_id": 5}}, ["metadata.user_id"]),
+    # a bound in pydantic's words, as the API says it (not OpenAI's validator's)
+    ({"metadata": {"user_id": "u" * 257}}, ["metadata.user_id: String should have at most 256 characters"]),
     ({"metadata": {"session": "x"}}, ["metadata.session"]),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_zz", "content": "r"}]}]},
      ["messages[0].content[0]", "unexpected `tool_use_id`", "toolu_zz"]),

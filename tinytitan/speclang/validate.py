@@ -332,7 +332,8 @@ def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
                        code="property_name_above_max_length")
     if error.validator == "maxLength" and isinstance(value, str):
         return invalid(f"Invalid '{where}': string too long. Expected a string with maximum length {bound}, but got a "
-                       f"string with length {len(value)} instead.", param=where, code="string_above_max_length")
+                       f"string with length {len(value)} instead.", param=where, code="string_above_max_length",
+                       data={"loc": paths.loc(body, (name, *error.absolute_path), dict(tagged or {})), "limit": bound})
     message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
     return invalid(f"Invalid value for '{where}': {message}", param=where, code="invalid_value")
 
