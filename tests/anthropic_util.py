@@ -46,7 +46,8 @@ def assert_envelope(resp: httpx.Response, status: int, type_: str, *needles: str
     assert resp.status_code == status, resp.text
     assert resp.headers.get("request-id", "").startswith("req_"), dict(resp.headers)
     d = resp.json()
-    assert set(d) == {"type", "error"} and d["type"] == "error", d
+    assert set(d) == {"type", "error", "request_id"} and d["type"] == "error", d
+    assert d["request_id"] == resp.headers["request-id"], d  # the body carries the header's id, as the API's does
     assert set(d["error"]) == {"type", "message"}, d
     assert d["error"]["type"] == type_, d
     for n in needles:

@@ -289,8 +289,9 @@ def openai_error(data):
 def anthropic_error(data):
     # the API documents 413 ``request_too_large``, which the SDK's error types leave out: held to the same shape
     if isinstance(data, dict) and isinstance(data.get("error"), dict) and data["error"].get("type") == "request_too_large":
-        if set(data) != {"type", "error"} or data["type"] != "error" or set(data["error"]) != {"type", "message"} \
-                or not isinstance(data["error"]["message"], str):
+        if not {"type", "error"} <= set(data) <= {"type", "error", "request_id"} or data["type"] != "error" \
+                or set(data["error"]) != {"type", "message"} or not isinstance(data["error"]["message"], str) \
+                or not isinstance(data.get("request_id", ""), str):
             raise StrictError(f"not an Anthropic error envelope: {data}")
         return data
     if isinstance(data, (bytes, str)):

@@ -158,6 +158,7 @@ async def test_refusals_over_http_and_through_the_sdk(serve):
                                      tool_choice={"type": "tool", "name": "g"}, tools=[{"name": "f", "input_schema": {}}])
     assert exc.value.status_code == 400 and exc.value.body["error"]["type"] == "invalid_request_error"
     assert exc.value.response.headers["request-id"].startswith("req_")
+    assert exc.value.body["request_id"] == exc.value.response.headers["request-id"]  # as the API's bodies carry it
 
 
 async def test_failures_before_the_handler_use_the_anthropic_envelope(serve):

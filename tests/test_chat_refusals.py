@@ -211,7 +211,8 @@ async def test_body_too_large_is_413_in_each_envelope(serve):
         r = await c.post(s.url("/v1/messages"), json={**big, "max_tokens": 5},
                          headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 413
-    assert r.json() == {"type": "error", "error": {"type": "request_too_large", "message": r.json()["error"]["message"]}}
+    assert r.json() == {"type": "error", "error": {"type": "request_too_large", "message": r.json()["error"]["message"]},
+                        "request_id": r.headers["request-id"]}
 
 
 async def test_a_prompt_that_cannot_fit_is_refused_before_it_is_rendered(serve, demo_tok):

@@ -212,7 +212,7 @@ class Server(Guard):
         owner = self.owner()
         kind = owner.spec.error_kind(err.kind)
         self.observer.refused(err.code or kind.code or kind.type, err.param)
-        status, body = owner.error_response(err)
+        status, body = owner.error_response(err, getattr(incoming(), "request_id", None))
         resp = self.json_response(body, status)
         for k, v in {**owner.spec.error_kind(err.kind).headers, **err.headers}.items():
             resp.headers[k] = v

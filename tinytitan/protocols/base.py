@@ -117,7 +117,7 @@ class Protocol:
         finished responses stores them here. A stream the client dropped never gets here."""
 
     # -- errors --------------------------------------------------------------------------------------------
-    def error_response(self, err: ApiError) -> tuple[int, dict]:
+    def error_response(self, err: ApiError, request_id: str | None = None) -> tuple[int, dict]:
         """A prompt over the context window is said in the API's own words (``extra.prompt_too_long``, with
         ``{tokens}``, ``{window}`` and the engine's ``{message}``; ``extra.prompt_fills_window`` for a prompt that
         fills it exactly, with ``{largest}``, the longest prompt that fits, and ``{needed}``, the prompt and one
@@ -141,7 +141,8 @@ class Protocol:
         kind = self.spec.error_kind(err.kind)
         param = self.spec.error_params.get(err.param, err.param)  # the engine names ChatRequest's fields
         ctx = {"message": err.message, "type": kind.type, "param": param, "code": err.code or kind.code,
-               "details": err.data.get("details")}  # a machine-readable reason, where the envelope has one
+               "details": err.data.get("details"),  # a machine-readable reason, where the envelope has one
+               "request_id": request_id}  # (the request-id header's, where the envelope carries it)
         return kind.status, template.render(self.spec.error_envelope, ctx)
 
     # -- the request path ----------------------------------------------------------------------------------
