@@ -17,7 +17,7 @@ from tinytitan.memory import fragment, tools
 from tinytitan.memory.keys import Refused, parse_key, parse_prefix
 from tinytitan.memory.migrate import JOURNAL
 from tinytitan.memory.records import MAX_VALUE_BYTES, WriteFailed
-from tinytitan.memory.scope import declared_in_system, derive, workspace_id
+from tinytitan.memory.scope import HeaderRefused, declared_in_system, derive, workspace_id
 from tinytitan.memory.service import Memory, MemoryConfig, scope_key
 from tinytitan.memory.workspace import Workspace, WorkspacesFull
 from tinytitan.store import db as dbm
@@ -321,8 +321,12 @@ def test_scope_sources_in_order():
 def test_home_its_parent_and_root_are_refused(caplog):
     home = "/home/me"
     for bad in ("/home/me", "/home/me/", "/home", "/", "/home/me/proj/../"):
-        assert derive(req(header=bad), "/src/launch", home=home).path == "/src/launch", bad
-    assert derive(req(header="/home/me"), "/home/me", home=home) is None
+        # the header is the client's statement: refused, never answered with another workspace
+        with pytest.raises(HeaderRefused, match="too broad"):
+            derive(req(header=bad), "/src/launch", home=home)
+        # a directory a system message states is only read there: the next source is tried
+        assert derive(req(f"Working directory: {bad}"), "/src/launch", home=home).path == "/src/launch", bad
+    assert derive(req("Working directory: /home/me"), "/home/me", home=home) is None
     assert any("refused" in r.getMessage() for r in caplog.records)
 
 

@@ -23,7 +23,8 @@ Rules:
 - Memory reads and writes (the session's fragment, each memory call) run in worker threads: the database is
   never waited on from the event loop.
 - Requests without a memory session (internal requests, ``-fast``, no usable workspace) get the engine's
-  session untouched.
+  session untouched. A ``X-TinyTitan-Workspace`` header that names no usable workspace is the client's 400
+  (``invalid_workspace``, naming the header), before anything is generated.
 - A request that ends normally is reported to the consolidator (consolidate.py), which runs as the server's
   background work (``background``).
 """
@@ -39,9 +40,10 @@ from typing import Any, AsyncIterator
 import trio
 
 from ..chat_request import ChatRequest, Message, ToolCall
-from ..errors import ApiError
+from ..errors import ApiError, invalid
 from ..events import (Failed, Finished, ReasoningDelta, Started, TextDelta, Timing, TokenEvent,
                       ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
+from .scope import HeaderRefused
 from .service import Memory, MemorySession
 
 log = logging.getLogger("tinytitan.memory")
@@ -263,6 +265,8 @@ class MemoryEngine:
             return None
         try:
             return await trio.to_thread.run_sync(self.memory.session, req)
+        except HeaderRefused as exc:  # the client named its workspace wrongly: its 400, not another's memory
+            raise invalid(str(exc), param="x-tinytitan-workspace", code="invalid_workspace") from None
         except Exception:
             log.exception("memory: no memory for this request")
             return None

@@ -9,6 +9,9 @@ Rules:
   folded), never resolved against the filesystem.
 - The home directory, its parent and ``/`` are refused as workspaces (too broad to be one project): that source
   is skipped, and the refusal logged. When every source is refused there is no memory for the request.
+- The header is the client's own statement: one that cannot be used (not an absolute path, or refused as above)
+  is ``HeaderRefused``, the client's 400 naming it, never a silent fall back to another source (two agents that
+  name their workspaces ``frontend`` and ``backend`` would share the launch directory's memory).
 - The workspace id is the directory's name (made safe) plus 12 hex digits of the SHA-256 of its full path:
   two checkouts named alike do not share memory.
 - The scope comes from the request's session, never from a tool's arguments.
@@ -41,6 +44,10 @@ _CODEX_CONTEXT = "<environment_context>"
 # a system message sent mid-conversation reaches a ChatRequest as a user turn that is one such block (the
 # protocols' place_system): Claude Code 2.1.332 sends its "# Environment" list that way, after the first question
 _REMINDER = ("<system-reminder>", "</system-reminder>")
+
+
+class HeaderRefused(ValueError):
+    """The ``X-TinyTitan-Workspace`` header names no usable workspace; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -131,10 +138,16 @@ def derive(req: ChatRequest, launch_dir: str, namespace: str = NAMESPACE, user: 
         if raw is None:
             continue
         path = normalise(raw)
+        if source == "header" and path is None:
+            raise HeaderRefused("X-TinyTitan-Workspace must be the workspace directory's absolute path "
+                                "(e.g. /home/me/src/project)")
         if path is None:
             log.warning("memory: the workspace from the %s is not an absolute path; ignored", source)
             continue
         why = refused_workspace(path, home)
+        if why and source == "header":
+            raise HeaderRefused(f"X-TinyTitan-Workspace {path!r} cannot be a workspace: {why}, too broad to be "
+                                "one project; name the project's directory")
         if why:
             log.warning("memory: the workspace from the %s is refused (%s); trying the next source", source, why)
             continue
