@@ -20,6 +20,8 @@ Rules:
   before it left of it, and where nothing is left the answer ends as ``length``.
 - A memory call whose markup ended early (its arguments not complete) is not run: it is answered with a tool
   error and the model goes on, as for any other bad arguments.
+- What memory puts in the prompt (its fragment, its calls' results) never becomes the model's own tokens: the
+  text of an added token (``<|im_end|>``) in it is broken (markup.py), for the tokenizer of the request's model.
 - Memory reads and writes (the session's fragment, each memory call) run in worker threads: the database is
   never waited on from the event loop.
 - Requests without a memory session (internal requests, ``-fast``, no usable workspace) get the engine's
@@ -43,6 +45,7 @@ from ..chat_request import ChatRequest, Message, ToolCall
 from ..errors import ApiError, invalid
 from ..events import (Failed, Finished, ReasoningDelta, Started, TextDelta, Timing, TokenEvent,
                       ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
+from .markup import added_texts, shield
 from .scope import HeaderRefused
 from .service import Memory, MemorySession
 
@@ -244,6 +247,7 @@ class MemoryEngine:
         self.inner = engine
         self.memory = memory
         self.consolidator = None
+        self._shields: dict[str, Any] = {}
         if memory.config.consolidate > 0:
             from .consolidate import Consolidator
 
@@ -264,12 +268,22 @@ class MemoryEngine:
         if not req.memory:
             return None
         try:
-            return await trio.to_thread.run_sync(self.memory.session, req)
+            session = await trio.to_thread.run_sync(self.memory.session, req)
         except HeaderRefused as exc:  # the client named its workspace wrongly: its 400, not another's memory
             raise invalid(str(exc), param="x-tinytitan-workspace", code="invalid_workspace") from None
         except Exception:
             log.exception("memory: no memory for this request")
             return None
+        if session is not None:
+            session.shield = self._shield(req.model)
+        return session
+
+    def _shield(self, model: str):
+        """What keeps memory text from becoming the model's tokens in its prompt (markup.py), once per model."""
+        if model not in self._shields:
+            backend = getattr(self.inner, "backends", {}).get(model)
+            self._shields[model] = shield(added_texts(getattr(backend, "tokenizer", None)))
+        return self._shields[model]
 
     async def count_tokens(self, req: ChatRequest) -> int:
         session = await self._memory_session(req)

@@ -14,6 +14,8 @@ Rules:
   its fragment says memory is shown, not reachable, and is not kept for the conversation.
 - A session is one request's view: its scope, its workspace, the tools offered and the bootstrap fragment.
   Making one reads the database: the server makes it in a worker thread.
+- What memory puts in the prompt (the fragment, the tools' results) is written through ``shield`` (markup.py):
+  memory text never becomes one of the model's tokens.
 - A conversation (known by its system prompt and first turn) keeps the fragment of its first request for its
   later ones, so a write does not move its prompt prefix (and defeat the prompt cache); a new conversation
   gets the listing as it is now.
@@ -29,7 +31,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..chat_request import ChatRequest, Tool
 from ..store import db as dbm
@@ -86,6 +88,7 @@ class MemorySession:
         self.tools: tuple[Tool, ...] = tools.definitions(config.tools) if offer_tools else ()
         self.names = frozenset(t.name for t in self.tools)
         self.rounds = config.rounds
+        self.shield: Callable[[str], str] = lambda text: text  # (the layer's: markup.py, for the request's model)
         self.fragment = fragment_text or fragment.bootstrap(workspace, os.path.basename(scope.path) or scope.path,
                                                             tuple(t.name for t in self.tools), config.max_records,
                                                             config.max_bytes)
@@ -97,11 +100,12 @@ class MemorySession:
         own = tuple(t for t in self.tools if t.name not in client)
         self.names = frozenset(t.name for t in own)
         # (closing the system prompt the model reads: the request's own, else the model's default)
-        note = "\n\n".join(t for t in (req.system_note, self.fragment) if t)
+        note = "\n\n".join(t for t in (req.system_note, self.shield(self.fragment)) if t)
         return req.with_(system_note=note, tools=req.tools + own)
 
     def run(self, name: str, arguments: str) -> tuple[str, bool]:
-        return tools.execute(self.workspace, name, arguments)
+        text, ok = tools.execute(self.workspace, name, arguments)
+        return self.shield(text), ok
 
 
 class Memory:
