@@ -14,7 +14,8 @@ Rules:
   server is idle: no request decoding or waiting. A request that arrives meanwhile cancels the pass (clients
   come first); the workspace is tried again once quiet.
 - The pass is one tool-free request (temperature 0, memory off for it): an instruction, the existing keys with
-  their summaries (a fact that updates one reuses its key), and the newest part of the transcript. The answer is
+  their summaries (a fact that updates one reuses its key), and the newest part of the transcript, the text of
+  the model's added tokens in them broken (markup.py: never the tokens themselves). The answer is
   read as ``key: fact`` lines (at most ``MAX_FACTS``); a line whose key does not parse is skipped. Each fact is a
   ``memory_set`` tagged ``consolidated``: a key it reuses keeps its creation time and importance.
 - It never fails anything: an error is logged (sizes, never contents) and the workspace waits for new activity.
@@ -32,6 +33,7 @@ import trio
 from ..chat_request import ChatRequest, Message
 from ..events import Failed, TextDelta
 from .keys import Refused
+from .markup import added_texts, shield
 from .records import WriteFailed
 from .scope import Scope
 from .service import Memory, MemorySession, scope_key
@@ -221,9 +223,11 @@ class Consolidator:
     async def _consolidate(self, act: Activity, workspace: Workspace, model: str, transcript: str) -> int:
         ranked = await trio.to_thread.run_sync(workspace.ranked, KNOWN_KEYS)
         known = "\n".join(f"- {r.key}: {r.summary}" for r in ranked) or "(none)"
+        backend = getattr(self.engine, "backends", {}).get(model)
+        guard = shield(added_texts(getattr(backend, "tokenizer", None)))  # memory text stays text (markup.py)
         req = ChatRequest(model=model, messages=(
             Message("system", INSTRUCTION),
-            Message("user", f"Existing memory keys:\n{known}\n\nConversation:\n{transcript}")),
+            Message("user", guard(f"Existing memory keys:\n{known}\n\nConversation:\n{transcript}"))),
             tool_choice="none", temperature=0.0, max_tokens=MAX_TOKENS, reasoning="none", memory=False)
         text = []
         try:
