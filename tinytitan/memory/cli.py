@@ -133,6 +133,8 @@ def _command(args, out, memory, Workspace) -> int:
             tx.exec("DELETE FROM memory_workspaces WHERE scope = ?", (ws.scope,))
             # and the conversation waiting to be consolidated: else its facts are written back once it is quiet
             tx.exec("DELETE FROM memory_transcripts WHERE scope = ?", (ws.scope,))
+            # and the listings kept for its conversations (shown again to a conversation after a restart)
+            tx.exec("DELETE FROM memory_fragments WHERE scope = ?", (ws.scope,))
             return n
 
         print(f"forgot {memory.db.run(forget)} records", file=out)

@@ -18,7 +18,10 @@ Rules:
   memory text never becomes one of the model's tokens.
 - A conversation (known by its system prompt and first turn) keeps the fragment of its first request for its
   later ones, so a write does not move its prompt prefix (and defeat the prompt cache); a new conversation
-  gets the listing as it is now.
+  gets the listing as it is now. The fragment is kept in this process (the newest ``FRAGMENTS_KEPT``) and in
+  the database (the newest ``FRAGMENTS_STORED``, ``memory_fragments``): after a restart (the prompt cache on
+  disk outlives it) and on another server of the same database, the conversation is shown the same fragment.
+  Keeping it is best effort: a database that cannot store it leaves the process's copy, and the request runs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -63,7 +67,8 @@ def scope_key(scope: Scope) -> str:
     return "/".join(scope.parts)
 
 
-FRAGMENTS_KEPT = 256  # conversations whose bootstrap fragment is remembered
+FRAGMENTS_KEPT = 256  # conversations whose bootstrap fragment is remembered in this process
+FRAGMENTS_STORED = 4096  # ... and in the database (the newest first kept)
 
 
 def opening(req: ChatRequest) -> str:
@@ -156,13 +161,41 @@ class Memory:
         later = sum(m.role != "system" for m in req.messages) > 1
         with self._lock:
             kept = self.fragments.get(key) if later else None
+        if later and kept is None:
+            kept = self._stored_fragment(key)
         session = MemorySession(scope, self.workspace(scope), self.config, kept)
+        if kept is None:
+            self._store_fragment(key, session.fragment)
         with self._lock:
             self.fragments[key] = session.fragment
             self.fragments.move_to_end(key)
             while len(self.fragments) > FRAGMENTS_KEPT:
                 self.fragments.popitem(last=False)
         return session
+
+    def _stored_fragment(self, key: tuple) -> str | None:
+        try:
+            row = self.db.run(lambda tx: tx.row("SELECT fragment FROM memory_fragments WHERE scope = ? AND "
+                                                "opening = ?", ("/".join(key[0]), key[1])), write=False)
+        except dbm.STORAGE_ERRORS as exc:  # memory never fails a request: the listing as it is now
+            log.warning("memory: a conversation's fragment could not be read (%s)", type(exc).__name__)
+            return None
+        return row[0] if row else None
+
+    def _store_fragment(self, key: tuple, text: str) -> None:
+        def store(tx) -> None:
+            tx.exec("INSERT INTO memory_fragments (scope, opening, fragment, at) VALUES (?, ?, ?, ?) ON CONFLICT "
+                    "(scope, opening) DO UPDATE SET fragment = excluded.fragment, at = excluded.at",
+                    ("/".join(key[0]), key[1], text, time.time()))
+            over = tx.row("SELECT count(*) FROM memory_fragments")[0] - FRAGMENTS_STORED
+            if over > 0:
+                tx.exec("DELETE FROM memory_fragments WHERE (scope, opening) IN (SELECT scope, opening FROM "
+                        "memory_fragments ORDER BY at LIMIT ?)", (over,))
+
+        try:
+            self.db.run(store)
+        except dbm.STORAGE_ERRORS as exc:  # (a full disk): this process keeps it still
+            log.warning("memory: a conversation's fragment could not be stored (%s)", type(exc).__name__)
 
     def close(self) -> None:
         if self.owned:

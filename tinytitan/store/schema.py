@@ -1,6 +1,7 @@
 """The tables, for both dialects: stored responses and their items, memory records and their full-text index,
-memory workspaces, pending consolidation transcripts. ``create`` is idempotent and safe to run from several
-processes at once (PostgreSQL: under an advisory lock; SQLite: inside the opener's IMMEDIATE transaction)."""
+memory workspaces, pending consolidation transcripts, conversations' memory fragments. ``create`` is idempotent
+and safe to run from several processes at once (PostgreSQL: under an advisory lock; SQLite: inside the opener's
+IMMEDIATE transaction)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,15 @@ _COMMON = [
         transcript TEXT NOT NULL,
         at DOUBLE PRECISION NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS memory_transcripts_at ON memory_transcripts (at)",
+    # the bootstrap fragment a conversation (its opening's digest) was first shown: its later turns, on any
+    # server and after a restart, are shown the same (memory/service.py)
+    """CREATE TABLE IF NOT EXISTS memory_fragments (
+        scope TEXT NOT NULL,
+        opening TEXT NOT NULL,
+        fragment TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (scope, opening))""",
+    "CREATE INDEX IF NOT EXISTS memory_fragments_at ON memory_fragments (at)",
 ]
 
 # a memory record: ``words`` is its key as words (for the index), ``tags`` its tags as " a b "
