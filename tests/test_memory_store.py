@@ -390,7 +390,7 @@ def test_the_memory_cli(tmp_path, capsys):
 
 def test_a_tool_that_breaks_answers_an_error(path, monkeypatch):
     j = opened(path)
-    monkeypatch.setattr(Workspace, "list", lambda self, prefix="": 1 / 0)
+    monkeypatch.setattr(Workspace, "list", lambda self, *args, **kw: 1 / 0)
     text, ok = tools.execute(j, "memory_list", "{}")
     assert not ok and "ZeroDivisionError" in json.loads(text)["error"]
 

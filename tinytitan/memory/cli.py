@@ -110,7 +110,7 @@ def _command(args, out, memory, Workspace) -> int:
         return 0
     ws = Workspace(memory.db, scope_of(memory, args))
     if cmd == "list":
-        for rec in ws.list(args.prefix):
+        for rec in ws.list(args.prefix, brief=True):
             print(f"{rec.key}\t{rec.importance}\t{rec.summary}", file=out)
         return 0
     if cmd == "show":

@@ -221,7 +221,7 @@ class Consolidator:
             raise
 
     async def _consolidate(self, act: Activity, workspace: Workspace, model: str, transcript: str) -> int:
-        ranked = await trio.to_thread.run_sync(workspace.ranked, KNOWN_KEYS)
+        ranked = await trio.to_thread.run_sync(workspace.ranked, KNOWN_KEYS, True)
         known = "\n".join(f"- {r.key}: {r.summary}" for r in ranked) or "(none)"
         backend = getattr(self.engine, "backends", {}).get(model)
         guard = shield(added_texts(getattr(backend, "tokenizer", None)))  # memory text stays text (markup.py)

@@ -35,7 +35,7 @@ NOT_SAVED = "Memory is not saved in this session ({why}): what you write will no
 
 def listing(workspace: Workspace, max_records: int = MAX_RECORDS, max_bytes: int = MAX_BYTES) -> tuple[list[str], int]:
     """The lines that fit, and how many records did not."""
-    ranked = workspace.ranked(max_records)
+    ranked = workspace.ranked(max_records, brief=True)
     lines: list[str] = []
     size = 0
     for rec in ranked:

@@ -93,10 +93,12 @@ def _run(workspace: Workspace, name: str, arguments: str) -> dict[str, Any]:
         rec = workspace.get(args["key"])
         return rec.full() if rec else {"key": args["key"], "found": False}
     if name == "memory_list":
-        recs = workspace.list(args.get("prefix") or "")
-        out: dict[str, Any] = {"keys": [r.brief() for r in recs[:MAX_LIST]], "count": len(recs)}
-        if len(recs) > MAX_LIST:
-            out["note"] = f"the first {MAX_LIST} of {len(recs)} keys; narrow the prefix to see the rest"
+        prefix = args.get("prefix") or ""
+        recs = workspace.list(prefix, limit=MAX_LIST, brief=True)
+        count = workspace.count(prefix) if len(recs) == MAX_LIST else len(recs)
+        out: dict[str, Any] = {"keys": [r.brief() for r in recs], "count": count}
+        if count > MAX_LIST:
+            out["note"] = f"the first {MAX_LIST} of {count} keys; narrow the prefix to see the rest"
         return out
     if name == "memory_search":
         limit = args.get("limit") or 10

@@ -13,6 +13,8 @@ Rules:
 - Reading a workspace creates nothing. Its first write registers it in ``memory_workspaces``; past
   ``max_workspaces`` registered workspaces a new one's write is refused, saying so (``WorkspacesFull``), and
   the workspaces that have memory keep it.
+- A listing (``list``, ``ranked`` with ``brief``) reads of each value only what its summary needs, and the
+  memory tools' ``memory_list`` reads only the records it shows: a large memory is never read whole for one.
 - The calls block: the server runs them in worker threads (``Database.call``), never on the event loop.
 """
 
@@ -31,6 +33,8 @@ log = logging.getLogger("tinytitan.memory")
 
 _WORD = re.compile(r"[^\W_]+")  # letters and digits of any script, as the full-text indexes split words
 _COLUMNS = "key, value, importance, confidence, tags, created, updated"
+_BLANK = " \t\r\n\f\v"
+HEAD_CHARS = 1024  # what a listing reads of a value: its summary (at most 200 characters) lies within
 
 
 class WorkspacesFull(WriteFailed):
@@ -71,24 +75,36 @@ class Workspace:
                      + (" FOR UPDATE" if lock and tx.dialect == "postgresql" else ""), (self.scope, key))
         return _record(row) if row else None
 
-    def list(self, prefix: str = "") -> list[Record]:
+    def list(self, prefix: str = "", limit: int | None = None, brief: bool = False) -> list[Record]:
+        """The records under ``prefix``, by key; at most ``limit``; ``brief``: see ``_select``."""
         prefix = parse_prefix(prefix)
-        rows = self.db.run(lambda tx: tx.rows(
-            f"SELECT {_COLUMNS} FROM memory_records WHERE scope = ? AND substr(key, 1, ?) = ? ORDER BY key",
-            (self.scope, len(prefix), prefix)), write=False)
-        return [_record(r) for r in rows]
-
-    def ranked(self, limit: int | None = None) -> list[Record]:
-        """Most important first; among equals, the older fact first."""
-        sql = f"SELECT {_COLUMNS} FROM memory_records WHERE scope = ? ORDER BY importance DESC, created, key"
-        params: tuple = (self.scope,)
+        sql, params = self._select(brief, "substr(key, 1, ?) = ? ORDER BY key", len(prefix), prefix)
         if limit is not None:
-            sql, params = sql + " LIMIT ?", (self.scope, limit)
+            sql, params = sql + " LIMIT ?", (*params, limit)
         return [_record(r) for r in self.db.run(lambda tx: tx.rows(sql, params), write=False)]
 
-    def count(self) -> int:
-        return self.db.run(lambda tx: tx.row("SELECT count(*) FROM memory_records WHERE scope = ?",
-                                             (self.scope,))[0], write=False)
+    def ranked(self, limit: int | None = None, brief: bool = False) -> list[Record]:
+        """Most important first; among equals, the older fact first."""
+        sql, params = self._select(brief, "1 = 1 ORDER BY importance DESC, created, key")
+        if limit is not None:
+            sql, params = sql + " LIMIT ?", (*params, limit)
+        return [_record(r) for r in self.db.run(lambda tx: tx.rows(sql, params), write=False)]
+
+    def _select(self, brief: bool, where: str, *params) -> tuple[str, tuple]:
+        """A query of this workspace's records. ``brief``: each value only as far as its summary needs (its first
+        ``HEAD_CHARS`` characters past leading blank space), so that a listing never reads whole values: a
+        workspace may hold thousands of records of up to 64 KiB each."""
+        if not brief:
+            return f"SELECT {_COLUMNS} FROM memory_records WHERE scope = ? AND {where}", (self.scope, *params)
+        columns = _COLUMNS.replace("value", "substr(ltrim(value, ?), 1, ?)")
+        return (f"SELECT {columns} FROM memory_records WHERE scope = ? AND {where}",
+                (_BLANK, HEAD_CHARS, self.scope, *params))
+
+    def count(self, prefix: str = "") -> int:
+        prefix = parse_prefix(prefix)
+        return self.db.run(lambda tx: tx.row("SELECT count(*) FROM memory_records WHERE scope = ? AND "
+                                             "substr(key, 1, ?) = ?", (self.scope, len(prefix), prefix))[0],
+                           write=False)
 
     def search(self, text: str = "", prefix: str = "", tags: tuple[str, ...] = (), min_importance: int = 1,
                limit: int = 10) -> list[Record]:
