@@ -12,7 +12,8 @@ Rules:
   older fact. Filters (prefix, tags, least importance) are part of the same query.
 - Reading a workspace creates nothing. Its first write registers it in ``memory_workspaces``; past
   ``max_workspaces`` registered workspaces a new one's write is refused, saying so (``WorkspacesFull``), and
-  the workspaces that have memory keep it.
+  the workspaces that have memory keep it. New workspaces register one at a time (PostgreSQL: an advisory lock;
+  SQLite writes one transaction at a time), so servers sharing the database never pass the cap together.
 - A listing (``list``, ``ranked`` with ``brief``) reads of each value only what its summary needs, and the
   memory tools' ``memory_list`` reads only the records it shows: a large memory is never read whole for one.
 - The calls block: the server runs them in worker threads (``Database.call``), never on the event loop.
@@ -34,6 +35,7 @@ log = logging.getLogger("tinytitan.memory")
 _WORD = re.compile(r"[^\W_]+")  # letters and digits of any script, as the full-text indexes split words
 _COLUMNS = "key, value, importance, confidence, tags, created, updated"
 _BLANK = " \t\r\n\f\v"
+_REGISTERING = 7261637  # PostgreSQL's advisory lock for registering a workspace (schema.py's creator: 7261636)
 HEAD_CHARS = 1024  # what a listing reads of a value: its summary (at most 200 characters) lies within
 
 
@@ -207,6 +209,8 @@ class Workspace:
         if tx.row("SELECT 1 FROM memory_workspaces WHERE scope = ?", (self.scope,)) is not None:
             return
         if self.max_workspaces:
+            if tx.dialect == "postgresql":  # one registration at a time: two that counted at once both got in
+                tx.exec("SELECT pg_advisory_xact_lock(?)", (_REGISTERING,))
             n = tx.row("SELECT count(*) FROM memory_workspaces")[0]
             if n >= self.max_workspaces:
                 raise WorkspacesFull(errno.EDQUOT, f"memory is kept for at most {self.max_workspaces} workspaces "
