@@ -9,6 +9,10 @@ Rules:
   ``journal.ndjson.migrated`` (a backup beside it, never deleted by the server). When the check fails the
   journal stays, the error says so, and the next start tries again (rows are upserted: a retry is harmless).
 - The workspace cap does not apply to what is migrated: memory that existed is never refused.
+- A verified migration is marked in the database (``meta``: ``migrated <scope>``). A journal whose scope is
+  marked is never replayed again, only moved aside: where it cannot be moved (a directory that cannot be
+  written), every start used to replay it over what memory had become since, bringing back deleted keys and old
+  values. A journal that cannot be moved is logged, and the next ones are migrated still.
 """
 
 from __future__ import annotations
@@ -73,6 +77,10 @@ def migrate_journals(db, directory: Path) -> int:
     """Move every older journal under ``directory`` into ``db``; the number of keys migrated."""
     total = 0
     for scope, path in journals(directory):
+        marker = f"migrated {scope}"
+        if db.run(lambda tx: tx.row("SELECT 1 FROM meta WHERE name = ?", (marker,)), write=False) is not None:
+            _set_aside(path)  # migrated by an earlier start (or another server): never replayed over newer memory
+            continue
         try:
             records, workspace = replay(path)
         except OSError as exc:
@@ -99,11 +107,24 @@ def migrate_journals(db, directory: Path) -> int:
             log.error("memory journal %s: migration not verified (%d of %d keys differ in %s); the journal is left "
                       "in place and tried again at the next start", path, len(missing), len(records), db.where)
             continue
-        try:
-            os.replace(path, path.with_name(JOURNAL + BACKUP_SUFFIX))
-        except FileNotFoundError:  # another server migrated it meanwhile
+        db.run(lambda tx: tx.exec("INSERT INTO meta (name, value) VALUES (?, 1) ON CONFLICT (name) DO NOTHING",
+                                  (marker,)))
+        if not _set_aside(path):
             continue
         total += len(records)
         log.warning("memory: %d keys of %s migrated from %s into %s (verified); the journal is kept as %s%s",
                     len(records), workspace or scope, path, db.where, JOURNAL, BACKUP_SUFFIX)
     return total
+
+
+def _set_aside(path: Path) -> bool:
+    """The journal renamed as its backup; False where another server did it first or it cannot be (logged)."""
+    try:
+        os.replace(path, path.with_name(JOURNAL + BACKUP_SUFFIX))
+    except FileNotFoundError:  # another server migrated it meanwhile
+        return False
+    except OSError as exc:
+        log.warning("memory journal %s is migrated but cannot be renamed %s%s (%s): it is left there, and never "
+                    "read again", path, JOURNAL, BACKUP_SUFFIX, exc)
+        return False
+    return True
