@@ -137,6 +137,8 @@ class Observer:
         turn.duration = time.perf_counter() - turn.t0
         if turn.status is None:  # the client left before any answer went out (nothing failed here)
             turn.status = 499
+        if turn.generated and turn.stop_reason is None and turn.error is not None:
+            turn.stop_reason = "error"  # it was answered with an error before any event (a model that would not load)
         if turn.generated and turn.stop_reason is None:
             turn.cancelled()  # the client hung up mid-generation
         elif turn.generated and turn.stop_reason == "error":

@@ -80,7 +80,7 @@ class Turn:
             self.timing = ev.timing
         elif isinstance(ev, Failed):
             self.stop_reason = "error"
-            self.error = ev.type
+            self.error = ev.code or ev.type  # (as a refused request's: its code, else its kind)
 
     def cancelled(self) -> None:
         """The client left before Finished: the tokens decoded for it still count (read once the session
@@ -167,6 +167,14 @@ def note(model: str, usage: Any, reason: str = "stop") -> None:
     turn.generated, turn.model = True, model
     passes(usage)
     turn.see(Finished(reason, Usage()))
+
+
+def failed(ev: Failed) -> None:
+    """The request being answered ended its stream with ``ev``, a failure that never came through the tap (the
+    model would not load once the stream was open): noted as the tap notes one."""
+    turn = current_turn.get()
+    if turn is not None:
+        turn.see(ev)
 
 
 def reading(session: Any) -> None:

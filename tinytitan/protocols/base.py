@@ -20,7 +20,7 @@ import trio
 from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed, TokenEvent
-from ..observe.turn import watch
+from ..observe.turn import failed, watch
 from ..speclang import ProtocolSpec, load_protocol
 from ..speclang import template
 from ..speclang.load import BUILTIN_ROOTS
@@ -268,7 +268,8 @@ class Protocol:
             kind = exc.kind if isinstance(exc, ApiError) else "server_error"
             text = exc.message if isinstance(exc, ApiError) else f"generation failed: {exc}"
             code = exc.code if isinstance(exc, ApiError) else None  # as the folded answer's (model_load_failed …)
-            for wire in machine.feed(Failed(text, type=kind, code=code)):
+            failed(ending := Failed(text, type=kind, code=code))  # (for the log line and the dashboard)
+            for wire in machine.feed(ending):
                 yield wire.encode(framing)
             if machine.done and machine.terminal is not None:
                 yield machine.terminal.encode(framing)
