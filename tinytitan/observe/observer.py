@@ -177,8 +177,8 @@ class Observer:
             detail = (f" model={turn.model} prompt={turn.prompt_tokens} cached={turn.cached_tokens} "
                       f"completion={turn.completion_tokens} ttft={_secs(turn.ttft)} stop={turn.stop_reason} "
                       f"tools={len(turn.tool_names)}{_cache_text(turn.cache_miss)}")
-        else:
-            detail = ""
+        else:  # a request refused once its model was known names it
+            detail = f" model={turn.model}" if turn.model else ""
         if turn.error:
             detail += f" error={_printable(turn.error[:100])}"
             if turn.error_param:

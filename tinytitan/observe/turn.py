@@ -7,8 +7,9 @@ Rules:
   routes) and timings only. Tool names go to the debug log, never into a record.
 - ``watch(events, req, stream)`` taps a generation's event stream for the request being answered (the
   record lives in a context variable set for the whole ASGI call); outside a server it changes nothing.
-  ``note(model, usage)`` counts a generation that had no stream to tap; ``passes(usage)`` the summary passes
-  a request ran beside the generation it streams. A request's counts are all of its generations' together.
+  ``asked(model)`` names the model of a request before any generation; ``note(model, usage)`` counts a
+  generation that had no stream to tap; ``passes(usage)`` the summary passes a request ran beside the generation
+  it streams. A request's counts are all of its generations' together.
 """
 
 from __future__ import annotations
@@ -155,6 +156,14 @@ def watch(events: AsyncIterable[TokenEvent], req: Any, stream: bool | None = Non
     turn.stream = stream
     turn.source = events
     return _Tap(events, turn)
+
+
+def asked(model: str) -> None:
+    """The served model the request being answered is for, known before its generation is (a request refused
+    on the way, a prompt past the window or a full queue, is logged with it)."""
+    turn = current_turn.get()
+    if turn is not None:
+        turn.model = model
 
 
 def note(model: str, usage: Any, reason: str = "stop") -> None:

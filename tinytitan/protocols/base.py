@@ -20,7 +20,7 @@ import trio
 from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed, TokenEvent
-from ..observe.turn import failed, watch
+from ..observe.turn import asked, failed, watch
 from ..speclang import ProtocolSpec, load_protocol
 from ..speclang import template
 from ..speclang.load import BUILTIN_ROOTS
@@ -211,6 +211,7 @@ class Protocol:
         """Run a ChatRequest in one engine session and answer it: SSE when the client asked for a stream,
         else the fold. A stream outlives this handler, so its session belongs to the HTTP request (ended when
         the response is sent, or the client is gone); a folded answer's session ends here."""
+        asked(req.model)  # (a refusal on the way, a full queue or a prompt past the window, is logged with it)
         keepalive = self.spec.extra.get("keepalive_seconds")
         stream = bool(v.body.get(self.stream_field))
         machine = self.machine(v, req.model, stream, entry)
