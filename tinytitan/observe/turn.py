@@ -178,12 +178,14 @@ def note(model: str, usage: Any, reason: str = "stop") -> None:
     turn.see(Finished(reason, Usage()))
 
 
-def failed(ev: Failed) -> None:
-    """The request being answered ended its stream with ``ev``, a failure that never came through the tap (the
-    model would not load once the stream was open): noted as the tap notes one."""
+def failed(ev: Failed, shown: str | None = None) -> None:
+    """The request being answered ended its stream with ``ev`` (one the tap saw, or one that never came through
+    it: the model would not load once the stream was open): noted as the tap notes one; ``shown``: its code, else
+    its type, in the protocol's words (as a refused request's is: Messages' ``api_error``)."""
     turn = current_turn.get()
     if turn is not None:
         turn.see(ev)
+        turn.error = shown or turn.error
 
 
 def reading(session: Any) -> None:

@@ -248,6 +248,11 @@ class Protocol:
             raise ApiError(failed.type, err.message, err.param, failed.code or err.code, err.headers,
                            err.data) from None
 
+    def shown(self, ev: Failed) -> str:
+        """A failure's code, else its type, as this protocol words it to the client (a refused request's too)."""
+        kind = self.spec.error_kind(ev.type)
+        return ev.code or kind.code or kind.type
+
     async def sse_body(self, machine: Machine, events: AsyncIterable[TokenEvent],
                        v: Validated | None = None, framing: str | None = None) -> AsyncIterator[bytes]:
         """The wire events, framed as the spec says (SSE, or NDJSON). The stream is open before the engine has
@@ -255,6 +260,7 @@ class Protocol:
         stream through the protocol's own Failed transition (and its terminal), never with a cut connection."""
         recorded = v is None
         framing = framing or self.spec.framing
+        events = _FailedNoted(events, lambda ev: failed(ev, self.shown(ev)))
         try:
             async with aclosing(pump(machine, events)) as wires:
                 async for wire in wires:
@@ -269,7 +275,7 @@ class Protocol:
             kind = exc.kind if isinstance(exc, ApiError) else "server_error"
             text = exc.message if isinstance(exc, ApiError) else f"generation failed: {exc}"
             code = exc.code if isinstance(exc, ApiError) else None  # as the folded answer's (model_load_failed …)
-            failed(ending := Failed(text, type=kind, code=code))  # (for the log line and the dashboard)
+            failed(ending := Failed(text, type=kind, code=code), self.shown(ending))  # (the log line, the dashboard)
             for wire in machine.feed(ending):
                 yield wire.encode(framing)
             if machine.done and machine.terminal is not None:
@@ -277,10 +283,11 @@ class Protocol:
 
 
 class _FailedNoted:
-    """Token events passed on as they come, the last ``Failed`` among them noted (``failed``)."""
+    """Token events passed on as they come, the last ``Failed`` among them noted (``failed``; ``seen`` is told)."""
 
-    def __init__(self, events: AsyncIterable[TokenEvent]):
+    def __init__(self, events: AsyncIterable[TokenEvent], seen: Callable[[Failed], None] | None = None):
         self._events = events.__aiter__()
+        self._seen = seen
         self.failed: Failed | None = None
 
     def __aiter__(self) -> "_FailedNoted":
@@ -290,6 +297,8 @@ class _FailedNoted:
         ev = await self._events.__anext__()
         if isinstance(ev, Failed):
             self.failed = ev
+            if self._seen is not None:
+                self._seen(ev)
         return ev
 
 
