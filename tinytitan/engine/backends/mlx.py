@@ -32,11 +32,40 @@ def _flat(params):
     return tree_flatten(params)
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path, required: bool = False) -> dict:
+    """A model file's JSON object: {} where the file is missing or not JSON, and where it holds another value
+    (an array, a string), unless ``required`` (config.json and generation_config.json, which mlx-lm's load
+    reads as objects): then a ValueError naming the file, so the model is refused at start rather than
+    failing on every request."""
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    if isinstance(value, dict):
+        return value
+    if required:
+        raise ValueError(f"{path.name} is not a JSON object (it holds {json.dumps(value)[:60]})")
+    return {}
+
+
+def _model_sampling(gen: dict) -> dict:
+    """What generation_config.json says to sample with: a temperature of 0 or more, a top_p in (0, 1], a top_k
+    of 0 or more; a value of another type or out of range (a damaged file) is left out, said in the log (the
+    request's own value, else the fallback, is used), as every request would otherwise fail on it."""
+    def fits(key, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            return False
+        return 0 < value <= 1 if key == "top_p" else value >= 0 and (key != "top_k" or float(value).is_integer())
+
+    sampling = {}
+    for key, fallback in FALLBACK_SAMPLING.items():
+        value = gen.get(key)
+        if value is not None and not fits(key, value):
+            log.warning("generation_config.json: %s %s is not a usable value: using %s", key, json.dumps(value),
+                        fallback)
+            value = None
+        sampling[key] = fallback if value is None else (int(value) if key == "top_k" else value)
+    return sampling
 
 
 def answer_penalties(prompt_tokens: int, presence: float, frequency: float) -> Callable:
@@ -107,20 +136,21 @@ class MLXBackend(Backend):
         self._stream = None
         self.speculative = speculative if speculative is not None else SpeculativeConfig()
         self._draft = None  # the draft model's proposers: a pool, one taken by each request drafting now
-        config = read_json(self.path / "config.json")
+        config = read_json(self.path / "config.json", required=True)
+        gen = read_json(self.path / "generation_config.json", required=True)  # (read before mlx-lm reads it)
         self.config = config
         self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
         vocab = self.tokenizer.get_vocab()
         for stop in self.family.stop_tokens:  # the family's end-of-turn tokens end generation
             if stop in vocab and vocab[stop] not in self.tokenizer.eos_token_ids:
                 self.tokenizer.add_eos_token(stop)
-        text_config = config.get("text_config", config)
+        text_config = config.get("text_config")
+        text_config = text_config if isinstance(text_config, dict) else config
         self.context_window = trained_window(text_config, self.tokenizer, self.model_id)
         self.vocab_size = int(text_config.get("vocab_size") or 0)
-        gen = read_json(self.path / "generation_config.json")
         if isinstance(gen.get("context_window"), int) and gen["context_window"] > 0:  # tinytitan's key: an
             self.context_window = gen["context_window"]  # Ollama library's num_ctx (the config stays as trained)
-        self.sampling = {k: gen.get(k, v) for k, v in FALLBACK_SAMPLING.items()}
+        self.sampling = _model_sampling(gen)
         self.sampling.update({k: gen[k] for k in ("min_p", "repetition_penalty")
                               if isinstance(gen.get(k), (int, float)) and not isinstance(gen[k], bool)
                               and gen[k] != (1.0 if k == "repetition_penalty" else 0.0)})
