@@ -241,7 +241,8 @@ class Consolidator:
         except Exception as exc:  # memory never fails anything
             log.warning("memory consolidation could not run: %s", type(exc).__name__)
             return 0
-        written = await trio.to_thread.run_sync(write_facts, workspace, read_facts("".join(text)))
+        facts = [(key, guard.restore(value)) for key, value in read_facts("".join(text))]  # (values, not shown text)
+        written = await trio.to_thread.run_sync(write_facts, workspace, facts)
         self.passes += 1
         log.info("memory consolidation of %s: %d facts written from a %d-character transcript", act.scope,
                  written, len(transcript))

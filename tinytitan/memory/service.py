@@ -35,11 +35,12 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from ..chat_request import ChatRequest, Tool
 from ..store import db as dbm
 from . import fragment, tools
+from .markup import Shield
 from .migrate import migrate_journals
 from .scope import NAMESPACE, Scope, default_dir, derive, os_user
 from .workspace import Workspace
@@ -93,7 +94,7 @@ class MemorySession:
         self.tools: tuple[Tool, ...] = tools.definitions(config.tools) if offer_tools else ()
         self.names = frozenset(t.name for t in self.tools)
         self.rounds = config.rounds
-        self.shield: Callable[[str], str] = lambda text: text  # (the layer's: markup.py, for the request's model)
+        self.shield = Shield()  # (the layer's: markup.py, for the request's model)
         self.fragment = fragment_text or fragment.bootstrap(workspace, os.path.basename(scope.path) or scope.path,
                                                             tuple(t.name for t in self.tools), config.max_records,
                                                             config.max_bytes)
@@ -109,7 +110,8 @@ class MemorySession:
         return req.with_(system_note=note, tools=req.tools + own)
 
     def run(self, name: str, arguments: str) -> tuple[str, bool]:
-        text, ok = tools.execute(self.workspace, name, arguments)
+        # (what it shows the model is shielded; what the model writes back is stored as the text it was)
+        text, ok = tools.execute(self.workspace, name, self.shield.restore(arguments))
         return self.shield(text), ok
 
 
