@@ -52,3 +52,28 @@ def test_forget_deletes_the_workspaces_kept_listings(tmp_path):
     memory = Memory(config(tmp_path))
     assert memory.db.run(lambda tx: tx.row("SELECT count(*) FROM memory_fragments"))[0] == 0
     memory.close()
+
+
+async def test_a_key_deleted_from_the_command_line_is_not_shown_again_after_a_restart(tmp_path, demo_tok):
+    """``tinytitan memory delete`` is how a person corrects memory (a wrong fact, a secret saved by mistake): the
+    listings kept for the workspace's conversations are dropped with it, so after a restart no conversation is
+    shown it again from the database."""
+    from test_memory_layer import on_disk
+    from tinytitan import cli
+
+    cfg = config(tmp_path)
+    ws = on_disk(cfg.directory)
+    ws.set("build/command", FACT, importance=4)
+    ws.db.close()
+    turn = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "How do I build this?"}]
+    async with memory_server(demo_tok, ["First."], cfg) as s:
+        first = record_prompts(s)
+        answer = await ask(s, turn)
+    assert FACT in first[0].prompt_text
+    assert cli.main(["memory", "--memory-dir", str(cfg.directory), "--user", "tester", "delete", "/src/the-repo",
+                     "build/command"]) == 0
+    turn += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
+    async with memory_server(demo_tok, ["Second turn."], cfg) as s:  # a restart
+        later = record_prompts(s)
+        await ask(s, turn)
+    assert FACT not in later[0].prompt_text

@@ -122,6 +122,9 @@ def _command(args, out, memory, Workspace) -> int:
     if cmd == "delete":
         if not ws.delete(args.key):
             raise Failure(f"no memory under the key {args.key!r}")
+        # and the listings kept for its conversations: else one that showed the key shows it again after a
+        # restart (a person deletes a wrong fact or a secret saved by mistake: its next turn reads memory anew)
+        memory.db.run(lambda tx: tx.exec("DELETE FROM memory_fragments WHERE scope = ?", (ws.scope,)))
         print(f"deleted {args.key}", file=out)
         return 0
     if cmd == "forget":
