@@ -83,7 +83,9 @@ def test_the_bias_is_added_before_the_repetition_penalty(demo_backend):
     prepared = demo_backend.prepare(ChatRequest(model=demo_backend.model_id, messages=(Message("user", "hi"),),
                                                 repetition_penalty=2.0, logit_bias=((7, 10.0), (9, -10.0))))
     loop = DecodeLoop(demo_backend.parser(prepared), (), lambda _ev: None, prepared.sampling)
-    logits = mx.zeros((1, 16)).at[:, 7].add(4.0).at[:, 9].add(-4.0)
+    # (as wide as the model's logits: the penalty reads and writes the prompt's token ids, and MLX checks no bounds —
+    # a narrower array was written past its end)
+    logits = mx.zeros((1, demo_backend.vocab_size)).at[:, 7].add(4.0).at[:, 9].add(-4.0)
     for processor in demo_backend.logits_processors(prepared, loop):
         logits = processor(mx.array(prepared.tokens + [7, 9]), logits)
     assert logits[0, 7].item() == (4 + 10) / 2 and logits[0, 9].item() == (-4 - 10) * 2
