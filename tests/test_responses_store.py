@@ -30,6 +30,13 @@ def rec(i, prev=None, created=None, size=0) -> StoredResponse:
                               {"id": f"out{i}", "type": "message"}]}}], prev, created or int(time.time()))
 
 
+async def chain(store: ResponsesStore, response_id: str) -> tuple[list[dict], str | None] | None:
+    """Every input and output item of the stored chain ending at ``response_id``, oldest first, and the id of the
+    first response it continues that is not stored; None when ``response_id`` itself is not stored."""
+    found = await store.chain_links(response_id)
+    return None if found is None else ([item for link in found[0] for part in link for item in part], found[1])
+
+
 async def test_restart_keeps_stored_responses(serve, tmp_path):
     first = await serve(["Before the restart.", "Second."], responses_store=str(tmp_path))
     c1 = client(first)
@@ -57,13 +64,13 @@ async def test_chains_items_and_deletes_are_queries(tmp_path):
     store = ResponsesStore.open(str(tmp_path))
     for i in range(5):
         await store.put(rec(i, f"r{i - 1}" if i else None))
-    items, missing = await store.chain("r4")
+    items, missing = await chain(store, "r4")
     assert [i["id"] for i in items] == [x for i in range(5) for x in (f"in{i}", f"out{i}")] and missing is None
     assert await store.find_item("out2") == {"id": "out2", "type": "message"}
     assert await store.delete("r1") and not await store.delete("r1")
-    items, missing = await store.chain("r4")
+    items, missing = await chain(store, "r4")
     assert [i["id"] for i in items][:2] == ["in2", "out2"] and missing == "r1"
-    assert await store.chain("r1") is None and await store.find_item("in1") is None
+    assert await chain(store, "r1") is None and await store.find_item("in1") is None
     assert await store.count() == 4
 
 
@@ -85,7 +92,7 @@ async def test_an_older_log_is_migrated_verified_and_kept_as_a_backup(tmp_path, 
     assert "3 responses migrated" in caplog.text and "torn last record" in caplog.text
     assert (await store.get("r3")).response == {"id": "r3", "output": [{"id": "out3"}]}
     assert (await store.get("r3")).created_at == now - 7
-    items, missing = await store.chain("r3")
+    items, missing = await chain(store, "r3")
     assert [i["id"] for i in items] == ["in2", "out2", "in3", "out3"] and missing == "r1"  # r1 was deleted first
     assert await store.get("r1") is None and await store.get("r4") is not None
     assert await store.get("r9") is None
@@ -158,11 +165,11 @@ async def test_a_store_that_only_reads_never_serves_past_retention(tmp_path, mon
     now = time.time()
     await store.put(rec(1, created=int(now) - 10 * 86400 + 30))  # 30 s of retention left
     await store.put(rec(2, prev="r1", created=int(now)))
-    assert (await store.get("r1")) is not None and (await store.chain("r2"))[1] is None
+    assert (await store.get("r1")) is not None and (await chain(store, "r2"))[1] is None
     monkeypatch.setattr(time, "time", lambda: now + 60)  # a minute on, nothing written since
     assert await store.get("r1") is None and await store.find_item("in1") is None
     assert await store.input_page("r1", 20, "asc", None, None) is None
-    items, missing = await store.chain("r2")
+    items, missing = await chain(store, "r2")
     assert missing == "r1" and [i["id"] for i in items] == ["in2", "out2"]
     assert await store.delete("r1") is False and await store.get("r2") is not None
     assert await store.count() == 1

@@ -33,7 +33,7 @@ import trio
 from ..chat_request import ChatRequest, Message
 from ..events import Failed, TextDelta
 from .keys import Refused
-from .markup import added_texts, shield
+from .markup import Shield, added_texts
 from .records import WriteFailed
 from .scope import Scope
 from .service import Memory, MemorySession, scope_key
@@ -224,7 +224,7 @@ class Consolidator:
         ranked = await trio.to_thread.run_sync(workspace.ranked, KNOWN_KEYS, True)
         known = "\n".join(f"- {r.key}: {r.summary}" for r in ranked) or "(none)"
         backend = getattr(self.engine, "backends", {}).get(model)
-        guard = shield(added_texts(getattr(backend, "tokenizer", None)))  # memory text stays text (markup.py)
+        guard = Shield(added_texts(getattr(backend, "tokenizer", None)))  # memory text stays text (markup.py)
         req = ChatRequest(model=model, messages=(
             Message("system", INSTRUCTION),
             Message("user", guard(f"Existing memory keys:\n{known}\n\nConversation:\n{transcript}"))),

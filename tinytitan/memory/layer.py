@@ -45,7 +45,7 @@ from ..chat_request import ChatRequest, Message, ToolCall
 from ..errors import ApiError, invalid
 from ..events import (Failed, Finished, ReasoningDelta, Started, TextDelta, Timing, TokenEvent,
                       ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
-from .markup import added_texts, shield
+from .markup import Shield, added_texts
 from .scope import HeaderRefused
 from .service import Memory, MemorySession
 
@@ -282,7 +282,7 @@ class MemoryEngine:
         """What keeps memory text from becoming the model's tokens in its prompt (markup.py), once per model."""
         if model not in self._shields:
             backend = getattr(self.inner, "backends", {}).get(model)
-            self._shields[model] = shield(added_texts(getattr(backend, "tokenizer", None)))
+            self._shields[model] = Shield(added_texts(getattr(backend, "tokenizer", None)))
         return self._shields[model]
 
     async def count_tokens(self, req: ChatRequest) -> int:

@@ -46,8 +46,3 @@ class Shield:
 
     def restore(self, text: str) -> str:
         return text if self.undo is None else self.undo.sub(lambda m: self.broken[m.group(0)], text)
-
-
-def shield(texts: tuple[str, ...]) -> Shield:
-    """What writes a text with every one of ``texts`` in it broken (the identity where there are none)."""
-    return Shield(texts)

@@ -280,20 +280,17 @@ def whole_numbers(places: dict, value: Any) -> None:
     ``integer_places``) becomes that int, as a top-level integer field's does: JSON Schema counts 4.0 an integer,
     and what it lands in (a token count, a seed) must be one. In place, walking only the places that lead there."""
     if isinstance(value, dict):
-        for key, place in places["properties"].items():
-            item = value.get(key)
-            if place is True:
-                if type(item) is float and item.is_integer():
-                    value[key] = int(item)
-            elif isinstance(item, (dict, list)):
-                whole_numbers(place, item)
-    elif isinstance(value, list) and (place := places["items"]) is not None:
-        for i, item in enumerate(value):
-            if place is True:
-                if type(item) is float and item.is_integer():
-                    value[i] = int(item)
-            elif isinstance(item, (dict, list)):
-                whole_numbers(place, item)
+        slots = ((key, place) for key, place in places["properties"].items() if key in value)
+    elif isinstance(value, list) and places["items"] is not None:
+        slots = ((i, places["items"]) for i in range(len(value)))
+    else:
+        return
+    for key, place in slots:
+        item = value[key]
+        if place is not True:
+            whole_numbers(place, item)
+        elif type(item) is float and item.is_integer():
+            value[key] = int(item)
 
 
 def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,

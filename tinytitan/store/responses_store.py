@@ -138,15 +138,10 @@ class ResponsesStore:
         """An input or output item of any stored response, by its id (the newest response's)."""
         return await self._call(_find_item, item_id, self._cutoff())
 
-    async def chain(self, response_id: str) -> tuple[list[dict], str | None] | None:
-        """The input and output items of the stored chain ending at ``response_id``, oldest first, and the id
-        of the first response it continues that is not stored (None when it starts here). None when
-        ``response_id`` itself is not stored."""
-        found = await self.chain_links(response_id)
-        return None if found is None else ([item for link in found[0] for part in link for item in part], found[1])
-
     async def chain_links(self, response_id: str) -> tuple[list[tuple[list[dict], list[dict]]], str | None] | None:
-        """As ``chain``, each response's (input items, output items) apart, oldest response first."""
+        """The (input items, output items) of each response of the stored chain ending at ``response_id``, oldest
+        response first, and the id of the first response it continues that is not stored (None when it starts
+        here). None when ``response_id`` itself is not stored."""
         return await self._call(_chain, response_id, self._cutoff())
 
     async def input_page(self, response_id: str, limit: int, order: str, after: str | None,

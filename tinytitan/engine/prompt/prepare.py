@@ -17,9 +17,9 @@ from ..cache.entries import PromptFacts
 from ..cache.miss import Fingerprint, compare, diagnose
 from ..decode.call_limit import call_limit
 from .splice import splice as splice_prompt
-from .tokenizer_facts import id_count, once_per_tokenizer, opening_tokens, restart_tokens, text_of
+from .tokenizer_facts import check_logit_bias, id_count, once_per_tokenizer, opening_tokens, restart_tokens, text_of
 from .reasoning import level_of
-from ..speculative.sampling import SAMPLING, check_logit_bias
+from ..speculative.sampling import SAMPLING
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
 from ..structured.compile import token_markers
 from ..structured.tool_calls import (answer_after_thought, auto_call_grammar, check_custom_grammar, document_or_calls,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence, TypeVar
 
+from ...errors import invalid
+
 T = TypeVar("T")
 
 
@@ -85,3 +87,12 @@ def id_count(tokenizer) -> int | None:
         return max(vocab.values(), default=-1) + 1 or None
 
     return once_per_tokenizer(_ID_COUNTS, tokenizer, measure)
+
+
+def check_logit_bias(bias: tuple, width: int | None) -> None:
+    """A biased token id past the model's logits (``width``, from ``id_count`` or the model's config; None: not
+    known) is refused, naming it: an id past the logits would be written outside them."""
+    for token, _ in bias:
+        if width and token >= width:
+            raise invalid(f"Invalid key in 'logit_bias': {token}. This model's token ids are 0 to {width - 1}.",
+                          param="logit_bias", code="invalid_value")

@@ -34,16 +34,6 @@ GREEDY_TEMPERATURE = 1e-5
 MAX_TEMPERATURE = 1e30
 
 
-def check_logit_bias(bias: tuple, width: int | None) -> None:
-    """A biased token id past the model's logits (``width``; None: not known) is refused, naming it."""
-    from ...errors import invalid
-
-    for token, _ in bias:
-        if width and token >= width:
-            raise invalid(f"Invalid key in 'logit_bias': {token}. This model's token ids are 0 to {width - 1}.",
-                          param="logit_bias", code="invalid_value")
-
-
 def is_greedy(temperature: float, top_p: float) -> bool:
     """Temperature 0 (or one too small to scale by) or a top_p of 0 (the nucleus of no mass): the argmax."""
     return temperature < GREEDY_TEMPERATURE or top_p <= 0
