@@ -160,6 +160,22 @@ def test_a_server_serving_another_model_is_not_taken_for_it(server, tmp_path):
     assert f"the server on {server.base} serves tinytitan-scripted, not qwen3-8b" in done.stderr
 
 
+def test_a_script_asked_for_is_not_taken_for_another_model_on_the_port():
+    """`launch AGENT --script FILE` asks for the scripted backend: a server on the port serving a real model is
+    refused by name, as for --model, instead of the agent running on that model with only a note."""
+    from tinytitan.launch.command import _pick, parse
+    from tinytitan.launch.server import LaunchError
+
+    _, ns, _, _ = parse(["claude", "--script", "s.yaml"])
+    with pytest.raises(LaunchError, match="serves tinytitan-demo, not tinytitan-scripted"):
+        _pick([{"id": "tinytitan-demo"}], ns, "http://127.0.0.1:9")
+    assert _pick([{"id": "tinytitan-scripted"}], ns, "http://127.0.0.1:9")["id"] == "tinytitan-scripted"
+    _, named, _, _ = parse(["claude", "--script", "s.yaml", "--model-id", "mine"])
+    assert _pick([{"id": "mine"}], named, "http://127.0.0.1:9")["id"] == "mine"
+    with pytest.raises(LaunchError, match="not mine"):  # the id asked for, not the scripted default
+        _pick([{"id": "tinytitan-scripted"}], named, "http://127.0.0.1:9")
+
+
 def test_an_agent_not_installed_is_named_with_its_install_command(tmp_path):
     env = {**env_for(tmp_path), "PATH": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "tinytitan", "launch", "qwen-code"], env=env, cwd=tmp_path,

@@ -21,6 +21,7 @@ DEFAULT_PORT = 8096
 LAUNCH_ONLY = ("--print", "--fast", "--force")
 # serve flags that say which server and model launch wants: checked against a server already running (_pick)
 WHERE_FLAGS = ("--port", "--host", "--api-key", "--model", "--model-id", "--models-dir")
+SCRIPTED_ID = "tinytitan-scripted"  # what `serve --script` serves without --model-id (model_setup.py)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,13 +129,13 @@ def _pick(cards: list[dict], ns, base: str) -> dict:
         raise LaunchError(f"{base} serves no model")
     ids = [c["id"] for c in cards]
     wanted = [w for w in (ns.model_id, ns.model and Path(ns.model).name, ns.model and Path(ns.model).stem,
-                          ns.model) if w]
+                          ns.model, ns.script and not ns.model_id and SCRIPTED_ID) if w]
     for w in wanted:
         if w in ids:
             return cards[ids.index(w)]
     if wanted and not ns.models_dir:
         raise LaunchError(f"the server on {base} serves {', '.join(ids)}, not {wanted[0]}: stop it, or pass "
-                          "--port for another server (or leave out --model to use it)")
+                          "--port for another server (or leave the model out to use it)")
     if ns.model_id and ns.models_dir:
         raise LaunchError(f"{ns.model_id} is not among the models served at {base}: {', '.join(ids)}")
     return cards[0]
