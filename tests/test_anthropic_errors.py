@@ -89,6 +89,7 @@ REFUSALS = [
      ["unique", "tools[1]"]),
     # as the API checks a tool: its name's characters, its input schema an object's, and the request's metadata
     ({"tools": [{"name": "a b/c", "input_schema": {"type": "object"}}]}, ["tools[0].name"]),
+    ({"tools": [{"name": "Bash\n", "input_schema": {"type": "object"}}]}, ["tools[0].name"]),  # $ ends the name
     ({"tools": [{"name": "f", "input_schema": {"type": "string"}}]}, ["tools[0].input_schema.type"]),
     ({"tools": [{"name": "f", "input_schema": {}}]}, ["tools[0].input_schema.type"]),
     ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}}, ["tool_choice.disable_parallel_tool_use"]),

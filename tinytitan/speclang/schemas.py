@@ -14,12 +14,16 @@ Rules:
   a ``$dynamicRef`` in it (none is used) could make the same schema mean another under another dynamic scope.
 - Only valid items are remembered, at most ``REMEMBERED_ITEMS`` per field (the least recently seen go first);
   the memory is shared by the request handlers' worker threads, behind a lock.
+- A ``pattern`` is read as JSON Schema's (ECMA-262) regex: its ``$`` ends the string. Python's ``$`` also
+  matches before a final newline, so ``"Bash\\n"`` would pass ``^[a-zA-Z0-9_-]+$`` as a tool's name.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -29,6 +33,31 @@ import jsonschema
 REMEMBERED_ITEMS = 4096  # valid items remembered per field (16-byte digests)
 
 _ITEMS = jsonschema.Draft202012Validator.VALIDATORS["items"]  # the keyword as the draft defines it
+
+
+@functools.lru_cache(maxsize=256)
+def _ecma(pattern: str) -> re.Pattern:
+    """``pattern`` with each ``$`` outside a character class made ``\\Z``: the end of the string, as ECMA's."""
+    out, escaped, in_class = [], False, False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch in "[]":
+            in_class = ch == "["
+        elif ch == "$" and not in_class:
+            ch = r"\Z"
+        out.append(ch)
+    return re.compile("".join(out))
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not _ecma(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_ECMA = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
 
 
 class _Seen:
@@ -59,11 +88,11 @@ class _Seen:
 
 
 def field_validator(schema: dict, limit: int = REMEMBERED_ITEMS) -> jsonschema.protocols.Validator:
-    """A Draft 2020-12 validator for ``schema``; where it is an array of ``items``, one that remembers the items
-    it found valid (see the rules)."""
+    """A Draft 2020-12 validator for ``schema`` (its patterns ECMA's); where it is an array of ``items``, one that
+    remembers the items it found valid (see the rules)."""
     top = schema.get("items") if isinstance(schema, dict) else None
     if not isinstance(top, dict) or schema.get("prefixItems"):
-        return jsonschema.Draft202012Validator(schema)
+        return _ECMA(schema)
     seen = _Seen(limit)
 
     def items(validator, items_schema, instance, where):
@@ -80,5 +109,5 @@ def field_validator(schema: dict, limit: int = REMEMBERED_ITEMS) -> jsonschema.p
             else:
                 seen.add(digest)
 
-    remembering = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"items": items})
+    remembering = jsonschema.validators.extend(_ECMA, {"items": items})
     return remembering(schema)
