@@ -109,6 +109,17 @@ BAD = [
     ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "a__b"},
                                                {"type": "namespace", "name": "a", "tools": [{"name": "b"}]}]},
      "tools[1].tools[0].name", "invalid_value"),
+    # a tool's name as the API holds it (^[a-zA-Z0-9_-]+$, at most 64), wherever a tool is named
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "fs.read"}]}, "tools[0].name",
+     "invalid_value"),
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "f" * 65}]}, "tools[0].name",
+     "string_above_max_length"),
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "namespace", "name": "mcp__fs__", "tools": [
+        {"type": "function", "name": "read file"}]}]}, "tools[0].tools[0].name", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "namespace", "name": "my server", "tools": [
+        {"type": "function", "name": "read"}]}]}, "tools[0].name", "invalid_value"),
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "custom", "name": "apply patch"}]}, "tools[0].name",
+     "invalid_value"),
     ({"model": MODEL, "input": "hi", "tools": [{"type": "namespace", "name": "a"}]}, "tools[0].tools",
      "missing_required_parameter"),
     ({"model": MODEL, "input": [{"content": "no role, no id, no type"}]}, "input[0].type", "missing_required_parameter"),

@@ -39,22 +39,12 @@ _ARTICLE = {"string": "a string", "number": "a number", "integer": "an integer",
             "array": "an array", "object": "an object"}
 
 
+_JSON_TYPES = ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+               (list, "array"), (dict, "object"))  # bool before int: a bool is an int to Python
+
+
 def json_type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
 def is_type(value: Any, type_name: str) -> bool:
@@ -331,6 +321,9 @@ def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
         return invalid(f"Invalid '{where}': string too long. Expected a string with maximum length {bound}, but got a "
                        f"string with length {len(value)} instead.", param=where, code="string_above_max_length",
                        data={"loc": paths.loc(body, (name, *error.absolute_path), dict(tagged or {})), "limit": bound})
+    if error.validator == "pattern" and isinstance(value, str):  # a tool's name outside the API's rule, say
+        return invalid(f"Invalid '{where}': string does not match pattern. Expected a string that matches the "
+                       f"pattern '{bound}'.", param=where, code="invalid_value")
     message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
     return invalid(f"Invalid value for '{where}': {message}", param=where, code="invalid_value")
 
