@@ -18,7 +18,9 @@ SAME = ["Tinytitan-Scripted", "TINYTITAN-SCRIPTED:LATEST", "library/tinytitan-sc
         "registry.ollama.ai/library/tinytitan-scripted:latest", "Registry.Ollama.AI/library/tinytitan-scripted",
         " tinytitan-scripted ", "tinytitan-scripted:local"]
 OTHER = ["tinytitan-scripted:7b", "other.host/library/tinytitan-scripted", "someone/tinytitan-scripted",
-         "tinytitan-scripted:cloud", "tinytitan scripted"]
+         "tinytitan-scripted:cloud"]
+# not a name to Ollama (types/model/name.go IsValid): a space, a '!', a ':' inside the model part, an empty tag
+INVALID = ["tinytitan scripted", "bad name!", "a:b:c", "tinytitan-scripted:", "ünïcode"]
 
 
 @pytest.mark.parametrize("name", SAME)
@@ -42,6 +44,25 @@ async def test_a_name_ollama_reads_as_another_is_its_404(serve, name):
     async with httpx.AsyncClient() as h:
         r = await h.post(s.url("/api/chat"), json={"model": name, "messages": USER, "stream": False})
     assert r.status_code == 404 and r.json()["error"].startswith(f'model "{name}" not found'), r.text
+
+
+@pytest.mark.parametrize("name", INVALID)
+async def test_a_name_ollama_cannot_read_is_its_400(serve, name):
+    """Ollama's chat, generate and show handlers answer 400 "invalid model name" (server/routes.go
+    writeModelRefParseError, errtypes.InvalidModelNameErrMsg) before they look for the model, not its 404."""
+    s = await serve(["a"])
+    async with httpx.AsyncClient() as h:
+        for path, body in (("/api/chat", {"messages": USER, "stream": False}), ("/api/chat", {}),
+                           ("/api/generate", {"prompt": "hi", "stream": False}), ("/api/show", {})):
+            r = await h.post(s.url(path), json={"model": name, **body})
+            assert r.status_code == 400 and r.json() == {"error": "invalid model name"}, (path, r.text)
+
+
+async def test_a_served_id_ollama_could_not_read_is_still_served_as_sent(serve):
+    s = await serve(["a"], model_id="my model")
+    async with httpx.AsyncClient() as h:
+        r = await h.post(s.url("/api/chat"), json={"model": "my model", "messages": USER, "stream": False})
+    assert r.status_code == 200 and r.json()["model"] == "my model", r.text
 
 
 async def test_a_served_id_with_a_namespace_is_read_as_ollama_reads_one(serve):

@@ -63,13 +63,24 @@ def ollama_parts(name: str) -> tuple[str, str, str, str] | None:
     return tuple(p.lower() for p in parts)  # type: ignore[return-value]
 
 
+def _local(name: str) -> str:
+    """``name`` as Ollama's ParseRef leaves it: spaces around it and an explicit ``:local`` source dropped."""
+    name = name.strip()
+    before, sep, source = name.rpartition(":")
+    return before if sep and source.strip().lower() == "local" else name
+
+
+def ollama_reads(name: str) -> bool:
+    """Whether Ollama's server takes ``name`` as a model name at all (the rules above); an empty one is its own
+    case (Ollama's "model is required"). Its chat, generate and show answer any other 400 "invalid model name"."""
+    name = _local(name)
+    return not name or ollama_parts(name) is not None
+
+
 def ollama_spelling(name: str, ids: list[str]) -> str | None:
     """The served name (an id, or an id's ``-fast`` name) that ``name``, sent on Ollama's API, means as Ollama
     reads names (the rules above); None where it means none of them."""
-    name = name.strip()
-    before, sep, source = name.rpartition(":")
-    if sep and source.strip().lower() == "local":  # Ollama's explicit local source: the name before it
-        name = before
+    name = _local(name)
     names = [n for i in ids for n in (i, i + FAST_SUFFIX)]
     want = ollama_parts(name) if name else None
     if name in names or want is None:  # (the exact spelling first: two ids may differ only in case)

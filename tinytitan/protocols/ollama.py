@@ -27,7 +27,7 @@ from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Timing
 from ..models.gguf_facts import listing_off_loop, weights_on_gpu
-from ..models.names import ollama_spelling
+from ..models.names import ollama_reads, ollama_spelling
 from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
@@ -276,11 +276,14 @@ class Ollama(Protocol):
     def served(self, name: str) -> str:
         """The name the engine serves that ``name`` means as Ollama reads model names (``names.ollama_spelling``:
         any case, ``library/x``, ``registry.ollama.ai/library/x:latest``); ``name`` itself where the engine serves it
-        as sent, or where it means nothing served (its 404 then names it as sent)."""
+        as sent, or where it means nothing served (its 404 then names it as sent). A name Ollama cannot read as
+        one is its 400, as Ollama's handlers answer before they look for the model."""
         try:
             self.engine.resolve(name)
             return name
         except ApiError:
+            if not ollama_reads(name):
+                raise invalid("invalid model name", param="model", code="invalid_value") from None
             return ollama_spelling(name, [m["id"] for m in self.engine.models()]) or name
 
     # -- routes --------------------------------------------------------------------------------------------
