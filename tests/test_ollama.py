@@ -338,3 +338,15 @@ async def test_the_openai_style_settings_of_the_ai_sdks_ollama_provider_mean_wha
         assert r.status_code == 400 and "tool_choice" in r.json()["error"], r.text
         r = await c.post(s.url("/api/generate"), json={"model": MODEL, "prompt": "hi", "tool_choice": "auto"})
         assert r.status_code == 400 and "tool_choice" in r.json()["error"], r.text
+
+
+async def test_details_family_is_the_models_architecture(serve, demo_backend):
+    """Ollama's ``details.family`` is the weights' architecture (its GGUF ``general.architecture``, the same value
+    /api/show gives under ``model_info``): the demo model's config says qwen3, whatever call syntax it writes."""
+    s = await serve(backend=demo_backend)
+    async with httpx.AsyncClient(timeout=60) as h:
+        (listed,) = (await h.get(s.url("/api/tags"))).json()["models"]
+        shown = (await h.post(s.url("/api/show"), json={"model": listed["name"]})).json()
+    for details in (listed["details"], shown["details"]):
+        assert details["family"] == "qwen3" and details["families"] == ["qwen3"], details
+    assert shown["model_info"]["general.architecture"] == "qwen3"

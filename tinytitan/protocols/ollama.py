@@ -338,10 +338,12 @@ class Ollama(Protocol):
                 "details": self._details(card, facts)}
 
     def _details(self, card: dict, facts: dict) -> dict:
+        """A family is the weights' architecture (Ollama's from GGUF ``general.architecture``), not the call syntax."""
         if facts["ollama"]:
             return {"parent_model": "", **facts["ollama"]["details"]}
-        return {"parent_model": "", "format": facts["format"] or self.spec.extra["format"], "family": card["family"],
-                "families": [card["family"]], "parameter_size": facts["parameter_size"],
+        family = card["architecture"]
+        return {"parent_model": "", "format": facts["format"] or self.spec.extra["format"], "family": family,
+                "families": [family], "parameter_size": facts["parameter_size"],
                 "quantization_level": facts["quantization"]}
 
     async def tags(self, call: Call) -> Reply:
