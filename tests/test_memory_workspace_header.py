@@ -61,3 +61,20 @@ async def test_count_tokens_refuses_it_too(tmp_path, demo_tok):
                                               messages=[{"role": "user", "content": "hi"}])
     status, message, param = refusal(err.value)
     assert status == 400 and param == HEADER and "absolute path" in message
+
+
+async def test_a_stored_response_belongs_to_the_server_not_to_a_workspace(tmp_path, demo_tok):
+    """The workspace scopes memory only (docs/memory.md): a stored response is read and continued by its id
+    under any workspace, as the server's key allows, and the continuation's memory is the workspace its own
+    request names, not the one the first turn named."""
+    cfg = config(tmp_path)
+    a, b = {HEADER: "/src/a"}, {HEADER: "/src/b"}
+    async with memory_server(demo_tok, ["First.", SET_CALL, "Saved."], cfg) as s:
+        async with openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="x", max_retries=0) as c:
+            first = await c.responses.create(model="tinytitan-scripted", input="hi", extra_headers=a)
+            assert (await c.responses.retrieve(first.id, extra_headers=b)).output_text == "First."
+            second = await c.responses.create(model="tinytitan-scripted", input="How do I build this?",
+                                              previous_response_id=first.id, extra_headers=b)
+    assert second.output_text == "Saved."
+    assert [r.key for r in on_disk(cfg.directory, "/src/b").list()] == ["build/command"]
+    assert on_disk(cfg.directory, "/src/a").list() == []
