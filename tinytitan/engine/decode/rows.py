@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..backends.base import Backend
 from ..cache.entries import Kept, kv_stays_trimmable
 from ..prompt.prepare import Prepared
+from .detokenizer import row_detokenizer
 from .last_character import without_cut_character
 from .token_events import DecodeLoop
 from ..prompt.raw import IncrementalText
@@ -81,8 +82,7 @@ class Row:
         self.ending: Ending | None = None
         self.kept: int | None = None  # the prompt cache's key for what its end kept (None: nothing kept)
         self.final = False  # it finished its turn with no tool call (its end says; the decoder tells the cache)
-        self.detok = backend.tokenizer.detokenizer
-        self.detok.reset()
+        self.detok = row_detokenizer(backend.tokenizer)  # (mlx-lm's, less its naive one: detokenizer.py)
         # a raw prompt's text comes from the token ids, with the prompt's end as context (raw.py)
         self.raw = IncrementalText(backend.tokenizer, self.tokens) if prepared.raw else None
 
