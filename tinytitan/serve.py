@@ -262,7 +262,9 @@ def open_memory(args):
         config.state = str(config.directory)
     else:  # the state database (older journals are migrated from the default memory directory)
         config.state = args.state or str(db_path(None))
-    return Memory(config)
+    memory = Memory(config)
+    log.info("memory on: %s (tools %s, %d rounds per request)", memory.db.where, config.tools, config.rounds)
+    return memory
 
 
 def interrupted(exc: BaseException) -> bool:

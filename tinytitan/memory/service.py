@@ -138,7 +138,6 @@ class Memory:
             except Exception:
                 log.exception("memory: the older journals under %s could not be migrated (they are left in place)",
                               config.directory)
-        log.info("memory on: %s (tools %s, %d rounds per request)", self.db.where, config.tools, config.rounds)
 
     def workspace(self, scope: Scope) -> Workspace:
         return Workspace(self.db, scope_key(scope), scope.path, self.config.max_workspaces, self.why_not)
