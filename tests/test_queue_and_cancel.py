@@ -318,3 +318,37 @@ async def test_an_answers_last_text_goes_out_before_its_row_is_retired(demo_tok,
                     if "four" in text:
                         seen.set()
     assert kinds[-1] is Finished and text == "one two three four five"
+
+
+async def test_wind_down_ends_every_open_generation_in_band(demo_tok):
+    """The server stops: a generation decoding past the grace, one waiting in the queue and one begun after it
+    each end with a Failed (their streams' error event, their folded answers' 503), and every place is given
+    back."""
+    from tinytitan.events import Failed, Finished
+
+    engine = Engine(ScriptedBackend([ScriptEntry(LONG, delay_ms=20)], demo_tok), max_queue=4)
+    req = ChatRequest(model=MODEL, messages=(Message("user", "hi"),))
+    got: dict = {}
+    started = trio.Event()
+
+    async def one(name):
+        async with engine.session(req) as events:
+            got[name] = []
+            async for ev in events:
+                got[name].append(ev)
+                started.set()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as n:
+            n.start_soon(one, "decoding")
+            await started.wait()
+            n.start_soon(one, "queued")
+            while engine.waiting == 0:
+                await trio.sleep(0.01)
+            await engine.wind_down(0.05)
+            n.start_soon(one, "after")
+    for name in ("decoding", "queued", "after"):
+        last = got[name][-1]
+        assert isinstance(last, Failed) and (last.type, last.code) == ("unavailable", "server_shutting_down"), name
+        assert not any(isinstance(ev, Finished) for ev in got[name]), name
+    assert (engine.running, engine.waiting, engine.admission.slots.value, engine.sessions) == (0, 0, 1, set())

@@ -1,8 +1,7 @@
 """The real command stopped (SIGTERM, Ctrl-C) while Responses WebSockets are open (Codex holds one): each is
 closed with 1001 (going away) and a reason, not cut (1006, which a client reads as a broken network). A socket
-waiting for its next frame is closed at once; one whose response is in flight gets the graceful time an HTTP
-stream gets, then its response stops where it stands — no terminal event, as an HTTP stream cut at shutdown
-has none — and its generation ends."""
+waiting for its next frame is closed at once; one whose response is in flight first has it end in the API's own
+words, ``response.failed`` (as an HTTP stream's does at shutdown), and its generation ends."""
 
 from __future__ import annotations
 
@@ -57,7 +56,9 @@ def test_open_sockets_are_closed_going_away_at_shutdown(tmp_path, sig):
         strict.response_event(event)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[0]["type"] == "response.created"
-    assert not [e for e in events if e["type"] in ("response.completed", "response.failed", "response.incomplete")]
+    ends = [e for e in events if e["type"] in ("response.completed", "response.failed", "response.incomplete")]
+    assert ends == [events[-1]] and events[-1]["type"] == "response.failed", events[-1]
+    assert "shutting down" in events[-1]["response"]["error"]["message"], events[-1]
     assert took < 3, took  # within the graceful time, not after a forced stop
     assert proc.returncode == 0 and "Traceback" not in out, out
-    assert "stop=cancelled" in out, out  # the generation in flight was ended, its place given back
+    assert "error=server_shutting_down" in out, out  # the generation in flight was ended, its place given back

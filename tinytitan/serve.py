@@ -18,6 +18,7 @@ log = logging.getLogger("tinytitan")
 FORCED_STOP_S = 5.0  # after the first Ctrl-C, the longest the graceful shutdown may take
 GRACEFUL_S = 1.0  # on Ctrl-C: what a request in flight, or an idle keep-alive connection, gets before it is cut
 SOCKET_GRACE_S = 0.75  # what a WebSocket's exchange in flight gets: its close frame goes out before the cut
+GENERATION_GRACE_S = 0.5  # what a generation in flight gets to finish; then it ends in its protocol's words
 KEEP_ALIVE_S = 15.0
 OPEN_FILES = 65536  # the descriptors the server asks for (its soft limit raised toward the hard one)
 
@@ -126,7 +127,7 @@ def serve(args) -> int:
 
     stopping = trio.Event()
 
-    async def watch_signals() -> None:
+    async def watch_signals(nursery: trio.Nursery) -> None:
         """Ctrl-C or SIGTERM, taken as a signal rather than a KeyboardInterrupt: an interrupt raised inside
         a connection's task can be swallowed by the HTTP server, which then serves on. After the first, a
         graceful shutdown (in-flight requests get hypercorn's graceful_timeout); a second Ctrl-C, or
@@ -136,6 +137,9 @@ def serve(args) -> int:
             async for signum in signals:
                 log.info("%s: shutting down", signal.Signals(signum).name)
                 server.stopping.begin(SOCKET_GRACE_S)  # open WebSockets are closed with 1001, not cut (1006)
+                # generations still running then end with an error event (a stream cut without one reads as a
+                # broken network; the WebSocket's exchange and the HTTP stream alike end first)
+                nursery.start_soon(engine.wind_down, GENERATION_GRACE_S)
                 stopping.set()
                 break
             with trio.move_on_after(FORCED_STOP_S):
@@ -152,7 +156,7 @@ def serve(args) -> int:
 
     async def main():
         async with trio.open_nursery() as outer:
-            outer.start_soon(watch_signals)
+            outer.start_soon(watch_signals, outer)
             async with trio.open_nursery() as nursery:
                 binds = await nursery.start(functools.partial(hypercorn_serve, server.app, config,
                                                               shutdown_trigger=stopping.wait))

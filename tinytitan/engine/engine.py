@@ -95,6 +95,9 @@ class Engine:
             self.lead.waiting = self.decoder.arrived
             self.lead.watch(self.model_thread)
         self.admission = Admission(self.max_batch, max_queue)
+        self.sessions: set[Session] = set()  # the sessions open now (``wind_down`` ends them)
+        self.stopped: ApiError | None = None  # the server stops: every session ends with it (``wind_down``)
+        self._emptied = trio.Event()
         self.started_at = time.time()
         # model id -> how long its last load took (a backend loaded before the engine existed timed its own)
         self.load_seconds: dict[str, float] = {b.model_id: b.load_seconds for b in backends
@@ -179,13 +182,33 @@ class Engine:
             prepared = await self.prepare(req)
             every = self.stream_interval if streamed else max(self.stream_interval, self.folded_interval)
             session = Session(prepared, place, functools.partial(self._start_decode, prepared), keepalive, every)
-            session.begin()
+            self.sessions.add(session)
+            if self.stopped is not None:
+                session.interrupt(self.stopped)
+            else:
+                session.begin()
             yield session
         finally:
             if session is not None:
+                self.sessions.discard(session)
+                if not self.sessions:
+                    self._emptied.set()
                 await session._end()  # gives the place back
             else:
                 place.give_back()
+
+    async def wind_down(self, grace: float) -> None:
+        """The server stops: the generations still open after ``grace`` seconds (and any begun after) end at
+        their next event with a ``Failed`` in-band (503 ``server_shutting_down``), so each stream closes in its
+        protocol's own words, and each folded answer is that error, before the HTTP server cuts connections."""
+        with trio.move_on_after(grace):
+            while self.sessions:
+                self._emptied = trio.Event()
+                await self._emptied.wait()
+        self.stopped = ApiError("unavailable", "the server is shutting down; retry once it is back",
+                                code="server_shutting_down")
+        for session in list(self.sessions):
+            session.interrupt(self.stopped)
 
     def _start_decode(self, prepared: Prepared, box: Mailbox) -> None:
         """Called by a session holding a decode slot: the request becomes a row of the decoder (decoder.py),

@@ -16,6 +16,8 @@ Rules:
   and the place given back). What that thread sends after is dropped, and its letting go, should it come
   back, changes nothing the consumer sees: a consumer sees one ending.
 - A session holds no cancel scope across its ``yield``: it may be entered in one task and left in another.
+- ``interrupt(error)`` (the server stops) ends the consumer's side at its next event: what arrived, then
+  ``Failed`` of ``error`` in-band unless an ending came first; its decode is told to stop.
 """
 
 from __future__ import annotations
@@ -298,6 +300,8 @@ class Session:
         self._quiet = 0.0
         self._last_batch = -math.inf
         self._done = False
+        self._interrupted: Exception | None = None
+        self._waiting: trio.CancelScope | None = None  # around the wait for a decode slot
 
     @property
     def prompt_tokens(self) -> int:
@@ -337,12 +341,33 @@ class Session:
         self._start(self._box)
         self._quiet = 0.0
 
+    def interrupt(self, error: Exception) -> None:
+        """End the consumer's side at its next event, with ``error`` in-band (see the rules)."""
+        if self._done or self._interrupted is not None:
+            return
+        self._interrupted = error
+        if self._box is not None:
+            self._box.stop.set()
+            self._box.arrived.set()  # (a consumer waiting for events looks again)
+        if self._waiting is not None:
+            self._waiting.cancel()
+
     async def _advance(self) -> None:
         timeout = self._keepalive or math.inf
+        if self._interrupted is not None:
+            batch = self._box.drain() if self._box is not None else []
+            self._out.extend(merge_deltas(batch))
+            if not any(isinstance(ev, (Finished, Failed)) for ev in batch):
+                self._out.append(Failed.of(self._interrupted))
+            self._done = True
+            return
         if self._box is None:
-            if not await self._place.wait(timeout):
-                return self._idle()
-            return self._open()
+            with trio.CancelScope() as self._waiting:
+                got = await self._place.wait(timeout)
+            self._waiting = None
+            if self._interrupted is not None:
+                return
+            return self._open() if got else self._idle()
         box = self._box
         # Deltas that arrive together are merged, and after the first they go out at most every ``every``
         # seconds: a fast model's tokens cost one wake-up and one wire event per batch, not per token. What

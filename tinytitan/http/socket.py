@@ -12,9 +12,9 @@ Rules:
   exits, and with it its generation.
 - When the server stops (``Stopping.begin``), every open socket is closed with 1001 (going away) and a reason,
   before the HTTP server's graceful shutdown cuts the connections (which a client reads as 1006, abnormal): at
-  once where it waits for a frame; where an exchange is in flight, after it ends or after ``grace`` seconds, the
-  exchange stopped where it stands (its generation ended, no terminal event) — as an HTTP stream in flight
-  gets the graceful time and is then cut.
+  once where it waits for a frame; where an exchange is in flight, after it ends (its generation, still running
+  at the engine's ``wind_down``, ends with ``response.failed``) or after ``grace`` seconds, the exchange stopped
+  where it stands.
 """
 
 from __future__ import annotations
