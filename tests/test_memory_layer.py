@@ -394,9 +394,16 @@ async def test_a_client_that_hangs_up_during_a_continuation_frees_its_place(tmp_
             while s.engine.running or s.engine.waiting:
                 await trio.sleep(0.02)
         decoded = s.engine.backend.tokens_decoded
+        with trio.fail_after(10):  # its record is kept once its HTTP request has ended
+            while not s.server.observer.recent():
+                await trio.sleep(0.02)
+        [cancelled] = s.server.observer.recent()
         out = await converse(s, "chat", stream=False)
     assert decoded < tokens(demo_tok, GET_CALL, slow["output"])  # the continuation stopped when the client left
     assert out["text"] == "Next."
+    # what it decoded is counted (metrics, log line, dashboard): the memory round and the continuation's part
+    assert cancelled["stop_reason"] == "cancelled"
+    assert tokens(demo_tok, GET_CALL) < cancelled["completion_tokens"] <= decoded
 
 
 async def test_a_conversation_keeps_its_fragment_a_new_one_sees_new_facts(tmp_path, demo_tok):

@@ -148,6 +148,8 @@ class MemoryEvents:
         self.streamed = streamed
         self._gen = self._rounds()
         self.answer: list[str] = []  # the text the client was sent, every round
+        self._counted = Usage()  # the rounds that finished
+        self._decoding = first  # the round decoding now (None between rounds)
 
     @property
     def prepared(self):
@@ -156,6 +158,13 @@ class MemoryEvents:
     @property
     def prompt_tokens(self) -> int:
         return self.first.prompt_tokens
+
+    @property
+    def decoded(self) -> tuple[int, int]:
+        """(completion, reasoning) tokens decoded so far, every round's (``Session.decoded``): what a client that
+        hung up mid-answer is counted for."""
+        done, thought = getattr(self._decoding, "decoded", (0, 0))
+        return self._counted.completion_tokens + done, self._counted.reasoning_tokens + thought
 
     def __aiter__(self) -> "MemoryEvents":
         return self
@@ -211,12 +220,14 @@ class MemoryEvents:
                                     exc.code or exc.kind)
                         yield Finished("length", usage, timing=timing)
                         return
+                    self._decoding = events
                     async with aclosing(self._round(events, rnd, True)) as out:
                         async for ev in out:
                             yield ev
             if rnd.failed is not None or rnd.finished is None:
                 return
             usage += rnd.finished.usage
+            self._counted, self._decoding = usage, None
             timing = add_timing(timing, rnd.finished.timing)
             final = done_rounds >= session.rounds
             if final and rnd.memory_calls:
