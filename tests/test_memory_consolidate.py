@@ -3,10 +3,11 @@ tool-free request to the model, run only while the server is idle."""
 
 from __future__ import annotations
 
+import httpx
 import trio
 
 from responses_helpers import record_prompts
-from test_memory_layer import FACT, config, converse, memory_server, on_disk
+from test_memory_layer import FACT, MODEL, SYSTEM, config, converse, memory_server, on_disk
 from tinytitan.chat_request import Message, ToolCall
 from tinytitan.memory.consolidate import read_facts, render
 from tinytitan.memory.workspace import Workspace
@@ -75,3 +76,23 @@ def test_reading_the_answer_and_rendering_the_transcript():
                    Message("tool", "found", tool_call_id="1", name="grep")), limit=1000)
     assert text == '[user] hi\n[assistant calls grep] {"q": "x"}\n[tool result grep] found'
     assert render((Message("user", "x" * 50),), limit=10) == "…" + "x" * 10
+
+
+async def test_an_answer_that_failed_is_not_kept_for_consolidation(tmp_path, demo_tok):
+    """A conversation whose answer failed half-way (the model failed, the server stopped) is no conversation to
+    learn from: its cut answer would be consolidated as if it were the answer given (on the next start too, from
+    its stored transcript). Only an answer that finished is kept."""
+    cfg = config(tmp_path, consolidate=60)
+    async with memory_server(demo_tok, [{"output": "Build with make", "error": "the model failed"}, ANSWER], cfg) as s:
+        body = {"model": MODEL, "stream": True, "messages": [{"role": "system", "content": SYSTEM},
+                                                             {"role": "user", "content": "How do I build this?"}]}
+        async with httpx.AsyncClient(timeout=30) as h:
+            failed = (await h.post(s.url("/v1/chat/completions"), json=body)).text
+        assert "the model failed" in failed
+        with trio.fail_after(10):  # the request has ended (its record is kept once its scope is left)
+            while not s.server.observer.recent():
+                await trio.sleep(0.02)
+        assert not s.engine.consolidator.active  # no workspace waits to be consolidated …
+        assert s.engine.memory.db.run(lambda tx: tx.rows("SELECT scope FROM memory_transcripts")) == []  # … nor
+        await converse(s, "chat", stream=False)  # (an answer that finishes is kept)
+        assert len(s.engine.consolidator.active) == 1

@@ -2,8 +2,9 @@
 contradicted later, and they are written to memory under addressed keys.
 
 Rules:
-- Each request with memory marks its workspace active and keeps its conversation (the messages as the client
-  sent them, plus the answer) as that workspace's latest transcript: rendered at once, newest part kept, at most
+- Each request with memory whose answer finished marks its workspace active and keeps its conversation (the
+  messages as the client sent them, plus the answer) as that workspace's latest transcript: rendered at once,
+  newest part kept, at most
   ``TRANSCRIPT_CHARS`` characters, so a long conversation is never held whole. Transcripts are rows of
   ``memory_transcripts`` (one per workspace, in the state database): at most ``MAX_ACTIVE`` rows; past that
   the one active longest ago is dropped (and logged). Rows left by an earlier run (a restart, another server

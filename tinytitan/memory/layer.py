@@ -27,8 +27,9 @@ Rules:
 - Requests without a memory session (internal requests, ``-fast``, no usable workspace) get the engine's
   session untouched. A ``X-TinyTitan-Workspace`` header that names no usable workspace is the client's 400
   (``invalid_workspace``, naming the header), before anything is generated.
-- A request that ends normally is reported to the consolidator (consolidate.py), which runs as the server's
-  background work (``background``).
+- A request whose answer finished is reported to the consolidator (consolidate.py), which runs as the server's
+  background work (``background``): one that failed half-way (the model failed, the server stopped) or whose
+  client left is not, its cut answer no conversation to learn from.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class MemoryEvents:
         self.answer: list[str] = []  # the text the client was sent, every round
         self._counted = Usage()  # the rounds that finished
         self._decoding = first  # the round decoding now (None between rounds)
+        self.finished = False  # the answer's Finished went out (a failed or cut one is not consolidated)
 
     @property
     def prepared(self):
@@ -170,7 +172,9 @@ class MemoryEvents:
         return self
 
     async def __anext__(self) -> TokenEvent:
-        return await self._gen.__anext__()
+        ev = await self._gen.__anext__()
+        self.finished = self.finished or isinstance(ev, Finished)
+        return ev
 
     async def aclose(self) -> None:
         await self._gen.aclose()
@@ -316,5 +320,5 @@ class MemoryEngine:
                     yield events
                 finally:
                     await events.aclose()
-                if self.consolidator is not None:
+                if self.consolidator is not None and events.finished:
                     await self.consolidator.seen(mem, req, "".join(events.answer))
