@@ -198,3 +198,26 @@ def test_a_payload_is_decoded_once_and_what_it_carries_is_the_requests_own():
     first = compaction.superseded(items)
     first[1]["content"][0]["text"] = "changed"
     assert compaction.superseded(items)[1] == kept[0]
+
+
+async def test_a_client_that_hangs_up_mid_summary_is_counted_for_what_was_decoded(serve):
+    """A compaction turn's summary is decoded in passes of its own: a client that hangs up during one is counted
+    (log line, metrics, dashboard) for the tokens it decoded, as for any generation it hung up on."""
+    import httpx
+    import trio
+
+    s = await serve(script=[{"output": "summary " * 300, "delay_ms": 20}, "after"])
+    body = {"model": MODEL, "input": HISTORY + [{"type": "compaction_trigger"}], "stream": True}
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with c.stream("POST", s.url("/v1/responses"), json=body) as r:
+            async for _ in r.aiter_lines():
+                with trio.fail_after(10):
+                    while s.engine.backend.tokens_decoded < 5:  # the summary pass is decoding
+                        await trio.sleep(0.01)
+                break  # hang up
+        with trio.fail_after(10):  # its record is kept once its request has ended
+            while not s.server.observer.recent():
+                await trio.sleep(0.02)
+    [cancelled] = s.server.observer.recent()
+    assert cancelled["stop_reason"] == "cancelled"
+    assert 5 <= cancelled["completion_tokens"] <= s.engine.backend.tokens_decoded < 300

@@ -99,6 +99,7 @@ class Summariser:
         window = getattr(self.backend, "context_window", 32768)
         self.budget = budget or min(window // 8, MAX_BUDGET)
         self.usage = Usage()
+        self._passes: list[Any] = []  # the sessions of its passes, the one decoding last
 
     def count(self, text: str) -> int:
         tok = getattr(self.backend, "tokenizer", None)
@@ -141,10 +142,18 @@ class Summariser:
         text, parts = await self.fitted(transcript)
         return await self.engine.count_tokens(self.request(INSTRUCTION, text, self.budget, parts))
 
+    @property
+    def decoded(self) -> tuple[int, int]:
+        """(completion, reasoning) tokens its passes decoded so far, the one decoding too (``Session.decoded``): what
+        a request whose client hung up mid-summary is counted for."""
+        counts = [getattr(p, "decoded", (0, 0)) for p in self._passes]
+        return sum(done for done, _ in counts), sum(thought for _, thought in counts)
+
     async def run_pass(self, system: str, user: str, max_tokens: int, parts: tuple = ()) -> str | None:
         """One pass through the queue; None when it failed (an error, a loop, nothing left)."""
         text: list[str] = []
         async with self.engine.session(self.request(system, user, max_tokens, parts), streamed=False) as events:
+            self._passes.append(events)
             async for ev in events:
                 if isinstance(ev, TextDelta):
                     text.append(ev.text)

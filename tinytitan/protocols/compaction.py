@@ -32,6 +32,7 @@ import copy
 import json
 import time
 from collections import OrderedDict
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, AsyncContextManager, AsyncIterable, AsyncIterator, Callable
 
 from .. import images
@@ -50,6 +51,7 @@ CONTEXT_HEADER = "Summary of the earlier conversation (compacted):"
 
 
 # -- the item ---------------------------------------------------------------------------------------------
+NOTHING_DECODED = SimpleNamespace(decoded=(0, 0))  # what a request reads between its summary and its reply
 DECODED_KEPT = 8  # payloads kept decoded (``decode``), newest last
 _DECODED: OrderedDict[str, dict] = OrderedDict()
 
@@ -183,6 +185,7 @@ def _line(item: dict) -> str:
 async def compaction_events(compactor: "Summariser", text: tuple, result: dict) -> AsyncIterator[TokenEvent]:
     """The token events of a compaction turn (the ``compaction`` entry of the Responses machine): Started at
     once, then the summary as one TextDelta; ``result`` gets the mode for the item."""
+    reading(compactor)  # (a client that hangs up mid-summary: what its passes decoded counts)
     try:
         yield Started(await compactor.prompt_tokens(text))
         summary = await compactor.summarise(text)
@@ -300,7 +303,8 @@ async def compacted_events(compactor: "Summariser", text: tuple, result: dict,
     summary = []
     async for ev in compaction_events(compactor, text, result):
         if isinstance(ev, Finished):
-            passes(ev.usage)  # the summary pass's tokens, in the request's record (metrics, log line)
+            passes(ev.usage)  # the summary pass's tokens, in the request's record (metrics, log line) …
+            reading(NOTHING_DECODED)  # … counted there, not also as the passes' decoded tokens
             break
         yield ev
         if isinstance(ev, Failed):
