@@ -62,6 +62,18 @@ TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
 SUBSCHEMAS = {"properties": "map", "$defs": "map", "definitions": "map", "additionalProperties": "one",
               "items": "one", "prefixItems": "list", "anyOf": "list", "oneOf": "list", "allOf": "list"}
 MAX_DEPTH = 64  # deeper schemas are refused (the compiler and the template recurse)
+# OpenAPI's hint beside a union (pydantic writes it for Field(discriminator=...)): which property names the branch.
+# It never changes what validates (the branches' own consts decide), so it is an annotation, its shape checked
+HINTS = frozenset({"discriminator"})
+
+
+def _check_discriminator(value: Any, at: str) -> None:
+    mapping = value.get("mapping", {}) if isinstance(value, dict) else None
+    if (not isinstance(value, dict) or not isinstance(value.get("propertyName"), str) or set(value) - {
+            "propertyName", "mapping"} or not isinstance(mapping, dict)
+            or not all(isinstance(v, str) for v in mapping.values())):
+        raise invalid(f"Invalid schema at '{at}': a discriminator is an object with a string 'propertyName' "
+                      f"and an optional 'mapping' of strings", param=at, code="invalid_schema")
 
 
 def vacuous_property_names(value: Any) -> bool:
@@ -250,6 +262,9 @@ def _check_keywords(schema: Any, where: str, depth: int, refs: list) -> None:
             raise invalid(f"JSON schema keyword '{key}' at '{at}' is not supported: {REFUSED[key]}", param=at,
                           code="unsupported_schema")
         if key in ANNOTATIONS:
+            continue
+        if key in HINTS:
+            _check_discriminator(value, at)
             continue
         if key not in SUPPORTED:
             raise invalid(f"JSON schema keyword '{key}' at '{at}' is not supported: structured output here "
