@@ -97,9 +97,9 @@ async def test_messages(serve, demo_backend, choice, allowed, single):
         check([(b.name, json.dumps(b.input)) for b in msg.content if b.type == "tool_use"], allowed, single)
 
 
-async def test_a_tool_schema_the_grammar_cannot_promise_is_refused_by_name(serve):
+async def test_a_strict_tool_schema_the_grammar_cannot_promise_is_refused_by_name(serve):
     s = await serve(["never generated"])
-    tools = [{"type": "function", "function": {"name": "tag", "parameters": {
+    tools = [{"type": "function", "function": {"name": "tag", "strict": True, "parameters": {
         "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}]
     async with __import__("httpx").AsyncClient(timeout=30) as c:
         r = await c.post(s.url("/v1/chat/completions"), json={
@@ -107,6 +107,47 @@ async def test_a_tool_schema_the_grammar_cannot_promise_is_refused_by_name(serve
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
     assert "'uniqueItems'" in message and "tag" in message, message
+
+
+LINK = {"type": "object", "properties": {"url": {"type": "string", "format": "uri", "maxLength": 20},
+                                         "tags": {"type": "array", "uniqueItems": True, "maxItems": 2,
+                                                  "items": {"type": "string", "maxLength": 8}}},
+        "required": ["url", "tags"], "additionalProperties": False}
+
+
+async def test_a_forced_call_to_a_tool_that_is_not_strict_leaves_what_the_grammar_cannot_promise(serve,
+                                                                                                  demo_backend):
+    """OpenAI holds a tool that is not strict to no schema and takes it under any tool_choice; LangChain's
+    function_calling structured output and the AI SDK's generateObject on Messages force such a tool, and zod's
+    z.url() writes format "uri". The call is made, held to everything else its schema says."""
+    s = await serve(backend=demo_backend)
+    tools = [{"type": "function", "function": {"name": "save_link", "parameters": LINK}}]
+    r = await chat_client(s).chat.completions.create(
+        model=demo_backend.model_id, messages=USER, tools=tools, tool_choice="required", max_tokens=120,
+        temperature=0)
+    (call,) = r.choices[0].message.tool_calls
+    args = json.loads(call.function.arguments)
+    assert call.function.name == "save_link" and set(args) == {"url", "tags"}, args
+    assert isinstance(args["url"], str) and len(args["url"]) <= 20 and len(args["tags"]) <= 2, args
+    msg = await anthropic_util.message(
+        anthropic_util.sdk(s), False, model=demo_backend.model_id, max_tokens=120, messages=USER,
+        tool_choice={"type": "any"}, extra_body={"temperature": 0},
+        tools=[{"name": "save_link", "input_schema": LINK}])
+    (use,) = [b for b in msg.content if b.type == "tool_use"]
+    assert use.name == "save_link" and set(use.input) == {"url", "tags"}, use
+
+
+def test_loosened_takes_every_value_the_schema_takes():
+    from tinytitan.output_format import check_schema, loosened
+
+    schema = {"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False,
+              "properties": {"when": {"type": "string", "format": "date"}, "site": {"format": "uri", "not": {}},
+                             "pair": {"type": "array", "items": [{"type": "string", "uniqueItems": True}],
+                                      "additionalItems": {"if": {}, "type": "integer"}}}}
+    assert loosened(schema) == {"type": "object", "properties": {
+        "when": {"type": "string", "format": "date"}, "site": {},
+        "pair": {"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "integer"}}}}
+    check_schema(loosened(schema), "tools.f.parameters")  # what is left, the grammar promises
 
 
 # -- other call markups: the grammar's every document is a call the family's own parser reads back ----------

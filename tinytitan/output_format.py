@@ -159,6 +159,35 @@ def check_schema(schema: Any, where: str, depth: int = 0, refs: list | None = No
         _check_references(schema, refs)
 
 
+def loosened(schema: Any) -> Any:
+    """``schema`` less what the grammar cannot promise: the refused and unknown keywords, the formats not
+    enforced (each dropped keyword only narrowed the values; with ``patternProperties`` goes the
+    ``additionalProperties`` it qualified). Every value the schema takes, the loosened one takes too. For a call
+    forced to a tool that is not strict: the API holds such a tool's arguments to no schema, so a keyword past
+    the grammar is the client's to check, not a reason to refuse the request."""
+    if not isinstance(schema, dict):
+        return schema
+    tuple_items = isinstance(schema.get("items"), list)
+    out = {}
+    for key, value in schema.items():
+        if key in ("items", "additionalItems") and tuple_items:
+            out[key] = [loosened(v) for v in value] if key == "items" else loosened(value)
+            continue
+        if key in REFUSED or key not in SUPPORTED | ANNOTATIONS | HINTS or (key == "format" and value not in FORMATS):
+            continue
+        shape = SUBSCHEMAS.get(key)
+        if shape == "one":
+            value = loosened(value)
+        elif shape == "list" and isinstance(value, list):
+            value = [loosened(v) for v in value]
+        elif shape == "map" and isinstance(value, dict):
+            value = {name: loosened(v) for name, v in value.items()}
+        out[key] = value
+    if "patternProperties" in schema:
+        out.pop("additionalProperties", None)
+    return out
+
+
 def _pointed(root: Any, ref: str) -> Any:
     """The subschema a local reference (``#`` or ``#/…``) names; None where it names none."""
     from urllib.parse import unquote
