@@ -140,7 +140,7 @@ async def serve(nursery, demo_tok):
 
     async def start(script=None, backend=None, *, api_key=None, allowed_hosts=(), max_queue=16,
                     spec_dir=None, model_id="tinytitan-scripted", memory=None, strict=True,
-                    strict_tools_echo=True, **server_config) -> Running:
+                    strict_tools_echo=True, keep_alive_s=None, **server_config) -> Running:
         if backend is None:
             backend = ScriptedBackend(entries(script or ["Hello."]), demo_tok, model_id=model_id)
         engine = Engine(backend, max_queue=max_queue)
@@ -153,6 +153,8 @@ async def serve(nursery, demo_tok):
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.accesslog = None
+        if keep_alive_s is not None:  # (hypercorn's default: 5 s)
+            config.keep_alive_timeout = keep_alive_s
         app = server.app
         if strict:
             app = StrictApp(server.app, strict_tools_echo)

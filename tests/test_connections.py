@@ -10,8 +10,10 @@ import trio
 
 import strict
 from rawhttp import RawConnection
+from tinytitan.http.wire import DRAIN_SECONDS
 
 BIG = b'{"model": "tinytitan-scripted", "input": "' + b"x" * (1 << 20) + b'"}'  # a little over 1 MiB
+KEEP_ALIVE = 1.0  # the keep-alive time of these tests' servers (the command line's is serve.KEEP_ALIVE_S)
 
 
 async def _answer_then_health(conn, method, path, body, headers):
@@ -99,8 +101,8 @@ async def test_a_client_that_closes_after_its_answer_is_let_go_within_the_keep_a
                                                                                          body):
     """curl, a health checker, a script making one connection a request: the client closes once it has read
     the answer. hypercorn holds such a connection until its keep-alive timer ends (http/wire.py): never
-    longer (the fixture's: 5 s)."""
-    s = await serve(["ok"])
+    longer (here: ``KEEP_ALIVE`` s)."""
+    s = await serve(["ok"], keep_alive_s=KEEP_ALIVE)
     conn = await RawConnection.open(s.base)
     async with conn.stream:
         await conn.send(method, path, body, {"Content-Type": "application/json"} if body else {})
@@ -108,7 +110,7 @@ async def test_a_client_that_closes_after_its_answer_is_let_go_within_the_keep_a
         assert status == 200
         await trio.sleep(0.3)  # the server has finished the request (its log line, its metrics) meanwhile
         await conn.stream.send_eof()
-        with trio.fail_after(9):  # the fixture's keep-alive timeout is hypercorn's default, 5 s
+        with trio.fail_after(KEEP_ALIVE + 4):
             assert await conn.closed()
 
 
@@ -129,7 +131,7 @@ async def _streamed(conn):
 async def test_a_body_that_stops_arriving_is_refused_and_its_connection_closed(serve, path, headers, kind):
     """A client that sends its headers and part of its body, then nothing (it hung; a slowloris): without a
     bound its connection was held for ever. Each byte restarts the wait, so a slow body is still read."""
-    s = await serve(["ok"], body_idle_seconds=0.5)
+    s = await serve(["ok"], body_idle_seconds=0.5, keep_alive_s=KEEP_ALIVE)
     body = (b'{"model": "tinytitan-scripted", ' + (b'"stream": false, ' if kind is None else b'"max_tokens": 8, ')
             + b'"messages": [{"role": "user", "content": "hi"}]}')
     conn = await RawConnection.open(s.base)
@@ -141,7 +143,8 @@ async def test_a_body_that_stops_arriving_is_refused_and_its_connection_closed(s
             for i in range(0, 40, 10):  # slower than nothing, faster than the bound: read whole
                 await conn.stream.send_all(body[i:i + 10])
                 await trio.sleep(0.3)
-            status, got, raw = await conn.response()
+            with trio.fail_after(DRAIN_SECONDS - 1):  # at once: the rest of a stalled body is not waited for
+                status, got, raw = await conn.response()
             assert status in (400, 408) and got["connection"] == "close", raw
             err = json.loads(raw)
             if kind:
@@ -193,22 +196,23 @@ async def test_a_chunked_body_past_the_limit_is_refused_at_once(serve):
 ])
 async def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(serve, method, path, body):
     """A client that keeps its connection after an answer and sends nothing more (a pool, a laptop that slept,
-    a slowloris of one request each) has it closed once the keep-alive time passes (the fixture's: 5 s)."""
-    s = await serve(["ok"])
+    a slowloris of one request each) has it closed once the keep-alive time passes (here: ``KEEP_ALIVE`` s)."""
+    s = await serve(["ok"], keep_alive_s=KEEP_ALIVE)
     conn = await RawConnection.open(s.base)
     async with conn.stream:
         await conn.send(method, path, body, {"Content-Type": "application/json"} if body else {})
         status, _, _ = await conn.response()
         assert status == 200
-        with trio.fail_after(9):
+        with trio.fail_after(KEEP_ALIVE + 4):
             assert await conn.closed()
 
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_an_answer_longer_than_the_keep_alive_time_is_not_cut(serve, stream):
-    """The client sends nothing while its answer is made: a 6 s answer, streamed or whole, arrives in full
-    past the fixture's 5 s read timeout, and the connection then serves the next request."""
-    s = await serve([{"output": "slow " * 30, "delay_ms": 200}, "ok"])
+    """The client sends nothing while its answer is made: an answer taking longer than the keep-alive time
+    (1.8 s against ``KEEP_ALIVE``), streamed or whole, arrives in full, and the connection then serves the next
+    request."""
+    s = await serve([{"output": "slow " * 30, "delay_ms": 60}, "ok"], keep_alive_s=KEEP_ALIVE)
     conn = await RawConnection.open(s.base)
     body = (b'{"model": "tinytitan-scripted", "stream": %s, "messages": [{"role": "user", "content": "hi"}]}'
             % (b"true" if stream else b"false"))

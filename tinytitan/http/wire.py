@@ -15,7 +15,8 @@ Rules:
 - A body that stops arriving (no byte of it for ``ServerConfig.body_idle_seconds``, 60 by default: a client
   that hung, or a slowloris holding connections open) is answered with a ``request_timeout`` error in the
   protocol's envelope, and its connection closed: nothing else bounds the time a request may take to send
-  its body. Each byte that arrives restarts the wait, so a large body on a slow link is read whole.
+  its body. Each byte that arrives restarts the wait, so a large body on a slow link is read whole. That
+  answer goes out at once: the rest of a body that stopped arriving is not waited for.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class BodyWatch:
         self.complete = trio.Event()
         self._progress = trio.Event()
         self.received = 0
+        self.stalled = False  # no byte of the body came for the idle time (``arrived``): nothing is drained
         self.length: int | None = None
         for name, value in scope.get("headers", []):
             if name.lower() == b"content-length":
@@ -60,7 +62,8 @@ class BodyWatch:
 
     def send(self, send):
         async def watched(message):
-            if message["type"] == "http.response.start" and not self.complete.is_set() and not await self._drain():
+            if message["type"] == "http.response.start" and not self.complete.is_set() and (
+                    self.stalled or not await self._drain()):
                 message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 with trio.CancelScope(shield=True) as scope:
@@ -82,6 +85,7 @@ class BodyWatch:
             with trio.move_on_after(idle) as waited:
                 await progress.wait()
             if waited.cancelled_caught:
+                self.stalled = True
                 return False
         return True
 
