@@ -37,7 +37,7 @@ def _generated(base: str) -> None:
 
 def test_ctrl_c_stops_the_server_while_a_client_does_not_read_its_stream(tmp_path):
     script = tmp_path / "s.yaml"
-    script.write_text(json.dumps(["word " * 400_000]))  # about 2 MB of answer: more than the socket buffers hold
+    script.write_text(json.dumps(["word " * 80_000]))  # over 10 MB of events: more than socket buffers hold
     proc, model, base, _ = start(["--script", str(script), "--stream-interval", "0"])
     host, port = base.removeprefix("http://").rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
