@@ -159,6 +159,27 @@ def check_schema(schema: Any, where: str, depth: int = 0, refs: list | None = No
         _check_references(schema, refs)
 
 
+def keywords(schema: dict):
+    """Each keyword of ``schema`` with the shape its value has as subschemas: "one", "list", "map" (subschemas
+    as its values, never its names), or None (no subschema: a const, an enum); a draft-07 tuple's ``items``
+    array and its ``additionalItems`` included, which the compiler reads as written, whatever ``$schema`` says."""
+    tuple_items = isinstance(schema.get("items"), list)
+    for key, value in schema.items():
+        yield key, value, ("list" if key == "items" and tuple_items else "one" if key == "additionalItems"
+                           else SUBSCHEMAS.get(key))
+
+
+def map_subschemas(value: Any, shape: str | None, fn) -> Any:
+    """A keyword's ``value`` (of that ``shape``: ``keywords``) with ``fn`` applied to each of its subschemas."""
+    if shape == "one":
+        return fn(value)
+    if shape == "list" and isinstance(value, list):
+        return [fn(v) for v in value]
+    if shape == "map" and isinstance(value, dict):
+        return {name: fn(v) for name, v in value.items()}
+    return value
+
+
 def loosened(schema: Any) -> Any:
     """``schema`` less what the grammar cannot promise: the refused and unknown keywords, the formats not
     enforced (each dropped keyword only narrowed the values; with ``patternProperties`` goes the
@@ -169,20 +190,12 @@ def loosened(schema: Any) -> Any:
         return schema
     tuple_items = isinstance(schema.get("items"), list)
     out = {}
-    for key, value in schema.items():
-        if key in ("items", "additionalItems") and tuple_items:
-            out[key] = [loosened(v) for v in value] if key == "items" else loosened(value)
+    for key, value, shape in keywords(schema):
+        unpromised = key in REFUSED or key not in SUPPORTED | ANNOTATIONS | HINTS or (
+            key == "format" and value not in FORMATS)
+        if unpromised and not (tuple_items and key == "additionalItems"):
             continue
-        if key in REFUSED or key not in SUPPORTED | ANNOTATIONS | HINTS or (key == "format" and value not in FORMATS):
-            continue
-        shape = SUBSCHEMAS.get(key)
-        if shape == "one":
-            value = loosened(value)
-        elif shape == "list" and isinstance(value, list):
-            value = [loosened(v) for v in value]
-        elif shape == "map" and isinstance(value, dict):
-            value = {name: loosened(v) for name, v in value.items()}
-        out[key] = value
+        out[key] = map_subschemas(value, shape, loosened)
     if "patternProperties" in schema:
         out.pop("additionalProperties", None)
     return out

@@ -23,7 +23,7 @@ from typing import Any
 
 from ...chat_request import Grammar
 from ...errors import invalid
-from ...output_format import SUBSCHEMAS, vacuous_property_names
+from ...output_format import keywords, map_subschemas, vacuous_property_names
 
 CACHE_SIZE = 256
 # The escapes a JSON string may use. llguidance (1.9) admits an extra key (one that is not a declared property,
@@ -46,19 +46,9 @@ def escapes(schema: Any) -> dict:
     return {"json_allowed_escapes": ONE_SPELLING}
 
 
-def _keywords(schema: dict):
-    """Each keyword of ``schema`` with the shape its value has as subschemas: "one", "list", "map" (subschemas
-    as its values, never its names), or None (no subschema: a const, an enum); a draft-07 tuple's ``items``
-    array and its ``additionalItems`` included, which the compiler reads as written, whatever ``$schema`` says."""
-    tuple_items = isinstance(schema.get("items"), list)
-    for key, value in schema.items():
-        yield key, value, ("list" if key == "items" and tuple_items else "one" if key == "additionalItems"
-                           else SUBSCHEMAS.get(key))
-
-
 def _subschemas(schema: dict):
-    """The subschemas of ``schema`` (``_keywords``)."""
-    for _, value, shape in _keywords(schema):
+    """The subschemas of ``schema`` (``keywords``)."""
+    for _, value, shape in keywords(schema):
         if shape == "one":
             yield value
         elif shape == "list" and isinstance(value, list):
@@ -245,16 +235,10 @@ def with_format_patterns(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {}
-    for key, value, shape in _keywords(schema):
+    for key, value, shape in keywords(schema):
         if key == "$schema" or (key == "propertyNames" and vacuous_property_names(value)):
             continue
-        if shape == "one":
-            value = with_format_patterns(value)
-        elif shape == "list" and isinstance(value, list):
-            value = [with_format_patterns(v) for v in value]
-        elif shape == "map" and isinstance(value, dict):
-            value = {k: with_format_patterns(v) for k, v in value.items()}
-        out[key] = value
+        out[key] = map_subschemas(value, shape, with_format_patterns)
     _within_reach(out)
     pattern = FORMAT_PATTERNS.get(out.get("format")) if isinstance(out.get("format"), str) else None
     if pattern is not None:
