@@ -18,7 +18,9 @@ SAME = ["Tinytitan-Scripted", "TINYTITAN-SCRIPTED:LATEST", "library/tinytitan-sc
         "registry.ollama.ai/library/tinytitan-scripted:latest", "Registry.Ollama.AI/library/tinytitan-scripted",
         " tinytitan-scripted ", "tinytitan-scripted:local"]
 OTHER = ["tinytitan-scripted:7b", "other.host/library/tinytitan-scripted", "someone/tinytitan-scripted",
-         "tinytitan-scripted:cloud"]
+         "tinytitan-scripted:cloud",
+         # a cloud source after a tag (internal/modelref ParseRef sets ':cloud' aside): a name, not served here
+         "tinytitan-scripted:latest:cloud", "tinytitan-scripted:7b:CLOUD", "library/tinytitan-scripted:7b:cloud"]
 # not a name to Ollama (types/model/name.go IsValid): a space, a '!', a ':' inside the model part, an empty tag
 INVALID = ["tinytitan scripted", "bad name!", "a:b:c", "tinytitan-scripted:", "ünïcode"]
 

@@ -5,7 +5,8 @@ routes, any spelling Ollama's own server reads as the same name (``ollama_spelli
 Ollama's reading of a name (types/model/name.go ``ParseName``, internal/modelref ``ParseRef``):
 - ``[host/][namespace/]model[:tag]``, the host ``registry.ollama.ai``, the namespace ``library`` and the tag
   ``latest`` where they are left out: ``x``, ``x:latest``, ``library/x`` and ``registry.ollama.ai/library/x:latest``
-  are one name; spaces around it and a ``:local`` source suffix are dropped.
+  are one name; spaces around it and a ``:local`` source suffix are dropped (a ``:cloud`` one names a model
+  elsewhere: a name, never one served here).
 - Parts are compared without regard to case (its server canonicalises each part against the models it has).
 - A part is 1 to 80 characters (a host 350) of letters, digits, ``_``, ``-`` and ``.`` (not in a namespace; a host
   may hold ``:``), starting with a letter, digit or ``_``: a name outside that is not Ollama's, and only the name as
@@ -74,6 +75,9 @@ def ollama_reads(name: str) -> bool:
     """Whether Ollama's server takes ``name`` as a model name at all (the rules above); an empty one is its own
     case (Ollama's "model is required"). Its chat, generate and show answer any other 400 "invalid model name"."""
     name = _local(name)
+    before, sep, source = name.rpartition(":")  # a ``:cloud`` source (``x:7b:cloud``) is set aside too: a name
+    if sep and source.strip().lower() == "cloud":  # Ollama reads, of a model not served here (its 404)
+        name = before
     return not name or ollama_parts(name) is not None
 
 
