@@ -150,6 +150,24 @@ def test_loosened_takes_every_value_the_schema_takes():
     check_schema(loosened(schema), "tools.f.parameters")  # what is left, the grammar promises
 
 
+def test_loosened_leaves_no_reference_to_what_it_left_out():
+    """A ``$ref`` to a schema under a keyword left out (an OpenAPI document's ``components``, a ``not``), or one
+    the grammar cannot follow (another document, an anchor), goes with it: its subschema then takes any value,
+    as the API takes such a tool's arguments, rather than a grammar that cannot compile. So does a hint of
+    another shape (Swagger 2's discriminator, a property name)."""
+    from tinytitan.output_format import check_schema, loosened
+
+    schema = {"type": "object", "components": {"schemas": {"A": {"type": "string"}}}, "not": {"type": "integer"},
+              "discriminator": "kind", "$defs": {"B": {"type": "string", "format": "uri"}},
+              "properties": {"a": {"$ref": "#/components/schemas/A"}, "n": {"$ref": "#/not", "title": "N"},
+                             "b": {"$ref": "#/$defs/B"}, "r": {"$ref": "https://example.com/s.json"},
+                             "h": {"$ref": "#anchor"}, "c": {"const": {"$ref": "#/nowhere"}}}}
+    assert loosened(schema) == {"type": "object", "$defs": {"B": {"type": "string"}}, "properties": {
+        "a": {}, "n": {"title": "N"}, "b": {"$ref": "#/$defs/B"}, "r": {}, "h": {},
+        "c": {"const": {"$ref": "#/nowhere"}}}}
+    check_schema(loosened(schema), "tools.f.parameters")
+
+
 # -- other call markups: the grammar's every document is a call the family's own parser reads back ----------
 @pytest.fixture(scope="module")
 def fixtures_root(tmp_path_factory):

@@ -67,11 +67,15 @@ MAX_DEPTH = 64  # deeper schemas are refused (the compiler and the template recu
 HINTS = frozenset({"discriminator"})
 
 
-def _check_discriminator(value: Any, at: str) -> None:
+def _discriminator_shaped(value: Any) -> bool:
     mapping = value.get("mapping", {}) if isinstance(value, dict) else None
-    if (not isinstance(value, dict) or not isinstance(value.get("propertyName"), str) or set(value) - {
-            "propertyName", "mapping"} or not isinstance(mapping, dict)
-            or not all(isinstance(v, str) for v in mapping.values())):
+    return (isinstance(value, dict) and isinstance(value.get("propertyName"), str)
+            and not set(value) - {"propertyName", "mapping"} and isinstance(mapping, dict)
+            and all(isinstance(v, str) for v in mapping.values()))
+
+
+def _check_discriminator(value: Any, at: str) -> None:
+    if not _discriminator_shaped(value):
         raise invalid(f"Invalid schema at '{at}': a discriminator is an object with a string 'propertyName' "
                       f"and an optional 'mapping' of strings", param=at, code="invalid_schema")
 
@@ -185,20 +189,30 @@ def loosened(schema: Any) -> Any:
     enforced (each dropped keyword only narrowed the values; with ``patternProperties`` goes the
     ``additionalProperties`` it qualified). Every value the schema takes, the loosened one takes too. For a call
     forced to a tool that is not strict: the API holds such a tool's arguments to no schema, so a keyword past
-    the grammar is the client's to check, not a reason to refuse the request."""
-    if not isinstance(schema, dict):
-        return schema
-    tuple_items = isinstance(schema.get("items"), list)
-    out = {}
-    for key, value, shape in keywords(schema):
-        unpromised = key in REFUSED or key not in SUPPORTED | ANNOTATIONS | HINTS or (
-            key == "format" and value not in FORMATS)
-        if unpromised and not (tuple_items and key == "additionalItems"):
-            continue
-        out[key] = map_subschemas(value, shape, loosened)
+    the grammar is the client's to check, not a reason to refuse the request. A ``$ref`` that no longer names a
+    subschema of what is left (its target went with a keyword, or is in another document) goes too."""
+    out = _walk(schema, _loose)
+    return _walk(out, lambda node: {k: v for k, v in node.items() if k != "$ref" or (
+        isinstance(v, str) and (v == "#" or v.startswith("#/")) and _pointed(out, v) is not None)})
+
+
+def _loose(schema: dict) -> dict:
+    out = {key: value for key, value in schema.items()
+           if not (key in REFUSED or key not in SUPPORTED | ANNOTATIONS | HINTS
+                   or (key == "format" and value not in FORMATS) or (key in HINTS and not _discriminator_shaped(value)))
+           or (key == "additionalItems" and isinstance(schema.get("items"), list))}  # (a draft-07 tuple's rest)
     if "patternProperties" in schema:
         out.pop("additionalProperties", None)
     return out
+
+
+def _walk(schema: Any, each: Any) -> Any:
+    """``schema`` with ``each`` applied to each schema object in it, outermost first: its subschemas only, never a
+    ``const``'s, an ``enum``'s or a ``default``'s value."""
+    if not isinstance(schema, dict):
+        return schema
+    return {key: map_subschemas(value, shape, lambda sub: _walk(sub, each))
+            for key, value, shape in keywords(each(schema))}
 
 
 def _pointed(root: Any, ref: str) -> Any:
