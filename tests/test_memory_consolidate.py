@@ -96,3 +96,23 @@ async def test_an_answer_that_failed_is_not_kept_for_consolidation(tmp_path, dem
         assert s.engine.memory.db.run(lambda tx: tx.rows("SELECT scope FROM memory_transcripts")) == []  # … nor
         await converse(s, "chat", stream=False)  # (an answer that finishes is kept)
         assert len(s.engine.consolidator.active) == 1
+
+
+async def test_a_pass_the_server_stops_leaves_the_transcript_waiting(tmp_path, demo_tok):
+    """The server stops mid-pass: its generation ends in-band (the engine's wind_down), and the transcript it
+    took waits again for the next start, as when the pass is cancelled, rather than being lost unconsolidated."""
+    cfg = config(tmp_path, consolidate=0.2)
+    script = [ANSWER, {"output": "build/command: from the pass the server stopped", "delay_ms": 100}]
+    async with memory_server(demo_tok, script, cfg) as s:
+        await converse(s, "chat", stream=False)
+        with trio.fail_after(20):
+            while s.engine.inner.running == 0:  # the pass is decoding
+                await trio.sleep(0.01)
+        await s.engine.wind_down(0)
+        with trio.fail_after(20):
+            while s.engine.inner.running:  # the pass has ended
+                await trio.sleep(0.01)
+        await trio.sleep(0.2)
+        rows = s.engine.memory.db.run(lambda tx: tx.rows("SELECT transcript FROM memory_transcripts"))
+        assert len(rows) == 1 and ANSWER in rows[0][0], rows
+        assert s.engine.consolidator.passes == 0 and the_repo(cfg).get("build/command") is None

@@ -111,6 +111,9 @@ class Finished:
     timing: Timing | None = None
 
 
+SHUTTING_DOWN = "server_shutting_down"  # a Failed's code when the server stopped it (``Engine.wind_down``)
+
+
 @dataclass(frozen=True)
 class Failed:
     message: str

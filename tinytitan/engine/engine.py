@@ -43,6 +43,7 @@ import trio
 from .. import images
 from ..chat_request import ChatRequest
 from ..errors import LOAD_ERRORS, ApiError
+from ..events import SHUTTING_DOWN
 from ..models.names import FAST_SUFFIX, spellings
 from .backends.base import Backend
 from .prompt.prepare import Prepared
@@ -206,7 +207,7 @@ class Engine:
                 self._emptied = trio.Event()
                 await self._emptied.wait()
         self.stopped = ApiError("unavailable", "the server is shutting down; retry once it is back",
-                                code="server_shutting_down")
+                                code=SHUTTING_DOWN)
         for session in list(self.sessions):
             session.interrupt(self.stopped)
 

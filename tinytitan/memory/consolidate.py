@@ -9,8 +9,8 @@ Rules:
   ``memory_transcripts`` (one per workspace, in the state database): at most ``MAX_ACTIVE`` rows; past that
   the one active longest ago is dropped (and logged). Rows left by an earlier run (a restart, another server
   on the same database) are consolidated once quiet.
-- A pass takes its transcript's row (so two servers never both consolidate it; a pass cut short puts it back
-  unless a newer one was written) and writes through the workspace's memory as it is then.
+- A pass takes its transcript's row (so two servers never both consolidate it; a pass cut short, by a client
+  or by the server stopping its generation, puts it back unless a newer one was written) and writes through the workspace's memory as it is then.
 - A workspace quiet for ``quiet`` seconds is consolidated once (until it is active again), and only while the
   server is idle: no request decoding or waiting. A request that arrives meanwhile cancels the pass (clients
   come first); the workspace is tried again once quiet.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import trio
 
 from ..chat_request import ChatRequest, Message
-from ..events import Failed, TextDelta
+from ..events import SHUTTING_DOWN, Failed, TextDelta
 from .keys import Refused
 from .markup import Shield, added_texts
 from .records import WriteFailed
@@ -216,9 +216,11 @@ class Consolidator:
         try:
             with self.memory.hold(act.scope) as workspace:
                 return await self._consolidate(act, workspace, model, transcript)
-        except trio.Cancelled:
+        except (trio.Cancelled, _Stopped) as exc:
             with trio.CancelScope(shield=True):  # cut short: the transcript waits again (unless a newer one does)
                 await self.memory.db.call(put_back, key, act.scope.path, model, transcript)
+            if isinstance(exc, _Stopped):  # (the next start consolidates it)
+                return 0
             raise
 
     async def _consolidate(self, act: Activity, workspace: Workspace, model: str, transcript: str) -> int:
@@ -236,9 +238,13 @@ class Consolidator:
                 async for ev in events:
                     if isinstance(ev, TextDelta):
                         text.append(ev.text)
+                    elif isinstance(ev, Failed) and ev.code == SHUTTING_DOWN:
+                        raise _Stopped
                     elif isinstance(ev, Failed):
                         log.warning("memory consolidation failed: %s", ev.type)
                         return 0
+        except _Stopped:
+            raise
         except Exception as exc:  # memory never fails anything
             log.warning("memory consolidation could not run: %s", type(exc).__name__)
             return 0
@@ -248,6 +254,10 @@ class Consolidator:
         log.info("memory consolidation of %s: %d facts written from a %d-character transcript", act.scope,
                  written, len(transcript))
         return written
+
+
+class _Stopped(Exception):
+    """The server stopped the pass's generation (its wind-down): the pass is cut short, as when cancelled."""
 
 
 def write_facts(workspace: Workspace, facts: list[tuple[str, str]]) -> int:
