@@ -43,10 +43,11 @@ def envelope(r, status, param=None, code=None, contains=None):
      "strict"),
     ({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "zz", "content": "r"}]},
      "messages[1].tool_call_id", "must be a response to a preceding message with 'tool_calls'"),
-    # a tool's name as the API holds it (^[a-zA-Z0-9_-]+$, at most 64): in OpenAI's words, naming the place
+    # a tool's name as the API holds it, with MCP's dot (^[a-zA-Z0-9_.-]+$, at most 64): in OpenAI's
+    # words, naming the place
     ({"tools": [{"type": "function", "function": {"name": "get weather"}}]}, "tools[0].function.name",
-     "string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."),
-    ({"tools": [{"type": "function", "function": {"name": "fs.read"}}]}, "tools[0].function.name", "pattern"),
+     "string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_.-]+$'."),
+    ({"tools": [{"type": "function", "function": {"name": "fs:read"}}]}, "tools[0].function.name", "pattern"),
     ({"tools": [{"type": "function", "function": {"name": "Bash\n"}}]}, "tools[0].function.name", "pattern"),
     ({"tools": [{"type": "function", "function": {"name": "f" * 65}}]}, "tools[0].function.name",
      "Expected a string with maximum length 64, but got a string with length 65 instead."),
@@ -82,9 +83,11 @@ async def test_refused_by_name(serve, extra, param, contains):
 
 async def test_agents_tool_names_are_taken(serve):
     """The names agents give their tools fit the API's rule, and are answered: Claude Code's and Codex's MCP
-    names, opencode's server_tool, a hyphen, 64 characters."""
+    names, opencode's server_tool, a hyphen, 64 characters, and MCP's dotted ones (SEP-986), which qwen-code
+    and openai-agents pass through."""
     s = await serve(["ok"])
-    names = ["mcp__github__create_issue", "Bash", "todo-write", "context7_resolve-library-id", "x" * 64]
+    names = ["mcp__github__create_issue", "Bash", "todo-write", "context7_resolve-library-id", "x" * 64,
+             "admin.tools.list", "github.create-issue"]
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in names]
     r = await call(s, {"model": MODEL, "messages": USER, "tools": tools})
     assert r.status_code == 200, r.text

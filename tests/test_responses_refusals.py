@@ -109,8 +109,9 @@ BAD = [
     ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "a__b"},
                                                {"type": "namespace", "name": "a", "tools": [{"name": "b"}]}]},
      "tools[1].tools[0].name", "invalid_value"),
-    # a tool's name as the API holds it (^[a-zA-Z0-9_-]+$, at most 64), wherever a tool is named
-    ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "fs.read"}]}, "tools[0].name",
+    # a tool's name as the API holds it, with MCP's dot (^[a-zA-Z0-9_.-]+$, at most 64), wherever a
+    # tool is named
+    ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "fs:read"}]}, "tools[0].name",
      "invalid_value"),
     ({"model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "f" * 65}]}, "tools[0].name",
      "string_above_max_length"),
