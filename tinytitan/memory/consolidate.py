@@ -10,7 +10,8 @@ Rules:
   the one active longest ago is dropped (and logged). Rows left by an earlier run (a restart, another server
   on the same database) are consolidated once quiet.
 - A pass takes its transcript's row (so two servers never both consolidate it; a pass cut short, by a client
-  or by the server stopping its generation, puts it back unless a newer one was written) and writes through the workspace's memory as it is then.
+  or by the server stopping its generation, puts it back unless a newer one was written) and writes through
+  the workspace's memory as it is then.
 - A workspace quiet for ``quiet`` seconds is consolidated once (until it is active again), and only while the
   server is idle: no request decoding or waiting. A request that arrives meanwhile cancels the pass (clients
   come first); the workspace is tried again once quiet.

@@ -84,7 +84,7 @@ def resolve(spec: str, form: str | None = None) -> Resolved:
     if REPO_ID.fullmatch(spec) and not path.exists():
         return Resolved(hf_snapshot(spec), spec)
     raise ModelNotFound(f"--model {spec}: not a model directory, a .gguf file, a Hugging Face repo id (org/name) "
-                        f"or a short name ({', '.join([*SHORT_NAMES, 'demo-vision'])})")  # (demo-vision: model_setup.py)
+                        f"or a short name ({', '.join([*SHORT_NAMES, 'demo-vision'])})")  # (demo-vision: model_setup)
 
 
 def _convert(path: Path, form: str | None) -> Path:
