@@ -134,6 +134,31 @@ async def test_fill_in_the_middle_with_a_tokenizer_that_has_fim_tokens(serve):
     assert "".join([ch.text async for chunk in stream for ch in chunk.choices]) == "    return a + b"
 
 
+@pytest.mark.parametrize("markers", [
+    ("<\uff5cfim\u2581begin\uff5c>", "<\uff5cfim\u2581hole\uff5c>", "<\uff5cfim\u2581end\uff5c>"),  # DeepSeek-Coder
+    ("\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>"),  # CodeLlama: its tokenizer's spelling (transformers' CodeLlamaTokenizer)
+], ids=["deepseek-coder", "codellama"])
+async def test_fill_in_the_middle_with_other_code_models_markers(serve, markers):
+    """Continue and Twinny send DeepSeek-Coder and CodeLlama a suffix; each model's vocabulary spells its markers
+    its own way (once refused: only Qwen's, StarCoder's and a CodeLlama spelling no tokenizer of it has were
+    known)."""
+    tok = demo_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": list(markers)})
+    backend = Recording([ScriptEntry("    return a + b")], tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    r = await client(s).completions.create(model=MODEL, prompt="def add(a, b):\n", suffix="\nprint(add(1, 2))\n",
+                                           max_tokens=20, stop=["\n\n", markers[0]], temperature=0.01)
+    Completion.model_validate(r.model_dump())
+    assert r.choices[0].text == "    return a + b"
+    expected = f"{markers[0]}def add(a, b):\n{markers[1]}\nprint(add(1, 2))\n{markers[2]}"
+    assert backend.prompts == [expected]
+    ids, vocab = tok.encode(expected, add_special_tokens=False), tok.get_vocab()
+    assert all(vocab[t] in ids for t in markers) and r.usage.prompt_tokens == len(ids)
+    async with httpx.AsyncClient() as h:  # Ollama's name for it, where a client asks the model's capabilities
+        shown = (await h.post(s.url("/api/show"), json={"model": MODEL})).json()
+    assert "insert" in shown["capabilities"]
+
+
 async def test_suffix_is_refused_by_name_without_fim_tokens(serve):
     s = await serve(["never"])
     with pytest.raises(openai.BadRequestError) as err:

@@ -51,9 +51,13 @@ log = logging.getLogger("tinytitan.backend")
 
 
 # fill-in-the-middle control tokens, as the model families that train on them spell them
-FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder
-              ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SmolLM
-              ("<PRE>", "<SUF>", "<MID>"))  # CodeLlama
+# (each laid out prefix-suffix-middle: marker, prefix, marker, suffix, marker); spelled as the vocabulary spells
+# them, which is how the tokenizer finds them in the text
+FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder, CodeGemma
+              ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, StarCoder2, SmolLM
+              ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder (V1, V2)
+              ("▁<PRE>", "▁<SUF>", "▁<MID>"),  # CodeLlama, as its tokenizer spells them (the space is the token's)
+              ("<PRE>", "<SUF>", "<MID>"))  # CodeLlama converted without the space
 
 TRANSIENT_OPENINGS_KEPT = 64  # template variables whose transient opening is kept, per tokenizer
 
