@@ -18,6 +18,7 @@ from ...chat_request import Message
 from ...progress import Progress
 from .base import Backend
 from ..prompt.prepare import FALLBACK_SAMPLING, Prepared
+from ..prompt.rendering import FIM_ENDS
 from ..decode.token_events import DecodeLoop
 from ..cache.memory import PromptCache
 from ..speculative.speculator import SpeculativeConfig, Speculator
@@ -141,7 +142,7 @@ class MLXBackend(Backend):
         self.config = config
         self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
         vocab = self.tokenizer.get_vocab()
-        for stop in self.family.stop_tokens:  # the family's end-of-turn tokens end generation
+        for stop in self.family.stop_tokens + FIM_ENDS:  # the family's end-of-turn tokens (and an infill's) end generation
             if stop in vocab and vocab[stop] not in self.tokenizer.eos_token_ids:
                 self.tokenizer.add_eos_token(stop)
         text_config = config.get("text_config")

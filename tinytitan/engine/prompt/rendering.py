@@ -58,6 +58,9 @@ FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5
               ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder (V1, V2)
               ("▁<PRE>", "▁<SUF>", "▁<MID>"),  # CodeLlama, as its tokenizer spells them (the space is the token's)
               ("<PRE>", "<SUF>", "<MID>"))  # CodeLlama converted without the space
+# the tokens that end a filled-in middle where the model's end of sequence does not: CodeLlama ends one with
+# its end-of-infill token, and without it as a stop writes on past the gap (llama.cpp ends generation on both)
+FIM_ENDS = ("▁<EOT>", "<EOT>")
 
 TRANSIENT_OPENINGS_KEPT = 64  # template variables whose transient opening is kept, per tokenizer
 
