@@ -142,7 +142,7 @@ class MLXBackend(Backend):
         self.config = config
         self.tokenizer = load_tokenizer(self.path, eos_token_ids=config.get("eos_token_id"))
         vocab = self.tokenizer.get_vocab()
-        for stop in self.family.stop_tokens + FIM_ENDS:  # the family's end-of-turn tokens (and an infill's) end generation
+        for stop in self.family.stop_tokens + FIM_ENDS:  # the family's end-of-turn tokens, and an infill's, end it
             if stop in vocab and vocab[stop] not in self.tokenizer.eos_token_ids:
                 self.tokenizer.add_eos_token(stop)
         text_config = config.get("text_config")
