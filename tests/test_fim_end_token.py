@@ -1,19 +1,21 @@
 """A filled-in middle ends where the model says so: CodeLlama closes an infill with its end-of-infill token
-(``▁<EOT>``), not its end of sequence; without it as a stop, an editor's completion ran on past the gap."""
+(``▁<EOT>``), not its end of sequence, and a Qwen-coder or StarCoder2 that goes on to its repository format's
+next file (``<|file_sep|>``, ``<file_sep>``…) has left the gap; without them as ends, an editor's completion ran
+on past the gap to max_tokens."""
 
 from __future__ import annotations
 
 import shutil
 
+import pytest
 from transformers import AutoTokenizer
 
 from tinytitan.demo_model import ensure_demo_model
 from tinytitan.engine.backends.mlx import MLXBackend
 
-CODELLAMA = ("\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>", "\u2581<EOT>")
 
-
-def test_codellamas_end_of_infill_token_ends_generation(tmp_path):
+def served_with(tmp_path, added: list[str]) -> MLXBackend:
+    """The demo model, its tokenizer given ``added`` as special tokens."""
     src, out = ensure_demo_model(), tmp_path / "m"
     out.mkdir()
     for f in src.iterdir():
@@ -22,10 +24,19 @@ def test_codellamas_end_of_infill_token_ends_generation(tmp_path):
         else:
             shutil.copy(f, out / f.name)
     tok = AutoTokenizer.from_pretrained(out)
-    tok.add_special_tokens({"additional_special_tokens": list(CODELLAMA)})
+    tok.add_special_tokens({"additional_special_tokens": added})
     tok.save_pretrained(out)
-    backend = MLXBackend(out, "m", lazy=True)
+    return MLXBackend(out, "m", lazy=True)
+
+
+@pytest.mark.parametrize("markers, ends", [
+    (["\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>"], ["\u2581<EOT>"]),  # CodeLlama
+    (["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"], ["<|fim_pad|>", "<|file_sep|>", "<|repo_name|>"]),  # Qwen2.5-coder
+    (["<fim_prefix>", "<fim_suffix>", "<fim_middle>"], ["<fim_pad>", "<file_sep>", "<repo_name>"]),  # StarCoder2
+], ids=["codellama", "qwen-coder", "starcoder2"])
+def test_the_end_of_a_filled_in_middle_ends_generation(tmp_path, markers, ends):
+    backend = served_with(tmp_path, markers + ends)
     vocab = backend.tokenizer.get_vocab()
-    assert backend.fim_tokens == CODELLAMA[:3]
-    assert vocab[CODELLAMA[3]] in backend.tokenizer.eos_token_ids
-    assert vocab[CODELLAMA[0]] not in backend.tokenizer.eos_token_ids
+    assert backend.fim_tokens == tuple(markers)
+    assert all(vocab[t] in backend.tokenizer.eos_token_ids for t in ends)
+    assert not any(vocab[t] in backend.tokenizer.eos_token_ids for t in markers)

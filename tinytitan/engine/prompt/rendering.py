@@ -59,8 +59,11 @@ FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5
               ("▁<PRE>", "▁<SUF>", "▁<MID>"),  # CodeLlama, as its tokenizer spells them (the space is the token's)
               ("<PRE>", "<SUF>", "<MID>"))  # CodeLlama converted without the space
 # the tokens that end a filled-in middle where the model's end of sequence does not: CodeLlama ends one with
-# its end-of-infill token, and without it as a stop writes on past the gap (llama.cpp ends generation on both)
-FIM_ENDS = ("▁<EOT>", "<EOT>")
+# its end-of-infill token, and without it as a stop writes on past the gap; a Qwen-coder or StarCoder2 that
+# goes on with its repository format's padding, next file or repository name has left the gap too (llama.cpp
+# ends generation on each of them, ggml-org/llama.cpp#9606)
+FIM_ENDS = ("▁<EOT>", "<EOT>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<fim_pad>", "<file_sep>",
+            "<repo_name>")
 
 TRANSIENT_OPENINGS_KEPT = 64  # template variables whose transient opening is kept, per tokenizer
 
