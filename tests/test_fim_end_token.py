@@ -5,24 +5,16 @@ on past the gap to max_tokens."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from transformers import AutoTokenizer
 
-from tinytitan.demo_model import ensure_demo_model
+from test_context_window_keys import model_dir
 from tinytitan.engine.backends.mlx import MLXBackend
 
 
 def served_with(tmp_path, added: list[str]) -> MLXBackend:
     """The demo model, its tokenizer given ``added`` as special tokens."""
-    src, out = ensure_demo_model(), tmp_path / "m"
-    out.mkdir()
-    for f in src.iterdir():
-        if f.name == "model.safetensors":
-            (out / f.name).symlink_to(f)
-        else:
-            shutil.copy(f, out / f.name)
+    out = model_dir(tmp_path, lambda config: None)
     tok = AutoTokenizer.from_pretrained(out)
     tok.add_special_tokens({"additional_special_tokens": added})
     tok.save_pretrained(out)
