@@ -124,7 +124,7 @@ def _command(args, out, memory, Workspace) -> int:
             raise Failure(f"no memory under the key {args.key!r}")
         # and the listings kept for its conversations: else one that showed the key shows it again after a
         # restart (a person deletes a wrong fact or a secret saved by mistake: its next turn reads memory anew)
-        memory.db.run(lambda tx: tx.exec("DELETE FROM memory_fragments WHERE scope = ?", (ws.scope,)))
+        memory.db.run(lambda tx: memory.drop_fragments(tx, ws.scope))
         print(f"deleted {args.key}", file=out)
         return 0
     if cmd == "forget":
@@ -136,8 +136,7 @@ def _command(args, out, memory, Workspace) -> int:
             tx.exec("DELETE FROM memory_workspaces WHERE scope = ?", (ws.scope,))
             # and the conversation waiting to be consolidated: else its facts are written back once it is quiet
             tx.exec("DELETE FROM memory_transcripts WHERE scope = ?", (ws.scope,))
-            # and the listings kept for its conversations (shown again to a conversation after a restart)
-            tx.exec("DELETE FROM memory_fragments WHERE scope = ?", (ws.scope,))
+            memory.drop_fragments(tx, ws.scope)  # and the listings kept for its conversations
             return n
 
         print(f"forgot {memory.db.run(forget)} records", file=out)

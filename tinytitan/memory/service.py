@@ -183,6 +183,12 @@ class Memory:
             return None
         return row[0] if row else None
 
+    @staticmethod
+    def drop_fragments(tx, scope: str) -> None:
+        """Forget the listings kept for a workspace's conversations (in ``tx``): a conversation shown a key that
+        was then deleted or forgotten reads memory anew, after a restart too."""
+        tx.exec("DELETE FROM memory_fragments WHERE scope = ?", (scope,))
+
     def _store_fragment(self, key: tuple, text: str) -> None:
         def store(tx) -> None:
             tx.exec("INSERT INTO memory_fragments (scope, opening, fragment, at) VALUES (?, ?, ?, ?) ON CONFLICT "
