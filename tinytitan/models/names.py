@@ -64,20 +64,22 @@ def ollama_parts(name: str) -> tuple[str, str, str, str] | None:
     return tuple(p.lower() for p in parts)  # type: ignore[return-value]
 
 
+def _without_source(name: str, source: str) -> str:
+    """``name`` less a trailing ``:<source>`` (any case, spaces around it), as Ollama's ParseRef sets it aside."""
+    before, sep, tail = name.rpartition(":")
+    return before if sep and tail.strip().lower() == source else name
+
+
 def _local(name: str) -> str:
     """``name`` as Ollama's ParseRef leaves it: spaces around it and an explicit ``:local`` source dropped."""
-    name = name.strip()
-    before, sep, source = name.rpartition(":")
-    return before if sep and source.strip().lower() == "local" else name
+    return _without_source(name.strip(), "local")
 
 
 def ollama_reads(name: str) -> bool:
     """Whether Ollama's server takes ``name`` as a model name at all (the rules above); an empty one is its own
     case (Ollama's "model is required"). Its chat, generate and show answer any other 400 "invalid model name"."""
-    name = _local(name)
-    before, sep, source = name.rpartition(":")  # a ``:cloud`` source (``x:7b:cloud``) is set aside too: a name
-    if sep and source.strip().lower() == "cloud":  # Ollama reads, of a model not served here (its 404)
-        name = before
+    # a ``:cloud`` source (``x:7b:cloud``) is set aside too: a name Ollama reads, of a model not served here (404)
+    name = _without_source(_local(name), "cloud")
     return not name or ollama_parts(name) is not None
 
 
