@@ -6,15 +6,13 @@ token as a short one, and its text is the tokenizer's."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from mlx_lm.tokenizer_utils import NaiveStreamingDetokenizer
-from mlx_lm.utils import load_tokenizer
 
+from naive_tokenizer import naive_tokenizer
 from tinytitan import events as ev
 from tinytitan.chat_request import ChatRequest, Message, Tool
-from tinytitan.demo_model import ensure_demo_model
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 from tinytitan.engine.decode.detokenizer import WindowedDetokenizer, row_detokenizer
 from tinytitan.engine.decode.token_events import DecodeLoop
@@ -24,16 +22,7 @@ WRITE = Tool("write", parameters={"type": "object", "properties": {"content": {"
 
 @pytest.fixture(scope="module")
 def naive_tok(tmp_path_factory):
-    """The demo tokenizer with its ByteLevel decoder wrapped in a Sequence: it decodes the same, but mlx-lm no
-    longer recognises it and streams it with its naive detokenizer."""
-    out = tmp_path_factory.mktemp("naive-tok")
-    for f in ensure_demo_model().iterdir():
-        if f.suffix == ".json":
-            shutil.copy(f, out / f.name)
-    spec = json.loads((out / "tokenizer.json").read_text())
-    spec["decoder"] = {"type": "Sequence", "decoders": [spec["decoder"]]}
-    (out / "tokenizer.json").write_text(json.dumps(spec))
-    tok = load_tokenizer(out)
+    tok = naive_tokenizer(tmp_path_factory.mktemp("naive-tok"))
     assert isinstance(tok.detokenizer, NaiveStreamingDetokenizer)
     return tok
 
@@ -117,3 +106,44 @@ def test_a_space_the_tokenizer_may_tidy_away_waits_for_the_next_token():
     windowed.finalize()
     pieces.append(windowed.last_segment)
     assert pieces == ["Hello", "", ",", " world", ""]
+
+
+class SentencePieceLike:
+    """A tokenizer that drops the word-boundary space of the first token it decodes (SentencePiece's ``▁``)."""
+
+    pieces = ["▁The", "▁cat", "▁sat", ",", "▁on"]
+
+    def decode(self, ids):
+        text = "".join(self.pieces[i] for i in ids).replace("▁", " ")
+        return text[1:] if text.startswith(" ") else text
+
+
+def test_a_raw_rows_text_continues_its_prompt_with_the_space_the_first_token_begins_with():
+    """A plain completion or fill-in-the-middle continues the prompt's text: the first token's space is part of
+    it (a chat answer's detokenizer drops it, as mlx-lm's do), and a space is released as written."""
+    raw, pieces = row_detokenizer(SentencePieceLike(), raw_prompt=[0, 1]), []
+    assert isinstance(raw, WindowedDetokenizer) and not raw.clean_spaces
+    for token in (2, 3, 4):
+        raw.add_token(token)
+        pieces.append(raw.last_segment)
+    raw.finalize()
+    pieces.append(raw.last_segment)
+    assert pieces == [" sat", ",", " on", ""]
+    chat = WindowedDetokenizer(SentencePieceLike(), holds_spaces=False)
+    chat.add_token(2)
+    assert chat.last_segment == "sat"  # (the same token, read as an answer's first)
+
+
+@pytest.mark.parametrize("text", [" leading space , then\ttabs", "ünïcødé 🙂🙂 中文 text\n x"])
+def test_a_raw_rows_pieces_are_the_text_after_the_prompts_own(naive_tok, text):
+    prompt = naive_tok.encode("Once upon a time", add_special_tokens=False)
+    ids = naive_tok.encode(text, add_special_tokens=False)
+    raw, pieces = row_detokenizer(naive_tok, raw_prompt=prompt), []
+    for token in ids:
+        raw.add_token(token)
+        pieces.append(raw.last_segment)
+        assert "\ufffd" not in pieces[-1]
+    raw.finalize()
+    pieces.append(raw.last_segment)
+    tail = prompt[-4:]
+    assert "".join(pieces) == naive_tok.decode(tail + ids)[len(naive_tok.decode(tail)):]

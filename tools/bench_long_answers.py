@@ -23,11 +23,12 @@ import cProfile
 import os
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]  # (tests/naive_tokenizer.py)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
@@ -35,6 +36,7 @@ import trio  # noqa: E402
 from hypercorn.config import Config  # noqa: E402
 from hypercorn.trio import serve as hypercorn_serve  # noqa: E402
 
+from naive_tokenizer import naive_tokenizer  # noqa: E402
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry, demo_tokenizer  # noqa: E402
 from tinytitan.engine.cache.memory import PromptCache  # noqa: E402
 from tinytitan.engine.engine import Engine  # noqa: E402
@@ -207,29 +209,8 @@ async def transcripts(args, client, base, text, backend) -> None:
     print(f"\nµs per turn at {counts} turns; ratio = the most turns' ÷ the fewest's (flat ≈ 1.0)")
 
 
-def naive_tokenizer():
-    """The demo tokenizer with its decoder wrapped in a Sequence: it decodes the same, but mlx-lm streams it with
-    its naive detokenizer (as it does a ``*.tiktoken`` vocabulary)."""
-    import json
-    import shutil
-    import tempfile
-
-    from mlx_lm.utils import load_tokenizer
-
-    from tinytitan.demo_model import ensure_demo_model
-
-    out = Path(tempfile.mkdtemp(prefix="naive-tok-"))
-    for f in ensure_demo_model().iterdir():
-        if f.suffix == ".json":
-            shutil.copy(f, out / f.name)
-    spec = json.loads((out / "tokenizer.json").read_text())
-    spec["decoder"] = {"type": "Sequence", "decoders": [spec["decoder"]]}
-    (out / "tokenizer.json").write_text(json.dumps(spec))
-    return load_tokenizer(out)
-
-
 async def main(args) -> None:
-    tok = naive_tokenizer() if args.naive_detokenizer else demo_tokenizer()
+    tok = naive_tokenizer(Path(tempfile.mkdtemp(prefix="naive-tok-"))) if args.naive_detokenizer else demo_tokenizer()
     backend = ScriptedBackend([ScriptEntry("")], tok, model_id=MODEL)
     server = Server(Engine(backend, max_queue=4), all_protocols(None), ServerConfig())
     config = Config()

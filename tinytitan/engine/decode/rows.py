@@ -36,7 +36,6 @@ from ..prompt.prepare import Prepared
 from .detokenizer import row_detokenizer
 from .last_character import without_cut_character
 from .token_events import DecodeLoop
-from ..prompt.raw import IncrementalText
 
 if TYPE_CHECKING:
     from ..session import Mailbox
@@ -82,9 +81,8 @@ class Row:
         self.ending: Ending | None = None
         self.kept: int | None = None  # the prompt cache's key for what its end kept (None: nothing kept)
         self.final = False  # it finished its turn with no tool call (its end says; the decoder tells the cache)
-        self.detok = row_detokenizer(backend.tokenizer)  # (mlx-lm's, less its naive one: detokenizer.py)
-        # a raw prompt's text comes from the token ids, with the prompt's end as context (raw.py)
-        self.raw = IncrementalText(backend.tokenizer, self.tokens) if prepared.raw else None
+        # mlx-lm's, less its naive one; a raw prompt's, its text verbatim after the prompt's end (detokenizer.py)
+        self.detok = row_detokenizer(backend.tokenizer, self.tokens if prepared.raw else None)
 
     # -- state ------------------------------------------------------------------------------------------------
     @property
@@ -138,7 +136,7 @@ class Row:
         if token in self.backend.tokenizer.eos_token_ids:  # the end-of-turn token: not content
             self.detok.finalize()
             rest = self._whole(self.detok.last_segment)  # (read once: reading it moves its offset on)
-            if rest and self.raw is None:
+            if rest:
                 self.loop.parser_text(rest)
             self.ending = Ending("finished")
             return True
@@ -147,7 +145,7 @@ class Row:
         last = self.decoded >= self.prepared.max_tokens
         if last:
             self.detok.finalize()
-        text = self.raw.add(token) if self.raw is not None else self.detok.last_segment
+        text = self.detok.last_segment
         if last:
             text = self._whole(text)
         if not self.loop.token(text):  # a client stop string, or the last tool call the turn allows
@@ -186,8 +184,6 @@ class Row:
                 if ending.kind == "finished":
                     if self.speculator is not None or self.loop.draft_tokens:
                         self.report_drafts()
-                    if self.raw is not None and self.loop.stop.matched is None:
-                        self.loop.parser_text(self._whole(self.raw.flush()))
                     self.loop.end(ending.hit_length)
                     self.final = not self.loop.parser.tool_calls
         finally:
@@ -225,7 +221,7 @@ class Row:
         if self.loop.started and not self.stopped and not self.loop.finished:
             try:  # the text its detokenizer still held goes out first, as it would at any other end
                 self.detok.finalize()
-                rest = self._whole(self.raw.flush() if self.raw is not None else self.detok.last_segment)
+                rest = self._whole(self.detok.last_segment)
                 if rest:
                     self.loop.parser_text(rest)
             except Exception:
