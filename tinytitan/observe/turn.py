@@ -59,6 +59,7 @@ class Turn:
     duration: float | None = None
     on_change: Any = None  # called when the queue may have moved (the observer's live push)
     source: Any = None  # the tapped session: what it decoded, for a generation that never finished
+    tapped: bool = False  # its generation's events go through the tap (``tap``)
     cache_miss: dict | None = None  # where its prompt parted from the prompt cache, and why (engine/cache/miss.py)
     passes: Usage = field(default_factory=Usage)  # generations beside the tapped one (summary passes), summed
 
@@ -154,7 +155,7 @@ def watch(events: AsyncIterable[TokenEvent], req: Any, stream: bool | None = Non
     turn.model = getattr(req, "model", None)
     turn.tool_names = tuple(t.name for t in getattr(req, "tools", ()))
     turn.stream = stream
-    turn.source = events
+    turn.source, turn.tapped = events, True
     return _Tap(events, turn)
 
 
@@ -188,11 +189,12 @@ def failed(ev: Failed, shown: str | None = None) -> None:
         turn.error = shown or turn.error
 
 
-def reading(session: Any) -> None:
+def reading(session: Any | None) -> None:
     """The engine session a tapped stream goes on to read (a compacted turn's reply, after its summary pass): what
-    it decoded counts for a client that hangs up, as a tapped session's does."""
+    it decoded counts for a client that hangs up, as a tapped session's does. ``None``: none yet (the summary pass
+    ended, its tokens counted by ``passes``; the reply's session not open): nothing decoded to count."""
     turn = current_turn.get()
-    if turn is not None and turn.source is not None:
+    if turn is not None and turn.tapped:
         turn.source = session
 
 

@@ -32,7 +32,6 @@ import copy
 import json
 import time
 from collections import OrderedDict
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, AsyncContextManager, AsyncIterable, AsyncIterator, Callable
 
 from .. import images
@@ -51,7 +50,6 @@ CONTEXT_HEADER = "Summary of the earlier conversation (compacted):"
 
 
 # -- the item ---------------------------------------------------------------------------------------------
-NOTHING_DECODED = SimpleNamespace(decoded=(0, 0))  # what a request reads between its summary and its reply
 DECODED_KEPT = 8  # payloads kept decoded (``decode``), newest last
 _DECODED: OrderedDict[str, dict] = OrderedDict()
 
@@ -304,7 +302,7 @@ async def compacted_events(compactor: "Summariser", text: tuple, result: dict,
     async for ev in compaction_events(compactor, text, result):
         if isinstance(ev, Finished):
             passes(ev.usage)  # the summary pass's tokens, in the request's record (metrics, log line) …
-            reading(NOTHING_DECODED)  # … counted there, not also as the passes' decoded tokens
+            reading(None)  # … counted there, not also as the passes' decoded tokens
             break
         yield ev
         if isinstance(ev, Failed):
