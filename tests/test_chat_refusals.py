@@ -57,15 +57,16 @@ def envelope(r, status, param=None, code=None, contains=None):
     ({"tool_choice": "required"}, "tool_choice", "no tools"),
     ({"tools": [{"type": "custom", "custom": {"name": "x", "format": {"type": "grammar", "grammar": {"syntax": "ebnf", "definition": "x"}}}}]}, "tools[0].custom.format.syntax", "ebnf"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type", "web_search"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"uniqueItems": True}}}},
-     "response_format.json_schema.schema.uniqueItems", "uniqueItems"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": True,
+                                                                 "schema": {"uniqueItems": True}}}},
+     "response_format.json_schema.schema.uniqueItems", "uniqueItems"),  # strict: what the grammar cannot promise
     ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", "response_format.json_schema"),
     ({"response_format": {"type": "json_schema", "schema": {"type": "object"}}}, "response_format.json_schema",
      "response_format.json_schema"),  # the flat spelling is Responses', not Chat's
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "a b!", "schema": {}}}},
      "response_format.json_schema.name", "name"),
-    ({"response_format": {"type": "json_object", "schema": {"uniqueItems": True}}},
-     "response_format.schema.uniqueItems", "uniqueItems"),  # llama.cpp's spelling: its schema is enforced
+    ({"response_format": {"type": "json_object", "schema": {"type": "objekt"}}},
+     "response_format.schema.type", "objekt"),  # llama.cpp's spelling: its schema is checked and enforced
     ({"modalities": ["text", "audio"]}, "modalities", "modalities"),
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "audio"),
     ({"functions": [{"name": "f"}]}, "functions", "functions"),

@@ -190,7 +190,7 @@ BAD = [
     ({"messages": [{"role": "user", "content": 5}]}, 400, "'messages[0].content'"),
     ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "messages[0].images"),
     ({"format": "yaml"}, 400, "'format'"),
-    ({"format": {"type": "object", "not": {}}}, 400, "'format.not'"),
+    ({"format": {"type": "object", "properties": {"a": {"type": "text"}}}}, 400, "'format.properties.a.type'"),
     ({"options": {"temperature": "hot"}}, 400, "'options.temperature'"),
     ({"options": {"mirostat": 2}}, 400, "'options.mirostat'"),
     ({"options": {"warp_speed": 9}}, 400, "'options.warp_speed'"),

@@ -190,7 +190,8 @@ UNSUPPORTED += [({"frobnicate": 1}, "frobnicate"), ({"nullable": True}, "nullabl
 @pytest.mark.parametrize("kind", SPELLINGS)
 @pytest.mark.parametrize("keyword_schema,keyword", UNSUPPORTED, ids=[k for _, k in UNSUPPORTED])
 def test_unsupported_keywords_are_refused_by_name(kind, keyword_schema, keyword):
-    """Nested under a property, so the path is named too; never ignored, never loosened."""
+    """Nested under a property, so the path is named too; a strict format is never loosened (one that is not
+    strict: test_loose_output_formats.py)."""
     schema = {"type": "object", "properties": {"a": keyword_schema}}
     with pytest.raises(ApiError) as exc:
         request_of(kind, flat(schema, kind == "chat"))

@@ -86,7 +86,7 @@ async def test_a_property_name_schema_that_constrains_is_still_refused_by_name(s
     async with httpx.AsyncClient(timeout=30) as c:
         r = await c.post(s.url("/v1/chat/completions"), json={
             "model": "tinytitan-scripted", "messages": [{"role": "user", "content": "x"}],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}})
+            "response_format": {"type": "json_schema", "json_schema": {"name": "t", "strict": True, "schema": schema}}})
     assert r.status_code == 400, r.text
     assert "'propertyNames'" in r.json()["error"]["message"]
 

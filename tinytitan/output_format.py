@@ -5,10 +5,13 @@ Rules:
   ``output_config.format`` and the older ``output_format``, Ollama's ``format``) is turned into a
   ``Grammar`` (or None for plain text) by ``normalise`` before anything else looks at it.
 - ``{"type": "text"}`` is plain text; ``json_object`` is any JSON object; ``json_schema`` is its schema.
-  ``strict`` is accepted either way: the grammar always enforces.
-- A schema keyword is supported (the grammar enforces it), an annotation (accepted, changes nothing), or
-  refused by name with the path where it stands. Nothing is ignored and nothing is loosened: an unknown
-  keyword is refused too.
+- A schema keyword is supported (the grammar enforces it), an annotation (accepted, changes nothing), or one the
+  grammar cannot promise. A strict format (``strict: true``; Messages' formats, which are always strict) is never
+  loosened: such a keyword, an unknown one too, is refused by name with the path where it stands. A format that
+  is not strict (``strict`` false or absent, OpenAI's default on Chat and Responses; Ollama's ``format`` and
+  llama.cpp's spelling, which have no flag) is held to what the grammar can promise and the rest is left out
+  (``loosened``), as for a forced call to a tool that is not strict: OpenAI holds such a format to no schema,
+  and Ollama's schema-to-grammar skips what it cannot express.
 - No I/O and no engine: the engine compiles what this module let through (and refuses, by name, what its
   grammar compiler still cannot promise — e.g. a look-around in a ``pattern``).
 """
@@ -93,13 +96,15 @@ def vacuous_property_names(value: Any) -> bool:
 KINDS = ("text", "json_object", "json_schema")
 
 
-def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS) -> Grammar | None:
+def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS, strict: bool = False) -> Grammar | None:
     """Any protocol's output format object (named ``where`` in errors) → a Grammar, or None for text.
 
     Two shapes are read: OpenAI Chat's (``{"type": "json_schema", "json_schema": {"name", "schema",
     "strict"}}``) and the flat one of Responses and Messages (``{"type": "json_schema", "name", "schema"}``);
     and llama.cpp's ``{"type": "json_object", "schema": {…}}``, a schema its clients send to Chat.
-    ``kinds``: the types the protocol takes (Messages takes only ``json_schema``).
+    ``kinds``: the types the protocol takes (Messages takes only ``json_schema``). ``strict``: every format of
+    the protocol is strict (Messages); otherwise the format's own ``strict`` decides, and one that is not
+    strict has its schema ``loosened``.
     """
     if not isinstance(fmt, dict):
         raise invalid(f"Invalid type for '{where}': expected an object", param=where, code="invalid_type")
@@ -110,9 +115,10 @@ def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS) -> Grammar |
     if kind == "text":
         return None
     # llama.cpp's spelling of a schema (an empty or null one is its 'any object', as no schema is)
-    if kind == "json_object" and isinstance(fmt.get("schema"), dict) and fmt["schema"]:
-        check_schema(fmt["schema"], f"{where}.schema")
-        return Grammar("json_schema", fmt["schema"], where=f"{where}.schema")
+    if kind == "json_object" and isinstance(fmt.get("schema"), dict) and fmt["schema"]:  # (it has no strict flag)
+        schema = fmt["schema"] if strict else loosened(fmt["schema"])
+        check_schema(schema, f"{where}.schema")
+        return Grammar("json_schema", schema, where=f"{where}.schema")
     if kind == "json_object":
         return Grammar("json_object", {"type": "object"}, where=where)
     inner, inner_where = fmt, where
@@ -121,8 +127,8 @@ def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS) -> Grammar |
     if "schema" not in inner:
         raise invalid(f"Missing required parameter: '{inner_where}.schema'", param=f"{inner_where}.schema",
                       code="missing_required_parameter")
-    strict = inner.get("strict")
-    if strict is not None and not isinstance(strict, bool):
+    flag = inner.get("strict")
+    if flag is not None and not isinstance(flag, bool):
         raise invalid(f"Invalid type for '{inner_where}.strict': expected a boolean", param=f"{inner_where}.strict",
                       code="invalid_type")
     name = inner.get("name")
@@ -133,21 +139,23 @@ def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS) -> Grammar |
     if description is not None and not isinstance(description, str):
         raise invalid(f"Invalid type for '{inner_where}.description': expected a string",
                       param=f"{inner_where}.description", code="invalid_type")
-    schema = inner["schema"]
+    schema = inner["schema"] if strict or flag else loosened(inner["schema"])
     check_schema(schema, f"{inner_where}.schema")
     return Grammar("json_schema", schema, name, where=f"{inner_where}.schema", description=description or None)
 
 
 def normalise_ollama(fmt: Any, where: str = "format") -> Grammar | None:
     """Ollama's ``format``: ``"json"`` (any JSON value — an object here, as Ollama's own models answer), a
-    JSON schema object, or empty for text."""
+    JSON schema object (``loosened``: it has no strict flag, and Ollama skips what its grammar cannot say), or
+    empty for text."""
     if fmt in (None, ""):
         return None
     if fmt == "json":
         return Grammar("json_object", {"type": "object"})
     if isinstance(fmt, dict):
-        check_schema(fmt, where)
-        return Grammar("json_schema", fmt, where=where)
+        schema = loosened(fmt)
+        check_schema(schema, where)
+        return Grammar("json_schema", schema, where=where)
     raise invalid(f"Invalid value for '{where}': {json.dumps(fmt)}; send \"json\" or a JSON schema object",
                   param=where, code="invalid_value")
 
@@ -188,9 +196,10 @@ def loosened(schema: Any) -> Any:
     """``schema`` less what the grammar cannot promise: the refused and unknown keywords, the formats not
     enforced (each dropped keyword only narrowed the values; with ``patternProperties`` goes the
     ``additionalProperties`` it qualified). Every value the schema takes, the loosened one takes too. For a call
-    forced to a tool that is not strict: the API holds such a tool's arguments to no schema, so a keyword past
-    the grammar is the client's to check, not a reason to refuse the request. A ``$ref`` that no longer names a
-    subschema of what is left (its target went with a keyword, or is in another document) goes too."""
+    forced to a tool that is not strict, and an output format that is not strict: the API holds neither to its
+    schema, so a keyword past the grammar is the client's to check, not a reason to refuse the request. A
+    ``$ref`` that no longer names a subschema of what is left (its target went with a keyword, or is in another
+    document) goes too."""
     out = _walk(schema, _loose)
     return _walk(out, lambda node: {k: v for k, v in node.items() if k != "$ref" or (
         isinstance(v, str) and (v == "#" or v.startswith("#/")) and _pointed(out, v) is not None)})

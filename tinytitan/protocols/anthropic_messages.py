@@ -167,7 +167,7 @@ class AnthropicMessages(Protocol):
             if body.get("output_format") is not None:
                 raise invalid("Send the output format once: 'output_config.format' or 'output_format', not both",
                               param="output_format", code="invalid_value")
-            args["grammar"] = normalise(value["format"], "output_config.format", ("json_schema",))
+            args["grammar"] = normalise(value["format"], "output_config.format", ("json_schema",), strict=True)
 
     def reasoning_rule(self, body: dict, args: dict, v) -> None:
         """The cross-field reasoning rule (``request.rules``): thinking, output_config.effort and the template

@@ -118,7 +118,7 @@ def parse_diagnostics(value: dict, body: dict, args: dict, v) -> None:
 
 
 def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
-    args["grammar"] = normalise(value, "output_format", ("json_schema",))
+    args["grammar"] = normalise(value, "output_format", ("json_schema",), strict=True)
 
 
 def parse_tool_choice(value: dict, body: dict, args: dict, v) -> None:
