@@ -14,7 +14,7 @@ from tinytitan.events import (EVENT_TYPES, Failed, Finished, KeepAlive, Reasonin
 from tinytitan.speclang import SpecError, load_protocol, spec_dir
 from tinytitan.speclang.load import compile_spec, read_spec
 from tinytitan.speclang.machine import Machine, MachineError
-from tinytitan.speclang import template
+from tinytitan.speclang import paths, template
 
 SAMPLES = {
     "Started": Started(5, 0), "ReasoningDelta": ReasoningDelta("r"), "TextDelta": TextDelta("t"),
@@ -140,6 +140,18 @@ def test_template_rules():
         {"x": [1, 2], "z": "id-2", "w": "$5", "c": "called"}
     with pytest.raises(template.TemplateError):
         template.render("$missing", ctx)
+
+
+def test_a_path_step_may_take_only_the_elements_of_one_type():
+    # a refusal of one block type's field (a document's source) leaves the same field of another (an image's) alone
+    doc = {"messages": [{"content": [{"type": "image", "source": {"type": "file"}}, "text",
+                                     {"type": "document", "source": {"type": "file"}}]}]}
+    assert paths.steps("messages[].content[type=document].source") == \
+        ["messages", None, "content", ("type", "document"), "source"]
+    assert paths.reach(doc, "messages[].content[type=document].source.type") == \
+        [(("messages", 0, "content", 2, "source", "type"), "file")]
+    assert len(paths.reach(doc, "messages[].content[].source.type")) == 2
+    assert paths.reach(doc, "messages[].content[type=audio].source.type") == []
 
 
 async def test_yaml_only_edit_changes_the_server(serve, tmp_path):

@@ -1,4 +1,5 @@
-"""Field paths as the spec tables write them: ``a.b``, ``items[]`` (every element), ``items[3]``.
+"""Field paths as the spec tables write them: ``a.b``, ``items[]`` (every element), ``items[3]``, and
+``items[type=document]`` (every element that is an object whose ``type`` is the string ``document``).
 
 ``reach(doc, "messages[].content[].type")`` gives ``(place, value)`` for every place the path reaches, the place
 as its steps (``spell`` writes it ``messages[3].content[0].type``); a step that does not apply (a list step on a
@@ -10,16 +11,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_STEP = re.compile(r"([^.\[\]]+)|\[(\d*)\]")
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d*)\]|\[([^\]=]+)=([^\]]*)\]")
 MISSING = object()
 
 
-def steps(path: str) -> list[str | int | None]:
-    """``"a.b[].c[2]"`` → ``["a", "b", None, "c", 2]`` (None: every element)."""
-    out: list[str | int | None] = []
-    for name, index in _STEP.findall(path):
+def steps(path: str) -> list[str | int | tuple | None]:
+    """``"a.b[].c[2].d[type=x]"`` → ``["a", "b", None, "c", 2, "d", ("type", "x")]`` (None: every element; a
+    pair: every element whose key holds that string)."""
+    out: list[str | int | tuple | None] = []
+    for name, index, key, value in _STEP.findall(path):
         if name:
             out.append(name)
+        elif key:
+            out.append((key, value))
         else:
             out.append(int(index) if index else None)
     return out
@@ -73,10 +77,11 @@ def _reach(node: Any, path: list, at: int, here: tuple, out: list) -> None:
             if not isinstance(node, dict) or step not in node:
                 return
             node, here = node[step], here + (step,)
-        elif step is None:
+        elif step is None or isinstance(step, tuple):
             if isinstance(node, list):
                 for i, item in enumerate(node):
-                    _reach(item, path, at, here + (i,), out)
+                    if step is None or (isinstance(item, dict) and item.get(step[0]) == step[1]):
+                        _reach(item, path, at, here + (i,), out)
             return
         elif isinstance(node, list) and -len(node) <= step < len(node):
             node, here = node[step], here + (step,)
