@@ -40,8 +40,11 @@ REFUSALS = [
     ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, ["messages[0].content[0].type"]),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}]},
      ["media_type", "messages[0].content[0].source"]),
-    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {
+        "type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}]}]},
      ["Could not process PDF", "messages[0].content[0]"]),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+     ["messages[0].content[0].source.type"]),
     ({"messages": [{"role": "user", "content": [{"type": "search_result"}]}]}, ["search_result"]),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                                   "content": [{"type": "image", "source": {}}]}]}]},

@@ -32,10 +32,45 @@ def image_block(block: dict, where: str) -> ImagePart:
 IMAGE_BLOCKS = {"image": image_block}
 
 
+def document_text(block: dict) -> str:
+    """A ``document`` block whose source is plain text or custom content (text blocks, joined by a blank line;
+    the spec refuses every other source, and citations), as the text the model reads: in the tags Anthropic's
+    long-context guidance lays documents out in, with its ``title`` and ``context`` where given::
+
+        <document>
+        <title>…</title>
+        <context>…</context>
+        <document_content>
+        …
+        </document_content>
+        </document>
+    """
+    source = block["source"]
+    if source["type"] == "text":
+        body = source["data"]
+    else:
+        content = source["content"]
+        body = content if isinstance(content, str) else "\n\n".join(b["text"] for b in content)
+    lines = ["<document>"]
+    for key in ("title", "context"):
+        if block.get(key):
+            lines.append(f"<{key}>{block[key]}</{key}>")
+    return "\n".join([*lines, "<document_content>", body, "</document_content>", "</document>"])
+
+
+def _documents_as_text(content):
+    """A tool result's content with its document blocks as the text blocks they read as (places unchanged)."""
+    if not isinstance(content, list):
+        return content
+    return [{"type": "text", "text": document_text(b)} if isinstance(b, dict) and b.get("type") == "document" else b
+            for b in content]
+
+
 def _tool_result(block: dict, where: str) -> tuple[str, tuple]:
     """A tool result's text (``Error: …`` when it failed) and its parts, where it holds images."""
     # tool_reference blocks load tools (_tool_references): they are not text
-    text, parts = content_of(block.get("content"), f"{where}.content", IMAGE_BLOCKS, skip=frozenset({"tool_reference"}))
+    text, parts = content_of(_documents_as_text(block.get("content")), f"{where}.content", IMAGE_BLOCKS,
+                             skip=frozenset({"tool_reference"}))
     if block.get("is_error") is not True:
         return text, parts
     return f"Error: {text}", (("Error:",) + parts if parts else ())
@@ -238,6 +273,9 @@ def user_turn(blocks: list[tuple[str, dict]], names: dict[str, str], offered: se
                                    tool_references=_tool_references(b, where, offered)))
         elif b["type"] == "image":
             parts.append(image_block(b, where))
+        elif b["type"] == "document":
+            texts.append(document_text(b))
+            parts.append(texts[-1])
         else:
             new = block_texts([(where, b)], "user")
             texts.extend(new)

@@ -16,7 +16,8 @@ from .wire import Call, Reply
 
 def anthropic_capabilities(card: dict) -> dict:
     """A model card's capabilities in the shape of Anthropic's Models API: what the Messages route does
-    with this model (documents and server tools are refused by name there; images as the model says)."""
+    with this model (plain-text documents are read, PDFs, citations and server tools refused by name there; images
+    as the model says)."""
     def yes(flag: bool) -> dict:
         return {"supported": bool(flag)}
 
