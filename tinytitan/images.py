@@ -7,7 +7,8 @@ Neither engine nor protocol code: a protocol decodes its spelling with ``from_ur
 
 Rules:
 - Formats: PNG, JPEG, GIF (its first frame) and WebP, recognised from the bytes (Pillow), whatever media type
-  the client declared; a declared media type other than these four is refused as unsupported.
+  the client declared; a declared media type other than these four is refused as unsupported. A protocol whose
+  API refuses bytes of another format than the declared one (Anthropic's) asks ``check_declared``.
 - Limits, per image: ``MAX_BYTES`` of data (20 MiB, as decoded from base64), ``MAX_SIDE`` pixels on either side
   and ``MAX_PIXELS`` in all (8192 and 33,554,432 = 8192 × 4096, so a 6K screenshot passes); per request
   ``MAX_IMAGES`` images (100, as Anthropic allows). These bound what is decoded; fitting an image to the
@@ -116,6 +117,26 @@ def from_base64(text: str, media_type: str, where: str) -> ImagePart:
     except (binascii.Error, ValueError):
         raise ImageError("the image data is not valid base64", where, "invalid_image") from None
     return part(data, media_type, where)
+
+
+def check_declared(image: ImagePart, **data) -> None:
+    """Bytes of another format than the media type the client declared are an ``ImageError``
+    (``image_media_type_mismatch``; ``data``: ``declared``, ``actual``, and what the caller adds, such as its
+    API's spelling of the place). Only the header is read; bytes of no format taken are left to ``inspect``."""
+    from PIL import Image
+
+    declared = "image/jpeg" if image.media_type == "image/jpg" else image.media_type
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(image.data)) as img:
+                fmt = ALIASES.get(img.format or "", img.format or "")
+    except Exception:  # not an image Pillow knows (inspect refuses it, in its own words)
+        return
+    actual = FORMATS.get(fmt)
+    if declared and actual and actual != declared:
+        raise ImageError(f"the image was declared {declared}, but its data is {actual}", image.where,
+                         "image_media_type_mismatch", declared=declared, actual=actual, **data)
 
 
 def is_remote(url: str) -> bool:

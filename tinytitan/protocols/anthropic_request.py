@@ -5,6 +5,7 @@ template variables, and the cache diagnostics a request asks for."""
 from __future__ import annotations
 
 import json
+import re
 
 from .. import images, tool_choice
 from ..chat_request import ImagePart, Message, Tool, ToolCall
@@ -20,13 +21,24 @@ def _blocks(content: str | list) -> list[dict]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
+def api_place(where: str) -> str:
+    """A block's place (``messages[3].content[0].content[1]``) as the API's errors spell it, pydantic's way with
+    the block type after a tagged one (``messages.3.content.0.tool_result.content.1``): Claude Code reads the
+    place of a refused image in that spelling, to drop that one image."""
+    dotted = re.sub(r"\[(\d+)\]", r".\1", where)
+    return re.sub(r"^(messages\.\d+\.content\.\d+)\.content\.", r"\1.tool_result.content.", dotted)
+
+
 def image_block(block: dict, where: str) -> ImagePart:
     """An ``image`` block (its shape checked by the spec): base64 data, or a data URL (a remote URL reaches
-    here only when fetching is off, and is refused by name)."""
+    here only when fetching is off, and is refused by name). Base64 data of another format than its declared
+    ``media_type`` is refused, as the API refuses it."""
     source = block["source"]
     if source["type"] == "url":
         return images.from_url(source["url"], where)
-    return images.from_base64(source["data"], source["media_type"], where)
+    image = images.from_base64(source["data"], source["media_type"], where)
+    images.check_declared(image, place=f"{api_place(where)}.image.source.base64.data")
+    return image
 
 
 IMAGE_BLOCKS = {"image": image_block}
