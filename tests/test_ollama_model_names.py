@@ -91,3 +91,20 @@ async def test_the_openai_and_anthropic_routes_keep_exact_names(serve, name):
 def test_the_exact_spelling_wins_where_two_served_ids_differ_only_in_case():
     assert ollama_spelling("Demo", ["demo", "Demo"]) == "Demo"
     assert ollama_spelling("DEMO", ["demo", "Demo"]) == "demo"   # (then the first, in the order served)
+
+
+@pytest.mark.parametrize("name", ["tinytitan-scripted:local:cloud", "tinytitan-scripted:cloud:local",
+                                  " tinytitan-scripted:7b:Local:CLOUD ", "tinytitan-scripted:7b-cloud:local",
+                                  "tinytitan-scripted:local:local"])
+async def test_a_name_with_two_sources_is_ollamas_400(serve, name):
+    """Ollama's ParseRef (internal/modelref) refuses a name whose source is given twice, and its chat, generate
+    and show handlers answer that 400 with the name quoted (writeModelRefParseError), not a 404."""
+    s = await serve(["a"])
+    quoted = '"' + name.strip() + '"'
+    async with httpx.AsyncClient() as h:
+        for path, body in (("/api/chat", {"messages": USER, "stream": False}), ("/api/chat", {}),
+                           ("/api/chat", {"messages": USER, "stream": True}),
+                           ("/api/generate", {"prompt": "hi", "stream": False}), ("/api/show", {})):
+            r = await h.post(s.url(path), json={"model": name, **body})
+            assert r.status_code == 400, (path, r.text)
+            assert r.json() == {"error": f"use either :local or :cloud, not both: {quoted}"}, (path, r.text)

@@ -6,7 +6,7 @@ Ollama's reading of a name (types/model/name.go ``ParseName``, internal/modelref
 - ``[host/][namespace/]model[:tag]``, the host ``registry.ollama.ai``, the namespace ``library`` and the tag
   ``latest`` where they are left out: ``x``, ``x:latest``, ``library/x`` and ``registry.ollama.ai/library/x:latest``
   are one name; spaces around it and a ``:local`` source suffix are dropped (a ``:cloud`` one names a model
-  elsewhere: a name, never one served here).
+  elsewhere: a name, never one served here); a name with two sources (``x:local:cloud``) is refused.
 - Parts are compared without regard to case (its server canonicalises each part against the models it has).
 - A part is 1 to 80 characters (a host 350) of letters, digits, ``_``, ``-`` and ``.`` (not in a namespace; a host
   may hold ``:``), starting with a letter, digit or ``_``: a name outside that is not Ollama's, and only the name as
@@ -68,6 +68,24 @@ def _without_source(name: str, source: str) -> str:
     """``name`` less a trailing ``:<source>`` (any case, spaces around it), as Ollama's ParseRef sets it aside."""
     before, sep, tail = name.rpartition(":")
     return before if sep and tail.strip().lower() == source else name
+
+
+def _source_suffix(name: str) -> tuple[str, bool]:
+    """(``name`` less its source, whether it named one), as Ollama's ParseRef reads a source: a last ``:local`` or
+    ``:cloud`` (any case, spaces around it), or a last tag ending in ``-cloud`` (``x:7b-cloud``, a model at ``x:7b``)."""
+    before, sep, tail = name.rpartition(":")
+    if sep and tail.strip().lower() in ("local", "cloud"):
+        return before, True
+    if sep and "/" not in tail and tail.strip().lower().endswith("-cloud"):
+        return f"{before}:{tail.strip()[:-len('-cloud')]}", True
+    return name, False
+
+
+def conflicting_source(name: str) -> bool:
+    """Whether ``name`` names its source twice (``x:local:cloud``, ``x:cloud:local``, ``x:7b-cloud:local``): Ollama's
+    handlers refuse it (400 "use either :local or :cloud, not both") before they look for the model."""
+    base, explicit = _source_suffix(name.strip())
+    return explicit and _source_suffix(base)[1]
 
 
 def _local(name: str) -> str:

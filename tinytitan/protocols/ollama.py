@@ -27,7 +27,7 @@ from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..events import Timing
 from ..models.gguf_facts import listing_off_loop, weights_on_gpu
-from ..models.names import ollama_reads, ollama_spelling
+from ..models.names import conflicting_source, ollama_reads, ollama_spelling
 from ..output_format import normalise_ollama
 from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
@@ -282,6 +282,9 @@ class Ollama(Protocol):
             self.engine.resolve(name)
             return name
         except ApiError:
+            if conflicting_source(name):  # (Ollama's ParseRef error, the name quoted as Go's %q does)
+                raise invalid(f"use either :local or :cloud, not both: {json.dumps(name.strip(), ensure_ascii=False)}",
+                              param="model", code="invalid_value") from None
             if not ollama_reads(name):
                 raise invalid("invalid model name", param="model", code="invalid_value") from None
             return ollama_spelling(name, [m["id"] for m in self.engine.models()]) or name
