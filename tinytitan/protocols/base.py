@@ -114,7 +114,12 @@ class Protocol:
 
     async def record(self, v: Validated, machine: Machine) -> None:
         """Called once a response's machine reached its final state (stream or not): a protocol that keeps
-        finished responses stores them here. A stream the client dropped never gets here."""
+        finished responses stores them here. A stream cut short gets here once ``abandon`` ended its machine."""
+
+    def abandon(self, machine: Machine) -> None:
+        """A stream cut short before its machine's last event (the client gone, the server stopping): a protocol
+        that keeps responses ends the machine here, so ``record`` keeps what was sent so far. By default the
+        machine is left as it is, and nothing is recorded."""
 
     # -- errors --------------------------------------------------------------------------------------------
     def error_response(self, err: ApiError, request_id: str | None = None) -> tuple[int, dict]:
@@ -217,10 +222,13 @@ class Protocol:
         machine = self.machine(v, req.model, stream, entry)
         req = req.with_(response_id=machine.context["id"])  # a later request may compare its prompt with this one
         if stream:
-            events = watch(await self.services.hold(self.engine.session(req, keepalive)), req, stream)
+            session = await self.services.hold(self.engine.session(req, keepalive))
+            events = watch(session, req, stream)
             machine.context.setdefault("prompt_tokens", events.prompt_tokens)  # known before the first event
             machine.context.setdefault("cache_miss", _cache_miss(events))
             machine.context.setdefault("cache_compared", _cache_miss(events, "cache_compared"))
+            # what it decoded so far, for a stream cut short before Finished (``abandon``)
+            machine.context.setdefault("decoded", lambda: getattr(session, "decoded", (0, 0)))
             return await self.answer(v, machine, events, framing)
         async with self.engine.session(req, keepalive, streamed=False) as session:
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
@@ -280,6 +288,15 @@ class Protocol:
                 yield wire.encode(framing)
             if machine.done and machine.terminal is not None:
                 yield machine.terminal.encode(framing)
+        finally:
+            if not recorded and not machine.done:  # cut short: the client is gone, or the server stops it
+                with trio.CancelScope(shield=True):  # (whatever cancelled the stream, the record is written)
+                    try:
+                        self.abandon(machine)
+                        if machine.done:
+                            await self.record(v, machine)
+                    except Exception:  # (never in place of what ended the stream)
+                        log.exception("stream %s: what was sent could not be kept", machine.context.get("id"))
 
 
 class _FailedNoted:

@@ -44,12 +44,12 @@ from ..speclang.machine import Machine
 from ..speclang.validate import RequestValidator, Validated
 from ..store.db import STORAGE_ERRORS
 from ..store.responses_store import ResponsesStore, StoredResponse
-from ..events import Finished, Started, Usage
+from ..events import Finished, Started, ToolCallDone, Usage
 from . import compaction, responses_socket, truncation
 from .base import Protocol
 from .common import place_system, verbosity_note
 from .responses_input import SEARCH_TOOL, loaded_tools, parse_tools, searches_in_client, to_messages
-from .responses_machine import ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
+from .responses_machine import ABANDONED, ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .responses_socket import LocalResponses
 from .wire import Call, Connection, Reply, Services
 from .responses_fields import (
@@ -63,6 +63,7 @@ from .responses_compact import SummaryRoutes, places, summary_transcript
 from .responses_stored import StoredResponses
 
 STORE_KEY = "responses_store"
+SUMMARISING = ("compacting", "precompacting")  # the machine's states while a compaction item is written
 SERVED_TIER = {"auto": "default", "fast": "priority"}  # a request's service_tier → the one a Response reports
 log = logging.getLogger("tinytitan.responses")
 
@@ -190,6 +191,19 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
         except (*STORAGE_ERRORS, ValueError) as exc:  # a full or read-only disk, a lost database server (or
             # text it cannot encode) loses the record, not the answer
             log.error("could not store response %s: %s", rec.id, exc)
+
+    def abandon(self, machine: Machine) -> None:
+        """A stream cut short once its id went out (the client gone, the server stopping): its machine ends as
+        an ``incomplete`` response, what was generated so far its output (an item cut mid-way ``incomplete``),
+        so ``record`` keeps it where the request stores, and retrieving it or chaining from it works, as for
+        any response (Codex and the Agents SDK chain turns by the id ``response.created`` gave them)."""
+        if not machine.history or machine.state in SUMMARISING:  # nothing was sent: no client knows its id;
+            return  # or a summary cut short, no conversation to chain from (it would stand for all before it)
+        if "ToolCallDone" in machine.allowed():  # the call it was writing, cut short
+            machine.feed(ToolCallDone(0, complete=False))
+        prompt, cached = machine.context.get("started", (machine.context.get("prompt_tokens") or 0, 0))
+        completion, reasoning = machine.context.get("decoded", lambda: (0, 0))()
+        machine.feed(Finished(ABANDONED, Usage(prompt, cached, completion, reasoning)))
 
     # -- the machine -----------------------------------------------------------------------------------------
     def extra_context(self, v: Validated) -> dict:

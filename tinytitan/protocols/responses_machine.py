@@ -10,7 +10,10 @@ Rules:
   cap ended it (a call whose arguments were cut short included), else ``completed``. A call's text becomes ToolCallDone's
   complete arguments; a compaction's summary becomes its ``encrypted_content``; a reasoning item gets its
   ``summary`` (its text as one ``summary_text`` part where ``reasoning.summary`` asked for one, else none).
-- ``finish`` decides completed vs incomplete (the output cap); the fold is the ``response`` of the last event.
+- ``finish`` decides completed vs incomplete (the output cap, or ``ABANDONED``); the fold is the ``response`` of the
+  last event.
+- ``ABANDONED`` is a Finished reason the engine never sends: the protocol feeds it to a stream cut short (its client
+  gone, the server stopping; ``OpenAIResponses.abandon``), so what was sent so far ends as an incomplete response.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from ..speclang.json_text import strict_loads
 from . import compaction
 from .base import new_id
 from .common import reasoning_payload
+
+
+ABANDONED = "abandoned"  # (incomplete_details.reason: null, as the spec's incomplete_reason maps it)
+CUT_SHORT = ("length", ABANDONED)  # the Finished reasons of an incomplete response
 
 
 @dataclass
@@ -73,6 +80,7 @@ def open_call(m: Machine, ev) -> None:
 def sampling(m: Machine, ev) -> None:
     """The response object echoes the sampling values the engine decodes with (``Started.sampling``), and the
     reasoning effort it used where the engine overrode the request's (structured output turns it off)."""
+    m.context["started"] = (ev.prompt_tokens, ev.cached_tokens)  # (the usage of a stream cut short)
     for name in ECHOED_SAMPLING:
         if name in ev.sampling:
             m.context[name] = ev.sampling[name]
@@ -97,7 +105,7 @@ def append(m: Machine, ev) -> None:
 
 def close(m: Machine, ev) -> None:
     item = dict(m.vars.item)
-    cut = (isinstance(ev, Failed) or (isinstance(ev, Finished) and ev.reason == "length")
+    cut = (isinstance(ev, Failed) or (isinstance(ev, Finished) and ev.reason in CUT_SHORT)
            or (isinstance(ev, ToolCallDone) and not ev.complete))
     item["status"] = "incomplete" if cut else "completed"
     if isinstance(ev, ToolCallDone) and ev.arguments:
@@ -122,8 +130,8 @@ def close(m: Machine, ev) -> None:
 
 
 def finish(m: Machine, ev: Finished) -> None:
-    m.vars.completed = ev.reason != "length"
-    m.vars.incomplete = ev.reason == "length"
+    m.vars.completed = ev.reason not in CUT_SHORT
+    m.vars.incomplete = ev.reason in CUT_SHORT
     m.vars.completed_at = int(time.time())
 
 
