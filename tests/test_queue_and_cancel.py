@@ -321,9 +321,9 @@ async def test_an_answers_last_text_goes_out_before_its_row_is_retired(demo_tok,
 
 
 async def test_wind_down_ends_every_open_generation_in_band(demo_tok):
-    """The server stops: a generation decoding past the grace, one waiting in the queue and one begun after it
-    each end with a Failed (their streams' error event, their folded answers' 503), and every place is given
-    back."""
+    """The server stops: a generation decoding past the grace and one waiting in the queue each end with a
+    Failed (their streams' error event, their folded answers' 503); one asked for after it is refused at once with
+    that error (nothing was sent: a 503 whether streamed or not), and every place is given back."""
     from tinytitan.events import Failed, Finished
 
     engine = Engine(ScriptedBackend([ScriptEntry(LONG, delay_ms=20)], demo_tok), max_queue=4)
@@ -346,8 +346,10 @@ async def test_wind_down_ends_every_open_generation_in_band(demo_tok):
             while engine.waiting == 0:
                 await trio.sleep(0.01)
             await engine.wind_down(0.05)
-            n.start_soon(one, "after")
-    for name in ("decoding", "queued", "after"):
+            with pytest.raises(ApiError) as refused:
+                await one("after")
+    assert (refused.value.kind, refused.value.code) == ("unavailable", "server_shutting_down")
+    for name in ("decoding", "queued"):
         last = got[name][-1]
         assert isinstance(last, Failed) and (last.type, last.code) == ("unavailable", "server_shutting_down"), name
         assert not any(isinstance(ev, Finished) for ev in got[name]), name

@@ -2,8 +2,8 @@
 
 Rules:
 - ``async with engine.session(req) as events`` is the only way to generate (session.py): it admits at once
-  (ApiError('overloaded') when ``max_queue`` requests already wait beyond the running batch), then
-  tokenizes; ``events`` waits for a decode slot (FIFO; ``max_batch`` generations decode together) and
+  (ApiError('overloaded') when ``max_queue`` requests already wait beyond the running batch; 503
+  ``server_shutting_down`` once the server stops, ``wind_down``), then tokenizes; ``events`` waits for a decode slot (FIFO; ``max_batch`` generations decode together) and
   yields TokenEvents; leaving the block stops the decode and gives the place back, exactly once.
 - Decoding, loading and unloading run on the process's one model thread (model_thread.py). A session's
   request becomes a row of the decoder (decoder.py): one decode step — plan → forward → fold (step.py) —
@@ -177,6 +177,8 @@ class Engine:
         ``streamed=False``: the consumer folds the whole answer, so its events come in fewer, larger batches."""
         if self.group is not None and self.group.broken:
             raise GroupBroken(self.group.broken)
+        if not continuing:
+            self._refuse_if_stopped()
         place = self.admission.admit(continuing)
         session = None
         try:
@@ -199,9 +201,11 @@ class Engine:
                 place.give_back()
 
     async def wind_down(self, grace: float) -> None:
-        """The server stops: the generations still open after ``grace`` seconds (and any begun after) end at
-        their next event with a ``Failed`` in-band (503 ``server_shutting_down``), so each stream closes in its
-        protocol's own words, and each folded answer is that error, before the HTTP server cuts connections."""
+        """The server stops: the generations still open after ``grace`` seconds (and any further round of a
+        request already admitted) end at their next event with a ``Failed`` in-band (503
+        ``server_shutting_down``), so each stream closes in its protocol's own words, and each folded answer is
+        that error, before the HTTP server cuts connections. A generation asked for after that is refused at
+        ``session`` with that error: nothing was sent, so its status says it (a stream's too)."""
         with trio.move_on_after(grace):
             while self.sessions:
                 self._emptied = trio.Event()
@@ -210,6 +214,12 @@ class Engine:
                                 code=SHUTTING_DOWN)
         for session in list(self.sessions):
             session.interrupt(self.stopped)
+
+    def _refuse_if_stopped(self) -> None:
+        """A generation asked for once the server stopped (``wind_down``): nothing was sent, so it is refused
+        with that 503 in its protocol's envelope, as a full queue is, never begun to end in-band."""
+        if self.stopped is not None:
+            raise ApiError(self.stopped.kind, self.stopped.message, code=self.stopped.code)
 
     def _start_decode(self, prepared: Prepared, box: Mailbox) -> None:
         """Called by a session holding a decode slot: the request becomes a row of the decoder (decoder.py),
@@ -276,7 +286,8 @@ class Engine:
 
     def summariser(self, model: str, budget: int | None = None) -> Summariser:
         """The compaction service: a transcript summarised by the named model, within ``budget`` tokens
-        (see summarise.py)."""
+        (see summarise.py); refused once the server stopped, before a compaction's answer begins."""
+        self._refuse_if_stopped()
         return Summariser(self, model, budget)
 
     def model_card(self, name: str) -> dict:

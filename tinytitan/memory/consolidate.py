@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import trio
 
 from ..chat_request import ChatRequest, Message
+from ..errors import ApiError
 from ..events import SHUTTING_DOWN, Failed, TextDelta
 from .keys import Refused
 from .markup import Shield, added_texts
@@ -246,6 +247,11 @@ class Consolidator:
                         return 0
         except _Stopped:
             raise
+        except ApiError as exc:
+            if exc.code == SHUTTING_DOWN:  # the server stopped before the pass began: cut short, not failed
+                raise _Stopped from None
+            log.warning("memory consolidation could not run: %s", exc.code or exc.kind)
+            return 0
         except Exception as exc:  # memory never fails anything
             log.warning("memory consolidation could not run: %s", type(exc).__name__)
             return 0

@@ -1,0 +1,73 @@
+"""A request that arrives once the server has begun to stop (Ctrl-C, SIGTERM: the engine's wind_down) is refused
+before anything is sent: 503 ``server_shutting_down`` in its protocol's envelope, streamed or not, as a folded
+answer in flight gets it — never a 200 whose body ends in an error. Compaction's summary passes are refused
+alike, and a memory consolidation pass begun then is cut short, its transcript kept for the next start."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import pytest
+import trio
+
+from test_memory_consolidate import ANSWER, the_repo
+from test_memory_layer import config, converse, memory_server
+
+MODEL = "tinytitan-scripted"
+USER = [{"role": "user", "content": "hi"}]
+ANTHROPIC = {"anthropic-version": "2023-06-01"}
+HISTORY = [{"role": "user", "content": "Build the parser."}, {"role": "assistant", "content": "Done: parser.py."}]
+ROUTES = {  # name: (path, body); each streamed and not
+    "chat": ("/v1/chat/completions", {"messages": USER}),
+    "completions": ("/v1/completions", {"prompt": "hi"}),
+    "responses": ("/v1/responses", {"input": "hi"}),
+    "compaction_turn": ("/v1/responses", {"input": HISTORY + [{"type": "compaction_trigger"}]}),
+    "messages": ("/v1/messages", {"messages": USER, "max_tokens": 10}),
+    "ollama_chat": ("/api/chat", {"messages": USER}),
+    "ollama_generate": ("/api/generate", {"prompt": "hi"}),
+}
+
+
+def shutting_down(name: str, r: httpx.Response) -> None:
+    assert r.status_code == 503 and r.headers["content-type"].startswith("application/json"), (name, r.text)
+    body = r.json()
+    if name.startswith("ollama"):
+        assert set(body) == {"error"} and "shutting down" in body["error"], (name, body)
+    elif name == "messages":
+        assert body["type"] == "error" and body["error"]["type"] == "api_error", (name, body)
+        assert "shutting down" in body["error"]["message"], (name, body)
+    else:
+        assert body["error"]["code"] == "server_shutting_down", (name, body)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_request_after_shutdown_began_is_a_503_in_its_envelope(serve, stream):
+    s = await serve(["never"])
+    await s.engine.wind_down(0)
+    async with httpx.AsyncClient(timeout=30) as h:
+        for name, (path, body) in ROUTES.items():
+            r = await h.post(s.url(path), json={"model": MODEL, "stream": stream, **body}, headers=ANTHROPIC)
+            shutting_down(name, r)
+        r = await h.post(s.url("/v1/responses/compact"), json={"model": MODEL, "input": HISTORY})
+        shutting_down("compact", r)
+
+
+async def test_a_consolidation_pass_begun_after_shutdown_keeps_its_transcript(tmp_path, demo_tok, caplog):
+    """The pass the server refuses (it stopped before the workspace went quiet) is cut short as one it stopped
+    mid-way is: its transcript waits for the next start, and no failure is logged."""
+    caplog.set_level(logging.WARNING, "tinytitan.memory")
+    cfg = config(tmp_path, consolidate=0.3)
+    async with memory_server(demo_tok, [ANSWER, "build/command: never written"], cfg) as s:
+        await converse(s, "chat", stream=False)
+        await s.engine.wind_down(0)
+        consolidator = s.engine.consolidator
+        with trio.fail_after(20):  # the workspace is taken for its pass (then put back)
+            while consolidator.active:
+                await trio.sleep(0.02)
+        await trio.sleep(0.3)
+        rows = s.engine.memory.db.run(lambda tx: tx.rows("SELECT transcript FROM memory_transcripts"))
+        assert len(rows) == 1 and ANSWER in rows[0][0], rows
+        assert consolidator.passes == 0 and the_repo(cfg).get("build/command") is None
+    assert not [r for r in caplog.records if "consolidation" in r.getMessage()], caplog.text
+
