@@ -71,3 +71,30 @@ async def test_a_consolidation_pass_begun_after_shutdown_keeps_its_transcript(tm
         assert consolidator.passes == 0 and the_repo(cfg).get("build/command") is None
     assert not [r for r in caplog.records if "consolidation" in r.getMessage()], caplog.text
 
+
+async def test_a_summary_pass_the_server_stops_ends_the_compaction_not_a_fallback(serve, demo_tok):
+    """A compaction whose summary pass the server stops mid-way is that 503 (in band once its stream is open),
+    not a failed pass whose fallback (the transcript's newest text) is answered as the summary."""
+    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
+
+    long = " ".join(f"word{i}" for i in range(400))
+    got: dict = {}
+
+    async def ask(s, name: str, path: str, body: dict) -> None:
+        async with httpx.AsyncClient(timeout=30) as h:
+            got[name] = await h.post(s.url(path), json={"model": MODEL, **body})
+
+    with trio.fail_after(30):
+        for name, path, body in (("compact", "/v1/responses/compact", {"input": HISTORY}),
+                                 ("turn", "/v1/responses", {"input": HISTORY + [{"type": "compaction_trigger"}],
+                                                            "stream": True})):
+            s = await serve(backend=ScriptedBackend([ScriptEntry(long, delay_ms=20)], demo_tok))
+            async with trio.open_nursery() as n:
+                n.start_soon(ask, s, name, path, body)
+                while not s.engine.running:  # its summary pass is decoding
+                    await trio.sleep(0.01)
+                await s.engine.wind_down(0)
+    shutting_down("compact", got["compact"])
+    turn = got["turn"]
+    assert turn.status_code == 200 and "event: response.failed" in turn.text, turn.text
+    assert "shutting down" in turn.text and "event: response.completed" not in turn.text, turn.text

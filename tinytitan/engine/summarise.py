@@ -29,7 +29,8 @@ import trio
 
 from .. import images
 from ..chat_request import ChatRequest, ImagePart, Message
-from ..events import Failed, Finished, TextDelta, Usage
+from ..errors import ApiError
+from ..events import SHUTTING_DOWN, Failed, Finished, TextDelta, Usage
 
 log = logging.getLogger("tinytitan.summarise")
 
@@ -159,6 +160,8 @@ class Summariser:
                     text.append(ev.text)
                 elif isinstance(ev, Finished):
                     self.usage += ev.usage
+                elif isinstance(ev, Failed) and ev.code == SHUTTING_DOWN:  # not a failed pass to fall back from:
+                    raise ApiError(ev.type, ev.message, code=ev.code)  # the request ends, as its generation would
                 elif isinstance(ev, Failed):
                     log.warning("compaction pass failed: %s", ev.message)
                     return None

@@ -187,8 +187,8 @@ async def compaction_events(compactor: "Summariser", text: tuple, result: dict) 
     try:
         yield Started(await compactor.prompt_tokens(text))
         summary = await compactor.summarise(text)
-    except ApiError as exc:
-        yield Failed(exc.message)
+    except ApiError as exc:  # (the server stopping mid-summary is said as its generations say it: 503 in band)
+        yield Failed.of(exc) if exc.kind == "unavailable" else Failed(exc.message)
         return
     result["mode"] = summary.mode
     yield TextDelta(summary.text)
