@@ -27,6 +27,21 @@ async def message(c: anthropic.AsyncAnthropic, stream: bool, **kw) -> anthropic.
         return await st.get_final_message()
 
 
+def protocol(s):
+    """The Messages protocol of a running test server (``serve``'s)."""
+    return s.server.protocols["anthropic_messages"]
+
+
+def chat_request(s, payload: dict):
+    proto = protocol(s)
+    return s.engine.apply_model(proto.chat_request(proto.validator.validate(payload)))
+
+
+def rendered(s, payload: dict) -> str:
+    """The prompt text a Messages body renders to on the server's backend."""
+    return s.engine.backend.render(chat_request(s, payload))
+
+
 def body(**fields) -> dict:
     out = {"model": MODEL, "max_tokens": 256, "messages": [{"role": "user", "content": "hi"}]}
     out.update(fields)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from anthropic_util import MODEL, assert_envelope, body, message, post, sdk
+from anthropic_util import MODEL, assert_envelope, body, chat_request, message, post, protocol, rendered, sdk
 
 GRASS = "The grass is green. The sky is blue."
 # the example of Anthropic's citations guide, citations left off
@@ -19,19 +19,6 @@ LAID_OUT = ("<document>\n<title>My Document</title>\n<context>This is a trustwor
 QUESTION = {"type": "text", "text": "What color is the grass and sky?"}
 CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}]}
 READ = {"name": "read", "input_schema": {"type": "object"}}
-
-
-def protocol(s):
-    return s.server.protocols["anthropic_messages"]
-
-
-def chat_request(s, payload: dict):
-    proto = protocol(s)
-    return s.engine.apply_model(proto.chat_request(proto.validator.validate(payload)))
-
-
-def rendered(s, payload: dict) -> str:
-    return s.engine.backend.render(chat_request(s, payload))
 
 
 def in_result(*blocks) -> list[dict]:

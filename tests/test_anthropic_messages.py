@@ -8,25 +8,12 @@ import anthropic
 import httpx
 import pytest
 
-from anthropic_util import HEADERS, MODEL, body, post, sdk, sse
+from anthropic_util import HEADERS, MODEL, body, chat_request, post, protocol, rendered, sdk, sse
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 WEATHER = {"name": "get_weather", "description": "Weather for a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-
-
-def protocol(s):
-    return s.server.protocols["anthropic_messages"]
-
-
-def chat_request(s, payload: dict):
-    proto = protocol(s)
-    return s.engine.apply_model(proto.chat_request(proto.validator.validate(payload)))
-
-
-def rendered(s, payload: dict) -> str:
-    return s.engine.backend.render(chat_request(s, payload))
 
 
 async def test_create_returns_a_message(serve):
