@@ -118,6 +118,8 @@ def trained_window(config: dict, tokenizer, model_id: str) -> int:
 
 
 class MLXBackend(Backend):
+    images_layout: str | None = None  # what makes an image's KV besides the weights (vision.py), for the disk cache
+
     def __init__(self, model_dir: str | Path, model_id: str | None = None, default_reasoning=None,
                  prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_MIB << 20, lazy: bool = False,
                  device: str | None = None, speculative: "SpeculativeConfig | None" = None, group=None):

@@ -40,6 +40,7 @@ Rules:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -64,6 +65,7 @@ FAMILIES = {"gemma3": "boi_token", "mistral3": "image_token", "qwen2_5_vl": "ima
 # families whose image tokens take fewer rope positions than there are of them (M-RoPE: see the rules)
 SHIFTED = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 PREFILL_STEP = 512
+IMAGE_CONFIG_FILES = ("config.json", "preprocessor_config.json", "processor_config.json")
 KEPT_IMAGE_BYTES = 256 << 20  # processed images (pixel values) kept per model, by digest, for the turns resending them
 
 
@@ -103,6 +105,7 @@ class VisionBackend(MLXBackend):
         config = read_json(self.path_of_config)
         get_model_and_args(config)  # imports the family's module, which puts mlx-vlm's own processor in place
         self.processor = load_processor(Path(model_dir), add_detokenizer=False)
+        self.images_layout = _images_layout(Path(model_dir))
         self.placeholder = getattr(self.processor, FAMILIES[config["model_type"]])
         self.image_token_id = self._image_token_id()
         self.shifted = config["model_type"] in SHIFTED
@@ -361,6 +364,19 @@ class VisionBackend(MLXBackend):
     def unload(self) -> bool:
         self.vlm = None
         return super().unload()
+
+
+def _images_layout(model_dir: Path) -> str:
+    """A digest of the files that make an image's tokens and embeddings besides the weights (the vision tower's
+    configuration, the processor's: a lower ``max_pixels`` gives the same image fewer tokens), as they were read:
+    the prompt cache on disk never reads an image's KV made under another (disk_files.layout_of)."""
+    h = hashlib.sha256()
+    for name in IMAGE_CONFIG_FILES:
+        try:
+            h.update(f"{name}\n".encode() + (model_dir / name).read_bytes() + b"\n")
+        except OSError:
+            pass
+    return h.hexdigest()[:16]
 
 
 def _digests(images) -> frozenset:

@@ -3,10 +3,10 @@
 Rules:
 - One file per prefix, mlx-lm's own format (``save_prompt_cache`` / ``load_prompt_cache``, safetensors). Its
   metadata says which model wrote it (the weights' digest: ``models.weights_digest``, computed once and shown
-  by the model listings too), the format version, the cache layout
-  (cache classes, KV heads and widths, dtype, KV bits) and the ids it holds (with their spans, so an answer's
-  ids stay spliceable after a restart: the index hands the most recently used answers to the splice where memory
-  has none, ``candidates``, before their files are read back). The file name is a digest of all of that.
+  by the model listings too), the format version, the cache layout (cache classes, KV heads and widths, dtype, KV
+  bits; a vision model's processor configuration) and the ids it holds (with their spans, so an answer's ids stay
+  spliceable after a restart: the index hands the most recently used answers to the splice where memory has none,
+  ``candidates``, before their files are read back). The file name is a digest of all of that.
 - Written off the request path: ``put`` hands a snapshot to the writer thread (a snapshot replaces one still
   waiting whose ids it starts with, where it can be trimmed back to it: the newest of a conversation; another
   conversation's, even one opening with the same system prompt, stays queued); the file is written under a

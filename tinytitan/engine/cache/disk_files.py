@@ -72,10 +72,12 @@ def _plain(value: Any) -> Any:
     return f"{type(value).__name__}:{value!r}" if "0x" not in repr(value) else type(value).__name__
 
 
-def layout_of(model: Any, kv_bits: int | None = None) -> str:
+def layout_of(model: Any, kv_bits: int | None = None, images: str | None = None) -> str:
     """What a KV cache of this model looks like: the cache classes per layer, KV heads and widths, dtype, KV
     bits, and a digest of the model's whole configuration (its ``args``: the same weights under another RoPE base
-    or scaling compute other keys). A file written for another layout is never read into this one."""
+    or scaling compute other keys); for a vision model, ``images``: a digest of what makes an image's tokens and
+    embeddings besides the weights (backends/vision.py: the ids key an image by its bytes alone). A file written
+    for another layout is never read into this one."""
     from mlx_lm.models.cache import make_prompt_cache
 
     import mlx_lm
@@ -92,8 +94,11 @@ def layout_of(model: Any, kv_bits: int | None = None) -> str:
         dtype = str(next(iter(_leaves(model.parameters()))).dtype)
     except StopIteration:
         dtype = "?"
-    return json.dumps({"classes": classes, "shape": shape, "config": config, "dtype": dtype, "kv_bits": kv_bits,
-                       "mlx_lm": mlx_lm.__version__}, sort_keys=True)
+    layout = {"classes": classes, "shape": shape, "config": config, "dtype": dtype, "kv_bits": kv_bits,
+              "mlx_lm": mlx_lm.__version__}
+    if images is not None:  # (a text model's layout as before: its files stay readable)
+        layout["images"] = images
+    return json.dumps(layout, sort_keys=True)
 
 
 def _leaves(tree):
