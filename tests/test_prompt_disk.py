@@ -106,7 +106,8 @@ def test_files_of_another_model_layout_or_version_are_never_read(demo_backend, t
 
     arrays, meta = mx.load(str(f), return_metadata=True)
     meta["0.tinytitan_format"] = "tinytitan-prompt-cache/0"  # (save_prompt_cache flattens the metadata)
-    mx.save_safetensors(str(tmp_path / "old.safetensors"), arrays, meta)
+    old = tmp_path / ("0" * 40 + ".safetensors")  # (named as every version names its files)
+    mx.save_safetensors(str(old), arrays, meta)
     f.unlink()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
@@ -114,9 +115,10 @@ def test_files_of_another_model_layout_or_version_are_never_read(demo_backend, t
     assert "another version" in caplog.text
     # the format before this one (which named the weights by another digest) can never be read: removed
     meta["0.tinytitan_format"] = "tinytitan-prompt-cache/1"
-    mx.save_safetensors(str(tmp_path / "v1.safetensors"), arrays, meta)
+    v1 = tmp_path / ("1" * 40 + ".safetensors")
+    mx.save_safetensors(str(v1), arrays, meta)
     assert _cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
-    assert not (tmp_path / "v1.safetensors").exists() and (tmp_path / "old.safetensors").exists()
+    assert not v1.exists() and old.exists()
 
 
 def test_a_damaged_file_is_ignored_with_a_warning(demo_backend, tmp_path, caplog):
@@ -344,7 +346,7 @@ def test_the_directory_is_counted_again_only_once_writes_may_pass_the_budget(tmp
 
     disk = PromptDisk(tmp_path, [], lambda: "layout", int(size * 4.5))
     write(disk, 1000)  # counted: one file
-    foreign = tmp_path / "foreign.safetensors"
+    foreign = tmp_path / ("f" * 40 + ".safetensors")
     foreign.write_bytes(b"x" * size * 2)  # another process's file, the oldest of all
     os.utime(foreign, (1, 1))
     write(disk, 2000)

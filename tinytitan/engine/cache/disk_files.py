@@ -9,6 +9,7 @@ import heapq
 import json
 import logging
 import os
+import re
 import struct
 import threading
 from dataclasses import dataclass
@@ -185,10 +186,14 @@ def tally_of(directory: Path) -> Tally:
         return _TALLIES.setdefault(os.path.realpath(directory), Tally())
 
 
+NAME = re.compile(r"[0-9a-f]{40}" + re.escape(SUFFIX))  # a cache file's name, every version's (disk.py ``_name``)
+
+
 def cache_files(directory: Path) -> list[Path]:
-    """The directory's cache files, never a temporary one a write is under (``.NAME.PID.tmp.safetensors``: a
-    pattern matches dot-names too)."""
-    return [p for p in directory.glob("*" + SUFFIX) if not p.name.startswith(".")]
+    """The directory's cache files, named as the cache names them: never a temporary one a write is under
+    (``.NAME.PID.tmp.safetensors``), nor another file kept there (a model's weights in a folder given by mistake,
+    which the budget would otherwise evict, oldest first)."""
+    return [p for p in directory.glob("*" + SUFFIX) if NAME.fullmatch(p.name)]
 
 
 def evict_lru(directory: Path, budget: int, to: float) -> tuple[int, list[Path]]:
