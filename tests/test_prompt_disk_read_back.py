@@ -35,3 +35,41 @@ def test_an_entry_read_back_from_disk_gives_way_to_the_next_turn_as_in_memory(tm
     assert restarted.fetch(turn)[1] == len(prompt)  # read back from the file
     restarted.store(turn + [90, 91], kv(len(turn) + 2), facts=PromptFacts(len(turn)))
     assert len(restarted.entries) == 1
+
+
+def test_a_file_too_large_for_the_memory_budget_is_never_read(tmp_path):
+    """A file written under a larger ``--prompt-cache-mib`` (a restart with less, another server on the directory)
+    holds more than memory may keep: it is not read back (its whole KV, then thrown away) at every request."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tinytitan.engine.cache.disk import PromptDisk
+
+    tokens = list(range(1000, 1300))
+    kv = KVCache()
+    kv.update_and_fetch(mx.zeros((1, 2, len(tokens), 64)), mx.zeros((1, 2, len(tokens), 64)))
+    size = kv.nbytes
+
+    def cache(max_bytes):
+        c = PromptCache(max_bytes)
+        c.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+        return c
+
+    first = cache(1 << 30)
+    first.store(tokens, [kv])
+    assert first.disk.flush()
+    small = cache(size - 1)
+    for _ in range(2):
+        assert small.fetch(tokens + [7]) == (None, 0)
+    assert small.disk.reads == 0
+    fits = cache(size)  # one that fits is read back as before
+    assert fits.fetch(tokens + [7])[1] == len(tokens) and fits.disk.reads == 1
+
+    [f] = tmp_path.glob("*.safetensors")  # a file written before files said their size: read once, then set aside
+    arrays, meta = mx.load(str(f), return_metadata=True)
+    del meta["0.tinytitan_kv_bytes"]
+    mx.save_safetensors(str(f), arrays, meta)
+    older = cache(size - 1)
+    for _ in range(2):
+        assert older.fetch(tokens + [7]) == (None, 0)
+    assert older.disk.reads == 1

@@ -273,6 +273,10 @@ class PromptDisk:
         self.read_tokens += len(f.tokens)
         return kv, spans
 
+    def forget(self, f: OnDisk) -> None:
+        """A file no longer read back by this process (the prompt cache cannot keep what it holds)."""
+        self._forget(f.path)
+
     def _forget(self, path: Path) -> None:
         with self._lock:
             self._forget_locked(path)
@@ -327,17 +331,19 @@ class PromptDisk:
 
     def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str,
                lasting_prompt: int | None = None) -> None:
-        from .entries import kv_trimmable
+        from .entries import kv_bytes, kv_trimmable
 
         path = self.dir / (self._name(tokens, layout) + SUFFIX)
         with self._lock:
             if path in (self._index or {}):  # on disk and readable (one that failed to load was dropped: rewritten)
                 return
-        trimmable = kv_trimmable(snap)
+        trimmable, held = kv_trimmable(snap), kv_bytes(snap)
         tmp = self.dir / f".{path.stem}.{os.getpid()}.tmp{SUFFIX}"
         prompt = prompt_tokens(spans)
-        save_whole(snap, metadata(self.digest, layout, tokens, spans, trimmable, prompt, lasting_prompt), tmp, path)
-        entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable, prompt, lasting_prompt, spans, time.time())
+        save_whole(snap, metadata(self.digest, layout, tokens, spans, trimmable, prompt, lasting_prompt, held), tmp,
+                   path)
+        entry = OnDisk(path, tokens, path.stat().st_size, layout, trimmable, prompt, lasting_prompt, spans, time.time(),
+                       held)
         self.writes += 1
         superseded = []
         with self._lock:

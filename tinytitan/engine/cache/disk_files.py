@@ -132,6 +132,7 @@ class OnDisk:
     lasting_prompt: int | None = None  # how much of its prompt a later turn repeats (prompt/rendering.py; else all)
     spans: tuple[Span, ...] = ()  # what its ids say (prompt/splice.py), its answer's included
     used: float = 0.0  # when it was written or last read back (its file's mtime)
+    kv_bytes: int | None = None  # what its KV takes once read back (None: a file written before it said so)
 
     def __post_init__(self):
         self.lasting_prompt = lasting_part(self.lasting_prompt, self.prompt_tokens)
@@ -223,12 +224,13 @@ def evict_lru(directory: Path, budget: int, to: float) -> tuple[int, list[Path]]
 
 
 def metadata(digest: str, layout: str, tokens: np.ndarray, spans: tuple[Span, ...], trimmable: bool,
-             prompt: int | None, lasting_prompt: int | None) -> dict:
-    """A file's header: which model and layout wrote it, its ids and what they say, where its answer starts."""
+             prompt: int | None, lasting_prompt: int | None, kv_bytes: int) -> dict:
+    """A file's header: which model and layout wrote it, its ids and what they say, where its answer starts, what
+    its KV takes in memory (a prompt cache with a smaller budget never reads it back)."""
     meta = {"tinytitan_format": FORMAT, "tinytitan_weights": digest, "tinytitan_layout": layout,
             "tinytitan_tokens": base64.b64encode(tokens.astype(np.int32).tobytes()).decode(),
             "tinytitan_spans": json.dumps([[s.tokens, s.text, s.generated] for s in spans]),
-            "tinytitan_trimmable": "1" if trimmable else "0"}
+            "tinytitan_trimmable": "1" if trimmable else "0", "tinytitan_kv_bytes": str(kv_bytes)}
     if prompt is not None:
         meta["tinytitan_prompt_tokens"] = str(prompt)
         if lasting_prompt is not None and lasting_prompt < prompt:
@@ -244,9 +246,10 @@ def entry_of(path: Path, meta: dict, size: int, used: float = 0.0) -> OnDisk:
     """A file's entry, from its header (``read_metadata``), its size and its mtime."""
     tokens = np.frombuffer(base64.b64decode(meta.get("tinytitan_tokens", "")), dtype=np.int32).astype(np.int64)
     prompt, lasting = meta.get("tinytitan_prompt_tokens", ""), meta.get("tinytitan_lasting_prompt", "")
+    held = meta.get("tinytitan_kv_bytes", "")
     return OnDisk(path, tokens, size, meta.get("tinytitan_layout", ""), meta.get("tinytitan_trimmable", "1") != "0",
                   int(prompt) if prompt.isdigit() else None, int(lasting) if lasting.isdigit() else None,
-                  spans_of(meta), used)
+                  spans_of(meta), used, int(held) if held.isdigit() else None)
 
 
 SPLICE_FILES = 16  # the most recently used files whose answers a prompt is spliced with (prompt/splice.py)

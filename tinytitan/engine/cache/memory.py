@@ -263,15 +263,16 @@ class PromptCache:
         """A longer prefix on disk than in memory: read it into memory (the model thread, at fetch)."""
         with self._lock:
             in_memory = self._best(p)[1]
-        f, n = self.disk.best(p)
-        if f is None or n < in_memory + READ_BACK_GAIN:
+        f, n = self.disk.best(p)  # (never one that says it holds more than the budget keeps: read, then dropped)
+        if f is None or n < in_memory + READ_BACK_GAIN or (f.kv_bytes or 0) > self.max_bytes:
             return
         loaded = self.disk.load(f)
         if loaded is None:
             return
         kv, spans = loaded
         size = kv_bytes(kv)
-        if size > self.max_bytes:
+        if size > self.max_bytes:  # (a file that did not say: read once)
+            self.disk.forget(f)
             return
         # what the file says of its request (where its answer starts, the part a later turn repeats): so the next
         # turn's entry supersedes it as it would the entry the file was written from
