@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import secrets
 import struct
 import threading
 import time
@@ -338,7 +339,8 @@ class PromptDisk:
             if path in (self._index or {}):  # on disk and readable (one that failed to load was dropped: rewritten)
                 return
         trimmable, held = kv_trimmable(snap), kv_bytes(snap)
-        tmp = self.dir / f".{path.stem}.{os.getpid()}.tmp{SUFFIX}"
+        # (never another writer's: a replica on a shared volume may have this process's id, pid 1 in a container)
+        tmp = self.dir / f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp{SUFFIX}"
         prompt = prompt_tokens(spans)
         save_whole(snap, metadata(self.digest, layout, tokens, spans, trimmable, prompt, lasting_prompt, held), tmp,
                    path)

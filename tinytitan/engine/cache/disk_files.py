@@ -192,7 +192,7 @@ NAME = re.compile(r"[0-9a-f]{40}" + re.escape(SUFFIX))  # a cache file's name, e
 
 def cache_files(directory: Path) -> list[Path]:
     """The directory's cache files, named as the cache names them: never a temporary one a write is under
-    (``.NAME.PID.tmp.safetensors``), nor another file kept there (a model's weights in a folder given by mistake,
+    (``.NAME.PID.RANDOM.tmp.safetensors``), nor another file kept there (a model's weights in a folder given by mistake,
     which the budget would otherwise evict, oldest first)."""
     return [p for p in directory.glob("*" + SUFFIX) if NAME.fullmatch(p.name)]
 
