@@ -202,7 +202,8 @@ def attach_prompt_disk(backends: list, args) -> None:
         if not isinstance(b, MLXBackend):
             continue
         disk = PromptDisk(directory, sorted(b.path.glob("*.safetensors")),
-                          lambda b=b: layout_of(b.ensure_loaded(), b.kv_bits, b.images_layout), mib << 20)
+                          lambda b=b: layout_of(b.ensure_loaded(), b.kv_bits, b.images_layout), mib << 20,
+                          queued_bytes=b.prompt_cache.max_bytes)
         b.prompt_cache.disk = disk
         if b.loaded:  # a model resident from the start: its digest and index are read now, in the background
             disk.start()

@@ -66,8 +66,10 @@ EVICT_TO = 0.9  # once over its budget, the directory is brought back to this sh
 
 
 class PromptDisk:
-    def __init__(self, directory: Path, weight_files: list[Path], layout: Callable[[], str], max_bytes: int):
-        """``layout()`` is called on the model thread on first use (it needs the loaded model)."""
+    def __init__(self, directory: Path, weight_files: list[Path], layout: Callable[[], str], max_bytes: int,
+                 queued_bytes: int | None = None):
+        """``layout()`` is called on the model thread on first use (it needs the loaded model); ``queued_bytes``: what
+        the snapshots waiting to be written may hold (the memory cache's budget; else ``max_bytes``)."""
         self.dir = Path(directory)
         self.weight_files = list(weight_files)
         self._layout_fn = layout
@@ -80,7 +82,8 @@ class PromptDisk:
         self._lock = threading.Lock()  # the index's
         self._wake = threading.Condition(self._lock)  # the index is read
         self._checked = False
-        self._writer = Writer(self._prepare, self._write_item, "tinytitan-prompt-disk")  # queued: ids -> snapshot
+        self._writer = Writer(self._prepare, self._write_item, "tinytitan-prompt-disk",  # queued: ids -> snapshot
+                              max_bytes if queued_bytes is None else queued_bytes)
         self.reads = 0
         self.writes = 0
         self.read_tokens = 0
@@ -293,7 +296,7 @@ class PromptDisk:
             with self._lock:
                 if held.exact(tokens):
                     return
-        from .entries import kv_trimmable
+        from .entries import kv_bytes, kv_trimmable
 
         layout = self.layout  # here, on the model thread
         snap = snapshot(kv)
@@ -303,7 +306,7 @@ class PromptDisk:
             return (trimmable and len(ids) <= len(tokens) and np.array_equal(ids, tokens[:len(ids)])
                     and kv_trimmable(waiting_snap))
 
-        self._writer.put(tokens.tobytes(), (tokens, snap, spans, layout, lasting_prompt), supersedes)
+        self._writer.put(tokens.tobytes(), (tokens, snap, spans, layout, lasting_prompt), supersedes, kv_bytes(snap))
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every queued write is on disk (tests, shutdown)."""

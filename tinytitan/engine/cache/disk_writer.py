@@ -6,6 +6,10 @@ Rules:
   index, off the request path). Where ``prepare`` fails, nothing is kept waiting and nothing more is queued.
 - ``put`` queues an item under its key; the items ``supersedes`` names (a snapshot that gives way to a longer one
   of the same conversation) leave the queue first.
+- Bounded: the items waiting hold at most ``max_bytes`` (each its size, given to ``put``), else the oldest waiting
+  leave the queue unwritten. A snapshot keeps its KV alive after the prompt cache let it go: a writer behind (the
+  weights of a large model hashed on first use, a slow disk) while distinct prompts kept coming (an evaluation
+  run, sub-agents) held a copy of each until memory ran out.
 - At exit (``atexit``, while Python still runs) the queued writes are finished (``EXIT_WAIT_S`` at most), then the
   thread parks for good and nothing more is queued: a thread still inside mlx (``save_safetensors`` releases the
   GIL) once the interpreter is finalizing is ended by Python on the spot, and the process aborts ("terminate
@@ -27,12 +31,16 @@ EXIT_WAIT_S = 30.0  # at exit, how long the queued writes are waited for
 
 
 class Writer:
-    def __init__(self, prepare: Callable[[], bool], write: Callable[[Any], None], name: str):
-        """``prepare()`` → whether writing can go on; ``write(item)`` writes one queued item (its failure is logged)."""
-        self._prepare, self._write, self._name = prepare, write, name
+    def __init__(self, prepare: Callable[[], bool], write: Callable[[Any], None], name: str,
+                 max_bytes: int | None = None):
+        """``prepare()`` → whether writing can go on; ``write(item)`` writes one queued item (its failure is logged);
+        ``max_bytes``: what the items waiting may hold (None: no bound)."""
+        self._prepare, self._write, self._name, self.max_bytes = prepare, write, name, max_bytes
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._pending: dict[bytes, Any] = {}
+        self._sizes: dict[bytes, int] = {}  # each waiting item's bytes
+        self.dropped = 0  # items that left the queue unwritten, over ``max_bytes``
         self._busy = False  # a write in progress
         self._preparing = False
         self.dead = False  # ``prepare`` failed: nothing is queued
@@ -50,7 +58,7 @@ class Writer:
     def refuses(self) -> bool:
         return self.dead or self.closed
 
-    def put(self, key: bytes, item: Any, supersedes: Callable[[Any], bool] | None = None) -> None:
+    def put(self, key: bytes, item: Any, supersedes: Callable[[Any], bool] | None = None, nbytes: int = 0) -> None:
         with self._lock:
             if self.dead or self.closed:
                 return
@@ -58,7 +66,17 @@ class Writer:
                 for k, waiting in list(self._pending.items()):
                     if supersedes(waiting):
                         del self._pending[k]
+                        self._sizes.pop(k, None)
             self._pending[key] = item
+            self._sizes[key] = nbytes
+            while self.max_bytes is not None and len(self._pending) > 1 and sum(self._sizes.values()) > self.max_bytes:
+                oldest = next(iter(self._pending))
+                del self._pending[oldest]
+                self._sizes.pop(oldest, None)
+                self.dropped += 1
+                if self.dropped == 1:
+                    log.warning("prompt cache on disk: the writer is behind; the oldest prefix waiting is dropped, "
+                                "unwritten (waiting prefixes hold at most %d MiB)", self.max_bytes >> 20)
             self._wake.notify()
 
     @property
@@ -101,6 +119,7 @@ class Writer:
             if not ok:
                 self.dead = True
                 self._pending.clear()
+                self._sizes.clear()
             self._wake.notify_all()
         if not ok:
             return
@@ -108,7 +127,9 @@ class Writer:
             with self._lock:
                 while not self._pending and not self.closed:
                     self._wake.wait()
-                item = self._pending.pop(next(iter(self._pending))) if self._pending else None
+                key = next(iter(self._pending), None)
+                item = self._pending.pop(key) if key is not None else None
+                self._sizes.pop(key, None)
                 self._busy = item is not None
             if item is None:  # exiting, the queue empty: never back in mlx (nor the GIL) while the interpreter ends
                 threading.Event().wait()  # nothing sets it: blocks, the GIL released, until the process ends
