@@ -73,3 +73,36 @@ def test_a_file_too_large_for_the_memory_budget_is_never_read(tmp_path):
     for _ in range(2):
         assert older.fetch(tokens + [7]) == (None, 0)
     assert older.disk.reads == 1
+
+
+def test_a_file_whose_header_is_damaged_is_ignored_alone(tmp_path, caplog):
+    """A file of this format whose header cannot be made an entry (its ids cut short: a torn copy, a bit flipped)
+    is ignored with a warning; the directory's other files are still read back and new ones written. It made the
+    whole directory unusable, at every start, since nothing was written and so nothing evicted it."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tinytitan.engine.cache.disk import PromptDisk
+
+    def kv(n):
+        c = KVCache()
+        c.update_and_fetch(mx.zeros((1, 1, n, 8)), mx.zeros((1, 1, n, 8)))
+        return [c]
+
+    a, b = list(range(1000, 1100)), list(range(2000, 2100))
+    first = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    for tokens in (a, b):
+        first.put(np.array(tokens), kv(len(tokens)), ())
+    assert first.flush()
+    damaged = first.best(np.array(a + [1]))[0].path
+    arrays, meta = mx.load(str(damaged), return_metadata=True)
+    meta["0.tinytitan_tokens"] = meta["0.tinytitan_tokens"][:-3]
+    mx.save_safetensors(str(damaged), arrays, meta)
+
+    restarted = PromptCache(1 << 30)
+    restarted.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    assert restarted.fetch(b + [1])[1] == len(b)  # the other file: read back
+    assert "has a damaged header" in caplog.text and damaged.name in caplog.text
+    assert restarted.fetch(a + [1]) == (None, 0)
+    restarted.disk.put(np.array(a), kv(len(a)), ())  # and written anew
+    assert restarted.disk.flush() and restarted.disk.stats()["writes"] == 1

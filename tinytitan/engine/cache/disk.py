@@ -188,7 +188,10 @@ class PromptDisk:
                 log.warning("prompt cache on disk: %s was written by another version (format %s); ignored", p.name,
                             meta.get("tinytitan_format"))
                 continue
-            found.append(entry_of(p, meta, size, st.st_mtime))
+            try:
+                found.append(entry_of(p, meta, size, st.st_mtime))
+            except (ValueError, TypeError) as exc:  # a damaged header: this file alone is ignored, not the directory
+                log.warning("prompt cache on disk: %s has a damaged header (%s); ignored", p.name, exc)
         for tmp in self.dir.glob(".*.tmp*"):  # a write a crash cut short: never read, cleaned up
             try:
                 if now - tmp.stat().st_mtime > 600:
