@@ -125,6 +125,9 @@ class ChatRequest:
     final_where: str = ""  # that message as the client sent it (``messages[3]``), for an error naming it
     workspace: str | None = None  # the X-TinyTitan-Workspace header, as sent (the memory layer's scope)
     memory: bool = True  # False: a request the server makes itself (compaction), which memory leaves alone
+    # each generated token's log probability and this many likeliest alternatives (0: the chosen token's alone);
+    # None: none asked (engine/decode/logprobs.py)
+    logprobs: int | None = None
     speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does
     response_id: str | None = None  # the id its answer carries: a later request may name it for a cache comparison
     cache_compare: str | None = None  # an earlier answer's id: the prompt-cache diagnosis is relative to its prompt

@@ -51,8 +51,23 @@ class ReasoningDelta:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log probability (decode/logprobs.py says from which distribution), with the
+    likeliest tokens at its position (``top``: as many as the request asked, likeliest first; their own
+    ``top`` empty). ``token`` is the token's text as the tokenizer decodes it alone (a piece of a character
+    decodes to U+FFFD), ``bytes`` its own bytes."""
+
+    token: str
+    bytes: tuple[int, ...]
+    logprob: float
+    top: tuple["TokenLogprob", ...] = ()
+
+
+@dataclass(frozen=True)
 class TextDelta:
     text: str
+    # where the request asked for log probabilities: the answer's tokens whose text this delta completes, in order
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

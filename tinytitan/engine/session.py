@@ -52,7 +52,8 @@ def merge_deltas(events: list[TokenEvent]) -> list[TokenEvent]:
         last = out[-1] if out else None
         if (isinstance(ev, _MERGEABLE) and type(last) is type(ev)
                 and getattr(ev, "index", None) == getattr(last, "index", None)):
-            out[-1] = dataclasses.replace(last, text=last.text + ev.text)
+            more = {"logprobs": last.logprobs + ev.logprobs} if isinstance(ev, TextDelta) else {}  # (tokens' figures)
+            out[-1] = dataclasses.replace(last, text=last.text + ev.text, **more)
         else:
             out.append(ev)
     return out

@@ -6,7 +6,8 @@ string (the raw output, markers and all), or a mapping ``{output: str, delay_ms:
 generation after the stream opened. The text is tokenized with the demo tokenizer and decoded by the engine's
 own decode step (scheduler.py: a row, its fold, its ending), with a scripted forward in place of the model
 (``ScriptedForward``: the script is what is "sampled"), so channel and tool-call parsing, stop strings, caps
-and token counts are the real ones.
+and token counts are the real ones. Its distribution is the script's: each token certain (log probability 0, no
+other token possible), which is what a request asking for log probabilities is told.
 
 A script is not masked, so it is checked: where the request has a grammar (structured output, a forced call,
 strict tools, a limit on calls), each scripted token must be one the mask would allow. Where the grammar
@@ -213,6 +214,10 @@ class ScriptedForward:
                         out.tokens[s.row] = first + out.tokens.get(s.row, ())
             out.read[s.row] = run.read
             out.pending[s.row] = run.pending is not None
+            top = rows[s.row].prepared.logprobs
+            if top is not None and s.row in out.tokens:  # the script is certain of each token: log probability 0,
+                # every other token impossible (so the only alternative listed is the token itself)
+                out.logprobs[s.row] = tuple((0.0, ((t, 0.0),) if top else ()) for t in out.tokens[s.row])
         return out
 
     def _hand_out(self, run: ScriptRun, row_id: int, out: StepResult) -> None:

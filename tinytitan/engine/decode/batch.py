@@ -170,11 +170,12 @@ class Batch:
         return mx.array(tokens, dtype=mx.int32)
 
     def _greedy_together(self, steps: dict[int, RowStep], lanes: dict[int, "Lane"]) -> bool:
-        """Every row samples with the shared greedy sampler, without processors, one sample after its tokens."""
+        """Every row samples with the shared greedy sampler, without processors or log probabilities, one sample
+        after its tokens."""
         from mlx_lm.sample_utils import greedy_sampler
 
         return all(lanes[i].row.sampler is greedy_sampler and not lanes[i].row.processors
-                   and isinstance(steps.get(i), (Next, Sample)) for i in self.order)
+                   and lanes[i].logprobs is None and isinstance(steps.get(i), (Next, Sample)) for i in self.order)
 
 
 class _Reader:

@@ -12,11 +12,15 @@ Rules:
   from one to the other mid-answer — with or without a draft — from the same logits (a wider pass may round
   the model's logits in their last bit: docs/speculative-decoding.md).
 - A lane moves with its row between its own cache and the batch; nothing in it depends on where the cache is.
+- A row that asks for log probabilities has them queued beside each sample, from the logits before its
+  processors (``logprobs``: logprobs.py); the forward reads them with the tokens.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
+
+from .logprobs import Queued
 
 if TYPE_CHECKING:
     from .rows import Row
@@ -33,6 +37,8 @@ class Lane:
         self.context = mx.array(context, dtype=mx.int32) if row.processors else None
         self.pending = None  # the token sampled last, not read yet
         self.width = 0
+        top = row.prepared.logprobs
+        self.logprobs = Queued(top) if top is not None else None  # its samples' figures, not read yet
 
     def sample(self, logits, inputs):
         """The row's sample from ``logits`` ([1, vocab]: the position after ``inputs``, the tokens just read,
@@ -40,12 +46,16 @@ class Lane:
         import mlx.core as mx
 
         self.width = logits.shape[-1]
+        raw = logits
         processors = self.row.processors
         if processors:
             self.context = mx.concatenate([self.context, inputs])
             for processor in processors:
                 logits = processor(self.context, logits)
-        return self.row.sampler(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+        sampled = self.row.sampler(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+        if self.logprobs is not None:
+            self.logprobs.add(raw, sampled)
+        return sampled
 
     def samples(self, logits, inputs, fed: int):
         """A verify's samples: ``logits`` has one row per position from the last fed token on (``inputs`` are

@@ -143,3 +143,5 @@ class StepResult:
     pending: dict[int, bool] = field(default_factory=dict)  # row stepped -> a sampled token is still unread
     verified: dict[int, int] = field(default_factory=dict)  # row -> draft tokens its verify accepted
     failed: dict[int, BaseException] = field(default_factory=dict)  # row -> why it failed in this step
+    # row that asks for log probabilities -> one entry per token in ``tokens`` (logprobs.Figures)
+    logprobs: dict[int, tuple] = field(default_factory=dict)

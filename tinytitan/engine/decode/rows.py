@@ -35,6 +35,7 @@ from ..cache.entries import Kept, kv_stays_trimmable
 from ..prompt.prepare import Prepared
 from .detokenizer import row_detokenizer
 from .last_character import without_cut_character
+from .logprobs import Figures, token_logprob
 from .token_events import DecodeLoop
 
 if TYPE_CHECKING:
@@ -118,8 +119,10 @@ class Row:
             import mlx.core as mx
 
             mx.random.seed(int(prepared.seed) % 2**64)  # any integer a client sends (OpenAI takes negative seeds)
-        # drafts only where a rejected draft can always be trimmed off its cache (no sliding window, no recurrence)
-        self.speculator = backend.speculator(prepared, self.loop, self.tokens) if kv_stays_trimmable(kv) else None
+        # drafts only where a rejected draft can always be trimmed off its cache (no sliding window, no recurrence),
+        # and not where it asks for log probabilities (one sample a token: logprobs.py)
+        drafts = kv_stays_trimmable(kv) and prepared.logprobs is None
+        self.speculator = backend.speculator(prepared, self.loop, self.tokens) if drafts else None
         self.release_draft = self.speculator.release if self.speculator is not None else None
         # a seeded sampler's key chain: a verify moves it on by the rows used, a leave sets it back (scheduler.py)
         self.draws = sampler if getattr(sampler, "seed", None) is not None else None
@@ -127,8 +130,9 @@ class Row:
         self.loop.start(len(self.tokens), cached, since=since)
         return kv
 
-    def accept(self, token: int) -> bool:
-        """One sampled token; True when it ended the row (``ending`` says how)."""
+    def accept(self, token: int, figures: "Figures | None" = None) -> bool:
+        """One sampled token (``figures``: its log probabilities, where the request asks); True when it ended the
+        row (``ending`` says how)."""
         if self.error is not None:
             self.ending = Ending("failed", error=self.error)
             return True
@@ -148,7 +152,8 @@ class Row:
         text = self.detok.last_segment
         if last:
             text = self._whole(text)
-        if not self.loop.token(text):  # a client stop string, or the last tool call the turn allows
+        logprob = token_logprob(self.backend.tokenizer, token, figures) if figures is not None else None
+        if not self.loop.token(text, logprob):  # a client stop string, or the last tool call the turn allows
             self.ending = Ending("finished")
         elif last:
             self.ending = Ending("finished", hit_length=True)
@@ -243,7 +248,7 @@ class Row:
         last token, which the mask's next call consumes as usual. The run's first token was drawn already (by
         the step that computed its mask), and is what that step sampled."""
         mask = self.loop.grammar_mask
-        if mask is None:
+        if mask is None or self.prepared.logprobs is not None:  # (its forced tokens are sampled: logprobs.py)
             return ()
         run: list[int] = []
         forced = mask.forced()

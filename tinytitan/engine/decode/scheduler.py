@@ -287,7 +287,8 @@ class Scheduler:
                     if drafts is not None:
                         row.drafts = drafts
                 else:
-                    ended = any(row.accept(token) for token in tokens)
+                    figures = result.logprobs.get(row_id) or (None,) * len(tokens)
+                    ended = any(row.accept(token, f) for token, f in zip(tokens, figures))
                 if ended or row.holding or not isinstance(step, Next) or (row_id in self.batched and not ragged):
                     continue
                 run = row.propose()

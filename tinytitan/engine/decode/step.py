@@ -240,6 +240,9 @@ class Forward:
                 if steps:
                     tokens, verified = self.batch.step(steps, self.lanes)
                     out.tokens.update(tokens)
+                    for row_id, read in tokens.items():  # the figures of the tokens read, for rows that ask
+                        if self.lanes[row_id].logprobs is not None:
+                            out.logprobs[row_id] = self.lanes[row_id].logprobs.read(len(read))
                     out.verified.update(verified)
                     for row_id in steps:
                         out.pending[row_id] = self.lanes[row_id].pending is not None
@@ -281,6 +284,8 @@ class Forward:
             out.verified[s.row] = len(tokens) - 1
         if tokens:
             out.tokens[s.row] = tokens
+            if lane.logprobs is not None:  # the figures of the tokens read (logprobs.py)
+                out.logprobs[s.row] = lane.logprobs.read(len(tokens))
 
     def release(self, row_id: int) -> list | None:
         """A row leaves: out of the batch or off its own cache; the KV cache it holds (None: none kept)."""

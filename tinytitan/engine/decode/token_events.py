@@ -4,6 +4,12 @@ A backend calls ``start()`` once the prompt is known, ``token(text)`` for each g
 (returns False when a client stop string, or the turn's last allowed tool call, ended the answer), and
 ``end(hit_length)`` when decoding stopped, or ``fail(exc)`` when it failed once started. Channel parsing, stop strings,
 usage and the finish reason are decided here, once; either ending is sent once (``finished``).
+
+Where the request asks for log probabilities, ``token`` also gets each token's (``TokenLogprob``): those of the
+answer's text tokens (not reasoning, not tool-call markup: OpenAI lists only content tokens) ride on the
+``TextDelta`` that sends their text; a token whose text is held back (a character begun, a possible stop string
+or marker) goes with the delta that releases it. Tokens whose text never goes out (a stop string, a marker that
+opened a call) are dropped with it, so the deltas' figures are the sent text's tokens, in order.
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ import dataclasses
 import time
 from typing import Callable
 
-from ...events import Failed, Finished, Started, TextDelta, Timing, TokenEvent, ToolCallDone, Usage
-from .output_parser import REASONING, OutputParser
+from ...events import (Failed, Finished, Started, TextDelta, Timing, TokenEvent, TokenLogprob, ToolCallDone,
+                       ToolCallStarted, Usage)
+from .output_parser import REASONING, TEXT, OutputParser
 
 Emit = Callable[[TokenEvent], None]
 
@@ -72,6 +79,7 @@ class DecodeLoop:
         self.draft_tokens = 0  # speculative decoding: tokens drafted, and of those accepted (rows.py)
         self.draft_accepted_tokens = 0
         self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
+        self.owed: list[TokenLogprob] = []  # text tokens' log probabilities whose text has not gone out yet
         self.first_token_at: float | None = None
 
     def start(self, prompt_tokens: int, cached_tokens: int = 0, since: float | None = None) -> None:
@@ -82,15 +90,17 @@ class DecodeLoop:
         self.started_at = time.perf_counter() if since is None else since
         self.emit(Started(prompt_tokens, cached_tokens, self.sampling))
 
-    def token(self, text: str) -> bool:
-        """One generated token; False once a stop string has matched, or the turn's last allowed tool call is
-        complete (call_limit.py): stop decoding."""
+    def token(self, text: str, logprob: TokenLogprob | None = None) -> bool:
+        """One generated token (``logprob``: its figures, where asked); False once a stop string has matched, or
+        the turn's last allowed tool call is complete (call_limit.py): stop decoding."""
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.completion_tokens += 1
         events, channel = self.parser.feed(text)
         if channel == REASONING:
             self.reasoning_tokens += 1
+        if logprob is not None and channel == TEXT:
+            self.owed.append(logprob)
         self._send(events)
         return self.stop.matched is None and not getattr(self.parser, "turn_over", False)
 
@@ -113,7 +123,7 @@ class DecodeLoop:
             self._send(events)
         rest = self.stop.flush()
         if rest and self.stop.matched is None:
-            self.emit(TextDelta(rest))
+            self.emit(self._text(rest))
         # a stop string matched after whole calls ends a turn that called tools (Anthropic's tool runner reads
         # stop_sequence as a final answer whose calls are not to be run); before any call, it is the turn's end
         stopped = self.stop.matched if not self.calls_sent else None
@@ -139,7 +149,7 @@ class DecodeLoop:
         if self.stop.matched is None:
             rest = self.stop.flush()
             if rest:
-                self.emit(TextDelta(rest))
+                self.emit(self._text(rest))
         self.finished = True
         self.emit(Failed.of(exc))
 
@@ -162,10 +172,17 @@ class DecodeLoop:
             if isinstance(ev, TextDelta):
                 text = self.stop.push(ev.text)
                 if text:
-                    self.emit(TextDelta(text))
+                    self.emit(self._text(text))
             else:
                 if self.stop.buf and not isinstance(ev, TextDelta):
-                    self.emit(TextDelta(self.stop.flush()))
+                    self.emit(self._text(self.stop.flush()))
+                if isinstance(ev, ToolCallStarted):  # text tokens not sent by now were the call's markup
+                    self.owed.clear()
                 if isinstance(ev, ToolCallDone) and ev.complete:
                     self.calls_sent += 1
                 self.emit(ev)
+
+    def _text(self, text: str) -> TextDelta:
+        """A delta of the answer's text, with the figures of the tokens it completes (see the module's rules)."""
+        owed, self.owed = tuple(self.owed), []
+        return TextDelta(text, owed)

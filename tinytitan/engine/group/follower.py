@@ -49,7 +49,8 @@ def follower_row(backend, spec: dict) -> Row:
                                   spec["grammar_name"])
     prepared = Prepared(req=None, tokens=spec["tokens"], max_tokens=spec["max_tokens"], grammar=grammar,
                         sampling=spec["sampling"], seed=spec["seed"], raw=spec["raw"],
-                        speculative=spec["speculative"], cache_facts=PromptFacts.from_json(spec["facts"]))
+                        speculative=spec["speculative"], cache_facts=PromptFacts.from_json(spec["facts"]),
+                        logprobs=spec["logprobs"])
     loop = DecodeLoop(VerbatimParser(), (), lambda _event: None, prepared.sampling)
     return Row(backend, prepared, loop=loop, should_stop=lambda: False)
 

@@ -83,10 +83,11 @@ class Prepared:
     raw: bool = False
     speculative: bool = True  # it may draft (speculative decoding), where the server drafts
     cache_facts: PromptFacts | None = None  # what the entry its generation stores knows of it (cache/memory.py)
+    logprobs: int | None = None  # its tokens' log probabilities, with this many alternatives (decode/logprobs.py)
 
     def __post_init__(self):
         if self.req is not None:
-            self.seed, self.speculative = self.req.seed, self.req.speculative
+            self.seed, self.speculative, self.logprobs = self.req.seed, self.req.speculative, self.req.logprobs
             self.raw = self.req.prompt is not None or self.req.continue_final
 
     def facts(self) -> PromptFacts:
