@@ -190,3 +190,13 @@ class TextRuns:
     def text(self) -> None:
         self.lead = RUN_BREAK if self.said and self.called else ""
         self.said, self.called = True, False
+
+
+def token_logprobs(ev) -> list[dict]:
+    """A text delta's tokens' log probabilities as OpenAI writes each (``ChatCompletionTokenLogprob``; Responses'
+    ``Logprob`` and Ollama's are the same shape): token, bytes, logprob, and the likeliest alternatives."""
+    return [{**_token(lp), "top_logprobs": [_token(t) for t in lp.top]} for lp in ev.logprobs]
+
+
+def _token(lp) -> dict:
+    return {"token": lp.token, "bytes": list(lp.bytes), "logprob": lp.logprob}

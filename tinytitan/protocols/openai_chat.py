@@ -14,7 +14,8 @@ from .. import custom_tools, images
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .common import TextRuns, content_of, parse_logit_bias, place_system, template_variables, verbosity_note
+from .common import (TextRuns, content_of, parse_logit_bias, place_system, template_variables, token_logprobs,
+                     verbosity_note)
 
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
 
@@ -138,6 +139,16 @@ def one_output_cap(body: dict, args: dict, v) -> None:
                       "same cap under both names is taken.)", param="max_tokens", code="invalid_parameter_combination")
 
 
+def logprobs_asked(body: dict, args: dict, v) -> None:
+    """``logprobs: true`` asks for each answer token's log probability, ``top_logprobs`` for that many
+    alternatives too, which is refused without it in OpenAI's words (0 asks nothing, so it is taken)."""
+    top = body.get("top_logprobs")
+    if body.get("logprobs") is True:
+        args["logprobs"] = top or 0
+    elif top:
+        raise invalid("The 'top_logprobs' parameter is only allowed when 'logprobs' is enabled.", param="top_logprobs")
+
+
 def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
     args["grammar"] = normalise(value, "response_format")
 
@@ -151,10 +162,12 @@ class ChatState(TextRuns):
     """A Chat stream's bookkeeping (``vars`` in spec/openai_chat.yaml): the call open now, and the text runs."""
 
     call: dict | None = None
+    logprobs: dict | None = None  # the text delta going out: its tokens' log probabilities, where asked
 
 
 def text_run(m, ev) -> None:
     m.vars.text()
+    m.vars.logprobs = {"content": token_logprobs(ev), "refusal": None} if m.context.get("logprobs") is True else None
 
 
 def open_call(m, ev) -> None:
@@ -219,7 +232,9 @@ def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
     content: list[str] | None = None  # null until a delta says content (the role chunk's "", or text)
     reasoning: list[str] = []
     calls: dict[int, dict] = {}
+    tokens: list[dict] = []  # the content chunks' log probabilities, in order (where asked)
     for choice in chunks.choices(wire):
+        tokens += (choice.get("logprobs") or {}).get("content") or []
         delta = choice.get("delta", {})
         if delta.get("content") is not None:
             content = content if content is not None else []
@@ -246,8 +261,9 @@ def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
         message["reasoning_content"] = "".join(reasoning)
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    logprobs = {"content": tokens, "refusal": None} if body.get("logprobs") is True else None
     return chunks.envelope("chat.completion",
-                           {"index": 0, "message": message, "logprobs": None, "finish_reason": chunks.finish})
+                           {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": chunks.finish})
 
 
 class OpenAIChat(Protocol):
@@ -257,7 +273,7 @@ class OpenAIChat(Protocol):
     def request_hooks(self):
         return {"messages": parse_messages, "tools": parse_tools, "tool_choice": parse_tool_choice,
                 "stop": parse_stop, "template_kwargs": parse_template_kwargs, "output_format": parse_output_format,
-                "one_output_cap": one_output_cap, "logit_bias": parse_logit_bias}
+                "one_output_cap": one_output_cap, "logprobs": logprobs_asked, "logit_bias": parse_logit_bias}
 
     def folds(self):
         return {"chat_completion": fold_chat_completion}
