@@ -4,6 +4,7 @@ cannot say — the prompt's shapes, echo, and the fold of chunks into one ``text
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import invalid
@@ -30,18 +31,55 @@ def parse_prompt(value: Any, body: dict, args: dict, v) -> None:
         if not isinstance(value[0], str):
             raise invalid(f"'prompt[0]' must be a string, not {json.dumps(value[0])[:40]}", param="prompt[0]",
                           code="invalid_type")
+    if body.get("echo") and body.get("logprobs") is not None:  # the prompt's own tokens' figures: a pass not made
+        raise invalid("'echo' with 'logprobs' is not supported: this server gives the log probabilities of "
+                      "generated tokens only", param="echo", code="unsupported_parameter")
     if body.get("echo") and body.get("suffix") is not None:
         raise invalid("'echo' cannot be combined with 'suffix' (fill-in-the-middle)", param="echo",
                       code="unsupported_value")
     args["prompt"] = prompt_text(body)
 
 
+@dataclass
+class CompletionsState:
+    """A stream's bookkeeping (``vars`` in the spec): the text chunk going out's log probabilities, where asked,
+    and where its first token starts in the answer's text."""
+
+    logprobs: dict | None = None
+    offset: int = 0
+
+
+def chunk_logprobs(m, ev) -> None:
+    """A text chunk's tokens as the API's ``Logprobs`` lists them: each token (its text decoded alone), its log
+    probability, its likeliest alternatives ({token: log probability}), and its offset in the completion's text
+    (which the tokens' texts spell)."""
+    if m.context.get("logprobs") is None:
+        m.vars.logprobs = None
+        return
+    tokens = getattr(ev, "logprobs", ())
+    offsets = []
+    for lp in tokens:
+        offsets.append(m.vars.offset)
+        m.vars.offset += len(lp.token)
+    m.vars.logprobs = {"tokens": [lp.token for lp in tokens], "token_logprobs": [lp.logprob for lp in tokens],
+                       "top_logprobs": [{t.token: t.logprob for t in lp.top} for lp in tokens],
+                       "text_offset": offsets}
+
+
 def fold_text_completion(wire: list[WireEvent], body: dict) -> dict:
-    """Chunks → one text_completion, the way an SDK accumulates a stream."""
+    """Chunks → one text_completion, the way an SDK accumulates a stream (the chunks' log probabilities joined)."""
     chunks = Chunks()
-    text = [choice.get("text") or "" for choice in chunks.choices(wire)]
+    text, logprobs = [], None
+    for choice in chunks.choices(wire):
+        text.append(choice.get("text") or "")
+        if choice.get("logprobs") is not None:
+            logprobs = logprobs or {key: [] for key in choice["logprobs"]}
+            for key, values in choice["logprobs"].items():
+                logprobs[key] += values
+    if body.get("logprobs") is not None and logprobs is None:  # asked, and no token sent
+        logprobs = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     return chunks.envelope("text_completion",
-                           {"text": "".join(text), "index": 0, "logprobs": None, "finish_reason": chunks.finish})
+                           {"text": "".join(text), "index": 0, "logprobs": logprobs, "finish_reason": chunks.finish})
 
 
 class OpenAICompletions(Protocol):
@@ -50,6 +88,12 @@ class OpenAICompletions(Protocol):
 
     def request_hooks(self):
         return {"prompt": parse_prompt, "stop": parse_stop, "logit_bias": parse_logit_bias}
+
+    def machine_hooks(self):
+        return {"logprobs": chunk_logprobs}
+
+    def machine_state(self) -> CompletionsState:
+        return CompletionsState()
 
     def extra_context(self, v) -> dict:
         return {"prompt_text": prompt_text(v.body)}

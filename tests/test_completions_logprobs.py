@@ -1,0 +1,56 @@
+"""Legacy Completions ``logprobs: N``: ``choices[].logprobs`` with ``tokens``, ``token_logprobs``,
+``top_logprobs`` and ``text_offset`` as the openai SDK's ``CompletionChoice.Logprobs`` reads them, streamed and not
+(every reply is checked strictly: tests/strict.py)."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+
+def client(s) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+
+
+async def test_generated_tokens_with_their_likeliest_alternatives(serve, demo_backend):
+    demo_backend.prompt_cache.clear()
+    s = await serve(backend=demo_backend)
+    c = client(s)
+    ask = dict(model=demo_backend.model_id, prompt="The sea is", max_tokens=12, temperature=0, logprobs=3)
+    r = await c.completions.create(**ask)
+    lp = r.choices[0].logprobs
+    n = len(lp.tokens)
+    assert n == r.usage.completion_tokens or r.choices[0].finish_reason == "stop"
+    assert n >= 1 and len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
+    offset = 0
+    for token, chosen, top, at in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset):
+        assert chosen <= 0 and 1 <= len(top) <= 3 and at == offset
+        offset += len(token)
+        # greedy: the chosen token is the likeliest of the model's own distribution
+        assert top[token] == chosen == max(top.values())
+    if "\ufffd" not in "".join(lp.tokens):
+        assert "".join(lp.tokens).rstrip() == r.choices[0].text.rstrip()
+    # streamed: the chunks' lists, joined, are the non-streamed ones
+    joined: dict = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    text = ""
+    async for chunk in await c.completions.create(stream=True, **ask):
+        for ch in chunk.choices:
+            text += ch.text
+            if ch.logprobs is not None:
+                for key in joined:
+                    joined[key] += getattr(ch.logprobs, key)
+    assert text == r.choices[0].text
+    assert (joined["tokens"], joined["text_offset"]) == (lp.tokens, lp.text_offset)
+    assert joined["token_logprobs"] == pytest.approx(lp.token_logprobs, abs=1e-4)
+
+
+async def test_zero_asks_for_the_chosen_token_alone_and_none_for_nothing(serve):
+    s = await serve(["Once upon a time"])
+    c = client(s)
+    r = await c.completions.create(model="tinytitan-scripted", prompt="Tell me", logprobs=0)
+    lp = r.choices[0].logprobs
+    # the scripted model is certain of each token
+    assert "".join(lp.tokens) == r.choices[0].text == "Once upon a time"
+    assert lp.token_logprobs == [0.0] * len(lp.tokens) and lp.top_logprobs == [{}] * len(lp.tokens)
+    plain = await c.completions.create(model="tinytitan-scripted", prompt="Tell me")
+    assert plain.choices[0].logprobs is None
