@@ -53,6 +53,8 @@ from .responses_machine import ABANDONED, ECHOED_SAMPLING, HOOKS, ResponsesState
 from .responses_socket import LocalResponses
 from .wire import Call, Connection, Reply, Services
 from .responses_fields import (
+    LOGPROBS,
+    rule_logprobs,
     hook_input,
     hook_prompt_cache_options,
     hook_text,
@@ -101,7 +103,8 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
 
     def request_hooks(self):
         return {"input": hook_input, "tools": self.hook_tools,
-                "tool_choice": hook_tool_choice, "text": hook_text, "prompt_cache_options": hook_prompt_cache_options}
+                "tool_choice": hook_tool_choice, "text": hook_text, "prompt_cache_options": hook_prompt_cache_options,
+                "logprobs": rule_logprobs}
 
     @property
     def separator(self) -> str:
@@ -217,6 +220,7 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
                 # reasoning items carry their thought as encrypted_content where the request includes it (so a
                 # client that stores nothing can send it back: responses_input.reasoning_payload)
                 "reasoning_encrypted": "reasoning.encrypted_content" in (v.body.get("include") or ()),
+                "logprobs": LOGPROBS in (v.body.get("include") or ()),  # output_text parts carry their tokens' figures
                 # (older SDKs spell it "in-memory"; the Response holds "in_memory")
                 "prompt_cache_retention": {"in-memory": "in_memory"}.get(v.body.get("prompt_cache_retention"),
                                                                          v.body.get("prompt_cache_retention"))}

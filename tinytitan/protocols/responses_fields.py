@@ -57,3 +57,13 @@ def not_stored(response_id: str, param: str | None = None) -> ApiError:
     # the API's own sentence first (clients and proxies match on it), then why, for people
     return ApiError("not_found", f"Response with id '{response_id}' not found. (It was never stored, was deleted, or "
                     "was evicted by the store's retention.)", param=param or "response_id")
+
+
+LOGPROBS = "message.output_text.logprobs"
+
+
+def rule_logprobs(body: dict, args: dict, v: Validated) -> None:
+    """``include: ["message.output_text.logprobs"]`` asks for each output_text token's log probability, with
+    ``top_logprobs`` alternatives (alone, ``top_logprobs`` returns none, as the API: the SDKs add the include)."""
+    if LOGPROBS in (body.get("include") or ()):
+        args["logprobs"] = body.get("top_logprobs") or 0

@@ -28,7 +28,7 @@ from ..speclang.machine import Machine, WireEvent
 from ..speclang.json_text import strict_loads
 from . import compaction
 from .base import new_id
-from .common import reasoning_payload
+from .common import reasoning_payload, token_logprobs
 
 
 ABANDONED = "abandoned"  # (incomplete_details.reason: null, as the spec's incomplete_reason maps it)
@@ -59,7 +59,24 @@ def open_reasoning(m: Machine, ev) -> None:
 
 
 def open_message(m: Machine, ev) -> None:
-    _open(m, "message", "msg_")["text"] = ev.text
+    item = _open(m, "message", "msg_", logprobs=[], delta_logprobs=[], done_logprobs=[])
+    item["text"] = ev.text
+    _logprobs(m, item, ev)
+
+
+def _logprobs(m: Machine, item: dict, ev) -> None:
+    """Where the request includes them: the delta's tokens' log probabilities (the delta and done events' shape:
+    no bytes), and the part's list so far (``ResponseOutputText.Logprob``: with bytes)."""
+    if not m.context.get("logprobs"):
+        return
+    tokens = token_logprobs(ev)
+    item["logprobs"] = item["logprobs"] + tokens
+    item["delta_logprobs"] = [_unbytes(t) for t in tokens]
+
+
+def _unbytes(token: dict) -> dict:
+    return {"token": token["token"], "logprob": token["logprob"],
+            "top_logprobs": [{"token": t["token"], "logprob": t["logprob"]} for t in token["top_logprobs"]]}
 
 
 def open_call(m: Machine, ev) -> None:
@@ -98,6 +115,8 @@ def open_compaction(m: Machine, ev) -> None:
 def append(m: Machine, ev) -> None:
     item = m.vars.item
     item["text"] += ev.text
+    if item["kind"] == "message":
+        _logprobs(m, item, ev)
     if item.get("custom"):
         now = custom_tools.input_of(item["text"])
         item["input_delta"], item["input"] = custom_tools.input_delta(item["input"], now), now
@@ -108,6 +127,8 @@ def close(m: Machine, ev) -> None:
     cut = (isinstance(ev, Failed) or (isinstance(ev, Finished) and ev.reason in CUT_SHORT)
            or (isinstance(ev, ToolCallDone) and not ev.complete))
     item["status"] = "incomplete" if cut else "completed"
+    if item["kind"] == "message":  # the done event's list: every token of the part, as the deltas gave them
+        item["done_logprobs"] = [_unbytes(t) for t in item["logprobs"]]
     if isinstance(ev, ToolCallDone) and ev.arguments:
         item["text"] = ev.arguments
     if item.get("custom"):  # its input once whole: what a reading in flight held back goes out as a last delta

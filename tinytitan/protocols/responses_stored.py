@@ -128,9 +128,9 @@ class StoredResponses:
 
     async def retrieve(self, call: Call, response_id: str) -> Reply:
         include = call.args["include"]
-        if "message.output_text.logprobs" in include:  # (as the create request refuses it)
-            raise invalid("include 'message.output_text.logprobs' is not supported: this server returns no logprobs",
-                          param="include", code="unsupported_value")
+        if "message.output_text.logprobs" in include:  # (a stored response holds what its create asked)
+            raise invalid("include 'message.output_text.logprobs' is not supported when retrieving a response: ask "
+                          "for it when creating the response", param="include", code="unsupported_value")
         rec = await self.stored(response_id)
         shown = with_thoughts if "reasoning.encrypted_content" in include else (lambda data: data)
         if not call.args["stream"]:
