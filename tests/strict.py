@@ -452,9 +452,10 @@ OLLAMA_MODELS = {"/api/chat": "ChatResponse", "/api/generate": "GenerateResponse
                  "/api/show": "ShowResponse", "/api/ps": "ProcessResponse"}
 # Fields Ollama's server sends that the Python client's models leave out: a tool call's function.index and a
 # listed model's name (its api/types.go: ToolCallFunction.Index, ListModelResponse / ProcessModelResponse.Name),
-# the call id newer servers add, and a shown model's default system prompt (ShowResponse.System).
+# the call id newer servers add, a shown model's default system prompt (ShowResponse.System), and a token's bytes
+# (TokenLogprob.Bytes, its alternatives' too).
 OLLAMA_EXTENSIONS = (r"\$\.message\.tool_calls\[\d+\]\.id", r"\$\.message\.tool_calls\[\d+\]\.function\.index",
-                     r"\$\.models\[\d+\]\.name", r"\$\.system")
+                     r"\$\.models\[\d+\]\.name", r"\$\.system", r"\$\.logprobs\[\d+\](\.top_logprobs\[\d+\])?\.bytes")
 
 
 def _ollama_unknown(obj: Any, data: Any, path: str = "$") -> list[str]:

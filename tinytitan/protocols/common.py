@@ -192,11 +192,26 @@ class TextRuns:
         self.said, self.called = True, False
 
 
-def token_logprobs(ev) -> list[dict]:
+def logprobs_rule(top_alone: str | None):
+    """The rule over ``logprobs`` (true asks for each answer token's log probability) and ``top_logprobs`` (that
+    many alternatives too): ``top_alone``, the API's words refusing ``top_logprobs`` without ``logprobs`` (None:
+    it asks nothing, as Ollama; 0 asks nothing anywhere)."""
+    def rule(body: dict, args: dict, v) -> None:
+        top = body.get("top_logprobs")
+        if body.get("logprobs") is True:
+            args["logprobs"] = top or 0
+        elif top and top_alone is not None:
+            raise invalid(top_alone, param="top_logprobs")
+    return rule
+
+
+def token_logprobs(ev, bare: bool = False) -> list[dict]:
     """A text delta's tokens' log probabilities as OpenAI writes each (``ChatCompletionTokenLogprob``; Responses'
-    ``Logprob`` and Ollama's are the same shape): token, bytes, logprob, and the likeliest alternatives."""
-    return [{**_token(lp), "top_logprobs": [_token(t) for t in lp.top]} for lp in ev.logprobs]
-
-
-def _token(lp) -> dict:
-    return {"token": lp.token, "bytes": list(lp.bytes), "logprob": lp.logprob}
+    ``Logprob`` and Ollama's are the same shape): token, bytes, logprob, and the likeliest alternatives (``bare``:
+    an empty list left out, as Ollama's ``omitempty``)."""
+    def one(lp, top: bool) -> dict:
+        out = {"token": lp.token, "bytes": list(lp.bytes), "logprob": lp.logprob}
+        if top:
+            out["top_logprobs"] = [one(t, False) for t in lp.top]
+        return {k: v for k, v in out.items() if v != []} if bare else out
+    return [one(lp, True) for lp in ev.logprobs]

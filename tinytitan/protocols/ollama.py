@@ -33,7 +33,7 @@ from ..speclang.machine import Machine, WireEvent
 from ..speclang.validate import Validated
 from . import keep_alive
 from .base import Protocol
-from .common import TextRuns, arguments_object, place_system
+from .common import TextRuns, arguments_object, logprobs_rule, place_system, token_logprobs
 from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.ollama")
@@ -188,6 +188,7 @@ class OllamaState(TextRuns):
     load_duration: int = 0
     prompt_eval_duration: int = 0
     eval_duration: int = 0
+    logprobs: list | None = None  # the text line going out: its tokens' log probabilities (None: none to send)
 
 
 def on_finished(m: Machine, ev) -> None:
@@ -203,6 +204,7 @@ def on_call_started(m: Machine, ev) -> None:
 
 def on_text(m: Machine, ev) -> None:
     m.vars.text()
+    m.vars.logprobs = token_logprobs(ev, bare=True) or None  # its tokens as Ollama's Logprob, empty lists left out
 
 
 def on_call_done(m: Machine, ev) -> None:
@@ -216,17 +218,19 @@ def fold_ollama(wire: list[WireEvent], body: dict) -> dict:
     text: list[str] = []
     thinking: list[str] = []
     calls: list[dict] = []
+    logprobs: list[dict] = []
     last: dict = {}
     for w in wire:
         d = w.data
         if "error" in d:
             raise ApiError("server_error", d["error"])
+        logprobs += d.get("logprobs") or []
         part = d.get("message", d)
         text.append(part.get("content", part.get("response", "")) or "")
         thinking.append(part.get("thinking") or "")
         calls.extend(part.get("tool_calls") or [])
         last = d
-    out = dict(last)
+    out = {**last, **({"logprobs": logprobs} if logprobs else {})}  # every line's tokens, in order
     reply: dict[str, Any] = {"content": "".join(text)} if "message" in last else {"response": "".join(text)}
     if any(thinking):
         reply["thinking"] = "".join(thinking)
@@ -242,7 +246,8 @@ class Ollama(Protocol):
 
     def request_hooks(self):
         return {"model": parse_model, "messages": parse_messages, "tools": parse_tools, "prompt": parse_prompt,
-                "format": parse_format, "tool_choice": parse_tool_choice, "keep_alive": parse_keep_alive}
+                "format": parse_format, "tool_choice": parse_tool_choice, "keep_alive": parse_keep_alive,
+                "logprobs": logprobs_rule(None)}  # (top_logprobs alone: none, as Ollama's runner)
 
     def machine_hooks(self):
         return {"finished": on_finished, "call_started": on_call_started,

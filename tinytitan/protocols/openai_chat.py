@@ -14,10 +14,11 @@ from .. import custom_tools, images
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
-from .common import (TextRuns, content_of, parse_logit_bias, place_system, template_variables, token_logprobs,
-                     verbosity_note)
+from .common import (TextRuns, content_of, logprobs_rule, parse_logit_bias, place_system, template_variables,
+                     token_logprobs, verbosity_note)
 
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
+TOP_ALONE = "The 'top_logprobs' parameter is only allowed when 'logprobs' is enabled."  # (OpenAI's words)
 
 
 def image_url_part(part: dict, where: str):
@@ -137,16 +138,6 @@ def one_output_cap(body: dict, args: dict, v) -> None:
     if capped is not None and completion is not None and capped != completion:
         raise invalid("Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported. (The "
                       "same cap under both names is taken.)", param="max_tokens", code="invalid_parameter_combination")
-
-
-def logprobs_asked(body: dict, args: dict, v) -> None:
-    """``logprobs: true`` asks for each answer token's log probability, ``top_logprobs`` for that many
-    alternatives too, which is refused without it in OpenAI's words (0 asks nothing, so it is taken)."""
-    top = body.get("top_logprobs")
-    if body.get("logprobs") is True:
-        args["logprobs"] = top or 0
-    elif top:
-        raise invalid("The 'top_logprobs' parameter is only allowed when 'logprobs' is enabled.", param="top_logprobs")
 
 
 def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
@@ -273,7 +264,7 @@ class OpenAIChat(Protocol):
     def request_hooks(self):
         return {"messages": parse_messages, "tools": parse_tools, "tool_choice": parse_tool_choice,
                 "stop": parse_stop, "template_kwargs": parse_template_kwargs, "output_format": parse_output_format,
-                "one_output_cap": one_output_cap, "logprobs": logprobs_asked, "logit_bias": parse_logit_bias}
+                "one_output_cap": one_output_cap, "logprobs": logprobs_rule(TOP_ALONE), "logit_bias": parse_logit_bias}
 
     def folds(self):
         return {"chat_completion": fold_chat_completion}
