@@ -22,10 +22,9 @@ async def test_generated_tokens_with_their_likeliest_alternatives(serve, demo_ba
     n = len(lp.tokens)
     assert n == r.usage.completion_tokens or r.choices[0].finish_reason == "stop"
     assert n >= 1 and len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
-    offset = 0
-    for token, chosen, top, at in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset):
-        assert chosen <= 0 and 1 <= len(top) <= 3 and at == offset
-        offset += len(token)
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+    for token, chosen, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert chosen <= 0 and 1 <= len(top) <= 3
         # greedy: the chosen token is the likeliest of the model's own distribution
         assert top[token] == chosen == max(top.values())
     if "\ufffd" not in "".join(lp.tokens):
@@ -44,6 +43,16 @@ async def test_generated_tokens_with_their_likeliest_alternatives(serve, demo_ba
     assert joined["token_logprobs"] == pytest.approx(lp.token_logprobs, abs=1e-4)
 
 
+async def test_text_offsets_count_characters_not_token_pieces(serve):
+    """A character the tokenizer spends several tokens on: each of its tokens decodes alone to U+FFFD, and the
+    offsets count the character once (the next token starts one character on)."""
+    s = await serve(["é☃!"])
+    r = await client(s).completions.create(model="tinytitan-scripted", prompt="Tell me", logprobs=0)
+    lp = r.choices[0].logprobs
+    assert r.choices[0].text == "é☃!" and len(lp.tokens) > 3
+    assert lp.text_offset[-1] == 2 and set(lp.text_offset) == {0, 1, 2}
+
+
 async def test_zero_asks_for_the_chosen_token_alone_and_none_for_nothing(serve):
     s = await serve(["Once upon a time"])
     c = client(s)
@@ -51,6 +60,7 @@ async def test_zero_asks_for_the_chosen_token_alone_and_none_for_nothing(serve):
     lp = r.choices[0].logprobs
     # the scripted model is certain of each token
     assert "".join(lp.tokens) == r.choices[0].text == "Once upon a time"
+    assert lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(len(lp.tokens))]
     assert lp.token_logprobs == [0.0] * len(lp.tokens) and lp.top_logprobs == [{}] * len(lp.tokens)
     plain = await c.completions.create(model="tinytitan-scripted", prompt="Tell me")
     assert plain.choices[0].logprobs is None

@@ -3,8 +3,9 @@ cannot say — the prompt's shapes, echo, and the fold of chunks into one ``text
 
 from __future__ import annotations
 
+import codecs
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import invalid
@@ -46,13 +47,15 @@ class CompletionsState:
     and where its first token starts in the answer's text."""
 
     logprobs: dict | None = None
-    offset: int = 0
+    offset: int = 0  # characters the tokens so far spell ...
+    spelling: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))  # ... from bytes
 
 
 def chunk_logprobs(m, ev) -> None:
     """A text chunk's tokens as the API's ``Logprobs`` lists them: each token (its text decoded alone), its log
     probability, its likeliest alternatives ({token: log probability}), and its offset in the completion's text
-    (which the tokens' texts spell)."""
+    (the characters its bytes and those before spell: a token that ends inside a character is at that
+    character's index, as is the one that completes it)."""
     if m.context.get("logprobs") is None:
         m.vars.logprobs = None
         return
@@ -60,7 +63,7 @@ def chunk_logprobs(m, ev) -> None:
     offsets = []
     for lp in tokens:
         offsets.append(m.vars.offset)
-        m.vars.offset += len(lp.token)
+        m.vars.offset += len(m.vars.spelling.decode(bytes(lp.bytes)))
     m.vars.logprobs = {"tokens": [lp.token for lp in tokens], "token_logprobs": [lp.logprob for lp in tokens],
                        "top_logprobs": [{t.token: t.logprob for t in lp.top} for lp in tokens],
                        "text_offset": offsets}
