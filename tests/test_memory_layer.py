@@ -297,7 +297,7 @@ def test_tinytitan_serve_with_memory(tmp_path):
 
 
 async def test_a_continuation_is_never_refused_as_overloaded():
-    from tinytitan.engine.session import Admission
+    from tinytitan.engine.admission import Admission
     from tinytitan.errors import ApiError
 
     admission = Admission(1, max_queue=1)

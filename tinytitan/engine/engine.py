@@ -54,7 +54,8 @@ from .prompt.messages import fast_path
 from .cache.memory import cache_summary
 from .decode.rows import Row
 from .group.ranks import GroupBroken
-from .session import FOLDED_INTERVAL, Admission, Mailbox, Session
+from .admission import Admission
+from .session import FOLDED_INTERVAL, Mailbox, Session
 from .summarise import Summariser
 
 log = logging.getLogger("tinytitan.engine")
