@@ -61,15 +61,15 @@ async def test_a_document_in_a_tool_result_reaches_the_model(serve):
 
 
 PDF = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}
-REFUSED = [  # (the document, the words of the refusal after its place)
+REFUSED = [  # (the document, the words of the refusal; a media refusal names its {loc} in the API's spelling)
     (dict(TEXT_DOC, citations={"enabled": True}), "citations",
      "'citations' at {at}.citations.enabled is not supported"),
-    ({"type": "document", "source": PDF}, "pdf", "Could not process PDF: {at}.source.type: this model does not "
+    ({"type": "document", "source": PDF}, "pdf", "Could not process PDF: {loc}.source.type: this model does not "
                                                    "support PDF input: send the document's text as a text source"),
     ({"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}, "url",
-     "Could not process PDF: {at}.source.type: this model does not support PDF input"),
+     "Could not process PDF: {loc}.source.type: this model does not support PDF input"),
     ({"type": "document", "source": {"type": "file", "file_id": "file_1"}}, "file",
-     "Could not process document: {at}.source.type: file sources are not supported"),
+     "Could not process document: {loc}.source.type: file sources are not supported"),
     ({"type": "document", "source": {"type": "content", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}},
      "image", "document content block type 'image' at {at}.source.content[0].type is not supported"),
@@ -82,10 +82,12 @@ async def test_what_a_document_cannot_be_here_is_refused_by_name(serve, doc, nam
     s = await serve(["never"])
     if nested:
         messages, at = in_result(doc), "messages[2].content[0].content[0]"
+        loc = "messages.2.content.0.tool_result.content.0.document"
     else:
         messages, at = [{"role": "user", "content": [doc, QUESTION]}], "messages[0].content[0]"
+        loc = "messages.0.content.0.document"
     r = await post(s, body(tools=[READ], messages=messages))
-    assert_envelope(r, 400, "invalid_request_error", words.format(at=at))
+    assert_envelope(r, 400, "invalid_request_error", words.format(at=at, loc=loc))
     with pytest.raises(anthropic.BadRequestError):  # what a client built on the SDK catches
         await sdk(s).messages.count_tokens(model=MODEL, tools=[READ], messages=messages)
 

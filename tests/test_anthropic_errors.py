@@ -42,7 +42,7 @@ REFUSALS = [
      ["media_type", "messages[0].content[0].source"]),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {
         "type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}]}]},
-     ["Could not process PDF", "messages[0].content[0]"]),
+     ["Could not process PDF", "messages.0.content.0.document.source.type: "]),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
      ["messages[0].content[0].source.type"]),
     ({"messages": [{"role": "user", "content": [{"type": "search_result"}]}]}, ["search_result"]),

@@ -364,8 +364,9 @@ async def test_a_text_model_refuses_through_the_sdks(serve):
 async def test_documents_are_refused_in_anthropics_pdf_wording(serve):
     s = await serve(["never"])
     pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
-    for content, where in (([pdf], "messages[0].content[0]"),
-                           ([{"type": "tool_result", "tool_use_id": "t", "content": [pdf]}], "messages[0].content[0].content[0]")):
+    for content, where in (([pdf], "messages.0.content.0.document"),
+                           ([{"type": "tool_result", "tool_use_id": "t", "content": [pdf]}],
+                            "messages.0.content.0.tool_result.content.0.document")):
         r = await _post(s, "/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": [
             {"role": "user", "content": content}]}, ANTHROPIC_HEADERS)
         msg = r.json()["error"]["message"]

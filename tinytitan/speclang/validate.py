@@ -168,6 +168,7 @@ class RequestValidator:
                 if value is not None and condition_holds(rule["when"], value):
                     where = paths.spell(parts)
                     msg = rule["message"].format(value=_show(value), path=where, field=rule["field"],
+                                                 loc=paths.loc(body, parts, self.tagged),
                                                  length=len(value) if hasattr(value, "__len__") else "")
                     raise ApiError(rule.get("kind", "invalid_request"), msg, param=where, code=rule.get("code"),
                                    data={"details": rule["details"]} if "details" in rule else None)
