@@ -1,8 +1,9 @@
 """Images with the real agents on a TEXT model: the session goes on.
 
 - Claude Code (2.1.332): a Read of a PNG sends the picture back as an ``image`` block in a ``tool_result``. A text
-  model refuses it with Anthropic's own wording (``Could not process image: <part>: …``): Claude Code drops the
-  image from its history, says so, and the turn (and the next one, ``--continue``) completes.
+  model refuses it with Anthropic's own wording and spelling of its place (``Could not process image:
+  messages.3.content.0.tool_result.content.0.image: …``): Claude Code replaces that image in its history, says
+  so, and the turn (and the next one, ``--continue``) completes.
 - Codex (0.171): the catalog the server writes says ``input_modalities: ["text"]`` for a text model, so Codex
   answers a ``view_image`` call itself (no image is sent) and the turn completes. That catalog cannot say
   ``image`` for a text model (it is written from the model's ``takes_images``); a catalog that claims it anyway
@@ -58,7 +59,9 @@ def test_claude_code_reads_a_png_on_a_text_model_and_goes_on(tmp_path):
     banner: list = []
     with claude.tinytitan(script, tmp_path, (), banner) as (base, model, record):
         server = banner.pop()
-        events = claude.run_claude(base, model, "look at shot.png", tmp_path, "--allowedTools", "Read")
+        debug = tmp_path / "claude-debug.log"
+        events = claude.run_claude(base, model, "look at shot.png", tmp_path, "--allowedTools", "Read",
+                                   "--debug-file", str(debug))
         again = claude.run_claude(base, model, "and now?", tmp_path, "--continue")
         log = "".join(server.lines)
     first, second = events[-1], again[-1]
@@ -77,6 +80,12 @@ def test_claude_code_reads_a_png_on_a_text_model_and_goes_on(tmp_path):
     assert requests.index(with_image[0]) == 1  # the request after the Read
     assert all(not image_blocks(r["body"]) for r in requests[2:])
     assert len(requests) == 4  # Read call, refused, the answer, the next turn
+    # it read the place the refusal names and replaced that one image, not every image of the latest turn (what it
+    # does when it finds no place it can read: "Removed base64 image blocks from carrier …")
+    said = debug.read_text()
+    assert re.search(r"Removed unprocessable image at messages\.\d+\.content\.0\.tool_result\.content\.0; "
+                     "retrying", said), said[-3000:]
+    assert "Removed base64 image blocks" not in said
 
 
 CATALOG = re.compile(r'model_catalog_json = "([^"]+)"')

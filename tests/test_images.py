@@ -325,7 +325,8 @@ TEXT_MODEL_REFUSALS = [
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Read", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}}]}]}]},
-     "messages[2].content[0].content[0]", "Could not process image: messages[2].content[0].content[0]: "),
+     "messages.2.content.0.tool_result.content.0.image",  # the API's spelling, which Claude Code reads
+     "Could not process image: messages.2.content.0.tool_result.content.0.image: "),
     ("/api/chat", {"messages": [{"role": "user", "content": "x", "images": [b64(PNG)]}]},
      "messages[0].images[0]", "text-only does not support vision"),
     ("/api/generate", {"prompt": "x", "images": [b64(PNG)]}, "images[0]", "text-only does not support vision"),
@@ -399,7 +400,7 @@ BAD = [(data_url(b"this is not an image"), "invalid_image", "not a valid image")
        (data_url(encoded("PNG", (2, images.MAX_SIDE + 1))), "image_too_large", "image dimensions exceed"),
        (data_url(PNG[:60]), "invalid_image", "damaged or truncated")]
 WHERE = {"/v1/chat/completions": "messages[0].content[0]", "/v1/responses": "input[0].content[0]",
-         "/v1/messages": "messages[0].content[0]", "/api/chat": "messages[0].images[0]"}
+         "/v1/messages": "messages.0.content.0.image", "/api/chat": "messages[0].images[0]"}
 
 
 @pytest.mark.parametrize("shape", [chat_body, responses_body, anthropic_body, ollama_body],

@@ -9,9 +9,12 @@ import re
 
 import pytest
 
-from anthropic_util import assert_envelope, body, post
+from anthropic_util import MODEL, assert_envelope, body, post
 from test_image_media_type import CLAUDE_CODE_PLACE
-from test_images import PNG, b64
+from test_images import BMP, PNG, Seeing, b64, encoded, image_host, seeing  # noqa: F401  (fixtures)
+from test_vision import RED, ask, part, vision  # noqa: F401  (the demo-vision backend fixture)
+from tinytitan import images
+from tinytitan.engine.backends.scripted import ScriptEntry
 
 # how Claude Code words the note that stands for the block it drops: the message after the place
 NOTE = re.compile(r".*messages[.[]\d+[\].]+content[.[]\d+[\].]+\S*:?\s*")
@@ -75,3 +78,84 @@ async def test_a_refused_media_block_is_named_in_the_apis_spelling(serve, place,
     tagged = "messages.2.content.0.tool_result.content.1" if found[0] == "2" else "messages.0.content.1"
     assert f"{tagged}.{block['type']}.source.type: " in d["error"]["message"]
 
+
+IMAGE_REFUSALS = [  # (the block, the words after its place)
+    (base64_image(b"this is not an image"), "the data is not a valid image"),
+    (base64_image(BMP), "image format BMP is not supported"),
+    (base64_image(encoded("PNG", (2, images.MAX_SIDE + 1))), "image dimensions exceed"),
+    (base64_image(PNG[:60]), "the image is damaged or truncated"),
+    (image({"type": "base64", "media_type": "image/png", "data": "not base64!"}), "not valid base64"),
+    (image({"type": "base64", "media_type": "image/png", "data": ""}), "image cannot be empty"),
+    (image({"type": "url", "url": "https://example.com/cat.png"}), "remote image URLs are not fetched"),
+    (image({"type": "url", "url": "ftp://example.com/cat.png"}), "image URL scheme 'ftp' is not supported"),
+]
+
+
+@pytest.mark.parametrize("place", [in_turn, in_result], ids=["turn", "tool_result"])
+@pytest.mark.parametrize("block, words", IMAGE_REFUSALS,
+                         ids=["not-an-image", "bmp", "dimensions", "truncated", "base64", "empty", "remote", "ftp"])
+async def test_a_refused_image_is_named_in_the_apis_spelling(seeing, place, block, words):
+    s, backend = seeing
+    messages, found = place(block)
+    d = assert_envelope(await post(s, body(tools=[SHOT], messages=messages)), 400, "invalid_request_error")
+    assert d["error"]["message"].startswith("Could not process image: "), d
+    assert_placed(d, found, "image", words)
+    assert backend.requests == []
+
+
+async def test_an_image_over_the_byte_limit_is_named(seeing, monkeypatch):
+    s, _ = seeing
+    monkeypatch.setattr(images, "MAX_BYTES", len(PNG) - 1)
+    for place in (in_turn, in_result):
+        messages, found = place(base64_image(PNG))
+        d = assert_envelope(await post(s, body(tools=[SHOT], messages=messages)), 400, "invalid_request_error")
+        # (the first image, at content 0, is the one over it now)
+        assert_placed(d, (found[0], "0", None) if found[2] is None else (*found[:2], "0"), "image",
+                      f"image exceeds {len(PNG) - 1} bytes maximum")
+
+
+async def test_the_image_past_the_cap_is_named(seeing, monkeypatch):
+    s, _ = seeing
+    monkeypatch.setattr(images, "MAX_IMAGES", 1)
+    for place in (in_turn, in_result):
+        messages, found = place(base64_image(PNG))
+        d = assert_envelope(await post(s, body(tools=[SHOT], messages=messages)), 400, "invalid_request_error")
+        assert_placed(d, found, "image", "too many images in one request: 2 > 1")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_text_model_names_the_first_image(serve, stream):
+    s = await serve(["never"], model_id="text-only")
+    for place in (in_turn, in_result):
+        messages, found = place({"type": "text", "text": "and this"})
+        r = await post(s, body(model="text-only", stream=stream, tools=[SHOT], messages=messages))
+        d = assert_envelope(r, 400, "invalid_request_error")
+        assert d["error"]["message"].startswith("Could not process image: "), d
+        first = (found[0], "0", None) if found[2] is None else (*found[:2], "0")
+        assert_placed(d, first, "image", "the model 'text-only' reads text only")
+
+
+async def test_a_fetch_that_fails_is_named(serve, demo_tok, image_host):  # noqa: F811  (fixture)
+    s = await serve(backend=Seeing([ScriptEntry("I see it.")], demo_tok, model_id=MODEL), fetch_images=True)
+    for place in (in_turn, in_result):
+        messages, found = place(image({"type": "url", "url": image_host + "/missing"}))
+        d = assert_envelope(await post(s, body(tools=[SHOT], messages=messages)), 400, "invalid_request_error")
+        assert d["error"]["message"].startswith("Could not process image: "), d
+        assert_placed(d, found, "image", "could not fetch the image at")
+
+
+
+def test_an_image_the_models_template_leaves_out_is_named(vision, monkeypatch):  # noqa: F811  (fixture)
+    """A vision model whose chat template writes no place for an image (a turn it renders as text only) refuses
+    it naming that image, as every other image error does."""
+    from tinytitan.engine.backends.mlx import MLXBackend
+    from tinytitan.errors import ApiError
+    from tinytitan.protocols.anthropic_messages import AnthropicMessages
+
+    monkeypatch.setattr(MLXBackend, "render", lambda self, req: "a template that writes no image")
+    req = ask(part(RED, "messages[2].content[0].content[1]"), "and this?")
+    with pytest.raises(ApiError) as err:
+        vision.prepare(req)
+    _, d = AnthropicMessages().error_response(err.value)
+    assert d["error"]["message"].startswith("Could not process image: "), d
+    assert_placed(d, ("2", "0", "1"), "image", "The model's chat template placed 0 image(s) of the 1 sent")

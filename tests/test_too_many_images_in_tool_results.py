@@ -32,7 +32,7 @@ CASES = [
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
                                       "content": [{"type": "text", "text": "here"}, MESSAGES_IMAGE]}]}]},
-     HEADERS, "messages[2].content[0].content[1]"),
+     HEADERS, "messages.2.content.0.tool_result.content.1.image"),  # the API's spelling, which Claude Code reads
     ("/api/chat", {"stream": False, "messages": [
         {"role": "user", "content": "see", "images": [b64(PNG), b64(PNG)]},
         {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "shot", "arguments": {}}}]},

@@ -38,7 +38,7 @@ from ..output_format import normalise
 from ..speclang.machine import Machine, WireEvent
 from . import context_edits
 from .anthropic_request import (
-    CACHE_DIAGNOSIS_BETA, TURN_JOIN, _blocks, assistant_turn, block_texts, cache_diagnostics, check_user_content,
+    CACHE_DIAGNOSIS_BETA, TURN_JOIN, _blocks, api_place, assistant_turn, block_texts, cache_diagnostics, check_user_content,
     parse_diagnostics, parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice,
     parse_tools, prefill_blocks, user_turn)
 from .base import Protocol
@@ -103,6 +103,12 @@ class AnthropicMessages(Protocol):
         self.drop_system = re.compile(drop) if drop else None
         self.budget_levels = [(bound, level) for bound, level in extra.get("thinking_budget_levels", [[None, "medium"]])]
 
+    def wording_data(self, err: ApiError) -> dict:
+        """``{place}``: the image an error names (``where``: ``messages[2].content[0].content[1]``) as the API's
+        errors spell it (``messages.2.content.0.tool_result.content.1.image``), from which Claude Code drops that
+        one image and retries (a message naming no place makes it drop every image of the latest turn with one)."""
+        where = err.data.get("where")
+        return {"place": f"{api_place(where)}.image"} if isinstance(where, str) else {}
 
     # -- request hooks ---------------------------------------------------------------------------------------
     def request_hooks(self):

@@ -127,7 +127,8 @@ class Protocol:
         ``{tokens}``, ``{window}`` and the engine's ``{message}``; ``extra.prompt_fills_window`` for a prompt that
         fills it exactly, with ``{largest}``, the longest prompt that fits, and ``{needed}``, the prompt and one
         answer token): clients match that wording to compact, reading the numbers in it. So is
-        an error whose code ``extra.error_wording`` names (a template over ``{message}`` and the error's data)."""
+        an error whose code ``extra.error_wording`` names (a template over ``{message}``, the error's data and
+        ``wording_data``)."""
         wording = self.spec.extra.get("prompt_too_long")
         if err.code == "context_length_exceeded" and wording and {"prompt_tokens", "context_window"} <= set(err.data):
             tokens, window = err.data["prompt_tokens"], err.data["context_window"]
@@ -139,7 +140,7 @@ class Protocol:
         reworded = (self.spec.extra.get("error_wording") or {}).get(err.code)
         if reworded:  # an error the engine raises with data (images a model cannot read …): the API's own words
             try:
-                text = reworded.format_map({**err.data, "message": err.message})
+                text = reworded.format_map({**self.wording_data(err), **err.data, "message": err.message})
             except (KeyError, IndexError, ValueError):  # data the wording needs is missing: the message as it is
                 text = err.message
             err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
@@ -149,6 +150,11 @@ class Protocol:
                "details": err.data.get("details"),  # a machine-readable reason, where the envelope has one
                "request_id": request_id}  # (the request-id header's, where the envelope carries it)
         return kind.status, template.render(self.spec.error_envelope, ctx)
+
+    def wording_data(self, err: ApiError) -> dict:
+        """Values an ``extra.error_wording`` template may use beyond ``{message}`` and the error's data (which
+        win over these): a protocol that spells the part an error names its API's way adds ``{place}`` here."""
+        return {}
 
     # -- the request path ----------------------------------------------------------------------------------
     def validate(self, call: Call | bytes, handler: str | None = None, empty_is_object: bool = False) -> Validated:

@@ -174,9 +174,10 @@ class VisionBackend(MLXBackend):
         text = super().render(self._literal_placeholders_hidden(req))
         pieces = [piece.replace(SHADOW, self.placeholder) for piece in text.split(self.placeholder)]
         if len(pieces) - 1 != len(images):
-            raise invalid(f"The model's chat template placed {len(pieces) - 1} image(s) of the {len(images)} sent: "
-                          f"images are read in user turns{' and tool results' if len(pieces) > 1 else ''} only",
-                          param=images[min(len(pieces) - 1, len(images) - 1)].where, code="invalid_image")
+            where = images[min(len(pieces) - 1, len(images) - 1)].where
+            problem = (f"The model's chat template placed {len(pieces) - 1} image(s) of the {len(images)} sent: "
+                       f"images are read in user turns{' and tool results' if len(pieces) > 1 else ''} only")
+            raise invalid(problem, param=where, code="invalid_image", data={"where": where, "problem": problem})
         out, held = [pieces[0]], _digests(images)
         for part, rest in zip(images, pieces[1:]):
             out += [self.processed(part, held).text, rest]
