@@ -3,7 +3,8 @@
 - Claude Code (2.1.332): a Read of a PNG sends the picture back as an ``image`` block in a ``tool_result``. A text
   model refuses it with Anthropic's own wording and spelling of its place (``Could not process image:
   messages.3.content.0.tool_result.content.0.image: …``): Claude Code replaces that image in its history, says
-  so, and the turn (and the next one, ``--continue``) completes.
+  so, and the turn (and the next one, ``--continue``) completes. A Read of a PDF sends a base64 ``document``,
+  refused alike (``Could not process PDF: messages.3.content.0.tool_result.content.1.document…``).
 - Codex (0.171): the catalog the server writes says ``input_modalities: ["text"]`` for a text model, so Codex
   answers a ``view_image`` call itself (no image is sent) and the turn completes. That catalog cannot say
   ``image`` for a text model (it is written from the model's ``takes_images``); a catalog that claims it anyway
@@ -86,6 +87,50 @@ def test_claude_code_reads_a_png_on_a_text_model_and_goes_on(tmp_path):
     assert re.search(r"Removed unprocessable image at messages\.\d+\.content\.0\.tool_result\.content\.0; "
                      "retrying", said), said[-3000:]
     assert "Removed base64 image blocks" not in said
+
+
+def write_pdf(path: Path, text: str = "Hello PDF") -> Path:
+    """A one-page PDF with a line of text (built by hand: its five objects and their cross-reference table)."""
+    content = f"BT /F1 12 Tf 20 100 Td ({text}) Tj ET".encode()
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for i, obj in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (i, obj)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(out))
+    return path
+
+
+@needs(claude.CLAUDE is None, reason="Claude Code (`claude`) is not installed: npm install -g @anthropic-ai/claude-code")
+def test_claude_code_reads_a_pdf_and_drops_only_that_document(tmp_path):
+    """Claude Code's Read of a PDF sends it as a base64 ``document`` in the tool result, which this server refuses
+    naming its place in the API's spelling: Claude Code replaces that one document and the turn completes (with
+    no place it can read, it drops every base64 document of the latest message that holds one)."""
+    pdf = write_pdf(tmp_path / "work" / "doc.pdf")
+    answer = "The document could not be read here; the session goes on."
+    banner: list = []
+    with claude.tinytitan([claude.tool_call("Read", {"file_path": str(pdf)}), answer], tmp_path, (),
+                          banner) as (base, model, record):
+        server = banner.pop()
+        debug = tmp_path / "claude-debug.log"
+        events = claude.run_claude(base, model, "read doc.pdf", tmp_path, "--allowedTools", "Read",
+                                   "--debug-file", str(debug))
+        log = "".join(server.lines)
+    assert events[-1]["subtype"] == "success" and events[-1]["result"] == answer, events[-1]
+    assert len(re.findall(r"POST /v1/messages 400 anthropic_messages", log)) == 1, log[-3000:]
+    said = debug.read_text()
+    assert re.search(r"Removed unprocessable document at messages\.\d+\.content\.0\.tool_result\.content\.\d+; "
+                     "retrying", said), said[-3000:]
+    assert "Removed base64 document blocks" not in said
 
 
 CATALOG = re.compile(r'model_catalog_json = "([^"]+)"')
