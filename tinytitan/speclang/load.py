@@ -72,6 +72,8 @@ class ProtocolSpec:
     extra: dict = field(default_factory=dict)
     # stream event name → the ``$paths`` its templates look up (``data``, ``event``, ``when``), read once at load
     lookups: dict[str, frozenset[str]] = field(default_factory=dict)
+    # stream event name → its templates compiled (what a machine renders at every token), built once at load
+    event_templates: dict[str, template.EventTemplate] = field(default_factory=dict, repr=False)
 
     def error_kind(self, kind: str) -> ErrorKind:
         return self.error_kinds.get(kind) or self.error_kinds["server_error"]
@@ -250,6 +252,7 @@ def _check_stream(spec: ProtocolSpec) -> None:
                 raise _fail(spec.source, where, f"uses map '{m}', which 'maps' does not declare")
         used = template.lookups(ev["data"]) | template.lookups(ev.get("event", "")) | ({ev["when"].removeprefix("!")} if ev.get("when") else set())
         spec.lookups[name] = frozenset(used)
+        spec.event_templates[name] = template.compile_event(ev, spec.maps)
         for path in sorted(used):
             steps = paths.steps(path)
             if steps[0] not in known:

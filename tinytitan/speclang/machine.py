@@ -115,18 +115,16 @@ class Machine:
         return out
 
     def _render(self, ev_name: str, ev: TokenEvent) -> WireEvent | None:
-        spec = self.events[ev_name]
-        ctx = dict(self.context)
-        ctx.update(ev=ev, vars=self.vars, emitted=self.emitted, state=self.state)
+        compiled = self.spec.event_templates[ev_name]
+        ctx = {**self.context, "ev": ev, "vars": self.vars, "emitted": self.emitted, "state": self.state}
         if isinstance(ev, Failed):  # an error kind, as this protocol's errors.kinds table words it
             kind = self.spec.error_kind(ev.type)
             ctx["error"] = {"message": ev.message, "type": kind.type, "code": ev.code or kind.code,
                             "status": kind.status}
-        when = spec.get("when")
-        if when and bool(template.lookup(ctx, when.removeprefix("!"))) == when.startswith("!"):
+        if compiled.when is not None and bool(compiled.when(ctx)) == compiled.unless:
             return None
-        data = template.render(spec["data"], ctx, self.spec.maps)
-        name = template.render(spec["event"], ctx, self.spec.maps) if "event" in spec else None
+        data = compiled.data(ctx)
+        name = compiled.event(ctx) if compiled.event is not None else None
         self.emitted += 1
         return WireEvent(name, data)
 

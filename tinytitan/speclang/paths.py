@@ -9,7 +9,7 @@ string, a missing key) reaches nothing.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d*)\]|\[([^\]=]+)=([^\]]*)\]")
 MISSING = object()
@@ -98,6 +98,38 @@ def lower(doc: Any, path: str) -> None:
             for step in parts[:-1]:
                 node = node[step]
             node[parts[-1]] = value.lower()
+
+
+def getter(path: str) -> Callable[[Any], Any]:
+    """``get`` of one path, its steps read once (a stream template looks the same paths up at every token):
+    ``getter(path)(doc)`` is ``get(doc, path)``."""
+    parts = steps(path)
+    if len(parts) == 1 and isinstance(parts[0], str):  # a context name (``id``, ``model``)
+        name = parts[0]
+
+        def one(doc: Any) -> Any:
+            if isinstance(doc, dict):
+                return doc.get(name, MISSING)
+            return getattr(doc, name, MISSING)
+        return one
+
+    def walk(doc: Any) -> Any:
+        node = doc
+        for step in parts:
+            if isinstance(node, dict):
+                if step not in node:
+                    return MISSING
+                node = node[step]
+            elif isinstance(step, int) and isinstance(node, (list, tuple)):
+                if not -len(node) <= step < len(node):
+                    return MISSING
+                node = node[step]
+            elif isinstance(step, str) and hasattr(node, step):
+                node = getattr(node, step)
+            else:
+                return MISSING
+        return node
+    return walk
 
 
 def get(doc: Any, path: str, default: Any = MISSING) -> Any:
