@@ -18,6 +18,7 @@ Rules (h11 style: a table, no I/O):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 
@@ -37,8 +38,9 @@ class WireEvent:
     data: Any  # a JSON-able payload, or a raw string for a terminal like ``[DONE]``
 
     def sse(self) -> bytes:
-        head = f"event: {self.event}\n" if self.event else ""
-        return f"{head}data: {self._payload()}\n\n".encode()
+        if self.event:
+            return f"event: {self.event}\ndata: {self._payload()}\n\n".encode()
+        return f"data: {self._payload()}\n\n".encode()
 
     def ndjson(self) -> bytes:
         return (self._payload() + "\n").encode()
@@ -51,10 +53,11 @@ class WireEvent:
         return self.ndjson() if framing == "ndjson" else self.sse()
 
     def _payload(self) -> str:
-        import json
+        return self.data if isinstance(self.data, str) else _to_json(self.data)
 
-        return self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False,
-                                                                       separators=(",", ":"))
+
+# one encoder for every event (``json.dumps`` with these options builds a new one at each call)
+_to_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 TransitionHook = Callable[["Machine", TokenEvent], None]
