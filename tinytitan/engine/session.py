@@ -194,6 +194,9 @@ class Mailbox:
                 return True
             self.listening, self.due = True, due
         try:
+            if timeout == math.inf:  # no keep-alive: no cancel scope to open and close at every wake-up
+                await self.arrived.wait()
+                return True
             with trio.move_on_after(timeout):
                 await self.arrived.wait()
                 return True
