@@ -214,7 +214,7 @@ class ScriptedForward:
                         out.tokens[s.row] = first + out.tokens.get(s.row, ())
             out.read[s.row] = run.read
             out.pending[s.row] = run.pending is not None
-            top = rows[s.row].prepared.logprobs
+            top = run.prepared.logprobs  # (its own run's request: the forward reads no row here)
             if top is not None and s.row in out.tokens:  # the script is certain of each token: log probability 0,
                 # every other token impossible (so the only alternative listed is the token itself)
                 out.logprobs[s.row] = tuple((0.0, ((t, 0.0),) if top else ()) for t in out.tokens[s.row])
