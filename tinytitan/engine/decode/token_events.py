@@ -9,7 +9,10 @@ Where the request asks for log probabilities, ``token`` also gets each token's (
 answer's text tokens (not reasoning, not tool-call markup: OpenAI lists only content tokens) ride on the
 ``TextDelta`` that sends their text; a token whose text is held back (a character begun, a possible stop string
 or marker) goes with the delta that releases it. Tokens whose text never goes out (a stop string, a marker that
-opened a call) are dropped with it, so the deltas' figures are the sent text's tokens, in order.
+opened a call, the layout the parser drops before a text run, a channel header's markup) are dropped with it, so
+the deltas' figures are the sent text's tokens, in order (``Owed`` matches the tokens to the text the parser gives
+out: a client reading the first content token's probability reads the answer's first token, not the blank line
+after a thought).
 """
 
 from __future__ import annotations
@@ -23,6 +26,49 @@ from ...events import (Failed, Finished, Started, TextDelta, Timing, TokenEvent,
 from .output_parser import REASONING, TEXT, OutputParser
 
 Emit = Callable[[TokenEvent], None]
+
+
+class Owed:
+    """The answer's text tokens' figures not sent yet, each with the text it gave the parser (``fed``): matched to
+    the text the parser gives out, so the tokens that text spells are sent with it (``take``), those whose text the
+    parser dropped before it are not, and those whose text it still holds wait."""
+
+    def __init__(self):
+        self.fed = ""  # the waiting tokens' text, as fed to the parser
+        self.waiting: list[tuple[TokenLogprob, int, int]] = []  # (figures, start, end) in ``fed``
+        self.ready: list[TokenLogprob] = []  # tokens whose text the parser gave out: the next delta's
+
+    def add(self, logprob: TokenLogprob, text: str) -> None:
+        start = len(self.fed)
+        self.fed += text
+        self.waiting.append((logprob, start, len(self.fed)))
+
+    def given_out(self, text: str) -> None:
+        """The parser gave ``text`` out (a TextDelta's): the tokens that spell it are ready, those wholly before it
+        spelled what the parser dropped. Text found nowhere in what they fed (the parser's own) readies them all."""
+        at = self.fed.rfind(text) if self.waiting and text else -1
+        if at < 0:
+            self.ready += [lp for lp, _, _ in self.waiting]
+            self.fed, self.waiting = "", []
+            return
+        upto, cut, kept = at + len(text), 0, []
+        for lp, start, end in self.waiting:
+            if start < at and end <= at:  # (a token of no text waits for the character it begins: not dropped)
+                continue
+            if start < upto:
+                self.ready.append(lp)
+                cut = end
+            else:
+                kept.append((lp, start - cut, end - cut))
+        self.fed, self.waiting = self.fed[cut:], kept
+
+    def take(self) -> tuple[TokenLogprob, ...]:
+        ready, self.ready = tuple(self.ready), []
+        return ready
+
+    def clear(self) -> None:
+        """The text not given out by now was markup (a call's opening): its tokens are not the answer's."""
+        self.fed, self.waiting = "", []
 
 
 class StopMatcher:
@@ -79,7 +125,7 @@ class DecodeLoop:
         self.draft_tokens = 0  # speculative decoding: tokens drafted, and of those accepted (rows.py)
         self.draft_accepted_tokens = 0
         self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
-        self.owed: list[TokenLogprob] = []  # text tokens' log probabilities whose text has not gone out yet
+        self.owed = Owed()  # text tokens' log probabilities whose text has not gone out yet
         self.first_token_at: float | None = None
 
     def start(self, prompt_tokens: int, cached_tokens: int = 0, since: float | None = None) -> None:
@@ -100,7 +146,7 @@ class DecodeLoop:
         if channel == REASONING:
             self.reasoning_tokens += 1
         if logprob is not None and channel == TEXT:
-            self.owed.append(logprob)
+            self.owed.add(logprob, text)
         self._send(events)
         return self.stop.matched is None and not getattr(self.parser, "turn_over", False)
 
@@ -170,6 +216,7 @@ class DecodeLoop:
             if self.stop.matched is not None:
                 return
             if isinstance(ev, TextDelta):
+                self.owed.given_out(ev.text)
                 text = self.stop.push(ev.text)
                 if text:
                     self.emit(self._text(text))
@@ -184,5 +231,4 @@ class DecodeLoop:
 
     def _text(self, text: str) -> TextDelta:
         """A delta of the answer's text, with the figures of the tokens it completes (see the module's rules)."""
-        owed, self.owed = tuple(self.owed), []
-        return TextDelta(text, owed)
+        return TextDelta(text, self.owed.take())
