@@ -113,39 +113,28 @@ def getter(path: str) -> Callable[[Any], Any]:
             return getattr(doc, name, MISSING)
         return one
 
-    def walk(doc: Any) -> Any:
-        node = doc
-        for step in parts:
-            if isinstance(node, dict):
-                if step not in node:
-                    return MISSING
-                node = node[step]
-            elif isinstance(step, int) and isinstance(node, (list, tuple)):
-                if not -len(node) <= step < len(node):
-                    return MISSING
-                node = node[step]
-            elif isinstance(step, str) and hasattr(node, step):
-                node = getattr(node, step)
-            else:
-                return MISSING
-        return node
-    return walk
+    return lambda doc: _walk(doc, parts)
 
 
 def get(doc: Any, path: str, default: Any = MISSING) -> Any:
     """The single value at a path without wildcards; attributes work as well as keys."""
-    node = doc
-    for step in steps(path):
+    value = _walk(doc, steps(path))
+    return default if value is MISSING else value
+
+
+def _walk(node: Any, parts: list) -> Any:
+    """The value ``parts`` (a path's steps, no wildcard) reach from ``node``; MISSING where none."""
+    for step in parts:
         if isinstance(node, dict):
             if step not in node:
-                return default
+                return MISSING
             node = node[step]
         elif isinstance(step, int) and isinstance(node, (list, tuple)):
             if not -len(node) <= step < len(node):
-                return default
+                return MISSING
             node = node[step]
         elif isinstance(step, str) and hasattr(node, step):
             node = getattr(node, step)
         else:
-            return default
+            return MISSING
     return node

@@ -30,13 +30,17 @@ class TemplateError(LookupError):
 
 def lookup(context: Mapping[str, Any], path: str, maps: Mapping[str, Mapping] | None = None,
            table: str | None = None) -> Any:
-    value = paths.get(context, path)
+    return _resolved(paths.get(context, path), path, (maps or {}).get(table) if table else None, table)
+
+
+def _resolved(value: Any, path: str, mapping: Mapping | None, table: str | None) -> Any:
+    """The value found at ``path`` (``paths.MISSING``: none), called where callable, through the map ``table``
+    (``mapping``: that map, None where the spec has none)."""
     if value is paths.MISSING:
         raise TemplateError(f"template names ${path}, which this context does not have")
     if callable(value):
         value = value()
     if table:
-        mapping = (maps or {}).get(table)
         if mapping is None:
             raise TemplateError(f"template names map '{table}', which the spec does not declare")
         if value not in mapping:
@@ -168,18 +172,7 @@ def _compiled_lookup(path: str, maps: Mapping[str, Mapping] | None, table: str |
     mapping = (maps or {}).get(table) if table else None
 
     def look(ctx: Mapping[str, Any]) -> Any:
-        value = get(ctx)
-        if value is paths.MISSING:
-            raise TemplateError(f"template names ${path}, which this context does not have")
-        if callable(value):
-            value = value()
-        if table:
-            if mapping is None:
-                raise TemplateError(f"template names map '{table}', which the spec does not declare")
-            if value not in mapping:
-                raise TemplateError(f"map '{table}' has no entry for {value!r}")
-            value = mapping[value]
-        return value
+        return _resolved(get(ctx), path, mapping, table)
     return look
 
 
