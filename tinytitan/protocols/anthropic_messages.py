@@ -38,9 +38,9 @@ from ..output_format import normalise
 from ..speclang.machine import Machine, WireEvent
 from . import context_edits
 from .anthropic_request import (
-    CACHE_DIAGNOSIS_BETA, TURN_JOIN, _blocks, api_place, assistant_turn, block_texts, cache_diagnostics, check_user_content,
-    parse_diagnostics, parse_output_format, parse_stop_sequences, parse_template_kwargs, parse_tool_choice,
-    parse_tools, prefill_blocks, user_turn)
+    CACHE_DIAGNOSIS_BETA, TURN_JOIN, _blocks, api_place, assistant_turn, block_texts, cache_diagnostics,
+    check_user_content, parse_diagnostics, parse_output_format, parse_stop_sequences, parse_template_kwargs,
+    parse_tool_choice, parse_tools, prefill_blocks, user_turn)
 from .base import Protocol
 from .common import arguments_object, place_system, reasoning_payload
 from .wire import Call, Reply
