@@ -4,12 +4,9 @@
 
 from __future__ import annotations
 
-import openai
 import pytest
 
-
-def client(s) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+from responses_helpers import client
 
 
 async def test_generated_tokens_with_their_likeliest_alternatives(serve, demo_backend):

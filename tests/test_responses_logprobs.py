@@ -4,14 +4,11 @@
 
 from __future__ import annotations
 
-import openai
 import pytest
 
+from responses_helpers import client
+
 LOGPROBS = ["message.output_text.logprobs"]
-
-
-def client(s) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
 
 
 async def test_output_text_tokens_with_their_likeliest_alternatives(serve, demo_backend):
