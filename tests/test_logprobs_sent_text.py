@@ -43,3 +43,12 @@ def test_a_character_spelled_over_two_tokens_is_listed_whole():
     sent, tokens = listed("qwen", ["Caf", "", "\u00e9", "!"])
     assert sent == "Caf\u00e9!" and tokens == ["Caf", "", "\u00e9", "!"]
 
+
+
+@pytest.mark.parametrize("pieces, content, tokens", [
+    (["Hi", " there", "END", "more"], "Hi there", ["Hi", " there"]),  # the stop string a token of its own
+    (["Hi", " the", "reE", "ND"], "Hi there", ["Hi", " the", "reE"]),  # begun inside a token that also sends text
+])
+def test_a_stop_strings_tokens_are_not_listed(pieces, content, tokens):
+    # its text never goes out, so its tokens are not the answer's: content's list ends where the content does
+    assert listed("qwen", pieces, ("END",)) == (content, tokens)

@@ -36,7 +36,9 @@ class Owed:
     def __init__(self):
         self.fed = ""  # the waiting tokens' text, as fed to the parser
         self.waiting: list[tuple[TokenLogprob, int, int]] = []  # (figures, start, end) in ``fed``
-        self.ready: list[TokenLogprob] = []  # tokens whose text the parser gave out: the next delta's
+        self.ready: list[tuple[TokenLogprob, int]] = []  # tokens whose text the parser gave out: the next delta's,
+        # each with where its text begins in all the text given out (``given``)
+        self.given = 0  # how much text the parser has given out
 
     def add(self, logprob: TokenLogprob, text: str) -> None:
         start = len(self.fed)
@@ -47,8 +49,9 @@ class Owed:
         """The parser gave ``text`` out (a TextDelta's): the tokens that spell it are ready, those wholly before it
         spelled what the parser dropped. Text found nowhere in what they fed (the parser's own) readies them all."""
         at = self.fed.rfind(text) if self.waiting and text else -1
+        base, self.given = self.given, self.given + len(text)
         if at < 0:
-            self.ready += [lp for lp, _, _ in self.waiting]
+            self.ready += [(lp, base) for lp, _, _ in self.waiting]
             self.fed, self.waiting = "", []
             return
         upto, cut, kept = at + len(text), 0, []
@@ -56,14 +59,16 @@ class Owed:
             if start < at and end <= at:  # (a token of no text waits for the character it begins: not dropped)
                 continue
             if start < upto:
-                self.ready.append(lp)
+                self.ready.append((lp, base + max(start - at, 0)))
                 cut = end
             else:
                 kept.append((lp, start - cut, end - cut))
         self.fed, self.waiting = self.fed[cut:], kept
 
-    def take(self) -> tuple[TokenLogprob, ...]:
-        ready, self.ready = tuple(self.ready), []
+    def take(self, before: int | None = None) -> tuple[TokenLogprob, ...]:
+        """The ready tokens' figures; with ``before`` (where a stop string began in the text given out), only
+        those of tokens whose text begins before it: the stop string's own tokens are not the answer's."""
+        ready, self.ready = tuple(lp for lp, at in self.ready if before is None or at < before), []
         return ready
 
     def clear(self) -> None:
@@ -217,9 +222,11 @@ class DecodeLoop:
                 return
             if isinstance(ev, TextDelta):
                 self.owed.given_out(ev.text)
+                held = len(self.stop.buf)
                 text = self.stop.push(ev.text)
-                if text:
-                    self.emit(self._text(text))
+                if text:  # (once a stop string matched, where it began in the text given out: ``Owed.take``)
+                    stop_at = self.owed.given - held - len(ev.text) + len(text) if self.stop.matched else None
+                    self.emit(self._text(text, stop_at))
             else:
                 if self.stop.buf and not isinstance(ev, TextDelta):
                     self.emit(self._text(self.stop.flush()))
@@ -229,6 +236,6 @@ class DecodeLoop:
                     self.calls_sent += 1
                 self.emit(ev)
 
-    def _text(self, text: str) -> TextDelta:
+    def _text(self, text: str, stop_at: int | None = None) -> TextDelta:
         """A delta of the answer's text, with the figures of the tokens it completes (see the module's rules)."""
-        return TextDelta(text, self.owed.take())
+        return TextDelta(text, self.owed.take(stop_at))
