@@ -52,3 +52,14 @@ def test_a_character_spelled_over_two_tokens_is_listed_whole():
 def test_a_stop_strings_tokens_are_not_listed(pieces, content, tokens):
     # its text never goes out, so its tokens are not the answer's: content's list ends where the content does
     assert listed("qwen", pieces, ("END",)) == (content, tokens)
+
+
+@pytest.mark.parametrize("family, pieces, content, tokens", [
+    # a "<" held as a possible marker, then released while a second one is held: each token listed once
+    ("qwen", ["x", "<", "<", "y"], "x<<y", ["x", "<", "<", "y"]),
+    ("qwen", ["a", " <", " <", " b"], "a < < b", ["a", " <", " <", " b"]),
+    ("gpt_oss", ["<|channel|>", "final", "<|message|>", "1", "<", "<", "4", "<|return|>"], "1<<4",
+     ["1", "<", "<", "4"]),
+])
+def test_a_repeated_held_piece_is_listed_for_each_token(family, pieces, content, tokens):
+    assert listed(family, pieces) == (content, tokens)

@@ -39,6 +39,7 @@ class Owed:
         self.ready: list[tuple[TokenLogprob, int]] = []  # tokens whose text the parser gave out: the next delta's,
         # each with where its text begins in all the text given out (``given``)
         self.given = 0  # how much text the parser has given out
+        self.flowing = False  # text went out and the parser has stayed in its text since: it drops nothing now
 
     def add(self, logprob: TokenLogprob, text: str) -> None:
         start = len(self.fed)
@@ -48,7 +49,11 @@ class Owed:
     def given_out(self, text: str) -> None:
         """The parser gave ``text`` out (a TextDelta's): the tokens that spell it are ready, those wholly before it
         spelled what the parser dropped. Text found nowhere in what they fed (the parser's own) readies them all."""
-        at = self.fed.rfind(text) if self.waiting and text else -1
+        at = -1
+        if self.waiting and text:  # (in a run of text the parser gives out what it was fed in order: a repeated
+            # "<" it held is the first, not the last; before the run, markup or layout it dropped may lead)
+            at = 0 if self.flowing and self.fed.startswith(text) else self.fed.rfind(text)
+        self.flowing = self.flowing or bool(text)
         base, self.given = self.given, self.given + len(text)
         if at < 0:
             self.ready += [(lp, base) for lp, _, _ in self.waiting]
@@ -73,7 +78,11 @@ class Owed:
 
     def clear(self) -> None:
         """The text not given out by now was markup (a call's opening): its tokens are not the answer's."""
-        self.fed, self.waiting = "", []
+        self.fed, self.waiting, self.flowing = "", [], False
+
+    def paused(self) -> None:
+        """The parser left its text (a thought, a call): what it gives out next may follow text it dropped."""
+        self.flowing = False
 
 
 class StopMatcher:
@@ -152,6 +161,8 @@ class DecodeLoop:
             self.reasoning_tokens += 1
         if logprob is not None and channel == TEXT:
             self.owed.add(logprob, text)
+        elif channel != TEXT:
+            self.owed.paused()
         self._send(events)
         return self.stop.matched is None and not getattr(self.parser, "turn_over", False)
 
