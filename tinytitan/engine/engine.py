@@ -3,8 +3,9 @@
 Rules:
 - ``async with engine.session(req) as events`` is the only way to generate (session.py): it admits at once
   (ApiError('overloaded') when ``max_queue`` requests already wait beyond the running batch; 503
-  ``server_shutting_down`` once the server stops, ``wind_down``), then tokenizes; ``events`` waits for a decode slot (FIFO; ``max_batch`` generations decode together) and
-  yields TokenEvents; leaving the block stops the decode and gives the place back, exactly once.
+  ``server_shutting_down`` once the server stops, ``wind_down``), then tokenizes; ``events`` waits for a decode
+  slot (FIFO; ``max_batch`` generations decode together) and yields TokenEvents; leaving the block stops the
+  decode and gives the place back, exactly once.
 - Decoding, loading and unloading run on the process's one model thread (model_thread.py). A session's
   request becomes a row of the decoder (decoder.py): one decode step — plan → forward → fold (step.py) —
   serves a lone request and a batch alike (continuous batching over mlx-lm's batch KV caches, up to
