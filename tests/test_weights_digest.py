@@ -123,3 +123,48 @@ def test_a_converted_gguf_is_named_by_its_source_without_reading_the_copy(tmp_pa
     other, other_files = model_dir(tmp_path / "m-0123456789abcdef-v4-quantized")
     (other / "gguf_source.json").write_text(json.dumps({"digest": "sha256:" + "ab" * 32}))
     assert weights_digest.digest(other_files) not in (None, digest)
+
+
+def _replaced_keeping_size_and_mtime(path, data, in_place):
+    """``path``'s bytes replaced by ``data`` (as long), its mtime set back as ``cp -p`` (``in_place``: the same inode,
+    written over) or ``rsync -a`` (a new file renamed over it) leave it."""
+    import os
+    import time
+
+    before = os.stat(path)
+    assert len(data) == before.st_size
+    while True:
+        if in_place:
+            with open(path, "r+b") as f:
+                f.write(data)
+            target = path
+        else:
+            target = path.with_name(f".{path.name}.tmp")
+            target.write_bytes(data)
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+        if os.stat(target).st_ctime_ns != before.st_ctime_ns:  # (a real copy takes longer than the kernel's clock tick)
+            break
+        time.sleep(0.005)
+    if not in_place:
+        os.replace(target, path)
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert (after.st_ino == before.st_ino) == in_place
+
+
+def test_weights_replaced_keeping_size_and_mtime_are_hashed_again(tmp_path, monkeypatch):
+    """A weights file replaced by ``cp -p`` or ``rsync -a`` keeps its size and mtime: its remembered digest is not the
+    new weights' (else the prompt cache on disk reads the old weights' prefixes back for them: wrong answers)."""
+    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
+    _, files = model_dir(tmp_path / "m")
+    first = weights_digest.digest(files)
+    for in_place in (True, False):
+        new = bytearray(files[0].read_bytes())
+        new[-1] ^= 0xFF  # (the last tensor's last byte: the same size, other weights)
+        _replaced_keeping_size_and_mtime(files[0], bytes(new), in_place)
+        assert weights_digest.remembered_file_digest(files[0]) is None  # nothing remembered for these bytes
+        now = weights_digest.digest(files)  # (this process, and the next one: the digest remembered on disk)
+        assert now not in (None, first) and weights_digest.remembered(files) == now
+        disk = PromptDisk(tmp_path / "pc", files, lambda: "layout", 1 << 20)
+        assert disk.digest == now  # the prompt cache on disk names the new weights by the new digest
+        first = now

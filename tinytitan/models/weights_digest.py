@@ -4,7 +4,12 @@ cache on disk), and never on the event loop.
 Rules:
 - The digest of a set of weight files is ``sha256:`` and the SHA-256 over ``name:sha256`` lines in name order.
   A file's SHA-256 is its Hugging Face blob name where it has one (unread), else its bytes, remembered on disk
-  per (path, size, mtime) (``file_digest``), so a restart reads nothing again.
+  per (path, size, mtime, inode, ctime) (``file_digest``), so a restart reads nothing again. Size and mtime alone
+  are what a copy keeps (``cp -p``, ``rsync -a``, a download tool setting the server's time): a file replaced so
+  kept its old digest, and the prompt cache on disk served the old weights' prefixes for the new ones (wrong
+  answers). Such a copy cannot keep both the inode (a new file, renamed into place) and the ctime (set by the
+  kernel on any write or ``utime``, never by user space); a chmod or a new hard link changes the ctime too, and
+  costs one more read of the file, never a wrong digest.
 - A converted GGUF's weights (a directory with ``gguf_source.json``) are a function of the GGUF's bytes and the
   directory's name (converter version and form): their digest is made from those, and the float32 copy (4–8×
   the GGUF) is never read for it.
@@ -29,9 +34,14 @@ _results: dict[str, str] = {}
 _running: dict[str, threading.Event] = {}
 
 
+def _stamp(st: os.stat_result) -> str:
+    """What says a file's bytes are the ones hashed (see the rules): what a copy keeps and what it cannot."""
+    return f"{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_ctime_ns}"
+
+
 def _digest_memo(path: Path) -> tuple[str, Path, dict]:
     st = path.stat()
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    key = f"{path.resolve()}|{_stamp(st)}"
     memo_path = cache_root() / "gguf" / "digests.json"
     try:
         memo = json.loads(memo_path.read_text())
@@ -47,7 +57,7 @@ def remembered_file_digest(path: Path) -> str | None:
 
 
 def file_digest(path: Path) -> str:
-    """The file's SHA-256, remembered per (path, size, mtime) in ``<cache>/gguf/digests.json`` so a second
+    """The file's SHA-256, remembered per (path, size, mtime, inode, ctime) in ``<cache>/gguf/digests.json`` so a second
     start does not read a multi-gigabyte file again."""
     key, memo_path, memo = _digest_memo(path)
     if key in memo:
@@ -82,7 +92,7 @@ def _blob_name(f: Path) -> str | None:
 
 
 def _key(files: list[Path]) -> str:
-    return "|".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(files))
+    return "|".join(f"{p.resolve()}:{_stamp(p.stat())}" for p in sorted(files))
 
 
 def _combine(named: list[tuple[str, str]]) -> str:
