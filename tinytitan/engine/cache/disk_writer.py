@@ -15,12 +15,18 @@ Rules:
   GIL) once the interpreter is finalizing is ended by Python on the spot, and the process aborts ("terminate
   called without an active exception", exit 134): a server stopped while generations were storing their
   prefixes. (engine/model_thread.py keeps the same rule for the model thread.)
+- A second Ctrl-C during that wait (the server's first stopped it; this one says "now") stops the wait: the queued
+  writes are dropped, unwritten. Where a write is still inside mlx, the process ends at once (``exit_now``, exit
+  130, as the server's own second Ctrl-C does): finalizing around it aborts, and raising out of the ``atexit``
+  handler did just that. Its file is not torn: it is written under a temporary name, renamed only once whole (a
+  later start removes the temporary file once it is ten minutes old).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -28,6 +34,12 @@ from typing import Any, Callable
 log = logging.getLogger("tinytitan.cache")
 
 EXIT_WAIT_S = 30.0  # at exit, how long the queued writes are waited for
+
+
+def exit_now(code: int) -> None:
+    """The process ends here, the interpreter not finalized (a thread is inside mlx: see the rules)."""
+    logging.shutdown()
+    os._exit(code)
 
 
 class Writer:
@@ -98,7 +110,26 @@ class Writer:
         return True
 
     def close(self, timeout: float = EXIT_WAIT_S) -> bool:
-        """At exit: the queued writes are finished (``timeout`` at most), then the thread parks (see the rules)."""
+        """At exit: the queued writes are finished (``timeout`` at most), then the thread parks; a second Ctrl-C
+        meanwhile drops them (see the rules)."""
+        try:
+            return self._finish(timeout)
+        except KeyboardInterrupt:
+            return self._interrupted()
+
+    def _interrupted(self) -> bool:
+        with self._lock:
+            self.closed = True
+            dropped = len(self._pending)
+            self._pending.clear()
+            self._sizes.clear()
+            busy = self._busy
+        log.warning("exiting: interrupted; %d prompt cache write(s) dropped, unwritten", dropped + busy)
+        if busy:  # (a write inside mlx, under its temporary name)
+            exit_now(130)
+        return False
+
+    def _finish(self, timeout: float) -> bool:
         with self._lock:
             self.closed = True
             self._wake.notify_all()
