@@ -61,7 +61,37 @@ def test_the_index_answers_as_comparing_every_member(seed):
             assert {id(m) for m in ms} == {id(m) for t, m in held if t == q[:k]}
         starting = [k for k, _ in index.starting_with(q)]
         assert sorted(starting) == sorted(len(t) for t in {tuple(t) for t, _ in held if t[:len(q)] == q})
+        nearest = list(index.nearest(q))  # every member once, the most shared first
+        assert [k for k, _ in nearest] == sorted((k for k, _ in nearest), reverse=True)
+        assert sorted((k, id(m)) for k, ms in nearest for m in ms) == sorted((lcp(t, q), id(m)) for t, m in held)
         assert len(index) == len(held)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_best_member_that_fits_is_the_one_a_scan_of_those_that_fit_finds(seed):
+    """``Reusable.best`` of the members ``fits`` takes (the disk's files memory can keep): the most a prompt can
+    take of them, however many that do not fit share more with it."""
+    from tinytitan.engine.cache.prefix_index import Reusable
+
+    rng = random.Random(seed)
+    one = sequences(rng)
+    index, held = Reusable(), []
+    for _ in range(30):
+        t, trimmable, fits = one(), rng.random() < 0.7, rng.random() < 0.5
+        m = (tuple(t), trimmable, fits)
+        held.append(m)
+        index.add(np.array(t, dtype=np.int64), m, trimmable)
+        q = one()
+        cap = len(q) - 1
+        want = max([min(lcp(t, q), cap) for t, trim, ok in held if ok and trim]
+                   + [len(t) for t, trim, ok in held if ok and not trim and len(t) <= cap and t == tuple(q[:len(t)])]
+                   + [0])
+        m, n = index.best(q, lambda m: m[2])
+        assert n == (want if cap > 0 else 0)
+        if n:
+            t, trim, ok = m
+            assert ok and (min(lcp(t, q), cap) == n if trim else t == tuple(q[:n]))
+        assert index.best(q) == index.best(q, lambda m: True)  # (all fitting: as without ``fits``)
 
 
 class Trimmable:

@@ -106,3 +106,30 @@ def test_a_file_whose_header_is_damaged_is_ignored_alone(tmp_path, caplog):
     assert restarted.fetch(a + [1]) == (None, 0)
     restarted.disk.put(np.array(a), kv(len(a)), ())  # and written anew
     assert restarted.disk.flush() and restarted.disk.stats()["writes"] == 1
+
+
+def test_a_shorter_file_stands_in_for_the_longest_where_that_one_is_too_large(tmp_path):
+    """The file sharing the most with a prompt holds more than the memory budget keeps (written under a larger
+    ``--prompt-cache-mib``): the longest of the files that fit is read back instead (another conversation's, sharing
+    the system prompt), where nothing was read and the whole prompt computed again."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tinytitan.engine.cache.disk import PromptDisk
+
+    def kv(n):
+        c = KVCache()
+        c.update_and_fetch(mx.zeros((1, 2, n, 64)), mx.zeros((1, 2, n, 64)))
+        return [c]
+
+    system = list(range(1000, 1100))
+    long, short = system + list(range(3000, 3300)), system + list(range(4000, 4020))
+    first = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    for tokens in (long, short):
+        first.put(np.array(tokens), kv(len(tokens)), ())
+    assert first.flush()
+    budget = kv(len(short))[0].nbytes  # (the long file's KV holds more)
+    restarted = PromptCache(budget)
+    restarted.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    assert restarted.fetch(long + [7])[1] == len(system)  # the short file, trimmed back to what they share
+    assert restarted.disk.reads == 1

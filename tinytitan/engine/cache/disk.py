@@ -227,14 +227,15 @@ class PromptDisk:
                         "(%s, now %s); ignored: they go as the directory's least recently used", len(files),
                         self.dir, files[0].path.name, written, layout)
 
-    def best(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
+    def best(self, prompt: np.ndarray, fits: Callable[[OnDisk], bool] | None = None) -> tuple[OnDisk | None, int]:
         """The file that gives the most of ``prompt``'s tokens (at least one left to read), and how many: the
-        prefix it shares with the prompt, where it can be trimmed back to that or is wholly that prefix."""
+        prefix it shares with the prompt, where it can be trimmed back to that or is wholly that prefix; of the
+        files ``fits`` takes, where given (``Reusable.best``)."""
         held = self._held(wait=INDEX_WAIT)
         if held is None:
             return None, 0
         with self._lock:
-            return held.best(prompt)
+            return held.best(prompt, fits)
 
     def candidates(self) -> list[tuple[np.ndarray, tuple[Span, ...]]]:
         """The answers on disk a prompt's ids are spliced with (``recent_answers``): the first turn after a restart

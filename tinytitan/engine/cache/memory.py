@@ -263,8 +263,9 @@ class PromptCache:
         """A longer prefix on disk than in memory: read it into memory (the model thread, at fetch)."""
         with self._lock:
             in_memory = self._best(p)[1]
-        f, n = self.disk.best(p)  # (never one that says it holds more than the budget keeps: read, then dropped)
-        if f is None or n < in_memory + READ_BACK_GAIN or (f.kv_bytes or 0) > self.max_bytes:
+        # of the files that do not say they hold more than the budget keeps (read, then dropped), the longest
+        f, n = self.disk.best(p, lambda f: (f.kv_bytes or 0) <= self.max_bytes)
+        if f is None or n < in_memory + READ_BACK_GAIN:
             return
         loaded = self.disk.load(f)
         if loaded is None:

@@ -7,21 +7,23 @@ Rules:
   it lie together around that place: a lookup is a bisection (a few comparisons, each a ``memcmp``) whatever
   the number of members, where comparing the prompt with every member cost a few microseconds a member — on
   every request, for a disk cache holding thousands of prefixes.
-- What the prompt cache asks is one of four questions: the longest prefix a prompt shares with any member, and
-  with which (``longest``); the members holding exactly some ids (``exact``); the members whose ids are a
-  prefix of a prompt, longest first (``prefixes_of``); the members whose ids begin with some ids
-  (``starting_with``). Where several members answer alike, the caller picks among them.
+- What the prompt cache asks is one of five questions: the longest prefix a prompt shares with any member, and
+  with which (``longest``); every member by the prefix it shares, longest first (``nearest``: walked outward from
+  where the prompt would go, as far as the caller reads); the members holding exactly some ids (``exact``); the
+  members whose ids are a prefix of a prompt, longest first (``prefixes_of``); the members whose ids begin with
+  some ids (``starting_with``). Where several members answer alike, the caller picks among them.
 - Members with the same ids are kept together, in the order they were added. A member is removed by identity.
 - It holds no lock and does no I/O: its owner changes it under the lock that guards the members themselves.
 - ``Reusable`` is the pair the prompt cache keeps (in memory, and per cache layout on disk): members whose KV
   cache can be trimmed back to a shorter prefix (or that hold none), and members reused only whole; ``best`` is
-  what a prompt can take of them.
+  what a prompt can take of them, of those its caller can hold (``fits``: the disk's files that memory can keep,
+  where the longest cannot be).
 """
 
 from __future__ import annotations
 
 import bisect
-from typing import Generic, Iterator, Sequence, TypeVar
+from typing import Callable, Generic, Iterator, Sequence, TypeVar
 
 import numpy as np
 
@@ -96,6 +98,22 @@ class PrefixIndex(Generic[M]):
         best = max(counts)
         return best, [m for k, c in zip(near, counts) if c == best for m in self._at[k]]
 
+    def nearest(self, tokens) -> Iterator[tuple[int, list[M]]]:
+        """(ids shared with ``tokens``, members) for every member, the most shared first: on either side of where
+        ``tokens`` would go, what keys share with it only falls as they lie further away."""
+        q = key_of(tokens)
+        right = bisect.bisect_left(self._keys, q)
+        left = right - 1
+        while left >= 0 or right < len(self._keys):
+            a = shared(self._keys[left], q) if left >= 0 else -1
+            b = shared(self._keys[right], q) if right < len(self._keys) else -1
+            if a >= b:
+                yield a, list(self._at[self._keys[left]])
+                left -= 1
+            else:
+                yield b, list(self._at[self._keys[right]])
+                right += 1
+
     def exact(self, tokens) -> list[M]:
         return list(self._at.get(key_of(tokens), ()))
 
@@ -144,21 +162,28 @@ class Reusable(Generic[M]):
         for index in self._by.values():
             index.clear()
 
-    def best(self, prompt) -> tuple[M | None, int]:
+    def best(self, prompt, fits: Callable[[M], bool] | None = None) -> tuple[M | None, int]:
         """The member that gives the most of ``prompt``'s ids, at least one left to read, and how many: the
         prefix it shares with the prompt, where it can be trimmed back to that or is wholly that prefix (one
-        holding just that, nothing to copy or trim, before one to trim). (None, 0) when none gives any."""
+        holding just that, nothing to copy or trim, before one to trim); of those ``fits`` takes, where given.
+        (None, 0) when none gives any."""
         cap = len(prompt) - 1
         if cap <= 0:
             return None, 0
-        n, near = self._by[True].longest(prompt)
+        if fits is None:
+            n, near = self._by[True].longest(prompt)
+        else:  # the most shared by one that fits (those sharing more are passed over)
+            n, near = next(((k, ok) for k, ms in self._by[True].nearest(prompt) if (ok := [m for m in ms if fits(m)])),
+                           (0, []))
         n = min(n, cap)
-        whole = next(self._by[False].prefixes_of(prompt[:cap]), None)  # the longest reused only whole
+        whole = next(((k, ok) for k, ms in self._by[False].prefixes_of(prompt[:cap])  # the longest reused only whole
+                      if (ok := [m for m in ms if fits is None or fits(m)])), None)
         if whole is not None and whole[0] >= n:
             return whole[1][0], whole[0]
         if n <= 0:
             return None, 0
-        return (self._by[True].exact(prompt[:n]) or near)[0], n
+        exact = [m for m in self._by[True].exact(prompt[:n]) if fits is None or fits(m)]
+        return (exact or near)[0], n
 
     def longest(self, tokens) -> tuple[int, list[M]]:
         """``PrefixIndex.longest`` over both."""
