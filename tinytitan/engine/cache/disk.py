@@ -82,8 +82,8 @@ class PromptDisk:
         self._lock = threading.Lock()  # the index's
         self._wake = threading.Condition(self._lock)  # the index is read
         self._checked = False
-        self._writer = Writer(self._prepare, self._write_item, "tinytitan-prompt-disk",  # queued: ids -> snapshot
-                              max_bytes if queued_bytes is None else queued_bytes)
+        self._writer = Writer(self._prepare, lambda item: self._write(*item), "tinytitan-prompt-disk",
+                              max_bytes if queued_bytes is None else queued_bytes, place=str(self.dir))
         self.reads = 0
         self.writes = 0
         self.read_tokens = 0
@@ -330,12 +330,6 @@ class PromptDisk:
                 self._index = {}
                 self._wake.notify_all()
             return False
-
-    def _write_item(self, item: tuple) -> None:
-        try:
-            self._write(*item)
-        except Exception:
-            log.warning("prompt cache on disk: a %d-token prefix could not be written", len(item[0]), exc_info=True)
 
     def _write(self, tokens: np.ndarray, snap: list, spans: tuple[Span, ...], layout: str,
                lasting_prompt: int | None = None) -> None:

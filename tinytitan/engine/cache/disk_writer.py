@@ -10,6 +10,10 @@ Rules:
   leave the queue unwritten. A snapshot keeps its KV alive after the prompt cache let it go: a writer behind (the
   weights of a large model hashed on first use, a slow disk) while distinct prompts kept coming (an evaluation
   run, sub-agents) held a copy of each until memory ran out.
+- A write that fails (a read-only folder, a full disk) is warned of once, with its reason (a traceback only where
+  debug logging is on): the next ones fail alike, at every generation, and a warning with a traceback each buried
+  the log. Writing goes on being tried (the prompt cache serves from memory meanwhile); a write that succeeds, or
+  fails for another reason, is said once again (``Failing``).
 - At exit (``atexit``, while Python still runs) the queued writes are finished (``EXIT_WAIT_S`` at most), then the
   thread parks for good and nothing more is queued: a thread still inside mlx (``save_safetensors`` releases the
   GIL) once the interpreter is finalizing is ended by Python on the spot, and the process aborts ("terminate
@@ -27,6 +31,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Callable
@@ -34,6 +39,36 @@ from typing import Any, Callable
 log = logging.getLogger("tinytitan.cache")
 
 EXIT_WAIT_S = 30.0  # at exit, how long the queued writes are waited for
+
+
+class Failing:
+    """The writes' failures, each reason warned of once until a write succeeds (see the rules)."""
+
+    def __init__(self, place: str):
+        self.place = place
+        self.reason: tuple | None = None  # the last failure's, where no write succeeded since
+
+    @staticmethod
+    def reason_of(exc: BaseException) -> tuple:
+        """What a failure says, without what differs between writes (the temporary file's name, a byte count)."""
+        errno = getattr(exc, "errno", None)
+        return (type(exc).__name__, errno) if errno is not None else (type(exc).__name__, re.sub(r"\d+", "#", str(exc)))
+
+    def failed(self, exc: BaseException) -> None:
+        reason = self.reason_of(exc)
+        if reason == self.reason:
+            log.debug("prompt cache on disk: a prefix could not be written to %s either (%s: %s)", self.place,
+                      type(exc).__name__, exc)
+            return
+        self.reason = reason
+        log.warning("prompt cache on disk: a prefix could not be written to %s (%s: %s); serving from memory, and "
+                    "not saying so again until writing succeeds or fails otherwise", self.place, type(exc).__name__,
+                    exc, exc_info=log.isEnabledFor(logging.DEBUG))
+
+    def succeeded(self) -> None:
+        if self.reason is not None:
+            self.reason = None
+            log.info("prompt cache on disk: prefixes are written to %s again", self.place)
 
 
 def exit_now(code: int) -> None:
@@ -44,10 +79,11 @@ def exit_now(code: int) -> None:
 
 class Writer:
     def __init__(self, prepare: Callable[[], bool], write: Callable[[Any], None], name: str,
-                 max_bytes: int | None = None):
-        """``prepare()`` → whether writing can go on; ``write(item)`` writes one queued item (its failure is logged);
-        ``max_bytes``: what the items waiting may hold (None: no bound)."""
+                 max_bytes: int | None = None, place: str = "the cache folder"):
+        """``prepare()`` → whether writing can go on; ``write(item)`` writes one queued item (its failure is logged:
+        ``Failing``, which names ``place``); ``max_bytes``: what the items waiting may hold (None: no bound)."""
         self._prepare, self._write, self._name, self.max_bytes = prepare, write, name, max_bytes
+        self.failing = Failing(place)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._pending: dict[bytes, Any] = {}
@@ -166,8 +202,10 @@ class Writer:
                 threading.Event().wait()  # nothing sets it: blocks, the GIL released, until the process ends
             try:
                 self._write(item)
-            except Exception:
-                log.warning("prompt cache on disk: a write failed", exc_info=True)
+            except Exception as exc:
+                self.failing.failed(exc)
+            else:
+                self.failing.succeeded()
             finally:
                 with self._lock:
                     self._busy = False
