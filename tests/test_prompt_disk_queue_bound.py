@@ -34,3 +34,24 @@ def test_the_snapshots_waiting_to_be_written_hold_at_most_their_bound(tmp_path, 
     busy.set()
     assert disk.flush()
     assert sorted(int(f.tokens[0]) for f in disk._index.values()) == [4000, 5000]  # the newest
+
+
+def test_a_prefix_queued_again_is_the_newest_waiting():
+    """A newer snapshot of a prefix already waiting (one that cannot be trimmed back: nothing supersedes it) replaces
+    the older and goes to the back of the queue, as the newest: it kept the older one's place, and past the bound it
+    was dropped first, the freshest work lost while older prefixes were written."""
+    from tinytitan.engine.cache.disk_writer import Writer
+
+    busy, written = threading.Event(), []
+    w = Writer(lambda: busy.wait(30), written.append, "test-writer", max_bytes=2)  # (the writer behind)
+    w.start()
+    try:
+        w.put(b"a", "a, older", nbytes=1)
+        w.put(b"b", "b", nbytes=1)
+        w.put(b"a", "a, newer", nbytes=1)
+        w.put(b"c", "c", nbytes=1)  # over the bound: the oldest waiting goes
+        assert w.waiting == 2 and w.dropped == 1
+    finally:
+        busy.set()
+    assert w.flush(10)
+    assert written == ["a, newer", "c"]

@@ -5,7 +5,9 @@ Rules:
   disk's (``write``), and so is what the thread does first (``prepare``: the weights' digest and the directory's
   index, off the request path). Where ``prepare`` fails, nothing is kept waiting and nothing more is queued.
 - ``put`` queues an item under its key; the items ``supersedes`` names (a snapshot that gives way to a longer one
-  of the same conversation) leave the queue first.
+  of the same conversation) leave the queue first, and so does one under the same key (the same prefix, a newer
+  snapshot: one that cannot be trimmed back, which ``supersedes`` never names, kept its old place and went first
+  when the queue was over its bound, the freshest dropped).
 - Bounded: the items waiting hold at most ``max_bytes`` (each its size, given to ``put``), else the oldest waiting
   leave the queue unwritten. A snapshot keeps its KV alive after the prompt cache let it go: a writer behind (the
   weights of a large model hashed on first use, a slow disk) while distinct prompts kept coming (an evaluation
@@ -115,6 +117,7 @@ class Writer:
                     if supersedes(waiting):
                         del self._pending[k]
                         self._sizes.pop(k, None)
+            self._pending.pop(key, None)  # (to the back: the newest waiting)
             self._pending[key] = item
             self._sizes[key] = nbytes
             while self.max_bytes is not None and len(self._pending) > 1 and sum(self._sizes.values()) > self.max_bytes:
