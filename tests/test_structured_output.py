@@ -133,7 +133,7 @@ def flat(schema: dict, chat: bool) -> dict:
 def test_three_spellings_make_one_grammar(kind):
     req = request_of(kind, flat(SCHEMA, kind == "chat"))
     assert req.grammar.kind == "json_schema" and req.grammar.source == SCHEMA
-    assert req.grammar == normalise({"type": "json_schema", "schema": SCHEMA, "name": "t"},
+    assert req.grammar == normalise({"type": "json_schema", "schema": SCHEMA, "name": "t", "strict": True},
                                     SPELLINGS[kind][3] + (".json_schema" if kind == "chat" else ""))
     if kind != "messages":  # Messages takes json_schema only
         assert request_of(kind, {"type": "text"}).grammar is None

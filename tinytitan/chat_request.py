@@ -66,6 +66,9 @@ class Grammar:
     where: str | None = None  # the request field it came from, named when the grammar cannot be compiled
     # what the format is for (a json_schema format's ``description``): shown to the model (ChatRequest.closing_note)
     description: str | None = None
+    # a json_schema format that is not strict: where the compiler refuses its schema, it is held to as much of it
+    # as the compiler takes (engine/structured/best_effort.py), not refused
+    loose: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ Rules:
   llama.cpp's spelling, which have no flag) is held to what the grammar can promise and the rest is left out
   (``loosened``), as for a forced call to a tool that is not strict: OpenAI holds such a format to no schema,
   and Ollama's schema-to-grammar skips what it cannot express.
-- No I/O and no engine: the engine compiles what this module let through (and refuses, by name, what its
-  grammar compiler still cannot promise — e.g. a look-around in a ``pattern``).
+- No I/O and no engine: the engine compiles what this module let through. What its grammar compiler still
+  cannot take (a look-around in a ``pattern``, a ``oneOf`` whose branches may overlap) is refused by name in a
+  strict format, and loosened further in one that is not (``Grammar.loose``: engine/structured/best_effort.py).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS, strict: bool
     if kind == "json_object" and isinstance(fmt.get("schema"), dict) and fmt["schema"]:  # (it has no strict flag)
         schema = fmt["schema"] if strict else loosened(fmt["schema"])
         check_schema(schema, f"{where}.schema")
-        return Grammar("json_schema", schema, where=f"{where}.schema")
+        return Grammar("json_schema", schema, where=f"{where}.schema", loose=not strict)
     if kind == "json_object":
         return Grammar("json_object", {"type": "object"}, where=where)
     inner, inner_where = fmt, where
@@ -141,7 +142,8 @@ def normalise(fmt: Any, where: str, kinds: tuple[str, ...] = KINDS, strict: bool
                       param=f"{inner_where}.description", code="invalid_type")
     schema = inner["schema"] if strict or flag else loosened(inner["schema"])
     check_schema(schema, f"{inner_where}.schema")
-    return Grammar("json_schema", schema, name, where=f"{inner_where}.schema", description=description or None)
+    return Grammar("json_schema", schema, name, where=f"{inner_where}.schema", description=description or None,
+                   loose=not (strict or flag))
 
 
 def normalise_ollama(fmt: Any, where: str = "format") -> Grammar | None:
@@ -155,7 +157,7 @@ def normalise_ollama(fmt: Any, where: str = "format") -> Grammar | None:
     if isinstance(fmt, dict):
         schema = loosened(fmt)
         check_schema(schema, where)
-        return Grammar("json_schema", schema, where=where)
+        return Grammar("json_schema", schema, where=where, loose=True)
     raise invalid(f"Invalid value for '{where}': {json.dumps(fmt)}; send \"json\" or a JSON schema object",
                   param=where, code="invalid_value")
 

@@ -21,6 +21,7 @@ from .tokenizer_facts import check_logit_bias, id_count, once_per_tokenizer, ope
 from .reasoning import level_of
 from ..speculative.sampling import SAMPLING
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
+from ..structured.best_effort import best_effort
 from ..structured.compile import token_markers
 from ..structured.tool_calls import (answer_after_thought, auto_call_grammar, check_custom_grammar, document_or_calls,
                                      forced_call_grammar)
@@ -242,7 +243,7 @@ class PromptPreparation(TemplateRendering):
         for tool in req.tools:  # a client grammar that cannot be compiled is refused, forced or not
             if tool.input_grammar is not None:
                 check_custom_grammar(tool, self.tokenizer, getattr(self, "vocab_size", None))
-        grammar = req.grammar
+        grammar = req.grammar and best_effort(req.grammar)  # (a format that is not strict: what compiles of it)
         # the markers a grammar names as tokens (made once per tokenizer, on the first request that needs them)
         markers = token_markers(self.tokenizer, getattr(self, "vocab_size", None)) if grammar or req.tools else {}
         answer = self.family.syntax.answer

@@ -2,7 +2,7 @@
 
 - ``compile.py``: a request's Grammar → a compiled grammar for the model's tokenizer (the tokenizer is
   prepared once per model, each grammar once per schema); what the compiler cannot promise is the
-  client's 400, named.
+  client's 400, named; ``best_effort.py``: a format that is not strict, loosened until the compiler takes it.
 - ``processor.py``: the per-request logits processor that masks every token the grammar does not allow.
 
 The grammar engine is llguidance: it takes JSON schemas and Lark grammars and computes a token mask from

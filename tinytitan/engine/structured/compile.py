@@ -204,8 +204,7 @@ def grammar_text(grammar: Grammar) -> str:
             _grammars.move_to_end(key)
             return text
     if grammar.kind in ("json_schema", "json_object"):
-        schema = with_format_patterns(grammar.source)
-        text = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides={**JSON_OPTIONS, **escapes(schema)})
+        text = schema_grammar(grammar.source)
     elif grammar.kind == "lark":
         text = llguidance.LLMatcher.grammar_from_lark(grammar.source)
     elif grammar.kind == "regex":
@@ -217,6 +216,26 @@ def grammar_text(grammar: Grammar) -> str:
         while len(_grammars) > CACHE_SIZE:
             _grammars.popitem(last=False)
     return text
+
+
+def schema_grammar(schema: Any) -> str:
+    """llguidance's grammar for a JSON schema, as structured output compiles it (not cached)."""
+    import llguidance
+
+    schema = with_format_patterns(schema)
+    return llguidance.LLMatcher.grammar_from_json_schema(schema, overrides={**JSON_OPTIONS, **escapes(schema)})
+
+
+def schema_fault(schema: Any) -> str | None:
+    """Why the compiler refuses ``schema``, whatever the tokenizer (None: it takes it): what a schema alone can
+    get wrong (a pattern it cannot read, a oneOf it cannot prove exclusive, bounds no value meets …)."""
+    import llguidance
+
+    try:
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(schema_grammar(schema), None)
+    except ValueError as exc:
+        return _one_line(str(exc))
+    return "; ".join(_one_line(m) for m in messages) or "invalid grammar" if is_error or messages else None
 
 
 def _one_line(message: str) -> str:
