@@ -21,6 +21,12 @@ PROPERTY = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}, "
 # no finite document: an object that must hold one of its own kind (directly, inside an array of at least one,
 # or through an inline object it requires)
 REQUIRED = {"type": "object", "properties": {"k": {"$ref": "#"}}, "required": ["k"]}
+# the same through a choice whose every branch comes back: the compiler took these, and the generation failed at
+# the matcher's limit, a 500 after the whole output budget (a oneOf not strict is read as an anyOf)
+CHOICE = {"type": "object", "properties": {"a": {"anyOf": [{"$ref": "#"}, {"$ref": "#/properties/a"}]}},
+          "required": ["a"]}
+ONE_OF = {"type": "object", "properties": {"a": {"oneOf": [{"$ref": "#"}]}}, "required": ["a"]}
+ANY_OF = {"anyOf": [{"$ref": "#"}]}
 
 
 def chat_format(schema: dict) -> dict:
@@ -29,7 +35,9 @@ def chat_format(schema: dict) -> dict:
 
 @pytest.mark.parametrize("schema,at", [(SELF, "schema.$ref"), (CYCLE, "schema.$ref"),
                                        (PROPERTY, "schema.properties.a.$ref"),
-                                       (REQUIRED, "schema.properties.k.$ref")])
+                                       (REQUIRED, "schema.properties.k.$ref"),
+                                       (CHOICE, "schema.properties.a.anyOf[0].$ref"),
+                                       (ONE_OF, "schema.properties.a.oneOf[0].$ref"), (ANY_OF, "schema.anyOf[0].$ref")])
 async def test_a_reference_to_itself_is_a_400_on_each_protocol(serve, demo_backend, schema, at):
     s = await serve(backend=demo_backend)
     model = demo_backend.model_id
@@ -48,8 +56,11 @@ async def test_a_reference_to_itself_is_a_400_on_each_protocol(serve, demo_backe
     assert chat.status_code == 400, chat.text
     assert chat.json()["error"]["param"] == f"response_format.json_schema.{at}"
     assert resp.status_code == 400 and resp.json()["error"]["param"] == f"text.format.{at}", resp.text
+    assert "comes back to itself" in chat.json()["error"]["message"] and "comes back" in resp.text
     assert msg.status_code == 400 and "comes back to itself" in msg.json()["error"]["message"], msg.text
+    assert f"output_config.format.{at}" in msg.json()["error"]["message"]
     assert ollama.status_code == 400 and "comes back to itself" in ollama.json()["error"], ollama.text
+    assert f"'format.{at.removeprefix('schema.')}'" in ollama.json()["error"], ollama.text
 
 
 def test_a_recursive_schema_that_descends_is_taken():
@@ -63,7 +74,9 @@ def test_a_recursive_schema_that_descends_is_taken():
                     "required": ["k"]},
                    {"type": "object", "properties": {"k": {"$ref": "#"}, "v": {"type": "integer"}}, "required": ["v"]},
                    {"type": "object", "properties": {"k": {"anyOf": [{"$ref": "#"}, {"type": "string"}]}},
-                    "required": ["k"]}):
+                    "required": ["k"]},
+                   {"type": "object", "properties": {"k": {"oneOf": [{"$ref": "#/$defs/n"}, {"$ref": "#"}]}},
+                    "required": ["k"], "$defs": {"n": {"type": "integer"}}}):
         assert normalise({"type": "json_schema", "name": "t", "schema": schema}, "text.format") is not None
 
 

@@ -242,64 +242,51 @@ def _pointed(root: Any, ref: str) -> Any:
     return node
 
 
-def _held(node: Any) -> list[str]:
-    """The references every value of ``node`` must satisfy, itself or within it: its own ``$ref``, its
-    ``allOf``'s, and those of what it must contain (the required properties of a value that can only be an
-    object, the first ``minItems`` items of one that can only be an array). A choice (``anyOf``, a type list
-    with another type) may escape, so it is not followed."""
+def _finite(node: Any, ok: set[str]) -> bool:
+    """Whether ``node`` admits a finite value, given that the references in ``ok`` do: its own ``$ref``, every
+    member of its ``allOf``, one branch at least of its ``anyOf`` / ``oneOf``, and what it must contain (the
+    required properties of a value that can only be an object, the first ``minItems`` items of one that can only
+    be an array). Anything else (a type list with another type, an optional property) is a way out."""
     if not isinstance(node, dict) or "enum" in node or "const" in node:
-        return []
-    out = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
-    for member in node.get("allOf") if isinstance(node.get("allOf"), list) else ():
-        out += _held(member)
+        return True
+    if isinstance(node.get("$ref"), str) and node["$ref"] not in ok:
+        return False
+    if not all(_finite(m, ok) for m in (node["allOf"] if isinstance(node.get("allOf"), list) else ())):
+        return False
+    for choice in ("anyOf", "oneOf"):
+        if isinstance(node.get(choice), list) and node[choice] and not any(_finite(m, ok) for m in node[choice]):
+            return False
     kind = node.get("type")
     kind = kind[0] if isinstance(kind, list) and len(kind) == 1 else kind
     if kind == "object" and isinstance(node.get("required"), list) and isinstance(node.get("properties"), dict):
-        for name in node["required"]:
-            if isinstance(name, str):
-                out += _held(node["properties"].get(name))
+        return all(_finite(node["properties"].get(name), ok) for name in node["required"] if isinstance(name, str))
     least = node.get("minItems")
     if kind == "array" and isinstance(least, int) and not isinstance(least, bool) and least >= 1:
         prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
-        for sub in prefix[:least]:
-            out += _held(sub)
-        if least > len(prefix):
-            out += _held(node.get("items"))
-    return out
-
-
-def _next_references(root: Any, ref: str) -> list[str]:
-    """The references every value of the schema ``ref`` names must satisfy (``_held``)."""
-    return _held(_pointed(root, ref))  # (a missing target holds none: the grammar compiler names it)
+        return all(_finite(sub, ok) for sub in prefix[:least]) and (least <= len(prefix)
+                                                                     or _finite(node.get("items"), ok))
+    return True
 
 
 def _check_references(schema: Any, refs: list[tuple[str, str]]) -> None:
-    """A reference that comes back to itself through what every value must hold (``_held``: each schema on the
-    way holds its value, or a part it must contain, to the next) admits no finite value: refused, named. Each
-    reference is followed once (a depth-first walk that colours them)."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: known to end
-
-    def loops(ref: str) -> bool:
-        stack = [(ref, iter(_next_references(schema, ref)))]
-        state[ref] = 1
-        while stack:
-            current, nexts = stack[-1]
-            following = next(nexts, None)
-            if following is None:
-                state[current] = 2
-                stack.pop()
-            elif state.get(following) == 1:
-                return True
-            elif following not in state:
-                state[following] = 1
-                stack.append((following, iter(_next_references(schema, following))))
-        return False
-
+    """A reference whose every value must hold (``_finite``) a value of a reference that comes back to itself
+    admits no finite value: refused, named (its first place). The references that admit one are found as a
+    grammar's productive symbols are: those that do given the ones found so far, until no more are (a missing
+    target admits any value: the grammar compiler names it)."""
+    ok: set[str] = set()
+    pending = list(dict.fromkeys(ref for _, ref in refs))
+    while True:
+        found = [ref for ref in pending if _finite(_pointed(schema, ref), ok)]
+        if not found:
+            break
+        ok.update(found)
+        pending = [ref for ref in pending if ref not in ok]
     for at, ref in refs:
-        if state.get(ref) != 2 and loops(ref):
+        if ref not in ok:
             raise invalid(f"Invalid schema at '{at}': the reference {json.dumps(ref)} comes back to itself through "
-                          "what every value must hold (its $ref, allOf, required properties, the first minItems "
-                          "items), so no finite value can match it", param=at, code="invalid_schema")
+                          "what every value must hold (its $ref, allOf, every branch of an anyOf or oneOf, required "
+                          "properties, the first minItems items), so no finite value can match it", param=at,
+                          code="invalid_schema")
 
 
 def _check_keywords(schema: Any, where: str, depth: int, refs: list) -> None:
