@@ -168,3 +168,28 @@ async def test_a_format_no_value_matches_is_refused_even_when_not_strict(serve):
     assert chat.status_code == 400, chat.text
     assert chat.json()["error"]["param"] == "response_format.json_schema.schema"
     assert "minimum (5) is greater than maximum (1)" in chat.json()["error"]["message"]
+
+
+async def test_a_forced_call_to_a_tool_that_is_not_strict_is_held_to_what_compiles(serve, demo_backend):
+    """LangChain's function_calling structured output and the AI SDK's generateObject on Messages force a tool
+    that is not strict: its arguments get the same best effort."""
+    s = await serve(backend=demo_backend)
+    tool = {"type": "function", "function": {"name": "sign_up", "parameters": SIGNUP}}
+    r = await chat_client(s).chat.completions.create(
+        model=demo_backend.model_id, messages=USER, tools=[tool], tool_choice="required", max_tokens=CAP,
+        temperature=0)
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "sign_up"
+    holds(call.function.arguments)
+    msg = await anthropic_util.message(
+        anthropic_util.sdk(s), False, model=demo_backend.model_id, max_tokens=CAP, messages=USER,
+        tool_choice={"type": "any"}, extra_body={"temperature": 0},
+        tools=[{"name": "sign_up", "input_schema": SIGNUP}])
+    (use,) = [b for b in msg.content if b.type == "tool_use"]
+    assert use.name == "sign_up"
+    jsonschema.validate(use.input, LOOSE_SIGNUP)
+    async with httpx.AsyncClient(timeout=30) as c:  # a strict tool: still refused by name
+        strict = await c.post(s.url("/v1/chat/completions"), json={
+            "model": demo_backend.model_id, "messages": USER, "tool_choice": "required",
+            "tools": [{"type": "function", "function": {**tool["function"], "strict": True}}]})
+    assert strict.status_code == 400 and strict.json()["error"]["param"] == "tool_choice", strict.text

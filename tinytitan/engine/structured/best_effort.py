@@ -10,8 +10,8 @@ Rules:
   compiler cannot prove exclusive is read as ``anyOf``; ``minProperties``/``maxProperties`` beside properties
   not all required, the keywords beside a circular ``$ref``, number bounds whose range the compiler cannot write
   (``[1e19, 1e20]``), a ``multipleOf`` of too many digits, a keyword the compiler names as unimplemented are
-  dropped. Anything else: the schema's own type (any JSON object where it
-  names none), as ``json_object`` holds a document.
+  dropped. Anything else: the schema's own type alone (any JSON object where it names none, as ``json_object``).
+  A forced call to a tool that is not strict gets the same (tool_calls.py).
 - A schema no value can match (``Unsatisfiable schema``) is not loosened: the compiler's refusal stands, named,
   as for a reference that comes back to itself (output_format's check).
 - The steps read the schema alone, never the tokenizer: the outcome is the same for every model, worked out once

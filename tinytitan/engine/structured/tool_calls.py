@@ -12,8 +12,9 @@ Rules:
   matches the grammar it sent; a text-format custom tool's input is any text.
 - Each candidate function tool's schema goes through the same keyword table as structured output. Under a forced
   call, a keyword the grammar cannot promise is refused by name in a strict tool's schema, and left out of the
-  grammar for a tool that is not strict (``loosened``: the API promises its arguments no schema; OpenAI takes
-  such tools under any tool_choice, and LangChain's and the AI SDK's structured output force them).
+  grammar for a tool that is not strict (``loosened``, then what the compiler still refuses: ``best_effort``; the
+  API promises its arguments no schema; OpenAI takes such tools under any tool_choice, and LangChain's and the AI
+  SDK's structured output force them).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import logging
 from ...chat_request import Grammar, Tool
 from ...errors import ApiError, invalid
 from ...output_format import check_schema, loosened
+from .best_effort import loosest
 from .compile import (SPACED, JsonLayout, arguments_schema, compile_grammar, custom_tool_refused, json_rule,
                       with_format_patterns)
 from .escaped import ANY_TEXT, escaped_lark_rules
@@ -179,7 +181,8 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: 
         raise invalid(f"A forced tool call (tool_choice) cannot be enforced for this model: its family "
                       f"('{family.name}') writes calls in a markup this server has no call grammar for yet; use "
                       "tool_choice 'auto'", param="tool_choice", code="unsupported_value")
-    tools = [t if t.custom or t.strict else dataclasses.replace(t, parameters=loosened(t.parameters)) for t in tools]
+    tools = [t if t.custom or t.strict else dataclasses.replace(
+        t, parameters=loosest(loosened(t.parameters), f"tools.{t.name}.parameters")) for t in tools]
     for tool in tools:
         if tool.custom:
             continue
