@@ -20,7 +20,10 @@ SAME = ["Tinytitan-Scripted", "TINYTITAN-SCRIPTED:LATEST", "library/tinytitan-sc
 OTHER = ["tinytitan-scripted:7b", "other.host/library/tinytitan-scripted", "someone/tinytitan-scripted",
          "tinytitan-scripted:cloud",
          # a cloud source after a tag (internal/modelref ParseRef sets ':cloud' aside): a name, not served here
-         "tinytitan-scripted:latest:cloud", "tinytitan-scripted:7b:CLOUD", "library/tinytitan-scripted:7b:cloud"]
+         "tinytitan-scripted:latest:cloud", "tinytitan-scripted:7b:CLOUD", "library/tinytitan-scripted:7b:cloud",
+         # a '-cloud' tag (ParseRef's legacy spelling): the name Ollama checks is its base, ``tinytitan-scripted:7b``
+         # (server/routes.go parseAndValidateModelRef), spaces around the tag trimmed, so a name it reads
+         "tinytitan-scripted: 7b-cloud"]
 # not a name to Ollama (types/model/name.go IsValid): a space, a '!', a ':' inside the model part, an empty tag
 INVALID = ["tinytitan scripted", "bad name!", "a:b:c", "tinytitan-scripted:", "ünïcode"]
 

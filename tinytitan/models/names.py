@@ -64,40 +64,40 @@ def ollama_parts(name: str) -> tuple[str, str, str, str] | None:
     return tuple(p.lower() for p in parts)  # type: ignore[return-value]
 
 
-def _without_source(name: str, source: str) -> str:
-    """``name`` less a trailing ``:<source>`` (any case, spaces around it), as Ollama's ParseRef sets it aside."""
+def _source(name: str) -> tuple[str, str | None]:
+    """(``name`` less its source, the source it names: ``"local"``, ``"cloud"`` or None), as Ollama's ParseRef reads a
+    source: a last ``:local`` or ``:cloud`` (any case, spaces around it), or a last tag ending in ``-cloud``
+    (``x:7b-cloud``, a model at ``x:7b`` elsewhere)."""
     before, sep, tail = name.rpartition(":")
-    return before if sep and tail.strip().lower() == source else name
-
-
-def _source_suffix(name: str) -> tuple[str, bool]:
-    """(``name`` less its source, whether it named one), as Ollama's ParseRef reads a source: a last ``:local`` or
-    ``:cloud`` (any case, spaces around it), or a last tag ending in ``-cloud`` (``x:7b-cloud``, a model at ``x:7b``)."""
-    before, sep, tail = name.rpartition(":")
-    if sep and tail.strip().lower() in ("local", "cloud"):
-        return before, True
-    if sep and "/" not in tail and tail.strip().lower().endswith("-cloud"):
-        return f"{before}:{tail.strip()[:-len('-cloud')]}", True
-    return name, False
+    if not sep:
+        return name, None
+    kind = tail.strip().lower()
+    if kind in ("local", "cloud"):
+        return before, kind
+    if "/" not in tail and kind.endswith("-cloud"):
+        return f"{before}:{tail.strip()[:-len('-cloud')]}", "cloud"
+    return name, None
 
 
 def conflicting_source(name: str) -> bool:
     """Whether ``name`` names its source twice (``x:local:cloud``, ``x:cloud:local``, ``x:7b-cloud:local``): Ollama's
     handlers refuse it (400 "use either :local or :cloud, not both") before they look for the model."""
-    base, explicit = _source_suffix(name.strip())
-    return explicit and _source_suffix(base)[1]
+    base, source = _source(name.strip())
+    return source is not None and _source(base)[1] is not None
 
 
 def _local(name: str) -> str:
     """``name`` as Ollama's ParseRef leaves it: spaces around it and an explicit ``:local`` source dropped."""
-    return _without_source(name.strip(), "local")
+    base, source = _source(name.strip())
+    return base if source == "local" else name.strip()
 
 
 def ollama_reads(name: str) -> bool:
     """Whether Ollama's server takes ``name`` as a model name at all (the rules above); an empty one is its own
     case (Ollama's "model is required"). Its chat, generate and show answer any other 400 "invalid model name"."""
-    # a ``:cloud`` source (``x:7b:cloud``) is set aside too: a name Ollama reads, of a model not served here (404)
-    name = _without_source(_local(name), "cloud")
+    # a cloud source (``x:7b:cloud``, ``x:7b-cloud``) is set aside too: a name Ollama reads, of a model not served
+    # here (404); a name with two sources is refused before (``conflicting_source``)
+    name = _source(name.strip())[0]
     return not name or ollama_parts(name) is not None
 
 
