@@ -139,7 +139,9 @@ class DecodeLoop:
         self.draft_tokens = 0  # speculative decoding: tokens drafted, and of those accepted (rows.py)
         self.draft_accepted_tokens = 0
         self.started_at: float | None = None  # perf_counter at start(), then at the first generated token
-        self.owed = Owed()  # text tokens' log probabilities whose text has not gone out yet
+        self.owed: Owed | None = None  # text tokens' log probabilities whose text has not gone out yet: made at the
+        # first token that brings figures (a request that asks for them has them on every token), so a request
+        # that did not ask pays nothing for them per delta
         self.first_token_at: float | None = None
 
     def start(self, prompt_tokens: int, cached_tokens: int = 0, since: float | None = None) -> None:
@@ -159,10 +161,13 @@ class DecodeLoop:
         events, channel = self.parser.feed(text)
         if channel == REASONING:
             self.reasoning_tokens += 1
-        if logprob is not None and channel == TEXT:
-            self.owed.add(logprob, text)
-        elif channel != TEXT:
-            self.owed.paused()
+        if logprob is not None and self.owed is None:
+            self.owed = Owed()
+        if self.owed is not None:
+            if logprob is not None and channel == TEXT:
+                self.owed.add(logprob, text)
+            elif channel != TEXT:
+                self.owed.paused()
         self._send(events)
         return self.stop.matched is None and not getattr(self.parser, "turn_over", False)
 
@@ -232,21 +237,24 @@ class DecodeLoop:
             if self.stop.matched is not None:
                 return
             if isinstance(ev, TextDelta):
-                self.owed.given_out(ev.text)
+                if self.owed is not None:
+                    self.owed.given_out(ev.text)
                 held = len(self.stop.buf)
                 text = self.stop.push(ev.text)
                 if text:  # (once a stop string matched, where it began in the text given out: ``Owed.take``)
-                    stop_at = self.owed.given - held - len(ev.text) + len(text) if self.stop.matched else None
+                    stop_at = None
+                    if self.stop.matched and self.owed is not None:
+                        stop_at = self.owed.given - held - len(ev.text) + len(text)
                     self.emit(self._text(text, stop_at))
             else:
                 if self.stop.buf and not isinstance(ev, TextDelta):
                     self.emit(self._text(self.stop.flush()))
-                if isinstance(ev, ToolCallStarted):  # text tokens not sent by now were the call's markup
-                    self.owed.clear()
+                if isinstance(ev, ToolCallStarted) and self.owed is not None:  # text tokens not sent by now were
+                    self.owed.clear()  # the call's markup
                 if isinstance(ev, ToolCallDone) and ev.complete:
                     self.calls_sent += 1
                 self.emit(ev)
 
     def _text(self, text: str, stop_at: int | None = None) -> TextDelta:
         """A delta of the answer's text, with the figures of the tokens it completes (see the module's rules)."""
-        return TextDelta(text, self.owed.take(stop_at))
+        return TextDelta(text, self.owed.take(stop_at) if self.owed is not None else ())
