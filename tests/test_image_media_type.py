@@ -89,3 +89,18 @@ def test_the_check_reads_the_header_and_leaves_what_is_no_image_to_inspect():
     assert err.value.code == "image_media_type_mismatch"
     assert err.value.data == {"where": "x", "problem": "the image was declared image/webp, but its data is image/png",
                               "declared": "image/webp", "actual": "image/png", "place": "p"}
+
+
+def test_the_header_is_opened_once_for_the_declared_format_and_the_limits(monkeypatch):
+    """``check_declared`` gives back the part with what its header said: ``inspect`` reads that, not the bytes."""
+    opened = []
+    real_open = Image.open
+    monkeypatch.setattr(Image, "open", lambda *a, **k: opened.append(1) or real_open(*a, **k))
+    sent = images.part(base64.b64decode(PNG), "image/png", "x")
+    checked = images.check_declared(sent, place="p")
+    assert checked == sent and checked.digest == sent.digest
+    assert images.inspect(checked) == images.ImageInfo("PNG", "image/png", 8, 6) and len(opened) == 1
+    damaged = images.check_declared(images.part(base64.b64decode(PNG)[:-20] + b"\0" * 20, "image/png", "y"))
+    with pytest.raises(images.ImageError) as err:
+        images.inspect(damaged)
+    assert err.value.code == "invalid_image" and "damaged or truncated" in err.value.message and len(opened) == 2

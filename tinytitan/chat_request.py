@@ -32,6 +32,9 @@ class ImagePart:
     media_type: str  # as the client declared it ("image/png"); "" where the protocol does not say
     digest: str
     where: str
+    # what its header said, once read (``images.check_declared``): kept so that the checks after do not open it
+    # again; ``images``' own, opaque here, and no part of what the part is (not compared)
+    header: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

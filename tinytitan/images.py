@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import io
 import re
 import warnings
-from dataclasses import dataclass
 
 from .chat_request import ChatRequest, ImagePart
 from .errors import ApiError
@@ -75,7 +75,7 @@ class ImageInputUnsupported(ApiError):
                          data={"where": where, "model": model, "count": count})
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ImageInfo:
     format: str  # PNG, JPEG, GIF, WEBP
     media_type: str
@@ -119,24 +119,18 @@ def from_base64(text: str, media_type: str, where: str) -> ImagePart:
     return part(data, media_type, where)
 
 
-def check_declared(image: ImagePart, **data) -> None:
+def check_declared(image: ImagePart, **data) -> ImagePart:
     """Bytes of another format than the media type the client declared are an ``ImageError``
     (``image_media_type_mismatch``; ``data``: ``declared``, ``actual``, and what the caller adds, such as its
-    API's spelling of the place). Only the header is read; bytes of no format taken are left to ``inspect``."""
-    from PIL import Image
-
+    API's spelling of the place); bytes of no format taken are left to ``inspect``. The part is returned with its
+    header read, so that ``inspect`` does not open it again."""
+    image = _with_header(image)
     declared = "image/jpeg" if image.media_type == "image/jpg" else image.media_type
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(image.data)) as img:
-                fmt = ALIASES.get(img.format or "", img.format or "")
-    except Exception:  # not an image Pillow knows (inspect refuses it, in its own words)
-        return
-    actual = FORMATS.get(fmt)
+    actual = FORMATS.get(image.header.format)
     if declared and actual and actual != declared:
         raise ImageError(f"the image was declared {declared}, but its data is {actual}", image.where,
                          "image_media_type_mismatch", declared=declared, actual=actual, **data)
+    return image
 
 
 def is_remote(url: str) -> bool:
@@ -166,39 +160,69 @@ def from_url(url: str, where: str) -> ImagePart:
 def inspect(image: ImagePart) -> ImageInfo:
     """Its format and size, read from the header (no pixel is decoded), within the limits; damage a structural
     check finds (PNG chunk checksums, a truncated header) is refused here too."""
+    header = _with_header(image).header
+    if header.refusal is not None:
+        message, code, data = header.refusal
+        raise ImageError(message, image.where, code, **data)
+    return ImageInfo(header.format, FORMATS[header.format], header.width, header.height)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Header:
+    """What an image's header said, read once: the format Pillow opened it as (``ALIASES`` applied; "" where it
+    did not open it), its size, and why ``inspect`` refuses it (an ImageError's message, code and data), if it
+    does."""
+    format: str
+    width: int = 0
+    height: int = 0
+    refusal: tuple[str, str, dict] | None = None
+
+
+def _with_header(image: ImagePart) -> ImagePart:
+    """The part with its header read (``ImagePart.header``): opened here unless it was already."""
+    if image.header is None:
+        image = dataclasses.replace(image, header=_read_header(image.data))
+    return image
+
+
+def _read_header(data: bytes) -> _Header:
     from PIL import Image, UnidentifiedImageError
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
+    fmt = ""
+    with warnings.catch_warnings(record=True) as caught:  # (Pillow's warnings are not the client's business)
+        warnings.simplefilter("always", Image.DecompressionBombWarning)
         try:
-            with Image.open(io.BytesIO(image.data)) as img:
+            with Image.open(io.BytesIO(data)) as img:
                 fmt, (width, height) = ALIASES.get(img.format or "", img.format or ""), img.size
-                _within(fmt, width, height, image.where)
-                img.verify()
-        except ImageError:
-            raise
+                if any(issubclass(w.category, Image.DecompressionBombWarning) for w in caught):
+                    return _Header(fmt, width, height, _too_many_pixels())
+                refusal = _within(fmt, width, height)
+                if refusal is None:
+                    img.verify()
+                return _Header(fmt, width, height, refusal)
         except UnidentifiedImageError:
-            raise ImageError("the data is not a valid image: send PNG, JPEG, GIF or WebP", image.where,
-                             "invalid_image") from None
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-            raise ImageError(f"image dimensions exceed the maximum of {MAX_PIXELS} pixels", image.where,
-                             "image_too_large", limit=MAX_PIXELS) from None
+            return _Header(fmt, refusal=("the data is not a valid image: send PNG, JPEG, GIF or WebP", "invalid_image",
+                                         {}))
+        except Image.DecompressionBombError:
+            return _Header(fmt, refusal=_too_many_pixels())
         except Exception as exc:  # Pillow's decoders raise OSError, SyntaxError, ValueError … on damaged data
-            raise ImageError(f"the image is damaged or truncated ({_reason(exc)})", image.where,
-                             "invalid_image") from None
-    return ImageInfo(fmt, FORMATS[fmt], width, height)
+            return _Header(fmt, refusal=(f"the image is damaged or truncated ({_reason(exc)})", "invalid_image", {}))
 
 
-def _within(fmt: str, width: int, height: int, where: str) -> None:
+def _too_many_pixels() -> tuple[str, str, dict]:
+    return f"image dimensions exceed the maximum of {MAX_PIXELS} pixels", "image_too_large", {"limit": MAX_PIXELS}
+
+
+def _within(fmt: str, width: int, height: int) -> tuple[str, str, dict] | None:
     if fmt not in FORMATS:
-        raise ImageError(f"image format {fmt or 'unknown'} is not supported: send PNG, JPEG, GIF or WebP", where,
-                         "invalid_image_format")
+        return (f"image format {fmt or 'unknown'} is not supported: send PNG, JPEG, GIF or WebP",
+                "invalid_image_format", {})
     if width < 1 or height < 1:
-        raise ImageError("image cannot be empty (0 pixels)", where, "invalid_image")
+        return "image cannot be empty (0 pixels)", "invalid_image", {}
     if max(width, height) > MAX_SIDE or width * height > MAX_PIXELS:
-        raise ImageError(f"image dimensions exceed the maximum ({width}x{height}; at most {MAX_SIDE} pixels a "
-                         f"side and {MAX_PIXELS} in all)", where, "image_too_large", limit=MAX_PIXELS,
-                         size=width * height)
+        return (f"image dimensions exceed the maximum ({width}x{height}; at most {MAX_SIDE} pixels a side and "
+                f"{MAX_PIXELS} in all)", "image_too_large", {"limit": MAX_PIXELS, "size": width * height})
+    return None
 
 
 def _reason(exc: Exception) -> str:

@@ -37,8 +37,7 @@ def image_block(block: dict, where: str) -> ImagePart:
     if source["type"] == "url":
         return images.from_url(source["url"], where)
     image = images.from_base64(source["data"], source["media_type"], where)
-    images.check_declared(image, place=f"{api_place(where)}.image.source.base64.data")
-    return image
+    return images.check_declared(image, place=f"{api_place(where)}.image.source.base64.data")
 
 
 IMAGE_BLOCKS = {"image": image_block}
