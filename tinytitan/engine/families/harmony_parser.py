@@ -24,6 +24,7 @@ import re
 from ...events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
 from ...logtext import excerpt
 from . import grammar
+from .grown import Grown
 from .bodies.make import Calls
 from .markup import REASONING, TEXT, TOOL, find_first, hold_length
 
@@ -38,6 +39,8 @@ _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 
 
 class HarmonyParser:
+    args = Grown()  # the current call's arguments as streamed
+
     def __init__(self, start_in_reasoning: bool = False, namespaces: dict[str, str] | None = None,
                  tools: dict[str, dict] | None = None, continues: bool = False, calls: bool = True):
         self.calls = Calls(namespaces, tools)
@@ -166,7 +169,7 @@ class HarmonyParser:
                 return
             self.at_run_start = False
         if self.channel == TOOL:
-            self.args += text
+            HarmonyParser.args.grow(self, text)
             out.append(ToolCallArgsDelta(self.index, text))
         elif self.channel == REASONING:
             out.append(ReasoningDelta(text))

@@ -7,6 +7,7 @@ import logging
 
 from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, ToolCallStarted, TokenEvent
 from ....logtext import excerpt
+from ..grown import Grown
 from ..markup import Markup, new_call_id
 
 log = logging.getLogger("tinytitan.parser")
@@ -38,6 +39,9 @@ class Calls:
 class Body:
     """Base: ``feed`` / ``close``. ``rejected`` (tentative bodies only): this was never a call, here is the
     text back. ``leftover``: the call is complete and this text follows it (the parser takes it back)."""
+
+    raw = Grown()  # the block's text as fed (``Body.raw.grow``)
+    args = Grown()  # the current call's arguments as streamed (``Body.args.grow``)
 
     def __init__(self, calls: Calls, markup: Markup, tentative: bool = False):
         self.calls = calls
@@ -114,11 +118,11 @@ class SteppedBody(Body):
 
     def _emit(self, out: list, text: str) -> None:
         if text:
-            self.args += text
+            Body.args.grow(self, text)
             out.append(ToolCallArgsDelta(self.index, text))
 
     def feed(self, text: str) -> list[TokenEvent]:
-        self.raw += text
+        Body.raw.grow(self, text)
         self.buf += text
         out: list[TokenEvent] = []
         while self.buf:

@@ -14,6 +14,7 @@ from ....logtext import excerpt
 from .base import Body, SteppedBody
 from .json_objects import JsonCalls, JsonSpan, py_in_string
 from .tagged import _escape
+from ..grown import Grown
 from ..markup import partial_suffix
 
 log = logging.getLogger("tinytitan.parser")
@@ -42,7 +43,7 @@ class MistralCall(Body):
         return self.state == "args" and self.span.in_string
 
     def feed(self, text: str) -> list[TokenEvent]:
-        self.raw += text
+        Body.raw.grow(self, text)
         if self.json is not None:
             return self.json.feed(text)
         self.buf += text
@@ -75,7 +76,7 @@ class MistralCall(Body):
             n = self.span.feed(self.buf)
             piece, self.buf = self.buf[:n], self.buf[n:]
             if piece:
-                self.args += piece
+                Body.args.grow(self, piece)
                 out.append(ToolCallArgsDelta(self.index, piece))
             if self.span.done:
                 out.append(ToolCallDone(self.index, self.args))
@@ -114,6 +115,7 @@ class _JSONLiterals(ast.NodeTransformer):
 
 
 class PythonicCall(Body):
+    buf = Grown()  # the call's text after its name: its arguments, read whole at the block's end
     def __init__(self, calls, markup, tentative=False):
         super().__init__(calls, markup, tentative)
         self.buf = ""
@@ -125,8 +127,8 @@ class PythonicCall(Body):
         return self.state == "args" and py_in_string(self.buf)
 
     def feed(self, text: str) -> list[TokenEvent]:
-        self.raw += text
-        self.buf += text
+        Body.raw.grow(self, text)
+        PythonicCall.buf.grow(self, text)
         out: list[TokenEvent] = []
         if self.state == "name":
             m = _PY_NAME.match(self.buf, partial=True)

@@ -10,7 +10,7 @@ import regex
 
 from ....events import TextDelta, ToolCallArgsDelta, ToolCallDone, TokenEvent
 from ....logtext import excerpt
-from .base import SteppedBody
+from .base import Body, SteppedBody
 
 log = logging.getLogger("tinytitan.parser")
 
@@ -161,7 +161,7 @@ class JsonCalls(SteppedBody):
         if st == "args":
             n = self.span.feed(self.buf)
             piece, self.buf = self.buf[:n], self.buf[n:]
-            self.args += piece
+            Body.args.grow(self, piece)
             if piece and not self.span.string_value:
                 out.append(ToolCallArgsDelta(self.index, piece))
             if self.span.done:
