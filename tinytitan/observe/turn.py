@@ -62,10 +62,12 @@ class Turn:
     tapped: bool = False  # its generation's events go through the tap (``tap``)
     cache_miss: dict | None = None  # where its prompt parted from the prompt cache, and why (engine/cache/miss.py)
     passes: Usage = field(default_factory=Usage)  # generations beside the tapped one (summary passes), summed
+    began: bool = False  # its generation's Started came through the tap
 
     # -- fed by the event tap --------------------------------------------------------------------------
     def see(self, ev: TokenEvent) -> None:
         if isinstance(ev, Started):
+            self.began = True
             self.prompt_tokens = ev.prompt_tokens + self.passes.prompt_tokens
             self.cached_tokens = ev.cached_tokens + self.passes.cached_tokens
             self.cache_miss = getattr(getattr(self.source, "prepared", None), "cache_miss", None)
@@ -95,6 +97,10 @@ class Turn:
         decoded count, as they would have on Finished."""
         decoded = getattr(self.source, "decoded", None)
         done, thought = decoded if isinstance(decoded, tuple) else (0, 0)
+        if not self.began:  # it ended before Started (the client left while it waited for a slot, or during its
+            # prefill): its prompt was rendered and tokenized all the same (the session knows its length)
+            prompt = getattr(self.source, "prompt_tokens", None)
+            self.prompt_tokens = (prompt if isinstance(prompt, int) else 0) + self.passes.prompt_tokens
         # (summary passes that finished before the hang-up count whatever the tapped generation decoded)
         self.completion_tokens = done + self.passes.completion_tokens
         self.reasoning_tokens = thought + self.passes.reasoning_tokens
