@@ -12,6 +12,7 @@ from ....events import TextDelta, ToolCallDone, TokenEvent
 from ....logtext import excerpt
 from .base import SteppedBody
 from .json_objects import JsonSpan
+from ..grown import Grown
 from ..markup import find_first, partial_suffix
 
 log = logging.getLogger("tinytitan.parser")
@@ -62,6 +63,8 @@ def convert_value(text: str, typ: str | None, unknown_is_string: bool):
 
 
 class TaggedCall(SteppedBody):
+    typed = Grown()  # a typed parameter's value as written so far (a number, an array, an object): read at its end
+
     def __init__(self, calls, markup, spec: TagSpec, tentative=False):
         super().__init__(calls, markup, tentative)
         self.spec = spec
@@ -71,7 +74,7 @@ class TaggedCall(SteppedBody):
         self.args = ""
         self.nkeys = 0
         self.kind = "string"
-        self.value = ""  # value text not yet emitted (string) or all of it (typed)
+        self.value = ""  # a string value's text not yet emitted (a typed one's is ``typed``)
         self.value_started = False
         self.junk = ""
         self.json_args = False  # the arguments came as one JSON object
@@ -171,7 +174,7 @@ class TaggedCall(SteppedBody):
             self._emit(out, ("{" if self.nkeys == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": "
                        + ('"' if self.kind == "string" else ""))
             self.nkeys += 1
-            self.value, self.value_started = "", False
+            self.value, self.typed, self.value_started = "", "", False
             self.state = "pre_value" if sp.value_open else "value"
             return True
         if st == "pre_value":
@@ -230,13 +233,15 @@ class TaggedCall(SteppedBody):
                 if chunk.startswith("\n"):
                     chunk = chunk[1:]
             self.value_started = True
-        self.value += chunk
         if self.kind != "string":
+            TaggedCall.typed.grow(self, chunk)
             if final:
-                text = _trim_newline(self.value) if trim == "newline" else self.value.strip()
+                typed = self.typed
+                text = _trim_newline(typed) if trim == "newline" else typed.strip()
                 value = convert_value(text, self.typ, self.spec.unknown_is_string)
                 self._emit(out, json.dumps(value, ensure_ascii=False))
             return
+        self.value += chunk  # (held whitespace and this chunk: a few characters)
         if final:
             text = {"strip": str.rstrip, "newline": _trim_newline}.get(trim, str)(self.value)
             self._emit(out, _escape(text) + '"')

@@ -46,7 +46,7 @@ class DsmlCall(TaggedCall):
         self._emit(out, ("{" if self.nkeys == 0 else ", ") + json.dumps(key.strip(), ensure_ascii=False) + ": "
                    + ('"' if self.kind == "string" else ""))
         self.nkeys += 1
-        self.value, self.value_started, self.state = "", False, "value"
+        self.value, self.typed, self.value_started, self.state = "", "", False, "value"
         return True
 
 
