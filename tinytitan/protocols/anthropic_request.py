@@ -69,18 +69,39 @@ def document_text(block: dict) -> str:
     return "\n".join([*lines, "<document_content>", body, "</document_content>", "</document>"])
 
 
-def _documents_as_text(content):
-    """A tool result's content with its document blocks as the text blocks they read as (places unchanged)."""
+def search_result_text(block: dict) -> str:
+    """A ``search_result`` block (its shape checked by the spec: text blocks, citations off) as the text the model
+    reads, laid out as a document is, so the model can name the source it answers from::
+
+        <search_result>
+        <source>…</source>
+        <title>…</title>
+        <search_result_content>
+        …
+        </search_result_content>
+        </search_result>
+    """
+    body = "\n\n".join(b["text"] for b in block["content"])
+    return "\n".join(["<search_result>", f"<source>{block['source']}</source>", f"<title>{block['title']}</title>",
+                      "<search_result_content>", body, "</search_result_content>", "</search_result>"])
+
+
+READ_AS_TEXT = {"document": document_text, "search_result": search_result_text}  # blocks the model reads as text
+
+
+def _read_as_text(content):
+    """A tool result's content with its document and search result blocks as the text blocks they read as (places
+    unchanged)."""
     if not isinstance(content, list):
         return content
-    return [{"type": "text", "text": document_text(b)} if isinstance(b, dict) and b.get("type") == "document" else b
-            for b in content]
+    return [{"type": "text", "text": READ_AS_TEXT[b["type"]](b)}
+            if isinstance(b, dict) and b.get("type") in READ_AS_TEXT else b for b in content]
 
 
 def _tool_result(block: dict, where: str) -> tuple[str, tuple]:
     """A tool result's text (``Error: …`` when it failed) and its parts, where it holds images."""
     # tool_reference blocks load tools (_tool_references): they are not text
-    text, parts = content_of(_documents_as_text(block.get("content")), f"{where}.content", IMAGE_BLOCKS,
+    text, parts = content_of(_read_as_text(block.get("content")), f"{where}.content", IMAGE_BLOCKS,
                              skip=frozenset({"tool_reference"}))
     if block.get("is_error") is not True:
         return text, parts
@@ -284,8 +305,8 @@ def user_turn(blocks: list[tuple[str, dict]], names: dict[str, str], offered: se
                                    tool_references=_tool_references(b, where, offered)))
         elif b["type"] == "image":
             parts.append(image_block(b, where))
-        elif b["type"] == "document":
-            texts.append(document_text(b))
+        elif b["type"] in READ_AS_TEXT:
+            texts.append(READ_AS_TEXT[b["type"]](b))
             parts.append(texts[-1])
         else:
             new = block_texts([(where, b)], "user")
