@@ -8,6 +8,8 @@ import anthropic
 import pytest
 
 from anthropic_util import MODEL, assert_envelope, body, chat_request, message, post, protocol, rendered, sdk
+from test_images import PNG, b64, seeing  # noqa: F401  (the fixture: a backend that reads images)
+from tinytitan.chat_request import ImagePart
 
 GRASS = "The grass is green. The sky is blue."
 # the example of Anthropic's citations guide, citations left off
@@ -70,9 +72,11 @@ REFUSED = [  # (the document, the words of the refusal; a media refusal names it
      "Could not process PDF: {loc}.source.type: this model does not support PDF input"),
     ({"type": "document", "source": {"type": "file", "file_id": "file_1"}}, "file",
      "Could not process document: {loc}.source.type: file sources are not supported"),
+    ({"type": "document", "source": {"type": "content", "content": [TEXT_DOC]}},
+     "nested", "document content block type 'document' at {at}.source.content[0].type is not supported"),
     ({"type": "document", "source": {"type": "content", "content": [
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}},
-     "image", "document content block type 'image' at {at}.source.content[0].type is not supported"),
+        {"type": "image", "source": {"type": "file", "file_id": "file_1"}}]}},
+     "image-file", "Could not process image: {loc}.source.content.0.image.source.type: file sources are not supported"),
 ]
 
 
@@ -97,3 +101,39 @@ async def test_a_text_source_takes_text_plain_only(serve):
     doc = {"type": "document", "source": {"type": "text", "media_type": "text/markdown", "data": "# hi"}}
     r = await post(s, body(messages=[{"role": "user", "content": [doc]}]))
     assert_envelope(r, 400, "invalid_request_error", "messages[0].content[0].source.media_type")
+
+
+PICTURE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}}
+ILLUSTRATED = {"type": "document", "title": "Leaves", "source": {"type": "content", "content": [
+    {"type": "text", "text": "A leaf:"}, PICTURE, {"type": "text", "text": "It is red."},
+    {"type": "text", "text": "The end."}]}}
+# the document's text around its image, where the image stands
+AROUND = ("<document>\n<title>Leaves</title>\n<document_content>\nA leaf:",
+          "It is red.\n\nThe end.\n</document_content>\n</document>")
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["turn", "tool_result"])
+async def test_an_image_in_a_custom_content_document_reaches_a_model_that_reads_images(seeing, nested):
+    s, backend = seeing
+    if nested:
+        messages, where = in_result(ILLUSTRATED), "messages[2].content[0].content[0].source.content[1]"
+    else:
+        messages = [{"role": "user", "content": [ILLUSTRATED, QUESTION]}]
+        where = "messages[0].content[0].source.content[1]"
+    m = await sdk(s).messages.create(model=MODEL, max_tokens=20, tools=[READ], messages=messages)  # checked strictly
+    assert m.content[0].text == "I see it."
+    turn = backend.requests[-1].messages[-1]
+    image = turn.parts[1]
+    assert isinstance(image, ImagePart) and image.data == PNG and image.media_type == "image/png"
+    assert image.where == where
+    assert turn.parts[0] == AROUND[0] and turn.parts[2] == AROUND[1]
+    assert "\n\n".join(AROUND) in turn.content
+
+
+async def test_an_image_in_a_document_is_refused_by_name_where_the_model_reads_none(serve):
+    s = await serve(["never"], model_id="text-only")
+    for messages in ([{"role": "user", "content": [ILLUSTRATED, QUESTION]}], in_result(ILLUSTRATED)):
+        r = await post(s, body(model="text-only", tools=[READ], messages=messages))
+        d = assert_envelope(r, 400, "invalid_request_error", "Could not process image: ",
+                            "the model 'text-only' reads text only")
+        assert ".source.content.1.image" in d["error"]["message"], d

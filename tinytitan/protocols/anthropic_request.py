@@ -11,7 +11,7 @@ from .. import images, tool_choice
 from ..chat_request import ImagePart, Message, Tool, ToolCall
 from ..errors import invalid
 from ..output_format import normalise
-from .common import content_of, template_variables, thought_of
+from .common import template_variables, thought_of
 
 TEMPLATE_REASONING_KEYS = ("enable_thinking", "reasoning_effort")  # reasoning controls, read as such
 
@@ -40,13 +40,11 @@ def image_block(block: dict, where: str) -> ImagePart:
     return images.check_declared(image, place=f"{api_place(where)}.image.source.base64.data")
 
 
-IMAGE_BLOCKS = {"image": image_block}
-
-
-def document_text(block: dict) -> str:
-    """A ``document`` block whose source is plain text or custom content (text blocks, joined by a blank line;
-    the spec refuses every other source, and citations), as the text the model reads: in the tags Anthropic's
-    long-context guidance lays documents out in, with its ``title`` and ``context`` where given::
+def document_parts(block: dict, where: str) -> tuple:
+    """A ``document`` block whose source is plain text or custom content (text blocks, joined by a blank line, and
+    images; the spec refuses every other source, and citations) as what the model reads: in the tags Anthropic's
+    long-context guidance lays documents out in, with its ``title`` and ``context`` where given, each image an
+    ``ImagePart`` where it stands among the text (a model without vision refuses it, naming it)::
 
         <document>
         <title>…</title>
@@ -57,19 +55,29 @@ def document_text(block: dict) -> str:
         </document>
     """
     source = block["source"]
-    if source["type"] == "text":
-        body = source["data"]
+    content = source["data"] if source["type"] == "text" else source["content"]
+    head = ["<document>", *(f"<{key}>{block[key]}</{key}>" for key in ("title", "context") if block.get(key))]
+    pieces: list = ["\n".join([*head, "<document_content>", ""])]
+    after_text = False  # a text block just read: the next one follows a blank line
+    for j, b in enumerate([{"type": "text", "text": content}] if isinstance(content, str) else content):
+        if b["type"] == "image":
+            pieces.append(image_block(b, f"{where}.source.content[{j}]"))
+            after_text = False
+        elif isinstance(pieces[-1], str):
+            pieces[-1] += ("\n\n" if after_text else "") + b["text"]
+            after_text = True
+        else:
+            pieces.append(b["text"])
+            after_text = True
+    tail = "\n</document_content>\n</document>"
+    if isinstance(pieces[-1], str):
+        pieces[-1] += tail
     else:
-        content = source["content"]
-        body = content if isinstance(content, str) else "\n\n".join(b["text"] for b in content)
-    lines = ["<document>"]
-    for key in ("title", "context"):
-        if block.get(key):
-            lines.append(f"<{key}>{block[key]}</{key}>")
-    return "\n".join([*lines, "<document_content>", body, "</document_content>", "</document>"])
+        pieces.append(tail.lstrip("\n"))
+    return tuple(pieces)
 
 
-def search_result_text(block: dict) -> str:
+def search_result_parts(block: dict, where: str) -> tuple:
     """A ``search_result`` block (its shape checked by the spec: text blocks, citations off) as the text the model
     reads, laid out as a document is, so the model can name the source it answers from::
 
@@ -82,27 +90,38 @@ def search_result_text(block: dict) -> str:
         </search_result>
     """
     body = "\n\n".join(b["text"] for b in block["content"])
-    return "\n".join(["<search_result>", f"<source>{block['source']}</source>", f"<title>{block['title']}</title>",
-                      "<search_result_content>", body, "</search_result_content>", "</search_result>"])
+    return ("\n".join(["<search_result>", f"<source>{block['source']}</source>", f"<title>{block['title']}</title>",
+                       "<search_result_content>", body, "</search_result_content>", "</search_result>"]),)
 
 
-READ_AS_TEXT = {"document": document_text, "search_result": search_result_text}  # blocks the model reads as text
+# the blocks read into the prompt as text (and the images a document holds), each as its parts in order
+READABLE = {"document": document_parts, "search_result": search_result_parts}
 
 
-def _read_as_text(content):
-    """A tool result's content with its document and search result blocks as the text blocks they read as (places
-    unchanged)."""
-    if not isinstance(content, list):
-        return content
-    return [{"type": "text", "text": READ_AS_TEXT[b["type"]](b)}
-            if isinstance(b, dict) and b.get("type") in READ_AS_TEXT else b for b in content]
+def _texts(parts: tuple) -> str:
+    """The text of a readable block's parts (a document's text around an image it holds: a blank line)."""
+    return "\n\n".join(p for p in parts if isinstance(p, str))
 
 
 def _tool_result(block: dict, where: str) -> tuple[str, tuple]:
-    """A tool result's text (``Error: …`` when it failed) and its parts, where it holds images."""
-    # tool_reference blocks load tools (_tool_references): they are not text
-    text, parts = content_of(_read_as_text(block.get("content")), f"{where}.content", IMAGE_BLOCKS,
-                             skip=frozenset({"tool_reference"}))
+    """A tool result's text (``Error: …`` when it failed) and its parts, where it holds images (the spec checked
+    each block's shape and type)."""
+    content = block.get("content")
+    if not isinstance(content, list):
+        text, parts = content or "", ()
+    else:
+        texts, pieces = [], []
+        for j, b in enumerate(content):
+            at = f"{where}.content[{j}]"
+            if b["type"] == "tool_reference":  # it loads tools (_tool_references): it is not text
+                continue
+            new = (image_block(b, at),) if b["type"] == "image" else \
+                READABLE[b["type"]](b, at) if b["type"] in READABLE else (b["text"],)
+            if any(isinstance(p, str) for p in new):
+                texts.append(_texts(new))
+            pieces.extend(new)
+        text = "\n".join(texts)
+        parts = tuple(pieces) if any(isinstance(p, ImagePart) for p in pieces) else ()
     if block.get("is_error") is not True:
         return text, parts
     return f"Error: {text}", (("Error:",) + parts if parts else ())
@@ -305,9 +324,10 @@ def user_turn(blocks: list[tuple[str, dict]], names: dict[str, str], offered: se
                                    tool_references=_tool_references(b, where, offered)))
         elif b["type"] == "image":
             parts.append(image_block(b, where))
-        elif b["type"] in READ_AS_TEXT:
-            texts.append(READ_AS_TEXT[b["type"]](b))
-            parts.append(texts[-1])
+        elif b["type"] in READABLE:
+            new = READABLE[b["type"]](b, where)
+            texts.append(_texts(new))
+            parts.extend(new)
         else:
             new = block_texts([(where, b)], "user")
             texts.extend(new)
