@@ -8,6 +8,7 @@ import anthropic
 import pytest
 
 from anthropic_util import MODEL, assert_envelope, body, chat_request, message, post, protocol, rendered, sdk
+from test_image_media_type import CLAUDE_CODE_PLACE
 from test_images import PNG, b64, seeing  # noqa: F401  (the fixture: a backend that reads images)
 from tinytitan.chat_request import ImagePart
 
@@ -76,7 +77,8 @@ REFUSED = [  # (the document, the words of the refusal; a media refusal names it
      "nested", "document content block type 'document' at {at}.source.content[0].type is not supported"),
     ({"type": "document", "source": {"type": "content", "content": [
         {"type": "image", "source": {"type": "file", "file_id": "file_1"}}]}},
-     "image-file", "Could not process image: {loc}.source.content.0.image.source.type: file sources are not supported"),
+     "image-file", "Could not process image: {loc}.source.content.content.0.image.source.type: file sources are not "
+                   "supported"),
 ]
 
 
@@ -100,7 +102,8 @@ async def test_a_text_source_takes_text_plain_only(serve):
     s = await serve(["never"])
     doc = {"type": "document", "source": {"type": "text", "media_type": "text/markdown", "data": "# hi"}}
     r = await post(s, body(messages=[{"role": "user", "content": [doc]}]))
-    assert_envelope(r, 400, "invalid_request_error", "messages[0].content[0].source.media_type")
+    assert_envelope(r, 400, "invalid_request_error",  # in the API's words and spelling of the place
+                    "messages.0.content.0.document.source.text.media_type: Input should be 'text/plain'")
 
 
 PICTURE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}}
@@ -132,8 +135,13 @@ async def test_an_image_in_a_custom_content_document_reaches_a_model_that_reads_
 
 async def test_an_image_in_a_document_is_refused_by_name_where_the_model_reads_none(serve):
     s = await serve(["never"], model_id="text-only")
-    for messages in ([{"role": "user", "content": [ILLUSTRATED, QUESTION]}], in_result(ILLUSTRATED)):
+    for messages, found, place in (
+            ([{"role": "user", "content": [ILLUSTRATED, QUESTION]}], ("0", "0", None),
+             "messages.0.content.0.document.source.content.content.1.image"),
+            (in_result(ILLUSTRATED), ("2", "0", "0"),
+             "messages.2.content.0.tool_result.content.0.document.source.content.content.1.image")):
         r = await post(s, body(model="text-only", tools=[READ], messages=messages))
-        d = assert_envelope(r, 400, "invalid_request_error", "Could not process image: ",
+        d = assert_envelope(r, 400, "invalid_request_error", f"Could not process image: {place}: ",
                             "the model 'text-only' reads text only")
-        assert ".source.content.1.image" in d["error"]["message"], d
+        # the place Claude Code reads, to drop that one document
+        assert CLAUDE_CODE_PLACE.search(d["error"]["message"]).groups() == (*found, "document"), d

@@ -52,7 +52,7 @@ REFUSED = [  # (the block, the words of the refusal)
     (dict(RESULT, citations={"enabled": True}), "'citations' at {at}.citations.enabled is not supported"),
     (dict(RESULT, content=[{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}]),
      "search_result content block type 'image' at {at}.content[0].type is not supported"),
-    ({k: v for k, v in RESULT.items() if k != "title"}, "{at}.title"),
+    ({k: v for k, v in RESULT.items() if k != "title"}, "{loc}.title: Field required"),  # the API's words and place
     (dict(RESULT, content="The grass is green."), "{at}.content"),
 ]
 
@@ -63,10 +63,12 @@ async def test_what_a_search_result_cannot_be_here_is_refused_by_name(serve, blo
     s = await serve(["never"])
     if nested:
         messages, at = in_result(block), "messages[2].content[0].content[0]"
+        loc = "messages.2.content.0.tool_result.content.0.search_result"
     else:
         messages, at = [{"role": "user", "content": [block, QUESTION]}], "messages[0].content[0]"
+        loc = "messages.0.content.0.search_result"
     r = await post(s, body(tools=[SEARCH], messages=messages))
-    assert_envelope(r, 400, "invalid_request_error", words.format(at=at))
+    assert_envelope(r, 400, "invalid_request_error", words.format(at=at, loc=loc))
     with pytest.raises(anthropic.BadRequestError):  # what a client built on the SDK catches
         await sdk(s).messages.count_tokens(model=MODEL, tools=[SEARCH], messages=messages)
 

@@ -159,3 +159,46 @@ def test_an_image_the_models_template_leaves_out_is_named(vision, monkeypatch): 
     _, d = AnthropicMessages().error_response(err.value)
     assert d["error"]["message"].startswith("Could not process image: "), d
     assert_placed(d, ("2", "0", "1"), "image", "The model's chat template placed 0 image(s) of the 1 sent")
+
+
+SHAPE_ERRORS = [  # (the block, the API's words after the block's place: pydantic's, as the real API's errors say them)
+    (base64_image(PNG, "image/bmp"),
+     "image.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"),
+    (image({"type": "base64", "media_type": "image/png"}), "image.source.base64.data: Field required"),
+    (image({"type": "url"}), "image.source.url.url: Field required"),
+    ({"type": "image"}, "image.source: Field required"),
+    ({"type": "document"}, "document.source: Field required"),
+    ({"type": "document", "source": {"type": "text", "data": "x"}}, "document.source.text.media_type: Field required"),
+]
+
+
+@pytest.mark.parametrize("place", [in_turn, in_result], ids=["turn", "tool_result"])
+@pytest.mark.parametrize("block, words", SHAPE_ERRORS,
+                         ids=["media-type", "no-data", "no-url", "no-source", "document-no-source",
+                              "text-no-media-type"])
+async def test_a_malformed_media_block_is_worded_as_the_api_words_it(serve, place, block, words):
+    s = await serve(["never"])
+    messages, found = place(block)
+    tagged = "messages.2.content.0.tool_result.content.1" if found[0] == "2" else "messages.0.content.1"
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        d = assert_envelope(await post(s, body(tools=[SHOT], messages=messages), path), 400, "invalid_request_error")
+        assert d["error"]["message"] == f"{tagged}.{words}", d
+        assert CLAUDE_CODE_PLACE.search(d["error"]["message"]).groups() == (*found, block["type"]), d
+
+
+def test_an_image_errors_place_is_spelled_as_the_validator_spells_it():
+    """An image error raised after validation names its image by the place alone (anthropic_request.api_place);
+    the validator spells a place from the body and the spec's ``tagged`` table (speclang.paths.loc): the two
+    agree for every place an image may stand."""
+    from tinytitan.protocols.anthropic_messages import AnthropicMessages
+    from tinytitan.protocols.anthropic_request import api_place
+    from tinytitan.speclang import paths
+
+    picture = base64_image(PNG)
+    document = {"type": "document", "source": {"type": "content", "content": [{"type": "text", "text": "a"}, picture]}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": [picture, document]}
+    doc = {"messages": [{"role": "user", "content": [picture, document]}, {"role": "user", "content": [result]}]}
+    tagged = AnthropicMessages().spec.request["tagged"]
+    for where in ("messages[0].content[0]", "messages[0].content[1].source.content[1]",
+                  "messages[1].content[0].content[0]", "messages[1].content[0].content[1].source.content[1]"):
+        assert f"{api_place(where)}.image" == paths.loc(doc, tuple(paths.steps(where)), tagged), where

@@ -22,11 +22,15 @@ def _blocks(content: str | list) -> list[dict]:
 
 
 def api_place(where: str) -> str:
-    """A block's place (``messages[3].content[0].content[1]``) as the API's errors spell it, pydantic's way with
-    the block type after a tagged one (``messages.3.content.0.tool_result.content.1``): Claude Code reads the
-    place of a refused image in that spelling, to drop that one image."""
+    """An image's place (``messages[3].content[0].content[1]``) as the API's errors spell it, pydantic's way with
+    the block type after a tagged one (``messages.3.content.0.tool_result.content.1``; in a document's custom
+    content, ``….document.source.content.content.1``): Claude Code reads the place of a refused image in that
+    spelling, to drop that one block. ``speclang.paths.loc`` spells the places the validator names, from the body
+    and the spec's ``tagged`` table; an image error is raised later (in the engine, or by the fetcher before
+    validation) from the place alone, so the shapes are read from the path here."""
     dotted = re.sub(r"\[(\d+)\]", r".\1", where)
-    return re.sub(r"^(messages\.\d+\.content\.\d+)\.content\.", r"\1.tool_result.content.", dotted)
+    dotted = re.sub(r"^(messages\.\d+\.content\.\d+)\.content\.", r"\1.tool_result.content.", dotted)
+    return re.sub(r"\.source\.content\.(\d+)$", r".document.source.content.content.\1", dotted)
 
 
 def image_block(block: dict, where: str) -> ImagePart:

@@ -47,16 +47,17 @@ def loc(doc: Any, parts: tuple, tagged: dict | None = None) -> str:
     """A place as pydantic writes it (the Anthropic API's errors): steps joined by dots (``messages.0.content``),
     and after an object at a ``tagged`` path (``thinking``, ``tools[]``: one of several shapes told apart by a
     key) that key's value, as the shape's name (``thinking.adaptive.foo``). A tag is the key's name, or
-    ``{key, default}`` where an object without the key is one shape (``tools.0.custom.foo``)."""
+    ``{key, default}`` where an object without the key is one shape (``tools.0.custom.foo``). A place at the key
+    itself is not given the shape's name (``image.source.type``): pydantic names a tag it cannot read at the union."""
     out: list[str] = []
     pattern, node = "", doc
-    for p in parts:
+    for n, p in enumerate(parts):
         node = node[p] if isinstance(node, (dict, list)) and _has(node, p) else MISSING
         pattern += "[]" if isinstance(p, int) else (f".{p}" if pattern else p)
         out.append(str(p))
         tag = (tagged or {}).get(pattern)
         key, default = (tag, None) if isinstance(tag, str) else ((tag or {}).get("key"), (tag or {}).get("default"))
-        if key and isinstance(node, dict):
+        if key and isinstance(node, dict) and tuple(parts[n + 1:n + 2]) != (key,):
             name = node.get(key, default)
             if isinstance(name, str):
                 out.append(name)

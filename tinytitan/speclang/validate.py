@@ -210,7 +210,8 @@ class RequestValidator:
         value = body.get(name)
         if value is None:
             if f.get("required"):
-                raise invalid(f"Missing required parameter: '{name}'", param=name, code="missing_required_parameter")
+                raise invalid(f"Missing required parameter: '{name}'", param=name, code="missing_required_parameter",
+                              data={"loc": name})
             if "default" in f:
                 body[name] = f["default"]
             return
@@ -235,7 +236,7 @@ class RequestValidator:
                           code="invalid_value")
         if "enum" in f and not any(_same(value, e) for e in f["enum"]):
             raise invalid(f"Invalid value for '{name}': {_show(value)!r} is not one of {f['enum']}", param=name,
-                          code="invalid_value")
+                          code="invalid_value", data={"loc": name, "expected": choices(f["enum"])})
         if name in self.schemas:
             error = best_match(self.schemas[name].iter_errors(value))
             if error is not None:
@@ -293,7 +294,8 @@ def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
     if error.validator == "required":
         missing = next(r for r in error.validator_value if r not in error.instance)
         return invalid(f"Missing required parameter: '{where}.{missing}'", param=f"{where}.{missing}",
-                       code="missing_required_parameter")
+                       code="missing_required_parameter",
+                       data={"loc": paths.loc(body, (name, *error.absolute_path, missing), dict(tagged or {}))})
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(error.schema.get("properties") or {})
         extra = next((k for k in error.instance if k not in allowed), None)
@@ -326,7 +328,16 @@ def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
         return invalid(f"Invalid '{where}': string does not match pattern. Expected a string that matches the "
                        f"pattern '{bound}'.", param=where, code="invalid_value")
     message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
-    return invalid(f"Invalid value for '{where}': {message}", param=where, code="invalid_value")
+    data = None if error.validator not in ("enum", "const") else {  # the values taken, as pydantic lists them
+        "loc": paths.loc(body, (name, *error.absolute_path), dict(tagged or {})),
+        "expected": choices(bound if error.validator == "enum" else [bound])}
+    return invalid(f"Invalid value for '{where}': {message}", param=where, code="invalid_value", data=data)
+
+
+def choices(values: list) -> str:
+    """An enum's values as pydantic's errors list them: ``'a', 'b' or 'c'`` (null, absent here, left out)."""
+    shown = [f"'{v}'" if isinstance(v, str) else json.dumps(v) for v in values if v is not None]
+    return " or ".join(part for part in (", ".join(shown[:-1]), *shown[-1:]) if part)
 
 
 def derive_value(rule: Mapping[str, Any], body: Any) -> Any:
