@@ -290,7 +290,11 @@ class Protocol:
             text = exc.message if isinstance(exc, ApiError) else f"generation failed: {exc}"
             code = exc.code if isinstance(exc, ApiError) else None  # as the folded answer's (model_load_failed …)
             failed(ending := Failed(text, type=kind, code=code), self.shown(ending))  # (the log line, the dashboard)
-            for wire in machine.feed(ending):
+            wires = machine.feed(ending)
+            if machine.done and not recorded:  # kept as sent (a failed response), before its last event leaves:
+                recorded = True                # the id the client saw answers a retrieve, as any failure's does
+                await self.record(v, machine)
+            for wire in wires:
                 yield wire.encode(framing)
             if machine.done and machine.terminal is not None:
                 yield machine.terminal.encode(framing)

@@ -9,7 +9,8 @@ Rules:
   event does (no retry loop on a deterministic failure).
 - The response object's ``output`` is a projection of the events: the items of its
   ``response.output_item.done`` events, in order.
-- ``store`` (default true) keeps a finished response: its input items plus its event log
+- ``store`` (default true) keeps a finished response (a failed one as sent, an unexpected error's included:
+  base.sse_body records it before ``response.failed`` leaves): its input items plus its event log
   (tinytitan/store/responses_store.py: a database, read and written off the event loop). A store that
   fails (a full disk) is logged and the answer still goes out. ``previous_response_id`` replays the chain's
   input and output before this request's input; ``instructions`` are never carried over (as in the API). An
