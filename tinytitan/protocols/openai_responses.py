@@ -66,7 +66,6 @@ from .responses_compact import SummaryRoutes, places, summary_transcript
 from .responses_stored import StoredResponses
 
 STORE_KEY = "responses_store"
-SUMMARISING = ("compacting", "precompacting")  # the machine's states while a compaction item is written
 SERVED_TIER = {"auto": "default", "fast": "priority"}  # a request's service_tier → the one a Response reports
 log = logging.getLogger("tinytitan.responses")
 
@@ -201,8 +200,8 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
         an ``incomplete`` response, what was generated so far its output (an item cut mid-way ``incomplete``),
         so ``record`` keeps it where the request stores, and retrieving it or chaining from it works, as for
         any response (Codex and the Agents SDK chain turns by the id ``response.created`` gave them)."""
-        if not machine.history or machine.state in SUMMARISING:  # nothing was sent: no client knows its id;
-            return  # or a summary cut short, no conversation to chain from (it would stand for all before it)
+        if not machine.history:  # nothing was sent: no client knows its id
+            return  # (a summary cut mid-way is left out of the output: responses_machine.close)
         if "ToolCallDone" in machine.allowed():  # the call it was writing, cut short
             machine.feed(ToolCallDone(0, complete=False))
         prompt, cached = machine.context.get("started", (machine.context.get("prompt_tokens") or 0, 0))

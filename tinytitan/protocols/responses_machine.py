@@ -8,7 +8,8 @@ Rules:
   set at close).
 - ``close`` copies it to ``vars.closed`` with its ``status``: ``incomplete`` when a failure or the output
   cap ended it (a call whose arguments were cut short included), else ``completed``. A call's text becomes ToolCallDone's
-  complete arguments; a compaction's summary becomes its ``encrypted_content``; a reasoning item gets its
+  complete arguments; a compaction's summary becomes its ``encrypted_content`` (``made``: the summary was finished,
+  else the item is never done, as a summary cut mid-way, failed or abandoned); a reasoning item gets its
   ``summary`` (its text as one ``summary_text`` part where ``reasoning.summary`` asked for one, else none).
 - ``finish`` decides completed vs incomplete (the output cap, or ``ABANDONED``); the fold is the ``response`` of the
   last event.
@@ -145,6 +146,7 @@ def close(m: Machine, ev) -> None:
         item["arguments"] = arguments if isinstance(arguments, dict) else {}
     if item["kind"] == "compaction":
         made = m.context.get("compaction") or {}
+        item["made"] = "mode" in made  # (the summary was finished: its pass says how it made it)
         item["encrypted_content"] = compaction.encode(item["text"], made.get("mode", "model"), m.context["model"],
                                                       kept=made.get("kept"), loaded=made.get("loaded"))
     m.vars.closed = item
