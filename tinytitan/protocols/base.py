@@ -33,6 +33,11 @@ log = logging.getLogger("tinytitan.protocol")
 # a body this large is parsed and validated on a worker thread: a 30 MB prompt takes a second of CPU there, and
 # several at once would otherwise hold every other request (a small one is cheaper inline than a thread hop)
 OFF_LOOP_BYTES = 1 << 20
+# the most a stream cut short spends keeping what it sent (``abandon``, then ``record``), shielded from the
+# cancellation that cut it: a store that never answers (a PostgreSQL server gone silent) would otherwise hold the
+# handler, and the engine place its request holds, for ever. A healthy store writes a response in milliseconds;
+# a few seconds also rides out a busy disk or a short lock.
+CUT_RECORD_SECONDS = 5.0
 
 
 def new_id(prefix: str) -> str:
@@ -300,13 +305,17 @@ class Protocol:
                 yield machine.terminal.encode(framing)
         finally:
             if not recorded and not machine.done:  # cut short: the client is gone, or the server stops it
-                with trio.CancelScope(shield=True):  # (whatever cancelled the stream, the record is written)
+                # (whatever cancelled the stream, the record is written: within CUT_RECORD_SECONDS)
+                with trio.move_on_after(CUT_RECORD_SECONDS, shield=True) as bound:
                     try:
                         self.abandon(machine)
                         if machine.done:
                             await self.record(v, machine)
                     except Exception:  # (never in place of what ended the stream)
                         log.exception("stream %s: what was sent could not be kept", machine.context.get("id"))
+                if bound.cancelled_caught:
+                    log.warning("stream %s cut short: not kept, the store did not answer within %g s",
+                                machine.context.get("id"), CUT_RECORD_SECONDS)
 
 
 class _FailedNoted:

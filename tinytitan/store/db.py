@@ -8,7 +8,7 @@ Rules:
   ``?`` placeholders on every implementation; ``tx.dialect`` ("sqlite" or "postgresql") is for the few
   statements that differ (full-text search, locking a row).
 - ``run`` blocks: from the trio event loop call ``await db.call(fn, *args)``, which runs it in a worker
-  thread (at most ``THREADS`` at once). Each thread has its own connection, closed once the thread is gone
+  thread (at most ``THREADS`` at once); ``abandonable`` lets a cancelled caller go on without waiting for it. Each thread has its own connection, closed once the thread is gone
   (SQLite's in-memory database has one, behind a lock).
 - SQLite: WAL, ``synchronous=FULL`` (a commit is on disk before ``run`` returns, so an answered write survives
   ``kill -9`` and power loss), a busy timeout so several processes share one file, writes begin IMMEDIATE.
@@ -114,10 +114,13 @@ class Database:
 
     _limiter: trio.CapacityLimiter | None = None
 
-    async def call(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
+    async def call(self, fn: Callable[..., T], *args: Any, write: bool = True, abandonable: bool = False) -> T:
+        """``abandonable``: a cancelled caller goes on at once, the thread left to finish (or not) on its own;
+        else the caller waits for it, however long the database takes."""
         if self._limiter is None:  # a bounded number of connections at once (each thread has its own)
             self._limiter = trio.CapacityLimiter(THREADS)
-        return await trio.to_thread.run_sync(partial(self.run, fn, *args, write=write), limiter=self._limiter)
+        return await trio.to_thread.run_sync(partial(self.run, fn, *args, write=write), limiter=self._limiter,
+                                             abandon_on_cancel=abandonable)
 
     def close(self) -> None:
         with self._guard:

@@ -13,7 +13,8 @@ Rules:
   and inside writes; every read also leaves out what is past ``max_age`` (a server that only reads, or reads
   between two writes, never serves a response its retention has ended).
 - Every call is a transaction in a worker thread (``await``); a write is committed (on disk) before it
-  returns. ``put`` that fails (a full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it and still
+  returns. A caller cancelled while it waits (a stream cut short keeping what it sent, within its time bound:
+  protocols/base.py) goes on at once; the transaction then commits or not on its own. ``put`` that fails (a full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it and still
   answers. A read or a delete the database cannot do (a lost database server, a damaged file) is a 503 naming
   the store, never a 500, and the log says why.
 - An id with a NUL character is never found (PostgreSQL's text cannot hold one, so no stored row has it): a
@@ -120,7 +121,7 @@ class ResponsesStore:
             return absent
         args = (key, *args)
         try:
-            return await self.db.call(fn, *args, write=write)
+            return await self.db.call(fn, *args, write=write, abandonable=True)
         except STORAGE_ERRORS as exc:
             log.error("responses store %s: %s failed: %s", self.db.where, fn.__name__.strip("_"), exc)
             raise ApiError("unavailable", f"The response store cannot be {'written' if write else 'read'} now "
@@ -152,7 +153,7 @@ class ResponsesStore:
 
     # -- writing ---------------------------------------------------------------------------------------------
     async def put(self, rec: StoredResponse) -> None:
-        await self.db.call(self._put, rec)
+        await self.db.call(self._put, rec, abandonable=True)
 
     async def delete(self, response_id: str) -> bool:
         return await self._call(_delete, response_id, self._cutoff(), write=True, absent=False)
