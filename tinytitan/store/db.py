@@ -8,8 +8,9 @@ Rules:
   ``?`` placeholders on every implementation; ``tx.dialect`` ("sqlite" or "postgresql") is for the few
   statements that differ (full-text search, locking a row).
 - ``run`` blocks: from the trio event loop call ``await db.call(fn, *args)``, which runs it in a worker
-  thread (at most ``THREADS`` at once); ``abandonable`` lets a cancelled caller go on without waiting for it. Each thread has its own connection, closed once the thread is gone
-  (SQLite's in-memory database has one, behind a lock).
+  thread (at most ``THREADS`` at once); ``abandonable`` lets a cancelled caller go on without waiting for it.
+  Each thread has its own connection, closed once the thread is gone (SQLite's in-memory database has one,
+  behind a lock).
 - SQLite: WAL, ``synchronous=FULL`` (a commit is on disk before ``run`` returns, so an answered write survives
   ``kill -9`` and power loss), a busy timeout so several processes share one file, writes begin IMMEDIATE.
 - A SQLite file that is not a database (or is malformed) is moved aside at open, with its WAL, as

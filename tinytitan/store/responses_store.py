@@ -14,9 +14,10 @@ Rules:
   between two writes, never serves a response its retention has ended).
 - Every call is a transaction in a worker thread (``await``); a write is committed (on disk) before it
   returns. A caller cancelled while it waits (a stream cut short keeping what it sent, within its time bound:
-  protocols/base.py) goes on at once; the transaction then commits or not on its own. ``put`` that fails (a full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it and still
-  answers. A read or a delete the database cannot do (a lost database server, a damaged file) is a 503 naming
-  the store, never a 500, and the log says why.
+  protocols/base.py) goes on at once; the transaction then commits or not on its own. ``put`` that fails (a
+  full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it and still answers. A read or a delete
+  the database cannot do (a lost database server, a damaged file) is a 503 naming the store, never a 500, and
+  the log says why.
 - An id with a NUL character is never found (PostgreSQL's text cannot hold one, so no stored row has it): a
   lookup by one answers as for any id not stored, on either database, never with the database's error. An item
   whose own id holds one is stored (listed, replayed) without its id in the index (it cannot be referenced).
