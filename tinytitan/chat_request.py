@@ -123,6 +123,9 @@ class ChatRequest:
     system_note: str = ""
     grammar: Grammar | None = None
     prompt: str | None = None  # a raw prompt: tokenized as written, no chat template (messages unused)
+    # a raw prompt given as token ids (legacy Completions' list of ints): read as exactly these ids, never
+    # re-tokenized (``prompt`` is then "", so the request is raw everywhere it is asked)
+    prompt_ids: tuple[int, ...] | None = None
     suffix: str | None = None  # fill-in-the-middle: the text after the gap; ``prompt`` is the text before it
     fast: bool = False  # the "<id>-fast" chat-only path: scaffolding stripped
     # the last message is an assistant turn begun (a prefill): the answer continues its text, and holds only

@@ -16,20 +16,33 @@ from .openai_chat import Chunks, parse_stop
 
 
 def prompt_text(body: dict) -> str:
-    """The prompt's text: a string, or a list of one string (``parse_prompt`` refuses other shapes)."""
+    """The prompt's text: a string, or a list of one string (``parse_prompt`` refuses other shapes; a prompt of
+    token ids has no text here: echo refuses it)."""
     value = body.get("prompt", "")
-    return value[0] if isinstance(value, list) and value else value
+    value = value[0] if isinstance(value, list) and value else value
+    return value if isinstance(value, str) else ""
+
+
+def token_ids(value: Any) -> bool:
+    """Whether a prompt is a list of token ids (bools are not ids, though Python counts them as ints)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                           for x in value)
 
 
 def parse_prompt(value: Any, body: dict, args: dict, v) -> None:
+    ids = None
     if isinstance(value, list):
-        if value and all(isinstance(x, int) for x in value) or any(isinstance(x, list) for x in value):
-            raise invalid("'prompt' as token ids is not supported: send the prompt as text", param="prompt",
-                          code="unsupported_value")
-        if len(value) != 1:
+        if len(value) == 1 and token_ids(value[0]):  # a list of one list of ids: one prompt
+            value = value[0]
+        if token_ids(value):
+            ids = tuple(value)
+            if min(ids) < 0:
+                raise invalid(f"Invalid token id {min(ids)} in 'prompt': token ids are not negative",
+                              param="prompt", code="invalid_value")
+        elif any(isinstance(x, list) for x in value) or len(value) != 1:
             raise invalid(f"'prompt' as a list of {len(value)} prompts is not supported: send one prompt per "
                           f"request", param="prompt", code="unsupported_value")
-        if not isinstance(value[0], str):
+        elif not isinstance(value[0], str):
             raise invalid(f"'prompt[0]' must be a string, not {json.dumps(value[0])[:40]}", param="prompt[0]",
                           code="invalid_type")
     if body.get("echo") and body.get("logprobs") is not None:  # the prompt's own tokens' figures: a pass not made
@@ -38,7 +51,15 @@ def parse_prompt(value: Any, body: dict, args: dict, v) -> None:
     if body.get("echo") and body.get("suffix") is not None:
         raise invalid("'echo' cannot be combined with 'suffix' (fill-in-the-middle)", param="echo",
                       code="unsupported_value")
-    args["prompt"] = prompt_text(body)
+    if ids is not None and body.get("echo"):  # (the text the ids spell is the model's tokenizer's to say)
+        raise invalid("'echo' with a prompt of token ids is not supported: send the prompt as text to have it "
+                      "echoed", param="echo", code="unsupported_value")
+    if ids is not None and body.get("suffix") is not None:
+        raise invalid("'suffix' (fill-in-the-middle) with a prompt of token ids is not supported: send the "
+                      "prompt as text", param="suffix", code="unsupported_value")
+    args["prompt"] = "" if ids is not None else prompt_text(body)
+    if ids is not None:
+        args["prompt_ids"] = ids
 
 
 @dataclass

@@ -139,6 +139,8 @@ class PromptPreparation(TemplateRendering):
         fingerprint ``fp`` where the caller has it), with why it misses the cache and what the cache will know;
         ``remember=False``: the same ids, the cache left as it was (a count: ``count_tokens``)."""
         t0 = time.perf_counter()
+        if req.prompt_ids is not None:  # the ids as sent, checked against the vocabulary: never re-tokenized
+            return Encoded(*self.raw_ids(req), 0.0, time.perf_counter() - t0)
         if req.prompt is not None:
             text = self.raw_text(req)
             t1 = time.perf_counter()

@@ -44,7 +44,7 @@ from ..cache.prefix_index import common_prefix
 from ..families import template_source
 from .messages import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
-from .tokenizer_facts import once_per_tokenizer
+from .tokenizer_facts import checked_prompt_ids, id_count, once_per_tokenizer
 from .tool_declarations import ToolDeclarations
 
 log = logging.getLogger("tinytitan.backend")
@@ -214,3 +214,9 @@ class TemplateRendering(ToolDeclarations):
                           "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter")
         return f"{fim[0]}{req.prompt or ''}{fim[1]}{req.suffix}{fim[2]}"
 
+
+    def raw_ids(self, req: ChatRequest) -> tuple[str, list[int]]:
+        """A raw prompt sent as token ids (``req.prompt_ids``): its text, and the ids as sent, each one the model's
+        logits and its tokenizer both know (else the client's 400 naming ``prompt``)."""
+        tokens = checked_prompt_ids(req.prompt_ids or (), getattr(self, "vocab_size", None), id_count(self.tokenizer))
+        return self.tokenizer.decode(tokens), tokens

@@ -96,3 +96,15 @@ def check_logit_bias(bias: tuple, width: int | None) -> None:
         if width and token >= width:
             raise invalid(f"Invalid key in 'logit_bias': {token}. This model's token ids are 0 to {width - 1}.",
                           param="logit_bias", code="invalid_value")
+
+
+def checked_prompt_ids(ids: tuple[int, ...], *widths: int | None) -> list[int]:
+    """A prompt sent as token ids (legacy Completions), as a list: each id must name a token both the model's
+    logits and its tokenizer know (``widths``; None: not known), else the client's 400 naming ``prompt``: an id
+    past them would read outside the embedding, or decode to nothing."""
+    width = min((w for w in widths if w), default=None)
+    for token in ids:
+        if width and not 0 <= token < width:
+            raise invalid(f"Invalid token id {token} in 'prompt': this model's token ids are 0 to {width - 1}.",
+                          param="prompt", code="invalid_value")
+    return list(ids)
