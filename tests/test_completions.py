@@ -167,7 +167,7 @@ async def test_suffix_is_refused_by_name_without_fim_tokens(serve):
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"n": 2}, "n"), ({"best_of": 3}, "best_of"), ({"logprobs": 6}, "logprobs"),
+    ({"n": 129}, "n"), ({"best_of": 3}, "best_of"), ({"logprobs": 6}, "logprobs"),
     ({"logprobs": 1, "echo": True}, "echo"),
     ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": [[1], [2]]}, "prompt"), ({"prompt": [{"a": 1}]}, "prompt[0]"),
     ({"prompt": []}, "prompt"),

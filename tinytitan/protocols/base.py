@@ -26,6 +26,7 @@ from ..speclang import template
 from ..speclang.load import BUILTIN_ROOTS
 from ..speclang.machine import Machine, WireEvent, pump
 from ..speclang.validate import RequestValidator, Validated
+from .choices import Choice, respond_choices
 from .wire import Call, Reply, Services
 
 log = logging.getLogger("tinytitan.protocol")
@@ -220,7 +221,15 @@ class Protocol:
     async def generate(self, call: Call) -> Reply:
         v = await self.checked(call)
         req = self.engine.apply_model(self.chat_request(v))
-        return await self.respond(v, req)
+        choices = self.choices(v, req)
+        if len(choices) > 1:  # several answers (OpenAI's ``n``, several prompts): rows of the same batch
+            asked(req.model)
+            return await respond_choices(self, v, choices)
+        return await self.respond(v, choices[0].req if choices else req)
+
+    def choices(self, v: Validated, req: ChatRequest) -> list[Choice]:
+        """The answers a request asks for, one ChatRequest each (protocols/choices.py): by default, one."""
+        return [Choice(req)]
 
     async def respond(self, v: Validated, req: ChatRequest, entry: str | None = None,
                       framing: str | None = None) -> Reply:

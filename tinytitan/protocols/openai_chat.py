@@ -14,6 +14,7 @@ from .. import custom_tools, images
 from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
+from .choices import copies
 from .common import (TextRuns, content_of, logprobs_rule, parse_logit_bias, place_system, template_variables,
                      token_logprobs, verbosity_note)
 
@@ -195,6 +196,7 @@ class Chunks:
         self.head: dict = {}
         self.usage = None
         self.finish = None
+        self.index = 0  # the choice the chunks are of (each machine answers one: ``choice`` in its templates)
 
     def choices(self, wire: list[WireEvent]):
         for w in wire:
@@ -207,6 +209,7 @@ class Chunks:
             if d.get("usage"):
                 self.usage = d["usage"]
             for choice in d.get("choices", []):
+                self.index = choice.get("index", self.index)
                 yield choice
                 if choice.get("finish_reason"):
                     self.finish = choice["finish_reason"]
@@ -254,7 +257,7 @@ def fold_chat_completion(wire: list[WireEvent], body: dict) -> dict:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
     logprobs = {"content": tokens, "refusal": None} if body.get("logprobs") is True else None
     return chunks.envelope("chat.completion",
-                           {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": chunks.finish})
+                           {"index": chunks.index, "message": message, "logprobs": logprobs, "finish_reason": chunks.finish})
 
 
 class OpenAIChat(Protocol):
@@ -277,3 +280,6 @@ class OpenAIChat(Protocol):
 
     def extra_context(self, v) -> dict:
         return {"custom_tools": sorted(t.name for t in v.args.get("tools", ()) if t.custom)}
+
+    def choices(self, v, req):
+        return copies(req, v.body.get("n") or 1)

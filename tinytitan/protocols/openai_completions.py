@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import invalid
 from ..speclang.machine import WireEvent
 from .base import Protocol
+from .choices import copies
 from .common import parse_logit_bias
 from .openai_chat import Chunks, parse_stop
 
@@ -103,7 +104,7 @@ def fold_text_completion(wire: list[WireEvent], body: dict) -> dict:
     if body.get("logprobs") is not None and logprobs is None:  # asked, and no token sent
         logprobs = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     return chunks.envelope("text_completion",
-                           {"text": "".join(text), "index": 0, "logprobs": logprobs, "finish_reason": chunks.finish})
+                           {"text": "".join(text), "index": chunks.index, "logprobs": logprobs, "finish_reason": chunks.finish})
 
 
 class OpenAICompletions(Protocol):
@@ -124,3 +125,6 @@ class OpenAICompletions(Protocol):
 
     def folds(self):
         return {"text_completion": fold_text_completion}
+
+    def choices(self, v, req):
+        return copies(req, v.body.get("n") or 1)

@@ -19,7 +19,7 @@ from ..events import EVENT_TYPES
 from . import paths, template
 
 # the template roots every machine provides (speclang/machine.py and protocols/base.py)
-BUILTIN_ROOTS = frozenset({"ev", "vars", "req", "emitted", "state", "error", "id", "created", "model",
+BUILTIN_ROOTS = frozenset({"ev", "vars", "req", "emitted", "state", "error", "id", "created", "model", "choice",
                            "prompt_tokens"})
 EVENT_FIELDS = {name: {f.name for f in dataclasses.fields(cls)} for name, cls in EVENT_TYPES.items()}
 

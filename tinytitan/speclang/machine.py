@@ -85,6 +85,7 @@ class Machine:
         self.history: list[WireEvent] = []
         req = context.get("req", {})
         base = {name: derive_value(rule, req) for name, rule in spec.context.items()}
+        base["choice"] = 0  # the answer's index among the request's (protocols/choices.py): one answer, 0
         base.update(context)
         self.context = base
 

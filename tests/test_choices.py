@@ -1,0 +1,131 @@
+"""Several answers to one request: OpenAI's ``n`` on Chat Completions and legacy Completions, streamed and not
+(LangChain's ``n``, evaluation tools' samples). One ``choices`` entry per index, each its own finish_reason, tool
+calls and log probabilities; usage counts the prompt once and sums the completions (as OpenAI reports it); a
+stream's chunks of the choices interleave, each carrying its choice's index, and one usage chunk closes it. The
+choices run as rows of the same batch, a seeded choice ``i`` sampling with ``seed + i``."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from openai.types import Completion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
+
+MODEL = "tinytitan-scripted"
+USER = [{"role": "user", "content": "hi"}]
+
+
+def client(s) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+
+
+class Recording(ScriptedBackend):
+    """The scripted backend, keeping each generation's seed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seeds: list[int | None] = []
+
+    def decode(self, prepared, loop, should_stop):
+        self.seeds.append(prepared.seed)
+        super().decode(prepared, loop, should_stop)
+
+
+async def test_chat_n_answers_one_choice_per_index_with_the_prompt_counted_once(serve, demo_tok):
+    backend = Recording([ScriptEntry("one"), ScriptEntry("two words"), ScriptEntry("three more words")], demo_tok,
+                        model_id=MODEL)
+    s = await serve(backend=backend)
+    r = await client(s).chat.completions.create(model=MODEL, messages=USER, n=3, seed=40)
+    ChatCompletion.model_validate(r.model_dump())
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert sorted(c.message.content for c in r.choices) == ["one", "three more words", "two words"]
+    assert all(c.finish_reason == "stop" for c in r.choices)
+    alone = await client(s).chat.completions.create(model=MODEL, messages=USER)  # (the script starts again)
+    assert r.usage.prompt_tokens == alone.usage.prompt_tokens  # once, not once per choice
+    words = sum(len(demo_tok.encode(c.message.content, add_special_tokens=False)) for c in r.choices)
+    assert r.usage.completion_tokens == words and r.usage.total_tokens == r.usage.prompt_tokens + words
+    assert sorted(backend.seeds[:3]) == [40, 41, 42]  # each choice its own draws, the same ones again
+
+
+async def test_chat_n_streams_each_choices_chunks_by_index_and_one_usage_chunk(serve):
+    s = await serve(["alpha beta", "gamma delta", "ok"])
+    stream = await client(s).chat.completions.create(model=MODEL, messages=USER, n=2, stream=True,
+                                                     stream_options={"include_usage": True})
+    text, finish, usages, ids = {0: "", 1: ""}, {}, [], set()
+    async for chunk in stream:
+        ChatCompletionChunk.model_validate(chunk.model_dump())
+        ids.add(chunk.id)
+        if chunk.usage:
+            usages.append(chunk.usage)
+            assert chunk.choices == []
+        for c in chunk.choices:
+            text[c.index] += c.delta.content or ""
+            finish[c.index] = c.finish_reason or finish.get(c.index)
+    assert sorted(text.values()) == ["alpha beta", "gamma delta"] and finish == {0: "stop", 1: "stop"}
+    assert len(ids) == 1 and len(usages) == 1
+    folded = await client(s).chat.completions.create(model=MODEL, messages=USER, n=1)
+    assert usages[0].prompt_tokens == folded.usage.prompt_tokens
+
+
+async def test_chat_n_gives_each_choice_its_own_tool_calls(serve):
+    call = '<tool_call>\n{"name": "get", "arguments": {"x": 1}}\n</tool_call>'
+    s = await serve([call, "no call"])
+    tools = [{"type": "function", "function": {"name": "get", "parameters": {"type": "object"}}}]
+    r = await client(s).chat.completions.create(model=MODEL, messages=USER, n=2, tools=tools)
+    ChatCompletion.model_validate(r.model_dump())
+    by_finish = {c.finish_reason: c for c in r.choices}
+    assert set(by_finish) == {"tool_calls", "stop"}
+    assert by_finish["tool_calls"].message.tool_calls[0].function.name == "get"
+    assert by_finish["stop"].message.content == "no call" and not by_finish["stop"].message.tool_calls
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_completions_n_answers_one_choice_per_index(serve, demo_tok, stream):
+    s = await serve(["first", "second"])
+    c = client(s)
+    if stream:
+        chunks = [ch async for ch in await c.completions.create(model=MODEL, prompt="p", n=2, stream=True,
+                                                                  stream_options={"include_usage": True})]
+        text = {0: "", 1: ""}
+        for ch in chunks:
+            for choice in ch.choices:
+                text[choice.index] += choice.text
+        assert [ch.usage is not None for ch in chunks].count(True) == 1 and chunks[-1].usage is not None
+    else:
+        r = await c.completions.create(model=MODEL, prompt="p", n=2)
+        Completion.model_validate(r.model_dump())
+        text = {choice.index: choice.text for choice in r.choices}
+        tokens = len(demo_tok.encode("first", add_special_tokens=False)) + \
+            len(demo_tok.encode("second", add_special_tokens=False))
+        assert len(r.choices) == 2 and r.usage.completion_tokens == tokens
+    assert sorted(text.values()) == ["first", "second"]
+
+
+async def test_the_demo_model_decodes_seeded_choices_that_differ_and_come_again(serve, demo_backend):
+    s = await serve(backend=demo_backend)
+    asked = dict(model=demo_backend.model_id, prompt="Once", max_tokens=8, temperature=1.0, seed=5, n=3)
+    first = await client(s).completions.create(**asked)
+    again = await client(s).completions.create(**asked)
+    texts = [c.text for c in first.choices]
+    assert texts == [c.text for c in again.choices]
+    assert len(set(texts)) > 1  # (seed + index: not one answer three times)
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": USER}), ("/v1/completions", {"prompt": "p"})])
+async def test_n_past_openais_bound_is_refused_by_name(serve, path, body):
+    s = await serve(["never"])
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url(path), json={"model": MODEL, "n": 129, **body})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n", r.text
+
+
+async def test_each_choice_carries_its_own_log_probabilities(serve, demo_tok):
+    s = await serve(["alpha", "beta gamma"])
+    r = await client(s).completions.create(model=MODEL, prompt="p", n=2, logprobs=0)
+    Completion.model_validate(r.model_dump())
+    for choice in r.choices:
+        assert "".join(choice.logprobs.tokens) == choice.text

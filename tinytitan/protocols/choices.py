@@ -1,0 +1,173 @@
+"""Several answers to one request (OpenAI's ``n``; legacy Completions' list of prompts): one ChatRequest per
+choice, each run in an engine session of its own, all at once, so they decode as rows of the same batch.
+
+Rules:
+- Choice ``i`` is answered by a machine of its own whose templates read ``choice`` = ``i`` (the chunks'
+  ``index``); every machine shares the response's id and created time.
+- A seeded request's choice ``i`` samples with ``seed + i``: each choice differs from the others, and the
+  request made again draws the same choices.
+- Streamed: each choice's chunks go out as they come, interleaved; each choice's own usage chunk is held back and
+  one, summed, closes the stream (before the one terminal). A failure in one choice sends its error chunk and
+  ends the stream, the others stopped.
+- Not streamed: each choice's chunks folded as a lone answer's are, the folds' choices listed in order, and one
+  usage: prompt tokens (and cached ones) counted once per prompt, as OpenAI counts them; completion tokens (and
+  reasoning ones) summed over the choices. A failure in one choice is the answer's error, the others stopped.
+"""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+import trio
+
+from ..chat_request import ChatRequest
+from ..errors import ApiError
+from ..events import Failed
+from ..speclang.machine import WireEvent, pump
+from .wire import Reply
+
+
+@dataclass(frozen=True)
+class Choice:
+    req: ChatRequest
+    prompt: int = 0  # which of the request's prompts it answers: its prompt tokens count once per prompt
+    context: dict = field(default_factory=dict)  # what its machine's templates read for it alone (its prompt's text)
+
+
+def copies(req: ChatRequest, n: int, prompt: int = 0, first: int = 0, **context: Any) -> list[Choice]:
+    """``n`` choices of one prompt, the first numbered ``first``: a seed moves on by the choice's index."""
+    return [Choice(req if req.seed is None else req.with_(seed=req.seed + first + j), prompt, context)
+            for j in range(n)]
+
+
+def summed(usages: list[tuple[int, dict]]) -> dict:
+    """Each choice's usage (with its prompt's index) as one: prompt tokens once per prompt, the rest summed."""
+    prompts: dict[int, dict] = {}
+    for prompt, usage in usages:
+        prompts.setdefault(prompt, usage)
+
+    def total(usages: Any, key: str, detail: str | None = None) -> int:
+        return sum(((u.get(key) or {}).get(detail) or 0) if detail else u.get(key) or 0 for u in usages)
+
+    every = [u for _, u in usages]
+    prompt_tokens, completion_tokens = total(prompts.values(), "prompt_tokens"), total(every, "completion_tokens")
+    out = {**every[0], "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+           "total_tokens": prompt_tokens + completion_tokens}
+    if isinstance(every[0].get("prompt_tokens_details"), dict):
+        cached = total(prompts.values(), "prompt_tokens_details", "cached_tokens")
+        out["prompt_tokens_details"] = {**every[0]["prompt_tokens_details"], "cached_tokens": cached}
+    if isinstance(every[0].get("completion_tokens_details"), dict):
+        reasoning = total(every, "completion_tokens_details", "reasoning_tokens")
+        out["completion_tokens_details"] = {**every[0]["completion_tokens_details"], "reasoning_tokens": reasoning}
+    return out
+
+
+def _usage_alone(wire: WireEvent) -> dict | None:
+    """A chunk that carries usage and no choice (the stream's last before the terminal): its usage."""
+    d = wire.data
+    return d["usage"] if isinstance(d, dict) and d.get("usage") and d.get("choices") == [] else None
+
+
+async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
+    """Answer a request of several choices (see the rules), for ``proto`` (an OpenAI protocol's ``Protocol``)."""
+    keepalive = proto.spec.extra.get("keepalive_seconds")
+    stream = bool(v.body.get(proto.stream_field))
+    machines = []
+    for i, choice in enumerate(choices):
+        machine = proto.machine(v, choice.req.model, stream)
+        if machines:  # one response: one id, one created time
+            machine.context.update(id=machines[0].context["id"], created=machines[0].context["created"])
+        machine.context.update(choice.context, choice=i)
+        machines.append(machine)
+    reqs = [c.req.with_(response_id=machines[0].context["id"]) for c in choices]
+    if stream:
+        runs = []
+        for req, machine in zip(reqs, machines):
+            session = await proto.services.hold(proto.engine.session(req, keepalive))
+            machine.context.setdefault("prompt_tokens", session.prompt_tokens)
+            runs.append((machine, session))
+        return Reply.of_stream(_streamed(proto, runs, [c.prompt for c in choices]), proto.spec.content_type)
+    bodies: list[Any] = [None] * len(choices)
+    errors: list[Exception] = []
+
+    async def folded(i: int, nursery: trio.Nursery) -> None:
+        try:
+            async with proto.engine.session(reqs[i], keepalive, streamed=False) as session:
+                machines[i].context.setdefault("prompt_tokens", session.prompt_tokens)
+                bodies[i] = (await proto.answer(v, machines[i], session)).body
+        except Exception as exc:  # the answer's error (the first), the other choices stopped
+            errors.append(exc)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(choices)):
+            nursery.start_soon(folded, i, nursery)
+    if errors:
+        raise errors[0]
+    body = {**bodies[0], "choices": [b["choices"][0] for b in bodies]}
+    if bodies[0].get("usage"):
+        body["usage"] = summed([(c.prompt, b["usage"]) for c, b in zip(choices, bodies)])
+    return Reply(body)
+
+
+async def _failing_in_band(events) -> AsyncIterator:
+    """A choice's token events, an exception among them ending it as the protocol's ``Failed`` (its error chunk)."""
+    try:
+        async for ev in events:
+            yield ev
+    except Exception as exc:
+        if isinstance(exc, ApiError):
+            yield Failed(exc.message, type=exc.kind, code=exc.code)
+        else:
+            yield Failed(f"generation failed: {exc}", type="server_error")
+
+
+@trio.as_safe_channel
+async def _interleaved(runs: list) -> AsyncIterator[tuple[int, WireEvent]]:
+    """Each choice's wire events, with its index, as they come."""
+    send, receive = trio.open_memory_channel(0)
+
+    async def one(i: int, machine, events, out) -> None:
+        async with out:  # (nothing raised here: what goes wrong is sent, and raised where the stream is read)
+            try:
+                async with aclosing(pump(machine, _failing_in_band(events))) as wires:
+                    async for wire in wires:
+                        await out.send((i, wire))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # the reader is gone (the stream ended)
+            except Exception as exc:
+                await out.send((i, exc))
+
+    async with trio.open_nursery() as nursery:
+        for i, (machine, events) in enumerate(runs):
+            nursery.start_soon(one, i, machine, events, send.clone())
+        send.close()
+        async with receive:
+            async for item in receive:
+                yield item
+
+
+async def _streamed(proto, runs: list, prompts: list[int]) -> AsyncIterator[bytes]:
+    framing = proto.spec.framing
+    usages: list[tuple[int, dict]] = []
+    last: dict | None = None
+    async with _interleaved(runs) as wires:
+        async for i, wire in wires:
+            if isinstance(wire, Exception):
+                raise wire
+            if isinstance(wire.data, str):  # a choice's terminal: the stream's one goes last
+                continue
+            if (usage := _usage_alone(wire)) is not None:
+                usages.append((prompts[i], usage))
+                last = wire.data
+                continue
+            yield wire.encode(framing)
+            if isinstance(wire.data, dict) and "error" in wire.data:
+                break
+    if last is not None and len(usages) == len(runs):
+        yield WireEvent(None, {**last, "usage": summed(usages)}).encode(framing)
+    terminal = runs[0][0].terminal
+    if terminal is not None:
+        yield terminal.encode(framing)
