@@ -129,3 +129,54 @@ async def test_each_choice_carries_its_own_log_probabilities(serve, demo_tok):
     Completion.model_validate(r.model_dump())
     for choice in r.choices:
         assert "".join(choice.logprobs.tokens) == choice.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_several_prompts_each_get_n_choices_numbered_prompt_times_n_plus_j(serve, demo_tok, stream):
+    backend = Recording([ScriptEntry("x")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    seen: list[list[int]] = []
+    original = backend.decode
+
+    def decode(prepared, loop, should_stop):
+        seen.append((list(prepared.tokens), prepared.seed))
+        original(prepared, loop, should_stop)
+
+    backend.decode = decode
+    ab = demo_tok.encode("ab", add_special_tokens=False)
+    prompts = ["first prompt", ab, "third"]
+    asked = dict(model=MODEL, prompt=prompts, n=2, seed=10, echo=False)
+    c = client(s)
+    if stream:
+        chunks = [ch async for ch in await c.completions.create(**asked, stream=True,
+                                                                  stream_options={"include_usage": True})]
+        indexes = {choice.index for ch in chunks for choice in ch.choices}
+        usage = chunks[-1].usage
+    else:
+        r = await c.completions.create(**asked)
+        Completion.model_validate(r.model_dump())
+        indexes, usage = [choice.index for choice in r.choices], r.usage
+        assert indexes == [0, 1, 2, 3, 4, 5]
+    assert set(indexes) == set(range(6))
+    lengths = [len(demo_tok.encode(p, add_special_tokens=False)) if isinstance(p, str) else len(p) for p in prompts]
+    assert usage.prompt_tokens == sum(lengths)  # each prompt once, whatever n
+    # choice p * n + j reads prompt p with seed + p * n + j
+    assert sorted(seed for _, seed in seen) == list(range(10, 16))
+    assert sorted((len(tokens), seed) for tokens, seed in seen) == sorted(
+        (lengths[i // 2], 10 + i) for i in range(6))
+
+
+async def test_several_prompts_echo_each_its_own(serve):
+    s = await serve(["!"])
+    r = await client(s).completions.create(model=MODEL, prompt=["one", "two"], echo=True)
+    assert [c.text for c in r.choices] == ["one!", "two!"]
+
+
+@pytest.mark.parametrize("prompt, n, param", [
+    (["a"] * 65, 2, "prompt"), ([], 1, "prompt"), (["a", 3], 1, "prompt[1]"), ([[1], []], 1, "prompt[1]"),
+    ([[1], [-2]], 1, "prompt")])
+async def test_prompts_past_the_bound_or_of_no_shape_are_refused_by_name(serve, prompt, n, param):
+    s = await serve(["never"])
+    async with httpx.AsyncClient() as c:
+        r = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": prompt, "n": n})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

@@ -16,9 +16,19 @@ from .common import parse_logit_bias
 from .openai_chat import Chunks, parse_stop
 
 
+# choices in one request, prompts × n: each is a place in the queue and a row of the batch (OpenAI's bound on n)
+MAX_CHOICES = 128
+
+
+@dataclass
+class CompletionsRequest:
+    """What ``parse_prompt`` found (``Validated.state``): the prompts, each a text or a tuple of token ids."""
+
+    prompts: list = field(default_factory=list)
+
+
 def prompt_text(body: dict) -> str:
-    """The prompt's text: a string, or a list of one string (``parse_prompt`` refuses other shapes; a prompt of
-    token ids has no text here: echo refuses it)."""
+    """The first prompt's text: a string, or a list's first string ("" for token ids: echo refuses them)."""
     value = body.get("prompt", "")
     value = value[0] if isinstance(value, list) and value else value
     return value if isinstance(value, str) else ""
@@ -30,37 +40,58 @@ def token_ids(value: Any) -> bool:
                                                            for x in value)
 
 
+def prompts_of(value: Any) -> list:
+    """The prompts ``prompt`` holds, as OpenAI types it: a string, a list of strings, a list of token ids, or a
+    list of lists of token ids."""
+    if isinstance(value, str):
+        return [value]
+    if token_ids(value):
+        return [tuple(value)]
+    if not value:
+        raise invalid("'prompt' is an empty list: send at least one prompt", param="prompt", code="invalid_value")
+    if any(type(x) is int for x in value) and not any(isinstance(x, (str, list)) for x in value):  # ids, one not
+        i, item = next((i, x) for i, x in enumerate(value) if not isinstance(x, int) or isinstance(x, bool))
+        raise invalid(f"'prompt[{i}]' must be a token id (an integer), not {json.dumps(item)[:40]}",
+                      param=f"prompt[{i}]", code="invalid_type")
+    out: list = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) and not token_ids(item):
+            raise invalid(f"'prompt[{i}]' must be a string or a non-empty list of token ids, not "
+                          f"{json.dumps(item)[:40]}", param=f"prompt[{i}]", code="invalid_type")
+        out.append(item if isinstance(item, str) else tuple(item))
+    return out
+
+
 def parse_prompt(value: Any, body: dict, args: dict, v) -> None:
-    ids = None
-    if isinstance(value, list):
-        if len(value) == 1 and token_ids(value[0]):  # a list of one list of ids: one prompt
-            value = value[0]
-        if token_ids(value):
-            ids = tuple(value)
-            if min(ids) < 0:
-                raise invalid(f"Invalid token id {min(ids)} in 'prompt': token ids are not negative",
-                              param="prompt", code="invalid_value")
-        elif any(isinstance(x, list) for x in value) or len(value) != 1:
-            raise invalid(f"'prompt' as a list of {len(value)} prompts is not supported: send one prompt per "
-                          f"request", param="prompt", code="unsupported_value")
-        elif not isinstance(value[0], str):
-            raise invalid(f"'prompt[0]' must be a string, not {json.dumps(value[0])[:40]}", param="prompt[0]",
-                          code="invalid_type")
+    prompts = prompts_of(value)
+    ids = [p for p in prompts if isinstance(p, tuple)]
+    for p in ids:
+        if min(p) < 0:
+            raise invalid(f"Invalid token id {min(p)} in 'prompt': token ids are not negative",
+                          param="prompt", code="invalid_value")
+    choices = len(prompts) * (body.get("n") or 1)
+    if choices > MAX_CHOICES:
+        raise invalid(f"'prompt' has {len(prompts)} prompts and 'n' is {body.get('n') or 1}: {choices} choices, "
+                      f"more than the {MAX_CHOICES} one request may ask for", param="prompt", code="invalid_value")
     if body.get("echo") and body.get("logprobs") is not None:  # the prompt's own tokens' figures: a pass not made
         raise invalid("'echo' with 'logprobs' is not supported: this server gives the log probabilities of "
                       "generated tokens only", param="echo", code="unsupported_parameter")
     if body.get("echo") and body.get("suffix") is not None:
         raise invalid("'echo' cannot be combined with 'suffix' (fill-in-the-middle)", param="echo",
                       code="unsupported_value")
-    if ids is not None and body.get("echo"):  # (the text the ids spell is the model's tokenizer's to say)
+    if ids and body.get("echo"):  # (the text the ids spell is the model's tokenizer's to say)
         raise invalid("'echo' with a prompt of token ids is not supported: send the prompt as text to have it "
                       "echoed", param="echo", code="unsupported_value")
-    if ids is not None and body.get("suffix") is not None:
+    if ids and body.get("suffix") is not None:
         raise invalid("'suffix' (fill-in-the-middle) with a prompt of token ids is not supported: send the "
                       "prompt as text", param="suffix", code="unsupported_value")
-    args["prompt"] = "" if ids is not None else prompt_text(body)
-    if ids is not None:
-        args["prompt_ids"] = ids
+    v.state.prompts = prompts
+    args.update(prompt_args(prompts[0]))
+
+
+def prompt_args(prompt: str | tuple) -> dict:
+    """A prompt as the ChatRequest's fields: its text, or its token ids (with no text)."""
+    return {"prompt": prompt, "prompt_ids": None} if isinstance(prompt, str) else {"prompt": "", "prompt_ids": prompt}
 
 
 @dataclass
@@ -126,5 +157,12 @@ class OpenAICompletions(Protocol):
     def folds(self):
         return {"text_completion": fold_text_completion}
 
+    def request_state(self) -> CompletionsRequest:
+        return CompletionsRequest()
+
     def choices(self, v, req):
-        return copies(req, v.body.get("n") or 1)
+        """``n`` choices of each prompt: choice ``p * n + j`` is prompt ``p``'s ``j``-th, as OpenAI numbers them."""
+        n = v.body.get("n") or 1
+        return [choice for p, prompt in enumerate(v.state.prompts)
+                for choice in copies(req.with_(**prompt_args(prompt)), n, p, p * n,
+                                     prompt_text=prompt if isinstance(prompt, str) else "")]
