@@ -9,6 +9,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
+import trio
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -180,3 +181,30 @@ async def test_prompts_past_the_bound_or_of_no_shape_are_refused_by_name(serve, 
     async with httpx.AsyncClient() as c:
         r = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": prompt, "n": n})
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+async def test_a_choice_that_fails_ends_the_stream_with_its_error_once(serve):
+    from sse import parse_sse
+
+    s = await serve([{"output": "fine answer", "delay_ms": 50}, {"output": "cut", "error": "the model broke"}])
+    async with httpx.AsyncClient(timeout=30) as h:
+        r = await h.post(s.url("/v1/chat/completions"), json={"model": MODEL, "messages": USER, "n": 2,
+                                                                 "stream": True})
+        folded = await h.post(s.url("/v1/chat/completions"), json={"model": MODEL, "messages": USER, "n": 2})
+    events = [data for _, data in parse_sse(r.text)]
+    assert events[-1] == "[DONE]" and events.count("[DONE]") == 1
+    assert [e for e in events if isinstance(e, dict) and "error" in e][0]["error"]["message"].endswith("the model broke")
+    assert folded.status_code >= 400 and "error" in folded.json()  # not a body of one choice less
+
+
+async def test_a_client_that_hangs_up_stops_every_choice(serve):
+    s = await serve([{"output": "word " * 400, "delay_ms": 20}])
+    stream = await client(s).chat.completions.create(model=MODEL, messages=USER, n=3, stream=True)
+    async for _ in stream:
+        break
+    await stream.close()
+    for _ in range(100):
+        if s.engine.health()["running"] == 0:
+            break
+        await trio.sleep(0.05)
+    assert s.engine.health()["running"] == 0 and s.engine.health()["waiting"] == 0

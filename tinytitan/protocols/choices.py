@@ -25,6 +25,7 @@ import trio
 from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed
+from ..observe.turn import watch
 from ..speclang.machine import WireEvent, pump
 from .wire import Reply
 
@@ -87,7 +88,7 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
         for req, machine in zip(reqs, machines):
             session = await proto.services.hold(proto.engine.session(req, keepalive))
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
-            runs.append((machine, session))
+            runs.append((machine, watch(session, req, stream) if not runs else session))  # (the log line's: the first)
         return Reply.of_stream(_streamed(proto, runs, [c.prompt for c in choices]), proto.spec.content_type)
     bodies: list[Any] = [None] * len(choices)
     errors: list[Exception] = []
@@ -96,7 +97,8 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
         try:
             async with proto.engine.session(reqs[i], keepalive, streamed=False) as session:
                 machines[i].context.setdefault("prompt_tokens", session.prompt_tokens)
-                bodies[i] = (await proto.answer(v, machines[i], session)).body
+                events = watch(session, reqs[i], stream) if i == 0 else session
+                bodies[i] = (await proto.answer(v, machines[i], events)).body
         except Exception as exc:  # the answer's error (the first), the other choices stopped
             errors.append(exc)
             nursery.cancel_scope.cancel()
