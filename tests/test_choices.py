@@ -208,3 +208,26 @@ async def test_a_client_that_hangs_up_stops_every_choice(serve):
             break
         await trio.sleep(0.05)
     assert s.engine.health()["running"] == 0 and s.engine.health()["waiting"] == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_choices_of_a_prompt_read_it_once(serve, demo_backend, monkeypatch, stream):
+    """The first choice reads the prompt and keeps its cache where it ends; the others read its last token."""
+    cached: list[tuple[int, int]] = []
+    start = demo_backend.start
+
+    def recorded(prepared, model):
+        kv, read, hit = start(prepared, model)
+        cached.append((len(prepared.tokens), hit))
+        return kv, read, hit
+
+    monkeypatch.setattr(demo_backend, "start", recorded)
+    s = await serve(backend=demo_backend)
+    prompt = f"A prompt no other test sends ({stream}): " + "the quick brown fox jumps over the lazy dog " * 4
+    asked = dict(model=demo_backend.model_id, prompt=prompt, max_tokens=4, n=3, temperature=1.0, seed=3)
+    if stream:
+        [ch async for ch in await client(s).completions.create(**asked, stream=True)]
+    else:
+        await client(s).completions.create(**asked)
+    (length, first), *others = cached
+    assert first < length - 1 and [hit for _, hit in others] == [length - 1] * 2, cached

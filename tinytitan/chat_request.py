@@ -138,6 +138,9 @@ class ChatRequest:
     # None: none asked (engine/decode/logprobs.py)
     logprobs: int | None = None
     speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does
+    # several rows read this prompt (a request's choices): its KV cache is kept where the prompt is read, even where a
+    # cache that stays trimmable needs no checkpoint (cache/checkpoint.py), and a cached entry is copied, not taken
+    shared_prompt: bool = False
     response_id: str | None = None  # the id its answer carries: a later request may name it for a cache comparison
     cache_compare: str | None = None  # an earlier answer's id: the prompt-cache diagnosis is relative to its prompt
 

@@ -6,6 +6,9 @@ Rules:
   ``index``); every machine shares the response's id and created time.
 - A seeded request's choice ``i`` samples with ``seed + i``: each choice differs from the others, and the
   request made again draws the same choices.
+- The choices of one prompt share its reading: the first reads it and keeps its KV cache in the prompt cache
+  where it ends (``ChatRequest.shared_prompt``); the others' sessions open once it has (streamed: inside the
+  stream, a refusal then its error chunk), and their rows read its last token alone.
 - Streamed: each choice's chunks go out as they come, interleaved; each choice's own usage chunk is held back and
   one, summed, closes the stream (before the one terminal). A failure in one choice sends its error chunk and
   ends the stream, the others stopped.
@@ -24,7 +27,7 @@ import trio
 
 from ..chat_request import ChatRequest
 from ..errors import ApiError
-from ..events import Failed
+from ..events import Failed, KeepAlive, Started
 from ..observe.turn import watch
 from ..speclang.machine import WireEvent, pump
 from .wire import Reply
@@ -83,22 +86,43 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
         machine.context.update(choice.context, choice=i)
         machines.append(machine)
     reqs = [c.req.with_(response_id=machines[0].context["id"]) for c in choices]
-    if stream:
+    # each prompt's first choice reads it; the others wait until it has (their rows then read its last token alone)
+    leads = {c.prompt: i for i, c in reversed(list(enumerate(choices)))}
+    ready = {p: trio.Event() for p in leads if sum(c.prompt == p for c in choices) > 1}
+    for i, c in enumerate(choices):
+        if c.prompt in ready:
+            reqs[i] = reqs[i].with_(shared_prompt=True)
+
+    def waits(i: int) -> trio.Event | None:  # what a choice's session waits for before it opens (None: nothing)
+        p = choices[i].prompt
+        return ready[p] if p in ready and leads[p] != i else None
+
+    def tapped(i: int, session):  # the request's record sees its first choice; a lead's read tells the others
+        events = watch(session, reqs[i], stream) if i == 0 else session
+        p = choices[i].prompt
+        return _reading(events, ready[p]) if p in ready and leads[p] == i else events
+
+    if stream:  # (the prompts' sessions are open before the stream is: a refusal is the answer's status)
         runs = []
-        for req, machine in zip(reqs, machines):
+        for i, (req, machine) in enumerate(zip(reqs, machines)):
+            if waits(i) is not None:  # opened in the stream, once its prompt is read
+                machine.context.setdefault("prompt_tokens", machines[leads[choices[i].prompt]].context["prompt_tokens"])
+                runs.append((machine, _later(proto, req, keepalive, waits(i))))
+                continue
             session = await proto.services.hold(proto.engine.session(req, keepalive))
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
-            runs.append((machine, watch(session, req, stream) if not runs else session))  # (the log line's: the first)
+            runs.append((machine, tapped(i, session)))
         return Reply.of_stream(_streamed(proto, runs, [c.prompt for c in choices]), proto.spec.content_type)
     bodies: list[Any] = [None] * len(choices)
     errors: list[Exception] = []
 
     async def folded(i: int, nursery: trio.Nursery) -> None:
         try:
+            if waits(i) is not None:
+                await waits(i).wait()
             async with proto.engine.session(reqs[i], keepalive, streamed=False) as session:
                 machines[i].context.setdefault("prompt_tokens", session.prompt_tokens)
-                events = watch(session, reqs[i], stream) if i == 0 else session
-                bodies[i] = (await proto.answer(v, machines[i], events)).body
+                bodies[i] = (await proto.answer(v, machines[i], tapped(i, session))).body
         except Exception as exc:  # the answer's error (the first), the other choices stopped
             errors.append(exc)
             nursery.cancel_scope.cancel()
@@ -114,6 +138,26 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
     return Reply(body)
 
 
+async def _reading(events, ready: trio.Event) -> AsyncIterator:
+    """A prompt's first choice's events, ``ready`` set once its prompt is read (its first event after Started: the
+    row has sampled, and kept its prompt's cache for the others) or it ended."""
+    try:
+        async for ev in events:
+            if not isinstance(ev, (Started, KeepAlive)):
+                ready.set()
+            yield ev
+    finally:
+        ready.set()
+
+
+async def _later(proto, req: ChatRequest, keepalive, ready: trio.Event) -> AsyncIterator:
+    """A choice's events from a session opened once ``ready`` (its prompt read by the prompt's first choice)."""
+    await ready.wait()
+    async with proto.engine.session(req, keepalive) as session:
+        async for ev in session:
+            yield ev
+
+
 async def _failing_in_band(events) -> AsyncIterator:
     """A choice's token events, an exception among them ending it as the protocol's ``Failed`` (its error chunk)."""
     try:
@@ -124,6 +168,9 @@ async def _failing_in_band(events) -> AsyncIterator:
             yield Failed(exc.message, type=exc.kind, code=exc.code)
         else:
             yield Failed(f"generation failed: {exc}", type="server_error")
+    finally:  # (a choice's own session, opened late, is left here, in the task that opened it)
+        if hasattr(events, "aclose"):
+            await events.aclose()
 
 
 @trio.as_safe_channel

@@ -135,7 +135,8 @@ def fold_text_completion(wire: list[WireEvent], body: dict) -> dict:
     if body.get("logprobs") is not None and logprobs is None:  # asked, and no token sent
         logprobs = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     return chunks.envelope("text_completion",
-                           {"text": "".join(text), "index": chunks.index, "logprobs": logprobs, "finish_reason": chunks.finish})
+                           {"text": "".join(text), "index": chunks.index, "logprobs": logprobs,
+                            "finish_reason": chunks.finish})
 
 
 class OpenAICompletions(Protocol):

@@ -14,8 +14,10 @@ Rules:
   snapshot of that cache in the prompt cache as the entry for that prefix, its images keyed as the row's. The
   answer's entry, stored at the row's end (rows.py), does not supersede it (memory.py), so the next turn
   reuses one or the other, whichever reaches further, and reads only what follows.
-- Only where it is needed: a cache that cannot be trimmed now, or one that may not be by the row's end (a
-  sliding window that its answer could fill: offset plus the tokens the row may still add reaching its size).
+- Only where it is needed: a prompt other rows wait to read (``ChatRequest.shared_prompt``: a request's other
+  choices, which then read only its last token), a cache that cannot be trimmed now, or one that may not be by
+  the row's end (a sliding window that its answer could fill: offset plus the tokens the row may still add
+  reaching its size).
   A cache that stays trimmable needs none: the answer's entry is trimmed back to where the next prompt parts
   (and supersedes a checkpoint it can stand in for).
 - The snapshot is mlx-lm's public cache API: each layer's ``state`` on new array handles, made into a cache of
@@ -60,10 +62,12 @@ def target(backend: Any) -> Any:
     return getattr(backend, "prompt_cache", None)
 
 
-def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[ImageRun], more: int) -> bool:
+def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[ImageRun], more: int,
+         shared: bool = False) -> bool:
     """Store a snapshot of ``kv``, which holds ``tokens`` (a recurrent state keeps no offset to say so), in
-    ``prompt_cache`` where it is ``wanted`` and fits (see the rules); True when one was stored."""
-    if prompt_cache is None or not kv or not tokens or not wanted(kv, more):
+    ``prompt_cache`` where it is ``wanted`` (or ``shared``: other rows wait to read the same prompt) and fits (see
+    the rules); True when one was stored."""
+    if prompt_cache is None or not kv or not tokens or not (shared or wanted(kv, more)):
         return False
     held = kv_offset(kv)
     if held is not None and held != len(tokens):

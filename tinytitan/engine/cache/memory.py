@@ -112,8 +112,9 @@ class PromptCache:
     def _nbytes(self) -> int:  # holding the lock
         return sum(e.nbytes for e in self._entries.values())
 
-    def fetch(self, prompt: Sequence[int], images: Sequence[ImageRun] = ()) -> tuple[Any, int]:
-        """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable."""
+    def fetch(self, prompt: Sequence[int], images: Sequence[ImageRun] = (), shared: bool = False) -> tuple[Any, int]:
+        """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable. A whole entry is
+        taken out, unless ``shared`` (other rows will read the same prompt): then, as a part, copied."""
         p = keyed(prompt, images)
         if self.disk is not None:
             self._read_back(p)
@@ -127,7 +128,7 @@ class PromptCache:
             if e.payload is None:
                 self._touch(best_key)
                 payload = None
-            elif whole:
+            elif whole and not shared:
                 self._drop(best_key)
                 payload = e.payload
             else:

@@ -115,7 +115,7 @@ def _checkpoint(prompt_cache, row: "Row", kv: list) -> None:
     point (cache/checkpoint.py)."""
     from ..cache.checkpoint import keep
 
-    keep(prompt_cache, row.tokens[:-1], kv, row.prepared.image_runs, row.cap_left)
+    keep(prompt_cache, row.tokens[:-1], kv, row.prepared.image_runs, row.cap_left, row.prepared.shared)
 
 
 def _prefill(model, lane: Lane, kv: list, tokens: tuple[int, ...]) -> None:

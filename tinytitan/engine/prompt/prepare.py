@@ -85,10 +85,12 @@ class Prepared:
     speculative: bool = True  # it may draft (speculative decoding), where the server drafts
     cache_facts: PromptFacts | None = None  # what the entry its generation stores knows of it (cache/memory.py)
     logprobs: int | None = None  # its tokens' log probabilities, with this many alternatives (decode/logprobs.py)
+    shared: bool = False  # several rows read its prompt (ChatRequest.shared_prompt: a request's choices)
 
     def __post_init__(self):
         if self.req is not None:
-            self.seed, self.speculative, self.logprobs = self.req.seed, self.req.speculative, self.req.logprobs
+            self.seed, self.speculative, self.logprobs, self.shared = (self.req.seed, self.req.speculative,
+                                                                       self.req.logprobs, self.req.shared_prompt)
             self.raw = self.req.prompt is not None or self.req.continue_final
 
     def facts(self) -> PromptFacts:
