@@ -13,6 +13,11 @@ Rules:
   behind a lock).
 - SQLite: WAL, ``synchronous=FULL`` (a commit is on disk before ``run`` returns, so an answered write survives
   ``kill -9`` and power loss), a busy timeout so several processes share one file, writes begin IMMEDIATE.
+- Every statement is bounded by ``STATEMENT_SECONDS``: SQLite's busy timeout (a lock another process holds);
+  PostgreSQL's ``statement_timeout`` (a lock, a server that stalls), with TCP keepalives and
+  ``tcp_user_timeout`` for a server machine gone silent, unless the URL sets them itself. Expired, the
+  statement raises one of ``STORAGE_ERRORS`` (PostgreSQL's QueryCanceled is an OperationalError): a read is
+  the same 503 naming the store that a lost server gives, never a request held for as long as TCP allows.
 - A SQLite file that is not a database (or is malformed) is moved aside at open, with its WAL, as
   ``<name>.corrupt-<time>``, and the error says where; a new file is started. Nothing is ever emptied in place.
   At open the file is read through by ``PRAGMA quick_check`` (damage past the first pages, which opening alone
@@ -42,6 +47,7 @@ log = logging.getLogger("tinytitan.store")
 
 FILE_NAME = "state.db"
 THREADS = 8  # worker threads (so connections) a database is used from at once, per process
+STATEMENT_SECONDS = 30.0  # the most one statement may wait (a lock, a stalled server) before it fails
 CHECK_SECONDS = 2.0  # the most a SQLite file's check at open takes (a file of some hundreds of MB is read whole)
 T = TypeVar("T")
 
@@ -142,11 +148,11 @@ def _corrupt(exc: BaseException) -> bool:
 
 
 class SqliteDatabase(Database):
-    def __init__(self, path: Path | None, busy_timeout: float = 30.0):
+    def __init__(self, path: Path | None, busy_timeout: float | None = None):
         """``path``: the file; None: a database in this process's memory (gone when it ends)."""
         super().__init__()
         self.path = path
-        self.busy_timeout = busy_timeout
+        self.busy_timeout = STATEMENT_SECONDS if busy_timeout is None else busy_timeout
         self.persistent = path is not None
         self.where = str(path) if path is not None else "memory"
         self._lock = threading.Lock() if path is None else None
@@ -274,19 +280,21 @@ def redact(url: str) -> str:
 class PostgresDatabase(Database):
     dialect = "postgresql"
 
-    def __init__(self, url: str, connect_timeout: float = 10.0):
+    def __init__(self, url: str, connect_timeout: float = 10.0, statement_timeout: float | None = None):
         if psycopg is None:
             raise SystemExit("--state postgresql://… needs the psycopg package: pip install 'psycopg[binary]'")
         super().__init__()
         self.url = url
         self.connect_timeout = connect_timeout
         self.where = redact(url)
+        self.params = _bounds(url, STATEMENT_SECONDS if statement_timeout is None else statement_timeout)
         self.run(schema.create)
 
     def _conn(self):
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            conn = self._local.conn = psycopg.connect(self.url, connect_timeout=int(self.connect_timeout))
+            conn = self._local.conn = psycopg.connect(self.url, connect_timeout=int(self.connect_timeout),
+                                                      **self.params)
             self._track(conn)
         return conn
 
@@ -295,6 +303,19 @@ class PostgresDatabase(Database):
         with conn.transaction():
             with conn.cursor() as cur:
                 return fn(Tx(cur, "postgresql"), *args)
+
+
+def _bounds(url: str, seconds: float) -> dict:
+    """The connection parameters that bound a statement to ``seconds`` (see the rules); what the URL sets
+    itself is left as it says (its ``options`` come after ours: the server takes the last value)."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    ms = max(1, int(seconds * 1000))
+    out: dict = {"options": f"-c statement_timeout={ms} {given.get('options') or ''}".strip()}
+    for name, value in (("keepalives", 1), ("keepalives_idle", 10), ("keepalives_interval", 5),
+                        ("keepalives_count", 3), ("tcp_user_timeout", ms)):
+        if name not in given:
+            out[name] = value
+    return out
 
 
 # -- choosing one ------------------------------------------------------------------------------------------
