@@ -133,3 +133,54 @@ def test_a_shorter_file_stands_in_for_the_longest_where_that_one_is_too_large(tm
     restarted.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
     assert restarted.fetch(long + [7])[1] == len(system)  # the short file, trimmed back to what they share
     assert restarted.disk.reads == 1
+
+
+def test_a_file_that_fails_to_load_is_removed_not_indexed_again_at_each_start(tmp_path, caplog):
+    """A file of this model whose data is torn (its header whole: it is indexed) fails to load: it is removed, so
+    the next start neither indexes it nor reads it again to fail again (a warning and a wasted read each start)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tinytitan.engine.cache.disk import PromptDisk
+
+    tokens = list(range(1000, 1100))
+    c = KVCache()
+    c.update_and_fetch(mx.zeros((1, 1, len(tokens), 8)), mx.zeros((1, 1, len(tokens), 8)))
+    first = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    first.put(np.array(tokens), [c], ())
+    assert first.flush()
+    [f] = tmp_path.glob("*.safetensors")
+    with open(f, "r+b") as out:  # the data cut short, the header as written
+        out.truncate(f.stat().st_size - 100)
+
+    for warned in (True, False):  # a start, then the next
+        caplog.clear()
+        restarted = PromptCache(1 << 30)
+        restarted.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+        assert restarted.fetch(tokens + [7]) == (None, 0)
+        assert ("could not be read back" in caplog.text) is warned
+    assert not f.exists()
+
+
+def test_a_damaged_header_is_removed_with_its_warning_once(tmp_path, caplog):
+    """A file of this format whose header cannot be made an entry is removed with its warning: left there, every
+    start read its header and warned again."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tinytitan.engine.cache.disk import PromptDisk
+
+    c = KVCache()
+    c.update_and_fetch(mx.zeros((1, 1, 100, 8)), mx.zeros((1, 1, 100, 8)))
+    first = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    first.put(np.arange(1000, 1100), [c], ())
+    assert first.flush()
+    [f] = tmp_path.glob("*.safetensors")
+    arrays, meta = mx.load(str(f), return_metadata=True)
+    meta["0.tinytitan_tokens"] = meta["0.tinytitan_tokens"][:-3]
+    mx.save_safetensors(str(f), arrays, meta)
+    for warned in (True, False):  # a start, then the next
+        caplog.clear()
+        assert PromptDisk(tmp_path, [], lambda: "layout", 1 << 30).best(np.arange(1000, 1101)) == (None, 0)
+        assert ("has a damaged header" in caplog.text) is warned
+    assert not f.exists()

@@ -29,8 +29,10 @@ Rules:
   cache cannot be trimmed back, as its metadata says, only where it is wholly a prefix of the prompt). The files
   are found by their ids through a ``PrefixIndex`` per cache layout (cache/prefix_index.py), never by comparing
   a prompt with each: a lookup costs the same for ten files or ten thousand. A file of
-  another model is left alone; one of this model but another format version or layout, or one that fails to
-  load, is ignored with a warning, never misread.
+  another model is left alone; one of this model but another format version or layout is ignored with a warning,
+  never misread. One of this model and format that fails to load (torn, damaged: mlx says only RuntimeError, so
+  whatever the reason) is removed with a warning, as is one whose header is damaged: left there, it was indexed
+  again at every start, to fail again (a warning and a wasted read each time); it is a cache, computed again.
 - The snapshot is taken on the model thread (``snapshot``): new array handles on the cache's current buffers,
   evaluated there, so the writer thread only reads memory and the decoder may go on extending the live cache.
 - The writer thread, its queue and its end at exit: cache/disk_writer.py.
@@ -53,8 +55,8 @@ import numpy as np
 from ...models import weights_digest
 from ..prompt.splice import Span
 from .disk_files import (FORMAT, OnDisk, SUFFIX, SUPERSEDED, answered, cache_files, default_dir, entry_of, evict_lru,
-                         metadata, owners_only, prompt_tokens, read_metadata, recent_answers, save_whole, snapshot,
-                         spans_of, tally_of)
+                         metadata, owners_only, prompt_tokens, read_metadata, recent_answers, remove, save_whole,
+                         snapshot, spans_of, tally_of)
 from .disk_writer import Writer
 from .prefix_index import PrefixIndex, Reusable, common_prefix
 
@@ -190,8 +192,8 @@ class PromptDisk:
                 continue
             try:
                 found.append(entry_of(p, meta, size, st.st_mtime))
-            except (ValueError, TypeError) as exc:  # a damaged header: this file alone is ignored, not the directory
-                log.warning("prompt cache on disk: %s has a damaged header (%s); ignored", p.name, exc)
+            except (ValueError, TypeError) as exc:  # a damaged header: this file alone goes, not the directory
+                log.warning("prompt cache on disk: %s has a damaged header (%s); %s", p.name, exc, remove(p))
         for tmp in self.dir.glob(".*.tmp*"):  # a write a crash cut short: never read, cleaned up
             try:
                 if now - tmp.stat().st_mtime > 600:
@@ -256,7 +258,7 @@ class PromptDisk:
         return (near[0] if n else None), n
 
     def load(self, f: OnDisk) -> tuple[list, tuple[Span, ...]] | None:
-        """The KV cache a file holds and its spans; None (the file set aside, with a warning) where it fails."""
+        """The KV cache a file holds and its spans; None (the file removed, with a warning) where it fails."""
         from mlx_lm.models.cache import load_prompt_cache
 
         import mlx.core as mx
@@ -267,10 +269,12 @@ class PromptDisk:
             if meta.get("tinytitan_layout") != self.layout or meta.get("tinytitan_weights") != self.digest:
                 raise ValueError("its metadata changed since it was indexed")
             spans = spans_of(meta)
-        except Exception as exc:  # a damaged or foreign file is never misread: it is ignored
-            log.warning("prompt cache on disk: %s could not be read back (%s: %s); ignored", f.path.name,
-                        type(exc).__name__, exc)
+        except Exception as exc:  # a damaged file is never misread: it is removed (see the rules)
             self._forget(f.path)
+            gone = remove(f.path)
+            if gone is not None:  # (None: another server on the directory evicted it meanwhile)
+                log.warning("prompt cache on disk: %s could not be read back (%s: %s); %s", f.path.name,
+                            type(exc).__name__, exc, gone)
             return None
         try:
             os.utime(f.path)  # recently used

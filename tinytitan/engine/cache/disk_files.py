@@ -197,6 +197,17 @@ def cache_files(directory: Path) -> list[Path]:
     return [p for p in directory.glob("*" + SUFFIX) if NAME.fullmatch(p.name)]
 
 
+def remove(path: Path) -> str | None:
+    """Remove a damaged cache file → what became of it, for the warning; None where it was gone already."""
+    try:
+        path.unlink()
+        return "removed"
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"ignored (it cannot be removed: {err.strerror})"
+
+
 def evict_lru(directory: Path, budget: int, to: float) -> tuple[int, list[Path]]:
     """Count the directory's cache files (every model's); where they pass ``budget``, remove the least recently
     used (modification time) until they hold ``to`` of it. → (the bytes left, the files removed)."""
