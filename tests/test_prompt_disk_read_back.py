@@ -184,3 +184,48 @@ def test_a_damaged_header_is_removed_with_its_warning_once(tmp_path, caplog):
         assert PromptDisk(tmp_path, [], lambda: "layout", 1 << 30).best(np.arange(1000, 1101)) == (None, 0)
         assert ("has a damaged header" in caplog.text) is warned
     assert not f.exists()
+
+
+def test_an_older_file_found_too_large_gives_way_to_the_next_best_in_the_same_request(tmp_path):
+    """The longest file is one written before files said their size, and turns out to hold more than the memory
+    budget keeps once read: the next best file (one that fits) is read back for the same prompt, where the whole
+    prompt was computed again; a file that fails to load gives way alike. At most ``READ_BACK_TRIES`` files."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tinytitan.engine.cache import memory
+    from tinytitan.engine.cache.disk import PromptDisk
+
+    def kv(n):
+        c = KVCache()
+        c.update_and_fetch(mx.zeros((1, 2, n, 64)), mx.zeros((1, 2, n, 64)))
+        return [c]
+
+    system = list(range(1000, 1100))
+    long, short = system + list(range(3000, 3300)), system + list(range(4000, 4020))
+    first = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    for tokens in (long, short):
+        first.put(np.array(tokens), kv(len(tokens)), ())
+    assert first.flush()
+    older = first.best(np.array(long + [7]))[0].path
+    arrays, meta = mx.load(str(older), return_metadata=True)
+    del meta["0.tinytitan_kv_bytes"]  # (written before files said their size)
+    mx.save_safetensors(str(older), arrays, meta)
+
+    def restarted():
+        c = PromptCache(kv(len(short))[0].nbytes)  # (the long file's KV holds more)
+        c.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+        return c
+
+    c = restarted()
+    assert c.fetch(long + [7])[1] == len(system)  # the short file, in the same request
+    assert c.disk.reads == 2 and older.exists()  # (the older one read once, kept for a server with a larger budget)
+
+    [other] = [p for p in tmp_path.glob("*.safetensors") if p != older]
+    with open(other, "r+b") as out:  # the short file's data torn too: two tries, both spent, nothing read back
+        out.truncate(other.stat().st_size - 100)
+    c = restarted()
+    c.disk.put(np.array(system + [5] * 40), kv(140), ())  # a third that would fit, past the bound on tries
+    assert c.disk.flush() and memory.READ_BACK_TRIES == 2
+    assert c.fetch(long + [7]) == (None, 0)
+    assert c.fetch(long + [7])[1] == len(system)  # the next request goes on to the next

@@ -44,7 +44,8 @@ Rules:
 - A backend with no KV (the scripted backend) keeps ``payload=None``: the same bookkeeping then tells
   what a real cache would reuse.
 - With a disk (cache/disk.py) every stored KV cache is also queued to be written there, and a prompt whose
-  longest prefix on disk is longer than in memory reads that file back first (a restart keeps the prefixes).
+  longest prefix on disk is longer than in memory reads that file back first (a restart keeps the prefixes);
+  where it fails to load or holds more than the budget, the next best, ``READ_BACK_TRIES`` files at most.
 - What an entry's ids say is kept with them as spans (prompt/splice.py): ``remember(ids, spans, decode)``
   notes a prompt as it was prepared; the entry stored for that prompt plus the tokens generated after it gets
   the prompt's spans and a generated span for the answer, so a later prompt that renders the same answer
@@ -76,9 +77,9 @@ from .prefix_index import PrefixIndex, Reusable, common_prefix
 
 log = logging.getLogger("tinytitan.cache")
 
-
 MAX_NOTES = 64
 READ_BACK_GAIN = 32  # a file on disk is read when it holds at least this many more prompt tokens than memory
+READ_BACK_TRIES = 2  # files read for one prompt, at most (the next best where one failed or was too large)
 
 
 class PromptCache:
@@ -100,8 +101,7 @@ class PromptCache:
 
     @property
     def entries(self) -> Mapping[int, Entry]:
-        """The entries, least recently used first (a view: they change only through the cache, which indexes
-        them)."""
+        """The entries, least recently used first (a view: only the cache, which indexes them, changes them)."""
         return MappingProxyType(self._entries)
 
     @property
@@ -264,18 +264,18 @@ class PromptCache:
         """A longer prefix on disk than in memory: read it into memory (the model thread, at fetch)."""
         with self._lock:
             in_memory = self._best(p)[1]
-        # of the files that do not say they hold more than the budget keeps (read, then dropped), the longest
-        f, n = self.disk.best(p, lambda f: (f.kv_bytes or 0) <= self.max_bytes)
-        if f is None or n < in_memory + READ_BACK_GAIN:
-            return
-        loaded = self.disk.load(f)
-        if loaded is None:
+        for _ in range(READ_BACK_TRIES):  # one that fails to load, or turns out too large, gives way to the next
+            # of the files that do not say they hold more than the budget keeps (read, then dropped), the longest
+            f, n = self.disk.best(p, lambda f: (f.kv_bytes or 0) <= self.max_bytes)
+            if f is None or n < in_memory + READ_BACK_GAIN:
+                return
+            if (loaded := self.disk.load(f)) is not None and (size := kv_bytes(loaded[0])) <= self.max_bytes:
+                break
+            if loaded is not None:  # (a file that did not say its size: read once)
+                self.disk.forget(f)
+        else:
             return
         kv, spans = loaded
-        size = kv_bytes(kv)
-        if size > self.max_bytes:  # (a file that did not say: read once)
-            self.disk.forget(f)
-            return
         # what the file says of its request (where its answer starts, the part a later turn repeats): so the next
         # turn's entry supersedes it as it would the entry the file was written from
         facts = PromptFacts(f.prompt_tokens, f.lasting_prompt) if f.prompt_tokens is not None else None
