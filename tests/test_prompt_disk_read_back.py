@@ -229,3 +229,29 @@ def test_an_older_file_found_too_large_gives_way_to_the_next_best_in_the_same_re
     assert c.disk.flush() and memory.READ_BACK_TRIES == 2
     assert c.fetch(long + [7]) == (None, 0)
     assert c.fetch(long + [7])[1] == len(system)  # the next request goes on to the next
+
+
+def test_the_probe_reports_of_the_disk_what_a_fetch_would_read_back(tmp_path):
+    """The cache probe (a miss's diagnosis, the prompt-cache tools) reported a file holding more than the memory
+    budget keeps as cached, though no fetch reads it: a turn computed whole was told it was a hit. It now reports
+    what the lookup reads back: nothing here, the file where the budget keeps it."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from tinytitan.engine.cache.disk import PromptDisk
+
+    tokens = list(range(1000, 1300))
+    kv = KVCache()
+    kv.update_and_fetch(mx.zeros((1, 2, len(tokens), 64)), mx.zeros((1, 2, len(tokens), 64)))
+    first = PromptCache(1 << 30)
+    first.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    first.store(tokens, [kv])
+    assert first.disk.flush()
+
+    for budget, reused in ((kv.nbytes - 1, 0), (kv.nbytes, len(tokens))):
+        c = PromptCache(budget)
+        c.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+        c.disk.best(np.array(tokens))  # (the index read and the layout known: what ``peek`` needs)
+        probe = c.probe(tokens + [7])
+        assert (probe.n, probe.length) == (reused, reused), budget
+        assert c.fetch(tokens + [7])[1] == reused  # as the fetch then finds

@@ -247,15 +247,12 @@ class PromptDisk:
         with self._lock:
             return recent_answers(self._index.values())
 
-    def peek(self, prompt: np.ndarray) -> tuple[OnDisk | None, int]:
-        """The file sharing the longest prefix with ``prompt``, and how long, without waiting or touching the model
-        (any thread): only once the index is read and the layout known."""
+    def peek(self, prompt: np.ndarray, fits: Callable[[OnDisk], bool] | None = None) -> tuple[OnDisk | None, int]:
+        """What ``best`` would give (the file a lookup with the same ``fits`` reads back, and how many ids), without
+        waiting or touching the model (any thread): only once the index is read and the layout known."""
         with self._lock:
             held = self._by_layout.get(self._layout) if self._index and self._layout is not None else None
-            if held is None:
-                return None, 0
-            n, near = held.longest(prompt)
-        return (near[0] if n else None), n
+            return (None, 0) if held is None else held.best(prompt, fits)
 
     def load(self, f: OnDisk) -> tuple[list, tuple[Span, ...]] | None:
         """The KV cache a file holds and its spans; None (the file removed, with a warning) where it fails."""

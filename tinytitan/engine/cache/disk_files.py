@@ -139,6 +139,11 @@ class OnDisk:
         # an answer a prompt can be spliced with (not a file with images: its keys are not ids)
         self.spliceable = any(s.generated for s in self.spans) and not (self.tokens < 0).any()
 
+    def fits(self, budget: int) -> bool:
+        """Whether a memory cache of ``budget`` bytes keeps its KV once read back, as far as it says (an older file
+        that does not say its size is read to know: once)."""
+        return (self.kv_bytes or 0) <= budget
+
 
 def prompt_tokens(spans) -> int | None:
     """How many ids a file's prompt holds before its answer (its spans: prompt/splice.py), None without an answer."""

@@ -266,7 +266,7 @@ class PromptCache:
             in_memory = self._best(p)[1]
         for _ in range(READ_BACK_TRIES):  # one that fails to load, or turns out too large, gives way to the next
             # of the files that do not say they hold more than the budget keeps (read, then dropped), the longest
-            f, n = self.disk.best(p, lambda f: (f.kv_bytes or 0) <= self.max_bytes)
+            f, n = self.disk.best(p, lambda f: f.fits(self.max_bytes))
             if f is None or n < in_memory + READ_BACK_GAIN:
                 return
             if (loaded := self.disk.load(f)) is not None and (size := kv_bytes(loaded[0])) <= self.max_bytes:
@@ -336,7 +336,7 @@ class PromptCache:
             out.evicted = out.recent > 0 and any(note.evicted for _, notes in self._noted.starting_with(p[:out.recent])
                                                  for note in notes)
         if self.disk is not None:
-            f, n = self.disk.peek(p)
+            f, n = self.disk.peek(p, lambda f: f.fits(self.max_bytes))  # (what a fetch would read back)
             if f is not None and n > out.n:
                 out.n, out.length, out.fingerprint, out.prompt_length, out.any_entry = n, len(f.tokens), None, None, True
         out.recent = max(out.recent, out.n)
