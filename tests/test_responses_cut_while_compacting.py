@@ -73,3 +73,34 @@ def test_a_summary_not_finished_is_no_output_item(ending):
     assert m.done and last["type"] == f"response.{'incomplete' if ending == 'abandoned' else 'failed'}"
     assert last["response"]["output"] == []
     assert [w.data["type"] for w in m.history].count("response.output_item.done") == 0
+
+
+async def test_a_compaction_turn_cut_mid_summary_counts_what_its_pass_spent(serve, demo_tok):
+    """A ``compaction_trigger`` turn's usage is its summary passes' (as its Finished says): cut mid-pass, the stored
+    response counts the pass's prompt and the tokens it decoded so far, where it said 0 output tokens."""
+    import httpx
+    import trio
+
+    from test_responses_cut_short import stored
+
+    backend = ScriptedBackend([ScriptEntry(SUMMARY, delay_ms=20)], demo_tok)
+    s = await serve(backend=backend)
+    prompts = record_prompts(s)
+    rid = None
+    async with httpx.AsyncClient(timeout=30) as h:
+        async with h.stream("POST", s.url("/v1/responses"), json={"model": MODEL, "stream": True, **TRIGGER}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    data = json.loads(line[6:])
+                    rid = rid or data["response"]["id"]
+                    if data["type"] == "response.output_item.added":
+                        await trio.sleep(1.0)  # (the pass decodes a token each 20 ms meanwhile)
+                        break
+    got = await stored(s, rid)
+    Response.model_validate(got, strict=True)
+    assert got["status"] == "incomplete"
+    [summary_pass] = prompts
+    usage = got["usage"]
+    assert usage["input_tokens"] == len(summary_pass.tokens)
+    assert 0 < usage["output_tokens"] < len(demo_tok.encode(SUMMARY))  # what it decoded before the cut
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]

@@ -101,6 +101,7 @@ class Summariser:
         self.budget = budget or min(window // 8, MAX_BUDGET)
         self.usage = Usage()
         self._passes: list[Any] = []  # the sessions of its passes, the one decoding last
+        self._running: Any = None  # the pass's session not finished yet (nor failed)
 
     def count(self, text: str) -> int:
         tok = getattr(self.backend, "tokenizer", None)
@@ -150,20 +151,32 @@ class Summariser:
         counts = [getattr(p, "decoded", (0, 0)) for p in self._passes]
         return sum(done for done, _ in counts), sum(thought for _, thought in counts)
 
+    @property
+    def spent(self) -> Usage:
+        """Its usage as a finished summary counts it (``usage``: the passes that finished), the pass still decoding
+        included: its prompt and what it decoded so far (a turn cut mid-summary is counted for that)."""
+        if self._running is None:
+            return self.usage
+        done, thought = self._running.decoded
+        return self.usage + Usage(self._running.prompt_tokens, 0, done, thought)
+
     async def run_pass(self, system: str, user: str, max_tokens: int, parts: tuple = ()) -> str | None:
         """One pass through the queue; None when it failed (an error, a loop, nothing left)."""
         text: list[str] = []
         async with self.engine.session(self.request(system, user, max_tokens, parts), streamed=False) as events:
             self._passes.append(events)
+            self._running = events  # (until it ends: a pass cut short, the request gone, still counts)
             async for ev in events:
                 if isinstance(ev, TextDelta):
                     text.append(ev.text)
                 elif isinstance(ev, Finished):
                     self.usage += ev.usage
+                    self._running = None
                 elif isinstance(ev, Failed) and ev.code == SHUTTING_DOWN:  # not a failed pass to fall back from:
                     raise ApiError(ev.type, ev.message, code=ev.code)  # the request ends, as its generation would
-                elif isinstance(ev, Failed):
+                elif isinstance(ev, Failed):  # (not counted, as in a summary that finished after it)
                     log.warning("compaction pass failed: %s", ev.message)
+                    self._running = None
                     return None
         out = "".join(text).strip()
         if looping(out):

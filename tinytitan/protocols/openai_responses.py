@@ -204,9 +204,13 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
             return  # (a summary cut mid-way is left out of the output: responses_machine.close)
         if "ToolCallDone" in machine.allowed():  # the call it was writing, cut short
             machine.feed(ToolCallDone(0, complete=False))
-        prompt, cached = machine.context.get("started", (machine.context.get("prompt_tokens") or 0, 0))
-        completion, reasoning = machine.context.get("decoded", lambda: (0, 0))()
-        machine.feed(Finished(ABANDONED, Usage(prompt, cached, completion, reasoning)))
+        if "spent" in machine.context:  # a compaction turn: what its summary passes spent, as its Finished counts
+            usage = machine.context["spent"]()
+        else:
+            prompt, cached = machine.context.get("started", (machine.context.get("prompt_tokens") or 0, 0))
+            completion, reasoning = machine.context.get("decoded", lambda: (0, 0))()
+            usage = Usage(prompt, cached, completion, reasoning)
+        machine.feed(Finished(ABANDONED, usage))
 
     # -- the machine -----------------------------------------------------------------------------------------
     def extra_context(self, v: Validated) -> dict:
@@ -362,6 +366,7 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
         result: dict = {"loaded": compaction.searches(items)}  # (the summary is of every item: the item keeps none)
         machine.context["compaction"] = result
         machine.context["temperature"] = 0.0  # the value actually used (a summary is not sampled)
+        machine.context["spent"] = lambda: compactor.spent  # (the usage of a stream cut short: ``abandon``)
         text = summary_transcript(compactor, items, v.state.items)  # (refused before the stream opens)
         # the summary passes run in engine sessions of their own; the event source is the HTTP request's
         events = await self.services.hold(aclosing(compaction.compaction_events(compactor, text, result)))
