@@ -9,15 +9,16 @@ import httpx
 import pytest
 import yaml
 
-from tinytitan.events import (EVENT_TYPES, Failed, Finished, KeepAlive, ReasoningDelta, Started, TextDelta,
-                              ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
+from tinytitan.events import (EVENT_TYPES, Failed, Finished, KeepAlive, PromptLogprobs, ReasoningDelta, Started,
+                              TextDelta, TokenLogprob, ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
 from tinytitan.speclang import SpecError, load_protocol, spec_dir
 from tinytitan.speclang.load import compile_spec, read_spec
 from tinytitan.speclang.machine import Machine, MachineError
 from tinytitan.speclang import paths, template
 
 SAMPLES = {
-    "Started": Started(5, 0), "ReasoningDelta": ReasoningDelta("r"), "TextDelta": TextDelta("t"),
+    "Started": Started(5, 0), "PromptLogprobs": PromptLogprobs("p", (TokenLogprob("p", (112,), None),)),
+    "ReasoningDelta": ReasoningDelta("r"), "TextDelta": TextDelta("t"),
     "ToolCallStarted": ToolCallStarted(0, "call_1", "f"), "ToolCallArgsDelta": ToolCallArgsDelta(0, "{}"),
     "ToolCallDone": ToolCallDone(0, "{}"), "KeepAlive": KeepAlive(1.0),
     "Finished": Finished("stop", Usage(5, 0, 1, 0)), "Failed": Failed("boom"),

@@ -137,6 +137,9 @@ class ChatRequest:
     # each generated token's log probability and this many likeliest alternatives (0: the chosen token's alone);
     # None: none asked (engine/decode/logprobs.py)
     logprobs: int | None = None
+    # the prompt's own tokens' log probabilities (each given the tokens before it) and this many alternatives, sent
+    # as one PromptLogprobs event before the answer; None: none asked (engine/decode/logprobs.py)
+    prompt_logprobs: int | None = None
     speculative: bool = True  # False: decoded without drafts (prompt lookup, a draft model) whatever the server does
     # several rows read this prompt (a request's choices): its KV cache is kept where the prompt is read, even where a
     # cache that stays trimmable needs no checkpoint (cache/checkpoint.py), and a cached entry is copied, not taken

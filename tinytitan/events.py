@@ -2,8 +2,9 @@
 
 Rules:
 - Events are immutable values. A generation is the sequence
-  ``Started (ReasoningDelta | TextDelta | ToolCallStarted ToolCallArgsDelta* ToolCallDone)* (Finished | Failed)``;
-  ``Failed`` may also come first (nothing was generated).
+  ``Started PromptLogprobs? (ReasoningDelta | TextDelta | ToolCallStarted ToolCallArgsDelta* ToolCallDone)*
+  (Finished | Failed)`` (``PromptLogprobs`` only where the request asks); ``Failed`` may also come first (nothing
+  was generated).
 - The channel of each generated token (reasoning, text, tool call) is decided once, by the backend's output
   parser, from the model's own markers; ``Usage.reasoning_tokens`` counts tokens by that channel.
 - ``Finished.reason`` is one of ``stop`` (the model ended its turn), ``length`` (the output cap),
@@ -61,6 +62,17 @@ class TokenLogprob:
     bytes: tuple[int, ...]
     logprob: float
     top: tuple["TokenLogprob", ...] = ()
+
+
+@dataclass(frozen=True)
+class PromptLogprobs:
+    """The prompt's own tokens as the model read them, where the request asks (``ChatRequest.prompt_logprobs``):
+    ``text``, its ids decoded; ``tokens``, each prompt token (``TokenLogprob``) with its log probability given the
+    tokens before it and the likeliest tokens at its position — the first's ``logprob`` None and its ``top``
+    empty: nothing comes before it. Sent once, after ``Started`` and before any delta."""
+
+    text: str
+    tokens: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,12 +159,13 @@ class Failed:
 
 
 TokenEvent = Union[
-    Started, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, KeepAlive, Finished, Failed
+    Started, PromptLogprobs, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, KeepAlive,
+    Finished, Failed
 ]
 
 EVENT_TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (Started, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone, KeepAlive,
-                Finished, Failed)
+    for cls in (Started, PromptLogprobs, ReasoningDelta, TextDelta, ToolCallStarted, ToolCallArgsDelta, ToolCallDone,
+                KeepAlive, Finished, Failed)
 }
 

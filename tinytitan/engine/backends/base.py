@@ -44,11 +44,14 @@ class Backend(PromptPreparation, ABC):
             self._family = detect(self.tokenizer, self.config)
         return self._family
 
-    def start(self, prepared: "Prepared", model) -> tuple[Any, int, int]:
+    def start(self, prepared: "Prepared", model, reuse: bool = True) -> tuple[Any, int, int]:
         """Where a generation's decoding starts: (a KV cache holding the prompt's first n tokens, n, how many of
         those n the prompt cache held), else a new cache and 0, 0 (the decode step's forward holds it from then
         on). A vision model reads its images here too (``prompt_prefix``, vision.py), so n may pass what was
-        cached."""
+        cached. ``reuse`` False: a new cache whatever is cached (a row that reads its whole prompt for its
+        tokens' log probabilities: decode/logprobs.py; a raw prompt, so no images)."""
+        if not reuse:
+            return self.new_cache(model), 0, 0
         kv, read, cached = self.prompt_prefix(model, prepared)
         if kv is None:
             return self.new_cache(model), 0, 0

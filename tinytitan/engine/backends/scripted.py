@@ -30,6 +30,7 @@ import yaml
 from .base import Backend
 from ..prompt.prepare import Prepared
 from ..decode.token_events import DecodeLoop
+from ..decode.logprobs import prompt_top
 from ..decode.plan import Next, Plan, Prefill, Sample, StepResult, Take
 from ..cache.memory import PromptCache
 
@@ -114,7 +115,7 @@ class ScriptedBackend(Backend):
         return self.entries[min(k, len(self.entries) - 1)]
 
     # -- decoding: the engine's own decode step, with the script for a model (ScriptedForward) ---------------
-    def start(self, prepared: Prepared, model) -> tuple["ScriptRun", int, int]:
+    def start(self, prepared: Prepared, model, reuse: bool = True) -> tuple["ScriptRun", int, int]:
         """A generation's script (the next entry, tokenized) as the "cache" its forward steps through, and the
         prompt tokens a real prefix cache would reuse (the entry it keeps is the prompt and the scripted
         answer, without KV)."""
@@ -122,7 +123,7 @@ class ScriptedBackend(Backend):
         ids = self.tokenizer.encode(entry.output, add_special_tokens=False)
         cached = 0
         if self.prompt_cache:
-            cached = self.prompt_cache.fetch(prepared.tokens)[1]
+            cached = self.prompt_cache.fetch(prepared.tokens)[1] if reuse else 0
             self.prompt_cache.store(list(prepared.tokens) + ids[: prepared.max_tokens], None,
                                     facts=prepared.facts())
         return ScriptRun(self, entry, ids, prepared), cached, cached
@@ -197,6 +198,7 @@ class ScriptedForward:
             self.release(row_id)
         for s in (*plan.alone, *plan.batch):
             run = self.runs[s.row]
+            before = run.read
             if isinstance(s, Prefill):
                 run.read += len(s.tokens)
             elif isinstance(s, Sample):
@@ -214,6 +216,10 @@ class ScriptedForward:
                         out.tokens[s.row] = first + out.tokens.get(s.row, ())
             out.read[s.row] = run.read
             out.pending[s.row] = run.pending is not None
+            top = prompt_top(run.prepared)
+            if top is not None and run.read > before:  # the prompt tokens after the positions read: as certain
+                after = rows[s.row].tokens[before + 1:run.read + 1]  # as the script's own (below)
+                out.prompt_logprobs[s.row] = tuple((0.0, ((t, 0.0),) if top else ()) for t in after)
             top = run.prepared.logprobs  # (its own run's request: the forward reads no row here)
             if top is not None and s.row in out.tokens:  # the script is certain of each token: log probability 0,
                 # every other token impossible (so the only alternative listed is the token itself)

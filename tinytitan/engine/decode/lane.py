@@ -13,14 +13,15 @@ Rules:
   the model's logits in their last bit: docs/speculative-decoding.md).
 - A lane moves with its row between its own cache and the batch; nothing in it depends on where the cache is.
 - A row that asks for log probabilities has them queued beside each sample, from the logits before its
-  processors (``logprobs``: logprobs.py); the forward reads them with the tokens.
+  processors (``logprobs``: logprobs.py); the forward reads them with the tokens. One that asks for its prompt's
+  has each prefill chunk reduced to them as it is read (``prompt_figures``), handed out after the step.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from .logprobs import Queued
+from .logprobs import Queued, prompt_top
 
 if TYPE_CHECKING:
     from .rows import Row
@@ -39,6 +40,8 @@ class Lane:
         self.width = 0
         top = row.prepared.logprobs
         self.logprobs = Queued(top) if top is not None else None  # its samples' figures, not read yet
+        self.prompt_top = prompt_top(row.prepared)  # its prompt tokens' alternatives, where their figures are asked
+        self.prompt_figures: list = []  # the figures of the prompt tokens its prefill read, not handed out yet
 
     def sample(self, logits, inputs):
         """The row's sample from ``logits`` ([1, vocab]: the position after ``inputs``, the tokens just read,

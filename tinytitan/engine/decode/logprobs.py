@@ -13,6 +13,12 @@ Rules:
 - A row that asks samples every token itself, one per position: it does not draft (speculative decoding is off
   for it: rows.py) and reads its grammar's forced tokens one at a time (no forced runs), so each token read
   has exactly one sample, and so one distribution, behind it.
+- The prompt's own tokens (``ChatRequest.prompt_logprobs``, legacy Completions' ``echo``): a row that asks reads
+  its whole prompt itself (no cached prefix: a cached prefix has no logits; base.py ``Backend.start``), and each
+  prefill chunk's logits are reduced at once (``prompt_figures``) to each next prompt token's log probability
+  and its alternatives — the same log-softmax as a generated token's — before the next chunk is read: never a
+  [prompt x vocab] array beyond one chunk's. The prompt's last token has no figures of its own here (its
+  logits are the first generated token's). Sent as one ``PromptLogprobs`` event once the prompt is read.
 - Every rank of a group computes them alike; only rank 0's row reports (a follower's loop sends nothing), and
   nothing here changes what is sampled, so no rank diverges.
 """
@@ -22,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from functools import lru_cache
 
-from ...events import TokenLogprob
+from ...events import PromptLogprobs, TokenLogprob
 
 # one token's figures as the forward hands them to the fold (StepResult.logprobs): its log probability and the
 # likeliest (token id, log probability) pairs, likeliest first
@@ -63,6 +69,45 @@ class Queued:
                 top = tuple(sorted(zip(arrays[1].tolist(), arrays[2].tolist()), key=lambda p: (-p[1], p[0])))
             out.append((chosen, top))
         return tuple(out)
+
+
+def prompt_top(prepared) -> int | None:
+    """How many alternatives a row's prompt tokens are listed with (None: their figures are not asked; a group
+    follower's row, which has no request, reports none)."""
+    req = getattr(prepared, "req", None)
+    return req.prompt_logprobs if req is not None else None
+
+
+SLICE = 256  # prompt positions reduced at once: a float32 log-softmax of this many rows at a time
+
+
+def prompt_figures(logits, targets, top: int) -> list[Figures]:
+    """The figures of ``targets`` (token ids), the tokens that follow each position of ``logits`` ([T, vocab]:
+    a prefill chunk's, unprocessed): evaluated here, so the chunk's logits can go before the next is read."""
+    import mlx.core as mx
+
+    out: list[Figures] = []
+    for at in range(0, len(targets), SLICE):
+        rows = logits[at:at + SLICE].astype(mx.float32)
+        lp = rows - mx.logsumexp(rows, axis=-1, keepdims=True)
+        ids = mx.array(list(targets[at:at + SLICE]), dtype=mx.int32)[:, None]
+        arrays = [mx.take_along_axis(lp, ids, axis=-1)[:, 0]]
+        if top:
+            best = mx.argpartition(-lp, kth=min(top, lp.shape[-1]) - 1, axis=-1)[:, :min(top, lp.shape[-1])]
+            arrays += [best, mx.take_along_axis(lp, best, axis=-1)]
+        mx.eval(arrays)
+        chosen = arrays[0].tolist()
+        tops = list(zip(arrays[1].tolist(), arrays[2].tolist())) if top else [((), ())] * len(chosen)
+        for c, (i, v) in zip(chosen, tops):
+            out.append((c, tuple(sorted(zip(i, v), key=lambda p: (-p[1], p[0])))))
+    return out
+
+
+def prompt_logprobs(tokenizer, tokens, figures) -> PromptLogprobs:
+    """The event for a prompt of ``tokens`` read with ``figures`` (one per token after the first)."""
+    first = TokenLogprob(*_piece(tokenizer, tokens[0]), None)  # type: ignore[arg-type]  (nothing before it)
+    rest = (token_logprob(tokenizer, t, f) for t, f in zip(tokens[1:], figures))
+    return PromptLogprobs(tokenizer.decode(list(tokens)), (first, *rest))
 
 
 def token_logprob(tokenizer, token: int, figures: Figures) -> TokenLogprob:

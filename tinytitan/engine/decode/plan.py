@@ -145,3 +145,6 @@ class StepResult:
     failed: dict[int, BaseException] = field(default_factory=dict)  # row -> why it failed in this step
     # row that asks for log probabilities -> one entry per token in ``tokens`` (logprobs.Figures)
     logprobs: dict[int, tuple] = field(default_factory=dict)
+    # row that asks for its prompt's log probabilities -> the figures of the prompt tokens its prefill read this
+    # step (each the token after a position read), in order
+    prompt_logprobs: dict[int, tuple] = field(default_factory=dict)

@@ -35,7 +35,7 @@ from ..cache.entries import Kept, kv_stays_trimmable
 from ..prompt.prepare import Prepared
 from .detokenizer import row_detokenizer
 from .last_character import without_cut_character
-from .logprobs import Figures, token_logprob
+from .logprobs import Figures, prompt_logprobs, prompt_top, token_logprob
 from .token_events import DecodeLoop
 
 if TYPE_CHECKING:
@@ -77,6 +77,12 @@ class Row:
         self.draws = None  # its seeded RowSampler (speculative/sampling.py), whose key chain the fold moves
         self.processors: list = []
         self.generated: list[int] = []
+        # its prompt tokens' figures, where asked (``prompt_read``: sent once its prompt is read), else None
+        self.prompt_figures: list | None = [] if prompt_top(prepared) is not None else None
+        self.prompt_done = False  # its prompt is read (but the last token) and what follows from that was done
+        # it reads its whole prompt itself, no cached prefix (which has no logits for its figures: logprobs.py); a
+        # group follower's row as rank 0's does (lockstep.py)
+        self.whole_prompt = self.prompt_figures is not None
         self.decoded = 0  # tokens given to the detokenizer (the end-of-turn token is not)
         self.error: Exception | None = None  # raised by its own sampler or logits processor during a step
         self.ending: Ending | None = None
@@ -112,7 +118,8 @@ class Row:
         else a new one), for the forward to hold."""
         backend, prepared = self.backend, self.prepared
         since = time.perf_counter()
-        kv, read, cached = backend.start(prepared, model)
+        kv, read, cached = backend.start(prepared, model, reuse=False) if self.whole_prompt else \
+            backend.start(prepared, model)
         self.read, self.fetched = read, True
         sampler, processors = backend.sampler_for(prepared, self.loop)
         if not seeded and prepared.seed is not None:
@@ -129,6 +136,24 @@ class Row:
         self.sampler, self.processors = self._guarded(sampler, processors)
         self.loop.start(len(self.tokens), cached, since=since)
         return kv
+
+    def prompt_read(self, figures: tuple = ()) -> None:
+        """Its prefill read prompt tokens (``figures``: theirs, where it asks). Once its prompt is read but the last
+        token (that token's logits are its first sample's): the prompt's figures go out (``PromptLogprobs``, before
+        any delta), and a row with no token to generate (``max_tokens`` 0: the prompt's figures alone) ends,
+        its cap struck."""
+        if self.prompt_done or self.ending is not None:
+            return
+        if self.prompt_figures is not None:
+            self.prompt_figures += figures
+        if self.read < len(self.tokens) - 1:
+            return
+        self.prompt_done = True
+        if self.prompt_figures is not None:
+            self.loop.prompt_read(prompt_logprobs(self.backend.tokenizer, self.tokens, self.prompt_figures))
+            self.prompt_figures = None
+        if self.prepared.max_tokens <= 0:
+            self.ending = Ending("finished", hit_length=True)
 
     def accept(self, token: int, figures: "Figures | None" = None) -> bool:
         """One sampled token (``figures``: its log probabilities, where the request asks); True when it ended the

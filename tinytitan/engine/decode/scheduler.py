@@ -108,6 +108,11 @@ class Scheduler:
         except Exception as exc:
             row.fail(exc)
             self.retire(row)
+            return
+        self._prompt_read(row)
+        if row.ending is not None:  # its prompt was read whole already, and it has no token to generate
+            row.flush()
+            self.retire(row)
 
     def let_go(self, row: Row) -> None:
         """A row whose consumer left before it was taken in: it ends as left, never opened."""
@@ -135,6 +140,15 @@ class Scheduler:
         (group/lockstep.py)."""
         if row.final and row.kept is not None:
             row.backend.prompt_cache.answered_finally(row.kept)
+
+    @staticmethod
+    def _prompt_read(row: Row, figures: tuple = ()) -> None:
+        """Its prompt's figures read this step; once the prompt is read, they go out (``Row.prompt_read``). Its
+        own tokenizer failing fails the row, not the step."""
+        try:
+            row.prompt_read(figures)
+        except Exception as exc:
+            row.fail(exc)
 
     def close(self) -> None:
         if self.forward is not None:
@@ -215,7 +229,7 @@ class Scheduler:
         see the rules); while others decode, a rest that fits one chunk (its last token alone, where the rest
         is read or cached) is read with the first sample, read at once; then it joins."""
         rest = len(row.tokens) - 1 - row.read
-        if decoding and rest < PREFILL_STEP_SHARED:
+        if decoding and rest < PREFILL_STEP_SHARED and row.prepared.max_tokens > 0:  # (none to sample: prompt only)
             return Sample(row.id, tuple(row.tokens[row.read:]), now=True)
         if decoding:
             n = PREFILL_STEP_SHARED
@@ -262,6 +276,7 @@ class Scheduler:
             self.batched.discard(row_id)
         for row_id, read in result.read.items():
             rows[row_id].read = read
+            self._prompt_read(rows[row_id], result.prompt_logprobs.get(row_id, ()))  # (before its first token)
         for row_id, pending in result.pending.items():
             rows[row_id].pending = pending
         for row_id, s in steps.items():

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING
 
 from .batch import Batch
 from .lane import Lane
+from .logprobs import prompt_figures
 from .plan import (PREFILL_STEP, PREFILL_STEP_SHARED, Next, Plan, Prefill, RowStep, Sample, StepResult, Take,
                    Verify)
 
@@ -121,7 +122,11 @@ def _checkpoint(prompt_cache, row: "Row", kv: list) -> None:
 def _prefill(model, lane: Lane, kv: list, tokens: tuple[int, ...]) -> None:
     import mlx.core as mx
 
-    model(mx.array(tokens)[None], cache=kv)
+    logits = model(mx.array(tokens)[None], cache=kv)
+    if lane.prompt_top is not None:  # each position's logits give the next prompt token's figures (logprobs.py)
+        after = lane.row.tokens[lane.read + 1:lane.read + 1 + len(tokens)]
+        lane.prompt_figures += prompt_figures(logits[0], after, lane.prompt_top)
+    del logits
     mx.eval([c.state for c in kv])
     mx.clear_cache()
     lane.read += len(tokens)
@@ -280,6 +285,8 @@ class Forward:
             return
         out.read[s.row] = lane.read
         out.pending[s.row] = lane.pending is not None
+        if lane.prompt_figures:  # its prompt's figures, from the chunk it read (logprobs.py)
+            out.prompt_logprobs[s.row], lane.prompt_figures = tuple(lane.prompt_figures), []
         if isinstance(s, Verify):
             out.verified[s.row] = len(tokens) - 1
         if tokens:

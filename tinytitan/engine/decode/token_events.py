@@ -152,6 +152,10 @@ class DecodeLoop:
         self.started_at = time.perf_counter() if since is None else since
         self.emit(Started(prompt_tokens, cached_tokens, self.sampling))
 
+    def prompt_read(self, ev: TokenEvent) -> None:
+        """The prompt's own tokens' figures (``PromptLogprobs``, where asked), once it is read: before any delta."""
+        self.emit(ev)
+
     def token(self, text: str, logprob: TokenLogprob | None = None) -> bool:
         """One generated token (``logprob``: its figures, where asked); False once a stop string has matched, or
         the turn's last allowed tool call is complete (call_limit.py): stop decoding."""

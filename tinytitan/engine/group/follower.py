@@ -52,7 +52,9 @@ def follower_row(backend, spec: dict) -> Row:
                         speculative=spec["speculative"], cache_facts=PromptFacts.from_json(spec["facts"]),
                         logprobs=spec["logprobs"])
     loop = DecodeLoop(VerbatimParser(), (), lambda _event: None, prepared.sampling)
-    return Row(backend, prepared, loop=loop, should_stop=lambda: False)
+    row = Row(backend, prepared, loop=loop, should_stop=lambda: False)
+    row.whole_prompt = spec.get("whole_prompt", False)  # no cached prefix where rank 0's reads its whole prompt
+    return row
 
 
 class FollowerScheduler(Scheduler):

@@ -214,6 +214,7 @@ def join_spec(row: Row) -> dict:
     p = row.prepared
     return {"id": row.id, "tokens": row.tokens, "max_tokens": p.max_tokens, "sampling": p.sampling,
             "seed": p.seed, "speculative": p.speculative, "raw": p.raw, "cached": row.read, "logprobs": p.logprobs,
+            "whole_prompt": row.whole_prompt,
             "grammar": p.grammar.text if p.grammar is not None else None,
             "grammar_name": p.grammar.name if p.grammar is not None else None,
             "facts": p.facts().as_json()}
