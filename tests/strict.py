@@ -119,9 +119,29 @@ def chat_completion(data):
     return _validate(_adapter("chat_completion"), data, "chat.completion", CHAT_EXTENSIONS)
 
 
+def _echoed_first(data):
+    """With ``echo``, the prompt's first token has no log probability: OpenAI and vLLM send ``null`` as its
+    ``token_logprobs`` and ``top_logprobs`` entries, which the SDK's model (lists of floats and of dicts) does not
+    say. That first entry alone, and both null together, is checked here and left out of the SDK's check."""
+    data = json.loads(data) if isinstance(data, (bytes, str)) else data
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        return data
+    choices = []
+    for c in data["choices"]:
+        lp = c.get("logprobs") if isinstance(c, dict) else None
+        if isinstance(lp, dict) and lp.get("token_logprobs") and lp["token_logprobs"][0] is None:
+            if not lp.get("top_logprobs") or lp["top_logprobs"][0] is not None:
+                raise StrictError(f"a null first token_logprobs entry without a null top_logprobs one: {lp}")
+            lp = {**lp, "token_logprobs": [0.0, *lp["token_logprobs"][1:]],
+                  "top_logprobs": [{}, *lp["top_logprobs"][1:]]}
+            c = {**c, "logprobs": lp}
+        choices.append(c)
+    return {**data, "choices": choices}
+
+
 def completion(data):
     """A legacy completion, whole."""
-    return _validate(_adapter("completion"), data, "text_completion")
+    return _validate(_adapter("completion"), _echoed_first(data), "text_completion")
 
 
 def completion_chunk(data):
@@ -132,7 +152,7 @@ def completion_chunk(data):
         data = {**data, "choices": [{**c, "finish_reason": c.get("finish_reason") or "stop"}
                                     if isinstance(c, dict) and c.get("finish_reason", "x") is None else c
                                     for c in data["choices"]]}
-    return _validate(_adapter("completion"), data, "text_completion chunk")
+    return _validate(_adapter("completion"), _echoed_first(data), "text_completion chunk")
 
 
 def _custom_call_deltas(data):

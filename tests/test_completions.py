@@ -167,8 +167,7 @@ async def test_suffix_is_refused_by_name_without_fim_tokens(serve):
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"n": 129}, "n"), ({"best_of": 3}, "best_of"), ({"logprobs": 6}, "logprobs"),
-    ({"logprobs": 1, "echo": True}, "echo"),
+    ({"n": 129}, "n"), ({"best_of": 3}, "best_of"), ({"logprobs": 6}, "logprobs"), ({"max_tokens": 0}, "max_tokens"),
     ({"prompt": ["a"] * 129}, "prompt"), ({"prompt": [{"a": 1}]}, "prompt[0]"),
     ({"prompt": []}, "prompt"),
     ({"echo": True, "suffix": "x"}, "echo"), ({"stop": [["x"]]}, "stop[0]"), ({"stop": ["a", 1]}, "stop[1]"), ({"logit_bias": {"x": 1}}, "logit_bias"), ({"frobnicate": 1}, "frobnicate"),

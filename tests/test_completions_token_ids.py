@@ -71,7 +71,7 @@ async def test_an_id_outside_the_vocabulary_is_refused_naming_prompt(serve, prom
         assert err.value.body["param"] == "prompt" and words in err.value.body["message"]
 
 
-@pytest.mark.parametrize("extra, param", [({"echo": True}, "echo"), ({"suffix": "x"}, "suffix"),
+@pytest.mark.parametrize("extra, param", [({"suffix": "x"}, "suffix"),
                                           ({"prompt": [1, True]}, "prompt[1]")])
 async def test_what_a_prompt_of_ids_cannot_do_is_refused_by_name(serve, extra, param):
     s = await serve(["never"])

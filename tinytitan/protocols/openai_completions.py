@@ -1,5 +1,6 @@
 """OpenAI Completions (legacy ``/v1/completions``): the Python its table (spec/openai_completions.yaml)
-cannot say — the prompt's shapes, echo, and the fold of chunks into one ``text_completion``."""
+cannot say — the prompt's shapes, echo (with the prompt's own tokens' log probabilities: lm-evaluation-harness's
+loglikelihood requests), and the fold of chunks into one ``text_completion``."""
 
 from __future__ import annotations
 
@@ -25,13 +26,6 @@ class CompletionsRequest:
     """What ``parse_prompt`` found (``Validated.state``): the prompts, each a text or a tuple of token ids."""
 
     prompts: list = field(default_factory=list)
-
-
-def prompt_text(body: dict) -> str:
-    """The first prompt's text: a string, or a list's first string ("" for token ids: echo refuses them)."""
-    value = body.get("prompt", "")
-    value = value[0] if isinstance(value, list) and value else value
-    return value if isinstance(value, str) else ""
 
 
 def token_ids(value: Any) -> bool:
@@ -73,25 +67,42 @@ def parse_prompt(value: Any, body: dict, args: dict, v) -> None:
     if choices > MAX_CHOICES:
         raise invalid(f"'prompt' has {len(prompts)} prompts and 'n' is {body.get('n') or 1}: {choices} choices, "
                       f"more than the {MAX_CHOICES} one request may ask for", param="prompt", code="invalid_value")
-    if body.get("echo") and body.get("logprobs") is not None:  # the prompt's own tokens' figures: a pass not made
-        raise invalid("'echo' with 'logprobs' is not supported: this server gives the log probabilities of "
-                      "generated tokens only", param="echo", code="unsupported_parameter")
+    if body.get("max_tokens") == 0 and not body.get("echo"):  # (vLLM alike: 0 only echoes, nothing to answer)
+        raise invalid("'max_tokens' must be at least 1: 0 is accepted only with 'echo' (the prompt alone, with its "
+                      "tokens' log probabilities where 'logprobs' asks)", param="max_tokens", code="invalid_value")
     if body.get("echo") and body.get("suffix") is not None:
         raise invalid("'echo' cannot be combined with 'suffix' (fill-in-the-middle)", param="echo",
                       code="unsupported_value")
-    if ids and body.get("echo"):  # (the text the ids spell is the model's tokenizer's to say)
-        raise invalid("'echo' with a prompt of token ids is not supported: send the prompt as text to have it "
-                      "echoed", param="echo", code="unsupported_value")
     if ids and body.get("suffix") is not None:
         raise invalid("'suffix' (fill-in-the-middle) with a prompt of token ids is not supported: send the "
                       "prompt as text", param="suffix", code="unsupported_value")
     v.state.prompts = prompts
-    args.update(prompt_args(prompts[0]))
+    args.update(prompt_args(prompts[0], body))
 
 
-def prompt_args(prompt: str | tuple) -> dict:
-    """A prompt as the ChatRequest's fields: its text, or its token ids (with no text)."""
-    return {"prompt": prompt, "prompt_ids": None} if isinstance(prompt, str) else {"prompt": "", "prompt_ids": prompt}
+def prompt_args(prompt: str | tuple, body: dict) -> dict:
+    """A prompt as the ChatRequest's fields: its text, or its token ids (with no text); with ``echo``, what its
+    own tokens are read for (``prompt_figures``)."""
+    text = {"prompt": prompt, "prompt_ids": None} if isinstance(prompt, str) else {"prompt": "", "prompt_ids": prompt}
+    return {**text, "prompt_logprobs": prompt_figures(prompt, body)}
+
+
+def prompt_figures(prompt: str | tuple, body: dict) -> int | None:
+    """What the engine reads a prompt's own tokens for (``ChatRequest.prompt_logprobs``): with ``echo`` and
+    ``logprobs``, their log probabilities with that many alternatives; with ``echo`` of token ids, their text
+    (0: the figures come, unlisted); else nothing. Either reads the whole prompt, no cached prefix."""
+    if not body.get("echo"):
+        return None
+    if body.get("logprobs") is not None:
+        return body["logprobs"]
+    return 0 if isinstance(prompt, tuple) else None
+
+
+def prompt_context(prompt: str | tuple, body: dict) -> dict:
+    """What a prompt's machine reads of it: its text (none for ids: the engine decodes them) and whether its echo
+    goes out at once (on ``Started``) or with its tokens' figures (on ``PromptLogprobs``)."""
+    return {"prompt_text": prompt if isinstance(prompt, str) else "",
+            "echo_at_start": bool(body.get("echo")) and prompt_figures(prompt, body) is None}
 
 
 @dataclass
@@ -100,6 +111,7 @@ class CompletionsState:
     and where its first token starts in the answer's text."""
 
     logprobs: dict | None = None
+    echo_text: str = ""  # the prompt echoed with its tokens' figures: its text, else its ids decoded
     offset: int = 0  # characters the tokens so far spell ...
     spelling: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))  # ... from bytes
 
@@ -112,7 +124,7 @@ def chunk_logprobs(m, ev) -> None:
     if m.context.get("logprobs") is None:
         m.vars.logprobs = None
         return
-    tokens = getattr(ev, "logprobs", ())
+    tokens = getattr(ev, "logprobs", getattr(ev, "tokens", ()))
     offsets = []
     for lp in tokens:
         offsets.append(m.vars.offset)
@@ -120,6 +132,21 @@ def chunk_logprobs(m, ev) -> None:
     m.vars.logprobs = {"tokens": [lp.token for lp in tokens], "token_logprobs": [lp.logprob for lp in tokens],
                        "top_logprobs": [{t.token: t.logprob for t in lp.top} for lp in tokens],
                        "text_offset": offsets}
+
+
+def prompt_logprobs(m, ev) -> None:
+    """The prompt echoed with its own tokens (``PromptLogprobs``): as OpenAI and vLLM list them, the first token's
+    log probability and alternatives null (nothing comes before it); the answer's tokens' offsets go on from the
+    echoed text's end."""
+    m.vars.echo_text = text = m.context.get("prompt_text") or ev.text
+    chunk_logprobs(m, ev)
+    if m.vars.logprobs is not None and ev.tokens:
+        m.vars.logprobs["top_logprobs"][0] = None
+        lead = m.vars.offset - len(text)  # an opening the tokenizer added (a BOS) spells text the prompt has not:
+        if lead > 0 and ev.text.endswith(text):  # its tokens stand at the echoed text's start
+            m.vars.logprobs["text_offset"] = [max(o - lead, 0) for o in m.vars.logprobs["text_offset"]]
+    m.vars.offset = len(text)
+    m.vars.spelling.reset()
 
 
 def fold_text_completion(wire: list[WireEvent], body: dict) -> dict:
@@ -147,13 +174,14 @@ class OpenAICompletions(Protocol):
         return {"prompt": parse_prompt, "stop": parse_stop, "logit_bias": parse_logit_bias}
 
     def machine_hooks(self):
-        return {"logprobs": chunk_logprobs}
+        return {"logprobs": chunk_logprobs, "prompt_logprobs": prompt_logprobs}
 
     def machine_state(self) -> CompletionsState:
         return CompletionsState()
 
     def extra_context(self, v) -> dict:
-        return {"prompt_text": prompt_text(v.body)}
+        prompts = v.state.prompts if v.state is not None else ()  # (none: a machine built without a request)
+        return prompt_context(prompts[0] if prompts else "", v.body)
 
     def folds(self):
         return {"text_completion": fold_text_completion}
@@ -165,5 +193,5 @@ class OpenAICompletions(Protocol):
         """``n`` choices of each prompt: choice ``p * n + j`` is prompt ``p``'s ``j``-th, as OpenAI numbers them."""
         n = v.body.get("n") or 1
         return [choice for p, prompt in enumerate(v.state.prompts)
-                for choice in copies(req.with_(**prompt_args(prompt)), n, p, p * n,
-                                     prompt_text=prompt if isinstance(prompt, str) else "")]
+                for choice in copies(req.with_(**prompt_args(prompt, v.body)), n, p, p * n,
+                                     **prompt_context(prompt, v.body))]
