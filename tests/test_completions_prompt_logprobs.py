@@ -75,7 +75,7 @@ async def test_a_request_as_lm_eval_sends_it(serve, demo_backend):
         assert [c["index"] for c in body["choices"]] == [0, 1, 2]
         for c, ids in zip(body["choices"], prompts):
             listed = len(c["logprobs"]["token_logprobs"])
-            assert listed == len(ids) + max_tokens
+            assert listed == len(ids) + max_tokens  # (an end-of-turn token sampled is listed too)
             assert c["text"].startswith(tok.decode(ids)) and c["logprobs"]["tokens"][:len(ids)] == \
                 [tok.decode([i]) for i in ids]
         if max_tokens == 1:
@@ -148,6 +148,22 @@ async def test_max_tokens_zero_needs_echo(serve):
     assert e.value.body["param"] == "max_tokens"
     r = await client(s).completions.create(model="tinytitan-scripted", prompt="Hi there", max_tokens=0, echo=True)
     assert (r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens) == ("Hi there", "length", 0)
+
+
+async def test_an_answer_that_ends_at_once_lists_its_end_token(serve):
+    """lm-eval drops the last entry as the one token its ``max_tokens: 1`` generated: where the model ends its turn
+    at once, that entry is the end-of-turn token (as OpenAI and vLLM list it), never the prompt's last token."""
+    s = await serve([""])
+    tok = s.engine.backend.tokenizer
+    ids = tok.encode("The capital of France is Paris", add_special_tokens=False)
+    r = await client(s).completions.create(model="tinytitan-scripted", prompt=[ids], echo=True, logprobs=1,
+                                           max_tokens=1)
+    ch = r.choices[0]
+    assert ch.finish_reason == "stop" and ch.text == tok.decode(ids)
+    assert ch.logprobs.tokens[:-1] == [tok.decode([i]) for i in ids]
+    assert ch.logprobs.tokens[-1] == tok.decode([tok.eos_token_id])
+    assert parse_logprobs(r.model_dump(), [2]) == [(0.0, True)]  # the scripted model is certain of each token
+    assert len(ch.logprobs.token_logprobs[2:-1]) == len(ids) - 2
 
 
 async def test_an_opening_the_tokenizer_adds_is_listed_and_spells_no_echoed_text(serve, tmp_path):

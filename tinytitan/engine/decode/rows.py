@@ -163,6 +163,10 @@ class Row:
             return True
         self.generated.append(token)
         if token in self.backend.tokenizer.eos_token_ids:  # the end-of-turn token: not content
+            if figures is not None and prompt_top(self.prepared) is not None:  # listed after the answer's tokens,
+                # as OpenAI and vLLM list it beside the prompt's: a client that drops the last entry as the one
+                # generated token (lm-evaluation-harness) drops it, not a prompt token
+                self.loop.end_token = token_logprob(self.backend.tokenizer, token, figures)
             self.detok.finalize()
             rest = self._whole(self.detok.last_segment)  # (read once: reading it moves its offset on)
             if rest:

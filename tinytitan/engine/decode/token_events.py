@@ -143,6 +143,7 @@ class DecodeLoop:
         # first token that brings figures (a request that asks for them has them on every token), so a request
         # that did not ask pays nothing for them per delta
         self.first_token_at: float | None = None
+        self.end_token: TokenLogprob | None = None  # the end-of-turn token's figures, sent last where listed (rows.py)
 
     def start(self, prompt_tokens: int, cached_tokens: int = 0, since: float | None = None) -> None:
         """``since``: when reading the prompt began, where that was before this call (a vision model's images,
@@ -195,6 +196,8 @@ class DecodeLoop:
         rest = self.stop.flush()
         if rest and self.stop.matched is None:
             self.emit(self._text(rest))
+        if self.end_token is not None:  # after every token of the answer, no text of its own
+            self.emit(TextDelta("", (self.end_token,)))
         # a stop string matched after whole calls ends a turn that called tools (Anthropic's tool runner reads
         # stop_sequence as a final answer whose calls are not to be run); before any call, it is the turn's end
         stopped = self.stop.matched if not self.calls_sent else None
