@@ -34,9 +34,9 @@ REFUSALS = [
     ({"system": [{"type": "image", "source": {}}]}, ["image", "system[0]"]),
     ({"system": [{"type": "text"}]}, ["system.0.text: Field required"]),
     ({"messages": [{"role": "robot", "content": "x"}]}, ["messages.0.role: Input should be 'user', 'assistant'"]),
-    ({"messages": ["hi"]}, ["messages[0]"]),
+    ({"messages": ["hi"]}, ["messages.0"]),
     ({"messages": [{"role": "user"}]}, ["messages.0.content: Field required"]),
-    ({"messages": [{"role": "user", "content": 7}]}, ["messages[0].content"]),
+    ({"messages": [{"role": "user", "content": 7}]}, ["messages.0.content"]),
     ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, ["messages.0.content.0.type: Field required"]),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}]},
      ["messages.0.content.0.image.source.base64.media_type: Field required"]),
@@ -59,7 +59,7 @@ REFUSALS = [
      ["tool_result", "is not allowed in an assistant message"]),
     ({"messages": [USER, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n",
                                                              "input": "x"}]}, USER]},
-     ["messages[1].content[0].input"]),
+     ["messages.1.content.0.tool_use.input"]),
     # a prefill: the API's own rules for its text, and refused beside what would open the answer itself
     ({"messages": [USER, {"role": "assistant", "content": "The answer is "}]},
      ["final assistant content cannot end with trailing whitespace"]),
@@ -73,10 +73,10 @@ REFUSALS = [
     ({"messages": [USER, {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f",
                                                             "input": {}}]}], "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
      ["messages[1].content[0]", "`tool_use` ids were found without `tool_result` blocks", "toolu_1"]),
-    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]}, ["messages[0].content[0].text"]),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]}, ["messages.0.content.0.text.text"]),
     ({"messages": [USER, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {}}]},
                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}]}]},
-     ["messages[2].content[0].is_error"]),
+     ["messages.2.content.0.tool_result.is_error: Input should be a valid boolean"]),
     ({"service_tier": "bogus"}, ["service_tier"]),
     ({"cache_control": {"type": "ephemeral", "ttl": "2h"}}, ["cache_control.ttl"]),
     ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, ["bash_20250124", "built-in", "tools[0]"]),
@@ -89,16 +89,17 @@ REFUSALS = [
     ({"tools": [{"type": "holodeck", "name": "h"}]}, ["holodeck", "custom"]),
     ({"tools": [{"name": "f"}]}, ["tools.0.custom.input_schema: Field required"]),
     ({"tools": [{"input_schema": {"type": "object"}}]}, ["tools.0.custom.name: Field required"]),
-    ({"tools": [{"name": "f", "input_schema": []}]}, ["tools[0].input_schema"]),
+    ({"tools": [{"name": "f", "input_schema": []}]}, ["tools.0.custom.input_schema"]),
     ({"tools": [{"name": "f", "input_schema": {"type": "object"}}, {"name": "f", "input_schema": {"type": "object"}}]},
      ["unique", "tools[1]"]),
     # as the API checks a tool: its name's characters, its input schema an object's, and the request's metadata
-    ({"tools": [{"name": "a b/c", "input_schema": {"type": "object"}}]}, ["tools[0].name"]),
-    ({"tools": [{"name": "Bash\n", "input_schema": {"type": "object"}}]}, ["tools[0].name"]),  # $ ends the name
+    ({"tools": [{"name": "a b/c", "input_schema": {"type": "object"}}]}, ["tools.0.custom.name: String should match"]),
+    ({"tools": [{"name": "Bash\n", "input_schema": {"type": "object"}}]}, ["tools.0.custom.name: String should"]),  # $ ends the name
     ({"tools": [{"name": "f", "input_schema": {"type": "string"}}]},
      ["tools.0.custom.input_schema.type: Input should be 'object'"]),
     ({"tools": [{"name": "f", "input_schema": {}}]}, ["tools.0.custom.input_schema.type: Field required"]),
-    ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}}, ["tool_choice.disable_parallel_tool_use"]),
+    ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}},
+     ["tool_choice.auto.disable_parallel_tool_use: Input should be a valid boolean"]),
     ({"metadata": {"user_id": 5}}, ["metadata.user_id"]),
     # a bound in pydantic's words, as the API says it (not OpenAI's validator's)
     ({"metadata": {"user_id": "u" * 257}}, ["metadata.user_id: String should have at most 256 characters"]),
@@ -109,7 +110,7 @@ REFUSALS = [
     ({"tool_choice": {"type": "tool"}}, ["tool_choice.name"]),
     ({"tool_choice": {"type": "sometimes"}}, ["tool_choice.type"]),
     ({"tool_choice": "auto"}, ["tool_choice"]),
-    ({"stop_sequences": [1]}, ["stop_sequences[0]"]),
+    ({"stop_sequences": [1]}, ["stop_sequences.0"]),
     ({"stop_sequences": [" "]}, ["stop_sequences[0]"]),
     ({"stop_sequences": "END"}, ["stop_sequences"]),
     ({"thinking": {"type": "enabled", "budget_tokens": 512}}, ["thinking.budget_tokens", "1024"]),
@@ -142,6 +143,51 @@ def test_refusals_name_the_field(change, needles, demo_tok):
     assert envelope["error"]["type"] == "invalid_request_error"
     for n in needles:
         assert n in envelope["error"]["message"], (n, envelope["error"]["message"])
+
+
+# a malformed request in the API's (pydantic's) exact words, at its spelling of the place: Claude Code reads the
+# block's place (messages.0.content.1) to drop that one block; the SDKs and LangChain show the message as it is
+TEXT = {"type": "text", "text": "hi"}
+WORDED = [
+    ({"messages": [{"role": "user", "content": [TEXT, {"type": "search_result", "source": "s", "title": "t",
+                                                       "content": "x"}]}]},
+     "messages.0.content.1.search_result.content: Input should be a valid list"),
+    ({"messages": [{"role": "user", "content": [TEXT, {"type": "text", "text": 3}]}]},
+     "messages.0.content.1.text.text: Input should be a valid string"),
+    ({"messages": [USER, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n",
+                                                             "input": "x"}]}, USER]},
+     "messages.1.content.0.tool_use.input: Input should be a valid dictionary"),
+    ({"messages": [{"role": "user", "content": 7}]}, "messages.0.content.str: Input should be a valid string"),
+    ({"messages": ["hi"]}, "messages.0: Input should be a valid dictionary"),
+    ({"tools": [{"name": "", "input_schema": {"type": "object"}}]},
+     "tools.0.custom.name: String should have at least 1 character"),
+    ({"tools": [{"name": "f" * 129, "input_schema": {"type": "object"}}]},
+     "tools.0.custom.name: String should have at most 128 characters"),
+    ({"tools": [{"name": "a.b", "input_schema": {"type": "object"}}]},
+     "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"),
+    ({"tools": [{"name": "f", "input_schema": []}]}, "tools.0.custom.input_schema: Input should be a valid dictionary"),
+    ({"tools": "Bash"}, "tools: Input should be a valid list"),
+    ({"max_tokens": "many"}, "max_tokens: Input should be a valid integer"),
+    ({"stream": "yes"}, "stream: Input should be a valid boolean"),
+    ({"stop_sequences": [1]}, "stop_sequences.0: Input should be a valid string"),
+    ({"stop_sequences": ["s"] * 257}, "stop_sequences: List should have at most 256 items after validation, not 257"),
+    ({"metadata": {"user_id": 5}}, "metadata.user_id: Input should be a valid string"),
+]
+
+
+@pytest.mark.parametrize("change,words", WORDED, ids=[str(i) for i in range(len(WORDED))])
+def test_a_malformed_request_is_worded_as_the_api_words_it(change, words):
+    proto = _proto()
+    with pytest.raises(ApiError) as exc:
+        proto.chat_request(proto.validator.validate({**body(), **change}))
+    assert proto.error_response(exc.value)[1]["error"]["message"] == words
+
+
+async def test_the_api_wording_over_http_and_through_the_sdk(serve):
+    s = await serve(["never"])
+    for change, words in WORDED[::3]:
+        d = assert_envelope(await post(s, {**body(), **change}, "/v1/messages?beta=true"), 400, "invalid_request_error")
+        assert d["error"]["message"] == words
 
 
 _PROTO = []

@@ -53,7 +53,7 @@ REFUSED = [  # (the block, the words of the refusal)
     (dict(RESULT, content=[{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}]),
      "search_result content block type 'image' at {at}.content[0].type is not supported"),
     ({k: v for k, v in RESULT.items() if k != "title"}, "{loc}.title: Field required"),  # the API's words and place
-    (dict(RESULT, content="The grass is green."), "{at}.content"),
+    (dict(RESULT, content="The grass is green."), "{loc}.content: Input should be a valid list"),
 ]
 
 

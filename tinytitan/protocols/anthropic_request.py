@@ -221,7 +221,8 @@ def parse_stop_sequences(value: list, body: dict, args: dict, v) -> None:
     for i, s in enumerate(value):
         where = f"stop_sequences[{i}]"
         if not isinstance(s, str):
-            raise invalid(f"Invalid type for '{where}': expected a string", param=where, code="invalid_type")
+            raise invalid(f"Invalid type for '{where}': expected a string", param=where, code="invalid_type",
+                          data={"check": "type", "loc": f"stop_sequences.{i}", "expected": "a valid string"})
         if not s.strip():
             raise invalid(f"'{where}' must contain non-whitespace characters", param=where, code="invalid_value")
     args["stop"] = tuple(value)

@@ -134,7 +134,7 @@ class Protocol:
         fills it exactly, with ``{largest}``, the longest prompt that fits, and ``{needed}``, the prompt and one
         answer token): clients match that wording to compact, reading the numbers in it. So is
         an error whose code ``extra.error_wording`` names (a template over ``{message}``, the error's data and
-        ``wording_data``)."""
+        ``wording_data``; or a table of them keyed by the data's ``check``, the keyword that failed)."""
         wording = self.spec.extra.get("prompt_too_long")
         if err.code == "context_length_exceeded" and wording and {"prompt_tokens", "context_window"} <= set(err.data):
             tokens, window = err.data["prompt_tokens"], err.data["context_window"]
@@ -144,6 +144,8 @@ class Protocol:
                                   needed=tokens + 1)
             err = ApiError(err.kind, text, err.param, err.code, err.headers, err.data)
         reworded = (self.spec.extra.get("error_wording") or {}).get(err.code)
+        if isinstance(reworded, dict):  # one code, several checks (an enum's, a pattern's …): the check's wording
+            reworded = reworded.get(err.data.get("check"))
         if reworded:  # an error the engine raises with data (images a model cannot read …): the API's own words
             try:
                 text = reworded.format_map({**self.wording_data(err), **err.data, "message": err.message})

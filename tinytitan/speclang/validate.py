@@ -15,7 +15,6 @@ import json
 import logging
 import re
 
-import jsonschema
 from jsonschema.exceptions import best_match
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -23,6 +22,7 @@ from typing import Any, Callable, Mapping
 from ..errors import ApiError, invalid
 from . import json_text, paths
 from .load import ProtocolSpec
+from .schema_errors import ARTICLE, choices, json_type_name, schema_error, type_data
 from .schemas import field_validator
 
 log = logging.getLogger("tinytitan.spec")
@@ -35,16 +35,6 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
     "array": (list,),
     "object": (dict,),
 }
-_ARTICLE = {"string": "a string", "number": "a number", "integer": "an integer", "boolean": "a boolean",
-            "array": "an array", "object": "an object"}
-
-
-_JSON_TYPES = ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
-               (list, "array"), (dict, "object"))  # bool before int: a bool is an int to Python
-
-
-def json_type_name(value: Any) -> str:
-    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
 def is_type(value: Any, type_name: str) -> bool:
@@ -211,16 +201,17 @@ class RequestValidator:
         if value is None:
             if f.get("required"):
                 raise invalid(f"Missing required parameter: '{name}'", param=name, code="missing_required_parameter",
-                              data={"loc": name})
+                              data={"check": "required", "loc": name})
             if "default" in f:
                 body[name] = f["default"]
             return
         types = f.get("type", "any")
         types = [types] if isinstance(types, str) else types
         if not any(is_type(value, t) for t in types):
-            want = " or ".join(_ARTICLE.get(t, t) for t in types)
-            raise invalid(f"Invalid type for '{name}': expected {want}, but got {_ARTICLE.get(json_type_name(value), json_type_name(value))}",
-                          param=name, code="invalid_type")
+            want = " or ".join(ARTICLE.get(t, t) for t in types)
+            got = json_type_name(value)
+            raise invalid(f"Invalid type for '{name}': expected {want}, but got {ARTICLE.get(got, got)}", param=name,
+                          code="invalid_type", data=type_data(name, types))
         if "integer" in types and isinstance(value, float) and value.is_integer():
             body[name] = value = int(value)
         if f.get("null_members") == "absent" and isinstance(value, dict):
@@ -236,7 +227,7 @@ class RequestValidator:
                           code="invalid_value")
         if "enum" in f and not any(_same(value, e) for e in f["enum"]):
             raise invalid(f"Invalid value for '{name}': {_show(value)!r} is not one of {f['enum']}", param=name,
-                          code="invalid_value", data={"loc": name, "expected": choices(f["enum"])})
+                          code="invalid_value", data={"check": "enum", "loc": name, "expected": choices(f["enum"])})
         if name in self.schemas:
             error = best_match(self.schemas[name].iter_errors(value))
             if error is not None:
@@ -283,61 +274,6 @@ def whole_numbers(places: dict, value: Any) -> None:
             whole_numbers(place, item)
         elif type(item) is float and item.is_integer():
             value[key] = int(item)
-
-
-def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
-                 tagged: Mapping | None = None) -> ApiError:
-    """A field's JSON-Schema failure as the client's 400, naming the exact place (``messages[2].role``). An
-    unknown key also carries its place as pydantic writes it (``data["loc"]``: ``paths.loc``), for the protocols
-    that word it the API's way (``extra.error_wording``)."""
-    where = name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-    if error.validator == "required":
-        missing = next(r for r in error.validator_value if r not in error.instance)
-        return invalid(f"Missing required parameter: '{where}.{missing}'", param=f"{where}.{missing}",
-                       code="missing_required_parameter",
-                       data={"loc": paths.loc(body, (name, *error.absolute_path, missing), dict(tagged or {}))})
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = set(error.schema.get("properties") or {})
-        extra = next((k for k in error.instance if k not in allowed), None)
-        if extra is not None:
-            place = (name, *error.absolute_path, extra)
-            return invalid(f"Unknown parameter: '{where}.{extra}'.", param=f"{where}.{extra}",
-                           code="unknown_parameter", data={"loc": paths.loc(body, place, dict(tagged or {}))})
-    if error.validator == "type":
-        want = error.validator_value
-        want = " or ".join(_ARTICLE.get(t, t) for t in ([want] if isinstance(want, str) else want))
-        got = json_type_name(error.instance)
-        return invalid(f"Invalid type for '{where}': expected {want}, but got {_ARTICLE.get(got, got)}", param=where,
-                       code="invalid_type")
-    # bounds in OpenAI's validator's own words and codes (metadata's 16 keys, 64-character keys, 512-character values)
-    bound, value = error.validator_value, error.instance
-    if error.validator == "maxProperties" and isinstance(value, dict):
-        return invalid(f"Invalid '{where}': too many properties. Expected an object with at most {bound} properties, "
-                       f"but got an object with {len(value)} properties instead.", param=where,
-                       code="object_above_max_properties")
-    if error.validator == "maxLength" and isinstance(value, str) and "propertyNames" in error.schema_path:
-        shown = value if len(value) <= 100 else f"{value[:48]}…{value[-48:]}"
-        return invalid(f"Invalid property name in '{where}': '{shown}' is too long. Expected a string with maximum "
-                       f"length {bound}, but got a string with length {len(value)} instead.", param=f"{where}.{value}",
-                       code="property_name_above_max_length")
-    if error.validator == "maxLength" and isinstance(value, str):
-        return invalid(f"Invalid '{where}': string too long. Expected a string with maximum length {bound}, but got a "
-                       f"string with length {len(value)} instead.", param=where, code="string_above_max_length",
-                       data={"loc": paths.loc(body, (name, *error.absolute_path), dict(tagged or {})), "limit": bound})
-    if error.validator == "pattern" and isinstance(value, str):  # a tool's name outside the API's rule, say
-        return invalid(f"Invalid '{where}': string does not match pattern. Expected a string that matches the "
-                       f"pattern '{bound}'.", param=where, code="invalid_value")
-    message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
-    data = None if error.validator not in ("enum", "const") else {  # the values taken, as pydantic lists them
-        "loc": paths.loc(body, (name, *error.absolute_path), dict(tagged or {})),
-        "expected": choices(bound if error.validator == "enum" else [bound])}
-    return invalid(f"Invalid value for '{where}': {message}", param=where, code="invalid_value", data=data)
-
-
-def choices(values: list) -> str:
-    """An enum's values as pydantic's errors list them: ``'a', 'b' or 'c'`` (null, absent here, left out)."""
-    shown = [f"'{v}'" if isinstance(v, str) else json.dumps(v) for v in values if v is not None]
-    return " or ".join(part for part in (", ".join(shown[:-1]), *shown[-1:]) if part)
 
 
 def derive_value(rule: Mapping[str, Any], body: Any) -> Any:
