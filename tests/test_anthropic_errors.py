@@ -37,20 +37,21 @@ REFUSALS = [
     ({"messages": ["hi"]}, ["messages.0"]),
     ({"messages": [{"role": "user"}]}, ["messages.0.content: Field required"]),
     ({"messages": [{"role": "user", "content": 7}]}, ["messages.0.content"]),
-    ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, ["messages.0.content.0.type: Field required"]),
+    ({"messages": [{"role": "user", "content": [{"text": "no type"}]}]}, ["messages.0.content.0: Unable to extract tag using discriminator 'type'"]),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}]},
      ["messages.0.content.0.image.source.base64.media_type: Field required"]),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {
         "type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}]}]},
      ["Could not process PDF", "messages.0.content.0.document.source.type: "]),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
-     ["messages.0.content.0.document.source.type: Field required"]),
+     ["messages.0.content.0.document.source: Unable to extract tag using discriminator 'type'"]),
     ({"messages": [{"role": "user", "content": [{"type": "web_search_tool_result"}]}]}, ["web_search_tool_result"]),
     ({"messages": [{"role": "user", "content": [{"type": "search_result"}]}]},
      ["messages.0.content.0.search_result.source: Field required"]),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                                   "content": [{"type": "image", "source": {}}]}]}]},
-     ["messages.0.content.0.tool_result.content.0.image.source.type: Field required"]),
+     ["messages.0.content.0.tool_result.content.0.image.source: Unable to extract tag using "
+      "discriminator 'type'"]),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]},
      ["messages.0.content.0.tool_result.tool_use_id: Field required"]),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {}}]}]},
@@ -118,7 +119,7 @@ REFUSALS = [
     ({"thinking": {"type": "enabled"}}, ["thinking.budget_tokens"]),
     ({"thinking": {"type": "enabled", "budget_tokens": "lots"}}, ["thinking.budget_tokens"]),
     ({"thinking": {"type": "sometimes"}}, ["thinking.type"]),
-    ({"thinking": {}}, ["thinking.type"]),
+    ({"thinking": {}}, ["thinking: Unable to extract tag using discriminator"]),
     ({"output_config": {"effort": "ludicrous"}}, ["output_config.effort"]),
     ({"output_config": {"format": {"type": "json_schema", "schema": {"not": {}}}}},
      ["output_config.format.schema.not", "'not'"]),
@@ -148,6 +149,10 @@ def test_refusals_name_the_field(change, needles, demo_tok):
 # a malformed request in the API's (pydantic's) exact words, at its spelling of the place: Claude Code reads the
 # block's place (messages.0.content.1) to drop that one block; the SDKs and LangChain show the message as it is
 TEXT = {"type": "text", "text": "hi"}
+TAGS = ("'text', 'image', 'document', 'search_result', 'thinking', 'redacted_thinking', 'tool_use', 'tool_result', "
+        "'server_tool_use', 'web_search_tool_result', 'web_fetch_tool_result', 'code_execution_tool_result', "
+        "'bash_code_execution_tool_result', 'text_editor_code_execution_tool_result', 'tool_search_tool_result', "
+        "'container_upload'")
 WORDED = [
     ({"messages": [{"role": "user", "content": [TEXT, {"type": "search_result", "source": "s", "title": "t",
                                                        "content": "x"}]}]},
@@ -159,6 +164,29 @@ WORDED = [
      "messages.1.content.0.tool_use.input: Input should be a valid dictionary"),
     ({"messages": [{"role": "user", "content": 7}]}, "messages.0.content.str: Input should be a valid string"),
     ({"messages": ["hi"]}, "messages.0: Input should be a valid dictionary"),
+    ({"messages": [{"role": "user", "content": [TEXT, {"text": "no type"}]}]},
+     "messages.0.content.1: Unable to extract tag using discriminator 'type'"),
+    ({"messages": [{"role": "user", "content": [TEXT, {"type": "holodeck"}]}]},
+     f"messages.0.content.1: Input tag 'holodeck' found using 'type' does not match any of the expected tags: {TAGS}"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                                  "content": [TEXT, {"type": "holo"}]}]}]},
+     "messages.0.content.0.tool_result.content.1: Input tag 'holo' found using 'type' does not match any of the "
+     "expected tags: 'text', 'image', 'search_result', 'document', 'tool_reference', 'browser_state'"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+     "messages.0.content.0.image.source: Unable to extract tag using discriminator 'type'"),
+    ({"thinking": {}}, "thinking: Unable to extract tag using discriminator 'type'"),
+    ({"tools": [{"type": "holodeck", "name": "h"}]},
+     "tools.0: Input tag 'holodeck' found using 'type' does not match any of the expected tags: 'custom', "
+     "'bash_20250124', 'code_execution_20250522', 'code_execution_20250825', 'code_execution_20260120', "
+     "'code_execution_20260521', 'browser_toolset_20260801', 'memory_20250818', 'computer_toolset_20260801', "
+     "'text_editor_20250124', 'text_editor_20250429', 'text_editor_20250728', 'web_search_20250305', "
+     "'web_fetch_20250910', 'web_search_20260209', 'web_fetch_20260209', 'web_fetch_20260309', 'web_search_20260318', "
+     "'web_fetch_20260318', 'tool_search_tool_bm25_20251119', 'tool_search_tool_bm25', "
+     "'tool_search_tool_regex_20251119', 'tool_search_tool_regex'"),
+    # a type the API knows and this server does not serve stays refused by name
+    ({"messages": [{"role": "user", "content": [{"type": "web_search_tool_result"}]}]},
+     "content block type 'web_search_tool_result' at messages[0].content[0].type is not supported: this server takes "
+     "text, image, document, search_result, tool_use and tool_result blocks only"),
     ({"tools": [{"name": "", "input_schema": {"type": "object"}}]},
      "tools.0.custom.name: String should have at least 1 character"),
     ({"tools": [{"name": "f" * 129, "input_schema": {"type": "object"}}]},
@@ -188,6 +216,10 @@ async def test_the_api_wording_over_http_and_through_the_sdk(serve):
     for change, words in WORDED[::3]:
         d = assert_envelope(await post(s, {**body(), **change}, "/v1/messages?beta=true"), 400, "invalid_request_error")
         assert d["error"]["message"] == words
+    untyped = [{"role": "user", "content": [{"text": "x"}]}]
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        await sdk(s).messages.create(model=MODEL, max_tokens=10, messages=untyped)
+    assert exc.value.body["error"]["message"] == "messages.0.content.0: Unable to extract tag using discriminator 'type'"
 
 
 _PROTO = []

@@ -43,6 +43,12 @@ def spell(parts: tuple) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else p) for i, p in enumerate(parts))
 
 
+def pattern(parts: tuple) -> str:
+    """A place's steps as the spec's tables write its path: ``("messages", 3, "content", 0)`` →
+    ``messages[].content[]``."""
+    return "".join("[]" if isinstance(p, int) else (f".{p}" if i else p) for i, p in enumerate(parts))
+
+
 def loc(doc: Any, parts: tuple, tagged: dict | None = None) -> str:
     """A place as pydantic writes it (the Anthropic API's errors): steps joined by dots (``messages.0.content``),
     and after an object at a ``tagged`` path (``thinking``, ``tools[]``: one of several shapes told apart by a

@@ -2,11 +2,12 @@
 error's data what an API that answers pydantic's way (Anthropic's) needs to say it in its own words
 (``extra.error_wording``, a table keyed by the data's ``check`` where one code stands for several checks).
 
-The data: ``check`` (the keyword that failed: ``required``, ``type``, ``enum``, ``pattern``,
-``minLength``, ``maxLength``, ``minItems``, ``maxItems``), ``loc`` (the place as pydantic writes it:
-``paths.loc``, the spec's ``tagged`` shapes named after their objects), and the check's own values:
-``expected`` (``a valid list``; an enum's ``'a', 'b' or 'c'``), ``limit`` with ``plural`` (``s`` unless the
-limit is 1) and ``length``, ``pattern``.
+The data: ``check`` (the keyword that failed: ``required``, ``tag``, ``type``, ``enum``, ``pattern``,
+``minLength``, ``maxLength``, ``minItems``, ``maxItems``, ``extra``: a key not allowed), ``loc`` (the place as
+pydantic writes it: ``paths.loc``, the spec's ``tagged`` shapes named after their objects), and the check's own
+values: ``expected`` (``a valid list``; an enum's ``'a', 'b' or 'c'``), ``limit`` with ``plural`` (``s`` unless
+the limit is 1) and ``length``, ``pattern``, and for a tagged object without its tag ``union`` (the object's
+place) and ``tag`` (the key), as pydantic names a discriminated union it cannot read.
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ def bound_data(check: str, loc: str, limit: int, length: int) -> dict:
     return {"check": check, "loc": loc, "limit": limit, "plural": "" if limit == 1 else "s", "length": length}
 
 
+def tag_key(parts: tuple, tagged: Mapping) -> str | None:
+    """The key that tells the shapes of the object at ``parts`` apart, where the spec's ``tagged`` table names one
+    and an object without it is no shape (no ``default``)."""
+    tag = tagged.get(paths.pattern(parts))
+    return tag if isinstance(tag, str) else None
+
+
 def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
                  tagged: Mapping | None = None) -> ApiError:
     """A field's JSON-Schema failure as the client's 400, naming the exact place (``messages[2].role``); its data
@@ -59,8 +67,10 @@ def schema_error(name: str, error: jsonschema.ValidationError, body: Any = None,
 
     if error.validator == "required":
         missing = next(r for r in error.validator_value if r not in error.instance)
+        data = ({"check": "tag", "union": loc(), "tag": missing, "loc": loc(missing)}
+                if tag_key(at, tagged) == missing else {"check": "required", "loc": loc(missing)})
         return invalid(f"Missing required parameter: '{where}.{missing}'", param=f"{where}.{missing}",
-                       code="missing_required_parameter", data={"check": "required", "loc": loc(missing)})
+                       code="missing_required_parameter", data=data)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(error.schema.get("properties") or {})
         extra = next((k for k in error.instance if k not in allowed), None)

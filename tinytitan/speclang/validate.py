@@ -157,8 +157,9 @@ class RequestValidator:
             for parts, value in paths.reach(body, rule["field"]):
                 if value is not None and condition_holds(rule["when"], value):
                     where = paths.spell(parts)
-                    msg = rule["message"].format(value=_show(value), path=where, field=rule["field"],
-                                                 loc=paths.loc(body, parts, self.tagged),
+                    place = paths.loc(body, parts, self.tagged)  # (at a shape's key: the shape's place, then .type)
+                    msg = rule["message"].format(value=_show(value), path=where, field=rule["field"], loc=place,
+                                                 union=place.rpartition(".")[0],
                                                  length=len(value) if hasattr(value, "__len__") else "")
                     raise ApiError(rule.get("kind", "invalid_request"), msg, param=where, code=rule.get("code"),
                                    data={"details": rule["details"]} if "details" in rule else None)
