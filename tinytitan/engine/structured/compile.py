@@ -127,6 +127,7 @@ _lock = threading.Lock()
 _tokenizers: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, LLTokenizer): few, kept for life
 _grammars: collections.OrderedDict[tuple, str] = collections.OrderedDict()
 _checked: collections.OrderedDict[tuple[int, str], None] = collections.OrderedDict()  # (id(LLTokenizer), text)
+_empty: collections.OrderedDict[str, tuple[str, str] | None] = collections.OrderedDict()  # unsatisfiable's answers
 _markers: dict[int, dict[str, int]] = {}  # id(LLTokenizer) -> token_markers: few, kept for life
 
 
@@ -327,6 +328,37 @@ def _admits_nothing(text: str, llt) -> str | None:
     return first[0] if first and first[0].startswith("NoExtension") else None
 
 
+NO_VALUE, _UNSATISFIABLE = "no value satisfies this schema", "Unsatisfiable schema: "  # ours, llguidance's
+
+
+def unsatisfiable(schema: Any) -> tuple[str, str] | None:
+    """Where in ``schema`` no value can be written, and why: (the path below it, ``.properties.n``, into the
+    required property llguidance blames; the reason, ``minimum (5) is greater than maximum (1)``), or None.
+    Remembered by the schema's text: a strict tool's schema is checked on every request that sends it."""
+    key = json.dumps(schema, sort_keys=True, default=str)
+    with _lock:
+        if key in _empty:
+            _empty.move_to_end(key)
+            return _empty[key]
+    found = _unsatisfiable(schema)
+    with _lock:
+        _empty[key] = found
+        while len(_empty) > CACHE_SIZE:
+            _empty.popitem(last=False)
+    return found
+
+
+def _unsatisfiable(schema: Any) -> tuple[str, str] | None:
+    fault = schema_fault(schema)
+    if not fault or not fault.startswith(_UNSATISFIABLE):
+        return None
+    reason = fault.removeprefix(_UNSATISFIABLE)
+    blamed = re.fullmatch(r"required property '(.+)' is unsatisfiable", reason)
+    inner = (schema.get("properties") or {}).get(blamed[1]) if blamed and isinstance(schema, dict) else None
+    found = _unsatisfiable(inner) if isinstance(inner, dict) else None  # (one that refers outside itself: None)
+    return (f".properties.{blamed[1]}{found[0]}", found[1]) if found else ("", reason)
+
+
 def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) -> CompiledGrammar:
     """Compile and check ``grammar`` for ``tokenizer``; ApiError (400, naming ``grammar.where``) when the
     compiler cannot promise it."""
@@ -350,8 +382,12 @@ def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) 
     detail = None
     if is_error or messages:  # a warning is something the compiler would not enforce: refused too
         detail = "; ".join(_one_line(m) for m in messages) or "invalid grammar"
-    elif (empty := _admits_nothing(text, llt)) is not None:  # (a schema that is only a reference to itself …)
-        detail = f"it admits no output at all ({empty})"
+    elif _admits_nothing(text, llt) is not None:  # (a schema that is only a reference to itself …)
+        detail = f"{NO_VALUE}: the grammar it compiles to admits no output at all"
+    if detail is not None and _UNSATISFIABLE in detail and isinstance(grammar.source, dict):
+        found = unsatisfiable(grammar.source)  # (llguidance's words: "Unsatisfiable schema: required property …")
+        if found is not None:
+            where, detail = where + found[0], f"{NO_VALUE}: {found[1]}"
     if detail is not None:
         what = "schema" if grammar.kind.startswith("json") else f"{grammar.kind} grammar"
         raise invalid(f"The {what} at '{where}' cannot be enforced: {detail}", param=where,

@@ -27,8 +27,8 @@ from ...chat_request import Grammar, Tool
 from ...errors import ApiError, invalid
 from ...output_format import check_schema, loosened
 from .best_effort import loosest
-from .compile import (SPACED, JsonLayout, arguments_schema, compile_grammar, custom_tool_refused, json_rule,
-                      with_format_patterns)
+from .compile import (NO_VALUE, SPACED, JsonLayout, arguments_schema, compile_grammar, custom_tool_refused,
+                      json_rule, unsatisfiable, with_format_patterns)
 from .escaped import ANY_TEXT, escaped_lark_rules
 
 log = logging.getLogger("tinytitan.structured")
@@ -157,6 +157,18 @@ def check_strict_schemas(tools: list[Tool]) -> None:
         except ApiError as exc:
             raise invalid(f"'{tool.name}' is a strict tool, whose calls must then match its schema: {exc.message}",
                           param=exc.param, code="unsupported_schema") from None
+        at, why = no_value(tool)
+        if why:
+            raise invalid(f"'{tool.name}' is a strict tool, whose calls must then match its schema: {why}", param=at,
+                          code="unsupported_schema")
+
+
+def no_value(tool: Tool) -> tuple[str, str | None]:
+    """The place in a tool's schema where no value can be written and the words for it ((…, None): some value
+    can): said before the call grammar's compiler refuses it in its own words, and the whole grammar with them."""
+    found = unsatisfiable(tool.parameters)
+    at = f"tools.{tool.name}.parameters{found[0] if found else ''}"
+    return at, f"{NO_VALUE} at '{at}': {found[1]}" if found else None
 
 
 def _calls_masked_beside_text(family, vocab: dict, thinking: bool = False) -> bool:
@@ -191,6 +203,9 @@ def forced_call_grammar(family, tools: list[Tool], parallel: bool | int, vocab: 
         except ApiError as exc:
             raise invalid(f"tool_choice forces a call to '{tool.name}', whose arguments must then match its schema: "
                           f"{exc.message}", param="tool_choice", code="unsupported_schema") from None
+        if (why := no_value(tool)[1]) is not None:
+            raise invalid(f"tool_choice forces a call to '{tool.name}', whose arguments must then match its schema: "
+                          f"{why}", param="tool_choice", code="unsupported_schema")
     rules = syntax.blocks(family, tools, parallel, vocab, False)
     return Grammar("lark", "\n".join([f"start: {_thought_closed(markup, vocab, start_in_reasoning)}blocks", *rules]),
                    where="tool_choice")
