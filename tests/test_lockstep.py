@@ -196,3 +196,55 @@ def test_a_row_that_failed_on_the_old_model_is_opened_there_when_its_join_rides_
     with pytest.raises(StopIteration):  # every message read, none refused
         follower.follow(SimpleNamespace(rank=1, share=lambda report=False: next(messages)), [x, y], 4)
     assert [(model, args[-1]) for model, args in opened] == [("x", False), ("x", True)]
+
+
+
+def test_a_row_whose_opening_reads_its_prompt_ends_alike_on_every_rank():
+    """Echo with ``max_tokens: 0`` of a prompt cached but its last token: its opening has read all it reads, and
+    it has nothing to sample, so it ends there. Every rank keeps the same entry of it — before, rank 0 ended it
+    inside its admission, announced it as failed there, and a follower kept nothing of what rank 0 kept: the
+    next request on that prefix stopped the group, diverged."""
+    import json
+
+    import mlx.core as mx
+    import pytest
+
+    from tinytitan.chat_request import ChatRequest
+    from tinytitan.demo_model import ensure_demo_model
+    from tinytitan.engine.backends.mlx import MLXBackend
+    from tinytitan.engine.decode.plan import PREFILL_STEP
+    from tinytitan.engine.decode.rows import Row
+    from tinytitan.engine.decode.token_events import DecodeLoop
+    from tinytitan.engine.group import follower
+    from tinytitan.engine.group.lockstep import Lead
+    from tinytitan.engine.prompt.raw import VerbatimParser
+    from tinytitan.events import Finished, Started
+
+    ranks = MLXBackend(ensure_demo_model(), "m"), MLXBackend(ensure_demo_model(), "m")
+    ids = tuple(ranks[0].tokenizer.encode("The sea is calm tonight", add_special_tokens=False))
+    for backend in ranks:  # each rank's cache holds the prompt but its last token (an earlier request's)
+        backend.ensure_loaded()
+        kv = backend.new_cache(backend.model)
+        backend.model(mx.array([ids[:-1]]), cache=kv)
+        mx.eval([c.state for c in kv])
+        backend.prompt_cache.store(list(ids[:-1]), kv)
+    sent: list[dict] = []
+    lead = Lead(SimpleNamespace(broken=None, share=lambda msg=None, **_kw: sent.append(json.loads(json.dumps(msg)))))
+    scheduler = lead.scheduler(lambda _backend: None, 4, PREFILL_STEP, True)
+    prepared = ranks[0].prepare(ChatRequest(model="m", prompt="", prompt_ids=ids, messages=(), max_tokens=0,
+                                            temperature=0.0))
+    events: list = []
+    scheduler.admit(Row(ranks[0], prepared, loop=DecodeLoop(VerbatimParser(), (), events.append),
+                        should_stop=lambda: False))
+    while scheduler.rows:
+        scheduler.step(lambda: False)
+    lead.send(None, True)
+    assert [type(ev) for ev in events] == [Started, Finished] and events[-1].reason == "length"
+    assert [spec.get("failed") for msg in sent for spec in msg.get("j", ())] == [None]
+    assert [e[1] for msg in sent for e in msg["e"]] == ["finished"]
+
+    messages = iter(sent)
+    with pytest.raises(StopIteration):  # every message read, none refused
+        follower.follow(SimpleNamespace(rank=1, share=lambda report=False: next(messages)), [ranks[1]], 4)
+    kept = [[[int(t) for t in e.tokens] for e in b.prompt_cache.entries.values()] for b in ranks]
+    assert kept[0] == kept[1] == [list(ids[:-1])]  # (the KV its prompt but the last token left)

@@ -109,10 +109,9 @@ class Scheduler:
             row.fail(exc)
             self.retire(row)
             return
+        # its prompt read but the last token already, with none to generate (``max_tokens`` 0): it ends in the next
+        # step's fold, as every row that stepped does (a group's followers open it before they retire it: lockstep.py)
         self._prompt_read(row)
-        if row.ending is not None:  # its prompt was read whole already, and it has no token to generate
-            row.flush()
-            self.retire(row)
 
     def let_go(self, row: Row) -> None:
         """A row whose consumer left before it was taken in: it ends as left, never opened."""
@@ -179,7 +178,7 @@ class Scheduler:
             return looked[0]
 
         cancel = tuple(i for i, row in self.rows.items() if row.stopped)
-        active = [row for row in self.rows.values() if row.id not in cancel]
+        active = [row for row in self.rows.values() if row.id not in cancel and row.ending is None]
         batched = [row for row in active if row.id in self.batched]
         if len(active) == 1 and len(batched) == 1 and not waiting():
             return Plan(cancel, leave=(batched[0].id,))  # the batch is down to one row: it steps on alone
