@@ -71,6 +71,26 @@ async def test_pipelined_requests_sent_together_each_get_what_they_get_alone(pip
     assert httpx.get(pipeline_group.base + "/health").json()["group"]["batch_steps"] > batched
 
 
+
+async def test_a_prompts_own_log_probabilities_on_a_pipelined_group_are_one_processs(pipeline_group, one_pipeline):
+    """Echo with logprobs reads the prompt chunk by chunk with its logits, whose last collective (the layers'
+    output gathered on every rank) only runs where they are read: every rank reads them, so the group stays in
+    step — before, rank 0 alone did, and its gather waited for a rank that never came to it."""
+    payload = {"model": MODEL, "prompt": "Pipelined: the sea is calm and the sky is grey", "echo": True,
+               "logprobs": 1, "max_tokens": 3, "temperature": 0}
+    got = []
+    for base in (one_pipeline.base, pipeline_group.base):
+        with trio.fail_after(60):
+            async with httpx.AsyncClient(timeout=60) as c:
+                r = await c.post(base + "/v1/completions", json=payload)
+        assert r.status_code == 200, r.text
+        got.append(r.json()["choices"][0])
+    assert got[1]["text"] == got[0]["text"] and got[1]["logprobs"]["tokens"] == got[0]["logprobs"]["tokens"]
+    assert got[1]["logprobs"]["token_logprobs"][1:] == pytest.approx(got[0]["logprobs"]["token_logprobs"][1:],
+                                                                     abs=1e-3)
+    assert await ask(pipeline_group.base, "chat", "Pipelined, still in step after it.", max_tokens=8) == \
+        await ask(one_pipeline.base, "chat", "Pipelined, still in step after it.", max_tokens=8)
+
 async def test_idle_the_ranks_pause_between_heartbeats_and_a_rank_lost_then_breaks_the_group(pipeline_group):
     """Idle, rank 0 broadcasts a heartbeat every ``idle_pause_s`` and the followers sleep between them (rather
     than spin in a collective): a rank killed while nothing is asked is seen by the next heartbeat."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from .logprobs import Queued, prompt_top
+from .logprobs import Queued
 
 if TYPE_CHECKING:
     from .rows import Row
@@ -40,7 +40,7 @@ class Lane:
         self.width = 0
         top = row.prepared.logprobs
         self.logprobs = Queued(top) if top is not None else None  # its samples' figures, not read yet
-        self.prompt_top = prompt_top(row.prepared)  # its prompt tokens' alternatives, where their figures are asked
+        self.prompt_top = row.prompt_top  # its prompt tokens' alternatives, where their figures are asked
         self.prompt_figures: list = []  # the figures of the prompt tokens its prefill read, not handed out yet
 
     def sample(self, logits, inputs):

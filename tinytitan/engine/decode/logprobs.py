@@ -73,7 +73,7 @@ class Queued:
 
 def prompt_top(prepared) -> int | None:
     """How many alternatives a row's prompt tokens are listed with (None: their figures are not asked; a group
-    follower's row, which has no request, reports none)."""
+    follower's row, which has no request, has rank 0's from its message and reports none: follower.py)."""
     req = getattr(prepared, "req", None)
     return req.prompt_logprobs if req is not None else None
 

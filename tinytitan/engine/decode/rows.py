@@ -77,8 +77,10 @@ class Row:
         self.draws = None  # its seeded RowSampler (speculative/sampling.py), whose key chain the fold moves
         self.processors: list = []
         self.generated: list[int] = []
-        # its prompt tokens' figures, where asked (``prompt_read``: sent once its prompt is read), else None
-        self.prompt_figures: list | None = [] if prompt_top(prepared) is not None else None
+        # how many alternatives its prompt tokens' figures list, where asked (a group follower's: rank 0's row's, read
+        # alike on every rank: lockstep.py), and those figures (``prompt_read``: sent once its prompt is read)
+        self.prompt_top = prompt_top(prepared)
+        self.prompt_figures: list | None = [] if self.prompt_top is not None else None
         self.prompt_done = False  # its prompt is read (but the last token) and what follows from that was done
         # it reads its whole prompt itself, no cached prefix (which has no logits for its figures: logprobs.py); a
         # group follower's row as rank 0's does (lockstep.py)

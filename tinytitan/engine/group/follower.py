@@ -54,6 +54,9 @@ def follower_row(backend, spec: dict) -> Row:
     loop = DecodeLoop(VerbatimParser(), (), lambda _event: None, prepared.sampling)
     row = Row(backend, prepared, loop=loop, should_stop=lambda: False)
     row.whole_prompt = spec.get("whole_prompt", False)  # no cached prefix where rank 0's reads its whole prompt
+    # its prefill's logits read where rank 0's are (for its prompt's figures, which only rank 0 sends): evaluating
+    # them runs the collectives after the last layer (a pipeline's gather), which every rank must run alike
+    row.prompt_top = spec.get("prompt_logprobs")
     return row
 
 

@@ -19,7 +19,9 @@ Rules:
   entries a new one supersedes (cache/memory.py). A row that failed on rank 0 after its opening took its prefix
   from the prompt cache (its sampler or processors could not be made, say) joins too, marked failed: a follower
   opens it as far as it goes (taking the same entry) and retires it at once, keeping nothing, as rank 0 did
-  (such rows may ride on a switch of models, ``m``: a follower opens them on the old model first),
+  (such rows may ride on a switch of models, ``m``: a follower opens them on the old model first); a row that
+  reads its whole prompt for its tokens' log probabilities says so: every rank reads its prefill's logits (their
+  collectives, a pipeline's gather after the last layer, run alike),
   ``p`` — the plan (``Plan.as_ints()``); a message without it (the last rows left) only settles the rows.
 - A follower (``follow``, follower.py) holds the same rows, opened from those messages with the same seeds, and runs
   ``Forward.run`` on the same plan: the model's collectives (tensor or pipeline parallel) pair up because
@@ -214,7 +216,7 @@ def join_spec(row: Row) -> dict:
     p = row.prepared
     return {"id": row.id, "tokens": row.tokens, "max_tokens": p.max_tokens, "sampling": p.sampling,
             "seed": p.seed, "speculative": p.speculative, "raw": p.raw, "cached": row.read, "logprobs": p.logprobs,
-            "whole_prompt": row.whole_prompt,
+            "whole_prompt": row.whole_prompt, "prompt_logprobs": row.prompt_top,
             "grammar": p.grammar.text if p.grammar is not None else None,
             "grammar_name": p.grammar.name if p.grammar is not None else None,
             "facts": p.facts().as_json()}
