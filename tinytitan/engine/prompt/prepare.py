@@ -103,20 +103,8 @@ class Prepared:
         return GrammarMask(self.grammar) if self.grammar is not None else None
 
 
-class _NoSequenceLengthWarning(logging.Filter):
-    """transformers warns once per tokenizer when a text it encodes is longer than the tokenizer's
-    ``model_max_length``. The server measures every prompt against the model's context window itself (and
-    refuses what does not fit), so the warning says nothing about what happens next: it stays out of the log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Token indices sequence length is longer than")
-
-
 _LONGEST_TOKEN: dict[int, tuple[Any, int]] = {}  # id(tokenizer) → (tokenizer, longest entry)
 _TURN_MARKERS: dict[int, tuple[Any, dict[str, int]]] = {}  # id(tokenizer) → (tokenizer, special tokens per turn)
-
-
-logging.getLogger("transformers.tokenization_utils_base").addFilter(_NoSequenceLengthWarning())
 
 
 class PromptPreparation(TemplateRendering):

@@ -9,11 +9,24 @@ Rules:
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Sequence, TypeVar
 
 from ...errors import invalid
 
 T = TypeVar("T")
+
+
+class _NoSequenceLengthWarning(logging.Filter):
+    """transformers warns once per tokenizer when a text it encodes is longer than the tokenizer's
+    ``model_max_length``. The server measures every prompt against the model's context window itself (and
+    refuses what does not fit), so the warning says nothing about what happens next: it stays out of the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token indices sequence length is longer than")
+
+
+logging.getLogger("transformers.tokenization_utils_base").addFilter(_NoSequenceLengthWarning())
 
 
 def once_per_tokenizer(table: dict[int, tuple[Any, T]], tokenizer, measure: Callable[[], T]) -> T:
