@@ -231,3 +231,35 @@ async def test_the_choices_of_a_prompt_read_it_once(serve, demo_backend, monkeyp
         await client(s).completions.create(**asked)
     (length, first), *others = cached
     assert first < length - 1 and [hit for _, hit in others] == [length - 1] * 2, cached
+
+
+async def test_a_streams_usage_counts_the_prompts_cached_tokens_as_its_first_choice_read_them(serve, demo_backend):
+    """A fresh prompt's first choice reads it; the others reuse what it read (cached, for them). The one usage
+    chunk counts the prompt's cached tokens as its first choice saw them — the answer's figure whole, and the
+    request's alone — whichever choice ends first: before, the first usage to arrive was taken, and a later
+    choice ending first made a fresh prompt look cached."""
+    s = await serve(backend=demo_backend)
+    prompt = "A prompt for the usage's order: the quick brown fox jumps over the lazy dog again and again"
+    ask = dict(model=demo_backend.model_id, prompt=prompt, n=2, max_tokens=16, temperature=1.0, seed=11)
+
+    async def streamed(**kw) -> tuple[dict, list[int], object]:
+        demo_backend.prompt_cache.clear()
+        texts, ended, usage = {0: "", 1: ""}, [], None
+        async for chunk in await client(s).completions.create(**ask, **kw, stream=True,
+                                                               stream_options={"include_usage": True}):
+            usage = chunk.usage or usage
+            for c in chunk.choices:
+                texts[c.index] += c.text
+                if c.finish_reason:
+                    ended.append(c.index)
+        return texts, ended, usage
+
+    texts, _, _ = await streamed()
+    later = texts[1]  # a stop string only the second choice writes: it ends first
+    stop = next(later[i:i + 4] for i in range(1, len(later) - 3) if later[i:i + 4] not in texts[0])
+    _, ended, usage = await streamed(stop=[stop])
+    assert ended == [1, 0]
+    demo_backend.prompt_cache.clear()
+    whole = (await client(s).completions.create(**ask, stop=[stop])).usage
+    assert usage.prompt_tokens_details.cached_tokens == whole.prompt_tokens_details.cached_tokens == 0
+    assert (usage.prompt_tokens, usage.completion_tokens) == (whole.prompt_tokens, whole.completion_tokens)

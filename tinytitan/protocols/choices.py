@@ -200,8 +200,8 @@ async def _interleaved(runs: list) -> AsyncIterator[tuple[int, WireEvent]]:
 
 async def _streamed(proto, runs: list, prompts: list[int]) -> AsyncIterator[bytes]:
     framing = proto.spec.framing
-    usages: list[tuple[int, dict]] = []
-    last: dict | None = None
+    usages: dict[int, tuple[int, dict]] = {}  # choice -> (its prompt, its usage): summed in the choices' order,
+    last: dict | None = None  # as not streamed (a prompt's first choice's cached tokens), whichever ends first
     async with _interleaved(runs) as wires:
         async for i, wire in wires:
             if isinstance(wire, Exception):
@@ -209,14 +209,14 @@ async def _streamed(proto, runs: list, prompts: list[int]) -> AsyncIterator[byte
             if isinstance(wire.data, str):  # a choice's terminal: the stream's one goes last
                 continue
             if (usage := _usage_alone(wire)) is not None:
-                usages.append((prompts[i], usage))
+                usages[i] = (prompts[i], usage)
                 last = wire.data
                 continue
             yield wire.encode(framing)
             if isinstance(wire.data, dict) and "error" in wire.data:
                 break
     if last is not None and len(usages) == len(runs):
-        yield WireEvent(None, {**last, "usage": summed(usages)}).encode(framing)
+        yield WireEvent(None, {**last, "usage": summed([usages[i] for i in sorted(usages)])}).encode(framing)
     terminal = runs[0][0].terminal
     if terminal is not None:
         yield terminal.encode(framing)
