@@ -14,8 +14,10 @@ Rules:
 - SQLite: WAL, ``synchronous=FULL`` (a commit is on disk before ``run`` returns, so an answered write survives
   ``kill -9`` and power loss), a busy timeout so several processes share one file, writes begin IMMEDIATE.
 - Every statement is bounded by ``STATEMENT_SECONDS``: SQLite's busy timeout (a lock another process holds);
-  PostgreSQL's ``statement_timeout`` (a lock, a server that stalls), with TCP keepalives and
-  ``tcp_user_timeout`` for a server machine gone silent, unless the URL sets them itself. Expired, the
+  PostgreSQL's ``statement_timeout`` (a lock, a server that stalls), set in each transaction (``SET LOCAL``:
+  never a startup option, which PgBouncer and the poolers built on it refuse, and which would replace
+  PGOPTIONS), with TCP keepalives and ``tcp_user_timeout`` for a server machine gone silent, unless the URL
+  (or, for the timeout, PGOPTIONS) sets them itself. Expired, the
   statement raises one of ``STORAGE_ERRORS`` (PostgreSQL's QueryCanceled is an OperationalError): a read is
   the same 503 naming the store that a lost server gives, never a request held for as long as TCP allows.
 - A SQLite file that is not a database (or is malformed) is moved aside at open, with its WAL, as
@@ -287,7 +289,8 @@ class PostgresDatabase(Database):
         self.url = url
         self.connect_timeout = connect_timeout
         self.where = redact(url)
-        self.params = _bounds(url, STATEMENT_SECONDS if statement_timeout is None else statement_timeout)
+        seconds = STATEMENT_SECONDS if statement_timeout is None else statement_timeout
+        self.params, self.bound_ms = _bounds(url, seconds)
         self.run(schema.create)
 
     def _conn(self):
@@ -302,20 +305,24 @@ class PostgresDatabase(Database):
         conn = self._conn()
         with conn.transaction():
             with conn.cursor() as cur:
+                if self.bound_ms is not None:  # (this transaction's alone, through any pooler: see the rules)
+                    cur.execute(f"SET LOCAL statement_timeout = {self.bound_ms}")
                 return fn(Tx(cur, "postgresql"), *args)
 
 
-def _bounds(url: str, seconds: float) -> dict:
-    """The connection parameters that bound a statement to ``seconds`` (see the rules); what the URL sets
-    itself is left as it says (its ``options`` come after ours: the server takes the last value)."""
+def _bounds(url: str, seconds: float) -> tuple[dict, int | None]:
+    """(the connection parameters that bound a silent server to ``seconds``, the ``statement_timeout`` in ms each
+    transaction sets; None where the URL's options, or PGOPTIONS, set one themselves): see the rules. What the
+    URL sets itself is left as it says."""
     given = psycopg.conninfo.conninfo_to_dict(url)
     ms = max(1, int(seconds * 1000))
-    out: dict = {"options": f"-c statement_timeout={ms} {given.get('options') or ''}".strip()}
+    out: dict = {}
     for name, value in (("keepalives", 1), ("keepalives_idle", 10), ("keepalives_interval", 5),
                         ("keepalives_count", 3), ("tcp_user_timeout", ms)):
         if name not in given:
             out[name] = value
-    return out
+    own = given.get("options") or os.environ.get("PGOPTIONS") or ""  # (libpq reads the second without the first)
+    return out, (None if "statement_timeout" in own else ms)
 
 
 # -- choosing one ------------------------------------------------------------------------------------------
