@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 
 import httpx
 import pytest
@@ -369,3 +370,27 @@ async def test_a_stored_turn_chained_from_an_unstored_one_chains_after_the_conne
                                                                   "previous_response_id": second})
         assert r.status_code == 200, r.text
         assert r.json()["output"][0]["content"][0]["text"] == "three"
+
+
+async def test_a_store_that_cannot_be_read_loses_the_record_not_the_answer(serve, monkeypatch):
+    """Storing a turn chained from one only the connection holds first asks the store whether that one is stored;
+    a store that cannot be read then (a lost database server) loses this record, as a failed write does, and the
+    turn still ends with its response.completed, not an error frame in its place."""
+    server = await serve(["one", "two"])
+    db = server.server.protocols["openai_responses"].store().db
+    real = db.run
+
+    def run(fn, *args, write=True):
+        if not write:
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(fn, *args, write=write)
+
+    async with httpx.AsyncClient() as client:
+        async with aconnect_ws(server.url("/v1/responses"), client) as ws:
+            await ws.send_text(create(input="first question"))
+            first = (await turn(ws))[-1]["response"]["id"]
+            monkeypatch.setattr(db, "run", run)
+            await ws.send_text(create(input="second question", store=True, previous_response_id=first))
+            frames = await turn(ws)
+    assert frames[-1]["type"] == "response.completed", frames[-1]
+    assert frames[-1]["response"]["output"][0]["content"][0]["text"] == "two"

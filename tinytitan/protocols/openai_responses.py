@@ -191,8 +191,8 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
                 rec = StoredResponse(id=rec.id, input=v.state.history + rec.input, events=rec.events,
                                      previous_response_id=None, created_at=rec.created_at)
             await self.store().put(rec)
-        except (*STORAGE_ERRORS, ValueError) as exc:  # a full or read-only disk, a lost database server (or
-            # text it cannot encode) loses the record, not the answer
+        except (*STORAGE_ERRORS, ValueError, ApiError) as exc:  # a full or read-only disk, a lost database server
+            # (or text it cannot encode; or the read of ``prev``, its 503) loses the record, not the answer
             log.error("could not store response %s: %s", rec.id, exc)
 
     def abandon(self, machine: Machine) -> None:
