@@ -5,6 +5,30 @@ from tinytitan.engine.cache.entries import PromptFacts
 from tinytitan.engine.cache.memory import PromptCache
 
 
+def kv(n: int) -> list:
+    """A one-layer KV cache of ``n`` positions (2 heads of 64)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    c = KVCache()
+    c.update_and_fetch(mx.zeros((1, 2, n, 64)), mx.zeros((1, 2, n, 64)))
+    return [c]
+
+
+def two_files(tmp_path) -> tuple:
+    """Two files written to ``tmp_path`` sharing a system prompt, a long one and a short one →
+    (system, long, short, the PromptDisk that wrote them)."""
+    from tinytitan.engine.cache.disk import PromptDisk
+
+    system = list(range(1000, 1100))
+    long, short = system + list(range(3000, 3300)), system + list(range(4000, 4020))
+    first = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
+    for tokens in (long, short):
+        first.put(np.array(tokens), kv(len(tokens)), ())
+    assert first.flush()
+    return system, long, short, first
+
+
 def test_an_entry_read_back_from_disk_gives_way_to_the_next_turn_as_in_memory(tmp_path):
     """A file says where its answer starts: the entry read back from it knows that too, so the next turn's entry
     (whose prompt starts with the file's prompt but parts from its answer) supersedes it, as it supersedes the entry
@@ -112,22 +136,9 @@ def test_a_shorter_file_stands_in_for_the_longest_where_that_one_is_too_large(tm
     """The file sharing the most with a prompt holds more than the memory budget keeps (written under a larger
     ``--prompt-cache-mib``): the longest of the files that fit is read back instead (another conversation's, sharing
     the system prompt), where nothing was read and the whole prompt computed again."""
-    import mlx.core as mx
-    from mlx_lm.models.cache import KVCache
-
     from tinytitan.engine.cache.disk import PromptDisk
 
-    def kv(n):
-        c = KVCache()
-        c.update_and_fetch(mx.zeros((1, 2, n, 64)), mx.zeros((1, 2, n, 64)))
-        return [c]
-
-    system = list(range(1000, 1100))
-    long, short = system + list(range(3000, 3300)), system + list(range(4000, 4020))
-    first = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
-    for tokens in (long, short):
-        first.put(np.array(tokens), kv(len(tokens)), ())
-    assert first.flush()
+    system, long, short, first = two_files(tmp_path)
     budget = kv(len(short))[0].nbytes  # (the long file's KV holds more)
     restarted = PromptCache(budget)
     restarted.disk = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
@@ -191,22 +202,11 @@ def test_an_older_file_found_too_large_gives_way_to_the_next_best_in_the_same_re
     budget keeps once read: the next best file (one that fits) is read back for the same prompt, where the whole
     prompt was computed again; a file that fails to load gives way alike. At most ``READ_BACK_TRIES`` files."""
     import mlx.core as mx
-    from mlx_lm.models.cache import KVCache
 
     from tinytitan.engine.cache import memory
     from tinytitan.engine.cache.disk import PromptDisk
 
-    def kv(n):
-        c = KVCache()
-        c.update_and_fetch(mx.zeros((1, 2, n, 64)), mx.zeros((1, 2, n, 64)))
-        return [c]
-
-    system = list(range(1000, 1100))
-    long, short = system + list(range(3000, 3300)), system + list(range(4000, 4020))
-    first = PromptDisk(tmp_path, [], lambda: "layout", 1 << 30)
-    for tokens in (long, short):
-        first.put(np.array(tokens), kv(len(tokens)), ())
-    assert first.flush()
+    system, long, short, first = two_files(tmp_path)
     older = first.best(np.array(long + [7]))[0].path
     arrays, meta = mx.load(str(older), return_metadata=True)
     del meta["0.tinytitan_kv_bytes"]  # (written before files said their size)
