@@ -270,13 +270,16 @@ class SqliteDatabase(Database):
 
 # -- PostgreSQL --------------------------------------------------------------------------------------------
 def redact(url: str) -> str:
-    """The URL without its password (for logs)."""
+    """The URL without its password (for logs): in its user part, or as libpq's ``?password=`` parameter."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    query = "&".join(f"{item.split('=', 1)[0]}=***" if item.split("=", 1)[0].lower() == "password" else item
+                     for item in parts.query.split("&")) if parts.query else ""
+    if parts.password is None and query == parts.query:
+        return url  # (as given: a round trip would drop an empty host's "//")
+    if parts.password is not None:
+        host = parts.hostname or ""
+        parts = parts._replace(netloc=f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else ""))
+    return urlunsplit(parts._replace(query=query))
 
 
 class PostgresDatabase(Database):
