@@ -254,13 +254,14 @@ class SqliteDatabase(Database):
         cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             out = fn(Tx(cur, "sqlite"), *args)
+            conn.commit()  # (inside: a commit that fails, a full disk or a deferred constraint, is rolled back too,
+            # or the transaction stays open on this thread's connection and every later call there fails)
         except BaseException:
             try:
                 conn.rollback()
             except sqlite3.Error:
                 pass
             raise
-        conn.commit()
         return out
 
     def close(self) -> None:
