@@ -6,6 +6,8 @@ choices run as rows of the same batch, a seeded choice ``i`` sampling with ``see
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 import openai
 import pytest
@@ -263,3 +265,31 @@ async def test_a_streams_usage_counts_the_prompts_cached_tokens_as_its_first_cho
     whole = (await client(s).completions.create(**ask, stop=[stop])).usage
     assert usage.prompt_tokens_details.cached_tokens == whole.prompt_tokens_details.cached_tokens == 0
     assert (usage.prompt_tokens, usage.completion_tokens) == (whole.prompt_tokens, whole.completion_tokens)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_requests_log_line_and_metrics_count_every_choice_once(serve, caplog, stream):
+    from test_observe import eventually, scrape, tokens
+    caplog.set_level(logging.INFO, logger="tinytitan.requests")
+    s = await serve(["one", "two words", "three more words", "four"])
+    before = await scrape(s)
+    kw = dict(model=MODEL, prompt=["hi", "hello there"], n=2, max_tokens=8)
+    if stream:
+        chunks = await client(s).completions.create(**kw, stream=True, stream_options={"include_usage": True})
+        usage = [c.usage async for c in chunks if c.usage][-1]
+    else:
+        usage = (await client(s).completions.create(**kw)).usage
+    assert usage.completion_tokens > 0
+
+    async def logged():
+        return [r.getMessage() for r in caplog.records if r.name == "tinytitan.requests"
+                and "/v1/completions" in r.getMessage()]
+
+    (line,) = await eventually(logged)  # one request, not one per choice
+    assert f"prompt={usage.prompt_tokens} " in line and f"completion={usage.completion_tokens} " in line, line
+    after = await scrape(s)
+    assert tokens(after, "prompt") - tokens(before, "prompt") == usage.prompt_tokens
+    assert tokens(after, "completion") - tokens(before, "completion") == usage.completion_tokens
+    route = ("tinytitan_requests_total", (("protocol", "openai_completions"), ("route", "/v1/completions"),
+                                          ("status", "200")))
+    assert after[route] - before.get(route, 0) == 1

@@ -9,7 +9,9 @@ Rules:
   record lives in a context variable set for the whole ASGI call); outside a server it changes nothing.
   ``asked(model)`` names the model of a request before any generation; ``note(model, usage)`` counts a
   generation that had no stream to tap; ``passes(usage)`` the summary passes a request ran beside the generation
-  it streams. A request's counts are all of its generations' together.
+  it streams; ``beside(events, prompt)`` taps another generation of the same request (another of its choices),
+  whose counts are added whenever it ends. A request's counts are all of its generations' together: one
+  request, not one per generation.
 """
 
 from __future__ import annotations
@@ -85,6 +87,15 @@ class Turn:
         elif isinstance(ev, Failed):
             self.stop_reason = "error"
             self.error = ev.code or ev.type  # (as a refused request's: its code, else its kind)
+
+    def add(self, usage: Usage) -> None:
+        """A generation beside the tapped one ended (before or after it): its counts the request's too."""
+        self.passes = self.passes + usage
+        if self.began:  # (counts read so far took the passes as they were: this one is added to them as well)
+            self.prompt_tokens += usage.prompt_tokens
+            self.cached_tokens += usage.cached_tokens
+            self.completion_tokens += usage.completion_tokens
+            self.reasoning_tokens += usage.reasoning_tokens
 
     def cancelled(self) -> None:
         """The client left before Finished: the tokens decoded for it still count (read once the session
@@ -210,6 +221,33 @@ def passes(usage: Usage) -> None:
     turn = current_turn.get()
     if turn is not None:
         turn.passes = turn.passes + usage
+
+
+def beside(events: AsyncIterable[TokenEvent], prompt: bool = True) -> AsyncIterable[TokenEvent]:
+    """Tap another generation of the request being answered, beside its ``watch``ed one (another of its choices):
+    its counts, once it finishes, are the request's too (its prompt's only where ``prompt``: a prompt that several
+    choices share counts once). Unchanged when there is no request."""
+    turn = current_turn.get()
+    return events if turn is None else _Beside(events, turn, prompt)
+
+
+class _Beside:
+    def __init__(self, events: AsyncIterable[TokenEvent], turn: Turn, prompt: bool):
+        self._events = events.__aiter__()
+        self._turn, self._prompt = turn, prompt
+
+    def __aiter__(self) -> "_Beside":
+        return self
+
+    async def __anext__(self) -> TokenEvent:
+        ev = await self._events.__anext__()
+        if isinstance(ev, Finished):
+            u = ev.usage
+            self._turn.add(u if self._prompt else Usage(0, 0, u.completion_tokens, u.reasoning_tokens))
+        return ev
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._events, name)
 
 
 class _Tap:

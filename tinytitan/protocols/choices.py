@@ -15,6 +15,7 @@ Rules:
 - Not streamed: each choice's chunks folded as a lone answer's are, the folds' choices listed in order, and one
   usage: prompt tokens (and cached ones) counted once per prompt, as OpenAI counts them; completion tokens (and
   reasoning ones) summed over the choices. A failure in one choice is the answer's error, the others stopped.
+- The request's record (its log line, /metrics) counts every choice's tokens, each prompt's once: one request.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import trio
 from ..chat_request import ChatRequest
 from ..errors import ApiError
 from ..events import Failed, KeepAlive, Started
-from ..observe.turn import watch
+from ..observe.turn import beside, watch
 from ..speclang.machine import WireEvent, pump
 from .wire import Reply
 
@@ -97,9 +98,9 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
         p = choices[i].prompt
         return ready[p] if p in ready and leads[p] != i else None
 
-    def tapped(i: int, session):  # the request's record sees its first choice; a lead's read tells the others
-        events = watch(session, reqs[i], stream) if i == 0 else session
-        p = choices[i].prompt
+    def tapped(i: int, session):  # the request's record sees its first choice, and counts the others' tokens
+        p = choices[i].prompt  # (each prompt's once); a lead's read tells the others
+        events = watch(session, reqs[i], stream) if i == 0 else beside(session, prompt=leads[p] == i)
         return _reading(events, ready[p]) if p in ready and leads[p] == i else events
 
     if stream:  # (the prompts' sessions are open before the stream is: a refusal is the answer's status)
@@ -107,7 +108,7 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
         for i, (req, machine) in enumerate(zip(reqs, machines)):
             if waits(i) is not None:  # opened in the stream, once its prompt is read
                 machine.context.setdefault("prompt_tokens", machines[leads[choices[i].prompt]].context["prompt_tokens"])
-                runs.append((machine, _later(proto, req, keepalive, waits(i))))
+                runs.append((machine, beside(_later(proto, req, keepalive, waits(i)), prompt=False)))
                 continue
             session = await proto.services.hold(proto.engine.session(req, keepalive))
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
