@@ -4,6 +4,8 @@ tokens, and the refusals by name."""
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 import openai
 import pytest
@@ -217,6 +219,23 @@ async def test_an_empty_prompt_is_refused_by_name_not_a_server_error(serve, demo
         with pytest.raises(openai.BadRequestError) as err:
             await client(s).completions.create(model=demo_backend.model_id, prompt="", max_tokens=3, stream=stream)
         assert err.value.body["param"] == "prompt" and "empty" in err.value.body["message"]
+
+
+@pytest.mark.parametrize("prompt", ["", "word " * 100])
+async def test_the_log_line_names_the_prompt_as_the_answer_does(serve, demo_tok, caplog, prompt):
+    from test_observe import eventually
+    caplog.set_level(logging.INFO, logger="tinytitan.requests")
+    s = await serve(backend=ScriptedBackend([ScriptEntry("ok")], demo_tok, model_id=MODEL, context_window=32))
+    with pytest.raises(openai.BadRequestError) as err:
+        await client(s).completions.create(model=MODEL, prompt=prompt)
+    assert err.value.body["param"] == "prompt"
+
+    async def logged():
+        return [r.getMessage() for r in caplog.records if r.name == "tinytitan.requests"
+                and "/v1/completions" in r.getMessage()]
+
+    (line,) = await eventually(logged)
+    assert line.endswith("param=prompt") or " param=prompt " in line, line
 
 
 @pytest.mark.parametrize("path, body", [

@@ -211,7 +211,8 @@ class Server(Guard):
     def error(self, err: ApiError) -> Response:
         owner = self.owner()
         kind = owner.spec.error_kind(err.kind)
-        self.observer.refused(err.code or kind.code or kind.type, err.param)
+        # the field in the wire's own name, as the answer names it (the engine names ChatRequest's: ``messages``)
+        self.observer.refused(err.code or kind.code or kind.type, owner.spec.error_params.get(err.param, err.param))
         status, body = owner.error_response(err, getattr(incoming(), "request_id", None))
         resp = self.json_response(body, status)
         for k, v in {**owner.spec.error_kind(err.kind).headers, **err.headers}.items():
