@@ -293,3 +293,16 @@ async def test_the_requests_log_line_and_metrics_count_every_choice_once(serve, 
     route = ("tinytitan_requests_total", (("protocol", "openai_completions"), ("route", "/v1/completions"),
                                           ("status", "200")))
     assert after[route] - before.get(route, 0) == 1
+
+
+@pytest.mark.parametrize("path, body", [("/v1/chat/completions", {"messages": USER}),
+                                        ("/v1/completions", {"prompt": "hi"})])
+async def test_a_request_whose_choices_the_queue_cannot_hold_is_refused_before_its_stream(serve, path, body):
+    s = await serve(["one two three"] * 8, max_queue=0)
+    n = s.engine.admission.size + 2  # (more than the decode slots: the rest would wait, and nothing may)
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": True})
+        assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", r.text
+        assert f"this request's {n} choices do not all fit" in r.json()["error"]["message"]
+        fits = await c.post(s.url(path), json={"model": MODEL, **body, "n": s.engine.admission.size, "stream": True})
+        assert fits.status_code == 200 and "queue_full" not in fits.text and fits.text.endswith("data: [DONE]\n\n")

@@ -5,7 +5,8 @@ Rules:
 - A place belongs to a request, not to a task (a semaphore, not a lock): it is taken at admission, waits for a
   decode slot, runs, and is given back once, by the session that holds it (session.py).
 - The memory layer's further rounds of an admitted request (``continuing``) are never refused; they wait
-  their turn like any other.
+  their turn like any other. So are a request's further choices, once its first was admitted for them all
+  (``together``): all or none, decided before anything was sent.
 - ``exclusive`` holds every slot, for work that must not run beside a generation.
 """
 
@@ -43,13 +44,16 @@ class Admission:
             for _ in range(taken):
                 self.slots.release()
 
-    def admit(self, continuing: bool = False) -> "Place":
+    def admit(self, continuing: bool = False, together: int = 1) -> "Place":
         """``continuing``: the next generation of a request already admitted (the memory layer's rounds) is
-        never refused; it waits its turn like any other."""
-        # those that would wait beyond the free slots
-        if not continuing and self.waiting - self.slots.value >= self.max_queue:
+        never refused; it waits its turn like any other. ``together``: the request's generations admitted as a
+        unit (its choices): refused unless all of them would fit now; this place is the first, the others come
+        as ``continuing`` ones."""
+        # those that would wait beyond the free slots, this request's all counted
+        if not continuing and self.waiting - self.slots.value + together - 1 >= self.max_queue:
+            unit = f" and this request's {together} choices do not all fit" if together > 1 else ""
             raise ApiError("overloaded", f"The server is busy: {self.waiting} requests are already waiting "
-                           f"(--max-queue {self.max_queue}); retry shortly", code="queue_full")
+                           f"(--max-queue {self.max_queue}){unit}; retry shortly", code="queue_full")
         return Place(self)
 
 

@@ -170,18 +170,21 @@ class Engine:
 
     @asynccontextmanager
     async def session(self, req: ChatRequest, keepalive: float | None = None,
-                      continuing: bool = False, streamed: bool = True) -> AsyncIterator[Session]:
+                      continuing: bool = False, streamed: bool = True,
+                      together: int = 1) -> AsyncIterator[Session]:
         """One generation, from admission to its place given back (see session.py for the rules): a place
         first (refused at once when the queue is full), then the prompt; the block iterates the events; its
         exit stops the decode and frees the place, once. With ``keepalive`` seconds, a KeepAlive whenever that
         long passes with nothing to send (in the queue, while a model loads, or during a long prefill).
         ``continuing``: a further generation of a request already admitted, never refused as overloaded.
-        ``streamed=False``: the consumer folds the whole answer, so its events come in fewer, larger batches."""
+        ``streamed=False``: the consumer folds the whole answer, so its events come in fewer, larger batches.
+        ``together``: this and the request's further ``continuing`` sessions to come (its choices) are admitted
+        as a unit: refused here unless the queue holds them all."""
         if self.group is not None and self.group.broken:
             raise GroupBroken(self.group.broken)
         if not continuing:
             self._refuse_if_stopped()
-        place = self.admission.admit(continuing)
+        place = self.admission.admit(continuing, together)
         session = None
         try:
             prepared = await self.prepare(req)

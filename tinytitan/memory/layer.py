@@ -305,16 +305,18 @@ class MemoryEngine:
         return await self.inner.count_tokens(session.augment(req) if session else req)
 
     @asynccontextmanager
-    async def session(self, req: ChatRequest, keepalive: float | None = None,
-                      streamed: bool = True) -> AsyncIterator[Any]:
-        """The engine's session, for a request with memory one that runs memory rounds (see the rules)."""
+    async def session(self, req: ChatRequest, keepalive: float | None = None, continuing: bool = False,
+                      streamed: bool = True, together: int = 1) -> AsyncIterator[Any]:
+        """The engine's session, for a request with memory one that runs memory rounds (see the rules);
+        ``continuing`` and ``together`` as the engine's (a request's several choices)."""
         mem = await self._memory_session(req)
+        admit = dict(continuing=continuing, together=together)
         if mem is None:
-            async with self.inner.session(req, keepalive, streamed=streamed) as events:
+            async with self.inner.session(req, keepalive, streamed=streamed, **admit) as events:
                 yield events
             return
         with self.memory.hold(mem.scope):
-            async with self.inner.session(mem.augment(req), keepalive, streamed=streamed) as first:
+            async with self.inner.session(mem.augment(req), keepalive, streamed=streamed, **admit) as first:
                 events = MemoryEvents(self.inner, mem, first, keepalive, streamed)
                 try:
                     yield events

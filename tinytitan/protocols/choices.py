@@ -7,8 +7,10 @@ Rules:
 - A seeded request's choice ``i`` samples with ``seed + i``: each choice differs from the others, and the
   request made again draws the same choices.
 - The choices of one prompt share its reading: the first reads it and keeps its KV cache in the prompt cache
-  where it ends (``ChatRequest.shared_prompt``); the others' sessions open once it has (streamed: inside the
-  stream, a refusal then its error chunk), and their rows read its last token alone.
+  where it ends (``ChatRequest.shared_prompt``); the others' sessions open once it has, and their rows read its
+  last token alone. Streamed, those open inside the stream: the request's first session is admitted for all its
+  choices (all or none, the refusal the answer's status), and those are further sessions of it, never refused
+  as overloaded.
 - Streamed: each choice's chunks go out as they come, interleaved; each choice's own usage chunk is held back and
   one, summed, closes the stream (before the one terminal). A failure in one choice sends its error chunk and
   ends the stream, the others stopped.
@@ -103,14 +105,15 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
         events = watch(session, reqs[i], stream) if i == 0 else beside(session, prompt=leads[p] == i)
         return _reading(events, ready[p]) if p in ready and leads[p] == i else events
 
-    if stream:  # (the prompts' sessions are open before the stream is: a refusal is the answer's status)
-        runs = []
+    if stream:  # (the prompts' sessions are open before the stream is: a refusal is the answer's status; the
+        runs = []  # first is admitted for every choice, so that those opened in the stream are never refused)
         for i, (req, machine) in enumerate(zip(reqs, machines)):
             if waits(i) is not None:  # opened in the stream, once its prompt is read
                 machine.context.setdefault("prompt_tokens", machines[leads[choices[i].prompt]].context["prompt_tokens"])
                 runs.append((machine, beside(_later(proto, req, keepalive, waits(i)), prompt=False)))
                 continue
-            session = await proto.services.hold(proto.engine.session(req, keepalive))
+            together = len(choices) if i == 0 else 1
+            session = await proto.services.hold(proto.engine.session(req, keepalive, together=together))
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
             runs.append((machine, tapped(i, session)))
         return Reply.of_stream(_streamed(proto, runs, [c.prompt for c in choices]), proto.spec.content_type)
@@ -153,8 +156,8 @@ async def _reading(events, ready: trio.Event) -> AsyncIterator:
 
 async def _later(proto, req: ChatRequest, keepalive, ready: trio.Event) -> AsyncIterator:
     """A choice's events from a session opened once ``ready`` (its prompt read by the prompt's first choice)."""
-    await ready.wait()
-    async with proto.engine.session(req, keepalive) as session:
+    await ready.wait()  # (a further session of a request admitted for all its choices: never refused as overloaded)
+    async with proto.engine.session(req, keepalive, continuing=True) as session:
         async for ev in session:
             yield ev
 
