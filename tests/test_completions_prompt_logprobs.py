@@ -139,6 +139,27 @@ async def test_echo_of_token_ids_is_their_text(serve):
     assert r.choices[0].text == "Tell me a story!" and r.choices[0].logprobs is None
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_echo_of_token_ids_alone_reads_their_prompt_from_the_cache(serve, demo_backend, stream):
+    """No ``logprobs``: nothing asks for the prompt's figures, so the row reuses the prompt cache like any other."""
+    s = await serve(backend=demo_backend)
+    text = "A long quiet morning in the harbour town, the boats at rest"
+    ids = demo_backend.tokenizer.encode(text, add_special_tokens=False)
+    ask = dict(model=demo_backend.model_id, prompt=ids, echo=True, max_tokens=2, temperature=0)
+    got = []
+    for _ in range(2):
+        if stream:
+            chunks = [c async for c in await client(s).completions.create(**ask, stream=True,
+                                                                            stream_options={"include_usage": True})]
+            got.append(("".join(ch.text for c in chunks for ch in c.choices), chunks[-1].usage))
+        else:
+            r = await client(s).completions.create(**ask)
+            got.append((r.choices[0].text, r.usage))
+    (first, _), (again, usage) = got
+    assert first == again and again.startswith(demo_backend.tokenizer.decode(ids))
+    assert usage.prompt_tokens == len(ids) and usage.prompt_tokens_details.cached_tokens > 0
+
+
 async def test_max_tokens_zero_needs_echo(serve):
     import openai
 

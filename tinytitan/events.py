@@ -44,6 +44,9 @@ class Started:
     prompt_tokens: int
     cached_tokens: int = 0
     sampling: dict = field(default_factory=dict, compare=False)  # the values used: temperature, top_p, top_k …
+    # a prompt sent as token ids (``ChatRequest.prompt_ids``): the ids decoded, as the engine reads them (legacy
+    # Completions' echo of them); None for any other prompt (its text is the request's own)
+    prompt_text: str | None = None
 
 
 @dataclass(frozen=True)

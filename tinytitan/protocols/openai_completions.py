@@ -89,18 +89,15 @@ def prompt_args(prompt: str | tuple, body: dict) -> dict:
 
 def prompt_figures(prompt: str | tuple, body: dict) -> int | None:
     """What the engine reads a prompt's own tokens for (``ChatRequest.prompt_logprobs``): with ``echo`` and
-    ``logprobs``, their log probabilities with that many alternatives; with ``echo`` of token ids, their text
-    (0: the figures come, unlisted); else nothing. Either reads the whole prompt, no cached prefix."""
-    if not body.get("echo"):
-        return None
-    if body.get("logprobs") is not None:
-        return body["logprobs"]
-    return 0 if isinstance(prompt, tuple) else None
+    ``logprobs``, their log probabilities with that many alternatives (it reads the whole prompt, no cached
+    prefix); else nothing (an echo of token ids is their text, decoded by the engine: ``Started.prompt_text``)."""
+    return body["logprobs"] if body.get("echo") and body.get("logprobs") is not None else None
 
 
 def prompt_context(prompt: str | tuple, body: dict) -> dict:
-    """What a prompt's machine reads of it: its text (none for ids: the engine decodes them) and whether its echo
-    goes out at once (on ``Started``) or with its tokens' figures (on ``PromptLogprobs``)."""
+    """What a prompt's machine reads of it: its text (none for ids: the engine decodes them,
+    ``Started.prompt_text``) and whether its echo goes out at once (on ``Started``) or with its tokens' figures
+    (on ``PromptLogprobs``)."""
     return {"prompt_text": prompt if isinstance(prompt, str) else "",
             "echo_at_start": bool(body.get("echo")) and prompt_figures(prompt, body) is None}
 
@@ -132,6 +129,11 @@ def chunk_logprobs(m, ev) -> None:
     m.vars.logprobs = {"tokens": [lp.token for lp in tokens], "token_logprobs": [lp.logprob for lp in tokens],
                        "top_logprobs": [{t.token: t.logprob for t in lp.top} for lp in tokens],
                        "text_offset": offsets}
+
+
+def started_echo(m, ev) -> None:
+    """The prompt echoed at once (``Started``): its text as sent, or its token ids as the engine decoded them."""
+    m.vars.echo_text = m.context.get("prompt_text") or ev.prompt_text or ""
 
 
 def prompt_logprobs(m, ev) -> None:
@@ -174,7 +176,7 @@ class OpenAICompletions(Protocol):
         return {"prompt": parse_prompt, "stop": parse_stop, "logit_bias": parse_logit_bias}
 
     def machine_hooks(self):
-        return {"logprobs": chunk_logprobs, "prompt_logprobs": prompt_logprobs}
+        return {"logprobs": chunk_logprobs, "prompt_logprobs": prompt_logprobs, "started_echo": started_echo}
 
     def machine_state(self) -> CompletionsState:
         return CompletionsState()

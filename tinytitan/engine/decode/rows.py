@@ -136,7 +136,8 @@ class Row:
         # a seeded sampler's key chain: a verify moves it on by the rows used, a leave sets it back (scheduler.py)
         self.draws = sampler if getattr(sampler, "seed", None) is not None else None
         self.sampler, self.processors = self._guarded(sampler, processors)
-        self.loop.start(len(self.tokens), cached, since=since)
+        ids = prepared.req is not None and prepared.req.prompt_ids is not None  # (its text: the ids decoded)
+        self.loop.start(len(self.tokens), cached, since=since, prompt_text=prepared.prompt_text if ids else None)
         return kv
 
     def prompt_read(self, figures: tuple = ()) -> None:

@@ -145,13 +145,15 @@ class DecodeLoop:
         self.first_token_at: float | None = None
         self.end_token: TokenLogprob | None = None  # the end-of-turn token's figures, sent last where listed (rows.py)
 
-    def start(self, prompt_tokens: int, cached_tokens: int = 0, since: float | None = None) -> None:
+    def start(self, prompt_tokens: int, cached_tokens: int = 0, since: float | None = None,
+              prompt_text: str | None = None) -> None:
         """``since``: when reading the prompt began, where that was before this call (a vision model's images,
-        read where the row's cache starts): the prefill's time counts from there."""
+        read where the row's cache starts): the prefill's time counts from there. ``prompt_text``: a prompt of
+        token ids, decoded (``Started.prompt_text``)."""
         self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
         self.started = True
         self.started_at = time.perf_counter() if since is None else since
-        self.emit(Started(prompt_tokens, cached_tokens, self.sampling))
+        self.emit(Started(prompt_tokens, cached_tokens, self.sampling, prompt_text))
 
     def prompt_read(self, ev: TokenEvent) -> None:
         """The prompt's own tokens' figures (``PromptLogprobs``, where asked), once it is read: before any delta."""
