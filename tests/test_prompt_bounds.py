@@ -78,7 +78,7 @@ async def test_a_refused_requests_log_line_says_why(serve, caplog):
     caplog.set_level(logging.INFO, logger="tinytitan.requests")
     s = await serve()
     async with httpx.AsyncClient(timeout=30) as h:
-        r = await h.post(s.url("/v1/chat/completions"), json={"model": MODEL, "n": 2,
+        r = await h.post(s.url("/v1/chat/completions"), json={"model": MODEL, "modalities": ["audio"],
                                                               "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 400
         r = await h.post(s.url("/v1/messages"), headers={"anthropic-version": "2023-06-01"},
@@ -89,7 +89,7 @@ async def test_a_refused_requests_log_line_says_why(serve, caplog):
                             and " 400 " in rec.getMessage()]) < 2:
             await trio.sleep(0.01)
     (chat,) = [ln for ln in lines if ln.startswith("POST /v1/chat/completions 400")]
-    assert " error=unsupported_value param=n " in chat, chat
+    assert " error=unsupported_value param=modalities " in chat, chat
     (messages,) = [ln for ln in lines if ln.startswith("POST /v1/messages 400")]
     assert " error=missing_required_parameter param=max_tokens " in messages, messages
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tinytitan.events import (EVENT_TYPES, Failed, Finished, KeepAlive, ReasoningDelta, Started, TextDelta,
-                              ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
+from tinytitan.events import (EVENT_TYPES, Failed, Finished, KeepAlive, PromptLogprobs, ReasoningDelta, Started,
+                              TextDelta, TokenLogprob, ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
 from tinytitan.protocols.openai_responses import OpenAIResponses
 from tinytitan.speclang import SpecError
 from tinytitan.speclang.load import compile_spec
@@ -115,7 +115,7 @@ SAMPLES = {
     "Started": Started(5), "ReasoningDelta": ReasoningDelta("r"), "TextDelta": TextDelta("t"),
     "ToolCallStarted": ToolCallStarted(0, "call_1", "get_weather"), "ToolCallArgsDelta": ToolCallArgsDelta(0, "{}"),
     "ToolCallDone": ToolCallDone(0, "{}"), "KeepAlive": KeepAlive(1.0), "Finished": Finished("stop", Usage(5, 0, 3, 1)),
-    "Failed": Failed("broken"),
+    "Failed": Failed("broken"), "PromptLogprobs": PromptLogprobs("p", (TokenLogprob("p", (112,), None),)),
 }
 # a way into every state: (entry, the events that lead there)
 PATHS = {
