@@ -10,6 +10,7 @@ from operator import itemgetter
 import pytest
 
 from responses_helpers import client
+from test_completions_logprobs import streamed_logprobs
 
 
 def direct(backend, ids: list[int]) -> list[float]:
@@ -100,14 +101,7 @@ async def test_echoed_answer_tokens_follow_the_prompts(serve, demo_backend):
     assert ch.text.startswith("A quiet morning in the")
     assert len(lp.tokens) == n + r.usage.completion_tokens
     assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[n] == len("A quiet morning in the")
-    joined: dict = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-    text = ""
-    async for chunk in await c.completions.create(stream=True, **ask):
-        for part in chunk.choices:
-            text += part.text
-            if part.logprobs is not None:
-                for key in joined:
-                    joined[key] += getattr(part.logprobs, key)
+    text, joined = await streamed_logprobs(c, ask)
     assert text == ch.text and (joined["tokens"], joined["text_offset"]) == (lp.tokens, lp.text_offset)
     assert joined["token_logprobs"][0] is None
     assert joined["token_logprobs"][1:] == pytest.approx(lp.token_logprobs[1:], abs=1e-4)
