@@ -21,22 +21,20 @@ Rules:
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import logging
 import re
-import threading
 from typing import Any
 
 from ...chat_request import Grammar
 from ...output_format import ANNOTATIONS, keywords
 from .compile import CACHE_SIZE, schema_fault
+from .memo import BoundedMemo
 
 log = logging.getLogger("tinytitan.structured")
 
-_lock = threading.Lock()
-_done: collections.OrderedDict[str, tuple[Any, tuple[str, ...]]] = collections.OrderedDict()
+_done: BoundedMemo[str, tuple[Any, tuple[str, ...]]] = BoundedMemo(CACHE_SIZE)  # schema's JSON -> compilable's
 
 
 def best_effort(grammar: Grammar) -> Grammar:
@@ -49,21 +47,17 @@ def best_effort(grammar: Grammar) -> Grammar:
 
 def loosest(schema: Any, where: str) -> Any:
     """``schema`` (not strict, named ``where`` in the log) as ``compilable`` makes it, worked out once (the LRU)."""
-    key = json.dumps(schema, ensure_ascii=False)
-    with _lock:
-        hit = _done.get(key)
-        if hit is not None:
-            _done.move_to_end(key)
-    if hit is None:
-        hit = compilable(schema, where)
-        if hit[1]:
-            log.info("a schema that is not strict, at '%s', is loosened to what the grammar can hold: %s", where,
-                     "; ".join(hit[1]))
-        with _lock:
-            _done[key] = hit
-            while len(_done) > CACHE_SIZE:
-                _done.popitem(last=False)
+    hit = _done.recall(json.dumps(schema, ensure_ascii=False), lambda: _loosened(schema, where))
     return schema if not hit[1] else hit[0]
+
+
+def _loosened(schema: Any, where: str) -> tuple[Any, tuple[str, ...]]:
+    """``compilable``'s answer, what it left out logged (once per schema: ``loosest`` remembers it)."""
+    hit = compilable(schema, where)
+    if hit[1]:
+        log.info("a schema that is not strict, at '%s', is loosened to what the grammar can hold: %s", where,
+                 "; ".join(hit[1]))
+    return hit
 
 
 def compilable(schema: Any, where: str = "schema") -> tuple[Any, tuple[str, ...]]:

@@ -14,7 +14,6 @@ Rules:
 
 from __future__ import annotations
 
-import collections
 import json
 import re
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 from ...chat_request import Grammar
 from ...errors import invalid
 from ...output_format import keywords, map_subschemas, vacuous_property_names
+from .memo import BoundedMemo
 
 CACHE_SIZE = 256
 # The escapes a JSON string may use. llguidance (1.9) admits an extra key (one that is not a declared property,
@@ -125,9 +125,9 @@ FORMAT_PATTERNS = {"date": f"^{_YEAR}-{_DAY}$", "time": f"^{_TIME}$", "date-time
 
 _lock = threading.Lock()
 _tokenizers: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, LLTokenizer): few, kept for life
-_grammars: collections.OrderedDict[tuple, str] = collections.OrderedDict()
-_checked: collections.OrderedDict[tuple[int, str], None] = collections.OrderedDict()  # (id(LLTokenizer), text)
-_empty: collections.OrderedDict[str, tuple[str, str] | None] = collections.OrderedDict()  # unsatisfiable's answers
+_grammars: BoundedMemo[tuple[str, str], str] = BoundedMemo(CACHE_SIZE)  # (kind, source's JSON) -> llguidance's
+_checked: BoundedMemo[tuple[int, str], None] = BoundedMemo(CACHE_SIZE)  # (id(LLTokenizer), text): passed the check
+_empty: BoundedMemo[str, tuple[str, str] | None] = BoundedMemo(CACHE_SIZE)  # unsatisfiable's answers
 _markers: dict[int, dict[str, int]] = {}  # id(LLTokenizer) -> token_markers: few, kept for life
 
 
@@ -193,30 +193,23 @@ def token_markers(tokenizer, vocab_size: int | None = None) -> dict[str, int]:
 
 
 def grammar_text(grammar: Grammar) -> str:
-    """The llguidance grammar for a Grammar (cached per source)."""
-    import llguidance
-
+    """The llguidance grammar for a Grammar (cached per source; a source it cannot translate is not cached)."""
     # keys in the order sent, never sorted: two schemas that differ only in their properties' order are two
     # grammars (the document follows the schema's order, as OpenAI's structured outputs promise)
     key = (grammar.kind, json.dumps(grammar.source, ensure_ascii=False))
-    with _lock:
-        text = _grammars.get(key)
-        if text is not None:
-            _grammars.move_to_end(key)
-            return text
+    return _grammars.recall(key, lambda: _translated(grammar))
+
+
+def _translated(grammar: Grammar) -> str:
+    import llguidance
+
     if grammar.kind in ("json_schema", "json_object"):
-        text = schema_grammar(grammar.source)
-    elif grammar.kind == "lark":
-        text = llguidance.LLMatcher.grammar_from_lark(grammar.source)
-    elif grammar.kind == "regex":
-        text = llguidance.LLMatcher.grammar_from_regex(grammar.source)
-    else:
-        raise ValueError(f"unknown grammar kind {grammar.kind!r}")
-    with _lock:
-        _grammars[key] = text
-        while len(_grammars) > CACHE_SIZE:
-            _grammars.popitem(last=False)
-    return text
+        return schema_grammar(grammar.source)
+    if grammar.kind == "lark":
+        return llguidance.LLMatcher.grammar_from_lark(grammar.source)
+    if grammar.kind == "regex":
+        return llguidance.LLMatcher.grammar_from_regex(grammar.source)
+    raise ValueError(f"unknown grammar kind {grammar.kind!r}")
 
 
 def schema_grammar(schema: Any) -> str:
@@ -335,17 +328,7 @@ def unsatisfiable(schema: Any) -> tuple[str, str] | None:
     """Where in ``schema`` no value can be written, and why: (the path below it, ``.properties.n``, into the
     required property llguidance blames; the reason, ``minimum (5) is greater than maximum (1)``), or None.
     Remembered by the schema's text: a strict tool's schema is checked on every request that sends it."""
-    key = json.dumps(schema, sort_keys=True, default=str)
-    with _lock:
-        if key in _empty:
-            _empty.move_to_end(key)
-            return _empty[key]
-    found = _unsatisfiable(schema)
-    with _lock:
-        _empty[key] = found
-        while len(_empty) > CACHE_SIZE:
-            _empty.popitem(last=False)
-    return found
+    return _empty.recall(json.dumps(schema, sort_keys=True, default=str), lambda: _unsatisfiable(schema))
 
 
 def _unsatisfiable(schema: Any) -> tuple[str, str] | None:
@@ -362,8 +345,6 @@ def _unsatisfiable(schema: Any) -> tuple[str, str] | None:
 def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) -> CompiledGrammar:
     """Compile and check ``grammar`` for ``tokenizer``; ApiError (400, naming ``grammar.where``) when the
     compiler cannot promise it."""
-    import llguidance
-
     llt = llg_tokenizer(tokenizer, vocab_size)
     where = grammar.where or "grammar"
     try:
@@ -371,13 +352,16 @@ def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) 
     except ValueError as exc:
         raise invalid(f"The grammar at '{where}' cannot be compiled: {exc}", param=where,
                       code="unsupported_schema") from None
-    key = (id(llt), text)  # the LLTokenizer is kept for life (_tokenizers): its id is its own
-    with _lock:
-        seen = key in _checked
-        if seen:
-            _checked.move_to_end(key)
-    if seen:
-        return CompiledGrammar(text, llt, max(vocab_size or 0, llt.vocab_size), grammar.name)
+    # the LLTokenizer is kept for life (_tokenizers): its id is its own; a grammar refused is checked again
+    _checked.recall((id(llt), text), lambda: _check(grammar, text, llt, where))
+    return CompiledGrammar(text, llt, max(vocab_size or 0, llt.vocab_size), grammar.name)
+
+
+def _check(grammar: Grammar, text: str, llt, where: str) -> None:
+    """ApiError (400, naming ``where``, or the property below it no value satisfies) where the compiler cannot
+    promise ``text`` for ``llt``."""
+    import llguidance
+
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text, llt)
     detail = None
     if is_error or messages:  # a warning is something the compiler would not enforce: refused too
@@ -392,8 +376,3 @@ def compile_grammar(grammar: Grammar, tokenizer, vocab_size: int | None = None) 
         what = "schema" if grammar.kind.startswith("json") else f"{grammar.kind} grammar"
         raise invalid(f"The {what} at '{where}' cannot be enforced: {detail}", param=where,
                       code="unsupported_schema")
-    with _lock:
-        _checked[key] = None
-        while len(_checked) > CACHE_SIZE:
-            _checked.popitem(last=False)
-    return CompiledGrammar(text, llt, max(vocab_size or 0, llt.vocab_size), grammar.name)
