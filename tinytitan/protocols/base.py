@@ -27,6 +27,7 @@ from ..speclang.load import BUILTIN_ROOTS
 from ..speclang.machine import Machine, WireEvent, pump
 from ..speclang.validate import RequestValidator, Validated
 from .choices import Choice, respond_choices
+from .failure import failure_of
 from .wire import Call, Reply, Services
 
 log = logging.getLogger("tinytitan.protocol")
@@ -302,10 +303,8 @@ class Protocol:
             if machine.done:
                 raise
             log.exception("stream %s failed", machine.context.get("id"))
-            kind = exc.kind if isinstance(exc, ApiError) else "server_error"
-            text = exc.message if isinstance(exc, ApiError) else f"generation failed: {exc}"
-            code = exc.code if isinstance(exc, ApiError) else None  # as the folded answer's (model_load_failed …)
-            failed(ending := Failed(text, type=kind, code=code), self.shown(ending))  # (the log line, the dashboard)
+            ending = failure_of(exc)  # (an ApiError's code as the folded answer's: model_load_failed …)
+            failed(ending, self.shown(ending))  # (the log line, the dashboard)
             wires = machine.feed(ending)
             if machine.done and not recorded:  # kept as sent (a failed response), before its last event leaves:
                 recorded = True                # the id the client saw answers a retrieve, as any failure's does

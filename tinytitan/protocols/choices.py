@@ -29,10 +29,10 @@ from typing import Any, AsyncIterator
 import trio
 
 from ..chat_request import ChatRequest
-from ..errors import ApiError
-from ..events import Failed, KeepAlive, Started
+from ..events import KeepAlive, Started
 from ..observe.turn import beside, watch
 from ..speclang.machine import WireEvent, pump
+from .failure import failure_of
 from .wire import Reply
 
 
@@ -168,10 +168,7 @@ async def _failing_in_band(events) -> AsyncIterator:
         async for ev in events:
             yield ev
     except Exception as exc:
-        if isinstance(exc, ApiError):
-            yield Failed(exc.message, type=exc.kind, code=exc.code)
-        else:
-            yield Failed(f"generation failed: {exc}", type="server_error")
+        yield failure_of(exc)
     finally:  # (a choice's own session, opened late, is left here, in the task that opened it)
         if hasattr(events, "aclose"):
             await events.aclose()
