@@ -151,9 +151,10 @@ async def test_the_feed_needs_the_key_and_the_host_must_be_allowed(serve):
         page = await c.get(s.url("/"), headers={"accept": "text/html"})
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "connect-src 'self'" in page.headers["content-security-policy"]
-        status = (await c.get(s.url("/"))).json()  # API clients keep the JSON status, the model id with the key
+        json = {"accept": "application/json"}  # the page's own probe: the JSON status, the model id with the key
+        status = (await c.get(s.url("/"), headers=json)).json()
         assert status["status"] == "ok" and status["api_key_required"] is True and "model" not in status
-        keyed = (await c.get(s.url("/"), headers={"authorization": "Bearer sesame"})).json()
+        keyed = (await c.get(s.url("/"), headers={**json, "authorization": "Bearer sesame"})).json()
         assert keyed["model"] == "tinytitan-scripted"
         assert (await c.head(s.url("/"))).status_code == 200
         for path in ("/", "/dashboard", "/dashboard/events"):

@@ -87,7 +87,8 @@ async def test_root(serve):
     s = await serve(["ok"])
     async with httpx.AsyncClient() as c:
         assert (await c.head(s.url("/"))).status_code == 200
-        assert (await c.get(s.url("/"))).json()["status"] == "ok"
+        assert (await c.get(s.url("/"))).text == "Ollama is running"  # Ollama's answer (test_ollama_root.py)
+        assert (await c.get(s.url("/"), headers={"accept": "application/json"})).json()["status"] == "ok"
 
 
 async def test_the_anthropic_model_card_says_the_context_edits_messages_applies(serve):

@@ -104,3 +104,26 @@ async def test_query_parameters_are_the_routes_table(serve, edited_specs):
     assert (len(edited_page["data"]), edited_page["limit"], edited_page["has_more"]) == (2, 2, True)
     assert edited_over.status_code == 400
     assert edited_over.json()["error"]["message"] == "Invalid value for 'limit': 4 (must be between 1 and 3)"
+
+
+async def test_the_roots_answers_and_their_order_are_the_specs(serve, edited_specs):
+    """GET /'s answers (extra.root) by the Accept header: the text and which type wins a tie are the table's."""
+    stock_table = ("    text/plain: {text: Ollama is running}\n    text/html: {handler: dashboard}\n"
+                   "    application/json: {handler: status}\n")
+    specs = edited_specs("shared.yaml", stock_table, "    application/json: {handler: status}\n"
+                         "    text/plain: {text: Up}\n    text/html: {handler: dashboard}\n")
+    stock, edited = await serve(["ok"]), await serve(["ok"], spec_dir=specs, strict=False)
+    axios = {"accept": "application/json, text/plain, */*"}  # a tie: the first of the table's types
+    async with httpx.AsyncClient() as h:
+        assert (await h.get(stock.url("/"))).text == "Ollama is running"
+        assert (await h.get(stock.url("/"), headers=axios)).text == "Ollama is running"
+        assert (await h.get(edited.url("/"), headers={"accept": "text/plain"})).text == "Up"
+        assert (await h.get(edited.url("/"), headers=axios)).json()["status"] == "ok"
+
+
+def test_a_root_answer_the_module_cannot_give_fails_at_start(edited_specs):
+    from tinytitan.protocols.shared import Shared
+
+    specs = edited_specs("shared.yaml", "text/html: {handler: dashboard}", "text/html: {handler: page}")
+    with pytest.raises(ValueError, match=r"shared.yaml: extra.root.text/html: expected"):
+        Shared(specs)

@@ -71,7 +71,7 @@ class Guard:
         if request.path == "/" and not self.authorized(request) and plain_get:
             headers = {k.lower(): v for k, v in request.headers.items()}
             root = await self.shared.handlers()["root"](Call(request.method, request.path, headers=headers))
-            if isinstance(root.body, dict):  # (a browser gets the dashboard page, which holds no data)
+            if isinstance(root.body, dict):  # (the JSON status; Ollama's text and the dashboard page hold no data)
                 return self.json_response({k: v for k, v in root.body.items() if k != "model"}, root.status)  # (the
                 # model id needs the key, as on /health)
 

@@ -1,4 +1,5 @@
-"""Routes every client shares: health, the model list, one model, unload, and the bare root.
+"""Routes every client shares: health, the model list, one model, unload, and the bare root (Ollama's answer,
+the dashboard or the JSON status, by the Accept header: spec/shared.yaml's ``extra.root``).
 
 ``GET /v1/models`` answers in OpenAI's list shape, Anthropic's with ``anthropic-version``, and Codex's model
 catalog (``{"models": [...]}``, tinytitan/agents.py) when it carries Codex's ``client_version`` query."""
@@ -39,6 +40,17 @@ def anthropic_capabilities(card: dict) -> dict:
 class Shared(Protocol):
     name = "shared"
 
+    def __init__(self, spec_directory=None):
+        super().__init__(spec_directory)
+        self.root_answers = self.spec.extra.get("root") or {}  # GET /: Accept type -> answer, in the spec's order
+        if not self.root_answers:
+            raise ValueError(f"{self.spec.source}: extra.root: the answers to GET / are not declared")
+        for kind, answer in self.root_answers.items():  # a bad table fails at start, not on a request
+            text = isinstance(answer, dict) and set(answer) == {"text"} and isinstance(answer["text"], str)
+            if not text and answer not in ({"handler": "dashboard"}, {"handler": "status"}):
+                raise ValueError(f"{self.spec.source}: extra.root.{kind}: expected {{text: <string>}} or "
+                                 "{handler: dashboard | status}")
+
     def handlers(self):
         return {"health": self.health, "root": self.root, "list_models": self.list_models,
                 "get_model": self.get_model, "unload_model": self.unload_model, "metrics": self.metrics,
@@ -60,10 +72,17 @@ class Shared(Protocol):
         return Reply(health, status=503 if health.get("status") == "broken" else 200)
 
     async def root(self, call: Call) -> Reply:
-        """API clients get a status object (whether routes need ``--api-key``: the dashboard asks for the key
-        before its first call, not after a 401); a browser (it prefers text/html) gets the dashboard."""
-        if call.method == "GET" and call.prefers("application/json", "text/html") == "text/html":
-            return await self.dashboard(call)
+        """GET / and HEAD /: the answer the Accept header ranks highest of the spec's ``extra.root`` (Ollama's
+        ``Ollama is running`` for curl and HTTP libraries, the dashboard for a browser, the JSON status where
+        JSON is asked for); HEAD sends the same headers without the body."""
+        answer = self.root_answers[call.prefers(*self.root_answers)]
+        if "text" in answer:
+            return Reply.of_text(answer["text"], "text/plain; charset=utf-8")
+        return await (self.dashboard if answer["handler"] == "dashboard" else self.status)(call)
+
+    async def status(self, call: Call) -> Reply:
+        """The server's status as JSON: whether routes need ``--api-key`` (the dashboard asks for the key before
+        its first call, not after a 401); the model id, which needs the key (http/guard.py)."""
         config = self.services.config
         return Reply({"name": "tinytitan", "status": "ok", "model": self.engine.model_id,
                       "api_key_required": bool(config is not None and config.api_key)})
