@@ -297,12 +297,46 @@ async def test_the_requests_log_line_and_metrics_count_every_choice_once(serve, 
 
 @pytest.mark.parametrize("path, body", [("/v1/chat/completions", {"messages": USER}),
                                         ("/v1/completions", {"prompt": "hi"})])
-async def test_a_request_whose_choices_the_queue_cannot_hold_is_refused_before_its_stream(serve, path, body):
-    s = await serve(["one two three"] * 8, max_queue=0)
-    n = s.engine.admission.size + 2  # (more than the decode slots: the rest would wait, and nothing may)
-    async with httpx.AsyncClient(timeout=30) as c:
+async def test_a_request_whose_choices_the_queue_cannot_hold_now_is_refused_before_its_stream(serve, path, body):
+    s = await serve([{"output": "word " * 200, "delay_ms": 20}, "one two three"], max_queue=2)
+    n = s.engine.most_at_once  # (fits an idle server; with one request decoding, the rest would wait past the queue)
+    async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
+        async def busy():
+            async with c.stream("POST", s.url("/v1/completions"), json={"model": MODEL, "prompt": "x",
+                                                                         "stream": True}) as held:
+                async for _ in held.aiter_bytes():
+                    pass
+
+        nursery.start_soon(busy)
+        while s.engine.health()["running"] == 0:
+            await trio.sleep(0.01)
         r = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": True})
         assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", r.text
         assert f"this request's {n} choices do not all fit" in r.json()["error"]["message"]
-        fits = await c.post(s.url(path), json={"model": MODEL, **body, "n": s.engine.admission.size, "stream": True})
+        nursery.cancel_scope.cancel()
+    async with httpx.AsyncClient(timeout=30) as c:
+        for _ in range(100):
+            if s.engine.health()["running"] == 0:
+                break
+            await trio.sleep(0.05)
+        fits = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": True})
         assert fits.status_code == 200 and "queue_full" not in fits.text and fits.text.endswith("data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path, body, n, param", [
+    ("/v1/chat/completions", {"messages": USER}, 4, "n"), ("/v1/completions", {"prompt": "hi"}, 4, "n"),
+    ("/v1/completions", {"prompt": ["a", "b"]}, 2, "n"), ("/v1/completions", {"prompt": ["a", "b", "c", "d"]}, 1,
+                                                          "prompt")])
+async def test_more_choices_than_the_server_ever_holds_are_the_clients_error_naming_the_field(
+        serve, path, body, n, param, stream):
+    """Past its decode slots and --max-queue together, a request's choices never fit, however long a client
+    retries: a 400 naming the field and the most this server takes, not a 429 that is retried for ever."""
+    s = await serve(["one two three"], max_queue=2)
+    assert s.engine.most_at_once == 3
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url(path), json={"model": MODEL, **body, **({"n": n} if n > 1 else {}), "stream": stream})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == param and error["code"] == "invalid_value", r.text
+    assert "at most 3 choices" in error["message"] and "retry" not in error["message"], error
+    assert s.engine.health()["running"] == 0 and s.engine.health()["waiting"] == 0

@@ -152,6 +152,13 @@ class Engine:
         return self.admission.running
 
     @property
+    def most_at_once(self) -> int:
+        """The most generations it ever holds at once: its decode slots and ``max_queue`` waiting. A request whose
+        generations are admitted as a unit (``together``) beyond that is refused whatever the load: a retry would
+        never fit."""
+        return self.admission.size + self.max_queue
+
+    @property
     def batch_size(self) -> int:
         """Generations decoding together now (with no decoder: the one decoding, if any)."""
         return self.decoder.size if self.decoder is not None else self.running

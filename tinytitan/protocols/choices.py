@@ -18,6 +18,8 @@ Rules:
   usage: prompt tokens (and cached ones) counted once per prompt, as OpenAI counts them; completion tokens (and
   reasoning ones) summed over the choices. A failure in one choice is the answer's error, the others stopped.
 - The request's record (its log line, /metrics) counts every choice's tokens, each prompt's once: one request.
+- More choices than the server ever holds at once (decode slots and ``--max-queue``) are refused as the client's
+  error (400, naming ``n``, else ``prompt``, with the most it takes), not as a full queue: a retry never fits.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, AsyncIterator
 import trio
 
 from ..chat_request import ChatRequest
+from ..errors import invalid
 from ..events import KeepAlive, Started
 from ..observe.turn import beside, watch
 from ..speclang.machine import WireEvent, pump
@@ -77,8 +80,24 @@ def _usage_alone(wire: WireEvent) -> dict | None:
     return d["usage"] if isinstance(d, dict) and d.get("usage") and d.get("choices") == [] else None
 
 
+def refuse_past_capacity(proto, v, choices: list[Choice]) -> None:
+    """More choices than the server ever holds at once (its decode slots and ``--max-queue`` waiting) is the
+    client's error, named by the field that asked for them: a 429 would be retried for ever."""
+    most = proto.engine.most_at_once
+    if len(choices) <= most:
+        return
+    n = v.body.get("n") or 1
+    asked = f"'n' is {n}" if n > 1 else f"'prompt' has {len(choices)} prompts"
+    if n > 1 and len(choices) > n:
+        asked += f" for each of {len(choices) // n} prompts"
+    raise invalid(f"{asked}: {len(choices)} choices, more than this server can ever take at once ({most}: "
+                  f"{proto.engine.max_batch} decoding and --max-queue {proto.engine.max_queue} waiting); ask for "
+                  f"at most {most} choices in one request", param="n" if n > 1 else "prompt", code="invalid_value")
+
+
 async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
     """Answer a request of several choices (see the rules), for ``proto`` (an OpenAI protocol's ``Protocol``)."""
+    refuse_past_capacity(proto, v, choices)
     keepalive = proto.spec.extra.get("keepalive_seconds")
     stream = bool(v.body.get(proto.stream_field))
     machines = []
