@@ -340,3 +340,49 @@ async def test_more_choices_than_the_server_ever_holds_are_the_clients_error_nam
     assert r.status_code == 400 and error["param"] == param and error["code"] == "invalid_value", r.text
     assert "at most 3 choices" in error["message"] and "retry" not in error["message"], error
     assert s.engine.health()["running"] == 0 and s.engine.health()["waiting"] == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_that_hangs_up_has_every_choices_decoded_tokens_counted(serve, demo_tok, caplog, stream):
+    """The first choice finishes, the second is cut mid-answer, the third never starts (one decodes at a time
+    here): the request's record counts what each decoded, not the first's alone."""
+    from test_observe import eventually, scrape, tokens
+    caplog.set_level(logging.INFO, logger="tinytitan.requests")
+    decoded = []
+
+    class Counting(ScriptedBackend):
+        def decode(self, prepared, loop, should_stop):
+            try:
+                super().decode(prepared, loop, should_stop)
+            finally:
+                decoded.append(loop.completion_tokens)
+
+    long = ScriptEntry("word " * 400, delay_ms=10)
+    s = await serve(backend=Counting([ScriptEntry("one two three"), long, long], demo_tok, model_id=MODEL))
+    before = await scrape(s)
+    ask = {"model": MODEL, "messages": USER, "n": 3, "stream": stream}
+    async with httpx.AsyncClient(timeout=30) as c:
+        if stream:
+            async with c.stream("POST", s.url("/v1/chat/completions"), json=ask) as r:
+                seen = {0: 0, 1: 0, 2: 0}
+                async for line in r.aiter_lines():
+                    if line.startswith("data: {"):
+                        for choice in ChatCompletionChunk.model_validate_json(line[6:]).choices:
+                            seen[choice.index] += 1
+                    if len(decoded) == 1 and max(seen[1], seen[2]) >= 5:
+                        break  # hang up
+        else:
+            with trio.move_on_after(0.5):
+                await c.post(s.url("/v1/chat/completions"), json=ask)
+    assert decoded and decoded[0] == 3
+
+    async def logged():
+        lines = [r.getMessage() for r in caplog.records if r.name == "tinytitan.requests"
+                 and "/v1/chat/completions" in r.getMessage()]
+        return lines if lines and len(decoded) == 2 else None
+
+    (line,) = await eventually(logged)
+    cut = decoded[1]
+    assert 3 < cut < 400 and f"completion={3 + cut} " in line, (decoded, line)
+    after = await scrape(s)
+    assert tokens(after, "completion") - tokens(before, "completion") == 3 + cut

@@ -143,6 +143,7 @@ class Observer:
             turn.cancelled()  # the client hung up mid-generation
         elif turn.generated and turn.stop_reason == "error":
             turn.count_decoded()  # it failed mid-generation: what it decoded was still decoded
+        turn.count_unfinished()  # its other choices stopped with it (or cut while it finished): theirs too
         turn.source = None  # the window keeps counts, not the session (its prompt)
         self.metrics.observe(turn)
         self._log(turn)

@@ -10,8 +10,8 @@ Rules:
   ``asked(model)`` names the model of a request before any generation; ``note(model, usage)`` counts a
   generation that had no stream to tap; ``passes(usage)`` the summary passes a request ran beside the generation
   it streams; ``beside(events, prompt)`` taps another generation of the same request (another of its choices),
-  whose counts are added whenever it ends. A request's counts are all of its generations' together: one
-  request, not one per generation.
+  whose counts are added whenever it ends (what it decoded, where it never finished: the client left). A
+  request's counts are all of its generations' together: one request, not one per generation.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class Turn:
     cache_miss: dict | None = None  # where its prompt parted from the prompt cache, and why (engine/cache/miss.py)
     passes: Usage = field(default_factory=Usage)  # generations beside the tapped one (summary passes), summed
     began: bool = False  # its generation's Started came through the tap
+    besides: list = field(default_factory=list)  # the generations tapped beside it (``beside``), ended or not
 
     # -- fed by the event tap --------------------------------------------------------------------------
     def see(self, ev: TokenEvent) -> None:
@@ -115,6 +116,21 @@ class Turn:
         # (summary passes that finished before the hang-up count whatever the tapped generation decoded)
         self.completion_tokens = done + self.passes.completion_tokens
         self.reasoning_tokens = thought + self.passes.reasoning_tokens
+
+    def count_unfinished(self) -> None:
+        """The generations beside the tapped one that never finished (the client left, or another choice failed,
+        and they were stopped): what they decoded counts, as it would have on their Finished (their prompt's
+        tokens where theirs count), read once their sessions ended."""
+        for other in self.besides:
+            if other.finished:
+                continue
+            other.finished = True
+            done, thought = other.decoded
+            prompt = other.prompt_tokens if other.prompt else 0
+            self.passes = self.passes + Usage(prompt, 0, done, thought)
+            self.prompt_tokens += prompt
+            self.completion_tokens += done
+            self.reasoning_tokens += thought
 
     # -- read by the observer ----------------------------------------------------------------------------
     @property
@@ -233,21 +249,35 @@ def beside(events: AsyncIterable[TokenEvent], prompt: bool = True) -> AsyncItera
 
 class _Beside:
     def __init__(self, events: AsyncIterable[TokenEvent], turn: Turn, prompt: bool):
-        self._events = events.__aiter__()
-        self._turn, self._prompt = turn, prompt
+        self._source, self._events = events, events.__aiter__()
+        self._turn, self.prompt = turn, prompt
+        self.finished = False  # its Finished was counted (else ``Turn.count_unfinished`` counts what it decoded)
+        turn.besides.append(self)
 
     def __aiter__(self) -> "_Beside":
         return self
 
     async def __anext__(self) -> TokenEvent:
         ev = await self._events.__anext__()
-        if isinstance(ev, Finished):
+        if isinstance(ev, Finished) and not self.finished:
+            self.finished = True
             u = ev.usage
-            self._turn.add(u if self._prompt else Usage(0, 0, u.completion_tokens, u.reasoning_tokens))
+            self._turn.add(u if self.prompt else Usage(0, 0, u.completion_tokens, u.reasoning_tokens))
         return ev
 
+    @property
+    def decoded(self) -> tuple[int, int]:
+        """(completion, reasoning) tokens its session decoded so far (none before it opened)."""
+        decoded = getattr(self._source, "decoded", None)
+        return decoded if isinstance(decoded, tuple) else (0, 0)
+
+    @property
+    def prompt_tokens(self) -> int:
+        prompt = getattr(self._source, "prompt_tokens", None)
+        return prompt if isinstance(prompt, int) else 0
+
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._events, name)
+        return getattr(self._source, name)
 
 
 class _Tap:

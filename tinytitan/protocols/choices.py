@@ -129,7 +129,7 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
         for i, (req, machine) in enumerate(zip(reqs, machines)):
             if waits(i) is not None:  # opened in the stream, once its prompt is read
                 machine.context.setdefault("prompt_tokens", machines[leads[choices[i].prompt]].context["prompt_tokens"])
-                runs.append((machine, beside(_later(proto, req, keepalive, waits(i)), prompt=False)))
+                runs.append((machine, beside(_Later(proto, req, keepalive, waits(i)), prompt=False)))
                 continue
             together = len(choices) if i == 0 else 1
             session = await proto.services.hold(proto.engine.session(req, keepalive, together=together))
@@ -173,12 +173,29 @@ async def _reading(events, ready: trio.Event) -> AsyncIterator:
         ready.set()
 
 
-async def _later(proto, req: ChatRequest, keepalive, ready: trio.Event) -> AsyncIterator:
-    """A choice's events from a session opened once ``ready`` (its prompt read by the prompt's first choice)."""
-    await ready.wait()  # (a further session of a request admitted for all its choices: never refused as overloaded)
-    async with proto.engine.session(req, keepalive, continuing=True) as session:
-        async for ev in session:
-            yield ev
+class _Later:
+    """A choice's events from a session opened once ``ready`` (its prompt read by the prompt's first choice); what
+    that session decoded (``decoded``), for the request's record of a client that hangs up."""
+
+    def __init__(self, proto, req: ChatRequest, keepalive, ready: trio.Event):
+        self.session = None
+        self._events = self._run(proto, req, keepalive, ready)
+
+    @property
+    def decoded(self) -> tuple[int, int]:
+        return self.session.decoded if self.session is not None else (0, 0)
+
+    def __aiter__(self) -> AsyncIterator:
+        return self._events
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+    async def _run(self, proto, req: ChatRequest, keepalive, ready: trio.Event) -> AsyncIterator:
+        await ready.wait()  # (a further session of a request admitted for all its choices: never refused)
+        async with proto.engine.session(req, keepalive, continuing=True) as self.session:
+            async for ev in self.session:
+                yield ev
 
 
 async def _failing_in_band(events) -> AsyncIterator:
