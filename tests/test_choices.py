@@ -386,3 +386,42 @@ async def test_a_client_that_hangs_up_has_every_choices_decoded_tokens_counted(s
     assert 3 < cut < 400 and f"completion={3 + cut} " in line, (decoded, line)
     after = await scrape(s)
     assert tokens(after, "completion") - tokens(before, "completion") == 3 + cut
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_with_the_prompt_cache_off_the_choices_of_a_prompt_still_read_it_once(
+        serve, demo_backend, monkeypatch, stream):
+    """``--prompt-cache-mib 0`` (or a prompt too large for the budget): the first choice's prompt is handed to the
+    others outside the cache, which they would otherwise read all again once it had; nothing is left held after."""
+    from tinytitan.engine.cache.handoff import HANDED
+
+    cached: list[tuple[int, int]] = []
+    start = demo_backend.start
+
+    def recorded(prepared, model):
+        kv, read, hit = start(prepared, model)
+        cached.append((len(prepared.tokens), hit))
+        return kv, read, hit
+
+    monkeypatch.setattr(demo_backend, "start", recorded)
+    monkeypatch.setattr(demo_backend.prompt_cache, "max_bytes", 0)
+    demo_backend.prompt_cache.clear()  # (what earlier tests left, a budget of 0 would not have held)
+    s = await serve(backend=demo_backend)
+    prompt = f"A prompt with the cache off ({stream}): " + "the quick brown fox jumps over the lazy dog " * 4
+    asked = dict(model=demo_backend.model_id, prompt=prompt, max_tokens=4, n=3, temperature=1.0, seed=3)
+    if stream:
+        [ch async for ch in await client(s).completions.create(**asked, stream=True)]
+    else:
+        await client(s).completions.create(**asked)
+    (length, first), *others = cached
+    assert first == 0 and [hit for _, hit in others] == [length - 1] * 2, cached
+    if stream:  # a client that hangs up leaves nothing held either
+        left = await client(s).completions.create(**{**asked, "max_tokens": 64}, stream=True)
+        async for _ in left:
+            break
+        await left.close()
+    for _ in range(100):
+        if not len(HANDED):
+            break
+        await trio.sleep(0.02)
+    assert not len(HANDED) and not demo_backend.prompt_cache.entries

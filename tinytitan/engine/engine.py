@@ -47,6 +47,7 @@ from ..errors import LOAD_ERRORS, ApiError
 from ..events import SHUTTING_DOWN
 from ..models.names import FAST_SUFFIX, spellings
 from .backends.base import Backend
+from .cache.handoff import HANDED
 from .prompt.prepare import Prepared
 from . import DEFAULT_MAX_BATCH, DEFAULT_STREAM_INTERVAL_MS
 from .decode.decoder import Decoder
@@ -211,6 +212,11 @@ class Engine:
                 await session._end()  # gives the place back
             else:
                 place.give_back()
+
+    def release_shared(self, response_id: str) -> None:
+        """The request ``response_id`` has ended, every choice of it: the prompts its first choices handed to the
+        others (where the prompt cache would not hold them: cache/handoff.py) go."""
+        HANDED.release(response_id)
 
     async def wind_down(self, grace: float) -> None:
         """The server stops: the generations still open after ``grace`` seconds (and any further round of a

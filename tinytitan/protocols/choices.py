@@ -7,10 +7,11 @@ Rules:
 - A seeded request's choice ``i`` samples with ``seed + i``: each choice differs from the others, and the
   request made again draws the same choices.
 - The choices of one prompt share its reading: the first reads it and keeps its KV cache in the prompt cache
-  where it ends (``ChatRequest.shared_prompt``); the others' sessions open once it has, and their rows read its
-  last token alone. Streamed, those open inside the stream: the request's first session is admitted for all its
-  choices (all or none, the refusal the answer's status), and those are further sessions of it, never refused
-  as overloaded.
+  where it ends (``ChatRequest.shared_prompt``; handed to the others outside it where the cache will not hold
+  it, until the request ends: ``Engine.release_shared``); the others' sessions open once it has, and their rows
+  read its last token alone. Streamed, those open inside the stream: the request's first session is admitted
+  for all its choices (all or none, the refusal the answer's status), and those are further sessions of it,
+  never refused as overloaded.
 - Streamed: each choice's chunks go out as they come, interleaved; each choice's own usage chunk is held back and
   one, summed, closes the stream (before the one terminal). A failure in one choice sends its error chunk and
   ends the stream, the others stopped.
@@ -24,7 +25,7 @@ Rules:
 
 from __future__ import annotations
 
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
@@ -126,6 +127,7 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
 
     if stream:  # (the prompts' sessions are open before the stream is: a refusal is the answer's status; the
         runs = []  # first is admitted for every choice, so that those opened in the stream are never refused)
+        await proto.services.hold(_releasing(proto.engine, reqs[0].response_id))
         for i, (req, machine) in enumerate(zip(reqs, machines)):
             if waits(i) is not None:  # opened in the stream, once its prompt is read
                 machine.context.setdefault("prompt_tokens", machines[leads[choices[i].prompt]].context["prompt_tokens"])
@@ -150,15 +152,28 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
             errors.append(exc)
             nursery.cancel_scope.cancel()
 
-    async with trio.open_nursery() as nursery:
-        for i in range(len(choices)):
-            nursery.start_soon(folded, i, nursery)
+    try:
+        async with trio.open_nursery() as nursery:
+            for i in range(len(choices)):
+                nursery.start_soon(folded, i, nursery)
+    finally:
+        proto.engine.release_shared(reqs[0].response_id)
     if errors:
         raise errors[0]
     body = {**bodies[0], "choices": [b["choices"][0] for b in bodies]}
     if bodies[0].get("usage"):
         body["usage"] = summed([(c.prompt, b["usage"]) for c, b in zip(choices, bodies)])
     return Reply(body)
+
+
+@asynccontextmanager
+async def _releasing(engine, response_id: str) -> AsyncIterator[None]:
+    """Held for the whole HTTP request of a stream (entered before its sessions, so left after them): the prompts
+    its choices handed on are let go once it ends, however (a client that left before the body too)."""
+    try:
+        yield
+    finally:
+        engine.release_shared(response_id)
 
 
 async def _reading(events, ready: trio.Event) -> AsyncIterator:

@@ -21,6 +21,7 @@ from ..prompt.raw import VerbatimParser
 from ..decode.call_limit import CallLimit, call_limit
 from ..decode.forced_call import ForcedCall
 from ..prompt.prepare import FALLBACK_SAMPLING, Prepared, PromptPreparation
+from ..cache.handoff import or_handed
 
 log = logging.getLogger("tinytitan.backend")
 
@@ -60,7 +61,7 @@ class Backend(PromptPreparation, ABC):
     def prompt_prefix(self, model, prepared: "Prepared") -> tuple[Any, int, int]:
         """(a cache holding the prompt's first n tokens, or None for a new one; n; how many of those n the
         prompt cache held): here the longest cached prefix, its images compared by digest."""
-        kv, n = self.prompt_cache.fetch(prepared.tokens, prepared.image_runs, prepared.shared)
+        kv, n = or_handed(prepared, *self.prompt_cache.fetch(prepared.tokens, prepared.image_runs, prepared.shared))
         return kv, n, n
 
     def speculator(self, prepared: "Prepared", loop, tokens: list[int]):

@@ -55,6 +55,7 @@ from ...images import ImageError, open_image
 from ..prompt.prepare import Prepared
 from .mlx import MLXBackend, read_json
 from ..cache.entries import ImageRun, kv_trimmable
+from ..cache.handoff import or_handed
 
 log = logging.getLogger("tinytitan.vision")
 
@@ -256,7 +257,7 @@ class VisionBackend(MLXBackend):
     def _prefix(self, model, prepared: Prepared) -> tuple[list | None, int, int]:
         runs = prepared.image_runs
         shift = -sum(r.rope_delta for r in runs)  # (M-RoPE) where the prompt's keys stand from their positions
-        kv, n = self.prompt_cache.fetch(prepared.tokens, runs, prepared.shared)
+        kv, n = or_handed(prepared, *self.prompt_cache.fetch(prepared.tokens, runs, prepared.shared))
         if kv is not None and shift:  # an entry holds its true positions: shifted as this prompt's are
             self.reframe(kv, shift)
         if not runs or n >= runs[-1].end:

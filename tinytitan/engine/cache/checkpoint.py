@@ -25,7 +25,8 @@ Rules:
   cache in place copies a shared buffer first, and never changes the checkpoint). The entry counts against the
   prompt cache's byte budget like any other and goes to the disk cache like any other.
 - Only where it and the answer's entry fit the budget together (twice its size): else the answer's entry,
-  stored last, would evict it anyway, after it had evicted older entries (another conversation's) to fit.
+  stored last, would evict it anyway, after it had evicted older entries (another conversation's) to fit. A
+  shared prompt's that does not fit is handed to its request's other rows instead (cache/handoff.py).
 - Not on a rank of a group (mlx.launch): each rank holds its part of the layers, so whether a cache can be
   trimmed may differ between ranks, and every rank must start a row from the same prefix (group/lockstep.py).
 - A checkpoint that cannot be made costs a later turn a re-read, never the row: it is logged, not raised.
@@ -38,6 +39,7 @@ from typing import Any, Sequence
 
 from .disk_files import snapshot
 from .entries import ImageRun, kv_bytes, kv_offset, kv_trimmable
+from .handoff import HANDED
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -63,10 +65,11 @@ def target(backend: Any) -> Any:
 
 
 def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[ImageRun], more: int,
-         shared: bool = False) -> bool:
+         shared: bool = False, owner: str | None = None) -> bool:
     """Store a snapshot of ``kv``, which holds ``tokens`` (a recurrent state keeps no offset to say so), in
     ``prompt_cache`` where it is ``wanted`` (or ``shared``: other rows wait to read the same prompt) and fits (see
-    the rules); True when one was stored."""
+    the rules); a shared one that does not fit is handed to the other rows of its request ``owner``
+    (cache/handoff.py). True when one was stored."""
     if prompt_cache is None or not kv or not tokens or not (shared or wanted(kv, more)):
         return False
     held = kv_offset(kv)
@@ -75,6 +78,10 @@ def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[Im
     held = len(tokens)
     size = kv_bytes(kv)
     if 2 * size > prompt_cache.max_bytes:
+        if shared and owner is not None and not images:
+            HANDED.put(owner, tokens, snapshot(kv))
+            log.debug("prompt cache: a %d-token prompt handed to its request's other choices", held)
+            return True
         log.debug("prompt cache: no checkpoint of a %d-token prompt (%d MiB): it and its answer's entry would not "
                   "fit the budget together", held, size >> 20)
         return False

@@ -116,7 +116,9 @@ def _checkpoint(prompt_cache, row: "Row", kv: list) -> None:
     point (cache/checkpoint.py)."""
     from ..cache.checkpoint import keep
 
-    keep(prompt_cache, row.tokens[:-1], kv, row.prepared.image_runs, row.cap_left, row.prepared.shared)
+    req = row.prepared.req
+    keep(prompt_cache, row.tokens[:-1], kv, row.prepared.image_runs, row.cap_left, row.prepared.shared,
+         req.response_id if req is not None else None)
 
 
 def _prefill(model, lane: Lane, kv: list, tokens: tuple[int, ...]) -> None:
