@@ -425,3 +425,46 @@ async def test_with_the_prompt_cache_off_the_choices_of_a_prompt_still_read_it_o
             break
         await trio.sleep(0.02)
     assert not len(HANDED) and not demo_backend.prompt_cache.entries
+
+
+async def test_a_streams_later_prompts_are_never_refused_once_its_choices_were_admitted(serve):
+    """Several prompts, streamed: the first prompt's session is admitted for every choice; requests that arrive
+    while it is prepared may fill the queue, and the later prompts' sessions (of a request already admitted) are
+    not then refused: the request was admitted, its answer is not a 429."""
+    s = await serve([{"output": "word " * 200, "delay_ms": 20}], max_queue=2)
+    prepare, go = s.engine.prepare, trio.Event()
+
+    async def held(req):  # the first prompt's preparing takes its time
+        if req.prompt == "first":
+            await go.wait()
+        return await prepare(req)
+
+    s.engine.prepare = held
+    async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
+        async def other():
+            async with c.stream("POST", s.url("/v1/completions"), json={"model": MODEL, "prompt": "x",
+                                                                         "stream": True}) as r:
+                async for _ in r.aiter_bytes():
+                    pass
+
+        statuses = []
+
+        async def ours():
+            async with c.stream("POST", s.url("/v1/completions"), json={
+                    "model": MODEL, "prompt": ["first", "second"], "max_tokens": 4, "stream": True}) as r:
+                statuses.append(r.status_code)
+
+        nursery.start_soon(ours)
+        while s.engine.waiting == 0:
+            await trio.sleep(0.01)
+        nursery.start_soon(other)  # one decodes, one waits: the queue holds no more beside ours
+        while s.engine.health()["running"] == 0:
+            await trio.sleep(0.01)
+        nursery.start_soon(other)
+        while s.engine.health()["waiting"] < 2:
+            await trio.sleep(0.01)
+        go.set()
+        while not statuses:
+            await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert statuses == [200]

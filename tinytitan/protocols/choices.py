@@ -133,8 +133,9 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
                 machine.context.setdefault("prompt_tokens", machines[leads[choices[i].prompt]].context["prompt_tokens"])
                 runs.append((machine, beside(_Later(proto, req, keepalive, waits(i)), prompt=False)))
                 continue
-            together = len(choices) if i == 0 else 1
-            session = await proto.services.hold(proto.engine.session(req, keepalive, together=together))
+            # (a later prompt's first choice is a further session of the request admitted as a unit: never refused)
+            admitted = {"together": len(choices)} if i == 0 else {"continuing": True}
+            session = await proto.services.hold(proto.engine.session(req, keepalive, **admitted))
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
             runs.append((machine, tapped(i, session)))
         return Reply.of_stream(_streamed(proto, runs, [c.prompt for c in choices]), proto.spec.content_type)
