@@ -1,0 +1,102 @@
+"""Admitting a request's several choices (OpenAI's ``n``, several prompts): as a unit, refused before its stream
+opens where the queue cannot hold them now (429, retry), and as the client's error where the server never could
+(400 naming the field: a retry would never fit); once admitted, none of its sessions is refused."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import trio
+
+MODEL = "tinytitan-scripted"
+USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("path, body", [("/v1/chat/completions", {"messages": USER}),
+                                        ("/v1/completions", {"prompt": "hi"})])
+async def test_a_request_whose_choices_the_queue_cannot_hold_now_is_refused_before_its_stream(serve, path, body):
+    s = await serve([{"output": "word " * 200, "delay_ms": 20}, "one two three"], max_queue=2)
+    n = s.engine.most_at_once  # (fits an idle server; with one request decoding, the rest would wait past the queue)
+    async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
+        async def busy():
+            async with c.stream("POST", s.url("/v1/completions"), json={"model": MODEL, "prompt": "x",
+                                                                         "stream": True}) as held:
+                async for _ in held.aiter_bytes():
+                    pass
+
+        nursery.start_soon(busy)
+        while s.engine.health()["running"] == 0:
+            await trio.sleep(0.01)
+        r = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": True})
+        assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", r.text
+        assert f"this request's {n} choices do not all fit" in r.json()["error"]["message"]
+        nursery.cancel_scope.cancel()
+    async with httpx.AsyncClient(timeout=30) as c:
+        for _ in range(100):
+            if s.engine.health()["running"] == 0:
+                break
+            await trio.sleep(0.05)
+        fits = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": True})
+        assert fits.status_code == 200 and "queue_full" not in fits.text and fits.text.endswith("data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path, body, n, param", [
+    ("/v1/chat/completions", {"messages": USER}, 4, "n"), ("/v1/completions", {"prompt": "hi"}, 4, "n"),
+    ("/v1/completions", {"prompt": ["a", "b"]}, 2, "n"), ("/v1/completions", {"prompt": ["a", "b", "c", "d"]}, 1,
+                                                          "prompt")])
+async def test_more_choices_than_the_server_ever_holds_are_the_clients_error_naming_the_field(
+        serve, path, body, n, param, stream):
+    """Past its decode slots and --max-queue together, a request's choices never fit, however long a client
+    retries: a 400 naming the field and the most this server takes, not a 429 that is retried for ever."""
+    s = await serve(["one two three"], max_queue=2)
+    assert s.engine.most_at_once == 3
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url(path), json={"model": MODEL, **body, **({"n": n} if n > 1 else {}), "stream": stream})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == param and error["code"] == "invalid_value", r.text
+    assert "at most 3 choices" in error["message"] and "retry" not in error["message"], error
+    assert s.engine.health()["running"] == 0 and s.engine.health()["waiting"] == 0
+
+
+async def test_a_streams_later_prompts_are_never_refused_once_its_choices_were_admitted(serve):
+    """Several prompts, streamed: the first prompt's session is admitted for every choice; requests that arrive
+    while it is prepared may fill the queue, and the later prompts' sessions (of a request already admitted) are
+    not then refused: the request was admitted, its answer is not a 429."""
+    s = await serve([{"output": "word " * 200, "delay_ms": 20}], max_queue=2)
+    prepare, go = s.engine.prepare, trio.Event()
+
+    async def held(req):  # the first prompt's preparing takes its time
+        if req.prompt == "first":
+            await go.wait()
+        return await prepare(req)
+
+    s.engine.prepare = held
+    async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
+        async def other():
+            async with c.stream("POST", s.url("/v1/completions"), json={"model": MODEL, "prompt": "x",
+                                                                         "stream": True}) as r:
+                async for _ in r.aiter_bytes():
+                    pass
+
+        statuses = []
+
+        async def ours():
+            async with c.stream("POST", s.url("/v1/completions"), json={
+                    "model": MODEL, "prompt": ["first", "second"], "max_tokens": 4, "stream": True}) as r:
+                statuses.append(r.status_code)
+
+        nursery.start_soon(ours)
+        while s.engine.waiting == 0:
+            await trio.sleep(0.01)
+        nursery.start_soon(other)  # one decodes, one waits: the queue holds no more beside ours
+        while s.engine.health()["running"] == 0:
+            await trio.sleep(0.01)
+        nursery.start_soon(other)
+        while s.engine.health()["waiting"] < 2:
+            await trio.sleep(0.01)
+        go.set()
+        while not statuses:
+            await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert statuses == [200]
