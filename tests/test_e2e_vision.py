@@ -290,7 +290,16 @@ def test_codex_view_image_sends_the_picture_in_the_call_output(vision, tmp_path)
 
 # ---------------------------------------------------------------- opencode
 @needs(OPENCODE is None, reason="opencode is not installed: npm install -g opencode-ai@1.18.33")
-def test_opencode_through_launch_sends_an_attached_png_as_image_url(vision, proxy, tmp_path):
+def test_opencode_through_launch_sends_an_attached_png_as_image_url(vision, tmp_path):
+    # (answers capped: the turn's own would run to thousands of tokens of gibberish; the picture is in the prompt)
+    proxy = Proxy(vision.base, tmp_path, "--max-tokens", "64")
+    try:
+        opencode_sends_the_picture(vision, proxy, tmp_path)
+    finally:
+        proxy.proc.stop()
+
+
+def opencode_sends_the_picture(vision, proxy, tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     png = write_png(work / "shot.png")

@@ -51,6 +51,11 @@ canned (no ``--upstream``)
     the call, whatever its weights. Later requests go on as sent. The record holds
     every request as the client sent it.
 
+    ``--max-tokens N`` (forward mode) caps every model request's answer at N tokens
+    (``max_tokens``, ``max_completion_tokens`` or ``max_output_tokens``, set where the
+    client sent none): a random-weight model otherwise talks until it happens on its
+    end token, thousands of tokens later.
+
     ``--fail STATUS[:COUNT]`` answers the first COUNT (default: all) model
     requests (POST /v1/messages, /v1/responses, /v1/chat/completions) with an
     error of that HTTP status (the Anthropic or OpenAI error envelope), to watch a
@@ -139,6 +144,21 @@ def asking_for_call(path: str, body: dict, name: str, args: dict) -> dict | None
             body["tool_choice"] = {"type": "tool", "name": name, "disable_parallel_tool_use": True}
             return body
     return None
+
+
+# each model route's own name for the answer's token budget
+BUDGET = {"/v1/chat/completions": ("max_completion_tokens", "max_tokens"), "/v1/responses": ("max_output_tokens",),
+          "/v1/messages": ("max_tokens",)}
+
+
+def capped(path: str, body: dict, cap: int) -> dict:
+    """``body`` with its answer's budget at most ``cap`` tokens (set where the client sent none)."""
+    names = BUDGET[path]
+    sent = [n for n in names if isinstance(body.get(n), int)]
+    body = dict(body)
+    for n in sent or names[-1:]:
+        body[n] = min(body.get(n, cap), cap)
+    return body
 
 
 # ---------------------------------------------------------------- HTTP handler
@@ -294,7 +314,8 @@ def make_handler(args, recorder: Recorder, canned: Canned, client):
         def _forward(self, raw: bytes):
             url = args.upstream.rstrip("/") + self.path
             headers = [(k, v) for k, v in self.headers.items() if k.lower() not in HOP]
-            if args.tool and self.command == "POST" and urlsplit(self.path).path in MODEL_ROUTES:
+            changing = args.tool or args.max_tokens
+            if changing and self.command == "POST" and urlsplit(self.path).path in MODEL_ROUTES:
                 raw = self._asking(raw)
             req = client.build_request(self.command, url, headers=headers, content=raw or None)
             try:
@@ -324,18 +345,26 @@ def make_handler(args, recorder: Recorder, canned: Canned, client):
                 resp.close()
 
         def _asking(self, raw: bytes) -> bytes:
-            """``--tool-call`` in forward mode: a conversation's first request, asking for the call."""
+            """Forward mode's changes to a model request: ``--tool-call`` (a conversation's first request asks
+            for the call), ``--max-tokens`` (every request's answer capped)."""
             encoding = (self.headers.get("content-encoding") or "").lower()
             try:
                 body = json.loads(gzip.decompress(raw) if encoding == "gzip" else raw)
             except (OSError, ValueError):
                 return raw
-            if not isinstance(body, dict) or Canned._has_tool_result(body):
+            if not isinstance(body, dict):
                 return raw
-            asked = asking_for_call(urlsplit(self.path).path, body, *args.tool)
-            if asked is None:
-                print(f"record_proxy: request #{self.seq} offers no tool {args.tool[0]!r}: forwarded as sent",
-                      file=sys.stderr, flush=True)
+            path = urlsplit(self.path).path
+            asked = body
+            if args.tool and not Canned._has_tool_result(body):
+                asked = asking_for_call(path, body, *args.tool)
+                if asked is None:
+                    print(f"record_proxy: request #{self.seq} offers no tool {args.tool[0]!r}: forwarded as sent",
+                          file=sys.stderr, flush=True)
+                    asked = body
+            if args.max_tokens:
+                asked = capped(path, asked, args.max_tokens)
+            if asked is body:
                 return raw
             out = json.dumps(asked).encode()
             return gzip.compress(out) if encoding == "gzip" else out
@@ -378,6 +407,9 @@ def parse_args(argv=None):
     p.add_argument("--fail", metavar="STATUS[:COUNT]",
                    help="canned: answer the first COUNT (default all) model requests with STATUS")
     p.add_argument("--delay", type=float, default=0.0, help="canned: seconds before each model reply")
+    p.add_argument("--max-tokens", type=int, metavar="N",
+                   help="forward: cap every model request's answer at N tokens (a random-weight model otherwise "
+                        "answers until it happens on its end token; the record holds the request as sent)")
     p.add_argument("--replies", help="forward: append one JSON line per complete reply to this file")
     p.add_argument("--timeout", type=float, default=600.0, help="upstream read timeout, seconds")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-request line on stderr")

@@ -1,0 +1,18 @@
+"""``record_proxy.py --max-tokens N``: every model request's answer capped, in each API's own budget field, so an
+end-to-end test on a random-weight model is not spent on thousands of tokens of gibberish."""
+
+from __future__ import annotations
+
+from test_forced_tool_choice import _record_proxy
+
+
+def test_each_api_gets_its_own_budget_field_lowered_or_set():
+    capped = _record_proxy().capped
+    assert capped("/v1/chat/completions", {"messages": []}, 64) == {"messages": [], "max_tokens": 64}
+    assert capped("/v1/chat/completions", {"max_completion_tokens": 32000}, 64) == {"max_completion_tokens": 64}
+    assert capped("/v1/chat/completions", {"max_tokens": 10}, 64) == {"max_tokens": 10}  # already under the cap
+    assert capped("/v1/responses", {"input": "hi"}, 64) == {"input": "hi", "max_output_tokens": 64}
+    assert capped("/v1/messages", {"max_tokens": 32000}, 64) == {"max_tokens": 64}
+    sent = {"max_tokens": 32000}
+    capped("/v1/messages", sent, 64)
+    assert sent == {"max_tokens": 32000}  # the request as the client sent it is what the record holds
