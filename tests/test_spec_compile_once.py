@@ -38,3 +38,14 @@ def test_the_memo_is_bounded():
     for i in range(load._COMPILED_MAX + 5):
         compile_spec({**base, "protocol": f"shared{i}"}, "bounded")
     assert len(load._COMPILED) <= load._COMPILED_MAX
+
+
+def test_a_table_changed_after_it_compiled_changes_no_other_servers_spec():
+    """A spec shared by content is the caller's no more: a raw changed in place after it compiled (a test building
+    a variant of a shipped table) leaves what the next server loads as the file says."""
+    raw = load.read_spec(spec_dir() / "openai_chat.yaml")
+    compile_spec(raw, "openai_chat.yaml")
+    raw["extra"]["keepalive_seconds"] = 12345
+    raw["request"]["fields"].pop("model")
+    fresh = load.load_protocol("openai_chat")
+    assert fresh.extra.get("keepalive_seconds") != 12345 and "model" in fresh.request["fields"]

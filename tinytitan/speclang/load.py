@@ -5,6 +5,7 @@ A malformed spec file fails here, at load, with ``SpecError("<file>: <path>: <pr
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -162,14 +163,16 @@ _COMPILED_MAX = 64
 
 
 def compile_spec(raw: Any, source: str) -> ProtocolSpec:
-    """``raw`` checked and compiled; the same content from the same source again is the same spec object."""
+    """``raw`` checked and compiled; the same content from the same source again is the same spec object, which
+    holds a copy of ``raw``: the caller may go on changing its own (a variant of a table) without changing the
+    spec every later load of that content gets."""
     try:
         key = (source, json.dumps(raw, sort_keys=True))
     except (TypeError, ValueError):  # not JSON-shaped (YAML dates, non-string keys): the checks will say so
         return _compile(raw, source)
     spec = _COMPILED.get(key)
     if spec is None:
-        spec = _compile(raw, source)
+        spec = _compile(copy.deepcopy(raw), source)
         if len(_COMPILED) >= _COMPILED_MAX:
             del _COMPILED[next(iter(_COMPILED))]
         _COMPILED[key] = spec
