@@ -152,12 +152,12 @@ BUDGET = {"/v1/chat/completions": ("max_completion_tokens", "max_tokens"), "/v1/
 
 
 def capped(path: str, body: dict, cap: int) -> dict:
-    """``body`` with its answer's budget at most ``cap`` tokens (set where the client sent none)."""
+    """``body`` with its answer's budget at most ``cap`` tokens (set where the client sent none, or null)."""
     names = BUDGET[path]
-    sent = [n for n in names if isinstance(body.get(n), int)]
+    sent = [n for n in names if n in body]
     body = dict(body)
     for n in sent or names[-1:]:
-        body[n] = min(body.get(n, cap), cap)
+        body[n] = min(body[n], cap) if isinstance(body.get(n), int) else cap
     return body
 
 
