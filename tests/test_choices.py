@@ -378,3 +378,21 @@ async def test_with_the_prompt_cache_off_the_choices_of_a_prompt_still_read_it_o
             break
         await trio.sleep(0.02)
     assert not len(HANDED) and not demo_backend.prompt_cache.entries
+
+
+async def test_a_prompt_that_cannot_be_handed_on_costs_its_choices_a_reread_not_the_answer(
+        serve, demo_backend, monkeypatch):
+    """As a checkpoint the prompt cache cannot keep (cache/checkpoint.py: logged, never raised), a hand-off that
+    cannot be made leaves the other choices to read the prompt themselves: the answer still comes."""
+    from tinytitan.engine.cache import checkpoint
+
+    def broken(kv):
+        raise RuntimeError("no snapshot")
+
+    monkeypatch.setattr(checkpoint, "snapshot", broken)
+    monkeypatch.setattr(demo_backend.prompt_cache, "max_bytes", 0)
+    demo_backend.prompt_cache.clear()
+    s = await serve(backend=demo_backend)
+    got = await client(s).completions.create(model=demo_backend.model_id, prompt="A prompt not handed on: " * 4,
+                                             max_tokens=3, n=2, temperature=1.0, seed=5)
+    assert [c.index for c in got.choices] == [0, 1] and got.usage.completion_tokens > 0

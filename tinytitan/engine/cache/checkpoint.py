@@ -79,7 +79,11 @@ def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[Im
     size = kv_bytes(kv)
     if 2 * size > prompt_cache.max_bytes:
         if shared and owner is not None and not images:
-            HANDED.put(owner, tokens, snapshot(kv))
+            try:
+                HANDED.put(owner, tokens, snapshot(kv))
+            except Exception:  # (as a checkpoint's: the other choices read the prompt themselves, no more)
+                log.exception("a %d-token prompt could not be handed to its request's other choices", held)
+                return False
             log.debug("prompt cache: a %d-token prompt handed to its request's other choices", held)
             return True
         log.debug("prompt cache: no checkpoint of a %d-token prompt (%d MiB): it and its answer's entry would not "
