@@ -212,25 +212,32 @@ async def test_a_client_that_hangs_up_stops_every_choice(serve):
     assert s.engine.health()["running"] == 0 and s.engine.health()["waiting"] == 0
 
 
-@pytest.mark.parametrize("stream", [False, True])
-async def test_the_choices_of_a_prompt_read_it_once(serve, demo_backend, monkeypatch, stream):
-    """The first choice reads the prompt and keeps its cache where it ends; the others read its last token."""
+async def starts_of_three_choices(serve, backend, monkeypatch, prompt: str, stream: bool):
+    """(prompt tokens, how many the row started with cached) for each choice of one prompt asked with ``n`` = 3;
+    the server and the request, to ask again."""
     cached: list[tuple[int, int]] = []
-    start = demo_backend.start
+    start = backend.start
 
     def recorded(prepared, model):
         kv, read, hit = start(prepared, model)
         cached.append((len(prepared.tokens), hit))
         return kv, read, hit
 
-    monkeypatch.setattr(demo_backend, "start", recorded)
-    s = await serve(backend=demo_backend)
-    prompt = f"A prompt no other test sends ({stream}): " + "the quick brown fox jumps over the lazy dog " * 4
-    asked = dict(model=demo_backend.model_id, prompt=prompt, max_tokens=4, n=3, temperature=1.0, seed=3)
+    monkeypatch.setattr(backend, "start", recorded)
+    s = await serve(backend=backend)
+    asked = dict(model=backend.model_id, prompt=prompt, max_tokens=4, n=3, temperature=1.0, seed=3)
     if stream:
         [ch async for ch in await client(s).completions.create(**asked, stream=True)]
     else:
         await client(s).completions.create(**asked)
+    return cached, s, asked
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_choices_of_a_prompt_read_it_once(serve, demo_backend, monkeypatch, stream):
+    """The first choice reads the prompt and keeps its cache where it ends; the others read its last token."""
+    prompt = f"A prompt no other test sends ({stream}): " + "the quick brown fox jumps over the lazy dog " * 4
+    cached, _, _ = await starts_of_three_choices(serve, demo_backend, monkeypatch, prompt, stream)
     (length, first), *others = cached
     assert first < length - 1 and [hit for _, hit in others] == [length - 1] * 2, cached
 
@@ -348,24 +355,10 @@ async def test_with_the_prompt_cache_off_the_choices_of_a_prompt_still_read_it_o
     others outside the cache, which they would otherwise read all again once it had; nothing is left held after."""
     from tinytitan.engine.cache.handoff import HANDED
 
-    cached: list[tuple[int, int]] = []
-    start = demo_backend.start
-
-    def recorded(prepared, model):
-        kv, read, hit = start(prepared, model)
-        cached.append((len(prepared.tokens), hit))
-        return kv, read, hit
-
-    monkeypatch.setattr(demo_backend, "start", recorded)
     monkeypatch.setattr(demo_backend.prompt_cache, "max_bytes", 0)
     demo_backend.prompt_cache.clear()  # (what earlier tests left, a budget of 0 would not have held)
-    s = await serve(backend=demo_backend)
     prompt = f"A prompt with the cache off ({stream}): " + "the quick brown fox jumps over the lazy dog " * 4
-    asked = dict(model=demo_backend.model_id, prompt=prompt, max_tokens=4, n=3, temperature=1.0, seed=3)
-    if stream:
-        [ch async for ch in await client(s).completions.create(**asked, stream=True)]
-    else:
-        await client(s).completions.create(**asked)
+    cached, s, asked = await starts_of_three_choices(serve, demo_backend, monkeypatch, prompt, stream)
     (length, first), *others = cached
     assert first == 0 and [hit for _, hit in others] == [length - 1] * 2, cached
     if stream:  # a client that hangs up leaves nothing held either
