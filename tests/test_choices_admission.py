@@ -12,19 +12,20 @@ MODEL = "tinytitan-scripted"
 USER = [{"role": "user", "content": "hi"}]
 
 
+async def another_stream(c: httpx.AsyncClient, s) -> None:
+    """Another client's request, streamed to its end: it holds a decode slot, or waits for one, meanwhile."""
+    async with c.stream("POST", s.url("/v1/completions"), json={"model": MODEL, "prompt": "x", "stream": True}) as r:
+        async for _ in r.aiter_bytes():
+            pass
+
+
 @pytest.mark.parametrize("path, body", [("/v1/chat/completions", {"messages": USER}),
                                         ("/v1/completions", {"prompt": "hi"})])
 async def test_a_request_whose_choices_the_queue_cannot_hold_now_is_refused_before_its_stream(serve, path, body):
     s = await serve([{"output": "word " * 200, "delay_ms": 20}, "one two three"], max_queue=2)
     n = s.engine.most_at_once  # (fits an idle server; with one request decoding, the rest would wait past the queue)
     async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
-        async def busy():
-            async with c.stream("POST", s.url("/v1/completions"), json={"model": MODEL, "prompt": "x",
-                                                                         "stream": True}) as held:
-                async for _ in held.aiter_bytes():
-                    pass
-
-        nursery.start_soon(busy)
+        nursery.start_soon(another_stream, c, s)
         while s.engine.health()["running"] == 0:
             await trio.sleep(0.01)
         r = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": True})
@@ -73,12 +74,6 @@ async def test_a_streams_later_prompts_are_never_refused_once_its_choices_were_a
 
     s.engine.prepare = held
     async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
-        async def other():
-            async with c.stream("POST", s.url("/v1/completions"), json={"model": MODEL, "prompt": "x",
-                                                                         "stream": True}) as r:
-                async for _ in r.aiter_bytes():
-                    pass
-
         statuses = []
 
         async def ours():
@@ -89,10 +84,10 @@ async def test_a_streams_later_prompts_are_never_refused_once_its_choices_were_a
         nursery.start_soon(ours)
         while s.engine.waiting == 0:
             await trio.sleep(0.01)
-        nursery.start_soon(other)  # one decodes, one waits: the queue holds no more beside ours
+        nursery.start_soon(another_stream, c, s)  # one decodes, one waits: the queue holds no more beside ours
         while s.engine.health()["running"] == 0:
             await trio.sleep(0.01)
-        nursery.start_soon(other)
+        nursery.start_soon(another_stream, c, s)
         while s.engine.health()["waiting"] < 2:
             await trio.sleep(0.01)
         go.set()
