@@ -306,19 +306,11 @@ async def test_the_requests_log_line_and_metrics_count_every_choice_once(serve, 
 async def test_a_client_that_hangs_up_has_every_choices_decoded_tokens_counted(serve, demo_tok, caplog, stream):
     """The first choice finishes, the second is cut mid-answer, the third never starts (one decodes at a time
     here): the request's record counts what each decoded, not the first's alone."""
-    from test_observe import eventually, scrape, tokens
+    from test_observe import counting, eventually, scrape, tokens
     caplog.set_level(logging.INFO, logger="tinytitan.requests")
-    decoded = []
-
-    class Counting(ScriptedBackend):
-        def decode(self, prepared, loop, should_stop):
-            try:
-                super().decode(prepared, loop, should_stop)
-            finally:
-                decoded.append(loop.completion_tokens)
-
+    decoded: list[int] = []
     long = ScriptEntry("word " * 400, delay_ms=10)
-    s = await serve(backend=Counting([ScriptEntry("one two three"), long, long], demo_tok, model_id=MODEL))
+    s = await serve(backend=counting(decoded, [ScriptEntry("one two three"), long, long], demo_tok))
     before = await scrape(s)
     ask = {"model": MODEL, "messages": USER, "n": 3, "stream": stream}
     async with httpx.AsyncClient(timeout=30) as c:

@@ -374,12 +374,10 @@ async def test_the_window_keeps_generations_not_lookups(serve):
     assert len(s.server.observer.recent()) == 2
 
 
-async def test_a_cancelled_stream_counts_the_tokens_it_decoded(serve, demo_tok):
-    """A client that hangs up mid-stream (Esc in a coding agent) still used the tokens decoded for it: the
-    counters move by the prompt and by exactly what the engine decoded before it stopped."""
-    from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
-
-    decoded = []
+def counting(decoded: list[int], entries, tokenizer):
+    """The scripted backend, appending to ``decoded`` how many tokens each generation decoded once it ends (cut
+    short or not)."""
+    from tinytitan.engine.backends.scripted import ScriptedBackend
 
     class Counting(ScriptedBackend):
         def decode(self, prepared, loop, should_stop):
@@ -388,7 +386,16 @@ async def test_a_cancelled_stream_counts_the_tokens_it_decoded(serve, demo_tok):
             finally:
                 decoded.append(loop.completion_tokens)
 
-    s = await serve(backend=Counting([ScriptEntry("word " * 400, delay_ms=10)], demo_tok, model_id=MODEL))
+    return Counting(entries, tokenizer, model_id=MODEL)
+
+
+async def test_a_cancelled_stream_counts_the_tokens_it_decoded(serve, demo_tok):
+    """A client that hangs up mid-stream (Esc in a coding agent) still used the tokens decoded for it: the
+    counters move by the prompt and by exactly what the engine decoded before it stopped."""
+    from tinytitan.engine.backends.scripted import ScriptEntry
+
+    decoded: list[int] = []
+    s = await serve(backend=counting(decoded, [ScriptEntry("word " * 400, delay_ms=10)], demo_tok))
     before = await scrape(s)
     async with httpx.AsyncClient() as c:
         async with c.stream("POST", s.url("/v1/chat/completions"), json={
