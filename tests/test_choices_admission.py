@@ -19,16 +19,19 @@ async def another_stream(c: httpx.AsyncClient, s) -> None:
             pass
 
 
+@pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("path, body", [("/v1/chat/completions", {"messages": USER}),
                                         ("/v1/completions", {"prompt": "hi"})])
-async def test_a_request_whose_choices_the_queue_cannot_hold_now_is_refused_before_its_stream(serve, path, body):
+async def test_a_request_whose_choices_the_queue_cannot_hold_now_is_refused_before_its_stream(
+        serve, path, body, stream):
+    """Streamed or folded: refused before any of its choices ran (a folded one's too, not after its first)."""
     s = await serve([{"output": "word " * 200, "delay_ms": 20}, "one two three"], max_queue=2)
     n = s.engine.most_at_once  # (fits an idle server; with one request decoding, the rest would wait past the queue)
     async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
         nursery.start_soon(another_stream, c, s)
         while s.engine.health()["running"] == 0:
             await trio.sleep(0.01)
-        r = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": True})
+        r = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": stream})
         assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", r.text
         assert f"this request's {n} choices do not all fit" in r.json()["error"]["message"]
         nursery.cancel_scope.cancel()
@@ -37,8 +40,9 @@ async def test_a_request_whose_choices_the_queue_cannot_hold_now_is_refused_befo
             if s.engine.health()["running"] == 0:
                 break
             await trio.sleep(0.05)
-        fits = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": True})
-        assert fits.status_code == 200 and "queue_full" not in fits.text and fits.text.endswith("data: [DONE]\n\n")
+        fits = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": stream})
+        assert fits.status_code == 200 and "queue_full" not in fits.text, fits.text
+        assert fits.text.endswith("data: [DONE]\n\n") if stream else len(fits.json()["choices"]) == n
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -95,3 +99,32 @@ async def test_a_streams_later_prompts_are_never_refused_once_its_choices_were_a
             await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert statuses == [200]
+
+
+
+async def test_a_folded_requests_later_choices_are_never_refused_once_its_first_was_admitted(serve):
+    """Not streamed, n=2: the request is admitted for both choices when its first is; a request that arrives
+    while the first reads the prompt fills the queue, and the second choice (opened once the first has read it)
+    is not then refused: the first choice's work is not wasted, the answer is not a 429."""
+    s = await serve([{"output": "one two", "delay_ms": 300}], max_queue=1)
+    async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
+        answers = []
+
+        async def ours():
+            answers.append(await c.post(s.url("/v1/chat/completions"), json={
+                "model": MODEL, "messages": USER, "n": 2}))
+
+        nursery.start_soon(ours)
+        while s.engine.health()["running"] == 0:
+            await trio.sleep(0.01)
+
+        async def other():
+            await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "x"})
+
+        nursery.start_soon(other)  # waits behind our first choice: the queue (--max-queue 1) is full
+        while s.engine.health()["waiting"] == 0:
+            await trio.sleep(0.01)
+        while not answers:
+            await trio.sleep(0.01)
+    assert answers[0].status_code == 200, answers[0].text
+    assert [c["index"] for c in answers[0].json()["choices"]] == [0, 1]

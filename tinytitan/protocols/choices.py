@@ -15,9 +15,11 @@ Rules:
 - Streamed: each choice's chunks go out as they come, interleaved; each choice's own usage chunk is held back and
   one, summed, closes the stream (before the one terminal). A failure in one choice sends its error chunk and
   ends the stream, the others stopped.
-- Not streamed: each choice's chunks folded as a lone answer's are, the folds' choices listed in order, and one
-  usage: prompt tokens (and cached ones) counted once per prompt, as OpenAI counts them; completion tokens (and
-  reasoning ones) summed over the choices. A failure in one choice is the answer's error, the others stopped.
+- Not streamed: admitted as a stream is (its first session for all its choices, the others further sessions of
+  it: a 429 before any choice ran, never after one did); each choice's chunks folded as a lone answer's are, the
+  folds' choices listed in order, and one usage: prompt tokens (and cached ones) counted once per prompt, as
+  OpenAI counts them; completion tokens (and reasoning ones) summed over the choices. A failure in one choice is
+  the answer's error, the others stopped.
 - The request's record (its log line, /metrics) counts every choice's tokens, each prompt's once: one request.
 - More choices than the server ever holds at once (decode slots and ``--max-queue``) are refused as the client's
   error (400, naming ``n``, else ``prompt``, with the most it takes), not as a full queue: a retry never fits.
@@ -142,21 +144,28 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
     bodies: list[Any] = [None] * len(choices)
     errors: list[Exception] = []
 
-    async def folded(i: int, nursery: trio.Nursery) -> None:
+    async def fold(i: int, session) -> None:
+        machines[i].context.setdefault("prompt_tokens", session.prompt_tokens)
+        bodies[i] = (await proto.answer(v, machines[i], tapped(i, session))).body
+
+    async def folded(i: int, nursery: trio.Nursery, first=None) -> None:
         try:
+            if first is not None:
+                return await fold(i, first)
             if waits(i) is not None:
                 await waits(i).wait()
-            async with proto.engine.session(reqs[i], keepalive, streamed=False) as session:
-                machines[i].context.setdefault("prompt_tokens", session.prompt_tokens)
-                bodies[i] = (await proto.answer(v, machines[i], tapped(i, session))).body
+            # (a further session of the request admitted as a unit by its first: never refused)
+            async with proto.engine.session(reqs[i], keepalive, streamed=False, continuing=True) as session:
+                await fold(i, session)
         except Exception as exc:  # the answer's error (the first), the other choices stopped
             errors.append(exc)
             nursery.cancel_scope.cancel()
 
-    try:
-        async with trio.open_nursery() as nursery:
-            for i in range(len(choices)):
-                nursery.start_soon(folded, i, nursery)
+    try:  # the first choice's session is admitted for every choice (all or none: a 429 before any ran)
+        async with proto.engine.session(reqs[0], keepalive, streamed=False, together=len(choices)) as first:
+            async with trio.open_nursery() as nursery:
+                for i in range(len(choices)):
+                    nursery.start_soon(folded, i, nursery, first if i == 0 else None)
     finally:
         proto.engine.release_shared(reqs[0].response_id)
     if errors:
