@@ -38,6 +38,21 @@ def test_a_prefix_too_big_for_the_budget_is_not_kept_and_says_so(caplog):
     assert "3000-token prefix needs 3 MiB, more than --prompt-cache-mib 2" in caplog.text
 
 
+def test_a_cache_turned_off_warns_of_no_prefix_it_does_not_keep(caplog):
+    """``--prompt-cache-mib 0`` is the cache off on purpose: each request's prefix not kept is no warning (one a
+    request would be noise), a debug line at most; a real budget too small still warns (above)."""
+    import logging
+
+    class Layer:
+        offset, nbytes = 3000, 3 << 20
+
+    c = PromptCache(max_bytes=0)
+    with caplog.at_level(logging.DEBUG, logger="tinytitan"):
+        c.store(list(range(3000)), [Layer()])
+    assert not c.entries
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
 def test_a_follower_counts_each_entry_at_rank_0s_size_and_so_evicts_alike():
     """Under pipeline parallelism each rank holds other layers: a follower's KV for a prefix is not rank 0's size.
     Counted at rank 0's size (its message carries it: group/lockstep.py), the follower evicts what rank 0 evicts

@@ -143,8 +143,7 @@ class PromptCache:
         return payload, best_n
 
     def _best(self, p: np.ndarray) -> tuple[int | None, int]:
-        """The key of the entry that gives the most of prompt ``p``'s tokens, and how many (``Reusable.best``).
-        Holding the lock."""
+        """The key of the entry giving most of prompt ``p``'s tokens, and how many (``Reusable.best``; lock held)."""
         e, n = self._held.best(p)
         return (None if e is None else e.key), n
 
@@ -178,8 +177,9 @@ class PromptCache:
         if payload is not None and size > self.max_bytes:
             with self._lock:
                 self._noted_evicted(t)
-            log.warning("prompt cache: a %d-token prefix needs %d MiB, more than --prompt-cache-mib %d; it is not "
-                        "kept, so the next turn reads it all again", len(t), size >> 20, self.max_bytes >> 20)
+            (log.warning if self.max_bytes else log.debug)("prompt cache: a %d-token prefix needs %d MiB, more than "
+                "--prompt-cache-mib %d; it is not kept, so the next turn reads it all again", len(t), size >> 20,
+                self.max_bytes >> 20)  # (a budget of 0: the cache off on purpose, nothing to warn of)
             return None
         trimmable = payload is None or kv_trimmable(payload)
         with self._lock:
