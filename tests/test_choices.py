@@ -336,6 +336,7 @@ async def test_a_client_that_hangs_up_has_every_choices_decoded_tokens_counted(s
     (line,) = await eventually(logged)
     cut = decoded[1]
     assert 3 < cut < 400 and f"completion={3 + cut} " in line, (decoded, line)
+    assert " stop=cancelled " in line, line  # (its first choice had finished: the request was still cut)
     after = await scrape(s)
     assert tokens(after, "completion") - tokens(before, "completion") == 3 + cut
 

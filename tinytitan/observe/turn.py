@@ -120,10 +120,13 @@ class Turn:
     def count_unfinished(self) -> None:
         """The generations beside the tapped one that never finished (the client left, or another choice failed,
         and they were stopped): what they decoded counts, as it would have on their Finished (their prompt's
-        tokens where theirs count), read once their sessions ended."""
+        tokens where theirs count), read once their sessions ended. The request did not finish either, whatever
+        its tapped one did: cut, as a lone generation the client left is (``cancelled``), else failed."""
         for other in self.besides:
             if other.finished:
                 continue
+            if self.stop_reason != "error":
+                self.stop_reason = "error" if self.error is not None else "cancelled"
             other.finished = True
             done, thought = other.decoded
             prompt = other.prompt_tokens if other.prompt else 0
