@@ -382,3 +382,22 @@ async def test_a_prompt_that_cannot_be_handed_on_costs_its_choices_a_reread_not_
     got = await client(s).completions.create(model=demo_backend.model_id, prompt="A prompt not handed on: " * 4,
                                              max_tokens=3, n=2, temperature=1.0, seed=5)
     assert [c.index for c in got.choices] == [0, 1] and got.usage.completion_tokens > 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_request_whose_other_choice_failed_is_logged_as_failed_not_cut(serve, caplog, stream):
+    """The first choice ends, the second fails: the request's log line says it failed, never a client that left."""
+    from test_observe import eventually
+    caplog.set_level(logging.INFO, logger="tinytitan.requests")
+    s = await serve(["fine", {"output": "cut", "error": "the model broke"}])
+    async with httpx.AsyncClient(timeout=30) as h:
+        r = await h.post(s.url("/v1/chat/completions"), json={"model": MODEL, "messages": USER, "n": 2,
+                                                                 "stream": stream})
+    assert "the model broke" in r.text
+
+    async def logged():
+        return [r.getMessage() for r in caplog.records if r.name == "tinytitan.requests"
+                and "/v1/chat/completions" in r.getMessage()]
+
+    (line,) = await eventually(logged)
+    assert " stop=error " in line and " stop=cancelled " not in line, line

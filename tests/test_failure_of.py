@@ -32,6 +32,6 @@ def test_a_choice_ends_on_the_same_event():
         raise exc
 
     async def read():
-        return [ev async for ev in _failing_in_band(events())]
+        return [ev async for ev in _failing_in_band(events(), lambda ev: ev.code or ev.type)]
 
     assert trio.run(read) == [TextDelta("partial"), Failed("the queue is full", type="overloaded", code="queue_full")]

@@ -35,8 +35,8 @@ import trio
 
 from ..chat_request import ChatRequest
 from ..errors import invalid
-from ..events import KeepAlive, Started
-from ..observe.turn import beside, watch
+from ..events import Failed, KeepAlive, Started
+from ..observe.turn import beside, failed, watch
 from ..speclang.machine import WireEvent, pump
 from .failure import failure_of
 from .wire import Reply
@@ -223,27 +223,34 @@ class _Later:
                 yield ev
 
 
-async def _failing_in_band(events) -> AsyncIterator:
-    """A choice's token events, an exception among them ending it as the protocol's ``Failed`` (its error chunk)."""
+async def _failing_in_band(events, shown) -> AsyncIterator:
+    """A choice's token events, an exception among them ending it as the protocol's ``Failed`` (its error chunk);
+    a failure, either way, is the request's in its record (``shown``: its code as the protocol words it), as a lone
+    stream's is: the other choices, stopped by it, do not make it a client that left."""
     try:
         async for ev in events:
+            if isinstance(ev, Failed):
+                failed(ev, shown(ev))
             yield ev
     except Exception as exc:
-        yield failure_of(exc)
+        ending = failure_of(exc)
+        failed(ending, shown(ending))
+        yield ending
     finally:  # (a choice's own session, opened late, is left here, in the task that opened it)
         if hasattr(events, "aclose"):
             await events.aclose()
 
 
 @trio.as_safe_channel
-async def _interleaved(runs: list) -> AsyncIterator[tuple[int, WireEvent]]:
-    """Each choice's wire events, with its index, as they come."""
+async def _interleaved(runs: list, shown) -> AsyncIterator[tuple[int, WireEvent]]:
+    """Each choice's wire events, with its index, as they come (``shown``: a failure's code, in the protocol's
+    words)."""
     send, receive = trio.open_memory_channel(0)
 
     async def one(i: int, machine, events, out) -> None:
         async with out:  # (nothing raised here: what goes wrong is sent, and raised where the stream is read)
             try:
-                async with aclosing(pump(machine, _failing_in_band(events))) as wires:
+                async with aclosing(pump(machine, _failing_in_band(events, shown))) as wires:
                     async for wire in wires:
                         await out.send((i, wire))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -264,7 +271,7 @@ async def _streamed(proto, runs: list, prompts: list[int]) -> AsyncIterator[byte
     framing = proto.spec.framing
     usages: dict[int, tuple[int, dict]] = {}  # choice -> (its prompt, its usage): summed in the choices' order,
     last: dict | None = None  # as not streamed (a prompt's first choice's cached tokens), whichever ends first
-    async with _interleaved(runs) as wires:
+    async with _interleaved(runs, proto.shown) as wires:
         async for i, wire in wires:
             if isinstance(wire, Exception):
                 raise wire
