@@ -18,7 +18,7 @@ import yaml
 
 from ..chat_request import ChatRequest
 from ..events import EVENT_TYPES
-from . import paths, template
+from . import meta_check, paths, template
 
 # the template roots every machine provides (speclang/machine.py and protocols/base.py)
 BUILTIN_ROOTS = frozenset({"ev", "vars", "req", "emitted", "state", "error", "id", "created", "model", "choice",
@@ -253,7 +253,7 @@ def _check_request(spec: ProtocolSpec) -> None:
     for where, f in declared:
         if "schema" in f:
             try:
-                jsonschema.Draft202012Validator.check_schema(f["schema"])
+                meta_check.check(f["schema"])  # (check_schema's verdict and words: meta_check.py)
             except jsonschema.SchemaError as exc:
                 inside = _json_path(exc.path)
                 raise _fail(spec.source, f"{where}.schema" + (f".{inside}" if inside[:1] not in ("", "[") else inside),
