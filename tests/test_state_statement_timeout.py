@@ -76,7 +76,7 @@ def test_the_bound_passes_a_pooler_that_refuses_startup_options(pg, monkeypatch)
         return real(conninfo, **kwargs)
 
     monkeypatch.delenv("PGOPTIONS", raising=False)
-    monkeypatch.setattr(dbm.psycopg, "connect", pooler)
+    monkeypatch.setattr(psycopg, "connect", pooler)  # (the module the database imports when it opens)
     db = dbm.open_database(url)  # (a StateUnavailable here: the server would not start)
     try:
         assert db.run(lambda tx: tx.row("SHOW statement_timeout")[0]) == "30s"

@@ -38,7 +38,7 @@ from ..observe.observer import Observer
 from ..protocols.base import OFF_LOOP_BYTES, Protocol
 from ..protocols.wire import Call, Reply, Services
 from ..speclang import template
-from . import encoding, fetch
+from . import encoding
 from .origins import OriginPolicy
 from .socket import DEFAULT_IDLE_SECONDS, SocketConnection, Stopping
 from ..speclang.validate import query_args
@@ -160,8 +160,10 @@ class Server(Guard):
                                      if o is not self.shared and "<" not in p and p != "/"] +
                                     [(p.spec.raw["prefix"], p) for p in protocols if p.spec.raw.get("prefix")],
                                     key=lambda item: -len(item[0]))
-        self.services = Services(engine, self.hold, self.state, self.config, self.observer,
-                                 fetch.with_fetched_images if self.config.fetch_images else None)
+        fetcher = None
+        if self.config.fetch_images:  # (only fetching imports httpx: a tenth of a second of every start otherwise)
+            from .fetch import with_fetched_images as fetcher
+        self.services = Services(engine, self.hold, self.state, self.config, self.observer, fetcher)
         for proto in protocols:
             proto.attach(self.services)
         self.trimmer = Trimmer()  # memory back to the system after a large body (trim.py)

@@ -178,7 +178,7 @@ class Memory:
         try:
             row = self.db.run(lambda tx: tx.row("SELECT fragment FROM memory_fragments WHERE scope = ? AND "
                                                 "opening = ?", ("/".join(key[0]), key[1])), write=False)
-        except dbm.STORAGE_ERRORS as exc:  # memory never fails a request: the listing as it is now
+        except dbm.storage_errors() as exc:  # memory never fails a request: the listing as it is now
             log.warning("memory: a conversation's fragment could not be read (%s)", type(exc).__name__)
             return None
         return row[0] if row else None
@@ -201,7 +201,7 @@ class Memory:
 
         try:
             self.db.run(store)
-        except dbm.STORAGE_ERRORS as exc:  # (a full disk): this process keeps it still
+        except dbm.storage_errors() as exc:  # (a full disk): this process keeps it still
             log.warning("memory: a conversation's fragment could not be stored (%s)", type(exc).__name__)
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ import logging
 import re
 import time
 
-from ..store.db import STORAGE_ERRORS, Database
+from ..store.db import Database, storage_errors
 from .keys import Refused, parse_key, parse_prefix, under
 from .records import Record, WriteFailed, check_confidence, check_importance, check_tags, check_value
 
@@ -225,6 +225,6 @@ class Workspace:
         except WorkspacesFull as exc:
             log.warning("memory %s refused for a new workspace: %s", op, exc.strerror)
             raise
-        except STORAGE_ERRORS as exc:
+        except storage_errors() as exc:
             log.error("memory %s could not be written to %s: %s", op, self.db.where, exc)
             raise WriteFailed(errno.EIO, f"the memory database could not be written ({exc})") from None

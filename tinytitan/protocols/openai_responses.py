@@ -43,7 +43,7 @@ from ..observe.turn import watch
 from ..speclang.load import compile_spec
 from ..speclang.machine import Machine
 from ..speclang.validate import RequestValidator, Validated
-from ..store.db import STORAGE_ERRORS
+from ..store.db import storage_errors
 from ..store.responses_store import ResponsesStore, StoredResponse
 from ..events import Finished, Started, ToolCallDone, Usage
 from . import compaction, responses_socket, truncation
@@ -191,7 +191,7 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
                 rec = StoredResponse(id=rec.id, input=v.state.history + rec.input, events=rec.events,
                                      previous_response_id=None, created_at=rec.created_at)
             await self.store().put(rec)
-        except (*STORAGE_ERRORS, ValueError, ApiError) as exc:  # a full or read-only disk, a lost database server
+        except (*storage_errors(), ValueError, ApiError) as exc:  # a full or read-only disk, a lost database server
             # (or text it cannot encode; or the read of ``prev``, its 503) loses the record, not the answer
             log.error("could not store response %s: %s", rec.id, exc)
 

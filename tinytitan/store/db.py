@@ -18,14 +18,14 @@ Rules:
   never a startup option, which PgBouncer and the poolers built on it refuse, and which would replace
   PGOPTIONS), with TCP keepalives and ``tcp_user_timeout`` for a server machine gone silent, unless the URL
   (or, for the timeout, PGOPTIONS) sets them itself. Expired, the
-  statement raises one of ``STORAGE_ERRORS`` (PostgreSQL's QueryCanceled is an OperationalError): a read is
+  statement raises one of ``storage_errors()`` (PostgreSQL's QueryCanceled is an OperationalError): a read is
   the same 503 naming the store that a lost server gives, never a request held for as long as TCP allows.
 - A SQLite file that is not a database (or is malformed) is moved aside at open, with its WAL, as
   ``<name>.corrupt-<time>``, and the error says where; a new file is started. Nothing is ever emptied in place.
   At open the file is read through by ``PRAGMA quick_check`` (damage past the first pages, which opening alone
   never reads, would otherwise be found by the first request that reads there: a 503 mid-session), for at most
   ``CHECK_SECONDS``: what a bigger file holds past that is found when it is read, as before.
-- ``STORAGE_ERRORS``: what a failed write raises (a full disk, a read-only file, a lost server). Callers log it
+- ``storage_errors()``: what a failed write raises (a full disk, a read-only file, a lost server). Callers log it
   and go on; they never report such a write as saved.
 """
 
@@ -53,16 +53,28 @@ STATEMENT_SECONDS = 30.0  # the most one statement may wait (a lock, a stalled s
 CHECK_SECONDS = 2.0  # the most a SQLite file's check at open takes (a file of some hundreds of MB is read whole)
 T = TypeVar("T")
 
-try:  # psycopg is needed only for --state postgresql://…
-    import psycopg
+# what a failed read or write raises (see the rules), SQLite's; psycopg's join them once a PostgreSQL database has
+# imported it (``_psycopg``): ``except storage_errors()`` reads them when the exception is matched
+_SQLITE_ERRORS: tuple[type[BaseException], ...] = (OSError, sqlite3.OperationalError, sqlite3.DatabaseError)
+_pg_errors: tuple[type[BaseException], ...] = ()
 
-    _PG_ERRORS: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
-except ImportError:  # pragma: no cover - the package is a dependency; a broken install says so at open
-    psycopg = None
-    _PG_ERRORS = ()
 
-STORAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, sqlite3.OperationalError, sqlite3.DatabaseError,
-                                                   *_PG_ERRORS)
+def storage_errors() -> tuple[type[BaseException], ...]:
+    """What a failed write (or read) raises (see the rules), whichever database this process opened: psycopg's
+    errors from the moment a PostgreSQL database imports it (none can be raised before)."""
+    return _SQLITE_ERRORS + _pg_errors
+
+
+def _psycopg():
+    """psycopg, imported when a PostgreSQL database opens: nothing else needs it, and its import was about a tenth
+    of a second of every server's start."""
+    global _pg_errors
+    try:
+        import psycopg
+    except ImportError:  # (the package is a dependency: a broken install says so here)
+        raise SystemExit("--state postgresql://… needs the psycopg package: pip install 'psycopg[binary]'") from None
+    _pg_errors = (psycopg.OperationalError, psycopg.InterfaceError)
+    return psycopg
 
 
 class StateUnavailable(RuntimeError):
@@ -287,8 +299,7 @@ class PostgresDatabase(Database):
     dialect = "postgresql"
 
     def __init__(self, url: str, connect_timeout: float = 10.0, statement_timeout: float | None = None):
-        if psycopg is None:
-            raise SystemExit("--state postgresql://… needs the psycopg package: pip install 'psycopg[binary]'")
+        self.pg = _psycopg()
         super().__init__()
         self.url = url
         self.connect_timeout = connect_timeout
@@ -300,7 +311,7 @@ class PostgresDatabase(Database):
     def _conn(self):
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            conn = self._local.conn = psycopg.connect(self.url, connect_timeout=int(self.connect_timeout),
+            conn = self._local.conn = self.pg.connect(self.url, connect_timeout=int(self.connect_timeout),
                                                       **self.params)
             self._track(conn)
         return conn
@@ -318,7 +329,7 @@ def _bounds(url: str, seconds: float) -> tuple[dict, int | None]:
     """(the connection parameters that bound a silent server to ``seconds``, the ``statement_timeout`` in ms each
     transaction sets; None where the URL's options, or PGOPTIONS, set one themselves): see the rules. What the
     URL sets itself is left as it says."""
-    given = psycopg.conninfo.conninfo_to_dict(url)
+    given = _psycopg().conninfo.conninfo_to_dict(url)
     ms = max(1, int(seconds * 1000))
     out: dict = {}
     for name, value in (("keepalives", 1), ("keepalives_idle", 10), ("keepalives_interval", 5),
@@ -355,7 +366,7 @@ def open_database(where: str | Path | None) -> Database:
         if is_url(where):
             return PostgresDatabase(str(where))
         return SqliteDatabase(db_path(where))
-    except (*STORAGE_ERRORS, RuntimeError) as exc:
+    except (*storage_errors(), RuntimeError) as exc:
         place = redact(str(where)) if is_url(where) else str(db_path(where))
         raise StateUnavailable(f"the state database {place} cannot be opened: {exc}") from exc
 

@@ -15,7 +15,7 @@ Rules:
 - Every call is a transaction in a worker thread (``await``); a write is committed (on disk) before it
   returns. A caller cancelled while it waits (a stream cut short keeping what it sent, within its time bound:
   protocols/base.py) goes on at once; the transaction then commits or not on its own. ``put`` that fails (a
-  full disk) raises one of ``db.STORAGE_ERRORS``: the caller logs it and still answers. A read or a delete
+  full disk) raises one of ``db.storage_errors()``: the caller logs it and still answers. A read or a delete
   the database cannot do (a lost database server, a damaged file) is a 503 naming the store, never a 500, and
   the log says why.
 - An id with a NUL character is never found (PostgreSQL's text cannot hold one, so no stored row has it): a
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..errors import ApiError
 from . import db as dbm
-from .db import MEMORY, STORAGE_ERRORS, Database
+from .db import MEMORY, Database, storage_errors
 
 log = logging.getLogger("tinytitan.store")
 
@@ -123,7 +123,7 @@ class ResponsesStore:
         args = (key, *args)
         try:
             return await self.db.call(fn, *args, write=write, abandonable=True)
-        except STORAGE_ERRORS as exc:
+        except storage_errors() as exc:
             log.error("responses store %s: %s failed: %s", self.db.where, fn.__name__.strip("_"), exc)
             raise ApiError("unavailable", f"The response store cannot be {'written' if write else 'read'} now "
                            f"({type(exc).__name__}); try again") from None
