@@ -172,6 +172,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """``proc`` terminated (killed after 10 s), if it still runs."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
 @dataclass
 class ServerProc:
     name: str
@@ -187,13 +198,7 @@ class ServerProc:
 
     def stop(self) -> None:
         for proc in (self.proc, *self.followers):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc)
 
     def log_tail(self, n: int = 30) -> str:
         try:

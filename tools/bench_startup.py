@@ -43,7 +43,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, ensure_model, fmt, foreign_load, machine_line, median, table, utc_now  # noqa: E402
+from bench_common import (ROOT, ensure_model, fmt, foreign_load, machine_line, median, stop_process, table,  # noqa: E402
+                          utc_now)
 
 BANNER = "tinytitan is serving '"
 MARK = "@bench_startup "
@@ -140,12 +141,7 @@ def start_once(code: Path, args: list[str], bytecode: bool, timeout: float = 120
                 break
         return marks
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def iqr(xs: list[float]) -> str:
