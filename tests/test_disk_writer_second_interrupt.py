@@ -6,6 +6,7 @@ the interrupt escaping the ``atexit`` handler and the interpreter finalizing aro
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import time
 
@@ -13,6 +14,16 @@ import pytest
 
 from tinytitan.engine.cache import disk_writer
 from tinytitan.engine.cache.disk_writer import Writer
+
+
+@pytest.fixture(autouse=True)
+def python_handles_sigint():
+    """Python's own Ctrl-C handling, which ``interrupt_main`` runs: a process started with SIGINT ignored (a
+    background job of a shell without job control, as a CI runner may start it) has none, and the interrupt would
+    do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def interrupt_once_closing(w: Writer) -> threading.Thread:
