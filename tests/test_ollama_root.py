@@ -72,3 +72,22 @@ async def test_with_a_key_the_root_answers_the_same_and_the_host_and_origin_guar
                     assert r.status_code == 403, (method, accept, refused)
                     if method == "GET":
                         assert r.json()["error"]["code"] == code
+
+
+@pytest.mark.parametrize("api_key", [None, "sesame"])
+async def test_every_answer_of_the_root_says_it_varies_by_accept(serve, api_key):
+    """One URL, three bodies chosen by Accept: a cache (a proxy's, a browser's) that is not told so serves the
+    first it stored to every client: the dashboard to ``ollama``'s heartbeat, or Ollama's text to a browser."""
+    s = await serve(["ok"], **({"api_key": api_key} if api_key else {}))
+    async with httpx.AsyncClient() as c:
+        for accept in ("*/*", AXIOS, "text/plain", BROWSER, "application/json"):
+            for method in ("GET", "HEAD"):
+                r = await c.request(method, s.url("/"), headers={"accept": accept})
+                assert r.status_code == 200, (method, accept)
+                assert "accept" in vary(r), (method, accept, r.headers)
+        page = await c.get(s.url("/"), headers={"accept": "application/json", "origin": "http://localhost:3000"})
+        assert page.status_code == 200 and {"accept", "origin"} <= set(vary(page)), page.headers  # (a page's: both)
+
+
+def vary(r: httpx.Response) -> list[str]:
+    return [v.strip().lower() for v in r.headers.get("vary", "").split(",")]

@@ -72,8 +72,9 @@ class Guard:
             headers = {k.lower(): v for k, v in request.headers.items()}
             root = await self.shared.handlers()["root"](Call(request.method, request.path, headers=headers))
             if isinstance(root.body, dict):  # (the JSON status; Ollama's text and the dashboard page hold no data)
-                return self.json_response({k: v for k, v in root.body.items() if k != "model"}, root.status)  # (the
-                # model id needs the key, as on /health)
+                resp = self.json_response({k: v for k, v in root.body.items() if k != "model"}, root.status)  # (the
+                resp.headers.update(root.headers)  # model id needs the key, as on /health; chosen by Accept all the same)
+                return resp
 
     def _origin(self, req, origin: str) -> Response | None:
         """A web page's request: refused unless its origin is allowed (origins.py); an allowed preflight is
@@ -121,5 +122,7 @@ class Guard:
             response.headers["connection"] = "close"
         elif getattr(incoming(), "cors_origin", None) is not None:  # an allowed page may read the answer
             for k, v in self.origins.cors_headers(incoming().cors_origin).items():
+                if k == "Vary" and response.headers.get(k):  # (the answer's own Vary, GET /'s Accept, kept beside)
+                    response.headers[k] = f"{response.headers[k]}, {v}"
                 response.headers.setdefault(k, v)
         return response

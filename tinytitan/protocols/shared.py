@@ -74,11 +74,16 @@ class Shared(Protocol):
     async def root(self, call: Call) -> Reply:
         """GET / and HEAD /: the answer the Accept header ranks highest of the spec's ``extra.root`` (Ollama's
         ``Ollama is running`` for curl and HTTP libraries, the dashboard for a browser, the JSON status where
-        JSON is asked for); HEAD sends the same headers without the body."""
+        JSON is asked for); HEAD sends the same headers without the body. Each says it was chosen by Accept
+        (``Vary``): a cache that is not told serves the answer it stored to every client (the dashboard to
+        ``ollama``'s heartbeat, Ollama's text to a browser)."""
         answer = self.root_answers[call.prefers(*self.root_answers)]
         if "text" in answer:
-            return Reply.of_text(answer["text"], "text/plain; charset=utf-8")
-        return await (self.dashboard if answer["handler"] == "dashboard" else self.status)(call)
+            reply = Reply.of_text(answer["text"], "text/plain; charset=utf-8")
+        else:
+            reply = await (self.dashboard if answer["handler"] == "dashboard" else self.status)(call)
+        reply.headers["Vary"] = "Accept"
+        return reply
 
     async def status(self, call: Call) -> Reply:
         """The server's status as JSON: whether routes need ``--api-key`` (the dashboard asks for the key before
