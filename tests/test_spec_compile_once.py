@@ -49,3 +49,40 @@ def test_a_table_changed_after_it_compiled_changes_no_other_servers_spec():
     raw["request"]["fields"].pop("model")
     fresh = load.load_protocol("openai_chat")
     assert fresh.extra.get("keepalive_seconds") != 12345 and "model" in fresh.request["fields"]
+
+
+def shared_with(**extra) -> dict:
+    raw = load.read_spec(spec_dir() / "shared.yaml")
+    return {**raw, "extra": {**raw["extra"], **extra}}
+
+
+@pytest.mark.parametrize("one, other", [
+    ({"x": {"1": "a"}}, {"x": {1: "a"}}),  # a key's type: a map looked up by an integer finds only the integer
+    ({"x": 1}, {"x": True}), ({"x": 1}, {"x": 1.0}), ({"x": {1: "a"}}, {"x": {True: "a"}}),
+    ({"x": [1, 2]}, {"x": (1, 2)}),
+])
+def test_tables_that_differ_only_in_types_are_two_specs(one, other):
+    """The memo's key is the table exactly: a table equal to another once written as JSON (1 and "1" as keys,
+    a tuple and a list) is compiled for itself, not handed the other's spec."""
+    for first, second in ((one, other), (other, one)):
+        load._COMPILED.clear()
+        compile_spec(shared_with(**first), "types.yaml")
+        spec = compile_spec(shared_with(**second), "types.yaml")
+        assert [(type(k), k) for k in spec.extra] == [(type(k), k) for k in shared_with(**second)["extra"]]
+        x = spec.extra["x"]
+        assert type(x) is type(second["x"]) and repr(x) == repr(second["x"]), (first, second)
+
+
+def test_tables_in_another_order_are_two_specs():
+    """Order is meaning: GET / gives a tie in Accept to the first answer ``extra.root`` lists."""
+    raw = load.read_spec(spec_dir() / "shared.yaml")
+    turned = {**raw, "extra": {**raw["extra"], "root": dict(reversed(raw["extra"]["root"].items()))}}
+    compile_spec(raw, "order.yaml")
+    assert list(compile_spec(turned, "order.yaml").extra["root"]) == list(turned["extra"]["root"])
+
+
+def test_a_tuple_where_the_schema_wants_a_list_is_refused_after_the_list_compiled():
+    raw = load.read_spec(spec_dir() / "shared.yaml")
+    compile_spec(raw, "tuple.yaml")
+    with pytest.raises(SpecError, match="routes"):
+        compile_spec({**raw, "routes": tuple(raw["routes"])}, "tuple.yaml")

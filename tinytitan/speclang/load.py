@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,16 +159,35 @@ def read_spec(path: Path, seen: tuple[str, ...] = ()) -> Any:
 # changed once compiled. A handful per process; bounded all the same (a test may write specs of its own).
 _COMPILED: dict[tuple[str, str], ProtocolSpec] = {}
 _COMPILED_MAX = 64
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is made of dicts, lists, strings, numbers, booleans and None alone (what YAML's plain
+    documents are), each of exactly that type: where ``repr`` is the table exactly."""
+    kind = type(value)
+    if kind is dict:
+        return all(type(k) in _PLAIN and _plain(v) for k, v in value.items())
+    if kind is list:
+        return all(_plain(v) for v in value)
+    return kind in _PLAIN
+
+
+def _content_key(raw: Any) -> str | None:
+    """The memo's key for a table: equal only for the same table, types and order included (a map's ``1`` is not
+    its ``"1"`` nor its ``true``, a tuple is not a list, and ``extra.root``'s order is GET /'s tie-break), which a
+    JSON text is not; None where the table holds anything else (not remembered)."""
+    return repr(raw) if _plain(raw) else None
 
 
 def compile_spec(raw: Any, source: str) -> ProtocolSpec:
     """``raw`` checked and compiled; the same content from the same source again is the same spec object, which
     holds a copy of ``raw``: the caller may go on changing its own (a variant of a table) without changing the
     spec every later load of that content gets."""
-    try:
-        key = (source, json.dumps(raw, sort_keys=True))
-    except (TypeError, ValueError):  # not JSON-shaped (YAML dates, non-string keys): the checks will say so
+    content = _content_key(raw)
+    if content is None:  # (YAML dates, sets …: the checks will say so)
         return _compile(raw, source)
+    key = (source, content)
     spec = _COMPILED.get(key)
     if spec is None:
         spec = _compile(copy.deepcopy(raw), source)
