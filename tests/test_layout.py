@@ -1,11 +1,18 @@
 """The package's shape, checked on the source: no import circle (function-level and type-only imports
-included: a circle anywhere means two modules that cannot be read apart), and no module past 400 lines (a
-module that grows past it is split along a seam and its parts named for what they are)."""
+included: a circle anywhere means two modules that cannot be read apart), no module past 400 lines (a
+module that grows past it is split along a seam and its parts named for what they are), and every package it
+imports declared in pyproject (not left to arrive as another dependency's: that one may drop it)."""
 
 from __future__ import annotations
 
 import ast
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tinytitan"
 MAX_LINES = 400
@@ -78,3 +85,31 @@ def test_no_module_past_the_limit():
     long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def imported_packages() -> dict[str, str]:
+    """Top-level module → a file of the package that imports it (anywhere in it), the standard library's and the
+    package's own left out."""
+    out: dict[str, str] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != PACKAGE.name:
+                    out.setdefault(top, str(path.relative_to(PACKAGE.parent)))
+    return out
+
+
+def test_every_package_it_imports_is_declared():
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    declared = {canonicalize_name(Requirement(line).name) for line in project["dependencies"]}
+    provides = packages_distributions()
+    undeclared = {module: where for module, where in imported_packages().items()
+                  if not declared & {canonicalize_name(d) for d in provides.get(module, ())}}
+    assert undeclared == {}, "imported, not in pyproject's dependencies (module: a file importing it)"
