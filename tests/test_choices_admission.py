@@ -4,9 +4,15 @@ opens where the queue cannot hold them now (429, retry), and as the client's err
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import httpx
 import pytest
 import trio
+
+from tinytitan.engine.admission import Capacity
+from tinytitan.errors import ApiError
+from tinytitan.protocols.choices import refuse_past_capacity
 
 MODEL = "tinytitan-scripted"
 USER = [{"role": "user", "content": "hi"}]
@@ -26,7 +32,7 @@ async def test_a_request_whose_choices_the_queue_cannot_hold_now_is_refused_befo
         serve, path, body, stream):
     """Streamed or folded: refused before any of its choices ran (a folded one's too, not after its first)."""
     s = await serve([{"output": "word " * 200, "delay_ms": 20}, "one two three"], max_queue=2)
-    n = s.engine.most_at_once  # (fits an idle server; with one request decoding, the rest would wait past the queue)
+    n = s.engine.capacity.most  # (fits an idle server; with one request decoding, the rest would wait past the queue)
     async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
         nursery.start_soon(another_stream, c, s)
         while s.engine.health()["running"] == 0:
@@ -55,13 +61,26 @@ async def test_more_choices_than_the_server_ever_holds_are_the_clients_error_nam
     """Past its decode slots and --max-queue together, a request's choices never fit, however long a client
     retries: a 400 naming the field and the most this server takes, not a 429 that is retried for ever."""
     s = await serve(["one two three"], max_queue=2)
-    assert s.engine.most_at_once == 3
+    assert s.engine.capacity == Capacity(decoding=1, waiting=2)
     async with httpx.AsyncClient(timeout=30) as c:
         r = await c.post(s.url(path), json={"model": MODEL, **body, **({"n": n} if n > 1 else {}), "stream": stream})
     error = r.json()["error"]
     assert r.status_code == 400 and error["param"] == param and error["code"] == "invalid_value", r.text
     assert "at most 3 choices" in error["message"] and "retry" not in error["message"], error
+    assert "(3: 1 decoding and --max-queue 2 waiting)" in error["message"], error
     assert s.engine.health()["running"] == 0 and s.engine.health()["waiting"] == 0
+
+
+def test_the_refusal_words_the_bound_it_checked_and_its_parts_from_one_value():
+    """The sentence's total and its parts are the engine's one ``Capacity``, whatever else an engine (a layer
+    around it, a group's lead) says of its batch and queue: the numbers it gives always add up."""
+    engine = SimpleNamespace(capacity=Capacity(decoding=2, waiting=5), max_batch=8, max_queue=16)
+    with pytest.raises(ApiError) as refused:
+        refuse_past_capacity(SimpleNamespace(engine=engine), SimpleNamespace(body={"n": 8}), [None] * 8)
+    assert refused.value.param == "n" and refused.value.code == "invalid_value"
+    assert refused.value.message == ("'n' is 8: 8 choices, more than this server can ever take at once (7: 2 decoding "
+                                     "and --max-queue 5 waiting); ask for at most 7 choices in one request")
+    refuse_past_capacity(SimpleNamespace(engine=engine), SimpleNamespace(body={"n": 7}), [None] * 7)  # (it fits)
 
 
 async def test_a_streams_later_prompts_are_never_refused_once_its_choices_were_admitted(serve):

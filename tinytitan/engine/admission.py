@@ -14,11 +14,25 @@ from __future__ import annotations
 
 import time
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 import trio
 
 from ..errors import ApiError
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The most generations a server ever holds at once, and what it counts: its decode slots and the places to
+    wait beyond them (``--max-queue``). A refusal worded from it says the numbers that were checked."""
+
+    decoding: int
+    waiting: int
+
+    @property
+    def most(self) -> int:
+        return self.decoding + self.waiting
 
 
 class Admission:
@@ -43,6 +57,10 @@ class Admission:
         finally:
             for _ in range(taken):
                 self.slots.release()
+
+    @property
+    def capacity(self) -> Capacity:
+        return Capacity(self.size, self.max_queue)
 
     def admit(self, continuing: bool = False, together: int = 1) -> "Place":
         """``continuing``: the next generation of a request already admitted (the memory layer's rounds) is

@@ -56,7 +56,7 @@ from .prompt.messages import fast_path
 from .cache.memory import cache_summary
 from .decode.rows import Row
 from .group.ranks import GroupBroken
-from .admission import Admission
+from .admission import Admission, Capacity
 from .session import FOLDED_INTERVAL, Mailbox, Session
 from .summarise import Summariser
 
@@ -153,11 +153,11 @@ class Engine:
         return self.admission.running
 
     @property
-    def most_at_once(self) -> int:
-        """The most generations it ever holds at once: its decode slots and ``max_queue`` waiting. A request whose
-        generations are admitted as a unit (``together``) beyond that is refused whatever the load: a retry would
-        never fit."""
-        return self.admission.size + self.max_queue
+    def capacity(self) -> Capacity:
+        """The most generations it ever holds at once (``.most``), with its parts: its decode slots and
+        ``max_queue`` waiting. A request whose generations are admitted as a unit (``together``) beyond that is
+        refused whatever the load: a retry would never fit."""
+        return self.admission.capacity
 
     @property
     def batch_size(self) -> int:

@@ -86,7 +86,8 @@ def _usage_alone(wire: WireEvent) -> dict | None:
 def refuse_past_capacity(proto, v, choices: list[Choice]) -> None:
     """More choices than the server ever holds at once (its decode slots and ``--max-queue`` waiting) is the
     client's error, named by the field that asked for them: a 429 would be retried for ever."""
-    most = proto.engine.most_at_once
+    capacity = proto.engine.capacity  # (the bound checked and its parts, one value: the sentence adds up)
+    most = capacity.most
     if len(choices) <= most:
         return
     n = v.body.get("n") or 1
@@ -94,7 +95,7 @@ def refuse_past_capacity(proto, v, choices: list[Choice]) -> None:
     if n > 1 and len(choices) > n:
         asked += f" for each of {len(choices) // n} prompts"
     raise invalid(f"{asked}: {len(choices)} choices, more than this server can ever take at once ({most}: "
-                  f"{proto.engine.max_batch} decoding and --max-queue {proto.engine.max_queue} waiting); ask for "
+                  f"{capacity.decoding} decoding and --max-queue {capacity.waiting} waiting); ask for "
                   f"at most {most} choices in one request", param="n" if n > 1 else "prompt", code="invalid_value")
 
 
