@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from sse import parse_sse
-from tinytitan.speclang.load import spec_dir
+from tinytitan.speclang.load import SpecError, load_protocol, spec_dir
 
 MODEL = "tinytitan-scripted"
 ANTHROPIC = {"anthropic-version": "2023-06-01"}
@@ -125,5 +125,27 @@ def test_a_root_answer_the_module_cannot_give_fails_at_start(edited_specs):
     from tinytitan.protocols.shared import Shared
 
     specs = edited_specs("shared.yaml", "text/html: {handler: dashboard}", "text/html: {handler: page}")
-    with pytest.raises(ValueError, match=r"shared.yaml: extra.root.text/html: expected"):
+    with pytest.raises(SpecError, match=r"shared.yaml: extra.root.text/html: "):
         Shared(specs)
+
+
+ROOT_TABLE = ("  root:\n    text/plain: {text: Ollama is running}\n    text/html: {handler: dashboard}\n"
+              "    application/json: {handler: status}\n")
+
+
+@pytest.mark.parametrize("table, where", [
+    ("  root: [text/plain]\n", "extra.root: "),
+    ("  root: {}\n", "extra.root: "),
+    ("  root:\n    text/plain: Ollama is running\n", "extra.root.text/plain: "),
+    ("  root:\n    text/plain: {text: 1}\n", "extra.root.text/plain: "),
+    ("  root:\n    text/plain: {text: Up, handler: status}\n", "extra.root.text/plain: "),
+    ("  root:\n    application/json: {handler: status, text: x}\n", "extra.root.application/json: "),
+    ("  not_root: {}\n", "extra: 'root' is a required property"),
+])
+def test_a_malformed_root_table_is_refused_when_the_spec_loads_naming_the_key(edited_specs, table, where):
+    """GET /'s answers are declared in the spec and their shape is the meta-schema's: a wrong one fails at load,
+    in the words every spec file's error has (file, path, problem), not on the first GET /."""
+    specs = edited_specs("shared.yaml", ROOT_TABLE, table)
+    with pytest.raises(SpecError) as refused:
+        load_protocol("shared", specs)
+    assert str(refused.value).startswith(f"shared.yaml: {where}"), refused.value
