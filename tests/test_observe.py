@@ -605,3 +605,39 @@ async def test_a_compacted_turn_the_client_leaves_counts_its_summary_and_what_th
     (turn,) = await eventually(ended)
     assert turn["completion_tokens"] > summary  # the summary's, and the reply's decoded before the hang-up
 
+
+
+class _Session:
+    """An engine session that read a prompt of ``prompt_tokens`` and decoded ``decoded`` (completion, reasoning),
+    its events never read (its client left)."""
+
+    def __init__(self, prompt_tokens: int, decoded: tuple[int, int]):
+        self.prompt_tokens, self.decoded = prompt_tokens, decoded
+
+    def __aiter__(self):
+        return self
+
+
+@pytest.mark.parametrize("began", [False, True])
+def test_choices_left_unfinished_count_whether_or_not_the_first_had_started(began):
+    """Several choices, the client gone: what the others decoded counts (their prompts where theirs count), also
+    where the first never started (still reading its prompt while another prompt's choices decoded)."""
+    from types import SimpleNamespace
+
+    from tinytitan.events import Started
+    from tinytitan.observe.turn import Turn, beside, current_turn, watch
+
+    turn = Turn("POST", "/v1/completions", "127.0.0.1", "test")
+    token = current_turn.set(turn)
+    try:
+        watch(_Session(7, (2, 0)), SimpleNamespace(model="m", tools=()), stream=True)
+        beside(_Session(5, (3, 1)), prompt=True)  # another prompt's first choice
+        beside(_Session(5, (4, 0)), prompt=False)  # that prompt's second: its prompt counted once
+    finally:
+        current_turn.reset(token)
+    if began:
+        turn.see(Started(7))
+    turn.cancelled()
+    turn.count_unfinished()
+    assert (turn.prompt_tokens, turn.completion_tokens, turn.reasoning_tokens) == (12, 9, 1)
+    assert turn.stop_reason == "cancelled"

@@ -89,10 +89,12 @@ class Turn:
             self.stop_reason = "error"
             self.error = ev.code or ev.type  # (as a refused request's: its code, else its kind)
 
-    def add(self, usage: Usage) -> None:
-        """A generation beside the tapped one ended (before or after it): its counts the request's too."""
+    def add(self, usage: Usage, read: bool | None = None) -> None:
+        """A generation beside the tapped one ended (before or after it): its counts the request's too. ``read``:
+        whether the request's counts already took the passes in (by default, once its Started came through)."""
         self.passes = self.passes + usage
-        if self.began:  # (counts read so far took the passes as they were: this one is added to them as well)
+        if self.began if read is None else read:  # (counts read so far took the passes as they were: this one is
+            # added to them as well)
             self.prompt_tokens += usage.prompt_tokens
             self.cached_tokens += usage.cached_tokens
             self.completion_tokens += usage.completion_tokens
@@ -129,11 +131,8 @@ class Turn:
                 self.stop_reason = "error" if self.error is not None else "cancelled"
             other.finished = True
             done, thought = other.decoded
-            prompt = other.prompt_tokens if other.prompt else 0
-            self.passes = self.passes + Usage(prompt, 0, done, thought)
-            self.prompt_tokens += prompt
-            self.completion_tokens += done
-            self.reasoning_tokens += thought
+            # (the request's counts were read already: on its tapped generation's Finished, or from what it decoded)
+            self.add(Usage(other.prompt_tokens if other.prompt else 0, 0, done, thought), read=True)
 
     # -- read by the observer ----------------------------------------------------------------------------
     @property
