@@ -218,8 +218,8 @@ async def starts_of_three_choices(serve, backend, monkeypatch, prompt: str, stre
     cached: list[tuple[int, int]] = []
     start = backend.start
 
-    def recorded(prepared, model):
-        kv, read, hit = start(prepared, model)
+    def recorded(prepared, model, **kw):
+        kv, read, hit = start(prepared, model, **kw)
         cached.append((len(prepared.tokens), hit))
         return kv, read, hit
 
@@ -346,8 +346,6 @@ async def test_with_the_prompt_cache_off_the_choices_of_a_prompt_still_read_it_o
         serve, demo_backend, monkeypatch, stream):
     """``--prompt-cache-mib 0`` (or a prompt too large for the budget): the first choice's prompt is handed to the
     others outside the cache, which they would otherwise read all again once it had; nothing is left held after."""
-    from tinytitan.engine.cache.handoff import HANDED
-
     monkeypatch.setattr(demo_backend.prompt_cache, "max_bytes", 0)
     demo_backend.prompt_cache.clear()  # (what earlier tests left, a budget of 0 would not have held)
     prompt = f"A prompt with the cache off ({stream}): " + "the quick brown fox jumps over the lazy dog " * 4
@@ -360,22 +358,22 @@ async def test_with_the_prompt_cache_off_the_choices_of_a_prompt_still_read_it_o
             break
         await left.close()
     for _ in range(100):
-        if not len(HANDED):
+        if not len(s.engine.handoffs):
             break
         await trio.sleep(0.02)
-    assert not len(HANDED) and not demo_backend.prompt_cache.entries
+    assert not len(s.engine.handoffs) and not demo_backend.prompt_cache.entries
 
 
 async def test_a_prompt_that_cannot_be_handed_on_costs_its_choices_a_reread_not_the_answer(
         serve, demo_backend, monkeypatch):
     """As a checkpoint the prompt cache cannot keep (cache/checkpoint.py: logged, never raised), a hand-off that
     cannot be made leaves the other choices to read the prompt themselves: the answer still comes."""
-    from tinytitan.engine.cache import checkpoint
+    from tinytitan.engine.cache import handoff
 
     def broken(kv):
         raise RuntimeError("no snapshot")
 
-    monkeypatch.setattr(checkpoint, "snapshot", broken)
+    monkeypatch.setattr(handoff, "snapshot", broken)
     monkeypatch.setattr(demo_backend.prompt_cache, "max_bytes", 0)
     demo_backend.prompt_cache.clear()
     s = await serve(backend=demo_backend)

@@ -17,7 +17,7 @@ class CharByChar(ScriptedBackend):
     """A model that generated its answer one character per token (as sampled ids often are: not the
     tokenizer's own merges of the text)."""
 
-    def start(self, prepared, model):
+    def start(self, prepared, model, reuse=True, handed=None):
         entry = self.next_entry()
         ids = [i for ch in entry.output for i in self.tokenizer.encode(ch, add_special_tokens=False)]
         cached = self.prompt_cache.fetch(prepared.tokens)[1]

@@ -185,7 +185,7 @@ class StepBackend:
         self.cached, self.stored = (kv, cached), None
         self.prompt_cache = self
 
-    def start(self, prepared, model):
+    def start(self, prepared, model, reuse=True, handed=None):
         from mlx_lm.models.cache import make_prompt_cache
 
         kv, cached = self.cached

@@ -47,7 +47,7 @@ from ..errors import LOAD_ERRORS, ApiError
 from ..events import SHUTTING_DOWN
 from ..models.names import FAST_SUFFIX, spellings
 from .backends.base import Backend
-from .cache.handoff import HANDED
+from .cache.handoff import HandOffs
 from .prompt.prepare import Prepared
 from . import DEFAULT_MAX_BATCH, DEFAULT_STREAM_INTERVAL_MS
 from .decode.decoder import Decoder
@@ -99,6 +99,9 @@ class Engine:
             self.lead.waiting = self.decoder.arrived
             self.lead.watch(self.model_thread)
         self.admission = Admission(self.max_batch, max_queue)
+        # the prompts its requests' first choices hand to their others (cache/handoff.py): this engine's alone;
+        # none on a group, where every rank starts a row from the same prefix
+        self.handoffs: HandOffs | None = HandOffs() if group is None else None
         self.sessions: set[Session] = set()  # the sessions open now (``wind_down`` ends them)
         self.stopped: ApiError | None = None  # the server stops: every session ends with it (``wind_down``)
         self._emptied = trio.Event()
@@ -216,7 +219,8 @@ class Engine:
     def release_shared(self, response_id: str) -> None:
         """The request ``response_id`` has ended, every choice of it: the prompts its first choices handed to the
         others (where the prompt cache would not hold them: cache/handoff.py) go."""
-        HANDED.release(response_id)
+        if self.handoffs is not None:
+            self.handoffs.release(response_id)
 
     async def wind_down(self, grace: float) -> None:
         """The server stops: the generations still open after ``grace`` seconds (and any further round of a
@@ -247,7 +251,7 @@ class Engine:
         backend = self.backends[prepared.req.model]
         if self.decoder is not None:
             try:
-                row = Row(backend, prepared, box)
+                row = Row(backend, prepared, box, handed=self.handoffs)
             except Exception as exc:
                 box.close(exc)
                 return

@@ -21,7 +21,7 @@ from ..prompt.raw import VerbatimParser
 from ..decode.call_limit import CallLimit, call_limit
 from ..decode.forced_call import ForcedCall
 from ..prompt.prepare import FALLBACK_SAMPLING, Prepared, PromptPreparation
-from ..cache.handoff import or_handed
+from ..cache.handoff import HandOffs, or_handed
 
 log = logging.getLogger("tinytitan.backend")
 
@@ -45,23 +45,27 @@ class Backend(PromptPreparation, ABC):
             self._family = detect(self.tokenizer, self.config)
         return self._family
 
-    def start(self, prepared: "Prepared", model, reuse: bool = True) -> tuple[Any, int, int]:
+    def start(self, prepared: "Prepared", model, reuse: bool = True,
+              handed: HandOffs | None = None) -> tuple[Any, int, int]:
         """Where a generation's decoding starts: (a KV cache holding the prompt's first n tokens, n, how many of
         those n the prompt cache held), else a new cache and 0, 0 (the decode step's forward holds it from then
         on). A vision model reads its images here too (``prompt_prefix``, vision.py), so n may pass what was
         cached. ``reuse`` False: a new cache whatever is cached (a row that reads its whole prompt for its
-        tokens' log probabilities: decode/logprobs.py; a raw prompt, so no images)."""
+        tokens' log probabilities: decode/logprobs.py; a raw prompt, so no images). ``handed``: the row's
+        engine's hand-offs, where a prompt its request's first choice read may be held (cache/handoff.py)."""
         if not reuse:
             return self.new_cache(model), 0, 0
-        kv, read, cached = self.prompt_prefix(model, prepared)
+        kv, read, cached = self.prompt_prefix(model, prepared, handed)
         if kv is None:
             return self.new_cache(model), 0, 0
         return kv, read, cached
 
-    def prompt_prefix(self, model, prepared: "Prepared") -> tuple[Any, int, int]:
+    def prompt_prefix(self, model, prepared: "Prepared", handed: HandOffs | None = None) -> tuple[Any, int, int]:
         """(a cache holding the prompt's first n tokens, or None for a new one; n; how many of those n the
-        prompt cache held): here the longest cached prefix, its images compared by digest."""
-        kv, n = or_handed(prepared, *self.prompt_cache.fetch(prepared.tokens, prepared.image_runs, prepared.shared))
+        prompt cache held): here the longest cached prefix, its images compared by digest, or the prompt
+        ``handed`` on by its request's first choice where that holds more."""
+        kv, n = or_handed(handed, prepared,
+                          *self.prompt_cache.fetch(prepared.tokens, prepared.image_runs, prepared.shared))
         return kv, n, n
 
     def speculator(self, prepared: "Prepared", loop, tokens: list[int]):

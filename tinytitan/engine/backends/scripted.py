@@ -115,10 +115,10 @@ class ScriptedBackend(Backend):
         return self.entries[min(k, len(self.entries) - 1)]
 
     # -- decoding: the engine's own decode step, with the script for a model (ScriptedForward) ---------------
-    def start(self, prepared: Prepared, model, reuse: bool = True) -> tuple["ScriptRun", int, int]:
+    def start(self, prepared: Prepared, model, reuse: bool = True, handed=None) -> tuple["ScriptRun", int, int]:
         """A generation's script (the next entry, tokenized) as the "cache" its forward steps through, and the
         prompt tokens a real prefix cache would reuse (the entry it keeps is the prompt and the scripted
-        answer, without KV)."""
+        answer, without KV; so nothing is ever ``handed`` on)."""
         entry = self.next_entry()
         ids = self.tokenizer.encode(entry.output, add_special_tokens=False)
         cached = 0

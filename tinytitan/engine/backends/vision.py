@@ -55,7 +55,7 @@ from ...images import ImageError, open_image
 from ..prompt.prepare import Prepared
 from .mlx import MLXBackend, read_json
 from ..cache.entries import ImageRun, kv_trimmable
-from ..cache.handoff import or_handed
+from ..cache.handoff import HandOffs, or_handed
 
 log = logging.getLogger("tinytitan.vision")
 
@@ -248,16 +248,17 @@ class VisionBackend(MLXBackend):
             self.let_go()
 
     # -- reading the images (model thread) --------------------------------------------------------------------
-    def prompt_prefix(self, model, prepared: Prepared) -> tuple[list | None, int, int]:
+    def prompt_prefix(self, model, prepared: Prepared,
+                      handed: HandOffs | None = None) -> tuple[list | None, int, int]:
         try:
-            return self._prefix(model, prepared)
+            return self._prefix(model, prepared, handed)
         finally:
             self.let_go()
 
-    def _prefix(self, model, prepared: Prepared) -> tuple[list | None, int, int]:
+    def _prefix(self, model, prepared: Prepared, handed: HandOffs | None) -> tuple[list | None, int, int]:
         runs = prepared.image_runs
         shift = -sum(r.rope_delta for r in runs)  # (M-RoPE) where the prompt's keys stand from their positions
-        kv, n = or_handed(prepared, *self.prompt_cache.fetch(prepared.tokens, runs, prepared.shared))
+        kv, n = or_handed(handed, prepared, *self.prompt_cache.fetch(prepared.tokens, runs, prepared.shared))
         if kv is not None and shift:  # an entry holds its true positions: shifted as this prompt's are
             self.reframe(kv, shift)
         if not runs or n >= runs[-1].end:

@@ -24,9 +24,10 @@ Rules:
   the same class with ``from_state`` (disk_files.snapshot; mlx arrays are values: the row extending its live
   cache in place copies a shared buffer first, and never changes the checkpoint). The entry counts against the
   prompt cache's byte budget like any other and goes to the disk cache like any other.
-- Only where it and the answer's entry fit the budget together (twice its size): else the answer's entry,
-  stored last, would evict it anyway, after it had evicted older entries (another conversation's) to fit. A
-  shared prompt's that does not fit is handed to its request's other rows instead (cache/handoff.py).
+- Only where it and the answer's entry fit the budget together (twice its size: ``fits``): else the answer's
+  entry, stored last, would evict it anyway, after it had evicted older entries (another conversation's) to fit.
+  (Whether a shared prompt that does not fit is handed to its request's other rows instead is decided before,
+  in cache/handoff.py's ``keep_prompt``: nothing here knows of requests.)
 - Not on a rank of a group (mlx.launch): each rank holds its part of the layers, so whether a cache can be
   trimmed may differ between ranks, and every rank must start a row from the same prefix (group/lockstep.py).
 - A checkpoint that cannot be made costs a later turn a re-read, never the row: it is logged, not raised.
@@ -39,7 +40,6 @@ from typing import Any, Sequence
 
 from .disk_files import snapshot
 from .entries import ImageRun, kv_bytes, kv_offset, kv_trimmable
-from .handoff import HANDED
 
 log = logging.getLogger("tinytitan.cache")
 
@@ -64,30 +64,31 @@ def target(backend: Any) -> Any:
     return getattr(backend, "prompt_cache", None)
 
 
-def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[ImageRun], more: int,
-         shared: bool = False, owner: str | None = None) -> bool:
-    """Store a snapshot of ``kv``, which holds ``tokens`` (a recurrent state keeps no offset to say so), in
-    ``prompt_cache`` where it is ``wanted`` (or ``shared``: other rows wait to read the same prompt) and fits (see
-    the rules); a shared one that does not fit is handed to the other rows of its request ``owner``
-    (cache/handoff.py). True when one was stored."""
-    if prompt_cache is None or not kv or not tokens or not (shared or wanted(kv, more)):
+def holds(kv: list, tokens: Sequence[int]) -> bool:
+    """Whether ``kv`` may be kept as holding ``tokens``: neither empty, and its offset (where it keeps one: a
+    recurrent state does not) theirs."""
+    if not kv or not tokens:
         return False
     held = kv_offset(kv)
-    if held is not None and held != len(tokens):
+    return held is None or held == len(tokens)
+
+
+def fits(prompt_cache: Any, kv: list) -> bool:
+    """Whether ``prompt_cache`` would hold a checkpoint of ``kv`` beside its answer's entry (see the rules)."""
+    return 2 * kv_bytes(kv) <= prompt_cache.max_bytes
+
+
+def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[ImageRun], more: int,
+         shared: bool = False) -> bool:
+    """Store a snapshot of ``kv``, which holds ``tokens`` (a recurrent state keeps no offset to say so), in
+    ``prompt_cache`` where it is ``wanted`` (or ``shared``: other rows wait to read the same prompt) and fits (see
+    the rules). True when one was stored."""
+    if prompt_cache is None or not holds(kv, tokens) or not (shared or wanted(kv, more)):
         return False
     held = len(tokens)
-    size = kv_bytes(kv)
-    if 2 * size > prompt_cache.max_bytes:
-        if shared and owner is not None and not images:
-            try:
-                HANDED.put(owner, tokens, snapshot(kv))
-            except Exception:  # (as a checkpoint's: the other choices read the prompt themselves, no more)
-                log.exception("a %d-token prompt could not be handed to its request's other choices", held)
-                return False
-            log.debug("prompt cache: a %d-token prompt handed to its request's other choices", held)
-            return True
+    if not fits(prompt_cache, kv):
         log.debug("prompt cache: no checkpoint of a %d-token prompt (%d MiB): it and its answer's entry would not "
-                  "fit the budget together", held, size >> 20)
+                  "fit the budget together", held, kv_bytes(kv) >> 20)
         return False
     try:
         prompt_cache.store(list(tokens), snapshot(kv), images, checkpoint=True)

@@ -4,21 +4,33 @@ cache and answer would not fit the budget together): else the others, which wait
 read it all again after.
 
 Rules:
-- The first row's checkpoint of its prompt (checkpoint.keep: read but for its last token) is held here when the
-  prompt cache does not keep it, for its request (``ChatRequest.response_id``) alone, outside the cache's budget.
-  Prompts with images are not handed (their keys may stand shifted: the prompt cache turns them back).
+- One ``HandOffs`` per engine (``Engine.handoffs``), made with it and handed to each of its rows (``Row``): two
+  engines in one process never see each other's, whatever ids their requests carry. None on a group of machines
+  (mlx.launch): every rank must start a row from the same prefix, and a follower's rows hold no request, so none
+  is handed there, as no checkpoint is kept there (checkpoint.target).
+- ``keep_prompt`` is the one place that decides, once the first row has read its prompt but for its last token:
+  a shared prompt (no images: their keys may stand shifted, which the prompt cache turns back) whose checkpoint
+  the prompt cache will not hold (``checkpoint.fits``) is held here for its request (``ChatRequest.response_id``)
+  alone, outside the cache's budget; any other prompt is the prompt cache's concern (``checkpoint.keep``).
 - A row of the same request whose prompt it is a prefix of (all but the last token) takes a copy of it where the
-  prompt cache offers less (``or_handed``: backends/base.py and vision.py, where a row's cache starts).
+  prompt cache offers less (``or_handed``: ``Backend.start``, where a row's cache starts).
 - It is dropped when its request has ended (``Engine.release_shared``: the protocol calls it once every choice
-  has), so nothing outlives the request that made it; a row that comes after that reads its prompt, no more.
+  has, after their rows have let go), so nothing outlives the request that made it; a row that comes after that
+  reads its prompt, no more.
 - The model thread adds and takes, the trio side drops: one lock.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from typing import Any, Sequence
+
+from . import checkpoint
+from .disk_files import snapshot
+
+log = logging.getLogger("tinytitan.cache")
 
 
 class HandOffs:
@@ -51,14 +63,34 @@ class HandOffs:
             return sum(len(v) for v in self._held.values())
 
 
-HANDED = HandOffs()  # (the process's one: keyed by request ids, which no two requests share)
+def _handed_on(prepared: Any) -> bool:
+    """Whether a row's prompt is one its request's other rows may take from this one (see the rules)."""
+    return prepared.shared and not prepared.image_runs and prepared.req is not None \
+        and prepared.req.response_id is not None
 
 
-def or_handed(prepared: Any, kv: Any, n: int) -> tuple[Any, int]:
+def keep_prompt(prompt_cache: Any, handed: HandOffs | None, prepared: Any, tokens: Sequence[int], kv: list,
+                more: int) -> bool:
+    """``kv`` holds ``tokens``, a row's prompt but its last token: handed to its request's other rows where the
+    prompt cache will not hold it, else a checkpoint in the prompt cache where one is wanted (see the rules; True
+    when either was made)."""
+    if handed is not None and _handed_on(prepared) and prompt_cache is not None \
+            and checkpoint.holds(kv, tokens) and not checkpoint.fits(prompt_cache, kv):
+        try:
+            handed.put(prepared.req.response_id, tokens, snapshot(kv))
+        except Exception:  # (as a checkpoint's: the other choices read the prompt themselves, no more)
+            log.exception("a %d-token prompt could not be handed to its request's other choices", len(tokens))
+            return False
+        log.debug("prompt cache: a %d-token prompt handed to its request's other choices", len(tokens))
+        return True
+    return checkpoint.keep(prompt_cache, tokens, kv, prepared.image_runs, more, prepared.shared)
+
+
+def or_handed(handed: HandOffs | None, prepared: Any, kv: Any, n: int) -> tuple[Any, int]:
     """What the prompt cache offers a row (``kv`` holding its prompt's first ``n`` tokens), or what its request's
     first choice handed on, where that holds more (see the rules)."""
-    if prepared.shared and not prepared.image_runs and prepared.req is not None:
-        handed, m = HANDED.take(prepared.req.response_id, prepared.tokens)
+    if handed is not None and _handed_on(prepared):
+        taken, m = handed.take(prepared.req.response_id, prepared.tokens)
         if m > n:
-            return handed, m
+            return taken, m
     return kv, n

@@ -39,6 +39,7 @@ from .logprobs import Figures, prompt_logprobs, prompt_top, token_logprob
 from .token_events import DecodeLoop
 
 if TYPE_CHECKING:
+    from ..cache.handoff import HandOffs
     from ..session import Mailbox
 
 
@@ -57,10 +58,13 @@ class Row:
     """One session's generation on the model thread: where its cache stands, what it sampled, how it ended."""
 
     def __init__(self, backend: Backend, prepared: Prepared, box: "Mailbox | None" = None,
-                 loop: DecodeLoop | None = None, should_stop: Callable[[], bool] | None = None):
+                 loop: DecodeLoop | None = None, should_stop: Callable[[], bool] | None = None,
+                 handed: HandOffs | None = None):
         """With ``box`` (a session's mailbox) the row's DecodeLoop emits into it and ``end`` lets go of it;
-        without, it reports to ``loop`` (``MLXBackend.decode``) and stops when ``should_stop()`` says so."""
-        self.backend, self.prepared, self.box = backend, prepared, box
+        without, it reports to ``loop`` (``MLXBackend.decode``) and stops when ``should_stop()`` says so.
+        ``handed``: its engine's hand-offs (cache/handoff.py), where its request's choices pass on their prompt
+        (None: none are, as for a row no engine opened)."""
+        self.backend, self.prepared, self.box, self.handed = backend, prepared, box, handed
         self.loop = loop if loop is not None else box.open_loop(backend.parser(prepared), prepared)
         self._should_stop = should_stop if should_stop is not None else box.stop.is_set
         self.tokens = list(prepared.tokens)
@@ -121,7 +125,7 @@ class Row:
         backend, prepared = self.backend, self.prepared
         since = time.perf_counter()
         kv, read, cached = backend.start(prepared, model, reuse=False) if self.whole_prompt else \
-            backend.start(prepared, model)
+            backend.start(prepared, model, handed=self.handed)
         self.read, self.fetched = read, True
         sampler, processors = backend.sampler_for(prepared, self.loop)
         if not seeded and prepared.seed is not None:

@@ -113,12 +113,11 @@ def step_alone(model, lane: Lane, kv: list, s: RowStep, prompt_cache=None) -> tu
 
 def _checkpoint(prompt_cache, row: "Row", kv: list) -> None:
     """``kv`` holds ``row``'s prompt but its last token: a cache that cannot be trimmed back is kept at this
-    point (cache/checkpoint.py)."""
-    from ..cache.checkpoint import keep
+    point (cache/checkpoint.py), a shared prompt the prompt cache will not hold handed to its request's other rows
+    (``row.handed``: its engine's, cache/handoff.py)."""
+    from ..cache.handoff import keep_prompt
 
-    req = row.prepared.req
-    keep(prompt_cache, row.tokens[:-1], kv, row.prepared.image_runs, row.cap_left, row.prepared.shared,
-         req.response_id if req is not None else None)
+    keep_prompt(prompt_cache, row.handed, row.prepared, row.tokens[:-1], kv, row.cap_left)
 
 
 def _prefill(model, lane: Lane, kv: list, tokens: tuple[int, ...]) -> None:
