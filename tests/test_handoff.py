@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 import httpx
+import openai
 import pytest
 import trio
 
@@ -38,7 +39,7 @@ async def test_two_engines_in_one_process_never_see_each_others_hand_offs(demo_b
     assert first == 0
     assert await cached_at_start(two, req) == (length, 0)  # the other server's request reads it all
     assert await cached_at_start(one, req) == (length, length - 1)  # its own next choice takes it
-    assert len(one.handoffs) and len(two.handoffs)  # (each request handed its own prompt on)
+    assert len(one.handoffs) == len(two.handoffs) == 1  # (each request handed its own prompt on, once)
     one.release_shared(req.response_id)  # one request ends: the other's hand-off stays its own
     assert not len(one.handoffs) and len(two.handoffs)
     two.release_shared(req.response_id)
@@ -120,7 +121,34 @@ async def test_a_request_its_client_left_before_its_answer_holds_no_hand_off_aft
                 nursery.start_soon(functools.partial(c.post, s.url("/v1/completions"), json=ask))
                 while len(handed) < 2:  # the second choice started from the first's hand-off
                     await trio.sleep(0.02)
-                assert len(s.engine.handoffs)
+                assert len(s.engine.handoffs) == 1
                 nursery.cancel_scope.cancel()  # hang up
     assert not waited.cancelled_caught and handed[0] == 0 and handed[1] > 0
     assert await eventually_empty(s.engine) == 0 and not demo_backend.prompt_cache.entries
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_prompt_is_handed_on_once_however_many_choices_read_it(serve, demo_backend, monkeypatch, stream):
+    """Each of three choices reads its prompt but its last token (the others from the first's hand-off): the
+    prompt's KV cache is held once until the request ends, not once more for each choice that took it."""
+    cache_off(demo_backend, monkeypatch)
+    s = await serve(backend=demo_backend)
+    held = []
+    release = s.engine.release_shared
+
+    def counted(response_id):
+        held.append(len(s.engine.handoffs))
+        release(response_id)
+
+    monkeypatch.setattr(s.engine, "release_shared", counted)
+    ask = dict(model=demo_backend.model_id, prompt=f"Handed once ({stream}): " + "the lazy dog " * 8, n=3,
+               max_tokens=4, temperature=1.0, seed=6)
+    c = openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+    if stream:
+        [chunk async for chunk in await c.completions.create(**ask, stream=True)]
+    else:
+        assert [choice.index for choice in (await c.completions.create(**ask)).choices] == [0, 1, 2]
+    with trio.fail_after(5):  # (a stream's request ends just after its client read the last chunk)
+        while not held:
+            await trio.sleep(0.02)
+    assert held == [1] and not len(s.engine.handoffs)

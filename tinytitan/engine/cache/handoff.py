@@ -13,7 +13,9 @@ Rules:
   the prompt cache will not hold (``checkpoint.fits``) is held here for its request (``ChatRequest.response_id``)
   alone, outside the cache's budget; any other prompt is the prompt cache's concern (``checkpoint.keep``).
 - A row of the same request whose prompt it is a prefix of (all but the last token) takes a copy of it where the
-  prompt cache offers less (``or_handed``: ``Backend.start``, where a row's cache starts).
+  prompt cache offers less (``or_handed``: ``Backend.start``, where a row's cache starts). That row then reads
+  the same prompt to the same point: it hands nothing more on (``holds``), so a prompt's KV cache is held once
+  per request, not once per choice.
 - It is dropped when its request has ended (``Engine.release_shared``: the protocol calls it once every choice
   has, after their rows have let go), so nothing outlives the request that made it; a row that comes after that
   reads its prompt, no more.
@@ -39,8 +41,17 @@ class HandOffs:
         self._lock = threading.Lock()
 
     def put(self, owner: str, tokens: Sequence[int], kv: Any) -> None:
+        tokens = tuple(tokens)
         with self._lock:
-            self._held.setdefault(owner, []).append((tuple(tokens), kv))
+            held = self._held.setdefault(owner, [])
+            if all(kept != tokens for kept, _ in held):
+                held.append((tokens, kv))
+
+    def holds(self, owner: str, tokens: Sequence[int]) -> bool:
+        """Whether a KV cache of exactly ``tokens`` is held for ``owner``."""
+        tokens = tuple(tokens)
+        with self._lock:
+            return any(kept == tokens for kept, _ in self._held.get(owner, ()))
 
     def take(self, owner: str | None, prompt: Sequence[int]) -> tuple[Any, int]:
         """A copy of the longest KV cache held for ``owner`` whose tokens begin ``prompt`` (one token at least left
@@ -76,6 +87,8 @@ def keep_prompt(prompt_cache: Any, handed: HandOffs | None, prepared: Any, token
     when either was made)."""
     if handed is not None and _handed_on(prepared) and prompt_cache is not None \
             and checkpoint.holds(kv, tokens) and not checkpoint.fits(prompt_cache, kv):
+        if handed.holds(prepared.req.response_id, tokens):  # (a choice that started from it: no second copy)
+            return True
         try:
             handed.put(prepared.req.response_id, tokens, snapshot(kv))
         except Exception:  # (as a checkpoint's: the other choices read the prompt themselves, no more)
