@@ -100,3 +100,18 @@ async def test_refused_in_openai_words(serve, body, words):
         r = await h.post(s.url("/v1/chat/completions"), json={"model": "tinytitan-scripted", "messages": USER, **body})
     assert r.status_code == 400, r.text
     assert words in r.json()["error"]["message"] and r.json()["error"]["param"] == "top_logprobs"
+
+
+async def test_a_character_the_cap_cuts_has_its_tokens_listed_last(serve):
+    """The cap strikes inside a character: the content leaves it out, and its tokens (generated and counted)
+    are listed last with their own bytes, as OpenAI lists a token that is part of a character."""
+    s = await serve(["é☃!"])
+    c = client(s)
+    ask = dict(model="tinytitan-scripted", messages=USER, logprobs=True, max_tokens=3)  # é's two bytes, ☃'s first
+    r = await c.chat.completions.create(**ask)
+    tokens = r.choices[0].logprobs.content
+    assert (r.choices[0].message.content, r.choices[0].finish_reason) == ("é", "length")
+    assert len(tokens) == r.usage.completion_tokens == 3
+    assert b"".join(bytes(t.bytes) for t in tokens) == "é☃".encode()[:3]
+    content, streamed_tokens, _ = await streamed(c, **ask)
+    assert content == "é" and streamed_tokens == tokens

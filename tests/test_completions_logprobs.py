@@ -67,3 +67,20 @@ async def test_zero_asks_for_the_chosen_token_alone_and_none_for_nothing(serve):
     assert lp.token_logprobs == [0.0] * len(lp.tokens) and lp.top_logprobs == [{}] * len(lp.tokens)
     plain = await c.completions.create(model="tinytitan-scripted", prompt="Tell me")
     assert plain.choices[0].logprobs is None
+
+
+async def test_a_character_the_cap_cuts_has_its_tokens_listed_last(serve):
+    """The cap strikes inside a character: its text is left out, but its tokens were generated and counted, so
+    they are listed last, each decoded alone to U+FFFD and at the text's end (as OpenAI and vLLM list every
+    generated token): one entry per completion token, streamed and not."""
+    s = await serve(["é☃!"])
+    c = client(s)
+    ask = dict(model="tinytitan-scripted", prompt="Tell me", logprobs=1, max_tokens=3)  # é's two bytes, ☃'s first
+    r = await c.completions.create(**ask)
+    ch = r.choices[0]
+    assert (ch.text, ch.finish_reason, r.usage.completion_tokens) == ("é", "length", 3)
+    assert ch.logprobs.tokens == ["\ufffd"] * 3 and ch.logprobs.text_offset == [0, 0, 1]
+    assert ch.logprobs.token_logprobs == [0.0] * 3 and ch.logprobs.top_logprobs == [{"\ufffd": 0.0}] * 3
+    text, joined = await streamed_logprobs(c, ask)
+    assert text == "é" and joined == {"tokens": ch.logprobs.tokens, "token_logprobs": ch.logprobs.token_logprobs,
+                                      "top_logprobs": ch.logprobs.top_logprobs, "text_offset": ch.logprobs.text_offset}

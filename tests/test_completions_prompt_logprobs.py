@@ -181,6 +181,22 @@ async def test_an_answer_that_ends_at_once_lists_its_end_token(serve):
     assert len(ch.logprobs.token_logprobs[2:-1]) == len(ids) - 2
 
 
+async def test_a_generated_token_cut_inside_its_character_is_the_last_entry(serve):
+    """lm-eval's ``max_tokens: 1`` where the one token generated is the first byte of a character: its text is
+    left out of the answer, and it is still the last entry (the one lm-eval drops), never the prompt's last token."""
+    s = await serve(["é and more"])
+    tok = s.engine.backend.tokenizer
+    ids = tok.encode("The capital of France is Paris", add_special_tokens=False)
+    r = await client(s).completions.create(model="tinytitan-scripted", prompt=[ids], echo=True, logprobs=1,
+                                           max_tokens=1)
+    ch = r.choices[0]
+    assert (ch.text, ch.finish_reason, r.usage.completion_tokens) == (tok.decode(ids), "length", 1)
+    assert ch.logprobs.tokens == [tok.decode([i]) for i in ids] + ["\ufffd"]
+    assert ch.logprobs.text_offset[-1] == len(ch.text)
+    assert parse_logprobs(r.model_dump(), [2]) == [(0.0, True)]
+    assert len(ch.logprobs.token_logprobs[2:-1]) == len(ids) - 2
+
+
 async def test_an_opening_the_tokenizer_adds_is_listed_and_spells_no_echoed_text(serve, tmp_path):
     """A raw prompt opens with the tokenizer's BOS (Llama's): listed first (its entry null), as vLLM lists it; the
     echoed text is the prompt as sent, and each token's offset is where it stands in that text."""

@@ -12,7 +12,8 @@ or marker) goes with the delta that releases it. Tokens whose text never goes ou
 opened a call, the layout the parser drops before a text run, a channel header's markup) are dropped with it, so
 the deltas' figures are the sent text's tokens, in order (``Owed`` matches the tokens to the text the parser gives
 out: a client reading the first content token's probability reads the answer's first token, not the blank line
-after a thought).
+after a thought). The tokens of a character the end cut (the output cap struck inside it: its text is left out)
+are generated and counted: they go last, on a delta of no text, as OpenAI and vLLM list every generated token.
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ class Owed:
         those of tokens whose text begins before it: the stop string's own tokens are not the answer's."""
         ready, self.ready = tuple(lp for lp, at in self.ready if before is None or at < before), []
         return ready
+
+    def cut(self) -> tuple[TokenLogprob, ...]:
+        """At the end: the tokens still waiting for the character they begin, which the answer's end cut (the
+        output cap, or the end of turn, struck inside it): generated and counted, with no text of their own."""
+        tail = []
+        for lp, start, end in reversed(self.waiting):
+            if start != end or end != len(self.fed):
+                break
+            tail.append(lp)
+        return tuple(reversed(tail))
 
     def clear(self) -> None:
         """The text not given out by now was markup (a call's opening): its tokens are not the answer's."""
@@ -198,8 +209,12 @@ class DecodeLoop:
         rest = self.stop.flush()
         if rest and self.stop.matched is None:
             self.emit(self._text(rest))
-        if self.end_token is not None:  # after every token of the answer, no text of its own
-            self.emit(TextDelta("", (self.end_token,)))
+        # the tokens of a character the end cut, then the end-of-turn token where listed (rows.py): the last
+        # tokens generated, no text of their own
+        last = self.owed.cut() if self.owed is not None and self.stop.matched is None else ()
+        last += (self.end_token,) if self.end_token is not None else ()
+        if last:
+            self.emit(TextDelta("", last))
         # a stop string matched after whole calls ends a turn that called tools (Anthropic's tool runner reads
         # stop_sequence as a final answer whose calls are not to be run); before any call, it is the turn's end
         stopped = self.stop.matched if not self.calls_sent else None
