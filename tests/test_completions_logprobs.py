@@ -17,7 +17,7 @@ async def test_generated_tokens_with_their_likeliest_alternatives(serve, demo_ba
     r = await c.completions.create(**ask)
     lp = r.choices[0].logprobs
     n = len(lp.tokens)
-    assert n == r.usage.completion_tokens or r.choices[0].finish_reason == "stop"
+    assert n == r.usage.completion_tokens  # one entry per completion token (the end-of-turn token is neither)
     assert n >= 1 and len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
     assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
     for token, chosen, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
@@ -63,6 +63,7 @@ async def test_zero_asks_for_the_chosen_token_alone_and_none_for_nothing(serve):
     lp = r.choices[0].logprobs
     # the scripted model is certain of each token
     assert "".join(lp.tokens) == r.choices[0].text == "Once upon a time"
+    assert r.choices[0].finish_reason == "stop" and len(lp.tokens) == r.usage.completion_tokens  # (its end: neither)
     assert lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(len(lp.tokens))]
     assert lp.token_logprobs == [0.0] * len(lp.tokens) and lp.top_logprobs == [{}] * len(lp.tokens)
     plain = await c.completions.create(model="tinytitan-scripted", prompt="Tell me")
