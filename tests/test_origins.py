@@ -146,6 +146,8 @@ async def test_a_preflight_is_answered_for_allowed_origins_only(serve):
         assert "POST" in r.headers["access-control-allow-methods"].split(", ")
         assert r.headers["access-control-allow-headers"] == "authorization, content-type, anthropic-version"
         assert int(r.headers["access-control-max-age"]) > 0
+        vary = [v.strip().lower() for v in r.headers.get_list("vary") for v in v.split(",")]
+        assert sorted(vary) == ["access-control-request-headers", "access-control-request-method", "origin"], vary
         # the request it clears needs the key as ever
         r = await client.post(s.url("/v1/messages"), json={"model": MODEL, "max_tokens": 5, "messages": []},
                               headers={"origin": "http://localhost:5173", "anthropic-version": "2023-06-01"})

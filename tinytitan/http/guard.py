@@ -122,7 +122,9 @@ class Guard:
             response.headers["connection"] = "close"
         elif getattr(incoming(), "cors_origin", None) is not None:  # an allowed page may read the answer
             for k, v in self.origins.cors_headers(incoming().cors_origin).items():
-                if k == "Vary" and response.headers.get(k):  # (the answer's own Vary, GET /'s Accept, kept beside)
-                    response.headers[k] = f"{response.headers[k]}, {v}"
+                if k == "Vary" and response.headers.get(k):  # (the answer's own Vary, GET /'s Accept, kept beside;
+                    have = {f.strip().lower() for f in response.headers[k].split(",")}  # a preflight's names Origin)
+                    if v.lower() not in have:
+                        response.headers[k] = f"{response.headers[k]}, {v}"
                 response.headers.setdefault(k, v)
         return response
