@@ -63,7 +63,9 @@ class HandOffs:
             if not fits:
                 return None, 0
             tokens, kv = max(fits, key=lambda held: len(held[0]))
-            return copy.deepcopy(kv), len(tokens)
+        # copied outside the lock: a held cache is never changed once put, and ``release`` (on the event loop)
+        # must not wait for a large prompt's copy
+        return copy.deepcopy(kv), len(tokens)
 
     def release(self, owner: str | None) -> None:
         with self._lock:
