@@ -442,23 +442,24 @@ async def test_a_call_closed_by_an_ordinary_token_is_forced(serve):
         assert json.loads(call.arguments) == {"path": "shot.png"}
 
 
-def _record_proxy():
-    """tools/record_proxy.py (a standalone script) as a module."""
-    import importlib.util
+def _record_asking():
+    """tools/record_asking.py (what record_proxy.py, a standalone script, changes in a forwarded request) as a
+    module, beside the modules it imports as the proxy does."""
+    import importlib
+    import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "tools" / "record_proxy.py"
-    spec = importlib.util.spec_from_file_location("record_proxy", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    tools = str(Path(__file__).resolve().parent.parent / "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    return importlib.import_module("record_asking")
 
 
 async def test_the_call_record_proxy_asks_for_is_made_on_every_wire(serve, demo_backend):
     """``record_proxy.py --tool-call NAME=JSON`` in forward mode rewrites a first request to ask for exactly that
     call (tests/test_e2e_vision.py makes Codex's ``view_image`` happen so): each API's spelling of it is a forced
     call the server's grammar makes the random model write, arguments and all."""
-    ask = _record_proxy().asking_for_call
+    ask = _record_asking().asking_for_call
     args, free = {"path": "shot.png"}, {"type": "object", "properties": {"path": {"type": "string"}}}
     s = await serve(backend=demo_backend)
     model = demo_backend.model_id

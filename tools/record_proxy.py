@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Record what a client (Claude Code, Codex, an SDK ...) sends to an LLM server.
 
-Standalone: Python stdlib and ``record_canned.py`` beside it (the canned replies), plus
-``httpx`` for the forwarding mode. It listens on a local port and appends every
+Standalone: Python stdlib and the modules beside it (``record_canned.py``: the canned replies,
+``record_log.py``: the record, ``record_asking.py``: forward mode's changes), plus ``httpx`` for the
+forwarding mode. It listens on a local port and appends every
 request it receives as one JSON line to ``--out``::
 
     {"seq": 1, "time": 1.234, "method": "POST", "path": "/v1/messages",
@@ -83,7 +84,6 @@ stdout as ``listening on http://HOST:PORT``.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import signal
 import sys
@@ -91,21 +91,14 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # (also when loaded from a path, as tests do)
 
+from record_asking import asking  # noqa: E402
 from record_canned import Canned, error_body, new_id  # noqa: E402
+from record_log import Recorder  # noqa: E402
 
-REDACT = {
-    "authorization",
-    "x-api-key",
-    "proxy-authorization",
-    "api-key",
-    "openai-api-key",
-    "anthropic-api-key",
-    "cookie",
-}
 # hop-by-hop headers never forwarded either way
 HOP = {
     "connection",
@@ -122,93 +115,7 @@ HOP = {
 MODEL_ROUTES = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
 
 
-def asking_for_call(path: str, body: dict, name: str, args: dict) -> dict | None:
-    """``body`` (a model request, as the client sent it) asking for exactly one call of tool ``name`` with
-    ``args``: a forced tool choice, and the tool's parameters narrowed to those values. None when the request
-    offers no such function tool (it goes on unchanged)."""
-    schema = {"type": "object", "properties": {k: {"const": v} for k, v in args.items()},
-              "required": list(args), "additionalProperties": False}
-    body = json.loads(json.dumps(body))
-    for tool in body.get("tools") or []:
-        if path == "/v1/responses" and tool.get("type") == "function" and tool.get("name") == name:
-            tool.update(parameters=schema, strict=True)
-            body.update(tool_choice={"type": "function", "name": name}, parallel_tool_calls=False)
-            return body
-        fn = tool.get("function") if isinstance(tool.get("function"), dict) else None
-        if path == "/v1/chat/completions" and fn is not None and fn.get("name") == name:
-            fn.update(parameters=schema, strict=True)
-            body.update(tool_choice={"type": "function", "function": {"name": name}}, parallel_tool_calls=False)
-            return body
-        if path == "/v1/messages" and tool.get("name") == name and "input_schema" in tool:
-            tool["input_schema"] = schema
-            body["tool_choice"] = {"type": "tool", "name": name, "disable_parallel_tool_use": True}
-            return body
-    return None
-
-
-# each model route's own name for the answer's token budget
-BUDGET = {"/v1/chat/completions": ("max_completion_tokens", "max_tokens"), "/v1/responses": ("max_output_tokens",),
-          "/v1/messages": ("max_tokens",)}
-
-
-def capped(path: str, body: dict, cap: int) -> dict:
-    """``body`` with its answer's budget at most ``cap`` tokens (set where the client sent none, or null)."""
-    names = BUDGET[path]
-    sent = [n for n in names if n in body]
-    body = dict(body)
-    for n in sent or names[-1:]:
-        body[n] = min(body[n], cap) if isinstance(body.get(n), int) else cap
-    return body
-
-
 # ---------------------------------------------------------------- HTTP handler
-
-
-class Recorder:
-    def __init__(self, path: str | None, quiet: bool):
-        self.path = path
-        self.quiet = quiet
-        self.lock = threading.Lock()
-        self.seq = 0
-        self.t0 = time.monotonic()
-        self.fails_left: int | None = None
-
-    def record(self, method: str, target: str, headers, raw: bytes) -> int:
-        parts = urlsplit(target)
-        hdrs: dict[str, str] = {}
-        for k, v in headers.items():
-            k = k.lower()
-            v = "<redacted>" if k in REDACT else v
-            hdrs[k] = f"{hdrs[k]}, {v}" if k in hdrs else v
-        body: object = None
-        if raw and "gzip" in (headers.get("content-encoding") or "").lower():
-            try:
-                raw = gzip.decompress(raw)
-            except OSError:
-                pass
-        if raw:
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                body = raw.decode("utf-8", "replace")
-        with self.lock:
-            self.seq += 1
-            line = {
-                "seq": self.seq,
-                "time": round(time.monotonic() - self.t0, 3),
-                "method": method,
-                "path": parts.path,
-                "query": parse_qs(parts.query, keep_blank_values=True),
-                "headers": hdrs,
-                "body": body,
-            }
-            if self.path:
-                with open(self.path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(line, ensure_ascii=False) + "\n")
-            if not self.quiet:
-                print(f"[{line['time']:8.3f}] #{self.seq} {method} {target} ({len(raw)} bytes)",
-                      file=sys.stderr, flush=True)
-            return self.seq
 
 
 def make_handler(args, recorder: Recorder, canned: Canned, client):
@@ -316,7 +223,8 @@ def make_handler(args, recorder: Recorder, canned: Canned, client):
             headers = [(k, v) for k, v in self.headers.items() if k.lower() not in HOP]
             changing = args.tool or args.max_tokens
             if changing and self.command == "POST" and urlsplit(self.path).path in MODEL_ROUTES:
-                raw = self._asking(raw)
+                raw = asking(urlsplit(self.path).path, raw, (self.headers.get("content-encoding") or "").lower(),
+                             args.tool, args.max_tokens, self.seq)
             req = client.build_request(self.command, url, headers=headers, content=raw or None)
             try:
                 resp = client.send(req, stream=True)
@@ -344,46 +252,12 @@ def make_handler(args, recorder: Recorder, canned: Canned, client):
             finally:
                 resp.close()
 
-        def _asking(self, raw: bytes) -> bytes:
-            """Forward mode's changes to a model request: ``--tool-call`` (a conversation's first request asks
-            for the call), ``--max-tokens`` (every request's answer capped)."""
-            encoding = (self.headers.get("content-encoding") or "").lower()
-            try:
-                body = json.loads(gzip.decompress(raw) if encoding == "gzip" else raw)
-            except (OSError, ValueError):
-                return raw
-            if not isinstance(body, dict):
-                return raw
-            path = urlsplit(self.path).path
-            asked = body
-            if args.tool and not Canned._has_tool_result(body):
-                asked = asking_for_call(path, body, *args.tool)
-                if asked is None:
-                    print(f"record_proxy: request #{self.seq} offers no tool {args.tool[0]!r}: forwarded as sent",
-                          file=sys.stderr, flush=True)
-                    asked = body
-            if args.max_tokens:
-                asked = capped(path, asked, args.max_tokens)
-            if asked is body:
-                return raw
-            out = json.dumps(asked).encode()
-            return gzip.compress(out) if encoding == "gzip" else out
-
         def _kept(self, chunks, resp):
             """The reply's chunks as they pass; the whole reply appended to ``--replies`` at its end."""
-            body, complete = bytearray(), False
-            try:
-                for c in chunks:
-                    body += c
-                    yield c
-                complete = True
-            finally:  # a client that hangs up mid-stream: what passed, marked incomplete
-                line = {"seq": self.seq, "method": self.command, "path": urlsplit(self.path).path,
-                        "anthropic": "anthropic-version" in self.headers, "status": resp.status_code,
-                        "content_type": resp.headers.get("content-type", ""), "complete": complete,
-                        "body": body.decode("utf-8", "replace")}
-                with recorder.lock, open(args.replies, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(line, ensure_ascii=False) + "\n")
+            return recorder.kept(args.replies, chunks, {
+                "seq": self.seq, "method": self.command, "path": urlsplit(self.path).path,
+                "anthropic": "anthropic-version" in self.headers, "status": resp.status_code,
+                "content_type": resp.headers.get("content-type", "")})
 
     return Handler
 
