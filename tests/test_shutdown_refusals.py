@@ -11,6 +11,8 @@ import httpx
 import pytest
 import trio
 
+import strict
+from sse import parse_sse
 from test_memory_consolidate import ANSWER, the_repo
 from test_memory_layer import config, converse, memory_server
 
@@ -98,3 +100,8 @@ async def test_a_summary_pass_the_server_stops_ends_the_compaction_not_a_fallbac
     turn = got["turn"]
     assert turn.status_code == 200 and "event: response.failed" in turn.text, turn.text
     assert "shutting down" in turn.text and "event: response.completed" not in turn.text, turn.text
+    # said as a generation's own stream says it: the engine's words, once
+    (error,) = [data["response"]["error"] for _, data in strict.sse_events("responses", parse_sse(turn.text))
+                if data["type"] == "response.failed"]
+    assert error == {"code": "server_error",
+                     "message": "generation failed: the server is shutting down; retry once it is back"}, error

@@ -38,6 +38,7 @@ from .. import images
 from ..errors import ApiError, invalid
 from ..events import Failed, Finished, Started, TextDelta, TokenEvent
 from ..observe.turn import passes, reading
+from .failure import failure_of
 
 if TYPE_CHECKING:
     from ..engine.summarise import Summariser
@@ -188,7 +189,7 @@ async def compaction_events(compactor: "Summariser", text: tuple, result: dict) 
         yield Started(await compactor.prompt_tokens(text))
         summary = await compactor.summarise(text)
     except ApiError as exc:  # (the server stopping mid-summary is said as its generations say it: 503 in band)
-        yield Failed.of(exc) if exc.kind == "unavailable" else Failed(exc.message)
+        yield failure_of(exc)
         return
     result["mode"] = summary.mode
     yield TextDelta(summary.text)
