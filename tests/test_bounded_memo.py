@@ -1,4 +1,4 @@
-"""The bounded memo behind structured output's caches (engine/structured/memo.py): at most ``size`` answers,
+"""The bounded memo behind structured output's caches (tinytitan/memo.py): at most ``size`` answers,
 the least recently used forgotten first; an answer that raised is not remembered, None is; many threads at once
 keep the bound and each key's answer, and one answer being worked out holds no other caller up."""
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from tinytitan.engine.structured.memo import BoundedMemo
+from tinytitan.memo import BoundedMemo
 
 
 class Work:
@@ -38,6 +38,22 @@ def test_a_recalled_answer_is_the_most_recently_used():
     memo.recall("a", Work("unused"))  # a is used again: b is now the oldest
     memo.recall("c", Work(3))
     assert "a" in memo and "b" not in memo and "c" in memo
+
+
+def test_get_and_put_use_a_key_as_recall_does():
+    """A record kept by id (a WebSocket connection's responses, the prompts kept for a comparison): what ``get``
+    reads and ``put`` writes is the most recently used; ``in`` reads without using."""
+    memo = BoundedMemo(2)
+    memo.put("a", 1)
+    memo.put("b", None)
+    assert memo.get("a") == 1  # a is read: b is now the oldest
+    assert "b" in memo and memo.get("b", "absent") is None  # (None is an answer) b is read: a is the oldest
+    assert "a" in memo  # (reads nothing as used)
+    memo.put("c", 3)
+    assert "a" not in memo and memo.get("a", "absent") == "absent" and memo.get("c") == 3
+    memo.put("b", 2)  # written again: the newest, its answer replaced
+    memo.put("d", 4)
+    assert "c" not in memo and memo.get("b") == 2 and len(memo) == 2
 
 
 def test_none_is_remembered_and_what_raises_is_not():

@@ -4,7 +4,8 @@
   prepared once per model, each grammar once per schema); what the compiler cannot promise is the
   client's 400, named; ``best_effort.py``: a format that is not strict, loosened until the compiler takes it.
 - ``processor.py``: the per-request logits processor that masks every token the grammar does not allow.
-- ``memo.py``: the bounded, thread-safe memo each of those caches (a grammar, its check, a loosened schema) is.
+- each of those caches (a grammar, its check, a loosened schema) is the package's bounded, thread-safe memo
+  (``tinytitan/memo.py``).
 
 The grammar engine is llguidance: it takes JSON schemas and Lark grammars and computes a token mask from
 a byte-level parser in a fraction of a millisecond (README, "Structured output", has the numbers).

@@ -30,7 +30,7 @@ from typing import Any
 from ...chat_request import Grammar
 from ...output_format import ANNOTATIONS, keywords
 from .compile import CACHE_SIZE, schema_fault
-from .memo import BoundedMemo
+from ...memo import BoundedMemo
 
 log = logging.getLogger("tinytitan.structured")
 

@@ -23,7 +23,7 @@ from typing import Any
 from ...chat_request import Grammar
 from ...errors import invalid
 from ...output_format import keywords, map_subschemas, vacuous_property_names
-from .memo import BoundedMemo
+from ...memo import BoundedMemo
 
 CACHE_SIZE = 256
 # The escapes a JSON string may use. llguidance (1.9) admits an extra key (one that is not a declared property,
