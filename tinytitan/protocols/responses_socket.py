@@ -17,13 +17,13 @@ Rules:
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 from contextlib import aclosing
 from typing import Any
 
 from ..errors import ApiError, invalid
+from ..memo import BoundedMemo
 from ..speclang import template
 from .wire import Call, Connection
 
@@ -37,19 +37,13 @@ class LocalResponses:
 
     def __init__(self, keep: int):
         self.keep = keep
-        self._records: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._records: BoundedMemo[str, Any] = BoundedMemo(keep)  # by id, a record read or put the newest
 
     def get(self, response_id: str):
-        rec = self._records.get(response_id)
-        if rec is not None:
-            self._records.move_to_end(response_id)
-        return rec
+        return self._records.get(response_id)
 
     def put(self, rec) -> None:
-        self._records[rec.id] = rec
-        self._records.move_to_end(rec.id)
-        while len(self._records) > self.keep:
-            self._records.popitem(last=False)
+        self._records.put(rec.id, rec)
 
 
 def error_frame(proto, err: ApiError) -> tuple[int, str]:
