@@ -24,11 +24,11 @@ import functools
 import hashlib
 import json
 import re
-import threading
-from collections import OrderedDict
 from typing import Any
 
 import jsonschema
+
+from ..memo import BoundedMemo
 
 REMEMBERED_ITEMS = 4096  # valid items remembered per field (16-byte digests)
 
@@ -65,8 +65,7 @@ class _Seen:
 
     def __init__(self, limit: int):
         self.limit = limit
-        self._digests: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()
+        self._digests: BoundedMemo[bytes, bool] = BoundedMemo(limit)
 
     @staticmethod
     def digest(item: Any) -> bytes:
@@ -74,17 +73,10 @@ class _Seen:
         return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
     def known(self, digest: bytes) -> bool:
-        with self._lock:
-            if digest in self._digests:
-                self._digests.move_to_end(digest)
-                return True
-            return False
+        return self._digests.get(digest, False)
 
     def add(self, digest: bytes) -> None:
-        with self._lock:
-            self._digests[digest] = None
-            while len(self._digests) > self.limit:
-                self._digests.popitem(last=False)
+        self._digests.put(digest, True)
 
 
 def field_validator(schema: dict, limit: int = REMEMBERED_ITEMS) -> jsonschema.protocols.Validator:
