@@ -7,8 +7,8 @@ Rules:
   that end inside a UTF-8 character or a JSON string); end-of-sequence only where the document is complete.
 - The logits are not evaluated here (that would stall mlx-lm's pipelining): the forward pass is started
   (``async_eval``) and runs while the mask is computed from the sampled token.
-- A mask already handed to mlx is handed again from a small LRU keyed by its bits (``MX_CACHE_BYTES`` a
-  request): a JSON document's positions repeat a few dozen masks (inside a string, after a key, a digit), so
+- A mask already handed to mlx is handed again from a small bounded memo keyed by its bits (``MX_CACHE_BYTES``
+  a request): a JSON document's positions repeat a few dozen masks (inside a string, after a key, a digit), so
   most tokens skip building a vocabulary-wide array.
 - ``seconds`` is the mask's own time (consuming tokens, computing masks, handing them to mlx), never the
   wait for the sampled token its call also holds: that wait is the forward pass's.
@@ -19,12 +19,12 @@ Rules:
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 
 import numpy as np
 
+from ...memo import BoundedMemo
 from .compile import CompiledGrammar
 
 log = logging.getLogger("tinytitan.structured")
@@ -64,7 +64,7 @@ class GrammarMask:
         self.failed = False
         self.seconds = 0.0  # its own work (see the rules)
         self.minus_inf: dict = {}  # dtype -> mlx scalar (``refused``)
-        self.handed: collections.OrderedDict[bytes, object] = collections.OrderedDict()  # bits -> mlx row
+        self.handed: BoundedMemo[tuple[int, bytes], object] | None = None  # (width, bits) -> mlx row (``_bits_mx``)
 
     def consume(self, token: int) -> None:
         if not self.matcher.consume_token(token) or self.matcher.is_error():
@@ -157,16 +157,15 @@ class GrammarMask:
             allowed = np.zeros(width, dtype=bool)
             allowed[[e for e in self.eos if e < width]] = True
             return mx.array(allowed)
-        key = self.bitmask.tobytes()
-        row = self.handed.get(key)
-        if row is not None and row.shape[0] == width:
-            self.handed.move_to_end(key)
-            return row
+        if self.handed is None:  # (bounded by the rows' width, known at the first)
+            self.handed = BoundedMemo(max(1, MX_CACHE_BYTES // max(width, 1)))
+        return self.handed.recall((width, self.bitmask.tobytes()), lambda: self._row(width))
+
+    def _row(self, width: int):
+        """The bitmask computed last as a new mlx boolean row of ``width``."""
+        import mlx.core as mx
+
         bits = np.unpackbits(self.bitmask[0].view(np.uint8), bitorder="little").view(bool)
         if bits.shape[0] < width:
             bits = np.concatenate([bits, np.zeros(width - bits.shape[0], dtype=bool)])
-        row = mx.array(bits[:width])
-        self.handed[key] = row
-        while len(self.handed) > max(1, MX_CACHE_BYTES // max(width, 1)):
-            self.handed.popitem(last=False)
-        return row
+        return mx.array(bits[:width])
