@@ -5,7 +5,6 @@ prompt cache holds), checked against the window, with its sampling settings and 
 from __future__ import annotations
 
 import array
-import collections
 import logging
 from typing import Any
 import time
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ...chat_request import ChatRequest, Message
 from ...errors import ApiError, invalid
+from ...memo import BoundedMemo
 from ..cache.entries import PromptFacts
 from ..cache.miss import Fingerprint, compare, diagnose
 from ..decode.call_limit import call_limit
@@ -113,8 +113,7 @@ class PromptPreparation(TemplateRendering):
 
     def __init__(self) -> None:
         # prompts remembered by response id, for a client's later comparison (``compare_prompt``)
-        self.remembered_prompts: collections.OrderedDict[str, tuple[Fingerprint, array.array]] = \
-            collections.OrderedDict()
+        self.remembered_prompts: BoundedMemo[str, tuple[Fingerprint, array.array]] = BoundedMemo(REMEMBERED_PROMPTS)
 
     def encode(self, req: ChatRequest) -> tuple[str, list[int]]:
         """The rendered prompt and its tokens. A template that refuses the conversation (Jinja's
@@ -364,17 +363,15 @@ class PromptPreparation(TemplateRendering):
 
     def compare_prompt(self, req: ChatRequest, tokens: list[int], fp: Fingerprint | None, text: str | None = None):
         """The prompt against the earlier one ``req.cache_compare`` names (a CacheMiss; None when it names none),
-        and this prompt remembered under ``req.response_id`` for a later comparison (the last
-        ``REMEMBERED_PROMPTS``, as 32-bit ids); ``fp``: the request's fingerprint (None when it names neither);
+        and this prompt remembered under ``req.response_id`` for a later comparison (the
+        ``REMEMBERED_PROMPTS`` most recently remembered or compared against, as 32-bit ids); ``fp``: the request's fingerprint (None when it names neither);
         ``text``: the prompt as rendered."""
         if req.cache_compare is None and req.response_id is None:
             return None
         known = self.remembered_prompts
         out = compare(req, fp, tokens, known.get(req.cache_compare), text) if req.cache_compare is not None else None
         if req.response_id is not None:
-            known[req.response_id] = (fp, array.array("i", tokens))
-            while len(known) > REMEMBERED_PROMPTS:
-                known.popitem(last=False)
+            known.put(req.response_id, (fp, array.array("i", tokens)))
         return out
 
     def count_tokens(self, req: ChatRequest) -> int:
