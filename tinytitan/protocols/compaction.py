@@ -31,12 +31,12 @@ import binascii
 import copy
 import json
 import time
-from collections import OrderedDict
 from typing import TYPE_CHECKING, AsyncContextManager, AsyncIterable, AsyncIterator, Callable
 
 from .. import images
 from ..errors import ApiError, invalid
 from ..events import Failed, Finished, Started, TextDelta, TokenEvent
+from ..memo import BoundedMemo
 from ..observe.turn import passes, reading
 from .failure import failure_of
 
@@ -51,8 +51,8 @@ CONTEXT_HEADER = "Summary of the earlier conversation (compacted):"
 
 
 # -- the item ---------------------------------------------------------------------------------------------
-DECODED_KEPT = 8  # payloads kept decoded (``decode``), newest last
-_DECODED: OrderedDict[str, dict] = OrderedDict()
+DECODED_KEPT = 8  # payloads kept decoded (``decode``), the least recently read forgotten first
+_DECODED: BoundedMemo[str, dict] = BoundedMemo(DECODED_KEPT)
 
 
 def encode(summary: str, mode: str, model: str, kept: list[dict] | None = None,
@@ -69,10 +69,11 @@ def encode(summary: str, mode: str, model: str, kept: list[dict] | None = None,
 
 def decode(encrypted_content: str, where: str) -> dict:
     """The item's payload, checked. Shared: a request reads it three times (checked, what it carries, its
-    summary), so the last ``DECODED_KEPT`` are kept decoded; read it, never change it."""
-    known = _DECODED.get(encrypted_content)
-    if known is not None:
-        return known
+    summary), so the ``DECODED_KEPT`` most recently read are kept decoded; read it, never change it."""
+    return _DECODED.recall(encrypted_content, lambda: _read(encrypted_content, where))
+
+
+def _read(encrypted_content: str, where: str) -> dict:
     try:
         payload = json.loads(base64.b64decode(encrypted_content.encode(), validate=True).decode())
         if not isinstance(payload, dict) or payload.get("v") != VERSION or not isinstance(payload.get("summary"), str):
@@ -81,9 +82,6 @@ def decode(encrypted_content: str, where: str) -> dict:
         why = "its JSON is nested too deeply" if isinstance(exc, RecursionError) else exc
         raise invalid(f"The compaction item at {where} was not made by this server and cannot be read ({why})",
                       param=where, code="compaction_payload_invalid") from None
-    _DECODED[encrypted_content] = payload
-    while len(_DECODED) > DECODED_KEPT:
-        _DECODED.popitem(last=False)
     return payload
 
 
