@@ -40,6 +40,7 @@ async def test_a_request_whose_choices_the_queue_cannot_hold_now_is_refused_befo
         r = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": stream})
         assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", r.text
         assert f"this request's {n} choices do not all fit" in r.json()["error"]["message"]
+        assert s.engine.waiting == 0  # (the refused unit took no place, nor holds one)
         nursery.cancel_scope.cancel()
     async with httpx.AsyncClient(timeout=30) as c:
         for _ in range(100):
@@ -49,6 +50,7 @@ async def test_a_request_whose_choices_the_queue_cannot_hold_now_is_refused_befo
         fits = await c.post(s.url(path), json={"model": MODEL, **body, "n": n, "stream": stream})
         assert fits.status_code == 200 and "queue_full" not in fits.text, fits.text
         assert fits.text.endswith("data: [DONE]\n\n") if stream else len(fits.json()["choices"]) == n
+    await settled(s)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -85,8 +87,8 @@ def test_the_refusal_words_the_bound_it_checked_and_its_parts_from_one_value():
 
 async def test_a_streams_later_prompts_are_never_refused_once_its_choices_were_admitted(serve):
     """Several prompts, streamed: the first prompt's session is admitted for every choice; requests that arrive
-    while it is prepared may fill the queue, and the later prompts' sessions (of a request already admitted) are
-    not then refused: the request was admitted, its answer is not a 429."""
+    while it is prepared fill what is left of the queue, and the later prompts' sessions (of a request already
+    admitted) are not then refused: the request was admitted, its answer is not a 429."""
     s = await serve([{"output": "word " * 200, "delay_ms": 20}], max_queue=2)
     prepare, go = s.engine.prepare, trio.Event()
 
@@ -122,9 +124,9 @@ async def test_a_streams_later_prompts_are_never_refused_once_its_choices_were_a
 
 
 async def test_a_folded_requests_later_choices_are_never_refused_once_its_first_was_admitted(serve):
-    """Not streamed, n=2: the request is admitted for both choices when its first is; a request that arrives
-    while the first reads the prompt fills the queue, and the second choice (opened once the first has read it)
-    is not then refused: the first choice's work is not wasted, the answer is not a 429."""
+    """Not streamed, n=2: the request is admitted for both choices when its first is, which fills the queue; a
+    request that arrives while the first reads the prompt is refused, and the second choice (opened once the first
+    has read it) is not: the first choice's work is not wasted, the answer is not a 429."""
     s = await serve([{"output": "one two", "delay_ms": 300}], max_queue=1)
     async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
         answers = []
@@ -137,13 +139,126 @@ async def test_a_folded_requests_later_choices_are_never_refused_once_its_first_
         while s.engine.health()["running"] == 0:
             await trio.sleep(0.01)
 
-        async def other():
-            await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "x"})
-
-        nursery.start_soon(other)  # waits behind our first choice: the queue (--max-queue 1) is full
-        while s.engine.health()["waiting"] == 0:
-            await trio.sleep(0.01)
+        other = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "x"})
         while not answers:
             await trio.sleep(0.01)
+    assert other.status_code == 429, other.text  # (the queue, --max-queue 1, holds our second choice's place)
     assert answers[0].status_code == 200, answers[0].text
     assert [c["index"] for c in answers[0].json()["choices"]] == [0, 1]
+
+
+def test_a_unit_takes_all_its_places_at_admission_and_gives_back_those_none_took():
+    """The first of a unit's generations takes every place of it: no other request is admitted into them; each
+    later one takes a held place (never refused, nothing counted twice); the request's end gives the rest back.
+    A memory round (``continuing``) is never refused, a unit's held places or not."""
+    from tinytitan.engine.admission import Admission, Unit
+
+    admission = Admission(1, max_queue=2)
+    unit = Unit(3)
+    first = admission.admit(unit=unit)
+    assert admission.waiting == 3  # its own place and the two it holds
+    with pytest.raises(ApiError) as refused:  # one slot free, three waiting for it: two beyond it, the queue's all
+        admission.admit()
+    assert refused.value.code == "queue_full"
+    second = admission.admit(unit=unit)  # (a held place: the queue's count stays)
+    assert admission.waiting == 3 and unit.held == 1
+    admission.admit(continuing=True).give_back()  # a memory round of an admitted request still waits its turn
+    admission.release(unit)  # the request ended before its third choice opened
+    assert admission.waiting == 2 and unit.held == 0
+    admission.release(unit)  # (once)
+    assert admission.waiting == 2
+    late = admission.admit(unit=unit)  # one after the release waits as a further round would, never refused
+    for place in (first, second, late):
+        place.give_back()
+    assert (admission.waiting, admission.running, admission.slots.value) == (0, 0, 1)
+
+
+async def settled(s) -> None:
+    """Until the engine holds no place, running or waiting (each is given back as its session ends)."""
+    for _ in range(200):
+        if (s.engine.running, s.engine.waiting) == (0, 0):
+            return
+        await trio.sleep(0.02)
+    assert (s.engine.running, s.engine.waiting) == (0, 0)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("body", [{"prompt": "first", "n": 2}, {"prompt": ["first", "second"]}])
+async def test_a_request_arriving_before_a_units_later_choices_open_finds_their_places_taken(serve, body, stream):
+    """The queue holds our request's two choices and nothing more (one slot, --max-queue 1): while its first is
+    prepared (its later choice not opened yet), another request is refused, not admitted into the place the
+    later choice will take; ours is answered in full, and every place goes back."""
+    s = await serve(["one two"], max_queue=1)
+    prepare, go = s.engine.prepare, trio.Event()
+
+    async def held(req):  # our first choice's preparing takes its time
+        if req.prompt == "first":
+            await go.wait()
+        return await prepare(req)
+
+    s.engine.prepare = held
+    async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
+        answers = []
+
+        async def ours():
+            answers.append(await c.post(s.url("/v1/completions"), json={"model": MODEL, **body, "stream": stream}))
+
+        nursery.start_soon(ours)
+        while s.engine.waiting == 0:
+            await trio.sleep(0.01)
+        other = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "x"})
+        go.set()
+        while not answers:
+            await trio.sleep(0.01)
+    assert other.status_code == 429 and other.json()["error"]["code"] == "queue_full", other.text
+    assert answers[0].status_code == 200, answers[0].text
+    if stream:
+        assert answers[0].text.endswith("data: [DONE]\n\n") and "error" not in answers[0].text
+    else:
+        assert [c["index"] for c in answers[0].json()["choices"]] == [0, 1]
+    await settled(s)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_units_places_all_go_back_when_a_choice_fails(serve, stream):
+    """Our first choice fails as it reads its prompt, before the later one opened: the answer is that error and
+    the place held for the later choice goes back with the request (the server then takes a full queue again)."""
+    s = await serve([{"output": "cut", "error": "the model broke"}, "one two"], max_queue=1)
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "hi", "n": 2, "stream": stream})
+        assert "the model broke" in r.text
+        await settled(s)
+        again = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "hi", "n": 2})
+    assert again.status_code == 200, again.text
+    await settled(s)
+
+
+@pytest.mark.parametrize("opened", [True, False])
+async def test_a_units_places_all_go_back_when_its_client_hangs_up(serve, opened):
+    """A streamed unit whose client leaves, after the later choices opened or before (its first still preparing):
+    no place it took or held stays taken."""
+    s = await serve([{"output": "word " * 400, "delay_ms": 20}], max_queue=2)
+    prepare, go = s.engine.prepare, trio.Event()
+
+    async def held(req):
+        if not opened and req.prompt == "first":
+            await go.wait()
+        return await prepare(req)
+
+    s.engine.prepare = held
+    async with httpx.AsyncClient(timeout=30) as c:
+        with trio.move_on_after(30) as waited:
+            async with trio.open_nursery() as nursery:
+                async def ours():
+                    async with c.stream("POST", s.url("/v1/completions"), json={
+                            "model": MODEL, "prompt": "first", "n": 3, "stream": True}) as r:
+                        async for _ in r.aiter_bytes():
+                            nursery.cancel_scope.cancel()  # hang up at the first bytes
+
+                nursery.start_soon(ours)
+                if not opened:
+                    while s.engine.waiting < 3:  # its first place and the two it holds
+                        await trio.sleep(0.01)
+                    nursery.cancel_scope.cancel()  # hang up before anything was sent
+        assert not waited.cancelled_caught
+    await settled(s)

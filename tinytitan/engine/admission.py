@@ -5,8 +5,12 @@ Rules:
 - A place belongs to a request, not to a task (a semaphore, not a lock): it is taken at admission, waits for a
   decode slot, runs, and is given back once, by the session that holds it (session.py).
 - The memory layer's further rounds of an admitted request (``continuing``) are never refused; they wait
-  their turn like any other. So are a request's further choices, once its first was admitted for them all
-  (``together``): all or none, decided before anything was sent.
+  their turn like any other.
+- A request's generations admitted as a unit (its choices: a ``Unit``) are all or none, decided before anything
+  was sent: the first's admission is refused unless the queue holds them all, and takes every place of the unit
+  at once (its own, and the others held for it: counted as waiting, so no other request takes them). Each
+  further generation of the unit takes one held place (never refused); those never taken go back when the
+  request ends (``release``), whatever ended it. One that comes after that waits as a ``continuing`` one.
 - ``exclusive`` holds every slot, for work that must not run beside a generation.
 """
 
@@ -62,25 +66,51 @@ class Admission:
     def capacity(self) -> Capacity:
         return Capacity(self.size, self.max_queue)
 
-    def admit(self, continuing: bool = False, together: int = 1) -> "Place":
+    def admit(self, continuing: bool = False, unit: "Unit | None" = None) -> "Place":
         """``continuing``: the next generation of a request already admitted (the memory layer's rounds) is
-        never refused; it waits its turn like any other. ``together``: the request's generations admitted as a
-        unit (its choices): refused unless all of them would fit now; this place is the first, the others come
-        as ``continuing`` ones."""
+        never refused; it waits its turn like any other. ``unit``: one of the request's generations admitted as
+        a unit (its choices; see the rules): the first is refused unless all of them would fit now, and holds
+        the others' places; a later one takes one of those."""
+        if unit is not None and unit.admitted:
+            if unit.held:  # (a place already counted as waiting: it becomes this generation's)
+                unit.held -= 1
+                return Place(self, counted=True)
+            continuing = True
+        together = unit.size if unit is not None else 1
         # those that would wait beyond the free slots, this request's all counted
         if not continuing and self.waiting - self.slots.value + together - 1 >= self.max_queue:
-            unit = f" and this request's {together} choices do not all fit" if together > 1 else ""
+            them = f" and this request's {together} choices do not all fit" if together > 1 else ""
             raise ApiError("overloaded", f"The server is busy: {self.waiting} requests are already waiting "
-                           f"(--max-queue {self.max_queue}){unit}; retry shortly", code="queue_full")
-        return Place(self)
+                           f"(--max-queue {self.max_queue}){them}; retry shortly", code="queue_full")
+        place = Place(self)
+        if unit is not None and not unit.admitted:
+            unit.admitted, unit.held = True, together - 1
+            self.waiting += unit.held
+        return place
+
+    def release(self, unit: "Unit") -> None:
+        """The request ``unit`` belongs to has ended: the places it held and no generation took go back."""
+        self.waiting -= unit.held
+        unit.held = 0
+
+
+class Unit:
+    """A request's ``size`` generations admitted as a unit (its choices; see the rules): whether its first was
+    admitted, and how many places it holds for the others still."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.admitted = False
+        self.held = 0
 
 
 class Place:
     """A place in the queue, from admission until its session ends: waiting, then running, then given back."""
 
-    def __init__(self, admission: Admission):
+    def __init__(self, admission: Admission, counted: bool = False):
         self.admission = admission
-        admission.waiting += 1
+        if not counted:  # (``counted``: a place its unit held, already waiting)
+            admission.waiting += 1
         self.running = False
         self.given_back = False
         self.asked_at: float | None = None  # when the session first waited for a slot

@@ -56,7 +56,7 @@ from .prompt.messages import fast_path
 from .cache.memory import cache_summary
 from .decode.rows import Row
 from .group.ranks import GroupBroken
-from .admission import Admission, Capacity
+from .admission import Admission, Capacity, Unit
 from .session import FOLDED_INTERVAL, Mailbox, Session
 from .summarise import Summariser
 
@@ -158,7 +158,7 @@ class Engine:
     @property
     def capacity(self) -> Capacity:
         """The most generations it ever holds at once (``.most``), with its parts: its decode slots and
-        ``max_queue`` waiting. A request whose generations are admitted as a unit (``together``) beyond that is
+        ``max_queue`` waiting. A request whose generations are admitted as a unit (``unit``) beyond that is
         refused whatever the load: a retry would never fit."""
         return self.admission.capacity
 
@@ -182,20 +182,21 @@ class Engine:
     @asynccontextmanager
     async def session(self, req: ChatRequest, keepalive: float | None = None,
                       continuing: bool = False, streamed: bool = True,
-                      together: int = 1) -> AsyncIterator[Session]:
+                      unit: Unit | None = None) -> AsyncIterator[Session]:
         """One generation, from admission to its place given back (see session.py for the rules): a place
         first (refused at once when the queue is full), then the prompt; the block iterates the events; its
         exit stops the decode and frees the place, once. With ``keepalive`` seconds, a KeepAlive whenever that
         long passes with nothing to send (in the queue, while a model loads, or during a long prefill).
         ``continuing``: a further generation of a request already admitted, never refused as overloaded.
         ``streamed=False``: the consumer folds the whole answer, so its events come in fewer, larger batches.
-        ``together``: this and the request's further ``continuing`` sessions to come (its choices) are admitted
-        as a unit: refused here unless the queue holds them all."""
+        ``unit``: one of the request's sessions admitted as a unit (its choices: ``unit(n)``), each given it: the
+        first is refused here unless the queue holds them all, and takes all their places; the others, never
+        refused, take theirs (admission.py). The request gives back those none took (``release_unit``)."""
         if self.group is not None and self.group.broken:
             raise GroupBroken(self.group.broken)
-        if not continuing:
+        if not continuing and not (unit is not None and unit.admitted):
             self._refuse_if_stopped()
-        place = self.admission.admit(continuing, together)
+        place = self.admission.admit(continuing, unit)
         session = None
         try:
             prepared = await self.prepare(req)
@@ -215,6 +216,14 @@ class Engine:
                 await session._end()  # gives the place back
             else:
                 place.give_back()
+
+    def unit(self, size: int) -> Unit:
+        """What a request's ``size`` sessions (its choices) are each opened with, to be admitted as a unit."""
+        return Unit(size)
+
+    def release_unit(self, unit: Unit) -> None:
+        """The request of ``unit`` has ended, every choice of it: the places it held that no session took go back."""
+        self.admission.release(unit)
 
     def release_shared(self, response_id: str) -> None:
         """The request ``response_id`` has ended, every choice of it: the prompts its first choices handed to the

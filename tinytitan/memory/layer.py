@@ -306,11 +306,11 @@ class MemoryEngine:
 
     @asynccontextmanager
     async def session(self, req: ChatRequest, keepalive: float | None = None, continuing: bool = False,
-                      streamed: bool = True, together: int = 1) -> AsyncIterator[Any]:
+                      streamed: bool = True, unit: Any = None) -> AsyncIterator[Any]:
         """The engine's session, for a request with memory one that runs memory rounds (see the rules);
-        ``continuing`` and ``together`` as the engine's (a request's several choices)."""
+        ``continuing`` and ``unit`` as the engine's (a request's several choices)."""
         mem = await self._memory_session(req)
-        admit = dict(continuing=continuing, together=together)
+        admit = dict(continuing=continuing, unit=unit)
         if mem is None:
             async with self.inner.session(req, keepalive, streamed=streamed, **admit) as events:
                 yield events

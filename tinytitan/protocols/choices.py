@@ -9,17 +9,17 @@ Rules:
 - The choices of one prompt share its reading: the first reads it and keeps its KV cache in the prompt cache
   where it ends (``ChatRequest.shared_prompt``; handed to the others outside it where the cache will not hold
   it, until the request ends: ``Engine.release_shared``); the others' sessions open once it has, and their rows
-  read its last token alone. Streamed, those open inside the stream: the request's first session is admitted
-  for all its choices (all or none, the refusal the answer's status), and those are further sessions of it,
-  never refused as overloaded.
+  read its last token alone. Streamed, those open inside the stream: the choices' sessions are admitted as a
+  unit (``Engine.unit``: the first's admission takes every choice's place, all or none, the refusal the answer's
+  status; each other one takes its place, never refused as overloaded; those none took go back when the request
+  ends: ``Engine.release_unit``).
 - Streamed: each choice's chunks go out as they come, interleaved; each choice's own usage chunk is held back and
   one, summed, closes the stream (before the one terminal). A failure in one choice sends its error chunk and
   ends the stream, the others stopped.
-- Not streamed: admitted as a stream is (its first session for all its choices, the others further sessions of
-  it: a 429 before any choice ran, never after one did); each choice's chunks folded as a lone answer's are, the
-  folds' choices listed in order, and one usage: prompt tokens (and cached ones) counted once per prompt, as
-  OpenAI counts them; completion tokens (and reasoning ones) summed over the choices. A failure in one choice is
-  the answer's error, the others stopped.
+- Not streamed: admitted as a stream is (as a unit: a 429 before any choice ran, never after one did); each
+  choice's chunks folded as a lone answer's are, the folds' choices listed in order, and one usage: prompt tokens
+  (and cached ones) counted once per prompt, as OpenAI counts them; completion tokens (and reasoning ones) summed
+  over the choices. A failure in one choice is the answer's error, the others stopped.
 - The request's record (its log line, /metrics) counts every choice's tokens, each prompt's once: one request.
 - More choices than the server ever holds at once (decode slots and ``--max-queue``) are refused as the client's
   error (400, naming ``n``, else ``prompt``, with the most it takes), not as a full queue: a retry never fits.
@@ -128,17 +128,17 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
         events = watch(session, reqs[i], stream) if i == 0 else beside(session, prompt=leads[p] == i)
         return _reading(events, ready[p]) if p in ready and leads[p] == i else events
 
+    unit = proto.engine.unit(len(choices))  # (each choice's session is opened with it: admitted as a unit)
     if stream:  # (the prompts' sessions are open before the stream is: a refusal is the answer's status; the
-        runs = []  # first is admitted for every choice, so that those opened in the stream are never refused)
-        await proto.services.hold(_releasing(proto.engine, reqs[0].response_id))
+        runs = []  # first takes every choice's place, so that those opened in the stream are never refused)
+        await proto.services.hold(_releasing(proto.engine, reqs[0].response_id, unit))
         for i, (req, machine) in enumerate(zip(reqs, machines)):
             if waits(i) is not None:  # opened in the stream, once its prompt is read
                 machine.context.setdefault("prompt_tokens", machines[leads[choices[i].prompt]].context["prompt_tokens"])
-                runs.append((machine, beside(_Later(proto, req, keepalive, waits(i)), prompt=False)))
+                runs.append((machine, beside(_Later(proto, req, keepalive, waits(i), unit), prompt=False)))
                 continue
-            # (a later prompt's first choice is a further session of the request admitted as a unit: never refused)
-            admitted = {"together": len(choices)} if i == 0 else {"continuing": True}
-            session = await proto.services.hold(proto.engine.session(req, keepalive, **admitted))
+            # (a later prompt's first choice takes a place its unit holds: never refused)
+            session = await proto.services.hold(proto.engine.session(req, keepalive, unit=unit))
             machine.context.setdefault("prompt_tokens", session.prompt_tokens)
             runs.append((machine, tapped(i, session)))
         return Reply.of_stream(_streamed(proto, runs, [c.prompt for c in choices]), proto.spec.content_type)
@@ -155,19 +155,20 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
                 return await fold(i, first)
             if waits(i) is not None:
                 await waits(i).wait()
-            # (a further session of the request admitted as a unit by its first: never refused)
-            async with proto.engine.session(reqs[i], keepalive, streamed=False, continuing=True) as session:
+            # (a place its unit holds: never refused)
+            async with proto.engine.session(reqs[i], keepalive, streamed=False, unit=unit) as session:
                 await fold(i, session)
         except Exception as exc:  # the answer's error (the first), the other choices stopped
             errors.append(exc)
             nursery.cancel_scope.cancel()
 
-    try:  # the first choice's session is admitted for every choice (all or none: a 429 before any ran)
-        async with proto.engine.session(reqs[0], keepalive, streamed=False, together=len(choices)) as first:
+    try:  # the first choice's session takes every choice's place (all or none: a 429 before any ran)
+        async with proto.engine.session(reqs[0], keepalive, streamed=False, unit=unit) as first:
             async with trio.open_nursery() as nursery:
                 for i in range(len(choices)):
                     nursery.start_soon(folded, i, nursery, first if i == 0 else None)
     finally:
+        proto.engine.release_unit(unit)
         proto.engine.release_shared(reqs[0].response_id)
     if errors:
         raise errors[0]
@@ -178,12 +179,14 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
 
 
 @asynccontextmanager
-async def _releasing(engine, response_id: str) -> AsyncIterator[None]:
-    """Held for the whole HTTP request of a stream (entered before its sessions, so left after them): the prompts
-    its choices handed on are let go once it ends, however (a client that left before the body too)."""
+async def _releasing(engine, response_id: str, unit) -> AsyncIterator[None]:
+    """Held for the whole HTTP request of a stream (entered before its sessions, so left after them): the places
+    its unit holds still and the prompts its choices handed on are let go once it ends, however (a client that
+    left before the body too)."""
     try:
         yield
     finally:
+        engine.release_unit(unit)
         engine.release_shared(response_id)
 
 
@@ -203,9 +206,9 @@ class _Later:
     """A choice's events from a session opened once ``ready`` (its prompt read by the prompt's first choice); what
     that session decoded (``decoded``), for the request's record of a client that hangs up."""
 
-    def __init__(self, proto, req: ChatRequest, keepalive, ready: trio.Event):
+    def __init__(self, proto, req: ChatRequest, keepalive, ready: trio.Event, unit):
         self.session = None
-        self._events = self._run(proto, req, keepalive, ready)
+        self._events = self._run(proto, req, keepalive, ready, unit)
 
     @property
     def decoded(self) -> tuple[int, int]:
@@ -217,9 +220,9 @@ class _Later:
     async def aclose(self) -> None:
         await self._events.aclose()
 
-    async def _run(self, proto, req: ChatRequest, keepalive, ready: trio.Event) -> AsyncIterator:
-        await ready.wait()  # (a further session of a request admitted for all its choices: never refused)
-        async with proto.engine.session(req, keepalive, continuing=True) as self.session:
+    async def _run(self, proto, req: ChatRequest, keepalive, ready: trio.Event, unit) -> AsyncIterator:
+        await ready.wait()  # (a place its unit holds: never refused)
+        async with proto.engine.session(req, keepalive, unit=unit) as self.session:
             async for ev in self.session:
                 yield ev
 
