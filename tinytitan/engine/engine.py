@@ -48,12 +48,12 @@ from ..events import SHUTTING_DOWN
 from ..models.names import FAST_SUFFIX, spellings
 from .backends.base import Backend
 from .cache.handoff import HandOffs
+from .cache.memory import PromptCache
 from .prompt.prepare import Prepared
 from . import DEFAULT_MAX_BATCH, DEFAULT_STREAM_INTERVAL_MS
 from .decode.decoder import Decoder
 from .model_thread import ModelThread, shared_model_thread
 from .prompt.messages import fast_path
-from .cache.memory import cache_summary
 from .decode.rows import Row
 from .group.ranks import GroupBroken
 from .admission import Admission, Capacity, Unit
@@ -368,3 +368,17 @@ class Engine:
                 "max_queue": self.max_queue,
                 "prompt_cache": {mid: summary for mid, b in self.backends.items()
                                  if (summary := cache_summary(getattr(b, "prompt_cache", None))) is not None}}
+
+
+def cache_summary(cache: PromptCache | None) -> dict | None:
+    """What ``/health`` and the dashboard show of a model's prompt cache: resident and on-disk size, hit rate."""
+    if cache is None:
+        return None
+    s = cache.stats()
+    looked = s["hits"] + s["misses"]
+    disk = s.get("disk") or {}
+    return {"resident_bytes": s["bytes"], "resident_entries": s["entries"], "max_bytes": s["max_bytes"],
+            "disk_bytes": disk.get("bytes", 0), "disk_entries": disk.get("entries", 0),
+            "disk_max_bytes": disk.get("max_bytes", 0), "disk_reads": disk.get("reads", 0),
+            "disk_writes": disk.get("writes", 0), "disk_pending": disk.get("pending", 0),
+            "hits": s["hits"], "misses": s["misses"], "hit_rate": (s["hits"] / looked) if looked else None}

@@ -385,16 +385,3 @@ class PromptCache:
             out["disk"] = self.disk.stats()
         return out
 
-
-def cache_summary(cache: "PromptCache | None") -> dict | None:
-    """What ``/health`` and the dashboard show of a model's prompt cache: resident and on-disk size, hit rate."""
-    if cache is None:
-        return None
-    s = cache.stats()
-    looked = s["hits"] + s["misses"]
-    disk = s.get("disk") or {}
-    return {"resident_bytes": s["bytes"], "resident_entries": s["entries"], "max_bytes": s["max_bytes"],
-            "disk_bytes": disk.get("bytes", 0), "disk_entries": disk.get("entries", 0),
-            "disk_max_bytes": disk.get("max_bytes", 0), "disk_reads": disk.get("reads", 0),
-            "disk_writes": disk.get("writes", 0), "disk_pending": disk.get("pending", 0),
-            "hits": s["hits"], "misses": s["misses"], "hit_rate": (s["hits"] / looked) if looked else None}
