@@ -181,3 +181,59 @@ def test_a_checkpoint_goes_to_disk_and_is_read_back_after_a_restart(demo_backend
     restarted = cache()
     kv, n = restarted.fetch(prompt + [500, 777, 778, 9])
     assert n == 99 and kv[0].offset == 99 and restarted.disk.reads == 1
+
+
+def counting_snapshots(monkeypatch) -> list:
+    """Each snapshot a checkpoint takes (a copy of the whole KV cache), as it is taken."""
+    from tinytitan.engine.cache import checkpoint
+
+    taken = []
+
+    def counted(kv):
+        taken.append(kv)
+        return snapshot(kv)
+
+    snapshot = checkpoint.snapshot
+    monkeypatch.setattr(checkpoint, "snapshot", counted)
+    return taken
+
+
+def test_a_prompt_whose_checkpoint_is_held_already_takes_no_second_snapshot(demo_backend, tmp_path, monkeypatch):
+    """A request's other choices reach the end of the same prompt from the first's checkpoint: each would copy the
+    whole KV cache and write it to disk again, for an entry that only replaces the one there. Another prompt, or
+    the same one once its entry was taken out (a retry starts from it), still gets its own."""
+    from tinytitan.engine.cache.disk import PromptDisk
+
+    taken = counting_snapshots(monkeypatch)
+    c = PromptCache(1 << 30)
+    c.disk = PromptDisk(tmp_path, sorted(demo_backend.path.glob("*.safetensors")), lambda: "rotating", 1 << 30)
+    prompt = list(range(1, 101))
+    for _ in range(3):
+        assert keep(c, prompt, rotating(100), (), more=8, shared=True)
+    assert len(taken) == 1 and [len(e.tokens) for e in c.entries.values()] == [100]
+    assert c.disk.flush() and c.disk.stats()["writes"] == 1
+    assert keep(c, prompt[:-1], rotating(99), (), more=8) and len(taken) == 2  # another prompt: its own
+    kv, n = c.fetch(prompt + [7])  # a retry of the prompt takes its entry out, and keeps it again after
+    assert n == 100 and not c.holds(prompt)
+    assert keep(c, prompt, kv, (), more=8) and len(taken) == 3 and c.holds(prompt)
+
+
+async def test_a_requests_choices_make_one_checkpoint_of_their_prompt(windowed, monkeypatch):
+    """Three choices of one prompt (a request's rows, run here one after another): the first reads it and keeps
+    its checkpoint; the others start from it and take no snapshot of their own."""
+    from tinytitan.engine.engine import Engine
+
+    taken = counting_snapshots(monkeypatch)
+    windowed.prompt_cache.clear()
+    engine = Engine(windowed)
+    req = _req([("system", "You write code. " * 40), ("user", "Three answers, please.")], shared_prompt=True,
+               response_id="cmpl-three-choices")
+    started = []
+    for seed in range(3):
+        p, cached, _ = await _run(engine, req.with_(seed=seed, temperature=1.0))
+        started.append((len(p.tokens), cached))
+    length = started[0][0]
+    assert length > 2 * WINDOW and started == [(length, 0), (length, length - 1), (length, length - 1)]
+    assert len(taken) == 1
+    engine.release_shared(req.response_id)
+    windowed.prompt_cache.clear()

@@ -112,6 +112,11 @@ class PromptCache:
     def _nbytes(self) -> int:  # holding the lock
         return sum(e.nbytes for e in self._entries.values())
 
+    def holds(self, tokens: Sequence[int], images: Sequence[ImageRun] = ()) -> bool:
+        """Whether an entry holds exactly ``tokens`` (with ``images``), as kept: nothing is taken or touched."""
+        with self._lock:
+            return bool(self._held.exact(keyed(tokens, images)))
+
     def fetch(self, prompt: Sequence[int], images: Sequence[ImageRun] = (), shared: bool = False) -> tuple[Any, int]:
         """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable. A whole entry is
         taken out, unless ``shared`` (other rows will read the same prompt): then, as a part, copied."""
