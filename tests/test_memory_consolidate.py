@@ -109,10 +109,8 @@ async def test_a_pass_the_server_stops_leaves_the_transcript_waiting(tmp_path, d
             while s.engine.inner.running == 0:  # the pass is decoding
                 await trio.sleep(0.01)
         await s.engine.wind_down(0)
-        with trio.fail_after(20):
-            while s.engine.inner.running:  # the pass has ended
-                await trio.sleep(0.01)
-        await trio.sleep(0.2)
-        rows = s.engine.memory.db.run(lambda tx: tx.rows("SELECT transcript FROM memory_transcripts"))
+        with trio.fail_after(20):  # the pass has ended; its task writes the transcript it took back after that
+            while not (rows := s.engine.memory.db.run(lambda tx: tx.rows("SELECT transcript FROM memory_transcripts"))):
+                await trio.sleep(0.02)
         assert len(rows) == 1 and ANSWER in rows[0][0], rows
         assert s.engine.consolidator.passes == 0 and the_repo(cfg).get("build/command") is None

@@ -55,6 +55,11 @@ async def test_a_request_after_shutdown_began_is_a_503_in_its_envelope(serve, st
         shutting_down("compact", r)
 
 
+def transcripts(s) -> list[tuple[str, float]]:
+    """The transcripts waiting for a consolidation pass, each with the time it was written."""
+    return s.engine.memory.db.run(lambda tx: tx.rows("SELECT transcript, at FROM memory_transcripts"))
+
+
 async def test_a_consolidation_pass_begun_after_shutdown_keeps_its_transcript(tmp_path, demo_tok, caplog):
     """The pass the server refuses (it stopped before the workspace went quiet) is cut short as one it stopped
     mid-way is: its transcript waits for the next start, and no failure is logged."""
@@ -62,15 +67,14 @@ async def test_a_consolidation_pass_begun_after_shutdown_keeps_its_transcript(tm
     cfg = config(tmp_path, consolidate=0.3)
     async with memory_server(demo_tok, [ANSWER, "build/command: never written"], cfg) as s:
         await converse(s, "chat", stream=False)
+        (_, kept_at), = transcripts(s)  # the conversation's, waiting for its pass
         await s.engine.wind_down(0)
-        consolidator = s.engine.consolidator
-        with trio.fail_after(20):  # the workspace is taken for its pass (then put back)
-            while consolidator.active:
+        with trio.fail_after(20):  # the pass takes the transcript, is refused, and writes it back: at a later time
+            while not [at for _, at in transcripts(s) if at > kept_at]:
                 await trio.sleep(0.02)
-        await trio.sleep(0.3)
-        rows = s.engine.memory.db.run(lambda tx: tx.rows("SELECT transcript FROM memory_transcripts"))
+        rows = transcripts(s)
         assert len(rows) == 1 and ANSWER in rows[0][0], rows
-        assert consolidator.passes == 0 and the_repo(cfg).get("build/command") is None
+        assert s.engine.consolidator.passes == 0 and the_repo(cfg).get("build/command") is None
     assert not [r for r in caplog.records if "consolidation" in r.getMessage()], caplog.text
 
 
