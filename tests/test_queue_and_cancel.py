@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from backends import FailsToLoad
+from test_observe import scrape
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.engine import Engine
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
@@ -193,11 +194,19 @@ async def test_clients_that_hang_up_at_once_leave_no_place_taken(serve, demo_tok
         await sock.send_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         await sock.aclose()
-    await trio.sleep(0.5)  # the server reads each request, admits it, then finds its client gone
+    with trio.fail_after(20):  # the server reads each request, admits it, then finds its client gone: it ends
+        while await answered(s, "/v1/chat/completions") < 6:
+            await trio.sleep(0.02)
     assert (s.engine.running, s.engine.waiting) == (0, 0)
     async with httpx.AsyncClient(timeout=30) as c:
         r = await c.post(s.url("/v1/chat/completions"), json=BODY)
     assert r.json()["choices"][0]["message"]["content"] == "after"
+
+
+async def answered(s, route: str) -> float:
+    """The requests to ``route`` that have ended (answered, refused, or their client gone), as /metrics counts."""
+    return sum(value for (name, labels), value in (await scrape(s)).items()
+               if name == "tinytitan_requests_total" and ("route", route) in labels)
 
 
 @pytest.mark.parametrize("protocol", sorted(STREAMS))
