@@ -131,7 +131,7 @@ async def _streamed(conn):
 async def test_a_body_that_stops_arriving_is_refused_and_its_connection_closed(serve, path, headers, kind):
     """A client that sends its headers and part of its body, then nothing (it hung; a slowloris): without a
     bound its connection was held for ever. Each byte restarts the wait, so a slow body is still read."""
-    s = await serve(["ok"], body_idle_seconds=0.5, keep_alive_s=KEEP_ALIVE)
+    s = await serve(["ok"], body_idle_seconds=1.0, keep_alive_s=KEEP_ALIVE)
     body = (b'{"model": "tinytitan-scripted", ' + (b'"stream": false, ' if kind is None else b'"max_tokens": 8, ')
             + b'"messages": [{"role": "user", "content": "hi"}]}')
     conn = await RawConnection.open(s.base)
@@ -140,7 +140,8 @@ async def test_a_body_that_stops_arriving_is_refused_and_its_connection_closed(s
             head = "".join(f"{k}: {v}\r\n" for k, v in {"Host": "localhost", "Content-Type": "application/json",
                                                           "Content-Length": str(len(body)), **headers}.items())
             await conn.stream.send_all(f"POST {path} HTTP/1.1\r\n{head}\r\n".encode())
-            for i in range(0, 40, 10):  # slower than nothing, faster than the bound: read whole
+            for i in range(0, 80, 10):  # slower than nothing, each pause well within the bound (a busy machine
+                # overruns a sleep), all of them past it: read whole
                 await conn.stream.send_all(body[i:i + 10])
                 await trio.sleep(0.3)
             with trio.fail_after(DRAIN_SECONDS - 1):  # at once: the rest of a stalled body is not waited for
