@@ -260,7 +260,7 @@ async def test_a_full_queue_is_503_at_once(serve, demo_tok):
             n.start_soon(hold)
             while s.engine.running == 0:
                 await trio.sleep(0.01)
-            with trio.fail_after(2):
+            with trio.fail_after(5):  # at once: queued, it would wait out the held stream's 8 s and more of decoding
                 r = await h.post(s.url("/api/chat"), json={**body, "stream": False})
             assert r.status_code == 503 and r.headers["retry-after"] == "1" and "--max-queue" in r.json()["error"]
             n.cancel_scope.cancel()
