@@ -6,6 +6,7 @@ choices run as rows of the same batch, a seeded choice ``i`` sampling with ``see
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import httpx
@@ -310,7 +311,8 @@ async def test_a_client_that_hangs_up_has_every_choices_decoded_tokens_counted(s
     caplog.set_level(logging.INFO, logger="tinytitan.requests")
     decoded: list[int] = []
     long = ScriptEntry("word " * 400, delay_ms=10)
-    s = await serve(backend=counting(decoded, [ScriptEntry("one two three"), long, long], demo_tok))
+    backend = counting(decoded, [ScriptEntry("one two three"), long, long], demo_tok)
+    s = await serve(backend=backend)
     before = await scrape(s)
     ask = {"model": MODEL, "messages": USER, "n": 3, "stream": stream}
     async with httpx.AsyncClient(timeout=30) as c:
@@ -324,8 +326,12 @@ async def test_a_client_that_hangs_up_has_every_choices_decoded_tokens_counted(s
                     if len(decoded) == 1 and max(seen[1], seen[2]) >= 5:
                         break  # hang up
         else:
-            with trio.move_on_after(0.5):
-                await c.post(s.url("/v1/chat/completions"), json=ask)
+            async with trio.open_nursery() as n:
+                n.start_soon(functools.partial(c.post, s.url("/v1/chat/completions"), json=ask))
+                with trio.fail_after(20):  # the first has finished, the second decoded 5 tokens: hang up
+                    while not (len(decoded) == 1 and backend.tokens_decoded >= 3 + 5):
+                        await trio.sleep(0.005)
+                n.cancel_scope.cancel()
     assert decoded and decoded[0] == 3
 
     async def logged():
