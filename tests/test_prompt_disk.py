@@ -433,9 +433,8 @@ def test_a_config_change_with_the_same_weights_never_reads_the_old_kv(demo_backe
     other = MLXBackend(other_dir, "longctx")
     restarted = _cache(other, tmp_path / "cache")
     restarted.disk.start()
-    for _ in range(500):
-        if restarted.disk.ready():
-            break
+    deadline = time.monotonic() + 30  # (its writer thread reads the weights' digest and the directory first)
+    while not restarted.disk.ready() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert restarted.disk.digest == c.disk.digest  # the same weights
     assert restarted.fetch(tokens + [7, 8]) == (None, 0), "the new configuration read KV the old one computed"
@@ -485,9 +484,8 @@ def test_a_file_another_server_evicts_during_the_scan_leaves_the_disk_in_use(dem
     monkeypatch.setattr(disk_module, "read_metadata", read_then_evicted)
     restarted = _cache(demo_backend, tmp_path)
     restarted.disk.start()
-    for _ in range(500):
-        if restarted.disk.ready():
-            break
+    deadline = time.monotonic() + 30  # (its writer thread reads the weights' digest and the directory first)
+    while not restarted.disk.ready() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert restarted.disk.stats()["entries"] == 1
     tokens = list(range(2000, 2200))

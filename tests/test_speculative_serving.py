@@ -177,11 +177,9 @@ async def test_profile_metrics_and_the_dashboard_feed_show_drafted_and_accepted_
         assert r.status_code == 200
         r = await c.post(s.url("/v1/chat/completions"), json={**body, "speculative": False})
         assert r.status_code == 200
-        for _ in range(100):
-            data = (await c.get(s.url("/profile"))).json()["data"]
-            if len(data) == 2:
-                break
-            await trio.sleep(0.02)
+        with trio.fail_after(20):  # (each request's record is made once its answer is sent)
+            while len(data := (await c.get(s.url("/profile"))).json()["data"]) < 2:
+                await trio.sleep(0.02)
         drafting, plain = data
         assert 0 < drafting["draft_accepted_tokens"] <= drafting["draft_tokens"]
         assert plain["draft_tokens"] == plain["draft_accepted_tokens"] == 0
