@@ -495,7 +495,12 @@ async def test_refused_requests_do_not_push_the_turns_out_of_the_profile(serve):
         assert r.status_code == 200
         for _ in range(256):
             assert (await c.post(s.url("/v1/chat/completions"), json={"model": MODEL})).status_code == 400
-        await trio.sleep(0.1)
+        route_400 = (("protocol", "openai_chat"), ("route", "/v1/chat/completions"), ("status", "400"))
+
+        async def all_kept():  # (each refusal is in the window by the time /metrics counts it)
+            return (await scrape(s)).get(("tinytitan_requests_total", route_400)) == 256
+
+        assert await eventually(all_kept)
         data = (await c.get(s.url("/profile"))).json()["data"]
     assert len(data) == 1, len(data)
 
