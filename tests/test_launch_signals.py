@@ -30,7 +30,7 @@ def fake_agent(tmp: Path, name: str, body: str) -> dict:
 
 def up(port: int) -> bool:
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200  # (a refusal is at once)
     except httpx.HTTPError:
         return False
 
