@@ -161,6 +161,20 @@ async def test_fill_in_the_middle_with_other_code_models_markers(serve, markers)
     assert "insert" in shown["capabilities"]
 
 
+async def test_fill_in_the_middle_with_mistral_markers_puts_the_suffix_first(serve):
+    """Codestral (Mistral's v2/v3 tokenizers) reads the suffix first and goes on from the prefix, with no middle
+    marker (mistral_common's encode_fim, Ollama's codestral template); once refused as a model without FIM."""
+    tok = demo_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["[PREFIX]", "[SUFFIX]", "[MIDDLE]"]})
+    backend = Recording([ScriptEntry("    return a + b")], tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    r = await client(s).completions.create(model=MODEL, prompt="def add(a, b):\n", suffix="\nprint(add(1, 2))\n",
+                                           max_tokens=20)
+    Completion.model_validate(r.model_dump())
+    assert r.choices[0].text == "    return a + b"
+    assert backend.prompts == ["[SUFFIX]\nprint(add(1, 2))\n[PREFIX]def add(a, b):\n"]
+
+
 async def test_suffix_is_refused_by_name_without_fim_tokens(serve):
     s = await serve(["never"])
     with pytest.raises(openai.BadRequestError) as err:
