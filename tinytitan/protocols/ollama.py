@@ -63,6 +63,17 @@ def parse_keep_alive(value, body: dict, args: dict, v: Validated) -> None:
     keep_alive.check(value)  # (a string Go's ParseDuration cannot read: Ollama's 400, in Go's words)
 
 
+def shown_template(card: dict) -> str:
+    """The template /api/show gives: the chat template, and for a model that fills in a middle, first the branch
+    Ollama's own templates for such models have (``{{- if .Suffix }}<|fim_prefix|>{{ .Prompt }}…{{- else }}``):
+    Continue takes a model for fill-in-the-middle only where its template says ``.Suffix``."""
+    gap = card.get("fill_in")
+    if not gap:
+        return card["template"]
+    go = gap.replace("{prefix}", "{{ .Prompt }}").replace("{suffix}", "{{ .Suffix }}")
+    return f"{{{{- if .Suffix }}}}{go}{{{{- else }}}}{card['template']}{{{{- end }}}}"
+
+
 def parse_model(value: str, body: dict, args: dict, v: Validated) -> None:
     args["model"] = value  # (the handler puts the served name in its place: Ollama.served)
 
@@ -315,7 +326,7 @@ class Ollama(Protocol):
         modelfile = f"FROM {card['id']}\n" + "".join(f"PARAMETER {line}\n" for line in params) + (
             f'SYSTEM """{system}"""\n' if system else "")
         return Reply({
-            "modelfile": modelfile, "parameters": "\n".join(params), "template": card["template"],
+            "modelfile": modelfile, "parameters": "\n".join(params), "template": shown_template(card),
             **({"system": system} if system else {}),  # omitted when empty, as Ollama omits it
             "details": self._details(card, facts), "capabilities": card["capabilities"],
             "model_info": {"general.architecture": arch, f"{arch}.context_length": card["context_window"]},

@@ -131,20 +131,23 @@ class Backend(PromptPreparation, ABC):
 
     def card(self) -> dict:
         """What a client may want to show about the model: its family, chat template and capabilities (Ollama's
-        names; ``thinking`` for every model that thinks, as Ollama lists it for an always-thinking one)."""
+        names; ``thinking`` for every model that thinks, as Ollama lists it for an always-thinking one), and its
+        fill-in-the-middle prompt (``{prefix}``, ``{suffix}``) where it has one."""
         source = template_source(self.tokenizer)
         capabilities = ["completion"]
         if "tools" in source:
             capabilities.append("tools")
         if self.thinks(source):
             capabilities.append("thinking")
-        if self.fim_tokens:
+        fim = self.fim_layout
+        if fim:
             capabilities.append("insert")
         if self.takes_images:
             capabilities.append("vision")
         return {**self.describe(), "family": self.family.name, "template": source, "capabilities": capabilities,
                 "architecture": (self.config or {}).get("model_type") or self.family.name,
-                "system": self.default_system, "stop": list(self.default_stop)}
+                "system": self.default_system, "stop": list(self.default_stop),
+                "fill_in": fim[1] if fim else None}  # the prompt with a gap: FIM_LAYOUTS
 
     @property
     def loaded(self) -> bool:
