@@ -43,3 +43,24 @@ async def test_show_says_neither_for_a_model_without_fim_tokens(serve, demo_tok)
     s = await serve(backend=Recording([ScriptEntry("x")], demo_tok, model_id=MODEL))
     show = await shown(s)
     assert "insert" not in show.capabilities and ".Suffix" not in show.template
+
+
+@pytest.mark.parametrize("body", [{"prompt": "def f(", "suffix": "    return x"},
+                                  {"prompt": "def f(", "suffix": "    return x", "stream": True},
+                                  {"suffix": "    return x"}, {"raw": True, "suffix": "x"}],
+                         ids=["generate", "streamed", "no-prompt", "raw"])
+async def test_a_suffix_to_a_model_without_fim_is_refused_in_ollamas_words(serve, demo_tok, body):
+    """Ollama checks the ``insert`` capability before it loads the model or reads the prompt, and answers 400
+    ``<its full name> does not support insert``; an editor tells it from a failed completion by those words."""
+    backend = Recording([ScriptEntry("x")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    async with httpx.AsyncClient() as h:
+        r = await h.post(s.url("/api/generate"), json={"model": MODEL, "stream": False, **body})
+    assert r.status_code == 400 and set(r.json()) == {"error"}
+    assert r.json()["error"].startswith(f"registry.ollama.ai/library/{MODEL}:latest does not support insert ('suffix'")
+    with pytest.raises(ollama.ResponseError) as err:
+        answer = await ollama.AsyncClient(host=s.base).generate(model=MODEL, **body)
+        if body.get("stream"):  # (a stream's error is raised as it is read)
+            [part async for part in answer]
+    assert err.value.status_code == 400 and "does not support insert" in err.value.error
+    assert backend.prompts == []

@@ -22,7 +22,7 @@ from .. import images, tool_choice
 from ..chat_request import ChatRequest, Message, Tool, ToolCall
 from ..errors import ApiError, invalid
 from ..models.gguf_facts import listing_off_loop, weights_on_gpu
-from ..models.names import conflicting_source, ollama_reads, ollama_spelling
+from ..models.names import conflicting_source, ollama_parts, ollama_reads, ollama_spelling
 from ..output_format import normalise_ollama
 from ..speclang.validate import Validated
 from . import keep_alive
@@ -250,6 +250,13 @@ class Ollama(Protocol):
         if not v.body.get("prompt") and not v.body.get("suffix"):
             return await self._loaded(v, response="")
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
+
+    def wording_data(self, err: ApiError) -> dict:
+        """``{name}``: the model an error names, spelled as Ollama's own errors spell it (its full name,
+        ``registry.ollama.ai/library/x:latest``)."""
+        model = err.data.get("model")
+        parts = ollama_parts(model) if isinstance(model, str) else None
+        return {"name": f"{parts[0]}/{parts[1]}/{parts[2]}:{parts[3]}" if parts else model} if model else {}
 
     def _thinks_if_asked(self, v: Validated) -> None:
         """Thinking asked of a model that does not think is refused in Ollama's words (its Chat and Generate

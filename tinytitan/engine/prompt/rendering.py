@@ -227,7 +227,8 @@ class TemplateRendering(ToolDeclarations):
         layout = self.fim_layout
         if layout is None:
             raise invalid(f"'suffix' (fill-in-the-middle) is not supported by '{self.model_id}': its vocabulary has "
-                          "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter")
+                          "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter",
+                          data={"model": self.model_id, "check": "fill_in"})  # (Ollama words it its own way)
         return layout[1].format(prefix=req.prompt or "", suffix=req.suffix)
 
     def raw_ids(self, req: ChatRequest) -> tuple[str, list[int]]:
