@@ -139,7 +139,10 @@ async def test_fill_in_the_middle_with_a_tokenizer_that_has_fim_tokens(serve):
 @pytest.mark.parametrize("markers", [
     ("<\uff5cfim\u2581begin\uff5c>", "<\uff5cfim\u2581hole\uff5c>", "<\uff5cfim\u2581end\uff5c>"),  # DeepSeek-Coder
     ("\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>"),  # CodeLlama: its tokenizer's spelling (transformers' CodeLlamaTokenizer)
-], ids=["deepseek-coder", "codellama"])
+    ("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),  # SantaCoder (llama.cpp's llama-vocab.cpp knows each of these)
+    ("<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>"),  # GLM-4.5
+    ("<|prefix|>", "<|suffix|>", "<|middle|>"),  # Falcon-H1-Tiny-Coder
+], ids=["deepseek-coder", "codellama", "santacoder", "glm-4.5", "falcon-h1-coder"])
 async def test_fill_in_the_middle_with_other_code_models_markers(serve, markers):
     """Continue and Twinny send DeepSeek-Coder and CodeLlama a suffix; each model's vocabulary spells its markers
     its own way (once refused: only Qwen's, StarCoder's and a CodeLlama spelling no tokenizer of it has were

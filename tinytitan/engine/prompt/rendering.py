@@ -64,6 +64,11 @@ FIM_LAYOUTS = (
     (("▁<PRE>", "▁<SUF>", "▁<MID>"),  # CodeLlama, as its tokenizer spells them (the space is the token's)
      "▁<PRE>{prefix}▁<SUF>{suffix}▁<MID>"),
     (("<PRE>", "<SUF>", "<MID>"), "<PRE>{prefix}<SUF>{suffix}<MID>"),  # CodeLlama converted without the space
+    (("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),  # SantaCoder
+     "<fim-prefix>{prefix}<fim-suffix>{suffix}<fim-middle>"),
+    (("<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>"),  # GLM-4.5
+     "<|code_prefix|>{prefix}<|code_suffix|>{suffix}<|code_middle|>"),
+    (("<|prefix|>", "<|suffix|>", "<|middle|>"), "<|prefix|>{prefix}<|suffix|>{suffix}<|middle|>"),  # Falcon-H1 coder
     # Codestral and Mistral's other v3 tokenizers: the suffix first, then the prefix the model goes on from, and no
     # middle marker (mistral_common's encode_fim; Ollama's codestral template: [SUFFIX]{{ .Suffix }}[PREFIX] …)
     (("[PREFIX]", "[SUFFIX]"), "[SUFFIX]{suffix}[PREFIX]{prefix}"))
