@@ -194,6 +194,9 @@ class StepBackend:
     def store(self, tokens, kv, images=(), **_facts):
         self.stored = (list(tokens), kv)
 
+    def holds(self, tokens, images=()):
+        return self.stored is not None and self.stored[0] == list(tokens)
+
     def sampler_for(self, prepared, loop):
         return self.hooks
 
