@@ -25,6 +25,20 @@ async def another_stream(c: httpx.AsyncClient, s) -> None:
             pass
 
 
+def holding_first(s) -> trio.Event:
+    """The engine's preparing of a prompt "first" waits until the event returned is set (the request's first
+    choice takes its time); every other prompt is prepared at once."""
+    prepare, go = s.engine.prepare, trio.Event()
+
+    async def held(req):
+        if req.prompt == "first":
+            await go.wait()
+        return await prepare(req)
+
+    s.engine.prepare = held
+    return go
+
+
 @pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("path, body", [("/v1/chat/completions", {"messages": USER}),
                                         ("/v1/completions", {"prompt": "hi"})])
@@ -90,14 +104,7 @@ async def test_a_streams_later_prompts_are_never_refused_once_its_choices_were_a
     while it is prepared fill what is left of the queue, and the later prompts' sessions (of a request already
     admitted) are not then refused: the request was admitted, its answer is not a 429."""
     s = await serve([{"output": "word " * 200, "delay_ms": 20}], max_queue=2)
-    prepare, go = s.engine.prepare, trio.Event()
-
-    async def held(req):  # the first prompt's preparing takes its time
-        if req.prompt == "first":
-            await go.wait()
-        return await prepare(req)
-
-    s.engine.prepare = held
+    go = holding_first(s)  # the first prompt's preparing takes its time
     async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
         statuses = []
 
@@ -189,14 +196,7 @@ async def test_a_request_arriving_before_a_units_later_choices_open_finds_their_
     prepared (its later choice not opened yet), another request is refused, not admitted into the place the
     later choice will take; ours is answered in full, and every place goes back."""
     s = await serve(["one two"], max_queue=1)
-    prepare, go = s.engine.prepare, trio.Event()
-
-    async def held(req):  # our first choice's preparing takes its time
-        if req.prompt == "first":
-            await go.wait()
-        return await prepare(req)
-
-    s.engine.prepare = held
+    go = holding_first(s)  # our first choice's preparing takes its time
     async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
         answers = []
 
@@ -238,14 +238,8 @@ async def test_a_units_places_all_go_back_when_its_client_hangs_up(serve, opened
     """A streamed unit whose client leaves, after the later choices opened or before (its first still preparing):
     no place it took or held stays taken."""
     s = await serve([{"output": "word " * 400, "delay_ms": 20}], max_queue=2)
-    prepare, go = s.engine.prepare, trio.Event()
-
-    async def held(req):
-        if not opened and req.prompt == "first":
-            await go.wait()
-        return await prepare(req)
-
-    s.engine.prepare = held
+    if not opened:
+        holding_first(s)  # (never let go: the client hangs up while its first choice is prepared)
     async with httpx.AsyncClient(timeout=30) as c:
         with trio.move_on_after(30) as waited:
             async with trio.open_nursery() as nursery:
