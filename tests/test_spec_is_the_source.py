@@ -149,3 +149,13 @@ def test_a_malformed_root_table_is_refused_when_the_spec_loads_naming_the_key(ed
     with pytest.raises(SpecError) as refused:
         load_protocol("shared", specs)
     assert str(refused.value).startswith(f"shared.yaml: {where}"), refused.value
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_a_websocket_connection_that_could_keep_no_response_is_refused_when_the_spec_loads(edited_specs, value):
+    """A Responses WebSocket connection keeps its own newest ``keep_responses`` (a bounded memo of at least one):
+    a count that keeps none fails at load, naming the key, not on every connection the server accepts."""
+    specs = edited_specs("openai_responses.yaml", "keep_responses: 16", f"keep_responses: {value}")
+    with pytest.raises(SpecError) as refused:
+        load_protocol("openai_responses", specs)
+    assert str(refused.value).startswith("openai_responses.yaml: extra.websocket.keep_responses: "), refused.value
