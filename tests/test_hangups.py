@@ -6,6 +6,7 @@ their protocols' own words."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import time
@@ -24,14 +25,26 @@ def _gone(proc, seconds: float) -> bool:
         return False
 
 
+def _first_word(sock: socket.socket) -> None:
+    """Read the stream until its first generated word: the request was admitted and is decoding (before that,
+    no request running says nothing)."""
+    seen = b""
+    sock.settimeout(60)
+    while re.search(rb'"content": ?"word', seen) is None:
+        chunk = sock.recv(4096)
+        assert chunk, f"the stream ended before its first word: {seen[-2000:]!r}"
+        seen += chunk
+    sock.settimeout(None)
+
+
 def _generated(base: str) -> None:
     """Wait until no request is running (the answer is made, only its sending waits)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        time.sleep(0.5)
         with urllib.request.urlopen(f"{base}/health", timeout=5) as r:
             if json.load(r)["running"] == 0:
                 return
+        time.sleep(0.1)
     raise AssertionError("the answer was not made within 60 s")
 
 
@@ -46,6 +59,7 @@ def test_ctrl_c_stops_the_server_while_a_client_does_not_read_its_stream(tmp_pat
         body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
         sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                      f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        _first_word(sock)  # (a few KB of the over 10 MB: the rest cannot fit in the socket's buffers)
         _generated(base)  # the answer is made; the server's sends now block on the full socket
         proc.send_signal(signal.SIGINT)
         stopped = _gone(proc, 12)  # the graceful shutdown cannot end (the send waits on the client); forced at 5 s
