@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -53,10 +52,11 @@ USER_CONFIG = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def launched_port(stderr: str) -> int:
+    """The port the server ``launch --port 0`` started bound, as launch says it."""
+    said = re.search(r"tinytitan serve is listening on http://127\.0\.0\.1:(\d+)", stderr)
+    assert said, stderr
+    return int(said.group(1))
 
 
 def env_for(home: Path) -> dict[str, str]:
@@ -73,20 +73,25 @@ def launch(args: list[str], home: Path, cwd: Path, timeout: float = AGENT_TIMEOU
 
 
 class Server:
-    """``tinytitan serve --script`` on a port of the test's choosing, its log in a file."""
+    """``tinytitan serve --script`` on a free port it binds itself (its banner names it), its log in a file."""
 
     def __init__(self, tmp: Path, *extra: str):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.port, self.base = 0, ""
         script = tmp / "script.yaml"
         script.write_text(f'- "{ANSWER}"\n')
         self.log = tmp / "serve.log"
         self.proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "serve", "--script", str(script),
-                                      "--port", str(self.port), *extra], cwd=tmp, env=env_for(tmp),
+                                      "--port", "0", *extra], cwd=tmp, env=env_for(tmp),
                                      stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
+            bound = re.search(r"^tinytitan is serving '.*' at (http://127\.0\.0\.1:(\d+))$", self.log.read_text(),
+                              re.M)
+            if bound is None:
+                time.sleep(0.3)
+                continue
+            self.base, self.port = bound.group(1), int(bound.group(2))
             try:
                 if httpx.get(self.base + "/health", timeout=1).status_code == 200:
                     return
@@ -190,10 +195,10 @@ def test_a_first_prompt_that_cannot_fit_is_said_before_the_agent_starts(tmp_path
     do, and stops the server; with --fast it would run on the -fast name; pi's prompt fits as it is."""
     script = tmp_path / "s.yaml"
     script.write_text(f'- "{ANSWER}"\n')
-    port = free_port()
-    args = ["--script", str(script), "--context-window", "8192", "--port", str(port)]
+    args = ["--script", str(script), "--context-window", "8192", "--port", "0"]
     done = launch(["claude", *args], tmp_path, tmp_path, timeout=START_TIMEOUT)
     assert done.returncode == 2, done.stderr
+    port = launched_port(done.stderr)
     assert f"Claude Code's first prompt is about {agents.FIRST_PROMPT_TOKENS['claude-code']:,} tokens" in done.stderr
     assert "'tinytitan-scripted' has a 8,192-token window" in done.stderr
     # the larger window it offers is the first (in 4k steps) where the prompt fits under Claude Code's compaction
@@ -201,7 +206,6 @@ def test_a_first_prompt_that_cannot_fit_is_said_before_the_agent_starts(tmp_path
     info = {"id": "tinytitan-scripted", "context_window": offered}
     assert "--fast" in done.stderr and agents.first_prompt_fits("claude-code", info)
     assert not agents.first_prompt_fits("claude-code", {**info, "context_window": offered - 4096})
-    assert f"starting tinytitan serve on http://127.0.0.1:{port}" in done.stderr
     with pytest.raises(httpx.HTTPError):  # the server it started is gone
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
     fast = launch(["claude", *args, "--fast", "--print"], tmp_path, tmp_path, timeout=START_TIMEOUT)
@@ -216,9 +220,9 @@ def test_a_first_prompt_that_cannot_fit_is_said_before_the_agent_starts(tmp_path
 def test_launch_starts_a_server_for_the_agent_and_stops_it_after(tmp_path):
     script = tmp_path / "s.yaml"
     script.write_text(f'- "{ANSWER}"\n')
-    port = free_port()
-    done = launch(["pi", "--script", str(script), "--port", str(port), "--", "-p", "say hi"], tmp_path, tmp_path)
+    done = launch(["pi", "--script", str(script), "--port", "0", "--", "-p", "say hi"], tmp_path, tmp_path)
     assert done.returncode == 0, done.stderr
+    port = launched_port(done.stderr)
     assert ANSWER in done.stdout
     assert "Running on http://127.0.0.1" in done.stderr  # the server's log, relayed while it started
     with pytest.raises(httpx.HTTPError):

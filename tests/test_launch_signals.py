@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from test_launch import ANSWER, env_for, free_port
+from test_launch import ANSWER, env_for, launched_port
 
 
 def fake_agent(tmp: Path, name: str, body: str) -> dict:
@@ -36,32 +36,34 @@ def up(port: int) -> bool:
 
 
 def launched(tmp_path, agent: str) -> tuple[subprocess.Popen, int]:
-    """``tinytitan launch pi`` on a script, its agent the shell ``agent`` (which writes its pid to agent.up), once
-    the agent runs: (launch's process, the server's port)."""
+    """``tinytitan launch pi --port 0`` on a script, its agent the shell ``agent`` (which writes its pid to
+    agent.up), once the agent runs: (launch's process, the port its server bound)."""
     script = tmp_path / "s.yaml"
     script.write_text(f'- "{ANSWER}"\n')
-    port = free_port()
     env = fake_agent(tmp_path, "pi", agent)
+    said = tmp_path / "launch.err"
     proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "launch", "pi", "--script", str(script),
-                             "--port", str(port)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                             "--port", "0"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=said.open("wb"), start_new_session=True)
     deadline = time.monotonic() + 120
     while not (tmp_path / "agent.up").exists() or not (tmp_path / "agent.up").read_text().strip():
         if proc.poll() is not None or time.monotonic() > deadline:
-            stop_all(proc, port)
-            raise AssertionError(proc.communicate())
+            stop_all(proc, tmp_path)
+            raise AssertionError(said.read_text())
         time.sleep(0.2)
-    return proc, port
+    return proc, launched_port(said.read_text())
 
 
-def stop_all(proc: subprocess.Popen, port: int, agent: int | None = None) -> None:
-    """launch, its agent and its server (in a session of its own: found by its port), whatever is left."""
+def stop_all(proc: subprocess.Popen, tmp_path: Path, agent: int | None = None) -> None:
+    """launch, its agent and its server (in a session of its own: found by its script, which is the test's own),
+    whatever is left."""
     for kill, pid in [(os.killpg, proc.pid)] + ([(os.kill, agent)] if agent is not None else []):
         try:
             kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    out = subprocess.run(["pgrep", "-f", "--", f"--port {port}"], capture_output=True, text=True).stdout.split()
+    out = subprocess.run(["pgrep", "-f", "--", f"--script {tmp_path / 's.yaml'}"], capture_output=True,
+                         text=True).stdout.split()
     for pid in out:
         os.kill(int(pid), signal.SIGKILL)
 
@@ -82,16 +84,15 @@ def test_launch_killed_stops_its_server(tmp_path, sig):
         with pytest.raises(ProcessLookupError):  # the agent is gone too
             os.kill(agent, 0)
     finally:
-        stop_all(proc, port)
+        stop_all(proc, tmp_path)
 
 
 def test_agent_killed_by_sigint_exit_code(tmp_path):
     script = tmp_path / "s.yaml"
     script.write_text(f'- "{ANSWER}"\n')
-    port = free_port()
     env = fake_agent(tmp_path, "pi", "kill -INT $$")
     done = subprocess.run([sys.executable, "-m", "tinytitan", "launch", "pi", "--script", str(script),
-                           "--port", str(port)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                           "--port", "0"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=120)
     print("rc", done.returncode, done.stderr[-500:])
     assert done.returncode == 130
@@ -100,7 +101,7 @@ def test_agent_killed_by_sigint_exit_code(tmp_path):
 def test_a_second_signal_still_stops_the_agent(tmp_path):
     """A terminal closing (SIGHUP) and then a `kill` (SIGTERM) while launch waits for an agent slow to stop: launch
     still waits for it, and kills it, before it exits; it never leaves the agent running."""
-    proc, port = launched(tmp_path, f"trap '' TERM HUP; echo $$ > {tmp_path}/agent.up; exec sleep 60")
+    proc, _ = launched(tmp_path, f"trap '' TERM HUP; echo $$ > {tmp_path}/agent.up; exec sleep 60")
     agent = None
     try:
         agent = int((tmp_path / "agent.up").read_text())
@@ -112,4 +113,4 @@ def test_a_second_signal_still_stops_the_agent(tmp_path):
         with pytest.raises(ProcessLookupError):  # the agent is gone too
             os.kill(agent, 0)
     finally:
-        stop_all(proc, port, agent)
+        stop_all(proc, tmp_path, agent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -151,6 +152,35 @@ def test_launch_port_0_picks_a_free_port(tmp_path):
                           capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     assert "pi --model tinytitan/tinytitan-scripted" in done.stdout
+
+
+def test_launch_port_0_hands_the_agent_the_port_its_server_bound(tmp_path, monkeypatch, capsys):
+    """With --port 0 the server launch starts binds a free port itself: a port launch picked and passed on could
+    be taken before the server binds it (here: the pick a port picker would make is held by another socket), and
+    two launches at once would race for it. The agent is given the port bound, and the printed line names it."""
+    from tinytitan.launch import command
+
+    script = tmp_path / "s.yaml"
+    script.write_text('["hi"]')
+    for var, sub in [("HOME", ""), ("TINYTITAN_CACHE", "tt"), ("XDG_STATE_HOME", "state")]:
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    held = socket.socket()  # (bound, not listening: nothing answers there, and no server can bind it)
+    held.bind(("127.0.0.1", 0))
+    held_port = held.getsockname()[1]
+    monkeypatch.setattr(command, "_free_port", lambda: held_port, raising=False)
+    try:
+        rc = command.main(["pi", "--port", "0", "--script", str(script), "--prompt-cache-dir", "off", "--print"])
+    finally:
+        held.close()
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    served = re.search(r"tinytitan serve .*--port (\d+)$", out, re.M)
+    assert served and int(served.group(1)) not in (0, held_port), out
+    port = int(served.group(1))
+    assert f"tinytitan serve is listening on http://127.0.0.1:{port}" in err
+    models = json.loads((tmp_path / "tt" / "launch" / "pi" / "agent" / "models.json").read_text())
+    assert models["providers"]["tinytitan"]["baseUrl"] == f"http://127.0.0.1:{port}/v1", models
 
 
 # A follower rank of an mlx.launch group never listens on HTTP (rank 0 does): the same serve line every rank is

@@ -8,7 +8,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the scripted backend's context window")
     net = p.add_argument_group("where (as tinytitan serve takes them)")
     net.add_argument("--port", type=int, default=DEFAULT_PORT,
-                     help=f"the server's port (default {DEFAULT_PORT}); a server running there is reused")
+                     help=f"the server's port (default {DEFAULT_PORT}); a server running there is reused; 0: a "
+                          "server started on a free port")
     net.add_argument("--api-key", metavar="KEY", help="the server's key (default: none; the agent sends 'local')")
     return p
 
@@ -84,12 +84,6 @@ def own_dir(agent: str) -> Path:
     from ..models.cache_dir import cache_root
 
     return cache_root() / "launch" / agent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _say(text: str) -> None:
@@ -202,13 +196,13 @@ def _run(argv: list[str]) -> int:
     if not opts.print and shutil.which(program) is None:
         raise LaunchError(f"{NAMES[agent]} (`{program}`) is not installed: {INSTALL[agent]}")
     host = ns.host if ns.host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1"
-    port = ns.port or _free_port()
-    serve_args = without_flag(serve_args, "--port")  # (StartedServer adds the port: launch's pick for a 0)
+    port = ns.port  # 0: the server started binds a free port itself (two launches at once never collide)
+    serve_args = without_flag(serve_args, "--port")  # (StartedServer adds the port)
     base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
     key = ns.api_key or "local"
     started = None
     try:
-        cards = probe(base, ns.api_key)
+        cards = probe(base, ns.api_key) if port else None
         if cards is not None:
             _say(f"using the server already running at {base} ({', '.join(c['id'] for c in cards)})")
             unapplied = not_applied(serve_args)
@@ -216,10 +210,13 @@ def _run(argv: list[str]) -> int:
                 _say(f"{', '.join(unapplied)}: not applied, the server already running keeps the settings it was "
                      f"started with (stop it, or pass --port for a server launch starts with them)")
         else:
-            log_path = own_dir(agent).parent / f"serve-{port}.log"
+            log_path = own_dir(agent).parent / (f"serve-{port}.log" if port else f"serve-0-{os.getpid()}.log")
             started = StartedServer(serve_args, port, log_path)
-            _say(f"starting tinytitan serve on {base} (log: {log_path})")
+            _say(f"starting tinytitan serve on {base if port else 'a free port'} (log: {log_path})")
             cards = started.wait_ready(base, ns.api_key, relay=_relay)
+            if not port:
+                base = f"{base.rsplit(':', 1)[0]}:{started.port}"
+                _say(f"tinytitan serve is listening on {base}")
         card = _pick(cards, ns, base)
         model = card["id"] + ("-fast" if opts.fast and not card["id"].endswith("-fast") else "")
         problem = None if (opts.fast or opts.force) else misfit(agent, int(card["context_window"]), card["id"],

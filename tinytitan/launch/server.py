@@ -7,12 +7,15 @@ Rules:
   agent's), its output in a log file; while it starts, that log is relayed line by line (model conversion and
   loading say where they are), and its exit before it answers is an error quoting the log's end.
 - It is stopped (SIGINT, then SIGKILL after 15 s) when the agent exits.
+- Port 0 is passed on as it is: the server binds a free port itself and its banner names it (a port picked here
+  and passed on could be taken by another program, or another launch, before the server binds it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,11 +61,16 @@ def codex_catalog(base: str, key: str | None) -> list[dict]:
         return []
 
 
+BANNER_URL = re.compile(r"^tinytitan is serving '.*' at \S+:(\d+)$", re.M)  # (banner.py)
+
+
 class StartedServer:
-    """``tinytitan serve`` started for an agent; ``stop()`` ends it."""
+    """``tinytitan serve`` started for an agent; ``stop()`` ends it. ``port``: the port it listens on (for a 0,
+    the one it bound, once ``wait_ready`` returns)."""
 
     def __init__(self, serve_args: list[str], port: int, log_path: Path):
         self.log_path = log_path
+        self.port = port
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb")  # noqa: SIM115 (held for the server's life)
         argv = [sys.executable, "-m", "tinytitan", "serve", *serve_args, "--port", str(port)]
@@ -71,15 +79,18 @@ class StartedServer:
                                      start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def wait_ready(self, base: str, key: str | None, relay=None, timeout: float | None = None) -> list[dict]:
-        """Wait until the server answers; ``relay(line)`` gets each line of its log meanwhile."""
+        """Wait until the server answers at ``base`` (its port replaced by the one bound, for a 0);
+        ``relay(line)`` gets each line of its log meanwhile."""
         start, offset = time.monotonic(), 0
         while True:
+            if self.port == 0:
+                self._find_port()
             offset = self._relay(offset, relay)
             if self.proc.poll() is not None:
                 self._relay(offset, relay)
                 raise LaunchError(f"tinytitan serve exited ({self.proc.returncode}) before it answered:\n"
                                   + self.tail())
-            cards = probe(base, key)
+            cards = probe(f"{base.rsplit(':', 1)[0]}:{self.port}", key) if self.port else None
             if cards:
                 self._relay(offset, relay)
                 return cards
@@ -87,6 +98,16 @@ class StartedServer:
                 self.stop()
                 raise LaunchError(f"tinytitan serve did not answer within {timeout:.0f} s:\n" + self.tail())
             time.sleep(0.25)
+
+    def _find_port(self) -> None:
+        try:
+            found = BANNER_URL.search(self.log_path.read_text(errors="replace"))
+        except OSError:
+            return
+        if found:
+            self.port = int(found.group(1))
+            i = len(self.argv) - 1 - self.argv[::-1].index("--port")
+            self.argv[i + 1] = str(self.port)  # (the line printed for --print: the port the agent is told)
 
     def _relay(self, offset: int, relay) -> int:
         try:
