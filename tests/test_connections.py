@@ -108,10 +108,18 @@ async def test_a_client_that_closes_after_its_answer_is_let_go_within_the_keep_a
         await conn.send(method, path, body, {"Content-Type": "application/json"} if body else {})
         status, head, _ = await conn.response() if "stream" not in body.decode() else await _streamed(conn)
         assert status == 200
-        await trio.sleep(0.3)  # the server has finished the request (its log line, its metrics) meanwhile
+        with trio.fail_after(20):  # the server has finished the request: its record (log line, metrics) is made
+            while not answered(s):
+                await trio.sleep(0.02)
         await conn.stream.send_eof()
         with trio.fail_after(KEEP_ALIVE + 4):
             assert await conn.closed()
+
+
+def answered(s) -> float:
+    """Requests the server has finished (its ``tinytitan_requests`` counter, moved as each one's record is made)."""
+    return sum(sample.value for metric in s.server.observer.metrics.registry.collect()
+               if metric.name == "tinytitan_requests" for sample in metric.samples if sample.name.endswith("_total"))
 
 
 async def _streamed(conn):

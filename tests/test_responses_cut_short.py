@@ -89,7 +89,9 @@ async def test_nothing_is_kept_without_store(serve, demo_tok):
     s = await serve(backend=backend)
     rid = await hang_up(s, {"model": MODEL, "input": "x", "stream": True, "store": False},
                         "response.output_text.delta")
-    await trio.sleep(0.3)
+    with trio.fail_after(20):  # the request's record is made once its handling, a store's write included, is over
+        while not [t for t in s.server.observer.recent() if t["path"] == "/v1/responses"]:
+            await trio.sleep(0.02)
     with pytest.raises(openai.NotFoundError):
         await client(s).responses.retrieve(rid)
 

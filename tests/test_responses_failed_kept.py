@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import openai
 import pytest
+import trio
 from openai.types.responses import Response
 
 from responses_helpers import MODEL, client, record_prompts, sse_events
@@ -61,5 +62,8 @@ async def test_nothing_is_kept_without_store(serve, monkeypatch):
     break_after(s, monkeypatch, 3)
     events = await sse_events(s, {"model": MODEL, "input": "x", "stream": True, "store": False})
     assert events[-1][0] == "response.failed"
+    with trio.fail_after(20):  # the request's record is made once its handling, a store's write included, is over
+        while not [t for t in s.server.observer.recent() if t["path"] == "/v1/responses"]:
+            await trio.sleep(0.02)
     with pytest.raises(openai.NotFoundError):
         await client(s).responses.retrieve(events[-1][1]["response"]["id"])
