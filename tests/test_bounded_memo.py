@@ -1,4 +1,4 @@
-"""The bounded memo behind structured output's caches (tinytitan/memo.py): at most ``size`` answers,
+"""The bounded memo behind the package's small caches (tinytitan/memo.py): at most ``size`` answers,
 the least recently used forgotten first; an answer that raised is not remembered, None is; many threads at once
 keep the bound and each key's answer, and one answer being worked out holds no other caller up."""
 
