@@ -85,6 +85,11 @@ async def test_every_answer_of_the_root_says_it_varies_by_accept(serve, api_key)
                 r = await c.request(method, s.url("/"), headers={"accept": accept})
                 assert r.status_code == 200, (method, accept)
                 assert "accept" in vary(r), (method, accept, r.headers)
+                # with a key, the JSON status names the model only to a client that sends it: the key varies it too
+                assert ({"authorization", "x-api-key"} <= set(vary(r))) == bool(api_key), (method, accept, r.headers)
+                if api_key:
+                    keyed = await c.request(method, s.url("/"), headers={"accept": accept, "x-api-key": api_key})
+                    assert vary(keyed) == vary(r), (method, accept, keyed.headers)
         page = await c.get(s.url("/"), headers={"accept": "application/json", "origin": "http://localhost:3000"})
         assert page.status_code == 200 and {"accept", "origin"} <= set(vary(page)), page.headers  # (a page's: both)
 

@@ -70,13 +70,16 @@ class Shared(Protocol):
         ``Ollama is running`` for curl and HTTP libraries, the dashboard for a browser, the JSON status where
         JSON is asked for); HEAD sends the same headers without the body. Each says it was chosen by Accept
         (``Vary``): a cache that is not told serves the answer it stored to every client (the dashboard to
-        ``ollama``'s heartbeat, Ollama's text to a browser)."""
+        ``ollama``'s heartbeat, Ollama's text to a browser); with ``--api-key``, by the key too (the JSON status
+        names the model only to a client that sends it)."""
         answer = self.root_answers[call.prefers(*self.root_answers)]
         if "text" in answer:
             reply = Reply.of_text(answer["text"], "text/plain; charset=utf-8")
         else:
             reply = await (self.dashboard if answer["handler"] == "dashboard" else self.status)(call)
-        reply.headers["Vary"] = "Accept"
+        config = self.services.config
+        keyed = config is not None and config.api_key
+        reply.headers["Vary"] = "Accept, Authorization, X-Api-Key" if keyed else "Accept"
         return reply
 
     async def status(self, call: Call) -> Reply:
