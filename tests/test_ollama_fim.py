@@ -64,3 +64,17 @@ async def test_a_suffix_to_a_model_without_fim_is_refused_in_ollamas_words(serve
             [part async for part in answer]
     assert err.value.status_code == 400 and "does not support insert" in err.value.error
     assert backend.prompts == []
+
+
+@pytest.mark.parametrize("sent", ["TinyTitan-Coder", "tinytitan-CODER:latest"])
+async def test_the_insert_refusal_names_the_model_in_the_case_it_was_sent(serve, demo_tok, sent):
+    """Ollama's ParseName keeps a name's case and its capability error prints it so (names compare in any case);
+    the refusal once named the model in lower case, whatever was sent."""
+    backend = Recording([ScriptEntry("x")], demo_tok, model_id="TinyTitan-Coder")
+    s = await serve(backend=backend)
+    async with httpx.AsyncClient() as h:
+        r = await h.post(s.url("/api/generate"), json={"model": sent, "prompt": "a", "suffix": "b", "stream": False})
+    assert r.status_code == 400, r.text
+    name = sent if ":" in sent else f"{sent}:latest"
+    assert r.json()["error"].startswith(f"registry.ollama.ai/library/{name} does not support insert ('suffix'")
+    assert backend.prompts == []

@@ -43,9 +43,10 @@ def _valid(part: str, kind: str) -> bool:
     return all(c.isascii() and (c.isalnum() or c in extra) for c in part[1:])
 
 
-def ollama_parts(name: str) -> tuple[str, str, str, str] | None:
-    """(host, namespace, model, tag) of ``name`` as Ollama's ParseName reads it, defaults filled in, in lower case;
-    None where Ollama would not take it as a name."""
+def ollama_parts(name: str, cased: bool = False) -> tuple[str, str, str, str] | None:
+    """(host, namespace, model, tag) of ``name`` as Ollama's ParseName reads it, defaults filled in, in lower case
+    (names compare so), or ``cased`` as sent (Ollama's errors print a name so); None where Ollama would not take it
+    as a name."""
     host = namespace = tag = ""
     if name.rfind(":") > name.rfind("/"):
         name, tag, _ = _cut_last(name, ":")
@@ -61,7 +62,7 @@ def ollama_parts(name: str) -> tuple[str, str, str, str] | None:
     parts = (host or _DEFAULTS[0], namespace or _DEFAULTS[1], model, tag or _DEFAULTS[2])
     if not all(_valid(p, k) for p, k in zip(parts, ("host", "namespace", "model", "tag"))):
         return None
-    return tuple(p.lower() for p in parts)  # type: ignore[return-value]
+    return parts if cased else tuple(p.lower() for p in parts)  # type: ignore[return-value]
 
 
 def _source(name: str) -> tuple[str, str | None]:

@@ -247,15 +247,16 @@ class Ollama(Protocol):
         v = await self.checked(call, handler="complete")
         v.args["model"] = self.served(v.body["model"])
         self._thinks_if_asked(v)
+        self._inserts_if_asked(v)
         if not v.body.get("prompt") and not v.body.get("suffix"):
             return await self._loaded(v, response="")
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
 
     def wording_data(self, err: ApiError) -> dict:
         """``{name}``: the model an error names, spelled as Ollama's own errors spell it (its full name,
-        ``registry.ollama.ai/library/x:latest``)."""
+        ``registry.ollama.ai/library/x:latest``, in the case it was sent: ParseName keeps it)."""
         model = err.data.get("model")
-        parts = ollama_parts(model) if isinstance(model, str) else None
+        parts = ollama_parts(model, cased=True) if isinstance(model, str) else None
         return {"name": f"{parts[0]}/{parts[1]}/{parts[2]}:{parts[3]}" if parts else model} if model else {}
 
     def _thinks_if_asked(self, v: Validated) -> None:
@@ -267,6 +268,15 @@ class Ollama(Protocol):
             return
         if "thinking" not in self.engine.model_card(v.args["model"])["capabilities"]:
             raise invalid(f"{json.dumps(v.body['model'])} does not support thinking", param="think")
+
+    def _inserts_if_asked(self, v: Validated) -> None:
+        """A suffix to a model without fill-in-the-middle is refused as Ollama's scheduleRunner refuses it, before
+        the model loads or the prompt is read, naming the model as the client spelled it (ParseName keeps its
+        case; the engine's own refusal would name the served model)."""
+        if v.body.get("suffix") and "insert" not in self.engine.model_card(v.args["model"])["capabilities"]:
+            raise invalid(f"'suffix' (fill-in-the-middle) is not supported by {json.dumps(v.body['model'])}",
+                          param="suffix", code="unsupported_parameter",
+                          data={"model": v.body["model"], "check": "fill_in"})
 
     async def _loaded(self, v: Validated, **answer) -> Reply:
         """Ollama's way to load a model: a request with nothing to continue makes the model resident (as
