@@ -18,7 +18,7 @@ from ...chat_request import Message
 from ...progress import Progress
 from .base import Backend
 from ..prompt.prepare import FALLBACK_SAMPLING, Prepared
-from ..prompt.rendering import FIM_ENDS
+from ..prompt.fill_in import FIM_ENDS
 from ..decode.token_events import DecodeLoop
 from ..cache.memory import PromptCache
 from ..speculative.speculator import SpeculativeConfig, Speculator

@@ -26,6 +26,7 @@ from ..structured.compile import token_markers
 from ..structured.tool_calls import (answer_after_thought, auto_call_grammar, check_custom_grammar, document_or_calls,
                                      forced_call_grammar)
 from .render_failures import rendered
+from .fill_in import FillInTheMiddle
 from .rendering import TemplateRendering
 
 log = logging.getLogger("tinytitan.backend")
@@ -107,7 +108,7 @@ _LONGEST_TOKEN: dict[int, tuple[Any, int]] = {}  # id(tokenizer) → (tokenizer,
 _TURN_MARKERS: dict[int, tuple[Any, dict[str, int]]] = {}  # id(tokenizer) → (tokenizer, special tokens per turn)
 
 
-class PromptPreparation(TemplateRendering):
+class PromptPreparation(TemplateRendering, FillInTheMiddle):
     """The prompt-preparation half of a backend (``Backend`` is the other half: the model, its card, decoding):
     everything from a ChatRequest to its ``Prepared``."""
 

@@ -50,35 +50,6 @@ from .tool_declarations import ToolDeclarations
 log = logging.getLogger("tinytitan.backend")
 
 
-# fill-in-the-middle layouts, as the model families that train on them write a prompt with a gap: the markers a
-# vocabulary must have (prefix, suffix and, where the layout has one, middle), spelled as the vocabulary spells them,
-# which is how the tokenizer finds them in the text; and the prompt, ``{prefix}`` the text before the gap and
-# ``{suffix}`` the text after it (llama.cpp's infill and Ollama's templates lay each out so)
-FIM_LAYOUTS = (
-    (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder, CodeGemma
-     "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"),
-    (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, StarCoder2, SmolLM
-     "<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>"),
-    (("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder (V1, V2)
-     "<｜fim▁begin｜>{prefix}<｜fim▁hole｜>{suffix}<｜fim▁end｜>"),
-    (("▁<PRE>", "▁<SUF>", "▁<MID>"),  # CodeLlama, as its tokenizer spells them (the space is the token's)
-     "▁<PRE>{prefix}▁<SUF>{suffix}▁<MID>"),
-    (("<PRE>", "<SUF>", "<MID>"), "<PRE>{prefix}<SUF>{suffix}<MID>"),  # CodeLlama converted without the space
-    (("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),  # SantaCoder
-     "<fim-prefix>{prefix}<fim-suffix>{suffix}<fim-middle>"),
-    (("<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>"),  # GLM-4.5
-     "<|code_prefix|>{prefix}<|code_suffix|>{suffix}<|code_middle|>"),
-    (("<|prefix|>", "<|suffix|>", "<|middle|>"), "<|prefix|>{prefix}<|suffix|>{suffix}<|middle|>"),  # Falcon-H1 coder
-    # Codestral and Mistral's other v3 tokenizers: the suffix first, then the prefix the model goes on from, and no
-    # middle marker (mistral_common's encode_fim; Ollama's codestral template: [SUFFIX]{{ .Suffix }}[PREFIX] …)
-    (("[PREFIX]", "[SUFFIX]"), "[SUFFIX]{suffix}[PREFIX]{prefix}"))
-# the tokens that end a filled-in middle where the model's end of sequence does not: CodeLlama ends one with
-# its end-of-infill token, and without it as a stop writes on past the gap; a Qwen-coder or StarCoder2 that
-# goes on with its repository format's padding, next file or repository name has left the gap too (llama.cpp
-# ends generation on each of them, ggml-org/llama.cpp#9606)
-FIM_ENDS = ("▁<EOT>", "<EOT>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<fim_pad>", "<file_sep>",
-            "<repo_name>")
-
 TRANSIENT_OPENINGS_KEPT = 64  # template variables whose transient opening is kept, per tokenizer
 
 _TRANSIENT_OPENINGS: dict[int, tuple[Any, dict[str, tuple[int, ...] | None]]] = {}  # id(tokenizer) -> ...
@@ -208,33 +179,6 @@ class TemplateRendering(ToolDeclarations):
             return None
         start = len(tokens) - len(transient)
         return start if tuple(tokens[start:]) == transient else None
-
-    @property
-    def fim_layout(self) -> tuple[tuple[str, ...], str] | None:
-        """The model's fill-in-the-middle layout (``FIM_LAYOUTS``: its markers, and the prompt with its gap), where
-        its vocabulary has the markers."""
-        try:
-            vocab = self.tokenizer.get_vocab() if self.tokenizer is not None else {}
-        except Exception:
-            return None
-        return next((layout for layout in FIM_LAYOUTS if all(t in vocab for t in layout[0])), None)
-
-    @property
-    def fim_tokens(self) -> tuple[str, ...] | None:
-        """The model's fill-in-the-middle markers (prefix, suffix and, where its layout has one, middle)."""
-        layout = self.fim_layout
-        return layout[0] if layout else None
-
-    def raw_text(self, req: ChatRequest) -> str:
-        """A raw prompt as the model reads it; with a suffix, the model's fill-in-the-middle layout."""
-        if req.suffix is None:
-            return req.prompt or ""
-        layout = self.fim_layout
-        if layout is None:
-            raise invalid(f"'suffix' (fill-in-the-middle) is not supported by '{self.model_id}': its vocabulary has "
-                          "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter",
-                          data={"model": self.model_id, "check": "fill_in"})  # (Ollama words it its own way)
-        return layout[1].format(prefix=req.prompt or "", suffix=req.suffix)
 
     def raw_ids(self, req: ChatRequest) -> tuple[str, list[int]]:
         """A raw prompt sent as token ids (``req.prompt_ids``): its text, and the ids as sent, each one the model's
