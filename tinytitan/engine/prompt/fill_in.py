@@ -4,9 +4,20 @@ prompt with a gap, found by the markers its vocabulary has, and that prompt's te
 Rules:
 - A layout is the markers a vocabulary must have and the prompt with its gap (``FIM_LAYOUTS``); the first whose
   markers the vocabulary has is the model's. A suffix to a model with none is the client's 400 naming ``suffix``.
+- The prompt is built token by token, as llama.cpp's infill and Meta's ``infilling_prompt_tokens`` build it: each
+  marker its id, the prefix and the suffix each encoded alone. Encoded as one string, a SentencePiece-style
+  tokenizer reads each gap as a text of its own or not at all: a legacy one (a ``Prepend("▁")`` normalizer) gives
+  every piece between special tokens the leading ``▁`` a text starts with, a newer one (``Metaspace``,
+  ``prepend_scheme="first"``) only the first, which there is the marker, so the prefix lost its ``▁``.
+- CodeLlama's suffix is encoded without that leading ``▁`` (``SPACELESS_SUFFIX``; Meta's ``encode_infilling``,
+  transformers' CodeLlamaTokenizer): the layout's ``<PRE> {prefix} <SUF>{suffix} <MID>`` has its spaces in the
+  markers (``▁<SUF>``) and before the prefix only. Other layouts' gaps are each encoded as the tokenizer encodes a
+  text (Codestral's too: mistral_common's ``encode_fim`` encodes each alone).
 """
 
 from __future__ import annotations
+
+import re
 
 from ...chat_request import ChatRequest
 from ...errors import invalid
@@ -14,7 +25,7 @@ from ...errors import invalid
 
 # fill-in-the-middle layouts, as the model families that train on them write a prompt with a gap: the markers a
 # vocabulary must have (prefix, suffix and, where the layout has one, middle), spelled as the vocabulary spells them,
-# which is how the tokenizer finds them in the text; and the prompt, ``{prefix}`` the text before the gap and
+# which is how their ids are found; and the prompt, ``{prefix}`` the text before the gap and
 # ``{suffix}`` the text after it (llama.cpp's infill and Ollama's templates lay each out so)
 FIM_LAYOUTS = (
     (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder, CodeGemma
@@ -38,6 +49,14 @@ FIM_LAYOUTS = (
 # its end-of-infill token, and without it as a stop writes on past the gap; a Qwen-coder or StarCoder2 that
 # goes on with its repository format's padding, next file or repository name has left the gap too (llama.cpp
 # ends generation on each of them, ggml-org/llama.cpp#9606)
+# the suffix markers after which the suffix is encoded without the leading ``▁`` a SentencePiece tokenizer gives a
+# text (CodeLlama's, see the rules)
+SPACELESS_SUFFIX = ("▁<SUF>", "<SUF>")
+# a text that opens with it encodes to its own ids and then the rest's, none merged across (a byte-fallback
+# newline in a SentencePiece vocabulary): stripped, the rest's ids without a text's leading ``▁``
+_SENTINEL = "\n"
+_GAPS = re.compile(r"(\{prefix\}|\{suffix\})")
+
 FIM_ENDS = ("▁<EOT>", "<EOT>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<fim_pad>", "<file_sep>",
             "<repo_name>")
 
@@ -61,13 +80,40 @@ class FillInTheMiddle:
         layout = self.fim_layout
         return layout[0] if layout else None
 
-    def raw_text(self, req: ChatRequest) -> str:
-        """A raw prompt as the model reads it; with a suffix, the model's fill-in-the-middle layout."""
+    def raw_prompt(self, req: ChatRequest) -> tuple[str, list[int]]:
+        """A raw prompt as the model reads it, its text and its ids (no BOS: the caller's); with a suffix, the
+        model's fill-in-the-middle layout: its markers as their ids, each gap encoded alone (see the rules)."""
+        encode = self.tokenizer.encode
         if req.suffix is None:
-            return req.prompt or ""
+            return req.prompt or "", list(encode(req.prompt or "", add_special_tokens=False))
+        markers, text = self._layout()
+        ids: list[int] = []
+        for part in _GAPS.split(text):
+            if part == "{prefix}":
+                ids += encode(req.prompt or "", add_special_tokens=False)
+            elif part == "{suffix}":
+                ids += self._spaceless(req.suffix) if markers[1] in SPACELESS_SUFFIX else encode(
+                    req.suffix, add_special_tokens=False)
+            elif part:  # a marker (the layouts write nothing else between their gaps)
+                ids.append(self.tokenizer.convert_tokens_to_ids(part))
+        return text.format(prefix=req.prompt or "", suffix=req.suffix), [int(i) for i in ids]
+
+    def _spaceless(self, text: str) -> list[int]:
+        """``text``'s ids without the leading ``▁`` a SentencePiece tokenizer gives a text: those of ``_SENTINEL``
+        and ``text`` less the sentinel's own (as Meta's ``encode_infilling`` strips its ``☺``), where they begin
+        with them; else ``text``'s as the tokenizer encodes it."""
+        if not text:
+            return []
+        lead = list(self.tokenizer.encode(_SENTINEL, add_special_tokens=False))
+        both = list(self.tokenizer.encode(_SENTINEL + text, add_special_tokens=False))
+        if lead and both[:len(lead)] == lead:
+            return both[len(lead):]
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _layout(self) -> tuple[tuple[str, ...], str]:
         layout = self.fim_layout
         if layout is None:
             raise invalid(f"'suffix' (fill-in-the-middle) is not supported by '{self.model_id}': its vocabulary has "
                           "no fill-in-the-middle tokens", param="suffix", code="unsupported_parameter",
                           data={"model": self.model_id, "check": "fill_in"})  # (Ollama words it its own way)
-        return layout[1].format(prefix=req.prompt or "", suffix=req.suffix)
+        return layout

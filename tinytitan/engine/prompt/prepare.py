@@ -132,9 +132,8 @@ class PromptPreparation(TemplateRendering, FillInTheMiddle):
         if req.prompt_ids is not None:  # the ids as sent, checked against the vocabulary: never re-tokenized
             return Encoded(*self.raw_ids(req), 0.0, time.perf_counter() - t0)
         if req.prompt is not None:
-            text = self.raw_text(req)
             t1 = time.perf_counter()
-            tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+            text, tokens = self.raw_prompt(req)  # (a suffix: the layout token by token, fill_in.py)
             opening = list(opening_tokens(self.tokenizer))  # (the BOS a chat template would have written)
             if opening and tokens[:len(opening)] != opening:
                 tokens = opening + tokens

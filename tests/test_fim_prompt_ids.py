@@ -1,0 +1,99 @@
+"""Fill-in-the-middle prompts built token by token, as Meta's ``infilling_prompt_tokens`` (CodeLlama) and llama.cpp's
+infill build them: each marker its id, the prefix and the suffix each encoded alone; CodeLlama's suffix without the
+leading ``▁`` a SentencePiece tokenizer gives a text. Checked with tokenizers shaped like CodeLlama's (a byte-fallback
+BPE with the ``▁<PRE>``… markers), in both styles its tokenizer.json is found in: the legacy ``Prepend("▁")``
+normalizer and the newer ``Metaspace(prepend_scheme="first")``."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+from openai.types import Completion
+from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers.models import BPE
+from transformers import PreTrainedTokenizerFast
+
+from backends import Recording
+from tinytitan.engine.backends.scripted import ScriptEntry
+
+MODEL = "tinytitan-scripted"
+PREFIX, SUFFIX = "def add(a, b):\n", "    return a + b\n\nprint(add(1, 2))\n"
+
+
+class KeepingIds(Recording):
+    """The scripted backend, keeping the ids each prompt was read as."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ids: list[list[int]] = []
+
+    def prepare(self, req):
+        prepared = super().prepare(req)
+        self.ids.append(list(prepared.tokens))
+        return prepared
+
+
+def sentencepiece_like(markers: tuple[str, ...], legacy: bool) -> PreTrainedTokenizerFast:
+    """A Llama-style tokenizer: byte fallback, ``▁`` for a space, a BOS before any text it encodes whole."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for ch in "▁abcdefghijklmnopqrstuvwxyz():+,=":
+        vocab.setdefault(ch, len(vocab))
+    merges = [("▁", "▁")]
+    vocab["▁▁"] = len(vocab)
+    for word in ("▁def", "▁return", "▁add", "print"):
+        for k in range(2, len(word) + 1):
+            merges.append((word[:k - 1], word[k - 1]))
+            vocab.setdefault(word[:k], len(vocab))
+    t = Tokenizer(BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    if legacy:  # CodeLlama's own tokenizer.json
+        t.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    else:  # as transformers writes a Llama tokenizer since legacy=False
+        t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    t.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                   decoders.Strip(" ", 1, 0)])
+    t.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=t, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    tok.add_special_tokens({"additional_special_tokens": list(markers)})
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    return tok
+
+
+def pieces(tok, text: str) -> list[int]:
+    """SentencePiece's own reading of ``text`` (spaces as ``▁``, no leading ``▁`` added): the BPE model alone."""
+    return [t.id for t in tok.backend_tokenizer.model.tokenize(text.replace(" ", "▁"))]
+
+
+@pytest.mark.parametrize("legacy", [True, False], ids=["prepend-normalizer", "metaspace-first"])
+async def test_codellama_reads_its_prefix_with_a_space_and_its_suffix_without(serve, legacy):
+    """Meta's layout ``<PRE> {pre} <SUF>{suf} <MID>``: the prefix encoded alone (its leading ``▁``), the suffix by
+    ``encode_infilling`` (none). Encoded as one string, the legacy tokenizer gave the suffix a fifth leading
+    space, and the newer one spelled ``def`` letter by letter, its ``▁`` lost."""
+    markers = ("▁<PRE>", "▁<SUF>", "▁<MID>")
+    tok = sentencepiece_like(markers + ("▁<EOT>",), legacy)
+    backend = KeepingIds([ScriptEntry("x")], TokenizerWrapper(tok), model_id=MODEL)
+    s = await serve(backend=backend)
+    c = openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+    r = await c.completions.create(model=MODEL, prompt=PREFIX, suffix=SUFFIX, max_tokens=5)
+    Completion.model_validate(r.model_dump())
+    pre, suf, mid = (tok.convert_tokens_to_ids(m) for m in markers)
+    expected = [1, pre] + pieces(tok, "▁" + PREFIX) + [suf] + pieces(tok, SUFFIX) + [mid]
+    assert backend.ids == [expected] and r.usage.prompt_tokens == len(expected)
+    assert tok.convert_ids_to_tokens(expected[2:4]) == ["▁def", "▁add"]
+    assert tok.convert_ids_to_tokens(expected[-len(pieces(tok, SUFFIX)) - 1:][:3]) == ["▁▁", "▁▁", "r"]  # 4 spaces
+    assert backend.prompts == [f"▁<PRE>{PREFIX}▁<SUF>{SUFFIX}▁<MID>"]
+
+
+async def test_codestral_reads_each_gap_as_a_text_of_its_own(serve):
+    """mistral_common's ``encode_fim`` encodes the suffix and the prefix each alone (each a text of its own, with
+    its leading ``▁``), then ``[SUFFIX]{suf}[PREFIX]{pre}``; encoded as one string by a ``Metaspace("first")``
+    tokenizer, the prefix lost its ``▁`` (``def`` spelled letter by letter)."""
+    tok = sentencepiece_like(("[PREFIX]", "[SUFFIX]", "[MIDDLE]"), legacy=False)
+    backend = KeepingIds([ScriptEntry("x")], TokenizerWrapper(tok), model_id=MODEL)
+    s = await serve(backend=backend)
+    c = openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+    await c.completions.create(model=MODEL, prompt=PREFIX, suffix=SUFFIX, max_tokens=5)
+    pre, suf = tok.convert_tokens_to_ids("[PREFIX]"), tok.convert_tokens_to_ids("[SUFFIX]")
+    alone = [tok.encode(t, add_special_tokens=False) for t in (SUFFIX, PREFIX)]
+    assert backend.ids == [[1, suf] + alone[0] + [pre] + alone[1]]
+    assert tok.convert_ids_to_tokens(alone[1][:2]) == ["▁def", "▁add"]
