@@ -30,7 +30,7 @@ from ...errors import invalid
 FIM_LAYOUTS = (
     (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-coder, Qwen3-coder, CodeGemma
      "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"),
-    (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, StarCoder2, SmolLM
+    (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, StarCoder2
      "<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>"),
     (("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder (V1, V2)
      "<｜fim▁begin｜>{prefix}<｜fim▁hole｜>{suffix}<｜fim▁end｜>"),
