@@ -45,10 +45,6 @@ FIM_LAYOUTS = (
     # Codestral and Mistral's other v3 tokenizers: the suffix first, then the prefix the model goes on from, and no
     # middle marker (mistral_common's encode_fim; Ollama's codestral template: [SUFFIX]{{ .Suffix }}[PREFIX] …)
     (("[PREFIX]", "[SUFFIX]"), "[SUFFIX]{suffix}[PREFIX]{prefix}"))
-# the tokens that end a filled-in middle where the model's end of sequence does not: CodeLlama ends one with
-# its end-of-infill token, and without it as a stop writes on past the gap; a Qwen-coder or StarCoder2 that
-# goes on with its repository format's padding, next file or repository name has left the gap too (llama.cpp
-# ends generation on each of them, ggml-org/llama.cpp#9606)
 # the suffix markers after which the suffix is encoded without the leading ``▁`` a SentencePiece tokenizer gives a
 # text (CodeLlama's, see the rules)
 SPACELESS_SUFFIX = ("▁<SUF>", "<SUF>")
@@ -57,6 +53,10 @@ SPACELESS_SUFFIX = ("▁<SUF>", "<SUF>")
 _SENTINEL = "\n"
 _GAPS = re.compile(r"(\{prefix\}|\{suffix\})")
 
+# the tokens that end a filled-in middle where the model's end of sequence does not: CodeLlama ends one with
+# its end-of-infill token, and without it as a stop writes on past the gap; a Qwen-coder or StarCoder2 that
+# goes on with its repository format's padding, next file or repository name has left the gap too (llama.cpp
+# ends generation on each of them, ggml-org/llama.cpp#9606)
 FIM_ENDS = ("▁<EOT>", "<EOT>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<fim_pad>", "<file_sep>",
             "<repo_name>")
 
@@ -64,15 +64,24 @@ FIM_ENDS = ("▁<EOT>", "<EOT>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>",
 class FillInTheMiddle:
     """A part of prompt preparation (``prepare.py``): a raw prompt with a suffix, in the model's layout."""
 
+    _fim_found: tuple | None = None  # (the tokenizer, its layout or None): found once per tokenizer
+
     @property
     def fim_layout(self) -> tuple[tuple[str, ...], str] | None:
         """The model's fill-in-the-middle layout (``FIM_LAYOUTS``: its markers, and the prompt with its gap), where
-        its vocabulary has the markers."""
+        its vocabulary has the markers. Found once per tokenizer: reading a vocabulary of 50k tokens takes tens of
+        milliseconds, and an editor's completion waits for it at every request."""
+        tokenizer = self.tokenizer
+        found = self._fim_found
+        if found is not None and found[0] is tokenizer:
+            return found[1]
         try:
-            vocab = self.tokenizer.get_vocab() if self.tokenizer is not None else {}
+            vocab = tokenizer.get_vocab() if tokenizer is not None else {}
         except Exception:
-            return None
-        return next((layout for layout in FIM_LAYOUTS if all(t in vocab for t in layout[0])), None)
+            vocab = {}
+        layout = next((layout for layout in FIM_LAYOUTS if all(t in vocab for t in layout[0])), None)
+        self._fim_found = (tokenizer, layout)
+        return layout
 
     @property
     def fim_tokens(self) -> tuple[str, ...] | None:

@@ -1,0 +1,33 @@
+"""A model's fill-in-the-middle layout is found from its vocabulary once per tokenizer (engine/prompt/fill_in.py):
+reading a vocabulary of 50k tokens takes tens of milliseconds, which an editor's completion would otherwise wait
+for at every request, and /api/show at every call."""
+
+from __future__ import annotations
+
+from tinytitan.engine.prompt.fill_in import FillInTheMiddle
+
+
+class Vocabulary:
+    def __init__(self, tokens):
+        self.tokens, self.reads = tokens, 0
+
+    def get_vocab(self):
+        self.reads += 1
+        return {t: i for i, t in enumerate(self.tokens)}
+
+
+class Preparation(FillInTheMiddle):
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+
+def test_the_layout_is_read_once_per_tokenizer():
+    coder = Vocabulary(["a", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"])
+    prep = Preparation(coder)
+    assert [prep.fim_tokens for _ in range(3)] == [("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")] * 3
+    assert prep.fim_layout[1] == "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"
+    assert coder.reads == 1
+    plain = Vocabulary(["a", "b"])  # another tokenizer (a model swapped in): read afresh, and a no is kept too
+    prep.tokenizer = plain
+    assert [prep.fim_layout for _ in range(3)] == [None] * 3 and plain.reads == 1
+    assert Preparation(coder).fim_tokens is not None and coder.reads == 2  # (each preparation its own)
