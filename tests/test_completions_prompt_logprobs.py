@@ -165,14 +165,21 @@ async def test_max_tokens_zero_needs_echo(serve):
     assert (r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens) == ("Hi there", "length", 0)
 
 
-async def test_an_answer_that_ends_at_once_lists_its_end_token(serve):
-    """lm-eval drops the last entry as the one token its ``max_tokens: 1`` generated: where the model ends its turn
-    at once, that entry is the end-of-turn token (as OpenAI and vLLM list it), never the prompt's last token."""
-    s = await serve([""])
+async def lm_eval_request(serve, answer: str):
+    """lm-eval's scoring request (a prompt of token ids, ``echo``, ``logprobs: 1``, ``max_tokens: 1``) to a model
+    that answers ``answer``: (the tokenizer, the prompt's ids, the response)."""
+    s = await serve([answer])
     tok = s.engine.backend.tokenizer
     ids = tok.encode("The capital of France is Paris", add_special_tokens=False)
     r = await client(s).completions.create(model="tinytitan-scripted", prompt=[ids], echo=True, logprobs=1,
                                            max_tokens=1)
+    return tok, ids, r
+
+
+async def test_an_answer_that_ends_at_once_lists_its_end_token(serve):
+    """lm-eval drops the last entry as the one token its ``max_tokens: 1`` generated: where the model ends its turn
+    at once, that entry is the end-of-turn token (as OpenAI and vLLM list it), never the prompt's last token."""
+    tok, ids, r = await lm_eval_request(serve, "")
     ch = r.choices[0]
     assert ch.finish_reason == "stop" and ch.text == tok.decode(ids)
     assert ch.logprobs.tokens[:-1] == [tok.decode([i]) for i in ids]
@@ -184,11 +191,7 @@ async def test_an_answer_that_ends_at_once_lists_its_end_token(serve):
 async def test_a_generated_token_cut_inside_its_character_is_the_last_entry(serve):
     """lm-eval's ``max_tokens: 1`` where the one token generated is the first byte of a character: its text is
     left out of the answer, and it is still the last entry (the one lm-eval drops), never the prompt's last token."""
-    s = await serve(["é and more"])
-    tok = s.engine.backend.tokenizer
-    ids = tok.encode("The capital of France is Paris", add_special_tokens=False)
-    r = await client(s).completions.create(model="tinytitan-scripted", prompt=[ids], echo=True, logprobs=1,
-                                           max_tokens=1)
+    tok, ids, r = await lm_eval_request(serve, "é and more")
     ch = r.choices[0]
     assert (ch.text, ch.finish_reason, r.usage.completion_tokens) == (tok.decode(ids), "length", 1)
     assert ch.logprobs.tokens == [tok.decode([i]) for i in ids] + ["\ufffd"]
