@@ -40,10 +40,28 @@ async def test_two_engines_in_one_process_never_see_each_others_hand_offs(demo_b
     assert await cached_at_start(two, req) == (length, 0)  # the other server's request reads it all
     assert await cached_at_start(one, req) == (length, length - 1)  # its own next choice takes it
     assert len(one.handoffs) == len(two.handoffs) == 1  # (each request handed its own prompt on, once)
-    one.release_shared(req.response_id)  # one request ends: the other's hand-off stays its own
+    one.end_unit(one.unit(1, req.response_id))  # one request ends: the other's hand-off stays its own
     assert not len(one.handoffs) and len(two.handoffs)
-    two.release_shared(req.response_id)
+    two.end_unit(two.unit(1, req.response_id))
     assert not len(two.handoffs) and not demo_backend.prompt_cache.entries
+
+
+async def test_a_requests_end_is_one_call_that_lets_go_of_its_held_places_and_its_hand_off(demo_backend, monkeypatch):
+    """A unit of three choices whose first has read its prompt and handed it on, its others not opened (the request
+    ended early): the one call that ends the request gives back both the places held for them and the prompt,
+    once; a protocol has nothing else to remember to call."""
+    cache_off(demo_backend, monkeypatch)
+    engine = Engine(demo_backend, max_queue=4)
+    req = ChatRequest(model=demo_backend.model_id, messages=(), prompt="One end: " + "the lazy dog " * 8, max_tokens=2,
+                      temperature=0, shared_prompt=True, response_id="cmpl-one-end")
+    unit = engine.unit(3, req.response_id)
+    async with engine.session(req, unit=unit) as session:
+        [ev async for ev in session]
+    assert (engine.waiting, len(engine.handoffs)) == (2, 1)  # (two places held; the prompt handed on)
+    engine.end_unit(unit)
+    assert (engine.waiting, engine.running, len(engine.handoffs)) == (0, 0, 0)
+    engine.end_unit(unit)  # (again: nothing more is given back)
+    assert (engine.waiting, engine.admission.slots.value) == (0, engine.max_batch)
 
 
 async def test_rank_0_of_a_group_hands_no_prompt_on_as_its_followers_take_none(demo_backend, monkeypatch):
@@ -134,13 +152,13 @@ async def test_a_prompt_is_handed_on_once_however_many_choices_read_it(serve, de
     cache_off(demo_backend, monkeypatch)
     s = await serve(backend=demo_backend)
     held = []
-    release = s.engine.release_shared
+    end = s.engine.end_unit
 
-    def counted(response_id):
+    def counted(unit):
         held.append(len(s.engine.handoffs))
-        release(response_id)
+        end(unit)
 
-    monkeypatch.setattr(s.engine, "release_shared", counted)
+    monkeypatch.setattr(s.engine, "end_unit", counted)
     ask = dict(model=demo_backend.model_id, prompt=f"Handed once ({stream}): " + "the lazy dog " * 8, n=3,
                max_tokens=4, temperature=1.0, seed=6)
     c = openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)

@@ -235,5 +235,5 @@ async def test_a_requests_choices_make_one_checkpoint_of_their_prompt(windowed, 
     length = started[0][0]
     assert length > 2 * WINDOW and started == [(length, 0), (length, length - 1), (length, length - 1)]
     assert len(taken) == 1
-    engine.release_shared(req.response_id)
+    engine.end_unit(engine.unit(1, req.response_id))
     windowed.prompt_cache.clear()

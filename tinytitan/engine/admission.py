@@ -98,8 +98,9 @@ class Unit:
     """A request's ``size`` generations admitted as a unit (its choices; see the rules): whether its first was
     admitted, and how many places it holds for the others still."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, response_id: str | None = None):
         self.size = size
+        self.response_id = response_id  # the request's (what its choices handed on goes with it: Engine.end_unit)
         self.admitted = False
         self.held = 0
 

@@ -191,7 +191,7 @@ class Engine:
         ``streamed=False``: the consumer folds the whole answer, so its events come in fewer, larger batches.
         ``unit``: one of the request's sessions admitted as a unit (its choices: ``unit(n)``), each given it: the
         first is refused here unless the queue holds them all, and takes all their places; the others, never
-        refused, take theirs (admission.py). The request gives back those none took (``release_unit``)."""
+        refused, take theirs (admission.py). The request's end gives back those none took (``end_unit``)."""
         if self.group is not None and self.group.broken:
             raise GroupBroken(self.group.broken)
         if not continuing and not (unit is not None and unit.admitted):
@@ -217,19 +217,18 @@ class Engine:
             else:
                 place.give_back()
 
-    def unit(self, size: int) -> Unit:
-        """What a request's ``size`` sessions (its choices) are each opened with, to be admitted as a unit."""
-        return Unit(size)
+    def unit(self, size: int, response_id: str | None = None) -> Unit:
+        """What a request's ``size`` sessions (its choices, each ``ChatRequest`` with ``response_id``) are each
+        opened with, to be admitted as a unit; what the request holds is let go with it (``end_unit``)."""
+        return Unit(size, response_id)
 
-    def release_unit(self, unit: Unit) -> None:
-        """The request of ``unit`` has ended, every choice of it: the places it held that no session took go back."""
-        self.admission.release(unit)
-
-    def release_shared(self, response_id: str) -> None:
-        """The request ``response_id`` has ended, every choice of it: the prompts its first choices handed to the
+    def end_unit(self, unit: Unit) -> None:
+        """The request of ``unit`` has ended, every choice of it (called once their sessions have; again, nothing
+        more): the places it held that no session took go back, and the prompts its first choices handed to the
         others (where the prompt cache would not hold them: cache/handoff.py) go."""
+        self.admission.release(unit)
         if self.handoffs is not None:
-            self.handoffs.release(response_id)
+            self.handoffs.release(unit.response_id)
 
     async def wind_down(self, grace: float) -> None:
         """The server stops: the generations still open after ``grace`` seconds (and any further round of a

@@ -8,11 +8,12 @@ Rules:
   request made again draws the same choices.
 - The choices of one prompt share its reading: the first reads it and keeps its KV cache in the prompt cache
   where it ends (``ChatRequest.shared_prompt``; handed to the others outside it where the cache will not hold
-  it, until the request ends: ``Engine.release_shared``); the others' sessions open once it has, and their rows
-  read its last token alone. Streamed, those open inside the stream: the choices' sessions are admitted as a
-  unit (``Engine.unit``: the first's admission takes every choice's place, all or none, the refusal the answer's
-  status; each other one takes its place, never refused as overloaded; those none took go back when the request
-  ends: ``Engine.release_unit``).
+  it, until the request ends); the others' sessions open once it has, and their rows read its last token alone.
+  Streamed, those open inside the stream: the choices' sessions are admitted as a unit (``Engine.unit``: the
+  first's admission takes every choice's place, all or none, the refusal the answer's status; each other one
+  takes its place, never refused as overloaded).
+- The request's end is one engine call, ``Engine.end_unit``, however it ended, once its choices' sessions have:
+  the places none took go back, and the prompts handed on go.
 - Streamed: each choice's chunks go out as they come, interleaved; each choice's own usage chunk is held back and
   one, summed, closes the stream (before the one terminal). A failure in one choice sends its error chunk and
   ends the stream, the others stopped.
@@ -128,10 +129,10 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
         events = watch(session, reqs[i], stream) if i == 0 else beside(session, prompt=leads[p] == i)
         return _reading(events, ready[p]) if p in ready and leads[p] == i else events
 
-    unit = proto.engine.unit(len(choices))  # (each choice's session is opened with it: admitted as a unit)
+    unit = proto.engine.unit(len(choices), reqs[0].response_id)  # (each choice's session is opened with it)
     if stream:  # (the prompts' sessions are open before the stream is: a refusal is the answer's status; the
         runs = []  # first takes every choice's place, so that those opened in the stream are never refused)
-        await proto.services.hold(_releasing(proto.engine, reqs[0].response_id, unit))
+        await proto.services.hold(_ending(proto.engine, unit))
         for i, (req, machine) in enumerate(zip(reqs, machines)):
             if waits(i) is not None:  # opened in the stream, once its prompt is read
                 machine.context.setdefault("prompt_tokens", machines[leads[choices[i].prompt]].context["prompt_tokens"])
@@ -168,8 +169,7 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
                 for i in range(len(choices)):
                     nursery.start_soon(folded, i, nursery, first if i == 0 else None)
     finally:
-        proto.engine.release_unit(unit)
-        proto.engine.release_shared(reqs[0].response_id)
+        proto.engine.end_unit(unit)
     if errors:
         raise errors[0]
     body = {**bodies[0], "choices": [b["choices"][0] for b in bodies]}
@@ -179,15 +179,13 @@ async def respond_choices(proto, v, choices: list[Choice]) -> Reply:
 
 
 @asynccontextmanager
-async def _releasing(engine, response_id: str, unit) -> AsyncIterator[None]:
-    """Held for the whole HTTP request of a stream (entered before its sessions, so left after them): the places
-    its unit holds still and the prompts its choices handed on are let go once it ends, however (a client that
-    left before the body too)."""
+async def _ending(engine, unit) -> AsyncIterator[None]:
+    """Held for the whole HTTP request of a stream (entered before its sessions, so left after them): the request
+    of ``unit`` ends once it does, however (a client that left before the body too)."""
     try:
         yield
     finally:
-        engine.release_unit(unit)
-        engine.release_shared(response_id)
+        engine.end_unit(unit)
 
 
 async def _reading(events, ready: trio.Event) -> AsyncIterator:

@@ -16,7 +16,7 @@ Rules:
   prompt cache offers less (``or_handed``: ``Backend.start``, where a row's cache starts). That row then reads
   the same prompt to the same point: it hands nothing more on (``holds``), so a prompt's KV cache is held once
   per request, not once per choice.
-- It is dropped when its request has ended (``Engine.release_shared``: the protocol calls it once every choice
+- It is dropped when its request has ended (``Engine.end_unit``: the protocol calls it once every choice
   has, after their rows have let go), so nothing outlives the request that made it; a row that comes after that
   reads its prompt, no more.
 - The model thread adds and takes, the trio side drops: one lock.
