@@ -253,3 +253,28 @@ async def test_a_units_places_all_go_back_when_its_client_hangs_up(serve, opened
                     nursery.cancel_scope.cancel()  # hang up before anything was sent
         assert not waited.cancelled_caught
     await settled(s)
+
+
+async def test_once_the_server_stops_a_units_later_choice_ends_in_band_and_a_new_request_is_refused(demo_backend):
+    """Whether a generation may be refused is answered once (``Admission.refusable``), for a full queue and for a
+    server that stopped alike: a request's first is refused (503), a later choice of a request already admitted is
+    not, and ends with that failure in-band instead, in the place its unit held."""
+    from tinytitan.chat_request import ChatRequest
+    from tinytitan.engine.engine import Engine
+    from tinytitan.events import Failed
+
+    engine = Engine(demo_backend, max_queue=2)
+    req = ChatRequest(model=demo_backend.model_id, messages=(), prompt="Stopping", max_tokens=2, temperature=0,
+                      response_id="cmpl-stopping")
+    unit = engine.unit(2, req.response_id)
+    async with engine.session(req, unit=unit):  # (admitted: its later choice's place held)
+        await engine.wind_down(0)
+        with pytest.raises(ApiError) as refused:  # a new request's first choice
+            async with engine.session(req, unit=engine.unit(2, "cmpl-after")):
+                pass
+        assert refused.value.code == "server_shutting_down"
+        async with engine.session(req, unit=unit) as later:
+            events = [ev async for ev in later]
+        assert isinstance(events[-1], Failed) and events[-1].code == "server_shutting_down", events
+    engine.end_unit(unit)
+    assert (engine.waiting, engine.running) == (0, 0)

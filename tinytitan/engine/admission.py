@@ -66,19 +66,24 @@ class Admission:
     def capacity(self) -> Capacity:
         return Capacity(self.size, self.max_queue)
 
+    @staticmethod
+    def refusable(continuing: bool = False, unit: "Unit | None" = None) -> bool:
+        """Whether a generation may be refused at all: a request's first may; a further one of a request already
+        admitted (``continuing``: the memory layer's rounds; a later one of an admitted ``unit``) never is, as
+        overloaded here or as the server stopping (the engine asks this, and ends such a one in-band instead)."""
+        return not continuing and not (unit is not None and unit.admitted)
+
     def admit(self, continuing: bool = False, unit: "Unit | None" = None) -> "Place":
         """``continuing``: the next generation of a request already admitted (the memory layer's rounds) is
         never refused; it waits its turn like any other. ``unit``: one of the request's generations admitted as
         a unit (its choices; see the rules): the first is refused unless all of them would fit now, and holds
         the others' places; a later one takes one of those."""
-        if unit is not None and unit.admitted:
-            if unit.held:  # (a place already counted as waiting: it becomes this generation's)
-                unit.held -= 1
-                return Place(self, counted=True)
-            continuing = True
+        if unit is not None and unit.admitted and unit.held:  # (a place already counted as waiting: it becomes
+            unit.held -= 1  # this generation's)
+            return Place(self, counted=True)
         together = unit.size if unit is not None else 1
         # those that would wait beyond the free slots, this request's all counted
-        if not continuing and self.waiting - self.slots.value + together - 1 >= self.max_queue:
+        if self.refusable(continuing, unit) and self.waiting - self.slots.value + together - 1 >= self.max_queue:
             them = f" and this request's {together} choices do not all fit" if together > 1 else ""
             raise ApiError("overloaded", f"The server is busy: {self.waiting} requests are already waiting "
                            f"(--max-queue {self.max_queue}){them}; retry shortly", code="queue_full")

@@ -194,7 +194,7 @@ class Engine:
         refused, take theirs (admission.py). The request's end gives back those none took (``end_unit``)."""
         if self.group is not None and self.group.broken:
             raise GroupBroken(self.group.broken)
-        if not continuing and not (unit is not None and unit.admitted):
+        if self.admission.refusable(continuing, unit):  # (as admission answers it: a further one never is)
             self._refuse_if_stopped()
         place = self.admission.admit(continuing, unit)
         session = None
