@@ -278,3 +278,33 @@ async def test_once_the_server_stops_a_units_later_choice_ends_in_band_and_a_new
         assert isinstance(events[-1], Failed) and events[-1].code == "server_shutting_down", events
     engine.end_unit(unit)
     assert (engine.waiting, engine.running) == (0, 0)
+
+
+async def test_health_and_metrics_count_the_places_a_unit_holds_as_waiting_generations(serve):
+    """A request of three choices, its first still being prepared (no choice decodes, the later two not opened):
+    /health and /metrics show three generations waiting, the number --max-queue bounds, and a request refused then
+    is told that what waits counts each choice, not three requests (docs/operating.md says the same)."""
+    s = await serve(["one two"], max_queue=2)
+    go = holding_first(s)
+    async with httpx.AsyncClient(timeout=30) as c, trio.open_nursery() as nursery:
+        answers = []
+
+        async def ours():
+            answers.append(await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "first", "n": 3}))
+
+        nursery.start_soon(ours)
+        while s.engine.waiting == 0:
+            await trio.sleep(0.01)
+        health = (await c.get(s.url("/health"))).json()
+        assert (health["waiting"], health["queue_depth"], health["running"]) == (3, 3, 0), health
+        metrics = (await c.get(s.url("/metrics"))).text
+        assert "\ntinytitan_queue_waiting 3.0\n" in metrics and "\ntinytitan_queue_running 0.0\n" in metrics
+        other = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "x"})
+        assert other.status_code == 429, other.text
+        assert other.json()["error"]["message"].startswith(
+            "The server is busy: 3 generations are already waiting (--max-queue 2; each choice of a request counts)")
+        go.set()
+        while not answers:
+            await trio.sleep(0.01)
+    assert [c["index"] for c in answers[0].json()["choices"]] == [0, 1, 2]
+    await settled(s)

@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fetch remote http(s) image URLs in requests (10 s and 20 MiB per image; the server then "
                         "reaches any host a client names); without it they are refused: send data URLs")
     queue.add_argument("--max-queue", type=_not_negative, default=16,
-                   help="requests that may wait beyond the running batch (default 16); more are refused at once")
+                   help="generations that may wait beyond the running batch (default 16; each choice of a request "
+                        "counts); more are refused at once")
     queue.add_argument("--max-batch", type=_positive, default=DEFAULT_MAX_BATCH,
                    help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")
     queue.add_argument("--stream-interval", type=_milliseconds, default=DEFAULT_STREAM_INTERVAL_MS, metavar="MS",

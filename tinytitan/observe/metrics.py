@@ -82,13 +82,14 @@ class _EngineCollector:
     def collect(self):
         state = engine_state(self.engine)
         queue = state["queue"]
-        yield GaugeMetricFamily("tinytitan_queue_waiting", "Requests waiting for the model", value=queue["waiting"])
-        yield GaugeMetricFamily("tinytitan_queue_running", "Requests generating now", value=queue["running"])
+        yield GaugeMetricFamily("tinytitan_queue_waiting", "Generations admitted, not decoding yet (each "
+                                "choice of a request counts, held for it from admission)", value=queue["waiting"])
+        yield GaugeMetricFamily("tinytitan_queue_running", "Generations decoding now", value=queue["running"])
         yield GaugeMetricFamily("tinytitan_batch_size", "Generations in the running batch (decoding together, "
                                 "or their prompt being read)", value=queue["batch"])
         yield GaugeMetricFamily("tinytitan_batch_limit", "Generations that may decode together (--max-batch)",
                                 value=queue["max_batch"])
-        yield GaugeMetricFamily("tinytitan_queue_limit", "Requests that may wait (--max-queue)",
+        yield GaugeMetricFamily("tinytitan_queue_limit", "Generations that may wait (--max-queue)",
                                 value=queue["max_queue"])
         resident = GaugeMetricFamily("tinytitan_model_resident", "1 for the model whose weights are loaded",
                                      labels=("model",))
