@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generations that may wait beyond the running batch (default 16; each choice of a request "
                         "counts); more are refused at once")
     queue.add_argument("--max-batch", type=_positive, default=DEFAULT_MAX_BATCH,
-                   help=f"requests decoded together (default {DEFAULT_MAX_BATCH}); 1 decodes one at a time")
+                   help=f"generations decoded together (default {DEFAULT_MAX_BATCH}; each choice of a request counts); "
+                        "1 decodes one at a time")
     queue.add_argument("--stream-interval", type=_milliseconds, default=DEFAULT_STREAM_INTERVAL_MS, metavar="MS",
                    help=f"a stream's deltas after the first go out at most every MS milliseconds, what was decoded "
                         f"meanwhile merged (default {DEFAULT_STREAM_INTERVAL_MS}; 0: each token as it is decoded)")
