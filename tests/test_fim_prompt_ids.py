@@ -6,6 +6,7 @@ normalizer and the newer ``Metaspace(prepend_scheme="first")``."""
 
 from __future__ import annotations
 
+import ollama
 import openai
 import pytest
 from mlx_lm.tokenizer_utils import TokenizerWrapper
@@ -15,7 +16,8 @@ from tokenizers.models import BPE
 from transformers import PreTrainedTokenizerFast
 
 from backends import Recording
-from tinytitan.engine.backends.scripted import ScriptEntry
+from tinytitan.chat_request import ChatRequest
+from tinytitan.engine.backends.scripted import ScriptEntry, demo_tokenizer
 
 MODEL = "tinytitan-scripted"
 PREFIX, SUFFIX = "def add(a, b):\n", "    return a + b\n\nprint(add(1, 2))\n"
@@ -97,3 +99,68 @@ async def test_codestral_reads_each_gap_as_a_text_of_its_own(serve):
     alone = [tok.encode(t, add_special_tokens=False) for t in (SUFFIX, PREFIX)]
     assert backend.ids == [[1, suf] + alone[0] + [pre] + alone[1]]
     assert tok.convert_ids_to_tokens(alone[1][:2]) == ["▁def", "▁add"]
+
+
+# a source file that speaks of special tokens (this project's tests do): its gaps hold their spellings as text
+CODE_PREFIX = 'END = "<|endoftext|>"  # the end\nMID = "<|fim_middle|>"\n'
+CODE_SUFFIX = 'TURN = "<|im_end|>"\nPRE = "<|fim_prefix|>"\n'
+
+
+QWEN_FIM = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+
+
+def qwen_coder_like():
+    tok = demo_tokenizer()  # a fresh copy: the shared one stays without FIM tokens
+    tok.add_special_tokens({"additional_special_tokens": list(QWEN_FIM)})
+    return tok
+
+
+@pytest.mark.parametrize("client", ["openai", "ollama"])
+async def test_special_token_spellings_in_the_gaps_are_read_as_text(serve, client):
+    """llama.cpp's infill tokenizes the prefix and the suffix with ``parse_special`` false: the client's code is
+    text. Read with its special tokens, the gap held a real ``<|endoftext|>`` and a second ``<|fim_middle|>``:
+    the model saw a false end of the document and a false start of the middle."""
+    tok = qwen_coder_like()
+    markers = QWEN_FIM
+    backend = KeepingIds([ScriptEntry("x")], tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    if client == "openai":
+        c = openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+        r = await c.completions.create(model=MODEL, prompt=CODE_PREFIX, suffix=CODE_SUFFIX, max_tokens=5)
+        Completion.model_validate(r.model_dump())
+        counted = r.usage.prompt_tokens
+    else:
+        r = await ollama.AsyncClient(host=s.base).generate(model=MODEL, prompt=CODE_PREFIX, suffix=CODE_SUFFIX)
+        counted = r.prompt_eval_count
+    pre, suf, mid = (tok.convert_tokens_to_ids(m) for m in markers)
+    plain = [tok.encode(t, add_special_tokens=False, split_special_tokens=True) for t in (CODE_PREFIX, CODE_SUFFIX)]
+    assert backend.ids == [[pre] + plain[0] + [suf] + plain[1] + [mid]] and counted == len(backend.ids[0])
+    specials = set(tok.all_special_ids)
+    assert not specials & set(plain[0] + plain[1])
+    assert tok.decode(plain[0]) == CODE_PREFIX and tok.decode(plain[1]) == CODE_SUFFIX
+
+
+async def test_a_raw_prompt_without_a_suffix_keeps_its_special_tokens(serve):
+    """A raw completion prompt is read with its special tokens, as llama.cpp's and vLLM's completions read one: it
+    is often written in the model's own template on purpose."""
+    tok = demo_tokenizer()
+    backend = KeepingIds([ScriptEntry("x")], tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    c = openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+    prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    await c.completions.create(model=MODEL, prompt=prompt, max_tokens=5)
+    start = tok.convert_tokens_to_ids("<|im_start|>")
+    assert backend.ids == [tok.encode(prompt, add_special_tokens=False)] and backend.ids[0].count(start) == 2
+
+
+def test_the_gaps_leave_the_shared_tokenizer_reading_special_tokens():
+    """transformers' ``split_special_tokens=True`` turns ``encode_special_tokens`` on in the Rust tokenizer every
+    request shares, and leaves it on: a chat prompt encoded on another worker thread then read its template's
+    ``<|im_start|>`` as text. The gaps are read by a copy kept for that alone."""
+    tok = qwen_coder_like()
+    backend = KeepingIds([ScriptEntry("x")], tok, model_id=MODEL)
+    _, ids = backend.raw_prompt(ChatRequest(MODEL, (), prompt=CODE_PREFIX, suffix=CODE_SUFFIX))
+    assert tok.convert_tokens_to_ids("<|endoftext|>") not in ids
+    assert not tok.backend_tokenizer.encode_special_tokens
+    assert tok.backend_tokenizer.encode("<|im_start|>user", add_special_tokens=False).ids[0] == \
+        tok.convert_tokens_to_ids("<|im_start|>")

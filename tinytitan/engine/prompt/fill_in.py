@@ -13,14 +13,22 @@ Rules:
   transformers' CodeLlamaTokenizer): the layout's ``<PRE> {prefix} <SUF>{suffix} <MID>`` has its spaces in the
   markers (``▁<SUF>``) and before the prefix only. Other layouts' gaps are each encoded as the tokenizer encodes a
   text (Codestral's too: mistral_common's ``encode_fim`` encodes each alone).
+- The gaps are the client's code, read as text (``_text_ids``): a special token's spelling in them (a source file
+  holding ``"<|endoftext|>"`` or ``"<fim_middle>"``) stays those characters, as llama.cpp's infill tokenizes its
+  prefix and suffix (``parse_special`` false) and mistral_common encodes any text; read as the token, the model saw
+  a false end or a false marker in the gap. A raw prompt without a suffix is read with its special tokens, as
+  llama.cpp's and vLLM's completions read one: such a prompt is often written in the model's template on purpose.
 """
 
 from __future__ import annotations
 
+import copy
 import re
+from typing import Any, Callable
 
 from ...chat_request import ChatRequest
 from ...errors import invalid
+from .tokenizer_facts import once_per_tokenizer
 
 
 # fill-in-the-middle layouts, as the model families that train on them write a prompt with a gap: the markers a
@@ -52,6 +60,7 @@ SPACELESS_SUFFIX = ("▁<SUF>", "<SUF>")
 # newline in a SentencePiece vocabulary): stripped, the rest's ids without a text's leading ``▁``
 _SENTINEL = "\n"
 _GAPS = re.compile(r"(\{prefix\}|\{suffix\})")
+_AS_TEXT: dict[int, tuple[Any, Callable[[str], list[int]]]] = {}  # id(tokenizer) -> (tokenizer, its ``as_text``)
 
 # the tokens that end a filled-in middle where the model's end of sequence does not: CodeLlama ends one with
 # its end-of-infill token, and without it as a stop writes on past the gap; a Qwen-coder or StarCoder2 that
@@ -59,6 +68,29 @@ _GAPS = re.compile(r"(\{prefix\}|\{suffix\})")
 # ends generation on each of them, ggml-org/llama.cpp#9606)
 FIM_ENDS = ("▁<EOT>", "<EOT>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<fim_pad>", "<file_sep>",
             "<repo_name>")
+
+
+def as_text(tokenizer) -> Callable[[str], list[int]]:
+    """How ``tokenizer`` encodes a text with a special token's spelling in it read as its characters, no special
+    tokens added. A fast tokenizer: a copy of its Rust tokenizer with ``encode_special_tokens`` on, kept for this
+    alone (transformers' ``split_special_tokens=True`` sets that flag on the tokenizer every request shares, where a
+    chat prompt encoded on another thread meanwhile would read its template's markers as text); other tokenizers
+    take ``split_special_tokens`` per call, and one that refuses it (mistral-common's) reads none in a text."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        backend = copy.copy(backend)
+        backend.encode_special_tokens = True
+        backend.no_padding()
+        backend.no_truncation()
+        return lambda text: list(backend.encode(text, add_special_tokens=False).ids)
+
+    def encode(text: str) -> list[int]:
+        try:
+            return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+        except (TypeError, ValueError):
+            return list(tokenizer.encode(text, add_special_tokens=False))
+
+    return encode
 
 
 class FillInTheMiddle:
@@ -99,10 +131,9 @@ class FillInTheMiddle:
         ids: list[int] = []
         for part in _GAPS.split(text):
             if part == "{prefix}":
-                ids += encode(req.prompt or "", add_special_tokens=False)
+                ids += self._text_ids(req.prompt or "")
             elif part == "{suffix}":
-                ids += self._spaceless(req.suffix) if markers[1] in SPACELESS_SUFFIX else encode(
-                    req.suffix, add_special_tokens=False)
+                ids += self._spaceless(req.suffix) if markers[1] in SPACELESS_SUFFIX else self._text_ids(req.suffix)
             elif part:  # a marker (the layouts write nothing else between their gaps)
                 ids.append(self.tokenizer.convert_tokens_to_ids(part))
         return text.format(prefix=req.prompt or "", suffix=req.suffix), [int(i) for i in ids]
@@ -113,11 +144,15 @@ class FillInTheMiddle:
         with them; else ``text``'s as the tokenizer encodes it."""
         if not text:
             return []
-        lead = list(self.tokenizer.encode(_SENTINEL, add_special_tokens=False))
-        both = list(self.tokenizer.encode(_SENTINEL + text, add_special_tokens=False))
+        lead = self._text_ids(_SENTINEL)
+        both = self._text_ids(_SENTINEL + text)
         if lead and both[:len(lead)] == lead:
             return both[len(lead):]
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return self._text_ids(text)
+
+    def _text_ids(self, text: str) -> list[int]:
+        """``text``'s ids, a special token's spelling in it read as its characters (see the rules)."""
+        return once_per_tokenizer(_AS_TEXT, self.tokenizer, lambda: as_text(self.tokenizer))(text)
 
     def _layout(self) -> tuple[tuple[str, ...], str]:
         layout = self.fim_layout
