@@ -1,7 +1,7 @@
 """A filled-in middle ends where the model says so: CodeLlama closes an infill with its end-of-infill token
 (``▁<EOT>``), not its end of sequence, and a Qwen-coder or StarCoder2 that goes on to its repository format's
-next file (``<|file_sep|>``, ``<file_sep>``…) has left the gap; without them as ends, an editor's completion ran
-on past the gap to max_tokens."""
+next file (``<|file_sep|>``, ``<file_sep>``…) or pads (SantaCoder's ``<fim-pad>``) has left the gap; without
+them as ends, an editor's completion ran on past the gap to max_tokens. llama.cpp's list of them is followed."""
 
 from __future__ import annotations
 
@@ -25,7 +25,12 @@ def served_with(tmp_path, added: list[str]) -> MLXBackend:
     (["\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>"], ["\u2581<EOT>"]),  # CodeLlama
     (["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"], ["<|fim_pad|>", "<|file_sep|>", "<|repo_name|>"]),  # Qwen2.5-coder
     (["<fim_prefix>", "<fim_suffix>", "<fim_middle>"], ["<fim_pad>", "<file_sep>", "<repo_name>"]),  # StarCoder2
-], ids=["codellama", "qwen-coder", "starcoder2"])
+    (["<fim_prefix>", "<fim_suffix>", "<fim_middle>"], ["<fim_pad>", "<reponame>"]),  # StarCoder, Granite
+    (["<fim-prefix>", "<fim-suffix>", "<fim-middle>"], ["<fim-pad>"]),  # SantaCoder
+    # the other spellings of llama.cpp's FIM_PAD and FIM_REP (Qwen's <|fim_repo|>, Kimi-K2's [PAD]…)
+    (["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"],
+     ["<|fim_repo|>", "<fim-repo>", "<REPO>", "<PAD>", "[PAD]"]),
+], ids=["codellama", "qwen-coder", "starcoder2", "starcoder", "santacoder", "llama.cpp-others"])
 def test_the_end_of_a_filled_in_middle_ends_generation(tmp_path, markers, ends):
     backend = served_with(tmp_path, markers + ends)
     vocab = backend.tokenizer.get_vocab()

@@ -63,11 +63,12 @@ _GAPS = re.compile(r"(\{prefix\}|\{suffix\})")
 _AS_TEXT: dict[int, tuple[Any, Callable[[str], list[int]]]] = {}  # id(tokenizer) -> (tokenizer, its ``as_text``)
 
 # the tokens that end a filled-in middle where the model's end of sequence does not: CodeLlama ends one with
-# its end-of-infill token, and without it as a stop writes on past the gap; a Qwen-coder or StarCoder2 that
-# goes on with its repository format's padding, next file or repository name has left the gap too (llama.cpp
-# ends generation on each of them, ggml-org/llama.cpp#9606)
-FIM_ENDS = ("▁<EOT>", "<EOT>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<fim_pad>", "<file_sep>",
-            "<repo_name>")
+# its end-of-infill token, and without it as a stop writes on past the gap; a coder model that goes on with its
+# repository format's padding, next file or repository name has left the gap too. llama.cpp ends generation on
+# each of them (its FIM_PAD, FIM_REP and FIM_SEP spellings and ``<EOT>``, ggml-org/llama.cpp#9606): Qwen-coder's,
+# StarCoder2's, StarCoder's and Granite's (``<reponame>``), SantaCoder's (``<fim-pad>``), and the others it lists
+FIM_ENDS = ("▁<EOT>", "<EOT>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|fim_repo|>", "<fim_pad>",
+            "<file_sep>", "<repo_name>", "<reponame>", "<fim-pad>", "<fim-repo>", "<PAD>", "[PAD]", "<REPO>")
 
 
 def as_text(tokenizer) -> Callable[[str], list[int]]:
