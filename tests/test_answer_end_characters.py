@@ -20,8 +20,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from output_fuzz_cases import Case
 from test_foldfuzz import AH, FOLD, PROTOS, body
-from test_fuzz_outputs import Case
 
 SMILE = "Smile 🙂"
 

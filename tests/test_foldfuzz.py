@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 import family_fixtures as ff
+from output_fuzz_cases import Case
 from sse import parse_sse
-from test_fuzz_outputs import Case
 from tinytitan.protocols.common import RUN_BREAK  # (a case of the same fields; its tool_choice stays None here)
 
 SEED = int(os.environ.get("TINYTITAN_FOLDFUZZ_SEED", "7"))
