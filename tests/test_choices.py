@@ -277,7 +277,7 @@ async def test_a_streams_usage_counts_the_prompts_cached_tokens_as_its_first_cho
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_the_requests_log_line_and_metrics_count_every_choice_once(serve, caplog, stream):
-    from test_observe import eventually, scrape, tokens
+    from observe_helpers import eventually, scrape, tokens
     caplog.set_level(logging.INFO, logger="tinytitan.requests")
     s = await serve(["one", "two words", "three more words", "four"])
     before = await scrape(s)
@@ -307,7 +307,7 @@ async def test_the_requests_log_line_and_metrics_count_every_choice_once(serve, 
 async def test_a_client_that_hangs_up_has_every_choices_decoded_tokens_counted(serve, demo_tok, caplog, stream):
     """The first choice finishes, the second is cut mid-answer, the third never starts (one decodes at a time
     here): the request's record counts what each decoded, not the first's alone."""
-    from test_observe import counting, eventually, scrape, tokens
+    from observe_helpers import counting, eventually, scrape, tokens
     caplog.set_level(logging.INFO, logger="tinytitan.requests")
     decoded: list[int] = []
     long = ScriptEntry("word " * 400, delay_ms=10)
@@ -390,7 +390,7 @@ async def test_a_prompt_that_cannot_be_handed_on_costs_its_choices_a_reread_not_
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_request_whose_other_choice_failed_is_logged_as_failed_not_cut(serve, caplog, stream):
     """The first choice ends, the second fails: the request's log line says it failed, never a client that left."""
-    from test_observe import eventually
+    from observe_helpers import eventually
     caplog.set_level(logging.INFO, logger="tinytitan.requests")
     s = await serve(["fine", {"output": "cut", "error": "the model broke"}])
     async with httpx.AsyncClient(timeout=30) as h:

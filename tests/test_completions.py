@@ -240,7 +240,7 @@ async def test_an_empty_prompt_is_refused_by_name_not_a_server_error(serve, demo
 
 @pytest.mark.parametrize("prompt", ["", "word " * 100])
 async def test_the_log_line_names_the_prompt_as_the_answer_does(serve, demo_tok, caplog, prompt):
-    from test_observe import eventually
+    from observe_helpers import eventually
     caplog.set_level(logging.INFO, logger="tinytitan.requests")
     s = await serve(backend=ScriptedBackend([ScriptEntry("ok")], demo_tok, model_id=MODEL, context_window=32))
     with pytest.raises(openai.BadRequestError) as err:

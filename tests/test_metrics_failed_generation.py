@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from test_observe import MODEL, eventually, scrape, tokens
+from observe_helpers import MODEL, eventually, scrape, tokens
 
 SCRIPT = {"output": "One two three four five six.", "error": "boom"}
 

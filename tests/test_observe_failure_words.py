@@ -9,7 +9,7 @@ import logging
 import httpx
 import pytest
 
-from test_observe import MODEL, eventually
+from observe_helpers import MODEL, eventually
 
 SCRIPT = {"output": "One two three.", "error": "boom"}
 ROUTES = [("/v1/messages", {"anthropic-version": "2023-06-01"}, "api_error"),

@@ -8,7 +8,7 @@ import logging
 import httpx
 import trio
 
-from test_observe import MODEL, scrape, tokens
+from observe_helpers import MODEL, scrape, tokens
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 LONG = " ".join(f"word{i}" for i in range(400))

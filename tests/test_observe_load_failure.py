@@ -8,8 +8,8 @@ import logging
 import httpx
 import pytest
 
+from observe_helpers import eventually
 from test_catalog_stream_load_failure_code import USER, DamagedWeights
-from test_observe import eventually
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 ROUTES = [("/v1/chat/completions", "openai_chat", {}),

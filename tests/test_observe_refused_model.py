@@ -9,7 +9,7 @@ import logging
 import httpx
 import trio
 
-from test_observe import eventually
+from observe_helpers import eventually
 from tinytitan.engine.backends.scripted import SCRIPTED_CONTEXT_WINDOW, ScriptedBackend, ScriptEntry
 
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from backends import FailsToLoad
-from test_observe import scrape
+from observe_helpers import scrape
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.engine import Engine
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
