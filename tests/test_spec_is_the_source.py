@@ -159,3 +159,30 @@ def test_a_websocket_connection_that_could_keep_no_response_is_refused_when_the_
     with pytest.raises(SpecError) as refused:
         load_protocol("openai_responses", specs)
     assert str(refused.value).startswith("openai_responses.yaml: extra.websocket.keep_responses: "), refused.value
+
+
+async def test_ollamas_refusal_of_what_the_model_lacks_is_the_specs(serve, edited_specs, tmp_path):
+    """``think`` asked of a model that does not think is refused in the words of spec/ollama.yaml's
+    ``needs_capability`` table: an edit to its row shows on the wire, the status and the field kept."""
+    import family_fixtures
+
+    specs = edited_specs("ollama.yaml", 'message: "{model} does not support thinking"',
+                         'message: "{model} thinks not"')
+    s = await serve(backend=family_fixtures.backend("llama3", tmp_path, outputs=("plain",)), spec_dir=specs,
+                    strict=False)
+    async with httpx.AsyncClient() as h:
+        r = await h.post(s.url("/api/chat"), json={"model": "fixture-llama3", "think": True, "stream": False,
+                                                    "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400 and r.json() == {"error": '"fixture-llama3" thinks not'}, r.text
+
+
+@pytest.mark.parametrize("row", ["{field: think, capability: thinking}",
+                                 "{field: think, capability: thinking, message: m, status: 400}"])
+def test_a_malformed_capability_row_is_refused_when_the_spec_loads(edited_specs, row):
+    """The table's rows have the meta-schema's shape: a row without its words, or with a key it does not have,
+    fails at load naming the row."""
+    stock = '{field: think, capability: thinking, message: "{model} does not support thinking"}'
+    specs = edited_specs("ollama.yaml", stock, row)
+    with pytest.raises(SpecError) as refused:
+        load_protocol("ollama", specs)
+    assert str(refused.value).startswith("ollama.yaml: extra.needs_capability[0]: "), refused.value

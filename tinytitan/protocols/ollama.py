@@ -238,7 +238,7 @@ class Ollama(Protocol):
         if not v.body["model"].strip():  # Ollama's ChatHandler's words (its GenerateHandler's: the model '' not found)
             raise invalid("model is required", param="model", code="missing_required_parameter")
         v.args["model"] = self.served(v.body["model"])
-        self._thinks_if_asked(v)
+        self._refuse_what_the_model_lacks(v)
         if not v.body.get("messages"):  # none, null or []: `ollama run` / `ollama.chat(model)` loading it
             return await self._loaded(v, message={"role": "assistant", "content": ""})
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)))
@@ -246,8 +246,7 @@ class Ollama(Protocol):
     async def complete(self, call: Call) -> Reply:
         v = await self.checked(call, handler="complete")
         v.args["model"] = self.served(v.body["model"])
-        self._thinks_if_asked(v)
-        self._inserts_if_asked(v)
+        self._refuse_what_the_model_lacks(v)
         if not v.body.get("prompt") and not v.body.get("suffix"):
             return await self._loaded(v, response="")
         return await self.respond(v, self.engine.apply_model(self.chat_request(v)), entry="generate")
@@ -259,24 +258,19 @@ class Ollama(Protocol):
         parts = ollama_parts(model, cased=True) if isinstance(model, str) else None
         return {"name": f"{parts[0]}/{parts[1]}/{parts[2]}:{parts[3]}" if parts else model} if model else {}
 
-    def _thinks_if_asked(self, v: Validated) -> None:
-        """Thinking asked of a model that does not think is refused in Ollama's words (its Chat and Generate
-        handlers, before they load the model): clients match "does not support thinking" and ask again without
-        ``think``. ``think: false`` is taken by every model; an unknown model is its 404 first."""
-        think = v.body.get("think")
-        if think is None or think is False:
-            return
-        if "thinking" not in self.engine.model_card(v.args["model"])["capabilities"]:
-            raise invalid(f"{json.dumps(v.body['model'])} does not support thinking", param="think")
-
-    def _inserts_if_asked(self, v: Validated) -> None:
-        """A suffix to a model without fill-in-the-middle is refused as Ollama's scheduleRunner refuses it, before
-        the model loads or the prompt is read, naming the model as the client spelled it (ParseName keeps its
-        case; the engine's own refusal would name the served model)."""
-        if v.body.get("suffix") and "insert" not in self.engine.model_card(v.args["model"])["capabilities"]:
-            raise invalid(f"'suffix' (fill-in-the-middle) is not supported by {json.dumps(v.body['model'])}",
-                          param="suffix", code="unsupported_parameter",
-                          data={"model": v.body["model"], "check": "fill_in"})
+    def _refuse_what_the_model_lacks(self, v: Validated) -> None:
+        """A field asking for what the model's card lacks (the spec's ``extra.needs_capability``: ``think`` of a
+        model that does not think, a ``suffix`` to one without fill-in-the-middle) is refused in Ollama's words, as
+        its handlers refuse it before they load the model or read the prompt: clients match them (``ollama run``
+        asks again without ``think``; an editor tells "does not support insert" from a failed completion). A field
+        sent as null, false or empty asks for nothing; an unknown model is its 404 first. The model is named as the
+        client spelled it (Ollama's ParseName keeps its case; the engine's own refusal would name the served one)."""
+        for need in self.spec.extra["needs_capability"]:
+            if v.body.get(need["field"]) and \
+                    need["capability"] not in self.engine.model_card(v.args["model"])["capabilities"]:
+                data = {"model": v.body["model"], "check": need["check"]} if "check" in need else None
+                raise invalid(need["message"].format(model=json.dumps(v.body["model"])), param=need["field"],
+                              code=need.get("code"), data=data)
 
     async def _loaded(self, v: Validated, **answer) -> Reply:
         """Ollama's way to load a model: a request with nothing to continue makes the model resident (as
