@@ -78,7 +78,7 @@ class Proc:
             except queue.Empty:
                 continue
             if line is None:
-                raise AssertionError(f"{self.argv[:4]} exited ({self.p.wait()}) before printing {pattern!r}:\n"
+                raise AssertionError(f"{self.argv[:4]} exited ({self.p.wait(10)}) before printing {pattern!r}:\n"
                                      + "".join(self.lines[-40:]))
             m = rx.search(line)
             if m:
@@ -91,7 +91,7 @@ class Proc:
                 self.p.wait(10)
             except subprocess.TimeoutExpired:
                 self.p.kill()
-                self.p.wait()
+                self.p.wait(10)
 
 
 @contextmanager
@@ -140,8 +140,13 @@ def run_claude(base: str, model: str, prompt: str, tmp: Path, *extra: str, env_e
         **(env_extra or {}),
     }
     argv = [CLAUDE, "-p", prompt, "--model", model, "--output-format", "stream-json", "--verbose", *extra]
-    done = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=timeout)
+    try:
+        done = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as hung:  # (killed; what it had printed comes as bytes, whatever text= says)
+        out, err = (p.decode(errors="replace") if isinstance(p, bytes) else p or "" for p in (hung.stdout, hung.stderr))
+        raise AssertionError(f"claude did not finish within {timeout}s\nstdout:\n{out[-4000:]}\n"
+                             f"stderr:\n{err[-4000:]}") from None
     events = []
     for line in done.stdout.splitlines():
         line = line.strip()
@@ -345,61 +350,3 @@ def test_tool_search_loads_an_mcp_tool_without_a_refusal_or_a_cache_miss(tmp_pat
     assert [line["cache"] for line in lines[1:]] == ["hit", "hit"], lines
     first, last = int(lines[0]["prompt"]), int(lines[-1]["prompt"])
     assert last - first < 1000, lines  # the turns appended; no tool header declaring every tool in full
-
-
-TMUX = shutil.which("tmux")
-
-
-@needs(TMUX is None, reason="tmux is not installed (apt install tmux): interactive Claude Code runs in a tmux window")
-def test_an_interactive_session_is_refused_safeguards_once_and_reuses_the_cache(tmp_path):
-    """Interactive Claude Code (auto mode, its default) sends ``safeguards`` with its first request: refused by
-    name, once per session; it resends without it. Three turns typed into it: each answered, every turn after the
-    first a cache hit."""
-    answers = ["First answer here.", "Second answer here.", "Third answer here."]
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    (home / ".claude.json").write_text(json.dumps({  # no dialog waits: onboarding done, the key and folder trusted
-        "hasCompletedOnboarding": True, "lastOnboardingVersion": "2.1.332", "theme": "dark",
-        "customApiKeyResponses": {"approved": ["x"], "rejected": []},
-        "projects": {str(work): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}}))
-    session = f"tt-{uuid.uuid4().hex[:8]}"
-    banner: list = []
-    with tinytitan(answers, tmp_path, banner=banner) as (base, model, record):
-        server = banner.pop()
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "ANTHROPIC_BASE_URL": base,
-               "ANTHROPIC_API_KEY": "x", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-               "CLAUDE_CODE_MAX_RETRIES": "1"}
-        command = "env -i " + " ".join(f"{k}={v}" for k, v in env.items()) + f" {CLAUDE} --model {model}"
-        subprocess.run([TMUX, "new-session", "-d", "-s", session, "-x", "200", "-y", "50", "-c", str(work), command],
-                       check=True)
-        try:
-            for k, prompt in enumerate(["say hi", "and again", "once more"]):
-                screen = wait_for_screen(session, "❯", 60)  # the input prompt
-                subprocess.run([TMUX, "send-keys", "-t", session, "-l", prompt], check=True)
-                time.sleep(0.5)
-                subprocess.run([TMUX, "send-keys", "-t", session, "Enter"], check=True)
-                screen = wait_for_screen(session, answers[k], 60)
-        finally:
-            subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)
-        log = "".join(server.lines)
-    assert answers[2] in screen
-    reqs = model_requests(read_record(record))
-    assert ["safeguards" in r["body"] for r in reqs] == [True, False, False, False], [sorted(r["body"]) for r in reqs]
-    assert reqs[0]["body"]["safeguards"][0]["type"] == "dangerous_tool_use"
-    lines = request_lines(log)
-    assert [line["status"] for line in lines] == [400, 200, 200, 200], lines
-    assert lines[0]["param"] == "safeguards"
-    assert [line["cache"] for line in lines[2:]] == ["hit", "hit"], lines
-
-
-def wait_for_screen(session: str, text: str, timeout: float) -> str:
-    """The tmux window's text once it shows ``text``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        screen = subprocess.run([TMUX, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-        if text in screen:
-            return screen
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the window never showed {text!r}:\n{screen}")
-        time.sleep(0.5)

@@ -88,8 +88,13 @@ class Vision:
         return [line for line in self.proc.lines[mark:] if re.search(r"tinytitan\.requests: \S+ \S+ [45]\d\d ", line)]
 
     def wait_requests(self, mark: int, n: int, timeout: float = 30) -> list[dict]:
+        """The request log lines since ``mark`` once there are ``n``; fewer within ``timeout`` fails the test, with
+        the server's last lines."""
         deadline = time.monotonic() + timeout
-        while len(self.requests_since(mark)) < n and time.monotonic() < deadline:
+        while len(self.requests_since(mark)) < n:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{len(self.requests_since(mark))} of {n} request lines within {timeout}s:\n"
+                                     + "".join(self.proc.lines[-20:]))
             time.sleep(0.05)
         return self.requests_since(mark)
 
