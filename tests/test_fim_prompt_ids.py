@@ -11,7 +11,7 @@ import openai
 import pytest
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from openai.types import Completion
-from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
 from transformers import PreTrainedTokenizerFast
 
@@ -164,3 +164,29 @@ def test_the_gaps_leave_the_shared_tokenizer_reading_special_tokens():
     assert not tok.backend_tokenizer.encode_special_tokens
     assert tok.backend_tokenizer.encode("<|im_start|>user", add_special_tokens=False).ids[0] == \
         tok.convert_tokens_to_ids("<|im_start|>")
+
+
+def test_markers_a_vocabulary_leaves_unflagged_are_read_as_text_in_the_gaps():
+    """Qwen2.5-coder's, Qwen3-coder's and CodeGemma's tokenizers list their FIM, pad and file tokens as added tokens
+    with ``"special": false``: a tokenizer told to read special tokens as text still matched them, so a source file
+    spelling ``"<|fim_middle|>"`` or ``"<|file_sep|>"`` put a second middle marker or a next file into the gap.
+    llama.cpp's converter makes every ``<|…|>`` token a control token (``does_token_look_special``) and its loader
+    every FIM marker, pad and separator: its infill reads them all as text. An added token spelled otherwise (Qwen's
+    ``<tool_call>``) stays a user-defined token there and here, matched in the gap as in any text."""
+    tok = demo_tokenizer()
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t in QWEN_FIM + ("<|file_sep|>", "<fim-pad>", "<tool_call>")])
+    backend = KeepingIds([ScriptEntry("x")], tok, model_id=MODEL)
+    prefix = 'MID = "<|fim_middle|>"\nSEP = "<|file_sep|>"\n'
+    suffix = 'PAD = "<fim-pad>"\nCALL = "<tool_call>"\n'
+    _, ids = backend.raw_prompt(ChatRequest(MODEL, (), prompt=prefix, suffix=suffix))
+    pre, suf, mid, sep, pad, call = (tok.convert_tokens_to_ids(t) for t in QWEN_FIM + (
+        "<|file_sep|>", "<fim-pad>", "<tool_call>"))
+    assert ids[0] == pre and ids[-1] == mid and ids.count(suf) == 1 and ids.count(pre) == 1
+    assert mid not in ids[:-1] and sep not in ids and pad not in ids
+    assert ids.count(call) == 1  # not control-looking: matched, as llama.cpp matches a user-defined token
+    assert tok.decode(ids[1:ids.index(suf)]) == prefix and tok.decode(ids[ids.index(suf) + 1:-1]) == suffix
+    # the shared tokenizer still reads them as tokens, and keeps them unflagged
+    assert tok.backend_tokenizer.encode("<|file_sep|>", add_special_tokens=False).ids == [sep]
+    assert not any(t.special for t in tok.backend_tokenizer.get_added_tokens_decoder().values()
+                   if t.content in QWEN_FIM)

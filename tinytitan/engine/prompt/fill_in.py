@@ -26,6 +26,8 @@ import copy
 import re
 from typing import Any, Callable
 
+from tokenizers import AddedToken
+
 from ...chat_request import ChatRequest
 from ...errors import invalid
 from .tokenizer_facts import once_per_tokenizer
@@ -69,6 +71,14 @@ _AS_TEXT: dict[int, tuple[Any, Callable[[str], list[int]]]] = {}  # id(tokenizer
 # StarCoder2's, StarCoder's and Granite's (``<reponame>``), SantaCoder's (``<fim-pad>``), and the others it lists
 FIM_ENDS = ("▁<EOT>", "<EOT>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|fim_repo|>", "<fim_pad>",
             "<file_sep>", "<repo_name>", "<reponame>", "<fim-pad>", "<fim-repo>", "<PAD>", "[PAD]", "<REPO>")
+_FIM_TOKENS = frozenset(FIM_ENDS).union(*(markers for markers, _ in FIM_LAYOUTS))
+
+
+def _control(token: str) -> bool:
+    """Whether llama.cpp reads ``token`` as a control token, whatever its tokenizer's ``special`` flag says: its
+    converter's ``does_token_look_special`` (``<|…|>``, ``<｜…｜>``) and its loader's FIM markers and ends."""
+    return (token.startswith("<|") and token.endswith("|>")) or (token.startswith("<｜") and token.endswith("｜>")) \
+        or token in _FIM_TOKENS
 
 
 def as_text(tokenizer) -> Callable[[str], list[int]]:
@@ -76,11 +86,17 @@ def as_text(tokenizer) -> Callable[[str], list[int]]:
     tokens added. A fast tokenizer: a copy of its Rust tokenizer with ``encode_special_tokens`` on, kept for this
     alone (transformers' ``split_special_tokens=True`` sets that flag on the tokenizer every request shares, where a
     chat prompt encoded on another thread meanwhile would read its template's markers as text); other tokenizers
-    take ``split_special_tokens`` per call, and one that refuses it (mistral-common's) reads none in a text."""
+    take ``split_special_tokens`` per call, and one that refuses it (mistral-common's) reads none in a text. The copy
+    reads as text the added tokens llama.cpp makes control tokens too (``_control``): Qwen-coder's and CodeGemma's
+    tokenizers leave their FIM, pad and file tokens unflagged, and ``encode_special_tokens`` still matched those."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         backend = copy.copy(backend)
         backend.encode_special_tokens = True
+        unflagged = [t for t in backend.get_added_tokens_decoder().values() if not t.special and _control(t.content)]
+        backend.add_special_tokens([AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip,
+                                               rstrip=t.rstrip, normalized=t.normalized, special=True)
+                                    for t in unflagged])  # (the copy's alone: same ids, now read as text)
         backend.no_padding()
         backend.no_truncation()
         return lambda text: list(backend.encode(text, add_special_tokens=False).ids)
