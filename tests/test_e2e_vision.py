@@ -17,9 +17,10 @@ drives the agent the way a user attaches a picture, and checks what went over th
 - opencode (1.18.33), through ``tinytitan launch opencode``: ``opencode run … -f shot.png`` sends an ``image_url``
   part (launch declares the model's image input; without it opencode replaces the picture by an error text).
 
-Each time the server's log line for the request counts the picture: the same request resent without it has at
-least 256 tokens fewer. Every reply the server gave (bodies and stream events) is recorded by
-tools/record_proxy.py (``--replies``) and validated strictly against the official SDKs' types (tests/strict.py).
+Each time the server's log line for the request counts the picture: the same request without it has at least 256
+tokens fewer (counted by the protocol's count route, where it has one; resent, on Chat). Every reply the server
+gave (bodies and stream events) is recorded by tools/record_proxy.py (``--replies``) and validated strictly
+against the official SDKs' types (tests/strict.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 import strict
 import test_e2e_claude as claude
@@ -154,7 +156,7 @@ def parts(body: dict, kind: str) -> list[dict]:
 
 
 def without(kind: str):
-    """What ``resent_without_images`` strips: the parts of type ``kind``, from every turn."""
+    """What ``prompt_without_images`` strips: the parts of type ``kind``, from every turn."""
     def strip(body: dict) -> dict:
         for t in contents(body):
             t["content"] = [p for p in t["content"] if p.get("type") != kind]
@@ -162,12 +164,31 @@ def without(kind: str):
     return strip
 
 
-def resent_without_images(vision: Vision, path: str, body: dict, strip, headers=None) -> int:
-    """The prompt tokens the server logs for ``body`` with its pictures taken out (``strip`` edits a copy), asked
-    for one token, not streamed."""
+def _count_route(spec: str, path: str) -> tuple[str, set | None]:
+    """A count route of ``spec`` (spec/*.yaml) and the fields it takes (None: those of the request it counts)."""
+    (route,) = [r for r in yaml.safe_load((ROOT / "spec" / spec).read_text())["routes"] if r["path"] == path]
+    return path, set(route["only"]) if "only" in route else None
+
+
+# the routes that count a request's prompt without reading it (Chat has none)
+COUNTS = {"/v1/messages": _count_route("anthropic_messages.yaml", "/v1/messages/count_tokens"),
+          "/v1/responses": _count_route("openai_responses.yaml", "/v1/responses/input_tokens")}
+
+
+def prompt_without_images(vision: Vision, path: str, body: dict, strip, headers=None) -> int:
+    """The prompt tokens of ``body`` with its pictures taken out (``strip`` edits a copy): counted by the route's
+    count (the prompt generate builds, which the request log's ``prompt=`` is, without reading those tokens: a
+    resend of Claude Code's ~18k-token prompt reads all of it again, about 10 s, as the sliding-window layers
+    cannot be cut back to where the picture was); on Chat, which has none, as logged for a one-token resend."""
     body = strip(copy.deepcopy(body))
     assert "data:image" not in json.dumps(body) and "iVBORw0KGgo" not in json.dumps(body)  # no PNG left
-    body.update(stream=False, **({"max_output_tokens": 16} if path == "/v1/responses" else {"max_tokens": 1}))
+    if path in COUNTS:
+        route, only = COUNTS[path]
+        sent = {k: v for k, v in body.items() if k != "stream" and (only is None or k in only)}
+        reply = httpx.post(vision.base + route, json=sent, headers=headers or {}, timeout=120)
+        assert reply.status_code == 200, reply.text[:2000]
+        return reply.json()["input_tokens"]
+    body.update(stream=False, max_tokens=1)
     mark = vision.mark()
     reply = httpx.post(vision.base + path, json=body, headers=headers or {}, timeout=120)
     assert reply.status_code == 200, reply.text[:2000]
@@ -194,7 +215,7 @@ def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, p
 
     # the picture is in the prompt the server counted
     headers = {"anthropic-version": "2023-06-01"}
-    text_only = resent_without_images(vision, "/v1/messages", sent[0]["body"], without("image"), headers)
+    text_only = prompt_without_images(vision, "/v1/messages", sent[0]["body"], without("image"), headers)
     assert IMAGE_TOKENS <= line["prompt"] - text_only <= IMAGE_TOKENS + 8, (line["prompt"], text_only)
 
     # the next turn resends the picture, and the server reads it from the cache, not again
@@ -239,7 +260,7 @@ def test_codex_sends_an_attached_png_as_input_image(vision, proxy, tmp_path):
     assert image["image_url"].startswith("data:image/png;base64,")
     (line,) = vision.wait_requests(mark, 1)
     assert line["status"] == 200, line["line"]
-    text_only = resent_without_images(vision, "/v1/responses", sent["body"], without("input_image"))
+    text_only = prompt_without_images(vision, "/v1/responses", sent["body"], without("input_image"))
     assert IMAGE_TOKENS <= line["prompt"] - text_only <= IMAGE_TOKENS + 8, (line["prompt"], text_only)
     assert proxy.validate_replies("/v1/responses") == {sent["seq"]: True}
 
@@ -282,7 +303,7 @@ def test_codex_view_image_sends_the_picture_in_the_call_output(vision, tmp_path)
     assert image["image_url"] == "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
     lines = vision.wait_requests(mark, 2)
     assert [ln["status"] for ln in lines] == [200, 200] and not vision.refusals_since(mark), lines
-    text_only = resent_without_images(vision, "/v1/responses", second["body"], without_call_output_images)
+    text_only = prompt_without_images(vision, "/v1/responses", second["body"], without_call_output_images)
     assert IMAGE_TOKENS <= lines[1]["prompt"] - text_only <= IMAGE_TOKENS + 8, (lines[1]["line"], text_only)
     streams = proxy.validate_replies("/v1/responses")
     assert streams == {first["seq"]: True, second["seq"]: True}, streams
@@ -327,7 +348,7 @@ def opencode_sends_the_picture(vision, proxy, tmp_path):
     # the turn's own request (with tools; the other is the title request, which runs alongside it)
     (main,) = [r for r in sent if r["body"].get("tools")]
     assert parts(main["body"], "image_url")
-    text_only = resent_without_images(vision, "/v1/chat/completions", main["body"], without("image_url"))
+    text_only = prompt_without_images(vision, "/v1/chat/completions", main["body"], without("image_url"))
     assert any(IMAGE_TOKENS <= ln["prompt"] - text_only <= IMAGE_TOKENS + 8 for ln in lines), (lines, text_only)
     streams = proxy.validate_replies("/v1/chat/completions")
     assert set(streams) == {r["seq"] for r in sent} and streams[main["seq"]], streams  # the title's may be cut
