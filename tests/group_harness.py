@@ -120,7 +120,7 @@ class Group:
             try:
                 return httpx.get(self.base + "/health", timeout=2).json()
             except httpx.HTTPError:
-                time.sleep(0.5)
+                time.sleep(0.1)
         raise AssertionError("the group did not come up: " + self.logs[0].read_text()[-3000:])
 
     def __enter__(self) -> "Group":

@@ -47,7 +47,7 @@ async def test_a_follower_stalled_mid_step_does_not_leave_the_other_spinning_in_
     # rank 2: --group-timeout 4 for the forward it is stuck in (and as much for a wait for rank 0's next message)
     deadline = time.monotonic() + 20
     while three.procs[2].poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert three.procs[2].poll() is not None, "rank 2 lives on, in the stalled step's collective: " + \
         three.logs[2].read_text()[-500:]
     assert "restart the whole group" in three.logs[2].read_text()

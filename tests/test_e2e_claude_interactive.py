@@ -88,4 +88,4 @@ def wait_for_screen(session: str, text: str, timeout: float) -> str:
             return screen
         if time.monotonic() > deadline:
             raise AssertionError(f"the window never showed {text!r}:\n{screen}")
-        time.sleep(0.5)
+        time.sleep(0.1)

@@ -106,7 +106,7 @@ def test_connections_clients_closed_are_let_go_within_the_keep_alive_time(tmp_pa
             left = len(os.listdir(f"/proc/{proc.pid}/fd")) - before
             if left <= 2:
                 break
-            time.sleep(1)
+            time.sleep(0.2)
     finally:
         proc.terminate()
         proc.wait(10)

@@ -89,14 +89,14 @@ class Server:
             bound = re.search(r"^tinytitan is serving '.*' at (http://127\.0\.0\.1:(\d+))$", self.log.read_text(),
                               re.M)
             if bound is None:
-                time.sleep(0.3)
+                time.sleep(0.1)
                 continue
             self.base, self.port = bound.group(1), int(bound.group(2))
             try:
                 if httpx.get(self.base + "/health", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
-                time.sleep(0.3)
+                time.sleep(0.1)
         raise AssertionError("the scripted server did not start:\n" + self.log.read_text())
 
     def prompts_since(self, offset: int) -> list[int]:
