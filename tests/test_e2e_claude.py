@@ -5,7 +5,7 @@ request k gets entry k, the last repeats), puts ``tools/record_proxy.py`` in for
 the client (so the test sees exactly what Claude Code sent), and runs ``claude -p ... --output-format
 stream-json --verbose`` offline, with a fresh HOME, in a temporary working directory.
 
-Skipped when ``claude`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.332``).
+Skipped when ``claude`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.337``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ CLAUDE = shutil.which("claude")
 pytestmark = [
     pytest.mark.clients,
     needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                 "npm install -g @anthropic-ai/claude-code@2.1.332"),
+                                 "npm install -g @anthropic-ai/claude-code@2.1.337"),
 ]
 
 START_TIMEOUT = 120  # server start (the first run may build the demo tokenizer)

@@ -1,7 +1,7 @@
 """Interactive Claude Code end to end: the real ``claude`` in a tmux window against ``tinytitan serve --script``
 behind the recording proxy (test_e2e_claude.tinytitan), prompts typed into it as a user types them.
 
-Skipped when ``claude`` or ``tmux`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.332``,
+Skipped when ``claude`` or ``tmux`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.337``,
 ``apt install tmux``).
 """
 
@@ -25,7 +25,7 @@ TMUX_TIMEOUT = 30  # seconds for one tmux command: a tmux that stops answering f
 pytestmark = [
     pytest.mark.clients,
     needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                 "npm install -g @anthropic-ai/claude-code@2.1.332"),
+                                 "npm install -g @anthropic-ai/claude-code@2.1.337"),
 ]
 
 
@@ -47,7 +47,7 @@ def test_an_interactive_session_is_refused_safeguards_once_and_reuses_the_cache(
     home.mkdir()
     work.mkdir()
     (home / ".claude.json").write_text(json.dumps({  # no dialog waits: onboarding done, the key and folder trusted
-        "hasCompletedOnboarding": True, "lastOnboardingVersion": "2.1.332", "theme": "dark",
+        "hasCompletedOnboarding": True, "lastOnboardingVersion": "2.1.337", "theme": "dark",
         "customApiKeyResponses": {"approved": ["x"], "rejected": []},
         "projects": {str(work): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}}))
     session = f"tt-{uuid.uuid4().hex[:8]}"

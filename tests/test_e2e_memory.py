@@ -2,7 +2,7 @@
 ``tinytitan serve --script … --memory``. The scripted model writes a fact in the first session and reads it in
 the second; Claude Code sees neither memory call, only the answers.
 
-Skipped when ``claude`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.332``).
+Skipped when ``claude`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.337``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tinytitan.store.db import SqliteDatabase, db_path
 pytestmark = [
     pytest.mark.clients,
     needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                 "npm install -g @anthropic-ai/claude-code@2.1.332"),
+                                 "npm install -g @anthropic-ai/claude-code@2.1.337"),
 ]
 
 FACT = "make -j2 (the default target also rebuilds the docs)"

@@ -31,10 +31,11 @@ Read before you change: inspect files with the shell, keep changes small and foc
 apply_patch tool. Run the project's tests or commands when they show whether a change works. When the task is
 done, say briefly what you changed and how you checked it; if you could not finish, say what is left."""
 
-CLAUDE_WINDOW_FLOOR = 100_000  # the least CLAUDE_CODE_AUTO_COMPACT_WINDOW Claude Code takes (2.1.197 to 2.1.332)
+CLAUDE_WINDOW_FLOOR = 100_000  # the least CLAUDE_CODE_AUTO_COMPACT_WINDOW Claude Code takes (2.1.197 to 2.1.337)
 # Each agent's first prompt, in tokens of the demo model's tokenizer (a Qwen-style BPE; other tokenizers land
 # within ~15 %), measured against `tinytitan serve --script` (README, "Claude Code" and "Codex CLI"): Claude Code
-# 2.1.332 interactive (tool search on; `-p` is 18.5k, 30.0k with ENABLE_TOOL_SEARCH=false), Codex 0.171 with
+# 2.1.332 interactive (tool search on; `-p` is 18.5k, 30.0k with ENABLE_TOOL_SEARCH=false; 2.1.337 sends 10 more
+# in each), Codex 0.171 with
 # the server's catalog entry (5,049 with supports_search_tool, which defers some of its own tools; 8.2k without;
 # 5,127 through `tinytitan launch codex`, whose working directory and date differ): rounded up, as a bound.
 FIRST_PROMPT_TOKENS = {"claude-code": 20_800, "codex": 5_400}

@@ -14,7 +14,7 @@ from .. import agents
 
 # agent → (tokens of its first request, the version measured); tests/test_launch.py measures them again
 FIRST_PROMPT = {
-    "claude": (agents.FIRST_PROMPT_TOKENS["claude-code"], "Claude Code 2.1.332, interactive (tool search on)"),
+    "claude": (agents.FIRST_PROMPT_TOKENS["claude-code"], "Claude Code 2.1.337, interactive (tool search on)"),
     "codex": (agents.FIRST_PROMPT_TOKENS["codex"], "Codex 0.171.0, exec, with the server's catalog entry"),
     "opencode": (11_800, "opencode 1.18.33, run: 11,134"),
     "pi": (2_300, "pi 0.73.1, -p: 2,141"),

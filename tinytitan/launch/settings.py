@@ -1,7 +1,7 @@
 """What each coding agent is given to talk to the served model: a pure function of the model's card.
 
 Rules (one row per agent; versions they were checked with in brackets):
-- claude (Claude Code 2.1.332): Anthropic Messages. ``ANTHROPIC_BASE_URL``, the key as ``ANTHROPIC_AUTH_TOKEN``
+- claude (Claude Code 2.1.337): Anthropic Messages. ``ANTHROPIC_BASE_URL``, the key as ``ANTHROPIC_AUTH_TOKEN``
   (a bearer token: no "use this API key?" question, no account key sent), the window and output cap as
   ``tinytitan.agents.claude_env`` computes them, its Haiku model (subagents, titles) on the model itself;
   telemetry, error reporting and the auto-updater off (``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`` …).
