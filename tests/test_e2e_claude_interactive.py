@@ -1,5 +1,5 @@
 """Interactive Claude Code end to end: the real ``claude`` in a tmux window against ``tinytitan serve --script``
-behind the recording proxy (test_e2e_claude.tinytitan), prompts typed into it as a user types them.
+behind the recording proxy (claude_harness.tinytitan), prompts typed into it as a user types them.
 
 Skipped when ``claude`` or ``tmux`` is not on PATH (``npm install -g @anthropic-ai/claude-code@2.1.337``,
 ``apt install tmux``).
@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from conftest import needs
-from test_e2e_claude import CLAUDE, model_requests, read_record, request_lines, tinytitan
+from claude_harness import CLAUDE, model_requests, read_record, request_lines, tinytitan
 
 TMUX = shutil.which("tmux")
 TMUX_TIMEOUT = 30  # seconds for one tmux command: a tmux that stops answering fails the test, it does not hang it

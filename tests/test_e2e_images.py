@@ -11,7 +11,8 @@
   (or Codex's fallback metadata, without a catalog) makes Codex send the picture, which the server refuses in
   OpenAI's words, naming the part.
 
-Driven as tests/test_e2e_claude.py and tests/test_e2e_codex.py drive the clients (their helpers are reused).
+Driven as tests/test_e2e_claude.py and tests/test_e2e_codex.py drive the clients (tests/claude_harness.py, and
+Codex's helpers, reused).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-import test_e2e_claude as claude
+import claude_harness as claude
 import test_e2e_codex as codex
 from conftest import needs
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conftest import needs
-from test_e2e_claude import CLAUDE, CLAUDE_TIMEOUT, ROOT, START_TIMEOUT, Proc, blocks, tool_call
+from claude_harness import CLAUDE, CLAUDE_TIMEOUT, ROOT, START_TIMEOUT, Proc, blocks, tool_call
 from tinytitan.memory.workspace import Workspace
 from tinytitan.store.db import SqliteDatabase, db_path
 

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from conftest import needs
-from test_e2e_claude import Proc, blocks, run_claude
+from claude_harness import Proc, blocks, run_claude
 from test_e2e_codex import _explain, run_codex
 
 pytestmark = pytest.mark.clients

@@ -39,8 +39,8 @@ import httpx
 import pytest
 import yaml
 
+import claude_harness as claude
 import strict
-import test_e2e_claude as claude
 import test_e2e_codex as codex
 import test_e2e_images as images_e2e
 from conftest import needs

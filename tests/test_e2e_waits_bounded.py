@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import test_e2e_claude as claude
+import claude_harness as claude
 import test_e2e_claude_interactive as interactive
 from test_e2e_vision import Vision
 

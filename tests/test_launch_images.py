@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-import test_e2e_claude as claude
+import claude_harness as claude
 from conftest import absent
 from test_e2e_images import write_png
 from test_launch import INSTALL, launch
