@@ -28,6 +28,7 @@ CLAUDE = shutil.which("claude")
 
 START_TIMEOUT = 120  # server start (the first run may build the demo tokenizer)
 CLAUDE_TIMEOUT = 120  # one `claude -p` run
+PROXY_TIMEOUT = 30  # tools/record_proxy.py's start
 
 
 def tool_call(name: str, arguments: dict) -> str:
@@ -72,6 +73,16 @@ class Proc:
             if m:
                 return m
 
+    @contextmanager
+    def starting(self):
+        """Around the wait for a start: one that fails (no banner within the bound, an exit, a check) stops the
+        process, which the caller never gets to stop and would outlive the test."""
+        try:
+            yield self
+        except BaseException:
+            self.stop()
+            raise
+
     def stop(self):
         if self.p.poll() is None:
             self.p.terminate()
@@ -103,7 +114,7 @@ def tinytitan(script: list[str], tmp: Path, server_args=(), banner: list | None 
             banner.append(server)  # (its later lines: the request log)
         proxy = Proc([sys.executable, str(ROOT / "tools" / "record_proxy.py"), "--upstream", upstream,
                       "--port", "0", "--out", str(record)], cwd=ROOT)
-        base = proxy.wait_for(r"listening on (http://\S+)", 30).group(1)
+        base = proxy.wait_for(r"listening on (http://\S+)", PROXY_TIMEOUT).group(1)
         yield base, model_id, record
     finally:
         for p in (proxy, server):

@@ -66,12 +66,13 @@ class Vision:
     def __init__(self, scratch: Path):
         self.proc = claude.Proc([sys.executable, "-m", "tinytitan", "serve", "--model", MODEL, "--port", "0",
                                  "--responses-store", "memory"], cwd=ROOT)
-        m = self.proc.wait_for(r"tinytitan is serving '([^']+)' at (http://\S+)", claude.START_TIMEOUT)
-        assert m.group(1) == MODEL
-        self.base = m.group(2)
-        served = self.proc.wait_for(r'model_catalog_json = "([^"]+)"', 30).group(1)
-        self.catalog = scratch / "model_catalog.json"  # this server's catalog, as it wrote it at start
-        shutil.copy(served, self.catalog)
+        with self.proc.starting():
+            m = self.proc.wait_for(r"tinytitan is serving '([^']+)' at (http://\S+)", claude.START_TIMEOUT)
+            assert m.group(1) == MODEL
+            self.base = m.group(2)
+            served = self.proc.wait_for(r'model_catalog_json = "([^"]+)"', 30).group(1)
+            self.catalog = scratch / "model_catalog.json"  # this server's catalog, as it wrote it at start
+            shutil.copy(served, self.catalog)
 
     def mark(self) -> int:
         return len(self.proc.lines)
@@ -118,7 +119,8 @@ class Proxy:
         self.proc = claude.Proc([sys.executable, str(ROOT / "tools" / "record_proxy.py"), "--upstream", upstream,
                                  "--port", "0", "--out", str(self.requests), "--replies", str(self.replies),
                                  *extra], cwd=ROOT)
-        self.base = self.proc.wait_for(r"listening on (http://\S+)", 30).group(1)
+        with self.proc.starting():
+            self.base = self.proc.wait_for(r"listening on (http://\S+)", claude.PROXY_TIMEOUT).group(1)
 
     def recorded(self, path: str) -> list[dict]:
         return [r for r in claude.read_record(self.requests) if r["method"] == "POST" and r["path"] == path]

@@ -83,6 +83,13 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "serve", "--script", str(script),
                                       "--port", "0", *extra], cwd=tmp, env=env_for(tmp),
                                      stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
+        try:
+            self._wait()
+        except BaseException:  # (a start that fails stops the server: no one else holds it to stop)
+            self.stop()
+            raise
+
+    def _wait(self):
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
