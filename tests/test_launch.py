@@ -80,9 +80,10 @@ class Server:
         script = tmp / "script.yaml"
         script.write_text(f'- "{ANSWER}"\n')
         self.log = tmp / "serve.log"
-        self.proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "serve", "--script", str(script),
-                                      "--port", "0", *extra], cwd=tmp, env=env_for(tmp),
-                                     stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
+        with open(self.log, "wb") as out:  # (the server holds its own copy of the descriptor)
+            self.proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "serve", "--script", str(script),
+                                          "--port", "0", *extra], cwd=tmp, env=env_for(tmp),
+                                         stdout=out, stderr=subprocess.STDOUT)
         try:
             self._wait()
         except BaseException:  # (a start that fails stops the server: no one else holds it to stop)
