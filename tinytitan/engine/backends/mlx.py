@@ -147,7 +147,6 @@ class MLXBackend(Backend):
         for stop in self.family.stop_tokens + FIM_ENDS:  # the family's end-of-turn tokens, and an infill's, end it
             if stop in vocab and vocab[stop] not in self.tokenizer.eos_token_ids:
                 self.tokenizer.add_eos_token(stop)
-        self.found_fim_layout(vocab)  # (its fill-in-the-middle markers: no request reads the vocabulary for them)
         text_config = config.get("text_config")
         text_config = text_config if isinstance(text_config, dict) else config
         self.context_window = trained_window(text_config, self.tokenizer, self.model_id)
@@ -307,8 +306,6 @@ class MLXBackend(Backend):
             if self.group is not None:
                 self.model = self.group.load(self.path)
                 self._load_draft_or_unload()  # (rank 0's config alone names one: model_setup.py)
-                if self.group.leader:  # (rank 0 alone prepares prompts: lockstep.py)
-                    self.ready_fill_in()
                 self.load_seconds = time.perf_counter() - t0
                 log.info("loaded rank %d's part of %s in %.1fs: %s", self.group.rank, self.model_id,
                          self.load_seconds, self.group.holds[self.group.rank])
@@ -330,7 +327,6 @@ class MLXBackend(Backend):
                     self.model = None
                     raise
             self._load_draft_or_unload()
-            self.ready_fill_in()  # (a coder model's first infill request then waits for none of it)
             self.load_seconds = time.perf_counter() - t0
             log.info("loaded %s in %.1fs (context window %d tokens)", self.model_id, self.load_seconds,
                      self.context_window)

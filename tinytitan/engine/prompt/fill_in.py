@@ -23,7 +23,6 @@ Rules:
 from __future__ import annotations
 
 import copy
-import logging
 import re
 from typing import Any, Callable
 
@@ -32,8 +31,6 @@ from tokenizers import AddedToken
 from ...chat_request import ChatRequest
 from ...errors import invalid
 from .tokenizer_facts import once_per_tokenizer
-
-log = logging.getLogger("tinytitan.backend")
 
 
 # fill-in-the-middle layouts, as the model families that train on them write a prompt with a gap: the markers a
@@ -131,26 +128,9 @@ class FillInTheMiddle:
             vocab = tokenizer.get_vocab() if tokenizer is not None else {}
         except Exception:
             vocab = {}
-        return self.found_fim_layout(vocab)
-
-    def found_fim_layout(self, vocab) -> tuple[tuple[str, ...], str] | None:
-        """The layout whose markers ``vocab`` (the tokenizer's, token to id) has, kept as ``fim_layout``'s: a
-        backend that reads its vocabulary at construction anyway finds it there, and no request reads it again."""
         layout = next((layout for layout in FIM_LAYOUTS if all(t in vocab for t in layout[0])), None)
-        self._fim_found = (self.tokenizer, layout)
+        self._fim_found = (tokenizer, layout)
         return layout
-
-    def ready_fill_in(self) -> None:
-        """What a first fill-in-the-middle request would wait for, made now (at the model's load, counted in it):
-        the copy of the tokenizer its gaps are read with (``as_text``: 0.5-0.7 s for DeepSeek-Coder's 128k
-        vocabulary). Nothing for a model without a layout. A copy that cannot be made is left for the first
-        request to fail on, in its own words, as it did before: the load goes on."""
-        if self.fim_layout is None:
-            return
-        try:
-            self._as_text()
-        except Exception:
-            log.debug("%s: the fill-in-the-middle tokenizer was not made at load", self.model_id, exc_info=True)
 
     @property
     def fim_tokens(self) -> tuple[str, ...] | None:
@@ -189,10 +169,7 @@ class FillInTheMiddle:
 
     def _text_ids(self, text: str) -> list[int]:
         """``text``'s ids, a special token's spelling in it read as its characters (see the rules)."""
-        return self._as_text()(text)
-
-    def _as_text(self) -> Callable[[str], list[int]]:
-        return once_per_tokenizer(_AS_TEXT, self.tokenizer, lambda: as_text(self.tokenizer))
+        return once_per_tokenizer(_AS_TEXT, self.tokenizer, lambda: as_text(self.tokenizer))(text)
 
     def _layout(self) -> tuple[tuple[str, ...], str]:
         layout = self.fim_layout
