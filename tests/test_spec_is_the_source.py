@@ -176,6 +176,23 @@ async def test_ollamas_refusal_of_what_the_model_lacks_is_the_specs(serve, edite
     assert r.status_code == 400 and r.json() == {"error": '"fixture-llama3" thinks not'}, r.text
 
 
+async def test_a_spec_without_the_capability_table_refuses_nothing_by_it(serve, edited_specs, tmp_path):
+    """``extra.needs_capability`` is optional, as the meta-schema has it: a spec whose maintainers dropped the
+    table serves ``think`` and ``suffix`` as the engine takes them, where reading it unconditionally made every
+    Ollama chat and generate a 500."""
+    import family_fixtures
+
+    text = (spec_dir() / "ollama.yaml").read_text()
+    table = text[text.index("  needs_capability:\n"):text.index("  # errors said in Ollama's words")]
+    specs = edited_specs("ollama.yaml", table, "")
+    s = await serve(backend=family_fixtures.backend("llama3", tmp_path, outputs=("plain",)), spec_dir=specs,
+                    strict=False)
+    async with httpx.AsyncClient() as h:
+        r = await h.post(s.url("/api/chat"), json={"model": "fixture-llama3", "think": True, "stream": False,
+                                                    "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code < 500 and "does not support thinking" not in r.text, r.text
+
+
 @pytest.mark.parametrize("row", ["{field: think, capability: thinking}",
                                  "{field: think, capability: thinking, message: m, status: 400}"])
 def test_a_malformed_capability_row_is_refused_when_the_spec_loads(edited_specs, row):

@@ -265,7 +265,7 @@ class Ollama(Protocol):
         asks again without ``think``; an editor tells "does not support insert" from a failed completion). A field
         sent as null, false or empty asks for nothing; an unknown model is its 404 first. The model is named as the
         client spelled it (Ollama's ParseName keeps its case; the engine's own refusal would name the served one)."""
-        for need in self.spec.extra["needs_capability"]:
+        for need in self.spec.extra.get("needs_capability", ()):
             if v.body.get(need["field"]) and \
                     need["capability"] not in self.engine.model_card(v.args["model"])["capabilities"]:
                 data = {"model": v.body["model"], "check": need["check"]} if "check" in need else None
