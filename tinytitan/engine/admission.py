@@ -86,7 +86,8 @@ class Admission:
         if self.refusable(continuing, unit) and self.waiting - self.slots.value + together - 1 >= self.max_queue:
             them = f" and this request's {together} choices do not all fit" if together > 1 else ""
             raise ApiError("overloaded", f"The server is busy: {self.waiting} generations are already waiting "
-                           f"(--max-queue {self.max_queue}; each choice of a request counts){them}; retry shortly", code="queue_full")
+                           f"(--max-queue {self.max_queue}; each choice of a request counts){them}; retry shortly",
+                           code="queue_full")
         place = Place(self)
         if unit is not None and not unit.admitted:
             unit.admitted, unit.held = True, together - 1

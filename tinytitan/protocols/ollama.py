@@ -265,9 +265,12 @@ class Ollama(Protocol):
         asks again without ``think``; an editor tells "does not support insert" from a failed completion). A field
         sent as null, false or empty asks for nothing; an unknown model is its 404 first. The model is named as the
         client spelled it (Ollama's ParseName keeps its case; the engine's own refusal would name the served one)."""
-        for need in self.spec.extra.get("needs_capability", ()):
-            if v.body.get(need["field"]) and \
-                    need["capability"] not in self.engine.model_card(v.args["model"])["capabilities"]:
+        asked = [need for need in self.spec.extra.get("needs_capability", ()) if v.body.get(need["field"])]
+        if not asked:
+            return
+        capabilities = self.engine.model_card(v.args["model"])["capabilities"]  # (the card once, however many ask)
+        for need in asked:
+            if need["capability"] not in capabilities:
                 data = {"model": v.body["model"], "check": need["check"]} if "check" in need else None
                 raise invalid(need["message"].format(model=json.dumps(v.body["model"])), param=need["field"],
                               code=need.get("code"), data=data)
