@@ -237,3 +237,45 @@ async def test_a_requests_choices_make_one_checkpoint_of_their_prompt(windowed, 
     assert len(taken) == 1
     engine.end_unit(engine.unit(1, req.response_id))
     windowed.prompt_cache.clear()
+
+
+async def test_a_later_choice_after_the_first_ended_takes_no_snapshot_where_its_answer_holds_the_prompt(
+        demo_backend, monkeypatch):
+    """A cache that can be trimmed: the first choice keeps its shared prompt's checkpoint, then ends before the
+    second's first step, and its answer's entry (the prompt and more, trimmable) supersedes the checkpoint. The
+    second starts from that entry trimmed back and reads the last token alone; it takes no second snapshot of the
+    prompt (a copy of the whole KV cache, and a disk write) for an entry the answer's already stands in for."""
+    from tinytitan.engine.engine import Engine
+
+    taken = counting_snapshots(monkeypatch)
+    demo_backend.prompt_cache.clear()
+    engine = Engine(demo_backend)
+    req = _req([("user", "Two answers, one after the other. " * 6)], shared_prompt=True,
+               response_id="cmpl-a-later-choice")
+    try:
+        p, cached, _ = await _run(engine, req.with_(seed=1, temperature=1.0))
+        assert cached == 0 and len(taken) == 1  # its checkpoint, then its answer's entry
+        entries = list(demo_backend.prompt_cache.entries.values())
+        assert len(entries) == 1 and len(entries[0].tokens) >= len(p.tokens)  # the answer's, alone
+        second, cached, _ = await _run(engine, req.with_(seed=2, temperature=1.0))
+        assert second.tokens == p.tokens and cached == len(p.tokens) - 1  # its last token alone read
+        assert len(taken) == 1 and len(demo_backend.prompt_cache.entries) == 1  # no second checkpoint
+    finally:
+        engine.end_unit(engine.unit(1, req.response_id))
+        demo_backend.prompt_cache.clear()
+
+
+def test_only_a_longer_entry_that_can_be_trimmed_back_stands_in_for_a_checkpoint(monkeypatch):
+    """A longer entry serves a prompt's checkpoint only where it can be trimmed back to it: an answer's entry
+    past its window cannot, so the checkpoint is still taken beside it."""
+    taken = counting_snapshots(monkeypatch)
+    prompt = list(range(1, 21))
+    c = PromptCache(1 << 30)
+    c.store(prompt + [50, 51, 52, 53], rotating(24))  # past its window of 8: reused only whole
+    assert not c.holds(prompt[:-1])
+    assert keep(c, prompt[:-1], rotating(19), (), more=8, shared=True) and len(taken) == 1
+    c = PromptCache(1 << 30)
+    c.store(prompt + [50, 51, 52, 53], rotating(24, max_size=WINDOW))  # within its window: trimmed back
+    assert c.holds(prompt[:-1]) and not c.holds(prompt[:-1] + [77])
+    assert keep(c, prompt[:-1], rotating(19, max_size=WINDOW), (), more=8, shared=True) and len(taken) == 1
+    assert [len(e.tokens) for e in c.entries.values()] == [24]

@@ -24,9 +24,12 @@ Rules:
   the same class with ``from_state`` (disk_files.snapshot; mlx arrays are values: the row extending its live
   cache in place copies a shared buffer first, and never changes the checkpoint). The entry counts against the
   prompt cache's byte budget like any other and goes to the disk cache like any other.
-- Only where the prompt cache holds no entry of exactly those tokens (``PromptCache.holds``): a request's other
-  choices, which start from the first's checkpoint and so reach the same point, would each pay a snapshot (a copy
-  of the whole KV cache) and a disk write for an entry that only replaces the one there.
+- Only where the prompt cache holds no entry that serves those tokens (``PromptCache.holds``): neither one of
+  exactly those tokens (a request's other choices, which start from the first's checkpoint and so reach the same
+  point, would each pay a snapshot, a copy of the whole KV cache, and a disk write for an entry that only
+  replaces the one there) nor a longer one that can be trimmed back to them (a first choice that ended before a
+  later one's first step: its answer's entry superseded the checkpoint, and stands in for the one the later
+  choice would make as it would have superseded that one too).
 - Only where it and the answer's entry fit the budget together (twice its size: ``fits``): else the answer's
   entry, stored last, would evict it anyway, after it had evicted older entries (another conversation's) to fit.
   (Whether a shared prompt that does not fit is handed to its request's other rows instead is decided before,
@@ -85,11 +88,12 @@ def keep(prompt_cache: Any, tokens: Sequence[int], kv: list, images: Sequence[Im
          shared: bool = False) -> bool:
     """Store a snapshot of ``kv``, which holds ``tokens`` (a recurrent state keeps no offset to say so), in
     ``prompt_cache`` where it is ``wanted`` (or ``shared``: other rows wait to read the same prompt) and fits (see
-    the rules). True when one was stored, or one of exactly ``tokens`` is held already."""
+    the rules). True when one was stored, or an entry that serves ``tokens`` is held already."""
     if prompt_cache is None or not holds(kv, tokens) or not (shared or wanted(kv, more)):
         return False
     held = len(tokens)
-    if prompt_cache.holds(tokens, images):  # (another choice of its request kept it: no second snapshot)
+    if prompt_cache.holds(tokens, images):  # (another choice of its request kept it, or an answer's entry that
+        # can be trimmed back to it stands in for it: no second snapshot)
         log.debug("prompt cache: a %d-token prompt's checkpoint is held already", held)
         return True
     if not fits(prompt_cache, kv):

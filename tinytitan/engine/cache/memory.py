@@ -113,9 +113,11 @@ class PromptCache:
         return sum(e.nbytes for e in self._entries.values())
 
     def holds(self, tokens: Sequence[int], images: Sequence[ImageRun] = ()) -> bool:
-        """Whether an entry holds exactly ``tokens`` (with ``images``), as kept: nothing is taken or touched."""
+        """Whether an entry holds ``tokens`` (with ``images``) for a prompt that goes on from them: one of exactly
+        those, or one that starts with them and can be trimmed back to them. Nothing is taken or touched."""
         with self._lock:
-            return bool(self._held.exact(keyed(tokens, images)))
+            t = keyed(tokens, images)
+            return len(t) > 0 and any(e.trimmable or len(e.tokens) == len(t) for e in self._held.starting_with(t))
 
     def fetch(self, prompt: Sequence[int], images: Sequence[ImageRun] = (), shared: bool = False) -> tuple[Any, int]:
         """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable. A whole entry is
