@@ -1,6 +1,6 @@
-"""A model's fill-in-the-middle layout is found from its vocabulary once per tokenizer (engine/prompt/fill_in.py):
-reading a vocabulary of 50k tokens takes tens of milliseconds, which an editor's completion would otherwise wait
-for at every request, and /api/show at every call."""
+"""A model's fill-in-the-middle layout is found from its vocabulary once per tokenizer (engine/prompt/fill_in.py),
+shared by every preparation of it: reading a vocabulary of 50k tokens takes tens of milliseconds, which an
+editor's completion would otherwise wait for at every request, and /api/show at every call."""
 
 from __future__ import annotations
 
@@ -30,4 +30,14 @@ def test_the_layout_is_read_once_per_tokenizer():
     plain = Vocabulary(["a", "b"])  # another tokenizer (a model swapped in): read afresh, and a no is kept too
     prep.tokenizer = plain
     assert [prep.fim_layout for _ in range(3)] == [None] * 3 and plain.reads == 1
-    assert Preparation(coder).fim_tokens is not None and coder.reads == 2  # (each preparation its own)
+    prep.tokenizer = coder  # swapped back: its layout is still known
+    assert prep.fim_tokens is not None and coder.reads == 1
+
+
+def test_preparations_of_one_tokenizer_share_its_layout():
+    coder = Vocabulary(["a", "<fim_prefix>", "<fim_suffix>", "<fim_middle>"])
+    assert [Preparation(coder).fim_tokens for _ in range(3)] == [("<fim_prefix>", "<fim_suffix>", "<fim_middle>")] * 3
+    assert coder.reads == 1  # (one read for every preparation of the tokenizer)
+    other = Vocabulary(["a", "[PREFIX]", "[SUFFIX]"])  # a second tokenizer: its own read, its own layout
+    assert Preparation(other).fim_tokens == ("[PREFIX]", "[SUFFIX]") and other.reads == 1
+    assert Preparation(coder).fim_tokens == ("<fim_prefix>", "<fim_suffix>", "<fim_middle>") and coder.reads == 1

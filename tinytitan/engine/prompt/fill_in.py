@@ -63,6 +63,7 @@ SPACELESS_SUFFIX = ("▁<SUF>", "<SUF>")
 _SENTINEL = "\n"
 _GAPS = re.compile(r"(\{prefix\}|\{suffix\})")
 _AS_TEXT: dict[int, tuple[Any, Callable[[str], list[int]]]] = {}  # id(tokenizer) -> (tokenizer, its ``as_text``)
+_LAYOUTS: dict[int, tuple[Any, tuple | None]] = {}  # id(tokenizer) -> (tokenizer, its layout or None)
 
 # the tokens that end a filled-in middle where the model's end of sequence does not: CodeLlama ends one with
 # its end-of-infill token, and without it as a stop writes on past the gap; a coder model that goes on with its
@@ -113,24 +114,22 @@ def as_text(tokenizer) -> Callable[[str], list[int]]:
 class FillInTheMiddle:
     """A part of prompt preparation (``prepare.py``): a raw prompt with a suffix, in the model's layout."""
 
-    _fim_found: tuple | None = None  # (the tokenizer, its layout or None): found once per tokenizer
-
     @property
     def fim_layout(self) -> tuple[tuple[str, ...], str] | None:
         """The model's fill-in-the-middle layout (``FIM_LAYOUTS``: its markers, and the prompt with its gap), where
-        its vocabulary has the markers. Found once per tokenizer: reading a vocabulary of 50k tokens takes tens of
-        milliseconds, and an editor's completion waits for it at every request."""
+        its vocabulary has the markers. Found once per tokenizer (``once_per_tokenizer``), for every preparation of
+        it: reading a vocabulary of 50k tokens takes tens of milliseconds, and an editor's completion waits for it
+        at every request."""
         tokenizer = self.tokenizer
-        found = self._fim_found
-        if found is not None and found[0] is tokenizer:
-            return found[1]
-        try:
-            vocab = tokenizer.get_vocab() if tokenizer is not None else {}
-        except Exception:
-            vocab = {}
-        layout = next((layout for layout in FIM_LAYOUTS if all(t in vocab for t in layout[0])), None)
-        self._fim_found = (tokenizer, layout)
-        return layout
+
+        def measure() -> tuple[tuple[str, ...], str] | None:
+            try:
+                vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+            except Exception:
+                vocab = {}
+            return next((layout for layout in FIM_LAYOUTS if all(t in vocab for t in layout[0])), None)
+
+        return once_per_tokenizer(_LAYOUTS, tokenizer, measure)
 
     @property
     def fim_tokens(self) -> tuple[str, ...] | None:
