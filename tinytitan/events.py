@@ -151,10 +151,12 @@ class Failed:
     code: str | None = None  # the error's own code, where it has one (``group_broken``): in band and folded alike
 
     @classmethod
-    def of(cls, exc: BaseException) -> "Failed":
-        """A generation that failed with ``exc`` once its stream was open; one whose model cannot generate now
-        (``ApiError`` of kind ``unavailable``: a broken group of processes) says so, as a new request is told
-        (its code too: a folded answer is refused as a new request is, 503 ``group_broken``)."""
+    def in_generation(cls, exc: BaseException) -> "Failed":
+        """A generation that broke with ``exc`` after it started (the engine's, in band): a server error saying
+        "generation failed: …", whatever ``exc`` is, save one whose model cannot generate now (``ApiError`` of kind
+        ``unavailable``: a broken group of processes), which says so as a new request is told (its code too: a
+        folded answer is refused as a new request is, 503 ``group_broken``). What a protocol's open stream ends on
+        when its events raise, a refusal of the request among them, is ``protocols/failure.refusal_or_failure``."""
         message = f"generation failed: {getattr(exc, 'message', exc)}"
         if getattr(exc, "kind", None) == "unavailable":
             return cls(message, "unavailable", getattr(exc, "code", None))

@@ -152,7 +152,7 @@ class Mailbox:
                 return
             self.abandoned = True
             if self.sent:
-                self.queue.append(Failed.of(error))
+                self.queue.append(Failed.in_generation(error))
                 self.ended = True
             else:
                 self.error = error
@@ -280,7 +280,7 @@ class Session:
             batch = self._box.drain() if self._box is not None else []
             self._out.extend(merge_deltas(batch))
             if not any(isinstance(ev, (Finished, Failed)) for ev in batch):
-                self._out.append(Failed.of(self._interrupted))
+                self._out.append(Failed.in_generation(self._interrupted))
             self._done = True
             return
         if self._box is None:

@@ -27,7 +27,7 @@ from ..speclang.load import BUILTIN_ROOTS
 from ..speclang.machine import Machine, WireEvent, pump
 from ..speclang.validate import RequestValidator, Validated
 from .choices import Choice, respond_choices
-from .failure import failure_of
+from .failure import refusal_or_failure
 from .wire import Call, Reply, Services
 
 log = logging.getLogger("tinytitan.protocol")
@@ -303,7 +303,7 @@ class Protocol:
             if machine.done:
                 raise
             log.exception("stream %s failed", machine.context.get("id"))
-            ending = failure_of(exc)  # (an ApiError's code as the folded answer's: model_load_failed …)
+            ending = refusal_or_failure(exc)  # (an ApiError's code as the folded answer's: model_load_failed …)
             failed(ending, self.shown(ending))  # (the log line, the dashboard)
             wires = machine.feed(ending)
             if machine.done and not recorded:  # kept as sent (a failed response), before its last event leaves:

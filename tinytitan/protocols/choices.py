@@ -39,7 +39,7 @@ from ..errors import invalid
 from ..events import Failed, KeepAlive, Started
 from ..observe.turn import beside, failed, watch
 from ..speclang.machine import WireEvent, pump
-from .failure import failure_of
+from .failure import refusal_or_failure
 from .wire import Reply
 
 
@@ -235,7 +235,7 @@ async def _failing_in_band(events, shown) -> AsyncIterator:
                 failed(ev, shown(ev))
             yield ev
     except Exception as exc:
-        ending = failure_of(exc)
+        ending = refusal_or_failure(exc)
         failed(ending, shown(ending))
         yield ending
     finally:  # (a choice's own session, opened late, is left here, in the task that opened it)

@@ -38,7 +38,7 @@ from ..errors import ApiError, invalid
 from ..events import Failed, Finished, Started, TextDelta, TokenEvent
 from ..memo import BoundedMemo
 from ..observe.turn import passes, reading
-from .failure import failure_of
+from .failure import refusal_or_failure
 
 if TYPE_CHECKING:
     from ..engine.summarise import Summariser
@@ -187,7 +187,7 @@ async def compaction_events(compactor: "Summariser", text: tuple, result: dict) 
         yield Started(await compactor.prompt_tokens(text))
         summary = await compactor.summarise(text)
     except ApiError as exc:  # (the server stopping mid-summary is said as its generations say it: 503 in band)
-        yield failure_of(exc)
+        yield refusal_or_failure(exc)
         return
     result["mode"] = summary.mode
     yield TextDelta(summary.text)

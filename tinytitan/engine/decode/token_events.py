@@ -242,7 +242,7 @@ class DecodeLoop:
             if rest:
                 self.emit(self._text(rest))
         self.finished = True
-        self.emit(Failed.of(exc))
+        self.emit(Failed.in_generation(exc))
 
     def timing(self) -> Timing:
         """What happened before decoding (``before``), then prefill and decode as this loop saw them."""
