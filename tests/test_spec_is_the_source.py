@@ -121,12 +121,17 @@ async def test_the_roots_answers_and_their_order_are_the_specs(serve, edited_spe
         assert (await h.get(edited.url("/"), headers=axios)).json()["status"] == "ok"
 
 
-def test_a_root_answer_the_module_cannot_give_fails_at_start(edited_specs):
+@pytest.mark.parametrize("name", ["page", "health"])  # (health: a route's handler, not one of GET /'s answers)
+def test_a_root_answer_the_module_cannot_give_fails_at_start(edited_specs, name):
+    """A handler GET / cannot give is refused when the shared module loads its spec, naming the key, the handler
+    and the answers there are (the module's ``root_handlers``, their one list: the meta-schema names none)."""
     from tinytitan.protocols.shared import Shared
 
-    specs = edited_specs("shared.yaml", "text/html: {handler: dashboard}", "text/html: {handler: page}")
-    with pytest.raises(SpecError, match=r"shared.yaml: extra.root.text/html: "):
+    specs = edited_specs("shared.yaml", "text/html: {handler: dashboard}", f"text/html: {{handler: {name}}}")
+    with pytest.raises(SpecError) as refused:
         Shared(specs)
+    assert str(refused.value) == (f"shared.yaml: extra.root.text/html: handler '{name}' is not one of the shared "
+                                  "module's answers: dashboard, status")
 
 
 ROOT_TABLE = ("  root:\n    text/plain: {text: Ollama is running}\n    text/html: {handler: dashboard}\n"

@@ -11,6 +11,7 @@ from ..agents import codex_entries
 from ..errors import ApiError, invalid
 from ..models.gguf_facts import listing_off_loop
 from ..observe import dashboard
+from ..speclang import SpecError
 from .base import Protocol
 from .wire import Call, Reply
 
@@ -42,8 +43,14 @@ class Shared(Protocol):
 
     def __init__(self, spec_directory=None):
         super().__init__(spec_directory)
-        # GET /: Accept type -> answer, in the spec's order (its shape checked when the spec loads: meta_schema.yaml)
+        # GET /: Accept type -> answer, in the spec's order (its shape checked when the spec loads: meta_schema.yaml;
+        # a handler's name here, against the answers this module gives: ``root_handlers``, their one list)
         self.root_answers = self.spec.extra["root"]
+        self.root_handlers = {"dashboard": self.dashboard, "status": self.status}
+        for accept, answer in self.root_answers.items():
+            if "handler" in answer and answer["handler"] not in self.root_handlers:
+                raise SpecError(f"{self.spec.source}: extra.root.{accept}: handler {answer['handler']!r} is not one "
+                                f"of the shared module's answers: {', '.join(self.root_handlers)}")
 
     def handlers(self):
         return {"health": self.health, "root": self.root, "list_models": self.list_models,
@@ -76,7 +83,7 @@ class Shared(Protocol):
         if "text" in answer:
             reply = Reply.of_text(answer["text"], "text/plain; charset=utf-8")
         else:
-            reply = await (self.dashboard if answer["handler"] == "dashboard" else self.status)(call)
+            reply = await self.root_handlers[answer["handler"]](call)
         config = self.services.config
         keyed = config is not None and config.api_key
         reply.headers["Vary"] = "Accept, Authorization, X-Api-Key" if keyed else "Accept"
