@@ -16,8 +16,10 @@ Rules:
 - The gaps are the client's code, read as text (``_text_ids``): a special token's spelling in them (a source file
   holding ``"<|endoftext|>"`` or ``"<fim_middle>"``) stays those characters, as llama.cpp's infill tokenizes its
   prefix and suffix (``parse_special`` false) and mistral_common encodes any text; read as the token, the model saw
-  a false end or a false marker in the gap. A raw prompt without a suffix is read with its special tokens, as
-  llama.cpp's and vLLM's completions read one: such a prompt is often written in the model's template on purpose.
+  a false end or a false marker in the gap (the tokenizer's own ids where it matched none of them: reading them as
+  text needs a copy of the tokenizer, made only for a gap that spells one). A raw prompt without a suffix is read
+  with its special tokens, as llama.cpp's and vLLM's completions read one: such a prompt is often written in the
+  model's template on purpose.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ _SENTINEL = "\n"
 _GAPS = re.compile(r"(\{prefix\}|\{suffix\})")
 _AS_TEXT: dict[int, tuple[Any, Callable[[str], list[int]]]] = {}  # id(tokenizer) -> (tokenizer, its ``as_text``)
 _LAYOUTS: dict[int, tuple[Any, tuple | None]] = {}  # id(tokenizer) -> (tokenizer, its layout or None)
+_TEXT_COPIES: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, its ``_text_copy``)
 
 # the tokens that end a filled-in middle where the model's end of sequence does not: CodeLlama ends one with
 # its end-of-infill token, and without it as a stop writes on past the gap; a coder model that goes on with its
@@ -84,23 +87,25 @@ def _control(token: str) -> bool:
 
 def as_text(tokenizer) -> Callable[[str], list[int]]:
     """How ``tokenizer`` encodes a text with a special token's spelling in it read as its characters, no special
-    tokens added. A fast tokenizer: a copy of its Rust tokenizer with ``encode_special_tokens`` on, kept for this
-    alone (transformers' ``split_special_tokens=True`` sets that flag on the tokenizer every request shares, where a
-    chat prompt encoded on another thread meanwhile would read its template's markers as text); other tokenizers
-    take ``split_special_tokens`` per call, and one that refuses it (mistral-common's) reads none in a text. The copy
-    reads as text the added tokens llama.cpp makes control tokens too (``_control``): Qwen-coder's and CodeGemma's
-    tokenizers leave their FIM, pad and file tokens unflagged, and ``encode_special_tokens`` still matched those."""
+    tokens added. A fast tokenizer: its own encoding, where that holds none of the added tokens read as text here
+    (it then split the text nowhere the reading as text would not, and the two are the same ids); else that of a
+    copy of its Rust tokenizer with ``encode_special_tokens`` on (``_text_copy``), made the first time a text
+    needs it (a copy of a 128k vocabulary takes a second: an editor's code rarely spells a special token).
+    Other tokenizers take ``split_special_tokens`` per call, and one that refuses it (mistral-common's) reads
+    none in a text."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-        backend = copy.copy(backend)
-        backend.encode_special_tokens = True
-        unflagged = [t for t in backend.get_added_tokens_decoder().values() if not t.special and _control(t.content)]
-        backend.add_special_tokens([AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip,
-                                               rstrip=t.rstrip, normalized=t.normalized, special=True)
-                                    for t in unflagged])  # (the copy's alone: same ids, now read as text)
-        backend.no_padding()
-        backend.no_truncation()
-        return lambda text: list(backend.encode(text, add_special_tokens=False).ids)
+        read_as_text = frozenset(i for i, t in backend.get_added_tokens_decoder().items()
+                                 if t.special or _control(t.content))
+
+        def encode_fast(text: str) -> list[int]:
+            ids = list(tokenizer.encode(text, add_special_tokens=False))
+            if read_as_text.isdisjoint(ids):
+                return ids
+            copied = once_per_tokenizer(_TEXT_COPIES, tokenizer, lambda: _text_copy(backend))
+            return list(copied.encode(text, add_special_tokens=False).ids)
+
+        return encode_fast
 
     def encode(text: str) -> list[int]:
         try:
@@ -109,6 +114,23 @@ def as_text(tokenizer) -> Callable[[str], list[int]]:
             return list(tokenizer.encode(text, add_special_tokens=False))
 
     return encode
+
+
+def _text_copy(backend):
+    """A copy of a Rust tokenizer that reads special tokens as text (``encode_special_tokens``), kept for the
+    gaps alone: transformers' ``split_special_tokens=True`` sets that flag on the tokenizer every request shares,
+    where a chat prompt encoded on another thread meanwhile would read its template's markers as text. The copy
+    reads as text the added tokens llama.cpp makes control tokens too (``_control``): Qwen-coder's and CodeGemma's
+    tokenizers leave their FIM, pad and file tokens unflagged, and ``encode_special_tokens`` still matched those."""
+    backend = copy.copy(backend)
+    backend.encode_special_tokens = True
+    unflagged = [t for t in backend.get_added_tokens_decoder().values() if not t.special and _control(t.content)]
+    backend.add_special_tokens([AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
+                                           normalized=t.normalized, special=True)
+                                for t in unflagged])  # (the copy's alone: same ids, now read as text)
+    backend.no_padding()
+    backend.no_truncation()
+    return backend
 
 
 class FillInTheMiddle:
