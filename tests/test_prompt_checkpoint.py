@@ -265,9 +265,22 @@ async def test_a_later_choice_after_the_first_ended_takes_no_snapshot_where_its_
         demo_backend.prompt_cache.clear()
 
 
-def test_only_a_longer_entry_that_can_be_trimmed_back_stands_in_for_a_checkpoint(monkeypatch):
-    """A longer entry serves a prompt's checkpoint only where it can be trimmed back to it: an answer's entry
-    past its window cannot, so the checkpoint is still taken beside it."""
+def plain(tokens: int, layers: int = 2) -> list:
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    kv = [KVCache() for _ in range(layers)]
+    for c in kv:
+        x = mx.random.normal((1, 2, tokens, 4))
+        c.update_and_fetch(x, x)
+    mx.eval([c.state for c in kv])
+    return kv
+
+
+def test_only_a_longer_entry_that_stays_trimmable_stands_in_for_a_checkpoint(monkeypatch):
+    """A longer entry serves a prompt's checkpoint only where it can be trimmed back to it now and as it grows: an
+    answer's entry past its window cannot, nor can one with a window it has not filled yet (its next turn may), so
+    the checkpoint is still taken beside them; a plain KV cache's stands in."""
     taken = counting_snapshots(monkeypatch)
     prompt = list(range(1, 21))
     c = PromptCache(1 << 30)
@@ -275,7 +288,30 @@ def test_only_a_longer_entry_that_can_be_trimmed_back_stands_in_for_a_checkpoint
     assert not c.holds(prompt[:-1])
     assert keep(c, prompt[:-1], rotating(19), (), more=8, shared=True) and len(taken) == 1
     c = PromptCache(1 << 30)
-    c.store(prompt + [50, 51, 52, 53], rotating(24, max_size=WINDOW))  # within its window: trimmed back
+    c.store(prompt + [50, 51, 52, 53], rotating(24, max_size=WINDOW))  # within its window, for now
+    assert not c.holds(prompt[:-1])
+    assert keep(c, prompt[:-1], rotating(19, max_size=WINDOW), (), more=8, shared=True) and len(taken) == 2
+    c = PromptCache(1 << 30)
+    c.store(prompt + [50, 51, 52, 53], plain(24))  # trimmed back, however long it grows
     assert c.holds(prompt[:-1]) and not c.holds(prompt[:-1] + [77])
-    assert keep(c, prompt[:-1], rotating(19, max_size=WINDOW), (), more=8, shared=True) and len(taken) == 1
+    assert keep(c, prompt[:-1], plain(19), (), more=8, shared=True) and len(taken) == 2
     assert [len(e.tokens) for e in c.entries.values()] == [24]
+
+
+def test_a_longer_entry_within_its_window_taken_out_by_its_next_turn_leaves_the_checkpoint(monkeypatch):
+    """An answer's entry within its window holds the prompt for now, but its own conversation's next turn takes it
+    out whole and goes past the window: the checkpoint taken beside it still serves this prompt's next turn, whose
+    copy of the answer (past the window too) came back as other tokens."""
+    counting_snapshots(monkeypatch)
+    prompt = list(range(1, 21))
+    other = prompt + [50, 51, 52, 53]  # another choice's answer, or an earlier one to the same prompt
+    c = PromptCache(1 << 30)
+    c.store(other, rotating(24, max_size=WINDOW))
+    assert keep(c, prompt[:-1], rotating(19, max_size=WINDOW), (), more=WINDOW)  # its answer could fill the window
+    kv, n = c.fetch(other + [60, 61])  # the other's next turn: its entry, whole, taken out
+    assert n == 24
+    c.store(other + list(range(100, 100 + WINDOW)), rotating(24 + WINDOW, max_size=WINDOW))  # ... past the window
+    answer = prompt + list(range(200, 200 + WINDOW))
+    c.store(answer, rotating(len(answer), max_size=WINDOW))  # this prompt's answer, past the window
+    kv, n = c.fetch(prompt + [200, 999, 7])  # its next turn, the answer come back as other tokens
+    assert n == len(prompt) - 1 and kv[0].offset == n

@@ -27,9 +27,11 @@ Rules:
 - Only where the prompt cache holds no entry that serves those tokens (``PromptCache.holds``): neither one of
   exactly those tokens (a request's other choices, which start from the first's checkpoint and so reach the same
   point, would each pay a snapshot, a copy of the whole KV cache, and a disk write for an entry that only
-  replaces the one there) nor a longer one that can be trimmed back to them (a first choice that ended before a
-  later one's first step: its answer's entry superseded the checkpoint, and stands in for the one the later
-  choice would make as it would have superseded that one too).
+  replaces the one there) nor a longer one that can be trimmed back to them and stays so as it grows (a first
+  choice that ended before a later one's first step: its answer's entry superseded the checkpoint, and stands in
+  for the one the later choice would make as it would have superseded that one too). A longer entry with a
+  window does not count though it is within it now: its conversation's next turn takes it out and may extend it
+  past the window, after which nothing would serve these tokens but the checkpoint not taken.
 - Only where it and the answer's entry fit the budget together (twice its size: ``fits``): else the answer's
   entry, stored last, would evict it anyway, after it had evicted older entries (another conversation's) to fit.
   (Whether a shared prompt that does not fit is handed to its request's other rows instead is decided before,

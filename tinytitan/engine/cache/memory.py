@@ -72,7 +72,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..prompt.splice import Span
-from .entries import Entry, ImageRun, Kept, Note, PromptFacts, holds_answer, keyed, kv_bytes, kv_offset, kv_trimmable
+from .entries import (Entry, ImageRun, Kept, Note, PromptFacts, holds_answer, keyed, kv_bytes, kv_offset,
+                      kv_stays_trimmable, kv_trimmable)
 from .prefix_index import PrefixIndex, Reusable, common_prefix
 
 log = logging.getLogger("tinytitan.cache")
@@ -114,10 +115,14 @@ class PromptCache:
 
     def holds(self, tokens: Sequence[int], images: Sequence[ImageRun] = ()) -> bool:
         """Whether an entry holds ``tokens`` (with ``images``) for a prompt that goes on from them: one of exactly
-        those, or one that starts with them and can be trimmed back to them. Nothing is taken or touched."""
+        those, or one that starts with them and can be trimmed back to them now and as it grows (no window, no
+        recurrent state: ``kv_stays_trimmable``). A longer one is an answer's, which its own conversation's next
+        turn takes out whole and extends in place: one with a window may go past it, and then serves only
+        prompts it is wholly a prefix of. Nothing is taken or touched."""
         with self._lock:
             t = keyed(tokens, images)
-            return len(t) > 0 and any(e.trimmable or len(e.tokens) == len(t) for e in self._held.starting_with(t))
+            return len(t) > 0 and any(len(e.tokens) == len(t) or (e.trimmable and (e.payload is None or
+                                      kv_stays_trimmable(e.payload))) for e in self._held.starting_with(t))
 
     def fetch(self, prompt: Sequence[int], images: Sequence[ImageRun] = (), shared: bool = False) -> tuple[Any, int]:
         """(payload holding the first n prompt tokens, n); (None, 0) when nothing is reusable. A whole entry is
