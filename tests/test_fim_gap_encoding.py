@@ -4,9 +4,12 @@ special tokens as text (``fill_in._text_copy``, a second at a 128k vocabulary) i
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mlx_lm.tokenizer_utils import TokenizerWrapper
 from tokenizers import AddedToken
+from transformers.models.code_llama.tokenization_code_llama import CodeLlamaTokenizer
 
 from tinytitan.engine.backends.scripted import demo_tokenizer
 from tinytitan.engine.prompt import fill_in
@@ -68,6 +71,41 @@ def test_the_shared_encoding_is_taken_only_where_it_is_the_copys(parts):
     tok = TOKENIZER
     text = "".join(parts)
     assert fill_in.as_text(tok)(text) == list(COPY.encode(text, add_special_tokens=False).ids)
+
+
+def codellama_tokenizer():
+    """transformers' CodeLlamaTokenizer, as AutoTokenizer loads CodeLlama's, on a small byte-fallback vocabulary."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for ch in "▁abcdefghijklmnopqrstuvwxyzFILME_=#<>":
+        vocab.setdefault(ch, len(vocab))
+    return TokenizerWrapper(CodeLlamaTokenizer(vocab=vocab, merges=[]))
+
+
+@pytest.mark.parametrize("text", ["x = 1  # <FILL_ME>", 'a = "<FILL_ME>" + b', "x <FILL_ME> y <FILL_ME> z"])
+def test_codellamas_fill_token_in_a_gap_is_its_characters(text):
+    """CodeLlamaTokenizer's ``encode`` reads a text holding ``<FILL_ME>`` as an infill prompt: taken for the shared
+    encoding, a gap ending in it lost those characters, one holding two failed (a 500), and one holding it between
+    texts left the tokenizer every request shares with another normalizer. The gaps are its Rust tokenizer's."""
+    tok = codellama_tokenizer()
+    backend = tok.backend_tokenizer
+    before = backend.to_str()
+    ids = fill_in.as_text(tok)(text)
+    assert ids == fill_in._text_copy(backend).encode(text, add_special_tokens=False).ids
+    assert backend.decode(ids) == text and backend.to_str() == before
+
+
+@pytest.mark.parametrize("left_on", ["truncation", "padding"])
+def test_a_cut_or_padded_shared_encoding_is_not_taken(left_on):
+    """Truncation or padding another caller left on the shared tokenizer cuts or pads its encoding: the gap is then
+    the copy's (which has neither), never the cut or padded ids."""
+    tok = coder_tokenizer()
+    backend = tok.backend_tokenizer
+    if left_on == "truncation":
+        backend.enable_truncation(3)
+    else:
+        backend.enable_padding(length=64, pad_id=tok.convert_tokens_to_ids("a"), pad_token="a")
+    code = "def f(x):\n    return x\n"
+    assert fill_in.as_text(tok)(code) == list(COPY.encode(code, add_special_tokens=False).ids)
 
 
 TOKENIZER = coder_tokenizer()

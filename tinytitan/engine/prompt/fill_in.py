@@ -87,10 +87,14 @@ def _control(token: str) -> bool:
 
 def as_text(tokenizer) -> Callable[[str], list[int]]:
     """How ``tokenizer`` encodes a text with a special token's spelling in it read as its characters, no special
-    tokens added. A fast tokenizer: its own encoding, where that holds none of the added tokens read as text here
-    (it then split the text nowhere the reading as text would not, and the two are the same ids); else that of a
-    copy of its Rust tokenizer with ``encode_special_tokens`` on (``_text_copy``), made the first time a text
-    needs it (a copy of a 128k vocabulary takes a second: an editor's code rarely spells a special token).
+    tokens added. A fast tokenizer: its Rust tokenizer's own encoding, where that holds none of the added tokens
+    read as text here (it then split the text nowhere the reading as text would not, and the two are the same ids)
+    and was neither cut nor padded (a setting another caller left on); else that of a copy of its Rust tokenizer
+    with ``encode_special_tokens`` on (``_text_copy``), made the first time a text needs it (a copy of a 128k
+    vocabulary takes a second: an editor's code rarely spells a special token). The Rust tokenizer, not the
+    wrapper's ``encode``, which a subclass reworks: transformers' CodeLlamaTokenizer reads a text holding
+    ``<FILL_ME>`` as an infill prompt, dropping the token's spelling at a text's end, failing on two, and setting
+    its own normalizer on the tokenizer every request shares meanwhile.
     Other tokenizers take ``split_special_tokens`` per call, and one that refuses it (mistral-common's) reads
     none in a text."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -99,9 +103,9 @@ def as_text(tokenizer) -> Callable[[str], list[int]]:
                                  if t.special or _control(t.content))
 
         def encode_fast(text: str) -> list[int]:
-            ids = list(tokenizer.encode(text, add_special_tokens=False))
-            if read_as_text.isdisjoint(ids):
-                return ids
+            shared = backend.encode(text, add_special_tokens=False)
+            if read_as_text.isdisjoint(shared.ids) and not shared.overflowing and 0 not in shared.attention_mask:
+                return list(shared.ids)
             copied = once_per_tokenizer(_TEXT_COPIES, tokenizer, lambda: _text_copy(backend))
             return list(copied.encode(text, add_special_tokens=False).ids)
 
