@@ -2,8 +2,8 @@
 """The prompt cache on disk: the first turn after a restart, against a warm in-memory hit and a cold prompt.
 
 A Claude Code-shaped request (/v1/messages: billing line, 3 system blocks, tools, a long stable prefix of
-``--prefix-tokens`` tokens) on ``tinytitan serve`` with ``--prompt-cache-dir`` a fresh directory. Per repetition
-(a new prefix each time, so nothing earlier serves it):
+``--prefix-sentences`` sentences, about 8.5k tokens by default) on ``tinytitan serve`` with
+``--prompt-cache-dir`` a fresh directory. Per repetition (a new prefix each time, so nothing earlier serves it):
 
 1. **cold**: the prefix and a first user turn — nothing cached;
 2. **warm**: the same prefix and another user turn — the prefix is a hit in memory;

@@ -45,8 +45,8 @@ answer (the common *text* prefix, converted to this prompt's own ids), the answe
 demo models' random weights emit byte tokens that are not UTF-8: the client gets U+FFFD back, other bytes than
 were generated). A server that re-tokenizes the answer
 loses the tokens from where its ids and the generated ids part; tinytitan reuses the generated ids where the
-answer comes back unchanged (``prompt_splice.py``), so the in-process rendering mirrors that: a local prompt
-cache (no KV) is given each turn's prompt and generated ids, as the server's is. Target (issue 22): cached ÷
+answer comes back unchanged (``engine/prompt/splice.py``), so the in-process rendering mirrors that: a local
+prompt cache (no KV) is given each turn's prompt and generated ids, as the server's is. Target (issue 22): cached ÷
 naive reusable ≥ 0.995 summed over turns 2+ (and per turn), beside mlx_lm.server in the same run.
 
     python tools/bench_session.py                         # demo model, all variants + the peer (~1-2 min)

@@ -1,9 +1,10 @@
 """gpt-oss's harmony: a call is a commentary message to ``functions.NAME`` whose body is its JSON arguments,
 ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}<|call|>``.
 
-- decoder: the whole output is read by ``families/harmony.py``'s ``HarmonyParser`` (channels decide reasoning,
-  text and calls); checking grammar: ``grammars/harmony.lark``, once per call message;
-- forcing: one call message (``structured/harmony.py``); an output format is the final channel's message;
+- decoder: the whole output is read by ``families/harmony_parser.py``'s ``HarmonyParser`` (channels decide
+  reasoning, text and calls); checking grammar: ``grammars/harmony.lark``, once per call message;
+- forcing: one call message (``structured/harmony_formats.py``); an output format is the final channel's
+  message;
 - rendering: the call message as the model writes it (the harmony templates render calls themselves).
 """
 
