@@ -1,6 +1,7 @@
 """A model's fill-in-the-middle layout is found from its vocabulary once per tokenizer (engine/prompt/fill_in.py),
 shared by every preparation of it: reading a vocabulary of 50k tokens takes tens of milliseconds, which an
-editor's completion would otherwise wait for at every request, and /api/show at every call."""
+editor's completion would otherwise wait for at every request, and /api/show at every call. Once also when
+several threads ask first at once (tokenizer_facts.once_per_tokenizer)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,33 @@ def test_preparations_of_one_tokenizer_share_its_layout():
     other = Vocabulary(["a", "[PREFIX]", "[SUFFIX]"])  # a second tokenizer: its own read, its own layout
     assert Preparation(other).fim_tokens == ("[PREFIX]", "[SUFFIX]") and other.reads == 1
     assert Preparation(coder).fim_tokens == ("<fim_prefix>", "<fim_suffix>", "<fim_middle>") and coder.reads == 1
+
+
+def test_threads_asking_first_at_once_measure_once():
+    """Prompts are prepared on worker threads, and an editor's completions arrive together: a figure that takes
+    a second to measure (the gaps' tokenizer copy at a 128k vocabulary) is measured once, the others waiting."""
+    import threading
+    import time
+
+    from tinytitan.engine.prompt.tokenizer_facts import once_per_tokenizer
+
+    table: dict = {}
+    tokenizer, measured, start = object(), [], threading.Barrier(4)
+
+    def measure():
+        measured.append(1)
+        time.sleep(0.05)  # (long enough for the other threads to ask meanwhile)
+        return "figure"
+
+    got: list = []
+
+    def ask():
+        start.wait()
+        got.append(once_per_tokenizer(table, tokenizer, measure))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == ["figure"] * 4 and len(measured) == 1

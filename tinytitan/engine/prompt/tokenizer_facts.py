@@ -5,11 +5,15 @@ Rules:
 - A figure measured from a tokenizer is kept in a table keyed by the tokenizer's ``id``, beside the tokenizer
   itself (so an id reused by a later tokenizer is never taken for it); tokenizers are few and live as long as
   their backend.
+- A figure is measured once even when several threads ask for it first at once (prompts are prepared on worker
+  threads: an editor's completions arrive together, and a copy of a 128k vocabulary takes a second); reading a
+  kept figure takes no lock.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable, Sequence, TypeVar
 
 from ...errors import invalid
@@ -33,8 +37,14 @@ def once_per_tokenizer(table: dict[int, tuple[Any, T]], tokenizer, measure: Call
     """``measure()`` for ``tokenizer``, the first time it is asked for; the kept value after that."""
     known = table.get(id(tokenizer))
     if known is None or known[0] is not tokenizer:
-        known = table[id(tokenizer)] = (tokenizer, measure())
+        with _MEASURING:  # (re-entrant: a figure's measure may ask for another)
+            known = table.get(id(tokenizer))
+            if known is None or known[0] is not tokenizer:
+                known = table[id(tokenizer)] = (tokenizer, measure())
     return known[1]
+
+
+_MEASURING = threading.RLock()
 
 
 _RESTARTS: dict[int, tuple[Any, frozenset[int]]] = {}  # id(tokenizer) -> (tokenizer, its added tokens)
