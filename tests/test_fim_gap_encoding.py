@@ -73,12 +73,13 @@ def test_the_shared_encoding_is_taken_only_where_it_is_the_copys(parts):
     assert fill_in.as_text(tok)(text) == list(COPY.encode(text, add_special_tokens=False).ids)
 
 
-def codellama_tokenizer():
-    """transformers' CodeLlamaTokenizer, as AutoTokenizer loads CodeLlama's, on a small byte-fallback vocabulary."""
+def codellama_tokenizer(**kwargs):
+    """transformers' CodeLlamaTokenizer, as AutoTokenizer loads CodeLlama's, on a small byte-fallback vocabulary
+    (``kwargs``: the class's own, ``fill_token`` one)."""
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
     for ch in "▁abcdefghijklmnopqrstuvwxyzFILME_=#<>":
         vocab.setdefault(ch, len(vocab))
-    return TokenizerWrapper(CodeLlamaTokenizer(vocab=vocab, merges=[]))
+    return TokenizerWrapper(CodeLlamaTokenizer(vocab=vocab, merges=[], **kwargs))
 
 
 @pytest.mark.parametrize("text", ["x = 1  # <FILL_ME>", 'a = "<FILL_ME>" + b', "x <FILL_ME> y <FILL_ME> z"])

@@ -31,6 +31,7 @@ from .. import images
 from ..chat_request import ChatRequest, ImagePart, Message
 from ..errors import ApiError
 from ..events import SHUTTING_DOWN, Failed, Finished, TextDelta, Usage
+from .prompt.tokenizer_facts import ids_of
 
 log = logging.getLogger("tinytitan.summarise")
 
@@ -107,7 +108,7 @@ class Summariser:
         tok = getattr(self.backend, "tokenizer", None)
         if tok is None:
             return max(1, len(text) // 4)
-        return len(tok.encode(text, add_special_tokens=False))
+        return len(ids_of(tok)(text))
 
     def request(self, system: str, user: str, max_tokens: int, parts: tuple = ()) -> ChatRequest:
         """``parts``: the user turn's text and images in order, where it holds images."""
@@ -190,7 +191,7 @@ class Summariser:
         tok = getattr(self.backend, "tokenizer", None)
         if tok is None:
             return text[-self.budget * 4:]
-        ids = tok.encode(text, add_special_tokens=False)
+        ids = ids_of(tok)(text)
         keep = self.budget
         while True:
             out = tok.decode(ids[-keep:]) if keep < len(ids) else text

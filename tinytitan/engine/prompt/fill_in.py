@@ -32,7 +32,7 @@ from tokenizers import AddedToken
 
 from ...chat_request import ChatRequest
 from ...errors import invalid
-from .tokenizer_facts import once_per_tokenizer
+from .tokenizer_facts import ids_of, once_per_tokenizer
 
 
 # fill-in-the-middle layouts, as the model families that train on them write a prompt with a gap: the markers a
@@ -166,9 +166,8 @@ class FillInTheMiddle:
     def raw_prompt(self, req: ChatRequest) -> tuple[str, list[int]]:
         """A raw prompt as the model reads it, its text and its ids (no BOS: the caller's); with a suffix, the
         model's fill-in-the-middle layout: its markers as their ids, each gap encoded alone (see the rules)."""
-        encode = self.tokenizer.encode
         if req.suffix is None:
-            return req.prompt or "", list(encode(req.prompt or "", add_special_tokens=False))
+            return req.prompt or "", ids_of(self.tokenizer)(req.prompt or "")
         markers, text = self._layout()
         ids: list[int] = []
         for part in _GAPS.split(text):

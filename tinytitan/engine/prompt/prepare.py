@@ -17,7 +17,8 @@ from ..cache.entries import PromptFacts
 from ..cache.miss import Fingerprint, compare, diagnose
 from ..decode.call_limit import call_limit
 from .splice import splice as splice_prompt
-from .tokenizer_facts import check_logit_bias, id_count, once_per_tokenizer, opening_tokens, restart_tokens, text_of
+from .tokenizer_facts import (check_logit_bias, id_count, ids_of, once_per_tokenizer, opening_tokens, restart_tokens,
+                              text_of)
 from .reasoning import level_of
 from ..speculative.sampling import SAMPLING
 from ..structured import CompiledGrammar, GrammarMask, compile_grammar
@@ -146,7 +147,7 @@ class PromptPreparation(TemplateRendering, FillInTheMiddle):
         elif splice:
             tokens, miss, facts = self.tokenize(text, req, fp)
         else:
-            tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+            tokens = ids_of(self.tokenizer)(text)
         return Encoded(text, tokens, t1 - t0, time.perf_counter() - t1, miss, facts)
 
     def tokenize(self, text: str, req: ChatRequest | None = None, fp: Fingerprint | None = None):
@@ -175,10 +176,7 @@ class PromptPreparation(TemplateRendering, FillInTheMiddle):
         prompt/splice.py), and their spans (None without a cache); remembers nothing (``tokenize`` does)."""
         cache = getattr(self, "prompt_cache", None)
         tokenizer = self.tokenizer
-
-        def encode(t: str) -> list[int]:
-            return list(tokenizer.encode(t, add_special_tokens=False))
-
+        encode = ids_of(tokenizer)
         if cache is None:
             return encode(text), None
         return splice_prompt(text, cache.candidates(), encode, text_of(tokenizer), restart_tokens(tokenizer),

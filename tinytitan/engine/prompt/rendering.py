@@ -44,7 +44,7 @@ from ..cache.prefix_index import common_prefix
 from ..families import template_source
 from .messages import template_messages, template_tools
 from .reasoning import TemplateReasoning, level_of
-from .tokenizer_facts import checked_prompt_ids, id_count, once_per_tokenizer
+from .tokenizer_facts import checked_prompt_ids, id_count, ids_of, once_per_tokenizer
 from .tool_declarations import ToolDeclarations
 
 log = logging.getLogger("tinytitan.backend")
@@ -158,7 +158,7 @@ class TemplateRendering(ToolDeclarations):
             return None
 
         def ids(t: str) -> list[int]:
-            return list(self.tokenizer.encode(t[len(before):], add_special_tokens=False))
+            return ids_of(self.tokenizer)(t[len(before):])
 
         opening = np.array(ids(generating), dtype=np.int64)
         kept = max(common_prefix(opening, np.array(ids(t), dtype=np.int64)) for t in answers)

@@ -1,7 +1,9 @@
-"""What prompt preparation reads of a tokenizer beyond encoding: how its ids read back as text, its added
+"""What prompt preparation reads of a tokenizer: how a text reads as ids and ids read back as text, its added
 tokens, and figures measured once per tokenizer (``once_per_tokenizer``).
 
 Rules:
+- A prompt's text is encoded by ``ids_of``, not the tokenizer's ``encode``: a text spelling the fill token a
+  tokenizer class splits its input at (transformers' CodeLlamaTokenizer's ``<FILL_ME>``) is its characters.
 - A figure measured from a tokenizer is kept in a table keyed by the tokenizer's ``id``, beside the tokenizer
   itself (so an id reused by a later tokenizer is never taken for it); tokenizers are few and live as long as
   their backend.
@@ -12,9 +14,12 @@ Rules:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any, Callable, Sequence, TypeVar
+
+from tokenizers import Tokenizer
 
 from ...errors import invalid
 
@@ -45,6 +50,57 @@ def once_per_tokenizer(table: dict[int, tuple[Any, T]], tokenizer, measure: Call
 
 
 _MEASURING = threading.RLock()
+
+
+_IDS_OF: dict[int, tuple[Any, Callable[[str], list[int]]]] = {}  # id(tokenizer) -> (tokenizer, its ``ids_of``)
+_UNFILLED: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, its ``_unfilled_copy``)
+
+
+def ids_of(tokenizer) -> Callable[[str], list[int]]:
+    """How a text (a rendered prompt, a raw one, a transcript) reads as ids, no special tokens added: the
+    tokenizer's ``encode``, except for a text holding the fill token its class splits its input at
+    (``fill_token``). transformers' CodeLlamaTokenizer reads a text holding ``<FILL_ME>`` as an infill prompt:
+    those characters dropped, its infill normalizer swapped onto the tokenizer every request shares meanwhile, and
+    a text holding it twice fails (a 500). Nor is its Rust tokenizer's encoding the text's: the class adds
+    ``<FILL_ME>`` to it as a special token, an id past the model's embedding (CodeLlama's vocabulary has no such
+    token; it is that class's convention). Such a text is encoded by a copy of the Rust tokenizer without that
+    token (``_unfilled_copy``, made once): its characters, special tokens of the template still read as tokens.
+    Only texts holding the fill token take that path: a tokenizer class may rework every text in ``encode``
+    (mlx-lm's ``NewlineTokenizer``), which its Rust tokenizer alone would not."""
+
+    def measure() -> Callable[[str], list[int]]:
+        fill = getattr(tokenizer, "fill_token", None)
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+
+        def encode(text: str) -> list[int]:
+            return list(tokenizer.encode(text, add_special_tokens=False))
+
+        if not isinstance(fill, str) or not fill or backend is None:
+            return encode
+        split = bool(getattr(tokenizer, "split_special_tokens", False))
+
+        def encode_filled(text: str) -> list[int]:
+            if fill not in text:
+                return encode(text)
+            unfilled = once_per_tokenizer(_UNFILLED, tokenizer, lambda: _unfilled_copy(backend, fill, split))
+            return list(unfilled.encode(text, add_special_tokens=False).ids)
+
+        return encode_filled
+
+    return once_per_tokenizer(_IDS_OF, tokenizer, measure)
+
+
+def _unfilled_copy(backend, fill: str, split: bool):
+    """A copy of a Rust tokenizer without the added token ``fill`` (from its own serialization, that token's entry
+    left out), neither cutting nor padding, reading special tokens as its tokenizer's own setting says
+    (``split``): the shared one is left as it is, other threads encoding with it."""
+    spec = json.loads(backend.to_str())
+    spec["added_tokens"] = [t for t in spec.get("added_tokens") or [] if t.get("content") != fill]
+    unfilled = Tokenizer.from_str(json.dumps(spec))
+    unfilled.no_truncation()
+    unfilled.no_padding()
+    unfilled.encode_special_tokens = split
+    return unfilled
 
 
 _RESTARTS: dict[int, tuple[Any, frozenset[int]]] = {}  # id(tokenizer) -> (tokenizer, its added tokens)
