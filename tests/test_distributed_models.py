@@ -133,6 +133,10 @@ async def test_a_follower_that_samples_otherwise_breaks_the_group_naming_it(tmp_
 MODEL_50M = "tinytitan-demo-50m"
 MARGIN = 1e-3  # top-two logit gap taken as decided: float32 sums reordered across 2 ranks move a logit ~1e-5
 PROMPT_50M = "The quick brown fox"
+# tokens compared (each of them, streamed and not, on the group and on one process): every decode step of the group
+# runs the same sharded layers, so 12 find a wrong sum as 24 did; longer greedy answers are compared on the demo
+# model's group (test_distributed.py)
+ANSWER_50M = 12
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +182,7 @@ async def test_50m_greedy_output_equals_one_process_where_the_top_two_are_apart(
 
     assert group_50m.health["group"]["sharding"] == "tensor"
     one = await serve(backend=MLXBackend(dir_50m, MODEL_50M))
-    want, decided = decided_greedy(dir_50m, PROMPT_50M, 24)
+    want, decided = decided_greedy(dir_50m, PROMPT_50M, ANSWER_50M)
     assert decided >= 8, decided  # a test of something
     for stream in (False, True):
         kw = {"max_tokens": decided, "model": MODEL_50M}
