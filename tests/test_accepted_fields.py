@@ -10,7 +10,7 @@ import pytest
 import anthropic_util
 import strict
 from responses_helpers import client as responses_client, record_prompts
-from test_chat_completions import client as chat_client
+from chat_helpers import client as chat_client
 from tinytitan.protocols.common import VERBOSITY
 
 MODEL = "tinytitan-scripted"

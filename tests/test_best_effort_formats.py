@@ -21,7 +21,7 @@ import pytest
 
 import anthropic_util
 from responses_helpers import client as responses_client
-from test_chat_completions import client as chat_client
+from chat_helpers import client as chat_client
 from tinytitan.engine.structured import best_effort as best_effort_module
 from tinytitan.engine.structured.best_effort import compilable
 

@@ -15,7 +15,7 @@ import pytest
 
 import anthropic_util
 from responses_helpers import client as responses_client, record_prompts
-from test_chat_completions import client as chat_client
+from chat_helpers import client as chat_client
 from tinytitan.chat_request import ChatRequest, Message, Tool
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 

@@ -11,19 +11,7 @@ import pytest
 
 import strict
 from sse import parse_sse
-
-MODEL = "tinytitan-scripted"
-USER = [{"role": "user", "content": "hi"}]
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                             "parameters": {"type": "object",
-                                                            "properties": {"city": {"type": "string"}},
-                                                            "required": ["city"]}}}]
-THINK_TEXT_TOOL = ('<think>\nThe user wants weather.\n</think>\n\nLet me check.\n\n<tool_call>\n'
-                   '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
-
-
-def client(s) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=s.url("/v1"), api_key="anything", max_retries=0)
+from chat_helpers import MODEL, THINK_TEXT_TOOL, TOOLS, USER, client
 
 
 async def post(s, body, **kw):

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from test_chat_completions import THINK_TEXT_TOOL, TOOLS, USER
+from chat_helpers import THINK_TEXT_TOOL, TOOLS, USER
 
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 HAIKU = [{"role": "user", "content": "Write a haiku about the sea."}]

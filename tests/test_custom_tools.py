@@ -134,7 +134,7 @@ CHAT_TOOL = {"type": "custom", "custom": {"name": "apply_patch", "description": 
 
 
 async def test_chat_completions_custom_tools(serve):
-    from test_chat_completions import client as chat_client
+    from chat_helpers import client as chat_client
 
     s = await serve([call_text("apply_patch", PATCH), call_text("apply_patch", PATCH), "Patched."])
     prompts = record_prompts(s)

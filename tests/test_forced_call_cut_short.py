@@ -11,7 +11,7 @@ import pytest
 
 import anthropic_util
 from responses_helpers import client as responses_client
-from test_chat_completions import client as chat_client
+from chat_helpers import client as chat_client
 
 MODEL = "tinytitan-scripted"
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

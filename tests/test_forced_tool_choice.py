@@ -10,7 +10,7 @@ import pytest
 
 import anthropic_util
 from responses_helpers import client as responses_client
-from test_chat_completions import client as chat_client
+from chat_helpers import client as chat_client
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
            "required": ["city"], "additionalProperties": False}

@@ -19,7 +19,7 @@ import pytest
 
 import anthropic_util
 from responses_helpers import client as responses_client
-from test_chat_completions import client as chat_client
+from chat_helpers import client as chat_client
 from tinytitan.errors import ApiError
 from tinytitan.output_format import loosened, normalise, normalise_ollama
 

@@ -11,7 +11,7 @@ import jsonschema
 import openai
 import pytest
 
-from test_chat_completions import client
+from chat_helpers import client
 from tinytitan.chat_request import Grammar
 from tinytitan.engine.structured import compile_grammar
 

@@ -6,7 +6,7 @@ in the first schema's order."""
 
 from __future__ import annotations
 
-from test_chat_completions import client
+from chat_helpers import client
 
 MODEL = "tinytitan-scripted"
 USER = [{"role": "user", "content": "hi"}]

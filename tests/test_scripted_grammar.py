@@ -8,7 +8,7 @@ import openai
 import pytest
 
 import anthropic_util
-from test_chat_completions import client
+from chat_helpers import client
 
 MODEL = "tinytitan-scripted"
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 import strict
-from test_chat_completions import MODEL, USER, client as chat_client
+from chat_helpers import MODEL, USER, client as chat_client
 
 
 @pytest.mark.parametrize("options", [{"mode": "implicit", "ttl": "30m"}, {"mode": "explicit"}, {}])

@@ -236,7 +236,7 @@ class Answer(BaseModel):
 
 
 async def test_chat_completions_parse(serve, demo_backend):
-    from test_chat_completions import client
+    from chat_helpers import client
 
     s = await serve(backend=demo_backend)
     r = await client(s).chat.completions.parse(model=demo_backend.model_id, temperature=0, max_tokens=CAP,
@@ -274,7 +274,7 @@ async def test_messages_parse(serve, demo_backend):
 
 
 async def test_json_object_streams_an_object(serve, demo_backend):
-    from test_chat_completions import client
+    from chat_helpers import client
 
     s = await serve(backend=demo_backend)
     stream = await client(s).chat.completions.create(
@@ -340,7 +340,7 @@ LONG = {"type": "object", "properties": {"s": {"type": "string", "minLength": 40
 
 
 async def test_a_cut_document_is_reported_as_cut_on_each_protocol(serve, demo_backend):
-    from test_chat_completions import client
+    from chat_helpers import client
 
     s = await serve(backend=demo_backend)
     model = demo_backend.model_id
@@ -361,7 +361,7 @@ async def test_requests_decoding_together_each_keep_their_own_schema(serve, demo
     """Inside a batch, each member is masked by its own grammar (a per-request logits processor)."""
     import trio
 
-    from test_chat_completions import client
+    from chat_helpers import client
 
     s = await serve(backend=demo_backend)
     names = ["flat_object", "enum_strings", "prefix_items", "ref_defs"]
