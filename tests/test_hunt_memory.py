@@ -8,7 +8,7 @@ import pytest
 
 from anthropic_util import message
 from responses_helpers import record_prompts
-from test_memory_layer import GET_CALL, SYSTEM, WEATHER, config
+from memory_helpers import GET_CALL, SYSTEM, WEATHER, config
 from tinytitan.memory.service import Memory
 
 MODEL = "tinytitan-scripted"

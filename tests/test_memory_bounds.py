@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from responses_helpers import record_prompts
-from test_memory_layer import FACT, SET_CALL, SYSTEM, WEATHER, config, converse, memory_server, on_disk
+from memory_helpers import FACT, SET_CALL, SYSTEM, WEATHER, config, converse, memory_server, on_disk
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.memory.consolidate import MAX_ACTIVE, TRANSCRIPT_CHARS, Consolidator
 from tinytitan.memory.records import WriteFailed

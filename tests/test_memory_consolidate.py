@@ -7,7 +7,7 @@ import httpx
 import trio
 
 from responses_helpers import record_prompts
-from test_memory_layer import FACT, MODEL, SYSTEM, config, converse, memory_server, on_disk
+from memory_helpers import FACT, MODEL, SYSTEM, config, converse, memory_server, on_disk
 from tinytitan.chat_request import Message, ToolCall
 from tinytitan.memory.consolidate import read_facts, render
 from tinytitan.memory.workspace import Workspace

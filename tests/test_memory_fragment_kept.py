@@ -7,7 +7,7 @@ from __future__ import annotations
 import openai
 
 from responses_helpers import record_prompts
-from test_memory_layer import FACT, MODEL, SET_CALL, SYSTEM, config, memory_server
+from memory_helpers import FACT, MODEL, SET_CALL, SYSTEM, config, memory_server
 
 
 async def ask(s, messages) -> str:
@@ -58,7 +58,7 @@ async def test_a_key_deleted_from_the_command_line_is_not_shown_again_after_a_re
     """``tinytitan memory delete`` is how a person corrects memory (a wrong fact, a secret saved by mistake): the
     listings kept for the workspace's conversations are dropped with it, so after a restart no conversation is
     shown it again from the database."""
-    from test_memory_layer import on_disk
+    from memory_helpers import on_disk
     from tinytitan import cli
 
     cfg = config(tmp_path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 
-from test_memory_layer import on_disk
+from memory_helpers import on_disk
 from tinytitan.memory import tools
 from tinytitan.memory.fragment import listing
 

@@ -8,7 +8,7 @@ import anthropic
 import openai
 import pytest
 
-from test_memory_layer import SYSTEM, config, on_disk
+from memory_helpers import SYSTEM, config, on_disk
 from tinytitan.memory.service import Memory
 
 

@@ -23,7 +23,7 @@ def test_the_background_is_stopped_on_the_event_loop(tmp_path, demo_tok):
     raises 'must be called from async context' (whenever the consolidation loop is still running)."""
     import inspect
 
-    from test_memory_layer import MODEL, config
+    from memory_helpers import MODEL, config
     from tinytitan.engine.backends.scripted import ScriptedBackend
     from tinytitan.engine.engine import Engine
     from tinytitan.http.app import Server, ServerConfig

@@ -10,7 +10,7 @@ import ollama
 import openai
 import pytest
 
-from test_memory_layer import LAUNCH, PROTOCOLS, SET_CALL, SYSTEM, config, converse, memory_server, on_disk
+from memory_helpers import LAUNCH, PROTOCOLS, SET_CALL, SYSTEM, config, converse, memory_server, on_disk
 
 HEADER = "x-tinytitan-workspace"
 

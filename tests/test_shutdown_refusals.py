@@ -14,7 +14,7 @@ import trio
 import strict
 from sse import parse_sse
 from test_memory_consolidate import ANSWER, the_repo
-from test_memory_layer import config, converse, memory_server
+from memory_helpers import config, converse, memory_server
 
 MODEL = "tinytitan-scripted"
 USER = [{"role": "user", "content": "hi"}]
