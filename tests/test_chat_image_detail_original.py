@@ -10,7 +10,7 @@ import pytest
 from openai.types.chat.chat_completion_content_part_image_param import ImageURL
 
 from responses_helpers import client as openai_client
-from test_images import MODEL, PNG, data_url, seeing  # noqa: F401 (the fixture)
+from image_helpers import MODEL, PNG, data_url, seeing  # noqa: F401 (the fixture)
 
 
 def test_the_sdk_types_the_value():

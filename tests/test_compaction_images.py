@@ -11,7 +11,7 @@ from tinytitan.chat_request import ImagePart
 from tinytitan.engine.backends.scripted import ScriptEntry
 
 from responses_helpers import MODEL, post
-from test_images import PNG, Seeing, data_url
+from image_helpers import PNG, Seeing, data_url
 
 SUMMARY = "Requirements: look at the screenshot. Next step: fix the layout."
 

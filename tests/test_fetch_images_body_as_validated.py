@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from test_fetch_images_once import counting_host  # noqa: F401 (the fixture)
-from test_images import MODEL, PNG, Seeing, assert_images
+from image_helpers import MODEL, PNG, Seeing, assert_images
 from tinytitan.engine.backends.scripted import ScriptEntry
 
 

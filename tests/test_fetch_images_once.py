@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from anthropic_util import HEADERS
-from test_images import MODEL, PNG, Seeing, assert_images
+from image_helpers import MODEL, PNG, Seeing, assert_images
 from tinytitan.engine.backends.scripted import ScriptEntry
 
 

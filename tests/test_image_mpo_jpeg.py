@@ -10,7 +10,7 @@ from PIL import Image
 
 from tinytitan import images
 
-from test_images import MODEL, PNG, _post, b64, seeing  # noqa: F401  (fixture)
+from image_helpers import MODEL, PNG, _post, b64, seeing  # noqa: F401  (fixture)
 from anthropic_util import HEADERS as ANTHROPIC_HEADERS
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from anthropic_util import HEADERS
-from test_images import MODEL, PNG, _post, b64, data_url, seeing  # noqa: F401  (fixture)
+from image_helpers import MODEL, PNG, _post, b64, data_url, seeing  # noqa: F401  (fixture)
 from tinytitan import images
 
 CHAT_IMAGE = {"type": "image_url", "image_url": {"url": data_url(PNG)}}
