@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 import claude_harness as claude
-import test_cli
+import cli_helpers
 import test_e2e_claude_interactive as interactive
 from test_e2e_vision import Vision
 
@@ -51,12 +51,12 @@ def test_a_request_the_server_never_logs_fails_the_wait_with_the_servers_lines()
 
 
 def test_a_served_banner_that_never_comes_fails_the_start_within_its_bound(tmp_path, monkeypatch):
-    """test_cli's ``start`` reads the server's output line by line: a server that prints part of a line and then
+    """cli_helpers' ``start`` reads the server's output line by line: a server that prints part of a line and then
     neither goes on nor exits once held that read (and the run) past any deadline."""
     stand_in = hanging(tmp_path / "serve", "loading")
-    real = test_cli.subprocess.Popen
-    monkeypatch.setattr(test_cli.subprocess, "Popen", lambda _args, **kw: real([stand_in], **kw))
+    real = cli_helpers.subprocess.Popen
+    monkeypatch.setattr(cli_helpers.subprocess, "Popen", lambda _args, **kw: real([stand_in], **kw))
     started = time.monotonic()
     with pytest.raises(AssertionError, match="server did not start within 1s:\nloading"):
-        test_cli.start([], timeout=1)
+        cli_helpers.start([], timeout=1)
     assert time.monotonic() - started < 20

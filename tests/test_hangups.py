@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from test_cli import start
+from cli_helpers import start
 
 
 def _gone(proc, seconds: float) -> bool:

@@ -140,7 +140,7 @@ def test_the_flag_builds_the_layer_only_when_asked(tmp_path, monkeypatch):
 
 def test_tinytitan_serve_with_memory(tmp_path):
     """The real command: --memory wires the layer, the write is on disk once the server stopped."""
-    from test_cli import start
+    from cli_helpers import start
 
     script = tmp_path / "s.yaml"
     script.write_text(json.dumps([SET_CALL, "Saved."]))

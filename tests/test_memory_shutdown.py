@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import signal
 
-from test_cli import start
+from cli_helpers import start
 
 
 def test_a_server_with_memory_stops_cleanly(tmp_path):

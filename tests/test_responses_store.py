@@ -292,7 +292,7 @@ async def test_a_store_that_cannot_be_read_is_a_503_never_a_500(serve, tmp_path,
 
 
 def test_a_state_that_cannot_be_opened_stops_the_server_saying_why(tmp_path):
-    from test_cli import ROOT
+    from cli_helpers import ROOT
 
     blocker = tmp_path / "file"
     blocker.write_text("")

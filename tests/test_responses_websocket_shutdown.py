@@ -14,7 +14,7 @@ import pytest
 from httpx_ws import WebSocketDisconnect, connect_ws
 
 import strict
-from test_cli import start
+from cli_helpers import start
 
 GOING_AWAY = 1001
 

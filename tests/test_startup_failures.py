@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from test_cli import start
+from cli_helpers import start
 from test_gguf import cache, demo_dir, make_gguf  # noqa: F401 — the conversion cache of each test, the demo model
 
 import tinytitan.engine.group.follower as group_follower

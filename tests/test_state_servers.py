@@ -17,7 +17,7 @@ import pytest
 
 from conftest import absent
 from pg_server import PgServer, binaries
-from test_cli import ROOT, start
+from cli_helpers import ROOT, start
 
 MODEL = "tinytitan-scripted"
 

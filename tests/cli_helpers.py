@@ -1,0 +1,42 @@
+"""The command line's test helper: ``tinytitan serve`` started as a process on a free port, read up to its
+banner, and the repository root it runs in."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start(args, timeout=60):
+    """``tinytitan serve`` with ``args`` on a free port, once its banner is out: the process, the model it serves,
+    its address and the banner. A server that neither prints its banner nor exits within ``timeout`` is killed
+    (a blocked ``readline`` returns then) and fails the test with what it printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "tinytitan", "serve", "--port", "0", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    lines = []
+    try:
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"is serving '([^']+)' at (http://\S+)", line)
+            if m:
+                for _ in range(20):  # the rest of the banner
+                    lines.append(proc.stdout.readline())
+                    if "wire_api" in lines[-1]:
+                        break
+                return proc, m.group(1), m.group(2), "".join(lines)
+    finally:
+        watchdog.cancel()
+    proc.kill()
+    proc.wait(timeout=10)
+    raise AssertionError(f"server did not start within {timeout}s:\n" + "".join(lines))
