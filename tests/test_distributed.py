@@ -147,7 +147,7 @@ async def test_rank_0_drafts_and_every_rank_verifies_the_drafts_in_step(group, o
     drafted tokens were accepted (``/metrics``)."""
     import re
 
-    from test_speculative import COPY_TEXT
+    from speculative_helpers import COPY_TEXT
 
     def accepted(metrics: str) -> float:
         found = re.search(r'tinytitan_draft_tokens_total\{[^}]*kind="accepted"[^}]*\} (\S+)', metrics)
@@ -174,7 +174,7 @@ async def test_rank_0_drafts_with_a_draft_model_alone_and_every_rank_verifies(tm
     answers, alone and two sent together, are one process's without drafts, token for token."""
     import re
 
-    from test_speculative import COPY_TEXT
+    from speculative_helpers import COPY_TEXT
     from tinytitan.demo_model import ensure_demo_model
 
     drafting = Group(tmp_path, "--draft-model", str(ensure_demo_model()), "--num-draft-tokens", "4",
@@ -204,7 +204,7 @@ async def test_a_stop_string_inside_a_verified_draft_leaves_every_rank_the_same_
     inside a verified draft (found by measuring the kept tokens against the KV cache's)."""
     import re
 
-    from test_speculative import COPY_TEXT
+    from speculative_helpers import COPY_TEXT
 
     async with httpx.AsyncClient(timeout=60) as c:
         async def chat(base, messages, **kw):

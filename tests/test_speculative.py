@@ -14,8 +14,7 @@ import pytest
 from tinytitan.engine.speculative.lookup import PromptLookup
 from tinytitan.engine.speculative.policy import DraftPolicy
 from tinytitan.engine.speculative.verify import accepted_prefix, usable_draft
-
-COPY_TEXT = ("def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n\n" * 2)
+from speculative_helpers import COPY_TEXT, EOS, plain_decode
 
 
 # -- prompt lookup ---------------------------------------------------------------------------------------------
@@ -155,23 +154,6 @@ def copy_prompt(tok, text: str = COPY_TEXT) -> list[int]:
                                    add_generation_prompt=True)
 
 
-def plain_decode(model, ids, max_tokens, sampler=None, processors=None, seed=None) -> list[int]:
-    """mlx-lm's own one-token-at-a-time decode (what a lone request runs without drafts)."""
-    import mlx.core as mx
-    from mlx_lm.generate import generate_step
-    from mlx_lm.models.cache import make_prompt_cache
-
-    if seed is not None:
-        mx.random.seed(seed)
-    out = []
-    for t, _ in generate_step(mx.array(ids), model, max_tokens=max_tokens, sampler=sampler,
-                              logits_processors=processors, prompt_cache=make_prompt_cache(model)):
-        out.append(int(t))
-        if int(t) in EOS:  # the end of the turn ends a row (mlx-lm's step would decode on past it)
-            break
-    return out
-
-
 class StepBackend:
     """What a decoder row asks its backend for, around the demo model: the test's own sampler, processors and
     proposer, a prompt cache of one entry (``kv`` holding ``cached`` tokens; what a row leaves is ``stored``)."""
@@ -236,7 +218,6 @@ def drafted_decode(model, ids, max_tokens, sampler, processors=(), mask=None, eo
 
 
 TOKENIZERS: dict = {}
-EOS: set = set()
 
 
 def demo_tokenizer(model):

@@ -17,7 +17,7 @@ import trio
 
 from backends import script_forcer
 from test_batching import RECORDS, req, run, summary
-from test_speculative import COPY_TEXT
+from speculative_helpers import COPY_TEXT
 
 
 def copy_req(**kw):

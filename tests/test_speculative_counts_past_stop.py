@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from test_batching import req, run
-from test_speculative import COPY_TEXT
+from speculative_helpers import COPY_TEXT
 
 
 async def test_accepted_draft_tokens_past_a_stop_string_are_not_counted(demo_backend):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_speculative import COPY_TEXT, plain_decode
+from speculative_helpers import COPY_TEXT, plain_decode
 
 
 # -- through the engine: a lone request drafts by default --------------------------------------------------------
