@@ -1,5 +1,8 @@
 """Write small GGUF files for the tests: an mlx-lm model's weights under llama.cpp's tensor names, with the
-metadata llama.cpp's converter writes (architecture keys, the BPE vocabulary, merges, chat template)."""
+metadata llama.cpp's converter writes (architecture keys, the BPE vocabulary, merges, chat template).
+
+``make_gguf``: the demo model (or a random tiny Llama) as a GGUF. The fixtures of the GGUF tests, used by the
+modules that import them by name: ``cache`` (autouse: a conversion cache of each test's own) and ``demo_dir``."""
 
 from __future__ import annotations
 
@@ -8,6 +11,10 @@ import struct
 from pathlib import Path
 
 import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+
+from tinytitan.demo_model import ensure_demo_model
 
 _TO_GGUF = {
     "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
@@ -177,3 +184,39 @@ def demo_gguf_bytes(tmp_path: Path, with_template: bool = True) -> bytes:
         meta.pop("tokenizer.chat_template")
     return write_gguf(tmp_path / "m.gguf", mx.load(str(demo / "model.safetensors")),
                       json.loads((demo / "config.json").read_text()), "qwen3", meta).read_bytes()
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def demo_dir():
+    return ensure_demo_model()
+
+
+def _llama(demo_dir):
+    """A random tiny Llama with the demo tokenizer (HF layout, standard RoPE)."""
+    from mlx_lm.models import llama
+
+    config = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 96,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-5,
+              "vocab_size": 4096, "rope_theta": 10000.0, "max_position_embeddings": 2048,
+              "tie_word_embeddings": False}
+    mx.random.seed(7)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    return config, dict(tree_flatten(model.parameters()))
+
+
+def _qwen3(demo_dir):
+    config = json.loads((demo_dir / "config.json").read_text())
+    return config, mx.load(str(demo_dir / "model.safetensors"))
+
+
+def make_gguf(path, demo_dir, arch="qwen3", **meta_changes):
+    config, weights = (_llama if arch == "llama" else _qwen3)(demo_dir)
+    meta = tokenizer_metadata(demo_dir)
+    meta.update(meta_changes)  # (a key given None is left out of the file: write_gguf)
+    return write_gguf(path, weights, config, arch, meta), config, weights

@@ -64,7 +64,7 @@ def test_a_conversion_in_use_is_never_removed(tmp_path, caplog):
 
 
 def test_converting_again_removes_the_earlier_versions_copy(tmp_path, monkeypatch):
-    from test_gguf import make_gguf
+    from gguf_util import make_gguf
     from tinytitan.demo_model import ensure_demo_model
 
     path, _, _ = make_gguf(tmp_path / "m.gguf", ensure_demo_model())

@@ -15,51 +15,14 @@ import shutil
 import mlx.core as mx
 import numpy as np
 import pytest
-from mlx.utils import tree_flatten
 
-from gguf_util import retype_tensor, tokenizer_metadata, write_gguf, write_quantized_gguf
+from gguf_util import _llama, make_gguf, retype_tensor, tokenizer_metadata, write_gguf, write_quantized_gguf
+from gguf_util import cache, demo_dir  # noqa: F401  (the fixtures: a conversion cache per test, the demo model)
 from tinytitan import model_setup
-from tinytitan.demo_model import ensure_demo_model
 from tinytitan.models import gguf
 from tinytitan.models.resolve import ModelNotFound, list_models, resolve
 
 PROMPT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2? <think>"}]
-
-
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TINYTITAN_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture(scope="module")
-def demo_dir():
-    return ensure_demo_model()
-
-
-def _llama(demo_dir):
-    """A random tiny Llama with the demo tokenizer (HF layout, standard RoPE)."""
-    from mlx_lm.models import llama
-
-    config = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 96,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-5,
-              "vocab_size": 4096, "rope_theta": 10000.0, "max_position_embeddings": 2048,
-              "tie_word_embeddings": False}
-    mx.random.seed(7)
-    model = llama.Model(llama.ModelArgs.from_dict(config))
-    return config, dict(tree_flatten(model.parameters()))
-
-
-def _qwen3(demo_dir):
-    config = json.loads((demo_dir / "config.json").read_text())
-    return config, mx.load(str(demo_dir / "model.safetensors"))
-
-
-def make_gguf(path, demo_dir, arch="qwen3", **meta_changes):
-    config, weights = (_llama if arch == "llama" else _qwen3)(demo_dir)
-    meta = tokenizer_metadata(demo_dir)
-    meta.update(meta_changes)  # (a key given None is left out of the file: write_gguf)
-    return write_gguf(path, weights, config, arch, meta), config, weights
 
 
 def logits(model, ids):

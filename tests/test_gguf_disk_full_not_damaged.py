@@ -10,7 +10,7 @@ import os
 import mlx.core as mx
 import pytest
 
-from test_gguf import cache, demo_dir, make_gguf  # noqa: F401
+from gguf_util import cache, demo_dir, make_gguf  # noqa: F401
 from tinytitan.models import gguf
 
 

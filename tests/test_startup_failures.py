@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from cli_helpers import start
-from test_gguf import cache, demo_dir, make_gguf  # noqa: F401 — the conversion cache of each test, the demo model
+from gguf_util import cache, demo_dir, make_gguf  # noqa: F401 — the conversion cache of each test, the demo model
 
 import tinytitan.engine.group.follower as group_follower
 import tinytitan.serve as serve_mod
