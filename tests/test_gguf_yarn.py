@@ -14,7 +14,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from test_gguf_archs import build
+from gguf_arch_models import build
 from tinytitan.models import gguf
 from tinytitan.models.gguf_rope import plain_yarn_scaling
 
