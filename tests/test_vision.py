@@ -5,60 +5,21 @@ decoded in the batch like any row, and a bad image a 400 naming its part."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 
 import pytest
 import trio
 
-from tinytitan.chat_request import ChatRequest, Grammar, ImagePart, Message
-from tinytitan.engine.decode.token_events import DecodeLoop
+from tinytitan.chat_request import ChatRequest, Grammar, Message
 from tinytitan.engine.engine import Engine
 from tinytitan.errors import ApiError
 from tinytitan.events import Finished, TextDelta
-
-def png(color, size=(64, 48), fmt="PNG") -> bytes:
-    from PIL import Image
-
-    out = io.BytesIO()
-    Image.new("RGB", size, color).save(out, fmt)
-    return out.getvalue()
-
-
-def part(data: bytes, where: str = "messages[0].content[0]") -> ImagePart:
-    return ImagePart(data, "image/png", hashlib.sha256(data).hexdigest(), where)
-
-
-def ask(*parts, history=(), model="demo-vision", **kw) -> ChatRequest:
-    text = "".join(p for p in parts if isinstance(p, str))
-    kw.setdefault("temperature", 0)
-    kw.setdefault("max_tokens", 6)
-    return ChatRequest(model=model, messages=(*history, Message("user", text, parts=tuple(parts))), **kw)
-
-
-def decode(backend, req: ChatRequest):
-    prepared = backend.prepare(req)
-    events = []
-    loop = DecodeLoop(backend.parser(prepared), (), events.append, prepared.sampling)
-    backend.decode(prepared, loop, lambda: False)
-    return prepared, events
+from vision_helpers import BLUE, RED, _engine_logits, ask, decode, part, png
+from vision_helpers import vision  # noqa: F401  (the fixture)
 
 
 def text_of(events) -> str:
     return "".join(e.text for e in events if isinstance(e, TextDelta))
-
-
-@pytest.fixture(scope="module")
-def vision():
-    from tinytitan.demo_model.vision import MODEL_ID, ensure_demo_vision
-    from tinytitan.engine.backends.vision import VisionBackend, backend_class
-
-    path = ensure_demo_vision()
-    assert backend_class(path) is VisionBackend
-    return VisionBackend(path, MODEL_ID)
-
-
-RED, BLUE = png((255, 0, 0)), png((0, 0, 255))
 
 
 def test_demo_vision_matches_mlx_vlm_and_mlx_lm(vision):
@@ -358,20 +319,6 @@ def _raw_logits(backend, prepared, images, follow):
     for token in follow:
         out.append(model.language_model(mx.array([[token]]), cache=cache).logits[0, -1])
     return out
-
-
-def _engine_logits(backend, prepared, follow):
-    """The engine's reading (``prompt_prefix``: cache, images) and then mlx-lm's model at its cache offset, as the
-    decoder's step runs it."""
-    import mlx.core as mx
-
-    model = backend.ensure_loaded()
-    kv, read, _ = backend.prompt_prefix(model, prepared)
-    kv = kv if kv is not None else backend.new_cache(model)
-    out = [model(mx.array(prepared.tokens[read:])[None], cache=kv)[0, -1]]
-    for token in follow:
-        out.append(model(mx.array([[token]]), cache=kv)[0, -1])
-    return out, kv
 
 
 def test_qwen_vl_decodes_at_the_true_positions(qwen):

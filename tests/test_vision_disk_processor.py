@@ -13,7 +13,7 @@ import pytest
 from tinytitan.chat_request import Message
 from tinytitan.model_setup import attach_prompt_disk
 
-from test_vision import _engine_logits, ask, decode, part, png
+from vision_helpers import _engine_logits, ask, decode, part, png
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import httpx
 
 import strict
 from anthropic_util import HEADERS
-from test_vision import png, vision  # noqa: F401 (the module's fixture)
+from vision_helpers import png, vision  # noqa: F401 (the module's fixture)
 from tinytitan.engine.backends.vision import KEPT_IMAGE_BYTES
 
 

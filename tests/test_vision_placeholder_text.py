@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tinytitan.chat_request import Message
 
-from test_vision import RED, ask, part, vision  # noqa: F401  (the module's demo-vision backend fixture)
+from vision_helpers import RED, ask, part, vision  # noqa: F401  (the module's demo-vision backend fixture)
 
 
 def test_placeholder_text_in_an_earlier_answer_is_not_an_image(vision):  # noqa: F811

@@ -4,7 +4,7 @@ text inside it is text, not an image (it was, when such text was a system messag
 
 from __future__ import annotations
 
-from test_vision import RED, ask, part, vision  # noqa: F401  (the module's demo-vision backend fixture)
+from vision_helpers import RED, ask, part, vision  # noqa: F401  (the module's demo-vision backend fixture)
 
 
 def test_placeholder_text_in_the_system_note_is_not_an_image(vision):  # noqa: F811
