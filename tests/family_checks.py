@@ -12,7 +12,7 @@ import jsonschema
 
 import family_fixtures as ff
 import family_models as fm  # noqa: F401 (the family test modules reach it as family_checks.fm)
-from test_forced_tool_choice import _walk_from
+from grammar_walk import _walk_from
 from tinytitan import events as ev
 from tinytitan.chat_request import ChatRequest, Message, Tool, ToolCall
 from tinytitan.engine.decode.token_events import DecodeLoop

@@ -149,7 +149,7 @@ def test_a_forced_call_is_written_in_this_format(root, choice):
     import random
     import re
 
-    from test_forced_tool_choice import _walk
+    from grammar_walk import _walk
 
     b = ff.backend("deepseek_r1", root)
     named = () if choice == "required" else (choice,)  # a tool named by tool_choice: the calls it may name

@@ -11,6 +11,8 @@ import pytest
 import anthropic_util
 from responses_helpers import client as responses_client
 from chat_helpers import client as chat_client
+from grammar_walk import _walk, _walk_from
+from record_asking_tool import _record_asking
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
            "required": ["city"], "additionalProperties": False}
@@ -172,12 +174,6 @@ def test_loosened_leaves_no_reference_to_what_it_left_out():
 @pytest.fixture(scope="module")
 def fixtures_root(tmp_path_factory):
     return tmp_path_factory.mktemp("families")
-
-
-def _walk(compiled, rng, eos: set[int]) -> list[int]:
-    """A random document of the grammar: a uniformly random allowed token at every step (what a random-weight
-    model does under the mask), ending where the document may end."""
-    return _walk_from(compiled, compiled.matcher(), rng, eos)
 
 
 @pytest.mark.parametrize("form", ["named", "json list"])
@@ -366,24 +362,6 @@ def test_under_auto_a_call_once_opened_is_held_to_a_strict_tools_schema(fixtures
     assert matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting(), matcher.get_error()
 
 
-def _walk_from(compiled, matcher, rng, eos: set[int], stop: float = 0.5) -> list[int]:
-    """... from ``matcher`` as it stands; where the document may end, it ends with probability ``stop``."""
-    import numpy as np
-    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
-
-    bitmask, tokens = allocate_token_bitmask(1, compiled.vocab_size), []
-    while len(tokens) < 500:
-        fill_next_token_bitmask(matcher, bitmask)
-        allowed = np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:compiled.vocab_size])
-        choices = [int(t) for t in allowed if int(t) not in eos]
-        if matcher.is_accepting() and (not choices or rng.random() < stop):
-            return tokens
-        token = rng.choice(choices)
-        assert matcher.consume_token(token), matcher.get_error()
-        tokens.append(token)
-    raise AssertionError("the document did not end")
-
-
 def test_under_auto_a_strict_tool_the_tags_cannot_hold_is_served_unmasked(fixtures_root, caplog):
     """A forced call refuses such a tool by name; under auto the request is served, the call not masked, and
     the log says why."""
@@ -440,19 +418,6 @@ async def test_a_call_closed_by_an_ordinary_token_is_forced(serve):
         (call,) = r.output
         assert call.type == "function_call" and call.name == "view_image", call
         assert json.loads(call.arguments) == {"path": "shot.png"}
-
-
-def _record_asking():
-    """tools/record_asking.py (what record_proxy.py, a standalone script, changes in a forwarded request) as a
-    module, beside the modules it imports as the proxy does."""
-    import importlib
-    import sys
-    from pathlib import Path
-
-    tools = str(Path(__file__).resolve().parent.parent / "tools")
-    if tools not in sys.path:
-        sys.path.insert(0, tools)
-    return importlib.import_module("record_asking")
 
 
 async def test_the_call_record_proxy_asks_for_is_made_on_every_wire(serve, demo_backend):

@@ -3,7 +3,7 @@ end-to-end test on a random-weight model is not spent on thousands of tokens of 
 
 from __future__ import annotations
 
-from test_forced_tool_choice import _record_asking
+from record_asking_tool import _record_asking
 
 
 def test_each_api_gets_its_own_budget_field_lowered_or_set():

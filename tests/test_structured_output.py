@@ -388,7 +388,7 @@ def test_harmony_answers_are_the_final_channels_document(tmp_path):
     import random
 
     import family_fixtures as ff
-    from test_forced_tool_choice import _walk
+    from grammar_walk import _walk
 
     backend = ff.backend("gpt_oss", tmp_path)
     schema = CORPUS["nested_object"]

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 
 import family_fixtures as ff
-from test_forced_tool_choice import _walk
+from grammar_walk import _walk
 from tinytitan import events as ev
 from tinytitan.chat_request import ChatRequest, Message, Tool
 from tinytitan.engine.families import FAMILIES

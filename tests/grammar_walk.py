@@ -1,0 +1,28 @@
+"""Random documents of a compiled grammar, as a random-weight model writes them under the mask: a uniformly
+random allowed token at every step, ending where the document may end."""
+
+from __future__ import annotations
+
+
+def _walk(compiled, rng, eos: set[int]) -> list[int]:
+    """A random document of the grammar: a uniformly random allowed token at every step (what a random-weight
+    model does under the mask), ending where the document may end."""
+    return _walk_from(compiled, compiled.matcher(), rng, eos)
+
+
+def _walk_from(compiled, matcher, rng, eos: set[int], stop: float = 0.5) -> list[int]:
+    """... from ``matcher`` as it stands; where the document may end, it ends with probability ``stop``."""
+    import numpy as np
+    from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+    bitmask, tokens = allocate_token_bitmask(1, compiled.vocab_size), []
+    while len(tokens) < 500:
+        fill_next_token_bitmask(matcher, bitmask)
+        allowed = np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:compiled.vocab_size])
+        choices = [int(t) for t in allowed if int(t) not in eos]
+        if matcher.is_accepting() and (not choices or rng.random() < stop):
+            return tokens
+        token = rng.choice(choices)
+        assert matcher.consume_token(token), matcher.get_error()
+        tokens.append(token)
+    raise AssertionError("the document did not end")
