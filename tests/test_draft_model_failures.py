@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from test_batching import req, run
+from batching_helpers import req, run
 
 
 def _damaged_copy(source, target):

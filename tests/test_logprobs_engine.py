@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from test_batching import RECORDS, alone_and_together, demo, req, run, summary  # noqa: F401  (demo: a fixture)
+from batching_helpers import RECORDS, alone_and_together, demo, req, run, summary  # noqa: F401  (demo: a fixture)
 from tinytitan.engine.engine import Engine
 from tinytitan.events import Finished, TextDelta
 
@@ -67,7 +67,7 @@ async def test_zero_alternatives_and_none_asked(demo):
 
 
 async def test_in_a_batch_a_row_gets_what_it_gets_alone_and_the_others_are_untouched(demo):
-    from test_batching import together
+    from batching_helpers import together
 
     rows = [req("Tell me a story.", max_tokens=16, logprobs=2), req("Describe a forest.", max_tokens=16),
             req("Tell me a story.", temperature=0.9, seed=3, max_tokens=16, logprobs=0)]

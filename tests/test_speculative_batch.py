@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from backends import script_forcer
-from test_batching import RECORDS, req, run, summary
+from batching_helpers import RECORDS, req, run, summary
 from speculative_helpers import COPY_TEXT
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_batching import req, run
+from batching_helpers import req, run
 from speculative_helpers import COPY_TEXT
 
 
