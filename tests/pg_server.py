@@ -1,6 +1,9 @@
 """A real PostgreSQL server for the tests, started by them: Debian's ``postgresql`` package (``initdb`` and
 ``pg_ctl``, run as the ``postgres`` user when the tests run as root), listening on a unix socket in a temporary
-directory only (no TCP). One server per test session; each test gets a database of its own."""
+directory only (no TCP). One server per test session; each test gets a database of its own.
+
+The fixtures ``pg`` (a server for each module that imports it) and ``state`` (where servers keep
+their state: a SQLite directory, or a new PostgreSQL database), for the modules that import them by name."""
 
 from __future__ import annotations
 
@@ -11,6 +14,10 @@ import subprocess
 import tempfile
 import uuid
 from pathlib import Path
+
+import pytest
+
+from conftest import absent
 
 
 def binaries() -> Path | None:
@@ -64,3 +71,25 @@ class PgServer:
             self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pg():
+    bindir = binaries()
+    if bindir is None:
+        absent("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        absent("psycopg is not installed: pip install 'psycopg[binary]'")
+    server = PgServer(bindir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state(request, tmp_path):
+    """Where the servers keep their state: a directory (SQLite), or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "state")
+    return request.getfixturevalue("pg").new_database()

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from test_state_servers import pg  # noqa: F401  (the module's PostgreSQL server)
+from pg_server import pg  # noqa: F401  (the module's PostgreSQL server)
 from tinytitan.memory.workspace import Workspace, WorkspacesFull
 from tinytitan.store.db import open_database
 

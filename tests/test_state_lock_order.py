@@ -10,7 +10,7 @@ import threading
 import time
 
 from tinytitan.store.responses_store import ResponsesStore, StoredResponse, _delete
-from test_state_servers import pg, state  # noqa: F401  (the fixtures: a SQLite directory, a PostgreSQL database)
+from pg_server import pg, state  # noqa: F401  (the fixtures: a SQLite directory, a PostgreSQL database)
 
 
 def rec(i: int, size: int) -> StoredResponse:

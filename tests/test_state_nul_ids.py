@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 
 from responses_helpers import MODEL, client, get, post
-from test_state_servers import pg, state  # noqa: F401  (the fixtures: a SQLite directory, a PostgreSQL database)
+from pg_server import pg, state  # noqa: F401  (the fixtures: a SQLite directory, a PostgreSQL database)
 
 
 async def test_an_id_with_a_nul_is_not_found_never_a_500(serve, state):  # noqa: F811

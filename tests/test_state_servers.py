@@ -15,33 +15,10 @@ import time
 import httpx
 import pytest
 
-from conftest import absent
-from pg_server import PgServer, binaries
 from cli_helpers import ROOT, start
+from pg_server import pg, state  # noqa: F401  (the fixtures: a PostgreSQL server, a state of each kind)
 
 MODEL = "tinytitan-scripted"
-
-
-@pytest.fixture(scope="module")
-def pg():
-    bindir = binaries()
-    if bindir is None:
-        absent("PostgreSQL is not installed (Debian: apt-get install postgresql)")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        absent("psycopg is not installed: pip install 'psycopg[binary]'")
-    server = PgServer(bindir)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def state(request, tmp_path):
-    """Where the servers keep their state: a directory (SQLite), or a new PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "state")
-    return request.getfixturevalue("pg").new_database()
 
 
 def serve(tmp_path, state: str, name: str, answer: str, *extra: str):

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from responses_helpers import MODEL, client
-from test_state_servers import pg  # noqa: F401 (the fixture: a PostgreSQL server the tests start)
+from pg_server import pg  # noqa: F401 (the fixture: a PostgreSQL server the tests start)
 from tinytitan.store import db as dbm
 
 
