@@ -10,7 +10,7 @@ import pytest
 
 from backends import Recording
 from responses_helpers import client
-from test_responses_compaction import payload
+from compaction_helpers import payload
 from test_tool_search import MCP_ECHO, RESPONSES_SEARCH, SHELL
 from tinytitan.engine.backends.scripted import ScriptEntry
 from tinytitan.protocols import compaction

@@ -13,19 +13,9 @@ from tinytitan.engine import summarise
 from tinytitan.protocols import compaction
 
 from responses_helpers import MODEL, client, post, record_prompts, sse_events
+from compaction_helpers import HISTORY, SHORT, payload
 
-HISTORY = [
-    {"type": "message", "role": "user", "content": "Fix the bug in src/app.py please."},
-    {"type": "message", "role": "assistant", "content": "Looking at it."},
-    {"type": "function_call", "call_id": "call_1", "name": "exec_command", "arguments": '{"cmd": "cat src/app.py"}'},
-    {"type": "function_call_output", "call_id": "call_1", "output": "def main(): retrun 1"},
-]
-SHORT = "Requirements: fix src/app.py. Next step: correct `retrun`."
 LONG = " ".join(f"Fact {i}: the file src/app.py line {i} was read." for i in range(40))
-
-
-def payload(item) -> dict:
-    return json.loads(base64.b64decode(item["encrypted_content"]))
 
 
 async def compact(s, **body):

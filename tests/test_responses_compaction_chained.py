@@ -9,7 +9,7 @@ import httpx
 from httpx_ws import aconnect_ws
 
 from responses_helpers import MODEL, client, record_prompts
-from test_responses_compaction import HISTORY, SHORT, payload
+from compaction_helpers import HISTORY, SHORT, payload
 from test_responses_websocket import create, turn
 
 DEVELOPER = {"type": "message", "role": "developer", "content": "You are a careful coding agent."}

@@ -10,7 +10,7 @@ import pytest
 
 from backends import Recording
 from responses_helpers import client, sse_events
-from test_responses_compaction import HISTORY, payload
+from compaction_helpers import HISTORY, payload
 from tinytitan.engine.backends.scripted import ScriptEntry
 
 MODEL = "tinytitan-scripted"

@@ -12,7 +12,7 @@ import pytest
 from openai.types.responses import Response
 
 from responses_helpers import MODEL, client, record_prompts
-from test_responses_compaction import HISTORY, payload
+from compaction_helpers import HISTORY, payload
 from test_responses_cut_short import hang_up, stored
 from test_responses_grammar import machine_at
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
