@@ -3,7 +3,7 @@ after it, then summarised again: counted twice, they would double with every com
 
 from __future__ import annotations
 
-from test_compaction_keeps_loaded_tools import MODEL, NEXT, SEARCHED, payload, server, ECHO_CALL, TOOLS
+from compaction_helpers import MODEL, NEXT, SEARCHED, payload, server, ECHO_CALL, TOOLS
 from responses_helpers import client
 from tinytitan.protocols import compaction
 

@@ -8,32 +8,11 @@ import json
 
 import pytest
 
-from backends import Recording
 from responses_helpers import client
-from compaction_helpers import payload
-from test_tool_search import MCP_ECHO, RESPONSES_SEARCH, SHELL
-from tinytitan.engine.backends.scripted import ScriptEntry
+from compaction_helpers import ECHO_CALL, MODEL, NEXT, SEARCHED, TOOLS, payload, server
 from tinytitan.protocols import compaction
 
-MODEL = "tinytitan-scripted"
 SUMMARY = "The user wants m-42 echoed; the echo tool was found."
-ECHO_DEF = {k: v for k, v in MCP_ECHO.items() if k != "defer_loading"}
-SEARCHED = [
-    {"type": "message", "role": "user", "content": "echo m-42 with the demo tool"},
-    {"type": "tool_search_call", "call_id": "ts_1", "execution": "client", "arguments": {"query": "echo"},
-     "status": "completed"},
-    {"type": "tool_search_output", "call_id": "ts_1", "execution": "client", "status": "completed",
-     "tools": [ECHO_DEF]},
-    {"type": "message", "role": "assistant", "content": "Found it."},
-]
-TOOLS = [SHELL, RESPONSES_SEARCH]
-NEXT = {"type": "message", "role": "user", "content": "now echo it"}
-ECHO_CALL = '<tool_call>\n{"name": "mcp__demo__echo", "arguments": {"text": "m-42"}}\n</tool_call>'
-
-
-async def server(serve, demo_tok, *outputs):
-    backend = Recording([ScriptEntry(o) for o in outputs], demo_tok, model_id=MODEL)
-    return await serve(backend=backend), backend
 
 
 def declared(prompt: str) -> bool:

@@ -67,7 +67,7 @@ async def test_auto_cannot_drop_the_newest_turn(serve, demo_tok):
 async def test_a_tool_a_dropped_turn_loaded_is_still_declared(serve, demo_tok):
     """A client-executed tool search in the oldest turn loaded a deferred tool; truncation drops that turn, and
     the tool is then declared with the others (the turns kept may still call it)."""
-    from test_tool_search import MCP_ECHO, RESPONSES_SEARCH
+    from tool_search_helpers import MCP_ECHO, RESPONSES_SEARCH
 
     echo = {k: v for k, v in MCP_ECHO.items() if k != "defer_loading"}
     searched = [{"type": "message", "role": "user", "content": "find the echo tool " + "lorem ipsum " * 20},

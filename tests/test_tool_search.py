@@ -16,19 +16,11 @@ from conftest import entries
 from tinytitan.engine.cache.miss import Fingerprint
 from tinytitan.engine.cache.memory import PromptCache
 from tinytitan.engine.backends.scripted import ScriptedBackend
+from tool_search_helpers import (
+    ECHO, ECHO_DECLARED, MCP_ECHO, PLACEHOLDER, RESPONSES_SEARCH, SEARCH, SHELL, session)
 
-SEARCH = {"name": "ToolSearch", "description": "Fetches full schema definitions for deferred tools.",
-          "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}
-ECHO = {"name": "mcp__demo__echo", "description": "Echo a text back",
-        "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
-        "defer_loading": True}
-PLACEHOLDER = {"name": "DeferredToolPlaceholder", "description": "never call this tool",
-               "input_schema": {"type": "object", "properties": {}}, "defer_loading": True}
 SEARCH_CALL = '<tool_call>\n{"name": "ToolSearch", "arguments": {"query": "select:mcp__demo__echo"}}\n</tool_call>'
 ECHO_CALL = '<tool_call>\n{"name": "mcp__demo__echo", "arguments": {"text": "m-42"}}\n</tool_call>'
-# Qwen's header line for a tool (the demo template's ``tools | tojson`` per tool)
-ECHO_DECLARED = json.dumps({"type": "function", "function": {"name": ECHO["name"], "description": ECHO["description"],
-                                                             "parameters": ECHO["input_schema"]}})
 
 
 def protocol(s):
@@ -38,21 +30,6 @@ def protocol(s):
 def rendered(s, payload: dict) -> str:
     proto = protocol(s)
     return s.engine.backend.render(s.engine.apply_model(proto.chat_request(proto.validator.validate(payload))))
-
-
-def session(call_ids: tuple[str, str] = ("t1", "t2")) -> list[list[dict]]:
-    """The messages of a three-request ToolSearch session, as Claude Code sends them."""
-    first = [{"role": "user", "content": "echo m-42 with the demo tool"}]
-    second = first + [
-        {"role": "assistant", "content": [{"type": "tool_use", "id": call_ids[0], "name": "ToolSearch",
-                                           "input": {"query": "select:mcp__demo__echo"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_ids[0],
-                                      "content": [{"type": "tool_reference", "tool_name": "mcp__demo__echo"}]}]}]
-    third = second + [
-        {"role": "assistant", "content": [{"type": "tool_use", "id": call_ids[1], "name": "mcp__demo__echo",
-                                           "input": {"text": "m-42"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_ids[1], "content": "echoed: m-42"}]}]
-    return [first, second, third]
 
 
 async def test_deferred_tools_stay_out_of_the_header_and_a_reference_appends_the_definition(serve):
@@ -126,13 +103,6 @@ def test_a_deferred_tool_is_not_part_of_the_tools_fingerprint():
 
 # --- Responses: a client-executed tool search (Codex's {"type": "tool_search", "execution": "client"}) ---------
 
-RESPONSES_SEARCH = {"type": "tool_search", "execution": "client", "description": "Search the deferred tools.",
-                    "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
-                                   "required": ["query"]}}
-SHELL = {"type": "function", "name": "exec_command", "description": "Run a command",
-         "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}
-MCP_ECHO = {"type": "function", "name": "mcp__demo__echo", "description": "Echo a text back",
-            "parameters": ECHO["input_schema"], "defer_loading": True}
 RESPONSES_SEARCH_CALL = '<tool_call>\n{"name": "tool_search", "arguments": {"query": "echo"}}\n</tool_call>'
 
 

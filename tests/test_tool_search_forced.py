@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from anthropic_util import body, post
-from test_tool_search import ECHO, ECHO_DECLARED, PLACEHOLDER, SEARCH, session
+from tool_search_helpers import ECHO, ECHO_DECLARED, PLACEHOLDER, SEARCH, session
 
 SEARCH_CALL = '<tool_call>\n{"name": "ToolSearch", "arguments": {"query": "select:x"}}\n</tool_call>'
 
