@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 import claude_harness as claude
-import test_launch
+import launch_helpers
 from test_e2e_vision import Proxy, Vision
 
 
@@ -53,9 +53,9 @@ def test_a_recording_proxy_that_never_starts_is_stopped(started, tmp_path, monke
 
 
 def test_a_launch_test_server_that_never_starts_is_stopped(started, tmp_path, monkeypatch):
-    monkeypatch.setattr(test_launch, "START_TIMEOUT", 0.3)
+    monkeypatch.setattr(launch_helpers, "START_TIMEOUT", 0.3)
     with pytest.raises(AssertionError, match="the scripted server did not start"):
-        test_launch.Server(tmp_path)
+        launch_helpers.Server(tmp_path)
     (server,) = started
     assert server.poll() is not None
 

@@ -44,7 +44,7 @@ import strict
 import test_e2e_codex as codex
 import test_e2e_images as images_e2e
 from conftest import needs
-from test_launch import env_for
+from launch_helpers import env_for
 
 ROOT = Path(__file__).resolve().parent.parent
 OPENCODE = shutil.which("opencode")

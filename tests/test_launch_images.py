@@ -18,7 +18,7 @@ import pytest
 import claude_harness as claude
 from conftest import absent
 from test_e2e_images import write_png
-from test_launch import INSTALL, launch
+from launch_helpers import INSTALL, launch
 from tinytitan.launch.settings import PROGRAMS
 
 ANSWER = "It is an orange picture."

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from test_launch import ANSWER, env_for, launched_port
+from launch_helpers import ANSWER, env_for, launched_port
 
 
 def fake_agent(tmp: Path, name: str, body: str) -> dict:

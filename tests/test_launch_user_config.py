@@ -7,7 +7,7 @@ import json
 import shutil
 
 from conftest import needs
-from test_launch import ANSWER, Server, TURN, launch
+from launch_helpers import ANSWER, Server, TURN, launch
 from tinytitan.launch.settings import Served, invocation
 
 CARD = {"id": "m", "context_window": 32768, "max_output_tokens": 32768, "capabilities": {"tools": True}}
