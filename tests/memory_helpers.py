@@ -1,5 +1,7 @@
 """The memory layer's test helpers: the scripted model's facts and calls, a memory configuration and its
-workspace on disk, a server with memory on, and one conversation in each protocol."""
+workspace on disk, a server with memory on, and one conversation in each protocol; for
+consolidation, the model's answer (ANSWER, FACTS as read from it), the workspace of a configuration, and a wait
+for the consolidator's passes."""
 
 from __future__ import annotations
 
@@ -152,3 +154,17 @@ async def converse(s, protocol: str, stream: bool, tools=(), headers=None, syste
             out["finish"] = m.stop_reason
             out["output_tokens"] = m.usage.output_tokens
     return out
+
+
+ANSWER = "Build with make -j2; the default target is slow."
+FACTS = f"build/command: {FACT}\n- `decisions/parser`: keep the hand-written parser\n../etc: not a key\n"
+
+
+def the_repo(cfg) -> Workspace:
+    return on_disk(cfg.directory)
+
+
+async def wait_for_passes(s, n: int) -> None:
+    with trio.fail_after(20):
+        while s.engine.consolidator.passes < n:
+            await trio.sleep(0.02)

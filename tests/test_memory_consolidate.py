@@ -7,23 +7,10 @@ import httpx
 import trio
 
 from responses_helpers import record_prompts
-from memory_helpers import FACT, MODEL, SYSTEM, config, converse, memory_server, on_disk
+from memory_helpers import (
+    ANSWER, FACT, FACTS, MODEL, SYSTEM, config, converse, memory_server, the_repo, wait_for_passes)
 from tinytitan.chat_request import Message, ToolCall
 from tinytitan.memory.consolidate import read_facts, render
-from tinytitan.memory.workspace import Workspace
-
-ANSWER = "Build with make -j2; the default target is slow."
-FACTS = f"build/command: {FACT}\n- `decisions/parser`: keep the hand-written parser\n../etc: not a key\n"
-
-
-def the_repo(cfg) -> Workspace:
-    return on_disk(cfg.directory)
-
-
-async def wait_for_passes(s, n: int) -> None:
-    with trio.fail_after(20):
-        while s.engine.consolidator.passes < n:
-            await trio.sleep(0.02)
 
 
 async def test_a_quiet_conversation_is_consolidated_once(tmp_path, demo_tok):

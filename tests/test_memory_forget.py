@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from test_memory_consolidate import ANSWER, FACTS
-from memory_helpers import SET_CALL, config, converse, memory_server, on_disk
+from memory_helpers import ANSWER, FACTS, SET_CALL, config, converse, memory_server, on_disk
 from tinytitan.memory.scope import workspace_id
 
 

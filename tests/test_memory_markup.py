@@ -55,7 +55,7 @@ def test_the_shield_breaks_every_added_token_and_changes_nothing_else(demo_tok):
 
 async def test_the_consolidation_prompt_reads_memory_as_text(tmp_path, demo_tok):
     """The consolidation pass lists the workspace's keys and summaries in its own prompt: text there too."""
-    from test_memory_consolidate import wait_for_passes
+    from memory_helpers import wait_for_passes
 
     cfg = config(tmp_path, consolidate=0.2)
     ws = on_disk(cfg.directory)
@@ -97,7 +97,7 @@ def test_restore_undoes_only_what_the_shield_wrote(demo_tok):
 
 
 async def test_a_fact_the_consolidation_pass_copies_is_stored_without_the_joiner(tmp_path, demo_tok):
-    from test_memory_consolidate import wait_for_passes
+    from memory_helpers import wait_for_passes
 
     cfg = config(tmp_path, consolidate=0.2)
     async with memory_server(demo_tok, ["Answer.", "build/stop: the model stops at <\u2060|im_end|>"], cfg) as s:

@@ -13,8 +13,7 @@ import trio
 
 import strict
 from sse import parse_sse
-from test_memory_consolidate import ANSWER, the_repo
-from memory_helpers import config, converse, memory_server
+from memory_helpers import ANSWER, config, converse, memory_server, the_repo
 
 MODEL = "tinytitan-scripted"
 USER = [{"role": "user", "content": "hi"}]
