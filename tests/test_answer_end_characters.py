@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from output_fuzz_cases import Case
-from test_foldfuzz import AH, FOLD, PROTOS, body
+from protocol_folds import AH, FOLD, PROTOS, body
 
 SMILE = "Smile 🙂"
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import family_fixtures as ff
-from test_foldfuzz import TOOL_PROTOCOLS, told_everywhere
+from protocol_folds import TOOL_PROTOCOLS, told_everywhere
 from tinytitan import events as ev
 from tinytitan.engine.families import FAMILIES
 

@@ -201,7 +201,7 @@ async def test_calls_on_every_protocol(serve, root):
     names, with their arguments; the text before them is the answer's text."""
     import httpx
 
-    from test_foldfuzz import TOOL_PROTOCOLS, told_everywhere
+    from protocol_folds import TOOL_PROTOCOLS, told_everywhere
 
     calls = [("get_weather", {"city": "Rome"}), ("get_weather", {"city": "Oslo", "days": 2})]
     raw = "Checking both." + block(*calls)

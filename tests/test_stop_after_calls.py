@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from test_foldfuzz import AH, FOLD
+from protocol_folds import AH, FOLD
 
 CALL = '<tool_call>\n{"name": "f", "arguments": {"q": "x"}}\n</tool_call>'
 USER = [{"role": "user", "content": "hi"}]
