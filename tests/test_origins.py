@@ -13,7 +13,7 @@ from httpx_ws import WebSocketUpgradeError, aconnect_ws
 
 import strict
 from rawhttp import RawConnection
-from test_websocket_upgrade import upgrade_headers
+from websocket_helpers import upgrade_headers
 from tinytitan.flags import build_parser
 from tinytitan.serve import allowed_origins
 from tinytitan.http.guard import host_name

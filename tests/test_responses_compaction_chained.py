@@ -10,7 +10,7 @@ from httpx_ws import aconnect_ws
 
 from responses_helpers import MODEL, client, record_prompts
 from compaction_helpers import HISTORY, SHORT, payload
-from test_responses_websocket import create, turn
+from websocket_helpers import create, turn
 
 DEVELOPER = {"type": "message", "role": "developer", "content": "You are a careful coding agent."}
 

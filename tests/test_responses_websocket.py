@@ -19,39 +19,11 @@ import strict
 from backends import Recording
 from sse import parse_sse
 from tinytitan.engine.backends.scripted import ScriptEntry, ScriptedBackend
+from websocket_helpers import MODEL, create, error_of, turn, upgrade_headers
 
-MODEL = "tinytitan-scripted"
 CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
 TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}]
-FINAL = ("response.completed", "response.incomplete", "response.failed", "error")
 LONG = "word " * 800
-
-
-def create(**body) -> str:
-    return json.dumps({"type": "response.create", "model": MODEL, "store": False, **body})
-
-
-async def turn(ws) -> list[dict]:
-    """The frames of one exchange, up to its last (each frame strictly one stream event, or the error frame)."""
-    frames = []
-    with trio.fail_after(10):
-        while True:
-            frame = json.loads(await ws.receive_text())
-            frames.append(frame)
-            if frame["type"] in FINAL:
-                break
-    for frame in frames:
-        if frame["type"] != "error":
-            strict.response_event(frame)
-    return frames
-
-
-def error_of(frames: list[dict], status: int) -> dict:
-    assert len(frames) == 1 and frames[0]["type"] == "error", frames
-    frame = frames[0]
-    assert set(frame) == {"type", "status", "error"} and frame["status"] == status, frame
-    strict.openai_error({"error": frame["error"]})
-    return frame["error"]
 
 
 def shape(events: list[dict]) -> list[tuple]:
@@ -245,8 +217,6 @@ async def test_each_exchange_is_logged(serve, caplog):
 
 
 async def test_with_the_socket_switched_off_an_upgrade_is_426(serve):
-    from test_websocket_upgrade import upgrade_headers
-
     server = await serve(["ok"], websocket=False)
     async with httpx.AsyncClient() as client:
         r = await client.get(server.url("/v1/responses"), headers=upgrade_headers())
@@ -322,7 +292,6 @@ async def test_connections_over_the_cap_are_refused_with_426(serve):
     """Past ``max_websockets`` open sockets an upgrade is refused before it is accepted: 426, which sends Codex
     to plain HTTP at once, with a message saying why; a socket closed frees its place."""
     from httpx_ws import WebSocketUpgradeError
-    from test_websocket_upgrade import upgrade_headers
 
     s = await serve(["Hi."], max_websockets=2)
     async with httpx.AsyncClient() as client:

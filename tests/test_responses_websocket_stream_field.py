@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 from httpx_ws import aconnect_ws
 
-from test_responses_websocket import create, error_of, turn
+from websocket_helpers import create, error_of, turn
 
 
 async def test_a_wrong_stream_is_refused_by_name(serve):

@@ -4,20 +4,14 @@ never a 500. The refusal closes the connection, and the server goes on answering
 
 from __future__ import annotations
 
-import base64
 import logging
-import os
 
 import httpx
 import pytest
 import trio
 
 import strict
-
-
-def upgrade_headers(**extra: str) -> dict:
-    return {"connection": "Upgrade", "upgrade": "websocket", "sec-websocket-version": "13",
-            "sec-websocket-key": base64.b64encode(os.urandom(16)).decode(), **extra}
+from websocket_helpers import upgrade_headers
 
 
 @pytest.mark.parametrize("path, status, envelope", [
