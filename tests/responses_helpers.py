@@ -1,10 +1,12 @@
-"""Helpers for the Responses tests: an SDK client, raw SSE reading, and a prompt recorder."""
+"""Helpers for the Responses tests: an SDK client, raw SSE reading, and a prompt recorder; a stream the client
+hangs up on (hang_up, with LONG a text long enough to leave) and the stored response read back (stored)."""
 
 from __future__ import annotations
 
 import json
 
 import httpx
+import trio
 from openai import AsyncOpenAI
 
 MODEL = "tinytitan-scripted"
@@ -57,3 +59,35 @@ async def post(s, path: str, body, **kw) -> httpx.Response:
 async def get(s, path: str, **kw) -> httpx.Response:
     async with httpx.AsyncClient(timeout=30) as h:
         return await h.get(s.url(path), **kw)
+
+
+LONG = " ".join(f"word{i}" for i in range(400))
+
+
+async def hang_up(s, body: dict, after: str, count: int = 3) -> str:
+    """Stream ``body`` and hang up after the ``count``-th event named ``after``; the response's id."""
+    rid, seen = None, 0
+    async with httpx.AsyncClient(timeout=30) as h:
+        async with h.stream("POST", s.url("/v1/responses"), json=body) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    data = json.loads(line[6:])
+                    rid = rid or data["response"]["id"]
+                    seen += data["type"] == after
+                    if seen == count:
+                        break
+    with trio.fail_after(10):  # the server noticed: its generation ended
+        while s.engine.running or s.engine.waiting:
+            await trio.sleep(0.02)
+    return rid
+
+
+async def stored(s, rid: str) -> dict:
+    with trio.fail_after(10):  # (written as the stream's body ends)
+        while True:
+            async with httpx.AsyncClient(timeout=30) as h:
+                r = await h.get(s.url(f"/v1/responses/{rid}"))
+            if r.status_code != 404:
+                assert r.status_code == 200, r.text
+                return r.json()
+            await trio.sleep(0.05)

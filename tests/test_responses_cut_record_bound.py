@@ -10,8 +10,7 @@ import threading
 
 import trio
 
-from responses_helpers import MODEL
-from test_responses_cut_short import LONG, hang_up
+from responses_helpers import LONG, MODEL, hang_up
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 from tinytitan.protocols import base
 

@@ -13,41 +13,11 @@ import trio
 from httpx_ws import aconnect_ws
 from openai.types.responses import Response
 
-from responses_helpers import MODEL, client, record_prompts
+from responses_helpers import LONG, MODEL, client, hang_up, record_prompts, stored
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
-LONG = " ".join(f"word{i}" for i in range(400))
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "' + "Paris " * 200 + '"}}</tool_call>'
 TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
-
-
-async def hang_up(s, body: dict, after: str, count: int = 3) -> str:
-    """Stream ``body`` and hang up after the ``count``-th event named ``after``; the response's id."""
-    rid, seen = None, 0
-    async with httpx.AsyncClient(timeout=30) as h:
-        async with h.stream("POST", s.url("/v1/responses"), json=body) as r:
-            async for line in r.aiter_lines():
-                if line.startswith("data: "):
-                    data = json.loads(line[6:])
-                    rid = rid or data["response"]["id"]
-                    seen += data["type"] == after
-                    if seen == count:
-                        break
-    with trio.fail_after(10):  # the server noticed: its generation ended
-        while s.engine.running or s.engine.waiting:
-            await trio.sleep(0.02)
-    return rid
-
-
-async def stored(s, rid: str) -> dict:
-    with trio.fail_after(10):  # (written as the stream's body ends)
-        while True:
-            async with httpx.AsyncClient(timeout=30) as h:
-                r = await h.get(s.url(f"/v1/responses/{rid}"))
-            if r.status_code != 404:
-                assert r.status_code == 200, r.text
-                return r.json()
-            await trio.sleep(0.05)
 
 
 async def test_a_text_stream_the_client_left_is_kept_incomplete_and_chains(serve, demo_tok):

@@ -11,9 +11,8 @@ import json
 import pytest
 from openai.types.responses import Response
 
-from responses_helpers import MODEL, client, record_prompts
+from responses_helpers import MODEL, client, hang_up, record_prompts, stored
 from compaction_helpers import HISTORY, payload
-from test_responses_cut_short import hang_up, stored
 from test_responses_grammar import machine_at
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 from tinytitan.events import Failed, TextDelta
@@ -84,7 +83,7 @@ async def test_a_compaction_turn_cut_mid_summary_counts_what_its_pass_spent(serv
     import httpx
     import trio
 
-    from test_responses_cut_short import stored
+    from responses_helpers import stored
 
     backend = ScriptedBackend([ScriptEntry(SUMMARY, delay_ms=20)], demo_tok)
     s = await serve(backend=backend)
