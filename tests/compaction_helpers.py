@@ -1,6 +1,7 @@
 """Helpers for the compaction tests: a short coding history to compact, a summary that fits, and the payload a
 compaction item carries (its encrypted_content, decoded); a conversation whose client-executed tool search
-loaded a deferred tool (SEARCHED), and a server on a recording scripted backend."""
+loaded a deferred tool (SEARCHED), and a server on a recording scripted backend;
+INPUT: that history between a developer message and a newest user turn, and SUMMARY, the summary it compacts to."""
 
 from __future__ import annotations
 
@@ -43,3 +44,8 @@ ECHO_CALL = '<tool_call>\n{"name": "mcp__demo__echo", "arguments": {"text": "m-4
 async def server(serve, demo_tok, *outputs):
     backend = Recording([ScriptEntry(o) for o in outputs], demo_tok, model_id=MODEL)
     return await serve(backend=backend), backend
+
+
+SUMMARY = "Requirements: fix src/app.py. Next step: correct `retrun`."
+INPUT = [{"type": "message", "role": "developer", "content": "You are a coding agent."}, *HISTORY,
+         {"type": "message", "role": "user", "content": "Now run the tests."}]

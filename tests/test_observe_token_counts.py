@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from observe_helpers import MODEL, counting, eventually, scrape, tokens
-from test_responses_context_management import INPUT, SUMMARY
+from compaction_helpers import INPUT, SUMMARY
 
 async def test_compaction_passes_count_their_tokens(serve):
     """Codex's compactions run the model too: /v1/responses/compact and a compaction_trigger turn move the

@@ -10,13 +10,10 @@ import pytest
 
 from backends import Recording
 from responses_helpers import client, sse_events
-from compaction_helpers import HISTORY, payload
+from compaction_helpers import INPUT, SUMMARY, payload
 from tinytitan.engine.backends.scripted import ScriptEntry
 
 MODEL = "tinytitan-scripted"
-SUMMARY = "Requirements: fix src/app.py. Next step: correct `retrun`."
-INPUT = [{"type": "message", "role": "developer", "content": "You are a coding agent."}, *HISTORY,
-         {"type": "message", "role": "user", "content": "Now run the tests."}]
 
 
 async def server(serve, demo_tok, *outputs):
