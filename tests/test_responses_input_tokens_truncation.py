@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from responses_helpers import client, post
-from test_responses_truncation import MODEL, TOOLS, history, server
+from truncation_helpers import MODEL, TOOLS, history, server
 
 
 async def test_input_tokens_under_truncation_auto_is_the_responses_usage(serve, demo_tok):

@@ -7,30 +7,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from backends import Recording
 from responses_helpers import client
-from tinytitan.engine.backends.scripted import ScriptEntry
-
-MODEL = "tinytitan-scripted"
-WINDOW = 600
-
-
-def history(turns: int) -> list[dict]:
-    items = []
-    for k in range(turns):
-        items += [{"type": "message", "role": "user", "content": f"question {k}: " + "lorem ipsum " * 20},
-                  {"type": "function_call", "call_id": f"c{k}", "name": "look", "arguments": '{"k": %d}' % k},
-                  {"type": "function_call_output", "call_id": f"c{k}", "output": f"result {k}"},
-                  {"type": "message", "role": "assistant", "content": f"answer {k}"}]
-    return items + [{"type": "message", "role": "user", "content": "the newest question"}]
-
-
-async def server(serve, demo_tok):
-    backend = Recording([ScriptEntry("Fine.")], demo_tok, model_id=MODEL, context_window=WINDOW)
-    return await serve(backend=backend), backend
-
-
-TOOLS = [{"type": "function", "name": "look", "parameters": {"type": "object"}}]
+from truncation_helpers import MODEL, TOOLS, WINDOW, history, server
 
 
 async def test_auto_drops_the_oldest_turns_until_it_fits(serve, demo_tok):
