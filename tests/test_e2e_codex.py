@@ -13,23 +13,16 @@ under /tmp/tt-trace, so no machine paths land in the bodies)::
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from conftest import needs
+from codex_harness import CODEX, ROOT, _explain, recording_proxy, run_codex, scripted_server, socket_recorder
 
-ROOT = Path(__file__).resolve().parent.parent
-CODEX = shutil.which("codex")
-RUN_TIMEOUT = 120  # seconds per codex exec
-START_TIMEOUT = 60  # seconds for the server / proxy banner
 
 pytestmark = [
     pytest.mark.clients,
@@ -51,98 +44,6 @@ SCENARIOS = {
 }
 
 
-@contextmanager
-def _process(args, log: Path, pattern: str, cwd=ROOT, env=None):
-    """Start ``args`` with stdout+stderr into ``log``; yield the first match of ``pattern`` in it."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            m = re.search(pattern, log.read_text())
-            if m:
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"{args[:4]} did not start:\n{log.read_text()}")
-            time.sleep(0.05)
-        yield m
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
-@contextmanager
-def scripted_server(script: list, scratch: Path, extra_args=()):
-    """``tinytitan serve --script`` on a free port → (base URL, served model id). Its cache (the Codex catalog it
-    writes) is its own: other servers on the machine, of other versions, write the same model id's entry into the
-    shared one."""
-    path = scratch / "script.yaml"
-    path.write_text(json.dumps(script))  # JSON is YAML
-    args = [sys.executable, "-m", "tinytitan", "serve", "--script", str(path), "--port", "0",
-            "--responses-store", "memory", *extra_args]
-    env = {**os.environ, "TINYTITAN_CACHE": str(scratch / "cache")}
-    with _process(args, scratch / "server.log", r"is serving '([^']+)' at (http://\S+)", env=env) as m:
-        yield m.group(2), m.group(1)
-
-
-@contextmanager
-def recording_proxy(upstream: str, out: Path, scratch: Path):
-    """tools/record_proxy.py forwarding to ``upstream``, appending each request to ``out`` → its base URL."""
-    args = [sys.executable, str(ROOT / "tools" / "record_proxy.py"), "--port", "0", "--upstream", upstream,
-            "--out", str(out)]
-    with _process(args, scratch / "proxy.log", r"listening on (http://\S+)") as m:
-        yield m.group(1)
-
-
-@contextmanager
-def socket_recorder(upstream: str, out: Path, scratch: Path):
-    """tools/record_socket.py forwarding WebSockets to ``upstream``, appending each event to ``out`` → its base URL."""
-    args = [sys.executable, str(ROOT / "tools" / "record_socket.py"), "--port", "0", "--upstream", upstream,
-            "--out", str(out)]
-    with _process(args, scratch / "socket-proxy.log", r"listening on (http://\S+)") as m:
-        yield m.group(1)
-
-
-def run_codex(base: str, model: str, root: Path, prompt: str, *extra: str,
-              timeout: float = RUN_TIMEOUT, builtin: bool = False) -> subprocess.CompletedProcess:
-    """``codex exec`` in ``root/work`` with HOME ``root/home`` and CODEX_HOME ``root/codex``; ``extra``
-    options go before the prompt. ``builtin``: Codex's own ``openai`` provider pointed at ``base``
-    (``openai_base_url``; this Codex ignores the OPENAI_BASE_URL variable), which dials a WebSocket first."""
-    work, home, codex_home = root / "work", root / "home", root / "codex"
-    for d in (work, home, codex_home):
-        d.mkdir(parents=True, exist_ok=True)
-    if builtin:
-        config = f'''model = "{model}"
-openai_base_url = "{base}/v1"
-'''
-    else:
-        config = f'''model = "{model}"
-model_provider = "local"
-
-[model_providers.local]
-name = "local"
-base_url = "{base}/v1"
-env_key = "LOCAL_API_KEY"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-'''
-    (codex_home / "config.toml").write_text(config)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(codex_home), "LOCAL_API_KEY": "x",
-           **({"OPENAI_API_KEY": "x"} if builtin else {})}
-    t0 = time.monotonic()
-    result = subprocess.run([CODEX, "exec", "--skip-git-repo-check", "-c", "analytics.enabled=false",
-                             "--disable", "plugins", "-s", "danger-full-access", *extra, prompt],
-                            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            timeout=timeout)
-    result.wall = time.monotonic() - t0  # seconds the run took
-    return result
-
-
 def run_scenario(script: list, prompt: str, root: Path, trace: Path, server_args=(), codex_args=()):
     """Server + proxy + codex; → (completed process, recorded requests, served model id)."""
     scratch = root / "scratch"
@@ -151,10 +52,6 @@ def run_scenario(script: list, prompt: str, root: Path, trace: Path, server_args
         result = run_codex(proxy, model, root, prompt, *codex_args)
     requests = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
     return result, requests, model
-
-
-def _explain(result) -> str:
-    return f"rc={result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr[-4000:]}"
 
 
 def _input_items(request, kind):

@@ -11,8 +11,8 @@
   (or Codex's fallback metadata, without a catalog) makes Codex send the picture, which the server refuses in
   OpenAI's words, naming the part.
 
-Driven as tests/test_e2e_claude.py and tests/test_e2e_codex.py drive the clients (tests/claude_harness.py, and
-Codex's helpers, reused).
+Driven as tests/test_e2e_claude.py and tests/test_e2e_codex.py drive the clients (tests/claude_harness.py and
+tests/codex_harness.py, reused).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 from PIL import Image
 
 import claude_harness as claude
-import test_e2e_codex as codex
+import codex_harness as codex
 from conftest import needs
 
 pytestmark = [pytest.mark.clients]

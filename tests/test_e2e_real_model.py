@@ -18,7 +18,7 @@ import pytest
 
 from conftest import needs
 from claude_harness import Proc, blocks, run_claude
-from test_e2e_codex import _explain, run_codex
+from codex_harness import _explain, run_codex
 
 pytestmark = pytest.mark.clients
 

@@ -41,7 +41,7 @@ import yaml
 
 import claude_harness as claude
 import strict
-import test_e2e_codex as codex
+import codex_harness as codex
 import test_e2e_images as images_e2e
 from conftest import needs
 from launch_helpers import env_for
