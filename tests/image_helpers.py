@@ -1,12 +1,13 @@
 """Image helpers shared by the tests: small images of each format, base64 and data URLs, a scripted backend that
 reads images (Seeing) and its fixture, a check of the images a request carried, a raw POST, and a loopback
-host of images to fetch."""
+host of images to fetch; write_png: a PNG file of one colour."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import io
+from pathlib import Path
 
 import httpx
 import pytest
@@ -105,3 +106,11 @@ def image_host():
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
+
+
+def write_png(path: Path, size: tuple[int, int] = (32, 24), colour: tuple[int, int, int] = (240, 120, 0)) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = io.BytesIO()
+    Image.new("RGB", size, colour).save(out, "PNG")
+    path.write_bytes(out.getvalue())
+    return path

@@ -17,27 +17,18 @@ tests/codex_harness.py, reused).
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 import claude_harness as claude
 import codex_harness as codex
 from conftest import needs
+from image_helpers import write_png
 
 pytestmark = [pytest.mark.clients]
-
-
-def write_png(path: Path, size: tuple[int, int] = (32, 24), colour: tuple[int, int, int] = (240, 120, 0)) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    out = io.BytesIO()
-    Image.new("RGB", size, colour).save(out, "PNG")
-    path.write_bytes(out.getvalue())
-    return path
 
 
 def image_blocks(body: dict) -> list[dict]:

@@ -42,7 +42,7 @@ import yaml
 import claude_harness as claude
 import strict
 import codex_harness as codex
-import test_e2e_images as images_e2e
+import image_helpers
 from conftest import needs
 from launch_helpers import env_for
 
@@ -57,7 +57,7 @@ pytestmark = [pytest.mark.clients]
 
 
 def write_png(path: Path) -> Path:
-    return images_e2e.write_png(path, (48, 32), (30, 144, 255))
+    return image_helpers.write_png(path, (48, 32), (30, 144, 255))
 
 
 class Vision:

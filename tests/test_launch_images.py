@@ -17,7 +17,7 @@ import pytest
 
 import claude_harness as claude
 from conftest import absent
-from test_e2e_images import write_png
+from image_helpers import write_png
 from launch_helpers import INSTALL, launch
 from tinytitan.launch.settings import PROGRAMS
 
