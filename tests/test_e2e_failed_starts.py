@@ -12,7 +12,7 @@ import pytest
 
 import claude_harness as claude
 import launch_helpers
-from test_e2e_vision import Proxy, Vision
+from vision_e2e_harness import Proxy, Vision
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 import claude_harness as claude
 import cli_helpers
 import test_e2e_claude_interactive as interactive
-from test_e2e_vision import Vision
+from vision_e2e_harness import Vision
 
 
 def hanging(path: Path, prints: str = "") -> str:
