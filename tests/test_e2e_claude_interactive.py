@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import time
 import uuid
 
@@ -18,23 +16,14 @@ import pytest
 
 from conftest import needs
 from claude_harness import CLAUDE, model_requests, read_record, request_lines, tinytitan
+from tmux_harness import TMUX, tmux, wait_for_screen
 
-TMUX = shutil.which("tmux")
-TMUX_TIMEOUT = 30  # seconds for one tmux command: a tmux that stops answering fails the test, it does not hang it
 
 pytestmark = [
     pytest.mark.clients,
     needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
                                  "npm install -g @anthropic-ai/claude-code@2.1.337"),
 ]
-
-
-def tmux(*args: str, **run) -> subprocess.CompletedProcess:
-    """``tmux ARGS`` (``run``: subprocess.run's options), bounded by TMUX_TIMEOUT."""
-    try:
-        return subprocess.run([TMUX, *args], timeout=TMUX_TIMEOUT, **run)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"tmux {args[0]} did not answer within {TMUX_TIMEOUT}s") from None
 
 
 @needs(TMUX is None, reason="tmux is not installed (apt install tmux): interactive Claude Code runs in a tmux window")
@@ -79,13 +68,3 @@ def test_an_interactive_session_is_refused_safeguards_once_and_reuses_the_cache(
     assert [line["cache"] for line in lines[2:]] == ["hit", "hit"], lines
 
 
-def wait_for_screen(session: str, text: str, timeout: float) -> str:
-    """The tmux window's text once it shows ``text``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        screen = tmux("capture-pane", "-p", "-t", session, capture_output=True, text=True).stdout
-        if text in screen:
-            return screen
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the window never showed {text!r}:\n{screen}")
-        time.sleep(0.1)

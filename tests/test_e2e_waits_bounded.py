@@ -12,7 +12,7 @@ import pytest
 
 import claude_harness as claude
 import cli_helpers
-import test_e2e_claude_interactive as interactive
+import tmux_harness
 from vision_e2e_harness import Vision
 
 
@@ -33,11 +33,11 @@ def test_a_claude_run_that_hangs_fails_with_what_it_printed(tmp_path, monkeypatc
 
 
 def test_a_tmux_that_hangs_fails_the_wait_for_the_window(tmp_path, monkeypatch):
-    monkeypatch.setattr(interactive, "TMUX", hanging(tmp_path / "tmux"))
-    monkeypatch.setattr(interactive, "TMUX_TIMEOUT", 1)
+    monkeypatch.setattr(tmux_harness, "TMUX", hanging(tmp_path / "tmux"))
+    monkeypatch.setattr(tmux_harness, "TMUX_TIMEOUT", 1)
     started = time.monotonic()
     with pytest.raises(AssertionError, match="tmux capture-pane did not answer within 1s"):
-        interactive.wait_for_screen("tt-none", "❯", 60)
+        tmux_harness.wait_for_screen("tt-none", "❯", 60)
     assert time.monotonic() - started < 20
 
 
