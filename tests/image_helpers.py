@@ -1,12 +1,14 @@
 """Image helpers shared by the tests: small images of each format, base64 and data URLs, a scripted backend that
 reads images (Seeing) and its fixture, a check of the images a request carried, a raw POST, and a loopback
-host of images to fetch; write_png: a PNG file of one colour."""
+host of images to fetch; write_png: a PNG file of one colour; CLAUDE_CODE_PLACE: how Claude Code finds the
+block a media error names."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import io
+import re
 from pathlib import Path
 
 import httpx
@@ -114,3 +116,8 @@ def write_png(path: Path, size: tuple[int, int] = (32, 24), colour: tuple[int, i
     Image.new("RGB", size, colour).save(out, "PNG")
     path.write_bytes(out.getvalue())
     return path
+
+
+# how Claude Code 2.1.332 finds the block a media error names, to drop it from its history
+CLAUDE_CODE_PLACE = re.compile(r"messages[.[](\d+)[\].]+content[.[](\d+)[\].]+"
+                               r"(?:tool_result[.[]content[.[](\d+)[\].]+)?(image|document|pdf)")

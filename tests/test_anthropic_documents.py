@@ -8,7 +8,7 @@ import anthropic
 import pytest
 
 from anthropic_util import MODEL, assert_envelope, body, chat_request, message, post, protocol, rendered, sdk
-from test_image_media_type import CLAUDE_CODE_PLACE
+from image_helpers import CLAUDE_CODE_PLACE
 from image_helpers import PNG, b64, seeing  # noqa: F401  (the fixture: a backend that reads images)
 from tinytitan.chat_request import ImagePart
 

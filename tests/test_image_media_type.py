@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import io
-import re
 
 import anthropic
 import pytest
@@ -14,6 +13,7 @@ from PIL import Image
 from anthropic_util import MODEL, assert_envelope, body, post, sdk
 from tinytitan import images
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
+from image_helpers import CLAUDE_CODE_PLACE
 
 
 def encoded(fmt: str) -> str:
@@ -23,9 +23,6 @@ def encoded(fmt: str) -> str:
 
 
 PNG, JPEG = encoded("PNG"), encoded("JPEG")
-# how Claude Code 2.1.332 finds the block a media error names, to drop it from its history
-CLAUDE_CODE_PLACE = re.compile(r"messages[.[](\d+)[\].]+content[.[](\d+)[\].]+"
-                               r"(?:tool_result[.[]content[.[](\d+)[\].]+)?(image|document|pdf)")
 
 
 class Seeing(ScriptedBackend):

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from anthropic_util import MODEL, assert_envelope, body, post
-from test_image_media_type import CLAUDE_CODE_PLACE
+from image_helpers import CLAUDE_CODE_PLACE
 from image_helpers import BMP, PNG, Seeing, b64, encoded, image_host, seeing  # noqa: F401  (fixtures)
 from vision_helpers import RED, ask, part, vision  # noqa: F401  (the demo-vision backend fixture)
 from tinytitan import images
