@@ -6,20 +6,10 @@ import httpx
 import pytest
 
 from tinytitan.model_setup import find_model_dirs
-from tinytitan.demo_model import build_demo_model
 from tinytitan.engine.backends.mlx import MLXBackend
-from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
-from tinytitan.engine.group.ranks import GroupBroken
-
-
-@pytest.fixture(scope="module")
-def models_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    build_demo_model(root / "alpha")
-    build_demo_model(root / "org" / "beta")
-    (root / "not-a-model").mkdir()
-    (root / "not-a-model" / "config.json").write_text("{}")  # no weights: not listed
-    return root
+from tinytitan.engine.backends.scripted import ScriptEntry
+from catalog_helpers import GroupDiesOnLoad
+from catalog_helpers import models_dir  # noqa: F401  (the fixture)
 
 
 def catalog(root):
@@ -112,18 +102,6 @@ async def test_a_model_whose_weights_fail_to_load_says_so_in_each_protocols_enve
             assert r.status_code == 500, r.text
             assert "The model broken cannot be loaded (RuntimeError: " in r.text, r.text
     assert r.json()["error"].startswith("The model broken cannot be loaded")
-
-
-# a load that breaks a group of processes keeps its own words: 503 group_broken (a load balancer retries it)
-class GroupDiesOnLoad(ScriptedBackend):
-    """group.load's gather_text/_sum raise GroupBroken when a rank dies during a switch of models."""
-
-    @property
-    def loaded(self) -> bool:
-        return False
-
-    def ensure_loaded(self):
-        raise GroupBroken("rank 0 lost rank 1: [ring] connection reset by peer")
 
 
 async def test_a_group_broken_during_a_load_stays_503_group_broken(serve, demo_tok):

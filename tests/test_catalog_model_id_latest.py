@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from test_catalog import models_dir  # noqa: F401
+from catalog_helpers import models_dir  # noqa: F401
 
 
 def test_model_id_with_latest_tag_picks_the_model(models_dir, monkeypatch):  # noqa: F811

@@ -5,19 +5,8 @@ from __future__ import annotations
 
 import httpx
 
-from test_catalog import GroupDiesOnLoad
+from catalog_helpers import USER, DamagedWeights, GroupDiesOnLoad
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
-
-USER = [{"role": "user", "content": "hi"}]
-
-
-class DamagedWeights(ScriptedBackend):
-    @property
-    def loaded(self) -> bool:
-        return False
-
-    def ensure_loaded(self):
-        raise RuntimeError("[load_safetensors] invalid data offsets: an incomplete download")
 
 
 def first_error(text: str) -> dict:

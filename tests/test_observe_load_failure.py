@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from observe_helpers import eventually
-from test_catalog_stream_load_failure_code import USER, DamagedWeights
+from catalog_helpers import USER, DamagedWeights
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
 ROUTES = [("/v1/chat/completions", "openai_chat", {}),
