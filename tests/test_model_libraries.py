@@ -8,10 +8,8 @@ folders holding a GGUF (and its vision projector) or an MLX model.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import shutil
 
 import httpx
@@ -23,6 +21,7 @@ from tinytitan.demo_model import build_demo_model, ensure_demo_model
 from tinytitan.engine.backends.mlx import MLXBackend
 from tinytitan.models.go_template import Untranslatable, translate
 from tinytitan.models.resolve import list_models, models_root
+from ollama_helpers import CONFIG, blob, manifest
 
 CHATML_GO = """{{- if .System }}<|im_start|>system
 {{ .System }}<|im_end|>
@@ -42,8 +41,6 @@ CHATML_GO = """{{- if .System }}<|im_start|>system
 {{- end }}"""
 SYSTEM_LAYER = "You are Tiny, a terse assistant."
 HISTORY = '[{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "A coder."}]\n'
-CONFIG = {"model_format": "gguf", "model_family": "qwen3", "model_families": ["qwen3"], "model_type": "3.37M",
-          "file_type": "F32", "architecture": "amd64", "os": "linux"}
 
 
 def render(template: str, messages) -> str:
@@ -78,25 +75,6 @@ def test_a_go_template_translates_to_the_jinja_that_renders_the_same():
 def test_untranslatable_templates_are_refused_by_name(source, named):
     with pytest.raises(Untranslatable, match=named):
         translate(source)
-
-
-def blob(root, data: bytes) -> dict:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    (root / "blobs" / digest.replace(":", "-")).write_bytes(data)
-    return {"digest": digest, "size": len(data)}
-
-
-def manifest(root, name: str, layers: list[tuple[str, dict]], config: dict, mtime: float):
-    host, namespace, model, tag = name.split("/")
-    path = root / "manifests" / host / namespace / model / tag
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", **config},
-            "layers": [{"mediaType": f"application/vnd.ollama.image.{kind}", **ref} for kind, ref in layers]}
-    raw = json.dumps(body).encode()
-    path.write_bytes(raw)
-    os.utime(path, (mtime, mtime))
-    return hashlib.sha256(raw).hexdigest(), sum(ref["size"] for _, ref in layers) + config["size"]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from gguf_util import demo_gguf_bytes
 from gguf_util import cache  # noqa: F401  (the conversions' cache, per test)
-from test_model_libraries import CONFIG, blob, manifest
+from ollama_helpers import CONFIG, blob, manifest
 from tinytitan.models.resolve import list_models
 
 

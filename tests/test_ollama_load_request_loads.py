@@ -8,17 +8,9 @@ from __future__ import annotations
 import ollama
 import pytest
 
-from tinytitan.demo_model import build_demo_model
 from tinytitan.engine.backends.mlx import MLXBackend
 from tinytitan.model_setup import find_model_dirs
-
-
-@pytest.fixture(scope="module")
-def models_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    build_demo_model(root / "alpha")
-    build_demo_model(root / "beta")
-    return root
+from ollama_helpers import models_dir  # noqa: F401  (the fixture)
 
 
 @pytest.mark.parametrize("route", ["chat", "generate"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ollama
 
-from test_ollama_load_request_loads import models_dir  # noqa: F401 (fixture)
+from ollama_helpers import models_dir  # noqa: F401 (fixture)
 from tinytitan.engine.backends.mlx import MLXBackend
 from tinytitan.model_setup import find_model_dirs
 
