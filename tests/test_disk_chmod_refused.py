@@ -3,7 +3,7 @@ files all show 0644/0755 and refuse chmod; a read-only volume): it is still a pr
 import os
 import time
 
-from test_prompt_disk import _cache, _req
+from prompt_cache_helpers import _cache, _req
 
 
 async def test_a_readable_prefix_whose_mode_cannot_be_changed_is_still_read(demo_backend, tmp_path, monkeypatch):

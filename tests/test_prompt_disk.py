@@ -9,21 +9,10 @@ import logging
 import numpy as np
 import pytest
 
-from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.cache.memory import PromptCache
 from tinytitan.engine.cache.disk import PromptDisk
 from tinytitan.engine.cache.disk_files import FORMAT, layout_of, read_metadata
-
-
-def _disk(backend, directory, max_bytes=1 << 30, layout=None):
-    return PromptDisk(directory, sorted(backend.path.glob("*.safetensors")),
-                      layout or (lambda: layout_of(backend.ensure_loaded())), max_bytes)
-
-
-def _cache(backend, directory, **kw):
-    c = PromptCache(1 << 30)
-    c.disk = _disk(backend, directory, **kw)
-    return c
+from prompt_cache_helpers import _cache, _disk, _odd_ids, _req
 
 
 def _kv(backend, tokens):
@@ -194,11 +183,6 @@ def test_a_directory_that_cannot_be_used_keeps_nothing_queued(demo_backend, tmp_
         disk.put(np.array(tokens), _kv(demo_backend, tokens)[0], ())
         assert disk.flush(timeout=10)
     assert disk.stats()["pending"] == 0 and disk.stats()["entries"] == 0
-
-
-def _req(msgs, **kw):
-    return ChatRequest(model="tinytitan-demo", messages=tuple(Message(r, c) for r, c in msgs), temperature=0,
-                       max_tokens=6, **kw)
 
 
 async def test_a_restarted_engine_reads_the_conversation_back_and_answers_the_same(demo_backend, tmp_path):
@@ -493,13 +477,10 @@ def test_a_file_another_server_evicts_during_the_scan_leaves_the_disk_in_use(dem
     assert restarted.disk.flush() and restarted.disk.stats()["entries"] == 2
 
 
-
 def test_the_first_turn_after_a_restart_reuses_the_last_answers_own_ids(demo_backend, tmp_path):
     """The answer a client sends back is re-rendered text, which the tokenizer cuts otherwise than a weak model
     spelled it: the cache splices the model's own ids back in (prompt/splice.py). After a restart the files'
     answers are spliced as memory's are, so the first turn reuses the whole answer, as without the restart."""
-    from test_prompt_splice import _odd_ids
-
     tok = demo_backend.tokenizer
     saved = demo_backend.prompt_cache
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import stat
 import time
 
-from test_prompt_disk import _cache, _req
+from prompt_cache_helpers import _cache, _req
 from tinytitan.engine.cache.disk_files import read_metadata
 
 

@@ -9,18 +9,11 @@ from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.cache.prefix_index import common_prefix
 from tinytitan.engine.cache.memory import PromptCache
 from tinytitan.engine.prompt.splice import Span, splice
+from prompt_cache_helpers import _odd_ids
 
 
 def _req(msgs, **kw):
     return ChatRequest(model="tinytitan-demo", messages=tuple(Message(r, c) for r, c in msgs), temperature=0, **kw)
-
-
-def _odd_ids(tok, text: str) -> list[int]:
-    """``text`` as ids the tokenizer would never make of it (a character at a time), as a weak model's
-    sampling often spells its answer."""
-    ids = [i for ch in text for i in tok.encode(ch, add_special_tokens=False)]
-    assert tok.decode(ids) == text and ids != tok.encode(text, add_special_tokens=False)
-    return ids
 
 
 def test_a_generated_answer_is_spliced_and_the_prompt_still_decodes_to_the_rendered_text(demo_backend):
