@@ -7,37 +7,16 @@ whose broadcast blocks when told (the model and its steps are the demo model's, 
 
 from __future__ import annotations
 
-import threading
-from types import SimpleNamespace
-
 import pytest
 import trio
 
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.engine import Engine
-from tinytitan.engine.group.ranks import Group, GroupBroken
+from tinytitan.engine.group.ranks import GroupBroken
 from tinytitan.events import Failed, Finished, Started, TextDelta
+from group_fakes import StoppingGroup
 
 TIMEOUT = 2.0  # b enters within it (the group refuses new requests once broken)
-
-
-class StoppingGroup(Group):
-    """Rank 0 of two; once ``stopped`` is set, a broadcast waits (rank 1 stopped answering: ``stuck``) until
-    ``back``."""
-
-    def __init__(self):
-        super().__init__(SimpleNamespace(rank=lambda: 0, size=lambda: 2), "ring")
-        self.stopped = threading.Event()
-        self.stuck = threading.Event()
-        self.back = threading.Event()
-
-    def share(self, obj=None, counted=True, report=False):
-        if self.broken:
-            raise GroupBroken(self.broken)
-        if self.stopped.is_set():
-            self.stuck.set()
-            self.back.wait()
-        return obj
 
 
 def req(text: str, max_tokens: int = 2000) -> ChatRequest:

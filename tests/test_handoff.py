@@ -68,7 +68,7 @@ async def test_rank_0_of_a_group_hands_no_prompt_on_as_its_followers_take_none(d
     """A follower's rows hold no request (group/follower.py): they start where its prompt cache says, and one that
     starts elsewhere than rank 0's has diverged. So rank 0's engine hands no prompt on either: its request's
     second choice starts where the prompt cache says (nothing, with it off), as a follower's does."""
-    from test_group_watchdog import StoppingGroup
+    from group_fakes import StoppingGroup
 
     cache_off(demo_backend, monkeypatch)
     group = StoppingGroup()  # (rank 0 of two whose broadcasts return at once)
