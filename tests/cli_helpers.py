@@ -1,8 +1,10 @@
-"""The command line's test helper: ``tinytitan serve`` started as a process on a free port, read up to its
-banner, and the repository root it runs in."""
+"""The command line's test helpers: ``tinytitan serve`` started as a process on a free port, read up to its
+banner (start), one that must fail at start and does so without a traceback (serve_fails), and the repository
+root they run in."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -40,3 +42,12 @@ def start(args, timeout=60):
     proc.kill()
     proc.wait(timeout=10)
     raise AssertionError(f"server did not start within {timeout}s:\n" + "".join(lines))
+
+
+def serve_fails(tmp_path, *args, timeout=60) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "tinytitan", "serve", "--state", str(tmp_path / "state"),
+                           "--prompt-cache-dir", "off", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    return done

@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 
 from gguf_util import cache, demo_dir, make_gguf  # noqa: F401
-from test_startup_failures import serve_fails
+from cli_helpers import serve_fails
 from tinytitan.models import gguf
 from tinytitan.models.resolve import ModelNotFound, list_models, resolve
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cli_helpers import start
+from cli_helpers import serve_fails, start
 from gguf_util import cache, demo_dir, make_gguf  # noqa: F401 — the conversion cache of each test, the demo model
 
 import tinytitan.engine.group.follower as group_follower
@@ -25,15 +25,6 @@ from tinytitan.models import gguf
 from tinytitan.models.resolve import ModelNotFound, list_models, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def serve_fails(tmp_path, *args, timeout=60) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "tinytitan", "serve", "--state", str(tmp_path / "state"),
-                           "--prompt-cache-dir", "off", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert done.returncode != 0
-    assert "Traceback" not in done.stderr, done.stderr[-2000:]
-    return done
 
 
 @pytest.mark.parametrize("damage", ["header", "data", "not-gguf"])
