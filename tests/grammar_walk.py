@@ -1,7 +1,11 @@
 """Random documents of a compiled grammar, as a random-weight model writes them under the mask: a uniformly
-random allowed token at every step, ending where the document may end."""
+random allowed token at every step, ending where the document may end; and
+the document a JSON schema's grammar forces alone (forced_document: its fast-forward tokens, decoded)."""
 
 from __future__ import annotations
+
+from tinytitan.chat_request import Grammar
+from tinytitan.engine.structured import compile_grammar
 
 
 def _walk(compiled, rng, eos: set[int]) -> list[int]:
@@ -26,3 +30,17 @@ def _walk_from(compiled, matcher, rng, eos: set[int], stop: float = 0.5) -> list
         assert matcher.consume_token(token), matcher.get_error()
         tokens.append(token)
     raise AssertionError("the document did not end")
+
+
+def forced_document(schema: dict, tok) -> str:
+    g = compile_grammar(Grammar("json_schema", schema), tok)
+    m = g.matcher()
+    out = []
+    for _ in range(50):
+        ff = m.compute_ff_tokens()
+        if not ff:
+            break
+        m.consume_tokens(ff)
+        out += ff
+    assert not m.is_error(), m.get_error()
+    return tok.decode(out)

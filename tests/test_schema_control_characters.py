@@ -12,20 +12,7 @@ import pytest
 
 from tinytitan.chat_request import Grammar
 from tinytitan.engine.structured import compile_grammar
-
-
-def forced_document(schema: dict, tok) -> str:
-    g = compile_grammar(Grammar("json_schema", schema), tok)
-    m = g.matcher()
-    out = []
-    for _ in range(50):
-        ff = m.compute_ff_tokens()
-        if not ff:
-            break
-        m.consume_tokens(ff)
-        out += ff
-    assert not m.is_error(), m.get_error()
-    return tok.decode(out)
+from grammar_walk import forced_document
 
 
 @pytest.mark.parametrize("schema", [

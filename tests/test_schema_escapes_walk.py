@@ -14,7 +14,7 @@ from tinytitan.chat_request import Grammar
 from tinytitan.engine.structured import compile_grammar
 from tinytitan.engine.structured.compile import ALL_ESCAPES, escapes
 
-from test_schema_control_characters import forced_document
+from grammar_walk import forced_document
 
 CLOSED = {"type": "object", "additionalProperties": False, "required": ["name", "properties"], "properties": {
     "name": {"const": "\u0003"},
