@@ -4,13 +4,15 @@ One small byte-level BPE is trained once on the demo model's deterministic corpu
 with its own special tokens added, a short chat template written in the structure of the family's real one
 (same markers, same role handling, same quirks: Llama's single-call rule, Mistral's 9-character ids and
 strict alternation, Gemma's missing system/tool roles, harmony's channels), and a config.json with its
-model_type. ``load(family)`` returns mlx-lm's TokenizerWrapper for it (cached per session).
+model_type. ``load(family)`` returns mlx-lm's TokenizerWrapper for it (cached per session);
+``llama_with_bos(tmp_path)`` the Llama 3 one with Llama 3's own BOS post-processor, and BOS's id.
 """
 
 from __future__ import annotations
 
 import json
 import functools
+import shutil
 from pathlib import Path
 
 from tinytitan import demo_model as dm
@@ -553,3 +555,23 @@ def summary(events) -> list[tuple]:
         else:
             out.append(item)
     return out
+
+
+def llama_with_bos(tmp_path):
+    """The Llama 3 fixture's tokenizer, its post-processor adding BOS as Llama 3's own tokenizer.json does."""
+    from mlx_lm.utils import load_tokenizer
+
+    src = build("llama3", tmp_path / "fixtures")
+    out = tmp_path / "llama3-bos"
+    shutil.copytree(src, out)
+    spec = json.loads((out / "tokenizer.json").read_text())
+    bos = "<|begin_of_text|>"
+    bos_id = next(t["id"] for t in spec["added_tokens"] if t["content"] == bos)
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}
+    (out / "tokenizer.json").write_text(json.dumps(spec))
+    return load_tokenizer(out), bos_id

@@ -205,7 +205,7 @@ async def test_an_opening_the_tokenizer_adds_is_listed_and_spells_no_echoed_text
     echoed text is the prompt as sent, and each token's offset is where it stands in that text."""
     from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 
-    from test_raw_prompt_opening import llama_with_bos
+    from family_fixtures import llama_with_bos
 
     tok, bos = llama_with_bos(tmp_path)
     s = await serve(backend=ScriptedBackend([ScriptEntry("x")], tok, model_id="m"))

@@ -5,34 +5,11 @@ second one; a tokenizer without one (Qwen's) adds nothing."""
 
 from __future__ import annotations
 
-import json
-import shutil
-
 from tinytitan.chat_request import ChatRequest
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 from tinytitan.engine.prompt.tokenizer_facts import opening_tokens
 
-import family_fixtures
-
-
-def llama_with_bos(tmp_path):
-    """The Llama 3 fixture's tokenizer, its post-processor adding BOS as Llama 3's own tokenizer.json does."""
-    from mlx_lm.utils import load_tokenizer
-
-    src = family_fixtures.build("llama3", tmp_path / "fixtures")
-    out = tmp_path / "llama3-bos"
-    shutil.copytree(src, out)
-    spec = json.loads((out / "tokenizer.json").read_text())
-    bos = "<|begin_of_text|>"
-    bos_id = next(t["id"] for t in spec["added_tokens"] if t["content"] == bos)
-    spec["post_processor"] = {
-        "type": "TemplateProcessing",
-        "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-        "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                 {"Sequence": {"id": "B", "type_id": 1}}],
-        "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}
-    (out / "tokenizer.json").write_text(json.dumps(spec))
-    return load_tokenizer(out), bos_id
+from family_fixtures import llama_with_bos
 
 
 def raw(prompt: str) -> ChatRequest:
