@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from responses_helpers import client
+from completions_helpers import streamed_logprobs
 
 
 async def test_generated_tokens_with_their_likeliest_alternatives(serve, demo_backend):
@@ -32,19 +33,6 @@ async def test_generated_tokens_with_their_likeliest_alternatives(serve, demo_ba
     assert (joined["tokens"], joined["text_offset"]) == (lp.tokens, lp.text_offset)
     assert joined["token_logprobs"] == pytest.approx(lp.token_logprobs, abs=1e-4)
 
-
-async def streamed_logprobs(c, ask: dict) -> tuple[str, dict]:
-    """The streamed answer to ``ask``: its text, and its chunks' log-probability lists joined (tokens,
-    token_logprobs, top_logprobs, text_offset), to compare with the non-streamed answer's."""
-    joined: dict = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-    text = ""
-    async for chunk in await c.completions.create(stream=True, **ask):
-        for ch in chunk.choices:
-            text += ch.text
-            if ch.logprobs is not None:
-                for key in joined:
-                    joined[key] += getattr(ch.logprobs, key)
-    return text, joined
 
 async def test_text_offsets_count_characters_not_token_pieces(serve):
     """A character the tokenizer spends several tokens on: each of its tokens decodes alone to U+FFFD, and the

@@ -10,7 +10,7 @@ from operator import itemgetter
 import pytest
 
 from responses_helpers import client
-from test_completions_logprobs import streamed_logprobs
+from completions_helpers import streamed_logprobs
 
 
 def direct(backend, ids: list[int]) -> list[float]:
