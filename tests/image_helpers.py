@@ -1,7 +1,7 @@
 """Image helpers shared by the tests: small images of each format, base64 and data URLs, a scripted backend that
-reads images (Seeing) and its fixture, a check of the images a request carried, a raw POST, and a loopback
-host of images to fetch; write_png: a PNG file of one colour; CLAUDE_CODE_PLACE: how Claude Code finds the
-block a media error names."""
+reads images (Seeing) and its fixture, a check of the images a request carried, a raw POST, and loopback hosts
+of images to fetch (the image_host and counting_host fixtures, the second counting the GETs per path);
+write_png: a PNG file of one colour; CLAUDE_CODE_PLACE: how Claude Code finds the block a media error names."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import base64
 import hashlib
 import io
 import re
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -121,3 +124,26 @@ def write_png(path: Path, size: tuple[int, int] = (32, 24), colour: tuple[int, i
 # how Claude Code 2.1.332 finds the block a media error names, to drop it from its history
 CLAUDE_CODE_PLACE = re.compile(r"messages[.[](\d+)[\].]+content[.[](\d+)[\].]+"
                                r"(?:tool_result[.[]content[.[](\d+)[\].]+)?(image|document|pdf)")
+
+
+@pytest.fixture
+def counting_host():
+    """A loopback HTTP server answering every path with the PNG → (its base URL, the GETs per path)."""
+    hits: Counter = Counter()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            hits[self.path] += 1
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(PNG)))
+            self.end_headers()
+            self.wfile.write(PNG)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", hits
+    httpd.shutdown()

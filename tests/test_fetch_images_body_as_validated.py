@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from test_fetch_images_once import counting_host  # noqa: F401 (the fixture)
+from image_helpers import counting_host  # noqa: F401 (the fixture)
 from image_helpers import MODEL, PNG, Seeing, assert_images
 from tinytitan.engine.backends.scripted import ScriptEntry
 

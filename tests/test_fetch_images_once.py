@@ -4,39 +4,13 @@ fetched once: every place reads the same bytes, each named where it stands."""
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import httpx
 import pytest
 
 from anthropic_util import HEADERS
 from image_helpers import MODEL, PNG, Seeing, assert_images
 from tinytitan.engine.backends.scripted import ScriptEntry
-
-
-@pytest.fixture
-def counting_host():
-    """A loopback HTTP server answering every path with the PNG → (its base URL, the GETs per path)."""
-    hits: Counter = Counter()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            hits[self.path] += 1
-            self.send_response(200)
-            self.send_header("Content-Type", "image/png")
-            self.send_header("Content-Length", str(len(PNG)))
-            self.end_headers()
-            self.wfile.write(PNG)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", hits
-    httpd.shutdown()
+from image_helpers import counting_host  # noqa: F401  (the fixture)
 
 
 def chat(url: str) -> tuple[str, dict, dict, list[str]]:
