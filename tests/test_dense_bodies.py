@@ -6,14 +6,13 @@ WebSocket, while a plain request beside it still answers at once."""
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
-import trio
 from httpx_ws import aconnect_ws
 
 from tinytitan.speclang.json_text import MAX_CONTAINERS
+from stall_helpers import health_while, health_while_posting
 
 MODEL = "tinytitan-scripted"
 LISTS = 20_000_000  # a 60 MB body: ~15 s of the GIL to parse before the fix
@@ -22,43 +21,6 @@ LISTS = 20_000_000  # a 60 MB body: ~15 s of the GIL to parse before the fix
 def dense(extra: str = "") -> bytes:
     return (b'{"model": "%s", %s"x": [' % (MODEL.encode(), extra.encode()) + b"[]," * LISTS + b"0]}")
 
-
-async def health_while(s, attack) -> tuple[float, object]:
-    """The slowest /health answer while ``attack`` runs, and what the attack gave. The server runs in this
-    event loop, so a stall also shows as a late wake-up from a short sleep (the attack may end before the first
-    /health is sent)."""
-    worst, out, done = 0.0, [], trio.Event()
-
-    async def pause(seconds: float) -> float:
-        t = time.monotonic()
-        await trio.sleep(seconds)
-        return time.monotonic() - t - seconds
-
-    async def run():
-        try:
-            out.append(await attack())
-        finally:
-            done.set()
-
-    async with httpx.AsyncClient(timeout=60) as c, trio.open_nursery() as n:
-        n.start_soon(run)
-        worst = await pause(0.2)
-        while not done.is_set():
-            t = time.monotonic()
-            assert (await c.get(s.url("/health"))).status_code == 200
-            worst = max(worst, time.monotonic() - t, await pause(0.1))
-    return worst, out[0]
-
-
-
-async def health_while_posting(s, body: bytes, path: str = "/v1/chat/completions", headers: dict | None = None):
-    """``health_while`` a POST of ``body`` (JSON) to ``path``."""
-    async def attack():
-        async with httpx.AsyncClient(timeout=600) as c:
-            return await c.post(s.url(path), content=body, headers={"content-type": "application/json",
-                                                                     **(headers or {})})
-
-    return await health_while(s, attack)
 
 @pytest.mark.parametrize("path,headers,extra", [
     ("/v1/chat/completions", {}, '"messages": [{"role": "user", "content": "hi"}], '),

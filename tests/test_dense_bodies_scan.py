@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tinytitan.speclang.json_text import MAX_CONTAINERS, too_many_containers
-from test_dense_bodies import health_while_posting
+from stall_helpers import health_while_posting
 
 MODEL = "tinytitan-scripted"
 
