@@ -3,33 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 
 import pytest
 
-from tinytitan.demo_model import ensure_demo_model
 from tinytitan.engine.backends.mlx import FALLBACK_WINDOW, MLXBackend
-
-
-def model_dir(tmp_path, config_edit, tokenizer_edit=None):
-    src = ensure_demo_model()
-    out = tmp_path / "m"
-    out.mkdir()
-    for f in src.iterdir():
-        if f.name == "model.safetensors":
-            (out / f.name).symlink_to(f)
-        else:
-            shutil.copy(f, out / f.name)
-    config = json.loads((out / "config.json").read_text())
-    config_edit(config)
-    (out / "config.json").write_text(json.dumps(config))
-    if tokenizer_edit is not None:
-        tc = json.loads((out / "tokenizer_config.json").read_text())
-        tokenizer_edit(tc)
-        (out / "tokenizer_config.json").write_text(json.dumps(tc))
-    return out
+from catalog_helpers import model_dir
 
 
 def drop_window(config):

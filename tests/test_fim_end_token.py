@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from test_context_window_keys import model_dir
+from catalog_helpers import model_dir
 from tinytitan.engine.backends.mlx import MLXBackend
 
 
