@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_accepted_fields import _ask, _conversation
+from context_editing_helpers import _ask, _conversation
 from responses_helpers import record_prompts
 
 
