@@ -1,7 +1,7 @@
 """The memory layer's test helpers: the scripted model's facts and calls, a memory configuration and its
-workspace on disk, a server with memory on, and one conversation in each protocol; for
-consolidation, the model's answer (ANSWER, FACTS as read from it), the workspace of a configuration, and a wait
-for the consolidator's passes."""
+workspace on disk, a server with memory on, and one conversation in each protocol; for consolidation, the
+model's answer (ANSWER, FACTS as read from it), the workspace of a configuration, and a wait for the
+consolidator's passes; req: a request whose system messages (or workspace header) name its workspace."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from anthropic_util import message
 from conftest import Running, entries
+from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.engine import Engine
 from tinytitan.engine.backends.scripted import ScriptedBackend
 from tinytitan.http.app import Server, ServerConfig
@@ -168,3 +169,8 @@ async def wait_for_passes(s, n: int) -> None:
     with trio.fail_after(20):
         while s.engine.consolidator.passes < n:
             await trio.sleep(0.02)
+
+
+def req(*system: str, header: str | None = None) -> ChatRequest:
+    return ChatRequest(model="m", messages=tuple(Message("system", s) for s in system) + (Message("user", "hi"),),
+                       workspace=header)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import openai
 
 from responses_helpers import record_prompts
-from memory_helpers import FACT, MODEL, SET_CALL, SYSTEM, config, memory_server
+from memory_helpers import FACT, MODEL, SET_CALL, SYSTEM, config, memory_server, req
 
 
 async def ask(s, messages) -> str:
@@ -37,7 +37,6 @@ def test_forget_deletes_the_workspaces_kept_listings(tmp_path):
     import json
 
     from tinytitan.memory.service import Memory
-    from test_memory_store import req
 
     memory = Memory(config(tmp_path))
     session = memory.session(req("Working directory: /src/the-repo"))

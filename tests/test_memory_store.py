@@ -21,6 +21,7 @@ from tinytitan.memory.scope import HeaderRefused, declared_in_system, derive, wo
 from tinytitan.memory.service import Memory, MemoryConfig, scope_key
 from tinytitan.memory.workspace import Workspace, WorkspacesFull
 from tinytitan.store import db as dbm
+from memory_helpers import req
 
 
 @pytest.fixture
@@ -291,11 +292,6 @@ def test_the_bootstrap_is_bounded(path):
 
 
 # -- scope ---------------------------------------------------------------------------------------------------
-def req(*system: str, header: str | None = None) -> ChatRequest:
-    return ChatRequest(model="m", messages=tuple(Message("system", s) for s in system) + (Message("user", "hi"),),
-                       workspace=header)
-
-
 def test_scope_sources_in_order():
     home = "/home/me"
     claude = "You are Claude Code.\n<env>\nWorking directory: /src/claude-proj\nIs directory a git repo: Yes\n</env>"
