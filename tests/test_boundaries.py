@@ -4,33 +4,12 @@ imports a protocol."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "tinytitan"
+from source_imports import PACKAGE, imports
+
 # what a protocol may name for type hints only: the engine's public face
 PUBLIC_ENGINE = {"tinytitan.engine.engine", "tinytitan.engine.summarise"}
-
-
-def imports(path: Path) -> list[tuple[str, bool]]:
-    """(absolute module, only under TYPE_CHECKING) for every import in a module."""
-    tree = ast.parse(path.read_text())
-    package = "tinytitan." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts[:-1])
-    checking: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            checking |= {id(n) for n in ast.walk(node)}
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [(a.name, id(node) in checking) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
-            out.append((module, id(node) in checking))
-    return out
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "protocols").glob("*.py")), ids=lambda p: p.name)

@@ -410,7 +410,7 @@ def test_a_client_tool_of_the_same_name_stays_the_clients(tmp_path):
 
 def test_the_memory_layer_sees_only_the_engines_public_face():
     """Memory decorates the engine from outside: no protocol, no server, no engine internals."""
-    from test_boundaries import PACKAGE, imports
+    from source_imports import PACKAGE, imports
 
     for path in sorted((PACKAGE / "memory").glob("*.py")):
         for module, _ in imports(path):
