@@ -224,7 +224,7 @@ def test_the_rounds_timing_is_summed():
 async def test_the_real_clients_working_directory_is_the_workspace(client, path, tmp_path, demo_tok):
     """What Claude Code and Codex really send (tests/traces) names the workspace: the directory they ran in."""
     import httpx
-    from test_trace_replay import TRACES, load_trace, replay
+    from trace_replay_helpers import TRACES, load_trace, replay
 
     (record,) = [r for r in load_trace(TRACES / client / "plain.jsonl") if r["path"] == path][:1]
     async with memory_server(demo_tok, ["Hello."], config(tmp_path)) as s:

@@ -10,20 +10,15 @@ Layout: shared helpers first, then one section per client, each parametrized ove
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 import pytest
 
 from responses_helpers import record_prompts
 from sse import parse_sse
+from trace_replay_helpers import DROP_HEADERS, TRACES, load_trace, replay
 
-TRACES = Path(__file__).resolve().parent / "traces"
 REPLY = "Hello from the replay."
-
-# not replayed: transport and credential headers (the recorded values are stale or redacted)
-DROP_HEADERS = {"host", "content-length", "accept-encoding", "connection", "transfer-encoding",
-                "authorization", "x-api-key", "proxy-authorization", "cookie"}
 
 
 def trace_params(client: str) -> list:
@@ -31,28 +26,6 @@ def trace_params(client: str) -> list:
     paths = sorted((TRACES / client).glob("*.jsonl"))
     assert paths, f"no traces under {TRACES / client}"
     return [pytest.param(p, id=f"{client}/{p.stem}") for p in paths]
-
-
-def load_trace(path: Path) -> list[dict]:
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    assert [r["seq"] for r in records] == list(range(1, len(records) + 1)), f"{path}: seq not 1..n"
-    return records
-
-
-async def replay(h: httpx.AsyncClient, s, record: dict, model: str) -> httpx.Response:
-    """Send one recorded request to server ``s`` (body ``model`` → ``model``); the reply is read in full."""
-    headers = {k: v for k, v in record["headers"].items() if k.lower() not in DROP_HEADERS}
-    body = record["body"]
-    if isinstance(body, dict):
-        if "model" in body:
-            body = {**body, "model": model}
-        content = json.dumps(body).encode()
-    elif isinstance(body, str):
-        content = body.encode()
-    else:
-        content = None
-    return await h.request(record["method"], s.url(record["path"]), params=record.get("query") or None,
-                           headers=headers, content=content)
 
 
 def check_responses_stream(resp: httpx.Response, model: str) -> dict:
