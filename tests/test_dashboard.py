@@ -6,32 +6,18 @@ without one)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import time
 
 import httpx
 import pytest
 import trio
 
-from conftest import needs
+from browser_harness import CHROMIUM, FLAGS, in_a_browser, sync_api
 
-CHROMIUM = os.environ.get("TINYTITAN_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 MODEL = "tinytitan-scripted"
 SECRET_PROMPT = "my bank password is hunter2"
 ANSWER = "The weather in Lisbon is mild."
-
-try:
-    from playwright import sync_api
-except ImportError:
-    sync_api = None
-# the browser tests need both; the others (the feed's guards, the page's own contents) run without them
-NO_BROWSER = ("the playwright package is not installed (.ci/run installs it)" if sync_api is None else
-              None if shutil.which(CHROMIUM) else f"no chromium at {CHROMIUM} (.ci/run installs Debian's chromium)")
-in_a_browser = needs(NO_BROWSER is not None, reason=NO_BROWSER or "")
 
 
 class Browser:

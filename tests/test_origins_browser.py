@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import trio
 
-from test_dashboard import CHROMIUM, FLAGS, in_a_browser, sync_api
+from browser_harness import CHROMIUM, FLAGS, in_a_browser, sync_api
 
 MODEL = "tinytitan-scripted"
 ANSWER = "The secret answer."
