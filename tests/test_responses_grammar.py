@@ -7,16 +7,14 @@ import json
 
 import pytest
 
-from tinytitan.events import (EVENT_TYPES, Failed, Finished, KeepAlive, PromptLogprobs, ReasoningDelta, Started,
-                              TextDelta, TokenLogprob, ToolCallArgsDelta, ToolCallDone, ToolCallStarted, Usage)
+from tinytitan.events import EVENT_TYPES, Finished, Started, TextDelta, Usage
 from tinytitan.protocols.openai_responses import OpenAIResponses
 from tinytitan.speclang import SpecError
 from tinytitan.speclang.load import compile_spec
 from tinytitan.speclang.machine import Machine, MachineError, run_all
 
 from responses_helpers import MODEL, sse_events
-
-TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+from responses_machine import PATHS, SAMPLES, TOOLS, machine_at
 
 
 def check_common(events):
@@ -110,36 +108,10 @@ async def test_failed_before_anything(serve):
     check_common(events)
 
 
-# -- the table ------------------------------------------------------------------------------------------------
-SAMPLES = {
-    "Started": Started(5), "ReasoningDelta": ReasoningDelta("r"), "TextDelta": TextDelta("t"),
-    "ToolCallStarted": ToolCallStarted(0, "call_1", "get_weather"), "ToolCallArgsDelta": ToolCallArgsDelta(0, "{}"),
-    "ToolCallDone": ToolCallDone(0, "{}"), "KeepAlive": KeepAlive(1.0), "Finished": Finished("stop", Usage(5, 0, 3, 1)),
-    "Failed": Failed("broken"), "PromptLogprobs": PromptLogprobs("p", (TokenLogprob("p", (112,), None),)),
-}
-# a way into every state: (entry, the events that lead there)
-PATHS = {
-    "start": (None, []), "idle": (None, ["Started"]), "reasoning": (None, ["Started", "ReasoningDelta"]),
-    "text": (None, ["Started", "TextDelta"]), "call": (None, ["Started", "ToolCallStarted"]),
-    "end": (None, ["Started", "Finished"]), "compact_start": ("compaction", []),
-    "compacting": ("compaction", ["Started"]),
-    "precompact_start": ("compacted", []), "precompacting": ("compacted", ["Started"]),
-}
-
-
+# -- the table (its samples and paths: responses_machine.py) --------------------------------------------------
 @pytest.fixture(scope="module")
 def proto():
     return OpenAIResponses()
-
-
-def machine_at(proto, state):
-    entry, path = PATHS[state]
-    v = proto.validate(json.dumps({"model": MODEL, "input": "x", "tools": TOOLS}).encode())
-    m = proto.machine(v, MODEL, True, entry)
-    m.context["compaction"] = {"mode": "model"}
-    run_all(m, [SAMPLES[name] for name in path])
-    assert m.state == state
-    return m
 
 
 def test_every_state_is_reachable(proto):
