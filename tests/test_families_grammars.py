@@ -1,9 +1,10 @@
 """The Lark grammars in grammars/ define each tool-call format and check every completed call block.
 
-For every format: every scripted raw output of test_families_parsing / test_families_roundtrip, run through
-the engine's own path, has each completed block checked by its grammar, and the grammar's calls equal what
-the streaming decoder sent (ToolCallStarted name + ToolCallDone arguments, as JSON values); malformed blocks
-are rejected; a disagreement is logged (never raised, no event changed); a broken grammar fails at load."""
+For every format: every scripted raw output of test_families_parsing / test_families_roundtrip
+(family_cases.py), run through the engine's own path, has each completed block checked by its grammar, and the
+grammar's calls equal what the streaming decoder sent (ToolCallStarted name + ToolCallDone arguments, as JSON
+values); malformed blocks are rejected; a disagreement is logged (never raised, no event changed); a broken
+grammar fails at load."""
 
 from __future__ import annotations
 
@@ -16,14 +17,13 @@ from pathlib import Path
 import pytest
 
 import family_fixtures as ff
-import test_families_parsing as fp
-import test_families_roundtrip as rt
+import family_cases as fc
 from tinytitan import events as ev
 from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.families import FAMILIES, grammar
 from tinytitan.engine.families.grammar import BlockMismatch, GrammarError, parse_block
 
-TOOLS = {t.name: t.parameters for t in (fp.WEATHER, fp.WRITE)}
+TOOLS = {t.name: t.parameters for t in (fc.WEATHER, fc.WRITE)}
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +70,14 @@ def _streamed(events):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The scripted outputs of test_families_parsing
+# The scripted outputs of test_families_parsing (family_cases.CASES)
 # ---------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("family,case", [(f, i) for f, cases in fp.CASES.items() for i in range(len(cases))])
+@pytest.mark.parametrize("family,case", [(f, i) for f, cases in fc.CASES.items() for i in range(len(cases))])
 def test_scripted_outputs_agree_with_the_grammar(root, family, case, blocks, caplog):
-    raw, expected = fp.CASES[family][case]
+    raw, expected = fc.CASES[family][case]
     with caplog.at_level(logging.WARNING, logger="tinytitan.parser"):
-        events = fp.run(root, family, raw)
+        events = fc.run(root, family, raw)
     calls = _streamed(events)
     assert len(calls) == sum(1 for e in expected if e[0] == "call")
     # every streamed call was checked, once, in a completed block
@@ -86,7 +86,7 @@ def test_scripted_outputs_agree_with_the_grammar(root, family, case, blocks, cap
     assert not _grammar_warnings(caplog)
 
 
-@pytest.mark.parametrize("family,module,raw", fp.GEMMA_CALLS)
+@pytest.mark.parametrize("family,module,raw", fc.GEMMA_CALLS)
 def test_gemma_call_formats_agree_with_the_grammar(family, module, raw, blocks, caplog):
     p = FAMILIES[family].parser(False, {}, {})
     events = []
@@ -113,30 +113,30 @@ def test_gemma_call_formats_agree_with_the_grammar(family, module, raw, blocks, 
 ])
 def test_streamed_long_arguments_agree_with_the_grammar(root, family, raw, blocks, caplog):
     with caplog.at_level(logging.WARNING, logger="tinytitan.parser"):
-        events = fp.run(root, family, raw)
+        events = fc.run(root, family, raw)
     assert [c for _, _, s, _ in blocks for c in s] == _streamed(events) and _streamed(events)
     _assert_blocks_agree(blocks)
     assert not _grammar_warnings(caplog)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The template renderings of test_families_roundtrip
+# The template renderings of test_families_roundtrip (family_cases.CONVERSATION)
 # ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family", list(ff.SPECS))
 def test_rendered_calls_agree_with_the_grammar(root, family, blocks, caplog):
     b = ff.backend(family, root)
-    calls = rt.CALLS[:1] if family == "llama3" else rt.CALLS
+    calls = fc.CALLS[:1] if family == "llama3" else fc.CALLS
     turn = Message("assistant", "Let me check.", tool_calls=calls, reasoning="I need two tools.")
-    history = rt.CONVERSATION[:2]
-    prefix = rt._render(b, history, family not in rt.OPENED_BY_USER_TURN)
-    rest = rt._render(b, history + (turn,), False)[len(prefix):]
-    if rt.TURN_END[family]:
-        rest = rest[: rest.index(rt.TURN_END[family])]
+    history = fc.CONVERSATION[:2]
+    prefix = fc._render(b, history, family not in fc.OPENED_BY_USER_TURN)
+    rest = fc._render(b, history + (turn,), False)[len(prefix):]
+    if fc.TURN_END[family]:
+        rest = rest[: rest.index(fc.TURN_END[family])]
     b.entries = [type(b.entries[0])(rest)]
-    thinking = False if family in rt.TEMPLATE_KWARGS else None
+    thinking = False if family in fc.TEMPLATE_KWARGS else None
     with caplog.at_level(logging.WARNING, logger="tinytitan.parser"):
-        events = ff.generate(b, ChatRequest("m", history, rt.TOOLS, reasoning=thinking))
+        events = ff.generate(b, ChatRequest("m", history, fc.TOOLS, reasoning=thinking))
     streamed = [c for _, _, s, _ in blocks for c in s]
     assert streamed == _streamed(events)
     assert _values(streamed) == [(c.name, json.loads(c.arguments)) for c in calls]
@@ -327,7 +327,7 @@ def test_grammar_accepting_what_the_decoder_returned_as_text_is_logged(monkeypat
 
 
 def test_cut_short_block_is_not_checked(root, blocks):
-    fp.run(root, "qwen", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par')
+    fc.run(root, "qwen", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par')
     assert blocks == []
 
 

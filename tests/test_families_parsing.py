@@ -10,119 +10,12 @@ import pytest
 
 import family_fixtures as ff
 from tinytitan import events as ev
-from tinytitan.chat_request import ChatRequest, Message, Tool
-
-WEATHER = Tool("get_weather", "Get the weather for a city", {
-    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]})
-WRITE = Tool("write_file", "Write a file", {
-    "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}})
-REQ = ChatRequest("m", (Message("system", "You are helpful."), Message("user", "Weather in Paris?")), (WEATHER, WRITE))
+from family_cases import CASES, GEMMA_CALLS, WEATHER, run
 
 
 @pytest.fixture(scope="session")
 def root(tmp_path_factory):
     return tmp_path_factory.mktemp("families")
-
-
-def run(root, family, raw, req=REQ):
-    return ff.generate(ff.backend(family, root, [raw]), req)
-
-
-def call(i, name, args):
-    return [("call", i, name), ("args", i, args), ("done", i, args)]
-
-
-CASES = {
-    # family: [(raw output, expected summary)]
-    "qwen": [
-        ('<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n'
-         '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>',
-         [("reasoning", "The user wants weather.\n"), ("text", "Let me check.")]
-         + call(0, "get_weather", '{"city": "Paris", "days": 3}') + [("finish", "tool_calls")]),
-        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n'
-         '{"name": "write_file", "arguments": {"path": "a.txt", "content": "hi"}}\n</tool_call>',
-         call(0, "get_weather", '{"city": "Paris"}') + call(1, "write_file", '{"path": "a.txt", "content": "hi"}')
-         + [("finish", "tool_calls")]),
-        ('<tool_call>\n{"arguments": {"city": "Oslo"}, "name": "get_weather"}\n</tool_call>',
-         call(0, "get_weather", '{"city": "Oslo"}') + [("finish", "tool_calls")]),
-        ('Sure.\n<tool_call>\n{"name": get_weather}\n</tool_call>',
-         [("text", 'Sure.\n<tool_call>\n{"name": get_weather}\n</tool_call>'), ("finish", "stop")]),
-    ],
-    "qwen3_coder": [
-        ("I'll check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
-         [("text", "I'll check.")] + call(0, "get_weather", '{"city": "Paris", "days": 3}')
-         + [("finish", "tool_calls")]),
-        ("<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/a.py\n</parameter>\n<parameter=content>\n"
-         'def f():\n    return "x"\n\n</parameter>\n</function>\n</tool_call>',
-         call(0, "write_file", '{"path": "src/a.py", "content": "def f():\\n    return \\"x\\"\\n"}')
-         + [("finish", "tool_calls")]),
-        ('<tool_call>\n<function=get_weather>\n{"city": "Oslo", "days": 2}\n</function>\n</tool_call>',
-         call(0, "get_weather", '{"city": "Oslo", "days": 2}') + [("finish", "tool_calls")]),
-        ("<tool_call><function=write_file><parameter=path>a.md</parameter><parameter=content>hi</parameter>"
-         "</function></tool_call>",
-         call(0, "write_file", '{"path": "a.md", "content": "hi"}') + [("finish", "tool_calls")]),
-        ("<tool_call>\n<oops>\n</tool_call> done",
-         [("text", "<tool_call>\n<oops>\n</tool_call> done"), ("finish", "stop")]),
-    ],
-    "llama3": [
-        ('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}',
-         call(0, "get_weather", '{"city": "Paris", "days": 2}') + [("finish", "tool_calls")]),
-        ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Rome"}}',
-         call(0, "get_weather", '{"city": "Rome"}') + [("finish", "tool_calls")]),
-        ('{"answer": 42} is the result.', [("text", '{"answer": 42} is the result.'), ("finish", "stop")]),
-        ("It is {probably} sunny.", [("text", "It is {probably} sunny."), ("finish", "stop")]),
-    ],
-    "mistral": [
-        ('[THINK]Check the tool.[/THINK]Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
-         '[TOOL_CALLS]get_weather[ARGS]{"city": "Lyon", "days": 1}',
-         [("reasoning", "Check the tool."), ("text", "Sure.")] + call(0, "get_weather", '{"city": "Paris"}')
-         + call(1, "get_weather", '{"city": "Lyon", "days": 1}') + [("finish", "tool_calls")]),
-        ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abcdefghi"}, '
-         '{"name": "write_file", "arguments": {"path": "x"}}]',
-         call(0, "get_weather", '{"city": "Paris"}') + call(1, "write_file", '{"path": "x"}')
-         + [("finish", "tool_calls")]),
-        ("[TOOL_CALLS]get weather {oops}", [("text", "[TOOL_CALLS]get weather {oops}"), ("finish", "stop")]),
-    ],
-    "glm": [
-        ("\n<think>Need the weather.</think>\nChecking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n"
-         "<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
-         [("reasoning", "Need the weather."), ("text", "Checking.")]
-         + call(0, "get_weather", '{"city": "Paris", "days": 3}') + [("finish", "tool_calls")]),
-        ("<tool_call>get_weather<arg_key>city</arg_key><arg_value>New York</arg_value></tool_call>",
-         call(0, "get_weather", '{"city": "New York"}') + [("finish", "tool_calls")]),
-        ('<tool_call>get_weather\n{"city": "Oslo"}\n</tool_call>',
-         call(0, "get_weather", '{"city": "Oslo"}') + [("finish", "tool_calls")]),
-        ("<tool_call>get weather now</tool_call>",
-         [("text", "<tool_call>get weather now</tool_call>"), ("finish", "stop")]),
-    ],
-    "gemma": [
-        ('Checking.\n```tool_code\nget_weather(city="Paris", days=3)\n```',
-         [("text", "Checking.")] + call(0, "get_weather", '{"city": "Paris", "days": 3}')
-         + [("finish", "tool_calls")]),
-        ('{"name": "get_weather", "parameters": {"city": "Paris"}}',
-         call(0, "get_weather", '{"city": "Paris"}') + [("finish", "tool_calls")]),
-        ("Here:\n```python\nprint(1)\n```", [("text", "Here:\n```python\nprint(1)\n```"), ("finish", "stop")]),
-        ("```tool_code\nprint 'x'\n```", [("text", "```tool_code\nprint 'x'\n```"), ("finish", "stop")]),
-        ('```tool_code\nget_weather(city="Paris")\nwrite_file(path="a.txt", content="hi")\n```',
-         call(0, "get_weather", '{"city": "Paris"}') + call(1, "write_file", '{"path": "a.txt", "content": "hi"}')
-         + [("finish", "tool_calls")]),
-    ],
-    "gpt_oss": [
-        ('<|channel|>analysis<|message|>User asks weather. Use tool.<|end|><|start|>assistant<|channel|>commentary '
-         'to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>',
-         [("reasoning", "User asks weather. Use tool.")] + call(0, "get_weather", '{"city":"Paris"}')
-         + [("finish", "tool_calls")]),
-        ("<|channel|>analysis<|message|>Simple.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!"
-         "<|return|>",
-         [("reasoning", "Simple."), ("text", "Hello there!"), ("finish", "stop")]),
-        ('<|channel|>commentary<|message|>Checking now.<|end|><|start|>assistant to=functions.write_file'
-         '<|channel|>commentary json<|message|>{"path": "a", "content": "b"}<|call|>',
-         [("text", "Checking now.")] + call(0, "write_file", '{"path": "a", "content": "b"}')
-         + [("finish", "tool_calls")]),
-        ("Hello without a header.", [("text", "Hello without a header."), ("finish", "stop")]),
-    ],
-}
 
 
 @pytest.mark.parametrize("family,case", [(f, i) for f, cases in CASES.items() for i in range(len(cases))])
@@ -217,17 +110,6 @@ def test_reasoning_tokens_counted_by_channel(root):
     fin = events[-1]
     assert isinstance(fin, ev.Finished)
     assert 0 < fin.usage.reasoning_tokens < fin.usage.completion_tokens
-
-
-# Gemma 4 and FunctionGemma: no fixture template (their real templates are not available offline), so the
-# parsers are fed the raw text in small pieces and checked against mlx-lm's own parsers for these formats.
-GEMMA_CALLS = [
-    ("gemma4", "gemma4", 'Sure.<|tool_call>call:get_weather{city:<|"|>Paris, "FR"<|"|>,days:3,'
-                         'opts:{deep:true,tags:[<|"|>a<|"|>,<|"|>b<|"|>]}}<tool_call|>'),
-    ("gemma4", "gemma4", '<|channel>thought\nhmm<channel|>Hi<|tool_call>call:noop{}<tool_call|>'),
-    ("function_gemma", "function_gemma",
-     "<start_function_call>call:get_weather{city:<escape>New York<escape>,days:3}<end_function_call>"),
-]
 
 
 @pytest.mark.parametrize("family,module,raw", GEMMA_CALLS)

@@ -9,33 +9,10 @@ import pytest
 
 import family_fixtures as ff
 from tinytitan import events as ev
-from tinytitan.chat_request import ChatRequest, Message, Tool, ToolCall
+from tinytitan.chat_request import ChatRequest, Message, ToolCall
 from tinytitan.engine.families import FAMILIES, detect
 from tinytitan.engine.prompt.messages import template_messages, template_tools
-
-WEATHER = Tool("get_weather", "Get the weather for a city", {
-    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]})
-WRITE = Tool("write_file", "Write a file", {
-    "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}})
-TOOLS = (WEATHER, WRITE)
-
-CALLS = (ToolCall("call_0001", "get_weather", '{"city": "Paris", "days": 3}'),
-         ToolCall("call_0002", "write_file", '{"path": "notes/a.md", "content": "# Title\\nline <b>two</b>\\n"}'))
-CONVERSATION = (
-    Message("system", "You are helpful."),
-    Message("user", "Weather in Paris, and save a note?"),
-    Message("assistant", "Let me check.", CALLS, reasoning="I need two tools."),
-    Message("tool", "sunny, 21C", tool_call_id="call_0001", name="get_weather"),
-    Message("tool", "written", tool_call_id="call_0002", name="write_file"),
-    Message("system", "Answer in one line."),
-    Message("user", "Thanks. And tomorrow?"),
-)
-# where a rendered assistant turn ends, per family (None: the parser sees the whole rest)
-TURN_END = {"qwen": "<|im_end|>", "qwen3_coder": "<|im_end|>", "llama3": "<|eot_id|>", "mistral": "</s>",
-            "glm": None, "gemma": "<end_of_turn>", "gpt_oss": None, "deepseek_v3": "<｜end▁of▁sentence｜>",
-            "deepseek_r1": "<｜end▁of▁sentence｜>",
-            "kimi_k2": "<|im_end|>", "minimax_m2": "[e~[",
-            "deepseek_v32": "<｜end▁of▁sentence｜>"}
+from family_cases import CALLS, CONVERSATION, OPENED_BY_USER_TURN, TEMPLATE_KWARGS, TOOLS, TURN_END, _render
 
 
 @pytest.fixture(scope="session")
@@ -104,21 +81,6 @@ def test_role_mapping_leaves_input_alone(root):
     before = json.dumps(msgs)
     b.family.map_roles(msgs, template_tools(ChatRequest("m", CONVERSATION, TOOLS)), b.tokenizer.chat_template)
     assert json.dumps(msgs) == before
-
-
-# DeepSeek V3.1's template opens a thought in the generation prompt but writes a past turn with "</think>":
-# a rendered turn continues the prompt only with thinking off
-TEMPLATE_KWARGS = {"deepseek_v3": {"enable_thinking": False}, "deepseek_v32": {"enable_thinking": False}}
-# DeepSeek V3.2's template opens the assistant turn in each user turn, and its generation prompt adds an empty
-# user turn after that: a rendered turn continues the conversation rendered without the generation prompt
-OPENED_BY_USER_TURN = {"deepseek_v32"}
-
-
-def _render(b, messages, generation_prompt):
-    req = ChatRequest("m", messages, TOOLS)
-    msgs, tools = b.family.map_roles(template_messages(req), template_tools(req), b.tokenizer.chat_template)
-    return b.tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=generation_prompt,
-                                           tokenize=False, **TEMPLATE_KWARGS.get(b.family.name, {}))
 
 
 @pytest.mark.parametrize("family", list(ff.SPECS))
