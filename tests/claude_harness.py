@@ -23,8 +23,14 @@ from pathlib import Path
 
 import yaml
 
+from conftest import needs
+
 ROOT = Path(__file__).resolve().parent.parent
 CLAUDE = shutil.which("claude")
+# the mark of a test (or, in pytestmark, a module) that runs the real Claude Code: skipped without it, a failure
+# without it under CI=true (conftest.needs)
+needs_claude = needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
+                                            "npm install -g @anthropic-ai/claude-code@2.1.337")
 
 START_TIMEOUT = 120  # server start (the first run may build the demo tokenizer)
 CLAUDE_TIMEOUT = 120  # one `claude -p` run

@@ -52,8 +52,9 @@ def test_the_guard_sees_a_skip():
         assert SKIP.search(line), line
 
 
-# ``needs`` itself, or a mark made with it in a harness module (browser_harness.in_a_browser)
-NEEDS = re.compile(r"\bneeds\(|@in_a_browser\b")
+# ``needs`` itself, or a mark made with it in a harness module (claude_harness.needs_claude,
+# browser_harness.in_a_browser)
+NEEDS = re.compile(r"\bneeds\(|\bneeds_claude\b|@in_a_browser\b")
 
 
 def test_the_tests_that_need_an_install_say_so_by_mark():

@@ -18,14 +18,12 @@ import uuid
 import httpx
 import pytest
 
-from claude_harness import CLAUDE, ROOT, blocks, model_requests, read_record, request_lines, run_claude, tinytitan, \
-    tool_call
-from conftest import needs
+from claude_harness import ROOT, blocks, model_requests, needs_claude, read_record, request_lines, run_claude, \
+    tinytitan, tool_call
 
 pytestmark = [
     pytest.mark.clients,
-    needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                 "npm install -g @anthropic-ai/claude-code@2.1.337"),
+    needs_claude,
 ]
 
 

@@ -15,14 +15,13 @@ import uuid
 import pytest
 
 from conftest import needs
-from claude_harness import CLAUDE, model_requests, read_record, request_lines, tinytitan
+from claude_harness import CLAUDE, model_requests, needs_claude, read_record, request_lines, tinytitan
 from tmux_harness import TMUX, tmux, wait_for_screen
 
 
 pytestmark = [
     pytest.mark.clients,
-    needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                 "npm install -g @anthropic-ai/claude-code@2.1.337"),
+    needs_claude,
 ]
 
 

@@ -43,7 +43,7 @@ def image_blocks(body: dict) -> list[dict]:
     return found
 
 
-@needs(claude.CLAUDE is None, reason="Claude Code (`claude`) is not installed: npm install -g @anthropic-ai/claude-code")
+@claude.needs_claude
 def test_claude_code_reads_a_png_on_a_text_model_and_goes_on(tmp_path):
     png = write_png(tmp_path / "work" / "shot.png")
     answer = "The picture could not be read here; the session goes on."
@@ -102,7 +102,7 @@ def write_pdf(path: Path, text: str = "Hello PDF") -> Path:
     return path
 
 
-@needs(claude.CLAUDE is None, reason="Claude Code (`claude`) is not installed: npm install -g @anthropic-ai/claude-code")
+@claude.needs_claude
 def test_claude_code_reads_a_pdf_and_drops_only_that_document(tmp_path):
     """Claude Code's Read of a PDF sends it as a base64 ``document`` in the tool result, which this server refuses
     naming its place in the API's spelling: Claude Code replaces that one document and the turn completes (with

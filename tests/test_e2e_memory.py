@@ -16,15 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import needs
-from claude_harness import CLAUDE, CLAUDE_TIMEOUT, ROOT, START_TIMEOUT, Proc, blocks, tool_call
+from claude_harness import CLAUDE, CLAUDE_TIMEOUT, ROOT, START_TIMEOUT, Proc, blocks, needs_claude, tool_call
 from tinytitan.memory.workspace import Workspace
 from tinytitan.store.db import SqliteDatabase, db_path
 
 pytestmark = [
     pytest.mark.clients,
-    needs(CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                 "npm install -g @anthropic-ai/claude-code@2.1.337"),
+    needs_claude,
 ]
 
 FACT = "make -j2 (the default target also rebuilds the docs)"

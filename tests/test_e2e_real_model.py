@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from conftest import needs
-from claude_harness import Proc, blocks, run_claude
+from claude_harness import Proc, blocks, needs_claude, run_claude
 from codex_harness import _explain, run_codex
 
 pytestmark = pytest.mark.clients
@@ -45,7 +45,7 @@ CAP = 64  # Claude Code's output cap for the real model's turn (CLAUDE_CODE_MAX_
 LINE = re.compile(r"POST /v1/messages (\d{3}) .*? completion=(\d+) .*? stop=(\S+)")
 
 
-@needs(shutil.which("claude") is None, reason="Claude Code (`claude`) is not installed")
+@needs_claude
 def test_claude_code_plain_turn(real_server, tmp_path):
     """One turn, whichever way the sampled model takes it. Claude Code sends no temperature, and 2.1.332 puts its
     environment reminder after the question: SmolLM2 mostly answers that instead and writes on (none of eight

@@ -126,8 +126,7 @@ def prompt_without_images(vision: Vision, path: str, body: dict, strip, headers=
 
 
 # ---------------------------------------------------------------- Claude Code
-@needs(claude.CLAUDE is None, reason="Claude Code (`claude`) is not installed: "
-                                     "npm install -g @anthropic-ai/claude-code@2.1.337")
+@claude.needs_claude
 def test_claude_code_sends_a_mentioned_png_and_the_next_turn_reuses_it(vision, proxy, tmp_path):
     png = write_png(tmp_path / "work" / "shot.png")
     mark = vision.mark()

@@ -17,6 +17,7 @@ import sys
 import httpx
 import pytest
 
+from claude_harness import needs_claude
 from conftest import absent, needs
 from tinytitan import agents
 from tinytitan.launch.fit import FIRST_PROMPT, first_prompt_tokens, misfit
@@ -110,7 +111,7 @@ def test_an_agent_not_installed_is_named_with_its_install_command(tmp_path):
     assert "qwen-code (`qwen`) is not installed: npm install -g @qwen-code/qwen-code" in done.stderr
 
 
-@needs(shutil.which("claude") is None, "Claude Code is not installed: npm install -g @anthropic-ai/claude-code")
+@needs_claude
 def test_a_first_prompt_that_cannot_fit_is_said_before_the_agent_starts(tmp_path):
     """launch starts its own server here (8k window), finds Claude Code's first prompt too large, says what to
     do, and stops the server; with --fast it would run on the -fast name; pi's prompt fits as it is."""

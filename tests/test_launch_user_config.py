@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
+from claude_harness import needs_claude
 from conftest import needs
 from launch_helpers import ANSWER, Server, TURN, launch
 from tinytitan.launch.settings import Served, invocation
@@ -41,7 +42,7 @@ def test_fast_keeps_each_agents_small_model_on_the_served_id(tmp_path):
     assert config["agent"]["build"]["model"] == "tinytitan/m-fast" and config["agent"]["title"]["model"] == "tinytitan/m"
 
 
-@needs(shutil.which("claude") is None, "Claude Code is not installed")
+@needs_claude
 def test_claude_reaches_the_server_past_the_users_settings_env_and_a_cloud_switch(tmp_path):
     server = scripted(tmp_path)
     try:
