@@ -36,14 +36,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 import claude_harness as claude
 import codex_harness as codex
 import image_helpers
 from conftest import needs
 from launch_helpers import env_for
-from vision_e2e_harness import MODEL, Proxy, ROOT, Vision
+from tinytitan.speclang import load_protocol
+from vision_e2e_harness import MODEL, Proxy, Vision
 
 OPENCODE = shutil.which("opencode")
 IMAGE_TOKENS = 256  # the demo vision model's tokens per picture (tinytitan/demo_model/vision.py)
@@ -94,14 +94,15 @@ def without(kind: str):
 
 
 def _count_route(spec: str, path: str) -> tuple[str, set | None]:
-    """A count route of ``spec`` (spec/*.yaml) and the fields it takes (None: those of the request it counts)."""
-    (route,) = [r for r in yaml.safe_load((ROOT / "spec" / spec).read_text())["routes"] if r["path"] == path]
+    """A count route of protocol ``spec`` (spec/*.yaml, loaded as the server loads it) and the fields it takes
+    (None: those of the request it counts)."""
+    (route,) = [r for r in load_protocol(spec).routes if r["path"] == path]
     return path, set(route["only"]) if "only" in route else None
 
 
 # the routes that count a request's prompt without reading it (Chat has none)
-COUNTS = {"/v1/messages": _count_route("anthropic_messages.yaml", "/v1/messages/count_tokens"),
-          "/v1/responses": _count_route("openai_responses.yaml", "/v1/responses/input_tokens")}
+COUNTS = {"/v1/messages": _count_route("anthropic_messages", "/v1/messages/count_tokens"),
+          "/v1/responses": _count_route("openai_responses", "/v1/responses/input_tokens")}
 
 
 def prompt_without_images(vision: Vision, path: str, body: dict, strip, headers=None) -> int:
