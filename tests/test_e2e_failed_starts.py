@@ -30,10 +30,28 @@ def started(tmp_path, monkeypatch) -> list[subprocess.Popen]:
 
     monkeypatch.setattr(subprocess, "Popen", StandIn)
     yield made
+    stop_all(made)
+
+
+def stop_all(made: list[subprocess.Popen]) -> None:
+    """Each process killed (whatever is left) and reaped, and its pipes closed: the harness that started it
+    raised before anyone held it, so nothing else closes them (left to the garbage collector, each is a
+    ResourceWarning)."""
     for p in made:
         if p.poll() is None:
             p.kill()
             p.wait(10)
+        for pipe in (p.stdin, p.stdout, p.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_the_stand_ins_are_stopped_with_their_pipes_closed():
+    proc = subprocess.Popen([shutil.which("sleep"), "60"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    stop_all([proc])
+    assert proc.returncode is not None
+    assert proc.stdin.closed and proc.stdout.closed and proc.stderr.closed
 
 
 def test_a_vision_server_that_never_starts_is_stopped(started, tmp_path, monkeypatch):
