@@ -1,7 +1,8 @@
 """The package's shape, checked on the source: no import circle (function-level and type-only imports
 included: a circle anywhere means two modules that cannot be read apart), no module past 400 lines (a
 module that grows past it is split along a seam and its parts named for what they are), and every package it
-imports declared in pyproject (not left to arrive as another dependency's: that one may drop it)."""
+imports declared in pyproject (not left to arrive as another dependency's: that one may drop it). And the
+tests' own: no test module imports from another (what tests share lives in modules that hold no tests)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,19 @@ def test_every_package_it_imports_is_declared():
     undeclared = {module: where for module, where in imported_packages().items()
                   if not declared & {canonicalize_name(d) for d in provides.get(module, ())}}
     assert undeclared == {}, "imported, not in pyproject's dependencies (module: a file importing it)"
+
+
+def test_no_test_module_imports_from_another():
+    """A test module is a place for tests: importing one runs its module-level setup, and a reader changing it
+    cannot see who depends on its internals. What tests share lives in a helper module (no ``test_`` prefix)."""
+    found = []
+    for path in sorted((PACKAGE.parent / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [f"{path.name}:{node.lineno}: {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not found, "test modules imported from other modules:\n" + "\n".join(found)
