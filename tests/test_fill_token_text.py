@@ -15,8 +15,7 @@ import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion
 
-from test_fim_gap_encoding import codellama_tokenizer
-from test_fim_prompt_ids import MODEL, KeepingIds
+from fim_helpers import MODEL, KeepingIds, codellama_tokenizer
 from tinytitan.engine.backends.scripted import ScriptEntry
 from tinytitan.engine.prompt.tokenizer_facts import ids_of
 from tinytitan.engine.summarise import Summariser

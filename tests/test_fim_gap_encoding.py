@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mlx_lm.tokenizer_utils import TokenizerWrapper
 from tokenizers import AddedToken
-from transformers.models.code_llama.tokenization_code_llama import CodeLlamaTokenizer
 
+from fim_helpers import codellama_tokenizer
 from tinytitan.engine.backends.scripted import demo_tokenizer
 from tinytitan.engine.prompt import fill_in
 
@@ -71,15 +70,6 @@ def test_the_shared_encoding_is_taken_only_where_it_is_the_copys(parts):
     tok = TOKENIZER
     text = "".join(parts)
     assert fill_in.as_text(tok)(text) == list(COPY.encode(text, add_special_tokens=False).ids)
-
-
-def codellama_tokenizer(**kwargs):
-    """transformers' CodeLlamaTokenizer, as AutoTokenizer loads CodeLlama's, on a small byte-fallback vocabulary
-    (``kwargs``: the class's own, ``fill_token`` one)."""
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
-    for ch in "▁abcdefghijklmnopqrstuvwxyzFILME_=#<>":
-        vocab.setdefault(ch, len(vocab))
-    return TokenizerWrapper(CodeLlamaTokenizer(vocab=vocab, merges=[], **kwargs))
 
 
 @pytest.mark.parametrize("text", ["x = 1  # <FILL_ME>", 'a = "<FILL_ME>" + b', "x <FILL_ME> y <FILL_ME> z"])

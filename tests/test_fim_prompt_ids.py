@@ -15,25 +15,11 @@ from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokeniz
 from tokenizers.models import BPE
 from transformers import PreTrainedTokenizerFast
 
-from backends import Recording
+from fim_helpers import MODEL, KeepingIds
 from tinytitan.chat_request import ChatRequest
 from tinytitan.engine.backends.scripted import ScriptEntry, demo_tokenizer
 
-MODEL = "tinytitan-scripted"
 PREFIX, SUFFIX = "def add(a, b):\n", "    return a + b\n\nprint(add(1, 2))\n"
-
-
-class KeepingIds(Recording):
-    """The scripted backend, keeping the ids each prompt was read as."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.ids: list[list[int]] = []
-
-    def prepare(self, req):
-        prepared = super().prepare(req)
-        self.ids.append(list(prepared.tokens))
-        return prepared
 
 
 def sentencepiece_like(markers: tuple[str, ...], legacy: bool) -> PreTrainedTokenizerFast:
