@@ -114,5 +114,5 @@ stream_max_retries = 0
     return result
 
 
-def _explain(result) -> str:
+def explain_run(result) -> str:
     return f"rc={result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr[-4000:]}"

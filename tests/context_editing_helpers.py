@@ -8,7 +8,7 @@ import anthropic_util
 import strict
 
 
-def _conversation(n: int, names=("Read",)) -> list[dict]:
+def tool_result_conversation(n: int, names=("Read",)) -> list[dict]:
     """A user turn, then ``n`` tool uses each answered by a long result, then a user question."""
     out = [{"role": "user", "content": "Look at the files."}]
     for i in range(n):
@@ -24,7 +24,7 @@ TOOLS = [{"name": n, "input_schema": {"type": "object", "properties": {"path": {
          for n in ("Read", "Grep")]
 
 
-async def _ask(s, stream: bool, edits, messages, prompts):
+async def ask_with_edits(s, stream: bool, edits, messages, prompts):
     body = anthropic_util.body(messages=messages, tools=TOOLS, stream=stream or None,
                                context_management={"edits": edits} if edits is not None else None)
     resp = await anthropic_util.post(s, body, headers={"anthropic-beta": "context-management-2025-06-27"})

@@ -12,7 +12,7 @@ import jsonschema
 
 import family_fixtures as ff
 import family_models as fm  # noqa: F401 (the family test modules reach it as family_checks.fm)
-from grammar_walk import _walk_from
+from grammar_walk import random_document_from
 from tinytitan import events as ev
 from tinytitan.chat_request import ChatRequest, Message, Tool, ToolCall
 from tinytitan.engine.decode.token_events import DecodeLoop
@@ -118,7 +118,7 @@ def check_strict_under_auto(family: str, root, opened: str) -> None:
     for _ in range(8):
         matcher = compiled.matcher()
         assert matcher.consume_tokens(prefix), matcher.get_error()
-        walked = _walk_from(compiled, matcher, rng, set(b.tokenizer.eos_token_ids), stop=1.0)
+        walked = random_document_from(compiled, matcher, rng, set(b.tokenizer.eos_token_ids), stop=1.0)
         raw = hf.decode(prefix + walked, skip_special_tokens=False)
         calls = calls_of(ff.generate(ff.backend(family, root, [raw]), req))
         assert calls and calls[0][0] == "get_weather", raw

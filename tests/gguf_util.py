@@ -197,7 +197,7 @@ def demo_dir():
     return ensure_demo_model()
 
 
-def _llama(demo_dir):
+def random_llama(demo_dir):
     """A random tiny Llama with the demo tokenizer (HF layout, standard RoPE)."""
     from mlx_lm.models import llama
 
@@ -216,7 +216,7 @@ def _qwen3(demo_dir):
 
 
 def make_gguf(path, demo_dir, arch="qwen3", **meta_changes):
-    config, weights = (_llama if arch == "llama" else _qwen3)(demo_dir)
+    config, weights = (random_llama if arch == "llama" else _qwen3)(demo_dir)
     meta = tokenizer_metadata(demo_dir)
     meta.update(meta_changes)  # (a key given None is left out of the file: write_gguf)
     return write_gguf(path, weights, config, arch, meta), config, weights

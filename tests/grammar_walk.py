@@ -8,13 +8,13 @@ from tinytitan.chat_request import Grammar
 from tinytitan.engine.structured import compile_grammar
 
 
-def _walk(compiled, rng, eos: set[int]) -> list[int]:
+def random_document(compiled, rng, eos: set[int]) -> list[int]:
     """A random document of the grammar: a uniformly random allowed token at every step (what a random-weight
     model does under the mask), ending where the document may end."""
-    return _walk_from(compiled, compiled.matcher(), rng, eos)
+    return random_document_from(compiled, compiled.matcher(), rng, eos)
 
 
-def _walk_from(compiled, matcher, rng, eos: set[int], stop: float = 0.5) -> list[int]:
+def random_document_from(compiled, matcher, rng, eos: set[int], stop: float = 0.5) -> list[int]:
     """... from ``matcher`` as it stands; where the document may end, it ends with probability ``stop``."""
     import numpy as np
     from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask

@@ -71,7 +71,7 @@ def assert_images(req: ChatRequest, expected: list[tuple[bytes, str, str]]) -> N
     assert all(p.digest == hashlib.sha256(images.PIXELS_VERSION + p.data).hexdigest() for p in req.images)
 
 
-async def _post(s, path: str, body: dict, headers: dict | None = None) -> httpx.Response:
+async def post_json(s, path: str, body: dict, headers: dict | None = None) -> httpx.Response:
     async with httpx.AsyncClient(timeout=30) as h:
         return await h.post(s.url(path), json=body, headers=headers or {})
 

@@ -4,7 +4,7 @@ loaded as a module for the tests."""
 from __future__ import annotations
 
 
-def _record_asking():
+def load_record_asking():
     """tools/record_asking.py (what record_proxy.py, a standalone script, changes in a forwarded request) as a
     module, beside the modules it imports as the proxy does."""
     import importlib

@@ -530,7 +530,7 @@ def check_frame(ws, case: Case) -> Outcome:
                 return Outcome(event["status"], f"error frame not in the envelope: {exc}"[:600], seconds)
             return Outcome(event["status"], None, seconds)
         try:
-            strict.response_event(strict._without_tools(event))
+            strict.response_event(strict.without_tools(event))
         except (AssertionError, ValueError) as exc:
             return Outcome(200, f"frame does not conform: {exc}"[:600], seconds)
         if event["type"] in FRAME_FINAL:

@@ -429,12 +429,12 @@ def complete_sse_blocks(text: str) -> str:
     return text[: text.rfind("\n\n") + 2] if "\n\n" in text else ""
 
 
-def _without_tools(data):
+def without_tools(data):
     if isinstance(data, dict):
         if data.get("object") == "response":
             return {**data, "tools": []}
         if isinstance(data.get("response"), dict):
-            return {**data, "response": _without_tools(data["response"])}
+            return {**data, "response": without_tools(data["response"])}
     return data
 
 
@@ -456,7 +456,7 @@ def check_reply(method: str, path: str, anthropic_header: bool, status: int, con
         if protocol is None:
             raise StrictError(f"an event stream on {path}, which has no stream")
         events = parse_sse(complete_sse_blocks(raw.decode("utf-8")))
-        sse_events(protocol, events if tools_echo else [(n, _without_tools(d)) for n, d in events])
+        sse_events(protocol, events if tools_echo else [(n, without_tools(d)) for n, d in events])
         return
     if not content_type.startswith("application/json"):
         raise StrictError(f"{method} {path} answered {status} with {content_type!r}, not JSON: {raw[:200]!r}")
@@ -464,7 +464,7 @@ def check_reply(method: str, path: str, anthropic_header: bool, status: int, con
     if status >= 400:
         errors(data)
     elif check is not None:
-        check(data if tools_echo else _without_tools(data))
+        check(data if tools_echo else without_tools(data))
 
 
 # -- Ollama: the official ``ollama`` client's pydantic models -------------------------------------------------

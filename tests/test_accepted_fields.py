@@ -12,7 +12,7 @@ import strict
 from responses_helpers import client as responses_client, record_prompts
 from chat_helpers import client as chat_client
 from tinytitan.protocols.common import VERBOSITY
-from context_editing_helpers import TOOLS, _ask, _conversation
+from context_editing_helpers import TOOLS, ask_with_edits, tool_result_conversation
 
 MODEL = "tinytitan-scripted"
 
@@ -66,15 +66,15 @@ async def test_clear_tool_uses_replaces_the_oldest_results_past_the_trigger(serv
     prompts = record_prompts(s)
     edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 200},
             "keep": {"type": "tool_uses", "value": 2}}
-    applied, prompt = await _ask(s, stream, [edit], _conversation(5), prompts)
+    applied, prompt = await ask_with_edits(s, stream, [edit], tool_result_conversation(5), prompts)
     (report,) = applied["applied_edits"]
     assert report["type"] == "clear_tool_uses_20250919" and report["cleared_tool_uses"] == 3
     assert report["cleared_input_tokens"] > 3 * 40  # three results of 80-odd words each went
     assert [f"RESULT-{i}" in prompt for i in range(5)] == [False, False, False, True, True]
     assert prompt.count(PLACEHOLDER) == 3 and "file0.txt" in prompt  # inputs stay unless asked
     # under the trigger nothing changes, and the answer says so
-    applied, prompt = await _ask(s, stream, [{**edit, "trigger": {"type": "input_tokens", "value": 10**6}}],
-                                 _conversation(5), prompts)
+    applied, prompt = await ask_with_edits(s, stream, [{**edit, "trigger": {"type": "input_tokens", "value": 10**6}}],
+                                           tool_result_conversation(5), prompts)
     assert applied == {"applied_edits": []} and all(f"RESULT-{i}" in prompt for i in range(5))
 
 
@@ -84,23 +84,24 @@ async def test_clear_tool_uses_options(serve):
     base = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 3},
             "keep": {"type": "tool_uses", "value": 1}}
     # exclude_tools: Grep's results stay; clear_tool_inputs: the cleared calls' inputs go too
-    applied, prompt = await _ask(s, False, [{**base, "exclude_tools": ["Grep"], "clear_tool_inputs": True}],
-                                 _conversation(4, ("Read", "Grep")), prompts)
+    applied, prompt = await ask_with_edits(s, False, [{**base, "exclude_tools": ["Grep"], "clear_tool_inputs": True}],
+                                           tool_result_conversation(4, ("Read", "Grep")), prompts)
     assert applied["applied_edits"][0]["cleared_tool_uses"] == 2  # tu0, tu2 (Read); tu1 is Grep, tu3 kept
     assert [f"RESULT-{i}" in prompt for i in range(4)] == [False, True, False, True]
     assert "file0.txt" not in prompt and "file2.txt" not in prompt and "file1.txt" in prompt
     # the tool_uses trigger not passed (3 uses, not more than 3)
-    applied, prompt = await _ask(s, False, [base], _conversation(3), prompts)
+    applied, prompt = await ask_with_edits(s, False, [base], tool_result_conversation(3), prompts)
     assert applied == {"applied_edits": []}
     # clear_at_least more than clearing would free: the conversation stays whole
-    applied, prompt = await _ask(s, False, [{**base, "clear_at_least": {"type": "input_tokens", "value": 10**6}}],
-                                 _conversation(5), prompts)
+    at_least = {**base, "clear_at_least": {"type": "input_tokens", "value": 10**6}}
+    applied, prompt = await ask_with_edits(s, False, [at_least], tool_result_conversation(5), prompts)
     assert applied == {"applied_edits": []} and all(f"RESULT-{i}" in prompt for i in range(5))
     # clear_thinking alone: accepted, nothing to clear (earlier thinking is never rendered)
-    applied, _ = await _ask(s, False, [{"type": "clear_thinking_20251015", "keep": "all"}], _conversation(2), prompts)
+    applied, _ = await ask_with_edits(s, False, [{"type": "clear_thinking_20251015", "keep": "all"}],
+                                      tool_result_conversation(2), prompts)
     assert applied == {"applied_edits": []}
     # without context_management the answer has no such field (the non-beta message)
-    applied, _ = await _ask(s, False, None, _conversation(2), prompts)
+    applied, _ = await ask_with_edits(s, False, None, tool_result_conversation(2), prompts)
     assert applied is None
 
 
@@ -139,7 +140,7 @@ async def test_count_tokens_counts_the_edited_conversation(serve):
     s = await serve(["Done."])
     edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 1},
             "keep": {"type": "tool_uses", "value": 1}}
-    body = anthropic_util.body(messages=_conversation(4), tools=TOOLS, max_tokens=None)
+    body = anthropic_util.body(messages=tool_result_conversation(4), tools=TOOLS, max_tokens=None)
     plain = await anthropic_util.post(s, body, "/v1/messages/count_tokens")
     edited = await anthropic_util.post(s, {**body, "context_management": {"edits": [edit]}},
                                        "/v1/messages/count_tokens")

@@ -3,7 +3,7 @@ files all show 0644/0755 and refuse chmod; a read-only volume): it is still a pr
 import os
 import time
 
-from prompt_cache_helpers import _cache, _req
+from prompt_cache_helpers import disk_cache, demo_request
 
 
 async def test_a_readable_prefix_whose_mode_cannot_be_changed_is_still_read(demo_backend, tmp_path, monkeypatch):
@@ -12,8 +12,8 @@ async def test_a_readable_prefix_whose_mode_cannot_be_changed_is_still_read(demo
     directory = tmp_path / "shared"
     saved = demo_backend.prompt_cache
     try:
-        demo_backend.prompt_cache = _cache(demo_backend, directory)
-        async with Engine(demo_backend).session(_req([("user", "a long shared question " * 20)])) as events:
+        demo_backend.prompt_cache = disk_cache(demo_backend, directory)
+        async with Engine(demo_backend).session(demo_request([("user", "a long shared question " * 20)])) as events:
             [ev async for ev in events]
         assert demo_backend.prompt_cache.disk.flush()
     finally:
@@ -26,7 +26,7 @@ async def test_a_readable_prefix_whose_mode_cannot_be_changed_is_still_read(demo
         raise PermissionError(1, "Operation not permitted", str(path))
 
     monkeypatch.setattr(os, "chmod", refused)
-    disk = _cache(demo_backend, directory).disk
+    disk = disk_cache(demo_backend, directory).disk
     disk.start()
     deadline = time.monotonic() + 30
     while not disk.ready() and time.monotonic() < deadline:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs
-from codex_harness import CODEX, ROOT, _explain, recording_proxy, run_codex, scripted_server, socket_recorder
+from codex_harness import CODEX, ROOT, explain_run, recording_proxy, run_codex, scripted_server, socket_recorder
 
 
 pytestmark = [
@@ -61,8 +61,8 @@ def _input_items(request, kind):
 def test_plain_answer(tmp_path):
     script, prompt = SCENARIOS["plain"]
     result, requests, model = run_scenario(script, prompt, tmp_path, tmp_path / "trace.jsonl")
-    assert result.returncode == 0, _explain(result)
-    assert result.stdout.strip() == script[0], _explain(result)
+    assert result.returncode == 0, explain_run(result)
+    assert result.stdout.strip() == script[0], explain_run(result)
     assert [(r["method"], r["path"]) for r in requests] == [("POST", "/v1/responses")]
     body = requests[0]["body"]
     assert body["model"] == model and body["stream"] is True and body["store"] is False
@@ -73,7 +73,7 @@ def test_plain_answer(tmp_path):
 def test_tool_round_trip(tmp_path):
     script, prompt = SCENARIOS["tool_round_trip"]
     result, requests, _ = run_scenario(script, prompt, tmp_path, tmp_path / "trace.jsonl")
-    assert result.returncode == 0, _explain(result)
+    assert result.returncode == 0, explain_run(result)
     # the schema the scripted call relies on: exec_command takes the command line as a string `cmd`
     tools = {t.get("name"): t for t in requests[0]["body"]["tools"]}
     assert tools["exec_command"]["parameters"]["properties"]["cmd"]["type"] == "string"
@@ -87,21 +87,21 @@ def test_tool_round_trip(tmp_path):
     assert len(calls) == 1 and len(outputs) == 1
     assert calls[0]["name"] == "exec_command" and json.loads(calls[0]["arguments"]) == {"cmd": TOOL_CMD}
     assert outputs[0]["call_id"] == calls[0]["call_id"] and "done" in outputs[0]["output"]
-    assert result.stdout.strip() == script[1], _explain(result)
+    assert result.stdout.strip() == script[1], explain_run(result)
 
 
 def test_reasoning_round_trip(tmp_path):
     """A thinking model: Codex gets the reasoning item and sends it back next turn, the tool call too."""
     script, prompt = SCENARIOS["reasoning_round_trip"]
     result, requests, _ = run_scenario(script, prompt, tmp_path, tmp_path / "trace.jsonl")
-    assert result.returncode == 0, _explain(result)
+    assert result.returncode == 0, explain_run(result)
     assert (tmp_path / "work" / "marker.txt").read_text().strip() == MARKER
     assert len(requests) == 2
     reasoning = _input_items(requests[1], "reasoning")
     assert len(reasoning) == 1
     assert [c["text"] for c in reasoning[0]["content"]] == ["The user wants the marker file; run echo.\n"]
     assert len(_input_items(requests[1], "function_call_output")) == 1
-    assert result.stdout.strip() == "Done: marker.txt holds the marker.", _explain(result)
+    assert result.stdout.strip() == "Done: marker.txt holds the marker.", explain_run(result)
 
 
 PATCH = """*** Begin Patch
@@ -138,7 +138,7 @@ def test_apply_patch_round_trip(tmp_path):
     result, requests, model = run_scenario(script, "patch hello.txt", tmp_path, tmp_path / "trace.jsonl",
                                            codex_args=["-c", f"model_catalog_json={json.dumps(str(catalog))}"])
     assert model == "tinytitan-scripted"
-    assert result.returncode == 0, _explain(result)
+    assert result.returncode == 0, explain_run(result)
     (tool,) = [t for t in requests[0]["body"]["tools"] if t.get("name") == "apply_patch"]
     assert tool["type"] == "custom" and tool["format"]["type"] == "grammar" and tool["format"]["syntax"] == "lark"
     # the file changed: Codex applied the patch
@@ -149,7 +149,7 @@ def test_apply_patch_round_trip(tmp_path):
     assert len(calls) == 1 and calls[0]["name"] == "apply_patch" and calls[0]["input"] == PATCH
     assert len(outputs) == 1 and outputs[0]["call_id"] == calls[0]["call_id"]
     assert "hello.txt" in json.dumps(outputs[0]["output"]), outputs[0]
-    assert result.stdout.strip() == script[1], _explain(result)
+    assert result.stdout.strip() == script[1], explain_run(result)
 
 
 def test_the_servers_catalog_gives_codex_the_models_metadata(tmp_path):
@@ -168,9 +168,10 @@ def test_the_servers_catalog_gives_codex_the_models_metadata(tmp_path):
         with_catalog = run_codex(proxy, model, tmp_path / "with", prompt, "-c",
                                  f"model_catalog_json={json.dumps(catalog)}")
         log = (scratch / "server.log").read_text()
-    assert without.returncode == 0 and with_catalog.returncode == 0, _explain(with_catalog)
+    assert without.returncode == 0 and with_catalog.returncode == 0, explain_run(with_catalog)
     assert "Defaulting to fallback metadata" in without.stderr
-    assert "Model metadata" not in with_catalog.stderr and "fallback" not in with_catalog.stderr, _explain(with_catalog)
+    assert "Model metadata" not in with_catalog.stderr and "fallback" not in with_catalog.stderr, \
+        explain_run(with_catalog)
     first, second = [json.loads(line) for line in trace.read_text().splitlines()]
     assert "apply_patch" not in {t.get("name") for t in first["body"]["tools"]}
     (patch,) = [t for t in second["body"]["tools"] if t.get("name") == "apply_patch"]
@@ -199,8 +200,8 @@ def test_a_long_session_compacts_inside_a_small_window(tmp_path):
         result = run_codex(proxy, model, tmp_path, "read big.txt four times", "-c",
                            f"model_catalog_json={json.dumps(catalog)}")
         log = (scratch / "server.log").read_text()
-    assert result.returncode == 0, _explain(result)
-    assert "context compacted" in result.stdout + result.stderr, _explain(result)
+    assert result.returncode == 0, explain_run(result)
+    assert "context compacted" in result.stdout + result.stderr, explain_run(result)
     lines = re.findall(r"POST /v1/responses (\d+) openai_responses(?: model=\S+ prompt=(\d+))?", log)
     assert lines and all(status == "200" for status, _ in lines), lines  # nothing refused as too long
     prompts = [int(p) for _, p in lines if p]
@@ -213,8 +214,8 @@ def test_failed_generation_is_reported(tmp_path):
     """A generation that fails mid-stream (response.failed) ends the run with the server's message."""
     script = [{"output": "partial answer", "error": "boom"}]
     result, requests, _ = run_scenario(script, "say hi", tmp_path, tmp_path / "trace.jsonl")
-    assert result.returncode != 0, _explain(result)
-    assert "generation failed: boom" in result.stderr, _explain(result)
+    assert result.returncode != 0, explain_run(result)
+    assert "generation failed: boom" in result.stderr, explain_run(result)
     assert len(requests) == 1  # retries off: the failure is not retried
 
 
@@ -225,8 +226,8 @@ def test_incomplete_response_is_reported(tmp_path):
     script = ["word " * 8000]
     result, requests, _ = run_scenario(script, "say hi", tmp_path, tmp_path / "trace.jsonl",
                                        ["--context-window", "20000"])
-    assert result.returncode != 0, _explain(result)
-    assert "Incomplete response returned, reason: max_output_tokens" in result.stderr, _explain(result)
+    assert result.returncode != 0, explain_run(result)
+    assert "Incomplete response returned, reason: max_output_tokens" in result.stderr, explain_run(result)
     assert len(requests) == 1
 
 
@@ -249,10 +250,10 @@ def test_builtin_provider_tool_round_trip_over_the_websocket(tmp_path):
     a Codex process, whose own start-up time on a loaded machine swings by seconds.)"""
     script, prompt = SCENARIOS["tool_round_trip"]
     result, events, server_log, wall = run_socket_scenario(script, prompt, tmp_path / "ws", tmp_path / "ws.jsonl")
-    assert result.returncode == 0, _explain(result)
+    assert result.returncode == 0, explain_run(result)
     assert (tmp_path / "ws" / "work" / "marker.txt").read_text().strip() == MARKER
-    assert result.stdout.strip() == script[1], _explain(result)
-    assert "Reconnecting" not in result.stderr and "falling back" not in result.stderr.lower(), _explain(result)
+    assert result.stdout.strip() == script[1], explain_run(result)
+    assert "Reconnecting" not in result.stderr and "falling back" not in result.stderr.lower(), explain_run(result)
     kinds = [e["event"] for e in events]
     assert kinds.count("upgrade") == 1 and "http" not in kinds, kinds  # one socket, no HTTP request at all
     (upgrade,) = [e for e in events if e["event"] == "upgrade"]
@@ -282,9 +283,9 @@ def test_builtin_provider_falls_back_at_once_without_the_websocket(tmp_path):
         result = run_codex(server, model, tmp_path, prompt, builtin=True)
         wall = result.wall
     server_log = (scratch / "server.log").read_text()
-    assert result.returncode == 0 and result.stdout.strip() == script[0], _explain(result)
+    assert result.returncode == 0 and result.stdout.strip() == script[0], explain_run(result)
     assert server_log.count("GET /v1/responses 426") == 1 and server_log.count("POST /v1/responses 200") == 1
-    assert "Reconnecting" not in result.stderr and wall < 30, _explain(result)  # no retry backoff (loose: load)
+    assert "Reconnecting" not in result.stderr and wall < 30, explain_run(result)  # no retry backoff (loose: load)
 
 
 def trim_socket_trace(path: Path) -> None:
@@ -330,8 +331,8 @@ def test_tool_search_loads_an_mcp_tool(tmp_path):
     written as the family's template writes them, the layout the scripted backend's call grammar holds calls to.)"""
     trace = tmp_path / "trace.jsonl"
     result, log = run_tool_search(tmp_path, trace)
-    assert result.returncode == 0, _explain(result)
-    assert result.stdout.strip() == TOOL_SEARCH_SCRIPT[2], _explain(result)
+    assert result.returncode == 0, explain_run(result)
+    assert result.stdout.strip() == TOOL_SEARCH_SCRIPT[2], explain_run(result)
     requests = [json.loads(line) for line in trace.read_text().splitlines()]
     assert len(requests) == 3, [r["path"] for r in requests]
     search = [t for t in requests[0]["body"]["tools"] if t["type"] == "tool_search"]
@@ -360,7 +361,7 @@ def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = 
         print(f"{out.relative_to(ROOT)}: rc={result.returncode}, {len(requests)} request(s); "
               f"final message {result.stdout.strip()!r}")
         if result.returncode != 0:
-            raise SystemExit(_explain(result))
+            raise SystemExit(explain_run(result))
     # tool search through an MCP tool, with the server's catalog
     if scratch.exists():
         shutil.rmtree(scratch)
@@ -369,7 +370,7 @@ def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = 
     result, _ = run_tool_search(scratch, out)
     print(f"{out.relative_to(ROOT)}: rc={result.returncode}; final message {result.stdout.strip()!r}")
     if result.returncode != 0:
-        raise SystemExit(_explain(result))
+        raise SystemExit(explain_run(result))
     # the WebSocket exchange of Codex's built-in provider (tools/record_socket.py's format)
     script, prompt = SCENARIOS["tool_round_trip"]
     if scratch.exists():
@@ -381,7 +382,7 @@ def record(out_dir: Path = ROOT / "tests" / "traces" / "codex", scratch: Path = 
     trim_socket_trace(out)
     print(f"{out.relative_to(ROOT)}: rc={result.returncode}, {len(events)} event(s)")
     if result.returncode != 0:
-        raise SystemExit(_explain(result))
+        raise SystemExit(explain_run(result))
 
 
 if __name__ == "__main__":

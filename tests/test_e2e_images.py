@@ -161,8 +161,8 @@ def test_codex_view_image_on_a_text_model_is_refused_by_codex_itself(tmp_path, m
     answer = "No picture for this model; the turn is done."
     result, requests, entry, log = _codex_session(tmp_path, [VIEW, answer], lambda served: served, monkeypatch)
     assert entry["input_modalities"] == ["text"]  # written from the text model's takes_images
-    assert result.returncode == 0, codex._explain(result)
-    assert result.stdout.strip() == answer, codex._explain(result)
+    assert result.returncode == 0, codex.explain_run(result)
+    assert result.stdout.strip() == answer, codex.explain_run(result)
     assert len(requests) == 2 and not any(_images_sent(r) for r in requests)
     (output,) = [i for i in requests[1]["body"]["input"] if i.get("type") == "function_call_output"]
     assert "image" in json.dumps(output["output"]).lower()  # Codex's own answer to the call
@@ -192,4 +192,4 @@ def test_codex_told_a_text_model_takes_images_gets_openais_refusal(tmp_path, mon
     assert part["image_url"].startswith("data:image/png;base64,")
     assert re.search(r"POST /v1/responses 400 openai_responses", log), log[-3000:]
     assert result.returncode != 0
-    assert "input_image is only supported by certain models" in result.stderr + result.stdout, codex._explain(result)
+    assert "input_image is only supported by certain models" in result.stderr + result.stdout, codex.explain_run(result)

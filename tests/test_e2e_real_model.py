@@ -18,7 +18,7 @@ import pytest
 
 from conftest import needs
 from claude_harness import Proc, blocks, needs_claude, run_claude
-from codex_harness import _explain, run_codex
+from codex_harness import explain_run, run_codex
 
 pytestmark = pytest.mark.clients
 
@@ -96,6 +96,6 @@ def test_codex_plain_turn(real_server, tmp_path):
         except subprocess.TimeoutExpired:
             continue
     assert result is not None, "no Codex turn on the real model ended within its time, four times"
-    assert result.returncode == 0, _explain(result)
-    assert result.stdout.strip(), _explain(result)  # the final message (sampled, so not pinned)
-    assert "tokens used" in result.stderr, _explain(result)
+    assert result.returncode == 0, explain_run(result)
+    assert result.stdout.strip(), explain_run(result)  # the final message (sampled, so not pinned)
+    assert "tokens used" in result.stderr, explain_run(result)

@@ -182,8 +182,8 @@ def test_codex_sends_an_attached_png_as_input_image(vision, proxy, tmp_path):
     mark = vision.mark()
     result = codex.run_codex(proxy.base, MODEL, tmp_path, "describe the picture", "--image=shot.png",
                              "-c", f"model_catalog_json={json.dumps(str(vision.catalog))}", timeout=240)
-    assert result.returncode == 0, codex._explain(result)
-    assert result.stdout.strip(), codex._explain(result)  # the model's (gibberish) answer
+    assert result.returncode == 0, codex.explain_run(result)
+    assert result.stdout.strip(), codex.explain_run(result)  # the model's (gibberish) answer
     (sent,) = proxy.recorded("/v1/responses")
     (image,) = parts(sent["body"], "input_image")
     assert image["image_url"].startswith("data:image/png;base64,")
@@ -219,7 +219,7 @@ def test_codex_view_image_sends_the_picture_in_the_call_output(vision, tmp_path)
         mark = vision.mark()
         result = codex.run_codex(proxy.base, MODEL, tmp_path, "look at shot.png",
                                  "-c", f"model_catalog_json={json.dumps(str(vision.catalog))}", timeout=240)
-        assert result.returncode == 0, codex._explain(result)
+        assert result.returncode == 0, codex.explain_run(result)
         first, second = proxy.recorded("/v1/responses")
     finally:
         proxy.proc.stop()

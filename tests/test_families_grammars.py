@@ -129,8 +129,8 @@ def test_rendered_calls_agree_with_the_grammar(root, family, blocks, caplog):
     calls = fc.CALLS[:1] if family == "llama3" else fc.CALLS
     turn = Message("assistant", "Let me check.", tool_calls=calls, reasoning="I need two tools.")
     history = fc.CONVERSATION[:2]
-    prefix = fc._render(b, history, family not in fc.OPENED_BY_USER_TURN)
-    rest = fc._render(b, history + (turn,), False)[len(prefix):]
+    prefix = fc.render_prompt(b, history, family not in fc.OPENED_BY_USER_TURN)
+    rest = fc.render_prompt(b, history + (turn,), False)[len(prefix):]
     if fc.TURN_END[family]:
         rest = rest[: rest.index(fc.TURN_END[family])]
     b.entries = [type(b.entries[0])(rest)]

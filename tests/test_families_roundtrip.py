@@ -12,7 +12,7 @@ from tinytitan import events as ev
 from tinytitan.chat_request import ChatRequest, Message, ToolCall
 from tinytitan.engine.families import FAMILIES, detect
 from tinytitan.engine.prompt.messages import template_messages, template_tools
-from family_cases import CALLS, CONVERSATION, OPENED_BY_USER_TURN, TEMPLATE_KWARGS, TOOLS, TURN_END, _render
+from family_cases import CALLS, CONVERSATION, OPENED_BY_USER_TURN, TEMPLATE_KWARGS, TOOLS, TURN_END, render_prompt
 
 
 @pytest.fixture(scope="session")
@@ -91,8 +91,8 @@ def test_rendered_calls_parse_back(root, family):
     calls = CALLS[:1] if family == "llama3" else CALLS  # Llama's template: one call per turn
     turn = Message("assistant", "Let me check.", tool_calls=calls, reasoning="I need two tools.")
     history = CONVERSATION[:2]
-    prefix = _render(b, history, family not in OPENED_BY_USER_TURN)
-    full = _render(b, history + (turn,), False)
+    prefix = render_prompt(b, history, family not in OPENED_BY_USER_TURN)
+    full = render_prompt(b, history + (turn,), False)
     assert full.startswith(prefix)
     rest = full[len(prefix):]
     end = TURN_END[family]
@@ -129,10 +129,10 @@ def test_agrees_with_mlx_lm_tool_parsers(root, family):
     parser = importlib.import_module(f"mlx_lm.tool_parsers.{MLX_PARSERS[family]}")
     b = ff.backend(family, root)
     history = CONVERSATION[:2]
-    prefix = _render(b, history, True)
+    prefix = render_prompt(b, history, True)
     # (no whitespace around values: mlx-lm's GLM parser strips it, ours keeps what the template wrote)
     call = ToolCall("call_0003", "write_file", '{"path": "notes/a.md", "content": "# Title\\nline <b>two</b>"}')
-    rest = _render(b, history + (Message("assistant", "", tool_calls=(call,)),), False)[len(prefix):]
+    rest = render_prompt(b, history + (Message("assistant", "", tool_calls=(call,)),), False)[len(prefix):]
     end = TURN_END[family]
     if end:
         rest = rest[: rest.index(end)]

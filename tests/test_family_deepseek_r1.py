@@ -149,7 +149,7 @@ def test_a_forced_call_is_written_in_this_format(root, choice):
     import random
     import re
 
-    from grammar_walk import _walk
+    from grammar_walk import random_document
 
     b = ff.backend("deepseek_r1", root)
     named = () if choice == "required" else (choice,)  # a tool named by tool_choice: the calls it may name
@@ -159,7 +159,8 @@ def test_a_forced_call_is_written_in_this_format(root, choice):
         + re.escape(CE)
     rng = random.Random(choice)
     for _ in range(6):
-        raw = b.tokenizer.decode(_walk(compiled, rng, set(b.tokenizer.eos_token_ids)), skip_special_tokens=False)
+        raw = b.tokenizer.decode(random_document(compiled, rng, set(b.tokenizer.eos_token_ids)),
+                                 skip_special_tokens=False)
         assert re.fullmatch(re.escape(B) + f"{one}(\n{one})*" + re.escape(E), raw, re.S), raw
         calls = fc.calls_of(ff.parsed("deepseek_r1", [raw], fc.SCHEMAS))
         assert calls and all(n in (named or fc.SCHEMAS) for n, _ in calls), raw

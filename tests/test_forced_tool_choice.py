@@ -11,8 +11,8 @@ import pytest
 import anthropic_util
 from responses_helpers import client as responses_client
 from chat_helpers import client as chat_client
-from grammar_walk import _walk, _walk_from
-from record_asking_tool import _record_asking
+from grammar_walk import random_document, random_document_from
+from record_asking_tool import load_record_asking
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
            "required": ["city"], "additionalProperties": False}
@@ -200,7 +200,7 @@ def test_mistral_calls_are_forced_in_its_own_markup(fixtures_root, form, paralle
     rng, hf = random.Random(f"{form}{parallel}"), backend.tokenizer
     counts = []
     for _ in range(12):
-        raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
+        raw = hf.decode(random_document(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
         assert raw.startswith("[TOOL_CALLS]") and ("[ARGS]" in raw) == (form == "named"), raw
         events = ff.generate(ff.backend("mistral", fixtures_root, [raw]), req)
         names = {e.index: e.name for e in events if type(e).__name__ == "ToolCallStarted"}
@@ -252,7 +252,7 @@ def test_calls_are_forced_in_the_familys_own_markup(fixtures_root, parallel, fam
     rng, hf = random.Random(f"{family}{parallel}"), backend.tokenizer
     counts, seen = [], set()
     for _ in range(25):
-        raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
+        raw = hf.decode(random_document(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
         assert raw.startswith(opening), raw
         events = ff.generate(ff.backend(family, fixtures_root, [raw]), req.with_(tool_choice="auto"))
         names = {e.index: e.name for e in events if type(e).__name__ == "ToolCallStarted"}
@@ -310,7 +310,7 @@ def test_gpt_oss_calls_are_forced_in_harmony(fixtures_root):
     compiled = backend.prepare(req).grammar
     rng, hf, seen = random.Random(5), backend.tokenizer, set()
     for _ in range(12):
-        raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
+        raw = hf.decode(random_document(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
         assert raw.startswith("<|channel|>commentary to=functions."), raw
         events = ff.generate(ff.backend("gpt_oss", fixtures_root, [raw]), req.with_(tool_choice="auto"))
         names = {e.index: e.name for e in events if type(e).__name__ == "ToolCallStarted"}
@@ -350,7 +350,7 @@ def test_under_auto_a_call_once_opened_is_held_to_a_strict_tools_schema(fixtures
     for _ in range(12):
         matcher = compiled.matcher()
         assert matcher.consume_tokens(prefix), matcher.get_error()
-        walked = _walk_from(compiled, matcher, rng, set(backend.tokenizer.eos_token_ids), stop=1.0)
+        walked = random_document_from(compiled, matcher, rng, set(backend.tokenizer.eos_token_ids), stop=1.0)
         raw = hf.decode(prefix + walked, skip_special_tokens=False)
         events = ff.generate(ff.backend(family, fixtures_root, [raw]), req)
         names = {e.index: e.name for e in events if type(e).__name__ == "ToolCallStarted"}
@@ -424,7 +424,7 @@ async def test_the_call_record_proxy_asks_for_is_made_on_every_wire(serve, demo_
     """``record_proxy.py --tool-call NAME=JSON`` in forward mode rewrites a first request to ask for exactly that
     call (tests/test_e2e_vision.py makes Codex's ``view_image`` happen so): each API's spelling of it is a forced
     call the server's grammar makes the random model write, arguments and all."""
-    ask = _record_asking().asking_for_call
+    ask = load_record_asking().asking_for_call
     args, free = {"path": "shot.png"}, {"type": "object", "properties": {"path": {"type": "string"}}}
     s = await serve(backend=demo_backend)
     model = demo_backend.model_id

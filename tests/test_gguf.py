@@ -16,7 +16,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from gguf_util import _llama, make_gguf, retype_tensor, tokenizer_metadata, write_gguf, write_quantized_gguf
+from gguf_util import random_llama, make_gguf, retype_tensor, tokenizer_metadata, write_gguf, write_quantized_gguf
 from gguf_util import cache, demo_dir  # noqa: F401  (the fixtures: a conversion cache per test, the demo model)
 from tinytitan import model_setup
 from tinytitan.models import gguf
@@ -63,7 +63,7 @@ def test_quantized_gguf_stays_quantized_and_computes_its_blocks(tmp_path, demo_d
     from mlx_lm import load
     from mlx_lm.utils import load_model
 
-    config, weights = _llama(demo_dir)
+    config, weights = random_llama(demo_dir)
     path = tmp_path / f"tiny-{qtype}.gguf"
     reference_weights = write_quantized_gguf(path, weights, config, "llama", tokenizer_metadata(demo_dir), qtype)
     assert {t.type for t in gguf.read_header(path)[1] if len(t.shape) == 2} == {qtype}

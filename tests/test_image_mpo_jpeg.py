@@ -10,7 +10,7 @@ from PIL import Image
 
 from tinytitan import images
 
-from image_helpers import MODEL, PNG, _post, b64, seeing  # noqa: F401  (fixture)
+from image_helpers import MODEL, PNG, post_json, b64, seeing  # noqa: F401  (fixture)
 from anthropic_util import HEADERS as ANTHROPIC_HEADERS
 
 
@@ -31,7 +31,7 @@ def test_a_multi_picture_jpeg_is_a_jpeg():
 
 async def test_a_photo_in_a_tool_result_is_taken(seeing):
     s, backend = seeing
-    r = await _post(s, "/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": [
+    r = await post_json(s, "/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": [
         {"role": "user", "content": "read photo.jpg"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [

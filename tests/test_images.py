@@ -20,7 +20,7 @@ from tinytitan.engine.backends.scripted import ScriptEntry
 from anthropic_util import HEADERS as ANTHROPIC_HEADERS, sdk as anthropic_sdk, message as anthropic_message
 from responses_helpers import client as openai_client
 from image_helpers import (
-    BMP, GIF, JPEG, MODEL, PNG, Seeing, WEBP, _post, assert_images, b64, data_url, encoded)
+    BMP, GIF, JPEG, MODEL, PNG, Seeing, WEBP, post_json, assert_images, b64, data_url, encoded)
 from image_helpers import image_host, seeing  # noqa: F401  (the fixtures)
 
 
@@ -288,7 +288,7 @@ TEXT_MODEL_REFUSALS = [
 async def test_a_text_model_refuses_images_in_its_apis_words(serve, path, body, where, words, stream):
     s = await serve(["never"], model_id="text-only")
     headers = ANTHROPIC_HEADERS if path == "/v1/messages" else {}
-    r = await _post(s, path, {"model": "text-only", "stream": stream, **body}, headers)
+    r = await post_json(s, path, {"model": "text-only", "stream": stream, **body}, headers)
     assert r.status_code == 400, r.text
     err = r.json()
     message = err["error"] if isinstance(err["error"], str) else err["error"]["message"]
@@ -318,7 +318,7 @@ async def test_documents_are_refused_in_anthropics_pdf_wording(serve):
     for content, where in (([pdf], "messages.0.content.0.document"),
                            ([{"type": "tool_result", "tool_use_id": "t", "content": [pdf]}],
                             "messages.0.content.0.tool_result.content.0.document")):
-        r = await _post(s, "/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": [
+        r = await post_json(s, "/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": [
             {"role": "user", "content": content}]}, ANTHROPIC_HEADERS)
         msg = r.json()["error"]["message"]
         assert r.status_code == 400 and msg.startswith("Could not process PDF: ") and where in msg
@@ -359,7 +359,7 @@ async def test_bad_images_are_a_400_naming_the_part(seeing, shape):
     s, backend = seeing
     for url, code, words in BAD:
         path, body, headers = shape(url)
-        r = await _post(s, path, {"model": MODEL, **body}, headers)
+        r = await post_json(s, path, {"model": MODEL, **body}, headers)
         assert r.status_code == 400, r.text
         err = r.json()["error"]
         message = err if isinstance(err, str) else err["message"]
@@ -375,12 +375,12 @@ async def test_remote_urls_and_file_ids_are_refused_by_name(seeing):
     s, _ = seeing
     for shape in (chat_body, responses_body, anthropic_body):
         path, body, headers = shape("https://example.com/cat.png")
-        r = await _post(s, path, {"model": MODEL, **body}, headers)
+        r = await post_json(s, path, {"model": MODEL, **body}, headers)
         assert r.status_code == 400 and "--fetch-images" in r.json()["error"]["message"], r.text
-    r = await _post(s, "/v1/responses", {"model": MODEL, "input": [{"role": "user", "content": [
+    r = await post_json(s, "/v1/responses", {"model": MODEL, "input": [{"role": "user", "content": [
         {"type": "input_image", "file_id": "file-1"}]}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].content[0].file_id"
-    r = await _post(s, "/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": [
+    r = await post_json(s, "/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "file", "file_id": "file_1"}}]}]}, ANTHROPIC_HEADERS)
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("Could not process image: ")
 
@@ -389,7 +389,7 @@ async def test_too_many_images_in_one_request(seeing, monkeypatch):
     s, backend = seeing
     monkeypatch.setattr(images, "MAX_IMAGES", 3)
     parts = [{"type": "image_url", "image_url": {"url": data_url(PNG)}}] * 4
-    r = await _post(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": parts}]})
+    r = await post_json(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": parts}]})
     assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_images"
     assert r.json()["error"]["param"] == "messages[0].content[3]"
 
@@ -397,16 +397,16 @@ async def test_too_many_images_in_one_request(seeing, monkeypatch):
 async def test_images_only_where_the_api_takes_them(seeing):
     s, _ = seeing
     image = {"type": "image_url", "image_url": {"url": data_url(PNG)}}
-    r = await _post(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "system", "content": [image]},
-                                                                               {"role": "user", "content": "x"}]})
+    r = await post_json(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "system", "content": [image]},
+                                                                                 {"role": "user", "content": "x"}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].type"
-    r = await _post(s, "/v1/responses", {"model": MODEL, "input": [{"role": "developer", "content": [
+    r = await post_json(s, "/v1/responses", {"model": MODEL, "input": [{"role": "developer", "content": [
         {"type": "input_image", "image_url": data_url(PNG)}]}, {"role": "user", "content": "x"}]})
     assert r.status_code == 400 and "developer" in r.json()["error"]["message"]
-    r = await _post(s, "/api/chat", {"model": MODEL, "messages": [{"role": "assistant", "content": "x", "images": [b64(PNG)]},
-                                                                   {"role": "user", "content": "x"}]})
+    r = await post_json(s, "/api/chat", {"model": MODEL, "messages": [
+        {"role": "assistant", "content": "x", "images": [b64(PNG)]}, {"role": "user", "content": "x"}]})
     assert r.status_code == 400 and "messages[0].images" in r.json()["error"]
-    r = await _post(s, "/api/generate", {"model": MODEL, "prompt": "x", "raw": True, "images": [b64(PNG)]})
+    r = await post_json(s, "/api/generate", {"model": MODEL, "prompt": "x", "raw": True, "images": [b64(PNG)]})
     assert r.status_code == 400 and "raw" in r.json()["error"]
 
 
@@ -441,20 +441,20 @@ async def test_a_fetch_that_fails_is_a_400_naming_the_part(serve, demo_tok, imag
     s = await serve(backend=backend, fetch_images=True)
     for path, words in (("/missing", "answered 404"), ("/slow", "no answer within 1 s"), ("/big", "exceeds"),
                         ("/text", "not a valid image")):
-        r = await _post(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
+        r = await post_json(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
             {"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": image_host + path}}]}]})
         err = r.json()["error"]
         assert r.status_code == 400 and err["param"] == "messages[0].content[1]" and words in err["message"], err
         path_, body, headers = anthropic_body(image_host + path)
-        r = await _post(s, path_, {"model": MODEL, **body}, headers)
+        r = await post_json(s, path_, {"model": MODEL, **body}, headers)
         assert r.status_code == 400 and r.json()["error"]["message"].startswith("Could not process image: ")
     assert backend.requests == []
-    r = await _post(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
+    r = await post_json(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "http://127.0.0.1:1/unreachable.png"}}]}]})
     assert r.status_code == 400 and r.json()["error"]["code"] == "image_url_fetch_failed"
     # URLs httpx cannot even read (once a 500)
     for url in ("http://[::1/x.png", "http://a\x00b/x.png", f"http://{'a' * 70}.example/x.png"):
-        r = await _post(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
+        r = await post_json(s, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": url}}]}]})
         assert r.status_code == 400 and r.json()["error"]["code"] == "image_url_fetch_failed", (url, r.text)
 

@@ -218,7 +218,7 @@ async def test_every_field_every_type_over_the_websocket(serve):
                             failures.append((text[:200], event))
                         strict.openai_error({"error": event["error"]})
                         break
-                    strict.response_event(strict._without_tools(event))  # (tools echoed as sent: see above)
+                    strict.response_event(strict.without_tools(event))  # (tools echoed as sent: see above)
                     if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
                         if event["type"] == "response.failed" and event["response"]["error"]["code"] == "server_error":
                             failures.append((text[:200], event["response"]["error"]))

@@ -12,7 +12,7 @@ import pytest
 from tinytitan.engine.cache.memory import PromptCache
 from tinytitan.engine.cache.disk import PromptDisk
 from tinytitan.engine.cache.disk_files import FORMAT, layout_of, read_metadata
-from prompt_cache_helpers import _cache, _disk, _odd_ids, _req
+from prompt_cache_helpers import disk_cache, prompt_disk, spelled_out_ids, demo_request
 
 
 def _kv(backend, tokens):
@@ -37,7 +37,7 @@ def _next_logits(backend, kv, token):
 def test_a_prefix_written_is_read_back_after_a_restart_with_the_same_logits(demo_backend, tmp_path):
     tokens = list(range(100, 300))
     kv, _ = _kv(demo_backend, tokens)
-    c = _cache(demo_backend, tmp_path)
+    c = disk_cache(demo_backend, tmp_path)
     c.store(tokens, kv)
     assert c.disk.flush()
     files = list(tmp_path.glob("*.safetensors"))
@@ -46,7 +46,7 @@ def test_a_prefix_written_is_read_back_after_a_restart_with_the_same_logits(demo
     assert meta["tinytitan_format"] == FORMAT and meta["tinytitan_weights"] == c.disk.digest
 
     expected = _next_logits(demo_backend, _kv(demo_backend, tokens)[0], 7)
-    restarted = _cache(demo_backend, tmp_path)  # a new process: nothing in memory
+    restarted = disk_cache(demo_backend, tmp_path)  # a new process: nothing in memory
     got, n = restarted.fetch(tokens + [7, 8])
     assert n == len(tokens) and restarted.disk.reads == 1
     np.testing.assert_allclose(_next_logits(demo_backend, got, 7), expected, rtol=1e-5, atol=1e-5)
@@ -54,7 +54,7 @@ def test_a_prefix_written_is_read_back_after_a_restart_with_the_same_logits(demo
 
 def test_a_longer_prefix_supersedes_its_prefix_on_disk_and_the_budget_evicts_the_oldest(demo_backend, tmp_path):
     short = list(range(100, 200))
-    c = _cache(demo_backend, tmp_path)
+    c = disk_cache(demo_backend, tmp_path)
     c.store(short, _kv(demo_backend, short)[0])
     c.disk.flush()
     longer = short + list(range(500, 600))
@@ -64,7 +64,7 @@ def test_a_longer_prefix_supersedes_its_prefix_on_disk_and_the_budget_evicts_the
     assert len(files) == 1 and len(c.disk.stats()["dir"]) > 0
     one = files[0].stat().st_size
 
-    small = _cache(demo_backend, tmp_path, max_bytes=int(one * 1.5))
+    small = disk_cache(demo_backend, tmp_path, max_bytes=int(one * 1.5))
     other = list(range(1000, 1200))
     small.store(other, _kv(demo_backend, other)[0])
     small.disk.flush()
@@ -75,18 +75,18 @@ def test_a_longer_prefix_supersedes_its_prefix_on_disk_and_the_budget_evicts_the
 def test_files_of_another_model_layout_or_version_are_never_read(demo_backend, tmp_path, caplog):
     tokens = list(range(100, 300))
     kv, _ = _kv(demo_backend, tokens)
-    c = _cache(demo_backend, tmp_path)
+    c = disk_cache(demo_backend, tmp_path)
     c.store(tokens, kv)
     c.disk.flush()
     [f] = tmp_path.glob("*.safetensors")
 
-    other_layout = _cache(demo_backend, tmp_path, layout=lambda: json.dumps({"classes": ["RotatingKVCache"]}))
+    other_layout = disk_cache(demo_backend, tmp_path, layout=lambda: json.dumps({"classes": ["RotatingKVCache"]}))
     with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
         assert other_layout.fetch(tokens + [1]) == (None, 0)
     assert "another cache layout" in caplog.text
     assert caplog.text.count("another cache layout") == 1  # one line a layout, however many files
 
-    other_model = _cache(demo_backend, tmp_path)
+    other_model = disk_cache(demo_backend, tmp_path)
     other_model.disk._digest = "0" * 64  # another model's weights
     assert other_model.fetch(tokens + [1]) == (None, 0)
 
@@ -100,43 +100,43 @@ def test_files_of_another_model_layout_or_version_are_never_read(demo_backend, t
     f.unlink()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
-        assert _cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
+        assert disk_cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
     assert "another version" in caplog.text
     # the format before this one (which named the weights by another digest) can never be read: removed
     meta["0.tinytitan_format"] = "tinytitan-prompt-cache/1"
     v1 = tmp_path / ("1" * 40 + ".safetensors")
     mx.save_safetensors(str(v1), arrays, meta)
-    assert _cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
+    assert disk_cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
     assert not v1.exists() and old.exists()
 
 
 def test_a_damaged_file_is_ignored_with_a_warning(demo_backend, tmp_path, caplog):
     tokens = list(range(100, 300))
-    c = _cache(demo_backend, tmp_path)
+    c = disk_cache(demo_backend, tmp_path)
     c.store(tokens, _kv(demo_backend, tokens)[0])
     c.disk.flush()
     [f] = tmp_path.glob("*.safetensors")
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2])  # the header survives, the tensors do not
     with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
-        assert _cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
+        assert disk_cache(demo_backend, tmp_path).fetch(tokens + [1]) == (None, 0)
     assert "could not be read back" in caplog.text
 
 
 def test_a_damaged_file_is_written_anew_when_its_prefix_comes_again(demo_backend, tmp_path):
     tokens = list(range(100, 300))
     kv = _kv(demo_backend, tokens)[0]
-    c = _cache(demo_backend, tmp_path)
+    c = disk_cache(demo_backend, tmp_path)
     c.store(tokens, kv)
     c.disk.flush()
     [f] = tmp_path.glob("*.safetensors")
     whole = f.read_bytes()
     f.write_bytes(whole[: len(whole) // 2])
-    restarted = _disk(demo_backend, tmp_path)
+    restarted = prompt_disk(demo_backend, tmp_path)
     assert restarted.load(restarted.best(np.array(tokens + [1]))[0]) is None  # damaged: dropped from the index
     restarted.put(np.array(tokens), kv, ())
     assert restarted.flush() and f.stat().st_size == len(whole)
-    assert _cache(demo_backend, tmp_path).fetch(tokens + [1])[1] == len(tokens)
+    assert disk_cache(demo_backend, tmp_path).fetch(tokens + [1])[1] == len(tokens)
 
 
 def test_another_conversation_with_the_same_opening_keeps_its_queued_write(demo_backend, tmp_path, monkeypatch):
@@ -146,7 +146,7 @@ def test_another_conversation_with_the_same_opening_keeps_its_queued_write(demo_
 
     system = list(range(100, 180))
     a, b = system + [1, 2, 3], system + [5, 6, 7, 8]
-    disk = _disk(demo_backend, tmp_path)
+    disk = prompt_disk(demo_backend, tmp_path)
     disk.layout  # (on this thread, as the model thread would)
     busy, real_scan = threading.Event(), PromptDisk._scan
     monkeypatch.setattr(PromptDisk, "_scan", lambda self: (busy.wait(30), real_scan(self))[1])
@@ -162,13 +162,13 @@ def test_a_write_in_progress_is_no_cache_file(demo_backend, tmp_path):
     """A file under a write's temporary name (a dot-name, also one another process is writing) is never read
     back and never counted or evicted."""
     tokens = list(range(100, 300))
-    c = _cache(demo_backend, tmp_path)
+    c = disk_cache(demo_backend, tmp_path)
     c.store(tokens, _kv(demo_backend, tokens)[0])
     c.disk.flush()
     [f] = tmp_path.glob("*.safetensors")
     tmp = tmp_path / f".{f.stem}.999999.tmp.safetensors"
     f.rename(tmp)
-    restarted = _disk(demo_backend, tmp_path, max_bytes=1)
+    restarted = prompt_disk(demo_backend, tmp_path, max_bytes=1)
     assert restarted.best(np.array(tokens + [1]))[1] == 0 and restarted.stats()["entries"] == 0
     restarted.put(np.array(tokens[:100]), _kv(demo_backend, tokens[:100])[0], ())  # a write: over the budget
     assert restarted.flush() and tmp.exists()
@@ -177,7 +177,7 @@ def test_a_write_in_progress_is_no_cache_file(demo_backend, tmp_path):
 def test_a_directory_that_cannot_be_used_keeps_nothing_queued(demo_backend, tmp_path):
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("a file where the directory should be")
-    disk = _disk(demo_backend, blocked)
+    disk = prompt_disk(demo_backend, blocked)
     for n in (100, 120, 140):
         tokens = list(range(100, 100 + n))
         disk.put(np.array(tokens), _kv(demo_backend, tokens)[0], ())
@@ -195,15 +195,15 @@ async def test_a_restarted_engine_reads_the_conversation_back_and_answers_the_sa
 
     saved = demo_backend.prompt_cache
     try:
-        demo_backend.prompt_cache = _cache(demo_backend, tmp_path)
+        demo_backend.prompt_cache = disk_cache(demo_backend, tmp_path)
         turn = [("system", "You are terse. " * 20), ("user", "Explain the cache. " * 10)]
-        cached, answer = await run(_req(turn))
+        cached, answer = await run(demo_request(turn))
         assert cached == 0
         assert demo_backend.prompt_cache.disk.flush()
-        follow = _req(turn + [("assistant", answer), ("user", "And then?")])
+        follow = demo_request(turn + [("assistant", answer), ("user", "And then?")])
         demo_backend.prompt_cache = PromptCache(1 << 30)  # no disk: what a cold start reads
         cold_cached, cold_answer = await run(follow)
-        demo_backend.prompt_cache = _cache(demo_backend, tmp_path)  # a restart: memory empty, disk kept
+        demo_backend.prompt_cache = disk_cache(demo_backend, tmp_path)  # a restart: memory empty, disk kept
         warm_cached, warm_answer = await run(follow)
         assert cold_cached == 0 and warm_cached > 200 and warm_answer == cold_answer
         assert demo_backend.prompt_cache.disk.reads == 1
@@ -406,7 +406,7 @@ def test_a_config_change_with_the_same_weights_never_reads_the_old_kv(demo_backe
     from tinytitan.engine.backends.mlx import MLXBackend
 
     tokens = list(range(100, 300))
-    c = _cache(demo_backend, tmp_path / "cache")
+    c = disk_cache(demo_backend, tmp_path / "cache")
     c.store(tokens, _kv(demo_backend, tokens)[0])
     assert c.disk.flush()
     other_dir = tmp_path / "model-longctx"
@@ -415,7 +415,7 @@ def test_a_config_change_with_the_same_weights_never_reads_the_old_kv(demo_backe
     cfg["rope_theta"] = 10000.0
     (other_dir / "config.json").write_text(json.dumps(cfg))
     other = MLXBackend(other_dir, "longctx")
-    restarted = _cache(other, tmp_path / "cache")
+    restarted = disk_cache(other, tmp_path / "cache")
     restarted.disk.start()
     deadline = time.monotonic() + 30  # (its writer thread reads the weights' digest and the directory first)
     while not restarted.disk.ready() and time.monotonic() < deadline:
@@ -437,7 +437,7 @@ def test_a_write_the_full_disk_refuses_leaves_no_partial_file(demo_backend, tmp_
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(mlx_cache, "save_prompt_cache", fills_the_disk)
-    c = _cache(demo_backend, tmp_path)
+    c = disk_cache(demo_backend, tmp_path)
     tokens = list(range(100, 300))
     c.store(tokens, _kv(demo_backend, tokens)[0])
     assert c.disk.flush()
@@ -451,7 +451,7 @@ def test_a_file_another_server_evicts_during_the_scan_leaves_the_disk_in_use(dem
 
     import tinytitan.engine.cache.disk as disk_module
 
-    c = _cache(demo_backend, tmp_path)
+    c = disk_cache(demo_backend, tmp_path)
     for start in (100, 1000):
         tokens = list(range(start, start + 200))
         c.store(tokens, _kv(demo_backend, tokens)[0])
@@ -466,7 +466,7 @@ def test_a_file_another_server_evicts_during_the_scan_leaves_the_disk_in_use(dem
         return meta
 
     monkeypatch.setattr(disk_module, "read_metadata", read_then_evicted)
-    restarted = _cache(demo_backend, tmp_path)
+    restarted = disk_cache(demo_backend, tmp_path)
     restarted.disk.start()
     deadline = time.monotonic() + 30  # (its writer thread reads the weights' digest and the directory first)
     while not restarted.disk.ready() and time.monotonic() < deadline:
@@ -484,16 +484,16 @@ def test_the_first_turn_after_a_restart_reuses_the_last_answers_own_ids(demo_bac
     tok = demo_backend.tokenizer
     saved = demo_backend.prompt_cache
     try:
-        demo_backend.prompt_cache = _cache(demo_backend, tmp_path)
+        demo_backend.prompt_cache = disk_cache(demo_backend, tmp_path)
         turn = [("system", "You write code. " * 8), ("user", "Write a function that parses a header.")]
-        p1 = demo_backend.prepare(_req(turn))
+        p1 = demo_backend.prepare(demo_request(turn))
         answer = "def parse(h):\n    return h.split(':', 1)"
-        generated = _odd_ids(tok, answer) + tok.encode("<|im_end|>", add_special_tokens=False)
+        generated = spelled_out_ids(tok, answer) + tok.encode("<|im_end|>", add_special_tokens=False)
         ids = p1.tokens + generated
         demo_backend.prompt_cache.store(ids, _kv(demo_backend, ids)[0])
         assert demo_backend.prompt_cache.disk.flush()
-        demo_backend.prompt_cache = _cache(demo_backend, tmp_path)  # a restart: memory empty, disk kept
-        p2 = demo_backend.prepare(_req(turn + [("assistant", answer), ("user", "Now test it.")]))
+        demo_backend.prompt_cache = disk_cache(demo_backend, tmp_path)  # a restart: memory empty, disk kept
+        p2 = demo_backend.prepare(demo_request(turn + [("assistant", answer), ("user", "Now test it.")]))
         assert tok.decode(p2.tokens) == p2.prompt_text and p2.tokens[:len(ids)] == ids
         assert demo_backend.prompt_cache.fetch(p2.tokens)[1] == len(ids)  # the file read back, answer and all
     finally:
@@ -501,12 +501,12 @@ def test_the_first_turn_after_a_restart_reuses_the_last_answers_own_ids(demo_bac
 
 
 def test_many_files_of_another_layout_are_said_in_one_line(demo_backend, tmp_path, caplog):
-    c = _cache(demo_backend, tmp_path)
+    c = disk_cache(demo_backend, tmp_path)
     for start in (100, 400, 700):
         tokens = list(range(start, start + 100))
         c.store(tokens, _kv(demo_backend, tokens)[0])
     c.disk.flush()
-    other_layout = _cache(demo_backend, tmp_path, layout=lambda: json.dumps({"classes": ["RotatingKVCache"]}))
+    other_layout = disk_cache(demo_backend, tmp_path, layout=lambda: json.dumps({"classes": ["RotatingKVCache"]}))
     with caplog.at_level(logging.WARNING, logger="tinytitan.cache"):
         other_layout.fetch(list(range(100, 201)))
     lines = [r.getMessage() for r in caplog.records if "another cache layout" in r.getMessage()]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import stat
 import time
 
-from prompt_cache_helpers import _cache, _req
+from prompt_cache_helpers import disk_cache, demo_request
 from tinytitan.engine.cache.disk_files import read_metadata
 
 
@@ -16,8 +16,8 @@ async def test_prompt_prefixes_on_disk_are_the_owners_only(demo_backend, tmp_pat
     directory = tmp_path / "cache" / "tinytitan" / "prompt-cache"
     saved = demo_backend.prompt_cache
     try:
-        demo_backend.prompt_cache = _cache(demo_backend, directory)
-        req = _req([("system", "You are terse. " * 20), ("user", "my secret plan " * 10)])
+        demo_backend.prompt_cache = disk_cache(demo_backend, directory)
+        req = demo_request([("system", "You are terse. " * 20), ("user", "my secret plan " * 10)])
         async with Engine(demo_backend).session(req) as events:
             [ev async for ev in events]
         assert demo_backend.prompt_cache.disk.flush()
@@ -32,7 +32,7 @@ async def test_prompt_prefixes_on_disk_are_the_owners_only(demo_backend, tmp_pat
     # a file an earlier version wrote open to others is made the owner's only when the directory is read
     for f in files:
         f.chmod(0o644)
-    disk = _cache(demo_backend, directory).disk
+    disk = disk_cache(demo_backend, directory).disk
     disk.start()  # (its writer thread reads the directory first)
     deadline = time.monotonic() + 30
     while not disk.ready() and time.monotonic() < deadline:
@@ -75,7 +75,7 @@ def test_the_default_folder_an_earlier_version_made_open_is_made_the_owners_only
     directory.mkdir(mode=0o755)
     directory.chmod(0o755)
     monkeypatch.setenv("TINYTITAN_PROMPT_CACHE_DIR", str(directory))  # (what the default folder is)
-    disk = _cache(demo_backend, directory).disk
+    disk = disk_cache(demo_backend, directory).disk
     disk.start()
     deadline = time.monotonic() + 30
     while not disk.ready() and time.monotonic() < deadline:
@@ -85,7 +85,7 @@ def test_the_default_folder_an_earlier_version_made_open_is_made_the_owners_only
     named = tmp_path / "named"  # a folder the operator names is left as it is
     named.mkdir(mode=0o755)
     named.chmod(0o755)
-    disk = _cache(demo_backend, named).disk
+    disk = disk_cache(demo_backend, named).disk
     disk.start()
     deadline = time.monotonic() + 30
     while not disk.ready() and time.monotonic() < deadline:

@@ -9,7 +9,7 @@ from tinytitan.chat_request import ChatRequest, Message
 from tinytitan.engine.cache.prefix_index import common_prefix
 from tinytitan.engine.cache.memory import PromptCache
 from tinytitan.engine.prompt.splice import Span, splice
-from prompt_cache_helpers import _odd_ids
+from prompt_cache_helpers import spelled_out_ids
 
 
 def _req(msgs, **kw):
@@ -22,7 +22,7 @@ def test_a_generated_answer_is_spliced_and_the_prompt_still_decodes_to_the_rende
     turn1 = [("system", "You write code."), ("user", "Write a function that parses a header.")]
     p1 = demo_backend.prepare(_req(turn1))
     answer = "def parse(h):\n    return h.split(':', 1)"
-    generated = _odd_ids(tok, answer) + tok.encode("<|im_end|>", add_special_tokens=False)
+    generated = spelled_out_ids(tok, answer) + tok.encode("<|im_end|>", add_special_tokens=False)
     demo_backend.prompt_cache.store(p1.tokens + generated, None)
 
     turn2 = turn1 + [("assistant", answer), ("user", "Now test it.")]
@@ -38,7 +38,7 @@ def test_a_generated_answer_is_spliced_and_the_prompt_still_decodes_to_the_rende
 
     # a third turn reuses both answers: the second turn's spliced prompt is what its entry's spans say
     answer2 = "assert parse('a: b') == ['a', ' b']"
-    generated2 = _odd_ids(tok, answer2) + tok.encode("<|im_end|>", add_special_tokens=False)
+    generated2 = spelled_out_ids(tok, answer2) + tok.encode("<|im_end|>", add_special_tokens=False)
     demo_backend.prompt_cache.store(p2.tokens + generated2, None)
     p3 = demo_backend.prepare(_req(turn2 + [("assistant", answer2), ("user", "Thanks.")]))
     assert tok.decode(p3.tokens) == p3.prompt_text
@@ -51,7 +51,7 @@ def test_an_answer_the_client_changed_is_spliced_up_to_the_change(demo_backend):
     turn1 = [("user", "Say something long.")]
     p1 = demo_backend.prepare(_req(turn1))
     answer = "The quick brown fox jumps over the lazy dog"
-    generated = _odd_ids(tok, answer)
+    generated = spelled_out_ids(tok, answer)
     demo_backend.prompt_cache.store(p1.tokens + generated, None)
     edited = "The quick brown cat sat"  # the client trimmed / rewrote the answer
     p2 = demo_backend.prepare(_req(turn1 + [("assistant", edited), ("user", "More.")]))

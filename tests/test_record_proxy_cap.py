@@ -3,11 +3,11 @@ end-to-end test on a random-weight model is not spent on thousands of tokens of 
 
 from __future__ import annotations
 
-from record_asking_tool import _record_asking
+from record_asking_tool import load_record_asking
 
 
 def test_each_api_gets_its_own_budget_field_lowered_or_set():
-    capped = _record_asking().capped
+    capped = load_record_asking().capped
     assert capped("/v1/chat/completions", {"messages": []}, 64) == {"messages": [], "max_tokens": 64}
     assert capped("/v1/chat/completions", {"max_completion_tokens": 32000}, 64) == {"max_completion_tokens": 64}
     assert capped("/v1/chat/completions", {"max_tokens": 10}, 64) == {"max_tokens": 10}  # already under the cap
@@ -21,7 +21,7 @@ def test_each_api_gets_its_own_budget_field_lowered_or_set():
 def test_a_budget_sent_as_null_is_capped_not_a_crash():
     """OpenAI's and Anthropic's SDK types let a client send its budget as null (no limit): capped like one not
     sent, not a TypeError that drops the client's connection."""
-    capped = _record_asking().capped
+    capped = load_record_asking().capped
     assert capped("/v1/chat/completions", {"max_tokens": None}, 64) == {"max_tokens": 64}
     assert capped("/v1/chat/completions", {"max_completion_tokens": None}, 64) == {"max_completion_tokens": 64}
     assert capped("/v1/responses", {"max_output_tokens": None}, 64) == {"max_output_tokens": 64}

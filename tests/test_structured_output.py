@@ -388,7 +388,7 @@ def test_harmony_answers_are_the_final_channels_document(tmp_path):
     import random
 
     import family_fixtures as ff
-    from grammar_walk import _walk
+    from grammar_walk import random_document
 
     backend = ff.backend("gpt_oss", tmp_path)
     schema = CORPUS["nested_object"]
@@ -397,7 +397,7 @@ def test_harmony_answers_are_the_final_channels_document(tmp_path):
     compiled = backend.prepare(req).grammar
     rng, hf = random.Random(7), backend.tokenizer
     for _ in range(10):
-        raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
+        raw = hf.decode(random_document(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
         assert raw.startswith("<|channel|>final<|message|>"), raw
         events = ff.generate(ff.backend("gpt_oss", tmp_path, [raw]), req.with_(grammar=None))
         text = "".join(e.text for e in events if type(e).__name__ == "TextDelta")

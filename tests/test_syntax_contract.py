@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 
 import family_fixtures as ff
-from grammar_walk import _walk
+from grammar_walk import random_document
 from tinytitan import events as ev
 from tinytitan.chat_request import ChatRequest, Message, Tool
 from tinytitan.engine.families import FAMILIES
@@ -117,7 +117,7 @@ def test_decode_what_the_forcing_grammar_produces(root, name, parallel, checked,
     rng, hf, seen, counts = random.Random(name + str(parallel)), backend.tokenizer, set(), []
     single = parallel is False or family.one_call or name == "harmony"
     for _ in range(10):
-        raw = hf.decode(_walk(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
+        raw = hf.decode(random_document(compiled, rng, set(backend.tokenizer.eos_token_ids)), skip_special_tokens=False)
         with caplog.at_level(logging.WARNING, logger="tinytitan.parser"):
             events = ff.generate(ff.backend(family.name, root, [raw]), req.with_(tool_choice="auto", reasoning=False))
         calls = calls_of(events)

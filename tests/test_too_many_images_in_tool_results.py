@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from anthropic_util import HEADERS
-from image_helpers import MODEL, PNG, _post, b64, data_url, seeing  # noqa: F401  (fixture)
+from image_helpers import MODEL, PNG, post_json, b64, data_url, seeing  # noqa: F401  (fixture)
 from tinytitan import images
 
 CHAT_IMAGE = {"type": "image_url", "image_url": {"url": data_url(PNG)}}
@@ -46,7 +46,7 @@ async def test_the_image_past_the_cap_in_a_tool_result_is_refused_by_name(seeing
                                                                           where):
     s, backend = seeing
     monkeypatch.setattr(images, "MAX_IMAGES", 2)
-    r = await _post(s, path, {"model": MODEL, **body}, headers)
+    r = await post_json(s, path, {"model": MODEL, **body}, headers)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     message = err if isinstance(err, str) else err["message"]
@@ -57,6 +57,6 @@ async def test_the_image_past_the_cap_in_a_tool_result_is_refused_by_name(seeing
         assert err["code"] == "too_many_images" and err["param"] == where
     assert backend.requests == []
     monkeypatch.setattr(images, "MAX_IMAGES", 3)  # at the cap, the same conversation reaches the model whole
-    r = await _post(s, path, {"model": MODEL, **body}, headers)
+    r = await post_json(s, path, {"model": MODEL, **body}, headers)
     assert r.status_code == 200, r.text
     assert len(backend.requests[-1].images) == 3

@@ -14,7 +14,7 @@ from tinytitan.chat_request import ChatRequest, Grammar, Message
 from tinytitan.engine.engine import Engine
 from tinytitan.errors import ApiError
 from tinytitan.events import Finished, TextDelta
-from vision_helpers import BLUE, RED, _engine_logits, ask, decode, part, png
+from vision_helpers import BLUE, RED, engine_logits, ask, decode, part, png
 from vision_helpers import vision  # noqa: F401  (the fixture)
 
 
@@ -336,7 +336,7 @@ def test_qwen_vl_decodes_at_the_true_positions(qwen):
                                                                                  mx.array(grids))
     assert sum(r.rope_delta for r in prepared.image_runs) == int(deltas.item()) < 0
     follow = [17, 301, 5, 77]
-    mine, _ = _engine_logits(qwen, prepared, follow)
+    mine, _ = engine_logits(qwen, prepared, follow)
     raw = _raw_logits(qwen, prepared, [first, second], follow)
     for a, b in zip(mine, raw):
         assert float(mx.abs(a - b).max()) < 1e-4
@@ -357,7 +357,7 @@ def test_qwen_vl_cached_prefix_is_moved_to_the_new_prompt(qwen):
     new = ask(first, "Left and right:", second, "Same?", model="qwen-vl-tiny")
     prepared = qwen.prepare(new)
     assert prepared.cache_miss["where"] == "message 0 (user) image 1"
-    mine, _ = _engine_logits(qwen, prepared, [9, 10])
+    mine, _ = engine_logits(qwen, prepared, [9, 10])
     assert qwen.encoded_images == before + 1
     raw = _raw_logits(qwen, prepared, [first, second], [9, 10])
     for a, b in zip(mine, raw):
@@ -444,14 +444,14 @@ def _restart(old, tmp_path):
     after = fresh()
     follow = ask("Why?", model=old.model_id, history=(first.messages[0], Message("assistant", "A red box.")))
     prepared = after.prepare(follow)
-    mine, _ = _engine_logits(after, prepared, [3])
+    mine, _ = engine_logits(after, prepared, [3])
     assert after.encoded_images == 0, "the image was encoded again after the restart"
     old.prompt_cache.clear()
-    fresh_logits, _ = _engine_logits(old, old.prepare(follow), [3])  # read from scratch
+    fresh_logits, _ = engine_logits(old, old.prepare(follow), [3])  # read from scratch
     for a, b in zip(mine, fresh_logits):
         assert float(mx.abs(a - b).max()) < 1e-4
     other = after.prepare(ask(part(png((0, 0, 255), (120, 64))), question, model=old.model_id))
-    _engine_logits(after, other, [])
+    engine_logits(after, other, [])
     assert after.encoded_images == 1
 
 

@@ -13,7 +13,7 @@ import pytest
 from tinytitan.chat_request import Message
 from tinytitan.model_setup import attach_prompt_disk
 
-from vision_helpers import _engine_logits, ask, decode, part, png
+from vision_helpers import engine_logits, ask, decode, part, png
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_an_image_another_processor_configuration_read_is_encoded_again(two_proc
 
     after = _served(small, tmp_path)  # the same weights, the same directory: 64 tokens for that image
     follow = ask("Why?", model="qwen-vl-tiny", history=(first.messages[0], Message("assistant", "A red box.")))
-    mine, _ = _engine_logits(after, after.prepare(follow), [3])
+    mine, _ = engine_logits(after, after.prepare(follow), [3])
     assert after.encoded_images == 1, "the image's KV of another processor configuration was read back"
     assert after.prompt_cache.disk.reads == 0
     decode(after, follow)  # its own prefix, written beside the other's
@@ -63,8 +63,8 @@ def test_an_image_another_processor_configuration_read_is_encoded_again(two_proc
 
     again = _served(small, tmp_path)  # its own files are still read back after a restart
     scratch = _served(small, tmp_path / "none")
-    expected, _ = _engine_logits(scratch, scratch.prepare(follow), [3])
-    got, _ = _engine_logits(again, again.prepare(follow), [3])
+    expected, _ = engine_logits(scratch, scratch.prepare(follow), [3])
+    got, _ = engine_logits(again, again.prepare(follow), [3])
     assert again.prompt_cache.disk.reads == 1 and again.encoded_images == 0
     for a, b in zip(mine + got, expected + expected):
         assert float(mx.abs(a - b).max()) < 1e-4

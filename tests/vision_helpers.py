@@ -52,7 +52,7 @@ def vision():
 RED, BLUE = png((255, 0, 0)), png((0, 0, 255))
 
 
-def _engine_logits(backend, prepared, follow):
+def engine_logits(backend, prepared, follow):
     """The engine's reading (``prompt_prefix``: cache, images) and then mlx-lm's model at its cache offset, as the
     decoder's step runs it."""
     import mlx.core as mx
