@@ -14,7 +14,7 @@ import pytest
 from tinytitan.engine.speculative.lookup import PromptLookup
 from tinytitan.engine.speculative.policy import DraftPolicy
 from tinytitan.engine.speculative.verify import accepted_prefix, usable_draft
-from speculative_helpers import COPY_TEXT, EOS, plain_decode
+from speculative_helpers import COPY_TEXT, plain_decode
 
 
 # -- prompt lookup ---------------------------------------------------------------------------------------------
@@ -140,12 +140,15 @@ def test_usable_draft_stops_before_end_of_sequence():
     assert usable_draft([99], last=0, eos=(99,)) == []
 
 
+EOS: set = set()  # the demo model's ends of turn, filled by ``demo``
+
+
 # -- against the demo model ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def demo(demo_backend):
     model = demo_backend.ensure_loaded()
     TOKENIZERS[id(model)] = demo_backend.tokenizer
-    EOS.update(demo_backend.tokenizer.eos_token_ids)
+    EOS.update(demo_backend.tokenizer.eos_token_ids)  # (what plain_decode ends at: ``eos=EOS``)
     return model, demo_backend.tokenizer
 
 
@@ -229,7 +232,7 @@ def test_greedy_with_drafts_is_token_for_token_greedy_without(demo):
 
     model, tok = demo
     ids = copy_prompt(tok)
-    want = plain_decode(model, ids, 96)
+    want = plain_decode(model, ids, 96, eos=EOS)
     got, accepted, policy = drafted_decode(model, ids, 96, RowSampler())
     assert got == want
     assert accepted >= 1 and policy.steps > 0  # the drafts were really used, not just proposed
@@ -268,11 +271,12 @@ def test_seeded_sampled_decode_with_drafts_gives_the_tokens_without(demo):
     def sharpen(tokens, logits):  # the demo model's random weights give near-flat logits: peak them
         return logits * 120
 
-    want = plain_decode(model, ids, 64, sampler=make_sampler(temp=1.0, top_p=0.95), processors=[sharpen], seed=5)
+    want = plain_decode(model, ids, 64, sampler=make_sampler(temp=1.0, top_p=0.95), processors=[sharpen], seed=5,
+                        eos=EOS)
     got, accepted, _ = drafted_decode(model, ids, 64, RowSampler(1.0, 0.95, seed=5), [sharpen])
     assert got == want
     assert accepted > 0
-    assert want != plain_decode(model, ids, 64)  # really sampled: not the greedy answer
+    assert want != plain_decode(model, ids, 64, eos=EOS)  # really sampled: not the greedy answer
 
 
 def test_grammar_masked_decode_with_drafts_matches_and_leaves_the_matcher_where_it_was(demo):
@@ -290,7 +294,7 @@ def test_grammar_masked_decode_with_drafts_matches_and_leaves_the_matcher_where_
     ids = copy_prompt(tok, '{"code":"' + COPY_TEXT.replace("\n", "\\n") + '"}')
     eos = tuple(tok.eos_token_ids)
     plain_mask = GrammarMask(compiled)
-    want = plain_decode(model, ids, 120, sampler=make_sampler(temp=0), processors=[plain_mask])
+    want = plain_decode(model, ids, 120, sampler=make_sampler(temp=0), processors=[plain_mask], eos=EOS)
     ends = [i for i, t in enumerate(want) if t in eos]
     want = want[:ends[0] + 1] if ends else want  # mlx-lm's step decodes on past the end of the turn
     mask = GrammarMask(compiled)
@@ -317,7 +321,7 @@ def test_the_cache_holds_what_one_token_at_a_time_leaves_also_when_the_consumer_
 
     model, tok = demo
     ids = copy_prompt(tok)
-    full = plain_decode(model, ids, 60)
+    full = plain_decode(model, ids, 60, eos=EOS)
     backend = StepBackend(model, tok, RowSampler(), [], None, (), DraftPolicy(), None, None, 0)
     seen, accepted, _ = drafted_decode(model, ids, 60, None, backend=backend,
                                        stop_when=lambda row: row.speculator.accepted > 0)
@@ -339,7 +343,7 @@ def test_a_draft_model_with_the_same_tokenizer_drafts_and_greedy_output_is_uncha
     model, tok = demo
     draft = load_draft_model(demo_backend.path, tok, name="demo")  # the model as its own draft: all agree
     ids = tok.apply_chat_template([{"role": "user", "content": "Write anything."}], add_generation_prompt=True)
-    want = plain_decode(model, ids, 40)
+    want = plain_decode(model, ids, 40, eos=EOS)
     proposer = DraftModelProposer(draft, ids)
     policy = DraftPolicy(start=3, k_max=3)
     got, _, _ = drafted_decode(model, ids, 40, RowSampler(), policy=policy, proposer=proposer)
@@ -371,7 +375,7 @@ def test_a_draft_model_reads_a_long_prompt_a_chunk_a_proposal_then_guesses_as_if
     assert proposals == list(range(step, len(ids) - 1, step))[:len(proposals)] and len(proposals) >= 4
     assert len(ids) - 1 - len(chunked.held) <= step
     assert got == whole.propose(3)
-    want = plain_decode(model, ids, 24)
+    want = plain_decode(model, ids, 24, eos=EOS)
     policy = DraftPolicy(start=3, k_max=3)
     got, _, _ = drafted_decode(model, ids, 24, RowSampler(), policy=policy,
                                proposer=DraftModelProposer(draft, ids, prefill_step=step))
@@ -436,7 +440,7 @@ def test_a_row_on_a_sliding_window_cache_decodes_without_drafts_and_gives_the_sa
     TOKENIZERS[id(windowed)] = tok
     ids = copy_prompt(tok)
     assert len(ids) > 48
-    want = plain_decode(windowed, ids, 48)
+    want = plain_decode(windowed, ids, 48, eos=EOS)
     policy = DraftPolicy()
     got, accepted, _ = drafted_decode(windowed, ids, 48, RowSampler(), policy=policy)
     assert got == want and policy.drafted == 0

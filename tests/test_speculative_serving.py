@@ -48,9 +48,8 @@ async def test_a_lone_request_drafts_by_default_and_answers_as_without(demo_back
     assert off.timing.draft_tokens == 0
     # the same answer as mlx-lm's own decode of the same prompt
     prepared = demo_backend.prepare(_copy_request(model_id))
-    want = plain_decode(demo_backend.model, prepared.tokens, 80)
-    eos = demo_backend.tokenizer.eos_token_ids
-    cut = next((i for i, t in enumerate(want) if t in eos), len(want))
+    want = plain_decode(demo_backend.model, prepared.tokens, 80, eos=demo_backend.tokenizer.eos_token_ids)
+    cut = len(want) - (want[-1] in demo_backend.tokenizer.eos_token_ids)  # (the end of turn is no answer token)
     assert on.usage.completion_tokens == cut
 
 
