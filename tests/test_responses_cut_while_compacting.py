@@ -13,7 +13,7 @@ from openai.types.responses import Response
 
 from responses_helpers import MODEL, client, hang_up, record_prompts, stored
 from compaction_helpers import HISTORY, payload
-from responses_machine import machine_at
+from responses_states import machine_at
 from tinytitan.engine.backends.scripted import ScriptedBackend, ScriptEntry
 from tinytitan.events import Failed, TextDelta
 from tinytitan.protocols.openai_responses import OpenAIResponses

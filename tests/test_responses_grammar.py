@@ -14,7 +14,7 @@ from tinytitan.speclang.load import compile_spec
 from tinytitan.speclang.machine import Machine, MachineError, run_all
 
 from responses_helpers import MODEL, sse_events
-from responses_machine import PATHS, SAMPLES, TOOLS, machine_at
+from responses_states import PATHS, SAMPLES, TOOLS, machine_at
 
 
 def check_common(events):
@@ -108,7 +108,7 @@ async def test_failed_before_anything(serve):
     check_common(events)
 
 
-# -- the table (its samples and paths: responses_machine.py) --------------------------------------------------
+# -- the table (its samples and paths: responses_states.py) --------------------------------------------------
 @pytest.fixture(scope="module")
 def proto():
     return OpenAIResponses()
