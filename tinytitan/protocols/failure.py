@@ -4,7 +4,8 @@ Rules:
 - An ``ApiError`` is the request's refusal, whole: it keeps its kind, message and code (a model that will not load:
   ``model_load_failed``; a full queue: ``overloaded``), as the folded answer's error would. Anything else broke the
   generation, and says so as the engine says it in band (``Failed.in_generation``: "generation failed: …").
-- One mapping for a lone answer's stream (``Protocol.sse_body``) and for each choice of several (choices.py).
+- One mapping for a lone answer's stream (``Protocol.sse_body``), for each choice of several (choices.py) and
+  for a compaction turn's summary (compaction.py).
 """
 
 from __future__ import annotations
