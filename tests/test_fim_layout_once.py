@@ -72,3 +72,34 @@ def test_threads_asking_first_at_once_measure_once():
     for t in threads:
         t.join()
     assert got == ["figure"] * 4 and len(measured) == 1
+
+
+def test_a_slow_measure_holds_up_only_its_own_figure():
+    """A tokenizer copy (a second at a 128k vocabulary) measured on a worker thread does not hold up another
+    figure, such as the fill-in-the-middle layout a model's card reads on the event loop."""
+    import threading
+
+    from tinytitan.engine.prompt.tokenizer_facts import once_per_tokenizer
+
+    slow_table, quick_table, tokenizer = {}, {}, object()
+    inside, release = threading.Event(), threading.Event()
+
+    def slow():
+        inside.set()
+        release.wait(10)
+        return "copy"
+
+    worker = threading.Thread(target=once_per_tokenizer, args=(slow_table, tokenizer, slow))
+    worker.start()
+    try:
+        assert inside.wait(10)
+        got: list = []
+        quick = threading.Thread(
+            target=lambda: got.append(once_per_tokenizer(quick_table, tokenizer, lambda: "layout")))
+        quick.start()
+        quick.join(5)
+        assert got == ["layout"]  # (with one lock for every table it waited for the copy)
+    finally:
+        release.set()
+        worker.join()
+    assert once_per_tokenizer(slow_table, tokenizer, lambda: "again") == "copy"

@@ -3,13 +3,16 @@ tokens, and figures measured once per tokenizer (``once_per_tokenizer``).
 
 Rules:
 - A prompt's text is encoded by ``ids_of``, not the tokenizer's ``encode``: a text spelling the fill token a
-  tokenizer class splits its input at (transformers' CodeLlamaTokenizer's ``<FILL_ME>``) is its characters.
+  tokenizer class splits its input at (transformers' CodeLlamaTokenizer's ``<FILL_ME>``) is its characters. (A
+  fill-in-the-middle gap, which reads every special token's spelling as text, by ``fill_in.as_text``.)
 - A figure measured from a tokenizer is kept in a table keyed by the tokenizer's ``id``, beside the tokenizer
   itself (so an id reused by a later tokenizer is never taken for it); tokenizers are few and live as long as
   their backend.
 - A figure is measured once even when several threads ask for it first at once (prompts are prepared on worker
-  threads: an editor's completions arrive together, and a copy of a 128k vocabulary takes a second); reading a
-  kept figure takes no lock.
+  threads: an editor's completions arrive together, and a copy of a 128k vocabulary takes a second): each table
+  has its own lock, so a slow measure holds up only those waiting for the same figure (a model's card, read on
+  the event loop, asks for its fill-in-the-middle layout, never for a tokenizer copy). Reading a kept figure
+  takes no lock.
 """
 
 from __future__ import annotations
@@ -42,14 +45,21 @@ def once_per_tokenizer(table: dict[int, tuple[Any, T]], tokenizer, measure: Call
     """``measure()`` for ``tokenizer``, the first time it is asked for; the kept value after that."""
     known = table.get(id(tokenizer))
     if known is None or known[0] is not tokenizer:
-        with _MEASURING:  # (re-entrant: a figure's measure may ask for another)
+        with _measuring(table):  # (re-entrant: a figure's measure may ask for another, of another table)
             known = table.get(id(tokenizer))
             if known is None or known[0] is not tokenizer:
                 known = table[id(tokenizer)] = (tokenizer, measure())
     return known[1]
 
 
-_MEASURING = threading.RLock()
+_LOCKS: dict[int, threading.RLock] = {}  # id(table) -> its lock (the tables are module-level: they live on)
+_LOCKS_LOCK = threading.Lock()
+
+
+def _measuring(table: dict) -> threading.RLock:
+    """The lock a first measure of ``table``'s figure holds (see the rules)."""
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(id(table), threading.RLock())
 
 
 _IDS_OF: dict[int, tuple[Any, Callable[[str], list[int]]]] = {}  # id(tokenizer) -> (tokenizer, its ``ids_of``)
