@@ -12,8 +12,9 @@ Rules:
 - When a row (every prompt is read on the row's own KV cache) has read all of its prompt but the token its
   first sample is taken after (step.py ``step_alone``: the natural point, and the one a resent identical prompt reuses too), ``keep`` stores a
   snapshot of that cache in the prompt cache as the entry for that prefix, its images keyed as the row's. The
-  answer's entry, stored at the row's end (rows.py), does not supersede it (memory.py), so the next turn
-  reuses one or the other, whichever reaches further, and reads only what follows.
+  answer's entry, stored at the row's end (rows.py), does not supersede it where that entry cannot be trimmed
+  back (memory.py: past its window), so the next turn reuses one or the other, whichever reaches further, and
+  reads only what follows; one that can be (its answer ended within the window) supersedes it and stands in.
 - Only where it is needed: a prompt other rows wait to read (``ChatRequest.shared_prompt``: a request's other
   choices, which then read only its last token), a cache that cannot be trimmed now, or one that may not be by
   the row's end (a sliding window that its answer could fill: offset plus the tokens the row may still add
@@ -31,7 +32,8 @@ Rules:
   choice that ended before a later one's first step: its answer's entry superseded the checkpoint, and stands in
   for the one the later choice would make as it would have superseded that one too). A longer entry with a
   window does not count though it is within it now: its conversation's next turn takes it out and may extend it
-  past the window, after which nothing would serve these tokens but the checkpoint not taken.
+  past the window; the checkpoint taken instead serves these tokens after that, and outlives the later choice's
+  own answer where that goes past the window (one that ends within it supersedes it, as above).
 - Only where it and the answer's entry fit the budget together (twice its size: ``fits``): else the answer's
   entry, stored last, would evict it anyway, after it had evicted older entries (another conversation's) to fit.
   (Whether a shared prompt that does not fit is handed to its request's other rows instead is decided before,
