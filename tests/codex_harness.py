@@ -61,21 +61,22 @@ def scripted_server(script: list, scratch: Path, extra_args=()):
 
 
 @contextmanager
+def _recorder(tool: str, log: str, upstream: str, out: Path, scratch: Path):
+    """tools/``tool`` forwarding to ``upstream``, appending what it records to ``out``, its output in
+    ``scratch/log`` → its base URL (both recorders take the same options and print the same banner)."""
+    args = [sys.executable, str(ROOT / "tools" / tool), "--port", "0", "--upstream", upstream, "--out", str(out)]
+    with _process(args, scratch / log, r"listening on (http://\S+)") as m:
+        yield m.group(1)
+
+
 def recording_proxy(upstream: str, out: Path, scratch: Path):
-    """tools/record_proxy.py forwarding to ``upstream``, appending each request to ``out`` → its base URL."""
-    args = [sys.executable, str(ROOT / "tools" / "record_proxy.py"), "--port", "0", "--upstream", upstream,
-            "--out", str(out)]
-    with _process(args, scratch / "proxy.log", r"listening on (http://\S+)") as m:
-        yield m.group(1)
+    """HTTP (Codex with a provider of its own): tools/record_proxy.py, one line in ``out`` a request."""
+    return _recorder("record_proxy.py", "proxy.log", upstream, out, scratch)
 
 
-@contextmanager
 def socket_recorder(upstream: str, out: Path, scratch: Path):
-    """tools/record_socket.py forwarding WebSockets to ``upstream``, appending each event to ``out`` → its base URL."""
-    args = [sys.executable, str(ROOT / "tools" / "record_socket.py"), "--port", "0", "--upstream", upstream,
-            "--out", str(out)]
-    with _process(args, scratch / "socket-proxy.log", r"listening on (http://\S+)") as m:
-        yield m.group(1)
+    """WebSockets (Codex's built-in provider): tools/record_socket.py, one line in ``out`` an event."""
+    return _recorder("record_socket.py", "socket-proxy.log", upstream, out, scratch)
 
 
 def run_codex(base: str, model: str, root: Path, prompt: str, *extra: str,
