@@ -257,6 +257,24 @@ def test_machine_state_is_typed_and_the_spec_is_checked_against_it(tmp_path):
         Ollama(tmp_path)
 
 
+@pytest.mark.parametrize("what, method", [("route handlers", "handlers"), ("request hooks", "request_hooks"),
+                                          ("machine hooks", "machine_hooks")])
+def test_a_name_the_spec_gives_to_code_the_module_lacks_fails_at_start(what, method):
+    """A route handler, request hook or machine hook that the spec names and the protocol module does not provide
+    is refused when the module starts, in one wording: the file, which kind of name, the names missing."""
+    from tinytitan.protocols.openai_chat import OpenAIChat
+
+    dropped = min(getattr(OpenAIChat(), method)())
+
+    class Lacking(OpenAIChat):
+        pass
+
+    setattr(Lacking, method, lambda self: {k: v for k, v in getattr(OpenAIChat, method)(self).items() if k != dropped})
+    with pytest.raises(ValueError) as refused:
+        Lacking()
+    assert str(refused.value) == f"openai_chat.yaml: {what} not provided by the protocol module: ['{dropped}']"
+
+
 def test_the_templates_are_read_once_and_the_module_context_checked_once(tmp_path):
     """The $paths a spec's stream templates use are read at load and kept on the spec, which is what the
     protocol checks its state against; a template that names a $vars field in its ``when`` or its ``event``

@@ -60,14 +60,10 @@ class Protocol:
         self.route_validators = {r["handler"]: RequestValidator(self.spec, self.request_hooks(), r.get("fields"),
                                                                 self._route_without(r), self.request_state)
                                  for r in self.spec.routes if r.get("fields") or r.get("without") or r.get("only")}
-        missing = sorted({r["handler"] for r in self.spec.routes} - set(self.handlers()))
-        if missing:
-            raise ValueError(f"{self.spec.source}: route handlers not provided by the protocol module: {missing}")
+        self.spec.check_provided("route handlers", (r["handler"] for r in self.spec.routes), self.handlers())
         states = (self.spec.stream or {}).get("states", {})
         named = {h for table in states.values() for row in table.values() for h in row.get("do", [])}
-        missing = sorted(named - set(self.machine_hooks()))
-        if missing:
-            raise ValueError(f"{self.spec.source}: machine hooks not provided by the protocol module: {missing}")
+        self.spec.check_provided("machine hooks", named, self.machine_hooks())
         state = self.machine_state()
         if dataclasses.is_dataclass(state):  # every $vars.<name> the templates use is a field of the state
             fields = {f.name for f in dataclasses.fields(state)}

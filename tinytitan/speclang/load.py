@@ -1,6 +1,8 @@
 """Loading spec/*.yaml: parse, check against the meta-schema, check cross-references, compile.
 
-A malformed spec file fails here, at load, with ``SpecError("<file>: <path>: <problem>")``.
+A malformed spec file fails here, at load, with ``SpecError("<file>: <path>: <problem>")``. What the load cannot
+see, whether the names a spec gives to code (route handlers, request and machine hooks) are the protocol module's,
+is checked when the module starts, by ``ProtocolSpec.check_provided``: one check and one wording for all three.
 """
 
 from __future__ import annotations
@@ -88,6 +90,13 @@ class ProtocolSpec:
 
     def error_kind(self, kind: str) -> ErrorKind:
         return self.error_kinds.get(kind) or self.error_kinds["server_error"]
+
+    def check_provided(self, what: str, named, provided) -> None:
+        """The names this spec gives to code (``what``: route handlers, request or machine hooks) are ones the
+        protocol module provides: checked when the module starts, as the load cannot see the module."""
+        missing = sorted(set(named) - set(provided))
+        if missing:
+            raise ValueError(f"{self.source}: {what} not provided by the protocol module: {missing}")
 
     @property
     def computed(self) -> list[str]:

@@ -112,10 +112,8 @@ class RequestValidator:
         self.derive: dict[str, dict] = spec.request.get("derive") or {}
         self.unknown = spec.request.get("unknown_fields", "refuse")
         self.rules: list[dict] = spec.request.get("rules") or []
-        missing = sorted(({f["hook"] for f in self.fields.values() if "hook" in f} | {r["hook"] for r in self.rules})
-                         - set(hooks))
-        if missing:
-            raise ValueError(f"{spec.source}: request hooks not provided by the protocol module: {missing}")
+        named = {f["hook"] for f in self.fields.values() if "hook" in f} | {r["hook"] for r in self.rules}
+        spec.check_provided("request hooks", named, hooks)
         self.hooks = hooks
         self.new_state = state
         self.schemas = {name: field_validator(f["schema"]) for name, f in self.fields.items() if "schema" in f}
