@@ -35,6 +35,27 @@ def test_claude_code_compacts_inside_the_real_window(window):
     assert ("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE" in env) == (window < CLAUDE_WINDOW_FLOOR)
 
 
+@pytest.mark.parametrize("window", [32768, 65536, 131072])
+def test_claude_codes_own_window_variable_is_left_unset(window):
+    """Claude Code 2.1.337 takes CLAUDE_CODE_MAX_CONTEXT_TOKENS as an unknown model's window, and the compaction
+    window never exceeds it: under the 100,000 floor that undoes the percentage placed on 100,000 (it then compacts
+    at a share of a window already small: for 32k, before its first prompt), above it it changes nothing. So the
+    environment leaves it unset, and the switch that stops the unknown-model window's enforcement too."""
+    env = claude_env(info(window))
+    assert not {"CLAUDE_CODE_MAX_CONTEXT_TOKENS", "CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT"} & set(env)
+    told = claude_compacts_at({**env, "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(window)})
+    if window < CLAUDE_WINDOW_FLOOR:
+        # nor would the bundle's own point serve without the percentage: 13,000 under the window less the reserve
+        plain = claude_compacts_at({"CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(window),
+                                    "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(CLAUDE_WINDOW_FLOOR),
+                                    "CLAUDE_CODE_MAX_OUTPUT_TOKENS": env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]})
+        assert max(told, plain) < claude_compacts_at(env), (env, told, plain)
+        if window == 32768:  # 6,043 and 11,576: both under the ~20.8k first prompt
+            assert max(told, plain) < FIRST_PROMPT_TOKENS["claude-code"], (told, plain)
+    else:
+        assert told == claude_compacts_at(env)
+
+
 def test_the_codex_entry_is_the_models_own(tmp_path):
     e = codex_entry(info(16384))
     assert CODEX_REQUIRED <= set(e)

@@ -7,14 +7,20 @@ Rules:
   instructions (a short coding-agent prompt instead of the fallback's long one). ``write_codex_catalog`` writes
   one entry per served model, from each model's own config, at every start, into the one catalog file every
   server on the machine shares: entries of models it does not serve are kept (another server's), its own replaced.
-- Claude Code (2.1.332) assumes a 1,000,000-token window for a model it does not know (200k before 2.1.2xx) and
-  reads no limits from ``/v1/models`` (its capability fetch is off; its gateway discovery lists only ``claude*`` /
-  ``anthropic*`` ids in the model picker). Its environment sets the window: ``CLAUDE_CODE_AUTO_COMPACT_WINDOW``
-  (at least 100,000, the bundle's floor), ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, and, for a window under that floor,
-  ``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE``: compaction at that percentage of the effective window (the window less
-  the output reserve, at most 20,000), placed so the prompt plus the output cap fits the real window.
-  ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` keeps it on the server only (without it 2.1.332 reaches other
-  hosts: updates, telemetry).
+- Claude Code (2.1.337, as 2.1.332) assumes a 1,000,000-token window for a model it does not know (200k before
+  2.1.2xx) and reads no limits from ``/v1/models`` (its capability fetch is off; its gateway discovery keeps only
+  ids holding ``claude`` / ``anthropic``, and of those only id, name and description). Its environment sets the
+  window: ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` (at least 100,000, the bundle's floor), ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``,
+  and, for a window under that floor, ``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE``: compaction at that percentage of the
+  effective window (the window less the output reserve, at most 20,000), placed so the prompt plus the output cap
+  fits the real window. Not set: 2.1.337's ``CLAUDE_CODE_MAX_CONTEXT_TOKENS`` (an unknown model's window: under
+  the floor it takes the compaction window down with it, whose point stays 13,000 under the effective window, so
+  below a 32k window's first prompt) and ``CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT`` (read only
+  where ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` is not set; it then stops compaction until the server refuses).
+  ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` keeps 2.1.337 on the server, but for an interactive session's
+  install of the official plugin marketplace (downloads.claude.ai, github.com), which only a switch that Claude
+  Code records as a refusal for good in the user's ``~/.claude.json`` stops: left on. docs/agents/claude-code.md
+  lists the hosts.
 - An agent whose first prompt (``FIRST_PROMPT_TOKENS``) cannot fit under the compaction point it is given would
   compact before its first answer, or be refused: ``first_prompt_fits`` says so, and the banner then prints the
   ``<id>-fast`` line (the chat-only path, scaffolding stripped) instead.
@@ -32,6 +38,7 @@ apply_patch tool. Run the project's tests or commands when they show whether a c
 done, say briefly what you changed and how you checked it; if you could not finish, say what is left."""
 
 CLAUDE_WINDOW_FLOOR = 100_000  # the least CLAUDE_CODE_AUTO_COMPACT_WINDOW Claude Code takes (2.1.197 to 2.1.337)
+CLAUDE_ASSUMED_WINDOW = 1_000_000  # the window it assumes for a model it does not know (2.1.332, 2.1.337)
 # Each agent's first prompt, in tokens of the demo model's tokenizer (a Qwen-style BPE; other tokenizers land
 # within ~15 %), measured against `tinytitan serve --script` (README, "Claude Code" and "Codex CLI"): Claude Code
 # 2.1.332 interactive (tool search on; `-p` is 18.5k, 30.0k with ENABLE_TOOL_SEARCH=false; 2.1.337 sends 10 more
@@ -151,8 +158,11 @@ def claude_env(info: dict) -> dict[str, str]:
 
 
 def claude_compacts_at(env: dict[str, str]) -> int:
-    """The prompt size (tokens) at which Claude Code compacts under ``env``: its own arithmetic, for tests."""
-    window = int(env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"])
+    """The prompt size (tokens) at which Claude Code 2.1.337 compacts under ``env``: its own arithmetic, for tests.
+    The compaction window is ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` (floored), within the model's window: the one it
+    assumes, or ``CLAUDE_CODE_MAX_CONTEXT_TOKENS``."""
+    model_window = int(env.get("CLAUDE_CODE_MAX_CONTEXT_TOKENS") or CLAUDE_ASSUMED_WINDOW)
+    window = min(model_window, max(CLAUDE_WINDOW_FLOOR, int(env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"])))
     effective = window - min(int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]), CLAUDE_OUTPUT_RESERVE_CAP)
     pct = env.get("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE")
     default = effective - 13_000
