@@ -39,7 +39,8 @@ tinytitan is serving '{model_id}' at {base}
   Agents:     tinytitan launch AGENT --port {base.rsplit(":", 1)[-1]}   (claude, codex, opencode, pi, aider, qwen-code: \
 each set up for this model, nothing to paste)
 
-Claude Code (the window and output cap it compacts within; no traffic but to this server):
+Claude Code (the window and output cap it compacts within; no traffic but to this server and, interactive, \
+its plugin marketplace):
 {claude_note}  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} {claude}claude --model {claude_model}
 
 Codex (~/.codex/config.toml), a custom provider (plain HTTP):
