@@ -180,6 +180,8 @@ async def test_api_tags_lists_what_ollama_list_would(serve, library, cache):
             ("min_p", "0.05"), ("num_ctx", "2048"), ("repeat_penalty", "1.1"), ("stop", '"<|im_end|>"'),
             ("stop", '"not one token"'), ("temperature", "0.6"), ("top_k", "20")]]
         assert f'SYSTEM """{SYSTEM_LAYER}"""' in shown["modelfile"] and "PARAMETER num_ctx" in shown["modelfile"]
+        # the manifest's time, as `ollama list` and `ollama show` both give it (not the time the server started)
+        assert shown["modified_at"] == tags["models"][-1]["modified_at"]
         bare = (await c.post(s.url("/api/show"), json={"model": "tiny:q4"})).json()
         assert "system" not in bare and bare["parameters"] == ""
         models = (await c.get(s.url("/v1/models"))).json()["data"]

@@ -292,10 +292,15 @@ class Ollama(Protocol):
         own = facts["ollama"] or {}
         digest = own.get("digest") or facts["digest"].removeprefix("sha256:") or \
             hashlib.sha256(card["id"].encode()).hexdigest()  # (a backend without weight files)
-        return {"name": name, "model": name,
-                "modified_at": iso_time(own.get("modified_at") or card.get("created") or self.engine.started_at),
+        return {"name": name, "model": name, "modified_at": self._modified_at(card, facts),
                 "size": int(own.get("size") or facts["size"]), "digest": digest,
                 "details": self._details(card, facts)}
+
+    def _modified_at(self, card: dict, facts: dict) -> str:
+        """A model's time, the same in /api/tags and /api/show (as Ollama gives its manifest's in both): a
+        library model's manifest's, else the server's start."""
+        own = facts["ollama"] or {}
+        return iso_time(own.get("modified_at") or card.get("created") or self.engine.started_at)
 
     def _details(self, card: dict, facts: dict) -> dict:
         """A family is the weights' architecture (Ollama's from GGUF ``general.architecture``), not the call syntax."""
@@ -344,7 +349,7 @@ class Ollama(Protocol):
             **({"system": system} if system else {}),  # omitted when empty, as Ollama omits it
             "details": self._details(card, facts), "capabilities": card["capabilities"],
             "model_info": {"general.architecture": arch, f"{arch}.context_length": card["context_window"]},
-            "modified_at": iso_time(card.get("created") or self.engine.started_at)})
+            "modified_at": self._modified_at(card, facts)})
 
     async def version(self, call: Call) -> Reply:
         return Reply({"version": self.spec.extra["version"]})
