@@ -3,7 +3,10 @@ read from the files (a GGUF's header, an MLX directory's config and safetensors 
 
 Rules:
 - the parameter count is the number of weights the file stores (every tensor, dequantized), as Ollama counts;
-  ``human_number`` writes it the way Ollama does (``8.2B``, ``134.52M``);
+  ``human_number`` writes it the way Ollama does (``8.2B``, ``134.52M``). An MLX-quantized tensor's uint32
+  words each hold 32/bits weights (3, 5 and 6 bits too: 10⅔, 6.4, 5⅓ a word), ``bits`` its layer's own where
+  the config gives one (mlx-lm's mixed recipes), and its ``.scales`` and ``.biases`` (the quantization's, one
+  pair a group) are no weights of the model;
 - a GGUF's quantization is its ``general.file_type`` (llama.cpp's ``LLAMA_FTYPE``: ``Q4_K_M`` …), else the
   storage type holding the most weights; an MLX directory's is ``{bits}BIT`` per its config (``F32``/``F16``/
   ``BF16`` for floats);
@@ -62,34 +65,41 @@ def file_type_name(file_type, tensors) -> str:
     return max(weights, key=weights.get) if weights else ""
 
 
-def _safetensors_params(path: Path) -> tuple[int, dict]:
-    """(stored elements, {dtype: elements}) from a safetensors header (the first 8 bytes say its length)."""
+QUANTIZATION_TENSORS = (".scales", ".biases")  # an MLX-quantized layer's per-group scales and offsets
+
+
+def _safetensors_params(path: Path) -> tuple[int, dict, dict]:
+    """(stored elements, {dtype: elements}, {layer: uint32 elements}) from a safetensors header (the first 8
+    bytes say its length); an MLX-quantized layer's scales and biases left out (not the model's weights)."""
     with open(path, "rb") as f:
         head = f.read(8)
         (n,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
         if not 2 <= n <= path.stat().st_size - 8:  # (a damaged file's first bytes are no length)
             raise ValueError(f"{path.name}: not a safetensors file (its header length is {n})")
         header = json.loads(f.read(n))
-    total, by_type = 0, {}
+    total, by_type, packed = 0, {}, {}
     for name, t in header.items():
-        if name == "__metadata__":
+        if name == "__metadata__" or name.endswith(QUANTIZATION_TENSORS):
             continue
         count = 1
         for d in t["shape"]:
             count *= d
         total += count
         by_type[t["dtype"]] = by_type.get(t["dtype"], 0) + count
-    return total, by_type
+        if t["dtype"] == "U32":  # a quantized layer's packed weights (``<layer>.weight``)
+            layer = name.removesuffix(".weight")
+            packed[layer] = packed.get(layer, 0) + count
+    return total, by_type, packed
 
 
-def _readable_params(path: Path) -> tuple[int, dict]:
+def _readable_params(path: Path) -> tuple[int, dict, dict]:
     """``_safetensors_params``, or nothing (said once) for a damaged file: a listing names what it can."""
     try:
         return _safetensors_params(path)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         logging.getLogger("tinytitan.models").warning("%s: its safetensors header cannot be read (%s): the "
                                                       "model's parameter count is not listed", path, exc)
-        return 0, {}
+        return 0, {}, {}
 
 
 def mlx_dir_facts(path: Path) -> dict:
@@ -111,15 +121,18 @@ def mlx_dir_facts(path: Path) -> dict:
     except (OSError, ValueError):
         config = {}
     quant = config.get("quantization") or config.get("quantization_config") or {}
-    total, by_type = 0, {}
+    total, by_type, packed = 0, {}, {}
     for f in files:
-        n, types = _readable_params(f)
+        n, types, words = _readable_params(f)
         total += n
         for k, v in types.items():
             by_type[k] = by_type.get(k, 0) + v
+        packed.update(words)
     if isinstance(quant, dict) and quant.get("bits"):
-        packed = by_type.get("U32", 0)  # each packed word holds 32 / bits weights
-        total += packed * (32 // int(quant["bits"]) - 1)
+        for layer, n in packed.items():  # each word holds 32 / bits weights (not always a whole number)
+            own = quant.get(layer)
+            bits = int(own["bits"]) if isinstance(own, dict) and own.get("bits") else int(quant["bits"])
+            total += n * 32 // bits - n
         quantization = f"{int(quant['bits'])}BIT"
     else:
         quantization = max(by_type, key=by_type.get) if by_type else ""
