@@ -75,6 +75,23 @@ async def test_null_tool_fields_in_a_message_read_as_absent(serve, demo_tok):
     assert [m.role for m in seen] == ["user", "assistant", "user"] and seen[1].tool_calls == ()
 
 
+async def test_null_fields_of_a_call_and_a_tool_read_as_absent(serve, demo_tok):
+    """A call's ``id``, ``type`` and ``function.index``, and a tool's ``type``, sent as null (a client dumping an
+    OpenAI-shaped call whose id it never had, a Rust or Go struct's empty option): Ollama decodes them as absent."""
+    backend = Asked([ScriptEntry("ok")], demo_tok, model_id=MODEL)
+    s = await serve(backend=backend)
+    call = {"id": None, "type": None, "function": {"index": None, "name": "get_weather", "arguments": {"city": "Oslo"}}}
+    r = await post(s, {"messages": USER + [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "sunny", "tool_call_id": None}],
+        "tools": [{"type": None, "function": {"name": "get_weather", "parameters": {"type": "object"}}}]})
+    assert r.status_code == 200, r.text  # observed: 400 naming messages[1].tool_calls[0].id
+    seen = backend.requests[-1]
+    (sent,) = seen.messages[1].tool_calls
+    assert sent.name == "get_weather" and sent.id and seen.messages[2].tool_call_id == sent.id
+    assert [t.name for t in seen.tools] == ["get_weather"]
+
+
 @pytest.mark.parametrize("path,body", [("/api/chat", {"messages": USER}), ("/api/generate", {"prompt": "hi"}),
                                        ("/api/chat", {})])  # (the last: a load request, refused as Ollama does)
 @pytest.mark.parametrize("think", [True, "high"])
