@@ -1,7 +1,8 @@
-"""Image helpers shared by the tests: small images of each format, base64 and data URLs, a scripted backend that
-reads images (Seeing) and its fixture, a check of the images a request carried, a raw POST, and loopback hosts
-of images to fetch (the image_host and counting_host fixtures, the second counting the GETs per path);
-write_png: a PNG file of one colour; CLAUDE_CODE_PLACE: how Claude Code finds the block a media error names."""
+"""Image helpers shared by the tests: small images of each format, a PNG of noise, base64 and data URLs, a
+scripted backend that reads images (Seeing) and its fixture, a check of the images a request carried, a raw POST,
+and loopback hosts of images to fetch (the image_host and counting_host fixtures, the second counting the GETs
+per path); write_png: a PNG file of one colour; CLAUDE_CODE_PLACE: how Claude Code finds the block a media error
+names."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ MODEL = "tinytitan-scripted"
 def encoded(fmt: str, size=(8, 6), color=(200, 30, 30), **save) -> bytes:
     out = io.BytesIO()
     Image.new("RGB", size, color).save(out, fmt, **save)
+    return out.getvalue()
+
+
+def noise(size=(40, 30), seed: int = 1) -> bytes:
+    """A PNG of random pixels (the same for a seed): kilobytes that do not compress, where a size matters."""
+    import random
+
+    out = io.BytesIO()
+    Image.frombytes("RGB", size, random.Random(seed).randbytes(size[0] * size[1] * 3)).save(out, "PNG")
     return out.getvalue()
 
 

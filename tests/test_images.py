@@ -4,6 +4,7 @@ naming the part. Every reply is validated strictly against the SDK models (the `
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 
@@ -20,7 +21,7 @@ from tinytitan.engine.backends.scripted import ScriptEntry
 from anthropic_util import HEADERS as ANTHROPIC_HEADERS, sdk as anthropic_sdk, message as anthropic_message
 from responses_helpers import client as openai_client
 from image_helpers import (
-    BMP, GIF, JPEG, MODEL, PNG, Seeing, WEBP, post_json, assert_images, b64, data_url, encoded)
+    BMP, GIF, JPEG, MODEL, PNG, Seeing, WEBP, post_json, assert_images, b64, data_url, encoded, noise)
 from image_helpers import image_host, seeing  # noqa: F401  (the fixtures)
 
 
@@ -383,6 +384,29 @@ async def test_remote_urls_and_file_ids_are_refused_by_name(seeing):
     r = await post_json(s, "/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "file", "file_id": "file_1"}}]}]}, ANTHROPIC_HEADERS)
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("Could not process image: ")
+
+
+async def test_base64_in_lines_counts_only_its_data_against_the_limit(seeing, monkeypatch):
+    """Base64 wrapped in lines (Python's ``base64.encodebytes``, MIME's 76 columns) of an image within the byte
+    limit is taken on every protocol: its line breaks are not data. Over the limit, it is refused with its size."""
+    s, backend = seeing
+    data = noise()
+    wrapped = base64.encodebytes(data).decode()
+    monkeypatch.setattr(images, "MAX_BYTES", len(data))
+    c = openai_client(s)
+    await c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + wrapped}}]}])
+    await anthropic_sdk(s).messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": wrapped}}]}])
+    r = await post_json(s, "/api/chat", {"model": MODEL, "stream": False, "messages": [
+        {"role": "user", "content": "x", "images": [wrapped]}]})
+    assert r.status_code == 200, r.text
+    assert [[p.data for p in req.images] for req in backend.requests] == [[data]] * 3
+    monkeypatch.setattr(images, "MAX_BYTES", len(data) - 100)  # (refused before decoding)
+    path, body, headers = chat_body("data:image/png;base64," + wrapped)
+    r = await post_json(s, path, {"model": MODEL, **body}, headers)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "image_too_large", r.text
+    assert f" {len(data)} bytes > {len(data) - 100} bytes" in r.json()["error"]["message"]
 
 
 async def test_too_many_images_in_one_request(seeing, monkeypatch):

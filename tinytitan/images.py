@@ -9,11 +9,12 @@ Rules:
 - Formats: PNG, JPEG, GIF (its first frame) and WebP, recognised from the bytes (Pillow), whatever media type
   the client declared; a declared media type other than these four is refused as unsupported. A protocol whose
   API refuses bytes of another format than the declared one (Anthropic's) asks ``check_declared``.
-- Limits, per image: ``MAX_BYTES`` of data (20 MiB, as decoded from base64), ``MAX_SIDE`` pixels on either side
-  and ``MAX_PIXELS`` in all (8192 and 33,554,432 = 8192 × 4096, so a 6K screenshot passes); per request
-  ``MAX_IMAGES`` images (100, as Anthropic allows). These bound what is decoded; fitting an image to the
-  model's own input size (its processor's resize) is the engine's work, done after ``open_image``, which gives
-  RGB as the models' own processors make it: transparency over white, a 16-bit grayscale PNG scaled to 8 bits.
+- Limits, per image: ``MAX_BYTES`` of data (20 MiB, as decoded from base64: the line breaks of base64 wrapped in
+  lines are not data), ``MAX_SIDE`` pixels on either side and ``MAX_PIXELS`` in all (8192 and 33,554,432 =
+  8192 × 4096, so a 6K screenshot passes); per request ``MAX_IMAGES`` images (100, as Anthropic allows). These
+  bound what is decoded; fitting an image to the model's own input size (its processor's resize) is the engine's
+  work, done after ``open_image``, which gives RGB as the models' own processors make it: transparency over
+  white, a 16-bit grayscale PNG scaled to 8 bits.
 - A remote ``http(s)`` URL is fetched only where the operator turned fetching on (``--fetch-images``, see
   ``tinytitan/http/fetch.py``); otherwise it is refused by name. Other URL schemes, and ``file_id``
   references, are refused by name.
@@ -108,12 +109,13 @@ def part(data: bytes, media_type: str, where: str) -> ImagePart:
 
 def from_base64(text: str, media_type: str, where: str) -> ImagePart:
     """Base64 text (Anthropic's ``source.data``, Ollama's ``images``, a data URL's payload) → an ImagePart."""
+    text = re.sub(r"\s+", "", text)  # (base64 wrapped in lines: its line breaks are no data, nor over the limit)
     if len(text) > (MAX_BYTES + 2) // 3 * 4 + 4:  # refused before decoding what is over the limit anyway
-        size = len(text) * 3 // 4
+        size = len(text) * 3 // 4 - text[-2:].count("=")
         raise ImageError(f"image exceeds {MAX_BYTES} bytes maximum: about {size} bytes > {MAX_BYTES} bytes",
                          where, "image_too_large", limit=MAX_BYTES, size=size)
     try:
-        data = base64.b64decode(re.sub(r"\s+", "", text), validate=True)
+        data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise ImageError("the image data is not valid base64", where, "invalid_image") from None
     return part(data, media_type, where)
