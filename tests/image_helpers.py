@@ -1,8 +1,8 @@
-"""Image helpers shared by the tests: small images of each format, a PNG of noise, base64 and data URLs, a
-scripted backend that reads images (Seeing) and its fixture, a check of the images a request carried, a raw POST,
-and loopback hosts of images to fetch (the image_host and counting_host fixtures, the second counting the GETs
-per path); write_png: a PNG file of one colour; CLAUDE_CODE_PLACE: how Claude Code finds the block a media error
-names."""
+"""Image helpers shared by the tests: small images of each format (HEIC's and SVG's first bytes), a PNG of noise,
+base64 and data URLs, a scripted backend that reads images (Seeing) and its fixture, a check of the images a
+request carried, a raw POST, and loopback hosts of images to fetch (the image_host and counting_host fixtures, the
+second counting the GETs per path); write_png: a PNG file of one colour; CLAUDE_CODE_PLACE: how Claude Code finds
+the block a media error names."""
 
 from __future__ import annotations
 
@@ -44,6 +44,9 @@ def noise(size=(40, 30), seed: int = 1) -> bytes:
 
 PNG, JPEG, GIF, WEBP = (encoded(f) for f in ("PNG", "JPEG", "GIF", "WEBP"))
 BMP = encoded("BMP")
+# what Pillow does not open: an iPhone photo's first bytes (an ISO media file of brand heic) and an SVG
+HEIC = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00\x00\x00\x08mdat"
+SVG = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="8" height="6"/>\n'
 
 
 def b64(data: bytes) -> str:

@@ -21,7 +21,7 @@ from tinytitan.engine.backends.scripted import ScriptEntry
 from anthropic_util import HEADERS as ANTHROPIC_HEADERS, sdk as anthropic_sdk, message as anthropic_message
 from responses_helpers import client as openai_client
 from image_helpers import (
-    BMP, GIF, JPEG, MODEL, PNG, Seeing, WEBP, post_json, assert_images, b64, data_url, encoded, noise)
+    BMP, GIF, HEIC, JPEG, MODEL, PNG, SVG, Seeing, WEBP, post_json, assert_images, b64, data_url, encoded, noise)
 from image_helpers import image_host, seeing  # noqa: F401  (the fixtures)
 
 
@@ -348,6 +348,8 @@ def ollama_body(url: str):
 
 BAD = [(data_url(b"this is not an image"), "invalid_image", "not a valid image"),
        (data_url(BMP, "image/png"), "invalid_image_format", "BMP"),
+       (data_url(HEIC, "image/png"), "invalid_image_format", "image format HEIC is not supported"),
+       (data_url(SVG, "image/png"), "invalid_image_format", "image format SVG is not supported"),
        (data_url(encoded("PNG", (2, images.MAX_SIDE + 1))), "image_too_large", "image dimensions exceed"),
        (data_url(PNG[:60]), "invalid_image", "damaged or truncated")]
 WHERE = {"/v1/chat/completions": "messages[0].content[0]", "/v1/responses": "input[0].content[0]",

@@ -7,7 +7,8 @@ Neither engine nor protocol code: a protocol decodes its spelling with ``from_ur
 
 Rules:
 - Formats: PNG, JPEG, GIF (its first frame) and WebP, recognised from the bytes (Pillow), whatever media type
-  the client declared; a declared media type other than these four is refused as unsupported. A protocol whose
+  the client declared; a declared media type other than these four is refused as unsupported, and so are the bytes
+  of another format, by its name (HEIC and SVG too, which Pillow does not open: ``_unread_format``). A protocol whose
   API refuses bytes of another format than the declared one (Anthropic's) asks ``check_declared``.
 - Limits, per image: ``MAX_BYTES`` of data (20 MiB, as decoded from base64: the line breaks of base64 wrapped in
   lines are not data), ``MAX_SIDE`` pixels on either side and ``MAX_PIXELS`` in all (8192 and 33,554,432 =
@@ -45,6 +46,8 @@ MEDIA_TYPES = frozenset(FORMATS.values()) | {"image/jpg"}
 # and camera photos: a depth map, a gain map or a preview after the picture) opens as MPO; its first picture is the
 # JPEG every API reads
 ALIASES = {"MPO": "JPEG"}
+# HEIF brands (an ISO media file's ``ftyp``: an iPhone's photos are HEIC), for naming what Pillow does not open
+HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
 TRANSCRIPT_MARK = "[image]"  # what an image is in a transcript's text (a summary's input, for a model that reads none)
 
 
@@ -203,12 +206,25 @@ def _read_header(data: bytes) -> _Header:
                     img.verify()
                 return _Header(fmt, width, height, refusal)
         except UnidentifiedImageError:
+            named = _unread_format(data)
+            if named:
+                return _Header(named, refusal=(f"image format {named} is not supported: send PNG, JPEG, GIF or WebP",
+                                               "invalid_image_format", {}))
             return _Header(fmt, refusal=("the data is not a valid image: send PNG, JPEG, GIF or WebP", "invalid_image",
                                          {}))
         except Image.DecompressionBombError:
             return _Header(fmt, refusal=_too_many_pixels())
         except Exception as exc:  # Pillow's decoders raise OSError, SyntaxError, ValueError … on damaged data
             return _Header(fmt, refusal=(f"the image is damaged or truncated ({_reason(exc)})", "invalid_image", {}))
+
+
+def _unread_format(data: bytes) -> str:
+    """The name of an image format Pillow does not open, from its first bytes ("" for none): HEIC (the photos of
+    an iPhone, sent as they are where no media type is declared: Ollama's ``images``) and SVG."""
+    if data[4:8] == b"ftyp" and data[8:12] in HEIF_BRANDS:
+        return "HEIC"
+    head = data[:4096].lstrip(b"\xef\xbb\xbf \t\r\n")
+    return "SVG" if head[:1] == b"<" and b"<svg" in head else ""
 
 
 def _too_many_pixels() -> tuple[str, str, dict]:
