@@ -428,10 +428,13 @@ async def test_images_only_where_the_api_takes_them(seeing):
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].type"
     r = await post_json(s, "/v1/responses", {"model": MODEL, "input": [{"role": "developer", "content": [
         {"type": "input_image", "image_url": data_url(PNG)}]}, {"role": "user", "content": "x"}]})
-    assert r.status_code == 400 and "developer" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "in the developer message (input[0])" in r.json()["error"]["message"]
+    r = await post_json(s, "/v1/responses", {"model": MODEL, "input": [{"role": "assistant", "content": [
+        {"type": "input_image", "image_url": data_url(PNG)}]}, {"role": "user", "content": "x"}]})
+    assert r.status_code == 400 and "in the assistant message (input[0])" in r.json()["error"]["message"]
     r = await post_json(s, "/api/chat", {"model": MODEL, "messages": [
         {"role": "assistant", "content": "x", "images": [b64(PNG)]}, {"role": "user", "content": "x"}]})
-    assert r.status_code == 400 and "messages[0].images" in r.json()["error"]
+    assert r.status_code == 400 and "in the assistant message (messages[0].images)" in r.json()["error"], r.text
     r = await post_json(s, "/api/generate", {"model": MODEL, "prompt": "x", "raw": True, "images": [b64(PNG)]})
     assert r.status_code == 400 and "raw" in r.json()["error"]
 

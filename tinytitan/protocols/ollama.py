@@ -94,7 +94,7 @@ def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
     for i, m in enumerate(value):
         role, content = m["role"], m.get("content") or ""
         if m.get("images") and role in ("system", "assistant"):
-            raise invalid(f"images in a {role} message (messages[{i}].images) are not supported: images go in user "
+            raise invalid(f"images in the {role} message (messages[{i}].images) are not supported: images go in user "
                           "messages and tool results", param=f"messages[{i}].images", code="unsupported_content")
         if role == "assistant":
             calls = []

@@ -247,7 +247,7 @@ def item_content(item: dict, field: str, places: dict[str, str]) -> tuple[str, t
     text, parts = content_parts(item.get(field), f"{where}.{field}")
     role = item.get("role") if item.get("type") == "message" else None
     if parts and role not in (None, "user"):
-        raise invalid(f"input_image in a {role} message ({where}) is not supported: images go in user messages "
+        raise invalid(f"input_image in the {role} message ({where}) is not supported: images go in user messages "
                       "and function call outputs", param=f"{where}.content", code="unsupported_content")
     return text, parts
 
