@@ -461,6 +461,28 @@ async def test_remote_images_are_fetched_with_the_flag(serve, demo_tok, image_ho
     assert_images(backend.requests[-1], [(PNG, "image/png", "messages[0].content[1]")])
 
 
+async def test_an_image_url_in_ollamas_images_is_refused_by_name_or_fetched_with_the_flag(seeing, serve, demo_tok,
+                                                                                          image_host):
+    """Ollama takes base64, but some clients pass an image's URL on as they got it (LangChain's ChatOllama): it is
+    refused by name, not as base64 it is not, and fetched where the server fetches remote images."""
+    s, _ = seeing
+    r = await post_json(s, "/api/chat", {"model": MODEL, "stream": False, "messages": [
+        {"role": "user", "content": "x", "images": [image_host + "/a.png"]}]})
+    assert r.status_code == 400 and r.json()["error"].startswith(
+        "messages[0].images[0]: remote image URLs are not fetched by this server"), r.text
+    backend = Seeing([ScriptEntry("I see it.")], demo_tok, model_id=MODEL)
+    f = await serve(backend=backend, fetch_images=True)
+    r = await post_json(f, "/api/chat", {"model": MODEL, "stream": False, "messages": [
+        {"role": "user", "content": "x", "images": [b64(GIF), image_host + "/a.png"]}]})
+    assert r.status_code == 200, r.text
+    assert_images(backend.requests[-1], [(GIF, "", "messages[0].images[0]"),
+                                         (PNG, "image/png", "messages[0].images[1]")])
+    r = await post_json(f, "/api/generate", {"model": MODEL, "stream": False, "prompt": "x",
+                                             "images": [image_host + "/b.jpg"]})
+    assert r.status_code == 200, r.text
+    assert_images(backend.requests[-1], [(JPEG, "image/jpeg", "images[0]")])
+
+
 async def test_a_fetch_that_fails_is_a_400_naming_the_part(serve, demo_tok, image_host, monkeypatch):
     from tinytitan.http import fetch
 

@@ -135,13 +135,15 @@ def continue_final(msgs: list[Message], body: dict, args: dict) -> None:
 
 
 def with_images(text: str, given: list | None, where: str) -> tuple:
-    """A turn's ``images`` (base64, no media type: the bytes say it; a data URL is taken too) ahead of its text,
-    as Ollama's templates place them; () without images. Only user turns (and tool results) carry them."""
+    """A turn's ``images`` (base64, no media type: the bytes say it) ahead of its text, as Ollama's templates place
+    them; () without images. Only user turns (and tool results) carry them. Some clients send an image URL as it
+    came to them (LangChain's ChatOllama passes any but a data URL on as is): a data URL is taken too, and a remote
+    one is refused by name as on the other routes (or was fetched, where the server fetches them)."""
     if not given:
         return ()
     field = f"{where}.images" if where else "images"
-    parts = tuple(images.from_url(data, f"{field}[{j}]") if data[:5].lower() == "data:"  # (some clients send
-                  else images.from_base64(data, "", f"{field}[{j}]") for j, data in enumerate(given))  # data URLs)
+    parts = tuple(images.from_url(data, f"{field}[{j}]") if data[:5].lower() == "data:" or images.is_remote(data)
+                  else images.from_base64(data, "", f"{field}[{j}]") for j, data in enumerate(given))
     return parts + ((text,) if text else ())
 
 
