@@ -78,6 +78,8 @@ def test_a_state_url_of_another_database_is_refused_not_made_a_directory(tmp_pat
 
 
 @pytest.mark.parametrize("args, named", [(["--responses-retention-days", "nan"], "--responses-retention-days"),
+                                         # (a negative bound evicted every other stored response at each write)
+                                         (["--responses-max-mib", "-1"], "--responses-max-mib: -1 is not 0 or more"),
                                          (["--reasoning-effort", "bogus"], "--reasoning-effort")])
 def test_bad_defaults_are_named_at_start(tmp_path, args, named):
     (tmp_path / "s.yaml").write_text('["Hi."]')

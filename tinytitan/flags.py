@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "nothing on disk")
     state.add_argument("--responses-retention-days", type=_days, default=30.0, metavar="DAYS",
                    help="stored responses older than this are evicted (default 30, as the OpenAI API; 0: never)")
-    state.add_argument("--responses-max-mib", type=int, default=2048, metavar="MIB",
+    state.add_argument("--responses-max-mib", type=_not_negative, default=2048, metavar="MIB",
                    help="past this size the oldest stored responses are evicted (default 2048; 0: no bound)")
     logs = s.add_argument_group("logs (docs/operating.md)")
     mem = s.add_argument_group("memory (off unless --memory or TINYTITAN_MEMORY=1)")
