@@ -291,6 +291,32 @@ async def test_a_store_that_cannot_be_read_is_a_503_never_a_500(serve, tmp_path,
     assert "malformed" in caplog.text
 
 
+async def test_a_stored_row_whose_json_is_damaged_is_a_503_never_a_500(serve, tmp_path, caplog):
+    """The database checks its pages, not the JSON text a row holds: a row cut short there (a bad sector, a bit
+    flipped) made every request that read that response a 500, its GET, its input_items, a chain through it and
+    a reference to its items alike. It is the 503 naming the store that a damaged file gets, the log names the
+    response, and the others are served as before."""
+    s = await serve(["One.", "Two."], responses_store=str(tmp_path))
+    c = client(s)
+    damaged = await c.responses.create(model=MODEL, input="a")
+    kept = await c.responses.create(model=MODEL, input="b")
+    con = sqlite3.connect(tmp_path / dbm.FILE_NAME)
+    with con:
+        con.execute("UPDATE responses SET events = substr(events, 1, 40) WHERE id = ?", (damaged.id,))
+        con.execute("UPDATE response_items SET body = substr(body, 1, 20) WHERE response_id = ?", (damaged.id,))
+    con.close()
+    caplog.set_level(logging.ERROR, "tinytitan.store")
+    for call in (c.responses.retrieve(damaged.id), c.responses.input_items.list(damaged.id),
+                 c.responses.create(model=MODEL, input="c", previous_response_id=damaged.id),
+                 c.responses.create(model=MODEL, input=[{"type": "item_reference", "id": damaged.output[0].id}])):
+        with pytest.raises(openai.InternalServerError) as e:
+            await call
+        assert e.value.status_code == 503 and "response store cannot be read" in e.value.message
+    assert f"'{damaged.id}'" in caplog.text and "JSON is damaged" in caplog.text
+    assert (await c.responses.retrieve(kept.id)).output_text == "Two."
+    assert [i.content[0].text for i in (await c.responses.input_items.list(kept.id)).data] == ["b"]
+
+
 def test_a_state_that_cannot_be_opened_stops_the_server_saying_why(tmp_path):
     from cli_helpers import ROOT
 

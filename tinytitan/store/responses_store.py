@@ -16,8 +16,8 @@ Rules:
   returns. A caller cancelled while it waits (a stream cut short keeping what it sent, within its time bound:
   protocols/base.py) goes on at once; the transaction then commits or not on its own. ``put`` that fails (a
   full disk) raises one of ``db.storage_errors()``: the caller logs it and still answers. A read or a delete
-  the database cannot do (a lost database server, a damaged file) is a 503 naming the store, never a 500, and
-  the log says why.
+  the database cannot do (a lost database server, a damaged file, a row whose JSON text is damaged: bytes the
+  database itself never checks) is a 503 naming the store, never a 500, and the log says why and which id.
 - An id with a NUL character is never found (PostgreSQL's text cannot hold one, so no stored row has it): a
   lookup by one answers as for any id not stored, on either database, never with the database's error. An item
   whose own id holds one is stored (listed, replayed) without its id in the index (it cannot be referenced).
@@ -123,8 +123,10 @@ class ResponsesStore:
         args = (key, *args)
         try:
             return await self.db.call(fn, *args, write=write, abandonable=True)
-        except storage_errors() as exc:
-            log.error("responses store %s: %s failed: %s", self.db.where, fn.__name__.strip("_"), exc)
+        except (*storage_errors(), json.JSONDecodeError) as exc:  # (a row's JSON damaged: see the rules)
+            damaged = " (a stored row's JSON is damaged)" if isinstance(exc, json.JSONDecodeError) else ""
+            log.error("responses store %s: %s of %r failed: %s%s", self.db.where, fn.__name__.strip("_"), key, exc,
+                      damaged)
             raise ApiError("unavailable", f"The response store cannot be {'written' if write else 'read'} now "
                            f"({type(exc).__name__}); try again") from None
 
