@@ -21,7 +21,7 @@ from tinytitan.store import db as dbm
 from tinytitan.store.legacy import BACKUP_SUFFIX
 from tinytitan.store.responses_store import FILE_NAME, ResponsesStore, StoredResponse, default_dir
 
-from responses_helpers import MODEL, client, record_prompts
+from responses_helpers import MODEL, client, record_prompts, sse_events
 
 
 def rec(i, prev=None, created=None, size=0) -> StoredResponse:
@@ -136,6 +136,29 @@ async def test_a_migration_that_does_not_verify_leaves_the_log(tmp_path, monkeyp
     monkeypatch.setattr(dbm.SqliteDatabase, "run", real)
     assert await ResponsesStore.open(str(tmp_path)).get("r1") is not None  # tried again: done
     assert not (tmp_path / FILE_NAME).exists()
+
+
+@pytest.mark.parametrize("shape", [{"events": None}, {"input": 5}, {"created_at": "soon"}, {"created_at": 1e30},
+                                   {"events": [{"response": {"output": 5}}]}])
+async def test_an_older_log_record_of_another_shape_is_skipped_and_the_server_starts(serve, tmp_path, caplog, shape):
+    """A record that is JSON but not of the shape the older store wrote (edited, or damaged into other JSON) failed
+    the migration's database write: the server did not start, and no later start did either (the log stays to be
+    moved again). It is skipped with a warning, as an unreadable line is, and the rest moves."""
+    first = await serve(["Kept."], responses_store="memory")
+    events = [data for _, data in await sse_events(first, {"model": MODEL, "input": "a", "stream": True})]
+    rid = events[-1]["response"]["id"]
+    item = {"id": "msg_1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]}
+    put = {"op": "put", "id": rid, "input": [item], "events": events, "previous_response_id": None,
+           "created_at": int(time.time()), "extra": {}}
+    legacy_log(tmp_path / FILE_NAME, [put, {**put, "id": "resp_other", **shape}])
+    caplog.set_level(logging.WARNING, "tinytitan.store")
+    c = client(await serve(["x"], responses_store=str(tmp_path)))
+    assert (await c.responses.retrieve(rid)).output_text == "Kept."
+    assert [i.id for i in (await c.responses.input_items.list(rid)).data] == ["msg_1"]
+    with pytest.raises(openai.NotFoundError):
+        await c.responses.retrieve("resp_other")
+    assert "a response that cannot be read skipped" in caplog.text and "1 responses migrated" in caplog.text
+    assert (tmp_path / (FILE_NAME + BACKUP_SUFFIX)).exists() and not (tmp_path / FILE_NAME).exists()
 
 
 async def test_retention_by_age_and_by_size(tmp_path, caplog):

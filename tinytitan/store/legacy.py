@@ -3,7 +3,9 @@
 Rules:
 - The log is replayed as the older store did (``put`` / ``delete`` records, its newest 256 kept; a torn last line
   or an unreadable one is skipped with a warning) and every live response is written to the database, keeping
-  its id, chain and creation time. Writing is idempotent: a migration cut short is simply done again at the next start.
+  its id, chain and creation time. A record whose fields are not what the store writes (JSON edited or damaged
+  into another shape) is skipped with a warning too: the write would fail, and with it every start. Writing is
+  idempotent: a migration cut short is simply done again at the next start.
 - Verified before anything moves: every migrated id is read back from the database. Then the log is renamed
   ``responses.jsonl.migrated`` (kept beside the database as a backup, never deleted by the server). When the
   check fails the log stays where it is, the error says so, and the next start tries again.
@@ -63,6 +65,17 @@ def read_log(path: Path) -> "OrderedDict[str, dict]":
     return records
 
 
+def _writable(rec):
+    """``rec`` (a StoredResponse) where its fields are what the store writes, else a TypeError, ValueError or
+    OverflowError: a record that is JSON but was edited or damaged into another shape (``events: null``, a
+    time of ``"soon"``), which the database write would fail on, and every start with it."""
+    if not isinstance(rec.id, str) or not all(isinstance(v, list) for v in (rec.input, rec.events, rec.output)):
+        raise TypeError("its id is not a string, or its input, events or output not a list")
+    if not -2 ** 63 <= int(rec.created_at or 0) < 2 ** 63:  # (int: a ValueError for a time that is no number)
+        raise OverflowError(f"its creation time {rec.created_at!r} is past what the database holds")
+    return rec
+
+
 def migrate_responses(store, path: Path, record: Callable[..., object]) -> int:
     """Move ``path`` (an older store's log) into ``store``'s database, each response made a ``record`` (the
     store's StoredResponse); the number of responses migrated."""
@@ -72,8 +85,8 @@ def migrate_responses(store, path: Path, record: Callable[..., object]) -> int:
     puts = []
     for body in records.values():
         try:
-            puts.append(record(**body))
-        except TypeError as exc:
+            puts.append(_writable(record(**body)))
+        except (TypeError, ValueError, OverflowError) as exc:
             log.warning("%s: a response that cannot be read skipped (%s)", path, exc)
 
     def write(tx):
