@@ -77,3 +77,27 @@ def test_a_sound_file_is_kept(tmp_path, caplog):
     caplog.set_level(logging.INFO, "tinytitan.store")
     assert ResponsesStore.open(str(tmp_path)).db.run(lambda tx: tx.row("SELECT count(*) FROM responses")[0]) == 1
     assert not set_aside(tmp_path) and "not to its end" not in caplog.text
+
+
+def test_a_file_another_server_set_aside_while_this_one_checked_it_is_not_moved_again(tmp_path, monkeypatch, caplog):
+    """Two servers started together on one damaged file both found it so. The one that moved it second moved the
+    new database the first had started in its place: the two went on in two files, and in the same second that
+    move went over the first one's copy of the damaged file, the copy to recover from. A file that is no longer
+    the one checked is left where it is, and used."""
+    path, damaged = damaged_state(tmp_path)
+    real, started = dbm.SqliteDatabase._set_aside, []
+
+    def the_other_server_first(self, exc):  # the other server's whole start, between this one's check and its move
+        if not started:
+            started.append(True)
+            other = dbm.SqliteDatabase(path)  # (its check finds the damage too, and moves the file: the real move)
+            other.run(lambda tx: tx.exec("INSERT INTO meta (name, value) VALUES ('mark', 7)"))
+        return real(self, exc)
+
+    monkeypatch.setattr(dbm.SqliteDatabase, "_set_aside", the_other_server_first)
+    caplog.set_level(logging.WARNING, "tinytitan.store")
+    mine = dbm.SqliteDatabase(path)
+    (aside,) = set_aside(tmp_path)
+    assert aside.read_bytes() == damaged  # the one copy, untouched
+    assert mine.run(lambda tx: tx.row("SELECT value FROM meta WHERE name = 'mark'")) == (7,)  # one database
+    assert "already set aside by another server" in caplog.text

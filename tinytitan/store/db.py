@@ -22,6 +22,9 @@ Rules:
   the same 503 naming the store that a lost server gives, never a request held for as long as TCP allows.
 - A SQLite file that is not a database (or is malformed) is moved aside at open, with its WAL, as
   ``<name>.corrupt-<time>``, and the error says where; a new file is started. Nothing is ever emptied in place.
+  Where another server on the same file set it aside while this one checked it, the new file in its place is
+  this server's too: never moved aside in turn (the servers would go on in two files, and a move in the same
+  second would go over the one copy of the damaged file).
   At open the file is read through by ``PRAGMA quick_check`` (damage past the first pages, which opening alone
   never reads, would otherwise be found by the first request that reads there: a 503 mid-session), for at most
   ``CHECK_SECONDS``: what a bigger file holds past that is found when it is read, as before.
@@ -155,6 +158,15 @@ class Database:
 
 
 # -- SQLite ------------------------------------------------------------------------------------------------
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` names now (its device and inode), None where none does."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _corrupt(exc: BaseException) -> bool:
     text = str(exc).lower()
     return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError) and (
@@ -173,6 +185,7 @@ class SqliteDatabase(Database):
         self._shared: sqlite3.Connection | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._found = _identity(path)  # the file checked (``_set_aside``: still the one at ``path``?)
             try:
                 self._check()
                 self.run(schema.create)
@@ -223,6 +236,10 @@ class SqliteDatabase(Database):
     def _set_aside(self, exc: BaseException) -> None:
         assert self.path is not None
         self.close()
+        if _identity(self.path) != self._found:  # set aside by another server while this one checked it
+            log.warning("state database %s: found corrupt (%s), and already set aside by another server: the new "
+                        "database in its place is used", self.path, exc)
+            return
         stamp = time.strftime("%Y%m%dT%H%M%S")
         aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
         for suffix in ("", "-wal", "-shm"):
