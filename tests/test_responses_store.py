@@ -161,6 +161,36 @@ async def test_an_older_log_record_of_another_shape_is_skipped_and_the_server_st
     assert (tmp_path / (FILE_NAME + BACKUP_SUFFIX)).exists() and not (tmp_path / FILE_NAME).exists()
 
 
+async def test_an_older_log_that_cannot_be_renamed_moves_once_and_the_server_starts(serve, tmp_path, monkeypatch,
+                                                                                      caplog):
+    """The older log was moved, verified, then renamed as its backup: where the rename failed (a directory this
+    user cannot write: the older store's place is apart from the database's) the server did not start, and every
+    later start moved the log again, bringing back what was deleted since. The database notes it moved: the
+    server starts, the next one does not move it again, and once it can, a start renames it."""
+    real = os.replace
+
+    def refused(src, dst):
+        if str(src).endswith(FILE_NAME):
+            raise PermissionError(13, "Permission denied", str(src))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refused)
+    put = lambda i: {"op": "put", "id": f"resp_{i}", "input": [], "created_at": int(time.time()),  # noqa: E731
+                     "events": [{"response": {"id": f"resp_{i}", "output": []}}], "previous_response_id": None}
+    legacy_log(tmp_path / FILE_NAME, [put(1), put(2)])
+    caplog.set_level(logging.ERROR, "tinytitan.store")
+    await client(await serve(["x"], responses_store=str(tmp_path))).responses.delete("resp_1")
+    assert "cannot be renamed" in caplog.text and (tmp_path / FILE_NAME).exists()
+    later = client(await serve(["x"], responses_store=str(tmp_path)))  # the log still there
+    with pytest.raises(openai.NotFoundError):
+        await later.responses.delete("resp_1")  # not brought back
+    await later.responses.delete("resp_2")  # (moved the first time)
+    monkeypatch.undo()
+    ResponsesStore.open(str(tmp_path))
+    assert not (tmp_path / FILE_NAME).exists() and (tmp_path / (FILE_NAME + BACKUP_SUFFIX)).exists()
+    assert await ResponsesStore.open(str(tmp_path)).get("resp_1") is None
+
+
 async def test_retention_by_age_and_by_size(tmp_path, caplog):
     store = ResponsesStore.open(str(tmp_path), max_age=10 * 86400)
     await store.put(rec(1, created=int(time.time()) - 11 * 86400))

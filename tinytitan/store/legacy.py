@@ -8,7 +8,9 @@ Rules:
   idempotent: a migration cut short is simply done again at the next start.
 - Verified before anything moves: every migrated id is read back from the database. Then the log is renamed
   ``responses.jsonl.migrated`` (kept beside the database as a backup, never deleted by the server). When the
-  check fails the log stays where it is, the error says so, and the next start tries again.
+  check fails the log stays where it is, the error says so, and the next start tries again. A log that moved but
+  cannot be renamed (a directory that cannot be written) is noted in ``meta`` until it is: never moved again,
+  which would bring back what was deleted since, nor a server that cannot start.
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ def migrate_responses(store, path: Path, record: Callable[..., object]) -> int:
     store's StoredResponse); the number of responses migrated."""
     if not path.is_file():
         return 0
+    moved = f"moved {path.resolve()}"  # (meta: a log moved, not renamed yet: see the rules)
+    if store.db.run(lambda tx: tx.row("SELECT 1 FROM meta WHERE name = ?", (moved,)), write=False) is not None:
+        if _renamed(path):
+            store.db.run(lambda tx: tx.exec("DELETE FROM meta WHERE name = ?", (moved,)))
+        return 0
     records = read_log(path)
     puts = []
     for body in records.values():
@@ -108,11 +115,24 @@ def migrate_responses(store, path: Path, record: Callable[..., object]) -> int:
         log.error("%s: migration not verified (%d of %d responses missing from %s); the log is left in place and "
                   "the migration is tried again at the next start", path, len(missing), len(puts), store.db.where)
         return 0
-    backup = path.with_name(path.name + BACKUP_SUFFIX)
-    try:
-        os.replace(path, backup)
-    except FileNotFoundError:  # another server migrated it at the same time
-        return len(puts)
-    log.warning("responses store: %d responses migrated from %s into %s (verified); the old log is kept as %s",
-                len(puts), path, store.db.where, backup)
+    store.db.run(lambda tx: tx.exec("INSERT INTO meta (name, value) VALUES (?, 1) ON CONFLICT (name) DO NOTHING",
+                                    (moved,)))
+    if _renamed(path):
+        store.db.run(lambda tx: tx.exec("DELETE FROM meta WHERE name = ?", (moved,)))
+        log.warning("responses store: %d responses migrated from %s into %s (verified); the old log is kept as %s",
+                    len(puts), path, store.db.where, path.with_name(path.name + BACKUP_SUFFIX))
     return len(puts)
+
+
+def _renamed(path: Path) -> bool:
+    """The log renamed as its backup (or by another server, migrating it at the same time); False where it cannot
+    be (logged)."""
+    try:
+        os.replace(path, path.with_name(path.name + BACKUP_SUFFIX))
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        log.error("responses log %s: moved into the database, but it cannot be renamed %s%s (%s): it is not read "
+                  "again; rename or remove it", path, path.name, BACKUP_SUFFIX, exc)
+        return False
+    return True
