@@ -43,6 +43,14 @@ def test_the_four_formats_open(data, fmt):
     (lambda: images.part(PNG[:-20] + b"\0" * 20, "", "m[0]"), "invalid_image", "damaged or truncated"),
     (lambda: images.part(encoded("PNG", (images.MAX_SIDE + 1, 2)), "", "m[0]"), "image_too_large",
      "image dimensions exceed"),
+    # a web page (a fetched URL's, a site's page for the image) is no image, the icons inlined in it no SVG; an SVG
+    # is named after its declaration, comments and DOCTYPE
+    (lambda: images.part(b'<!DOCTYPE html>\n<html><body><svg aria-hidden="true" width="16"></svg>'
+                         b'<img src="cat.png"></body></html>', "", "m[0]"), "invalid_image", "not a valid image"),
+    (lambda: images.part(b'\xef\xbb\xbf<?xml version="1.0"?>\n<!-- Generator: Adobe Illustrator -->\n<!DOCTYPE svg '
+                         b'PUBLIC "-//W3C//DTD SVG 1.1//EN" "svg11.dtd" [<!ENTITY ns "http://ns.adobe.com/">]>\n'
+                         b'<svg version="1.1" xmlns="http://www.w3.org/2000/svg"/>', "", "m[0]"),
+     "invalid_image_format", "image format SVG is not supported"),
 ])
 def test_bad_images_are_refused_naming_the_part(make, code, words):
     with pytest.raises(images.ImageError) as err:

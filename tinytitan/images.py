@@ -48,6 +48,10 @@ MEDIA_TYPES = frozenset(FORMATS.values()) | {"image/jpg"}
 ALIASES = {"MPO": "JPEG"}
 # HEIF brands (an ISO media file's ``ftyp``: an iPhone's photos are HEIC), for naming what Pillow does not open
 HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
+# an SVG document's start: its root element ``svg``, after what may precede it (an XML declaration, comments, a
+# DOCTYPE with its internal subset: Illustrator's); an HTML page holding an inline ``<svg>`` icon is no SVG
+_SVG_ROOT = re.compile(rb"(?:\s|<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)*<(?:[\w.-]+:)?svg[\s/>]",
+                       re.S | re.I)
 TRANSCRIPT_MARK = "[image]"  # what an image is in a transcript's text (a summary's input, for a model that reads none)
 
 
@@ -223,8 +227,7 @@ def _unread_format(data: bytes) -> str:
     an iPhone, sent as they are where no media type is declared: Ollama's ``images``) and SVG."""
     if data[4:8] == b"ftyp" and data[8:12] in HEIF_BRANDS:
         return "HEIC"
-    head = data[:4096].lstrip(b"\xef\xbb\xbf \t\r\n")
-    return "SVG" if head[:1] == b"<" and b"<svg" in head else ""
+    return "SVG" if _SVG_ROOT.match(data[:4096].removeprefix(b"\xef\xbb\xbf")) else ""
 
 
 def _too_many_pixels() -> tuple[str, str, dict]:
