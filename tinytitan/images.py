@@ -8,8 +8,8 @@ Neither engine nor protocol code: a protocol decodes its spelling with ``from_ur
 Rules:
 - Formats: PNG, JPEG, GIF (its first frame) and WebP, recognised from the bytes (Pillow), whatever media type
   the client declared; a declared media type other than these four is refused as unsupported, and so are the bytes
-  of another format, by its name (HEIC and SVG too, which Pillow does not open: ``_unread_format``). A protocol whose
-  API refuses bytes of another format than the declared one (Anthropic's) asks ``check_declared``.
+  of another format, by its name (HEIC, SVG and AVIF too where Pillow does not open them: ``_unread_format``). A
+  protocol whose API refuses bytes of another format than the declared one (Anthropic's) asks ``check_declared``.
 - Limits, per image: ``MAX_BYTES`` of data (20 MiB, as decoded from base64: the line breaks of base64 wrapped in
   lines are not data), ``MAX_SIDE`` pixels on either side and ``MAX_PIXELS`` in all (8192 and 33,554,432 =
   8192 × 4096, so a 6K screenshot passes); per request ``MAX_IMAGES`` images (100, as Anthropic allows). These
@@ -46,8 +46,11 @@ MEDIA_TYPES = frozenset(FORMATS.values()) | {"image/jpg"}
 # and camera photos: a depth map, a gain map or a preview after the picture) opens as MPO; its first picture is the
 # JPEG every API reads
 ALIASES = {"MPO": "JPEG"}
-# HEIF brands (an ISO media file's ``ftyp``: an iPhone's photos are HEIC), for naming what Pillow does not open
+# HEIF brands (an ISO media file's ``ftyp``: an iPhone's photos are HEIC), for naming what Pillow does not open;
+# mif1/msf1 are HEIF's generic brands, an AVIF's too where it lists avif/avis among its compatible brands (a
+# Pillow without AVIF support, before 11.2, opens no AVIF either)
 HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
+AVIF_BRANDS = frozenset({b"avif", b"avis"})
 # an SVG document's start: its root element ``svg``, after what may precede it (an XML declaration, comments, a
 # DOCTYPE with its internal subset: Illustrator's); an HTML page holding an inline ``<svg>`` icon is no SVG
 _SVG_ROOT = re.compile(rb"(?:\s|<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)*<(?:[\w.-]+:)?svg[\s/>]",
@@ -224,9 +227,14 @@ def _read_header(data: bytes) -> _Header:
 
 def _unread_format(data: bytes) -> str:
     """The name of an image format Pillow does not open, from its first bytes ("" for none): HEIC (the photos of
-    an iPhone, sent as they are where no media type is declared: Ollama's ``images``) and SVG."""
-    if data[4:8] == b"ftyp" and data[8:12] in HEIF_BRANDS:
-        return "HEIC"
+    an iPhone, sent as they are where no media type is declared: Ollama's ``images``), AVIF and SVG."""
+    if data[4:8] == b"ftyp":  # the ftyp box: its size, "ftyp", the major brand, a version, the compatible brands
+        box = data[8:min(int.from_bytes(data[:4], "big"), 64)]
+        compatible = {box[i:i + 4] for i in range(8, len(box) - 3, 4)}
+        if box[:4] in AVIF_BRANDS or box[:4] in (b"mif1", b"msf1") and compatible & AVIF_BRANDS:
+            return "AVIF"
+        if box[:4] in HEIF_BRANDS:
+            return "HEIC"
     return "SVG" if _SVG_ROOT.match(data[:4096].removeprefix(b"\xef\xbb\xbf")) else ""
 
 
