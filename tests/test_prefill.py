@@ -90,6 +90,37 @@ async def test_without_a_prefill_the_final_assistant_message_is_history(server):
     assert opened[0].endswith("<|im_start|>assistant\n") and opened == [opened[0]] * 3
 
 
+@pytest.mark.parametrize("key", ["prefix", "partial"])
+async def test_a_prefill_in_deepseeks_and_moonshots_spelling_is_continued(server, key):
+    """DeepSeek's and Mistral's ``prefix: true`` and Moonshot's ``partial: true`` on the final assistant message
+    (LiteLLM and aider send them so) ask what ``continue_final_message`` asks: the answer continues the message,
+    streamed or not, never a new turn after it with the key dropped unseen."""
+    import openai
+
+    c = openai.AsyncOpenAI(base_url=server.url("/v1"), api_key="x", max_retries=0)
+    messages = [ASK, {**BEGUN, key: True}]
+    r = await c.chat.completions.create(model=MODEL, messages=messages)
+    assert server.engine.backend.prompts[-1] == CONTINUED
+    assert strict.chat_completion(r.model_dump()).choices[0].message.content == REST
+    streamed = ""
+    async for chunk in await c.chat.completions.create(model=MODEL, messages=messages, stream=True):
+        streamed += "".join(ch.delta.content or "" for ch in chunk.choices)
+    assert server.engine.backend.prompts[-1] == CONTINUED and streamed == REST
+
+
+@pytest.mark.parametrize("messages, param", [
+    ([{**ASK, "prefix": True}, BEGUN], "messages[0].prefix"),
+    ([{**BEGUN, "partial": True}, ASK], "messages[0].partial"),
+    ([ASK, {**BEGUN, "content": "", "prefix": True}], "messages[1]"),
+    ([ASK, {**BEGUN, "prefix": "yes"}], "messages[1].prefix"),
+])
+async def test_a_prefill_key_that_cannot_be_continued_is_refused_by_name(server, messages, param):
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(server.url("/v1/chat/completions"), json={"model": MODEL, "messages": messages})
+    assert r.status_code == 400, r.text
+    assert strict.openai_error(r.json()).param == param, r.text
+
+
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 REFUSED = [
     ("/v1/chat/completions", {"continue_final_message": True, "messages": [ASK]}, "messages[0]"),

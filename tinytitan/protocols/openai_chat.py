@@ -76,8 +76,9 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
                               f"earlier call)", param=f"{where}.tool_call_id", code="invalid_value")
             msgs.append(Message("tool", content, parts=parts, tool_call_id=call_id,
                                 name=call_names.get(call_id, m.get("name"))))
-    if body.get("continue_final_message"):
-        continue_final(value, msgs, body, args)
+    asked = "continue_final_message" if body.get("continue_final_message") else prefilled(value)
+    if asked:
+        continue_final(value, msgs, body, args, asked)
     elif body.get("add_generation_prompt") is False:
         raise invalid("'add_generation_prompt': false is supported only with 'continue_final_message': true (the "
                       "answer then continues the final assistant message)", param="add_generation_prompt",
@@ -86,21 +87,38 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
     args["system_note"] = verbosity_note(body.get("verbosity"))
 
 
-def continue_final(value: list, msgs: list[Message], body: dict, args: dict) -> None:
-    """``continue_final_message`` (vLLM's and SGLang's spelling of a prefill): the answer continues the final
-    message's text, which must be an assistant's, with text and no calls."""
+PREFILL_KEYS = ("prefix", "partial")  # DeepSeek's and Mistral's spelling of a prefill, and Moonshot's
+
+
+def prefilled(value: list) -> str | None:
+    """Where the final message says it is a prefill in DeepSeek's and Mistral's spelling (``prefix: true``) or
+    Moonshot's (``partial: true``): continued as with ``continue_final_message``. On any other message the key
+    is refused by name (those APIs take it on the final assistant message alone), never dropped unseen."""
+    for i, m in enumerate(value):
+        for key in PREFILL_KEYS:
+            if m.get(key) is True and (i != len(value) - 1 or m["role"] != "assistant"):
+                raise invalid(f"'{key}': true at messages[{i}] is supported only on the final message, an "
+                              f"assistant's (a prefill the answer continues)", param=f"messages[{i}].{key}",
+                              code="invalid_value")
+    return next((f"messages[{len(value) - 1}].{key}" for key in PREFILL_KEYS if value[-1].get(key) is True), None)
+
+
+def continue_final(value: list, msgs: list[Message], body: dict, args: dict, asked: str) -> None:
+    """``continue_final_message`` (vLLM's and SGLang's spelling of a prefill; ``asked``: the field that asks for
+    it, as the errors name it): the answer continues the final message's text, which must be an assistant's,
+    with text and no calls."""
     last = f"messages[{len(value) - 1}]"
     if body.get("add_generation_prompt") is True:
-        raise invalid("Cannot set both 'continue_final_message' and 'add_generation_prompt' to true",
+        raise invalid(f"Cannot set both '{asked}' and 'add_generation_prompt' to true",
                       param="add_generation_prompt", code="invalid_value")
     if value[-1]["role"] != "assistant" or msgs[-1].tool_calls or not msgs[-1].content:
-        raise invalid(f"'continue_final_message' continues a final assistant message with text and no tool calls: "
+        raise invalid(f"'{asked}' continues a final assistant message with text and no tool calls: "
                       f"{last} is not one", param=last, code="invalid_value")
     fmt = (body.get("response_format") or {}).get("type", "text")
     for param, refused in (("response_format", fmt != "text"),
                            ("tool_choice", tool_choice.forces(body.get("tool_choice")))):
         if refused:
-            raise invalid(f"'continue_final_message' cannot be used with '{param}' {json.dumps(body[param])}: its "
+            raise invalid(f"'{asked}' cannot be used with '{param}' {json.dumps(body[param])}: its "
                           "grammar starts where the answer starts", param=param, code="unsupported_prefill")
     args["continue_final"] = True
     args["final_where"] = last
