@@ -199,6 +199,23 @@ async def test_refused_by_name(serve, extra, param):
     assert r.json()["error"]["param"] == param and r.json()["error"]["type"] == "invalid_request_error"
 
 
+async def test_vllms_sampling_fields_reach_the_request_as_on_chat(serve, demo_tok):
+    """``top_k``, ``min_p`` and ``repetition_penalty`` (vLLM's, taken on Chat Completions) are taken here too, as
+    clients of local servers' text completion send them, not refused as unknown; out of range, refused by name."""
+    from backends import Asked
+
+    s = await serve(backend=Asked([ScriptEntry("ok")] * 2, demo_tok, model_id=MODEL))
+    sampling = {"top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1}
+    r = await client(s).completions.create(model=MODEL, prompt="hi", extra_body=sampling)
+    assert Completion.model_validate(r.model_dump()).choices[0].text == "ok"
+    req = s.engine.backend.requests[-1]
+    assert (req.top_k, req.min_p, req.repetition_penalty) == (40, 0.05, 1.1)
+    async with httpx.AsyncClient() as c:
+        for field, bad in (("top_k", -1), ("min_p", 1.5), ("repetition_penalty", -0.5)):
+            r = await c.post(s.url("/v1/completions"), json={"model": MODEL, "prompt": "hi", field: bad})
+            assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+
+
 async def test_a_completion_shares_the_prompt_cache_and_usage_accounting(serve, demo_tok):
     from tinytitan.engine.cache.memory import PromptCache
 
