@@ -42,7 +42,7 @@ from .anthropic_request import (
     check_user_content, parse_diagnostics, parse_output_format, parse_stop_sequences, parse_template_kwargs,
     parse_tool_choice, parse_tools, prefill_blocks, user_turn)
 from .base import Protocol
-from .common import arguments_object, place_system, reasoning_payload
+from .common import arguments_object, in_call_order, place_system, reasoning_payload
 from .wire import Call, Reply
 
 log = logging.getLogger("tinytitan.anthropic")
@@ -166,7 +166,7 @@ class AnthropicMessages(Protocol):
                 msgs.append(assistant_turn(blocks, names))
             else:
                 msgs.extend(user_turn(blocks, names, offered))
-        args["messages"] = place_system(self.system_texts(body), msgs)
+        args["messages"] = place_system(self.system_texts(body), in_call_order(msgs))
 
     def parse_output_config(self, value: Any, body: dict, args: dict, v) -> None:
         if value.get("format") is not None:

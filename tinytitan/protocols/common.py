@@ -111,6 +111,27 @@ def place_system(system_texts: list[str], messages: list[Message], merge_later: 
     return out
 
 
+def in_call_order(msgs: list[Message]) -> list[Message]:
+    """Each run of tool results in the order of the calls they answer. The API pairs a result with its call by
+    id, so a client may send them as its calls finish; most templates write results without ids (Qwen's
+    ``<tool_response>``), and the model pairs them by position. A result whose id the turn before did not call
+    keeps its place after those that it did. Every protocol's messages pass here (Chat's tool messages, Messages'
+    tool_result blocks, Responses' function_call_output items, Ollama's tool turns)."""
+    out: list[Message] = []
+    order: dict[str, int] = {}  # the call ids of the assistant turn the run answers, by position
+    run: list[Message] = []
+    for m in [*msgs, None]:
+        if m is not None and m.role == "tool":
+            run.append(m)
+            continue
+        out += sorted(run, key=lambda r: order.get(r.tool_call_id, len(order)))  # (stable: ties keep their order)
+        run = []
+        if m is not None:
+            out.append(m)
+            order = {c.id: j for j, c in enumerate(m.tool_calls)}
+    return out
+
+
 # OpenAI's ``verbosity`` (Chat) / ``text.verbosity`` (Responses): an instruction the model reads, the last
 # sentence of its system message; medium (the API's default) adds nothing
 VERBOSITY = {"low": "Be concise: answer as briefly as the question allows, without preamble or recap.",

@@ -27,7 +27,7 @@ from ..output_format import normalise_ollama
 from ..speclang.validate import Validated
 from . import keep_alive
 from .base import Protocol
-from .common import logprobs_rule, place_system
+from .common import in_call_order, logprobs_rule, place_system
 from .ollama_lines import (OllamaState, fold_ollama, on_call_done, on_call_started, on_finished,
                            on_text)
 from .wire import Call, Reply
@@ -114,7 +114,7 @@ def parse_messages(value: list, body: dict, args: dict, v: Validated) -> None:
             msgs.append(Message(role, content, parts=with_images(content, m.get("images"), f"messages[{i}]")))
     if msgs and msgs[-1].role == "assistant" and not msgs[-1].tool_calls:
         continue_final(msgs, body, args)
-    args["messages"] = place_system([], msgs)
+    args["messages"] = place_system([], in_call_order(msgs))
 
 
 def continue_final(msgs: list[Message], body: dict, args: dict) -> None:

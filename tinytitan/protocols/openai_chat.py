@@ -15,8 +15,8 @@ from .. import tool_choice
 from ..speclang.machine import WireEvent
 from .base import Protocol
 from .choices import copies
-from .common import (TextRuns, content_of, logprobs_rule, parse_logit_bias, place_system, template_variables,
-                     token_logprobs, verbosity_note)
+from .common import (TextRuns, content_of, in_call_order, logprobs_rule, parse_logit_bias, place_system,
+                     template_variables, token_logprobs, verbosity_note)
 
 ASSISTANT_PARTS = {"text": "text", "refusal": "refusal"}
 TOP_ALONE = "The 'top_logprobs' parameter is only allowed when 'logprobs' is enabled."  # (OpenAI's words)
@@ -85,26 +85,6 @@ def parse_messages(value: list, body: dict, args: dict, v) -> None:
                       code="unsupported_value")
     args["messages"] = place_system([], in_call_order(msgs))
     args["system_note"] = verbosity_note(body.get("verbosity"))
-
-
-def in_call_order(msgs: list[Message]) -> list[Message]:
-    """Each run of tool results in the order of the calls they answer. The API pairs a result with its call by
-    id, so a client may send them as its calls finish; most templates write results without ids (Qwen's
-    ``<tool_response>``), and the model pairs them by position. A result whose id the turn before did not call
-    keeps its place after those that it did."""
-    out: list[Message] = []
-    order: dict[str, int] = {}  # the call ids of the assistant turn the run answers, by position
-    run: list[Message] = []
-    for m in [*msgs, None]:
-        if m is not None and m.role == "tool":
-            run.append(m)
-            continue
-        out += sorted(run, key=lambda r: order.get(r.tool_call_id, len(order)))  # (stable: ties keep their order)
-        run = []
-        if m is not None:
-            out.append(m)
-            order = {c.id: j for j, c in enumerate(m.tool_calls)}
-    return out
 
 
 PREFILL_KEYS = ("prefix", "partial")  # DeepSeek's and Mistral's spelling of a prefill, and Moonshot's

@@ -48,7 +48,7 @@ from ..store.responses_store import ResponsesStore, StoredResponse
 from ..events import Finished, Started, ToolCallDone, Usage
 from . import compaction, responses_socket, truncation
 from .base import Protocol
-from .common import place_system, verbosity_note
+from .common import in_call_order, place_system, verbosity_note
 from .responses_input import SEARCH_TOOL, loaded_tools, parse_tools, searches_in_client, to_messages
 from .responses_machine import ABANDONED, ECHOED_SAMPLING, HOOKS, ResponsesState, fold_last_response
 from .responses_socket import LocalResponses
@@ -287,7 +287,7 @@ class OpenAIResponses(StoredResponses, SummaryRoutes, Protocol):
             v.state.tool_names = {**names, **v.state.tool_names}
         instructions = v.body.get("instructions") or ""
         verbosity = (v.body.get("text") or {}).get("verbosity")
-        v.args["messages"] = place_system([instructions], msgs, merge_later=True)
+        v.args["messages"] = place_system([instructions], in_call_order(msgs), merge_later=True)
         # compaction summaries, then the verbosity sentence, close the system prompt (the model's own where the
         # request has none: ChatRequest.system_note)
         v.args["system_note"] = "\n\n".join(t for t in (*system, verbosity_note(verbosity)) if t)
