@@ -116,3 +116,22 @@ async def test_the_anthropic_model_card_says_the_context_edits_messages_applies(
                                                        "content": "result"}]}]})
     assert r.status_code == 200, r.text
     assert r.json()["context_management"]["applied_edits"][0]["cleared_tool_uses"] == 1
+
+
+async def test_the_anthropic_model_card_lists_every_effort_messages_takes(serve):
+    """``output_config.effort`` takes xhigh on Messages; the model card in Anthropic's shape (the SDK's
+    ``EffortCapability``, whose ``xhigh`` is optional) must say so, or a client choosing the levels it offers from
+    the card never offers xhigh."""
+    from anthropic.types import ModelInfo
+
+    s = await serve(["ok"])
+    headers = {"anthropic-version": "2023-06-01"}
+    effort = ModelInfo.model_validate((await get(s, f"/v1/models/{MODEL}", headers=headers)).json()).capabilities.effort
+    assert effort.supported
+    async with httpx.AsyncClient() as c:
+        for level in ("low", "medium", "high", "xhigh", "max"):
+            assert getattr(effort, level) is not None and getattr(effort, level).supported, level
+            r = await c.post(s.url("/v1/messages"), headers=headers, json={
+                "model": MODEL, "max_tokens": 8, "output_config": {"effort": level},
+                "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200, r.text

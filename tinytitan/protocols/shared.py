@@ -30,7 +30,8 @@ def anthropic_capabilities(card: dict) -> dict:
         # Messages applies clear_tool_uses and takes clear_thinking (protocols/context_edits.py); compaction is refused
         "context_management": {"supported": True, "clear_tool_uses_20250919": yes(True),
                                "clear_thinking_20251015": yes(True), "compact_20260112": yes(False)},
-        "effort": {"supported": thinks, **{lvl: yes(thinks) for lvl in ("low", "medium", "high", "max")}},
+        # every level output_config.effort takes on Messages (spec/anthropic_messages.yaml), xhigh included
+        "effort": {"supported": thinks, **{lvl: yes(thinks) for lvl in ("low", "medium", "high", "xhigh", "max")}},
         "server_tools": {"supported": False, "code_execution": yes(False), "web_search": yes(False)},
         "structured_outputs": yes(card["structured_output"]),
         "thinking": {"supported": thinks, "types": {"adaptive": yes(thinks), "enabled": yes(thinks),
