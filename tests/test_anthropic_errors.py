@@ -371,3 +371,13 @@ def test_no_bad_input_is_a_500(demo_tok):
             status, _ = proto.error_response(exc)
             assert 400 <= status < 500, (change, exc.message)
     assert seen_ok > 50
+
+
+async def test_a_tool_choice_name_not_a_string_is_worded_as_a_wrong_type(serve):
+    """``tool_choice.name`` there but not a string is refused in the API's words for a wrong type, not as missing."""
+    s = await serve(["never"])
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        r = await post(s, body(tools=tools, tool_choice={"type": "tool", "name": 5}), path)
+        d = assert_envelope(r, 400, "invalid_request_error")
+        assert d["error"]["message"] == "tool_choice.tool.name: Input should be a valid string", d
