@@ -381,3 +381,34 @@ async def test_a_tool_choice_name_not_a_string_is_worded_as_a_wrong_type(serve):
         r = await post(s, body(tools=tools, tool_choice={"type": "tool", "name": 5}), path)
         d = assert_envelope(r, 400, "invalid_request_error")
         assert d["error"]["message"] == "tool_choice.tool.name: Input should be a valid string", d
+
+
+async def test_a_block_cache_control_is_checked_as_the_top_level_one_is(serve):
+    """A cache breakpoint on a block (system, message, tool result and its content, tool) with a ttl or type the API
+    does not take is refused at its place, as the top-level one is; 5m, 1h and no ttl stay accepted everywhere."""
+    s = await serve(["Hello."])
+    tool = {"name": "f", "input_schema": {"type": "object"}}
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]}
+
+    def bodies(cc):
+        result = {"type": "tool_result", "tool_use_id": "toolu_1"}
+        return {
+            "system.0": body(system=[{"type": "text", "text": "s", "cache_control": cc}]),
+            "messages.0.content.0.text": body(messages=[{"role": "user", "content": [
+                {"type": "text", "text": "x", "cache_control": cc}]}]),
+            "messages.2.content.0.tool_result": body(tools=[tool], messages=[USER, call, {"role": "user", "content": [
+                {**result, "content": "r", "cache_control": cc}]}]),
+            "messages.2.content.0.tool_result.content.0.text": body(tools=[tool], messages=[USER, call, {
+                "role": "user", "content": [{**result, "content": [{"type": "text", "text": "r", "cache_control": cc}]}]}]),
+            "tools.0.custom": body(tools=[{**tool, "cache_control": cc}]),
+        }
+
+    for cc in ({"type": "ephemeral"}, {"type": "ephemeral", "ttl": "5m"}, {"type": "ephemeral", "ttl": "1h"}, None):
+        for payload in bodies(cc).values():
+            r = await post(s, payload)
+            assert r.status_code == 200, (cc, r.text)
+    for cc, words in (({"type": "ephemeral", "ttl": "2h"}, "cache_control.ttl: Input should be '5m' or '1h'"),
+                      ({"type": "persistent"}, "cache_control.type: Input should be 'ephemeral'")):
+        for place, payload in bodies(cc).items():
+            d = assert_envelope(await post(s, payload), 400, "invalid_request_error")
+            assert d["error"]["message"] == f"{place}.{words}", d
