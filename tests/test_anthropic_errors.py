@@ -412,3 +412,26 @@ async def test_a_block_cache_control_is_checked_as_the_top_level_one_is(serve):
         for place, payload in bodies(cc).items():
             d = assert_envelope(await post(s, payload), 400, "invalid_request_error")
             assert d["error"]["message"] == f"{place}.{words}", d
+
+
+async def test_thinking_enabled_beside_a_forced_tool_choice_is_refused_as_the_api_refuses_it(serve):
+    """The API refuses thinking enabled with tool_choice any or tool (a forced call begins the answer, where no
+    thought can come first); it was served with thinking quietly off. Thinking off or adaptive beside a forced
+    call, and thinking enabled beside auto, stay served."""
+    call = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    s = await serve([call] * 4)
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    for choice in ({"type": "any"}, {"type": "tool", "name": "f"}):
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            r = await post(s, body(max_tokens=2048, tools=tools, thinking=thinking, tool_choice=choice), path)
+            d = assert_envelope(r, 400, "invalid_request_error")
+            assert d["error"]["message"] == "Thinking may not be enabled when tool_choice forces tool use.", d
+    with pytest.raises(anthropic.BadRequestError):
+        await sdk(s).messages.create(model=MODEL, max_tokens=2048, tools=tools, thinking=thinking,
+                                     tool_choice={"type": "any"}, messages=[USER])
+    for change in ({"thinking": {"type": "disabled"}, "tool_choice": {"type": "any"}},
+                   {"thinking": {"type": "adaptive"}, "tool_choice": {"type": "tool", "name": "f"}},
+                   {"thinking": thinking, "tool_choice": {"type": "auto"}}):
+        r = await post(s, body(max_tokens=2048, tools=tools, **change))
+        assert r.status_code == 200 and r.json()["content"][-1]["type"] == "tool_use", (change, r.text)

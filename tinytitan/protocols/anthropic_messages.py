@@ -20,7 +20,8 @@ Rules (the issue's, where the API leaves a choice):
 - Reasoning: ``thinking.type: disabled`` (and ``between_tools``: the API's thinking off) is off; ``enabled`` maps ``budget_tokens`` onto the ladder in
   ``extra.thinking_budget_levels`` (refused only where Anthropic refuses: under 1024, or not under
   ``max_tokens``); otherwise ``output_config.effort`` names the level; ``adaptive`` alone (or no ``thinking``)
-  leaves it to the server's default.
+  leaves it to the server's default. ``enabled`` beside a forced tool choice is refused, as the API refuses it
+  (anthropic_request.parse_tool_choice).
 """
 
 from __future__ import annotations

@@ -212,7 +212,13 @@ def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
 
 
 def parse_tool_choice(value: dict, body: dict, args: dict, v) -> None:
+    """As the API does, a forced call (``any``, ``tool``) beside thinking enabled is refused, in its words: the
+    call would begin the answer, where no thought can come first (here it would be decoded with thinking off)."""
     args["tool_choice"], args["tool_names"] = tool_choice.anthropic(value)
+    thinking = body.get("thinking")
+    if value.get("type") in ("any", "tool") and isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        raise invalid("Thinking may not be enabled when tool_choice forces tool use.", param="tool_choice",
+                      code="invalid_value")
     if value.get("disable_parallel_tool_use") is True:  # at most one call (engine/decode/call_limit.py)
         args["parallel_tool_calls"] = False
 
