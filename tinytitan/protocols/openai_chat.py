@@ -159,6 +159,13 @@ def one_output_cap(body: dict, args: dict, v) -> None:
                       "same cap under both names is taken.)", param="max_tokens", code="invalid_parameter_combination")
 
 
+def thinking_type(body: dict, args: dict, v) -> None:
+    """DeepSeek's ``thinking: {type: enabled | disabled}`` (pi's deepseek thinkingFormat) turns reasoning on or
+    off where no other spelling set it (``reasoning_effort`` beside it says how much)."""
+    if args.get("reasoning") is None:
+        args["reasoning"] = body["thinking"]["type"] == "enabled"
+
+
 def parse_output_format(value: dict, body: dict, args: dict, v) -> None:
     args["grammar"] = normalise(value, "response_format")
 
@@ -285,7 +292,8 @@ class OpenAIChat(Protocol):
     def request_hooks(self):
         return {"messages": parse_messages, "tools": parse_tools, "tool_choice": parse_tool_choice,
                 "stop": parse_stop, "template_kwargs": parse_template_kwargs, "output_format": parse_output_format,
-                "one_output_cap": one_output_cap, "logprobs": logprobs_rule(TOP_ALONE), "logit_bias": parse_logit_bias}
+                "one_output_cap": one_output_cap, "thinking_type": thinking_type, "logprobs": logprobs_rule(TOP_ALONE),
+                "logit_bias": parse_logit_bias}
 
     def folds(self):
         return {"chat_completion": fold_chat_completion}
