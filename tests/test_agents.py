@@ -43,6 +43,7 @@ def test_claude_codes_own_window_variable_is_left_unset(window):
     environment leaves it unset, and the switch that stops the unknown-model window's enforcement too."""
     env = claude_env(info(window))
     assert not {"CLAUDE_CODE_MAX_CONTEXT_TOKENS", "CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT"} & set(env)
+    assert claude_compacts_at({**env, "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "0"}) == claude_compacts_at(env)  # (0: unset)
     told = claude_compacts_at({**env, "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(window)})
     if window < CLAUDE_WINDOW_FLOOR:
         # nor would the bundle's own point serve without the percentage: 13,000 under the window less the reserve

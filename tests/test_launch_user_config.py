@@ -9,6 +9,7 @@ import shutil
 from claude_harness import needs_claude
 from conftest import needs
 from launch_helpers import ANSWER, Server, TURN, launch
+from tinytitan.agents import claude_compacts_at, claude_env
 from tinytitan.launch.settings import Served, invocation
 
 CARD = {"id": "m", "context_window": 32768, "max_output_tokens": 32768, "capabilities": {"tools": True}}
@@ -28,6 +29,16 @@ def test_claude_gets_its_settings_as_a_flag_that_outranks_the_users_settings_fil
     flag = json.loads(inv.argv[inv.argv.index("--settings") + 1])["env"]
     assert flag["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9" and flag["CLAUDE_CODE_USE_BEDROCK"] == ""
     assert inv.env["CLAUDE_CODE_USE_VERTEX"] == "" and "secret" not in " ".join(inv.argv)
+
+
+def test_claude_codes_window_variable_from_the_users_shell_or_settings_is_outranked(tmp_path):
+    """A CLAUDE_CODE_MAX_CONTEXT_TOKENS the user keeps for another server (shell or settings.json) would take a
+    small window's compaction point under Claude Code's first prompt (tests/test_agents.py): launch sets it to 0,
+    which Claude Code 2.1.337 reads as unset, in the environment and in the flag that outranks settings files."""
+    inv = plan("claude", tmp_path)
+    flag = json.loads(inv.argv[inv.argv.index("--settings") + 1])["env"]
+    assert inv.env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == flag["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "0"
+    assert claude_compacts_at(inv.env) == claude_compacts_at(claude_env({**CARD, "context_window": 32768}))
 
 
 def test_fast_keeps_each_agents_small_model_on_the_served_id(tmp_path):

@@ -15,7 +15,8 @@ Rules:
   effective window (the window less the output reserve, at most 20,000), placed so the prompt plus the output cap
   fits the real window. Not set: 2.1.337's ``CLAUDE_CODE_MAX_CONTEXT_TOKENS`` (an unknown model's window: under
   the floor it takes the compaction window down with it, whose point stays 13,000 under the effective window, so
-  below a 32k window's first prompt) and ``CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT`` (read only
+  below a 32k window's first prompt; launch sets it to 0, read as unset, over one the user keeps for another
+  server) and ``CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT`` (read only
   where ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` is not set; it then stops compaction until the server refuses).
   ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` keeps 2.1.337 on the server, but for an interactive session's
   install of the official plugin marketplace (downloads.claude.ai, github.com), which only a switch that Claude
@@ -161,7 +162,7 @@ def claude_compacts_at(env: dict[str, str]) -> int:
     """The prompt size (tokens) at which Claude Code 2.1.337 compacts under ``env``: its own arithmetic, for tests.
     The compaction window is ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` (floored), within the model's window: the one it
     assumes, or ``CLAUDE_CODE_MAX_CONTEXT_TOKENS``."""
-    model_window = int(env.get("CLAUDE_CODE_MAX_CONTEXT_TOKENS") or CLAUDE_ASSUMED_WINDOW)
+    model_window = int(env.get("CLAUDE_CODE_MAX_CONTEXT_TOKENS") or 0) or CLAUDE_ASSUMED_WINDOW  # (0: unset)
     window = min(model_window, max(CLAUDE_WINDOW_FLOOR, int(env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"])))
     effective = window - min(int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]), CLAUDE_OUTPUT_RESERVE_CAP)
     pct = env.get("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE")

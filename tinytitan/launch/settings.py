@@ -95,6 +95,9 @@ CLAUDE_PROVIDER_SWITCHES = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX",
                             "CLAUDE_CODE_USE_MANTLE")
 
 
+CLAUDE_WINDOW_VARIABLE = "CLAUDE_CODE_MAX_CONTEXT_TOKENS"
+
+
 def claude(s: Served, own: Path, args: list[str]) -> Invocation:
     env = {"ANTHROPIC_BASE_URL": s.base, "ANTHROPIC_AUTH_TOKEN": s.key, "ANTHROPIC_API_KEY": "",
            **claude_env({**s.card, "context_window": s.window}),
@@ -103,7 +106,10 @@ def claude(s: Served, own: Path, args: list[str]) -> Invocation:
            "ANTHROPIC_DEFAULT_HAIKU_MODEL": s.base_model,
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
            "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
-           **{name: "" for name in CLAUDE_PROVIDER_SWITCHES}}
+           **{name: "" for name in CLAUDE_PROVIDER_SWITCHES},
+           # an unknown model's window in 2.1.337, which a user's shell or settings may set for another server:
+           # under 100,000 it would compact before the first prompt (agents.py); 0 is what the bundle reads as unset
+           CLAUDE_WINDOW_VARIABLE: "0"}
     # the same again as --settings (less the key, which stays off the command line): the "env" of the user's
     # ~/.claude/settings.json (or a project's) is applied over the process environment, and would send the
     # session to the URL and limits it names; flag settings come after every settings file but a managed one
