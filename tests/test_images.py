@@ -535,3 +535,27 @@ async def test_a_remote_url_in_upper_case_or_json_escapes_is_fetched_too(serve, 
             r = await h.post(s.url("/v1/chat/completions"), content=body, headers={"content-type": "application/json"})
         assert r.status_code == 200, (url, r.text)
         assert_images(backend.requests[-1], [(PNG, "image/png", "messages[0].content[0]")])
+
+
+async def test_blanks_around_an_image_url_are_no_part_of_it(seeing, serve, demo_tok, image_host):
+    """A client that formats its URLs may leave blanks around them: a data URL was refused as scheme '  data', a
+    remote one as not a URL, or it went unfetched. Chat's image_url, Messages' url source, Ollama's images."""
+    s, backend = seeing
+    url = f" \n{data_url(PNG)}  "
+    r = await openai_client(s).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}}]}])
+    assert r.choices[0].message.content == "I see it."
+    assert_images(backend.requests[-1], [(PNG, "image/png", "messages[0].content[0]")])
+    await anthropic_sdk(s).messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "url", "url": url}}]}])
+    assert [i.data for i in backend.requests[-1].images] == [PNG]
+    async with httpx.AsyncClient(timeout=30) as h:  # (the ollama package takes base64 or a file path only)
+        r = await h.post(s.url("/api/chat"), json={"model": MODEL, "stream": False, "messages": [
+            {"role": "user", "content": "x", "images": [url]}]})
+    assert r.status_code == 200, r.text
+    assert backend.requests[-1].messages[0].parts[0].data == PNG
+    fetching = Seeing([ScriptEntry("I see it.")], demo_tok, model_id=MODEL)
+    f = await serve(backend=fetching, fetch_images=True)
+    await openai_client(f).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"  {image_host}/a.png "}}]}])
+    assert_images(fetching.requests[-1], [(PNG, "image/png", "messages[0].content[0]")])

@@ -146,12 +146,14 @@ def check_declared(image: ImagePart, **data) -> ImagePart:
 
 
 def is_remote(url: str) -> bool:
-    return url[:8].lower().startswith(("http://", "https://"))
+    return url.lstrip()[:8].lower().startswith(("http://", "https://"))
 
 
 def from_url(url: str, where: str) -> ImagePart:
     """An image URL as the OpenAI APIs spell it: a ``data:image/…;base64,`` URL. A remote one reaches here only
-    when fetching is off (a fetching server replaced it with the data it fetched): it is refused by name."""
+    when fetching is off (a fetching server replaced it with the data it fetched): it is refused by name. Blanks
+    around it are no part of it (a client that formats its URLs leaves them)."""
+    url = url.strip()
     if is_remote(url):
         raise ImageError("remote image URLs are not fetched by this server: send the image inline as a base64 "
                          "data URL (or start the server with --fetch-images)", where, "image_url_not_allowed")

@@ -66,7 +66,8 @@ def remote_urls(doc, paths: list[str]) -> list[tuple[object, object, str, str]]:
         for container, key, where in _slots(doc, path.split(".")):
             value = container[key]
             if isinstance(value, str) and images.is_remote(value):
-                found.append((container, key, where[: where.rindex("]") + 1] if "]" in where else where, value))
+                found.append((container, key, where[: where.rindex("]") + 1] if "]" in where else where,
+                              value.strip()))
     return found
 
 

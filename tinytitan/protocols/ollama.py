@@ -142,7 +142,8 @@ def with_images(text: str, given: list | None, where: str) -> tuple:
     if not given:
         return ()
     field = f"{where}.images" if where else "images"
-    parts = tuple(images.from_url(data, f"{field}[{j}]") if data[:5].lower() == "data:" or images.is_remote(data)
+    parts = tuple(images.from_url(data, f"{field}[{j}]")
+                  if data.lstrip()[:5].lower() == "data:" or images.is_remote(data)
                   else images.from_base64(data, "", f"{field}[{j}]") for j, data in enumerate(given))
     return parts + ((text,) if text else ())
 
