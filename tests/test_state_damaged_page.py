@@ -101,3 +101,16 @@ def test_a_file_another_server_set_aside_while_this_one_checked_it_is_not_moved_
     assert aside.read_bytes() == damaged  # the one copy, untouched
     assert mine.run(lambda tx: tx.row("SELECT value FROM meta WHERE name = 'mark'")) == (7,)  # one database
     assert "already set aside by another server" in caplog.text
+
+
+def test_a_damaged_file_that_looks_like_another_one_is_still_set_aside(tmp_path, monkeypatch):
+    """Where the file at the path no longer looks like the one checked (a filesystem that gives one file a new inode
+    number at each look, or another server's new file that is damaged too), and it is damaged, it is moved aside
+    as any damaged file: the server starts on a new one, where it stopped at start with the damage's traceback."""
+    path, damaged = damaged_state(tmp_path)
+    looks = iter(range(1000))
+    monkeypatch.setattr(dbm, "_identity", lambda p: (0, next(looks)))
+    db = dbm.SqliteDatabase(path)
+    (aside,) = set_aside(tmp_path)
+    assert aside.read_bytes() == damaged
+    assert db.run(lambda tx: tx.row("SELECT count(*) FROM meta"))[0] >= 0

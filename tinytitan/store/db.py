@@ -24,7 +24,7 @@ Rules:
   ``<name>.corrupt-<time>``, and the error says where; a new file is started. Nothing is ever emptied in place.
   Where another server on the same file set it aside while this one checked it, the new file in its place is
   this server's too: never moved aside in turn (the servers would go on in two files, and a move in the same
-  second would go over the one copy of the damaged file).
+  second would go over the one copy of the damaged file) — unless it is damaged too (or only looked new).
   At open the file is read through by ``PRAGMA quick_check`` (damage past the first pages, which opening alone
   never reads, would otherwise be found by the first request that reads there: a 503 mid-session), for at most
   ``CHECK_SECONDS``: what a bigger file holds past that is found when it is read, as before.
@@ -193,7 +193,14 @@ class SqliteDatabase(Database):
                 if not _corrupt(exc):
                     raise
                 self._set_aside(exc)
-                self.run(schema.create)
+                try:
+                    self._check()  # (a new file: its check is quick)
+                    self.run(schema.create)
+                except sqlite3.DatabaseError as again:  # the file taken for another server's new one is damaged too
+                    if not _corrupt(again):
+                        raise
+                    self._set_aside(again, looked=False)
+                    self.run(schema.create)
             for suffix in ("", "-wal", "-shm"):  # the owner's only
                 try:
                     os.chmod(str(path) + suffix, 0o600)
@@ -233,10 +240,10 @@ class SqliteDatabase(Database):
             raise sqlite3.DatabaseError(f"database disk image is malformed, found by PRAGMA quick_check at start: "
                                         f"{'; '.join(lines[:3])}{' …' if len(lines) > 3 else ''}")
 
-    def _set_aside(self, exc: BaseException) -> None:
+    def _set_aside(self, exc: BaseException, looked: bool = True) -> None:
         assert self.path is not None
         self.close()
-        if _identity(self.path) != self._found:  # set aside by another server while this one checked it
+        if looked and _identity(self.path) != self._found:  # set aside by another server while this one checked it
             log.warning("state database %s: found corrupt (%s), and already set aside by another server: the new "
                         "database in its place is used", self.path, exc)
             return
