@@ -381,3 +381,25 @@ def test_a_state_that_cannot_be_opened_stops_the_server_saying_why(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert f"the state database {blocker / 'state' / 'state.db'} cannot be opened" in done.stderr
+
+
+async def test_another_log_put_where_a_noted_one_was_is_moved_too(serve, tmp_path, monkeypatch):
+    """A log that moved but could not be renamed is noted, so it is not moved again; the note names that very file.
+    Another log put at the same path later (an older server run again; or, on a database several machines share,
+    another machine's log at the same path) was taken for the noted one: never moved, its responses never in the
+    database."""
+    real = os.replace
+
+    def refused(src, dst):
+        if str(src).endswith(FILE_NAME):
+            raise PermissionError(13, "Permission denied", str(src))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refused)
+    put = lambda i: {"op": "put", "id": f"resp_{i}", "input": [], "created_at": int(time.time()),  # noqa: E731
+                     "events": [{"response": {"id": f"resp_{i}", "output": []}}], "previous_response_id": None}
+    legacy_log(tmp_path / FILE_NAME, [put(1)])
+    await client(await serve(["x"], responses_store=str(tmp_path))).responses.delete("resp_1")  # (moved)
+    legacy_log(tmp_path / FILE_NAME, [put(2), put(3)])  # another log in its place
+    later = client(await serve(["x"], responses_store=str(tmp_path)))
+    await later.responses.delete("resp_3")  # moved too (a 404 where it was taken for the noted one)

@@ -10,7 +10,9 @@ Rules:
   ``responses.jsonl.migrated`` (kept beside the database as a backup, never deleted by the server). When the
   check fails the log stays where it is, the error says so, and the next start tries again. A log that moved but
   cannot be renamed (a directory that cannot be written) is noted in ``meta`` until it is: never moved again,
-  which would bring back what was deleted since, nor a server that cannot start.
+  which would bring back what was deleted since, nor a server that cannot start. The note names that very file
+  (its machine, path, size and time): another machine's log at the same path on a shared database, or another log
+  put there later, is moved as any.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
@@ -83,7 +86,8 @@ def migrate_responses(store, path: Path, record: Callable[..., object]) -> int:
     store's StoredResponse); the number of responses migrated."""
     if not path.is_file():
         return 0
-    moved = f"moved {path.resolve()}"  # (meta: a log moved, not renamed yet: see the rules)
+    st = path.stat()  # (meta: this very log moved, not renamed yet: see the rules)
+    moved = f"moved {socket.gethostname()}:{path.resolve()} {st.st_size} {st.st_mtime_ns}"
     if store.db.run(lambda tx: tx.row("SELECT 1 FROM meta WHERE name = ?", (moved,)), write=False) is not None:
         if _renamed(path):
             store.db.run(lambda tx: tx.exec("DELETE FROM meta WHERE name = ?", (moved,)))
