@@ -89,8 +89,7 @@ def migrate_responses(store, path: Path, record: Callable[..., object]) -> int:
     st = path.stat()  # (meta: this very log moved, not renamed yet: see the rules)
     moved = f"moved {socket.gethostname()}:{path.resolve()} {st.st_size} {st.st_mtime_ns}"
     if store.db.run(lambda tx: tx.row("SELECT 1 FROM meta WHERE name = ?", (moved,)), write=False) is not None:
-        if _renamed(path):
-            store.db.run(lambda tx: tx.exec("DELETE FROM meta WHERE name = ?", (moved,)))
+        _renamed(store, path, moved)
         return 0
     records = read_log(path)
     puts = []
@@ -121,22 +120,22 @@ def migrate_responses(store, path: Path, record: Callable[..., object]) -> int:
         return 0
     store.db.run(lambda tx: tx.exec("INSERT INTO meta (name, value) VALUES (?, 1) ON CONFLICT (name) DO NOTHING",
                                     (moved,)))
-    if _renamed(path):
-        store.db.run(lambda tx: tx.exec("DELETE FROM meta WHERE name = ?", (moved,)))
+    if _renamed(store, path, moved):
         log.warning("responses store: %d responses migrated from %s into %s (verified); the old log is kept as %s",
                     len(puts), path, store.db.where, path.with_name(path.name + BACKUP_SUFFIX))
     return len(puts)
 
 
-def _renamed(path: Path) -> bool:
-    """The log renamed as its backup (or by another server, migrating it at the same time); False where it cannot
-    be (logged)."""
+def _renamed(store, path: Path, moved: str) -> bool:
+    """The log renamed as its backup (or by another server, migrating it at the same time), and the note that it
+    moved (``moved``) cleared; False where it cannot be renamed (logged, the note kept)."""
     try:
         os.replace(path, path.with_name(path.name + BACKUP_SUFFIX))
     except FileNotFoundError:
-        return True
+        pass
     except OSError as exc:
         log.error("responses log %s: moved into the database, but it cannot be renamed %s%s (%s): it is not read "
                   "again; rename or remove it", path, path.name, BACKUP_SUFFIX, exc)
         return False
+    store.db.run(lambda tx: tx.exec("DELETE FROM meta WHERE name = ?", (moved,)))
     return True
