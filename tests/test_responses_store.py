@@ -161,12 +161,8 @@ async def test_an_older_log_record_of_another_shape_is_skipped_and_the_server_st
     assert (tmp_path / (FILE_NAME + BACKUP_SUFFIX)).exists() and not (tmp_path / FILE_NAME).exists()
 
 
-async def test_an_older_log_that_cannot_be_renamed_moves_once_and_the_server_starts(serve, tmp_path, monkeypatch,
-                                                                                      caplog):
-    """The older log was moved, verified, then renamed as its backup: where the rename failed (a directory this
-    user cannot write: the older store's place is apart from the database's) the server did not start, and every
-    later start moved the log again, bringing back what was deleted since. The database notes it moved: the
-    server starts, the next one does not move it again, and once it can, a start renames it."""
+def log_cannot_be_renamed(monkeypatch) -> None:
+    """The older log's rename as its backup refused (a directory this user cannot write); other renames as ever."""
     real = os.replace
 
     def refused(src, dst):
@@ -175,9 +171,22 @@ async def test_an_older_log_that_cannot_be_renamed_moves_once_and_the_server_sta
         return real(src, dst)
 
     monkeypatch.setattr(os, "replace", refused)
-    put = lambda i: {"op": "put", "id": f"resp_{i}", "input": [], "created_at": int(time.time()),  # noqa: E731
-                     "events": [{"response": {"id": f"resp_{i}", "output": []}}], "previous_response_id": None}
-    legacy_log(tmp_path / FILE_NAME, [put(1), put(2)])
+
+
+def logged_put(i: int) -> dict:
+    """The older log's record of storing response ``resp_<i>``."""
+    return {"op": "put", "id": f"resp_{i}", "input": [], "created_at": int(time.time()),
+            "events": [{"response": {"id": f"resp_{i}", "output": []}}], "previous_response_id": None}
+
+
+async def test_an_older_log_that_cannot_be_renamed_moves_once_and_the_server_starts(serve, tmp_path, monkeypatch,
+                                                                                      caplog):
+    """The older log was moved, verified, then renamed as its backup: where the rename failed (a directory this
+    user cannot write: the older store's place is apart from the database's) the server did not start, and every
+    later start moved the log again, bringing back what was deleted since. The database notes it moved: the
+    server starts, the next one does not move it again, and once it can, a start renames it."""
+    log_cannot_be_renamed(monkeypatch)
+    legacy_log(tmp_path / FILE_NAME, [logged_put(1), logged_put(2)])
     caplog.set_level(logging.ERROR, "tinytitan.store")
     await client(await serve(["x"], responses_store=str(tmp_path))).responses.delete("resp_1")
     assert "cannot be renamed" in caplog.text and (tmp_path / FILE_NAME).exists()
@@ -388,18 +397,9 @@ async def test_another_log_put_where_a_noted_one_was_is_moved_too(serve, tmp_pat
     Another log put at the same path later (an older server run again; or, on a database several machines share,
     another machine's log at the same path) was taken for the noted one: never moved, its responses never in the
     database."""
-    real = os.replace
-
-    def refused(src, dst):
-        if str(src).endswith(FILE_NAME):
-            raise PermissionError(13, "Permission denied", str(src))
-        return real(src, dst)
-
-    monkeypatch.setattr(os, "replace", refused)
-    put = lambda i: {"op": "put", "id": f"resp_{i}", "input": [], "created_at": int(time.time()),  # noqa: E731
-                     "events": [{"response": {"id": f"resp_{i}", "output": []}}], "previous_response_id": None}
-    legacy_log(tmp_path / FILE_NAME, [put(1)])
+    log_cannot_be_renamed(monkeypatch)
+    legacy_log(tmp_path / FILE_NAME, [logged_put(1)])
     await client(await serve(["x"], responses_store=str(tmp_path))).responses.delete("resp_1")  # (moved)
-    legacy_log(tmp_path / FILE_NAME, [put(2), put(3)])  # another log in its place
+    legacy_log(tmp_path / FILE_NAME, [logged_put(2), logged_put(3)])  # another log in its place
     later = client(await serve(["x"], responses_store=str(tmp_path)))
     await later.responses.delete("resp_3")  # moved too (a 404 where it was taken for the noted one)
