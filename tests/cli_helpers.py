@@ -1,6 +1,6 @@
 """The command line's test helpers: ``tinytitan serve`` started as a process on a free port, read up to its
-banner (start), one that must fail at start and does so without a traceback (serve_fails), and the repository
-root they run in."""
+banner (start), one that must fail at start and does so without a traceback (serve_fails), a process ended
+(end_process), and the repository root they run in."""
 
 from __future__ import annotations
 
@@ -51,3 +51,13 @@ def serve_fails(tmp_path, *args, timeout=60) -> subprocess.CompletedProcess:
     assert done.returncode != 0
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     return done
+
+
+def end_process(proc: subprocess.Popen) -> None:
+    """``proc`` asked to stop (SIGTERM), killed where it has not ended within 10 s, and reaped."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

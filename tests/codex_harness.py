@@ -15,6 +15,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from cli_helpers import end_process
+
 
 ROOT = Path(__file__).resolve().parent.parent
 CODEX = shutil.which("codex")
@@ -38,12 +40,7 @@ def _process(args, log: Path, pattern: str, cwd=ROOT, env=None):
             time.sleep(0.05)
         yield m
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        end_process(proc)
 
 
 @contextmanager

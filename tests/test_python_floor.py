@@ -21,6 +21,7 @@ import urllib.request
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
+from cli_helpers import end_process
 from conftest import absent
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -98,8 +99,4 @@ def test_the_package_imports_and_serves_on_the_floor_interpreter(tmp_path):
             answer = json.loads(r.read())
         assert answer["choices"][0]["message"]["content"] == "Hello from the floor."
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        end_process(proc)
